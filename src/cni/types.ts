@@ -1,0 +1,119 @@
+// The CNI seam: what the dispatcher (src/cni/dispatch.ts) hands a plugin's
+// handlers, and the one internal result representation (converted to each
+// spec version on output by src/cni/result.ts).
+
+export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
+export type CniVersion = (typeof SUPPORTED_VERSIONS)[number];
+
+export type CniCommand = 'ADD' | 'DEL' | 'CHECK' | 'VERSION' | 'STATUS' | 'GC';
+
+/** Injected IO: tests and the agent never touch process.* */
+export interface CniIO {
+  env: Record<string, string | undefined>;
+  stdin: string | Buffer;
+  stdout: (chunk: string) => void;
+  stderr: (chunk: string) => void;
+}
+
+export interface CniArgs {
+  K8S_POD_NAMESPACE?: string;
+  K8S_POD_NAME?: string;
+  K8S_POD_INFRA_CONTAINER_ID?: string;
+  K8S_POD_UID?: string;
+  /** Requested addresses from `IP=`: one IPv4 and/or one IPv6, comma-separated. */
+  IP?: string;
+  IgnoreUnknown?: string;
+  [k: string]: string | undefined;
+}
+
+/** Internal result: the CNI 1.1 shape (superset of the older ones). */
+export interface CniInterface {
+  name: string;
+  mac?: string;
+  mtu?: number;
+  sandbox?: string;
+  socketPath?: string;
+  pciID?: string;
+}
+export interface CniIPConfig {
+  /** CIDR notation: the address with its prefix length. */
+  address: string;
+  gateway?: string;
+  /** Index into interfaces[]. */
+  interface?: number;
+}
+export interface CniRoute {
+  dst: string;
+  gw?: string;
+  mtu?: number;
+  advmss?: number;
+  priority?: number;
+  table?: number;
+  scope?: number;
+}
+export interface CniDNS {
+  nameservers?: string[];
+  domain?: string;
+  search?: string[];
+  options?: string[];
+}
+export interface CniResult {
+  interfaces?: CniInterface[];
+  ips?: CniIPConfig[];
+  routes?: CniRoute[];
+  dns?: CniDNS;
+}
+
+export interface Logger {
+  error(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  info(msg: string, fields?: Record<string, unknown>): void;
+  debug(msg: string, fields?: Record<string, unknown>): void;
+}
+
+/** Everything a handler needs about one invocation, already validated. */
+export interface CniContext<Conf = Record<string, unknown>> {
+  command: CniCommand;
+  /** The version results are printed in (netconf cniVersion, or the highest of cniVersions). */
+  cniVersion: CniVersion;
+  containerId: string;
+  netns: string;
+  ifname: string;
+  args: CniArgs;
+  /** CNI_PATH split on ':' */
+  path: string[];
+  /** The netconf as received (JSON-parsed). Delegation passes this on. */
+  rawConf: Record<string, unknown>;
+  /** The netconf after the handler's own parse(). */
+  conf: Conf;
+  /** prevResult converted to the internal representation, when present. */
+  prevResult?: CniResult;
+  env: Record<string, string | undefined>;
+  log: Logger;
+}
+
+export interface StatusOutcome {
+  ok: boolean;
+  /** 50 (plugin not available) or 51 (limited connectivity) when !ok. */
+  code?: 50 | 51;
+  msg?: string;
+}
+
+export interface CniHandlers<Conf = Record<string, unknown>> {
+  /** Validate the raw netconf; throw CniError(7, ...) naming the field, value and fix. */
+  parse(raw: Record<string, unknown>, command: CniCommand): Conf;
+  add(ctx: CniContext<Conf>): Promise<CniResult>;
+  del(ctx: CniContext<Conf>): Promise<void>;
+  check(ctx: CniContext<Conf>): Promise<void>;
+  status(ctx: CniContext<Conf>): Promise<void>;
+  /** ctx.rawConf['cni.dev/valid-attachments'] holds [{containerID, ifname}]. */
+  gc(ctx: CniContext<Conf>): Promise<void>;
+}
+
+/** What an executable gives the dispatcher (src/cni/dispatch.ts: `dispatch(io, plugin): Promise<exitCode>`). */
+export interface PluginSpec<Conf = Record<string, unknown>> {
+  /** 'netplugin' | 'netplugin-ipam' (used in VERSION output and logs). */
+  name: string;
+  /** Loaded only for commands that need it (VERSION loads nothing). */
+  load(): Promise<CniHandlers<Conf>>;
+}

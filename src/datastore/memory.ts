@@ -1,0 +1,130 @@
+// In-memory Datastore with the same CAS semantics as the real backends: for
+// unit tests (allocator, plugin logic) and dry runs. Not for production.
+import { randomUUID } from 'node:crypto';
+import { DatastoreError } from '../errors.js';
+import {
+  NAMESPACED_KINDS,
+  type CallOptions,
+  type Datastore,
+  type Kind,
+  type ListOptions,
+  type ListResult,
+  type Resource,
+  type Watch,
+  type WatchEvent,
+} from './types.js';
+import { parseSelector } from '../selector/index.js';
+
+type Listener = { kind: Kind; namespace?: string; fn: (ev: WatchEvent<Kind>) => void };
+
+export class MemoryDatastore implements Datastore {
+  readonly type = 'memory' as const;
+  private revision = 0;
+  private readonly objects = new Map<string, Resource>();
+  private readonly listeners = new Set<Listener>();
+  private readonly history: Array<{ rev: number; ev: WatchEvent<Kind> & { object: Resource } }> = [];
+  /** Fault injection for tests: when set, every call throws it. */
+  failWith: DatastoreError | undefined;
+
+  private key(kind: Kind, name: string, namespace?: string): string {
+    return NAMESPACED_KINDS.has(kind) ? `${kind}/${namespace ?? 'default'}/${name}` : `${kind}//${name}`;
+  }
+  private check(): void {
+    if (this.failWith) throw this.failWith;
+  }
+  private clone<T>(v: T): T {
+    return structuredClone(v);
+  }
+  private emit(type: 'ADDED' | 'MODIFIED' | 'DELETED', object: Resource): void {
+    const ev = { type, object: this.clone(object) };
+    this.history.push({ rev: this.revision, ev });
+    for (const l of this.listeners) {
+      if (l.kind === object.kind && (l.namespace === undefined || l.namespace === object.metadata.namespace)) l.fn(this.clone(ev));
+    }
+  }
+
+  async get<K extends Kind>(kind: K, name: string, namespace?: string, _o?: CallOptions): Promise<Resource<K>> {
+    this.check();
+    const o = this.objects.get(this.key(kind, name, namespace));
+    if (!o) throw new DatastoreError('NotFound', `${kind} ${namespace ? namespace + '/' : ''}${name} not found`);
+    return this.clone(o) as Resource<K>;
+  }
+
+  async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
+    this.check();
+    const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
+    const items: Array<Resource<K>> = [];
+    for (const o of this.objects.values()) {
+      if (o.kind !== kind) continue;
+      if (opts.namespace !== undefined && o.metadata.namespace !== opts.namespace) continue;
+      if (opts.namePrefix && !o.metadata.name.startsWith(opts.namePrefix)) continue;
+      if (sel && !sel.matches(o.metadata.labels ?? {})) continue;
+      items.push(this.clone(o) as Resource<K>);
+    }
+    items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
+    return { items, revision: String(this.revision) };
+  }
+
+  async create<K extends Kind>(res: Resource<K>): Promise<Resource<K>> {
+    this.check();
+    const k = this.key(res.kind, res.metadata.name, res.metadata.namespace);
+    if (this.objects.has(k)) throw new DatastoreError('AlreadyExists', `${res.kind} ${res.metadata.name} already exists`);
+    const stored = this.clone(res);
+    stored.metadata.resourceVersion = String(++this.revision);
+    stored.metadata.uid ??= randomUUID();
+    stored.metadata.creationTimestamp ??= new Date().toISOString();
+    if (NAMESPACED_KINDS.has(res.kind)) stored.metadata.namespace ??= 'default';
+    this.objects.set(k, stored as Resource);
+    this.emit('ADDED', stored as Resource);
+    return this.clone(stored);
+  }
+
+  async update<K extends Kind>(res: Resource<K>): Promise<Resource<K>> {
+    this.check();
+    const k = this.key(res.kind, res.metadata.name, res.metadata.namespace);
+    const cur = this.objects.get(k);
+    if (!cur) throw new DatastoreError('NotFound', `${res.kind} ${res.metadata.name} not found`);
+    if (!res.metadata.resourceVersion) throw new DatastoreError('Invalid', `update of ${res.kind} ${res.metadata.name} needs metadata.resourceVersion`);
+    if (cur.metadata.resourceVersion !== res.metadata.resourceVersion) {
+      throw new DatastoreError('Conflict', `${res.kind} ${res.metadata.name} was modified (have ${res.metadata.resourceVersion}, store has ${cur.metadata.resourceVersion})`);
+    }
+    const stored = this.clone(res);
+    stored.metadata.resourceVersion = String(++this.revision);
+    stored.metadata.uid = cur.metadata.uid;
+    stored.metadata.creationTimestamp = cur.metadata.creationTimestamp;
+    this.objects.set(k, stored as Resource);
+    this.emit('MODIFIED', stored as Resource);
+    return this.clone(stored);
+  }
+
+  async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
+    this.check();
+    const k = this.key(kind, name, opts.namespace);
+    const cur = this.objects.get(k);
+    if (!cur) throw new DatastoreError('NotFound', `${kind} ${name} not found`);
+    if (opts.revision !== undefined && cur.metadata.resourceVersion !== opts.revision) {
+      throw new DatastoreError('Conflict', `${kind} ${name} was modified (have ${opts.revision}, store has ${cur.metadata.resourceVersion})`);
+    }
+    this.objects.delete(k);
+    ++this.revision;
+    this.emit('DELETED', cur);
+  }
+
+  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
+    const l: Listener = { kind, namespace: opts.namespace, fn: onEvent as (ev: WatchEvent<Kind>) => void };
+    if (opts.revision !== undefined) {
+      const from = Number(opts.revision);
+      for (const h of this.history) {
+        if (h.rev > from && h.ev.object.kind === kind && (opts.namespace === undefined || h.ev.object.metadata.namespace === opts.namespace)) {
+          queueMicrotask(() => onEvent(this.clone(h.ev) as WatchEvent<K>));
+        }
+      }
+    }
+    this.listeners.add(l);
+    return { stop: () => void this.listeners.delete(l) };
+  }
+
+  async close(): Promise<void> {
+    this.listeners.clear();
+  }
+}

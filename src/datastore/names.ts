@@ -1,0 +1,34 @@
+// Resource names for IPAM objects. They must be valid Kubernetes object names
+// (lower-case alphanumerics, '-' and '.'), and the etcd backend derives its keys
+// (/netplugin/ipam/v2/assignment/ipv4/block/10.0.0.0-26,
+//  /netplugin/ipam/v2/host/<node>/ipv4/block/10.0.0.0-26) from them.
+
+/** `10.0.0.0/26` -> `10.0.0.0-26`; `fd00::40/122` -> `fd00--40-122` */
+export function blockName(cidr: string): string {
+  return cidr.toLowerCase().replace(/[/:]/g, '-');
+}
+
+export function familyOf(cidr: string): 4 | 6 {
+  return cidr.includes(':') ? 6 : 4;
+}
+
+/** `<node>-ipv4-10.0.0.0-26`: parseable from the right, since block names never contain `-ipv4-`/`-ipv6-`. */
+export function affinityName(node: string, cidr: string): string {
+  return `${node}-ipv${familyOf(cidr)}-${blockName(cidr)}`;
+}
+
+export function parseAffinityName(name: string): { node: string; family: 4 | 6; block: string } | undefined {
+  const m = /^(.+)-ipv([46])-([0-9a-f.-]+)$/.exec(name);
+  if (!m) return undefined;
+  return { node: m[1]!, family: Number(m[2]) as 4 | 6, block: m[3]! };
+}
+
+/** Block names encode the family: IPv6 ones contain `--` or more than one `-`. */
+export function blockFamily(name: string): 4 | 6 {
+  return /^\d+\.\d+\.\d+\.\d+-\d+$/.test(name) ? 4 : 6;
+}
+
+/** IPAM handle IDs are `<network>.<containerID>`; Kubernetes names need lower case. */
+export function handleName(handleID: string): string {
+  return handleID.toLowerCase();
+}

@@ -1,0 +1,214 @@
+// The datastore seam: typed v3 resources read with a revision and written with
+// compare-and-swap. Backends: etcd v3 (src/datastore/etcd.ts), Kubernetes API
+// (src/datastore/kubernetes.ts), in-memory (src/datastore/memory.ts, tests and tools).
+
+export const API_GROUP = 'netplugin.org';
+export const API_VERSION = 'netplugin.org/v3';
+
+export interface ObjectMeta {
+  name: string;
+  namespace?: string;
+  /** etcd: the key's mod revision; Kubernetes: metadata.resourceVersion. Empty on create. */
+  resourceVersion?: string;
+  uid?: string;
+  creationTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  ownerReferences?: Array<{ apiVersion: string; kind: string; name: string; uid: string; controller?: boolean; blockOwnerDeletion?: boolean }>;
+}
+
+export interface Resource<K extends Kind = Kind, S = SpecOf<K>> {
+  apiVersion: typeof API_VERSION;
+  kind: K;
+  metadata: ObjectMeta;
+  spec: S;
+}
+
+export type EncapMode = 'Never' | 'Always' | 'CrossSubnet';
+
+export interface IPPoolSpec {
+  cidr: string;
+  /** Prefix length of the blocks the pool is carved into: 20-32 (IPv4, default 26), 116-128 (IPv6, default 122). */
+  blockSize?: number;
+  ipipMode?: EncapMode;
+  vxlanMode?: EncapMode;
+  natOutgoing?: boolean;
+  disabled?: boolean;
+  /** Label selector over Node labels (src/selector). Default `all()`. */
+  nodeSelector?: string;
+  allowedUses?: Array<'Workload' | 'Tunnel'>;
+}
+
+export interface AllocationAttribute {
+  /** IPAM handle (`<network>.<containerID>`), or null for reserved/unknown. */
+  handle_id: string | null;
+  secondary?: Record<string, string>;
+}
+
+/** One block of a pool: the unit of node affinity. Name: cidr with '/' -> '-' (e.g. `10.0.0.0-26`). */
+export interface IPAMBlockSpec {
+  cidr: string;
+  /** `host:<node>` when affine to a node, null when not. */
+  affinity: string | null;
+  /** allocations[i] is the index into `attributes` of ordinal i, or null when free. */
+  allocations: Array<number | null>;
+  /** Free ordinals, in the order they will be handed out. */
+  unallocated: number[];
+  attributes: AllocationAttribute[];
+  /** Set while a node is releasing the block so racing writers back off. */
+  deleted?: boolean;
+  sequenceNumber?: number;
+}
+
+export type AffinityState = 'pending' | 'confirmed' | 'pendingDeletion';
+
+/** Name: `<node>-<cidr with / and : replaced by ->` (Kubernetes-safe). */
+export interface BlockAffinitySpec {
+  state: AffinityState;
+  node: string;
+  cidr: string;
+  deleted?: boolean;
+}
+
+/** Name: the handle ID. `block` maps block CIDR -> number of addresses the handle holds there. */
+export interface IPAMHandleSpec {
+  handleID: string;
+  block: Record<string, number>;
+  deleted?: boolean;
+}
+
+/** Singleton named `default`. */
+export interface IPAMConfigSpec {
+  strictAffinity?: boolean;
+  maxBlocksPerHost?: number;
+  autoAllocateBlocks?: boolean;
+}
+
+export interface WorkloadEndpointSpec {
+  orchestrator: string;
+  workload?: string;
+  node: string;
+  containerID: string;
+  pod?: string;
+  endpoint: string;
+  serviceAccountName?: string;
+  ipNetworks: string[];
+  ipNATs?: Array<{ internalIP: string; externalIP: string }>;
+  profiles?: string[];
+  interfaceName: string;
+  mac?: string;
+  ports?: Array<{ name: string; protocol: string; port: number; hostPort?: number; hostIP?: string }>;
+  generateName?: string;
+}
+
+/** Singleton named `default`. */
+export interface ClusterInformationSpec {
+  clusterGUID?: string;
+  clusterType?: string;
+  netpluginVersion?: string;
+  datastoreReady?: boolean;
+}
+
+export interface NodeSpec {
+  addresses?: Array<{ address: string; type?: string }>;
+  /** Pod CIDRs of the node (from the orchestrator), used by host-local `usePodCidr`. */
+  podCIDRs?: string[];
+  bgp?: { ipv4Address?: string; ipv6Address?: string };
+}
+
+export interface HostEndpointSpec {
+  node: string;
+  interfaceName?: string;
+  expectedIPs?: string[];
+  profiles?: string[];
+}
+
+export interface KubeControllersConfigurationSpec {
+  controllers?: {
+    node?: { hostEndpoint?: { autoCreate?: 'Enabled' | 'Disabled' } };
+    [k: string]: unknown;
+  };
+  [k: string]: unknown;
+}
+
+export interface ProfileSpec {
+  labelsToApply?: Record<string, string>;
+  ingress?: unknown[];
+  egress?: unknown[];
+}
+
+export interface NetworkPolicySpec {
+  order?: number;
+  selector?: string;
+  types?: Array<'Ingress' | 'Egress'>;
+  ingress?: unknown[];
+  egress?: unknown[];
+  [k: string]: unknown;
+}
+
+export interface SpecMap {
+  IPPool: IPPoolSpec;
+  IPAMBlock: IPAMBlockSpec;
+  BlockAffinity: BlockAffinitySpec;
+  IPAMHandle: IPAMHandleSpec;
+  IPAMConfig: IPAMConfigSpec;
+  WorkloadEndpoint: WorkloadEndpointSpec;
+  ClusterInformation: ClusterInformationSpec;
+  Node: NodeSpec;
+  HostEndpoint: HostEndpointSpec;
+  KubeControllersConfiguration: KubeControllersConfigurationSpec;
+  Profile: ProfileSpec;
+  NetworkPolicy: NetworkPolicySpec;
+  GlobalNetworkPolicy: NetworkPolicySpec;
+}
+export type Kind = keyof SpecMap;
+export type SpecOf<K extends Kind> = SpecMap[K];
+
+/** Namespaced kinds; every other kind is cluster-scoped. */
+export const NAMESPACED_KINDS: ReadonlySet<Kind> = new Set<Kind>(['WorkloadEndpoint', 'NetworkPolicy']);
+
+export interface ListOptions {
+  namespace?: string;
+  /** A label selector in the src/selector language, matched against metadata.labels. */
+  labelSelector?: string;
+  /** Only names starting with this prefix. */
+  namePrefix?: string;
+}
+
+export interface ListResult<K extends Kind> {
+  items: Array<Resource<K>>;
+  /** Revision of the store at which the list was read; pass to watch() to continue from it. */
+  revision: string;
+}
+
+export type WatchEvent<K extends Kind> =
+  | { type: 'ADDED' | 'MODIFIED' | 'DELETED'; object: Resource<K> }
+  /** The requested revision is gone (compacted / 410); the watcher must re-list. */
+  | { type: 'ERROR'; error: Error };
+
+export interface Watch {
+  stop(): void;
+}
+
+export interface CallOptions {
+  /** Per-call deadline in ms (default: the store's deadline). */
+  timeoutMs?: number;
+}
+
+/**
+ * Every method throws DatastoreError (src/errors.ts) classified as NotFound,
+ * AlreadyExists, Conflict, Unavailable, Unauthorized or Invalid.
+ */
+export interface Datastore {
+  readonly type: 'etcdv3' | 'kubernetes' | 'memory';
+  get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: CallOptions): Promise<Resource<K>>;
+  list<K extends Kind>(kind: K, opts?: ListOptions & CallOptions): Promise<ListResult<K>>;
+  /** Fails with AlreadyExists. Returns the stored object with its resourceVersion. */
+  create<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>>;
+  /** Compare-and-swap on res.metadata.resourceVersion (required); Conflict when it moved. */
+  update<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>>;
+  /** With `revision`, deletes only if unchanged (Conflict otherwise). NotFound when absent. */
+  delete<K extends Kind>(kind: K, name: string, opts?: { namespace?: string; revision?: string } & CallOptions): Promise<void>;
+  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch;
+  close(): Promise<void>;
+}

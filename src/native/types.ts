@@ -1,0 +1,125 @@
+// The TypeScript face of the rtnetlink addon (native/*.cc). Everything is
+// synchronous and cheap except link deletion (~20 ms in the kernel); the agent
+// runs dataplane work in worker threads, so the addon is context-aware.
+
+/** An open network namespace (an fd on /var/run/netns/x or /proc/<pid>/ns/net). */
+export interface NetNS {
+  readonly path: string;
+  readonly fd: number;
+  /** Idempotent. */
+  close(): void;
+}
+
+export interface LinkInfo {
+  index: number;
+  name: string;
+  /** e.g. 'veth', 'dummy', 'loopback' ('' when the kernel gives no IFLA_INFO_KIND) */
+  kind: string;
+  mtu: number;
+  /** aa:bb:cc:dd:ee:ff, lower case; '' for links without one */
+  mac: string;
+  up: boolean;
+  /** IFF_* flags */
+  flags: number;
+  operState: number;
+  numTxQueues?: number;
+  numRxQueues?: number;
+  /** veth peer's ifindex (IFLA_LINK) when the kernel reports it */
+  parentIndex?: number;
+  /** IFLA_LINK_NETNSID: the peer's netns id as seen from here, when it is elsewhere */
+  linkNetnsId?: number;
+}
+
+export interface AddrInfo {
+  index: number;
+  family: 4 | 6;
+  /** address/prefix, e.g. '10.0.0.5/32' or 'fd00::5/128' */
+  cidr: string;
+  address: string;
+  prefixLen: number;
+  scope: number;
+  flags: number;
+}
+
+export type RouteScope = 'universe' | 'global' | 'site' | 'link' | 'host' | number;
+
+export interface RouteSpec {
+  /** 'default', '0.0.0.0/0', '::/0', '10.0.0.5/32', 'fe80::/64' */
+  dst: string;
+  gateway?: string;
+  /** output device, name or index */
+  dev?: string | number;
+  scope?: RouteScope;
+  onlink?: boolean;
+  /** default main (254) */
+  table?: number;
+  metric?: number;
+  /** RTPROT_* number or 'boot' | 'static' | 'kernel' (default 'boot') */
+  protocol?: number | 'boot' | 'static' | 'kernel';
+  /** preferred source */
+  src?: string;
+}
+
+export interface RouteInfo {
+  family: 4 | 6;
+  dst: string; // CIDR; default routes as '0.0.0.0/0' / '::/0'
+  gateway?: string;
+  oif?: number;
+  scope: number;
+  table: number;
+  metric?: number;
+  protocol: number;
+  type: number;
+  flags: number;
+  src?: string;
+}
+
+export interface VethOptions {
+  /** host-side (local) name */
+  name: string;
+  peerName: string;
+  /** Put the peer straight into this namespace in the same RTM_NEWLINK. */
+  peerNetns?: NetNS;
+  mtu?: number;
+  mac?: string;
+  peerMac?: string;
+  numRxQueues?: number;
+  numTxQueues?: number;
+}
+
+export interface LinkChanges {
+  up?: boolean;
+  mtu?: number;
+  mac?: string;
+  name?: string;
+  netns?: NetNS;
+}
+
+export interface NeighSpec {
+  dev: string | number;
+  dst: string;
+  lladdr: string;
+}
+
+/** A NETLINK_ROUTE socket created inside one namespace and used from the caller's thread. */
+export interface Netlink {
+  readonly netns: string; // path, or '' for the caller's own namespace
+  close(): void;
+  linkGet(link: string | number): LinkInfo; // NetlinkError ENODEV when missing
+  linkFind(link: string | number): LinkInfo | undefined;
+  linkList(): LinkInfo[];
+  vethAdd(opts: VethOptions): void;
+  linkSet(link: string | number, changes: LinkChanges): void;
+  linkDel(link: string | number): void;
+  addrAdd(link: string | number, cidr: string, opts?: { nodad?: boolean; scope?: RouteScope }): void;
+  addrDel(link: string | number, cidr: string): void;
+  addrList(opts?: { link?: string | number; family?: 4 | 6 }): AddrInfo[];
+  routeAdd(route: RouteSpec): void;
+  routeReplace(route: RouteSpec): void;
+  routeDel(route: RouteSpec): void;
+  routeList(opts?: { family?: 4 | 6; table?: number; link?: string | number }): RouteInfo[];
+  neighSet(neigh: NeighSpec): void;
+  /** `net.*` keys only, dotted form; interface names may contain '.' only via '/' form is not accepted. */
+  sysctlGet(key: string): string;
+  sysctlSet(key: string, value: string | number): void;
+}
