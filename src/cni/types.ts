@@ -116,4 +116,15 @@ export interface PluginSpec<Conf = Record<string, unknown>> {
   name: string;
   /** Loaded only for commands that need it (VERSION loads nothing). */
   load(): Promise<CniHandlers<Conf>>;
+  /**
+   * Optional: the logger for one invocation. Default (src/cni/dispatch.ts):
+   * io.stderr plus the netconf's log file, closed when the call ends.
+   */
+  createLog?(rawConf: Record<string, unknown>, context: { containerId?: string; podNamespace?: string; podName?: string }, io: CniIO): Logger;
+}
+
+/** One entry of GC's `cni.dev/valid-attachments` (read with validAttachments() in src/cni/dispatch.ts). */
+export interface CniAttachment {
+  containerID: string;
+  ifname: string;
 }

@@ -32,3 +32,27 @@ export function blockFamily(name: string): 4 | 6 {
 export function handleName(handleID: string): string {
   return handleID.toLowerCase();
 }
+
+/**
+ * WorkloadEndpoint names: `<node>-<orchestrator>-<workload>-<endpoint>` with
+ * every '-' inside a part doubled (k8s/workload.ts builds them; this splits
+ * them back: `node--1-k8s-web--0-eth0` -> node-1, k8s, web-0, eth0).
+ */
+export { workloadEndpointName } from '../k8s/workload.js';
+
+export function parseWorkloadEndpointName(name: string): { node: string; orchestrator: string; workload: string; endpoint: string } | undefined {
+  const parts: string[] = [''];
+  for (let i = 0; i < name.length; i++) {
+    if (name[i] !== '-') {
+      parts[parts.length - 1] += name[i];
+    } else if (name[i + 1] === '-') {
+      parts[parts.length - 1] += '-';
+      i++;
+    } else {
+      parts.push('');
+    }
+  }
+  if (parts.length !== 4 || parts.some((p) => p === '')) return undefined;
+  const [node, orchestrator, workload, endpoint] = parts as [string, string, string, string];
+  return { node, orchestrator, workload, endpoint };
+}

@@ -117,9 +117,15 @@ export interface Netlink {
   routeAdd(route: RouteSpec): void;
   routeReplace(route: RouteSpec): void;
   routeDel(route: RouteSpec): void;
+  /** table defaults to main (254); cloned (cache) routes are left out. */
   routeList(opts?: { family?: 4 | 6; table?: number; link?: string | number }): RouteInfo[];
   neighSet(neigh: NeighSpec): void;
-  /** `net.*` keys only, dotted form; interface names may contain '.' only via '/' form is not accepted. */
+  /**
+   * `net.*` keys only, in sysctl(8)'s dotted form: components of [A-Za-z0-9_-] separated by
+   * '.', and a '/' inside a component stands for a '.' in it (interface 'eth0.100' ->
+   * 'net.ipv4.conf.eth0/100.forwarding'). The slash-path form ('net/ipv4/...') is not accepted.
+   * Read/written inside the handle's namespace. Trailing newline stripped.
+   */
   sysctlGet(key: string): string;
   sysctlSet(key: string, value: string | number): void;
 }

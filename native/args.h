@@ -1,0 +1,70 @@
+// Reading JS arguments into C++ values. Every failure throws one TypeError
+// that names the function, the field, what it must be and what it got, and
+// marks the reader failed so later reads are no-ops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common.h"
+
+namespace np {
+
+struct IpAddr {
+  int family = 0;  // AF_INET or AF_INET6
+  uint8_t bytes[16] = {};
+  size_t len() const;
+  int maxPrefix() const;
+};
+
+// A link named by ifname or ifindex.
+struct LinkRef {
+  uint32_t index = 0;
+  std::string name;
+  std::string subject() const { return name.empty() ? "ifindex " + std::to_string(index) : name; }
+};
+
+bool parseIp(const std::string& s, IpAddr& out);
+// 'a/b'; without '/', the full-length prefix when allowBare.
+bool parseCidr(const std::string& s, IpAddr& out, int& prefix, bool allowBare);
+bool parseMac(const std::string& s, uint8_t mac[6]);
+std::string formatIp(int family, const void* bytes);
+std::string formatMac(const uint8_t* p, size_t len);
+// Linux interface name rules (dev_valid_name): 1..15 bytes, not '.' or '..',
+// no '/', ':' or whitespace.
+bool validIfname(const std::string& s);
+
+class Args {
+ public:
+  Args(Napi::Env env, const char* fn) : env_(env), fn_(fn) {}
+  bool ok() const { return !failed_ && !env_.IsExceptionPending(); }
+  Napi::Env env() const { return env_; }
+
+  // Throws "<fn>: <field> must be <expect>, got <value>".
+  bool fail(const std::string& field, const std::string& expect, const Napi::Value& got);
+  bool failText(const std::string& field, const std::string& expect, const std::string& got);
+
+  // obj[key] or undefined; a throwing getter fails the reader.
+  Napi::Value prop(const Napi::Object& obj, const char* key);
+  bool object(const Napi::Value& v, const std::string& field, Napi::Object& out);
+  bool string(const Napi::Value& v, const std::string& field, std::string& out);
+  bool uint(const Napi::Value& v, const std::string& field, uint32_t min, uint32_t max, uint32_t& out);
+  bool boolean(const Napi::Value& v, const std::string& field, bool& out);
+  bool link(const Napi::Value& v, const std::string& field, LinkRef& out);
+  bool ifname(const Napi::Value& v, const std::string& field, std::string& out);
+  bool mac(const Napi::Value& v, const std::string& field, uint8_t out[6]);
+  bool ip(const Napi::Value& v, const std::string& field, IpAddr& out);
+  bool cidr(const Napi::Value& v, const std::string& field, IpAddr& out, int& prefix, bool allowBare);
+
+  static bool present(const Napi::Value& v) { return !v.IsUndefined(); }
+
+ private:
+  Napi::Env env_;
+  const char* fn_;
+  bool failed_ = false;
+};
+
+// How a JS value is shown in a TypeError: strings quoted, others by value/type.
+std::string describe(const Napi::Value& v);
+
+}  // namespace np

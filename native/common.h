@@ -1,0 +1,41 @@
+// Shared by the addon's source files: node-addon-api with C++ exceptions off
+// (every failure is a pending JS exception the caller must check), and the
+// per-environment instance data that makes the addon load in worker threads.
+#pragma once
+
+#ifndef NAPI_VERSION
+#define NAPI_VERSION 8
+#endif
+#ifndef NAPI_DISABLE_CPP_EXCEPTIONS
+#define NAPI_DISABLE_CPP_EXCEPTIONS
+#endif
+#include <napi.h>
+
+#include <string>
+
+#include "nl_socket.h"
+
+namespace np {
+
+// Bumped whenever the JS-visible surface changes, so src/native/index.ts can
+// refuse a stale prebuild instead of failing later in odd ways.
+constexpr int kAbiVersion = 1;
+
+// One per Node environment (main thread, each worker).
+struct AddonData {
+  Napi::FunctionReference errorClass;  // NetlinkError, from setErrorClass()
+  Napi::FunctionReference netnsCtor;
+  Napi::FunctionReference netlinkCtor;
+};
+
+AddonData* addonData(Napi::Env env);
+
+// Throws a NetlinkError (or a plain Error carrying the same fields before
+// setErrorClass was called).
+void throwNlError(Napi::Env env, const NlError& e);
+// Throws TypeError(msg).
+void throwTypeError(Napi::Env env, const std::string& msg);
+// 'EEXIST' for EEXIST, 'E<n>' for errnos without a name here.
+std::string errnoName(int err);
+
+}  // namespace np

@@ -1,0 +1,54 @@
+// The operations of a Netlink handle, one file per rtnetlink object. Each
+// takes the JS arguments, validates them (TypeError naming the field), talks
+// to the kernel and returns a JS value or throws a NetlinkError.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "args.h"
+#include "common.h"
+
+namespace np {
+
+// A NETLINK_ROUTE socket plus the namespace it was created in (nsFd < 0: the
+// namespace of the thread that created it), which sysctls need.
+struct Handle {
+  NlSocket sock;
+  int nsFd = -1;
+  std::string nsPath;
+};
+
+// Resolves a link to its ifindex (RTM_GETLINK when given by name).
+bool linkIndex(Handle& h, const LinkRef& ref, uint32_t& index, NlError& e);
+
+Napi::Value LinkGet(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value LinkFind(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value LinkList(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value VethAdd(Handle& h, const Napi::CallbackInfo& info);
+// linkSet's options.netns is a NetNS object; the wrapper hands its fd here.
+using NetnsFdOf = int (*)(Napi::Env env, const Napi::Value& v);
+Napi::Value LinkSet(Handle& h, const Napi::CallbackInfo& info, NetnsFdOf fdOf);
+Napi::Value LinkDel(Handle& h, const Napi::CallbackInfo& info);
+
+Napi::Value AddrAdd(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value AddrDel(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value AddrList(Handle& h, const Napi::CallbackInfo& info);
+
+Napi::Value RouteAdd(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value RouteReplace(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value RouteDel(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value RouteList(Handle& h, const Napi::CallbackInfo& info);
+
+Napi::Value NeighSet(Handle& h, const Napi::CallbackInfo& info);
+
+Napi::Value SysctlGet(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value SysctlSet(Handle& h, const Napi::CallbackInfo& info);
+
+// Not a netlink call: SO_PEERCRED of a unix socket fd (the agent's CNI socket).
+Napi::Value PeerCred(const Napi::CallbackInfo& info);
+
+// Shared by route/addr: 'universe'|'global'|'site'|'link'|'host'|0..255.
+bool readScope(Args& a, const Napi::Value& v, const std::string& field, uint8_t& out);
+
+}  // namespace np

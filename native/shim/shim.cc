@@ -1,0 +1,547 @@
+// netplugin CNI shim: the executable the container runtime runs as
+// /opt/cni/bin/netplugin and /opt/cni/bin/netplugin-ipam. It has no CNI logic:
+// it forwards the environment and stdin to the resident agent (netplugin-node)
+// over a unix socket and relays the agent's stdout and exit code, so a pod ADD
+// costs no Node start. Without an agent it execs the per-exec Node entry with
+// the same input. Protocol: src/agent/protocol.ts (the two must agree).
+//
+// Built static (-static -O2 -s) so it runs on any host, whatever its libc.
+// No iostreams, no exceptions: plain syscalls, one heap buffer type.
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+namespace {
+
+const char kDefaultSocket[] = "/var/run/netplugin/cni.sock";
+const long kDefaultTimeoutMs = 120000;
+const unsigned char kMagic[4] = {'N', 'P', 'C', 1};  // "NPC" + protocol version 1
+const unsigned char kAccepted = 0x06;
+const uint32_t kMaxFrame = 64u << 20;
+
+struct Buf {
+  char *p = nullptr;
+  size_t n = 0, cap = 0;
+};
+
+const char *g_plugin = "netplugin";
+char g_cni_version[32] = "1.0.0";
+long g_timeout_ms = kDefaultTimeoutMs;
+int64_t g_deadline = 0;
+
+// Blocking-style write that also copes with a non-blocking pipe from the runtime.
+void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) {
+      struct pollfd pf = {fd, POLLOUT, 0};
+      poll(&pf, 1, 1000);
+      continue;
+    }
+    if (w <= 0) return;  // the reader went away: nothing left to tell it
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+void put(Buf &b, const void *src, size_t n);
+
+void json_str(Buf &b, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  put(b, "\"", 1);
+  size_t run = 0;  // bytes copied as they are (UTF-8 included: the agent decodes it)
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    put(b, s + run, i - run);
+    run = i + 1;
+    char e[6] = {'\\', (char)c, 0, 0, 0, 0};
+    if (c < 0x20) e[1] = 'u', e[2] = '0', e[3] = '0', e[4] = hex[c >> 4], e[5] = hex[c & 15];
+    put(b, e, c < 0x20 ? 6 : 2);
+  }
+  put(b, s + run, n - run);
+  put(b, "\"", 1);
+}
+
+// CNI wants errors as JSON on stdout with a non-zero exit status.
+[[noreturn]] void fail(int code, const char *fmt, ...) {
+  char msg[1536];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  Buf b;
+  char head[96];
+  snprintf(head, sizeof head, "{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":", g_cni_version, code);
+  put(b, head, strlen(head));
+  json_str(b, msg, strlen(msg));
+  put(b, "}\n", 2);
+  write_all(1, b.p, b.n);
+  _exit(1);
+}
+
+void put(Buf &b, const void *src, size_t n) {
+  if (b.n + n + 1 > b.cap) {
+    size_t cap = b.cap ? b.cap : 4096;
+    while (cap < b.n + n + 1) cap *= 2;
+    char *p = (char *)realloc(b.p, cap);
+    if (!p) {
+      static const char oom[] = "{\"code\":5,\"msg\":\"netplugin shim: out of memory\"}\n";
+      write_all(1, oom, sizeof oom - 1);
+      _exit(1);
+    }
+    b.p = p;
+    b.cap = cap;
+  }
+  memcpy(b.p + b.n, src, n);
+  b.n += n;
+  b.p[b.n] = 0;
+}
+
+int64_t now_ms() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int remaining_ms() {
+  int64_t r = g_deadline - now_ms();
+  return r <= 0 ? 0 : (r > INT_MAX ? INT_MAX : (int)r);
+}
+
+[[noreturn]] void deadline_passed() {
+  fail(11, "netplugin agent did not answer within %ld ms", g_timeout_ms);
+}
+
+// Waits for fd readiness until the deadline; false when it passed.
+bool wait_fd(int fd, short events) {
+  for (;;) {
+    struct pollfd p = {fd, events, 0};
+    int ms = remaining_ms();
+    if (ms == 0) return false;
+    int r = poll(&p, 1, ms);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return true;  // let the read/write report the error
+  }
+}
+
+// Reads exactly n bytes. Returns n, 0 on EOF (or a short frame), -1 on error
+// with errno set; the deadline is handled here.
+ssize_t read_full(int fd, char *p, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    if (!wait_fd(fd, POLLIN)) deadline_passed();
+    ssize_t r = read(fd, p + got, n - got);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r < 0) return -1;
+    if (r == 0) return 0;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+void read_stdin(Buf &in) {
+  char chunk[16384];
+  for (;;) {
+    ssize_t r = read(0, chunk, sizeof chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;  // EOF, or no stdin at all (EBADF): an empty request body
+    put(in, chunk, (size_t)r);
+  }
+}
+
+// Only for the cniVersion of our own error JSON; the agent parses the netconf.
+void sniff_cni_version(const Buf &in) {
+  if (!in.p) return;
+  const char *k = strstr(in.p, "\"cniVersion\"");
+  if (!k) return;
+  k += 12;
+  while (*k == ' ' || *k == '\t' || *k == '\n' || *k == '\r' || *k == ':') k++;
+  if (*k++ != '"') return;
+  size_t i = 0;
+  while (i + 1 < sizeof g_cni_version && ((k[i] >= '0' && k[i] <= '9') || k[i] == '.')) i++;
+  if (k[i] != '"' || i == 0) return;
+  memcpy(g_cni_version, k, i);
+  g_cni_version[i] = 0;
+}
+
+Buf build_request(const Buf &in) {
+  Buf body;
+  put(body, "{\"plugin\":", 10);
+  json_str(body, g_plugin, strlen(g_plugin));
+  put(body, ",\"env\":{", 8);
+  bool first = true;
+  for (char **e = environ; *e; e++) {
+    const char *eq = strchr(*e, '=');
+    if (!eq) continue;
+    if (!first) put(body, ",", 1);
+    first = false;
+    json_str(body, *e, (size_t)(eq - *e));
+    put(body, ":", 1);
+    json_str(body, eq + 1, strlen(eq + 1));
+  }
+  put(body, "},\"stdin\":", 10);
+  json_str(body, in.p ? in.p : "", in.n);
+  put(body, "}", 1);
+
+  Buf frame;
+  unsigned char len[4] = {(unsigned char)(body.n >> 24), (unsigned char)(body.n >> 16),
+                          (unsigned char)(body.n >> 8), (unsigned char)body.n};
+  put(frame, kMagic, 4);
+  put(frame, len, 4);
+  put(frame, body.p, body.n);
+  free(body.p);
+  return frame;
+}
+
+// ---- the agent's answer: a flat JSON object {code, stdout, stderr?} ----
+
+struct Json {
+  const char *s, *e;
+};
+
+void ws(Json &j) {
+  while (j.s < j.e && (*j.s == ' ' || *j.s == '\t' || *j.s == '\n' || *j.s == '\r')) j.s++;
+}
+
+int hex4(const char *s) {
+  int v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = s[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= c - '0';
+    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+    else return -1;
+  }
+  return v;
+}
+
+void put_utf8(Buf &b, uint32_t cp) {
+  char u[4];
+  size_t n;
+  if (cp < 0x80) { u[0] = (char)cp; n = 1; }
+  else if (cp < 0x800) { u[0] = (char)(0xc0 | cp >> 6); u[1] = (char)(0x80 | (cp & 63)); n = 2; }
+  else if (cp < 0x10000) {
+    u[0] = (char)(0xe0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 63));
+    u[2] = (char)(0x80 | (cp & 63)); n = 3;
+  } else {
+    u[0] = (char)(0xf0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 63));
+    u[2] = (char)(0x80 | ((cp >> 6) & 63)); u[3] = (char)(0x80 | (cp & 63)); n = 4;
+  }
+  put(b, u, n);
+}
+
+// Parses a JSON string at j.s into out (nullptr: skip it).
+bool json_string(Json &j, Buf *out) {
+  if (j.s >= j.e || *j.s != '"') return false;
+  j.s++;
+  Buf scratch;
+  Buf &b = out ? *out : scratch;
+  while (j.s < j.e && *j.s != '"') {
+    if (*j.s != '\\') {
+      const char *run = j.s;
+      while (j.s < j.e && *j.s != '"' && *j.s != '\\') j.s++;
+      put(b, run, (size_t)(j.s - run));
+      continue;
+    }
+    if (j.e - j.s < 2) return false;
+    char c = j.s[1];
+    j.s += 2;
+    char v = 0;
+    switch (c) {
+      case '"': case '\\': case '/': v = c; break;
+      case 'b': v = '\b'; break;
+      case 'f': v = '\f'; break;
+      case 'n': v = '\n'; break;
+      case 'r': v = '\r'; break;
+      case 't': v = '\t'; break;
+    }
+    if (v) { put(b, &v, 1); continue; }
+    if (c != 'u' || j.e - j.s < 4) return false;
+    int cp = hex4(j.s);
+    if (cp < 0) return false;
+    j.s += 4;
+    if (cp >= 0xd800 && cp < 0xdc00 && j.e - j.s >= 6 && j.s[0] == '\\' && j.s[1] == 'u') {
+      int lo = hex4(j.s + 2);
+      if (lo >= 0xdc00 && lo < 0xe000) {
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        j.s += 6;
+      }
+    }
+    if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd;  // lone surrogate, as TextDecoder does
+    put_utf8(b, (uint32_t)cp);
+  }
+  free(scratch.p);
+  if (j.s >= j.e) return false;
+  j.s++;
+  return true;
+}
+
+// Skips any JSON value (newer agents may add fields).
+bool json_skip(Json &j, int depth) {
+  ws(j);
+  if (j.s >= j.e || depth > 32) return false;
+  if (*j.s == '"') return json_string(j, nullptr);
+  if (*j.s == '{' || *j.s == '[') {
+    char close = *j.s == '{' ? '}' : ']';
+    j.s++;
+    ws(j);
+    if (j.s < j.e && *j.s == close) { j.s++; return true; }
+    for (;;) {
+      if (close == '}') {
+        ws(j);
+        if (!json_string(j, nullptr)) return false;
+        ws(j);
+        if (j.s >= j.e || *j.s++ != ':') return false;
+      }
+      if (!json_skip(j, depth + 1)) return false;
+      ws(j);
+      if (j.s >= j.e) return false;
+      if (*j.s == close) { j.s++; return true; }
+      if (*j.s++ != ',') return false;
+    }
+  }
+  const char *start = j.s;
+  while (j.s < j.e && strchr(",}] \t\r\n", *j.s) == nullptr) j.s++;
+  return j.s > start;
+}
+
+bool parse_response(const char *p, size_t n, long *code, Buf *out, Buf *err) {
+  Json j = {p, p + n};
+  bool have_code = false;
+  ws(j);
+  if (j.s >= j.e || *j.s++ != '{') return false;
+  ws(j);
+  if (j.s < j.e && *j.s == '}') return false;
+  for (;;) {
+    Buf key;
+    ws(j);
+    if (!json_string(j, &key)) { free(key.p); return false; }
+    ws(j);
+    if (j.s >= j.e || *j.s++ != ':') { free(key.p); return false; }
+    ws(j);
+    bool ok;
+    if (key.p && strcmp(key.p, "code") == 0) {
+      char *end;
+      *code = strtol(j.s, &end, 10);
+      ok = end > j.s && end <= j.e;
+      j.s = end;
+      have_code = ok;
+    } else if (key.p && strcmp(key.p, "stdout") == 0) {
+      ok = json_string(j, out);
+    } else if (key.p && strcmp(key.p, "stderr") == 0) {
+      ok = json_string(j, err);
+    } else {
+      ok = json_skip(j, 0);
+    }
+    free(key.p);
+    if (!ok) return false;
+    ws(j);
+    if (j.s >= j.e) return false;
+    if (*j.s == '}') return have_code;
+    if (*j.s++ != ',') return false;
+  }
+}
+
+// ---- per-exec fallback ----
+
+void copy_str(char *dst, size_t cap, const char *src) {
+  size_t n = strnlen(src, cap - 1);
+  memcpy(dst, src, n);
+  dst[n] = 0;
+}
+
+void trim(char *s) {
+  size_t n = strlen(s);
+  while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
+}
+
+[[noreturn]] void run_fallback(const Buf &in, const char *why) {
+  static char node[PATH_MAX], dir[PATH_MAX], conf[PATH_MAX + 32], script[PATH_MAX + 256];
+  const char *env_node = getenv("NETPLUGIN_FALLBACK_NODE");
+  const char *env_dir = getenv("NETPLUGIN_FALLBACK_DIR");
+  conf[0] = 0;
+  ssize_t l = readlink("/proc/self/exe", conf, PATH_MAX);
+  if (l > 0) {
+    conf[l] = 0;
+    char *slash = strrchr(conf, '/');
+    if (slash) strcpy(slash + 1, "netplugin.fallback");
+  }
+  if (!env_node || !env_dir) {
+    int fd = conf[0] ? open(conf, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0)
+      fail(5, "netplugin agent is not reachable (%s) and the per-exec fallback is not configured (%s: %s); "
+              "run install-cni (scripts/install-cni) on this node, or start netplugin-node",
+           why, conf[0] ? conf : "/proc/self/exe unreadable", strerror(errno));
+    char text[2 * PATH_MAX + 4];
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    text[n > 0 ? n : 0] = 0;
+    char *nl = strchr(text, '\n');
+    if (nl) *nl = 0;
+    copy_str(node, sizeof node, text);
+    copy_str(dir, sizeof dir, nl ? nl + 1 : "");
+    if (char *nl2 = strchr(dir, '\n')) *nl2 = 0;
+    trim(node);
+    trim(dir);
+  }
+  if (env_node) copy_str(node, sizeof node, env_node);
+  if (env_dir) copy_str(dir, sizeof dir, env_dir);
+  if (!node[0] || !dir[0])
+    fail(5, "netplugin agent is not reachable (%s) and %s does not name node (line 1) and the package "
+            "directory (line 2); run install-cni (scripts/install-cni) on this node",
+         why, conf);
+  snprintf(script, sizeof script, "%s/dist/%s.mjs", dir, g_plugin);
+
+  // The runtime's stdin is consumed; hand node the same bytes in a memfd
+  // (a pipe only on kernels without memfd, bounded by the pipe's capacity).
+  int in_fd = memfd_create("netplugin-stdin", MFD_CLOEXEC);
+  if (in_fd >= 0) {
+    write_all(in_fd, in.p ? in.p : "", in.n);
+    lseek(in_fd, 0, SEEK_SET);
+  } else {
+    int pp[2];
+    if (pipe2(pp, O_CLOEXEC) < 0) fail(5, "netplugin shim: pipe: %s", strerror(errno));
+    if (in.n > 65536 && fcntl(pp[1], F_SETPIPE_SZ, (int)in.n) < (int)in.n)
+      fail(5, "netplugin shim: %zu bytes of stdin do not fit a pipe and memfd is unavailable", in.n);
+    write_all(pp[1], in.p ? in.p : "", in.n);
+    close(pp[1]);
+    in_fd = pp[0];
+  }
+  if (dup2(in_fd, 0) < 0) fail(5, "netplugin shim: dup2: %s", strerror(errno));
+  close(in_fd);
+
+  // NODE_EXTRA_CA_CERTS makes every Node start read and parse the bundle (~34 ms).
+  unsetenv("NODE_EXTRA_CA_CERTS");
+  signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec
+  char *argv[] = {node, script, nullptr};
+  execve(node, argv, environ);
+  fail(5, "netplugin agent is not reachable (%s) and the per-exec fallback '%s %s' cannot run: %s; "
+          "run install-cni (scripts/install-cni) on this node",
+       why, node, script, strerror(errno));
+}
+
+// Connects to the agent. Returns the fd, or -1 with errno when the agent is
+// not there (the request never reached it, so the fallback may run it).
+int connect_agent(const char *path) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  if (strlen(path) >= sizeof sa.sun_path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  strcpy(sa.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  // A blocking unix connect waits while the listener's backlog is full;
+  // SO_SNDTIMEO bounds that wait (it fails with EAGAIN) by our deadline.
+  int ms = remaining_ms();
+  if (ms == 0) deadline_passed();  // a zero SO_SNDTIMEO would mean "wait forever"
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  for (;;) {
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EISCONN) break;
+    if (errno == EINTR) continue;
+    int e = errno;
+    close(fd);
+    if (e == EAGAIN || e == EINPROGRESS || e == ETIMEDOUT) deadline_passed();
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  (void)argc;
+  signal(SIGPIPE, SIG_IGN);
+  if (argv[0] && argv[0][0]) {
+    const char *slash = strrchr(argv[0], '/');
+    g_plugin = slash ? slash + 1 : argv[0];
+  }
+  if (const char *t = getenv("NETPLUGIN_SHIM_TIMEOUT_MS")) {
+    char *end;
+    long v = strtol(t, &end, 10);
+    if (*t == 0 || *end != 0 || v <= 0)
+      fail(4, "NETPLUGIN_SHIM_TIMEOUT_MS='%s' is not a positive number of milliseconds; unset it to use "
+              "the default %ld", t, kDefaultTimeoutMs);
+    g_timeout_ms = v;
+  }
+  g_deadline = now_ms() + g_timeout_ms;
+  const char *sock = getenv("NETPLUGIN_AGENT_SOCKET");
+  if (!sock || !*sock) sock = kDefaultSocket;
+
+  Buf in;
+  read_stdin(in);
+  sniff_cni_version(in);
+
+  char why[PATH_MAX + 64];
+  int fd = connect_agent(sock);
+  if (fd < 0) {
+    snprintf(why, sizeof why, "%s: %s", sock, strerror(errno));
+    run_fallback(in, why);
+  }
+  Buf req = build_request(in);
+  for (size_t off = 0; off < req.n;) {
+    if (!wait_fd(fd, POLLOUT)) deadline_passed();
+    ssize_t w = send(fd, req.p + off, req.n - off, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (w <= 0) {
+      // The agent only accepts a complete request, so it has not run this one.
+      snprintf(why, sizeof why, "%s closed the connection: %s", sock, strerror(errno));
+      close(fd);
+      run_fallback(in, why);
+    }
+    off += (size_t)w;
+  }
+  free(req.p);
+
+  char mark = 0;
+  ssize_t r = read_full(fd, &mark, 1);
+  if (r != 1 || (unsigned char)mark != kAccepted) {
+    // Closed (or refused: old protocol version, wrong peer) before accepting.
+    snprintf(why, sizeof why, "%s closed the connection before accepting the request%s%s", sock,
+             r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
+    close(fd);
+    run_fallback(in, why);
+  }
+
+  // Accepted: from here on the request is the agent's, and never re-run.
+  unsigned char len[4];
+  if (read_full(fd, (char *)len, 4) != 4)
+    fail(11, "netplugin agent stopped while handling the request; the runtime should retry");
+  uint32_t n = (uint32_t)len[0] << 24 | (uint32_t)len[1] << 16 | (uint32_t)len[2] << 8 | len[3];
+  if (n > kMaxFrame) fail(5, "netplugin agent sent a %u-byte answer (limit %u)", n, kMaxFrame);
+  char *body = (char *)malloc(n ? n : 1);
+  if (!body) fail(5, "netplugin shim: out of memory");
+  if (read_full(fd, body, n) != (ssize_t)n)
+    fail(11, "netplugin agent stopped while handling the request; the runtime should retry");
+  close(fd);
+
+  long code = 1;
+  Buf out, err;
+  if (!parse_response(body, n, &code, &out, &err))
+    fail(5, "netplugin agent sent a malformed answer (protocol mismatch between shim and agent?)");
+  if (err.n) write_all(2, err.p, err.n);
+  if (out.n) write_all(1, out.p, out.n);
+  return code < 0 || code > 255 ? 1 : (int)code;
+}

@@ -1,0 +1,131 @@
+// Sysctls of a namespace. /proc/sys/net resolves to the network namespace of
+// the thread that opens the file (not of the process that mounted /proc), so
+// the file is opened after a brief setns and read/written there.
+//
+// Key rule (sysctl(8)'s dotted form): components are separated by '.', and a
+// '/' inside a component stands for a '.' in it, so the VLAN interface
+// "eth0.100" is written net.ipv4.conf.eth0/100.forwarding and maps to
+// /proc/sys/net/ipv4/conf/eth0.100/forwarding.
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "netns.h"
+#include "ops.h"
+
+namespace np {
+
+namespace {
+
+const char* kKeyExpect =
+    "a 'net.' sysctl key in dotted form like 'net.ipv4.conf.eth0.forwarding' (components of "
+    "[A-Za-z0-9_-], a '/' standing for a '.' inside an interface name)";
+
+bool keyToPath(const std::string& key, std::string& path) {
+  if (key.size() < 5 || key.compare(0, 4, "net.") != 0 || key.size() > 256) return false;
+  path = "/proc/sys/";
+  size_t start = 0;
+  while (start <= key.size()) {
+    size_t dot = key.find('.', start);
+    if (dot == std::string::npos) dot = key.size();
+    std::string comp = key.substr(start, dot - start);
+    if (comp.empty()) return false;
+    for (char& c : comp) {
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                c == '-' || c == '/';
+      if (!ok) return false;
+      if (c == '/') c = '.';
+    }
+    if (comp == "." || comp == "..") return false;
+    if (start) path += '/';
+    path += comp;
+    start = dot + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+Napi::Value SysctlGet(Handle& h, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Args a(env, "sysctlGet");
+  std::string key, path;
+  if (!a.string(info[0], "key", key)) return env.Undefined();
+  if (!keyToPath(key, path)) return a.fail("key", kKeyExpect, info[0]), env.Undefined();
+  NlError e;
+  int fd;
+  {
+    NsSwitch sw(h.nsFd, e);
+    if (!sw.ok()) {
+      e.subject = h.nsPath;
+      return throwNlError(env, e), env.Undefined();
+    }
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    e.set(errno, "sysctlGet", key);
+    return throwNlError(env, e), env.Undefined();
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      e.set(errno, "sysctlGet", key);
+      ::close(fd);
+      return throwNlError(env, e), env.Undefined();
+    }
+    if (n == 0 || out.size() > 1 << 20) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return Napi::String::New(env, out);
+}
+
+Napi::Value SysctlSet(Handle& h, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Args a(env, "sysctlSet");
+  std::string key, path, value;
+  if (!a.string(info[0], "key", key)) return env.Undefined();
+  if (!keyToPath(key, path)) return a.fail("key", kKeyExpect, info[0]), env.Undefined();
+  Napi::Value v = info[1];
+  if (v.IsNumber()) {
+    double d = v.As<Napi::Number>().DoubleValue();
+    if (d != static_cast<double>(static_cast<long long>(d))) return a.fail("value", "an integer or a string", v), env.Undefined();
+    value = std::to_string(static_cast<long long>(d));
+  } else if (v.IsString()) {
+    value = v.As<Napi::String>().Utf8Value();
+    if (value.find('\n') != std::string::npos || value.find('\0') != std::string::npos)
+      return a.fail("value", "a single-line string", v), env.Undefined();
+  } else {
+    return a.fail("value", "an integer or a string", v), env.Undefined();
+  }
+  NlError e;
+  int fd;
+  {
+    NsSwitch sw(h.nsFd, e);
+    if (!sw.ok()) {
+      e.subject = h.nsPath;
+      return throwNlError(env, e), env.Undefined();
+    }
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    e.set(errno, "sysctlSet", key);
+    return throwNlError(env, e), env.Undefined();
+  }
+  ssize_t n;
+  do n = ::write(fd, value.data(), value.size());
+  while (n < 0 && errno == EINTR);
+  int err = n < 0 ? errno : (static_cast<size_t>(n) != value.size() ? EIO : 0);
+  ::close(fd);
+  if (err) {
+    e.set(err, "sysctlSet", key);
+    return throwNlError(env, e), env.Undefined();
+  }
+  return env.Undefined();
+}
+
+}  // namespace np

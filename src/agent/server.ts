@@ -1,0 +1,326 @@
+// The agent's CNI server: the resident end of the native shim (protocol.ts).
+// Each request runs through the same dispatcher as the per-exec entry, with
+// IO built from the request (the runtime's env and stdin, never the agent's
+// own process.env), so both paths behave the same.
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { chmodSync, lstatSync, mkdirSync, unlinkSync } from 'node:fs';
+import { dirname } from 'node:path';
+import type { CniIO, Logger, PluginSpec } from '../cni/types.js';
+import {
+  ACCEPTED,
+  HEADER_LEN,
+  decodeRequestBody,
+  encodeResponse,
+  requestBodyLength,
+  type ShimRequest,
+  type ShimResponse,
+} from './protocol.js';
+import { createKeyedQueue, createLimiter, type Limiter } from './serialize.js';
+
+export type DispatchFn = (io: CniIO, plugin: PluginSpec<any>) => Promise<number>;
+export interface PeerCred {
+  pid: number;
+  uid: number;
+  gid: number;
+}
+export type PeerCredFn = (fd: number) => PeerCred;
+
+export interface CniServerOptions {
+  socketPath: string;
+  /** By executable name: 'netplugin', 'netplugin-ipam'. */
+  plugins: Record<string, PluginSpec<any>>;
+  log: Logger;
+  /** Requests running at once per plugin (default 64). */
+  maxConcurrent?: number;
+  /** How long close() waits for accepted requests before dropping them (default 30 s). */
+  closeTimeoutMs?: number;
+  /** How long a connection may take to deliver its request (default 10 s). */
+  requestTimeoutMs?: number;
+  /** Default: src/cni/dispatch.ts. */
+  dispatch?: DispatchFn;
+  /**
+   * SO_PEERCRED lookup. Default: the rtnetlink addon's peerCred(); null skips
+   * the check (the socket's 0600 mode still keeps non-root callers out).
+   */
+  peerCred?: PeerCredFn | null;
+}
+
+export interface CniServer {
+  readonly socketPath: string;
+  /** Stops accepting, lets accepted requests finish (bounded), removes the socket. */
+  close(): Promise<void>;
+}
+
+const DEFAULT_MAX_CONCURRENT = 64;
+
+export async function startCniServer(opts: CniServerOptions): Promise<CniServer> {
+  const { socketPath, plugins, log } = opts;
+  const closeTimeoutMs = opts.closeTimeoutMs ?? 30_000;
+  const requestTimeoutMs = opts.requestTimeoutMs ?? 10_000;
+  const maxConcurrent = opts.maxConcurrent ?? DEFAULT_MAX_CONCURRENT;
+  const dispatch = opts.dispatch ?? (await import('../cni/dispatch.js')).dispatch;
+  let peerCred = opts.peerCred === undefined ? await loadPeerCred(log) : opts.peerCred;
+  const ownUid = process.getuid?.() ?? 0;
+
+  // One queue per plugin name: a netplugin ADD that delegates to netplugin-ipam
+  // through the shim must not wait behind itself on the same container ID.
+  const queue = createKeyedQueue();
+  const limiters = new Map<string, Limiter>();
+  const limiterFor = (plugin: string) => {
+    let l = limiters.get(plugin);
+    if (!l) limiters.set(plugin, (l = createLimiter(maxConcurrent)));
+    return l;
+  };
+  const sockets = new Set<Socket>();
+  /** Connected but not yet accepted: safe to drop at shutdown (the shim falls back). */
+  const pending = new Set<Socket>();
+  const inflight = new Set<Promise<void>>();
+  let closing = false;
+
+  await prepareSocketPath(socketPath);
+  const server = createServer((socket) => onConnection(socket));
+  server.on('error', (e) => log.error('CNI socket error', { socket: socketPath, error: e.message }));
+  // Bind happens synchronously inside listen(): the umask makes the socket
+  // 0600 from its first instant, not after a chmod race.
+  const oldMask = process.umask(0o177);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(socketPath, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  } finally {
+    process.umask(oldMask);
+  }
+  chmodSync(socketPath, 0o600);
+  if (peerCred && opts.peerCred === undefined) peerCred = probePeerCred(peerCred, server, log);
+  const socketIno = lstatSync(socketPath).ino;
+  log.info('CNI server listening', { socket: socketPath, plugins: Object.keys(plugins).join(','), maxConcurrent });
+
+  function onConnection(socket: Socket): void {
+    if (closing) {
+      socket.destroy();
+      return;
+    }
+    sockets.add(socket);
+    pending.add(socket);
+    socket.on('close', () => {
+      sockets.delete(socket);
+      pending.delete(socket);
+    });
+    socket.on('error', (e) => log.debug('CNI connection error', { error: e.message }));
+    if (peerCred) {
+      const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+      let cred: PeerCred | undefined;
+      try {
+        if (typeof fd === 'number' && fd >= 0) cred = peerCred(fd);
+      } catch (e) {
+        log.warn('cannot read the CNI peer credentials', { error: (e as Error).message });
+      }
+      if (!cred || (cred.uid !== 0 && cred.uid !== ownUid)) {
+        // Closing before "accepted": the shim runs the request per-exec, with
+        // the caller's own privileges.
+        log.warn('refused a CNI connection from a non-root peer', { uid: cred?.uid, pid: cred?.pid });
+        socket.destroy();
+        return;
+      }
+    }
+    socket.setTimeout(requestTimeoutMs, () => {
+      log.warn('CNI connection sent no complete request in time; closing it', { timeoutMs: requestTimeoutMs });
+      socket.destroy();
+    });
+    const chunks: Buffer[] = [];
+    let have = 0;
+    let want = -1;
+    const onData = (chunk: Buffer) => {
+      chunks.push(chunk);
+      have += chunk.length;
+      let req: ShimRequest;
+      try {
+        if (want < 0) {
+          if (have < HEADER_LEN) return;
+          want = requestBodyLength(Buffer.concat(chunks));
+        }
+        if (have < HEADER_LEN + want) return;
+        const buf = Buffer.concat(chunks);
+        req = decodeRequestBody(buf.subarray(HEADER_LEN, HEADER_LEN + want));
+      } catch (e) {
+        log.warn('refused a malformed CNI request', { error: (e as Error).message });
+        socket.destroy();
+        return;
+      }
+      socket.off('data', onData);
+      socket.setTimeout(0);
+      pending.delete(socket);
+      accept(socket, req);
+    };
+    socket.on('data', onData);
+  }
+
+  function accept(socket: Socket, req: ShimRequest): void {
+    // Running starts only once "accepted" is in the kernel: if we die before
+    // that, the shim sees no marker and safely runs the request per-exec.
+    socket.write(Buffer.from([ACCEPTED]), (err) => {
+      if (err) {
+        log.warn('CNI client went away before the request was accepted', { error: err.message });
+        return;
+      }
+      const p = handle(req).then((res) => {
+        if (!socket.destroyed) socket.end(encodeResponse(res));
+      });
+      inflight.add(p);
+      void p.finally(() => inflight.delete(p));
+    });
+  }
+
+  async function handle(req: ShimRequest): Promise<ShimResponse> {
+    const plugin = plugins[req.plugin];
+    if (!plugin) {
+      const known = Object.keys(plugins).join(', ');
+      return cniError(4, `this agent serves no plugin named '${req.plugin}' (the executable's name); install the shim as one of: ${known}`);
+    }
+    const containerId = req.env['CNI_CONTAINERID'] ?? '';
+    const run = () => limiterFor(req.plugin).run(() => serve(plugin, req));
+    // VERSION, STATUS and GC carry no container ID and need no ordering.
+    return containerId ? queue.run(`${req.plugin}\0${containerId}`, run) : run();
+  }
+
+  async function serve(plugin: PluginSpec<any>, req: ShimRequest): Promise<ShimResponse> {
+    const started = performance.now();
+    let stdout = '';
+    let stderr = '';
+    const io: CniIO = {
+      env: req.env,
+      stdin: req.stdin,
+      stdout: (c) => {
+        stdout += c;
+      },
+      stderr: (c) => {
+        stderr += c;
+      },
+    };
+    let code: number;
+    try {
+      code = await dispatch(io, plugin);
+    } catch (e) {
+      // The dispatcher turns every failure into CNI error JSON; reaching here is a bug.
+      log.error('CNI dispatcher threw', { error: (e as Error)?.stack ?? String(e) });
+      return cniError(999, `netplugin agent internal error: ${(e as Error)?.message ?? String(e)}`);
+    }
+    log.info('CNI request served', {
+      plugin: req.plugin,
+      command: req.env['CNI_COMMAND'] ?? '',
+      ...(req.env['CNI_CONTAINERID'] ? { containerId: req.env['CNI_CONTAINERID'] } : {}),
+      code,
+      ms: Math.round((performance.now() - started) * 10) / 10,
+    });
+    return stderr ? { code, stdout, stderr } : { code, stdout };
+  }
+
+  let closed: Promise<void> | undefined;
+  return {
+    socketPath,
+    close() {
+      closed ??= (async () => {
+        closing = true;
+        const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
+        // Connections still sending their request were never accepted: the
+        // shim falls back to per-exec for them.
+        for (const s of pending) s.destroy();
+        let timer: NodeJS.Timeout | undefined;
+        const timedOut = await Promise.race([
+          Promise.allSettled([...inflight]).then(() => false),
+          new Promise<boolean>((r) => (timer = setTimeout(() => r(true), closeTimeoutMs))),
+        ]);
+        clearTimeout(timer);
+        if (timedOut) log.warn('CNI requests still running at shutdown; their callers get code 11 and retry', { count: inflight.size });
+        for (const s of sockets) s.destroy();
+        await serverClosed;
+        // libuv unlinks the socket on close; this covers the rest, but never
+        // a newer agent's socket at the same path.
+        try {
+          if (lstatSync(socketPath).ino === socketIno) unlinkSync(socketPath);
+        } catch {
+          /* already gone */
+        }
+        log.info('CNI server stopped', { socket: socketPath });
+      })();
+      return closed;
+    },
+  };
+}
+
+function cniError(code: number, msg: string): ShimResponse {
+  return { code: 1, stdout: JSON.stringify({ cniVersion: '1.0.0', code, msg }) + '\n' };
+}
+
+/**
+ * Makes the socket path usable: creates its directory (0700: root only), and
+ * removes a stale socket left by a dead agent, but refuses to take over one
+ * that a live agent still answers on.
+ */
+async function prepareSocketPath(path: string): Promise<void> {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  let isSocket: boolean;
+  try {
+    isSocket = lstatSync(path).isSocket();
+  } catch {
+    return;
+  }
+  if (!isSocket) {
+    throw new Error(`CNI socket path ${path} exists and is not a socket; remove it or pass another --socket`);
+  }
+  const state = await new Promise<'live' | 'stale' | 'gone'>((resolve, reject) => {
+    const c = createConnection(path);
+    c.once('connect', () => {
+      c.destroy();
+      resolve('live');
+    });
+    c.once('error', (e: NodeJS.ErrnoException) => {
+      if (e.code === 'ECONNREFUSED') resolve('stale');
+      else if (e.code === 'ENOENT') resolve('gone');
+      else reject(new Error(`cannot probe the existing CNI socket ${path}: ${e.message}`));
+    });
+  });
+  if (state === 'live') {
+    throw new Error(`another netplugin agent is already serving ${path}; stop it first (or pass another --socket)`);
+  }
+  if (state === 'stale') unlinkSync(path);
+}
+
+/**
+ * The addon loads lazily, so a missing or stale build shows only on the first
+ * call. SO_PEERCRED on a listening unix socket answers with our own
+ * credentials, which makes it a harmless probe.
+ */
+function probePeerCred(fn: PeerCredFn, server: Server, log: Logger): PeerCredFn | null {
+  const fd = (server as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  try {
+    if (typeof fd === 'number' && fd >= 0) fn(fd);
+    return fn;
+  } catch (e) {
+    warnNoPeerCred(log, `the native addon failed: ${(e as Error).message}`);
+    return null;
+  }
+}
+
+let peerCredWarned = false;
+function warnNoPeerCred(log: Logger, why: string): void {
+  if (peerCredWarned) return;
+  peerCredWarned = true;
+  log.warn(`CNI peer credentials are not checked (${why}); relying on the socket's 0600 mode`);
+}
+
+async function loadPeerCred(log: Logger): Promise<PeerCredFn | null> {
+  let why = 'the native addon has no peerCred()';
+  try {
+    const mod = (await import('../native/index.js')) as { peerCred?: PeerCredFn };
+    if (typeof mod.peerCred === 'function') return mod.peerCred;
+  } catch (e) {
+    why = `the native addon did not load: ${(e as Error).message}`;
+  }
+  warnNoPeerCred(log, why);
+  return null;
+}

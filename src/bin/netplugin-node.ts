@@ -1,0 +1,96 @@
+// netplugin-node: the per-node agent. For now it serves the CNI socket the
+// native shim (/opt/cni/bin/netplugin) forwards to, so pod setup runs in a warm
+// process instead of a fresh Node per call. Policy enforcement comes later.
+import { parseArgs } from 'node:util';
+import type { PluginSpec } from '../cni/types.js';
+import { DEFAULT_SOCKET } from '../agent/protocol.js';
+import { startCniServer, type CniServer } from '../agent/server.js';
+import { createLogger, normalizeLevel } from '../log/index.js';
+
+const USAGE = `usage: netplugin-node [--socket PATH] [--log-level ERROR|WARNING|INFO|DEBUG] [--max-concurrent N]
+
+  --socket PATH        CNI socket the shim connects to (default: $NETPLUGIN_AGENT_SOCKET or ${DEFAULT_SOCKET})
+  --log-level L        default INFO
+  --max-concurrent N   CNI requests run at once per plugin (default 64)
+`;
+
+// Handlers load on the first request that needs them, as in the per-exec entry.
+const plugins: Record<string, PluginSpec<any>> = {
+  netplugin: {
+    name: 'netplugin',
+    load: async () => (await import('../plugins/main/index.js')).handlers,
+  },
+  'netplugin-ipam': {
+    name: 'netplugin-ipam',
+    load: async () => (await import('../plugins/ipam/index.js')).handlers,
+  },
+};
+
+function usageError(msg: string): never {
+  process.stderr.write(`netplugin-node: ${msg}\n${USAGE}`);
+  process.exit(2);
+}
+
+async function main(): Promise<void> {
+  let values: { socket?: string; 'log-level'?: string; 'max-concurrent'?: string; help?: boolean };
+  try {
+    ({ values } = parseArgs({
+      options: {
+        socket: { type: 'string' },
+        'log-level': { type: 'string' },
+        'max-concurrent': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      allowPositionals: false,
+    }));
+  } catch (e) {
+    usageError((e as Error).message);
+  }
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const level = values['log-level'] ?? 'INFO';
+  if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
+  let maxConcurrent = 64;
+  if (values['max-concurrent'] !== undefined) {
+    maxConcurrent = Number(values['max-concurrent']);
+    if (!Number.isInteger(maxConcurrent) || maxConcurrent < 1) {
+      usageError(`--max-concurrent '${values['max-concurrent']}' is not a positive integer`);
+    }
+  }
+  const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
+  const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
+
+  let server: CniServer;
+  try {
+    server = await startCniServer({ socketPath, plugins, log, maxConcurrent });
+  } catch (e) {
+    log.error(`cannot start the CNI server: ${(e as Error).message}`);
+    process.exit(1);
+  }
+
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) {
+      log.warn(`second ${signal}: exiting without waiting for running requests`);
+      process.exit(1);
+    }
+    stopping = true;
+    log.info(`${signal}: shutting down`);
+    server.close().then(
+      () => process.exit(0),
+      (e: Error) => {
+        log.error(`shutdown failed: ${e.message}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((e: Error) => {
+  process.stderr.write(`netplugin-node: ${e.stack ?? e.message}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,150 @@
+// The CNI dispatcher: one invocation over injected IO. Used by the per-exec
+// entry (src/cni/exec.ts) and by the agent (requests from its socket), so it
+// never touches process.* and never exits.
+import { CniError, ErrorCodes } from '../errors.js';
+import { createLogger, loggerOptionsFromConf, type AppLogger } from '../log/logger.js';
+import { parseCommand, parseEnv } from './env.js';
+import { errorResult, toCniError } from './errors.js';
+import { formatResult, parseResult } from './result.js';
+import { SUPPORTED_VERSIONS, type CniAttachment, type CniContext, type CniIO, type Logger, type PluginSpec } from './types.js';
+import { HIGHEST_VERSION, assertCommandAllowed, compareVersions, negotiateVersion, parseSemver } from './version.js';
+
+function decodeStdin(stdin: string | Buffer): { raw?: Record<string, unknown>; error?: CniError } {
+  const text = typeof stdin === 'string' ? stdin : stdin.toString('utf8');
+  if (text.trim() === '') return {};
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    return {
+      error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin is not valid JSON: ${(e as Error).message}`),
+    };
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin must be a JSON object, got ${Array.isArray(v) ? 'an array' : typeof v}`) };
+  }
+  return { raw: v as Record<string, unknown> };
+}
+
+/**
+ * VERSION: `{cniVersion, supportedVersions}`. The runtime sends
+ * `{"cniVersion": <its newest>}` (possibly nothing). A version newer than ours
+ * is answered in our newest, since answering is how it learns what we speak;
+ * an older one we cannot speak (0.1.0, 0.2.0) is code 1.
+ */
+function versionAnswer(raw: Record<string, unknown> | undefined): Record<string, unknown> {
+  let v: string = HIGHEST_VERSION;
+  if (raw && (raw['cniVersion'] !== undefined || raw['cniVersions'] !== undefined)) {
+    try {
+      v = negotiateVersion(raw);
+    } catch (e) {
+      const asked = raw['cniVersion'];
+      const newer = typeof asked === 'string' && parseSemver(asked) && compareVersions(asked, HIGHEST_VERSION) > 0;
+      if (!newer) throw e;
+    }
+  }
+  return { cniVersion: v, supportedVersions: [...SUPPORTED_VERSIONS] };
+}
+
+/** GC's list of attachments still in use; libcni also sends the older spelling `cni.dev/attachments`. */
+export function validAttachments(rawConf: Record<string, unknown>): CniAttachment[] {
+  const key = rawConf['cni.dev/valid-attachments'] !== undefined ? 'cni.dev/valid-attachments' : 'cni.dev/attachments';
+  const list = rawConf[key];
+  if (list === undefined || list === null) return [];
+  const bad = (what: string) => new CniError(ErrorCodes.InvalidNetworkConfig, `${key}${what}; expected [{"containerID": "...", "ifname": "..."}]`);
+  if (!Array.isArray(list)) throw bad(`: got ${typeof list}`);
+  return list.map((a, i) => {
+    if (typeof a !== 'object' || a === null || typeof a.containerID !== 'string' || typeof a.ifname !== 'string') {
+      throw bad(`[${i}]: got ${JSON.stringify(a)}`);
+    }
+    return { containerID: a.containerID, ifname: a.ifname };
+  });
+}
+
+function defaultLog(rawConf: Record<string, unknown>, context: { containerId?: string; podNamespace?: string; podName?: string }, io: CniIO): AppLogger {
+  return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr });
+}
+
+/** Runs one CNI invocation; returns the exit code. Output goes only through io. */
+export async function dispatch<Conf>(io: CniIO, plugin: PluginSpec<Conf>): Promise<number> {
+  // Errors are printed in the version the runtime asked for, so it can decode them.
+  let outVersion: string = HIGHEST_VERSION;
+  let log: Logger | undefined;
+  let ownLog: AppLogger | undefined;
+  const started = Date.now();
+  try {
+    const command = parseCommand(io.env);
+    const { raw, error: decodeError } = decodeStdin(io.stdin);
+    const asked = raw?.['cniVersion'];
+    if (typeof asked === 'string' && asked !== '') outVersion = asked;
+
+    if (command === 'VERSION') {
+      if (decodeError) throw decodeError;
+      io.stdout(JSON.stringify(versionAnswer(raw)) + '\n');
+      return 0;
+    }
+
+    const env = parseEnv(io.env);
+    if (decodeError) throw decodeError;
+    if (!raw) throw new CniError(ErrorCodes.DecodeFailure, `no network configuration on stdin; ${command} needs the netconf JSON on standard input`);
+    const cniVersion = negotiateVersion(raw);
+    outVersion = cniVersion;
+
+    const logContext = { containerId: env.containerId, podNamespace: env.args.K8S_POD_NAMESPACE, podName: env.args.K8S_POD_NAME };
+    if (plugin.createLog) log = plugin.createLog(raw, logContext, io);
+    else log = ownLog = defaultLog(raw, logContext, io);
+    log.debug(`${plugin.name} ${command}`, { cniVersion, netns: env.netns || undefined, ifname: env.ifname || undefined });
+
+    assertCommandAllowed(command, cniVersion);
+    const handlers = await plugin.load();
+    const conf = handlers.parse(raw, command);
+    const prevResult = raw['prevResult'] !== undefined && raw['prevResult'] !== null ? parseResult(raw['prevResult'], 'prevResult', cniVersion) : undefined;
+    const ctx: CniContext<Conf> = {
+      command,
+      cniVersion,
+      containerId: env.containerId,
+      netns: env.netns,
+      ifname: env.ifname,
+      args: env.args,
+      path: env.path,
+      rawConf: raw,
+      conf,
+      env: io.env,
+      log,
+      ...(prevResult ? { prevResult } : {}),
+    };
+    switch (command) {
+      case 'ADD': {
+        const result = await handlers.add(ctx);
+        io.stdout(JSON.stringify(formatResult(result, cniVersion)) + '\n');
+        break;
+      }
+      case 'DEL':
+        await handlers.del(ctx);
+        break;
+      case 'CHECK':
+        await handlers.check(ctx);
+        break;
+      case 'STATUS':
+        await handlers.status(ctx);
+        break;
+      case 'GC':
+        await handlers.gc(ctx);
+        break;
+    }
+    log.debug(`${plugin.name} ${command} done`, { ms: Date.now() - started });
+    return 0;
+  } catch (e) {
+    const err = toCniError(e);
+    const l = log ?? (ownLog = createLogger({ stderr: io.stderr }));
+    if (err.internal) {
+      l.error(`${plugin.name}: unexpected failure`, { stack: e instanceof Error ? e.stack : String(e) });
+    } else {
+      l.error(`${plugin.name}: ${err.message}`, { code: err.code, ...(err.details ? { details: err.details } : {}) });
+    }
+    io.stdout(JSON.stringify(errorResult(outVersion, err)) + '\n');
+    return 1;
+  } finally {
+    ownLog?.close();
+  }
+}

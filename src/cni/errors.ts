@@ -1,0 +1,87 @@
+// The one place where failures of every layer become CNI error codes.
+import { CniError, DatastoreError, ErrorCodes, type DatastoreErrorKind } from '../errors.js';
+
+function firstLine(s: string): string {
+  const line = s.split('\n', 1)[0]!.trim();
+  return line.length > 300 ? line.slice(0, 300) + '...' : line;
+}
+
+/**
+ * Datastore kinds to CNI codes. Unavailable (etcd down, API server throttling)
+ * and Conflict (a compare-and-swap lost after bounded retries) both succeed if
+ * the runtime simply retries, which is what code 11 asks of it. The rest are
+ * "the store refused or lacked something" (102), except Invalid: the store
+ * rejected a value we derived from configuration, so it is fixed there (7).
+ */
+const DATASTORE_CODES: Record<DatastoreErrorKind, number> = {
+  Unavailable: ErrorCodes.TryAgainLater,
+  Conflict: ErrorCodes.TryAgainLater,
+  NotFound: ErrorCodes.OrchestratorFailure,
+  AlreadyExists: ErrorCodes.OrchestratorFailure,
+  Unauthorized: ErrorCodes.OrchestratorFailure,
+  Invalid: ErrorCodes.InvalidNetworkConfig,
+};
+
+const DATASTORE_HINTS: Partial<Record<DatastoreErrorKind, string>> = {
+  Unavailable: 'try again later',
+  Conflict: 'concurrent update; try again later',
+  Unauthorized: 'check the credentials the netconf names (kubernetes.kubeconfig, or etcd_cert_file/etcd_key_file/etcd_ca_cert_file)',
+};
+
+/** A NetlinkError from src/native (duck-typed so this module never loads the addon). */
+interface NetlinkLike {
+  code: string;
+  op: string;
+  errno?: number;
+  subject?: unknown;
+  message?: string;
+}
+function isNetlinkLike(e: unknown): e is NetlinkLike {
+  return (
+    typeof e === 'object' && e !== null && typeof (e as NetlinkLike).code === 'string' && typeof (e as NetlinkLike).op === 'string'
+  );
+}
+/** Node's fs/child_process system errors: errno name plus the syscall. */
+interface SystemErrorLike {
+  code: string;
+  syscall: string;
+  path?: string;
+  message: string;
+}
+function isSystemError(e: unknown): e is SystemErrorLike {
+  return e instanceof Error && typeof (e as unknown as SystemErrorLike).code === 'string' && typeof (e as unknown as SystemErrorLike).syscall === 'string';
+}
+
+/** Maps anything thrown to a CniError; `internal` tells the caller to log the stack (an unexpected exception). */
+export function toCniError(e: unknown): CniError & { internal?: boolean } {
+  if (e instanceof CniError) return e;
+  if (e instanceof DatastoreError) {
+    const hint = DATASTORE_HINTS[e.kind];
+    return new CniError(DATASTORE_CODES[e.kind] ?? ErrorCodes.Internal, `datastore ${e.kind}: ${firstLine(e.message)}${hint ? ` (${hint})` : ''}`);
+  }
+  if (isNetlinkLike(e)) {
+    const subject = e.subject === undefined || e.subject === '' ? '' : ` ${typeof e.subject === 'string' ? e.subject : JSON.stringify(e.subject)}`;
+    const text = e.message ? `: ${firstLine(e.message)}` : '';
+    return new CniError(
+      ErrorCodes.DataplaneFailure,
+      `netlink ${e.op}${subject} failed: ${e.code}${text}`,
+      e.errno !== undefined ? `errno ${e.errno}` : undefined,
+    );
+  }
+  if (isSystemError(e)) {
+    return new CniError(ErrorCodes.IOFailure, `I/O failure: ${e.syscall}${e.path ? ` ${e.path}` : ''}: ${e.code}`, firstLine(e.message));
+  }
+  const msg = e instanceof Error ? e.message : String(e);
+  const err = new CniError(ErrorCodes.Internal, `internal error: ${firstLine(msg) || (e instanceof Error ? e.name : 'unknown')}`) as CniError & {
+    internal?: boolean;
+  };
+  err.internal = true;
+  return err;
+}
+
+/** The error object printed on stdout (CNI spec "Error" result). */
+export function errorResult(cniVersion: string, err: CniError): Record<string, unknown> {
+  const out: Record<string, unknown> = { cniVersion, code: err.code, msg: err.message };
+  if (err.details) out['details'] = err.details;
+  return out;
+}

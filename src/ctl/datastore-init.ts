@@ -1,0 +1,77 @@
+// ClusterInformation "default": the marker that a datastore has been set up
+// for netplugin, and the cluster version `netpluginctl version` reports. Called
+// by `netpluginctl datastore init`, `install-cni --init-datastore` and the node
+// agent at start, so every step is idempotent and safe to race.
+import { randomBytes } from 'node:crypto';
+import { DatastoreError } from '../errors.js';
+import { API_VERSION, type ClusterInformationSpec, type Datastore, type Resource } from '../datastore/types.js';
+import { NETPLUGIN_VERSION } from './version.js';
+
+export interface InitDatastoreOptions {
+  /** Cluster types to record (e.g. "k8s,bgp" or ["k8s","bgp"]); merged with those already stored. */
+  clusterType?: string | string[];
+  /** Version to record as netpluginVersion (default: this package's version). */
+  version?: string;
+  /**
+   * Sets datastoreReady. When omitted, a new ClusterInformation gets `true` and
+   * an existing one keeps its value: an operator who set it to false (maintenance)
+   * must not be overridden by an agent restarting.
+   */
+  datastoreReady?: boolean;
+}
+
+export interface InitDatastoreResult {
+  action: 'created' | 'updated' | 'unchanged';
+  clusterInformation: Resource<'ClusterInformation'>;
+}
+
+function splitTypes(t: string | string[] | undefined): string[] {
+  const raw = Array.isArray(t) ? t : (t ?? '').split(',');
+  return raw.map((s) => s.trim()).filter(Boolean);
+}
+
+function mergeTypes(existing: string | undefined, add: string[]): string | undefined {
+  const out = splitTypes(existing);
+  for (const t of add) if (!out.includes(t)) out.push(t);
+  return out.length ? out.join(',') : undefined;
+}
+
+export async function initDatastore(ds: Datastore, opts: InitDatastoreOptions = {}): Promise<InitDatastoreResult> {
+  const version = opts.version ?? NETPLUGIN_VERSION;
+  const types = splitTypes(opts.clusterType);
+  for (let attempt = 0; ; attempt++) {
+    let cur: Resource<'ClusterInformation'> | undefined;
+    try {
+      cur = await ds.get('ClusterInformation', 'default');
+    } catch (e) {
+      if (!DatastoreError.is(e, 'NotFound')) throw e;
+    }
+    try {
+      if (!cur) {
+        const spec: ClusterInformationSpec = {
+          clusterGUID: randomBytes(16).toString('hex'),
+          clusterType: mergeTypes(undefined, types),
+          netpluginVersion: version,
+          datastoreReady: opts.datastoreReady ?? true,
+        };
+        if (spec.clusterType === undefined) delete spec.clusterType;
+        const created = await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec });
+        return { action: 'created', clusterInformation: created };
+      }
+      const spec: ClusterInformationSpec = { ...cur.spec };
+      spec.clusterGUID ||= randomBytes(16).toString('hex');
+      const ct = mergeTypes(spec.clusterType, types);
+      if (ct !== undefined) spec.clusterType = ct;
+      spec.netpluginVersion = version;
+      if (opts.datastoreReady !== undefined) spec.datastoreReady = opts.datastoreReady;
+      else spec.datastoreReady ??= true;
+      if (JSON.stringify(spec) === JSON.stringify(cur.spec)) return { action: 'unchanged', clusterInformation: cur };
+      const updated = await ds.update({ ...cur, spec });
+      return { action: 'updated', clusterInformation: updated };
+    } catch (e) {
+      // Two agents starting at once: re-read and merge again.
+      if ((DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'AlreadyExists')) && attempt < 5) continue;
+      throw e;
+    }
+  }
+}

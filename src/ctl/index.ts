@@ -1,0 +1,654 @@
+// netpluginctl: the operator's command line. `runCtl` takes argv (without
+// node and script) and injected IO and returns the exit code, so tests run
+// every command in-process; src/bin/netpluginctl.ts wires it to the process.
+import { readFileSync } from 'node:fs';
+import { DatastoreError, CniError } from '../errors.js';
+import type { Datastore } from '../datastore/types.js';
+import { initDatastore } from './datastore-init.js';
+import { bool, CtlError, list, parseFlags, str, type CtlIO, type DatastoreConfig, type FlagSpec, type ParsedArgs } from './io.js';
+import { cmdDelete, cmdGet, cmdWrite } from './resources.js';
+import { cmdIpamCheck, cmdIpamRelease, cmdIpamShow, type CheckOptions } from './ipam.js';
+import { defaultPackageDir, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
+import { NETPLUGIN_VERSION } from './version.js';
+import { resolveKind } from './kinds.js';
+
+export { initDatastore } from './datastore-init.js';
+export type { InitDatastoreOptions, InitDatastoreResult } from './datastore-init.js';
+export { CtlError } from './io.js';
+export type { CtlIO, DatastoreConfig } from './io.js';
+export { installCni, uninstallCni, buildConflist } from './install-cni.js';
+export type { InstallCniOptions, InstallCniResult } from './install-cni.js';
+
+const GLOBAL_FLAGS: FlagSpec[] = [
+  { name: 'config', short: 'c', type: 'string' },
+  { name: 'help', short: 'h', type: 'bool' },
+];
+
+const DATASTORE_HELP = `Datastore: --config FILE (a netconf or conflist; the netplugin entry's datastore_type,
+etcd_* and kubernetes fields are used), else the environment: DATASTORE_TYPE (etcdv3 |
+kubernetes), ETCD_ENDPOINTS, ETCD_DISCOVERY_SRV, ETCD_KEY_FILE, ETCD_CERT_FILE,
+ETCD_CA_CERT_FILE, KUBECONFIG, K8S_API_ROOT.`;
+
+const HELP: Record<string, string> = {
+  '': `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
+
+Usage: netpluginctl [--config FILE] <command> [flags]
+
+Commands:
+  apply -f FILE|-            create or update resources (YAML or JSON, one or many documents)
+  create -f FILE|-           create resources; fails if one exists
+  replace -f FILE|-          update existing resources
+  get <kind> [name...]       show resources (-o yaml|json|wide, -n NS, -A)
+  delete <kind> <name...>    delete resources (or -f FILE)
+  ipam show                  pool usage (--show-blocks, --ip ADDR)
+  ipam check                 find leaked addresses (-o report.json)
+  ipam release               release addresses (--ip ADDR, --from-report FILE)
+  datastore init             mark the datastore initialised (ClusterInformation)
+  datastore ready            set datastoreReady (--set=true|false)
+  version                    client and cluster version
+  install-cni                install the plugin binaries and the CNI conflist on this node
+  uninstall-cni              remove them
+
+Kinds: ippool, ipamconfig, node, clusterinformation, hostendpoint,
+kubecontrollersconfiguration, profile, networkpolicy, globalnetworkpolicy, workloadendpoint
+(singular, plural or short names: pool, hep, kcc, np, gnp, wep...).
+
+${DATASTORE_HELP}
+
+Run 'netpluginctl <command> --help' for a command's flags. Set NETPLUGIN_DEBUG=1 for stack traces.
+`,
+  apply: `Usage: netpluginctl apply -f FILE|-
+
+Creates each resource in FILE (or stdin with -), or updates it when it exists. FILE holds
+YAML or JSON: one document, several separated by ---, a JSON array, or a kind: List.
+IPPools are validated (masked CIDR, no overlap, block size, selector); cidr and
+blockSize cannot change once created.
+
+Example:
+  cat <<EOF | netpluginctl apply -f -
+  apiVersion: netplugin.org/v3
+  kind: IPPool
+  metadata: {name: default-ipv4-ippool}
+  spec: {cidr: 10.244.0.0/16, natOutgoing: true, nodeSelector: all()}
+  EOF
+`,
+  create: `Usage: netpluginctl create -f FILE|-
+
+Like apply, but fails for resources that already exist.
+`,
+  replace: `Usage: netpluginctl replace -f FILE|-
+
+Updates existing resources. When a document carries metadata.resourceVersion (as printed by
+get -o yaml), the update only succeeds if nobody changed the resource since.
+`,
+  get: `Usage: netpluginctl get <kind> [name...] [-o yaml|json|wide] [-n NAMESPACE | -A] [-l SELECTOR]
+
+  -o, --output FORMAT      yaml, json or wide (default: a table)
+  -n, --namespace NS       namespace of namespaced kinds (networkpolicy, workloadendpoint); default "default"
+  -A, --all-namespaces     list namespaced kinds across all namespaces
+  -l, --selector EXPR      label selector, e.g. "zone == 'a'"
+
+Examples:
+  netpluginctl get ippools -o wide
+  netpluginctl get pool default-ipv4-ippool -o yaml
+  netpluginctl get wep -A
+`,
+  delete: `Usage: netpluginctl delete <kind> <name...> [-n NAMESPACE] [--force] [--ignore-not-found]
+       netpluginctl delete -f FILE|-
+
+An IPPool that still has allocated addresses is not deleted unless --force is given
+(the addresses then stay allocated until their workloads are deleted).
+`,
+  ipam: `Usage: netpluginctl ipam show|check|release ...
+
+  ipam show [--show-blocks] [--ip ADDR] [-o json]
+  ipam check [-o report.json] [--json]
+  ipam release --ip ADDR [--ip ADDR...] [--force] | --from-report FILE
+`,
+  'ipam show': `Usage: netpluginctl ipam show [--show-blocks] [--ip ADDR] [-o json]
+
+  --show-blocks   list every block with its pool, node affinity and counts
+  --ip ADDR       who holds ADDR: handle, node, namespace/pod, workload endpoint
+  -o json         machine-readable output
+`,
+  'ipam check': `Usage: netpluginctl ipam check [-o FILE] [--json]
+
+Finds leaked addresses: handles whose workload endpoint (etcd) or pod (kubernetes) is gone,
+addresses allocated under a handle that has no handle object, handle objects whose block
+entries are missing, and blocks affine to nodes that no longer exist.
+
+  -o, --output FILE   write the report (JSON) to FILE for 'ipam release --from-report'
+  --json              print the report as JSON instead of text
+`,
+  'ipam release': `Usage: netpluginctl ipam release --ip ADDR [--ip ADDR...] [--force]
+       netpluginctl ipam release --from-report FILE
+
+  --ip ADDR            release one address; refused while a workload endpoint uses it, unless --force
+  --from-report FILE   release what 'ipam check -o FILE' found; each item is checked again first
+                       and skipped when it is no longer leaked in the same way
+`,
+  datastore: `Usage: netpluginctl datastore init [--cluster-type k8s,bgp]
+       netpluginctl datastore ready --set=true|false
+`,
+  'datastore init': `Usage: netpluginctl datastore init [--cluster-type TYPES]
+
+Creates or updates ClusterInformation "default": a random clusterGUID (kept when present),
+clusterType (merged with the stored one), netpluginVersion ${NETPLUGIN_VERSION}, and
+datastoreReady true when not set. Safe to run any number of times.
+`,
+  'datastore ready': `Usage: netpluginctl datastore ready --set=true|false
+
+Sets ClusterInformation datastoreReady (false pauses plugins and agents that honour it).
+`,
+  version: `Usage: netpluginctl version [-o json]
+
+Prints the client version and, when a datastore is configured, the cluster version
+(ClusterInformation netpluginVersion).
+`,
+  'install-cni': `Usage: netpluginctl install-cni [flags]
+
+Installs /opt/cni/bin/netplugin and netplugin-ipam (the native shim plus netplugin.fallback,
+or a small sh launcher when no shim binary is built) and writes the CNI conflist.
+Idempotent; every file is replaced atomically.
+
+  --bin-dir DIR              CNI bin dir (default /opt/cni/bin; env CNI_BIN_DIR)
+  --conf-dir DIR             CNI conf dir (default /etc/cni/net.d; env CNI_NET_DIR)
+  --conf-name NAME           conflist file name (default 10-netplugin.conflist; env CNI_CONF_NAME)
+  --network-name NAME        network name (default k8s-pod-network)
+  --cni-version V            conflist cniVersion (default 1.0.0)
+  --datastore-type T         etcdv3 (default) or kubernetes (env DATASTORE_TYPE)
+  --etcd-endpoints URLS      comma-separated etcd URLs (env ETCD_ENDPOINTS)
+  --etcd-discovery-srv D     SRV discovery domain instead of endpoints
+  --etcd-key-file, --etcd-cert-file, --etcd-ca-cert-file PATH   etcd TLS
+  --kubeconfig PATH          kubeconfig the plugin uses (env KUBECONFIG)
+  --k8s-api-root URL         API server URL instead of a kubeconfig
+  --nodename NAME            node name, when it differs from the hostname
+  --mtu N                    pod interface MTU (68-65535)
+  --ipam TYPE                netplugin-ipam (default) or host-local (node pod CIDR)
+  --policy k8s               enforce Kubernetes NetworkPolicy
+  --no-portmap               leave out the chained portmap entry (host ports)
+  --log-level L              plugin log level (default info)
+  --log-file-path P          plugin log file (default /var/log/netplugin/cni/cni.log; "" disables)
+  --from-template FILE       fill __PLACEHOLDERS__ in FILE instead of generating the conflist
+  --launcher                 install the sh launcher even when a shim binary exists
+  --shim PATH                shim binary to install (default build/shim or prebuilds/linux-<arch>)
+  --package-dir DIR          netplugin package dir holding dist/ (default: this installation)
+  --agent                    also write a systemd unit for netplugin-node (--systemd-dir, default /etc/systemd/system)
+  --init-datastore           also run 'datastore init' against the configured datastore
+  -o json                    print what was installed as JSON
+`,
+  'uninstall-cni': `Usage: netpluginctl uninstall-cni [--bin-dir DIR] [--conf-dir DIR] [--conf-name NAME] [--agent]
+
+Removes the conflist (only if it is a netplugin one), the plugin executables, the fallback
+file, and with --agent the systemd unit.
+`,
+};
+
+function help(io: CtlIO, topic: string): number {
+  io.stdout(HELP[topic] ?? HELP['']!);
+  return 0;
+}
+
+function parse(argv: string[], specs: FlagSpec[], command: string): ParsedArgs {
+  return parseFlags(argv, [...GLOBAL_FLAGS, ...specs], command);
+}
+
+/** Datastore settings from --config (netconf or conflist) or the environment; undefined when none is configured. */
+export function datastoreConfig(configFile: string | undefined, io: CtlIO): DatastoreConfig | undefined {
+  const env = io.env;
+  if (configFile) {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(resolvePath(io, configFile), 'utf8'));
+    } catch (e) {
+      throw new CtlError(`cannot read --config ${configFile}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+    }
+    let conf = raw as Record<string, unknown>;
+    if (conf && Array.isArray(conf.plugins)) {
+      const entry = (conf.plugins as Array<Record<string, unknown>>).find((p) => p?.type === 'netplugin');
+      if (!entry) throw new CtlError(`--config ${configFile}: the conflist has no entry with "type": "netplugin"`);
+      conf = entry;
+    }
+    if (!conf || typeof conf !== 'object') throw new CtlError(`--config ${configFile}: expected a JSON object (netconf or conflist)`);
+    const out: DatastoreConfig = {};
+    const t = conf.datastore_type ?? 'etcdv3';
+    if (t !== 'etcdv3' && t !== 'kubernetes') throw new CtlError(`--config ${configFile}: datastore_type ${JSON.stringify(t)} is not supported; use "etcdv3" or "kubernetes"`);
+    out.datastore_type = t;
+    for (const k of ['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file', 'etcd_authority', 'etcd_scheme'] as const) {
+      if (typeof conf[k] === 'string') out[k] = conf[k] as string;
+    }
+    const k8s = conf.kubernetes as { kubeconfig?: string; k8s_api_root?: string } | undefined;
+    if (k8s && typeof k8s === 'object') out.kubernetes = { ...(k8s.kubeconfig ? { kubeconfig: k8s.kubeconfig } : {}), ...(k8s.k8s_api_root ? { k8s_api_root: k8s.k8s_api_root } : {}) };
+    return out;
+  }
+  const t = env.DATASTORE_TYPE;
+  if (!t && !env.ETCD_ENDPOINTS && !env.ETCD_DISCOVERY_SRV && !env.KUBECONFIG && !env.K8S_API_ROOT) return undefined;
+  if (t && t !== 'etcdv3' && t !== 'kubernetes') throw new CtlError(`DATASTORE_TYPE=${t} is not supported; use etcdv3 or kubernetes`);
+  const out: DatastoreConfig = {};
+  // Without DATASTORE_TYPE, etcd wins when its endpoints are given: KUBECONFIG is set on
+  // many admin machines for kubectl and says nothing about where netplugin keeps its data.
+  out.datastore_type = (t as DatastoreConfig['datastore_type']) ?? (env.ETCD_ENDPOINTS || env.ETCD_DISCOVERY_SRV ? 'etcdv3' : 'kubernetes');
+  if (env.ETCD_ENDPOINTS) out.etcd_endpoints = env.ETCD_ENDPOINTS;
+  if (env.ETCD_DISCOVERY_SRV) out.etcd_discovery_srv = env.ETCD_DISCOVERY_SRV;
+  if (env.ETCD_KEY_FILE) out.etcd_key_file = env.ETCD_KEY_FILE;
+  if (env.ETCD_CERT_FILE) out.etcd_cert_file = env.ETCD_CERT_FILE;
+  if (env.ETCD_CA_CERT_FILE) out.etcd_ca_cert_file = env.ETCD_CA_CERT_FILE;
+  if (env.KUBECONFIG || env.K8S_API_ROOT) {
+    out.kubernetes = {};
+    if (env.KUBECONFIG) out.kubernetes.kubeconfig = env.KUBECONFIG.split(':')[0];
+    if (env.K8S_API_ROOT) out.kubernetes.k8s_api_root = env.K8S_API_ROOT;
+  }
+  if (out.datastore_type === 'etcdv3' && !out.etcd_endpoints && !out.etcd_discovery_srv) {
+    throw new CtlError('DATASTORE_TYPE=etcdv3 needs ETCD_ENDPOINTS (e.g. http://127.0.0.1:2379) or ETCD_DISCOVERY_SRV');
+  }
+  return out;
+}
+
+async function defaultOpen(conf: DatastoreConfig): Promise<Datastore> {
+  const { openDatastore } = await import('../datastore/index.js');
+  return openDatastore(conf);
+}
+
+class Session {
+  private ds: Datastore | undefined;
+  constructor(
+    private readonly io: CtlIO,
+    /** --config, given before the command or among its flags. */
+    public configFile: string | undefined,
+  ) {}
+  config(): DatastoreConfig | undefined {
+    return datastoreConfig(this.configFile, this.io);
+  }
+  async datastore(): Promise<Datastore> {
+    if (this.ds) return this.ds;
+    const conf = this.config();
+    if (!conf) {
+      throw new CtlError('no datastore configured: pass --config /etc/cni/net.d/10-netplugin.conflist, or set ETCD_ENDPOINTS (etcd) or DATASTORE_TYPE=kubernetes with KUBECONFIG');
+    }
+    conf.timeoutMs ??= 10_000;
+    this.ds = await (this.io.openDatastore ?? defaultOpen)(conf);
+    return this.ds;
+  }
+  /** For the kubernetes datastore, `ipam check` asks the API server whether a pod exists. */
+  async checkOptions(): Promise<CheckOptions> {
+    const conf = this.config();
+    if (conf?.datastore_type !== 'kubernetes' || this.io.openDatastore) return {};
+    const { createKubeClient } = await import('../k8s/client.js');
+    const client = await createKubeClient({ ...conf.kubernetes, timeoutMs: 10_000 });
+    this.closers.push(() => client.close());
+    return {
+      podExists: async (ns, name) => {
+        try {
+          await client.getPod(ns, name);
+          return true;
+        } catch (e) {
+          if (DatastoreError.is(e, 'NotFound')) return false;
+          throw e;
+        }
+      },
+    };
+  }
+  private readonly closers: Array<() => void> = [];
+  async close(): Promise<void> {
+    for (const c of this.closers.splice(0)) c();
+    const ds = this.ds;
+    this.ds = undefined;
+    if (ds) await ds.close().catch(() => undefined);
+  }
+}
+
+function errorLine(e: unknown): string {
+  if (e instanceof CtlError) return e.message;
+  if (e instanceof DatastoreError) {
+    switch (e.kind) {
+      case 'Unavailable':
+        return `cannot reach the datastore: ${e.message} (check ETCD_ENDPOINTS / KUBECONFIG or --config)`;
+      case 'Unauthorized':
+        return `the datastore refused our credentials: ${e.message}`;
+      default:
+        return e.message;
+    }
+  }
+  if (e instanceof CniError) return e.message;
+  return e instanceof Error ? e.message : String(e);
+}
+
+export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
+  // The command is the first positional word; global flags may come before it.
+  let i = 0;
+  let configFile: string | undefined;
+  while (i < argv.length && argv[i]!.startsWith('-')) {
+    const a = argv[i]!;
+    if (a === '-h' || a === '--help') return help(io, '');
+    if (a === '-c' || a === '--config') {
+      configFile = argv[i + 1];
+      if (configFile === undefined) return fail(io, new CtlError('--config needs a file'));
+      i += 2;
+      continue;
+    }
+    if (a.startsWith('--config=')) {
+      configFile = a.slice('--config='.length);
+      i++;
+      continue;
+    }
+    if (a === '--version') {
+      argv = ['version'];
+      i = 0;
+      break;
+    }
+    return fail(io, new CtlError(`unknown flag ${a}; run 'netpluginctl --help'`));
+  }
+  const cmd = argv[i];
+  const rest = argv.slice(i + 1);
+  if (!cmd || cmd === 'help') return help(io, rest.join(' '));
+  const session = new Session(io, configFile);
+  try {
+    return await dispatch(cmd, rest, io, session);
+  } catch (e) {
+    return fail(io, e);
+  } finally {
+    await session.close();
+  }
+}
+
+function fail(io: CtlIO, e: unknown): number {
+  io.stderr(`error: ${errorLine(e)}\n`);
+  if (io.env.NETPLUGIN_DEBUG === '1' && e instanceof Error && e.stack) io.stderr(e.stack + '\n');
+  return e instanceof CtlError ? e.exitCode : 1;
+}
+
+async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Promise<number> {
+  switch (cmd) {
+    case 'apply':
+    case 'create':
+    case 'replace': {
+      const p = parse(rest, [{ name: 'filename', short: 'f', type: 'string' }], cmd);
+      if (bool(p, 'help')) return help(io, cmd);
+      cfg(p, s);
+      const file = str(p, 'filename');
+      if (!file) throw new CtlError(`${cmd} needs -f FILE (or -f - for stdin)`);
+      if (p.positional.length) throw new CtlError(`${cmd} takes no arguments besides -f FILE; got ${p.positional.join(' ')}`);
+      return cmdWrite(await s.datastore(), io, file, cmd);
+    }
+    case 'get': {
+      const p = parse(
+        rest,
+        [
+          { name: 'output', short: 'o', type: 'string' },
+          { name: 'namespace', short: 'n', type: 'string' },
+          { name: 'all-namespaces', short: 'A', type: 'bool' },
+          { name: 'selector', short: 'l', type: 'string' },
+        ],
+        cmd,
+      );
+      if (bool(p, 'help')) return help(io, cmd);
+      cfg(p, s);
+      const [kind, ...names] = p.positional;
+      if (!kind) throw new CtlError(`get needs a kind, e.g. 'netpluginctl get ippools'`);
+      // Resolve the kind before connecting so a typo fails fast.
+      resolveKind(kind);
+      return cmdGet(await s.datastore(), io, {
+        kind,
+        names,
+        namespace: str(p, 'namespace'),
+        allNamespaces: bool(p, 'all-namespaces'),
+        output: str(p, 'output'),
+        selector: str(p, 'selector'),
+      });
+    }
+    case 'delete': {
+      const p = parse(
+        rest,
+        [
+          { name: 'filename', short: 'f', type: 'string' },
+          { name: 'namespace', short: 'n', type: 'string' },
+          { name: 'force', type: 'bool' },
+          { name: 'ignore-not-found', type: 'bool' },
+        ],
+        cmd,
+      );
+      if (bool(p, 'help')) return help(io, cmd);
+      cfg(p, s);
+      const [kind, ...names] = p.positional;
+      if (kind && !str(p, 'filename')) resolveKind(kind);
+      return cmdDelete(await s.datastore(), io, {
+        kind,
+        names,
+        file: str(p, 'filename'),
+        namespace: str(p, 'namespace'),
+        force: bool(p, 'force'),
+        ignoreNotFound: bool(p, 'ignore-not-found'),
+      });
+    }
+    case 'ipam': {
+      const sub = rest[0];
+      if (!sub || sub === '--help' || sub === '-h') return help(io, 'ipam');
+      const args = rest.slice(1);
+      if (sub === 'show') {
+        const p = parse(args, [{ name: 'show-blocks', type: 'bool' }, { name: 'ip', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'ipam show');
+        if (bool(p, 'help')) return help(io, 'ipam show');
+        cfg(p, s);
+        noPositional(p, 'ipam show');
+        return cmdIpamShow(await s.datastore(), io, { showBlocks: bool(p, 'show-blocks'), ip: str(p, 'ip'), output: str(p, 'output') });
+      }
+      if (sub === 'check') {
+        const p = parse(args, [{ name: 'output', short: 'o', type: 'string' }, { name: 'json', type: 'bool' }], 'ipam check');
+        if (bool(p, 'help')) return help(io, 'ipam check');
+        cfg(p, s);
+        noPositional(p, 'ipam check');
+        const out = str(p, 'output');
+        if (out === 'json') throw new CtlError(`ipam check -o takes a report file name; use --json to print the report`);
+        return cmdIpamCheck(await s.datastore(), io, { output: out, json: bool(p, 'json') }, await s.checkOptions());
+      }
+      if (sub === 'release') {
+        const p = parse(args, [{ name: 'ip', type: 'list' }, { name: 'from-report', type: 'string' }, { name: 'force', type: 'bool' }], 'ipam release');
+        if (bool(p, 'help')) return help(io, 'ipam release');
+        cfg(p, s);
+        noPositional(p, 'ipam release');
+        const ds = await s.datastore();
+        const { Ipam } = await import('../ipam/index.js');
+        // No host lock: the operator runs this from anywhere; the allocator's compare-and-swap keeps it safe.
+        const ipam = new Ipam(ds, { lockPath: null });
+        return cmdIpamRelease(ds, io, ipam, { ips: list(p, 'ip'), fromReport: str(p, 'from-report'), force: bool(p, 'force') }, await s.checkOptions());
+      }
+      throw new CtlError(`unknown ipam command ${JSON.stringify(sub)}; use show, check or release`);
+    }
+    case 'datastore': {
+      const sub = rest[0];
+      if (!sub || sub === '--help' || sub === '-h') return help(io, 'datastore');
+      const args = rest.slice(1);
+      if (sub === 'init') {
+        const p = parse(args, [{ name: 'cluster-type', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'datastore init');
+        if (bool(p, 'help')) return help(io, 'datastore init');
+        cfg(p, s);
+        noPositional(p, 'datastore init');
+        const r = await initDatastore(await s.datastore(), { clusterType: str(p, 'cluster-type') });
+        if (str(p, 'output') === 'json') io.stdout(JSON.stringify(r.clusterInformation, null, 2) + '\n');
+        else {
+          const ci = r.clusterInformation.spec;
+          io.stdout(`clusterinformation/default ${r.action}: version ${ci.netpluginVersion}, type ${ci.clusterType ?? '(none)'}, ready ${ci.datastoreReady}, guid ${ci.clusterGUID}\n`);
+        }
+        return 0;
+      }
+      if (sub === 'ready') {
+        const p = parse(args, [{ name: 'set', type: 'string' }], 'datastore ready');
+        if (bool(p, 'help')) return help(io, 'datastore ready');
+        cfg(p, s);
+        noPositional(p, 'datastore ready');
+        const v = str(p, 'set');
+        if (v !== 'true' && v !== 'false') throw new CtlError(`datastore ready needs --set=true or --set=false`);
+        const r = await initDatastore(await s.datastore(), { datastoreReady: v === 'true' });
+        io.stdout(`clusterinformation/default datastoreReady=${r.clusterInformation.spec.datastoreReady}\n`);
+        return 0;
+      }
+      throw new CtlError(`unknown datastore command ${JSON.stringify(sub)}; use init or ready`);
+    }
+    case 'version': {
+      const p = parse(rest, [{ name: 'output', short: 'o', type: 'string' }], cmd);
+      if (bool(p, 'help')) return help(io, cmd);
+      cfg(p, s);
+      const json = str(p, 'output') === 'json';
+      const conf = s.config();
+      const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string } = { clientVersion: NETPLUGIN_VERSION };
+      let err: unknown;
+      if (conf) {
+        out.datastoreType = conf.datastore_type;
+        try {
+          const ds = await s.datastore();
+          const ci = await ds.get('ClusterInformation', 'default');
+          out.clusterVersion = ci.spec.netpluginVersion ?? 'unknown';
+          if (ci.spec.clusterType) out.clusterType = ci.spec.clusterType;
+        } catch (e) {
+          if (DatastoreError.is(e, 'NotFound')) out.clusterVersion = 'unknown (datastore not initialised: run netpluginctl datastore init)';
+          else err = e;
+        }
+      }
+      if (json) io.stdout(JSON.stringify(out, null, 2) + '\n');
+      else {
+        io.stdout(`Client Version:    ${out.clientVersion}\n`);
+        if (out.clusterVersion) io.stdout(`Cluster Version:   ${out.clusterVersion}\n`);
+        if (out.clusterType) io.stdout(`Cluster Type:      ${out.clusterType}\n`);
+      }
+      if (err) throw err;
+      return 0;
+    }
+    case 'install-cni':
+      return cmdInstallCni(rest, io, s);
+    case 'uninstall-cni': {
+      const p = parse(
+        rest,
+        [
+          { name: 'bin-dir', type: 'string' },
+          { name: 'conf-dir', type: 'string' },
+          { name: 'conf-name', type: 'string' },
+          { name: 'agent', type: 'bool' },
+          { name: 'systemd-dir', type: 'string' },
+        ],
+        cmd,
+      );
+      if (bool(p, 'help')) return help(io, cmd);
+      noPositional(p, cmd);
+      const removed = uninstallCni({
+        binDir: str(p, 'bin-dir') ?? io.env.CNI_BIN_DIR ?? '/opt/cni/bin',
+        confDir: str(p, 'conf-dir') ?? io.env.CNI_NET_DIR ?? '/etc/cni/net.d',
+        confName: str(p, 'conf-name') ?? io.env.CNI_CONF_NAME ?? '10-netplugin.conflist',
+        agent: bool(p, 'agent'),
+        systemdDir: str(p, 'systemd-dir') ?? '/etc/systemd/system',
+      });
+      for (const r of removed) io.stdout(`removed ${r}\n`);
+      if (!removed.length) io.stdout('nothing to remove\n');
+      return 0;
+    }
+    default:
+      throw new CtlError(`unknown command ${JSON.stringify(cmd)}; run 'netpluginctl --help'`);
+  }
+}
+
+function cfg(p: ParsedArgs, s: Session): void {
+  const c = str(p, 'config');
+  if (c) s.configFile = c;
+}
+
+function noPositional(p: ParsedArgs, cmd: string): void {
+  if (p.positional.length) throw new CtlError(`'${cmd}' takes no arguments; got ${p.positional.join(' ')}`);
+}
+
+const INSTALL_FLAGS: FlagSpec[] = [
+  ...['bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
+    (name) => ({ name, type: 'string' as const }),
+  ),
+  { name: 'portmap', type: 'bool' },
+  { name: 'launcher', type: 'bool' },
+  { name: 'agent', type: 'bool' },
+  { name: 'init-datastore', type: 'bool' },
+  { name: 'output', short: 'o', type: 'string' },
+];
+
+async function cmdInstallCni(rest: string[], io: CtlIO, s: Session): Promise<number> {
+  const p = parse(rest, INSTALL_FLAGS, 'install-cni');
+  if (bool(p, 'help')) return help(io, 'install-cni');
+  cfg(p, s);
+  const configFile = s.configFile;
+  noPositional(p, 'install-cni');
+  const env = io.env;
+  const abs = (v: string | undefined) => (v ? resolvePath(io, v) : undefined);
+  const dt = str(p, 'datastore-type') ?? env.DATASTORE_TYPE ?? 'etcdv3';
+  if (dt !== 'etcdv3' && dt !== 'kubernetes') throw new CtlError(`--datastore-type ${JSON.stringify(dt)} is not supported; use etcdv3 or kubernetes`);
+  const ipam = str(p, 'ipam') ?? 'netplugin-ipam';
+  if (ipam !== 'netplugin-ipam' && ipam !== 'host-local') throw new CtlError(`--ipam ${JSON.stringify(ipam)} is not supported; use netplugin-ipam or host-local`);
+  const policy = str(p, 'policy');
+  if (policy !== undefined && policy !== 'k8s') throw new CtlError(`--policy ${JSON.stringify(policy)} is not supported; the only policy type is k8s`);
+  const mtuText = str(p, 'mtu') ?? env.CNI_MTU;
+  const mtu = mtuText === undefined || mtuText === '' ? undefined : Number(mtuText);
+  if (mtu !== undefined && !Number.isInteger(mtu)) throw new CtlError(`--mtu ${JSON.stringify(mtuText)} is not an integer; use e.g. 1450`);
+  const kubeconfig = str(p, 'kubeconfig') ?? env.KUBECONFIG?.split(':')[0];
+  const opts: InstallCniOptions = {
+    binDir: resolvePath(io, str(p, 'bin-dir') ?? env.CNI_BIN_DIR ?? '/opt/cni/bin'),
+    confDir: resolvePath(io, str(p, 'conf-dir') ?? env.CNI_NET_DIR ?? '/etc/cni/net.d'),
+    confName: str(p, 'conf-name') ?? env.CNI_CONF_NAME ?? '10-netplugin.conflist',
+    networkName: str(p, 'network-name') ?? 'k8s-pod-network',
+    cniVersion: str(p, 'cni-version') ?? '1.0.0',
+    datastoreType: dt,
+    etcdEndpoints: str(p, 'etcd-endpoints') ?? env.ETCD_ENDPOINTS,
+    etcdDiscoverySrv: str(p, 'etcd-discovery-srv') ?? env.ETCD_DISCOVERY_SRV,
+    etcdKeyFile: abs(str(p, 'etcd-key-file') ?? env.ETCD_KEY_FILE),
+    etcdCertFile: abs(str(p, 'etcd-cert-file') ?? env.ETCD_CERT_FILE),
+    etcdCaCertFile: abs(str(p, 'etcd-ca-cert-file') ?? env.ETCD_CA_CERT_FILE),
+    kubeconfig: abs(kubeconfig),
+    k8sApiRoot: str(p, 'k8s-api-root') ?? env.K8S_API_ROOT,
+    nodename: str(p, 'nodename') ?? env.KUBERNETES_NODE_NAME,
+    mtu,
+    ipam,
+    portmap: bool(p, 'portmap') ?? true,
+    policy: policy as 'k8s' | undefined,
+    logLevel: str(p, 'log-level') ?? 'info',
+    logFilePath: str(p, 'log-file-path') ?? '/var/log/netplugin/cni/cni.log',
+    fromTemplate: abs(str(p, 'from-template')),
+    launcher: bool(p, 'launcher'),
+    shimPath: abs(str(p, 'shim')),
+    agent: bool(p, 'agent'),
+    systemdDir: resolvePath(io, str(p, 'systemd-dir') ?? '/etc/systemd/system'),
+  };
+  const packageDir = abs(str(p, 'package-dir')) ?? io.packageDir ?? defaultPackageDir();
+  const r = installCni(opts, { packageDir, nodePath: io.nodePath ?? process.execPath, warn: (m) => io.stderr(`warning: ${m}\n`) });
+
+  let init: string | undefined;
+  if (bool(p, 'init-datastore')) {
+    // The datastore the installed conflist names, unless --config says otherwise.
+    const conf: DatastoreConfig = configFile
+      ? datastoreConfig(configFile, io)!
+      : {
+          datastore_type: opts.datastoreType,
+          ...(opts.etcdEndpoints ? { etcd_endpoints: opts.etcdEndpoints } : {}),
+          ...(opts.etcdDiscoverySrv ? { etcd_discovery_srv: opts.etcdDiscoverySrv } : {}),
+          ...(opts.etcdKeyFile ? { etcd_key_file: opts.etcdKeyFile } : {}),
+          ...(opts.etcdCertFile ? { etcd_cert_file: opts.etcdCertFile } : {}),
+          ...(opts.etcdCaCertFile ? { etcd_ca_cert_file: opts.etcdCaCertFile } : {}),
+          ...(opts.kubeconfig || opts.k8sApiRoot
+            ? { kubernetes: { ...(opts.kubeconfig ? { kubeconfig: opts.kubeconfig } : {}), ...(opts.k8sApiRoot ? { k8s_api_root: opts.k8sApiRoot } : {}) } }
+            : {}),
+        };
+    conf.timeoutMs = 10_000;
+    const ds = await (io.openDatastore ?? defaultOpen)(conf);
+    try {
+      const res = await initDatastore(ds, { clusterType: opts.datastoreType === 'kubernetes' ? 'k8s' : undefined });
+      init = res.action;
+    } finally {
+      await ds.close().catch(() => undefined);
+    }
+  }
+
+  if (str(p, 'output') === 'json') {
+    io.stdout(JSON.stringify({ ...r, packageDir, ...(init ? { datastoreInit: init } : {}) }, null, 2) + '\n');
+    return 0;
+  }
+  io.stdout(
+    r.kind === 'shim'
+      ? `installed the native shim (${r.shimSource}) as ${opts.binDir}/netplugin and netplugin-ipam; per-exec fallback: ${packageDir}/dist\n`
+      : `installed sh launchers as ${opts.binDir}/netplugin and netplugin-ipam (no native shim found; build it for faster pod setup): ${packageDir}/dist\n`,
+  );
+  for (const f of r.files) io.stdout(`  ${f.path} ${f.action}\n`);
+  if (init) io.stdout(`clusterinformation/default ${init}\n`);
+  if (opts.agent) io.stdout(`agent unit written; start it with: systemctl daemon-reload && systemctl enable --now netplugin-node\n`);
+  return 0;
+}

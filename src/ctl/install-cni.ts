@@ -1,0 +1,361 @@
+// install-cni: puts the plugin executables into the CNI bin dir and writes the
+// network configuration list the runtime reads. Runs on every node (by hand,
+// from a DaemonSet init container, or from configuration management), so it
+// is idempotent, and every file appears atomically: a runtime exec'ing the
+// plugin mid-install sees the old file or the new one, never a partial one.
+import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseNetconf } from '../config/index.js';
+import { CtlError, type CtlIO } from './io.js';
+
+export const PLUGIN_NAMES = ['netplugin', 'netplugin-ipam'] as const;
+export const FALLBACK_FILE = 'netplugin.fallback';
+export const AGENT_UNIT = 'netplugin-node.service';
+
+export interface InstallCniOptions {
+  binDir: string;
+  confDir: string;
+  confName: string;
+  datastoreType: 'etcdv3' | 'kubernetes';
+  etcdEndpoints?: string;
+  etcdDiscoverySrv?: string;
+  etcdKeyFile?: string;
+  etcdCertFile?: string;
+  etcdCaCertFile?: string;
+  kubeconfig?: string;
+  k8sApiRoot?: string;
+  nodename?: string;
+  mtu?: number;
+  ipam: 'netplugin-ipam' | 'host-local';
+  portmap: boolean;
+  policy?: 'k8s';
+  logLevel: string;
+  /** '' disables file logging. */
+  logFilePath: string;
+  networkName: string;
+  cniVersion: string;
+  fromTemplate?: string;
+  /** Force the sh launcher even when a shim binary exists. */
+  launcher?: boolean;
+  /** Explicit shim binary (default: build/shim or prebuilds/linux-<arch>). */
+  shimPath?: string;
+  /** Also write a systemd unit for the node agent. */
+  agent?: boolean;
+  systemdDir: string;
+}
+
+export interface InstalledFile {
+  path: string;
+  action: 'written' | 'unchanged';
+}
+
+export interface InstallCniResult {
+  kind: 'shim' | 'launcher';
+  shimSource?: string;
+  files: InstalledFile[];
+  conflist: Record<string, unknown>;
+  warnings: string[];
+}
+
+/** The package root: the nearest ancestor of this module holding our package.json (dist/ when bundled, src/ctl in tests). */
+export function defaultPackageDir(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 6; i++) {
+    const pj = join(dir, 'package.json');
+    if (existsSync(pj)) {
+      try {
+        if ((JSON.parse(readFileSync(pj, 'utf8')) as { name?: string }).name === 'netplugin') return dir;
+      } catch {
+        // not ours; keep walking
+      }
+    }
+    dir = dirname(dir);
+  }
+  throw new CtlError('cannot find the netplugin package directory (with dist/); pass --package-dir');
+}
+
+/** Candidate shim binaries, most specific first. */
+export function shimCandidates(pkgDir: string): string[] {
+  return [join(pkgDir, 'build/shim/netplugin-shim'), join(pkgDir, `prebuilds/linux-${process.arch}/netplugin-shim`)];
+}
+
+function sameFile(path: string, data: Buffer, mode: number): boolean {
+  try {
+    const st = statSync(path);
+    if (!st.isFile() || (st.mode & 0o7777) !== mode || st.size !== data.length) return false;
+    return readFileSync(path).equals(data);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Writes `path` so that readers see either the old or the new content: a temp
+ * file in the same directory (same filesystem, so rename is atomic), fsync'd
+ * and chmod'ed before the rename. Renaming over a running executable is fine
+ * (the old inode lives on), unlike writing into it (ETXTBSY).
+ */
+export function writeFileAtomic(path: string, data: Buffer | string, mode: number): InstalledFile {
+  const buf = typeof data === 'string' ? Buffer.from(data) : data;
+  if (sameFile(path, buf, mode)) return { path, action: 'unchanged' };
+  const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`);
+  try {
+    const fd = openSync(tmp, 'wx', mode);
+    try {
+      let off = 0;
+      while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    // openSync's mode is filtered by the umask.
+    chmodSync(tmp, mode);
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+  return { path, action: 'written' };
+}
+
+function launcherScript(node: string, pkgDir: string, plugin: string): string {
+  const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+  return [
+    '#!/bin/sh',
+    `# ${plugin}: written by netpluginctl install-cni (no native shim was available).`,
+    '# NODE_EXTRA_CA_CERTS would make every start read a CA bundle (~34 ms per pod operation).',
+    `exec env -u NODE_EXTRA_CA_CERTS ${q(node)} ${q(join(pkgDir, 'dist', `${plugin}.mjs`))} "$@"`,
+    '',
+  ].join('\n');
+}
+
+/** The netplugin entry and the conflist, generated from the options. */
+export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
+  const entry: Record<string, unknown> = { type: 'netplugin', log_level: o.logLevel };
+  if (o.logFilePath !== '') entry.log_file_path = o.logFilePath;
+  entry.datastore_type = o.datastoreType;
+  if (o.datastoreType === 'etcdv3') {
+    if (o.etcdEndpoints) entry.etcd_endpoints = o.etcdEndpoints;
+    if (o.etcdDiscoverySrv) entry.etcd_discovery_srv = o.etcdDiscoverySrv;
+    if (o.etcdKeyFile) entry.etcd_key_file = o.etcdKeyFile;
+    if (o.etcdCertFile) entry.etcd_cert_file = o.etcdCertFile;
+    if (o.etcdCaCertFile) entry.etcd_ca_cert_file = o.etcdCaCertFile;
+  }
+  if (o.nodename) entry.nodename = o.nodename;
+  if (o.mtu !== undefined) entry.mtu = o.mtu;
+  entry.ipam = o.ipam === 'host-local' ? { type: 'host-local', ranges: [[{ subnet: 'usePodCidr' }]] } : { type: 'netplugin-ipam' };
+  if (o.policy) entry.policy = { type: o.policy };
+  if (o.kubeconfig || o.k8sApiRoot) {
+    entry.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
+  }
+  const plugins: unknown[] = [entry];
+  // SPEC: the port-mapping entry is on by default; chaining needs CNI >= 0.3.0 (cniVersion is 1.0.0).
+  if (o.portmap) plugins.push({ type: 'portmap', snat: true, capabilities: { portMappings: true } });
+  return { name: o.networkName, cniVersion: o.cniVersion, plugins };
+}
+
+const PLACEHOLDER = /__([A-Z0-9_]+)__/g;
+
+/** Template placeholders and the flag that fills each. */
+export const TEMPLATE_VARS: Record<string, { flag: string; value: (o: InstallCniOptions) => string | number | undefined; raw?: boolean }> = {
+  NETWORK_NAME: { flag: '--network-name', value: (o) => o.networkName },
+  CNI_VERSION: { flag: '--cni-version', value: (o) => o.cniVersion },
+  DATASTORE_TYPE: { flag: '--datastore-type', value: (o) => o.datastoreType },
+  ETCD_ENDPOINTS: { flag: '--etcd-endpoints', value: (o) => o.etcdEndpoints },
+  ETCD_KEY_FILE: { flag: '--etcd-key-file', value: (o) => o.etcdKeyFile },
+  ETCD_CERT_FILE: { flag: '--etcd-cert-file', value: (o) => o.etcdCertFile },
+  ETCD_CA_CERT_FILE: { flag: '--etcd-ca-cert-file', value: (o) => o.etcdCaCertFile },
+  KUBECONFIG_FILEPATH: { flag: '--kubeconfig', value: (o) => o.kubeconfig },
+  NODENAME: { flag: '--nodename', value: (o) => o.nodename },
+  CNI_MTU: { flag: '--mtu', value: (o) => o.mtu, raw: true },
+  LOG_LEVEL: { flag: '--log-level', value: (o) => o.logLevel },
+  LOG_FILE_PATH: { flag: '--log-file-path', value: (o) => o.logFilePath },
+  IPAM_TYPE: { flag: '--ipam', value: (o) => o.ipam },
+};
+
+/** Fills `__NAME__` placeholders (JSON-escaped inside strings; CNI_MTU bare) and checks the result is a conflist. */
+export function renderTemplate(text: string, o: InstallCniOptions, file: string): Record<string, unknown> {
+  const missing = new Set<string>();
+  const out = text.replace(PLACEHOLDER, (m, name: string) => {
+    const v = TEMPLATE_VARS[name];
+    if (!v) {
+      missing.add(`${m} (unknown placeholder; known: ${Object.keys(TEMPLATE_VARS).map((k) => `__${k}__`).join(', ')})`);
+      return m;
+    }
+    const val = v.value(o);
+    if (val === undefined || val === '') {
+      missing.add(`${m} (set ${v.flag})`);
+      return m;
+    }
+    return v.raw ? String(val) : JSON.stringify(String(val)).slice(1, -1);
+  });
+  if (missing.size) throw new CtlError(`--from-template ${file}: no value for ${[...missing].join(', ')}`);
+  let conf: unknown;
+  try {
+    conf = JSON.parse(out);
+  } catch (e) {
+    throw new CtlError(`--from-template ${file}: the filled-in template is not valid JSON: ${(e as Error).message}`);
+  }
+  if (typeof conf !== 'object' || conf === null || !Array.isArray((conf as { plugins?: unknown }).plugins)) {
+    throw new CtlError(`--from-template ${file}: expected a conflist (an object with a "plugins" array)`);
+  }
+  return conf as Record<string, unknown>;
+}
+
+/** Checks the netplugin entries the way the plugin will parse them, so a broken conflist is never installed. */
+export function checkConflist(conf: Record<string, unknown>, warn: (m: string) => void): void {
+  const plugins = conf.plugins as Array<Record<string, unknown>>;
+  if (typeof conf.name !== 'string' || !conf.name) throw new CtlError('conflist: "name" is missing');
+  const entries = plugins.filter((p) => p && p.type === 'netplugin');
+  if (entries.length === 0) throw new CtlError('conflist: no plugin entry with "type": "netplugin"');
+  for (const p of entries) {
+    try {
+      parseNetconf({ name: conf.name, cniVersion: conf.cniVersion, ...p }, { pluginType: 'netplugin', warn });
+    } catch (e) {
+      throw new CtlError(`conflist would be rejected by the plugin: ${(e as Error).message}`);
+    }
+  }
+}
+
+function checkOptions(o: InstallCniOptions): void {
+  for (const [flag, v] of [
+    ['--bin-dir', o.binDir],
+    ['--conf-dir', o.confDir],
+  ] as const) {
+    if (!isAbsolute(v)) throw new CtlError(`${flag} ${JSON.stringify(v)} must be an absolute path`);
+  }
+  if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*\.(conflist|conf|json)$/.test(o.confName)) {
+    throw new CtlError(`--conf-name ${JSON.stringify(o.confName)} must be a file name ending in .conflist (e.g. 10-netplugin.conflist)`);
+  }
+  if (o.mtu !== undefined && (!Number.isInteger(o.mtu) || o.mtu < 68 || o.mtu > 65535)) {
+    throw new CtlError(`--mtu ${o.mtu} is out of range; use 68-65535 (e.g. 1450 under VXLAN, 1480 under IP-in-IP)`);
+  }
+  if (o.fromTemplate) return;
+  if (o.datastoreType === 'etcdv3' && !o.etcdEndpoints && !o.etcdDiscoverySrv) {
+    throw new CtlError('--datastore-type etcdv3 needs --etcd-endpoints URL[,URL] (or --etcd-discovery-srv DOMAIN, or ETCD_ENDPOINTS in the environment)');
+  }
+  if (o.datastoreType === 'kubernetes' && !o.kubeconfig && !o.k8sApiRoot) {
+    throw new CtlError('--datastore-type kubernetes needs --kubeconfig PATH (or --k8s-api-root URL, or KUBECONFIG in the environment)');
+  }
+  if (o.policy === 'k8s' && !o.kubeconfig && !o.k8sApiRoot) {
+    throw new CtlError('--policy k8s needs --kubeconfig PATH: the plugin reads pod labels from the API server');
+  }
+}
+
+export interface InstallDeps {
+  packageDir: string;
+  nodePath: string;
+  warn: (msg: string) => void;
+}
+
+export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniResult {
+  checkOptions(o);
+  const warnings: string[] = [];
+  const warn = (m: string) => {
+    warnings.push(m);
+    deps.warn(m);
+  };
+  const pkg = deps.packageDir;
+  for (const p of PLUGIN_NAMES) {
+    if (!existsSync(join(pkg, 'dist', `${p}.mjs`))) {
+      throw new CtlError(`${join(pkg, 'dist', `${p}.mjs`)} is missing; build the package first (npm run build) or pass --package-dir`);
+    }
+  }
+  // Build and validate the conflist before touching anything, so a bad flag changes nothing.
+  let conflist: Record<string, unknown>;
+  if (o.fromTemplate) {
+    let text: string;
+    try {
+      text = readFileSync(o.fromTemplate, 'utf8');
+    } catch (e) {
+      throw new CtlError(`cannot read --from-template ${o.fromTemplate}: ${(e as Error).message}`);
+    }
+    conflist = renderTemplate(text, o, o.fromTemplate);
+  } else conflist = buildConflist(o);
+  checkConflist(conflist, warn);
+
+  let shim: string | undefined;
+  if (o.shimPath) {
+    if (!existsSync(o.shimPath)) throw new CtlError(`--shim ${o.shimPath} does not exist`);
+    shim = o.shimPath;
+  } else if (!o.launcher) shim = shimCandidates(pkg).find((p) => existsSync(p));
+
+  mkdirSync(o.binDir, { recursive: true });
+  mkdirSync(o.confDir, { recursive: true });
+  const files: InstalledFile[] = [];
+  if (shim) {
+    const bin = readFileSync(shim);
+    // The fallback file first: a shim that finds no agent reads it, so it must exist before the shim does.
+    files.push(writeFileAtomic(join(o.binDir, FALLBACK_FILE), `${deps.nodePath}\n${pkg}\n`, 0o644));
+    for (const p of PLUGIN_NAMES) files.push(writeFileAtomic(join(o.binDir, p), bin, 0o755));
+  } else {
+    for (const p of PLUGIN_NAMES) files.push(writeFileAtomic(join(o.binDir, p), launcherScript(deps.nodePath, pkg, p), 0o755));
+    rmSync(join(o.binDir, FALLBACK_FILE), { force: true });
+  }
+  files.push(writeFileAtomic(join(o.confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));
+
+  if (o.agent) {
+    // The shipped unit (deploy/netplugin-node.service) is written for a package at
+    // /opt/netplugin and node at /usr/bin/node; point it at this installation.
+    const shipped = join(pkg, 'deploy', AGENT_UNIT);
+    const unit = existsSync(shipped)
+      ? readFileSync(shipped, 'utf8').replaceAll('/usr/bin/node', deps.nodePath).replaceAll('/opt/netplugin', pkg)
+      : [
+      '[Unit]',
+      'Description=netplugin node agent (serves CNI requests from the netplugin shim)',
+      'After=network-online.target',
+      'Wants=network-online.target',
+      '',
+      '[Service]',
+      `ExecStart=${deps.nodePath} ${join(pkg, 'dist/netplugin-node.mjs')} --log-level ${o.logLevel.toUpperCase()}`,
+      'Restart=always',
+      'RestartSec=2',
+      '',
+      '[Install]',
+          'WantedBy=multi-user.target',
+          '',
+        ].join('\n');
+    mkdirSync(o.systemdDir, { recursive: true });
+    files.push(writeFileAtomic(join(o.systemdDir, AGENT_UNIT), unit, 0o644));
+  }
+
+  // Runtimes use the lexically first configuration file in the directory.
+  const first = readdirSync(o.confDir)
+    .filter((f) => /\.(conflist|conf|json)$/.test(f) && !f.startsWith('.'))
+    .sort()[0];
+  if (first && first !== o.confName) warn(`${join(o.confDir, first)} sorts before ${o.confName}; the container runtime will use it instead. Remove it or choose a --conf-name that sorts first`);
+  return { kind: shim ? 'shim' : 'launcher', shimSource: shim, files, conflist, warnings };
+}
+
+/** Removes what installCni wrote; the conflist only if it holds a netplugin entry. */
+export function uninstallCni(o: { binDir: string; confDir: string; confName: string; agent?: boolean; systemdDir: string }): string[] {
+  const removed: string[] = [];
+  const rm = (p: string) => {
+    if (existsSync(p)) {
+      rmSync(p, { force: true });
+      removed.push(p);
+    }
+  };
+  const conf = join(o.confDir, o.confName);
+  if (existsSync(conf)) {
+    let ours = false;
+    try {
+      const c = JSON.parse(readFileSync(conf, 'utf8')) as { type?: string; plugins?: Array<{ type?: string }> };
+      ours = c.type === 'netplugin' || (Array.isArray(c.plugins) && c.plugins.some((p) => p?.type === 'netplugin'));
+    } catch {
+      ours = false;
+    }
+    if (!ours) throw new CtlError(`${conf} is not a netplugin configuration; not removing it (check --conf-name)`);
+    // The configuration goes first so the runtime stops calling the plugin before it disappears.
+    rm(conf);
+  }
+  for (const p of PLUGIN_NAMES) rm(join(o.binDir, p));
+  rm(join(o.binDir, FALLBACK_FILE));
+  if (o.agent) rm(join(o.systemdDir, AGENT_UNIT));
+  return removed;
+}
+
+export function resolvePath(io: CtlIO, p: string): string {
+  return resolve(io.cwd ?? process.cwd(), p);
+}

@@ -1,0 +1,153 @@
+// The CLI's injected IO, its user-facing error, and a small flag parser.
+// Everything goes through CtlIO so tests run commands in-process.
+import type { Datastore } from '../datastore/types.js';
+
+/** What the datastore factory (src/datastore/index.ts openDatastore) takes. */
+export interface DatastoreConfig {
+  datastore_type?: 'etcdv3' | 'kubernetes';
+  etcd_endpoints?: string;
+  etcd_discovery_srv?: string;
+  etcd_key_file?: string;
+  etcd_cert_file?: string;
+  etcd_ca_cert_file?: string;
+  etcd_authority?: string;
+  etcd_scheme?: string;
+  kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
+  timeoutMs?: number;
+}
+
+export interface CtlIO {
+  env: Record<string, string | undefined>;
+  /** Content for `-f -`; a function is called only when a command reads stdin. */
+  stdin?: string | Buffer | (() => Promise<string | Buffer>);
+  stdout: (chunk: string) => void;
+  stderr: (chunk: string) => void;
+  /** Datastore factory; default: src/datastore/index.ts, loaded lazily. */
+  openDatastore?: (conf: DatastoreConfig) => Promise<Datastore>;
+  /** Directory relative paths are resolved against (default process.cwd()). */
+  cwd?: string;
+  /** Package root (holds dist/, build/, prebuilds/); default: derived from the running bundle. */
+  packageDir?: string;
+  /** Node executable written into launchers and the fallback file; default process.execPath. */
+  nodePath?: string;
+}
+
+/** A failure the user caused or can fix: printed as one line, exit code 1. */
+export class CtlError extends Error {
+  override name = 'CtlError';
+  constructor(
+    message: string,
+    /** Exit code (1 unless stated). */
+    public readonly exitCode = 1,
+  ) {
+    super(message);
+  }
+}
+
+export type FlagType = 'bool' | 'string' | 'list';
+export interface FlagSpec {
+  /** Long name without dashes, e.g. 'output'. */
+  name: string;
+  short?: string;
+  type: FlagType;
+}
+
+export interface ParsedArgs {
+  positional: string[];
+  flags: Record<string, string | boolean | string[] | undefined>;
+}
+
+/**
+ * Parses `--name value`, `--name=value`, `-x value`, `-xvalue` (short string
+ * flags), `--bool`, `--bool=false`, `--no-bool`. `--` ends flag parsing.
+ */
+export function parseFlags(argv: string[], specs: FlagSpec[], command: string): ParsedArgs {
+  const byLong = new Map(specs.map((s) => [s.name, s]));
+  const byShort = new Map(specs.filter((s) => s.short).map((s) => [s.short!, s]));
+  const out: ParsedArgs = { positional: [], flags: {} };
+  const set = (spec: FlagSpec, value: string | boolean) => {
+    if (spec.type === 'list') {
+      const cur = (out.flags[spec.name] as string[] | undefined) ?? [];
+      cur.push(String(value));
+      out.flags[spec.name] = cur;
+    } else out.flags[spec.name] = value;
+  };
+  const unknown = (tok: string) =>
+    new CtlError(`unknown flag ${tok} for '${command}'; run 'netpluginctl ${command} --help' for the accepted flags`);
+  for (let i = 0; i < argv.length; i++) {
+    const tok = argv[i]!;
+    if (tok === '--') {
+      out.positional.push(...argv.slice(i + 1));
+      break;
+    }
+    if (tok.startsWith('--')) {
+      const eq = tok.indexOf('=');
+      let name = eq >= 0 ? tok.slice(2, eq) : tok.slice(2);
+      let inline: string | undefined = eq >= 0 ? tok.slice(eq + 1) : undefined;
+      let spec = byLong.get(name);
+      if (!spec && name.startsWith('no-') && byLong.get(name.slice(3))?.type === 'bool' && inline === undefined) {
+        spec = byLong.get(name.slice(3))!;
+        inline = 'false';
+        name = spec.name;
+      }
+      if (!spec) throw unknown(tok);
+      if (spec.type === 'bool') {
+        if (inline === undefined) set(spec, true);
+        else if (inline === 'true' || inline === 'false') set(spec, inline === 'true');
+        else throw new CtlError(`flag --${name} takes true or false, not ${JSON.stringify(inline)}`);
+        continue;
+      }
+      if (inline === undefined) {
+        if (i + 1 >= argv.length) throw new CtlError(`flag --${name} needs a value`);
+        inline = argv[++i]!;
+      }
+      set(spec, inline);
+      continue;
+    }
+    if (tok.startsWith('-') && tok.length > 1) {
+      const spec = byShort.get(tok[1]!);
+      if (!spec) throw unknown(tok);
+      if (spec.type === 'bool') {
+        if (tok.length > 2) throw unknown(tok);
+        set(spec, true);
+        continue;
+      }
+      let v = tok.slice(2);
+      if (v.startsWith('=')) v = v.slice(1);
+      if (v === '') {
+        if (i + 1 >= argv.length) throw new CtlError(`flag -${spec.short} (--${spec.name}) needs a value`);
+        v = argv[++i]!;
+      }
+      set(spec, v);
+      continue;
+    }
+    out.positional.push(tok);
+  }
+  return out;
+}
+
+export function str(p: ParsedArgs, name: string): string | undefined {
+  const v = p.flags[name];
+  return typeof v === 'string' ? v : undefined;
+}
+export function bool(p: ParsedArgs, name: string): boolean | undefined {
+  const v = p.flags[name];
+  return typeof v === 'boolean' ? v : undefined;
+}
+export function list(p: ParsedArgs, name: string): string[] {
+  const v = p.flags[name];
+  return Array.isArray(v) ? v : [];
+}
+
+export async function readStdin(io: CtlIO): Promise<string> {
+  const s = typeof io.stdin === 'function' ? await io.stdin() : io.stdin;
+  if (s === undefined) throw new CtlError('-f - reads from stdin, but no input was given');
+  return typeof s === 'string' ? s : s.toString('utf8');
+}
+
+/** Left-aligned columns separated by three spaces, like kubectl. */
+export function table(header: string[], rows: string[][]): string {
+  const all = [header, ...rows];
+  const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
+  return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd()).join('\n') + '\n';
+}

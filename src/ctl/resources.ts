@@ -1,0 +1,361 @@
+// apply / create / replace / get / delete of v3 resources.
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { DatastoreError } from '../errors.js';
+import { NAMESPACED_KINDS, type Datastore, type Kind, type Resource } from '../datastore/types.js';
+import { CtlError, readStdin, table, type CtlIO } from './io.js';
+import { resolveKind } from './kinds.js';
+import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
+
+export type OutputFormat = 'table' | 'wide' | 'json' | 'yaml';
+
+export function outputFormat(v: string | undefined): OutputFormat {
+  if (v === undefined || v === 'table') return 'table';
+  if (v === 'wide' || v === 'json' || v === 'yaml') return v;
+  throw new CtlError(`-o ${JSON.stringify(v)} is not supported; use yaml, json or wide`);
+}
+
+async function loadYaml(): Promise<typeof import('yaml')> {
+  return import('yaml');
+}
+
+/** Reads every document of `-f FILE` (or `-` for stdin): YAML or JSON, `---`-separated, `kind: List` and JSON arrays expanded. */
+export async function readManifests(file: string, io: CtlIO): Promise<Array<{ res: Resource; where: string }>> {
+  let text: string;
+  const label = file === '-' ? 'stdin' : file;
+  if (file === '-') text = await readStdin(io);
+  else {
+    try {
+      text = readFileSync(resolve(io.cwd ?? process.cwd(), file), 'utf8');
+    } catch (e) {
+      throw new CtlError(`cannot read -f ${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+    }
+  }
+  const raw: Array<{ doc: unknown; where: string }> = [];
+  const trimmed = text.trim();
+  let json: unknown;
+  if (trimmed.startsWith('{') || trimmed.startsWith('[')) {
+    // A plain JSON document needs no YAML parser; anything else (several
+    // documents, YAML that starts with a flow mapping) goes to the YAML parser.
+    try {
+      json = JSON.parse(trimmed);
+    } catch {
+      json = undefined;
+    }
+  }
+  if (json !== undefined) raw.push({ doc: json, where: label });
+  else {
+    const YAML = await loadYaml();
+    const docs = YAML.parseAllDocuments(text);
+    let i = 0;
+    for (const d of docs) {
+      i++;
+      if (d.errors.length) {
+        const e = d.errors[0]!;
+        const pos = e.linePos?.[0];
+        throw new CtlError(`${label}: invalid YAML in document ${i}${pos ? ` at line ${pos.line}, column ${pos.col}` : ''}: ${e.message.split('\n')[0]}`);
+      }
+      const v = d.toJSON() as unknown;
+      if (v === null || v === undefined) continue;
+      raw.push({ doc: v, where: `${label} document ${i}` });
+    }
+  }
+  const out: Array<{ res: Resource; where: string }> = [];
+  const expand = (doc: unknown, where: string) => {
+    if (Array.isArray(doc)) {
+      doc.forEach((d, j) => expand(d, `${where} item ${j + 1}`));
+      return;
+    }
+    const o = doc as Record<string, unknown> | null;
+    if (o && typeof o === 'object' && typeof o.kind === 'string' && /List$/.test(o.kind) && Array.isArray(o.items)) {
+      o.items.forEach((d, j) => expand(d, `${where} item ${j + 1}`));
+      return;
+    }
+    out.push({ res: parseManifest(doc, where), where });
+  };
+  for (const r of raw) expand(r.doc, r.where);
+  if (out.length === 0) throw new CtlError(`${label}: no resources found`);
+  return out;
+}
+
+function lower(kind: Kind): string {
+  return kind.toLowerCase();
+}
+
+function refText(r: Resource): string {
+  return `${lower(r.kind)}/${NAMESPACED_KINDS.has(r.kind) ? `${r.metadata.namespace ?? 'default'}/` : ''}${r.metadata.name}`;
+}
+
+function checkWritable(res: Resource, where: string): void {
+  if (resolveKind(res.kind).readOnly) {
+    throw new CtlError(`${where}: ${res.kind} resources are written by the plugin only; they cannot be applied or deleted with netpluginctl`);
+  }
+}
+
+/** Prepares a resource for storage: pool defaults + validation against the store. */
+async function prepare(ds: Datastore, res: Resource, existing: Resource | undefined): Promise<Resource> {
+  if (res.kind !== 'IPPool') return res;
+  const pool = { ...res, spec: poolDefaults((res as Resource<'IPPool'>).spec) } as Resource<'IPPool'>;
+  const pools = await ds.list('IPPool');
+  validatePool(pool, pools.items, existing as Resource<'IPPool'> | undefined);
+  return pool;
+}
+
+function sameContent(a: Resource, b: Resource): boolean {
+  const norm = (r: Resource) => JSON.stringify([r.spec, r.metadata.labels ?? {}, r.metadata.annotations ?? {}]);
+  return norm(a) === norm(b);
+}
+
+async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
+  try {
+    return await ds.get(kind, name, ns);
+  } catch (e) {
+    if (DatastoreError.is(e, 'NotFound')) return undefined;
+    throw e;
+  }
+}
+
+export type WriteMode = 'apply' | 'create' | 'replace';
+
+/** One resource through apply/create/replace, retrying compare-and-swap conflicts (another writer raced us). */
+export async function writeResource(ds: Datastore, input: Resource, mode: WriteMode): Promise<'created' | 'configured' | 'unchanged' | 'replaced'> {
+  const { name, namespace } = input.metadata;
+  for (let attempt = 0; ; attempt++) {
+    const existing = await getOrUndefined(ds, input.kind, name, namespace);
+    try {
+      if (!existing) {
+        if (mode === 'replace') throw new CtlError(`${describeRef(input.kind, name, namespace)} does not exist; use 'netpluginctl create' or 'apply'`);
+        const res = await prepare(ds, input, undefined);
+        const meta = { ...res.metadata };
+        delete meta.resourceVersion;
+        delete meta.uid;
+        delete meta.creationTimestamp;
+        await ds.create({ ...res, metadata: meta });
+        return 'created';
+      }
+      if (mode === 'create') throw new CtlError(`${describeRef(input.kind, name, namespace)} already exists; use 'netpluginctl apply' or 'replace' to update it`);
+      const res = await prepare(ds, input, existing);
+      if (sameContent(res, existing)) return 'unchanged';
+      // replace honours a resourceVersion given in the file (optimistic concurrency for the operator); apply always writes over the latest.
+      const rv = mode === 'replace' && input.metadata.resourceVersion ? input.metadata.resourceVersion : existing.metadata.resourceVersion;
+      await ds.update({ ...res, metadata: { ...existing.metadata, labels: res.metadata.labels, annotations: res.metadata.annotations, resourceVersion: rv } });
+      return mode === 'replace' ? 'replaced' : 'configured';
+    } catch (e) {
+      const retry = (DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'AlreadyExists') || DatastoreError.is(e, 'NotFound')) && attempt < 4;
+      if (mode === 'replace' && DatastoreError.is(e, 'Conflict') && input.metadata.resourceVersion) {
+        throw new CtlError(`${describeRef(input.kind, name, namespace)} was modified since resourceVersion ${input.metadata.resourceVersion}; get it again and re-apply your change`);
+      }
+      if (!retry) throw e;
+    }
+  }
+}
+
+export async function cmdWrite(ds: Datastore, io: CtlIO, file: string, mode: WriteMode): Promise<number> {
+  const docs = await readManifests(file, io);
+  for (const d of docs) checkWritable(d.res, d.where);
+  let failed = 0;
+  for (const d of docs) {
+    try {
+      const r = await writeResource(ds, d.res, mode);
+      io.stdout(`${refText(d.res)} ${r}\n`);
+    } catch (e) {
+      // Keep going: with several documents, the operator wants every error at once.
+      failed++;
+      io.stderr(`error: ${errText(e)}\n`);
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+export function errText(e: unknown): string {
+  if (e instanceof CtlError) return e.message;
+  if (e instanceof DatastoreError) return `datastore (${e.kind}): ${e.message}`;
+  return e instanceof Error ? e.message : String(e);
+}
+
+export async function cmdDelete(
+  ds: Datastore,
+  io: CtlIO,
+  args: { kind?: string; names: string[]; file?: string; namespace?: string; force?: boolean; ignoreNotFound?: boolean },
+): Promise<number> {
+  const targets: Array<{ kind: Kind; name: string; namespace?: string }> = [];
+  if (args.file) {
+    if (args.kind || args.names.length) throw new CtlError(`delete takes either -f FILE or <kind> <name>, not both`);
+    for (const d of await readManifests(args.file, io)) {
+      checkWritable(d.res, d.where);
+      targets.push({ kind: d.res.kind, name: d.res.metadata.name, namespace: d.res.metadata.namespace });
+    }
+  } else {
+    if (!args.kind || args.names.length === 0) throw new CtlError(`delete needs <kind> <name> or -f FILE; e.g. 'netpluginctl delete ippool default-ipv4-ippool'`);
+    const info = resolveKind(args.kind);
+    if (info.readOnly) throw new CtlError(`${info.kind} resources are managed by the plugin; delete the workload instead`);
+    for (const n of args.names) targets.push({ kind: info.kind, name: n, namespace: NAMESPACED_KINDS.has(info.kind) ? (args.namespace ?? 'default') : undefined });
+  }
+  let failed = 0;
+  for (const t of targets) {
+    const ref = `${lower(t.kind)}/${t.namespace ? t.namespace + '/' : ''}${t.name}`;
+    try {
+      if (t.kind === 'IPPool') {
+        const pool = await getOrUndefined(ds, 'IPPool', t.name);
+        if (pool) {
+          const used = await poolAllocations(ds, pool.spec.cidr);
+          if (used.length && !args.force) {
+            const n = used.reduce((a, [, c]) => a + c, 0);
+            throw new CtlError(
+              `IPPool ${JSON.stringify(t.name)} (${pool.spec.cidr}) still has ${n} allocated address${n === 1 ? '' : 'es'} in ${used.length} block${used.length === 1 ? '' : 's'}; ` +
+                `recreate those workloads from another pool first (set spec.disabled: true to stop new allocations), or pass --force to delete it anyway`,
+            );
+          }
+          // The revision guard keeps us from deleting a pool someone changed after we checked it.
+          await ds.delete('IPPool', t.name, { revision: pool.metadata.resourceVersion });
+          if (used.length) io.stderr(`warning: ${ref} had allocations; those addresses stay in use until their workloads are deleted\n`);
+          io.stdout(`${ref} deleted\n`);
+          continue;
+        }
+      }
+      await ds.delete(t.kind, t.name, { namespace: t.namespace });
+      io.stdout(`${ref} deleted\n`);
+    } catch (e) {
+      if (DatastoreError.is(e, 'NotFound')) {
+        if (args.ignoreNotFound) continue;
+        failed++;
+        io.stderr(`error: ${describeRef(t.kind, t.name, t.namespace)} not found\n`);
+        continue;
+      }
+      failed++;
+      io.stderr(`error: ${errText(e)}\n`);
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+function age(ts: string | undefined, now = Date.now()): string {
+  if (!ts) return '';
+  const s = Math.max(0, Math.floor((now - Date.parse(ts)) / 1000));
+  if (!Number.isFinite(s)) return '';
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m`;
+  if (s < 172800) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resource) => string[] } {
+  const labels = (r: Resource) => Object.entries(r.metadata.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(',');
+  switch (kind) {
+    case 'IPPool':
+      return {
+        header: wide ? ['NAME', 'CIDR', 'BLOCKSIZE', 'IPIP', 'VXLAN', 'NAT', 'DISABLED', 'SELECTOR'] : ['NAME', 'CIDR', 'SELECTOR'],
+        row: (r) => {
+          const s = (r as Resource<'IPPool'>).spec;
+          return wide
+            ? [r.metadata.name, s.cidr, String(s.blockSize ?? ''), s.ipipMode ?? 'Never', s.vxlanMode ?? 'Never', String(s.natOutgoing ?? false), String(s.disabled ?? false), s.nodeSelector ?? 'all()']
+            : [r.metadata.name, s.cidr, s.nodeSelector ?? 'all()'];
+        },
+      };
+    case 'Node':
+      return {
+        header: wide ? ['NAME', 'ADDRESSES', 'PODCIDRS', 'LABELS'] : ['NAME', 'ADDRESSES'],
+        row: (r) => {
+          const s = (r as Resource<'Node'>).spec;
+          const addrs = (s.addresses ?? []).map((a) => a.address).join(',');
+          return wide ? [r.metadata.name, addrs, (s.podCIDRs ?? []).join(','), labels(r)] : [r.metadata.name, addrs];
+        },
+      };
+    case 'WorkloadEndpoint':
+      return {
+        header: wide ? ['NAMESPACE', 'NAME', 'WORKLOAD', 'NODE', 'NETWORKS', 'INTERFACE', 'CONTAINER'] : ['NAMESPACE', 'NAME', 'WORKLOAD', 'NODE', 'NETWORKS', 'INTERFACE'],
+        row: (r) => {
+          const s = (r as Resource<'WorkloadEndpoint'>).spec;
+          const base = [r.metadata.namespace ?? '', r.metadata.name, s.workload ?? s.pod ?? '', s.node, s.ipNetworks.join(','), s.interfaceName];
+          return wide ? [...base, s.containerID] : base;
+        },
+      };
+    case 'HostEndpoint':
+      return {
+        header: ['NAME', 'NODE', 'INTERFACE', 'EXPECTEDIPS'],
+        row: (r) => {
+          const s = (r as Resource<'HostEndpoint'>).spec;
+          return [r.metadata.name, s.node, s.interfaceName ?? '*', (s.expectedIPs ?? []).join(',')];
+        },
+      };
+    case 'ClusterInformation':
+      return {
+        header: ['NAME', 'VERSION', 'TYPE', 'READY', 'GUID'],
+        row: (r) => {
+          const s = (r as Resource<'ClusterInformation'>).spec;
+          return [r.metadata.name, s.netpluginVersion ?? '', s.clusterType ?? '', String(s.datastoreReady ?? false), s.clusterGUID ?? ''];
+        },
+      };
+    case 'IPAMConfig':
+      return {
+        header: ['NAME', 'STRICTAFFINITY', 'MAXBLOCKSPERHOST', 'AUTOALLOCATEBLOCKS'],
+        row: (r) => {
+          const s = (r as Resource<'IPAMConfig'>).spec;
+          return [r.metadata.name, String(s.strictAffinity ?? false), String(s.maxBlocksPerHost ?? 0), String(s.autoAllocateBlocks ?? true)];
+        },
+      };
+    case 'NetworkPolicy':
+    case 'GlobalNetworkPolicy':
+      return {
+        header: [...(kind === 'NetworkPolicy' ? ['NAMESPACE'] : []), 'NAME', 'ORDER', 'SELECTOR'],
+        row: (r) => {
+          const s = (r as Resource<'NetworkPolicy'>).spec;
+          return [...(kind === 'NetworkPolicy' ? [r.metadata.namespace ?? ''] : []), r.metadata.name, s.order === undefined ? '' : String(s.order), String(s.selector ?? 'all()')];
+        },
+      };
+    default:
+      return { header: wide ? ['NAME', 'AGE', 'LABELS'] : ['NAME', 'AGE'], row: (r) => (wide ? [r.metadata.name, age(r.metadata.creationTimestamp), labels(r)] : [r.metadata.name, age(r.metadata.creationTimestamp)]) };
+  }
+}
+
+export async function formatResources(items: Resource[], kind: Kind, format: OutputFormat, single: boolean, allNamespaces = false): Promise<string> {
+  const obj = single ? items[0] : { apiVersion: 'netplugin.org/v3', kind: `${kind}List`, items };
+  if (format === 'json') return JSON.stringify(obj, null, 2) + '\n';
+  if (format === 'yaml') return (await loadYaml()).stringify(obj);
+  const { header, row } = columns(kind, format === 'wide');
+  let h = header;
+  let rows = items.map(row);
+  // Namespace column only matters when listing across namespaces.
+  if (NAMESPACED_KINDS.has(kind) && !allNamespaces && h[0] === 'NAMESPACE') {
+    h = h.slice(1);
+    rows = rows.map((r) => r.slice(1));
+  }
+  return table(h, rows);
+}
+
+export async function cmdGet(
+  ds: Datastore,
+  io: CtlIO,
+  args: { kind: string; names: string[]; namespace?: string; allNamespaces?: boolean; output?: string; selector?: string },
+): Promise<number> {
+  const info = resolveKind(args.kind);
+  const format = outputFormat(args.output);
+  const namespaced = NAMESPACED_KINDS.has(info.kind);
+  if (args.names.length) {
+    if (args.allNamespaces) throw new CtlError(`-A cannot be combined with a name; give the namespace with -n`);
+    const items: Resource[] = [];
+    let failed = 0;
+    for (const name of args.names) {
+      const ns = namespaced ? (args.namespace ?? 'default') : undefined;
+      try {
+        items.push(await ds.get(info.kind, name, ns));
+      } catch (e) {
+        if (!DatastoreError.is(e, 'NotFound')) throw e;
+        failed++;
+        io.stderr(`error: ${describeRef(info.kind, name, ns)} not found\n`);
+      }
+    }
+    if (items.length) io.stdout(await formatResources(items, info.kind, format, args.names.length === 1, false));
+    return failed ? 1 : 0;
+  }
+  const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
+  const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector });
+  if (format === 'table' || format === 'wide') {
+    if (list.items.length === 0) {
+      io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
+      return 0;
+    }
+  }
+  io.stdout(await formatResources(list.items, info.kind, format, false, Boolean(args.allNamespaces)));
+  return 0;
+}

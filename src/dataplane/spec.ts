@@ -1,0 +1,103 @@
+// The dataplane's input: plain data, never Kubernetes types. Validation names
+// the field, the value and the fix.
+import { SocketAddress, isIP } from 'node:net';
+
+export interface WorkloadSpec {
+  /** The container's network namespace: /var/run/netns/<name> or /proc/<pid>/ns/net. */
+  netnsPath: string;
+  /** Interface name inside the container (CNI_IFNAME), e.g. 'eth0'. */
+  ifname: string;
+  /** Host-side veth name (see hostVethName). */
+  hostIfname: string;
+  mtu?: number;
+  /** num_rx_queues and num_tx_queues of both veth ends (netconf num_queues, default 1). */
+  numQueues: number;
+  /** Host veth MAC, e.g. 'ee:ee:ee:ee:ee:ee'. */
+  hostMac: string;
+  /** Container interface MAC; the kernel picks a random one when absent. */
+  containerMac?: string;
+  /** The pod's own addresses with the prefix as given: '10.0.0.5/32', 'fd00::5/128'. */
+  addresses: string[];
+  allowIpForwarding: boolean;
+  /** Namespace playing the host (tests, nested setups); default: the caller's namespace. */
+  hostNetnsPath?: string;
+}
+
+export interface WorkloadState {
+  hostIfname: string;
+  hostIndex: number;
+  containerMac: string;
+  containerIndex: number;
+  mtu: number;
+}
+
+export interface TeardownOptions {
+  netnsPath?: string;
+  ifname: string;
+  hostIfname: string;
+  /** As in WorkloadSpec. */
+  hostNetnsPath?: string;
+}
+
+export interface ParsedAddress {
+  cidr: string;
+  ip: string;
+  family: 4 | 6;
+  prefixLen: number;
+}
+
+const IFNAME = /^[^/:\s]{1,15}$/;
+const MAC = /^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/;
+
+function bad(fn: string, field: string, value: unknown, must: string): never {
+  throw new TypeError(`${fn}: ${field} must be ${must}, got ${JSON.stringify(value) ?? String(value)}`);
+}
+
+export function checkIfname(fn: string, field: string, v: unknown): string {
+  if (typeof v !== 'string' || !IFNAME.test(v) || v === '.' || v === '..') {
+    bad(fn, field, v, "an interface name of 1-15 bytes without '/', ':' or whitespace");
+  }
+  return v;
+}
+
+export function checkPath(fn: string, field: string, v: unknown): string {
+  if (typeof v !== 'string' || !v.startsWith('/')) bad(fn, field, v, 'an absolute path to a network namespace (e.g. /var/run/netns/<name>)');
+  return v;
+}
+
+export function parseAddress(fn: string, field: string, v: unknown): ParsedAddress {
+  const must = "an address with its prefix length, e.g. '10.0.0.5/32' or 'fd00::5/128'";
+  if (typeof v !== 'string') bad(fn, field, v, must);
+  const slash = v.indexOf('/');
+  if (slash < 0) bad(fn, field, v, must);
+  const ip = v.slice(0, slash);
+  const fam = isIP(ip);
+  const len = Number(v.slice(slash + 1));
+  if (!fam || !/^\d{1,3}$/.test(v.slice(slash + 1)) || len > (fam === 4 ? 32 : 128)) bad(fn, field, v, must);
+  // The kernel reports addresses in canonical form (fd00::5, lower case); so do we.
+  const canon = fam === 6 ? new SocketAddress({ address: ip, family: 'ipv6' }).address : ip;
+  return { cidr: `${canon}/${len}`, ip: canon, family: fam as 4 | 6, prefixLen: len };
+}
+
+export interface ValidSpec extends WorkloadSpec {
+  parsed: ParsedAddress[];
+}
+
+export function validateSpec(fn: string, spec: unknown): ValidSpec {
+  if (typeof spec !== 'object' || spec === null) bad(fn, 'spec', spec, 'a WorkloadSpec object');
+  const s = spec as WorkloadSpec;
+  checkPath(fn, 'spec.netnsPath', s.netnsPath);
+  if (s.hostNetnsPath !== undefined) checkPath(fn, 'spec.hostNetnsPath', s.hostNetnsPath);
+  checkIfname(fn, 'spec.ifname', s.ifname);
+  checkIfname(fn, 'spec.hostIfname', s.hostIfname);
+  if (s.mtu !== undefined && !(Number.isInteger(s.mtu) && s.mtu >= 68 && s.mtu <= 65535)) bad(fn, 'spec.mtu', s.mtu, 'an integer 68..65535 (or unset for the kernel default)');
+  if (!(Number.isInteger(s.numQueues) && s.numQueues >= 1 && s.numQueues <= 4096)) bad(fn, 'spec.numQueues', s.numQueues, 'an integer 1..4096 (netconf num_queues, default 1)');
+  if (typeof s.hostMac !== 'string' || !MAC.test(s.hostMac)) bad(fn, 'spec.hostMac', s.hostMac, "a MAC address like 'ee:ee:ee:ee:ee:ee'");
+  if (s.containerMac !== undefined && (typeof s.containerMac !== 'string' || !MAC.test(s.containerMac))) {
+    bad(fn, 'spec.containerMac', s.containerMac, "a MAC address like '02:42:0a:00:00:05' (or unset for a random one)");
+  }
+  if (typeof s.allowIpForwarding !== 'boolean') bad(fn, 'spec.allowIpForwarding', s.allowIpForwarding, 'a boolean (container_settings.allow_ip_forwarding)');
+  if (!Array.isArray(s.addresses)) bad(fn, 'spec.addresses', s.addresses, "an array of addresses like ['10.0.0.5/32']");
+  const parsed = s.addresses.map((a, i) => parseAddress(fn, `spec.addresses[${i}]`, a));
+  return { ...s, hostMac: s.hostMac.toLowerCase(), containerMac: s.containerMac?.toLowerCase(), parsed };
+}

@@ -1,0 +1,256 @@
+// One pod interface: a veth pair whose container end is created straight in the
+// pod's namespace, /32 and /128 addresses, routes via a link-scope gateway
+// (169.254.1.1, answered by proxy ARP on the host end) and the host-side
+// routes and sysctls that make the host the pod's only router.
+import { NetlinkError, netlink, openNetns, type Netlink, type NetNS } from '../native/index.js';
+import { linkLocalFromMac } from './names.js';
+import { checkIfname, checkPath, validateSpec, type TeardownOptions, type ValidSpec, type WorkloadSpec, type WorkloadState } from './spec.js';
+
+/** The IPv4 next hop every pod uses; it exists nowhere, the host veth answers ARP for it (proxy_arp). */
+export const GATEWAY_V4 = '169.254.1.1';
+
+const RT_SCOPE_LINK = 253;
+const IFA_F_TENTATIVE = 0x40;
+const IFA_F_DADFAILED = 0x08;
+
+interface Handles {
+  hostNs?: NetNS;
+  ns?: NetNS;
+  host?: Netlink;
+  cont?: Netlink;
+}
+
+function closeAll(h: Handles): void {
+  h.cont?.close();
+  h.host?.close();
+  h.ns?.close();
+  h.hostNs?.close();
+}
+
+function hostHandle(h: Handles, hostNetnsPath: string | undefined): Netlink {
+  if (hostNetnsPath) h.hostNs = openNetns(hostNetnsPath);
+  h.host = netlink(h.hostNs);
+  return h.host;
+}
+
+/** Creates the pod interface; on any failure removes what it made and rethrows. */
+export function setupWorkload(spec: WorkloadSpec): WorkloadState {
+  const s = validateSpec('setupWorkload', spec);
+  const h: Handles = {};
+  let created = false;
+  try {
+    h.ns = openNetns(s.netnsPath);
+    const host = hostHandle(h, s.hostNetnsPath);
+    const cont = (h.cont = netlink(h.ns));
+    // A veth of this name is a leftover of an earlier sandbox of the same pod
+    // (the name is derived from the pod, not the container): replace it.
+    // (RTM_GETLINK first: a miss costs ~25 µs, a failed RTM_DELLINK ~60 µs.)
+    if (host.linkFind(s.hostIfname)) host.linkDel(s.hostIfname);
+    host.vethAdd({
+      name: s.hostIfname,
+      peerName: s.ifname,
+      peerNetns: h.ns,
+      ...(s.mtu !== undefined && { mtu: s.mtu }),
+      mac: s.hostMac,
+      ...(s.containerMac !== undefined && { peerMac: s.containerMac }),
+      numRxQueues: s.numQueues,
+      numTxQueues: s.numQueues,
+    });
+    created = true;
+    configureHost(host, s);
+    const c = configureContainer(cont, s);
+    for (const a of s.parsed) {
+      // replace, not add: a route to this address left by a dead pod on another device must move here.
+      host.routeReplace({ dst: `${a.ip}/${a.family === 4 ? 32 : 128}`, dev: s.hostIfname, scope: 'link' });
+    }
+    return { hostIfname: s.hostIfname, hostIndex: c.parentIndex ?? host.linkGet(s.hostIfname).index, containerMac: c.mac, containerIndex: c.index, mtu: c.mtu };
+  } catch (e) {
+    if (created) {
+      try {
+        // Deleting one end removes the pair, whatever the container side holds by now.
+        h.host!.linkDel(s.hostIfname);
+      } catch {
+        /* the original error is the one to report */
+      }
+    }
+    throw e;
+  } finally {
+    closeAll(h);
+  }
+}
+
+function hasFamily(s: ValidSpec, f: 4 | 6): boolean {
+  return s.parsed.some((a) => a.family === f);
+}
+
+function configureHost(host: Netlink, s: ValidSpec): void {
+  const n = s.hostIfname;
+  if (hasFamily(s, 4)) {
+    // The pod's gateway 169.254.1.1 exists nowhere: the host end answers ARP for
+    // every address (proxy_arp) at once (proxy_delay 0) and routes the packets.
+    host.sysctlSet(`net.ipv4.conf.${n}.proxy_arp`, 1);
+    host.sysctlSet(`net.ipv4.neigh.${n}.proxy_delay`, 0);
+    host.sysctlSet(`net.ipv4.conf.${n}.forwarding`, 1);
+    host.sysctlSet(`net.ipv4.conf.${n}.route_localnet`, 1);
+  }
+  if (hasFamily(s, 6)) {
+    // DAD off before the link comes up: the link-local the pod routes through
+    // must be usable at once, not after ~1 s of tentative state.
+    host.sysctlSet(`net.ipv6.conf.${n}.accept_dad`, 0);
+    host.sysctlSet(`net.ipv6.conf.${n}.proxy_ndp`, 1);
+    host.sysctlSet(`net.ipv6.conf.${n}.accept_ra`, 0);
+    host.sysctlSet(`net.ipv6.conf.${n}.forwarding`, 1);
+    // Added explicitly (the kernel would add the same EUI-64 address on link up,
+    // and then ignores its own duplicate) so it exists before the pod's routes use it.
+    host.addrAdd(n, `${linkLocalFromMac(s.hostMac)}/64`, { nodad: true });
+  }
+  host.linkSet(n, { up: true });
+}
+
+function configureContainer(cont: Netlink, s: ValidSpec) {
+  const n = s.ifname;
+  const v4 = hasFamily(s, 4);
+  const v6 = hasFamily(s, 6);
+  if (v6) cont.sysctlSet(`net.ipv6.conf.${n}.accept_dad`, 0);
+  for (const a of s.parsed) cont.addrAdd(n, a.cidr, a.family === 6 ? { nodad: true } : undefined);
+  cont.linkSet(n, { up: true });
+  if (v4) {
+    cont.routeAdd({ dst: `${GATEWAY_V4}/32`, dev: n, scope: 'link' });
+    cont.routeAdd({ dst: 'default', gateway: GATEWAY_V4, dev: n });
+    // A permanent entry saves the first packet an ARP round trip.
+    cont.neighSet({ dev: n, dst: GATEWAY_V4, lladdr: s.hostMac });
+  }
+  if (v6) {
+    const gw = linkLocalFromMac(s.hostMac);
+    cont.routeAdd({ dst: '::/0', gateway: gw, dev: n });
+    cont.neighSet({ dev: n, dst: gw, lladdr: s.hostMac });
+  }
+  const fwd = s.allowIpForwarding ? 1 : 0;
+  // Written explicitly either way: a namespace may come with forwarding on.
+  cont.sysctlSet('net.ipv4.ip_forward', fwd);
+  if (v6) cont.sysctlSet('net.ipv6.conf.all.forwarding', fwd);
+  return cont.linkGet(n);
+}
+
+/**
+ * Removes the pod interface. With the netns given and present, the container end is
+ * deleted inside it (never a same-named host veth that may belong to a newer sandbox);
+ * otherwise the host end is deleted by name. Missing netns or link: { removed: false }.
+ */
+export function teardownWorkload(o: TeardownOptions): { removed: boolean } {
+  const fn = 'teardownWorkload';
+  if (typeof o !== 'object' || o === null) throw new TypeError(`${fn}: options must be an object, got ${String(o)}`);
+  checkIfname(fn, 'options.ifname', o.ifname);
+  checkIfname(fn, 'options.hostIfname', o.hostIfname);
+  if (o.netnsPath !== undefined && o.netnsPath !== '') checkPath(fn, 'options.netnsPath', o.netnsPath);
+  if (o.hostNetnsPath !== undefined) checkPath(fn, 'options.hostNetnsPath', o.hostNetnsPath);
+  const h: Handles = {};
+  try {
+    if (o.netnsPath) {
+      try {
+        h.ns = openNetns(o.netnsPath);
+      } catch (e) {
+        // Gone (ENOENT) or already unmounted into a plain file (EINVAL): the kernel
+        // removed the veth pair with the namespace, or will when its last user exits.
+        if (!NetlinkError.is(e, 'ENOENT') && !NetlinkError.is(e, 'EINVAL')) throw e;
+      }
+    }
+    if (h.ns) {
+      const cont = (h.cont = netlink(h.ns));
+      return { removed: delIfExists(cont, o.ifname) };
+    }
+    return { removed: delIfExists(hostHandle(h, o.hostNetnsPath), o.hostIfname) };
+  } finally {
+    closeAll(h);
+  }
+}
+
+function delIfExists(nl: Netlink, name: string): boolean {
+  try {
+    nl.linkDel(name);
+    return true;
+  } catch (e) {
+    if (NetlinkError.is(e, 'ENODEV')) return false;
+    throw e;
+  }
+}
+
+/** Compares the kernel's state with the spec; returns one line per drift, [] when all is as set up. */
+export function checkWorkload(spec: WorkloadSpec, expect: { containerMac: string }): string[] {
+  const s = validateSpec('checkWorkload', spec);
+  const drift: string[] = [];
+  const h: Handles = {};
+  try {
+    try {
+      h.ns = openNetns(s.netnsPath);
+    } catch (e) {
+      if (NetlinkError.is(e)) return [`container netns ${s.netnsPath} cannot be opened: ${e.code}`];
+      throw e;
+    }
+    const host = hostHandle(h, s.hostNetnsPath);
+    const cont = (h.cont = netlink(h.ns));
+    const c = cont.linkFind(s.ifname);
+    const hl = host.linkFind(s.hostIfname);
+    if (!c) drift.push(`container interface ${s.ifname} is missing`);
+    if (!hl) drift.push(`host veth ${s.hostIfname} is missing`);
+    if (!c || !hl) return drift;
+    const want = (what: string, got: unknown, exp: unknown) => {
+      if (got !== exp) drift.push(`${what} is ${JSON.stringify(got)}, expected ${JSON.stringify(exp)}`);
+    };
+    want(`${s.ifname} kind`, c.kind, 'veth');
+    want(`${s.ifname} MAC`, c.mac, expect.containerMac.toLowerCase());
+    want(`${s.ifname} up`, c.up, true);
+    want(`${s.hostIfname} MAC`, hl.mac, s.hostMac);
+    want(`${s.hostIfname} up`, hl.up, true);
+    if (c.parentIndex !== hl.index || hl.parentIndex !== c.index) drift.push(`${s.hostIfname} and ${s.ifname} are not the two ends of one veth pair`);
+    if (s.mtu !== undefined) {
+      want(`${s.ifname} MTU`, c.mtu, s.mtu);
+      want(`${s.hostIfname} MTU`, hl.mtu, s.mtu);
+    }
+    want(`${s.ifname} rx queues`, c.numRxQueues, s.numQueues);
+    want(`${s.ifname} tx queues`, c.numTxQueues, s.numQueues);
+
+    const addrs = cont.addrList({ link: c.index });
+    for (const a of s.parsed) {
+      const got = addrs.find((x) => x.address === a.ip && x.prefixLen === a.prefixLen);
+      if (!got) drift.push(`address ${a.cidr} is missing on ${s.ifname}`);
+      else if (got.flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED)) drift.push(`address ${a.cidr} on ${s.ifname} is tentative or failed DAD`);
+    }
+    if (hasFamily(s, 4)) {
+      const r4 = cont.routeList({ family: 4 });
+      if (!r4.some((r) => r.dst === `${GATEWAY_V4}/32` && r.oif === c.index && r.scope === RT_SCOPE_LINK)) {
+        drift.push(`container route ${GATEWAY_V4}/32 scope link dev ${s.ifname} is missing`);
+      }
+      if (!r4.some((r) => r.dst === '0.0.0.0/0' && r.gateway === GATEWAY_V4 && r.oif === c.index)) {
+        drift.push(`container default route via ${GATEWAY_V4} dev ${s.ifname} is missing`);
+      }
+      const sys = (k: string, v: string) => want(`host sysctl ${k}`, host.sysctlGet(k), v);
+      sys(`net.ipv4.conf.${s.hostIfname}.proxy_arp`, '1');
+      sys(`net.ipv4.neigh.${s.hostIfname}.proxy_delay`, '0');
+      sys(`net.ipv4.conf.${s.hostIfname}.forwarding`, '1');
+      sys(`net.ipv4.conf.${s.hostIfname}.route_localnet`, '1');
+    }
+    if (hasFamily(s, 6)) {
+      const gw = linkLocalFromMac(s.hostMac);
+      if (!cont.routeList({ family: 6 }).some((r) => r.dst === '::/0' && r.gateway === gw && r.oif === c.index)) {
+        drift.push(`container default route via ${gw} dev ${s.ifname} is missing`);
+      }
+      const sys = (k: string, v: string) => want(`host sysctl ${k}`, host.sysctlGet(k), v);
+      sys(`net.ipv6.conf.${s.hostIfname}.proxy_ndp`, '1');
+      sys(`net.ipv6.conf.${s.hostIfname}.forwarding`, '1');
+      sys(`net.ipv6.conf.${s.hostIfname}.accept_ra`, '0');
+    }
+    const fwd = s.allowIpForwarding ? '1' : '0';
+    want('container sysctl net.ipv4.ip_forward', cont.sysctlGet('net.ipv4.ip_forward'), fwd);
+    if (hasFamily(s, 6)) want('container sysctl net.ipv6.conf.all.forwarding', cont.sysctlGet('net.ipv6.conf.all.forwarding'), fwd);
+
+    const hostRoutes = host.routeList({ link: hl.index });
+    for (const a of s.parsed) {
+      const dst = `${a.ip}/${a.family === 4 ? 32 : 128}`;
+      if (!hostRoutes.some((r) => r.dst === dst)) drift.push(`host route ${dst} dev ${s.hostIfname} is missing`);
+    }
+    return drift;
+  } finally {
+    closeAll(h);
+  }
+}

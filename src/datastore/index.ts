@@ -1,0 +1,70 @@
+// Opens the datastore the configuration names. Each backend module is imported
+// dynamically so a per-pod run loads only the one it uses (and etcd3 /
+// node:https clients only then).
+import { DatastoreError } from '../errors.js';
+import type { Datastore } from './types.js';
+
+export type { Datastore } from './types.js';
+
+/** The netconf's datastore fields (same names), so the plugin passes its parsed netconf. */
+export interface DatastoreConfig {
+  datastore_type?: 'etcdv3' | 'kubernetes';
+  etcd_endpoints?: string;
+  etcd_discovery_srv?: string;
+  etcd_key_file?: string;
+  etcd_cert_file?: string;
+  etcd_ca_cert_file?: string;
+  /** Deprecated: used only when etcd_endpoints is unset. */
+  etcd_authority?: string;
+  /** Deprecated: http or https, with etcd_authority. */
+  etcd_scheme?: string;
+  kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
+  /** Default per-call deadline in ms (10 s). */
+  timeoutMs?: number;
+}
+
+export async function openDatastore(conf: DatastoreConfig): Promise<Datastore> {
+  const type = conf.datastore_type ?? 'etcdv3';
+  switch (type) {
+    case 'etcdv3': {
+      const { EtcdDatastore } = await import('./etcd.js');
+      return EtcdDatastore.open(conf);
+    }
+    case 'kubernetes': {
+      const { KubernetesDatastore } = await import('./kubernetes.js');
+      return KubernetesDatastore.open(conf);
+    }
+    default:
+      throw new DatastoreError('Invalid', `datastore_type=${JSON.stringify(type)} is not supported; use "etcdv3" or "kubernetes"`);
+  }
+}
+
+/** The CLI's configuration, from the environment variables calicoctl-style tools use. */
+export function datastoreConfigFromEnv(env: Record<string, string | undefined>): DatastoreConfig {
+  const conf: DatastoreConfig = {};
+  const t = env.DATASTORE_TYPE;
+  if (t !== undefined && t !== '') {
+    if (t !== 'etcdv3' && t !== 'kubernetes') throw new DatastoreError('Invalid', `DATASTORE_TYPE=${t} is not supported; use etcdv3 or kubernetes`);
+    conf.datastore_type = t;
+  }
+  const set = (k: keyof DatastoreConfig & string, v: string | undefined) => {
+    if (v) (conf as Record<string, unknown>)[k] = v;
+  };
+  set('etcd_endpoints', env.ETCD_ENDPOINTS);
+  set('etcd_discovery_srv', env.ETCD_DISCOVERY_SRV);
+  set('etcd_key_file', env.ETCD_KEY_FILE);
+  set('etcd_cert_file', env.ETCD_CERT_FILE);
+  set('etcd_ca_cert_file', env.ETCD_CA_CERT_FILE);
+  if (env.KUBECONFIG || env.K8S_API_ROOT) {
+    conf.kubernetes = {};
+    // KUBECONFIG may be a ':'-separated list (kubectl merges them); we use the first.
+    if (env.KUBECONFIG) conf.kubernetes.kubeconfig = env.KUBECONFIG.split(':')[0];
+    if (env.K8S_API_ROOT) conf.kubernetes.k8s_api_root = env.K8S_API_ROOT;
+  }
+  if (env.DATASTORE_TIMEOUT_MS) {
+    const n = Number(env.DATASTORE_TIMEOUT_MS);
+    if (!Number.isInteger(n) || n <= 0) throw new DatastoreError('Invalid', `DATASTORE_TIMEOUT_MS=${env.DATASTORE_TIMEOUT_MS} must be a positive integer (milliseconds)`);
+    conf.timeoutMs = n;
+  }
+  return conf;
+}

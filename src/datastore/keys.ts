@@ -1,0 +1,101 @@
+// Where each kind lives: the Kubernetes plural (CRD resource name) and the etcd
+// key layout. Both backends and the CLI use this one table.
+import { DatastoreError } from '../errors.js';
+import { NAMESPACED_KINDS, type Kind } from './types.js';
+import { blockFamily, parseAffinityName } from './names.js';
+
+export const PLURALS: Readonly<Record<Kind, string>> = {
+  IPPool: 'ippools',
+  IPAMBlock: 'ipamblocks',
+  BlockAffinity: 'blockaffinities',
+  IPAMHandle: 'ipamhandles',
+  IPAMConfig: 'ipamconfigs',
+  WorkloadEndpoint: 'workloadendpoints',
+  ClusterInformation: 'clusterinformations',
+  Node: 'nodes',
+  HostEndpoint: 'hostendpoints',
+  KubeControllersConfiguration: 'kubecontrollersconfigurations',
+  Profile: 'profiles',
+  NetworkPolicy: 'networkpolicies',
+  GlobalNetworkPolicy: 'globalnetworkpolicies',
+};
+
+export const KINDS = Object.keys(PLURALS) as Kind[];
+
+export function isKind(s: string): s is Kind {
+  return Object.prototype.hasOwnProperty.call(PLURALS, s);
+}
+
+export const RESOURCE_PREFIX = '/netplugin/resources/v3/netplugin.org/';
+export const IPAM_PREFIX = '/netplugin/ipam/v2/';
+
+const IPAM_KINDS: ReadonlySet<Kind> = new Set<Kind>(['IPAMBlock', 'BlockAffinity', 'IPAMHandle', 'IPAMConfig']);
+
+function invalidName(kind: Kind, name: string, why: string): DatastoreError {
+  return new DatastoreError('Invalid', `${kind} name ${JSON.stringify(name)} is invalid: ${why}`);
+}
+
+/** Names become path segments (etcd keys, URL paths): no '/' and not empty. */
+export function checkName(kind: Kind, name: string): void {
+  if (!name || name.includes('/') || name === '.' || name === '..') {
+    throw invalidName(kind, name, 'a name must be non-empty and must not contain "/"');
+  }
+}
+
+/** The etcd key of one object. */
+export function etcdKey(kind: Kind, name: string, namespace?: string): string {
+  checkName(kind, name);
+  switch (kind) {
+    case 'IPAMBlock':
+      return `${IPAM_PREFIX}assignment/ipv${blockFamily(name)}/block/${name}`;
+    case 'BlockAffinity': {
+      const a = parseAffinityName(name);
+      if (!a) throw invalidName(kind, name, 'expected <node>-ipv4-<block> or <node>-ipv6-<block> (names.ts affinityName)');
+      return `${IPAM_PREFIX}host/${a.node}/ipv${a.family}/block/${a.block}`;
+    }
+    case 'IPAMHandle':
+      return `${IPAM_PREFIX}handle/${name}`;
+    case 'IPAMConfig':
+      if (name !== 'default') throw invalidName(kind, name, 'IPAMConfig is a singleton named "default"');
+      return `${IPAM_PREFIX}config`;
+    default:
+      if (NAMESPACED_KINDS.has(kind)) {
+        const ns = namespace || 'default';
+        if (ns.includes('/')) throw new DatastoreError('Invalid', `namespace ${JSON.stringify(ns)} is invalid: it must not contain "/"`);
+        return `${RESOURCE_PREFIX}${PLURALS[kind]}/${ns}/${name}`;
+      }
+      return `${RESOURCE_PREFIX}${PLURALS[kind]}/${name}`;
+  }
+}
+
+/**
+ * The narrowest etcd key prefix that holds every object of `kind` matching
+ * namespace/namePrefix; callers still filter names client-side.
+ */
+export function etcdListPrefix(kind: Kind, namespace?: string, namePrefix = ''): string {
+  switch (kind) {
+    case 'IPAMBlock':
+      return `${IPAM_PREFIX}assignment/`;
+    case 'BlockAffinity': {
+      // The block part of an affinity name is [0-9a-f.-] only, so a prefix that
+      // already contains "-ipv4-"/"-ipv6-" names exactly one node.
+      const m = /^(.+)-ipv([46])-([0-9a-f.-]*)$/.exec(namePrefix);
+      if (m && !m[1]!.includes('/')) return `${IPAM_PREFIX}host/${m[1]}/ipv${m[2]}/block/${m[3]}`;
+      return `${IPAM_PREFIX}host/`;
+    }
+    case 'IPAMHandle':
+      return `${IPAM_PREFIX}handle/${namePrefix.includes('/') ? '' : namePrefix}`;
+    case 'IPAMConfig':
+      return `${IPAM_PREFIX}config`;
+    default: {
+      const base = `${RESOURCE_PREFIX}${PLURALS[kind]}/`;
+      const safePrefix = namePrefix.includes('/') ? '' : namePrefix;
+      if (NAMESPACED_KINDS.has(kind)) return namespace !== undefined ? `${base}${namespace}/${safePrefix}` : base;
+      return `${base}${safePrefix}`;
+    }
+  }
+}
+
+export function isIpamKind(kind: Kind): boolean {
+  return IPAM_KINDS.has(kind);
+}

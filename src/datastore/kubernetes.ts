@@ -1,0 +1,431 @@
+// Kubernetes API backend: every kind is a custom resource in netplugin.org/v3
+// (deploy/crds), versioned by metadata.resourceVersion, except WorkloadEndpoint,
+// which is derived from its Pod plus the annotations the plugin writes on it
+// (so RBAC needs only get/list/watch/patch on pods, and the endpoint's
+// lifetime is the pod's). Loaded only by dynamic import from ./index.ts.
+import { DatastoreError } from '../errors.js';
+import { createKubeClient, type KubeClient, type KubeList, type KubeObject, type KubePod, type WatchHandle } from '../k8s/client.js';
+import { parseSelector } from '../selector/index.js';
+import { PLURALS, checkName } from './keys.js';
+import { parseWorkloadEndpointName, workloadEndpointName } from './names.js';
+import { podEndpointAttributes } from '../k8s/workload.js';
+import { validateResource } from './schemas.js';
+import {
+  API_GROUP,
+  API_VERSION,
+  NAMESPACED_KINDS,
+  type CallOptions,
+  type Datastore,
+  type Kind,
+  type ListOptions,
+  type ListResult,
+  type ObjectMeta,
+  type Resource,
+  type Watch,
+  type WatchEvent,
+  type WorkloadEndpointSpec,
+} from './types.js';
+import type { DatastoreConfig } from './index.js';
+
+/** Pod annotations that hold a WorkloadEndpoint in Kubernetes mode. */
+export const WEP_ANNOTATIONS = {
+  containerID: 'cni.netplugin.org/containerID',
+  /** The first address, in CIDR form (`10.0.0.5/32`). */
+  podIP: 'cni.netplugin.org/podIP',
+  /** All addresses, comma-separated CIDRs. */
+  podIPs: 'cni.netplugin.org/podIPs',
+  /** The host-side veth. */
+  interfaceName: 'cni.netplugin.org/interfaceName',
+  /** The container-side interface's MAC. */
+  mac: 'cni.netplugin.org/mac',
+  /** The container-side interface name when not eth0. */
+  endpoint: 'cni.netplugin.org/endpoint',
+  /** Floating IP NAT mappings, JSON array of {internalIP, externalIP}. */
+  ipNATs: 'cni.netplugin.org/ipNATs',
+} as const;
+
+const ORCHESTRATOR = 'k8s';
+const MAX_CREATE_RETRIES = 5;
+
+function label(kind: Kind, name: string, namespace?: string): string {
+  return `${kind} ${NAMESPACED_KINDS.has(kind) ? `${namespace || 'default'}/` : ''}${name}`;
+}
+
+function crdPath(kind: Kind, namespace?: string, name?: string): string {
+  const ns = NAMESPACED_KINDS.has(kind) && namespace !== undefined ? `/namespaces/${encodeURIComponent(namespace)}` : '';
+  return `/apis/${API_GROUP}/v3${ns}/${PLURALS[kind]}${name !== undefined ? `/${encodeURIComponent(name)}` : ''}`;
+}
+
+function podsPath(namespace?: string, name?: string): string {
+  const ns = namespace !== undefined ? `/namespaces/${encodeURIComponent(namespace)}` : '';
+  return `/api/v1${ns}/pods${name !== undefined ? `/${encodeURIComponent(name)}` : ''}`;
+}
+
+/** The subset of Kubernetes ObjectMeta our resources carry (no managedFields etc.). */
+function ourMeta(m: KubeObject['metadata'], namespaced: boolean): ObjectMeta {
+  const meta: ObjectMeta = { name: m.name };
+  if (namespaced && m.namespace) meta.namespace = m.namespace;
+  for (const k of ['resourceVersion', 'uid', 'creationTimestamp'] as const) if (typeof m[k] === 'string') meta[k] = m[k] as string;
+  if (m.labels && Object.keys(m.labels).length) meta.labels = m.labels;
+  if (m.annotations && Object.keys(m.annotations).length) meta.annotations = m.annotations;
+  if (Array.isArray(m.ownerReferences) && m.ownerReferences.length) meta.ownerReferences = m.ownerReferences as ObjectMeta['ownerReferences'];
+  return meta;
+}
+
+/** A pod's WorkloadEndpoint, or undefined when the plugin has not written one. */
+export function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'> | undefined {
+  const a = pod.metadata.annotations ?? {};
+  const containerID = a[WEP_ANNOTATIONS.containerID];
+  if (!containerID) return undefined;
+  const ns = pod.metadata.namespace ?? 'default';
+  const node = pod.spec?.nodeName ?? '';
+  const endpoint = a[WEP_ANNOTATIONS.endpoint] || 'eth0';
+  // Labels, profiles and ports exactly as the plugin builds them (k8s/workload.ts),
+  // so an endpoint reads back the same from either datastore.
+  const attrs = podEndpointAttributes(pod);
+  const ips = (a[WEP_ANNOTATIONS.podIPs] ?? a[WEP_ANNOTATIONS.podIP] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const spec: WorkloadEndpointSpec = {
+    orchestrator: ORCHESTRATOR,
+    node,
+    containerID,
+    pod: pod.metadata.name,
+    endpoint,
+    serviceAccountName: attrs.serviceAccountName,
+    ipNetworks: ips,
+    profiles: attrs.profiles,
+    interfaceName: a[WEP_ANNOTATIONS.interfaceName] ?? '',
+  };
+  if (a[WEP_ANNOTATIONS.mac]) spec.mac = a[WEP_ANNOTATIONS.mac];
+  if (a[WEP_ANNOTATIONS.ipNATs]) {
+    try {
+      spec.ipNATs = JSON.parse(a[WEP_ANNOTATIONS.ipNATs]!) as WorkloadEndpointSpec['ipNATs'];
+    } catch {
+      throw new DatastoreError('Invalid', `pod ${ns}/${pod.metadata.name}: annotation ${WEP_ANNOTATIONS.ipNATs} is not JSON; remove it (the plugin rewrites it)`);
+    }
+  }
+  if (attrs.ports.length) spec.ports = attrs.ports;
+  if (attrs.generateName) spec.generateName = attrs.generateName;
+  const metadata: ObjectMeta = {
+    name: workloadEndpointName(node, ORCHESTRATOR, pod.metadata.name, endpoint),
+    namespace: ns,
+    resourceVersion: pod.metadata.resourceVersion,
+    labels: attrs.labels,
+  };
+  if (pod.metadata.uid) metadata.uid = pod.metadata.uid;
+  if (pod.metadata.creationTimestamp) metadata.creationTimestamp = pod.metadata.creationTimestamp;
+  return validateResource('WorkloadEndpoint', { apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata, spec }, `pod ${ns}/${pod.metadata.name} (annotations cni.netplugin.org/*)`);
+}
+
+/** The annotations that store `spec` (null removes one: JSON merge patch). */
+function wepAnnotations(spec: WorkloadEndpointSpec | undefined): Record<string, string | null> {
+  const a: Record<string, string | null> = {};
+  for (const k of Object.values(WEP_ANNOTATIONS)) a[k] = null;
+  if (!spec) return a;
+  a[WEP_ANNOTATIONS.containerID] = spec.containerID;
+  if (spec.ipNetworks.length) {
+    a[WEP_ANNOTATIONS.podIP] = spec.ipNetworks[0]!;
+    a[WEP_ANNOTATIONS.podIPs] = spec.ipNetworks.join(',');
+  }
+  if (spec.interfaceName) a[WEP_ANNOTATIONS.interfaceName] = spec.interfaceName;
+  if (spec.mac) a[WEP_ANNOTATIONS.mac] = spec.mac;
+  if (spec.endpoint && spec.endpoint !== 'eth0') a[WEP_ANNOTATIONS.endpoint] = spec.endpoint;
+  if (spec.ipNATs?.length) a[WEP_ANNOTATIONS.ipNATs] = JSON.stringify(spec.ipNATs);
+  return a;
+}
+
+export class KubernetesDatastore implements Datastore {
+  readonly type = 'kubernetes' as const;
+  private readonly watches = new Set<Watch>();
+
+  private constructor(readonly client: KubeClient) {}
+
+  static async open(conf: DatastoreConfig): Promise<KubernetesDatastore> {
+    return new KubernetesDatastore(await createKubeClient({ ...conf.kubernetes, timeoutMs: conf.timeoutMs }));
+  }
+
+  private toResource<K extends Kind>(kind: K, obj: KubeObject, path: string): Resource<K> {
+    const res = { apiVersion: API_VERSION, kind, metadata: ourMeta(obj.metadata, NAMESPACED_KINDS.has(kind)), spec: obj.spec };
+    return validateResource(kind, res, `${this.client.server}${path}`);
+  }
+
+  private body(res: Resource, withVersion: boolean): KubeObject {
+    const m = res.metadata;
+    const metadata: KubeObject['metadata'] = { name: m.name };
+    if (NAMESPACED_KINDS.has(res.kind)) metadata.namespace = m.namespace || 'default';
+    if (m.labels) metadata.labels = m.labels;
+    if (m.annotations) metadata.annotations = m.annotations;
+    if (m.ownerReferences) metadata.ownerReferences = m.ownerReferences;
+    if (withVersion) {
+      metadata.resourceVersion = m.resourceVersion;
+      if (m.uid) metadata.uid = m.uid;
+    }
+    return { apiVersion: API_VERSION, kind: res.kind, metadata, spec: res.spec as Record<string, unknown> };
+  }
+
+  private check(res: Resource): void {
+    if (!res || typeof res !== 'object' || !res.metadata || typeof res.metadata.name !== 'string') throw new DatastoreError('Invalid', 'a resource needs metadata.name');
+    checkName(res.kind, res.metadata.name);
+    validateResource(res.kind, res, `${res.kind} ${res.metadata.name} (to be written)`);
+  }
+
+  /** Re-labels a backend NotFound/Conflict with the object the caller asked about. */
+  private rethrow(e: unknown, what: string): never {
+    if (e instanceof DatastoreError && (e.kind === 'NotFound' || e.kind === 'AlreadyExists' || e.kind === 'Conflict')) {
+      const msg = e.kind === 'NotFound' ? `${what} not found` : e.kind === 'AlreadyExists' ? `${what} already exists` : `${what} was modified concurrently; re-read and retry`;
+      throw new DatastoreError(e.kind, `${msg} (${e.message})`, { cause: e });
+    }
+    throw e;
+  }
+
+  async get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: CallOptions): Promise<Resource<K>> {
+    checkName(kind, name);
+    if (kind === 'WorkloadEndpoint') return (await this.getWep(name, namespace || 'default', opts)).wep as Resource<K>;
+    const path = crdPath(kind, namespace || 'default', name);
+    try {
+      return this.toResource(kind, await this.client.request<KubeObject>('GET', path, undefined, opts), path);
+    } catch (e) {
+      this.rethrow(e, label(kind, name, namespace));
+    }
+  }
+
+  async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
+    const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
+    let items: Array<Resource<K>>;
+    let revision: string;
+    if (kind === 'WorkloadEndpoint') {
+      const l = await this.client.request<KubeList<KubePod>>('GET', podsPath(opts.namespace), undefined, opts);
+      items = l.items.map((p) => podToWorkloadEndpoint(p)).filter((w): w is Resource<'WorkloadEndpoint'> => w !== undefined) as Array<Resource<K>>;
+      revision = l.metadata.resourceVersion ?? '';
+    } else {
+      const path = crdPath(kind, opts.namespace);
+      const l = await this.client.request<KubeList>('GET', path, undefined, opts);
+      items = l.items.map((o) => this.toResource(kind, o, `${path}/${o.metadata.name}`));
+      revision = l.metadata.resourceVersion ?? '';
+    }
+    items = items.filter((o) => (!opts.namePrefix || o.metadata.name.startsWith(opts.namePrefix)) && (!sel || sel.matches(o.metadata.labels ?? {})));
+    items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
+    return { items, revision };
+  }
+
+  async create<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
+    this.check(res);
+    if (res.kind === 'WorkloadEndpoint') return (await this.createWep(res as Resource<'WorkloadEndpoint'>, opts)) as Resource<K>;
+    const path = crdPath(res.kind, res.metadata.namespace || 'default');
+    try {
+      const o = await this.client.request<KubeObject>('POST', path, this.body(res, false), opts);
+      return this.toResource(res.kind, o, `${path}/${res.metadata.name}`);
+    } catch (e) {
+      this.rethrow(e, label(res.kind, res.metadata.name, res.metadata.namespace));
+    }
+  }
+
+  async update<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
+    this.check(res);
+    const what = label(res.kind, res.metadata.name, res.metadata.namespace);
+    if (!res.metadata.resourceVersion) throw new DatastoreError('Invalid', `update of ${what} needs metadata.resourceVersion from a previous read`);
+    if (res.kind === 'WorkloadEndpoint') return (await this.updateWep(res as Resource<'WorkloadEndpoint'>, opts)) as Resource<K>;
+    const path = crdPath(res.kind, res.metadata.namespace || 'default', res.metadata.name);
+    try {
+      return this.toResource(res.kind, await this.client.request<KubeObject>('PUT', path, this.body(res, true), opts), path);
+    } catch (e) {
+      this.rethrow(e, what);
+    }
+  }
+
+  async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
+    checkName(kind, name);
+    const what = label(kind, name, opts.namespace);
+    if (kind === 'WorkloadEndpoint') return this.deleteWep(name, opts.namespace || 'default', opts.revision, opts);
+    const body = opts.revision !== undefined ? { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { resourceVersion: opts.revision } } : undefined;
+    try {
+      await this.client.request('DELETE', crdPath(kind, opts.namespace || 'default', name), body, opts);
+    } catch (e) {
+      this.rethrow(e, what);
+    }
+  }
+
+  // ---- WorkloadEndpoint <-> Pod ----
+
+  private podOf(name: string, namespace: string): string {
+    const p = parseWorkloadEndpointName(name);
+    if (!p || p.orchestrator !== ORCHESTRATOR) {
+      throw new DatastoreError('Invalid', `WorkloadEndpoint name ${JSON.stringify(name)} is not <node>-k8s-<pod>-<endpoint> (names.ts workloadEndpointName); in kubernetes mode endpoints belong to pods (namespace ${namespace})`);
+    }
+    return p.workload;
+  }
+
+  private async getWep(name: string, namespace: string, opts?: CallOptions): Promise<{ wep: Resource<'WorkloadEndpoint'>; pod: KubePod }> {
+    const what = label('WorkloadEndpoint', name, namespace);
+    const podName = this.podOf(name, namespace);
+    let pod: KubePod;
+    try {
+      pod = await this.client.getPod(namespace, podName, opts);
+    } catch (e) {
+      this.rethrow(e, what);
+    }
+    const wep = podToWorkloadEndpoint(pod);
+    if (!wep || wep.metadata.name !== name) throw new DatastoreError('NotFound', `${what} not found (pod ${namespace}/${podName} carries no endpoint by that name)`);
+    return { wep, pod };
+  }
+
+  private async patchPodEndpoint(namespace: string, podName: string, rv: string | undefined, spec: WorkloadEndpointSpec | undefined, opts?: CallOptions): Promise<KubePod> {
+    const metadata: Record<string, unknown> = { annotations: wepAnnotations(spec) };
+    // A resourceVersion inside a merge patch is a precondition: the API server
+    // answers 409 when the pod moved on, which makes this a compare-and-swap.
+    if (rv !== undefined) metadata.resourceVersion = rv;
+    return this.client.patchPod(namespace, podName, { metadata }, 'merge', opts);
+  }
+
+  private checkWepMatchesPod(res: Resource<'WorkloadEndpoint'>, pod: KubePod, namespace: string): void {
+    const expect = workloadEndpointName(pod.spec?.nodeName ?? '', ORCHESTRATOR, pod.metadata.name, res.spec.endpoint || 'eth0');
+    if (expect !== res.metadata.name) {
+      throw new DatastoreError('Invalid', `WorkloadEndpoint ${namespace}/${res.metadata.name} does not match pod ${namespace}/${pod.metadata.name} on node ${JSON.stringify(pod.spec?.nodeName ?? '')} (expected name ${expect})`);
+    }
+  }
+
+  private async createWep(res: Resource<'WorkloadEndpoint'>, opts?: CallOptions): Promise<Resource<'WorkloadEndpoint'>> {
+    const ns = res.metadata.namespace || 'default';
+    const what = label('WorkloadEndpoint', res.metadata.name, ns);
+    const podName = this.podOf(res.metadata.name, ns);
+    for (let attempt = 0; ; attempt++) {
+      let pod: KubePod;
+      try {
+        pod = await this.client.getPod(ns, podName, opts);
+      } catch (e) {
+        if (DatastoreError.is(e, 'NotFound')) throw new DatastoreError('NotFound', `cannot create ${what}: pod ${ns}/${podName} not found (in kubernetes mode an endpoint is stored on its pod)`, { cause: e });
+        throw e;
+      }
+      this.checkWepMatchesPod(res, pod, ns);
+      if (pod.metadata.annotations?.[WEP_ANNOTATIONS.containerID]) throw new DatastoreError('AlreadyExists', `${what} already exists (pod ${ns}/${podName} has ${WEP_ANNOTATIONS.containerID})`);
+      try {
+        const patched = await this.patchPodEndpoint(ns, podName, pod.metadata.resourceVersion, res.spec, opts);
+        return podToWorkloadEndpoint(patched)!;
+      } catch (e) {
+        // The kubelet updates pod status concurrently; that is not a conflict on the endpoint.
+        if (DatastoreError.is(e, 'Conflict') && attempt < MAX_CREATE_RETRIES) continue;
+        this.rethrow(e, what);
+      }
+    }
+  }
+
+  private async updateWep(res: Resource<'WorkloadEndpoint'>, opts?: CallOptions): Promise<Resource<'WorkloadEndpoint'>> {
+    const ns = res.metadata.namespace || 'default';
+    const what = label('WorkloadEndpoint', res.metadata.name, ns);
+    const podName = this.podOf(res.metadata.name, ns);
+    try {
+      const patched = await this.patchPodEndpoint(ns, podName, res.metadata.resourceVersion, res.spec, opts);
+      const wep = podToWorkloadEndpoint(patched);
+      if (!wep) throw new DatastoreError('NotFound', `${what} not found`);
+      return wep;
+    } catch (e) {
+      this.rethrow(e, what);
+    }
+  }
+
+  private async deleteWep(name: string, namespace: string, revision: string | undefined, opts?: CallOptions): Promise<void> {
+    const what = label('WorkloadEndpoint', name, namespace);
+    const { pod } = await this.getWep(name, namespace, opts);
+    if (revision !== undefined && pod.metadata.resourceVersion !== revision) {
+      throw new DatastoreError('Conflict', `${what} was modified concurrently (have ${revision}, pod has ${pod.metadata.resourceVersion}); re-read and retry`);
+    }
+    try {
+      await this.patchPodEndpoint(namespace, pod.metadata.name, revision ?? pod.metadata.resourceVersion, undefined, opts);
+    } catch (e) {
+      this.rethrow(e, what);
+    }
+  }
+
+  // ---- watch ----
+
+  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
+    const isWep = kind === 'WorkloadEndpoint';
+    const path = isWep ? podsPath(opts.namespace) : crdPath(kind, opts.namespace);
+    let stopped = false;
+    let current: WatchHandle | undefined;
+    let retryTimer: NodeJS.Timeout | undefined;
+    let backoff = 250;
+    let lastRv = opts.revision;
+    /** Pods that carried an endpoint when last seen, with that endpoint (for DELETED). */
+    const known = new Map<string, Resource<'WorkloadEndpoint'>>();
+    const emit = (ev: WatchEvent<K>) => {
+      if (!stopped) onEvent(ev);
+    };
+    const handle: Watch = {
+      stop: () => {
+        stopped = true;
+        clearTimeout(retryTimer);
+        current?.stop();
+        this.watches.delete(handle);
+      },
+    };
+    this.watches.add(handle);
+
+    const onRaw = (ev: { type: string; object: KubeObject }) => {
+      if (ev.object?.metadata?.resourceVersion) lastRv = ev.object.metadata.resourceVersion;
+      if (ev.type === 'BOOKMARK') return;
+      backoff = 250;
+      try {
+        if (!isWep) {
+          const obj = this.toResource(kind, ev.object, `${path}/${ev.object.metadata.name}`);
+          emit({ type: ev.type as 'ADDED' | 'MODIFIED' | 'DELETED', object: obj });
+          return;
+        }
+        const pod = ev.object as KubePod;
+        const key = `${pod.metadata.namespace}/${pod.metadata.name}`;
+        const prev = known.get(key);
+        const wep = ev.type === 'DELETED' ? undefined : podToWorkloadEndpoint(pod);
+        if (wep) {
+          known.set(key, wep);
+          emit({ type: prev ? 'MODIFIED' : 'ADDED', object: wep as Resource<K> });
+        } else if (prev) {
+          known.delete(key);
+          prev.metadata.resourceVersion = pod.metadata.resourceVersion;
+          emit({ type: 'DELETED', object: prev as Resource<K> });
+        }
+      } catch (e) {
+        emit({ type: 'ERROR', error: e as Error });
+      }
+    };
+
+    const connect = async () => {
+      if (stopped) return;
+      if (lastRv === undefined) {
+        // No revision: start from "now" (as etcd does), not with a synthetic ADDED for everything.
+        try {
+          const l = await this.client.request<KubeList>('GET', path, undefined, { query: { limit: '1' } });
+          lastRv = l.metadata.resourceVersion;
+        } catch (e) {
+          return retry(e as DatastoreError);
+        }
+      }
+      if (stopped) return;
+      current = this.client.watch(path, { resourceVersion: lastRv, allowWatchBookmarks: 'true' }, onRaw, (end) => {
+        if (stopped) return;
+        if (end.gone) {
+          emit({ type: 'ERROR', error: new DatastoreError('Conflict', `watch ${kind} from revision ${lastRv}: that revision is too old (410 Gone); re-list and watch from the list's revision`, { cause: end.error }) });
+          handle.stop();
+          return;
+        }
+        if (end.error && (end.error.kind === 'Unauthorized' || end.error.kind === 'NotFound' || end.error.kind === 'Invalid')) {
+          emit({ type: 'ERROR', error: end.error });
+          handle.stop();
+          return;
+        }
+        // The API server ends watches after a while, and outages end them too: resume from the last revision.
+        retry(end.error);
+      });
+    };
+    const retry = (_e: DatastoreError | undefined) => {
+      if (stopped) return;
+      retryTimer = setTimeout(() => void connect(), _e ? backoff : 0);
+      if (_e) backoff = Math.min(backoff * 2, 5000);
+    };
+    void connect();
+    return handle;
+  }
+
+  async close(): Promise<void> {
+    for (const w of [...this.watches]) w.stop();
+    this.client.close();
+  }
+}

@@ -1,0 +1,146 @@
+// zod schemas of the v3 resources: objects read from a store are checked with
+// them (corrupt data fails as Invalid naming the key instead of crashing deep in
+// IPAM), and the CLI validates user input with them. Unknown fields pass
+// through so a newer writer's extra fields survive a read-modify-write.
+import { z } from 'zod';
+import { DatastoreError } from '../errors.js';
+import { API_VERSION, type Kind, type Resource } from './types.js';
+
+const encap = z.enum(['Never', 'Always', 'CrossSubnet']);
+const labels = z.record(z.string());
+
+export const objectMetaSchema = z
+  .object({
+    name: z.string().min(1),
+    namespace: z.string().optional(),
+    resourceVersion: z.string().optional(),
+    uid: z.string().optional(),
+    creationTimestamp: z.string().optional(),
+    labels: labels.optional(),
+    annotations: labels.optional(),
+    ownerReferences: z
+      .array(z.object({ apiVersion: z.string(), kind: z.string(), name: z.string(), uid: z.string(), controller: z.boolean().optional(), blockOwnerDeletion: z.boolean().optional() }).passthrough())
+      .optional(),
+  })
+  .passthrough();
+
+const cidr = z.string().regex(/^[0-9a-fA-F.:]+\/\d{1,3}$/, 'expected a CIDR such as 10.0.0.0/16 or fd00::/64');
+
+export const specSchemas = {
+  IPPool: z
+    .object({
+      cidr,
+      blockSize: z.number().int().min(20).max(128).optional(),
+      ipipMode: encap.optional(),
+      vxlanMode: encap.optional(),
+      natOutgoing: z.boolean().optional(),
+      disabled: z.boolean().optional(),
+      nodeSelector: z.string().optional(),
+      allowedUses: z.array(z.enum(['Workload', 'Tunnel'])).optional(),
+    })
+    .passthrough(),
+  IPAMBlock: z
+    .object({
+      cidr,
+      affinity: z.string().nullable(),
+      allocations: z.array(z.number().int().nonnegative().nullable()),
+      unallocated: z.array(z.number().int().nonnegative()),
+      attributes: z.array(z.object({ handle_id: z.string().nullable(), secondary: labels.optional() }).passthrough()),
+      deleted: z.boolean().optional(),
+      sequenceNumber: z.number().optional(),
+    })
+    .passthrough(),
+  BlockAffinity: z
+    .object({ state: z.enum(['pending', 'confirmed', 'pendingDeletion']), node: z.string().min(1), cidr, deleted: z.boolean().optional() })
+    .passthrough(),
+  IPAMHandle: z.object({ handleID: z.string().min(1), block: z.record(z.number().int()), deleted: z.boolean().optional() }).passthrough(),
+  IPAMConfig: z
+    .object({ strictAffinity: z.boolean().optional(), maxBlocksPerHost: z.number().int().nonnegative().optional(), autoAllocateBlocks: z.boolean().optional() })
+    .passthrough(),
+  WorkloadEndpoint: z
+    .object({
+      orchestrator: z.string(),
+      workload: z.string().optional(),
+      node: z.string(),
+      containerID: z.string(),
+      pod: z.string().optional(),
+      endpoint: z.string(),
+      serviceAccountName: z.string().optional(),
+      ipNetworks: z.array(cidr),
+      ipNATs: z.array(z.object({ internalIP: z.string(), externalIP: z.string() })).optional(),
+      profiles: z.array(z.string()).optional(),
+      interfaceName: z.string(),
+      mac: z.string().optional(),
+      ports: z
+        .array(z.object({ name: z.string(), protocol: z.string(), port: z.number().int(), hostPort: z.number().int().optional(), hostIP: z.string().optional() }).passthrough())
+        .optional(),
+      generateName: z.string().optional(),
+    })
+    .passthrough(),
+  ClusterInformation: z
+    .object({ clusterGUID: z.string().optional(), clusterType: z.string().optional(), netpluginVersion: z.string().optional(), datastoreReady: z.boolean().optional() })
+    .passthrough(),
+  Node: z
+    .object({
+      addresses: z.array(z.object({ address: z.string(), type: z.string().optional() }).passthrough()).optional(),
+      podCIDRs: z.array(cidr).optional(),
+      bgp: z.object({ ipv4Address: z.string().optional(), ipv6Address: z.string().optional() }).passthrough().optional(),
+    })
+    .passthrough(),
+  HostEndpoint: z
+    .object({ node: z.string(), interfaceName: z.string().optional(), expectedIPs: z.array(z.string()).optional(), profiles: z.array(z.string()).optional() })
+    .passthrough(),
+  KubeControllersConfiguration: z.object({}).passthrough(),
+  Profile: z
+    .object({ labelsToApply: labels.optional(), ingress: z.array(z.unknown()).optional(), egress: z.array(z.unknown()).optional() })
+    .passthrough(),
+  NetworkPolicy: z
+    .object({
+      order: z.number().optional(),
+      selector: z.string().optional(),
+      types: z.array(z.enum(['Ingress', 'Egress'])).optional(),
+      ingress: z.array(z.unknown()).optional(),
+      egress: z.array(z.unknown()).optional(),
+    })
+    .passthrough(),
+  GlobalNetworkPolicy: z.object({}).passthrough(),
+} satisfies Record<Kind, z.ZodTypeAny>;
+
+function buildResourceSchema<K extends Kind>(kind: K) {
+  return z.object({
+    apiVersion: z.literal(API_VERSION),
+    kind: z.literal(kind),
+    metadata: objectMetaSchema,
+    spec: specSchemas[kind],
+  });
+}
+const built = new Map<Kind, z.ZodTypeAny>();
+
+/** The schema of a whole resource of `kind` (built once per kind). */
+export function resourceSchema<K extends Kind>(kind: K): ReturnType<typeof buildResourceSchema<K>> {
+  let s = built.get(kind);
+  if (!s) built.set(kind, (s = buildResourceSchema(kind)));
+  return s as ReturnType<typeof buildResourceSchema<K>>;
+}
+
+function describe(issues: z.ZodIssue[]): string {
+  return issues
+    .slice(0, 3)
+    .map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`)
+    .join('; ');
+}
+
+/**
+ * Checks a decoded object from the store. `where` names its location (etcd key
+ * or API path) so the operator can find and repair it.
+ */
+export function validateResource<K extends Kind>(kind: K, obj: unknown, where: string): Resource<K> {
+  if (!Object.prototype.hasOwnProperty.call(specSchemas, kind)) {
+    throw new DatastoreError('Invalid', `${where}: unknown kind ${JSON.stringify(kind)}`);
+  }
+  const r = resourceSchema(kind).safeParse(obj);
+  if (!r.success) {
+    throw new DatastoreError('Invalid', `corrupt ${kind} at ${where}: ${describe(r.error.issues)}; fix or delete the object (netpluginctl can show it)`);
+  }
+  return obj as Resource<K>;
+}

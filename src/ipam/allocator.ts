@@ -1,0 +1,990 @@
+// The block allocator. See docs/ipam.md for the model (pools -> blocks ->
+// node affinity -> handles) and the crash-safety invariant:
+//
+//   for every handle H and block B: handle(H).block[B] >= |ordinals of B held by H|
+//
+// i.e. a handle never under-counts. ADD raises the handle's count *before* the
+// block CAS that takes the address; DEL frees the addresses *before* lowering
+// the handle. A process killed at any point leaves at worst a handle whose count
+// is too high, which the next release by that handle (DEL, GC) clears.
+import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
+import type { Logger } from '../cni/types.js';
+import {
+  API_VERSION,
+  type AllocationAttribute,
+  type BlockAffinitySpec,
+  type Datastore,
+  type IPAMBlockSpec,
+  type IPAMConfigSpec,
+  type IPAMHandleSpec,
+  type Resource,
+} from '../datastore/types.js';
+import { affinityName, blockName, handleName } from '../datastore/names.js';
+import {
+  CidrError,
+  containsCidr,
+  containsIP,
+  cidrSize,
+  enclosing,
+  formatCidr,
+  formatIP,
+  ordinalOf,
+  parseCidr,
+  splitBlocks,
+  tryParseIP,
+  type Cidr,
+  type Family,
+  type IP,
+} from './cidr.js';
+import {
+  addressOf,
+  allocateNext,
+  allocateOrdinal,
+  allocatedCount,
+  checkBlock,
+  freeOrdinals,
+  handleAt,
+  isEmpty,
+  newBlockSpec,
+  ordinalsOf,
+} from './block.js';
+import { describePools, poolInfo, resolveExplicitPools, type PoolInfo } from './pools.js';
+import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
+
+export interface AssignRequest {
+  handleID: string;
+  node: string;
+  /** Stored with each address (namespace, pod, containerID...). `node` and `timestamp` are added. */
+  attrs: Record<string, string>;
+  assignIPv4: boolean;
+  assignIPv6: boolean;
+  /** Explicit pools (names or CIDRs), tried in order. */
+  ipv4Pools?: string[];
+  ipv6Pools?: string[];
+  /** Specific addresses (from `IP=` or annotations): at most one per family. When given, exactly these are assigned and assignIPv4/6 are ignored. */
+  requestedIPs?: string[];
+  /** How to name the pool lists and requested addresses in errors (default ipv4_pools / ipv6_pools / IP). */
+  fields?: { ipv4Pools?: string; ipv6Pools?: string; requestedIPs?: string };
+}
+
+export interface Assigned {
+  /** `10.0.0.5/26`: the address with the BLOCK prefix length. */
+  address: string;
+  ip: string;
+  family: Family;
+  pool: string;
+  block: string;
+}
+
+export interface BlockUsage {
+  cidr: string;
+  affinity: string | null;
+  size: number;
+  allocated: number;
+}
+
+export interface PoolUsage {
+  name: string;
+  cidr: string;
+  family: Family;
+  blockSize: number;
+  disabled: boolean;
+  nodeSelector: string;
+  /** Addresses in the pool. */
+  size: bigint;
+  /** Blocks carved out of the pool so far. */
+  blocks: number;
+  allocated: number;
+  /** size - allocated (unclaimed blocks count as free). */
+  free: bigint;
+  perBlock: BlockUsage[];
+}
+
+export interface HandleInfo {
+  handleID: string;
+  blocks: Record<string, number>;
+}
+
+export interface Released {
+  ip: string;
+  handle: string | null;
+}
+
+export interface IpamOptions {
+  /** Host-wide lock path (default /var/run/netplugin/ipam.lock); null: no host lock. */
+  lockPath?: string | null;
+  lockTimeoutMs?: number;
+  /** CAS attempts per object before giving up (default 10). */
+  maxRetries?: number;
+  log?: Logger;
+}
+
+const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
+
+type BlockRes = Resource<'IPAMBlock'>;
+type AffRes = Resource<'BlockAffinity'>;
+type HandleRes = Resource<'IPAMHandle'>;
+
+const hostAffinity = (node: string) => `host:${node}`;
+
+function isKind(e: unknown, kind: 'NotFound' | 'AlreadyExists' | 'Conflict'): boolean {
+  return DatastoreError.is(e, kind);
+}
+
+function ipamError(msg: string): CniError {
+  return new CniError(ErrorCodes.IpamFailure, msg);
+}
+
+/** Per-assign state: everything read once and reused for the rest of the call. */
+interface Ctx {
+  req: AssignRequest;
+  node: string;
+  pools: PoolInfo[];
+  badPools: string[];
+  config: IPAMConfigSpec;
+  affinities: AffRes[];
+  handle: HandleRes | undefined;
+  /** All blocks, listed lazily the first time a claim or borrow needs them. */
+  blocks?: Map<string, BlockRes>;
+  nodeLabels?: Record<string, string>;
+  /** Set when maxBlocksPerHost stopped a claim (for the final error). */
+  capHit?: { family: Family; held: number; max: number };
+}
+
+export class Ipam {
+  private readonly lockPath: string | null;
+  private readonly lockTimeoutMs: number | undefined;
+  private readonly maxRetries: number;
+  private readonly log: Logger;
+
+  constructor(
+    private readonly ds: Datastore,
+    opts: IpamOptions = {},
+  ) {
+    this.lockPath = opts.lockPath === undefined ? DEFAULT_LOCK_PATH : opts.lockPath;
+    this.lockTimeoutMs = opts.lockTimeoutMs;
+    this.maxRetries = Math.max(1, opts.maxRetries ?? 10);
+    this.log = opts.log ?? noopLog;
+  }
+
+  // ---------------------------------------------------------------- locking
+
+  private exclusive<T>(key: string | undefined, fn: () => Promise<T>): Promise<T> {
+    if (this.lockPath) {
+      const path = this.lockPath;
+      return serialize(`ipam-lock:${path}`, () => withHostLock(path, fn, { timeoutMs: this.lockTimeoutMs }));
+    }
+    return key ? serialize(`ipam-node:${key}`, fn) : fn();
+  }
+
+  /** Run `fn` until it does not hit a CAS conflict, at most maxRetries times. */
+  private async retry<T>(what: string, fn: (attempt: number) => Promise<T>): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn(attempt);
+      } catch (e) {
+        if (!isKind(e, 'Conflict')) throw e;
+        if (attempt + 1 >= this.maxRetries) {
+          throw new CniError(
+            ErrorCodes.TryAgainLater,
+            `${what}: gave up after ${this.maxRetries} conflicting concurrent writes; the IPAM data is heavily contended, try again`,
+          );
+        }
+        this.log.debug('ipam: CAS conflict, retrying', { what, attempt });
+        // Jittered exponential backoff so racing writers spread out.
+        const base = Math.min(2 ** attempt, 64);
+        await new Promise((r) => setTimeout(r, base * (0.5 + Math.random())));
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  private async loadConfig(): Promise<IPAMConfigSpec> {
+    try {
+      return (await this.ds.get('IPAMConfig', 'default')).spec;
+    } catch (e) {
+      if (isKind(e, 'NotFound')) return {};
+      throw e;
+    }
+  }
+
+  private async loadPools(): Promise<{ pools: PoolInfo[]; bad: string[] }> {
+    const { items } = await this.ds.list('IPPool');
+    const pools: PoolInfo[] = [];
+    const bad: string[] = [];
+    for (const r of items) {
+      try {
+        pools.push(poolInfo(r));
+      } catch (e) {
+        bad.push((e as Error).message);
+        this.log.warn('ipam: ignoring invalid IPPool', { pool: r.metadata.name, error: (e as Error).message });
+      }
+    }
+    return { pools, bad };
+  }
+
+  private async getHandle(handleID: string): Promise<HandleRes | undefined> {
+    try {
+      return await this.ds.get('IPAMHandle', handleName(handleID));
+    } catch (e) {
+      if (isKind(e, 'NotFound')) return undefined;
+      throw e;
+    }
+  }
+
+  private async getBlock(cidrText: string): Promise<BlockRes | undefined> {
+    try {
+      return await this.ds.get('IPAMBlock', blockName(cidrText));
+    } catch (e) {
+      if (isKind(e, 'NotFound')) return undefined;
+      throw e;
+    }
+  }
+
+  private async nodeAffinities(node: string): Promise<AffRes[]> {
+    const { items } = await this.ds.list('BlockAffinity', { namePrefix: `${node}-ipv` });
+    return items.filter((a) => a.spec.node === node);
+  }
+
+  private async loadBlocks(ctx: Ctx): Promise<Map<string, BlockRes>> {
+    if (!ctx.blocks) {
+      const { items } = await this.ds.list('IPAMBlock');
+      ctx.blocks = new Map(items.map((b) => [b.metadata.name, b]));
+    }
+    return ctx.blocks;
+  }
+
+  private async labelsOf(ctx: Ctx): Promise<Record<string, string>> {
+    if (!ctx.nodeLabels) {
+      try {
+        ctx.nodeLabels = (await this.ds.get('Node', ctx.node)).metadata.labels ?? {};
+      } catch (e) {
+        if (!isKind(e, 'NotFound')) throw e;
+        this.log.debug('ipam: Node resource not found; matching pool nodeSelectors against no labels', { node: ctx.node });
+        ctx.nodeLabels = {};
+      }
+    }
+    return ctx.nodeLabels;
+  }
+
+  // ---------------------------------------------------------------- handle
+
+  /**
+   * Set the handle's count for `cidr` to at least `atLeast` (creating the handle).
+   * Step 1 of an allocation: it happens before the block CAS.
+   */
+  private async raiseHandle(ctx: Ctx, cidr: string, atLeast: number): Promise<void> {
+    const id = ctx.req.handleID;
+    await this.retry(`recording IPAM handle ${id}`, async (attempt) => {
+      if (attempt > 0) ctx.handle = await this.getHandle(id);
+      const h = ctx.handle;
+      if (!h) {
+        try {
+          ctx.handle = await this.ds.create<'IPAMHandle'>({
+            apiVersion: API_VERSION,
+            kind: 'IPAMHandle',
+            metadata: { name: handleName(id) },
+            spec: { handleID: id, block: { [cidr]: atLeast } },
+          });
+        } catch (e) {
+          // Someone created it meanwhile (only a concurrent ADD of the same
+          // container could): re-read and update instead.
+          if (isKind(e, 'AlreadyExists')) throw new DatastoreError('Conflict', `IPAMHandle ${id} appeared concurrently`);
+          throw e;
+        }
+        return;
+      }
+      if ((h.spec.block[cidr] ?? 0) >= atLeast) return;
+      const spec: IPAMHandleSpec = { ...h.spec, block: { ...h.spec.block, [cidr]: atLeast } };
+      ctx.handle = await this.ds.update({ ...h, spec });
+    });
+  }
+
+  /**
+   * Lower the handle's count for `cidr` to `count` (deleting the entry at 0 and
+   * the handle when no entry is left). Only ever called after the block no
+   * longer holds more than `count` addresses of the handle.
+   */
+  private async lowerHandle(handleID: string, cidr: string, count: number | ((cur: number) => number), current?: HandleRes): Promise<HandleRes | undefined> {
+    let h = current;
+    return this.retry(`updating IPAM handle ${handleID}`, async (attempt) => {
+      if (attempt > 0 || !h) h = await this.getHandle(handleID);
+      if (!h) return undefined;
+      const cur = h.spec.block[cidr] ?? 0;
+      const next = Math.max(0, typeof count === 'function' ? count(cur) : count);
+      // Never raise here, and nothing to do when already there.
+      if (next >= cur) return h;
+      const block = { ...h.spec.block };
+      if (next > 0) block[cidr] = next;
+      else delete block[cidr];
+      if (Object.keys(block).length === 0) {
+        try {
+          await this.ds.delete('IPAMHandle', h.metadata.name, { revision: h.metadata.resourceVersion });
+        } catch (e) {
+          if (!isKind(e, 'NotFound')) throw e;
+        }
+        return undefined;
+      }
+      h = await this.ds.update({ ...h, spec: { ...h.spec, block } });
+      return h;
+    });
+  }
+
+  // ---------------------------------------------------------------- block writes
+
+  /**
+   * Allocate one address in `block` for the request: raise the handle, then
+   * CAS the block. `ordinal` asks for a specific address. Returns undefined
+   * when the block turned out full, deleted or gone (the caller moves on).
+   */
+  private async allocateIn(ctx: Ctx, block: BlockRes, pool: PoolInfo, ordinal?: number): Promise<Assigned | undefined> {
+    const handleID = ctx.req.handleID;
+    const attr: AllocationAttribute = {
+      handle_id: handleID,
+      secondary: { ...ctx.req.attrs, node: ctx.node, timestamp: new Date().toISOString(), handle: handleID },
+    };
+    let cur: BlockRes | undefined = block;
+    let raised = false;
+    let held = 0;
+    const result = await this.retry(`allocating in IPAM block ${block.spec.cidr}`, async (attempt) => {
+      if (attempt > 0) cur = await this.getBlock(block.spec.cidr);
+      if (!cur || cur.spec.deleted) return undefined;
+      const cidr = checkBlock(cur.spec);
+      held = ordinalsOf(cur.spec, handleID).length;
+      if (ordinal !== undefined) {
+        const owner = handleAt(cur.spec, ordinal);
+        if (cur.spec.allocations[ordinal] != null) {
+          const ip = addressOf(cidr, ordinal);
+          if (owner && owner.handle_id && owner.handle_id.toLowerCase() === handleID.toLowerCase()) {
+            // Same container asking again (a retried ADD): the address is already its own.
+            return { ip, ord: ordinal, cidr };
+          }
+          const who = owner?.handle_id ? `handle ${owner.handle_id}` : 'reserved, no handle';
+          const pod = owner?.secondary?.namespace && owner.secondary.pod ? `, pod ${owner.secondary.namespace}/${owner.secondary.pod}` : '';
+          throw ipamError(`${ip} is already assigned (${who}${pod}); choose a free address or release it first`);
+        }
+      } else if (!cur.spec.allocations.some((a) => a == null)) {
+        return undefined;
+      }
+      // Step 1 (before the block CAS): the handle covers the address we are
+      // about to take. A no-op when it already does (a retry, or the leftover
+      // count of an ADD killed before its block write).
+      await this.raiseHandle(ctx, cur.spec.cidr, held + 1);
+      raised = true;
+      const spec: IPAMBlockSpec = structuredClone(cur.spec);
+      let ord: number;
+      if (ordinal !== undefined) {
+        allocateOrdinal(spec, ordinal, attr);
+        ord = ordinal;
+      } else {
+        const got = allocateNext(spec, attr);
+        if (got === undefined) return undefined;
+        ord = got;
+      }
+      const stored = await this.ds.update({ ...cur, spec });
+      ctx.blocks?.set(stored.metadata.name, stored);
+      return { ip: addressOf(cidr, ord), ord, cidr };
+    });
+    if (!result) {
+      // We may have raised the handle for an address we did not get: put the
+      // count back to what the block really holds (harmless if skipped: the
+      // next release by this handle would fix it).
+      if (raised) ctx.handle = await this.lowerHandle(handleID, block.spec.cidr, held, ctx.handle);
+      return undefined;
+    }
+    return {
+      address: `${result.ip}/${result.cidr.prefix}`,
+      ip: result.ip,
+      family: result.cidr.family,
+      pool: pool.name,
+      block: block.spec.cidr,
+    };
+  }
+
+  private async deleteAffinity(aff: AffRes): Promise<void> {
+    try {
+      await this.ds.delete('BlockAffinity', aff.metadata.name, { revision: aff.metadata.resourceVersion });
+    } catch (e) {
+      if (isKind(e, 'NotFound') || isKind(e, 'Conflict')) return;
+      throw e;
+    }
+  }
+
+  private async confirmAffinity(aff: AffRes, node: string, cidrText: string): Promise<AffRes> {
+    return this.retry(`confirming block affinity ${aff.metadata.name}`, async (attempt) => {
+      let cur: AffRes | undefined = aff;
+      if (attempt > 0) {
+        try {
+          cur = await this.ds.get('BlockAffinity', aff.metadata.name);
+        } catch (e) {
+          if (!isKind(e, 'NotFound')) throw e;
+          cur = undefined;
+        }
+      }
+      if (!cur) {
+        // Removed by a cleanup that thought the claim was abandoned: the
+        // block is ours, so record the affinity again.
+        return this.ds.create<'BlockAffinity'>({
+          apiVersion: API_VERSION,
+          kind: 'BlockAffinity',
+          metadata: { name: affinityName(node, cidrText) },
+          spec: { state: 'confirmed', node, cidr: cidrText },
+        });
+      }
+      if (cur.spec.state === 'confirmed') return cur;
+      return this.ds.update({ ...cur, spec: { ...cur.spec, state: 'confirmed' } });
+    });
+  }
+
+  private async createPendingAffinity(node: string, cidrText: string): Promise<AffRes> {
+    const spec: BlockAffinitySpec = { state: 'pending', node, cidr: cidrText };
+    try {
+      return await this.ds.create<'BlockAffinity'>({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: affinityName(node, cidrText) }, spec });
+    } catch (e) {
+      if (!isKind(e, 'AlreadyExists')) throw e;
+      // Our own leftover (the name contains our node): a claim that crashed.
+      return this.ds.get('BlockAffinity', affinityName(node, cidrText));
+    }
+  }
+
+  /**
+   * Two-phase claim of a block that does not exist yet: pending affinity,
+   * create the block (AlreadyExists: another node won), confirm. Returns the
+   * block, or undefined when another node got it.
+   */
+  private async claimNewBlock(ctx: Ctx, cidr: Cidr): Promise<BlockRes | undefined> {
+    const text = formatCidr(cidr);
+    const aff = await this.createPendingAffinity(ctx.node, text);
+    let block: BlockRes;
+    try {
+      block = await this.ds.create<'IPAMBlock'>({
+        apiVersion: API_VERSION,
+        kind: 'IPAMBlock',
+        metadata: { name: blockName(text) },
+        spec: newBlockSpec(cidr, text, hostAffinity(ctx.node)),
+      });
+    } catch (e) {
+      if (!isKind(e, 'AlreadyExists')) throw e;
+      const other = await this.getBlock(text);
+      if (other && other.spec.affinity === hostAffinity(ctx.node)) {
+        block = other; // our own earlier claim that crashed before confirming
+      } else {
+        this.log.debug('ipam: lost the race for a block', { block: text, winner: other?.spec.affinity });
+        await this.deleteAffinity(aff);
+        if (other) ctx.blocks?.set(other.metadata.name, other);
+        return undefined;
+      }
+    }
+    const confirmed = await this.confirmAffinity(aff, ctx.node, text);
+    ctx.affinities.push(confirmed);
+    ctx.blocks?.set(block.metadata.name, block);
+    this.log.info('ipam: claimed block', { block: text, node: ctx.node });
+    return block;
+  }
+
+  /** Claim an existing block that has no affinity (created for an explicit address, or its node went away). */
+  private async claimUnaffineBlock(ctx: Ctx, block: BlockRes): Promise<BlockRes | undefined> {
+    const text = block.spec.cidr;
+    const aff = await this.createPendingAffinity(ctx.node, text);
+    let cur: BlockRes | undefined = block;
+    const got = await this.retry(`claiming block ${text}`, async (attempt) => {
+      if (attempt > 0) cur = await this.getBlock(text);
+      if (!cur || cur.spec.deleted) return undefined;
+      if (cur.spec.affinity === hostAffinity(ctx.node)) return cur;
+      if (cur.spec.affinity !== null) return undefined;
+      return this.ds.update({ ...cur, spec: { ...cur.spec, affinity: hostAffinity(ctx.node) } });
+    });
+    if (!got) {
+      await this.deleteAffinity(aff);
+      return undefined;
+    }
+    ctx.affinities.push(await this.confirmAffinity(aff, ctx.node, text));
+    ctx.blocks?.set(got.metadata.name, got);
+    return got;
+  }
+
+  // ---------------------------------------------------------------- assignment
+
+  private ownAffinities(ctx: Ctx, family: Family): AffRes[] {
+    return ctx.affinities.filter((a) => a.spec.node === ctx.node && a.spec.cidr.includes(':') === (family === 6));
+  }
+
+  /**
+   * The node's blocks inside `pool`, in address order. Repairs what a crash
+   * can leave behind: a pending affinity (confirm it when the block is ours,
+   * drop it otherwise) and an affinity whose block is gone.
+   */
+  private async *ownBlocks(ctx: Ctx, pool: PoolInfo): AsyncGenerator<BlockRes> {
+    const mine = this.ownAffinities(ctx, pool.cidr.family)
+      .map((a) => ({ a, c: safeCidr(a.spec.cidr) }))
+      .filter((x): x is { a: AffRes; c: Cidr } => !!x.c && containsCidr(pool.cidr, x.c))
+      .sort((x, y) => (x.c.base < y.c.base ? -1 : x.c.base > y.c.base ? 1 : 0));
+    const live = mine.filter((x) => x.a.spec.state !== 'pendingDeletion');
+    // Read them all in one round trip: a node usually holds one or two per pool.
+    const got = await Promise.all(live.map(({ a }) => ctx.blocks?.get(blockName(a.spec.cidr)) ?? this.getBlock(a.spec.cidr)));
+    for (const [i, { a }] of live.entries()) {
+      const b = got[i];
+      if (!b || b.spec.affinity !== hostAffinity(ctx.node)) {
+        this.log.info('ipam: removing stale block affinity', { affinity: a.metadata.name, block: b?.spec.affinity ?? 'missing' });
+        await this.deleteAffinity(a);
+        ctx.affinities = ctx.affinities.filter((x) => x !== a);
+        continue;
+      }
+      if (a.spec.state === 'pending') {
+        const c = await this.confirmAffinity(a, ctx.node, a.spec.cidr);
+        ctx.affinities = ctx.affinities.map((x) => (x === a ? c : x));
+      }
+      yield b;
+    }
+  }
+
+  private heldBlocks(ctx: Ctx, family: Family): number {
+    return this.ownAffinities(ctx, family).filter((a) => a.spec.state !== 'pendingDeletion').length;
+  }
+
+  private canClaim(ctx: Ctx, family: Family): boolean {
+    if (ctx.config.autoAllocateBlocks === false) return false;
+    const max = ctx.config.maxBlocksPerHost ?? 0;
+    if (max > 0) {
+      const held = this.heldBlocks(ctx, family);
+      if (held >= max) {
+        ctx.capHit = { family, held, max };
+        return false;
+      }
+    }
+    return true;
+  }
+
+  private async fromOwnBlocks(ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
+    for await (const b of this.ownBlocks(ctx, pool)) {
+      if (!b.spec.allocations.some((x) => x == null)) continue;
+      const got = await this.allocateIn(ctx, b, pool);
+      if (got) return got;
+    }
+    return undefined;
+  }
+
+  private async fromNewBlock(ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
+    if (!this.canClaim(ctx, pool.cidr.family)) return undefined;
+    const blocks = await this.loadBlocks(ctx);
+    for (const c of splitBlocks(pool.cidr, pool.blockSize)) {
+      const name = blockName(formatCidr(c));
+      const existing = blocks.get(name);
+      let b: BlockRes | undefined;
+      if (!existing) b = await this.claimNewBlock(ctx, c);
+      else if (existing.spec.affinity === null && !existing.spec.deleted && existing.spec.allocations.some((x) => x == null)) {
+        b = await this.claimUnaffineBlock(ctx, existing);
+      }
+      if (!b) continue;
+      const got = await this.allocateIn(ctx, b, pool);
+      if (got) return got;
+      if (!this.canClaim(ctx, pool.cidr.family)) return undefined;
+    }
+    return undefined;
+  }
+
+  /** Take a free address from a block that is not ours (strictAffinity off). */
+  private async borrow(ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
+    if (ctx.config.strictAffinity) return undefined;
+    const blocks = [...(await this.loadBlocks(ctx)).values()].filter((b) => {
+      const c = safeCidr(b.spec.cidr);
+      return c && containsCidr(pool.cidr, c) && b.spec.affinity !== hostAffinity(ctx.node) && !b.spec.deleted && b.spec.allocations.some((x) => x == null);
+    });
+    // Start at a random block so borrowers on different nodes spread out
+    // instead of all fighting over the first one.
+    const start = blocks.length ? Math.floor(Math.random() * blocks.length) : 0;
+    for (let i = 0; i < blocks.length; i++) {
+      const b = blocks[(start + i) % blocks.length]!;
+      const got = await this.allocateIn(ctx, b, pool);
+      if (got) {
+        this.log.debug('ipam: borrowed an address from another node\'s block', { block: b.spec.cidr, owner: b.spec.affinity, ip: got.ip });
+        return got;
+      }
+    }
+    return undefined;
+  }
+
+  private async assignAuto(ctx: Ctx, family: Family): Promise<Assigned> {
+    const fields = ctx.req.fields ?? {};
+    const explicit = family === 4 ? ctx.req.ipv4Pools : ctx.req.ipv6Pools;
+    const field = (family === 4 ? fields.ipv4Pools : fields.ipv6Pools) ?? (family === 4 ? 'ipv4_pools' : 'ipv6_pools');
+    let pools: PoolInfo[];
+    if (explicit && explicit.length) {
+      const named = resolveExplicitPools(family, explicit, ctx.pools, field);
+      // SPEC: a node takes addresses only from pools that select it, also
+      // when the pool is requested by name.
+      const labels = named.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};
+      pools = named.filter((p) => p.selector.matches(labels));
+      if (!pools.length) {
+        throw ipamError(
+          `${field}: none of the requested pools selects node '${ctx.node}': ${named.map((p) => `${p.name} (${p.cidrText}, nodeSelector ${p.selector.toString()})`).join(', ')}; label the node or change the pools' nodeSelector`,
+        );
+      }
+      if (pools.length < named.length) {
+        this.log.debug('ipam: skipping requested pools that do not select this node', { node: ctx.node, skipped: named.filter((p) => !pools.includes(p)).map((p) => p.name) });
+      }
+    } else {
+      const enabled = ctx.pools.filter((p) => p.cidr.family === family && !p.disabled).sort((a, b) => a.name.localeCompare(b.name));
+      const labels = enabled.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};
+      pools = enabled.filter((p) => p.selector.matches(labels));
+      if (!pools.length) {
+        const all = ctx.pools.filter((p) => p.cidr.family === family);
+        const detail = all.length
+          ? all.map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`).join(', ')
+          : 'none exist';
+        const bad = ctx.badPools.length ? `; invalid pools ignored: ${ctx.badPools.join('; ')}` : '';
+        throw ipamError(`no enabled IPv${family} pool selects node '${ctx.node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector`);
+      }
+      // Without an explicit order, use blocks the node already holds in any
+      // selected pool before claiming a new one anywhere.
+      for (const p of pools) {
+        const got = await this.fromOwnBlocks(ctx, p);
+        if (got) return got;
+      }
+    }
+    const ownFirst = !(explicit && explicit.length);
+    for (const p of pools) {
+      const got = (ownFirst ? undefined : await this.fromOwnBlocks(ctx, p)) ?? (await this.fromNewBlock(ctx, p)) ?? (await this.borrow(ctx, p));
+      if (got) return got;
+    }
+    if (ctx.capHit && ctx.capHit.family === family) {
+      const { held, max } = ctx.capHit;
+      throw ipamError(
+        `node '${ctx.node}' already holds ${held} IPv${family} blocks (IPAMConfig maxBlocksPerHost=${max}) and they are full${ctx.config.strictAffinity ? '' : ', and no other block has a free address'}; raise it or free addresses`,
+      );
+    }
+    const strict = ctx.config.strictAffinity ? ' (IPAMConfig strictAffinity is on, so blocks of other nodes are not used)' : '';
+    const noAuto = ctx.config.autoAllocateBlocks === false ? ' (IPAMConfig autoAllocateBlocks is off)' : '';
+    throw ipamError(`no free IPv${family} address for node '${ctx.node}' in pool${pools.length > 1 ? 's' : ''} ${pools.map((p) => `${p.name} (${p.cidrText})`).join(', ')}: exhausted${strict}${noAuto}; add a pool or free addresses`);
+  }
+
+  private async assignSpecific(ctx: Ctx, ip: IP, text: string): Promise<Assigned> {
+    const field = ctx.req.fields?.requestedIPs ?? 'IP';
+    const canonical = formatIP(ip);
+    const containing = ctx.pools.filter((p) => containsIP(p.cidr, ip));
+    const pool = containing.find((p) => !p.disabled);
+    if (!pool) {
+      if (containing.length) {
+        throw ipamError(`${field}: ${canonical} is in pool ${containing[0]!.name} (${containing[0]!.cidrText}), which is disabled; disabled pools give out no new addresses`);
+      }
+      throw ipamError(`${field}: ${text} is not in a configured pool (pools: ${describePools(ctx.pools)}); request an address inside an IPPool`);
+    }
+    const blockCidr = enclosing(ip, pool.blockSize);
+    const blockText = formatCidr(blockCidr);
+    const ord = ordinalOf(blockCidr, ip);
+    for (let round = 0; round < this.maxRetries; round++) {
+      let b = await this.getBlock(blockText);
+      if (!b) {
+        // Claim the block for this node when allowed (the pod lives here, so
+        // the block's routes point the right way); otherwise create it
+        // unaffine: an explicit address is always allowed, even at the cap.
+        if (this.canClaim(ctx, ip.family)) b = await this.claimNewBlock(ctx, blockCidr);
+        else {
+          try {
+            b = await this.ds.create<'IPAMBlock'>({
+              apiVersion: API_VERSION,
+              kind: 'IPAMBlock',
+              metadata: { name: blockName(blockText) },
+              spec: newBlockSpec(blockCidr, blockText, null),
+            });
+          } catch (e) {
+            if (!isKind(e, 'AlreadyExists')) throw e;
+          }
+        }
+        b ??= await this.getBlock(blockText);
+        if (!b) continue;
+      }
+      const got = await this.allocateIn(ctx, b, pool, ord);
+      if (got) return got;
+      // The block was deleted under us (an empty block being released): go round.
+    }
+    throw new CniError(ErrorCodes.TryAgainLater, `${field}: could not allocate ${canonical}: its block ${blockText} kept changing; try again`);
+  }
+
+  /**
+   * Assign addresses to a handle. Dual-stack is all-or-nothing: when one
+   * family fails, what the other got in this call is released again.
+   */
+  async assign(req: AssignRequest): Promise<Assigned[]> {
+    if (!req.handleID) throw new CniError(ErrorCodes.InvalidEnvironment, 'IPAM handle ID is empty (network name and CNI_CONTAINERID are both needed)');
+    if (!req.node) throw new CniError(ErrorCodes.InvalidNetworkConfig, "node name is empty: set 'nodename' in the netconf");
+    const field = req.fields?.requestedIPs ?? 'IP';
+    const requested: Array<{ ip: IP; text: string }> = [];
+    for (const raw of req.requestedIPs ?? []) {
+      const text = raw.trim();
+      if (!text) continue;
+      const ip = tryParseIP(text);
+      if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `${field}: '${text}' is not an IPv4 or IPv6 address`);
+      if (requested.some((r) => r.ip.family === ip.family)) {
+        throw new CniError(ErrorCodes.InvalidNetworkConfig, `${field}: more than one IPv${ip.family} address requested (${requested.find((r) => r.ip.family === ip.family)!.text}, ${text}); give at most one IPv4 and one IPv6 address`);
+      }
+      requested.push({ ip, text });
+    }
+    if (!requested.length && !req.assignIPv4 && !req.assignIPv6) {
+      throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: assign_ipv4 and assign_ipv6 are both "false": nothing to assign; set one to "true"');
+    }
+    return this.exclusive(req.node, () => this.assignLocked(req, requested));
+  }
+
+  private async assignLocked(req: AssignRequest, requested: Array<{ ip: IP; text: string }>): Promise<Assigned[]> {
+    // One round trip for everything an assignment in an affine block needs.
+    const [{ pools, bad }, config, affinities, handle] = await Promise.all([
+      this.loadPools(),
+      this.loadConfig(),
+      this.nodeAffinities(req.node),
+      this.getHandle(req.handleID),
+    ]);
+    const ctx: Ctx = { req, node: req.node, pools, badPools: bad, config, affinities, handle };
+
+    const families: Family[] = requested.length ? requested.map((r) => r.ip.family) : ([req.assignIPv4 ? 4 : 0, req.assignIPv6 ? 6 : 0].filter(Boolean) as Family[]);
+    // A retried ADD for the same container gets what it already holds.
+    const existing = handle ? await this.addressesOfHandle(handle) : [];
+    const done: Assigned[] = [];
+    try {
+      for (const family of families) {
+        const want = requested.find((r) => r.ip.family === family);
+        const have = existing.find((a) => a.family === family && (!want || a.ip === formatIP(want.ip)));
+        if (have) {
+          done.push({ ...have, pool: pools.find((p) => containsIP(p.cidr, { family, value: tryParseIP(have.ip)!.value }))?.name ?? '' });
+          continue;
+        }
+        done.push(want ? await this.assignSpecific(ctx, want.ip, want.text) : await this.assignAuto(ctx, family));
+      }
+      return done;
+    } catch (e) {
+      const fresh = done.filter((d) => !existing.some((x) => x.ip === d.ip));
+      if (fresh.length) {
+        try {
+          await this.releaseForHandle(req.handleID, fresh.map((d) => d.ip));
+        } catch (re) {
+          this.log.error('ipam: could not roll back a partial dual-stack assignment', { handle: req.handleID, error: String(re) });
+        }
+        if (e instanceof CniError) {
+          throw new CniError(e.code, `${e.message} (the ${fresh.map((d) => `IPv${d.family} address ${d.ip}`).join(' and ')} assigned in the same request was released: dual-stack assignment is all-or-nothing)`, e.details);
+        }
+      } else if (!existing.length) {
+        // Nothing assigned: do not leave a handle behind that allocateIn raised.
+        await this.releaseLocked(req.handleID).catch(() => undefined);
+      }
+      throw e;
+    }
+  }
+
+  // ---------------------------------------------------------------- release
+
+  private async addressesOfHandle(h: HandleRes): Promise<Array<{ ip: string; family: Family; address: string; block: string }>> {
+    const out: Array<{ ip: string; family: Family; address: string; block: string }> = [];
+    const blocks = await Promise.all(Object.keys(h.spec.block).map((c) => this.getBlock(c)));
+    for (const b of blocks) {
+      if (!b) continue;
+      const c = checkBlock(b.spec);
+      for (const ord of ordinalsOf(b.spec, h.spec.handleID)) {
+        const ip = addressOf(c, ord);
+        out.push({ ip, family: c.family, address: `${ip}/${c.prefix}`, block: b.spec.cidr });
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Free ordinals chosen by `pick` in one block (CAS, retried), then apply the
+   * empty-block policy. Returns what was freed with the handle each belonged to.
+   */
+  private async freeInBlock(cidrText: string, pick: (spec: IPAMBlockSpec) => number[]): Promise<Released[]> {
+    let freedBlock: BlockRes | undefined;
+    const released = await this.retry(`releasing addresses in IPAM block ${cidrText}`, async () => {
+      const b = await this.getBlock(cidrText);
+      if (!b) return [];
+      const c = checkBlock(b.spec);
+      const ords = pick(b.spec);
+      if (!ords.length) return [];
+      const spec = structuredClone(b.spec);
+      const owners = ords.map((o) => handleAt(spec, o)?.handle_id ?? null);
+      freeOrdinals(spec, ords);
+      freedBlock = await this.ds.update({ ...b, spec });
+      return ords.map((o, i) => ({ ip: addressOf(c, o), handle: owners[i] ?? null }));
+    });
+    if (freedBlock && isEmpty(freedBlock.spec)) await this.maybeReleaseBlock(freedBlock);
+    return released;
+  }
+
+  /**
+   * Empty-block policy: an empty block goes back to the pool unless it is its
+   * node's last block in that pool (a node keeps one per pool, so a pod
+   * churning on a quiet node does not claim and release a block every time).
+   * Unaffine empty blocks always go. Order: delete the block (CAS on the
+   * revision we just wrote, so a racing allocation wins), then the affinity.
+   */
+  private async maybeReleaseBlock(b: BlockRes): Promise<void> {
+    const blockCidr = safeCidr(b.spec.cidr);
+    if (!blockCidr) return;
+    let aff: AffRes | undefined;
+    const node = b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined;
+    if (node) {
+      const [{ pools }, affs] = await Promise.all([this.loadPools(), this.nodeAffinities(node)]);
+      const pool = pools.find((p) => containsCidr(p.cidr, blockCidr));
+      aff = affs.find((a) => a.spec.cidr === b.spec.cidr);
+      if (pool && !pool.disabled) {
+        const others = affs.filter((a) => {
+          const c = safeCidr(a.spec.cidr);
+          return a.spec.state === 'confirmed' && a.spec.cidr !== b.spec.cidr && !!c && containsCidr(pool.cidr, c);
+        });
+        if (!others.length) return;
+      }
+    }
+    try {
+      await this.ds.delete('IPAMBlock', b.metadata.name, { revision: b.metadata.resourceVersion });
+    } catch (e) {
+      if (isKind(e, 'Conflict') || isKind(e, 'NotFound')) return; // someone allocated meanwhile: keep it
+      throw e;
+    }
+    if (aff) await this.deleteAffinity(aff);
+    this.log.info('ipam: released empty block', { block: b.spec.cidr, node });
+  }
+
+  /** Release the given addresses of one handle (rollback of a partial assignment). */
+  private async releaseForHandle(handleID: string, ips: string[]): Promise<void> {
+    const h = await this.getHandle(handleID);
+    if (!h) return;
+    const wanted = new Set(ips);
+    for (const cidrText of Object.keys(h.spec.block)) {
+      const c = safeCidr(cidrText);
+      if (!c) continue;
+      const freed = await this.freeInBlock(cidrText, (spec) => ordinalsOf(spec, handleID).filter((o) => wanted.has(addressOf(c, o))));
+      if (freed.length) await this.lowerHandle(handleID, cidrText, (cur) => cur - freed.length);
+    }
+  }
+
+  private async releaseLocked(handleID: string): Promise<string[]> {
+    const released: string[] = [];
+    // A DEL and a (broken) concurrent ADD of the same handle could keep
+    // adding blocks; bound the passes.
+    for (let pass = 0; pass < this.maxRetries; pass++) {
+      const h = await this.getHandle(handleID);
+      if (!h) return released;
+      for (const cidrText of Object.keys(h.spec.block)) {
+        const freed = await this.freeInBlock(cidrText, (spec) => ordinalsOf(spec, handleID));
+        released.push(...freed.map((f) => f.ip));
+      }
+      // Step 2: only now drop the handle. Its counts may have been higher
+      // than what the blocks held (an ADD killed between its two writes):
+      // that is expected and simply disappears here.
+      try {
+        await this.ds.delete('IPAMHandle', h.metadata.name, { revision: h.metadata.resourceVersion });
+        return released;
+      } catch (e) {
+        if (isKind(e, 'NotFound')) return released;
+        if (!isKind(e, 'Conflict')) throw e;
+      }
+    }
+    throw new CniError(ErrorCodes.TryAgainLater, `releasing IPAM handle ${handleID}: it kept changing while being released; try again`);
+  }
+
+  /** Release every address of the handle. Idempotent: an unknown handle releases nothing and succeeds. */
+  async releaseByHandle(handleID: string): Promise<string[]> {
+    return this.exclusive(undefined, () => this.releaseLocked(handleID));
+  }
+
+  /** Release specific addresses whoever holds them (operator repair). Addresses already free are skipped. */
+  async releaseIPs(ips: string[]): Promise<Released[]> {
+    const parsed = ips.map((s) => {
+      const ip = tryParseIP(s);
+      if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `'${s}' is not an IPv4 or IPv6 address`);
+      return ip;
+    });
+    return this.exclusive(undefined, async () => {
+      const { items } = await this.ds.list('IPAMBlock');
+      const out: Released[] = [];
+      for (const ip of parsed) {
+        const b = items.find((x) => {
+          const c = safeCidr(x.spec.cidr);
+          return c && containsIP(c, ip);
+        });
+        if (!b) continue;
+        const c = parseCidr(b.spec.cidr);
+        const ord = ordinalOf(c, ip);
+        const freed = await this.freeInBlock(b.spec.cidr, (spec) => (spec.allocations[ord] != null ? [ord] : []));
+        for (const f of freed) {
+          if (f.handle) await this.lowerHandle(f.handle, b.spec.cidr, (cur) => cur - 1);
+          out.push(f);
+        }
+      }
+      return out;
+    });
+  }
+
+  // ---------------------------------------------------------------- inspection
+
+  /** The addresses (plain IPs) the handle holds now. */
+  async handleAddresses(handleID: string): Promise<string[]> {
+    const h = await this.getHandle(handleID);
+    return h ? (await this.addressesOfHandle(h)).map((a) => a.ip) : [];
+  }
+
+  async usage(): Promise<PoolUsage[]> {
+    const [{ pools }, { items: blocks }] = await Promise.all([this.loadPools(), this.ds.list('IPAMBlock')]);
+    return pools
+      .sort((a, b) => a.name.localeCompare(b.name))
+      .map((p) => {
+        const perBlock: BlockUsage[] = [];
+        for (const b of blocks) {
+          const c = safeCidr(b.spec.cidr);
+          if (!c || !containsCidr(p.cidr, c)) continue;
+          perBlock.push({ cidr: b.spec.cidr, affinity: b.spec.affinity, size: Number(cidrSize(c)), allocated: allocatedCount(b.spec) });
+        }
+        const allocated = perBlock.reduce((n, b) => n + b.allocated, 0);
+        const size = cidrSize(p.cidr);
+        return {
+          name: p.name,
+          cidr: p.cidrText,
+          family: p.cidr.family,
+          blockSize: p.blockSize,
+          disabled: p.disabled,
+          nodeSelector: p.selector.toString(),
+          size,
+          blocks: perBlock.length,
+          allocated,
+          free: size - BigInt(allocated),
+          perBlock,
+        };
+      });
+  }
+
+  /** Who holds `ip`: its handle and attributes, or undefined when it is free or in no block. */
+  async whoHas(ipText: string): Promise<{ handle: string | null; attrs: Record<string, string>; block: string } | undefined> {
+    const ip = tryParseIP(ipText);
+    if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `'${ipText}' is not an IPv4 or IPv6 address`);
+    const { pools } = await this.loadPools();
+    let block: BlockRes | undefined;
+    const pool = pools.find((p) => containsIP(p.cidr, ip));
+    if (pool) block = await this.getBlock(formatCidr(enclosing(ip, pool.blockSize)));
+    if (!block) {
+      // Pool deleted or resized since: search the blocks themselves.
+      const { items } = await this.ds.list('IPAMBlock');
+      block = items.find((b) => {
+        const c = safeCidr(b.spec.cidr);
+        return c && containsIP(c, ip);
+      });
+    }
+    if (!block) return undefined;
+    const c = parseCidr(block.spec.cidr);
+    const attr = handleAt(block.spec, ordinalOf(c, ip));
+    if (!attr) return undefined;
+    return { handle: attr.handle_id, attrs: { ...(attr.secondary ?? {}) }, block: block.spec.cidr };
+  }
+
+  async listHandles(opts: { prefix?: string } = {}): Promise<HandleInfo[]> {
+    const { items } = await this.ds.list('IPAMHandle', opts.prefix ? { namePrefix: handleName(opts.prefix) } : {});
+    return items.map((h) => ({ handleID: h.spec.handleID, blocks: { ...h.spec.block } }));
+  }
+}
+
+function safeCidr(s: string): Cidr | undefined {
+  try {
+    return parseCidr(s);
+  } catch (e) {
+    if (e instanceof CidrError) return undefined;
+    throw e;
+  }
+}

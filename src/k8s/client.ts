@@ -1,0 +1,433 @@
+// Kubernetes API access for the plugin and datastore/kubernetes. Plain
+// node:http(s) rather than @kubernetes/client-node: that library costs
+// ~150-400 ms to load, and we need a handful of REST calls. The kubeconfig is
+// parsed here (JSON directly, YAML via the `yaml` package, loaded only then).
+import { readFileSync, statSync } from 'node:fs';
+import { dirname, isAbsolute, resolve as resolvePath } from 'node:path';
+import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
+import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
+
+export interface KubeClientOptions {
+  /** Path of a kubeconfig file (recommended). */
+  kubeconfig?: string;
+  /** API server URL; authenticates with the in-cluster service account token when that file exists. */
+  k8s_api_root?: string;
+  /** Per-request deadline in ms (default 10 s). */
+  timeoutMs?: number;
+}
+
+export interface KubeObjectMeta {
+  name: string;
+  namespace?: string;
+  generateName?: string;
+  resourceVersion?: string;
+  uid?: string;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  [k: string]: unknown;
+}
+export interface KubeObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata: KubeObjectMeta;
+  spec?: Record<string, unknown>;
+  status?: Record<string, unknown>;
+  [k: string]: unknown;
+}
+export interface KubeContainerPort {
+  name?: string;
+  containerPort: number;
+  protocol?: string;
+  hostPort?: number;
+  hostIP?: string;
+}
+export interface KubePod extends KubeObject {
+  spec?: {
+    nodeName?: string;
+    serviceAccountName?: string;
+    hostNetwork?: boolean;
+    containers?: Array<{ name: string; ports?: KubeContainerPort[] }>;
+    [k: string]: unknown;
+  };
+}
+export interface KubeList<T = KubeObject> {
+  kind?: string;
+  apiVersion?: string;
+  metadata: { resourceVersion?: string; continue?: string };
+  items: T[];
+}
+
+export type PatchType = 'merge' | 'strategic' | 'json';
+const PATCH_CONTENT_TYPES: Record<PatchType, string> = {
+  merge: 'application/merge-patch+json',
+  strategic: 'application/strategic-merge-patch+json',
+  json: 'application/json-patch+json',
+};
+
+export interface RequestOptions {
+  timeoutMs?: number;
+  contentType?: string;
+  query?: Record<string, string | undefined>;
+}
+
+export interface WatchEventRaw {
+  type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+  object: KubeObject;
+}
+export interface WatchHandle {
+  stop(): void;
+}
+/** Why a watch stream ended: `gone` when the resourceVersion is too old (410): re-list. */
+export interface WatchEnd {
+  error?: DatastoreError;
+  gone?: boolean;
+}
+
+export interface KubeClient {
+  /** The API server URL in use. */
+  readonly server: string;
+  request<T = unknown>(method: string, path: string, body?: unknown, opts?: RequestOptions): Promise<T>;
+  getPod(namespace: string, name: string, opts?: RequestOptions): Promise<KubePod>;
+  getNamespace(name: string, opts?: RequestOptions): Promise<KubeObject>;
+  getNode(name: string, opts?: RequestOptions): Promise<KubeObject>;
+  patchPod(namespace: string, name: string, patch: unknown, type?: PatchType, opts?: RequestOptions): Promise<KubePod>;
+  /** Streams watch events of a collection path until stop() or the server ends it. */
+  watch(path: string, query: Record<string, string | undefined>, onEvent: (ev: WatchEventRaw) => void, onEnd: (end: WatchEnd) => void): WatchHandle;
+  close(): void;
+}
+
+interface Credentials {
+  server: string;
+  /** Which setting the server came from, for error messages. */
+  source: string;
+  ca?: Buffer;
+  caSource?: string;
+  cert?: Buffer;
+  key?: Buffer;
+  insecure?: boolean;
+  servername?: string;
+  token?: () => string | undefined;
+  basic?: string;
+}
+
+export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+
+function invalid(msg: string): DatastoreError {
+  return new DatastoreError('Invalid', msg);
+}
+
+function readFile(field: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (e) {
+    throw invalid(`${field}=${path} cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)}); fix the path`);
+  }
+}
+
+/** A token file re-read once a minute: bound service account tokens rotate. */
+function tokenFromFile(path: string): () => string | undefined {
+  let cached: string | undefined;
+  let readAt = 0;
+  return () => {
+    if (Date.now() - readAt > 60_000) {
+      try {
+        cached = readFileSync(path, 'utf8').trim();
+      } catch {
+        cached = undefined;
+      }
+      readAt = Date.now();
+    }
+    return cached;
+  };
+}
+
+async function parseKubeconfig(path: string): Promise<Credentials> {
+  const text = readFile('kubernetes.kubeconfig', path).toString('utf8');
+  let doc: unknown;
+  try {
+    doc = text.trimStart().startsWith('{') ? JSON.parse(text) : (await import('yaml')).parse(text);
+  } catch (e) {
+    throw invalid(`kubernetes.kubeconfig=${path} is not valid YAML/JSON: ${(e as Error).message}`);
+  }
+  const kc = (doc ?? {}) as {
+    'current-context'?: string;
+    contexts?: Array<{ name: string; context?: { cluster?: string; user?: string } }>;
+    clusters?: Array<{ name: string; cluster?: Record<string, unknown> }>;
+    users?: Array<{ name: string; user?: Record<string, unknown> }>;
+  };
+  const where = `kubernetes.kubeconfig=${path}`;
+  const ctxName = kc['current-context'] || kc.contexts?.[0]?.name;
+  const ctx = kc.contexts?.find((c) => c.name === ctxName)?.context;
+  if (!ctx) throw invalid(`${where}: current-context ${JSON.stringify(ctxName ?? '')} is not among its contexts; set current-context`);
+  const cluster = kc.clusters?.find((c) => c.name === ctx.cluster)?.cluster;
+  if (!cluster || typeof cluster.server !== 'string') throw invalid(`${where}: cluster ${JSON.stringify(ctx.cluster ?? '')} of context ${ctxName} is missing or has no server`);
+  const user = (kc.users?.find((u) => u.name === ctx.user)?.user ?? {}) as Record<string, unknown>;
+  const rel = (p: unknown) => (typeof p === 'string' ? (isAbsolute(p) ? p : resolvePath(dirname(path), p)) : undefined);
+  const b64 = (field: string, v: unknown) => {
+    if (typeof v !== 'string') return undefined;
+    const buf = Buffer.from(v, 'base64');
+    if (!buf.length) throw invalid(`${where}: ${field} is not base64 data`);
+    return buf;
+  };
+  const creds: Credentials = { server: cluster.server.replace(/\/+$/, ''), source: where };
+  if (cluster['certificate-authority-data']) {
+    creds.ca = b64('certificate-authority-data', cluster['certificate-authority-data']);
+    creds.caSource = `certificate-authority-data of cluster ${ctx.cluster} in ${path}`;
+  } else if (cluster['certificate-authority']) {
+    const f = rel(cluster['certificate-authority'])!;
+    creds.ca = readFile(`${where}: certificate-authority`, f);
+    creds.caSource = `certificate-authority=${f}`;
+  }
+  if (cluster['insecure-skip-tls-verify'] === true) creds.insecure = true;
+  if (typeof cluster['tls-server-name'] === 'string') creds.servername = cluster['tls-server-name'];
+  if (user['client-certificate-data']) creds.cert = b64('client-certificate-data', user['client-certificate-data']);
+  else if (user['client-certificate']) creds.cert = readFile(`${where}: client-certificate`, rel(user['client-certificate'])!);
+  if (user['client-key-data']) creds.key = b64('client-key-data', user['client-key-data']);
+  else if (user['client-key']) creds.key = readFile(`${where}: client-key`, rel(user['client-key'])!);
+  if (!!creds.cert !== !!creds.key) throw invalid(`${where}: user ${ctx.user} has a client certificate without a key (or a key without a certificate)`);
+  if (typeof user.token === 'string' && user.token) {
+    const t = user.token;
+    creds.token = () => t;
+  } else if (typeof user.tokenFile === 'string') {
+    creds.token = tokenFromFile(rel(user.tokenFile)!);
+  } else if (typeof user.username === 'string' && typeof user.password === 'string') {
+    creds.basic = Buffer.from(`${user.username}:${user.password}`).toString('base64');
+  } else if (user.exec || user['auth-provider']) {
+    throw invalid(`${where}: user ${ctx.user} authenticates with ${user.exec ? 'exec' : 'auth-provider'}, which netplugin does not run; use a token, tokenFile or client certificate (e.g. a service account token)`);
+  }
+  return creds;
+}
+
+async function resolveCredentials(opts: KubeClientOptions): Promise<Credentials> {
+  if (opts.kubeconfig) return parseKubeconfig(opts.kubeconfig);
+  const saToken = `${SA_DIR}/token`;
+  const saCa = `${SA_DIR}/ca.crt`;
+  const exists = (p: string) => {
+    try {
+      return statSync(p).isFile();
+    } catch {
+      return false;
+    }
+  };
+  let server: string;
+  let source: string;
+  if (opts.k8s_api_root) {
+    let u: URL;
+    try {
+      u = new URL(opts.k8s_api_root);
+    } catch {
+      throw invalid(`kubernetes.k8s_api_root=${opts.k8s_api_root} is not a URL; use e.g. https://10.96.0.1:443`);
+    }
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw invalid(`kubernetes.k8s_api_root=${opts.k8s_api_root} must be an http:// or https:// URL`);
+    server = opts.k8s_api_root.replace(/\/+$/, '');
+    source = `kubernetes.k8s_api_root=${opts.k8s_api_root}`;
+  } else if (process.env.KUBERNETES_SERVICE_HOST) {
+    const h = process.env.KUBERNETES_SERVICE_HOST;
+    server = `https://${h.includes(':') ? `[${h}]` : h}:${process.env.KUBERNETES_SERVICE_PORT || '443'}`;
+    source = 'the in-cluster service (KUBERNETES_SERVICE_HOST)';
+  } else {
+    throw invalid('no Kubernetes API access configured: set kubernetes.kubeconfig (recommended) or kubernetes.k8s_api_root in the netconf');
+  }
+  const creds: Credentials = { server, source };
+  if (exists(saToken)) creds.token = tokenFromFile(saToken);
+  if (server.startsWith('https:') && exists(saCa)) {
+    creds.ca = readFileSync(saCa);
+    creds.caSource = saCa;
+  }
+  return creds;
+}
+
+const UNKNOWN_CA = new Set(['UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'UNABLE_TO_GET_ISSUER_CERT', 'CERT_UNTRUSTED']);
+
+function networkError(c: Credentials, err: NodeJS.ErrnoException): DatastoreError {
+  const code = err.code ?? '';
+  const at = `Kubernetes API at ${c.server}`;
+  const mk = (k: DatastoreErrorKind, m: string) => new DatastoreError(k, m, { cause: err });
+  if (code === 'ECONNREFUSED') return mk('Unavailable', `${at} is unreachable: connection refused (ECONNREFUSED); check ${c.source}`);
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return mk('Unavailable', `${at} is unreachable: host name does not resolve (${code}); check ${c.source}`);
+  if (UNKNOWN_CA.has(code)) {
+    return mk('Unauthorized', `TLS handshake with ${c.server} failed: certificate signed by unknown authority (${code}); ${c.caSource ? `${c.caSource} does not hold the CA that issued the server certificate` : `no CA configured in ${c.source}: add certificate-authority(-data)`}`);
+  }
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return mk('Unauthorized', `TLS handshake with ${c.server} failed: ${err.message}; use a server address the certificate names (or tls-server-name)`);
+  if (/BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_REQUIRED|ALERT_HANDSHAKE_FAILURE/i.test(code + err.message)) {
+    return mk('Unauthorized', `TLS handshake with ${c.server} failed: the server rejected the client certificate (${code || err.message}); check the user's client-certificate in ${c.source}`);
+  }
+  return mk('Unavailable', `${at} failed: ${err.message}${code ? ` (${code})` : ''}; check ${c.source}`);
+}
+
+/** Maps an HTTP error status and the server's Status body to our classification. */
+export function statusError(server: string, method: string, path: string, status: number, body: string): DatastoreError {
+  let message = body.trim().slice(0, 500);
+  let reason = '';
+  try {
+    const s = JSON.parse(body) as { message?: string; reason?: string };
+    if (s.message) message = s.message;
+    if (s.reason) reason = s.reason;
+  } catch {
+    // not a Status object (a proxy's HTML page, ...): keep the text
+  }
+  const what = `${method} ${path}`;
+  let kind: DatastoreErrorKind;
+  if (status === 404) kind = 'NotFound';
+  else if (status === 409) kind = reason === 'AlreadyExists' ? 'AlreadyExists' : 'Conflict';
+  else if (status === 401 || status === 403) kind = 'Unauthorized';
+  else if (status === 429 || status >= 500) kind = 'Unavailable';
+  else if (status === 410) kind = 'Conflict';
+  else kind = 'Invalid';
+  const hint =
+    status === 401 ? ': the API server did not accept our credentials (token or client certificate)'
+    : status === 403 ? ': the account lacks RBAC permission for this'
+    : status === 429 ? ': the API server is throttling; retry later'
+    : status >= 500 ? ': API server error; retry later'
+    : '';
+  return new DatastoreError(kind, `Kubernetes API ${server}: ${what} -> ${status}${reason ? ` ${reason}` : ''}: ${message}${hint}`);
+}
+
+export async function createKubeClient(opts: KubeClientOptions): Promise<KubeClient> {
+  const creds = await resolveCredentials(opts);
+  const secure = creds.server.startsWith('https:');
+  const { Agent: HttpsAgentCtor, request: httpsRequest } = secure ? await import('node:https') : { Agent: undefined, request: undefined };
+  const { Agent: HttpAgentCtor, request: httpRequest } = await import('node:http');
+  const agent: HttpAgent = secure
+    ? new HttpsAgentCtor!({ keepAlive: true, ca: creds.ca, cert: creds.cert, key: creds.key, rejectUnauthorized: !creds.insecure, servername: creds.servername })
+    : new HttpAgentCtor({ keepAlive: true });
+  const doRequest = secure ? httpsRequest! : httpRequest;
+  const defaultTimeout = opts.timeoutMs ?? 10_000;
+  const base = new URL(creds.server);
+  const basePath = base.pathname.replace(/\/+$/, '');
+
+  const urlFor = (path: string, query?: Record<string, string | undefined>) => {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) q.set(k, v);
+    const qs = q.toString();
+    return `${basePath}${path}${qs ? (path.includes('?') ? '&' : '?') + qs : ''}`;
+  };
+  const headers = (contentType?: string, len?: number) => {
+    const h: Record<string, string | number> = { Accept: 'application/json' };
+    const t = creds.token?.();
+    if (t) h.Authorization = `Bearer ${t}`;
+    else if (creds.basic) h.Authorization = `Basic ${creds.basic}`;
+    if (contentType) h['Content-Type'] = contentType;
+    if (len !== undefined) h['Content-Length'] = len;
+    return h;
+  };
+
+  function request<T>(method: string, path: string, body?: unknown, ro: RequestOptions = {}): Promise<T> {
+    const timeoutMs = ro.timeoutMs ?? defaultTimeout;
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      const fail = (e: DatastoreError) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        req.destroy();
+        reject(e);
+      };
+      const req = doRequest(
+        { protocol: base.protocol, hostname: base.hostname.replace(/^\[|\]$/g, ''), port: base.port, method, path: urlFor(path, ro.query), agent, headers: headers(payload ? ro.contentType ?? 'application/json' : undefined, payload?.length) },
+        (res: IncomingMessage) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('error', (e) => fail(networkError(creds, e)));
+          res.on('end', () => {
+            if (settled) return;
+            const text = Buffer.concat(chunks).toString('utf8');
+            const status = res.statusCode ?? 0;
+            if (status < 200 || status > 299) return fail(statusError(creds.server, method, path, status, text));
+            settled = true;
+            clearTimeout(timer);
+            try {
+              resolve((text ? JSON.parse(text) : undefined) as T);
+            } catch {
+              reject(new DatastoreError('Unavailable', `Kubernetes API ${creds.server}: ${method} ${path} returned a body that is not JSON: ${text.slice(0, 200)}`));
+            }
+          });
+        },
+      );
+      const timer = setTimeout(() => fail(new DatastoreError('Unavailable', `Kubernetes API ${creds.server}: ${method} ${path} did not answer within ${timeoutMs} ms; check ${creds.source} and the API server's health`)), timeoutMs);
+      req.on('error', (e: NodeJS.ErrnoException) => fail(networkError(creds, e)));
+      req.end(payload);
+    });
+  }
+
+  function watch(path: string, query: Record<string, string | undefined>, onEvent: (ev: WatchEventRaw) => void, onEnd: (end: WatchEnd) => void): WatchHandle {
+    let stopped = false;
+    let ended = false;
+    const end = (e: WatchEnd) => {
+      if (ended || stopped) return;
+      ended = true;
+      clearTimeout(connectTimer);
+      onEnd(e);
+    };
+    const req = doRequest(
+      { protocol: base.protocol, hostname: base.hostname.replace(/^\[|\]$/g, ''), port: base.port, method: 'GET', path: urlFor(path, { ...query, watch: '1' }), agent, headers: headers() },
+      (res: IncomingMessage) => {
+        clearTimeout(connectTimer);
+        const status = res.statusCode ?? 0;
+        if (status !== 200) {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString('utf8')));
+          res.on('end', () => end({ error: statusError(creds.server, 'WATCH', path, status, text), gone: status === 410 }));
+          return;
+        }
+        let buf = '';
+        res.on('data', (c: Buffer) => {
+          buf += c.toString('utf8');
+          let nl: number;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, nl).trim();
+            buf = buf.slice(nl + 1);
+            if (!line || stopped) continue;
+            let ev: WatchEventRaw;
+            try {
+              ev = JSON.parse(line) as WatchEventRaw;
+            } catch {
+              end({ error: new DatastoreError('Unavailable', `Kubernetes API ${creds.server}: watch ${path} sent a line that is not JSON`) });
+              req.destroy();
+              return;
+            }
+            if (ev.type === 'ERROR') {
+              const st = ev.object as unknown as { code?: number };
+              end({ error: statusError(creds.server, 'WATCH', path, st.code ?? 500, JSON.stringify(ev.object)), gone: st.code === 410 });
+              req.destroy();
+              return;
+            }
+            onEvent(ev);
+          }
+        });
+        res.on('end', () => end({}));
+        res.on('error', (e) => end({ error: networkError(creds, e) }));
+      },
+    );
+    // Only the connection has a deadline: a watch stays open indefinitely.
+    const connectTimer = setTimeout(() => {
+      end({ error: new DatastoreError('Unavailable', `Kubernetes API ${creds.server}: watch ${path} did not answer within ${defaultTimeout} ms`) });
+      req.destroy();
+    }, defaultTimeout);
+    req.on('error', (e: NodeJS.ErrnoException) => end({ error: networkError(creds, e) }));
+    req.end();
+    return {
+      stop: () => {
+        stopped = true;
+        clearTimeout(connectTimer);
+        req.destroy();
+      },
+    };
+  }
+
+  const enc = encodeURIComponent;
+  return {
+    server: creds.server,
+    request,
+    getPod: (ns, name, ro) => request<KubePod>('GET', `/api/v1/namespaces/${enc(ns)}/pods/${enc(name)}`, undefined, ro),
+    getNamespace: (name, ro) => request<KubeObject>('GET', `/api/v1/namespaces/${enc(name)}`, undefined, ro),
+    getNode: (name, ro) => request<KubeObject>('GET', `/api/v1/nodes/${enc(name)}`, undefined, ro),
+    patchPod: (ns, name, patch, type = 'merge', ro) =>
+      request<KubePod>('PATCH', `/api/v1/namespaces/${enc(ns)}/pods/${enc(name)}`, patch, { ...ro, contentType: PATCH_CONTENT_TYPES[type] }),
+    watch,
+    close: () => agent.destroy(),
+  };
+}

@@ -1,0 +1,40 @@
+// Secrets never reach a log line: fields whose names say "secret" are masked
+// whole, and secret-looking text inside any string (a kubeconfig pasted into
+// an error, an Authorization header, a PEM key) is masked in place.
+
+export const REDACTED = '[REDACTED]';
+
+/** Field names whose values are secrets whatever they hold. */
+const SECRET_KEY = /(^|[-_.])(token|password|passwd|secret|authorization|cookie|bearer|credentials?|private[-_]?key|client[-_]key[-_]data|key[-_]data|auth[-_]token)$|^(token|password|secret|authorization)/i;
+
+const PEM = /-----BEGIN ([A-Z ]*)PRIVATE KEY-----[\s\S]*?(-----END \1PRIVATE KEY-----|$)/g;
+const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/g;
+// `token: abc`, `"password":"abc"`, `client-key-data: LS0t...` in YAML, JSON or k=v text.
+const INLINE = /(["']?\b[\w-]*(?:token|password|passwd|secret|key-data|key_data|authorization)["']?\s*[:=]\s*)("[^"]*"|'[^']*'|[^\s,;}]+)/gi;
+
+export function isSecretKey(key: string): boolean {
+  return SECRET_KEY.test(key);
+}
+
+export function redactString(s: string): string {
+  if (s.length < 6) return s;
+  return s.replace(PEM, REDACTED).replace(BEARER, (_m, scheme: string) => `${scheme} ${REDACTED}`).replace(INLINE, (_m, k: string) => k + REDACTED);
+}
+
+/** Deep copy with secrets masked; cycles and depth are bounded so a log call never throws. */
+export function redact(value: unknown, depth = 0, seen: WeakSet<object> = new WeakSet()): unknown {
+  if (typeof value === 'string') return redactString(value);
+  if (typeof value !== 'object' || value === null) return value;
+  if (seen.has(value) || depth > 6) return '[...]';
+  seen.add(value);
+  if (value instanceof Error) return redactString(value.message);
+  if (Array.isArray(value)) return value.map((v) => redact(v, depth + 1, seen));
+  if (Buffer.isBuffer(value)) return `<${value.length} bytes>`;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) {
+    // A kubeconfig given inline (not as a path) is a credential in itself.
+    if (isSecretKey(k) || (k.toLowerCase() === 'kubeconfig' && typeof v === 'string' && v.includes('\n'))) out[k] = REDACTED;
+    else out[k] = redact(v, depth + 1, seen);
+  }
+  return out;
+}

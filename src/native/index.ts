@@ -1,0 +1,120 @@
+// Lazy loader and public face of the rtnetlink addon (native/*.cc). Nothing is
+// loaded at import time: the first openNetns()/netlink() call resolves the
+// binary through node-gyp-build (build/Release in development, prebuilds/ when
+// installed), checks its ABI constant and hands it the NetlinkError class.
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Netlink, NetNS } from './types.js';
+
+export type * from './types.js';
+
+/** The ABI the TS side was written against (native/common.h kAbiVersion). */
+export const NATIVE_ABI_VERSION = 1;
+
+export interface NetlinkErrorInit {
+  /** errno name, e.g. 'EEXIST' */
+  code: string;
+  errno: number;
+  /** 'RTM_NEWLINK', 'RTM_NEWROUTE', 'openNetns', 'setns', 'sysctlSet', ... */
+  op: string;
+  /** what the operation was about: ifname, route dst, sysctl key, netns path */
+  subject: string;
+  /** strerror text */
+  detail?: string;
+  /** the kernel's extended-ack message, when it gave one */
+  extack?: string;
+}
+
+/** A kernel (or syscall) refusal; thrown by the addon itself. */
+export class NetlinkError extends Error {
+  override name = 'NetlinkError';
+  readonly code: string;
+  readonly errno: number;
+  readonly op: string;
+  readonly subject: string;
+  readonly extack: string | undefined;
+  constructor(init: NetlinkErrorInit) {
+    const what = init.subject ? `${init.op} ${init.subject}` : init.op;
+    super(`${what}: ${init.detail ?? init.code} (${init.code})${init.extack ? `: ${init.extack}` : ''}`);
+    this.code = init.code;
+    this.errno = init.errno;
+    this.op = init.op;
+    this.subject = init.subject;
+    this.extack = init.extack;
+  }
+  static is(e: unknown, code?: string): e is NetlinkError {
+    return e instanceof NetlinkError && (code === undefined || e.code === code);
+  }
+}
+
+interface Addon {
+  ABI_VERSION: number;
+  openNetns(path: string): NetNS;
+  netlink(ns?: NetNS): Netlink;
+  setErrorClass(cls: typeof NetlinkError): void;
+  peerCred(fd: number): PeerCred;
+}
+
+/** SO_PEERCRED of a connected unix socket. */
+export interface PeerCred {
+  pid: number;
+  uid: number;
+  gid: number;
+}
+
+let addon: Addon | undefined;
+
+/** The package root: the nearest directory above this module holding package.json
+ * (<root>/src/native when run from sources, <root>/dist for the bundles). */
+export function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(join(dir, 'package.json'))) return dir;
+    const up = dirname(dir);
+    if (up === dir) throw new Error(`netplugin: no package.json above ${dirname(fileURLToPath(import.meta.url))}; the native addon cannot be located`);
+    dir = up;
+  }
+}
+
+function load(): Addon {
+  if (addon) return addon;
+  const root = packageRoot();
+  const require = createRequire(import.meta.url);
+  const gypBuild = require('node-gyp-build') as { (dir: string): unknown; resolve(dir: string): string };
+  let file: string;
+  try {
+    file = gypBuild.resolve(root);
+  } catch (e) {
+    throw new Error(
+      `netplugin: no native addon for ${process.platform}-${process.arch} under ${root} (build/Release or prebuilds/); ` +
+        `run 'npm run build:native'. ${(e as Error).message.split('\n')[0]}`,
+    );
+  }
+  const a = require(file) as Addon;
+  if (a.ABI_VERSION !== NATIVE_ABI_VERSION) {
+    throw new Error(
+      `netplugin: native addon ${file} has ABI_VERSION ${String(a.ABI_VERSION)}, expected ${NATIVE_ABI_VERSION}: ` +
+        `it is stale; rebuild it with 'npm run build:native' (or 'npm run prebuild' for prebuilds/)`,
+    );
+  }
+  a.setErrorClass(NetlinkError);
+  addon = a;
+  return a;
+}
+
+/** Opens a network namespace file (/var/run/netns/<name>, /proc/<pid>/ns/net) as a handle. */
+export function openNetns(path: string): NetNS {
+  return load().openNetns(path);
+}
+
+/** A NETLINK_ROUTE socket created inside `ns` (or the caller's namespace) and used from here. */
+export function netlink(ns?: NetNS): Netlink {
+  return ns === undefined ? load().netlink() : load().netlink(ns);
+}
+
+/** The credentials of the process at the other end of a connected unix socket fd. */
+export function peerCred(fd: number): PeerCred {
+  return load().peerCred(fd);
+}

@@ -1,0 +1,179 @@
+// netplugin-ipam: the standard CNI IPAM plugin over the block allocator
+// (src/ipam). Run by a runtime or by another plugin as delegated IPAM; the
+// main plugin calls src/ipam in-process instead.
+import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
+import { parseNetconf, type Netconf, type NetpluginIpam } from '../../config/netconf.js';
+import { resolveNodename } from '../../config/nodename.js';
+import { validAttachments } from '../../cni/dispatch.js';
+import type { CniContext, CniHandlers, CniResult } from '../../cni/types.js';
+import type { Datastore } from '../../datastore/types.js';
+import { DEFAULT_LOCK_PATH, Ipam } from '../../ipam/index.js';
+import { formatIP, tryParseIP } from '../../ipam/cidr.js';
+import { parseSelector } from '../../selector/index.js';
+
+/** Environment override of the host lock path (tests run several simulated nodes on one host). */
+export const LOCK_ENV = 'NETPLUGIN_IPAM_LOCK_FILE';
+
+type Ctx = CniContext<Netconf>;
+
+function ipamConf(conf: Netconf): NetpluginIpam {
+  return conf.ipam as NetpluginIpam;
+}
+
+/** `<network>.<CNI_CONTAINERID>`: one handle per attachment. */
+export function handleIDFor(conf: Netconf, containerId: string): string {
+  return `${conf.name}.${containerId}`;
+}
+
+export function lockPathFor(conf: Netconf, env: Record<string, string | undefined>): string {
+  const fromConf = conf['ipam_lock_file'];
+  if (typeof fromConf === 'string' && fromConf !== '') return fromConf;
+  return env[LOCK_ENV] || DEFAULT_LOCK_PATH;
+}
+
+async function withIpam<T>(ctx: Ctx, fn: (ipam: Ipam, ds: Datastore) => Promise<T>): Promise<T> {
+  // Dynamic: the datastore module loads etcd3 or the Kubernetes client, and
+  // only the one the netconf names.
+  const { openDatastore } = await import('../../datastore/index.js');
+  const ds = await openDatastore(ctx.conf);
+  try {
+    return await fn(new Ipam(ds, { lockPath: lockPathFor(ctx.conf, ctx.env), log: ctx.log }), ds);
+  } finally {
+    await ds.close().catch(() => undefined);
+  }
+}
+
+function requestedIPs(ctx: Ctx): string[] {
+  const raw = ctx.args.IP;
+  if (!raw) return [];
+  return raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+}
+
+async function add(ctx: Ctx): Promise<CniResult> {
+  const conf = ctx.conf;
+  const ic = ipamConf(conf);
+  const node = resolveNodename(conf);
+  const attrs: Record<string, string> = { containerID: ctx.containerId };
+  if (ctx.args.K8S_POD_NAMESPACE) attrs['namespace'] = ctx.args.K8S_POD_NAMESPACE;
+  if (ctx.args.K8S_POD_NAME) attrs['pod'] = ctx.args.K8S_POD_NAME;
+  const assigned = await withIpam(ctx, (ipam) =>
+    ipam.assign({
+      handleID: handleIDFor(conf, ctx.containerId),
+      node,
+      attrs,
+      assignIPv4: ic.assign_ipv4 === 'true',
+      assignIPv6: ic.assign_ipv6 === 'true',
+      ipv4Pools: ic.ipv4_pools,
+      ipv6Pools: ic.assign_ipv6 === 'true' ? ic.ipv6_pools : undefined,
+      requestedIPs: requestedIPs(ctx),
+      fields: { ipv4Pools: 'ipam.ipv4_pools', ipv6Pools: 'ipam.ipv6_pools', requestedIPs: 'CNI_ARGS IP' },
+    }),
+  );
+  ctx.log.info('netplugin-ipam: assigned', { node, ips: assigned.map((a) => a.address) });
+  const families = [...new Set(assigned.map((a) => a.family))].sort();
+  return {
+    // No `interface`: an IPAM plugin does not know the interfaces its caller creates.
+    ips: assigned.map((a) => ({ address: a.address })),
+    routes: families.map((f) => ({ dst: f === 4 ? '0.0.0.0/0' : '::/0' })),
+  };
+}
+
+async function del(ctx: Ctx): Promise<void> {
+  const released = await withIpam(ctx, (ipam) => ipam.releaseByHandle(handleIDFor(ctx.conf, ctx.containerId)));
+  ctx.log.info('netplugin-ipam: released', { ips: released });
+}
+
+async function check(ctx: Ctx): Promise<void> {
+  const handleID = handleIDFor(ctx.conf, ctx.containerId);
+  const held = new Set(await withIpam(ctx, (ipam) => ipam.handleAddresses(handleID)));
+  if (!held.size) throw new CniError(ErrorCodes.CheckFailed, `no addresses are allocated to handle ${handleID}; the container's IPAM state is gone: recreate it`);
+  for (const ipc of ctx.prevResult?.ips ?? []) {
+    const ip = tryParseIP(ipc.address.split('/')[0] ?? '');
+    const text = ip ? formatIP(ip) : ipc.address;
+    if (!held.has(text)) {
+      throw new CniError(
+        ErrorCodes.CheckFailed,
+        `prevResult address ${ipc.address} is not allocated to handle ${handleID} (it holds ${[...held].join(', ')}); recreate the container`,
+      );
+    }
+  }
+}
+
+async function gc(ctx: Ctx): Promise<void> {
+  const valid = new Set(validAttachments(ctx.rawConf).map((a) => a.containerID.toLowerCase()));
+  const prefix = `${ctx.conf.name}.`;
+  await withIpam(ctx, async (ipam) => {
+    const handles = await ipam.listHandles({ prefix });
+    for (const h of handles) {
+      if (!h.handleID.toLowerCase().startsWith(prefix.toLowerCase())) continue;
+      const cid = h.handleID.slice(prefix.length);
+      // A handle `<net>.x.<cid>` may belong to another network named `<net>.x`
+      // rather than to container `x.<cid>` of ours; runtimes' container IDs
+      // are hex, so leave dotted remainders alone instead of guessing.
+      if (cid.includes('.') || valid.has(cid.toLowerCase())) continue;
+      const ips = await ipam.releaseByHandle(h.handleID);
+      ctx.log.info('netplugin-ipam: GC released a stale handle', { handle: h.handleID, ips });
+    }
+  });
+}
+
+async function status(ctx: Ctx): Promise<void> {
+  const ic = ipamConf(ctx.conf);
+  const node = resolveNodename(ctx.conf);
+  let problem: string | undefined;
+  try {
+    await withIpam(ctx, async (ipam, ds) => {
+      const usage = await ipam.usage();
+      let labels: Record<string, string> | undefined;
+      const nodeLabels = async () => {
+        if (!labels) {
+          try {
+            labels = (await ds.get('Node', node)).metadata.labels ?? {};
+          } catch (e) {
+            if (!DatastoreError.is(e, 'NotFound')) throw e;
+            labels = {};
+          }
+        }
+        return labels;
+      };
+      for (const family of [4, 6] as const) {
+        if ((family === 4 ? ic.assign_ipv4 : ic.assign_ipv6) !== 'true') continue;
+        const explicit = family === 4 ? ic.ipv4_pools : ic.ipv6_pools;
+        const usable = [];
+        for (const p of usage) {
+          if (p.family !== family || p.disabled) continue;
+          if (explicit?.length) {
+            if (!explicit.includes(p.name) && !explicit.some((e) => e === p.cidr)) continue;
+          } else if (!parseSelector(p.nodeSelector).matches(await nodeLabels())) continue;
+          usable.push(p);
+        }
+        if (!usable.length) {
+          problem = `no enabled IPv${family} pool is usable by node '${node}'${explicit?.length ? ` (ipam.ipv${family}_pools: ${explicit.join(', ')})` : ''}`;
+          return;
+        }
+        if (usable.every((p) => p.free === 0n)) {
+          problem = `IPv${family} pools ${usable.map((p) => `${p.name} (${p.cidr})`).join(', ')} have no free address`;
+          return;
+        }
+      }
+    });
+  } catch (e) {
+    if (DatastoreError.is(e)) {
+      throw new CniError(ErrorCodes.PluginNotAvailable, `datastore (${ctx.conf.datastore_type}) is not usable: ${e.kind}: ${e.message.split('\n')[0]}`);
+    }
+    throw e;
+  }
+  if (problem) throw new CniError(ErrorCodes.PluginNotAvailable, `${problem}; new pods cannot get addresses until a pool is added or addresses are freed`);
+}
+
+export const handlers: CniHandlers<Netconf> = {
+  parse: (raw) => parseNetconf(raw, { pluginType: 'netplugin-ipam' }),
+  add,
+  del,
+  check,
+  status,
+  gc,
+};

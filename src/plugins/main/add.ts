@@ -1,0 +1,288 @@
+// ADD: readiness gates -> datastore ready -> pod context -> addresses (our IPAM
+// in-process, or a delegated IPAM plugin) -> veth and routes -> workload
+// endpoint -> policy-setup wait -> result. Every side effect pushes its undo,
+// so a failure at any step leaves nothing behind.
+import type { CniContext, CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
+import { isNetpluginIpam, type Netconf } from '../../config/index.js';
+import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
+import type { Datastore, Resource } from '../../datastore/types.js';
+import { parseResult } from '../../cni/result.js';
+import { GATEWAY_V4 } from '../../dataplane/workload.js';
+import { linkLocalFromMac } from '../../dataplane/names.js';
+import { buildWorkloadEndpoint, needsPodLookup, readPodContext, type PodLike } from '../../k8s/workload.js';
+import { pairFloatingIPs, poolsFromResources, resolveWorkloadOptions } from '../../k8s/annotations.js';
+import { Rollback, step } from './rollback.js';
+import { execDelegate } from './delegate.js';
+import { dataplane, getPolicySignal } from './runtime.js';
+import { HOST_MAC, checkClusterReady, datastoreFor, identify, ipamLockPath, kubeClientFor, statusDir, type Workload } from './common.js';
+
+/** The pod's own address on its interface: /32 or /128 (routing is done by the host's per-address route). */
+export function hostPrefix(ip: string): string {
+  return ip.includes(':') ? `${ip}/128` : `${ip}/32`;
+}
+
+function bareIP(addr: string): string {
+  return addr.split('/')[0]!;
+}
+
+export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
+  const { conf, log } = ctx;
+  if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for ADD');
+  const wl = identify(conf, ctx);
+
+  if (conf.readiness_gates?.length) {
+    await step('readiness gates', async () => {
+      const { waitForReadinessGates } = await import('../../k8s/readiness.js');
+      await waitForReadinessGates(conf.readiness_gates!, { log });
+    });
+  }
+
+  const ds = await step('datastore', async () => {
+    const d = await datastoreFor(conf);
+    await checkClusterReady(d);
+    return d;
+  });
+
+  let pod: PodLike | undefined;
+  let nsAnnotations: Record<string, string> = {};
+  if (wl.pod && needsPodLookup(conf, ctx.args, log)) {
+    const kube = await step('reading the pod', () => kubeClientFor(conf));
+    const got = await step('reading the pod', () => readPodContext(kube, wl.pod!, kube.server));
+    pod = got.pod;
+    nsAnnotations = got.namespace.metadata?.annotations ?? {};
+  }
+
+  const rb = new Rollback(log);
+  try {
+    const { ips, floating } = await addresses(ctx, wl, ds, pod, nsAnnotations, rb);
+    const v4 = ips.find((a) => !a.includes(':'));
+    const v6 = ips.find((a) => a.includes(':'));
+
+    const dp = await dataplane();
+    const state = await step('creating the veth pair', async () => {
+      const s = await dp.setup({
+        netnsPath: ctx.netns,
+        ifname: ctx.ifname,
+        hostIfname: wl.hostIfname,
+        ...(conf.mtu ? { mtu: conf.mtu } : {}),
+        numQueues: conf.num_queues,
+        hostMac: HOST_MAC,
+        addresses: ips.map(hostPrefix),
+        allowIpForwarding: conf.container_settings.allow_ip_forwarding,
+      });
+      rb.push(`veth ${wl.hostIfname}`, () => dp.teardown({ netnsPath: ctx.netns, ifname: ctx.ifname, hostIfname: wl.hostIfname }));
+      return s;
+    });
+
+    const ipNATs = floating?.length ? pairFloatingIPs(ips, floating) : undefined;
+    const wep = buildWorkloadEndpoint({
+      node: wl.node,
+      containerId: ctx.containerId,
+      ifname: ctx.ifname,
+      hostIfname: wl.hostIfname,
+      ipNetworks: ips.map(hostPrefix),
+      mac: state.containerMac,
+      ...(ipNATs?.length ? { ipNATs } : {}),
+      ...(pod ? { pod } : wl.pod ? { pod: { metadata: { name: wl.pod.name, namespace: wl.pod.namespace } } } : {}),
+    });
+    if (wl.pod && !pod) {
+      // Not read from the API server: the service account and labels are unknown, so claim none.
+      delete wep.spec.serviceAccountName;
+      delete wep.spec.profiles;
+      wep.metadata.labels = { 'netplugin.org/namespace': wl.pod.namespace, 'netplugin.org/orchestrator': 'k8s' };
+    }
+    const sdir = statusDir(conf);
+    const policyWait = conf.policy_setup_timeout_seconds ? await import('../../k8s/policy-wait.js') : undefined;
+    if (policyWait) await policyWait.clearPolicyStatus(wep.metadata.name, sdir);
+    await step('writing the workload endpoint', () => writeEndpoint(ds, wep, rb));
+
+    if (policyWait) {
+      const r = await policyWait.waitForPolicyProgrammed({
+        endpointKey: wep.metadata.name,
+        ...(sdir ? { statusDir: sdir } : {}),
+        timeoutMs: conf.policy_setup_timeout_seconds! * 1000,
+        containerId: ctx.containerId,
+        ...(getPolicySignal() ? { signal: getPolicySignal() as never } : {}),
+        log,
+      });
+      log.debug('policy setup wait', { programmed: r.programmed, waitedMs: r.waitedMs });
+    }
+
+    const ipConfigs: CniIPConfig[] = [];
+    const routes: CniRoute[] = [];
+    if (v4) {
+      ipConfigs.push({ address: hostPrefix(v4), gateway: GATEWAY_V4, interface: 1 });
+      routes.push({ dst: '0.0.0.0/0', gw: GATEWAY_V4 });
+    }
+    if (v6) {
+      const gw6 = linkLocalFromMac(HOST_MAC);
+      ipConfigs.push({ address: hostPrefix(v6), gateway: gw6, interface: 1 });
+      routes.push({ dst: '::/0', gw: gw6 });
+    }
+    log.info('ADD done', { ips, hostIfname: wl.hostIfname, endpoint: wep.metadata.name });
+    return {
+      interfaces: [
+        { name: wl.hostIfname, mac: HOST_MAC, ...(conf.mtu ? { mtu: conf.mtu } : {}) },
+        { name: ctx.ifname, mac: state.containerMac, sandbox: ctx.netns, mtu: state.mtu },
+      ],
+      ips: ipConfigs,
+      routes,
+    };
+  } catch (e) {
+    await rb.unwind();
+    throw e;
+  }
+}
+
+/** Chooses and reserves the pod's addresses; returns bare IPs. */
+async function addresses(
+  ctx: CniContext<Netconf>,
+  wl: Workload,
+  ds: Datastore,
+  pod: PodLike | undefined,
+  nsAnnotations: Record<string, string>,
+  rb: Rollback,
+): Promise<{ ips: string[]; floating?: string[] }> {
+  const { conf, log } = ctx;
+  if (!isNetpluginIpam(conf.ipam)) return { ips: await delegatedAddresses(ctx, wl, ds, rb) };
+  const ipamConf = conf.ipam;
+
+  const { Ipam } = await import('../../ipam/index.js');
+  const lockPath = ipamLockPath(conf);
+  const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
+
+  // A repeated ADD for the same container and network returns what it already holds.
+  const held = await step('reading IPAM', () => ipam.handleAddresses(wl.handleID));
+  const pools = poolsFromResources((await step('listing IP pools', () => ds.list('IPPool'))).items);
+  const req = resolveWorkloadOptions({
+    podAnnotations: pod?.metadata.annotations ?? {},
+    namespaceAnnotations: pod ? nsAnnotations : {},
+    ...(wl.pod ? { pod: wl.pod } : {}),
+    conf: { ipam: ipamConf, feature_control: conf.feature_control },
+    ...(ctx.args.IP ? { cniArgsIP: ctx.args.IP } : {}),
+    pools,
+    log,
+  });
+  for (const w of req.warnings) log.warn(w);
+  if (held.length) {
+    log.info('ADD repeated for a container that already holds addresses; reusing them', { ips: held });
+    return { ips: held.map(bareIP), ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
+  }
+  if (req.noIpamIPs) return { ips: req.noIpamIPs, ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
+
+  const attrs: Record<string, string> = { containerID: ctx.containerId };
+  if (wl.pod) Object.assign(attrs, { namespace: wl.pod.namespace, pod: wl.pod.name });
+  const assigned = await step('assigning addresses', async () => {
+    rb.push(`addresses of ${wl.handleID}`, () => ipam.releaseByHandle(wl.handleID));
+    return ipam.assign({
+      handleID: wl.handleID,
+      node: wl.node,
+      attrs,
+      assignIPv4: req.assignIPv4,
+      assignIPv6: req.assignIPv6,
+      ...(req.ipv4Pools ? { ipv4Pools: req.ipv4Pools } : {}),
+      ...(req.ipv6Pools ? { ipv6Pools: req.ipv6Pools } : {}),
+      ...(req.requestedIPs?.length ? { requestedIPs: req.requestedIPs } : {}),
+    });
+  });
+  if (!assigned.length) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: neither assign_ipv4 nor assign_ipv6 is "true"; the pod would get no address');
+  return { ips: assigned.map((a) => a.ip), ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
+}
+
+/** Other IPAM types (host-local): run the plugin from CNI_PATH, with `usePodCidr` resolved to the node's pod CIDRs. */
+async function delegatedAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore, rb: Rollback): Promise<string[]> {
+  const { conf } = ctx;
+  const ipamConf = await resolvePodCidrs(conf, wl, ds);
+  const delegateConf = { ...ctx.rawConf, ipam: ipamConf };
+  const inv = {
+    type: conf.ipam.type,
+    containerId: ctx.containerId,
+    netns: ctx.netns,
+    ifname: ctx.ifname,
+    cniArgs: ctx.env['CNI_ARGS'] ?? '',
+    path: ctx.path,
+    conf: delegateConf,
+    env: ctx.env,
+  };
+  const raw = await step(`delegated IPAM ${conf.ipam.type}`, async () => {
+    const r = await execDelegate({ ...inv, command: 'ADD' });
+    rb.push(`${conf.ipam.type} allocation`, () => execDelegate({ ...inv, command: 'DEL' }));
+    return r;
+  });
+  const result = parseResult(raw, `${conf.ipam.type} result`, ctx.cniVersion);
+  const ips = (result.ips ?? []).map((i) => bareIP(i.address));
+  if (!ips.length) throw new CniError(ErrorCodes.DelegateFailure, `delegated IPAM ${conf.ipam.type} returned no addresses`);
+  return ips;
+}
+
+/** Replaces host-local's `usePodCidr` / `usePodCidrIPv6` subnets with the node's pod CIDRs (the operator's HostLocal mode). */
+export async function resolvePodCidrs(conf: Netconf, wl: Workload, ds: Datastore): Promise<Record<string, unknown>> {
+  const ipam = structuredClone(conf.ipam) as Record<string, unknown>;
+  const text = JSON.stringify(ipam);
+  if (!text.includes('"usePodCidr"') && !text.includes('"usePodCidrIPv6"')) return ipam;
+  const cidrs = await nodePodCidrs(conf, wl, ds);
+  const v4 = cidrs.find((c) => !c.includes(':'));
+  const v6 = cidrs.find((c) => c.includes(':'));
+  const sub = (v: unknown): unknown => {
+    if (v === 'usePodCidr' || v === 'usePodCidrIPv6') {
+      const want = v === 'usePodCidr' ? v4 : v6;
+      if (!want) {
+        throw new CniError(
+          ErrorCodes.InvalidNetworkConfig,
+          `ipam: subnet "${v}" needs the node's ${v === 'usePodCidr' ? 'IPv4' : 'IPv6'} pod CIDR, but node ${wl.node} has ${cidrs.length ? cidrs.join(', ') : 'none'}; set the node's podCIDRs (kube-controller-manager --allocate-node-cidrs) or give a subnet`,
+        );
+      }
+      return want;
+    }
+    if (Array.isArray(v)) return v.map(sub);
+    if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, sub(x)]));
+    return v;
+  };
+  return sub(ipam) as Record<string, unknown>;
+}
+
+async function nodePodCidrs(conf: Netconf, wl: Workload, ds: Datastore): Promise<string[]> {
+  if (conf.kubernetes?.kubeconfig || conf.kubernetes?.k8s_api_root) {
+    const kube = await kubeClientFor(conf);
+    const node = (await kube.getNode(wl.node)) as { spec?: { podCIDR?: string; podCIDRs?: string[] } };
+    const list = node.spec?.podCIDRs?.length ? node.spec.podCIDRs : node.spec?.podCIDR ? [node.spec.podCIDR] : [];
+    return list;
+  }
+  try {
+    return (await ds.get('Node', wl.node)).spec.podCIDRs ?? [];
+  } catch (e) {
+    if (DatastoreError.is(e, 'NotFound')) return [];
+    throw e;
+  }
+}
+
+/** Creates the endpoint, or takes it over from an older sandbox of the same pod. */
+async function writeEndpoint(ds: Datastore, wep: Resource<'WorkloadEndpoint'>, rb: Rollback): Promise<void> {
+  const ns = wep.metadata.namespace;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const created = await ds.create(wep);
+      rb.push(`endpoint ${wep.metadata.name}`, () =>
+        ds.delete('WorkloadEndpoint', wep.metadata.name, { ...(ns ? { namespace: ns } : {}), ...(created.metadata.resourceVersion ? { revision: created.metadata.resourceVersion } : {}) }).catch((e) => {
+          if (!DatastoreError.is(e, 'NotFound')) throw e;
+        }),
+      );
+      return;
+    } catch (e) {
+      if (!DatastoreError.is(e, 'AlreadyExists') || attempt > 5) throw e;
+    }
+    try {
+      const cur = await ds.get('WorkloadEndpoint', wep.metadata.name, ns);
+      const prev = structuredClone(cur);
+      const next = { ...wep, metadata: { ...wep.metadata, resourceVersion: cur.metadata.resourceVersion! } };
+      const updated = await ds.update(next);
+      rb.push(`endpoint ${wep.metadata.name} (restore)`, async () => {
+        if (prev.spec.containerID === wep.spec.containerID) return;
+        await ds.update({ ...prev, metadata: { ...prev.metadata, resourceVersion: updated.metadata.resourceVersion! } });
+      });
+      return;
+    } catch (e) {
+      if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
+    }
+  }
+}

@@ -1,0 +1,56 @@
+// CHECK (CNI >= 0.4.0): compares prevResult with the kernel and the datastore
+// and fails naming every drift found.
+import type { CniContext } from '../../cni/types.js';
+import { isNetpluginIpam, type Netconf } from '../../config/index.js';
+import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
+import { dataplane } from './runtime.js';
+import { HOST_MAC, datastoreFor, identify, ipamLockPath } from './common.js';
+
+export async function check(ctx: CniContext<Netconf>): Promise<void> {
+  const { conf, log } = ctx;
+  const prev = ctx.prevResult;
+  if (!prev) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'prevResult: CHECK needs the result of the ADD in prevResult; the runtime must pass it');
+  if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for CHECK');
+  const wl = identify(conf, ctx);
+  const contIdx = prev.interfaces?.findIndex((i) => i.name === ctx.ifname && i.sandbox) ?? -1;
+  const contIf = contIdx >= 0 ? prev.interfaces![contIdx] : undefined;
+  if (!contIf?.mac) throw new CniError(ErrorCodes.CheckFailed, `prevResult has no interface ${ctx.ifname} with a sandbox and MAC; it is not a netplugin result for this attachment`);
+  const addrs = (prev.ips ?? []).filter((i) => i.interface === undefined || i.interface === contIdx).map((i) => i.address);
+
+  const drift: string[] = [];
+  const dp = await dataplane();
+  drift.push(
+    ...(await dp.check(
+      {
+        netnsPath: ctx.netns,
+        ifname: ctx.ifname,
+        hostIfname: wl.hostIfname,
+        ...(conf.mtu ? { mtu: conf.mtu } : {}),
+        numQueues: conf.num_queues,
+        hostMac: HOST_MAC,
+        addresses: addrs,
+        allowIpForwarding: conf.container_settings.allow_ip_forwarding,
+      },
+      { containerMac: contIf.mac },
+    )),
+  );
+
+  const ds = await datastoreFor(conf);
+  if (isNetpluginIpam(conf.ipam)) {
+    const { Ipam } = await import('../../ipam/index.js');
+    const lockPath = ipamLockPath(conf);
+    const held = new Set((await new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) }).handleAddresses(wl.handleID)).map((a) => a.split('/')[0]));
+    for (const a of addrs) {
+      const ip = a.split('/')[0]!;
+      if (!held.has(ip)) drift.push(`IPAM no longer holds ${ip} for handle ${wl.handleID}`);
+    }
+  }
+  try {
+    const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace);
+    if (wep.spec.containerID !== ctx.containerId) drift.push(`workload endpoint ${wl.endpointName} belongs to container ${wep.spec.containerID}`);
+  } catch (e) {
+    if (!DatastoreError.is(e, 'NotFound')) throw e;
+    drift.push(`workload endpoint ${wl.endpointName} is missing`);
+  }
+  if (drift.length) throw new CniError(ErrorCodes.CheckFailed, `CHECK found drift: ${drift.join('; ')}`);
+}

@@ -1,0 +1,113 @@
+// What ADD, DEL, CHECK and GC share: who the workload is, its names, and the
+// datastore/IPAM/Kubernetes handles for this invocation.
+import { resolveNodename } from '../../config/nodename.js';
+import type { Netconf } from '../../config/index.js';
+import type { CniArgs, Logger } from '../../cni/types.js';
+import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
+import type { Datastore, Resource } from '../../datastore/types.js';
+import { hostVethName } from '../../dataplane/names.js';
+import { workloadEndpointName } from '../../k8s/workload.js';
+import { getDatastore } from './runtime.js';
+import type { KubeClient } from '../../k8s/client.js';
+
+export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
+export const DEFAULT_VETH_PREFIX = 'npi';
+export const IPAM_PLUGIN = 'netplugin-ipam';
+
+export interface Workload {
+  node: string;
+  orchestrator: 'k8s' | 'cni';
+  /** Pod name (k8s) or container ID (plain CNI). */
+  workload: string;
+  namespace: string;
+  pod?: { namespace: string; name: string };
+  handleID: string;
+  hostIfname: string;
+  endpointName: string;
+}
+
+/** Derives every name of one attachment from the netconf and the CNI environment. */
+export function identify(conf: Netconf, c: { containerId: string; ifname: string; args: CniArgs }, nodenameDeps?: Parameters<typeof resolveNodename>[1]): Workload {
+  const node = resolveNodename(conf, nodenameDeps);
+  const ns = c.args.K8S_POD_NAMESPACE;
+  const name = c.args.K8S_POD_NAME;
+  const pod = ns && name ? { namespace: ns, name } : undefined;
+  const orchestrator = pod ? 'k8s' : 'cni';
+  const workload = pod ? pod.name : c.containerId;
+  // The host veth is keyed by pod, not sandbox, so a pod's veth name is stable
+  // across sandbox restarts (the new ADD replaces the stale one).
+  const prefix = conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX;
+  return {
+    node,
+    orchestrator,
+    workload,
+    namespace: pod?.namespace ?? 'default',
+    ...(pod ? { pod } : {}),
+    handleID: `${conf.name}.${c.containerId}`,
+    hostIfname: hostVethName(prefix, pod ? `${pod.namespace}.${pod.name}` : c.containerId),
+    endpointName: workloadEndpointName(node, orchestrator, workload, c.ifname),
+  };
+}
+
+export async function datastoreFor(conf: Netconf): Promise<Datastore> {
+  return getDatastore(conf);
+}
+
+const readyCache = new WeakMap<Datastore, number>();
+const READY_TTL_MS = 10_000;
+
+/** ClusterInformation `default` must exist with datastoreReady; otherwise code 11 (the runtime retries). */
+export async function checkClusterReady(ds: Datastore): Promise<void> {
+  const at = readyCache.get(ds);
+  if (at !== undefined && Date.now() - at < READY_TTL_MS) return;
+  let ci: Resource<'ClusterInformation'>;
+  try {
+    ci = await ds.get('ClusterInformation', 'default');
+  } catch (e) {
+    if (DatastoreError.is(e, 'NotFound')) {
+      throw new CniError(
+        ErrorCodes.TryAgainLater,
+        "the datastore is not initialised: ClusterInformation 'default' is missing; run `netpluginctl datastore init` (install-cni and the node agent do this on start)",
+      );
+    }
+    throw e;
+  }
+  if (ci.spec.datastoreReady !== true) {
+    throw new CniError(
+      ErrorCodes.TryAgainLater,
+      "the datastore is marked not ready (ClusterInformation 'default' datastoreReady is not true, e.g. during an upgrade); run `netpluginctl datastore ready --set=true` when maintenance is over",
+    );
+  }
+  readyCache.set(ds, Date.now());
+}
+
+const kubeClients = new Map<string, Promise<KubeClient>>();
+
+export function kubeClientFor(conf: Netconf): Promise<KubeClient> {
+  const k = conf.kubernetes ?? {};
+  const key = JSON.stringify([k.kubeconfig, k.k8s_api_root]);
+  let p = kubeClients.get(key);
+  if (!p) {
+    if (!k.kubeconfig && !k.k8s_api_root) {
+      return Promise.reject(
+        new CniError(ErrorCodes.InvalidNetworkConfig, 'kubernetes: neither kubernetes.kubeconfig nor kubernetes.k8s_api_root is set, but the pod must be read from the API server; set kubernetes.kubeconfig'),
+      );
+    }
+    p = import('../../k8s/client.js').then((m) => m.createKubeClient({ ...(k.kubeconfig ? { kubeconfig: k.kubeconfig } : {}), ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) }));
+    p.catch(() => kubeClients.delete(key));
+    kubeClients.set(key, p);
+  }
+  return p;
+}
+
+export function ipamLockPath(conf: Netconf): string | undefined {
+  return conf.ipam_lock_file;
+}
+
+export function statusDir(conf: Netconf): string | undefined {
+  return conf.endpoint_status_dir;
+}
+
+export function noteLog(log: Logger, msg: string, fields?: Record<string, unknown>): void {
+  log.info(msg, fields);
+}

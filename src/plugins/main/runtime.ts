@@ -1,0 +1,77 @@
+// Per-process caches of the expensive things an invocation needs: datastore
+// connections (etcd3 import ~75-95 ms, Kubernetes client ~150-230 ms) and the
+// dataplane. A per-exec plugin uses them once; the resident agent keeps them
+// warm across requests, keyed by the datastore settings of the netconf.
+import type { Datastore } from '../../datastore/types.js';
+import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
+
+export interface DataplanePort {
+  setup(spec: WorkloadSpec): Promise<WorkloadState>;
+  teardown(o: { netnsPath?: string; ifname: string; hostIfname: string }): Promise<{ removed: boolean }>;
+  check(spec: WorkloadSpec, expect: { containerMac: string }): Promise<string[]>;
+}
+
+const datastores = new Map<string, Promise<Datastore>>();
+let dataplanePort: DataplanePort | undefined;
+/** Set by the agent: in-process signal that an endpoint's policy is programmed. */
+let policySignal: unknown;
+
+export interface DatastoreSettings {
+  datastore_type?: string;
+  etcd_endpoints?: string;
+  etcd_discovery_srv?: string;
+  etcd_key_file?: string;
+  etcd_cert_file?: string;
+  etcd_ca_cert_file?: string;
+  etcd_authority?: string;
+  etcd_scheme?: string;
+  kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
+}
+
+export function datastoreKey(s: DatastoreSettings): string {
+  return JSON.stringify([
+    s.datastore_type ?? 'etcdv3', s.etcd_endpoints, s.etcd_discovery_srv, s.etcd_key_file, s.etcd_cert_file,
+    s.etcd_ca_cert_file, s.etcd_authority, s.etcd_scheme, s.kubernetes?.kubeconfig, s.kubernetes?.k8s_api_root,
+  ]);
+}
+
+export function getDatastore(s: DatastoreSettings): Promise<Datastore> {
+  const key = datastoreKey(s);
+  let p = datastores.get(key);
+  if (!p) {
+    p = import('../../datastore/index.js').then((m) => m.openDatastore(s as Parameters<typeof m.openDatastore>[0]));
+    // A failed connection must not be cached: the next invocation retries.
+    p.catch(() => datastores.delete(key));
+    datastores.set(key, p);
+  }
+  return p;
+}
+
+export async function closeDatastores(): Promise<void> {
+  const all = [...datastores.values()];
+  datastores.clear();
+  await Promise.allSettled(all.map(async (p) => (await p).close()));
+}
+
+export function setDataplanePort(p: DataplanePort): void {
+  dataplanePort = p;
+}
+
+/** The dataplane: the agent installs a worker-pool port; per-exec runs it inline. */
+export async function dataplane(): Promise<DataplanePort> {
+  if (dataplanePort) return dataplanePort;
+  const dp = await import('../../dataplane/index.js');
+  dataplanePort = {
+    setup: async (spec) => dp.setupWorkload(spec),
+    teardown: async (o) => dp.teardownWorkload(o),
+    check: async (spec, expect) => dp.checkWorkload(spec, expect),
+  };
+  return dataplanePort;
+}
+
+export function setPolicySignal(s: unknown): void {
+  policySignal = s;
+}
+export function getPolicySignal(): unknown {
+  return policySignal;
+}

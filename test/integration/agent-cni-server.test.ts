@@ -1,0 +1,317 @@
+// The agent's CNI server in this process: socket lifecycle and permissions,
+// peer credentials (real SO_PEERCRED through the addon), ordering of requests
+// and graceful shutdown. Clients speak the wire protocol directly, or are the
+// real shim run as another user.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { execFileSync, spawn } from 'node:child_process';
+import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startCniServer, type CniServer } from '../../src/agent/server.js';
+import { ACCEPTED, HEADER_LEN, encodeRequest, type ShimRequest, type ShimResponse } from '../../src/agent/protocol.js';
+import type { CniHandlers, Logger, PluginSpec } from '../../src/cni/types.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+interface Deferred {
+  promise: Promise<void>;
+  resolve: () => void;
+}
+function deferred(): Deferred {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** Per-test hooks the handlers call: gates to hold a request, and an event log. */
+let events: string[] = [];
+let gates = new Map<string, Deferred>();
+let started = new Map<string, Deferred>();
+const gate = (name: string) => {
+  if (!gates.has(name)) gates.set(name, deferred());
+  return gates.get(name)!;
+};
+const startedSignal = (name: string) => {
+  if (!started.has(name)) started.set(name, deferred());
+  return started.get(name)!;
+};
+
+const handlers: CniHandlers = {
+  parse: (raw) => raw,
+  async add(ctx) {
+    const tag = String(ctx.rawConf['tag'] ?? ctx.containerId);
+    events.push(`start ${tag}`);
+    startedSignal(tag).resolve();
+    const wait = ctx.rawConf['waitFor'];
+    if (typeof wait === 'string') await (wait.startsWith('started:') ? startedSignal(wait.slice(8)).promise : gate(wait).promise);
+    events.push(`end ${tag}`);
+    return { ips: [{ address: '10.1.2.3/32' }], dns: { search: [ctx.env['ONLY_IN_REQUEST'] ?? '<unset>'] } };
+  },
+  async del() {},
+  async check() {},
+  async status() {},
+  async gc() {},
+};
+const plugin: PluginSpec = { name: 'netplugin', load: async () => handlers };
+
+const logged: string[] = [];
+const line = (lvl: string) => (m: string, f?: Record<string, unknown>) => logged.push(`${lvl} ${m}${f ? ' ' + JSON.stringify(f) : ''}`);
+const log: Logger = { error: line('E'), warn: line('W'), info: line('I'), debug: () => {} };
+
+let tmp: string;
+const servers: CniServer[] = [];
+async function start(socketPath: string, extra: Partial<Parameters<typeof startCniServer>[0]> = {}): Promise<CniServer> {
+  const s = await startCniServer({ socketPath, plugins: { netplugin: plugin }, log, ...extra });
+  servers.push(s);
+  return s;
+}
+
+const env = (containerId: string, over: Record<string, string> = {}): Record<string, string> => ({
+  CNI_COMMAND: 'ADD',
+  CNI_CONTAINERID: containerId,
+  CNI_NETNS: '/var/run/netns/x',
+  CNI_IFNAME: 'eth0',
+  CNI_PATH: '/opt/cni/bin',
+  ...over,
+});
+const conf = (extra: Record<string, unknown> = {}) => JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ...extra });
+
+interface Exchange {
+  accepted: boolean;
+  response?: ShimResponse;
+}
+
+/** One protocol exchange; `raw` sends bytes as given instead of a request frame. */
+function exchange(socketPath: string, req: ShimRequest | Buffer, onAccepted?: () => void): Promise<Exchange> {
+  return new Promise((resolve, reject) => {
+    const c = connect(socketPath);
+    const chunks: Buffer[] = [];
+    let accepted = false;
+    c.on('error', reject);
+    c.on('data', (d: Buffer) => {
+      if (!accepted && chunks.length === 0 && d[0] === ACCEPTED) {
+        accepted = true;
+        onAccepted?.();
+        d = d.subarray(1);
+      }
+      if (d.length) chunks.push(d);
+    });
+    c.on('close', () => {
+      const all = Buffer.concat(chunks);
+      if (!accepted || all.length < 4) return resolve({ accepted });
+      const len = all.readUInt32BE(0);
+      resolve({ accepted, response: JSON.parse(all.subarray(4, 4 + len).toString('utf8')) as ShimResponse });
+    });
+    c.write(Buffer.isBuffer(req) ? req : encodeRequest(req));
+  });
+}
+
+beforeAll(() => {
+  tmp = mkdtempSync(join(tmpdir(), `np-agent-${process.pid}-`));
+  chmodSync(tmp, 0o755);
+});
+afterEach(async () => {
+  for (const g of gates.values()) g.resolve();
+  for (const g of started.values()) g.resolve();
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+  events = [];
+  gates = new Map();
+  started = new Map();
+});
+afterAll(() => {
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+describe('CNI server socket', () => {
+  it('creates a root-only directory and socket, and serves requests with the request env', async () => {
+    const socketPath = join(tmp, 'fresh/sub/cni.sock');
+    await start(socketPath);
+    expect(statSync(join(tmp, 'fresh/sub')).mode & 0o777).toBe(0o700);
+    expect(statSync(join(tmp, 'fresh')).mode & 0o777).toBe(0o700);
+    const st = lstatSync(socketPath);
+    expect(st.isSocket()).toBe(true);
+    expect(st.mode & 0o777).toBe(0o600);
+    expect(process.env['ONLY_IN_REQUEST']).toBeUndefined();
+    const r = await exchange(socketPath, { plugin: 'netplugin', env: env('c1', { ONLY_IN_REQUEST: 'from the runtime' }), stdin: conf() });
+    expect(r.accepted).toBe(true);
+    expect(r.response!.code).toBe(0);
+    expect(JSON.parse(r.response!.stdout)).toEqual({ cniVersion: '1.0.0', ips: [{ address: '10.1.2.3/32' }], dns: { search: ['from the runtime'] } });
+  });
+
+  it('leaves an existing directory mode alone', async () => {
+    const dir = join(tmp, 'existing');
+    mkdirSync(dir, { mode: 0o755 });
+    chmodSync(dir, 0o755);
+    await start(join(dir, 'cni.sock'));
+    expect(statSync(dir).mode & 0o777).toBe(0o755);
+  });
+
+  it('refuses to take over a socket a live agent answers on, which keeps serving', async () => {
+    const socketPath = join(tmp, 'live.sock');
+    await start(socketPath);
+    await expect(start(socketPath)).rejects.toThrow(`another netplugin agent is already serving ${socketPath}`);
+    const r = await exchange(socketPath, { plugin: 'netplugin', env: env('c2'), stdin: conf() });
+    expect(r.response?.code).toBe(0);
+  });
+
+  it('replaces a stale socket nobody listens on', async () => {
+    const socketPath = join(tmp, 'stale.sock');
+    execFileSync('python3', ['-c', 'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])', socketPath]);
+    await start(socketPath);
+    expect((await exchange(socketPath, { plugin: 'netplugin', env: env('c3'), stdin: conf() })).response?.code).toBe(0);
+  });
+
+  it('refuses a path that is not a socket, naming it', async () => {
+    const p = join(tmp, 'regular-file');
+    writeFileSync(p, 'keep me');
+    await expect(start(p)).rejects.toThrow(`CNI socket path ${p} exists and is not a socket`);
+    expect(existsSync(p)).toBe(true);
+  });
+
+  it('closes malformed and other-version requests without accepting them', async () => {
+    const socketPath = join(tmp, 'malformed.sock');
+    await start(socketPath);
+    const v2 = encodeRequest({ plugin: 'netplugin', env: {}, stdin: '' });
+    v2[3] = 2;
+    expect(await exchange(socketPath, v2)).toEqual({ accepted: false });
+    expect(await exchange(socketPath, Buffer.from('GET / HTTP/1.1\r\n\r\n'))).toEqual({ accepted: false });
+    const notJson = Buffer.alloc(HEADER_LEN + 3);
+    encodeRequest({ plugin: '', env: {}, stdin: '' }).copy(notJson, 0, 0, 4);
+    notJson.writeUInt32BE(3, 4);
+    notJson.write('{x}', HEADER_LEN);
+    expect(await exchange(socketPath, notJson)).toEqual({ accepted: false });
+    expect(logged.some((l) => l.includes('shim speaks protocol version 2, this agent speaks 1'))).toBe(true);
+  });
+
+  it('answers an unknown plugin name with a CNI error naming the known ones', async () => {
+    const socketPath = join(tmp, 'unknown.sock');
+    await start(socketPath);
+    const r = await exchange(socketPath, { plugin: 'netplugin-shim', env: env('c4'), stdin: conf() });
+    expect(r.accepted).toBe(true);
+    expect(r.response!.code).toBe(1);
+    const err = JSON.parse(r.response!.stdout);
+    expect(err.code).toBe(4);
+    expect(err.msg).toContain("no plugin named 'netplugin-shim'");
+    expect(err.msg).toContain('netplugin');
+  });
+});
+
+describe('CNI server ordering and shutdown', () => {
+  it('runs requests for one container one at a time, in arrival order', async () => {
+    const socketPath = join(tmp, 'order.sock');
+    await start(socketPath);
+    const first = exchange(socketPath, { plugin: 'netplugin', env: env('same'), stdin: conf({ tag: 'A', waitFor: 'releaseA' }) });
+    await startedSignal('A').promise;
+    const second = exchange(socketPath, { plugin: 'netplugin', env: env('same', { CNI_COMMAND: 'ADD' }), stdin: conf({ tag: 'B' }) });
+    // B is accepted but must wait for A: release A only once B could have run.
+    const other = await exchange(socketPath, { plugin: 'netplugin', env: env('other'), stdin: conf({ tag: 'C' }) });
+    expect(other.response?.code).toBe(0);
+    expect(events).toEqual(['start A', 'start C', 'end C']);
+    gate('releaseA').resolve();
+    await Promise.all([first, second]);
+    expect(events).toEqual(['start A', 'start C', 'end C', 'end A', 'start B', 'end B']);
+  });
+
+  it('runs requests for different containers at the same time', async () => {
+    const socketPath = join(tmp, 'parallel.sock');
+    await start(socketPath);
+    // Each waits until the other started: completes only if both run at once.
+    const [a, b] = await Promise.all([
+      exchange(socketPath, { plugin: 'netplugin', env: env('p1'), stdin: conf({ tag: 'P1', waitFor: 'started:P2' }) }),
+      exchange(socketPath, { plugin: 'netplugin', env: env('p2'), stdin: conf({ tag: 'P2', waitFor: 'started:P1' }) }),
+    ]);
+    expect([a.response?.code, b.response?.code]).toEqual([0, 0]);
+  });
+
+  it('bounds concurrency with maxConcurrent', async () => {
+    const socketPath = join(tmp, 'bounded.sock');
+    await start(socketPath, { maxConcurrent: 1 });
+    const a = exchange(socketPath, { plugin: 'netplugin', env: env('m1'), stdin: conf({ tag: 'M1', waitFor: 'releaseM1' }) });
+    await startedSignal('M1').promise;
+    let bAccepted!: () => void;
+    const accepted = new Promise<void>((r) => (bAccepted = r));
+    const b = exchange(socketPath, { plugin: 'netplugin', env: env('m2'), stdin: conf({ tag: 'M2' }) }, () => bAccepted());
+    await accepted;
+    expect(events).toEqual(['start M1']);
+    gate('releaseM1').resolve();
+    await Promise.all([a, b]);
+    expect(events).toEqual(['start M1', 'end M1', 'start M2', 'end M2']);
+  });
+
+  it('on close: stops accepting, finishes accepted requests, removes the socket', async () => {
+    const socketPath = join(tmp, 'close.sock');
+    const s = await start(socketPath);
+    const inflight = exchange(socketPath, { plugin: 'netplugin', env: env('z'), stdin: conf({ tag: 'Z', waitFor: 'releaseZ' }) });
+    await startedSignal('Z').promise;
+    const closing = s.close();
+    await expect(exchange(socketPath, { plugin: 'netplugin', env: env('late'), stdin: conf() })).rejects.toMatchObject({
+      code: expect.stringMatching(/ENOENT|ECONNREFUSED/),
+    });
+    gate('releaseZ').resolve();
+    const r = await inflight;
+    expect(r.response?.code).toBe(0);
+    await closing;
+    expect(existsSync(socketPath)).toBe(false);
+  });
+
+  it('on close: drops requests still running after closeTimeoutMs (their callers see no answer)', async () => {
+    const socketPath = join(tmp, 'close-timeout.sock');
+    const s = await start(socketPath, { closeTimeoutMs: 200 });
+    const stuck = exchange(socketPath, { plugin: 'netplugin', env: env('stuck'), stdin: conf({ tag: 'S', waitFor: 'never' }) });
+    await startedSignal('S').promise;
+    await s.close();
+    expect(await stuck).toEqual({ accepted: true });
+    expect(logged.some((l) => l.includes('CNI requests still running at shutdown'))).toBe(true);
+  });
+});
+
+describe('CNI server peer credentials', () => {
+  let shim: string;
+  let pkgDir: string;
+  beforeAll(() => {
+    execFileSync('bash', [join(ROOT, 'scripts/build-shim')], { stdio: 'pipe' });
+    const bin = join(tmp, 'bin');
+    mkdirSync(bin);
+    shim = join(bin, 'netplugin');
+    copyFileSync(join(ROOT, 'build/shim/netplugin-shim'), shim);
+    chmodSync(shim, 0o755);
+    pkgDir = join(tmp, 'pkg');
+    mkdirSync(join(pkgDir, 'dist'), { recursive: true });
+    writeFileSync(join(pkgDir, 'dist/netplugin.mjs'), "process.stdout.write(JSON.stringify({ fallback: true, uid: process.getuid() }) + '\\n');\n");
+  });
+
+  function shimAs(uid: number, socketPath: string): Promise<{ code: number | null; stdout: string }> {
+    return new Promise((resolve, reject) => {
+      const c = spawn(shim, [], {
+        uid,
+        gid: uid,
+        env: { ...env(`peer-${uid}`), NETPLUGIN_AGENT_SOCKET: socketPath, NETPLUGIN_FALLBACK_NODE: process.execPath, NETPLUGIN_FALLBACK_DIR: pkgDir },
+      });
+      let stdout = '';
+      c.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+      c.on('error', reject);
+      c.on('close', (code) => resolve({ code, stdout }));
+      c.stdin.end(conf());
+    });
+  }
+
+  it('serves root, and refuses a non-root peer before accepting even when the socket mode lets it in', async () => {
+    // A world-writable socket in a world-readable dir: only SO_PEERCRED stands in the way.
+    const dir = join(tmp, 'open');
+    mkdirSync(dir, { mode: 0o755 });
+    chmodSync(dir, 0o755);
+    const socketPath = join(dir, 'cni.sock');
+    await start(socketPath);
+    expect(logged.some((l) => l.includes('peer credentials are not checked'))).toBe(false);
+    chmodSync(socketPath, 0o666);
+    const root = await shimAs(0, socketPath);
+    expect(root.code).toBe(0);
+    expect(JSON.parse(root.stdout).ips).toEqual([{ address: '10.1.2.3/32' }]);
+    const nobody = await shimAs(65534, socketPath);
+    expect(nobody.code).toBe(0);
+    expect(JSON.parse(nobody.stdout)).toEqual({ fallback: true, uid: 65534 });
+    expect(logged.some((l) => l.includes('refused a CNI connection from a non-root peer'))).toBe(true);
+  });
+});

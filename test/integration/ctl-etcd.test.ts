@@ -1,0 +1,202 @@
+// The built netpluginctl (dist/netpluginctl.mjs) as a subprocess against a real
+// etcd: resources, IPAM inspection and repair, datastore init, and install-cni
+// with the real native shim and its per-exec fallback.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { openDatastore } from '../../src/datastore/index.js';
+import type { Datastore } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/datastore/types.js';
+import { Ipam } from '../../src/ipam/index.js';
+
+const root = resolve(import.meta.dirname, '../..');
+const CTL = join(root, 'dist/netpluginctl.mjs');
+
+let etcd: EtcdServer;
+let ds: Datastore;
+let tmp: string;
+
+beforeAll(async () => {
+  for (const f of ['dist/netpluginctl.mjs', 'dist/netplugin.mjs', 'dist/netplugin-ipam.mjs']) {
+    if (!existsSync(join(root, f))) throw new Error(`${f} is missing: run 'npm run build' (or node scripts/build.mjs) before the integration tests`);
+  }
+  tmp = mkdtempSync(join(tmpdir(), `ctl-int-${process.pid}-`));
+  etcd = await startEtcd();
+  ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint });
+});
+
+afterAll(async () => {
+  await ds?.close();
+  await etcd?.stop();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+function ctl(args: string[], opts: { input?: string; env?: Record<string, string> } = {}): { code: number; out: string; err: string } {
+  const r = spawnSync(process.execPath, [CTL, ...args], {
+    input: opts.input ?? '',
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ETCD_ENDPOINTS: etcd.endpoint, ...opts.env },
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
+}
+
+const POOL_YAML = `
+apiVersion: netplugin.org/v3
+kind: IPPool
+metadata:
+  name: int-pool
+spec:
+  cidr: 10.123.0.0/24
+  blockSize: 28
+  natOutgoing: true
+`;
+
+describe('netpluginctl against etcd', () => {
+  it('applies a pool from YAML on stdin and reads it back as JSON', () => {
+    const a = ctl(['apply', '-f', '-'], { input: POOL_YAML });
+    expect(a.err).toBe('');
+    expect(a).toMatchObject({ code: 0, out: 'ippool/int-pool created\n' });
+    expect(ctl(['apply', '-f', '-'], { input: POOL_YAML }).out).toBe('ippool/int-pool unchanged\n');
+
+    const g = ctl(['get', 'ippools', '-o', 'json']);
+    expect(g.code).toBe(0);
+    const list = JSON.parse(g.out);
+    expect(list.kind).toBe('IPPoolList');
+    expect(list.items).toHaveLength(1);
+    expect(list.items[0]).toMatchObject({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'int-pool' }, spec: { cidr: '10.123.0.0/24', blockSize: 28, natOutgoing: true } });
+    expect(list.items[0].metadata.resourceVersion).toMatch(/^\d+$/);
+
+    const bad = ctl(['apply', '-f', '-'], { input: POOL_YAML.replace('int-pool', 'other').replace('10.123.0.0/24', '10.123.0.0/25') });
+    expect(bad.code).toBe(1);
+    expect(bad.err).toBe('error: IPPool "other": spec.cidr 10.123.0.0/25 lies inside IPPool "int-pool" (10.123.0.0/24); pools must not overlap\n');
+  });
+
+  it('reads the datastore from a conflist given with --config', () => {
+    const conf = join(tmp, 'np.conflist');
+    writeFileSync(conf, JSON.stringify({ name: 'k8s-pod-network', cniVersion: '1.0.0', plugins: [{ type: 'netplugin', etcd_endpoints: etcd.endpoint, ipam: { type: 'netplugin-ipam' } }, { type: 'portmap' }] }));
+    const r = ctl(['--config', conf, 'get', 'pools'], { env: { ETCD_ENDPOINTS: '' } });
+    expect(r.err).toBe('');
+    expect(r.out).toMatch(/^NAME\s+CIDR\s+SELECTOR\nint-pool\s+10\.123\.0\.0\/24\s+all\(\)\n$/);
+  });
+
+  it('shows usage after allocations, finds a leaked handle, and releases it from the report', async () => {
+    const ipam = new Ipam(ds, { lockPath: null });
+    const ips: Record<string, string> = {};
+    for (const name of ['web', 'db', 'leaky']) {
+      const [a] = await ipam.assign({ handleID: `k8s-pod-network.cid-${name}`, node: 'node-a', attrs: { namespace: 'shop', pod: name }, assignIPv4: true, assignIPv6: false });
+      ips[name] = a!.ip;
+      if (name === 'leaky') continue; // its pod went away without a CNI DEL
+      await ds.create({
+        apiVersion: API_VERSION,
+        kind: 'WorkloadEndpoint',
+        metadata: { name: `node--a-k8s-${name}-eth0`, namespace: 'shop' },
+        spec: { orchestrator: 'k8s', node: 'node-a', containerID: `cid-${name}`, pod: name, endpoint: 'eth0', ipNetworks: [`${a!.ip}/32`], interfaceName: 'eth0' },
+      });
+    }
+
+    const show = ctl(['ipam', 'show', '--show-blocks']);
+    expect(show.err).toBe('');
+    expect(show.out).toMatch(/^POOL\s+CIDR\s+SIZE\s+BLOCKS\s+ALLOCATED\s+FREE\s+USED\nint-pool\s+10\.123\.0\.0\/24\s+256\s+1\s+3\s+253\s+1\.17%\n/);
+    expect(show.out).toMatch(/\n10\.123\.0\.\d+\/28\s+int-pool\s+host:node-a\s+3\s+13\n/);
+    const who = JSON.parse(ctl(['ipam', 'show', '--ip', ips.db!, '-o', 'json']).out);
+    expect(who).toMatchObject({ allocated: true, handle: 'k8s-pod-network.cid-db', node: 'node-a', namespace: 'shop', pod: 'db', workloadEndpoint: 'shop/node--a-k8s-db-eth0' });
+
+    const report = join(tmp, 'report.json');
+    const check = ctl(['ipam', 'check', '-o', report]);
+    expect(check.code).toBe(0);
+    expect(check.out).toMatch(/leaked handles \(1\):\n  k8s-pod-network\.cid-leaky  /);
+    const r = JSON.parse(readFileSync(report, 'utf8'));
+    expect(r.leakedHandles).toEqual([expect.objectContaining({ handle: 'k8s-pod-network.cid-leaky', ips: [ips.leaky] })]);
+
+    const rel = ctl(['ipam', 'release', '--from-report', report]);
+    expect(rel.err).toBe('');
+    expect(rel.code).toBe(0);
+    expect(rel.out).toMatch(/released handle k8s-pod-network\.cid-leaky/);
+    expect(await ipam.whoHas(ips.leaky!)).toBeUndefined();
+    expect((await ipam.whoHas(ips.web!))?.handle).toBe('k8s-pod-network.cid-web');
+    expect(ctl(['ipam', 'check']).out).toMatch(/no problems found/);
+
+    // The pool now holds allocations: deleting it needs --force.
+    const del = ctl(['delete', 'ippool', 'int-pool']);
+    expect(del.code).toBe(1);
+    expect(del.err).toMatch(/still has 2 allocated addresses in 1 block/);
+  });
+
+  it('initialises the datastore idempotently and reports the cluster version', () => {
+    const a = ctl(['datastore', 'init', '--cluster-type', 'k8s,bgp', '-o', 'json']);
+    expect(a.code).toBe(0);
+    const ci = JSON.parse(a.out);
+    expect(ci.spec).toMatchObject({ clusterType: 'k8s,bgp', netpluginVersion: '0.1.0', datastoreReady: true });
+    const b = ctl(['datastore', 'init', '--cluster-type', 'k8s']);
+    expect(b.out).toBe(`clusterinformation/default unchanged: version 0.1.0, type k8s,bgp, ready true, guid ${ci.spec.clusterGUID}\n`);
+    const v = ctl(['version']);
+    expect(v.out).toBe('Client Version:    0.1.0\nCluster Version:   0.1.0\nCluster Type:      k8s,bgp\n');
+  });
+
+  it('fails with one line when etcd is unreachable', () => {
+    const r = ctl(['get', 'pools'], { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:1', DATASTORE_TIMEOUT_MS: '2000' } });
+    expect(r.code).toBe(1);
+    expect(r.err.trim().split('\n')).toHaveLength(1);
+    expect(r.err).toMatch(/^error: cannot reach the datastore: /);
+  });
+});
+
+describe('install-cni with the real shim', () => {
+  let shim: string;
+  beforeAll(() => {
+    // The shim exactly as scripts/build-shim builds it, into our temp dir.
+    shim = join(tmp, 'netplugin-shim');
+    execFileSync('g++', ['-std=c++17', '-O2', '-static', '-s', '-fno-exceptions', '-fno-rtti', '-o', shim, join(root, 'native/shim/shim.cc')], { stdio: 'pipe' });
+  });
+
+  function runPlugin(path: string): { code: number; out: string; err: string } {
+    const r = spawnSync(path, [], {
+      input: JSON.stringify({ cniVersion: '1.0.0' }),
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', CNI_COMMAND: 'VERSION', NETPLUGIN_AGENT_SOCKET: join(tmp, 'no-agent.sock'), NODE_EXTRA_CA_CERTS: '/nonexistent.pem' },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    return { code: r.status ?? -1, out: r.stdout, err: r.stderr };
+  }
+
+  it('installs the shim whose fallback runs the per-exec plugin when no agent listens', () => {
+    const bin = join(tmp, 'shim-bin');
+    const conf = join(tmp, 'shim-conf');
+    const r = ctl(['install-cni', '--bin-dir', bin, '--conf-dir', conf, '--shim', shim, '--etcd-endpoints', etcd.endpoint, '--init-datastore']);
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^installed the native shim/);
+    expect(readFileSync(join(bin, 'netplugin.fallback'), 'utf8')).toBe(`${process.execPath}\n${root}\n`);
+    for (const p of ['netplugin', 'netplugin-ipam']) {
+      const v = runPlugin(join(bin, p));
+      expect(v.err).toBe('');
+      expect(v.code).toBe(0);
+      expect(JSON.parse(v.out)).toEqual({ cniVersion: '1.0.0', supportedVersions: ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] });
+    }
+    const c = JSON.parse(readFileSync(join(conf, '10-netplugin.conflist'), 'utf8'));
+    expect(c.plugins.map((p: { type: string }) => p.type)).toEqual(['netplugin', 'portmap']);
+  });
+
+  it('installs working sh launchers with --launcher', () => {
+    const bin = join(tmp, 'launcher-bin');
+    const r = ctl(['install-cni', '--bin-dir', bin, '--conf-dir', join(tmp, 'launcher-conf'), '--launcher', '--etcd-endpoints', etcd.endpoint]);
+    expect(r.code).toBe(0);
+    expect(readFileSync(join(bin, 'netplugin'), 'utf8')).toMatch(/^#!\/bin\/sh\n/);
+    const v = runPlugin(join(bin, 'netplugin'));
+    expect(v.code).toBe(0);
+    expect(JSON.parse(v.out).supportedVersions).toContain('1.1.0');
+  });
+
+  it('the bash wrapper scripts/install-cni passes its flags through', () => {
+    const bin = join(tmp, 'wrapper-bin');
+    const out = execFileSync('bash', [join(root, 'scripts/install-cni'), '--bin-dir', bin, '--conf-dir', join(tmp, 'wrapper-conf'), '--launcher', '--etcd-endpoints', etcd.endpoint, '--no-portmap'], {
+      encoding: 'utf8',
+    });
+    expect(out).toMatch(/installed sh launchers/);
+    expect(JSON.parse(readFileSync(join(tmp, 'wrapper-conf/10-netplugin.conflist'), 'utf8')).plugins).toHaveLength(1);
+  });
+});

@@ -1,0 +1,90 @@
+// The built netpluginctl against the kubernetes datastore (the fake API server
+// over HTTPS with a token): resources as CRDs, and `ipam check` telling a
+// deleted pod from one whose endpoint annotations are not written yet.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { openDatastore } from '../../src/datastore/index.js';
+import { API_VERSION, type Datastore } from '../../src/datastore/types.js';
+import { workloadEndpointName } from '../../src/datastore/names.js';
+import { Ipam } from '../../src/ipam/index.js';
+
+const root = resolve(import.meta.dirname, '../..');
+const CTL = join(root, 'dist/netpluginctl.mjs');
+const TOKEN = 'ctl-test-token';
+
+let server: FakeApiServer;
+let kubeconfig: string;
+let ds: Datastore;
+
+beforeAll(async () => {
+  if (!existsSync(CTL)) throw new Error(`dist/netpluginctl.mjs is missing: run 'npm run build' before the integration tests`);
+  server = await startFakeApiServer({ tls: true, auth: { tokens: [TOKEN] } });
+  kubeconfig = writeKubeconfig(server.dir, server, { token: TOKEN });
+  ds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig }, timeoutMs: 5000 });
+});
+
+afterAll(async () => {
+  await ds?.close();
+  await server?.stop();
+});
+
+// Asynchronous on purpose: the fake API server runs in this process, so a
+// synchronous spawn would block the event loop that has to answer the CLI.
+function ctl(args: string[], input = ''): Promise<{ code: number; out: string; err: string }> {
+  return new Promise((resolvePromise, reject) => {
+    const p = spawn(process.execPath, [CTL, ...args], {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (err += d));
+    p.on('error', reject);
+    p.on('close', (code) => resolvePromise({ code: code ?? -1, out, err }));
+    p.stdin.end(input);
+  });
+}
+
+function addPod(ns: string, name: string, node: string): void {
+  server.put(`/api/v1/namespaces/${ns}`, { metadata: { name: ns } });
+  server.put(`/api/v1/namespaces/${ns}/pods/${name}`, { metadata: { name }, spec: { nodeName: node, containers: [{ name: 'c', image: 'x' }] } });
+}
+
+describe('netpluginctl with the kubernetes datastore', () => {
+  it('applies and reads pools as custom resources', async () => {
+    const a = await ctl(['apply', '-f', '-'], 'apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata: {name: k8s-pool}\nspec: {cidr: 10.124.0.0/24, blockSize: 28}\n');
+    expect(a.err).toBe('');
+    expect(a.out).toBe('ippool/k8s-pool created\n');
+    const g = JSON.parse((await ctl(['get', 'pool', 'k8s-pool', '-o', 'json'])).out);
+    expect(g.spec).toMatchObject({ cidr: '10.124.0.0/24', blockSize: 28 });
+  });
+
+  it('ipam check reports only the handle whose pod is gone', async () => {
+    const ipam = new Ipam(ds, { lockPath: null });
+    const ips: Record<string, string> = {};
+    for (const name of ['running', 'starting', 'deleted']) {
+      if (name !== 'deleted') addPod('shop', name, 'node-a');
+      const [a] = await ipam.assign({ handleID: `k8s-pod-network.cid-${name}`, node: 'node-a', attrs: { namespace: 'shop', pod: name }, assignIPv4: true, assignIPv6: false });
+      ips[name] = a!.ip;
+    }
+    // Only the running pod has its endpoint written; "starting" is mid-ADD.
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'WorkloadEndpoint',
+      metadata: { name: workloadEndpointName('node-a', 'k8s', 'running', 'eth0'), namespace: 'shop' },
+      spec: { orchestrator: 'k8s', node: 'node-a', containerID: 'cid-running', pod: 'running', endpoint: 'eth0', ipNetworks: [`${ips.running}/32`], interfaceName: 'eth0' },
+    });
+    const c = await ctl(['ipam', 'check', '--json']);
+    expect(c.err).toBe('');
+    const r = JSON.parse(c.out);
+    expect(r.leakedHandles).toEqual([expect.objectContaining({ handle: 'k8s-pod-network.cid-deleted', ips: [ips.deleted], reason: 'pod shop/deleted no longer exists' })]);
+    expect(r.summary.allocated).toBe(3);
+
+    const who = JSON.parse((await ctl(['ipam', 'show', '--ip', ips.running!, '-o', 'json'])).out);
+    expect(who).toMatchObject({ allocated: true, pod: 'running', namespace: 'shop' });
+  });
+});

@@ -1,0 +1,332 @@
+// netplugin-ipam as a runtime runs it: the built dist/netplugin-ipam.mjs
+// executed with a CNI environment and the netconf on stdin, several processes
+// at once for three simulated nodes (separate nodenames and lock files), on a
+// real etcd and on the fake Kubernetes API server.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEtcd } from '../fixtures/etcd.js';
+import { startFakeApiServer, writeKubeconfig } from '../fixtures/fake-apiserver.js';
+import { openDatastore } from '../../src/datastore/index.js';
+import { API_VERSION, type Datastore, type IPPoolSpec, type Kind, type Resource } from '../../src/datastore/types.js';
+import { ErrorCodes } from '../../src/errors.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '../..');
+const BIN = join(root, 'dist/netplugin-ipam.mjs');
+const NET = 'ipamnet';
+const NODES = ['node-a', 'node-b', 'node-c'];
+const PARALLEL = 16;
+
+interface Backend {
+  name: string;
+  start(): Promise<{ conf: Record<string, unknown>; ds: Datastore; stop(): Promise<void> }>;
+}
+
+const backends: Backend[] = [
+  {
+    name: 'etcdv3',
+    async start() {
+      const etcd = await startEtcd();
+      const conf = { datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint };
+      const ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, timeoutMs: 10_000 });
+      return { conf, ds, stop: async () => (await ds.close(), await etcd.stop()) };
+    },
+  },
+  {
+    name: 'kubernetes (fake API server)',
+    async start() {
+      const token = `ipam-test-${process.pid}`;
+      const server = await startFakeApiServer({ tls: true, auth: { tokens: [token] } });
+      const kubeconfig = writeKubeconfig(server.dir, server, { token });
+      const conf = { datastore_type: 'kubernetes', kubernetes: { kubeconfig } };
+      const ds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig }, timeoutMs: 10_000 });
+      return { conf, ds, stop: async () => (await ds.close(), await server.stop()) };
+    },
+  },
+];
+
+interface RunResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  json?: { ips?: Array<{ address: string }>; routes?: Array<{ dst: string }>; code?: number; msg?: string };
+}
+
+/** One plugin invocation, as a runtime does it: env + stdin, NODE_EXTRA_CA_CERTS not inherited. */
+function runPlugin(command: string, conf: Record<string, unknown>, containerId: string, opts: { cniArgs?: string; killAfterMs?: number } = {}): Promise<RunResult> {
+  const env: Record<string, string> = {
+    PATH: `${dirname(process.execPath)}:/usr/sbin:/usr/bin:/sbin:/bin`,
+    CNI_COMMAND: command,
+    CNI_CONTAINERID: containerId,
+    CNI_NETNS: `/var/run/netns/ipamtest-${containerId}`,
+    CNI_IFNAME: 'eth0',
+    CNI_PATH: '/usr/lib/cni',
+  };
+  if (opts.cniArgs) env['CNI_ARGS'] = opts.cniArgs;
+  return new Promise((resolve, reject) => {
+    const child = spawn(BIN, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    child.on('error', reject);
+    const timer = opts.killAfterMs !== undefined ? setTimeout(() => child.kill('SIGKILL'), opts.killAfterMs) : undefined;
+    child.on('close', (code, signal) => {
+      if (timer) clearTimeout(timer);
+      let json: RunResult['json'];
+      try {
+        json = stdout.trim() ? JSON.parse(stdout) : undefined;
+      } catch {
+        json = undefined;
+      }
+      resolve({ code, signal, stdout, stderr, json });
+    });
+    child.stdin.on('error', () => undefined); // a killed child closes its stdin early
+    child.stdin.end(JSON.stringify(conf));
+  });
+}
+
+async function limited<T, R>(items: T[], n: number, fn: (t: T, i: number) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(n, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        out[i] = await fn(items[i]!, i);
+      }
+    }),
+  );
+  return out;
+}
+
+async function all<K extends Kind>(ds: Datastore, kind: K): Promise<Array<Resource<K>>> {
+  return (await ds.list(kind)).items;
+}
+
+/** Allocated addresses by IP with their handle and node; fails on an address whose handle does not count it. */
+async function audit(ds: Datastore): Promise<{ byIP: Map<string, { handle: string; node: string }>; handles: Map<string, Record<string, number>> }> {
+  const handles = new Map((await all(ds, 'IPAMHandle')).map((h) => [h.spec.handleID, h.spec.block]));
+  const byIP = new Map<string, { handle: string; node: string }>();
+  for (const b of await all(ds, 'IPAMBlock')) {
+    const base = b.spec.cidr.split('/')[0]!.split('.').map(Number);
+    const per = new Map<string, number>();
+    b.spec.allocations.forEach((idx, ord) => {
+      if (idx == null) return;
+      const attr = b.spec.attributes[idx]!;
+      const ip = `${base[0]}.${base[1]}.${base[2]}.${base[3]! + ord}`;
+      expect(byIP.has(ip), `${ip} allocated twice`).toBe(false);
+      byIP.set(ip, { handle: attr.handle_id!, node: attr.secondary?.node ?? '' });
+      per.set(attr.handle_id!, (per.get(attr.handle_id!) ?? 0) + 1);
+    });
+    for (const [h, n] of per) {
+      const counted = handles.get(h)?.[b.spec.cidr] ?? 0;
+      expect(counted, `address(es) in ${b.spec.cidr} held by ${h} without a handle counting them`).toBeGreaterThanOrEqual(n);
+    }
+  }
+  return { byIP, handles };
+}
+
+async function createPool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
+  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...spec } });
+}
+
+beforeAll(() => {
+  if (!existsSync(BIN)) throw new Error(`${BIN} is missing: run 'npm run build:ts' first`);
+  const built = statSync(BIN).mtimeMs;
+  for (const src of ['src/ipam/allocator.ts', 'src/plugins/ipam/index.ts', 'src/selector/index.ts']) {
+    if (statSync(join(root, src)).mtimeMs > built) throw new Error(`${BIN} is older than ${src}: run 'npm run build:ts' first`);
+  }
+});
+
+for (const backend of backends) {
+  describe(`netplugin-ipam executable on ${backend.name}`, () => {
+    let env: Awaited<ReturnType<Backend['start']>>;
+    let dir: string;
+    const netconf = (nodename: string, ipam: Record<string, unknown> = {}, extra: Record<string, unknown> = {}) => ({
+      cniVersion: '1.0.0',
+      name: NET,
+      type: 'bridge',
+      nodename,
+      log_file_path: '',
+      log_level: 'WARNING',
+      ipam_lock_file: join(dir, `${nodename}.lock`),
+      ...env.conf,
+      ipam: { type: 'netplugin-ipam', ...ipam },
+      ...extra,
+    });
+
+    beforeAll(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'netplugin-ipam-it-'));
+      env = await backend.start();
+      await createPool(env.ds, 'p24', '10.123.0.0/24', { blockSize: 29 });
+    });
+    afterAll(async () => {
+      await env?.stop();
+      if (dir) rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('300 concurrent ADDs from 3 nodes on a /24 of /29 blocks: no address twice, every one with its handle; 300 DELs empty the pool', async () => {
+      const ids = Array.from({ length: 300 }, (_, i) => ({ cid: `c${i}-${process.pid}`, node: NODES[i % 3]! }));
+      const adds = await limited(ids, PARALLEL, ({ cid, node }) => runPlugin('ADD', netconf(node), cid));
+
+      const ok = adds.filter((r) => r.code === 0);
+      const failed = adds.filter((r) => r.code !== 0);
+      // 32 blocks of 8: every address is handed out (borrowing is on), the rest fail cleanly.
+      expect(ok.length, failed[0]?.stdout).toBe(256);
+      for (const f of failed) {
+        expect(f.json?.code, f.stdout + f.stderr).toBe(ErrorCodes.IpamFailure);
+        expect(f.json?.msg).toMatch(/no free IPv4 address .* exhausted/);
+      }
+      const given = ok.map((r) => r.json!.ips![0]!.address);
+      expect(new Set(given).size).toBe(256);
+      for (const r of ok) {
+        expect(r.json!.ips!.length).toBe(1);
+        expect(r.json!.ips![0]!.address).toMatch(/^10\.123\.0\.\d+\/29$/);
+        expect(r.json!.routes).toEqual([{ dst: '0.0.0.0/0' }]);
+      }
+
+      const { byIP, handles } = await audit(env.ds);
+      expect(byIP.size).toBe(256);
+      adds.forEach((r, i) => {
+        const handle = `${NET}.${ids[i]!.cid}`;
+        if (r.code !== 0) {
+          expect(handles.has(handle), `failed ADD left handle ${handle}`).toBe(false);
+          return;
+        }
+        const ip = r.json!.ips![0]!.address.split('/')[0]!;
+        expect(byIP.get(ip)).toEqual({ handle, node: ids[i]!.node });
+        expect(handles.get(handle)).toBeDefined();
+      });
+      const affs = await all(env.ds, 'BlockAffinity');
+      expect(affs.every((a) => a.spec.state === 'confirmed')).toBe(true);
+      expect(new Set(affs.map((a) => a.spec.cidr)).size).toBe(affs.length);
+
+      const dels = await limited(ids, PARALLEL, ({ cid, node }) => runPlugin('DEL', netconf(node), cid));
+      for (const d of dels) expect(d.code, d.stdout + d.stderr).toBe(0);
+      const after = await audit(env.ds);
+      expect(after.byIP.size).toBe(0);
+      expect(after.handles.size).toBe(0);
+      // DEL is idempotent
+      const again = await runPlugin('DEL', netconf('node-a'), ids[0]!.cid);
+      expect(again.code, again.stdout).toBe(0);
+    }, 900_000);
+
+    it('an ADD killed with SIGKILL at random points never leaves an address without its handle, nor a handle after the DEL', async () => {
+      // How long a whole ADD takes here, to spread the kill points over it.
+      const t0 = Date.now();
+      const probe = await runPlugin('ADD', netconf('node-a'), `probe-${process.pid}`);
+      expect(probe.code, probe.stdout + probe.stderr).toBe(0);
+      const span = Date.now() - t0;
+      expect((await runPlugin('DEL', netconf('node-a'), `probe-${process.pid}`)).code).toBe(0);
+
+      let killed = 0;
+      const trials = Array.from({ length: 50 }, (_, i) => ({ cid: `k${i}-${process.pid}`, node: NODES[i % 3]!, at: Math.floor(Math.random() * span * 1.2) }));
+      await limited(trials, 4, async ({ cid, node, at }) => {
+        const r = await runPlugin('ADD', netconf(node), cid, { killAfterMs: at });
+        if (r.signal === 'SIGKILL') killed++;
+        else expect(r.code, r.stdout + r.stderr).toBe(0);
+        await audit(env.ds); // no address without a handle, even mid-way
+        const d = await runPlugin('DEL', netconf(node), cid);
+        expect(d.code, d.stdout + d.stderr).toBe(0);
+        const { byIP, handles } = await audit(env.ds);
+        expect(handles.has(`${NET}.${cid}`), `handle of ${cid} (killed at ${at} ms) survived its DEL`).toBe(false);
+        expect([...byIP.values()].some((v) => v.handle === `${NET}.${cid}`)).toBe(false);
+      });
+      // Not an assertion on speed: just that the exercise really killed processes.
+      expect(killed).toBeGreaterThan(0);
+      const { byIP, handles } = await audit(env.ds);
+      expect(byIP.size).toBe(0);
+      expect(handles.size).toBe(0);
+      const affs = await all(env.ds, 'BlockAffinity');
+      // Every half-done claim was either finished or cleaned by a later ADD on that node.
+      const blocks = new Map((await all(env.ds, 'IPAMBlock')).map((b) => [b.spec.cidr, b.spec.affinity]));
+      for (const a of affs.filter((x) => x.spec.state === 'confirmed')) expect(blocks.get(a.spec.cidr)).toBe(`host:${a.spec.node}`);
+    }, 900_000);
+
+    it('CHECK, GC and STATUS', async () => {
+      const cid = `chk-${process.pid}`;
+      const conf = netconf('node-a');
+      const add = await runPlugin('ADD', conf, cid);
+      expect(add.code, add.stdout).toBe(0);
+      const check = await runPlugin('CHECK', { ...conf, prevResult: add.json }, cid);
+      expect(check.code, check.stdout).toBe(0);
+      const bad = await runPlugin('CHECK', { ...conf, prevResult: { ...add.json, ips: [{ address: '10.123.0.250/29' }] } }, cid);
+      expect(bad.json?.code).toBe(ErrorCodes.CheckFailed);
+      expect(bad.json?.msg).toContain('prevResult address 10.123.0.250/29 is not allocated to handle');
+
+      const status = await runPlugin('STATUS', { ...conf, cniVersion: '1.1.0' }, cid);
+      expect(status.code, status.stdout + status.stderr).toBe(0);
+      const noPool = await runPlugin('STATUS', { ...netconf('node-a', { ipv4_pools: ['absent'] }), cniVersion: '1.1.0' }, cid);
+      expect(noPool.json?.code).toBe(ErrorCodes.PluginNotAvailable);
+
+      const keep = `keep-${process.pid}`;
+      expect((await runPlugin('ADD', conf, keep)).code).toBe(0);
+      const gc = await runPlugin('GC', { ...conf, cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: keep, ifname: 'eth0' }] }, cid);
+      expect(gc.code, gc.stdout + gc.stderr).toBe(0);
+      const { handles } = await audit(env.ds);
+      expect([...handles.keys()]).toEqual([`${NET}.${keep}`]);
+      const afterGc = await runPlugin('CHECK', { ...conf, prevResult: add.json }, cid);
+      expect(afterGc.json?.code).toBe(ErrorCodes.CheckFailed);
+      expect((await runPlugin('DEL', conf, keep)).code).toBe(0);
+    }, 120_000);
+
+    it('IP= in CNI_ARGS: inside a pool, outside, taken', async () => {
+      const conf = netconf('node-b');
+      const a = await runPlugin('ADD', conf, `ip1-${process.pid}`, { cniArgs: 'IgnoreUnknown=1;IP=10.123.0.77' });
+      expect(a.code, a.stdout).toBe(0);
+      expect(a.json?.ips).toEqual([{ address: '10.123.0.77/29' }]);
+      const taken = await runPlugin('ADD', conf, `ip2-${process.pid}`, { cniArgs: 'IP=10.123.0.77' });
+      expect(taken.json?.code).toBe(ErrorCodes.IpamFailure);
+      expect(taken.json?.msg).toContain(`10.123.0.77 is already assigned (handle ${NET}.ip1-${process.pid}`);
+      const outside = await runPlugin('ADD', conf, `ip3-${process.pid}`, { cniArgs: 'IP=10.9.9.9' });
+      expect(outside.json?.code).toBe(ErrorCodes.IpamFailure);
+      expect(outside.json?.msg).toContain('10.9.9.9 is not in a configured pool');
+      for (const c of ['ip1', 'ip2', 'ip3']) expect((await runPlugin('DEL', conf, `${c}-${process.pid}`)).code).toBe(0);
+      expect((await audit(env.ds)).handles.size).toBe(0);
+    }, 120_000);
+
+    it('pools: nodeSelector excludes a node; by name and by CIDR; a missing pool is an error naming it', async () => {
+      // Take the catch-all pool out of the automatic choice (existing addresses would stay).
+      const p = await env.ds.get('IPPool', 'p24');
+      await env.ds.update({ ...p, spec: { ...p.spec, disabled: true } });
+      await createPool(env.ds, 'zone-a', '10.124.0.0/24', { blockSize: 29, nodeSelector: "zone == 'a'" });
+      await createPool(env.ds, 'named', '10.125.0.0/24', { blockSize: 29 });
+      await env.ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'node-za', labels: { zone: 'a' } }, spec: {} });
+      await env.ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'node-zb', labels: { zone: 'b' } }, spec: {} });
+      const cids: Array<[string, Record<string, unknown>]> = [];
+      const add = async (name: string, conf: Record<string, unknown>) => {
+        const cid = `${name}-${process.pid}`;
+        cids.push([cid, conf]);
+        return runPlugin('ADD', conf, cid);
+      };
+
+      const za = await add('za', netconf('node-za', { ipv4_pools: ['zone-a'] }));
+      expect(za.json?.ips?.[0]?.address).toMatch(/^10\.124\.0\.\d+\/29$/);
+      const zb = await add('zb', netconf('node-zb', { ipv4_pools: ['zone-a'] }));
+      expect(zb.json?.code).toBe(ErrorCodes.IpamFailure);
+      expect(zb.json?.msg).toContain("none of the requested pools selects node 'node-zb'");
+      // automatic choice: node-zb gets the open pool, never zone-a
+      const zbAuto = await add('zb-auto', netconf('node-zb'));
+      expect(zbAuto.json?.ips?.[0]?.address).toMatch(/^10\.125\.0\.\d+\/29$/);
+
+      const byName = await add('byname', netconf('node-c', { ipv4_pools: ['named'] }));
+      expect(byName.json?.ips?.[0]?.address).toMatch(/^10\.125\.0\.\d+\/29$/);
+      const byCidr = await add('bycidr', netconf('node-za', { ipv4_pools: ['10.124.0.0/24'] }));
+      expect(byCidr.json?.ips?.[0]?.address).toMatch(/^10\.124\.0\.\d+\/29$/);
+
+      const missing = await add('missing', netconf('node-c', { ipv4_pools: ['nope'] }));
+      expect(missing.code).toBe(1);
+      expect(missing.json?.code).toBe(ErrorCodes.InvalidNetworkConfig);
+      expect(missing.json?.msg).toContain("pool 'nope' does not exist; existing pools: ");
+      expect(missing.json?.msg).toContain('named (10.125.0.0/24)');
+
+      for (const [cid, conf] of cids) expect((await runPlugin('DEL', conf, cid)).code).toBe(0);
+      expect((await audit(env.ds)).byIP.size).toBe(0);
+    }, 120_000);
+  });
+}

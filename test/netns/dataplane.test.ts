@@ -1,0 +1,240 @@
+// The dataplane in real namespaces: H plays the host (the root namespace is
+// never touched), C1/C2 are pods. Every fact is read back from the kernel, by
+// the addon and by iproute2.
+import { execFileSync } from 'node:child_process';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createNetns, deleteNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { checkWorkload, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, type WorkloadSpec } from '../../src/dataplane/index.js';
+import { NetlinkError, netlink, openNetns, type Netlink } from '../../src/native/index.js';
+
+const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
+const HOST_LL = 'fe80::ecee:eeff:feee:eeee';
+const IFA_F_NODAD = 0x02;
+const IFA_F_TENTATIVE = 0x40;
+const RT_SCOPE_LINK = 253;
+
+let H: { name: string; path: string };
+let C1: { name: string; path: string };
+let C2: { name: string; path: string };
+const handles: Array<{ close(): void }> = [];
+
+function nl(path: string): Netlink {
+  const ns = openNetns(path);
+  const h = netlink(ns);
+  ns.close();
+  handles.push(h);
+  return h;
+}
+
+beforeEach(() => {
+  H = createNetns('dph');
+  C1 = createNetns('dpc');
+  C2 = createNetns('dpc');
+});
+
+afterEach(() => {
+  for (const h of handles.splice(0)) h.close();
+  removeAllNetns();
+});
+
+function spec(over: Partial<WorkloadSpec> = {}): WorkloadSpec {
+  return {
+    netnsPath: C1.path,
+    hostNetnsPath: H.path,
+    ifname: 'eth0',
+    hostIfname: 'npi0test1',
+    numQueues: 1,
+    hostMac: HOST_MAC,
+    addresses: ['10.0.0.5/32'],
+    allowIpForwarding: false,
+    ...over,
+  };
+}
+
+const cat = (ns: string, file: string) => inNetns(ns, 'cat', [file]).trim();
+const ipJson = (ns: string, args: string[]): any[] => JSON.parse(inNetns(ns, 'ip', ['-j', ...args]));
+const ping = (ns: string, addr: string) => inNetns(ns, 'ping', ['-c', '1', '-W', '2', addr]);
+
+describe('hostVethName', () => {
+  it("is the prefix plus the first 11 hex chars of sha1(key), within IFNAMSIZ", () => {
+    const sha = execFileSync('sha1sum', { input: 'default.nginx-7c5d' }).toString().slice(0, 11);
+    expect(hostVethName('npi', 'default.nginx-7c5d')).toBe(`npi${sha}`);
+    expect(hostVethName('npi', 'default.nginx-7c5d')).toHaveLength(14);
+    expect(() => hostVethName('toolong', 'x')).toThrow(/prefix must be 1-4 characters/);
+    expect(() => hostVethName('npi', '')).toThrow(/key must be a non-empty string/);
+    expect(linkLocalFromMac(HOST_MAC)).toBe(HOST_LL);
+    expect(linkLocalFromMac('02:42:ac:11:00:02')).toBe('fe80::42:acff:fe11:2');
+  });
+});
+
+describe('setupWorkload', () => {
+  it('sets up a dual-stack pod interface; every fact reads back from both namespaces', () => {
+    const st = setupWorkload(
+      spec({ addresses: ['10.0.0.5/32', 'fd00::5/128'], mtu: 1400, numQueues: 4, containerMac: '02:aa:bb:cc:dd:05' }),
+    );
+    const h = nl(H.path);
+    const c = nl(C1.path);
+    const hv = h.linkGet('npi0test1');
+    const eth0 = c.linkGet('eth0');
+    expect(st).toEqual({ hostIfname: 'npi0test1', hostIndex: hv.index, containerMac: '02:aa:bb:cc:dd:05', containerIndex: eth0.index, mtu: 1400 });
+
+    // Links: the peer was born in C1, MAC/MTU/queues on both ends, both up.
+    expect(hv).toMatchObject({ kind: 'veth', mac: HOST_MAC, mtu: 1400, up: true, numRxQueues: 4, numTxQueues: 4 });
+    expect(eth0).toMatchObject({ kind: 'veth', mac: '02:aa:bb:cc:dd:05', mtu: 1400, up: true, numRxQueues: 4, numTxQueues: 4 });
+    expect(h.linkFind('eth0')).toBeUndefined();
+    const q = ['rx-0', 'rx-1', 'rx-2', 'rx-3', 'tx-0', 'tx-1', 'tx-2', 'tx-3'];
+    expect(inNetns(C1.name, 'ls', ['/sys/class/net/eth0/queues']).split(/\s+/).filter(Boolean).sort()).toEqual(q);
+    expect(inNetns(H.name, 'ls', ['/sys/class/net/npi0test1/queues']).split(/\s+/).filter(Boolean).sort()).toEqual(q);
+
+    // Container addresses: /32 and /128, the IPv6 one usable at once (no DAD).
+    const addrs = c.addrList({ link: 'eth0' });
+    expect(addrs.map((a) => a.cidr)).toEqual(expect.arrayContaining(['10.0.0.5/32', 'fd00::5/128']));
+    const v6 = addrs.find((a) => a.cidr === 'fd00::5/128')!;
+    expect(v6.flags & IFA_F_NODAD).toBe(IFA_F_NODAD);
+    expect(v6.flags & IFA_F_TENTATIVE).toBe(0);
+
+    // Container routes.
+    expect(ipJson(C1.name, ['-4', 'route', 'show'])).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ dst: '169.254.1.1', dev: 'eth0', scope: 'link' }),
+        expect.objectContaining({ dst: 'default', gateway: '169.254.1.1', dev: 'eth0' }),
+      ]),
+    );
+    expect(ipJson(C1.name, ['-6', 'route', 'show', 'default'])[0]).toMatchObject({ gateway: HOST_LL, dev: 'eth0' });
+    expect(c.routeList({ family: 4 }).find((r) => r.dst === '169.254.1.1/32')!.scope).toBe(RT_SCOPE_LINK);
+    expect(ipJson(C1.name, ['neigh', 'show', 'dev', 'eth0'])).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ dst: '169.254.1.1', lladdr: HOST_MAC, state: ['PERMANENT'] }),
+        expect.objectContaining({ dst: HOST_LL, lladdr: HOST_MAC, state: ['PERMANENT'] }),
+      ]),
+    );
+
+    // Container sysctls (read by a process inside C1, not through the addon).
+    expect(cat(C1.name, '/proc/sys/net/ipv4/ip_forward')).toBe('0');
+    expect(cat(C1.name, '/proc/sys/net/ipv6/conf/all/forwarding')).toBe('0');
+    expect(cat(C1.name, '/proc/sys/net/ipv6/conf/eth0/accept_dad')).toBe('0');
+
+    // Host side: link-local present and not tentative, /32 and /128 routes, sysctls.
+    const ll = h.addrList({ link: 'npi0test1', family: 6 }).find((a) => a.address === HOST_LL);
+    expect(ll).toBeDefined();
+    expect(ll!.flags & IFA_F_TENTATIVE).toBe(0);
+    expect(ipJson(H.name, ['route', 'show', 'dev', 'npi0test1'])).toEqual([expect.objectContaining({ dst: '10.0.0.5', scope: 'link' })]);
+    expect(ipJson(H.name, ['-6', 'route', 'show', 'fd00::5/128'])[0]).toMatchObject({ dev: 'npi0test1' });
+    const hs = (k: string) => cat(H.name, `/proc/sys/net/${k}`);
+    expect(hs('ipv4/conf/npi0test1/proxy_arp')).toBe('1');
+    expect(hs('ipv4/neigh/npi0test1/proxy_delay')).toBe('0');
+    expect(hs('ipv4/conf/npi0test1/forwarding')).toBe('1');
+    expect(hs('ipv4/conf/npi0test1/route_localnet')).toBe('1');
+    expect(hs('ipv6/conf/npi0test1/proxy_ndp')).toBe('1');
+    expect(hs('ipv6/conf/npi0test1/accept_ra')).toBe('0');
+    expect(hs('ipv6/conf/npi0test1/forwarding')).toBe('1');
+    expect(hs('ipv6/conf/npi0test1/accept_dad')).toBe('0');
+
+    expect(checkWorkload(spec({ addresses: ['10.0.0.5/32', 'fd00::5/128'], mtu: 1400, numQueues: 4 }), { containerMac: st.containerMac })).toEqual([]);
+  });
+
+  it('turns forwarding on in the container only when allowed, leaving the host namespace alone', () => {
+    const h = nl(H.path);
+    h.sysctlSet('net.ipv4.ip_forward', 0);
+    const st = setupWorkload(spec({ allowIpForwarding: true, addresses: ['10.0.0.5/32', 'fd00::5/128'] }));
+    expect(cat(C1.name, '/proc/sys/net/ipv4/ip_forward')).toBe('1');
+    expect(cat(C1.name, '/proc/sys/net/ipv6/conf/all/forwarding')).toBe('1');
+    expect(cat(H.name, '/proc/sys/net/ipv4/ip_forward')).toBe('0');
+    // A random container MAC is reported as the kernel chose it.
+    expect(st.containerMac).toBe(ipJson(C1.name, ['link', 'show', 'eth0'])[0].address);
+  });
+
+  it('gives connectivity: a pod reaches an address of the host, and two pods reach each other (IPv4 and IPv6)', () => {
+    const h = nl(H.path);
+    h.addrAdd('lo', '10.255.0.1/32');
+    h.addrAdd('lo', 'fd00:255::1/128', { nodad: true });
+    // Node-wide setting (the agent's job, not per pod): IPv6 forwarding is
+    // decided by conf/all, unlike IPv4 where the input device's flag counts.
+    h.sysctlSet('net.ipv6.conf.all.forwarding', 1);
+    setupWorkload(spec({ addresses: ['10.0.0.5/32', 'fd00::5/128'] }));
+    setupWorkload(spec({ netnsPath: C2.path, hostIfname: 'npi0test2', addresses: ['10.0.0.6/32', 'fd00::6/128'] }));
+    expect(ping(C1.name, '10.255.0.1')).toMatch(/1 received/);
+    expect(ping(C1.name, '10.0.0.6')).toMatch(/1 received/);
+    expect(ping(C2.name, '10.0.0.5')).toMatch(/1 received/);
+    expect(ping(C1.name, 'fd00:255::1')).toMatch(/1 received/);
+    expect(ping(C1.name, 'fd00::6')).toMatch(/1 received/);
+  });
+
+  it('replaces a stale host veth of the same name', () => {
+    const h = nl(H.path);
+    h.vethAdd({ name: 'npi0test1', peerName: 'stale0' });
+    const old = h.linkGet('npi0test1').index;
+    const st = setupWorkload(spec());
+    expect(st.hostIndex).not.toBe(old);
+    expect(h.linkFind('stale0')).toBeUndefined();
+    expect(h.linkGet('npi0test1').index).toBe(st.hostIndex);
+  });
+
+  it('rolls back on a failure mid-way: no veth left on either side, and the error is the kernel one', () => {
+    let err: unknown;
+    try {
+      // The second, identical address fails in the kernel after the veth,
+      // the host sysctls and the first address are in place.
+      setupWorkload(spec({ addresses: ['10.0.0.5/32', '10.0.0.5/32'] }));
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(NetlinkError);
+    expect(err).toMatchObject({ code: 'EEXIST', op: 'RTM_NEWADDR' });
+    expect(nl(H.path).linkList().map((l) => l.name)).toEqual(['lo']);
+    expect(nl(C1.path).linkList().map((l) => l.name)).toEqual(['lo']);
+    expect(ipJson(H.name, ['route', 'show'])).toEqual([]);
+  });
+
+  it('rejects a bad spec before touching the kernel, naming the field', () => {
+    expect(() => setupWorkload(spec({ addresses: ['10.0.0.5'] }))).toThrow(/setupWorkload: spec.addresses\[0\] must be an address with its prefix length/);
+    expect(() => setupWorkload(spec({ mtu: 10 }))).toThrow(/spec.mtu must be an integer 68..65535/);
+    expect(() => setupWorkload(spec({ hostMac: 'ee:ee' }))).toThrow(/spec.hostMac must be a MAC address/);
+    expect(() => setupWorkload(spec({ numQueues: 0 }))).toThrow(/spec.numQueues/);
+    expect(() => setupWorkload(spec({ hostIfname: 'a-name-that-is-too-long' }))).toThrow(/spec.hostIfname/);
+    expect(nl(H.path).linkList().map((l) => l.name)).toEqual(['lo']);
+    // A missing namespace is a NetlinkError naming the path.
+    expect(() => setupWorkload(spec({ netnsPath: '/var/run/netns/does-not-exist-' + process.pid }))).toThrow(
+      expect.objectContaining({ code: 'ENOENT', op: 'openNetns' }),
+    );
+  });
+});
+
+describe('teardownWorkload and checkWorkload', () => {
+  it('is idempotent: removes once, then finds nothing; a vanished netns is fine', () => {
+    setupWorkload(spec());
+    const o = { netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' };
+    expect(teardownWorkload(o)).toEqual({ removed: true });
+    expect(nl(H.path).linkFind('npi0test1')).toBeUndefined();
+    expect(teardownWorkload(o)).toEqual({ removed: false });
+    deleteNetns(C1.name);
+    expect(teardownWorkload(o)).toEqual({ removed: false });
+    expect(teardownWorkload({ ...o, netnsPath: undefined })).toEqual({ removed: false });
+  });
+
+  it('without a netns removes the host end by name', () => {
+    setupWorkload(spec());
+    expect(teardownWorkload({ hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' })).toEqual({ removed: true });
+    expect(nl(C1.path).linkFind('eth0')).toBeUndefined();
+  });
+
+  it('reports drift', () => {
+    const st = setupWorkload(spec());
+    const s = spec();
+    expect(checkWorkload(s, { containerMac: st.containerMac })).toEqual([]);
+    const c = nl(C1.path);
+    c.routeDel({ dst: 'default', gateway: '169.254.1.1' });
+    nl(H.path).sysctlSet('net.ipv4.conf.npi0test1.proxy_arp', 0);
+    const drift = checkWorkload(s, { containerMac: '02:00:00:00:00:99' });
+    expect(drift).toEqual(
+      expect.arrayContaining([
+        expect.stringContaining('eth0 MAC'),
+        expect.stringContaining('default route via 169.254.1.1'),
+        expect.stringContaining('proxy_arp'),
+      ]),
+    );
+    expect(drift).toHaveLength(3);
+    teardownWorkload({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' });
+    expect(checkWorkload(s, { containerMac: st.containerMac })).toEqual(['container interface eth0 is missing', 'host veth npi0test1 is missing']);
+  });
+});

@@ -1,0 +1,118 @@
+// The host-wide IPAM lock (abstract Unix socket) and the in-process queue.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { build } from 'esbuild';
+import { CniError, ErrorCodes } from '../../src/errors.js';
+import { acquireHostLock, serialize, withHostLock } from '../../src/ipam/lock.js';
+
+let dir: string;
+let holderScript: string;
+const children = new Set<ChildProcess>();
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'netplugin-lock-test-'));
+  // The child runs the real lock module, bundled (Node 20 cannot run .ts).
+  await build({ entryPoints: [join(__dirname, '../../src/ipam/lock.ts')], outfile: join(dir, 'lock.mjs'), bundle: true, platform: 'node', format: 'esm', logLevel: 'error' });
+  holderScript = join(dir, 'holder.mjs');
+  writeFileSync(
+    holderScript,
+    `import { acquireHostLock } from './lock.mjs';
+     await acquireHostLock(process.argv[2]);
+     process.stdout.write('held\\n');
+     setInterval(() => {}, 1000);`,
+  );
+});
+
+afterAll(() => {
+  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function holdInChild(path: string): Promise<ChildProcess> {
+  const c = spawn(process.execPath, [holderScript, path], { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.add(c);
+  return new Promise((resolve, reject) => {
+    c.stdout!.on('data', (d: Buffer) => d.toString().includes('held') && resolve(c));
+    c.once('exit', (code) => reject(new Error(`holder exited early (${code})`)));
+  });
+}
+
+describe('host lock', () => {
+  it('is exclusive between processes and released when the holder is SIGKILLed', async () => {
+    const path = join(dir, `ipam-${process.pid}.lock`);
+    const child = await holdInChild(path);
+    const e = await acquireHostLock(path, { timeoutMs: 150 }).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(e).toBeInstanceOf(CniError);
+    expect((e as CniError).code).toBe(ErrorCodes.TryAgainLater);
+    expect((e as CniError).message).toContain(`waiting for the IPAM host lock ${path}`);
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+    const release = await acquireHostLock(path, { timeoutMs: 5000 });
+    await release();
+  });
+
+  it('serialises holders in one process too, and different paths do not block each other', async () => {
+    const path = join(dir, `inproc-${process.pid}.lock`);
+    const events: string[] = [];
+    const releaseA = await acquireHostLock(path);
+    const b = withHostLock(path, async () => {
+      events.push('B acquired');
+    });
+    // another path is independent
+    await withHostLock(path + '.other', async () => {
+      events.push('other path');
+    });
+    await new Promise((r) => setTimeout(r, 30));
+    events.push('A releasing');
+    await releaseA();
+    await b;
+    expect(events).toEqual(['other path', 'A releasing', 'B acquired']);
+  });
+
+  it('is released when the function throws', async () => {
+    const path = join(dir, `throw-${process.pid}.lock`);
+    await expect(withHostLock(path, async () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
+    await withHostLock(path, async () => undefined, { timeoutMs: 1000 });
+  });
+
+  it('long paths still work (hashed abstract name)', async () => {
+    const path = join(dir, 'x'.repeat(200) + '.lock');
+    await withHostLock(path, async () => undefined);
+  });
+});
+
+describe('serialize', () => {
+  it('runs same-key calls in call order, one at a time, and a failure does not stop the queue', async () => {
+    const log: string[] = [];
+    let running = 0;
+    const job = (name: string, fail = false) => async () => {
+      running++;
+      expect(running).toBe(1);
+      await new Promise((r) => setTimeout(r, 5));
+      log.push(name);
+      running--;
+      if (fail) throw new Error(name);
+      return name;
+    };
+    const results = await Promise.allSettled([serialize('k', job('a')), serialize('k', job('b', true)), serialize('k', job('c'))]);
+    expect(log).toEqual(['a', 'b', 'c']);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+  });
+
+  it('different keys run concurrently', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const first = serialize('k1', () => gate);
+    const second = await serialize('k2', async () => 'ran');
+    expect(second).toBe('ran');
+    release();
+    await first;
+  });
+});
