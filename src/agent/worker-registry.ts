@@ -3,10 +3,9 @@
 // structured-clone results; thrown errors keep name, message, code, errno, op
 // and subject. Keep this module light: every worker thread imports it.
 //
-// The dataplane is wired in here (setupWorkload, teardownWorkload,
-// checkWorkload from ../dataplane/index.js), e.g.
-//   import { setupWorkload, teardownWorkload, checkWorkload } from '../dataplane/index.js';
-//   export const workerFunctions = { setupWorkload, teardownWorkload, checkWorkload };
+// The dataplane runs here so that netlink calls that sleep in the kernel
+// (deleting a veth takes ~20 ms) never block the agent's event loop.
+import { setupWorkload, teardownWorkload, checkWorkload } from '../dataplane/index.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type WorkerFunction = (...args: any[]) => unknown;
@@ -14,4 +13,7 @@ export type WorkerFunction = (...args: any[]) => unknown;
 export const workerFunctions: Record<string, WorkerFunction> = {
   /** Shows a thread started and loaded this registry (tests, readiness checks). */
   ping: () => 'pong',
+  setupWorkload,
+  teardownWorkload,
+  checkWorkload,
 };

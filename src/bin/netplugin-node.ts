@@ -6,6 +6,9 @@ import type { PluginSpec } from '../cni/types.js';
 import { DEFAULT_SOCKET } from '../agent/protocol.js';
 import { startCniServer, type CniServer } from '../agent/server.js';
 import { createLogger, normalizeLevel } from '../log/index.js';
+import { createWorkerPool } from '../agent/worker-pool.js';
+import { setDataplanePort } from '../plugins/main/runtime.js';
+import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
 
 const USAGE = `usage: netplugin-node [--socket PATH] [--log-level ERROR|WARNING|INFO|DEBUG] [--max-concurrent N]
 
@@ -62,6 +65,15 @@ async function main(): Promise<void> {
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
   const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
 
+  // Dataplane work goes to worker threads (one per core is plenty: each call is
+  // a few syscalls, the slow part is the kernel's own veth teardown).
+  const pool = createWorkerPool({ module: new URL('./netplugin-worker.mjs', import.meta.url), size: Math.max(2, Math.min(4, (await import('node:os')).availableParallelism())) });
+  setDataplanePort({
+    setup: (spec: WorkloadSpec) => pool.call<WorkloadState>('setupWorkload', spec),
+    teardown: (o: TeardownOptions) => pool.call<{ removed: boolean }>('teardownWorkload', o),
+    check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
+  });
+
   let server: CniServer;
   try {
     server = await startCniServer({ socketPath, plugins, log, maxConcurrent });
@@ -79,7 +91,10 @@ async function main(): Promise<void> {
     stopping = true;
     log.info(`${signal}: shutting down`);
     server.close().then(
-      () => process.exit(0),
+      async () => {
+        await pool.close();
+        process.exit(0);
+      },
       (e: Error) => {
         log.error(`shutdown failed: ${e.message}`);
         process.exit(1);

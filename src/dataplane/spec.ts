@@ -37,6 +37,12 @@ export interface TeardownOptions {
   hostIfname: string;
   /** As in WorkloadSpec. */
   hostNetnsPath?: string;
+  /**
+   * When the netns is gone, leave the host end alone instead of deleting it by
+   * name: the caller does not know that it still owns it (a newer sandbox of the
+   * same pod reuses the name).
+   */
+  keepHostEnd?: boolean;
 }
 
 export interface ParsedAddress {

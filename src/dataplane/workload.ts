@@ -135,7 +135,7 @@ function configureContainer(cont: Netlink, s: ValidSpec) {
 /**
  * Removes the pod interface. With the netns given and present, the container end is
  * deleted inside it (never a same-named host veth that may belong to a newer sandbox);
- * otherwise the host end is deleted by name. Missing netns or link: { removed: false }.
+ * otherwise the host end is deleted by name (unless keepHostEnd). Missing netns or link: { removed: false }.
  */
 export function teardownWorkload(o: TeardownOptions): { removed: boolean } {
   const fn = 'teardownWorkload';
@@ -159,6 +159,7 @@ export function teardownWorkload(o: TeardownOptions): { removed: boolean } {
       const cont = (h.cont = netlink(h.ns));
       return { removed: delIfExists(cont, o.ifname) };
     }
+    if (o.keepHostEnd === true) return { removed: false };
     return { removed: delIfExists(hostHandle(h, o.hostNetnsPath), o.hostIfname) };
   } finally {
     closeAll(h);

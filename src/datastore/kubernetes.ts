@@ -417,7 +417,8 @@ export class KubernetesDatastore implements Datastore {
     };
     const retry = (_e: DatastoreError | undefined) => {
       if (stopped) return;
-      retryTimer = setTimeout(() => void connect(), _e ? backoff : 0);
+      // A normal end (the server's watch timeout) resumes at once, but never in a tight loop.
+      retryTimer = setTimeout(() => void connect(), _e ? backoff : 50);
       if (_e) backoff = Math.min(backoff * 2, 5000);
     };
     void connect();

@@ -724,17 +724,23 @@ export class Ipam {
     if (!requested.length && !req.assignIPv4 && !req.assignIPv6) {
       throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: assign_ipv4 and assign_ipv6 are both "false": nothing to assign; set one to "true"');
     }
-    return this.exclusive(req.node, () => this.assignLocked(req, requested));
+    // Reads that need no lock start before waiting for it: pools and config
+    // change only by operator action, and the handle only by this container's
+    // own ADD/DEL, which the runtime serialises. This also opens the datastore
+    // connection outside the lock, so holders keep it for less time.
+    const early = Promise.all([this.loadPools(), this.loadConfig(), this.getHandle(req.handleID)]);
+    early.catch(() => undefined); // awaited below; do not let a failure go unhandled while we wait
+    return this.exclusive(req.node, () => this.assignLocked(req, requested, early));
   }
 
-  private async assignLocked(req: AssignRequest, requested: Array<{ ip: IP; text: string }>): Promise<Assigned[]> {
-    // One round trip for everything an assignment in an affine block needs.
-    const [{ pools, bad }, config, affinities, handle] = await Promise.all([
-      this.loadPools(),
-      this.loadConfig(),
-      this.nodeAffinities(req.node),
-      this.getHandle(req.handleID),
-    ]);
+  private async assignLocked(
+    req: AssignRequest,
+    requested: Array<{ ip: IP; text: string }>,
+    early: Promise<[{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec, HandleRes | undefined]>,
+  ): Promise<Assigned[]> {
+    // Affinities are what the node's own writers change: read them under the lock.
+    const [[{ pools, bad }, config, handle], affinities] = await Promise.all([early, this.nodeAffinities(req.node)]);
+    this.log.debug('ipam: state read under the host lock', { handle: req.handleID, affinities: affinities.length });
     const ctx: Ctx = { req, node: req.node, pools, badPools: bad, config, affinities, handle };
 
     const families: Family[] = requested.length ? requested.map((r) => r.ip.family) : ([req.assignIPv4 ? 4 : 0, req.assignIPv6 ? 6 : 0].filter(Boolean) as Family[]);
@@ -856,12 +862,12 @@ export class Ipam {
     }
   }
 
-  private async releaseLocked(handleID: string): Promise<string[]> {
+  private async releaseLocked(handleID: string, early?: Promise<HandleRes | undefined>): Promise<string[]> {
     const released: string[] = [];
     // A DEL and a (broken) concurrent ADD of the same handle could keep
     // adding blocks; bound the passes.
     for (let pass = 0; pass < this.maxRetries; pass++) {
-      const h = await this.getHandle(handleID);
+      const h = pass === 0 && early ? await early : await this.getHandle(handleID);
       if (!h) return released;
       for (const cidrText of Object.keys(h.spec.block)) {
         const freed = await this.freeInBlock(cidrText, (spec) => ordinalsOf(spec, handleID));
@@ -883,7 +889,11 @@ export class Ipam {
 
   /** Release every address of the handle. Idempotent: an unknown handle releases nothing and succeeds. */
   async releaseByHandle(handleID: string): Promise<string[]> {
-    return this.exclusive(undefined, () => this.releaseLocked(handleID));
+    // The handle is only changed by this container's own ADD/DEL: read it
+    // (and connect) before waiting for the lock.
+    const early = this.getHandle(handleID);
+    early.catch(() => undefined);
+    return this.exclusive(undefined, () => this.releaseLocked(handleID, early));
   }
 
   /** Release specific addresses whoever holds them (operator repair). Addresses already free are skipped. */

@@ -55,7 +55,6 @@ export interface HostLockOptions {
 export async function acquireHostLock(path: string, opts: HostLockOptions = {}): Promise<() => Promise<void>> {
   const name = abstractName(path);
   const deadline = Date.now() + (opts.timeoutMs ?? 60_000);
-  let delay = 2;
   for (;;) {
     let srv: Server | undefined;
     try {
@@ -79,10 +78,10 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
         `timed out after ${opts.timeoutMs ?? 60_000} ms waiting for the IPAM host lock ${path}; another netplugin process on this node holds it (see: ss -xlp | grep netplugin-lock)`,
       );
     }
-    // Jittered backoff: holders keep the lock for a few ms (one datastore
-    // round trip or three), so start small and cap low.
-    await new Promise((r) => setTimeout(r, delay * (0.5 + Math.random())));
-    delay = Math.min(delay * 2, 25);
+    // Every waiter polls at the same short, jittered interval. (An
+    // exponential backoff favours newcomers, which poll fastest, and starved
+    // long waiters for a minute under load.) A failed bind is one syscall.
+    await new Promise((r) => setTimeout(r, 2 + Math.random() * 6));
   }
 }
 

@@ -36,6 +36,8 @@ async function withIpam<T>(ctx: Ctx, fn: (ipam: Ipam, ds: Datastore) => Promise<
   // only the one the netconf names.
   const { openDatastore } = await import('../../datastore/index.js');
   const ds = await openDatastore(ctx.conf);
+  // Marks the end of start-up cost (module and client loading) in debug logs.
+  ctx.log.debug('netplugin-ipam: datastore open', { type: ds.type });
   try {
     return await fn(new Ipam(ds, { lockPath: lockPathFor(ctx.conf, ctx.env), log: ctx.log }), ds);
   } finally {

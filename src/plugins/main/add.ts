@@ -37,7 +37,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     });
   }
 
-  const ds = await step('datastore', async () => {
+  const ds = await step('checking the datastore', async () => {
     const d = await datastoreFor(conf);
     await checkClusterReady(d);
     return d;
@@ -54,9 +54,12 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
 
   const rb = new Rollback(log);
   try {
-    const { ips, floating } = await addresses(ctx, wl, ds, pod, nsAnnotations, rb);
+    const { ips, floating, repeated } = await addresses(ctx, wl, ds, pod, nsAnnotations, rb);
     const v4 = ips.find((a) => !a.includes(':'));
     const v6 = ips.find((a) => a.includes(':'));
+    // A repeated ADD (same container and ifname) rebuilds the pair with the MAC it
+    // had, so the runtime gets the very result it got the first time.
+    const containerMac = repeated ? await previousMac(ds, wl, ctx.containerId) : undefined;
 
     const dp = await dataplane();
     const state = await step('creating the veth pair', async () => {
@@ -67,8 +70,11 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
         ...(conf.mtu ? { mtu: conf.mtu } : {}),
         numQueues: conf.num_queues,
         hostMac: HOST_MAC,
+        ...(containerMac ? { containerMac } : {}),
         addresses: ips.map(hostPrefix),
         allowIpForwarding: conf.container_settings.allow_ip_forwarding,
+      }).catch((e: unknown) => {
+        throw explainVethFailure(e, ctx.netns, ctx.ifname);
       });
       rb.push(`veth ${wl.hostIfname}`, () => dp.teardown({ netnsPath: ctx.netns, ifname: ctx.ifname, hostIfname: wl.hostIfname }));
       return s;
@@ -142,9 +148,9 @@ async function addresses(
   pod: PodLike | undefined,
   nsAnnotations: Record<string, string>,
   rb: Rollback,
-): Promise<{ ips: string[]; floating?: string[] }> {
+): Promise<{ ips: string[]; floating?: string[]; repeated?: boolean }> {
   const { conf, log } = ctx;
-  if (!isNetpluginIpam(conf.ipam)) return { ips: await delegatedAddresses(ctx, wl, ds, rb) };
+  if (!isNetpluginIpam(conf.ipam)) return delegatedAddresses(ctx, wl, ds, rb);
   const ipamConf = conf.ipam;
 
   const { Ipam } = await import('../../ipam/index.js');
@@ -166,7 +172,7 @@ async function addresses(
   for (const w of req.warnings) log.warn(w);
   if (held.length) {
     log.info('ADD repeated for a container that already holds addresses; reusing them', { ips: held });
-    return { ips: held.map(bareIP), ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
+    return { ips: held.map(bareIP), repeated: true, ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
   }
   if (req.noIpamIPs) return { ips: req.noIpamIPs, ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
 
@@ -190,8 +196,16 @@ async function addresses(
 }
 
 /** Other IPAM types (host-local): run the plugin from CNI_PATH, with `usePodCidr` resolved to the node's pod CIDRs. */
-async function delegatedAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore, rb: Rollback): Promise<string[]> {
-  const { conf } = ctx;
+async function delegatedAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore, rb: Rollback): Promise<{ ips: string[]; repeated?: boolean }> {
+  const { conf, log } = ctx;
+  // A repeated ADD must not ask host-local again: it refuses a second allocation
+  // for the same container ("duplicate allocation is not allowed"). This
+  // container's endpoint records what it got.
+  const mine = await step('reading the workload endpoint', () => ownEndpoint(ds, wl, ctx.containerId));
+  if (mine?.spec.ipNetworks.length) {
+    log.info('ADD repeated for a container that already holds addresses; reusing them', { ips: mine.spec.ipNetworks });
+    return { ips: mine.spec.ipNetworks.map(bareIP), repeated: true };
+  }
   const ipamConf = await resolvePodCidrs(conf, wl, ds);
   const delegateConf = { ...ctx.rawConf, ipam: ipamConf };
   const inv = {
@@ -212,17 +226,26 @@ async function delegatedAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Da
   const result = parseResult(raw, `${conf.ipam.type} result`, ctx.cniVersion);
   const ips = (result.ips ?? []).map((i) => bareIP(i.address));
   if (!ips.length) throw new CniError(ErrorCodes.DelegateFailure, `delegated IPAM ${conf.ipam.type} returned no addresses`);
-  return ips;
+  return { ips };
 }
 
 /** Replaces host-local's `usePodCidr` / `usePodCidrIPv6` subnets with the node's pod CIDRs (the operator's HostLocal mode). */
-export async function resolvePodCidrs(conf: Netconf, wl: Workload, ds: Datastore): Promise<Record<string, unknown>> {
+export async function resolvePodCidrs(conf: Netconf, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Record<string, unknown>> {
   const ipam = structuredClone(conf.ipam) as Record<string, unknown>;
   const text = JSON.stringify(ipam);
   if (!text.includes('"usePodCidr"') && !text.includes('"usePodCidrIPv6"')) return ipam;
-  const cidrs = await nodePodCidrs(conf, wl, ds);
-  const v4 = cidrs.find((c) => !c.includes(':'));
-  const v6 = cidrs.find((c) => c.includes(':'));
+  let cidrs: string[] = [];
+  try {
+    if (!ds) throw new CniError(ErrorCodes.TryAgainLater, 'the datastore is unavailable');
+    cidrs = await nodePodCidrs(conf, wl, ds);
+  } catch (e) {
+    // DEL and CHECK must work when the node's CIDRs cannot be read (datastore down,
+    // node deleted): host-local releases by container ID and only validates the
+    // subnet, so any well-formed placeholder does.
+    if (!opts.release) throw e;
+  }
+  const v4 = cidrs.find((c) => !c.includes(':')) ?? (opts.release ? RELEASE_PLACEHOLDER_V4 : undefined);
+  const v6 = cidrs.find((c) => c.includes(':')) ?? (opts.release ? RELEASE_PLACEHOLDER_V6 : undefined);
   const sub = (v: unknown): unknown => {
     if (v === 'usePodCidr' || v === 'usePodCidrIPv6') {
       const want = v === 'usePodCidr' ? v4 : v6;
@@ -241,6 +264,10 @@ export async function resolvePodCidrs(conf: Netconf, wl: Workload, ds: Datastore
   return sub(ipam) as Record<string, unknown>;
 }
 
+/** Documentation ranges (RFC 5737, RFC 3849): valid subnets that never hold a real reservation. */
+const RELEASE_PLACEHOLDER_V4 = '192.0.2.0/30';
+const RELEASE_PLACEHOLDER_V6 = '2001:db8::/126';
+
 async function nodePodCidrs(conf: Netconf, wl: Workload, ds: Datastore): Promise<string[]> {
   if (conf.kubernetes?.kubeconfig || conf.kubernetes?.k8s_api_root) {
     const kube = await kubeClientFor(conf);
@@ -254,6 +281,42 @@ async function nodePodCidrs(conf: Netconf, wl: Workload, ds: Datastore): Promise
     if (DatastoreError.is(e, 'NotFound')) return [];
     throw e;
   }
+}
+
+/**
+ * The kernel's refusals that mean the runtime's input is wrong, said in its
+ * terms (CNI_NETNS, CNI_IFNAME) rather than as a bare errno.
+ */
+function explainVethFailure(e: unknown, netns: string, ifname: string): unknown {
+  const nl = e as { op?: unknown; code?: unknown } | null;
+  if (!nl || typeof nl.op !== 'string' || typeof nl.code !== 'string') return e;
+  if (nl.op === 'openNetns' && nl.code === 'ENOENT') {
+    return new CniError(ErrorCodes.InvalidEnvironment, `CNI_NETNS ${netns} does not exist; the runtime must pass the path of the pod's network namespace (is the sandbox already gone?)`);
+  }
+  if (nl.op === 'openNetns' && (nl.code === 'EINVAL' || nl.code === 'ENOTDIR')) {
+    return new CniError(ErrorCodes.InvalidEnvironment, `CNI_NETNS ${netns} is not a network namespace (${nl.code}); pass /var/run/netns/<name> or /proc/<pid>/ns/net`);
+  }
+  if (nl.op === 'RTM_NEWLINK' && nl.code === 'EEXIST') {
+    // The host end was checked and a stale one removed just before, so the clash is inside the pod.
+    return new CniError(ErrorCodes.DataplaneFailure, `interface ${ifname} already exists in the pod's namespace ${netns} (EEXIST); CNI_IFNAME must name an interface the pod does not have yet`);
+  }
+  return e;
+}
+
+/** This attachment's endpoint if an earlier ADD of this very container wrote it (not an older sandbox of the pod). */
+async function ownEndpoint(ds: Datastore, wl: Workload, containerId: string): Promise<Resource<'WorkloadEndpoint'> | undefined> {
+  try {
+    const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace);
+    return wep.spec.containerID === containerId ? wep : undefined;
+  } catch (e) {
+    if (DatastoreError.is(e, 'NotFound')) return undefined;
+    throw e;
+  }
+}
+
+/** The container MAC recorded by an earlier ADD of this very container. */
+async function previousMac(ds: Datastore, wl: Workload, containerId: string): Promise<string | undefined> {
+  return (await ownEndpoint(ds, wl, containerId))?.spec.mac;
 }
 
 /** Creates the endpoint, or takes it over from an older sandbox of the same pod. */

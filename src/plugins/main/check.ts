@@ -4,6 +4,8 @@ import type { CniContext } from '../../cni/types.js';
 import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import { dataplane } from './runtime.js';
+import { execDelegate } from './delegate.js';
+import { resolvePodCidrs } from './add.js';
 import { HOST_MAC, datastoreFor, identify, ipamLockPath } from './common.js';
 
 export async function check(ctx: CniContext<Netconf>): Promise<void> {
@@ -43,6 +45,24 @@ export async function check(ctx: CniContext<Netconf>): Promise<void> {
     for (const a of addrs) {
       const ip = a.split('/')[0]!;
       if (!held.has(ip)) drift.push(`IPAM no longer holds ${ip} for handle ${wl.handleID}`);
+    }
+  } else {
+    // Delegated IPAM checks its own bookkeeping (host-local: the address file still names this container).
+    try {
+      await execDelegate({
+        type: conf.ipam.type,
+        command: 'CHECK',
+        containerId: ctx.containerId,
+        netns: ctx.netns,
+        ifname: ctx.ifname,
+        cniArgs: ctx.env['CNI_ARGS'] ?? '',
+        path: ctx.path,
+        conf: { ...ctx.rawConf, ipam: await resolvePodCidrs(conf, wl, ds) },
+        env: ctx.env,
+      });
+    } catch (e) {
+      if (!(e instanceof CniError) || e.code === ErrorCodes.TryAgainLater) throw e;
+      drift.push(e.message);
     }
   }
   try {

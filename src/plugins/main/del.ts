@@ -49,8 +49,11 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   // Inside our own netns the interface is ours whoever owns the endpoint; the
   // host end is deleted by name only when no newer sandbox owns it.
   const dp = await dataplane();
-  if (ctx.netns || (ownerKnown && !newerOwner)) {
-    const r = await dp.teardown({ ...(ctx.netns ? { netnsPath: ctx.netns } : {}), ifname: ctx.ifname, hostIfname: wl.hostIfname });
+  const ownsHostEnd = ownerKnown && !newerOwner;
+  if (ctx.netns || ownsHostEnd) {
+    // With the netns already gone the dataplane would fall back to the host end's
+    // name, which a newer sandbox of this pod may hold by now: only when it is ours.
+    const r = await dp.teardown({ ...(ctx.netns ? { netnsPath: ctx.netns } : {}), ifname: ctx.ifname, hostIfname: wl.hostIfname, ...(ownsHostEnd ? {} : { keepHostEnd: true }) });
     log.debug('local teardown', { removed: r.removed });
   } else {
     log.info('no netns and the endpoint owner is unknown or newer; leaving the host veth alone', { owner: newerOwner });
@@ -79,14 +82,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
 async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined): Promise<void> {
   const { conf, log } = ctx;
   if (!isNetpluginIpam(conf.ipam)) {
-    let ipamConf: Record<string, unknown> = conf.ipam;
-    if (ds) {
-      try {
-        ipamConf = await resolvePodCidrs(conf, wl, ds);
-      } catch {
-        // host-local releases by container ID; the subnet only selects its data dir.
-      }
-    }
+    const ipamConf = await resolvePodCidrs(conf, wl, ds, { release: true });
     await execDelegate({
       type: conf.ipam.type,
       command: 'DEL',

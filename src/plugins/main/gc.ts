@@ -14,24 +14,34 @@ export async function gc(ctx: CniContext<Netconf>): Promise<void> {
   const validIds = new Set(valid.map((a) => a.containerID));
   const node = identify(conf, { containerId: 'gc', ifname: 'eth0', args: {} }).node;
   const ds = await datastoreFor(conf);
+  const weps = await ds.list('WorkloadEndpoint');
 
+  // Endpoints carry no network name; a container whose addresses come from
+  // another network (a second netplugin network, e.g. under Multus) and none
+  // from this one is that network's to collect.
+  const otherNetworks = new Set<string>();
   if (isNetpluginIpam(conf.ipam)) {
     const { Ipam } = await import('../../ipam/index.js');
     const lockPath = ipamLockPath(conf);
     const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
     const prefix = `${conf.name}.`;
-    for (const h of await ipam.listHandles({ prefix })) {
-      const cid = h.handleID.slice(prefix.length);
+    const all = await ipam.listHandles();
+    const ours = new Set(all.filter((h) => h.handleID.startsWith(prefix)).map((h) => h.handleID.slice(prefix.length)));
+    for (const h of all) {
+      if (h.handleID.startsWith(prefix)) continue;
+      for (const w of weps.items) if (h.handleID.endsWith(`.${w.spec.containerID}`) && !ours.has(w.spec.containerID)) otherNetworks.add(w.spec.containerID);
+    }
+    for (const cid of ours) {
       if (validIds.has(cid)) continue;
-      const released = await ipam.releaseByHandle(h.handleID);
-      log.info('GC released addresses of a stale attachment', { handle: h.handleID, released });
+      const handle = prefix + cid;
+      const released = await ipam.releaseByHandle(handle);
+      log.info('GC released addresses of a stale attachment', { handle, released });
     }
   }
 
   const dp = await dataplane();
-  const weps = await ds.list('WorkloadEndpoint');
   for (const w of weps.items) {
-    if (w.spec.node !== node || validIds.has(w.spec.containerID)) continue;
+    if (w.spec.node !== node || validIds.has(w.spec.containerID) || otherNetworks.has(w.spec.containerID)) continue;
     await dp.teardown({ ifname: w.spec.endpoint, hostIfname: w.spec.interfaceName });
     await ds.delete('WorkloadEndpoint', w.metadata.name, { ...(w.metadata.namespace ? { namespace: w.metadata.namespace } : {}), ...(w.metadata.resourceVersion ? { revision: w.metadata.resourceVersion } : {}) }).catch((e) => {
       if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;

@@ -2,6 +2,8 @@
 // stack unwinds in reverse so a failed ADD leaves nothing behind (CNI spec:
 // a plugin must not leave resources behind after an ADD error).
 import type { Logger } from '../../cni/types.js';
+import { toCniError } from '../../cni/errors.js';
+import { CniError } from '../../errors.js';
 
 export class Rollback {
   private readonly undos: Array<{ what: string; fn: () => Promise<unknown> | unknown }> = [];
@@ -25,15 +27,29 @@ export class Rollback {
   }
 }
 
-/** Runs one named ADD step; its failure message says which step failed. */
+/**
+ * Runs one named ADD step; its failure becomes a CniError whose message starts
+ * with the step ("creating the veth pair: ..."), keeping the code the failure
+ * maps to (datastore down stays 11, and so on).
+ */
 export async function step<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
   try {
     return await fn();
   } catch (e) {
-    if (e instanceof Error && !(e as { step?: string }).step) {
-      (e as { step?: string }).step = name;
-      e.message = `${name}: ${e.message}`;
-    }
-    throw e;
+    throw inStep(name, e);
   }
+}
+
+export function inStep(name: string, e: unknown): Error {
+  if ((e as { step?: string } | null)?.step) return e as Error;
+  const err = toCniError(e);
+  const out = new CniError(err.code, `${name}: ${err.message}`, err.details) as CniError & { step?: string; internal?: boolean };
+  out.step = name;
+  out.cause = e;
+  // An unexpected exception keeps its stack for the log (the dispatcher logs internal errors' stacks).
+  if (err.internal) {
+    out.internal = true;
+    if (e instanceof Error && e.stack) out.stack = e.stack;
+  }
+  return out;
 }

@@ -1,0 +1,301 @@
+// Shared set-up for the black-box plugin suites (test/integration/plugin-*.test.ts):
+// a throwaway etcd with ClusterInformation and pools, netconfs, CNI calls of the
+// binary under test, and readers of what the plugin left in the kernel and the
+// datastore. The binary is a parameter (NETPLUGIN_TEST_BIN) so the same suites
+// run against the per-exec bundle and, later, the shim + agent path.
+//
+// All plugin-* files share one throwaway "host" namespace (scripts/in-netns) and
+// may run in parallel, so every file uses its own pool CIDRs (10.77.<n>.0/24,
+// fd77:<n>::/116) and its own host veth prefix, and its "nothing left"
+// assertions are scoped to those.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'vitest';
+import { DIST, ROOT, runCni, type CniOutcome } from '../fixtures/cni.js';
+import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { openDatastore } from '../../src/datastore/index.js';
+import { API_VERSION, type Datastore, type Resource } from '../../src/datastore/types.js';
+import { containsIP, parseCidr, parseIP } from '../../src/ipam/cidr.js';
+
+export const BIN = process.env.NETPLUGIN_TEST_BIN ?? join(DIST, 'netplugin.mjs');
+export const PORTMAP = '/usr/lib/cni/portmap';
+export const HOST_LOCAL = '/usr/lib/cni/host-local';
+export const NODE = 'node1';
+export const NET_NAME = 'k8s-pod-network';
+export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
+
+/** Builds the bundles when they are missing (npm test builds first; a lone vitest run may not have). */
+export function ensureBuilt(): void {
+  if (process.env.NETPLUGIN_TEST_BIN) return;
+  if (existsSync(BIN) && existsSync(join(DIST, 'netplugin-ipam.mjs'))) return;
+  const r = spawnSync(process.execPath, [join(ROOT, 'scripts/build.mjs')], { cwd: ROOT, encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`build failed: ${r.stderr}`);
+}
+
+export interface PoolDef {
+  name: string;
+  cidr: string;
+  blockSize: number;
+}
+
+export interface Cluster {
+  etcd: EtcdServer;
+  ds: Datastore;
+  tmp: string;
+  lockFile: string;
+  pools: PoolDef[];
+  close(): Promise<void>;
+}
+
+export function poolResource(p: PoolDef): Resource<'IPPool'> {
+  return { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: p.name }, spec: { cidr: p.cidr, blockSize: p.blockSize, natOutgoing: true } };
+}
+
+export function clusterInfo(ready: boolean): Resource<'ClusterInformation'> {
+  return { apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: ready, clusterType: 'test' } };
+}
+
+/** A throwaway etcd holding a ready ClusterInformation and the given pools. */
+export async function startCluster(pools: PoolDef[], opts: { clusterInfo?: 'ready' | 'not-ready' | 'missing' } = {}): Promise<Cluster> {
+  const etcd = await startEtcd();
+  const tmp = mkdtempSync(join(tmpdir(), `plugin-test-${process.pid}-`));
+  let ds: Datastore | undefined;
+  try {
+    ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint });
+    const ci = opts.clusterInfo ?? 'ready';
+    if (ci !== 'missing') await ds.create(clusterInfo(ci === 'ready'));
+    for (const p of pools) await ds.create(poolResource(p));
+  } catch (e) {
+    await ds?.close().catch(() => undefined);
+    await etcd.stop();
+    rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+  const store = ds;
+  return {
+    etcd,
+    ds: store,
+    tmp,
+    lockFile: join(tmp, 'ipam.lock'),
+    pools,
+    async close() {
+      await store.close().catch(() => undefined);
+      await etcd.stop();
+      rmSync(tmp, { recursive: true, force: true });
+    },
+  };
+}
+
+export function netconf(c: Cluster, cniVersion: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    cniVersion,
+    name: NET_NAME,
+    type: 'netplugin',
+    nodename: NODE,
+    etcd_endpoints: c.etcd.endpoint,
+    ipam: { type: 'netplugin-ipam' },
+    ipam_lock_file: c.lockFile,
+    log_level: 'debug',
+    ...extra,
+  };
+}
+
+export interface Call {
+  containerId: string;
+  netns?: string;
+  ifname?: string;
+  args?: string;
+  path?: string;
+  env?: Record<string, string>;
+}
+
+export function k8sArgs(namespace: string, pod: string): string {
+  return `IgnoreUnknown=1;K8S_POD_NAMESPACE=${namespace};K8S_POD_NAME=${pod}`;
+}
+
+/** ADDs not yet undone by a DEL, so afterEach can clean up after a failed test. */
+const attached = new Map<string, { conf: Record<string, unknown>; call: Partial<Call>; bin: string }>();
+
+export async function cni(command: 'ADD' | 'DEL' | 'CHECK' | 'STATUS' | 'GC', conf: Record<string, unknown>, call: Partial<Call> = {}, bin = BIN): Promise<CniOutcome> {
+  const key = JSON.stringify([conf['name'], call.containerId, call.ifname ?? 'eth0']);
+  if (command === 'ADD') attached.set(key, { conf, call, bin });
+  const r = await runCni({
+    bin,
+    command,
+    conf,
+    ...(call.containerId !== undefined ? { containerId: call.containerId } : {}),
+    ...(call.netns !== undefined ? { netns: call.netns } : {}),
+    ...(call.ifname !== undefined ? { ifname: call.ifname } : {}),
+    ...(call.args !== undefined ? { args: call.args } : {}),
+    ...(call.path !== undefined ? { path: call.path } : {}),
+    ...(call.env !== undefined ? { env: call.env } : {}),
+  });
+  if (command === 'DEL' && r.code === 0) attached.delete(key);
+  return r;
+}
+
+/**
+ * DELs every attachment a test ADDed and did not DEL (a failed test), so the
+ * next test starts clean. Run it in afterEach before the pod namespaces go.
+ */
+export async function cleanupAttachments(): Promise<void> {
+  const all = [...attached.values()];
+  attached.clear();
+  for (const a of all) {
+    const { prevResult: _drop, ...conf } = a.conf;
+    await runCni({ bin: a.bin, command: 'DEL', conf, ...(a.call.containerId ? { containerId: a.call.containerId } : {}), ...(a.call.netns ? { netns: a.call.netns } : {}), ifname: a.call.ifname ?? 'eth0', ...(a.call.args ? { args: a.call.args } : {}), ...(a.call.path ? { path: a.call.path } : {}), ...(a.call.env ? { env: a.call.env } : {}) }).catch(() => undefined);
+  }
+}
+
+/** Describes a failed call for an assertion message: the error JSON and the plugin's stderr. */
+export function why(r: CniOutcome): string {
+  return `exit ${r.code}${r.signal ? ` (${r.signal})` : ''}\nstdout: ${r.stdout}\nstderr: ${r.stderr.slice(-4000)}`;
+}
+
+export function expectOk(r: CniOutcome): void {
+  expect(r.code, why(r)).toBe(0);
+}
+
+/** A CNI error: exit code 1, one error JSON on stdout with the code, never a stack trace. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function expectCniError(r: CniOutcome, code?: number): { code: number; msg: string; details?: string } {
+  expect(r.code, why(r)).toBe(1);
+  expect(r.json, why(r)).toBeTypeOf('object');
+  if (code !== undefined) expect(r.json.code, why(r)).toBe(code);
+  expect(typeof r.json.msg).toBe('string');
+  expect(r.stdout).not.toMatch(/\n\s+at /);
+  // Reviewing the wording of every error the suites provoke: PLUGIN_TEST_SHOW_ERRORS=1.
+  if (process.env.PLUGIN_TEST_SHOW_ERRORS) process.stderr.write(`[cni error ${r.json.code}] ${r.json.msg}${r.json.details ? ` (${r.json.details})` : ''}\n`);
+  return r.json;
+}
+
+// ---- kernel state (ip -j) ----
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function ipj(args: string[], netns?: string): any[] {
+  const out = execFileSync('ip', [...(netns ? ['-n', netns] : []), '-j', ...args], { encoding: 'utf8' });
+  return out.trim() ? JSON.parse(out) : [];
+}
+
+export interface LinkInfo {
+  ifname: string;
+  address: string;
+  mtu: number;
+  num_rx_queues?: number;
+  num_tx_queues?: number;
+  operstate: string;
+  flags: string[];
+  link_netnsid?: number;
+  linkinfo?: { info_kind: string };
+}
+
+export function links(netns?: string): LinkInfo[] {
+  return ipj(['-d', 'link', 'show'], netns) as LinkInfo[];
+}
+
+export function link(name: string, netns?: string): LinkInfo | undefined {
+  return links(netns).find((l) => l.ifname === name);
+}
+
+export function hostLinksWithPrefix(prefix: string): string[] {
+  return links().map((l) => l.ifname).filter((n) => n.startsWith(prefix));
+}
+
+export interface RouteInfo {
+  dst: string;
+  gateway?: string;
+  dev?: string;
+  scope?: string;
+  protocol?: string;
+  flags?: string[];
+}
+
+export function routes(family: 4 | 6, netns?: string): RouteInfo[] {
+  return ipj([family === 6 ? '-6' : '-4', 'route', 'show'], netns) as RouteInfo[];
+}
+
+/** Addresses (without prefix) on one interface. */
+export function addrs(ifname: string, netns?: string): Array<{ local: string; prefixlen: number; family: string; scope: string }> {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const l = ipj(['addr', 'show', 'dev', ifname], netns)[0] as any;
+  return l?.addr_info ?? [];
+}
+
+export function sysctl(key: string, netns?: string): string {
+  const path = `/proc/sys/${key.replace(/\./g, '/')}`;
+  return (netns ? execFileSync('ip', ['netns', 'exec', netns, 'cat', path], { encoding: 'utf8' }) : execFileSync('cat', [path], { encoding: 'utf8' })).trim();
+}
+
+function inAnyPool(ip: string, pools: PoolDef[]): boolean {
+  const parsed = parseIP(ip);
+  return pools.some((p) => {
+    const c = parseCidr(p.cidr);
+    return c.family === parsed.family && containsIP(c, parsed);
+  });
+}
+
+/** Host routes whose destination lies in one of the pools (the per-pod /32 and /128 routes). */
+export function hostPoolRoutes(pools: PoolDef[]): string[] {
+  const out: string[] = [];
+  for (const f of [4, 6] as const) {
+    for (const r of routes(f)) {
+      const dst = r.dst.split('/')[0]!;
+      if (dst !== 'default' && inAnyPool(dst, pools)) out.push(`${r.dst} dev ${r.dev}`);
+    }
+  }
+  return out;
+}
+
+// ---- datastore state ----
+
+export interface IpamState {
+  handles: string[];
+  /** Allocated addresses: `<block cidr>#<ordinal> <handle>`. */
+  allocations: string[];
+}
+
+export async function ipamState(ds: Datastore): Promise<IpamState> {
+  const handles = (await ds.list('IPAMHandle')).items.map((h) => h.spec.handleID ?? h.metadata.name);
+  const allocations: string[] = [];
+  for (const b of (await ds.list('IPAMBlock')).items) {
+    b.spec.allocations.forEach((a, i) => {
+      if (a !== null) allocations.push(`${b.spec.cidr}#${i} ${b.spec.attributes[a]?.handle_id ?? 'null'}`);
+    });
+  }
+  return { handles: handles.sort(), allocations };
+}
+
+export async function wepNames(ds: Datastore): Promise<string[]> {
+  return (await ds.list('WorkloadEndpoint')).items.map((w) => `${w.metadata.namespace ?? ''}/${w.metadata.name}`).sort();
+}
+
+/**
+ * Asserts the plugin left nothing of this file's pods behind: no host link with
+ * the prefix, no host route into the pools, no IPAM handle or allocation, no
+ * workload endpoint.
+ */
+export async function expectNothingLeft(c: Cluster, vethPrefix: string): Promise<void> {
+  expect(hostLinksWithPrefix(vethPrefix), 'host veths left behind').toEqual([]);
+  expect(hostPoolRoutes(c.pools), 'host routes left behind').toEqual([]);
+  const st = await ipamState(c.ds);
+  expect(st.handles, 'IPAM handles left behind').toEqual([]);
+  expect(st.allocations, 'IPAM allocations left behind').toEqual([]);
+  expect(await wepNames(c.ds), 'workload endpoints left behind').toEqual([]);
+}
+
+/** Runs fn over items with at most `limit` running at once (2 cores: many node processes at once only thrash). */
+export async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T, i: number) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    for (;;) {
+      const i = next++;
+      if (i >= items.length) return;
+      out[i] = await fn(items[i]!, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
+}
