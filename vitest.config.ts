@@ -2,14 +2,34 @@ import { defineConfig } from 'vitest/config';
 
 // Tests touch shared kernel state (namespaces, links, nftables) and start real
 // etcd servers: files run in separate processes, a few at a time on 2 cores.
+//
+// Two projects: "default" runs every test file as is (the plugin suites exec
+// the per-exec bundle dist/netplugin.mjs); "agent" runs the black-box plugin
+// suites again through the installed native shim and a resident agent
+// (test/integration/agent-setup.ts), so both paths pass the same suite.
+// One of them alone: npx vitest run --project agent test/integration/plugin-basic.test.ts
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     pool: 'forks',
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     testTimeout: 60_000,
     hookTimeout: 60_000,
     reporters: ['default'],
     globalSetup: ['test/fixtures/global-setup.ts'],
+    projects: [
+      {
+        extends: true,
+        test: { name: 'default', include: ['test/**/*.test.ts'] },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'agent',
+          include: ['test/integration/plugin-*.test.ts'],
+          env: { NETPLUGIN_TEST_PATH: 'agent' },
+          setupFiles: ['test/integration/agent-setup.ts'],
+        },
+      },
+    ],
   },
 });

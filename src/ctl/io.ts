@@ -2,19 +2,9 @@
 // Everything goes through CtlIO so tests run commands in-process.
 import type { Datastore } from '../datastore/types.js';
 
-/** What the datastore factory (src/datastore/index.ts openDatastore) takes. */
-export interface DatastoreConfig {
-  datastore_type?: 'etcdv3' | 'kubernetes';
-  etcd_endpoints?: string;
-  etcd_discovery_srv?: string;
-  etcd_key_file?: string;
-  etcd_cert_file?: string;
-  etcd_ca_cert_file?: string;
-  etcd_authority?: string;
-  etcd_scheme?: string;
-  kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
-  timeoutMs?: number;
-}
+/** What the datastore factory (openDatastore) takes. */
+export type { DatastoreConfig } from '../datastore/index.js';
+import type { DatastoreConfig } from '../datastore/index.js';
 
 export interface CtlIO {
   env: Record<string, string | undefined>;

@@ -8,10 +8,11 @@
 // may run in parallel, so every file uses its own pool CIDRs (10.77.<n>.0/24,
 // fd77:<n>::/116) and its own host veth prefix, and its "nothing left"
 // assertions are scoped to those.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { expect } from 'vitest';
 import { DIST, ROOT, runCni, type CniOutcome } from '../fixtures/cni.js';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
@@ -20,6 +21,11 @@ import { API_VERSION, type Datastore, type Resource } from '../../src/datastore/
 import { containsIP, parseCidr, parseIP } from '../../src/ipam/cidr.js';
 
 export const BIN = process.env.NETPLUGIN_TEST_BIN ?? join(DIST, 'netplugin.mjs');
+/**
+ * Set (by test/integration/agent-setup.ts) when the suites run through the
+ * shim and a resident agent: every invocation gets it as NETPLUGIN_AGENT_SOCKET.
+ */
+export const AGENT_SOCKET = process.env.NETPLUGIN_AGENT_SOCKET;
 export const PORTMAP = '/usr/lib/cni/portmap';
 export const HOST_LOCAL = '/usr/lib/cni/host-local';
 export const NODE = 'node1';
@@ -28,8 +34,8 @@ export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 
 /** Builds the bundles when they are missing (npm test builds first; a lone vitest run may not have). */
 export function ensureBuilt(): void {
-  if (process.env.NETPLUGIN_TEST_BIN) return;
-  if (existsSync(BIN) && existsSync(join(DIST, 'netplugin-ipam.mjs'))) return;
+  if (process.env.NETPLUGIN_TEST_BIN && !AGENT_SOCKET) return;
+  if (['netplugin.mjs', 'netplugin-ipam.mjs', 'netplugin-node.mjs', 'netplugin-worker.mjs'].every((f) => existsSync(join(DIST, f)))) return;
   const r = spawnSync(process.execPath, [join(ROOT, 'scripts/build.mjs')], { cwd: ROOT, encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`build failed: ${r.stderr}`);
 }
@@ -130,10 +136,16 @@ export async function cni(command: 'ADD' | 'DEL' | 'CHECK' | 'STATUS' | 'GC', co
     ...(call.ifname !== undefined ? { ifname: call.ifname } : {}),
     ...(call.args !== undefined ? { args: call.args } : {}),
     ...(call.path !== undefined ? { path: call.path } : {}),
-    ...(call.env !== undefined ? { env: call.env } : {}),
+    ...withAgentEnv(call.env),
   });
   if (command === 'DEL' && r.code === 0) attached.delete(key);
   return r;
+}
+
+/** The call's own env plus, on the agent path, the agent's socket (a test's own setting wins). */
+function withAgentEnv(env: Record<string, string> | undefined): { env?: Record<string, string> } {
+  if (!AGENT_SOCKET) return env ? { env } : {};
+  return { env: { NETPLUGIN_AGENT_SOCKET: AGENT_SOCKET, ...(env ?? {}) } };
 }
 
 /**
@@ -145,7 +157,7 @@ export async function cleanupAttachments(): Promise<void> {
   attached.clear();
   for (const a of all) {
     const { prevResult: _drop, ...conf } = a.conf;
-    await runCni({ bin: a.bin, command: 'DEL', conf, ...(a.call.containerId ? { containerId: a.call.containerId } : {}), ...(a.call.netns ? { netns: a.call.netns } : {}), ifname: a.call.ifname ?? 'eth0', ...(a.call.args ? { args: a.call.args } : {}), ...(a.call.path ? { path: a.call.path } : {}), ...(a.call.env ? { env: a.call.env } : {}) }).catch(() => undefined);
+    await runCni({ bin: a.bin, command: 'DEL', conf, ...(a.call.containerId ? { containerId: a.call.containerId } : {}), ...(a.call.netns ? { netns: a.call.netns } : {}), ifname: a.call.ifname ?? 'eth0', ...(a.call.args ? { args: a.call.args } : {}), ...(a.call.path ? { path: a.call.path } : {}), ...withAgentEnv(a.call.env) }).catch(() => undefined);
   }
 }
 
@@ -298,4 +310,101 @@ export async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T, i: nu
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
   return out;
+}
+
+// ---- the shim + agent path ----
+
+export const SHIM_PREBUILT = join(ROOT, 'prebuilds/linux-x64/netplugin-shim');
+export const SHIM_BUILT = join(ROOT, 'build/shim/netplugin-shim');
+
+/**
+ * Installs the native shim as `<dir>/<name>` (the plugin name is its basename)
+ * with no fallback file beside it: a request the agent does not take fails
+ * with code 5 instead of silently running per-exec, so a suite run through the
+ * shim really exercises the agent.
+ */
+export function installShim(dir: string, name = 'netplugin'): string {
+  const src = existsSync(SHIM_BUILT) ? SHIM_BUILT : SHIM_PREBUILT;
+  if (!existsSync(src)) throw new Error(`the native shim is missing (${SHIM_BUILT} and ${SHIM_PREBUILT}); run npm run build:shim`);
+  mkdirSync(dir, { recursive: true });
+  const dst = join(dir, name);
+  copyFileSync(src, dst);
+  chmodSync(dst, 0o755);
+  return dst;
+}
+
+export interface Agent {
+  socket: string;
+  proc: ChildProcess;
+  /** Everything the agent wrote to stderr so far (its log). */
+  log(): string;
+  /** SIGTERM and wait (it finishes accepted requests first). */
+  stop(): Promise<void>;
+  /** SIGKILL and wait: no cleanup of any kind, as an OOM kill or node crash. */
+  kill(): Promise<void>;
+}
+
+function waitConnectable(path: string, proc: ChildProcess, log: () => string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  return new Promise((resolve, reject) => {
+    const attempt = () => {
+      if (proc.exitCode !== null || proc.signalCode !== null) {
+        reject(new Error(`the agent exited (${proc.exitCode ?? proc.signalCode}) before listening on ${path}:\n${log()}`));
+        return;
+      }
+      const c = connect(path);
+      c.once('connect', () => {
+        c.destroy();
+        resolve();
+      });
+      c.once('error', () => {
+        c.destroy();
+        if (Date.now() > deadline) reject(new Error(`the agent did not listen on ${path} within ${timeoutMs} ms:\n${log()}`));
+        else setTimeout(attempt, 25);
+      });
+    };
+    attempt();
+  });
+}
+
+/**
+ * Starts dist/netplugin-node.mjs on `socket` in this process's network
+ * namespace (the throwaway host one), with a clean environment, and waits
+ * until it accepts connections.
+ */
+export async function startAgent(socket: string, extraArgs: string[] = [], opts: { env?: Record<string, string> } = {}): Promise<Agent> {
+  const proc = spawn(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--socket', socket, '--log-level', 'INFO', ...extraArgs], {
+    env: { PATH: `${dirname(process.execPath)}:/usr/sbin:/usr/bin:/sbin:/bin`, ...(opts.env ?? {}) },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  proc.stderr!.on('data', (d: Buffer) => {
+    stderr += d;
+    if (stderr.length > 1 << 20) stderr = stderr.slice(-(1 << 19));
+  });
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  const gone = () => proc.exitCode !== null || proc.signalCode !== null;
+  try {
+    await waitConnectable(socket, proc, () => stderr, 30_000);
+  } catch (e) {
+    if (!gone()) proc.kill('SIGKILL');
+    throw e;
+  }
+  return {
+    socket,
+    proc,
+    log: () => stderr,
+    async stop() {
+      if (gone()) return;
+      proc.kill('SIGTERM');
+      const t = setTimeout(() => proc.kill('SIGKILL'), 35_000);
+      await exited;
+      clearTimeout(t);
+    },
+    async kill() {
+      if (gone()) return;
+      proc.kill('SIGKILL');
+      await exited;
+    },
+  };
 }

@@ -3,6 +3,7 @@
 // dataplane. A per-exec plugin uses them once; the resident agent keeps them
 // warm across requests, keyed by the datastore settings of the netconf.
 import type { Datastore } from '../../datastore/types.js';
+import type { DatastoreConfig } from '../../datastore/index.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
 
 export interface DataplanePort {
@@ -16,17 +17,8 @@ let dataplanePort: DataplanePort | undefined;
 /** Set by the agent: in-process signal that an endpoint's policy is programmed. */
 let policySignal: unknown;
 
-export interface DatastoreSettings {
-  datastore_type?: string;
-  etcd_endpoints?: string;
-  etcd_discovery_srv?: string;
-  etcd_key_file?: string;
-  etcd_cert_file?: string;
-  etcd_ca_cert_file?: string;
-  etcd_authority?: string;
-  etcd_scheme?: string;
-  kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
-}
+/** The netconf's datastore fields (src/datastore/index.ts DatastoreConfig). */
+export type DatastoreSettings = DatastoreConfig;
 
 export function datastoreKey(s: DatastoreSettings): string {
   return JSON.stringify([
@@ -39,7 +31,7 @@ export function getDatastore(s: DatastoreSettings): Promise<Datastore> {
   const key = datastoreKey(s);
   let p = datastores.get(key);
   if (!p) {
-    p = import('../../datastore/index.js').then((m) => m.openDatastore(s as Parameters<typeof m.openDatastore>[0]));
+    p = import('../../datastore/index.js').then((m) => m.openDatastore(s));
     // A failed connection must not be cached: the next invocation retries.
     p.catch(() => datastores.delete(key));
     datastores.set(key, p);

@@ -1,0 +1,394 @@
+#!/usr/bin/env node
+// `npm run demo`: netplugin end to end on one machine, as a node would run it.
+// A throwaway etcd, a pool, install-cni into temp dirs, the node agent, three
+// "pods" (network namespaces) networked by exec'ing the installed plugin
+// exactly as a container runtime does, pings, a host port through the real
+// portmap plugin, IPAM inspection, then DEL of everything and proof that
+// nothing is left.
+//
+// It must run inside a throwaway network namespace that plays the node
+// (scripts/in-netns, which `npm run demo` uses): the host-side veths, /32
+// routes, sysctls and portmap's NAT rules then live there, never in the
+// machine's real root namespace.
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { block, bold, cmd, dim, elapsedS, fail, green, line, note, ok, red, step, yellow } from './demo/print.mjs';
+import { DemoError, cniExec, run, runOk, startAgent, startEtcd, startPodServer, stopChild } from './demo/proc.mjs';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const CTL = join(ROOT, 'dist/netpluginctl.mjs');
+const AGENT = join(ROOT, 'dist/netplugin-node.mjs');
+const NODE = process.execPath;
+const SYSTEM_CNI_DIR = '/usr/lib/cni';
+const POOL_CIDR = '10.88.0.0/24';
+const NODE_NAME = 'demo-node';
+const K8S_NAMESPACE = 'demo';
+const HOST_PORT = 8080;
+/** TEST-NET-3 (RFC 5737): never routed, so it cannot clash with a real network. */
+const NODE_IP = '203.0.113.10';
+const DUMMY = 'np-demo0';
+// The plugin's default host-wide IPAM lock (ipam_lock_file); see cleanup().
+const LOCK_DIR = '/var/run/netplugin';
+
+const suffix = randomBytes(3).toString('hex');
+const state = {
+  tmp: undefined,
+  etcd: undefined,
+  agent: undefined,
+  server: undefined,
+  netns: [],
+  dummy: false,
+  lockDirExisted: existsSync(LOCK_DIR),
+  cleaned: undefined,
+};
+
+// ---------------------------------------------------------------- preflight
+
+function preflight() {
+  if (process.getuid?.() !== 0) throw new DemoError('the demo creates network namespaces and veths: run it as root (sudo npm run demo)');
+  const nsName = process.env.NETPLUGIN_HOST_NETNS;
+  const fix = 'run it as `npm run demo` (or `bash scripts/in-netns node scripts/demo.mjs`), which gives it a throwaway node namespace';
+  if (!nsName) throw new DemoError(`not inside a throwaway network namespace (NETPLUGIN_HOST_NETNS is unset); ${fix}`);
+  let named;
+  try {
+    named = statSync(`/var/run/netns/${nsName}`);
+  } catch {
+    throw new DemoError(`NETPLUGIN_HOST_NETNS=${nsName} but /var/run/netns/${nsName} does not exist; ${fix}`);
+  }
+  const self = statSync('/proc/self/ns/net');
+  if (named.ino !== self.ino || named.dev !== self.dev) throw new DemoError(`NETPLUGIN_HOST_NETNS=${nsName} is not the namespace the demo runs in; ${fix}`);
+  for (const f of [CTL, AGENT, join(ROOT, 'dist/netplugin.mjs')]) {
+    if (!existsSync(f)) throw new DemoError(`${f} is missing: run 'npm run build' first (npm run demo does)`);
+  }
+  for (const b of ['portmap']) {
+    if (!existsSync(join(SYSTEM_CNI_DIR, b))) throw new DemoError(`${SYSTEM_CNI_DIR}/${b} is missing: run 'bash scripts/setup' (installs containernetworking-plugins)`);
+  }
+  return nsName;
+}
+
+// ---------------------------------------------------------------- helpers
+
+function ctlEnv() {
+  return { ...process.env, ETCD_ENDPOINTS: state.etcd.endpoint, NODE_EXTRA_CA_CERTS: '' };
+}
+
+/** Runs netpluginctl, printing the command line and its output. */
+async function ctl(args, { input, quiet = false, heredoc } = {}) {
+  if (!quiet) {
+    if (heredoc) {
+      cmd(`netpluginctl ${args.join(' ')} <<'EOF'`);
+      block(input.replace(/\s+$/, '') + '\nEOF', '  ');
+    } else cmd(`netpluginctl ${args.join(' ')}`);
+  }
+  const r = await runOk(NODE, [CTL, ...args], { env: ctlEnv(), input, what: `netpluginctl ${args.join(' ')}` });
+  if (!quiet) block(r.stdout);
+  return r.stdout;
+}
+
+function sh(file, args) {
+  return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+function ms(x) {
+  return `${x < 10 ? x.toFixed(1) : Math.round(x)} ms`;
+}
+
+/** Pretty JSON for display, with a long prevResult collapsed to a label. */
+function showJson(obj, prevLabel) {
+  const copy = prevLabel && obj.prevResult ? { ...obj, prevResult: '__PREV__' } : obj;
+  let s = JSON.stringify(copy, null, 2);
+  if (prevLabel) s = s.replace('"__PREV__"', `{ ${prevLabel} }`);
+  return s;
+}
+
+function cniError(what, r) {
+  const msg = r.json?.msg ? `${r.json.msg}${r.json.details ? ` (${r.json.details})` : ''} [CNI code ${r.json.code}]` : (r.stderr || r.stdout).trim();
+  return new DemoError(`${what} failed (exit ${r.code}): ${msg}`);
+}
+
+function fetchText(url) {
+  return fetch(url, { signal: AbortSignal.timeout(3000) }).then(
+    async (res) => (await res.text()).trim(),
+    (e) => `no answer (${e.cause?.code ?? e.message})`,
+  );
+}
+
+// ---------------------------------------------------------------- the demo
+
+async function main() {
+  const nsName = preflight();
+  process.stdout.write(`${bold('netplugin demo')}: a node, a datastore, three pods, a host port, and a clean teardown.\n`);
+  note(`The demo runs in the throwaway network namespace "${nsName}" (scripts/in-netns), which plays the node: host veths, /32 routes,`);
+  note(`sysctls and portmap's NAT rules are created there, and your real root namespace is never modified.`);
+  state.tmp = mkdtempSync(join(tmpdir(), 'netplugin-demo-'));
+  const binDir = join(state.tmp, 'opt-cni-bin');
+  const confDir = join(state.tmp, 'etc-cni-net.d');
+  const socket = join(state.tmp, 'cni.sock');
+  const cniLog = join(state.tmp, 'cni.log');
+  const agentLog = join(state.tmp, 'agent.log');
+  const cniPath = `${binDir}:${SYSTEM_CNI_DIR}`;
+
+  // 1
+  step('A throwaway etcd on 127.0.0.1');
+  state.etcd = await startEtcd(state.tmp);
+  cmd(`etcd ${state.etcd.args.join(' ').replace(state.tmp, '$TMP')}`);
+  ok(`etcd is healthy at ${state.etcd.endpoint}   ${dim(`(TMP=${state.tmp})`)}`);
+
+  // 2
+  step('Initialise the datastore and create an IP pool');
+  note('netpluginctl is `node dist/netpluginctl.mjs`; it finds etcd through the environment:');
+  cmd(`export ETCD_ENDPOINTS=${state.etcd.endpoint}`);
+  await ctl(['datastore', 'init']);
+  const poolYaml = `apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: demo-pool\nspec:\n  cidr: ${POOL_CIDR}\n  blockSize: 28\n  natOutgoing: true\n`;
+  await ctl(['apply', '-f', '-'], { input: poolYaml, heredoc: true });
+  await ctl(['get', 'ippool', '-o', 'wide']);
+
+  // 3
+  step('Install the plugin the way a node does (into temp dirs instead of /opt/cni/bin and /etc/cni/net.d)');
+  await ctl([
+    'install-cni', '--bin-dir', binDir, '--conf-dir', confDir,
+    '--etcd-endpoints', state.etcd.endpoint, '--nodename', NODE_NAME, '--log-file-path', cniLog,
+  ]);
+  const conflistPath = join(confDir, '10-netplugin.conflist');
+  const conflist = JSON.parse(readFileSync(conflistPath, 'utf8'));
+  cmd(`cat ${conflistPath}`);
+  block(readFileSync(conflistPath, 'utf8'));
+  cmd(`cat ${join(binDir, 'netplugin.fallback')}`);
+  block(readFileSync(join(binDir, 'netplugin.fallback'), 'utf8'));
+  note('netplugin and netplugin-ipam are the static native shim; netplugin.fallback tells it how to run the plugin without the agent.');
+
+  const entryOf = (type) => {
+    const e = conflist.plugins.find((p) => p.type === type);
+    if (!e) throw new DemoError(`${conflistPath} has no '${type}' entry`);
+    // libcni gives each plugin its entry plus the list's name and cniVersion.
+    return { cniVersion: conflist.cniVersion, name: conflist.name, ...e };
+  };
+  const mainEntry = entryOf('netplugin');
+  const portmapEntry = entryOf('portmap');
+  const runtimeEnv = { NETPLUGIN_AGENT_SOCKET: socket };
+
+  const pods = ['pod-a', 'pod-b', 'pod-c'].map((pod) => ({
+    pod,
+    netns: `${pod}-${suffix}`,
+    containerId: randomBytes(32).toString('hex'),
+    args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${K8S_NAMESPACE};K8S_POD_NAME=${pod}`,
+  }));
+  const [podA, podB, podC] = pods;
+
+  const addPod = async (p, path, showFull) => {
+    sh('ip', ['netns', 'add', p.netns]);
+    state.netns.push(p.netns);
+    const call = { command: 'ADD', entry: mainEntry, containerId: p.containerId, netns: `/var/run/netns/${p.netns}`, args: p.args, cniPath, extraEnv: runtimeEnv };
+    if (showFull) {
+      cmd(`ip netns add ${p.netns}`);
+      note('The runtime execs the first entry of the conflist with the CNI environment, and the entry (plus name and cniVersion) on stdin:');
+      const envShown = ['CNI_COMMAND=ADD', `CNI_CONTAINERID=${p.containerId.slice(0, 12)}...`, `CNI_NETNS=${call.netns}`, 'CNI_IFNAME=eth0', `CNI_ARGS='${p.args}'`, `CNI_PATH=${cniPath}`, `NETPLUGIN_AGENT_SOCKET=${socket}`];
+      cmd(`${envShown.join(' \\\n      ')} \\\n      ${binDir}/netplugin < entry.json`);
+      block(showJson(mainEntry), '    ');
+      note(`(NETPLUGIN_AGENT_SOCKET only because this agent listens in $TMP; a node uses the default /var/run/netplugin/cni.sock)`);
+    }
+    const r = await cniExec(call);
+    if (r.code !== 0) throw cniError(`ADD of ${p.pod}`, r);
+    p.result = r.json;
+    const eth = r.json.interfaces?.find((i) => i.sandbox);
+    const host = r.json.interfaces?.find((i) => !i.sandbox);
+    p.ip = String(r.json.ips?.[0]?.address ?? '').split('/')[0];
+    if (!p.ip) throw new DemoError(`ADD of ${p.pod} returned no address: ${r.stdout}`);
+    if (showFull) {
+      note('Result (CNI 1.0.0):');
+      block(JSON.stringify(r.json, null, 2));
+    }
+    line(`${bold(p.pod.padEnd(6))} ${eth?.name ?? 'eth0'} ${green(r.json.ips[0].address.padEnd(15))} mac ${eth?.mac ?? '?'}  host veth ${host?.name ?? '?'}  ${yellow(ms(r.ms).padStart(7))} ${dim(`(${path})`)}`);
+  };
+
+  // 4
+  step('One pod before the agent runs: the shim falls back to the per-exec plugin');
+  await addPod(podC, 'shim -> per-exec node dist/netplugin.mjs', false);
+  note('No agent answers on the socket, so the shim ran `node dist/netplugin.mjs` with the same input: correct, but it pays a Node start.');
+
+  // 5
+  step('Start the node agent (the fast path)');
+  cmd(`netplugin-node --socket ${socket} 2>$TMP/agent.log &`);
+  state.agent = await startAgent(NODE, AGENT, socket, agentLog);
+  ok(`listening on ${socket} (mode ${(statSync(socket).mode & 0o777).toString(8)}, root only)`);
+  note('On a node it is a systemd unit (deploy/netplugin-node.service) or a DaemonSet (deploy/netplugin-node-daemonset.yaml).');
+
+  // 6
+  step('Two pods through the shim and the warm agent, exec\'d exactly as a runtime does');
+  await addPod(podA, 'shim -> agent', true);
+  await addPod(podB, 'shim -> agent', false);
+  const served = readFileSync(agentLog, 'utf8').split('\n').filter((l) => l.includes('CNI request served'));
+  note(`agent log (${served.length} requests served):`);
+  block(served.join('\n'), '    ');
+
+  // 7
+  step('Ping pod to pod, and node to pod');
+  const pings = [
+    [podA, podB],
+    [podB, podC],
+    [podC, podA],
+    [null, podA],
+  ];
+  for (const [from, to] of pings) {
+    const args = from ? ['netns', 'exec', from.netns, 'ping', '-c1', '-W2', to.ip] : ['ping', '-c1', '-W2', to.ip];
+    const r = await run(from ? 'ip' : 'ping', from ? args : args.slice(1));
+    const shown = from ? `ip netns exec ${from.netns} ping -c1 -W2 ${to.ip}` : `ping -c1 -W2 ${to.ip}`;
+    const rtt = /time=([\d.]+ ms)/.exec(r.stdout)?.[1];
+    if (r.code !== 0) {
+      cmd(shown);
+      throw new DemoError(`${from ? from.pod : 'the node'} cannot ping ${to.pod} (${to.ip}): ${(r.stdout + r.stderr).trim().split('\n').pop()}`);
+    }
+    line(`${dim('$')} ${shown.padEnd(56)} ${green('reply')} ${rtt ?? ''}  ${dim(`(${from ? from.pod : 'node'} -> ${to.pod})`)}`);
+  }
+
+  // 8
+  step(`A host port: portmap chained after netplugin maps node port ${HOST_PORT} to pod-a:80`);
+  sh('ip', ['link', 'add', DUMMY, 'type', 'dummy']);
+  state.dummy = true;
+  sh('ip', ['addr', 'add', `${NODE_IP}/32`, 'dev', DUMMY]);
+  sh('ip', ['link', 'set', DUMMY, 'up']);
+  cmd(`ip link add ${DUMMY} type dummy && ip addr add ${NODE_IP}/32 dev ${DUMMY} && ip link set ${DUMMY} up`);
+  note('(a stand-in for the node\'s own address)');
+  cmd(`ip netns exec ${podA.netns} node -e "require('http').createServer(...).listen(80)" &`);
+  state.server = await startPodServer(podA.netns, NODE, 'pod-a');
+  line(`before portmap: http://${NODE_IP}:${HOST_PORT}/ -> ${await fetchText(`http://${NODE_IP}:${HOST_PORT}/`)}`);
+  const mappings = [{ hostPort: HOST_PORT, containerPort: 80, protocol: 'tcp' }];
+  // As libcni chains: the capability's runtimeConfig, and the previous plugin's result.
+  const pmIn = { ...portmapEntry, runtimeConfig: { portMappings: mappings }, prevResult: podA.result };
+  note('libcni runs the second entry with runtimeConfig.portMappings (from the pod spec) and netplugin\'s result as prevResult:');
+  cmd(`CNI_COMMAND=ADD CNI_CONTAINERID=${podA.containerId.slice(0, 12)}... CNI_NETNS=/var/run/netns/${podA.netns} ... ${SYSTEM_CNI_DIR}/portmap <<'EOF'`);
+  block(showJson(pmIn, '...netplugin\'s ADD result for pod-a...'), '    ');
+  const pm = await cniExec({ command: 'ADD', entry: pmIn, containerId: podA.containerId, netns: `/var/run/netns/${podA.netns}`, args: podA.args, cniPath, extraEnv: runtimeEnv });
+  if (pm.code !== 0) throw cniError('portmap ADD for pod-a', pm);
+  podA.portmapResult = pm.json;
+  ok(`portmap ADD ${ms(pm.ms)}; its NAT rules for the port (iptables-save -t nat | grep ${HOST_PORT}):`);
+  block(natLines().join('\n'), '      ');
+  for (const host of ['127.0.0.1', NODE_IP]) {
+    const url = `http://${host}:${HOST_PORT}/`;
+    const reply = await fetchText(url);
+    if (!reply.startsWith('hello from pod-a')) throw new DemoError(`GET ${url} through the host port: ${reply}`);
+    line(`${dim('$')} curl ${url.padEnd(30)} ${green(reply)}`);
+  }
+  note('127.0.0.1 works because netplugin sets route_localnet on the host veth and portmap (snat: true) masquerades it.');
+
+  // 9
+  step('Look at the allocations');
+  await ctl(['ipam', 'show']);
+  await ctl(['ipam', 'show', '--show-blocks']);
+  await ctl(['ipam', 'show', '--ip', podA.ip]);
+  await ctl(['get', 'workloadendpoints', '-A']);
+
+  // 10
+  step('Delete every pod, as a runtime does: DEL in reverse chain order, with the cached result as prevResult');
+  await stopChild(state.server);
+  state.server = undefined;
+  const del = async (p, entry, label) => {
+    const prev = p.portmapResult ?? p.result;
+    const r = await cniExec({ command: 'DEL', entry: { ...entry, prevResult: prev }, containerId: p.containerId, netns: `/var/run/netns/${p.netns}`, args: p.args, cniPath, extraEnv: runtimeEnv });
+    if (r.code !== 0) throw cniError(`${label} DEL of ${p.pod}`, r);
+    line(`${bold(p.pod.padEnd(6))} ${label.padEnd(9)} DEL ${green('ok')} ${yellow(ms(r.ms).padStart(7))}`);
+  };
+  await del(podA, { ...portmapEntry, runtimeConfig: { portMappings: mappings } }, 'portmap');
+  for (const p of [podA, podB, podC]) await del(p, mainEntry, 'netplugin');
+  for (const p of pods) {
+    sh('ip', ['netns', 'del', p.netns]);
+    state.netns = state.netns.filter((n) => n !== p.netns);
+  }
+  line(`${dim('$')} ip netns del ${pods.map((p) => p.netns).join(' ')}`);
+
+  // 11
+  step('Proof that nothing is left');
+  const problems = [];
+  const links = JSON.parse(sh('ip', ['-j', 'link', 'show'])).map((l) => l.ifname);
+  const extra = links.filter((n) => n !== 'lo' && n !== DUMMY);
+  (extra.length ? fail : ok)(`links in the node namespace: ${links.join(', ')}${extra.length ? `  (left over: ${extra.join(', ')})` : ''}`);
+  if (extra.length) problems.push(`links left: ${extra.join(', ')}`);
+  const routes = sh('ip', ['-4', 'route', 'show']).trim().split('\n').filter(Boolean);
+  const podRoutes = routes.filter((r) => r.startsWith('10.88.'));
+  (podRoutes.length ? fail : ok)(`pod /32 routes: ${podRoutes.length ? podRoutes.join('; ') : 'none'}`);
+  if (podRoutes.length) problems.push(`routes left: ${podRoutes.join('; ')}`);
+  const nat = natLines();
+  const nft = sh('nft', ['list', 'ruleset']).split('\n').filter((l) => l.includes(String(HOST_PORT)));
+  (nat.length || nft.length ? fail : ok)(`NAT rules for port ${HOST_PORT}: iptables-save ${nat.length}, nft list ruleset ${nft.length}`);
+  if (nat.length || nft.length) problems.push(`NAT rules for ${HOST_PORT} left`);
+  const show = JSON.parse(await ctl(['ipam', 'show', '-o', 'json'], { quiet: true }));
+  const allocated = show.pools.reduce((n, p) => n + Number(p.allocated), 0);
+  await ctl(['ipam', 'show']);
+  if (allocated !== 0) problems.push(`${allocated} addresses still allocated`);
+  const weps = JSON.parse(await ctl(['get', 'workloadendpoints', '-A', '-o', 'json'], { quiet: true })).items;
+  await ctl(['get', 'workloadendpoints', '-A']);
+  if (weps.length) problems.push(`${weps.length} workload endpoints left`);
+  await ctl(['ipam', 'check']);
+  if (problems.length) throw new DemoError(`the teardown left state behind: ${problems.join('; ')}`);
+
+  // 12
+  step('Stop the agent and etcd, remove the temp dirs');
+  await cleanup();
+  ok(`agent and etcd stopped, ${dim('$TMP')} removed; scripts/in-netns removes the node namespace on exit`);
+}
+
+function natLines() {
+  return sh('iptables-save', ['-t', 'nat']).split('\n').filter((l) => l.includes(`--dport ${HOST_PORT}`) || l.includes(`:${HOST_PORT}`));
+}
+
+// ---------------------------------------------------------------- cleanup
+
+/** Undoes whatever was set up so far; safe to call twice and after any failure. */
+function cleanup() {
+  state.cleaned ??= (async () => {
+    const errors = [];
+    const attempt = async (what, fn) => {
+      try {
+        await fn();
+      } catch (e) {
+        errors.push(`${what}: ${e.message}`);
+      }
+    };
+    await attempt('pod server', () => stopChild(state.server, 1000));
+    // Deleting a pod's namespace also destroys its veth pair, host end included.
+    for (const n of state.netns.splice(0)) await attempt(`ip netns del ${n}`, () => run('ip', ['netns', 'del', n]));
+    if (state.dummy) await attempt(`ip link del ${DUMMY}`, () => run('ip', ['link', 'del', DUMMY]));
+    await attempt('agent', () => stopChild(state.agent));
+    await attempt('etcd', () => stopChild(state.etcd?.child));
+    if (state.tmp) await attempt(`rm -rf ${state.tmp}`, () => rmSync(state.tmp, { recursive: true, force: true }));
+    // The plugin's default IPAM lock file: remove it (and its directory) only if
+    // this run created the directory and nothing else lives there.
+    if (!state.lockDirExisted && existsSync(LOCK_DIR)) {
+      await attempt(`rm ${LOCK_DIR}`, () => {
+        const entries = readdirSync(LOCK_DIR);
+        if (entries.every((e) => e === 'ipam.lock')) {
+          rmSync(join(LOCK_DIR, 'ipam.lock'), { force: true });
+          rmdirSync(LOCK_DIR);
+        }
+      });
+    }
+    if (errors.length) process.stderr.write(`${red('cleanup:')} ${errors.join('; ')}\n`);
+  })();
+  return state.cleaned;
+}
+
+let interrupted = false;
+for (const [sig, code] of [['SIGINT', 130], ['SIGTERM', 143]]) {
+  process.on(sig, () => {
+    if (interrupted) return;
+    interrupted = true;
+    process.stderr.write(`\n${yellow(`${sig}: cleaning up...`)}\n`);
+    cleanup().finally(() => process.exit(code));
+  });
+}
+
+try {
+  await main();
+  process.stdout.write(`\n${green(bold('demo OK'))} in ${elapsedS().toFixed(1)} s\n`);
+  process.exitCode = 0;
+} catch (e) {
+  const msg = e instanceof DemoError ? e.message : (e?.stack ?? String(e));
+  if (!interrupted) process.stderr.write(`\n${red(bold('demo failed:'))} ${msg}\n`);
+  process.exitCode = 1;
+} finally {
+  if (!interrupted) await cleanup();
+}
