@@ -7,6 +7,9 @@ import { defineConfig } from 'vitest/config';
 // the per-exec bundle dist/netplugin.mjs); "agent" runs the black-box plugin
 // suites again through the installed native shim and a resident agent
 // (test/integration/agent-setup.ts), so both paths pass the same suite.
+// The agent project runs after the default one (groupOrder): a plugin-* file
+// owns fixed pool CIDRs and a host veth prefix in the shared throwaway host
+// namespace, so the same file must never run in both projects at once.
 // One of them alone: npx vitest run --project agent test/integration/plugin-basic.test.ts
 export default defineConfig({
   test: {
@@ -19,7 +22,7 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'default', include: ['test/**/*.test.ts'] },
+        test: { name: 'default', include: ['test/**/*.test.ts'], sequence: { groupOrder: 0 } },
       },
       {
         extends: true,
@@ -28,6 +31,7 @@ export default defineConfig({
           include: ['test/integration/plugin-*.test.ts'],
           env: { NETPLUGIN_TEST_PATH: 'agent' },
           setupFiles: ['test/integration/agent-setup.ts'],
+          sequence: { groupOrder: 1 },
         },
       },
     ],

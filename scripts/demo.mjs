@@ -16,7 +16,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, 
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { block, bold, cmd, dim, elapsedS, fail, green, line, note, ok, red, step, yellow } from './demo/print.mjs';
+import { block, bold, cmd, dim, elapsedS, fail, green, line, note, ok, red, silence, step, yellow } from './demo/print.mjs';
 import { DemoError, cniExec, run, runOk, startAgent, startEtcd, startPodServer, stopChild } from './demo/proc.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -28,10 +28,9 @@ const POOL_CIDR = '10.88.0.0/24';
 const NODE_NAME = 'demo-node';
 const K8S_NAMESPACE = 'demo';
 const HOST_PORT = 8080;
-/** TEST-NET-3 (RFC 5737): never routed, so it cannot clash with a real network. */
+/** TEST-NET-3 (RFC 5737): never routed, so it cannot clash with a real network. On lo: some kernels lack the dummy link type. */
 const NODE_IP = '203.0.113.10';
-const DUMMY = 'np-demo0';
-// The plugin's default host-wide IPAM lock (ipam_lock_file); see cleanup().
+// The plugin notes the holder of its host-wide IPAM lock in <dir>/ipam.lock (default ipam_lock_file); see cleanup().
 const LOCK_DIR = '/var/run/netplugin';
 
 const suffix = randomBytes(3).toString('hex');
@@ -41,7 +40,7 @@ const state = {
   agent: undefined,
   server: undefined,
   netns: [],
-  dummy: false,
+  nodeIp: false,
   lockDirExisted: existsSync(LOCK_DIR),
   cleaned: undefined,
 };
@@ -85,12 +84,17 @@ async function ctl(args, { input, quiet = false, heredoc } = {}) {
     } else cmd(`netpluginctl ${args.join(' ')}`);
   }
   const r = await runOk(NODE, [CTL, ...args], { env: ctlEnv(), input, what: `netpluginctl ${args.join(' ')}` });
-  if (!quiet) block(r.stdout);
+  // A few commands report "nothing found" on stderr, with an empty stdout.
+  if (!quiet) block(r.stdout.trim() ? r.stdout : r.stderr);
   return r.stdout;
 }
 
 function sh(file, args) {
-  return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  try {
+    return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    throw new DemoError(`${file} ${args.join(' ')} failed: ${String(e.stderr || e.message).trim()}`);
+  }
 }
 
 function ms(x) {
@@ -132,13 +136,17 @@ async function main() {
   const agentLog = join(state.tmp, 'agent.log');
   const cniPath = `${binDir}:${SYSTEM_CNI_DIR}`;
 
-  // 1
+  step('The node: give the throwaway namespace an address of its own');
+  cmd(`ip addr add ${NODE_IP}/32 dev lo`);
+  sh('ip', ['addr', 'add', `${NODE_IP}/32`, 'dev', 'lo']);
+  state.nodeIp = true;
+  note(`It has only 127.0.0.1 otherwise; ${NODE_IP} (TEST-NET-3) stands in for the node's IP: the source of node-to-pod traffic and a host-port target.`);
+
   step('A throwaway etcd on 127.0.0.1');
   state.etcd = await startEtcd(state.tmp);
   cmd(`etcd ${state.etcd.args.join(' ').replace(state.tmp, '$TMP')}`);
   ok(`etcd is healthy at ${state.etcd.endpoint}   ${dim(`(TMP=${state.tmp})`)}`);
 
-  // 2
   step('Initialise the datastore and create an IP pool');
   note('netpluginctl is `node dist/netpluginctl.mjs`; it finds etcd through the environment:');
   cmd(`export ETCD_ENDPOINTS=${state.etcd.endpoint}`);
@@ -147,7 +155,6 @@ async function main() {
   await ctl(['apply', '-f', '-'], { input: poolYaml, heredoc: true });
   await ctl(['get', 'ippool', '-o', 'wide']);
 
-  // 3
   step('Install the plugin the way a node does (into temp dirs instead of /opt/cni/bin and /etc/cni/net.d)');
   await ctl([
     'install-cni', '--bin-dir', binDir, '--conf-dir', confDir,
@@ -160,6 +167,8 @@ async function main() {
   cmd(`cat ${join(binDir, 'netplugin.fallback')}`);
   block(readFileSync(join(binDir, 'netplugin.fallback'), 'utf8'));
   note('netplugin and netplugin-ipam are the static native shim; netplugin.fallback tells it how to run the plugin without the agent.');
+  note(`--nodename ${NODE_NAME}: the name the plugin records on blocks and endpoints; it must be the name the node agent registered with.`);
+  note('Without it the plugin reads /var/lib/netplugin/nodename, else uses the lower-cased hostname.');
 
   const entryOf = (type) => {
     const e = conflist.plugins.find((p) => p.type === type);
@@ -205,28 +214,30 @@ async function main() {
     line(`${bold(p.pod.padEnd(6))} ${eth?.name ?? 'eth0'} ${green(r.json.ips[0].address.padEnd(15))} mac ${eth?.mac ?? '?'}  host veth ${host?.name ?? '?'}  ${yellow(ms(r.ms).padStart(7))} ${dim(`(${path})`)}`);
   };
 
-  // 4
   step('One pod before the agent runs: the shim falls back to the per-exec plugin');
   await addPod(podC, 'shim -> per-exec node dist/netplugin.mjs', false);
   note('No agent answers on the socket, so the shim ran `node dist/netplugin.mjs` with the same input: correct, but it pays a Node start.');
 
-  // 5
   step('Start the node agent (the fast path)');
   cmd(`netplugin-node --socket ${socket} 2>$TMP/agent.log &`);
   state.agent = await startAgent(NODE, AGENT, socket, agentLog);
   ok(`listening on ${socket} (mode ${(statSync(socket).mode & 0o777).toString(8)}, root only)`);
   note('On a node it is a systemd unit (deploy/netplugin-node.service) or a DaemonSet (deploy/netplugin-node-daemonset.yaml).');
 
-  // 6
   step('Two pods through the shim and the warm agent, exec\'d exactly as a runtime does');
   await addPod(podA, 'shim -> agent', true);
   await addPod(podB, 'shim -> agent', false);
   const served = readFileSync(agentLog, 'utf8').split('\n').filter((l) => l.includes('CNI request served'));
   note(`agent log (${served.length} requests served):`);
-  block(served.join('\n'), '    ');
+  block(served.map((l) => l.replace(/([0-9a-f]{12})[0-9a-f]{52}/g, '$1...')).join('\n'), '    ');
+  note('The agent\'s first request also loads the plugin code and connects to etcd; later requests find both warm.');
 
-  // 7
   step('Ping pod to pod, and node to pod');
+  cmd('ip route');
+  block(sh('ip', ['route']));
+  cmd(`ip netns exec ${podA.netns} ip route`);
+  block(sh('ip', ['netns', 'exec', podA.netns, 'ip', 'route']));
+  note('Each pod is a /32 route to its host veth on the node; a pod routes everything via 169.254.1.1, which its host veth answers (proxy ARP).');
   const pings = [
     [podA, podB],
     [podB, podC],
@@ -245,17 +256,10 @@ async function main() {
     line(`${dim('$')} ${shown.padEnd(56)} ${green('reply')} ${rtt ?? ''}  ${dim(`(${from ? from.pod : 'node'} -> ${to.pod})`)}`);
   }
 
-  // 8
   step(`A host port: portmap chained after netplugin maps node port ${HOST_PORT} to pod-a:80`);
-  sh('ip', ['link', 'add', DUMMY, 'type', 'dummy']);
-  state.dummy = true;
-  sh('ip', ['addr', 'add', `${NODE_IP}/32`, 'dev', DUMMY]);
-  sh('ip', ['link', 'set', DUMMY, 'up']);
-  cmd(`ip link add ${DUMMY} type dummy && ip addr add ${NODE_IP}/32 dev ${DUMMY} && ip link set ${DUMMY} up`);
-  note('(a stand-in for the node\'s own address)');
   cmd(`ip netns exec ${podA.netns} node -e "require('http').createServer(...).listen(80)" &`);
   state.server = await startPodServer(podA.netns, NODE, 'pod-a');
-  line(`before portmap: http://${NODE_IP}:${HOST_PORT}/ -> ${await fetchText(`http://${NODE_IP}:${HOST_PORT}/`)}`);
+  line(`before portmap: GET http://${NODE_IP}:${HOST_PORT}/ -> ${await fetchText(`http://${NODE_IP}:${HOST_PORT}/`)}`);
   const mappings = [{ hostPort: HOST_PORT, containerPort: 80, protocol: 'tcp' }];
   // As libcni chains: the capability's runtimeConfig, and the previous plugin's result.
   const pmIn = { ...portmapEntry, runtimeConfig: { portMappings: mappings }, prevResult: podA.result };
@@ -271,18 +275,15 @@ async function main() {
     const url = `http://${host}:${HOST_PORT}/`;
     const reply = await fetchText(url);
     if (!reply.startsWith('hello from pod-a')) throw new DemoError(`GET ${url} through the host port: ${reply}`);
-    line(`${dim('$')} curl ${url.padEnd(30)} ${green(reply)}`);
+    line(`GET ${url.padEnd(30)} ${green(reply)}`);
   }
   note('127.0.0.1 works because netplugin sets route_localnet on the host veth and portmap (snat: true) masquerades it.');
 
-  // 9
   step('Look at the allocations');
   await ctl(['ipam', 'show']);
   await ctl(['ipam', 'show', '--show-blocks']);
-  await ctl(['ipam', 'show', '--ip', podA.ip]);
   await ctl(['get', 'workloadendpoints', '-A']);
 
-  // 10
   step('Delete every pod, as a runtime does: DEL in reverse chain order, with the cached result as prevResult');
   await stopChild(state.server);
   state.server = undefined;
@@ -300,11 +301,10 @@ async function main() {
   }
   line(`${dim('$')} ip netns del ${pods.map((p) => p.netns).join(' ')}`);
 
-  // 11
   step('Proof that nothing is left');
   const problems = [];
   const links = JSON.parse(sh('ip', ['-j', 'link', 'show'])).map((l) => l.ifname);
-  const extra = links.filter((n) => n !== 'lo' && n !== DUMMY);
+  const extra = links.filter((n) => n !== 'lo');
   (extra.length ? fail : ok)(`links in the node namespace: ${links.join(', ')}${extra.length ? `  (left over: ${extra.join(', ')})` : ''}`);
   if (extra.length) problems.push(`links left: ${extra.join(', ')}`);
   const routes = sh('ip', ['-4', 'route', 'show']).trim().split('\n').filter(Boolean);
@@ -325,7 +325,6 @@ async function main() {
   await ctl(['ipam', 'check']);
   if (problems.length) throw new DemoError(`the teardown left state behind: ${problems.join('; ')}`);
 
-  // 12
   step('Stop the agent and etcd, remove the temp dirs');
   await cleanup();
   ok(`agent and etcd stopped, ${dim('$TMP')} removed; scripts/in-netns removes the node namespace on exit`);
@@ -351,12 +350,13 @@ function cleanup() {
     await attempt('pod server', () => stopChild(state.server, 1000));
     // Deleting a pod's namespace also destroys its veth pair, host end included.
     for (const n of state.netns.splice(0)) await attempt(`ip netns del ${n}`, () => run('ip', ['netns', 'del', n]));
-    if (state.dummy) await attempt(`ip link del ${DUMMY}`, () => run('ip', ['link', 'del', DUMMY]));
+    if (state.nodeIp) await attempt(`ip addr del ${NODE_IP}/32 dev lo`, () => run('ip', ['addr', 'del', `${NODE_IP}/32`, 'dev', 'lo']));
     await attempt('agent', () => stopChild(state.agent));
     await attempt('etcd', () => stopChild(state.etcd?.child));
     if (state.tmp) await attempt(`rm -rf ${state.tmp}`, () => rmSync(state.tmp, { recursive: true, force: true }));
-    // The plugin's default IPAM lock file: remove it (and its directory) only if
-    // this run created the directory and nothing else lives there.
+    // The plugin writes the IPAM lock holder's pid to its default ipam_lock_file:
+    // remove it (and the directory) only if this run created the directory and
+    // nothing else lives there.
     if (!state.lockDirExisted && existsSync(LOCK_DIR)) {
       await attempt(`rm ${LOCK_DIR}`, () => {
         const entries = readdirSync(LOCK_DIR);
@@ -376,8 +376,12 @@ for (const [sig, code] of [['SIGINT', 130], ['SIGTERM', 143]]) {
   process.on(sig, () => {
     if (interrupted) return;
     interrupted = true;
+    silence();
     process.stderr.write(`\n${yellow(`${sig}: cleaning up...`)}\n`);
-    cleanup().finally(() => process.exit(code));
+    cleanup().finally(() => {
+      process.stderr.write('cleaned up: pods, agent, etcd and temp dirs removed\n');
+      process.exit(code);
+    });
   });
 }
 

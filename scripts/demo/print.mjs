@@ -12,6 +12,16 @@ export const cyan = wrap('36');
 export const yellow = wrap('33');
 
 const started = process.hrtime.bigint();
+let silenced = false;
+
+/** After Ctrl-C the steps still in flight must not print over the clean-up messages. */
+export function silence() {
+  silenced = true;
+}
+
+function out(s) {
+  if (!silenced) process.stdout.write(s);
+}
 let stepNo = 0;
 
 export function elapsedS() {
@@ -20,33 +30,33 @@ export function elapsedS() {
 
 export function step(title) {
   stepNo += 1;
-  process.stdout.write(`\n${bold(cyan(`[${stepNo}] ${title}`))}  ${dim(`(t=${elapsedS().toFixed(1)}s)`)}\n`);
+  out(`\n${bold(cyan(`[${stepNo}] ${title}`))}  ${dim(`(t=${elapsedS().toFixed(1)}s)`)}\n`);
 }
 
 /** A command line as the user would type it. */
 export function cmd(line) {
-  process.stdout.write(`${dim('$')} ${bold(line)}\n`);
+  out(`${dim('$')} ${bold(line)}\n`);
 }
 
 /** Indented block (command output, JSON, YAML). */
 export function block(text, indent = '    ') {
   const t = String(text).replace(/\s+$/, '');
   if (t === '') return;
-  process.stdout.write(t.split('\n').map((l) => indent + l).join('\n') + '\n');
+  out(t.split('\n').map((l) => (l.trim() ? indent + l : '')).join('\n') + '\n');
 }
 
 export function note(text) {
-  process.stdout.write(`  ${dim(text)}\n`);
+  out(`  ${dim(text)}\n`);
 }
 
 export function line(text) {
-  process.stdout.write(`  ${text}\n`);
+  out(`  ${text}\n`);
 }
 
 export function ok(text) {
-  process.stdout.write(`  ${green('ok')}  ${text}\n`);
+  out(`  ${green('ok')}  ${text}\n`);
 }
 
 export function fail(text) {
-  process.stdout.write(`  ${red('FAIL')}  ${text}\n`);
+  out(`  ${red('FAIL')}  ${text}\n`);
 }

@@ -47,6 +47,7 @@ export const NETCONF_FIELDS: readonly FieldDoc[] = [
   { path: 'container_settings', type: 'object', meaning: 'Settings applied inside the container.' },
   { path: 'container_settings.allow_ip_forwarding', type: 'boolean', default: 'false', meaning: 'Enable IP forwarding inside the container.' },
   { path: 'readiness_gates', type: 'array of strings', allowed: 'http or https URLs', meaning: 'URLs polled before pod networking proceeds; all must be ready.' },
+  { path: 'readiness_gate_timeout_seconds', type: 'integer (seconds)', default: '30', allowed: '1..3600', meaning: 'How long ADD waits for all `readiness_gates` to answer 2xx before failing with code 11 (try again later). Keep it below the runtime\'s CNI timeout.' },
   { path: 'kubernetes', type: 'object', plugin: 'both', meaning: 'Access to the Kubernetes API server.' },
   { path: 'kubernetes.kubeconfig', type: 'string (file path)', plugin: 'both', allowed: 'absolute path', meaning: 'Kubeconfig file (recommended).' },
   { path: 'kubernetes.k8s_api_root', type: 'string (URL)', plugin: 'both', allowed: 'http or https URL', meaning: 'API server location, as an alternative to a kubeconfig.' },

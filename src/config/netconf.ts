@@ -40,6 +40,8 @@ export interface Netconf {
   ipam: NetpluginIpam | DelegatedIpam;
   container_settings: { allow_ip_forwarding: boolean };
   readiness_gates?: string[];
+  /** Overall deadline of the readiness-gate wait; absent: 30 s. */
+  readiness_gate_timeout_seconds?: number;
   kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
   policy?: { type: 'k8s' };
   policy_setup_timeout_seconds?: number;
@@ -157,6 +159,7 @@ function build(): Schemas {
     etcd_scheme: z.enum(['http', 'https']).optional(),
     container_settings: z.object({ allow_ip_forwarding: z.boolean().default(false) }).strict().default({}),
     readiness_gates: z.array(httpUrl).optional(),
+    readiness_gate_timeout_seconds: uint(1, 3600).optional(),
     kubernetes: z.object({ kubeconfig: absPath.optional(), k8s_api_root: httpUrl.optional() }).strict().optional(),
     policy: z.object({ type: z.literal('k8s') }).strict().optional(),
     policy_setup_timeout_seconds: uint(0).optional(),

@@ -1,11 +1,13 @@
 // etcd v3 backend. Each object is one key holding the JSON of the resource
 // without resourceVersion; the key's mod revision is the resourceVersion, and
 // every write is a transaction comparing it (create: create_revision == 0).
-// Loaded only by dynamic import from ./index.ts; etcd3 itself (~100 ms to load)
-// only when the first client is built.
+// Loaded only by dynamic import from ./index.ts. The wire is a small KV seam
+// (etcd-kv.ts) with two transports: etcd's JSON gateway over node:http(s)
+// (etcd-http.ts, the default: a few ms to load) and the etcd3 package over gRPC
+// (etcd-grpc.ts, ~180 ms to load and connect; imported only when chosen).
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
-import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
+import { DatastoreError } from '../errors.js';
 import {
   NAMESPACED_KINDS,
   type CallOptions,
@@ -21,21 +23,15 @@ import { etcdKey, etcdListPrefix } from './keys.js';
 import { validateResource } from './schemas.js';
 import { parseSelector } from '../selector/index.js';
 import type { DatastoreConfig } from './index.js';
+import { GatewayUnusableError, prefixEnd, type CallContext, type KV, type KVOptions, type KeyValue, type TlsMaterial, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
+import { HttpKV } from './etcd-http.js';
 
-type Etcd3Module = typeof import('etcd3');
-type Etcd3 = import('etcd3').Etcd3;
-type IKeyValue = import('etcd3').IKeyValue;
+export { classifySocketError } from './etcd-kv.js';
+export type { TlsMaterial } from './etcd-kv.js';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 
-interface TlsMaterial {
-  ca?: Buffer;
-  cert?: Buffer;
-  key?: Buffer;
-  caFile?: string;
-  certFile?: string;
-  keyFile?: string;
-}
+export type EtcdTransport = 'grpc' | 'http';
 
 function readConfFile(field: string, path: string): Buffer {
   try {
@@ -109,185 +105,83 @@ function loadTls(conf: DatastoreConfig): TlsMaterial {
   return t;
 }
 
-/** Node's TLS error codes, grouped by what the operator has to fix. */
-const UNKNOWN_CA = new Set(['UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'UNABLE_TO_GET_ISSUER_CERT', 'CERT_UNTRUSTED']);
-
-/**
- * grpc reports every connection failure as "UNAVAILABLE: No connection
- * established"; to tell the operator what is wrong we redo the TCP/TLS
- * handshake ourselves with the same material and classify its outcome.
- */
-export async function probeEndpoint(endpoint: string, tls: TlsMaterial, timeoutMs: number): Promise<DatastoreError | undefined> {
-  const [{ connect: netConnect }, { connect: tlsConnect }] = await Promise.all([import('node:net'), import('node:tls')]);
-  const u = new URL(endpoint);
-  const host = u.hostname.replace(/^\[|\]$/g, '');
-  const port = Number(u.port || 2379);
-  const secure = u.protocol === 'https:';
-  return new Promise((resolve) => {
-    let done = false;
-    const finish = (e: DatastoreError | undefined) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      sock.destroy();
-      resolve(e);
-    };
-    const timer = setTimeout(() => finish(new DatastoreError('Unavailable', `etcd at ${endpoint} is unreachable: no answer within ${timeoutMs} ms; check etcd_endpoints and the network path`)), timeoutMs);
-    const sock = secure
-      ? tlsConnect({ host, port, servername: /^[\d.:]+$/.test(host) ? undefined : host, ca: tls.ca, cert: tls.cert, key: tls.key, ALPNProtocols: ['h2'] })
-      : netConnect({ host, port });
-    sock.on('error', (err: NodeJS.ErrnoException) => finish(classifySocketError(endpoint, err, tls)));
-    sock.once(secure ? 'secureConnect' : 'connect', () => {
-      if (!secure) return finish(undefined);
-      // With TLS 1.3 the server checks the client certificate after the
-      // client considers the handshake done: send the HTTP/2 preface and see
-      // whether an alert comes back instead of the server's SETTINGS frame.
-      sock.write('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00');
-      sock.once('data', () => finish(undefined));
-      sock.once('end', () => finish(undefined));
-    });
-  });
-}
-
-function classifySocketError(endpoint: string, err: NodeJS.ErrnoException, tls: TlsMaterial): DatastoreError {
-  const code = err.code ?? '';
-  const kind = (k: DatastoreErrorKind, msg: string) => new DatastoreError(k, msg, { cause: err });
-  if (code === 'ECONNREFUSED') return kind('Unavailable', `etcd at ${endpoint} is unreachable: connection refused (ECONNREFUSED); check etcd_endpoints and that etcd is running`);
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return kind('Unavailable', `etcd at ${endpoint} is unreachable: host name does not resolve (${code}); check etcd_endpoints`);
-  if (['EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'ECONNRESET', 'EPIPE'].includes(code)) return kind('Unavailable', `etcd at ${endpoint} is unreachable: ${err.message} (${code}); check etcd_endpoints and the network path`);
-  if (UNKNOWN_CA.has(code)) {
-    const fix = tls.caFile
-      ? `etcd_ca_cert_file=${tls.caFile} does not hold the CA that issued the server certificate`
-      : 'set etcd_ca_cert_file to the CA that issued the server certificate';
-    return kind('Unauthorized', `TLS handshake with ${endpoint} failed: certificate signed by unknown authority (${code}); ${fix}`);
-  }
-  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return kind('Unauthorized', `TLS handshake with ${endpoint} failed: the server certificate is not valid for this host name (${err.message}); use the host name or IP address the certificate names in etcd_endpoints`);
-  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return kind('Unauthorized', `TLS handshake with ${endpoint} failed: the server certificate ${code === 'CERT_HAS_EXPIRED' ? 'has expired' : 'is not yet valid'}; renew it (or check the clock)`);
-  const msg = `${err.message} ${code}`;
-  // Go's TLS server answers a missing client certificate with bad_certificate
-  // (TLS 1.2) or certificate_required (TLS 1.3).
-  if (/CERTIFICATE_REQUIRED|BAD_CERTIFICATE|alert handshake failure|ALERT_HANDSHAKE_FAILURE/i.test(msg) && !tls.cert) {
-    return kind('Unauthorized', `TLS handshake with ${endpoint} failed: the server requires a client certificate: set etcd_cert_file and etcd_key_file`);
-  }
-  if (/BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_UNKNOWN|UNSUPPORTED_CERTIFICATE|alert handshake failure|ALERT_HANDSHAKE_FAILURE|ALERT_DECRYPT_ERROR/i.test(msg)) {
-    return kind('Unauthorized', `TLS handshake with ${endpoint} failed: the server rejected the client certificate etcd_cert_file=${tls.certFile ?? '(none)'} (${code || err.message}); use a certificate issued by a CA the etcd server trusts (its --trusted-ca-file)`);
-  }
-  if (/wrong version number|WRONG_VERSION_NUMBER|packet length too long/i.test(msg)) {
-    return kind('Unavailable', `TLS handshake with ${endpoint} failed: the server does not speak TLS (${code}); use http:// in etcd_endpoints or enable TLS on etcd`);
-  }
-  if (/ERR_OSSL|PEM|KEY_VALUES_MISMATCH/i.test(code)) return kind('Invalid', `TLS client material is unusable (${err.message}); check etcd_cert_file=${tls.certFile} and etcd_key_file=${tls.keyFile} are a matching PEM certificate and key`);
-  return kind('Unavailable', `etcd at ${endpoint} failed: ${err.message}${code ? ` (${code})` : ''}`);
-}
-
-let etcd3Module: Promise<Etcd3Module> | undefined;
-function loadEtcd3(): Promise<Etcd3Module> {
-  return (etcd3Module ??= import('etcd3'));
-}
-
 function objectLabel(kind: Kind, name: string, namespace?: string): string {
   return `${kind} ${NAMESPACED_KINDS.has(kind) ? `${namespace || 'default'}/` : ''}${name}`;
 }
 
-/** A cockatiel-compatible policy that runs the call once: we own retries and deadlines. */
-// (async: etcd3's markFailed() passes a function that throws synchronously and
-// only catches a rejected promise.)
-const noRetry = { execute: async <T>(fn: (ctx: { signal: AbortSignal }) => PromiseLike<T> | T) => fn({ signal: new AbortController().signal }) };
-
 export class EtcdDatastore implements Datastore {
   readonly type = 'etcdv3' as const;
-  private client: Etcd3 | undefined;
-  private clientP: Promise<Etcd3> | undefined;
   private readonly timeoutMs: number;
   private closed = false;
   private readonly watches = new Set<Watch>();
 
   private constructor(
     readonly endpoints: string[],
-    private readonly tls: TlsMaterial,
+    private kv: KV,
     timeoutMs: number | undefined,
+    /** Set when the transport was not chosen explicitly: see GatewayUnusableError. */
+    private readonly kvOptionsForFallback: KVOptions | undefined,
   ) {
     this.timeoutMs = timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 
+  private grpcFallback: Promise<KV> | undefined;
+  private readonly retired: KV[] = [];
+
+  /**
+   * Runs fn on the current transport; when etcd's JSON gateway turns out to be
+   * unusable (and http was not asked for explicitly), switches this store to
+   * gRPC for good and runs fn again: the gateway never reached etcd, so
+   * nothing was applied.
+   */
+  private async wire<T>(fn: (kv: KV) => Promise<T>): Promise<T> {
+    try {
+      return await fn(this.kv);
+    } catch (e) {
+      const next = await this.fallback(e);
+      if (!next) throw e;
+      return fn(next);
+    }
+  }
+
+  private async fallback(e: unknown): Promise<KV | undefined> {
+    if (!(e instanceof GatewayUnusableError) || !this.kvOptionsForFallback || this.closed) return undefined;
+    const opts = this.kvOptionsForFallback;
+    this.grpcFallback ??= import('./etcd-grpc.js').then((m) => {
+      // The http transport is closed with the store: calls still in flight on it fall back on their own.
+      this.retired.push(this.kv);
+      this.kv = new m.GrpcKV(opts);
+      return this.kv;
+    });
+    return this.grpcFallback;
+  }
+
+  /** Which wire this store speaks (for logs and tests). */
+  get transport(): EtcdTransport {
+    return this.kv.transport;
+  }
+
   static async open(conf: DatastoreConfig): Promise<EtcdDatastore> {
+    const transport = conf.etcd_transport ?? 'http';
+    if (transport !== 'http' && transport !== 'grpc') {
+      throw new DatastoreError('Invalid', `etcd_transport=${JSON.stringify(transport)} is not supported; use "http" or "grpc"`);
+    }
     const tls = loadTls(conf);
     const endpoints = await resolveEndpoints(conf);
     if (endpoints.some((e) => e.startsWith('http:')) && (tls.cert || tls.ca)) {
       throw new DatastoreError('Invalid', `etcd TLS files are set but etcd_endpoints (${endpoints.join(',')}) use http://; use https:// endpoints`);
     }
-    return new EtcdDatastore(endpoints, tls, conf.timeoutMs);
+    const kvOpts: KVOptions = { endpoints, tls, timeoutMs: conf.timeoutMs ?? DEFAULT_TIMEOUT_MS };
+    const kv = transport === 'grpc' ? new (await import('./etcd-grpc.js')).GrpcKV(kvOpts) : new HttpKV(kvOpts);
+    return new EtcdDatastore(endpoints, kv, conf.timeoutMs, conf.etcd_transport === undefined ? kvOpts : undefined);
   }
 
-  private getClient(): Promise<Etcd3> {
-    if (this.closed) return Promise.reject(new DatastoreError('Unavailable', 'the etcd datastore is closed'));
-    return (this.clientP ??= loadEtcd3().then((m) => {
-      const secure = this.endpoints[0]!.startsWith('https:');
-      this.client = new m.Etcd3({
-        hosts: this.endpoints,
-        ...(secure ? { credentials: { rootCertificate: this.tls.ca ?? (undefined as unknown as Buffer), privateKey: this.tls.key, certChain: this.tls.cert } } : {}),
-        grpcOptions: {
-          // A restarted etcd must be re-dialled quickly, not after grpc's 2-minute max backoff.
-          'grpc.initial_reconnect_backoff_ms': 100,
-          'grpc.max_reconnect_backoff_ms': 1000,
-          'grpc.keepalive_time_ms': 15_000,
-          'grpc.keepalive_timeout_ms': 5_000,
-        },
-        // etcd3's default retries three times and opens a circuit breaker for
-        // 5 s: a down etcd would surface as "circuit open" or run past the
-        // caller's deadline. We fail fast with a classified error instead.
-        faultHandling: { host: () => noRetry as never, global: noRetry as never },
-      });
-      return this.client;
-    }));
+  private ctx(what: string, opts: CallOptions | undefined): CallContext {
+    if (this.closed) throw new DatastoreError('Unavailable', 'the etcd datastore is closed');
+    return { what, timeoutMs: opts?.timeoutMs ?? this.timeoutMs };
   }
 
-  /** Runs one RPC under the deadline and maps every failure to a DatastoreError. */
-  private async run<T>(what: string, opts: CallOptions | undefined, fn: (c: Etcd3, deadline: Date) => Promise<T>): Promise<T> {
-    const timeoutMs = opts?.timeoutMs ?? this.timeoutMs;
-    const deadline = new Date(Date.now() + timeoutMs);
-    const client = await this.getClient();
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      return await Promise.race([
-        fn(client, deadline),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(Object.assign(new Error('deadline exceeded'), { code: 4 })), timeoutMs + 50);
-        }),
-      ]);
-    } catch (e) {
-      throw await this.classify(e, what, timeoutMs);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  private async classify(e: unknown, what: string, timeoutMs: number): Promise<DatastoreError> {
-    if (e instanceof DatastoreError) return e;
-    const err = e as Error & { code?: number };
-    const name = err?.constructor?.name ?? '';
-    const msg = String(err?.message ?? e);
-    if (/PermissionDenied|Unauthenticated|AuthenticationFailed|InvalidAuthToken|RoleNotGranted|UserNotFound/.test(name) || /permission denied|authentication failed|user name is empty|invalid auth token/i.test(msg)) {
-      return new DatastoreError('Unauthorized', `etcd at ${this.endpoints.join(',')} refused ${what}: ${msg}`, { cause: e });
-    }
-    if (/too many requests|ResourceExhausted|RESOURCE_EXHAUSTED/i.test(name + msg)) {
-      return new DatastoreError('Unavailable', `etcd at ${this.endpoints.join(',')} is throttling (${msg}); ${what} can be retried later`, { cause: e });
-    }
-    if (/Unavailable|DeadlineExceeded|GRPCGenericError|Cancelled|Internal|Unknown|ClientClosed/.test(name) || /deadline|unavailable|no connection|connect|timeout|leader/i.test(msg)) {
-      // Find out why: probe each endpoint with the same TLS material (bounded by a short timeout).
-      const probes = await Promise.all(this.endpoints.map((ep) => probeEndpoint(ep, this.tls, Math.min(2000, Math.max(250, timeoutMs / 2))).catch(() => undefined)));
-      const first = probes.find((p) => p !== undefined);
-      if (first) {
-        return new DatastoreError(first.kind, `${what}: ${first.message}`, { cause: e });
-      }
-      if (/deadline/i.test(name + msg)) {
-        return new DatastoreError('Unavailable', `${what}: etcd at ${this.endpoints.join(',')} did not answer within ${timeoutMs} ms (it accepts connections, so it may be overloaded or without quorum)`, { cause: e });
-      }
-      return new DatastoreError('Unavailable', `${what}: etcd at ${this.endpoints.join(',')} is unavailable: ${msg}`, { cause: e });
-    }
-    return new DatastoreError('Unavailable', `${what}: etcd at ${this.endpoints.join(',')} failed: ${msg}`, { cause: e });
-  }
-
-  private decode<K extends Kind>(kind: K, kv: IKeyValue): Resource<K> {
+  private decode<K extends Kind>(kind: K, kv: KeyValue): Resource<K> {
     const key = kv.key.toString();
     let obj: unknown;
     try {
@@ -296,7 +190,7 @@ export class EtcdDatastore implements Datastore {
       throw new DatastoreError('Invalid', `corrupt ${kind} at etcd key ${key}: not JSON (${(e as Error).message}); fix or delete the key`);
     }
     const res = validateResource(kind, obj, `etcd key ${key}`);
-    res.metadata.resourceVersion = String(kv.mod_revision);
+    res.metadata.resourceVersion = kv.modRevision;
     return res;
   }
 
@@ -314,7 +208,8 @@ export class EtcdDatastore implements Datastore {
 
   async get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: CallOptions): Promise<Resource<K>> {
     const key = etcdKey(kind, name, namespace);
-    const r = await this.run(`get ${objectLabel(kind, name, namespace)}`, opts, (c, deadline) => c.kv.range({ key: Buffer.from(key) }, { deadline }));
+    const ctx = this.ctx(`get ${objectLabel(kind, name, namespace)}`, opts);
+    const r = await this.wire((kv) => kv.range({ key: Buffer.from(key) }, ctx));
     const kv = r.kvs[0];
     if (!kv) throw new DatastoreError('NotFound', `${objectLabel(kind, name, namespace)} not found`);
     return this.decode(kind, kv);
@@ -323,9 +218,8 @@ export class EtcdDatastore implements Datastore {
   async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
     const prefix = etcdListPrefix(kind, opts.namespace, opts.namePrefix);
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
-    const r = await this.run(`list ${kind}`, opts, (c, deadline) =>
-      c.kv.range({ key: Buffer.from(prefix), range_end: prefixEnd(Buffer.from(prefix)) }, { deadline }),
-    );
+    const ctx = this.ctx(`list ${kind}`, opts);
+    const r = await this.wire((kv) => kv.range({ key: Buffer.from(prefix), rangeEnd: prefixEnd(Buffer.from(prefix)) }, ctx));
     const items: Array<Resource<K>> = [];
     for (const kv of r.kvs) {
       const o = this.decode(kind, kv);
@@ -335,7 +229,7 @@ export class EtcdDatastore implements Datastore {
       items.push(o);
     }
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
-    return { items, revision: String(r.header.revision) };
+    return { items, revision: r.revision };
   }
 
   async create<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
@@ -347,14 +241,15 @@ export class EtcdDatastore implements Datastore {
     stored.metadata.creationTimestamp ||= new Date().toISOString().replace(/\.\d+Z$/, 'Z');
     const key = Buffer.from(etcdKey(res.kind, res.metadata.name, stored.metadata.namespace));
     const what = `create ${objectLabel(res.kind, res.metadata.name, stored.metadata.namespace)}`;
-    const r = await this.run(what, opts, (c, deadline) =>
-      c.kv.txn(
-        { compare: [{ key, target: 'Create', result: 'Equal', create_revision: 0 }], success: [{ request_put: { key, value: this.encode(stored) } }], failure: [] },
-        { deadline },
+    const ctx = this.ctx(what, opts);
+    const r = await this.wire((kv) =>
+      kv.txn(
+        { compare: [{ key, target: 'Create', result: 'Equal', revision: '0' }], success: [{ put: { key, value: this.encode(stored) } }], failure: [] },
+        ctx,
       ),
     );
     if (!r.succeeded) throw new DatastoreError('AlreadyExists', `${objectLabel(res.kind, res.metadata.name, stored.metadata.namespace)} already exists`);
-    stored.metadata.resourceVersion = String(r.header.revision);
+    stored.metadata.resourceVersion = r.revision;
     return stored;
   }
 
@@ -367,24 +262,25 @@ export class EtcdDatastore implements Datastore {
     if (NAMESPACED_KINDS.has(res.kind)) stored.metadata.namespace ||= 'default';
     else delete stored.metadata.namespace;
     const key = Buffer.from(etcdKey(res.kind, res.metadata.name, stored.metadata.namespace));
-    const r = await this.run(`update ${label}`, opts, (c, deadline) =>
-      c.kv.txn(
+    const ctx = this.ctx(`update ${label}`, opts);
+    const r = await this.wire((kv) =>
+      kv.txn(
         {
-          compare: [{ key, target: 'Mod', result: 'Equal', mod_revision: rv }],
-          success: [{ request_put: { key, value: this.encode(stored) } }],
-          failure: [{ request_range: { key, keys_only: true } }],
+          compare: [{ key, target: 'Mod', result: 'Equal', revision: rv }],
+          success: [{ put: { key, value: this.encode(stored) } }],
+          failure: [{ range: { key, keysOnly: true } }],
         },
-        { deadline },
+        ctx,
       ),
     );
-    if (!r.succeeded) throw this.casFailure(label, rv, r.responses[0]?.response_range?.kvs[0]);
-    stored.metadata.resourceVersion = String(r.header.revision);
+    if (!r.succeeded) throw this.casFailure(label, rv, r.responses[0]?.kvs?.[0]);
+    stored.metadata.resourceVersion = r.revision;
     return stored;
   }
 
-  private casFailure(label: string, rv: string, cur: IKeyValue | undefined): DatastoreError {
+  private casFailure(label: string, rv: string, cur: KeyValue | undefined): DatastoreError {
     if (!cur) return new DatastoreError('NotFound', `${label} not found`);
-    return new DatastoreError('Conflict', `${label} was modified concurrently (have revision ${rv}, store has ${cur.mod_revision}); re-read and retry`);
+    return new DatastoreError('Conflict', `${label} was modified concurrently (have revision ${rv}, store has ${cur.modRevision}); re-read and retry`);
   }
 
   async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
@@ -392,100 +288,88 @@ export class EtcdDatastore implements Datastore {
     const key = Buffer.from(etcdKey(kind, name, opts.namespace));
     const rv = opts.revision;
     if (rv !== undefined && !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `delete of ${label}: revision ${JSON.stringify(rv)} is not an etcd revision`);
-    const r = await this.run(`delete ${label}`, opts, (c, deadline) =>
-      c.kv.txn(
+    const ctx = this.ctx(`delete ${label}`, opts);
+    const r = await this.wire((kv) =>
+      kv.txn(
         {
-          compare: rv !== undefined ? [{ key, target: 'Mod', result: 'Equal', mod_revision: rv }] : [{ key, target: 'Create', result: 'Greater', create_revision: 0 }],
-          success: [{ request_delete_range: { key } }],
-          failure: [{ request_range: { key, keys_only: true } }],
+          compare: rv !== undefined ? [{ key, target: 'Mod', result: 'Equal', revision: rv }] : [{ key, target: 'Create', result: 'Greater', revision: '0' }],
+          success: [{ deleteRange: { key } }],
+          failure: [{ range: { key, keysOnly: true } }],
         },
-        { deadline },
+        ctx,
       ),
     );
-    if (!r.succeeded) throw this.casFailure(label, rv ?? '', r.responses[0]?.response_range?.kvs[0]);
+    if (!r.succeeded) throw this.casFailure(label, rv ?? '', r.responses[0]?.kvs?.[0]);
   }
 
   watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
-    const prefix = etcdListPrefix(kind, opts.namespace);
+    const prefix = Buffer.from(etcdListPrefix(kind, opts.namespace));
     let stopped = false;
-    let watcher: import('etcd3').Watcher | undefined;
     const emitError = (error: Error) => {
       if (!stopped) onEvent({ type: 'ERROR', error });
     };
+    let sub: { cancel(): void } | undefined;
     const handle: Watch = {
       stop: () => {
         stopped = true;
         this.watches.delete(handle);
-        void watcher?.cancel().catch(() => undefined);
+        sub?.cancel();
       },
     };
+    if (this.closed) {
+      queueMicrotask(() => emitError(new DatastoreError('Unavailable', 'the etcd datastore is closed')));
+      return handle;
+    }
     this.watches.add(handle);
-    void this.getClient()
-      .then((c) => {
-        if (stopped) return;
-        let b = c.watch().prefix(prefix).withPreviousKV();
-        if (opts.revision !== undefined) b = b.startRevision(String(BigInt(opts.revision) + 1n));
-        watcher = b.watcher();
-        watcher.on('data', (res) => {
+    const req: WatchRequest = { key: prefix, rangeEnd: prefixEnd(prefix), ...(opts.revision !== undefined ? { startRevision: String(BigInt(opts.revision) + 1n) } : {}) };
+    const callbacks: WatchCallbacks = {
+      onEvents: (events) => {
+        for (const ev of events) {
           if (stopped) return;
-          for (const ev of res.events) {
-            try {
-              if (ev.type === 'Put') {
-                const obj = this.decode(kind, ev.kv);
-                if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && obj.metadata.namespace !== opts.namespace) continue;
-                onEvent({ type: ev.kv.create_revision === ev.kv.mod_revision ? 'ADDED' : 'MODIFIED', object: obj });
-              } else {
-                if (!ev.prev_kv) {
-                  emitError(new DatastoreError('Invalid', `watch ${kind}: delete of ${ev.kv.key.toString()} came without its previous value`));
-                  continue;
-                }
-                const obj = this.decode(kind, ev.prev_kv);
-                // The deleted object carries its last state; its version is the deletion's revision.
-                obj.metadata.resourceVersion = String(ev.kv.mod_revision);
-                onEvent({ type: 'DELETED', object: obj });
+          try {
+            if (ev.type === 'Put') {
+              const obj = this.decode(kind, ev.kv);
+              if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && obj.metadata.namespace !== opts.namespace) continue;
+              onEvent({ type: ev.kv.createRevision === ev.kv.modRevision ? 'ADDED' : 'MODIFIED', object: obj });
+            } else {
+              if (!ev.prevKv) {
+                emitError(new DatastoreError('Invalid', `watch ${kind}: delete of ${ev.kv.key.toString()} came without its previous value`));
+                continue;
               }
-            } catch (e) {
-              emitError(e as Error);
+              const obj = this.decode(kind, ev.prevKv);
+              // The deleted object carries its last state; its version is the deletion's revision.
+              obj.metadata.resourceVersion = ev.kv.modRevision;
+              onEvent({ type: 'DELETED', object: obj });
             }
+          } catch (e) {
+            emitError(e as Error);
           }
-        });
-        watcher.on('error', async (err) => {
-          // etcd 3.4 cancels a watch on a compacted revision without a reason
-          // text: ask for that revision directly to find out.
-          let compacted = /compacted/i.test(err.message);
-          if (!compacted && opts.revision !== undefined) {
-            compacted = await c.kv
-              .range({ key: Buffer.from(prefix), revision: String(BigInt(opts.revision) + 1n), keys_only: true, limit: 1 }, { deadline: new Date(Date.now() + this.timeoutMs) })
-              .then(() => false, (e: Error) => /compacted/i.test(e.message));
-          }
-          if (compacted) {
-            emitError(new DatastoreError('Conflict', `watch ${kind} from revision ${opts.revision}: that revision has been compacted; re-list and watch from the list's revision`, { cause: err }));
-            handle.stop();
-          } else {
-            emitError(new DatastoreError('Unavailable', `watch ${kind}: ${err.message}`, { cause: err }));
-          }
-        });
-      })
-      .catch((e) => emitError(e as Error));
+        }
+      },
+      onEnd: ({ compacted, error }) => {
+        if (stopped) return;
+        if (error instanceof GatewayUnusableError && this.kvOptionsForFallback) {
+          // Nothing was delivered through a gateway that cannot reach gRPC: start over on gRPC.
+          void this.fallback(error).then((kv) => {
+            if (!stopped && kv) sub = kv.watch(req, callbacks);
+          }, (e: Error) => emitError(new DatastoreError('Unavailable', `watch ${kind}: ${e.message}`, { cause: e })));
+          return;
+        }
+        if (compacted) {
+          emitError(new DatastoreError('Conflict', `watch ${kind} from revision ${opts.revision}: that revision has been compacted; re-list and watch from the list's revision`, { cause: error }));
+          handle.stop();
+        } else {
+          emitError(error instanceof DatastoreError ? new DatastoreError(error.kind, `watch ${kind}: ${error.message}`, { cause: error }) : new DatastoreError('Unavailable', `watch ${kind}: ${error.message}`, { cause: error }));
+        }
+      },
+    };
+    sub = this.kv.watch(req, callbacks);
     return handle;
   }
 
   async close(): Promise<void> {
     this.closed = true;
     for (const w of [...this.watches]) w.stop();
-    this.client?.close();
-    this.client = undefined;
+    for (const kv of [...this.retired, this.kv]) kv.close();
   }
-}
-
-/** etcd's "all keys with this prefix" range end: the prefix with its last byte incremented. */
-function prefixEnd(prefix: Buffer): Buffer {
-  const end = Buffer.from(prefix);
-  for (let i = end.length - 1; i >= 0; i--) {
-    if (end[i]! < 0xff) {
-      end[i]!++;
-      return end.subarray(0, i + 1);
-    }
-  }
-  return Buffer.from([0]);
 }

@@ -21,6 +21,12 @@ export interface DatastoreConfig {
   kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
   /** Default per-call deadline in ms (10 s). */
   timeoutMs?: number;
+  /**
+   * Internal (not a netconf field): how etcdv3 is spoken. "http" (default):
+   * etcd's JSON gateway over node:http(s), cheap to load for a per-exec run;
+   * "grpc": the etcd3 package (~180 ms to load and connect).
+   */
+  etcd_transport?: 'grpc' | 'http';
 }
 
 export async function openDatastore(conf: DatastoreConfig): Promise<Datastore> {

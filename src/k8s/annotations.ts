@@ -140,7 +140,8 @@ const EXAMPLE: Record<'pool' | 'address', string> = {
 
 /** A string holding a JSON array of non-empty strings; anything else is an error that quotes the value. */
 function parseList(src: OptionSource, items: 'pool' | 'address'): string[] {
-  const fix = `write a JSON array of strings, e.g. ${EXAMPLE[items]}`;
+  const example = src.key === ANNOTATIONS.ipv6Pools ? `'["default-ipv6-ippool"]' or '["fd00:10:244::/64"]'` : EXAMPLE[items];
+  const fix = `write a JSON array of strings, e.g. ${example}`;
   let parsed: unknown;
   try {
     parsed = JSON.parse(src.value);
@@ -446,6 +447,19 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
     source: Object.fromEntries(Object.entries(req.source).map(([k, s]) => [k, describe(s)])),
   });
   return req;
+}
+
+/**
+ * How IPAM should name each input in its own errors (its AssignRequest.fields),
+ * so a pool or address problem it finds points at the annotation or netconf
+ * field that asked for it rather than at a bare `ipv4_pools` / `IP`.
+ */
+export function ipamFieldNames(req: AddressRequest): { ipv4Pools?: string; ipv6Pools?: string; requestedIPs?: string } {
+  const out: { ipv4Pools?: string; ipv6Pools?: string; requestedIPs?: string } = {};
+  if (req.source.ipv4Pools) out.ipv4Pools = describe(req.source.ipv4Pools);
+  if (req.source.ipv6Pools) out.ipv6Pools = describe(req.source.ipv6Pools);
+  if (req.source.addresses) out.requestedIPs = describe(req.source.addresses);
+  return out;
 }
 
 function setRequested(req: AddressRequest, addrs: string[], src: OptionSource): void {

@@ -1,5 +1,6 @@
 // The etcd v3 backend against a real etcd: conformance, key layout, corrupt
-// data, compaction, and an outage in the middle of a test.
+// data, compaction, and an outage in the middle of a test; all of it over both
+// transports (etcd's JSON gateway, the default, and gRPC through etcd3).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
@@ -10,6 +11,7 @@ import { affinityName } from '../../src/datastore/names.js';
 import { datastoreConformance } from './datastore-conformance.js';
 import { _discoverSrvForTests as discoverSrv } from '../../src/datastore/etcd.js';
 import { createSocket } from 'node:dgram';
+import { createRequire } from 'node:module';
 import { Resolver } from 'node:dns/promises';
 
 /**
@@ -51,164 +53,211 @@ async function startSrvServer(records: Record<string, Array<[number, string]>>) 
   return { resolve: (name: string) => resolver.resolveSrv(name), close: () => sock.close() };
 }
 
-datastoreConformance('etcdv3', async () => {
-  const etcd = await startEtcd();
-  const ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, timeoutMs: 5000 });
-  return {
-    ds,
-    async makeUnresponsive() {
-      await etcd.pause();
-      return () => etcd.start();
-    },
-    async cleanup() {
-      await ds.close();
-      await etcd.stop();
-    },
-  };
-}, { deadlines: true });
-
 function etcdctl(etcd: EtcdServer, ...args: string[]): string {
   return execFileSync('etcdctl', ['--endpoints', etcd.endpoint, ...args], { env: { ...process.env, ETCDCTL_API: '3' } }).toString();
 }
 
-describe('etcdv3 backend specifics', () => {
-  let etcd: EtcdServer;
-  let ds: Datastore;
-  beforeAll(async () => {
-    etcd = await startEtcd();
-    ds = await openDatastore({ etcd_endpoints: etcd.endpoint, timeoutMs: 3000 });
-  });
-  afterAll(async () => {
-    await ds?.close();
-    await etcd?.stop();
-  });
+const etcd3Loaded = () => Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes('/node_modules/etcd3/'));
 
-  it('uses the documented key layout, without resourceVersion in the value', async () => {
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'layout-pool' }, spec: { cidr: '10.0.0.0/16' } });
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPAMBlock', metadata: { name: '10.0.0.0-26' }, spec: { cidr: '10.0.0.0/26', affinity: 'host:n1', allocations: [], unallocated: [], attributes: [] } });
-    await ds.create({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: affinityName('n1', '10.0.0.0/26') }, spec: { state: 'confirmed', node: 'n1', cidr: '10.0.0.0/26' } });
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'net.c1' }, spec: { handleID: 'net.c1', block: {} } });
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPAMConfig', metadata: { name: 'default' }, spec: { strictAffinity: true } });
-    await ds.create({ apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata: { name: 'n1-k8s-p-eth0', namespace: 'ns1' }, spec: { orchestrator: 'k8s', node: 'n1', containerID: 'c', endpoint: 'eth0', ipNetworks: [], interfaceName: 'x' } });
-    const keys = etcdctl(etcd, 'get', '/netplugin/', '--prefix', '--keys-only').split('\n').filter(Boolean).sort();
-    expect(keys).toEqual([
-      '/netplugin/ipam/v2/assignment/ipv4/block/10.0.0.0-26',
-      '/netplugin/ipam/v2/config',
-      '/netplugin/ipam/v2/handle/net.c1',
-      '/netplugin/ipam/v2/host/n1/ipv4/block/10.0.0.0-26',
-      '/netplugin/resources/v3/netplugin.org/ippools/layout-pool',
-      '/netplugin/resources/v3/netplugin.org/workloadendpoints/ns1/n1-k8s-p-eth0',
-    ]);
-    const value = JSON.parse(etcdctl(etcd, 'get', '/netplugin/resources/v3/netplugin.org/ippools/layout-pool', '--print-value-only'));
-    expect(value.metadata.resourceVersion).toBeUndefined();
-    expect(value.spec).toEqual({ cidr: '10.0.0.0/16' });
-    await expect(ds.get('IPAMConfig', 'other')).rejects.toMatchObject({ kind: 'Invalid' });
-  });
+// http first: its suites end by checking that etcd3 was never loaded.
+for (const transport of ['http', 'grpc'] as const) {
+  datastoreConformance(`etcdv3 (${transport})`, async () => {
+    const etcd = await startEtcd();
+    const ds = await openDatastore({ etcd_transport: transport, datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, timeoutMs: 5000 });
+    return {
+      ds,
+      async makeUnresponsive() {
+        await etcd.pause();
+        return () => etcd.start();
+      },
+      async cleanup() {
+        await ds.close();
+        await etcd.stop();
+      },
+    };
+  }, { deadlines: true });
 
-  it('reports corrupt data as Invalid naming the key', async () => {
-    etcdctl(etcd, 'put', '/netplugin/resources/v3/netplugin.org/ippools/corrupt-json', '{not json');
-    etcdctl(etcd, 'put', '/netplugin/resources/v3/netplugin.org/ippools/corrupt-spec', JSON.stringify({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'corrupt-spec' }, spec: { cidr: 42 } }));
-    const e1 = await ds.get('IPPool', 'corrupt-json').catch((e: unknown) => e as DatastoreError);
-    expect(e1).toMatchObject({ kind: 'Invalid' });
-    expect((e1 as Error).message).toContain('/netplugin/resources/v3/netplugin.org/ippools/corrupt-json');
-    const e2 = await ds.get('IPPool', 'corrupt-spec').catch((e: unknown) => e as DatastoreError);
-    expect(e2).toMatchObject({ kind: 'Invalid' });
-    expect((e2 as Error).message).toMatch(/ippools\/corrupt-spec.*spec\.cidr/);
-    etcdctl(etcd, 'del', '/netplugin/resources/v3/netplugin.org/ippools/corrupt-', '--prefix');
-  });
-
-  it('sends an ERROR event when watching from a compacted revision', async () => {
-    const a = await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'compact-me' }, spec: { cidr: '10.1.0.0/16' } });
-    const b = await ds.update({ ...a, spec: { cidr: '10.2.0.0/16' } });
-    etcdctl(etcd, 'compact', b.metadata.resourceVersion!);
-    const events: Array<WatchEvent<'IPPool'>> = [];
-    const w = ds.watch('IPPool', { revision: String(Number(a.metadata.resourceVersion) - 1) }, (ev) => events.push(ev));
-    try {
-      for (let i = 0; i < 100 && !events.length; i++) await new Promise((r) => setTimeout(r, 50));
-      expect(events[0]?.type).toBe('ERROR');
-      expect((events[0] as { error: Error }).error.message).toMatch(/compacted.*re-list/);
-    } finally {
-      w.stop();
-    }
-  });
-
-  it('survives an outage: Unavailable within the deadline naming the endpoint, then works after restart', async () => {
-    const before = await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'outage' }, spec: { cidr: '10.3.0.0/16' } });
-    const events: Array<WatchEvent<'IPPool'>> = [];
-    const w = ds.watch('IPPool', { revision: before.metadata.resourceVersion }, (ev) => events.push(ev));
-    await etcd.pause();
-    try {
-      const e = (await ds.get('IPPool', 'outage', undefined, { timeoutMs: 1500 }).catch((x: unknown) => x)) as DatastoreError;
-      expect(e).toBeInstanceOf(DatastoreError);
-      expect(e.kind).toBe('Unavailable');
-      expect(e.message).toContain(`etcd at ${etcd.endpoint} is unreachable: connection refused (ECONNREFUSED)`);
-      await expect(ds.update({ ...before, spec: { cidr: '10.4.0.0/16' } }, { timeoutMs: 1500 })).rejects.toMatchObject({ kind: 'Unavailable' });
-    } finally {
-      await etcd.start();
-    }
-    const upd = await ds.update({ ...before, spec: { cidr: '10.4.0.0/16' } });
-    expect((await ds.get('IPPool', 'outage')).metadata.resourceVersion).toBe(upd.metadata.resourceVersion);
-    // The watch resumes on its own after the restart and sees the write.
-    for (let i = 0; i < 200 && !events.some((e) => e.type === 'MODIFIED'); i++) await new Promise((r) => setTimeout(r, 50));
-    w.stop();
-    expect(events.filter((e) => e.type !== 'ERROR').map((e) => e.type)).toEqual(['MODIFIED']);
-  });
-
-  it('explains an unreachable endpoint and bad configuration', async () => {
-    const { freePort } = await import('../fixtures/etcd.js');
-    const port = await freePort();
-    const down = await openDatastore({ etcd_endpoints: `http://127.0.0.1:${port}`, timeoutMs: 2000 });
-    try {
-      const e = (await down.get('IPPool', 'x').catch((x: unknown) => x)) as DatastoreError;
-      expect(e.kind).toBe('Unavailable');
-      expect(e.message).toContain(`etcd at http://127.0.0.1:${port} is unreachable: connection refused (ECONNREFUSED); check etcd_endpoints`);
-    } finally {
-      await down.close();
-    }
-    await expect(openDatastore({ etcd_endpoints: 'localhost:2379' })).rejects.toThrow(/etcd_endpoints entry "localhost:2379" is not an endpoint URL/);
-    await expect(openDatastore({ etcd_endpoints: 'http://a:1', etcd_discovery_srv: 'example.org' })).rejects.toThrow(/mutually exclusive/);
-    await expect(openDatastore({ etcd_endpoints: 'https://a:1', etcd_ca_cert_file: '/nonexistent/ca.pem' })).rejects.toThrow(/etcd_ca_cert_file=\/nonexistent\/ca.pem cannot be read \(ENOENT\)/);
-    await expect(openDatastore({ etcd_endpoints: 'https://a:1', etcd_cert_file: '/x.pem' })).rejects.toThrow(/needs both etcd_cert_file and etcd_key_file/);
-    await expect(openDatastore({ datastore_type: 'consul' as never })).rejects.toThrow(/datastore_type="consul" is not supported/);
-  });
-
-  it('discovers endpoints from DNS SRV records, TLS ones first', async () => {
-    const dns = await startSrvServer({
-      '_etcd-client._tcp.plain.test': [[etcd.clientPort, '127.0.0.1']],
-      '_etcd-client-ssl._tcp.both.test': [[2379, 'etcd-a.both.test'], [2380, 'etcd-b.both.test']],
-      '_etcd-client._tcp.both.test': [[2379, 'etcd-a.both.test']],
+  describe(`etcdv3 backend specifics (${transport})`, () => {
+    let etcd: EtcdServer;
+    let ds: Datastore;
+    beforeAll(async () => {
+      etcd = await startEtcd();
+      ds = await openDatastore({ etcd_transport: transport, etcd_endpoints: etcd.endpoint, timeoutMs: 3000 });
     });
-    try {
-      const eps = await discoverSrv('plain.test', dns.resolve);
-      expect(eps).toEqual([`http://127.0.0.1:${etcd.clientPort}`]);
-      const viaSrv = await openDatastore({ etcd_endpoints: eps.join(',') });
+    afterAll(async () => {
+      await ds?.close();
+      await etcd?.stop();
+    });
+
+    it('uses the documented key layout, without resourceVersion in the value', async () => {
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'layout-pool' }, spec: { cidr: '10.0.0.0/16' } });
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPAMBlock', metadata: { name: '10.0.0.0-26' }, spec: { cidr: '10.0.0.0/26', affinity: 'host:n1', allocations: [], unallocated: [], attributes: [] } });
+      await ds.create({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: affinityName('n1', '10.0.0.0/26') }, spec: { state: 'confirmed', node: 'n1', cidr: '10.0.0.0/26' } });
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'net.c1' }, spec: { handleID: 'net.c1', block: {} } });
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPAMConfig', metadata: { name: 'default' }, spec: { strictAffinity: true } });
+      await ds.create({ apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata: { name: 'n1-k8s-p-eth0', namespace: 'ns1' }, spec: { orchestrator: 'k8s', node: 'n1', containerID: 'c', endpoint: 'eth0', ipNetworks: [], interfaceName: 'x' } });
+      const keys = etcdctl(etcd, 'get', '/netplugin/', '--prefix', '--keys-only').split('\n').filter(Boolean).sort();
+      expect(keys).toEqual([
+        '/netplugin/ipam/v2/assignment/ipv4/block/10.0.0.0-26',
+        '/netplugin/ipam/v2/config',
+        '/netplugin/ipam/v2/handle/net.c1',
+        '/netplugin/ipam/v2/host/n1/ipv4/block/10.0.0.0-26',
+        '/netplugin/resources/v3/netplugin.org/ippools/layout-pool',
+        '/netplugin/resources/v3/netplugin.org/workloadendpoints/ns1/n1-k8s-p-eth0',
+      ]);
+      const value = JSON.parse(etcdctl(etcd, 'get', '/netplugin/resources/v3/netplugin.org/ippools/layout-pool', '--print-value-only'));
+      expect(value.metadata.resourceVersion).toBeUndefined();
+      expect(value.spec).toEqual({ cidr: '10.0.0.0/16' });
+      await expect(ds.get('IPAMConfig', 'other')).rejects.toMatchObject({ kind: 'Invalid' });
+    });
+
+    it('reports corrupt data as Invalid naming the key', async () => {
+      etcdctl(etcd, 'put', '/netplugin/resources/v3/netplugin.org/ippools/corrupt-json', '{not json');
+      etcdctl(etcd, 'put', '/netplugin/resources/v3/netplugin.org/ippools/corrupt-spec', JSON.stringify({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'corrupt-spec' }, spec: { cidr: 42 } }));
+      const e1 = await ds.get('IPPool', 'corrupt-json').catch((e: unknown) => e as DatastoreError);
+      expect(e1).toMatchObject({ kind: 'Invalid' });
+      expect((e1 as Error).message).toContain('/netplugin/resources/v3/netplugin.org/ippools/corrupt-json');
+      const e2 = await ds.get('IPPool', 'corrupt-spec').catch((e: unknown) => e as DatastoreError);
+      expect(e2).toMatchObject({ kind: 'Invalid' });
+      expect((e2 as Error).message).toMatch(/ippools\/corrupt-spec.*spec\.cidr/);
+      etcdctl(etcd, 'del', '/netplugin/resources/v3/netplugin.org/ippools/corrupt-', '--prefix');
+    });
+
+    it('sends an ERROR event when watching from a compacted revision', async () => {
+      const a = await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'compact-me' }, spec: { cidr: '10.1.0.0/16' } });
+      const b = await ds.update({ ...a, spec: { cidr: '10.2.0.0/16' } });
+      etcdctl(etcd, 'compact', b.metadata.resourceVersion!);
+      const events: Array<WatchEvent<'IPPool'>> = [];
+      const w = ds.watch('IPPool', { revision: String(Number(a.metadata.resourceVersion) - 1) }, (ev) => events.push(ev));
       try {
-        expect((await viaSrv.list('IPPool')).revision).toMatch(/^\d+$/);
+        for (let i = 0; i < 100 && !events.length; i++) await new Promise((r) => setTimeout(r, 50));
+        expect(events[0]?.type).toBe('ERROR');
+        expect((events[0] as { error: Error }).error.message).toMatch(/compacted.*re-list/);
       } finally {
-        await viaSrv.close();
+        w.stop();
       }
-      expect(await discoverSrv('both.test', dns.resolve)).toEqual(['https://etcd-a.both.test:2379', 'https://etcd-b.both.test:2380']);
-      await expect(discoverSrv('none.test', dns.resolve)).rejects.toThrow(/neither _etcd-client-ssl._tcp.none.test nor _etcd-client._tcp.none.test has SRV records/);
-    } finally {
-      dns.close();
-    }
-  });
-
-  it('falls back to the deprecated etcd_authority/etcd_scheme', async () => {
-    const authority = etcd.endpoint.replace('http://', '');
-    const legacy = await openDatastore({ etcd_authority: authority, etcd_scheme: 'http' });
-    try {
-      expect((await legacy.get('IPPool', 'outage')).spec.cidr).toBe('10.4.0.0/16');
-    } finally {
-      await legacy.close();
-    }
-  });
-
-  it('reads its configuration from the CLI environment', () => {
-    expect(datastoreConfigFromEnv({ DATASTORE_TYPE: 'etcdv3', ETCD_ENDPOINTS: 'https://a:2379', ETCD_CA_CERT_FILE: '/ca', ETCD_CERT_FILE: '/c', ETCD_KEY_FILE: '/k' })).toEqual({
-      datastore_type: 'etcdv3', etcd_endpoints: 'https://a:2379', etcd_ca_cert_file: '/ca', etcd_cert_file: '/c', etcd_key_file: '/k',
     });
-    expect(datastoreConfigFromEnv({ DATASTORE_TYPE: 'kubernetes', KUBECONFIG: '/a:/b' })).toEqual({ datastore_type: 'kubernetes', kubernetes: { kubeconfig: '/a' } });
-    expect(() => datastoreConfigFromEnv({ DATASTORE_TYPE: 'zk' })).toThrow(/DATASTORE_TYPE=zk/);
+
+    it('survives an outage: Unavailable within the deadline naming the endpoint, then works after restart', async () => {
+      const before = await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'outage' }, spec: { cidr: '10.3.0.0/16' } });
+      const events: Array<WatchEvent<'IPPool'>> = [];
+      const w = ds.watch('IPPool', { revision: before.metadata.resourceVersion }, (ev) => events.push(ev));
+      await etcd.pause();
+      try {
+        const e = (await ds.get('IPPool', 'outage', undefined, { timeoutMs: 1500 }).catch((x: unknown) => x)) as DatastoreError;
+        expect(e).toBeInstanceOf(DatastoreError);
+        expect(e.kind).toBe('Unavailable');
+        expect(e.message).toContain(`etcd at ${etcd.endpoint} is unreachable: connection refused (ECONNREFUSED)`);
+        await expect(ds.update({ ...before, spec: { cidr: '10.4.0.0/16' } }, { timeoutMs: 1500 })).rejects.toMatchObject({ kind: 'Unavailable' });
+      } finally {
+        await etcd.start();
+      }
+      const upd = await ds.update({ ...before, spec: { cidr: '10.4.0.0/16' } });
+      expect((await ds.get('IPPool', 'outage')).metadata.resourceVersion).toBe(upd.metadata.resourceVersion);
+      // The watch resumes on its own after the restart and sees the write.
+      for (let i = 0; i < 200 && !events.some((e) => e.type === 'MODIFIED'); i++) await new Promise((r) => setTimeout(r, 50));
+      w.stop();
+      expect(events.filter((e) => e.type !== 'ERROR').map((e) => e.type)).toEqual(['MODIFIED']);
+    });
+
+    it('answers Unavailable within the deadline when etcd accepts connections but is frozen', async () => {
+      process.kill(etcd.proc.pid!, 'SIGSTOP');
+      try {
+        const e = (await ds.get('IPPool', 'outage', undefined, { timeoutMs: 800 }).catch((x: unknown) => x)) as DatastoreError;
+        expect(e).toBeInstanceOf(DatastoreError);
+        expect(e.kind).toBe('Unavailable');
+        expect(e.message).toContain('get IPPool outage');
+        expect(e.message).toMatch(/did not answer within \d+ ms/);
+      } finally {
+        process.kill(etcd.proc.pid!, 'SIGCONT');
+      }
+      expect((await ds.get('IPPool', 'outage')).spec.cidr).toBe('10.4.0.0/16');
+    });
+
+    it('explains an unreachable endpoint and bad configuration', async () => {
+      const { freePort } = await import('../fixtures/etcd.js');
+      const port = await freePort();
+      const down = await openDatastore({ etcd_transport: transport, etcd_endpoints: `http://127.0.0.1:${port}`, timeoutMs: 2000 });
+      try {
+        const e = (await down.get('IPPool', 'x').catch((x: unknown) => x)) as DatastoreError;
+        expect(e.kind).toBe('Unavailable');
+        expect(e.message).toContain(`etcd at http://127.0.0.1:${port} is unreachable: connection refused (ECONNREFUSED); check etcd_endpoints`);
+      } finally {
+        await down.close();
+      }
+      await expect(openDatastore({ etcd_transport: transport, etcd_endpoints: 'localhost:2379' })).rejects.toThrow(/etcd_endpoints entry "localhost:2379" is not an endpoint URL/);
+      await expect(openDatastore({ etcd_transport: transport, etcd_endpoints: 'http://a:1', etcd_discovery_srv: 'example.org' })).rejects.toThrow(/mutually exclusive/);
+      await expect(openDatastore({ etcd_transport: transport, etcd_endpoints: 'https://a:1', etcd_ca_cert_file: '/nonexistent/ca.pem' })).rejects.toThrow(/etcd_ca_cert_file=\/nonexistent\/ca.pem cannot be read \(ENOENT\)/);
+      await expect(openDatastore({ etcd_transport: transport, etcd_endpoints: 'https://a:1', etcd_cert_file: '/x.pem' })).rejects.toThrow(/needs both etcd_cert_file and etcd_key_file/);
+      await expect(openDatastore({ etcd_transport: transport, datastore_type: 'consul' as never })).rejects.toThrow(/datastore_type="consul" is not supported/);
+    });
+
+    it('fails over past an endpoint that refuses connections, and names every endpoint when all fail', async () => {
+      const { freePort } = await import('../fixtures/etcd.js');
+      const dead = `http://127.0.0.1:${await freePort()}`;
+      const multi = await openDatastore({ etcd_transport: transport, etcd_endpoints: `${dead},${etcd.endpoint}`, timeoutMs: 3000 });
+      try {
+        for (let i = 0; i < 5; i++) expect((await multi.get('IPPool', 'outage')).spec.cidr).toBe('10.4.0.0/16');
+        const c = await multi.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: `failover-${transport}` }, spec: { cidr: '10.5.0.0/16' } });
+        await multi.delete('IPPool', `failover-${transport}`, { revision: c.metadata.resourceVersion });
+      } finally {
+        await multi.close();
+      }
+      const dead2 = `http://127.0.0.1:${await freePort()}`;
+      const none = await openDatastore({ etcd_transport: transport, etcd_endpoints: `${dead},${dead2}`, timeoutMs: 2000 });
+      try {
+        const e = (await none.get('IPPool', 'x').catch((x: unknown) => x)) as DatastoreError;
+        expect(e.kind).toBe('Unavailable');
+        expect(e.message).toMatch(new RegExp(`etcd at (${dead}|${dead2}) is unreachable: connection refused \\(ECONNREFUSED\\)`));
+      } finally {
+        await none.close();
+      }
+    });
+
+    it('discovers endpoints from DNS SRV records, TLS ones first', async () => {
+      const dns = await startSrvServer({
+        '_etcd-client._tcp.plain.test': [[etcd.clientPort, '127.0.0.1']],
+        '_etcd-client-ssl._tcp.both.test': [[2379, 'etcd-a.both.test'], [2380, 'etcd-b.both.test']],
+        '_etcd-client._tcp.both.test': [[2379, 'etcd-a.both.test']],
+      });
+      try {
+        const eps = await discoverSrv('plain.test', dns.resolve);
+        expect(eps).toEqual([`http://127.0.0.1:${etcd.clientPort}`]);
+        const viaSrv = await openDatastore({ etcd_transport: transport, etcd_endpoints: eps.join(',') });
+        try {
+          expect((await viaSrv.list('IPPool')).revision).toMatch(/^\d+$/);
+        } finally {
+          await viaSrv.close();
+        }
+        expect(await discoverSrv('both.test', dns.resolve)).toEqual(['https://etcd-a.both.test:2379', 'https://etcd-b.both.test:2380']);
+        await expect(discoverSrv('none.test', dns.resolve)).rejects.toThrow(/neither _etcd-client-ssl._tcp.none.test nor _etcd-client._tcp.none.test has SRV records/);
+      } finally {
+        dns.close();
+      }
+    });
+
+    it('falls back to the deprecated etcd_authority/etcd_scheme', async () => {
+      const authority = etcd.endpoint.replace('http://', '');
+      const legacy = await openDatastore({ etcd_transport: transport, etcd_authority: authority, etcd_scheme: 'http' });
+      try {
+        expect((await legacy.get('IPPool', 'outage')).spec.cidr).toBe('10.4.0.0/16');
+      } finally {
+        await legacy.close();
+      }
+    });
+
+    it('reads its configuration from the CLI environment', () => {
+      expect(datastoreConfigFromEnv({ DATASTORE_TYPE: 'etcdv3', ETCD_ENDPOINTS: 'https://a:2379', ETCD_CA_CERT_FILE: '/ca', ETCD_CERT_FILE: '/c', ETCD_KEY_FILE: '/k' })).toEqual({
+        datastore_type: 'etcdv3', etcd_endpoints: 'https://a:2379', etcd_ca_cert_file: '/ca', etcd_cert_file: '/c', etcd_key_file: '/k',
+      });
+      expect(datastoreConfigFromEnv({ DATASTORE_TYPE: 'kubernetes', KUBECONFIG: '/a:/b' })).toEqual({ datastore_type: 'kubernetes', kubernetes: { kubeconfig: '/a' } });
+      expect(() => datastoreConfigFromEnv({ DATASTORE_TYPE: 'zk' })).toThrow(/DATASTORE_TYPE=zk/);
+    });
   });
-});
+
+  if (transport === 'http') {
+    it('never loads etcd3 on the http transport', () => {
+      expect(etcd3Loaded()).toBe(false);
+    });
+  }
+}

@@ -322,7 +322,22 @@ describe('malformed annotation values: code 7 quoting the value', () => {
     expect(e.msg).toContain(`annotation ${key} on pod default/${a.podName}`);
     expect(e.msg).toContain(`has value '${value}'`);
     expect(e.msg).toMatch(why_);
-    expect(e.msg).toMatch(/write|give|list|remove/);
+    expect(e.msg, "says what to do").toMatch(/write|give|list|remove|must be/);
+  });
+});
+
+describe('annotations and node selectors', () => {
+  it('an annotated pool whose nodeSelector does not select this node: the IPAM error names the annotation', async () => {
+    await c.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'ann-elsewhere' }, spec: { cidr: '10.77.27.0/28', blockSize: 28, nodeSelector: "zone == 'nowhere'" } });
+    try {
+      const a = await addPod({ 'cni.netplugin.org/ipv4pools': '["ann-elsewhere"]' });
+      const e = await expectFailed(a, 100);
+      expect(e.msg).toContain(`annotation cni.netplugin.org/ipv4pools on pod default/${a.podName}`);
+      expect(e.msg).toContain(`selects node '${NODE}'`);
+      expect(e.msg).toContain('ann-elsewhere');
+    } finally {
+      await c.ds.delete('IPPool', 'ann-elsewhere');
+    }
   });
 });
 

@@ -10,7 +10,7 @@ import { parseResult } from '../../cni/result.js';
 import { GATEWAY_V4 } from '../../dataplane/workload.js';
 import { linkLocalFromMac } from '../../dataplane/names.js';
 import { buildWorkloadEndpoint, needsPodLookup, readPodContext, type PodLike } from '../../k8s/workload.js';
-import { pairFloatingIPs, poolsFromResources, resolveWorkloadOptions } from '../../k8s/annotations.js';
+import { ipamFieldNames, pairFloatingIPs, poolsFromResources, resolveWorkloadOptions } from '../../k8s/annotations.js';
 import { Rollback, step } from './rollback.js';
 import { execDelegate } from './delegate.js';
 import { dataplane, getPolicySignal } from './runtime.js';
@@ -33,15 +33,15 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
   if (conf.readiness_gates?.length) {
     await step('readiness gates', async () => {
       const { waitForReadinessGates } = await import('../../k8s/readiness.js');
-      await waitForReadinessGates(conf.readiness_gates!, { log });
+      await waitForReadinessGates(conf.readiness_gates!, { log, ...(conf.readiness_gate_timeout_seconds ? { deadlineMs: conf.readiness_gate_timeout_seconds * 1000 } : {}) });
     });
   }
 
-  const ds = await step('checking the datastore', async () => {
-    const d = await datastoreFor(conf);
-    await checkClusterReady(d);
-    return d;
-  });
+  const ds = await step('checking the datastore', () => datastoreFor(conf));
+  // The IPAM reads do not depend on readiness and write nothing: issue them
+  // with the ClusterInformation read, so the three cost one round trip.
+  const early = isNetpluginIpam(conf.ipam) ? await earlyIpamReads(ctx, wl, ds) : undefined;
+  await step('checking the datastore', () => checkClusterReady(ds));
 
   let pod: PodLike | undefined;
   let nsAnnotations: Record<string, string> = {};
@@ -54,7 +54,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
 
   const rb = new Rollback(log);
   try {
-    const { ips, floating, repeated } = await addresses(ctx, wl, ds, pod, nsAnnotations, rb);
+    const { ips, floating, repeated } = await addresses(ctx, wl, ds, pod, nsAnnotations, rb, early);
     const v4 = ips.find((a) => !a.includes(':'));
     const v6 = ips.find((a) => a.includes(':'));
     // A repeated ADD (same container and ifname) rebuilds the pair with the MAC it
@@ -140,6 +140,26 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
   }
 }
 
+type IpamModule = typeof import('../../ipam/index.js');
+interface EarlyIpam {
+  ipam: InstanceType<IpamModule['Ipam']>;
+  held: Promise<string[]>;
+  pools: Promise<Awaited<ReturnType<Datastore['list']>>>;
+}
+
+/** Starts the reads our IPAM needs (this container's handle, the pools); awaited later, in addresses(). */
+async function earlyIpamReads(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore): Promise<EarlyIpam> {
+  const { Ipam } = await import('../../ipam/index.js');
+  const lockPath = ipamLockPath(ctx.conf);
+  const ipam = new Ipam(ds, { log: ctx.log, ...(lockPath ? { lockPath } : {}) });
+  const held = ipam.handleAddresses(wl.handleID);
+  const pools = ds.list('IPPool');
+  // Awaited only once the datastore is known ready; a failure meanwhile must not go unhandled.
+  held.catch(() => undefined);
+  pools.catch(() => undefined);
+  return { ipam, held, pools };
+}
+
 /** Chooses and reserves the pod's addresses; returns bare IPs. */
 async function addresses(
   ctx: CniContext<Netconf>,
@@ -148,18 +168,16 @@ async function addresses(
   pod: PodLike | undefined,
   nsAnnotations: Record<string, string>,
   rb: Rollback,
+  early: EarlyIpam | undefined,
 ): Promise<{ ips: string[]; floating?: string[]; repeated?: boolean }> {
   const { conf, log } = ctx;
-  if (!isNetpluginIpam(conf.ipam)) return delegatedAddresses(ctx, wl, ds, rb);
+  if (!isNetpluginIpam(conf.ipam) || !early) return delegatedAddresses(ctx, wl, ds, rb);
   const ipamConf = conf.ipam;
-
-  const { Ipam } = await import('../../ipam/index.js');
-  const lockPath = ipamLockPath(conf);
-  const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
+  const { ipam } = early;
 
   // A repeated ADD for the same container and network returns what it already holds.
-  const held = await step('reading IPAM', () => ipam.handleAddresses(wl.handleID));
-  const pools = poolsFromResources((await step('listing IP pools', () => ds.list('IPPool'))).items);
+  const held = await step('reading IPAM', () => early.held);
+  const pools = poolsFromResources((await step('listing IP pools', () => early.pools)).items as Resource<'IPPool'>[]);
   const req = resolveWorkloadOptions({
     podAnnotations: pod?.metadata.annotations ?? {},
     namespaceAnnotations: pod ? nsAnnotations : {},
@@ -189,6 +207,7 @@ async function addresses(
       ...(req.ipv4Pools ? { ipv4Pools: req.ipv4Pools } : {}),
       ...(req.ipv6Pools ? { ipv6Pools: req.ipv6Pools } : {}),
       ...(req.requestedIPs?.length ? { requestedIPs: req.requestedIPs } : {}),
+      fields: ipamFieldNames(req),
     });
   });
   if (!assigned.length) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: neither assign_ipv4 nor assign_ipv6 is "true"; the pod would get no address');

@@ -53,13 +53,14 @@ export async function datastoreFor(conf: Netconf): Promise<Datastore> {
   return getDatastore(conf);
 }
 
-const readyCache = new WeakMap<Datastore, number>();
-const READY_TTL_MS = 10_000;
-
-/** ClusterInformation `default` must exist with datastoreReady; otherwise code 11 (the runtime retries). */
+/**
+ * ClusterInformation `default` must exist with datastoreReady; otherwise code 11 (the runtime retries).
+ * Read on every ADD, never cached: the resident agent would otherwise keep
+ * writing for a while after an operator marked the datastore not ready for
+ * an upgrade. ADD issues this read together with its IPAM reads, so it adds
+ * no round trip.
+ */
 export async function checkClusterReady(ds: Datastore): Promise<void> {
-  const at = readyCache.get(ds);
-  if (at !== undefined && Date.now() - at < READY_TTL_MS) return;
   let ci: Resource<'ClusterInformation'>;
   try {
     ci = await ds.get('ClusterInformation', 'default');
@@ -78,7 +79,6 @@ export async function checkClusterReady(ds: Datastore): Promise<void> {
       "the datastore is marked not ready (ClusterInformation 'default' datastoreReady is not true, e.g. during an upgrade); run `netpluginctl datastore ready --set=true` when maintenance is over",
     );
   }
-  readyCache.set(ds, Date.now());
 }
 
 const kubeClients = new Map<string, Promise<KubeClient>>();

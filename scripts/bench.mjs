@@ -1,0 +1,368 @@
+#!/usr/bin/env node
+// The CNI hot-path benchmark (npm run bench). In one run, side by side:
+//   ptp        Debian's /usr/lib/cni/ptp with host-local IPAM (a /16): the baseline
+//   agent      netplugin through the installed native shim and a resident agent
+//   perexec    netplugin through the same shim with no agent: its per-exec
+//              fallback (shim -> exec node dist/netplugin.mjs), as on a node
+//              whose agent is down
+// For each concurrency c, each path ADDs every pod and then DELs every pod,
+// c plugin execs at a time, exec'd as a runtime does (env + netconf on stdin,
+// a clean environment: no NODE_EXTRA_CA_CERTS). The paths take turns within
+// each concurrency, in rotating order, so drift on a shared machine hits all.
+// Ours uses a throwaway local etcd. Also measured: the harness's exec floor
+// (/bin/true) and the pure dataplane (setupWorkload/teardownWorkload in-process).
+//
+// Must run inside a throwaway "host" namespace (npm run bench does:
+// bash scripts/in-netns node scripts/bench.mjs), so the real root namespace is
+// never touched. Pod namespaces are created before, and removed after, the
+// timed region; everything is removed on exit, also on Ctrl-C.
+//
+//   node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--cpu-prof] [--out DIR]
+//   --quick     50 pods, c = 1 and 4 (about two minutes)
+//   --cpu-prof  profile the agent (node --cpu-prof) and print its top self-time functions
+//   --paths L   only these of ptp,agent,perexec (profiling, quick checks; not for the published table)
+//   --out DIR   where latest.{json,md,svg} go (default bench/results)
+import { execFileSync, spawn } from 'node:child_process';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpus, release, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { childrenCpuMs, execCni, mapLimit, memoryMiB, processCpuMs, startEtcd, summary, threadCpuMs, waitSocket } from './bench/lib.mjs';
+import { markdown, svg } from './bench/report.mjs';
+import { formatProfile, profileFiles, summariseProfiles } from './bench/profile.mjs';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+function usage(msg) {
+  console.error(`bench: ${msg}\nusage: node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--paths ptp,agent,perexec] [--cpu-prof] [--out DIR]`);
+  process.exit(2);
+}
+
+let opts;
+try {
+  ({ values: opts } = parseArgs({
+    options: {
+      quick: { type: 'boolean' },
+      pods: { type: 'string' },
+      concurrency: { type: 'string' },
+      'cpu-prof': { type: 'boolean' },
+      paths: { type: 'string' },
+      out: { type: 'string' },
+    },
+  }));
+} catch (e) {
+  usage(e.message);
+}
+const PODS = opts.pods !== undefined ? Number(opts.pods) : opts.quick ? 50 : 200;
+if (!Number.isInteger(PODS) || PODS < 1 || PODS > 4000) usage(`--pods '${opts.pods}' is not an integer from 1 to 4000`);
+const CONC = (opts.concurrency ?? (opts.quick ? '1,4' : '1,4,16')).split(',').map(Number);
+if (CONC.some((c) => !Number.isInteger(c) || c < 1 || c > 256)) usage(`--concurrency '${opts.concurrency}' must be a comma-separated list of integers from 1 to 256`);
+const OUT = opts.out ?? join(root, 'bench/results');
+const ALL_PATHS = ['ptp', 'agent', 'perexec'];
+const ONLY = (opts.paths ?? ALL_PATHS.join(',')).split(',');
+if (ONLY.some((p) => !ALL_PATHS.includes(p))) usage(`--paths '${opts.paths}': choose from ${ALL_PATHS.join(',')}`);
+
+// ---- preconditions ----
+if (process.getuid?.() !== 0) usage('needs root (network namespaces, veths)');
+const hostNs = process.env.NETPLUGIN_HOST_NETNS;
+let inThrowaway = false;
+if (hostNs && existsSync(`/var/run/netns/${hostNs}`)) {
+  const a = statSync(`/var/run/netns/${hostNs}`);
+  const b = statSync('/proc/self/ns/net');
+  inThrowaway = a.ino === b.ino && a.dev === b.dev;
+}
+if (!inThrowaway) usage('run it inside a throwaway host namespace: bash scripts/in-netns node scripts/bench.mjs (npm run bench does)');
+const SHIM = [join(root, 'build/shim/netplugin-shim'), join(root, 'prebuilds/linux-x64/netplugin-shim')].find((p) => existsSync(p));
+const need = [
+  [SHIM, 'the native shim: npm run build:shim'],
+  [join(root, 'dist/netplugin.mjs'), 'dist/: npm run build:ts'],
+  [join(root, 'dist/netplugin-node.mjs'), 'dist/: npm run build:ts'],
+  [join(root, 'dist/netpluginctl.mjs'), 'dist/: npm run build:ts'],
+  ['/usr/lib/cni/ptp', 'Debian containernetworking-plugins'],
+  ['/usr/lib/cni/host-local', 'Debian containernetworking-plugins'],
+];
+for (const [p, fix] of need) if (!p || !existsSync(p)) usage(`${p ?? 'netplugin-shim'} is missing (${fix})`);
+
+// ---- state to clean up ----
+const tag = `b${process.pid}`;
+const tmp = mkdtempSync(join(tmpdir(), 'netplugin-bench-'));
+const namespaces = [];
+let etcd;
+let agent;
+let cleaned = false;
+function cleanup() {
+  if (cleaned) return;
+  cleaned = true;
+  if (agent && agent.exitCode === null && agent.signalCode === null) agent.kill('SIGKILL');
+  etcd?.stop();
+  // Deleting a pod namespace also deletes its veth pair (both ends).
+  for (const n of namespaces.splice(0)) {
+    try {
+      execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore' });
+    } catch {
+      /* already gone */
+    }
+  }
+  rmSync(tmp, { recursive: true, force: true });
+}
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(sig, () => {
+    console.error(`\nbench: ${sig}: cleaning up`);
+    cleanup();
+    process.exit(130);
+  });
+}
+process.on('exit', cleanup);
+
+const log = (s) => process.stderr.write(s + '\n');
+
+async function main() {
+  const started = Date.now();
+  log(`bench: ${PODS} pods, concurrency ${CONC.join(',')}, ${cpus().length} CPUs; setting up`);
+  // ---- datastore ----
+  etcd = await startEtcd();
+  const ctlEnv = { PATH: process.env.PATH, ETCD_ENDPOINTS: etcd.endpoint };
+  execFileSync(process.execPath, [join(root, 'dist/netpluginctl.mjs'), 'datastore', 'init'], { env: ctlEnv, stdio: ['ignore', 'ignore', 'inherit'] });
+  const poolDoc = { apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'bench-pool' }, spec: { cidr: '10.78.0.0/16', blockSize: 26, natOutgoing: false } };
+  execFileSync(process.execPath, [join(root, 'dist/netpluginctl.mjs'), 'apply', '-f', '-'], { env: ctlEnv, input: JSON.stringify(poolDoc), stdio: ['pipe', 'ignore', 'inherit'] });
+
+  // ---- binaries as installed ----
+  const agentBin = join(tmp, 'bin-agent', 'netplugin');
+  const execBin = join(tmp, 'bin-exec', 'netplugin');
+  for (const b of [agentBin, execBin]) {
+    mkdirSync(dirname(b), { recursive: true });
+    copyFileSync(SHIM, b);
+    chmodSync(b, 0o755);
+  }
+  // The per-exec install: install-cni writes this file beside the shim (node, package dir).
+  writeFileSync(join(dirname(execBin), 'netplugin.fallback'), `${process.execPath}\n${root}\n`);
+  const socket = join(tmp, 'run', 'cni.sock');
+  const noAgent = join(tmp, 'run', 'no-agent.sock');
+
+  // ---- the agent ----
+  // Kept after the run for a closer look (node scripts/bench/profile.mjs DIR).
+  const profDir = join(tmpdir(), `netplugin-bench-prof-${process.pid}`);
+  const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(root, 'dist/netplugin-node.mjs'), '--socket', socket, '--log-level', 'WARNING'];
+  agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let agentLog = '';
+  agent.stderr.on('data', (d) => {
+    agentLog += d;
+    if (agentLog.length > 1 << 20) agentLog = agentLog.slice(-(1 << 19));
+  });
+  await waitSocket(socket, 30_000, () => (agent.exitCode !== null ? `the agent exited: ${agentLog}` : undefined));
+
+  // ---- pods ----
+  for (let i = 0; i < PODS; i++) {
+    const n = `${tag}-p${i}`;
+    execFileSync('ip', ['netns', 'add', n]);
+    namespaces.push(n);
+  }
+  const hostLocalDir = join(tmp, 'host-local');
+  const baseEnv = { PATH: process.env.PATH, CNI_PATH: '/usr/lib/cni', CNI_IFNAME: 'eth0' };
+  const paths = {
+    ptp: {
+      bin: '/usr/lib/cni/ptp',
+      env: {},
+      conf: { cniVersion: '1.0.0', name: 'bench-ptp', type: 'ptp', ipMasq: false, ipam: { type: 'host-local', ranges: [[{ subnet: '10.79.0.0/16' }]], dataDir: hostLocalDir } },
+    },
+    agent: {
+      bin: agentBin,
+      env: { NETPLUGIN_AGENT_SOCKET: socket },
+      conf: { cniVersion: '1.0.0', name: 'k8s-pod-network', type: 'netplugin', nodename: 'bench-node', etcd_endpoints: etcd.endpoint, ipam: { type: 'netplugin-ipam' }, ipam_lock_file: join(tmp, 'ipam.lock'), host_veth_prefix: 'npb' },
+    },
+    perexec: {
+      bin: execBin,
+      env: { NETPLUGIN_AGENT_SOCKET: noAgent },
+      conf: null,
+    },
+  };
+  paths.perexec.conf = paths.agent.conf;
+
+  // ---- floor ----
+  const trueEnv = { ...baseEnv, CNI_COMMAND: 'ADD' };
+  const t1 = [];
+  for (let i = 0; i < PODS; i++) t1.push((await execCni('/bin/true', trueEnv, '{}')).ms);
+  const cMax = Math.max(...CONC);
+  const w0 = performance.now();
+  await mapLimit(Array.from({ length: PODS }), cMax, () => execCni('/bin/true', trueEnv, '{}'));
+  const floor = { c1: summary(t1), cMax: { c: cMax, podsPerSec: PODS / ((performance.now() - w0) / 1000) } };
+  log(`bench: exec floor /bin/true p50 ${floor.c1.p50.toFixed(2)} ms`);
+
+  // ---- cells ----
+  const cells = [];
+  const order = ALL_PATHS.filter((p) => ONLY.includes(p));
+  let cellNo = 0;
+  async function phase(pathKey, c, command, ids) {
+    const p = paths[pathKey];
+    const stdin = JSON.stringify(p.conf);
+    const cpu0 = childrenCpuMs();
+    const a0 = processCpuMs(agent.pid);
+    const th0 = pathKey === 'agent' ? threadCpuMs(agent.pid) : undefined;
+    const e0 = processCpuMs(etcd.proc.pid);
+    const w = performance.now();
+    const rs = await mapLimit(ids, c, (id, i) =>
+      execCni(p.bin, { ...baseEnv, ...p.env, CNI_COMMAND: command, CNI_CONTAINERID: id, CNI_NETNS: `/var/run/netns/${namespaces[i]}`, CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-${i}` }, stdin),
+    );
+    const wall = performance.now() - w;
+    const children = childrenCpuMs() - cpu0;
+    const agentCpu = pathKey === 'agent' ? processCpuMs(agent.pid) - a0 : 0;
+    // Where the agent's CPU went, by thread kind (main JS thread, dataplane
+    // workers, libuv pool, V8 helpers): user and kernel time per pod.
+    let agentThreads;
+    if (th0) {
+      agentThreads = {};
+      for (const [tid, t] of Object.entries(threadCpuMs(agent.pid))) {
+        const b = th0[tid] ?? { user: 0, sys: 0 };
+        const kind = tid === String(agent.pid) ? 'main' : t.comm;
+        const k = (agentThreads[kind] ??= { userMsPerPod: 0, sysMsPerPod: 0 });
+        k.userMsPerPod += (t.user - b.user) / ids.length;
+        k.sysMsPerPod += (t.sys - b.sys) / ids.length;
+      }
+    }
+    const etcdCpu = pathKey === 'ptp' ? 0 : processCpuMs(etcd.proc.pid) - e0;
+    const bad = rs.findIndex((r) => r.code !== 0);
+    if (bad >= 0) {
+      const r = rs[bad];
+      throw new Error(`${pathKey} ${command} of pod ${bad} (c=${c}) failed: exit ${r.code ?? r.signal}\nstdout: ${r.stdout}\nstderr: ${r.stderr.slice(-2000)}`);
+    }
+    const s = summary(rs.map((r) => r.ms));
+    const cell = {
+      path: pathKey, c, phase: command, ...s,
+      podsPerSec: ids.length / (wall / 1000),
+      wallMs: wall,
+      cpuMsPerPod: (children + agentCpu) / ids.length,
+      childCpuMsPerPod: children / ids.length,
+      agentCpuMsPerPod: agentCpu / ids.length,
+      etcdCpuMsPerPod: etcdCpu / ids.length,
+      ...(agentThreads ? { agentThreads } : {}),
+    };
+    cells.push(cell);
+    log(`  ${pathKey.padEnd(7)} c=${String(c).padEnd(2)} ${command} p50 ${s.p50.toFixed(1).padStart(6)} ms  p90 ${s.p90.toFixed(1).padStart(6)}  p99 ${s.p99.toFixed(1).padStart(6)}  ${cell.podsPerSec.toFixed(1).padStart(6)} pods/s  cpu ${cell.cpuMsPerPod.toFixed(1)} ms/pod`);
+  }
+  for (const c of CONC) {
+    const turn = order.map((_, k) => order[(k + cellNo) % order.length]);
+    cellNo++;
+    for (const pathKey of turn) {
+      const ids = Array.from({ length: PODS }, (_, i) => `${pathKey}-c${c}-${i}-${tag}`);
+      await phase(pathKey, c, 'ADD', ids);
+      await phase(pathKey, c, 'DEL', ids);
+    }
+  }
+  const mem = memoryMiB(agent.pid);
+
+  // ---- the pure dataplane ----
+  const dataplane = await dataplaneCost(namespaces.slice(0, Math.min(PODS, 200)));
+  log(`bench: dataplane setup p50 ${dataplane.setup.p50.toFixed(3)} ms, teardown p50 ${dataplane.teardown.p50.toFixed(3)} ms`);
+
+  // ---- stop the agent (writes its profile) ----
+  const exited = new Promise((r) => agent.once('exit', r));
+  agent.kill('SIGTERM');
+  await exited;
+  let profile;
+  if (opts['cpu-prof']) {
+    const files = existsSync(profDir) ? profileFiles([profDir]) : [];
+    // Node names them CPU.<date>.<time>.<pid>.<thread id>.<seq>.cpuprofile; thread 0 is the main thread.
+    const main = files.filter((f) => /\.\d+\.0\.\d+\.cpuprofile$/.test(f));
+    if (files.length) {
+      profile = summariseProfiles(main.length ? main : files, 30, root);
+      const workers = summariseProfiles(files.filter((f) => !main.includes(f)), 15, root);
+      const text = `### Main thread\n\n${formatProfile(profile)}\n\n### Dataplane worker threads (wall time on stack: a netlink call that waits in the kernel counts)\n\n${formatProfile(workers)}`;
+      console.log(`\nagent CPU profile (whole run; files in ${profDir}):\n` + text);
+      mkdirSync(OUT, { recursive: true });
+      writeFileSync(join(OUT, 'agent-profile.md'), `# Agent CPU profile\n\n\`node scripts/bench.mjs ${process.argv.slice(2).join(' ')}\`, ${new Date().toISOString()}\n\n${text}\n`);
+    } else {
+      log('bench: --cpu-prof: the agent wrote no profile');
+    }
+  }
+
+  // ---- report ----
+  const get = (p, c, ph) => cells.find((x) => x.path === p && x.c === c && x.phase === ph);
+  const ratio = (p, c, ph, k) => (get(p, c, ph) && get('ptp', c, ph) ? get(p, c, ph)[k] / get('ptp', c, ph)[k] : undefined);
+  const cpuRatio = (c) => {
+    const ours = (get('agent', c, 'ADD')?.cpuMsPerPod ?? NaN) + (get('agent', c, 'DEL')?.cpuMsPerPod ?? NaN);
+    const base = (get('ptp', c, 'ADD')?.cpuMsPerPod ?? NaN) + (get('ptp', c, 'DEL')?.cpuMsPerPod ?? NaN);
+    return Number.isNaN(ours / base) ? undefined : ours / base;
+  };
+  const lo = Math.min(...CONC);
+  const hi = Math.max(...CONC);
+  const t = (name, op, want, value) => ({ name, op, want, value, pass: value === undefined ? undefined : op === '≤' ? value <= want : value >= want });
+  const targets = [
+    t(`agent ADD p50 / ptp, c=${lo}`, '≤', 0.6, ratio('agent', lo, 'ADD', 'p50')),
+    t(`agent ADD p50 / ptp, c=${hi}`, '≤', 0.6, ratio('agent', hi, 'ADD', 'p50')),
+    t(`agent ADD pods/s / ptp, c=${hi}`, '≥', 1.5, ratio('agent', hi, 'ADD', 'podsPerSec')),
+    t(`agent DEL pods/s / ptp, c=${hi}`, '≥', 1.0, ratio('agent', hi, 'DEL', 'podsPerSec')),
+    ...CONC.map((c) => t(`agent CPU per pod (ADD+DEL) / ptp, c=${c}`, '≤', 0.5, cpuRatio(c))),
+    t(`per-exec ADD p50 / ptp, c=${lo}`, '≤', 12, ratio('perexec', lo, 'ADD', 'p50')),
+    t(`agent peak RSS (MiB) with ${PODS} pods`, '≤', 150, mem.hwm),
+  ];
+  const cpuModel = (readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.+)$/m)?.[1] ?? 'unknown CPU').trim();
+  const result = {
+    date: new Date().toISOString(),
+    quick: !!opts.quick,
+    command: `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`,
+    machine: { cpus: cpus().length, cpuModel, kernel: release(), node: process.version, loadavg: readFileSync('/proc/loadavg', 'utf8').trim() },
+    pods: PODS,
+    concurrency: CONC,
+    notes: {
+      perexec: 'the installed shim with no agent running: it falls back to exec node dist/netplugin.mjs (netplugin.fallback beside it)',
+      cpu: 'node-side CPU per pod: exec\'d plugin processes and their waited-for children (cutime+cstime of the harness) plus the agent process (all threads); etcd apart',
+      latency: 'spawn to exit of one plugin exec, ms',
+    },
+    floor,
+    dataplane,
+    agent: { hwmMiB: mem.hwm, rssMiB: mem.rss },
+    cells,
+    targets,
+    ...(profile ? { agentProfileTop: profile.rows.slice(0, 15) } : {}),
+    durationSec: (Date.now() - started) / 1000,
+  };
+  mkdirSync(OUT, { recursive: true });
+  writeFileSync(join(OUT, 'latest.json'), JSON.stringify(result, null, 2) + '\n');
+  const md = markdown(result);
+  writeFileSync(join(OUT, 'latest.md'), md);
+  writeFileSync(join(OUT, 'latest.svg'), svg(result));
+  console.log('\n' + md);
+  log(`bench: wrote ${join(OUT, 'latest.{json,md,svg}')} in ${result.durationSec.toFixed(0)} s`);
+}
+
+/** setupWorkload/teardownWorkload in this process (the host namespace is ours), one IPv4 address each. */
+async function dataplaneCost(pods) {
+  const { build } = await import('esbuild');
+  const out = join(root, 'build', 'bench', 'dataplane-inproc.mjs');
+  mkdirSync(dirname(out), { recursive: true });
+  await build({ entryPoints: [join(root, 'src/dataplane/index.ts')], outfile: out, bundle: true, platform: 'node', format: 'esm', target: 'node20', external: ['node-gyp-build'], logLevel: 'warning' });
+  const dp = await import(out);
+  const setup = [];
+  const teardown = [];
+  for (let i = 0; i < pods.length; i++) {
+    const spec = {
+      netnsPath: `/var/run/netns/${pods[i]}`,
+      ifname: 'eth0',
+      hostIfname: dp.hostVethName('npd', `bench.dp-${i}`),
+      numQueues: 1,
+      hostMac: 'ee:ee:ee:ee:ee:ee',
+      addresses: [`10.77.${(i >> 8) & 255}.${i & 255}/32`],
+      allowIpForwarding: false,
+    };
+    let t0 = performance.now();
+    dp.setupWorkload(spec);
+    setup.push(performance.now() - t0);
+    t0 = performance.now();
+    dp.teardownWorkload({ netnsPath: spec.netnsPath, ifname: 'eth0', hostIfname: spec.hostIfname });
+    teardown.push(performance.now() - t0);
+  }
+  return { setup: summary(setup), teardown: summary(teardown) };
+}
+
+main().then(
+  () => {
+    cleanup();
+    process.exit(0);
+  },
+  (e) => {
+    console.error(`bench: ${e.message}`);
+    cleanup();
+    process.exit(1);
+  },
+);
