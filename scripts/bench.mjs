@@ -23,7 +23,7 @@
 //   --paths L   only these of ptp,agent,perexec (profiling, quick checks; not for the published table)
 //   --out DIR   where latest.{json,md,svg} go (default bench/results)
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { cpus, release, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -120,12 +120,18 @@ const log = (s) => process.stderr.write(s + '\n');
 async function main() {
   const started = Date.now();
   log(`bench: ${PODS} pods, concurrency ${CONC.join(',')}, ${cpus().length} CPUs; setting up`);
+  // ---- a private copy of the package ----
+  // The bundles and the addon are copied, as an install would: a rebuild in
+  // the working tree during the run (node-gyp removes build/ first) must not
+  // break or skew it.
+  const pkg = snapshotPackage(join(tmp, 'pkg'));
+
   // ---- datastore ----
   etcd = await startEtcd();
   const ctlEnv = { PATH: process.env.PATH, ETCD_ENDPOINTS: etcd.endpoint };
-  execFileSync(process.execPath, [join(root, 'dist/netpluginctl.mjs'), 'datastore', 'init'], { env: ctlEnv, stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync(process.execPath, [join(pkg, 'dist/netpluginctl.mjs'), 'datastore', 'init'], { env: ctlEnv, stdio: ['ignore', 'ignore', 'inherit'] });
   const poolDoc = { apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'bench-pool' }, spec: { cidr: '10.78.0.0/16', blockSize: 26, natOutgoing: false } };
-  execFileSync(process.execPath, [join(root, 'dist/netpluginctl.mjs'), 'apply', '-f', '-'], { env: ctlEnv, input: JSON.stringify(poolDoc), stdio: ['pipe', 'ignore', 'inherit'] });
+  execFileSync(process.execPath, [join(pkg, 'dist/netpluginctl.mjs'), 'apply', '-f', '-'], { env: ctlEnv, input: JSON.stringify(poolDoc), stdio: ['pipe', 'ignore', 'inherit'] });
 
   // ---- binaries as installed ----
   const agentBin = join(tmp, 'bin-agent', 'netplugin');
@@ -136,14 +142,14 @@ async function main() {
     chmodSync(b, 0o755);
   }
   // The per-exec install: install-cni writes this file beside the shim (node, package dir).
-  writeFileSync(join(dirname(execBin), 'netplugin.fallback'), `${process.execPath}\n${root}\n`);
+  writeFileSync(join(dirname(execBin), 'netplugin.fallback'), `${process.execPath}\n${pkg}\n`);
   const socket = join(tmp, 'run', 'cni.sock');
   const noAgent = join(tmp, 'run', 'no-agent.sock');
 
   // ---- the agent ----
   // Kept after the run for a closer look (node scripts/bench/profile.mjs DIR).
   const profDir = join(tmpdir(), `netplugin-bench-prof-${process.pid}`);
-  const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(root, 'dist/netplugin-node.mjs'), '--socket', socket, '--log-level', 'WARNING'];
+  const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.mjs'), '--socket', socket, '--log-level', 'WARNING'];
   agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
   let agentLog = '';
   agent.stderr.on('data', (d) => {
@@ -252,7 +258,7 @@ async function main() {
   const mem = memoryMiB(agent.pid);
 
   // ---- the pure dataplane ----
-  const dataplane = await dataplaneCost(namespaces.slice(0, Math.min(PODS, 200)));
+  const dataplane = await dataplaneCost(pkg, namespaces.slice(0, Math.min(PODS, 200)));
   log(`bench: dataplane setup p50 ${dataplane.setup.p50.toFixed(3)} ms, teardown p50 ${dataplane.teardown.p50.toFixed(3)} ms`);
 
   // ---- stop the agent (writes its profile) ----
@@ -326,10 +332,30 @@ async function main() {
   log(`bench: wrote ${join(OUT, 'latest.{json,md,svg}')} in ${result.durationSec.toFixed(0)} s`);
 }
 
+/** dist/, the native addon and package.json under dir (node_modules linked); returns dir. */
+function snapshotPackage(dir) {
+  mkdirSync(join(dir, 'dist'), { recursive: true });
+  for (const f of readdirSync(join(root, 'dist'))) if (f.endsWith('.mjs')) copyFileSync(join(root, 'dist', f), join(dir, 'dist', f));
+  copyFileSync(join(root, 'package.json'), join(dir, 'package.json'));
+  symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
+  const built = join(root, 'build/Release/netplugin_netlink.node');
+  const pre = join(root, `prebuilds/${process.platform}-${process.arch}/netplugin.node`);
+  if (existsSync(built)) {
+    mkdirSync(join(dir, 'build/Release'), { recursive: true });
+    copyFileSync(built, join(dir, 'build/Release/netplugin_netlink.node'));
+  } else if (existsSync(pre)) {
+    mkdirSync(dirname(join(dir, pre.slice(root.length + 1))), { recursive: true });
+    copyFileSync(pre, join(dir, pre.slice(root.length + 1)));
+  } else {
+    throw new Error('the native addon is missing (build/Release or prebuilds/); run npm run build:native');
+  }
+  return dir;
+}
+
 /** setupWorkload/teardownWorkload in this process (the host namespace is ours), one IPv4 address each. */
-async function dataplaneCost(pods) {
+async function dataplaneCost(pkg, pods) {
   const { build } = await import('esbuild');
-  const out = join(root, 'build', 'bench', 'dataplane-inproc.mjs');
+  const out = join(pkg, 'bench', 'dataplane-inproc.mjs');
   mkdirSync(dirname(out), { recursive: true });
   await build({ entryPoints: [join(root, 'src/dataplane/index.ts')], outfile: out, bundle: true, platform: 'node', format: 'esm', target: 'node20', external: ['node-gyp-build'], logLevel: 'warning' });
   const dp = await import(out);

@@ -34,6 +34,7 @@ const NODE_IP = '203.0.113.10';
 const LOCK_DIR = '/var/run/netplugin';
 
 const suffix = randomBytes(3).toString('hex');
+let interrupted = false;
 const state = {
   tmp: undefined,
   etcd: undefined,
@@ -90,6 +91,8 @@ async function ctl(args, { input, quiet = false, heredoc } = {}) {
 }
 
 function sh(file, args) {
+  // After Ctrl-C, cleanup() owns the state: the steps still in flight must not add to it.
+  if (interrupted) throw new DemoError('interrupted');
   try {
     return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (e) {
@@ -126,8 +129,7 @@ function fetchText(url) {
 async function main() {
   const nsName = preflight();
   process.stdout.write(`${bold('netplugin demo')}: a node, a datastore, three pods, a host port, and a clean teardown.\n`);
-  note(`The demo runs in the throwaway network namespace "${nsName}" (scripts/in-netns), which plays the node: host veths, /32 routes,`);
-  note(`sysctls and portmap's NAT rules are created there, and your real root namespace is never modified.`);
+  process.stdout.write(`The node is the throwaway network namespace "${nsName}" (scripts/in-netns): host veths, /32 routes, sysctls and NAT rules go there, never into your real root namespace.\n`);
   state.tmp = mkdtempSync(join(tmpdir(), 'netplugin-demo-'));
   const binDir = join(state.tmp, 'opt-cni-bin');
   const confDir = join(state.tmp, 'etc-cni-net.d');
@@ -208,7 +210,7 @@ async function main() {
     p.ip = String(r.json.ips?.[0]?.address ?? '').split('/')[0];
     if (!p.ip) throw new DemoError(`ADD of ${p.pod} returned no address: ${r.stdout}`);
     if (showFull) {
-      note('Result (CNI 1.0.0):');
+      note(`Result (CNI ${r.json.cniVersion}):`);
       block(JSON.stringify(r.json, null, 2));
     }
     line(`${bold(p.pod.padEnd(6))} ${eth?.name ?? 'eth0'} ${green(r.json.ips[0].address.padEnd(15))} mac ${eth?.mac ?? '?'}  host veth ${host?.name ?? '?'}  ${yellow(ms(r.ms).padStart(7))} ${dim(`(${path})`)}`);
@@ -219,9 +221,12 @@ async function main() {
   note('No agent answers on the socket, so the shim ran `node dist/netplugin.mjs` with the same input: correct, but it pays a Node start.');
 
   step('Start the node agent (the fast path)');
-  cmd(`netplugin-node --socket ${socket} 2>$TMP/agent.log &`);
-  state.agent = await startAgent(NODE, AGENT, socket, agentLog);
+  const agentArgs = ['--socket', socket, '--config', conflistPath];
+  cmd(`netplugin-node ${agentArgs.join(' ')} 2>$TMP/agent.log &`);
+  state.agent = await startAgent(NODE, AGENT, agentArgs, socket, agentLog, 'node ready');
   ok(`listening on ${socket} (mode ${(statSync(socket).mode & 0o777).toString(8)}, root only)`);
+  note('With --config it opens the conflist\'s datastore at start (kept warm for requests) and initialises ClusterInformation:');
+  block(shortLog(readFileSync(agentLog, 'utf8').split('\n').filter((l) => /datastore initialised|node ready/.test(l))), '    ');
   note('On a node it is a systemd unit (deploy/netplugin-node.service) or a DaemonSet (deploy/netplugin-node-daemonset.yaml).');
 
   step('Two pods through the shim and the warm agent, exec\'d exactly as a runtime does');
@@ -229,8 +234,8 @@ async function main() {
   await addPod(podB, 'shim -> agent', false);
   const served = readFileSync(agentLog, 'utf8').split('\n').filter((l) => l.includes('CNI request served'));
   note(`agent log (${served.length} requests served):`);
-  block(served.map((l) => l.replace(/([0-9a-f]{12})[0-9a-f]{52}/g, '$1...')).join('\n'), '    ');
-  note('The agent\'s first request also loads the plugin code and connects to etcd; later requests find both warm.');
+  block(shortLog(served), '    ');
+  note('The agent loads the plugin code on its first request; later requests find it warm.');
 
   step('Ping pod to pod, and node to pod');
   cmd('ip route');
@@ -245,9 +250,9 @@ async function main() {
     [null, podA],
   ];
   for (const [from, to] of pings) {
-    const args = from ? ['netns', 'exec', from.netns, 'ping', '-c1', '-W2', to.ip] : ['ping', '-c1', '-W2', to.ip];
-    const r = await run(from ? 'ip' : 'ping', from ? args : args.slice(1));
-    const shown = from ? `ip netns exec ${from.netns} ping -c1 -W2 ${to.ip}` : `ping -c1 -W2 ${to.ip}`;
+    const argv = [...(from ? ['ip', 'netns', 'exec', from.netns] : []), 'ping', '-c1', '-W2', to.ip];
+    const r = await run(argv[0], argv.slice(1));
+    const shown = argv.join(' ');
     const rtt = /time=([\d.]+ ms)/.exec(r.stdout)?.[1];
     if (r.code !== 0) {
       cmd(shown);
@@ -308,7 +313,7 @@ async function main() {
   (extra.length ? fail : ok)(`links in the node namespace: ${links.join(', ')}${extra.length ? `  (left over: ${extra.join(', ')})` : ''}`);
   if (extra.length) problems.push(`links left: ${extra.join(', ')}`);
   const routes = sh('ip', ['-4', 'route', 'show']).trim().split('\n').filter(Boolean);
-  const podRoutes = routes.filter((r) => r.startsWith('10.88.'));
+  const podRoutes = routes.filter((r) => r.startsWith(POOL_CIDR.split('.').slice(0, 3).join('.') + '.') || / dev npi/.test(r));
   (podRoutes.length ? fail : ok)(`pod /32 routes: ${podRoutes.length ? podRoutes.join('; ') : 'none'}`);
   if (podRoutes.length) problems.push(`routes left: ${podRoutes.join('; ')}`);
   const nat = natLines();
@@ -328,6 +333,11 @@ async function main() {
   step('Stop the agent and etcd, remove the temp dirs');
   await cleanup();
   ok(`agent and etcd stopped, ${dim('$TMP')} removed; scripts/in-netns removes the node namespace on exit`);
+}
+
+/** Agent log lines without the timestamp and pid, and with container IDs shortened. */
+function shortLog(lines) {
+  return lines.map((l) => l.replace(/^\S+\s+(\w+)\s+\[\d+\]\s+/, '$1 ').replace(/([0-9a-f]{12})[0-9a-f]{52}/g, '$1...')).join('\n');
 }
 
 function natLines() {
@@ -371,7 +381,6 @@ function cleanup() {
   return state.cleaned;
 }
 
-let interrupted = false;
 for (const [sig, code] of [['SIGINT', 130], ['SIGTERM', 143]]) {
   process.on(sig, () => {
     if (interrupted) return;

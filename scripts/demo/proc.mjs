@@ -1,7 +1,7 @@
 // Processes for the demo: a command runner, a throwaway etcd, the node agent,
 // and a CNI "runtime" that execs plugins the way libcni does.
 import { spawn } from 'node:child_process';
-import { accessSync, constants, existsSync, mkdirSync, openSync, closeSync } from 'node:fs';
+import { accessSync, closeSync, constants, existsSync, openSync, readFileSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { join } from 'node:path';
 
@@ -115,12 +115,16 @@ function socketAnswers(path) {
   });
 }
 
-/** The node agent serving the shim's socket; its stderr goes to `logFile`. */
-export async function startAgent(nodeBin, agentBundle, socket, logFile) {
+/**
+ * The node agent serving the shim's socket; its stderr goes to `logFile`.
+ * With `readyText`, also waits for that log line (the agent's node preparation
+ * runs beside the server and would otherwise compete with the first request).
+ */
+export async function startAgent(nodeBin, agentBundle, args, socket, logFile, readyText) {
   const fd = openSync(logFile, 'a');
   let child;
   try {
-    child = spawn(nodeBin, [agentBundle, '--socket', socket], { stdio: ['ignore', 'ignore', fd], env: { ...process.env, NODE_EXTRA_CA_CERTS: '' } });
+    child = spawn(nodeBin, [agentBundle, ...args], { stdio: ['ignore', 'ignore', fd], env: { ...process.env, NODE_EXTRA_CA_CERTS: '' } });
   } finally {
     closeSync(fd);
   }
@@ -130,6 +134,14 @@ export async function startAgent(nodeBin, agentBundle, socket, logFile) {
     async () => existsSync(socket) && (await socketAnswers(socket)),
     () => (child.exitCode !== null ? `the agent exited with ${child.exitCode}; see ${logFile}` : undefined),
   );
+  if (readyText) {
+    await waitFor(
+      `netplugin-node: "${readyText}" in its log`,
+      10_000,
+      async () => readFileSync(logFile, 'utf8').includes(readyText),
+      () => (child.exitCode !== null ? `the agent exited with ${child.exitCode}: ${readFileSync(logFile, 'utf8').trim()}` : undefined),
+    );
+  }
   return child;
 }
 
@@ -186,9 +198,4 @@ export async function cniExec({ command, entry, containerId, netns, ifname = 'et
     json = undefined;
   }
   return { ...r, bin, env, json };
-}
-
-export function ensureDir(p) {
-  mkdirSync(p, { recursive: true });
-  return p;
 }

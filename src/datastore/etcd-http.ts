@@ -32,6 +32,16 @@ import {
 
 type RequestFn = (url: URL, opts: RequestOptions, cb: (res: IncomingMessage) => void) => ClientRequest;
 
+/** Sockets whose TCP (and TLS) handshake completed: a request handed one of them is past connecting. */
+const upSockets = new WeakSet<object>();
+
+/**
+ * Concurrent calls per endpoint. HTTP/1.1 has no multiplexing, so a burst
+ * (the agent serves up to 64 CNI requests at once) would otherwise open a
+ * connection per call; beyond this they queue for a kept-alive one.
+ */
+const MAX_SOCKETS = 32;
+
 /** How long a watch stream may be silent before we check its endpoint still answers. */
 const WATCH_IDLE_CHECK_MS = 20_000;
 const WATCH_BACKOFF_MIN_MS = 100;
@@ -82,7 +92,8 @@ export class HttpKV implements KV {
   private readonly endpoints: string[];
   private readonly tls: TlsMaterial;
   private readonly secure: boolean;
-  private lib: Promise<{ request: RequestFn; agent: Agent }> | undefined;
+  /** `agent` for calls (kept alive, capped); `watchAgent` for watch streams, which hold their socket. */
+  private lib: Promise<{ request: RequestFn; agent: Agent; watchAgent: Agent }> | undefined;
   /** The endpoint that answered last: tried first. */
   private preferred = 0;
   private closed = false;
@@ -94,16 +105,16 @@ export class HttpKV implements KV {
     this.secure = o.endpoints[0]!.startsWith('https:');
   }
 
-  private load(): Promise<{ request: RequestFn; agent: Agent }> {
+  private load(): Promise<{ request: RequestFn; agent: Agent; watchAgent: Agent }> {
     // node:https pulls in node:tls; only TLS endpoints pay for it.
     return (this.lib ??= (async () => {
       if (this.secure) {
         const https = await import('node:https');
-        const agent = new https.Agent({ keepAlive: true, ca: this.tls.ca, cert: this.tls.cert, key: this.tls.key });
-        return { request: https.request as RequestFn, agent };
+        const tls = { ca: this.tls.ca, cert: this.tls.cert, key: this.tls.key };
+        return { request: https.request as RequestFn, agent: new https.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS, ...tls }), watchAgent: new https.Agent(tls) };
       }
       const http = await import('node:http');
-      return { request: http.request as RequestFn, agent: new http.Agent({ keepAlive: true }) };
+      return { request: http.request as RequestFn, agent: new http.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS }), watchAgent: new http.Agent() };
     })());
   }
 
@@ -143,9 +154,14 @@ export class HttpKV implements KV {
           connected = true;
           clearTimeout(connectDeadline);
         };
-        // The agent hands out either a kept-alive socket or one it just began to dial.
-        if (req.reusedSocket) up();
-        else s.once(this.secure ? 'secureConnect' : 'connect', up);
+        // The agent hands out a kept-alive socket, one that just finished
+        // another request (queued behind maxSockets), or one it began to dial.
+        if (req.reusedSocket || upSockets.has(s)) return up();
+        const ev = this.secure ? 'secureConnect' : 'connect';
+        s.once(ev, () => {
+          upSockets.add(s);
+          up();
+        });
       });
       req.on('error', (e: NodeJS.ErrnoException) => fail(connected && !isTlsRejection(e) ? 'sent' : 'connect', e));
       req.end(body);
@@ -349,7 +365,7 @@ export class HttpKV implements KV {
       let request: RequestFn;
       let agent: Agent;
       try {
-        ({ request, agent } = await this.load());
+        ({ request, watchAgent: agent } = await this.load());
       } catch (e) {
         return end({ compacted: false, error: e as Error });
       }
@@ -420,6 +436,9 @@ export class HttpKV implements KV {
   close(): void {
     this.closed = true;
     for (const stop of [...this.watches]) stop();
-    void this.lib?.then(({ agent }) => agent.destroy());
+    void this.lib?.then(({ agent, watchAgent }) => {
+      agent.destroy();
+      watchAgent.destroy();
+    });
   }
 }

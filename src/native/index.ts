@@ -96,7 +96,7 @@ function load(): Addon {
   if (a.ABI_VERSION !== NATIVE_ABI_VERSION) {
     throw new Error(
       `netplugin: native addon ${file} has ABI_VERSION ${String(a.ABI_VERSION)}, expected ${NATIVE_ABI_VERSION}: ` +
-        `it is stale; rebuild it with 'npm run build:native' (or 'npm run prebuild' for prebuilds/)`,
+        `it is stale; rebuild it with 'npm run build:native' (or 'npm run prebuildify' for prebuilds/)`,
     );
   }
   a.setErrorClass(NetlinkError);
