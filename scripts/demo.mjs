@@ -250,7 +250,7 @@ async function main() {
     [null, podA],
   ];
   for (const [from, to] of pings) {
-    const argv = [...(from ? ['ip', 'netns', 'exec', from.netns] : []), 'ping', '-c1', '-W2', to.ip];
+    const argv = [...(from ? ['ip', 'netns', 'exec', from.netns] : []), 'ping', '-c1', '-w5', to.ip];
     const r = await run(argv[0], argv.slice(1));
     const shown = argv.join(' ');
     const rtt = /time=([\d.]+ ms)/.exec(r.stdout)?.[1];

@@ -19,6 +19,12 @@ export interface WorkerPoolOptions {
    * name, message, stack and the fields code, errno, op, subject, ... copied.
    */
   reviveError?: (fields: SerializedError) => Error;
+  /**
+   * V8 heap limits per thread. A dataplane worker holds a few small objects,
+   * so small limits keep each thread's resident memory low (the agent runs
+   * several threads that mostly sleep in the kernel).
+   */
+  resourceLimits?: { maxYoungGenerationSizeMb?: number; maxOldGenerationSizeMb?: number; codeRangeSizeMb?: number; stackSizeMb?: number };
 }
 
 export interface WorkerPool {
@@ -95,7 +101,7 @@ export function createWorkerPool(opts: WorkerPoolOptions): WorkerPool {
   let closed = false;
 
   const spawn = (i: number): Slot => {
-    const worker = new Worker(HOST, { eval: true, workerData: { module: moduleUrl } });
+    const worker = new Worker(HOST, { eval: true, workerData: { module: moduleUrl }, ...(opts.resourceLimits ? { resourceLimits: opts.resourceLimits } : {}) });
     const slot: Slot = { worker, pending: new Map() };
     worker.on('message', (m: { id: number; ok: boolean; value?: unknown; error?: SerializedError }) => {
       const p = slot.pending.get(m.id);

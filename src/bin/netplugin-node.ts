@@ -2,6 +2,9 @@
 // native shim (/opt/cni/bin/netplugin) forwards to, so pod setup runs in a warm
 // process instead of a fresh Node per call. Policy enforcement comes later.
 import { parseArgs } from 'node:util';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { DEFAULT_NODENAME_FILE } from '../config/fields.js';
 import type { PluginSpec } from '../cni/types.js';
 import { DEFAULT_SOCKET } from '../agent/protocol.js';
 import { startCniServer, type CniServer } from '../agent/server.js';
@@ -9,7 +12,7 @@ import { createLogger, normalizeLevel } from '../log/index.js';
 import { createWorkerPool } from '../agent/worker-pool.js';
 import { setDataplanePort } from '../plugins/main/runtime.js';
 import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
-import { startNodeInit, type NodeInit } from '../agent/node-init.js';
+import { readNetpluginConf, startNodeInit, type NodeInit } from '../agent/node-init.js';
 import type { Logger } from '../cni/types.js';
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
@@ -21,17 +24,20 @@ async function enableIpv6Forwarding(log: Logger): Promise<void> {
   }
 }
 
-const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--ipv6-forwarding auto|on|off]
-                     [--log-level ERROR|WARNING|INFO|DEBUG] [--max-concurrent N]
+const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename NAME] [--ipv6-forwarding auto|on|off]
+                     [--log-level ERROR|WARNING|INFO|DEBUG] [--max-concurrent N] [--dataplane-threads N]
 
   --socket PATH        CNI socket the shim connects to (default: $NETPLUGIN_AGENT_SOCKET or ${DEFAULT_SOCKET})
   --config FILE        the node's CNI config (e.g. /etc/cni/net.d/10-netplugin.conflist): at start, open
                        its datastore (kept warm for requests), initialise ClusterInformation, and turn on
                        IPv6 forwarding when IPv6 is in use
+  --nodename NAME      the name this node registered with; written to the netconf's nodename_file
+                       (default /var/lib/netplugin/nodename) so plugins without a netconf nodename agree
   --ipv6-forwarding M  auto (default: on when the config assigns IPv6 or an enabled IPv6 IPPool exists),
                        on, or off (never touch net.ipv6.conf.all.forwarding)
   --log-level L        default INFO
   --max-concurrent N   CNI requests run at once per plugin (default 64)
+  --dataplane-threads N  worker threads for netlink work (default 4; a veth deletion holds one ~20 ms)
 `;
 
 // Handlers load on the first request that needs them, as in the per-exec entry.
@@ -52,15 +58,17 @@ function usageError(msg: string): never {
 }
 
 async function main(): Promise<void> {
-  let values: { socket?: string; config?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'max-concurrent'?: string; help?: boolean };
+  let values: { socket?: string; config?: string; nodename?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'max-concurrent'?: string; 'dataplane-threads'?: string; help?: boolean };
   try {
     ({ values } = parseArgs({
       options: {
         socket: { type: 'string' },
         config: { type: 'string' },
+        nodename: { type: 'string' },
         'ipv6-forwarding': { type: 'string' },
         'log-level': { type: 'string' },
         'max-concurrent': { type: 'string' },
+        'dataplane-threads': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       allowPositionals: false,
@@ -84,17 +92,33 @@ async function main(): Promise<void> {
   const v6 = values['ipv6-forwarding'] ?? 'auto';
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
+  let dataplaneThreads = 4;
+  if (values['dataplane-threads'] !== undefined) {
+    dataplaneThreads = Number(values['dataplane-threads']);
+    if (!Number.isInteger(dataplaneThreads) || dataplaneThreads < 1 || dataplaneThreads > 64) {
+      usageError(`--dataplane-threads '${values['dataplane-threads']}' is not an integer from 1 to 64`);
+    }
+  }
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
   const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
 
-  // Dataplane work goes to worker threads (one per core is plenty: each call is
-  // a few syscalls, the slow part is the kernel's own veth teardown).
-  const pool = createWorkerPool({ module: new URL('./netplugin-worker.mjs', import.meta.url), size: Math.max(2, Math.min(4, (await import('node:os')).availableParallelism())) });
+  // Dataplane work goes to worker threads. Their count bounds DEL throughput,
+  // not CPU: a veth deletion sleeps ~20 ms in the kernel (RCU grace period)
+  // while holding its thread, so a burst of DELs needs threads, not cores.
+  const pool = createWorkerPool({ module: new URL('./netplugin-worker.mjs', import.meta.url), size: dataplaneThreads, resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 24 } });
   setDataplanePort({
     setup: (spec: WorkloadSpec) => pool.call<WorkloadState>('setupWorkload', spec),
     teardown: (o: TeardownOptions) => pool.call<{ removed: boolean }>('teardownWorkload', o),
     check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
   });
+
+  if (values.nodename !== undefined) {
+    try {
+      writeNodename(values.nodename, values.config);
+    } catch (e) {
+      usageError((e as Error).message);
+    }
+  }
 
   let server: CniServer;
   try {
@@ -141,6 +165,19 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+}
+
+/** The plugin falls back to this file when its netconf has no nodename (src/config/nodename.ts); written atomically. */
+function writeNodename(name: string, configPath: string | undefined): void {
+  if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(name)) {
+    throw new Error(`--nodename '${name}' is not a valid node name (lower-case letters, digits, '-' and '.', as Kubernetes node names)`);
+  }
+  const conf = configPath ? readNetpluginConf(configPath) : {};
+  const file = typeof conf['nodename_file'] === 'string' ? (conf['nodename_file'] as string) : DEFAULT_NODENAME_FILE;
+  mkdirSync(dirname(file), { recursive: true });
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, name + '\n', { mode: 0o644 });
+  renameSync(tmp, file);
 }
 
 main().catch((e: Error) => {

@@ -26,7 +26,6 @@ import type { DatastoreConfig } from './index.js';
 import { GatewayUnusableError, prefixEnd, type CallContext, type KV, type KVOptions, type KeyValue, type TlsMaterial, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
 import { HttpKV } from './etcd-http.js';
 
-export { classifySocketError } from './etcd-kv.js';
 export type { TlsMaterial } from './etcd-kv.js';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;

@@ -117,7 +117,33 @@ export interface IpamOptions {
   /** CAS attempts per object before giving up (default 10). */
   maxRetries?: number;
   log?: Logger;
+  /**
+   * Batch concurrent assignments: requests that wait for the same lock and
+   * ask for the same thing (node, families, pool lists; no requested IPs) are
+   * served by one lock acquisition and one block write per block. Instances
+   * with this option on the same datastore and lock path share their queues,
+   * so a per-request Ipam (with its own logger) still joins the batch.
+   * For a resident process (the node agent); a per-exec process never has
+   * more than one request to batch.
+   */
+  batch?: boolean;
 }
+
+/** One assignment waiting in a batch queue. */
+interface PendingAssign {
+  req: AssignRequest;
+  early: Promise<[{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec, HandleRes | undefined]>;
+  resolve: (v: Assigned[]) => void;
+  reject: (e: unknown) => void;
+  /** What this request got so far in the batch (per family). */
+  done: Assigned[];
+  failed?: unknown;
+  /** Per-request handle state for raiseHandle. */
+  ctx?: Ctx;
+}
+
+// Per datastore: batch key -> requests queued for the next lock acquisition.
+const batchQueues = new WeakMap<Datastore, Map<string, PendingAssign[]>>();
 
 const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
 
@@ -156,6 +182,7 @@ export class Ipam {
   private readonly lockTimeoutMs: number | undefined;
   private readonly maxRetries: number;
   private readonly log: Logger;
+  private readonly batch: boolean;
 
   constructor(
     private readonly ds: Datastore,
@@ -165,6 +192,7 @@ export class Ipam {
     this.lockTimeoutMs = opts.lockTimeoutMs;
     this.maxRetries = Math.max(1, opts.maxRetries ?? 10);
     this.log = opts.log ?? noopLog;
+    this.batch = opts.batch === true;
   }
 
   // ---------------------------------------------------------------- locking
@@ -605,7 +633,12 @@ export class Ipam {
     return undefined;
   }
 
-  private async assignAuto(ctx: Ctx, family: Family): Promise<Assigned> {
+  /**
+   * The pools an automatic assignment of `family` may use, in order, and
+   * whether the order is automatic (own blocks in any pool come first) or
+   * the request's explicit list. Throws when no pool qualifies.
+   */
+  private async selectPools(ctx: Ctx, family: Family): Promise<{ pools: PoolInfo[]; ownFirst: boolean }> {
     const fields = ctx.req.fields ?? {};
     const explicit = family === 4 ? ctx.req.ipv4Pools : ctx.req.ipv6Pools;
     const field = (family === 4 ? fields.ipv4Pools : fields.ipv6Pools) ?? (family === 4 ? 'ipv4_pools' : 'ipv6_pools');
@@ -636,6 +669,13 @@ export class Ipam {
         const bad = ctx.badPools.length ? `; invalid pools ignored: ${ctx.badPools.join('; ')}` : '';
         throw ipamError(`no enabled IPv${family} pool selects node '${ctx.node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector`);
       }
+    }
+    return { pools, ownFirst: !(explicit && explicit.length) };
+  }
+
+  private async assignAuto(ctx: Ctx, family: Family): Promise<Assigned> {
+    const { pools, ownFirst } = await this.selectPools(ctx, family);
+    if (ownFirst) {
       // Without an explicit order, use blocks the node already holds in any
       // selected pool before claiming a new one anywhere.
       for (const p of pools) {
@@ -643,7 +683,6 @@ export class Ipam {
         if (got) return got;
       }
     }
-    const ownFirst = !(explicit && explicit.length);
     for (const p of pools) {
       const got = (ownFirst ? undefined : await this.fromOwnBlocks(ctx, p)) ?? (await this.fromNewBlock(ctx, p)) ?? (await this.borrow(ctx, p));
       if (got) return got;

@@ -227,12 +227,14 @@ describe.each(['0.3.1', '1.0.0'])('dual stack, cniVersion %s', (v) => {
     expect(sysctl(`net.ipv6.conf.${hostIf}.forwarding`)).toBe('1');
     expect(sysctl('net.ipv6.conf.all.forwarding', pod.name)).toBe('0');
     // The pod reaches the host over IPv6 through its default route (proves the link-local gateway works, no DAD wait).
+    // `-w5`: one reply within 5 s (a ping a second). Under a load average of 20+ on
+    // 2 cores a single 2 s wait was seen to expire; a broken path still fails.
     const { execFileSync } = await import('node:child_process');
     execFileSync('ip', ['addr', 'add', 'fd77:1:ffff::1/128', 'dev', 'lo']);
     try {
-      execFileSync('ip', ['netns', 'exec', pod.name, 'ping', '-6', '-c1', '-W2', 'fd77:1:ffff::1'], { stdio: 'ignore' });
+      execFileSync('ip', ['netns', 'exec', pod.name, 'ping', '-6', '-c1', '-w5', 'fd77:1:ffff::1'], { stdio: 'ignore' });
       execFileSync('ip', ['addr', 'add', '10.77.1.254/32', 'dev', 'lo']);
-      execFileSync('ip', ['netns', 'exec', pod.name, 'ping', '-c1', '-W2', '10.77.1.254'], { stdio: 'ignore' });
+      execFileSync('ip', ['netns', 'exec', pod.name, 'ping', '-c1', '-w5', '10.77.1.254'], { stdio: 'ignore' });
     } finally {
       execFileSync('ip', ['addr', 'del', 'fd77:1:ffff::1/128', 'dev', 'lo'], { stdio: 'ignore' });
       try {

@@ -53,7 +53,7 @@ function spec(over: Partial<WorkloadSpec> = {}): WorkloadSpec {
 
 const cat = (ns: string, file: string) => inNetns(ns, 'cat', [file]).trim();
 const ipJson = (ns: string, args: string[]): any[] => JSON.parse(inNetns(ns, 'ip', ['-j', ...args]));
-const ping = (ns: string, addr: string) => inNetns(ns, 'ping', ['-c', '1', '-W', '2', addr]);
+const ping = (ns: string, addr: string) => inNetns(ns, 'ping', ['-c', '1', '-w', '5', addr]);
 
 describe('hostVethName', () => {
   it("is the prefix plus the first 11 hex chars of sha1(key), within IFNAMSIZ", () => {
