@@ -89,7 +89,7 @@ try {
     platform: 'node',
     target: 'node20',
     format: 'esm',
-    external: ['etcd3', '@kubernetes/client-node', 'node-gyp-build', 'yaml'],
+    external: ['etcd3', 'node-gyp-build', 'yaml'],
     banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
     logLevel: 'error',
   });

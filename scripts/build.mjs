@@ -1,6 +1,6 @@
 // Bundles each executable's entry (src/bin/*.ts) into one file in dist/, so a
-// per-exec start resolves few modules. Heavy clients (etcd3, the Kubernetes
-// client) stay external and are loaded lazily, only when a command needs them.
+// per-exec start resolves few modules. etcd3 (gRPC, only when a datastore asks
+// for that transport) and yaml stay external and are loaded lazily.
 import { build } from 'esbuild';
 import { readdirSync, mkdirSync, chmodSync } from 'node:fs';
 import { join, basename, dirname } from 'node:path';
@@ -21,7 +21,7 @@ await Promise.all(
       format: 'esm',
       sourcemap: 'linked',
       legalComments: 'none',
-      external: ['etcd3', '@kubernetes/client-node', 'node-gyp-build', 'yaml'],
+      external: ['etcd3', 'node-gyp-build', 'yaml'],
       banner: {
         js: "#!/usr/bin/env node\nimport { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);",
       },

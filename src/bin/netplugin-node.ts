@@ -10,7 +10,8 @@ import { DEFAULT_SOCKET } from '../agent/protocol.js';
 import { startCniServer, type CniServer } from '../agent/server.js';
 import { createLogger, normalizeLevel } from '../log/index.js';
 import { createWorkerPool } from '../agent/worker-pool.js';
-import { setDataplanePort } from '../plugins/main/runtime.js';
+import { enableIpamBatching, setDataplanePort } from '../plugins/main/runtime.js';
+import { enablePodCache } from '../plugins/main/common.js';
 import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
 import { readNetpluginConf, startNodeInit, type NodeInit } from '../agent/node-init.js';
 import type { Logger } from '../cni/types.js';
@@ -111,6 +112,8 @@ async function main(): Promise<void> {
     teardown: (o: TeardownOptions) => pool.call<{ removed: boolean }>('teardownWorkload', o),
     check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
   });
+  enableIpamBatching();
+  enablePodCache(log);
 
   if (values.nodename !== undefined) {
     try {

@@ -176,7 +176,7 @@ export async function cmdIpamShow(ds: Datastore, io: CtlIO, args: { showBlocks?:
       ];
       if (w.namespace || w.pod) lines.push(`  pod:       ${w.namespace ?? ''}/${w.pod ?? ''}`);
       lines.push(`  endpoint:  ${w.workloadEndpoint ?? '(no workload endpoint: run netpluginctl ipam check)'}`);
-      const extra = Object.entries(w.attributes ?? {}).filter(([k]) => !['node', 'namespace', 'pod'].includes(k));
+      const extra = Object.entries(w.attributes ?? {}).filter(([k]) => !['node', 'namespace', 'pod', 'handle'].includes(k));
       for (const [k, v] of extra) lines.push(`  ${(k + ':').padEnd(10)} ${v}`);
       io.stdout(lines.join('\n') + '\n');
     }

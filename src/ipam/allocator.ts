@@ -769,7 +769,232 @@ export class Ipam {
     // connection outside the lock, so holders keep it for less time.
     const early = Promise.all([this.loadPools(), this.loadConfig(), this.getHandle(req.handleID)]);
     early.catch(() => undefined); // awaited below; do not let a failure go unhandled while we wait
+    if (this.batch && !requested.length) return this.enqueue(req, early);
     return this.exclusive(req.node, () => this.assignLocked(req, requested, early));
+  }
+
+  // ---------------------------------------------------------------- batching
+
+  /**
+   * Queue an assignment for the next lock acquisition. Requests that arrive
+   * while a batch waits for the lock join it; only requests asking for the
+   * same thing share a queue, so one set of reads and pool choices serves
+   * all of them.
+   */
+  private enqueue(req: AssignRequest, early: PendingAssign['early']): Promise<Assigned[]> {
+    return new Promise<Assigned[]>((resolve, reject) => {
+      const item: PendingAssign = { req, early, resolve, reject, done: [] };
+      let queues = batchQueues.get(this.ds);
+      if (!queues) batchQueues.set(this.ds, (queues = new Map()));
+      const key = JSON.stringify([this.lockPath, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
+      const waiting = queues.get(key);
+      if (waiting) {
+        waiting.push(item);
+        return;
+      }
+      const items = [item];
+      const all = queues;
+      all.set(key, items);
+      this.exclusive(req.node, () => {
+        // Whatever queued while we waited for the lock is served now; later
+        // arrivals start the next batch.
+        if (all.get(key) === items) all.delete(key);
+        return this.assignBatchLocked(items);
+      }).catch((e) => {
+        if (all.get(key) === items) all.delete(key);
+        for (const it of items) it.reject(e);
+      });
+    });
+  }
+
+  private async assignBatchLocked(items: PendingAssign[]): Promise<void> {
+    if (items.length === 1) {
+      const it = items[0]!;
+      await this.assignLocked(it.req, [], it.early).then(it.resolve, it.reject);
+      return;
+    }
+    const settled = await Promise.allSettled(items.map((it) => it.early));
+    const batch: PendingAssign[] = [];
+    let shared: [{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec] | undefined;
+    for (const [i, it] of items.entries()) {
+      const r = settled[i]!;
+      if (r.status === 'rejected') {
+        it.reject(r.reason);
+      } else if (r.value[2]) {
+        // A retried ADD (its handle exists): the one-by-one path returns what it holds.
+        await this.assignLocked(it.req, [], it.early).then(it.resolve, it.reject);
+      } else {
+        shared ??= [r.value[0], r.value[1]];
+        batch.push(it);
+      }
+    }
+    if (!batch.length || !shared) return;
+    if (batch.length === 1) {
+      const it = batch[0]!;
+      await this.assignLocked(it.req, [], it.early).then(it.resolve, it.reject);
+      return;
+    }
+    const req = batch[0]!.req;
+    const [{ pools, bad }, config] = shared;
+    const affinities = await this.nodeAffinities(req.node);
+    this.log.debug('ipam: serving a batch of assignments under the host lock', { node: req.node, size: batch.length, affinities: affinities.length });
+    const ctx: Ctx = { req, node: req.node, pools, badPools: bad, config, affinities, handle: undefined };
+    for (const it of batch) it.ctx = { ...ctx, req: it.req, handle: undefined };
+    const families = [req.assignIPv4 ? 4 : 0, req.assignIPv6 ? 6 : 0].filter(Boolean) as Family[];
+    for (const family of families) {
+      let queue = batch.filter((it) => it.failed === undefined);
+      while (queue.length) {
+        let individual: PendingAssign[];
+        try {
+          ({ rest: queue, individual } = await this.batchFromOwnBlocks(ctx, family, queue));
+        } catch (e) {
+          // Pool selection or a block read failed for the whole batch: each
+          // request goes its own way (and reports its own error).
+          this.log.debug('ipam: batch step failed; assigning one by one', { error: String(e) });
+          // Those served before the failure keep their address.
+          individual = queue.filter((it) => !it.done.some((d) => d.family === family));
+          queue = [];
+        }
+        for (const it of individual) await this.assignOneOfBatch(ctx, it, family);
+        // The node's blocks are full: one request the one-by-one way (it
+        // claims a new block or borrows), then the rest as a batch again.
+        const next = queue.shift();
+        if (next) await this.assignOneOfBatch(ctx, next, family);
+      }
+    }
+    const failed = batch.filter((it) => it.failed !== undefined);
+    for (const it of batch) if (it.failed === undefined) it.resolve(it.done);
+    for (const it of failed) {
+      // The handle did not exist before this batch: release all of it, which
+      // also drops a count raised for an address not taken.
+      try {
+        await this.releaseLocked(it.req.handleID);
+      } catch (re) {
+        this.log.error('ipam: could not roll back a failed assignment', { handle: it.req.handleID, error: String(re) });
+      }
+      const e = it.failed;
+      if (it.done.length && e instanceof CniError) {
+        it.reject(new CniError(e.code, `${e.message} (the ${it.done.map((d) => `IPv${d.family} address ${d.ip}`).join(' and ')} assigned in the same request was released: dual-stack assignment is all-or-nothing)`, e.details));
+      } else {
+        it.reject(e);
+      }
+    }
+  }
+
+  /** Serve what fits in the node's own blocks, one block write per block. */
+  private async batchFromOwnBlocks(ctx: Ctx, family: Family, queue: PendingAssign[]): Promise<{ rest: PendingAssign[]; individual: PendingAssign[] }> {
+    const { pools, ownFirst } = await this.selectPools(ctx, family);
+    // With an explicit list the first pool's new block comes before the next
+    // pool's own blocks, which the one-by-one path handles.
+    const candidates = ownFirst ? pools : pools.slice(0, 1);
+    let rest = queue;
+    const individual: PendingAssign[] = [];
+    for (const p of candidates) {
+      if (!rest.length) break;
+      for await (const b of this.ownBlocks(ctx, p)) {
+        const free = b.spec.allocations.filter((x) => x == null).length;
+        if (!free) continue;
+        const take = rest.slice(0, free);
+        const r = await this.allocateBatchIn(ctx, b, p, take);
+        rest = [...r.unserved, ...rest.slice(take.length)];
+        individual.push(...r.failed);
+        if (!rest.length) break;
+      }
+    }
+    return { rest, individual };
+  }
+
+  /**
+   * One block write for several requests: raise every handle (concurrently;
+   * etcd commits concurrent writes with one fsync), then take all addresses
+   * in one compare-and-swap. Returns the requests the block had no room for
+   * and those whose handle write or the shared block write failed.
+   */
+  private async allocateBatchIn(ctx: Ctx, block: BlockRes, pool: PoolInfo, take: PendingAssign[]): Promise<{ unserved: PendingAssign[]; failed: PendingAssign[] }> {
+    const cidrText = block.spec.cidr;
+    const c = checkBlock(block.spec);
+    const timestamp = new Date().toISOString();
+    const held = new Map(take.map((it) => [it, ordinalsOf(block.spec, it.req.handleID).length]));
+    // Step 1 (before the block CAS), as in allocateIn.
+    const raised = await Promise.allSettled(take.map((it) => this.raiseHandle(it.ctx!, cidrText, held.get(it)! + 1)));
+    const ready: PendingAssign[] = [];
+    const failed: PendingAssign[] = [];
+    raised.forEach((r, i) => {
+      if (r.status === 'fulfilled') ready.push(take[i]!);
+      else {
+        this.log.debug('ipam: handle write failed in a batch; assigning that request alone', { handle: take[i]!.req.handleID, error: String(r.reason) });
+        failed.push(take[i]!);
+      }
+    });
+    if (!ready.length) return { unserved: [], failed };
+    let cur: BlockRes | undefined = block;
+    let got: Array<{ it: PendingAssign; ord: number }>;
+    try {
+      got = await this.retry(`allocating in IPAM block ${cidrText}`, async (attempt) => {
+        if (attempt > 0) cur = await this.getBlock(cidrText);
+        if (!cur || cur.spec.deleted) return [];
+        checkBlock(cur.spec);
+        const spec: IPAMBlockSpec = structuredClone(cur.spec);
+        const out: Array<{ it: PendingAssign; ord: number }> = [];
+        for (const it of ready) {
+          const handleID = it.req.handleID;
+          const ord = allocateNext(spec, { handle_id: handleID, secondary: { ...it.req.attrs, node: ctx.node, timestamp, handle: handleID } });
+          if (ord === undefined) break;
+          out.push({ it, ord });
+        }
+        if (!out.length) return [];
+        const stored = await this.ds.update({ ...cur, spec });
+        ctx.blocks?.set(stored.metadata.name, stored);
+        return out;
+      });
+    } catch (e) {
+      // The shared write failed (or may have been applied without an answer):
+      // each request is tried again on its own, which first looks for an
+      // address its handle already holds.
+      this.log.warn('ipam: batched block write failed; assigning its requests one by one', { block: cidrText, size: ready.length, error: String(e) });
+      return { unserved: [], failed: [...failed, ...ready] };
+    }
+    for (const { it, ord } of got) {
+      const ip = addressOf(c, ord);
+      it.done.push({ address: `${ip}/${c.prefix}`, ip, family: c.family, pool: pool.name, block: cidrText });
+    }
+    const served = new Set(got.map((g) => g.it));
+    const unserved = ready.filter((it) => !served.has(it));
+    // Raised for an address not taken here (the block filled up meanwhile):
+    // put the counts back, as allocateIn does. Harmless if it fails.
+    await Promise.all(
+      unserved.map(async (it) => {
+        try {
+          it.ctx!.handle = await this.lowerHandle(it.req.handleID, cidrText, held.get(it)!, it.ctx!.handle);
+        } catch (e) {
+          this.log.debug('ipam: could not lower a handle count', { handle: it.req.handleID, error: String(e) });
+        }
+      }),
+    );
+    return { unserved, failed };
+  }
+
+  /** The one-by-one path for a member of a batch; records the outcome on it. */
+  private async assignOneOfBatch(ctx: Ctx, it: PendingAssign, family: Family): Promise<void> {
+    const own: Ctx = { ...ctx, req: it.req, handle: undefined, capHit: undefined };
+    try {
+      own.handle = await this.getHandle(it.req.handleID);
+      // A failed shared write may have been applied after all: an address of
+      // this family that the handle holds is this request's.
+      const have = own.handle ? (await this.addressesOfHandle(own.handle)).find((a) => a.family === family && !it.done.some((d) => d.ip === a.ip)) : undefined;
+      if (have) {
+        it.done.push({ ...have, pool: ctx.pools.find((p) => containsIP(p.cidr, tryParseIP(have.ip)!))?.name ?? '' });
+        return;
+      }
+      it.done.push(await this.assignAuto(own, family));
+    } catch (e) {
+      it.failed = e;
+    } finally {
+      // Claims and repairs it made are the node's state for the rest of the batch.
+      ctx.affinities = own.affinities;
+      if (own.blocks) ctx.blocks = own.blocks;
+      if (it.ctx) it.ctx.handle = own.handle;
+    }
   }
 
   private async assignLocked(

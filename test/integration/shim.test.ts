@@ -160,7 +160,7 @@ beforeAll(async () => {
     platform: 'node',
     format: 'esm',
     target: 'node20',
-    external: ['etcd3', '@kubernetes/client-node', 'node-gyp-build', 'yaml'],
+    external: ['etcd3', 'node-gyp-build', 'yaml'],
     logLevel: 'error',
   });
   agentSocket = join(tmp, 'run/cni.sock');

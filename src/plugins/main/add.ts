@@ -13,8 +13,8 @@ import { buildWorkloadEndpoint, needsPodLookup, readPodContext, type PodLike } f
 import { ipamFieldNames, pairFloatingIPs, poolsFromResources, resolveWorkloadOptions } from '../../k8s/annotations.js';
 import { Rollback, step } from './rollback.js';
 import { execDelegate } from './delegate.js';
-import { dataplane, getPolicySignal } from './runtime.js';
-import { HOST_MAC, checkClusterReady, datastoreFor, identify, ipamLockPath, kubeClientFor, statusDir, type Workload } from './common.js';
+import { dataplane, getPolicySignal, ipamBatchingEnabled } from './runtime.js';
+import { HOST_MAC, checkClusterReady, datastoreFor, identify, ipamLockPath, kubeClientFor, podSourceFor, statusDir, type Workload } from './common.js';
 
 /** The pod's own address on its interface: /32 or /128 (routing is done by the host's per-address route). */
 export function hostPrefix(ip: string): string {
@@ -47,7 +47,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
   let nsAnnotations: Record<string, string> = {};
   if (wl.pod && needsPodLookup(conf, ctx.args, log)) {
     const kube = await step('reading the pod', () => kubeClientFor(conf));
-    const got = await step('reading the pod', () => readPodContext(kube, wl.pod!, kube.server));
+    const got = await step('reading the pod', async () => readPodContext(await podSourceFor(conf, kube, wl.node, ctx.args.K8S_POD_UID), wl.pod!, kube.server));
     pod = got.pod;
     nsAnnotations = got.namespace.metadata?.annotations ?? {};
   }
@@ -151,7 +151,7 @@ interface EarlyIpam {
 async function earlyIpamReads(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore): Promise<EarlyIpam> {
   const { Ipam } = await import('../../ipam/index.js');
   const lockPath = ipamLockPath(ctx.conf);
-  const ipam = new Ipam(ds, { log: ctx.log, ...(lockPath ? { lockPath } : {}) });
+  const ipam = new Ipam(ds, { log: ctx.log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
   const held = ipam.handleAddresses(wl.handleID);
   const pools = ds.list('IPPool');
   // Awaited only once the datastore is known ready; a failure meanwhile must not go unhandled.

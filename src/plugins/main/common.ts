@@ -6,9 +6,10 @@ import type { CniArgs, Logger } from '../../cni/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, Resource } from '../../datastore/types.js';
 import { hostVethName } from '../../dataplane/names.js';
-import { workloadEndpointName } from '../../k8s/workload.js';
+import { workloadEndpointName, type PodSource } from '../../k8s/workload.js';
 import { getDatastore } from './runtime.js';
 import type { KubeClient } from '../../k8s/client.js';
+import type { CachingPodSource } from '../../k8s/cache.js';
 
 export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 export const DEFAULT_VETH_PREFIX = 'npi';
@@ -98,6 +99,42 @@ export function kubeClientFor(conf: Netconf): Promise<KubeClient> {
     kubeClients.set(key, p);
   }
   return p;
+}
+
+// Watch-fed pod/namespace caches: only in the resident agent (a watch in the
+// one-shot executable would cost a LIST per ADD and outlive nothing).
+let podCacheEnabled = false;
+let podCacheLog: Logger | undefined;
+const podCaches = new Map<string, Promise<CachingPodSource>>();
+
+/** Called by the node agent at start: from then on ADD reads pods and namespaces through CachingPodSource; `log` gets its watch trouble. */
+export function enablePodCache(log?: Logger): void {
+  podCacheEnabled = true;
+  podCacheLog = log;
+}
+
+/** Stops every cache's watches (tests, shutdown); ADD reads the API directly again. */
+export function disablePodCache(): void {
+  podCacheEnabled = false;
+  for (const p of podCaches.values()) void p.then((c) => c.stop(), () => undefined);
+  podCaches.clear();
+}
+
+/**
+ * Where ADD reads its pod and namespace: the API client itself, or in the
+ * agent a cache of `node`'s pods (one per API client and node). `podUid` is
+ * CNI_ARGS K8S_POD_UID: a cached pod with another uid is read again.
+ */
+export async function podSourceFor(conf: Netconf, kube: KubeClient, node: string, podUid?: string): Promise<PodSource> {
+  if (!podCacheEnabled) return kube;
+  const k = conf.kubernetes ?? {};
+  const key = JSON.stringify([k.kubeconfig, k.k8s_api_root, node]);
+  let p = podCaches.get(key);
+  if (!p) {
+    p = import('../../k8s/cache.js').then((m) => new m.CachingPodSource(kube, { nodeName: node, ...(podCacheLog ? { log: podCacheLog } : {}) }).start());
+    podCaches.set(key, p);
+  }
+  return (await p).forPod(podUid);
 }
 
 export function ipamLockPath(conf: Netconf): string | undefined {

@@ -16,6 +16,7 @@ const datastores = new Map<string, Promise<Datastore>>();
 let dataplanePort: DataplanePort | undefined;
 /** Set by the agent: in-process signal that an endpoint's policy is programmed. */
 let policySignal: unknown;
+let ipamBatching = false;
 
 /** The netconf's datastore fields (src/datastore/index.ts DatastoreConfig). */
 export type DatastoreSettings = DatastoreConfig;
@@ -66,4 +67,16 @@ export function setPolicySignal(s: unknown): void {
 }
 export function getPolicySignal(): unknown {
   return policySignal;
+}
+
+/**
+ * The resident agent serves many ADDs at once: their IPAM assignments on one
+ * node then share lock acquisitions and block writes (Ipam `batch` option).
+ * A per-exec process has one request, so it leaves this off.
+ */
+export function enableIpamBatching(on = true): void {
+  ipamBatching = on;
+}
+export function ipamBatchingEnabled(): boolean {
+  return ipamBatching;
 }
