@@ -51,6 +51,8 @@ export interface HostLockOptions {
   timeoutMs?: number;
 }
 
+const lastWriter = new Map<string, number>();
+
 /** Acquire the host-wide lock for `path`, returning the release function. */
 export async function acquireHostLock(path: string, opts: HostLockOptions = {}): Promise<() => Promise<void>> {
   const name = abstractName(path);
@@ -63,11 +65,16 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
       throw new CniError(ErrorCodes.IpamFailure, `cannot take the IPAM host lock ${path}: ${(e as Error).message}`);
     }
     if (srv) {
-      try {
-        mkdirSync(dirname(path), { recursive: true });
-        writeFileSync(path, `${process.pid}\n`);
-      } catch {
-        // informational only (read-only /var/run in some test setups)
+      // The pid file is informational, so a resident agent writes it once, not
+      // on every acquisition (a synchronous write per ADD showed in its profile).
+      if (lastWriter.get(path) !== process.pid) {
+        try {
+          mkdirSync(dirname(path), { recursive: true });
+          writeFileSync(path, `${process.pid}\n`);
+          lastWriter.set(path, process.pid);
+        } catch {
+          // informational only (read-only /var/run in some test setups)
+        }
       }
       const held = srv;
       return () => new Promise<void>((resolve) => held.close(() => resolve()));

@@ -2,6 +2,7 @@
 // in-process, or a delegated IPAM plugin) -> veth and routes -> workload
 // endpoint -> policy-setup wait -> result. Every side effect pushes its undo,
 // so a failure at any step leaves nothing behind.
+import { randomBytes } from 'node:crypto';
 import type { CniContext, CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
 import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
@@ -61,25 +62,13 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     // had, so the runtime gets the very result it got the first time.
     const containerMac = repeated ? await previousMac(ds, wl, ctx.containerId) : undefined;
 
+    // The container MAC is chosen here rather than by the kernel, so the
+    // endpoint (which records it) can be written while the veth is being
+    // created: the two run concurrently and the ADD waits for one etcd write
+    // less. Both push their undo only once done, and both are awaited before
+    // any rollback, so a failure of either still unwinds everything.
+    const mac = containerMac ?? randomContainerMac();
     const dp = await dataplane();
-    const state = await step('creating the veth pair', async () => {
-      const s = await dp.setup({
-        netnsPath: ctx.netns,
-        ifname: ctx.ifname,
-        hostIfname: wl.hostIfname,
-        ...(conf.mtu ? { mtu: conf.mtu } : {}),
-        numQueues: conf.num_queues,
-        hostMac: HOST_MAC,
-        ...(containerMac ? { containerMac } : {}),
-        addresses: ips.map(hostPrefix),
-        allowIpForwarding: conf.container_settings.allow_ip_forwarding,
-      }).catch((e: unknown) => {
-        throw explainVethFailure(e, ctx.netns, ctx.ifname);
-      });
-      rb.push(`veth ${wl.hostIfname}`, () => dp.teardown({ netnsPath: ctx.netns, ifname: ctx.ifname, hostIfname: wl.hostIfname }));
-      return s;
-    });
-
     const ipNATs = floating?.length ? pairFloatingIPs(ips, floating) : undefined;
     const wep = buildWorkloadEndpoint({
       node: wl.node,
@@ -87,7 +76,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
       ifname: ctx.ifname,
       hostIfname: wl.hostIfname,
       ipNetworks: ips.map(hostPrefix),
-      mac: state.containerMac,
+      mac,
       ...(ipNATs?.length ? { ipNATs } : {}),
       ...(pod ? { pod } : wl.pod ? { pod: { metadata: { name: wl.pod.name, namespace: wl.pod.namespace } } } : {}),
     });
@@ -100,7 +89,32 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     const sdir = statusDir(conf);
     const policyWait = conf.policy_setup_timeout_seconds ? await import('../../k8s/policy-wait.js') : undefined;
     if (policyWait) await policyWait.clearPolicyStatus(wep.metadata.name, sdir);
-    await step('writing the workload endpoint', () => writeEndpoint(ds, wep, rb));
+
+    const [veth, endpoint] = await Promise.allSettled([
+      step('creating the veth pair', async () => {
+        const st = await dp
+          .setup({
+            netnsPath: ctx.netns,
+            ifname: ctx.ifname,
+            hostIfname: wl.hostIfname,
+            ...(conf.mtu ? { mtu: conf.mtu } : {}),
+            numQueues: conf.num_queues,
+            hostMac: HOST_MAC,
+            containerMac: mac,
+            addresses: ips.map(hostPrefix),
+            allowIpForwarding: conf.container_settings.allow_ip_forwarding,
+          })
+          .catch((e: unknown) => {
+            throw explainVethFailure(e, ctx.netns, ctx.ifname);
+          });
+        rb.push(`veth ${wl.hostIfname}`, () => dp.teardown({ netnsPath: ctx.netns, ifname: ctx.ifname, hostIfname: wl.hostIfname }));
+        return st;
+      }),
+      step('writing the workload endpoint', () => writeEndpoint(ds, wep, rb)),
+    ]);
+    if (veth.status === 'rejected') throw veth.reason;
+    if (endpoint.status === 'rejected') throw endpoint.reason;
+    const state = veth.value;
 
     if (policyWait) {
       const r = await policyWait.waitForPolicyProgrammed({
@@ -138,6 +152,13 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     await rb.unwind();
     throw e;
   }
+}
+
+/** A random unicast, locally administered MAC (the kernel's choice for a veth is the same kind). */
+function randomContainerMac(): string {
+  const b = randomBytes(6);
+  b[0] = (b[0]! & 0xfe) | 0x02;
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 }
 
 type IpamModule = typeof import('../../ipam/index.js');
