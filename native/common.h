@@ -19,7 +19,7 @@ namespace np {
 
 // Bumped whenever the JS-visible surface changes, so src/native/index.ts can
 // refuse a stale prebuild instead of failing later in odd ways.
-constexpr int kAbiVersion = 1;
+constexpr int kAbiVersion = 2;
 
 // One per Node environment (main thread, each worker).
 struct AddonData {
@@ -33,6 +33,9 @@ AddonData* addonData(Napi::Env env);
 // Throws a NetlinkError (or a plain Error carrying the same fields before
 // setErrorClass was called).
 void throwNlError(Napi::Env env, const NlError& e);
+// The same error as a value (for rejecting a promise); empty with an
+// exception pending when building it failed.
+Napi::Value makeNlError(Napi::Env env, const NlError& e);
 // Throws TypeError(msg).
 void throwTypeError(Napi::Env env, const std::string& msg);
 // 'EEXIST' for EEXIST, 'E<n>' for errnos without a name here.

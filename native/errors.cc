@@ -32,8 +32,8 @@ void throwTypeError(Napi::Env env, const std::string& msg) {
   Napi::TypeError::New(env, msg).ThrowAsJavaScriptException();
 }
 
-void throwNlError(Napi::Env env, const NlError& e) {
-  if (env.IsExceptionPending()) return;
+Napi::Value makeNlError(Napi::Env env, const NlError& e) {
+  if (env.IsExceptionPending()) return Napi::Value();
   Napi::Object init = Napi::Object::New(env);
   std::string code = errnoName(e.err);
   std::string detail = std::strerror(e.err);
@@ -43,14 +43,13 @@ void throwNlError(Napi::Env env, const NlError& e) {
   init.Set("subject", e.subject);
   init.Set("detail", detail);
   if (!e.extack.empty()) init.Set("extack", e.extack);
-  if (env.IsExceptionPending()) return;
+  if (env.IsExceptionPending()) return Napi::Value();
 
   AddonData* d = addonData(env);
   if (d && !d->errorClass.IsEmpty()) {
     Napi::Object err = d->errorClass.New({init});
-    if (env.IsExceptionPending()) return;  // the constructor itself threw
-    Napi::Error(env, err).ThrowAsJavaScriptException();
-    return;
+    if (env.IsExceptionPending()) return Napi::Value();  // the constructor itself threw
+    return err;
   }
   // Without the TS class (addon used directly) the same fields go on an Error.
   std::string msg = e.op + (e.subject.empty() ? "" : " " + e.subject) + ": " + detail + " (" + code + ")" +
@@ -62,8 +61,14 @@ void throwNlError(Napi::Env env, const NlError& e) {
   o.Set("op", e.op);
   o.Set("subject", e.subject);
   if (!e.extack.empty()) o.Set("extack", e.extack);
-  if (env.IsExceptionPending()) return;
-  err.ThrowAsJavaScriptException();
+  if (env.IsExceptionPending()) return Napi::Value();
+  return o;
+}
+
+void throwNlError(Napi::Env env, const NlError& e) {
+  Napi::Value err = makeNlError(env, e);
+  if (err.IsEmpty() || env.IsExceptionPending()) return;
+  Napi::Error(env, err).ThrowAsJavaScriptException();
 }
 
 }  // namespace np

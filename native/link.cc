@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "netns.h"
 #include "ops.h"
 
 namespace np {
@@ -297,6 +298,100 @@ Napi::Value LinkDel(Handle& h, const Napi::CallbackInfo& info) {
     return throwNlError(env, e), env.Undefined();
   }
   return env.Undefined();
+}
+
+}  // namespace np
+
+namespace np {
+
+namespace {
+
+// RTM_DELLINK of a veth waits in the kernel for an RCU grace period (~15-20
+// ms), so linkDelAsync sends it from a libuv threadpool thread. The request
+// gets its own socket, created here on the JS thread inside the handle's
+// namespace (a netlink socket stays bound to the namespace it was created
+// in): the pool thread never calls setns, and the handle's socket and
+// sequence numbers are never touched off the JS thread, so any number of
+// these may be pending on one handle while it keeps serving sync calls.
+class LinkDelWorker : public Napi::AsyncWorker {
+ public:
+  LinkDelWorker(Napi::Env env, const LinkRef& ref)
+      : Napi::AsyncWorker(env, "netplugin:linkDel"), deferred_(Napi::Promise::Deferred::New(env)), ref_(ref),
+        msg_(RTM_DELLINK, 0) {
+    putLinkId(msg_, ref_);
+  }
+
+  Napi::Promise promise() { return deferred_.Promise(); }
+
+  // On the JS thread, before Queue(). A failure here is a NlError like any
+  // other (e.g. EMFILE from socket(), or setns into a namespace gone bad).
+  bool openSocket(const Handle& h, NlError& e) {
+    {
+      NsSwitch sw(h.nsFd, e);
+      if (sw.ok()) sock_.open(e);
+    }
+    if (e.failed() && e.subject.empty()) e.subject = h.nsPath;
+    return !e.failed();
+  }
+
+ protected:
+  void Execute() override {
+    if (!sock_.request(msg_, err_)) {
+      err_.subject = ref_.subject();
+      // Only to route completion to OnError; the message is never shown.
+      SetError("netlink");
+    }
+    // Closed here so the fd is back before the promise settles.
+    sock_.close();
+  }
+  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+  void OnError(const Napi::Error&) override { rejectWith(Env(), deferred_, err_); }
+
+ public:
+  static void rejectWith(Napi::Env env, Napi::Promise::Deferred& d, const NlError& e) {
+    Napi::Value v = makeNlError(env, e);
+    if (env.IsExceptionPending()) v = env.GetAndClearPendingException().Value();
+    d.Reject(v);
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  LinkRef ref_;
+  NlMsg msg_;
+  NlSocket sock_;
+  NlError err_;
+};
+
+// A promise already rejected with whatever exception is pending (argument
+// TypeErrors): an async API reports bad input by rejecting, not throwing.
+Napi::Value rejectedWithPending(Napi::Env env) {
+  // Cleared first: N-API refuses to create a promise while an exception is pending.
+  Napi::Value err = env.GetAndClearPendingException().Value();
+  Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+  d.Reject(err);
+  return d.Promise();
+}
+
+}  // namespace
+
+Napi::Value LinkDelAsync(Handle& h, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Args a(env, "linkDelAsync");
+  LinkRef ref;
+  if (!a.link(info[0], "link", ref)) return rejectedWithPending(env);
+  // The worker is deleted by node-addon-api after OnOK/OnError; when it is
+  // never queued it is ours to delete.
+  auto* w = new LinkDelWorker(env, ref);
+  Napi::Promise p = w->promise();
+  NlError e;
+  if (!w->openSocket(h, e)) {
+    Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+    LinkDelWorker::rejectWith(env, d, e);
+    delete w;
+    return d.Promise();
+  }
+  w->Queue();
+  return p;
 }
 
 }  // namespace np

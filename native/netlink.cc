@@ -79,6 +79,7 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
                            InstanceMethod<&NetlinkWrap::Call<VethAdd>>("vethAdd"),
                            InstanceMethod<&NetlinkWrap::LinkSetM>("linkSet"),
                            InstanceMethod<&NetlinkWrap::Call<LinkDel>>("linkDel"),
+                           InstanceMethod<&NetlinkWrap::CallAsync<LinkDelAsync>>("linkDelAsync"),
                            InstanceMethod<&NetlinkWrap::Call<AddrAdd>>("addrAdd"),
                            InstanceMethod<&NetlinkWrap::Call<AddrDel>>("addrDel"),
                            InstanceMethod<&NetlinkWrap::Call<AddrList>>("addrList"),
@@ -131,6 +132,17 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
   Napi::Value Call(const Napi::CallbackInfo& info) {
     if (!checkOpen(info.Env())) return info.Env().Undefined();
     return fn(h_, info);
+  }
+  // Promise-returning methods report a closed handle by rejecting.
+  template <M fn>
+  Napi::Value CallAsync(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (checkOpen(env)) return fn(h_, info);
+    // Cleared first: N-API refuses to create a promise while an exception is pending.
+    Napi::Value err = env.GetAndClearPendingException().Value();
+    Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+    d.Reject(err);
+    return d.Promise();
   }
   Napi::Value LinkSetM(const Napi::CallbackInfo& info) {
     if (!checkOpen(info.Env())) return info.Env().Undefined();

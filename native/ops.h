@@ -30,6 +30,8 @@ Napi::Value VethAdd(Handle& h, const Napi::CallbackInfo& info);
 using NetnsFdOf = int (*)(Napi::Env env, const Napi::Value& v);
 Napi::Value LinkSet(Handle& h, const Napi::CallbackInfo& info, NetnsFdOf fdOf);
 Napi::Value LinkDel(Handle& h, const Napi::CallbackInfo& info);
+// linkDel on a libuv threadpool thread: returns a Promise<void>.
+Napi::Value LinkDelAsync(Handle& h, const Napi::CallbackInfo& info);
 
 Napi::Value AddrAdd(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value AddrDel(Handle& h, const Napi::CallbackInfo& info);

@@ -150,7 +150,9 @@ async function main() {
   // Kept after the run for a closer look (node scripts/bench/profile.mjs DIR).
   const profDir = join(tmpdir(), `netplugin-bench-prof-${process.pid}`);
   const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.mjs'), '--socket', socket, '--log-level', 'WARNING'];
-  agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
+  // As deployed (deploy/netplugin-node.service, the DaemonSet): veth deletions run on
+  // libuv's threadpool, whose size only the environment at Node start can set.
+  agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH, UV_THREADPOOL_SIZE: '16' }, stdio: ['ignore', 'ignore', 'pipe'] });
   let agentLog = '';
   agent.stderr.on('data', (d) => {
     agentLog += d;

@@ -9,7 +9,7 @@ import type { PluginSpec } from '../cni/types.js';
 import { DEFAULT_SOCKET } from '../agent/protocol.js';
 import { startCniServer, type CniServer } from '../agent/server.js';
 import { createLogger, normalizeLevel } from '../log/index.js';
-import { createWorkerPool } from '../agent/worker-pool.js';
+import { createWorkerPool, type WorkerPool } from '../agent/worker-pool.js';
 import { enableIpamBatching, setDataplanePort } from '../plugins/main/runtime.js';
 import { enablePodCache } from '../plugins/main/common.js';
 import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
@@ -38,7 +38,14 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
                        on, or off (never touch net.ipv6.conf.all.forwarding)
   --log-level L        default INFO
   --max-concurrent N   CNI requests run at once per plugin (default 64)
-  --dataplane-threads N  worker threads for netlink work (default 4; a veth deletion holds one ~20 ms)
+  --dataplane-threads N  0 (default): setup and check run inline on the main thread (~1-2 ms of
+                       syscalls that never sleep) and the veth deletion of a teardown (~20 ms asleep in
+                       the kernel) on the libuv threadpool, no worker threads; N from 1 to 64: the
+                       older mode, all dataplane work in N worker threads (~10 MiB each)
+
+Environment: UV_THREADPOOL_SIZE bounds how many veth deletions run at once in the default mode
+(libuv's default is 4; the packaged unit and DaemonSet set 16). It must be set before Node starts:
+an ES module entry is read through the threadpool, so setting it from here would be too late.
 `;
 
 // Handlers load on the first request that needs them, as in the per-exec entry.
@@ -93,25 +100,17 @@ async function main(): Promise<void> {
   const v6 = values['ipv6-forwarding'] ?? 'auto';
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
-  let dataplaneThreads = 4;
+  let dataplaneThreads = 0;
   if (values['dataplane-threads'] !== undefined) {
     dataplaneThreads = Number(values['dataplane-threads']);
-    if (!Number.isInteger(dataplaneThreads) || dataplaneThreads < 1 || dataplaneThreads > 64) {
-      usageError(`--dataplane-threads '${values['dataplane-threads']}' is not an integer from 1 to 64`);
+    if (!Number.isInteger(dataplaneThreads) || dataplaneThreads < 0 || dataplaneThreads > 64) {
+      usageError(`--dataplane-threads '${values['dataplane-threads']}' is not an integer from 0 to 64 (0: no worker threads)`);
     }
   }
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
   const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
 
-  // Dataplane work goes to worker threads. Their count bounds DEL throughput,
-  // not CPU: a veth deletion sleeps ~20 ms in the kernel (RCU grace period)
-  // while holding its thread, so a burst of DELs needs threads, not cores.
-  const pool = createWorkerPool({ module: new URL('./netplugin-worker.mjs', import.meta.url), size: dataplaneThreads, resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 24 } });
-  setDataplanePort({
-    setup: (spec: WorkloadSpec) => pool.call<WorkloadState>('setupWorkload', spec),
-    teardown: (o: TeardownOptions) => pool.call<{ removed: boolean }>('teardownWorkload', o),
-    check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
-  });
+  const pool = await installDataplane(dataplaneThreads);
   enableIpamBatching();
   enablePodCache(log);
 
@@ -157,7 +156,7 @@ async function main(): Promise<void> {
     nodeInit?.stop();
     server.close().then(
       async () => {
-        await pool.close();
+        await pool?.close();
         process.exit(0);
       },
       (e: Error) => {
@@ -168,6 +167,31 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+}
+
+/**
+ * 0 threads: setup/check inline (short syscalls that never sleep) and teardown's
+ * veth deletion on the libuv threadpool (it sleeps ~20 ms in the kernel waiting for
+ * an RCU grace period), so the loop is never held and no isolate is paid for.
+ * N threads: everything in a worker pool, whose size bounds DEL throughput.
+ */
+async function installDataplane(threads: number): Promise<WorkerPool | undefined> {
+  if (threads === 0) {
+    const dp = await import('../dataplane/index.js');
+    setDataplanePort({
+      setup: async (spec: WorkloadSpec) => dp.setupWorkload(spec),
+      teardown: (o: TeardownOptions) => dp.teardownWorkloadAsync(o),
+      check: async (spec: WorkloadSpec, expect: { containerMac: string }) => dp.checkWorkload(spec, expect),
+    });
+    return undefined;
+  }
+  const pool = createWorkerPool({ module: new URL('./netplugin-worker.mjs', import.meta.url), size: threads, resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 24 } });
+  setDataplanePort({
+    setup: (spec: WorkloadSpec) => pool.call<WorkloadState>('setupWorkload', spec),
+    teardown: (o: TeardownOptions) => pool.call<{ removed: boolean }>('teardownWorkload', o),
+    check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
+  });
+  return pool;
 }
 
 /** The plugin falls back to this file when its netconf has no nodename (src/config/nodename.ts); written atomically. */

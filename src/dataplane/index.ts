@@ -1,5 +1,5 @@
 // The dataplane: a plain WorkloadSpec in, veth + addresses + routes + sysctls
 // out, all through the rtnetlink addon (loaded on first use, not on import).
 export { hostVethName, linkLocalFromMac } from './names.js';
-export { setupWorkload, teardownWorkload, checkWorkload, GATEWAY_V4 } from './workload.js';
+export { setupWorkload, teardownWorkload, teardownWorkloadAsync, checkWorkload, GATEWAY_V4 } from './workload.js';
 export type { WorkloadSpec, WorkloadState, TeardownOptions } from './spec.js';

@@ -138,42 +138,68 @@ function configureContainer(cont: Netlink, s: ValidSpec) {
  * otherwise the host end is deleted by name (unless keepHostEnd). Missing netns or link: { removed: false }.
  */
 export function teardownWorkload(o: TeardownOptions): { removed: boolean } {
-  const fn = 'teardownWorkload';
-  if (typeof o !== 'object' || o === null) throw new TypeError(`${fn}: options must be an object, got ${String(o)}`);
-  checkIfname(fn, 'options.ifname', o.ifname);
-  checkIfname(fn, 'options.hostIfname', o.hostIfname);
-  if (o.netnsPath !== undefined && o.netnsPath !== '') checkPath(fn, 'options.netnsPath', o.netnsPath);
-  if (o.hostNetnsPath !== undefined) checkPath(fn, 'options.hostNetnsPath', o.hostNetnsPath);
   const h: Handles = {};
   try {
-    if (o.netnsPath) {
-      try {
-        h.ns = openNetns(o.netnsPath);
-      } catch (e) {
-        // Gone (ENOENT) or already unmounted into a plain file (EINVAL): the kernel
-        // removed the veth pair with the namespace, or will when its last user exits.
-        if (!NetlinkError.is(e, 'ENOENT') && !NetlinkError.is(e, 'EINVAL')) throw e;
-      }
+    const t = teardownTarget('teardownWorkload', o, h);
+    if (!t) return { removed: false };
+    try {
+      t.nl.linkDel(t.name);
+      return { removed: true };
+    } catch (e) {
+      return { removed: notThere(e) };
     }
-    if (h.ns) {
-      const cont = (h.cont = netlink(h.ns));
-      return { removed: delIfExists(cont, o.ifname) };
-    }
-    if (o.keepHostEnd === true) return { removed: false };
-    return { removed: delIfExists(hostHandle(h, o.hostNetnsPath), o.hostIfname) };
   } finally {
     closeAll(h);
   }
 }
 
-function delIfExists(nl: Netlink, name: string): boolean {
+/**
+ * teardownWorkload with the deletion (a veth sleeps ~20 ms in the kernel) on the
+ * libuv threadpool, so the event loop keeps serving other pods meanwhile. Same
+ * validation (thrown synchronously as a rejection), same choice of end, same result.
+ */
+export async function teardownWorkloadAsync(o: TeardownOptions): Promise<{ removed: boolean }> {
+  const h: Handles = {};
   try {
-    nl.linkDel(name);
-    return true;
-  } catch (e) {
-    if (NetlinkError.is(e, 'ENODEV')) return false;
-    throw e;
+    const t = teardownTarget('teardownWorkloadAsync', o, h);
+    if (!t) return { removed: false };
+    try {
+      await t.nl.linkDelAsync(t.name);
+      return { removed: true };
+    } catch (e) {
+      return { removed: notThere(e) };
+    }
+  } finally {
+    // linkDelAsync owns its own socket: closing the handles cannot cut a request short.
+    closeAll(h);
   }
+}
+
+/** The link to delete and the handle of its namespace; undefined when there is nothing to do. */
+function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netlink; name: string } | undefined {
+  if (typeof o !== 'object' || o === null) throw new TypeError(`${fn}: options must be an object, got ${String(o)}`);
+  checkIfname(fn, 'options.ifname', o.ifname);
+  checkIfname(fn, 'options.hostIfname', o.hostIfname);
+  if (o.netnsPath !== undefined && o.netnsPath !== '') checkPath(fn, 'options.netnsPath', o.netnsPath);
+  if (o.hostNetnsPath !== undefined) checkPath(fn, 'options.hostNetnsPath', o.hostNetnsPath);
+  if (o.netnsPath) {
+    try {
+      h.ns = openNetns(o.netnsPath);
+    } catch (e) {
+      // Gone (ENOENT) or already unmounted into a plain file (EINVAL): the kernel
+      // removed the veth pair with the namespace, or will when its last user exits.
+      if (!NetlinkError.is(e, 'ENOENT') && !NetlinkError.is(e, 'EINVAL')) throw e;
+    }
+  }
+  if (h.ns) return { nl: (h.cont = netlink(h.ns)), name: o.ifname };
+  if (o.keepHostEnd === true) return undefined;
+  return { nl: hostHandle(h, o.hostNetnsPath), name: o.hostIfname };
+}
+
+/** false for "already gone" (ENODEV); any other failure is rethrown. */
+function notThere(e: unknown): false {
+  if (NetlinkError.is(e, 'ENODEV')) return false;
+  throw e;
 }
 
 /** Compares the kernel's state with the spec; returns one line per drift, [] when all is as set up. */

@@ -11,7 +11,7 @@ import type { Netlink, NetNS } from './types.js';
 export type * from './types.js';
 
 /** The ABI the TS side was written against (native/common.h kAbiVersion). */
-export const NATIVE_ABI_VERSION = 1;
+export const NATIVE_ABI_VERSION = 2;
 
 export interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */

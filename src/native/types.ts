@@ -111,6 +111,14 @@ export interface Netlink {
   vethAdd(opts: VethOptions): void;
   linkSet(link: string | number, changes: LinkChanges): void;
   linkDel(link: string | number): void;
+  /**
+   * linkDel off the event loop: the RTM_DELLINK (a veth deletion sleeps ~20 ms in
+   * the kernel) runs on a libuv threadpool thread over its own socket, created in
+   * this handle's namespace, so concurrent calls on one handle are safe. Rejects
+   * with the same NetlinkError linkDel throws (bad arguments: a rejected TypeError).
+   * Concurrency is bounded by UV_THREADPOOL_SIZE (default 4).
+   */
+  linkDelAsync(link: string | number): Promise<void>;
   addrAdd(link: string | number, cidr: string, opts?: { nodad?: boolean; scope?: RouteScope }): void;
   addrDel(link: string | number, cidr: string): void;
   addrList(opts?: { link?: string | number; family?: 4 | 6 }): AddrInfo[];

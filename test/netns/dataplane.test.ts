@@ -4,7 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, deleteNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
-import { checkWorkload, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, type WorkloadSpec } from '../../src/dataplane/index.js';
+import { checkWorkload, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, teardownWorkloadAsync, type WorkloadSpec } from '../../src/dataplane/index.js';
 import { NetlinkError, netlink, openNetns, type Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
@@ -236,5 +236,42 @@ describe('teardownWorkload and checkWorkload', () => {
     expect(drift).toHaveLength(3);
     teardownWorkload({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' });
     expect(checkWorkload(s, { containerMac: st.containerMac })).toEqual(['container interface eth0 is missing', 'host veth npi0test1 is missing']);
+  });
+});
+
+describe('teardownWorkloadAsync', () => {
+  it('is idempotent like teardownWorkload: removes once, then finds nothing; a vanished netns is fine', async () => {
+    setupWorkload(spec());
+    const o = { netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' };
+    await expect(teardownWorkloadAsync(o)).resolves.toEqual({ removed: true });
+    expect(nl(H.path).linkFind('npi0test1')).toBeUndefined();
+    expect(nl(C1.path).linkFind('eth0')).toBeUndefined();
+    await expect(teardownWorkloadAsync(o)).resolves.toEqual({ removed: false });
+    deleteNetns(C1.name);
+    await expect(teardownWorkloadAsync(o)).resolves.toEqual({ removed: false });
+    await expect(teardownWorkloadAsync({ ...o, netnsPath: undefined })).resolves.toEqual({ removed: false });
+  });
+
+  it('with the netns gone removes the host end by name, unless keepHostEnd', async () => {
+    setupWorkload(spec());
+    setupWorkload(spec({ netnsPath: C2.path, hostIfname: 'npi0test2', hostMac: '02:aa:00:00:00:02', addresses: ['10.0.0.6/32'] }));
+    const gone = `/var/run/netns/np-gone-${process.pid}`;
+    const o = { netnsPath: gone, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' };
+    await expect(teardownWorkloadAsync({ ...o, keepHostEnd: true })).resolves.toEqual({ removed: false });
+    expect(nl(H.path).linkFind('npi0test1')).toBeDefined();
+    await expect(teardownWorkloadAsync(o)).resolves.toEqual({ removed: true });
+    expect(nl(H.path).linkFind('npi0test1')).toBeUndefined();
+    expect(nl(C1.path).linkFind('eth0')).toBeUndefined();
+    // The other pod is untouched.
+    expect(nl(H.path).linkFind('npi0test2')).toBeDefined();
+    expect(nl(C2.path).linkFind('eth0')).toBeDefined();
+  });
+
+  it('rejects bad options naming the field, and a non-ENODEV kernel failure is not "not found"', async () => {
+    await expect(teardownWorkloadAsync({ ifname: 'eth0', hostIfname: 'x'.repeat(16) })).rejects.toThrow(/teardownWorkloadAsync: options.hostIfname/);
+    await expect(teardownWorkloadAsync({ hostNetnsPath: '/etc/hostname', ifname: 'eth0', hostIfname: 'npi0test1' })).rejects.toMatchObject({
+      code: 'EINVAL',
+      op: 'openNetns',
+    });
   });
 });

@@ -330,10 +330,87 @@ describe('worker threads', () => {
       w.once('error', reject);
     });
     await w.terminate();
-    expect(msg).toEqual({ names: ['lo', 'main0', 'main1', 'w0', 'w1'], code: 'true:ENODEV', q: 2, abi: 1, same: true });
+    expect(msg).toEqual({ names: ['lo', 'main0', 'main1', 'w0', 'w1'], code: 'true:ENODEV', q: 2, abi: 2, same: true });
     expect(hnl.sysctlGet('net.ipv4.conf.w0.forwarding')).toBe('1');
     // The main thread's handle still works after the worker's environment went away.
     expect(hnl.linkGet('w0').kind).toBe('veth');
     expect(() => hnl.linkGet('nope1')).toThrow(NetlinkError);
   });
+});
+
+describe('linkDelAsync', () => {
+  it('deletes a veth (both ends) off the event loop and resolves undefined', async () => {
+    hnl.vethAdd({ name: 'ad0', peerName: 'eth0', peerNetns: cns });
+    await expect(hnl.linkDelAsync('ad0')).resolves.toBeUndefined();
+    expect(hnl.linkFind('ad0')).toBeUndefined();
+    expect(cnl.linkFind('eth0')).toBeUndefined();
+    // By index too.
+    cnl.vethAdd({ name: 'ad1', peerName: 'ad2' });
+    await cnl.linkDelAsync(cnl.linkGet('ad2').index);
+    expect(cnl.linkList().map((l) => l.name)).toEqual(['lo']);
+  });
+
+  it('rejects a missing link with the same NetlinkError linkDel throws, and bad input with a TypeError', async () => {
+    let sync: unknown;
+    try {
+      hnl.linkDel('nope0');
+    } catch (e) {
+      sync = e;
+    }
+    const err = await hnl.linkDelAsync('nope0').then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(NetlinkError);
+    expect(err).toMatchObject({ code: 'ENODEV', errno: 19, op: 'RTM_DELLINK', subject: 'nope0' });
+    expect((err as NetlinkError).message).toBe((sync as NetlinkError).message);
+    await expect(hnl.linkDelAsync(424242)).rejects.toMatchObject({ code: 'ENODEV', op: 'RTM_DELLINK', subject: 'ifindex 424242' });
+    await expect(hnl.linkDelAsync('' as string)).rejects.toThrow(TypeError);
+    await expect(hnl.linkDelAsync({} as unknown as string)).rejects.toThrow(/linkDelAsync: link must be/);
+    const closed = netlink(hns);
+    closed.close();
+    await expect(closed.linkDelAsync('lo')).rejects.toMatchObject({ code: 'EBADF' });
+  });
+
+  it('runs 20 concurrent deletes on one handle while the event loop keeps turning, and the handle stays usable', async () => {
+    const names = Array.from({ length: 20 }, (_, i) => `cc${i}`);
+    for (const n of names) hnl.vethAdd({ name: n, peerName: `${n}p` });
+    const nsBefore = readlinkSync('/proc/thread-self/ns/net');
+    let settled = 0;
+    let ranWhilePending = false;
+    const all = Promise.all(names.map((n) => hnl.linkDelAsync(n).then(() => settled++)));
+    // A sync call on the same handle in between: the async requests use their own sockets.
+    expect(hnl.linkGet('lo').kind).toBe('loopback');
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    // The deletes sleep in the kernel; a callback that ran before all of them
+    // settled shows none of them held the loop.
+    if (settled < names.length) ranWhilePending = true;
+    await all;
+    expect(ranWhilePending).toBe(true);
+    expect(settled).toBe(20);
+    expect(hnl.linkList().map((l) => l.name)).toEqual(['lo']);
+    expect(readlinkSync('/proc/thread-self/ns/net')).toBe(nsBefore);
+  });
+
+  it('200 cycles (success and failure) leak no fd and leave the thread namespace unchanged', async () => {
+    const fds = () => readdirSync('/proc/self/fd').length;
+    const ns = () => readlinkSync('/proc/thread-self/ns/net');
+    const fdsBefore = fds();
+    const nsBefore = ns();
+    for (let i = 0; i < 200; i++) {
+      const n = openNetns(C.path);
+      const h = netlink(n);
+      h.vethAdd({ name: `a${i}`, peerName: `b${i}` });
+      await Promise.all([h.linkDelAsync(`a${i}`), expect(h.linkDelAsync(`zz${i}`)).rejects.toThrow(NetlinkError)]);
+      // Closing the handle right away must not disturb a request in flight.
+      h.vethAdd({ name: `c${i}`, peerName: `d${i}` });
+      const p = h.linkDelAsync(`c${i}`);
+      h.close();
+      n.close();
+      await p;
+    }
+    expect(cnl.linkList().map((l) => l.name)).toEqual(['lo']);
+    expect(fds()).toBe(fdsBefore);
+    expect(ns()).toBe(nsBefore);
+  }, 120_000);
 });
