@@ -1,13 +1,12 @@
 // ADD / CHECK / DEL of the netplugin binary in every supported CNI version: the
 // result's shape per version, and the kernel and datastore state it leaves.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { SUPPORTED_VERSIONS } from '../../src/cni/types.js';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns } from '../fixtures/netns.js';
 import {
-  HOST_MAC, NODE, addrs, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, routes, startCluster, sysctl, why,
-  type Cluster,
+  HOST_MAC, NODE, addrs, cni, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, routes, sysctl, why,
+  type Cluster, useCluster,
 } from './plugin-harness.js';
 
 const POOL = { name: 'basic-v4', cidr: '10.77.1.0/24', blockSize: 28 };
@@ -15,19 +14,7 @@ const POOL6 = { name: 'basic-v6', cidr: 'fd77:1::/116', blockSize: 122 };
 const GW6 = 'fe80::ecee:eeff:feee:eeee';
 let c: Cluster;
 
-beforeAll(async () => {
-  assertThrowawayHostNetns();
-  ensureBuilt();
-  c = await startCluster([POOL, POOL6]);
-});
-afterEach(async () => {
-  await cleanupAttachments();
-  removeAllNetns();
-});
-afterAll(async () => {
-  removeAllNetns();
-  await c?.close();
-});
+useCluster([POOL, POOL6], (x) => (c = x));
 
 const withIpVersion = (v: string) => v.startsWith('0.');
 

@@ -1,34 +1,21 @@
 // CHECK names each drift between the ADD's result and the system; GC removes
 // what this network holds for attachments the runtime no longer knows.
 import { execFileSync } from 'node:child_process';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { API_VERSION } from '../../src/datastore/types.js';
 import { Ipam } from '../../src/ipam/index.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns } from '../fixtures/netns.js';
 import {
-  NET_NAME, NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, link, netconf,
-  startCluster, wepNames, type Call, type Cluster,
+  NET_NAME, NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, link, netconf,
+  wepNames, type Call, type Cluster, useCluster,
 } from './plugin-harness.js';
 
 const PREFIX = 'npg';
 const POOL = { name: 'check-v4', cidr: '10.77.6.0/24', blockSize: 28 };
 let c: Cluster;
 
-beforeAll(async () => {
-  assertThrowawayHostNetns();
-  ensureBuilt();
-  c = await startCluster([POOL]);
-});
-afterEach(async () => {
-  await cleanupAttachments();
-  removeAllNetns();
-});
-afterAll(async () => {
-  removeAllNetns();
-  await c?.close();
-});
+useCluster([POOL], (x) => (c = x));
 
 const conf = (v = '1.0.0', extra: Record<string, unknown> = {}) => netconf(c, v, { host_veth_prefix: PREFIX, ...extra });
 

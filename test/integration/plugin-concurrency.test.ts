@@ -1,13 +1,12 @@
 // 50 pods ADDed and DELed concurrently (10 plugin processes at a time, as a busy
 // kubelet would): every pod gets its own address, the blocks are claimed without
 // lost updates, and nothing is left afterwards.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns } from '../fixtures/netns.js';
 import {
-  addrs, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, hostLinksWithPrefix, hostPoolRoutes, ipamState, mapLimit, netconf, startCluster, why,
-  wepNames, type Cluster,
+  addrs, cni, expectNothingLeft, hostLinksWithPrefix, hostPoolRoutes, ipamState, mapLimit, netconf, why,
+  wepNames, type Cluster, useCluster,
 } from './plugin-harness.js';
 
 const PREFIX = 'npc';
@@ -17,19 +16,7 @@ const N = 50;
 const PARALLEL = 10;
 let c: Cluster;
 
-beforeAll(async () => {
-  assertThrowawayHostNetns();
-  ensureBuilt();
-  c = await startCluster([POOL]);
-});
-afterEach(async () => {
-  await cleanupAttachments();
-  removeAllNetns();
-});
-afterAll(async () => {
-  removeAllNetns();
-  await c?.close();
-});
+useCluster([POOL], (x) => (c = x));
 
 describe('concurrency', () => {
   it(`${N} concurrent ADDs get distinct addresses; ${N} concurrent DELs leave nothing`, async () => {

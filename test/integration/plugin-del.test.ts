@@ -2,32 +2,19 @@
 // already gone), never tears down what a newer sandbox of the same pod owns, and
 // still does the local teardown when the datastore is down (then code 11).
 import { execFileSync } from 'node:child_process';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, deleteNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns, deleteNetns } from '../fixtures/netns.js';
 import {
-  NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs,
-  link, netconf, startCluster, wepNames, type Call, type Cluster,
+  NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs,
+  link, netconf, wepNames, type Call, type Cluster, useCluster,
 } from './plugin-harness.js';
 
 const PREFIX = 'npd';
 const POOL = { name: 'del-v4', cidr: '10.77.5.0/24', blockSize: 28 };
 let c: Cluster;
 
-beforeAll(async () => {
-  assertThrowawayHostNetns();
-  ensureBuilt();
-  c = await startCluster([POOL]);
-});
-afterEach(async () => {
-  await cleanupAttachments();
-  removeAllNetns();
-});
-afterAll(async () => {
-  removeAllNetns();
-  await c?.close();
-});
+useCluster([POOL], (x) => (c = x));
 
 const conf = (v = '1.0.0') => netconf(c, v, { host_veth_prefix: PREFIX });
 

@@ -1,33 +1,20 @@
 // ADD failures: each leaves nothing behind (no host veth, no host route, no IPAM
 // handle or allocation, no workload endpoint) and says what failed and how to fix it.
 import { execFileSync } from 'node:child_process';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { RESOURCE_PREFIX } from '../../src/datastore/keys.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns } from '../fixtures/netns.js';
 import {
-  NODE, clusterInfo, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, link,
-  netconf, startCluster, wepNames, type Cluster,
+  NODE, clusterInfo, cleanupAttachments, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, link,
+  netconf, startCluster, wepNames, type Cluster, useCluster,
 } from './plugin-harness.js';
 
 const PREFIX = 'npf';
 const POOL = { name: 'fail-v4', cidr: '10.77.2.0/24', blockSize: 28 };
 let c: Cluster;
 
-beforeAll(async () => {
-  assertThrowawayHostNetns();
-  ensureBuilt();
-  c = await startCluster([POOL]);
-});
-afterEach(async () => {
-  await cleanupAttachments();
-  removeAllNetns();
-});
-afterAll(async () => {
-  removeAllNetns();
-  await c?.close();
-});
+useCluster([POOL], (x) => (c = x));
 
 const conf = (extra: Record<string, unknown> = {}) => netconf(c, '1.0.0', { host_veth_prefix: PREFIX, ...extra });
 

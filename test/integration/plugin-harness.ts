@@ -13,8 +13,9 @@ import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } f
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { expect } from 'vitest';
-import { DIST, ROOT, runCni, type CniOutcome } from '../fixtures/cni.js';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
+import { DIST, ROOT, assertThrowawayHostNetns, runCni, type CniOutcome } from '../fixtures/cni.js';
+import { removeAllNetns } from '../fixtures/netns.js';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Datastore, type Resource } from '../../src/datastore/types.js';
@@ -64,6 +65,29 @@ export function clusterInfo(ready: boolean): Resource<'ClusterInformation'> {
 }
 
 /** A throwaway etcd holding a ready ClusterInformation and the given pools. */
+/**
+ * The usual life of a plugin test file: check the throwaway host namespace and
+ * the build, start a cluster with these pools, DEL whatever a test left and
+ * drop its namespaces after each test, stop everything at the end.
+ */
+export function useCluster(pools: PoolDef[], set: (c: Cluster) => void): void {
+  let cluster: Cluster | undefined;
+  beforeAll(async () => {
+    assertThrowawayHostNetns();
+    ensureBuilt();
+    cluster = await startCluster(pools);
+    set(cluster);
+  });
+  afterEach(async () => {
+    await cleanupAttachments();
+    removeAllNetns();
+  });
+  afterAll(async () => {
+    removeAllNetns();
+    await cluster?.close();
+  });
+}
+
 export async function startCluster(pools: PoolDef[], opts: { clusterInfo?: 'ready' | 'not-ready' | 'missing' } = {}): Promise<Cluster> {
   const etcd = await startEtcd();
   const tmp = mkdtempSync(join(tmpdir(), `plugin-test-${process.pid}-`));
