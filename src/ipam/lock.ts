@@ -21,6 +21,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { createServer, type Server } from 'node:net';
 import { CniError, ErrorCodes } from '../errors.js';
+import { createKeyedQueue } from '../keyed-queue.js';
 
 export const DEFAULT_LOCK_PATH = '/var/run/netplugin/ipam.lock';
 
@@ -102,7 +103,7 @@ export async function withHostLock<T>(path: string, fn: () => Promise<T>, opts: 
   }
 }
 
-const queues = new Map<string, Promise<unknown>>();
+const queue = createKeyedQueue();
 
 /**
  * In-process serialisation: calls with the same key run one after another, in
@@ -110,15 +111,5 @@ const queues = new Map<string, Promise<unknown>>();
  * front of withHostLock so its own requests queue instead of polling the socket.)
  */
 export function serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
-  const prev = queues.get(key) ?? Promise.resolve();
-  const run = prev.then(fn, fn);
-  const tail = run.then(
-    () => undefined,
-    () => undefined,
-  );
-  queues.set(key, tail);
-  void tail.then(() => {
-    if (queues.get(key) === tail) queues.delete(key);
-  });
-  return run;
+  return queue.run(key, fn);
 }
