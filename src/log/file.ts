@@ -175,9 +175,14 @@ export class RotatingFile {
     return names
       .filter((n) => n.startsWith(this.base) && ROTATED.test(n.slice(this.base.length)))
       .sort((a, b) => {
-        const ta = ROTATED.exec(a.slice(this.base.length))![1]!;
-        const tb = ROTATED.exec(b.slice(this.base.length))![1]!;
-        return ta < tb ? -1 : ta > tb ? 1 : a < b ? -1 : 1;
+        const ma = ROTATED.exec(a.slice(this.base.length))!;
+        const mb = ROTATED.exec(b.slice(this.base.length))!;
+        if (ma[1] !== mb[1]) return ma[1]! < mb[1]! ? -1 : 1;
+        // Several rotations within one millisecond get .1, .2, ... .10: numeric
+        // order, not text order (".10" < ".2"), or pruning would keep old files.
+        const na = Number(ma[2]?.slice(1) ?? 0);
+        const nb = Number(mb[2]?.slice(1) ?? 0);
+        return na !== nb ? na - nb : a < b ? -1 : 1;
       })
       .map((n) => join(this.dir, n));
   }

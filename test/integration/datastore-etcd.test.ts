@@ -164,6 +164,9 @@ for (const transport of ['http', 'grpc'] as const) {
     it('answers Unavailable within the deadline when etcd accepts connections but is frozen', async () => {
       process.kill(etcd.proc.pid!, 'SIGSTOP');
       try {
+        // The stop is delivered asynchronously: wait until every thread of etcd
+        // is stopped, or a request sent at once can still be answered.
+        await waitStopped(etcd.proc.pid!);
         const e = (await ds.get('IPPool', 'outage', undefined, { timeoutMs: 800 }).catch((x: unknown) => x)) as DatastoreError;
         expect(e).toBeInstanceOf(DatastoreError);
         expect(e.kind).toBe('Unavailable');
@@ -284,3 +287,17 @@ it('uses the process-wide default transport unless the configuration names one',
   expect(await open({})).toBe('http');
   await expect(openDatastore({ etcd_endpoints: 'http://127.0.0.1:1', etcd_transport: 'h2' as never })).rejects.toThrow(/etcd_transport="h2" is not supported; use "http" or "grpc"/);
 });
+
+/** Resolves once every thread of `pid` is in the stopped state (T) in /proc. */
+async function waitStopped(pid: number): Promise<void> {
+  const { readdirSync, readFileSync } = await import('node:fs');
+  for (let i = 0; i < 200; i++) {
+    const states = readdirSync(`/proc/${pid}/task`).map((t) => {
+      const stat = readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    });
+    if (states.every((st) => st === 'T' || st === 't')) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`etcd (pid ${pid}) did not stop after SIGSTOP`);
+}

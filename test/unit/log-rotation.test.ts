@@ -79,6 +79,23 @@ describe('retention', () => {
     expect(text).toContain('line 039');
     expect(text).not.toContain('line 000');
   });
+  it('orders rotations of the same millisecond numerically (.2 before .10)', () => {
+    const logDir = join(dir, 'same-ms');
+    const f = new RotatingFile({ path: join(logDir, 'cni.log'), maxBytes: 1 << 20, maxAgeDays: 0, maxCount: 0 });
+    f.write('live\n');
+    const stamp = '20261122T033000123Z';
+    for (const suffix of ['', '.1', '.2', '.10', '.11']) writeFileSync(join(logDir, `cni.log.${stamp}.4242${suffix}`), suffix + '\n');
+    writeFileSync(join(logDir, 'cni.log.20261122T032959999Z.4242.3'), 'older\n');
+    f.close();
+    expect(f.rotatedFiles().map((p) => p.slice(p.lastIndexOf('cni.log.') + 8))).toEqual([
+      '20261122T032959999Z.4242.3',
+      `${stamp}.4242`,
+      `${stamp}.4242.1`,
+      `${stamp}.4242.2`,
+      `${stamp}.4242.10`,
+      `${stamp}.4242.11`,
+    ]);
+  });
   it('removes rotated files older than max_age days', () => {
     const logDir = join(dir, 'age');
     const path = join(logDir, 'cni.log');
