@@ -17,7 +17,7 @@ import {
 } from './plugin-harness.js';
 import type { CniOutcome } from '../fixtures/cni.js';
 
-const PREFIX = 'npk';
+const PREFIX = 'npz';
 const POOL = { name: 'kill-v4', cidr: '10.77.42.0/24', blockSize: 28 };
 const N = 50;
 const PARALLEL = 10;

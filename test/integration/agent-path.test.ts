@@ -21,7 +21,7 @@ import {
   why, type Agent, type Cluster,
 } from './plugin-harness.js';
 
-const PREFIX = 'npa';
+const PREFIX = 'npy';
 const POOL = { name: 'agent-v4', cidr: '10.77.40.0/24', blockSize: 28 };
 const V6POOL = { name: 'agent-v6', cidr: 'fd77:40::/116', blockSize: 122 };
 let c: Cluster;
