@@ -322,9 +322,13 @@ for (const backend of backends) {
       expect(add.code, add.stdout).toBe(0);
       const check = await runtimeCall('CHECK', { ...conf, prevResult: add.json }, cid);
       expect(check.code, check.stdout).toBe(0);
-      const bad = await runtimeCall('CHECK', { ...conf, prevResult: { ...add.json, ips: [{ address: '10.123.0.250/29' }] } }, cid);
+      // An address of the pool that this handle does not hold (after the earlier
+      // tests any address may be the one it got, .250 included).
+      const mine = String(add.json?.ips?.[0]?.address ?? '').split('/')[0];
+      const other = mine === '10.123.0.250' ? '10.123.0.251' : '10.123.0.250';
+      const bad = await runtimeCall('CHECK', { ...conf, prevResult: { ...add.json, ips: [{ address: `${other}/29` }] } }, cid);
       expect(bad.json?.code).toBe(ErrorCodes.CheckFailed);
-      expect(bad.json?.msg).toContain('prevResult address 10.123.0.250/29 is not allocated to handle');
+      expect(bad.json?.msg).toContain(`prevResult address ${other}/29 is not allocated to handle`);
 
       const status = await runtimeCall('STATUS', { ...conf, cniVersion: '1.1.0' }, cid);
       expect(status.code, status.stdout + status.stderr).toBe(0);
