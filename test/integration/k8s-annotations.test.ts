@@ -3,15 +3,13 @@
 // behaviour 7 (a running pod's address never changes). IPAM and endpoints in a
 // throwaway etcd; pods and namespaces on the fake API server; policy.type k8s.
 // Every failing ADD must leave nothing behind.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { API_VERSION } from '../../src/datastore/types.js';
 import { containsIP, parseCidr, parseIP } from '../../src/ipam/cidr.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns } from '../fixtures/netns.js';
 import {
-  NODE, addrs, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, k8sArgs, link, routes, startCluster, why,
-  type Cluster, type PoolDef,
-} from './plugin-harness.js';
+  NODE, addrs, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, k8sArgs, link, routes, why,
+  type Cluster, type PoolDef, useCluster } from './plugin-harness.js';
 import { k8sNetconf, logLines, putNamespace, putPod, startApi, type Api, type PodDef } from './k8s-harness.js';
 
 const PREFIX = 'npa';
@@ -31,22 +29,13 @@ const OUTSIDE = '198.51.100.7';
 let c: Cluster;
 let api: Api;
 
-beforeAll(async () => {
-  assertThrowawayHostNetns();
-  ensureBuilt();
-  c = await startCluster([A, B, C, FLOAT, TINY, V6A, V6B]);
-  await c.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: VX.name }, spec: { cidr: VX.cidr, blockSize: 28, vxlanMode: 'Always' } });
-  c.pools.push(NEW, { ...VX, blockSize: 28 });
-  api = await startApi();
-});
-afterEach(async () => {
-  await cleanupAttachments();
-  removeAllNetns();
-});
-afterAll(async () => {
-  removeAllNetns();
-  await api?.server.stop();
-  await c?.close();
+useCluster([A, B, C, FLOAT, TINY, V6A, V6B], (x) => (c = x), {
+  setup: async (x) => {
+    await x.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: VX.name }, spec: { cidr: VX.cidr, blockSize: 28, vxlanMode: 'Always' } });
+    x.pools.push(NEW, { ...VX, blockSize: 28 });
+    api = await startApi();
+  },
+  teardown: async () => api?.server.stop(),
 });
 
 let seq = 0;

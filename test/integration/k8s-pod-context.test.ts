@@ -3,11 +3,10 @@
 // kubernetes.kubeconfig) and writes their identity into the workload endpoint;
 // API failures are transient (11) or clear (102) and leave nothing behind;
 // without policy.type (etcd datastore) no pod is read and annotations are ignored.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
-import { NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, startCluster, type Cluster } from './plugin-harness.js';
+import { createNetns } from '../fixtures/netns.js';
+import { NODE, cni, expectCniError, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, type Cluster, useCluster } from './plugin-harness.js';
 import { k8sNetconf, putNamespace, putPod, startApi, type Api } from './k8s-harness.js';
 
 const PREFIX = 'npk';
@@ -15,20 +14,9 @@ const POOL = { name: 'k8sctx-v4', cidr: '10.77.20.0/24', blockSize: 28 };
 let c: Cluster;
 let api: Api;
 
-beforeAll(async () => {
-  assertThrowawayHostNetns();
-  ensureBuilt();
-  c = await startCluster([POOL]);
-  api = await startApi();
-});
-afterEach(async () => {
-  await cleanupAttachments();
-  removeAllNetns();
-});
-afterAll(async () => {
-  removeAllNetns();
-  await api?.server.stop();
-  await c?.close();
+useCluster([POOL], (x) => (c = x), {
+  setup: async () => void (api = await startApi()),
+  teardown: async () => api?.server.stop(),
 });
 
 const wepName = (pod: string) => `${NODE}-k8s-${pod.replace(/-/g, '--')}-eth0`;

@@ -70,13 +70,18 @@ export function clusterInfo(ready: boolean): Resource<'ClusterInformation'> {
  * the build, start a cluster with these pools, DEL whatever a test left and
  * drop its namespaces after each test, stop everything at the end.
  */
-export function useCluster(pools: PoolDef[], set: (c: Cluster) => void): void {
+export function useCluster(
+  pools: PoolDef[],
+  set: (c: Cluster) => void,
+  extra: { setup?: (c: Cluster) => Promise<void>; teardown?: () => Promise<void> } = {},
+): void {
   let cluster: Cluster | undefined;
   beforeAll(async () => {
     assertThrowawayHostNetns();
     ensureBuilt();
     cluster = await startCluster(pools);
     set(cluster);
+    await extra.setup?.(cluster);
   });
   afterEach(async () => {
     await cleanupAttachments();
@@ -84,6 +89,7 @@ export function useCluster(pools: PoolDef[], set: (c: Cluster) => void): void {
   });
   afterAll(async () => {
     removeAllNetns();
+    await extra.teardown?.();
     await cluster?.close();
   });
 }
