@@ -42,6 +42,7 @@ export interface RotatingFileOptions {
 }
 
 /** `cni.log.20240131T235959123Z.4242` (plus `.N` if that name was taken). Sorts by time. */
+let rotationSeq = 0;
 const ROTATED = /^\.(\d{8}T\d{9}Z)\.\d+(\.\d+)?$/;
 
 export class RotatingFile {
@@ -150,8 +151,12 @@ export class RotatingFile {
       }
       if (st.size < this.opts.maxBytes) return; // rotated by another writer meanwhile
       const stamp = new Date().toISOString().replace(/[-:.]/g, '');
-      let target = `${this.opts.path}.${stamp}.${process.pid}`;
-      for (let n = 1; existsSync(target); n++) target = `${this.opts.path}.${stamp}.${process.pid}.${n}`;
+      // A counter, not "first free name": pruning may already have deleted an
+      // earlier rotation of this millisecond, and reusing its name would sort the
+      // newest file as the oldest (and prune it at once).
+      let target: string;
+      do target = `${this.opts.path}.${stamp}.${process.pid}.${++rotationSeq}`;
+      while (existsSync(target));
       renameSync(this.opts.path, target);
       this.cleanup();
     } finally {

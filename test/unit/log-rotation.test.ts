@@ -5,7 +5,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, utimesSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { build } from 'esbuild';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RotatingFile } from '../../src/log/file.js';
 
 const dir = mkdtempSync(join(tmpdir(), `log-rot-${process.pid}-`));
@@ -78,6 +78,22 @@ describe('retention', () => {
     const text = rotated.map((p) => readFileSync(p, 'utf8')).join('') + readFileSync(join(logDir, 'cni.log'), 'utf8');
     expect(text).toContain('line 039');
     expect(text).not.toContain('line 000');
+  });
+  it('keeps the newest files when every rotation falls in the same millisecond', () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.setSystemTime(new Date('2026-11-22T03:30:00.123Z'));
+    try {
+      const logDir = join(dir, 'frozen');
+      const f = new RotatingFile({ path: join(logDir, 'cni.log'), maxBytes: 100, maxAgeDays: 0, maxCount: 3 });
+      for (let i = 0; i < 40; i++) f.write(`line ${String(i).padStart(3, '0')} ${'x'.repeat(60)}\n`);
+      f.close();
+      const text = f.rotatedFiles().map((p) => readFileSync(p, 'utf8')).join('') + readFileSync(join(logDir, 'cni.log'), 'utf8');
+      expect(text).toContain('line 039');
+      expect(text).toContain('line 036');
+      expect(text).not.toContain('line 030');
+    } finally {
+      vi.useRealTimers();
+    }
   });
   it('orders rotations of the same millisecond numerically (.2 before .10)', () => {
     const logDir = join(dir, 'same-ms');
