@@ -2,6 +2,7 @@
 // in-memory datastore (same CAS semantics as etcd and Kubernetes). Real
 // allocator, real store; a thin wrapper counts writes and injects faults.
 import { beforeEach, describe, expect, it } from 'vitest';
+import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type Datastore, type IPPoolSpec, type Kind, type Resource } from '../../src/datastore/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
@@ -76,6 +77,8 @@ class Counting implements Datastore {
     this.writes.push(`delete ${kind}`);
     return this.inner.delete(kind, name, o);
   };
+  // Ordered writes through the counted methods: the Kubernetes backend's way, the weakest a crash can meet.
+  txn: Datastore['txn'] = (ops, o) => orderedTxn(this, ops, o);
   watch: Datastore['watch'] = (kind, o, fn) => this.inner.watch(kind, o, fn);
   close = async () => {};
 }
