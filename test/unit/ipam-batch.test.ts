@@ -78,7 +78,9 @@ class Counting implements Datastore {
     return this.inner.delete(kind, name, o);
   };
   // Ordered writes through the counted methods: the Kubernetes backend's way, the weakest a crash can meet.
-  txn: Datastore['txn'] = (ops, o) => orderedTxn(this, ops, o);
+  txn: Datastore['txn'] = function (this: Datastore, ops, o) {
+    return orderedTxn(this, ops, o);
+  };
   watch: Datastore['watch'] = (kind, o, fn) => this.inner.watch(kind, o, fn);
   close = async () => {};
 }

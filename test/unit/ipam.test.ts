@@ -81,7 +81,9 @@ class Faulty implements Datastore {
   update: Datastore['update'] = async (res, o) => (this.gate('update', res.kind), this.inner.update(res, o));
   delete: Datastore['delete'] = async (kind, name, o) => (this.gate('delete', kind), this.inner.delete(kind, name, o));
   // Ordered writes through the counted methods: the Kubernetes backend's way, the weakest a crash can meet.
-  txn: Datastore['txn'] = (ops, o) => orderedTxn(this, ops, o);
+  txn: Datastore['txn'] = function (this: Datastore, ops, o) {
+    return orderedTxn(this, ops, o);
+  };
   watch: Datastore['watch'] = (kind, o, fn) => this.inner.watch(kind, o, fn);
   close = async () => {};
 }
