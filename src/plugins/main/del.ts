@@ -6,7 +6,7 @@
 import type { CniContext } from '../../cni/types.js';
 import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
-import type { Datastore } from '../../datastore/types.js';
+import type { Datastore, TxnOp } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
 import { resolvePodCidrs } from './add.js';
 import { dataplane } from './runtime.js';
@@ -28,16 +28,14 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   // endpoint and the host veth name (its ADD replaced our stale veth).
   let newerOwner: string | undefined;
   let ownerKnown = false;
+  let endpointDelete: TxnOp | undefined;
   if (ds) {
     try {
       ownerKnown = true;
       const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace);
       if (wep.spec.containerID && wep.spec.containerID !== ctx.containerId) newerOwner = wep.spec.containerID;
-      else {
-        await ds.delete('WorkloadEndpoint', wl.endpointName, { namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) }).catch((e) => {
-          if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
-        });
-      }
+      // Deleted with the addresses, in the release's transaction (one write per DEL).
+      else endpointDelete = { op: 'delete', kind: 'WorkloadEndpoint', name: wl.endpointName, namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
     } catch (e) {
       if (!DatastoreError.is(e, 'NotFound')) {
         ownerKnown = false;
@@ -67,7 +65,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   // Addresses are released by this container's handle, so an old sandbox's DEL
   // frees only its own addresses, never the newer sandbox's.
   try {
-    await releaseAddresses(ctx, wl, ds);
+    await releaseAddresses(ctx, wl, ds, endpointDelete);
   } catch (e) {
     dsError ??= e;
   }
@@ -79,9 +77,11 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   }
 }
 
-async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined): Promise<void> {
+async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<void> {
   const { conf, log } = ctx;
   if (!isNetpluginIpam(conf.ipam)) {
+    // The endpoint goes before the delegated plugin frees the addresses, as a single guarded delete.
+    if (ds && endpointDelete) await ds.txn([endpointDelete]).catch(ignoreGone);
     const ipamConf = await resolvePodCidrs(conf, wl, ds, { release: true });
     await execDelegate({
       type: conf.ipam.type,
@@ -100,6 +100,11 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
   const { Ipam } = await import('../../ipam/index.js');
   const lockPath = ipamLockPath(conf);
   const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
-  const released = await ipam.releaseByHandle(wl.handleID);
+  const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
+}
+
+/** The endpoint changed owner or went meanwhile: nothing of ours to delete. */
+function ignoreGone(e: unknown): void {
+  if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
 }
