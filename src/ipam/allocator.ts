@@ -166,6 +166,17 @@ interface PendingAssign {
 // Per datastore: batch key -> requests queued for the next lock acquisition.
 const batchQueues = new WeakMap<Datastore, Map<string, PendingAssign[]>>();
 
+/** One release waiting in a batch queue. */
+interface PendingRelease {
+  handleID: string;
+  early: Promise<HandleRes | undefined>;
+  opts: ReleaseOptions;
+  resolve: (v: string[]) => void;
+  reject: (e: unknown) => void;
+}
+// Per datastore: lock path -> releases queued for the next lock acquisition.
+const releaseQueues = new WeakMap<Datastore, Map<string, PendingRelease[]>>();
+
 const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
 
 type BlockRes = Resource<'IPAMBlock'>;
@@ -1262,7 +1273,79 @@ export class Ipam {
     // (and connect) before waiting for the lock.
     const early = this.getHandle(handleID);
     early.catch(() => undefined);
+    if (this.batch) return this.enqueueRelease({ handleID, early, opts, resolve: () => undefined, reject: () => undefined });
     return this.exclusive(undefined, () => this.releaseLocked(handleID, early, opts));
+  }
+
+  /**
+   * Queue a release for the next lock acquisition (batching, as for
+   * assignments): the releases that waited together are served by one
+   * transaction per MAX_BATCH_TXN of them.
+   */
+  private enqueueRelease(item: PendingRelease): Promise<string[]> {
+    return new Promise<string[]>((resolve, reject) => {
+      Object.assign(item, { resolve, reject });
+      let queues = releaseQueues.get(this.ds);
+      if (!queues) releaseQueues.set(this.ds, (queues = new Map()));
+      const key = String(this.lockPath);
+      const waiting = queues.get(key);
+      if (waiting) {
+        waiting.push(item);
+        return;
+      }
+      const items = [item];
+      const all = queues;
+      all.set(key, items);
+      // Without a host lock, batched releases still queue behind each other (per store) to meet in one batch.
+      this.exclusive(this.lockPath ? undefined : 'releases', async () => {
+        if (all.get(key) === items) all.delete(key);
+        for (let i = 0; i < items.length; i += MAX_BATCH_TXN) await this.releaseBatchLocked(items.slice(i, i + MAX_BATCH_TXN));
+      }).catch((e) => {
+        if (all.get(key) === items) all.delete(key);
+        for (const it of items) it.reject(e);
+      });
+    });
+  }
+
+  /**
+   * Several releases in one transaction: every block they hold addresses in
+   * (one compare-and-swap each, all their slots freed), their handles'
+   * deletes and their extra writes. Any failure sends each release its own
+   * way (releaseLocked, with its retries), which is idempotent.
+   */
+  private async releaseBatchLocked(items: PendingRelease[]): Promise<void> {
+    const one = async (it: PendingRelease) => this.releaseLocked(it.handleID, it.early, it.opts).then(it.resolve, it.reject);
+    if (items.length === 1) return one(items[0]!);
+    try {
+      const handles = await Promise.all(items.map((it) => it.early));
+      const cidrs = [...new Set(handles.flatMap((h) => (h ? Object.keys(h.spec.block) : [])))];
+      const blocks = (await Promise.all(cidrs.map((c) => this.getBlock(c)))).filter((b): b is BlockRes => !!b);
+      const ops: TxnOp[] = items.flatMap((it) => it.opts.alsoWrite ?? []);
+      const released = new Map<PendingRelease, string[]>(items.map((it) => [it, []]));
+      const freed: Array<{ at: number; empty: boolean }> = [];
+      for (const b of blocks) {
+        const c = checkBlock(b.spec);
+        const spec = structuredClone(b.spec);
+        const ords: number[] = [];
+        for (const [i, it] of items.entries()) {
+          if (!handles[i]) continue;
+          const mine = ordinalsOf(b.spec, it.handleID);
+          ords.push(...mine);
+          released.get(it)!.push(...mine.map((o) => addressOf(c, o)));
+        }
+        if (!ords.length) continue;
+        freeOrdinals(spec, ords);
+        freed.push({ at: ops.length, empty: isEmpty(spec) });
+        ops.push({ op: 'update', res: { ...b, spec } });
+      }
+      for (const h of handles) if (h) ops.push({ op: 'delete', kind: 'IPAMHandle', name: h.metadata.name, revision: h.metadata.resourceVersion! });
+      const out = ops.length ? await this.ds.txn(ops) : [];
+      for (const it of items) it.resolve(released.get(it)!);
+      for (const f of freed) if (f.empty) await this.maybeReleaseBlock(out[f.at] as BlockRes).catch((e) => this.log.debug('ipam: empty block kept', { error: String(e) }));
+    } catch (e) {
+      this.log.debug('ipam: batched release failed; releasing one by one', { size: items.length, error: String(e) });
+      for (const it of items) await one(it);
+    }
   }
 
   /** Release specific addresses whoever holds them (operator repair). Addresses already free are skipped. */

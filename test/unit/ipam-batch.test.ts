@@ -303,4 +303,22 @@ describe('batched assignment', () => {
     }
     await checkInvariant(ds);
   });
+
+  it('concurrent releases share one transaction: every address freed, every handle and extra write gone', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
+    const reqs = Array.from({ length: 40 }, () => req('n1'));
+    await Promise.all(reqs.map((r) => batching(ds).assign(r)));
+    // An extra write per release, as DEL deletes the endpoint in the same transaction.
+    for (const r of reqs) await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: `x-${r.handleID}` }, spec: {} });
+    const before = store.blockWrites();
+    const freed = await Promise.all(reqs.map((r) => batching(store).releaseByHandle(r.handleID, { alsoWrite: [{ op: 'delete', kind: 'ClusterInformation', name: `x-${r.handleID}` }] })));
+    for (const f of freed) expect(f).toHaveLength(1);
+    expect(new Set(freed.flat()).size).toBe(40);
+    // The first release runs alone, the rest wait for it and go together (the block is the node's last, so it stays).
+    expect(store.blockWrites() - before).toBeLessThanOrEqual(3);
+    expect(await all(ds, 'IPAMHandle')).toEqual([]);
+    expect(await all(ds, 'ClusterInformation')).toEqual([]);
+    const [block] = await all(ds, 'IPAMBlock');
+    expect(allocatedOrds(block!.spec)).toBe(0);
+  });
 });

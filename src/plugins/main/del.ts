@@ -9,7 +9,7 @@ import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, TxnOp } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
 import { resolvePodCidrs } from './add.js';
-import { dataplane } from './runtime.js';
+import { dataplane, ipamBatchingEnabled } from './runtime.js';
 import { datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
 
 export async function del(ctx: CniContext<Netconf>): Promise<void> {
@@ -99,7 +99,7 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
   if (!ds) return;
   const { Ipam } = await import('../../ipam/index.js');
   const lockPath = ipamLockPath(conf);
-  const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
+  const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
   const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
 }
