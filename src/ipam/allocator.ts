@@ -832,28 +832,40 @@ export class Ipam {
    * all of them.
    */
   private enqueue(req: AssignRequest, early: PendingAssign['early']): Promise<Assigned[]> {
+    const key = JSON.stringify([this.lockPath, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
     return new Promise<Assigned[]>((resolve, reject) => {
-      const item: PendingAssign = { req, early, resolve, reject, done: [] };
-      let queues = batchQueues.get(this.ds);
-      if (!queues) batchQueues.set(this.ds, (queues = new Map()));
-      const key = JSON.stringify([this.lockPath, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
-      const waiting = queues.get(key);
-      if (waiting) {
-        waiting.push(item);
-        return;
-      }
-      const items = [item];
-      const all = queues;
-      all.set(key, items);
-      this.exclusive(req.node, () => {
-        // Whatever queued while we waited for the lock is served now; later
-        // arrivals start the next batch.
-        if (all.get(key) === items) all.delete(key);
-        return this.assignBatchLocked(items);
-      }).catch((e) => {
-        if (all.get(key) === items) all.delete(key);
-        for (const it of items) it.reject(e);
-      });
+      this.joinBatch(batchQueues, key, { req, early, resolve, reject, done: [] }, req.node, (items) => this.assignBatchLocked(items));
+    });
+  }
+
+  /**
+   * Queue `item` for the next acquisition of the lock: the first of a key
+   * waits for the lock, whoever arrives meanwhile joins it, and `serve` gets
+   * them all once the lock is held. Later arrivals start the next batch.
+   */
+  private joinBatch<T extends { reject: (e: unknown) => void }>(
+    store: WeakMap<Datastore, Map<string, T[]>>,
+    key: string,
+    item: T,
+    lockKey: string | undefined,
+    serve: (items: T[]) => Promise<void>,
+  ): void {
+    let queues = store.get(this.ds);
+    if (!queues) store.set(this.ds, (queues = new Map()));
+    const waiting = queues.get(key);
+    if (waiting) {
+      waiting.push(item);
+      return;
+    }
+    const items = [item];
+    const all = queues;
+    all.set(key, items);
+    this.exclusive(lockKey, () => {
+      if (all.get(key) === items) all.delete(key);
+      return serve(items);
+    }).catch((e) => {
+      if (all.get(key) === items) all.delete(key);
+      for (const it of items) it.reject(e);
     });
   }
 
@@ -1273,7 +1285,7 @@ export class Ipam {
     // (and connect) before waiting for the lock.
     const early = this.getHandle(handleID);
     early.catch(() => undefined);
-    if (this.batch) return this.enqueueRelease({ handleID, early, opts, resolve: () => undefined, reject: () => undefined });
+    if (this.batch) return this.enqueueRelease({ handleID, early, opts });
     return this.exclusive(undefined, () => this.releaseLocked(handleID, early, opts));
   }
 
@@ -1282,27 +1294,11 @@ export class Ipam {
    * assignments): the releases that waited together are served by one
    * transaction per MAX_BATCH_TXN of them.
    */
-  private enqueueRelease(item: PendingRelease): Promise<string[]> {
+  private enqueueRelease(item: Omit<PendingRelease, 'resolve' | 'reject'>): Promise<string[]> {
     return new Promise<string[]>((resolve, reject) => {
-      Object.assign(item, { resolve, reject });
-      let queues = releaseQueues.get(this.ds);
-      if (!queues) releaseQueues.set(this.ds, (queues = new Map()));
-      const key = String(this.lockPath);
-      const waiting = queues.get(key);
-      if (waiting) {
-        waiting.push(item);
-        return;
-      }
-      const items = [item];
-      const all = queues;
-      all.set(key, items);
       // Without a host lock, batched releases still queue behind each other (per store) to meet in one batch.
-      this.exclusive(this.lockPath ? undefined : 'releases', async () => {
-        if (all.get(key) === items) all.delete(key);
+      this.joinBatch(releaseQueues, String(this.lockPath), { ...item, resolve, reject }, this.lockPath ? undefined : 'releases', async (items) => {
         for (let i = 0; i < items.length; i += MAX_BATCH_TXN) await this.releaseBatchLocked(items.slice(i, i + MAX_BATCH_TXN));
-      }).catch((e) => {
-        if (all.get(key) === items) all.delete(key);
-        for (const it of items) it.reject(e);
       });
     });
   }
