@@ -174,6 +174,13 @@ interface PendingRelease {
   resolve: (v: string[]) => void;
   reject: (e: unknown) => void;
 }
+// Per datastore: names of the blocks last seen full. A batching Ipam (the
+// agent) reads its node's blocks in this set only when no other of its blocks
+// has room, so an ADD on a node with many full blocks reads one block, not all.
+// A wrong entry costs at most a preference (a freed slot in a block thought
+// full is used once the others are full); every write seen here corrects it.
+const fullBlocks = new WeakMap<Datastore, Set<string>>();
+
 // Per datastore: lock path -> releases queued for the next lock acquisition.
 const releaseQueues = new WeakMap<Datastore, Map<string, PendingRelease[]>>();
 
@@ -460,7 +467,11 @@ export class Ipam {
         asConflict(e);
       }
       if (hop) ctx.handle = out[0] as HandleRes;
-      if (spec) ctx.blocks?.set(cur.metadata.name, out[hop ? 1 : 0] as BlockRes);
+      if (spec) {
+        const stored = out[hop ? 1 : 0] as BlockRes;
+        ctx.blocks?.set(cur.metadata.name, stored);
+        this.noteBlock(stored);
+      }
       if (piggy && extra.length) piggy.p.committed(out.slice(ops.length - extra.length));
       return { ip, ord, cidr };
     });
@@ -599,22 +610,41 @@ export class Ipam {
       .filter((x): x is { a: AffRes; c: Cidr } => !!x.c && containsCidr(pool.cidr, x.c))
       .sort((x, y) => (x.c.base < y.c.base ? -1 : x.c.base > y.c.base ? 1 : 0));
     const live = mine.filter((x) => x.a.spec.state !== 'pendingDeletion');
-    // Read them all in one round trip: a node usually holds one or two per pool.
-    const got = await Promise.all(live.map(({ a }) => ctx.blocks?.get(blockName(a.spec.cidr)) ?? this.getBlock(a.spec.cidr)));
-    for (const [i, { a }] of live.entries()) {
-      const b = got[i];
-      if (!b || b.spec.affinity !== hostAffinity(ctx.node)) {
-        this.log.info('ipam: removing stale block affinity', { affinity: a.metadata.name, block: b?.spec.affinity ?? 'missing' });
-        await this.deleteAffinity(a);
-        ctx.affinities = ctx.affinities.filter((x) => x !== a);
-        continue;
+    // The agent reads the blocks it last saw full only when the others have no room.
+    const full = this.batch ? this.fullSet() : undefined;
+    const isFull = (x: { a: AffRes }) => !!full?.has(blockName(x.a.spec.cidr));
+    for (const group of [live.filter((x) => !isFull(x)), live.filter(isFull)]) {
+      if (!group.length) continue;
+      // Read them in one round trip: a node usually holds one or two per pool.
+      const got = await Promise.all(group.map(({ a }) => ctx.blocks?.get(blockName(a.spec.cidr)) ?? this.getBlock(a.spec.cidr)));
+      for (const [i, { a }] of group.entries()) {
+        const b = got[i];
+        if (!b || b.spec.affinity !== hostAffinity(ctx.node)) {
+          this.log.info('ipam: removing stale block affinity', { affinity: a.metadata.name, block: b?.spec.affinity ?? 'missing' });
+          await this.deleteAffinity(a);
+          ctx.affinities = ctx.affinities.filter((x) => x !== a);
+          continue;
+        }
+        if (a.spec.state === 'pending') {
+          const c = await this.confirmAffinity(a, ctx.node, a.spec.cidr);
+          ctx.affinities = ctx.affinities.map((x) => (x === a ? c : x));
+        }
+        this.noteBlock(b);
+        yield b;
       }
-      if (a.spec.state === 'pending') {
-        const c = await this.confirmAffinity(a, ctx.node, a.spec.cidr);
-        ctx.affinities = ctx.affinities.map((x) => (x === a ? c : x));
-      }
-      yield b;
     }
+  }
+
+  private fullSet(): Set<string> {
+    let set = fullBlocks.get(this.ds);
+    if (!set) fullBlocks.set(this.ds, (set = new Set()));
+    return set;
+  }
+
+  /** Records whether a block just read or written has room (see fullBlocks). */
+  private noteBlock(b: BlockRes): void {
+    if (b.spec.allocations.some((x) => x == null) && !b.spec.deleted) this.fullSet().delete(b.metadata.name);
+    else this.fullSet().add(b.metadata.name);
   }
 
   private heldBlocks(ctx: Ctx, family: Family): number {
@@ -1051,6 +1081,7 @@ export class Ipam {
         for (const [i, o] of owner.entries()) if (o && i < blockOp) o.ctx!.handle = res[i] as HandleRes;
         cur = res[blockOp] as BlockRes;
         ctx.blocks?.set(cur.metadata.name, cur);
+        this.noteBlock(cur);
         for (const { it } of out) {
           const idx = owner.flatMap((o, i) => (o === it && i >= extraFrom ? [i] : []));
           if (idx.length) it.req.piggyback!.committed(idx.map((i) => res[i]));
@@ -1175,6 +1206,7 @@ export class Ipam {
       const owners = ords.map((o) => handleAt(spec, o)?.handle_id ?? null);
       freeOrdinals(spec, ords);
       freedBlock = await this.ds.update({ ...b, spec });
+      this.noteBlock(freedBlock);
       return ords.map((o, i) => ({ ip: addressOf(c, o), handle: owners[i] ?? null }));
     });
     if (freedBlock && isEmpty(freedBlock.spec)) await this.maybeReleaseBlock(freedBlock);
@@ -1271,6 +1303,7 @@ export class Ipam {
         if (i !== undefined && i < extra.length && DatastoreError.is(e) && e.kind !== 'Unavailable') extra = extra.filter((_, j) => j !== i);
         asConflict(e);
       }
+      for (const f of freed) this.noteBlock(out[f.at] as BlockRes);
       for (const f of freed) if (f.empty) await this.maybeReleaseBlock(out[f.at] as BlockRes);
       return released;
     });
@@ -1336,6 +1369,7 @@ export class Ipam {
       }
       for (const h of handles) if (h) ops.push({ op: 'delete', kind: 'IPAMHandle', name: h.metadata.name, revision: h.metadata.resourceVersion! });
       const out = ops.length ? await this.ds.txn(ops) : [];
+      for (const f of freed) this.noteBlock(out[f.at] as BlockRes);
       for (const it of items) it.resolve(released.get(it)!);
       for (const f of freed) if (f.empty) await this.maybeReleaseBlock(out[f.at] as BlockRes).catch((e) => this.log.debug('ipam: empty block kept', { error: String(e) }));
     } catch (e) {

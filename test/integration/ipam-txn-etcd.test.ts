@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { workloadEndpointName } from '../../src/datastore/names.js';
+import { blockName, workloadEndpointName } from '../../src/datastore/names.js';
 import { API_VERSION, type Datastore, type Resource, type TxnOp } from '../../src/datastore/types.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { Ipam, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
@@ -176,4 +176,34 @@ describe('IPAM transaction on etcd', () => {
     expect(h2.items).toEqual([]);
     expect(w2.items).toEqual([]);
   }, 240_000);
+
+  it('state the agent keeps (blocks seen full) going stale behind its back never yields a duplicate', async () => {
+    const ds = await open();
+    const other = await open();
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'stale' }, spec: { cidr: '10.94.0.0/28', blockSize: 30 } });
+    const agent = () => new Ipam(ds, { lockPath: null, batch: true });
+    const mk = () => ({ ...request('s1'), ipv4Pools: ['stale'] });
+    const got: string[] = [];
+    for (let i = 0; i < 4; i++) got.push((await agent().assign(mk()))[0]!.ip); // block 10.94.0.0/30 now full, seen full
+    // Another writer frees a slot of that block and then takes it for itself, between the agent's ADDs.
+    const b = await other.get('IPAMBlock', '10.94.0.0-30');
+    const spec = structuredClone(b.spec);
+    const victim = spec.attributes[spec.allocations[1]!]!.handle_id!;
+    spec.attributes[spec.allocations[1]!] = { handle_id: 'net.intruder' };
+    await other.txn([{ op: 'update', res: { ...b, spec } }, { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'net.intruder' }, spec: { handleID: 'net.intruder', block: { '10.94.0.0/30': 1 } } } }]);
+    // And changes the agent's second block under it (takes its first free slot).
+    const next = (await agent().assign(mk()))[0]!;
+    const b2 = await other.get('IPAMBlock', blockName(next.block));
+    const free = b2.spec.allocations.findIndex((a) => a == null);
+    const s2 = structuredClone(b2.spec);
+    s2.attributes.push({ handle_id: 'net.intruder2' });
+    s2.allocations[free] = s2.attributes.length - 1;
+    s2.unallocated = s2.unallocated.filter((o) => o !== free);
+    await other.txn([{ op: 'update', res: { ...b2, spec: s2 } }, { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'net.intruder2' }, spec: { handleID: 'net.intruder2', block: { [next.block]: 1 } } } }]);
+    const after = (await agent().assign(mk()))[0]!;
+    const all = [...got, next.ip, after.ip];
+    expect(new Set(all).size).toBe(all.length);
+    expect(await new Ipam(ds, { lockPath: null }).whoHas(after.ip)).toMatchObject({ handle: expect.stringMatching(/^net\.c/) });
+    expect(victim).toMatch(/^net\.c/);
+  });
 });

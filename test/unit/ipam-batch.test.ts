@@ -321,4 +321,29 @@ describe('batched assignment', () => {
     const [block] = await all(ds, 'IPAMBlock');
     expect(allocatedOrds(block!.spec)).toBe(0);
   });
+
+  it('the agent reads the blocks it saw full only when its other blocks have no room', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    let blockReads = 0;
+    const counted: Datastore = Object.assign(Object.create(store) as Counting, {
+      get: ((kind, name, ns, o) => {
+        if (kind === 'IPAMBlock') blockReads++;
+        return store.get(kind, name, ns, o);
+      }) as Datastore['get'],
+    });
+    const first = Array.from({ length: 37 }, () => req('n1'));
+    for (const r of first) await batching(counted).assign(r); // 4 full blocks of 8, the fifth holds 5
+    blockReads = 0;
+    const [a] = await batching(counted).assign(req('n1'));
+    expect(a!.block).toBe('10.0.0.32/29');
+    expect(blockReads, 'block reads for one ADD with four full blocks').toBe(1);
+    // A slot this store freed is known free at once: the lowest block is used again.
+    const freed = await batching(counted).releaseByHandle(first[2]!.handleID);
+    expect(freed).toEqual(['10.0.0.2']);
+    blockReads = 0;
+    const [b] = await batching(counted).assign(req('n1'));
+    expect(b!.ip).toBe('10.0.0.2');
+    expect(blockReads).toBe(2); // the freed block and the one with room, in one round trip
+    await checkInvariant(ds);
+  });
 });
