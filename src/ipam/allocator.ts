@@ -3,10 +3,12 @@
 //
 //   for every handle H and block B: handle(H).block[B] >= |ordinals of B held by H|
 //
-// i.e. a handle never under-counts. ADD raises the handle's count *before* the
-// block CAS that takes the address; DEL frees the addresses *before* lowering
-// the handle. A process killed at any point leaves at worst a handle whose count
-// is too high, which the next release by that handle (DEL, GC) clears.
+// i.e. a handle never under-counts. ADD raises the handle's count in the same
+// transaction (Datastore.txn) as the block CAS that takes the address; DEL frees
+// the addresses and deletes the handle in one transaction. On etcd that is all or
+// nothing; on Kubernetes the ops run in order (handle before block on ADD, block
+// before handle on DEL), so a process killed between them leaves at worst a
+// handle whose count is too high, which the next release by that handle clears.
 import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
 import type { Logger } from '../cni/types.js';
 import {
