@@ -1,3 +1,4 @@
+// Not a plugin-* file: the agent project would run it through the shim, whose kill does not stop the agent's work (the agent's own SIGKILL: agent-kill.test.ts).
 // Crash safety of the one-transaction ADD and DEL, per-exec: the plugin is
 // SIGKILLed at random points of 50 ADDs and of 50 DELs. Right after each kill
 // the datastore holds no address without its handle, no handle without an
