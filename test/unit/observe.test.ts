@@ -81,10 +81,10 @@ describe('health server', () => {
     s = await startHealthServer({ addr: '127.0.0.1:0', healthz: () => { throw new Error('watch loop stopped'); }, readyz: () => new Promise(() => {}), checkTimeoutMs: 200 });
     const h = await fetch(`http://127.0.0.1:${s.port}/healthz`);
     expect(h.status).toBe(503);
-    expect((await h.json()).detail).toBe('watch loop stopped');
+    expect(((await h.json()) as { detail: string }).detail).toBe('watch loop stopped');
     const r = await fetch(`http://127.0.0.1:${s.port}/readyz`);
     expect(r.status).toBe(503);
-    expect((await r.json()).detail).toMatch(/did not answer within 200 ms/);
+    expect(((await r.json()) as { detail: string }).detail).toMatch(/did not answer within 200 ms/);
   });
 
   it('reports a taken port with the address', async () => {
