@@ -2,6 +2,9 @@
 // compare-and-swap. Backends: etcd v3 (src/datastore/etcd.ts), Kubernetes API
 // (src/datastore/kubernetes.ts), in-memory (src/datastore/memory.ts, tests and tools).
 
+import type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec } from '../model/policy.js';
+export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
+
 export const API_GROUP = 'netplugin.org';
 export const API_VERSION = 'netplugin.org/v3';
 
@@ -137,21 +140,6 @@ export interface KubeControllersConfigurationSpec {
   [k: string]: unknown;
 }
 
-export interface ProfileSpec {
-  labelsToApply?: Record<string, string>;
-  ingress?: unknown[];
-  egress?: unknown[];
-}
-
-export interface NetworkPolicySpec {
-  order?: number;
-  selector?: string;
-  types?: Array<'Ingress' | 'Egress'>;
-  ingress?: unknown[];
-  egress?: unknown[];
-  [k: string]: unknown;
-}
-
 export interface SpecMap {
   IPPool: IPPoolSpec;
   IPAMBlock: IPAMBlockSpec;
@@ -165,7 +153,7 @@ export interface SpecMap {
   KubeControllersConfiguration: KubeControllersConfigurationSpec;
   Profile: ProfileSpec;
   NetworkPolicy: NetworkPolicySpec;
-  GlobalNetworkPolicy: NetworkPolicySpec;
+  GlobalNetworkPolicy: GlobalNetworkPolicySpec;
 }
 export type Kind = keyof SpecMap;
 export type SpecOf<K extends Kind> = SpecMap[K];
