@@ -15,8 +15,8 @@ const WEP_API_VERSION: Resource<'WorkloadEndpoint'>['apiVersion'] = 'netplugin.o
 export const LABEL_NAMESPACE = 'netplugin.org/namespace';
 export const LABEL_ORCHESTRATOR = 'netplugin.org/orchestrator';
 export const LABEL_SERVICEACCOUNT = 'netplugin.org/serviceaccount';
-import { PROFILE_NAMESPACE_PREFIX, PROFILE_SERVICEACCOUNT_PREFIX } from '../model/profiles.js';
-export { PROFILE_NAMESPACE_PREFIX, PROFILE_SERVICEACCOUNT_PREFIX };
+export const PROFILE_NAMESPACE_PREFIX = 'kns.';
+export const PROFILE_SERVICEACCOUNT_PREFIX = 'ksa.';
 
 export type Orchestrator = 'k8s' | 'cni';
 

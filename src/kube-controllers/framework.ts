@@ -122,7 +122,7 @@ export class MirrorController implements Controller {
   private resynced = false;
 
   constructor(
-    private readonly ctx: ControllerContext,
+    ctx: ControllerContext,
     private readonly spec: MirrorControllerSpec,
   ) {
     this.name = spec.name;

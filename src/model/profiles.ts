@@ -7,14 +7,13 @@
 // Pure functions: the policy controller (mirrors on etcd) and the kubernetes
 // datastore (derived on read) share them.
 import { API_VERSION, type Resource } from '../datastore/types.js';
-
-/** Profile name prefixes; src/k8s/workload.ts names them on every pod endpoint. */
-export const PROFILE_NAMESPACE_PREFIX = 'kns.';
-export const PROFILE_SERVICEACCOUNT_PREFIX = 'ksa.';
-export const NAMESPACE_LABEL_PREFIX = 'pcns.';
-export const SERVICEACCOUNT_LABEL_PREFIX = 'pcsa.';
-/** The namespace's own name, so a selector can name a namespace even when it has no labels. */
-export const NAMESPACE_NAME_LABEL = 'netplugin.org/name';
+import {
+  NAMESPACE_LABEL_PREFIX,
+  NAMESPACE_NAME_LABEL,
+  NAMESPACE_PROFILE_PREFIX as PROFILE_NAMESPACE_PREFIX,
+  SERVICEACCOUNT_LABEL_PREFIX,
+  SERVICEACCOUNT_PROFILE_PREFIX as PROFILE_SERVICEACCOUNT_PREFIX,
+} from './policy.js';
 
 export interface KubeMetaLike {
   metadata: { name: string; namespace?: string; labels?: Record<string, string>; resourceVersion?: string; uid?: string; creationTimestamp?: string };
