@@ -87,6 +87,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
   const name = 'node';
   const m = controllerMetrics(ctx.registry);
   const ipam = new Ipam(ctx.ds, { lockPath: null, log: ctx.log });
+  const scans = ctx.registry.counter('netplugin_kube_controllers_ipam_gc_scans_total', 'IPAM garbage-collection scans completed');
   /** Nodes whose DELETED event we saw: cleaned up even without our annotation. */
   const deleted = new Set<string>();
   /** `<handle>|<ip>` -> when GC first saw it leaked. */
@@ -257,6 +258,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
       });
     }
     for (const k of [...firstLeaked.keys()]) if (!seen.has(k)) firstLeaked.delete(k);
+    ctx.log.debug('ipam gc: scan', { leaked: seen.size, ripe: ripe.size, leakGracePeriod: formatDuration(grace) });
     const released: string[] = [];
     for (const [handle, r] of ripe) {
       let pod: KubePod | undefined;
@@ -275,6 +277,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
       if (ips.length) m.released.inc({ reason: 'leaked' }, ips.length);
       released.push(...ips);
     }
+    scans.inc();
     return released;
   }
 
