@@ -7,7 +7,7 @@ import { datastoreConfigFromEnv, openDatastore } from '../datastore/index.js';
 import { createKubeClient, SA_DIR } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
 import { startHealthServer } from '../observe/health.js';
-import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../kube-controllers/config.js';
+import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/kube-controllers-config.js';
 import { startKubeControllers } from '../kube-controllers/index.js';
 
 const USAGE = `usage: netplugin-kube-controllers [--kubeconfig FILE] [--controllers LIST] [--health-addr HOST:PORT]

@@ -115,7 +115,9 @@ An IPPool that still has allocated addresses is not deleted unless --force is gi
 
 Finds leaked addresses: handles whose workload endpoint (etcd) or pod (kubernetes) is gone,
 addresses allocated under a handle that has no handle object, handle objects whose block
-entries are missing, and blocks affine to nodes that no longer exist.
+entries are missing, and blocks affine to nodes that no longer exist. For each leaked handle it
+says what netplugin-kube-controllers' IPAM GC does: the allocation's age against leakGracePeriod,
+or that GC never releases it (no Kubernetes attributes).
 
   -o, --output FILE   write the report (JSON) to FILE for 'ipam release --from-report'
   --json              print the report as JSON instead of text
@@ -123,7 +125,8 @@ entries are missing, and blocks affine to nodes that no longer exist.
   'ipam release': `Usage: netpluginctl ipam release --ip ADDR [--ip ADDR...] [--force]
        netpluginctl ipam release --from-report FILE
 
-  --ip ADDR            release one address; refused while a workload endpoint uses it, unless --force
+  --ip ADDR            release one address; refused while a workload endpoint uses it or (with
+                       Kubernetes access) its pod still exists, unless --force
   --from-report FILE   release what 'ipam check -o FILE' found; each item is checked again first
                        and skipped when it is no longer leaked in the same way
 `,
@@ -269,10 +272,13 @@ class Session {
     this.ds = await (this.io.openDatastore ?? defaultOpen)(conf);
     return this.ds;
   }
-  /** For the kubernetes datastore, `ipam check` asks the API server whether a pod exists. */
+  /**
+   * With Kubernetes access (the kubernetes datastore, or KUBECONFIG beside
+   * etcd), `ipam check` and `ipam release` ask the API server whether a pod exists.
+   */
   async checkOptions(): Promise<CheckOptions> {
     const conf = this.config();
-    if (conf?.datastore_type !== 'kubernetes' || this.io.openDatastore) return {};
+    if ((conf?.datastore_type !== 'kubernetes' && !conf?.kubernetes?.kubeconfig) || this.io.openDatastore) return {};
     const { createKubeClient } = await import('../k8s/client.js');
     const client = await createKubeClient({ ...conf.kubernetes, timeoutMs: 10_000 });
     this.closers.push(() => client.close());

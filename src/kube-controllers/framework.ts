@@ -9,7 +9,7 @@ import type { Datastore, Kind, Resource } from '../datastore/types.js';
 import type { Registry } from '../observe/metrics.js';
 import { Informer, datastoreSource, type ListWatchSource } from '../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../watch/queue.js';
-import type { Settings } from './config.js';
+import type { Settings } from '../model/kube-controllers-config.js';
 
 export interface ControllerContext {
   ds: Datastore;

@@ -20,7 +20,7 @@ import { canonicalIP } from '../ipam/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
 import { createWorkQueue } from '../watch/queue.js';
 import { applyMirror, controllerMetrics, describeError, type Controller, type ControllerContext } from './framework.js';
-import { formatDuration } from './config.js';
+import { formatDuration } from '../model/kube-controllers-config.js';
 
 /** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
 export const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';

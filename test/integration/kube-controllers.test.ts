@@ -139,6 +139,21 @@ async function pool(name: string, cidr: string): Promise<void> {
   if (!(await tryGet('IPPool', name))) await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize: 28 } });
 }
 
+function ctl(args: string[]): Promise<{ code: number; out: string; err: string }> {
+  return new Promise((resolvePromise, reject) => {
+    const p = spawn(process.execPath, [join(root, 'dist/netpluginctl.mjs'), ...args], {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ETCD_ENDPOINTS: etcd.endpoint, KUBECONFIG: kubeconfig },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    p.stdout!.on('data', (d) => (out += d));
+    p.stderr!.on('data', (d) => (err += d));
+    p.on('error', reject);
+    p.on('close', (code) => resolvePromise({ code: code ?? -1, out, err }));
+  });
+}
+
 async function allocated(ip: string): Promise<boolean> {
   return (await new Ipam(ds, { lockPath: null }).whoHas(ip)) !== undefined;
 }
@@ -311,6 +326,45 @@ describe('node controller', () => {
     await waitFor('h2-auto-hep', () => tryGet('HostEndpoint', 'h2-auto-hep'));
     await setConfig({ hostEndpoint: { autoCreate: 'Disabled' } });
     await waitFor('auto host endpoints removed when Disabled', async () => !(await tryGet('HostEndpoint', 'h2-auto-hep')));
+  });
+});
+
+describe('netpluginctl', () => {
+  it('shows mirrors; ipam check tells what GC does; ipam release refuses an address whose pod exists', async () => {
+    ns('cli');
+    knp('cli', 'allow-dns', { podSelector: {}, policyTypes: ['Egress'], egress: [{ ports: [{ protocol: 'UDP', port: 53 }] }] });
+    await setConfig({ leakGracePeriod: '1h' });
+    const kc = await startKc(['--controllers', 'policy']);
+    await waitLeader(kc);
+    await waitFor('knp.default.allow-dns', () => tryGet('NetworkPolicy', 'knp.default.allow-dns', 'cli'));
+    const get = await ctl(['get', 'networkpolicy', '-A']);
+    expect(get.err).toBe('');
+    expect(get.out).toContain('knp.default.allow-dns');
+
+    await pool('cli', '10.93.0.0/24');
+    const ipam = new Ipam(ds, { lockPath: null });
+    const one = async (handle: string, attrs: Record<string, string>) => (await ipam.assign({ handleID: handle, node: 'c1', attrs, assignIPv4: true, assignIPv6: false }))[0]!.ip;
+    const vanished = await one('net.cvanished', { namespace: 'cli', pod: 'vanished', containerID: 'cvanished' });
+    const plain = await one('net.cplain', { containerID: 'cplain' });
+    pod('cli', 'alive', { node: 'c1' });
+    const alive = await one('net.calive', { namespace: 'cli', pod: 'alive', containerID: 'calive' });
+
+    const check = await ctl(['ipam', 'check']);
+    expect(check.code).toBe(0);
+    const lines = check.out.split('\n');
+    const after = (ip: string) => lines[lines.findIndex((l) => l.includes(ip)) + 1] ?? '';
+    expect(after(vanished)).toMatch(/GC: allocated \d+s ago; released once it has looked leaked for leakGracePeriod 1h/);
+    expect(after(plain)).toContain('GC: no Kubernetes attributes');
+    expect(check.out).not.toContain(alive); // its pod exists (asked through KUBECONFIG)
+
+    const refused = await ctl(['ipam', 'release', '--ip', alive]);
+    expect(refused.code).toBe(1);
+    expect(refused.err).toContain(`${alive} belongs to pod cli/alive, which still exists`);
+    expect(await allocated(alive)).toBe(true);
+    const forced = await ctl(['ipam', 'release', '--ip', alive, '--force']);
+    expect(forced.code).toBe(0);
+    expect(await allocated(alive)).toBe(false);
+    expect((await ctl(['ipam', 'release', '--ip', vanished])).code).toBe(0);
   });
 });
 
