@@ -18,8 +18,7 @@ import { Ipam } from '../ipam/allocator.js';
 import { addressOf, checkBlock } from '../ipam/block.js';
 import { canonicalIP } from '../ipam/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
-import { createWorkQueue } from '../watch/queue.js';
-import { applyMirror, controllerMetrics, describeError, type Controller, type ControllerContext } from './framework.js';
+import { applyMirror, controllerMetrics, controllerQueue, describeError, watchErrors, type Controller, type ControllerContext } from './framework.js';
 import { formatDuration } from '../model/kube-controllers-config.js';
 
 /** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
@@ -97,18 +96,8 @@ export function nodeController(ctx: ControllerContext): NodeController {
   let gcTimer: NodeJS.Timeout | undefined;
   let gcRunning: Promise<string[]> | undefined;
 
-  const queue = createWorkQueue({
-    handle: (node) => reconcile(node),
-    onError: (key, err, n) => {
-      m.errors.inc({ controller: name });
-      ctx.log.warn(`node controller: reconciling node ${key} failed; retrying with backoff`, { error: describeError(err), failures: n });
-    },
-  });
-  ctx.registry.onCollect(() => m.depth.set({ controller: name }, queue.depth));
-  const onError = (err: Error, source: string) => {
-    m.errors.inc({ controller: name });
-    ctx.log.warn(`node controller: watch of ${source} broke; re-listing with backoff`, { error: err.message });
-  };
+  const queue = controllerQueue(ctx, name, (key) => `node ${key}`, (node) => reconcile(node));
+  const onError = watchErrors(ctx, name);
   const enqueue = (key: string) => {
     if (resynced) queue.add(key);
   };
