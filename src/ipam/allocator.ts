@@ -48,7 +48,7 @@ import {
   newBlockSpec,
   ordinalsOf,
 } from './block.js';
-import { describePools, poolInfo, resolveExplicitPools, type PoolInfo } from './pools.js';
+import { choosePools, describePools, poolInfo, type PoolInfo } from './pools.js';
 import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
 
 export interface AssignRequest {
@@ -642,35 +642,44 @@ export class Ipam {
     const fields = ctx.req.fields ?? {};
     const explicit = family === 4 ? ctx.req.ipv4Pools : ctx.req.ipv6Pools;
     const field = (family === 4 ? fields.ipv4Pools : fields.ipv6Pools) ?? (family === 4 ? 'ipv4_pools' : 'ipv6_pools');
-    let pools: PoolInfo[];
-    if (explicit && explicit.length) {
-      const named = resolveExplicitPools(family, explicit, ctx.pools, field);
-      // SPEC: a node takes addresses only from pools that select it, also
-      // when the pool is requested by name.
-      const labels = named.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};
-      pools = named.filter((p) => p.selector.matches(labels));
-      if (!pools.length) {
-        throw ipamError(
-          `${field}: none of the requested pools selects node '${ctx.node}': ${named.map((p) => `${p.name} (${p.cidrText}, nodeSelector ${p.selector.toString()})`).join(', ')}; label the node or change the pools' nodeSelector`,
-        );
-      }
-      if (pools.length < named.length) {
-        this.log.debug('ipam: skipping requested pools that do not select this node', { node: ctx.node, skipped: named.filter((p) => !pools.includes(p)).map((p) => p.name) });
-      }
-    } else {
-      const enabled = ctx.pools.filter((p) => p.cidr.family === family && !p.disabled).sort((a, b) => a.name.localeCompare(b.name));
-      const labels = enabled.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};
-      pools = enabled.filter((p) => p.selector.matches(labels));
-      if (!pools.length) {
-        const all = ctx.pools.filter((p) => p.cidr.family === family);
-        const detail = all.length
-          ? all.map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`).join(', ')
-          : 'none exist';
-        const bad = ctx.badPools.length ? `; invalid pools ignored: ${ctx.badPools.join('; ')}` : '';
-        throw ipamError(`no enabled IPv${family} pool selects node '${ctx.node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector`);
-      }
-    }
+    const pools = await choosePools({ family, pools: ctx.pools, explicit, field, node: ctx.node, labels: () => this.labelsOf(ctx), badPools: ctx.badPools });
     return { pools, ownFirst: !(explicit && explicit.length) };
+  }
+
+  /**
+   * Whether an ADD on `node` could get an address of each family now (CNI
+   * STATUS): the pools it would choose, and at least one free address among
+   * them. Undefined when ready, else what is wrong. Uses the same pool choice
+   * as assign().
+   */
+  async readiness(q: { node: string; families: Family[]; ipv4Pools?: string[] | undefined; ipv6Pools?: string[] | undefined }): Promise<string | undefined> {
+    const [{ pools, bad }, usage] = await Promise.all([this.loadPools(), this.usage()]);
+    let labels: Record<string, string> | undefined;
+    const ctxLabels = async () => {
+      if (!labels) {
+        try {
+          labels = (await this.ds.get('Node', q.node)).metadata.labels ?? {};
+        } catch (e) {
+          if (!isKind(e, 'NotFound')) throw e;
+          labels = {};
+        }
+      }
+      return labels;
+    };
+    for (const family of q.families) {
+      const explicit = family === 4 ? q.ipv4Pools : q.ipv6Pools;
+      let chosen: PoolInfo[];
+      try {
+        chosen = await choosePools({ family, pools, explicit, field: family === 4 ? 'ipam.ipv4_pools' : 'ipam.ipv6_pools', node: q.node, labels: ctxLabels, badPools: bad });
+      } catch (e) {
+        if (e instanceof CniError) return e.message;
+        throw e;
+      }
+      const names = new Set(chosen.map((p) => p.name));
+      const used = usage.filter((u) => names.has(u.name));
+      if (used.every((u) => u.free === 0n)) return `IPv${family} pools ${used.map((u) => `${u.name} (${u.cidr})`).join(', ')} have no free address`;
+    }
+    return undefined;
   }
 
   private async assignAuto(ctx: Ctx, family: Family): Promise<Assigned> {
