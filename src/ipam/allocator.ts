@@ -21,7 +21,7 @@ import {
 } from '../datastore/types.js';
 import { affinityName, blockName, handleName } from '../datastore/names.js';
 import {
-  CidrError,
+  tryParseCidr,
   containsCidr,
   containsIP,
   cidrSize,
@@ -545,7 +545,7 @@ export class Ipam {
    */
   private async *ownBlocks(ctx: Ctx, pool: PoolInfo): AsyncGenerator<BlockRes> {
     const mine = this.ownAffinities(ctx, pool.cidr.family)
-      .map((a) => ({ a, c: safeCidr(a.spec.cidr) }))
+      .map((a) => ({ a, c: tryParseCidr(a.spec.cidr) }))
       .filter((x): x is { a: AffRes; c: Cidr } => !!x.c && containsCidr(pool.cidr, x.c))
       .sort((x, y) => (x.c.base < y.c.base ? -1 : x.c.base > y.c.base ? 1 : 0));
     const live = mine.filter((x) => x.a.spec.state !== 'pendingDeletion');
@@ -616,7 +616,7 @@ export class Ipam {
   private async borrow(ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
     if (ctx.config.strictAffinity) return undefined;
     const blocks = [...(await this.loadBlocks(ctx)).values()].filter((b) => {
-      const c = safeCidr(b.spec.cidr);
+      const c = tryParseCidr(b.spec.cidr);
       return c && containsCidr(pool.cidr, c) && b.spec.affinity !== hostAffinity(ctx.node) && !b.spec.deleted && b.spec.allocations.some((x) => x == null);
     });
     // Start at a random block so borrowers on different nodes spread out
@@ -1096,7 +1096,7 @@ export class Ipam {
    * revision we just wrote, so a racing allocation wins), then the affinity.
    */
   private async maybeReleaseBlock(b: BlockRes): Promise<void> {
-    const blockCidr = safeCidr(b.spec.cidr);
+    const blockCidr = tryParseCidr(b.spec.cidr);
     if (!blockCidr) return;
     let aff: AffRes | undefined;
     const node = b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined;
@@ -1106,7 +1106,7 @@ export class Ipam {
       aff = affs.find((a) => a.spec.cidr === b.spec.cidr);
       if (pool && !pool.disabled) {
         const others = affs.filter((a) => {
-          const c = safeCidr(a.spec.cidr);
+          const c = tryParseCidr(a.spec.cidr);
           return a.spec.state === 'confirmed' && a.spec.cidr !== b.spec.cidr && !!c && containsCidr(pool.cidr, c);
         });
         if (!others.length) return;
@@ -1128,7 +1128,7 @@ export class Ipam {
     if (!h) return;
     const wanted = new Set(ips);
     for (const cidrText of Object.keys(h.spec.block)) {
-      const c = safeCidr(cidrText);
+      const c = tryParseCidr(cidrText);
       if (!c) continue;
       const freed = await this.freeInBlock(cidrText, (spec) => ordinalsOf(spec, handleID).filter((o) => wanted.has(addressOf(c, o))));
       if (freed.length) await this.lowerHandle(handleID, cidrText, (cur) => cur - freed.length);
@@ -1181,7 +1181,7 @@ export class Ipam {
       const out: Released[] = [];
       for (const ip of parsed) {
         const b = items.find((x) => {
-          const c = safeCidr(x.spec.cidr);
+          const c = tryParseCidr(x.spec.cidr);
           return c && containsIP(c, ip);
         });
         if (!b) continue;
@@ -1212,7 +1212,7 @@ export class Ipam {
       .map((p) => {
         const perBlock: BlockUsage[] = [];
         for (const b of blocks) {
-          const c = safeCidr(b.spec.cidr);
+          const c = tryParseCidr(b.spec.cidr);
           if (!c || !containsCidr(p.cidr, c)) continue;
           perBlock.push({ cidr: b.spec.cidr, affinity: b.spec.affinity, size: Number(cidrSize(c)), allocated: allocatedCount(b.spec) });
         }
@@ -1246,7 +1246,7 @@ export class Ipam {
       // Pool deleted or resized since: search the blocks themselves.
       const { items } = await this.ds.list('IPAMBlock');
       block = items.find((b) => {
-        const c = safeCidr(b.spec.cidr);
+        const c = tryParseCidr(b.spec.cidr);
         return c && containsIP(c, ip);
       });
     }
@@ -1263,11 +1263,3 @@ export class Ipam {
   }
 }
 
-function safeCidr(s: string): Cidr | undefined {
-  try {
-    return parseCidr(s);
-  } catch (e) {
-    if (e instanceof CidrError) return undefined;
-    throw e;
-  }
-}
