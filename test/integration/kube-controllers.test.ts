@@ -230,7 +230,7 @@ describe('mirrors', () => {
       return w?.metadata.labels?.v === '2' ? w : undefined;
     });
     expect(wep.metadata.labels).toEqual({ app: 'web', v: '2', 'netplugin.org/namespace': 'app', 'netplugin.org/orchestrator': 'k8s' });
-    expect(kc.log()).toContain('started the workloadendpoint controller');
+    await waitFor('the start logged', () => kc.log().includes('started the workloadendpoint controller'));
     expect(kc.log()).not.toContain('started the policy controller');
   });
 });
@@ -265,7 +265,7 @@ describe('node controller', () => {
     expect((await ds.list('IPAMBlock')).items.filter((b) => b.spec.affinity === 'host:n2')).toEqual([]);
     expect(await ipam.listHandles({ prefix: 'k8s-pod-network.aaa' })).toEqual([]);
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
-    expect(kc.log()).toContain(podAddr!.ip);
+    await waitFor('the release logged', () => kc.log().includes(podAddr!.ip));
   });
 
   it('GC releases a leaked address only after the grace period, never a live pod\'s or one without Kubernetes attributes', async () => {
@@ -289,9 +289,9 @@ describe('node controller', () => {
     await waitFor('the leaked addresses released', async () => !(await allocated(gone)) && !(await allocated(recreated)));
     // Leaked since t0 at the earliest: the grace period bounds the release from below.
     expect(Date.now() - t0).toBeGreaterThanOrEqual(4000);
-    const released = kc.log().split('\n').filter((l) => l.includes('released a leaked address'));
-    expect(released.join('\n')).toContain(gone);
-    expect(released.join('\n')).toContain('was re-created');
+    const released = () => kc.log().split('\n').filter((l) => l.includes('released a leaked address')).join('\n');
+    await waitFor('both releases logged', () => released().includes(gone) && released().includes(recreated));
+    expect(released()).toContain('was re-created');
     // Two more complete scans later, the others are still held.
     const scans = await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total');
     await waitFor('two more GC scans', async () => (await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total')) >= scans + 2);
@@ -387,7 +387,8 @@ describe('availability', () => {
     expect(Date.now() - killedAt).toBeLessThan(15_000);
     ns('ha-2');
     await waitFor('kns.ha-2 from the new leader', () => tryGet('Profile', 'kns.ha-2'));
-    expect(b.log()).toContain('created Profile kns.ha-2');
+    // The log line follows the write; stderr may arrive a moment later.
+    await waitFor('the new leader logging the write', () => b.log().includes('created Profile kns.ha-2'));
   });
 
   it('loses no event when the API server drops its watches (with compaction) or etcd restarts', async () => {
