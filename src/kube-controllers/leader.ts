@@ -46,6 +46,8 @@ export class LeaderElector {
   private leading = false;
   private lastRenew = 0;
   private observed: { rv?: string; holder?: string; at: number } | undefined;
+  /** The lease duration the holder wrote into the lease last seen. */
+  private observedDurationMs = 0;
   private readonly leaseMs: number;
   private readonly renewDeadlineMs: number;
   private readonly retryMs: number;
@@ -71,8 +73,19 @@ export class LeaderElector {
     void this.tick();
   }
 
+  /**
+   * A leader renews every retry period. A standby looks twice as often (the
+   * sooner it sees the last renewal, the sooner it may take over) and also
+   * exactly when the lease it watches runs out.
+   */
   private schedule(): void {
-    if (!this.stopped) this.timer = setTimeout(() => void this.tick(), this.retryMs);
+    if (this.stopped) return;
+    let delay = this.leading ? this.retryMs : Math.max(100, Math.floor(this.retryMs / 2));
+    if (!this.leading && this.observed?.holder && this.observed.holder !== this.o.identity) {
+      const expiresIn = this.observed.at + this.observedDurationMs - Date.now();
+      if (expiresIn > 0) delay = Math.min(delay, expiresIn + 10);
+    }
+    this.timer = setTimeout(() => void this.tick(), delay);
   }
 
   private async tick(): Promise<void> {
@@ -127,6 +140,7 @@ export class LeaderElector {
     }
     const mine = holder === this.o.identity;
     const duration = (lease.spec?.leaseDurationSeconds ?? Math.ceil(this.leaseMs / 1000)) * 1000;
+    this.observedDurationMs = duration;
     if (!mine && holder && Date.now() - this.observed.at < duration) {
       if (this.leading) this.lose(`the lease is held by ${holder}`);
       return;
