@@ -80,6 +80,7 @@ async function main(): Promise<void> {
   const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
 
   const kubeconfig = (values.kubeconfig as string | undefined) ?? (process.env.KUBECONFIG ? process.env.KUBECONFIG.split(':')[0] : undefined);
+  if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) usageError('no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)');
   let dsConf;
   try {
     dsConf = datastoreConfigFromEnv(process.env);
