@@ -92,7 +92,7 @@ async function waitLeader(k: Kc): Promise<void> {
   await waitFor('the replica to lead and finish its resync', async () => {
     const r = await http(k, '/readyz');
     return r.status === 200 && r.body.includes('"role":"leader"');
-  });
+  }, 45_000);
 }
 
 async function metric(k: Kc, name: string): Promise<number> {
@@ -158,7 +158,7 @@ async function allocated(ip: string): Promise<boolean> {
   return (await new Ipam(ds, { lockPath: null }).whoHas(ip)) !== undefined;
 }
 
-describe('mirrors', () => {
+describe('mirrors', { timeout: 120_000 }, () => {
   it('mirror NetworkPolicies, namespaces and service accounts; follow updates and deletions; resync after a restart', async () => {
     ns('shop', { team: 'a' });
     api.put('/api/v1/namespaces/shop/serviceaccounts/builder', { metadata: { name: 'builder', labels: { role: 'ci' } } });
@@ -235,7 +235,7 @@ describe('mirrors', () => {
   });
 });
 
-describe('node controller', () => {
+describe('node controller', { timeout: 120_000 }, () => {
   it('keeps node labels on the datastore Node; node deletion releases its addresses, blocks and Node', async () => {
     await pool('nodes', '10.91.0.0/24');
     node('n2', { zone: 'a' });
@@ -329,7 +329,7 @@ describe('node controller', () => {
   });
 });
 
-describe('netpluginctl', () => {
+describe('netpluginctl', { timeout: 120_000 }, () => {
   it('shows mirrors; ipam check tells what GC does; ipam release refuses an address whose pod exists', async () => {
     ns('cli');
     knp('cli', 'allow-dns', { podSelector: {}, policyTypes: ['Egress'], egress: [{ ports: [{ protocol: 'UDP', port: 53 }] }] });
@@ -368,7 +368,7 @@ describe('netpluginctl', () => {
   });
 });
 
-describe('availability', () => {
+describe('availability', { timeout: 120_000 }, () => {
   it('two replicas: only the leader writes; the standby takes over after SIGKILL of the leader', async () => {
     const a = await startKc(['--controllers', 'profile']);
     await waitLeader(a);
@@ -383,8 +383,8 @@ describe('availability', () => {
     await kill(a, 'SIGKILL');
     const killedAt = Date.now();
     await waitLeader(b);
-    // Lease 3 s, judged from when b last saw it change, plus b's retry period.
-    expect(Date.now() - killedAt).toBeLessThan(15_000);
+    // Lease 3 s, judged from when b last saw it change (about 3 s; the bound leaves room for a loaded machine).
+    expect(Date.now() - killedAt).toBeLessThan(30_000);
     ns('ha-2');
     await waitFor('kns.ha-2 from the new leader', () => tryGet('Profile', 'kns.ha-2'));
     // The log line follows the write; stderr may arrive a moment later.
