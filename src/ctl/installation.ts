@@ -22,7 +22,7 @@ import {
 } from '../model/installation.js';
 import { initDatastore } from './datastore-init.js';
 import { installCni, writeFileAtomic, type InstallDeps } from './install-cni.js';
-import { SA_DIR } from '../k8s/client.js';
+import { SA_DIR, type KubeClient } from '../k8s/client.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
 import { defaultPackageDir, resolvePath } from './install-cni.js';
 import { readDocuments, writeResource } from './resources.js';
@@ -63,6 +63,16 @@ function fromDocs(docs: Array<{ doc: unknown; where: string }>): LoadedInstallat
 
 export async function loadInstallation(file: string, io: CtlIO): Promise<LoadedInstallation> {
   return fromDocs(await readDocuments(file, io));
+}
+
+/** The Installation "default" from the Kubernetes API. */
+export async function fetchInstallation(client: KubeClient): Promise<LoadedInstallation> {
+  try {
+    return fromDocs([{ doc: await client.request('GET', `${INSTALLATIONS_PATH}/default`), where: `${INSTALLATIONS_PATH}/default` }]);
+  } catch (e) {
+    if (DatastoreError.is(e, 'NotFound')) throw new CtlError(`no Installation "default" in the cluster (${client.server}); create one (deploy/installation-example.yaml) or pass -f FILE`);
+    throw e;
+  }
 }
 
 export interface NodePaths {
@@ -212,23 +222,17 @@ export function printChanges(io: CtlIO, changes: Change[], dryRun: boolean): voi
 
 /**
  * `installation apply --watch`: reconciles from the Installation in the
- * Kubernetes API now and after each change, until `signal` aborts. Returns
- * when stopped; a failed reconcile is printed and retried on the next change.
+ * Kubernetes API now and after each change, until `signal` aborts. A failed
+ * reconcile is printed and retried on the next change.
  */
 export async function watchInstallation(
   io: CtlIO,
   ds: Datastore,
   conf: DatastoreConfig | undefined,
+  client: KubeClient,
   o: ApplyOptions,
   signal: AbortSignal,
-  initial?: LoadedInstallation,
 ): Promise<void> {
-  const kube = conf?.kubernetes;
-  if (!kube?.kubeconfig && !kube?.k8s_api_root && !io.env.KUBERNETES_SERVICE_HOST) {
-    throw new CtlError('installation apply --watch reads the Installation from the Kubernetes API: set KUBECONFIG (or run in a cluster)');
-  }
-  const { createKubeClient } = await import('../k8s/client.js');
-  const client = await createKubeClient({ ...kube, timeoutMs: 10_000 });
   let lastSpec = '';
   const reconcile = async (raw: unknown) => {
     const spec = JSON.stringify((raw as { spec?: unknown }).spec ?? {});
@@ -241,50 +245,51 @@ export async function watchInstallation(
       io.stderr(`error: ${(e as Error).message}\n`);
     }
   };
-  try {
-    if (initial) {
-      lastSpec = JSON.stringify(initial.installation.spec);
-      printChanges(io, await applyInstallation(io, ds, conf, initial, o), o.dryRun);
+  while (!signal.aborted) {
+    let rv: string | undefined;
+    let failed = false;
+    try {
+      const cur = await client.request<{ metadata: { resourceVersion?: string }; items: unknown[] }>('GET', INSTALLATIONS_PATH, undefined, { query: { fieldSelector: 'metadata.name=default' } });
+      rv = cur.metadata.resourceVersion;
+      if (cur.items[0]) await reconcile(cur.items[0]);
+      else io.stderr(`waiting for Installation "default" to be created\n`);
+    } catch (e) {
+      failed = true;
+      io.stderr(`error: cannot read the Installation: ${(e as Error).message}\n`);
     }
-    while (!signal.aborted) {
-      let rv: string | undefined;
-      try {
-        const cur = await client.request<{ metadata: { resourceVersion?: string }; items: unknown[] }>('GET', INSTALLATIONS_PATH, undefined, { query: { fieldSelector: 'metadata.name=default' } });
-        rv = cur.metadata.resourceVersion;
-        if (cur.items[0]) await reconcile(cur.items[0]);
-      } catch (e) {
-        io.stderr(`error: cannot read the Installation: ${(e as Error).message}\n`);
+    // Until the stream ends (server timeout, 410 Gone, error): then list again.
+    await new Promise<void>((resolve) => {
+      if (signal.aborted) return resolve();
+      if (failed) {
+        const t = setTimeout(resolve, 2000);
+        signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+        return;
       }
-      // Until the stream ends (server timeout, 410 Gone, error): then list again.
-      await new Promise<void>((resolve) => {
-        if (signal.aborted) return resolve();
-        let chain = Promise.resolve();
-        const h = client.watch(
-          INSTALLATIONS_PATH,
-          { fieldSelector: 'metadata.name=default', resourceVersion: rv, timeoutSeconds: '300' },
-          (ev) => {
-            if (ev.type === 'ADDED' || ev.type === 'MODIFIED') chain = chain.then(() => reconcile(ev.object));
-          },
-          () => {
-            signal.removeEventListener('abort', onAbort);
-            void chain.then(() => setTimeout(resolve, signal.aborted ? 0 : 500));
-          },
-        );
-        const onAbort = () => {
-          h.stop();
-          resolve();
-        };
-        signal.addEventListener('abort', onAbort, { once: true });
-      });
-    }
-  } finally {
-    client.close();
+      let chain = Promise.resolve();
+      const onAbort = () => {
+        h.stop();
+        resolve();
+      };
+      const h = client.watch(
+        INSTALLATIONS_PATH,
+        { fieldSelector: 'metadata.name=default', resourceVersion: rv, timeoutSeconds: '300' },
+        (ev) => {
+          if (ev.type === 'ADDED' || ev.type === 'MODIFIED') chain = chain.then(() => reconcile(ev.object));
+        },
+        () => {
+          signal.removeEventListener('abort', onAbort);
+          void chain.then(() => setTimeout(resolve, signal.aborted ? 0 : 500));
+        },
+      );
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
   }
 }
 
 export const INSTALLATION_HELP: Record<string, string> = {
   installation: `Usage: netpluginctl installation render -f FILE [-o DIR]
        netpluginctl installation apply [-f FILE] [--cni-bin-dir D] [--cni-conf-dir D] [--dry-run] [--watch]
+       (without -f: the Installation "default" from the Kubernetes API)
 
 The operator's Installation resource (${OPERATOR_API_VERSION}, kind Installation, name default;
 see deploy/installation-example.yaml and docs/upgrade.md).
@@ -298,20 +303,22 @@ nothing but FILE; the conflist names the datastore netpluginctl is configured fo
 `,
   'installation apply': `Usage: netpluginctl installation apply [-f FILE|-] [flags]
 
+Without -f, the Installation "default" is read from the Kubernetes API.
+
 The operator's reconcile, once: writes the conflist (atomically) and installs the plugin binaries
 as install-cni does, writes the plugin's kubeconfig when running in a cluster, creates the
 Installation's IP pools only when the datastore has no pool at all (existing pools are never
 changed), and initialises ClusterInformation. Prints each file and object with what happened;
 a second run changes nothing and says so.
 
-  -f, --filename FILE        the Installation (required unless --watch)
+  -f, --filename FILE        the Installation (default: "default" from the Kubernetes API)
   --cni-bin-dir DIR          default /opt/cni/bin (env CNI_BIN_DIR)
   --cni-conf-dir DIR         default /etc/cni/net.d (env CNI_NET_DIR)
   --conf-name NAME           default 10-netplugin.conflist (env CNI_CONF_NAME)
   --service-account-dir DIR  where the pod's service account is mounted (default ${SA_DIR})
   --dry-run                  print what would change; write nothing
   --watch                    keep running: reconcile again whenever the Installation "default"
-                             changes in the Kubernetes API (read from there when -f is not given)
+                             changes in the Kubernetes API (SIGTERM/SIGINT stop it)
 `,
 };
 
@@ -353,9 +360,10 @@ export async function cmdInstallation(rest: string[], io: CtlIO, s: CtlSession):
     if (bool(p, 'help')) return (io.stdout(INSTALLATION_HELP[topic]!), 0);
     const file = str(p, 'filename');
     const watch = bool(p, 'watch') ?? false;
-    if (!file && !watch) throw new CtlError('installation apply needs -f FILE (the Installation), or --watch to follow the one in the Kubernetes API');
+    if (file && watch) throw new CtlError('installation apply --watch follows the Installation "default" in the Kubernetes API; drop -f (or apply the file with kubectl first)');
     // Validate the file before connecting anywhere.
-    const inst = file ? await loadInstallation(file, io) : undefined;
+    let inst = file ? await loadInstallation(file, io) : undefined;
+    if (!inst && !watch) inst = await fetchInstallation(await s.kube());
     const pkgDir = str(p, 'package-dir');
     const o: ApplyOptions = {
       ...nodePaths(io, str(p, 'cni-bin-dir'), str(p, 'cni-conf-dir'), str(p, 'conf-name'), str(p, 'service-account-dir')),
@@ -372,7 +380,7 @@ export async function cmdInstallation(rest: string[], io: CtlIO, s: CtlSession):
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
     try {
-      await watchInstallation(io, ds, s.config(), o, ac.signal, inst);
+      await watchInstallation(io, ds, s.config(), await s.kube(), o, ac.signal);
     } finally {
       process.off('SIGTERM', stop);
       process.off('SIGINT', stop);
