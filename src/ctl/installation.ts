@@ -214,9 +214,13 @@ export async function applyInstallation(io: CtlIO, ds: Datastore, conf: Datastor
   return changes;
 }
 
+function countChanges(changes: Change[]): number {
+  return changes.filter((c) => !c.action.startsWith('unchanged') && !c.action.startsWith('accepted')).length;
+}
+
 export function printChanges(io: CtlIO, changes: Change[], dryRun: boolean): void {
   for (const c of changes) io.stdout(`${c.what} ${c.action}\n`);
-  const changed = changes.filter((c) => !c.action.startsWith('unchanged') && !c.action.startsWith('accepted')).length;
+  const changed = countChanges(changes);
   io.stdout(changed === 0 ? 'no changes: the node and the datastore already match the Installation\n' : `${changed} ${dryRun ? 'change(s) would be made (dry run: nothing written)' : 'change(s) made'}\n`);
 }
 
@@ -234,13 +238,17 @@ export async function watchInstallation(
   signal: AbortSignal,
 ): Promise<void> {
   let lastSpec = '';
-  const reconcile = async (raw: unknown) => {
+  let printed = false;
+  const reconcile = async (raw: unknown, resync = false) => {
     const spec = JSON.stringify((raw as { spec?: unknown }).spec ?? {});
     if (spec === lastSpec) return;
     lastSpec = spec;
     try {
       const inst = fromDocs([{ doc: raw, where: `${INSTALLATIONS_PATH}/default` }]);
-      printChanges(io, await applyInstallation(io, ds, conf, inst, o), o.dryRun);
+      const changes = await applyInstallation(io, ds, conf, inst, o);
+      // A resync that found nothing to do stays quiet; the first run and every change are printed.
+      if (!printed || !resync || countChanges(changes) > 0) printChanges(io, changes, o.dryRun);
+      printed = true;
     } catch (e) {
       io.stderr(`error: ${(e as Error).message}\n`);
     }
@@ -248,10 +256,13 @@ export async function watchInstallation(
   while (!signal.aborted) {
     let rv: string | undefined;
     let failed = false;
+    // Each re-list reconciles even an unchanged Installation (a resync, about once a minute):
+    // files on the node that something else rewrote are put back.
+    lastSpec = '';
     try {
       const cur = await client.request<{ metadata: { resourceVersion?: string }; items: unknown[] }>('GET', INSTALLATIONS_PATH, undefined, { query: { fieldSelector: 'metadata.name=default' } });
       rv = cur.metadata.resourceVersion;
-      if (cur.items[0]) await reconcile(cur.items[0]);
+      if (cur.items[0]) await reconcile(cur.items[0], true);
       else io.stderr(`waiting for Installation "default" to be created\n`);
     } catch (e) {
       failed = true;
@@ -272,7 +283,7 @@ export async function watchInstallation(
       };
       const h = client.watch(
         INSTALLATIONS_PATH,
-        { fieldSelector: 'metadata.name=default', resourceVersion: rv, timeoutSeconds: '300' },
+        { fieldSelector: 'metadata.name=default', resourceVersion: rv, timeoutSeconds: '60' },
         (ev) => {
           if (ev.type === 'ADDED' || ev.type === 'MODIFIED') chain = chain.then(() => reconcile(ev.object));
         },

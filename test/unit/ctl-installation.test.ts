@@ -312,3 +312,27 @@ describe('version and older clients', () => {
     expect(pkg.version).toMatch(/^3\.32\.\d+$/);
   });
 });
+
+describe('shipped files', () => {
+  const repo = join(import.meta.dirname, '../..');
+  it('deploy/installation-example.yaml is a valid dual-stack Installation with the flow resources', async () => {
+    const r = await ctl(['installation', 'render', '-f', join(repo, 'deploy/installation-example.yaml')]);
+    expect(r.err).toBe('');
+    const out = JSON.parse(r.out);
+    expect(out.ippools.map((p: { metadata: { name: string } }) => p.metadata.name)).toEqual(['default-ipv4-ippool', 'default-ipv6-ippool']);
+    expect(out.flowResources).toEqual(['flowlogaggregator/default', 'flowui/default']);
+  });
+
+  it('the CRD offers the same enumerations as the schema', async () => {
+    const { parse } = await import('yaml');
+    const crd = parse(readFileSync(join(repo, 'deploy/crds/operator.netplugin.org_installations.yaml'), 'utf8'));
+    const spec = crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties;
+    const pool = spec.netpluginNetwork.properties.ipPools.items.properties;
+    const accepted = (field: string, v: unknown) => parseInstallation(inst({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16', [field]: v }] } }));
+    for (const e of pool.encapsulation.enum) expect(() => accepted('encapsulation', e)).not.toThrow();
+    for (const e of pool.natOutgoing.enum) expect(() => accepted('natOutgoing', e)).not.toThrow();
+    for (const e of spec.cni.properties.ipam.properties.type.enum) expect(() => parseInstallation(inst({ cni: { ipam: { type: e } } }))).not.toThrow();
+    for (const e of spec.logging.properties.cni.properties.logSeverity.enum) expect(() => parseInstallation(inst({ logging: { cni: { logSeverity: e } } }))).not.toThrow();
+    expect(pool.encapsulation.enum).toEqual(['IPIP', 'IPIPCrossSubnet', 'VXLAN', 'VXLANCrossSubnet', 'None']);
+  });
+});
