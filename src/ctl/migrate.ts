@@ -67,15 +67,15 @@ async function readyState(ds: Datastore): Promise<boolean | undefined> {
   }
 }
 
-export const MIGRATE_HELP = `Usage: netpluginctl datastore migrate lock                       (etcd: datastoreReady false)
+export const MIGRATE_HELP = `Usage: netpluginctl datastore migrate lock [--dry-run]            (etcd: datastoreReady false)
        netpluginctl datastore migrate export -o FILE [--allow-unlocked]   (etcd)
-       netpluginctl datastore migrate import -f FILE                      (Kubernetes datastore)
-       netpluginctl datastore migrate unlock                              (Kubernetes datastore)
+       netpluginctl datastore migrate import -f FILE [--dry-run]          (Kubernetes datastore)
+       netpluginctl datastore migrate unlock [--dry-run]                  (Kubernetes datastore)
 
 Moves netplugin's data from etcd to the Kubernetes datastore. Run lock, export and the
 import's preparations with the etcd settings (ETCD_ENDPOINTS), then import and unlock with
-DATASTORE_TYPE=kubernetes and KUBECONFIG. While locked, plugins and agents that honour
-datastoreReady pause (CNI code 11, try again later). export leaves out workload endpoints,
+DATASTORE_TYPE=kubernetes and KUBECONFIG. While locked, the plugin answers new pods with
+CNI code 11 (try again later), so nothing changes under the export. export leaves out workload endpoints,
 knp.default.* policies and kns.*/ksa.* profiles, which the Kubernetes datastore derives from
 pods, NetworkPolicies, namespaces and service accounts. import refuses a target that already
 holds netplugin objects, and keeps the cluster GUID and all IPAM blocks, handles and
@@ -87,17 +87,22 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
   if (!sub || sub === '--help' || sub === '-h') return (io.stdout(MIGRATE_HELP), 0);
   const p = parseCommand(
     rest.slice(1),
-    [{ name: 'output', short: 'o', type: 'string' }, { name: 'filename', short: 'f', type: 'string' }, { name: 'allow-unlocked', type: 'bool' }],
+    [{ name: 'output', short: 'o', type: 'string' }, { name: 'filename', short: 'f', type: 'string' }, { name: 'allow-unlocked', type: 'bool' }, { name: 'dry-run', type: 'bool' }],
     `datastore migrate ${sub}`,
     s,
   );
   if (bool(p, 'help')) return (io.stdout(MIGRATE_HELP), 0);
+  const dry = bool(p, 'dry-run') ?? false;
+  const setReady = async (ds: Datastore, ready: boolean): Promise<string> => {
+    if (dry) return `would be set (now ${await readyState(ds)})`;
+    const version = (await ds.get('ClusterInformation', 'default').catch(() => undefined))?.spec.netpluginVersion ?? NETPLUGIN_VERSION;
+    return (await initDatastore(ds, { datastoreReady: ready, version })).action;
+  };
   switch (sub) {
     case 'lock': {
       const ds = await s.writable();
       if (ds.type !== 'etcdv3') io.stderr(`warning: locking the ${ds.type} datastore; the migration locks the etcd datastore it exports from\n`);
-      const r = await initDatastore(ds, { datastoreReady: false, version: (await ds.get('ClusterInformation', 'default').catch(() => undefined))?.spec.netpluginVersion ?? NETPLUGIN_VERSION });
-      io.stdout(`clusterinformation/default datastoreReady=false (${r.action}): plugins and agents wait until 'datastore migrate unlock'\n`);
+      io.stdout(`clusterinformation/default datastoreReady=false ${await setReady(ds, false)}: new pods are retried (CNI code 11) until 'datastore migrate unlock'\n`);
       return 0;
     }
     case 'export': {
@@ -162,6 +167,10 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
         }
         if (missing.length) throw new CtlError(`namespace(s) ${missing.join(', ')} do not exist in the cluster, but the export holds objects in them; create them (or delete those objects from the file) and import again`);
       }
+      if (dry) {
+        io.stdout(`would import ${doc.items.filter((r) => !isDerived(r)).length} object(s) from ${file} (dry run: the target is empty and every namespace exists)\n`);
+        return 0;
+      }
       let n = 0;
       for (const r of doc.items) {
         if (isDerived(r)) continue;
@@ -186,8 +195,7 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
     case 'unlock': {
       const ds = await s.writable();
       if (ds.type !== 'kubernetes') io.stderr(`warning: unlocking the ${ds.type} datastore (this abandons the migration; the Kubernetes datastore is unlocked with DATASTORE_TYPE=kubernetes)\n`);
-      const r = await initDatastore(ds, { datastoreReady: true, version: (await ds.get('ClusterInformation', 'default').catch(() => undefined))?.spec.netpluginVersion ?? NETPLUGIN_VERSION });
-      io.stdout(`clusterinformation/default datastoreReady=true (${r.action})\n`);
+      io.stdout(`clusterinformation/default datastoreReady=true ${await setReady(ds, true)}\n`);
       return 0;
     }
     default:

@@ -87,6 +87,8 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
   });
 
   it('lock, export (no derived objects), import into an empty target only, unlock; IPAM preserved', async () => {
+    expect((await ctl(['datastore', 'migrate', 'lock', '--dry-run'], 'etcd')).out).toMatch(/datastoreReady=false would be set \(now true\)/);
+    expect((await src.get('ClusterInformation', 'default')).spec.datastoreReady).toBe(true);
     const lock = await ctl(['datastore', 'migrate', 'lock'], 'etcd');
     expect(lock.err).toBe('');
     expect(lock.code).toBe(0);
@@ -129,6 +131,9 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
     expect((await dst.list('IPPool')).items).toEqual([]);
     server.put('/api/v1/namespaces/shop', { metadata: { name: 'shop' } });
 
+    const dryImp = await ctl(['datastore', 'migrate', 'import', '-f', 'dump.json', '--dry-run'], 'k8s');
+    expect(dryImp.out).toBe(`would import ${dump.items.length} object(s) from dump.json (dry run: the target is empty and every namespace exists)\n`);
+    expect((await dst.list('IPPool')).items).toEqual([]);
     const imp = await ctl(['datastore', 'migrate', 'import', '-f', 'dump.json'], 'k8s');
     expect(imp.err).toBe('');
     expect(imp.code).toBe(0);
