@@ -13,6 +13,7 @@ import type { Datastore, Kind, Resource } from '../datastore/types.js';
 import { initDatastore } from './datastore-init.js';
 import { resolvePath, writeFileAtomic } from './install-cni.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession } from './io.js';
+import { getOrUndefined } from './resources.js';
 import { NETPLUGIN_VERSION } from './version.js';
 
 /** Dependency order: what others refer to first (pools before blocks, blocks before affinities and handles). */
@@ -59,12 +60,7 @@ function portable(r: Resource): Resource {
 }
 
 async function readyState(ds: Datastore): Promise<boolean | undefined> {
-  try {
-    return (await ds.get('ClusterInformation', 'default')).spec.datastoreReady;
-  } catch (e) {
-    if (DatastoreError.is(e, 'NotFound')) return undefined;
-    throw e;
-  }
+  return (await getOrUndefined(ds, 'ClusterInformation', 'default'))?.spec.datastoreReady;
 }
 
 export const MIGRATE_HELP = `Usage: netpluginctl datastore migrate lock [--dry-run]            (etcd: datastoreReady false)
@@ -95,7 +91,7 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
   const dry = bool(p, 'dry-run') ?? false;
   const setReady = async (ds: Datastore, ready: boolean): Promise<string> => {
     if (dry) return `would be set (now ${await readyState(ds)})`;
-    const version = (await ds.get('ClusterInformation', 'default').catch(() => undefined))?.spec.netpluginVersion ?? NETPLUGIN_VERSION;
+    const version = (await getOrUndefined(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion ?? NETPLUGIN_VERSION;
     return (await initDatastore(ds, { datastoreReady: ready, version })).action;
   };
   switch (sub) {
@@ -175,7 +171,7 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
       for (const r of doc.items) {
         if (isDerived(r)) continue;
         if (r.kind === 'ClusterInformation') {
-          const cur = await ds.get('ClusterInformation', 'default').catch((e: unknown) => (DatastoreError.is(e, 'NotFound') ? undefined : Promise.reject(e)));
+          const cur = await getOrUndefined(ds, 'ClusterInformation', 'default');
           if (cur) await ds.update({ ...cur, spec: { ...r.spec } as typeof cur.spec });
           else await ds.create(portable(r));
         } else {

@@ -111,7 +111,8 @@ function sameContent(a: Resource, b: Resource): boolean {
   return norm(a) === norm(b);
 }
 
-async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
+/** The object, or undefined when it does not exist. */
+export async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
   try {
     return await ds.get(kind, name, ns);
   } catch (e) {

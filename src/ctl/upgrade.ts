@@ -7,13 +7,14 @@
 // policy and record the new cluster version. Walkthrough: docs/upgrade.md.
 import { readFileSync } from 'node:fs';
 import { DatastoreError } from '../errors.js';
-import { API_VERSION, NAMESPACED_KINDS, type Datastore, type Kind, type Resource } from '../datastore/types.js';
+import { API_VERSION, NAMESPACED_KINDS, type Datastore, type Resource } from '../datastore/types.js';
 import { isKind } from '../datastore/keys.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';
 import { OPERATOR_GROUP } from '../model/installation.js';
 import { initDatastore } from './datastore-init.js';
 import { writeFileAtomic, resolvePath } from './install-cni.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession } from './io.js';
+import { getOrUndefined } from './resources.js';
 import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from './version.js';
 
 /** SPEC Versioning 2: the procedures lead to this release line from v3.15 or later. */
@@ -63,15 +64,6 @@ Shows the temporary allow-all-upgrade policy and the host endpoints it selects, 
 (ClusterInformation netpluginVersion) to this client's, ${NETPLUGIN_VERSION}.
 `,
 };
-
-async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
-  try {
-    return await ds.get(kind, name, ns);
-  } catch (e) {
-    if (DatastoreError.is(e, 'NotFound')) return undefined;
-    throw e;
-  }
-}
 
 // ---- owner references ----
 

@@ -2,35 +2,35 @@
 // package.json at run time, and the rule that a client older than the cluster
 // must not write (SPEC Versioning 3: old clients are not used after an upgrade).
 import pkg from '../../package.json' with { type: 'json' };
-import { DatastoreError } from '../errors.js';
+import { compareVersions as compareSemver, parseSemver } from '../cni/version.js';
 import type { Datastore } from '../datastore/types.js';
 import { CtlError } from './io.js';
+import { getOrUndefined } from './resources.js';
 
 export const NETPLUGIN_VERSION: string = pkg.version;
 
+/** A release as written in ClusterInformation or by users (`v3.32.1`, `3.32`, `3.32.0-rc1`) in plain `x.y.z`; undefined when not one. */
+function normalize(v: string): string | undefined {
+  const m = /^v?(\d+\.\d+)(\.\d+)?(?:[-+].*)?$/.exec(v.trim());
+  return m ? `${m[1]}${m[2] ?? '.0'}` : undefined;
+}
+
 /** `v3.32.1`, `3.32.1`, `v3.32` → [3, 32, 1]; undefined when not a version. */
 export function parseVersion(v: string): [number, number, number] | undefined {
-  const m = /^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?$/.exec(v.trim());
-  return m ? [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)] : undefined;
+  const n = normalize(v);
+  return n ? parseSemver(n) : undefined;
 }
 
 /** <0 when a is older than b, 0 when equal, >0 when newer; undefined when either is not a version. */
 export function compareVersions(a: string, b: string): number | undefined {
-  const x = parseVersion(a);
-  const y = parseVersion(b);
-  if (!x || !y) return undefined;
-  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i]! - y[i]!;
-  return 0;
+  const x = normalize(a);
+  const y = normalize(b);
+  return x && y ? compareSemver(x, y) : undefined;
 }
 
 /** The cluster version (ClusterInformation netpluginVersion), or undefined when the datastore has none. */
 export async function clusterVersion(ds: Datastore): Promise<string | undefined> {
-  try {
-    return (await ds.get('ClusterInformation', 'default')).spec.netpluginVersion;
-  } catch (e) {
-    if (DatastoreError.is(e, 'NotFound')) return undefined;
-    throw e;
-  }
+  return (await getOrUndefined(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion;
 }
 
 /** Throws when this client is older than the cluster: it would write data in an older release's shape. */

@@ -3,9 +3,10 @@
 // expect, and the pure rendering into what a node needs: the CNI conflist, the
 // IPPools it implies and the agent settings. `netpluginctl installation render`
 // prints this; `installation apply` writes it (src/ctl/installation.ts).
-import { isIP } from 'node:net';
 import { z } from 'zod';
 import { API_VERSION, type IPPoolSpec, type Resource } from '../datastore/types.js';
+import type { DatastoreConfig } from '../datastore/index.js';
+import { parseCidr } from '../ipam/cidr.js';
 
 export const OPERATOR_GROUP = 'operator.netplugin.org';
 export const OPERATOR_API_VERSION = `${OPERATOR_GROUP}/v1`;
@@ -23,18 +24,21 @@ export function quantityBytes(q: string): number | undefined {
   return m ? Number(m[1]) * FACTOR[m[2] ?? '']! : undefined;
 }
 
-function cidrFamily(s: string): 4 | 6 | undefined {
-  const [addr, len, extra] = s.split('/');
-  if (extra !== undefined || !addr || !len || !/^\d{1,3}$/.test(len)) return undefined;
-  const fam = isIP(addr);
-  if (fam !== 4 && fam !== 6) return undefined;
-  return Number(len) <= (fam === 4 ? 32 : 128) ? fam : undefined;
+/** The family of a pool CIDR (host bits zero); callers hold an already validated CIDR. */
+function cidrFamily(s: string): 4 | 6 {
+  return parseCidr(s).family;
 }
 
 const pool = z
   .object({
     name: z.string().regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'expected a lower-case DNS name such as "pool-a"').optional(),
-    cidr: z.string().refine((s) => cidrFamily(s) !== undefined, 'expected a CIDR such as 192.168.0.0/16 or fd00:10:244::/64'),
+    cidr: z.string().superRefine((s, ctx) => {
+      try {
+        parseCidr(s);
+      } catch (e) {
+        ctx.addIssue({ code: 'custom', message: `${(e as Error).message} (a pool is a CIDR such as 192.168.0.0/16 or fd00:10:244::/64)` });
+      }
+    }),
     blockSize: z.number().int().optional(),
     encapsulation: z.enum(ENCAPSULATIONS, { errorMap: () => ({ message: `expected one of ${ENCAPSULATIONS.join(', ')}` }) }).optional(),
     natOutgoing: z.enum(['Enabled', 'Disabled'], { errorMap: () => ({ message: 'expected Enabled or Disabled' }) }).default('Enabled'),
@@ -126,7 +130,7 @@ export function parseInstallation(raw: unknown): Installation {
   const names = new Set<string>();
   pools.forEach((p, i) => {
     const where = `spec.netpluginNetwork.ipPools[${i}]`;
-    const fam = cidrFamily(p.cidr)!;
+    const fam = cidrFamily(p.cidr);
     seen[fam]++;
     const [lo, hi, def] = fam === 4 ? [20, 32, 26] : [116, 128, 122];
     const bs = p.blockSize ?? def;
@@ -171,7 +175,7 @@ function poolName(p: InstallationPool, fam: 4 | 6): string {
 /** The IPPool resources the Installation implies (created only when the datastore has no pool). */
 export function renderPools(inst: Installation): Array<Resource<'IPPool'>> {
   return effectivePools(inst).map((p) => {
-    const fam = cidrFamily(p.cidr)!;
+    const fam = cidrFamily(p.cidr);
     // The operator's defaults: IP-in-IP for IPv4, no encapsulation for IPv6.
     const encap: Encapsulation = p.encapsulation ?? (fam === 4 ? 'IPIP' : 'None');
     const spec: IPPoolSpec = {
@@ -187,15 +191,9 @@ export function renderPools(inst: Installation): Array<Resource<'IPPool'>> {
 }
 
 /** Where the plugin finds its datastore: the same settings netpluginctl itself uses. */
-export interface RenderDatastore {
+export type RenderDatastore = Pick<DatastoreConfig, 'etcd_endpoints' | 'etcd_discovery_srv' | 'etcd_key_file' | 'etcd_cert_file' | 'etcd_ca_cert_file' | 'kubernetes'> & {
   datastore_type: 'etcdv3' | 'kubernetes';
-  etcd_endpoints?: string;
-  etcd_discovery_srv?: string;
-  etcd_key_file?: string;
-  etcd_cert_file?: string;
-  etcd_ca_cert_file?: string;
-  kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
-}
+};
 
 export interface RenderOptions {
   datastore: RenderDatastore;

@@ -3,19 +3,16 @@
 // resources; the fake API server as the target. After lock/export/import/unlock
 // every pod's address is held by the same handle, and a new assignment on the
 // Kubernetes datastore never hands out a migrated address.
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Datastore } from '../../src/datastore/types.js';
 import { Ipam } from '../../src/ipam/index.js';
-
-const root = resolve(import.meta.dirname, '../..');
-const CTL = join(root, 'dist/netpluginctl.mjs');
+import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
 const TOKEN = 'migrate-test-token';
 
 let etcd: EtcdServer;
@@ -26,21 +23,11 @@ let dst: Datastore;
 let tmp: string;
 const held: Record<string, string> = {};
 
-function ctl(args: string[], target: 'etcd' | 'k8s'): Promise<{ code: number; out: string; err: string }> {
-  const env = target === 'etcd' ? { ETCD_ENDPOINTS: etcd.endpoint } : { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig };
-  return new Promise((resolvePromise, reject) => {
-    const p = spawn(process.execPath, [CTL, ...args], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env }, stdio: ['ignore', 'pipe', 'pipe'], cwd: tmp });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (err += d));
-    p.on('error', reject);
-    p.on('close', (code) => resolvePromise({ code: code ?? -1, out, err }));
-  });
-}
+const ctl = (args: string[], target: 'etcd' | 'k8s') =>
+  runBuiltCtl(args, { env: target === 'etcd' ? { ETCD_ENDPOINTS: etcd.endpoint } : { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig }, cwd: tmp });
 
 beforeAll(async () => {
-  if (!existsSync(CTL)) throw new Error(`dist/netpluginctl.mjs is missing: run 'npm run build' before the integration tests`);
+  requireBuiltCtl();
   tmp = mkdtempSync(join(tmpdir(), 'ctl-migrate-'));
   etcd = await startEtcd();
   server = await startFakeApiServer({ tls: true, auth: { tokens: [TOKEN] } });
@@ -87,6 +74,10 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
   });
 
   it('lock, export (no derived objects), import into an empty target only, unlock; IPAM preserved', async () => {
+    const check = await ctl(['upgrade', 'check'], 'etcd');
+    expect(check.code).toBe(0);
+    expect(check.out).toMatch(/manifest install with the etcd datastore:\n  datastore: etcd\./);
+    expect(check.out).toMatch(/recommended: move to the Kubernetes datastore \(netpluginctl datastore migrate/);
     expect((await ctl(['datastore', 'migrate', 'lock', '--dry-run'], 'etcd')).out).toMatch(/datastoreReady=false would be set \(now true\)/);
     expect((await src.get('ClusterInformation', 'default')).spec.datastoreReady).toBe(true);
     const lock = await ctl(['datastore', 'migrate', 'lock'], 'etcd');

@@ -2,16 +2,16 @@
 // lives in the (fake) Kubernetes API; `installation apply` reads it from there,
 // and `--watch` reconciles the node again when it changes.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
+import { CTL, requireBuiltCtl } from '../fixtures/ctl.js';
 
 const root = resolve(import.meta.dirname, '../..');
-const CTL = join(root, 'dist/netpluginctl.mjs');
 
 let server: FakeApiServer;
 let kubeconfig: string;
@@ -59,7 +59,7 @@ const conflistMtu = () => {
 };
 
 beforeAll(async () => {
-  if (!existsSync(CTL)) throw new Error(`dist/netpluginctl.mjs is missing: run 'npm run build' before the integration tests`);
+  requireBuiltCtl();
   tmp = mkdtempSync(join(tmpdir(), 'ctl-operator-'));
   pkgDir = join(tmp, 'pkg');
   mkdirSync(join(pkgDir, 'dist'), { recursive: true });

@@ -2,18 +2,15 @@
 // datastore (the fake API server), seeded as an older release (v3.27) left it:
 // objects owned by netplugin.org/v3 objects, a leftover allow-all-upgrade
 // policy, all-interfaces host endpoints beside a managed one.
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Datastore } from '../../src/datastore/types.js';
+import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
 import pkg from '../../package.json' with { type: 'json' };
-
-const root = resolve(import.meta.dirname, '../..');
-const CTL = join(root, 'dist/netpluginctl.mjs');
 const TOKEN = 'upgrade-test-token';
 
 let server: FakeApiServer;
@@ -21,23 +18,7 @@ let kubeconfig: string;
 let ds: Datastore;
 let tmp: string;
 
-// Asynchronous: the fake API server runs in this process and must keep answering.
-function ctl(args: string[], input = ''): Promise<{ code: number; out: string; err: string }> {
-  return new Promise((resolvePromise, reject) => {
-    const p = spawn(process.execPath, [CTL, ...args], {
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig },
-      stdio: ['pipe', 'pipe', 'pipe'],
-      cwd: tmp,
-    });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (err += d));
-    p.on('error', reject);
-    p.on('close', (code) => resolvePromise({ code: code ?? -1, out, err }));
-    p.stdin.end(input);
-  });
-}
+const ctl = (args: string[]) => runBuiltCtl(args, { env: { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig }, cwd: tmp });
 
 async function kget(path: string): Promise<any> {
   const { createKubeClient } = await import('../../src/k8s/client.js');
@@ -53,7 +34,7 @@ const ref = (kind: string, name: string, uid: string) => ({ apiVersion: API_VERS
 const OTHER_REF = { apiVersion: 'v1', kind: 'ConfigMap', name: 'settings', uid: 'cm-uid-1' };
 
 beforeAll(async () => {
-  if (!existsSync(CTL)) throw new Error(`dist/netpluginctl.mjs is missing: run 'npm run build' before the integration tests`);
+  requireBuiltCtl();
   tmp = mkdtempSync(join(tmpdir(), 'ctl-upgrade-'));
   server = await startFakeApiServer({ tls: true, auth: { tokens: [TOKEN] } });
   kubeconfig = writeKubeconfig(server.dir, server, { token: TOKEN });

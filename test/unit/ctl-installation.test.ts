@@ -112,7 +112,8 @@ describe('validation errors name the field and the fix', () => {
   it.each([
     ['a name other than default', inst({}, 'main'), /metadata\.name: must be "default".*\(got "main"\)/],
     ['an unknown encapsulation', inst({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16', encapsulation: 'GRE' }] } }), /spec\.netpluginNetwork\.ipPools\[0\]\.encapsulation: expected one of IPIP, IPIPCrossSubnet, VXLAN, VXLANCrossSubnet, None \(got "GRE"\)/],
-    ['a bad CIDR', inst({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/33' }] } }), /ipPools\[0\]\.cidr: expected a CIDR.*\(got "10\.0\.0\.0\/33"\)/],
+    ['a bad CIDR', inst({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/33' }] } }), /ipPools\[0\]\.cidr: '10\.0\.0\.0\/33' is not a CIDR: prefix length '33' must be an integer from 0 to 32 .*\(got "10\.0\.0\.0\/33"\)/],
+    ['a CIDR with host bits', inst({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.1/16' }] } }), /ipPools\[0\]\.cidr: '10\.0\.0\.1\/16' has host bits set: the network is 10\.0\.0\.0\/16/],
     ['a negative policy timeout', inst({ netpluginNetwork: { linuxPolicySetupTimeoutSeconds: -1 } }), /linuxPolicySetupTimeoutSeconds: must be >= 0/],
     ['hostPorts Maybe', inst({ netpluginNetwork: { hostPorts: 'Maybe' } }), /hostPorts: expected Enabled or Disabled \(got "Maybe"\)/],
     ['natOutgoing true', inst({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16', natOutgoing: true }] } }), /natOutgoing: expected Enabled or Disabled \(got true\)/],
