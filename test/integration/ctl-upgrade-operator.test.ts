@@ -1,7 +1,7 @@
 // The operator-style install through the built netpluginctl: the Installation
 // lives in the (fake) Kubernetes API; `installation apply` reads it from there,
 // and `--watch` reconciles the node again when it changes.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -107,6 +107,28 @@ describe('installation apply with the Installation in the cluster', () => {
     const end = await w.done;
     expect(end.code).toBe(0);
     expect((await ds.list('IPPool')).items.map((p) => p.metadata.name)).toEqual(['default-ipv4-ippool']);
+  });
+
+  it('the shipped example goes in with kubectl; apply --dry-run shows the node change it implies and keeps the pools', async () => {
+    const kubectl = (...args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
+        const child = execFile('kubectl', ['--kubeconfig', kubeconfig, '--cache-dir', join(tmp, 'kcache'), '--request-timeout', '10s', ...args], { timeout: 30_000 }, (err, stdout, stderr) =>
+          done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        );
+        child.stdin?.end();
+      });
+    const a = await kubectl('apply', '--validate=false', '-f', join(root, 'deploy/installation-example.yaml'));
+    expect(a.code).toBe(0);
+    // The Installation was created without kubectl (no last-applied annotation): kubectl warns and patches it.
+    expect(a.stderr.replace(/^Warning: resource installations\/default is missing the kubectl\.kubernetes\.io\/last-applied-configuration annotation.*\n/m, '')).toBe('');
+    expect(a.stdout).toMatch(/installation\.operator\.netplugin\.org\/default configured/);
+    expect(a.stdout).toMatch(/flowlogaggregator\.operator\.netplugin\.org\/default created/);
+    expect(a.stdout).toMatch(/flowui\.operator\.netplugin\.org\/default created/);
+    const d = await start(['installation', 'apply', '--dry-run', ...nodeArgs()]).done;
+    expect(d.err).toBe('');
+    expect(d.out).toMatch(/10-netplugin\.conflist would write/);
+    expect(d.out).toMatch(/ippools unchanged \(1 exist: default-ipv4-ippool;/);
+    expect(conflistMtu()).toBe(1400);
   });
 
   it('--watch and -f together are refused', async () => {
