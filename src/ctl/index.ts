@@ -19,7 +19,6 @@ export type { CtlIO, DatastoreConfig } from './io.js';
 export { installCni, uninstallCni, buildConflist } from './install-cni.js';
 export type { InstallCniOptions, InstallCniResult } from './install-cni.js';
 
-
 const DATASTORE_HELP = `Datastore: --config FILE (a netconf or conflist; the netplugin entry's datastore_type,
 etcd_* and kubernetes fields are used), else the environment: DATASTORE_TYPE (etcdv3 |
 kubernetes), ETCD_ENDPOINTS, ETCD_DISCOVERY_SRV, ETCD_KEY_FILE, ETCD_CERT_FILE,
