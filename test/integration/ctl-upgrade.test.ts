@@ -46,6 +46,8 @@ beforeAll(async () => {
   await ds.create({ apiVersion: API_VERSION, kind: 'GlobalNetworkPolicy', metadata: { name: 'allow-all-upgrade' }, spec: { selector: "role == 'edge'", order: 0 } });
   server.put('/apis/apps/v1/namespaces/default/deployments/web', { metadata: { name: 'web', ownerReferences: [OTHER_REF, ref('IPPool', 'pool-a', pool.metadata.uid!)] }, spec: { replicas: 1 } });
   server.put('/api/v1/namespaces/default/pods/owned-pod', { metadata: { name: 'owned-pod', ownerReferences: [ref('GlobalNetworkPolicy', 'gnp-x', gnp.metadata.uid!)] }, spec: { nodeName: 'node-a', containers: [{ name: 'c', image: 'x' }] } });
+  // A cluster-scoped object with an owner of ours.
+  server.put('/api/v1/namespaces/team-a', { metadata: { name: 'team-a', ownerReferences: [ref('IPPool', 'pool-a', pool.metadata.uid!)] } });
   server.put('/apis/apps/v1/namespaces/default/deployments/unrelated', { metadata: { name: 'unrelated', ownerReferences: [OTHER_REF] }, spec: {} });
   for (const n of ['node-a', 'node-b']) server.put(`/api/v1/nodes/${n}`, { metadata: { name: n, labels: { 'kubernetes.io/hostname': n } } });
   await ds.create({ apiVersion: API_VERSION, kind: 'HostEndpoint', metadata: { name: 'node-a-all', labels: { role: 'edge', zone: 'z1' } }, spec: { node: 'node-a', interfaceName: '*' } });
@@ -68,7 +70,7 @@ describe('netpluginctl upgrade (seeded as v3.27)', () => {
     const j = JSON.parse(r.out);
     expect(j).toMatchObject({ clientVersion: pkg.version, clusterVersion: 'v3.27.2', datastoreType: 'kubernetes', blocked: true });
     const items = (j.findings as Array<{ procedure: string; item: string; blocking: boolean }>).map((f) => `${f.blocking ? '!' : ''}${f.procedure}: ${f.item}`);
-    expect(items).toContainEqual(expect.stringMatching(/^!owner references: 2 object\(s\) have owner references to netplugin\.org\/v3 objects.*pod\/default\/owned-pod -> GlobalNetworkPolicy\/gnp-x; deployment\/default\/web -> IPPool\/pool-a\./));
+    expect(items).toContainEqual(expect.stringMatching(/^!owner references: 3 object\(s\) have owner references to netplugin\.org\/v3 objects.*pod\/default\/owned-pod -> GlobalNetworkPolicy\/gnp-x; namespace\/team-a -> IPPool\/pool-a; deployment\/default\/web -> IPPool\/pool-a\./));
     expect(items).toContainEqual(expect.stringMatching(/^temporary policy: leftover GlobalNetworkPolicy allow-all-upgrade/));
     expect(items).toContainEqual(expect.stringMatching(/^automatic host endpoints: 1 all-interfaces host endpoint\(s\) .*: node-a-all \(node node-a\);/));
     expect(items).toContainEqual(expect.stringMatching(/^manifest install with the Kubernetes datastore: datastore: Kubernetes API/));
@@ -77,7 +79,7 @@ describe('netpluginctl upgrade (seeded as v3.27)', () => {
 
     const text = await ctl(['upgrade', 'check']);
     expect(text.code).toBe(1);
-    expect(text.out).toMatch(/owner references:\n  BLOCKING 2 object/);
+    expect(text.out).toMatch(/owner references:\n  BLOCKING 3 object/);
     expect(text.out).toMatch(/upgrade blocked: fix the BLOCKING items first\n$/);
     expect((await ctl(['upgrade', 'check', '--to', 'v3.33.0'])).out).toMatch(/BLOCKING this netpluginctl .* upgrades to v3\.32\.x, not v3\.33\.0/);
   });
@@ -86,9 +88,9 @@ describe('netpluginctl upgrade (seeded as v3.27)', () => {
     const save = await ctl(['upgrade', 'owner-refs', 'save', '-o', 'refs.json']);
     expect(save.err).toBe('');
     expect(save.code).toBe(0);
-    expect(save.out).toMatch(/saved 2 object\(s\)/);
+    expect(save.out).toMatch(/saved 3 object\(s\)/);
     const saved = JSON.parse(readFileSync(join(tmp, 'refs.json'), 'utf8'));
-    expect(saved.objects.map((o: { path: string }) => o.path).sort()).toEqual(['/api/v1/namespaces/default/pods/owned-pod', '/apis/apps/v1/namespaces/default/deployments/web']);
+    expect(saved.objects.map((o: { path: string }) => o.path).sort()).toEqual(['/api/v1/namespaces/default/pods/owned-pod', '/api/v1/namespaces/team-a', '/apis/apps/v1/namespaces/default/deployments/web']);
 
     const dry = await ctl(['upgrade', 'owner-refs', 'strip', '--dry-run']);
     expect(dry.out).toMatch(/deployment\/default\/web: would strip IPPool\/pool-a/);
@@ -96,7 +98,8 @@ describe('netpluginctl upgrade (seeded as v3.27)', () => {
 
     const strip = await ctl(['upgrade', 'owner-refs', 'strip']);
     expect(strip.code).toBe(0);
-    expect(strip.out).toMatch(/2 object\(s\) changed/);
+    expect(strip.out).toMatch(/3 object\(s\) changed/);
+    expect((await kget('/api/v1/namespaces/team-a')).metadata.ownerReferences).toBeUndefined();
     expect((await kget('/apis/apps/v1/namespaces/default/deployments/web')).metadata.ownerReferences).toEqual([OTHER_REF]);
     expect((await kget('/api/v1/namespaces/default/pods/owned-pod')).metadata.ownerReferences).toBeUndefined();
     expect((await kget('/apis/apps/v1/namespaces/default/deployments/unrelated')).metadata.ownerReferences).toEqual([OTHER_REF]);
@@ -119,7 +122,8 @@ describe('netpluginctl upgrade (seeded as v3.27)', () => {
     const restore = await ctl(['upgrade', 'owner-refs', 'restore', '-f', 'refs.json']);
     expect(restore.code).toBe(1);
     expect(restore.err).toMatch(/pod\/default\/owned-pod: owner GlobalNetworkPolicy\/gnp-x no longer exists; its reference is not restored/);
-    expect(restore.out).toMatch(/1 object\(s\) changed; 1 owner\(s\) not found\n$/);
+    expect(restore.out).toMatch(/2 object\(s\) changed; 1 owner\(s\) not found\n$/);
+    expect((await kget('/api/v1/namespaces/team-a')).metadata.ownerReferences).toEqual([ref('IPPool', 'pool-a', pool.metadata.uid!)]);
     expect((await kget('/apis/apps/v1/namespaces/default/deployments/web')).metadata.ownerReferences).toEqual([OTHER_REF, { ...ref('IPPool', 'pool-a', pool.metadata.uid!) }]);
     expect((await kget('/api/v1/namespaces/default/pods/owned-pod')).metadata.ownerReferences).toBeUndefined();
     // Restoring again changes nothing.
