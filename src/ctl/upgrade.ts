@@ -329,6 +329,10 @@ async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<numbe
     if ((compareVersions(cluster, OLDEST_UPGRADABLE) ?? 0) < 0) add('general', `the cluster runs ${cluster}; the procedures upgrade from v3.15 or later: upgrade to an intermediate release first`, true);
   }
 
+  // SPEC Versioning 4.
+  const deprecated = (['etcd_authority', 'etcd_scheme'] as const).filter((k) => conf[k] !== undefined);
+  if (deprecated.length) add('general', `the configuration uses deprecated option(s) ${deprecated.join(', ')}: replace them with etcd_endpoints (e.g. "https://10.0.0.1:2379")`);
+
   let client: KubeClient | undefined;
   if (conf.datastore_type === 'kubernetes' || conf.kubernetes) {
     try {

@@ -1,6 +1,9 @@
 // upgrade check's blocking rules and the etcd-datastore path of auto-hep (labels
 // go onto netplugin's Node when no Kubernetes API is configured), run in-process
 // against an in-memory datastore standing in for etcd.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION } from '../../src/datastore/types.js';
@@ -42,6 +45,21 @@ describe('upgrade check: what blocks', () => {
     expect(r.code).toBe(1);
     expect(r.out).toMatch(/BLOCKING this netpluginctl .* upgrades to v3\.32\.x, not v4\.0/);
     expect((await ctl(ds, ['upgrade', 'check', '--to', 'latest'])).err).toMatch(/--to "latest" is not a version; use e\.g\. v3\.32\.x/);
+  });
+});
+
+describe('upgrade check: deprecated options', () => {
+  it('names etcd_authority and etcd_scheme from the --config conflist, without blocking', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ctl-upgrade-check-'));
+    try {
+      const conf = join(dir, '10-netplugin.conflist');
+      writeFileSync(conf, JSON.stringify({ name: 'k8s-pod-network', cniVersion: '1.0.0', plugins: [{ type: 'netplugin', etcd_authority: '127.0.0.1:2379', etcd_scheme: 'http', ipam: { type: 'netplugin-ipam' } }] }));
+      const r = await ctl(await cluster('v3.31.0'), ['--config', conf, 'upgrade', 'check']);
+      expect(r.code).toBe(0);
+      expect(r.out).toMatch(/deprecated option\(s\) etcd_authority, etcd_scheme: replace them with etcd_endpoints/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
