@@ -296,9 +296,7 @@ class Session implements CtlSession {
   async checkOptions(): Promise<CheckOptions> {
     const conf = this.config();
     if ((conf?.datastore_type !== 'kubernetes' && !conf?.kubernetes?.kubeconfig) || this.io.openDatastore) return {};
-    const { createKubeClient } = await import('../k8s/client.js');
-    const client = await createKubeClient({ ...conf.kubernetes, timeoutMs: 10_000 });
-    this.closers.push(() => client.close());
+    const client = await this.kube();
     return {
       podExists: async (ns, name) => {
         try {
