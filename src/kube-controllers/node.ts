@@ -20,21 +20,14 @@ import { canonicalIP } from '../ipam/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
 import { applyMirror, controllerMetrics, controllerQueue, describeError, watchErrors, type Controller, type ControllerContext } from './framework.js';
 import { formatDuration } from '../model/kube-controllers-config.js';
+import { AUTO_HEP_SUFFIX, CREATED_BY, CREATED_BY_LABEL, DEFAULT_ALLOW_PROFILE, autoHostEndpoint, autoHostEndpointName, defaultAllowProfile } from '../model/host-endpoints.js';
 
 /** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
 export const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';
-export const AUTO_HEP_SUFFIX = '-auto-hep';
-export const CREATED_BY_LABEL = 'netplugin.org/created-by';
-export const CREATED_BY = 'netplugin-kube-controllers';
-export const DEFAULT_ALLOW_PROFILE = 'netplugin-default-allow';
 const OWN_PREFIX = 'netplugin.org/';
 
 type DsNode = Resource<'Node'>;
 type Hep = Resource<'HostEndpoint'>;
-
-export function autoHostEndpointName(node: string): string {
-  return `${node}${AUTO_HEP_SUFFIX}`;
-}
 
 /** The addresses of a Kubernetes Node that a host endpoint expects (internal and external IPs). */
 export function nodeAddresses(kn: KubeObject): string[] {
@@ -42,20 +35,6 @@ export function nodeAddresses(kn: KubeObject): string[] {
     .filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && a.address)
     .map((a) => a.address!);
   return [...new Set(addrs)].sort();
-}
-
-export function autoHostEndpoint(kn: KubeObject): Hep {
-  const node = kn.metadata.name;
-  return {
-    apiVersion: API_VERSION,
-    kind: 'HostEndpoint',
-    metadata: { name: autoHostEndpointName(node), labels: { ...(kn.metadata.labels ?? {}), [CREATED_BY_LABEL]: CREATED_BY } },
-    spec: { node, interfaceName: '*', expectedIPs: nodeAddresses(kn), profiles: [DEFAULT_ALLOW_PROFILE] },
-  };
-}
-
-export function defaultAllowProfile(): Resource<'Profile'> {
-  return { apiVersion: API_VERSION, kind: 'Profile', metadata: { name: DEFAULT_ALLOW_PROFILE }, spec: { ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] } };
 }
 
 /** The datastore Node's labels: the Kubernetes Node's, plus our own `netplugin.org/*` ones it already had. */
@@ -146,7 +125,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
       }
       if (ctx.settings().autoHostEndpoints) {
         await applyMirror(ctx.ds, 'Profile', DEFAULT_ALLOW_PROFILE, defaultAllowProfile());
-        const did = await applyMirror(ctx.ds, 'HostEndpoint', hepName, autoHostEndpoint(kn));
+        const did = await applyMirror(ctx.ds, 'HostEndpoint', hepName, autoHostEndpoint(node, kn.metadata.labels, nodeAddresses(kn)));
         if (did !== 'unchanged') ctx.log.info(`node controller: ${did} automatic host endpoint ${hepName}`, { node });
       } else {
         await removeAutoHep(node);
