@@ -143,6 +143,17 @@ export function nodeController(ctx: ControllerContext): NodeController {
     m.synced.inc({ controller: name });
   }
 
+  /** An endpoint whose workload is gone for good (etcd: the plugin's DEL never ran). */
+  async function deleteEndpoint(w: Resource<'WorkloadEndpoint'>, why: string): Promise<void> {
+    try {
+      await ctx.ds.delete('WorkloadEndpoint', w.metadata.name, { namespace: w.metadata.namespace ?? 'default', revision: w.metadata.resourceVersion! });
+      ctx.log.info('node controller: deleted a stale workload endpoint', { endpoint: `${w.metadata.namespace}/${w.metadata.name}`, why });
+    } catch (e) {
+      // Gone or rewritten meanwhile (a new ADD): either way not ours to delete now.
+      if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
+    }
+  }
+
   async function removeAutoHep(node: string): Promise<void> {
     const hep = await getOrUndefined('HostEndpoint', autoHostEndpointName(node));
     if (hep?.metadata.labels?.[CREATED_BY_LABEL] !== CREATED_BY) return;
@@ -173,6 +184,11 @@ export function nodeController(ctx: ControllerContext): NodeController {
     for (const ip of released) ctx.log.info('node controller: released an address of a deleted node', { node, ip });
     if (released.length) m.released.inc({ reason: 'node-deleted' }, released.length);
     await ipam.releaseNodeAffinities(node);
+    if (ctx.ds.type !== 'kubernetes') {
+      // On etcd the plugin's endpoints outlive a node that never ran DEL.
+      const { items: weps } = await ctx.ds.list('WorkloadEndpoint');
+      for (const w of weps) if (w.spec.node === node) await deleteEndpoint(w, 'its node was deleted');
+    }
     await removeAutoHep(node);
     try {
       await ctx.ds.delete('Node', node);
@@ -198,9 +214,13 @@ export function nodeController(ctx: ControllerContext): NodeController {
     const [{ items: blocks }, { items: weps }] = await Promise.all([ctx.ds.list('IPAMBlock'), ctx.ds.list('WorkloadEndpoint')]);
     // A live endpoint: its pod exists on the endpoint's node.
     const live = new Set<string>();
+    const stale = new Map<string, Array<Resource<'WorkloadEndpoint'>>>(); // containerID -> endpoints whose pod is gone
     for (const w of weps) {
       const pod = w.spec.pod ? pods.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) : undefined;
-      if (w.spec.orchestrator === 'k8s' && (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))) continue;
+      if (w.spec.orchestrator === 'k8s' && (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))) {
+        stale.set(w.spec.containerID, [...(stale.get(w.spec.containerID) ?? []), w]);
+        continue;
+      }
       for (const n of w.spec.ipNetworks) live.add(canonicalIP(n.split('/')[0]!));
     }
     const seen = new Set<string>();
@@ -243,6 +263,10 @@ export function nodeController(ctx: ControllerContext): NodeController {
         ctx.log.info('ipam gc: released a leaked address', { ip, handle, namespace: r.attrs.namespace, pod: r.attrs.pod, node: r.attrs.node, why, leakGracePeriod: formatDuration(grace) });
       }
       if (ips.length) m.released.inc({ reason: 'leaked' }, ips.length);
+      // Its endpoint (etcd; on the kubernetes datastore endpoints are the pods) goes with it.
+      if (ctx.ds.type !== 'kubernetes' && r.attrs.containerID) {
+        for (const w of stale.get(r.attrs.containerID) ?? []) if (w.spec.node === r.attrs.node) await deleteEndpoint(w, `its pod is gone: ${why}`);
+      }
       released.push(...ips);
     }
     scans.inc();

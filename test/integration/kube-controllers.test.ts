@@ -135,6 +135,17 @@ async function setConfig(node: Record<string, unknown>): Promise<void> {
   else await ds.create({ apiVersion: API_VERSION, kind: 'KubeControllersConfiguration', metadata: { name: 'default' }, spec });
 }
 
+async function endpoint(namespace: string, podName: string, node: string, containerID: string, ip: string): Promise<string> {
+  const name = `${node}-k8s-${podName}-eth0`;
+  await ds.create({
+    apiVersion: API_VERSION,
+    kind: 'WorkloadEndpoint',
+    metadata: { name, namespace, labels: { 'netplugin.org/namespace': namespace, 'netplugin.org/orchestrator': 'k8s' } },
+    spec: { orchestrator: 'k8s', node, containerID, pod: podName, endpoint: 'eth0', interfaceName: `np${containerID.slice(-6)}`, ipNetworks: [`${ip}/32`] },
+  });
+  return name;
+}
+
 async function pool(name: string, cidr: string): Promise<void> {
   if (!(await tryGet('IPPool', name))) await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize: 28 } });
 }
@@ -254,6 +265,8 @@ describe('node controller', { timeout: 120_000 }, () => {
     const [other] = await ipam.assign({ handleID: 'k8s-pod-network.bbb', node: 'n3', attrs: { namespace: 'default', pod: 'p2', containerID: 'bbb' }, assignIPv4: true, assignIPv6: false });
     pod('default', 'p1', { node: 'n2' });
     pod('default', 'p2', { node: 'n3' });
+    const wepN2 = await endpoint('default', 'p1', 'n2', 'aaa', podAddr!.ip);
+    const wepN3 = await endpoint('default', 'p2', 'n3', 'bbb', other!.ip);
     expect((await ds.list('BlockAffinity')).items.some((a) => a.spec.node === 'n2')).toBe(true);
 
     await apiDelete('/api/v1/nodes/n2');
@@ -264,6 +277,8 @@ describe('node controller', { timeout: 120_000 }, () => {
     expect((await ds.list('BlockAffinity')).items.filter((a) => a.spec.node === 'n2')).toEqual([]);
     expect((await ds.list('IPAMBlock')).items.filter((b) => b.spec.affinity === 'host:n2')).toEqual([]);
     expect(await ipam.listHandles({ prefix: 'k8s-pod-network.aaa' })).toEqual([]);
+    expect(await tryGet('WorkloadEndpoint', wepN2, 'default')).toBeUndefined();
+    expect(await tryGet('WorkloadEndpoint', wepN3, 'default')).toBeDefined();
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
     await waitFor('the release logged', () => kc.log().includes(podAddr!.ip));
   });
@@ -283,6 +298,9 @@ describe('node controller', { timeout: 120_000 }, () => {
     pod('gc', 'again', { node: 'g1', uid: 'uid-new' });
     const t0 = Date.now();
     const gone = await assign('net.gone', { namespace: 'gc', pod: 'gone' });
+    // The plugin's endpoint of the vanished pod stays on etcd (no DEL ran); the live pod's stays too.
+    const goneWep = await endpoint('gc', 'gone', 'g1', 'net.gone', gone);
+    const liveWep = await endpoint('gc', 'live', 'g1', 'net.live', live);
 
     const kc = await startKc(['--controllers', 'node']);
     await waitLeader(kc);
@@ -297,6 +315,8 @@ describe('node controller', { timeout: 120_000 }, () => {
     await waitFor('two more GC scans', async () => (await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total')) >= scans + 2);
     expect(await allocated(live)).toBe(true);
     expect(await allocated(plain)).toBe(true);
+    expect(await tryGet('WorkloadEndpoint', goneWep, 'gc')).toBeUndefined();
+    expect(await tryGet('WorkloadEndpoint', liveWep, 'gc')).toBeDefined();
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
   });
 
