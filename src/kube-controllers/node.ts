@@ -206,6 +206,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
    * leakGracePeriod. The pod is read from the API server once more right
    * before the release, so a stale cache never frees a live pod's address.
    * Allocations without those attributes (podman, plain CNI) are never touched.
+   * On etcd, endpoints of pods that are gone are deleted by the same rule.
    */
   async function gcScanOnce(): Promise<string[]> {
     if (!pods.synced) return [];
@@ -214,11 +215,11 @@ export function nodeController(ctx: ControllerContext): NodeController {
     const [{ items: blocks }, { items: weps }] = await Promise.all([ctx.ds.list('IPAMBlock'), ctx.ds.list('WorkloadEndpoint')]);
     // A live endpoint: its pod exists on the endpoint's node.
     const live = new Set<string>();
-    const stale = new Map<string, Array<Resource<'WorkloadEndpoint'>>>(); // containerID -> endpoints whose pod is gone
+    const stale: Array<Resource<'WorkloadEndpoint'>> = []; // endpoints whose pod is gone (or elsewhere)
     for (const w of weps) {
       const pod = w.spec.pod ? pods.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) : undefined;
-      if (w.spec.orchestrator === 'k8s' && (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))) {
-        stale.set(w.spec.containerID, [...(stale.get(w.spec.containerID) ?? []), w]);
+      if (w.spec.orchestrator === 'k8s' && w.spec.pod && (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))) {
+        stale.push(w);
         continue;
       }
       for (const n of w.spec.ipNetworks) live.add(canonicalIP(n.split('/')[0]!));
@@ -245,7 +246,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
         ripe.set(attr.handle_id, r);
       });
     }
-    for (const k of [...firstLeaked.keys()]) if (!seen.has(k)) firstLeaked.delete(k);
+    for (const k of [...firstLeaked.keys()]) if (!k.startsWith('wep|') && !seen.has(k)) firstLeaked.delete(k);
     ctx.log.debug('ipam gc: scan', { leaked: seen.size, ripe: ripe.size, leakGracePeriod: formatDuration(grace) });
     const released: string[] = [];
     for (const [handle, r] of ripe) {
@@ -263,12 +264,29 @@ export function nodeController(ctx: ControllerContext): NodeController {
         ctx.log.info('ipam gc: released a leaked address', { ip, handle, namespace: r.attrs.namespace, pod: r.attrs.pod, node: r.attrs.node, why, leakGracePeriod: formatDuration(grace) });
       }
       if (ips.length) m.released.inc({ reason: 'leaked' }, ips.length);
-      // Its endpoint (etcd; on the kubernetes datastore endpoints are the pods) goes with it.
-      if (ctx.ds.type !== 'kubernetes' && r.attrs.containerID) {
-        for (const w of stale.get(r.attrs.containerID) ?? []) if (w.spec.node === r.attrs.node) await deleteEndpoint(w, `its pod is gone: ${why}`);
-      }
       released.push(...ips);
     }
+    // Endpoints the plugin wrote on etcd for pods that are gone (no DEL ran), by
+    // the same rule: stale for the grace period, confirmed by a GET. On the
+    // kubernetes datastore endpoints are the pods themselves.
+    const staleNow = new Set<string>();
+    for (const w of ctx.ds.type === 'kubernetes' ? [] : stale) {
+      const key = `wep|${w.metadata.namespace}/${w.metadata.name}|${w.metadata.resourceVersion}`;
+      staleNow.add(key);
+      const first = firstLeaked.get(key) ?? now;
+      firstLeaked.set(key, first);
+      if (now - first < grace) continue;
+      let pod: KubePod | undefined;
+      try {
+        pod = await ctx.kube.getPod(w.metadata.namespace ?? 'default', w.spec.pod!);
+      } catch (e) {
+        if (!DatastoreError.is(e, 'NotFound')) throw e;
+      }
+      if (pod && (!pod.spec?.nodeName || pod.spec.nodeName === w.spec.node)) continue;
+      await deleteEndpoint(w, pod ? `pod ${w.metadata.namespace}/${w.spec.pod} runs on node ${pod.spec?.nodeName}` : `pod ${w.metadata.namespace}/${w.spec.pod} does not exist`);
+      firstLeaked.delete(key);
+    }
+    for (const k of [...firstLeaked.keys()]) if (k.startsWith('wep|') && !staleNow.has(k)) firstLeaked.delete(k);
     scans.inc();
     return released;
   }

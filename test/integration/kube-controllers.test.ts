@@ -301,6 +301,8 @@ describe('node controller', { timeout: 120_000 }, () => {
     // The plugin's endpoint of the vanished pod stays on etcd (no DEL ran); the live pod's stays too.
     const goneWep = await endpoint('gc', 'gone', 'g1', 'net.gone', gone);
     const liveWep = await endpoint('gc', 'live', 'g1', 'net.live', live);
+    // An endpoint of a vanished pod whose address is already free goes too.
+    const orphanWep = await endpoint('gc', 'orphan', 'g1', 'net.orphan', '10.92.0.250');
 
     const kc = await startKc(['--controllers', 'node']);
     await waitLeader(kc);
@@ -317,6 +319,7 @@ describe('node controller', { timeout: 120_000 }, () => {
     expect(await allocated(plain)).toBe(true);
     expect(await tryGet('WorkloadEndpoint', goneWep, 'gc')).toBeUndefined();
     expect(await tryGet('WorkloadEndpoint', liveWep, 'gc')).toBeDefined();
+    expect(await tryGet('WorkloadEndpoint', orphanWep, 'gc')).toBeUndefined();
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
   });
 
