@@ -438,6 +438,23 @@ describe('availability', { timeout: 120_000 }, () => {
     expect((await http(kc, '/healthz')).status).toBe(200);
   });
 
+  it('a leader that cannot renew its lease (API server hung) stops and exits within the renew deadline', async () => {
+    const kc = await startKc(['--controllers', 'policy']);
+    await waitLeader(kc);
+    api.stall(true);
+    const stalledAt = Date.now();
+    try {
+      await Promise.race([kc.exited, new Promise((_, reject) => setTimeout(() => reject(new Error('the leader kept running with a hung API server')), 30_000))]);
+    } finally {
+      api.stall(false);
+    }
+    procs.delete(kc);
+    expect(kc.proc.exitCode).toBe(1);
+    expect(kc.log()).toContain('lost the lease; stopping all writes');
+    // Renew deadline 2 s with a 3 s lease: gone well before another replica could take over.
+    expect(Date.now() - stalledAt).toBeLessThan(20_000);
+  });
+
   it('rejects a bad controller list with a clear error', async () => {
     const kc = await startKc(['--controllers', 'policy,nodes']);
     await kc.exited;
