@@ -6,6 +6,7 @@ import type { CniArgs, Logger } from '../../cni/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, Resource } from '../../datastore/types.js';
 import { hostVethName } from '../../dataplane/names.js';
+import { handleIDFor } from '../../ipam/handle.js';
 import { workloadEndpointName, type PodSource } from '../../k8s/workload.js';
 import { getDatastore } from './runtime.js';
 import type { KubeClient } from '../../k8s/client.js';
@@ -44,7 +45,7 @@ export function identify(conf: Netconf, c: { containerId: string; ifname: string
     workload,
     namespace: pod?.namespace ?? 'default',
     ...(pod ? { pod } : {}),
-    handleID: `${conf.name}.${c.containerId}`,
+    handleID: handleIDFor(conf.name, c.containerId),
     hostIfname: hostVethName(prefix, pod ? `${pod.namespace}.${pod.name}` : c.containerId),
     endpointName: workloadEndpointName(node, orchestrator, workload, c.ifname),
   };

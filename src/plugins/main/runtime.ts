@@ -8,7 +8,7 @@ import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
 
 export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;
-  teardown(o: { netnsPath?: string; ifname: string; hostIfname: string; keepHostEnd?: boolean }): Promise<{ removed: boolean }>;
+  teardown(o: { netnsPath?: string; ifname: string; hostIfname: string; keepHostEnd?: boolean; hostMac?: string }): Promise<{ removed: boolean }>;
   check(spec: WorkloadSpec, expect: { containerMac: string }): Promise<string[]>;
 }
 
