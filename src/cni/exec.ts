@@ -2,6 +2,7 @@
 import { readFileSync, writeSync } from 'node:fs';
 import { isatty } from 'node:tty';
 import { dispatch } from './dispatch.js';
+import { redactString } from '../log/redact.js';
 import type { PluginSpec } from './types.js';
 
 /**
@@ -65,7 +66,7 @@ export async function runPlugin<Conf>(plugin: PluginSpec<Conf>): Promise<never> 
     );
   } catch (e) {
     // dispatch reports everything itself; this is a bug in the reporting.
-    writeAll(2, `${plugin.name}: ${(e as Error)?.stack ?? String(e)}\n`);
+    writeAll(2, `${plugin.name}: ${redactString((e as Error)?.stack ?? String(e))}\n`);
     writeAll(1, JSON.stringify({ cniVersion: '1.0.0', code: 999, msg: 'internal error: failed to report a result' }) + '\n');
     code = 1;
   }
