@@ -1,7 +1,7 @@
 // The per-exec entry: wires the real process to the dispatcher and exits with its code.
-import { readFileSync, writeSync } from 'node:fs';
+import { readSync, writeSync } from 'node:fs';
 import { isatty } from 'node:tty';
-import { dispatch } from './dispatch.js';
+import { MAX_STDIN, dispatch } from './dispatch.js';
 import { redactString } from '../log/redact.js';
 import type { PluginSpec } from './types.js';
 
@@ -18,9 +18,19 @@ export function cleanEnv(env: Record<string, string | undefined>): Record<string
   return out;
 }
 
+/** Reads stdin up to one byte past the cap (dispatch refuses anything larger), so a huge input never fills memory. */
 function readStdin(): Buffer {
   try {
-    return readFileSync(0);
+    const cap = MAX_STDIN + 1;
+    const buf = Buffer.allocUnsafe(cap);
+    let n = 0;
+    for (;;) {
+      const got = readSync(0, buf, n, cap - n, null);
+      if (got === 0) break;
+      n += got;
+      if (n >= cap) break;
+    }
+    return buf.subarray(0, n);
   } catch (e) {
     // A closed, terminal or non-blocking stdin (someone running VERSION by
     // hand) is "no input", which VERSION and the errors handle.
