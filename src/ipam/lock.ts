@@ -33,17 +33,11 @@ import { closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, readSy
 import { dirname, join } from 'node:path';
 import { createConnection, createServer, type Server } from 'node:net';
 import { CniError, ErrorCodes } from '../errors.js';
+import { openNoFollow } from '../safe-open.js';
 import { createKeyedQueue } from '../keyed-queue.js';
 
 export const DEFAULT_LOCK_PATH = '/var/run/netplugin/ipam.lock';
 const SECRET_FILE = 'lock-secret';
-
-/** Opens for writing without following a symlink at `path` (a planted link must not redirect root's write). */
-export function openNoFollow(path: string, flags: 'append' | 'truncate' | 'exclusive', mode = 0o600): number {
-  const base = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW;
-  const extra = flags === 'append' ? constants.O_APPEND : flags === 'truncate' ? constants.O_TRUNC : constants.O_EXCL;
-  return openSync(path, base | extra, mode);
-}
 
 /**
  * The lock directory must be ours: a real directory (not a symlink) owned by
