@@ -43,9 +43,12 @@ export function setupWorkload(spec: WorkloadSpec): WorkloadState {
     const host = hostHandle(h, s.hostNetnsPath);
     const cont = (h.cont = netlink(h.ns));
     // A veth of this name is a leftover of an earlier sandbox of the same pod
-    // (the name is derived from the pod, not the container): replace it.
+    // (the name is derived from the pod, not the container): replace it. Only
+    // a veth with our MAC, though: any other link of that name is not ours
+    // and makes the veth creation fail (EEXIST) instead of being deleted.
     // (RTM_GETLINK first: a miss costs ~25 µs, a failed RTM_DELLINK ~60 µs.)
-    if (host.linkFind(s.hostIfname)) host.linkDel(s.hostIfname);
+    const old = host.linkFind(s.hostIfname);
+    if (old && old.kind === 'veth' && old.mac === s.hostMac) host.linkDel(old.index);
     host.vethAdd({
       name: s.hostIfname,
       peerName: s.ifname,
