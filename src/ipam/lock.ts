@@ -45,7 +45,12 @@ const SECRET_FILE = 'lock-secret';
  * the secret file). Created 0700 when missing; anything else is refused,
  * never re-moded (it may be a shared directory like /tmp).
  */
+const verifiedDirs = new Set<string>();
+
 function secureDir(dir: string): void {
+  // Once per process: the agent takes locks all day, and a directory of root's
+  // that nobody else can write cannot be swapped under us meanwhile.
+  if (verifiedDirs.has(dir)) return;
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const st = lstatSync(dir);
   const uid = process.geteuid?.() ?? 0;
@@ -56,6 +61,7 @@ function secureDir(dir: string): void {
       `the IPAM lock directory ${dir} is ${what}; it must be a directory of uid ${uid} that only it can write (netplugin creates ${dir} with mode 0700 when it is missing; ipam_lock_file must not point into a shared directory)`,
     );
   }
+  verifiedDirs.add(dir);
 }
 
 function readSecret(file: string): string | undefined {
