@@ -7,6 +7,8 @@ import { promisify } from 'node:util';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createNetns, deleteNetns } from '../fixtures/netns.js';
+import { startLockSquatter } from '../fixtures/squatter.js';
+import { dirname } from 'node:path';
 import {
   cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, k8sArgs, link, mapLimit, netconf, routes, sysctl, wepNames,
   type Cluster, useCluster,
@@ -114,4 +116,24 @@ describe('finding 8: DEL converges when local teardown fails unexpectedly', () =
     expectOk(await cni('DEL', conf(), call));
     await expectNothingLeft(c, PREFIX);
   });
+});
+
+describe('finding 3: an unprivileged process squatting the IPAM lock', () => {
+  it('ADD and DEL still succeed, without waiting out the lock timeout', async () => {
+    const squatter = await startLockSquatter(c.lockFile, dirname(c.lockFile));
+    try {
+      for (let i = 0; i < 6; i++) {
+        const pod = createNetns('nhsq');
+        const call = { containerId: `sq${i}-${process.pid}`, netns: pod.path, ifname: 'eth0' };
+        // The old code's lock name was squatted for good: each ADD waited the whole 60 s and failed with code 11.
+        expectOk(await cni('ADD', conf(), call));
+        expectOk(await cni('DEL', conf(), call));
+        deleteNetns(pod.name);
+      }
+      expect(squatter.out).toMatch(/ready (EACCES|EPERM)/);
+    } finally {
+      await squatter.stop();
+    }
+    await expectNothingLeft(c, PREFIX);
+  }, 120_000);
 });

@@ -1,12 +1,13 @@
 // The host-wide IPAM lock (abstract Unix socket) and the in-process queue.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { build } from 'esbuild';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { acquireHostLock, serialize, withHostLock } from '../../src/ipam/lock.js';
+import { startLockSquatter } from '../fixtures/squatter.js';
 
 let dir: string;
 let holderScript: string;
@@ -120,64 +121,25 @@ describe('serialize', () => {
 // Issue 11, finding 3: an unprivileged local user cannot stall the node's IPAM.
 describe('host lock against an unprivileged squatter', () => {
   it('`nobody` binding the old predictable name, and every lock name it sees in /proc/net/unix, never stalls acquisitions', async () => {
-    // The squatter's script must be readable by nobody; the lock directory is the 0700 test dir.
-    const pub = mkdtempSync(join(tmpdir(), 'netplugin-squat-'));
-    chmodSync(pub, 0o755);
-    const script = join(pub, 'squat.mjs');
     const path = join(dir, `squat-${process.pid}.lock`);
-    writeFileSync(
-      script,
-      `import { createServer } from 'node:net';
-       import { readFileSync, writeFileSync } from 'node:fs';
-       const held = new Map();
-       const bind = (name) => new Promise((r) => {
-         if (held.has(name)) return r(false);
-         const s = createServer();
-         s.once('error', () => r(false));
-         s.listen({ path: name }, () => { held.set(name, s); r(true); });
-       });
-       // What the old code used: a name anyone can compute from the lock path.
-       await bind('\\0netplugin-lock:' + process.argv[2]);
-       let secret = 'unreadable';
-       try { writeFileSync(process.argv[3] + '/lock-secret', '0'.repeat(48)); secret = 'WRITTEN'; } catch (e) { secret = e.code; }
-       process.stdout.write('ready ' + secret + '\\n');
-       let squatted = 0;
-       setInterval(async () => {
-         for (const line of readFileSync('/proc/net/unix', 'utf8').split('\\n')) {
-           const m = / @(netplugin-lock:[0-9a-f]+)@*$/.exec(line);
-           if (m && (await bind('\\0' + m[1]))) process.stdout.write('squat ' + ++squatted + '\\n');
-         }
-       }, 1);
-       process.on('SIGTERM', () => { process.stdout.write('squatted ' + squatted + '\\n'); process.exit(0); });`,
-    );
-    const child = spawn('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups', process.execPath, script, path, dir], { stdio: ['ignore', 'pipe', 'inherit'] });
-    children.add(child);
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    const squatter = await startLockSquatter(path, dir);
     try {
-      for (let i = 0; i < 400 && !out.includes('ready'); i++) await new Promise((r) => setTimeout(r, 25));
       // It cannot plant its own secret: the directory is root's, 0700.
-      expect(out).toMatch(/ready (EACCES|EPERM)/);
+      expect(squatter.out).toMatch(/ready (EACCES|EPERM)/);
       // Hold long enough for it to see the name, pause long enough for it to
       // bind the name we released; go on until it has squatted a few times.
-      let cycles = 0;
-      while (cycles < 300 && (out.match(/squat \d+/g) ?? []).length < 3) {
+      for (let cycles = 0; cycles < 300 && squatter.squats < 3; cycles++) {
         const release = await acquireHostLock(path, { timeoutMs: 30_000 });
         await new Promise((r) => setTimeout(r, 20));
         await release();
         await new Promise((r) => setTimeout(r, 30));
-        cycles++;
       }
-      expect((out.match(/squat \d+/g) ?? []).length).toBeGreaterThanOrEqual(1);
+      expect(squatter.squats).toBeGreaterThanOrEqual(1);
       // And acquisitions still succeed once it holds what it saw.
       for (let i = 0; i < 5; i++) await withHostLock(path, async () => undefined, { timeoutMs: 30_000 });
     } finally {
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      await exited;
-      rmSync(pub, { recursive: true, force: true });
+      await squatter.stop();
     }
-    expect(out).toMatch(/squatted \d+/);
   }, 120_000);
 
   it('a bounded wait names the holder the kernel reports', async () => {
