@@ -19,7 +19,8 @@ import {
   type IPAMHandleSpec,
   type Resource,
 } from '../datastore/types.js';
-import { affinityName, blockName, handleName } from '../datastore/names.js';
+import { affinityName, blockName } from '../datastore/names.js';
+import { handleName, legacyHandleName, parseHandleID, sameHandle } from './handle.js';
 import {
   tryParseCidr,
   containsCidr,
@@ -252,13 +253,31 @@ export class Ipam {
     return { pools, bad };
   }
 
+  /**
+   * The handle object of exactly `handleID` (byte-exact, see ipam/handle.ts).
+   * A handle written before identities became exact lives under its
+   * case-folded name: it is used when it records this very ID, so a DEL after
+   * an upgrade still releases what the ADD took.
+   */
   private async getHandle(handleID: string): Promise<HandleRes | undefined> {
-    try {
-      return await this.ds.get('IPAMHandle', handleName(handleID));
-    } catch (e) {
-      if (isKind(e, 'NotFound')) return undefined;
-      throw e;
+    const read = async (name: string) => {
+      try {
+        return await this.ds.get('IPAMHandle', name);
+      } catch (e) {
+        if (isKind(e, 'NotFound')) return undefined;
+        throw e;
+      }
+    };
+    const name = handleName(handleID);
+    const h = await read(name);
+    if (h && !sameHandle(h.spec.handleID, handleID)) {
+      throw ipamError(
+        `IPAMHandle ${name} records handle ${JSON.stringify(h.spec.handleID)}, not ${JSON.stringify(handleID)} (a handle written before IDs became case-exact); run \`netpluginctl ipam check --fix\` to migrate it`,
+      );
     }
+    if (h || legacyHandleName(handleID) === name) return h;
+    const old = await read(legacyHandleName(handleID));
+    return old && sameHandle(old.spec.handleID, handleID) ? old : undefined;
   }
 
   private async getBlock(cidrText: string): Promise<BlockRes | undefined> {
@@ -384,7 +403,7 @@ export class Ipam {
         const owner = handleAt(cur.spec, ordinal);
         if (cur.spec.allocations[ordinal] != null) {
           const ip = addressOf(cidr, ordinal);
-          if (owner && owner.handle_id && owner.handle_id.toLowerCase() === handleID.toLowerCase()) {
+          if (owner && sameHandle(owner.handle_id, handleID)) {
             // Same container asking again (a retried ADD): the address is already its own.
             return { ip, ord: ordinal, cidr };
           }
@@ -1257,9 +1276,12 @@ export class Ipam {
     return { handle: attr.handle_id, attrs: { ...(attr.secondary ?? {}) }, block: block.spec.cidr };
   }
 
-  async listHandles(opts: { prefix?: string } = {}): Promise<HandleInfo[]> {
-    const { items } = await this.ds.list('IPAMHandle', opts.prefix ? { namePrefix: handleName(opts.prefix) } : {});
-    return items.map((h) => ({ handleID: h.spec.handleID, blocks: { ...h.spec.block } }));
+  /** Every handle, or only those of exactly `network` (see ipam/handle.ts; object names fold case, so this filters on the recorded IDs). */
+  async listHandles(opts: { network?: string } = {}): Promise<HandleInfo[]> {
+    const { items } = await this.ds.list('IPAMHandle');
+    return items
+      .filter((h) => opts.network === undefined || parseHandleID(h.spec.handleID)?.network === opts.network)
+      .map((h) => ({ handleID: h.spec.handleID, blocks: { ...h.spec.block } }));
   }
 }
 

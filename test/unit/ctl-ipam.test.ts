@@ -8,7 +8,7 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { initDatastore, runCtl } from '../../src/ctl/index.js';
 import { Ipam } from '../../src/ipam/index.js';
 import { API_VERSION } from '../../src/datastore/types.js';
-import { handleName } from '../../src/datastore/names.js';
+import { handleName } from '../../src/ipam/handle.js';
 import type { IpamReport } from '../../src/ctl/ipam.js';
 import pkg from '../../package.json' with { type: 'json' };
 
