@@ -48,7 +48,7 @@ import {
   newBlockSpec,
   ordinalsOf,
 } from './block.js';
-import { describePools, poolInfo, resolveExplicitPools, type PoolInfo } from './pools.js';
+import { checkPoolUse, describePools, poolInfo, resolveExplicitPools, type PoolInfo, type PoolUse } from './pools.js';
 import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
 
 export interface AssignRequest {
@@ -63,6 +63,8 @@ export interface AssignRequest {
   ipv6Pools?: string[];
   /** Specific addresses (from `IP=` or annotations): at most one per family. When given, exactly these are assigned and assignIPv4/6 are ignored. */
   requestedIPs?: string[];
+  /** What the addresses are for (default Workload); pools whose spec.allowedUses leaves it out are never used. */
+  use?: PoolUse;
   /** How to name the pool lists and requested addresses in errors (default ipv4_pools / ipv6_pools / IP). */
   fields?: { ipv4Pools?: string; ipv6Pools?: string; requestedIPs?: string };
 }
@@ -642,9 +644,11 @@ export class Ipam {
     const fields = ctx.req.fields ?? {};
     const explicit = family === 4 ? ctx.req.ipv4Pools : ctx.req.ipv6Pools;
     const field = (family === 4 ? fields.ipv4Pools : fields.ipv6Pools) ?? (family === 4 ? 'ipv4_pools' : 'ipv6_pools');
+    const use = ctx.req.use ?? 'Workload';
     let pools: PoolInfo[];
     if (explicit && explicit.length) {
       const named = resolveExplicitPools(family, explicit, ctx.pools, field);
+      for (const p of named) checkPoolUse(p, use, field, `pool '${p.name}'`);
       // SPEC: a node takes addresses only from pools that select it, also
       // when the pool is requested by name.
       const labels = named.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};
@@ -658,16 +662,18 @@ export class Ipam {
         this.log.debug('ipam: skipping requested pools that do not select this node', { node: ctx.node, skipped: named.filter((p) => !pools.includes(p)).map((p) => p.name) });
       }
     } else {
-      const enabled = ctx.pools.filter((p) => p.cidr.family === family && !p.disabled).sort((a, b) => a.name.localeCompare(b.name));
+      const enabled = ctx.pools.filter((p) => p.cidr.family === family && !p.disabled && p.allowedUses.includes(use)).sort((a, b) => a.name.localeCompare(b.name));
       const labels = enabled.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};
       pools = enabled.filter((p) => p.selector.matches(labels));
       if (!pools.length) {
         const all = ctx.pools.filter((p) => p.cidr.family === family);
         const detail = all.length
-          ? all.map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`).join(', ')
+          ? all
+              .map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.allowedUses.includes(use) ? '' : `, allowedUses [${p.allowedUses.join(', ')}]`}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`)
+              .join(', ')
           : 'none exist';
         const bad = ctx.badPools.length ? `; invalid pools ignored: ${ctx.badPools.join('; ')}` : '';
-        throw ipamError(`no enabled IPv${family} pool selects node '${ctx.node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector`);
+        throw ipamError(`no enabled IPv${family} pool selects node '${ctx.node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector${use === 'Workload' ? '' : ` (${use} addresses come only from pools whose allowedUses includes ${use})`}`);
       }
     }
     return { pools, ownFirst: !(explicit && explicit.length) };
@@ -709,6 +715,7 @@ export class Ipam {
       }
       throw ipamError(`${field}: ${text} is not in a configured pool (pools: ${describePools(ctx.pools)}); request an address inside an IPPool`);
     }
+    checkPoolUse(pool, ctx.req.use ?? 'Workload', field, canonical);
     const blockCidr = enclosing(ip, pool.blockSize);
     const blockText = formatCidr(blockCidr);
     const ord = ordinalOf(blockCidr, ip);

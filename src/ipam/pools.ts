@@ -17,6 +17,25 @@ export interface PoolInfo {
   selectorText: string;
   selector: Selector;
   selectsAll: boolean;
+  /** spec.allowedUses, defaulted to both uses. */
+  allowedUses: PoolUse[];
+}
+
+/** What an address is for: a pod (`Workload`) or a node's tunnel device (`Tunnel`). */
+export type PoolUse = 'Workload' | 'Tunnel';
+const ALL_USES: PoolUse[] = ['Workload', 'Tunnel'];
+
+/**
+ * Refuses a pool whose allowedUses leaves out `use`: the error names the pool,
+ * its allowedUses and the field that led to it (a `[Tunnel]`-only pool never
+ * gives a workload address, however it is asked for).
+ */
+export function checkPoolUse(pool: PoolInfo, use: PoolUse, field: string, what: string): void {
+  if (pool.allowedUses.includes(use)) return;
+  throw new CniError(
+    ErrorCodes.IpamFailure,
+    `${field}: ${what} is in pool '${pool.name}' (${pool.cidrText}), whose allowedUses is [${pool.allowedUses.join(', ')}]: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`,
+  );
 }
 
 export const DEFAULT_BLOCK_SIZE: Record<Family, number> = { 4: 26, 6: 122 };
@@ -57,6 +76,7 @@ export function poolInfo(res: Resource<'IPPool'>): PoolInfo {
     selectorText,
     selector,
     selectsAll: selector.toString() === 'all()',
+    allowedUses: res.spec.allowedUses?.length ? [...res.spec.allowedUses] : [...ALL_USES],
   };
 }
 
