@@ -12,7 +12,7 @@ export type * from './types.js';
 export { RouteType } from './types.js';
 
 /** The ABI the TS side was written against (native/common.h kAbiVersion). */
-export const NATIVE_ABI_VERSION = 3;
+export const NATIVE_ABI_VERSION = 4;
 
 export interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */
@@ -57,6 +57,25 @@ interface Addon {
   setErrorClass(cls: typeof NetlinkError): void;
   peerCred(fd: number): PeerCred;
   tunnelMessage(kind: 'ipip' | 'vxlan', opts: IpipOptions | VxlanOptions): Buffer;
+  nftRun(script: string, opts?: NftRawOptions): NftRawResult;
+  nftRunAsync(script: string, opts?: NftRawOptions): Promise<NftRawResult>;
+}
+
+/** Options of the addon's nftRun/nftRunAsync (src/native/nft.ts is the typed face). */
+export interface NftRawOptions {
+  json?: boolean;
+  echo?: boolean;
+  handles?: boolean;
+  netns?: NetNS;
+}
+
+/** What libnftables answered; `missing` when the library could not be loaded. */
+export interface NftRawResult {
+  ok: boolean;
+  missing: boolean;
+  rc: number;
+  output: string;
+  error: string;
 }
 
 /** SO_PEERCRED of a connected unix socket. */
@@ -78,6 +97,11 @@ export function packageRoot(): string {
     if (up === dir) throw new Error(`netplugin: no package.json above ${dirname(fileURLToPath(import.meta.url))}; the native addon cannot be located`);
     dir = up;
   }
+}
+
+/** The loaded addon (loading it on first use); for the sibling wrappers in src/native/. */
+export function addonInstance(): Addon {
+  return load();
 }
 
 function load(): Addon {
