@@ -21,6 +21,8 @@ export interface FieldDoc {
 }
 
 export const DEFAULT_NODENAME_FILE = '/var/lib/netplugin/nodename';
+/** The node agent writes the pod MTU here (underlay MTU minus the largest encapsulation overhead in use). */
+export const DEFAULT_MTU_FILE = '/var/lib/netplugin/mtu';
 export const NUM_QUEUES_MAX = 1024;
 
 export const NETCONF_FIELDS: readonly FieldDoc[] = [
