@@ -1,0 +1,147 @@
+// Pods on three simulated nodes (test/fixtures/topology.ts): A and B share a
+// subnet, C is behind a router. One agent per node programs routes to the
+// other nodes' blocks; real pings and real datagrams prove the paths.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { API_VERSION, type IPPoolSpec } from '../../src/datastore/types.js';
+import { Topology, type Pod } from '../fixtures/topology.js';
+
+let topo: Topology;
+let pa: Pod;
+let pb: Pod;
+let pc: Pod;
+
+const V4 = '10.65.0.0/16';
+const V6 = 'fd00:65::/48';
+
+async function setPool(name: string, patch: Partial<IPPoolSpec>): Promise<void> {
+  const cur = await topo.ds.get('IPPool', name);
+  await topo.ds.update({ ...cur, spec: { ...cur.spec, ...patch } });
+}
+
+function blockOf(ip: string): string {
+  // blockSize 26 in 10.65.0.0/16
+  const o = ip.split('.').map(Number);
+  return `${o[0]}.${o[1]}.${o[2]}.${o[3]! & 0xc0}/26`;
+}
+
+beforeAll(async () => {
+  topo = await Topology.create();
+  await topo.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p4' }, spec: { cidr: V4, blockSize: 26, vxlanMode: 'Always', ipipMode: 'Never', natOutgoing: true } });
+  await topo.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p6' }, spec: { cidr: V6, blockSize: 122, vxlanMode: 'Always' } });
+  await Promise.all([topo.startAgent('a'), topo.startAgent('b'), topo.startAgent('c')]);
+  const dual = { ipam: { type: 'netplugin-ipam', assign_ipv4: 'true', assign_ipv6: 'true' } };
+  pa = await topo.addPod('a', dual);
+  pb = await topo.addPod('b', dual);
+  pc = await topo.addPod('c', dual);
+}, 120_000);
+
+afterAll(async () => {
+  await topo?.destroy();
+}, 60_000);
+
+describe('node registration', () => {
+  it('registers each node with its address and a VXLAN tunnel address/MAC from the pool', async () => {
+    await topo.waitFor(
+      async () => {
+        const { items } = await topo.ds.list('Node');
+        return items.filter((n) => n.spec.vxlanTunnelAddress && n.spec.vxlanTunnelAddressV6).length === 3;
+      },
+      30_000,
+      () => 'nodes did not get tunnel addresses',
+    );
+    const a = await topo.ds.get('Node', 'node-a');
+    expect(a.spec.ipv4Address).toBe('10.200.1.1/24');
+    expect(a.spec.ipv6Address).toBe('fd00:200:1::1/64');
+    expect(a.spec.vxlanTunnelAddress).toMatch(/^10\.65\./);
+    expect(a.spec.vxlanTunnelMACAddr).toMatch(/^66(:[0-9a-f]{2}){5}$/);
+    const held = await topo.ds.get('IPAMHandle', 'vxlan-tunnel-addr-node-a');
+    expect(Object.keys(held.spec.block).length).toBe(1);
+  });
+});
+
+describe('VXLAN Always', () => {
+  it('pods reach each other across nodes, on the same subnet and across the router, encapsulated', async () => {
+    const before = topo.txPackets('a', 'vxlan.netplugin');
+    expect(await topo.reachable(pa, pb.ip4!)).toBe(true);
+    expect(await topo.reachable(pa, pc.ip4!)).toBe(true);
+    expect(await topo.reachable(pc, pb.ip4!)).toBe(true);
+    expect(topo.txPackets('a', 'vxlan.netplugin')).toBeGreaterThan(before);
+  });
+
+  it('IPv6 pods reach each other across nodes through vx6.netplugin', async () => {
+    const before = topo.txPackets('a', 'vx6.netplugin');
+    expect(await topo.reachable(pa, pb.ip6!)).toBe(true);
+    expect(await topo.reachable(pa, pc.ip6!)).toBe(true);
+    expect(topo.txPackets('a', 'vx6.netplugin')).toBeGreaterThan(before);
+  });
+
+  it('has a blackhole route for its own block and VXLAN routes to the others', () => {
+    const r = topo.routes('a');
+    expect(r).toContainEqual(expect.objectContaining({ type: 'blackhole', dst: blockOf(pa.ip4!) }));
+    expect(r).toContainEqual(expect.objectContaining({ dst: blockOf(pb.ip4!), dev: 'vxlan.netplugin' }));
+    expect(r).toContainEqual(expect.objectContaining({ dst: blockOf(pc.ip4!), dev: 'vxlan.netplugin' }));
+  });
+});
+
+describe('VXLANCrossSubnet', () => {
+  it('goes direct to B (same subnet) and encapsulates to C (behind the router)', async () => {
+    await setPool('p4', { vxlanMode: 'CrossSubnet' });
+    await topo.waitFor(
+      () => topo.routes('a').some((r) => r.dst === blockOf(pb.ip4!) && r.gateway === '10.200.1.2' && r.dev === 'eth0'),
+      15_000,
+      () => `no direct route to B's block: ${JSON.stringify(topo.routes('a'))}`,
+    );
+    let before = topo.txPackets('a', 'vxlan.netplugin');
+    expect(topo.ping(pa, pb.ip4!, 3)).toBe(true);
+    expect(topo.txPackets('a', 'vxlan.netplugin')).toBe(before);
+    before = topo.txPackets('a', 'vxlan.netplugin');
+    expect(await topo.reachable(pa, pc.ip4!)).toBe(true);
+    expect(topo.txPackets('a', 'vxlan.netplugin')).toBeGreaterThan(before);
+  });
+});
+
+describe('Never (no encapsulation)', () => {
+  it('routes B directly and gives C (another subnet) no route', async () => {
+    await setPool('p4', { vxlanMode: 'Never' });
+    await topo.waitFor(
+      () => !topo.routes('a').some((r) => r.dst === blockOf(pc.ip4!)),
+      15_000,
+      () => `route to C's block still there: ${JSON.stringify(topo.routes('a'))}`,
+    );
+    expect(topo.routes('a')).toContainEqual(expect.objectContaining({ dst: blockOf(pb.ip4!), gateway: '10.200.1.2' }));
+    expect(await topo.reachable(pa, pb.ip4!)).toBe(true);
+    // The v4 VXLAN device goes once no IPv4 pool uses VXLAN.
+    await topo.waitFor(() => topo.txPackets('a', 'vxlan.netplugin') === 0, 15_000, () => 'vxlan.netplugin is still there');
+    await setPool('p4', { vxlanMode: 'Always' });
+    expect(await topo.reachable(pa, pc.ip4!)).toBe(true);
+  });
+});
+
+describe('natOutgoing', () => {
+  beforeAll(async () => {
+    await topo.startInternetServer();
+  });
+
+  it('masquerades a natOutgoing pool to the node address, and keeps the pod address otherwise', async () => {
+    await topo.waitFor(async () => (await topo.sourceSeenFrom(pa)) === '10.200.1.1', 15_000, () => 'pod A was not masqueraded to 10.200.1.1');
+    expect(await topo.sourceSeenFrom(pc)).toBe('10.200.2.3');
+    await setPool('p4', { natOutgoing: false });
+    await topo.waitFor(async () => (await topo.sourceSeenFrom(pa)) === pa.ip4, 15_000, () => `pod A still masqueraded after natOutgoing was turned off`);
+    await setPool('p4', { natOutgoing: true });
+    await topo.waitFor(async () => (await topo.sourceSeenFrom(pa)) === '10.200.1.1', 15_000, () => 'natOutgoing back on did not masquerade');
+  });
+});
+
+describe('removal', () => {
+  it('removes the routes to a node that is deleted', async () => {
+    expect(await topo.reachable(pa, pc.ip4!)).toBe(true);
+    await topo.stopAgent('c');
+    await topo.ds.delete('Node', 'node-c');
+    await topo.waitFor(
+      () => !topo.routes('a').some((r) => r.dst === blockOf(pc.ip4!)),
+      15_000,
+      () => `route to C's block still there: ${JSON.stringify(topo.routes('a'))}`,
+    );
+    expect(topo.routes('a').some((r) => r.dst === blockOf(pb.ip4!))).toBe(true);
+  });
+});
