@@ -38,7 +38,7 @@ export function parseAutodetect(s: string): AutodetectMethod {
     const cidrs = val.split(',');
     for (const c of cidrs) {
       try {
-        parseCidr(c);
+        parseCidr(c, { strict: false });
       } catch {
         throw new Error(`--ip-autodetection cidr=${val}: '${c}' is not a CIDR (e.g. cidr=192.0.2.0/24)`);
       }
@@ -87,7 +87,7 @@ export async function detectAddress(nl: AddrSource, family: Family, method: Auto
       hit = named.find((x) => method.re.test(x.name))?.a;
       break;
     case 'cidr': {
-      const cidrs = method.cidrs.map((c) => parseCidr(c)).filter((c) => c.family === family);
+      const cidrs = method.cidrs.map((c) => parseCidr(c, { strict: false })).filter((c) => c.family === family);
       hit = addrs.find((a) => cidrs.some((c) => containsIP(c, tryParseIP(a.address)!)));
       break;
     }

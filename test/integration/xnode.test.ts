@@ -89,7 +89,7 @@ describe('VXLANCrossSubnet', () => {
     await topo.waitFor(
       () => topo.routes('a').some((r) => r.dst === blockOf(pb.ip4!) && r.gateway === '10.200.1.2' && r.dev === 'eth0'),
       15_000,
-      () => `no direct route to B's block: ${JSON.stringify(topo.routes('a'))}`,
+      () => `no direct route to B's block: ${JSON.stringify(topo.routes('a'))}\n${topo.nodes.a.agentLog.slice(-3000)}`,
     );
     let before = topo.txPackets('a', 'vxlan.netplugin');
     expect(topo.ping(pa, pb.ip4!, 3)).toBe(true);

@@ -41,7 +41,7 @@ export function connectedSubnets(nl: Netlink): Cidr[] {
     if (OUR_DEVICES.has(names.get(a.index) ?? '')) continue;
     if (a.prefixLen === (a.family === 4 ? 32 : 128)) continue;
     try {
-      out.push(parseCidr(`${a.address}/${a.prefixLen}`));
+      out.push(parseCidr(`${a.address}/${a.prefixLen}`, { strict: false }));
     } catch {
       /* not ours to judge */
     }
