@@ -11,7 +11,7 @@ import type { Datastore, NodeSpec, Resource } from '../datastore/types.js';
 import { API_VERSION } from '../datastore/types.js';
 import { DatastoreError } from '../errors.js';
 import { containsIP, parseCidr, tryParseIP, type Family } from '../ipam/cidr.js';
-import type { Ipam } from '../ipam/index.js';
+import { TUNNEL_HANDLES, type Ipam } from '../ipam/index.js';
 import type { AddrInfo, LinkInfo } from '../native/index.js';
 import { IPIP_DEVICE, VXLAN_DEVICE, addrOf, poolViews } from './routes/desired.js';
 
@@ -108,11 +108,6 @@ export function vtepMac(node: string, family: Family): string {
   return b.map((x) => x.toString(16).padStart(2, '0')).join(':');
 }
 
-export const TUNNEL_HANDLES = {
-  vxlan4: (node: string) => `vxlan-tunnel-addr-${node}`,
-  vxlan6: (node: string) => `vxlan-v6-tunnel-addr-${node}`,
-  ipip: (node: string) => `ipip-tunnel-addr-${node}`,
-} as const;
 
 /** Read-modify-write of the Node with CAS retries; creates it when absent. */
 export async function updateNode(ds: Datastore, name: string, edit: (spec: NodeSpec) => NodeSpec | undefined): Promise<Resource<'Node'>> {

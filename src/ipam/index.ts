@@ -5,3 +5,4 @@ export type { AssignRequest, Assigned, BlockUsage, HandleInfo, IpamOptions, Pool
 export { DEFAULT_LOCK_PATH, acquireHostLock, serialize, withHostLock } from './lock.js';
 export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE, poolInfo, type PoolInfo, type PoolUse } from './pools.js';
 export * as cidr from './cidr.js';
+export { TUNNEL_HANDLES, releaseNodeIpam, type NodeRelease } from './node-release.js';

@@ -3,6 +3,9 @@
 // other nodes' blocks; real pings and real datagrams prove the paths.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_VERSION, type IPPoolSpec } from '../../src/datastore/types.js';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { DIST } from '../fixtures/cni.js';
 import { Topology, type Pod } from '../fixtures/topology.js';
 
 let topo: Topology;
@@ -186,10 +189,18 @@ describe('removal', () => {
     await topo.waitFor(() => topo.routes('a', 6).length >= 3, 15_000, () => `v6 routes not back: ${JSON.stringify(topo.routes('a', 6))}`);
   });
 
-  it('removes the routes to a node that is deleted', async () => {
+  it('netpluginctl delete node releases its tunnel addresses and affinities; the other nodes drop its routes', async () => {
     expect(await topo.reachable(pa, pc.ip4!)).toBe(true);
+    const c = await topo.ds.get('Node', 'node-c');
     await topo.stopAgent('c');
-    await topo.ds.delete('Node', 'node-c');
+    // Its pod goes first (as a drained node's would), so its block is empty apart from the tunnel address.
+    await topo.delPod(pc);
+    const out = execFileSync(process.execPath, [join(DIST, 'netpluginctl.mjs'), 'delete', 'node', 'node-c'], { encoding: 'utf8', env: { ...process.env, ETCD_ENDPOINTS: topo.etcd.endpoint } });
+    expect(out).toContain('node/node-c deleted');
+    expect(out).toContain(`released tunnel address ${c.spec.vxlanTunnelAddress} (handle vxlan-tunnel-addr-node-c)`);
+    expect(out).toContain(`released block ${blockOf(pc.ip4!)}`);
+    await expect(topo.ds.get('IPAMHandle', 'vxlan-tunnel-addr-node-c')).rejects.toThrow(/not found|NotFound/i);
+    expect((await topo.ds.list('BlockAffinity')).items.filter((a) => a.spec.node === 'node-c')).toEqual([]);
     await topo.waitFor(
       () => !topo.routes('a').some((r) => r.dst === blockOf(pc.ip4!)),
       15_000,
