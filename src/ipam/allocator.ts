@@ -648,7 +648,7 @@ export class Ipam {
     let pools: PoolInfo[];
     if (explicit && explicit.length) {
       const named = resolveExplicitPools(family, explicit, ctx.pools, field);
-      for (const p of named) checkPoolUse(p, use, field, `pool '${p.name}'`);
+      for (const p of named) checkPoolUse(p, use, field);
       // SPEC: a node takes addresses only from pools that select it, also
       // when the pool is requested by name.
       const labels = named.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};

@@ -30,12 +30,11 @@ const ALL_USES: PoolUse[] = ['Workload', 'Tunnel'];
  * its allowedUses and the field that led to it (a `[Tunnel]`-only pool never
  * gives a workload address, however it is asked for).
  */
-export function checkPoolUse(pool: PoolInfo, use: PoolUse, field: string, what: string): void {
+export function checkPoolUse(pool: PoolInfo, use: PoolUse, field: string, address?: string): void {
   if (pool.allowedUses.includes(use)) return;
-  throw new CniError(
-    ErrorCodes.IpamFailure,
-    `${field}: ${what} is in pool '${pool.name}' (${pool.cidrText}), whose allowedUses is [${pool.allowedUses.join(', ')}]: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`,
-  );
+  const uses = `[${pool.allowedUses.join(', ')}]`;
+  const where = address ? `${address} is in pool '${pool.name}' (${pool.cidrText}), whose allowedUses is ${uses}` : `pool '${pool.name}' (${pool.cidrText}) has allowedUses ${uses}`;
+  throw new CniError(ErrorCodes.IpamFailure, `${field}: ${where}: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`);
 }
 
 export const DEFAULT_BLOCK_SIZE: Record<Family, number> = { 4: 26, 6: 122 };

@@ -135,6 +135,32 @@ describe('natOutgoing', () => {
   });
 });
 
+describe('allowedUses', () => {
+  it('a [Tunnel]-only pool gives no pod address through IP= or the netconf pools: a clear CNI error, nothing left behind', async () => {
+    await topo.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'tun-only' }, spec: { cidr: '10.66.0.0/24', blockSize: 26, allowedUses: ['Tunnel'] } });
+    try {
+      for (const [extra, args] of [
+        [{}, 'IgnoreUnknown=1;IP=10.66.0.5'],
+        [{ ipam: { type: 'netplugin-ipam', ipv4_pools: ['tun-only'] } }, undefined],
+      ] as const) {
+        const podNs = `xnode-au-${process.pid}`;
+        execFileSync('ip', ['netns', 'add', podNs]);
+        try {
+          const r = await topo.cni('a', 'ADD', `au${process.pid}`, podNs, extra, args);
+          expect(r.code, r.stdout + r.stderr).not.toBe(0);
+          expect(r.json.msg).toMatch(/pool 'tun-only' \(10\.66\.0\.0\/24\).* allowedUses (is )?\[Tunnel\]: it gives no Workload addresses/);
+          expect(execFileSync('ip', ['-n', podNs, '-j', 'link', 'show'], { encoding: 'utf8' })).not.toContain('eth0');
+        } finally {
+          execFileSync('ip', ['netns', 'del', podNs]);
+        }
+      }
+      expect((await topo.ds.list('IPAMBlock')).items.filter((b) => b.spec.cidr.startsWith('10.66.'))).toEqual([]);
+    } finally {
+      await topo.ds.delete('IPPool', 'tun-only');
+    }
+  });
+});
+
 describe('agent restart', () => {
   it('keeps an established TCP connection between pods on two nodes, and leaves routes that are right untouched', async () => {
     const server = topo.spawnIn(
