@@ -3,7 +3,6 @@
 // (src/agent/nat). The CNI server runs regardless; a failure here is logged.
 import { hostname } from 'node:os';
 import type { Logger } from '../cni/types.js';
-import { DEFAULT_MTU_FILE } from '../config/fields.js';
 import { parseAutodetect } from './node-registration.js';
 import { readNetpluginConf } from './node-init.js';
 
@@ -54,7 +53,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       autodetect,
       ...(o.nodeIP !== undefined ? { ipv4: o.nodeIP } : {}),
       ...(o.nodeIPv6 !== undefined ? { ipv6: o.nodeIPv6 === 'autodetect' ? '' : o.nodeIPv6 } : {}),
-      mtuFile: o.mtuFile ?? DEFAULT_MTU_FILE,
+      mtuFile: o.mtuFile ?? conf.mtu_file,
     });
     stops.push(() => routes.stop(), () => nat.stop(), () => nl.close());
     if (stopped) for (const s of stops.splice(0)) s();

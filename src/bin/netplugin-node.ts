@@ -39,7 +39,7 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --node-ip ADDR[/P]   this node's IPv4 address (default: autodetected; 'none': no IPv4)
   --node-ipv6 ADDR[/P] this node's IPv6 address ('autodetect' to detect it; default none)
   --ip-autodetection M first-found (default), interface=REGEX, can-reach=ADDR or cidr=CIDR[,CIDR]
-  --mtu-file PATH      where the pod MTU is written (default /var/lib/netplugin/mtu)
+  --mtu-file PATH      where the pod MTU is written (default: the config's mtu_file, /var/lib/netplugin/mtu)
   --no-routes          do not register the node nor program routes/NAT (the CNI server only)
                        Routes, tunnels and NAT need --config (the datastore) and a node name.
   --log-level L        default INFO

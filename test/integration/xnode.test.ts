@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_VERSION, type IPPoolSpec } from '../../src/datastore/types.js';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DIST } from '../fixtures/cni.js';
 import { Topology, type Pod } from '../fixtures/topology.js';
@@ -76,6 +77,12 @@ describe('VXLAN Always', () => {
     expect(await topo.reachable(pa, pb.ip6!)).toBe(true);
     expect(await topo.reachable(pa, pc.ip6!)).toBe(true);
     expect(topo.txPackets('a', 'vx6.netplugin')).toBeGreaterThan(before);
+  });
+
+  it('writes the pod MTU (underlay 1500 minus the VXLAN/IPv6 overhead of 70) and pods get it', () => {
+    expect(readFileSync(topo.nodes.a.mtuFile, 'utf8').trim()).toBe('1430');
+    expect(execFileSync('ip', ['-n', pa.ns, '-j', 'link', 'show', 'eth0'], { encoding: 'utf8' })).toContain('"mtu":1430');
+    expect(topo.exec('a', 'ip', ['-j', 'link', 'show', 'vxlan.netplugin'])).toContain('"mtu":1450');
   });
 
   it('has a blackhole route for its own block and VXLAN routes to the others', () => {

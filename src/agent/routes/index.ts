@@ -13,8 +13,6 @@ import { KernelState, connectedSubnets, underlayMtu, type LocalTunnel } from './
 import { addrOf, computeDesired, poolViews, type Desired } from './desired.js';
 import { watchKind } from './watch.js';
 
-export { DEFAULT_MTU_FILE } from '../../config/fields.js';
-
 export interface RoutesOptions {
   ds: Datastore;
   node: string;
