@@ -140,6 +140,24 @@ describe('natOutgoing', () => {
     await setPool('p4', { natOutgoing: true });
     await topo.waitFor(async () => (await topo.sourceSeenFrom(pa)) === '10.200.1.1', 15_000, () => 'natOutgoing back on did not masquerade');
   });
+
+  it('never masquerades pod-to-pod traffic across nodes', async () => {
+    const srv = topo.spawnIn(pb.ns, `const s=require('dgram').createSocket('udp4');s.on('message',(m,r)=>console.log(r.address));s.bind(9998,()=>console.log('listening'));`);
+    await topo.waitFor(() => srv.lines.includes('listening'), 15_000, () => 'pod server did not start');
+    for (const from of [pa, pc]) {
+      const n = srv.lines.length;
+      await topo.waitFor(
+        () => {
+          topo.exec(from.node, 'ip', ['netns', 'exec', from.ns, 'bash', '-c', `echo hi > /dev/udp/${pb.ip4}/9998`]);
+          return srv.lines.length > n;
+        },
+        15_000,
+        () => 'no datagram reached pod B',
+      );
+      expect(srv.lines[srv.lines.length - 1]).toBe(from.ip4);
+    }
+    srv.proc.kill();
+  });
 });
 
 describe('allowedUses', () => {
