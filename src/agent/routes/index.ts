@@ -2,7 +2,7 @@
 // routing state (desired.ts) and applies the difference (apply.ts); registers
 // the node's addresses and tunnel addresses first, re-registers when the node
 // address changes, and writes the pod MTU file the plugin reads.
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Logger } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
@@ -12,6 +12,8 @@ import { ensureTunnelAddresses, registerNode, type AutodetectMethod } from '../n
 import { KernelState, connectedSubnets, underlayMtu, type LocalTunnel } from './apply.js';
 import { addrOf, computeDesired, poolViews, type Desired } from './desired.js';
 import { watchKind } from './watch.js';
+
+const VETH_DEFAULT_MTU = 1500;
 
 export interface RoutesOptions {
   ds: Datastore;
@@ -156,13 +158,24 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
   };
 }
 
-/** Written atomically and only when it changes; per-exec ADDs read the same file. */
+/**
+ * Written atomically and only when it changes; per-exec ADDs read the same file.
+ * A pod MTU equal to the veth default (1500) is expressed by no file at all, so
+ * a node on Never/Never pools with a 1500 underlay leaves nothing behind.
+ */
 function writePodMtu(file: string, mtu: number, log: Logger): void {
   let cur = '';
   try {
     cur = readFileSync(file, 'utf8').trim();
   } catch {
     /* first write */
+  }
+  if (mtu === VETH_DEFAULT_MTU) {
+    if (cur !== '') {
+      rmSync(file, { force: true });
+      log.info('pod MTU file removed: pods get the default MTU', { file, mtu });
+    }
+    return;
   }
   if (cur === String(mtu)) return;
   try {
