@@ -33,18 +33,21 @@ function notFound(e: unknown): boolean {
 export async function releaseNodeIpam(ds: Datastore, node: string, opts: IpamOptions = {}): Promise<NodeRelease> {
   const ipam = new Ipam(ds, { lockPath: null, ...opts });
   const out: NodeRelease = { tunnelAddresses: [], blocksReleased: [], blocksUnaffined: [], affinitiesDeleted: 0 };
+  // Listed first: releasing a tunnel address may empty a block, which the
+  // allocator then returns to the pool itself; it still counts as released here.
+  const affs = (await ds.list('BlockAffinity')).items.filter((x) => x.spec.node === node);
   for (const h of Object.values(TUNNEL_HANDLES)) {
     const handle = h(node);
     for (const ip of await ipam.releaseByHandle(handle)) out.tunnelAddresses.push({ handle, ip });
   }
-  const { items: affs } = await ds.list('BlockAffinity');
-  for (const a of affs.filter((x) => x.spec.node === node)) {
+  for (const a of affs) {
     for (let attempt = 0; attempt < 10; attempt++) {
       let b;
       try {
         b = await ds.get('IPAMBlock', blockName(a.spec.cidr));
       } catch (e) {
         if (!notFound(e)) throw e;
+        out.blocksReleased.push(a.spec.cidr);
         break;
       }
       if (b.spec.affinity !== `host:${node}`) break;

@@ -127,6 +127,26 @@ describe('Never (no encapsulation)', () => {
   });
 });
 
+describe('IPIP on a kernel without the ipip module', () => {
+  it('allocates the IPIP tunnel address, reports the missing module once, and keeps serving the rest', async () => {
+    await setPool('p4', { vxlanMode: 'Never', ipipMode: 'Always' });
+    await topo.waitFor(() => /cannot set up tunl\.netplugin: .*no 'ipip' module/.test(topo.nodes.a.agentLog), 15_000, () => `no ipip error reported:\n${topo.nodes.a.agentLog.slice(-2000)}`);
+    await topo.waitFor(async () => !!(await topo.ds.get('Node', 'node-a')).spec.ipv4IPIPTunnelAddr, 15_000, () => 'no IPIP tunnel address');
+    const held = await topo.ds.get('IPAMHandle', 'ipip-tunnel-addr-node-a');
+    expect(Object.keys(held.spec.block)).toHaveLength(1);
+    // Routes through the missing device are skipped; our own block keeps its blackhole route.
+    expect(topo.routes('a').filter((r) => r.dev === 'tunl.netplugin')).toEqual([]);
+    expect(topo.routes('a')).toContainEqual(expect.objectContaining({ type: 'blackhole', dst: blockOf(pa.ip4!) }));
+    // The IPv6 pool (VXLAN) is still served.
+    expect(await topo.reachable(pa, pb.ip6!)).toBe(true);
+    expect(topo.nodes.a.agentLog.match(/cannot set up tunl\.netplugin/g)).toHaveLength(1);
+    await setPool('p4', { vxlanMode: 'Always', ipipMode: 'Never' });
+    await topo.waitFor(async () => !(await topo.ds.get('Node', 'node-a')).spec.ipv4IPIPTunnelAddr, 15_000, () => 'IPIP tunnel address not released');
+    await expect(topo.ds.get('IPAMHandle', 'ipip-tunnel-addr-node-a')).rejects.toThrow();
+    expect(await topo.reachable(pa, pc.ip4!)).toBe(true);
+  });
+});
+
 describe('natOutgoing', () => {
   beforeAll(async () => {
     await topo.startInternetServer();

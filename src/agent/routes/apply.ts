@@ -74,6 +74,7 @@ export class KernelState {
     const dev = (name: string, want: boolean, t: LocalTunnel | undefined, create: (t: LocalTunnel) => void, mtu: number) => {
       const link = this.nl.linkFind(name);
       if (!want || !t) {
+        this.reported.delete(name);
         if (link) {
           this.nl.linkDel(name);
           this.createdWith.delete(name);
