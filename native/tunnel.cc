@@ -199,31 +199,27 @@ bool readListLink(Args& a, const Napi::CallbackInfo& info, LinkRef& ref, uint32_
 
 }  // namespace
 
-Napi::Value VxlanAdd(Handle& h, const Napi::CallbackInfo& info) {
+namespace {
+
+// Reads the options, resolves the underlay device and sends the RTM_NEWLINK.
+Napi::Value addTunnel(Handle& h, const Napi::CallbackInfo& info, const char* fn, const char* kind, bool (*read)(Args&, const Napi::Value&, TunnelReq&),
+                      void (*build)(NlMsg&, const TunnelReq&, uint32_t)) {
   Napi::Env env = info.Env();
-  Args a(env, "vxlanAdd");
+  Args a(env, fn);
   TunnelReq r;
-  if (!readVxlan(a, info[0], r)) return env.Undefined();
+  if (!read(a, info[0], r)) return env.Undefined();
   NlError e;
   uint32_t dev = 0;
   if (r.hasDev && !linkIndex(h, r.dev, dev, e)) return throwNlError(env, e), env.Undefined();
   NlMsg m(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL);
-  buildVxlan(m, r, dev);
-  return sendLink(h, env, m, r.name, "vxlan");
+  build(m, r, dev);
+  return sendLink(h, env, m, r.name, kind);
 }
 
-Napi::Value IpipAdd(Handle& h, const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Args a(env, "ipipAdd");
-  TunnelReq r;
-  if (!readIpip(a, info[0], r)) return env.Undefined();
-  NlError e;
-  uint32_t dev = 0;
-  if (r.hasDev && !linkIndex(h, r.dev, dev, e)) return throwNlError(env, e), env.Undefined();
-  NlMsg m(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL);
-  buildIpip(m, r, dev);
-  return sendLink(h, env, m, r.name, "ipip");
-}
+}  // namespace
+
+Napi::Value VxlanAdd(Handle& h, const Napi::CallbackInfo& info) { return addTunnel(h, info, "vxlanAdd", "vxlan", readVxlan, buildVxlan); }
+Napi::Value IpipAdd(Handle& h, const Napi::CallbackInfo& info) { return addTunnel(h, info, "ipipAdd", "ipip", readIpip, buildIpip); }
 
 Napi::Value TunnelMessage(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
