@@ -312,30 +312,4 @@ Napi::Value NeighList(Handle& h, const Napi::CallbackInfo& info) {
   return arr;
 }
 
-Napi::Value NeighDel(Handle& h, const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Args a(env, "neighDel");
-  Napi::Object o;
-  LinkRef ref;
-  IpAddr dst;
-  if (!a.object(info[0], "neigh", o)) return env.Undefined();
-  a.link(a.prop(o, "dev"), "neigh.dev", ref);
-  a.ip(a.prop(o, "dst"), "neigh.dst", dst);
-  if (!a.ok()) return env.Undefined();
-  NlError e;
-  uint32_t index;
-  if (!linkIndex(h, ref, index, e)) return throwNlError(env, e), env.Undefined();
-  NlMsg m(RTM_DELNEIGH, 0);
-  ndmsg nd{};
-  nd.ndm_family = static_cast<uint8_t>(dst.family);
-  nd.ndm_ifindex = static_cast<int>(index);
-  m.put(nd);
-  m.attr(NDA_DST, dst.bytes, dst.len());
-  if (!h.sock.request(m, e)) {
-    e.subject = formatIp(dst.family, dst.bytes) + " dev " + ref.subject();
-    return throwNlError(env, e), env.Undefined();
-  }
-  return env.Undefined();
-}
-
 }  // namespace np
