@@ -63,6 +63,16 @@ describe('node registration', () => {
   });
 });
 
+describe('node registration: repair', () => {
+  it('re-allocates tunnel data removed from its Node, and the peers follow', async () => {
+    const b = await topo.ds.get('Node', 'node-b');
+    const { vxlanTunnelAddress: _a, vxlanTunnelMACAddr: _m, ...rest } = b.spec;
+    await topo.ds.update({ ...b, spec: rest });
+    await topo.waitFor(async () => !!(await topo.ds.get('Node', 'node-b')).spec.vxlanTunnelAddress, 20_000, () => `node-b got no tunnel address back:\n${topo.nodes.b.agentLog.slice(-2000)}`);
+    expect(await topo.reachable(pa, pb.ip4!)).toBe(true);
+  });
+});
+
 describe('VXLAN Always', () => {
   it('pods reach each other across nodes, on the same subnet and across the router, encapsulated', async () => {
     const before = topo.txPackets('a', 'vxlan.netplugin');

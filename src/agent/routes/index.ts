@@ -49,6 +49,8 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
   const ready = new Promise<void>((r) => (markReady = r));
   let tunnelsDirty = true;
   let lastPools = '';
+  let lastEnsure = 0;
+  let retry: NodeJS.Timeout | undefined;
   let warned = new Set<string>();
 
   const reconcile = async (): Promise<void> => {
@@ -87,6 +89,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       if (tunnelsDirty || poolKey !== lastPools) {
         tunnelsDirty = false;
         lastPools = poolKey;
+        lastEnsure = Date.now();
         await ensureTunnelAddresses(ds, ipam, node, log);
       }
     } catch (e) {
@@ -100,6 +103,16 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       blocks: [...blocks.items.values()].map((b) => ({ cidr: b.spec.cidr, node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined })),
     };
     const desired = computeDesired(view, connectedSubnets(nl));
+    const mine = view.nodes.get(node);
+    const missing =
+      (desired.devices.vxlan4 && !mine?.vxlanTunnelAddress) || (desired.devices.vxlan6 && !mine?.vxlanTunnelAddressV6) || (desired.devices.ipip && !mine?.ipv4IPIPTunnelAddr);
+    if (missing && !tunnelsDirty && mine) {
+      // Our Node lost its tunnel data (edited or recreated), or the last
+      // allocation failed: try again, at most every 5 s.
+      tunnelsDirty = true;
+      clearTimeout(retry);
+      retry = setTimeout(schedule, Math.max(0, 5000 - (Date.now() - lastEnsure)));
+    }
     const fresh = new Set(desired.warnings);
     for (const w of fresh) if (!warned.has(w)) log.warn(`routes: ${w}`);
     warned = fresh;
@@ -150,6 +163,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     stop() {
       stopped = true;
       clearTimeout(debounce);
+      clearTimeout(retry);
       clearInterval(redetect);
       pools.stop();
       blocks.stop();
