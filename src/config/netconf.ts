@@ -3,7 +3,7 @@
 import { tryParseIPPrefix } from '../ipam/cidr.js';
 import { z } from 'zod';
 import { CniError, ErrorCodes } from '../errors.js';
-import { DEFAULT_NODENAME_FILE, NETCONF_FIELDS, NUM_QUEUES_MAX, fieldDoc, sectionKeys } from './fields.js';
+import { DEFAULT_MTU_FILE, DEFAULT_NODENAME_FILE, NETCONF_FIELDS, NUM_QUEUES_MAX, fieldDoc, sectionKeys } from './fields.js';
 
 export type PluginType = 'netplugin' | 'netplugin-ipam';
 
@@ -29,6 +29,8 @@ export interface Netconf {
   type?: string;
   nodename?: string;
   nodename_file: string;
+  /** Where the node agent writes the pod MTU; read when `mtu` is not set. */
+  mtu_file: string;
   datastore_type: 'etcdv3' | 'kubernetes';
   etcd_endpoints?: string;
   etcd_discovery_srv?: string;
@@ -155,6 +157,7 @@ function build(): Schemas {
     cniVersions: z.array(z.string()).optional(),
     nodename: nonEmpty.optional(),
     nodename_file: absPath.default(DEFAULT_NODENAME_FILE),
+    mtu_file: absPath.default(DEFAULT_MTU_FILE),
     datastore_type: z.enum(['etcdv3', 'kubernetes']).default('etcdv3'),
     etcd_endpoints: z
       .string()

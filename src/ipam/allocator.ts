@@ -49,7 +49,7 @@ import {
   newBlockSpec,
   ordinalsOf,
 } from './block.js';
-import { choosePools, describePools, poolInfo, type PoolInfo } from './pools.js';
+import { checkPoolUse, choosePools, describePools, poolInfo, type PoolInfo, type PoolUse } from './pools.js';
 import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
 
 export interface AssignRequest {
@@ -64,6 +64,8 @@ export interface AssignRequest {
   ipv6Pools?: string[];
   /** Specific addresses (from `IP=` or annotations): at most one per family. When given, exactly these are assigned and assignIPv4/6 are ignored. */
   requestedIPs?: string[];
+  /** What the addresses are for (default Workload); pools whose spec.allowedUses leaves it out are never used. */
+  use?: PoolUse;
   /** How to name the pool lists and requested addresses in errors (default ipv4_pools / ipv6_pools / IP). */
   fields?: { ipv4Pools?: string; ipv6Pools?: string; requestedIPs?: string };
 }
@@ -661,7 +663,7 @@ export class Ipam {
     const fields = ctx.req.fields ?? {};
     const explicit = family === 4 ? ctx.req.ipv4Pools : ctx.req.ipv6Pools;
     const field = (family === 4 ? fields.ipv4Pools : fields.ipv6Pools) ?? (family === 4 ? 'ipv4_pools' : 'ipv6_pools');
-    const pools = await choosePools({ family, pools: ctx.pools, explicit, field, node: ctx.node, labels: () => this.labelsOf(ctx), badPools: ctx.badPools });
+    const pools = await choosePools({ family, pools: ctx.pools, explicit, field, node: ctx.node, labels: () => this.labelsOf(ctx), badPools: ctx.badPools , use: ctx.req.use ?? 'Workload' });
     return { pools, ownFirst: !(explicit && explicit.length) };
   }
 
@@ -737,6 +739,7 @@ export class Ipam {
       }
       throw ipamError(`${field}: ${text} is not in a configured pool (pools: ${describePools(ctx.pools)}); request an address inside an IPPool`);
     }
+    checkPoolUse(pool, ctx.req.use ?? 'Workload', field, canonical);
     const blockCidr = enclosing(ip, pool.blockSize);
     const blockText = formatCidr(blockCidr);
     const ord = ordinalOf(blockCidr, ip);
