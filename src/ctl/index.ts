@@ -98,6 +98,8 @@ Examples:
   delete: `Usage: netpluginctl delete <kind> <name...> [-n NAMESPACE] [--force] [--ignore-not-found]
        netpluginctl delete -f FILE|-
 
+Deleting a node also releases its IPAM state: its tunnel addresses and block
+affinities (empty blocks go back to their pool), and says what it released.
 An IPPool that still has allocated addresses is not deleted unless --force is given
 (the addresses then stay allocated until their workloads are deleted).
 `,

@@ -219,6 +219,10 @@ export async function cmdDelete(
           continue;
         }
       }
+      if (t.kind === 'Node') {
+        await (await import('./node.js')).deleteNode(ds, io, t.name);
+        continue;
+      }
       await ds.delete(t.kind, t.name, { namespace: t.namespace });
       io.stdout(`${ref} deleted\n`);
     } catch (e) {

@@ -8,7 +8,7 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { initDatastore, runCtl } from '../../src/ctl/index.js';
 import { Ipam } from '../../src/ipam/index.js';
 import { API_VERSION } from '../../src/datastore/types.js';
-import { handleName } from '../../src/datastore/names.js';
+import { handleName } from '../../src/ipam/handle.js';
 import type { IpamReport } from '../../src/ctl/ipam.js';
 import pkg from '../../package.json' with { type: 'json' };
 
@@ -213,6 +213,10 @@ describe('datastore init / ready / version', () => {
     expect((await initDatastore(ds)).action).toBe('unchanged');
     // An upgrade records the new version.
     expect((await initDatastore(ds, { version: '99.0.0' })).clusterInformation.spec.netpluginVersion).toBe('99.0.0');
+    // An agent of an older release restarting mid-upgrade never sets the cluster back.
+    expect((await initDatastore(ds, { version: '3.31.2' })).action).toBe('unchanged');
+    expect((await ds.get('ClusterInformation', 'default')).spec.netpluginVersion).toBe('99.0.0');
+    expect((await initDatastore(ds, { version: '3.31.2', allowDowngrade: true })).clusterInformation.spec.netpluginVersion).toBe('3.31.2');
   });
 
   it('keeps an operator-set datastoreReady=false across agent restarts', async () => {
