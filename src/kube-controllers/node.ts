@@ -15,6 +15,7 @@ import type { KubeObject, KubePod } from '../k8s/client.js';
 import { API_VERSION, type Resource } from '../datastore/types.js';
 import { DatastoreError } from '../errors.js';
 import { Ipam } from '../ipam/allocator.js';
+import { releaseNodeIpam } from '../ipam/node-release.js';
 import { addressOf, checkBlock } from '../ipam/block.js';
 import { canonicalIP } from '../ipam/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
@@ -183,7 +184,8 @@ export function nodeController(ctx: ControllerContext): NodeController {
     if (unowned.length) released.push(...(await ipam.releaseIPs(unowned)).map((r) => r.ip));
     for (const ip of released) ctx.log.info('node controller: released an address of a deleted node', { node, ip });
     if (released.length) m.released.inc({ reason: 'node-deleted' }, released.length);
-    await ipam.releaseNodeAffinities(node);
+    // Then its blocks: empty ones back to the pool, the others unaffined; its affinities deleted.
+    await releaseNodeIpam(ctx.ds, node, { log: ctx.log });
     if (ctx.ds.type !== 'kubernetes') {
       // On etcd the plugin's endpoints outlive a node that never ran DEL.
       const { items: weps } = await ctx.ds.list('WorkloadEndpoint');

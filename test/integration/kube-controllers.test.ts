@@ -276,7 +276,7 @@ describe('node controller', { timeout: 120_000 }, () => {
     expect(await allocated(other!.ip)).toBe(true);
     expect((await ds.list('BlockAffinity')).items.filter((a) => a.spec.node === 'n2')).toEqual([]);
     expect((await ds.list('IPAMBlock')).items.filter((b) => b.spec.affinity === 'host:n2')).toEqual([]);
-    expect(await ipam.listHandles({ prefix: 'k8s-pod-network.aaa' })).toEqual([]);
+    expect((await ipam.listHandles()).filter((h) => h.handleID === 'k8s-pod-network.aaa')).toEqual([]);
     expect(await tryGet('WorkloadEndpoint', wepN2, 'default')).toBeUndefined();
     expect(await tryGet('WorkloadEndpoint', wepN3, 'default')).toBeDefined();
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
