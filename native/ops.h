@@ -43,12 +43,30 @@ Napi::Value RouteDel(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value RouteList(Handle& h, const Napi::CallbackInfo& info);
 
 Napi::Value NeighSet(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value NeighList(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value NeighDel(Handle& h, const Napi::CallbackInfo& info);
+
+// Overlay links and the VXLAN device's FDB (native/tunnel.cc).
+Napi::Value VxlanAdd(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value IpipAdd(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value FdbSet(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value FdbDel(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value FdbList(Handle& h, const Napi::CallbackInfo& info);
+// Not a netlink call: the RTM_NEWLINK bytes ipipAdd/vxlanAdd would send
+// (kind, options) -> Buffer, so the messages are testable without the kernel
+// module (this project's test kernels have no ipip).
+Napi::Value TunnelMessage(const Napi::CallbackInfo& info);
 
 Napi::Value SysctlGet(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value SysctlSet(Handle& h, const Napi::CallbackInfo& info);
 
 // Not a netlink call: SO_PEERCRED of a unix socket fd (the agent's CNI socket).
 Napi::Value PeerCred(const Napi::CallbackInfo& info);
+
+// nftables scripts through libnftables (dlopen'ed on first use). Return
+// { ok, missing, rc, output, error }; nftRunAsync runs on the libuv threadpool.
+Napi::Value NftRun(const Napi::CallbackInfo& info, NetnsFdOf fdOf);
+Napi::Value NftRunAsync(const Napi::CallbackInfo& info, NetnsFdOf fdOf);
 
 // Shared by route/addr: 'universe'|'global'|'site'|'link'|'host'|0..255.
 bool readScope(Args& a, const Napi::Value& v, const std::string& field, uint8_t& out);

@@ -4,6 +4,8 @@
 
 import type { TxnOp } from './txn.js';
 export type { TxnOp } from './txn.js';
+import type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec } from '../model/policy.js';
+export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
 
 export const API_GROUP = 'netplugin.org';
 export const API_VERSION = 'netplugin.org/v3';
@@ -117,6 +119,15 @@ export interface NodeSpec {
   /** Pod CIDRs of the node (from the orchestrator), used by host-local `usePodCidr`. */
   podCIDRs?: string[];
   bgp?: { ipv4Address?: string; ipv6Address?: string };
+  /** The node's own addresses with prefix (`192.0.2.10/24`), registered by its agent. */
+  ipv4Address?: string;
+  ipv6Address?: string;
+  /** Tunnel data the agent allocates and registers, read by the other nodes' agents. */
+  vxlanTunnelAddress?: string;
+  vxlanTunnelMACAddr?: string;
+  vxlanTunnelAddressV6?: string;
+  vxlanTunnelMACAddrV6?: string;
+  ipv4IPIPTunnelAddr?: string;
 }
 
 export interface HostEndpointSpec {
@@ -128,24 +139,15 @@ export interface HostEndpointSpec {
 
 export interface KubeControllersConfigurationSpec {
   controllers?: {
-    node?: { hostEndpoint?: { autoCreate?: 'Enabled' | 'Disabled' } };
+    node?: {
+      hostEndpoint?: { autoCreate?: 'Enabled' | 'Disabled' };
+      /** How long an allocation must look leaked before IPAM GC releases it (Go duration, default `15m`). */
+      leakGracePeriod?: string;
+      /** How often IPAM GC scans (Go duration, default `1m`). */
+      reconcilerPeriod?: string;
+    };
     [k: string]: unknown;
   };
-  [k: string]: unknown;
-}
-
-export interface ProfileSpec {
-  labelsToApply?: Record<string, string>;
-  ingress?: unknown[];
-  egress?: unknown[];
-}
-
-export interface NetworkPolicySpec {
-  order?: number;
-  selector?: string;
-  types?: Array<'Ingress' | 'Egress'>;
-  ingress?: unknown[];
-  egress?: unknown[];
   [k: string]: unknown;
 }
 
@@ -162,7 +164,7 @@ export interface SpecMap {
   KubeControllersConfiguration: KubeControllersConfigurationSpec;
   Profile: ProfileSpec;
   NetworkPolicy: NetworkPolicySpec;
-  GlobalNetworkPolicy: NetworkPolicySpec;
+  GlobalNetworkPolicy: GlobalNetworkPolicySpec;
 }
 export type Kind = keyof SpecMap;
 export type SpecOf<K extends Kind> = SpecMap[K];

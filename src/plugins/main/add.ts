@@ -17,6 +17,7 @@ import { Rollback, step } from './rollback.js';
 import { execDelegate } from './delegate.js';
 import { dataplane, getPolicySignal, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, checkClusterReady, datastoreFor, identify, ipamLockPath, kubeClientFor, podSourceFor, statusDir, type Workload } from './common.js';
+import { podMtu } from '../../config/mtu.js';
 
 /** The pod's own address on its interface: /32 or /128 (routing is done by the host's per-address route). */
 export function hostPrefix(ip: string): string {
@@ -93,6 +94,8 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     const v6 = ips.find((a) => a.includes(':'));
     const containerMac = repeated ? await previousMac(ds, wl, ctx.containerId) : undefined;
     const mac = piggy.written ? freshMac : (containerMac ?? freshMac);
+    // Without a netconf mtu, the agent's pod MTU (leaves room for VXLAN/IPIP headers).
+    const mtu = podMtu(conf);
     const dp = await dataplane();
     const wep = piggy.written ?? endpointFor(ips, floating, mac);
 
@@ -103,7 +106,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
             netnsPath: ctx.netns,
             ifname: ctx.ifname,
             hostIfname: wl.hostIfname,
-            ...(conf.mtu ? { mtu: conf.mtu } : {}),
+            ...(mtu ? { mtu } : {}),
             numQueues: conf.num_queues,
             hostMac: HOST_MAC,
             containerMac: mac,
@@ -151,7 +154,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     log.info('ADD done', { ips, hostIfname: wl.hostIfname, endpoint: wep.metadata.name });
     return {
       interfaces: [
-        { name: wl.hostIfname, mac: HOST_MAC, ...(conf.mtu ? { mtu: conf.mtu } : {}) },
+        { name: wl.hostIfname, mac: HOST_MAC, ...(mtu ? { mtu } : {}) },
         { name: ctx.ifname, mac: state.containerMac, sandbox: ctx.netns, mtu: state.mtu },
       ],
       ips: ipConfigs,
@@ -227,6 +230,8 @@ async function addresses(
 
   const attrs: Record<string, string> = { containerID: ctx.containerId };
   if (wl.pod) Object.assign(attrs, { namespace: wl.pod.namespace, pod: wl.pod.name });
+  // The pod's UID lets IPAM GC tell a re-created pod of the same name from the one that got the address.
+  if (wl.pod && ctx.args.K8S_POD_UID) attrs['podUID'] = ctx.args.K8S_POD_UID;
   piggy.floating = req.floatingIPs;
   // One transaction takes the addresses and writes the endpoint: the step names both.
   const assigned = await step('assigning addresses and writing the workload endpoint', async () => {
