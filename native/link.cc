@@ -20,7 +20,7 @@ struct LinkData {
   uint32_t mtu = 0, flags = 0;
   uint8_t operState = 0;
   bool hasTx = false, hasRx = false, hasParent = false, hasNsid = false;
-  uint32_t tx = 0, rx = 0, parent = 0;
+  uint32_t tx = 0, rx = 0, parent = 0, group = 0;
   int32_t nsid = 0;
 };
 
@@ -33,6 +33,7 @@ bool parseLink(const nlmsghdr* h, LinkData& d) {
   d.name = a.str(IFLA_IFNAME);
   d.mtu = a.u32(IFLA_MTU);
   d.operState = a.u8(IFLA_OPERSTATE);
+  d.group = a.u32(IFLA_GROUP);
   if (auto* m = a.get(IFLA_ADDRESS)) d.mac = formatMac(static_cast<const uint8_t*>(RTA_DATA(m)), RTA_PAYLOAD(m));
   if ((d.hasTx = a.has(IFLA_NUM_TX_QUEUES))) d.tx = a.u32(IFLA_NUM_TX_QUEUES);
   if ((d.hasRx = a.has(IFLA_NUM_RX_QUEUES))) d.rx = a.u32(IFLA_NUM_RX_QUEUES);
@@ -59,6 +60,7 @@ Napi::Object toJs(Napi::Env env, const LinkData& d) {
   o.Set("up", (d.flags & IFF_UP) != 0);
   o.Set("flags", d.flags);
   o.Set("operState", d.operState);
+  o.Set("group", d.group);
   if (d.hasTx) o.Set("numTxQueues", d.tx);
   if (d.hasRx) o.Set("numRxQueues", d.rx);
   if (d.hasParent) o.Set("parentIndex", d.parent);
@@ -242,8 +244,8 @@ Napi::Value LinkSet(Handle& h, const Napi::CallbackInfo& info, NetnsFdOf fdOf) {
   Napi::Object o;
   if (!a.link(info[0], "link", ref)) return env.Undefined();
   if (!a.object(info[1], "changes", o)) return env.Undefined();
-  bool hasUp = false, up = false, hasMac = false;
-  uint32_t mtu = 0;
+  bool hasUp = false, up = false, hasMac = false, hasGroup = false;
+  uint32_t mtu = 0, group = 0;
   uint8_t mac[6];
   std::string newName;
   int nsFd = -1;
@@ -252,6 +254,7 @@ Napi::Value LinkSet(Handle& h, const Napi::CallbackInfo& info, NetnsFdOf fdOf) {
   if (Args::present(v = a.prop(o, "mtu"))) a.uint(v, "changes.mtu", 68, 65535, mtu);
   if (Args::present(v = a.prop(o, "mac"))) hasMac = a.mac(v, "changes.mac", mac);
   if (Args::present(v = a.prop(o, "name"))) a.ifname(v, "changes.name", newName);
+  if (Args::present(v = a.prop(o, "group"))) hasGroup = a.uint(v, "changes.group", 0, 0xffffffffu, group);
   if (Args::present(v = a.prop(o, "netns"))) {
     nsFd = fdOf(env, v);
     if (nsFd < 0 && a.ok()) a.fail("changes.netns", "an open NetNS from openNetns()", v);
@@ -276,6 +279,7 @@ Napi::Value LinkSet(Handle& h, const Napi::CallbackInfo& info, NetnsFdOf fdOf) {
   if (!ref.index) m.str(IFLA_IFNAME, ref.name);
   else if (!newName.empty()) m.str(IFLA_IFNAME, newName);
   if (mtu) m.u32(IFLA_MTU, mtu);
+  if (hasGroup) m.u32(IFLA_GROUP, group);
   if (hasMac) m.attr(IFLA_ADDRESS, mac, 6);
   if (nsFd >= 0) m.u32(IFLA_NET_NS_FD, static_cast<uint32_t>(nsFd));
   if (!h.sock.request(m, e)) {
@@ -319,6 +323,18 @@ class LinkDelWorker : public Napi::AsyncWorker {
       : Napi::AsyncWorker(env, "netplugin:linkDel"), deferred_(Napi::Promise::Deferred::New(env)), ref_(ref),
         msg_(RTM_DELLINK, 0) {
     putLinkId(msg_, ref_);
+  }
+  // Every link of the namespace in `group` (ifindex 0, no name, IFLA_GROUP):
+  // the kernel unregisters them, and each veth's peer wherever it is, as one
+  // batch under a single RCU grace period.
+  LinkDelWorker(Napi::Env env, uint32_t group)
+      : Napi::AsyncWorker(env, "netplugin:linkDelGroup"), deferred_(Napi::Promise::Deferred::New(env)),
+        msg_(RTM_DELLINK, 0) {
+    ifinfomsg ifi{};
+    ifi.ifi_family = AF_UNSPEC;
+    msg_.put(ifi);
+    msg_.u32(IFLA_GROUP, group);
+    ref_.name = "group " + std::to_string(group);
   }
 
   Napi::Promise promise() { return deferred_.Promise(); }
@@ -382,6 +398,26 @@ Napi::Value LinkDelAsync(Handle& h, const Napi::CallbackInfo& info) {
   // The worker is deleted by node-addon-api after OnOK/OnError; when it is
   // never queued it is ours to delete.
   auto* w = new LinkDelWorker(env, ref);
+  Napi::Promise p = w->promise();
+  NlError e;
+  if (!w->openSocket(h, e)) {
+    Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+    LinkDelWorker::rejectWith(env, d, e);
+    delete w;
+    return d.Promise();
+  }
+  w->Queue();
+  return p;
+}
+
+Napi::Value LinkDelGroupAsync(Handle& h, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Args a(env, "linkDelGroupAsync");
+  uint32_t group = 0;
+  // Group 0 is every link's default group: deleting it would take the whole
+  // namespace down, so only a group a caller set explicitly can be named.
+  if (!a.uint(info[0], "group", 1, 0xffffffffu, group)) return rejectedWithPending(env);
+  auto* w = new LinkDelWorker(env, group);
   Napi::Promise p = w->promise();
   NlError e;
   if (!w->openSocket(h, e)) {

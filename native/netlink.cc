@@ -80,6 +80,7 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
                            InstanceMethod<&NetlinkWrap::LinkSetM>("linkSet"),
                            InstanceMethod<&NetlinkWrap::Call<LinkDel>>("linkDel"),
                            InstanceMethod<&NetlinkWrap::CallAsync<LinkDelAsync>>("linkDelAsync"),
+                           InstanceMethod<&NetlinkWrap::CallAsync<LinkDelGroupAsync>>("linkDelGroupAsync"),
                            InstanceMethod<&NetlinkWrap::Call<AddrAdd>>("addrAdd"),
                            InstanceMethod<&NetlinkWrap::Call<AddrDel>>("addrDel"),
                            InstanceMethod<&NetlinkWrap::Call<AddrList>>("addrList"),

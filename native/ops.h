@@ -32,6 +32,8 @@ Napi::Value LinkSet(Handle& h, const Napi::CallbackInfo& info, NetnsFdOf fdOf);
 Napi::Value LinkDel(Handle& h, const Napi::CallbackInfo& info);
 // linkDel on a libuv threadpool thread: returns a Promise<void>.
 Napi::Value LinkDelAsync(Handle& h, const Napi::CallbackInfo& info);
+// RTM_DELLINK of every link in one link group (IFLA_GROUP), on the threadpool.
+Napi::Value LinkDelGroupAsync(Handle& h, const Napi::CallbackInfo& info);
 
 Napi::Value AddrAdd(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value AddrDel(Handle& h, const Napi::CallbackInfo& info);

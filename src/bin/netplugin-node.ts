@@ -9,9 +9,9 @@ import type { PluginSpec } from '../cni/types.js';
 import { DEFAULT_SOCKET } from '../agent/protocol.js';
 import { startCniServer, type CniServer } from '../agent/server.js';
 import { createLogger, normalizeLevel } from '../log/index.js';
-import { createWorkerPool, type WorkerPool } from '../agent/worker-pool.js';
+import { createWorkerPool } from '../agent/worker-pool.js';
 import { enableIpamBatching, setDataplanePort } from '../plugins/main/runtime.js';
-import { enablePodCache } from '../plugins/main/common.js';
+import { HOST_MAC, enablePodCache } from '../plugins/main/common.js';
 import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
 import { readNetpluginConf, startNodeInit, type NodeInit } from '../agent/node-init.js';
 import type { Logger } from '../cni/types.js';
@@ -135,7 +135,7 @@ async function main(): Promise<void> {
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
   const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
 
-  const pool = await installDataplane(dataplaneThreads);
+  const pool = await installDataplane(dataplaneThreads, log);
   enableIpamBatching();
   enablePodCache(log);
 
@@ -200,7 +200,7 @@ async function main(): Promise<void> {
     network?.stop();
     server.close().then(
       async () => {
-        await pool?.close();
+        await pool.close();
         process.exit(0);
       },
       (e: Error) => {
@@ -219,21 +219,27 @@ async function main(): Promise<void> {
  * an RCU grace period), so the loop is never held and no isolate is paid for.
  * N threads: everything in a worker pool, whose size bounds DEL throughput.
  */
-async function installDataplane(threads: number): Promise<WorkerPool | undefined> {
+async function installDataplane(threads: number, log: Logger): Promise<{ close(): Promise<void> }> {
+  const dp = await import('../dataplane/index.js');
   if (threads === 0) {
-    const dp = await import('../dataplane/index.js');
+    // A DEL trashes the host veth and returns; the trash group is deleted in
+    // one batch every few ms (docs/performance.md). A crash's leftovers go now.
+    const trash = dp.createTrash({ log });
+    await trash.purge(HOST_MAC).catch((e: Error) => log.error('cannot delete the trashed veths left by an earlier agent', { error: e.message }));
     setDataplanePort({
       setup: async (spec: WorkloadSpec) => dp.setupWorkload(spec),
-      teardown: (o: TeardownOptions) => dp.teardownWorkloadAsync(o),
+      teardown: (o: TeardownOptions) => trash.teardown(o),
       check: async (spec: WorkloadSpec, expect: { containerMac: string }) => dp.checkWorkload(spec, expect),
+      purgeTrash: (hostMac: string) => trash.purge(hostMac),
     });
-    return undefined;
+    return trash;
   }
   const pool = createWorkerPool({ module: new URL('./netplugin-worker.mjs', import.meta.url), size: threads, resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 24 } });
   setDataplanePort({
     setup: (spec: WorkloadSpec) => pool.call<WorkloadState>('setupWorkload', spec),
     teardown: (o: TeardownOptions) => pool.call<{ removed: boolean }>('teardownWorkload', o),
     check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
+    purgeTrash: (hostMac: string) => dp.purgeTrash({ hostMac }),
   });
   return pool;
 }

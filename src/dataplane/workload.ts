@@ -205,13 +205,18 @@ export async function teardownWorkloadAsync(o: TeardownOptions): Promise<{ remov
 }
 
 /** The link to delete and the handle of its namespace; undefined when there is nothing to do. */
-function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netlink; name: string | number } | undefined {
+/** TeardownOptions' validation (TypeError naming the field), shared with the deferred teardown (trash.ts). */
+export function checkTeardownOptions(fn: string, o: TeardownOptions): void {
   if (typeof o !== 'object' || o === null) throw new TypeError(`${fn}: options must be an object, got ${String(o)}`);
   checkIfname(fn, 'options.ifname', o.ifname);
   checkIfname(fn, 'options.hostIfname', o.hostIfname);
   if (o.netnsPath !== undefined && o.netnsPath !== '') checkPath(fn, 'options.netnsPath', o.netnsPath);
   if (o.hostNetnsPath !== undefined) checkPath(fn, 'options.hostNetnsPath', o.hostNetnsPath);
   if (o.hostMac !== undefined && (typeof o.hostMac !== 'string' || !MAC.test(o.hostMac))) throw new TypeError(`${fn}: options.hostMac must be a MAC address like 'ee:ee:ee:ee:ee:ee', got ${JSON.stringify(o.hostMac)}`);
+}
+
+function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netlink; name: string | number } | undefined {
+  checkTeardownOptions(fn, o);
   if (o.netnsPath) {
     try {
       h.ns = openNetns(o.netnsPath);

@@ -22,6 +22,8 @@ export interface LinkInfo {
   /** IFF_* flags */
   flags: number;
   operState: number;
+  /** IFLA_GROUP: the link group (0, the default, for almost every link); always set by the addon */
+  group?: number;
   numTxQueues?: number;
   numRxQueues?: number;
   /** veth peer's ifindex (IFLA_LINK) when the kernel reports it */
@@ -98,6 +100,8 @@ export interface LinkChanges {
   mac?: string;
   name?: string;
   netns?: NetNS;
+  /** IFLA_GROUP */
+  group?: number;
 }
 
 export interface NeighSpec {
@@ -173,6 +177,13 @@ export interface Netlink {
    * Concurrency is bounded by UV_THREADPOOL_SIZE (default 4).
    */
   linkDelAsync(link: string | number): Promise<void>;
+  /**
+   * One RTM_DELLINK for every link of this namespace in link group `group`
+   * (1..2^32-1; 0 is every link's default group and is refused): the kernel
+   * unregisters them (and each veth's peer) as one batch under one RCU grace
+   * period. On the libuv threadpool, like linkDelAsync. No link in the group: resolves.
+   */
+  linkDelGroupAsync(group: number): Promise<void>;
   addrAdd(link: string | number, cidr: string, opts?: { nodad?: boolean; scope?: RouteScope }): void;
   addrDel(link: string | number, cidr: string): void;
   addrList(opts?: { link?: string | number; family?: 4 | 6 }): AddrInfo[];

@@ -43,9 +43,12 @@ export async function gc(ctx: CniContext<Netconf>): Promise<void> {
       log.info('GC released addresses of a stale attachment', { handle: h.handleID, released });
     }
   }
+  // Host veths a crashed agent trashed but never deleted (no pod holds them any more).
+  const dp = await dataplane();
+  const purged = await dp.purgeTrash(HOST_MAC);
+  if (purged) log.info('GC deleted trashed veths left by an agent', { count: purged });
   if (!stale.size) return;
 
-  const dp = await dataplane();
   const prefix = conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX;
   const weps = await ds.list('WorkloadEndpoint');
   for (const w of weps.items) {

@@ -11,6 +11,8 @@ export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;
   teardown(o: { netnsPath?: string; ifname: string; hostIfname: string; keepHostEnd?: boolean; hostMac?: string }): Promise<{ removed: boolean }>;
   check(spec: WorkloadSpec, expect: { containerMac: string }): Promise<string[]>;
+  /** Deletes the veths a crashed agent left in the trash group (src/dataplane/trash.ts); returns how many. */
+  purgeTrash(hostMac: string): Promise<number>;
 }
 
 /**
@@ -56,6 +58,7 @@ export async function dataplane(): Promise<DataplanePort> {
     setup: async (spec) => dp.setupWorkload(spec),
     teardown: async (o) => dp.teardownWorkload(o),
     check: async (spec, expect) => dp.checkWorkload(spec, expect),
+    purgeTrash: (hostMac) => dp.purgeTrash({ hostMac }),
   };
   return dataplanePort;
 }
