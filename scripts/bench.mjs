@@ -82,7 +82,7 @@ const SHIM = [join(root, 'build/shim/netplugin-shim'), join(root, 'prebuilds/lin
 const need = [
   [SHIM, 'the native shim: npm run build:shim'],
   [join(root, 'dist/netplugin.mjs'), 'dist/: npm run build:ts'],
-  [join(root, 'dist/netplugin-node.mjs'), 'dist/: npm run build:ts'],
+  [join(root, 'dist/netplugin-node.cjs'), 'dist/: npm run build:ts'],
   [join(root, 'dist/netpluginctl.mjs'), 'dist/: npm run build:ts'],
   ['/usr/lib/cni/ptp', 'Debian containernetworking-plugins'],
   ['/usr/lib/cni/host-local', 'Debian containernetworking-plugins'],
@@ -154,10 +154,9 @@ async function main() {
   // ---- the agent ----
   // Kept after the run for a closer look (node scripts/bench/profile.mjs DIR).
   const profDir = join(tmpdir(), `netplugin-bench-prof-${process.pid}`);
-  const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.mjs'), '--socket', socket, '--log-level', 'WARNING'];
-  // As deployed (deploy/netplugin-node.service, the DaemonSet): veth deletions run on
-  // libuv's threadpool, whose size only the environment at Node start can set.
-  agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH, UV_THREADPOOL_SIZE: '16' }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.cjs'), '--socket', socket, '--log-level', 'WARNING'];
+  // As deployed: through the .cjs entry, with no tuning from outside.
+  agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
   let agentLog = '';
   agent.stderr.on('data', (d) => {
     agentLog += d;
@@ -405,7 +404,7 @@ async function scaleCell(p, baseEnv) {
 /** dist/, the native addon and package.json under dir (node_modules linked); returns dir. */
 function snapshotPackage(dir) {
   mkdirSync(join(dir, 'dist'), { recursive: true });
-  for (const f of readdirSync(join(root, 'dist'))) if (f.endsWith('.mjs')) copyFileSync(join(root, 'dist', f), join(dir, 'dist', f));
+  for (const f of readdirSync(join(root, 'dist'))) if (f.endsWith('.mjs') || f.endsWith('.cjs')) copyFileSync(join(root, 'dist', f), join(dir, 'dist', f));
   copyFileSync(join(root, 'package.json'), join(dir, 'package.json'));
   symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
   const built = join(root, 'build/Release/netplugin_netlink.node');

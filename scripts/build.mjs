@@ -2,7 +2,7 @@
 // per-exec start resolves few modules. etcd3 (gRPC, only when a datastore asks
 // for that transport) and yaml stay external and are loaded lazily.
 import { build } from 'esbuild';
-import { readdirSync, mkdirSync, chmodSync } from 'node:fs';
+import { readdirSync, mkdirSync, chmodSync, copyFileSync } from 'node:fs';
 import { join, basename, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -30,3 +30,9 @@ await Promise.all(
     chmodSync(out, 0o755);
   }),
 );
+// CommonJS entries (src/bin/*.cjs: netplugin-node's launcher) are copied as they are.
+for (const f of readdirSync(join(root, 'src/bin')).filter((f) => f.endsWith('.cjs'))) {
+  const out = join(root, 'dist', f);
+  copyFileSync(join(root, 'src/bin', f), out);
+  chmodSync(out, 0o755);
+}

@@ -45,13 +45,13 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --log-level L        default INFO
   --max-concurrent N   CNI requests run at once per plugin (default 64)
   --dataplane-threads N  0 (default): setup and check run inline on the main thread (~1-2 ms of
-                       syscalls that never sleep) and the veth deletion of a teardown (~20 ms asleep in
-                       the kernel) on the libuv threadpool, no worker threads; N from 1 to 64: the
+                       syscalls that never sleep); a teardown trashes the host veth and the trash
+                       is deleted in batches on the libuv threadpool, no worker threads; N from 1 to 64: the
                        older mode, all dataplane work in N worker threads (~10 MiB each)
 
-Environment: UV_THREADPOOL_SIZE bounds how many veth deletions run at once in the default mode
-(libuv's default is 4; the packaged unit and DaemonSet set 16). It must be set before Node starts:
-an ES module entry is read through the threadpool, so setting it from here would be too late.
+Start it as dist/netplugin-node.cjs (the package's bin): that entry sets UV_THREADPOOL_SIZE=16
+(libuv's threadpool: nftables, direct veth deletions) unless it is set, which an ES module entry
+cannot do for itself.
 `;
 
 // Handlers load on the first request that needs them, as in the per-exec entry.

@@ -317,7 +317,7 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
       'Wants=network-online.target',
       '',
       '[Service]',
-      `ExecStart=${deps.nodePath} ${join(pkg, 'dist/netplugin-node.mjs')} --log-level ${o.logLevel.toUpperCase()}`,
+      `ExecStart=${deps.nodePath} ${join(pkg, 'dist/netplugin-node.cjs')} --log-level ${o.logLevel.toUpperCase()}`,
       'Restart=always',
       'RestartSec=2',
       '',

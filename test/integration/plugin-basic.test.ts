@@ -5,7 +5,7 @@ import { SUPPORTED_VERSIONS } from '../../src/cni/types.js';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { createNetns } from '../fixtures/netns.js';
 import {
-  HOST_MAC, NODE, addrs, cni, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, poolResource, routes, sysctl, why,
+  HOST_MAC, NODE, addrs, cni, expectNothingLeft, expectOk, ipamState, k8sArgs, link, linkAfterDel, netconf, poolResource, routes, sysctl, why,
   type Cluster, useCluster,
 } from './plugin-harness.js';
 
@@ -84,7 +84,7 @@ describe.each(SUPPORTED_VERSIONS)('cniVersion %s', (v) => {
     const del = await cni('DEL', { ...conf, prevResult: res }, { containerId: cid, netns: pod.path, ifname: 'eth0' });
     expectOk(del);
     expect(del.stdout.trim()).toBe('');
-    expect(link('eth0', pod.name)).toBeUndefined();
+    expect(await linkAfterDel('eth0', pod.name)).toBeUndefined();
     await expectNothingLeft(c, 'npi');
   });
 });
@@ -129,7 +129,7 @@ describe('Kubernetes pod', () => {
     const now = link(hostIf) as unknown as { ifindex: number; address: string };
     expect(now.ifindex).not.toBe(staleIndex);
     expect(now.address).toBe(HOST_MAC);
-    expect(link('eth0', old.name), 'the stale pair is gone with its host end').toBeUndefined();
+    expect(await linkAfterDel('eth0', old.name), 'the stale pair is gone with its host end').toBeUndefined();
     expectOk(await cni('CHECK', { ...conf, prevResult: add.json }, call));
     expectOk(await cni('DEL', conf, call));
     await expectNothingLeft(c, 'npi');

@@ -7,7 +7,7 @@ import { API_VERSION } from '../../src/datastore/types.js';
 import { Ipam } from '../../src/ipam/index.js';
 import { createNetns } from '../fixtures/netns.js';
 import {
-  NET_NAME, NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, link, netconf,
+  NET_NAME, NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, link, linkAfterDel, netconf,
   wepNames, type Call, type Cluster, useCluster,
 } from './plugin-harness.js';
 
@@ -129,7 +129,7 @@ describe('GC', () => {
     expectOk(gc);
 
     expect(link(drop.hostIf)).toBeUndefined();
-    expect(link('eth0', drop.pod.name)).toBeUndefined();
+    expect(await linkAfterDel('eth0', drop.pod.name)).toBeUndefined();
     expect(hostLinksWithPrefix(PREFIX)).toEqual([keep.hostIf]);
     expect(await wepNames(c.ds)).toEqual([`default/node1-cni-foreign--${process.pid}-net1`, `default/node1-cni-keep--${process.pid}-eth0`, 'default/node2-cni-elsewhere-eth0'].sort());
     expect((await ipamState(c.ds)).handles).toEqual([`${NET_NAME}.${keep.call.containerId}`, `other-net.foreign-${process.pid}`].sort());

@@ -7,7 +7,7 @@ import { hostVethName } from '../../src/dataplane/names.js';
 import { createNetns, deleteNetns } from '../fixtures/netns.js';
 import {
   NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs,
-  link, netconf, wepNames, type Call, type Cluster, useCluster,
+  link, linkAfterDel, netconf, wepNames, type Call, type Cluster, useCluster,
 } from './plugin-harness.js';
 
 const PREFIX = 'npd';
@@ -55,7 +55,7 @@ describe('DEL is idempotent', () => {
     expect(link(hostIf)).toBeDefined();
     expectOk(await cni('DEL', conf(), { ...call, netns: '' }));
     expect(link(hostIf)).toBeUndefined();
-    expect(link('eth0', pod.name)).toBeUndefined();
+    expect(await linkAfterDel('eth0', pod.name)).toBeUndefined();
     await expectNothingLeft(c, PREFIX);
   });
 
@@ -112,7 +112,7 @@ describe('two sandboxes of one pod', () => {
     expectOk(newAdd);
     expect(newAdd.json.interfaces[0].name).toBe(hostIf);
     // The new ADD replaced the stale host veth; the old pair is gone with it.
-    expect(link('eth0', oldNs.name)).toBeUndefined();
+    expect(await linkAfterDel('eth0', oldNs.name)).toBeUndefined();
     expect((await c.ds.get('WorkloadEndpoint', wepName, 'shop')).spec.containerID).toBe(newCall.containerId);
     expect((await ipamState(c.ds)).handles).toEqual([`k8s-pod-network.${newCall.containerId}`, `k8s-pod-network.${oldCall.containerId}`].sort());
 
@@ -160,7 +160,7 @@ describe('datastore unreachable', () => {
     try {
       const r = expectCniError(await cni('DEL', conf(), call), 11);
       expect(r.msg).toContain('local teardown done');
-      expect(link('eth0', pod.name)).toBeUndefined();
+      expect(await linkAfterDel('eth0', pod.name)).toBeUndefined();
       expect(link(hostIf)).toBeUndefined();
       expect(hostLinksWithPrefix(PREFIX)).toEqual([]);
       expect(hostPoolRoutes(c.pools)).toEqual([]);

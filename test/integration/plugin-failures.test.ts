@@ -6,7 +6,7 @@ import { hostVethName } from '../../src/dataplane/names.js';
 import { RESOURCE_PREFIX } from '../../src/datastore/keys.js';
 import { createNetns } from '../fixtures/netns.js';
 import {
-  NODE, clusterInfo, cleanupAttachments, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, link,
+  NODE, clusterInfo, cleanupAttachments, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, link, linkAfterDel,
   netconf, startCluster, wepNames, type Cluster, useCluster,
 } from './plugin-harness.js';
 
@@ -38,7 +38,7 @@ describe('ClusterInformation', () => {
     expect(missing.msg).toContain("ClusterInformation 'default' is missing");
     expect(missing.msg).toContain('netpluginctl');
     await expectNothingLeft(u, PREFIX);
-    expect(link('eth0', pod.name)).toBeUndefined();
+    expect(await linkAfterDel('eth0', pod.name)).toBeUndefined();
 
     await u.ds.create(clusterInfo(false));
     expect(expectCniError(await cni('STATUS', { ...uconf, cniVersion: '1.1.0' }), 50).msg).toContain('datastoreReady');
@@ -67,7 +67,7 @@ describe('ADD failures leave nothing behind', () => {
       expect(expectCniError(await cni('STATUS', netconf(c, '1.1.0')), 50).msg).toContain('unreachable');
       expect(hostLinksWithPrefix(PREFIX)).toEqual([]);
       expect(hostPoolRoutes(c.pools)).toEqual([]);
-      expect(link('eth0', pod.name)).toBeUndefined();
+      expect(await linkAfterDel('eth0', pod.name)).toBeUndefined();
     } finally {
       await c.etcd.start();
     }
@@ -86,7 +86,7 @@ describe('ADD failures leave nothing behind', () => {
       expect(r.code).not.toBe(0);
       expect(r.msg).toMatch(/assigning addresses/);
       expect(r.msg).toMatch(/no free|exhausted|full|no .*address/i);
-      expect(link('eth0', pods[2]!.name)).toBeUndefined();
+      expect(await linkAfterDel('eth0', pods[2]!.name)).toBeUndefined();
       expect(hostLinksWithPrefix(PREFIX).sort()).toEqual(calls.slice(0, 2).map((cl) => hostVethName(PREFIX, cl.containerId)).sort());
       const st = await ipamState(x.ds);
       expect(st.handles).toEqual(calls.slice(0, 2).map((cl) => `k8s-pod-network.${cl.containerId}`).sort());
@@ -141,7 +141,7 @@ describe('ADD failures leave nothing behind', () => {
     try {
       const r = expectCniError(await cni('ADD', conf(), { containerId: cid, netns: pod.path }));
       expect(r.msg).toContain('writing the workload endpoint');
-      expect(link('eth0', pod.name)).toBeUndefined();
+      expect(await linkAfterDel('eth0', pod.name)).toBeUndefined();
       expect(hostLinksWithPrefix(PREFIX)).toEqual([]);
       expect(hostPoolRoutes(c.pools)).toEqual([]);
       const st = await ipamState(c.ds);

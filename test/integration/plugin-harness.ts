@@ -241,6 +241,21 @@ export function link(name: string, netns?: string): LinkInfo | undefined {
   return links(netns).find((l) => l.ifname === name);
 }
 
+/**
+ * A container-side link after DEL: the agent's DEL frees the host veth's name
+ * and every route at once but deletes the pair in a batch a few ms later
+ * (src/dataplane/trash.ts), so its container end may outlive DEL briefly.
+ * Waits (bounded, 20 s) for it to go; returns it if it is still there.
+ */
+export async function linkAfterDel(name: string, netns: string): Promise<LinkInfo | undefined> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const l = link(name, netns);
+    if (!l || Date.now() > deadline) return l;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
 export function hostLinksWithPrefix(prefix: string): string[] {
   return links().map((l) => l.ifname).filter((n) => n.startsWith(prefix));
 }

@@ -9,7 +9,7 @@ import { API_VERSION } from '../../src/datastore/types.js';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';
 import { createNetns, removeAllNetns } from '../fixtures/netns.js';
 import {
-  NET_NAME, NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, link, netconf, startCluster,
+  NET_NAME, NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, link, linkAfterDel, netconf, startCluster,
   wepNames, type Cluster,
 } from './plugin-harness.js';
 
@@ -141,7 +141,7 @@ describe('host-local with usePodCidr from the datastore Node', () => {
       const r = expectCniError(await cni('ADD', conf, second));
       expect(r.msg).toContain('host-local');
       expect(r.msg).toMatch(/no IP addresses available/);
-      expect(link('eth0', p2.name)).toBeUndefined();
+      expect(await linkAfterDel('eth0', p2.name)).toBeUndefined();
       expect(hostLinksWithPrefix(PREFIX)).toEqual([hostVethName(PREFIX, first.containerId)]);
       expect(reservations()).toHaveLength(1);
       expect(await wepNames(c.ds)).toHaveLength(1);

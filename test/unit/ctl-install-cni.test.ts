@@ -242,7 +242,7 @@ describe('install-cni', () => {
     const r = await install([...ETCD, '--agent', '--systemd-dir', systemd, '--init-datastore']);
     expect(r.err).toBe('');
     const unit = readFileSync(join(systemd, 'netplugin-node.service'), 'utf8');
-    expect(unit).toContain(`ExecStart=${process.execPath} ${join(pkg, 'dist/netplugin-node.mjs')} --log-level INFO`);
+    expect(unit).toContain(`ExecStart=${process.execPath} ${join(pkg, 'dist/netplugin-node.cjs')} --log-level INFO`);
     expect(r.out).toMatch(/clusterinformation\/default created/);
     expect((await ds.get('ClusterInformation', 'default')).spec.datastoreReady).toBe(true);
     expect((await install([...ETCD, '--init-datastore'])).out).toMatch(/clusterinformation\/default unchanged/);
@@ -255,7 +255,7 @@ describe('install-cni', () => {
     expect((await install([...ETCD, '--agent', '--systemd-dir', systemd])).code).toBe(0);
     const unit = readFileSync(join(systemd, 'netplugin-node.service'), 'utf8');
     const exec = unit.split('\n').find((l) => l.startsWith('ExecStart='));
-    expect(exec).toMatch(new RegExp(`^ExecStart=${process.execPath.replace(/[.]/g, '\\.')} ${join(pkg, 'dist/netplugin-node.mjs').replace(/[.]/g, '\\.')} `));
+    expect(exec).toMatch(new RegExp(`^ExecStart=${process.execPath.replace(/[.]/g, '\\.')} ${join(pkg, 'dist/netplugin-node.cjs').replace(/[.]/g, '\\.')} `));
     expect(unit).not.toContain('/opt/netplugin/');
   });
 

@@ -1,0 +1,45 @@
+// netplugin-node's CommonJS entry (dist/netplugin-node.cjs) sizes libuv's
+// threadpool before anything uses it, so the agent performs the same however
+// it is started; the ES module entry alone gets libuv's default of 4. Counted
+// on the running process: libuv starts every pool thread at once.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DIST } from '../fixtures/cni.js';
+
+const dirs: string[] = [];
+const procs: ChildProcess[] = [];
+afterEach(() => {
+  for (const p of procs.splice(0)) p.kill('SIGKILL');
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+/** Starts the agent through `entry`, waits for its socket, returns its thread count. */
+async function threads(entry: string, env: NodeJS.ProcessEnv): Promise<number> {
+  const d = mkdtempSync(join(tmpdir(), 'np-launch-'));
+  dirs.push(d);
+  const sock = join(d, 'cni.sock');
+  const p = spawn(process.execPath, [join(DIST, entry), '--socket', sock, '--log-level', 'ERROR'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  procs.push(p);
+  let err = '';
+  p.stderr!.on('data', (b) => (err += b));
+  const deadline = Date.now() + 30_000;
+  while (!existsSync(sock) && p.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  expect(existsSync(sock), `the agent (${entry}) did not start: ${err}`).toBe(true);
+  const n = readdirSync(`/proc/${p.pid}/task`).length;
+  p.kill('SIGKILL');
+  return n;
+}
+
+describe('netplugin-node entry', () => {
+  it('the .cjs entry runs the agent with a threadpool of 16 (12 threads more than the .mjs entry with libuv default 4), an explicit UV_THREADPOOL_SIZE wins', async () => {
+    const env = { PATH: process.env['PATH'] };
+    const plain = await threads('netplugin-node.mjs', env);
+    const launched = await threads('netplugin-node.cjs', env);
+    expect(launched - plain).toBe(12);
+    const explicit = await threads('netplugin-node.cjs', { ...env, UV_THREADPOOL_SIZE: '6' });
+    expect(explicit - plain).toBe(2);
+  });
+});
