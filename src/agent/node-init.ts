@@ -14,7 +14,8 @@
 // IPv6 address by SLAAC would lose it. Hence only when IPv6 is in use: the
 // netconf assigns IPv6 (ipam.assign_ipv6 "true"), or an enabled IPv6 IPPool
 // exists in the datastore; --ipv6-forwarding=on|off overrides the decision.
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Logger } from '../cni/types.js';
 import type { Netconf } from '../config/index.js';
 import type { Datastore } from '../datastore/types.js';
@@ -148,4 +149,49 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
       wake?.();
     },
   };
+}
+
+/** Where container runtimes read CNI configs unless told otherwise. */
+export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
+
+/**
+ * The config a runtime would use, if it is netplugin's: the first .conflist/.conf/.json
+ * of `dir` in name order (the runtimes' rule) when it has a netplugin entry. undefined otherwise.
+ */
+export function findNetpluginConf(dir = DEFAULT_CNI_CONF_DIR): string | undefined {
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((n) => /\.(conflist|conf|json)$/.test(n)).sort();
+  } catch {
+    return undefined;
+  }
+  if (!names.length) return undefined;
+  const path = join(dir, names[0]!);
+  try {
+    readNetpluginConf(path);
+    return path;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Without --config: opens the datastore of the node's netplugin config (the
+ * same cached connection requests use) and makes one read, so the first ADD
+ * does not pay for the client's import and the connection. A failure is only
+ * logged: the first request then opens it, as it would anyway.
+ */
+export async function warmDatastore(configPath: string, log: Logger): Promise<boolean> {
+  try {
+    const { parseNetconf } = await import('../config/index.js');
+    const conf = parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined });
+    const { getDatastore } = await import('../plugins/main/runtime.js');
+    const ds = await getDatastore(conf);
+    await ds.get('ClusterInformation', 'default').catch(() => undefined);
+    log.info('datastore connection warmed from the node\'s CNI config', { config: configPath });
+    return true;
+  } catch (e) {
+    log.warn('cannot warm the datastore connection; the first request opens it', { config: configPath, error: (e as Error).message });
+    return false;
+  }
 }

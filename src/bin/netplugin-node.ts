@@ -13,7 +13,7 @@ import { createWorkerPool } from '../agent/worker-pool.js';
 import { enableIpamBatching, setDataplanePort } from '../plugins/main/runtime.js';
 import { HOST_MAC, enablePodCache } from '../plugins/main/common.js';
 import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
-import { readNetpluginConf, startNodeInit, type NodeInit } from '../agent/node-init.js';
+import { findNetpluginConf, readNetpluginConf, startNodeInit, warmDatastore, type NodeInit } from '../agent/node-init.js';
 import type { Logger } from '../cni/types.js';
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
@@ -31,7 +31,9 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --socket PATH        CNI socket the shim connects to (default: $NETPLUGIN_AGENT_SOCKET or ${DEFAULT_SOCKET})
   --config FILE        the node's CNI config (e.g. /etc/cni/net.d/10-netplugin.conflist): at start, open
                        its datastore (kept warm for requests), initialise ClusterInformation, and turn on
-                       IPv6 forwarding when IPv6 is in use
+                       IPv6 forwarding when IPv6 is in use. Without it the datastore connection is still
+                       warmed at start when the first config of --cni-conf-dir is netplugin's
+  --cni-conf-dir DIR   where to look for that config without --config (default /etc/cni/net.d)
   --nodename NAME      the name this node registered with; written to the netconf's nodename_file
                        (default /var/lib/netplugin/nodename) so plugins without a netconf nodename agree
   --ipv6-forwarding M  auto (default: on when the config assigns IPv6 or an enabled IPv6 IPPool exists),
@@ -84,6 +86,7 @@ async function main(): Promise<void> {
     'node-ipv6'?: string;
     'ip-autodetection'?: string;
     'mtu-file'?: string;
+    'cni-conf-dir'?: string;
     'no-routes'?: boolean;
     help?: boolean;
   };
@@ -101,6 +104,7 @@ async function main(): Promise<void> {
         'node-ipv6': { type: 'string' },
         'ip-autodetection': { type: 'string' },
         'mtu-file': { type: 'string' },
+        'cni-conf-dir': { type: 'string' },
         'no-routes': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -166,8 +170,10 @@ async function main(): Promise<void> {
       log.error(e.message);
       process.exit(2);
     });
-  } else if (v6 === 'on') {
-    await enableIpv6Forwarding(log);
+  } else {
+    if (v6 === 'on') await enableIpv6Forwarding(log);
+    const found = findNetpluginConf(values['cni-conf-dir']);
+    if (found) void warmDatastore(found, log);
   }
   let network: { stop(): void } | undefined;
   if (values.config && nodeInit && !values['no-routes']) {
