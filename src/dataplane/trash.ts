@@ -100,6 +100,7 @@ export function createTrash(opts: TrashOptions = {}): Trash {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
   let failures = 0;
+  let lastMac: string | undefined;
 
   const schedule = (ms: number) => {
     if (timer || running) return;
@@ -125,6 +126,17 @@ export function createTrash(opts: TrashOptions = {}): Trash {
     } catch (e) {
       failures++;
       opts.log?.error('deleting the trashed veths failed; retrying', { group, error: (e as Error).message });
+      // A link without a delete operation (a physical NIC) put in the group makes
+      // every group deletion fail (EOPNOTSUPP): after a few tries, ours go one by one.
+      if (failures >= 3 && lastMac) {
+        try {
+          await purgeTrash({ hostMac: lastMac, group, ...(opts.hostNetnsPath ? { hostNetnsPath: opts.hostNetnsPath } : {}), oneByOne: true });
+          pending = Math.max(0, pending - n);
+          failures = 0;
+        } catch (e2) {
+          opts.log?.error('deleting the trashed veths one by one failed too', { group, error: (e2 as Error).message });
+        }
+      }
     } finally {
       h.close();
     }
@@ -151,6 +163,7 @@ export function createTrash(opts: TrashOptions = {}): Trash {
         h.close();
       }
       if (index === undefined) return teardownWorkloadAsync(o);
+      lastMac = o.hostMac;
       pending++;
       schedule(delayMs);
       return { removed: true };
@@ -178,14 +191,14 @@ export function createTrash(opts: TrashOptions = {}): Trash {
  * them at once with a group deletion when nothing else is in the group; one
  * by one otherwise, leaving a link that is not ours alone. Returns how many.
  */
-export async function purgeTrash(o: { hostMac: string; hostNetnsPath?: string; group?: number }): Promise<number> {
+export async function purgeTrash(o: { hostMac: string; hostNetnsPath?: string; group?: number; oneByOne?: boolean }): Promise<number> {
   const group = o.group ?? TRASH_GROUP;
   const h = open(o.hostNetnsPath);
   try {
     const inGroup = h.nl.linkList().filter((l) => l.group === group);
     const ours = inGroup.filter((l) => l.kind === 'veth' && l.mac === o.hostMac.toLowerCase() && TRASH_NAME.test(l.name));
     if (ours.length === 0) return 0;
-    if (ours.length === inGroup.length) {
+    if (ours.length === inGroup.length && !o.oneByOne) {
       await h.nl.linkDelGroupAsync(group);
     } else {
       for (const l of ours) await h.nl.linkDelAsync(l.index).catch((e) => { if (!NetlinkError.is(e, 'ENODEV')) throw e; });

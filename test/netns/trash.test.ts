@@ -137,6 +137,25 @@ describe('deferred veth deletion (trash group)', () => {
     }
   });
 
+  it('a link the group deletion cannot delete (lo) in the group: after a few failed tries ours go one by one, it stays', async () => {
+    const h = nl(H.path);
+    const errors: string[] = [];
+    const trash = createTrash({ hostNetnsPath: H.path, group: GROUP, delayMs: 5, log: { info: () => undefined, error: (m) => errors.push(m) } });
+    try {
+      h.linkSet('lo', { group: GROUP });
+      const first = setupWorkload(spec());
+      await trash.teardown({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC });
+      const deadline = Date.now() + 30_000;
+      while (trash.pending() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(trash.pending()).toBe(0);
+      expect(h.linkFind(first.hostIndex)).toBeUndefined();
+      expect(h.linkGet('lo').group).toBe(GROUP);
+      expect(errors.filter((m) => /deleting the trashed veths failed/.test(m)).length).toBeGreaterThanOrEqual(3);
+    } finally {
+      await trash.close();
+    }
+  });
+
   it('a crash with deletions pending: purgeTrash (agent start, CNI GC) deletes our leftovers and leaves a foreign link of the group alone', async () => {
     const h = nl(H.path);
     // An "agent" that dies before its batch runs: nothing closes this trash.
