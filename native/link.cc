@@ -388,16 +388,10 @@ Napi::Value rejectedWithPending(Napi::Env env) {
   return d.Promise();
 }
 
-}  // namespace
-
-Napi::Value LinkDelAsync(Handle& h, const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Args a(env, "linkDelAsync");
-  LinkRef ref;
-  if (!a.link(info[0], "link", ref)) return rejectedWithPending(env);
-  // The worker is deleted by node-addon-api after OnOK/OnError; when it is
-  // never queued it is ours to delete.
-  auto* w = new LinkDelWorker(env, ref);
+// Opens the worker's socket in the handle's namespace and queues it. The
+// worker is deleted by node-addon-api after OnOK/OnError; when it is never
+// queued it is ours to delete.
+Napi::Value queueDelete(Napi::Env env, const Handle& h, LinkDelWorker* w) {
   Napi::Promise p = w->promise();
   NlError e;
   if (!w->openSocket(h, e)) {
@@ -410,6 +404,16 @@ Napi::Value LinkDelAsync(Handle& h, const Napi::CallbackInfo& info) {
   return p;
 }
 
+}  // namespace
+
+Napi::Value LinkDelAsync(Handle& h, const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Args a(env, "linkDelAsync");
+  LinkRef ref;
+  if (!a.link(info[0], "link", ref)) return rejectedWithPending(env);
+  return queueDelete(env, h, new LinkDelWorker(env, ref));
+}
+
 Napi::Value LinkDelGroupAsync(Handle& h, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Args a(env, "linkDelGroupAsync");
@@ -417,17 +421,7 @@ Napi::Value LinkDelGroupAsync(Handle& h, const Napi::CallbackInfo& info) {
   // Group 0 is every link's default group: deleting it would take the whole
   // namespace down, so only a group a caller set explicitly can be named.
   if (!a.uint(info[0], "group", 1, 0xffffffffu, group)) return rejectedWithPending(env);
-  auto* w = new LinkDelWorker(env, group);
-  Napi::Promise p = w->promise();
-  NlError e;
-  if (!w->openSocket(h, e)) {
-    Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
-    LinkDelWorker::rejectWith(env, d, e);
-    delete w;
-    return d.Promise();
-  }
-  w->Queue();
-  return p;
+  return queueDelete(env, h, new LinkDelWorker(env, group));
 }
 
 }  // namespace np

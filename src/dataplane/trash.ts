@@ -37,17 +37,17 @@ function open(hostNetnsPath: string | undefined): { nl: Netlink; ns?: NetNS; clo
 }
 
 /**
- * The host veth a teardown would remove, when it can be trashed: with the pod's
- * netns, the peer of the container end `ifname`; without, the link named
- * hostIfname. Either way it must be ours on the link itself (docs/security.md):
- * a veth with our MAC and the pod's derived name (and, with the netns, really
- * the container end's peer). undefined: not provably ours, or nothing there;
- * the caller then takes the direct path, which makes the same checks.
+ * The pair a teardown would remove, when it can be trashed: with the pod's
+ * netns, the container end `ifname` and its peer; without, the host link named
+ * hostIfname. Either way the host end must be ours on the link itself
+ * (docs/security.md): a veth with our MAC and the pod's derived name (and, with
+ * the netns, really the container end's peer). undefined: not provably ours, or
+ * nothing there; the caller then takes the direct path, which makes the same checks.
+ * `cont` (the container end's handle) is the caller's to close.
  */
-function hostEndToTrash(o: TeardownOptions, host: Netlink): number | undefined {
+function pairToTrash(o: TeardownOptions, host: Netlink): { hostIndex: number; cont?: { nl: Netlink; index: number } } | undefined {
   if (o.hostMac === undefined) return undefined;
-  let peer: number | undefined;
-  let contIndex: number | undefined;
+  let cont: { nl: Netlink; index: number; peer: number } | undefined;
   if (o.netnsPath) {
     let ns: NetNS;
     try {
@@ -55,23 +55,28 @@ function hostEndToTrash(o: TeardownOptions, host: Netlink): number | undefined {
     } catch {
       return undefined;
     }
-    const cont = netlink(ns);
+    let nl: Netlink;
     try {
-      const c = cont.linkFind(o.ifname);
-      if (!c || c.kind !== 'veth' || c.parentIndex === undefined) return undefined;
-      peer = c.parentIndex;
-      contIndex = c.index;
+      nl = netlink(ns);
     } finally {
-      cont.close();
       ns.close();
     }
+    const c = nl.linkFind(o.ifname);
+    if (!c || c.kind !== 'veth' || c.parentIndex === undefined) {
+      nl.close();
+      return undefined;
+    }
+    cont = { nl, index: c.index, peer: c.parentIndex };
   } else if (o.keepHostEnd === true) {
     return undefined;
   }
   const l = host.linkFind(o.hostIfname);
-  if (!l || l.kind !== 'veth' || l.mac !== o.hostMac.toLowerCase()) return undefined;
-  if (peer !== undefined && (l.index !== peer || l.parentIndex !== contIndex)) return undefined;
-  return l.index;
+  const ours = !!l && l.kind === 'veth' && l.mac === o.hostMac.toLowerCase() && (!cont || (l.index === cont.peer && l.parentIndex === cont.index));
+  if (!ours) {
+    cont?.nl.close();
+    return undefined;
+  }
+  return { hostIndex: l!.index, ...(cont ? { cont: { nl: cont.nl, index: cont.index } } : {}) };
 }
 
 export interface TrashOptions {
@@ -120,7 +125,8 @@ export function createTrash(opts: TrashOptions = {}): Trash {
     try {
       // Everything in the group when the kernel takes the request goes; what is
       // trashed meanwhile lands either in this batch or in the next one.
-      await h.nl.linkDelGroupAsync(group);
+      // ENODEV: the group is empty (the pairs went with their namespaces).
+      await h.nl.linkDelGroupAsync(group).catch(notGone);
       pending = Math.max(0, pending - n);
       failures = 0;
     } catch (e) {
@@ -147,19 +153,38 @@ export function createTrash(opts: TrashOptions = {}): Trash {
       checkTeardownOptions('trash.teardown', o);
       const h = open(o.hostNetnsPath ?? opts.hostNetnsPath);
       let index: number | undefined;
+      let cont: { nl: Netlink; index: number } | undefined;
       try {
-        index = hostEndToTrash(o, h.nl);
-        if (index !== undefined) {
+        const pair = pairToTrash(o, h.nl);
+        cont = pair?.cont;
+        if (pair) {
           // Down first: the kernel refuses to rename a link that is up (EBUSY).
-          h.nl.linkSet(index, { up: false });
-          h.nl.linkSet(index, { name: trashName(index), group });
+          // The container end too: the runtime may ADD the same interface name
+          // into the same namespace right after this DEL.
+          if (cont) {
+            cont.nl.linkSet(cont.index, { up: false });
+            cont.nl.linkSet(cont.index, { name: trashName(cont.index) });
+          }
+          h.nl.linkSet(pair.hostIndex, { up: false });
+          h.nl.linkSet(pair.hostIndex, { name: trashName(pair.hostIndex), group });
+          index = pair.hostIndex;
         }
       } catch (e) {
         // Gone meanwhile (its namespace went): nothing left to trash.
         if (NetlinkError.is(e, 'ENODEV')) return { removed: false };
         index = undefined;
         opts.log?.error('trashing a veth failed; deleting it directly', { hostIfname: o.hostIfname, error: (e as Error).message });
+        // The container end may be renamed already: delete the pair by its index.
+        if (cont) {
+          try {
+            await cont.nl.linkDelAsync(cont.index);
+            return { removed: true };
+          } catch (e2) {
+            return { removed: notGone(e2) };
+          }
+        }
       } finally {
+        cont?.nl.close();
         h.close();
       }
       if (index === undefined) return teardownWorkloadAsync(o);
@@ -185,6 +210,12 @@ export function createTrash(opts: TrashOptions = {}): Trash {
   };
 }
 
+/** false for "already gone" (ENODEV); any other failure is rethrown. */
+function notGone(e: unknown): false {
+  if (NetlinkError.is(e, 'ENODEV')) return false;
+  throw e;
+}
+
 /**
  * Deletes the trashed veths a crashed agent left behind: the links of the
  * trash group that are ours (a veth with our MAC and a trashed name). All of
@@ -199,9 +230,9 @@ export async function purgeTrash(o: { hostMac: string; hostNetnsPath?: string; g
     const ours = inGroup.filter((l) => l.kind === 'veth' && l.mac === o.hostMac.toLowerCase() && TRASH_NAME.test(l.name));
     if (ours.length === 0) return 0;
     if (ours.length === inGroup.length && !o.oneByOne) {
-      await h.nl.linkDelGroupAsync(group);
+      await h.nl.linkDelGroupAsync(group).catch(notGone);
     } else {
-      for (const l of ours) await h.nl.linkDelAsync(l.index).catch((e) => { if (!NetlinkError.is(e, 'ENODEV')) throw e; });
+      for (const l of ours) await h.nl.linkDelAsync(l.index).catch(notGone);
     }
     return ours.length;
   } finally {

@@ -181,7 +181,7 @@ export interface Netlink {
    * One RTM_DELLINK for every link of this namespace in link group `group`
    * (1..2^32-1; 0 is every link's default group and is refused): the kernel
    * unregisters them (and each veth's peer) as one batch under one RCU grace
-   * period. On the libuv threadpool, like linkDelAsync. No link in the group: resolves.
+   * period. On the libuv threadpool, like linkDelAsync. No link in the group: NetlinkError ENODEV.
    */
   linkDelGroupAsync(group: number): Promise<void>;
   addrAdd(link: string | number, cidr: string, opts?: { nodad?: boolean; scope?: RouteScope }): void;

@@ -76,8 +76,12 @@ describe('deferred veth deletion (trash group)', () => {
       expect(old.group).toBe(GROUP);
       expect(h.routeList({ family: 4 }).filter((x) => x.oif === first.hostIndex)).toEqual([]);
       expect(h.routeList({ family: 6 }).filter((x) => x.oif === first.hostIndex)).toEqual([]);
-      // The old container end is still there (deleted with the batch), in its own namespace.
-      expect(nl(C1.path).linkFind('eth0')).toBeDefined();
+      // The old container end is still there (deleted with the batch), down and renamed,
+      // so the interface name is free in the pod's namespace too.
+      const oldCont = nl(C1.path).linkGet(first.containerIndex);
+      expect(oldCont.name).toMatch(/^npx[0-9a-f]+$/);
+      expect(oldCont.up).toBe(false);
+      expect(nl(C1.path).linkFind('eth0')).toBeUndefined();
 
       // Same pod name (same host veth name), same addresses, at once.
       const second = setupWorkload(spec({ netnsPath: C2.path }));
@@ -93,10 +97,29 @@ describe('deferred veth deletion (trash group)', () => {
       expect(trash.pending()).toBe(0);
       expect(h.linkFind(first.hostIndex)).toBeUndefined();
       expect(inGroup(h)).toEqual([]);
-      expect(nl(C1.path).linkFind('eth0')).toBeUndefined();
+      expect(nl(C1.path).linkFind(first.containerIndex)).toBeUndefined();
       // The new sandbox is untouched by the batch.
       expect(h.linkGet('npitrash00001').index).toBe(second.hostIndex);
       expect(ping(C2.name, '10.255.0.1')).toMatch(/1 received/);
+    } finally {
+      await trash.close();
+    }
+  });
+
+  it('a runtime may ADD the same interface into the same namespace right after DEL: the name is free and the new pair works', async () => {
+    const h = nl(H.path);
+    const trash = createTrash({ hostNetnsPath: H.path, group: GROUP, delayMs: 60_000 });
+    try {
+      const first = setupWorkload(spec());
+      await trash.teardown({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC });
+      const again = setupWorkload(spec());
+      expect(again.containerIndex).not.toBe(first.containerIndex);
+      expect(ping(C1.name, '10.255.0.1')).toMatch(/1 received/);
+      expect(ping(H.name, '10.0.0.5')).toMatch(/1 received/);
+      await trash.close();
+      expect(h.linkFind(first.hostIndex)).toBeUndefined();
+      expect(nl(C1.path).linkGet('eth0').index).toBe(again.containerIndex);
+      expect(ping(C1.name, '10.255.0.1')).toMatch(/1 received/);
     } finally {
       await trash.close();
     }
@@ -154,6 +177,15 @@ describe('deferred veth deletion (trash group)', () => {
     } finally {
       await trash.close();
     }
+  });
+
+  it('the addon refuses group 0 (the default group of every link) and a group out of range, by rejecting', async () => {
+    const h = nl(H.path);
+    await expect(h.linkDelGroupAsync(0)).rejects.toThrow(/linkDelGroupAsync: group must be an integer 1\.\.4294967295/);
+    await expect(h.linkDelGroupAsync(2 ** 32)).rejects.toThrow(TypeError);
+    expect(h.linkGet('lo').group).toBe(0);
+    // An empty group: the kernel says ENODEV (the trash treats that as done).
+    await expect(h.linkDelGroupAsync(GROUP)).rejects.toMatchObject({ code: 'ENODEV', subject: `group ${GROUP}` });
   });
 
   it('a crash with deletions pending: purgeTrash (agent start, CNI GC) deletes our leftovers and leaves a foreign link of the group alone', async () => {
