@@ -8,7 +8,7 @@ import { initDatastore } from './datastore-init.js';
 import { bool, CtlError, list, parseFlags, str, type CtlIO, type DatastoreConfig, type FlagSpec, type ParsedArgs } from './io.js';
 import { cmdDelete, cmdGet, cmdWrite } from './resources.js';
 import { cmdIpamCheck, cmdIpamRelease, cmdIpamShow, type CheckOptions } from './ipam.js';
-import { defaultPackageDir, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
+import { defaultPackageDir, detectPod, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
 import { NETPLUGIN_VERSION } from './version.js';
 import { resolveKind } from './kinds.js';
 
@@ -151,6 +151,14 @@ Installs /opt/cni/bin/netplugin and netplugin-ipam (the native shim plus netplug
 or a small sh launcher when no shim binary is built) and writes the CNI conflist.
 Idempotent; every file is replaced atomically.
 
+  --host-root DIR            the host's / as mounted here (env NETPLUGIN_HOST_ROOT; in a DaemonSet pod:
+                             /host): --bin-dir, --conf-dir and --systemd-dir are host paths written
+                             under DIR, the package is copied to --host-package-dir on the host, and
+                             netplugin.fallback names host paths. In a pod without it, the fallback
+                             names no node (CNI calls answer code 11 while the agent is down)
+  --host-package-dir DIR     package location on the host with --host-root (default /opt/netplugin)
+  --host-node PATH           the host's node (a host path; default /usr/bin/node or /usr/local/bin/node
+                             when present; none: no per-exec fallback, code 11 while the agent is down)
   --bin-dir DIR              CNI bin dir (default /opt/cni/bin; env CNI_BIN_DIR)
   --conf-dir DIR             CNI conf dir (default /etc/cni/net.d; env CNI_NET_DIR)
   --conf-name NAME           conflist file name (default 10-netplugin.conflist; env CNI_CONF_NAME)
@@ -554,7 +562,7 @@ function noPositional(p: ParsedArgs, cmd: string): void {
 }
 
 const INSTALL_FLAGS: FlagSpec[] = [
-  ...['bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
+  ...['host-root', 'host-package-dir', 'host-node', 'bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
     (name) => ({ name, type: 'string' as const }),
   ),
   { name: 'portmap', type: 'bool' },
@@ -608,9 +616,15 @@ async function cmdInstallCni(rest: string[], io: CtlIO, s: Session): Promise<num
     shimPath: abs(str(p, 'shim')),
     agent: bool(p, 'agent'),
     systemdDir: resolvePath(io, str(p, 'systemd-dir') ?? '/etc/systemd/system'),
+    hostRoot: abs(str(p, 'host-root') ?? env.NETPLUGIN_HOST_ROOT),
+    hostPackageDir: str(p, 'host-package-dir'),
+    hostNode: str(p, 'host-node'),
   };
+  for (const [flag, v] of [['--host-package-dir', opts.hostPackageDir], ['--host-node', opts.hostNode]] as const) {
+    if (v && !v.startsWith('/')) throw new CtlError(`${flag} ${JSON.stringify(v)} must be an absolute path on the host`);
+  }
   const packageDir = abs(str(p, 'package-dir')) ?? io.packageDir ?? defaultPackageDir();
-  const r = installCni(opts, { packageDir, nodePath: io.nodePath ?? process.execPath, warn: (m) => io.stderr(`warning: ${m}\n`) });
+  const r = installCni(opts, { packageDir, nodePath: io.nodePath ?? process.execPath, warn: (m) => io.stderr(`warning: ${m}\n`), inPod: io.inPod ?? detectPod() });
 
   let init: string | undefined;
   if (bool(p, 'init-datastore')) {

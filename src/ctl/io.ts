@@ -20,6 +20,8 @@ export interface CtlIO {
   packageDir?: string;
   /** Node executable written into launchers and the fallback file; default process.execPath. */
   nodePath?: string;
+  /** install-cni: whether this process runs in a Kubernetes pod; default: detected (src/ctl/install-cni.ts detectPod). */
+  inPod?: boolean;
 }
 
 /** A failure the user caused or can fix: printed as one line, exit code 1. */
