@@ -52,6 +52,7 @@ export interface Netconf {
   endpoint_status_dir?: string;
   mtu?: number;
   log_level: 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
+  log_format: 'text' | 'json';
   /** undefined: stderr only. */
   log_file_path?: string;
   log_file_max_size: number;
@@ -177,6 +178,7 @@ function build(): Schemas {
       .transform((s) => (s.toUpperCase() === 'WARN' ? 'WARNING' : s.toUpperCase()))
       .pipe(z.enum(['ERROR', 'WARNING', 'INFO', 'DEBUG']))
       .default('INFO'),
+    log_format: z.enum(['text', 'json']).default('text'),
     log_file_path: z
       .string()
       .refine((s) => s === '' || s.startsWith('/'), { message: 'expected an absolute path, or "" to log to stderr only' })
