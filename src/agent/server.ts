@@ -43,6 +43,8 @@ export interface CniServerOptions {
    * the check (the socket's 0600 mode still keeps non-root callers out).
    */
   peerCred?: PeerCredFn | null;
+  /** Called with every answered request (the agent's metrics, src/agent/metrics.ts). */
+  onServed?: (r: { plugin: string; command: string; exitCode: number; stdout: string; seconds: number }) => void;
 }
 
 export interface CniServer {
@@ -209,6 +211,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       log.error('CNI dispatcher threw', { error: (e as Error)?.stack ?? String(e) });
       return cniError(999, `netplugin agent internal error: ${(e as Error)?.message ?? String(e)}`);
     }
+    opts.onServed?.({ plugin: req.plugin, command: req.env['CNI_COMMAND'] ?? '', exitCode: code, stdout, seconds: (performance.now() - started) / 1000 });
     log.info('CNI request served', {
       plugin: req.plugin,
       command: req.env['CNI_COMMAND'] ?? '',

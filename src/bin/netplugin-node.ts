@@ -15,6 +15,11 @@ import { enablePodCache } from '../plugins/main/common.js';
 import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
 import { readNetpluginConf, startNodeInit, type NodeInit } from '../agent/node-init.js';
 import type { Logger } from '../cni/types.js';
+import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
+import { createAgentMetrics } from '../agent/metrics.js';
+import { setDatastoreWrapper, setIpamObserver } from '../plugins/main/runtime.js';
+import { NETPLUGIN_VERSION } from '../ctl/version.js';
+import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
   try {
@@ -26,7 +31,8 @@ async function enableIpv6Forwarding(log: Logger): Promise<void> {
 }
 
 const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename NAME] [--ipv6-forwarding auto|on|off]
-                     [--log-level ERROR|WARNING|INFO|DEBUG] [--max-concurrent N] [--dataplane-threads N]
+                     [--log-level ERROR|WARNING|INFO|DEBUG] [--log-format text|json] [--health-addr HOST:PORT]
+                     [--max-concurrent N] [--dataplane-threads N] [--version]
 
   --socket PATH        CNI socket the shim connects to (default: $NETPLUGIN_AGENT_SOCKET or ${DEFAULT_SOCKET})
   --config FILE        the node's CNI config (e.g. /etc/cni/net.d/10-netplugin.conflist): at start, open
@@ -37,6 +43,11 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --ipv6-forwarding M  auto (default: on when the config assigns IPv6 or an enabled IPv6 IPPool exists),
                        on, or off (never touch net.ipv6.conf.all.forwarding)
   --log-level L        default INFO
+  --log-format F       text (default) or json (one object per line, for log collectors)
+  --health-addr A      serve /healthz (alive), /readyz (socket served; with --config: datastore
+                       initialised and answering) and /metrics (Prometheus) on A (default
+                       ${DEFAULT_HEALTH_ADDR}; "off" disables)
+  --version            print the version and exit
   --max-concurrent N   CNI requests run at once per plugin (default 64)
   --dataplane-threads N  0 (default): setup and check run inline on the main thread (~1-2 ms of
                        syscalls that never sleep) and the veth deletion of a teardown (~20 ms asleep in
@@ -66,7 +77,7 @@ function usageError(msg: string): never {
 }
 
 async function main(): Promise<void> {
-  let values: { socket?: string; config?: string; nodename?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'max-concurrent'?: string; 'dataplane-threads'?: string; help?: boolean };
+  let values: { socket?: string; config?: string; nodename?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'log-format'?: string; 'health-addr'?: string; 'max-concurrent'?: string; 'dataplane-threads'?: string; help?: boolean; version?: boolean };
   try {
     ({ values } = parseArgs({
       options: {
@@ -75,6 +86,9 @@ async function main(): Promise<void> {
         nodename: { type: 'string' },
         'ipv6-forwarding': { type: 'string' },
         'log-level': { type: 'string' },
+        'log-format': { type: 'string' },
+        'health-addr': { type: 'string' },
+        version: { type: 'boolean' },
         'max-concurrent': { type: 'string' },
         'dataplane-threads': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
@@ -88,6 +102,13 @@ async function main(): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
+  if (values.version) {
+    process.stdout.write(`netplugin-node ${NETPLUGIN_VERSION}\n`);
+    return;
+  }
+  const format = values['log-format'] ?? 'text';
+  if (!(LOG_FORMATS as readonly string[]).includes(format)) usageError(`--log-format '${format}' is not one of ${LOG_FORMATS.join(', ')}`);
+  const healthAddr = values['health-addr'] ?? DEFAULT_HEALTH_ADDR;
   const level = values['log-level'] ?? 'INFO';
   if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
   let maxConcurrent = 64;
@@ -108,7 +129,12 @@ async function main(): Promise<void> {
     }
   }
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
-  const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
+  const log = createLogger({ level, format: format as LogFormat, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
+
+  // Installed before anything opens a datastore or serves a request.
+  const metrics = createAgentMetrics();
+  setDatastoreWrapper((ds) => metrics.wrapDatastore(ds));
+  setIpamObserver({ assigned: (n) => metrics.ipamAssigned(n), released: (n) => metrics.ipamReleased(n) });
 
   const pool = await installDataplane(dataplaneThreads);
   enableIpamBatching();
@@ -124,7 +150,7 @@ async function main(): Promise<void> {
 
   let server: CniServer;
   try {
-    server = await startCniServer({ socketPath, plugins, log, maxConcurrent });
+    server = await startCniServer({ socketPath, plugins, log, maxConcurrent, onServed: (r) => metrics.served(r) });
   } catch (e) {
     log.error(`cannot start the CNI server: ${(e as Error).message}`);
     process.exit(1);
@@ -146,6 +172,38 @@ async function main(): Promise<void> {
   }
 
   let stopping = false;
+  let nodeInitialised = false;
+  void nodeInit?.done.then(() => (nodeInitialised = true), () => undefined);
+  let health: Awaited<ReturnType<typeof startAgentHealth>> | undefined;
+  if (healthAddr !== 'off') {
+    const configPath = values.config;
+    try {
+      health = await startAgentHealth({
+        addr: healthAddr,
+        registry: metrics.registry,
+        socketPath,
+        serving: () => !stopping,
+        ...(configPath
+          ? {
+              node: {
+                initialised: () => nodeInitialised,
+                // The connection node init opened and requests reuse (same settings, same cache key).
+                datastore: async () => {
+                  const { parseNetconf } = await import('../config/index.js');
+                  const { getDatastore } = await import('../plugins/main/runtime.js');
+                  return getDatastore(parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined }));
+                },
+              },
+            }
+          : {}),
+      });
+      log.info('serving /healthz, /readyz and /metrics', { addr: `${health.host}:${health.port}` });
+    } catch (e) {
+      // Pods need the CNI socket more than probes need a port: keep serving,
+      // and say why the probes will fail.
+      log.error(`${(e as Error).message}; serving CNI requests without health and metrics endpoints (pass another --health-addr, or off)`);
+    }
+  }
   const stop = (signal: string) => {
     if (stopping) {
       log.warn(`second ${signal}: exiting without waiting for running requests`);
@@ -154,6 +212,7 @@ async function main(): Promise<void> {
     stopping = true;
     log.info(`${signal}: shutting down`);
     nodeInit?.stop();
+    void health?.close();
     server.close().then(
       async () => {
         await pool?.close();

@@ -9,7 +9,7 @@ import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
 import { resolvePodCidrs } from './add.js';
-import { dataplane } from './runtime.js';
+import { dataplane, getIpamObserver } from './runtime.js';
 import { datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
 
 export async function del(ctx: CniContext<Netconf>): Promise<void> {
@@ -101,5 +101,6 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
   const lockPath = ipamLockPath(conf);
   const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
   const released = await ipam.releaseByHandle(wl.handleID);
+  getIpamObserver()?.released(released.length);
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
 }

@@ -17,6 +17,27 @@ let dataplanePort: DataplanePort | undefined;
 /** Set by the agent: in-process signal that an endpoint's policy is programmed. */
 let policySignal: unknown;
 let ipamBatching = false;
+/** Set by the agent (src/agent/metrics.ts): counts addresses and times datastore calls. */
+let ipamObserver: IpamObserver | undefined;
+let datastoreWrapper: ((ds: Datastore) => Datastore) | undefined;
+
+export interface IpamObserver {
+  assigned(n: number): void;
+  released(n: number): void;
+}
+export function setIpamObserver(o: IpamObserver | undefined): void {
+  ipamObserver = o;
+}
+export function getIpamObserver(): IpamObserver | undefined {
+  return ipamObserver;
+}
+export function wrapDatastore(ds: Datastore): Datastore {
+  return datastoreWrapper ? datastoreWrapper(ds) : ds;
+}
+/** Applied to every datastore opened from now on (the agent installs it before serving). */
+export function setDatastoreWrapper(fn: ((ds: Datastore) => Datastore) | undefined): void {
+  datastoreWrapper = fn;
+}
 
 /** The netconf's datastore fields (src/datastore/index.ts DatastoreConfig). */
 export type DatastoreSettings = DatastoreConfig;
@@ -32,7 +53,10 @@ export function getDatastore(s: DatastoreSettings): Promise<Datastore> {
   const key = datastoreKey(s);
   let p = datastores.get(key);
   if (!p) {
-    p = import('../../datastore/index.js').then((m) => m.openDatastore(s));
+    p = import('../../datastore/index.js').then(async (m) => {
+      const ds = await m.openDatastore(s);
+      return wrapDatastore(ds);
+    });
     // A failed connection must not be cached: the next invocation retries.
     p.catch(() => datastores.delete(key));
     datastores.set(key, p);
