@@ -29,6 +29,10 @@ extern char **environ;
 
 namespace {
 
+#ifndef NETPLUGIN_VERSION
+#define NETPLUGIN_VERSION "unknown"  // scripts/build-shim passes the package version
+#endif
+
 const char kDefaultSocket[] = "/var/run/netplugin/cni.sock";
 const long kDefaultTimeoutMs = 120000;
 const unsigned char kMagic[4] = {'N', 'P', 'C', 1};  // "NPC" + protocol version 1
@@ -595,11 +599,17 @@ int connect_agent(const char *path) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  (void)argc;
   signal(SIGPIPE, SIG_IGN);
   if (argv[0] && argv[0][0]) {
     const char *slash = strrchr(argv[0], '/');
     g_plugin = slash ? slash + 1 : argv[0];
+  }
+  // Runtimes pass no arguments; --version is for people checking an install.
+  if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+    char line[256];
+    int n = snprintf(line, sizeof line, "%s %s (native shim)\n", g_plugin, NETPLUGIN_VERSION);
+    write_all(1, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
+    return 0;
   }
   if (const char *t = getenv("NETPLUGIN_SHIM_TIMEOUT_MS")) {
     char *end;

@@ -17,6 +17,7 @@ import { readNetpluginConf, startNodeInit, type NodeInit } from '../agent/node-i
 import type { Logger } from '../cni/types.js';
 import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
+import { parseListenAddr } from '../observe/health.js';
 import { setDatastoreWrapper, setIpamObserver } from '../plugins/main/runtime.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
@@ -109,6 +110,13 @@ async function main(): Promise<void> {
   const format = values['log-format'] ?? 'text';
   if (!(LOG_FORMATS as readonly string[]).includes(format)) usageError(`--log-format '${format}' is not one of ${LOG_FORMATS.join(', ')}`);
   const healthAddr = values['health-addr'] ?? DEFAULT_HEALTH_ADDR;
+  if (healthAddr !== 'off') {
+    try {
+      parseListenAddr(healthAddr);
+    } catch (e) {
+      usageError(`--health-addr: ${(e as Error).message}`);
+    }
+  }
   const level = values['log-level'] ?? 'INFO';
   if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
   let maxConcurrent = 64;
