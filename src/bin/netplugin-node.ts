@@ -21,6 +21,7 @@ import { parseListenAddr } from '../observe/health.js';
 import { setDatastoreWrapper, setIpamObserver } from '../plugins/main/runtime.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
+import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
   try {
@@ -33,7 +34,8 @@ async function enableIpv6Forwarding(log: Logger): Promise<void> {
 
 const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename NAME] [--ipv6-forwarding auto|on|off]
                      [--log-level ERROR|WARNING|INFO|DEBUG] [--log-format text|json] [--health-addr HOST:PORT]
-                     [--max-concurrent N] [--dataplane-threads N] [--version]
+                     [--plugin-kubeconfig PATH [--plugin-service-account NAME] [--plugin-token-seconds N]
+                      [--kubeconfig PATH]] [--max-concurrent N] [--dataplane-threads N] [--version]
 
   --socket PATH        CNI socket the shim connects to (default: $NETPLUGIN_AGENT_SOCKET or ${DEFAULT_SOCKET})
   --config FILE        the node's CNI config (e.g. /etc/cni/net.d/10-netplugin.conflist): at start, open
@@ -48,6 +50,12 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --health-addr A      serve /healthz (alive), /readyz (socket served; with --config: datastore
                        initialised and answering) and /metrics (Prometheus) on A (default
                        ${DEFAULT_HEALTH_ADDR}; "off" disables)
+  --plugin-kubeconfig P  write the CNI plugin's kubeconfig to P (mode 0600; e.g.
+                       /etc/cni/net.d/netplugin-kubeconfig) with a token for --plugin-service-account
+                       from the TokenRequest API, rewritten when a third of its lifetime is left
+  --plugin-service-account NAME  default ${DEFAULT_PLUGIN_SERVICE_ACCOUNT}, in the agent's own namespace
+  --plugin-token-seconds N  requested token lifetime (default ${DEFAULT_TOKEN_SECONDS}; the API server may cap it)
+  --kubeconfig PATH    the agent's own API access for the TokenRequest (default: in-cluster service account)
   --version            print the version and exit
   --max-concurrent N   CNI requests run at once per plugin (default 64)
   --dataplane-threads N  0 (default): setup and check run inline on the main thread (~1-2 ms of
@@ -78,7 +86,7 @@ function usageError(msg: string): never {
 }
 
 async function main(): Promise<void> {
-  let values: { socket?: string; config?: string; nodename?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'log-format'?: string; 'health-addr'?: string; 'max-concurrent'?: string; 'dataplane-threads'?: string; help?: boolean; version?: boolean };
+  let values: { socket?: string; config?: string; nodename?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'log-format'?: string; 'health-addr'?: string; 'plugin-kubeconfig'?: string; 'plugin-service-account'?: string; 'plugin-token-seconds'?: string; kubeconfig?: string; 'max-concurrent'?: string; 'dataplane-threads'?: string; help?: boolean; version?: boolean };
   try {
     ({ values } = parseArgs({
       options: {
@@ -89,6 +97,10 @@ async function main(): Promise<void> {
         'log-level': { type: 'string' },
         'log-format': { type: 'string' },
         'health-addr': { type: 'string' },
+        'plugin-kubeconfig': { type: 'string' },
+        'plugin-service-account': { type: 'string' },
+        'plugin-token-seconds': { type: 'string' },
+        kubeconfig: { type: 'string' },
         version: { type: 'boolean' },
         'max-concurrent': { type: 'string' },
         'dataplane-threads': { type: 'string' },
@@ -156,6 +168,15 @@ async function main(): Promise<void> {
     }
   }
 
+  const tokenSeconds = Number(values['plugin-token-seconds'] ?? DEFAULT_TOKEN_SECONDS);
+  if (!Number.isInteger(tokenSeconds) || tokenSeconds < 600) usageError(`--plugin-token-seconds '${values['plugin-token-seconds']}' is not an integer of at least 600 (the TokenRequest minimum)`);
+  if (values['plugin-kubeconfig'] !== undefined && !values['plugin-kubeconfig'].startsWith('/')) usageError(`--plugin-kubeconfig '${values['plugin-kubeconfig']}' must be an absolute path`);
+  // Before the CNI server: with the kubernetes datastore the plugin needs this file for every ADD.
+  let pluginKubeconfig: PluginKubeconfig | undefined;
+  if (values['plugin-kubeconfig']) {
+    pluginKubeconfig = await startPluginKubeconfigFromFlags(values['plugin-kubeconfig'], values['plugin-service-account'] ?? DEFAULT_PLUGIN_SERVICE_ACCOUNT, tokenSeconds, values.kubeconfig, log);
+  }
+
   let server: CniServer;
   try {
     server = await startCniServer({ socketPath, plugins, log, maxConcurrent, onServed: (r) => metrics.served(r) });
@@ -220,6 +241,7 @@ async function main(): Promise<void> {
     stopping = true;
     log.info(`${signal}: shutting down`);
     nodeInit?.stop();
+    pluginKubeconfig?.stop();
     void health?.close();
     server.close().then(
       async () => {
@@ -259,6 +281,33 @@ async function installDataplane(threads: number): Promise<WorkerPool | undefined
     check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
   });
   return pool;
+}
+
+/**
+ * The agent's own API access (in-cluster service account, or --kubeconfig) and
+ * namespace; an agent outside a cluster logs why and serves without the file.
+ */
+async function startPluginKubeconfigFromFlags(path: string, serviceAccount: string, seconds: number, kubeconfig: string | undefined, log: Logger): Promise<PluginKubeconfig | undefined> {
+  const { createKubeClient, SA_DIR } = await import('../k8s/client.js');
+  const { startPluginKubeconfig } = await import('../agent/kubeconfig-writer.js');
+  const { readFileSync } = await import('node:fs');
+  const read = (p: string) => {
+    try {
+      return readFileSync(p);
+    } catch {
+      return undefined;
+    }
+  };
+  try {
+    const client = await createKubeClient(kubeconfig ? { kubeconfig } : {});
+    // The CA the agent trusts for this server, so the plugin trusts the same one.
+    const ca = client.ca;
+    const namespace = read(`${SA_DIR}/namespace`)?.toString('utf8').trim() || 'kube-system';
+    return startPluginKubeconfig({ path, serviceAccount, namespace, client, ...(ca ? { ca } : {}), expirationSeconds: seconds, log });
+  } catch (e) {
+    log.error(`cannot write the plugin kubeconfig ${path}: ${(e as Error).message}`);
+    return undefined;
+  }
 }
 
 /** The plugin falls back to this file when its netconf has no nodename (src/config/nodename.ts); written atomically. */

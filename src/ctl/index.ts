@@ -168,6 +168,8 @@ Idempotent; every file is replaced atomically.
   --etcd-endpoints URLS      comma-separated etcd URLs (env ETCD_ENDPOINTS)
   --etcd-discovery-srv D     SRV discovery domain instead of endpoints
   --etcd-key-file, --etcd-cert-file, --etcd-ca-cert-file PATH   etcd TLS
+  --etcd-tls-from DIR        copy etcd-key, etcd-cert and etcd-ca found in DIR (a mounted Secret) to
+                             <conf-dir>/netplugin-tls/ (0600) and name them in the conflist
   --kubeconfig PATH          kubeconfig the plugin uses (env KUBECONFIG)
   --k8s-api-root URL         API server URL instead of a kubeconfig
   --nodename NAME            node name, when it differs from the hostname
@@ -562,7 +564,7 @@ function noPositional(p: ParsedArgs, cmd: string): void {
 }
 
 const INSTALL_FLAGS: FlagSpec[] = [
-  ...['host-root', 'host-package-dir', 'host-node', 'bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
+  ...['host-root', 'host-package-dir', 'host-node', 'etcd-tls-from', 'bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
     (name) => ({ name, type: 'string' as const }),
   ),
   { name: 'portmap', type: 'bool' },
@@ -619,6 +621,7 @@ async function cmdInstallCni(rest: string[], io: CtlIO, s: Session): Promise<num
     hostRoot: abs(str(p, 'host-root') ?? env.NETPLUGIN_HOST_ROOT),
     hostPackageDir: str(p, 'host-package-dir'),
     hostNode: str(p, 'host-node'),
+    etcdTlsFrom: abs(str(p, 'etcd-tls-from')),
   };
   for (const [flag, v] of [['--host-package-dir', opts.hostPackageDir], ['--host-node', opts.hostNode]] as const) {
     if (v && !v.startsWith('/')) throw new CtlError(`${flag} ${JSON.stringify(v)} must be an absolute path on the host`);

@@ -52,11 +52,24 @@ export interface InstallCniOptions {
   hostRoot?: string;
   /** Where the package goes on the host with hostRoot (default /opt/netplugin). */
   hostPackageDir?: string;
+  /**
+   * A directory holding etcd-key, etcd-cert and etcd-ca (a mounted Secret):
+   * those present are copied to <confDir>/netplugin-tls/ (0600) and named in
+   * the conflist, unless --etcd-*-file says otherwise.
+   */
+  etcdTlsFrom?: string;
   /** The host's node executable (a host path); default: /usr/bin/node or /usr/local/bin/node when present under hostRoot. */
   hostNode?: string;
 }
 
 export const DEFAULT_HOST_PACKAGE_DIR = '/opt/netplugin';
+/** Secret keys (file names in the mount) and the netconf fields they fill. */
+const ETCD_TLS_FILES = [
+  ['etcd-key', 'etcdKeyFile', 'etcd_key_file'],
+  ['etcd-cert', 'etcdCertFile', 'etcd_cert_file'],
+  ['etcd-ca', 'etcdCaCertFile', 'etcd_ca_cert_file'],
+] as const;
+export const ETCD_TLS_DIR = 'netplugin-tls';
 /** Host paths where a distribution or the Node.js tarball puts node. */
 export const HOST_NODE_CANDIDATES = ['/usr/bin/node', '/usr/local/bin/node'];
 /** What the per-exec entries need at run time (dist/ bundles load these lazily). */
@@ -338,7 +351,8 @@ function fallbackPaths(o: InstallCniOptions, deps: InstallDeps, warn: (m: string
   return { node, pkg: hostPkg, files: [{ path: join(o.hostRoot, hostPkg), action: 'written' }] };
 }
 
-export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniResult {
+export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallCniResult {
+  let o = opts;
   checkOptions(o);
   const warnings: string[] = [];
   const warn = (m: string) => {
@@ -351,6 +365,18 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
       throw new CtlError(`${join(pkg, 'dist', `${p}.mjs`)} is missing; build the package first (npm run build) or pass --package-dir`);
     }
   }
+  // etcd TLS files from a Secret mount: copied next to the conflist, named in it.
+  const tlsCopies: Array<{ from: string; to: string }> = [];
+  const tlsFrom = o.etcdTlsFrom;
+  if (tlsFrom && existsSync(tlsFrom)) {
+    for (const [file, opt] of ETCD_TLS_FILES) {
+      const from = join(tlsFrom, file);
+      if (!existsSync(from) || o[opt]) continue;
+      const to = join(o.confDir, ETCD_TLS_DIR, file);
+      o = { ...o, [opt]: to };
+      tlsCopies.push({ from, to });
+    }
+  }
   // Build and validate the conflist before touching anything, so a bad flag changes nothing.
   let conflist: Record<string, unknown>;
   if (o.fromTemplate) {
@@ -361,6 +387,9 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
       throw new CtlError(`cannot read --from-template ${o.fromTemplate}: ${(e as Error).message}`);
     }
     conflist = renderTemplate(text, o, o.fromTemplate);
+    // A template without TLS placeholders still gets the copied files.
+    const entry = (conflist.plugins as Array<Record<string, unknown>>).find((p) => p && p.type === 'netplugin');
+    for (const [, opt, field] of ETCD_TLS_FILES) if (entry && o[opt] && entry[field] === undefined && tlsCopies.length) entry[field] = o[opt];
   } else conflist = buildConflist(o);
   checkConflist(conflist, warn);
 
@@ -377,6 +406,8 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
   mkdirSync(binDir, { recursive: true });
   mkdirSync(confDir, { recursive: true });
   const files: InstalledFile[] = [];
+  if (tlsCopies.length) mkdirSync(onHost(join(o.confDir, ETCD_TLS_DIR)), { recursive: true, mode: 0o700 });
+  for (const c of tlsCopies) files.push(writeFileAtomic(onHost(c.to), readFileSync(c.from), 0o600));
   const fb = fallbackPaths(o, deps, warn);
   files.push(...fb.files);
   if (shim) {

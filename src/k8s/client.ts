@@ -88,6 +88,8 @@ export interface WatchEnd {
 export interface KubeClient {
   /** The API server URL in use. */
   readonly server: string;
+  /** The CA (PEM) the server certificate is checked against, when one is configured. */
+  readonly ca?: Buffer;
   request<T = unknown>(method: string, path: string, body?: unknown, opts?: RequestOptions): Promise<T>;
   getPod(namespace: string, name: string, opts?: RequestOptions): Promise<KubePod>;
   getNamespace(name: string, opts?: RequestOptions): Promise<KubeObject>;
@@ -421,6 +423,7 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
   const enc = encodeURIComponent;
   return {
     server: creds.server,
+    ...(creds.ca ? { ca: creds.ca } : {}),
     request,
     getPod: (ns, name, ro) => request<KubePod>('GET', `/api/v1/namespaces/${enc(ns)}/pods/${enc(name)}`, undefined, ro),
     getNamespace: (name, ro) => request<KubeObject>('GET', `/api/v1/namespaces/${enc(name)}`, undefined, ro),
