@@ -5,12 +5,13 @@ import { readFileSync } from 'node:fs';
 import { DatastoreError, CniError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
 import { initDatastore } from './datastore-init.js';
-import { bool, CtlError, list, parseFlags, str, type CtlIO, type DatastoreConfig, type FlagSpec, type ParsedArgs } from './io.js';
+import { bool, CtlError, list, parseFlags, str, suggestFlag, type CtlIO, type DatastoreConfig, type FlagSpec, type ParsedArgs } from './io.js';
 import { cmdDelete, cmdGet, cmdWrite } from './resources.js';
 import { cmdIpamCheck, cmdIpamRelease, cmdIpamShow, type CheckOptions } from './ipam.js';
 import { defaultPackageDir, detectPod, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
 import { NETPLUGIN_VERSION } from './version.js';
 import { resolveKind } from './kinds.js';
+import { applyKubeAccess, defaultCtlConfig, isCtlConfig, readCtlConfig } from './cluster-config.js';
 
 export { initDatastore } from './datastore-init.js';
 export type { InitDatastoreOptions, InitDatastoreResult } from './datastore-init.js';
@@ -21,18 +22,31 @@ export type { InstallCniOptions, InstallCniResult } from './install-cni.js';
 
 const GLOBAL_FLAGS: FlagSpec[] = [
   { name: 'config', short: 'c', type: 'string' },
+  { name: 'kubeconfig', type: 'string' },
+  { name: 'context', type: 'string' },
   { name: 'help', short: 'h', type: 'bool' },
 ];
 
 const DATASTORE_HELP = `Datastore: --config FILE (a netconf or conflist; the netplugin entry's datastore_type,
-etcd_* and kubernetes fields are used), else the environment: DATASTORE_TYPE (etcdv3 |
-kubernetes), ETCD_ENDPOINTS, ETCD_DISCOVERY_SRV, ETCD_KEY_FILE, ETCD_CERT_FILE,
-ETCD_CA_CERT_FILE, KUBECONFIG, K8S_API_ROOT.`;
+etcd_* and kubernetes fields are used; or a config file:
+    apiVersion: netplugin.org/v3
+    kind: NetpluginAPIConfig
+    spec: {datastoreType: etcdv3|kubernetes, etcdEndpoints: URLS, etcdKeyFile, etcdCertFile,
+           etcdCACertFile, kubeconfig: PATH, k8sAPIEndpoint: URL, context: NAME}
+), else the environment: DATASTORE_TYPE (etcdv3 | kubernetes), ETCD_ENDPOINTS,
+ETCD_DISCOVERY_SRV, ETCD_KEY_FILE, ETCD_CERT_FILE, ETCD_CA_CERT_FILE, KUBECONFIG (several files
+separated by ':' are merged), K8S_API_ROOT, else /etc/netplugin/netpluginctl.cfg
+(NETPLUGINCTL_CONFIG names another).
+Kubernetes API: --kubeconfig PATH (implies the kubernetes datastore when nothing else is
+configured), --context NAME; without them KUBECONFIG, then ~/.kube/config. Exec credential
+plugins (client.authentication.k8s.io v1 and v1beta1) run as kubectl runs them, their
+credential cached until it expires.
+Logs and errors: --log-format json prints errors as JSON lines on stderr.`;
 
 const HELP: Record<string, string> = {
   '': `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
 
-Usage: netpluginctl [--config FILE] <command> [flags]
+Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--log-format text|json] <command> [flags]
 
 Commands:
   apply -f FILE|-            create or update resources (YAML or JSON, one or many documents)
@@ -86,7 +100,7 @@ get -o yaml), the update only succeeds if nobody changed the resource since.
   -o, --output FORMAT      yaml, json or wide (default: a table)
   -n, --namespace NS       namespace of namespaced kinds (networkpolicy, workloadendpoint); default "default"
   -A, --all-namespaces     list namespaced kinds across all namespaces
-  -l, --selector EXPR      label selector, e.g. "zone == 'a'"
+  -l, --selector EXPR      label selector, e.g. "zone == 'a'", or kubectl's form: zone=a,tier!=db
 
 Examples:
   netpluginctl get ippools -o wide
@@ -119,6 +133,9 @@ entries are missing, and blocks affine to nodes that no longer exist.
 
   -o, --output FILE   write the report (JSON) to FILE for 'ipam release --from-report'
   --json              print the report as JSON instead of text
+
+Exit status: 0 when nothing was found, 1 when the check found problems (so a cron job or
+an alert can use it), 2 and more for errors running the check.
 `,
   'ipam release': `Usage: netpluginctl ipam release --ip ADDR [--ip ADDR...] [--force]
        netpluginctl ipam release --from-report FILE
@@ -204,12 +221,14 @@ function parse(argv: string[], specs: FlagSpec[], command: string): ParsedArgs {
 }
 
 /** Datastore settings from --config (netconf or conflist) or the environment; undefined when none is configured. */
-export function datastoreConfig(configFile: string | undefined, io: CtlIO): DatastoreConfig | undefined {
+export function datastoreConfig(configFile: string | undefined, io: CtlIO): (DatastoreConfig & { context?: string }) | undefined {
   const env = io.env;
   if (configFile) {
     let raw: unknown;
     try {
-      raw = JSON.parse(readFileSync(resolvePath(io, configFile), 'utf8'));
+      const text = readFileSync(resolvePath(io, configFile), 'utf8');
+      if (isCtlConfig(text)) return readCtlConfig(resolvePath(io, configFile), io);
+      raw = JSON.parse(text);
     } catch (e) {
       throw new CtlError(`cannot read --config ${configFile}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
     }
@@ -245,7 +264,8 @@ export function datastoreConfig(configFile: string | undefined, io: CtlIO): Data
   if (env.ETCD_CA_CERT_FILE) out.etcd_ca_cert_file = env.ETCD_CA_CERT_FILE;
   if (env.KUBECONFIG || env.K8S_API_ROOT) {
     out.kubernetes = {};
-    if (env.KUBECONFIG) out.kubernetes.kubeconfig = env.KUBECONFIG.split(':')[0];
+    // Several files are merged, as kubectl does (src/k8s/client.ts).
+    if (env.KUBECONFIG) out.kubernetes.kubeconfig_paths = env.KUBECONFIG.split(':').filter(Boolean);
     if (env.K8S_API_ROOT) out.kubernetes.k8s_api_root = env.K8S_API_ROOT;
   }
   if (out.datastore_type === 'etcdv3' && !out.etcd_endpoints && !out.etcd_discovery_srv) {
@@ -261,13 +281,24 @@ async function defaultOpen(conf: DatastoreConfig): Promise<Datastore> {
 
 class Session {
   private ds: Datastore | undefined;
+  /** --kubeconfig and --context, before the command or among its flags. */
+  kubeconfig: string | undefined;
+  context: string | undefined;
   constructor(
     private readonly io: CtlIO,
     /** --config, given before the command or among its flags. */
     public configFile: string | undefined,
   ) {}
   config(): DatastoreConfig | undefined {
-    return datastoreConfig(this.configFile, this.io);
+    let base = datastoreConfig(this.configFile, this.io);
+    if (!base && !this.configFile) {
+      const dflt = defaultCtlConfig(this.io);
+      if (dflt) base = readCtlConfig(dflt, this.io);
+    }
+    // --kubeconfig alone: the kubernetes datastore in that cluster.
+    if (!base && this.kubeconfig) base = { datastore_type: 'kubernetes' };
+    if (!base) return undefined;
+    return applyKubeAccess(base, this.io, { kubeconfig: this.kubeconfig ? resolvePath(this.io, this.kubeconfig) : undefined, context: this.context });
   }
   async datastore(): Promise<Datastore> {
     if (this.ds) return this.ds;
@@ -327,6 +358,7 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
   // The command is the first positional word; global flags may come before it.
   let i = 0;
   let configFile: string | undefined;
+  const globals: { kubeconfig?: string; context?: string; 'log-format'?: string } = {};
   while (i < argv.length && argv[i]!.startsWith('-')) {
     const a = argv[i]!;
     if (a === '-h' || a === '--help') return help(io, '');
@@ -346,22 +378,60 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
       i = 0;
       break;
     }
-    return fail(io, new CtlError(`unknown flag ${a}; run 'netpluginctl --help'`));
+    const g = /^--(kubeconfig|context|log-format)(?:=(.*))?$/.exec(a);
+    if (g) {
+      const v = g[2] ?? argv[i + 1];
+      if (v === undefined) return fail(io, new CtlError(`--${g[1]} needs a value`));
+      globals[g[1] as keyof typeof globals] = v;
+      i += g[2] === undefined ? 2 : 1;
+      continue;
+    }
+    return fail(io, new CtlError(`unknown flag ${a}${suggestFlag(a, ['--config', '--kubeconfig', '--context', '--log-format', '--help', '--version'])}; run 'netpluginctl --help'`));
   }
+  const after = argv.slice(i + 1);
+  const logFormat = globals['log-format'] ?? pairFlag(after, '--log-format') ?? after.find((a) => a.startsWith('--log-format='))?.slice('--log-format='.length);
+  if (logFormat !== undefined && logFormat !== 'text' && logFormat !== 'json') {
+    return fail(io, new CtlError(`--log-format ${JSON.stringify(logFormat)} is not text or json`));
+  }
+  const json = logFormat === 'json';
   const cmd = argv[i];
-  const rest = argv.slice(i + 1);
+  const rest = stripPair(argv.slice(i + 1), '--log-format');
   if (!cmd || cmd === 'help') return help(io, rest.join(' '));
   const session = new Session(io, configFile);
+  session.kubeconfig = globals.kubeconfig;
+  session.context = globals.context;
   try {
     return await dispatch(cmd, rest, io, session);
   } catch (e) {
-    return fail(io, e);
+    return fail(io, e, json);
   } finally {
     await session.close();
   }
 }
 
-function fail(io: CtlIO, e: unknown): number {
+function pairFlag(argv: string[], flag: string): string | undefined {
+  const j = argv.indexOf(flag);
+  return j >= 0 ? argv[j + 1] : undefined;
+}
+/** --log-format is accepted anywhere; commands never see it. */
+function stripPair(argv: string[], flag: string): string[] {
+  const out: string[] = [];
+  for (let j = 0; j < argv.length; j++) {
+    if (argv[j] === flag) {
+      j++;
+      continue;
+    }
+    if (argv[j]!.startsWith(`${flag}=`)) continue;
+    out.push(argv[j]!);
+  }
+  return out;
+}
+
+function fail(io: CtlIO, e: unknown, json = false): number {
+  if (json) {
+    io.stderr(JSON.stringify({ time: new Date().toISOString(), level: 'ERROR', msg: errorLine(e), ...(e instanceof CtlError ? { exitCode: e.exitCode } : {}) }) + '\n');
+    return e instanceof CtlError ? e.exitCode : 1;
+  }
   io.stderr(`error: ${errorLine(e)}\n`);
   if (io.env.NETPLUGIN_DEBUG === '1' && e instanceof Error && e.stack) io.stderr(e.stack + '\n');
   return e instanceof CtlError ? e.exitCode : 1;
@@ -448,7 +518,12 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         noPositional(p, 'ipam check');
         const out = str(p, 'output');
         if (out === 'json') throw new CtlError(`ipam check -o takes a report file name; use --json to print the report`);
-        return cmdIpamCheck(await s.datastore(), io, { output: out, json: bool(p, 'json') }, await s.checkOptions());
+        try {
+          return await cmdIpamCheck(await s.datastore(), io, { output: out, json: bool(p, 'json') }, await s.checkOptions());
+        } catch (e) {
+          // 1 means "problems found"; a check that could not run is 2.
+          throw new CtlError(errorLine(e), 2);
+        }
       }
       if (sub === 'release') {
         const p = parse(args, [{ name: 'ip', type: 'list' }, { name: 'from-report', type: 'string' }, { name: 'force', type: 'bool' }], 'ipam release');
@@ -557,6 +632,10 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
 function cfg(p: ParsedArgs, s: Session): void {
   const c = str(p, 'config');
   if (c) s.configFile = c;
+  const k = str(p, 'kubeconfig');
+  if (k) s.kubeconfig = k;
+  const ctx = str(p, 'context');
+  if (ctx) s.context = ctx;
 }
 
 function noPositional(p: ParsedArgs, cmd: string): void {

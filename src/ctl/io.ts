@@ -65,7 +65,7 @@ export function parseFlags(argv: string[], specs: FlagSpec[], command: string): 
     } else out.flags[spec.name] = value;
   };
   const unknown = (tok: string) =>
-    new CtlError(`unknown flag ${tok} for '${command}'; run 'netpluginctl ${command} --help' for the accepted flags`);
+    new CtlError(`unknown flag ${tok} for '${command}'${suggestFlag(tok, specs.map((s) => `--${s.name}`))}; run 'netpluginctl ${command} --help' for the accepted flags`);
   for (let i = 0; i < argv.length; i++) {
     const tok = argv[i]!;
     if (tok === '--') {
@@ -142,4 +142,30 @@ export function table(header: string[], rows: string[][]): string {
   const all = [header, ...rows];
   const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
   return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd()).join('\n') + '\n';
+}
+
+/** "; did you mean --x?" for the known flag closest to `given` (edit distance <= 3). */
+export function suggestFlag(given: string, known: string[]): string {
+  const name = given.split('=')[0]!;
+  let best: string | undefined;
+  let bestD = Infinity;
+  for (const k of known) {
+    const d = editDistance(name, k);
+    if (d < bestD) [best, bestD] = [k, d];
+  }
+  return best && bestD <= Math.max(2, Math.floor(name.length / 4)) && bestD > 0 ? `; did you mean ${best}?` : '';
+}
+
+function editDistance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cur = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = cur;
+    }
+  }
+  return row[b.length]!;
 }

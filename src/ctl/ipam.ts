@@ -370,9 +370,11 @@ function writeAtomic(path: string, data: string): void {
 export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: string; json?: boolean }, opts: CheckOptions = {}): Promise<number> {
   const r = await ipamCheck(ds, opts);
   if (args.output) writeAtomic(resolve(io.cwd ?? process.cwd(), args.output), JSON.stringify(r, null, 2) + '\n');
+  // Exit 1 when something was found, so cron jobs and alerts can use the status.
+  const status = r.summary.problems === 0 ? 0 : 1;
   if (args.json) {
     io.stdout(JSON.stringify(r, null, 2) + '\n');
-    return 0;
+    return status;
   }
   const out: string[] = [];
   out.push(`checked ${r.summary.allocated} allocated address(es), ${r.summary.handles} handle(s), ${r.summary.workloadEndpoints} workload endpoint(s), ${r.summary.nodes} node(s)`);
@@ -399,7 +401,7 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
     out.push(args.output ? `report written to ${args.output}; review it, then run: netpluginctl ipam release --from-report ${args.output}` : 'write a report with -o FILE, review it, then run: netpluginctl ipam release --from-report FILE');
   }
   io.stdout(out.join('\n') + '\n');
-  return 0;
+  return status;
 }
 
 // ---------------------------------------------------------------- release

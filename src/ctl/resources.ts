@@ -349,7 +349,7 @@ export async function cmdGet(
     return failed ? 1 : 0;
   }
   const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
-  const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector });
+  const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) });
   if (format === 'table' || format === 'wide') {
     if (list.items.length === 0) {
       io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
@@ -358,4 +358,17 @@ export async function cmdGet(
   }
   io.stdout(await formatResources(list.items, info.kind, format, false, Boolean(args.allNamespaces)));
   return 0;
+}
+
+/** -l: our selector syntax, or kubectl's (`zone=a,!legacy`) translated to it. */
+async function labelSelectorArg(sel: string): Promise<string> {
+  const { parseSelector, fromKubectlSelector } = await import('../selector/index.js');
+  try {
+    parseSelector(sel);
+    return sel;
+  } catch (e) {
+    const translated = fromKubectlSelector(sel);
+    if (translated !== undefined) return translated;
+    throw new CtlError(`-l ${JSON.stringify(sel)}: ${(e as Error).message} (kubectl's form works too: key=value,key!=value,key in (a,b),!key)`);
+  }
 }
