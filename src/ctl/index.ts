@@ -11,6 +11,7 @@ import { cmdIpamCheck, cmdIpamRelease, cmdIpamShow, type CheckOptions } from './
 import { defaultPackageDir, detectPod, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
 import { NETPLUGIN_VERSION } from './version.js';
 import { resolveKind } from './kinds.js';
+import { cmdLabel, cmdPatch, cmdValidate, completionScript } from './edit.js';
 import { applyKubeAccess, defaultCtlConfig, isCtlConfig, readCtlConfig } from './cluster-config.js';
 
 export { initDatastore } from './datastore-init.js';
@@ -49,14 +50,18 @@ const HELP: Record<string, string> = {
 Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--log-format text|json] <command> [flags]
 
 Commands:
-  apply -f FILE|-            create or update resources (YAML or JSON, one or many documents)
-  create -f FILE|-           create resources; fails if one exists
-  replace -f FILE|-          update existing resources
-  get <kind> [name...]       show resources (-o yaml|json|wide, -n NS, -A)
-  delete <kind> <name...>    delete resources (or -f FILE)
+  apply -f FILE|DIR|-        create or update resources (YAML or JSON, one or many documents)
+  create -f FILE|DIR|-       create resources; fails if one exists
+  replace -f FILE|DIR|-      update existing resources
+  get <kind> [name...]       show resources (also KIND/NAME; -o yaml|json|wide|name, -n NS, -A, -l)
+  delete <kind> <name...>    delete resources (or -f FILE|DIR)
+  validate -f FILE|DIR|-     check manifests without a datastore
+  label <kind> <name> k=v    set (k=v) or remove (k-) labels
+  patch <kind> <name> -p J   apply a JSON merge patch to spec, labels or annotations
+  completion bash|zsh        print a shell completion script
   ipam show                  pool usage (--show-blocks, --ip ADDR)
   ipam check                 find leaked addresses (-o report.json)
-  ipam release               release addresses (--ip ADDR, --from-report FILE)
+  ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run)
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
   version                    client and cluster version
@@ -71,12 +76,14 @@ ${DATASTORE_HELP}
 
 Run 'netpluginctl <command> --help' for a command's flags. Set NETPLUGIN_DEBUG=1 for stack traces.
 `,
-  apply: `Usage: netpluginctl apply -f FILE|-
+  apply: `Usage: netpluginctl apply -f FILE|DIR|- [--dry-run]
 
 Creates each resource in FILE (or stdin with -), or updates it when it exists. FILE holds
 YAML or JSON: one document, several separated by ---, a JSON array, or a kind: List.
 IPPools are validated (masked CIDR, no overlap, block size, selector); cidr and
-blockSize cannot change once created.
+blockSize cannot change once created. -f DIR reads every .yaml, .yml and .json file in DIR
+(not recursive, in name order). --dry-run (or --dry-run=client) checks everything against the
+datastore and writes nothing.
 
 Example:
   cat <<EOF | netpluginctl apply -f -
@@ -95,9 +102,11 @@ Like apply, but fails for resources that already exist.
 Updates existing resources. When a document carries metadata.resourceVersion (as printed by
 get -o yaml), the update only succeeds if nobody changed the resource since.
 `,
-  get: `Usage: netpluginctl get <kind> [name...] [-o yaml|json|wide] [-n NAMESPACE | -A] [-l SELECTOR]
+  get: `Usage: netpluginctl get <kind> [name...] [-o yaml|json|wide|name] [-n NAMESPACE | -A] [-l SELECTOR]
+       netpluginctl get <kind>/<name> [<kind>/<name>...]
 
-  -o, --output FORMAT      yaml, json or wide (default: a table)
+  -o, --output FORMAT      yaml, json, wide or name (kind/name per line; default: a table)
+  --no-headers             tables without the header line
   -n, --namespace NS       namespace of namespaced kinds (networkpolicy, workloadendpoint); default "default"
   -A, --all-namespaces     list namespaced kinds across all namespaces
   -l, --selector EXPR      label selector, e.g. "zone == 'a'", or kubectl's form: zone=a,tier!=db
@@ -107,8 +116,8 @@ Examples:
   netpluginctl get pool default-ipv4-ippool -o yaml
   netpluginctl get wep -A
 `,
-  delete: `Usage: netpluginctl delete <kind> <name...> [-n NAMESPACE] [--force] [--ignore-not-found]
-       netpluginctl delete -f FILE|-
+  delete: `Usage: netpluginctl delete <kind> <name...> [-n NAMESPACE] [--force] [--ignore-not-found] [--dry-run]
+       netpluginctl delete -f FILE|DIR|-
 
 An IPPool that still has allocated addresses is not deleted unless --force is given
 (the addresses then stay allocated until their workloads are deleted).
@@ -137,8 +146,10 @@ entries are missing, and blocks affine to nodes that no longer exist.
 Exit status: 0 when nothing was found, 1 when the check found problems (so a cron job or
 an alert can use it), 2 and more for errors running the check.
 `,
-  'ipam release': `Usage: netpluginctl ipam release --ip ADDR [--ip ADDR...] [--force]
-       netpluginctl ipam release --from-report FILE
+  'ipam release': `Usage: netpluginctl ipam release --ip ADDR [--ip ADDR...] [--force] [--dry-run]
+       netpluginctl ipam release --from-report FILE [--dry-run]
+
+  --dry-run            run every check against the live state and print what would be released
 
   --ip ADDR            release one address; refused while a workload endpoint uses it, unless --force
   --from-report FILE   release what 'ipam check -o FILE' found; each item is checked again first
@@ -203,6 +214,29 @@ Idempotent; every file is replaced atomically.
   --agent                    also write a systemd unit for netplugin-node (--systemd-dir, default /etc/systemd/system)
   --init-datastore           also run 'datastore init' against the configured datastore
   -o json                    print what was installed as JSON
+  --dry-run                  check everything and print what would be written; write nothing
+`,
+  validate: `Usage: netpluginctl validate -f FILE|DIR|-
+
+Parses every document and checks it as apply would (kinds, names, IPPool CIDR, block size,
+selector, overlaps between the pools given), without a datastore. Exit status 1 when any
+document is invalid.
+`,
+  label: `Usage: netpluginctl label <kind> <name> key=value... [key-...] [--overwrite] [-n NS] [--dry-run]
+       netpluginctl label <kind>/<name> ...
+
+Sets labels (key=value) or removes them (key-). Changing an existing label's value needs
+--overwrite, as with kubectl.
+`,
+  patch: `Usage: netpluginctl patch <kind> <name> --type merge -p '{"spec":{"disabled":true}}' [-n NS] [--dry-run]
+
+Applies a JSON merge patch (RFC 7386: objects merge, null removes a field) to spec,
+metadata.labels or metadata.annotations, then validates and writes the result as apply does
+(retrying when someone else changed the resource meanwhile). Only --type merge is supported.
+`,
+  completion: `Usage: netpluginctl completion bash|zsh
+
+Prints a completion script: source <(netpluginctl completion bash)
 `,
   'uninstall-cni': `Usage: netpluginctl uninstall-cni [--bin-dir DIR] [--conf-dir DIR] [--conf-name NAME] [--agent]
 
@@ -401,7 +435,7 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
   session.kubeconfig = globals.kubeconfig;
   session.context = globals.context;
   try {
-    return await dispatch(cmd, rest, io, session);
+    return await dispatch(cmd, normalizeDryRun(rest), io, session);
   } catch (e) {
     return fail(io, e, json);
   } finally {
@@ -442,13 +476,50 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
     case 'apply':
     case 'create':
     case 'replace': {
-      const p = parse(rest, [{ name: 'filename', short: 'f', type: 'string' }], cmd);
+      const p = parse(rest, [{ name: 'filename', short: 'f', type: 'string' }, DRY_RUN], cmd);
       if (bool(p, 'help')) return help(io, cmd);
       cfg(p, s);
       const file = str(p, 'filename');
       if (!file) throw new CtlError(`${cmd} needs -f FILE (or -f - for stdin)`);
       if (p.positional.length) throw new CtlError(`${cmd} takes no arguments besides -f FILE; got ${p.positional.join(' ')}`);
-      return cmdWrite(await s.datastore(), io, file, cmd);
+      return cmdWrite(await s.datastore(), io, file, cmd, dryRun(p));
+    }
+    case 'validate': {
+      const p = parse(rest, [{ name: 'filename', short: 'f', type: 'string' }], cmd);
+      if (bool(p, 'help')) return help(io, cmd);
+      const file = str(p, 'filename');
+      if (!file) throw new CtlError('validate needs -f FILE|DIR|-');
+      noPositional(p, cmd);
+      return cmdValidate(io, file);
+    }
+    case 'label':
+    case 'patch': {
+      const p = parse(
+        rest,
+        [
+          { name: 'namespace', short: 'n', type: 'string' },
+          { name: 'overwrite', type: 'bool' },
+          { name: 'type', type: 'string' },
+          { name: 'patch', short: 'p', type: 'string' },
+          DRY_RUN,
+        ],
+        cmd,
+      );
+      if (bool(p, 'help')) return help(io, cmd);
+      cfg(p, s);
+      // Check the arguments before connecting.
+      const t = (await import('./edit.js')).target(p.positional, str(p, 'namespace'), cmd);
+      if (cmd === 'label') (await import('./edit.js')).parseLabelArgs(t.rest);
+      const common = { positional: p.positional, namespace: str(p, 'namespace'), dryRun: dryRun(p) };
+      return cmd === 'label'
+        ? cmdLabel(await s.datastore(), io, { ...common, overwrite: bool(p, 'overwrite') })
+        : cmdPatch(await s.datastore(), io, { ...common, type: str(p, 'type'), patch: str(p, 'patch') });
+    }
+    case 'completion': {
+      const shell = rest[0];
+      if (!shell || shell === '--help' || shell === '-h') return help(io, cmd);
+      io.stdout(completionScript(shell, Object.keys(HELP).filter((k) => k && !k.includes(' ')), COMPLETION_FLAGS));
+      return 0;
     }
     case 'get': {
       const p = parse(
@@ -458,12 +529,21 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
           { name: 'namespace', short: 'n', type: 'string' },
           { name: 'all-namespaces', short: 'A', type: 'bool' },
           { name: 'selector', short: 'l', type: 'string' },
+          { name: 'no-headers', type: 'bool' },
         ],
         cmd,
       );
       if (bool(p, 'help')) return help(io, cmd);
       cfg(p, s);
-      const [kind, ...names] = p.positional;
+      let [kind, ...names] = p.positional;
+      // get KIND/NAME [KIND/NAME...], as kubectl takes them.
+      if (kind?.includes('/')) {
+        const refs = p.positional.map((r) => r.split('/', 2) as [string, string | undefined]);
+        const kinds = new Set(refs.map(([k]) => resolveKind(k).kind));
+        if (kinds.size > 1 || refs.some(([, n]) => !n)) throw new CtlError(`get KIND/NAME: give names of one kind, each as KIND/NAME (got ${p.positional.join(' ')})`);
+        kind = refs[0]![0];
+        names = refs.map(([, n]) => n!);
+      }
       if (!kind) throw new CtlError(`get needs a kind, e.g. 'netpluginctl get ippools'`);
       // Resolve the kind before connecting so a typo fails fast.
       resolveKind(kind);
@@ -474,6 +554,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         allNamespaces: bool(p, 'all-namespaces'),
         output: str(p, 'output'),
         selector: str(p, 'selector'),
+        noHeaders: bool(p, 'no-headers'),
       });
     }
     case 'delete': {
@@ -484,6 +565,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
           { name: 'namespace', short: 'n', type: 'string' },
           { name: 'force', type: 'bool' },
           { name: 'ignore-not-found', type: 'bool' },
+          DRY_RUN,
         ],
         cmd,
       );
@@ -498,6 +580,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         namespace: str(p, 'namespace'),
         force: bool(p, 'force'),
         ignoreNotFound: bool(p, 'ignore-not-found'),
+        dryRun: dryRun(p),
       });
     }
     case 'ipam': {
@@ -526,7 +609,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         }
       }
       if (sub === 'release') {
-        const p = parse(args, [{ name: 'ip', type: 'list' }, { name: 'from-report', type: 'string' }, { name: 'force', type: 'bool' }], 'ipam release');
+        const p = parse(args, [{ name: 'ip', type: 'list' }, { name: 'from-report', type: 'string' }, { name: 'force', type: 'bool' }, DRY_RUN], 'ipam release');
         if (bool(p, 'help')) return help(io, 'ipam release');
         cfg(p, s);
         noPositional(p, 'ipam release');
@@ -534,7 +617,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         const { Ipam } = await import('../ipam/index.js');
         // No host lock: the operator runs this from anywhere; the allocator's compare-and-swap keeps it safe.
         const ipam = new Ipam(ds, { lockPath: null });
-        return cmdIpamRelease(ds, io, ipam, { ips: list(p, 'ip'), fromReport: str(p, 'from-report'), force: bool(p, 'force') }, await s.checkOptions());
+        return cmdIpamRelease(ds, io, ipam, { ips: list(p, 'ip'), fromReport: str(p, 'from-report'), force: bool(p, 'force'), dryRun: dryRun(p) }, await s.checkOptions());
       }
       throw new CtlError(`unknown ipam command ${JSON.stringify(sub)}; use show, check or release`);
     }
@@ -629,6 +712,23 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
   }
 }
 
+/** --dry-run (kubectl's --dry-run=client is accepted too): check everything, write nothing. */
+const DRY_RUN: FlagSpec = { name: 'dry-run', type: 'bool' };
+function dryRun(p: ParsedArgs): boolean {
+  return bool(p, 'dry-run') === true;
+}
+/** kubectl's --dry-run=client|none|server spelled as our boolean flag. */
+function normalizeDryRun(argv: string[]): string[] {
+  return argv.map((a) => {
+    if (a === '--dry-run=client') return '--dry-run';
+    if (a === '--dry-run=none') return '--dry-run=false';
+    if (a === '--dry-run=server') throw new CtlError('--dry-run=server is not supported: netpluginctl checks locally; use --dry-run (or --dry-run=client)');
+    return a;
+  });
+}
+
+const COMPLETION_FLAGS = ['--config', '--kubeconfig', '--context', '--log-format', '--help', '--version', '-o', '-n', '-A', '-l', '-f', '--no-headers', '--dry-run', '--force', '--overwrite', '--type', '-p'];
+
 function cfg(p: ParsedArgs, s: Session): void {
   const c = str(p, 'config');
   if (c) s.configFile = c;
@@ -651,6 +751,7 @@ const INSTALL_FLAGS: FlagSpec[] = [
   { name: 'agent', type: 'bool' },
   { name: 'init-datastore', type: 'bool' },
   { name: 'output', short: 'o', type: 'string' },
+  { name: 'dry-run', type: 'bool' },
 ];
 
 async function cmdInstallCni(rest: string[], io: CtlIO, s: Session): Promise<number> {
@@ -701,6 +802,7 @@ async function cmdInstallCni(rest: string[], io: CtlIO, s: Session): Promise<num
     hostPackageDir: str(p, 'host-package-dir'),
     hostNode: str(p, 'host-node'),
     etcdTlsFrom: abs(str(p, 'etcd-tls-from')),
+    dryRun: dryRun(p),
   };
   for (const [flag, v] of [['--host-package-dir', opts.hostPackageDir], ['--host-node', opts.hostNode]] as const) {
     if (v && !v.startsWith('/')) throw new CtlError(`${flag} ${JSON.stringify(v)} must be an absolute path on the host`);
@@ -709,7 +811,7 @@ async function cmdInstallCni(rest: string[], io: CtlIO, s: Session): Promise<num
   const r = installCni(opts, { packageDir, nodePath: io.nodePath ?? process.execPath, warn: (m) => io.stderr(`warning: ${m}\n`), inPod: io.inPod ?? detectPod() });
 
   let init: string | undefined;
-  if (bool(p, 'init-datastore')) {
+  if (bool(p, 'init-datastore') && !opts.dryRun) {
     // The datastore the installed conflist names, unless --config says otherwise.
     const conf: DatastoreConfig = configFile
       ? datastoreConfig(configFile, io)!
@@ -736,6 +838,12 @@ async function cmdInstallCni(rest: string[], io: CtlIO, s: Session): Promise<num
 
   if (str(p, 'output') === 'json') {
     io.stdout(JSON.stringify({ ...r, packageDir, ...(init ? { datastoreInit: init } : {}) }, null, 2) + '\n');
+    return 0;
+  }
+  if (opts.dryRun) {
+    io.stdout(`dry run: nothing written; install-cni would write:\n`);
+    for (const f of r.files) io.stdout(`  ${f.path}\n`);
+    io.stdout(JSON.stringify(r.conflist, null, 2) + '\n');
     return 0;
   }
   io.stdout(

@@ -50,6 +50,8 @@ export interface InstallCniOptions {
    * netplugin.fallback names host paths, never this container's.
    */
   hostRoot?: string;
+  /** Check everything and report what would be written, writing nothing. */
+  dryRun?: boolean;
   /** Where the package goes on the host with hostRoot (default /opt/netplugin). */
   hostPackageDir?: string;
   /**
@@ -88,7 +90,7 @@ export function detectPod(root = '/'): boolean {
 
 export interface InstalledFile {
   path: string;
-  action: 'written' | 'unchanged';
+  action: 'written' | 'unchanged' | 'would write';
 }
 
 export interface InstallCniResult {
@@ -403,6 +405,18 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
   const onHost = (p: string) => (o.hostRoot ? join(o.hostRoot, p) : p);
   const binDir = onHost(o.binDir);
   const confDir = onHost(o.confDir);
+  if (o.dryRun) {
+    const would = (path: string): InstalledFile => ({ path, action: 'would write' });
+    const planned = [
+      ...tlsCopies.map((c) => would(onHost(c.to))),
+      ...(o.hostRoot ? [would(join(o.hostRoot, o.hostPackageDir ?? DEFAULT_HOST_PACKAGE_DIR))] : []),
+      ...(shim ? [would(join(binDir, FALLBACK_FILE))] : []),
+      ...PLUGIN_NAMES.map((p) => would(join(binDir, p))),
+      would(join(confDir, o.confName)),
+      ...(o.agent ? [would(join(onHost(o.systemdDir), AGENT_UNIT))] : []),
+    ];
+    return { kind: shim ? 'shim' : 'launcher', shimSource: shim, files: planned, conflist, warnings };
+  }
   mkdirSync(binDir, { recursive: true });
   mkdirSync(confDir, { recursive: true });
   const files: InstalledFile[] = [];

@@ -427,9 +427,14 @@ export async function cmdIpamRelease(
   ds: Datastore,
   io: CtlIO,
   ipam: IpamReleaser,
-  args: { ips: string[]; fromReport?: string; force?: boolean },
+  args: { ips: string[]; fromReport?: string; force?: boolean; dryRun?: boolean },
   opts: CheckOptions = {},
 ): Promise<number> {
+  // --dry-run: every check runs against the live state; nothing is released.
+  const verb = args.dryRun ? 'would release' : 'released';
+  if (args.dryRun) {
+    ipam = { releaseByHandle: async () => [], releaseIPs: async () => [] };
+  }
   if (args.fromReport && args.ips.length) throw new CtlError(`give either --ip or --from-report, not both`);
   if (!args.fromReport && !args.ips.length) throw new CtlError(`ipam release needs --ip ADDR or --from-report FILE (from 'netpluginctl ipam check -o FILE')`);
   let failed = 0;
@@ -447,7 +452,7 @@ export async function cmdIpamRelease(
         continue;
       }
       await ipam.releaseIPs([w.ip]);
-      io.stdout(`released ${w.ip}${w.handle ? ` (handle ${w.handle})` : ''}\n`);
+      io.stdout(`${verb} ${w.ip}${w.handle ? ` (handle ${w.handle})` : ''}\n`);
     }
     return failed ? 1 : 0;
   }
@@ -469,7 +474,7 @@ export async function cmdIpamRelease(
       // releaseByHandle follows the handle object; addresses whose handle object is gone are freed by address.
       const rest = l.ips.filter((ip) => !ips.includes(ip));
       if (rest.length) await ipam.releaseIPs(rest);
-      io.stdout(`released handle ${l.handle}: ${l.ips.join(',')}\n`);
+      io.stdout(`${verb} handle ${l.handle}: ${l.ips.join(',')}\n`);
       released++;
     } catch (e) {
       failed++;
@@ -486,7 +491,7 @@ export async function cmdIpamRelease(
     }
     try {
       await ipam.releaseIPs([a.ip]);
-      io.stdout(`released ${a.ip} (handle ${a.handle} had no handle object)\n`);
+      io.stdout(`${verb} ${a.ip} (handle ${a.handle} had no handle object)\n`);
       released++;
     } catch (e) {
       failed++;
@@ -519,8 +524,8 @@ export async function cmdIpamRelease(
       continue;
     }
     try {
-      await releaseEmptyBlock(ds, o.block, o.node);
-      io.stdout(`released block ${o.block} (node ${o.node} is gone)\n`);
+      if (!args.dryRun) await releaseEmptyBlock(ds, o.block, o.node);
+      io.stdout(`${verb} block ${o.block} (node ${o.node} is gone)\n`);
       released++;
     } catch (e) {
       failed++;
