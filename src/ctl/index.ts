@@ -203,6 +203,8 @@ Idempotent; every file is replaced atomically.
   --nodename NAME            node name, when it differs from the hostname
   --mtu N                    pod interface MTU (68-65535)
   --ipam TYPE                netplugin-ipam (default) or host-local (node pod CIDR)
+  --subnet CIDR              with --ipam host-local: a plain range instead of the node's pod CIDR
+                             (hosts without Kubernetes; repeat for dual stack)
   --policy k8s               enforce Kubernetes NetworkPolicy
   --no-portmap               leave out the chained portmap entry (host ports)
   --log-level L              plugin log level (default info)
@@ -746,6 +748,7 @@ const INSTALL_FLAGS: FlagSpec[] = [
   ...['host-root', 'host-package-dir', 'host-node', 'etcd-tls-from', 'bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
     (name) => ({ name, type: 'string' as const }),
   ),
+  { name: 'subnet', type: 'list' },
   { name: 'portmap', type: 'bool' },
   { name: 'launcher', type: 'bool' },
   { name: 'agent', type: 'bool' },
@@ -789,6 +792,7 @@ async function cmdInstallCni(rest: string[], io: CtlIO, s: Session): Promise<num
     nodename: str(p, 'nodename') ?? env.KUBERNETES_NODE_NAME,
     mtu,
     ipam,
+    subnets: list(p, 'subnet'),
     portmap: bool(p, 'portmap') ?? true,
     policy: policy as 'k8s' | undefined,
     logLevel: str(p, 'log-level') ?? 'info',

@@ -28,6 +28,8 @@ export interface InstallCniOptions {
   nodename?: string;
   mtu?: number;
   ipam: 'netplugin-ipam' | 'host-local';
+  /** host-local ranges without Kubernetes (one range per CIDR); default: the node's pod CIDRs (usePodCidr). */
+  subnets?: string[];
   portmap: boolean;
   policy?: 'k8s';
   logLevel: string;
@@ -187,7 +189,10 @@ export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
   }
   if (o.nodename) entry.nodename = o.nodename;
   if (o.mtu !== undefined) entry.mtu = o.mtu;
-  entry.ipam = o.ipam === 'host-local' ? { type: 'host-local', ranges: [[{ subnet: 'usePodCidr' }]] } : { type: 'netplugin-ipam' };
+  entry.ipam =
+    o.ipam === 'host-local'
+      ? { type: 'host-local', ranges: o.subnets?.length ? o.subnets.map((subnet) => [{ subnet }]) : [[{ subnet: 'usePodCidr' }]] }
+      : { type: 'netplugin-ipam' };
   if (o.policy) entry.policy = { type: o.policy };
   if (o.kubeconfig || o.k8sApiRoot) {
     entry.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
@@ -273,6 +278,10 @@ function checkOptions(o: InstallCniOptions): void {
   }
   if (o.mtu !== undefined && (!Number.isInteger(o.mtu) || o.mtu < 68 || o.mtu > 65535)) {
     throw new CtlError(`--mtu ${o.mtu} is out of range; use 68-65535 (e.g. 1450 under VXLAN, 1480 under IP-in-IP)`);
+  }
+  if (o.subnets?.length && o.ipam !== 'host-local') throw new CtlError('--subnet is for --ipam host-local; netplugin-ipam takes its addresses from IPPools (netpluginctl apply)');
+  for (const sn of o.subnets ?? []) {
+    if (!/^[0-9a-fA-F.:]+\/\d{1,3}$/.test(sn)) throw new CtlError(`--subnet ${JSON.stringify(sn)} is not a CIDR; use e.g. 10.88.0.0/16`);
   }
   if (o.fromTemplate) return;
   if (o.datastoreType === 'etcdv3' && !o.etcdEndpoints && !o.etcdDiscoverySrv) {

@@ -133,4 +133,15 @@ describe('install-cni --host-root', () => {
     mkdirSync(join(fake, 'var/run/secrets/kubernetes.io/serviceaccount'), { recursive: true });
     expect(detectPod(fake)).toBe(true);
   });
+
+  it('host-local with plain --subnet ranges for hosts without Kubernetes', async () => {
+    const conf = join(host, 'etc/cni/net.d');
+    const r = await install(['--bin-dir', join(host, 'opt/cni/bin'), '--conf-dir', conf, '--ipam', 'host-local', '--subnet', '10.88.0.0/16', '--subnet', 'fd88::/64', '--network-name', 'podman-np']);
+    expect(r.err).toBe('');
+    const written = JSON.parse(readFileSync(join(conf, '10-netplugin.conflist'), 'utf8'));
+    expect(written.name).toBe('podman-np');
+    expect(written.plugins[0].ipam).toEqual({ type: 'host-local', ranges: [[{ subnet: '10.88.0.0/16' }], [{ subnet: 'fd88::/64' }]] });
+    expect((await install(['--bin-dir', join(host, 'b'), '--conf-dir', join(host, 'c'), '--subnet', '10.88.0.0/16'])).err).toContain('--subnet is for --ipam host-local');
+    expect((await install(['--bin-dir', join(host, 'b'), '--conf-dir', join(host, 'c'), '--ipam', 'host-local', '--subnet', '10.88.0.0'])).err).toContain('--subnet "10.88.0.0" is not a CIDR');
+  });
 });
