@@ -3,9 +3,7 @@
 // from a busybox-static rootfs tar (no registry), two containers that reach
 // each other, a published port, and a teardown that leaves no address, veth
 // or endpoint behind. podman's configuration, storage and network config dir
-// are temporary (CONTAINERS_CONF, --root, --runroot); it runs in its own mount
-// namespace with the cgroup hierarchies mounted there (`ip netns exec` gives
-// a fresh /sys without them).
+// are temporary (test/fixtures/podman.ts).
 import { execFile } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCtl } from '../../src/ctl/index.js';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';
+import { podmanSession, writeContainersConf } from '../fixtures/podman.js';
 import { ensureBuilt, hostLinksWithPrefix, startCluster, type Cluster } from './plugin-harness.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -51,21 +50,7 @@ beforeAll(async () => {
   const conf = JSON.parse(readFileSync(file, 'utf8'));
   Object.assign(conf.plugins[0], { host_veth_prefix: PREFIX, ipam_lock_file: c.lockFile });
   writeFileSync(file, JSON.stringify(conf, null, 2));
-  writeFileSync(
-    join(tmp, 'containers.conf'),
-    [
-      '[network]',
-      'network_backend = "cni"',
-      `cni_plugin_dirs = ["${join(tmp, 'bin')}", "/usr/lib/cni"]`,
-      `network_config_dir = "${join(tmp, 'net.d')}"`,
-      '[engine]',
-      'cgroup_manager = "cgroupfs"',
-      'events_logger = "file"',
-      `events_logfile_path = "${join(tmp, 'events.log')}"`,
-      `tmp_dir = "${join(tmp, 'podman-tmp')}"`,
-      '',
-    ].join('\n'),
-  );
+  writeContainersConf(tmp, { binDir: join(tmp, 'bin'), confDir: join(tmp, 'net.d') });
 }, 120_000);
 
 afterAll(async () => {
@@ -73,15 +58,8 @@ afterAll(async () => {
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
-/** The whole podman session in one mount namespace; KEY value lines on stdout. */
+/** The whole podman session (after PODMAN_PREAMBLE); KEY value lines on stdout. */
 const SCRIPT = `
-set -euo pipefail
-mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup
-for c in cpu cpuacct cpuset memory devices freezer blkio pids; do mkdir -p /sys/fs/cgroup/$c; mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c; done
-mkdir -p /sys/fs/cgroup/systemd; mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
-P="podman --root $T/root --runroot $T/runroot --storage-driver vfs"
-# The build machine's limits are below podman's defaults.
-R="--ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --pids-limit=0"
 $P import $T/busybox.tar localhost/np-busybox:test >/dev/null
 echo "BACKEND $($P info --format '{{.Host.NetworkBackend}}')"
 echo "NETWORKS $($P network ls --format '{{.Name}}' | tr '\\n' ' ')"
@@ -102,12 +80,7 @@ echo "CONTAINERS $($P ps -a --format '{{.Names}}' | wc -l)"
 
 describe('podman 4 with the CNI backend on a netplugin network', () => {
   it('two containers reach each other, a published port answers, and teardown leaves nothing', async () => {
-    const { stdout } = await promisify(execFile)('unshare', ['-m', '--propagation', 'private', 'bash', '-c', SCRIPT], {
-      env: { ...process.env, T: tmp, NET, PREFIX, HOST_ADDR, CONTAINERS_CONF: join(tmp, 'containers.conf') },
-      timeout: 300_000,
-      maxBuffer: 16 << 20,
-    });
-    const out = Object.fromEntries(stdout.trim().split('\n').map((l) => [l.split(' ')[0], l.slice(l.indexOf(' ') + 1).trim()]));
+    const { keys: out } = await podmanSession(tmp, SCRIPT, { NET, PREFIX, HOST_ADDR });
     expect(out.BACKEND).toBe('cni');
     expect(out.NETWORKS!.split(' ')).toContain(NET);
     expect(out.WEBIP).toMatch(/^10\.77\.90\.\d+$/);
