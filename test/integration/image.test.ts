@@ -4,11 +4,9 @@
 // them: install-cni with the host's directories bound under /host, and the
 // agent serving the CNI socket (bound to a temp dir) that the installed shim
 // on the "host" then reaches; /healthz answers on the host network.
-import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';
