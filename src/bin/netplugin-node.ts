@@ -55,7 +55,11 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
                        from the TokenRequest API, rewritten when a third of its lifetime is left
   --plugin-service-account NAME  default ${DEFAULT_PLUGIN_SERVICE_ACCOUNT}, in the agent's own namespace
   --plugin-token-seconds N  requested token lifetime (default ${DEFAULT_TOKEN_SECONDS}; the API server may cap it)
-  --kubeconfig PATH    the agent's own API access for the TokenRequest (default: in-cluster service account)
+  --kubeconfig PATH    the agent's own API access for the TokenRequest and pod Events (default: the
+                       in-cluster service account, when the agent runs in a pod)
+  --pod-events on|off  record a Kubernetes Event on a pod whose ADD failed for a reason its owner can
+                       fix (no address left, invalid annotation or config); throttled (default on;
+                       needs API access)
   --version            print the version and exit
   --max-concurrent N   CNI requests run at once per plugin (default 64)
   --dataplane-threads N  0 (default): setup and check run inline on the main thread (~1-2 ms of
@@ -86,7 +90,7 @@ function usageError(msg: string): never {
 }
 
 async function main(): Promise<void> {
-  let values: { socket?: string; config?: string; nodename?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'log-format'?: string; 'health-addr'?: string; 'plugin-kubeconfig'?: string; 'plugin-service-account'?: string; 'plugin-token-seconds'?: string; kubeconfig?: string; 'max-concurrent'?: string; 'dataplane-threads'?: string; help?: boolean; version?: boolean };
+  let values: { socket?: string; config?: string; nodename?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'log-format'?: string; 'health-addr'?: string; 'plugin-kubeconfig'?: string; 'plugin-service-account'?: string; 'plugin-token-seconds'?: string; kubeconfig?: string; 'pod-events'?: string; 'max-concurrent'?: string; 'dataplane-threads'?: string; help?: boolean; version?: boolean };
   try {
     ({ values } = parseArgs({
       options: {
@@ -101,6 +105,7 @@ async function main(): Promise<void> {
         'plugin-service-account': { type: 'string' },
         'plugin-token-seconds': { type: 'string' },
         kubeconfig: { type: 'string' },
+        'pod-events': { type: 'string' },
         version: { type: 'boolean' },
         'max-concurrent': { type: 'string' },
         'dataplane-threads': { type: 'string' },
@@ -171,15 +176,29 @@ async function main(): Promise<void> {
   const tokenSeconds = Number(values['plugin-token-seconds'] ?? DEFAULT_TOKEN_SECONDS);
   if (!Number.isInteger(tokenSeconds) || tokenSeconds < 600) usageError(`--plugin-token-seconds '${values['plugin-token-seconds']}' is not an integer of at least 600 (the TokenRequest minimum)`);
   if (values['plugin-kubeconfig'] !== undefined && !values['plugin-kubeconfig'].startsWith('/')) usageError(`--plugin-kubeconfig '${values['plugin-kubeconfig']}' must be an absolute path`);
+  const podEventsFlag = values['pod-events'] ?? 'on';
+  if (podEventsFlag !== 'on' && podEventsFlag !== 'off') usageError(`--pod-events '${podEventsFlag}' is not on or off`);
+  // The agent's own API access: --kubeconfig, or in a pod its service account.
+  const api = values.kubeconfig || process.env['KUBERNETES_SERVICE_HOST'] ? await agentKubeClient(values.kubeconfig, log) : undefined;
   // Before the CNI server: with the kubernetes datastore the plugin needs this file for every ADD.
   let pluginKubeconfig: PluginKubeconfig | undefined;
   if (values['plugin-kubeconfig']) {
-    pluginKubeconfig = await startPluginKubeconfigFromFlags(values['plugin-kubeconfig'], values['plugin-service-account'] ?? DEFAULT_PLUGIN_SERVICE_ACCOUNT, tokenSeconds, values.kubeconfig, log);
+    if (!api) log.error(`cannot write the plugin kubeconfig ${values['plugin-kubeconfig']}: no Kubernetes API access (run in a pod, or pass --kubeconfig)`);
+    else pluginKubeconfig = await startPluginKubeconfigFromFlags(values['plugin-kubeconfig'], values['plugin-service-account'] ?? DEFAULT_PLUGIN_SERVICE_ACCOUNT, tokenSeconds, api, log);
+  }
+  let podEvents: import('../agent/pod-events.js').PodEvents | undefined;
+  if (api && podEventsFlag === 'on') {
+    const { createPodEvents } = await import('../agent/pod-events.js');
+    const { hostname } = await import('node:os');
+    podEvents = createPodEvents({ client: api, node: values.nodename ?? hostname(), log });
   }
 
   let server: CniServer;
   try {
-    server = await startCniServer({ socketPath, plugins, log, maxConcurrent, onServed: (r) => metrics.served(r) });
+    server = await startCniServer({ socketPath, plugins, log, maxConcurrent, onServed: (r) => {
+      metrics.served(r);
+      podEvents?.served(r);
+    } });
   } catch (e) {
     log.error(`cannot start the CNI server: ${(e as Error).message}`);
     process.exit(1);
@@ -283,31 +302,30 @@ async function installDataplane(threads: number): Promise<WorkerPool | undefined
   return pool;
 }
 
-/**
- * The agent's own API access (in-cluster service account, or --kubeconfig) and
- * namespace; an agent outside a cluster logs why and serves without the file.
- */
-async function startPluginKubeconfigFromFlags(path: string, serviceAccount: string, seconds: number, kubeconfig: string | undefined, log: Logger): Promise<PluginKubeconfig | undefined> {
-  const { createKubeClient, SA_DIR } = await import('../k8s/client.js');
-  const { startPluginKubeconfig } = await import('../agent/kubeconfig-writer.js');
-  const { readFileSync } = await import('node:fs');
-  const read = (p: string) => {
-    try {
-      return readFileSync(p);
-    } catch {
-      return undefined;
-    }
-  };
+/** The agent's own API access (--kubeconfig, or the in-cluster service account); undefined when unusable. */
+async function agentKubeClient(kubeconfig: string | undefined, log: Logger): Promise<import('../k8s/client.js').KubeClient | undefined> {
   try {
-    const client = await createKubeClient(kubeconfig ? { kubeconfig } : {});
-    // The CA the agent trusts for this server, so the plugin trusts the same one.
-    const ca = client.ca;
-    const namespace = read(`${SA_DIR}/namespace`)?.toString('utf8').trim() || 'kube-system';
-    return startPluginKubeconfig({ path, serviceAccount, namespace, client, ...(ca ? { ca } : {}), expirationSeconds: seconds, log });
+    const { createKubeClient } = await import('../k8s/client.js');
+    return await createKubeClient(kubeconfig ? { kubeconfig } : {});
   } catch (e) {
-    log.error(`cannot write the plugin kubeconfig ${path}: ${(e as Error).message}`);
+    log.error(`no Kubernetes API access for the plugin kubeconfig and pod Events: ${(e as Error).message}`);
     return undefined;
   }
+}
+
+/** Writes the plugin kubeconfig with tokens for `serviceAccount`, in the agent's own namespace. */
+async function startPluginKubeconfigFromFlags(path: string, serviceAccount: string, seconds: number, client: import('../k8s/client.js').KubeClient, log: Logger): Promise<PluginKubeconfig | undefined> {
+  const { SA_DIR } = await import('../k8s/client.js');
+  const { startPluginKubeconfig } = await import('../agent/kubeconfig-writer.js');
+  const { readFileSync } = await import('node:fs');
+  let namespace = 'kube-system';
+  try {
+    namespace = readFileSync(`${SA_DIR}/namespace`, 'utf8').trim() || namespace;
+  } catch {
+    // Outside a pod (--kubeconfig): kube-system, where deploy/rbac.yaml puts the account.
+  }
+  // The CA the agent trusts for this server, so the plugin trusts the same one.
+  return startPluginKubeconfig({ path, serviceAccount, namespace, client, ...(client.ca ? { ca: client.ca } : {}), expirationSeconds: seconds, log });
 }
 
 /** The plugin falls back to this file when its netconf has no nodename (src/config/nodename.ts); written atomically. */
