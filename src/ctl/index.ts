@@ -5,11 +5,11 @@ import { readFileSync } from 'node:fs';
 import { DatastoreError, CniError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
 import { initDatastore } from './datastore-init.js';
-import { bool, CtlError, list, parseFlags, str, suggestFlag, type CtlIO, type DatastoreConfig, type FlagSpec, type ParsedArgs } from './io.js';
+import { bool, CtlError, GLOBAL_FLAGS, list, parseFlags, str, suggestFlag, type CtlIO, type CtlSession, type DatastoreConfig, type FlagSpec, type ParsedArgs } from './io.js';
 import { cmdDelete, cmdGet, cmdWrite } from './resources.js';
 import { cmdIpamCheck, cmdIpamRelease, cmdIpamShow, type CheckOptions } from './ipam.js';
 import { defaultPackageDir, detectPod, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
-import { NETPLUGIN_VERSION } from './version.js';
+import { compareVersions, NETPLUGIN_VERSION, refuseOlderClient } from './version.js';
 import { resolveKind } from './kinds.js';
 import { cmdLabel, cmdPatch, cmdValidate, completionScript } from './edit.js';
 import { applyKubeAccess, defaultCtlConfig, isCtlConfig, readCtlConfig } from './cluster-config.js';
@@ -20,13 +20,6 @@ export { CtlError } from './io.js';
 export type { CtlIO, DatastoreConfig } from './io.js';
 export { installCni, uninstallCni, buildConflist } from './install-cni.js';
 export type { InstallCniOptions, InstallCniResult } from './install-cni.js';
-
-const GLOBAL_FLAGS: FlagSpec[] = [
-  { name: 'config', short: 'c', type: 'string' },
-  { name: 'kubeconfig', type: 'string' },
-  { name: 'context', type: 'string' },
-  { name: 'help', short: 'h', type: 'bool' },
-];
 
 const DATASTORE_HELP = `Datastore: --config FILE (a netconf or conflist; the netplugin entry's datastore_type,
 etcd_* and kubernetes fields are used; or a config file:
@@ -64,6 +57,13 @@ Commands:
   ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run)
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
+  datastore migrate          move from etcd to the Kubernetes datastore (lock, export, import, unlock)
+  installation render        the conflist, IP pools and agent settings an Installation implies
+  installation apply         reconcile an Installation onto this node and the datastore (--dry-run, --watch)
+  upgrade check              what an upgrade to this release needs (exit 1 when something blocks it)
+  upgrade owner-refs         save, strip and restore owner references to netplugin.org/v3 objects
+  upgrade auto-hep           migrate all-interfaces host endpoints to automatic ones
+  upgrade finish             remove allow-all-upgrade and record the new cluster version
   version                    client and cluster version
   install-cni                install the plugin binaries and the CNI conflist on this node
   uninstall-cni              remove them
@@ -119,6 +119,8 @@ Examples:
   delete: `Usage: netpluginctl delete <kind> <name...> [-n NAMESPACE] [--force] [--ignore-not-found] [--dry-run]
        netpluginctl delete -f FILE|DIR|-
 
+Deleting a node also releases its IPAM state: its tunnel addresses and block
+affinities (empty blocks go back to their pool), and says what it released.
 An IPPool that still has allocated addresses is not deleted unless --force is given
 (the addresses then stay allocated until their workloads are deleted).
 `,
@@ -157,6 +159,7 @@ an alert can use it), 2 and more for errors running the check.
 `,
   datastore: `Usage: netpluginctl datastore init [--cluster-type k8s,bgp]
        netpluginctl datastore ready --set=true|false
+       netpluginctl datastore migrate lock|export|import|unlock
 `,
   'datastore init': `Usage: netpluginctl datastore init [--cluster-type TYPES]
 
@@ -171,7 +174,8 @@ Sets ClusterInformation datastoreReady (false pauses plugins and agents that hon
   version: `Usage: netpluginctl version [-o json]
 
 Prints the client version and, when a datastore is configured, the cluster version
-(ClusterInformation netpluginVersion).
+(ClusterInformation netpluginVersion) and cluster type. A client older than the cluster
+warns here and refuses every write (apply, delete, ipam release, datastore init...).
 `,
   'install-cni': `Usage: netpluginctl install-cni [flags]
 
@@ -315,7 +319,7 @@ async function defaultOpen(conf: DatastoreConfig): Promise<Datastore> {
   return openDatastore(conf);
 }
 
-class Session {
+class Session implements CtlSession {
   private ds: Datastore | undefined;
   /** --kubeconfig and --context, before the command or among its flags. */
   kubeconfig: string | undefined;
@@ -345,6 +349,19 @@ class Session {
     conf.timeoutMs ??= 10_000;
     this.ds = await (this.io.openDatastore ?? defaultOpen)(conf);
     return this.ds;
+  }
+  /** The datastore for a command that writes: refused when this client is older than the cluster (SPEC Versioning 3). */
+  async writable(): Promise<Datastore> {
+    const ds = await this.datastore();
+    await refuseOlderClient(ds);
+    return ds;
+  }
+  /** A Kubernetes API client from the datastore settings (KUBECONFIG / K8S_API_ROOT, or in-cluster). */
+  async kube(): Promise<import('../k8s/client.js').KubeClient> {
+    const { createKubeClient } = await import('../k8s/client.js');
+    const client = await createKubeClient({ ...this.config()?.kubernetes, timeoutMs: 10_000 });
+    this.closers.push(() => client.close());
+    return client;
   }
   /** For the kubernetes datastore, `ipam check` asks the API server whether a pod exists. */
   async checkOptions(): Promise<CheckOptions> {
@@ -484,7 +501,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
       const file = str(p, 'filename');
       if (!file) throw new CtlError(`${cmd} needs -f FILE (or -f - for stdin)`);
       if (p.positional.length) throw new CtlError(`${cmd} takes no arguments besides -f FILE; got ${p.positional.join(' ')}`);
-      return cmdWrite(await s.datastore(), io, file, cmd, dryRun(p));
+      return cmdWrite(await s.writable(), io, file, cmd, dryRun(p));
     }
     case 'validate': {
       const p = parse(rest, [{ name: 'filename', short: 'f', type: 'string' }], cmd);
@@ -514,8 +531,8 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
       if (cmd === 'label') (await import('./edit.js')).parseLabelArgs(t.rest);
       const common = { positional: p.positional, namespace: str(p, 'namespace'), dryRun: dryRun(p) };
       return cmd === 'label'
-        ? cmdLabel(await s.datastore(), io, { ...common, overwrite: bool(p, 'overwrite') })
-        : cmdPatch(await s.datastore(), io, { ...common, type: str(p, 'type'), patch: str(p, 'patch') });
+        ? cmdLabel(await s.writable(), io, { ...common, overwrite: bool(p, 'overwrite') })
+        : cmdPatch(await s.writable(), io, { ...common, type: str(p, 'type'), patch: str(p, 'patch') });
     }
     case 'completion': {
       const shell = rest[0];
@@ -575,7 +592,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
       cfg(p, s);
       const [kind, ...names] = p.positional;
       if (kind && !str(p, 'filename')) resolveKind(kind);
-      return cmdDelete(await s.datastore(), io, {
+      return cmdDelete(await s.writable(), io, {
         kind,
         names,
         file: str(p, 'filename'),
@@ -615,7 +632,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         if (bool(p, 'help')) return help(io, 'ipam release');
         cfg(p, s);
         noPositional(p, 'ipam release');
-        const ds = await s.datastore();
+        const ds = await s.writable();
         const { Ipam } = await import('../ipam/index.js');
         // No host lock: the operator runs this from anywhere; the allocator's compare-and-swap keeps it safe.
         const ipam = new Ipam(ds, { lockPath: null });
@@ -632,7 +649,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         if (bool(p, 'help')) return help(io, 'datastore init');
         cfg(p, s);
         noPositional(p, 'datastore init');
-        const r = await initDatastore(await s.datastore(), { clusterType: str(p, 'cluster-type') });
+        const r = await initDatastore(await s.writable(), { clusterType: str(p, 'cluster-type') });
         if (str(p, 'output') === 'json') io.stdout(JSON.stringify(r.clusterInformation, null, 2) + '\n');
         else {
           const ci = r.clusterInformation.spec;
@@ -647,11 +664,12 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         noPositional(p, 'datastore ready');
         const v = str(p, 'set');
         if (v !== 'true' && v !== 'false') throw new CtlError(`datastore ready needs --set=true or --set=false`);
-        const r = await initDatastore(await s.datastore(), { datastoreReady: v === 'true' });
+        const r = await initDatastore(await s.writable(), { datastoreReady: v === 'true' });
         io.stdout(`clusterinformation/default datastoreReady=${r.clusterInformation.spec.datastoreReady}\n`);
         return 0;
       }
-      throw new CtlError(`unknown datastore command ${JSON.stringify(sub)}; use init or ready`);
+      if (sub === 'migrate') return (await import('./migrate.js')).cmdMigrate(args, io, s);
+      throw new CtlError(`unknown datastore command ${JSON.stringify(sub)}; use init, ready or migrate`);
     }
     case 'version': {
       const p = parse(rest, [{ name: 'output', short: 'o', type: 'string' }], cmd);
@@ -659,7 +677,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
       cfg(p, s);
       const json = str(p, 'output') === 'json';
       const conf = s.config();
-      const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string } = { clientVersion: NETPLUGIN_VERSION };
+      const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string; clientOlderThanCluster?: boolean } = { clientVersion: NETPLUGIN_VERSION };
       let err: unknown;
       if (conf) {
         out.datastoreType = conf.datastore_type;
@@ -668,6 +686,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
           const ci = await ds.get('ClusterInformation', 'default');
           out.clusterVersion = ci.spec.netpluginVersion ?? 'unknown';
           if (ci.spec.clusterType) out.clusterType = ci.spec.clusterType;
+          if ((compareVersions(NETPLUGIN_VERSION, out.clusterVersion) ?? 0) < 0) out.clientOlderThanCluster = true;
         } catch (e) {
           if (DatastoreError.is(e, 'NotFound')) out.clusterVersion = 'unknown (datastore not initialised: run netpluginctl datastore init)';
           else err = e;
@@ -679,11 +698,16 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         if (out.clusterVersion) io.stdout(`Cluster Version:   ${out.clusterVersion}\n`);
         if (out.clusterType) io.stdout(`Cluster Type:      ${out.clusterType}\n`);
       }
+      if (out.clientOlderThanCluster) io.stderr(`warning: this client (${out.clientVersion}) is older than the cluster (${out.clusterVersion}); it refuses to write: install netpluginctl ${out.clusterVersion}\n`);
       if (err) throw err;
       return 0;
     }
     case 'install-cni':
       return cmdInstallCni(rest, io, s);
+    case 'installation':
+      return (await import('./installation.js')).cmdInstallation(rest, io, s);
+    case 'upgrade':
+      return (await import('./upgrade.js')).cmdUpgrade(rest, io, s);
     case 'uninstall-cni': {
       const p = parse(
         rest,

@@ -52,8 +52,6 @@ export interface InstallCniOptions {
    * netplugin.fallback names host paths, never this container's.
    */
   hostRoot?: string;
-  /** Check everything and report what would be written, writing nothing. */
-  dryRun?: boolean;
   /** Where the package goes on the host with hostRoot (default /opt/netplugin). */
   hostPackageDir?: string;
   /**
@@ -64,6 +62,10 @@ export interface InstallCniOptions {
   etcdTlsFrom?: string;
   /** The host's node executable (a host path); default: /usr/bin/node or /usr/local/bin/node when present under hostRoot. */
   hostNode?: string;
+  /** A conflist rendered elsewhere (installation apply): used as-is instead of generating one. */
+  conflist?: Record<string, unknown>;
+  /** Report what would be written ('would write') without touching anything. */
+  dryRun?: boolean;
 }
 
 export const DEFAULT_HOST_PACKAGE_DIR = '/opt/netplugin';
@@ -283,7 +285,7 @@ function checkOptions(o: InstallCniOptions): void {
   for (const sn of o.subnets ?? []) {
     if (!/^[0-9a-fA-F.:]+\/\d{1,3}$/.test(sn)) throw new CtlError(`--subnet ${JSON.stringify(sn)} is not a CIDR; use e.g. 10.88.0.0/16`);
   }
-  if (o.fromTemplate) return;
+  if (o.fromTemplate || o.conflist) return;
   if (o.datastoreType === 'etcdv3' && !o.etcdEndpoints && !o.etcdDiscoverySrv) {
     throw new CtlError('--datastore-type etcdv3 needs --etcd-endpoints URL[,URL] (or --etcd-discovery-srv DOMAIN, or ETCD_ENDPOINTS in the environment)');
   }
@@ -348,7 +350,7 @@ function fallbackPaths(o: InstallCniOptions, deps: InstallDeps, warn: (m: string
     return { node: deps.nodePath, pkg: deps.packageDir, files: [] };
   }
   const hostPkg = o.hostPackageDir ?? DEFAULT_HOST_PACKAGE_DIR;
-  copyPackage(deps.packageDir, join(o.hostRoot, hostPkg));
+  if (!o.dryRun) copyPackage(deps.packageDir, join(o.hostRoot, hostPkg));
   let node = o.hostNode;
   if (node !== undefined && node !== '' && !isExecutable(join(o.hostRoot, node))) {
     throw new CtlError(`--host-node ${node}: ${join(o.hostRoot, node)} is not an executable file`);
@@ -359,7 +361,7 @@ function fallbackPaths(o: InstallCniOptions, deps: InstallDeps, warn: (m: string
       `the host has no node (${HOST_NODE_CANDIDATES.join(', ')} under ${o.hostRoot}): there is no per-exec fallback, and CNI calls answer code 11 (retry) while the agent is down`,
     );
   }
-  return { node, pkg: hostPkg, files: [{ path: join(o.hostRoot, hostPkg), action: 'written' }] };
+  return { node, pkg: hostPkg, files: [{ path: join(o.hostRoot, hostPkg), action: o.dryRun ? 'would write' : 'written' }] };
 }
 
 export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallCniResult {
@@ -390,7 +392,8 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
   }
   // Build and validate the conflist before touching anything, so a bad flag changes nothing.
   let conflist: Record<string, unknown>;
-  if (o.fromTemplate) {
+  if (o.conflist) conflist = o.conflist;
+  else if (o.fromTemplate) {
     let text: string;
     try {
       text = readFileSync(o.fromTemplate, 'utf8');
@@ -414,36 +417,28 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
   const onHost = (p: string) => (o.hostRoot ? join(o.hostRoot, p) : p);
   const binDir = onHost(o.binDir);
   const confDir = onHost(o.confDir);
-  if (o.dryRun) {
-    const would = (path: string): InstalledFile => ({ path, action: 'would write' });
-    const planned = [
-      ...tlsCopies.map((c) => would(onHost(c.to))),
-      ...(o.hostRoot ? [would(join(o.hostRoot, o.hostPackageDir ?? DEFAULT_HOST_PACKAGE_DIR))] : []),
-      ...(shim ? [would(join(binDir, FALLBACK_FILE))] : []),
-      ...PLUGIN_NAMES.map((p) => would(join(binDir, p))),
-      would(join(confDir, o.confName)),
-      ...(o.agent ? [would(join(onHost(o.systemdDir), AGENT_UNIT))] : []),
-    ];
-    return { kind: shim ? 'shim' : 'launcher', shimSource: shim, files: planned, conflist, warnings };
+  const write = (path: string, data: Buffer | string, mode: number): InstalledFile =>
+    o.dryRun ? { path, action: sameFile(path, typeof data === 'string' ? Buffer.from(data) : data, mode) ? 'unchanged' : 'would write' } : writeFileAtomic(path, data, mode);
+  if (!o.dryRun) {
+    mkdirSync(binDir, { recursive: true });
+    mkdirSync(confDir, { recursive: true });
   }
-  mkdirSync(binDir, { recursive: true });
-  mkdirSync(confDir, { recursive: true });
   const files: InstalledFile[] = [];
-  if (tlsCopies.length) mkdirSync(onHost(join(o.confDir, ETCD_TLS_DIR)), { recursive: true, mode: 0o700 });
-  for (const c of tlsCopies) files.push(writeFileAtomic(onHost(c.to), readFileSync(c.from), 0o600));
+  if (tlsCopies.length && !o.dryRun) mkdirSync(onHost(join(o.confDir, ETCD_TLS_DIR)), { recursive: true, mode: 0o700 });
+  for (const c of tlsCopies) files.push(write(onHost(c.to), readFileSync(c.from), 0o600));
   const fb = fallbackPaths(o, deps, warn);
   files.push(...fb.files);
   if (shim) {
     const bin = readFileSync(shim);
     // The fallback file first: a shim that finds no agent reads it, so it must exist before the shim does.
-    files.push(writeFileAtomic(join(binDir, FALLBACK_FILE), `${fb.node}\n${fb.pkg}\n`, 0o644));
-    for (const p of PLUGIN_NAMES) files.push(writeFileAtomic(join(binDir, p), bin, 0o755));
+    files.push(write(join(binDir, FALLBACK_FILE), `${fb.node}\n${fb.pkg}\n`, 0o644));
+    for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), bin, 0o755));
   } else {
     if (!fb.node) throw new CtlError('no native shim binary to install, and the sh launcher needs node on the host; build the shim (npm run build:shim) or pass --host-root');
-    for (const p of PLUGIN_NAMES) files.push(writeFileAtomic(join(binDir, p), launcherScript(fb.node, fb.pkg, p), 0o755));
-    rmSync(join(binDir, FALLBACK_FILE), { force: true });
+    for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), launcherScript(fb.node, fb.pkg, p), 0o755));
+    if (!o.dryRun) rmSync(join(binDir, FALLBACK_FILE), { force: true });
   }
-  files.push(writeFileAtomic(join(confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));
+  files.push(write(join(confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));
 
   if (o.agent) {
     // The shipped unit (deploy/netplugin-node.service) is written for a package at
@@ -466,12 +461,12 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
           'WantedBy=multi-user.target',
           '',
         ].join('\n');
-    mkdirSync(onHost(o.systemdDir), { recursive: true });
-    files.push(writeFileAtomic(join(onHost(o.systemdDir), AGENT_UNIT), unit, 0o644));
+    if (!o.dryRun) mkdirSync(onHost(o.systemdDir), { recursive: true });
+    files.push(write(join(onHost(o.systemdDir), AGENT_UNIT), unit, 0o644));
   }
 
   // Runtimes use the lexically first configuration file in the directory.
-  const first = readdirSync(confDir)
+  const first = (existsSync(confDir) ? readdirSync(confDir) : [])
     .filter((f) => /\.(conflist|conf|json)$/.test(f) && !f.startsWith('.'))
     .sort()[0];
   if (first && first !== o.confName) warn(`${join(confDir, first)} sorts before ${o.confName}; the container runtime will use it instead. Remove it or choose a --conf-name that sorts first`);

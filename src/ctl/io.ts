@@ -169,3 +169,42 @@ function editDistance(a: string, b: string): number {
   }
   return row[b.length]!;
 }
+
+/** What a command group's module gets from netpluginctl's session (src/ctl/index.ts). */
+export interface CtlSession {
+  /** --config, given before the command or among its flags. */
+  configFile: string | undefined;
+  config(): DatastoreConfig | undefined;
+  /** For reads. */
+  datastore(): Promise<Datastore>;
+  /** For writes: refused when this client is older than the cluster. */
+  writable(): Promise<Datastore>;
+  /** A Kubernetes API client from the same settings. */
+  kube(): Promise<import('../k8s/client.js').KubeClient>;
+}
+
+/** The flags every command accepts. */
+export const GLOBAL_FLAGS: FlagSpec[] = [
+  { name: 'config', short: 'c', type: 'string' },
+  { name: 'kubeconfig', type: 'string' },
+  { name: 'context', type: 'string' },
+  { name: 'help', short: 'h', type: 'bool' },
+];
+
+/** Parses a command's flags plus the global ones; a --config among them applies to the session. */
+export function parseCommand(
+  argv: string[],
+  specs: FlagSpec[],
+  command: string,
+  s?: { configFile: string | undefined; kubeconfig?: string | undefined; context?: string | undefined },
+): ParsedArgs {
+  const p = parseFlags(argv, [...GLOBAL_FLAGS, ...specs], command);
+  const c = str(p, 'config');
+  if (c && s) s.configFile = c;
+  // --kubeconfig/--context among a command's flags (install-cni's --kubeconfig is the plugin's, its own flag).
+  const k = str(p, 'kubeconfig');
+  if (k && s && !specs.some((f) => f.name === 'kubeconfig')) s.kubeconfig = k;
+  const ctx = str(p, 'context');
+  if (ctx && s) s.context = ctx;
+  return p;
+}

@@ -39,16 +39,21 @@ async function loadYaml(): Promise<typeof import('yaml')> {
 
 /** Reads every document of `-f FILE` (or `-` for stdin): YAML or JSON, `---`-separated, `kind: List` and JSON arrays expanded. */
 export async function readManifests(file: string, io: CtlIO): Promise<Array<{ res: Resource; where: string }>> {
-  const files = manifestFiles(file, io);
-  if (files.length > 1 || files[0] !== file) {
-    const all: Array<{ res: Resource; where: string }> = [];
-    for (const f of files) all.push(...(await readManifestFile(f, io)));
-    return all;
-  }
-  return readManifestFile(file, io);
+  return (await readDocuments(file, io)).map((d) => ({ res: parseManifest(d.doc, d.where), where: d.where }));
 }
 
-async function readManifestFile(file: string, io: CtlIO): Promise<Array<{ res: Resource; where: string }>> {
+/** The documents of `-f FILE|DIR` as plain objects (any kind), each with where it came from. */
+export async function readDocuments(file: string, io: CtlIO): Promise<Array<{ doc: unknown; where: string }>> {
+  const files = manifestFiles(file, io);
+  if (files.length > 1 || files[0] !== file) {
+    const all: Array<{ doc: unknown; where: string }> = [];
+    for (const f of files) all.push(...(await readDocumentFile(f, io)));
+    return all;
+  }
+  return readDocumentFile(file, io);
+}
+
+async function readDocumentFile(file: string, io: CtlIO): Promise<Array<{ doc: unknown; where: string }>> {
   let text: string;
   const label = file === '-' ? 'stdin' : file;
   if (file === '-') text = await readStdin(io);
@@ -88,7 +93,7 @@ async function readManifestFile(file: string, io: CtlIO): Promise<Array<{ res: R
       raw.push({ doc: v, where: `${label} document ${i}` });
     }
   }
-  const out: Array<{ res: Resource; where: string }> = [];
+  const out: Array<{ doc: unknown; where: string }> = [];
   const expand = (doc: unknown, where: string) => {
     if (Array.isArray(doc)) {
       doc.forEach((d, j) => expand(d, `${where} item ${j + 1}`));
@@ -99,7 +104,7 @@ async function readManifestFile(file: string, io: CtlIO): Promise<Array<{ res: R
       o.items.forEach((d, j) => expand(d, `${where} item ${j + 1}`));
       return;
     }
-    out.push({ res: parseManifest(doc, where), where });
+    out.push({ doc, where });
   };
   for (const r of raw) expand(r.doc, r.where);
   if (out.length === 0) throw new CtlError(`${label}: no resources found`);
@@ -134,7 +139,8 @@ function sameContent(a: Resource, b: Resource): boolean {
   return norm(a) === norm(b);
 }
 
-async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
+/** The object, or undefined when it does not exist. */
+export async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
   try {
     return await ds.get(kind, name, ns);
   } catch (e) {
@@ -241,6 +247,10 @@ export async function cmdDelete(
           io.stdout(`${ref} deleted${dry}\n`);
           continue;
         }
+      }
+      if (t.kind === 'Node' && !args.dryRun) {
+        await (await import('./node.js')).deleteNode(ds, io, t.name);
+        continue;
       }
       if (args.dryRun) await ds.get(t.kind, t.name, t.namespace);
       else await ds.delete(t.kind, t.name, { namespace: t.namespace });

@@ -120,6 +120,9 @@ describe('deploy/ cross-references', () => {
       expect(agent[probe].httpGet).toEqual({ host, path, port: Number(port) });
     }
     expect(pod.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux' });
+    // The image scripts/build-image tags: this package's version.
+    const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    for (const c of containers) expect(c.image, c.name).toBe(`netplugin/node:${version}`);
     expect(pod.priorityClassName).toBe('system-node-critical');
     expect(pod.tolerations).toEqual([{ operator: 'Exists' }]);
     // The agent reads the conflist and the kubeconfig where install-cni and itself write them.

@@ -82,7 +82,7 @@ describe('fake API server over HTTP', () => {
     expect(core.resources.map((r: { name: string }) => r.name).sort()).toEqual(['configmaps', 'events', 'namespaces', 'nodes', 'pods', 'secrets', 'serviceaccounts']);
     const groups = (await call(s, 'GET', '/apis')).body;
     expect(groups.groups).toContainEqual({ name: 'netplugin.org', versions: [{ groupVersion: 'netplugin.org/v3', version: 'v3' }], preferredVersion: { groupVersion: 'netplugin.org/v3', version: 'v3' } });
-    expect(groups.groups.map((g: { name: string }) => g.name).sort()).toEqual(['apiextensions.k8s.io', 'apps', 'netplugin.org', 'rbac.authorization.k8s.io']);
+    expect(groups.groups.map((g: { name: string }) => g.name).sort()).toEqual(['apiextensions.k8s.io', 'apps', 'netplugin.org', 'operator.netplugin.org', 'rbac.authorization.k8s.io']);
     const ours = (await call(s, 'GET', '/apis/netplugin.org/v3')).body.resources as Array<{ name: string; kind: string; namespaced: boolean }>;
     expect(ours.find((r) => r.name === 'ippools')).toMatchObject({ kind: 'IPPool', namespaced: false });
     expect(ours.find((r) => r.name === 'networkpolicies')).toMatchObject({ kind: 'NetworkPolicy', namespaced: true });
