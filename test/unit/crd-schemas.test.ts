@@ -45,7 +45,8 @@ function check(schema: OpenApi, v: unknown, path = 'spec'): string[] {
 describe('CRDs generated from the zod schemas', () => {
   it('deploy/crds/ is exactly what the schemas generate (regenerate: node scripts/gen-crds.mjs)', async () => {
     const files = await renderCrds();
-    expect(readdirSync(DIR).sort()).toEqual(Object.keys(files).sort());
+    // netplugin.org kinds; operator.netplugin.org CRDs have their own source.
+    expect(readdirSync(DIR).filter((f) => f.startsWith('netplugin.org_')).sort()).toEqual(Object.keys(files).sort());
     for (const [name, text] of Object.entries(files)) expect(readFileSync(join(DIR, name), 'utf8'), `${name} drifted`).toBe(text);
     expect(spawnSync(process.execPath, [join(ROOT, 'scripts/gen-crds.mjs'), '--check'], { encoding: 'utf8' }).status).toBe(0);
   });
