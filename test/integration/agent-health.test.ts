@@ -63,9 +63,10 @@ afterAll(async () => {
 });
 
 describe('agent health and metrics', () => {
-  it('logs JSON lines with --log-format json', () => {
+  it('logs JSON lines with --log-format json', async () => {
+    await until('the listening line is logged', async () => agent.log().includes('CNI server listening'));
     const lines = agent.log().split('\n').filter(Boolean);
-    expect(lines.length).toBeGreaterThan(2);
+    expect(lines.length).toBeGreaterThanOrEqual(2);
     for (const l of lines) expect(JSON.parse(l)).toHaveProperty('level');
     expect(lines.map((l) => JSON.parse(l).msg)).toContain('CNI server listening');
   });
