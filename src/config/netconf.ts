@@ -280,7 +280,8 @@ function editDistance(a: string, b: string): number {
   }
   return d[b.length]!;
 }
-function closest(key: string, candidates: readonly string[]): string | undefined {
+/** The candidate a typo most likely meant (a few edits away), for "did you mean" hints. */
+export function closest(key: string, candidates: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestD = Infinity;
   for (const c of candidates) {

@@ -1,6 +1,7 @@
 // The CLI's injected IO, its user-facing error, and a small flag parser.
 // Everything goes through CtlIO so tests run commands in-process.
 import type { Datastore } from '../datastore/types.js';
+import { closest } from '../config/netconf.js';
 
 /** What the datastore factory (openDatastore) takes. */
 export type { DatastoreConfig } from '../datastore/index.js';
@@ -144,30 +145,11 @@ export function table(header: string[], rows: string[][]): string {
   return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd()).join('\n') + '\n';
 }
 
-/** "; did you mean --x?" for the known flag closest to `given` (edit distance <= 3). */
+/** "; did you mean --x?" for the known flag closest to `given` (the netconf's typo rule). */
 export function suggestFlag(given: string, known: string[]): string {
   const name = given.split('=')[0]!;
-  let best: string | undefined;
-  let bestD = Infinity;
-  for (const k of known) {
-    const d = editDistance(name, k);
-    if (d < bestD) [best, bestD] = [k, d];
-  }
-  return best && bestD <= Math.max(2, Math.floor(name.length / 4)) && bestD > 0 ? `; did you mean ${best}?` : '';
-}
-
-function editDistance(a: string, b: string): number {
-  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let prev = row[0]!;
-    row[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const cur = row[j]!;
-      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-      prev = cur;
-    }
-  }
-  return row[b.length]!;
+  const best = closest(name, known);
+  return best && best !== name ? `; did you mean ${best}?` : '';
 }
 
 /** What a command group's module gets from netpluginctl's session (src/ctl/index.ts). */

@@ -3,16 +3,14 @@
 // ~/.kube/config, --context, exec credential plugins (v1 and v1beta1, cached
 // until expiry), the NetpluginAPIConfig file (--config and the default path),
 // kubectl-style -l, flag suggestions and --log-format json errors.
-import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { CTL, runBuiltCtl } from '../fixtures/ctl.js';
 import { fromKubectlSelector, parseSelector } from '../../src/selector/index.js';
 
-const root = resolve(import.meta.dirname, '../..');
-const CTL = join(root, 'dist/netpluginctl.mjs');
 const TOKEN = 'real-cluster-token';
 const EXEC_TOKEN = 'exec-plugin-token';
 const LIMITED = 'limited-token';
@@ -40,19 +38,8 @@ afterAll(async () => {
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
-// Asynchronous on purpose: the fake API server runs in this process.
-function ctl(args: string[], env: Record<string, string> = {}, input = ''): Promise<{ code: number; out: string; err: string }> {
-  return new Promise((resolvePromise, reject) => {
-    const p = spawn(process.execPath, [CTL, ...args], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: join(tmp, 'nohome'), ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (err += d));
-    p.on('error', reject);
-    p.on('close', (code) => resolvePromise({ code: code ?? -1, out, err }));
-    p.stdin.end(input);
-  });
-}
+// Asynchronous (runBuiltCtl): the fake API server runs in this process.
+const ctl = (args: string[], env: Record<string, string> = {}, input = '') => runBuiltCtl(args, { env: { HOME: join(tmp, 'nohome'), ...env }, input });
 
 const poolNames = (out: string) => (JSON.parse(out) as { items?: Array<{ metadata: { name: string } }>; metadata?: { name: string } }).items?.map((i) => i.metadata.name) ?? [];
 
