@@ -21,6 +21,8 @@ export interface CtlIO {
   packageDir?: string;
   /** Node executable written into launchers and the fallback file; default process.execPath. */
   nodePath?: string;
+  /** stderr is a terminal: long operations show a progress line there. */
+  stderrIsTTY?: boolean;
   /** install-cni: whether this process runs in a Kubernetes pod; default: detected (src/ctl/install-cni.ts detectPod). */
   inPod?: boolean;
 }
@@ -143,6 +145,31 @@ export function table(header: string[], rows: string[][]): string {
   const all = [header, ...rows];
   const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
   return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd()).join('\n') + '\n';
+}
+
+/**
+ * A progress line on stderr for long loops (ipam check/release over many
+ * handles), only on a terminal and for 20 items or more; redrawn at most every
+ * 100 ms; done() clears it.
+ */
+export function progressLine(io: CtlIO, label: string): { tick: (done: number, total: number) => void; done: () => void } {
+  if (!io.stderrIsTTY) return { tick: () => {}, done: () => {} };
+  let shown = false;
+  let last = 0;
+  return {
+    tick: (d, t) => {
+      if (t < 20) return;
+      const now = Date.now();
+      if (d !== t && now - last < 100) return;
+      last = now;
+      shown = true;
+      io.stderr(`\r\x1b[K${label} ${d}/${t}`);
+    },
+    done: () => {
+      if (shown) io.stderr('\r\x1b[K');
+      shown = false;
+    },
+  };
 }
 
 /** "; did you mean --x?" for the known flag closest to `given` (the netconf's typo rule). */

@@ -9,7 +9,7 @@ import { DatastoreError } from '../errors.js';
 import type { AllocationAttribute, Datastore, Resource } from '../datastore/types.js';
 import { handleName, parseHandleID, sameHandle } from '../ipam/handle.js';
 import { cidrSize, containsCidr, containsIP, formatIP, nthAddress, tryParseIP } from '../ipam/cidr.js';
-import { CtlError, table, type CtlIO } from './io.js';
+import { CtlError, progressLine, table, type CtlIO } from './io.js';
 import { tryParseCidr } from '../ipam/cidr.js';
 
 /** What the CLI needs from the allocator (src/ipam/index.ts Ipam). */
@@ -269,6 +269,8 @@ export interface CheckOptions {
    * not leaked.
    */
   podExists?: (namespace: string, name: string) => Promise<boolean>;
+  /** Called as handles are checked (progress lines on a terminal). */
+  progress?: (done: number, total: number) => void;
 }
 
 export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise<IpamReport> {
@@ -310,7 +312,9 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
   }
 
   const leakedHandles: LeakedHandle[] = [];
+  let done = 0;
   for (const [, g] of held) {
+    opts.progress?.(++done, held.size);
     const handle = g.attr.handle_id!;
     const sec = g.attr.secondary ?? {};
     const cid = containerOf(handle);
@@ -402,7 +406,9 @@ function writeAtomic(path: string, data: string): void {
 }
 
 export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: string; json?: boolean }, opts: CheckOptions = {}): Promise<number> {
-  const r = await ipamCheck(ds, opts);
+  const bar = progressLine(io, 'ipam check: handles');
+  const r = await ipamCheck(ds, { ...opts, progress: bar.tick });
+  bar.done();
   if (args.output) writeAtomic(resolve(io.cwd ?? process.cwd(), args.output), JSON.stringify(r, null, 2) + '\n');
   // Exit 1 when something was found, so cron jobs and alerts can use the status.
   const status = r.summary.problems === 0 ? 0 : 1;
@@ -506,7 +512,10 @@ export async function cmdIpamRelease(
   const now = await ipamCheck(ds, opts);
   let released = 0;
   let skipped = 0;
+  const bar = progressLine(io, 'ipam release: handles');
+  let n = 0;
   for (const l of report.leakedHandles) {
+    bar.tick(++n, report.leakedHandles.length);
     const cur = now.leakedHandles.find((c) => sameHandle(c.handle, l.handle));
     if (!cur || !sameSet(cur.ips, l.ips)) {
       io.stdout(`skipped handle ${l.handle}: no longer leaked as reported (${cur ? `now holds ${cur.ips.join(',')}` : 'its workload exists or it was released'})\n`);
@@ -525,6 +534,7 @@ export async function cmdIpamRelease(
       io.stderr(`error: releasing handle ${l.handle}: ${(e as Error).message}\n`);
     }
   }
+  bar.done();
   for (const a of report.allocationsWithoutHandle) {
     if (report.leakedHandles.some((l) => l.ips.includes(a.ip))) continue;
     const still = now.allocationsWithoutHandle.find((c) => c.ip === a.ip && sameHandle(c.handle, a.handle));

@@ -10,6 +10,7 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { runCtl } from '../../src/ctl/index.js';
 import { mergePatch } from '../../src/ctl/edit.js';
 import { API_VERSION } from '../../src/datastore/types.js';
+import { Ipam } from '../../src/ipam/index.js';
 
 let ds: MemoryDatastore;
 let dir: string;
@@ -164,3 +165,31 @@ describe('completion', () => {
     expect((await ctl(['completion', 'fish'])).err).toContain('use bash or zsh');
   });
 });
+
+describe('progress on a terminal', () => {
+  it('ipam check and release show a progress line on stderr only when it is a TTY', async () => {
+    await ctl(['apply', '-f', '-'], pool('p', '10.60.0.0/24'));
+    await ctl(['apply', '-f', '-'], `apiVersion: ${API_VERSION}\nkind: Node\nmetadata: {name: n1}\nspec: {}\n`);
+    const ipam = new Ipam(ds, { lockPath: null });
+    // 25 handles without workload endpoints: all leaked.
+    for (let i = 0; i < 25; i++) await ipam.assign({ handleID: `k8s-pod-network.c${i}`, node: 'n1', attrs: {}, assignIPv4: true, assignIPv6: false });
+    const run = async (argv: string[], tty: boolean) => {
+      let out = '';
+      let err = '';
+      const code = await runCtl(argv, { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' }, cwd: dir, stdout: (x) => (out += x), stderr: (x) => (err += x), openDatastore: async () => ds, stderrIsTTY: tty });
+      return { code, out, err };
+    };
+    const plain = await run(['ipam', 'check', '-o', 'r.json'], false);
+    expect(plain.code).toBe(1);
+    expect(plain.err).toBe('');
+    const tty = await run(['ipam', 'check'], true);
+    expect(tty.err).toContain('\r\x1b[Kipam check: handles 25/25');
+    expect(tty.err.endsWith('\r\x1b[K')).toBe(true);
+    expect(tty.out).toBe(plain.out.replace(/report written to r\.json.*\n/, 'write a report with -o FILE, review it, then run: netpluginctl ipam release --from-report FILE\n'));
+    const rel = await run(['ipam', 'release', '--from-report', 'r.json'], true);
+    expect(rel.code).toBe(0);
+    expect(rel.err).toContain('ipam release: handles 25/25');
+    expect(rel.out.match(/^released handle /gm)).toHaveLength(25);
+  });
+});
+
