@@ -140,7 +140,9 @@ An IPPool that still has allocated addresses is not deleted unless --force is gi
 
 Finds leaked addresses: handles whose workload endpoint (etcd) or pod (kubernetes) is gone,
 addresses allocated under a handle that has no handle object, handle objects whose block
-entries are missing, and blocks affine to nodes that no longer exist.
+entries are missing, and blocks affine to nodes that no longer exist. For each leaked handle it
+says what netplugin-kube-controllers' IPAM GC does: the allocation's age against leakGracePeriod,
+or that GC never releases it (no Kubernetes attributes).
 
   -o, --output FILE   write the report (JSON) to FILE for 'ipam release --from-report'
   --json              print the report as JSON instead of text
@@ -153,7 +155,8 @@ an alert can use it), 2 and more for errors running the check.
 
   --dry-run            run every check against the live state and print what would be released
 
-  --ip ADDR            release one address; refused while a workload endpoint uses it, unless --force
+  --ip ADDR            release one address; refused while a workload endpoint uses it or (with
+                       Kubernetes access) its pod still exists, unless --force
   --from-report FILE   release what 'ipam check -o FILE' found; each item is checked again first
                        and skipped when it is no longer leaked in the same way
 `,
@@ -363,13 +366,14 @@ class Session implements CtlSession {
     this.closers.push(() => client.close());
     return client;
   }
-  /** For the kubernetes datastore, `ipam check` asks the API server whether a pod exists. */
+  /**
+   * With Kubernetes access (the kubernetes datastore, or KUBECONFIG beside
+   * etcd), `ipam check` and `ipam release` ask the API server whether a pod exists.
+   */
   async checkOptions(): Promise<CheckOptions> {
     const conf = this.config();
-    if (conf?.datastore_type !== 'kubernetes' || this.io.openDatastore) return {};
-    const { createKubeClient } = await import('../k8s/client.js');
-    const client = await createKubeClient({ ...conf.kubernetes, timeoutMs: 10_000 });
-    this.closers.push(() => client.close());
+    if ((conf?.datastore_type !== 'kubernetes' && !conf?.kubernetes?.kubeconfig) || this.io.openDatastore) return {};
+    const client = await this.kube();
     return {
       podExists: async (ns, name) => {
         try {

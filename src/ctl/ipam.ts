@@ -11,6 +11,7 @@ import { handleName, parseHandleID, sameHandle } from '../ipam/handle.js';
 import { cidrSize, containsCidr, containsIP, formatIP, nthAddress, tryParseIP } from '../ipam/cidr.js';
 import { CtlError, progressLine, table, type CtlIO } from './io.js';
 import { tryParseCidr } from '../ipam/cidr.js';
+import { formatDuration, settingsFrom } from '../model/kube-controllers-config.js';
 
 /** What the CLI needs from the allocator (src/ipam/index.ts Ipam). */
 export interface IpamReleaser {
@@ -211,6 +212,8 @@ export interface LeakedHandle {
   namespace?: string;
   pod?: string;
   reason: string;
+  /** What netplugin-kube-controllers' IPAM GC does with it (only handles with Kubernetes attributes). */
+  gc?: { leakGracePeriod: string; allocatedAgo?: string; afterGracePeriod: boolean } | { never: string };
 }
 export interface UnhandledAllocation {
   ip: string;
@@ -311,6 +314,21 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
     }
   }
 
+  // IPAM GC's grace period, as netplugin-kube-controllers reads it.
+  let grace: number | undefined;
+  try {
+    grace = settingsFrom((await ds.get('KubeControllersConfiguration', 'default')).spec).settings.leakGracePeriodMs;
+  } catch (e) {
+    if (!DatastoreError.is(e, 'NotFound')) throw e;
+    notes.push('KubeControllersConfiguration default does not exist: netplugin-kube-controllers (IPAM GC) has not run against this datastore');
+  }
+  const gcOf = (sec: Record<string, string>): LeakedHandle['gc'] => {
+    if (!sec.namespace || !sec.pod) return { never: 'no Kubernetes attributes (namespace, pod): GC never releases it; release it by hand' };
+    if (grace === undefined) return undefined;
+    const at = sec.timestamp ? Date.parse(sec.timestamp) : NaN;
+    const age = Number.isNaN(at) ? undefined : Math.max(0, Date.now() - at);
+    return { leakGracePeriod: formatDuration(grace), ...(age !== undefined ? { allocatedAgo: formatDuration(Math.floor(age / 1000) * 1000) } : {}), afterGracePeriod: age !== undefined && age >= grace };
+  };
   const leakedHandles: LeakedHandle[] = [];
   let done = 0;
   for (const [, g] of held) {
@@ -318,7 +336,8 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
     const handle = g.attr.handle_id!;
     const sec = g.attr.secondary ?? {};
     const cid = containerOf(handle);
-    const base = { handle, ips: g.ips, ...(sec.node ? { node: sec.node } : {}), ...(sec.namespace ? { namespace: sec.namespace } : {}), ...(sec.pod ? { pod: sec.pod } : {}) };
+    const gc = gcOf(sec);
+    const base = { handle, ips: g.ips, ...(sec.node ? { node: sec.node } : {}), ...(sec.namespace ? { namespace: sec.namespace } : {}), ...(sec.pod ? { pod: sec.pod } : {}), ...(gc ? { gc } : {}) };
     if (cid === undefined) {
       // Not a workload handle (tunnel address and the like): owned by its node.
       if (sec.node && nodeNames.size > 0 && !nodeNames.has(sec.node)) leakedHandles.push({ ...base, reason: `node ${sec.node} no longer exists` });
@@ -421,7 +440,15 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
   for (const n of r.notes) out.push(`note: ${n}`);
   if (r.leakedHandles.length) {
     out.push('', `leaked handles (${r.leakedHandles.length}):`);
-    for (const l of r.leakedHandles) out.push(`  ${l.handle}  ${l.ips.join(',')}  ${l.reason}`);
+    for (const l of r.leakedHandles) {
+      out.push(`  ${l.handle}  ${l.ips.join(',')}  ${l.reason}`);
+      if (l.gc && 'never' in l.gc) out.push(`      GC: ${l.gc.never}`);
+      else if (l.gc) {
+        // GC counts the grace period from when it first sees the leak; the allocation's age bounds that from above.
+        const age = l.gc.allocatedAgo ? `allocated ${l.gc.allocatedAgo} ago; ` : '';
+        out.push(`      GC: ${age}${l.gc.afterGracePeriod ? `past leakGracePeriod ${l.gc.leakGracePeriod}: released at GC's next scan once it has seen the leak that long` : `released once it has looked leaked for leakGracePeriod ${l.gc.leakGracePeriod}`}`);
+      }
+    }
   }
   if (r.allocationsWithoutHandle.length) {
     out.push('', `addresses allocated without a handle object (${r.allocationsWithoutHandle.length}):`);
@@ -498,6 +525,11 @@ export async function cmdIpamRelease(
       }
       if (w.workloadEndpoint && !args.force) {
         io.stderr(`error: ${w.ip} is in use by workload endpoint ${w.workloadEndpoint}; delete the workload instead, or pass --force\n`);
+        failed++;
+        continue;
+      }
+      if (w.namespace && w.pod && !args.force && opts.podExists && (await opts.podExists(w.namespace, w.pod))) {
+        io.stderr(`error: ${w.ip} belongs to pod ${w.namespace}/${w.pod}, which still exists; delete the pod instead, or pass --force\n`);
         failed++;
         continue;
       }

@@ -20,8 +20,8 @@ import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from
 /** SPEC Versioning 2: the procedures lead to this release line from v3.15 or later. */
 const OLDEST_UPGRADABLE = '3.15.0';
 const ALLOW_ALL_UPGRADE = 'allow-all-upgrade';
-export const CREATED_BY_LABEL = 'netplugin.org/created-by';
-export const AUTO_HEP_SUFFIX = '-auto-hep';
+import { AUTO_HEP_SUFFIX, CREATED_BY_LABEL } from '../model/host-endpoints.js';
+export { AUTO_HEP_SUFFIX, CREATED_BY_LABEL };
 
 export const UPGRADE_HELP: Record<string, string> = {
   upgrade: `Usage: netpluginctl upgrade check [--to vX.Y.Z] [-o json]

@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { DatastoreError } from '../errors.js';
 import { API_VERSION, type Kind, type Resource } from './types.js';
+import { globalNetworkPolicySpecSchema, networkPolicySpecSchema, profileSpecSchema } from '../model/policy.js';
 
 const encap = z.enum(['Never', 'Always', 'CrossSubnet']);
 const labels = z.record(z.string());
@@ -98,19 +99,9 @@ export const specSchemas = {
     .object({ node: z.string(), interfaceName: z.string().optional(), expectedIPs: z.array(z.string()).optional(), profiles: z.array(z.string()).optional() })
     .passthrough(),
   KubeControllersConfiguration: z.object({}).passthrough(),
-  Profile: z
-    .object({ labelsToApply: labels.optional(), ingress: z.array(z.unknown()).optional(), egress: z.array(z.unknown()).optional() })
-    .passthrough(),
-  NetworkPolicy: z
-    .object({
-      order: z.number().optional(),
-      selector: z.string().optional(),
-      types: z.array(z.enum(['Ingress', 'Egress'])).optional(),
-      ingress: z.array(z.unknown()).optional(),
-      egress: z.array(z.unknown()).optional(),
-    })
-    .passthrough(),
-  GlobalNetworkPolicy: z.object({}).passthrough(),
+  Profile: profileSpecSchema,
+  NetworkPolicy: networkPolicySpecSchema,
+  GlobalNetworkPolicy: globalNetworkPolicySpecSchema,
 } satisfies Record<Kind, z.ZodTypeAny>;
 
 function buildResourceSchema<K extends Kind>(kind: K) {
