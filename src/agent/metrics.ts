@@ -29,7 +29,15 @@ export interface AgentMetrics {
 
 /** Objects IPAM updates with compare-and-swap and retries on Conflict. */
 const IPAM_KINDS = new Set(['IPAMBlock', 'IPAMHandle', 'BlockAffinity', 'IPAMConfig']);
-const TIMED = new Set(['get', 'list', 'create', 'update', 'delete']);
+const TIMED = new Set(['get', 'list', 'create', 'update', 'delete', 'txn']);
+
+/** The kind label of a call: its kind, or for a transaction the kinds it writes (`IPAMBlock+WorkloadEndpoint`). */
+type OpLike = { kind?: string; res?: { kind?: string } } | undefined;
+const opKind = (o: OpLike) => o?.res?.kind ?? o?.kind ?? '';
+function kindOf(op: string, first: unknown): string {
+  if (op === 'txn' && Array.isArray(first)) return [...new Set(first.map((o: OpLike) => opKind(o)))].sort().join('+');
+  return typeof first === 'string' ? first : String((first as { kind?: string } | undefined)?.kind ?? '');
+}
 
 /** The CNI error code in a runtime-facing error JSON, or 'unknown'. */
 export function cniErrorCode(stdout: string): string {
@@ -67,7 +75,7 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
           if (typeof prop !== 'string' || !TIMED.has(prop) || typeof v !== 'function') return v;
           return (...args: unknown[]) => {
             const first = args[0];
-            const kind = typeof first === 'string' ? first : String((first as { kind?: string } | undefined)?.kind ?? '');
+            const kind = kindOf(prop, first);
             const stop = dsLatency.startTimer({ operation: prop, kind });
             return (v as (...a: unknown[]) => Promise<unknown>).apply(target, args).then(
               (res) => {
@@ -77,7 +85,9 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
               (e: unknown) => {
                 const errKind = (e as { kind?: string })?.kind;
                 stop({ result: typeof errKind === 'string' ? errKind : 'error' });
-                if ((errKind === 'Conflict' || errKind === 'AlreadyExists') && IPAM_KINDS.has(kind)) retries.inc({ kind });
+                // A transaction names the op whose guard failed (TxnError.failedOp).
+                const failed = prop === 'txn' && Array.isArray(first) ? opKind((first as OpLike[])[(e as { failedOp?: number }).failedOp ?? -1]) : kind;
+                if ((errKind === 'Conflict' || errKind === 'AlreadyExists') && IPAM_KINDS.has(failed)) retries.inc({ kind: failed });
                 throw e;
               },
             );

@@ -159,6 +159,18 @@ export function toOpenApi(schema: z.ZodTypeAny): OpenApi {
       if (def.unknownKeys === 'passthrough') out['x-kubernetes-preserve-unknown-fields'] = true;
       return out;
     }
+    case 'ZodUnion': {
+      const options = (def.options as z.ZodTypeAny[]).map(toOpenApi);
+      // Literals of one type: an enum.
+      if (options.every((o) => Array.isArray(o.enum) && o.type === options[0]!.type)) {
+        return { type: options[0]!.type, enum: options.flatMap((o) => o.enum as unknown[]) };
+      }
+      // A number or a string (ports: 80, "80:90", "http"): the API's int-or-string.
+      const types = new Set(options.map((o) => o.type));
+      if (types.size === 2 && types.has('string') && (types.has('integer') || types.has('number'))) return { 'x-kubernetes-int-or-string': true };
+      // Anything else the code checks; structurally any value.
+      return { 'x-kubernetes-preserve-unknown-fields': true };
+    }
     case 'ZodUnknown':
     case 'ZodAny':
       return { 'x-kubernetes-preserve-unknown-fields': true };
