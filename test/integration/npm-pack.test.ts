@@ -47,11 +47,12 @@ afterAll(async () => {
 
 describe('npm pack', () => {
   it('installs offline with its executables, the prebuilt addon and shim, and compiles nothing', async () => {
-    expect(readdirSync(join(prefix, 'bin')).sort()).toEqual(['netplugin', 'netplugin-ipam', 'netplugin-node', 'netpluginctl']);
+    const bins = Object.keys((JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { bin: Record<string, string> }).bin).sort();
+    expect(readdirSync(join(prefix, 'bin')).sort()).toEqual(bins);
     expect(existsSync(join(pkgDir, 'build'))).toBe(false);
     expect(existsSync(join(pkgDir, `prebuilds/linux-${process.arch}/netplugin-shim`))).toBe(true);
     for (const dep of ['etcd3', 'yaml', 'node-gyp-build']) expect(existsSync(join(pkgDir, 'node_modules', dep, 'package.json')), dep).toBe(true);
-    for (const exe of ['netpluginctl', 'netplugin-node', 'netplugin']) {
+    for (const exe of bins) {
       const r = await run(join(prefix, 'bin', exe), ['--version'], { env: { PATH: `${join(prefix, 'bin')}:${process.env.PATH}` } });
       expect(r.stdout).toContain(version);
     }
