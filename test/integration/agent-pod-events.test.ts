@@ -24,6 +24,7 @@ beforeAll(async () => {
   api = await startFakeApiServer({ tls: true, auth: { tokens: [TOKEN] } });
   client = await createKubeClient({ kubeconfig: writeKubeconfig(api.dir, api, { token: TOKEN }) });
   api.put('/api/v1/namespaces/shop', { metadata: { name: 'shop' } });
+  api.put('/api/v1/namespaces/shop/pods/web-0', { metadata: { name: 'web-0', uid: 'uid-web-0' }, spec: { containers: [{ name: 'c', image: 'x' }] } });
   tmp = mkdtempSync(join(tmpdir(), `pod-events-${process.pid}-`));
 });
 afterAll(async () => {
@@ -62,7 +63,7 @@ describe('pod events for failed ADDs', () => {
       ['web-0', 'NetpluginIPAMFailed'],
       ['web-0', 'NetpluginPodConfigInvalid'],
     ]);
-    expect(got[0]).toMatchObject({ type: 'Warning', involvedObject: { kind: 'Pod' }, source: { host: 'node-a' } });
+    expect(got[0]).toMatchObject({ type: 'Warning', involvedObject: { kind: 'Pod', name: 'web-0', uid: 'uid-web-0' }, source: { host: 'node-a' } });
     expect(got.find((e) => e.reason === 'NetpluginIPAMFailed')!.message).toBe('CNI ADD failed (code 100): failure 100: what to do');
 
     // The per-minute cap: one more fits (3), the next does not.
