@@ -68,9 +68,9 @@ IP=$($P inspect web --format '{{(index .NetworkSettings.Networks "'$NET'").IPAdd
 echo "WEBIP $IP"
 echo "HOSTVETHS $(ip -o link show | grep -c "$PREFIX" || true)"
 # Up to three echo requests within 10 s: the first can go out before the new pod's path is up.
-# Named: podman passes the container name as K8S_POD_NAME, and its generated
-# names (romantic_nobel) are refused by the plugin's pod-name check.
-if $P run --rm $R --name pinger --network $NET localhost/np-busybox:test ping -c1 -W5 "$IP" >/dev/null; then echo "PING ok"; else echo "PING failed"; fi
+# Unnamed: podman passes its generated container name (adjective_name, with an
+# underscore) as K8S_POD_NAME and K8S_POD_NAMESPACE; the plugin accepts it.
+if $P run --rm $R --network $NET localhost/np-busybox:test ping -c1 -W5 "$IP" >/dev/null; then echo "PING ok"; else echo "PING failed"; fi
 # busybox's wget crashes on this machine; nc speaks HTTP/1.0 well enough.
 echo "FROMPOD $($P run --rm $R --name fetcher --network $NET localhost/np-busybox:test sh -c "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 $IP 80" | tail -1 || echo failed)"
 ip addr add $HOST_ADDR/32 dev lo
