@@ -17,7 +17,7 @@ export default defineConfig({
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    reporters: ['default'],
+    reporters: ['default', './test/support/summary-reporter.ts'],
     globalSetup: ['test/fixtures/global-setup.ts'],
     projects: [
       {

@@ -182,6 +182,8 @@ class NetlinkAddon : public Napi::Addon<NetlinkAddon> {
                              InstanceMethod<&NetlinkAddon::Netlink>("netlink"),
                              InstanceMethod<&NetlinkAddon::SetErrorClass>("setErrorClass"),
                              InstanceMethod<&NetlinkAddon::PeerCredM>("peerCred"),
+                             InstanceMethod<&NetlinkAddon::NftRunM>("nftRun"),
+                             InstanceMethod<&NetlinkAddon::NftRunAsyncM>("nftRunAsync"),
                              InstanceValue("ABI_VERSION", Napi::Number::New(env, kAbiVersion), napi_enumerable),
                              InstanceValue("NetNS", ns, napi_enumerable),
                              InstanceValue("Netlink", nl, napi_enumerable),
@@ -199,6 +201,8 @@ class NetlinkAddon : public Napi::Addon<NetlinkAddon> {
     return data_.netlinkCtor.New({info[0]});
   }
   Napi::Value PeerCredM(const Napi::CallbackInfo& info) { return PeerCred(info); }
+  Napi::Value NftRunM(const Napi::CallbackInfo& info) { return NftRun(info, netnsFdOf); }
+  Napi::Value NftRunAsyncM(const Napi::CallbackInfo& info) { return NftRunAsync(info, netnsFdOf); }
   Napi::Value SetErrorClass(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!info[0].IsFunction()) {

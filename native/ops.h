@@ -50,6 +50,11 @@ Napi::Value SysctlSet(Handle& h, const Napi::CallbackInfo& info);
 // Not a netlink call: SO_PEERCRED of a unix socket fd (the agent's CNI socket).
 Napi::Value PeerCred(const Napi::CallbackInfo& info);
 
+// nftables scripts through libnftables (dlopen'ed on first use). Return
+// { ok, missing, rc, output, error }; nftRunAsync runs on the libuv threadpool.
+Napi::Value NftRun(const Napi::CallbackInfo& info, NetnsFdOf fdOf);
+Napi::Value NftRunAsync(const Napi::CallbackInfo& info, NetnsFdOf fdOf);
+
 // Shared by route/addr: 'universe'|'global'|'site'|'link'|'host'|0..255.
 bool readScope(Args& a, const Napi::Value& v, const std::string& field, uint8_t& out);
 

@@ -83,6 +83,26 @@ function hasFamily(s: ValidSpec, f: 4 | 6): boolean {
   return s.parsed.some((a) => a.family === f);
 }
 
+/** The host-side IPv6 settings every pod veth gets (also checked by CHECK). */
+const HOST_IPV6_HARDENING: ReadonlyArray<[string, number]> = [
+  ['accept_ra', 0],
+  ['accept_redirects', 0],
+  ['autoconf', 0],
+];
+
+function hardenHostIPv6(host: Netlink, n: string, podHasV6: boolean): void {
+  for (const [k, v] of HOST_IPV6_HARDENING) {
+    try {
+      host.sysctlSet(`net.ipv6.conf.${n}.${k}`, v);
+    } catch (e) {
+      // A node booted without IPv6 (ipv6.disable=1) has no net.ipv6 tree at
+      // all: nothing can accept an RA there. An IPv6 pod on it is an error.
+      if (!podHasV6 && NetlinkError.is(e, 'ENOENT')) return;
+      throw e;
+    }
+  }
+}
+
 function configureHost(host: Netlink, s: ValidSpec): void {
   const n = s.hostIfname;
   if (hasFamily(s, 4)) {
@@ -93,12 +113,18 @@ function configureHost(host: Netlink, s: ValidSpec): void {
     host.sysctlSet(`net.ipv4.conf.${n}.forwarding`, 1);
     host.sysctlSet(`net.ipv4.conf.${n}.route_localnet`, 1);
   }
+  // Whatever the pod's families: the node never learns from a pod. A pod is
+  // untrusted and can send router advertisements and redirects on its veth;
+  // on a node that does not forward IPv6 (IPv4-only clusters) the kernel
+  // accepts RAs by default, so a pod could plant a default route or a prefix
+  // on the node. Set before the link comes up, so not even one RA gets in.
+  hardenHostIPv6(host, n, hasFamily(s, 6));
+  host.sysctlSet(`net.ipv4.conf.${n}.accept_redirects`, 0);
   if (hasFamily(s, 6)) {
     // DAD off before the link comes up: the link-local the pod routes through
     // must be usable at once, not after ~1 s of tentative state.
     host.sysctlSet(`net.ipv6.conf.${n}.accept_dad`, 0);
     host.sysctlSet(`net.ipv6.conf.${n}.proxy_ndp`, 1);
-    host.sysctlSet(`net.ipv6.conf.${n}.accept_ra`, 0);
     host.sysctlSet(`net.ipv6.conf.${n}.forwarding`, 1);
     // Added explicitly (the kernel would add the same EUI-64 address on link up,
     // and then ignores its own duplicate) so it exists before the pod's routes use it.
@@ -265,7 +291,15 @@ export function checkWorkload(spec: WorkloadSpec, expect: { containerMac: string
       const sys = (k: string, v: string) => want(`host sysctl ${k}`, host.sysctlGet(k), v);
       sys(`net.ipv6.conf.${s.hostIfname}.proxy_ndp`, '1');
       sys(`net.ipv6.conf.${s.hostIfname}.forwarding`, '1');
-      sys(`net.ipv6.conf.${s.hostIfname}.accept_ra`, '0');
+    }
+    for (const [k, v] of HOST_IPV6_HARDENING) {
+      let got: string | undefined;
+      try {
+        got = host.sysctlGet(`net.ipv6.conf.${s.hostIfname}.${k}`);
+      } catch (e) {
+        if (!NetlinkError.is(e, 'ENOENT') || hasFamily(s, 6)) throw e;
+      }
+      if (got !== undefined) want(`host sysctl net.ipv6.conf.${s.hostIfname}.${k}`, got, String(v));
     }
     const fwd = s.allowIpForwarding ? '1' : '0';
     want('container sysctl net.ipv4.ip_forward', cont.sysctlGet('net.ipv4.ip_forward'), fwd);

@@ -11,7 +11,7 @@ import type { Netlink, NetNS } from './types.js';
 export type * from './types.js';
 
 /** The ABI the TS side was written against (native/common.h kAbiVersion). */
-export const NATIVE_ABI_VERSION = 2;
+export const NATIVE_ABI_VERSION = 3;
 
 export interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */
@@ -55,6 +55,25 @@ interface Addon {
   netlink(ns?: NetNS): Netlink;
   setErrorClass(cls: typeof NetlinkError): void;
   peerCred(fd: number): PeerCred;
+  nftRun(script: string, opts?: NftRawOptions): NftRawResult;
+  nftRunAsync(script: string, opts?: NftRawOptions): Promise<NftRawResult>;
+}
+
+/** Options of the addon's nftRun/nftRunAsync (src/native/nft.ts is the typed face). */
+export interface NftRawOptions {
+  json?: boolean;
+  echo?: boolean;
+  handles?: boolean;
+  netns?: NetNS;
+}
+
+/** What libnftables answered; `missing` when the library could not be loaded. */
+export interface NftRawResult {
+  ok: boolean;
+  missing: boolean;
+  rc: number;
+  output: string;
+  error: string;
 }
 
 /** SO_PEERCRED of a connected unix socket. */
@@ -76,6 +95,11 @@ export function packageRoot(): string {
     if (up === dir) throw new Error(`netplugin: no package.json above ${dirname(fileURLToPath(import.meta.url))}; the native addon cannot be located`);
     dir = up;
   }
+}
+
+/** The loaded addon (loading it on first use); for the sibling wrappers in src/native/. */
+export function addonInstance(): Addon {
+  return load();
 }
 
 function load(): Addon {

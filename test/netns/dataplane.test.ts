@@ -37,6 +37,20 @@ afterEach(() => {
   removeAllNetns();
 });
 
+// A router advertisement (ICMPv6 type 134, router lifetime 1800 s) with a
+// /64 prefix option, sent to all nodes from the pod's link-local; the kernel
+// fills in the ICMPv6 checksum of a raw ICMPv6 socket.
+const RA_SENDER = `
+import socket, struct, sys
+ifindex = socket.if_nametoindex(sys.argv[1])
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, ifindex)
+ra = struct.pack('!BBHBBHII', 134, 0, 0, 64, 0, 1800, 0, 0)
+prefix = struct.pack('!BBBBIII16s', 3, 4, 64, 0xC0, 86400, 14400, 0, socket.inet_pton(socket.AF_INET6, '2001:db8:77::'))
+s.sendto(ra + prefix, ('ff02::1', 0, 0, ifindex))
+`;
+
 function spec(over: Partial<WorkloadSpec> = {}): WorkloadSpec {
   return {
     netnsPath: C1.path,
@@ -131,6 +145,39 @@ describe('setupWorkload', () => {
     expect(hs('ipv6/conf/npi0test1/accept_dad')).toBe('0');
 
     expect(checkWorkload(spec({ addresses: ['10.0.0.5/32', 'fd00::5/128'], mtu: 1400, numQueues: 4 }), { containerMac: st.containerMac })).toEqual([]);
+  });
+
+  it('an IPv4-only pod cannot plant a route on the node with a router advertisement', async () => {
+    // The node does not forward IPv6 (as in an IPv4-only cluster): the kernel
+    // then accepts RAs on any interface whose accept_ra is 1 (its default).
+    const h = nl(H.path);
+    h.sysctlSet('net.ipv6.conf.all.forwarding', 0);
+    h.sysctlSet('net.ipv6.conf.default.forwarding', 0);
+    setupWorkload(spec({ addresses: ['10.0.0.5/32'] }));
+    const hs = (k: string) => cat(H.name, `/proc/sys/net/${k}`);
+    expect(hs('ipv6/conf/npi0test1/accept_ra')).toBe('0');
+    expect(hs('ipv6/conf/npi0test1/accept_redirects')).toBe('0');
+    expect(hs('ipv6/conf/npi0test1/autoconf')).toBe('0');
+    expect(hs('ipv4/conf/npi0test1/accept_redirects')).toBe('0');
+    const planted = () => inNetns(H.name, 'ip', ['-6', 'route', 'show']).split('\n').filter((l) => /^default|2001:db8:77::/.test(l));
+    // The pod's eth0 gets a link-local (the RA's source) once DAD is done.
+    for (let i = 0; i < 100 && !inNetns(C1.name, 'ip', ['-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'link', '-tentative']).includes('fe80'); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const sendRA = () => inNetns(C1.name, 'python3', ['-c', RA_SENDER, 'eth0']);
+    sendRA();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(planted()).toEqual([]);
+    // The same RA is a real one: with the old setting (accept_ra=1) the node takes it.
+    h.sysctlSet('net.ipv6.conf.npi0test1.accept_ra', 1);
+    let seen: string[] = [];
+    for (let i = 0; i < 50 && seen.length < 2; i++) {
+      sendRA();
+      await new Promise((r) => setTimeout(r, 100));
+      seen = planted();
+    }
+    expect(seen.join('\n')).toMatch(/default via fe80::[0-9a-f:]+ dev npi0test1 proto ra/);
+    expect(seen.join('\n')).toMatch(/2001:db8:77::\/64 dev npi0test1/);
   });
 
   it('turns forwarding on in the container only when allowed, leaving the host namespace alone', () => {
