@@ -128,7 +128,13 @@ export interface HostEndpointSpec {
 
 export interface KubeControllersConfigurationSpec {
   controllers?: {
-    node?: { hostEndpoint?: { autoCreate?: 'Enabled' | 'Disabled' } };
+    node?: {
+      hostEndpoint?: { autoCreate?: 'Enabled' | 'Disabled' };
+      /** How long an allocation must look leaked before IPAM GC releases it (Go duration, default `15m`). */
+      leakGracePeriod?: string;
+      /** How often IPAM GC scans (Go duration, default `1m`). */
+      reconcilerPeriod?: string;
+    };
     [k: string]: unknown;
   };
   [k: string]: unknown;
