@@ -144,6 +144,16 @@ async function main(): Promise<void> {
   } else if (v6 === 'on') {
     await enableIpv6Forwarding(log);
   }
+  // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
+  let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
+  if (values.config) {
+    try {
+      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log);
+    } catch (e) {
+      log.error(`policy: ${(e as Error).message}`);
+      process.exit(2);
+    }
+  }
 
   let stopping = false;
   const stop = (signal: string) => {
@@ -154,6 +164,8 @@ async function main(): Promise<void> {
     stopping = true;
     log.info(`${signal}: shutting down`);
     nodeInit?.stop();
+    // The nftables table stays: existing pods keep their enforcement, new ones stay isolated.
+    void policy?.stop();
     server.close().then(
       async () => {
         await pool?.close();
