@@ -221,7 +221,7 @@ export class PolicyCompiler {
             subRules.push(`jump ${polChain.get(p)![key]!}`);
             subRules.push(`meta mark and ${hex(MARK_ALLOW | MARK_PASS)} != 0 return`);
           }
-          subRules.push(`drop ${nftComment(`${ep.key}: selected by policy, no rule matched`)}`);
+          subRules.push(`counter drop ${nftComment(`${ep.key}: selected by policy, no rule matched`)}`);
           chains.set(sub, subRules);
           rules.push(`jump ${sub}`);
           rules.push(`meta mark and ${hex(MARK_ALLOW)} != 0 return ${nftComment('allowed by policy')}`);
@@ -240,7 +240,7 @@ export class PolicyCompiler {
           rules.push(`jump ${pc[key]}`);
           rules.push(`meta mark and ${hex(MARK_ALLOW)} != 0 return ${nftComment(`allowed by profile ${prof}`)}`);
         }
-        rules.push(`drop ${nftComment(`${ep.key}: ${pols.length ? 'passed to profiles, none allowed' : 'no profile allowed'}`)}`);
+        rules.push(`counter drop ${nftComment(`${ep.key}: ${pols.length ? 'passed to profiles, none allowed' : 'no profile allowed'}`)}`);
         chains.set(ifChain, rules);
         (dir === 'Ingress' ? toWl : fromWl).set(ep.interfaceName, `jump ${ifChain}`);
       }
@@ -390,11 +390,11 @@ function actionText(r: PolicyRule, what: string): string {
     case 'Pass':
       return `meta mark set meta mark or ${hex(MARK_PASS)} return ${nftComment(what)}`;
     case 'Deny':
-      return `drop ${nftComment(what)}`;
+      return `counter drop ${nftComment(what)}`;
     case 'Log': {
-      let prefix = `np ${what}: `.replace(/["\\]/g, '');
+      let prefix = `netplugin ${what}: `.replace(/["\\]/g, '');
       while (Buffer.byteLength(prefix) > 120) prefix = prefix.slice(0, -3) + ': ';
-      return `log prefix "${prefix}" ${nftComment(what)}`;
+      return `counter log prefix "${prefix}" ${nftComment(what)}`;
     }
   }
 }
