@@ -230,3 +230,38 @@ export async function setNamespaceLabels(env: PolicyEnv, ns: string, labels: Rec
 export function nftList(): Promise<string> {
   return new Promise((resolve, reject) => execFile('nft', ['list', 'ruleset'], (e, out) => (e ? reject(e) : resolve(out))));
 }
+
+/** Probes `targets` from `from` over and over for `seconds`; resolves (once started) to a promise of the indexes ever reached. */
+export async function watchProbe(from: Pod, targets: Array<[string, number, 'tcp' | 'udp']>, seconds: number, timeout = 0.5): Promise<Promise<number[]>> {
+  const proc = spawn('ip', ['netns', 'exec', from.netns, 'python3', POD_SCRIPT, 'watch', String(seconds), String(timeout), JSON.stringify(targets)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const rl = createInterface({ input: proc.stdout! });
+  const lines: string[] = [];
+  const done = new Promise<number[]>((resolve, reject) => {
+    proc.once('exit', (code) => (code === 0 && lines[1] ? resolve(JSON.parse(lines[1]) as number[]) : reject(new Error(`watch probe exited ${code}: ${lines.join('\n')}`))));
+  });
+  await new Promise<void>((resolve) => rl.on('line', (l) => (lines.push(l), lines.length === 1 && resolve())));
+  return done;
+}
+
+/** Starts a pod's servers in a fresh netns before its ADD (so a probe can hit it from the moment its veth exists). */
+export async function prepareNetns(name: string): Promise<Pod> {
+  const n = createNetns(`pol${name}`);
+  const p: Pod = { ns: '', name, id: '', netns: n.name, netnsPath: n.path, ip: '', containerId: '' };
+  await startServer(p);
+  return p;
+}
+
+/** ADDs a pod into a netns prepared by prepareNetns. */
+export async function addPreparedPod(env: PolicyEnv, p: Pod, ns: string, labels: Record<string, string>, conf = env.conf): Promise<{ code: number; ms: number }> {
+  putPod(env.api, ns, p.name, { labels, containers: [{ name: 'main', ports: SERVE_PORTS }] });
+  p.ns = ns;
+  p.id = `${ns}/${p.name}`;
+  p.containerId = `${ns}-${p.name}-${process.pid}-${Date.now()}`;
+  const t0 = Date.now();
+  const r = await cni('ADD', conf, { containerId: p.containerId, netns: p.netnsPath, args: k8sArgs(ns, p.name) });
+  expect(r.code, why(r)).toBe(0);
+  p.ip = (JSON.parse(r.stdout).ips[0].address as string).split('/')[0]!;
+  p.addWaitedMs = Date.now() - t0;
+  env.pods.push(p);
+  return { code: r.code ?? -1, ms: p.addWaitedMs };
+}
