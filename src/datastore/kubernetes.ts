@@ -45,6 +45,10 @@ export const WEP_ANNOTATIONS = {
 } as const;
 
 const ORCHESTRATOR = 'k8s';
+
+/** Kinds with objects derived from Kubernetes ones (./k8s-derived.ts, loaded only for these). */
+const hasDerived = (kind: Kind) => kind === 'NetworkPolicy' || kind === 'Profile';
+const derived = () => import('./k8s-derived.js');
 const MAX_CREATE_RETRIES = 5;
 
 function label(kind: Kind, name: string, namespace?: string): string {
@@ -180,6 +184,10 @@ export class KubernetesDatastore implements Datastore {
   async get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: CallOptions): Promise<Resource<K>> {
     checkName(kind, name);
     if (kind === 'WorkloadEndpoint') return (await this.getWep(name, namespace || 'default', opts)).wep as Resource<K>;
+    if (hasDerived(kind)) {
+      const d = await derived();
+      if (d.isDerived(kind, name)) return d.derivedGet(this.client, kind, name, namespace);
+    }
     const path = crdPath(kind, namespace || 'default', name);
     try {
       return this.toResource(kind, await this.client.request<KubeObject>('GET', path, undefined, opts), path);
@@ -201,14 +209,27 @@ export class KubernetesDatastore implements Datastore {
       const l = await this.client.request<KubeList>('GET', path, undefined, opts);
       items = l.items.map((o) => this.toResource(kind, o, `${path}/${o.metadata.name}`));
       revision = l.metadata.resourceVersion ?? '';
+      if (hasDerived(kind)) {
+        const d = await derived();
+        const more = await d.derivedList(this.client, kind, opts.namespace);
+        items.push(...more.items);
+        revision = d.minRevision(revision, more.revision) ?? '';
+      }
     }
     items = items.filter((o) => (!opts.namePrefix || o.metadata.name.startsWith(opts.namePrefix)) && (!sel || sel.matches(o.metadata.labels ?? {})));
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
     return { items, revision };
   }
 
+  private async checkWritable(kind: Kind, name: string, namespace?: string): Promise<void> {
+    if (!hasDerived(kind)) return;
+    const d = await derived();
+    if (d.isDerived(kind, name)) throw d.readOnlyError(kind, name, namespace);
+  }
+
   async create<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
     this.check(res);
+    await this.checkWritable(res.kind, res.metadata.name, res.metadata.namespace);
     if (res.kind === 'WorkloadEndpoint') return (await this.createWep(res as Resource<'WorkloadEndpoint'>, opts)) as Resource<K>;
     const path = crdPath(res.kind, res.metadata.namespace || 'default');
     try {
@@ -222,6 +243,7 @@ export class KubernetesDatastore implements Datastore {
   async update<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
     this.check(res);
     const what = label(res.kind, res.metadata.name, res.metadata.namespace);
+    await this.checkWritable(res.kind, res.metadata.name, res.metadata.namespace);
     if (!res.metadata.resourceVersion) throw new DatastoreError('Invalid', `update of ${what} needs metadata.resourceVersion from a previous read`);
     if (res.kind === 'WorkloadEndpoint') return (await this.updateWep(res as Resource<'WorkloadEndpoint'>, opts)) as Resource<K>;
     const path = crdPath(res.kind, res.metadata.namespace || 'default', res.metadata.name);
@@ -235,6 +257,7 @@ export class KubernetesDatastore implements Datastore {
   async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
     checkName(kind, name);
     const what = label(kind, name, opts.namespace);
+    await this.checkWritable(kind, name, opts.namespace);
     if (kind === 'WorkloadEndpoint') return this.deleteWep(name, opts.namespace || 'default', opts.revision, opts);
     const body = opts.revision !== undefined ? { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { resourceVersion: opts.revision } } : undefined;
     try {
@@ -350,15 +373,26 @@ export class KubernetesDatastore implements Datastore {
     const emit = (ev: WatchEvent<K>) => {
       if (!stopped) onEvent(ev);
     };
+    let derivedWatch: Watch | undefined;
     const handle: Watch = {
       stop: () => {
         stopped = true;
         clearTimeout(retryTimer);
         current?.stop();
+        derivedWatch?.stop();
         this.watches.delete(handle);
       },
     };
     this.watches.add(handle);
+    if (hasDerived(kind)) {
+      // The derived objects' watches run beside the CRD's, into the same stream.
+      void derived().then((d) => {
+        if (!stopped) derivedWatch = d.derivedWatch(this.client, kind, opts, (ev) => {
+          emit(ev);
+          if (ev.type === 'ERROR') handle.stop();
+        });
+      });
+    }
 
     const onRaw = (ev: { type: string; object: KubeObject }) => {
       if (ev.object?.metadata?.resourceVersion) lastRv = ev.object.metadata.resourceVersion;

@@ -1188,6 +1188,42 @@ export class Ipam {
     });
   }
 
+  /**
+   * A node is gone for good (its Kubernetes Node was deleted): give back its
+   * blocks. Every block affine to it that is empty is deleted with its
+   * affinity (the empty-block policy would keep a node's last block per pool);
+   * a block that still holds addresses loses its affinity, so any node may
+   * borrow from it and it goes back to the pool once empty. Pending affinities
+   * (a claim the node never finished) are dropped. Release the node's
+   * addresses first. Returns the block CIDRs handed back.
+   */
+  async releaseNodeAffinities(node: string): Promise<string[]> {
+    return this.exclusive(undefined, async () => {
+      const out: string[] = [];
+      for (const aff of await this.nodeAffinities(node)) {
+        if (aff.spec.node !== node) continue;
+        await this.retry(`releasing block ${aff.spec.cidr} of deleted node ${node}`, async () => {
+          const b = await this.getBlock(aff.spec.cidr);
+          if (b && b.spec.affinity === hostAffinity(node)) {
+            if (isEmpty(b.spec)) {
+              try {
+                await this.ds.delete('IPAMBlock', b.metadata.name, { revision: b.metadata.resourceVersion });
+              } catch (e) {
+                if (!isKind(e, 'NotFound')) throw e;
+              }
+            } else {
+              await this.ds.update({ ...b, spec: { ...b.spec, affinity: null } });
+            }
+          }
+        });
+        await this.deleteAffinity(aff);
+        out.push(aff.spec.cidr);
+      }
+      if (out.length) this.log.info('ipam: released the blocks of a deleted node', { node, blocks: out });
+      return out;
+    });
+  }
+
   // ---------------------------------------------------------------- inspection
 
   /** The addresses (plain IPs) the handle holds now. */

@@ -79,9 +79,10 @@ describe('fake API server over HTTP', () => {
   it('serves discovery for core v1 and the CRDs in deploy/crds', async () => {
     expect((await call(s, 'GET', '/api')).body.versions).toEqual(['v1']);
     const core = (await call(s, 'GET', '/api/v1')).body;
-    expect(core.resources.map((r: { name: string }) => r.name).sort()).toEqual(['namespaces', 'nodes', 'pods']);
+    expect(core.resources.map((r: { name: string }) => r.name).sort()).toEqual(['namespaces', 'nodes', 'pods', 'serviceaccounts']);
     const groups = (await call(s, 'GET', '/apis')).body;
-    expect(groups.groups).toEqual([{ name: 'netplugin.org', versions: [{ groupVersion: 'netplugin.org/v3', version: 'v3' }], preferredVersion: { groupVersion: 'netplugin.org/v3', version: 'v3' } }]);
+    expect(groups.groups).toContainEqual({ name: 'netplugin.org', versions: [{ groupVersion: 'netplugin.org/v3', version: 'v3' }], preferredVersion: { groupVersion: 'netplugin.org/v3', version: 'v3' } });
+    expect(groups.groups.map((g: { name: string }) => g.name).sort()).toEqual(['coordination.k8s.io', 'netplugin.org', 'networking.k8s.io']);
     const ours = (await call(s, 'GET', '/apis/netplugin.org/v3')).body.resources as Array<{ name: string; kind: string; namespaced: boolean }>;
     expect(ours.find((r) => r.name === 'ippools')).toMatchObject({ kind: 'IPPool', namespaced: false });
     expect(ours.find((r) => r.name === 'networkpolicies')).toMatchObject({ kind: 'NetworkPolicy', namespaced: true });
@@ -201,6 +202,39 @@ describe('fake API server over HTTP', () => {
     const r = await call(s, 'GET', '/api/v1/nodes');
     expect(r.body).toMatchObject({ kind: 'Status', reason: 'TooManyRequests', code: 429 });
     expect((await call(s, 'GET', '/api/v1/nodes')).status).toBe(200);
+  });
+
+  it('defaults NetworkPolicy policyTypes and port protocols as the API server does', async () => {
+    const np = (name: string, spec: unknown) => call(s, 'POST', '/apis/networking.k8s.io/v1/namespaces/default/networkpolicies', { metadata: { name }, spec });
+    expect((await np('in', { podSelector: {}, ingress: [{ ports: [{ port: 80 }] }] })).body.spec).toMatchObject({ policyTypes: ['Ingress'], ingress: [{ ports: [{ port: 80, protocol: 'TCP' }] }] });
+    expect((await np('both', { podSelector: {}, egress: [{}] })).body.spec.policyTypes).toEqual(['Ingress', 'Egress']);
+    expect((await np('eg', { podSelector: {}, policyTypes: ['Egress'] })).body.spec.policyTypes).toEqual(['Egress']);
+    // Our own CRD of the same kind name is not defaulted.
+    const ours = await call(s, 'POST', '/apis/netplugin.org/v3/namespaces/default/networkpolicies', { metadata: { name: 'x' }, spec: { selector: 'all()' } });
+    expect(ours.body.spec).toEqual({ selector: 'all()' });
+  });
+
+  it('serves ServiceAccounts and Leases with resourceVersion conflicts; Node deletion reaches watches; dropWatches ends them', async () => {
+    expect((await call(s, 'POST', '/api/v1/namespaces/default/serviceaccounts', { metadata: { name: 'sa' } })).status).toBe(201);
+    const lease = (await call(s, 'POST', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases', { metadata: { name: 'l' }, spec: { holderIdentity: 'a' } })).body;
+    const put = (holder: string) => call(s, 'PUT', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l', { ...lease, spec: { holderIdentity: holder } });
+    expect((await put('b')).status).toBe(200);
+    const stale = await put('c'); // same (now old) resourceVersion
+    expect(stale.status).toBe(409);
+    expect(stale.body.reason).toBe('Conflict');
+
+    await call(s, 'POST', '/api/v1/nodes', { metadata: { name: 'gone' } });
+    const w = watchLines(s, `/api/v1/nodes?watch=1&resourceVersion=${s.revision()}`);
+    try {
+      expect((await call(s, 'DELETE', '/api/v1/nodes/gone')).status).toBe(200);
+      expect((await w.until(1)).map((l) => `${l.type} ${l.object.metadata.name}`)).toEqual(['DELETED gone']);
+      s.dropWatches();
+      await call(s, 'POST', '/api/v1/nodes', { metadata: { name: 'after' } });
+      await new Promise((r) => setTimeout(r, 200));
+      expect(w.lines).toHaveLength(1);
+    } finally {
+      w.stop();
+    }
   });
 
   it('implements RFC 7386 and RFC 6902 patches', () => {

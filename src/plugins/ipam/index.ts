@@ -61,6 +61,7 @@ async function add(ctx: Ctx): Promise<CniResult> {
   const attrs: Record<string, string> = { containerID: ctx.containerId };
   if (ctx.args.K8S_POD_NAMESPACE) attrs['namespace'] = ctx.args.K8S_POD_NAMESPACE;
   if (ctx.args.K8S_POD_NAME) attrs['pod'] = ctx.args.K8S_POD_NAME;
+  if (ctx.args.K8S_POD_UID) attrs['podUID'] = ctx.args.K8S_POD_UID;
   const assigned = await withIpam(ctx, (ipam) =>
     ipam.assign({
       handleID: handleIDFor(conf, ctx.containerId),

@@ -217,6 +217,8 @@ async function addresses(
 
   const attrs: Record<string, string> = { containerID: ctx.containerId };
   if (wl.pod) Object.assign(attrs, { namespace: wl.pod.namespace, pod: wl.pod.name });
+  // The pod's UID lets IPAM GC tell a re-created pod of the same name from the one that got the address.
+  if (wl.pod && ctx.args.K8S_POD_UID) attrs['podUID'] = ctx.args.K8S_POD_UID;
   const assigned = await step('assigning addresses', async () => {
     rb.push(`addresses of ${wl.handleID}`, () => ipam.releaseByHandle(wl.handleID));
     return ipam.assign({

@@ -1,0 +1,135 @@
+// netplugin-kube-controllers entry: flags and environment -> clients, health
+// listener, leader election and controllers (src/kube-controllers/).
+import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
+import { createLogger, normalizeLevel } from '../log/index.js';
+import { datastoreConfigFromEnv, openDatastore } from '../datastore/index.js';
+import { createKubeClient, SA_DIR } from '../k8s/client.js';
+import { Registry } from '../observe/metrics.js';
+import { startHealthServer } from '../observe/health.js';
+import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../kube-controllers/config.js';
+import { startKubeControllers } from '../kube-controllers/index.js';
+
+const USAGE = `usage: netplugin-kube-controllers [--kubeconfig FILE] [--controllers LIST] [--health-addr HOST:PORT]
+                                  [--namespace NS] [--lease-duration D] [--log-level L]
+
+  --kubeconfig FILE     Kubernetes access (default: $KUBECONFIG, else the in-cluster service account)
+  --controllers LIST    comma list of ${CONTROLLER_NAMES.join(',')} (default: $ENABLED_CONTROLLERS, else all)
+  --health-addr A       /healthz, /readyz and /metrics listener (default 127.0.0.1:9094)
+  --namespace NS        namespace of the leader-election Lease "netplugin-kube-controllers"
+                        (default: $POD_NAMESPACE, the service account's namespace, else kube-system)
+  --lease-duration D    how long a leader's lease lasts without renewal (default 15s); a standby takes
+                        over within this after the leader dies
+  --log-level L         ERROR, WARNING, INFO (default) or DEBUG
+
+Datastore from the environment, as netpluginctl: DATASTORE_TYPE (etcdv3|kubernetes), ETCD_ENDPOINTS,
+ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE, KUBECONFIG. Settings: the KubeControllersConfiguration
+resource "default" (see docs/kube-controllers.md).
+`;
+
+function usageError(msg: string): never {
+  process.stderr.write(`netplugin-kube-controllers: ${msg}\n${USAGE}`);
+  process.exit(2);
+}
+
+function ownNamespace(): string {
+  if (process.env.POD_NAMESPACE) return process.env.POD_NAMESPACE;
+  try {
+    return readFileSync(`${SA_DIR}/namespace`, 'utf8').trim() || 'kube-system';
+  } catch {
+    return 'kube-system';
+  }
+}
+
+async function main(): Promise<void> {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      options: {
+        kubeconfig: { type: 'string' },
+        controllers: { type: 'string' },
+        'health-addr': { type: 'string' },
+        namespace: { type: 'string' },
+        'lease-duration': { type: 'string' },
+        'log-level': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      allowPositionals: false,
+    }));
+  } catch (e) {
+    usageError((e as Error).message);
+  }
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const level = (values['log-level'] as string | undefined) ?? 'INFO';
+  if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
+  const list = (values.controllers as string | undefined) ?? (process.env.ENABLED_CONTROLLERS || CONTROLLER_NAMES.join(','));
+  const controllers = [...new Set(list.split(',').map((s) => s.trim()).filter(Boolean))];
+  const bad = controllers.filter((c) => !(CONTROLLER_NAMES as readonly string[]).includes(c));
+  if (bad.length || !controllers.length) {
+    usageError(`${values.controllers !== undefined ? '--controllers' : 'ENABLED_CONTROLLERS'}=${JSON.stringify(list)}: ${bad.length ? `unknown controller ${bad.join(', ')}` : 'empty'}; use a comma list of ${CONTROLLER_NAMES.join(', ')}`);
+  }
+  let leaseDurationMs: number | undefined;
+  if (values['lease-duration'] !== undefined) {
+    leaseDurationMs = parseDuration(values['lease-duration'] as string);
+    if (leaseDurationMs === undefined || leaseDurationMs < 1000) usageError(`--lease-duration '${values['lease-duration']}' is not a duration of at least 1s (e.g. 15s)`);
+  }
+  const healthAddr = (values['health-addr'] as string | undefined) ?? '127.0.0.1:9094';
+  const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
+
+  const kubeconfig = (values.kubeconfig as string | undefined) ?? (process.env.KUBECONFIG ? process.env.KUBECONFIG.split(':')[0] : undefined);
+  let dsConf;
+  try {
+    dsConf = datastoreConfigFromEnv(process.env);
+  } catch (e) {
+    usageError((e as Error).message);
+  }
+  if (dsConf.datastore_type === 'kubernetes' && !dsConf.kubernetes?.kubeconfig && kubeconfig) dsConf.kubernetes = { ...dsConf.kubernetes, kubeconfig };
+  const fatal = (what: string, e: unknown) => {
+    log.error(`netplugin-kube-controllers: ${what}`, { error: e instanceof Error ? e.message : String(e) });
+    process.exit(1);
+  };
+  const kube = await createKubeClient(kubeconfig ? { kubeconfig } : {}).catch((e) => fatal('cannot set up Kubernetes API access', e));
+  const ds = await openDatastore(dsConf).catch((e) => fatal('cannot open the datastore', e));
+
+  const registry = new Registry();
+  let exiting = false;
+  const kc = startKubeControllers({
+    ds,
+    kube,
+    log,
+    registry,
+    controllers: controllers as ControllerName[],
+    namespace: (values.namespace as string | undefined) ?? ownNamespace(),
+    ...(leaseDurationMs ? { leaseDurationMs } : {}),
+    onLostLeadership: () => {
+      if (exiting) return;
+      log.error('netplugin-kube-controllers: exiting after losing the lease (a restart campaigns again)');
+      process.exit(1);
+    },
+  });
+  log.info('netplugin-kube-controllers: started; campaigning for the lease', { identity: kc.identity, controllers, datastore: ds.type });
+  const health = await startHealthServer({ addr: healthAddr, registry, healthz: () => kc.healthy(), readyz: () => kc.ready() }).catch((e) => fatal('health listener', e));
+  log.info('netplugin-kube-controllers: serving /healthz, /readyz and /metrics', { addr: `${health.host}:${health.port}` });
+
+  const stop = async (sig: string) => {
+    if (exiting) return;
+    exiting = true;
+    log.info(`netplugin-kube-controllers: ${sig}: stopping (handing the lease back)`);
+    const force = setTimeout(() => process.exit(0), 10_000);
+    force.unref();
+    await kc.stop().catch(() => undefined);
+    await health.close().catch(() => undefined);
+    await ds.close().catch(() => undefined);
+    kube.close();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+  // Keep the process up: everything else is timers and sockets that may be unref'd.
+  setInterval(() => undefined, 1 << 30);
+}
+
+await main();

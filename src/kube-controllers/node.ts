@@ -1,0 +1,348 @@
+// node: Kubernetes Nodes -> our datastore.
+// - Labels: each Kubernetes Node's labels are kept on the datastore Node of the
+//   same name (created when missing), so IPPool nodeSelectors match what
+//   operators put on their nodes.
+// - Deletion: when a Kubernetes Node goes, everything IPAM recorded for it is
+//   released (nothing runs on a deleted node), its blocks and affinities are
+//   handed back, then its auto host endpoint and datastore Node are deleted.
+//   A node counts as ours once we synced it (annotation below), so a node
+//   deleted while we were down is cleaned up by the start-up resync, and a
+//   datastore Node of a non-Kubernetes host is never touched.
+// - IPAM garbage collection: see gcScan().
+// - Automatic host endpoints: `<node>-auto-hep` per Node while
+//   spec.controllers.node.hostEndpoint.autoCreate is Enabled.
+import type { KubeObject, KubePod } from '../k8s/client.js';
+import { API_VERSION, type Resource } from '../datastore/types.js';
+import { DatastoreError } from '../errors.js';
+import { Ipam } from '../ipam/allocator.js';
+import { addressOf, checkBlock } from '../ipam/block.js';
+import { canonicalIP } from '../ipam/cidr.js';
+import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
+import { createWorkQueue } from '../watch/queue.js';
+import { applyMirror, controllerMetrics, describeError, type Controller, type ControllerContext } from './framework.js';
+import { formatDuration } from './config.js';
+
+/** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
+export const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';
+export const AUTO_HEP_SUFFIX = '-auto-hep';
+export const CREATED_BY_LABEL = 'netplugin.org/created-by';
+export const CREATED_BY = 'netplugin-kube-controllers';
+export const DEFAULT_ALLOW_PROFILE = 'netplugin-default-allow';
+const OWN_PREFIX = 'netplugin.org/';
+
+type DsNode = Resource<'Node'>;
+type Hep = Resource<'HostEndpoint'>;
+
+export function autoHostEndpointName(node: string): string {
+  return `${node}${AUTO_HEP_SUFFIX}`;
+}
+
+/** The addresses of a Kubernetes Node that a host endpoint expects (internal and external IPs). */
+export function nodeAddresses(kn: KubeObject): string[] {
+  const addrs = ((kn.status?.addresses ?? []) as Array<{ type?: string; address?: string }>)
+    .filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && a.address)
+    .map((a) => a.address!);
+  return [...new Set(addrs)].sort();
+}
+
+export function autoHostEndpoint(kn: KubeObject): Hep {
+  const node = kn.metadata.name;
+  return {
+    apiVersion: API_VERSION,
+    kind: 'HostEndpoint',
+    metadata: { name: autoHostEndpointName(node), labels: { ...(kn.metadata.labels ?? {}), [CREATED_BY_LABEL]: CREATED_BY } },
+    spec: { node, interfaceName: '*', expectedIPs: nodeAddresses(kn), profiles: [DEFAULT_ALLOW_PROFILE] },
+  };
+}
+
+export function defaultAllowProfile(): Resource<'Profile'> {
+  return { apiVersion: API_VERSION, kind: 'Profile', metadata: { name: DEFAULT_ALLOW_PROFILE }, spec: { ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] } };
+}
+
+/** The datastore Node's labels: the Kubernetes Node's, plus our own `netplugin.org/*` ones it already had. */
+export function syncedNodeLabels(k8sLabels: Record<string, string> | undefined, current: Record<string, string> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(current ?? {})) if (k.startsWith(OWN_PREFIX)) out[k] = v;
+  return { ...out, ...(k8sLabels ?? {}) };
+}
+
+/** Why an allocation with Kubernetes attributes looks leaked, or undefined while its pod holds it. */
+export function leakReason(attrs: Record<string, string>, ip: string, pod: KubePod | undefined): string | undefined {
+  if (!pod) return `pod ${attrs.namespace}/${attrs.pod} does not exist`;
+  if (attrs.podUID && pod.metadata.uid && attrs.podUID !== pod.metadata.uid) return `pod ${attrs.namespace}/${attrs.pod} was re-created (uid ${pod.metadata.uid}, the address was given to uid ${attrs.podUID})`;
+  const nodeName = pod.spec?.nodeName;
+  if (nodeName && attrs.node && nodeName !== attrs.node) return `pod ${attrs.namespace}/${attrs.pod} runs on node ${nodeName}, the address was given on ${attrs.node}`;
+  const st = (pod.status ?? {}) as { podIP?: string; podIPs?: Array<{ ip?: string }> };
+  const ips = (st.podIPs?.length ? st.podIPs.map((p) => p.ip ?? '') : st.podIP ? [st.podIP] : []).filter(Boolean).map(canonicalIP);
+  if (ips.length && !ips.includes(ip)) return `pod ${attrs.namespace}/${attrs.pod} has addresses ${ips.join(', ')}, not ${ip}`;
+  return undefined;
+}
+
+export interface NodeController extends Controller {
+  /** Runs one GC scan now (tests, `--gc-now`); resolves with the addresses released. */
+  gcScan(): Promise<string[]>;
+}
+
+export function nodeController(ctx: ControllerContext): NodeController {
+  const name = 'node';
+  const m = controllerMetrics(ctx.registry);
+  const ipam = new Ipam(ctx.ds, { lockPath: null, log: ctx.log });
+  const scans = ctx.registry.counter('netplugin_kube_controllers_ipam_gc_scans_total', 'IPAM garbage-collection scans completed');
+  /** Nodes whose DELETED event we saw: cleaned up even without our annotation. */
+  const deleted = new Set<string>();
+  /** `<handle>|<ip>` -> when GC first saw it leaked. */
+  const firstLeaked = new Map<string, number>();
+  let resynced = false;
+  let started = false;
+  let gcTimer: NodeJS.Timeout | undefined;
+  let gcRunning: Promise<string[]> | undefined;
+
+  const queue = createWorkQueue({
+    handle: (node) => reconcile(node),
+    onError: (key, err, n) => {
+      m.errors.inc({ controller: name });
+      ctx.log.warn(`node controller: reconciling node ${key} failed; retrying with backoff`, { error: describeError(err), failures: n });
+    },
+  });
+  ctx.registry.onCollect(() => m.depth.set({ controller: name }, queue.depth));
+  const onError = (err: Error, source: string) => {
+    m.errors.inc({ controller: name });
+    ctx.log.warn(`node controller: watch of ${source} broke; re-listing with backoff`, { error: err.message });
+  };
+  const enqueue = (key: string) => {
+    if (resynced) queue.add(key);
+  };
+
+  const kubeNodes = new Informer<KubeObject>(kubeSource(ctx.kube, '/api/v1/nodes'), {
+    onChange: (key, obj) => {
+      if (!obj) deleted.add(key);
+      enqueue(key);
+    },
+  }, { onError });
+  const dsNodes = new Informer<DsNode>(datastoreSource(ctx.ds, 'Node'), { onChange: (key) => enqueue(key) }, { onError });
+  const heps = new Informer<Hep>(datastoreSource(ctx.ds, 'HostEndpoint'), {
+    onChange: (key, obj, old) => {
+      const h = obj ?? old!;
+      if (h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY && key.endsWith(AUTO_HEP_SUFFIX)) enqueue(h.spec.node);
+    },
+  }, { onError });
+  const pods = new Informer<KubePod>(kubeSource<KubePod>(ctx.kube, '/api/v1/pods'), { onChange: () => undefined }, { onError });
+  const informers = [kubeNodes, dsNodes, heps, pods] as Array<Informer<unknown>>;
+
+  async function getOrUndefined<K extends 'Node' | 'HostEndpoint'>(kind: K, n: string): Promise<Resource<K> | undefined> {
+    try {
+      return await ctx.ds.get(kind, n);
+    } catch (e) {
+      if (DatastoreError.is(e, 'NotFound')) return undefined;
+      throw e;
+    }
+  }
+
+  async function reconcile(node: string): Promise<void> {
+    const kn = kubeNodes.get(node);
+    const hepName = autoHostEndpointName(node);
+    if (kn) {
+      deleted.delete(node);
+      const cur = await getOrUndefined('Node', node);
+      if (!cur) {
+        await ctx.ds.create<'Node'>({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: node, labels: { ...(kn.metadata.labels ?? {}) }, annotations: { [K8S_NODE_ANNOTATION]: node } }, spec: {} });
+        ctx.log.info('node controller: created the datastore Node with the Kubernetes Node labels', { node });
+      } else {
+        const labels = syncedNodeLabels(kn.metadata.labels, cur.metadata.labels);
+        const same = JSON.stringify(Object.entries(labels).sort()) === JSON.stringify(Object.entries(cur.metadata.labels ?? {}).sort());
+        if (!same || cur.metadata.annotations?.[K8S_NODE_ANNOTATION] !== node) {
+          await ctx.ds.update({ ...cur, metadata: { ...cur.metadata, labels, annotations: { ...(cur.metadata.annotations ?? {}), [K8S_NODE_ANNOTATION]: node } } });
+          ctx.log.info('node controller: synced the Kubernetes Node labels onto the datastore Node', { node });
+        }
+      }
+      if (ctx.settings().autoHostEndpoints) {
+        await applyMirror(ctx.ds, 'Profile', DEFAULT_ALLOW_PROFILE, defaultAllowProfile());
+        const did = await applyMirror(ctx.ds, 'HostEndpoint', hepName, autoHostEndpoint(kn));
+        if (did !== 'unchanged') ctx.log.info(`node controller: ${did} automatic host endpoint ${hepName}`, { node });
+      } else {
+        await removeAutoHep(node);
+      }
+      m.synced.inc({ controller: name });
+      return;
+    }
+    const dn = await getOrUndefined('Node', node);
+    if (deleted.has(node) || dn?.metadata.annotations?.[K8S_NODE_ANNOTATION] === node) {
+      await cleanupNode(node);
+      deleted.delete(node);
+    } else {
+      await removeAutoHep(node);
+    }
+    m.synced.inc({ controller: name });
+  }
+
+  async function removeAutoHep(node: string): Promise<void> {
+    const hep = await getOrUndefined('HostEndpoint', autoHostEndpointName(node));
+    if (hep?.metadata.labels?.[CREATED_BY_LABEL] !== CREATED_BY) return;
+    await applyMirror(ctx.ds, 'HostEndpoint', hep.metadata.name, undefined);
+    ctx.log.info('node controller: deleted automatic host endpoint', { node, hostEndpoint: hep.metadata.name });
+  }
+
+  /** Everything of a deleted node, in an order a retry can resume: addresses, blocks, host endpoint, Node. */
+  async function cleanupNode(node: string): Promise<void> {
+    const { items: blocks } = await ctx.ds.list('IPAMBlock');
+    const handles = new Set<string>();
+    const unowned: string[] = [];
+    for (const b of blocks) {
+      const c = checkBlock(b.spec);
+      const affine = b.spec.affinity === `host:${node}`;
+      b.spec.allocations.forEach((idx, ord) => {
+        if (idx === null || idx === undefined) return;
+        const attr = b.spec.attributes[idx];
+        const onNode = attr?.secondary?.node;
+        if (onNode !== node && !(affine && !onNode)) return;
+        if (attr?.handle_id) handles.add(attr.handle_id);
+        else unowned.push(addressOf(c, ord));
+      });
+    }
+    const released: string[] = [];
+    for (const h of handles) released.push(...(await ipam.releaseByHandle(h)));
+    if (unowned.length) released.push(...(await ipam.releaseIPs(unowned)).map((r) => r.ip));
+    for (const ip of released) ctx.log.info('node controller: released an address of a deleted node', { node, ip });
+    if (released.length) m.released.inc({ reason: 'node-deleted' }, released.length);
+    await ipam.releaseNodeAffinities(node);
+    await removeAutoHep(node);
+    try {
+      await ctx.ds.delete('Node', node);
+      ctx.log.info('node controller: deleted the datastore Node of a deleted Kubernetes Node', { node, addressesReleased: released.length });
+    } catch (e) {
+      if (!DatastoreError.is(e, 'NotFound')) throw e;
+    }
+  }
+
+  /**
+   * IPAM garbage collection: an allocation with Kubernetes attributes
+   * (namespace and pod) whose pod no longer exists (or exists with another
+   * UID, on another node, or without that address), and that no live
+   * workload endpoint holds, is released once it has looked leaked for
+   * leakGracePeriod. The pod is read from the API server once more right
+   * before the release, so a stale cache never frees a live pod's address.
+   * Allocations without those attributes (podman, plain CNI) are never touched.
+   */
+  async function gcScanOnce(): Promise<string[]> {
+    if (!pods.synced) return [];
+    const grace = ctx.settings().leakGracePeriodMs;
+    const now = Date.now();
+    const [{ items: blocks }, { items: weps }] = await Promise.all([ctx.ds.list('IPAMBlock'), ctx.ds.list('WorkloadEndpoint')]);
+    // A live endpoint: its pod exists on the endpoint's node.
+    const live = new Set<string>();
+    for (const w of weps) {
+      const pod = w.spec.pod ? pods.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) : undefined;
+      if (w.spec.orchestrator === 'k8s' && (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))) continue;
+      for (const n of w.spec.ipNetworks) live.add(canonicalIP(n.split('/')[0]!));
+    }
+    const seen = new Set<string>();
+    const ripe = new Map<string, { attrs: Record<string, string>; ips: string[] }>();
+    for (const b of blocks) {
+      const c = checkBlock(b.spec);
+      b.spec.allocations.forEach((idx, ord) => {
+        if (idx === null || idx === undefined) return;
+        const attr = b.spec.attributes[idx];
+        const sec = attr?.secondary ?? {};
+        if (!attr?.handle_id || !sec.namespace || !sec.pod) return;
+        const ip = addressOf(c, ord);
+        const why = live.has(ip) ? undefined : leakReason(sec, ip, pods.get(`${sec.namespace}/${sec.pod}`));
+        const key = `${attr.handle_id}|${ip}`;
+        if (!why) return;
+        seen.add(key);
+        const first = firstLeaked.get(key) ?? now;
+        firstLeaked.set(key, first);
+        if (now - first < grace) return;
+        const r = ripe.get(attr.handle_id) ?? { attrs: sec, ips: [] };
+        r.ips.push(ip);
+        ripe.set(attr.handle_id, r);
+      });
+    }
+    for (const k of [...firstLeaked.keys()]) if (!seen.has(k)) firstLeaked.delete(k);
+    ctx.log.debug('ipam gc: scan', { leaked: seen.size, ripe: ripe.size, leakGracePeriod: formatDuration(grace) });
+    const released: string[] = [];
+    for (const [handle, r] of ripe) {
+      let pod: KubePod | undefined;
+      try {
+        pod = await ctx.kube.getPod(r.attrs.namespace!, r.attrs.pod!);
+      } catch (e) {
+        if (!DatastoreError.is(e, 'NotFound')) throw e;
+      }
+      const why = r.ips.map((ip) => leakReason(r.attrs, ip, pod)).find((x) => x !== undefined);
+      if (!why || r.ips.some((ip) => !leakReason(r.attrs, ip, pod))) continue;
+      const ips = await ipam.releaseByHandle(handle);
+      for (const ip of ips) {
+        firstLeaked.delete(`${handle}|${ip}`);
+        ctx.log.info('ipam gc: released a leaked address', { ip, handle, namespace: r.attrs.namespace, pod: r.attrs.pod, node: r.attrs.node, why, leakGracePeriod: formatDuration(grace) });
+      }
+      if (ips.length) m.released.inc({ reason: 'leaked' }, ips.length);
+      released.push(...ips);
+    }
+    scans.inc();
+    return released;
+  }
+
+  const gcScan = (): Promise<string[]> => {
+    // One scan at a time; a caller during a scan waits for it.
+    if (!gcRunning) {
+      gcRunning = gcScanOnce().finally(() => {
+        gcRunning = undefined;
+      });
+    }
+    return gcRunning;
+  };
+
+  const scheduleGc = () => {
+    clearTimeout(gcTimer);
+    if (!started) return;
+    gcTimer = setTimeout(() => {
+      gcScan()
+        .catch((e) => {
+          m.errors.inc({ controller: name });
+          ctx.log.warn('ipam gc: scan failed; trying again next period', { error: describeError(e) });
+        })
+        .finally(scheduleGc);
+    }, ctx.settings().reconcilerPeriodMs);
+  };
+
+  const resyncAll = () => {
+    const keys = new Set<string>([...kubeNodes.keys(), ...dsNodes.keys()]);
+    for (const h of heps.list()) if (h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY) keys.add(h.spec.node);
+    for (const k of keys) queue.add(k);
+  };
+
+  ctx.onSettings(() => {
+    if (!resynced) return;
+    resyncAll(); // autoCreate may have changed
+    scheduleGc(); // and the period
+  });
+
+  return {
+    name,
+    start() {
+      if (started) return;
+      started = true;
+      for (const i of informers) i.start();
+      void Promise.all(informers.map((i) => i.whenSynced())).then(() => {
+        if (!started) return;
+        resynced = true;
+        resyncAll();
+        void gcScan().catch((e) => ctx.log.warn('ipam gc: scan failed; trying again next period', { error: describeError(e) }));
+        scheduleGc();
+      });
+    },
+    get synced() {
+      return resynced;
+    },
+    get watching() {
+      return informers.every((i) => i.watching);
+    },
+    gcScan,
+    async stop() {
+      started = false;
+      clearTimeout(gcTimer);
+      for (const i of informers) i.stop();
+      await queue.stop();
+      await gcRunning?.catch(() => undefined);
+    },
+  };
+}
