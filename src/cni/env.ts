@@ -1,6 +1,6 @@
 // Validation of the CNI_* environment. Every problem is collected so one
 // error (code 4) names each bad variable at once.
-import { isIP } from 'node:net';
+import { ipFamily } from '../ipam/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniArgs, CniCommand } from './types.js';
 
@@ -119,7 +119,7 @@ export function parseCniArgs(s: string | undefined, problems: string[]): CniArgs
   }
   if (out.IP !== undefined) {
     const ips = out.IP.split(',').map((x) => x.trim());
-    const fams = ips.map((ip) => isIP(ip));
+    const fams = ips.map((ip) => ipFamily(ip));
     const badIps = ips.filter((_, i) => fams[i] === 0);
     if (badIps.length) {
       problems.push(`CNI_ARGS: IP=${show(out.IP)}: ${badIps.map(show).join(', ')} is not an IP address; write IP=10.0.0.5 or IP=10.0.0.5,fd00::5`);

@@ -1,7 +1,7 @@
 // One internal result (the CNI 1.1 shape) printed in whatever version the
 // runtime asked for, and results of any supported version (prevResult, a
 // delegated IPAM plugin's output) read back into it.
-import { isIP } from 'node:net';
+import { ipFamily, tryParseIPPrefix } from '../ipam/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniDNS, CniInterface, CniIPConfig, CniResult, CniRoute, CniVersion } from './types.js';
 import { compareVersions, isSupportedVersion } from './version.js';
@@ -28,7 +28,7 @@ export function formatResult(result: CniResult, version: CniVersion): Record<str
   if (result.ips) {
     out['ips'] = result.ips.map((ip) =>
       compact({
-        version: withIpVersion ? (isIP(ip.address.split('/')[0]!) === 6 ? '6' : '4') : undefined,
+        version: withIpVersion ? (ipFamily(ip.address.split('/')[0]!) === 6 ? '6' : '4') : undefined,
         interface: ip.interface,
         address: ip.address,
         gateway: ip.gateway,
@@ -60,12 +60,7 @@ function compact<T extends Record<string, unknown>>(o: T): T {
 }
 
 export function isCidr(s: string): boolean {
-  const slash = s.indexOf('/');
-  if (slash < 0) return false;
-  const fam = isIP(s.slice(0, slash));
-  const len = s.slice(slash + 1);
-  if (fam === 0 || !/^\d{1,3}$/.test(len)) return false;
-  return Number(len) <= (fam === 4 ? 32 : 128);
+  return tryParseIPPrefix(s) !== undefined;
 }
 
 /**
@@ -129,11 +124,11 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
       const e = obj(x, p);
       const address = str(e['address'], `${p}.address`, false)!;
       if (!isCidr(address)) throw bad(`${p}.address`, address, 'an address with prefix length, e.g. "10.0.0.5/24"');
-      const fam = isIP(address.split('/')[0]!);
+      const fam = ipFamily(address.split('/')[0]!);
       const version = e['version'];
       if (version !== undefined && version !== String(fam)) throw bad(`${p}.version`, version, `"${fam}" for ${address}`);
       const gateway = str(e['gateway'], `${p}.gateway`);
-      if (gateway !== undefined && isIP(gateway) !== fam) throw bad(`${p}.gateway`, gateway, `an IPv${fam} address`);
+      if (gateway !== undefined && ipFamily(gateway) !== fam) throw bad(`${p}.gateway`, gateway, `an IPv${fam} address`);
       const iface = int(e['interface'], `${p}.interface`);
       if (iface !== undefined && res.interfaces && iface >= res.interfaces.length) {
         throw bad(`${p}.interface`, iface, `an index into interfaces (0..${res.interfaces.length - 1})`);
@@ -149,7 +144,7 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
       const dst = str(e['dst'], `${p}.dst`, false)!;
       if (!isCidr(dst)) throw bad(`${p}.dst`, dst, 'a CIDR, e.g. "0.0.0.0/0"');
       const gw = str(e['gw'], `${p}.gw`);
-      if (gw !== undefined && isIP(gw) === 0) throw bad(`${p}.gw`, gw, 'an IP address');
+      if (gw !== undefined && ipFamily(gw) === 0) throw bad(`${p}.gw`, gw, 'an IP address');
       return compact({
         dst,
         gw,

@@ -1,6 +1,6 @@
 // The netconf schema (zod 3). Built on first use so importing this module on
 // the per-pod path costs nothing until a netconf is actually parsed.
-import { isIP } from 'node:net';
+import { tryParseIPPrefix } from '../ipam/cidr.js';
 import { z } from 'zod';
 import { CniError, ErrorCodes } from '../errors.js';
 import { DEFAULT_NODENAME_FILE, NETCONF_FIELDS, NUM_QUEUES_MAX, fieldDoc, sectionKeys } from './fields.js';
@@ -96,9 +96,7 @@ function isHttpUrl(s: string): boolean {
 }
 
 function isCidrOf(s: string, fam: 4 | 6): boolean {
-  const [addr, len, extra] = s.split('/');
-  if (extra !== undefined || !addr || !len || !/^\d{1,3}$/.test(len)) return false;
-  return isIP(addr) === fam && Number(len) <= (fam === 4 ? 32 : 128);
+  return tryParseIPPrefix(s)?.ip.family === fam;
 }
 
 interface Schemas {

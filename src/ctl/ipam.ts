@@ -10,7 +10,7 @@ import type { AllocationAttribute, Datastore, Resource } from '../datastore/type
 import { handleName } from '../datastore/names.js';
 import { cidrSize, containsCidr, containsIP, formatIP, nthAddress, tryParseIP } from '../ipam/cidr.js';
 import { CtlError, table, type CtlIO } from './io.js';
-import { looseCidr } from './validate.js';
+import { tryParseCidr } from '../ipam/cidr.js';
 
 /** What the CLI needs from the allocator (src/ipam/index.ts Ipam). */
 export interface IpamReleaser {
@@ -46,7 +46,7 @@ interface Allocation {
 }
 
 function* allocationsOf(b: Resource<'IPAMBlock'>): Generator<Allocation> {
-  const c = looseCidr(b.spec.cidr);
+  const c = tryParseCidr(b.spec.cidr, { strict: false });
   if (!c) return;
   for (let ord = 0; ord < b.spec.allocations.length; ord++) {
     const idx = b.spec.allocations[ord];
@@ -80,7 +80,7 @@ export interface PoolUsageRow {
 
 export async function ipamUsage(ds: Datastore): Promise<{ pools: PoolUsageRow[]; orphanBlocks: PoolUsageRow['blockDetails'] }> {
   const s = await snapshot(ds, false);
-  const parsedBlocks = s.blocks.map((b) => ({ b, c: looseCidr(b.spec.cidr) }));
+  const parsedBlocks = s.blocks.map((b) => ({ b, c: tryParseCidr(b.spec.cidr, { strict: false }) }));
   const claimed = new Set<Resource<'IPAMBlock'>>();
   const pools: PoolUsageRow[] = [];
   const detail = (b: Resource<'IPAMBlock'>) => {
@@ -88,7 +88,7 @@ export async function ipamUsage(ds: Datastore): Promise<{ pools: PoolUsageRow[];
     return { cidr: b.spec.cidr, affinity: b.spec.affinity, allocated: n, free: b.spec.allocations.length - n };
   };
   for (const p of s.pools) {
-    const pc = looseCidr(p.spec.cidr);
+    const pc = tryParseCidr(p.spec.cidr, { strict: false });
     if (!pc) continue;
     const mine = parsedBlocks.filter(({ c }) => c && containsCidr(pc, c)).map(({ b }) => b);
     mine.forEach((b) => claimed.add(b));
@@ -129,12 +129,12 @@ export async function whoHas(ds: Datastore, ipText: string): Promise<WhoHas> {
   const text = formatIP(ip);
   const s = await snapshot(ds, true);
   const pool = s.pools.find((p) => {
-    const c = looseCidr(p.spec.cidr);
+    const c = tryParseCidr(p.spec.cidr, { strict: false });
     return c && containsIP(c, ip);
   });
   const out: WhoHas = { ip: text, allocated: false, ...(pool ? { pool: pool.metadata.name } : {}) };
   for (const b of s.blocks) {
-    const c = looseCidr(b.spec.cidr);
+    const c = tryParseCidr(b.spec.cidr, { strict: false });
     if (!c || !containsIP(c, ip)) continue;
     out.block = b.spec.cidr;
     const idx = b.spec.allocations[Number(ip.value - c.base)];

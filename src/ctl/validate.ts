@@ -17,14 +17,6 @@ export const BLOCK_SIZE = {
 // link-local next hops, so pool addresses there would collide with them.
 const RESERVED: Array<{ text: string; cidr: Cidr }> = ['169.254.0.0/16', 'fe80::/10'].map((text) => ({ text, cidr: parseCidr(text) }));
 
-/** Lenient parse (host bits cleared); undefined when not a CIDR at all. */
-export function looseCidr(s: string): Cidr | undefined {
-  try {
-    return parseCidr(s, { strict: false });
-  } catch {
-    return undefined;
-  }
-}
 
 const POOL_FIELDS = new Set(['cidr', 'blockSize', 'ipipMode', 'vxlanMode', 'natOutgoing', 'disabled', 'nodeSelector', 'allowedUses']);
 
@@ -81,7 +73,7 @@ export function parseManifest(doc: unknown, where: string): Resource {
 
 /** Fills IPPool defaults so stored pools are explicit (what `get -o yaml` shows is what IPAM uses). */
 export function poolDefaults(spec: IPPoolSpec): IPPoolSpec {
-  const c = looseCidr(spec.cidr);
+  const c = tryParseCidr(spec.cidr, { strict: false });
   const fam = c?.family ?? 4;
   return {
     ...spec,
@@ -102,7 +94,7 @@ export function validatePool(pool: Resource<'IPPool'>, others: Array<Resource<'I
   const name = pool.metadata.name;
   const at = `IPPool ${JSON.stringify(name)}`;
   const s = pool.spec;
-  const c = looseCidr(s.cidr);
+  const c = tryParseCidr(s.cidr, { strict: false });
   if (!c) throw new CtlError(`${at}: spec.cidr ${JSON.stringify(s.cidr)} is not a valid CIDR; use e.g. "10.244.0.0/16" or "fd00:10:244::/64"`);
   if (!tryParseCidr(s.cidr)) throw new CtlError(`${at}: spec.cidr ${JSON.stringify(s.cidr)} has host bits set; use ${JSON.stringify(formatCidr(c))}`);
   const lim = BLOCK_SIZE[c.family];
@@ -133,7 +125,7 @@ export function validatePool(pool: Resource<'IPPool'>, others: Array<Resource<'I
   }
   if (existing) {
     const old = existing.spec;
-    const oc = looseCidr(old.cidr);
+    const oc = tryParseCidr(old.cidr, { strict: false });
     if (!oc || formatCidr(oc) !== formatCidr(c)) {
       throw new CtlError(`${at}: spec.cidr cannot change (stored ${old.cidr}, given ${s.cidr}); create a new pool, disable this one and recreate its workloads`);
     }
@@ -142,7 +134,7 @@ export function validatePool(pool: Resource<'IPPool'>, others: Array<Resource<'I
   }
   for (const o of others) {
     if (o.metadata.name === name) continue;
-    const oc = looseCidr(o.spec.cidr);
+    const oc = tryParseCidr(o.spec.cidr, { strict: false });
     if (oc && overlaps(c, oc)) {
       const rel = containsCidr(oc, c) ? 'lies inside' : containsCidr(c, oc) ? 'contains' : 'overlaps';
       throw new CtlError(`${at}: spec.cidr ${s.cidr} ${rel} IPPool ${JSON.stringify(o.metadata.name)} (${o.spec.cidr}); pools must not overlap`);
@@ -152,12 +144,12 @@ export function validatePool(pool: Resource<'IPPool'>, others: Array<Resource<'I
 
 /** Blocks of the pool that hold allocations: [block cidr, allocated count]. */
 export async function poolAllocations(ds: Datastore, cidr: string): Promise<Array<[string, number]>> {
-  const pc = looseCidr(cidr);
+  const pc = tryParseCidr(cidr, { strict: false });
   if (!pc) return [];
   const blocks = await ds.list('IPAMBlock');
   const out: Array<[string, number]> = [];
   for (const b of blocks.items) {
-    const bc = looseCidr(b.spec.cidr);
+    const bc = tryParseCidr(b.spec.cidr, { strict: false });
     if (!bc || !containsCidr(pc, bc)) continue;
     const n = b.spec.allocations.filter((a) => a !== null).length;
     if (n > 0) out.push([b.spec.cidr, n]);

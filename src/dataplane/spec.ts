@@ -1,6 +1,6 @@
 // The dataplane's input: plain data, never Kubernetes types. Validation names
 // the field, the value and the fix.
-import { SocketAddress, isIP } from 'node:net';
+import { formatIP, tryParseIPPrefix } from '../ipam/cidr.js';
 
 export interface WorkloadSpec {
   /** The container's network namespace: /var/run/netns/<name> or /proc/<pid>/ns/net. */
@@ -74,15 +74,11 @@ export function checkPath(fn: string, field: string, v: unknown): string {
 export function parseAddress(fn: string, field: string, v: unknown): ParsedAddress {
   const must = "an address with its prefix length, e.g. '10.0.0.5/32' or 'fd00::5/128'";
   if (typeof v !== 'string') bad(fn, field, v, must);
-  const slash = v.indexOf('/');
-  if (slash < 0) bad(fn, field, v, must);
-  const ip = v.slice(0, slash);
-  const fam = isIP(ip);
-  const len = Number(v.slice(slash + 1));
-  if (!fam || !/^\d{1,3}$/.test(v.slice(slash + 1)) || len > (fam === 4 ? 32 : 128)) bad(fn, field, v, must);
+  const p = tryParseIPPrefix(v);
+  if (!p) bad(fn, field, v, must);
   // The kernel reports addresses in canonical form (fd00::5, lower case); so do we.
-  const canon = fam === 6 ? new SocketAddress({ address: ip, family: 'ipv6' }).address : ip;
-  return { cidr: `${canon}/${len}`, ip: canon, family: fam as 4 | 6, prefixLen: len };
+  const canon = formatIP(p.ip);
+  return { cidr: `${canon}/${p.prefix}`, ip: canon, family: p.ip.family, prefixLen: p.prefix };
 }
 
 export interface ValidSpec extends WorkloadSpec {

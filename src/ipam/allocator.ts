@@ -21,7 +21,7 @@ import {
 } from '../datastore/types.js';
 import { affinityName, blockName, handleName } from '../datastore/names.js';
 import {
-  CidrError,
+  tryParseCidr,
   containsCidr,
   containsIP,
   cidrSize,
@@ -48,7 +48,7 @@ import {
   newBlockSpec,
   ordinalsOf,
 } from './block.js';
-import { describePools, poolInfo, resolveExplicitPools, type PoolInfo } from './pools.js';
+import { choosePools, describePools, poolInfo, type PoolInfo } from './pools.js';
 import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
 
 export interface AssignRequest {
@@ -545,7 +545,7 @@ export class Ipam {
    */
   private async *ownBlocks(ctx: Ctx, pool: PoolInfo): AsyncGenerator<BlockRes> {
     const mine = this.ownAffinities(ctx, pool.cidr.family)
-      .map((a) => ({ a, c: safeCidr(a.spec.cidr) }))
+      .map((a) => ({ a, c: tryParseCidr(a.spec.cidr) }))
       .filter((x): x is { a: AffRes; c: Cidr } => !!x.c && containsCidr(pool.cidr, x.c))
       .sort((x, y) => (x.c.base < y.c.base ? -1 : x.c.base > y.c.base ? 1 : 0));
     const live = mine.filter((x) => x.a.spec.state !== 'pendingDeletion');
@@ -616,7 +616,7 @@ export class Ipam {
   private async borrow(ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
     if (ctx.config.strictAffinity) return undefined;
     const blocks = [...(await this.loadBlocks(ctx)).values()].filter((b) => {
-      const c = safeCidr(b.spec.cidr);
+      const c = tryParseCidr(b.spec.cidr);
       return c && containsCidr(pool.cidr, c) && b.spec.affinity !== hostAffinity(ctx.node) && !b.spec.deleted && b.spec.allocations.some((x) => x == null);
     });
     // Start at a random block so borrowers on different nodes spread out
@@ -642,35 +642,44 @@ export class Ipam {
     const fields = ctx.req.fields ?? {};
     const explicit = family === 4 ? ctx.req.ipv4Pools : ctx.req.ipv6Pools;
     const field = (family === 4 ? fields.ipv4Pools : fields.ipv6Pools) ?? (family === 4 ? 'ipv4_pools' : 'ipv6_pools');
-    let pools: PoolInfo[];
-    if (explicit && explicit.length) {
-      const named = resolveExplicitPools(family, explicit, ctx.pools, field);
-      // SPEC: a node takes addresses only from pools that select it, also
-      // when the pool is requested by name.
-      const labels = named.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};
-      pools = named.filter((p) => p.selector.matches(labels));
-      if (!pools.length) {
-        throw ipamError(
-          `${field}: none of the requested pools selects node '${ctx.node}': ${named.map((p) => `${p.name} (${p.cidrText}, nodeSelector ${p.selector.toString()})`).join(', ')}; label the node or change the pools' nodeSelector`,
-        );
-      }
-      if (pools.length < named.length) {
-        this.log.debug('ipam: skipping requested pools that do not select this node', { node: ctx.node, skipped: named.filter((p) => !pools.includes(p)).map((p) => p.name) });
-      }
-    } else {
-      const enabled = ctx.pools.filter((p) => p.cidr.family === family && !p.disabled).sort((a, b) => a.name.localeCompare(b.name));
-      const labels = enabled.some((p) => !p.selectsAll) ? await this.labelsOf(ctx) : {};
-      pools = enabled.filter((p) => p.selector.matches(labels));
-      if (!pools.length) {
-        const all = ctx.pools.filter((p) => p.cidr.family === family);
-        const detail = all.length
-          ? all.map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`).join(', ')
-          : 'none exist';
-        const bad = ctx.badPools.length ? `; invalid pools ignored: ${ctx.badPools.join('; ')}` : '';
-        throw ipamError(`no enabled IPv${family} pool selects node '${ctx.node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector`);
-      }
-    }
+    const pools = await choosePools({ family, pools: ctx.pools, explicit, field, node: ctx.node, labels: () => this.labelsOf(ctx), badPools: ctx.badPools });
     return { pools, ownFirst: !(explicit && explicit.length) };
+  }
+
+  /**
+   * Whether an ADD on `node` could get an address of each family now (CNI
+   * STATUS): the pools it would choose, and at least one free address among
+   * them. Undefined when ready, else what is wrong. Uses the same pool choice
+   * as assign().
+   */
+  async readiness(q: { node: string; families: Family[]; ipv4Pools?: string[] | undefined; ipv6Pools?: string[] | undefined }): Promise<string | undefined> {
+    const [{ pools, bad }, usage] = await Promise.all([this.loadPools(), this.usage()]);
+    let labels: Record<string, string> | undefined;
+    const ctxLabels = async () => {
+      if (!labels) {
+        try {
+          labels = (await this.ds.get('Node', q.node)).metadata.labels ?? {};
+        } catch (e) {
+          if (!isKind(e, 'NotFound')) throw e;
+          labels = {};
+        }
+      }
+      return labels;
+    };
+    for (const family of q.families) {
+      const explicit = family === 4 ? q.ipv4Pools : q.ipv6Pools;
+      let chosen: PoolInfo[];
+      try {
+        chosen = await choosePools({ family, pools, explicit, field: family === 4 ? 'ipam.ipv4_pools' : 'ipam.ipv6_pools', node: q.node, labels: ctxLabels, badPools: bad });
+      } catch (e) {
+        if (e instanceof CniError) return e.message;
+        throw e;
+      }
+      const names = new Set(chosen.map((p) => p.name));
+      const used = usage.filter((u) => names.has(u.name));
+      if (used.every((u) => u.free === 0n)) return `IPv${family} pools ${used.map((u) => `${u.name} (${u.cidr})`).join(', ')} have no free address`;
+    }
+    return undefined;
   }
 
   private async assignAuto(ctx: Ctx, family: Family): Promise<Assigned> {
@@ -1087,7 +1096,7 @@ export class Ipam {
    * revision we just wrote, so a racing allocation wins), then the affinity.
    */
   private async maybeReleaseBlock(b: BlockRes): Promise<void> {
-    const blockCidr = safeCidr(b.spec.cidr);
+    const blockCidr = tryParseCidr(b.spec.cidr);
     if (!blockCidr) return;
     let aff: AffRes | undefined;
     const node = b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined;
@@ -1097,7 +1106,7 @@ export class Ipam {
       aff = affs.find((a) => a.spec.cidr === b.spec.cidr);
       if (pool && !pool.disabled) {
         const others = affs.filter((a) => {
-          const c = safeCidr(a.spec.cidr);
+          const c = tryParseCidr(a.spec.cidr);
           return a.spec.state === 'confirmed' && a.spec.cidr !== b.spec.cidr && !!c && containsCidr(pool.cidr, c);
         });
         if (!others.length) return;
@@ -1119,7 +1128,7 @@ export class Ipam {
     if (!h) return;
     const wanted = new Set(ips);
     for (const cidrText of Object.keys(h.spec.block)) {
-      const c = safeCidr(cidrText);
+      const c = tryParseCidr(cidrText);
       if (!c) continue;
       const freed = await this.freeInBlock(cidrText, (spec) => ordinalsOf(spec, handleID).filter((o) => wanted.has(addressOf(c, o))));
       if (freed.length) await this.lowerHandle(handleID, cidrText, (cur) => cur - freed.length);
@@ -1172,7 +1181,7 @@ export class Ipam {
       const out: Released[] = [];
       for (const ip of parsed) {
         const b = items.find((x) => {
-          const c = safeCidr(x.spec.cidr);
+          const c = tryParseCidr(x.spec.cidr);
           return c && containsIP(c, ip);
         });
         if (!b) continue;
@@ -1239,7 +1248,7 @@ export class Ipam {
       .map((p) => {
         const perBlock: BlockUsage[] = [];
         for (const b of blocks) {
-          const c = safeCidr(b.spec.cidr);
+          const c = tryParseCidr(b.spec.cidr);
           if (!c || !containsCidr(p.cidr, c)) continue;
           perBlock.push({ cidr: b.spec.cidr, affinity: b.spec.affinity, size: Number(cidrSize(c)), allocated: allocatedCount(b.spec) });
         }
@@ -1273,7 +1282,7 @@ export class Ipam {
       // Pool deleted or resized since: search the blocks themselves.
       const { items } = await this.ds.list('IPAMBlock');
       block = items.find((b) => {
-        const c = safeCidr(b.spec.cidr);
+        const c = tryParseCidr(b.spec.cidr);
         return c && containsIP(c, ip);
       });
     }
@@ -1290,11 +1299,3 @@ export class Ipam {
   }
 }
 
-function safeCidr(s: string): Cidr | undefined {
-  try {
-    return parseCidr(s);
-  } catch (e) {
-    if (e instanceof CidrError) return undefined;
-    throw e;
-  }
-}

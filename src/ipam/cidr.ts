@@ -185,12 +185,37 @@ export function parseCidr(s: string, opts: { strict?: boolean } = {}): Cidr {
   return { family: ip.family, base, prefix };
 }
 
-export function tryParseCidr(s: string): Cidr | undefined {
+/**
+ * parseCidr, or undefined when the text is not one: the one "parse or nothing"
+ * for every caller. Strict by default (host bits set = not a CIDR); with
+ * `{strict:false}` host bits are cleared (stored data that may predate
+ * validation, annotations that name a pool by a non-canonical CIDR).
+ */
+export function tryParseCidr(s: string, opts: { strict?: boolean } = {}): Cidr | undefined {
   try {
-    return parseCidr(s);
-  } catch {
-    return undefined;
+    return parseCidr(s, opts);
+  } catch (e) {
+    if (e instanceof CidrError) return undefined;
+    throw e;
   }
+}
+
+/** 4 or 6 for an address text (no prefix), 0 when it is neither (node:net isIP's contract). */
+export function ipFamily(s: string): 0 | Family {
+  return tryParseIP(s)?.family ?? 0;
+}
+
+/**
+ * `addr/len` as an interface address, host bits allowed (`10.0.0.5/24`, as in
+ * CNI results and pod addresses); undefined when it is not one.
+ */
+export function tryParseIPPrefix(s: string): { ip: IP; prefix: number } | undefined {
+  const slash = s.indexOf('/');
+  if (slash < 0) return undefined;
+  const ip = tryParseIP(s.slice(0, slash));
+  const lenText = s.slice(slash + 1).trim();
+  if (!ip || !/^(0|[1-9][0-9]{0,2})$/.test(lenText) || Number(lenText) > bitsOf(ip.family)) return undefined;
+  return { ip, prefix: Number(lenText) };
 }
 
 export function formatCidr(c: Cidr): string {

@@ -93,3 +93,54 @@ export function resolveExplicitPools(family: Family, wanted: string[], pools: Po
 }
 
 export { describePools };
+
+export interface ChoosePoolsRequest {
+  family: Family;
+  /** Every valid pool in the datastore. */
+  pools: PoolInfo[];
+  /** Pools named by the request (netconf ipvN_pools, annotations), in order; empty = automatic. */
+  explicit?: string[] | undefined;
+  /** The field the explicit list came from, for errors. */
+  field: string;
+  node: string;
+  /** The node's labels, read only when a pool's nodeSelector needs them. */
+  labels: () => Promise<Record<string, string>>;
+  /** Messages of pools that failed validation (shown when nothing qualifies). */
+  badPools?: string[];
+}
+
+/**
+ * The one rule of which pools an automatic assignment on `node` may use, in
+ * the order to try them. Used by the allocator (ADD) and by both plugins'
+ * STATUS, so STATUS answers "ready" exactly when an ADD could find a pool.
+ * SPEC: a node takes addresses only from pools whose nodeSelector selects it,
+ * also when a pool is requested by name; explicit lists are tried in order,
+ * automatic ones by name. Throws an IPAM CniError naming the pools and the fix.
+ */
+export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
+  const { family, node, field } = r;
+  if (r.explicit && r.explicit.length) {
+    const named = resolveExplicitPools(family, r.explicit, r.pools, field);
+    const labels = named.some((p) => !p.selectsAll) ? await r.labels() : {};
+    const pools = named.filter((p) => p.selector.matches(labels));
+    if (!pools.length) {
+      throw new CniError(
+        ErrorCodes.IpamFailure,
+        `${field}: none of the requested pools selects node '${node}': ${named.map((p) => `${p.name} (${p.cidrText}, nodeSelector ${p.selector.toString()})`).join(', ')}; label the node or change the pools' nodeSelector`,
+      );
+    }
+    return pools;
+  }
+  const enabled = r.pools.filter((p) => p.cidr.family === family && !p.disabled).sort((a, b) => a.name.localeCompare(b.name));
+  const labels = enabled.some((p) => !p.selectsAll) ? await r.labels() : {};
+  const pools = enabled.filter((p) => p.selector.matches(labels));
+  if (!pools.length) {
+    const all = r.pools.filter((p) => p.cidr.family === family);
+    const detail = all.length
+      ? all.map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`).join(', ')
+      : 'none exist';
+    const bad = r.badPools?.length ? `; invalid pools ignored: ${r.badPools.join('; ')}` : '';
+    throw new CniError(ErrorCodes.IpamFailure, `no enabled IPv${family} pool selects node '${node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector`);
+  }
+  return pools;
+}

@@ -7,6 +7,8 @@
 // per-pod path should not pay for a schema library it does not otherwise need.
 import { CniError, ErrorCodes } from '../errors.js';
 import type { Logger } from '../cni/types.js';
+import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseIP, type IP } from '../ipam/cidr.js';
+
 
 export const ANNOTATION_PREFIX = 'cni.netplugin.org/';
 
@@ -169,7 +171,7 @@ function parseAddresses(src: OptionSource, list: string[], perFamilyMax?: number
   const out: string[] = [];
   const count = { 4: 0, 6: 0 };
   for (const s of list) {
-    const ip = parseIP(s);
+    const ip = tryParseIP(s);
     if (!ip) {
       const hint = s.includes('/') ? 'write the address without a prefix length' : 'each element must be an IPv4 or IPv6 address';
       throw malformed(src, `${JSON.stringify(s)} is not an IP address`, hint);
@@ -241,17 +243,17 @@ function listPools(pools: PoolInfo[]): string {
 
 /** Each item names a pool exactly, by name or by CIDR (SPEC Errors 1, 2). Returns pool names. */
 function resolvePools(src: OptionSource, items: string[], family: 4 | 6, pools: PoolInfo[]): string[] {
-  const parsedPools = pools.map((p) => ({ p, net: parseCIDR(p.cidr) }));
+  const parsedPools = pools.map((p) => ({ p, net: tryParseCidr(p.cidr, { strict: false }) }));
   const names: string[] = [];
   const otherKey = src.from === 'netconf' ? `ipam.ipv${family === 4 ? 6 : 4}_pools` : family === 4 ? ANNOTATIONS.ipv6Pools : ANNOTATIONS.ipv4Pools;
   for (const item of items) {
     let match: PoolInfo | undefined;
     if (item.includes('/')) {
-      const net = parseCIDR(item);
+      const net = tryParseCidr(item, { strict: false });
       if (!net) throw malformed(src, `${JSON.stringify(item)} is neither a pool name nor a valid CIDR`, `name an existing pool; ${listPools(pools)}`);
-      match = parsedPools.find((x) => x.net && sameNet(x.net, net))?.p;
+      match = parsedPools.find((x) => x.net && cidrEquals(x.net, net))?.p;
       if (!match) {
-        const parent = parsedPools.find((x) => x.net && x.net.family === net.family && x.net.prefix < net.prefix && containsNet(x.net, net));
+        const parent = parsedPools.find((x) => x.net && x.net.family === net.family && x.net.prefix < net.prefix && containsCidr(x.net, net));
         if (parent) {
           throw semantic(
             src,
@@ -265,7 +267,7 @@ function resolvePools(src: OptionSource, items: string[], family: 4 | 6, pools: 
       match = pools.find((p) => p.name === item);
       if (!match) throw semantic(src, `IP pool ${JSON.stringify(item)} does not exist`, `name a pool exactly by name or CIDR; ${listPools(pools)}`);
     }
-    const poolFamily = parseCIDR(match.cidr)?.family;
+    const poolFamily = tryParseCidr(match.cidr, { strict: false })?.family;
     if (poolFamily !== family) {
       throw semantic(src, `pool ${match.name} (${match.cidr}) is an IPv${poolFamily ?? '?'} pool`, `list it in ${otherKey} instead`);
     }
@@ -277,9 +279,9 @@ function resolvePools(src: OptionSource, items: string[], family: 4 | 6, pools: 
   return names;
 }
 
-function poolsContaining(ip: ParsedIP, pools: PoolInfo[]): PoolInfo[] {
+function poolsContaining(ip: IP, pools: PoolInfo[]): PoolInfo[] {
   return pools.filter((p) => {
-    const net = parseCIDR(p.cidr);
+    const net = tryParseCidr(p.cidr, { strict: false });
     return net !== undefined && containsIP(net, ip);
   });
 }
@@ -328,7 +330,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
       throw disabledFeature(src, FEATURE_FLAGS.floatingIPs, 'floating IPs may let a pod receive traffic not intended for it');
     }
     for (const a of opts.floatingIPs) {
-      if (poolsContaining(parseIP(a)!, pools).length === 0) {
+      if (poolsContaining(tryParseIP(a)!, pools).length === 0) {
         throw semantic(src, `floating IP ${a} is not inside any IP pool, so it would never be advertised`, `choose an address inside a pool; ${listPools(pools)}`);
       }
     }
@@ -349,7 +351,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
   if (opts.ipAddrs) {
     const src = opts.source.ipAddrs!;
     for (const a of opts.ipAddrs) {
-      const ip = parseIP(a)!;
+      const ip = tryParseIP(a)!;
       const inside = poolsContaining(ip, pools);
       if (inside.length === 0) {
         throw semantic(
@@ -369,7 +371,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
       throw disabledFeature(src, FEATURE_FLAGS.ipAddrsNoIpam, 'ipAddrsNoIpam lets a pod use any address, which allows bypassing network policy by IP spoofing');
     }
     for (const a of opts.ipAddrsNoIpam) {
-      const inside = poolsContaining(parseIP(a)!, enabledPools);
+      const inside = poolsContaining(tryParseIP(a)!, enabledPools);
       // SPEC Errors 6: routes are distributed only for addresses in a BGP-mode pool.
       if (inside.length === 0) {
         warn(`${describe(src)}: ${a} is outside every IP pool; no routes will be distributed for it, so routing to it must be provided by another mechanism`);
@@ -388,7 +390,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
       const src: OptionSource = { from: 'cni-args', key: 'IP', value: input.cniArgsIP, object: 'CNI_ARGS' };
       const addrs = parseCniArgsIP(src);
       for (const a of addrs) {
-        const inside = poolsContaining(parseIP(a)!, enabledPools);
+        const inside = poolsContaining(tryParseIP(a)!, enabledPools);
         if (inside.length === 0) {
           throw new CniError(ErrorCodes.IpamFailure, `CNI_ARGS IP=${input.cniArgsIP}: ${a} is not inside any enabled IP pool; request an address inside a pool (${listPools(pools)})`);
         }
@@ -428,9 +430,9 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
     const fams = new Set<number>();
     if (req.assignIPv4) fams.add(4);
     if (req.assignIPv6) fams.add(6);
-    for (const a of req.requestedIPs ?? req.noIpamIPs ?? []) fams.add(parseIP(a)!.family);
+    for (const a of req.requestedIPs ?? req.noIpamIPs ?? []) fams.add(tryParseIP(a)!.family);
     for (const a of req.floatingIPs) {
-      const f = parseIP(a)!.family;
+      const f = tryParseIP(a)!.family;
       if (!fams.has(f)) {
         throw semantic(req.source.floatingIPs!, `floating IP ${a} is IPv${f} but the pod gets no IPv${f} address to pair it with`, `assign the pod an IPv${f} address or remove ${a}`);
       }
@@ -466,8 +468,8 @@ function setRequested(req: AddressRequest, addrs: string[], src: OptionSource): 
   // The families of the requested addresses decide what is assigned: ipAddrs
   // holding only an IPv4 address gives an IPv4-only pod.
   req.requestedIPs = addrs;
-  req.assignIPv4 = addrs.some((a) => parseIP(a)!.family === 4);
-  req.assignIPv6 = addrs.some((a) => parseIP(a)!.family === 6);
+  req.assignIPv4 = addrs.some((a) => tryParseIP(a)!.family === 4);
+  req.assignIPv6 = addrs.some((a) => tryParseIP(a)!.family === 6);
   req.source.addresses = src;
 }
 
@@ -476,7 +478,7 @@ function parseCniArgsIP(src: OptionSource): string[] {
   const count = { 4: 0, 6: 0 };
   for (const part of src.value.split(',')) {
     const s = part.trim();
-    const ip = parseIP(s);
+    const ip = tryParseIP(s);
     if (!ip) throw new CniError(ErrorCodes.InvalidEnvironment, `CNI_ARGS IP=${src.value}: ${JSON.stringify(s)} is not an IP address; give one IPv4 and/or one IPv6 address, comma-separated`);
     if (++count[ip.family] > 1) throw new CniError(ErrorCodes.InvalidEnvironment, `CNI_ARGS IP=${src.value}: more than one IPv${ip.family} address; give at most one IPv4 and one IPv6 address`);
     out.push(formatIP(ip));
@@ -493,11 +495,11 @@ export function pairFloatingIPs(podIPs: string[], floatingIPs: string[] | undefi
   if (!floatingIPs?.length) return [];
   const byFamily = new Map<number, string>();
   for (const p of podIPs) {
-    const ip = parseIP(p.split('/')[0]!.trim());
+    const ip = tryParseIP(p.split('/')[0]!.trim());
     if (ip && !byFamily.has(ip.family)) byFamily.set(ip.family, formatIP(ip));
   }
   return floatingIPs.map((ext) => {
-    const ip = parseIP(ext);
+    const ip = tryParseIP(ext);
     if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `annotation ${ANNOTATIONS.floatingIPs}: ${JSON.stringify(ext)} is not an IP address`);
     const internal = byFamily.get(ip.family);
     if (!internal) {
@@ -513,114 +515,4 @@ export function pairFloatingIPs(podIPs: string[], floatingIPs: string[] | undefi
 /** PoolInfo from IPPool resources as `Datastore.list('IPPool')` returns them. */
 export function poolsFromResources(items: Array<{ metadata: { name: string }; spec: { cidr: string; vxlanMode?: string; ipipMode?: string; disabled?: boolean } }>): PoolInfo[] {
   return items.map((r) => ({ name: r.metadata.name, cidr: r.spec.cidr, vxlanMode: r.spec.vxlanMode, ipipMode: r.spec.ipipMode, disabled: r.spec.disabled }));
-}
-
-// ---------------------------------------------------------------------------
-// Minimal address arithmetic (kept local so the k8s layer does not depend on ipam/).
-// ---------------------------------------------------------------------------
-
-interface ParsedIP {
-  family: 4 | 6;
-  value: bigint;
-}
-interface ParsedNet extends ParsedIP {
-  prefix: number;
-}
-
-function parseIPv4(s: string): bigint | undefined {
-  const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(s);
-  if (!m) return undefined;
-  let v = 0n;
-  for (let i = 1; i <= 4; i++) {
-    const o = Number(m[i]);
-    if (o > 255) return undefined;
-    v = (v << 8n) | BigInt(o);
-  }
-  return v;
-}
-
-function parseIPv6(s: string): bigint | undefined {
-  if (!/^[0-9a-fA-F:.]+$/.test(s)) return undefined;
-  const halves = s.split('::');
-  if (halves.length > 2) return undefined;
-  const groups = (h: string): number[] | undefined => {
-    if (h === '') return [];
-    const out: number[] = [];
-    const parts = h.split(':');
-    for (let i = 0; i < parts.length; i++) {
-      const p = parts[i]!;
-      if (i === parts.length - 1 && p.includes('.')) {
-        const v4 = parseIPv4(p);
-        if (v4 === undefined) return undefined;
-        out.push(Number(v4 >> 16n), Number(v4 & 0xffffn));
-      } else if (/^[0-9a-fA-F]{1,4}$/.test(p)) out.push(parseInt(p, 16));
-      else return undefined;
-    }
-    return out;
-  };
-  const head = groups(halves[0]!);
-  const tail = halves.length === 2 ? groups(halves[1]!) : [];
-  if (!head || !tail) return undefined;
-  const n = head.length + tail.length;
-  if (halves.length === 2 ? n > 7 : n !== 8) return undefined;
-  const all = [...head, ...new Array<number>(8 - n).fill(0), ...tail];
-  return all.reduce((acc, g) => (acc << 16n) | BigInt(g), 0n);
-}
-
-/** Plain address (no prefix, no zone); undefined when invalid. */
-export function parseIP(s: string): ParsedIP | undefined {
-  const v4 = parseIPv4(s);
-  if (v4 !== undefined) return { family: 4, value: v4 };
-  const v6 = s.includes(':') ? parseIPv6(s) : undefined;
-  return v6 !== undefined ? { family: 6, value: v6 } : undefined;
-}
-
-function formatIP(ip: ParsedIP): string {
-  if (ip.family === 4) return [24n, 16n, 8n, 0n].map((sh) => String((ip.value >> sh) & 0xffn)).join('.');
-  const g = Array.from({ length: 8 }, (_, i) => Number((ip.value >> BigInt((7 - i) * 16)) & 0xffffn));
-  // RFC 5952: compress the longest run (first on ties) of two or more zero groups.
-  let best = -1;
-  let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    if (g[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && g[j] === 0) j++;
-    if (j - i > bestLen) {
-      best = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = g.map((x) => x.toString(16));
-  if (best < 0) return hex.join(':');
-  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLen).join(':')}`;
-}
-
-function parseCIDR(s: string): ParsedNet | undefined {
-  const [addr, len, extra] = s.trim().split('/');
-  if (addr === undefined || len === undefined || extra !== undefined || !/^\d{1,3}$/.test(len)) return undefined;
-  const ip = parseIP(addr);
-  if (!ip) return undefined;
-  const bits = ip.family === 4 ? 32 : 128;
-  const prefix = Number(len);
-  if (prefix > bits) return undefined;
-  const hostBits = BigInt(bits - prefix);
-  return { family: ip.family, prefix, value: (ip.value >> hostBits) << hostBits };
-}
-
-function containsIP(net: ParsedNet, ip: ParsedIP): boolean {
-  if (net.family !== ip.family) return false;
-  const hostBits = BigInt((net.family === 4 ? 32 : 128) - net.prefix);
-  return ip.value >> hostBits === net.value >> hostBits;
-}
-
-function containsNet(outer: ParsedNet, inner: ParsedNet): boolean {
-  return outer.prefix <= inner.prefix && containsIP(outer, inner);
-}
-
-function sameNet(a: ParsedNet, b: ParsedNet): boolean {
-  return a.family === b.family && a.prefix === b.prefix && a.value === b.value;
 }

@@ -5,7 +5,7 @@ import { SUPPORTED_VERSIONS } from '../../src/cni/types.js';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { createNetns } from '../fixtures/netns.js';
 import {
-  HOST_MAC, NODE, addrs, cni, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, routes, sysctl, why,
+  HOST_MAC, NODE, addrs, cni, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, poolResource, routes, sysctl, why,
   type Cluster, useCluster,
 } from './plugin-harness.js';
 
@@ -241,5 +241,27 @@ describe('STATUS', () => {
   it('succeeds with a ready datastore and a pool with free addresses', async () => {
     const r = await cni('STATUS', netconf(c, '1.1.0'));
     expect(r.code, why(r)).toBe(0);
+  });
+
+  it('uses the same pool choice as ADD: a missing pool in ipam.ipv4_pools is code 50 naming it', async () => {
+    const r = await cni('STATUS', netconf(c, '1.1.0', { ipam: { type: 'netplugin-ipam', ipv4_pools: ['no-such-pool'] } }));
+    expect(r.json?.code, why(r)).toBe(50);
+    expect(r.json.msg).toMatch(/ipam\.ipv4_pools: pool 'no-such-pool' does not exist/);
+  });
+
+  it("answers not ready when the requested pool's nodeSelector does not select this node, as ADD would fail", async () => {
+    await c.ds.create({ ...poolResource({ name: 'status-elsewhere', cidr: '10.77.250.0/24', blockSize: 28 }), spec: { cidr: '10.77.250.0/24', blockSize: 28, nodeSelector: 'zone == "nowhere"' } });
+    try {
+      const conf = netconf(c, '1.1.0', { ipam: { type: 'netplugin-ipam', ipv4_pools: ['status-elsewhere'] } });
+      const r = await cni('STATUS', conf);
+      expect(r.json?.code, why(r)).toBe(50);
+      expect(r.json.msg).toMatch(/none of the requested pools selects node 'node1'.*status-elsewhere/);
+      const pod = createNetns('pod');
+      const add = await cni('ADD', conf, { containerId: `status-sel-${process.pid}`, netns: pod.path, ifname: 'eth0' });
+      expect(add.code, why(add)).not.toBe(0);
+      expectOk(await cni('DEL', conf, { containerId: `status-sel-${process.pid}`, netns: pod.path, ifname: 'eth0' }));
+    } finally {
+      await c.ds.delete('IPPool', 'status-elsewhere');
+    }
   });
 });

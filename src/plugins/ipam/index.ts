@@ -9,7 +9,6 @@ import type { CniContext, CniHandlers, CniResult } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { DEFAULT_LOCK_PATH, Ipam } from '../../ipam/index.js';
 import { formatIP, tryParseIP } from '../../ipam/cidr.js';
-import { parseSelector } from '../../selector/index.js';
 
 /** Environment override of the host lock path (tests run several simulated nodes on one host). */
 export const LOCK_ENV = 'NETPLUGIN_IPAM_LOCK_FILE';
@@ -128,40 +127,9 @@ async function status(ctx: Ctx): Promise<void> {
   const node = resolveNodename(ctx.conf);
   let problem: string | undefined;
   try {
-    await withIpam(ctx, async (ipam, ds) => {
-      const usage = await ipam.usage();
-      let labels: Record<string, string> | undefined;
-      const nodeLabels = async () => {
-        if (!labels) {
-          try {
-            labels = (await ds.get('Node', node)).metadata.labels ?? {};
-          } catch (e) {
-            if (!DatastoreError.is(e, 'NotFound')) throw e;
-            labels = {};
-          }
-        }
-        return labels;
-      };
-      for (const family of [4, 6] as const) {
-        if ((family === 4 ? ic.assign_ipv4 : ic.assign_ipv6) !== 'true') continue;
-        const explicit = family === 4 ? ic.ipv4_pools : ic.ipv6_pools;
-        const usable = [];
-        for (const p of usage) {
-          if (p.family !== family || p.disabled) continue;
-          if (explicit?.length) {
-            if (!explicit.includes(p.name) && !explicit.some((e) => e === p.cidr)) continue;
-          } else if (!parseSelector(p.nodeSelector).matches(await nodeLabels())) continue;
-          usable.push(p);
-        }
-        if (!usable.length) {
-          problem = `no enabled IPv${family} pool is usable by node '${node}'${explicit?.length ? ` (ipam.ipv${family}_pools: ${explicit.join(', ')})` : ''}`;
-          return;
-        }
-        if (usable.every((p) => p.free === 0n)) {
-          problem = `IPv${family} pools ${usable.map((p) => `${p.name} (${p.cidr})`).join(', ')} have no free address`;
-          return;
-        }
-      }
+    await withIpam(ctx, async (ipam) => {
+      const families = ([4, 6] as const).filter((f) => (f === 4 ? ic.assign_ipv4 : ic.assign_ipv6) === 'true');
+      problem = await ipam.readiness({ node, families: [...families], ipv4Pools: ic.ipv4_pools, ipv6Pools: ic.ipv6_pools });
     });
   } catch (e) {
     if (DatastoreError.is(e)) {

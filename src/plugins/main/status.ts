@@ -16,19 +16,14 @@ export async function status(ctx: CniContext<Netconf>): Promise<void> {
   }
   if (!isNetpluginIpam(conf.ipam)) return;
   const { Ipam } = await import('../../ipam/index.js');
-  let usage;
+  const node = identify(conf, { containerId: 'status', ifname: 'eth0', args: {} }).node;
+  const families = ([4, 6] as const).filter((f) => (f === 4 ? conf.ipam.assign_ipv4 : conf.ipam.assign_ipv6) === 'true');
+  let problem: string | undefined;
   try {
-    usage = await new Ipam(ds, { lockPath: null }).usage();
+    // The same pool choice as an ADD (nodeSelector, ipv4_pools/ipv6_pools).
+    problem = await new Ipam(ds, { lockPath: null }).readiness({ node, families: [...families], ipv4Pools: conf.ipam.ipv4_pools, ipv6Pools: conf.ipam.ipv6_pools });
   } catch (e) {
     throw new CniError(ErrorCodes.PluginNotAvailable, `IPAM cannot be read: ${(e as Error).message}`);
   }
-  const node = identify(conf, { containerId: 'status', ifname: 'eth0', args: {} }).node;
-  const families: Array<4 | 6> = [];
-  if (conf.ipam.assign_ipv4 === 'true') families.push(4);
-  if (conf.ipam.assign_ipv6 === 'true') families.push(6);
-  for (const f of families) {
-    const usable = usage.filter((p) => p.family === f && !p.disabled);
-    if (!usable.length) throw new CniError(ErrorCodes.PluginNotAvailable, `no enabled IPv${f} pool exists for node ${node}; create one with netpluginctl apply`);
-    if (!usable.some((p) => p.free > 0n)) throw new CniError(ErrorCodes.PluginNotAvailable, `every IPv${f} pool is full (${usable.map((p) => p.name).join(', ')}); add a pool`);
-  }
+  if (problem) throw new CniError(ErrorCodes.PluginNotAvailable, `${problem}; new pods cannot get addresses until a pool is added or addresses are freed`);
 }
