@@ -20,8 +20,12 @@ import { convertK8sNetworkPolicy, k8sPolicyName, type KubeNetworkPolicy } from '
 import { namespaceToProfile, serviceAccountToProfile } from '../../src/model/profiles.js';
 import { ROOT } from '../fixtures/cni.js';
 import { createNetns } from '../fixtures/netns.js';
-import { putNamespace, putPod, startApi, k8sNetconf, type Api } from './k8s-harness.js';
-import { cni, cleanupAttachments, ensureBuilt, expectOk, k8sArgs, startAgent, startCluster, why, type Agent, type Cluster, type PoolDef } from './plugin-harness.js';
+import { nftRun } from '../../src/native/nft.js';
+import { putPod, startApi, k8sNetconf, type Api } from './k8s-harness.js';
+import { openDatastore } from '../../src/datastore/index.js';
+import type { Datastore } from '../../src/datastore/types.js';
+import { createKubeClient, type KubeClient } from '../../src/k8s/client.js';
+import { NET_NAME, NODE, clusterInfo, cni, cleanupAttachments, ensureBuilt, expectOk, k8sArgs, poolResource, startAgent, startCluster, why, type Agent, type Cluster, type PoolDef } from './plugin-harness.js';
 
 const POD_SCRIPT = join(ROOT, 'test/fixtures/policy-pod.py');
 export const NAMESPACES = ['x', 'y', 'z'] as const;
@@ -45,9 +49,16 @@ export interface Pod {
   addWaitedMs?: number;
 }
 
+export type DatastoreMode = 'etcdv3' | 'kubernetes';
+
 export interface PolicyEnv {
-  c: Cluster;
+  mode: DatastoreMode;
+  /** The store the agent reads (etcd, or the API server's custom resources and derived objects). */
+  ds: Datastore;
+  /** Etcd mode only. */
+  c?: Cluster;
   api: Api;
+  kube: KubeClient;
   agent: Agent;
   conf: Record<string, unknown>;
   confPath: string;
@@ -57,25 +68,39 @@ export interface PolicyEnv {
   close(): Promise<void>;
 }
 
-export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { timeoutSeconds?: number } = {}): Promise<PolicyEnv> {
+export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { timeoutSeconds?: number; mode?: DatastoreMode } = {}): Promise<PolicyEnv> {
   ensureBuilt();
-  const c = await startCluster([pool]);
+  const mode = opts.mode ?? 'etcdv3';
   const api = await startApi();
+  const kube = await createKubeClient({ kubeconfig: api.kubeconfig });
   const tmp = mkdtempSync(join(tmpdir(), `policy-${prefix}-${process.pid}-`));
   const statusDir = join(tmp, 'status');
-  const conf = k8sNetconf(c, api, prefix, { endpoint_status_dir: statusDir, policy_setup_timeout_seconds: opts.timeoutSeconds ?? 20 });
+  let c: Cluster | undefined;
+  let ds: Datastore;
+  let conf: Record<string, unknown>;
+  const common = { endpoint_status_dir: statusDir, policy_setup_timeout_seconds: opts.timeoutSeconds ?? 20 };
+  if (mode === 'etcdv3') {
+    c = await startCluster([pool]);
+    ds = c.ds;
+    conf = k8sNetconf(c, api, prefix, common);
+  } else {
+    ds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig: api.kubeconfig } });
+    await ds.create(clusterInfo(true));
+    await ds.create(poolResource(pool));
+    conf = {
+      cniVersion: '1.0.0', name: NET_NAME, type: 'netplugin', nodename: NODE, datastore_type: 'kubernetes', kubernetes: { kubeconfig: api.kubeconfig },
+      ipam: { type: 'netplugin-ipam' }, ipam_lock_file: join(tmp, 'ipam.lock'), host_veth_prefix: prefix, policy: { type: 'k8s' }, log_level: 'debug', ...common,
+    };
+  }
   const confPath = join(tmp, '10-netplugin.conflist');
   writeFileSync(confPath, JSON.stringify({ cniVersion: '1.0.0', name: conf['name'], plugins: [conf] }));
-  for (const ns of NAMESPACES) {
-    putNamespace(api, ns, {}, { ns });
-    await putObject(c, namespaceToProfile({ metadata: { name: ns, labels: { ns } } }));
-    await putObject(c, serviceAccountToProfile({ metadata: { name: 'default', namespace: ns } }));
-  }
-  const agent = await startPolicyAgent(tmp, confPath);
   const env: PolicyEnv = {
-    c,
+    mode,
+    ds,
+    ...(c ? { c } : {}),
     api,
-    agent,
+    kube,
+    agent: undefined as unknown as Agent,
     conf,
     confPath,
     statusDir,
@@ -84,12 +109,17 @@ export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { time
     async close() {
       await cleanupAttachments();
       for (const p of env.pods) p.server?.kill('SIGKILL');
-      await env.agent.stop();
+      await env.agent?.stop();
+      kube.close();
+      if (c) await c.close();
+      else await ds.close().catch(() => undefined);
       await api.server.stop();
-      await c.close();
       rmSync(tmp, { recursive: true, force: true });
     },
   };
+  for (const ns of NAMESPACES) await setNamespaceLabels(env, ns, { ns });
+  if (mode === 'etcdv3') for (const ns of NAMESPACES) await putObject(env, serviceAccountToProfile({ metadata: { name: 'default', namespace: ns } }));
+  env.agent = await startPolicyAgent(tmp, confPath);
   return env;
 }
 
@@ -98,7 +128,8 @@ export function startPolicyAgent(tmp: string, confPath: string): Promise<Agent> 
 }
 
 /** Creates (or replaces) a datastore object. */
-export async function putObject<K extends Resource['kind']>(c: Cluster, obj: Resource<K>): Promise<void> {
+export async function putObject<K extends Resource['kind']>(env: { ds: Datastore }, obj: Resource<K>): Promise<void> {
+  const c = env;
   try {
     const cur = await c.ds.get(obj.kind, obj.metadata.name, obj.metadata.namespace);
     await c.ds.update({ ...obj, metadata: { ...obj.metadata, resourceVersion: cur.metadata.resourceVersion } } as Resource<K>);
@@ -194,37 +225,66 @@ export async function expectReachability(env: PolicyEnv, port: number, proto: 't
     if (got === want || Date.now() > end) break;
     await new Promise((r) => setTimeout(r, 300));
   }
+  if (got !== want && process.env.POLICY_TEST_DEBUG) process.stderr.write(`${nftRun('list table inet netplugin')}\n${env.agent.log().slice(-6000)}\n`);
   expect(`${proto}/${port}\n${got}`).toBe(`${proto}/${port}\n${want}`);
 }
 
-// ---- Kubernetes NetworkPolicy, as kube-controllers mirrors it on etcd ----
+// ---- Kubernetes NetworkPolicy: in the API server; on etcd also as kube-controllers mirrors it ----
+
+const npPath = (ns: string, name?: string) => `/apis/networking.k8s.io/v1/namespaces/${ns}/networkpolicies${name ? `/${name}` : ''}`;
 
 export async function applyK8sPolicy(env: PolicyEnv, np: KubeNetworkPolicy): Promise<void> {
-  await putObject(env.c, convertK8sNetworkPolicy(np));
+  const ns = np.metadata.namespace!;
+  const body = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', ...np };
+  try {
+    const cur = await env.kube.request<{ metadata: { resourceVersion: string } }>('GET', npPath(ns, np.metadata.name));
+    await env.kube.request('PUT', npPath(ns, np.metadata.name), { ...body, metadata: { ...np.metadata, resourceVersion: cur.metadata.resourceVersion } });
+  } catch (e) {
+    if (!(e instanceof DatastoreError) || e.kind !== 'NotFound') throw e;
+    await env.kube.request('POST', npPath(ns), body);
+  }
+  if (env.mode === 'etcdv3') await putObject(env, convertK8sNetworkPolicy(np));
 }
 
 export async function deleteK8sPolicy(env: PolicyEnv, ns: string, name: string): Promise<void> {
-  await env.c.ds.delete('NetworkPolicy', k8sPolicyName(name), { namespace: ns });
+  await env.kube.request('DELETE', npPath(ns, name));
+  if (env.mode === 'etcdv3') await env.ds.delete('NetworkPolicy', k8sPolicyName(name), { namespace: ns });
 }
 
 export async function deleteAllPolicies(env: PolicyEnv): Promise<void> {
-  for (const p of (await env.c.ds.list('NetworkPolicy')).items) await env.c.ds.delete('NetworkPolicy', p.metadata.name, { namespace: p.metadata.namespace! });
-  for (const p of (await env.c.ds.list('GlobalNetworkPolicy')).items) await env.c.ds.delete('GlobalNetworkPolicy', p.metadata.name);
+  for (const ns of NAMESPACES) {
+    const l = await env.kube.request<{ items: Array<{ metadata: { name: string } }> }>('GET', npPath(ns));
+    for (const np of l.items) await env.kube.request('DELETE', npPath(ns, np.metadata.name));
+  }
+  if (env.mode !== 'etcdv3') return;
+  for (const p of (await env.ds.list('NetworkPolicy')).items) await env.ds.delete('NetworkPolicy', p.metadata.name, { namespace: p.metadata.namespace! });
+  for (const p of (await env.ds.list('GlobalNetworkPolicy')).items) await env.ds.delete('GlobalNetworkPolicy', p.metadata.name);
 }
 
-/** A pod label change as kube-controllers copies it onto the endpoint (our netplugin.org/* labels kept). */
+/** A pod label change: on the Pod; on etcd also as kube-controllers copies it onto the endpoint (our netplugin.org/* labels kept). */
 export async function setPodLabels(env: PolicyEnv, p: Pod, labels: Record<string, string>): Promise<void> {
-  const weps = (await env.c.ds.list('WorkloadEndpoint', { namespace: p.ns })).items.filter((w) => w.spec.pod === p.name);
+  const cur = await env.kube.getPod(p.ns, p.name);
+  const remove = Object.fromEntries(Object.keys(cur.metadata.labels ?? {}).filter((k) => !(k in labels)).map((k) => [k, null]));
+  await env.kube.patchPod(p.ns, p.name, { metadata: { labels: { ...remove, ...labels } } }, 'merge');
+  if (env.mode !== 'etcdv3') return;
+  const weps = (await env.ds.list('WorkloadEndpoint', { namespace: p.ns })).items.filter((w) => w.spec.pod === p.name);
   expect(weps.length).toBe(1);
   const w = weps[0]!;
   const own = Object.fromEntries(Object.entries(w.metadata.labels ?? {}).filter(([k]) => k.startsWith('netplugin.org/')));
-  await env.c.ds.update({ ...w, metadata: { ...w.metadata, labels: { ...labels, ...own } } });
+  await env.ds.update({ ...w, metadata: { ...w.metadata, labels: { ...labels, ...own } } });
 }
 
-/** A namespace label change as kube-controllers writes it onto kns.<ns>. */
+/** A namespace label change: on the Namespace; on etcd also as kube-controllers writes it onto kns.<ns>. */
 export async function setNamespaceLabels(env: PolicyEnv, ns: string, labels: Record<string, string>): Promise<void> {
-  putNamespace(env.api, ns, {}, labels);
-  await putObject(env.c, namespaceToProfile({ metadata: { name: ns, labels } }));
+  const path = `/api/v1/namespaces/${ns}`;
+  try {
+    const cur = await env.kube.request<{ metadata: Record<string, unknown> }>('GET', path);
+    await env.kube.request('PUT', path, { apiVersion: 'v1', kind: 'Namespace', metadata: { ...cur.metadata, labels } });
+  } catch (e) {
+    if (!(e instanceof DatastoreError) || e.kind !== 'NotFound') throw e;
+    await env.kube.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels } });
+  }
+  if (env.mode === 'etcdv3') await putObject(env, namespaceToProfile({ metadata: { name: ns, labels } }));
 }
 
 export function nftList(): Promise<string> {

@@ -36,29 +36,29 @@ function gnp(name: string, spec: GlobalNetworkPolicySpec): Resource<'GlobalNetwo
 
 describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
   it('order: the first matching rule of the lowest order wins (Deny before Allow, then swapped)', async () => {
-    await putObject(env.c, np('x', 'deny-b', { order: 10, selector: "pod == 'a'", ingress: [{ action: 'Deny', source: { selector: "pod == 'b'" } }] }));
-    await putObject(env.c, np('x', 'allow-all', { order: 20, selector: "pod == 'a'", ingress: [{ action: 'Allow' }] }));
+    await putObject(env, np('x', 'deny-b', { order: 10, selector: "pod == 'a'", ingress: [{ action: 'Deny', source: { selector: "pod == 'b'" } }] }));
+    await putObject(env, np('x', 'allow-all', { order: 20, selector: "pod == 'a'", ingress: [{ action: 'Allow' }] }));
     await expectReachability(env, 80, 'tcp', (f, t) => !(is(f, 'x/b') && is(t, 'x/a')));
-    await putObject(env.c, np('x', 'allow-all', { order: 5, selector: "pod == 'a'", ingress: [{ action: 'Allow' }] }));
+    await putObject(env, np('x', 'allow-all', { order: 5, selector: "pod == 'a'", ingress: [{ action: 'Allow' }] }));
     await expectReachability(env, 80, 'tcp', () => true);
   });
 
   it('Pass skips the remaining policies to the profiles; unmatched traffic of a selected endpoint is denied', async () => {
-    await putObject(env.c, gnp('pass-from-y', { order: 1, selector: 'all()', ingress: [{ action: 'Pass', source: { namespaceSelector: "ns == 'y'" } }] }));
-    await putObject(env.c, np('x', 'deny-all', { order: 10, selector: 'all()', ingress: [{ action: 'Deny' }] }));
+    await putObject(env, gnp('pass-from-y', { order: 1, selector: 'all()', ingress: [{ action: 'Pass', source: { namespaceSelector: "ns == 'y'" } }] }));
+    await putObject(env, np('x', 'deny-all', { order: 10, selector: 'all()', ingress: [{ action: 'Deny' }] }));
     // x pods: y passes (kns.x allows), x is denied by deny-all; y/c: selected by the GNP only, x unmatched -> denied.
     await expectReachability(env, 80, 'tcp', (f) => f.ns === 'y');
   });
 
   it('GlobalNetworkPolicy with namespaceSelector selects endpoints of those namespaces only', async () => {
-    await putObject(env.c, gnp('isolate-x', { selector: 'all()', namespaceSelector: "ns == 'x'", types: ['Ingress'] }));
+    await putObject(env, gnp('isolate-x', { selector: 'all()', namespaceSelector: "ns == 'x'", types: ['Ingress'] }));
     await expectReachability(env, 80, 'tcp', (_f, t) => t.ns !== 'x');
   });
 
   it('nets with notNets, notPorts and notProtocol', async () => {
     const xb = pod(env, 'x/b');
     await putObject(
-      env.c,
+      env,
       np('x', 'nets', { selector: "pod == 'a'", ingress: [{ action: 'Allow', protocol: 'TCP', source: { nets: [POOL.cidr], notNets: [`${xb.ip}/32`] }, destination: { notPorts: [81] } }, { action: 'Allow', notProtocol: 'TCP' }] }),
     );
     await expectReachability(env, 80, 'tcp', (f, t) => !is(t, 'x/a') || !is(f, 'x/b'));
@@ -67,7 +67,7 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
   });
 
   it('Log records the packet and goes on to the next rule', async () => {
-    await putObject(env.c, np('x', 'log-then-allow', { selector: "pod == 'a'", ingress: [{ action: 'Log', protocol: 'TCP' }, { action: 'Allow', protocol: 'TCP', destination: { ports: [80] } }] }));
+    await putObject(env, np('x', 'log-then-allow', { selector: "pod == 'a'", ingress: [{ action: 'Log', protocol: 'TCP' }, { action: 'Allow', protocol: 'TCP', destination: { ports: [80] } }] }));
     await expectReachability(env, 80, 'tcp', () => true);
     await expectReachability(env, 81, 'tcp', (_f, t) => !is(t, 'x/a'));
     const listing = nftRun('list table inet netplugin');
@@ -82,6 +82,6 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
   });
 
   it('a bad rule in the datastore is refused by the schema with the field named', async () => {
-    await expect(putObject(env.c, np('x', 'bad', { ingress: [{ action: 'Accept' as never }] }))).rejects.toThrow(/ingress\.0\.action/);
+    await expect(putObject(env, np('x', 'bad', { ingress: [{ action: 'Accept' as never }] }))).rejects.toThrow(/ingress\.0\.action/);
   });
 });
