@@ -59,6 +59,12 @@ export interface PolicyEnv {
   c?: Cluster;
   api: Api;
   kube: KubeClient;
+  /**
+   * This file's agent owns `inet <table>`: vitest runs the suites side by side in
+   * one host namespace, as several nodes would never share one, so each agent
+   * gets its own table (NETPLUGIN_POLICY_TABLE).
+   */
+  table: string;
   agent: Agent;
   conf: Record<string, unknown>;
   confPath: string;
@@ -100,6 +106,7 @@ export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { time
     ...(c ? { c } : {}),
     api,
     kube,
+    table: `netplugin-${prefix}`,
     agent: undefined as unknown as Agent,
     conf,
     confPath,
@@ -110,6 +117,11 @@ export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { time
       await cleanupAttachments();
       for (const p of env.pods) p.server?.kill('SIGKILL');
       await env.agent?.stop();
+      try {
+        nftRun(`delete table inet ${env.table}`);
+      } catch {
+        // not created
+      }
       kube.close();
       if (c) await c.close();
       else await ds.close().catch(() => undefined);
@@ -119,12 +131,16 @@ export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { time
   };
   for (const ns of NAMESPACES) await setNamespaceLabels(env, ns, { ns });
   if (mode === 'etcdv3') for (const ns of NAMESPACES) await putObject(env, serviceAccountToProfile({ metadata: { name: 'default', namespace: ns } }));
-  env.agent = await startPolicyAgent(tmp, confPath);
+  env.agent = await startPolicyAgent(env);
   return env;
 }
 
-export function startPolicyAgent(tmp: string, confPath: string): Promise<Agent> {
-  return startAgent(join(tmp, `cni-${Date.now()}.sock`), ['--config', confPath, '--log-level', 'DEBUG']);
+export function startPolicyAgent(env: { tmp: string; confPath: string; table: string }): Promise<Agent> {
+  return startAgent(join(env.tmp, `cni-${Date.now()}.sock`), ['--config', env.confPath, '--log-level', 'DEBUG'], { env: { NETPLUGIN_POLICY_TABLE: env.table } });
+}
+
+export function listTable(env: { table: string }): string {
+  return nftRun(`list table inet ${env.table}`);
 }
 
 /** Creates (or replaces) a datastore object. */
@@ -225,7 +241,7 @@ export async function expectReachability(env: PolicyEnv, port: number, proto: 't
     if (got === want || Date.now() > end) break;
     await new Promise((r) => setTimeout(r, 300));
   }
-  if (got !== want && process.env.POLICY_TEST_DEBUG) process.stderr.write(`${nftRun('list table inet netplugin')}\n${env.agent.log().slice(-6000)}\n`);
+  if (got !== want && process.env.POLICY_TEST_DEBUG) process.stderr.write(`${listTable(env)}\n${env.agent.log().slice(-6000)}\n`);
   expect(`${proto}/${port}\n${got}`).toBe(`${proto}/${port}\n${want}`);
 }
 

@@ -11,7 +11,7 @@ import { workloadEndpointName } from '../../src/k8s/workload.js';
 import { nftRun } from '../../src/native/nft.js';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';
 import { removeAllNetns } from '../fixtures/netns.js';
-import { addPod, addPreparedPod, applyK8sPolicy, expectReachability, pod, prepareNetns, probeFrom, startPolicyAgent, startPolicyEnv, watchProbe, type PolicyEnv } from './policy-harness.js';
+import { addPod, addPreparedPod, applyK8sPolicy, expectReachability, pod, prepareNetns, probeFrom, startPolicyAgent, listTable, startPolicyEnv, watchProbe, type PolicyEnv } from './policy-harness.js';
 
 const POOL = { name: 'pol-iso', cidr: '10.77.63.0/26', blockSize: 26 };
 let env: PolicyEnv;
@@ -67,7 +67,7 @@ describe('pods are isolated until programmed', { timeout: 120_000 }, () => {
 
   it('agent stopped: existing enforcement stays, a new pod is isolated and its ADD waits for the timeout; the restarted agent resyncs without duplicates', async () => {
     await env.agent.stop();
-    const before = withoutCounters(nftRun('list table inet netplugin'));
+    const before = withoutCounters(listTable(env));
     await expectReachability(env, 80, 'tcp', (f, t) => !['x/a', 'x/new1'].includes(t.id) || f.id === 'x/b');
     const p = await prepareNetns('new2');
     const conf = { ...env.conf, policy_setup_timeout_seconds: 3 };
@@ -77,14 +77,14 @@ describe('pods are isolated until programmed', { timeout: 120_000 }, () => {
     // Fail closed: nobody reaches it and it reaches nobody (its profile would allow all).
     expect(await probeFrom(pod(env, 'x/b'), [[p.ip, 80, 'tcp']], 1)).toEqual([false]);
     expect(await probeFrom(p, [[pod(env, 'y/c').ip, 80, 'tcp']], 1)).toEqual([false]);
-    expect(withoutCounters(nftRun('list table inet netplugin'))).toBe(before);
+    expect(withoutCounters(listTable(env))).toBe(before);
 
     // Restart: a denied peer never gets through to x/a while the agent starts and resyncs.
     const reached = await watchProbe(pod(env, 'y/c'), [[pod(env, 'x/a').ip, 80, 'tcp']], 5, 0.3);
-    env.agent = await startPolicyAgent(env.tmp, env.confPath);
+    env.agent = await startPolicyAgent(env);
     expect(await reached).toEqual([]);
     await expectReachability(env, 80, 'tcp', (f, t) => !['x/a', 'x/new1'].includes(t.id) || f.id === 'x/b');
-    const listing = nftRun('list table inet netplugin');
+    const listing = listTable(env);
     // No duplicates: every chain once, the base chains with their fixed rules, one map entry per pod.
     const chains = [...listing.matchAll(/^\tchain (\S+) \{/gm)].map((m) => m[1]);
     expect(new Set(chains).size).toBe(chains.length);

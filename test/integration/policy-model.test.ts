@@ -4,10 +4,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Resource } from '../../src/datastore/types.js';
 import type { GlobalNetworkPolicySpec, NetworkPolicySpec } from '../../src/model/policy.js';
-import { nftRun } from '../../src/native/nft.js';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';
 import { removeAllNetns } from '../fixtures/netns.js';
-import { addPod, deleteAllPolicies, expectReachability, pod, probeFrom, putObject, startPolicyEnv, type PolicyEnv, type Pod } from './policy-harness.js';
+import { addPod, deleteAllPolicies, expectReachability, pod, probeFrom, putObject, listTable, startPolicyEnv, type PolicyEnv, type Pod } from './policy-harness.js';
 
 const POOL = { name: 'pol-model', cidr: '10.77.62.0/24', blockSize: 26 };
 let env: PolicyEnv;
@@ -70,14 +69,14 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
     await putObject(env, np('x', 'log-then-allow', { selector: "pod == 'a'", ingress: [{ action: 'Log', protocol: 'TCP' }, { action: 'Allow', protocol: 'TCP', destination: { ports: [80] } }] }));
     await expectReachability(env, 80, 'tcp', () => true);
     await expectReachability(env, 81, 'tcp', (_f, t) => !is(t, 'x/a'));
-    const listing = nftRun('list table inet netplugin');
+    const listing = listTable(env);
     const line = listing.split('\n').find((l) => l.includes('log prefix') && l.includes('np x/log-then-allow ingress rule 0'));
     expect(line, listing).toBeDefined();
     const packets = Number(/counter packets (\d+)/.exec(line!)?.[1]);
     expect(packets).toBeGreaterThan(0);
     // The log rule sees connections before the allow rule decides; a new probe adds to it.
     await probeFrom(pod(env, 'y/c'), [[pod(env, 'x/a').ip, 80, 'tcp']]);
-    const again = nftRun('list table inet netplugin').split('\n').find((l) => l.includes('np x/log-then-allow ingress rule 0'))!;
+    const again = listTable(env).split('\n').find((l) => l.includes('np x/log-then-allow ingress rule 0'))!;
     expect(Number(/counter packets (\d+)/.exec(again)?.[1])).toBeGreaterThan(packets);
   });
 

@@ -6,7 +6,8 @@ import { nftRun } from '../../src/native/nft.js';
 import { PolicyCompiler, type CompileInput } from '../../src/agent/policy/compile.js';
 import { diffCommands, fullScript } from '../../src/agent/policy/nft-script.js';
 
-const base = { vethPrefixes: ['npc'] };
+// Its own table name: the agents of the integration suites may run beside it in this namespace.
+const base = { vethPrefixes: ['npc'], table: 'netplugin-compile-test' };
 
 function input(extraLabel: string): CompileInput {
   const profiles = new Map([
@@ -45,12 +46,12 @@ function input(extraLabel: string): CompileInput {
   };
 }
 
-const list = () => nftRun('list table inet netplugin');
+const list = () => nftRun('list table inet netplugin-compile-test');
 
 describe('policy compiler output through libnftables', () => {
   afterAll(() => {
     try {
-      nftRun('delete table inet netplugin');
+      nftRun('delete table inet netplugin-compile-test');
     } catch {
       // absent already
     }
@@ -65,7 +66,7 @@ describe('policy compiler output through libnftables', () => {
     expect(l1).toMatch(/chain to-npcaaaa/);
     expect(l1).toMatch(/comment "np x\/p1 ingress rule 2"/);
     const s2 = c.compile(input('two'));
-    nftRun(diffCommands(s1, s2).join('\n'));
+    nftRun(diffCommands(s1, s2, base).join('\n'));
     const incremental = list();
     nftRun(fullScript(base, s2));
     const full = list();

@@ -62,7 +62,7 @@ async function defaultNft(): Promise<(script: string) => Promise<string>> {
 /** Installs the base ruleset when the table is absent (fail closed from the first moment). */
 export async function ensureBaseTable(base: BaseOptions, nft: (s: string) => Promise<string>): Promise<'installed' | 'kept'> {
   try {
-    await nft(`list table inet ${TABLE}`);
+    await nft(`list table inet ${base.table ?? TABLE}`);
     return 'kept';
   } catch {
     await nft(baseCommands(base).join('\n') + '\n');
@@ -131,7 +131,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     const next = compiler.compile(lastInputs);
     const t1 = performance.now();
     const full = current === undefined;
-    const script = full ? fullScript(opts.base, next) : diffCommands(current!, next).join('\n') + '\n';
+    const script = full ? fullScript(opts.base, next) : diffCommands(current!, next, opts.base).join('\n') + '\n';
     const commands = script.split('\n').length - 1;
     if (commands > 0) {
       try {

@@ -27,10 +27,13 @@ export async function startPolicyAgent(raw: Record<string, unknown>, log: Logger
   const { setPolicySignal } = await import('../../plugins/main/runtime.js');
   const { startPolicyController, ensureBaseTable } = await import('./controller.js');
   const { nftRunAsync } = await import('../../native/nft.js');
-  const base = { vethPrefixes: [conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX] };
+  // NETPLUGIN_POLICY_TABLE: another table name, only where several agents share a network namespace (tests).
+  const table = process.env['NETPLUGIN_POLICY_TABLE'] || undefined;
+  if (table !== undefined && !/^[a-z][a-z0-9-]{0,30}$/.test(table)) throw new Error(`NETPLUGIN_POLICY_TABLE=${table} is not a table name (lower-case letters, digits, '-')`);
+  const base = { vethPrefixes: [conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX], ...(table ? { table } : {}) };
   // Fail closed before anything else: pods appearing while the datastore is unreachable stay isolated.
   const installed = await ensureBaseTable(base, (s) => nftRunAsync(s));
-  if (installed === 'installed') log.info('policy: base ruleset installed (pods isolated until programmed)', { table: 'inet netplugin' });
+  if (installed === 'installed') log.info('policy: base ruleset installed (pods isolated until programmed)', { table: `inet ${table ?? 'netplugin'}` });
 
   let controller: PolicyController | undefined;
   let stopped = false;

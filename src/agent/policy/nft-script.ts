@@ -5,12 +5,18 @@
 // NAT table of the node agent) are never touched.
 import { TABLE, nftComment, type DesiredState, type SetState } from './compile.js';
 
-const T = `inet ${TABLE}`;
-
 export interface BaseOptions {
   /** Host veth name prefixes of pods (netconf host_veth_prefix; default npi). */
   vethPrefixes: string[];
+  /**
+   * The table's name in family inet (default `netplugin`). Only for several
+   * agents sharing one network namespace (the test suites run side by side);
+   * each then owns its own table.
+   */
+  table?: string;
 }
+
+const tableRef = (o: { table?: string } | undefined) => `inet ${o?.table ?? TABLE}`;
 
 const ND = 'icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit }';
 
@@ -20,6 +26,7 @@ const ND = 'icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-sol
  * isolated from the moment its veth exists until its chains are programmed.
  */
 export function baseCommands(opts: BaseOptions): string[] {
+  const T = tableRef(opts);
   const cmds = [
     `add table ${T}`,
     `add set ${T} wl-known { type ifname; ${nftComment('pod interfaces whose policy is programmed')}; }`,
@@ -46,11 +53,11 @@ export function baseCommands(opts: BaseOptions): string[] {
 
 const q = (ifname: string) => `"${ifname}"`;
 
-function setDecl(name: string, s: SetState): string {
+function setDecl(T: string, name: string, s: SetState): string {
   return `add set ${T} ${name} { type ${s.type};${s.flags ? ` flags ${s.flags};` : ''} }`;
 }
 
-function elements(kind: 'add' | 'delete', where: string, items: Iterable<string>): string[] {
+function elements(T: string, kind: 'add' | 'delete', where: string, items: Iterable<string>): string[] {
   const out: string[] = [];
   let batch: string[] = [];
   const flush = () => {
@@ -67,8 +74,9 @@ function elements(kind: 'add' | 'delete', where: string, items: Iterable<string>
 
 /** The whole table from nothing, replacing what is there, in one transaction (no gap for existing pods). */
 export function fullScript(base: BaseOptions, d: DesiredState): string {
+  const T = tableRef(base);
   const cmds = [`add table ${T}`, `delete table ${T}`, ...baseCommands(base)];
-  cmds.push(...diffCommands(emptyState(), d));
+  cmds.push(...diffCommands(emptyState(), d, base));
   return cmds.join('\n') + '\n';
 }
 
@@ -81,18 +89,19 @@ export function emptyState(): DesiredState {
  * set elements, refilled chains, map elements, then what went away
  * (chains flushed before any is deleted, so references between them are gone).
  */
-export function diffCommands(a: DesiredState, b: DesiredState): string[] {
+export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: string }): string[] {
+  const T = tableRef(opts);
   const cmds: string[] = [];
   for (const [name, s] of b.sets) {
     const old = a.sets.get(name);
     if (!old || old.type !== s.type) {
       if (old) throw new Error(`set ${name} changed type`); // names hash their content's kind, so this cannot happen
-      cmds.push(setDecl(name, s));
-      cmds.push(...elements('add', name, s.elements));
+      cmds.push(setDecl(T, name, s));
+      cmds.push(...elements(T, 'add', name, s.elements));
     } else {
       const gone = [...old.elements].filter((e) => !s.elements.has(e));
       const added = [...s.elements].filter((e) => !old.elements.has(e));
-      cmds.push(...elements('delete', name, gone), ...elements('add', name, added));
+      cmds.push(...elements(T, 'delete', name, gone), ...elements(T, 'add', name, added));
     }
   }
   const newChains = [...b.chains.keys()].filter((c) => !a.chains.has(c));
@@ -109,13 +118,13 @@ export function diffCommands(a: DesiredState, b: DesiredState): string[] {
   for (const [map, am, bm] of [['to-wl', a.toWl, b.toWl], ['from-wl', a.fromWl, b.fromWl]] as const) {
     const del = [...am].filter(([k, v]) => bm.get(k) !== v).map(([k]) => q(k));
     const add = [...bm].filter(([k, v]) => am.get(k) !== v).map(([k, v]) => `${q(k)} : ${v}`);
-    cmds.push(...elements('delete', map, del), ...elements('add', map, add));
+    cmds.push(...elements(T, 'delete', map, del), ...elements(T, 'add', map, add));
   }
   const ka = new Set([...known(a.toWl), ...known(a.fromWl)]);
   const kb = new Set([...known(b.toWl), ...known(b.fromWl)]);
   // wl-known last among additions: a pod is let through only once its chains and map entries exist.
-  cmds.push(...elements('delete', 'wl-known', [...ka].filter((k) => !kb.has(k)).map(q)));
-  cmds.push(...elements('add', 'wl-known', [...kb].filter((k) => !ka.has(k)).map(q)));
+  cmds.push(...elements(T, 'delete', 'wl-known', [...ka].filter((k) => !kb.has(k)).map(q)));
+  cmds.push(...elements(T, 'add', 'wl-known', [...kb].filter((k) => !ka.has(k)).map(q)));
   for (const c of removedChains) cmds.push(`flush chain ${T} ${c}`);
   for (const c of removedChains) cmds.push(`delete chain ${T} ${c}`);
   for (const name of a.sets.keys()) if (!b.sets.has(name)) cmds.push(`delete set ${T} ${name}`);
