@@ -21,6 +21,8 @@ import { namespaceToProfile, serviceAccountToProfile } from '../../src/model/pro
 import { ROOT } from '../fixtures/cni.js';
 import { createNetns } from '../fixtures/netns.js';
 import { nftRun } from '../../src/native/nft.js';
+import { endpointViews, evaluate, type PolicyInput } from '../../src/model/policy-eval.js';
+import { endpointInput } from '../../src/agent/policy/controller.js';
 import { putPod, startApi, k8sNetconf, type Api } from './k8s-harness.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
@@ -243,6 +245,32 @@ export async function expectReachability(env: PolicyEnv, port: number, proto: 't
   }
   if (got !== want && process.env.POLICY_TEST_DEBUG) process.stderr.write(`${listTable(env)}\n${env.agent.log().slice(-6000)}\n`);
   expect(`${proto}/${port}\n${got}`).toBe(`${proto}/${port}\n${want}`);
+  // `netpluginctl policy explain` evaluates the same objects: it must agree with the dataplane.
+  const model = await modelMatrix(env, port, proto);
+  expect(`model ${proto}/${port}\n${grid(pods, (f, t) => f === t || model.get(`${f.id}>${t.id}`)!)}`).toBe(`model ${proto}/${port}\n${want}`);
+}
+
+/** The verdicts of the policy model's evaluator (src/model/policy-eval.ts) for every pair: the peer's egress and the target's ingress. */
+async function modelMatrix(env: PolicyEnv, port: number, proto: 'tcp' | 'udp'): Promise<Map<string, boolean>> {
+  const [weps, nps, gnps, profs] = await Promise.all([env.ds.list('WorkloadEndpoint'), env.ds.list('NetworkPolicy'), env.ds.list('GlobalNetworkPolicy'), env.ds.list('Profile')]);
+  const profiles = new Map(profs.items.map((p) => [p.metadata.name, { name: p.metadata.name, spec: p.spec }]));
+  const policies: PolicyInput[] = [
+    ...nps.items.map((p): PolicyInput => ({ kind: 'NetworkPolicy', name: p.metadata.name, namespace: p.metadata.namespace!, spec: p.spec })),
+    ...gnps.items.map((p): PolicyInput => ({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec })),
+  ];
+  const views = endpointViews(weps.items.map((w) => endpointInput(w, NODE)), profiles);
+  const protocol = proto === 'tcp' ? 'TCP' : 'UDP';
+  const out = new Map<string, boolean>();
+  for (const f of env.pods) {
+    for (const t of env.pods) {
+      const fv = views.find((v) => v.addrs.includes(f.ip))!;
+      const tv = views.find((v) => v.addrs.includes(t.ip))!;
+      const ingress = evaluate(tv, views, policies, profiles, { direction: 'ingress', peerAddr: f.ip, protocol, port });
+      const egress = evaluate(fv, views, policies, profiles, { direction: 'egress', peerAddr: t.ip, protocol, port });
+      out.set(`${f.id}>${t.id}`, ingress.verdict === 'allow' && egress.verdict === 'allow');
+    }
+  }
+  return out;
 }
 
 // ---- Kubernetes NetworkPolicy: in the API server; on etcd also as kube-controllers mirrors it ----

@@ -17,55 +17,32 @@
 //   are sets of address . protocol . port (np4-*/np6-*): a label or port change
 //   rewrites set elements, not rules.
 import { createHash } from 'node:crypto';
-import { parseSelector, type Selector } from '../../selector/index.js';
 import { containsCidr, formatCidr, formatIP, parseCidr, type Cidr } from '../../ipam/cidr.js';
+import { effectiveTypes, parsePort, protocolNumber, type EntityRule, type PolicyRule, type Protocol } from '../../model/policy.js';
 import {
-  comparePolicies,
-  effectiveTypes,
-  NAMESPACE_NAME_LABEL,
-  NAMESPACE_PROFILE_PREFIX,
-  namespaceLabelsFromProfile,
-  parsePort,
-  protocolNumber,
-  type EntityRule,
-  type GlobalNetworkPolicySpec,
-  type PolicyRule,
-  type PolicyType,
-  type Port,
-  type ProfileSpec,
-  type Protocol,
-} from '../../model/policy.js';
+  endpointViews,
+  entitySelection,
+  notSelection,
+  policyId,
+  sel,
+  policySelects,
+  portProtocol,
+  selectionMatches,
+  sortPolicies,
+  type EndpointInput,
+  type EndpointView,
+  type PolicyInput,
+  type ProfileInput,
+  type Selection,
+} from '../../model/policy-eval.js';
+
+export type { EndpointInput, PolicyInput, ProfileInput };
 
 export const TABLE = 'netplugin';
 export const MARK_ALLOW = 0x01000000;
 export const MARK_PASS = 0x02000000;
 const MARK_CLEAR = (~(MARK_ALLOW | MARK_PASS) >>> 0).toString(16).padStart(8, '0');
 const hex = (n: number) => '0x' + n.toString(16).padStart(8, '0');
-
-export interface PolicyInput {
-  kind: 'NetworkPolicy' | 'GlobalNetworkPolicy';
-  name: string;
-  namespace?: string;
-  spec: GlobalNetworkPolicySpec;
-}
-
-export interface ProfileInput {
-  name: string;
-  spec: ProfileSpec;
-}
-
-export interface EndpointInput {
-  /** The workload endpoint's name (the status file key). */
-  key: string;
-  namespace: string;
-  labels: Record<string, string>;
-  profiles: string[];
-  /** Addresses without prefix length. */
-  addrs: string[];
-  ports?: Array<{ name: string; protocol: string; port: number }>;
-  /** Host veth name; set only for endpoints on this node. */
-  interfaceName?: string;
-}
 
 export interface SetState {
   type: string;
@@ -88,10 +65,6 @@ export interface CompileInput {
   endpoints: EndpointInput[];
 }
 
-export function policyId(p: { kind: string; name: string; namespace?: string }): string {
-  return p.kind === 'GlobalNetworkPolicy' ? p.name : `${p.namespace}/${p.name}`;
-}
-
 function shortHash(s: string): string {
   return createHash('sha1').update(s).digest('hex').slice(0, 12);
 }
@@ -101,18 +74,6 @@ export function nftComment(s: string): string {
   let t = s.replace(/["\\\n]/g, '');
   while (Buffer.byteLength(t) > 120) t = t.slice(0, -1);
   return `comment "${t}"`;
-}
-
-const selectorCache = new Map<string, Selector>();
-function sel(expr: string | undefined): Selector {
-  const e = expr === undefined || expr.trim() === '' ? 'all()' : expr;
-  let s = selectorCache.get(e);
-  if (!s) {
-    s = parseSelector(e);
-    if (selectorCache.size > 10000) selectorCache.clear();
-    selectorCache.set(e, s);
-  }
-  return s;
 }
 
 function familyOf(addr: string): 4 | 6 {
@@ -138,21 +99,8 @@ export function normalizeNets(nets: string[]): string[] {
   return [...out].sort();
 }
 
-/** How a rule's entity selects endpoints (in which namespace scope), or null when it does not. */
-interface Selection {
-  /** Namespace the selector is limited to; null: any namespace. */
-  scope: string | null;
-  selector: string;
-  namespaceSelector: string | null;
-}
-
 function selectionKey(s: Selection): string {
   return JSON.stringify([s.scope, sel(s.selector).toString(), s.namespaceSelector === null ? null : sel(s.namespaceSelector).toString()]);
-}
-
-interface EndpointView extends EndpointInput {
-  nsLabels: Record<string, string>;
-  allLabels: Record<string, string>;
 }
 
 const L4: Record<string, string> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp', UDPLite: 'udplite', ICMP: 'icmp', ICMPv6: 'ipv6-icmp' };
@@ -168,22 +116,9 @@ export class PolicyCompiler {
   compile(input: CompileInput): DesiredState {
     this.sets = new Map();
     this.memberCache = new Map();
-    const nsLabels = new Map<string, Record<string, string>>();
-    const nsLabelsOf = (ns: string) => {
-      let l = nsLabels.get(ns);
-      if (!l) {
-        l = { [NAMESPACE_NAME_LABEL]: ns, ...namespaceLabelsFromProfile(input.profiles.get(NAMESPACE_PROFILE_PREFIX + ns)?.spec.labelsToApply) };
-        nsLabels.set(ns, l);
-      }
-      return l;
-    };
-    this.endpoints = input.endpoints.map((e) => {
-      const inherited: Record<string, string> = {};
-      for (const p of e.profiles) Object.assign(inherited, input.profiles.get(p)?.spec.labelsToApply ?? {});
-      return { ...e, nsLabels: nsLabelsOf(e.namespace), allLabels: { ...inherited, ...e.labels } };
-    });
+    this.endpoints = endpointViews(input.endpoints, input.profiles);
     const chains = new Map<string, string[]>();
-    const policies = [...input.policies].sort((a, b) => comparePolicies({ order: a.spec.order, name: policyId(a) }, { order: b.spec.order, name: policyId(b) }));
+    const policies = sortPolicies(input.policies);
 
     // Policy chains (shared by every endpoint the policy selects).
     const polChain = new Map<PolicyInput, { in?: string; out?: string }>();
@@ -209,7 +144,7 @@ export class PolicyCompiler {
     const fromWl = new Map<string, string>();
     for (const ep of this.endpoints) {
       if (!ep.interfaceName) continue;
-      const selecting = policies.filter((p) => this.selects(p, ep));
+      const selecting = policies.filter((p) => policySelects(p, ep));
       for (const [dir, ifChain] of [['Ingress', `to-${ep.interfaceName}`], ['Egress', `from-${ep.interfaceName}`]] as const) {
         const key = dir === 'Ingress' ? 'in' : 'out';
         const rules: string[] = [`meta mark set meta mark and 0x${MARK_CLEAR}`];
@@ -248,20 +183,11 @@ export class PolicyCompiler {
     return { chains, sets: this.sets, toWl, fromWl };
   }
 
-  /** Whether policy `p` selects endpoint `ep` (for any direction). */
-  selects(p: PolicyInput, ep: { namespace: string; allLabels: Record<string, string>; nsLabels: Record<string, string> }): boolean {
-    if (p.kind === 'NetworkPolicy') return ep.namespace === p.namespace && sel(p.spec.selector).matches(ep.allLabels);
-    if (p.spec.namespaceSelector !== undefined && !sel(p.spec.namespaceSelector).matches(ep.nsLabels)) return false;
-    return sel(p.spec.selector).matches(ep.allLabels);
-  }
-
   private members(s: Selection): EndpointView[] {
     const key = selectionKey(s);
     let m = this.memberCache.get(key);
     if (!m) {
-      const ps = sel(s.selector);
-      const ns = s.namespaceSelector === null ? undefined : sel(s.namespaceSelector);
-      m = this.endpoints.filter((e) => (s.scope === null || e.namespace === s.scope) && (!ns || ns.matches(e.nsLabels)) && ps.matches(e.allLabels));
+      m = this.endpoints.filter((e) => selectionMatches(s, e));
       this.memberCache.set(key, m);
     }
     return m;
@@ -287,20 +213,14 @@ export class PolicyCompiler {
       const wantProto = protoText(proto);
       for (const e of s ? this.members(s) : this.endpoints) {
         for (const p of e.ports ?? []) {
-          if (p.name !== portName || protoText((p.protocol.toUpperCase() === 'UDPLITE' ? 'UDPLite' : p.protocol.toUpperCase()) as Protocol) !== wantProto) continue;
+          const pp = portProtocol(p.protocol);
+          if (p.name !== portName || !pp || protoText(pp) !== wantProto) continue;
           for (const a of e.addrs) if (familyOf(a) === family) elements.add(`${a} . ${wantProto} . ${p.port}`);
         }
       }
       this.sets.set(name, { type: `${family === 4 ? 'ipv4_addr' : 'ipv6_addr'} . inet_proto . inet_service`, elements });
     }
     return name;
-  }
-
-  private entitySelection(e: EntityRule | undefined, p: PolicyInput | undefined): Selection | null {
-    if (!e || (e.selector === undefined && e.namespaceSelector === undefined)) return null;
-    // A namespaced policy's selector stays in its namespace unless namespaceSelector widens it.
-    const scope = e.namespaceSelector === undefined && p?.kind === 'NetworkPolicy' ? p.namespace! : null;
-    return { scope, selector: e.selector ?? 'all()', namespaceSelector: e.namespaceSelector ?? null };
   }
 
   compileRules(rules: PolicyRule[], p: PolicyInput | undefined, what: string): string[] {
@@ -310,10 +230,10 @@ export class PolicyCompiler {
   }
 
   private compileRule(r: PolicyRule, p: PolicyInput | undefined, what: string): string[] {
-    const src = this.entitySelection(r.source, p);
-    const dst = this.entitySelection(r.destination, p);
-    const srcNot = r.source?.notSelector !== undefined ? { scope: p?.kind === 'NetworkPolicy' ? p.namespace! : null, selector: r.source.notSelector, namespaceSelector: null } : null;
-    const dstNot = r.destination?.notSelector !== undefined ? { scope: p?.kind === 'NetworkPolicy' ? p.namespace! : null, selector: r.destination.notSelector, namespaceSelector: null } : null;
+    const src = entitySelection(r.source, p);
+    const dst = entitySelection(r.destination, p);
+    const srcNot = notSelection(r.source, p);
+    const dstNot = notSelection(r.destination, p);
     const hasNamed = (e?: EntityRule) => (e?.ports ?? []).some((x) => parsePort(x).kind === 'named');
     const needsFamily = !!(src || dst || srcNot || dstNot || r.source?.nets?.length || r.destination?.nets?.length || r.source?.notNets?.length || r.destination?.notNets?.length || hasNamed(r.source) || hasNamed(r.destination));
     let families: Array<0 | 4 | 6> = r.ipVersion ? [r.ipVersion] : needsFamily ? [4, 6] : [0];
@@ -399,4 +319,3 @@ function actionText(r: PolicyRule, what: string): string {
   }
 }
 
-export type { PolicyType, Port };
