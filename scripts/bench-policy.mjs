@@ -39,7 +39,7 @@ import { namespaceToProfile } from ${JSON.stringify(join(root, 'src/model/profil
 
 const V = 'netplugin.org/v3';
 const NS = 10;
-const quiet = { error() {}, warn() {}, info() {}, debug() {}, child() { return quiet; } };
+const quiet = { error(m, f) { process.stderr.write('ERROR ' + m + ' ' + JSON.stringify(f ?? {}).slice(0, 300) + String.fromCharCode(10)); }, warn(m, f) { process.stderr.write('WARN ' + m + ' ' + JSON.stringify(f ?? {}).slice(0, 300) + String.fromCharCode(10)); }, info() {}, debug() {}, child() { return quiet; } };
 const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]; };
 
 function wep(i, labels) {
@@ -94,6 +94,7 @@ export async function run(pods, policies, n, mode) {
     await ds.create(obj);
     await done;
     add.push(performance.now() - t);
+    if (process.env.BENCH_TRACE) process.stderr.write("add " + k + " " + Math.round(performance.now() - t) + "\\n");
   }
   // Label changes: write -> the batch containing it applied.
   const label = [];

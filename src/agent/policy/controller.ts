@@ -146,11 +146,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     }
     current = next;
     const t2 = performance.now();
+    await report(weps);
     if (full) {
       log.info('policy: table resynced', { policies: policies.length, endpoints: endpoints.length, commands, ms: Math.round(t2 - t0) });
       resolveSynced();
     }
-    await report(weps);
     const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1 };
     for (const cb of appliedCbs) cb(st);
   };
@@ -158,19 +158,24 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const report = async (weps: Array<Resource<'WorkloadEndpoint'>>) => {
     const local = new Map<string, Resource<'WorkloadEndpoint'>>();
     for (const w of weps) if (w.spec.node === opts.nodename && w.spec.interfaceName) local.set(w.metadata.name, w);
+    const jobs: Array<() => Promise<void>> = [];
     for (const [key, w] of local) {
       // Keyed by revision too: a re-ADD of the same container cleared the file and rewrote the endpoint.
-      const stamp = `${w.spec.containerID}@${w.metadata.resourceVersion ?? ""}`;
+      const stamp = `${w.spec.containerID}@${w.metadata.resourceVersion ?? ''}`;
       if (reported.get(key) === stamp) continue;
-      await writePolicyStatus(key, { ...(opts.statusDir ? { statusDir: opts.statusDir } : {}), containerID: w.spec.containerID });
       reported.set(key, stamp);
-      for (const cb of waiters.get(key) ?? []) cb();
+      jobs.push(async () => {
+        await writePolicyStatus(key, { ...(opts.statusDir ? { statusDir: opts.statusDir } : {}), containerID: w.spec.containerID });
+        for (const cb of waiters.get(key) ?? []) cb();
+      });
     }
     for (const key of [...reported.keys()]) {
       if (local.has(key)) continue;
       reported.delete(key);
-      await clearPolicyStatus(key, opts.statusDir);
+      jobs.push(() => clearPolicyStatus(key, opts.statusDir));
     }
+    // A resync reports every pod of the node: a few files at a time, not one after another.
+    for (let i = 0; i < jobs.length; i += 32) await Promise.all(jobs.slice(i, i + 32).map((j) => j()));
   };
 
   const queue: WorkQueue = createWorkQueue({
