@@ -4,7 +4,7 @@
 import type { Datastore, Resource } from '../datastore/types.js';
 import { tryParseIP } from '../ipam/cidr.js';
 import { effectiveTypes, type Protocol, PROTOCOL_NAMES } from '../model/policy.js';
-import { endpointViews, evaluate, policyId, policySelects, sortPolicies, type EndpointInput, type EndpointView, type PolicyInput, type ProfileInput } from '../model/policy-eval.js';
+import { endpointFromWep, endpointViews, evaluate, policyId, policySelects, sortPolicies, type EndpointView, type PolicyInput, type ProfileInput } from '../model/policy-eval.js';
 import { CtlError, type CtlIO } from './io.js';
 
 export interface ExplainOptions {
@@ -15,18 +15,6 @@ export interface ExplainOptions {
   port?: string;
   protocol?: string;
   output?: string;
-}
-
-function toEndpointInput(w: Resource<'WorkloadEndpoint'>): EndpointInput {
-  return {
-    key: w.metadata.name,
-    namespace: w.metadata.namespace ?? 'default',
-    labels: w.metadata.labels ?? {},
-    profiles: w.spec.profiles ?? [],
-    addrs: w.spec.ipNetworks.map((n) => n.split('/')[0]!),
-    ports: (w.spec.ports ?? []).map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })),
-    interfaceName: w.spec.interfaceName,
-  };
 }
 
 function podOf(w: Resource<'WorkloadEndpoint'>): string {
@@ -50,7 +38,7 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
     ...nps.items.map((p): PolicyInput => ({ kind: 'NetworkPolicy', name: p.metadata.name, namespace: p.metadata.namespace ?? 'default', spec: p.spec })),
     ...gnps.items.map((p): PolicyInput => ({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec })),
   ];
-  const views = endpointViews(weps.items.map(toEndpointInput), profiles);
+  const views = endpointViews(weps.items.map((w) => endpointFromWep(w)), profiles);
   const byPod = (n: string, pod: string) => {
     const i = weps.items.findIndex((w) => (w.metadata.namespace ?? 'default') === n && (podOf(w) === pod || w.metadata.name === pod));
     return i < 0 ? undefined : views[i];

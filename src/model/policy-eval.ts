@@ -4,6 +4,7 @@
 // helpers, and `netpluginctl policy explain` prints the evaluator's trace; both
 // follow the order documented in docs/policy.md.
 import { parseSelector, type Selector } from '../selector/index.js';
+import type { Resource } from '../datastore/types.js';
 import { containsIP, parseCidr, tryParseIP } from '../ipam/cidr.js';
 import {
   comparePolicies,
@@ -50,6 +51,20 @@ export interface EndpointInput {
 export interface EndpointView extends EndpointInput {
   nsLabels: Record<string, string>;
   allLabels: Record<string, string>;
+}
+
+/** The evaluator's view of a workload endpoint; `interfaceName` only for endpoints on `nodename` (all when unset). */
+export function endpointFromWep(w: Resource<'WorkloadEndpoint'>, nodename?: string): EndpointInput {
+  const e: EndpointInput = {
+    key: w.metadata.name,
+    namespace: w.metadata.namespace ?? 'default',
+    labels: w.metadata.labels ?? {},
+    profiles: w.spec.profiles ?? [],
+    addrs: w.spec.ipNetworks.map((n) => n.split('/')[0]!),
+    ports: (w.spec.ports ?? []).map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })),
+  };
+  if ((nodename === undefined || w.spec.node === nodename) && w.spec.interfaceName) e.interfaceName = w.spec.interfaceName;
+  return e;
 }
 
 export function policyId(p: { kind: string; name: string; namespace?: string }): string {

@@ -21,8 +21,7 @@ import { namespaceToProfile, serviceAccountToProfile } from '../../src/model/pro
 import { ROOT } from '../fixtures/cni.js';
 import { createNetns } from '../fixtures/netns.js';
 import { nftRun } from '../../src/native/nft.js';
-import { endpointViews, evaluate, type PolicyInput } from '../../src/model/policy-eval.js';
-import { endpointInput } from '../../src/agent/policy/controller.js';
+import { endpointFromWep, endpointViews, evaluate, type PolicyInput } from '../../src/model/policy-eval.js';
 import { putPod, startApi, k8sNetconf, type Api } from './k8s-harness.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
@@ -258,7 +257,7 @@ async function modelMatrix(env: PolicyEnv, port: number, proto: 'tcp' | 'udp'): 
     ...nps.items.map((p): PolicyInput => ({ kind: 'NetworkPolicy', name: p.metadata.name, namespace: p.metadata.namespace!, spec: p.spec })),
     ...gnps.items.map((p): PolicyInput => ({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec })),
   ];
-  const views = endpointViews(weps.items.map((w) => endpointInput(w, NODE)), profiles);
+  const views = endpointViews(weps.items.map((w) => endpointFromWep(w, NODE)), profiles);
   const protocol = proto === 'tcp' ? 'TCP' : 'UDP';
   const out = new Map<string, boolean>();
   for (const f of env.pods) {

@@ -17,6 +17,7 @@ import { datastoreSource, Informer } from '../../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
 import { clearPolicyStatus, writePolicyStatus, type ProgrammedSignal } from '../../k8s/policy-wait.js';
 import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
+import { endpointFromWep } from '../../model/policy-eval.js';
 import { diffCommands, emptyState, fullScript, baseCommands, type BaseOptions } from './nft-script.js';
 
 export interface PolicyControllerOptions {
@@ -70,19 +71,6 @@ export async function ensureBaseTable(base: BaseOptions, nft: (s: string) => Pro
   }
 }
 
-export function endpointInput(w: Resource<'WorkloadEndpoint'>, nodename: string): EndpointInput {
-  const e: EndpointInput = {
-    key: w.metadata.name,
-    namespace: w.metadata.namespace ?? 'default',
-    labels: w.metadata.labels ?? {},
-    profiles: w.spec.profiles ?? [],
-    addrs: w.spec.ipNetworks.map((n) => n.split('/')[0]!),
-    ports: (w.spec.ports ?? []).map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })),
-  };
-  if (w.spec.node === nodename && w.spec.interfaceName) e.interfaceName = w.spec.interfaceName;
-  return e;
-}
-
 export async function startPolicyController(opts: PolicyControllerOptions): Promise<PolicyController> {
   const { ds, log } = opts;
   const nft = opts.nft ?? (await defaultNft());
@@ -126,7 +114,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     for (const p of informers.get('NetworkPolicy')!.list() as Array<Resource<'NetworkPolicy'>>) policies.push({ kind: 'NetworkPolicy', name: p.metadata.name, namespace: p.metadata.namespace ?? 'default', spec: p.spec });
     for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>) policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
     const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
-    const endpoints = weps.map((w) => endpointInput(w, opts.nodename));
+    const endpoints = weps.map((w) => endpointFromWep(w, opts.nodename));
     lastInputs = { policies, profiles, endpoints };
     const next = compiler.compile(lastInputs);
     const t1 = performance.now();
