@@ -16,7 +16,12 @@ export interface PolicyAgent {
  */
 export async function startPolicyAgent(raw: Record<string, unknown>, log: Logger, opts: { retryMs?: number } = {}): Promise<PolicyAgent | undefined> {
   const { parseNetconf } = await import('../../config/index.js');
-  const conf = parseNetconf(raw, { pluginType: 'netplugin', warn: () => undefined });
+  let conf: ReturnType<typeof parseNetconf>;
+  try {
+    conf = parseNetconf(raw, { pluginType: 'netplugin', warn: () => undefined });
+  } catch {
+    return undefined; // node-init reports an unusable --config and exits
+  }
   if (conf.policy?.type !== 'k8s') return undefined;
   const { nftAvailable } = await import('../../native/nft.js');
   const avail = nftAvailable();
