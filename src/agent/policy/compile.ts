@@ -112,11 +112,14 @@ export class PolicyCompiler {
   private sets = new Map<string, SetState>();
   private endpoints: EndpointView[] = [];
   private memberCache = new Map<string, EndpointView[]>();
+  /** Address families some endpoint has. */
+  private families = new Set<4 | 6>();
 
   compile(input: CompileInput): DesiredState {
     this.sets = new Map();
     this.memberCache = new Map();
     this.endpoints = endpointViews(input.endpoints, input.profiles);
+    this.families = new Set(this.endpoints.flatMap((e) => e.addrs.map(familyOf)));
     const chains = new Map<string, string[]>();
     const policies = sortPolicies(input.policies);
 
@@ -142,9 +145,22 @@ export class PolicyCompiler {
     const profChain = new Map<string, { in: string; out: string }>();
     const toWl = new Map<string, string>();
     const fromWl = new Map<string, string>();
+    // A NetworkPolicy selects only endpoints of its namespace: index them, so each endpoint is
+    // matched against its namespace's policies and the global ones, not every policy.
+    const byNamespace = new Map<string | null, PolicyInput[]>();
+    for (const p of policies) {
+      const k = p.kind === 'NetworkPolicy' ? p.namespace! : null;
+      let l = byNamespace.get(k);
+      if (!l) byNamespace.set(k, (l = []));
+      l.push(p);
+    }
+    const globals = byNamespace.get(null) ?? [];
     for (const ep of this.endpoints) {
       if (!ep.interfaceName) continue;
-      const selecting = policies.filter((p) => policySelects(p, ep));
+      const own = byNamespace.get(ep.namespace) ?? [];
+      // Both lists are in evaluation order; merge them keeping it.
+      const candidates = globals.length === 0 ? own : own.length === 0 ? globals : sortPolicies([...globals, ...own]);
+      const selecting = candidates.filter((p) => policySelects(p, ep));
       for (const [dir, ifChain] of [['Ingress', `to-${ep.interfaceName}`], ['Egress', `from-${ep.interfaceName}`]] as const) {
         const key = dir === 'Ingress' ? 'in' : 'out';
         const rules: string[] = [`meta mark set meta mark and 0x${MARK_CLEAR}`];
@@ -237,6 +253,9 @@ export class PolicyCompiler {
     const hasNamed = (e?: EntityRule) => (e?.ports ?? []).some((x) => parsePort(x).kind === 'named');
     const needsFamily = !!(src || dst || srcNot || dstNot || r.source?.nets?.length || r.destination?.nets?.length || r.source?.notNets?.length || r.destination?.notNets?.length || hasNamed(r.source) || hasNamed(r.destination));
     let families: Array<0 | 4 | 6> = r.ipVersion ? [r.ipVersion] : needsFamily ? [4, 6] : [0];
+    // A rule that needs the peer (or the endpoint) to be in a selection matches nothing in a family
+    // no endpoint has: leave it out (an IPv4-only cluster gets no ip6 rules).
+    if (src || dst) families = families.filter((f) => f === 0 || this.families.has(f));
     if (r.protocol === 'ICMP') families = families.filter((f) => f !== 6);
     if (r.protocol === 'ICMPv6') families = families.filter((f) => f !== 4);
     for (const nets of [r.source?.nets, r.destination?.nets]) {
