@@ -12,6 +12,7 @@
         "native/addr.cc",
         "native/route.cc",
         "native/neigh.cc",
+        "native/tunnel.cc",
         "native/sysctl.cc",
         "native/peercred.cc",
         "native/nft.cc"

@@ -88,6 +88,13 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
                            InstanceMethod<&NetlinkWrap::Call<RouteDel>>("routeDel"),
                            InstanceMethod<&NetlinkWrap::Call<RouteList>>("routeList"),
                            InstanceMethod<&NetlinkWrap::Call<NeighSet>>("neighSet"),
+                           InstanceMethod<&NetlinkWrap::Call<NeighList>>("neighList"),
+                           InstanceMethod<&NetlinkWrap::Call<NeighDel>>("neighDel"),
+                           InstanceMethod<&NetlinkWrap::Call<VxlanAdd>>("vxlanAdd"),
+                           InstanceMethod<&NetlinkWrap::Call<IpipAdd>>("ipipAdd"),
+                           InstanceMethod<&NetlinkWrap::Call<FdbSet>>("fdbSet"),
+                           InstanceMethod<&NetlinkWrap::Call<FdbDel>>("fdbDel"),
+                           InstanceMethod<&NetlinkWrap::Call<FdbList>>("fdbList"),
                            InstanceMethod<&NetlinkWrap::Call<SysctlGet>>("sysctlGet"),
                            InstanceMethod<&NetlinkWrap::Call<SysctlSet>>("sysctlSet"),
                        });
@@ -182,6 +189,7 @@ class NetlinkAddon : public Napi::Addon<NetlinkAddon> {
                              InstanceMethod<&NetlinkAddon::Netlink>("netlink"),
                              InstanceMethod<&NetlinkAddon::SetErrorClass>("setErrorClass"),
                              InstanceMethod<&NetlinkAddon::PeerCredM>("peerCred"),
+                             InstanceMethod<&NetlinkAddon::TunnelMessageM>("tunnelMessage"),
                              InstanceMethod<&NetlinkAddon::NftRunM>("nftRun"),
                              InstanceMethod<&NetlinkAddon::NftRunAsyncM>("nftRunAsync"),
                              InstanceValue("ABI_VERSION", Napi::Number::New(env, kAbiVersion), napi_enumerable),
@@ -201,6 +209,7 @@ class NetlinkAddon : public Napi::Addon<NetlinkAddon> {
     return data_.netlinkCtor.New({info[0]});
   }
   Napi::Value PeerCredM(const Napi::CallbackInfo& info) { return PeerCred(info); }
+  Napi::Value TunnelMessageM(const Napi::CallbackInfo& info) { return TunnelMessage(info); }
   Napi::Value NftRunM(const Napi::CallbackInfo& info) { return NftRun(info, netnsFdOf); }
   Napi::Value NftRunAsyncM(const Napi::CallbackInfo& info) { return NftRunAsync(info, netnsFdOf); }
   Napi::Value SetErrorClass(const Napi::CallbackInfo& info) {

@@ -43,6 +43,19 @@ Napi::Value RouteDel(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value RouteList(Handle& h, const Napi::CallbackInfo& info);
 
 Napi::Value NeighSet(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value NeighList(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value NeighDel(Handle& h, const Napi::CallbackInfo& info);
+
+// Overlay links and the VXLAN device's FDB (native/tunnel.cc).
+Napi::Value VxlanAdd(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value IpipAdd(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value FdbSet(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value FdbDel(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value FdbList(Handle& h, const Napi::CallbackInfo& info);
+// Not a netlink call: the RTM_NEWLINK bytes ipipAdd/vxlanAdd would send
+// (kind, options) -> Buffer, so the messages are testable without the kernel
+// module (this project's test kernels have no ipip).
+Napi::Value TunnelMessage(const Napi::CallbackInfo& info);
 
 Napi::Value SysctlGet(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value SysctlSet(Handle& h, const Napi::CallbackInfo& info);

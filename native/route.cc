@@ -17,7 +17,8 @@ struct RouteReq {
   IpAddr gw, src;
   LinkRef dev;
   bool hasDev = false;
-  uint8_t scope = 0, proto = 0;
+  uint8_t scope = 0, proto = 0, type = RTN_UNICAST;
+  bool hasType = false;
   uint32_t table = RT_TABLE_MAIN, metric = 0;
   std::string dstText;
 };
@@ -49,6 +50,16 @@ bool readRoute(Args& a, const Napi::Value& arg, RouteReq& r) {
     }
     r.hasProto = true;
   }
+  if (Args::present(v = a.prop(o, "type"))) {
+    std::string t;
+    if (a.string(v, "route.type", t)) {
+      if (t == "unicast") r.type = RTN_UNICAST;
+      else if (t == "blackhole") r.type = RTN_BLACKHOLE;
+      else if (t == "unreachable") r.type = RTN_UNREACHABLE;
+      else a.fail("route.type", "'unicast', 'blackhole' or 'unreachable'", v);
+      r.hasType = true;
+    }
+  }
   if (!a.ok()) return false;
   const char* dstExpect = "'default', '0.0.0.0/0', '::/0' or a CIDR like '10.0.0.5/32'";
   if (!dstv.IsString()) return a.fail("route.dst", dstExpect, dstv);
@@ -64,6 +75,10 @@ bool readRoute(Args& a, const Napi::Value& arg, RouteReq& r) {
     return a.failText("route.gateway", "of the same family as route.dst '" + r.dstText + "'", "'" + formatIp(r.gw.family, r.gw.bytes) + "'");
   if (r.hasSrc && r.src.family != r.dst.family)
     return a.failText("route.src", "of the same family as route.dst '" + r.dstText + "'", "'" + formatIp(r.src.family, r.src.bytes) + "'");
+  // A blackhole/unreachable route has no next hop: the kernel would refuse
+  // one with a less helpful EINVAL.
+  if (r.type != RTN_UNICAST && (r.hasGw || r.hasDev))
+    return a.failText("route.type", "'unicast' when route.gateway or route.dev is given", "'" + std::string(r.type == RTN_BLACKHOLE ? "blackhole" : "unreachable") + "'");
   return true;
 }
 
@@ -88,11 +103,13 @@ Napi::Value routeChange(Handle& h, const Napi::CallbackInfo& info, const char* f
   if (del) {
     rt.rtm_scope = r.hasScope ? r.scope : static_cast<uint8_t>(RT_SCOPE_NOWHERE);
     rt.rtm_protocol = r.hasProto ? r.proto : 0;
-    rt.rtm_type = RTN_UNSPEC;
+    rt.rtm_type = r.hasType ? r.type : static_cast<uint8_t>(RTN_UNSPEC);
   } else {
-    rt.rtm_scope = r.hasScope ? r.scope : static_cast<uint8_t>(r.hasGw ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK);
+    // Blackhole/unreachable routes are scope universe, as ip-route(8) makes them.
+    const bool noNextHop = r.type != RTN_UNICAST;
+    rt.rtm_scope = r.hasScope ? r.scope : static_cast<uint8_t>(r.hasGw || noNextHop ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK);
     rt.rtm_protocol = r.hasProto ? r.proto : static_cast<uint8_t>(RTPROT_BOOT);
-    rt.rtm_type = RTN_UNICAST;
+    rt.rtm_type = r.type;
   }
   if (r.onlink) rt.rtm_flags |= RTNH_F_ONLINK;
   m.put(rt);
@@ -124,9 +141,9 @@ Napi::Value RouteDel(Handle& h, const Napi::CallbackInfo& info) {
 Napi::Value RouteList(Handle& h, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Args a(env, "routeList");
-  uint32_t family = 0, table = RT_TABLE_MAIN, oif = 0;
+  uint32_t family = 0, table = RT_TABLE_MAIN, oif = 0, proto = 0;
   LinkRef ref;
-  bool hasLink = false;
+  bool hasLink = false, hasProto = false;
   if (Args::present(info[0])) {
     Napi::Object o;
     if (!a.object(info[0], "options", o)) return env.Undefined();
@@ -135,6 +152,7 @@ Napi::Value RouteList(Handle& h, const Napi::CallbackInfo& info) {
       a.fail("options.family", "4 or 6", v);
     if (Args::present(v = a.prop(o, "table"))) a.uint(v, "options.table", 1, 0xffffffffu, table);
     if (Args::present(v = a.prop(o, "link"))) hasLink = a.link(v, "options.link", ref);
+    if (Args::present(v = a.prop(o, "protocol"))) hasProto = a.uint(v, "options.protocol", 0, 255, proto);
     if (!a.ok()) return env.Undefined();
   }
   NlError e;
@@ -150,6 +168,7 @@ Napi::Value RouteList(Handle& h, const Napi::CallbackInfo& info) {
     auto* rt = static_cast<const rtmsg*>(NLMSG_DATA(r));
     if (rt->rtm_family != AF_INET && rt->rtm_family != AF_INET6) return;
     if (rt->rtm_flags & RTM_F_CLONED) return;
+    if (hasProto && rt->rtm_protocol != proto) return;
     Attrs at(RTM_RTA(rt), r->nlmsg_len - NLMSG_LENGTH(sizeof(rtmsg)));
     uint32_t tbl = at.has(RTA_TABLE) ? at.u32(RTA_TABLE) : rt->rtm_table;
     if (tbl != table) return;

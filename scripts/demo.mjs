@@ -12,7 +12,7 @@
 // machine's real root namespace.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,12 +33,18 @@ const NODE_IP = '203.0.113.10';
 // The plugin notes the holder of its host-wide IPAM lock in <dir>/ipam.lock (default ipam_lock_file); see cleanup().
 const LOCK_DIR = '/var/run/netplugin';
 
+// The link between the demo node and its second node (TEST-NET-2 would do too; a private /24 is clearer).
+const NODE1_LINK_IP = '10.201.0.1';
+const NODE2_LINK_IP = '10.201.0.2';
+const NODE2_NAME = 'demo-node-2';
+
 const suffix = randomBytes(3).toString('hex');
 let interrupted = false;
 const state = {
   tmp: undefined,
   etcd: undefined,
   agent: undefined,
+  agent2: undefined,
   server: undefined,
   netns: [],
   nodeIp: false,
@@ -221,7 +227,7 @@ async function main() {
   note('No agent answers on the socket, so the shim ran `node dist/netplugin.mjs` with the same input: correct, but it pays a Node start.');
 
   step('Start the node agent (the fast path)');
-  const agentArgs = ['--socket', socket, '--config', conflistPath];
+  const agentArgs = ['--socket', socket, '--config', conflistPath, '--node-ip', `${NODE1_LINK_IP}/24`, '--mtu-file', join(state.tmp, 'mtu')];
   cmd(`netplugin-node ${agentArgs.join(' ')} 2>$TMP/agent.log &`);
   state.agent = await startAgent(NODE, AGENT, agentArgs, socket, agentLog, 'node ready');
   ok(`listening on ${socket} (mode ${(statSync(socket).mode & 0o777).toString(8)}, root only)`);
@@ -260,6 +266,8 @@ async function main() {
     }
     line(`${dim('$')} ${shown.padEnd(56)} ${green('reply')} ${rtt ?? ''}  ${dim(`(${from ? from.pod : 'node'} -> ${to.pod})`)}`);
   }
+
+  await secondNode({ conflist, mainEntry, podA, binDir, cniPath });
 
   step(`A host port: portmap chained after netplugin maps node port ${HOST_PORT} to pod-a:80`);
   cmd(`ip netns exec ${podA.netns} node -e "require('http').createServer(...).listen(80)" &`);
@@ -335,6 +343,102 @@ async function main() {
   ok(`agent and etcd stopped, ${dim('$TMP')} removed; scripts/in-netns removes the node namespace on exit`);
 }
 
+/**
+ * A second node: a network namespace linked to this one, with its own agent
+ * (--nodename, --node-ip) and a pod; the two agents route each other's blocks
+ * (same subnet, pool mode Never: a direct route via the other node's address),
+ * and pods ping across. Then the pod, the agent and the node go again, the node
+ * through `netpluginctl delete node`, which releases its IPAM state.
+ */
+async function secondNode({ conflist, mainEntry, podA, binDir, cniPath }) {
+  step(`A second node: ${NODE2_NAME}, its own agent, and a ping from pod to pod across the nodes`);
+  const node2 = `demo-node2-${suffix}`;
+  sh('ip', ['netns', 'add', node2]);
+  state.netns.push(node2);
+  const run2 = (args) => sh('ip', ['netns', 'exec', node2, ...args]);
+  cmd(`ip netns add ${node2}; ip link add np-node2 type veth peer name eth0 netns ${node2}`);
+  sh('ip', ['link', 'add', 'np-node2', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', node2]);
+  sh('ip', ['addr', 'add', `${NODE1_LINK_IP}/24`, 'dev', 'np-node2']);
+  sh('ip', ['link', 'set', 'np-node2', 'up']);
+  run2(['ip', 'link', 'set', 'lo', 'up']);
+  run2(['ip', 'link', 'set', 'eth0', 'up']);
+  run2(['ip', 'addr', 'add', `${NODE2_LINK_IP}/24`, 'dev', 'eth0']);
+  run2(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+  note(`This node is ${NODE1_LINK_IP} on np-node2 (its agent runs with --node-ip ${NODE1_LINK_IP}/24); ${NODE2_NAME} is ${NODE2_LINK_IP} on its eth0, in namespace ${node2}.`);
+  // Node 2's conflist: its own name, and etcd over the link.
+  const etcd2 = `http://${NODE1_LINK_IP}:${state.etcd.clientPort}`;
+  const conf2 = JSON.parse(JSON.stringify(conflist));
+  const entry2 = conf2.plugins.find((p) => p.type === 'netplugin');
+  Object.assign(entry2, { etcd_endpoints: etcd2, nodename: NODE2_NAME, nodename_file: join(state.tmp, 'node2.nodename'), mtu_file: join(state.tmp, 'node2.mtu') });
+  const conf2Path = join(state.tmp, 'node2.conflist');
+  writeFileSync(conf2Path, JSON.stringify(conf2, null, 2));
+  const socket2 = join(state.tmp, 'node2.sock');
+  const log2 = join(state.tmp, 'agent2.log');
+  const args2 = ['--socket', socket2, '--config', conf2Path, '--nodename', NODE2_NAME, '--node-ip', `${NODE2_LINK_IP}/24`];
+  cmd(`ip netns exec ${node2} netplugin-node ${args2.join(' ').replaceAll(state.tmp, '$TMP')} 2>$TMP/agent2.log &`);
+  state.agent2 = await startAgent('ip', 'netns', ['exec', node2, NODE, AGENT, ...args2], socket2, log2, 'pod network controllers started');
+  ok(`${NODE2_NAME}'s agent registered the node and watches pools, blocks and nodes`);
+
+  const podD = { pod: 'pod-d', netns: `pod-d-${suffix}`, containerId: randomBytes(32).toString('hex'), args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${K8S_NAMESPACE};K8S_POD_NAME=pod-d` };
+  sh('ip', ['netns', 'add', podD.netns]);
+  state.netns.push(podD.netns);
+  const entryD = { cniVersion: conf2.cniVersion, name: conf2.name, ...entry2 };
+  const execOnNode2 = (command) => {
+    const env = {
+      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+      CNI_COMMAND: command,
+      CNI_CONTAINERID: podD.containerId,
+      CNI_NETNS: `/var/run/netns/${podD.netns}`,
+      CNI_IFNAME: 'eth0',
+      CNI_PATH: cniPath,
+      CNI_ARGS: podD.args,
+      NETPLUGIN_AGENT_SOCKET: socket2,
+    };
+    return run('ip', ['netns', 'exec', node2, join(binDir, 'netplugin')], { env, input: JSON.stringify(entryD) });
+  };
+  const add = await execOnNode2('ADD');
+  if (add.code !== 0) throw new DemoError(`ADD of pod-d on ${NODE2_NAME} failed: ${add.stdout}${add.stderr}`);
+  podD.ip = String(JSON.parse(add.stdout).ips[0].address).split('/')[0];
+  line(`${bold('pod-d '.padEnd(6))} on ${NODE2_NAME}: eth0 ${green(podD.ip)}  ${dim(`(ip netns exec ${node2} ${binDir}/netplugin, through ${NODE2_NAME}'s agent)`)}`);
+
+  // Each agent routes the other node's block once it sees it; wait for both routes.
+  const routeTo = (ip, inNode2) => (inNode2 ? run2(['ip', 'route', 'show', 'proto', '80']) : sh('ip', ['route', 'show', 'proto', '80'])).includes(`via ${ip}`);
+  const deadline = Date.now() + 15_000;
+  while (!(routeTo(NODE2_LINK_IP, false) && routeTo(NODE1_LINK_IP, true))) {
+    if (Date.now() > deadline) throw new DemoError(`the agents did not route each other's blocks: ${sh('ip', ['route'])} / ${run2(['ip', 'route'])}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  cmd('ip route show proto 80                      # on this node (protocol 80: the agent\'s routes)');
+  block(sh('ip', ['route', 'show', 'proto', '80']));
+  cmd(`ip netns exec ${node2} ip route show proto 80    # on ${NODE2_NAME}`);
+  block(run2(['ip', 'route', 'show', 'proto', '80']));
+  note('Each agent routes the blocks affine to the other node via that node\'s address, and blackholes its own block so an unused address of it never leaves through the default route.');
+  note('The pool is vxlanMode/ipipMode Never, and both nodes share a subnet, so the routes are direct; docs/networking.md shows VXLAN and CrossSubnet.');
+  for (const [from, to] of [[podD, podA], [podA, podD]]) {
+    const argv = ['ip', 'netns', 'exec', from.netns, 'ping', '-c1', '-w5', to.ip];
+    const r = await run(argv[0], argv.slice(1));
+    if (r.code !== 0) throw new DemoError(`${from.pod} cannot ping ${to.pod} (${to.ip}) across the nodes: ${(r.stdout + r.stderr).trim().split('\n').pop()}`);
+    line(`${dim('$')} ${argv.join(' ').padEnd(56)} ${green('reply')} ${/time=([\d.]+ ms)/.exec(r.stdout)?.[1] ?? ''}  ${dim(`(${from.pod} -> ${to.pod}, across nodes)`)}`);
+  }
+
+  note(`${NODE2_NAME} leaves: its pod is deleted, its agent stops, and the node is deleted with its IPAM state:`);
+  const del = await execOnNode2('DEL');
+  if (del.code !== 0) throw new DemoError(`DEL of pod-d failed: ${del.stdout}${del.stderr}`);
+  await stopChild(state.agent2);
+  state.agent2 = undefined;
+  await ctl(['delete', 'node', NODE2_NAME]);
+  for (const n of [podD.netns, node2]) {
+    sh('ip', ['netns', 'del', n]);
+    state.netns = state.netns.filter((x) => x !== n);
+  }
+  const gone = Date.now() + 15_000;
+  while (routeTo(NODE2_LINK_IP, false)) {
+    if (Date.now() > gone) throw new DemoError(`the route to ${NODE2_NAME}'s block stayed: ${sh('ip', ['route', 'show', 'proto', '80'])}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  ok(`the route to ${NODE2_NAME}'s block is gone from this node; ip netns del ${node2} took the link with it`);
+}
+
 /** Agent log lines without the timestamp and pid, and with container IDs shortened. */
 function shortLog(lines) {
   return lines.map((l) => l.replace(/^\S+\s+(\w+)\s+\[\d+\]\s+/, '$1 ').replace(/([0-9a-f]{12})[0-9a-f]{52}/g, '$1...')).join('\n');
@@ -362,6 +466,7 @@ function cleanup() {
     for (const n of state.netns.splice(0)) await attempt(`ip netns del ${n}`, () => run('ip', ['netns', 'del', n]));
     if (state.nodeIp) await attempt(`ip addr del ${NODE_IP}/32 dev lo`, () => run('ip', ['addr', 'del', `${NODE_IP}/32`, 'dev', 'lo']));
     await attempt('agent', () => stopChild(state.agent));
+    await attempt('agent of the second node', () => stopChild(state.agent2));
     await attempt('etcd', () => stopChild(state.etcd?.child));
     if (state.tmp) await attempt(`rm -rf ${state.tmp}`, () => rmSync(state.tmp, { recursive: true, force: true }));
     // The plugin writes the IPAM lock holder's pid to its default ipam_lock_file:

@@ -75,10 +75,13 @@ export async function startEtcd(dir) {
   const clientPort = await freePort();
   const peerPort = await freePort();
   const endpoint = `http://127.0.0.1:${clientPort}`;
+  // Clients also on every address of the throwaway node namespace: the demo's
+  // second node reaches etcd over the link between the two nodes.
+  const listen = `http://0.0.0.0:${clientPort}`;
   const peer = `http://127.0.0.1:${peerPort}`;
   const args = [
     '--name', 'demo', '--data-dir', join(dir, 'etcd'),
-    '--listen-client-urls', endpoint, '--advertise-client-urls', endpoint,
+    '--listen-client-urls', listen, '--advertise-client-urls', endpoint,
     '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `demo=${peer}`,
     '--log-level', 'error',
   ];
@@ -87,7 +90,7 @@ export async function startEtcd(dir) {
   child.stderr.on('data', (d) => (stderr += d));
   let spawnError;
   child.on('error', (e) => (spawnError = e));
-  const etcd = { child, endpoint, args };
+  const etcd = { child, endpoint, clientPort, args };
   await waitFor(
     `etcd on ${endpoint}`,
     15_000,

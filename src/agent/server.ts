@@ -16,6 +16,7 @@ import {
   type ShimResponse,
 } from './protocol.js';
 import { createKeyedQueue, createLimiter, type Limiter } from './serialize.js';
+import { redactString } from '../log/redact.js';
 
 export type DispatchFn = (io: CniIO, plugin: PluginSpec<any>) => Promise<number>;
 export interface PeerCred {
@@ -34,8 +35,12 @@ export interface CniServerOptions {
   maxConcurrent?: number;
   /** How long close() waits for accepted requests before dropping them (default 30 s). */
   closeTimeoutMs?: number;
-  /** How long a connection may take to deliver its request (default 10 s). */
+  /** How long a connection may take to deliver its whole request, from connect (default 10 s; a total deadline, not an idle timeout). */
   requestTimeoutMs?: number;
+  /** Largest request accepted (default 2 MiB: the 1 MiB stdin cap plus the environment). */
+  maxRequestBytes?: number;
+  /** Bytes all connections still sending their request may buffer together (default 16 MiB); a connection that would exceed it is closed. */
+  maxBufferedBytes?: number;
   /** Default: src/cni/dispatch.ts. */
   dispatch?: DispatchFn;
   /**
@@ -52,12 +57,19 @@ export interface CniServer {
 }
 
 const DEFAULT_MAX_CONCURRENT = 64;
+const DEFAULT_MAX_REQUEST = 2 << 20;
+const DEFAULT_MAX_BUFFERED = 16 << 20;
 
 export async function startCniServer(opts: CniServerOptions): Promise<CniServer> {
   const { socketPath, plugins, log } = opts;
   const closeTimeoutMs = opts.closeTimeoutMs ?? 30_000;
   const requestTimeoutMs = opts.requestTimeoutMs ?? 10_000;
   const maxConcurrent = opts.maxConcurrent ?? DEFAULT_MAX_CONCURRENT;
+  const maxRequestBytes = opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST;
+  const maxBufferedBytes = opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED;
+  let buffered = 0;
+  // Own properties only: a name like `constructor` or `__proto__` is no plugin.
+  const pluginMap = new Map(Object.entries(plugins));
   const dispatch = opts.dispatch ?? (await import('../cni/dispatch.js')).dispatch;
   let peerCred = opts.peerCred === undefined ? await loadPeerCred(log) : opts.peerCred;
   const ownUid = process.getuid?.() ?? 0;
@@ -127,21 +139,37 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
         return;
       }
     }
-    socket.setTimeout(requestTimeoutMs, () => {
+    // A total deadline from connect: a client trickling a byte at a time
+    // cannot hold a connection (and its buffer) open for ever.
+    const deadline = setTimeout(() => {
       log.warn('CNI connection sent no complete request in time; closing it', { timeoutMs: requestTimeoutMs });
       socket.destroy();
-    });
+    }, requestTimeoutMs);
     const chunks: Buffer[] = [];
     let have = 0;
     let want = -1;
+    const drop = () => {
+      clearTimeout(deadline);
+      buffered -= have;
+      have = 0;
+      chunks.length = 0;
+    };
+    socket.once('close', drop);
     const onData = (chunk: Buffer) => {
+      if (buffered + chunk.length > maxBufferedBytes) {
+        log.warn('CNI connections buffer too much at once; closing one', { bufferedBytes: buffered, maxBufferedBytes });
+        socket.destroy();
+        return;
+      }
       chunks.push(chunk);
       have += chunk.length;
+      buffered += chunk.length;
       let req: ShimRequest;
       try {
         if (want < 0) {
           if (have < HEADER_LEN) return;
           want = requestBodyLength(Buffer.concat(chunks));
+          if (want > maxRequestBytes) throw new Error(`request of ${want} bytes exceeds the agent's ${maxRequestBytes}-byte limit`);
         }
         if (have < HEADER_LEN + want) return;
         const buf = Buffer.concat(chunks);
@@ -152,7 +180,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
         return;
       }
       socket.off('data', onData);
-      socket.setTimeout(0);
+      drop();
       pending.delete(socket);
       accept(socket, req);
     };
@@ -176,15 +204,15 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
   }
 
   async function handle(req: ShimRequest): Promise<ShimResponse> {
-    const plugin = plugins[req.plugin];
+    const plugin = pluginMap.get(req.plugin);
     if (!plugin) {
-      const known = Object.keys(plugins).join(', ');
-      return cniError(4, `this agent serves no plugin named '${req.plugin}' (the executable's name); install the shim as one of: ${known}`);
+      const known = [...pluginMap.keys()].join(', ');
+      return cniError(4, `this agent serves no plugin named '${req.plugin.slice(0, 64)}' (the executable's name); install the shim as one of: ${known}`);
     }
-    const containerId = req.env['CNI_CONTAINERID'] ?? '';
     const run = () => limiterFor(req.plugin).run(() => serve(plugin, req));
     // VERSION, STATUS and GC carry no container ID and need no ordering.
-    return containerId ? queue.run(`${req.plugin}\0${containerId}`, run) : run();
+    const key = orderingKey(req.env);
+    return key ? queue.run(`${req.plugin}\0${key}`, run) : run();
   }
 
   async function serve(plugin: PluginSpec<any>, req: ShimRequest): Promise<ShimResponse> {
@@ -207,7 +235,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     } catch (e) {
       // The dispatcher turns every failure into CNI error JSON; reaching here is a bug.
       log.error('CNI dispatcher threw', { error: (e as Error)?.stack ?? String(e) });
-      return cniError(999, `netplugin agent internal error: ${(e as Error)?.message ?? String(e)}`);
+      return cniError(999, `netplugin agent internal error: ${redactString((e as Error)?.message ?? String(e))}`);
     }
     log.info('CNI request served', {
       plugin: req.plugin,
@@ -250,6 +278,25 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       return closed;
     },
   };
+}
+
+/**
+ * What ADD/DEL/CHECK are ordered by: the pod (namespace/name) when the
+ * runtime names one, else the container ID. All sandboxes of a pod share its
+ * host veth name, so an old sandbox's DEL and a new sandbox's ADD must not
+ * overlap (per container ID they did).
+ */
+export function orderingKey(env: Record<string, string | undefined>): string | undefined {
+  const args = env['CNI_ARGS'] ?? '';
+  const arg = (k: string) => {
+    for (const part of args.split(';')) if (part.startsWith(`${k}=`)) return part.slice(k.length + 1);
+    return undefined;
+  };
+  const ns = arg('K8S_POD_NAMESPACE');
+  const name = arg('K8S_POD_NAME');
+  if (ns && name) return `pod\0${ns}\0${name}`;
+  const cid = env['CNI_CONTAINERID'];
+  return cid ? `container\0${cid}` : undefined;
 }
 
 function cniError(code: number, msg: string): ShimResponse {

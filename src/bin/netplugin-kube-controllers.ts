@@ -7,7 +7,7 @@ import { datastoreConfigFromEnv, openDatastore } from '../datastore/index.js';
 import { createKubeClient, SA_DIR } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
 import { startHealthServer } from '../observe/health.js';
-import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../kube-controllers/config.js';
+import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/kube-controllers-config.js';
 import { startKubeControllers } from '../kube-controllers/index.js';
 
 const USAGE = `usage: netplugin-kube-controllers [--kubeconfig FILE] [--controllers LIST] [--health-addr HOST:PORT]
@@ -80,6 +80,7 @@ async function main(): Promise<void> {
   const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
 
   const kubeconfig = (values.kubeconfig as string | undefined) ?? (process.env.KUBECONFIG ? process.env.KUBECONFIG.split(':')[0] : undefined);
+  if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) usageError('no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)');
   let dsConf;
   try {
     dsConf = datastoreConfigFromEnv(process.env);

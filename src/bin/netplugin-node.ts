@@ -36,6 +36,12 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
                        (default /var/lib/netplugin/nodename) so plugins without a netconf nodename agree
   --ipv6-forwarding M  auto (default: on when the config assigns IPv6 or an enabled IPv6 IPPool exists),
                        on, or off (never touch net.ipv6.conf.all.forwarding)
+  --node-ip ADDR[/P]   this node's IPv4 address (default: autodetected; 'none': no IPv4)
+  --node-ipv6 ADDR[/P] this node's IPv6 address ('autodetect' to detect it; default none)
+  --ip-autodetection M first-found (default), interface=REGEX, can-reach=ADDR or cidr=CIDR[,CIDR]
+  --mtu-file PATH      where the pod MTU is written (default: the config's mtu_file, /var/lib/netplugin/mtu)
+  --no-routes          do not register the node nor program routes/NAT (the CNI server only)
+                       Routes, tunnels and NAT need --config (the datastore) and a node name.
   --log-level L        default INFO
   --max-concurrent N   CNI requests run at once per plugin (default 64)
   --dataplane-threads N  0 (default): setup and check run inline on the main thread (~1-2 ms of
@@ -66,7 +72,21 @@ function usageError(msg: string): never {
 }
 
 async function main(): Promise<void> {
-  let values: { socket?: string; config?: string; nodename?: string; 'ipv6-forwarding'?: string; 'log-level'?: string; 'max-concurrent'?: string; 'dataplane-threads'?: string; help?: boolean };
+  let values: {
+    socket?: string;
+    config?: string;
+    nodename?: string;
+    'ipv6-forwarding'?: string;
+    'log-level'?: string;
+    'max-concurrent'?: string;
+    'dataplane-threads'?: string;
+    'node-ip'?: string;
+    'node-ipv6'?: string;
+    'ip-autodetection'?: string;
+    'mtu-file'?: string;
+    'no-routes'?: boolean;
+    help?: boolean;
+  };
   try {
     ({ values } = parseArgs({
       options: {
@@ -77,6 +97,11 @@ async function main(): Promise<void> {
         'log-level': { type: 'string' },
         'max-concurrent': { type: 'string' },
         'dataplane-threads': { type: 'string' },
+        'node-ip': { type: 'string' },
+        'node-ipv6': { type: 'string' },
+        'ip-autodetection': { type: 'string' },
+        'mtu-file': { type: 'string' },
+        'no-routes': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
       allowPositionals: false,
@@ -144,6 +169,24 @@ async function main(): Promise<void> {
   } else if (v6 === 'on') {
     await enableIpv6Forwarding(log);
   }
+  let network: { stop(): void } | undefined;
+  if (values.config && nodeInit && !values['no-routes']) {
+    const { startNodeNetwork } = await import('../agent/node-network.js');
+    try {
+      network = startNodeNetwork({
+        configPath: values.config,
+        nodeInit: nodeInit.done,
+        log,
+        nodename: values.nodename,
+        nodeIP: values['node-ip'],
+        nodeIPv6: values['node-ipv6'],
+        autodetect: values['ip-autodetection'],
+        mtuFile: values['mtu-file'],
+      });
+    } catch (e) {
+      usageError((e as Error).message);
+    }
+  }
   // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   if (values.config) {
@@ -164,6 +207,7 @@ async function main(): Promise<void> {
     stopping = true;
     log.info(`${signal}: shutting down`);
     nodeInit?.stop();
+    network?.stop();
     // The nftables table stays: existing pods keep their enforcement, new ones stay isolated.
     void policy?.stop();
     server.close().then(

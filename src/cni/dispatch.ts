@@ -9,9 +9,50 @@ import { formatResult, parseResult } from './result.js';
 import { SUPPORTED_VERSIONS, type CniAttachment, type CniContext, type CniIO, type Logger, type PluginSpec } from './types.js';
 import { HIGHEST_VERSION, assertCommandAllowed, compareVersions, negotiateVersion, parseSemver } from './version.js';
 
+/**
+ * Largest network configuration accepted on stdin (documented in
+ * docs/security.md): real ones are a few KiB, a GC's attachment list of
+ * thousands of pods stays far below it.
+ */
+export const MAX_STDIN = 1 << 20;
+/** Deepest JSON nesting accepted: configurations nest a handful of levels; thousands only exhaust the stack of whatever walks them. */
+export const MAX_NESTING = 64;
+
+/** Nesting depth of JSON text (brackets outside strings); stops counting past `limit`. */
+function nestingDepth(text: string, limit: number): number {
+  let depth = 0;
+  let max = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text.charCodeAt(i);
+    if (inString) {
+      if (ch === 0x5c) i++;
+      else if (ch === 0x22) inString = false;
+    } else if (ch === 0x22) inString = true;
+    else if (ch === 0x7b || ch === 0x5b) {
+      if (++depth > max && (max = depth) > limit) return max;
+    } else if (ch === 0x7d || ch === 0x5d) depth--;
+  }
+  return max;
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
 function decodeStdin(stdin: string | Buffer): { raw?: Record<string, unknown>; error?: CniError } {
-  const text = typeof stdin === 'string' ? stdin : stdin.toString('utf8');
+  const size = typeof stdin === 'string' ? Buffer.byteLength(stdin) : stdin.length;
+  if (size > MAX_STDIN) {
+    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin is larger than ${MAX_STDIN} bytes (the limit); a netconf is a few KiB`) };
+  }
+  let text: string;
+  try {
+    text = typeof stdin === 'string' ? stdin : utf8.decode(stdin);
+  } catch {
+    return { error: new CniError(ErrorCodes.DecodeFailure, 'network configuration on stdin is not valid UTF-8; write the netconf as UTF-8 JSON') };
+  }
   if (text.trim() === '') return {};
+  if (nestingDepth(text, MAX_NESTING) > MAX_NESTING) {
+    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin nests deeper than ${MAX_NESTING} levels; no netconf field needs that`) };
+  }
   let v: unknown;
   try {
     v = JSON.parse(text);

@@ -1,5 +1,6 @@
 // Validation of the CNI_* environment. Every problem is collected so one
 // error (code 4) names each bad variable at once.
+import { statSync } from 'node:fs';
 import { ipFamily } from '../ipam/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniArgs, CniCommand } from './types.js';
@@ -43,6 +44,8 @@ export interface CniEnv {
 }
 
 const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+const DNS1123_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/;
 
 function show(v: string): string {
   return JSON.stringify(v.length > 80 ? v.slice(0, 80) + '...' : v);
@@ -60,7 +63,17 @@ export function parseCommand(env: Record<string, string | undefined>): CniComman
   return c as CniCommand;
 }
 
+/**
+ * The CNI spec sets no length; runtimes use 64 hex characters. The cap keeps
+ * handle IDs, datastore keys and log lines bounded (a 5000-character ID was
+ * accepted and written everywhere).
+ */
+export const MAX_CONTAINER_ID = 255;
+
 export function checkContainerId(v: string): string | undefined {
+  if (v.length > MAX_CONTAINER_ID) {
+    return `CNI_CONTAINERID: got ${show(v)} (${v.length} characters); a container ID is at most ${MAX_CONTAINER_ID} characters (runtimes use 64)`;
+  }
   if (!CONTAINER_ID.test(v)) {
     return `CNI_CONTAINERID: got ${show(v)}; a container ID must start with a letter or digit followed by letters, digits, '_', '.' or '-'`;
   }
@@ -74,12 +87,41 @@ export function checkIfname(v: string): string | undefined {
   if (Buffer.byteLength(v) > 15) return bad(`an interface name is at most 15 bytes (this one is ${Buffer.byteLength(v)})`);
   if (v === '.' || v === '..') return bad("'.' and '..' are not valid interface names");
   if (/[/:\s]/.test(v)) return bad("an interface name must not contain '/', ':' or whitespace");
+  // The kernel expands `%d` in a name it is asked to create (eth%d -> eth0), so the link made would not be the one named.
+  if (v.includes('%')) return bad("an interface name must not contain '%' (the kernel would pick the name itself)");
   return undefined;
 }
 
 export function checkNetns(v: string): string | undefined {
   if (!v.startsWith('/')) return `CNI_NETNS: got ${show(v)}; expected an absolute path to a network namespace, e.g. /var/run/netns/<name> or /proc/<pid>/ns/net`;
   if (v.includes('\0')) return `CNI_NETNS: got a path containing a NUL byte`;
+  return undefined;
+}
+
+/**
+ * CNI_NETNS must be a sandbox's namespace, never the node's own nor the one
+ * the plugin runs in: ADD would install a default route and set ip_forward on
+ * the node, DEL would delete the node link named CNI_IFNAME. Compared by the
+ * namespace's identity (device and inode of the nsfs file), so any path to it
+ * (/proc/<pid>/ns/net, a bind mount) is caught. A path that cannot be stat'ed
+ * is left to the command (DEL tolerates a namespace that is already gone).
+ */
+export function checkNotHostNetns(netns: string, own: readonly string[] = ['/proc/self/ns/net', '/proc/1/ns/net']): string | undefined {
+  const id = (p: string) => {
+    try {
+      const st = statSync(p);
+      return `${st.dev}:${st.ino}`;
+    } catch {
+      return undefined;
+    }
+  };
+  const target = id(netns);
+  if (target === undefined) return undefined;
+  for (const p of own) {
+    if (id(p) === target) {
+      return `CNI_NETNS: ${show(netns)} is the ${p.includes('/1/') ? "node's own" : "plugin's own"} network namespace, not a sandbox's; refusing to change it (the runtime must pass the pod's namespace)`;
+    }
+  }
   return undefined;
 }
 
@@ -117,6 +159,16 @@ export function parseCniArgs(s: string | undefined, problems: string[]): CniArgs
       `CNI_ARGS: unknown key${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}; known keys are ${KNOWN_ARGS.join(', ')} (add IgnoreUnknown=1 to pass others)`,
     );
   }
+  // Pod name and namespace become datastore keys, object names, veth name
+  // input and log fields: Kubernetes' own rules (a namespace is a DNS-1123
+  // label, a pod name a DNS-1123 subdomain), so `..`, '/' or a newline
+  // cannot reach any of them.
+  if (out.K8S_POD_NAMESPACE !== undefined && !DNS1123_LABEL.test(out.K8S_POD_NAMESPACE)) {
+    problems.push(`CNI_ARGS: K8S_POD_NAMESPACE=${show(out.K8S_POD_NAMESPACE)} is not a Kubernetes namespace name (at most 63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit)`);
+  }
+  if (out.K8S_POD_NAME !== undefined && !(out.K8S_POD_NAME.length <= 253 && DNS1123_SUBDOMAIN.test(out.K8S_POD_NAME))) {
+    problems.push(`CNI_ARGS: K8S_POD_NAME=${show(out.K8S_POD_NAME)} is not a Kubernetes pod name (at most 253 characters of a-z, 0-9, '-' and '.', each dot-separated part starting and ending with a letter or digit)`);
+  }
   if (out.IP !== undefined) {
     const ips = out.IP.split(',').map((x) => x.trim());
     const fams = ips.map((ip) => ipFamily(ip));
@@ -145,7 +197,7 @@ export function parseEnv(env: Record<string, string | undefined>): CniEnv {
     if (p) problems.push(p);
   }
   if (present('CNI_NETNS')) {
-    const p = checkNetns(get('CNI_NETNS'));
+    const p = checkNetns(get('CNI_NETNS')) ?? checkNotHostNetns(get('CNI_NETNS'));
     if (p) problems.push(p);
   }
   if (present('CNI_IFNAME')) {

@@ -1,5 +1,6 @@
 // The one place where failures of every layer become CNI error codes.
 import { CniError, DatastoreError, ErrorCodes, type DatastoreErrorKind } from '../errors.js';
+import { redactString } from '../log/redact.js';
 
 function firstLine(s: string): string {
   const line = s.split('\n', 1)[0]!.trim();
@@ -81,7 +82,8 @@ export function toCniError(e: unknown): CniError & { internal?: boolean } {
 
 /** The error object printed on stdout (CNI spec "Error" result). */
 export function errorResult(cniVersion: string, err: CniError): Record<string, unknown> {
-  const out: Record<string, unknown> = { cniVersion, code: err.code, msg: err.message };
-  if (err.details) out['details'] = err.details;
+  // The runtime logs and shows this (kubectl describe pod): the same redaction as every log line.
+  const out: Record<string, unknown> = { cniVersion, code: err.code, msg: redactString(err.message) };
+  if (err.details) out['details'] = redactString(err.details);
   return out;
 }

@@ -1,7 +1,8 @@
 // The per-exec entry: wires the real process to the dispatcher and exits with its code.
-import { readFileSync, writeSync } from 'node:fs';
+import { readSync, writeSync } from 'node:fs';
 import { isatty } from 'node:tty';
-import { dispatch } from './dispatch.js';
+import { MAX_STDIN, dispatch } from './dispatch.js';
+import { redactString } from '../log/redact.js';
 import type { PluginSpec } from './types.js';
 
 /**
@@ -17,9 +18,19 @@ export function cleanEnv(env: Record<string, string | undefined>): Record<string
   return out;
 }
 
+/** Reads stdin up to one byte past the cap (dispatch refuses anything larger), so a huge input never fills memory. */
 function readStdin(): Buffer {
   try {
-    return readFileSync(0);
+    const cap = MAX_STDIN + 1;
+    const buf = Buffer.allocUnsafe(cap);
+    let n = 0;
+    for (;;) {
+      const got = readSync(0, buf, n, cap - n, null);
+      if (got === 0) break;
+      n += got;
+      if (n >= cap) break;
+    }
+    return buf.subarray(0, n);
   } catch (e) {
     // A closed, terminal or non-blocking stdin (someone running VERSION by
     // hand) is "no input", which VERSION and the errors handle.
@@ -65,7 +76,7 @@ export async function runPlugin<Conf>(plugin: PluginSpec<Conf>): Promise<never> 
     );
   } catch (e) {
     // dispatch reports everything itself; this is a bug in the reporting.
-    writeAll(2, `${plugin.name}: ${(e as Error)?.stack ?? String(e)}\n`);
+    writeAll(2, `${plugin.name}: ${redactString((e as Error)?.stack ?? String(e))}\n`);
     writeAll(1, JSON.stringify({ cniVersion: '1.0.0', code: 999, msg: 'internal error: failed to report a result' }) + '\n');
     code = 1;
   }

@@ -21,6 +21,8 @@ export interface FieldDoc {
 }
 
 export const DEFAULT_NODENAME_FILE = '/var/lib/netplugin/nodename';
+/** The node agent writes the pod MTU here (underlay MTU minus the largest encapsulation overhead in use). */
+export const DEFAULT_MTU_FILE = '/var/lib/netplugin/mtu';
 export const NUM_QUEUES_MAX = 1024;
 
 export const NETCONF_FIELDS: readonly FieldDoc[] = [
@@ -30,6 +32,7 @@ export const NETCONF_FIELDS: readonly FieldDoc[] = [
   { path: 'type', type: 'string', required: true, allowed: '`netplugin`', meaning: 'Plugin executable. When netplugin-ipam is used as delegated IPAM of another plugin, this is that plugin\'s type.', example: '"netplugin"' },
   { path: 'nodename', type: 'string', default: 'contents of `nodename_file`, else the lower-cased hostname', plugin: 'both', meaning: 'Node name the node agent registered with; set it when that differs from the hostname.' },
   { path: 'nodename_file', type: 'string (file path)', default: DEFAULT_NODENAME_FILE, plugin: 'both', meaning: 'File the node agent writes its node name to; read when `nodename` is not set.' },
+  { path: 'mtu_file', type: 'string (file path)', default: DEFAULT_MTU_FILE, plugin: 'netplugin', meaning: 'File the node agent writes the pod MTU to (underlay MTU minus the largest encapsulation overhead of the pools in use); read when `mtu` is not set.' },
   { path: 'datastore_type', type: 'string', default: 'etcdv3', allowed: '`etcdv3`, `kubernetes`', plugin: 'both', meaning: 'Where pools, blocks and endpoints are stored.' },
   { path: 'etcd_endpoints', type: 'string', plugin: 'both', allowed: 'comma-separated http(s) URLs', meaning: 'etcd endpoints, e.g. `https://10.0.0.1:2379,https://10.0.0.2:2379`. Used when `datastore_type` is `etcdv3`.' },
   { path: 'etcd_discovery_srv', type: 'string', plugin: 'both', allowed: 'a DNS domain', meaning: 'Domain whose SRV records list the etcd endpoints. Mutually exclusive with `etcd_endpoints`.' },

@@ -3,7 +3,7 @@
 import { tryParseIPPrefix } from '../ipam/cidr.js';
 import { z } from 'zod';
 import { CniError, ErrorCodes } from '../errors.js';
-import { DEFAULT_NODENAME_FILE, NETCONF_FIELDS, NUM_QUEUES_MAX, fieldDoc, sectionKeys } from './fields.js';
+import { DEFAULT_MTU_FILE, DEFAULT_NODENAME_FILE, NETCONF_FIELDS, NUM_QUEUES_MAX, fieldDoc, sectionKeys } from './fields.js';
 
 export type PluginType = 'netplugin' | 'netplugin-ipam';
 
@@ -29,6 +29,8 @@ export interface Netconf {
   type?: string;
   nodename?: string;
   nodename_file: string;
+  /** Where the node agent writes the pod MTU; read when `mtu` is not set. */
+  mtu_file: string;
   datastore_type: 'etcdv3' | 'kubernetes';
   etcd_endpoints?: string;
   etcd_discovery_srv?: string;
@@ -95,6 +97,16 @@ function isHttpUrl(s: string): boolean {
   }
 }
 
+/** `user:pass@` in a URL: never used for authentication by our clients, and printed wherever the URL is. */
+function hasUserinfo(s: string): boolean {
+  try {
+    const u = new URL(s);
+    return u.username !== '' || u.password !== '';
+  } catch {
+    return false;
+  }
+}
+
 function isCidrOf(s: string, fam: 4 | 6): boolean {
   return tryParseIPPrefix(s)?.ip.family === fam;
 }
@@ -107,7 +119,13 @@ let schemas: Schemas | undefined;
 function build(): Schemas {
   const nonEmpty = z.string().min(1);
   const absPath = z.string().refine((s) => s.startsWith('/'), { message: 'expected an absolute path (starting with /)' });
-  const httpUrl = z.string().refine(isHttpUrl, { message: 'expected an http:// or https:// URL' });
+  const noCredentials = (where: string) => ({
+    message: `credentials in the URL are not used and would be printed in logs and errors; remove the user:password@ part and ${where}`,
+  });
+  const httpUrl = z
+    .string()
+    .refine(isHttpUrl, { message: 'expected an http:// or https:// URL' })
+    .refine((s) => !hasUserinfo(s), noCredentials('put the credentials in the kubeconfig that kubernetes.kubeconfig names'));
   const strBool = z
     .string()
     .refine((s) => s.toLowerCase() === 'true' || s.toLowerCase() === 'false', { message: 'expected "true" or "false"' })
@@ -139,12 +157,14 @@ function build(): Schemas {
     cniVersions: z.array(z.string()).optional(),
     nodename: nonEmpty.optional(),
     nodename_file: absPath.default(DEFAULT_NODENAME_FILE),
+    mtu_file: absPath.default(DEFAULT_MTU_FILE),
     datastore_type: z.enum(['etcdv3', 'kubernetes']).default('etcdv3'),
     etcd_endpoints: z
       .string()
       .refine((s) => s.split(',').every((e) => isHttpUrl(e.trim())), {
         message: 'expected comma-separated http(s) URLs, e.g. "https://10.0.0.1:2379,https://10.0.0.2:2379"',
       })
+      .refine((s) => !s.split(',').some((e) => hasUserinfo(e.trim())), noCredentials('authenticate to etcd with mTLS: etcd_cert_file, etcd_key_file and etcd_ca_cert_file'))
       .optional(),
     etcd_discovery_srv: z.string().regex(DOMAIN, { message: 'expected a DNS domain name, e.g. "example.com"' }).optional(),
     etcd_key_file: absPath.optional(),

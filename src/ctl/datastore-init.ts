@@ -5,13 +5,15 @@
 import { randomBytes } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { API_VERSION, type ClusterInformationSpec, type Datastore, type Resource } from '../datastore/types.js';
-import { NETPLUGIN_VERSION } from './version.js';
+import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
 export interface InitDatastoreOptions {
   /** Cluster types to record (e.g. "k8s,bgp" or ["k8s","bgp"]); merged with those already stored. */
   clusterType?: string | string[];
-  /** Version to record as netpluginVersion (default: this package's version). */
+  /** Version to record as netpluginVersion (default: this package's version); a newer recorded one is kept. */
   version?: string;
+  /** Record `version` even when the datastore records a newer one (an operator's explicit downgrade). */
+  allowDowngrade?: boolean;
   /**
    * Sets datastoreReady. When omitted, a new ClusterInformation gets `true` and
    * an existing one keeps its value: an operator who set it to false (maintenance)
@@ -62,7 +64,11 @@ export async function initDatastore(ds: Datastore, opts: InitDatastoreOptions = 
       spec.clusterGUID ||= randomBytes(16).toString('hex');
       const ct = mergeTypes(spec.clusterType, types);
       if (ct !== undefined) spec.clusterType = ct;
-      spec.netpluginVersion = version;
+      // Never lower the recorded version: during a rolling upgrade an agent of
+      // the old release restarting would otherwise set the cluster back, and
+      // new clients would see an "older" cluster. Only an explicit downgrade does.
+      const cmp = spec.netpluginVersion ? compareVersions(version, spec.netpluginVersion) : undefined;
+      if (cmp === undefined || cmp > 0 || opts.allowDowngrade) spec.netpluginVersion = version;
       if (opts.datastoreReady !== undefined) spec.datastoreReady = opts.datastoreReady;
       else spec.datastoreReady ??= true;
       if (JSON.stringify(spec) === JSON.stringify(cur.spec)) return { action: 'unchanged', clusterInformation: cur };

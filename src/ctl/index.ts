@@ -5,11 +5,11 @@ import { readFileSync } from 'node:fs';
 import { DatastoreError, CniError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
 import { initDatastore } from './datastore-init.js';
-import { bool, CtlError, list, parseFlags, str, type CtlIO, type DatastoreConfig, type FlagSpec, type ParsedArgs } from './io.js';
+import { bool, CtlError, GLOBAL_FLAGS, list, parseFlags, str, type CtlIO, type CtlSession, type DatastoreConfig, type FlagSpec, type ParsedArgs } from './io.js';
 import { cmdDelete, cmdGet, cmdWrite } from './resources.js';
 import { cmdIpamCheck, cmdIpamRelease, cmdIpamShow, type CheckOptions } from './ipam.js';
 import { defaultPackageDir, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
-import { NETPLUGIN_VERSION } from './version.js';
+import { compareVersions, NETPLUGIN_VERSION, refuseOlderClient } from './version.js';
 import { resolveKind } from './kinds.js';
 
 export { initDatastore } from './datastore-init.js';
@@ -18,11 +18,6 @@ export { CtlError } from './io.js';
 export type { CtlIO, DatastoreConfig } from './io.js';
 export { installCni, uninstallCni, buildConflist } from './install-cni.js';
 export type { InstallCniOptions, InstallCniResult } from './install-cni.js';
-
-const GLOBAL_FLAGS: FlagSpec[] = [
-  { name: 'config', short: 'c', type: 'string' },
-  { name: 'help', short: 'h', type: 'bool' },
-];
 
 const DATASTORE_HELP = `Datastore: --config FILE (a netconf or conflist; the netplugin entry's datastore_type,
 etcd_* and kubernetes fields are used), else the environment: DATASTORE_TYPE (etcdv3 |
@@ -46,6 +41,13 @@ Commands:
   policy explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
+  datastore migrate          move from etcd to the Kubernetes datastore (lock, export, import, unlock)
+  installation render        the conflist, IP pools and agent settings an Installation implies
+  installation apply         reconcile an Installation onto this node and the datastore (--dry-run, --watch)
+  upgrade check              what an upgrade to this release needs (exit 1 when something blocks it)
+  upgrade owner-refs         save, strip and restore owner references to netplugin.org/v3 objects
+  upgrade auto-hep           migrate all-interfaces host endpoints to automatic ones
+  upgrade finish             remove allow-all-upgrade and record the new cluster version
   version                    client and cluster version
   install-cni                install the plugin binaries and the CNI conflist on this node
   uninstall-cni              remove them
@@ -97,6 +99,8 @@ Examples:
   delete: `Usage: netpluginctl delete <kind> <name...> [-n NAMESPACE] [--force] [--ignore-not-found]
        netpluginctl delete -f FILE|-
 
+Deleting a node also releases its IPAM state: its tunnel addresses and block
+affinities (empty blocks go back to their pool), and says what it released.
 An IPPool that still has allocated addresses is not deleted unless --force is given
 (the addresses then stay allocated until their workloads are deleted).
 `,
@@ -125,7 +129,9 @@ policies that select it for ingress and egress in evaluation order, and with
 
 Finds leaked addresses: handles whose workload endpoint (etcd) or pod (kubernetes) is gone,
 addresses allocated under a handle that has no handle object, handle objects whose block
-entries are missing, and blocks affine to nodes that no longer exist.
+entries are missing, and blocks affine to nodes that no longer exist. For each leaked handle it
+says what netplugin-kube-controllers' IPAM GC does: the allocation's age against leakGracePeriod,
+or that GC never releases it (no Kubernetes attributes).
 
   -o, --output FILE   write the report (JSON) to FILE for 'ipam release --from-report'
   --json              print the report as JSON instead of text
@@ -133,12 +139,14 @@ entries are missing, and blocks affine to nodes that no longer exist.
   'ipam release': `Usage: netpluginctl ipam release --ip ADDR [--ip ADDR...] [--force]
        netpluginctl ipam release --from-report FILE
 
-  --ip ADDR            release one address; refused while a workload endpoint uses it, unless --force
+  --ip ADDR            release one address; refused while a workload endpoint uses it or (with
+                       Kubernetes access) its pod still exists, unless --force
   --from-report FILE   release what 'ipam check -o FILE' found; each item is checked again first
                        and skipped when it is no longer leaked in the same way
 `,
   datastore: `Usage: netpluginctl datastore init [--cluster-type k8s,bgp]
        netpluginctl datastore ready --set=true|false
+       netpluginctl datastore migrate lock|export|import|unlock
 `,
   'datastore init': `Usage: netpluginctl datastore init [--cluster-type TYPES]
 
@@ -153,7 +161,8 @@ Sets ClusterInformation datastoreReady (false pauses plugins and agents that hon
   version: `Usage: netpluginctl version [-o json]
 
 Prints the client version and, when a datastore is configured, the cluster version
-(ClusterInformation netpluginVersion).
+(ClusterInformation netpluginVersion) and cluster type. A client older than the cluster
+warns here and refuses every write (apply, delete, ipam release, datastore init...).
 `,
   'install-cni': `Usage: netpluginctl install-cni [flags]
 
@@ -259,7 +268,7 @@ async function defaultOpen(conf: DatastoreConfig): Promise<Datastore> {
   return openDatastore(conf);
 }
 
-class Session {
+class Session implements CtlSession {
   private ds: Datastore | undefined;
   constructor(
     private readonly io: CtlIO,
@@ -279,13 +288,27 @@ class Session {
     this.ds = await (this.io.openDatastore ?? defaultOpen)(conf);
     return this.ds;
   }
-  /** For the kubernetes datastore, `ipam check` asks the API server whether a pod exists. */
+  /** The datastore for a command that writes: refused when this client is older than the cluster (SPEC Versioning 3). */
+  async writable(): Promise<Datastore> {
+    const ds = await this.datastore();
+    await refuseOlderClient(ds);
+    return ds;
+  }
+  /** A Kubernetes API client from the datastore settings (KUBECONFIG / K8S_API_ROOT, or in-cluster). */
+  async kube(): Promise<import('../k8s/client.js').KubeClient> {
+    const { createKubeClient } = await import('../k8s/client.js');
+    const client = await createKubeClient({ ...this.config()?.kubernetes, timeoutMs: 10_000 });
+    this.closers.push(() => client.close());
+    return client;
+  }
+  /**
+   * With Kubernetes access (the kubernetes datastore, or KUBECONFIG beside
+   * etcd), `ipam check` and `ipam release` ask the API server whether a pod exists.
+   */
   async checkOptions(): Promise<CheckOptions> {
     const conf = this.config();
-    if (conf?.datastore_type !== 'kubernetes' || this.io.openDatastore) return {};
-    const { createKubeClient } = await import('../k8s/client.js');
-    const client = await createKubeClient({ ...conf.kubernetes, timeoutMs: 10_000 });
-    this.closers.push(() => client.close());
+    if ((conf?.datastore_type !== 'kubernetes' && !conf?.kubernetes?.kubeconfig) || this.io.openDatastore) return {};
+    const client = await this.kube();
     return {
       podExists: async (ns, name) => {
         try {
@@ -378,7 +401,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
       const file = str(p, 'filename');
       if (!file) throw new CtlError(`${cmd} needs -f FILE (or -f - for stdin)`);
       if (p.positional.length) throw new CtlError(`${cmd} takes no arguments besides -f FILE; got ${p.positional.join(' ')}`);
-      return cmdWrite(await s.datastore(), io, file, cmd);
+      return cmdWrite(await s.writable(), io, file, cmd);
     }
     case 'get': {
       const p = parse(
@@ -421,7 +444,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
       cfg(p, s);
       const [kind, ...names] = p.positional;
       if (kind && !str(p, 'filename')) resolveKind(kind);
-      return cmdDelete(await s.datastore(), io, {
+      return cmdDelete(await s.writable(), io, {
         kind,
         names,
         file: str(p, 'filename'),
@@ -485,7 +508,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         if (bool(p, 'help')) return help(io, 'ipam release');
         cfg(p, s);
         noPositional(p, 'ipam release');
-        const ds = await s.datastore();
+        const ds = await s.writable();
         const { Ipam } = await import('../ipam/index.js');
         // No host lock: the operator runs this from anywhere; the allocator's compare-and-swap keeps it safe.
         const ipam = new Ipam(ds, { lockPath: null });
@@ -502,7 +525,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         if (bool(p, 'help')) return help(io, 'datastore init');
         cfg(p, s);
         noPositional(p, 'datastore init');
-        const r = await initDatastore(await s.datastore(), { clusterType: str(p, 'cluster-type') });
+        const r = await initDatastore(await s.writable(), { clusterType: str(p, 'cluster-type') });
         if (str(p, 'output') === 'json') io.stdout(JSON.stringify(r.clusterInformation, null, 2) + '\n');
         else {
           const ci = r.clusterInformation.spec;
@@ -517,11 +540,12 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         noPositional(p, 'datastore ready');
         const v = str(p, 'set');
         if (v !== 'true' && v !== 'false') throw new CtlError(`datastore ready needs --set=true or --set=false`);
-        const r = await initDatastore(await s.datastore(), { datastoreReady: v === 'true' });
+        const r = await initDatastore(await s.writable(), { datastoreReady: v === 'true' });
         io.stdout(`clusterinformation/default datastoreReady=${r.clusterInformation.spec.datastoreReady}\n`);
         return 0;
       }
-      throw new CtlError(`unknown datastore command ${JSON.stringify(sub)}; use init or ready`);
+      if (sub === 'migrate') return (await import('./migrate.js')).cmdMigrate(args, io, s);
+      throw new CtlError(`unknown datastore command ${JSON.stringify(sub)}; use init, ready or migrate`);
     }
     case 'version': {
       const p = parse(rest, [{ name: 'output', short: 'o', type: 'string' }], cmd);
@@ -529,7 +553,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
       cfg(p, s);
       const json = str(p, 'output') === 'json';
       const conf = s.config();
-      const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string } = { clientVersion: NETPLUGIN_VERSION };
+      const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string; clientOlderThanCluster?: boolean } = { clientVersion: NETPLUGIN_VERSION };
       let err: unknown;
       if (conf) {
         out.datastoreType = conf.datastore_type;
@@ -538,6 +562,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
           const ci = await ds.get('ClusterInformation', 'default');
           out.clusterVersion = ci.spec.netpluginVersion ?? 'unknown';
           if (ci.spec.clusterType) out.clusterType = ci.spec.clusterType;
+          if ((compareVersions(NETPLUGIN_VERSION, out.clusterVersion) ?? 0) < 0) out.clientOlderThanCluster = true;
         } catch (e) {
           if (DatastoreError.is(e, 'NotFound')) out.clusterVersion = 'unknown (datastore not initialised: run netpluginctl datastore init)';
           else err = e;
@@ -549,11 +574,16 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         if (out.clusterVersion) io.stdout(`Cluster Version:   ${out.clusterVersion}\n`);
         if (out.clusterType) io.stdout(`Cluster Type:      ${out.clusterType}\n`);
       }
+      if (out.clientOlderThanCluster) io.stderr(`warning: this client (${out.clientVersion}) is older than the cluster (${out.clusterVersion}); it refuses to write: install netpluginctl ${out.clusterVersion}\n`);
       if (err) throw err;
       return 0;
     }
     case 'install-cni':
       return cmdInstallCni(rest, io, s);
+    case 'installation':
+      return (await import('./installation.js')).cmdInstallation(rest, io, s);
+    case 'upgrade':
+      return (await import('./upgrade.js')).cmdUpgrade(rest, io, s);
     case 'uninstall-cni': {
       const p = parse(
         rest,

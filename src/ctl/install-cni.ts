@@ -43,11 +43,15 @@ export interface InstallCniOptions {
   /** Also write a systemd unit for the node agent. */
   agent?: boolean;
   systemdDir: string;
+  /** A conflist rendered elsewhere (installation apply): used as-is instead of generating one. */
+  conflist?: Record<string, unknown>;
+  /** Report what would be written ('would write') without touching anything. */
+  dryRun?: boolean;
 }
 
 export interface InstalledFile {
   path: string;
-  action: 'written' | 'unchanged';
+  action: 'written' | 'unchanged' | 'would write';
 }
 
 export interface InstallCniResult {
@@ -231,7 +235,7 @@ function checkOptions(o: InstallCniOptions): void {
   if (o.mtu !== undefined && (!Number.isInteger(o.mtu) || o.mtu < 68 || o.mtu > 65535)) {
     throw new CtlError(`--mtu ${o.mtu} is out of range; use 68-65535 (e.g. 1450 under VXLAN, 1480 under IP-in-IP)`);
   }
-  if (o.fromTemplate) return;
+  if (o.fromTemplate || o.conflist) return;
   if (o.datastoreType === 'etcdv3' && !o.etcdEndpoints && !o.etcdDiscoverySrv) {
     throw new CtlError('--datastore-type etcdv3 needs --etcd-endpoints URL[,URL] (or --etcd-discovery-srv DOMAIN, or ETCD_ENDPOINTS in the environment)');
   }
@@ -264,7 +268,8 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
   }
   // Build and validate the conflist before touching anything, so a bad flag changes nothing.
   let conflist: Record<string, unknown>;
-  if (o.fromTemplate) {
+  if (o.conflist) conflist = o.conflist;
+  else if (o.fromTemplate) {
     let text: string;
     try {
       text = readFileSync(o.fromTemplate, 'utf8');
@@ -281,19 +286,23 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
     shim = o.shimPath;
   } else if (!o.launcher) shim = shimCandidates(pkg).find((p) => existsSync(p));
 
-  mkdirSync(o.binDir, { recursive: true });
-  mkdirSync(o.confDir, { recursive: true });
+  const write = (path: string, data: Buffer | string, mode: number): InstalledFile =>
+    o.dryRun ? { path, action: sameFile(path, typeof data === 'string' ? Buffer.from(data) : data, mode) ? 'unchanged' : 'would write' } : writeFileAtomic(path, data, mode);
+  if (!o.dryRun) {
+    mkdirSync(o.binDir, { recursive: true });
+    mkdirSync(o.confDir, { recursive: true });
+  }
   const files: InstalledFile[] = [];
   if (shim) {
     const bin = readFileSync(shim);
     // The fallback file first: a shim that finds no agent reads it, so it must exist before the shim does.
-    files.push(writeFileAtomic(join(o.binDir, FALLBACK_FILE), `${deps.nodePath}\n${pkg}\n`, 0o644));
-    for (const p of PLUGIN_NAMES) files.push(writeFileAtomic(join(o.binDir, p), bin, 0o755));
+    files.push(write(join(o.binDir, FALLBACK_FILE), `${deps.nodePath}\n${pkg}\n`, 0o644));
+    for (const p of PLUGIN_NAMES) files.push(write(join(o.binDir, p), bin, 0o755));
   } else {
-    for (const p of PLUGIN_NAMES) files.push(writeFileAtomic(join(o.binDir, p), launcherScript(deps.nodePath, pkg, p), 0o755));
-    rmSync(join(o.binDir, FALLBACK_FILE), { force: true });
+    for (const p of PLUGIN_NAMES) files.push(write(join(o.binDir, p), launcherScript(deps.nodePath, pkg, p), 0o755));
+    if (!o.dryRun) rmSync(join(o.binDir, FALLBACK_FILE), { force: true });
   }
-  files.push(writeFileAtomic(join(o.confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));
+  files.push(write(join(o.confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));
 
   if (o.agent) {
     // The shipped unit (deploy/netplugin-node.service) is written for a package at
@@ -316,12 +325,12 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
           'WantedBy=multi-user.target',
           '',
         ].join('\n');
-    mkdirSync(o.systemdDir, { recursive: true });
-    files.push(writeFileAtomic(join(o.systemdDir, AGENT_UNIT), unit, 0o644));
+    if (!o.dryRun) mkdirSync(o.systemdDir, { recursive: true });
+    files.push(write(join(o.systemdDir, AGENT_UNIT), unit, 0o644));
   }
 
   // Runtimes use the lexically first configuration file in the directory.
-  const first = readdirSync(o.confDir)
+  const first = (existsSync(o.confDir) ? readdirSync(o.confDir) : [])
     .filter((f) => /\.(conflist|conf|json)$/.test(f) && !f.startsWith('.'))
     .sort()[0];
   if (first && first !== o.confName) warn(`${join(o.confDir, first)} sorts before ${o.confName}; the container runtime will use it instead. Remove it or choose a --conf-name that sorts first`);

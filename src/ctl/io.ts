@@ -141,3 +141,30 @@ export function table(header: string[], rows: string[][]): string {
   const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
   return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd()).join('\n') + '\n';
 }
+
+/** What a command group's module gets from netpluginctl's session (src/ctl/index.ts). */
+export interface CtlSession {
+  /** --config, given before the command or among its flags. */
+  configFile: string | undefined;
+  config(): DatastoreConfig | undefined;
+  /** For reads. */
+  datastore(): Promise<Datastore>;
+  /** For writes: refused when this client is older than the cluster. */
+  writable(): Promise<Datastore>;
+  /** A Kubernetes API client from the same settings. */
+  kube(): Promise<import('../k8s/client.js').KubeClient>;
+}
+
+/** The flags every command accepts. */
+export const GLOBAL_FLAGS: FlagSpec[] = [
+  { name: 'config', short: 'c', type: 'string' },
+  { name: 'help', short: 'h', type: 'bool' },
+];
+
+/** Parses a command's flags plus the global ones; a --config among them applies to the session. */
+export function parseCommand(argv: string[], specs: FlagSpec[], command: string, s?: { configFile: string | undefined }): ParsedArgs {
+  const p = parseFlags(argv, [...GLOBAL_FLAGS, ...specs], command);
+  const c = str(p, 'config');
+  if (c && s) s.configFile = c;
+  return p;
+}

@@ -7,10 +7,11 @@ import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, basename, join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import type { AllocationAttribute, Datastore, Resource } from '../datastore/types.js';
-import { handleName } from '../datastore/names.js';
+import { handleName, parseHandleID, sameHandle } from '../ipam/handle.js';
 import { cidrSize, containsCidr, containsIP, formatIP, nthAddress, tryParseIP } from '../ipam/cidr.js';
 import { CtlError, table, type CtlIO } from './io.js';
 import { tryParseCidr } from '../ipam/cidr.js';
+import { formatDuration, settingsFrom } from '../model/kube-controllers-config.js';
 
 /** What the CLI needs from the allocator (src/ipam/index.ts Ipam). */
 export interface IpamReleaser {
@@ -211,6 +212,8 @@ export interface LeakedHandle {
   namespace?: string;
   pod?: string;
   reason: string;
+  /** What netplugin-kube-controllers' IPAM GC does with it (only handles with Kubernetes attributes). */
+  gc?: { leakGracePeriod: string; allocatedAgo?: string; afterGracePeriod: boolean } | { never: string };
 }
 export interface UnhandledAllocation {
   ip: string;
@@ -230,6 +233,18 @@ export interface OrphanedAffinity {
   allocated: number;
 }
 
+/** One address in the ipNetworks of endpoints of different containers: two live pods answer for it. */
+export interface SharedAddress {
+  ip: string;
+  endpoints: Array<{ endpoint: string; containerID: string }>;
+}
+/** A handle object stored under a name other than handleName(its ID): written before handle IDs became case-exact. */
+export interface LegacyHandleName {
+  handle: string;
+  name: string;
+  want: string;
+}
+
 export interface IpamReport {
   version: 1;
   generatedAt: string;
@@ -239,13 +254,14 @@ export interface IpamReport {
   allocationsWithoutHandle: UnhandledAllocation[];
   handlesWithMissingBlockEntries: HandleMissingEntries[];
   orphanedAffinities: OrphanedAffinity[];
+  sharedAddresses: SharedAddress[];
+  legacyHandleNames: LegacyHandleName[];
   notes: string[];
 }
 
-/** Container ID from a handle `<network>.<containerID>`; undefined for non-workload handles (no dot). */
+/** Container ID of a workload handle (ipam/handle.ts); undefined for other handles (no separator). */
 function containerOf(handle: string): string | undefined {
-  const i = handle.lastIndexOf('.');
-  return i >= 0 ? handle.slice(i + 1) : undefined;
+  return parseHandleID(handle)?.containerId;
 }
 
 export interface CheckOptions {
@@ -261,7 +277,8 @@ export interface CheckOptions {
 export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise<IpamReport> {
   const s = await snapshot(ds, true);
   const notes: string[] = [];
-  const byContainer = new Set(s.weps.map((w) => w.spec.containerID.toLowerCase()));
+  // Container IDs are case-sensitive: `CAFE01` and `cafe01` are two sandboxes.
+  const byContainer = new Set(s.weps.map((w) => w.spec.containerID));
   const byPodIps = new Map<string, Set<string>>();
   for (const w of s.weps) {
     const pod = w.spec.pod ?? w.spec.workload;
@@ -275,7 +292,7 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
     byPodIps.set(k, set);
   }
   const nodeNames = new Set(s.nodes.map((n) => n.metadata.name));
-  const handleObjs = new Map(s.handles.map((h) => [handleName(h.spec.handleID || h.metadata.name), h]));
+  const handleObjs = new Map(s.handles.map((h) => [h.spec.handleID || h.metadata.name, h]));
 
   // Group allocations by handle.
   const held = new Map<string, { ips: string[]; perBlock: Map<string, number>; attr: AllocationAttribute }>();
@@ -286,7 +303,7 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
       allocated++;
       // handle_id null marks a reserved address (gateway, hand-reserved): never a leak.
       if (a.attr.handle_id == null) continue;
-      const key = handleName(a.attr.handle_id);
+      const key = a.attr.handle_id;
       const g = held.get(key) ?? { ips: [], perBlock: new Map<string, number>(), attr: a.attr };
       g.ips.push(a.ip);
       g.perBlock.set(b.spec.cidr, (g.perBlock.get(b.spec.cidr) ?? 0) + 1);
@@ -295,18 +312,34 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
     }
   }
 
+  // IPAM GC's grace period, as netplugin-kube-controllers reads it.
+  let grace: number | undefined;
+  try {
+    grace = settingsFrom((await ds.get('KubeControllersConfiguration', 'default')).spec).settings.leakGracePeriodMs;
+  } catch (e) {
+    if (!DatastoreError.is(e, 'NotFound')) throw e;
+    notes.push('KubeControllersConfiguration default does not exist: netplugin-kube-controllers (IPAM GC) has not run against this datastore');
+  }
+  const gcOf = (sec: Record<string, string>): LeakedHandle['gc'] => {
+    if (!sec.namespace || !sec.pod) return { never: 'no Kubernetes attributes (namespace, pod): GC never releases it; release it by hand' };
+    if (grace === undefined) return undefined;
+    const at = sec.timestamp ? Date.parse(sec.timestamp) : NaN;
+    const age = Number.isNaN(at) ? undefined : Math.max(0, Date.now() - at);
+    return { leakGracePeriod: formatDuration(grace), ...(age !== undefined ? { allocatedAgo: formatDuration(Math.floor(age / 1000) * 1000) } : {}), afterGracePeriod: age !== undefined && age >= grace };
+  };
   const leakedHandles: LeakedHandle[] = [];
   for (const [, g] of held) {
     const handle = g.attr.handle_id!;
     const sec = g.attr.secondary ?? {};
     const cid = containerOf(handle);
-    const base = { handle, ips: g.ips, ...(sec.node ? { node: sec.node } : {}), ...(sec.namespace ? { namespace: sec.namespace } : {}), ...(sec.pod ? { pod: sec.pod } : {}) };
+    const gc = gcOf(sec);
+    const base = { handle, ips: g.ips, ...(sec.node ? { node: sec.node } : {}), ...(sec.namespace ? { namespace: sec.namespace } : {}), ...(sec.pod ? { pod: sec.pod } : {}), ...(gc ? { gc } : {}) };
     if (cid === undefined) {
       // Not a workload handle (tunnel address and the like): owned by its node.
       if (sec.node && nodeNames.size > 0 && !nodeNames.has(sec.node)) leakedHandles.push({ ...base, reason: `node ${sec.node} no longer exists` });
       continue;
     }
-    if (byContainer.has(cid.toLowerCase())) continue;
+    if (byContainer.has(cid)) continue;
     // A pod recreated under the same name has a new container ID but may still
     // hold these addresses (the endpoint is rewritten in place): only the
     // addresses matter then.
@@ -322,7 +355,7 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
 
   const handlesWithMissingBlockEntries: HandleMissingEntries[] = [];
   for (const h of s.handles) {
-    const g = held.get(handleName(h.spec.handleID || h.metadata.name));
+    const g = held.get(h.spec.handleID || h.metadata.name);
     const missing: Record<string, number> = {};
     for (const [block, n] of Object.entries(h.spec.block ?? {})) {
       const have = g?.perBlock.get(block) ?? 0;
@@ -340,6 +373,24 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
       if (node && !nodeNames.has(node)) orphanedAffinities.push({ block: b.spec.cidr, node, allocated: b.spec.allocations.filter((x) => x != null).length });
     }
   }
+  // Two live endpoints (different containers) holding one address: traffic for
+  // it reaches one of them at random. IPAM never hands an address out twice,
+  // so this is a broken datastore or a handle mix-up; it is reported, not
+  // repaired (which pod keeps it is the operator's call).
+  const byIp = new Map<string, SharedAddress['endpoints']>();
+  for (const w of s.weps) {
+    for (const n of w.spec.ipNetworks) {
+      const ip = tryParseIP(n.split('/')[0]!);
+      if (!ip) continue;
+      const list = byIp.get(formatIP(ip)) ?? [];
+      if (!list.some((e) => e.containerID === w.spec.containerID)) list.push({ endpoint: `${w.metadata.namespace ?? 'default'}/${w.metadata.name}`, containerID: w.spec.containerID });
+      byIp.set(formatIP(ip), list);
+    }
+  }
+  const sharedAddresses = [...byIp].filter(([, l]) => l.length > 1).map(([ip, endpoints]) => ({ ip, endpoints }));
+  const legacyHandleNames = s.handles
+    .filter((h) => h.spec.handleID && h.metadata.name !== handleName(h.spec.handleID))
+    .map((h) => ({ handle: h.spec.handleID, name: h.metadata.name, want: handleName(h.spec.handleID) }));
   const leakedAddresses = new Set([...leakedHandles.flatMap((l) => l.ips), ...allocationsWithoutHandle.map((a) => a.ip)]).size;
   return {
     version: 1,
@@ -351,12 +402,14 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
       workloadEndpoints: s.weps.length,
       nodes: s.nodes.length,
       leakedAddresses,
-      problems: leakedHandles.length + allocationsWithoutHandle.length + handlesWithMissingBlockEntries.length + orphanedAffinities.length,
+      problems: leakedHandles.length + allocationsWithoutHandle.length + handlesWithMissingBlockEntries.length + orphanedAffinities.length + sharedAddresses.length + legacyHandleNames.length,
     },
     leakedHandles,
     allocationsWithoutHandle,
     handlesWithMissingBlockEntries,
     orphanedAffinities,
+    sharedAddresses,
+    legacyHandleNames,
     notes,
   };
 }
@@ -379,7 +432,15 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
   for (const n of r.notes) out.push(`note: ${n}`);
   if (r.leakedHandles.length) {
     out.push('', `leaked handles (${r.leakedHandles.length}):`);
-    for (const l of r.leakedHandles) out.push(`  ${l.handle}  ${l.ips.join(',')}  ${l.reason}`);
+    for (const l of r.leakedHandles) {
+      out.push(`  ${l.handle}  ${l.ips.join(',')}  ${l.reason}`);
+      if (l.gc && 'never' in l.gc) out.push(`      GC: ${l.gc.never}`);
+      else if (l.gc) {
+        // GC counts the grace period from when it first sees the leak; the allocation's age bounds that from above.
+        const age = l.gc.allocatedAgo ? `allocated ${l.gc.allocatedAgo} ago; ` : '';
+        out.push(`      GC: ${age}${l.gc.afterGracePeriod ? `past leakGracePeriod ${l.gc.leakGracePeriod}: released at GC's next scan once it has seen the leak that long` : `released once it has looked leaked for leakGracePeriod ${l.gc.leakGracePeriod}`}`);
+      }
+    }
   }
   if (r.allocationsWithoutHandle.length) {
     out.push('', `addresses allocated without a handle object (${r.allocationsWithoutHandle.length}):`);
@@ -392,6 +453,14 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
   if (r.orphanedAffinities.length) {
     out.push('', `blocks affine to nodes that no longer exist (${r.orphanedAffinities.length}):`);
     for (const o of r.orphanedAffinities) out.push(`  ${o.block}  node ${o.node}  ${o.allocated} allocated`);
+  }
+  if (r.sharedAddresses.length) {
+    out.push('', `addresses held by two or more live endpoints (${r.sharedAddresses.length}); delete all but one of the pods:`);
+    for (const a of r.sharedAddresses) out.push(`  ${a.ip}  ${a.endpoints.map((e) => `${e.endpoint} (container ${e.containerID})`).join(', ')}`);
+  }
+  if (r.legacyHandleNames.length) {
+    out.push('', `handle objects under case-folded legacy names (${r.legacyHandleNames.length}); release --from-report migrates them:`);
+    for (const h of r.legacyHandleNames) out.push(`  ${h.handle}  stored as ${h.name}, expected ${h.want}`);
   }
   if (r.summary.problems === 0) out.push('no problems found');
   else {
@@ -416,6 +485,8 @@ function readReport(file: string, io: CtlIO): IpamReport {
     throw new CtlError(`${file} is not a report from 'netpluginctl ipam check -o FILE' (version 1)`);
   }
   r.orphanedAffinities ??= [];
+  r.sharedAddresses ??= [];
+  r.legacyHandleNames ??= [];
   return r as IpamReport;
 }
 
@@ -444,6 +515,11 @@ export async function cmdIpamRelease(
         failed++;
         continue;
       }
+      if (w.namespace && w.pod && !args.force && opts.podExists && (await opts.podExists(w.namespace, w.pod))) {
+        io.stderr(`error: ${w.ip} belongs to pod ${w.namespace}/${w.pod}, which still exists; delete the pod instead, or pass --force\n`);
+        failed++;
+        continue;
+      }
       await ipam.releaseIPs([w.ip]);
       io.stdout(`released ${w.ip}${w.handle ? ` (handle ${w.handle})` : ''}\n`);
     }
@@ -456,7 +532,7 @@ export async function cmdIpamRelease(
   let released = 0;
   let skipped = 0;
   for (const l of report.leakedHandles) {
-    const cur = now.leakedHandles.find((c) => handleName(c.handle) === handleName(l.handle));
+    const cur = now.leakedHandles.find((c) => sameHandle(c.handle, l.handle));
     if (!cur || !sameSet(cur.ips, l.ips)) {
       io.stdout(`skipped handle ${l.handle}: no longer leaked as reported (${cur ? `now holds ${cur.ips.join(',')}` : 'its workload exists or it was released'})\n`);
       skipped++;
@@ -476,7 +552,7 @@ export async function cmdIpamRelease(
   }
   for (const a of report.allocationsWithoutHandle) {
     if (report.leakedHandles.some((l) => l.ips.includes(a.ip))) continue;
-    const still = now.allocationsWithoutHandle.find((c) => c.ip === a.ip && handleName(c.handle) === handleName(a.handle));
+    const still = now.allocationsWithoutHandle.find((c) => c.ip === a.ip && sameHandle(c.handle, a.handle));
     if (!still) {
       io.stdout(`skipped ${a.ip}: it has a handle object now or was released\n`);
       skipped++;
@@ -492,7 +568,7 @@ export async function cmdIpamRelease(
     }
   }
   for (const h of report.handlesWithMissingBlockEntries) {
-    const still = now.handlesWithMissingBlockEntries.find((c) => handleName(c.handle) === handleName(h.handle));
+    const still = now.handlesWithMissingBlockEntries.find((c) => sameHandle(c.handle, h.handle));
     if (!still) {
       skipped++;
       io.stdout(`skipped handle object ${h.handle}: consistent now\n`);
@@ -525,21 +601,32 @@ export async function cmdIpamRelease(
       io.stderr(`error: releasing block ${o.block}: ${(e as Error).message}\n`);
     }
   }
+  for (const m of report.legacyHandleNames) {
+    if (!now.legacyHandleNames.some((c) => sameHandle(c.handle, m.handle) && c.name === m.name)) {
+      skipped++;
+      io.stdout(`skipped handle object ${m.handle}: already migrated\n`);
+      continue;
+    }
+    try {
+      await migrateHandleName(ds, m);
+      io.stdout(`migrated handle object ${m.handle}: ${m.name} -> ${m.want}\n`);
+      released++;
+    } catch (e) {
+      failed++;
+      io.stderr(`error: migrating handle object ${m.handle}: ${(e as Error).message}\n`);
+    }
+  }
   io.stdout(`${released} item(s) released or repaired, ${skipped} skipped, ${failed} failed\n`);
   return failed ? 1 : 0;
 }
 
 /** Recomputes a handle object's per-block counts from the blocks; deletes it when it holds nothing. CAS-guarded. */
 async function repairHandle(ds: Datastore, handleID: string, heldNow: number): Promise<void> {
-  const name = handleName(handleID);
   for (let attempt = 0; attempt < 5; attempt++) {
-    let h: Resource<'IPAMHandle'>;
-    try {
-      h = await ds.get('IPAMHandle', name);
-    } catch (e) {
-      if (DatastoreError.is(e, 'NotFound')) return;
-      throw e;
-    }
+    // Found by the exact ID it records: its object name may be a legacy (case-folded) one.
+    const h = (await ds.list('IPAMHandle')).items.find((x) => sameHandle(x.spec.handleID, handleID));
+    if (!h) return;
+    const name = h.metadata.name;
     try {
       if (heldNow === 0) {
         await ds.delete('IPAMHandle', name, { revision: h.metadata.resourceVersion });
@@ -549,7 +636,7 @@ async function repairHandle(ds: Datastore, handleID: string, heldNow: number): P
       const all = await ds.list('IPAMBlock');
       for (const b of all.items) {
         let n = 0;
-        for (const a of allocationsOf(b)) if (a.attr.handle_id && handleName(a.attr.handle_id) === name) n++;
+        for (const a of allocationsOf(b)) if (sameHandle(a.attr.handle_id, handleID)) n++;
         if (n) counts[b.spec.cidr] = n;
       }
       await ds.update({ ...h, spec: { ...h.spec, block: counts } });
@@ -581,3 +668,20 @@ async function releaseEmptyBlock(ds: Datastore, cidr: string, node: string): Pro
   }
 }
 
+
+/**
+ * Moves a handle object from its case-folded legacy name to handleName(ID):
+ * create the new object, then delete the old one only if unchanged (CAS), so a
+ * concurrent DEL that released it wins and the copy is removed again.
+ */
+async function migrateHandleName(ds: Datastore, m: LegacyHandleName): Promise<void> {
+  const old = await ds.get('IPAMHandle', m.name);
+  if (!sameHandle(old.spec.handleID, m.handle)) throw new CtlError(`object ${m.name} now records handle ${old.spec.handleID}; run ipam check again`);
+  const created = await ds.create<'IPAMHandle'>({ apiVersion: old.apiVersion, kind: 'IPAMHandle', metadata: { name: m.want }, spec: { ...old.spec } });
+  try {
+    await ds.delete('IPAMHandle', m.name, { revision: old.metadata.resourceVersion });
+  } catch (e) {
+    await ds.delete('IPAMHandle', m.want, { revision: created.metadata.resourceVersion }).catch(() => undefined);
+    throw e;
+  }
+}

@@ -21,6 +21,11 @@ async function loadYaml(): Promise<typeof import('yaml')> {
 
 /** Reads every document of `-f FILE` (or `-` for stdin): YAML or JSON, `---`-separated, `kind: List` and JSON arrays expanded. */
 export async function readManifests(file: string, io: CtlIO): Promise<Array<{ res: Resource; where: string }>> {
+  return (await readDocuments(file, io)).map((d) => ({ res: parseManifest(d.doc, d.where), where: d.where }));
+}
+
+/** The documents of `-f FILE` as plain objects (any kind), each with where it came from. */
+export async function readDocuments(file: string, io: CtlIO): Promise<Array<{ doc: unknown; where: string }>> {
   let text: string;
   const label = file === '-' ? 'stdin' : file;
   if (file === '-') text = await readStdin(io);
@@ -60,7 +65,7 @@ export async function readManifests(file: string, io: CtlIO): Promise<Array<{ re
       raw.push({ doc: v, where: `${label} document ${i}` });
     }
   }
-  const out: Array<{ res: Resource; where: string }> = [];
+  const out: Array<{ doc: unknown; where: string }> = [];
   const expand = (doc: unknown, where: string) => {
     if (Array.isArray(doc)) {
       doc.forEach((d, j) => expand(d, `${where} item ${j + 1}`));
@@ -71,7 +76,7 @@ export async function readManifests(file: string, io: CtlIO): Promise<Array<{ re
       o.items.forEach((d, j) => expand(d, `${where} item ${j + 1}`));
       return;
     }
-    out.push({ res: parseManifest(doc, where), where });
+    out.push({ doc, where });
   };
   for (const r of raw) expand(r.doc, r.where);
   if (out.length === 0) throw new CtlError(`${label}: no resources found`);
@@ -106,7 +111,8 @@ function sameContent(a: Resource, b: Resource): boolean {
   return norm(a) === norm(b);
 }
 
-async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
+/** The object, or undefined when it does not exist. */
+export async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
   try {
     return await ds.get(kind, name, ns);
   } catch (e) {
@@ -212,6 +218,10 @@ export async function cmdDelete(
           io.stdout(`${ref} deleted\n`);
           continue;
         }
+      }
+      if (t.kind === 'Node') {
+        await (await import('./node.js')).deleteNode(ds, io, t.name);
+        continue;
       }
       await ds.delete(t.kind, t.name, { namespace: t.namespace });
       io.stdout(`${ref} deleted\n`);

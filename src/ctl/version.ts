@@ -1,5 +1,46 @@
 // The package version, inlined by the bundler so the installed CLI needs no
-// package.json at run time.
+// package.json at run time, and the rule that a client older than the cluster
+// must not write (SPEC Versioning 3: old clients are not used after an upgrade).
 import pkg from '../../package.json' with { type: 'json' };
+import { compareVersions as compareSemver, parseSemver } from '../cni/version.js';
+import type { Datastore } from '../datastore/types.js';
+import { CtlError } from './io.js';
+import { getOrUndefined } from './resources.js';
 
 export const NETPLUGIN_VERSION: string = pkg.version;
+
+/** A release as written in ClusterInformation or by users (`v3.32.1`, `3.32`, `3.32.0-rc1`) in plain `x.y.z`; undefined when not one. */
+function normalize(v: string): string | undefined {
+  const m = /^v?(\d+\.\d+)(\.\d+)?(?:[-+].*)?$/.exec(v.trim());
+  return m ? `${m[1]}${m[2] ?? '.0'}` : undefined;
+}
+
+/** `v3.32.1`, `3.32.1`, `v3.32` → [3, 32, 1]; undefined when not a version. */
+export function parseVersion(v: string): [number, number, number] | undefined {
+  const n = normalize(v);
+  return n ? parseSemver(n) : undefined;
+}
+
+/** <0 when a is older than b, 0 when equal, >0 when newer; undefined when either is not a version. */
+export function compareVersions(a: string, b: string): number | undefined {
+  const x = normalize(a);
+  const y = normalize(b);
+  return x && y ? compareSemver(x, y) : undefined;
+}
+
+/** The cluster version (ClusterInformation netpluginVersion), or undefined when the datastore has none. */
+export async function clusterVersion(ds: Datastore): Promise<string | undefined> {
+  return (await getOrUndefined(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion;
+}
+
+/** Throws when this client is older than the cluster: it would write data in an older release's shape. */
+export async function refuseOlderClient(ds: Datastore, client = NETPLUGIN_VERSION): Promise<void> {
+  const cluster = await clusterVersion(ds);
+  if (cluster === undefined) return;
+  const c = compareVersions(client, cluster);
+  if (c !== undefined && c < 0) {
+    throw new CtlError(
+      `this netpluginctl is ${client} but the cluster runs ${cluster}: an older client must not write to an upgraded cluster; install netpluginctl ${cluster} (reads such as get and version still work)`,
+    );
+  }
+}

@@ -43,6 +43,13 @@ export interface TeardownOptions {
    * same pod reuses the name).
    */
   keepHostEnd?: boolean;
+  /**
+   * The MAC every host veth of ours carries. When the host end would be
+   * deleted by name, it is deleted only if the link itself is a veth with this
+   * MAC (and then by its index, so a link renamed in between is not hit);
+   * anything else of that name is not ours and is left alone.
+   */
+  hostMac?: string;
 }
 
 export interface ParsedAddress {
@@ -53,7 +60,7 @@ export interface ParsedAddress {
 }
 
 const IFNAME = /^[^/:\s]{1,15}$/;
-const MAC = /^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/;
+export const MAC = /^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/;
 
 function bad(fn: string, field: string, value: unknown, must: string): never {
   throw new TypeError(`${fn}: ${field} must be ${must}, got ${JSON.stringify(value) ?? String(value)}`);

@@ -4,7 +4,7 @@
 // routes and sysctls that make the host the pod's only router.
 import { NetlinkError, netlink, openNetns, type Netlink, type NetNS } from '../native/index.js';
 import { linkLocalFromMac } from './names.js';
-import { checkIfname, checkPath, validateSpec, type TeardownOptions, type ValidSpec, type WorkloadSpec, type WorkloadState } from './spec.js';
+import { MAC, checkIfname, checkPath, validateSpec, type TeardownOptions, type ValidSpec, type WorkloadSpec, type WorkloadState } from './spec.js';
 
 /** The IPv4 next hop every pod uses; it exists nowhere, the host veth answers ARP for it (proxy_arp). */
 export const GATEWAY_V4 = '169.254.1.1';
@@ -43,9 +43,12 @@ export function setupWorkload(spec: WorkloadSpec): WorkloadState {
     const host = hostHandle(h, s.hostNetnsPath);
     const cont = (h.cont = netlink(h.ns));
     // A veth of this name is a leftover of an earlier sandbox of the same pod
-    // (the name is derived from the pod, not the container): replace it.
+    // (the name is derived from the pod, not the container): replace it. Only
+    // a veth with our MAC, though: any other link of that name is not ours
+    // and makes the veth creation fail (EEXIST) instead of being deleted.
     // (RTM_GETLINK first: a miss costs ~25 µs, a failed RTM_DELLINK ~60 µs.)
-    if (host.linkFind(s.hostIfname)) host.linkDel(s.hostIfname);
+    const old = host.linkFind(s.hostIfname);
+    if (old && old.kind === 'veth' && old.mac === s.hostMac) host.linkDel(old.index);
     host.vethAdd({
       name: s.hostIfname,
       peerName: s.ifname,
@@ -202,24 +205,33 @@ export async function teardownWorkloadAsync(o: TeardownOptions): Promise<{ remov
 }
 
 /** The link to delete and the handle of its namespace; undefined when there is nothing to do. */
-function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netlink; name: string } | undefined {
+function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netlink; name: string | number } | undefined {
   if (typeof o !== 'object' || o === null) throw new TypeError(`${fn}: options must be an object, got ${String(o)}`);
   checkIfname(fn, 'options.ifname', o.ifname);
   checkIfname(fn, 'options.hostIfname', o.hostIfname);
   if (o.netnsPath !== undefined && o.netnsPath !== '') checkPath(fn, 'options.netnsPath', o.netnsPath);
   if (o.hostNetnsPath !== undefined) checkPath(fn, 'options.hostNetnsPath', o.hostNetnsPath);
+  if (o.hostMac !== undefined && (typeof o.hostMac !== 'string' || !MAC.test(o.hostMac))) throw new TypeError(`${fn}: options.hostMac must be a MAC address like 'ee:ee:ee:ee:ee:ee', got ${JSON.stringify(o.hostMac)}`);
   if (o.netnsPath) {
     try {
       h.ns = openNetns(o.netnsPath);
     } catch (e) {
       // Gone (ENOENT) or already unmounted into a plain file (EINVAL): the kernel
       // removed the veth pair with the namespace, or will when its last user exits.
+      // A host veth of the same name is then a newer sandbox's (the name is the
+      // pod's): never fall back to deleting it by name.
       if (!NetlinkError.is(e, 'ENOENT') && !NetlinkError.is(e, 'EINVAL')) throw e;
+      return undefined;
     }
   }
   if (h.ns) return { nl: (h.cont = netlink(h.ns)), name: o.ifname };
   if (o.keepHostEnd === true) return undefined;
-  return { nl: hostHandle(h, o.hostNetnsPath), name: o.hostIfname };
+  const nl = hostHandle(h, o.hostNetnsPath);
+  if (o.hostMac === undefined) return { nl, name: o.hostIfname };
+  // Ownership is judged on the link, not on a datastore record: a veth with our MAC.
+  const l = nl.linkFind(o.hostIfname);
+  if (!l || l.kind !== 'veth' || l.mac !== o.hostMac.toLowerCase()) return undefined;
+  return { nl, name: l.index };
 }
 
 /** false for "already gone" (ENODEV); any other failure is rethrown. */

@@ -28,10 +28,6 @@ export function blockFamily(name: string): 4 | 6 {
   return /^\d+\.\d+\.\d+\.\d+-\d+$/.test(name) ? 4 : 6;
 }
 
-/** IPAM handle IDs are `<network>.<containerID>`; Kubernetes names need lower case. */
-export function handleName(handleID: string): string {
-  return handleID.toLowerCase();
-}
 
 /**
  * WorkloadEndpoint names: `<node>-<orchestrator>-<workload>-<endpoint>` with

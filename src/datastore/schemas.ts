@@ -86,6 +86,13 @@ export const specSchemas = {
       addresses: z.array(z.object({ address: z.string(), type: z.string().optional() }).passthrough()).optional(),
       podCIDRs: z.array(cidr).optional(),
       bgp: z.object({ ipv4Address: z.string().optional(), ipv6Address: z.string().optional() }).passthrough().optional(),
+      ipv4Address: cidr.optional(),
+      ipv6Address: cidr.optional(),
+      vxlanTunnelAddress: z.string().optional(),
+      vxlanTunnelMACAddr: z.string().optional(),
+      vxlanTunnelAddressV6: z.string().optional(),
+      vxlanTunnelMACAddrV6: z.string().optional(),
+      ipv4IPIPTunnelAddr: z.string().optional(),
     })
     .passthrough(),
   HostEndpoint: z

@@ -117,6 +117,15 @@ export interface NodeSpec {
   /** Pod CIDRs of the node (from the orchestrator), used by host-local `usePodCidr`. */
   podCIDRs?: string[];
   bgp?: { ipv4Address?: string; ipv6Address?: string };
+  /** The node's own addresses with prefix (`192.0.2.10/24`), registered by its agent. */
+  ipv4Address?: string;
+  ipv6Address?: string;
+  /** Tunnel data the agent allocates and registers, read by the other nodes' agents. */
+  vxlanTunnelAddress?: string;
+  vxlanTunnelMACAddr?: string;
+  vxlanTunnelAddressV6?: string;
+  vxlanTunnelMACAddrV6?: string;
+  ipv4IPIPTunnelAddr?: string;
 }
 
 export interface HostEndpointSpec {

@@ -19,7 +19,8 @@ import {
   type IPAMHandleSpec,
   type Resource,
 } from '../datastore/types.js';
-import { affinityName, blockName, handleName } from '../datastore/names.js';
+import { affinityName, blockName } from '../datastore/names.js';
+import { handleName, legacyHandleName, parseHandleID, sameHandle } from './handle.js';
 import {
   tryParseCidr,
   containsCidr,
@@ -48,7 +49,7 @@ import {
   newBlockSpec,
   ordinalsOf,
 } from './block.js';
-import { choosePools, describePools, poolInfo, type PoolInfo } from './pools.js';
+import { checkPoolUse, choosePools, describePools, poolInfo, type PoolInfo, type PoolUse } from './pools.js';
 import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
 
 export interface AssignRequest {
@@ -63,6 +64,8 @@ export interface AssignRequest {
   ipv6Pools?: string[];
   /** Specific addresses (from `IP=` or annotations): at most one per family. When given, exactly these are assigned and assignIPv4/6 are ignored. */
   requestedIPs?: string[];
+  /** What the addresses are for (default Workload); pools whose spec.allowedUses leaves it out are never used. */
+  use?: PoolUse;
   /** How to name the pool lists and requested addresses in errors (default ipv4_pools / ipv6_pools / IP). */
   fields?: { ipv4Pools?: string; ipv6Pools?: string; requestedIPs?: string };
 }
@@ -252,13 +255,31 @@ export class Ipam {
     return { pools, bad };
   }
 
+  /**
+   * The handle object of exactly `handleID` (byte-exact, see ipam/handle.ts).
+   * A handle written before identities became exact lives under its
+   * case-folded name: it is used when it records this very ID, so a DEL after
+   * an upgrade still releases what the ADD took.
+   */
   private async getHandle(handleID: string): Promise<HandleRes | undefined> {
-    try {
-      return await this.ds.get('IPAMHandle', handleName(handleID));
-    } catch (e) {
-      if (isKind(e, 'NotFound')) return undefined;
-      throw e;
+    const read = async (name: string) => {
+      try {
+        return await this.ds.get('IPAMHandle', name);
+      } catch (e) {
+        if (isKind(e, 'NotFound')) return undefined;
+        throw e;
+      }
+    };
+    const name = handleName(handleID);
+    const h = await read(name);
+    if (h && !sameHandle(h.spec.handleID, handleID)) {
+      throw ipamError(
+        `IPAMHandle ${name} records handle ${JSON.stringify(h.spec.handleID)}, not ${JSON.stringify(handleID)} (a handle written before IDs became case-exact); run \`netpluginctl ipam check --fix\` to migrate it`,
+      );
     }
+    if (h || legacyHandleName(handleID) === name) return h;
+    const old = await read(legacyHandleName(handleID));
+    return old && sameHandle(old.spec.handleID, handleID) ? old : undefined;
   }
 
   private async getBlock(cidrText: string): Promise<BlockRes | undefined> {
@@ -384,7 +405,7 @@ export class Ipam {
         const owner = handleAt(cur.spec, ordinal);
         if (cur.spec.allocations[ordinal] != null) {
           const ip = addressOf(cidr, ordinal);
-          if (owner && owner.handle_id && owner.handle_id.toLowerCase() === handleID.toLowerCase()) {
+          if (owner && sameHandle(owner.handle_id, handleID)) {
             // Same container asking again (a retried ADD): the address is already its own.
             return { ip, ord: ordinal, cidr };
           }
@@ -642,7 +663,7 @@ export class Ipam {
     const fields = ctx.req.fields ?? {};
     const explicit = family === 4 ? ctx.req.ipv4Pools : ctx.req.ipv6Pools;
     const field = (family === 4 ? fields.ipv4Pools : fields.ipv6Pools) ?? (family === 4 ? 'ipv4_pools' : 'ipv6_pools');
-    const pools = await choosePools({ family, pools: ctx.pools, explicit, field, node: ctx.node, labels: () => this.labelsOf(ctx), badPools: ctx.badPools });
+    const pools = await choosePools({ family, pools: ctx.pools, explicit, field, node: ctx.node, labels: () => this.labelsOf(ctx), badPools: ctx.badPools , use: ctx.req.use ?? 'Workload' });
     return { pools, ownFirst: !(explicit && explicit.length) };
   }
 
@@ -718,6 +739,7 @@ export class Ipam {
       }
       throw ipamError(`${field}: ${text} is not in a configured pool (pools: ${describePools(ctx.pools)}); request an address inside an IPPool`);
     }
+    checkPoolUse(pool, ctx.req.use ?? 'Workload', field, canonical);
     const blockCidr = enclosing(ip, pool.blockSize);
     const blockText = formatCidr(blockCidr);
     const ord = ordinalOf(blockCidr, ip);
@@ -1197,42 +1219,6 @@ export class Ipam {
     });
   }
 
-  /**
-   * A node is gone for good (its Kubernetes Node was deleted): give back its
-   * blocks. Every block affine to it that is empty is deleted with its
-   * affinity (the empty-block policy would keep a node's last block per pool);
-   * a block that still holds addresses loses its affinity, so any node may
-   * borrow from it and it goes back to the pool once empty. Pending affinities
-   * (a claim the node never finished) are dropped. Release the node's
-   * addresses first. Returns the block CIDRs handed back.
-   */
-  async releaseNodeAffinities(node: string): Promise<string[]> {
-    return this.exclusive(undefined, async () => {
-      const out: string[] = [];
-      for (const aff of await this.nodeAffinities(node)) {
-        if (aff.spec.node !== node) continue;
-        await this.retry(`releasing block ${aff.spec.cidr} of deleted node ${node}`, async () => {
-          const b = await this.getBlock(aff.spec.cidr);
-          if (b && b.spec.affinity === hostAffinity(node)) {
-            if (isEmpty(b.spec)) {
-              try {
-                await this.ds.delete('IPAMBlock', b.metadata.name, { revision: b.metadata.resourceVersion });
-              } catch (e) {
-                if (!isKind(e, 'NotFound')) throw e;
-              }
-            } else {
-              await this.ds.update({ ...b, spec: { ...b.spec, affinity: null } });
-            }
-          }
-        });
-        await this.deleteAffinity(aff);
-        out.push(aff.spec.cidr);
-      }
-      if (out.length) this.log.info('ipam: released the blocks of a deleted node', { node, blocks: out });
-      return out;
-    });
-  }
-
   // ---------------------------------------------------------------- inspection
 
   /** The addresses (plain IPs) the handle holds now. */
@@ -1293,9 +1279,12 @@ export class Ipam {
     return { handle: attr.handle_id, attrs: { ...(attr.secondary ?? {}) }, block: block.spec.cidr };
   }
 
-  async listHandles(opts: { prefix?: string } = {}): Promise<HandleInfo[]> {
-    const { items } = await this.ds.list('IPAMHandle', opts.prefix ? { namePrefix: handleName(opts.prefix) } : {});
-    return items.map((h) => ({ handleID: h.spec.handleID, blocks: { ...h.spec.block } }));
+  /** Every handle, or only those of exactly `network` (see ipam/handle.ts; object names fold case, so this filters on the recorded IDs). */
+  async listHandles(opts: { network?: string } = {}): Promise<HandleInfo[]> {
+    const { items } = await this.ds.list('IPAMHandle');
+    return items
+      .filter((h) => opts.network === undefined || parseHandleID(h.spec.handleID)?.network === opts.network)
+      .map((h) => ({ handleID: h.spec.handleID, blocks: { ...h.spec.block } }));
   }
 }
 

@@ -1,6 +1,7 @@
 // Pure operations on an IPAMBlock spec (no I/O). The allocator reads a block,
 // applies one of these to a copy, and writes it back with compare-and-swap.
 import type { AllocationAttribute, IPAMBlockSpec } from '../datastore/types.js';
+import { sameHandle } from './handle.js';
 import { cidrSize, formatIP, nthAddress, parseCidr, type Cidr } from './cidr.js';
 
 export function newBlockSpec(cidr: Cidr, text: string, affinity: string | null): IPAMBlockSpec {
@@ -24,9 +25,7 @@ export function checkBlock(spec: IPAMBlockSpec): Cidr {
   return c;
 }
 
-export function sameHandle(a: string | null | undefined, b: string): boolean {
-  return a != null && a.toLowerCase() === b.toLowerCase();
-}
+export { sameHandle } from './handle.js';
 
 export function handleAt(spec: IPAMBlockSpec, ord: number): AllocationAttribute | undefined {
   const idx = spec.allocations[ord];

@@ -17,6 +17,24 @@ export interface PoolInfo {
   selectorText: string;
   selector: Selector;
   selectsAll: boolean;
+  /** spec.allowedUses, defaulted to both uses. */
+  allowedUses: PoolUse[];
+}
+
+/** What an address is for: a pod (`Workload`) or a node's tunnel device (`Tunnel`). */
+export type PoolUse = 'Workload' | 'Tunnel';
+const ALL_USES: PoolUse[] = ['Workload', 'Tunnel'];
+
+/**
+ * Refuses a pool whose allowedUses leaves out `use`: the error names the pool,
+ * its allowedUses and the field that led to it (a `[Tunnel]`-only pool never
+ * gives a workload address, however it is asked for).
+ */
+export function checkPoolUse(pool: PoolInfo, use: PoolUse, field: string, address?: string): void {
+  if (pool.allowedUses.includes(use)) return;
+  const uses = `[${pool.allowedUses.join(', ')}]`;
+  const where = address ? `${address} is in pool '${pool.name}' (${pool.cidrText}), whose allowedUses is ${uses}` : `pool '${pool.name}' (${pool.cidrText}) has allowedUses ${uses}`;
+  throw new CniError(ErrorCodes.IpamFailure, `${field}: ${where}: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`);
 }
 
 export const DEFAULT_BLOCK_SIZE: Record<Family, number> = { 4: 26, 6: 122 };
@@ -57,6 +75,7 @@ export function poolInfo(res: Resource<'IPPool'>): PoolInfo {
     selectorText,
     selector,
     selectsAll: selector.toString() === 'all()',
+    allowedUses: res.spec.allowedUses?.length ? [...res.spec.allowedUses] : [...ALL_USES],
   };
 }
 
@@ -107,6 +126,8 @@ export interface ChoosePoolsRequest {
   labels: () => Promise<Record<string, string>>;
   /** Messages of pools that failed validation (shown when nothing qualifies). */
   badPools?: string[];
+  /** What the addresses are for (default Workload): pools whose allowedUses leave it out are never chosen. */
+  use?: PoolUse;
 }
 
 /**
@@ -119,8 +140,10 @@ export interface ChoosePoolsRequest {
  */
 export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
   const { family, node, field } = r;
+  const use = r.use ?? 'Workload';
   if (r.explicit && r.explicit.length) {
     const named = resolveExplicitPools(family, r.explicit, r.pools, field);
+    for (const p of named) checkPoolUse(p, use, field);
     const labels = named.some((p) => !p.selectsAll) ? await r.labels() : {};
     const pools = named.filter((p) => p.selector.matches(labels));
     if (!pools.length) {
@@ -131,16 +154,19 @@ export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
     }
     return pools;
   }
-  const enabled = r.pools.filter((p) => p.cidr.family === family && !p.disabled).sort((a, b) => a.name.localeCompare(b.name));
+  const enabled = r.pools.filter((p) => p.cidr.family === family && !p.disabled && p.allowedUses.includes(use)).sort((a, b) => a.name.localeCompare(b.name));
   const labels = enabled.some((p) => !p.selectsAll) ? await r.labels() : {};
   const pools = enabled.filter((p) => p.selector.matches(labels));
   if (!pools.length) {
     const all = r.pools.filter((p) => p.cidr.family === family);
     const detail = all.length
-      ? all.map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`).join(', ')
+      ? all
+          .map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.allowedUses.includes(use) ? '' : `, allowedUses [${p.allowedUses.join(', ')}]`}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`)
+          .join(', ')
       : 'none exist';
     const bad = r.badPools?.length ? `; invalid pools ignored: ${r.badPools.join('; ')}` : '';
-    throw new CniError(ErrorCodes.IpamFailure, `no enabled IPv${family} pool selects node '${node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector`);
+    const why = use === 'Workload' ? '' : ` (${use} addresses come only from pools whose allowedUses includes ${use})`;
+    throw new CniError(ErrorCodes.IpamFailure, `no enabled IPv${family} pool selects node '${node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector${why}`);
   }
   return pools;
 }

@@ -9,7 +9,7 @@ import type { Datastore, Kind, Resource } from '../datastore/types.js';
 import type { Registry } from '../observe/metrics.js';
 import { Informer, datastoreSource, type ListWatchSource } from '../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../watch/queue.js';
-import type { Settings } from './config.js';
+import type { Settings } from '../model/kube-controllers-config.js';
 
 export interface ControllerContext {
   ds: Datastore;
@@ -42,7 +42,33 @@ export function controllerMetrics(registry: Registry) {
   };
 }
 
-/** A DatastoreError that retrying cannot fix is still retried (an operator may fix the object), but logged as such. */
+/**
+ * A controller's work queue: failures are counted, logged (naming `what` the
+ * key is) and retried with backoff; its depth is reported as a metric.
+ */
+export function controllerQueue(ctx: ControllerContext, name: string, what: (key: string) => string, handle: (key: string) => Promise<void>): WorkQueue {
+  const m = controllerMetrics(ctx.registry);
+  const q = createWorkQueue({
+    handle,
+    onError: (key, err, n) => {
+      m.errors.inc({ controller: name });
+      ctx.log.warn(`${name} controller: reconciling ${what(key)} failed; retrying with backoff`, { error: describeError(err), failures: n });
+    },
+  });
+  ctx.registry.onCollect(() => m.depth.set({ controller: name }, q.depth));
+  return q;
+}
+
+/** An informer's onError for a controller: counted and logged (the informer re-lists by itself). */
+export function watchErrors(ctx: ControllerContext, name: string): (err: Error, source: string) => void {
+  const m = controllerMetrics(ctx.registry);
+  return (err, source) => {
+    m.errors.inc({ controller: name });
+    ctx.log.warn(`${name} controller: watch of ${source} broke; re-listing with backoff`, { error: err.message });
+  };
+}
+
+/** The message of a thrown value, for log fields. */
 export function describeError(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
@@ -127,23 +153,13 @@ export class MirrorController implements Controller {
   ) {
     this.name = spec.name;
     const m = controllerMetrics(ctx.registry);
-    const onError = (err: Error, source: string) => {
-      m.errors.inc({ controller: spec.name });
-      ctx.log.warn(`${spec.name} controller: watch of ${source} broke; re-listing with backoff`, { error: err.message });
-    };
-    this.queue = createWorkQueue({
-      handle: async (key) => {
-        const desired = this.spec.desired(key, (i, k) => this.informers[i]!.get(k) as never);
-        const did = await applyMirror(ctx.ds, spec.kind, key, desired);
-        m.synced.inc({ controller: spec.name });
-        if (did !== 'unchanged') ctx.log.info(`${spec.name} controller: ${did} ${spec.kind} ${key}`);
-      },
-      onError: (key, err, n) => {
-        m.errors.inc({ controller: spec.name });
-        ctx.log.warn(`${spec.name} controller: reconciling ${spec.kind} ${key} failed; retrying with backoff`, { error: describeError(err), failures: n });
-      },
+    const onError = watchErrors(ctx, spec.name);
+    this.queue = controllerQueue(ctx, spec.name, (key) => `${spec.kind} ${key}`, async (key) => {
+      const desired = this.spec.desired(key, (i, k) => this.informers[i]!.get(k) as never);
+      const did = await applyMirror(ctx.ds, spec.kind, key, desired);
+      m.synced.inc({ controller: spec.name });
+      if (did !== 'unchanged') ctx.log.info(`${spec.name} controller: ${did} ${spec.kind} ${key}`);
     });
-    ctx.registry.onCollect(() => m.depth.set({ controller: spec.name }, this.queue.depth));
     this.informers = spec.sources.map(
       (s) =>
         new Informer(s.source, {

@@ -13,7 +13,7 @@ import type { Datastore, Resource } from '../datastore/types.js';
 import type { Registry } from '../observe/metrics.js';
 import { Informer, datastoreSource } from '../watch/informer.js';
 import { LeaderElector } from './leader.js';
-import { CONFIG_NAME, DEFAULT_SETTINGS, defaultConfiguration, settingsFrom, type ControllerName, type Settings } from './config.js';
+import { CONFIG_NAME, DEFAULT_SETTINGS, defaultConfiguration, settingsFrom, type ControllerName, type Settings } from '../model/kube-controllers-config.js';
 import type { Controller, ControllerContext } from './framework.js';
 import { describeError } from './framework.js';
 import { policyController } from './policy.js';

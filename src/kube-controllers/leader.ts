@@ -45,7 +45,11 @@ export class LeaderElector {
   private stopped = false;
   private leading = false;
   private lastRenew = 0;
+  /** Fires when a leader has not renewed within the renew deadline, whatever its requests are doing. */
+  private deadlineTimer: NodeJS.Timeout | undefined;
   private observed: { rv?: string; holder?: string; at: number } | undefined;
+  /** The lease duration the holder wrote into the lease last seen. */
+  private observedDurationMs = 0;
   private readonly leaseMs: number;
   private readonly renewDeadlineMs: number;
   private readonly retryMs: number;
@@ -71,8 +75,19 @@ export class LeaderElector {
     void this.tick();
   }
 
+  /**
+   * A leader renews every retry period. A standby looks twice as often (the
+   * sooner it sees the last renewal, the sooner it may take over) and also
+   * exactly when the lease it watches runs out.
+   */
   private schedule(): void {
-    if (!this.stopped) this.timer = setTimeout(() => void this.tick(), this.retryMs);
+    if (this.stopped) return;
+    let delay = this.leading ? this.retryMs : Math.max(100, Math.floor(this.retryMs / 2));
+    if (!this.leading && this.observed?.holder && this.observed.holder !== this.o.identity) {
+      const expiresIn = this.observed.at + this.observedDurationMs - Date.now();
+      if (expiresIn > 0) delay = Math.min(delay, expiresIn + 10);
+    }
+    this.timer = setTimeout(() => void this.tick(), delay);
   }
 
   private async tick(): Promise<void> {
@@ -87,6 +102,7 @@ export class LeaderElector {
   }
 
   private lose(why: string): void {
+    clearTimeout(this.deadlineTimer);
     if (!this.leading) return;
     this.leading = false;
     this.o.log.error('leader election: lost the lease; stopping all writes', { identity: this.o.identity, why });
@@ -108,13 +124,13 @@ export class LeaderElector {
     const now = new Date();
     let lease: Lease | undefined;
     try {
-      lease = await this.o.client.request<Lease>('GET', `${this.path}/${encodeURIComponent(this.o.name)}`);
+      lease = await this.o.client.request<Lease>('GET', `${this.path}/${encodeURIComponent(this.o.name)}`, undefined, this.callOpts());
     } catch (e) {
       if (!DatastoreError.is(e, 'NotFound')) throw e;
     }
     if (!lease) {
       try {
-        await this.o.client.request('POST', this.path, { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.o.name, namespace: this.o.namespace }, spec: this.spec(undefined, now) });
+        await this.o.client.request('POST', this.path, { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.o.name, namespace: this.o.namespace }, spec: this.spec(undefined, now) }, this.callOpts());
       } catch (e) {
         if (DatastoreError.is(e, 'AlreadyExists') || DatastoreError.is(e, 'Conflict')) return; // another replica was first
         throw e;
@@ -127,23 +143,35 @@ export class LeaderElector {
     }
     const mine = holder === this.o.identity;
     const duration = (lease.spec?.leaseDurationSeconds ?? Math.ceil(this.leaseMs / 1000)) * 1000;
+    this.observedDurationMs = duration;
     if (!mine && holder && Date.now() - this.observed.at < duration) {
       if (this.leading) this.lose(`the lease is held by ${holder}`);
       return;
     }
     try {
-      const next = await this.o.client.request<Lease>('PUT', `${this.path}/${encodeURIComponent(this.o.name)}`, { ...lease, spec: this.spec(lease.spec, now) });
+      const next = await this.o.client.request<Lease>('PUT', `${this.path}/${encodeURIComponent(this.o.name)}`, { ...lease, spec: this.spec(lease.spec, now) }, this.callOpts());
       this.observed = { rv: next.metadata.resourceVersion, holder: this.o.identity, at: Date.now() };
     } catch (e) {
       if (DatastoreError.is(e, 'Conflict')) return; // someone else renewed or took it: re-read next tick
       throw e;
     }
-    if (mine) this.lastRenew = Date.now();
+    if (mine) this.renewed();
     else this.acquired(holder);
   }
 
-  private acquired(from?: string): void {
+  /** A hung API server must not keep a leader's request waiting past its renew deadline. */
+  private callOpts(): { timeoutMs: number } {
+    return { timeoutMs: Math.max(500, Math.floor(this.renewDeadlineMs / 2)) };
+  }
+
+  private renewed(): void {
     this.lastRenew = Date.now();
+    clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = setTimeout(() => this.lose('could not renew the lease within the renew deadline'), this.renewDeadlineMs);
+  }
+
+  private acquired(from?: string): void {
+    this.renewed();
     this.observed = { ...this.observed, holder: this.o.identity, at: Date.now() };
     if (this.leading) return;
     this.leading = true;
@@ -158,6 +186,7 @@ export class LeaderElector {
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    clearTimeout(this.deadlineTimer);
     if (!this.leading) return;
     this.leading = false;
     try {

@@ -15,27 +15,20 @@ import type { KubeObject, KubePod } from '../k8s/client.js';
 import { API_VERSION, type Resource } from '../datastore/types.js';
 import { DatastoreError } from '../errors.js';
 import { Ipam } from '../ipam/allocator.js';
+import { releaseNodeIpam } from '../ipam/node-release.js';
 import { addressOf, checkBlock } from '../ipam/block.js';
 import { canonicalIP } from '../ipam/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
-import { createWorkQueue } from '../watch/queue.js';
-import { applyMirror, controllerMetrics, describeError, type Controller, type ControllerContext } from './framework.js';
-import { formatDuration } from './config.js';
+import { applyMirror, controllerMetrics, controllerQueue, describeError, watchErrors, type Controller, type ControllerContext } from './framework.js';
+import { formatDuration } from '../model/kube-controllers-config.js';
+import { AUTO_HEP_SUFFIX, CREATED_BY, CREATED_BY_LABEL, DEFAULT_ALLOW_PROFILE, autoHostEndpoint, autoHostEndpointName, defaultAllowProfile } from '../model/host-endpoints.js';
 
 /** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
 export const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';
-export const AUTO_HEP_SUFFIX = '-auto-hep';
-export const CREATED_BY_LABEL = 'netplugin.org/created-by';
-export const CREATED_BY = 'netplugin-kube-controllers';
-export const DEFAULT_ALLOW_PROFILE = 'netplugin-default-allow';
 const OWN_PREFIX = 'netplugin.org/';
 
 type DsNode = Resource<'Node'>;
 type Hep = Resource<'HostEndpoint'>;
-
-export function autoHostEndpointName(node: string): string {
-  return `${node}${AUTO_HEP_SUFFIX}`;
-}
 
 /** The addresses of a Kubernetes Node that a host endpoint expects (internal and external IPs). */
 export function nodeAddresses(kn: KubeObject): string[] {
@@ -43,20 +36,6 @@ export function nodeAddresses(kn: KubeObject): string[] {
     .filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && a.address)
     .map((a) => a.address!);
   return [...new Set(addrs)].sort();
-}
-
-export function autoHostEndpoint(kn: KubeObject): Hep {
-  const node = kn.metadata.name;
-  return {
-    apiVersion: API_VERSION,
-    kind: 'HostEndpoint',
-    metadata: { name: autoHostEndpointName(node), labels: { ...(kn.metadata.labels ?? {}), [CREATED_BY_LABEL]: CREATED_BY } },
-    spec: { node, interfaceName: '*', expectedIPs: nodeAddresses(kn), profiles: [DEFAULT_ALLOW_PROFILE] },
-  };
-}
-
-export function defaultAllowProfile(): Resource<'Profile'> {
-  return { apiVersion: API_VERSION, kind: 'Profile', metadata: { name: DEFAULT_ALLOW_PROFILE }, spec: { ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] } };
 }
 
 /** The datastore Node's labels: the Kubernetes Node's, plus our own `netplugin.org/*` ones it already had. */
@@ -97,18 +76,8 @@ export function nodeController(ctx: ControllerContext): NodeController {
   let gcTimer: NodeJS.Timeout | undefined;
   let gcRunning: Promise<string[]> | undefined;
 
-  const queue = createWorkQueue({
-    handle: (node) => reconcile(node),
-    onError: (key, err, n) => {
-      m.errors.inc({ controller: name });
-      ctx.log.warn(`node controller: reconciling node ${key} failed; retrying with backoff`, { error: describeError(err), failures: n });
-    },
-  });
-  ctx.registry.onCollect(() => m.depth.set({ controller: name }, queue.depth));
-  const onError = (err: Error, source: string) => {
-    m.errors.inc({ controller: name });
-    ctx.log.warn(`node controller: watch of ${source} broke; re-listing with backoff`, { error: err.message });
-  };
+  const queue = controllerQueue(ctx, name, (key) => `node ${key}`, (node) => reconcile(node));
+  const onError = watchErrors(ctx, name);
   const enqueue = (key: string) => {
     if (resynced) queue.add(key);
   };
@@ -157,7 +126,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
       }
       if (ctx.settings().autoHostEndpoints) {
         await applyMirror(ctx.ds, 'Profile', DEFAULT_ALLOW_PROFILE, defaultAllowProfile());
-        const did = await applyMirror(ctx.ds, 'HostEndpoint', hepName, autoHostEndpoint(kn));
+        const did = await applyMirror(ctx.ds, 'HostEndpoint', hepName, autoHostEndpoint(node, kn.metadata.labels, nodeAddresses(kn)));
         if (did !== 'unchanged') ctx.log.info(`node controller: ${did} automatic host endpoint ${hepName}`, { node });
       } else {
         await removeAutoHep(node);
@@ -173,6 +142,17 @@ export function nodeController(ctx: ControllerContext): NodeController {
       await removeAutoHep(node);
     }
     m.synced.inc({ controller: name });
+  }
+
+  /** An endpoint whose workload is gone for good (etcd: the plugin's DEL never ran). */
+  async function deleteEndpoint(w: Resource<'WorkloadEndpoint'>, why: string): Promise<void> {
+    try {
+      await ctx.ds.delete('WorkloadEndpoint', w.metadata.name, { namespace: w.metadata.namespace ?? 'default', revision: w.metadata.resourceVersion! });
+      ctx.log.info('node controller: deleted a stale workload endpoint', { endpoint: `${w.metadata.namespace}/${w.metadata.name}`, why });
+    } catch (e) {
+      // Gone or rewritten meanwhile (a new ADD): either way not ours to delete now.
+      if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
+    }
   }
 
   async function removeAutoHep(node: string): Promise<void> {
@@ -204,7 +184,13 @@ export function nodeController(ctx: ControllerContext): NodeController {
     if (unowned.length) released.push(...(await ipam.releaseIPs(unowned)).map((r) => r.ip));
     for (const ip of released) ctx.log.info('node controller: released an address of a deleted node', { node, ip });
     if (released.length) m.released.inc({ reason: 'node-deleted' }, released.length);
-    await ipam.releaseNodeAffinities(node);
+    // Then its blocks: empty ones back to the pool, the others unaffined; its affinities deleted.
+    await releaseNodeIpam(ctx.ds, node, { log: ctx.log });
+    if (ctx.ds.type !== 'kubernetes') {
+      // On etcd the plugin's endpoints outlive a node that never ran DEL.
+      const { items: weps } = await ctx.ds.list('WorkloadEndpoint');
+      for (const w of weps) if (w.spec.node === node) await deleteEndpoint(w, 'its node was deleted');
+    }
     await removeAutoHep(node);
     try {
       await ctx.ds.delete('Node', node);
@@ -222,6 +208,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
    * leakGracePeriod. The pod is read from the API server once more right
    * before the release, so a stale cache never frees a live pod's address.
    * Allocations without those attributes (podman, plain CNI) are never touched.
+   * On etcd, endpoints of pods that are gone are deleted by the same rule.
    */
   async function gcScanOnce(): Promise<string[]> {
     if (!pods.synced) return [];
@@ -230,9 +217,13 @@ export function nodeController(ctx: ControllerContext): NodeController {
     const [{ items: blocks }, { items: weps }] = await Promise.all([ctx.ds.list('IPAMBlock'), ctx.ds.list('WorkloadEndpoint')]);
     // A live endpoint: its pod exists on the endpoint's node.
     const live = new Set<string>();
+    const stale: Array<Resource<'WorkloadEndpoint'>> = []; // endpoints whose pod is gone (or elsewhere)
     for (const w of weps) {
       const pod = w.spec.pod ? pods.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) : undefined;
-      if (w.spec.orchestrator === 'k8s' && (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))) continue;
+      if (w.spec.orchestrator === 'k8s' && w.spec.pod && (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))) {
+        stale.push(w);
+        continue;
+      }
       for (const n of w.spec.ipNetworks) live.add(canonicalIP(n.split('/')[0]!));
     }
     const seen = new Set<string>();
@@ -257,7 +248,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
         ripe.set(attr.handle_id, r);
       });
     }
-    for (const k of [...firstLeaked.keys()]) if (!seen.has(k)) firstLeaked.delete(k);
+    for (const k of [...firstLeaked.keys()]) if (!k.startsWith('wep|') && !seen.has(k)) firstLeaked.delete(k);
     ctx.log.debug('ipam gc: scan', { leaked: seen.size, ripe: ripe.size, leakGracePeriod: formatDuration(grace) });
     const released: string[] = [];
     for (const [handle, r] of ripe) {
@@ -277,6 +268,27 @@ export function nodeController(ctx: ControllerContext): NodeController {
       if (ips.length) m.released.inc({ reason: 'leaked' }, ips.length);
       released.push(...ips);
     }
+    // Endpoints the plugin wrote on etcd for pods that are gone (no DEL ran), by
+    // the same rule: stale for the grace period, confirmed by a GET. On the
+    // kubernetes datastore endpoints are the pods themselves.
+    const staleNow = new Set<string>();
+    for (const w of ctx.ds.type === 'kubernetes' ? [] : stale) {
+      const key = `wep|${w.metadata.namespace}/${w.metadata.name}|${w.metadata.resourceVersion}`;
+      staleNow.add(key);
+      const first = firstLeaked.get(key) ?? now;
+      firstLeaked.set(key, first);
+      if (now - first < grace) continue;
+      let pod: KubePod | undefined;
+      try {
+        pod = await ctx.kube.getPod(w.metadata.namespace ?? 'default', w.spec.pod!);
+      } catch (e) {
+        if (!DatastoreError.is(e, 'NotFound')) throw e;
+      }
+      if (pod && (!pod.spec?.nodeName || pod.spec.nodeName === w.spec.node)) continue;
+      await deleteEndpoint(w, pod ? `pod ${w.metadata.namespace}/${w.spec.pod} runs on node ${pod.spec?.nodeName}` : `pod ${w.metadata.namespace}/${w.spec.pod} does not exist`);
+      firstLeaked.delete(key);
+    }
+    for (const k of [...firstLeaked.keys()]) if (k.startsWith('wep|') && !staleNow.has(k)) firstLeaked.delete(k);
     scans.inc();
     return released;
   }

@@ -8,8 +8,7 @@ import type { KubeObject } from '../k8s/client.js';
 import type { Resource } from '../datastore/types.js';
 import { DatastoreError } from '../errors.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
-import { createWorkQueue } from '../watch/queue.js';
-import { controllerMetrics, describeError, type Controller, type ControllerContext } from './framework.js';
+import { controllerMetrics, controllerQueue, watchErrors, type Controller, type ControllerContext } from './framework.js';
 
 const OWN_PREFIX = 'netplugin.org/';
 type Wep = Resource<'WorkloadEndpoint'>;
@@ -35,35 +34,25 @@ export function workloadEndpointController(ctx: ControllerContext): Controller {
   const podKeyOf = (w: Wep) => (w.spec.orchestrator === 'k8s' && w.spec.pod ? `${w.metadata.namespace ?? 'default'}/${w.spec.pod}` : undefined);
   let resynced = false;
 
-  const queue = createWorkQueue({
-    handle: async (key) => {
-      const [ns, wepName] = key.split('/', 2) as [string, string];
-      let wep: Wep;
-      try {
-        wep = await ctx.ds.get('WorkloadEndpoint', wepName, ns);
-      } catch (e) {
-        if (DatastoreError.is(e, 'NotFound')) return;
-        throw e;
-      }
-      const podKey = podKeyOf(wep);
-      const pod = podKey ? pods.get(podKey) : undefined;
-      if (!pod) return; // not a pod's endpoint, or the pod is gone (DEL / GC clean up)
-      const labels = endpointLabels(pod.metadata.labels, wep.metadata.labels);
-      m.synced.inc({ controller: name });
-      if (sameLabels(labels, wep.metadata.labels ?? {})) return;
-      await ctx.ds.update({ ...wep, metadata: { ...wep.metadata, labels } });
-      ctx.log.info('workloadendpoint controller: copied pod labels onto the endpoint', { endpoint: key, pod: podKey });
-    },
-    onError: (key, err, n) => {
-      m.errors.inc({ controller: name });
-      ctx.log.warn(`workloadendpoint controller: updating WorkloadEndpoint ${key} failed; retrying with backoff`, { error: describeError(err), failures: n });
-    },
+  const queue = controllerQueue(ctx, name, (key) => `WorkloadEndpoint ${key}`, async (key) => {
+    const [ns, wepName] = key.split('/', 2) as [string, string];
+    let wep: Wep;
+    try {
+      wep = await ctx.ds.get('WorkloadEndpoint', wepName, ns);
+    } catch (e) {
+      if (DatastoreError.is(e, 'NotFound')) return;
+      throw e;
+    }
+    const podKey = podKeyOf(wep);
+    const pod = podKey ? pods.get(podKey) : undefined;
+    if (!pod) return; // not a pod's endpoint, or the pod is gone (DEL / GC clean up)
+    const labels = endpointLabels(pod.metadata.labels, wep.metadata.labels);
+    m.synced.inc({ controller: name });
+    if (sameLabels(labels, wep.metadata.labels ?? {})) return;
+    await ctx.ds.update({ ...wep, metadata: { ...wep.metadata, labels } });
+    ctx.log.info('workloadendpoint controller: copied pod labels onto the endpoint', { endpoint: key, pod: podKey });
   });
-  ctx.registry.onCollect(() => m.depth.set({ controller: name }, queue.depth));
-  const onError = (err: Error, source: string) => {
-    m.errors.inc({ controller: name });
-    ctx.log.warn(`workloadendpoint controller: watch of ${source} broke; re-listing with backoff`, { error: err.message });
-  };
+  const onError = watchErrors(ctx, name);
 
   const pods = new Informer<KubeObject>(kubeSource(ctx.kube, '/api/v1/pods'), {
     onChange: (key) => {

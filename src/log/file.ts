@@ -26,6 +26,7 @@ import {
   existsSync,
   type Stats,
 } from 'node:fs';
+import { openNoFollow } from '../safe-open.js';
 import { basename, dirname, join } from 'node:path';
 
 const STALE_MS = 10_000;
@@ -59,12 +60,14 @@ export class RotatingFile {
   private open(): void {
     if (this.fd >= 0) closeSync(this.fd);
     this.fd = -1;
+    // Not through a symlink (root would append wherever it points), and not
+    // world-readable (log lines name pods and addresses).
     try {
-      this.fd = openSync(this.opts.path, 'a', 0o644);
+      this.fd = openNoFollow(this.opts.path, 'append', 0o640);
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
       mkdirSync(this.dir, { recursive: true, mode: 0o755 });
-      this.fd = openSync(this.opts.path, 'a', 0o644);
+      this.fd = openNoFollow(this.opts.path, 'append', 0o640);
     }
     this.ino = fstatSync(this.fd).ino;
   }

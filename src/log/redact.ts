@@ -1,6 +1,8 @@
-// Secrets never reach a log line: fields whose names say "secret" are masked
+// Secrets never reach any output: fields whose names say "secret" are masked
 // whole, and secret-looking text inside any string (a kubeconfig pasted into
-// an error, an Authorization header, a PEM key) is masked in place.
+// an error, an Authorization header in any case, a PEM key, a JWT, the
+// user:password@ of a URL) is masked in place. The one redaction for every
+// output: log lines (file, stderr, agent) and the CNI error JSON on stdout.
 
 export const REDACTED = '[REDACTED]';
 
@@ -8,7 +10,11 @@ export const REDACTED = '[REDACTED]';
 const SECRET_KEY = /(^|[-_.])(token|password|passwd|secret|authorization|cookie|bearer|credentials?|private[-_]?key|client[-_]key[-_]data|key[-_]data|auth[-_]token)$|^(token|password|secret|authorization)/i;
 
 const PEM = /-----BEGIN ([A-Z ]*)PRIVATE KEY-----[\s\S]*?(-----END \1PRIVATE KEY-----|$)/g;
-const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/g;
+const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi;
+// `scheme://user:pass@host`: the userinfo of any URL.
+const USERINFO = /\b([a-z][a-z0-9+.-]*:\/\/)[^\s/@"'<>]+@/gi;
+// A JWT (service-account tokens): three base64url parts, the first two JSON objects ("eyJ").
+const JWT = /\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*/g;
 // `token: abc`, `"password":"abc"`, `client-key-data: LS0t...` in YAML, JSON or k=v text.
 const INLINE = /(["']?\b[\w-]*(?:token|password|passwd|secret|key-data|key_data|authorization)["']?\s*[:=]\s*)("[^"]*"|'[^']*'|[^\s,;}]+)/gi;
 
@@ -18,7 +24,12 @@ export function isSecretKey(key: string): boolean {
 
 export function redactString(s: string): string {
   if (s.length < 6) return s;
-  return s.replace(PEM, REDACTED).replace(BEARER, (_m, scheme: string) => `${scheme} ${REDACTED}`).replace(INLINE, (_m, k: string) => k + REDACTED);
+  return s
+    .replace(PEM, REDACTED)
+    .replace(BEARER, (_m, scheme: string) => `${scheme} ${REDACTED}`)
+    .replace(USERINFO, (_m, scheme: string) => `${scheme}${REDACTED}@`)
+    .replace(JWT, REDACTED)
+    .replace(INLINE, (_m, k: string) => k + REDACTED);
 }
 
 /** Deep copy with secrets masked; cycles and depth are bounded so a log call never throws. */

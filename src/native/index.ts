@@ -6,12 +6,13 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Netlink, NetNS } from './types.js';
+import type { IpipOptions, Netlink, NetNS, VxlanOptions } from './types.js';
 
 export type * from './types.js';
+export { RouteType } from './types.js';
 
 /** The ABI the TS side was written against (native/common.h kAbiVersion). */
-export const NATIVE_ABI_VERSION = 3;
+export const NATIVE_ABI_VERSION = 4;
 
 export interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */
@@ -55,6 +56,7 @@ interface Addon {
   netlink(ns?: NetNS): Netlink;
   setErrorClass(cls: typeof NetlinkError): void;
   peerCred(fd: number): PeerCred;
+  tunnelMessage(kind: 'ipip' | 'vxlan', opts: IpipOptions | VxlanOptions): Buffer;
   nftRun(script: string, opts?: NftRawOptions): NftRawResult;
   nftRunAsync(script: string, opts?: NftRawOptions): Promise<NftRawResult>;
 }
@@ -141,4 +143,14 @@ export function netlink(ns?: NetNS): Netlink {
 /** The credentials of the process at the other end of a connected unix socket fd. */
 export function peerCred(fd: number): PeerCred {
   return load().peerCred(fd);
+}
+
+/**
+ * The RTM_NEWLINK message ipipAdd/vxlanAdd would send for these options, built
+ * without talking to the kernel (options.dev must then be an ifindex).
+ */
+export function tunnelMessage(kind: 'ipip', opts: IpipOptions): Buffer;
+export function tunnelMessage(kind: 'vxlan', opts: VxlanOptions): Buffer;
+export function tunnelMessage(kind: 'ipip' | 'vxlan', opts: IpipOptions | VxlanOptions): Buffer {
+  return load().tunnelMessage(kind, opts);
 }

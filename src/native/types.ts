@@ -58,7 +58,12 @@ export interface RouteSpec {
   protocol?: number | 'boot' | 'static' | 'kernel';
   /** preferred source */
   src?: string;
+  /** default 'unicast'; 'blackhole'/'unreachable' take no gateway or dev */
+  type?: 'unicast' | 'blackhole' | 'unreachable';
 }
+
+/** RTN_* route types as RouteInfo.type reports them. */
+export const RouteType = { unicast: 1, blackhole: 6, unreachable: 7 } as const;
 
 export interface RouteInfo {
   family: 4 | 6;
@@ -101,6 +106,55 @@ export interface NeighSpec {
   lladdr: string;
 }
 
+export interface NeighInfo {
+  dst: string;
+  lladdr?: string;
+  /** NUD_* state bits */
+  state: number;
+  permanent: boolean;
+}
+
+/** A VXLAN device: learning off unless asked, port 4789 by default. */
+export interface VxlanOptions {
+  name: string;
+  /** 1..16777215 */
+  vni: number;
+  /** UDP destination port, default 4789 */
+  port?: number;
+  /** local VTEP address; its family is the underlay's (IPv6 for a v6 underlay) */
+  local?: string;
+  /** underlay device (name or ifindex) */
+  dev?: string | number;
+  learning?: boolean;
+  mtu?: number;
+  mac?: string;
+}
+
+/** An ipip (IPv4-in-IPv4) device. */
+export interface IpipOptions {
+  name: string;
+  local?: string;
+  remote?: string;
+  dev?: string | number;
+  /** 0 (default) inherits the inner packet's TTL */
+  ttl?: number;
+  mtu?: number;
+}
+
+/** A VXLAN device's FDB entry: inner MAC -> remote VTEP (NTF_SELF, permanent). */
+export interface FdbSpec {
+  dev: string | number;
+  lladdr: string;
+  dst: string;
+}
+
+export interface FdbInfo {
+  lladdr: string;
+  dst?: string;
+  state: number;
+  flags: number;
+}
+
 /** A NETLINK_ROUTE socket created inside one namespace and used from the caller's thread. */
 export interface Netlink {
   readonly netns: string; // path, or '' for the caller's own namespace
@@ -125,9 +179,19 @@ export interface Netlink {
   routeAdd(route: RouteSpec): void;
   routeReplace(route: RouteSpec): void;
   routeDel(route: RouteSpec): void;
-  /** table defaults to main (254); cloned (cache) routes are left out. */
-  routeList(opts?: { family?: 4 | 6; table?: number; link?: string | number }): RouteInfo[];
+  /** table defaults to main (254); cloned (cache) routes are left out; `protocol` keeps only routes tagged with it. */
+  routeList(opts?: { family?: 4 | 6; table?: number; link?: string | number; protocol?: number }): RouteInfo[];
   neighSet(neigh: NeighSpec): void;
+  neighList(opts: { dev: string | number; family?: 4 | 6 }): NeighInfo[];
+  neighDel(neigh: { dev: string | number; dst: string }): void;
+  /** NetlinkError EOPNOTSUPP (extack names the module) when the kernel has no vxlan support. */
+  vxlanAdd(opts: VxlanOptions): void;
+  /** NetlinkError EOPNOTSUPP (extack names the module) when the kernel has no ipip module. */
+  ipipAdd(opts: IpipOptions): void;
+  /** Created or replaced. */
+  fdbSet(fdb: FdbSpec): void;
+  fdbDel(fdb: FdbSpec): void;
+  fdbList(opts: { dev: string | number }): FdbInfo[];
   /**
    * `net.*` keys only, in sysctl(8)'s dotted form: components of [A-Za-z0-9_-] separated by
    * '.', and a '/' inside a component stands for a '.' in it (interface 'eth0.100' ->

@@ -97,6 +97,15 @@ export class Informer<T> {
     this.watchHandle = undefined;
   }
 
+  /** A handler that throws must not stop the informer (nor, from a stream callback, crash the process). */
+  private notify(key: string, obj: T | undefined, old: T | undefined): void {
+    try {
+      this.handler.onChange(key, obj, old);
+    } catch (e) {
+      this.opts.onError?.(e as Error, `${this.source.name} (handler for ${key})`);
+    }
+  }
+
   private fail(err: Error): void {
     this.watching = false;
     this.opts.onError?.(err, this.source.name);
@@ -123,12 +132,12 @@ export class Informer<T> {
       seen.add(key);
       const old = this.cache.get(key);
       this.cache.set(key, obj);
-      if (!old || this.source.revisionOf(old) !== this.source.revisionOf(obj)) this.handler.onChange(key, obj, old);
+      if (!old || this.source.revisionOf(old) !== this.source.revisionOf(obj)) this.notify(key, obj, old);
     }
     for (const [key, old] of [...this.cache]) {
       if (seen.has(key)) continue;
       this.cache.delete(key);
-      this.handler.onChange(key, undefined, old);
+      this.notify(key, undefined, old);
     }
     this.revision = listed.revision;
     this.opts.onList?.(listed.items.length);
@@ -149,16 +158,25 @@ export class Informer<T> {
       (ev) => {
         if (this.stopped || this.watchHandle !== handle) return;
         this.backoff = this.opts.backoffMs ?? 500;
-        const key = this.source.keyOf(ev.object);
-        const rev = this.source.revisionOf(ev.object);
+        let key: string;
+        let rev: string | undefined;
+        try {
+          key = this.source.keyOf(ev.object);
+          rev = this.source.revisionOf(ev.object);
+        } catch (e) {
+          // An event without metadata: the stream cannot be trusted; start over.
+          handle.stop();
+          this.watchHandle = undefined;
+          return this.fail(new Error(`${this.source.name}: malformed watch event (${(e as Error).message}); re-listing`));
+        }
         if (rev) this.revision = rev;
         const old = this.cache.get(key);
         if (ev.type === 'DELETED') {
           if (!this.cache.delete(key)) return;
-          this.handler.onChange(key, undefined, old);
+          this.notify(key, undefined, old);
         } else {
           this.cache.set(key, ev.object);
-          this.handler.onChange(key, ev.object, old);
+          this.notify(key, ev.object, old);
         }
       },
       (end) => {

@@ -315,3 +315,89 @@ describe('CNI server peer credentials', () => {
     expect(logged.some((l) => l.includes('refused a CNI connection from a non-root peer'))).toBe(true);
   });
 });
+
+// Issue 11, finding 7: the agent is bounded against slow, large and odd clients.
+describe('CNI server bounds', () => {
+  /** Resolves when the server closes the connection; `feed` keeps writing meanwhile. */
+  function closedWhile(socketPath: string, first: Buffer, feed: (c: ReturnType<typeof connect>) => void): Promise<{ accepted: boolean }> {
+    return new Promise((resolve, reject) => {
+      const c = connect(socketPath);
+      let accepted = false;
+      c.on('error', (e: NodeJS.ErrnoException) => (e.code === 'EPIPE' || e.code === 'ECONNRESET' ? undefined : reject(e)));
+      c.on('data', (d: Buffer) => (accepted ||= d[0] === ACCEPTED));
+      c.on('close', () => resolve({ accepted }));
+      c.write(first, () => feed(c));
+    });
+  }
+
+  it('a client trickling a byte every 300 ms is closed at the total deadline', async () => {
+    const socketPath = join(tmp, 'trickle.sock');
+    await start(socketPath, { requestTimeoutMs: 1500 });
+    const frame = encodeRequest({ plugin: 'netplugin', env: env('slow'), stdin: conf() });
+    let sent = HEADER_LEN;
+    let timer: NodeJS.Timeout | undefined;
+    const t0 = Date.now();
+    const r = await Promise.race([
+      closedWhile(socketPath, frame.subarray(0, HEADER_LEN), (c) => {
+        timer = setInterval(() => {
+          if (sent < frame.length - 1 && !c.destroyed) c.write(frame.subarray(sent, ++sent));
+        }, 300);
+      }),
+      new Promise<'still open'>((r) => setTimeout(() => r('still open'), 20_000)),
+    ]);
+    clearInterval(timer);
+    expect(r).toEqual({ accepted: false });
+    expect(Date.now() - t0).toBeLessThan(20_000);
+    expect(logged.some((l) => l.includes('sent no complete request in time'))).toBe(true);
+  });
+
+  it('a request larger than maxRequestBytes is closed at its header, and stalled requests share one buffer cap', async () => {
+    const socketPath = join(tmp, 'big.sock');
+    await start(socketPath, { maxRequestBytes: 64 << 10, maxBufferedBytes: 256 << 10, requestTimeoutMs: 30_000 });
+    const big = encodeRequest({ plugin: 'netplugin', env: env('big'), stdin: conf({ pad: 'x'.repeat(100 << 10) }) });
+    expect(await closedWhile(socketPath, big.subarray(0, HEADER_LEN), () => {})).toEqual({ accepted: false });
+    expect(logged.some((l) => l.includes("exceeds the agent's 65536-byte limit"))).toBe(true);
+
+    // Each stalled client sends 60 KiB of a 64 KiB request and stops: the fifth crosses 256 KiB.
+    const frame = encodeRequest({ plugin: 'netplugin', env: env('stall'), stdin: conf({ pad: 'y'.repeat(62 << 10) }) });
+    expect(frame.length).toBeLessThan(64 << 10);
+    const clients: Array<ReturnType<typeof connect>> = [];
+    let closedCount = 0;
+    for (let i = 0; i < 5; i++) {
+      const c = connect(socketPath);
+      c.on('error', () => undefined);
+      c.on('close', () => closedCount++);
+      clients.push(c);
+      await new Promise<void>((r) => c.write(frame.subarray(0, 60 << 10), () => r()));
+    }
+    for (let i = 0; i < 200 && closedCount === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(closedCount).toBeGreaterThanOrEqual(1);
+    expect(logged.some((l) => l.includes('buffer too much at once'))).toBe(true);
+    for (const c of clients) c.destroy();
+  });
+
+  it.each(['constructor', '__proto__', 'hasOwnProperty', 'toString'])('plugin name %s is an unknown plugin (code 4), not a prototype member', async (name) => {
+    const socketPath = join(tmp, `proto-${name.replace(/_/g, 'u')}.sock`);
+    await start(socketPath);
+    const r = await exchange(socketPath, { plugin: name, env: env('c-proto'), stdin: conf() });
+    expect(r.accepted).toBe(true);
+    const err = JSON.parse(r.response!.stdout);
+    expect(err.code).toBe(4);
+    expect(err.msg).toContain(`no plugin named '${name}'`);
+    expect(err.msg).not.toMatch(/ at .*\.(ts|js|mjs):\d+/);
+  });
+
+  it('two sandboxes of one pod (different container IDs) run one at a time', async () => {
+    const socketPath = join(tmp, 'pod-order.sock');
+    await start(socketPath);
+    const podArgs = { CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0' };
+    const oldDel = exchange(socketPath, { plugin: 'netplugin', env: env('sandbox-old', podArgs), stdin: conf({ tag: 'OLD', waitFor: 'releaseOld' }) });
+    await startedSignal('OLD').promise;
+    const newAdd = exchange(socketPath, { plugin: 'netplugin', env: env('sandbox-new', podArgs), stdin: conf({ tag: 'NEW' }) });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(events).toEqual(['start OLD']);
+    gate('releaseOld').resolve();
+    await Promise.all([oldDel, newAdd]);
+    expect(events).toEqual(['start OLD', 'end OLD', 'start NEW', 'end NEW']);
+  });
+});

@@ -11,6 +11,7 @@ import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
 import { API_VERSION } from '../../src/datastore/types.js';
 import { Ipam } from '../../src/ipam/index.js';
+import pkg from '../../package.json' with { type: 'json' };
 
 const root = resolve(import.meta.dirname, '../..');
 const CTL = join(root, 'dist/netpluginctl.mjs');
@@ -130,11 +131,11 @@ describe('netpluginctl against etcd', () => {
     const a = ctl(['datastore', 'init', '--cluster-type', 'k8s,bgp', '-o', 'json']);
     expect(a.code).toBe(0);
     const ci = JSON.parse(a.out);
-    expect(ci.spec).toMatchObject({ clusterType: 'k8s,bgp', netpluginVersion: '0.1.0', datastoreReady: true });
+    expect(ci.spec).toMatchObject({ clusterType: 'k8s,bgp', netpluginVersion: pkg.version, datastoreReady: true });
     const b = ctl(['datastore', 'init', '--cluster-type', 'k8s']);
-    expect(b.out).toBe(`clusterinformation/default unchanged: version 0.1.0, type k8s,bgp, ready true, guid ${ci.spec.clusterGUID}\n`);
+    expect(b.out).toBe(`clusterinformation/default unchanged: version ${pkg.version}, type k8s,bgp, ready true, guid ${ci.spec.clusterGUID}\n`);
     const v = ctl(['version']);
-    expect(v.out).toBe('Client Version:    0.1.0\nCluster Version:   0.1.0\nCluster Type:      k8s,bgp\n');
+    expect(v.out).toBe(`Client Version:    ${pkg.version}\nCluster Version:   ${pkg.version}\nCluster Type:      k8s,bgp\n`);
   });
 
   it('fails with one line when etcd is unreachable', () => {

@@ -1,18 +1,14 @@
 // The built netpluginctl against the kubernetes datastore (the fake API server
 // over HTTPS with a token): resources as CRDs, and `ipam check` telling a
 // deleted pod from one whose endpoint annotations are not written yet.
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Datastore } from '../../src/datastore/types.js';
 import { workloadEndpointName } from '../../src/datastore/names.js';
 import { Ipam } from '../../src/ipam/index.js';
+import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
 
-const root = resolve(import.meta.dirname, '../..');
-const CTL = join(root, 'dist/netpluginctl.mjs');
 const TOKEN = 'ctl-test-token';
 
 let server: FakeApiServer;
@@ -20,7 +16,7 @@ let kubeconfig: string;
 let ds: Datastore;
 
 beforeAll(async () => {
-  if (!existsSync(CTL)) throw new Error(`dist/netpluginctl.mjs is missing: run 'npm run build' before the integration tests`);
+  requireBuiltCtl();
   server = await startFakeApiServer({ tls: true, auth: { tokens: [TOKEN] } });
   kubeconfig = writeKubeconfig(server.dir, server, { token: TOKEN });
   ds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig }, timeoutMs: 5000 });
@@ -31,23 +27,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
-// Asynchronous on purpose: the fake API server runs in this process, so a
-// synchronous spawn would block the event loop that has to answer the CLI.
-function ctl(args: string[], input = ''): Promise<{ code: number; out: string; err: string }> {
-  return new Promise((resolvePromise, reject) => {
-    const p = spawn(process.execPath, [CTL, ...args], {
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (err += d));
-    p.on('error', reject);
-    p.on('close', (code) => resolvePromise({ code: code ?? -1, out, err }));
-    p.stdin.end(input);
-  });
-}
+const ctl = (args: string[], input = '') => runBuiltCtl(args, { env: { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig }, input });
 
 function addPod(ns: string, name: string, node: string): void {
   server.put(`/api/v1/namespaces/${ns}`, { metadata: { name: ns } });

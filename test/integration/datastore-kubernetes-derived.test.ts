@@ -37,7 +37,7 @@ async function waitFor(what: string, fn: () => boolean | Promise<boolean>, timeo
 
 const npSpec = { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'a' } } }], ports: [{ port: 'pg' }] }] };
 
-describe('derived kinds on the kubernetes datastore', () => {
+describe('derived kinds on the kubernetes datastore', { timeout: 120_000 }, () => {
   it('get and list NetworkPolicies and profiles under the mirror names, same content as the conversion', async () => {
     api.put('/api/v1/namespaces/d1', { metadata: { name: 'd1', labels: { team: 'a' } } });
     api.put('/api/v1/namespaces/d1/serviceaccounts/sa1', { metadata: { name: 'sa1', labels: { x: 'y' } } });

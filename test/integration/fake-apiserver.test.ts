@@ -82,7 +82,7 @@ describe('fake API server over HTTP', () => {
     expect(core.resources.map((r: { name: string }) => r.name).sort()).toEqual(['namespaces', 'nodes', 'pods', 'serviceaccounts']);
     const groups = (await call(s, 'GET', '/apis')).body;
     expect(groups.groups).toContainEqual({ name: 'netplugin.org', versions: [{ groupVersion: 'netplugin.org/v3', version: 'v3' }], preferredVersion: { groupVersion: 'netplugin.org/v3', version: 'v3' } });
-    expect(groups.groups.map((g: { name: string }) => g.name).sort()).toEqual(['coordination.k8s.io', 'netplugin.org', 'networking.k8s.io']);
+    expect(groups.groups.map((g: { name: string }) => g.name).sort()).toEqual(['apps', 'coordination.k8s.io', 'netplugin.org', 'networking.k8s.io', 'operator.netplugin.org']);
     const ours = (await call(s, 'GET', '/apis/netplugin.org/v3')).body.resources as Array<{ name: string; kind: string; namespaced: boolean }>;
     expect(ours.find((r) => r.name === 'ippools')).toMatchObject({ kind: 'IPPool', namespaced: false });
     expect(ours.find((r) => r.name === 'networkpolicies')).toMatchObject({ kind: 'NetworkPolicy', namespaced: true });

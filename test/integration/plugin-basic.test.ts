@@ -117,10 +117,10 @@ describe('Kubernetes pod', () => {
     const pod = createNetns('pod');
     const podName = `stale-${process.pid}`;
     const hostIf = hostVethName('npi', `ns1.${podName}`);
-    // A leftover pair whose far end sits in a namespace that is still alive.
+    // A leftover pair of ours (our host MAC) whose far end sits in a namespace that is still alive.
     const old = createNetns('old');
     const { execFileSync } = await import('node:child_process');
-    execFileSync('ip', ['link', 'add', hostIf, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', old.name]);
+    execFileSync('ip', ['link', 'add', hostIf, 'address', HOST_MAC, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', old.name]);
     const staleIndex = (link(hostIf) as unknown as { ifindex: number }).ifindex;
     const conf = netconf(c, '1.0.0');
     const call = { containerId: `stale-${process.pid}`, netns: pod.path, ifname: 'eth0', args: k8sArgs('ns1', podName) };

@@ -151,6 +151,48 @@ describe('GC', () => {
     await expectNothingLeft(c, PREFIX);
   });
 
+  // Issue 11, finding 4: endpoint fields (tenant-editable on the Kubernetes
+  // datastore) never name a link to delete, and GC of one network leaves other
+  // networks (a network named `<name>.x`, a host-local network) alone.
+  it('never deletes a link an endpoint names, nor what other networks hold', async () => {
+    const uplink = `upl${process.pid % 100000}`;
+    execFileSync('ip', ['link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${uplink}p`]);
+    try {
+      const ipam = new Ipam(c.ds, { lockPath: null });
+      const stale = `stale-${process.pid}`;
+      await ipam.assign({ handleID: `${NET_NAME}.${stale}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false });
+      // A stale endpoint of ours whose interfaceName was pointed at the node's uplink.
+      await c.ds.create({
+        apiVersion: API_VERSION,
+        kind: 'WorkloadEndpoint',
+        metadata: { name: `node1-cni-stale--${process.pid}-eth0`, namespace: 'default' },
+        spec: { orchestrator: 'cni', node: NODE, containerID: stale, endpoint: 'eth0', interfaceName: uplink, ipNetworks: ['10.77.6.252/32'] },
+      });
+      // Network `<name>.x`, container `y`: its handle used to read as container `x.y` of ours.
+      const other = { handleID: `${NET_NAME}.x.y${process.pid}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false };
+      await ipam.assign(other);
+      // A host-local network's endpoint: no handle anywhere.
+      await c.ds.create({
+        apiVersion: API_VERSION,
+        kind: 'WorkloadEndpoint',
+        metadata: { name: `node1-cni-hl--${process.pid}-net2`, namespace: 'default' },
+        spec: { orchestrator: 'cni', node: NODE, containerID: `hl-${process.pid}`, endpoint: 'net2', interfaceName: `${PREFIX}hl`, ipNetworks: ['10.99.0.5/32'] },
+      });
+
+      expectOk(await cni('GC', { ...conf('1.1.0'), 'cni.dev/valid-attachments': [] }));
+
+      expect(link(uplink)).toBeDefined();
+      expect(await wepNames(c.ds)).toEqual([`default/node1-cni-hl--${process.pid}-net2`]);
+      expect((await ipamState(c.ds)).handles).toEqual([other.handleID]);
+
+      await c.ds.delete('WorkloadEndpoint', `node1-cni-hl--${process.pid}-net2`, { namespace: 'default' });
+      await ipam.releaseByHandle(other.handleID);
+    } finally {
+      execFileSync('ip', ['link', 'del', uplink]);
+    }
+    await expectNothingLeft(c, PREFIX);
+  });
+
   it('is refused before cniVersion 1.1.0', async () => {
     const r = expectCniError(await cni('GC', { ...conf('1.0.0'), 'cni.dev/valid-attachments': [] }), 1);
     expect(r.msg).toContain('GC');

@@ -4,7 +4,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
-import { NetlinkError, netlink, openNetns, packageRoot, type Netlink, type NetNS } from '../../src/native/index.js';
+import { NATIVE_ABI_VERSION, NetlinkError, netlink, openNetns, packageRoot, type Netlink, type NetNS } from '../../src/native/index.js';
 
 const IFA_F_NODAD = 0x02;
 const IFA_F_TENTATIVE = 0x40;
@@ -335,7 +335,7 @@ describe('worker threads', () => {
       w.once('error', reject);
     });
     await w.terminate();
-    expect(msg).toEqual({ names: ['lo', 'main0', 'main1', 'w0', 'w1'], code: 'true:ENODEV', q: 2, abi: 2, same: true });
+    expect(msg).toEqual({ names: ['lo', 'main0', 'main1', 'w0', 'w1'], code: 'true:ENODEV', q: 2, abi: NATIVE_ABI_VERSION, same: true });
     expect(hnl.sysctlGet('net.ipv4.conf.w0.forwarding')).toBe('1');
     // The main thread's handle still works after the worker's environment went away.
     expect(hnl.linkGet('w0').kind).toBe('veth');

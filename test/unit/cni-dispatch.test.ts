@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { dispatch, validAttachments } from '../../src/cni/dispatch.js';
+import { MAX_NESTING, MAX_STDIN, dispatch, validAttachments } from '../../src/cni/dispatch.js';
 import { SUPPORTED_VERSIONS, type CniContext, type CniHandlers, type CniResult, type PluginSpec } from '../../src/cni/types.js';
 import { parseNetconf, type Netconf } from '../../src/config/netconf.js';
 import { CniError, DatastoreError } from '../../src/errors.js';
@@ -226,5 +226,40 @@ describe('handler failures', () => {
     expect(text).toContain('hello from add token=[REDACTED]');
     expect(text).not.toContain('s3cr3t');
     expect(text).toContain('DEBUG');
+  });
+});
+
+// Issue 11, finding 8: stdin is bounded, must be UTF-8, and may not nest
+// without limit; each is a clean code-6 error, never a 999 with a stack.
+describe('stdin hardening (code 6)', () => {
+  const realPlugin: PluginSpec<Netconf> = { name: 'netplugin', load: async () => (await import('../../src/plugins/main/index.js')).handlers };
+  async function runBuf(stdin: Buffer | string) {
+    let stdout = '';
+    let stderr = '';
+    const code = await dispatch({ env: ENV, stdin, stdout: (s) => (stdout += s), stderr: (s) => (stderr += s) }, realPlugin);
+    return { code, json: JSON.parse(stdout), stderr };
+  }
+  it('more than 1 MiB', async () => {
+    const r = await runBuf(JSON.stringify(conf('1.0.0', { pad: 'x'.repeat(MAX_STDIN) })));
+    expect(r.json).toMatchObject({ code: 6 });
+    expect(r.json.msg).toContain(`larger than ${MAX_STDIN} bytes`);
+  });
+  it('invalid UTF-8 is refused, not silently replaced', async () => {
+    const bytes = Buffer.concat([Buffer.from(JSON.stringify(conf('1.0.0')).slice(0, -1) + ',"x":"'), Buffer.from([0xc3, 0x28]), Buffer.from('"}')]);
+    const r = await runBuf(bytes);
+    expect(r.json).toMatchObject({ code: 6 });
+    expect(r.json.msg).toContain('not valid UTF-8');
+  });
+  it('deep nesting inside a delegated ipam', async () => {
+    const deep = '['.repeat(20000) + ']'.repeat(20000);
+    const text = JSON.stringify(conf('1.0.0', { ipam: { type: 'host-local', ranges: '@' } })).replace('"@"', deep);
+    const r = await runBuf(text);
+    expect(r.json).toMatchObject({ code: 6 });
+    expect(r.json.msg).toContain(`deeper than ${MAX_NESTING} levels`);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+  it('ordinary nesting and multi-byte UTF-8 still parse', async () => {
+    const r = await runBuf(Buffer.from(JSON.stringify(conf('1.0.0', { ipam: { type: 'host-local', ranges: [[{ subnet: '10.1.0.0/16' }]], note: 'größe ✓' } }))));
+    expect(r.json.msg ?? '').not.toMatch(/UTF-8|nests deeper/);
   });
 });

@@ -103,7 +103,7 @@ describe('parseCniArgs', () => {
     });
   });
   it('keeps "=" inside values and skips empty pairs', () => {
-    expect(ok('K8S_POD_NAME=a=b;;')).toEqual({ K8S_POD_NAME: 'a=b' });
+    expect(ok('K8S_POD_UID=a=b;;')).toEqual({ K8S_POD_UID: 'a=b' });
   });
   it.each(['1', 'true', 'TRUE', 'True'])('IgnoreUnknown=%s lets unknown keys through', (v) => {
     expect(ok(`IgnoreUnknown=${v};X=1`).X).toBe('1');
@@ -121,4 +121,46 @@ describe('parseCniArgs', () => {
     ['10.0.0.1,10.0.0.2', 'at most one IPv4 and one IPv6'],
     ['fd00::1,fd00::2', 'at most one IPv4 and one IPv6'],
   ])('IP=%s is rejected', (ip, msg) => expect(bad(`IP=${ip}`)).toContain(msg));
+});
+
+// Issue 11, findings 5 and 8: what reaches the plugin from the runtime is
+// checked at the edge, each problem named with its fix (code 4).
+describe('parseEnv: hardening (code 4)', () => {
+  it.each([
+    ['a newline (forges a log line)', 'web\nlevel=error msg=forged'],
+    ['..', '..'],
+    ['a slash', 'a/b'],
+    ['upper case', 'Web'],
+    ['300 characters', 'a'.repeat(300)],
+  ])('K8S_POD_NAME with %s', (_what, name) => {
+    const e = envError({ ...ADD, CNI_ARGS: `K8S_POD_NAMESPACE=ns;K8S_POD_NAME=${name}` });
+    expect(e.code).toBe(4);
+    expect(e.message).toContain('K8S_POD_NAME=');
+    expect(e.message).toContain('not a Kubernetes pod name');
+  });
+  it.each([['..'], ['a/b'], ['a.b'], ['x'.repeat(64)], ['ns\n']])('K8S_POD_NAMESPACE %j', (ns) => {
+    const e = envError({ ...ADD, CNI_ARGS: `K8S_POD_NAMESPACE=${ns};K8S_POD_NAME=web` });
+    expect(e.message).toContain('K8S_POD_NAMESPACE=');
+    expect(e.message).toContain('not a Kubernetes namespace name');
+  });
+  it('valid pod names and namespaces pass', () => {
+    expect(parseEnv({ ...ADD, CNI_ARGS: 'K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-5d78c9869d-x2x.v1' }).args.K8S_POD_NAME).toBe('coredns-5d78c9869d-x2x.v1');
+  });
+  it('a 5000-character container ID', () => {
+    const e = envError({ ...ADD, CNI_CONTAINERID: 'a'.repeat(5000) });
+    expect(e.message).toMatch(/CNI_CONTAINERID: .*5000 characters.*at most 255/);
+    expect(e.message.length).toBeLessThan(400);
+  });
+  it('an interface name with % (the kernel would pick the name)', () => {
+    expect(envError({ ...ADD, CNI_IFNAME: 'eth%d' }).message).toMatch(/CNI_IFNAME: got "eth%d"; .*'%'/);
+  });
+  it("the plugin's own network namespace as CNI_NETNS, by any path to it", () => {
+    for (const path of ['/proc/self/ns/net', `/proc/${process.pid}/ns/net`, `/proc/${process.pid}/task/${process.pid}/ns/net`]) {
+      for (const cmd of ['ADD', 'DEL', 'CHECK']) {
+        const e = envError({ ...ADD, CNI_COMMAND: cmd, CNI_NETNS: path });
+        expect(e.code).toBe(4);
+        expect(e.message).toMatch(/^CNI_NETNS: .* is the (plugin's|node's) own network namespace/);
+      }
+    }
+  });
 });

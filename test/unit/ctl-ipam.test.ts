@@ -8,8 +8,9 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { initDatastore, runCtl } from '../../src/ctl/index.js';
 import { Ipam } from '../../src/ipam/index.js';
 import { API_VERSION } from '../../src/datastore/types.js';
-import { handleName } from '../../src/datastore/names.js';
+import { handleName } from '../../src/ipam/handle.js';
 import type { IpamReport } from '../../src/ctl/ipam.js';
+import pkg from '../../package.json' with { type: 'json' };
 
 let ds: MemoryDatastore;
 let ipam: Ipam;
@@ -203,7 +204,7 @@ describe('datastore init / ready / version', () => {
   it('creates ClusterInformation once and keeps the GUID', async () => {
     const a = await initDatastore(ds, { clusterType: 'k8s,bgp' });
     expect(a.action).toBe('created');
-    expect(a.clusterInformation.spec).toMatchObject({ clusterType: 'k8s,bgp', netpluginVersion: '0.1.0', datastoreReady: true });
+    expect(a.clusterInformation.spec).toMatchObject({ clusterType: 'k8s,bgp', netpluginVersion: pkg.version, datastoreReady: true });
     expect(a.clusterInformation.spec.clusterGUID).toMatch(/^[0-9a-f]{32}$/);
     const b = await initDatastore(ds, { clusterType: ['bgp', 'kdd'] });
     expect(b.action).toBe('updated');
@@ -211,11 +212,15 @@ describe('datastore init / ready / version', () => {
     expect(b.clusterInformation.spec.clusterGUID).toBe(a.clusterInformation.spec.clusterGUID);
     expect((await initDatastore(ds)).action).toBe('unchanged');
     // An upgrade records the new version.
-    expect((await initDatastore(ds, { version: '0.2.0' })).clusterInformation.spec.netpluginVersion).toBe('0.2.0');
+    expect((await initDatastore(ds, { version: '99.0.0' })).clusterInformation.spec.netpluginVersion).toBe('99.0.0');
+    // An agent of an older release restarting mid-upgrade never sets the cluster back.
+    expect((await initDatastore(ds, { version: '3.31.2' })).action).toBe('unchanged');
+    expect((await ds.get('ClusterInformation', 'default')).spec.netpluginVersion).toBe('99.0.0');
+    expect((await initDatastore(ds, { version: '3.31.2', allowDowngrade: true })).clusterInformation.spec.netpluginVersion).toBe('3.31.2');
   });
 
   it('keeps an operator-set datastoreReady=false across agent restarts', async () => {
-    expect((await ctl(['datastore', 'init'])).out).toMatch(/^clusterinformation\/default created: version 0\.1\.0, type \(none\), ready true, guid [0-9a-f]{32}\n$/);
+    expect((await ctl(['datastore', 'init'])).out).toMatch(new RegExp(`^clusterinformation/default created: version ${pkg.version.replaceAll('.', '\\.')}, type \\(none\\), ready true, guid [0-9a-f]{32}\n$`));
     expect((await ctl(['datastore', 'ready', '--set=false'])).out).toBe('clusterinformation/default datastoreReady=false\n');
     await initDatastore(ds, { clusterType: 'k8s' });
     expect((await ds.get('ClusterInformation', 'default')).spec.datastoreReady).toBe(false);
@@ -228,7 +233,7 @@ describe('datastore init / ready / version', () => {
     await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { clusterType: 'k8s' } });
     const r = await initDatastore(ds);
     expect(r.action).toBe('updated');
-    expect(r.clusterInformation.spec).toMatchObject({ clusterType: 'k8s', datastoreReady: true, netpluginVersion: '0.1.0' });
+    expect(r.clusterInformation.spec).toMatchObject({ clusterType: 'k8s', datastoreReady: true, netpluginVersion: pkg.version });
     expect(r.clusterInformation.spec.clusterGUID).toMatch(/^[0-9a-f]{32}$/);
   });
 
@@ -241,11 +246,11 @@ describe('datastore init / ready / version', () => {
   it('version shows client and cluster versions', async () => {
     let out = '';
     await runCtl(['version'], { env: {}, stdout: (s) => (out += s), stderr: () => {} });
-    expect(out).toBe('Client Version:    0.1.0\n');
+    expect(out).toBe(`Client Version:    ${pkg.version}\n`);
     const before = await ctl(['version', '-o', 'json']);
-    expect(JSON.parse(before.out)).toMatchObject({ clientVersion: '0.1.0', clusterVersion: expect.stringMatching(/^unknown \(datastore not initialised/) });
+    expect(JSON.parse(before.out)).toMatchObject({ clientVersion: pkg.version, clusterVersion: expect.stringMatching(/^unknown \(datastore not initialised/) });
     await initDatastore(ds, { clusterType: 'k8s' });
     const v = await ctl(['version']);
-    expect(v.out).toBe('Client Version:    0.1.0\nCluster Version:   0.1.0\nCluster Type:      k8s\n');
+    expect(v.out).toBe(`Client Version:    ${pkg.version}\nCluster Version:   ${pkg.version}\nCluster Type:      k8s\n`);
   });
 });

@@ -1,12 +1,13 @@
 // The host-wide IPAM lock (abstract Unix socket) and the in-process queue.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { build } from 'esbuild';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { acquireHostLock, serialize, withHostLock } from '../../src/ipam/lock.js';
+import { startLockSquatter } from '../fixtures/squatter.js';
 
 let dir: string;
 let holderScript: string;
@@ -114,5 +115,48 @@ describe('serialize', () => {
     expect(second).toBe('ran');
     release();
     await first;
+  });
+});
+
+// Issue 11, finding 3: an unprivileged local user cannot stall the node's IPAM.
+describe('host lock against an unprivileged squatter', () => {
+  it('`nobody` binding the old predictable name, and every lock name it sees in /proc/net/unix, never stalls acquisitions', async () => {
+    const path = join(dir, `squat-${process.pid}.lock`);
+    const squatter = await startLockSquatter(path, dir);
+    try {
+      // It cannot plant its own secret: the directory is root's, 0700.
+      expect(squatter.out).toMatch(/ready (EACCES|EPERM)/);
+      // Hold long enough for it to see the name, pause long enough for it to
+      // bind the name we released; go on until it has squatted a few times.
+      for (let cycles = 0; cycles < 300 && squatter.squats < 3; cycles++) {
+        const release = await acquireHostLock(path, { timeoutMs: 30_000 });
+        await new Promise((r) => setTimeout(r, 20));
+        await release();
+        await new Promise((r) => setTimeout(r, 30));
+      }
+      expect(squatter.squats).toBeGreaterThanOrEqual(1);
+      // And acquisitions still succeed once it holds what it saw.
+      for (let i = 0; i < 5; i++) await withHostLock(path, async () => undefined, { timeoutMs: 30_000 });
+    } finally {
+      await squatter.stop();
+    }
+  }, 120_000);
+
+  it('a bounded wait names the holder the kernel reports', async () => {
+    const path = join(dir, `named-${process.pid}.lock`);
+    const child = await holdInChild(path);
+    const e = (await acquireHostLock(path, { timeoutMs: 300 }).catch((err: unknown) => err)) as CniError;
+    expect(e.code).toBe(ErrorCodes.TryAgainLater);
+    expect(e.message).toContain(`held by pid ${child.pid}`);
+    child.kill('SIGKILL');
+  });
+
+  it('the pid file is not written through a planted symlink', async () => {
+    const target = join(dir, `victim-${process.pid}`);
+    writeFileSync(target, 'precious\n');
+    const path = join(dir, `link-${process.pid}.lock`);
+    symlinkSync(target, path);
+    await withHostLock(path, async () => undefined);
+    expect(readFileSync(target, 'utf8')).toBe('precious\n');
   });
 });

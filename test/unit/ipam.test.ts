@@ -39,7 +39,7 @@ async function all<K extends Kind>(ds: Datastore, kind: K): Promise<Array<Resour
 
 /** Every allocated address has a handle that counts it; every handle counts at least what it holds. */
 async function checkInvariant(ds: Datastore): Promise<{ allocated: number; handles: number }> {
-  const handles = new Map((await all(ds, 'IPAMHandle')).map((h) => [h.spec.handleID.toLowerCase(), h.spec.block]));
+  const handles = new Map((await all(ds, 'IPAMHandle')).map((h) => [h.spec.handleID, h.spec.block]));
   let allocated = 0;
   for (const b of await all(ds, 'IPAMBlock')) {
     const per = new Map<string, number>();
@@ -47,7 +47,7 @@ async function checkInvariant(ds: Datastore): Promise<{ allocated: number; handl
       if (idx == null) return;
       allocated++;
       const h = b.spec.attributes[idx]!.handle_id!;
-      per.set(h.toLowerCase(), (per.get(h.toLowerCase()) ?? 0) + 1);
+      per.set(h, (per.get(h) ?? 0) + 1);
     });
     for (const [h, n] of per) {
       const counted = handles.get(h)?.[b.spec.cidr] ?? 0;

@@ -155,3 +155,27 @@ describe('retention', () => {
     expect(lines.sort()).toEqual(['d'.repeat(60), 'e', 'start'].sort());
   });
 });
+
+// Issue 11, finding 8: root never appends to wherever a planted symlink points.
+describe('log file and symlinks', () => {
+  it('a symlink at the log path is not followed; the file is created 0640', async () => {
+    const { symlinkSync, statSync } = await import('node:fs');
+    const { createLogger } = await import('../../src/log/index.js');
+    const victim = join(dir, 'victim');
+    writeFileSync(victim, 'precious\n');
+    const path = join(dir, 'linked.log');
+    symlinkSync(victim, path);
+    let err = '';
+    const log = createLogger({ filePath: path, level: 'INFO', stderr: (s) => (err += s) });
+    log.info('should not land in the victim');
+    log.close();
+    expect(readFileSync(victim, 'utf8')).toBe('precious\n');
+    expect(err).toContain('log file disabled');
+
+    const plain = join(dir, 'plain.log');
+    const l2 = createLogger({ filePath: plain, level: 'INFO' });
+    l2.info('x');
+    l2.close();
+    expect(statSync(plain).mode & 0o777).toBe(0o640);
+  });
+});

@@ -2,7 +2,7 @@
 // retry with backoff, stop) and the kube-controllers settings parser.
 import { describe, expect, it } from 'vitest';
 import { createWorkQueue } from '../../src/watch/queue.js';
-import { parseDuration, settingsFrom, DEFAULT_SETTINGS } from '../../src/kube-controllers/config.js';
+import { parseDuration, settingsFrom, DEFAULT_SETTINGS } from '../../src/model/kube-controllers-config.js';
 import { endpointLabels } from '../../src/kube-controllers/workloadendpoint.js';
 import { leakReason, syncedNodeLabels } from '../../src/kube-controllers/node.js';
 

@@ -9,6 +9,7 @@ import type { CniContext, CniHandlers, CniResult } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { DEFAULT_LOCK_PATH, Ipam } from '../../ipam/index.js';
 import { formatIP, tryParseIP } from '../../ipam/cidr.js';
+import { handleIDFor, parseHandleID } from '../../ipam/handle.js';
 
 /** Environment override of the host lock path (tests run several simulated nodes on one host). */
 export const LOCK_ENV = 'NETPLUGIN_IPAM_LOCK_FILE';
@@ -19,9 +20,9 @@ function ipamConf(conf: Netconf): NetpluginIpam {
   return conf.ipam as NetpluginIpam;
 }
 
-/** `<network>.<CNI_CONTAINERID>`: one handle per attachment. */
-export function handleIDFor(conf: Netconf, containerId: string): string {
-  return `${conf.name}.${containerId}`;
+/** One handle per attachment (format and comparison: ipam/handle.ts). */
+export function attachmentHandle(conf: Netconf, containerId: string): string {
+  return handleIDFor(conf.name, containerId);
 }
 
 export function lockPathFor(conf: Netconf, env: Record<string, string | undefined>): string {
@@ -63,7 +64,7 @@ async function add(ctx: Ctx): Promise<CniResult> {
   if (ctx.args.K8S_POD_UID) attrs['podUID'] = ctx.args.K8S_POD_UID;
   const assigned = await withIpam(ctx, (ipam) =>
     ipam.assign({
-      handleID: handleIDFor(conf, ctx.containerId),
+      handleID: attachmentHandle(conf, ctx.containerId),
       node,
       attrs,
       assignIPv4: ic.assign_ipv4 === 'true',
@@ -84,12 +85,12 @@ async function add(ctx: Ctx): Promise<CniResult> {
 }
 
 async function del(ctx: Ctx): Promise<void> {
-  const released = await withIpam(ctx, (ipam) => ipam.releaseByHandle(handleIDFor(ctx.conf, ctx.containerId)));
+  const released = await withIpam(ctx, (ipam) => ipam.releaseByHandle(attachmentHandle(ctx.conf, ctx.containerId)));
   ctx.log.info('netplugin-ipam: released', { ips: released });
 }
 
 async function check(ctx: Ctx): Promise<void> {
-  const handleID = handleIDFor(ctx.conf, ctx.containerId);
+  const handleID = attachmentHandle(ctx.conf, ctx.containerId);
   const held = new Set(await withIpam(ctx, (ipam) => ipam.handleAddresses(handleID)));
   if (!held.size) throw new CniError(ErrorCodes.CheckFailed, `no addresses are allocated to handle ${handleID}; the container's IPAM state is gone: recreate it`);
   for (const ipc of ctx.prevResult?.ips ?? []) {
@@ -105,17 +106,16 @@ async function check(ctx: Ctx): Promise<void> {
 }
 
 async function gc(ctx: Ctx): Promise<void> {
-  const valid = new Set(validAttachments(ctx.rawConf).map((a) => a.containerID.toLowerCase()));
-  const prefix = `${ctx.conf.name}.`;
+  // Container IDs are case-sensitive: `CAFE01` being valid says nothing about `cafe01`.
+  const valid = new Set(validAttachments(ctx.rawConf).map((a) => a.containerID));
   await withIpam(ctx, async (ipam) => {
-    const handles = await ipam.listHandles({ prefix });
+    const handles = await ipam.listHandles({ network: ctx.conf.name });
     for (const h of handles) {
-      if (!h.handleID.toLowerCase().startsWith(prefix.toLowerCase())) continue;
-      const cid = h.handleID.slice(prefix.length);
-      // A handle `<net>.x.<cid>` may belong to another network named `<net>.x`
-      // rather than to container `x.<cid>` of ours; runtimes' container IDs
-      // are hex, so leave dotted remainders alone instead of guessing.
-      if (cid.includes('.') || valid.has(cid.toLowerCase())) continue;
+      const cid = parseHandleID(h.handleID)!.containerId;
+      // Handles written before the format escaped dots (`<net>.x.<cid>` of a
+      // network named `<net>.x`) parse as a dotted container ID of ours;
+      // runtimes' container IDs are hex, so dotted ones are left alone.
+      if (cid.includes('.') || valid.has(cid)) continue;
       const ips = await ipam.releaseByHandle(h.handleID);
       ctx.log.info('netplugin-ipam: GC released a stale handle', { handle: h.handleID, ips });
     }

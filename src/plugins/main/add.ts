@@ -16,6 +16,7 @@ import { Rollback, step } from './rollback.js';
 import { execDelegate } from './delegate.js';
 import { dataplane, getPolicySignal, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, checkClusterReady, datastoreFor, identify, ipamLockPath, kubeClientFor, podSourceFor, statusDir, type Workload } from './common.js';
+import { podMtu } from '../../config/mtu.js';
 
 /** The pod's own address on its interface: /32 or /128 (routing is done by the host's per-address route). */
 export function hostPrefix(ip: string): string {
@@ -68,6 +69,8 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     // less. Both push their undo only once done, and both are awaited before
     // any rollback, so a failure of either still unwinds everything.
     const mac = containerMac ?? randomContainerMac();
+    // Without a netconf mtu, the agent's pod MTU (leaves room for VXLAN/IPIP headers).
+    const mtu = podMtu(conf);
     const dp = await dataplane();
     const ipNATs = floating?.length ? pairFloatingIPs(ips, floating) : undefined;
     const wep = buildWorkloadEndpoint({
@@ -97,7 +100,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
             netnsPath: ctx.netns,
             ifname: ctx.ifname,
             hostIfname: wl.hostIfname,
-            ...(conf.mtu ? { mtu: conf.mtu } : {}),
+            ...(mtu ? { mtu } : {}),
             numQueues: conf.num_queues,
             hostMac: HOST_MAC,
             containerMac: mac,
@@ -142,7 +145,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     log.info('ADD done', { ips, hostIfname: wl.hostIfname, endpoint: wep.metadata.name });
     return {
       interfaces: [
-        { name: wl.hostIfname, mac: HOST_MAC, ...(conf.mtu ? { mtu: conf.mtu } : {}) },
+        { name: wl.hostIfname, mac: HOST_MAC, ...(mtu ? { mtu } : {}) },
         { name: ctx.ifname, mac: state.containerMac, sandbox: ctx.netns, mtu: state.mtu },
       ],
       ips: ipConfigs,

@@ -6,8 +6,10 @@ import type { CniArgs, Logger } from '../../cni/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, Resource } from '../../datastore/types.js';
 import { hostVethName } from '../../dataplane/names.js';
+import { handleIDFor } from '../../ipam/handle.js';
 import { workloadEndpointName, type PodSource } from '../../k8s/workload.js';
 import { getDatastore } from './runtime.js';
+import { createClientCache } from '../../client-cache.js';
 import type { KubeClient } from '../../k8s/client.js';
 import type { CachingPodSource } from '../../k8s/cache.js';
 
@@ -44,7 +46,7 @@ export function identify(conf: Netconf, c: { containerId: string; ifname: string
     workload,
     namespace: pod?.namespace ?? 'default',
     ...(pod ? { pod } : {}),
-    handleID: `${conf.name}.${c.containerId}`,
+    handleID: handleIDFor(conf.name, c.containerId),
     hostIfname: hostVethName(prefix, pod ? `${pod.namespace}.${pod.name}` : c.containerId),
     endpointName: workloadEndpointName(node, orchestrator, workload, c.ifname),
   };
@@ -82,23 +84,19 @@ export async function checkClusterReady(ds: Datastore): Promise<void> {
   }
 }
 
-const kubeClients = new Map<string, Promise<KubeClient>>();
+/** API clients by kubeconfig/API root: bounded like the datastores (src/client-cache.ts). */
+const kubeClients = createClientCache<KubeClient>({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000, close: (c) => c.close() });
 
 export function kubeClientFor(conf: Netconf): Promise<KubeClient> {
   const k = conf.kubernetes ?? {};
-  const key = JSON.stringify([k.kubeconfig, k.k8s_api_root]);
-  let p = kubeClients.get(key);
-  if (!p) {
-    if (!k.kubeconfig && !k.k8s_api_root) {
-      return Promise.reject(
-        new CniError(ErrorCodes.InvalidNetworkConfig, 'kubernetes: neither kubernetes.kubeconfig nor kubernetes.k8s_api_root is set, but the pod must be read from the API server; set kubernetes.kubeconfig'),
-      );
-    }
-    p = import('../../k8s/client.js').then((m) => m.createKubeClient({ ...(k.kubeconfig ? { kubeconfig: k.kubeconfig } : {}), ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) }));
-    p.catch(() => kubeClients.delete(key));
-    kubeClients.set(key, p);
+  if (!k.kubeconfig && !k.k8s_api_root) {
+    return Promise.reject(
+      new CniError(ErrorCodes.InvalidNetworkConfig, 'kubernetes: neither kubernetes.kubeconfig nor kubernetes.k8s_api_root is set, but the pod must be read from the API server; set kubernetes.kubeconfig'),
+    );
   }
-  return p;
+  return kubeClients.get(JSON.stringify([k.kubeconfig, k.k8s_api_root]), () =>
+    import('../../k8s/client.js').then((m) => m.createKubeClient({ ...(k.kubeconfig ? { kubeconfig: k.kubeconfig } : {}), ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) })),
+  );
 }
 
 // Watch-fed pod/namespace caches: only in the resident agent (a watch in the

@@ -10,7 +10,8 @@ import type { Datastore } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
 import { resolvePodCidrs } from './add.js';
 import { dataplane } from './runtime.js';
-import { datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
+import { HOST_MAC, datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
+import { toCniError } from '../../cni/errors.js';
 
 export async function del(ctx: CniContext<Netconf>): Promise<void> {
   const { conf, log } = ctx;
@@ -50,11 +51,23 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   // host end is deleted by name only when no newer sandbox owns it.
   const dp = await dataplane();
   const ownsHostEnd = ownerKnown && !newerOwner;
+  // A failure here must not stop the release below: a DEL that freed nothing
+  // would fail the same way on every retry while the address stayed taken.
+  let teardownError: unknown;
   if (ctx.netns || ownsHostEnd) {
-    // With the netns already gone the dataplane would fall back to the host end's
-    // name, which a newer sandbox of this pod may hold by now: only when it is ours.
-    const r = await dp.teardown({ ...(ctx.netns ? { netnsPath: ctx.netns } : {}), ifname: ctx.ifname, hostIfname: wl.hostIfname, ...(ownsHostEnd ? {} : { keepHostEnd: true }) });
-    log.debug('local teardown', { removed: r.removed });
+    // With no netns the dataplane falls back to the host end's name, which a
+    // newer sandbox of this pod may hold by now: only when the endpoint says
+    // it is ours, and then only a veth with our MAC (checked on the link).
+    // With a netns given but gone, the pair went with it: the host end is never
+    // touched by name (ADD and DEL of one veth name run one at a time, so a
+    // newer sandbox's ADD cannot slip in between).
+    try {
+      const r = await dp.teardown({ ...(ctx.netns ? { netnsPath: ctx.netns } : {}), ifname: ctx.ifname, hostIfname: wl.hostIfname, hostMac: HOST_MAC, ...(ownsHostEnd ? {} : { keepHostEnd: true }) });
+      log.debug('local teardown', { removed: r.removed });
+    } catch (e) {
+      teardownError = e;
+      log.error('local teardown failed; releasing the addresses anyway', { error: (e as Error)?.message ?? String(e) });
+    }
   } else {
     log.info('no netns and the endpoint owner is unknown or newer; leaving the host veth alone', { owner: newerOwner });
   }
@@ -73,9 +86,16 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   }
   if (dsError) {
     if (DatastoreError.is(dsError, 'Unavailable') || (dsError instanceof CniError && dsError.code === ErrorCodes.TryAgainLater)) {
-      throw new CniError(ErrorCodes.TryAgainLater, `local teardown done, but the datastore is unreachable so the addresses and endpoint of ${ctx.containerId} are not released yet: ${(dsError as Error).message}`);
+      throw new CniError(ErrorCodes.TryAgainLater, `local teardown ${teardownError ? 'failed' : 'done'}, but the datastore is unreachable so the addresses and endpoint of ${ctx.containerId} are not released yet: ${(dsError as Error).message}`);
     }
     throw dsError;
+  }
+  if (teardownError) {
+    const why = toCniError(teardownError).message;
+    throw new CniError(
+      ErrorCodes.DataplaneFailure,
+      `the addresses and endpoint of ${ctx.containerId} are released, but its interface ${ctx.ifname} (host end ${wl.hostIfname}) could not be removed: ${why}; remove it by hand if it remains (a gone namespace takes it along)`,
+    );
   }
 }
 

@@ -1,12 +1,20 @@
 // GC (CNI 1.1): removes what this network holds for attachments the runtime no
 // longer knows (not in cni.dev/valid-attachments): addresses by handle, this
 // node's workload endpoints and their host veths.
+//
+// Only what is provably this network's: handles whose network part is exactly
+// this network's name (ipam/handle.ts), endpoints of containers that held such
+// a handle, and host veths that are ours on the link itself (see
+// removeOwnHostVeth). Endpoint fields are never trusted to name a link: on the
+// Kubernetes datastore they come from pod annotations a tenant can edit.
 import type { CniContext } from '../../cni/types.js';
 import { validAttachments } from '../../cni/dispatch.js';
 import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { DatastoreError } from '../../errors.js';
+import { hostVethName } from '../../dataplane/names.js';
+import { parseHandleID } from '../../ipam/handle.js';
 import { dataplane } from './runtime.js';
-import { datastoreFor, identify, ipamLockPath } from './common.js';
+import { DEFAULT_VETH_PREFIX, HOST_MAC, datastoreFor, identify, ipamLockPath } from './common.js';
 
 export async function gc(ctx: CniContext<Netconf>): Promise<void> {
   const { conf, log } = ctx;
@@ -14,36 +22,40 @@ export async function gc(ctx: CniContext<Netconf>): Promise<void> {
   const validIds = new Set(valid.map((a) => a.containerID));
   const node = identify(conf, { containerId: 'gc', ifname: 'eth0', args: {} }).node;
   const ds = await datastoreFor(conf);
-  const weps = await ds.list('WorkloadEndpoint');
 
-  // Endpoints carry no network name; a container whose addresses come from
-  // another network (a second netplugin network, e.g. under Multus) and none
-  // from this one is that network's to collect.
-  const otherNetworks = new Set<string>();
+  // Containers that held an address of this network and are gone. With
+  // delegated IPAM (host-local) nothing in the datastore says which network an
+  // endpoint belongs to, so GC of such a network leaves endpoints alone (DEL
+  // removes them); it never guesses across networks.
+  const stale = new Set<string>();
   if (isNetpluginIpam(conf.ipam)) {
     const { Ipam } = await import('../../ipam/index.js');
     const lockPath = ipamLockPath(conf);
     const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
-    const prefix = `${conf.name}.`;
-    const all = await ipam.listHandles();
-    const ours = new Set(all.filter((h) => h.handleID.startsWith(prefix)).map((h) => h.handleID.slice(prefix.length)));
-    for (const h of all) {
-      if (h.handleID.startsWith(prefix)) continue;
-      for (const w of weps.items) if (h.handleID.endsWith(`.${w.spec.containerID}`) && !ours.has(w.spec.containerID)) otherNetworks.add(w.spec.containerID);
-    }
-    for (const cid of ours) {
-      if (validIds.has(cid)) continue;
-      const handle = prefix + cid;
-      const released = await ipam.releaseByHandle(handle);
-      log.info('GC released addresses of a stale attachment', { handle, released });
+    for (const h of await ipam.listHandles({ network: conf.name })) {
+      const cid = parseHandleID(h.handleID)!.containerId;
+      // A handle written before the format escaped dots (`<net>.x.<cid>` of a
+      // network named `<net>.x`) parses as a dotted container ID of ours;
+      // runtimes' container IDs are hex, so dotted ones are left alone.
+      if (validIds.has(cid) || cid.includes('.')) continue;
+      stale.add(cid);
+      const released = await ipam.releaseByHandle(h.handleID);
+      log.info('GC released addresses of a stale attachment', { handle: h.handleID, released });
     }
   }
+  if (!stale.size) return;
 
   const dp = await dataplane();
+  const prefix = conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX;
+  const weps = await ds.list('WorkloadEndpoint');
   for (const w of weps.items) {
-    if (w.spec.node !== node || validIds.has(w.spec.containerID) || otherNetworks.has(w.spec.containerID)) continue;
-    await dp.teardown({ ifname: w.spec.endpoint, hostIfname: w.spec.interfaceName });
-    await ds.delete('WorkloadEndpoint', w.metadata.name, { ...(w.metadata.namespace ? { namespace: w.metadata.namespace } : {}), ...(w.metadata.resourceVersion ? { revision: w.metadata.resourceVersion } : {}) }).catch((e) => {
+    if (w.spec.node !== node || !stale.has(w.spec.containerID) || validIds.has(w.spec.containerID)) continue;
+    // The host veth name is derived again from the endpoint's identity (as ADD
+    // derived it), never taken from spec.interfaceName.
+    const ns = w.metadata.namespace;
+    const key = w.spec.orchestrator === 'k8s' && w.spec.pod && ns ? `${ns}.${w.spec.pod}` : w.spec.containerID;
+    await dp.teardown({ ifname: w.spec.endpoint, hostIfname: hostVethName(prefix, key), hostMac: HOST_MAC });
+    await ds.delete('WorkloadEndpoint', w.metadata.name, { ...(ns ? { namespace: ns } : {}), ...(w.metadata.resourceVersion ? { revision: w.metadata.resourceVersion } : {}) }).catch((e) => {
       if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
     });
     log.info('GC removed a stale endpoint', { endpoint: w.metadata.name, containerID: w.spec.containerID });

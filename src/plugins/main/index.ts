@@ -1,18 +1,31 @@
 // The `netplugin` CNI plugin's handlers. Heavy modules (datastore clients,
 // IPAM, the addon) load inside the handlers, only for the commands that need them.
 import { parseNetconf, type Netconf } from '../../config/netconf.js';
-import type { CniHandlers } from '../../cni/types.js';
+import type { CniContext, CniHandlers } from '../../cni/types.js';
+import { identify, ipamLockPath } from './common.js';
 import { add } from './add.js';
 import { del } from './del.js';
 import { check } from './check.js';
 import { status } from './status.js';
 import { gc } from './gc.js';
 
+/**
+ * ADD, DEL and CHECK of one host veth name run one at a time on the node,
+ * across processes (per-exec and the agent alike). The name is the pod's, so
+ * all sandboxes of a pod share it: an old sandbox's DEL overlapping a new
+ * sandbox's ADD deleted the new veth right after its ADD succeeded.
+ */
+async function oneAtATime<T>(ctx: CniContext<Netconf>, fn: (ctx: CniContext<Netconf>) => Promise<T>): Promise<T> {
+  const { hostIfname } = identify(ctx.conf, ctx);
+  const { withHostLock, DEFAULT_LOCK_PATH } = await import('../../ipam/lock.js');
+  return withHostLock(ipamLockPath(ctx.conf) ?? DEFAULT_LOCK_PATH, () => fn(ctx), { key: `veth:${hostIfname}` });
+}
+
 export const handlers: CniHandlers<Netconf> = {
   parse: (raw) => parseNetconf(raw, { pluginType: 'netplugin' }),
-  add,
-  del,
-  check,
+  add: (ctx) => oneAtATime(ctx, add),
+  del: (ctx) => oneAtATime(ctx, del),
+  check: (ctx) => oneAtATime(ctx, check),
   status,
   gc,
 };

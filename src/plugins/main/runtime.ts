@@ -3,16 +3,23 @@
 // dataplane. A per-exec plugin uses them once; the resident agent keeps them
 // warm across requests, keyed by the datastore settings of the netconf.
 import type { Datastore } from '../../datastore/types.js';
+import { createClientCache } from '../../client-cache.js';
 import type { DatastoreConfig } from '../../datastore/index.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
 
 export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;
-  teardown(o: { netnsPath?: string; ifname: string; hostIfname: string; keepHostEnd?: boolean }): Promise<{ removed: boolean }>;
+  teardown(o: { netnsPath?: string; ifname: string; hostIfname: string; keepHostEnd?: boolean; hostMac?: string }): Promise<{ removed: boolean }>;
   check(spec: WorkloadSpec, expect: { containerMac: string }): Promise<string[]>;
 }
 
-const datastores = new Map<string, Promise<Datastore>>();
+/**
+ * Open datastores by settings. Bounded: a node has one or two networks, but
+ * each distinct netconf the agent is sent would otherwise keep its own
+ * connection (and fds) open for ever.
+ */
+export const DATASTORE_CACHE = { max: 16, idleMs: 10 * 60_000, graceMs: 60_000 };
+const datastores = createClientCache<Datastore>({ ...DATASTORE_CACHE, close: (d) => d.close() });
 let dataplanePort: DataplanePort | undefined;
 /** Set by the agent: in-process signal that an endpoint's policy is programmed. */
 let policySignal: unknown;
@@ -29,21 +36,12 @@ export function datastoreKey(s: DatastoreSettings): string {
 }
 
 export function getDatastore(s: DatastoreSettings): Promise<Datastore> {
-  const key = datastoreKey(s);
-  let p = datastores.get(key);
-  if (!p) {
-    p = import('../../datastore/index.js').then((m) => m.openDatastore(s));
-    // A failed connection must not be cached: the next invocation retries.
-    p.catch(() => datastores.delete(key));
-    datastores.set(key, p);
-  }
-  return p;
+  // A failed connection is not cached: the next invocation retries.
+  return datastores.get(datastoreKey(s), () => import('../../datastore/index.js').then((m) => m.openDatastore(s)));
 }
 
 export async function closeDatastores(): Promise<void> {
-  const all = [...datastores.values()];
-  datastores.clear();
-  await Promise.allSettled(all.map(async (p) => (await p).close()));
+  await datastores.closeAll();
 }
 
 export function setDataplanePort(p: DataplanePort): void {

@@ -1,0 +1,91 @@
+// natOutgoing: traffic from an address in a `natOutgoing: true` pool to a
+// destination outside every pool and not a node address of the cluster is
+// masqueraded to the node's address. The rules live in our own tables
+// (`ip netplugin-nat`, `ip6 netplugin-nat`), replaced atomically as a whole on
+// every change (one libnftables transaction: never a moment without them);
+// nothing else in the ruleset is touched.
+import type { Logger } from '../../cni/types.js';
+import type { Datastore } from '../../datastore/types.js';
+import { formatCidr } from '../../ipam/cidr.js';
+import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
+import { watchKind } from '../routes/watch.js';
+
+export const NAT_TABLE = 'netplugin-nat';
+
+export interface NatInput {
+  pools: readonly PoolView[];
+  /** Node addresses of the cluster (any family). */
+  nodeIPs: readonly string[];
+}
+
+/** The nft script that makes our NAT tables exactly what `input` asks for. */
+export function natScript(input: NatInput): string {
+  const out: string[] = [];
+  for (const family of [4, 6] as const) {
+    const fam = family === 4 ? 'ip' : 'ip6';
+    const type = family === 4 ? 'ipv4_addr' : 'ipv6_addr';
+    const pools = input.pools.filter((p) => p.cidr.family === family);
+    const nat = pools.filter((p) => p.spec.natOutgoing && !p.spec.disabled);
+    const nodes = input.nodeIPs.filter((ip) => ip.includes(':') === (family === 6));
+    // Create-then-delete makes the delete valid when the table does not exist yet.
+    out.push(`table ${fam} ${NAT_TABLE} {}`, `delete table ${fam} ${NAT_TABLE}`);
+    if (!nat.length) continue;
+    const elems = (xs: string[]) => (xs.length ? ` elements = { ${[...new Set(xs)].join(', ')} };` : '');
+    out.push(
+      `table ${fam} ${NAT_TABLE} {`,
+      `  set pools { type ${type}; flags interval; auto-merge;${elems(pools.map((p) => formatCidr(p.cidr)))} }`,
+      `  set nat-pools { type ${type}; flags interval; auto-merge;${elems(nat.map((p) => formatCidr(p.cidr)))} }`,
+      `  set nodes { type ${type};${elems(nodes)} }`,
+      `  chain postrouting {`,
+      `    type nat hook postrouting priority srcnat; policy accept;`,
+      `    ${fam} saddr @nat-pools ${fam} daddr != @pools ${fam} daddr != @nodes masquerade fully-random`,
+      `  }`,
+      `}`,
+    );
+  }
+  return out.join('\n') + '\n';
+}
+
+export interface NatController {
+  stop(): void;
+}
+
+export function startNatController(o: { ds: Datastore; log: Logger; run?: (script: string) => void }): NatController {
+  const { ds, log } = o;
+  let last = '';
+  let timer: NodeJS.Timeout | undefined;
+  let reported = false;
+  const apply = async () => {
+    const input: NatInput = {
+      pools: poolViews(pools.items.values()),
+      nodeIPs: [...nodes.items.values()].flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
+    };
+    const script = natScript(input);
+    if (script === last) return;
+    try {
+      // Loaded here: only an agent with the pod network on pays for the binding.
+      if (o.run) o.run(script);
+      else (await import('../../native/nft.js')).nftRun(script);
+      last = script;
+      reported = false;
+      log.info('natOutgoing rules updated', { natPools: input.pools.filter((p) => p.spec.natOutgoing && !p.spec.disabled).map((p) => p.name) });
+    } catch (e) {
+      if (!reported) log.error('cannot program natOutgoing (nftables); pods in natOutgoing pools keep their source address', { error: (e as Error).message });
+      reported = true;
+      schedule(5000);
+    }
+  };
+  const schedule = (ms = 20) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => void apply(), ms);
+  };
+  const pools = watchKind(ds, 'IPPool', log, () => schedule());
+  const nodes = watchKind(ds, 'Node', log, () => schedule());
+  return {
+    stop() {
+      clearTimeout(timer);
+      pools.stop();
+      nodes.stop();
+    },
+  };
+}

@@ -1,0 +1,205 @@
+// Applies a Desired state to the kernel: tunnel devices, our routes (tagged
+// with ROUTE_PROTOCOL), permanent neighbours and FDB entries of our devices.
+// Only differences are written, so a route that is already right is never
+// touched (an agent restart drops no traffic), and only what is ours is
+// removed: routes with our protocol, entries on devices we created.
+import type { Logger } from '../../cni/types.js';
+import { NetlinkError, RouteType, type Netlink, type RouteInfo } from '../../native/index.js';
+import { parseCidr, type Cidr, type Family } from '../../ipam/cidr.js';
+import { IPIP_DEVICE, OVERHEAD, ROUTE_PROTOCOL, VXLAN_DEVICE, VXLAN_PORT, VXLAN_VNI, type Desired, type DesiredRoute } from './desired.js';
+
+const RTNH_F_ONLINK = 4;
+const OUR_DEVICES = new Set([VXLAN_DEVICE[4], VXLAN_DEVICE[6], IPIP_DEVICE]);
+
+export interface LocalTunnel {
+  /** The node's own address of the device's family (VTEP / tunnel source). */
+  local: string;
+  /** Our tunnel address, put on the device (/32, /128). */
+  address: string;
+  mac?: string;
+}
+
+export interface ApplyInput {
+  desired: Desired;
+  /** Present when this node has what the device needs (tunnel address, node IP). */
+  tunnels: { vxlan4?: LocalTunnel; vxlan6?: LocalTunnel; ipip?: LocalTunnel };
+  underlayMtu: number;
+}
+
+export interface ApplyStats {
+  routesAdded: number;
+  routesRemoved: number;
+  errors: string[];
+}
+
+/** The node's directly connected subnets, our own devices excluded. */
+export function connectedSubnets(nl: Netlink): Cidr[] {
+  const names = new Map(nl.linkList().map((l) => [l.index, l.name]));
+  const out: Cidr[] = [];
+  for (const a of nl.addrList()) {
+    if (a.scope !== 0) continue;
+    if (OUR_DEVICES.has(names.get(a.index) ?? '')) continue;
+    if (a.prefixLen === (a.family === 4 ? 32 : 128)) continue;
+    try {
+      out.push(parseCidr(`${a.address}/${a.prefixLen}`, { strict: false }));
+    } catch {
+      /* not ours to judge */
+    }
+  }
+  return out;
+}
+
+/** MTU of the link holding `ip` (the node address), or undefined. */
+export function underlayMtu(nl: Netlink, ip: string | undefined): number | undefined {
+  if (!ip) return undefined;
+  const a = nl.addrList().find((x) => x.address === ip);
+  return a ? nl.linkGet(a.index).mtu : undefined;
+}
+
+export class KernelState {
+  /** The VTEP source address each VXLAN device was created with by this process. */
+  private readonly createdWith = new Map<string, string>();
+  /** Reported once per device, not every reconcile. */
+  private readonly reported = new Set<string>();
+
+  constructor(
+    private readonly nl: Netlink,
+    private readonly log: Logger,
+  ) {}
+
+  apply(input: ApplyInput): ApplyStats {
+    const stats: ApplyStats = { routesAdded: 0, routesRemoved: 0, errors: [] };
+    const { desired } = input;
+    const present = new Set<string>();
+    const dev = (name: string, want: boolean, t: LocalTunnel | undefined, create: (t: LocalTunnel) => void, mtu: number) => {
+      const link = this.nl.linkFind(name);
+      if (!want || !t) {
+        this.reported.delete(name);
+        if (link) {
+          this.nl.linkDel(name);
+          this.createdWith.delete(name);
+          this.log.info('removed tunnel device no pool needs', { device: name });
+        }
+        return;
+      }
+      try {
+        let l = link;
+        const before = this.createdWith.get(name);
+        if (l && before !== undefined && before !== t.local) {
+          // The node address changed: the VTEP source is fixed at creation.
+          this.nl.linkDel(name);
+          l = undefined;
+        }
+        if (!l) {
+          create(t);
+          this.createdWith.set(name, t.local);
+          this.log.info('created tunnel device', { device: name, local: t.local, mtu });
+          l = this.nl.linkGet(name);
+        } else if (before === undefined) {
+          this.createdWith.set(name, t.local);
+        }
+        if (l.mtu !== mtu) this.nl.linkSet(name, { mtu });
+        if (!l.up) this.nl.linkSet(name, { up: true });
+        const plen = t.address.includes(':') ? 128 : 32;
+        const addrs = this.nl.addrList({ link: name }).filter((a) => a.scope === 0);
+        for (const a of addrs) if (a.address !== t.address) this.nl.addrDel(name, a.cidr);
+        if (!addrs.some((a) => a.address === t.address)) this.nl.addrAdd(name, `${t.address}/${plen}`, { nodad: true });
+        present.add(name);
+        this.reported.delete(name);
+      } catch (e) {
+        const msg = `cannot set up ${name}: ${(e as Error).message}`;
+        stats.errors.push(msg);
+        if (!this.reported.has(name)) this.log.error(`${msg}; routes through it are skipped, everything else is served`, { device: name });
+        this.reported.add(name);
+      }
+    };
+    const mtu = input.underlayMtu;
+    dev(VXLAN_DEVICE[4], desired.devices.vxlan4, input.tunnels.vxlan4, (t) =>
+      this.nl.vxlanAdd({ name: VXLAN_DEVICE[4], vni: VXLAN_VNI, port: VXLAN_PORT, local: t.local, learning: false, mtu: mtu - OVERHEAD.vxlan4, ...(t.mac ? { mac: t.mac } : {}) }),
+    mtu - OVERHEAD.vxlan4);
+    dev(VXLAN_DEVICE[6], desired.devices.vxlan6, input.tunnels.vxlan6, (t) =>
+      this.nl.vxlanAdd({ name: VXLAN_DEVICE[6], vni: VXLAN_VNI, port: VXLAN_PORT, local: t.local, learning: false, mtu: mtu - OVERHEAD.vxlan6, ...(t.mac ? { mac: t.mac } : {}) }),
+    mtu - OVERHEAD.vxlan6);
+    dev(IPIP_DEVICE, desired.devices.ipip, input.tunnels.ipip, (t) => this.nl.ipipAdd({ name: IPIP_DEVICE, local: t.local, mtu: mtu - OVERHEAD.ipip }), mtu - OVERHEAD.ipip);
+
+    // Neighbours and FDB before routes, so a new route never points at an unresolved next hop.
+    for (const name of [VXLAN_DEVICE[4], VXLAN_DEVICE[6]]) {
+      if (!present.has(name)) continue;
+      this.syncNeighbours(name, desired.neighbours.get(name) ?? [], stats);
+      this.syncFdb(name, desired.fdb.get(name) ?? [], stats);
+    }
+    for (const family of [4, 6] as const) this.syncRoutes(family, desired.routes.filter((r) => r.family === family), present, stats);
+    return stats;
+  }
+
+  private try(stats: ApplyStats, what: string, fn: () => void): void {
+    try {
+      fn();
+    } catch (e) {
+      stats.errors.push(`${what}: ${(e as Error).message}`);
+      this.log.warn(`routes: ${what} failed`, { error: (e as Error).message });
+    }
+  }
+
+  private syncNeighbours(dev: string, want: Array<{ dst: string; lladdr: string }>, stats: ApplyStats): void {
+    const have = this.nl.neighList({ dev }).filter((n) => n.permanent);
+    const wantBy = new Map(want.map((w) => [w.dst, w.lladdr]));
+    for (const n of have) if (!wantBy.has(n.dst)) this.try(stats, `removing neighbour ${n.dst} dev ${dev}`, () => this.nl.neighDel({ dev, dst: n.dst }));
+    for (const w of want) {
+      if (have.some((n) => n.dst === w.dst && n.lladdr === w.lladdr)) continue;
+      this.try(stats, `neighbour ${w.dst} dev ${dev}`, () => this.nl.neighSet({ dev, dst: w.dst, lladdr: w.lladdr }));
+    }
+  }
+
+  private syncFdb(dev: string, want: Array<{ lladdr: string; dst: string }>, stats: ApplyStats): void {
+    const have = this.nl.fdbList({ dev }).filter((f) => f.dst !== undefined);
+    const key = (x: { lladdr: string; dst?: string }) => `${x.lladdr}>${x.dst}`;
+    const wantKeys = new Set(want.map(key));
+    for (const f of have) if (!wantKeys.has(key(f))) this.try(stats, `removing FDB ${key(f)} dev ${dev}`, () => this.nl.fdbDel({ dev, lladdr: f.lladdr, dst: f.dst! }));
+    const haveKeys = new Set(have.map(key));
+    for (const w of want) if (!haveKeys.has(key(w))) this.try(stats, `FDB ${key(w)} dev ${dev}`, () => this.nl.fdbSet({ dev, lladdr: w.lladdr, dst: w.dst }));
+  }
+
+  private syncRoutes(family: Family, want: DesiredRoute[], present: Set<string>, stats: ApplyStats): void {
+    const have = this.nl.routeList({ family, protocol: ROUTE_PROTOCOL });
+    const index = new Map<string, number>();
+    for (const name of present) index.set(name, this.nl.linkGet(name).index);
+    const wanted = new Map<string, DesiredRoute>();
+    for (const r of want) if (!r.dev || present.has(r.dev)) wanted.set(r.dst, r);
+    const matches = (h: RouteInfo, r: DesiredRoute) =>
+      h.type === (r.type === 'blackhole' ? RouteType.blackhole : RouteType.unicast) &&
+      (h.gateway ?? '') === (r.gateway ?? '') &&
+      (!r.dev || h.oif === index.get(r.dev)) &&
+      !!(h.flags & RTNH_F_ONLINK) === !!r.onlink;
+    for (const h of have) {
+      const w = wanted.get(h.dst);
+      if (w && matches(h, w)) {
+        wanted.delete(h.dst);
+        continue;
+      }
+      if (!w) {
+        this.try(stats, `removing route ${h.dst}`, () => {
+          try {
+            this.nl.routeDel({ dst: h.dst, protocol: ROUTE_PROTOCOL, ...(h.type === RouteType.blackhole ? { type: 'blackhole' as const } : {}) });
+          } catch (e) {
+            if (!NetlinkError.is(e, 'ESRCH')) throw e;
+          }
+        });
+        stats.routesRemoved++;
+      }
+    }
+    for (const r of wanted.values()) {
+      this.try(stats, `route ${r.dst}`, () =>
+        this.nl.routeReplace({
+          dst: r.dst,
+          protocol: ROUTE_PROTOCOL,
+          ...(r.type === 'blackhole' ? { type: 'blackhole' as const } : {}),
+          ...(r.gateway ? { gateway: r.gateway } : {}),
+          ...(r.dev ? { dev: r.dev } : {}),
+          ...(r.onlink ? { onlink: true } : {}),
+        }),
+      );
+      stats.routesAdded++;
+    }
+  }
+}

@@ -1,0 +1,193 @@
+// What the kernel of this node should hold for the pod network, computed from
+// the datastore alone (pools, blocks with their affinity, nodes) plus the
+// node's directly connected subnets. Pure: the controller applies the result.
+//
+// Per block affine to another node, by its pool's mode (IPv4: vxlanMode, then
+// ipipMode; IPv6: vxlanMode):
+//   Never            block via <node IP>                     (only when on-link)
+//   VXLAN Always     block via <tunnel addr> dev vxlan.netplugin onlink
+//                    + neighbour tunnel addr -> VTEP MAC, FDB VTEP MAC -> node IP
+//   VXLANCrossSubnet VXLAN towards nodes in another subnet, direct otherwise
+//   IPIP Always      block via <node IP> dev tunl.netplugin onlink
+//   IPIPCrossSubnet  IPIP towards nodes in another subnet, direct otherwise
+// Per block affine to this node: a blackhole route, so an unused address of
+// our own block never leaves through the default route.
+import type { EncapMode, IPPoolSpec, NodeSpec } from '../../datastore/types.js';
+import { containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../ipam/cidr.js';
+
+export const VXLAN_DEVICE: Record<Family, string> = { 4: 'vxlan.netplugin', 6: 'vx6.netplugin' };
+export const IPIP_DEVICE = 'tunl.netplugin';
+export const VXLAN_VNI = 4096;
+export const VXLAN_PORT = 4789;
+/** Encapsulation overhead on the underlay MTU: outer IP + UDP + VXLAN + inner Ethernet. */
+export const OVERHEAD = { vxlan4: 50, vxlan6: 70, ipip: 20 } as const;
+/** RTPROT number our routes carry: reconciling lists and removes only these. */
+export const ROUTE_PROTOCOL = 80;
+
+export interface PoolView {
+  name: string;
+  cidr: Cidr;
+  spec: IPPoolSpec;
+}
+
+export interface BlockView {
+  cidr: string;
+  /** Affine node, or undefined for an unaffine block. */
+  node: string | undefined;
+}
+
+export interface ClusterView {
+  me: string;
+  nodes: ReadonlyMap<string, NodeSpec>;
+  pools: readonly PoolView[];
+  blocks: readonly BlockView[];
+}
+
+export interface DesiredRoute {
+  family: Family;
+  dst: string;
+  type: 'unicast' | 'blackhole';
+  gateway?: string;
+  dev?: string;
+  onlink?: boolean;
+}
+
+export interface Desired {
+  routes: DesiredRoute[];
+  /** Per tunnel device: permanent neighbours (tunnel address -> VTEP MAC). */
+  neighbours: Map<string, Array<{ dst: string; lladdr: string }>>;
+  /** Per VXLAN device: FDB entries (VTEP MAC -> remote node IP). */
+  fdb: Map<string, Array<{ lladdr: string; dst: string }>>;
+  /** Devices the routes need (a pool uses the mode). */
+  devices: { vxlan4: boolean; vxlan6: boolean; ipip: boolean };
+  /** Largest encapsulation overhead of the enabled pools (0 with Never/Never only). */
+  overhead: number;
+  warnings: string[];
+}
+
+type Mode = 'direct' | 'vxlan' | 'ipip';
+
+/** The address part of `192.0.2.10/24` (or a bare address). */
+export function addrOf(s: string | undefined): string | undefined {
+  if (!s) return undefined;
+  const a = s.split('/')[0]!;
+  return tryParseIP(a) ? a : undefined;
+}
+
+function uses(m: EncapMode | undefined): boolean {
+  return m === 'Always' || m === 'CrossSubnet';
+}
+
+/** VXLAN/IPIP need for a pool: which devices it implies and its overhead. */
+function poolEncap(p: PoolView): { vxlan: boolean; ipip: boolean; overhead: number } {
+  const vxlan = uses(p.spec.vxlanMode);
+  const ipip = !vxlan && p.cidr.family === 4 && uses(p.spec.ipipMode);
+  const overhead = vxlan ? (p.cidr.family === 4 ? OVERHEAD.vxlan4 : OVERHEAD.vxlan6) : ipip ? OVERHEAD.ipip : 0;
+  return { vxlan, ipip, overhead };
+}
+
+function modeFor(p: PoolView, sameSubnet: boolean): Mode {
+  const { vxlanMode, ipipMode } = p.spec;
+  if (vxlanMode === 'Always' || (vxlanMode === 'CrossSubnet' && !sameSubnet)) return 'vxlan';
+  if (p.cidr.family === 4 && (ipipMode === 'Always' || (ipipMode === 'CrossSubnet' && !sameSubnet))) return 'ipip';
+  return 'direct';
+}
+
+/**
+ * @param subnets the node's directly connected subnets (its own interfaces'
+ *   address prefixes, tunnel devices excluded): a peer inside one is "same subnet".
+ */
+export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Desired {
+  const out: Desired = { routes: [], neighbours: new Map(), fdb: new Map(), devices: { vxlan4: false, vxlan6: false, ipip: false }, overhead: 0, warnings: [] };
+  for (const p of view.pools) {
+    if (p.spec.disabled) continue;
+    const e = poolEncap(p);
+    if (e.vxlan) out.devices[p.cidr.family === 4 ? 'vxlan4' : 'vxlan6'] = true;
+    if (e.ipip) out.devices.ipip = true;
+    out.overhead = Math.max(out.overhead, e.overhead);
+  }
+  const onLink = (ip: string) => {
+    const a = tryParseIP(ip);
+    return !!a && subnets.some((s) => containsIP(s, a));
+  };
+  const me = view.nodes.get(view.me);
+  for (const b of view.blocks) {
+    if (!b.node) continue;
+    const cidr = tryParseCidr(b.cidr);
+    if (!cidr) continue;
+    // A block outside every pool (its pool was deleted) gets no route.
+    const pool = view.pools.find((p) => p.cidr.family === cidr.family && containsCidr(p.cidr, cidr));
+    if (!pool) continue;
+    const family = cidr.family;
+    if (b.node === view.me) {
+      out.routes.push({ family, dst: b.cidr, type: 'blackhole' });
+      continue;
+    }
+    const node = view.nodes.get(b.node);
+    if (!node) continue;
+    const nodeIP = addrOf(family === 4 ? node.ipv4Address : node.ipv6Address);
+    if (!nodeIP) {
+      out.warnings.push(`node ${b.node} has no IPv${family} address registered: no route to its block ${b.cidr}`);
+      continue;
+    }
+    const same = onLink(nodeIP);
+    const mode = modeFor(pool, same);
+    if (mode === 'vxlan') {
+      const dev = VXLAN_DEVICE[family];
+      const tun = addrOf(family === 4 ? node.vxlanTunnelAddress : node.vxlanTunnelAddressV6);
+      const mac = family === 4 ? node.vxlanTunnelMACAddr : node.vxlanTunnelMACAddrV6;
+      const mine = family === 4 ? me?.vxlanTunnelAddress : me?.vxlanTunnelAddressV6;
+      if (!tun || !mac) {
+        out.warnings.push(`node ${b.node} has no IPv${family} VXLAN tunnel address/MAC registered yet: no route to its block ${b.cidr}`);
+        continue;
+      }
+      if (!mine) {
+        out.warnings.push(`this node has no IPv${family} VXLAN tunnel address yet: no route to block ${b.cidr} of ${b.node}`);
+        continue;
+      }
+      out.routes.push({ family, dst: b.cidr, type: 'unicast', gateway: tun, dev, onlink: true });
+      push(out.neighbours, dev, { dst: tun, lladdr: mac.toLowerCase() });
+      push(out.fdb, dev, { lladdr: mac.toLowerCase(), dst: nodeIP });
+    } else if (mode === 'ipip') {
+      out.routes.push({ family, dst: b.cidr, type: 'unicast', gateway: nodeIP, dev: IPIP_DEVICE, onlink: true });
+    } else if (same) {
+      out.routes.push({ family, dst: b.cidr, type: 'unicast', gateway: nodeIP });
+    } else {
+      out.warnings.push(
+        `pool ${pool.name} uses no encapsulation and node ${b.node} (${nodeIP}) is not on a directly connected subnet: no route to its block ${b.cidr}; the underlay must route it, or set the pool's vxlanMode`,
+      );
+    }
+  }
+  // One neighbour/FDB entry per peer even when it holds several blocks.
+  for (const m of [out.neighbours, out.fdb]) for (const [k, v] of m) m.set(k, dedupe(v));
+  return out;
+}
+
+function push<T>(m: Map<string, T[]>, k: string, v: T): void {
+  const a = m.get(k);
+  if (a) a.push(v);
+  else m.set(k, [v]);
+}
+
+function dedupe<T>(xs: T[]): T[] {
+  const seen = new Set<string>();
+  return xs.filter((x) => {
+    const k = JSON.stringify(x);
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+}
+
+/** Pools as the view needs them (invalid CIDRs are left out). */
+export function poolViews(pools: Iterable<{ metadata: { name: string }; spec: IPPoolSpec }>): PoolView[] {
+  const out: PoolView[] = [];
+  for (const p of pools) {
+    try {
+      out.push({ name: p.metadata.name, cidr: parseCidr(p.spec.cidr), spec: p.spec });
+    } catch {
+      /* the IPAM layer reports invalid pools */
+    }
+  }
+  return out;
+}
