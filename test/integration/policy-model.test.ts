@@ -4,8 +4,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Resource } from '../../src/datastore/types.js';
 import type { GlobalNetworkPolicySpec, NetworkPolicySpec } from '../../src/model/policy.js';
+import { execFileSync } from 'node:child_process';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { removeAllNetns } from '../fixtures/netns.js';
+import { createNetns, removeAllNetns } from '../fixtures/netns.js';
 import { addPod, deleteAllPolicies, expectReachability, pod, probeFrom, putObject, listTable, startPolicyEnv, type PolicyEnv, type Pod } from './policy-harness.js';
 
 const POOL = { name: 'pol-model', cidr: '10.77.62.0/24', blockSize: 26 };
@@ -78,6 +79,58 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
     await probeFrom(pod(env, 'y/c'), [[pod(env, 'x/a').ip, 80, 'tcp']]);
     const again = listTable(env).split('\n').find((l) => l.includes('np x/log-then-allow ingress rule 0'))!;
     expect(Number(/counter packets (\d+)/.exec(again)?.[1])).toBeGreaterThan(packets);
+  });
+
+  it('selectors match endpoints of other nodes (known only from the datastore), and follow their label changes', async () => {
+    // A "pod on node2": a netns reached through a plain veth (not a pod interface of this node), and
+    // its WorkloadEndpoint on node2, as that node's plugin would have written it.
+    const n = createNetns('polremote');
+    const host = `rmt${process.pid % 100000}`;
+    const ip = '10.77.62.200';
+    const sh = (args: string[]) => execFileSync('ip', args);
+    try {
+      sh(['link', 'add', host, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', n.name]);
+      sh(['-n', n.name, 'addr', 'add', `${ip}/32`, 'dev', 'eth0']);
+      sh(['-n', n.name, 'link', 'set', 'eth0', 'up']);
+      sh(['-n', n.name, 'route', 'add', '169.254.1.1', 'dev', 'eth0']);
+      sh(['-n', n.name, 'route', 'add', 'default', 'via', '169.254.1.1', 'dev', 'eth0']);
+      execFileSync('sysctl', ['-qw', `net.ipv4.conf.${host}.proxy_arp=1`, `net.ipv4.neigh.${host}.proxy_delay=0`, `net.ipv4.conf.${host}.forwarding=1`]);
+      sh(['link', 'set', host, 'up']);
+      sh(['route', 'add', `${ip}/32`, 'dev', host]);
+      // As the plugin does for its pods: the gateway's neighbour entry is the host end's MAC.
+      const mac = (JSON.parse(execFileSync('ip', ['-j', 'link', 'show', host]).toString()) as Array<{ address: string }>)[0]!.address;
+      sh(['-n', n.name, 'neigh', 'add', '169.254.1.1', 'lladdr', mac, 'dev', 'eth0', 'nud', 'permanent']);
+      const remote: Pod = { ns: 'y', name: 'remote', id: 'y/remote', netns: n.name, netnsPath: n.path, ip, containerId: '' };
+      const wep = (role: string): Resource<'WorkloadEndpoint'> => ({
+        apiVersion: 'netplugin.org/v3',
+        kind: 'WorkloadEndpoint',
+        metadata: { name: 'node2-k8s-remote-eth0', namespace: 'y', labels: { role, 'netplugin.org/namespace': 'y', 'netplugin.org/orchestrator': 'k8s' } },
+        spec: { orchestrator: 'k8s', node: 'node2', containerID: 'remote', pod: 'remote', endpoint: 'eth0', ipNetworks: [`${ip}/32`], profiles: ['kns.y'], interfaceName: 'npmremote0' },
+      });
+      await putObject(env, wep('client'));
+      await putObject(env, np('x', 'from-remote-clients', { selector: "pod == 'a'", ingress: [{ action: 'Allow', protocol: 'TCP', source: { selector: "role == 'client'", namespaceSelector: 'all()' } }] }));
+      const xa = pod(env, 'x/a');
+      const reach = async (want: boolean) => {
+        const end = Date.now() + 20_000;
+        let got = !want;
+        while (got !== want && Date.now() < end) got = (await probeFrom(remote, [[xa.ip, 80, 'tcp']], 1))[0]!;
+        return got;
+      };
+      expect(await reach(true)).toBe(true);
+      // Nobody else is a remote client: x/b is denied.
+      expect(await probeFrom(pod(env, 'x/b'), [[xa.ip, 80, 'tcp']], 1)).toEqual([false]);
+      await putObject(env, wep('other'));
+      expect(await reach(false)).toBe(false);
+      // Remote endpoints get no chains here: only this node's pods are in the interface maps.
+      expect(listTable(env)).not.toContain('npmremote0');
+    } finally {
+      await env.ds.delete('WorkloadEndpoint', 'node2-k8s-remote-eth0', { namespace: 'y' }).catch(() => undefined);
+      try {
+        sh(['link', 'del', host]);
+      } catch {
+        // gone with the netns
+      }
+    }
   });
 
   it('a bad rule in the datastore is refused by the schema with the field named', async () => {
