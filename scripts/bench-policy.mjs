@@ -94,7 +94,6 @@ export async function run(pods, policies, n, mode) {
     await ds.create(obj);
     await done;
     add.push(performance.now() - t);
-    if (process.env.BENCH_TRACE) process.stderr.write("add " + k + " " + Math.round(performance.now() - t) + "\\n");
   }
   // Label changes: write -> the batch containing it applied.
   const label = [];
