@@ -136,8 +136,9 @@ export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { time
   return env;
 }
 
+/** The built agent with this file's config; --no-routes: the node-network controller (routes, NAT) is not under test and must not fight the other files' agents over this shared namespace's routes. */
 export function startPolicyAgent(env: { tmp: string; confPath: string; table: string }): Promise<Agent> {
-  return startAgent(join(env.tmp, `cni-${Date.now()}.sock`), ['--config', env.confPath, '--log-level', 'DEBUG'], { env: { NETPLUGIN_POLICY_TABLE: env.table } });
+  return startAgent(join(env.tmp, `cni-${Date.now()}.sock`), ['--config', env.confPath, '--log-level', 'DEBUG', '--no-routes'], { env: { NETPLUGIN_POLICY_TABLE: env.table } });
 }
 
 export function listTable(env: { table: string }): string {
