@@ -175,6 +175,9 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   });
 
   for (const inf of informers.values()) inf.start();
+  // The first resync waits for every list; a kind that lists nothing reports no change, so
+  // schedule it once all are in (the batches before it return early).
+  void Promise.all([...informers.values()].map((i) => i.whenSynced())).then(schedule);
 
   return {
     synced,
