@@ -167,3 +167,29 @@ export function waitSocket(path, ms, failed) {
     go();
   });
 }
+
+/**
+ * etcd's own write counters from its /metrics endpoint: raft proposals
+ * committed (one per write request: a Put, a Txn, a DeleteRange), WAL fsyncs
+ * (concurrent proposals share one), and the MVCC counters.
+ */
+export async function etcdWriteCounters(endpoint) {
+  const text = await (await fetch(`${endpoint}/metrics`)).text();
+  const pick = (name) => {
+    let sum = 0;
+    for (const m of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+]+)$`, 'gm'))) sum += Number(m[1]);
+    return sum;
+  };
+  return {
+    proposals: pick('etcd_server_proposals_committed_total'),
+    fsyncs: pick('etcd_disk_wal_fsync_duration_seconds_count'),
+    puts: pick('etcd_mvcc_put_total'),
+    deletes: pick('etcd_mvcc_delete_total'),
+    txns: pick('etcd_mvcc_txn_total'),
+  };
+}
+
+/** Per-pod difference of two etcdWriteCounters() readings. */
+export function perPod(after, before, pods) {
+  return Object.fromEntries(Object.keys(after).map((k) => [k, (after[k] - before[k]) / pods]));
+}

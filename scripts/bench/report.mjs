@@ -32,6 +32,20 @@ export function markdown(r) {
   L.push(`Pure dataplane (in-process setupWorkload / teardownWorkload, one IPv4 address): setup p50 ${f1(r.dataplane.setup.p50)} ms (p90 ${f1(r.dataplane.setup.p90)}), teardown p50 ${f1(r.dataplane.teardown.p50)} ms (p90 ${f1(r.dataplane.teardown.p90)}).`);
   L.push(`Agent memory: peak RSS (VmHWM) ${f1(r.agent.hwmMiB)} MiB after all cells; RSS at the end ${f1(r.agent.rssMiB)} MiB.`);
   L.push('');
+  L.push('etcd writes per pod (agent path), from etcd\'s /metrics before and after each phase: raft proposals committed (one per write request) and WAL fsyncs (concurrent writes share one).');
+  L.push('');
+  L.push('| c | ADD writes/pod | ADD fsyncs/pod | DEL writes/pod | DEL fsyncs/pod |');
+  L.push('|---:|---:|---:|---:|---:|');
+  for (const c of r.concurrency) {
+    const a = r.cells.find((x) => x.path === 'agent' && x.c === c && x.phase === 'ADD')?.etcdWritesPerPod;
+    const d = r.cells.find((x) => x.path === 'agent' && x.c === c && x.phase === 'DEL')?.etcdWritesPerPod;
+    if (a && d) L.push(`| ${c} | ${f1(a.proposals)} | ${f1(a.fsyncs)} | ${f1(d.proposals)} | ${f1(d.fsyncs)} |`);
+  }
+  if (r.scale) {
+    L.push('');
+    L.push(`Scale cell (agent): ADD p50 of one pod on an empty node ${f1(r.scale.first.p50)} ms, with ${r.scale.pods} pods on the node ${f1(r.scale.full.p50)} ms (${r.scale.samples} samples each; ratio ${r.scale.ratio.toFixed(2)}); agent RSS with ${r.scale.pods} pods ${f1(r.scale.rssMiB)} MiB.`);
+  }
+  L.push('');
   L.push('## Targets');
   L.push('');
   L.push('| target | wanted | measured | |');

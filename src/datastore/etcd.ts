@@ -23,7 +23,8 @@ import { etcdKey, etcdListPrefix } from './keys.js';
 import { validateResource } from './schemas.js';
 import { parseSelector } from '../selector/index.js';
 import type { DatastoreConfig } from './index.js';
-import { GatewayUnusableError, prefixEnd, type CallContext, type KV, type KVOptions, type KeyValue, type TlsMaterial, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
+import { GatewayUnusableError, prefixEnd, type CallContext, type Compare, type KV, type KVOptions, type KeyValue, type TlsMaterial, type TxnOp as KVTxnOp, type TxnResponse, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
+import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 import { HttpKV } from './etcd-http.js';
 
 export type { TlsMaterial } from './etcd-kv.js';
@@ -299,6 +300,73 @@ export class EtcdDatastore implements Datastore {
       ),
     );
     if (!r.succeeded) throw this.casFailure(label, rv ?? '', r.responses[0]?.kvs?.[0]);
+  }
+
+  /**
+   * One etcd Txn: a compare per op (absence for a create, the mod revision for
+   * an update or a delete with a revision, presence for a plain delete), all
+   * writes in the success branch, and a keys-only read of every key in the
+   * failure branch so the failed guard can be named. One revision, one WAL
+   * write: all or nothing.
+   */
+  async txn(ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>> {
+    checkDistinct(ops);
+    if (!ops.length) return [];
+    const compare: Compare[] = [];
+    const success: KVTxnOp[] = [];
+    const keys: Buffer[] = [];
+    const stored: Array<Resource | undefined> = [];
+    for (const op of ops) {
+      if (op.op === 'delete') {
+        const rv = op.revision;
+        if (rv !== undefined && !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `${describeOp(op)}: revision ${JSON.stringify(rv)} is not an etcd revision`);
+        const key = Buffer.from(etcdKey(op.kind, op.name, op.namespace));
+        keys.push(key);
+        compare.push(rv !== undefined ? { key, target: 'Mod', result: 'Equal', revision: rv } : { key, target: 'Create', result: 'Greater', revision: '0' });
+        success.push({ deleteRange: { key } });
+        stored.push(undefined);
+        continue;
+      }
+      this.checkShape(op.res);
+      const s = structuredClone(op.res);
+      if (NAMESPACED_KINDS.has(s.kind)) s.metadata.namespace ||= 'default';
+      else delete s.metadata.namespace;
+      const key = Buffer.from(etcdKey(s.kind, s.metadata.name, s.metadata.namespace));
+      keys.push(key);
+      if (op.op === 'create') {
+        s.metadata.uid ||= randomUUID();
+        s.metadata.creationTimestamp ||= new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+        compare.push({ key, target: 'Create', result: 'Equal', revision: '0' });
+      } else {
+        const rv = s.metadata.resourceVersion;
+        if (!rv || !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `${describeOp(op)} needs metadata.resourceVersion from a previous read (got ${JSON.stringify(rv)})`);
+        compare.push({ key, target: 'Mod', result: 'Equal', revision: rv });
+      }
+      success.push({ put: { key, value: this.encode(s) } });
+      stored.push(s);
+    }
+    const ctx = this.ctx(`transaction (${ops.map(describeOp).join(', ')})`, opts);
+    const r = await this.wire((kv) => kv.txn({ compare, success, failure: keys.map((key) => ({ range: { key, keysOnly: true } })) }, ctx));
+    if (!r.succeeded) throw this.txnFailure(ops, compare, r.responses);
+    for (const s of stored) if (s) s.metadata.resourceVersion = r.revision;
+    return stored;
+  }
+
+  private txnFailure(ops: TxnOp[], compare: Compare[], responses: TxnResponse['responses']): TxnError {
+    for (const [i, op] of ops.entries()) {
+      const cur = responses[i]?.kvs?.[0];
+      const c = compare[i]!;
+      const what = describeOp(op);
+      if (op.op === 'create') {
+        if (cur) return new TxnError('AlreadyExists', `${what}: it already exists`, i);
+      } else if (!cur) {
+        return new TxnError('NotFound', `${what}: not found`, i);
+      } else if (c.target === 'Mod' && cur.modRevision !== c.revision) {
+        return new TxnError('Conflict', `${what}: modified concurrently (have revision ${c.revision}, store has ${cur.modRevision}); re-read and retry`, i);
+      }
+    }
+    // The guards are evaluated atomically with the failure branch's reads, so one of them shows the cause.
+    return new TxnError('Conflict', `transaction (${ops.map(describeOp).join(', ')}) failed its compare; re-read and retry`, 0);
   }
 
   watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {

@@ -26,6 +26,7 @@ import {
   type WorkloadEndpointSpec,
 } from './types.js';
 import type { DatastoreConfig } from './index.js';
+import { orderedTxn, type TxnOp } from './txn.js';
 
 /** Pod annotations that hold a WorkloadEndpoint in Kubernetes mode. */
 export const WEP_ANNOTATIONS = {
@@ -265,6 +266,15 @@ export class KubernetesDatastore implements Datastore {
     } catch (e) {
       this.rethrow(e, what);
     }
+  }
+
+  /**
+   * The Kubernetes API has no multi-object transaction: the ops are written in
+   * order and the first failure stops the rest (callers order them so that
+   * every prefix is crash-safe; docs/ipam.md).
+   */
+  txn(ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>> {
+    return orderedTxn(this, ops, opts);
   }
 
   // ---- WorkloadEndpoint <-> Pod ----

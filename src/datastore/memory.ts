@@ -14,6 +14,7 @@ import {
   type WatchEvent,
 } from './types.js';
 import { parseSelector } from '../selector/index.js';
+import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 
 type Listener = { kind: Kind; namespace?: string; fn: (ev: WatchEvent<Kind>) => void };
 
@@ -108,6 +109,48 @@ export class MemoryDatastore implements Datastore {
     this.objects.delete(k);
     ++this.revision;
     this.emit('DELETED', cur);
+  }
+
+  /** All guards are checked before anything is written, and the writes share one revision, as etcd's Txn does. */
+  async txn(ops: TxnOp[]): Promise<Array<Resource | undefined>> {
+    this.check();
+    checkDistinct(ops);
+    for (const [i, op] of ops.entries()) {
+      const what = describeOp(op);
+      if (op.op === 'update' && !op.res.metadata.resourceVersion) throw new TxnError('Invalid', `${what} needs metadata.resourceVersion`, i);
+      const cur = this.objects.get(op.op === 'delete' ? this.key(op.kind, op.name, op.namespace) : this.key(op.res.kind, op.res.metadata.name, op.res.metadata.namespace));
+      const want = op.op === 'delete' ? op.revision : op.op === 'update' ? op.res.metadata.resourceVersion : undefined;
+      if (op.op === 'create') {
+        if (cur) throw new TxnError('AlreadyExists', `${what}: it already exists`, i);
+      } else if (!cur) {
+        throw new TxnError('NotFound', `${what}: not found`, i);
+      } else if (want !== undefined && cur.metadata.resourceVersion !== want) {
+        throw new TxnError('Conflict', `${what}: modified (have ${want}, store has ${cur.metadata.resourceVersion})`, i);
+      }
+    }
+    const rev = String(++this.revision);
+    const out: Array<Resource | undefined> = [];
+    for (const op of ops) {
+      if (op.op === 'delete') {
+        const k = this.key(op.kind, op.name, op.namespace);
+        const cur = this.objects.get(k)!;
+        this.objects.delete(k);
+        this.emit('DELETED', cur);
+        out.push(undefined);
+        continue;
+      }
+      const k = this.key(op.res.kind, op.res.metadata.name, op.res.metadata.namespace);
+      const cur = this.objects.get(k);
+      const stored = this.clone(op.res);
+      stored.metadata.resourceVersion = rev;
+      stored.metadata.uid = cur?.metadata.uid ?? stored.metadata.uid ?? randomUUID();
+      stored.metadata.creationTimestamp = cur?.metadata.creationTimestamp ?? stored.metadata.creationTimestamp ?? new Date().toISOString();
+      if (NAMESPACED_KINDS.has(stored.kind)) stored.metadata.namespace ??= 'default';
+      this.objects.set(k, stored);
+      this.emit(cur ? 'MODIFIED' : 'ADDED', stored);
+      out.push(this.clone(stored));
+    }
+    return out;
   }
 
   watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {

@@ -2,6 +2,8 @@
 // compare-and-swap. Backends: etcd v3 (src/datastore/etcd.ts), Kubernetes API
 // (src/datastore/kubernetes.ts), in-memory (src/datastore/memory.ts, tests and tools).
 
+import type { TxnOp } from './txn.js';
+export type { TxnOp } from './txn.js';
 import type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec } from '../model/policy.js';
 export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
 
@@ -212,6 +214,14 @@ export interface Datastore {
   update<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>>;
   /** With `revision`, deletes only if unchanged (Conflict otherwise). NotFound when absent. */
   delete<K extends Kind>(kind: K, name: string, opts?: { namespace?: string; revision?: string } & CallOptions): Promise<void>;
+  /**
+   * Several writes, each guarded as its op says (src/datastore/txn.ts): on etcd
+   * and in memory all or nothing, one revision; on Kubernetes the ops run in
+   * order and stop at the first failure (the API has no multi-object
+   * transaction). Fails with a TxnError naming the op whose guard failed.
+   * Returns per op the stored object (create/update) or undefined (delete).
+   */
+  txn(ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>>;
   watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch;
   close(): Promise<void>;
 }

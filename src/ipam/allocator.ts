@@ -3,10 +3,12 @@
 //
 //   for every handle H and block B: handle(H).block[B] >= |ordinals of B held by H|
 //
-// i.e. a handle never under-counts. ADD raises the handle's count *before* the
-// block CAS that takes the address; DEL frees the addresses *before* lowering
-// the handle. A process killed at any point leaves at worst a handle whose count
-// is too high, which the next release by that handle (DEL, GC) clears.
+// i.e. a handle never under-counts. ADD raises the handle's count in the same
+// transaction (Datastore.txn) as the block CAS that takes the address; DEL frees
+// the addresses and deletes the handle in one transaction. On etcd that is all or
+// nothing; on Kubernetes the ops run in order (handle before block on ADD, block
+// before handle on DEL), so a process killed between them leaves at worst a
+// handle whose count is too high, which the next release by that handle clears.
 import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
 import type { Logger } from '../cni/types.js';
 import {
@@ -16,10 +18,10 @@ import {
   type Datastore,
   type IPAMBlockSpec,
   type IPAMConfigSpec,
-  type IPAMHandleSpec,
   type Resource,
 } from '../datastore/types.js';
 import { affinityName, blockName } from '../datastore/names.js';
+import { TxnError, type TxnOp } from '../datastore/txn.js';
 import { handleName, legacyHandleName, parseHandleID, sameHandle } from './handle.js';
 import {
   tryParseCidr,
@@ -68,6 +70,27 @@ export interface AssignRequest {
   use?: PoolUse;
   /** How to name the pool lists and requested addresses in errors (default ipv4_pools / ipv6_pools / IP). */
   fields?: { ipv4Pools?: string; ipv6Pools?: string; requestedIPs?: string };
+  /** Writes that commit in the same transaction as the request's last address (the workload endpoint). */
+  piggyback?: Piggyback;
+}
+
+/**
+ * Writes of the caller that go in the transaction that takes the request's
+ * last address, so that an ADD costs one datastore write. `ops` is called per
+ * attempt with every address the request holds then (`again`: the previous
+ * attempt failed on one of these ops, so re-read what they guard); `committed`
+ * gets what they stored. Not called at all when the request writes nothing
+ * (a retried ADD that already holds its addresses): the caller writes alone.
+ */
+export interface Piggyback {
+  ops(assigned: Assigned[], again: boolean): TxnOp[] | Promise<TxnOp[]>;
+  committed(stored: Array<Resource | undefined>): void;
+}
+
+/** Extra writes that go in the transaction that frees a handle (the workload endpoint's delete). */
+export interface ReleaseOptions {
+  /** Guards that fail (the object changed or is gone) drop the op: these writes are best effort. */
+  alsoWrite?: TxnOp[];
 }
 
 export interface Assigned {
@@ -148,6 +171,24 @@ interface PendingAssign {
 // Per datastore: batch key -> requests queued for the next lock acquisition.
 const batchQueues = new WeakMap<Datastore, Map<string, PendingAssign[]>>();
 
+/** One release waiting in a batch queue. */
+interface PendingRelease {
+  handleID: string;
+  early: Promise<HandleRes | undefined>;
+  opts: ReleaseOptions;
+  resolve: (v: string[]) => void;
+  reject: (e: unknown) => void;
+}
+// Per datastore: names of the blocks last seen full. A batching Ipam (the
+// agent) reads its node's blocks in this set only when no other of its blocks
+// has room, so an ADD on a node with many full blocks reads one block, not all.
+// A wrong entry costs at most a preference (a freed slot in a block thought
+// full is used once the others are full); every write seen here corrects it.
+const fullBlocks = new WeakMap<Datastore, Set<string>>();
+
+// Per datastore: lock path -> releases queued for the next lock acquisition.
+const releaseQueues = new WeakMap<Datastore, Map<string, PendingRelease[]>>();
+
 const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
 
 type BlockRes = Resource<'IPAMBlock'>;
@@ -178,7 +219,23 @@ interface Ctx {
   nodeLabels?: Record<string, string>;
   /** Set when maxBlocksPerHost stopped a claim (for the final error). */
   capHit?: { family: Family; held: number; max: number };
+  /** Set while assigning the request's last family: the caller's writes and what the request got before. */
+  piggy?: { p: Piggyback; before: Assigned[] };
 }
+
+/** A transaction's guard failed: re-read and try again (retry() handles Conflict). */
+function asConflict(e: unknown): never {
+  if (DatastoreError.is(e) && TxnError.opOf(e) !== undefined && (e.kind === 'Conflict' || e.kind === 'AlreadyExists' || e.kind === 'NotFound')) {
+    throw new DatastoreError('Conflict', e.message, { cause: e });
+  }
+  throw e;
+}
+
+/**
+ * etcd refuses a Txn of more than 128 ops (--max-txn-ops): a batch writes per
+ * request a handle and the caller's endpoint, plus the block.
+ */
+const MAX_BATCH_TXN = 60;
 
 export class Ipam {
   private readonly lockPath: string | null;
@@ -320,34 +377,17 @@ export class Ipam {
   // ---------------------------------------------------------------- handle
 
   /**
-   * Set the handle's count for `cidr` to at least `atLeast` (creating the handle).
-   * Step 1 of an allocation: it happens before the block CAS.
+   * The write that makes the handle count `atLeast` addresses in `cidr`, for
+   * the transaction that takes the address: a create guarded by the handle's
+   * absence (a repeated ADD shows up here as AlreadyExists), an update guarded
+   * by its revision, or nothing when it already counts them.
    */
-  private async raiseHandle(ctx: Ctx, cidr: string, atLeast: number): Promise<void> {
+  private handleOp(ctx: Ctx, cidr: string, atLeast: number): TxnOp | undefined {
     const id = ctx.req.handleID;
-    await this.retry(`recording IPAM handle ${id}`, async (attempt) => {
-      if (attempt > 0) ctx.handle = await this.getHandle(id);
-      const h = ctx.handle;
-      if (!h) {
-        try {
-          ctx.handle = await this.ds.create<'IPAMHandle'>({
-            apiVersion: API_VERSION,
-            kind: 'IPAMHandle',
-            metadata: { name: handleName(id) },
-            spec: { handleID: id, block: { [cidr]: atLeast } },
-          });
-        } catch (e) {
-          // Someone created it meanwhile (only a concurrent ADD of the same
-          // container could): re-read and update instead.
-          if (isKind(e, 'AlreadyExists')) throw new DatastoreError('Conflict', `IPAMHandle ${id} appeared concurrently`);
-          throw e;
-        }
-        return;
-      }
-      if ((h.spec.block[cidr] ?? 0) >= atLeast) return;
-      const spec: IPAMHandleSpec = { ...h.spec, block: { ...h.spec.block, [cidr]: atLeast } };
-      ctx.handle = await this.ds.update({ ...h, spec });
-    });
+    const h = ctx.handle;
+    if (!h) return { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: handleName(id) }, spec: { handleID: id, block: { [cidr]: atLeast } } } };
+    if ((h.spec.block[cidr] ?? 0) >= atLeast) return undefined;
+    return { op: 'update', res: { ...h, spec: { ...h.spec, block: { ...h.spec.block, [cidr]: atLeast } } } };
   }
 
   /**
@@ -383,9 +423,11 @@ export class Ipam {
   // ---------------------------------------------------------------- block writes
 
   /**
-   * Allocate one address in `block` for the request: raise the handle, then
-   * CAS the block. `ordinal` asks for a specific address. Returns undefined
-   * when the block turned out full, deleted or gone (the caller moves on).
+   * Allocate one address in `block` for the request: one transaction that
+   * raises the handle and takes the slot (compare-and-swap on both, plus the
+   * caller's piggybacked writes when this is the request's last address).
+   * `ordinal` asks for a specific address. Returns undefined when the block
+   * turned out full, deleted or gone (the caller moves on).
    */
   private async allocateIn(ctx: Ctx, block: BlockRes, pool: PoolInfo, ordinal?: number): Promise<Assigned | undefined> {
     const handleID = ctx.req.handleID;
@@ -394,14 +436,21 @@ export class Ipam {
       secondary: { ...ctx.req.attrs, node: ctx.node, timestamp: new Date().toISOString(), handle: handleID },
     };
     let cur: BlockRes | undefined = block;
-    let raised = false;
+    // Slots the handle held before this call: a new one found on a retry was
+    // taken by an earlier attempt whose later ops failed (ordered writes).
+    const before = new Set(ordinalsOf(block.spec, handleID));
+    let tried = false;
+    let extraFailed = false;
     let held = 0;
     const result = await this.retry(`allocating in IPAM block ${block.spec.cidr}`, async (attempt) => {
-      if (attempt > 0) cur = await this.getBlock(block.spec.cidr);
+      if (attempt > 0) [cur, ctx.handle] = await Promise.all([this.getBlock(block.spec.cidr), this.getHandle(handleID)]);
       if (!cur || cur.spec.deleted) return undefined;
       const cidr = checkBlock(cur.spec);
-      held = ordinalsOf(cur.spec, handleID).length;
-      if (ordinal !== undefined) {
+      const mine = ordinalsOf(cur.spec, handleID);
+      held = mine.length;
+      let ord: number | undefined = mine.find((o) => !before.has(o) && (ordinal === undefined || o === ordinal));
+      let spec: IPAMBlockSpec | undefined;
+      if (ord === undefined && ordinal !== undefined) {
         const owner = handleAt(cur.spec, ordinal);
         if (cur.spec.allocations[ordinal] != null) {
           const ip = addressOf(cidr, ordinal);
@@ -413,33 +462,47 @@ export class Ipam {
           const pod = owner?.secondary?.namespace && owner.secondary.pod ? `, pod ${owner.secondary.namespace}/${owner.secondary.pod}` : '';
           throw ipamError(`${ip} is already assigned (${who}${pod}); choose a free address or release it first`);
         }
-      } else if (!cur.spec.allocations.some((a) => a == null)) {
-        return undefined;
-      }
-      // Step 1 (before the block CAS): the handle covers the address we are
-      // about to take. A no-op when it already does (a retry, or the leftover
-      // count of an ADD killed before its block write).
-      await this.raiseHandle(ctx, cur.spec.cidr, held + 1);
-      raised = true;
-      const spec: IPAMBlockSpec = structuredClone(cur.spec);
-      let ord: number;
-      if (ordinal !== undefined) {
+        spec = structuredClone(cur.spec);
         allocateOrdinal(spec, ordinal, attr);
         ord = ordinal;
-      } else {
-        const got = allocateNext(spec, attr);
-        if (got === undefined) return undefined;
-        ord = got;
+      } else if (ord === undefined) {
+        spec = structuredClone(cur.spec);
+        ord = allocateNext(spec, attr);
+        if (ord === undefined) return undefined;
       }
-      const stored = await this.ds.update({ ...cur, spec });
-      ctx.blocks?.set(stored.metadata.name, stored);
-      return { ip: addressOf(cidr, ord), ord, cidr };
+      const ip = addressOf(cidr, ord);
+      // The handle counts the address in the very write that takes it: there
+      // is no moment at which the address exists without its handle.
+      const hop = this.handleOp(ctx, cur.spec.cidr, spec ? held + 1 : held);
+      const ops: TxnOp[] = [...(hop ? [hop] : []), ...(spec ? [{ op: 'update' as const, res: { ...cur, spec } }] : [])];
+      const piggy = ctx.piggy;
+      const got: Assigned = { address: `${ip}/${cidr.prefix}`, ip, family: cidr.family, pool: pool.name, block: cur.spec.cidr };
+      const extra = piggy ? await piggy.p.ops([...piggy.before, got], extraFailed) : [];
+      ops.push(...extra);
+      if (!ops.length) return { ip, ord, cidr };
+      tried = true;
+      let out: Array<Resource | undefined>;
+      try {
+        out = await this.ds.txn(ops);
+      } catch (e) {
+        const i = TxnError.opOf(e);
+        if (i !== undefined && i >= ops.length - extra.length) extraFailed = true;
+        asConflict(e);
+      }
+      if (hop) ctx.handle = out[0] as HandleRes;
+      if (spec) {
+        const stored = out[hop ? 1 : 0] as BlockRes;
+        ctx.blocks?.set(cur.metadata.name, stored);
+        this.noteBlock(stored);
+      }
+      if (piggy && extra.length) piggy.p.committed(out.slice(ops.length - extra.length));
+      return { ip, ord, cidr };
     });
     if (!result) {
-      // We may have raised the handle for an address we did not get: put the
-      // count back to what the block really holds (harmless if skipped: the
-      // next release by this handle would fix it).
-      if (raised) ctx.handle = await this.lowerHandle(handleID, block.spec.cidr, held, ctx.handle);
+      // Ordered writes (Kubernetes) may have raised the handle before a block
+      // write that lost: put the count back to what the block really holds
+      // (harmless if skipped: the next release by this handle fixes it).
+      if (tried) ctx.handle = await this.lowerHandle(handleID, block.spec.cidr, held, ctx.handle);
       return undefined;
     }
     return {
@@ -570,22 +633,41 @@ export class Ipam {
       .filter((x): x is { a: AffRes; c: Cidr } => !!x.c && containsCidr(pool.cidr, x.c))
       .sort((x, y) => (x.c.base < y.c.base ? -1 : x.c.base > y.c.base ? 1 : 0));
     const live = mine.filter((x) => x.a.spec.state !== 'pendingDeletion');
-    // Read them all in one round trip: a node usually holds one or two per pool.
-    const got = await Promise.all(live.map(({ a }) => ctx.blocks?.get(blockName(a.spec.cidr)) ?? this.getBlock(a.spec.cidr)));
-    for (const [i, { a }] of live.entries()) {
-      const b = got[i];
-      if (!b || b.spec.affinity !== hostAffinity(ctx.node)) {
-        this.log.info('ipam: removing stale block affinity', { affinity: a.metadata.name, block: b?.spec.affinity ?? 'missing' });
-        await this.deleteAffinity(a);
-        ctx.affinities = ctx.affinities.filter((x) => x !== a);
-        continue;
+    // The agent reads the blocks it last saw full only when the others have no room.
+    const full = this.batch ? this.fullSet() : undefined;
+    const isFull = (x: { a: AffRes }) => !!full?.has(blockName(x.a.spec.cidr));
+    for (const group of [live.filter((x) => !isFull(x)), live.filter(isFull)]) {
+      if (!group.length) continue;
+      // Read them in one round trip: a node usually holds one or two per pool.
+      const got = await Promise.all(group.map(({ a }) => ctx.blocks?.get(blockName(a.spec.cidr)) ?? this.getBlock(a.spec.cidr)));
+      for (const [i, { a }] of group.entries()) {
+        const b = got[i];
+        if (!b || b.spec.affinity !== hostAffinity(ctx.node)) {
+          this.log.info('ipam: removing stale block affinity', { affinity: a.metadata.name, block: b?.spec.affinity ?? 'missing' });
+          await this.deleteAffinity(a);
+          ctx.affinities = ctx.affinities.filter((x) => x !== a);
+          continue;
+        }
+        if (a.spec.state === 'pending') {
+          const c = await this.confirmAffinity(a, ctx.node, a.spec.cidr);
+          ctx.affinities = ctx.affinities.map((x) => (x === a ? c : x));
+        }
+        this.noteBlock(b);
+        yield b;
       }
-      if (a.spec.state === 'pending') {
-        const c = await this.confirmAffinity(a, ctx.node, a.spec.cidr);
-        ctx.affinities = ctx.affinities.map((x) => (x === a ? c : x));
-      }
-      yield b;
     }
+  }
+
+  private fullSet(): Set<string> {
+    let set = fullBlocks.get(this.ds);
+    if (!set) fullBlocks.set(this.ds, (set = new Set()));
+    return set;
+  }
+
+  /** Records whether a block just read or written has room (see fullBlocks). */
+  private noteBlock(b: BlockRes): void {
+    if (b.spec.allocations.some((x) => x == null) && !b.spec.deleted) this.fullSet().delete(b.metadata.name);
+    else this.fullSet().add(b.metadata.name);
   }
 
   private heldBlocks(ctx: Ctx, family: Family): number {
@@ -813,28 +895,40 @@ export class Ipam {
    * all of them.
    */
   private enqueue(req: AssignRequest, early: PendingAssign['early']): Promise<Assigned[]> {
+    const key = JSON.stringify([this.lockPath, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
     return new Promise<Assigned[]>((resolve, reject) => {
-      const item: PendingAssign = { req, early, resolve, reject, done: [] };
-      let queues = batchQueues.get(this.ds);
-      if (!queues) batchQueues.set(this.ds, (queues = new Map()));
-      const key = JSON.stringify([this.lockPath, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
-      const waiting = queues.get(key);
-      if (waiting) {
-        waiting.push(item);
-        return;
-      }
-      const items = [item];
-      const all = queues;
-      all.set(key, items);
-      this.exclusive(req.node, () => {
-        // Whatever queued while we waited for the lock is served now; later
-        // arrivals start the next batch.
-        if (all.get(key) === items) all.delete(key);
-        return this.assignBatchLocked(items);
-      }).catch((e) => {
-        if (all.get(key) === items) all.delete(key);
-        for (const it of items) it.reject(e);
-      });
+      this.joinBatch(batchQueues, key, { req, early, resolve, reject, done: [] }, req.node, (items) => this.assignBatchLocked(items));
+    });
+  }
+
+  /**
+   * Queue `item` for the next acquisition of the lock: the first of a key
+   * waits for the lock, whoever arrives meanwhile joins it, and `serve` gets
+   * them all once the lock is held. Later arrivals start the next batch.
+   */
+  private joinBatch<T extends { reject: (e: unknown) => void }>(
+    store: WeakMap<Datastore, Map<string, T[]>>,
+    key: string,
+    item: T,
+    lockKey: string | undefined,
+    serve: (items: T[]) => Promise<void>,
+  ): void {
+    let queues = store.get(this.ds);
+    if (!queues) store.set(this.ds, (queues = new Map()));
+    const waiting = queues.get(key);
+    if (waiting) {
+      waiting.push(item);
+      return;
+    }
+    const items = [item];
+    const all = queues;
+    all.set(key, items);
+    this.exclusive(lockKey, () => {
+      if (all.get(key) === items) all.delete(key);
+      return serve(items);
+    }).catch((e) => {
+      if (all.get(key) === items) all.delete(key);
+      for (const it of items) it.reject(e);
     });
   }
 
@@ -877,7 +971,7 @@ export class Ipam {
       while (queue.length) {
         let individual: PendingAssign[];
         try {
-          ({ rest: queue, individual } = await this.batchFromOwnBlocks(ctx, family, queue));
+          ({ rest: queue, individual } = await this.batchFromOwnBlocks(ctx, family, queue, family === families[families.length - 1]));
         } catch (e) {
           // Pool selection or a block read failed for the whole batch: each
           // request goes its own way (and reports its own error).
@@ -886,11 +980,12 @@ export class Ipam {
           individual = queue.filter((it) => !it.done.some((d) => d.family === family));
           queue = [];
         }
-        for (const it of individual) await this.assignOneOfBatch(ctx, it, family);
+        const last = family === families[families.length - 1];
+        for (const it of individual) await this.assignOneOfBatch(ctx, it, family, last);
         // The node's blocks are full: one request the one-by-one way (it
         // claims a new block or borrows), then the rest as a batch again.
         const next = queue.shift();
-        if (next) await this.assignOneOfBatch(ctx, next, family);
+        if (next) await this.assignOneOfBatch(ctx, next, family, last);
       }
     }
     const failed = batch.filter((it) => it.failed !== undefined);
@@ -912,8 +1007,8 @@ export class Ipam {
     }
   }
 
-  /** Serve what fits in the node's own blocks, one block write per block. */
-  private async batchFromOwnBlocks(ctx: Ctx, family: Family, queue: PendingAssign[]): Promise<{ rest: PendingAssign[]; individual: PendingAssign[] }> {
+  /** Serve what fits in the node's own blocks, one transaction per block (per MAX_BATCH_TXN requests). */
+  private async batchFromOwnBlocks(ctx: Ctx, family: Family, queue: PendingAssign[], last: boolean): Promise<{ rest: PendingAssign[]; individual: PendingAssign[] }> {
     const { pools, ownFirst } = await this.selectPools(ctx, family);
     // With an explicit list the first pool's new block comes before the next
     // pool's own blocks, which the one-by-one path handles.
@@ -922,13 +1017,18 @@ export class Ipam {
     const individual: PendingAssign[] = [];
     for (const p of candidates) {
       if (!rest.length) break;
-      for await (const b of this.ownBlocks(ctx, p)) {
-        const free = b.spec.allocations.filter((x) => x == null).length;
-        if (!free) continue;
-        const take = rest.slice(0, free);
-        const r = await this.allocateBatchIn(ctx, b, p, take);
-        rest = [...r.unserved, ...rest.slice(take.length)];
-        individual.push(...r.failed);
+      for await (const first of this.ownBlocks(ctx, p)) {
+        let b: BlockRes | undefined = first;
+        while (b && rest.length) {
+          const free = b.spec.allocations.filter((x) => x == null).length;
+          if (!free) break;
+          const take = rest.slice(0, Math.min(free, MAX_BATCH_TXN));
+          const r = await this.allocateBatchIn(ctx, b, p, take, last);
+          rest = [...r.unserved, ...rest.slice(take.length)];
+          individual.push(...r.failed);
+          if (r.served === 0) break;
+          b = r.block;
+        }
         if (!rest.length) break;
       }
     }
@@ -936,28 +1036,25 @@ export class Ipam {
   }
 
   /**
-   * One block write for several requests: raise every handle (concurrently;
-   * etcd commits concurrent writes with one fsync), then take all addresses
-   * in one compare-and-swap. Returns the requests the block had no room for
-   * and those whose handle write or the shared block write failed.
+   * One transaction for several requests: every request's handle (created:
+   * the handle did not exist before the batch), the block's compare-and-swap
+   * that takes all their addresses, and each request's piggybacked writes
+   * when this is its last family. Returns the requests the block had no room
+   * for and those that must go one by one (their own write's guard failed, or
+   * the shared transaction failed).
    */
-  private async allocateBatchIn(ctx: Ctx, block: BlockRes, pool: PoolInfo, take: PendingAssign[]): Promise<{ unserved: PendingAssign[]; failed: PendingAssign[] }> {
+  private async allocateBatchIn(
+    ctx: Ctx,
+    block: BlockRes,
+    pool: PoolInfo,
+    take: PendingAssign[],
+    last: boolean,
+  ): Promise<{ unserved: PendingAssign[]; failed: PendingAssign[]; served: number; block: BlockRes | undefined }> {
     const cidrText = block.spec.cidr;
     const c = checkBlock(block.spec);
     const timestamp = new Date().toISOString();
-    const held = new Map(take.map((it) => [it, ordinalsOf(block.spec, it.req.handleID).length]));
-    // Step 1 (before the block CAS), as in allocateIn.
-    const raised = await Promise.allSettled(take.map((it) => this.raiseHandle(it.ctx!, cidrText, held.get(it)! + 1)));
-    const ready: PendingAssign[] = [];
+    let ready = [...take];
     const failed: PendingAssign[] = [];
-    raised.forEach((r, i) => {
-      if (r.status === 'fulfilled') ready.push(take[i]!);
-      else {
-        this.log.debug('ipam: handle write failed in a batch; assigning that request alone', { handle: take[i]!.req.handleID, error: String(r.reason) });
-        failed.push(take[i]!);
-      }
-    });
-    if (!ready.length) return { unserved: [], failed };
     let cur: BlockRes | undefined = block;
     let got: Array<{ it: PendingAssign; ord: number }>;
     try {
@@ -974,8 +1071,54 @@ export class Ipam {
           out.push({ it, ord });
         }
         if (!out.length) return [];
-        const stored = await this.ds.update({ ...cur, spec });
-        ctx.blocks?.set(stored.metadata.name, stored);
+        // Who each op belongs to (undefined: the shared block write).
+        const owner: Array<PendingAssign | undefined> = [];
+        const ops: TxnOp[] = [];
+        for (const { it } of out) {
+          const hop = this.handleOp(it.ctx!, cidrText, ordinalsOf(cur.spec, it.req.handleID).length + 1);
+          if (hop) {
+            ops.push(hop);
+            owner.push(it);
+          }
+        }
+        const blockOp = ops.length;
+        ops.push({ op: 'update', res: { ...cur, spec } });
+        owner.push(undefined);
+        const extraFrom = ops.length;
+        for (const { it, ord } of out) {
+          if (!last || !it.req.piggyback) continue;
+          const ip = addressOf(c, ord);
+          const x = await it.req.piggyback.ops([...it.done, { address: `${ip}/${c.prefix}`, ip, family: c.family, pool: pool.name, block: cidrText }], false);
+          ops.push(...x);
+          owner.push(...x.map(() => it));
+        }
+        let res: Array<Resource | undefined>;
+        try {
+          res = await this.ds.txn(ops);
+        } catch (e) {
+          const i = TxnError.opOf(e);
+          const who = i === undefined ? undefined : owner[i];
+          if (who && i! < blockOp) {
+            // That request's own handle write failed (it exists after all, or
+            // the write did not go through): it goes alone; the rest try again.
+            this.log.debug('ipam: handle write failed in a batch; assigning that request alone', { handle: who.req.handleID, error: String(e) });
+            ready = ready.filter((x) => x !== who);
+            failed.push(who);
+            throw new DatastoreError('Conflict', (e as Error).message, { cause: e });
+          }
+          // The block moved: re-read and try again. Anything else (a
+          // piggybacked write's guard, an outage) sends the batch one by one.
+          if (i === blockOp) asConflict(e);
+          throw e;
+        }
+        for (const [i, o] of owner.entries()) if (o && i < blockOp) o.ctx!.handle = res[i] as HandleRes;
+        cur = res[blockOp] as BlockRes;
+        ctx.blocks?.set(cur.metadata.name, cur);
+        this.noteBlock(cur);
+        for (const { it } of out) {
+          const idx = owner.flatMap((o, i) => (o === it && i >= extraFrom ? [i] : []));
+          if (idx.length) it.req.piggyback!.committed(idx.map((i) => res[i]));
+        }
         return out;
       });
     } catch (e) {
@@ -983,31 +1126,21 @@ export class Ipam {
       // each request is tried again on its own, which first looks for an
       // address its handle already holds.
       this.log.warn('ipam: batched block write failed; assigning its requests one by one', { block: cidrText, size: ready.length, error: String(e) });
-      return { unserved: [], failed: [...failed, ...ready] };
+      return { unserved: [], failed: [...failed, ...ready], served: 0, block: undefined };
     }
     for (const { it, ord } of got) {
       const ip = addressOf(c, ord);
       it.done.push({ address: `${ip}/${c.prefix}`, ip, family: c.family, pool: pool.name, block: cidrText });
     }
     const served = new Set(got.map((g) => g.it));
+    // Nothing was written for these (the block filled up meanwhile): they move on.
     const unserved = ready.filter((it) => !served.has(it));
-    // Raised for an address not taken here (the block filled up meanwhile):
-    // put the counts back, as allocateIn does. Harmless if it fails.
-    await Promise.all(
-      unserved.map(async (it) => {
-        try {
-          it.ctx!.handle = await this.lowerHandle(it.req.handleID, cidrText, held.get(it)!, it.ctx!.handle);
-        } catch (e) {
-          this.log.debug('ipam: could not lower a handle count', { handle: it.req.handleID, error: String(e) });
-        }
-      }),
-    );
-    return { unserved, failed };
+    return { unserved, failed, served: got.length, block: cur };
   }
 
   /** The one-by-one path for a member of a batch; records the outcome on it. */
-  private async assignOneOfBatch(ctx: Ctx, it: PendingAssign, family: Family): Promise<void> {
-    const own: Ctx = { ...ctx, req: it.req, handle: undefined, capHit: undefined };
+  private async assignOneOfBatch(ctx: Ctx, it: PendingAssign, family: Family, last: boolean): Promise<void> {
+    const own: Ctx = { ...ctx, req: it.req, handle: undefined, capHit: undefined, ...(last && it.req.piggyback ? { piggy: { p: it.req.piggyback, before: it.done } } : {}) };
     try {
       own.handle = await this.getHandle(it.req.handleID);
       // A failed shared write may have been applied after all: an address of
@@ -1050,6 +1183,8 @@ export class Ipam {
           done.push({ ...have, pool: pools.find((p) => containsIP(p.cidr, { family, value: tryParseIP(have.ip)!.value }))?.name ?? '' });
           continue;
         }
+        // The caller's writes go with the request's last address.
+        if (req.piggyback && family === families[families.length - 1]) ctx.piggy = { p: req.piggyback, before: [...done] };
         done.push(want ? await this.assignSpecific(ctx, want.ip, want.text) : await this.assignAuto(ctx, family));
       }
       return done;
@@ -1104,6 +1239,7 @@ export class Ipam {
       const owners = ords.map((o) => handleAt(spec, o)?.handle_id ?? null);
       freeOrdinals(spec, ords);
       freedBlock = await this.ds.update({ ...b, spec });
+      this.noteBlock(freedBlock);
       return ords.map((o, i) => ({ ip: addressOf(c, o), handle: owners[i] ?? null }));
     });
     if (freedBlock && isEmpty(freedBlock.spec)) await this.maybeReleaseBlock(freedBlock);
@@ -1157,38 +1293,122 @@ export class Ipam {
     }
   }
 
-  private async releaseLocked(handleID: string, early?: Promise<HandleRes | undefined>): Promise<string[]> {
-    const released: string[] = [];
-    // A DEL and a (broken) concurrent ADD of the same handle could keep
-    // adding blocks; bound the passes.
-    for (let pass = 0; pass < this.maxRetries; pass++) {
-      const h = pass === 0 && early ? await early : await this.getHandle(handleID);
-      if (!h) return released;
-      for (const cidrText of Object.keys(h.spec.block)) {
-        const freed = await this.freeInBlock(cidrText, (spec) => ordinalsOf(spec, handleID));
-        released.push(...freed.map((f) => f.ip));
+  /**
+   * Free every slot of the handle and delete the handle (with the caller's
+   * extra writes) in one transaction: each block's compare-and-swap, the
+   * handle's delete at the revision read. On Kubernetes the ops run in order,
+   * the extra writes first (the endpoint goes before its addresses), then the
+   * blocks, then the handle, so a crash leaves at worst a handle that
+   * over-counts (docs/ipam.md).
+   */
+  private async releaseLocked(handleID: string, early?: Promise<HandleRes | undefined>, opts: ReleaseOptions = {}): Promise<string[]> {
+    let extra = [...(opts.alsoWrite ?? [])];
+    // Conflicts (a concurrent assignment moved the block) are retried with the
+    // allocator's jittered backoff, reading the handle and blocks again.
+    return this.retry(`releasing IPAM handle ${handleID}`, async (attempt) => {
+      const h = attempt === 0 && early ? await early : await this.getHandle(handleID);
+      const blocks = h ? await Promise.all(Object.keys(h.spec.block).map((c) => this.getBlock(c))) : [];
+      const ops: TxnOp[] = [...extra];
+      const released: string[] = [];
+      const freed: Array<{ at: number; empty: boolean }> = [];
+      for (const b of blocks) {
+        if (!b) continue;
+        const ords = ordinalsOf(b.spec, handleID);
+        if (!ords.length) continue;
+        const c = checkBlock(b.spec);
+        const spec = structuredClone(b.spec);
+        freeOrdinals(spec, ords);
+        freed.push({ at: ops.length, empty: isEmpty(spec) });
+        ops.push({ op: 'update', res: { ...b, spec } });
+        released.push(...ords.map((o) => addressOf(c, o)));
       }
-      // Step 2: only now drop the handle. Its counts may have been higher
-      // than what the blocks held (an ADD killed between its two writes):
-      // that is expected and simply disappears here.
+      // The handle's counts may be higher than what the blocks held (an ADD
+      // killed between ordered writes): that is expected and disappears here.
+      if (h) ops.push({ op: 'delete', kind: 'IPAMHandle', name: h.metadata.name, revision: h.metadata.resourceVersion! });
+      if (!ops.length) return released;
+      let out: Array<Resource | undefined>;
       try {
-        await this.ds.delete('IPAMHandle', h.metadata.name, { revision: h.metadata.resourceVersion });
-        return released;
+        out = await this.ds.txn(ops);
       } catch (e) {
-        if (isKind(e, 'NotFound')) return released;
-        if (!isKind(e, 'Conflict')) throw e;
+        // An extra write whose object changed or went is dropped (best effort);
+        // a block or the handle that moved is read again.
+        const i = TxnError.opOf(e);
+        if (i !== undefined && i < extra.length && DatastoreError.is(e) && e.kind !== 'Unavailable') extra = extra.filter((_, j) => j !== i);
+        asConflict(e);
       }
-    }
-    throw new CniError(ErrorCodes.TryAgainLater, `releasing IPAM handle ${handleID}: it kept changing while being released; try again`);
+      for (const f of freed) this.noteBlock(out[f.at] as BlockRes);
+      for (const f of freed) if (f.empty) await this.maybeReleaseBlock(out[f.at] as BlockRes);
+      return released;
+    });
   }
 
-  /** Release every address of the handle. Idempotent: an unknown handle releases nothing and succeeds. */
-  async releaseByHandle(handleID: string): Promise<string[]> {
+  /**
+   * Release every address of the handle. Idempotent: an unknown handle
+   * releases nothing and succeeds. `alsoWrite` goes in the same transaction.
+   */
+  async releaseByHandle(handleID: string, opts: ReleaseOptions = {}): Promise<string[]> {
     // The handle is only changed by this container's own ADD/DEL: read it
     // (and connect) before waiting for the lock.
     const early = this.getHandle(handleID);
     early.catch(() => undefined);
-    return this.exclusive(undefined, () => this.releaseLocked(handleID, early));
+    if (this.batch) return this.enqueueRelease({ handleID, early, opts });
+    return this.exclusive(undefined, () => this.releaseLocked(handleID, early, opts));
+  }
+
+  /**
+   * Queue a release for the next lock acquisition (batching, as for
+   * assignments): the releases that waited together are served by one
+   * transaction per MAX_BATCH_TXN of them.
+   */
+  private enqueueRelease(item: Omit<PendingRelease, 'resolve' | 'reject'>): Promise<string[]> {
+    return new Promise<string[]>((resolve, reject) => {
+      // Without a host lock, batched releases still queue behind each other (per store) to meet in one batch.
+      this.joinBatch(releaseQueues, String(this.lockPath), { ...item, resolve, reject }, this.lockPath ? undefined : 'releases', async (items) => {
+        for (let i = 0; i < items.length; i += MAX_BATCH_TXN) await this.releaseBatchLocked(items.slice(i, i + MAX_BATCH_TXN));
+      });
+    });
+  }
+
+  /**
+   * Several releases in one transaction: every block they hold addresses in
+   * (one compare-and-swap each, all their slots freed), their handles'
+   * deletes and their extra writes. Any failure sends each release its own
+   * way (releaseLocked, with its retries), which is idempotent.
+   */
+  private async releaseBatchLocked(items: PendingRelease[]): Promise<void> {
+    const one = async (it: PendingRelease) => this.releaseLocked(it.handleID, it.early, it.opts).then(it.resolve, it.reject);
+    if (items.length === 1) return one(items[0]!);
+    try {
+      const handles = await Promise.all(items.map((it) => it.early));
+      const cidrs = [...new Set(handles.flatMap((h) => (h ? Object.keys(h.spec.block) : [])))];
+      const blocks = (await Promise.all(cidrs.map((c) => this.getBlock(c)))).filter((b): b is BlockRes => !!b);
+      const ops: TxnOp[] = items.flatMap((it) => it.opts.alsoWrite ?? []);
+      const released = new Map<PendingRelease, string[]>(items.map((it) => [it, []]));
+      const freed: Array<{ at: number; empty: boolean }> = [];
+      for (const b of blocks) {
+        const c = checkBlock(b.spec);
+        const spec = structuredClone(b.spec);
+        const ords: number[] = [];
+        for (const [i, it] of items.entries()) {
+          if (!handles[i]) continue;
+          const mine = ordinalsOf(b.spec, it.handleID);
+          ords.push(...mine);
+          released.get(it)!.push(...mine.map((o) => addressOf(c, o)));
+        }
+        if (!ords.length) continue;
+        freeOrdinals(spec, ords);
+        freed.push({ at: ops.length, empty: isEmpty(spec) });
+        ops.push({ op: 'update', res: { ...b, spec } });
+      }
+      for (const h of handles) if (h) ops.push({ op: 'delete', kind: 'IPAMHandle', name: h.metadata.name, revision: h.metadata.resourceVersion! });
+      const out = ops.length ? await this.ds.txn(ops) : [];
+      for (const f of freed) this.noteBlock(out[f.at] as BlockRes);
+      for (const it of items) it.resolve(released.get(it)!);
+      for (const f of freed) if (f.empty) await this.maybeReleaseBlock(out[f.at] as BlockRes).catch((e) => this.log.debug('ipam: empty block kept', { error: String(e) }));
+    } catch (e) {
+      this.log.debug('ipam: batched release failed; releasing one by one', { size: items.length, error: String(e) });
+      for (const it of items) await one(it);
+    }
   }
 
   /** Release specific addresses whoever holds them (operator repair). Addresses already free are skipped. */

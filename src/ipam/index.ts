@@ -1,7 +1,7 @@
 // Public IPAM API, used in-process by the main plugin, by netplugin-ipam, by
 // the node agent and by netpluginctl.
 export { Ipam } from './allocator.js';
-export type { AssignRequest, Assigned, BlockUsage, HandleInfo, IpamOptions, PoolUsage, Released } from './allocator.js';
+export type { AssignRequest, Assigned, BlockUsage, HandleInfo, IpamOptions, Piggyback, PoolUsage, ReleaseOptions, Released } from './allocator.js';
 export { DEFAULT_LOCK_PATH, acquireHostLock, serialize, withHostLock } from './lock.js';
 export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE, poolInfo, type PoolInfo, type PoolUse } from './pools.js';
 export * as cidr from './cidr.js';

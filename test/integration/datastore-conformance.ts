@@ -2,6 +2,7 @@
 // memory): the backends must be interchangeable for IPAM and the plugin.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DatastoreError } from '../../src/errors.js';
+import { TxnError } from '../../src/datastore/txn.js';
 import { affinityName, blockName, workloadEndpointName } from '../../src/datastore/names.js';
 import { API_VERSION, type Datastore, type Kind, type Resource, type SpecOf, type WatchEvent } from '../../src/datastore/types.js';
 
@@ -273,6 +274,91 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       expect((await ds.get('ClusterInformation', name)).spec.clusterGUID).toBe('50');
       // With 50 racing writers, some must have lost a CAS (else nothing was tested).
       expect(conflicts).toBeGreaterThan(0);
+    });
+
+    // etcd and memory commit a transaction all or nothing; the Kubernetes API
+    // has no multi-object transaction and writes the ops in order.
+    const atomic = () => ds.type !== 'kubernetes';
+
+    it('commits a multi-object transaction: handle create, block CAS, endpoint create, delete', async () => {
+      const s = uniq();
+      const ns = `ns-${s}`;
+      const node = `node-${s}`;
+      const pod = `tx-${s}-0`;
+      await t.preparePod?.(ns, pod, node, { app: 'tx' });
+      const cidr = `10.77.${s.charCodeAt(0) % 250}.0/29`;
+      const block = await ds.create(res('IPAMBlock', blockName(cidr), { cidr, affinity: `host:${node}`, allocations: [null, null], unallocated: [0, 1], attributes: [] }));
+      const gone = await ds.create(res('IPPool', `gone-${s}`, { cidr: '10.78.0.0/16' }));
+      const handleID = `net.${s}tx`;
+      const wepName = workloadEndpointName(node, 'k8s', pod, 'eth0');
+      const wep = res('WorkloadEndpoint', wepName, { orchestrator: 'k8s', node, containerID: `c${s}`, pod, endpoint: 'eth0', ipNetworks: [`${cidr.replace(/\/29$/, '/32')}`], interfaceName: `tx${s}`, mac: '02:00:00:00:00:02' }, { namespace: ns, labels: { app: 'tx', 'netplugin.org/namespace': ns, 'netplugin.org/orchestrator': 'k8s' } });
+      const out = await ds.txn([
+        { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: { [cidr]: 1 } }) },
+        { op: 'update', res: { ...block, spec: { ...block.spec, allocations: [0, null], unallocated: [1], attributes: [{ handle_id: handleID }] } } },
+        { op: 'create', res: wep },
+        { op: 'delete', kind: 'IPPool', name: gone.metadata.name, revision: gone.metadata.resourceVersion! },
+      ]);
+      expect(out).toHaveLength(4);
+      expect(out[3]).toBeUndefined();
+      for (const o of out.slice(0, 3)) expect(o?.metadata.resourceVersion).toMatch(/^\d+$/);
+      // One revision for the whole transaction where it is one.
+      if (atomic()) expect(new Set(out.slice(0, 3).map((o) => o!.metadata.resourceVersion)).size).toBe(1);
+      expect((await ds.get('IPAMHandle', handleID)).spec.block).toEqual({ [cidr]: 1 });
+      const b2 = await ds.get('IPAMBlock', blockName(cidr));
+      expect(b2.spec.allocations).toEqual([0, null]);
+      expect(b2.metadata.resourceVersion).toBe(out[1]!.metadata.resourceVersion);
+      expect((await ds.get('WorkloadEndpoint', wepName, ns)).spec.containerID).toBe(`c${s}`);
+      await expectKind(ds.get('IPPool', gone.metadata.name), 'NotFound');
+
+      // DEL's shape: free the block (CAS), delete the handle and the endpoint (by revision).
+      const h = await ds.get('IPAMHandle', handleID);
+      const w = await ds.get('WorkloadEndpoint', wepName, ns);
+      await ds.txn([
+        { op: 'update', res: { ...b2, spec: { ...b2.spec, allocations: [null, null], unallocated: [1, 0], attributes: [] } } },
+        { op: 'delete', kind: 'WorkloadEndpoint', name: wepName, namespace: ns, revision: w.metadata.resourceVersion! },
+        { op: 'delete', kind: 'IPAMHandle', name: handleID, revision: h.metadata.resourceVersion! },
+      ]);
+      await expectKind(ds.get('IPAMHandle', handleID), 'NotFound');
+      await expectKind(ds.get('WorkloadEndpoint', wepName, ns), 'NotFound');
+      expect((await ds.get('IPAMBlock', blockName(cidr))).spec.allocations).toEqual([null, null]);
+    });
+
+    it('fails a transaction on the guard of one op, names it, and (where atomic) writes nothing', async () => {
+      const s = uniq();
+      const a = await ds.create(res('IPPool', `ta-${s}`, { cidr: '10.79.0.0/16' }));
+      const b = await ds.create(res('IPPool', `tb-${s}`, { cidr: '10.80.0.0/16' }));
+      const bMoved = await ds.update({ ...b, spec: { ...b.spec, disabled: true } });
+      const handleID = `net.${s}guard`;
+      const stale = await expectKind(
+        ds.txn([
+          { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: {} }) },
+          { op: 'update', res: { ...b, spec: { ...b.spec, natOutgoing: true } } },
+        ]),
+        'Conflict',
+      );
+      expect(TxnError.opOf(stale)).toBe(1);
+      expect(stale.message).toContain(`tb-${s}`);
+      if (atomic()) await expectKind(ds.get('IPAMHandle', handleID), 'NotFound');
+      else await ds.delete('IPAMHandle', handleID); // ordered: the op before the failed one was written
+      expect((await ds.get('IPPool', `tb-${s}`)).metadata.resourceVersion).toBe(bMoved.metadata.resourceVersion);
+
+      // A create of an existing object: AlreadyExists on that op; the update before it is not applied (atomic).
+      const exists = await expectKind(
+        ds.txn([
+          { op: 'update', res: { ...a, spec: { ...a.spec, disabled: true } } },
+          { op: 'create', res: res('IPPool', `tb-${s}`, { cidr: '10.80.0.0/16' }) },
+        ]),
+        'AlreadyExists',
+      );
+      expect(TxnError.opOf(exists)).toBe(1);
+      if (atomic()) expect((await ds.get('IPPool', `ta-${s}`)).spec.disabled).toBeFalsy();
+
+      // A delete of a missing object, and a delete at a stale revision.
+      expect(TxnError.opOf(await expectKind(ds.txn([{ op: 'delete', kind: 'IPPool', name: `none-${s}` }]), 'NotFound'))).toBe(0);
+      expect(TxnError.opOf(await expectKind(ds.txn([{ op: 'delete', kind: 'IPPool', name: `tb-${s}`, revision: b.metadata.resourceVersion! }]), 'Conflict'))).toBe(0);
+      // The same object twice is refused before anything is sent.
+      await expectKind(ds.txn([{ op: 'delete', kind: 'IPPool', name: `tb-${s}` }, { op: 'delete', kind: 'IPPool', name: `tb-${s}` }]), 'Invalid');
+      expect(await ds.txn([])).toEqual([]);
     });
 
     if (caps.deadlines) it('gives Unavailable within the per-call deadline when the store does not answer', async () => {

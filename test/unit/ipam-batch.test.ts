@@ -2,6 +2,7 @@
 // in-memory datastore (same CAS semantics as etcd and Kubernetes). Real
 // allocator, real store; a thin wrapper counts writes and injects faults.
 import { beforeEach, describe, expect, it } from 'vitest';
+import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type Datastore, type IPPoolSpec, type Kind, type Resource } from '../../src/datastore/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
@@ -75,6 +76,10 @@ class Counting implements Datastore {
   delete: Datastore['delete'] = async (kind, name, o) => {
     this.writes.push(`delete ${kind}`);
     return this.inner.delete(kind, name, o);
+  };
+  // Ordered writes through the counted methods: the Kubernetes backend's way, the weakest a crash can meet.
+  txn: Datastore['txn'] = function (this: Datastore, ops, o) {
+    return orderedTxn(this, ops, o);
   };
   watch: Datastore['watch'] = (kind, o, fn) => this.inner.watch(kind, o, fn);
   close = async () => {};
@@ -296,6 +301,49 @@ describe('batched assignment', () => {
       expect(g[0]!.pool).toBe(i % 2 ? 'b' : 'a');
       expect(g[0]!.ip.startsWith(i % 2 ? '10.1.0.' : '10.0.0.')).toBe(true);
     }
+    await checkInvariant(ds);
+  });
+
+  it('concurrent releases share one transaction: every address freed, every handle and extra write gone', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
+    const reqs = Array.from({ length: 40 }, () => req('n1'));
+    await Promise.all(reqs.map((r) => batching(ds).assign(r)));
+    // An extra write per release, as DEL deletes the endpoint in the same transaction.
+    for (const r of reqs) await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: `x-${r.handleID}` }, spec: {} });
+    const before = store.blockWrites();
+    const freed = await Promise.all(reqs.map((r) => batching(store).releaseByHandle(r.handleID, { alsoWrite: [{ op: 'delete', kind: 'ClusterInformation', name: `x-${r.handleID}` }] })));
+    for (const f of freed) expect(f).toHaveLength(1);
+    expect(new Set(freed.flat()).size).toBe(40);
+    // The first release runs alone, the rest wait for it and go together (the block is the node's last, so it stays).
+    expect(store.blockWrites() - before).toBeLessThanOrEqual(3);
+    expect(await all(ds, 'IPAMHandle')).toEqual([]);
+    expect(await all(ds, 'ClusterInformation')).toEqual([]);
+    const [block] = await all(ds, 'IPAMBlock');
+    expect(allocatedOrds(block!.spec)).toBe(0);
+  });
+
+  it('the agent reads the blocks it saw full only when its other blocks have no room', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    let blockReads = 0;
+    const counted: Datastore = Object.assign(Object.create(store) as Counting, {
+      get: ((kind, name, ns, o) => {
+        if (kind === 'IPAMBlock') blockReads++;
+        return store.get(kind, name, ns, o);
+      }) as Datastore['get'],
+    });
+    const first = Array.from({ length: 37 }, () => req('n1'));
+    for (const r of first) await batching(counted).assign(r); // 4 full blocks of 8, the fifth holds 5
+    blockReads = 0;
+    const [a] = await batching(counted).assign(req('n1'));
+    expect(a!.block).toBe('10.0.0.32/29');
+    expect(blockReads, 'block reads for one ADD with four full blocks').toBe(1);
+    // A slot this store freed is known free at once: the lowest block is used again.
+    const freed = await batching(counted).releaseByHandle(first[2]!.handleID);
+    expect(freed).toEqual(['10.0.0.2']);
+    blockReads = 0;
+    const [b] = await batching(counted).assign(req('n1'));
+    expect(b!.ip).toBe('10.0.0.2');
+    expect(blockReads).toBe(2); // the freed block and the one with room, in one round trip
     await checkInvariant(ds);
   });
 });

@@ -2,6 +2,7 @@
 // and Kubernetes). Real allocator, real store; faults are injected by a thin
 // wrapper that counts or fails calls.
 import { beforeEach, describe, expect, it } from 'vitest';
+import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type Datastore, type IPPoolSpec, type IPAMConfigSpec, type Kind, type Resource } from '../../src/datastore/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
@@ -79,6 +80,10 @@ class Faulty implements Datastore {
   create: Datastore['create'] = async (res, o) => (this.gate('create', res.kind), this.inner.create(res, o));
   update: Datastore['update'] = async (res, o) => (this.gate('update', res.kind), this.inner.update(res, o));
   delete: Datastore['delete'] = async (kind, name, o) => (this.gate('delete', kind), this.inner.delete(kind, name, o));
+  // Ordered writes through the counted methods: the Kubernetes backend's way, the weakest a crash can meet.
+  txn: Datastore['txn'] = function (this: Datastore, ops, o) {
+    return orderedTxn(this, ops, o);
+  };
   watch: Datastore['watch'] = (kind, o, fn) => this.inner.watch(kind, o, fn);
   close = async () => {};
 }

@@ -6,7 +6,8 @@ import { randomBytes } from 'node:crypto';
 import type { CniContext, CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
 import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
-import type { Datastore, Resource } from '../../datastore/types.js';
+import type { Datastore, Resource, TxnOp } from '../../datastore/types.js';
+import type { Assigned, Piggyback } from '../../ipam/index.js';
 import { parseResult } from '../../cni/result.js';
 import { GATEWAY_V4 } from '../../dataplane/workload.js';
 import { linkLocalFromMac } from '../../dataplane/names.js';
@@ -56,42 +57,47 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
 
   const rb = new Rollback(log);
   try {
-    const { ips, floating, repeated } = await addresses(ctx, wl, ds, pod, nsAnnotations, rb, early);
+    const sdir = statusDir(conf);
+    const policyWait = conf.policy_setup_timeout_seconds ? await import('../../k8s/policy-wait.js') : undefined;
+    if (policyWait) await policyWait.clearPolicyStatus(wl.endpointName, sdir);
+    // The container MAC is chosen here rather than by the kernel, so the
+    // endpoint (which records it) can be written before or while the veth is
+    // created. A repeated ADD (same container and ifname) rebuilds the pair
+    // with the MAC it had, so the runtime gets the very result it got the
+    // first time (previousMac below).
+    const freshMac = randomContainerMac();
+    const endpointFor = (ips: string[], floating: string[] | undefined, mac: string): Resource<'WorkloadEndpoint'> => {
+      const ipNATs = floating?.length ? pairFloatingIPs(ips, floating) : undefined;
+      const wep = buildWorkloadEndpoint({
+        node: wl.node,
+        containerId: ctx.containerId,
+        ifname: ctx.ifname,
+        hostIfname: wl.hostIfname,
+        ipNetworks: ips.map(hostPrefix),
+        mac,
+        ...(ipNATs?.length ? { ipNATs } : {}),
+        ...(pod ? { pod } : wl.pod ? { pod: { metadata: { name: wl.pod.name, namespace: wl.pod.namespace } } } : {}),
+      });
+      if (wl.pod && !pod) {
+        // Not read from the API server: the service account and labels are unknown, so claim none.
+        delete wep.spec.serviceAccountName;
+        delete wep.spec.profiles;
+        wep.metadata.labels = { 'netplugin.org/namespace': wl.pod.namespace, 'netplugin.org/orchestrator': 'k8s' };
+      }
+      return wep;
+    };
+    // With our IPAM the endpoint goes in the transaction that takes the
+    // addresses: an ADD costs one datastore write.
+    const piggy = new EndpointPiggyback(ds, ctx.containerId, (ips, floating) => endpointFor(ips, floating, freshMac));
+    const { ips, floating, repeated } = await addresses(ctx, wl, ds, pod, nsAnnotations, rb, early, piggy);
     const v4 = ips.find((a) => !a.includes(':'));
     const v6 = ips.find((a) => a.includes(':'));
-    // A repeated ADD (same container and ifname) rebuilds the pair with the MAC it
-    // had, so the runtime gets the very result it got the first time.
     const containerMac = repeated ? await previousMac(ds, wl, ctx.containerId) : undefined;
-
-    // The container MAC is chosen here rather than by the kernel, so the
-    // endpoint (which records it) can be written while the veth is being
-    // created: the two run concurrently and the ADD waits for one etcd write
-    // less. Both push their undo only once done, and both are awaited before
-    // any rollback, so a failure of either still unwinds everything.
-    const mac = containerMac ?? randomContainerMac();
+    const mac = piggy.written ? freshMac : (containerMac ?? freshMac);
     // Without a netconf mtu, the agent's pod MTU (leaves room for VXLAN/IPIP headers).
     const mtu = podMtu(conf);
     const dp = await dataplane();
-    const ipNATs = floating?.length ? pairFloatingIPs(ips, floating) : undefined;
-    const wep = buildWorkloadEndpoint({
-      node: wl.node,
-      containerId: ctx.containerId,
-      ifname: ctx.ifname,
-      hostIfname: wl.hostIfname,
-      ipNetworks: ips.map(hostPrefix),
-      mac,
-      ...(ipNATs?.length ? { ipNATs } : {}),
-      ...(pod ? { pod } : wl.pod ? { pod: { metadata: { name: wl.pod.name, namespace: wl.pod.namespace } } } : {}),
-    });
-    if (wl.pod && !pod) {
-      // Not read from the API server: the service account and labels are unknown, so claim none.
-      delete wep.spec.serviceAccountName;
-      delete wep.spec.profiles;
-      wep.metadata.labels = { 'netplugin.org/namespace': wl.pod.namespace, 'netplugin.org/orchestrator': 'k8s' };
-    }
-    const sdir = statusDir(conf);
-    const policyWait = conf.policy_setup_timeout_seconds ? await import('../../k8s/policy-wait.js') : undefined;
-    if (policyWait) await policyWait.clearPolicyStatus(wep.metadata.name, sdir);
+    const wep = piggy.written ?? endpointFor(ips, floating, mac);
 
     const [veth, endpoint] = await Promise.allSettled([
       step('creating the veth pair', async () => {
@@ -113,7 +119,10 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
         rb.push(`veth ${wl.hostIfname}`, () => dp.teardown({ netnsPath: ctx.netns, ifname: ctx.ifname, hostIfname: wl.hostIfname }));
         return st;
       }),
-      step('writing the workload endpoint', () => writeEndpoint(ds, wep, rb)),
+      // Without the IPAM transaction (delegated IPAM, a repeated ADD), the
+      // endpoint is written while the veth is being created; both push their
+      // undo only once done, and both are awaited before any rollback.
+      piggy.written ? Promise.resolve() : step('writing the workload endpoint', () => writeEndpoint(ds, wep, rb)),
     ]);
     if (veth.status === 'rejected') throw veth.reason;
     if (endpoint.status === 'rejected') throw endpoint.reason;
@@ -193,6 +202,7 @@ async function addresses(
   nsAnnotations: Record<string, string>,
   rb: Rollback,
   early: EarlyIpam | undefined,
+  piggy: EndpointPiggyback,
 ): Promise<{ ips: string[]; floating?: string[]; repeated?: boolean }> {
   const { conf, log } = ctx;
   if (!isNetpluginIpam(conf.ipam) || !early) return delegatedAddresses(ctx, wl, ds, rb);
@@ -222,9 +232,13 @@ async function addresses(
   if (wl.pod) Object.assign(attrs, { namespace: wl.pod.namespace, pod: wl.pod.name });
   // The pod's UID lets IPAM GC tell a re-created pod of the same name from the one that got the address.
   if (wl.pod && ctx.args.K8S_POD_UID) attrs['podUID'] = ctx.args.K8S_POD_UID;
-  const assigned = await step('assigning addresses', async () => {
+  piggy.floating = req.floatingIPs;
+  // One transaction takes the addresses and writes the endpoint: the step names both.
+  const assigned = await step('assigning addresses and writing the workload endpoint', async () => {
     rb.push(`addresses of ${wl.handleID}`, () => ipam.releaseByHandle(wl.handleID));
+    rb.push(`endpoint ${wl.endpointName}`, () => piggy.undo());
     return ipam.assign({
+      piggyback: piggy,
       handleID: wl.handleID,
       node: wl.node,
       attrs,
@@ -362,6 +376,64 @@ async function ownEndpoint(ds: Datastore, wl: Workload, containerId: string): Pr
 /** The container MAC recorded by an earlier ADD of this very container. */
 async function previousMac(ds: Datastore, wl: Workload, containerId: string): Promise<string | undefined> {
   return (await ownEndpoint(ds, wl, containerId))?.spec.mac;
+}
+
+/**
+ * The workload endpoint as a write of the IPAM transaction (the allocator's
+ * Piggyback): a create guarded by its absence; when that guard fails (an older
+ * sandbox of the pod left its endpoint), the next attempt takes it over with
+ * an update guarded by the revision just read. Also its undo for a failed ADD.
+ */
+class EndpointPiggyback implements Piggyback {
+  floating: string[] | undefined;
+  /** What the transaction stored, once committed. */
+  written: Resource<'WorkloadEndpoint'> | undefined;
+  private prev: Resource<'WorkloadEndpoint'> | undefined;
+  private attempted = false;
+
+  constructor(
+    private readonly ds: Datastore,
+    private readonly containerId: string,
+    private readonly build: (ips: string[], floating: string[] | undefined) => Resource<'WorkloadEndpoint'>,
+  ) {}
+
+  async ops(assigned: Assigned[], again: boolean): Promise<TxnOp[]> {
+    this.attempted = true;
+    const wep = this.build(assigned.map((a) => a.ip), this.floating);
+    if (!again) return [{ op: 'create', res: wep }];
+    try {
+      this.prev = await this.ds.get('WorkloadEndpoint', wep.metadata.name, wep.metadata.namespace);
+    } catch (e) {
+      if (!DatastoreError.is(e, 'NotFound')) throw e;
+      this.prev = undefined;
+      return [{ op: 'create', res: wep }];
+    }
+    return [{ op: 'update', res: { ...wep, metadata: { ...wep.metadata, resourceVersion: this.prev.metadata.resourceVersion! } } }];
+  }
+
+  committed(stored: Array<Resource | undefined>): void {
+    this.written = stored[0] as Resource<'WorkloadEndpoint'>;
+  }
+
+  /** Rollback: delete what this ADD created, give a taken-over endpoint back, or (answer lost) delete it if it is ours. */
+  async undo(): Promise<void> {
+    if (!this.attempted) return;
+    const ok = (e: unknown) => {
+      if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
+    };
+    let cur = this.written;
+    if (!cur) {
+      const name = this.build([], undefined).metadata;
+      cur = await this.ds.get('WorkloadEndpoint', name.name, name.namespace).catch((e: unknown) => void ok(e));
+      if (!cur || cur.spec.containerID !== this.containerId) return;
+    }
+    const ns = cur.metadata.namespace;
+    if (this.prev && this.prev.spec.containerID !== this.containerId) {
+      await this.ds.update({ ...this.prev, metadata: { ...this.prev.metadata, resourceVersion: cur.metadata.resourceVersion! } }).catch(ok);
+      return;
+    }
+    await this.ds.delete('WorkloadEndpoint', cur.metadata.name, { ...(ns ? { namespace: ns } : {}), revision: cur.metadata.resourceVersion! }).catch(ok);
+  }
 }
 
 /** Creates the endpoint, or takes it over from an older sandbox of the same pod. */

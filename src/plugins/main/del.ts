@@ -6,10 +6,10 @@
 import type { CniContext } from '../../cni/types.js';
 import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
-import type { Datastore } from '../../datastore/types.js';
+import type { Datastore, TxnOp } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
 import { resolvePodCidrs } from './add.js';
-import { dataplane } from './runtime.js';
+import { dataplane, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
 
@@ -29,16 +29,14 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   // endpoint and the host veth name (its ADD replaced our stale veth).
   let newerOwner: string | undefined;
   let ownerKnown = false;
+  let endpointDelete: TxnOp | undefined;
   if (ds) {
     try {
       ownerKnown = true;
       const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace);
       if (wep.spec.containerID && wep.spec.containerID !== ctx.containerId) newerOwner = wep.spec.containerID;
-      else {
-        await ds.delete('WorkloadEndpoint', wl.endpointName, { namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) }).catch((e) => {
-          if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
-        });
-      }
+      // Deleted with the addresses, in the release's transaction (one write per DEL).
+      else endpointDelete = { op: 'delete', kind: 'WorkloadEndpoint', name: wl.endpointName, namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
     } catch (e) {
       if (!DatastoreError.is(e, 'NotFound')) {
         ownerKnown = false;
@@ -80,7 +78,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   // Addresses are released by this container's handle, so an old sandbox's DEL
   // frees only its own addresses, never the newer sandbox's.
   try {
-    await releaseAddresses(ctx, wl, ds);
+    await releaseAddresses(ctx, wl, ds, endpointDelete);
   } catch (e) {
     dsError ??= e;
   }
@@ -99,9 +97,11 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   }
 }
 
-async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined): Promise<void> {
+async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<void> {
   const { conf, log } = ctx;
   if (!isNetpluginIpam(conf.ipam)) {
+    // The endpoint goes before the delegated plugin frees the addresses, as a single guarded delete.
+    if (ds && endpointDelete) await ds.txn([endpointDelete]).catch(ignoreGone);
     const ipamConf = await resolvePodCidrs(conf, wl, ds, { release: true });
     await execDelegate({
       type: conf.ipam.type,
@@ -119,7 +119,12 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
   if (!ds) return;
   const { Ipam } = await import('../../ipam/index.js');
   const lockPath = ipamLockPath(conf);
-  const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
-  const released = await ipam.releaseByHandle(wl.handleID);
+  const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
+  const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
+}
+
+/** The endpoint changed owner or went meanwhile: nothing of ours to delete. */
+function ignoreGone(e: unknown): void {
+  if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
 }

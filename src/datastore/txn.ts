@@ -1,0 +1,89 @@
+// Multi-object transactions: the write ops of Datastore.txn(), the error that
+// names the op whose guard failed, and the ordered-writes fallback for a
+// backend without multi-object transactions (the Kubernetes API).
+import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
+import { NAMESPACED_KINDS, type CallOptions, type Datastore, type Kind, type Resource } from './types.js';
+
+/**
+ * One write of a transaction, with the guard it carries:
+ * - create: the object must not exist;
+ * - update: the object must still be at `res.metadata.resourceVersion`;
+ * - delete: the object must exist, and be at `revision` when one is given.
+ */
+export type TxnOp =
+  | { op: 'create'; res: Resource }
+  | { op: 'update'; res: Resource }
+  | { op: 'delete'; kind: Kind; name: string; namespace?: string; revision?: string };
+
+/** A transaction whose guard failed (or whose write failed): `failedOp` is the index of the op. Nothing was written (etcd, memory). */
+export class TxnError extends DatastoreError {
+  constructor(
+    kind: DatastoreErrorKind,
+    message: string,
+    readonly failedOp: number,
+    options?: { cause?: unknown },
+  ) {
+    super(kind, message, options);
+  }
+  /** The index of the op that failed, when `e` is a transaction's failure. */
+  static opOf(e: unknown): number | undefined {
+    return e instanceof TxnError ? e.failedOp : undefined;
+  }
+}
+
+export function opKind(op: TxnOp): Kind {
+  return op.op === 'delete' ? op.kind : op.res.kind;
+}
+
+export function opName(op: TxnOp): string {
+  return op.op === 'delete' ? op.name : op.res.metadata.name;
+}
+
+/** The object an op writes, as messages name it (`create IPAMHandle net.abc`). */
+export function describeOp(op: TxnOp): string {
+  const kind = opKind(op);
+  const ns = op.op === 'delete' ? op.namespace : op.res.metadata.namespace;
+  return `${op.op} ${kind} ${NAMESPACED_KINDS.has(kind) ? `${ns || 'default'}/` : ''}${opName(op)}`;
+}
+
+/** Identity of the object an op writes: two ops of one transaction must not write the same object. */
+export function opIdentity(op: TxnOp): string {
+  const kind = opKind(op);
+  const ns = NAMESPACED_KINDS.has(kind) ? (op.op === 'delete' ? op.namespace : op.res.metadata.namespace) || 'default' : '';
+  return `${kind}/${ns}/${opName(op)}`;
+}
+
+export function checkDistinct(ops: TxnOp[]): void {
+  const seen = new Map<string, number>();
+  ops.forEach((op, i) => {
+    const id = opIdentity(op);
+    const prev = seen.get(id);
+    if (prev !== undefined) throw new DatastoreError('Invalid', `transaction writes ${id} twice (ops ${prev} and ${i}); one op per object`);
+    seen.set(id, i);
+  });
+}
+
+/**
+ * Ordered writes for a backend without multi-object transactions: the ops run
+ * one after the other, in the caller's order, and the first failure stops the
+ * rest. What was written before it stays written, so callers order their ops
+ * so that every prefix is a safe state (docs/ipam.md, crash safety).
+ */
+export async function orderedTxn(ds: Pick<Datastore, 'create' | 'update' | 'delete'>, ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>> {
+  checkDistinct(ops);
+  const out: Array<Resource | undefined> = [];
+  for (const [i, op] of ops.entries()) {
+    try {
+      if (op.op === 'create') out.push(await ds.create(op.res, opts));
+      else if (op.op === 'update') out.push(await ds.update(op.res, opts));
+      else {
+        await ds.delete(op.kind, op.name, { ...(op.namespace !== undefined ? { namespace: op.namespace } : {}), ...(op.revision !== undefined ? { revision: op.revision } : {}), ...opts });
+        out.push(undefined);
+      }
+    } catch (e) {
+      if (e instanceof DatastoreError) throw new TxnError(e.kind, `${e.message} (op ${i} of a transaction of ${ops.length}; the ops before it were written)`, i, { cause: e });
+      throw e;
+    }
+  }
+  return out;
+}
