@@ -117,6 +117,7 @@ export async function run(pods, policies, n, mode) {
   const r = (x) => Math.round(x * 10) / 10;
   return { mode, pods, policies, resyncMs: r(resyncMs), resyncCompileMs: r(first.compileMs), resyncApplyMs: r(first.applyMs), resyncCommands: first.commands, tableLines: rules,
     addP50: r(pct(add, 50)), addP99: r(pct(add, 99)), labelP50: r(pct(label, 50)), labelP99: r(pct(label, 99)),
+    labelCommandsP50: pct(applied.slice(n).map((s) => s.commands), 50), addCommandsP50: pct(applied.slice(0, n).map((s) => s.commands), 50),
     labelCompileP50: r(pct(applied.slice(n).map((s) => s.compileMs), 50)), labelApplyP50: r(pct(applied.slice(n).map((s) => s.applyMs), 50)),
     cpuPct: r(((cpu.user + cpu.system) / 1000 / wall) * 100), rssMiB: r(rss / 1048576) };
 }
