@@ -88,8 +88,10 @@ describe('pods are isolated until programmed', { timeout: 120_000 }, () => {
     // No duplicates: every chain once, the base chains with their fixed rules, one map entry per pod.
     const chains = [...listing.matchAll(/^\tchain (\S+) \{/gm)].map((m) => m[1]);
     expect(new Set(chains).size).toBe(chains.length);
-    const forward = /chain forward \{([\s\S]*?)\n\t\}/.exec(listing)![1]!.trim().split('\n');
-    expect(forward.length).toBe(6); // hook line + 5 rules
+    const rulesOf = (chain: string) =>
+      new RegExp(`chain ${chain} \\{([\\s\\S]*?)\\n\\t\\}`).exec(listing)![1]!.trim().split('\n').map((l) => l.trim()).filter((l) => !l.startsWith('type ') && !l.startsWith('comment '));
+    expect(rulesOf('forward').length).toBe(3); // unprogrammed-interface drop, established, vmap
+    expect(rulesOf('forward-in').length).toBe(3);
     expect(chains.filter((c) => c!.startsWith('to-') && !c!.endsWith('-pol')).length).toBe(env.pods.length);
   });
 

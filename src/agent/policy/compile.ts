@@ -6,13 +6,14 @@
 // nft transaction, or a whole one for a resync.
 //
 // Layout (docs/policy.md has a listing):
-//   base chains `forward` and `input` (static): a pod interface (host veth
-//   prefix) missing from @wl-known is dropped (fail closed until programmed);
-//   established/related passes; then `iifname vmap @from-wl` (the pod's egress)
-//   and `oifname vmap @to-wl` (its ingress) jump to per-endpoint chains.
-//   Endpoint chains `to-<if>`/`from-<if>` jump to the chains of the policies
-//   that select it, in order, then to its profiles. A policy chain marks Allow
-//   (MARK_ALLOW) or Pass (MARK_PASS) and returns, drops on Deny, logs on Log.
+//   base chains `forward` (egress), `forward-in` (ingress) and `input` (static):
+//   a pod interface (host veth prefix) missing from @wl-known is dropped (fail
+//   closed until programmed); established/related passes; then `iifname vmap
+//   @from-wl` (the pod's egress) or `oifname vmap @to-wl` (its ingress) jump to
+//   per-endpoint chains. Endpoint chains `to-<if>`/`from-<if>` jump to the
+//   chains of the policies that select it, in order, then to its profiles. A
+//   policy chain accepts on Allow (ending that base chain only), drops on Deny,
+//   marks Pass (MARK_PASS) and returns, logs on Log.
 //   Peer selections are named sets of addresses (sel4-*/sel6-*); named ports
 //   are sets of address . protocol . port (np4-*/np6-*): a label or port change
 //   rewrites set elements, not rules.
@@ -39,9 +40,9 @@ import {
 export type { EndpointInput, PolicyInput, ProfileInput };
 
 export const TABLE = 'netplugin';
-export const MARK_ALLOW = 0x01000000;
+/** Set by a Pass rule: the endpoint chain goes on to its profiles. */
 export const MARK_PASS = 0x02000000;
-const MARK_CLEAR = (~(MARK_ALLOW | MARK_PASS) >>> 0).toString(16).padStart(8, '0');
+const MARK_CLEAR = (~MARK_PASS >>> 0).toString(16).padStart(8, '0');
 const hex = (n: number) => '0x' + n.toString(16).padStart(8, '0');
 
 export interface SetState {
@@ -163,19 +164,21 @@ export class PolicyCompiler {
       const selecting = candidates.filter((p) => policySelects(p, ep));
       for (const [dir, ifChain] of [['Ingress', `to-${ep.interfaceName}`], ['Egress', `from-${ep.interfaceName}`]] as const) {
         const key = dir === 'Ingress' ? 'in' : 'out';
-        const rules: string[] = [`meta mark set meta mark and 0x${MARK_CLEAR}`];
         const pols = selecting.filter((p) => polChain.get(p)![key]);
+        // Allow is `accept` (egress and ingress are separate base chains, so accepting one still
+        // leaves the other to decide); only a Pass needs a mark, tested after the policies that have one.
+        const passing = pols.some((p) => hasPass(p, dir));
+        const rules: string[] = passing ? [`meta mark set meta mark and 0x${MARK_CLEAR}`] : [];
         if (pols.length > 0) {
           const sub = `${ifChain}-pol`;
           const subRules: string[] = [];
           for (const p of pols) {
             subRules.push(`jump ${polChain.get(p)![key]!}`);
-            subRules.push(`meta mark and ${hex(MARK_ALLOW | MARK_PASS)} != 0 return`);
+            if (hasPass(p, dir)) subRules.push(`meta mark and ${hex(MARK_PASS)} != 0 return ${nftComment('passed to the profiles')}`);
           }
           subRules.push(`counter drop ${nftComment(`${ep.key}: selected by policy, no rule matched`)}`);
           chains.set(sub, subRules);
           rules.push(`jump ${sub}`);
-          rules.push(`meta mark and ${hex(MARK_ALLOW)} != 0 return ${nftComment('allowed by policy')}`);
         }
         for (const prof of ep.profiles) {
           const pr = input.profiles.get(prof);
@@ -189,7 +192,6 @@ export class PolicyCompiler {
             profChain.set(prof, pc);
           }
           rules.push(`jump ${pc[key]}`);
-          rules.push(`meta mark and ${hex(MARK_ALLOW)} != 0 return ${nftComment(`allowed by profile ${prof}`)}`);
         }
         rules.push(`counter drop ${nftComment(`${ep.key}: ${pols.length ? 'passed to profiles, none allowed' : 'no profile allowed'}`)}`);
         chains.set(ifChain, rules);
@@ -318,6 +320,10 @@ function portSet(ps: Array<{ kind: 'range'; first: number; last: number } | { ki
   return `{ ${[...new Set(items)].join(', ')} }`;
 }
 
+function hasPass(p: PolicyInput, dir: 'Ingress' | 'Egress'): boolean {
+  return ((dir === 'Ingress' ? p.spec.ingress : p.spec.egress) ?? []).some((r) => r.action === 'Pass');
+}
+
 function kindShort(k: PolicyInput['kind']): string {
   return k === 'GlobalNetworkPolicy' ? 'gnp' : 'np';
 }
@@ -325,8 +331,9 @@ function kindShort(k: PolicyInput['kind']): string {
 function actionText(r: PolicyRule, what: string): string {
   switch (r.action) {
     case 'Allow':
-      return `meta mark set meta mark or ${hex(MARK_ALLOW)} return ${nftComment(what)}`;
+      return `accept ${nftComment(what)}`;
     case 'Pass':
+      // In a profile chain the mark is not tested: the next profile decides, as the evaluator says.
       return `meta mark set meta mark or ${hex(MARK_PASS)} return ${nftComment(what)}`;
     case 'Deny':
       return `counter drop ${nftComment(what)}`;

@@ -32,18 +32,22 @@ export function baseCommands(opts: BaseOptions): string[] {
     `add set ${T} wl-known { type ifname; ${nftComment('pod interfaces whose policy is programmed')}; }`,
     `add map ${T} to-wl { type ifname : verdict; ${nftComment('traffic to a pod: its ingress chain')}; }`,
     `add map ${T} from-wl { type ifname : verdict; ${nftComment('traffic from a pod: its egress chain')}; }`,
-    `add chain ${T} forward { type filter hook forward priority filter; policy accept; }`,
+    // Egress (of the sending pod) and ingress (of the receiving pod) are two base chains on the
+    // forward hook: an `accept` in one ends only that chain, the other still decides.
+    `add chain ${T} forward { type filter hook forward priority filter; policy accept; ${nftComment('egress of pods: the sender decides')}; }`,
+    `add chain ${T} forward-in { type filter hook forward priority filter; policy accept; ${nftComment('ingress of pods: the receiver decides')}; }`,
     `add chain ${T} input { type filter hook input priority filter; policy accept; }`,
   ];
   for (const p of opts.vethPrefixes) {
     cmds.push(`add rule ${T} forward iifname "${p}*" iifname != @wl-known drop ${nftComment('pod interface not programmed yet')}`);
-    cmds.push(`add rule ${T} forward oifname "${p}*" oifname != @wl-known drop ${nftComment('pod interface not programmed yet')}`);
+    cmds.push(`add rule ${T} forward-in oifname "${p}*" oifname != @wl-known drop ${nftComment('pod interface not programmed yet')}`);
     cmds.push(`add rule ${T} input iifname "${p}*" iifname != @wl-known drop ${nftComment('pod interface not programmed yet')}`);
   }
   cmds.push(
     `add rule ${T} forward ct state established,related accept ${nftComment('replies of allowed connections')}`,
     `add rule ${T} forward iifname vmap @from-wl`,
-    `add rule ${T} forward oifname vmap @to-wl`,
+    `add rule ${T} forward-in ct state established,related accept ${nftComment('replies of allowed connections')}`,
+    `add rule ${T} forward-in oifname vmap @to-wl`,
     `add rule ${T} input ct state established,related accept ${nftComment('replies of allowed connections')}`,
     `add rule ${T} input iifname @wl-known ${ND} accept ${nftComment('neighbour discovery with the host')}`,
     `add rule ${T} input iifname vmap @from-wl`,
