@@ -21,12 +21,17 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 extern char **environ;
 
 namespace {
+
+#ifndef NETPLUGIN_VERSION
+#define NETPLUGIN_VERSION "unknown"  // scripts/build-shim passes the package version
+#endif
 
 const char kDefaultSocket[] = "/var/run/netplugin/cni.sock";
 const long kDefaultTimeoutMs = 120000;
@@ -373,6 +378,42 @@ void trim(char *s) {
   while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
 }
 
+// Up to this many bytes of the fallback's stderr are kept to explain a crash.
+const size_t kStderrKeep = 4096;
+
+// "Error: ...", "TypeError [ERR_X]: ...": a name ending in Error at the line's start.
+bool is_error_line(const char *s, size_t n) {
+  size_t i = 0;
+  while (i < n && ((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z'))) i++;
+  return i >= 5 && memcmp(s + i - 5, "Error", 5) == 0 && i < n && (s[i] == ':' || s[i] == ' ');
+}
+
+// The line of a Node crash report that says what went wrong ("Error: Cannot find
+// module ...", "TypeError: ..."), else the first non-empty line; copied into out.
+void crash_line(const Buf &err, char *out, size_t cap) {
+  out[0] = 0;
+  if (!err.p) return;
+  const char *first = nullptr, *pick = nullptr;
+  size_t first_n = 0, pick_n = 0;
+  for (const char *s = err.p; *s;) {
+    const char *e = strchr(s, '\n');
+    size_t n = e ? (size_t)(e - s) : strlen(s);
+    while (n > 0 && (*s == ' ' || *s == '\t')) s++, n--;
+    if (n > 0 && !first) first = s, first_n = n;
+    if (n > 0 && !pick && is_error_line(s, n)) pick = s, pick_n = n;
+    if (!e) break;
+    s = e + 1;
+  }
+  if (!pick) pick = first, pick_n = first_n;
+  if (!pick) return;
+  copy_str(out, pick_n + 1 < cap ? pick_n + 1 : cap, pick);
+}
+
+// Runs the per-exec entry (node <dir>/dist/<name>.mjs) as a child and relays its
+// answer. Whatever happens the runtime gets a CNI answer on stdout: a fallback
+// that cannot start or that dies without printing one (a host node without the
+// package, an out-of-memory kill, a crash) becomes code 11, because the agent
+// coming back makes a retry work.
 [[noreturn]] void run_fallback(const Buf &in, const char *why) {
   static char node[PATH_MAX], dir[PATH_MAX], conf[PATH_MAX + 32], script[PATH_MAX + 256];
   const char *env_node = getenv("NETPLUGIN_FALLBACK_NODE");
@@ -387,8 +428,8 @@ void trim(char *s) {
   if (!env_node || !env_dir) {
     int fd = conf[0] ? open(conf, O_RDONLY | O_CLOEXEC) : -1;
     if (fd < 0)
-      fail(5, "netplugin agent is not reachable (%s) and the per-exec fallback is not configured (%s: %s); "
-              "run install-cni (scripts/install-cni) on this node, or start netplugin-node",
+      fail(11, "netplugin agent is not running (%s) and this node has no per-exec fallback (%s: %s); "
+               "try again once netplugin-node is up, or run install-cni on this node",
            why, conf[0] ? conf : "/proc/self/exe unreadable", strerror(errno));
     char text[2 * PATH_MAX + 4];
     ssize_t n = read(fd, text, sizeof text - 1);
@@ -404,11 +445,17 @@ void trim(char *s) {
   }
   if (env_node) copy_str(node, sizeof node, env_node);
   if (env_dir) copy_str(dir, sizeof dir, env_dir);
+  // install-cni leaves line 1 empty on a host without Node (a Kubernetes node
+  // that only runs the agent in its pod): nothing to run until the agent is back.
   if (!node[0] || !dir[0])
-    fail(5, "netplugin agent is not reachable (%s) and %s does not name node (line 1) and the package "
-            "directory (line 2); run install-cni (scripts/install-cni) on this node",
-         why, conf);
+    fail(11, "netplugin agent is not running (%s) and %s names no %s for the per-exec fallback; "
+             "try again once netplugin-node is up",
+         why, conf, !node[0] ? "node executable (line 1)" : "package directory (line 2)");
   snprintf(script, sizeof script, "%s/dist/%s.mjs", dir, g_plugin);
+  if (access(script, R_OK) != 0)
+    fail(11, "netplugin agent is not running (%s) and the per-exec fallback %s is missing (%s); "
+             "try again once netplugin-node is up, or run install-cni on this node",
+         why, script, strerror(errno));
 
   // The runtime's stdin is consumed; hand node the same bytes in a memfd
   // (a pipe only on kernels without memfd, bounded by the pipe's capacity).
@@ -418,24 +465,104 @@ void trim(char *s) {
     lseek(in_fd, 0, SEEK_SET);
   } else {
     int pp[2];
-    if (pipe2(pp, O_CLOEXEC) < 0) fail(5, "netplugin shim: pipe: %s", strerror(errno));
+    if (pipe2(pp, O_CLOEXEC) < 0) fail(11, "netplugin shim: pipe: %s", strerror(errno));
     if (in.n > 65536 && fcntl(pp[1], F_SETPIPE_SZ, (int)in.n) < (int)in.n)
       fail(5, "netplugin shim: %zu bytes of stdin do not fit a pipe and memfd is unavailable", in.n);
     write_all(pp[1], in.p ? in.p : "", in.n);
     close(pp[1]);
     in_fd = pp[0];
   }
-  if (dup2(in_fd, 0) < 0) fail(5, "netplugin shim: dup2: %s", strerror(errno));
-  close(in_fd);
-
+  // out/err: the child's stdout and stderr; ex: its exec errno (closed by a
+  // successful exec through O_CLOEXEC, so a read of 0 bytes means it runs).
+  int out[2], err[2], ex[2];
+  if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 || pipe2(ex, O_CLOEXEC) < 0)
+    fail(11, "netplugin shim: pipe: %s", strerror(errno));
   // NODE_EXTRA_CA_CERTS makes every Node start read and parse the bundle (~34 ms).
   unsetenv("NODE_EXTRA_CA_CERTS");
-  signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec
-  char *argv[] = {node, script, nullptr};
-  execve(node, argv, environ);
-  fail(5, "netplugin agent is not reachable (%s) and the per-exec fallback '%s %s' cannot run: %s; "
-          "run install-cni (scripts/install-cni) on this node",
-       why, node, script, strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) fail(11, "netplugin shim: fork: %s", strerror(errno));
+  if (pid == 0) {
+    // dup2 clears FD_CLOEXEC on the copies.
+    if (dup2(in_fd, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(127);
+    signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec
+    char *argv[] = {node, script, nullptr};
+    execve(node, argv, environ);
+    int e = errno;
+    (void)!write(ex[1], &e, sizeof e);
+    _exit(127);
+  }
+  close(in_fd);
+  close(out[1]);
+  close(err[1]);
+  close(ex[1]);
+  int exec_errno = 0;
+  ssize_t er;
+  do er = read(ex[0], &exec_errno, sizeof exec_errno);
+  while (er < 0 && errno == EINTR);
+  close(ex[0]);
+  if (er == (ssize_t)sizeof exec_errno) {
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {}
+    fail(11, "netplugin agent is not running (%s) and the per-exec fallback '%s %s' cannot run: %s; "
+             "try again once netplugin-node is up, or run install-cni on this node",
+         why, node, script, strerror(exec_errno));
+  }
+
+  // Relay: stdout is held until the child exits (it must be judged whole);
+  // stderr passes through as it comes, its head kept for a crash message.
+  Buf answer, errhead;
+  struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  char chunk[16384];
+  while (open_fds > 0) {
+    if (poll(pf, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; i++) {
+      if (pf[i].fd < 0 || !pf[i].revents) continue;
+      ssize_t r = read(pf[i].fd, chunk, sizeof chunk);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (r <= 0) {
+        close(pf[i].fd);
+        pf[i].fd = -1;
+        open_fds--;
+        continue;
+      }
+      if (i == 0) {
+        put(answer, chunk, (size_t)r);
+      } else {
+        write_all(2, chunk, (size_t)r);
+        if (errhead.n < kStderrKeep) put(errhead, chunk, (size_t)r < kStderrKeep - errhead.n ? (size_t)r : kStderrKeep - errhead.n);
+      }
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      status = 0x7f00;  // unknown: treated as a failure without an answer
+      break;
+    }
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  const char *p = answer.p;
+  while (p && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+  bool json = p && *p == '{';
+  const char *cmd = getenv("CNI_COMMAND");
+  // ADD and VERSION always print a result; DEL, CHECK, STATUS and GC print
+  // nothing on success.
+  bool needs_answer = cmd && (strcmp(cmd, "ADD") == 0 || strcmp(cmd, "VERSION") == 0);
+  bool exited_ok = WIFEXITED(status) && code == 0;
+  if ((exited_ok && (json || (!needs_answer && answer.n == 0))) || (!exited_ok && json)) {
+    write_all(1, answer.p ? answer.p : "", answer.n);
+    _exit(code);
+  }
+  char how[64], line[512];
+  if (WIFSIGNALED(status)) snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+  else snprintf(how, sizeof how, "exited with status %d", code);
+  crash_line(errhead, line, sizeof line);
+  fail(11, "netplugin agent is not running (%s) and the per-exec fallback '%s %s' %s without a CNI answer%s%s; "
+           "try again once netplugin-node is up",
+       why, node, script, how, line[0] ? ": " : "", line);
 }
 
 // Connects to the agent. Returns the fd, or -1 with errno when the agent is
@@ -472,11 +599,17 @@ int connect_agent(const char *path) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  (void)argc;
   signal(SIGPIPE, SIG_IGN);
   if (argv[0] && argv[0][0]) {
     const char *slash = strrchr(argv[0], '/');
     g_plugin = slash ? slash + 1 : argv[0];
+  }
+  // Runtimes pass no arguments; --version is for people checking an install.
+  if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+    char line[256];
+    int n = snprintf(line, sizeof line, "%s %s (native shim)\n", g_plugin, NETPLUGIN_VERSION);
+    write_all(1, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
+    return 0;
   }
   if (const char *t = getenv("NETPLUGIN_SHIM_TIMEOUT_MS")) {
     char *end;

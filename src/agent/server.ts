@@ -48,6 +48,8 @@ export interface CniServerOptions {
    * the check (the socket's 0600 mode still keeps non-root callers out).
    */
   peerCred?: PeerCredFn | null;
+  /** Called with every answered request (the agent's metrics, src/agent/metrics.ts). */
+  onServed?: (r: { plugin: string; command: string; exitCode: number; stdout: string; seconds: number; cniArgs?: string }) => void;
 }
 
 export interface CniServer {
@@ -237,6 +239,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       log.error('CNI dispatcher threw', { error: (e as Error)?.stack ?? String(e) });
       return cniError(999, `netplugin agent internal error: ${redactString((e as Error)?.message ?? String(e))}`);
     }
+    opts.onServed?.({ plugin: req.plugin, command: req.env['CNI_COMMAND'] ?? '', exitCode: code, stdout, seconds: (performance.now() - started) / 1000, cniArgs: req.env['CNI_ARGS'] });
     log.info('CNI request served', {
       plugin: req.plugin,
       command: req.env['CNI_COMMAND'] ?? '',

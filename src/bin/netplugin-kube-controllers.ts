@@ -11,7 +11,7 @@ import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/k
 import { startKubeControllers } from '../kube-controllers/index.js';
 
 const USAGE = `usage: netplugin-kube-controllers [--kubeconfig FILE] [--controllers LIST] [--health-addr HOST:PORT]
-                                  [--namespace NS] [--lease-duration D] [--log-level L]
+                                  [--namespace NS] [--lease-duration D] [--log-level L] [--version]
 
   --kubeconfig FILE     Kubernetes access (default: $KUBECONFIG, else the in-cluster service account)
   --controllers LIST    comma list of ${CONTROLLER_NAMES.join(',')} (default: $ENABLED_CONTROLLERS, else all)
@@ -53,6 +53,7 @@ async function main(): Promise<void> {
         'lease-duration': { type: 'string' },
         'log-level': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
+        version: { type: 'boolean' },
       },
       allowPositionals: false,
     }));
@@ -61,6 +62,11 @@ async function main(): Promise<void> {
   }
   if (values.help) {
     process.stdout.write(USAGE);
+    return;
+  }
+  if (values.version) {
+    const { NETPLUGIN_VERSION } = await import('../ctl/version.js');
+    process.stdout.write(`netplugin-kube-controllers ${NETPLUGIN_VERSION}\n`);
     return;
   }
   const level = (values['log-level'] as string | undefined) ?? 'INFO';

@@ -15,6 +15,13 @@ import { HOST_MAC, enablePodCache } from '../plugins/main/common.js';
 import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
 import { findNetpluginConf, readNetpluginConf, startNodeInit, warmDatastore, type NodeInit } from '../agent/node-init.js';
 import type { Logger } from '../cni/types.js';
+import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
+import { createAgentMetrics } from '../agent/metrics.js';
+import { parseListenAddr } from '../observe/health.js';
+import { setDatastoreWrapper, setIpamObserver } from '../plugins/main/runtime.js';
+import { NETPLUGIN_VERSION } from '../ctl/version.js';
+import { LOG_FORMATS, type LogFormat } from '../log/index.js';
+import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
   try {
@@ -26,7 +33,9 @@ async function enableIpv6Forwarding(log: Logger): Promise<void> {
 }
 
 const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename NAME] [--ipv6-forwarding auto|on|off]
-                     [--log-level ERROR|WARNING|INFO|DEBUG] [--max-concurrent N] [--dataplane-threads N]
+                     [--log-level ERROR|WARNING|INFO|DEBUG] [--log-format text|json] [--health-addr HOST:PORT]
+                     [--plugin-kubeconfig PATH [--plugin-service-account NAME] [--plugin-token-seconds N]
+                      [--kubeconfig PATH]] [--max-concurrent N] [--dataplane-threads N] [--version]
 
   --socket PATH        CNI socket the shim connects to (default: $NETPLUGIN_AGENT_SOCKET or ${DEFAULT_SOCKET})
   --config FILE        the node's CNI config (e.g. /etc/cni/net.d/10-netplugin.conflist): at start, open
@@ -45,6 +54,21 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --no-routes          do not register the node nor program routes/NAT (the CNI server only)
                        Routes, tunnels and NAT need --config (the datastore) and a node name.
   --log-level L        default INFO
+  --log-format F       text (default) or json (one object per line, for log collectors)
+  --health-addr A      serve /healthz (alive), /readyz (socket served; with --config: datastore
+                       initialised and answering) and /metrics (Prometheus) on A (default
+                       ${DEFAULT_HEALTH_ADDR}; "off" disables)
+  --plugin-kubeconfig P  write the CNI plugin's kubeconfig to P (mode 0600; e.g.
+                       /etc/cni/net.d/netplugin-kubeconfig) with a token for --plugin-service-account
+                       from the TokenRequest API, rewritten when a third of its lifetime is left
+  --plugin-service-account NAME  default ${DEFAULT_PLUGIN_SERVICE_ACCOUNT}, in the agent's own namespace
+  --plugin-token-seconds N  requested token lifetime (default ${DEFAULT_TOKEN_SECONDS}; the API server may cap it)
+  --kubeconfig PATH    the agent's own API access for the TokenRequest and pod Events (default: the
+                       in-cluster service account, when the agent runs in a pod)
+  --pod-events on|off  record a Kubernetes Event on a pod whose ADD failed for a reason its owner can
+                       fix (no address left, invalid annotation or config); throttled (default on;
+                       needs API access)
+  --version            print the version and exit
   --max-concurrent N   CNI requests run at once per plugin (default 64)
   --dataplane-threads N  0 (default): setup and check run inline on the main thread (~1-2 ms of
                        syscalls that never sleep); a teardown trashes the host veth and the trash
@@ -80,6 +104,13 @@ async function main(): Promise<void> {
     nodename?: string;
     'ipv6-forwarding'?: string;
     'log-level'?: string;
+    'log-format'?: string;
+    'health-addr'?: string;
+    'plugin-kubeconfig'?: string;
+    'plugin-service-account'?: string;
+    'plugin-token-seconds'?: string;
+    kubeconfig?: string;
+    'pod-events'?: string;
     'max-concurrent'?: string;
     'dataplane-threads'?: string;
     'node-ip'?: string;
@@ -89,6 +120,7 @@ async function main(): Promise<void> {
     'cni-conf-dir'?: string;
     'no-routes'?: boolean;
     help?: boolean;
+    version?: boolean;
   };
   try {
     ({ values } = parseArgs({
@@ -98,6 +130,14 @@ async function main(): Promise<void> {
         nodename: { type: 'string' },
         'ipv6-forwarding': { type: 'string' },
         'log-level': { type: 'string' },
+        'log-format': { type: 'string' },
+        'health-addr': { type: 'string' },
+        'plugin-kubeconfig': { type: 'string' },
+        'plugin-service-account': { type: 'string' },
+        'plugin-token-seconds': { type: 'string' },
+        kubeconfig: { type: 'string' },
+        'pod-events': { type: 'string' },
+        version: { type: 'boolean' },
         'max-concurrent': { type: 'string' },
         'dataplane-threads': { type: 'string' },
         'node-ip': { type: 'string' },
@@ -116,6 +156,20 @@ async function main(): Promise<void> {
   if (values.help) {
     process.stdout.write(USAGE);
     return;
+  }
+  if (values.version) {
+    process.stdout.write(`netplugin-node ${NETPLUGIN_VERSION}\n`);
+    return;
+  }
+  const format = values['log-format'] ?? 'text';
+  if (!(LOG_FORMATS as readonly string[]).includes(format)) usageError(`--log-format '${format}' is not one of ${LOG_FORMATS.join(', ')}`);
+  const healthAddr = values['health-addr'] ?? DEFAULT_HEALTH_ADDR;
+  if (healthAddr !== 'off') {
+    try {
+      parseListenAddr(healthAddr);
+    } catch (e) {
+      usageError(`--health-addr: ${(e as Error).message}`);
+    }
   }
   const level = values['log-level'] ?? 'INFO';
   if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
@@ -137,7 +191,12 @@ async function main(): Promise<void> {
     }
   }
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
-  const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
+  const log = createLogger({ level, format: format as LogFormat, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
+
+  // Installed before anything opens a datastore or serves a request.
+  const metrics = createAgentMetrics();
+  setDatastoreWrapper((ds) => metrics.wrapDatastore(ds));
+  setIpamObserver({ assigned: (n) => metrics.ipamAssigned(n), released: (n) => metrics.ipamReleased(n) });
 
   const pool = await installDataplane(dataplaneThreads, log);
   enableIpamBatching();
@@ -151,9 +210,32 @@ async function main(): Promise<void> {
     }
   }
 
+  const tokenSeconds = Number(values['plugin-token-seconds'] ?? DEFAULT_TOKEN_SECONDS);
+  if (!Number.isInteger(tokenSeconds) || tokenSeconds < 600) usageError(`--plugin-token-seconds '${values['plugin-token-seconds']}' is not an integer of at least 600 (the TokenRequest minimum)`);
+  if (values['plugin-kubeconfig'] !== undefined && !values['plugin-kubeconfig'].startsWith('/')) usageError(`--plugin-kubeconfig '${values['plugin-kubeconfig']}' must be an absolute path`);
+  const podEventsFlag = values['pod-events'] ?? 'on';
+  if (podEventsFlag !== 'on' && podEventsFlag !== 'off') usageError(`--pod-events '${podEventsFlag}' is not on or off`);
+  // The agent's own API access: --kubeconfig, or in a pod its service account.
+  const api = values.kubeconfig || process.env['KUBERNETES_SERVICE_HOST'] ? await agentKubeClient(values.kubeconfig, log) : undefined;
+  // Before the CNI server: with the kubernetes datastore the plugin needs this file for every ADD.
+  let pluginKubeconfig: PluginKubeconfig | undefined;
+  if (values['plugin-kubeconfig']) {
+    if (!api) log.error(`cannot write the plugin kubeconfig ${values['plugin-kubeconfig']}: no Kubernetes API access (run in a pod, or pass --kubeconfig)`);
+    else pluginKubeconfig = await startPluginKubeconfigFromFlags(values['plugin-kubeconfig'], values['plugin-service-account'] ?? DEFAULT_PLUGIN_SERVICE_ACCOUNT, tokenSeconds, api, log);
+  }
+  let podEvents: import('../agent/pod-events.js').PodEvents | undefined;
+  if (api && podEventsFlag === 'on') {
+    const { createPodEvents } = await import('../agent/pod-events.js');
+    const { hostname } = await import('node:os');
+    podEvents = createPodEvents({ client: api, node: values.nodename ?? hostname(), log });
+  }
+
   let server: CniServer;
   try {
-    server = await startCniServer({ socketPath, plugins, log, maxConcurrent });
+    server = await startCniServer({ socketPath, plugins, log, maxConcurrent, onServed: (r) => {
+      metrics.served(r);
+      podEvents?.served(r);
+    } });
   } catch (e) {
     log.error(`cannot start the CNI server: ${(e as Error).message}`);
     process.exit(1);
@@ -193,8 +275,50 @@ async function main(): Promise<void> {
       usageError((e as Error).message);
     }
   }
+  // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
+  let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
+  if (values.config) {
+    try {
+      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log);
+    } catch (e) {
+      log.error(`policy: ${(e as Error).message}`);
+      process.exit(2);
+    }
+  }
 
   let stopping = false;
+  let nodeInitialised = false;
+  void nodeInit?.done.then(() => (nodeInitialised = true), () => undefined);
+  let health: Awaited<ReturnType<typeof startAgentHealth>> | undefined;
+  if (healthAddr !== 'off') {
+    const configPath = values.config;
+    try {
+      health = await startAgentHealth({
+        addr: healthAddr,
+        registry: metrics.registry,
+        socketPath,
+        serving: () => !stopping,
+        ...(configPath
+          ? {
+              node: {
+                initialised: () => nodeInitialised,
+                // The connection node init opened and requests reuse (same settings, same cache key).
+                datastore: async () => {
+                  const { parseNetconf } = await import('../config/index.js');
+                  const { getDatastore } = await import('../plugins/main/runtime.js');
+                  return getDatastore(parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined }));
+                },
+              },
+            }
+          : {}),
+      });
+      log.info('serving /healthz, /readyz and /metrics', { addr: `${health.host}:${health.port}` });
+    } catch (e) {
+      // Pods need the CNI socket more than probes need a port: keep serving,
+      // and say why the probes will fail.
+      log.error(`${(e as Error).message}; serving CNI requests without health and metrics endpoints (pass another --health-addr, or off)`);
+    }
+  }
   const stop = (signal: string) => {
     if (stopping) {
       log.warn(`second ${signal}: exiting without waiting for running requests`);
@@ -203,7 +327,11 @@ async function main(): Promise<void> {
     stopping = true;
     log.info(`${signal}: shutting down`);
     nodeInit?.stop();
+    pluginKubeconfig?.stop();
+    void health?.close();
     network?.stop();
+    // The nftables table stays: existing pods keep their enforcement, new ones stay isolated.
+    void policy?.stop();
     server.close().then(
       async () => {
         await pool.close();
@@ -248,6 +376,32 @@ async function installDataplane(threads: number, log: Logger): Promise<{ close()
     purgeTrash: (hostMac: string) => dp.purgeTrash({ hostMac }),
   });
   return pool;
+}
+
+/** The agent's own API access (--kubeconfig, or the in-cluster service account); undefined when unusable. */
+async function agentKubeClient(kubeconfig: string | undefined, log: Logger): Promise<import('../k8s/client.js').KubeClient | undefined> {
+  try {
+    const { createKubeClient } = await import('../k8s/client.js');
+    return await createKubeClient(kubeconfig ? { kubeconfig } : {});
+  } catch (e) {
+    log.error(`no Kubernetes API access for the plugin kubeconfig and pod Events: ${(e as Error).message}`);
+    return undefined;
+  }
+}
+
+/** Writes the plugin kubeconfig with tokens for `serviceAccount`, in the agent's own namespace. */
+async function startPluginKubeconfigFromFlags(path: string, serviceAccount: string, seconds: number, client: import('../k8s/client.js').KubeClient, log: Logger): Promise<PluginKubeconfig | undefined> {
+  const { SA_DIR } = await import('../k8s/client.js');
+  const { startPluginKubeconfig } = await import('../agent/kubeconfig-writer.js');
+  const { readFileSync } = await import('node:fs');
+  let namespace = 'kube-system';
+  try {
+    namespace = readFileSync(`${SA_DIR}/namespace`, 'utf8').trim() || namespace;
+  } catch {
+    // Outside a pod (--kubeconfig): kube-system, where deploy/rbac.yaml puts the account.
+  }
+  // The CA the agent trusts for this server, so the plugin trusts the same one.
+  return startPluginKubeconfig({ path, serviceAccount, namespace, client, ...(client.ca ? { ca: client.ca } : {}), expirationSeconds: seconds, log });
 }
 
 /** The plugin falls back to this file when its netconf has no nodename (src/config/nodename.ts); written atomically. */

@@ -13,6 +13,7 @@ const code = await runCtl(process.argv.slice(2), {
   stdin: readAll,
   stdout: (s) => void process.stdout.write(s),
   stderr: (s) => void process.stderr.write(s),
+  stderrIsTTY: process.stderr.isTTY === true,
 });
 // Let buffered pipes drain, then exit even if a client library left a handle open.
 process.exitCode = code;

@@ -44,8 +44,14 @@ export interface CniEnv {
 }
 
 const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
-const DNS1123_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/;
+/**
+ * Pod names and namespaces as runtimes send them: Kubernetes' DNS-1123 names,
+ * and container names from runtimes that reuse the same keys (podman passes
+ * its container names, such as `romantic_nobel` or `Web.1`). Starts with a
+ * letter or digit; letters, digits, '_', '.', '-'; at most 253 characters.
+ * Never a '/', whitespace, a control character or a name that is `.`/`..`.
+ */
+export const POD_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
 
 function show(v: string): string {
   return JSON.stringify(v.length > 80 ? v.slice(0, 80) + '...' : v);
@@ -160,14 +166,16 @@ export function parseCniArgs(s: string | undefined, problems: string[]): CniArgs
     );
   }
   // Pod name and namespace become datastore keys, object names, veth name
-  // input and log fields: Kubernetes' own rules (a namespace is a DNS-1123
-  // label, a pod name a DNS-1123 subdomain), so `..`, '/' or a newline
-  // cannot reach any of them.
-  if (out.K8S_POD_NAMESPACE !== undefined && !DNS1123_LABEL.test(out.K8S_POD_NAMESPACE)) {
-    problems.push(`CNI_ARGS: K8S_POD_NAMESPACE=${show(out.K8S_POD_NAMESPACE)} is not a Kubernetes namespace name (at most 63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit)`);
-  }
-  if (out.K8S_POD_NAME !== undefined && !(out.K8S_POD_NAME.length <= 253 && DNS1123_SUBDOMAIN.test(out.K8S_POD_NAME))) {
-    problems.push(`CNI_ARGS: K8S_POD_NAME=${show(out.K8S_POD_NAME)} is not a Kubernetes pod name (at most 253 characters of a-z, 0-9, '-' and '.', each dot-separated part starting and ending with a letter or digit)`);
+  // input and log fields, so `..`, '/', whitespace or a newline must not reach
+  // any of them (one rule for both: a superset of Kubernetes' names that also
+  // admits runtimes' container names).
+  for (const key of ['K8S_POD_NAMESPACE', 'K8S_POD_NAME'] as const) {
+    const v = out[key];
+    if (v !== undefined && !POD_NAME_RE.test(v)) {
+      problems.push(
+        `CNI_ARGS: ${key}=${show(v)} is not a valid ${key === 'K8S_POD_NAME' ? 'pod' : 'namespace'} name: at most 253 characters of letters, digits, '_', '.' and '-', starting with a letter or digit (Kubernetes names and container names both fit)`,
+      );
+    }
   }
   if (out.IP !== undefined) {
     const ips = out.IP.split(',').map((x) => x.trim());

@@ -54,6 +54,7 @@ export interface Netconf {
   endpoint_status_dir?: string;
   mtu?: number;
   log_level: 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
+  log_format: 'text' | 'json';
   /** undefined: stderr only. */
   log_file_path?: string;
   log_file_max_size: number;
@@ -195,6 +196,7 @@ function build(): Schemas {
       .transform((s) => (s.toUpperCase() === 'WARN' ? 'WARNING' : s.toUpperCase()))
       .pipe(z.enum(['ERROR', 'WARNING', 'INFO', 'DEBUG']))
       .default('INFO'),
+    log_format: z.enum(['text', 'json']).default('text'),
     log_file_path: z
       .string()
       .refine((s) => s === '' || s.startsWith('/'), { message: 'expected an absolute path, or "" to log to stderr only' })
@@ -278,7 +280,8 @@ function editDistance(a: string, b: string): number {
   }
   return d[b.length]!;
 }
-function closest(key: string, candidates: readonly string[]): string | undefined {
+/** The candidate a typo most likely meant (a few edits away), for "did you mean" hints. */
+export function closest(key: string, candidates: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestD = Infinity;
   for (const c of candidates) {

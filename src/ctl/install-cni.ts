@@ -3,7 +3,7 @@
 // from a DaemonSet init container, or from configuration management), so it
 // is idempotent, and every file appears atomically: a runtime exec'ing the
 // plugin mid-install sees the old file or the new one, never a partial one.
-import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { accessSync, chmodSync, constants as fsConstants, closeSync, cpSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseNetconf } from '../config/index.js';
@@ -28,6 +28,8 @@ export interface InstallCniOptions {
   nodename?: string;
   mtu?: number;
   ipam: 'netplugin-ipam' | 'host-local';
+  /** host-local ranges without Kubernetes (one range per CIDR); default: the node's pod CIDRs (usePodCidr). */
+  subnets?: string[];
   portmap: boolean;
   policy?: 'k8s';
   logLevel: string;
@@ -43,10 +45,51 @@ export interface InstallCniOptions {
   /** Also write a systemd unit for the node agent. */
   agent?: boolean;
   systemdDir: string;
+  /**
+   * The host's root filesystem as mounted in this (container) process, e.g.
+   * /host. binDir, confDir and systemdDir stay host paths and are written
+   * under it; the package is copied to hostPackageDir on the host and
+   * netplugin.fallback names host paths, never this container's.
+   */
+  hostRoot?: string;
+  /** Where the package goes on the host with hostRoot (default /opt/netplugin). */
+  hostPackageDir?: string;
+  /**
+   * A directory holding etcd-key, etcd-cert and etcd-ca (a mounted Secret):
+   * those present are copied to <confDir>/netplugin-tls/ (0600) and named in
+   * the conflist, unless --etcd-*-file says otherwise.
+   */
+  etcdTlsFrom?: string;
+  /** The host's node executable (a host path); default: /usr/bin/node or /usr/local/bin/node when present under hostRoot. */
+  hostNode?: string;
   /** A conflist rendered elsewhere (installation apply): used as-is instead of generating one. */
   conflist?: Record<string, unknown>;
   /** Report what would be written ('would write') without touching anything. */
   dryRun?: boolean;
+}
+
+export const DEFAULT_HOST_PACKAGE_DIR = '/opt/netplugin';
+/** Secret keys (file names in the mount) and the netconf fields they fill. */
+const ETCD_TLS_FILES = [
+  ['etcd-key', 'etcdKeyFile', 'etcd_key_file'],
+  ['etcd-cert', 'etcdCertFile', 'etcd_cert_file'],
+  ['etcd-ca', 'etcdCaCertFile', 'etcd_ca_cert_file'],
+] as const;
+export const ETCD_TLS_DIR = 'netplugin-tls';
+/** Host paths where a distribution or the Node.js tarball puts node. */
+export const HOST_NODE_CANDIDATES = ['/usr/bin/node', '/usr/local/bin/node'];
+/** What the per-exec entries need at run time (dist/ bundles load these lazily). */
+const PACKAGE_PARTS = ['package.json', 'dist', 'prebuilds', 'node_modules'];
+
+/**
+ * True when this process runs in a Kubernetes pod (a service-account mount):
+ * its paths (node, the package) are never the host's, where the runtime runs
+ * the shim. Docker's and podman's marker files are not used: kind nodes and
+ * development containers run the runtime in the same container, so there the
+ * container is the host.
+ */
+export function detectPod(root = '/'): boolean {
+  return existsSync(join(root, 'var/run/secrets/kubernetes.io/serviceaccount'));
 }
 
 export interface InstalledFile {
@@ -148,7 +191,10 @@ export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
   }
   if (o.nodename) entry.nodename = o.nodename;
   if (o.mtu !== undefined) entry.mtu = o.mtu;
-  entry.ipam = o.ipam === 'host-local' ? { type: 'host-local', ranges: [[{ subnet: 'usePodCidr' }]] } : { type: 'netplugin-ipam' };
+  entry.ipam =
+    o.ipam === 'host-local'
+      ? { type: 'host-local', ranges: o.subnets?.length ? o.subnets.map((subnet) => [{ subnet }]) : [[{ subnet: 'usePodCidr' }]] }
+      : { type: 'netplugin-ipam' };
   if (o.policy) entry.policy = { type: o.policy };
   if (o.kubeconfig || o.k8sApiRoot) {
     entry.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
@@ -235,6 +281,10 @@ function checkOptions(o: InstallCniOptions): void {
   if (o.mtu !== undefined && (!Number.isInteger(o.mtu) || o.mtu < 68 || o.mtu > 65535)) {
     throw new CtlError(`--mtu ${o.mtu} is out of range; use 68-65535 (e.g. 1450 under VXLAN, 1480 under IP-in-IP)`);
   }
+  if (o.subnets?.length && o.ipam !== 'host-local') throw new CtlError('--subnet is for --ipam host-local; netplugin-ipam takes its addresses from IPPools (netpluginctl apply)');
+  for (const sn of o.subnets ?? []) {
+    if (!/^[0-9a-fA-F.:]+\/\d{1,3}$/.test(sn)) throw new CtlError(`--subnet ${JSON.stringify(sn)} is not a CIDR; use e.g. 10.88.0.0/16`);
+  }
   if (o.fromTemplate || o.conflist) return;
   if (o.datastoreType === 'etcdv3' && !o.etcdEndpoints && !o.etcdDiscoverySrv) {
     throw new CtlError('--datastore-type etcdv3 needs --etcd-endpoints URL[,URL] (or --etcd-discovery-srv DOMAIN, or ETCD_ENDPOINTS in the environment)');
@@ -251,9 +301,71 @@ export interface InstallDeps {
   packageDir: string;
   nodePath: string;
   warn: (msg: string) => void;
+  /** This process runs in a Kubernetes pod (detectPod); without hostRoot its paths are not recorded. */
+  inPod?: boolean;
 }
 
-export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniResult {
+function isExecutable(p: string): boolean {
+  try {
+    accessSync(p, fsConstants.X_OK);
+    return statSync(p).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Copies the parts of the package the per-exec fallback runs to `dest` (under
+ * the host root) through a sibling temp dir swapped in by rename, so a shim
+ * never runs a half-copied package; between the two renames the directory is
+ * briefly absent and the shim answers code 11 (retry).
+ */
+function copyPackage(pkg: string, dest: string): void {
+  const tmp = `${dest}.tmp-${process.pid}`;
+  const old = `${dest}.old-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  try {
+    for (const part of PACKAGE_PARTS) {
+      if (existsSync(join(pkg, part))) cpSync(join(pkg, part), join(tmp, part), { recursive: true, dereference: true });
+    }
+    if (existsSync(dest)) renameSync(dest, old);
+    renameSync(tmp, dest);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+    rmSync(old, { recursive: true, force: true });
+  }
+}
+
+/** The node and package paths netplugin.fallback records: host paths, or no node when they cannot be known. */
+function fallbackPaths(o: InstallCniOptions, deps: InstallDeps, warn: (m: string) => void): { node: string; pkg: string; files: InstalledFile[] } {
+  if (!o.hostRoot) {
+    if (deps.inPod) {
+      warn(
+        `install-cni runs in a Kubernetes pod, so its node (${deps.nodePath}) and package (${deps.packageDir}) are not paths on the host; ` +
+          'netplugin.fallback names no node, and CNI calls answer code 11 (retry) while the agent is down. Mount the host root filesystem in the pod and pass --host-root to install a fallback',
+      );
+      return { node: '', pkg: deps.packageDir, files: [] };
+    }
+    return { node: deps.nodePath, pkg: deps.packageDir, files: [] };
+  }
+  const hostPkg = o.hostPackageDir ?? DEFAULT_HOST_PACKAGE_DIR;
+  if (!o.dryRun) copyPackage(deps.packageDir, join(o.hostRoot, hostPkg));
+  let node = o.hostNode;
+  if (node !== undefined && node !== '' && !isExecutable(join(o.hostRoot, node))) {
+    throw new CtlError(`--host-node ${node}: ${join(o.hostRoot, node)} is not an executable file`);
+  }
+  node ??= HOST_NODE_CANDIDATES.find((c) => isExecutable(join(o.hostRoot!, c))) ?? '';
+  if (!node) {
+    warn(
+      `the host has no node (${HOST_NODE_CANDIDATES.join(', ')} under ${o.hostRoot}): there is no per-exec fallback, and CNI calls answer code 11 (retry) while the agent is down`,
+    );
+  }
+  return { node, pkg: hostPkg, files: [{ path: join(o.hostRoot, hostPkg), action: o.dryRun ? 'would write' : 'written' }] };
+}
+
+export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallCniResult {
+  let o = opts;
   checkOptions(o);
   const warnings: string[] = [];
   const warn = (m: string) => {
@@ -264,6 +376,18 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
   for (const p of PLUGIN_NAMES) {
     if (!existsSync(join(pkg, 'dist', `${p}.mjs`))) {
       throw new CtlError(`${join(pkg, 'dist', `${p}.mjs`)} is missing; build the package first (npm run build) or pass --package-dir`);
+    }
+  }
+  // etcd TLS files from a Secret mount: copied next to the conflist, named in it.
+  const tlsCopies: Array<{ from: string; to: string }> = [];
+  const tlsFrom = o.etcdTlsFrom;
+  if (tlsFrom && existsSync(tlsFrom)) {
+    for (const [file, opt] of ETCD_TLS_FILES) {
+      const from = join(tlsFrom, file);
+      if (!existsSync(from) || o[opt]) continue;
+      const to = join(o.confDir, ETCD_TLS_DIR, file);
+      o = { ...o, [opt]: to };
+      tlsCopies.push({ from, to });
     }
   }
   // Build and validate the conflist before touching anything, so a bad flag changes nothing.
@@ -277,6 +401,9 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
       throw new CtlError(`cannot read --from-template ${o.fromTemplate}: ${(e as Error).message}`);
     }
     conflist = renderTemplate(text, o, o.fromTemplate);
+    // A template without TLS placeholders still gets the copied files.
+    const entry = (conflist.plugins as Array<Record<string, unknown>>).find((p) => p && p.type === 'netplugin');
+    for (const [, opt, field] of ETCD_TLS_FILES) if (entry && o[opt] && entry[field] === undefined && tlsCopies.length) entry[field] = o[opt];
   } else conflist = buildConflist(o);
   checkConflist(conflist, warn);
 
@@ -286,30 +413,39 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
     shim = o.shimPath;
   } else if (!o.launcher) shim = shimCandidates(pkg).find((p) => existsSync(p));
 
+  // Host paths as this process sees them.
+  const onHost = (p: string) => (o.hostRoot ? join(o.hostRoot, p) : p);
+  const binDir = onHost(o.binDir);
+  const confDir = onHost(o.confDir);
   const write = (path: string, data: Buffer | string, mode: number): InstalledFile =>
     o.dryRun ? { path, action: sameFile(path, typeof data === 'string' ? Buffer.from(data) : data, mode) ? 'unchanged' : 'would write' } : writeFileAtomic(path, data, mode);
   if (!o.dryRun) {
-    mkdirSync(o.binDir, { recursive: true });
-    mkdirSync(o.confDir, { recursive: true });
+    mkdirSync(binDir, { recursive: true });
+    mkdirSync(confDir, { recursive: true });
   }
   const files: InstalledFile[] = [];
+  if (tlsCopies.length && !o.dryRun) mkdirSync(onHost(join(o.confDir, ETCD_TLS_DIR)), { recursive: true, mode: 0o700 });
+  for (const c of tlsCopies) files.push(write(onHost(c.to), readFileSync(c.from), 0o600));
+  const fb = fallbackPaths(o, deps, warn);
+  files.push(...fb.files);
   if (shim) {
     const bin = readFileSync(shim);
     // The fallback file first: a shim that finds no agent reads it, so it must exist before the shim does.
-    files.push(write(join(o.binDir, FALLBACK_FILE), `${deps.nodePath}\n${pkg}\n`, 0o644));
-    for (const p of PLUGIN_NAMES) files.push(write(join(o.binDir, p), bin, 0o755));
+    files.push(write(join(binDir, FALLBACK_FILE), `${fb.node}\n${fb.pkg}\n`, 0o644));
+    for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), bin, 0o755));
   } else {
-    for (const p of PLUGIN_NAMES) files.push(write(join(o.binDir, p), launcherScript(deps.nodePath, pkg, p), 0o755));
-    if (!o.dryRun) rmSync(join(o.binDir, FALLBACK_FILE), { force: true });
+    if (!fb.node) throw new CtlError('no native shim binary to install, and the sh launcher needs node on the host; build the shim (npm run build:shim) or pass --host-root');
+    for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), launcherScript(fb.node, fb.pkg, p), 0o755));
+    if (!o.dryRun) rmSync(join(binDir, FALLBACK_FILE), { force: true });
   }
-  files.push(write(join(o.confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));
+  files.push(write(join(confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));
 
   if (o.agent) {
     // The shipped unit (deploy/netplugin-node.service) is written for a package at
     // /opt/netplugin and node at /usr/bin/node; point it at this installation.
     const shipped = join(pkg, 'deploy', AGENT_UNIT);
     const unit = existsSync(shipped)
-      ? readFileSync(shipped, 'utf8').replaceAll('/usr/bin/node', deps.nodePath).replaceAll('/opt/netplugin', pkg)
+      ? readFileSync(shipped, 'utf8').replaceAll('/usr/bin/node', fb.node || deps.nodePath).replaceAll('/opt/netplugin', fb.pkg)
       : [
       '[Unit]',
       'Description=netplugin node agent (serves CNI requests from the netplugin shim)',
@@ -317,7 +453,7 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
       'Wants=network-online.target',
       '',
       '[Service]',
-      `ExecStart=${deps.nodePath} ${join(pkg, 'dist/netplugin-node.cjs')} --log-level ${o.logLevel.toUpperCase()}`,
+      `ExecStart=${fb.node || deps.nodePath} ${join(fb.pkg, 'dist/netplugin-node.cjs')} --log-level ${o.logLevel.toUpperCase()}`,
       'Restart=always',
       'RestartSec=2',
       '',
@@ -325,15 +461,15 @@ export function installCni(o: InstallCniOptions, deps: InstallDeps): InstallCniR
           'WantedBy=multi-user.target',
           '',
         ].join('\n');
-    if (!o.dryRun) mkdirSync(o.systemdDir, { recursive: true });
-    files.push(write(join(o.systemdDir, AGENT_UNIT), unit, 0o644));
+    if (!o.dryRun) mkdirSync(onHost(o.systemdDir), { recursive: true });
+    files.push(write(join(onHost(o.systemdDir), AGENT_UNIT), unit, 0o644));
   }
 
   // Runtimes use the lexically first configuration file in the directory.
-  const first = (existsSync(o.confDir) ? readdirSync(o.confDir) : [])
+  const first = (existsSync(confDir) ? readdirSync(confDir) : [])
     .filter((f) => /\.(conflist|conf|json)$/.test(f) && !f.startsWith('.'))
     .sort()[0];
-  if (first && first !== o.confName) warn(`${join(o.confDir, first)} sorts before ${o.confName}; the container runtime will use it instead. Remove it or choose a --conf-name that sorts first`);
+  if (first && first !== o.confName) warn(`${join(confDir, first)} sorts before ${o.confName}; the container runtime will use it instead. Remove it or choose a --conf-name that sorts first`);
   return { kind: shim ? 'shim' : 'launcher', shimSource: shim, files, conflist, warnings };
 }
 

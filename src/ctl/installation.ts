@@ -94,7 +94,16 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
     ? {
         datastore_type: conf.datastore_type ?? 'etcdv3',
         ...Object.fromEntries((['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file'] as const).filter((k) => conf[k]).map((k) => [k, conf[k]])),
-        ...(conf.kubernetes ? { kubernetes: { ...conf.kubernetes } } : {}),
+        // Only what the plugin's netconf knows: netpluginctl's own access settings
+        // (several kubeconfig files, a context, exec credential plugins) stay with it.
+        ...(conf.kubernetes?.kubeconfig || conf.kubernetes?.k8s_api_root
+          ? {
+              kubernetes: {
+                ...(conf.kubernetes.kubeconfig ? { kubeconfig: conf.kubernetes.kubeconfig } : {}),
+                ...(conf.kubernetes.k8s_api_root ? { k8s_api_root: conf.kubernetes.k8s_api_root } : {}),
+              },
+            }
+          : {}),
       }
     : { datastore_type: 'kubernetes' };
   // The plugin runs on the host, where this pod's service account mount does not exist.

@@ -1,6 +1,7 @@
 // The CLI's injected IO, its user-facing error, and a small flag parser.
 // Everything goes through CtlIO so tests run commands in-process.
 import type { Datastore } from '../datastore/types.js';
+import { closest } from '../config/netconf.js';
 
 /** What the datastore factory (openDatastore) takes. */
 export type { DatastoreConfig } from '../datastore/index.js';
@@ -20,6 +21,10 @@ export interface CtlIO {
   packageDir?: string;
   /** Node executable written into launchers and the fallback file; default process.execPath. */
   nodePath?: string;
+  /** stderr is a terminal: long operations show a progress line there. */
+  stderrIsTTY?: boolean;
+  /** install-cni: whether this process runs in a Kubernetes pod; default: detected (src/ctl/install-cni.ts detectPod). */
+  inPod?: boolean;
 }
 
 /** A failure the user caused or can fix: printed as one line, exit code 1. */
@@ -63,7 +68,7 @@ export function parseFlags(argv: string[], specs: FlagSpec[], command: string): 
     } else out.flags[spec.name] = value;
   };
   const unknown = (tok: string) =>
-    new CtlError(`unknown flag ${tok} for '${command}'; run 'netpluginctl ${command} --help' for the accepted flags`);
+    new CtlError(`unknown flag ${tok} for '${command}'${suggestFlag(tok, specs.map((s) => `--${s.name}`))}; run 'netpluginctl ${command} --help' for the accepted flags`);
   for (let i = 0; i < argv.length; i++) {
     const tok = argv[i]!;
     if (tok === '--') {
@@ -142,6 +147,38 @@ export function table(header: string[], rows: string[][]): string {
   return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd()).join('\n') + '\n';
 }
 
+/**
+ * A progress line on stderr for long loops (ipam check/release over many
+ * handles), only on a terminal and for 20 items or more; redrawn at most every
+ * 100 ms; done() clears it.
+ */
+export function progressLine(io: CtlIO, label: string): { tick: (done: number, total: number) => void; done: () => void } {
+  if (!io.stderrIsTTY) return { tick: () => {}, done: () => {} };
+  let shown = false;
+  let last = 0;
+  return {
+    tick: (d, t) => {
+      if (t < 20) return;
+      const now = Date.now();
+      if (d !== t && now - last < 100) return;
+      last = now;
+      shown = true;
+      io.stderr(`\r\x1b[K${label} ${d}/${t}`);
+    },
+    done: () => {
+      if (shown) io.stderr('\r\x1b[K');
+      shown = false;
+    },
+  };
+}
+
+/** "; did you mean --x?" for the known flag closest to `given` (the netconf's typo rule). */
+export function suggestFlag(given: string, known: string[]): string {
+  const name = given.split('=')[0]!;
+  const best = closest(name, known);
+  return best && best !== name ? `; did you mean ${best}?` : '';
+}
+
 /** What a command group's module gets from netpluginctl's session (src/ctl/index.ts). */
 export interface CtlSession {
   /** --config, given before the command or among its flags. */
@@ -158,13 +195,25 @@ export interface CtlSession {
 /** The flags every command accepts. */
 export const GLOBAL_FLAGS: FlagSpec[] = [
   { name: 'config', short: 'c', type: 'string' },
+  { name: 'kubeconfig', type: 'string' },
+  { name: 'context', type: 'string' },
   { name: 'help', short: 'h', type: 'bool' },
 ];
 
 /** Parses a command's flags plus the global ones; a --config among them applies to the session. */
-export function parseCommand(argv: string[], specs: FlagSpec[], command: string, s?: { configFile: string | undefined }): ParsedArgs {
+export function parseCommand(
+  argv: string[],
+  specs: FlagSpec[],
+  command: string,
+  s?: { configFile: string | undefined; kubeconfig?: string | undefined; context?: string | undefined },
+): ParsedArgs {
   const p = parseFlags(argv, [...GLOBAL_FLAGS, ...specs], command);
   const c = str(p, 'config');
   if (c && s) s.configFile = c;
+  // --kubeconfig/--context among a command's flags (install-cni's --kubeconfig is the plugin's, its own flag).
+  const k = str(p, 'kubeconfig');
+  if (k && s && !specs.some((f) => f.name === 'kubeconfig')) s.kubeconfig = k;
+  const ctx = str(p, 'context');
+  if (ctx && s) s.context = ctx;
   return p;
 }

@@ -9,7 +9,7 @@ import { DatastoreError } from '../errors.js';
 import type { AllocationAttribute, Datastore, Resource } from '../datastore/types.js';
 import { handleName, parseHandleID, sameHandle } from '../ipam/handle.js';
 import { cidrSize, containsCidr, containsIP, formatIP, nthAddress, tryParseIP } from '../ipam/cidr.js';
-import { CtlError, table, type CtlIO } from './io.js';
+import { CtlError, progressLine, table, type CtlIO } from './io.js';
 import { tryParseCidr } from '../ipam/cidr.js';
 import { formatDuration, settingsFrom } from '../model/kube-controllers-config.js';
 
@@ -272,6 +272,8 @@ export interface CheckOptions {
    * not leaked.
    */
   podExists?: (namespace: string, name: string) => Promise<boolean>;
+  /** Called as handles are checked (progress lines on a terminal). */
+  progress?: (done: number, total: number) => void;
 }
 
 export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise<IpamReport> {
@@ -328,7 +330,9 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
     return { leakGracePeriod: formatDuration(grace), ...(age !== undefined ? { allocatedAgo: formatDuration(Math.floor(age / 1000) * 1000) } : {}), afterGracePeriod: age !== undefined && age >= grace };
   };
   const leakedHandles: LeakedHandle[] = [];
+  let done = 0;
   for (const [, g] of held) {
+    opts.progress?.(++done, held.size);
     const handle = g.attr.handle_id!;
     const sec = g.attr.secondary ?? {};
     const cid = containerOf(handle);
@@ -421,11 +425,15 @@ function writeAtomic(path: string, data: string): void {
 }
 
 export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: string; json?: boolean }, opts: CheckOptions = {}): Promise<number> {
-  const r = await ipamCheck(ds, opts);
+  const bar = progressLine(io, 'ipam check: handles');
+  const r = await ipamCheck(ds, { ...opts, progress: bar.tick });
+  bar.done();
   if (args.output) writeAtomic(resolve(io.cwd ?? process.cwd(), args.output), JSON.stringify(r, null, 2) + '\n');
+  // Exit 1 when something was found, so cron jobs and alerts can use the status.
+  const status = r.summary.problems === 0 ? 0 : 1;
   if (args.json) {
     io.stdout(JSON.stringify(r, null, 2) + '\n');
-    return 0;
+    return status;
   }
   const out: string[] = [];
   out.push(`checked ${r.summary.allocated} allocated address(es), ${r.summary.handles} handle(s), ${r.summary.workloadEndpoints} workload endpoint(s), ${r.summary.nodes} node(s)`);
@@ -468,7 +476,7 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
     out.push(args.output ? `report written to ${args.output}; review it, then run: netpluginctl ipam release --from-report ${args.output}` : 'write a report with -o FILE, review it, then run: netpluginctl ipam release --from-report FILE');
   }
   io.stdout(out.join('\n') + '\n');
-  return 0;
+  return status;
 }
 
 // ---------------------------------------------------------------- release
@@ -496,9 +504,14 @@ export async function cmdIpamRelease(
   ds: Datastore,
   io: CtlIO,
   ipam: IpamReleaser,
-  args: { ips: string[]; fromReport?: string; force?: boolean },
+  args: { ips: string[]; fromReport?: string; force?: boolean; dryRun?: boolean },
   opts: CheckOptions = {},
 ): Promise<number> {
+  // --dry-run: every check runs against the live state; nothing is released.
+  const verb = args.dryRun ? 'would release' : 'released';
+  if (args.dryRun) {
+    ipam = { releaseByHandle: async () => [], releaseIPs: async () => [] };
+  }
   if (args.fromReport && args.ips.length) throw new CtlError(`give either --ip or --from-report, not both`);
   if (!args.fromReport && !args.ips.length) throw new CtlError(`ipam release needs --ip ADDR or --from-report FILE (from 'netpluginctl ipam check -o FILE')`);
   let failed = 0;
@@ -521,7 +534,7 @@ export async function cmdIpamRelease(
         continue;
       }
       await ipam.releaseIPs([w.ip]);
-      io.stdout(`released ${w.ip}${w.handle ? ` (handle ${w.handle})` : ''}\n`);
+      io.stdout(`${verb} ${w.ip}${w.handle ? ` (handle ${w.handle})` : ''}\n`);
     }
     return failed ? 1 : 0;
   }
@@ -531,7 +544,10 @@ export async function cmdIpamRelease(
   const now = await ipamCheck(ds, opts);
   let released = 0;
   let skipped = 0;
+  const bar = progressLine(io, 'ipam release: handles');
+  let n = 0;
   for (const l of report.leakedHandles) {
+    bar.tick(++n, report.leakedHandles.length);
     const cur = now.leakedHandles.find((c) => sameHandle(c.handle, l.handle));
     if (!cur || !sameSet(cur.ips, l.ips)) {
       io.stdout(`skipped handle ${l.handle}: no longer leaked as reported (${cur ? `now holds ${cur.ips.join(',')}` : 'its workload exists or it was released'})\n`);
@@ -543,13 +559,14 @@ export async function cmdIpamRelease(
       // releaseByHandle follows the handle object; addresses whose handle object is gone are freed by address.
       const rest = l.ips.filter((ip) => !ips.includes(ip));
       if (rest.length) await ipam.releaseIPs(rest);
-      io.stdout(`released handle ${l.handle}: ${l.ips.join(',')}\n`);
+      io.stdout(`${verb} handle ${l.handle}: ${l.ips.join(',')}\n`);
       released++;
     } catch (e) {
       failed++;
       io.stderr(`error: releasing handle ${l.handle}: ${(e as Error).message}\n`);
     }
   }
+  bar.done();
   for (const a of report.allocationsWithoutHandle) {
     if (report.leakedHandles.some((l) => l.ips.includes(a.ip))) continue;
     const still = now.allocationsWithoutHandle.find((c) => c.ip === a.ip && sameHandle(c.handle, a.handle));
@@ -560,7 +577,7 @@ export async function cmdIpamRelease(
     }
     try {
       await ipam.releaseIPs([a.ip]);
-      io.stdout(`released ${a.ip} (handle ${a.handle} had no handle object)\n`);
+      io.stdout(`${verb} ${a.ip} (handle ${a.handle} had no handle object)\n`);
       released++;
     } catch (e) {
       failed++;
@@ -593,8 +610,8 @@ export async function cmdIpamRelease(
       continue;
     }
     try {
-      await releaseEmptyBlock(ds, o.block, o.node);
-      io.stdout(`released block ${o.block} (node ${o.node} is gone)\n`);
+      if (!args.dryRun) await releaseEmptyBlock(ds, o.block, o.node);
+      io.stdout(`${verb} block ${o.block} (node ${o.node} is gone)\n`);
       released++;
     } catch (e) {
       failed++;

@@ -1,18 +1,36 @@
 // apply / create / replace / get / delete of v3 resources.
-import { readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Datastore, type Kind, type Resource } from '../datastore/types.js';
 import { CtlError, readStdin, table, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
 
-export type OutputFormat = 'table' | 'wide' | 'json' | 'yaml';
+export type OutputFormat = 'table' | 'wide' | 'json' | 'yaml' | 'name';
 
 export function outputFormat(v: string | undefined): OutputFormat {
   if (v === undefined || v === 'table') return 'table';
-  if (v === 'wide' || v === 'json' || v === 'yaml') return v;
-  throw new CtlError(`-o ${JSON.stringify(v)} is not supported; use yaml, json or wide`);
+  if (v === 'wide' || v === 'json' || v === 'yaml' || v === 'name') return v;
+  throw new CtlError(`-o ${JSON.stringify(v)} is not supported; use yaml, json, wide or name`);
+}
+
+const MANIFEST_FILE = /\.(ya?ml|json)$/;
+
+/** -f DIR: every YAML and JSON file in it (not recursive), in name order. */
+function manifestFiles(file: string, io: CtlIO): string[] {
+  if (file === '-') return [file];
+  const abs = resolve(io.cwd ?? process.cwd(), file);
+  let dir = false;
+  try {
+    dir = statSync(abs).isDirectory();
+  } catch {
+    return [file];
+  }
+  if (!dir) return [file];
+  const files = readdirSync(abs).filter((f) => MANIFEST_FILE.test(f) && !f.startsWith('.')).sort();
+  if (!files.length) throw new CtlError(`-f ${file}: the directory holds no .yaml, .yml or .json files`);
+  return files.map((f) => join(file, f));
 }
 
 async function loadYaml(): Promise<typeof import('yaml')> {
@@ -24,8 +42,18 @@ export async function readManifests(file: string, io: CtlIO): Promise<Array<{ re
   return (await readDocuments(file, io)).map((d) => ({ res: parseManifest(d.doc, d.where), where: d.where }));
 }
 
-/** The documents of `-f FILE` as plain objects (any kind), each with where it came from. */
+/** The documents of `-f FILE|DIR` as plain objects (any kind), each with where it came from. */
 export async function readDocuments(file: string, io: CtlIO): Promise<Array<{ doc: unknown; where: string }>> {
+  const files = manifestFiles(file, io);
+  if (files.length > 1 || files[0] !== file) {
+    const all: Array<{ doc: unknown; where: string }> = [];
+    for (const f of files) all.push(...(await readDocumentFile(f, io)));
+    return all;
+  }
+  return readDocumentFile(file, io);
+}
+
+async function readDocumentFile(file: string, io: CtlIO): Promise<Array<{ doc: unknown; where: string }>> {
   let text: string;
   const label = file === '-' ? 'stdin' : file;
   if (file === '-') text = await readStdin(io);
@@ -124,7 +152,7 @@ export async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, nam
 export type WriteMode = 'apply' | 'create' | 'replace';
 
 /** One resource through apply/create/replace, retrying compare-and-swap conflicts (another writer raced us). */
-export async function writeResource(ds: Datastore, input: Resource, mode: WriteMode): Promise<'created' | 'configured' | 'unchanged' | 'replaced'> {
+export async function writeResource(ds: Datastore, input: Resource, mode: WriteMode, dryRun = false): Promise<'created' | 'configured' | 'unchanged' | 'replaced'> {
   const { name, namespace } = input.metadata;
   for (let attempt = 0; ; attempt++) {
     const existing = await getOrUndefined(ds, input.kind, name, namespace);
@@ -136,7 +164,7 @@ export async function writeResource(ds: Datastore, input: Resource, mode: WriteM
         delete meta.resourceVersion;
         delete meta.uid;
         delete meta.creationTimestamp;
-        await ds.create({ ...res, metadata: meta });
+        if (!dryRun) await ds.create({ ...res, metadata: meta });
         return 'created';
       }
       if (mode === 'create') throw new CtlError(`${describeRef(input.kind, name, namespace)} already exists; use 'netpluginctl apply' or 'replace' to update it`);
@@ -144,7 +172,7 @@ export async function writeResource(ds: Datastore, input: Resource, mode: WriteM
       if (sameContent(res, existing)) return 'unchanged';
       // replace honours a resourceVersion given in the file (optimistic concurrency for the operator); apply always writes over the latest.
       const rv = mode === 'replace' && input.metadata.resourceVersion ? input.metadata.resourceVersion : existing.metadata.resourceVersion;
-      await ds.update({ ...res, metadata: { ...existing.metadata, labels: res.metadata.labels, annotations: res.metadata.annotations, resourceVersion: rv } });
+      if (!dryRun) await ds.update({ ...res, metadata: { ...existing.metadata, labels: res.metadata.labels, annotations: res.metadata.annotations, resourceVersion: rv } });
       return mode === 'replace' ? 'replaced' : 'configured';
     } catch (e) {
       const retry = (DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'AlreadyExists') || DatastoreError.is(e, 'NotFound')) && attempt < 4;
@@ -156,14 +184,14 @@ export async function writeResource(ds: Datastore, input: Resource, mode: WriteM
   }
 }
 
-export async function cmdWrite(ds: Datastore, io: CtlIO, file: string, mode: WriteMode): Promise<number> {
+export async function cmdWrite(ds: Datastore, io: CtlIO, file: string, mode: WriteMode, dryRun = false): Promise<number> {
   const docs = await readManifests(file, io);
   for (const d of docs) checkWritable(d.res, d.where);
   let failed = 0;
   for (const d of docs) {
     try {
-      const r = await writeResource(ds, d.res, mode);
-      io.stdout(`${refText(d.res)} ${r}\n`);
+      const r = await writeResource(ds, d.res, mode, dryRun);
+      io.stdout(`${refText(d.res)} ${r}${dryRun ? ' (dry run)' : ''}\n`);
     } catch (e) {
       // Keep going: with several documents, the operator wants every error at once.
       failed++;
@@ -182,8 +210,9 @@ export function errText(e: unknown): string {
 export async function cmdDelete(
   ds: Datastore,
   io: CtlIO,
-  args: { kind?: string; names: string[]; file?: string; namespace?: string; force?: boolean; ignoreNotFound?: boolean },
+  args: { kind?: string; names: string[]; file?: string; namespace?: string; force?: boolean; ignoreNotFound?: boolean; dryRun?: boolean },
 ): Promise<number> {
+  const dry = args.dryRun ? ' (dry run)' : '';
   const targets: Array<{ kind: Kind; name: string; namespace?: string }> = [];
   if (args.file) {
     if (args.kind || args.names.length) throw new CtlError(`delete takes either -f FILE or <kind> <name>, not both`);
@@ -213,18 +242,19 @@ export async function cmdDelete(
             );
           }
           // The revision guard keeps us from deleting a pool someone changed after we checked it.
-          await ds.delete('IPPool', t.name, { revision: pool.metadata.resourceVersion });
+          if (!args.dryRun) await ds.delete('IPPool', t.name, { revision: pool.metadata.resourceVersion });
           if (used.length) io.stderr(`warning: ${ref} had allocations; those addresses stay in use until their workloads are deleted\n`);
-          io.stdout(`${ref} deleted\n`);
+          io.stdout(`${ref} deleted${dry}\n`);
           continue;
         }
       }
-      if (t.kind === 'Node') {
+      if (t.kind === 'Node' && !args.dryRun) {
         await (await import('./node.js')).deleteNode(ds, io, t.name);
         continue;
       }
-      await ds.delete(t.kind, t.name, { namespace: t.namespace });
-      io.stdout(`${ref} deleted\n`);
+      if (args.dryRun) await ds.get(t.kind, t.name, t.namespace);
+      else await ds.delete(t.kind, t.name, { namespace: t.namespace });
+      io.stdout(`${ref} deleted${dry}\n`);
     } catch (e) {
       if (DatastoreError.is(e, 'NotFound')) {
         if (args.ignoreNotFound) continue;
@@ -318,8 +348,9 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
   }
 }
 
-export async function formatResources(items: Resource[], kind: Kind, format: OutputFormat, single: boolean, allNamespaces = false): Promise<string> {
+export async function formatResources(items: Resource[], kind: Kind, format: OutputFormat, single: boolean, allNamespaces = false, noHeaders = false): Promise<string> {
   const obj = single ? items[0] : { apiVersion: 'netplugin.org/v3', kind: `${kind}List`, items };
+  if (format === 'name') return items.map((r) => `${lower(kind)}/${r.metadata.name}\n`).join('');
   if (format === 'json') return JSON.stringify(obj, null, 2) + '\n';
   if (format === 'yaml') return (await loadYaml()).stringify(obj);
   const { header, row } = columns(kind, format === 'wide');
@@ -330,13 +361,14 @@ export async function formatResources(items: Resource[], kind: Kind, format: Out
     h = h.slice(1);
     rows = rows.map((r) => r.slice(1));
   }
-  return table(h, rows);
+  const text = table(h, rows);
+  return noHeaders ? text.slice(text.indexOf('\n') + 1) : text;
 }
 
 export async function cmdGet(
   ds: Datastore,
   io: CtlIO,
-  args: { kind: string; names: string[]; namespace?: string; allNamespaces?: boolean; output?: string; selector?: string },
+  args: { kind: string; names: string[]; namespace?: string; allNamespaces?: boolean; output?: string; selector?: string; noHeaders?: boolean },
 ): Promise<number> {
   const info = resolveKind(args.kind);
   const format = outputFormat(args.output);
@@ -355,17 +387,30 @@ export async function cmdGet(
         io.stderr(`error: ${describeRef(info.kind, name, ns)} not found\n`);
       }
     }
-    if (items.length) io.stdout(await formatResources(items, info.kind, format, args.names.length === 1, false));
+    if (items.length) io.stdout(await formatResources(items, info.kind, format, args.names.length === 1, false, args.noHeaders));
     return failed ? 1 : 0;
   }
   const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
-  const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector });
+  const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) });
   if (format === 'table' || format === 'wide') {
     if (list.items.length === 0) {
       io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
       return 0;
     }
   }
-  io.stdout(await formatResources(list.items, info.kind, format, false, Boolean(args.allNamespaces)));
+  io.stdout(await formatResources(list.items, info.kind, format, false, Boolean(args.allNamespaces), args.noHeaders));
   return 0;
+}
+
+/** -l: our selector syntax, or kubectl's (`zone=a,!legacy`) translated to it. */
+async function labelSelectorArg(sel: string): Promise<string> {
+  const { parseSelector, fromKubectlSelector } = await import('../selector/index.js');
+  try {
+    parseSelector(sel);
+    return sel;
+  } catch (e) {
+    const translated = fromKubectlSelector(sel);
+    if (translated !== undefined) return translated;
+    throw new CtlError(`-l ${JSON.stringify(sel)}: ${(e as Error).message} (kubectl's form works too: key=value,key!=value,key in (a,b),!key)`);
+  }
 }

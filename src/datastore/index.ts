@@ -18,7 +18,8 @@ export interface DatastoreConfig {
   etcd_authority?: string;
   /** Deprecated: http or https, with etcd_authority. */
   etcd_scheme?: string;
-  kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
+  /** kubeconfig_paths, context, allow_exec: netpluginctl's --kubeconfig/KUBECONFIG, --context and exec plugins (src/k8s/client.ts). */
+  kubernetes?: { kubeconfig?: string; k8s_api_root?: string; kubeconfig_paths?: string[]; context?: string; allow_exec?: boolean };
   /** Default per-call deadline in ms (10 s). */
   timeoutMs?: number;
   /**

@@ -10,6 +10,20 @@ import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
 export interface KubeClientOptions {
   /** Path of a kubeconfig file (recommended). */
   kubeconfig?: string;
+  /**
+   * Several kubeconfig files merged as KUBECONFIG=a:b does (the first file that
+   * names a cluster, user or context wins, as does the first current-context);
+   * used instead of `kubeconfig` when set.
+   */
+  kubeconfig_paths?: string[];
+  /** Use this context instead of current-context. */
+  context?: string;
+  /**
+   * Run `exec` credential plugins (client.authentication.k8s.io v1/v1beta1),
+   * caching the credential until it expires. For interactive tools
+   * (netpluginctl); the CNI plugin never runs commands from a kubeconfig.
+   */
+  allow_exec?: boolean;
   /** API server URL; authenticates with the in-cluster service account token when that file exists. */
   k8s_api_root?: string;
   /** Per-request deadline in ms (default 10 s). */
@@ -88,6 +102,8 @@ export interface WatchEnd {
 export interface KubeClient {
   /** The API server URL in use. */
   readonly server: string;
+  /** The CA (PEM) the server certificate is checked against, when one is configured. */
+  readonly ca?: Buffer;
   request<T = unknown>(method: string, path: string, body?: unknown, opts?: RequestOptions): Promise<T>;
   getPod(namespace: string, name: string, opts?: RequestOptions): Promise<KubePod>;
   getNamespace(name: string, opts?: RequestOptions): Promise<KubeObject>;
@@ -143,28 +159,60 @@ function tokenFromFile(path: string): () => string | undefined {
   };
 }
 
-async function parseKubeconfig(path: string): Promise<Credentials> {
-  const text = readFile('kubernetes.kubeconfig', path).toString('utf8');
-  let doc: unknown;
-  try {
-    doc = text.trimStart().startsWith('{') ? JSON.parse(text) : (await import('yaml')).parse(text);
-  } catch (e) {
-    throw invalid(`kubernetes.kubeconfig=${path} is not valid YAML/JSON: ${(e as Error).message}`);
+type Named<T> = { name: string; file: string } & T;
+interface KubeconfigDoc {
+  currentContext?: string;
+  contexts: Array<Named<{ context?: { cluster?: string; user?: string } }>>;
+  clusters: Array<Named<{ cluster?: Record<string, unknown> }>>;
+  users: Array<Named<{ user?: Record<string, unknown> }>>;
+}
+
+/** Reads and merges kubeconfig files with client-go's rules: first definition of a name wins. */
+async function loadKubeconfigs(paths: string[]): Promise<KubeconfigDoc> {
+  const out: KubeconfigDoc = { contexts: [], clusters: [], users: [] };
+  for (const path of paths) {
+    const text = readFile('kubernetes.kubeconfig', path).toString('utf8');
+    let doc: unknown;
+    try {
+      doc = text.trimStart().startsWith('{') ? JSON.parse(text) : (await import('yaml')).parse(text);
+    } catch (e) {
+      throw invalid(`kubernetes.kubeconfig=${path} is not valid YAML/JSON: ${(e as Error).message}`);
+    }
+    const kc = (doc ?? {}) as { 'current-context'?: string; contexts?: Array<{ name: string }>; clusters?: Array<{ name: string }>; users?: Array<{ name: string }> };
+    out.currentContext ||= kc['current-context'] || undefined;
+    for (const key of ['contexts', 'clusters', 'users'] as const) {
+      for (const e of kc[key] ?? []) {
+        if (e && typeof e.name === 'string' && !out[key].some((x) => x.name === e.name)) (out[key] as Array<Named<object>>).push({ ...e, file: path });
+      }
+    }
   }
-  const kc = (doc ?? {}) as {
-    'current-context'?: string;
-    contexts?: Array<{ name: string; context?: { cluster?: string; user?: string } }>;
-    clusters?: Array<{ name: string; cluster?: Record<string, unknown> }>;
-    users?: Array<{ name: string; user?: Record<string, unknown> }>;
-  };
+  return out;
+}
+
+async function parseKubeconfig(paths: string[], opts: { context?: string; allowExec?: boolean } = {}): Promise<Credentials> {
+  const kc = await loadKubeconfigs(paths);
+  const path = paths.join(':');
+  const ctxName = opts.context || kc.currentContext || kc.contexts[0]?.name;
+  const ctxEntry = kc.contexts.find((c) => c.name === ctxName);
+  const ctx = ctxEntry?.context;
+  if (!ctx) {
+    const known = kc.contexts.map((c) => c.name).join(', ') || 'none';
+    throw invalid(
+      opts.context
+        ? `context ${JSON.stringify(opts.context)} is not in ${path} (contexts: ${known})`
+        : `kubernetes.kubeconfig=${path}: current-context ${JSON.stringify(ctxName ?? '')} is not among its contexts; set current-context`,
+    );
+  }
+  const clusterEntry = kc.clusters.find((c) => c.name === ctx.cluster);
+  const userEntry = kc.users.find((u) => u.name === ctx.user);
   const where = `kubernetes.kubeconfig=${path}`;
-  const ctxName = kc['current-context'] || kc.contexts?.[0]?.name;
-  const ctx = kc.contexts?.find((c) => c.name === ctxName)?.context;
-  if (!ctx) throw invalid(`${where}: current-context ${JSON.stringify(ctxName ?? '')} is not among its contexts; set current-context`);
-  const cluster = kc.clusters?.find((c) => c.name === ctx.cluster)?.cluster;
+  const cluster = clusterEntry?.cluster;
   if (!cluster || typeof cluster.server !== 'string') throw invalid(`${where}: cluster ${JSON.stringify(ctx.cluster ?? '')} of context ${ctxName} is missing or has no server`);
-  const user = (kc.users?.find((u) => u.name === ctx.user)?.user ?? {}) as Record<string, unknown>;
-  const rel = (p: unknown) => (typeof p === 'string' ? (isAbsolute(p) ? p : resolvePath(dirname(path), p)) : undefined);
+  const user = (userEntry?.user ?? {}) as Record<string, unknown>;
+  // Relative paths are relative to the file that defined the entry.
+  const relTo = (file: string | undefined) => (p: unknown) => (typeof p === 'string' ? (isAbsolute(p) ? p : resolvePath(dirname(file ?? paths[0]!), p)) : undefined);
+  const relCluster = relTo(clusterEntry?.file);
+  const rel = relTo(userEntry?.file);
   const b64 = (field: string, v: unknown) => {
     if (typeof v !== 'string') return undefined;
     const buf = Buffer.from(v, 'base64');
@@ -176,7 +224,7 @@ async function parseKubeconfig(path: string): Promise<Credentials> {
     creds.ca = b64('certificate-authority-data', cluster['certificate-authority-data']);
     creds.caSource = `certificate-authority-data of cluster ${ctx.cluster} in ${path}`;
   } else if (cluster['certificate-authority']) {
-    const f = rel(cluster['certificate-authority'])!;
+    const f = relCluster(cluster['certificate-authority'])!;
     creds.ca = readFile(`${where}: certificate-authority`, f);
     creds.caSource = `certificate-authority=${f}`;
   }
@@ -194,14 +242,25 @@ async function parseKubeconfig(path: string): Promise<Credentials> {
     creds.token = tokenFromFile(rel(user.tokenFile)!);
   } else if (typeof user.username === 'string' && typeof user.password === 'string') {
     creds.basic = Buffer.from(`${user.username}:${user.password}`).toString('base64');
+  } else if (user.exec && opts.allowExec) {
+    const { execCredential } = await import('./exec-credential.js');
+    const cred = execCredential(user.exec, { user: String(ctx.user), where, cluster: { server: creds.server, ...(creds.ca ? { 'certificate-authority-data': creds.ca.toString('base64') } : {}) }, dir: dirname(userEntry?.file ?? paths[0]!) });
+    const first = cred();
+    if (first.clientCertificateData && first.clientKeyData) {
+      creds.cert = Buffer.from(first.clientCertificateData);
+      creds.key = Buffer.from(first.clientKeyData);
+    }
+    if (first.token) creds.token = () => cred().token;
   } else if (user.exec || user['auth-provider']) {
-    throw invalid(`${where}: user ${ctx.user} authenticates with ${user.exec ? 'exec' : 'auth-provider'}, which netplugin does not run; use a token, tokenFile or client certificate (e.g. a service account token)`);
+    throw invalid(`${where}: user ${ctx.user} authenticates with ${user.exec ? 'exec' : 'auth-provider'}, which the CNI plugin does not run; use a token, tokenFile or client certificate (e.g. a service account token)${user.exec ? ' (netpluginctl runs exec plugins)' : ''}`);
   }
   return creds;
 }
 
 async function resolveCredentials(opts: KubeClientOptions): Promise<Credentials> {
-  if (opts.kubeconfig) return parseKubeconfig(opts.kubeconfig);
+  if (opts.kubeconfig_paths?.length || opts.kubeconfig) {
+    return parseKubeconfig(opts.kubeconfig_paths?.length ? opts.kubeconfig_paths : [opts.kubeconfig!], { context: opts.context, allowExec: opts.allow_exec });
+  }
   const saToken = `${SA_DIR}/token`;
   const saCa = `${SA_DIR}/ca.crt`;
   const exists = (p: string) => {
@@ -421,6 +480,7 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
   const enc = encodeURIComponent;
   return {
     server: creds.server,
+    ...(creds.ca ? { ca: creds.ca } : {}),
     request,
     getPod: (ns, name, ro) => request<KubePod>('GET', `/api/v1/namespaces/${enc(ns)}/pods/${enc(name)}`, undefined, ro),
     getNamespace: (name, ro) => request<KubeObject>('GET', `/api/v1/namespaces/${enc(name)}`, undefined, ro),

@@ -35,7 +35,16 @@ export interface LoggerOptions {
    * close() before exiting.
    */
   buffered?: boolean;
+  /**
+   * text (default): `time LEVEL [pid] ctx msg key=value`, for people and grep.
+   * json: one object per line (time, level, pid, msg, context, fields) for log
+   * collectors; stacks stay in a "stack" field.
+   */
+  format?: LogFormat;
 }
+
+export type LogFormat = 'text' | 'json';
+export const LOG_FORMATS: readonly LogFormat[] = ['text', 'json'];
 
 export interface AppLogger extends Logger {
   readonly level: LogLevel;
@@ -71,6 +80,7 @@ interface Sink {
   pending: string[];
   scheduled: boolean;
   buffered: boolean;
+  json: boolean;
 }
 
 function flushSink(sink: Sink): void {
@@ -107,17 +117,7 @@ class LoggerImpl implements AppLogger {
 
   private log(level: LogLevel, msg: string, fields?: Record<string, unknown>): void {
     if (!this.enabled(level)) return;
-    let line = `${new Date().toISOString()} ${level.padEnd(7)} [${process.pid}]${this.prefix} ${redactString(msg)}`;
-    if (fields) {
-      const safe = redact(fields) as Record<string, unknown>;
-      for (const [k, v] of Object.entries(safe)) {
-        if (k === 'stack' && typeof v === 'string') continue;
-        line += ` ${k}=${fmtValue(v)}`;
-      }
-      // Stacks go on their own lines so the key=value line stays greppable.
-      if (typeof safe['stack'] === 'string') line += '\n    ' + safe['stack'].split('\n').join('\n    ');
-    }
-    line += '\n';
+    const line = this.sink.json ? this.jsonLine(level, msg, fields) : this.textLine(level, msg, fields);
     this.sink.stderr?.(line);
     if (!this.sink.file) return;
     if (this.sink.buffered) {
@@ -129,6 +129,34 @@ class LoggerImpl implements AppLogger {
     } else {
       writeFileSafely(this.sink, line);
     }
+  }
+
+  private jsonLine(level: LogLevel, msg: string, fields?: Record<string, unknown>): string {
+    const obj: Record<string, unknown> = { time: new Date().toISOString(), level, pid: process.pid, msg: redactString(msg), ...this.ctx };
+    if (fields) {
+      const safe = redact(fields) as Record<string, unknown>;
+      // Fields never overwrite the line's own keys.
+      for (const [k, v] of Object.entries(safe)) obj[k in obj ? `field_${k}` : k] = v;
+    }
+    try {
+      return JSON.stringify(obj) + '\n';
+    } catch {
+      return JSON.stringify({ time: obj.time, level, pid: process.pid, msg: obj.msg, fields: fmtValue(fields) }) + '\n';
+    }
+  }
+
+  private textLine(level: LogLevel, msg: string, fields?: Record<string, unknown>): string {
+    let line = `${new Date().toISOString()} ${level.padEnd(7)} [${process.pid}]${this.prefix} ${redactString(msg)}`;
+    if (fields) {
+      const safe = redact(fields) as Record<string, unknown>;
+      for (const [k, v] of Object.entries(safe)) {
+        if (k === 'stack' && typeof v === 'string') continue;
+        line += ` ${k}=${fmtValue(v)}`;
+      }
+      // Stacks go on their own lines so the key=value line stays greppable.
+      if (typeof safe['stack'] === 'string') line += '\n    ' + safe['stack'].split('\n').join('\n    ');
+    }
+    return line + '\n';
   }
 
   error(msg: string, fields?: Record<string, unknown>): void {
@@ -170,7 +198,7 @@ function contextPrefix(ctx: LogContext): string {
 
 export function createLogger(opts: LoggerOptions = {}): AppLogger {
   const level = normalizeLevel(opts.level) ?? 'INFO';
-  const sink: Sink = { stderr: opts.stderr, pending: [], scheduled: false, buffered: !!opts.buffered };
+  const sink: Sink = { stderr: opts.stderr, pending: [], scheduled: false, buffered: !!opts.buffered, json: opts.format === 'json' };
   if (opts.filePath) {
     sink.file = new RotatingFile({
       path: opts.filePath,
@@ -189,7 +217,7 @@ export function createLogger(opts: LoggerOptions = {}): AppLogger {
  * the strict schema reports bad values as a code-7 error; until then a bad
  * log option must not stop us from logging that error.
  */
-export function loggerOptionsFromConf(raw: Record<string, unknown>): Pick<LoggerOptions, 'level' | 'filePath' | 'maxSizeMB' | 'maxAgeDays' | 'maxCount'> {
+export function loggerOptionsFromConf(raw: Record<string, unknown>): Pick<LoggerOptions, 'level' | 'filePath' | 'maxSizeMB' | 'maxAgeDays' | 'maxCount' | 'format'> {
   const num = (v: unknown, dflt: number) => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : dflt);
   return {
     level: typeof raw['log_level'] === 'string' && normalizeLevel(raw['log_level']) ? raw['log_level'] : 'INFO',
@@ -197,5 +225,6 @@ export function loggerOptionsFromConf(raw: Record<string, unknown>): Pick<Logger
     maxSizeMB: Math.max(1, num(raw['log_file_max_size'], 100)),
     maxAgeDays: num(raw['log_file_max_age'], 30),
     maxCount: num(raw['log_file_max_count'], 10),
+    format: raw['log_format'] === 'json' ? 'json' : 'text',
   };
 }

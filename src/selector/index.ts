@@ -313,3 +313,41 @@ export function parseSelector(expr: string): Selector {
   cache.set(expr, sel);
   return sel;
 }
+
+/**
+ * kubectl's label-selector syntax (`-l zone=a,tier!=db,env in (a,b),!legacy`)
+ * in ours (`zone == "a" && tier != "db" && ...`), for command-line filters;
+ * undefined when `s` is not in kubectl's syntax (the caller then parses it as
+ * ours, which reports the error).
+ */
+export function fromKubectlSelector(s: string): string | undefined {
+  const terms: string[] = [];
+  let depth = 0;
+  let cur = '';
+  for (const ch of s) {
+    if (ch === '(') depth++;
+    if (ch === ')') depth--;
+    if (ch === ',' && depth === 0) {
+      terms.push(cur);
+      cur = '';
+    } else cur += ch;
+  }
+  terms.push(cur);
+  const key = '([A-Za-z0-9][-A-Za-z0-9_./]*)';
+  const val = '([-A-Za-z0-9_.]*)';
+  const q = (v: string) => JSON.stringify(v);
+  const out: string[] = [];
+  for (const raw of terms) {
+    const t = raw.trim();
+    let m: RegExpExecArray | null;
+    if ((m = new RegExp(`^${key}\\s*(==|=|!=)\\s*${val}$`).exec(t))) out.push(`${m[1]} ${m[2] === '!=' ? '!=' : '=='} ${q(m[3]!)}`);
+    else if ((m = new RegExp(`^${key}\\s+(in|notin)\\s+\\(([^)]*)\\)$`).exec(t))) {
+      const vals = m[3]!.split(',').map((v) => v.trim()).filter(Boolean);
+      if (!vals.every((v) => new RegExp(`^${val}$`).test(v))) return undefined;
+      out.push(`${m[1]} ${m[2] === 'in' ? 'in' : 'not in'} {${vals.map(q).join(', ')}}`);
+    } else if ((m = new RegExp(`^!\\s*${key}$`).exec(t))) out.push(`!has(${m[1]})`);
+    else if ((m = new RegExp(`^${key}$`).exec(t))) out.push(`has(${m[1]})`);
+    else return undefined;
+  }
+  return out.join(' && ');
+}

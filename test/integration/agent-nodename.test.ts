@@ -26,7 +26,7 @@ describe('netplugin-node --nodename', () => {
     const file = join(d, 'lib', 'nodename');
     const conflist = join(d, '10-netplugin.conflist');
     writeFileSync(conflist, JSON.stringify({ cniVersion: '1.0.0', name: 'k', plugins: [{ type: 'netplugin', nodename_file: file, ipam: { type: 'netplugin-ipam' } }] }));
-    const agent = spawn(process.execPath, [AGENT, '--socket', join(d, 'cni.sock'), '--nodename', 'worker-7.example', '--config', conflist], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const agent = spawn(process.execPath, [AGENT, '--socket', join(d, 'cni.sock'), '--nodename', 'worker-7.example', '--config', conflist, '--health-addr', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'] });
     try {
       const deadline = Date.now() + 20_000;
       while (!existsSync(file) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));

@@ -42,7 +42,7 @@ beforeAll(async () => {
   await mk('IPAMConfig', 'default', { strictAffinity: false, autoAllocateBlocks: true });
   await mk('Node', 'node-a', { addresses: [{ address: '192.0.2.10', type: 'InternalIP' }] }, { labels: { zone: 'a' } });
   await mk('Profile', 'team-profile', { labelsToApply: { team: 'x' } });
-  await mk('Profile', 'kns.shop', { labelsToApply: { 'pcns.projectcalico.org/name': 'shop' } });
+  await mk('Profile', 'kns.shop', { labelsToApply: { 'pcns.example.org/stale': 'shop' } });
   await mk('Profile', 'ksa.shop.default', {});
   await mk('GlobalNetworkPolicy', 'deny-egress', { selector: 'all()', types: ['Egress'] });
   await mk('NetworkPolicy', 'user-np', { selector: 'all()' }, { namespace: 'shop' });
@@ -133,7 +133,10 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
     expect((await dst.get('ClusterInformation', 'default')).spec).toMatchObject({ clusterGUID: 'etcd-cluster-guid', datastoreReady: false });
     expect((await dst.get('NetworkPolicy', 'user-np', 'shop')).spec.selector).toBe('all()');
     expect((await dst.get('Node', 'node-a')).metadata.labels).toEqual({ zone: 'a' });
-    await expect(dst.get('Profile', 'kns.shop')).rejects.toThrow();
+    // Not imported: on the Kubernetes datastore kns.* profiles are derived from the namespaces.
+    const derived = await dst.get('Profile', 'kns.shop');
+    expect(derived.spec.labelsToApply).toMatchObject({ 'netplugin.org/name': 'shop' });
+    expect(derived.spec.labelsToApply).not.toHaveProperty('pcns.example.org/stale');
 
     // IPAM: each pod's address is still held by the same handle; blocks and affinities came along.
     const ipam = new Ipam(dst, { lockPath: null });

@@ -215,7 +215,7 @@ describe('kubernetes backend specifics', () => {
     expect(d.message).toContain(`Kubernetes API at http://127.0.0.1:${port} is unreachable: connection refused (ECONNREFUSED); check kubernetes.k8s_api_root`);
     const execKc = join(server.dir, 'exec-kubeconfig');
     writeFileSync(execKc, `apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nclusters:\n- name: k\n  cluster: {server: ${server.url}}\nusers:\n- name: u\n  user:\n    exec: {command: aws}\n`);
-    await expect(createKubeClient({ kubeconfig: execKc })).rejects.toThrow(/authenticates with exec, which netplugin does not run/);
+    await expect(createKubeClient({ kubeconfig: execKc })).rejects.toThrow(/authenticates with exec, which the CNI plugin does not run/);
     await expect(createKubeClient({ kubeconfig: '/nonexistent/kubeconfig' })).rejects.toThrow(/kubernetes.kubeconfig=\/nonexistent\/kubeconfig cannot be read/);
     await expect(openDatastore({ datastore_type: 'kubernetes', kubernetes: {} })).rejects.toThrow(/set kubernetes.kubeconfig \(recommended\) or kubernetes.k8s_api_root/);
   });

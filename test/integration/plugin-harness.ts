@@ -418,7 +418,7 @@ function waitConnectable(path: string, proc: ChildProcess, log: () => string, ti
  * until it accepts connections.
  */
 export async function startAgent(socket: string, extraArgs: string[] = [], opts: { env?: Record<string, string> } = {}): Promise<Agent> {
-  const proc = spawn(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--socket', socket, '--log-level', 'INFO', ...extraArgs], {
+  const proc = spawn(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--socket', socket, '--log-level', 'INFO', '--health-addr', '127.0.0.1:0', ...extraArgs], {
     env: { PATH: `${dirname(process.execPath)}:/usr/sbin:/usr/bin:/sbin:/bin`, ...(opts.env ?? {}) },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

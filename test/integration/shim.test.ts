@@ -59,6 +59,9 @@ process.stdout.write('ready\\n');
 const FALLBACK_SOURCE = `
 import { readFileSync } from 'node:fs';
 const stdin = readFileSync(0, 'utf8');
+if (process.env.FALLBACK_CRASH === 'throw') throw new TypeError('fallback exploded before answering');
+if (process.env.FALLBACK_CRASH === 'kill') process.kill(process.pid, 'SIGKILL');
+if (process.env.FALLBACK_CRASH === 'silent') process.exit(0);
 process.stdout.write(JSON.stringify({ marker: '${MARKER}', argv: process.argv.slice(1), uid: process.getuid(), env: process.env, stdin }) + '\\n');
 process.exit(Number(process.env.FALLBACK_EXIT ?? 0));
 `;
@@ -296,23 +299,61 @@ describe('shim -> per-exec fallback', () => {
     expect(JSON.parse(r.stdout)).toMatchObject({ marker: MARKER, stdin: 'x' });
   });
 
-  it('says to run install-cni when there is no agent and no fallback (code 5)', async () => {
-    const env = baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), NETPLUGIN_FALLBACK_NODE: undefined, NETPLUGIN_FALLBACK_DIR: undefined });
-    const r = await runShim({ env, stdin: netconf('0.3.1') });
+  // Every state below used to leave the runtime without a CNI answer or with a
+  // dead-end code; each must now print a code-11 error JSON ("try again").
+  const noAgent = (over: Record<string, string | undefined> = {}) => baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), ...over });
+  const expectRetry = (r: Run, ...parts: string[]) => {
     expect(r.code).toBe(1);
+    expect(r.stdout.endsWith('\n')).toBe(true);
     const err = JSON.parse(r.stdout);
-    expect(err).toMatchObject({ cniVersion: '0.3.1', code: 5 });
-    expect(err.msg).toContain(`${join(tmp, 'absent.sock')}: No such file or directory`);
-    expect(err.msg).toContain(`${join(binDir, 'netplugin.fallback')}: No such file or directory`);
-    expect(err.msg).toContain('run install-cni');
+    expect(err.code).toBe(11);
+    for (const part of parts) expect(err.msg).toContain(part);
+    expect(err.msg).toContain('try again once netplugin-node is up');
+    return err;
+  };
+
+  it('no agent and no netplugin.fallback: code 11 naming the socket and the missing file', async () => {
+    const r = await runShim({ env: noAgent({ NETPLUGIN_FALLBACK_NODE: undefined, NETPLUGIN_FALLBACK_DIR: undefined }), stdin: netconf('0.3.1') });
+    const err = expectRetry(r, `${join(tmp, 'absent.sock')}: No such file or directory`, `${join(binDir, 'netplugin.fallback')}: No such file or directory`);
+    expect(err.cniVersion).toBe('0.3.1');
   });
 
-  it('reports a fallback node that cannot be executed (code 5)', async () => {
-    const env = baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), NETPLUGIN_FALLBACK_NODE: join(tmp, 'no-node') });
-    const r = await runShim({ env, stdin: '{}' });
-    expect(r.code).toBe(1);
-    expect(JSON.parse(r.stdout)).toMatchObject({ code: 5 });
-    expect(JSON.parse(r.stdout).msg).toContain(`'${join(tmp, 'no-node')} ${join(pkgDir, 'dist/netplugin.mjs')}' cannot run`);
+  it('no agent and a fallback file without node (a host without Node): code 11', async () => {
+    const dir = join(tmp, 'no-node-host');
+    mkdirSync(dir);
+    copyFileSync(join(binDir, 'netplugin'), join(dir, 'netplugin'));
+    chmodSync(join(dir, 'netplugin'), 0o755);
+    writeFileSync(join(dir, 'netplugin.fallback'), `\n${pkgDir}\n`);
+    const r = await runShim({ bin: join(dir, 'netplugin'), env: noAgent({ NETPLUGIN_FALLBACK_NODE: undefined, NETPLUGIN_FALLBACK_DIR: undefined }), stdin: '{}' });
+    expectRetry(r, 'names no node executable');
+  });
+
+  it('no agent and a fallback node that does not exist: code 11', async () => {
+    const r = await runShim({ env: noAgent({ NETPLUGIN_FALLBACK_NODE: join(tmp, 'no-node') }), stdin: '{}' });
+    expectRetry(r, `'${join(tmp, 'no-node')} ${join(pkgDir, 'dist/netplugin.mjs')}' cannot run: No such file or directory`);
+  });
+
+  it('no agent, node present but the package missing (paths recorded inside a container): code 11, no stack trace', async () => {
+    const r = await runShim({ env: noAgent({ NETPLUGIN_FALLBACK_DIR: join(tmp, 'opt-netplugin-absent') }), stdin: '{}' });
+    expectRetry(r, `${join(tmp, 'opt-netplugin-absent/dist/netplugin.mjs')} is missing`);
+    expect(r.stderr).toBe('');
+  });
+
+  it('a fallback that throws before answering: code 11 quoting the error line, its stderr passed through', async () => {
+    const r = await runShim({ env: noAgent({ FALLBACK_CRASH: 'throw' }), stdin: '{}' });
+    expectRetry(r, 'exited with status 1 without a CNI answer', 'TypeError: fallback exploded before answering');
+    expect(r.stderr).toContain('TypeError: fallback exploded before answering');
+  });
+
+  it('a fallback killed by a signal: code 11 naming the signal', async () => {
+    const r = await runShim({ env: noAgent({ FALLBACK_CRASH: 'kill' }), stdin: '{}' });
+    expectRetry(r, 'was killed by signal 9 without a CNI answer');
+  });
+
+  it('an ADD whose fallback exits 0 with nothing on stdout: code 11; a DEL that does so succeeds', async () => {
+    expectRetry(await runShim({ env: noAgent({ FALLBACK_CRASH: 'silent' }), stdin: '{}' }), 'exited with status 0 without a CNI answer');
+    const del = await runShim({ env: noAgent({ FALLBACK_CRASH: 'silent', CNI_COMMAND: 'DEL' }), stdin: '{}' });
+    expect(del).toMatchObject({ code: 0, stdout: '' });
   });
 
   it('falls back when a stale socket file refuses connections', async () => {

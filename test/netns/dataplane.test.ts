@@ -207,14 +207,24 @@ describe('setupWorkload', () => {
     expect(ping(C1.name, 'fd00::6')).toMatch(/1 received/);
   });
 
-  it('replaces a stale host veth of the same name', () => {
+  it('replaces a stale host veth of the same name when it is ours (a veth with our MAC)', () => {
     const h = nl(H.path);
-    h.vethAdd({ name: 'npi0test1', peerName: 'stale0' });
+    h.vethAdd({ name: 'npi0test1', peerName: 'stale0', mac: HOST_MAC });
     const old = h.linkGet('npi0test1').index;
     const st = setupWorkload(spec());
     expect(st.hostIndex).not.toBe(old);
     expect(h.linkFind('stale0')).toBeUndefined();
     expect(h.linkGet('npi0test1').index).toBe(st.hostIndex);
+  });
+
+  it('leaves a link of that name that is not ours alone and fails with EEXIST', () => {
+    const h = nl(H.path);
+    h.vethAdd({ name: 'npi0test1', peerName: 'other0', mac: '02:00:00:00:00:01' });
+    const old = h.linkGet('npi0test1').index;
+    expect(() => setupWorkload(spec())).toThrow(expect.objectContaining({ code: 'EEXIST', op: 'RTM_NEWLINK' }));
+    expect(h.linkGet('npi0test1').index).toBe(old);
+    expect(h.linkFind('other0')).toBeDefined();
+    expect(nl(C1.path).linkFind('eth0')).toBeUndefined();
   });
 
   it('rolls back on a failure mid-way: no veth left on either side, and the error is the kernel one', () => {
@@ -299,13 +309,23 @@ describe('teardownWorkloadAsync', () => {
     await expect(teardownWorkloadAsync({ ...o, netnsPath: undefined })).resolves.toEqual({ removed: false });
   });
 
-  it('with the netns gone removes the host end by name, unless keepHostEnd', async () => {
+  it('with the netns gone never deletes the host end by name (a newer sandbox of the pod owns that name)', async () => {
+    setupWorkload(spec());
+    const gone = `/var/run/netns/np-gone-${process.pid}`;
+    await expect(teardownWorkloadAsync({ netnsPath: gone, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1', hostMac: HOST_MAC })).resolves.toEqual({ removed: false });
+    expect(nl(H.path).linkFind('npi0test1')).toBeDefined();
+    expect(nl(C1.path).linkFind('eth0')).toBeDefined();
+  });
+
+  it('without a netns removes the host end by name only when it is a veth with our MAC, unless keepHostEnd', async () => {
     setupWorkload(spec());
     setupWorkload(spec({ netnsPath: C2.path, hostIfname: 'npi0test2', hostMac: '02:aa:00:00:00:02', addresses: ['10.0.0.6/32'] }));
-    const gone = `/var/run/netns/np-gone-${process.pid}`;
-    const o = { netnsPath: gone, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' };
+    const o = { hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1', hostMac: HOST_MAC };
     await expect(teardownWorkloadAsync({ ...o, keepHostEnd: true })).resolves.toEqual({ removed: false });
     expect(nl(H.path).linkFind('npi0test1')).toBeDefined();
+    // npi0test2 carries another MAC: not ours under this MAC, left alone.
+    await expect(teardownWorkloadAsync({ ...o, hostIfname: 'npi0test2' })).resolves.toEqual({ removed: false });
+    expect(nl(H.path).linkFind('npi0test2')).toBeDefined();
     await expect(teardownWorkloadAsync(o)).resolves.toEqual({ removed: true });
     expect(nl(H.path).linkFind('npi0test1')).toBeUndefined();
     expect(nl(C1.path).linkFind('eth0')).toBeUndefined();

@@ -130,21 +130,26 @@ describe('parseEnv: hardening (code 4)', () => {
     ['a newline (forges a log line)', 'web\nlevel=error msg=forged'],
     ['..', '..'],
     ['a slash', 'a/b'],
-    ['upper case', 'Web'],
+    ['a space', 'web 0'],
+    ['a leading dot', '.hidden'],
     ['300 characters', 'a'.repeat(300)],
   ])('K8S_POD_NAME with %s', (_what, name) => {
     const e = envError({ ...ADD, CNI_ARGS: `K8S_POD_NAMESPACE=ns;K8S_POD_NAME=${name}` });
     expect(e.code).toBe(4);
     expect(e.message).toContain('K8S_POD_NAME=');
-    expect(e.message).toContain('not a Kubernetes pod name');
+    expect(e.message).toContain('is not a valid pod name');
   });
-  it.each([['..'], ['a/b'], ['a.b'], ['x'.repeat(64)], ['ns\n']])('K8S_POD_NAMESPACE %j', (ns) => {
+  it.each([['..'], ['a/b'], ['-a'], ['x'.repeat(254)], ['ns\n']])('K8S_POD_NAMESPACE %j', (ns) => {
     const e = envError({ ...ADD, CNI_ARGS: `K8S_POD_NAMESPACE=${ns};K8S_POD_NAME=web` });
     expect(e.message).toContain('K8S_POD_NAMESPACE=');
-    expect(e.message).toContain('not a Kubernetes namespace name');
+    expect(e.message).toContain('is not a valid namespace name');
   });
-  it('valid pod names and namespaces pass', () => {
+  it('valid pod names and namespaces pass: Kubernetes names and runtime container names', () => {
     expect(parseEnv({ ...ADD, CNI_ARGS: 'K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-5d78c9869d-x2x.v1' }).args.K8S_POD_NAME).toBe('coredns-5d78c9869d-x2x.v1');
+    // podman passes its container name (generated ones have '_') as both keys.
+    const podman = parseEnv({ ...ADD, CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=romantic_nobel;K8S_POD_NAME=romantic_nobel' }).args;
+    expect(podman).toMatchObject({ K8S_POD_NAMESPACE: 'romantic_nobel', K8S_POD_NAME: 'romantic_nobel' });
+    expect(parseEnv({ ...ADD, CNI_ARGS: 'K8S_POD_NAMESPACE=Dev;K8S_POD_NAME=Web.1' }).args.K8S_POD_NAME).toBe('Web.1');
   });
   it('a 5000-character container ID', () => {
     const e = envError({ ...ADD, CNI_CONTAINERID: 'a'.repeat(5000) });

@@ -104,7 +104,9 @@ describe('ipam check and release', () => {
     const live = await pod('default', 'live', 'c-live');
     const leaked = await pod('default', 'gone', 'c-gone', 'n1', false);
     const check = await ctl(['ipam', 'check', '-o', 'report.json']);
-    expect(check.code).toBe(0);
+    // Problems found: exit 1 (documented for cron jobs and alerts), also with --json.
+    expect(check.code).toBe(1);
+    expect((await ctl(['ipam', 'check', '--json'])).code).toBe(1);
     expect(check.out).toMatch(/leaked handles \(1\):\n  k8s-pod-network\.c-gone  /);
     expect(check.out).toMatch(/pod default\/gone no longer exists/);
     const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as IpamReport;
@@ -122,7 +124,9 @@ describe('ipam check and release', () => {
     // Running the same report again finds nothing left to do.
     const again = await ctl(['ipam', 'release', '--from-report', 'report.json']);
     expect(again.out).toMatch(/skipped handle k8s-pod-network\.c-gone: no longer leaked/);
-    expect((await ctl(['ipam', 'check'])).out).toMatch(/no problems found/);
+    const clean = await ctl(['ipam', 'check']);
+    expect(clean.out).toMatch(/no problems found/);
+    expect(clean.code).toBe(0);
   });
 
   it('re-verifies a stale report: a workload that came back is not released', async () => {

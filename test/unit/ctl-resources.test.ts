@@ -291,7 +291,7 @@ describe('output formats and CLI behaviour', () => {
 
   it('rejects unknown output formats and flags with one line', async () => {
     const r = await ctl(['get', 'pools', '-o', 'xml']);
-    expect(r).toMatchObject({ code: 1, err: 'error: -o "xml" is not supported; use yaml, json or wide\n' });
+    expect(r).toMatchObject({ code: 1, err: 'error: -o "xml" is not supported; use yaml, json, wide or name\n' });
     const f = await ctl(['get', 'pools', '--colour']);
     expect(f.err).toBe("error: unknown flag --colour for 'get'; run 'netpluginctl get --help' for the accepted flags\n");
     const c = await ctl(['frobnicate']);

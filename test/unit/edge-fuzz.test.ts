@@ -27,12 +27,12 @@ function randomName(r: () => number): string {
   return s;
 }
 
-const LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
-const SUBDOMAIN = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/;
+// The documented rule (docs/security.md), written out again here rather than imported.
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 const ENV = { CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'abc123', CNI_NETNS: '/var/run/netns/x', CNI_IFNAME: 'eth0', CNI_PATH: '/opt/cni/bin' };
 
 describe('edge fuzz', () => {
-  it('pod names and namespaces: accepted only when valid Kubernetes names, else code 4 naming the field', () => {
+  it('pod names and namespaces: accepted only when valid names, else code 4 naming the field', () => {
     const r = prng(11);
     for (let i = 0; i < 2000; i++) {
       const ns = r() < 0.3 ? 'default' : randomName(r);
@@ -40,8 +40,8 @@ describe('edge fuzz', () => {
       if (ns.includes(';') || name.includes(';')) continue; // the CNI_ARGS separator: another key
       try {
         const e = parseEnv({ ...ENV, CNI_ARGS: `K8S_POD_NAMESPACE=${ns};K8S_POD_NAME=${name}` });
-        expect(LABEL.test(e.args.K8S_POD_NAMESPACE ?? ''), JSON.stringify(ns)).toBe(true);
-        expect(SUBDOMAIN.test(e.args.K8S_POD_NAME ?? '') && name.length <= 253, JSON.stringify(name)).toBe(true);
+        expect(NAME.test(e.args.K8S_POD_NAMESPACE ?? '') && ns.length <= 253, JSON.stringify(ns)).toBe(true);
+        expect(NAME.test(e.args.K8S_POD_NAME ?? '') && name.length <= 253, JSON.stringify(name)).toBe(true);
       } catch (err) {
         expect(err).toBeInstanceOf(CniError);
         expect((err as CniError).code).toBe(4);

@@ -136,3 +136,28 @@ describe('secret redaction', () => {
     expect(redact(a)).toEqual({ name: 'a', self: '[...]' });
   });
 });
+
+describe('json format (log_format: json, --log-format json)', () => {
+  it('writes one parseable object per line with context, fields, a stack, and redaction', () => {
+    const lines: string[] = [];
+    const log = createLogger({ format: 'json', level: 'debug', stderr: (s) => lines.push(s), context: { containerId: 'c1', podNamespace: 'ns', podName: 'web' } });
+    const e = new Error('boom');
+    log.child({ command: 'ADD' }).error('ADD failed "quoted"\nsecond line', { code: 7, password: 'hunter2', stack: e.stack, msg: 'a field named msg' });
+    log.debug('plain');
+    expect(lines).toHaveLength(2);
+    for (const l of lines) expect(l.endsWith('\n') && !l.slice(0, -1).includes('\n')).toBe(true);
+    const o = JSON.parse(lines[0]!);
+    expect(o).toMatchObject({ level: 'ERROR', pid: process.pid, msg: 'ADD failed "quoted"\nsecond line', containerId: 'c1', podNamespace: 'ns', podName: 'web', command: 'ADD', code: 7, password: REDACTED, field_msg: 'a field named msg' });
+    expect(o.stack).toContain('Error: boom');
+    expect(Date.parse(o.time)).not.toBeNaN();
+    expect(JSON.parse(lines[1]!)).toMatchObject({ level: 'DEBUG', msg: 'plain' });
+  });
+
+  it('is chosen by the netconf log_format, text otherwise', () => {
+    expect(loggerOptionsFromConf({ log_format: 'json' }).format).toBe('json');
+    expect(loggerOptionsFromConf({}).format).toBe('text');
+    const lines: string[] = [];
+    createLogger({ ...loggerOptionsFromConf({ log_format: 'text' }), stderr: (s) => lines.push(s) }).info('hi', { a: 1 });
+    expect(lines[0]).toMatch(/^\S+ INFO +\[\d+\] hi a=1\n$/);
+  });
+});

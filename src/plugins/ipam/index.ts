@@ -9,6 +9,7 @@ import type { CniContext, CniHandlers, CniResult } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { DEFAULT_LOCK_PATH, Ipam } from '../../ipam/index.js';
 import { formatIP, tryParseIP } from '../../ipam/cidr.js';
+import { getIpamObserver, wrapDatastore } from '../main/runtime.js';
 import { handleIDFor, parseHandleID } from '../../ipam/handle.js';
 
 /** Environment override of the host lock path (tests run several simulated nodes on one host). */
@@ -35,13 +36,14 @@ async function withIpam<T>(ctx: Ctx, fn: (ipam: Ipam, ds: Datastore) => Promise<
   // Dynamic: the datastore module loads etcd3 or the Kubernetes client, and
   // only the one the netconf names.
   const { openDatastore } = await import('../../datastore/index.js');
-  const ds = await openDatastore(ctx.conf);
+  const raw = await openDatastore(ctx.conf);
+  const ds = wrapDatastore(raw);
   // Marks the end of start-up cost (module and client loading) in debug logs.
   ctx.log.debug('netplugin-ipam: datastore open', { type: ds.type });
   try {
     return await fn(new Ipam(ds, { lockPath: lockPathFor(ctx.conf, ctx.env), log: ctx.log }), ds);
   } finally {
-    await ds.close().catch(() => undefined);
+    await raw.close().catch(() => undefined);
   }
 }
 
@@ -76,6 +78,7 @@ async function add(ctx: Ctx): Promise<CniResult> {
     }),
   );
   ctx.log.info('netplugin-ipam: assigned', { node, ips: assigned.map((a) => a.address) });
+  getIpamObserver()?.assigned(assigned.length);
   const families = [...new Set(assigned.map((a) => a.family))].sort();
   return {
     // No `interface`: an IPAM plugin does not know the interfaces its caller creates.
@@ -87,6 +90,7 @@ async function add(ctx: Ctx): Promise<CniResult> {
 async function del(ctx: Ctx): Promise<void> {
   const released = await withIpam(ctx, (ipam) => ipam.releaseByHandle(attachmentHandle(ctx.conf, ctx.containerId)));
   ctx.log.info('netplugin-ipam: released', { ips: released });
+  getIpamObserver()?.released(released.length);
 }
 
 async function check(ctx: Ctx): Promise<void> {

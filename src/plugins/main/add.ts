@@ -15,7 +15,7 @@ import { buildWorkloadEndpoint, needsPodLookup, readPodContext, type PodLike } f
 import { ipamFieldNames, pairFloatingIPs, poolsFromResources, resolveWorkloadOptions } from '../../k8s/annotations.js';
 import { Rollback, step } from './rollback.js';
 import { execDelegate } from './delegate.js';
-import { dataplane, getPolicySignal, ipamBatchingEnabled } from './runtime.js';
+import { dataplane, getIpamObserver, getPolicySignal, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, checkClusterReady, datastoreFor, identify, ipamLockPath, kubeClientFor, podSourceFor, statusDir, type Workload } from './common.js';
 import { podMtu } from '../../config/mtu.js';
 
@@ -250,6 +250,7 @@ async function addresses(
       fields: ipamFieldNames(req),
     });
   });
+  getIpamObserver()?.assigned(assigned.length);
   if (!assigned.length) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: neither assign_ipv4 nor assign_ipv6 is "true"; the pod would get no address');
   return { ips: assigned.map((a) => a.ip), ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
 }

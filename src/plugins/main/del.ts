@@ -9,7 +9,7 @@ import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, TxnOp } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
 import { resolvePodCidrs } from './add.js';
-import { dataplane, ipamBatchingEnabled } from './runtime.js';
+import { dataplane, getIpamObserver, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
 
@@ -121,6 +121,7 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
   const lockPath = ipamLockPath(conf);
   const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
   const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
+  getIpamObserver()?.released(released.length);
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
 }
 

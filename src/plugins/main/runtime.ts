@@ -26,6 +26,27 @@ let dataplanePort: DataplanePort | undefined;
 /** Set by the agent: in-process signal that an endpoint's policy is programmed. */
 let policySignal: unknown;
 let ipamBatching = false;
+/** Set by the agent (src/agent/metrics.ts): counts addresses and times datastore calls. */
+let ipamObserver: IpamObserver | undefined;
+let datastoreWrapper: ((ds: Datastore) => Datastore) | undefined;
+
+export interface IpamObserver {
+  assigned(n: number): void;
+  released(n: number): void;
+}
+export function setIpamObserver(o: IpamObserver | undefined): void {
+  ipamObserver = o;
+}
+export function getIpamObserver(): IpamObserver | undefined {
+  return ipamObserver;
+}
+export function wrapDatastore(ds: Datastore): Datastore {
+  return datastoreWrapper ? datastoreWrapper(ds) : ds;
+}
+/** Applied to every datastore opened from now on (the agent installs it before serving). */
+export function setDatastoreWrapper(fn: ((ds: Datastore) => Datastore) | undefined): void {
+  datastoreWrapper = fn;
+}
 
 /** The netconf's datastore fields (src/datastore/index.ts DatastoreConfig). */
 export type DatastoreSettings = DatastoreConfig;
@@ -39,7 +60,7 @@ export function datastoreKey(s: DatastoreSettings): string {
 
 export function getDatastore(s: DatastoreSettings): Promise<Datastore> {
   // A failed connection is not cached: the next invocation retries.
-  return datastores.get(datastoreKey(s), () => import('../../datastore/index.js').then((m) => m.openDatastore(s)));
+  return datastores.get(datastoreKey(s), () => import('../../datastore/index.js').then((m) => m.openDatastore(s)).then(wrapDatastore));
 }
 
 export async function closeDatastores(): Promise<void> {

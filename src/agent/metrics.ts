@@ -1,0 +1,99 @@
+// The node agent's metrics: what an operator needs to see whether pods get
+// networks (CNI requests by verb, their latency, errors by CNI code), whether
+// IPAM is healthy (addresses assigned and released, compare-and-swap retries
+// on IPAM objects) and whether the datastore is slow. Served on /metrics by
+// src/observe/health.ts; names follow Prometheus conventions (_total,
+// _seconds).
+import type { Datastore } from '../datastore/types.js';
+import { Registry } from '../observe/metrics.js';
+
+export interface ServedRequest {
+  plugin: string;
+  command: string;
+  /** Process exit code (0 success). */
+  exitCode: number;
+  /** The stdout the runtime gets: a CNI error JSON when exitCode is not 0. */
+  stdout: string;
+  seconds: number;
+}
+
+export interface AgentMetrics {
+  readonly registry: Registry;
+  /** Called by the CNI server for every answered request. */
+  served(r: ServedRequest): void;
+  ipamAssigned(n: number): void;
+  ipamReleased(n: number): void;
+  /** Times every datastore call; counts compare-and-swap conflicts on IPAM objects (each is retried). */
+  wrapDatastore(ds: Datastore): Datastore;
+}
+
+/** Objects IPAM updates with compare-and-swap and retries on Conflict. */
+const IPAM_KINDS = new Set(['IPAMBlock', 'IPAMHandle', 'BlockAffinity', 'IPAMConfig']);
+const TIMED = new Set(['get', 'list', 'create', 'update', 'delete', 'txn']);
+
+/** The kind label of a call: its kind, or for a transaction the kinds it writes (`IPAMBlock+WorkloadEndpoint`). */
+type OpLike = { kind?: string; res?: { kind?: string } } | undefined;
+const opKind = (o: OpLike) => o?.res?.kind ?? o?.kind ?? '';
+function kindOf(op: string, first: unknown): string {
+  if (op === 'txn' && Array.isArray(first)) return [...new Set(first.map((o: OpLike) => opKind(o)))].sort().join('+');
+  return typeof first === 'string' ? first : String((first as { kind?: string } | undefined)?.kind ?? '');
+}
+
+/** The CNI error code in a runtime-facing error JSON, or 'unknown'. */
+export function cniErrorCode(stdout: string): string {
+  try {
+    const code = (JSON.parse(stdout) as { code?: unknown }).code;
+    return typeof code === 'number' ? String(code) : 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+export function createAgentMetrics(registry = new Registry()): AgentMetrics {
+  const requests = registry.counter('netplugin_cni_requests_total', 'CNI requests the agent answered, by plugin, CNI command and result (success or error).', ['plugin', 'command', 'result']);
+  const latency = registry.histogram('netplugin_cni_request_duration_seconds', 'Time from accepting a CNI request to its answer, by plugin and CNI command.', ['plugin', 'command']);
+  const errors = registry.counter('netplugin_cni_errors_total', 'CNI requests that failed, by plugin, CNI command and CNI error code (e.g. 11 try again, 7 invalid config, 100+ netplugin codes).', ['plugin', 'command', 'code']);
+  const assigned = registry.counter('netplugin_ipam_addresses_assigned_total', 'Addresses IPAM assigned to workloads on this node.');
+  const released = registry.counter('netplugin_ipam_addresses_released_total', 'Addresses IPAM released from workloads on this node.');
+  const retries = registry.counter('netplugin_ipam_cas_retries_total', 'Compare-and-swap conflicts (Conflict, AlreadyExists) on IPAM objects, each retried, by kind: contention with other nodes or processes.', ['kind']);
+  const dsLatency = registry.histogram('netplugin_datastore_request_duration_seconds', 'Datastore calls made by the agent, by operation, kind and result.', ['operation', 'kind', 'result']);
+
+  return {
+    registry,
+    served(r) {
+      const ok = r.exitCode === 0;
+      requests.inc({ plugin: r.plugin, command: r.command, result: ok ? 'success' : 'error' });
+      latency.observe({ plugin: r.plugin, command: r.command }, r.seconds);
+      if (!ok) errors.inc({ plugin: r.plugin, command: r.command, code: cniErrorCode(r.stdout) });
+    },
+    ipamAssigned: (n) => assigned.inc(undefined, n),
+    ipamReleased: (n) => released.inc(undefined, n),
+    wrapDatastore(ds) {
+      return new Proxy(ds, {
+        get(target, prop, receiver) {
+          const v = Reflect.get(target, prop, receiver) as unknown;
+          if (typeof prop !== 'string' || !TIMED.has(prop) || typeof v !== 'function') return v;
+          return (...args: unknown[]) => {
+            const first = args[0];
+            const kind = kindOf(prop, first);
+            const stop = dsLatency.startTimer({ operation: prop, kind });
+            return (v as (...a: unknown[]) => Promise<unknown>).apply(target, args).then(
+              (res) => {
+                stop({ result: 'ok' });
+                return res;
+              },
+              (e: unknown) => {
+                const errKind = (e as { kind?: string })?.kind;
+                stop({ result: typeof errKind === 'string' ? errKind : 'error' });
+                // A transaction names the op whose guard failed (TxnError.failedOp).
+                const failed = prop === 'txn' && Array.isArray(first) ? opKind((first as OpLike[])[(e as { failedOp?: number }).failedOp ?? -1]) : kind;
+                if ((errKind === 'Conflict' || errKind === 'AlreadyExists') && IPAM_KINDS.has(failed)) retries.inc({ kind: failed });
+                throw e;
+              },
+            );
+          };
+        },
+      });
+    },
+  };
+}

@@ -1,0 +1,210 @@
+// validate, label, patch and completion: the kubectl habits operators bring.
+import { DatastoreError } from '../errors.js';
+import { NAMESPACED_KINDS, type Datastore, type Resource } from '../datastore/types.js';
+import { CtlError, type CtlIO } from './io.js';
+import { CTL_KINDS, resolveKind } from './kinds.js';
+import { readManifests, writeResource, errText } from './resources.js';
+import { describeRef, poolDefaults, validatePool } from './validate.js';
+
+/**
+ * validate -f: every document parses as a known kind, and IPPools pass the
+ * same checks apply makes (masked CIDR, block size, selector), also against
+ * each other within the files. Nothing is read from or written to a datastore.
+ */
+export async function cmdValidate(io: CtlIO, file: string): Promise<number> {
+  let docs: Awaited<ReturnType<typeof readManifests>>;
+  try {
+    docs = await readManifests(file, io);
+  } catch (e) {
+    io.stderr(`error: ${errText(e)}\n`);
+    return 1;
+  }
+  const pools: Array<Resource<'IPPool'>> = [];
+  let failed = 0;
+  for (const d of docs) {
+    try {
+      if (d.res.kind === 'IPPool') {
+        const pool = { ...d.res, spec: poolDefaults((d.res as Resource<'IPPool'>).spec) } as Resource<'IPPool'>;
+        validatePool(pool, pools);
+        pools.push(pool);
+      }
+      io.stdout(`${d.where}: ${d.res.kind.toLowerCase()}/${d.res.metadata.name} valid\n`);
+    } catch (e) {
+      failed++;
+      io.stderr(`error: ${d.where}: ${errText(e)}\n`);
+    }
+  }
+  return failed ? 1 : 0;
+}
+
+const LABEL_KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;
+
+/** `key=value` sets, `key-` removes (kubectl's syntax). */
+export function parseLabelArgs(args: string[]): { set: Record<string, string>; remove: string[] } {
+  const set: Record<string, string> = {};
+  const remove: string[] = [];
+  if (!args.length) throw new CtlError(`label needs at least one key=value (or key- to remove one)`);
+  for (const a of args) {
+    if (a.endsWith('-') && !a.includes('=')) {
+      const k = a.slice(0, -1);
+      if (!LABEL_KEY.test(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key`);
+      remove.push(k);
+      continue;
+    }
+    const eq = a.indexOf('=');
+    if (eq < 0) throw new CtlError(`label ${JSON.stringify(a)}: expected key=value or key-`);
+    const [k, v] = [a.slice(0, eq), a.slice(eq + 1)];
+    if (!LABEL_KEY.test(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key (e.g. zone or example.com/zone)`);
+    if (!LABEL_VALUE.test(v)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(v)} is not a valid label value (up to 63 letters, digits, '-', '_', '.')`);
+    set[k] = v;
+  }
+  return { set, remove };
+}
+
+interface Target {
+  kind: string;
+  name: string;
+  namespace?: string;
+}
+
+/** `KIND NAME` or `KIND/NAME`. */
+export function target(positional: string[], namespace: string | undefined, cmd: string): { t: Target; rest: string[] } {
+  const [first, ...more] = positional;
+  if (!first) throw new CtlError(`${cmd} needs a resource: KIND NAME or KIND/NAME`);
+  let kind = first;
+  let name: string | undefined;
+  let rest = more;
+  if (first.includes('/')) [kind, name] = first.split('/', 2) as [string, string];
+  else [name, ...rest] = more;
+  if (!name) throw new CtlError(`${cmd} needs a resource name: ${cmd} ${first} NAME`);
+  const info = resolveKind(kind);
+  if (info.readOnly) throw new CtlError(`${info.kind} resources are written by the plugin only; ${cmd} cannot change them`);
+  return { t: { kind: info.kind, name, namespace: NAMESPACED_KINDS.has(info.kind) ? (namespace ?? 'default') : undefined }, rest };
+}
+
+async function update(ds: Datastore, t: Target, change: (r: Resource) => Resource, dryRun: boolean): Promise<string> {
+  for (let attempt = 0; ; attempt++) {
+    let cur: Resource;
+    try {
+      cur = await ds.get(resolveKind(t.kind).kind, t.name, t.namespace);
+    } catch (e) {
+      if (DatastoreError.is(e, 'NotFound')) throw new CtlError(`${describeRef(resolveKind(t.kind).kind, t.name, t.namespace)} not found`);
+      throw e;
+    }
+    const next = change(structuredClone(cur));
+    // replace with the read resourceVersion: a concurrent writer makes us read again.
+    try {
+      return await writeResource(ds, { ...next, metadata: { ...next.metadata, resourceVersion: cur.metadata.resourceVersion } }, 'replace', dryRun);
+    } catch (e) {
+      if (e instanceof CtlError && /was modified since resourceVersion/.test(e.message) && attempt < 4) continue;
+      throw e;
+    }
+  }
+}
+
+export async function cmdLabel(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string; overwrite?: boolean; dryRun?: boolean }): Promise<number> {
+  const { t, rest } = target(args.positional, args.namespace, 'label');
+  const { set, remove } = parseLabelArgs(rest);
+  const r = await update(
+    ds,
+    t,
+    (res) => {
+      const labels = { ...(res.metadata.labels ?? {}) };
+      for (const [k, v] of Object.entries(set)) {
+        if (k in labels && labels[k] !== v && !args.overwrite) throw new CtlError(`${t.kind.toLowerCase()}/${t.name} already has label ${k}=${labels[k]}; pass --overwrite to change it`);
+        labels[k] = v;
+      }
+      for (const k of remove) delete labels[k];
+      return { ...res, metadata: { ...res.metadata, labels } };
+    },
+    Boolean(args.dryRun),
+  );
+  io.stdout(`${t.kind.toLowerCase()}/${t.name} ${r === 'unchanged' ? 'not labeled (unchanged)' : 'labeled'}${args.dryRun ? ' (dry run)' : ''}\n`);
+  return 0;
+}
+
+/** RFC 7386 JSON merge patch: objects merge, null deletes, anything else replaces. */
+export function mergePatch(target: unknown, patch: unknown): unknown {
+  if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) return patch;
+  const out: Record<string, unknown> = target && typeof target === 'object' && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
+  for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
+    if (v === null) delete out[k];
+    else out[k] = mergePatch(out[k], v);
+  }
+  return out;
+}
+
+export async function cmdPatch(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string; type?: string; patch?: string; dryRun?: boolean }): Promise<number> {
+  const type = args.type ?? 'merge';
+  if (type !== 'merge') throw new CtlError(`patch --type ${JSON.stringify(type)} is not supported; use --type merge (a JSON merge patch, RFC 7386)`);
+  const { t, rest } = target(args.positional, args.namespace, 'patch');
+  if (rest.length) throw new CtlError(`patch takes KIND NAME and -p PATCH; unexpected ${rest.join(' ')}`);
+  if (!args.patch) throw new CtlError(`patch needs -p '{"spec":{...}}'`);
+  let patch: unknown;
+  try {
+    patch = JSON.parse(args.patch);
+  } catch (e) {
+    throw new CtlError(`patch -p is not JSON: ${(e as Error).message}`);
+  }
+  if (!patch || typeof patch !== 'object' || Array.isArray(patch)) throw new CtlError('patch -p must be a JSON object, e.g. {"spec":{"disabled":true}}');
+  const p = patch as Record<string, unknown>;
+  for (const k of Object.keys(p)) {
+    if (k !== 'spec' && k !== 'metadata') throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+  }
+  const meta = (p.metadata ?? {}) as Record<string, unknown>;
+  for (const k of Object.keys(meta)) {
+    if (k !== 'labels' && k !== 'annotations') throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
+  }
+  const r = await update(ds, t, (res) => mergePatch(res, patch) as Resource, Boolean(args.dryRun));
+  io.stdout(`${t.kind.toLowerCase()}/${t.name} ${r === 'unchanged' ? 'patched (no change)' : 'patched'}${args.dryRun ? ' (dry run)' : ''}\n`);
+  return 0;
+}
+
+/** Shell completion: commands, then kinds for the commands that take one, then flags. */
+export function completionScript(shell: string, commands: string[], flags: string[]): string {
+  const kinds = [...new Set(CTL_KINDS.flatMap((k) => [k.kind.toLowerCase(), ...k.aliases]))].sort();
+  const cmds = commands.join(' ');
+  const kindCmds = 'get|delete|label|patch';
+  const fl = flags.join(' ');
+  if (shell === 'bash') {
+    return `# netpluginctl bash completion: source <(netpluginctl completion bash)
+_netpluginctl() {
+  local cur=\${COMP_WORDS[COMP_CWORD]} cmd="" i
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case "\${COMP_WORDS[i]}" in -*) ;; *) cmd="\${COMP_WORDS[i]}"; break ;; esac
+  done
+  if [[ "$cur" == -* ]]; then COMPREPLY=($(compgen -W "${fl}" -- "$cur")); return; fi
+  if [[ -z "$cmd" ]]; then COMPREPLY=($(compgen -W "${cmds}" -- "$cur")); return; fi
+  case "$cmd" in
+    ${kindCmds}) COMPREPLY=($(compgen -W "${kinds.join(' ')}" -- "$cur")) ;;
+    ipam) COMPREPLY=($(compgen -W "show check release" -- "$cur")) ;;
+    datastore) COMPREPLY=($(compgen -W "init ready" -- "$cur")) ;;
+    completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
+  esac
+}
+complete -F _netpluginctl netpluginctl
+`;
+  }
+  if (shell === 'zsh') {
+    return `#compdef netpluginctl
+# netpluginctl zsh completion: source <(netpluginctl completion zsh)
+_netpluginctl() {
+  local -a cmds kinds flags
+  cmds=(${cmds})
+  kinds=(${kinds.join(' ')})
+  flags=(${fl})
+  if [[ "$words[CURRENT]" == -* ]]; then compadd -- $flags; return; fi
+  if (( CURRENT == 2 )); then compadd -- $cmds; return; fi
+  case "$words[2]" in
+    ${kindCmds}) compadd -- $kinds ;;
+    ipam) compadd -- show check release ;;
+    datastore) compadd -- init ready ;;
+    completion) compadd -- bash zsh ;;
+  esac
+}
+if [[ "$funcstack[1]" == "_netpluginctl" ]]; then _netpluginctl "$@"; else compdef _netpluginctl netpluginctl; fi
+`;
+  }
+  throw new CtlError(`completion ${JSON.stringify(shell)}: use bash or zsh`);
+}

@@ -1,0 +1,147 @@
+// The agent's --health-addr endpoints against real parts: dist/netplugin-node.mjs
+// with --config naming a throwaway etcd, pods added and deleted through the
+// native shim in real network namespaces. /readyz follows the datastore (etcd
+// stopped: 503), /metrics counts what was served, and --version /
+// --log-format json behave as documented.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { assertThrowawayHostNetns, DIST } from '../fixtures/cni.js';
+import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { cleanupAttachments, cni, ensureBuilt, expectCniError, expectOk, installShim, netconf, startAgent, startCluster, type Agent, type Cluster } from './plugin-harness.js';
+
+const PREFIX = 'nph';
+let c: Cluster;
+let agent: Agent;
+let tmp: string;
+let shim: string;
+let base: string;
+
+async function until(what: string, fn: () => Promise<boolean>, limitMs = 60_000): Promise<void> {
+  const end = Date.now() + limitMs;
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error(`gave up waiting for: ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function get(path: string): Promise<{ status: number; body: string; type: string }> {
+  const r = await fetch(base + path);
+  return { status: r.status, body: await r.text(), type: r.headers.get('content-type') ?? '' };
+}
+
+/** The value of one series in Prometheus text, 0 when absent. */
+function sample(text: string, series: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+beforeAll(async () => {
+  assertThrowawayHostNetns();
+  ensureBuilt();
+  tmp = mkdtempSync(join(tmpdir(), `agent-health-${process.pid}-`));
+  shim = installShim(join(tmp, 'bin'));
+  c = await startCluster([{ name: 'health-v4', cidr: '10.77.60.0/24', blockSize: 28 }]);
+  const conflist = join(tmp, '10-netplugin.conflist');
+  writeFileSync(conflist, JSON.stringify({ name: 'k8s-pod-network', cniVersion: '1.0.0', plugins: [netconf(c, '1.0.0', { host_veth_prefix: PREFIX })] }));
+  agent = await startAgent(join(tmp, 'run', 'cni.sock'), ['--config', conflist, '--log-format', 'json']);
+  await until('the agent logs its health address', async () => /serving \/healthz/.test(agent.log()));
+  const line = agent.log().split('\n').find((l) => l.includes('serving /healthz'))!;
+  base = `http://${JSON.parse(line).addr}`;
+});
+afterEach(async () => {
+  await cleanupAttachments();
+  removeAllNetns();
+});
+afterAll(async () => {
+  removeAllNetns();
+  await agent?.stop();
+  await c?.close();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+describe('agent health and metrics', () => {
+  it('logs JSON lines with --log-format json', async () => {
+    await until('the listening line is logged', async () => agent.log().includes('CNI server listening'));
+    const lines = agent.log().split('\n').filter(Boolean);
+    expect(lines.length).toBeGreaterThanOrEqual(2);
+    for (const l of lines) expect(JSON.parse(l)).toHaveProperty('level');
+    expect(lines.map((l) => JSON.parse(l).msg)).toContain('CNI server listening');
+  });
+
+  it('/healthz answers 200; /readyz turns 200 once the datastore is initialised', async () => {
+    expect((await get('/healthz')).status).toBe(200);
+    await until('/readyz is 200', async () => (await get('/readyz')).status === 200);
+    const r = JSON.parse((await get('/readyz')).body);
+    expect(r).toMatchObject({ status: 'ok', detail: { datastore: 'reachable' } });
+    expect(r.detail.socket).toContain(agent.socket);
+  });
+
+  it('/metrics counts ADD/DEL by result, errors by CNI code, IPAM assigns/releases and datastore calls', async () => {
+    const before = (await get('/metrics')).body;
+    const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX });
+    const ns = createNetns('hm');
+    const env = { NETPLUGIN_AGENT_SOCKET: agent.socket };
+    expectOk(await cni('ADD', conf, { containerId: `health-${process.pid}`, netns: ns.path, env }, shim));
+    expectOk(await cni('DEL', conf, { containerId: `health-${process.pid}`, netns: ns.path, env }, shim));
+    // A request the user can fix: code 7 (invalid netconf field).
+    expectCniError(await cni('ADD', { ...conf, mtu: 5 }, { containerId: `health-bad-${process.pid}`, netns: ns.path, env }, shim), 7);
+
+    const m = await get('/metrics');
+    expect(m.status).toBe(200);
+    expect(m.type).toContain('text/plain; version=0.0.4');
+    const delta = (s: string) => sample(m.body, s) - sample(before, s);
+    expect(delta('netplugin_cni_requests_total{plugin="netplugin",command="ADD",result="success"}')).toBe(1);
+    expect(delta('netplugin_cni_requests_total{plugin="netplugin",command="DEL",result="success"}')).toBe(1);
+    expect(delta('netplugin_cni_requests_total{plugin="netplugin",command="ADD",result="error"}')).toBe(1);
+    expect(delta('netplugin_cni_errors_total{plugin="netplugin",command="ADD",code="7"}')).toBe(1);
+    expect(delta('netplugin_cni_request_duration_seconds_count{plugin="netplugin",command="ADD"}')).toBe(2);
+    expect(delta('netplugin_ipam_addresses_assigned_total')).toBe(1);
+    expect(delta('netplugin_ipam_addresses_released_total')).toBe(1);
+    // The endpoint is written alone (create) or in one transaction with its IPAM objects (txn).
+    const endpointWrites = (text: string) =>
+      text
+        .split('\n')
+        .filter((l) => /^netplugin_datastore_request_duration_seconds_count\{operation="(create|txn)",kind="[^"]*WorkloadEndpoint[^"]*",result="ok"\} /.test(l))
+        .reduce((n, l) => n + Number(l.split(' ')[1]), 0);
+    expect(endpointWrites(m.body) - endpointWrites(before)).toBeGreaterThanOrEqual(1);
+    expect(m.body).toContain('# TYPE netplugin_ipam_cas_retries_total counter');
+  });
+
+  it('/readyz is 503 naming the datastore while etcd is down', async () => {
+    await c.etcd.stop();
+    await until('/readyz is 503', async () => (await get('/readyz')).status === 503);
+    const r = JSON.parse((await get('/readyz')).body);
+    expect(r.status).toBe('failing');
+    expect(r.detail.datastore).toBeTruthy();
+    // Liveness does not follow the datastore: restarting the agent would not help.
+    expect((await get('/healthz')).status).toBe(200);
+  });
+});
+
+describe('--version and bad flags', () => {
+  it('every executable prints its version', () => {
+    const { version } = JSON.parse(spawnSync('node', ['-p', 'JSON.stringify(require("./package.json"))'], { cwd: join(DIST, '..'), encoding: 'utf8' }).stdout);
+    const { bin } = JSON.parse(spawnSync('node', ['-p', 'JSON.stringify(require("./package.json"))'], { cwd: join(DIST, '..'), encoding: 'utf8' }).stdout) as { bin: Record<string, string> };
+    expect(Object.keys(bin).length).toBeGreaterThanOrEqual(5);
+    for (const exe of Object.keys(bin)) {
+      const r = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--version'], { encoding: 'utf8', timeout: 30_000 });
+      expect(r.status, `${exe}: ${r.stderr}`).toBe(0);
+      expect(r.stdout).toContain(version);
+    }
+    const s = spawnSync(shim, ['--version'], { encoding: 'utf8' });
+    expect(s.status).toBe(0);
+    expect(s.stdout).toBe(`netplugin ${version} (native shim)\n`);
+  });
+
+  it('rejects an unknown --log-format and a bad --health-addr names the flag', () => {
+    const f = spawnSync(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--log-format', 'xml'], { encoding: 'utf8', timeout: 30_000 });
+    expect(f.status).toBe(2);
+    expect(f.stderr).toContain("--log-format 'xml' is not one of text, json");
+    const h = spawnSync(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--health-addr', 'localhost'], { encoding: 'utf8', timeout: 30_000 });
+    expect(h.status).toBe(2);
+    expect(h.stderr).toContain('invalid listen address "localhost": expected HOST:PORT');
+  });
+});
