@@ -10,7 +10,7 @@
 // CNI GC (purgeTrash).
 import { NetlinkError, netlink, openNetns, type Netlink, type NetNS } from '../native/index.js';
 import type { TeardownOptions } from './spec.js';
-import { checkTeardownOptions, teardownWorkloadAsync } from './workload.js';
+import { checkTeardownOptions, deleteLinkAsync, notThere, teardownWorkloadAsync } from './workload.js';
 
 /** The link group trashed veths wait in ('npt'). Reserved for netplugin on a node. */
 export const TRASH_GROUP = 0x6e7074;
@@ -126,7 +126,7 @@ export function createTrash(opts: TrashOptions = {}): Trash {
       // Everything in the group when the kernel takes the request goes; what is
       // trashed meanwhile lands either in this batch or in the next one.
       // ENODEV: the group is empty (the pairs went with their namespaces).
-      await h.nl.linkDelGroupAsync(group).catch(notGone);
+      await h.nl.linkDelGroupAsync(group).catch(notThere);
       pending = Math.max(0, pending - n);
       failures = 0;
     } catch (e) {
@@ -175,14 +175,7 @@ export function createTrash(opts: TrashOptions = {}): Trash {
         index = undefined;
         opts.log?.error('trashing a veth failed; deleting it directly', { hostIfname: o.hostIfname, error: (e as Error).message });
         // The container end may be renamed already: delete the pair by its index.
-        if (cont) {
-          try {
-            await cont.nl.linkDelAsync(cont.index);
-            return { removed: true };
-          } catch (e2) {
-            return { removed: notGone(e2) };
-          }
-        }
+        if (cont) return await deleteLinkAsync(cont.nl, cont.index);
       } finally {
         cont?.nl.close();
         h.close();
@@ -210,12 +203,6 @@ export function createTrash(opts: TrashOptions = {}): Trash {
   };
 }
 
-/** false for "already gone" (ENODEV); any other failure is rethrown. */
-function notGone(e: unknown): false {
-  if (NetlinkError.is(e, 'ENODEV')) return false;
-  throw e;
-}
-
 /**
  * Deletes the trashed veths a crashed agent left behind: the links of the
  * trash group that are ours (a veth with our MAC and a trashed name). All of
@@ -230,9 +217,9 @@ export async function purgeTrash(o: { hostMac: string; hostNetnsPath?: string; g
     const ours = inGroup.filter((l) => l.kind === 'veth' && l.mac === o.hostMac.toLowerCase() && TRASH_NAME.test(l.name));
     if (ours.length === 0) return 0;
     if (ours.length === inGroup.length && !o.oneByOne) {
-      await h.nl.linkDelGroupAsync(group).catch(notGone);
+      await h.nl.linkDelGroupAsync(group).catch(notThere);
     } else {
-      for (const l of ours) await h.nl.linkDelAsync(l.index).catch(notGone);
+      for (const l of ours) await h.nl.linkDelAsync(l.index).catch(notThere);
     }
     return ours.length;
   } finally {

@@ -192,12 +192,7 @@ export async function teardownWorkloadAsync(o: TeardownOptions): Promise<{ remov
   try {
     const t = teardownTarget('teardownWorkloadAsync', o, h);
     if (!t) return { removed: false };
-    try {
-      await t.nl.linkDelAsync(t.name);
-      return { removed: true };
-    } catch (e) {
-      return { removed: notThere(e) };
-    }
+    return await deleteLinkAsync(t.nl, t.name);
   } finally {
     // linkDelAsync owns its own socket: closing the handles cannot cut a request short.
     closeAll(h);
@@ -239,8 +234,18 @@ function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netli
   return { nl, name: l.index };
 }
 
+/** Deletes a link off the event loop; { removed: false } when it is already gone. */
+export async function deleteLinkAsync(nl: Netlink, link: string | number): Promise<{ removed: boolean }> {
+  try {
+    await nl.linkDelAsync(link);
+    return { removed: true };
+  } catch (e) {
+    return { removed: notThere(e) };
+  }
+}
+
 /** false for "already gone" (ENODEV); any other failure is rethrown. */
-function notThere(e: unknown): false {
+export function notThere(e: unknown): false {
   if (NetlinkError.is(e, 'ENODEV')) return false;
   throw e;
 }
