@@ -55,6 +55,7 @@ Commands:
   ipam show                  pool usage (--show-blocks, --ip ADDR)
   ipam check                 find leaked addresses (-o report.json)
   ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run)
+  policy explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
   datastore migrate          move from etcd to the Kubernetes datastore (lock, export, import, unlock)
@@ -129,6 +130,15 @@ An IPPool that still has allocated addresses is not deleted unless --force is gi
   ipam show [--show-blocks] [--ip ADDR] [-o json]
   ipam check [-o report.json] [--json]
   ipam release --ip ADDR [--ip ADDR...] [--force] | --from-report FILE
+`,
+  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--protocol P] [-o json]
+
+Shows the pod's endpoint (addresses, labels with those its profiles apply), the
+policies that select it for ingress and egress in evaluation order, and with
+--peer the rule that decides a connection each way, as the node agent enforces it:
+  --peer     the other side: a pod (NS/POD, or POD in -n NS) or an address
+  --port     destination port (default: none; rules with ports then do not match)
+  --protocol TCP (default), UDP, SCTP, UDPLite, ICMP, ICMPv6
 `,
   'ipam show': `Usage: netpluginctl ipam show [--show-blocks] [--ip ADDR] [-o json]
 
@@ -604,6 +614,36 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         force: bool(p, 'force'),
         ignoreNotFound: bool(p, 'ignore-not-found'),
         dryRun: dryRun(p),
+      });
+    }
+    case 'policy': {
+      const sub = rest[0];
+      if (!sub || sub === '--help' || sub === '-h') return help(io, 'policy explain');
+      if (sub !== 'explain') throw new CtlError(`unknown policy command '${sub}'; try 'netpluginctl policy explain POD'`);
+      const p = parse(
+        rest.slice(1),
+        [
+          { name: 'namespace', short: 'n', type: 'string' },
+          { name: 'peer', type: 'string' },
+          { name: 'port', type: 'string' },
+          { name: 'protocol', type: 'string' },
+          { name: 'output', short: 'o', type: 'string' },
+        ],
+        'policy explain',
+      );
+      if (bool(p, 'help')) return help(io, 'policy explain');
+      cfg(p, s);
+      const [pod, ...extra] = p.positional;
+      if (!pod || extra.length) throw new CtlError(`policy explain takes one pod name, e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 --port 80'`);
+      const { cmdPolicyExplain } = await import('./policy.js');
+      const opt = (n: string) => str(p, n);
+      return cmdPolicyExplain(await s.datastore(), io, {
+        pod,
+        ...(opt('namespace') ? { namespace: opt('namespace')! } : {}),
+        ...(opt('peer') ? { peer: opt('peer')! } : {}),
+        ...(opt('port') ? { port: opt('port')! } : {}),
+        ...(opt('protocol') ? { protocol: opt('protocol')! } : {}),
+        ...(opt('output') ? { output: opt('output')! } : {}),
       });
     }
     case 'ipam': {
