@@ -382,7 +382,9 @@ class Session implements CtlSession {
    */
   async checkOptions(): Promise<CheckOptions> {
     const conf = this.config();
-    if ((conf?.datastore_type !== 'kubernetes' && !conf?.kubernetes?.kubeconfig) || this.io.openDatastore) return {};
+    const k = conf?.kubernetes;
+    const apiAccess = conf?.datastore_type === 'kubernetes' || !!(k?.kubeconfig || k?.kubeconfig_paths?.length || k?.k8s_api_root);
+    if (!apiAccess || this.io.openDatastore) return {};
     const client = await this.kube();
     return {
       podExists: async (ns, name) => {

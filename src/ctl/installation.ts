@@ -88,6 +88,18 @@ function inCluster(io: CtlIO, p: NodePaths): boolean {
   return !!io.env.KUBERNETES_SERVICE_HOST && existsSync(join(p.serviceAccountDir, 'token'));
 }
 
+/**
+ * The plugin's `kubernetes` section from netpluginctl's access settings: the
+ * plugin reads one kubeconfig file (or k8s_api_root); netpluginctl's own
+ * options (several KUBECONFIG files, a context, exec credential plugins) stay
+ * with it. A single KUBECONFIG file is the plugin's kubeconfig too.
+ */
+function pluginKubernetes(k: DatastoreConfig['kubernetes']): { kubernetes?: { kubeconfig?: string; k8s_api_root?: string } } {
+  const kubeconfig = k?.kubeconfig ?? (k?.kubeconfig_paths?.length === 1 ? k.kubeconfig_paths[0] : undefined);
+  if (!kubeconfig && !k?.k8s_api_root) return {};
+  return { kubernetes: { ...(kubeconfig ? { kubeconfig } : {}), ...(k?.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) } };
+}
+
 /** The datastore settings written into the conflist: netpluginctl's own, with the plugin kubeconfig in a cluster. */
 export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p: NodePaths): RenderDatastore {
   const d: RenderDatastore = conf
@@ -96,14 +108,7 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
         ...Object.fromEntries((['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file'] as const).filter((k) => conf[k]).map((k) => [k, conf[k]])),
         // Only what the plugin's netconf knows: netpluginctl's own access settings
         // (several kubeconfig files, a context, exec credential plugins) stay with it.
-        ...(conf.kubernetes?.kubeconfig || conf.kubernetes?.k8s_api_root
-          ? {
-              kubernetes: {
-                ...(conf.kubernetes.kubeconfig ? { kubeconfig: conf.kubernetes.kubeconfig } : {}),
-                ...(conf.kubernetes.k8s_api_root ? { k8s_api_root: conf.kubernetes.k8s_api_root } : {}),
-              },
-            }
-          : {}),
+        ...pluginKubernetes(conf.kubernetes),
       }
     : { datastore_type: 'kubernetes' };
   // The plugin runs on the host, where this pod's service account mount does not exist.

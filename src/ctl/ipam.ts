@@ -351,7 +351,9 @@ export async function ipamCheck(ds: Datastore, opts: CheckOptions = {}): Promise
       const podIps = byPodIps.get(`${sec.namespace}/${sec.pod}`);
       if (podIps && g.ips.some((ip) => podIps.has(ip))) continue;
       if (!podIps && opts.podExists && (await opts.podExists(sec.namespace, sec.pod))) continue;
-      leakedHandles.push({ ...base, reason: podIps ? `pod ${sec.namespace}/${sec.pod} exists but no longer uses these addresses` : `pod ${sec.namespace}/${sec.pod} no longer exists` });
+      // Without Kubernetes access the pod cannot be looked up: say so rather than claim it is gone.
+      const gone = opts.podExists ? `pod ${sec.namespace}/${sec.pod} no longer exists` : `no workload endpoint for pod ${sec.namespace}/${sec.pod} (the pod was not looked up: no Kubernetes access; set KUBECONFIG)`;
+      leakedHandles.push({ ...base, reason: podIps ? `pod ${sec.namespace}/${sec.pod} exists but no longer uses these addresses` : gone });
       continue;
     }
     leakedHandles.push({ ...base, reason: `no workload endpoint has container ID ${cid}` });
