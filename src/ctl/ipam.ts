@@ -8,9 +8,9 @@ import { dirname, basename, join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import type { AllocationAttribute, Datastore, Resource } from '../datastore/types.js';
 import { handleName, parseHandleID, sameHandle } from '../ipam/handle.js';
-import { cidrSize, containsCidr, containsIP, formatIP, nthAddress, tryParseIP } from '../ipam/cidr.js';
+import { cidrSize, containsCidr, containsIP, formatIP, nthAddress, tryParseIP } from '../net/cidr.js';
 import { CtlError, progressLine, table, type CtlIO } from './io.js';
-import { tryParseCidr } from '../ipam/cidr.js';
+import { tryParseCidr } from '../net/cidr.js';
 import { formatDuration, settingsFrom } from '../model/kube-controllers-config.js';
 
 /** What the CLI needs from the allocator (src/ipam/index.ts Ipam). */

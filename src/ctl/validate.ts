@@ -6,7 +6,7 @@ import { objectMetaSchema, specSchemas } from '../datastore/schemas.js';
 import { parseSelector } from '../selector/index.js';
 import { CtlError } from './io.js';
 import { manifestKind } from './kinds.js';
-import { containsCidr, formatCidr, overlaps, parseCidr, tryParseCidr, type Cidr } from '../ipam/cidr.js';
+import { containsCidr, formatCidr, overlaps, parseCidr, tryParseCidr, type Cidr } from '../net/cidr.js';
 
 export const BLOCK_SIZE = {
   4: { min: 20, max: 32, def: 26 },

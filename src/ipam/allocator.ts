@@ -38,7 +38,7 @@ import {
   type Cidr,
   type Family,
   type IP,
-} from './cidr.js';
+} from '../net/cidr.js';
 import {
   addressOf,
   allocateNext,

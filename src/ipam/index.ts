@@ -4,6 +4,5 @@ export { Ipam } from './allocator.js';
 export type { AssignRequest, Assigned, BlockUsage, HandleInfo, IpamOptions, Piggyback, PoolUsage, ReleaseOptions, Released } from './allocator.js';
 export { DEFAULT_LOCK_PATH, acquireHostLock, serialize, withHostLock } from './lock.js';
 export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE, poolInfo, type PoolInfo, type PoolUse } from './pools.js';
-export * as cidr from './cidr.js';
 export { handleIDFor, parseHandleID, sameHandle } from './handle.js';
 export { TUNNEL_HANDLES, releaseNodeIpam, type NodeRelease } from './node-release.js';

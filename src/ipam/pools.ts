@@ -4,7 +4,7 @@
 import { CniError, ErrorCodes } from '../errors.js';
 import type { Resource } from '../datastore/types.js';
 import { parseSelector, type Selector } from '../selector/index.js';
-import { cidrEquals, formatCidr, parseCidr, tryParseCidr, type Cidr, type Family } from './cidr.js';
+import { cidrEquals, formatCidr, parseCidr, tryParseCidr, type Cidr, type Family } from '../net/cidr.js';
 
 export interface PoolInfo {
   name: string;

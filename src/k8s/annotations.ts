@@ -7,7 +7,7 @@
 // per-pod path should not pay for a schema library it does not otherwise need.
 import { CniError, ErrorCodes } from '../errors.js';
 import type { Logger } from '../cni/types.js';
-import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseIP, type IP } from '../ipam/cidr.js';
+import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseIP, type IP } from '../net/cidr.js';
 
 
 export const ANNOTATION_PREFIX = 'cni.netplugin.org/';

@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { API_VERSION, type IPPoolSpec, type Resource } from '../datastore/types.js';
 import type { DatastoreConfig } from '../datastore/index.js';
-import { parseCidr } from '../ipam/cidr.js';
+import { parseCidr } from '../net/cidr.js';
 
 export const OPERATOR_GROUP = 'operator.netplugin.org';
 export const OPERATOR_API_VERSION = `${OPERATOR_GROUP}/v1`;

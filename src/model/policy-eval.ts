@@ -5,7 +5,7 @@
 // follow the order documented in docs/policy.md.
 import { parseSelector, type Selector } from '../selector/index.js';
 import type { Resource } from '../datastore/types.js';
-import { containsIP, parseCidr, tryParseIP } from '../ipam/cidr.js';
+import { containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
 import {
   comparePolicies,
   effectiveTypes,

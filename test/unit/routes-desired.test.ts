@@ -7,7 +7,7 @@ import { computeDesired, poolViews, type ClusterView } from '../../src/agent/rou
 import { natScript } from '../../src/agent/nat/index.js';
 import { detectAddress, parseAutodetect, vtepMac } from '../../src/agent/node-registration.js';
 import type { IPPoolSpec, NodeSpec } from '../../src/datastore/types.js';
-import { parseCidr } from '../../src/ipam/cidr.js';
+import { parseCidr } from '../../src/net/cidr.js';
 import type { AddrInfo, LinkInfo } from '../../src/native/index.js';
 
 const nodes = new Map<string, NodeSpec>([
