@@ -1,6 +1,7 @@
 // validate, label, patch and completion: the kubectl habits operators bring.
 import { DatastoreError } from '../errors.js';
-import { NAMESPACED_KINDS, type Datastore, type Resource } from '../datastore/types.js';
+import { NAMESPACED_KINDS, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
 import { CtlError, type CtlIO } from './io.js';
 import { CTL_KINDS, resolveKind } from './kinds.js';
 import { readManifests, writeResource, errText } from './resources.js';

@@ -6,7 +6,8 @@
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, basename, join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
-import type { AllocationAttribute, Datastore, Resource } from '../datastore/types.js';
+import type { AllocationAttribute, Resource } from '../model/resources.js';
+import type { Datastore } from '../datastore/types.js';
 import { handleName, parseHandleID, sameHandle } from '../ipam/handle.js';
 import { cidrSize, containsCidr, containsIP, formatIP, nthAddress, tryParseIP } from '../net/cidr.js';
 import { CtlError, progressLine, table, type CtlIO } from './io.js';

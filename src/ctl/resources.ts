@@ -2,7 +2,8 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
-import { NAMESPACED_KINDS, type Datastore, type Kind, type Resource } from '../datastore/types.js';
+import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
 import { CtlError, readStdin, table, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';

@@ -1,7 +1,8 @@
 // Validation of resources given by the operator. Structural checks come from
 // the shared zod schemas (src/datastore/schemas.ts); IP pools get the semantic
 // checks the allocator relies on (masked CIDR, no overlap, sane block size).
-import { API_VERSION, NAMESPACED_KINDS, type Datastore, type IPPoolSpec, type Kind, type Resource } from '../datastore/types.js';
+import { API_VERSION, NAMESPACED_KINDS, type IPPoolSpec, type Kind, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
 import { objectMetaSchema, specSchemas } from '../datastore/schemas.js';
 import { parseSelector } from '../selector/index.js';
 import { CtlError } from './io.js';

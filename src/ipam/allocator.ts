@@ -11,16 +11,9 @@
 // handle whose count is too high, which the next release by that handle clears.
 import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
 import type { Logger } from '../cni/types.js';
-import {
-  API_VERSION,
-  type AllocationAttribute,
-  type BlockAffinitySpec,
-  type Datastore,
-  type IPAMBlockSpec,
-  type IPAMConfigSpec,
-  type Resource,
-} from '../datastore/types.js';
-import { affinityName, blockName } from '../datastore/names.js';
+import { API_VERSION, type AllocationAttribute, type BlockAffinitySpec, type IPAMBlockSpec, type IPAMConfigSpec, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
+import { affinityName, blockName } from '../model/names.js';
 import { TxnError, type TxnOp } from '../datastore/txn.js';
 import { handleName, legacyHandleName, parseHandleID, sameHandle } from './handle.js';
 import {

@@ -1,6 +1,6 @@
 // Pure operations on an IPAMBlock spec (no I/O). The allocator reads a block,
 // applies one of these to a copy, and writes it back with compare-and-swap.
-import type { AllocationAttribute, IPAMBlockSpec } from '../datastore/types.js';
+import type { AllocationAttribute, IPAMBlockSpec } from '../model/resources.js';
 import { sameHandle } from './handle.js';
 import { cidrSize, formatIP, nthAddress, parseCidr, type Cidr } from '../net/cidr.js';
 

@@ -12,7 +12,7 @@
 // - Automatic host endpoints: `<node>-auto-hep` per Node while
 //   spec.controllers.node.hostEndpoint.autoCreate is Enabled.
 import type { KubeObject, KubePod } from '../k8s/client.js';
-import { API_VERSION, type Resource } from '../datastore/types.js';
+import { API_VERSION, type Resource } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
 import { Ipam } from '../ipam/allocator.js';
 import { releaseNodeIpam } from '../ipam/node-release.js';

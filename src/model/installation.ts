@@ -4,7 +4,7 @@
 // IPPools it implies and the agent settings. `netpluginctl installation render`
 // prints this; `installation apply` writes it (src/ctl/installation.ts).
 import { z } from 'zod';
-import { API_VERSION, type IPPoolSpec, type Resource } from '../datastore/types.js';
+import { API_VERSION, type IPPoolSpec, type Resource } from './resources.js';
 import type { DatastoreConfig } from '../datastore/index.js';
 import { parseCidr } from '../net/cidr.js';
 

@@ -4,7 +4,7 @@
 // throwaway etcd; pods and namespaces on the fake API server; policy.type k8s.
 // Every failing ADD must leave nothing behind.
 import { describe, expect, it } from 'vitest';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { containsIP, parseCidr, parseIP } from '../../src/net/cidr.js';
 import { createNetns } from '../fixtures/netns.js';
 import {

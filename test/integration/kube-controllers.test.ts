@@ -10,7 +10,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { freePort, startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { API_VERSION, type Datastore, type Kind, type Resource } from '../../src/datastore/types.js';
+import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
+import { type Datastore } from '../../src/datastore/types.js';
 import { DatastoreError } from '../../src/errors.js';
 import { Ipam } from '../../src/ipam/index.js';
 
