@@ -1,6 +1,7 @@
 // `netpluginctl install-cni` and `uninstall-cni`: flags and environment to
 // options, and what was installed printed; the installation itself is
 // src/ctl/install-cni.ts.
+import { datastoreConfigFromEnv } from '../datastore/index.js';
 import { initDatastore } from './datastore-init.js';
 import { bool, CtlError, dryRun, list, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type DatastoreConfig, type FlagSpec } from './io.js';
 import { defaultPackageDir, detectPod, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
@@ -79,8 +80,16 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
   noPositional(p, 'install-cni');
   const env = io.env;
   const abs = (v: string | undefined) => (v ? resolvePath(io, v) : undefined);
-  const dt = str(p, 'datastore-type') ?? env.DATASTORE_TYPE ?? 'etcdv3';
-  if (dt !== 'etcdv3' && dt !== 'kubernetes') throw new CtlError(`--datastore-type ${JSON.stringify(dt)} is not supported; use etcdv3 or kubernetes`);
+  const dtFlag = str(p, 'datastore-type');
+  if (dtFlag !== undefined && dtFlag !== 'etcdv3' && dtFlag !== 'kubernetes') throw new CtlError(`--datastore-type ${JSON.stringify(dtFlag)} is not supported; use etcdv3 or kubernetes`);
+  // The environment's datastore settings (DATASTORE_TYPE, ETCD_*, KUBECONFIG, K8S_API_ROOT) are the flags' defaults.
+  let envDs: DatastoreConfig;
+  try {
+    envDs = datastoreConfigFromEnv({ ...env, DATASTORE_TYPE: dtFlag ?? env.DATASTORE_TYPE, DATASTORE_TIMEOUT_MS: undefined });
+  } catch (e) {
+    throw new CtlError((e as Error).message);
+  }
+  const dt = envDs.datastore_type ?? 'etcdv3';
   const ipam = str(p, 'ipam') ?? 'netplugin-ipam';
   if (ipam !== 'netplugin-ipam' && ipam !== 'host-local') throw new CtlError(`--ipam ${JSON.stringify(ipam)} is not supported; use netplugin-ipam or host-local`);
   const policy = str(p, 'policy');
@@ -88,7 +97,7 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
   const mtuText = str(p, 'mtu') ?? env.CNI_MTU;
   const mtu = mtuText === undefined || mtuText === '' ? undefined : Number(mtuText);
   if (mtu !== undefined && !Number.isInteger(mtu)) throw new CtlError(`--mtu ${JSON.stringify(mtuText)} is not an integer; use e.g. 1450`);
-  const kubeconfig = str(p, 'kubeconfig') ?? env.KUBECONFIG?.split(':')[0];
+  const kubeconfig = str(p, 'kubeconfig') ?? envDs.kubernetes?.kubeconfig;
   const opts: InstallCniOptions = {
     binDir: resolvePath(io, str(p, 'bin-dir') ?? env.CNI_BIN_DIR ?? '/opt/cni/bin'),
     confDir: resolvePath(io, str(p, 'conf-dir') ?? env.CNI_NET_DIR ?? '/etc/cni/net.d'),
@@ -96,13 +105,13 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
     networkName: str(p, 'network-name') ?? 'k8s-pod-network',
     cniVersion: str(p, 'cni-version') ?? '1.0.0',
     datastoreType: dt,
-    etcdEndpoints: str(p, 'etcd-endpoints') ?? env.ETCD_ENDPOINTS,
-    etcdDiscoverySrv: str(p, 'etcd-discovery-srv') ?? env.ETCD_DISCOVERY_SRV,
-    etcdKeyFile: abs(str(p, 'etcd-key-file') ?? env.ETCD_KEY_FILE),
-    etcdCertFile: abs(str(p, 'etcd-cert-file') ?? env.ETCD_CERT_FILE),
-    etcdCaCertFile: abs(str(p, 'etcd-ca-cert-file') ?? env.ETCD_CA_CERT_FILE),
+    etcdEndpoints: str(p, 'etcd-endpoints') ?? envDs.etcd_endpoints,
+    etcdDiscoverySrv: str(p, 'etcd-discovery-srv') ?? envDs.etcd_discovery_srv,
+    etcdKeyFile: abs(str(p, 'etcd-key-file') ?? envDs.etcd_key_file),
+    etcdCertFile: abs(str(p, 'etcd-cert-file') ?? envDs.etcd_cert_file),
+    etcdCaCertFile: abs(str(p, 'etcd-ca-cert-file') ?? envDs.etcd_ca_cert_file),
     kubeconfig: abs(kubeconfig),
-    k8sApiRoot: str(p, 'k8s-api-root') ?? env.K8S_API_ROOT,
+    k8sApiRoot: str(p, 'k8s-api-root') ?? envDs.kubernetes?.k8s_api_root,
     nodename: str(p, 'nodename') ?? env.KUBERNETES_NODE_NAME,
     mtu,
     ipam,
