@@ -383,7 +383,9 @@ an alert can use it), 2 and more for errors running the check.
  */
 async function checkOptions(io: CtlIO, s: CtlSession): Promise<CheckOptions> {
   const conf = s.config();
-  if ((conf?.datastore_type !== 'kubernetes' && !conf?.kubernetes?.kubeconfig) || io.openDatastore) return {};
+  // KUBECONFIG reaches the session as kubeconfig_paths (all its files, merged); --config as kubeconfig.
+  const kubeAccess = !!(conf?.kubernetes?.kubeconfig || conf?.kubernetes?.kubeconfig_paths?.length);
+  if ((conf?.datastore_type !== 'kubernetes' && !kubeAccess) || io.openDatastore) return {};
   const client = await s.kube();
   return {
     podExists: async (ns, name) => {
