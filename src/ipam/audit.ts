@@ -14,25 +14,17 @@ import { formatIP, nthAddress, tryParseCidr, tryParseIP } from './cidr.js';
 import type { AddressLocation } from './allocator.js';
 import { formatDuration, settingsFrom } from '../model/kube-controllers-config.js';
 
+/** What the audit reads: the allocator's blocks and handles, the workload endpoints and nodes that own them. */
 interface Snapshot {
-  pools: Array<Resource<'IPPool'>>;
   blocks: Array<Resource<'IPAMBlock'>>;
-  affinities: Array<Resource<'BlockAffinity'>>;
   handles: Array<Resource<'IPAMHandle'>>;
   weps: Array<Resource<'WorkloadEndpoint'>>;
   nodes: Array<Resource<'Node'>>;
 }
 
-async function snapshot(ds: Datastore, withWorkloads: boolean): Promise<Snapshot> {
-  const [pools, blocks, affinities, handles, weps, nodes] = await Promise.all([
-    ds.list('IPPool'),
-    ds.list('IPAMBlock'),
-    ds.list('BlockAffinity'),
-    ds.list('IPAMHandle'),
-    withWorkloads ? ds.list('WorkloadEndpoint') : Promise.resolve({ items: [] as Array<Resource<'WorkloadEndpoint'>> }),
-    withWorkloads ? ds.list('Node') : Promise.resolve({ items: [] as Array<Resource<'Node'>> }),
-  ]);
-  return { pools: pools.items, blocks: blocks.items, affinities: affinities.items, handles: handles.items, weps: weps.items, nodes: nodes.items };
+async function snapshot(ds: Datastore): Promise<Snapshot> {
+  const [blocks, handles, weps, nodes] = await Promise.all([ds.list('IPAMBlock'), ds.list('IPAMHandle'), ds.list('WorkloadEndpoint'), ds.list('Node')]);
+  return { blocks: blocks.items, handles: handles.items, weps: weps.items, nodes: nodes.items };
 }
 
 interface Allocation {
@@ -167,7 +159,7 @@ export interface CheckOptions {
 }
 
 export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise<IpamReport> {
-  const s = await snapshot(ds, true);
+  const s = await snapshot(ds);
   const notes: string[] = [];
   // Container IDs are case-sensitive: `CAFE01` and `cafe01` are two sandboxes.
   const byContainer = new Set(s.weps.map((w) => w.spec.containerID));
