@@ -269,6 +269,16 @@ async function main(): Promise<void> {
       usageError((e as Error).message);
     }
   }
+  // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
+  let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
+  if (values.config) {
+    try {
+      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log);
+    } catch (e) {
+      log.error(`policy: ${(e as Error).message}`);
+      process.exit(2);
+    }
+  }
 
   let stopping = false;
   let nodeInitialised = false;
@@ -314,6 +324,8 @@ async function main(): Promise<void> {
     pluginKubeconfig?.stop();
     void health?.close();
     network?.stop();
+    // The nftables table stays: existing pods keep their enforcement, new ones stay isolated.
+    void policy?.stop();
     server.close().then(
       async () => {
         await pool?.close();

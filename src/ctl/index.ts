@@ -4,7 +4,7 @@
 //
 // This file is the dispatcher only: global flags, the command table and its
 // help topics, errors. Each command group lives in its own file with its
-// usage text (resources.ts, edit.ts, ipam.ts, datastore.ts, cni.ts,
+// usage text (resources.ts, edit.ts, ipam.ts, policy-cmd.ts, datastore.ts, cni.ts,
 // version-cmd.ts, installation.ts, upgrade.ts, completion.ts); the datastore
 // settings and clients are session.ts. A new group exports a CtlGroup and is
 // added to GROUPS below.
@@ -17,6 +17,7 @@ import { ipamGroup } from './ipam.js';
 import { datastoreGroup } from './datastore.js';
 import { versionGroup } from './version-cmd.js';
 import { cniGroup } from './cni.js';
+import { policyGroup } from './policy-cmd.js';
 import { COMPLETION_HELP, completionCommand } from './completion.js';
 
 export { initDatastore } from './datastore-init.js';
@@ -44,6 +45,7 @@ Commands:
   ipam show                  pool usage (--show-blocks, --ip ADDR)
   ipam check                 find leaked addresses (-o report.json)
   ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run)
+  policy explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
   datastore migrate          move from etcd to the Kubernetes datastore (lock, export, import, unlock)
@@ -72,7 +74,7 @@ const lazyGroups: Record<string, CtlCommand> = {
   upgrade: async (rest, io, s) => (await import('./upgrade.js')).cmdUpgrade(rest, io, s),
 };
 
-const GROUPS: CtlGroup[] = [resourcesGroup, ipamGroup, datastoreGroup, versionGroup, cniGroup, editGroup];
+const GROUPS: CtlGroup[] = [resourcesGroup, ipamGroup, policyGroup, datastoreGroup, versionGroup, cniGroup, editGroup];
 
 /**
  * Help topics: '' (the overview), each command, and 'group sub' for

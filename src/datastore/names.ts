@@ -37,17 +37,22 @@ export function blockFamily(name: string): 4 | 6 {
 export { workloadEndpointName } from '../k8s/workload.js';
 
 export function parseWorkloadEndpointName(name: string): { node: string; orchestrator: string; workload: string; endpoint: string } | undefined {
-  const parts: string[] = [''];
+  // '--' is an escaped '-' inside a part; a single '-' separates parts.
+  const parts: string[] = [];
+  let cur = '';
   for (let i = 0; i < name.length; i++) {
-    if (name[i] !== '-') {
-      parts[parts.length - 1] += name[i];
+    const ch = name[i]!;
+    if (ch !== '-') {
+      cur += ch;
     } else if (name[i + 1] === '-') {
-      parts[parts.length - 1] += '-';
+      cur += '-';
       i++;
     } else {
-      parts.push('');
+      parts.push(cur);
+      cur = '';
     }
   }
+  parts.push(cur);
   if (parts.length !== 4 || parts.some((p) => p === '')) return undefined;
   const [node, orchestrator, workload, endpoint] = parts as [string, string, string, string];
   return { node, orchestrator, workload, endpoint };

@@ -1,0 +1,73 @@
+// Entry of the policy controller for netplugin-node: started from the node's
+// CNI config (--config) when its netconf says `policy: {type: "k8s"}`.
+import type { Logger } from '../../cni/types.js';
+import type { PolicyController } from './controller.js';
+
+export interface PolicyAgent {
+  /** Undefined until the datastore was reached and the controller started. */
+  controller(): PolicyController | undefined;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts enforcement for the node whose netconf is `raw` (the netplugin entry
+ * of the CNI config). Returns undefined when policy is not enabled. Throws when
+ * it is and libnftables is missing (the message names the package).
+ */
+export async function startPolicyAgent(raw: Record<string, unknown>, log: Logger, opts: { retryMs?: number } = {}): Promise<PolicyAgent | undefined> {
+  const { parseNetconf } = await import('../../config/index.js');
+  let conf: ReturnType<typeof parseNetconf>;
+  try {
+    conf = parseNetconf(raw, { pluginType: 'netplugin', warn: () => undefined });
+  } catch {
+    return undefined; // node-init reports an unusable --config and exits
+  }
+  if (conf.policy?.type !== 'k8s') return undefined;
+  const { nftAvailable } = await import('../../native/nft.js');
+  const avail = nftAvailable();
+  if (avail !== true) throw new Error(`policy.type is "k8s" but ${avail}`);
+  const { DEFAULT_VETH_PREFIX } = await import('../../plugins/main/common.js');
+  const { resolveNodename } = await import('../../config/nodename.js');
+  const { getDatastore } = await import('../../plugins/main/runtime.js');
+  const { setPolicySignal } = await import('../../plugins/main/runtime.js');
+  const { startPolicyController, ensureBaseTable } = await import('./controller.js');
+  const { nftRunAsync } = await import('../../native/nft.js');
+  // NETPLUGIN_POLICY_TABLE: another table name, only where several agents share a network namespace (tests).
+  const table = process.env['NETPLUGIN_POLICY_TABLE'] || undefined;
+  if (table !== undefined && !/^[a-z][a-z0-9-]{0,30}$/.test(table)) throw new Error(`NETPLUGIN_POLICY_TABLE=${table} is not a table name (lower-case letters, digits, '-')`);
+  const base = { vethPrefixes: [conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX], ...(table ? { table } : {}) };
+  // Fail closed before anything else: pods appearing while the datastore is unreachable stay isolated.
+  const installed = await ensureBaseTable(base, (s) => nftRunAsync(s));
+  if (installed === 'installed') log.info('policy: base ruleset installed (pods isolated until programmed)', { table: `inet ${table ?? 'netplugin'}` });
+
+  let controller: PolicyController | undefined;
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  const retryMs = opts.retryMs ?? 2000;
+  const start = async (): Promise<void> => {
+    while (!stopped) {
+      try {
+        const ds = await getDatastore(conf);
+        const nodename = resolveNodename(conf);
+        controller = await startPolicyController({ ds, nodename, log, base, ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}) });
+        setPolicySignal(controller.signal);
+        log.info('policy: controller started', { nodename });
+        if (stopped) await controller.stop();
+        return;
+      } catch (e) {
+        log.warn('policy: cannot start the controller yet; retrying (pods stay isolated meanwhile)', { error: (e as Error).message, retryInMs: retryMs });
+        await new Promise<void>((r) => (timer = setTimeout(r, retryMs)));
+      }
+    }
+  };
+  void start();
+  return {
+    controller: () => controller,
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      setPolicySignal(undefined);
+      await controller?.stop();
+    },
+  };
+}

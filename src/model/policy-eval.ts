@@ -1,0 +1,261 @@
+// The policy model's semantics as a pure evaluator over datastore objects: which
+// policies select an endpoint, and which rule decides a given connection. The
+// node agent's compiler (src/agent/policy/compile.ts) shares the selection
+// helpers, and `netpluginctl policy explain` prints the evaluator's trace; both
+// follow the order documented in docs/policy.md.
+import { parseSelector, type Selector } from '../selector/index.js';
+import type { Resource } from '../datastore/types.js';
+import { containsIP, parseCidr, tryParseIP } from '../ipam/cidr.js';
+import {
+  comparePolicies,
+  effectiveTypes,
+  NAMESPACE_NAME_LABEL,
+  NAMESPACE_PROFILE_PREFIX,
+  namespaceLabelsFromProfile,
+  parsePort,
+  protocolNumber,
+  type EntityRule,
+  type GlobalNetworkPolicySpec,
+  type PolicyRule,
+  type PolicyType,
+  type ProfileSpec,
+  type Protocol,
+} from './policy.js';
+
+export interface PolicyInput {
+  kind: 'NetworkPolicy' | 'GlobalNetworkPolicy';
+  name: string;
+  namespace?: string;
+  spec: GlobalNetworkPolicySpec;
+}
+
+export interface ProfileInput {
+  name: string;
+  spec: ProfileSpec;
+}
+
+export interface EndpointInput {
+  /** The workload endpoint's name (the status file key). */
+  key: string;
+  namespace: string;
+  labels: Record<string, string>;
+  profiles: string[];
+  /** Addresses without prefix length. */
+  addrs: string[];
+  ports?: Array<{ name: string; protocol: string; port: number }>;
+  /** Host veth name; set only for endpoints on this node. */
+  interfaceName?: string;
+}
+
+/** An endpoint with the labels its profiles apply and its namespace's labels. */
+export interface EndpointView extends EndpointInput {
+  nsLabels: Record<string, string>;
+  allLabels: Record<string, string>;
+}
+
+/** The evaluator's view of a workload endpoint; `interfaceName` only for endpoints on `nodename` (all when unset). */
+export function endpointFromWep(w: Resource<'WorkloadEndpoint'>, nodename?: string): EndpointInput {
+  const e: EndpointInput = {
+    key: w.metadata.name,
+    namespace: w.metadata.namespace ?? 'default',
+    labels: w.metadata.labels ?? {},
+    profiles: w.spec.profiles ?? [],
+    addrs: w.spec.ipNetworks.map((n) => n.split('/')[0]!),
+    ports: (w.spec.ports ?? []).map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })),
+  };
+  if ((nodename === undefined || w.spec.node === nodename) && w.spec.interfaceName) e.interfaceName = w.spec.interfaceName;
+  return e;
+}
+
+export function policyId(p: { kind: string; name: string; namespace?: string }): string {
+  return p.kind === 'GlobalNetworkPolicy' ? p.name : `${p.namespace}/${p.name}`;
+}
+
+const selectorCache = new Map<string, Selector>();
+/** Parsed selector (cached); empty or absent means all(). */
+export function sel(expr: string | undefined): Selector {
+  const e = expr === undefined || expr.trim() === '' ? 'all()' : expr;
+  let s = selectorCache.get(e);
+  if (!s) {
+    s = parseSelector(e);
+    if (selectorCache.size > 10000) selectorCache.clear();
+    selectorCache.set(e, s);
+  }
+  return s;
+}
+
+/** Endpoint views: profile labels under the endpoint's own, namespace labels from kns.<ns>. */
+export function endpointViews(endpoints: EndpointInput[], profiles: Map<string, ProfileInput>): EndpointView[] {
+  const nsLabels = new Map<string, Record<string, string>>();
+  const nsLabelsOf = (ns: string) => {
+    let l = nsLabels.get(ns);
+    if (!l) {
+      l = { [NAMESPACE_NAME_LABEL]: ns, ...namespaceLabelsFromProfile(profiles.get(NAMESPACE_PROFILE_PREFIX + ns)?.spec.labelsToApply) };
+      nsLabels.set(ns, l);
+    }
+    return l;
+  };
+  return endpoints.map((e) => {
+    const inherited: Record<string, string> = {};
+    for (const p of e.profiles) Object.assign(inherited, profiles.get(p)?.spec.labelsToApply ?? {});
+    return { ...e, nsLabels: nsLabelsOf(e.namespace), allLabels: { ...inherited, ...e.labels } };
+  });
+}
+
+/** Whether policy `p` selects endpoint `ep` (for any direction). */
+export function policySelects(p: PolicyInput, ep: Pick<EndpointView, 'namespace' | 'allLabels' | 'nsLabels'>): boolean {
+  if (p.kind === 'NetworkPolicy') return ep.namespace === p.namespace && sel(p.spec.selector).matches(ep.allLabels);
+  if (p.spec.namespaceSelector !== undefined && !sel(p.spec.namespaceSelector).matches(ep.nsLabels)) return false;
+  return sel(p.spec.selector).matches(ep.allLabels);
+}
+
+/** Policies in evaluation order: order ascending (unset last), then name. */
+export function sortPolicies(policies: PolicyInput[]): PolicyInput[] {
+  return [...policies].sort((a, b) => comparePolicies({ order: a.spec.order, name: policyId(a) }, { order: b.spec.order, name: policyId(b) }));
+}
+
+/** How a rule's entity selects endpoints, or null when it does not select by labels. */
+export interface Selection {
+  /** Namespace the selector is limited to; null: any namespace. */
+  scope: string | null;
+  selector: string;
+  namespaceSelector: string | null;
+}
+
+/** A namespaced policy's selector stays in its namespace unless namespaceSelector widens it. */
+export function entitySelection(e: EntityRule | undefined, p: PolicyInput | undefined): Selection | null {
+  if (!e || (e.selector === undefined && e.namespaceSelector === undefined)) return null;
+  const scope = e.namespaceSelector === undefined && p?.kind === 'NetworkPolicy' ? p.namespace! : null;
+  return { scope, selector: e.selector ?? 'all()', namespaceSelector: e.namespaceSelector ?? null };
+}
+
+export function notSelection(e: EntityRule | undefined, p: PolicyInput | undefined): Selection | null {
+  if (e?.notSelector === undefined) return null;
+  return { scope: p?.kind === 'NetworkPolicy' ? p.namespace! : null, selector: e.notSelector, namespaceSelector: null };
+}
+
+export function selectionMatches(s: Selection, e: Pick<EndpointView, 'namespace' | 'allLabels' | 'nsLabels'>): boolean {
+  return (s.scope === null || e.namespace === s.scope) && (s.namespaceSelector === null || sel(s.namespaceSelector).matches(e.nsLabels)) && sel(s.selector).matches(e.allLabels);
+}
+
+const PROTO_ALIASES: Record<string, Protocol> = { TCP: 'TCP', UDP: 'UDP', SCTP: 'SCTP', UDPLITE: 'UDPLite', ICMP: 'ICMP', ICMPV6: 'ICMPv6' };
+/** A container port's protocol string as a model protocol. */
+export function portProtocol(p: string): Protocol | undefined {
+  return PROTO_ALIASES[p.toUpperCase()];
+}
+
+// ---- evaluation of one connection ----
+
+export interface Connection {
+  /** ingress: traffic to `endpoint` from `peer`; egress: from `endpoint` to `peer`. */
+  direction: 'ingress' | 'egress';
+  peerAddr: string;
+  protocol: Protocol;
+  /** Destination port (ignored for protocols without ports). */
+  port?: number;
+}
+
+export interface Decision {
+  verdict: 'allow' | 'deny';
+  /** What decided, e.g. `NetworkPolicy x/knp.default.p ingress rule 0 (Allow)`. */
+  by: string;
+  /** Every step, in order. */
+  trace: string[];
+}
+
+function inNets(addr: string, nets: string[]): boolean {
+  const ip = tryParseIP(addr);
+  if (!ip) return false;
+  return nets.some((n) => {
+    try {
+      const c = parseCidr(n.includes('/') ? n : `${n}/${n.includes(':') ? 128 : 32}`, { strict: false });
+      return c.family === ip.family && containsIP(c, ip);
+    } catch {
+      return false;
+    }
+  });
+}
+
+function entityMatches(e: EntityRule | undefined, p: PolicyInput | undefined, addr: string, owner: EndpointView | undefined, proto: Protocol, port: number | undefined, isDst: boolean): boolean {
+  if (!e) return true;
+  const s = entitySelection(e, p);
+  if (s && !(owner && selectionMatches(s, owner))) return false;
+  const ns = notSelection(e, p);
+  if (ns && owner && selectionMatches(ns, owner)) return false;
+  if (e.nets?.length && !inNets(addr, e.nets)) return false;
+  if (e.notNets?.length && inNets(addr, e.notNets)) return false;
+  // Source ports are not part of a connection we explain: a rule with them does not match.
+  if (!isDst && (e.ports?.length || e.notPorts?.length)) return false;
+  if (isDst && e.ports?.length) {
+    if (port === undefined) return false;
+    const ok = e.ports.some((x) => {
+      const pp = parsePort(x);
+      if (pp.kind === 'range') return port >= pp.first && port <= pp.last;
+      return !!owner?.ports?.some((cp) => cp.name === pp.name && cp.port === port && portProtocol(cp.protocol) !== undefined && protocolNumber(portProtocol(cp.protocol)!) === protocolNumber(proto));
+    });
+    if (!ok) return false;
+  }
+  if (isDst && e.notPorts?.length && port !== undefined) {
+    if (e.notPorts.some((x) => { const pp = parsePort(x); return pp.kind === 'range' && port >= pp.first && port <= pp.last; })) return false;
+  }
+  return true;
+}
+
+export function ruleMatches(r: PolicyRule, p: PolicyInput | undefined, src: { addr: string; ep?: EndpointView }, dst: { addr: string; ep?: EndpointView }, proto: Protocol, port: number | undefined): boolean {
+  const fam = src.addr.includes(':') ? 6 : 4;
+  if (r.ipVersion && r.ipVersion !== fam) return false;
+  if (r.protocol !== undefined && protocolNumber(r.protocol) !== protocolNumber(proto)) return false;
+  if (r.notProtocol !== undefined && protocolNumber(r.notProtocol) === protocolNumber(proto)) return false;
+  return entityMatches(r.source, p, src.addr, src.ep, proto, port, false) && entityMatches(r.destination, p, dst.addr, dst.ep, proto, port, true);
+}
+
+/** The decision of `endpoint`'s policy for one connection, with its trace. */
+export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: PolicyInput[], profiles: Map<string, ProfileInput>, c: Connection): Decision {
+  const dir: PolicyType = c.direction === 'ingress' ? 'Ingress' : 'Egress';
+  const peer = all.find((e) => e.addrs.includes(c.peerAddr));
+  const self = { addr: endpoint.addrs.find((a) => a.includes(':') === c.peerAddr.includes(':')) ?? endpoint.addrs[0] ?? '', ep: endpoint };
+  const other = { addr: c.peerAddr, ...(peer ? { ep: peer } : {}) };
+  const [src, dst] = c.direction === 'ingress' ? [other, self] : [self, other];
+  const trace: string[] = [];
+  const key = c.direction;
+  const selecting = sortPolicies(policies).filter((p) => effectiveTypes(p.spec).includes(dir) && policySelects(p, endpoint));
+  let passed = false;
+  for (const p of selecting) {
+    const name = `${p.kind} ${policyId(p)}`;
+    const rules = (key === 'ingress' ? p.spec.ingress : p.spec.egress) ?? [];
+    let decided: Decision | undefined;
+    for (const [i, r] of rules.entries()) {
+      if (!ruleMatches(r, p, src, dst, c.protocol, c.port)) continue;
+      const by = `${name} ${key} rule ${i} (${r.action})`;
+      trace.push(`${by} matches`);
+      if (r.action === 'Log') continue;
+      if (r.action === 'Pass') {
+        passed = true;
+        break;
+      }
+      decided = { verdict: r.action === 'Allow' ? 'allow' : 'deny', by, trace };
+      break;
+    }
+    if (decided) return decided;
+    if (passed) break;
+    trace.push(`${name}: no ${key} rule matches`);
+  }
+  if (selecting.length > 0 && !passed) return { verdict: 'deny', by: `selected by ${selecting.length} ${key} polic${selecting.length === 1 ? 'y' : 'ies'}, no rule matched`, trace };
+  trace.push(selecting.length ? 'passed to the profiles' : `no policy selects it for ${key}: its profiles decide`);
+  for (const name of endpoint.profiles) {
+    const pr = profiles.get(name);
+    if (!pr) {
+      trace.push(`profile ${name} does not exist`);
+      continue;
+    }
+    const rules = (key === 'ingress' ? pr.spec.ingress : pr.spec.egress) ?? [];
+    for (const [i, r] of rules.entries()) {
+      if (!ruleMatches(r, undefined, src, dst, c.protocol, c.port)) continue;
+      const by = `Profile ${name} ${key} rule ${i} (${r.action})`;
+      trace.push(`${by} matches`);
+      if (r.action === 'Pass') break; // on to the next profile, as the dataplane does
+      if (r.action === 'Allow' || r.action === 'Deny') return { verdict: r.action === 'Allow' ? 'allow' : 'deny', by, trace };
+    }
+  }
+  return { verdict: 'deny', by: 'no profile allows it', trace };
+}

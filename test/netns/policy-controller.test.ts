@@ -1,0 +1,96 @@
+// The agent's policy controller in-process, on the in-memory datastore and
+// real nftables (its own table in this test's namespace): the first resync
+// happens even when a kind lists nothing and lists last; a table changed behind
+// its back is repaired by a full resync; status files follow endpoints.
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { MemoryDatastore } from '../../src/datastore/memory.js';
+import type { Datastore, Resource } from '../../src/datastore/types.js';
+import { startPolicyController, type PolicyController } from '../../src/agent/policy/controller.js';
+import { statusFilePath } from '../../src/k8s/policy-wait.js';
+import { namespaceToProfile } from '../../src/model/profiles.js';
+import { nftRun, nftRunAsync } from '../../src/native/nft.js';
+
+const TABLE = 'netplugin-ctrl-test';
+const quiet = { error: () => undefined, warn: () => undefined, info: () => undefined, debug: () => undefined } as never;
+let ctl: PolicyController | undefined;
+let dir: string | undefined;
+afterEach(async () => {
+  await ctl?.stop();
+  ctl = undefined;
+  try {
+    nftRun(`delete table inet ${TABLE}`);
+  } catch {
+    // absent
+  }
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+function wep(name: string, ifname: string, labels: Record<string, string> = {}): Resource<'WorkloadEndpoint'> {
+  return {
+    apiVersion: 'netplugin.org/v3',
+    kind: 'WorkloadEndpoint',
+    metadata: { name, namespace: 'x', labels },
+    spec: { orchestrator: 'k8s', node: 'node1', containerID: `c-${name}`, pod: name, endpoint: 'eth0', ipNetworks: ['10.66.0.1/32'], profiles: ['kns.x'], interfaceName: ifname },
+  };
+}
+
+/** The real store, with the list of one kind answering late (as a slow etcd range or API page would). */
+function slowList(ds: Datastore, kind: string, ms: number): Datastore {
+  return new Proxy(ds, {
+    get(t, k) {
+      const v = (t as never)[k] as unknown;
+      if (k !== 'list' || typeof v !== 'function') return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(t) : v;
+      return async (kd: string, o: unknown) => {
+        if (kd === kind) await new Promise((r) => setTimeout(r, ms));
+        return (v as (...a: unknown[]) => unknown).call(t, kd, o);
+      };
+    },
+  });
+}
+
+async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`${what} did not happen within ${ms} ms`)), ms)));
+  try {
+    return await Promise.race([p, t]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+describe('policy controller', () => {
+  it('resyncs once every kind is listed, even an empty one listed last; repairs a table changed behind its back', async () => {
+    const mem = new MemoryDatastore();
+    await mem.create(namespaceToProfile({ metadata: { name: 'x' } }));
+    await mem.create(wep('node1-k8s-a-eth0', 'nptaaaa'));
+    dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
+    ctl = await startPolicyController({ ds: slowList(mem, 'GlobalNetworkPolicy', 300), nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft: (s) => nftRunAsync(s) });
+    await within(ctl.synced, 15_000, 'the first resync');
+    expect(nftRun(`list table inet ${TABLE}`)).toContain('chain to-nptaaaa');
+    expect(existsSync(statusFilePath('node1-k8s-a-eth0', dir))).toBe(true);
+
+    // Someone deletes the endpoint's chain map entry and chain by hand: the next incremental batch is
+    // refused (it flushes a chain that is gone), and the controller resyncs the whole table.
+    nftRun(`delete element inet ${TABLE} to-wl { "nptaaaa" }\nflush chain inet ${TABLE} to-nptaaaa\ndelete chain inet ${TABLE} to-nptaaaa`);
+    await mem.create({ apiVersion: 'netplugin.org/v3', kind: 'NetworkPolicy', metadata: { name: 'deny', namespace: 'x' }, spec: { selector: 'all()', types: ['Ingress'] } });
+    const deadline = Date.now() + 15_000;
+    let listing = '';
+    while (Date.now() < deadline) {
+      listing = nftRun(`list table inet ${TABLE}`);
+      if (listing.includes('chain to-nptaaaa {') && listing.includes('chain to-nptaaaa-pol')) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(listing).toContain('chain to-nptaaaa-pol');
+    expect(listing).toMatch(/"nptaaaa" : jump to-nptaaaa/);
+
+    // The endpoint goes away: its chains and its status file too.
+    await mem.delete('WorkloadEndpoint', 'node1-k8s-a-eth0', { namespace: 'x' });
+    const end2 = Date.now() + 15_000;
+    while (Date.now() < end2 && existsSync(statusFilePath('node1-k8s-a-eth0', dir))) await new Promise((r) => setTimeout(r, 100));
+    expect(existsSync(statusFilePath('node1-k8s-a-eth0', dir))).toBe(false);
+    expect(nftRun(`list table inet ${TABLE}`)).not.toContain('nptaaaa');
+  });
+});
