@@ -89,15 +89,14 @@ function inCluster(io: CtlIO, p: NodePaths): boolean {
 }
 
 /**
- * The plugin's `kubernetes` section from netpluginctl's access settings: the
- * plugin reads one kubeconfig file (or k8s_api_root); netpluginctl's own
- * options (several KUBECONFIG files, a context, exec credential plugins) stay
- * with it. A single KUBECONFIG file is the plugin's kubeconfig too.
+ * The Kubernetes access the plugin's netconf takes from netpluginctl's: the
+ * netconf has only kubernetes.kubeconfig (one file: the first of a merged
+ * list) and kubernetes.k8s_api_root (docs/netconf.md); the CLI's context and
+ * exec-plugin settings would make the plugin reject the conflist.
  */
-function pluginKubernetes(k: DatastoreConfig['kubernetes']): { kubernetes?: { kubeconfig?: string; k8s_api_root?: string } } {
-  const kubeconfig = k?.kubeconfig ?? (k?.kubeconfig_paths?.length === 1 ? k.kubeconfig_paths[0] : undefined);
-  if (!kubeconfig && !k?.k8s_api_root) return {};
-  return { kubernetes: { ...(kubeconfig ? { kubeconfig } : {}), ...(k?.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) } };
+function pluginKubernetes(k: NonNullable<DatastoreConfig['kubernetes']>): NonNullable<RenderDatastore['kubernetes']> {
+  const kubeconfig = k.kubeconfig ?? k.kubeconfig_paths?.[0];
+  return { ...(kubeconfig ? { kubeconfig } : {}), ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) };
 }
 
 /** The datastore settings written into the conflist: netpluginctl's own, with the plugin kubeconfig in a cluster. */
@@ -106,9 +105,7 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
     ? {
         datastore_type: conf.datastore_type ?? 'etcdv3',
         ...Object.fromEntries((['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file'] as const).filter((k) => conf[k]).map((k) => [k, conf[k]])),
-        // Only what the plugin's netconf knows: netpluginctl's own access settings
-        // (several kubeconfig files, a context, exec credential plugins) stay with it.
-        ...pluginKubernetes(conf.kubernetes),
+        ...(conf.kubernetes ? { kubernetes: pluginKubernetes(conf.kubernetes) } : {}),
       }
     : { datastore_type: 'kubernetes' };
   // The plugin runs on the host, where this pod's service account mount does not exist.

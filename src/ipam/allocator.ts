@@ -119,6 +119,19 @@ export interface PoolUsage {
   perBlock: BlockUsage[];
 }
 
+/** Where an address stands (Ipam.locate). */
+export interface AddressLocation {
+  /** The address as formatted canonically. */
+  ip: string;
+  pool?: string;
+  block?: string;
+  /** The block's affinity ("host:NODE"), when a block holds the address. */
+  affinity?: string | null;
+  allocated: boolean;
+  /** Who holds it, when its attribute is recorded (handle null: a reserved address). */
+  holder?: { handle: string | null; attrs: Record<string, string> };
+}
+
 export interface HandleInfo {
   handleID: string;
   blocks: Record<string, number>;
@@ -1441,15 +1454,32 @@ export class Ipam {
   }
 
   async usage(): Promise<PoolUsage[]> {
+    return (await this.usageReport()).pools;
+  }
+
+  /**
+   * Pool usage (pools in name order, each with the blocks inside its CIDR) and
+   * the orphan blocks: blocks inside no pool (their pool was deleted with
+   * --force or resized), which keep their addresses until released.
+   */
+  async usageReport(): Promise<{ pools: PoolUsage[]; orphanBlocks: BlockUsage[] }> {
     const [{ pools }, { items: blocks }] = await Promise.all([this.loadPools(), this.ds.list('IPAMBlock')]);
-    return pools
+    const claimed = new Set<BlockRes>();
+    const parsed = blocks.map((b) => ({ b, c: tryParseCidr(b.spec.cidr) }));
+    const blockUsage = (b: BlockRes, c: Cidr | undefined): BlockUsage => ({
+      cidr: b.spec.cidr,
+      affinity: b.spec.affinity,
+      size: c ? Number(cidrSize(c)) : b.spec.allocations.length,
+      allocated: allocatedCount(b.spec),
+    });
+    const usage = pools
       .sort((a, b) => a.name.localeCompare(b.name))
       .map((p) => {
         const perBlock: BlockUsage[] = [];
-        for (const b of blocks) {
-          const c = tryParseCidr(b.spec.cidr);
+        for (const { b, c } of parsed) {
           if (!c || !containsCidr(p.cidr, c)) continue;
-          perBlock.push({ cidr: b.spec.cidr, affinity: b.spec.affinity, size: Number(cidrSize(c)), allocated: allocatedCount(b.spec) });
+          claimed.add(b);
+          perBlock.push(blockUsage(b, c));
         }
         const allocated = perBlock.reduce((n, b) => n + b.allocated, 0);
         const size = cidrSize(p.cidr);
@@ -1467,10 +1497,22 @@ export class Ipam {
           perBlock,
         };
       });
+    const orphanBlocks = parsed.filter(({ b }) => !claimed.has(b)).map(({ b, c }) => blockUsage(b, c));
+    return { pools: usage, orphanBlocks };
   }
 
   /** Who holds `ip`: its handle and attributes, or undefined when it is free or in no block. */
   async whoHas(ipText: string): Promise<{ handle: string | null; attrs: Record<string, string>; block: string } | undefined> {
+    const at = await this.locate(ipText);
+    return at.holder && at.block ? { handle: at.holder.handle, attrs: at.holder.attrs, block: at.block } : undefined;
+  }
+
+  /**
+   * Where `ip` stands: the (valid) pool containing it, the block containing it
+   * (when one was claimed), that block's affinity, whether the address is
+   * allocated and, when its attribute is recorded, who holds it.
+   */
+  async locate(ipText: string): Promise<AddressLocation> {
     const ip = tryParseIP(ipText);
     if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `'${ipText}' is not an IPv4 or IPv6 address`);
     const { pools } = await this.loadPools();
@@ -1485,11 +1527,16 @@ export class Ipam {
         return c && containsIP(c, ip);
       });
     }
-    if (!block) return undefined;
-    const c = parseCidr(block.spec.cidr);
-    const attr = handleAt(block.spec, ordinalOf(c, ip));
-    if (!attr) return undefined;
-    return { handle: attr.handle_id, attrs: { ...(attr.secondary ?? {}) }, block: block.spec.cidr };
+    const out: AddressLocation = { ip: formatIP(ip), allocated: false, ...(pool ? { pool: pool.name } : {}) };
+    if (!block) return out;
+    out.block = block.spec.cidr;
+    out.affinity = block.spec.affinity;
+    const ord = ordinalOf(parseCidr(block.spec.cidr), ip);
+    if (block.spec.allocations[ord] == null) return out;
+    out.allocated = true;
+    const attr = handleAt(block.spec, ord);
+    if (attr) out.holder = { handle: attr.handle_id, attrs: { ...(attr.secondary ?? {}) } };
+    return out;
   }
 
   /** Every handle, or only those of exactly `network` (see ipam/handle.ts; object names fold case, so this filters on the recorded IDs). */
