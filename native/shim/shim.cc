@@ -35,9 +35,14 @@ namespace {
 
 const char kDefaultSocket[] = "/var/run/netplugin/cni.sock";
 const long kDefaultTimeoutMs = 120000;
-const unsigned char kMagic[4] = {'N', 'P', 'C', 1};  // "NPC" + protocol version 1
+// Protocol version 2: the answer is a binary frame (version 1 answered JSON).
+// Requests and answers carry the same version; src/agent/protocol.ts must agree.
+const unsigned char kVersion = 2;
+const unsigned char kMagic[4] = {'N', 'P', 'C', kVersion};  // a request
+const unsigned char kResponseMagic[3] = {'N', 'P', 'R'};      // an answer
 const unsigned char kAccepted = 0x06;
-const uint32_t kMaxFrame = 64u << 20;
+const size_t kResponseHeader = 13;
+const uint64_t kMaxAnswer = 64u << 20;  // stdout + stderr; MAX_RESPONSE in protocol.ts
 
 struct Buf {
   char *p = nullptr;
@@ -215,154 +220,48 @@ Buf build_request(const Buf &in) {
   return frame;
 }
 
-// ---- the agent's answer: a flat JSON object {code, stdout, stderr?} ----
+// ---- the agent's answer: a binary frame (docs/agent.md, "Wire protocol") ----
+//   0  'N' 'P' 'R' <version>
+//   4  u8 exit status
+//   5  u32be stdout length S
+//   9  u32be stderr length E
+//  13  S bytes of stdout, then E bytes of stderr
+// The shim checks the header, reads the two lengths and copies the bytes: it
+// decodes nothing, so what the plugin printed reaches the runtime byte for byte.
 
-struct Json {
-  const char *s, *e;
-};
-
-void ws(Json &j) {
-  while (j.s < j.e && (*j.s == ' ' || *j.s == '\t' || *j.s == '\n' || *j.s == '\r')) j.s++;
+uint32_t be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-int hex4(const char *s) {
-  int v = 0;
-  for (int i = 0; i < 4; i++) {
-    char c = s[i];
-    v <<= 4;
-    if (c >= '0' && c <= '9') v |= c - '0';
-    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-    else return -1;
-  }
-  return v;
+[[noreturn]] void agent_stopped() {
+  fail(11, "netplugin agent stopped while handling the request; the runtime should retry");
 }
 
-void put_utf8(Buf &b, uint32_t cp) {
-  char u[4];
-  size_t n;
-  if (cp < 0x80) { u[0] = (char)cp; n = 1; }
-  else if (cp < 0x800) { u[0] = (char)(0xc0 | cp >> 6); u[1] = (char)(0x80 | (cp & 63)); n = 2; }
-  else if (cp < 0x10000) {
-    u[0] = (char)(0xe0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 63));
-    u[2] = (char)(0x80 | (cp & 63)); n = 3;
-  } else {
-    u[0] = (char)(0xf0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 63));
-    u[2] = (char)(0x80 | ((cp >> 6) & 63)); u[3] = (char)(0x80 | (cp & 63)); n = 4;
-  }
-  put(b, u, n);
-}
-
-// Parses a JSON string at j.s into out (nullptr: skip it).
-bool json_string(Json &j, Buf *out) {
-  if (j.s >= j.e || *j.s != '"') return false;
-  j.s++;
-  Buf scratch;
-  Buf &b = out ? *out : scratch;
-  while (j.s < j.e && *j.s != '"') {
-    if (*j.s != '\\') {
-      const char *run = j.s;
-      while (j.s < j.e && *j.s != '"' && *j.s != '\\') j.s++;
-      put(b, run, (size_t)(j.s - run));
-      continue;
-    }
-    if (j.e - j.s < 2) return false;
-    char c = j.s[1];
-    j.s += 2;
-    char v = 0;
-    switch (c) {
-      case '"': case '\\': case '/': v = c; break;
-      case 'b': v = '\b'; break;
-      case 'f': v = '\f'; break;
-      case 'n': v = '\n'; break;
-      case 'r': v = '\r'; break;
-      case 't': v = '\t'; break;
-    }
-    if (v) { put(b, &v, 1); continue; }
-    if (c != 'u' || j.e - j.s < 4) return false;
-    int cp = hex4(j.s);
-    if (cp < 0) return false;
-    j.s += 4;
-    if (cp >= 0xd800 && cp < 0xdc00 && j.e - j.s >= 6 && j.s[0] == '\\' && j.s[1] == 'u') {
-      int lo = hex4(j.s + 2);
-      if (lo >= 0xdc00 && lo < 0xe000) {
-        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-        j.s += 6;
-      }
-    }
-    if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd;  // lone surrogate, as TextDecoder does
-    put_utf8(b, (uint32_t)cp);
-  }
-  free(scratch.p);
-  if (j.s >= j.e) return false;
-  j.s++;
-  return true;
-}
-
-// Skips any JSON value (newer agents may add fields).
-bool json_skip(Json &j, int depth) {
-  ws(j);
-  if (j.s >= j.e || depth > 32) return false;
-  if (*j.s == '"') return json_string(j, nullptr);
-  if (*j.s == '{' || *j.s == '[') {
-    char close = *j.s == '{' ? '}' : ']';
-    j.s++;
-    ws(j);
-    if (j.s < j.e && *j.s == close) { j.s++; return true; }
-    for (;;) {
-      if (close == '}') {
-        ws(j);
-        if (!json_string(j, nullptr)) return false;
-        ws(j);
-        if (j.s >= j.e || *j.s++ != ':') return false;
-      }
-      if (!json_skip(j, depth + 1)) return false;
-      ws(j);
-      if (j.s >= j.e) return false;
-      if (*j.s == close) { j.s++; return true; }
-      if (*j.s++ != ',') return false;
-    }
-  }
-  const char *start = j.s;
-  while (j.s < j.e && strchr(",}] \t\r\n", *j.s) == nullptr) j.s++;
-  return j.s > start;
-}
-
-bool parse_response(const char *p, size_t n, long *code, Buf *out, Buf *err) {
-  Json j = {p, p + n};
-  bool have_code = false;
-  ws(j);
-  if (j.s >= j.e || *j.s++ != '{') return false;
-  ws(j);
-  if (j.s < j.e && *j.s == '}') return false;
-  for (;;) {
-    Buf key;
-    ws(j);
-    if (!json_string(j, &key)) { free(key.p); return false; }
-    ws(j);
-    if (j.s >= j.e || *j.s++ != ':') { free(key.p); return false; }
-    ws(j);
-    bool ok;
-    if (key.p && strcmp(key.p, "code") == 0) {
-      char *end;
-      *code = strtol(j.s, &end, 10);
-      ok = end > j.s && end <= j.e;
-      j.s = end;
-      have_code = ok;
-    } else if (key.p && strcmp(key.p, "stdout") == 0) {
-      ok = json_string(j, out);
-    } else if (key.p && strcmp(key.p, "stderr") == 0) {
-      ok = json_string(j, err);
-    } else {
-      ok = json_skip(j, 0);
-    }
-    free(key.p);
-    if (!ok) return false;
-    ws(j);
-    if (j.s >= j.e) return false;
-    if (*j.s == '}') return have_code;
-    if (*j.s++ != ',') return false;
-  }
+// Reads the answer after "accepted" and relays it; never returns.
+[[noreturn]] void relay_response(int fd, const char *sock) {
+  unsigned char h[kResponseHeader];
+  if (read_full(fd, (char *)h, sizeof h) != (ssize_t)sizeof h) agent_stopped();
+  if (memcmp(h, kResponseMagic, 3) != 0)
+    fail(5, "the answer on %s does not start with the netplugin response magic \"NPR\" (it starts %02x %02x %02x %02x): "
+            "the agent there is not from this shim's release; install the shim and netplugin-node from one release",
+         sock, h[0], h[1], h[2], h[3]);
+  if (h[3] != kVersion)
+    fail(11, "netplugin agent speaks another protocol version (%u, this shim speaks %u); try again, and if this repeats "
+             "install the shim and netplugin-node from one release",
+         h[3], kVersion);
+  uint32_t out_n = be32(h + 5), err_n = be32(h + 9);
+  uint64_t total = (uint64_t)out_n + err_n;
+  if (total > kMaxAnswer)
+    fail(5, "netplugin agent announced a %llu-byte answer (stdout %u, stderr %u bytes), over the shim's limit of %llu bytes; "
+            "the agent's answer is corrupt: check the netplugin-node log",
+         (unsigned long long)total, out_n, err_n, (unsigned long long)kMaxAnswer);
+  char *body = (char *)malloc(total ? (size_t)total : 1);
+  if (!body) fail(5, "netplugin shim: out of memory for a %llu-byte answer", (unsigned long long)total);
+  if (read_full(fd, body, (size_t)total) != (ssize_t)total) agent_stopped();
+  close(fd);
+  if (err_n) write_all(2, body + out_n, err_n);
+  if (out_n) write_all(1, body, out_n);
+  _exit(h[4]);
 }
 
 // ---- per-exec fallback ----
@@ -659,22 +558,5 @@ int main(int argc, char **argv) {
   }
 
   // Accepted: from here on the request is the agent's, and never re-run.
-  unsigned char len[4];
-  if (read_full(fd, (char *)len, 4) != 4)
-    fail(11, "netplugin agent stopped while handling the request; the runtime should retry");
-  uint32_t n = (uint32_t)len[0] << 24 | (uint32_t)len[1] << 16 | (uint32_t)len[2] << 8 | len[3];
-  if (n > kMaxFrame) fail(5, "netplugin agent sent a %u-byte answer (limit %u)", n, kMaxFrame);
-  char *body = (char *)malloc(n ? n : 1);
-  if (!body) fail(5, "netplugin shim: out of memory");
-  if (read_full(fd, body, n) != (ssize_t)n)
-    fail(11, "netplugin agent stopped while handling the request; the runtime should retry");
-  close(fd);
-
-  long code = 1;
-  Buf out, err;
-  if (!parse_response(body, n, &code, &out, &err))
-    fail(5, "netplugin agent sent a malformed answer (protocol mismatch between shim and agent?)");
-  if (err.n) write_all(2, err.p, err.n);
-  if (out.n) write_all(1, out.p, out.n);
-  return code < 0 || code > 255 ? 1 : (int)code;
+  relay_response(fd, sock);
 }

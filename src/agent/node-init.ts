@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import type { Logger } from '../cni/types.js';
 import type { Netconf } from '../config/index.js';
 import type { Datastore } from '../datastore/types.js';
+import { netpluginEntry } from '../config/conflist.js';
 
 export type Ipv6ForwardingMode = 'auto' | 'on' | 'off';
 
@@ -57,7 +58,7 @@ export function readNetpluginConf(path: string): Record<string, unknown> {
   const d = doc as Record<string, unknown>;
   let entry: Record<string, unknown> | undefined;
   if (Array.isArray(d['plugins'])) {
-    entry = (d['plugins'] as unknown[]).find((p) => !!p && typeof p === 'object' && (p as Record<string, unknown>)['type'] === 'netplugin') as Record<string, unknown> | undefined;
+    entry = netpluginEntry(d['plugins']);
     if (!entry) throw new Error(`--config ${path}: no entry of "plugins" has "type": "netplugin"`);
     entry = { cniVersion: d['cniVersion'], name: d['name'], ...entry };
   } else if (d['type'] === 'netplugin') {

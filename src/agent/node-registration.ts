@@ -7,10 +7,11 @@
 import { createHash } from 'node:crypto';
 import { createSocket } from 'node:dgram';
 import type { Logger } from '../cni/types.js';
-import type { Datastore, NodeSpec, Resource } from '../datastore/types.js';
-import { API_VERSION } from '../datastore/types.js';
+import type { NodeSpec, Resource } from '../model/resources.js';
+import type { Datastore } from '../datastore/types.js';
+import { API_VERSION } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
-import { containsIP, parseCidr, tryParseIP, type Family } from '../ipam/cidr.js';
+import { containsIP, parseCidr, tryParseIP, type Family } from '../net/cidr.js';
 import { TUNNEL_HANDLES, type Ipam } from '../ipam/index.js';
 import type { AddrInfo, LinkInfo } from '../native/index.js';
 import { IPIP_DEVICE, VXLAN_DEVICE, addrOf, poolViews } from './routes/desired.js';

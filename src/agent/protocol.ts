@@ -1,27 +1,38 @@
 // The wire protocol between the native CNI shim (native/shim/shim.cc) and the
-// agent's CNI server (server.ts). One request per connection:
+// agent's CNI server (server.ts); docs/agent.md has the byte layout. One
+// request per connection:
 //
-//   shim  -> agent   'N' 'P' 'C' <version=1>  u32be length  JSON request
-//   agent -> shim    0x06                                   ("accepted")
-//   agent -> shim    u32be length  JSON response
+//   shim  -> agent   'N' 'P' 'C' <version>  u32be length  JSON request
+//   agent -> shim    0x06                                  ("accepted")
+//   agent -> shim    'N' 'P' 'R' <version>  u8 exit status  u32be stdout length
+//                    u32be stderr length  stdout bytes  stderr bytes
 //
 //   request  = { plugin: "netplugin" | "netplugin-ipam", env: {NAME: value, ...}, stdin: string }
-//   response = { code: <exit status>, stdout: string, stderr?: string }
 //
 // env is the shim's whole environment (what the per-exec plugin would see as
 // process.env); stdin is the runtime's stdin as a UTF-8 string (the netconf is
-// JSON, which is UTF-8). Unknown response fields are ignored by the shim.
+// JSON, which is UTF-8). The response is binary so that the shim, which is
+// static C++ on the hot path, only reads two lengths and copies bytes: it has
+// no JSON parser. Both directions carry the same version; the agent answers
+// only requests of its own version, so a shim and an agent of different
+// releases never reach the response (the shim falls back, see below).
 //
 // The "accepted" byte is the commit point. The agent sends it once it has
 // parsed the request and before it starts running it. A connection that ends
-// before it (agent down, old agent rejecting a newer protocol version, peer
-// not root) means the request never ran: the shim runs the per-exec fallback.
+// before it (agent down, agent refusing another protocol version, peer not
+// root) means the request never ran: the shim runs the per-exec fallback.
 // A connection that ends after it means the agent may have done part of the
 // work: the shim never re-runs it and reports CNI code 11 (try again later).
 
-export const MAGIC = Buffer.from([0x4e, 0x50, 0x43]); // "NPC"
-export const PROTOCOL_VERSION = 1;
+export const MAGIC = Buffer.from([0x4e, 0x50, 0x43]); // "NPC": a request
+export const RESPONSE_MAGIC = Buffer.from([0x4e, 0x50, 0x52]); // "NPR": a response
+/** 1: JSON response. 2: binary response (the request is unchanged). */
+export const PROTOCOL_VERSION = 2;
 export const HEADER_LEN = 8; // magic (3) + version (1) + length (4)
+/** magic (3) + version (1) + exit status (1) + stdout length (4) + stderr length (4) */
+export const RESPONSE_HEADER_LEN = 13;
+/** Largest stdout + stderr the shim takes (native/shim/shim.cc kMaxAnswer). */
+export const MAX_RESPONSE = 64 << 20;
 export const ACCEPTED = 0x06;
 /** Largest request body the agent takes (a netconf with prevResult is a few KiB). */
 export const MAX_REQUEST = 16 << 20;
@@ -52,11 +63,42 @@ export function encodeRequest(req: ShimRequest): Buffer {
   return Buffer.concat([head, body]);
 }
 
+/**
+ * The response frame. An exit status outside 0-255 (a process cannot exit
+ * with one) is sent as 1, a failure; strings go as UTF-8 (a lone surrogate
+ * becomes U+FFFD).
+ */
 export function encodeResponse(res: ShimResponse): Buffer {
-  const body = Buffer.from(JSON.stringify(res), 'utf8');
-  const head = Buffer.alloc(4);
-  head.writeUInt32BE(body.length, 0);
-  return Buffer.concat([head, body]);
+  const out = Buffer.from(res.stdout, 'utf8');
+  const err = Buffer.from(res.stderr ?? '', 'utf8');
+  if (out.length + err.length > MAX_RESPONSE) {
+    throw new ProtocolError(`response of ${out.length + err.length} bytes exceeds the shim's ${MAX_RESPONSE}-byte limit`);
+  }
+  const head = Buffer.alloc(RESPONSE_HEADER_LEN);
+  RESPONSE_MAGIC.copy(head, 0);
+  head[3] = PROTOCOL_VERSION;
+  head[4] = Number.isInteger(res.code) && res.code >= 0 && res.code <= 255 ? res.code : 1;
+  head.writeUInt32BE(out.length, 5);
+  head.writeUInt32BE(err.length, 9);
+  return Buffer.concat([head, out, err]);
+}
+
+/** Reads a whole response frame (what the shim does, for tests and tools); throws ProtocolError. */
+export function decodeResponse(frame: Buffer): ShimResponse {
+  if (frame.length < RESPONSE_HEADER_LEN) throw new ProtocolError(`response of ${frame.length} bytes is shorter than its ${RESPONSE_HEADER_LEN}-byte header`);
+  if (!frame.subarray(0, 3).equals(RESPONSE_MAGIC)) throw new ProtocolError('not a netplugin agent response (bad magic)');
+  if (frame[3] !== PROTOCOL_VERSION) {
+    throw new ProtocolError(`agent speaks protocol version ${frame[3]}, this side speaks ${PROTOCOL_VERSION}`);
+  }
+  const outLen = frame.readUInt32BE(5);
+  const errLen = frame.readUInt32BE(9);
+  if (outLen + errLen > MAX_RESPONSE) throw new ProtocolError(`response of ${outLen + errLen} bytes exceeds the ${MAX_RESPONSE}-byte limit`);
+  const end = RESPONSE_HEADER_LEN + outLen + errLen;
+  if (frame.length < end) throw new ProtocolError(`response is truncated: ${frame.length} of ${end} bytes`);
+  const stdout = frame.toString('utf8', RESPONSE_HEADER_LEN, RESPONSE_HEADER_LEN + outLen);
+  const stderr = frame.toString('utf8', RESPONSE_HEADER_LEN + outLen, end);
+  const code = frame.readUInt8(4);
+  return stderr ? { code, stdout, stderr } : { code, stdout };
 }
 
 /**

@@ -198,7 +198,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
         return;
       }
       const p = handle(req).then((res) => {
-        if (!socket.destroyed) socket.end(encodeResponse(res));
+        if (!socket.destroyed) socket.end(frameResponse(res));
       });
       inflight.add(p);
       void p.finally(() => inflight.delete(p));
@@ -300,6 +300,15 @@ export function orderingKey(env: Record<string, string | undefined>): string | u
   if (ns && name) return `pod\0${ns}\0${name}`;
   const cid = env['CNI_CONTAINERID'];
   return cid ? `container\0${cid}` : undefined;
+}
+
+/** The response frame; an answer too large for the shim becomes a CNI error it can relay. */
+function frameResponse(res: ShimResponse): Buffer {
+  try {
+    return encodeResponse(res);
+  } catch (e) {
+    return encodeResponse(cniError(5, `netplugin agent cannot send its answer: ${(e as Error).message}`));
+  }
 }
 
 function cniError(code: number, msg: string): ShimResponse {

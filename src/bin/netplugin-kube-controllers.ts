@@ -3,7 +3,7 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { createLogger, normalizeLevel } from '../log/index.js';
-import { datastoreConfigFromEnv, openDatastore } from '../datastore/index.js';
+import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '../datastore/index.js';
 import { createKubeClient, SA_DIR } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
 import { startHealthServer } from '../observe/health.js';
@@ -85,7 +85,7 @@ async function main(): Promise<void> {
   const healthAddr = (values['health-addr'] as string | undefined) ?? '127.0.0.1:9094';
   const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
 
-  const kubeconfig = (values.kubeconfig as string | undefined) ?? (process.env.KUBECONFIG ? process.env.KUBECONFIG.split(':')[0] : undefined);
+  const kubeconfig = (values.kubeconfig as string | undefined) ?? kubeconfigPathsFromEnv(process.env)[0];
   if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) usageError('no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)');
   let dsConf;
   try {

@@ -1,7 +1,7 @@
 // Validation of the CNI_* environment. Every problem is collected so one
 // error (code 4) names each bad variable at once.
 import { statSync } from 'node:fs';
-import { ipFamily } from '../ipam/cidr.js';
+import { ipFamily } from '../net/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniArgs, CniCommand } from './types.js';
 

@@ -1,7 +1,7 @@
 // One internal result (the CNI 1.1 shape) printed in whatever version the
 // runtime asked for, and results of any supported version (prevResult, a
 // delegated IPAM plugin's output) read back into it.
-import { ipFamily, tryParseIPPrefix } from '../ipam/cidr.js';
+import { ipFamily, tryParseIPPrefix } from '../net/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniDNS, CniInterface, CniIPConfig, CniResult, CniRoute, CniVersion } from './types.js';
 import { compareVersions, isSupportedVersion } from './version.js';

@@ -1,6 +1,6 @@
 // The netconf schema (zod 3). Built on first use so importing this module on
 // the per-pod path costs nothing until a netconf is actually parsed.
-import { tryParseIPPrefix } from '../ipam/cidr.js';
+import { tryParseIPPrefix } from '../net/cidr.js';
 import { z } from 'zod';
 import { CniError, ErrorCodes } from '../errors.js';
 import { DEFAULT_MTU_FILE, DEFAULT_NODENAME_FILE, NETCONF_FIELDS, NUM_QUEUES_MAX, fieldDoc, sectionKeys } from './fields.js';

@@ -12,6 +12,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { CtlError, type CtlIO, type DatastoreConfig } from './io.js';
+import { kubeconfigPathsFromEnv } from '../datastore/index.js';
 
 export const DEFAULT_CTL_CONFIG = '/etc/netplugin/netpluginctl.cfg';
 export const CTL_CONFIG_KIND = 'NetpluginAPIConfig';
@@ -96,7 +97,7 @@ export function applyKubeAccess(conf: DatastoreConfig & { context?: string }, io
     k.kubeconfig_paths = [flags.kubeconfig];
     delete k.kubeconfig;
   } else if (!k.kubeconfig && !k.k8s_api_root) {
-    const paths = (io.env.KUBECONFIG ?? '').split(':').filter(Boolean);
+    const paths = kubeconfigPathsFromEnv(io.env);
     const home = io.env.HOME ? join(io.env.HOME, '.kube/config') : undefined;
     if (paths.length) k.kubeconfig_paths = paths;
     else if (home && existsSync(home)) k.kubeconfig_paths = [home];

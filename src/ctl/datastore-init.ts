@@ -4,7 +4,8 @@
 // agent at start, so every step is idempotent and safe to race.
 import { randomBytes } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
-import { API_VERSION, type ClusterInformationSpec, type Datastore, type Resource } from '../datastore/types.js';
+import { API_VERSION, type ClusterInformationSpec, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
 import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
 export interface InitDatastoreOptions {

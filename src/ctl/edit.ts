@@ -1,8 +1,9 @@
-// validate, label, patch and completion: the kubectl habits operators bring.
+// validate, label and patch: the kubectl habits operators bring.
 import { DatastoreError } from '../errors.js';
-import { NAMESPACED_KINDS, type Datastore, type Resource } from '../datastore/types.js';
-import { CtlError, type CtlIO } from './io.js';
-import { CTL_KINDS, resolveKind } from './kinds.js';
+import { NAMESPACED_KINDS, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
+import { bool, CtlError, DRY_RUN, dryRun, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
+import { resolveKind } from './kinds.js';
 import { readManifests, writeResource, errText } from './resources.js';
 import { describeRef, poolDefaults, validatePool } from './validate.js';
 
@@ -161,50 +162,64 @@ export async function cmdPatch(ds: Datastore, io: CtlIO, args: { positional: str
   return 0;
 }
 
-/** Shell completion: commands, then kinds for the commands that take one, then flags. */
-export function completionScript(shell: string, commands: string[], flags: string[]): string {
-  const kinds = [...new Set(CTL_KINDS.flatMap((k) => [k.kind.toLowerCase(), ...k.aliases]))].sort();
-  const cmds = commands.join(' ');
-  const kindCmds = 'get|delete|label|patch';
-  const fl = flags.join(' ');
-  if (shell === 'bash') {
-    return `# netpluginctl bash completion: source <(netpluginctl completion bash)
-_netpluginctl() {
-  local cur=\${COMP_WORDS[COMP_CWORD]} cmd="" i
-  for ((i = 1; i < COMP_CWORD; i++)); do
-    case "\${COMP_WORDS[i]}" in -*) ;; *) cmd="\${COMP_WORDS[i]}"; break ;; esac
-  done
-  if [[ "$cur" == -* ]]; then COMPREPLY=($(compgen -W "${fl}" -- "$cur")); return; fi
-  if [[ -z "$cmd" ]]; then COMPREPLY=($(compgen -W "${cmds}" -- "$cur")); return; fi
-  case "$cmd" in
-    ${kindCmds}) COMPREPLY=($(compgen -W "${kinds.join(' ')}" -- "$cur")) ;;
-    ipam) COMPREPLY=($(compgen -W "show check release" -- "$cur")) ;;
-    datastore) COMPREPLY=($(compgen -W "init ready" -- "$cur")) ;;
-    completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")) ;;
-  esac
-}
-complete -F _netpluginctl netpluginctl
-`;
-  }
-  if (shell === 'zsh') {
-    return `#compdef netpluginctl
-# netpluginctl zsh completion: source <(netpluginctl completion zsh)
-_netpluginctl() {
-  local -a cmds kinds flags
-  cmds=(${cmds})
-  kinds=(${kinds.join(' ')})
-  flags=(${fl})
-  if [[ "$words[CURRENT]" == -* ]]; then compadd -- $flags; return; fi
-  if (( CURRENT == 2 )); then compadd -- $cmds; return; fi
-  case "$words[2]" in
-    ${kindCmds}) compadd -- $kinds ;;
-    ipam) compadd -- show check release ;;
-    datastore) compadd -- init ready ;;
-    completion) compadd -- bash zsh ;;
-  esac
-}
-if [[ "$funcstack[1]" == "_netpluginctl" ]]; then _netpluginctl "$@"; else compdef _netpluginctl netpluginctl; fi
-`;
-  }
-  throw new CtlError(`completion ${JSON.stringify(shell)}: use bash or zsh`);
-}
+// ---------------------------------------------------------------- commands
+
+export const EDIT_HELP: Record<string, string> = {
+  validate: `Usage: netpluginctl validate -f FILE|DIR|-
+
+Parses every document and checks it as apply would (kinds, names, IPPool CIDR, block size,
+selector, overlaps between the pools given), without a datastore. Exit status 1 when any
+document is invalid.
+`,
+  label: `Usage: netpluginctl label <kind> <name> key=value... [key-...] [--overwrite] [-n NS] [--dry-run]
+       netpluginctl label <kind>/<name> ...
+
+Sets labels (key=value) or removes them (key-). Changing an existing label's value needs
+--overwrite, as with kubectl.
+`,
+  patch: `Usage: netpluginctl patch <kind> <name> --type merge -p '{"spec":{"disabled":true}}' [-n NS] [--dry-run]
+
+Applies a JSON merge patch (RFC 7386: objects merge, null removes a field) to spec,
+metadata.labels or metadata.annotations, then validates and writes the result as apply does
+(retrying when someone else changed the resource meanwhile). Only --type merge is supported.
+`,
+};
+
+const runValidate: CtlCommand = async (rest, io) => {
+  // validate reads no datastore: --config among its flags is accepted and unused.
+  const p = parseCommand(rest, [{ name: 'filename', short: 'f', type: 'string' }], 'validate');
+  if (bool(p, 'help')) return printHelp(io, EDIT_HELP.validate!);
+  const file = str(p, 'filename');
+  if (!file) throw new CtlError('validate needs -f FILE|DIR|-');
+  noPositional(p, 'validate');
+  return cmdValidate(io, file);
+};
+
+const runEdit = (cmd: 'label' | 'patch'): CtlCommand => async (rest, io, s) => {
+  const p = parseCommand(
+    rest,
+    [
+      { name: 'namespace', short: 'n', type: 'string' },
+      { name: 'overwrite', type: 'bool' },
+      { name: 'type', type: 'string' },
+      { name: 'patch', short: 'p', type: 'string' },
+      DRY_RUN,
+    ],
+    cmd,
+    s,
+  );
+  if (bool(p, 'help')) return printHelp(io, EDIT_HELP[cmd]!);
+  // Check the arguments before connecting.
+  const t = target(p.positional, str(p, 'namespace'), cmd);
+  if (cmd === 'label') parseLabelArgs(t.rest);
+  const common = { positional: p.positional, namespace: str(p, 'namespace'), dryRun: dryRun(p) };
+  return cmd === 'label'
+    ? cmdLabel(await s.writable(), io, { ...common, overwrite: bool(p, 'overwrite') })
+    : cmdPatch(await s.writable(), io, { ...common, type: str(p, 'type'), patch: str(p, 'patch') });
+};
+
+/** validate, label, patch. */
+export const editGroup: CtlGroup = {
+  commands: { validate: runValidate, label: runEdit('label'), patch: runEdit('patch') },
+  help: EDIT_HELP,
+};

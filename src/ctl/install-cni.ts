@@ -8,6 +8,7 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseNetconf } from '../config/index.js';
 import { CtlError, type CtlIO } from './io.js';
+import { isNetpluginConfig, netpluginEntries, netpluginEntry } from '../config/conflist.js';
 
 export const PLUGIN_NAMES = ['netplugin', 'netplugin-ipam'] as const;
 export const FALLBACK_FILE = 'netplugin.fallback';
@@ -257,7 +258,7 @@ export function renderTemplate(text: string, o: InstallCniOptions, file: string)
 export function checkConflist(conf: Record<string, unknown>, warn: (m: string) => void): void {
   const plugins = conf.plugins as Array<Record<string, unknown>>;
   if (typeof conf.name !== 'string' || !conf.name) throw new CtlError('conflist: "name" is missing');
-  const entries = plugins.filter((p) => p && p.type === 'netplugin');
+  const entries = netpluginEntries(plugins);
   if (entries.length === 0) throw new CtlError('conflist: no plugin entry with "type": "netplugin"');
   for (const p of entries) {
     try {
@@ -402,7 +403,7 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
     }
     conflist = renderTemplate(text, o, o.fromTemplate);
     // A template without TLS placeholders still gets the copied files.
-    const entry = (conflist.plugins as Array<Record<string, unknown>>).find((p) => p && p.type === 'netplugin');
+    const entry = netpluginEntry(conflist.plugins);
     for (const [, opt, field] of ETCD_TLS_FILES) if (entry && o[opt] && entry[field] === undefined && tlsCopies.length) entry[field] = o[opt];
   } else conflist = buildConflist(o);
   checkConflist(conflist, warn);
@@ -486,8 +487,7 @@ export function uninstallCni(o: { binDir: string; confDir: string; confName: str
   if (existsSync(conf)) {
     let ours = false;
     try {
-      const c = JSON.parse(readFileSync(conf, 'utf8')) as { type?: string; plugins?: Array<{ type?: string }> };
-      ours = c.type === 'netplugin' || (Array.isArray(c.plugins) && c.plugins.some((p) => p?.type === 'netplugin'));
+      ours = isNetpluginConfig(JSON.parse(readFileSync(conf, 'utf8')));
     } catch {
       ours = false;
     }

@@ -88,22 +88,24 @@ function inCluster(io: CtlIO, p: NodePaths): boolean {
   return !!io.env.KUBERNETES_SERVICE_HOST && existsSync(join(p.serviceAccountDir, 'token'));
 }
 
+/**
+ * The Kubernetes access the plugin's netconf takes from netpluginctl's: the
+ * netconf has only kubernetes.kubeconfig (one file: the first of a merged
+ * list) and kubernetes.k8s_api_root (docs/netconf.md); the CLI's context and
+ * exec-plugin settings would make the plugin reject the conflist.
+ */
+function pluginKubernetes(k: NonNullable<DatastoreConfig['kubernetes']>): NonNullable<RenderDatastore['kubernetes']> {
+  const kubeconfig = k.kubeconfig ?? k.kubeconfig_paths?.[0];
+  return { ...(kubeconfig ? { kubeconfig } : {}), ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) };
+}
+
 /** The datastore settings written into the conflist: netpluginctl's own, with the plugin kubeconfig in a cluster. */
 export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p: NodePaths): RenderDatastore {
   const d: RenderDatastore = conf
     ? {
         datastore_type: conf.datastore_type ?? 'etcdv3',
         ...Object.fromEntries((['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file'] as const).filter((k) => conf[k]).map((k) => [k, conf[k]])),
-        // Only what the plugin's netconf knows: netpluginctl's own access settings
-        // (several kubeconfig files, a context, exec credential plugins) stay with it.
-        ...(conf.kubernetes?.kubeconfig || conf.kubernetes?.k8s_api_root
-          ? {
-              kubernetes: {
-                ...(conf.kubernetes.kubeconfig ? { kubeconfig: conf.kubernetes.kubeconfig } : {}),
-                ...(conf.kubernetes.k8s_api_root ? { k8s_api_root: conf.kubernetes.k8s_api_root } : {}),
-              },
-            }
-          : {}),
+        ...(conf.kubernetes ? { kubernetes: pluginKubernetes(conf.kubernetes) } : {}),
       }
     : { datastore_type: 'kubernetes' };
   // The plugin runs on the host, where this pod's service account mount does not exist.

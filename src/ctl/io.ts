@@ -2,6 +2,7 @@
 // Everything goes through CtlIO so tests run commands in-process.
 import type { Datastore } from '../datastore/types.js';
 import { closest } from '../config/netconf.js';
+import { CniError, DatastoreError } from '../errors.js';
 
 /** What the datastore factory (openDatastore) takes. */
 export type { DatastoreConfig } from '../datastore/index.js';
@@ -179,10 +180,13 @@ export function suggestFlag(given: string, known: string[]): string {
   return best && best !== name ? `; did you mean ${best}?` : '';
 }
 
-/** What a command group's module gets from netpluginctl's session (src/ctl/index.ts). */
+/** What a command group's module gets from netpluginctl's session (src/ctl/session.ts). */
 export interface CtlSession {
   /** --config, given before the command or among its flags. */
   configFile: string | undefined;
+  /** --kubeconfig and --context, before the command or among its flags. */
+  kubeconfig?: string | undefined;
+  context?: string | undefined;
   config(): DatastoreConfig | undefined;
   /** For reads. */
   datastore(): Promise<Datastore>;
@@ -216,4 +220,46 @@ export function parseCommand(
   const ctx = str(p, 'context');
   if (ctx && s) s.context = ctx;
   return p;
+}
+
+/** One netpluginctl command: its arguments after the command word. */
+export type CtlCommand = (rest: string[], io: CtlIO, s: CtlSession) => Promise<number>;
+
+/** A command group's module: its commands and the help topics it documents ('ipam', 'ipam show', ...). */
+export interface CtlGroup {
+  commands: Record<string, CtlCommand>;
+  help: Record<string, string>;
+}
+
+/** Prints a command's usage text; the exit code of `--help`. */
+export function printHelp(io: CtlIO, text: string): number {
+  io.stdout(text);
+  return 0;
+}
+
+export function noPositional(p: ParsedArgs, cmd: string): void {
+  if (p.positional.length) throw new CtlError(`'${cmd}' takes no arguments; got ${p.positional.join(' ')}`);
+}
+
+/** --dry-run (kubectl's --dry-run=client is accepted too, see src/ctl/index.ts): check everything, write nothing. */
+export const DRY_RUN: FlagSpec = { name: 'dry-run', type: 'bool' };
+export function dryRun(p: ParsedArgs): boolean {
+  return bool(p, 'dry-run') === true;
+}
+
+/** The one line an error prints as (text or the JSON log line's msg). */
+export function errorLine(e: unknown): string {
+  if (e instanceof CtlError) return e.message;
+  if (e instanceof DatastoreError) {
+    switch (e.kind) {
+      case 'Unavailable':
+        return `cannot reach the datastore: ${e.message} (check ETCD_ENDPOINTS / KUBECONFIG or --config)`;
+      case 'Unauthorized':
+        return `the datastore refused our credentials: ${e.message}`;
+      default:
+        return e.message;
+    }
+  }
+  if (e instanceof CniError) return e.message;
+  return e instanceof Error ? e.message : String(e);
 }

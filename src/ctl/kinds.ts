@@ -1,5 +1,5 @@
 // The kinds the CLI exposes and the names people type for them.
-import type { Kind } from '../datastore/types.js';
+import type { Kind } from '../model/resources.js';
 import { CtlError } from './io.js';
 
 interface KindInfo {

@@ -9,7 +9,8 @@
 // pods keep their addresses; unlock sets datastoreReady back to true.
 import { readFileSync } from 'node:fs';
 import { DatastoreError } from '../errors.js';
-import type { Datastore, Kind, Resource } from '../datastore/types.js';
+import type { Kind, Resource } from '../model/resources.js';
+import type { Datastore } from '../datastore/types.js';
 import { initDatastore } from './datastore-init.js';
 import { resolvePath, writeFileAtomic } from './install-cni.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession } from './io.js';

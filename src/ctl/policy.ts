@@ -1,8 +1,9 @@
 // netpluginctl policy explain: which policies select a pod (per direction, in
 // evaluation order), and, given a peer and a port, the rule that decides the
 // connection, as the node agent's dataplane does (src/model/policy-eval.ts).
-import type { Datastore, Resource } from '../datastore/types.js';
-import { tryParseIP } from '../ipam/cidr.js';
+import type { Resource } from '../model/resources.js';
+import type { Datastore } from '../datastore/types.js';
+import { tryParseIP } from '../net/cidr.js';
 import { effectiveTypes, type Protocol, PROTOCOL_NAMES } from '../model/policy.js';
 import { endpointFromWep, endpointViews, evaluate, policyId, policySelects, sortPolicies, type EndpointView, type PolicyInput, type ProfileInput } from '../model/policy-eval.js';
 import { CtlError, type CtlIO } from './io.js';

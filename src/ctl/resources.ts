@@ -2,8 +2,9 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
-import { NAMESPACED_KINDS, type Datastore, type Kind, type Resource } from '../datastore/types.js';
-import { CtlError, readStdin, table, type CtlIO } from './io.js';
+import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
+import { bool, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
 
@@ -414,3 +415,135 @@ async function labelSelectorArg(sel: string): Promise<string> {
     throw new CtlError(`-l ${JSON.stringify(sel)}: ${(e as Error).message} (kubectl's form works too: key=value,key!=value,key in (a,b),!key)`);
   }
 }
+
+// ---------------------------------------------------------------- commands
+
+export const RESOURCES_HELP: Record<string, string> = {
+  apply: `Usage: netpluginctl apply -f FILE|DIR|- [--dry-run]
+
+Creates each resource in FILE (or stdin with -), or updates it when it exists. FILE holds
+YAML or JSON: one document, several separated by ---, a JSON array, or a kind: List.
+IPPools are validated (masked CIDR, no overlap, block size, selector); cidr and
+blockSize cannot change once created. -f DIR reads every .yaml, .yml and .json file in DIR
+(not recursive, in name order). --dry-run (or --dry-run=client) checks everything against the
+datastore and writes nothing.
+
+Example:
+  cat <<EOF | netpluginctl apply -f -
+  apiVersion: netplugin.org/v3
+  kind: IPPool
+  metadata: {name: default-ipv4-ippool}
+  spec: {cidr: 10.244.0.0/16, natOutgoing: true, nodeSelector: all()}
+  EOF
+`,
+  create: `Usage: netpluginctl create -f FILE|-
+
+Like apply, but fails for resources that already exist.
+`,
+  replace: `Usage: netpluginctl replace -f FILE|-
+
+Updates existing resources. When a document carries metadata.resourceVersion (as printed by
+get -o yaml), the update only succeeds if nobody changed the resource since.
+`,
+  get: `Usage: netpluginctl get <kind> [name...] [-o yaml|json|wide|name] [-n NAMESPACE | -A] [-l SELECTOR]
+       netpluginctl get <kind>/<name> [<kind>/<name>...]
+
+  -o, --output FORMAT      yaml, json, wide or name (kind/name per line; default: a table)
+  --no-headers             tables without the header line
+  -n, --namespace NS       namespace of namespaced kinds (networkpolicy, workloadendpoint); default "default"
+  -A, --all-namespaces     list namespaced kinds across all namespaces
+  -l, --selector EXPR      label selector, e.g. "zone == 'a'", or kubectl's form: zone=a,tier!=db
+
+Examples:
+  netpluginctl get ippools -o wide
+  netpluginctl get pool default-ipv4-ippool -o yaml
+  netpluginctl get wep -A
+`,
+  delete: `Usage: netpluginctl delete <kind> <name...> [-n NAMESPACE] [--force] [--ignore-not-found] [--dry-run]
+       netpluginctl delete -f FILE|DIR|-
+
+Deleting a node also releases its IPAM state: its tunnel addresses and block
+affinities (empty blocks go back to their pool), and says what it released.
+An IPPool that still has allocated addresses is not deleted unless --force is given
+(the addresses then stay allocated until their workloads are deleted).
+`,
+};
+
+const write = (cmd: WriteMode): CtlCommand => async (rest, io, s) => {
+  const p = parseCommand(rest, [{ name: 'filename', short: 'f', type: 'string' }, DRY_RUN], cmd, s);
+  if (bool(p, 'help')) return printHelp(io, RESOURCES_HELP[cmd]!);
+  const file = str(p, 'filename');
+  if (!file) throw new CtlError(`${cmd} needs -f FILE (or -f - for stdin)`);
+  if (p.positional.length) throw new CtlError(`${cmd} takes no arguments besides -f FILE; got ${p.positional.join(' ')}`);
+  return cmdWrite(await s.writable(), io, file, cmd, dryRun(p));
+};
+
+const runGet: CtlCommand = async (rest, io, s) => {
+  const p = parseCommand(
+    rest,
+    [
+      { name: 'output', short: 'o', type: 'string' },
+      { name: 'namespace', short: 'n', type: 'string' },
+      { name: 'all-namespaces', short: 'A', type: 'bool' },
+      { name: 'selector', short: 'l', type: 'string' },
+      { name: 'no-headers', type: 'bool' },
+    ],
+    'get',
+    s,
+  );
+  if (bool(p, 'help')) return printHelp(io, RESOURCES_HELP.get!);
+  let [kind, ...names] = p.positional;
+  // get KIND/NAME [KIND/NAME...], as kubectl takes them.
+  if (kind?.includes('/')) {
+    const refs = p.positional.map((r) => r.split('/', 2) as [string, string | undefined]);
+    const kinds = new Set(refs.map(([k]) => resolveKind(k).kind));
+    if (kinds.size > 1 || refs.some(([, n]) => !n)) throw new CtlError(`get KIND/NAME: give names of one kind, each as KIND/NAME (got ${p.positional.join(' ')})`);
+    kind = refs[0]![0];
+    names = refs.map(([, n]) => n!);
+  }
+  if (!kind) throw new CtlError(`get needs a kind, e.g. 'netpluginctl get ippools'`);
+  // Resolve the kind before connecting so a typo fails fast.
+  resolveKind(kind);
+  return cmdGet(await s.datastore(), io, {
+    kind,
+    names,
+    namespace: str(p, 'namespace'),
+    allNamespaces: bool(p, 'all-namespaces'),
+    output: str(p, 'output'),
+    selector: str(p, 'selector'),
+    noHeaders: bool(p, 'no-headers'),
+  });
+};
+
+const runDelete: CtlCommand = async (rest, io, s) => {
+  const p = parseCommand(
+    rest,
+    [
+      { name: 'filename', short: 'f', type: 'string' },
+      { name: 'namespace', short: 'n', type: 'string' },
+      { name: 'force', type: 'bool' },
+      { name: 'ignore-not-found', type: 'bool' },
+      DRY_RUN,
+    ],
+    'delete',
+    s,
+  );
+  if (bool(p, 'help')) return printHelp(io, RESOURCES_HELP.delete!);
+  const [kind, ...names] = p.positional;
+  if (kind && !str(p, 'filename')) resolveKind(kind);
+  return cmdDelete(await s.writable(), io, {
+    kind,
+    names,
+    file: str(p, 'filename'),
+    namespace: str(p, 'namespace'),
+    force: bool(p, 'force'),
+    ignoreNotFound: bool(p, 'ignore-not-found'),
+    dryRun: dryRun(p),
+  });
+};
+
+/** apply, create, replace, get, delete. */
+export const resourcesGroup: CtlGroup = {
+  commands: { apply: write('apply'), create: write('create'), replace: write('replace'), get: runGet, delete: runDelete },
+  help: RESOURCES_HELP,
+};

@@ -7,7 +7,8 @@
 // policy and record the new cluster version. Walkthrough: docs/upgrade.md.
 import { readFileSync } from 'node:fs';
 import { DatastoreError } from '../errors.js';
-import { API_VERSION, NAMESPACED_KINDS, type Datastore, type Resource } from '../datastore/types.js';
+import { API_VERSION, NAMESPACED_KINDS, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
 import { isKind } from '../datastore/keys.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';
 import { OPERATOR_GROUP } from '../model/installation.js';

@@ -1,12 +1,13 @@
 // Validation of resources given by the operator. Structural checks come from
 // the shared zod schemas (src/datastore/schemas.ts); IP pools get the semantic
 // checks the allocator relies on (masked CIDR, no overlap, sane block size).
-import { API_VERSION, NAMESPACED_KINDS, type Datastore, type IPPoolSpec, type Kind, type Resource } from '../datastore/types.js';
+import { API_VERSION, NAMESPACED_KINDS, type IPPoolSpec, type Kind, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
 import { objectMetaSchema, specSchemas } from '../datastore/schemas.js';
 import { parseSelector } from '../selector/index.js';
 import { CtlError } from './io.js';
 import { manifestKind } from './kinds.js';
-import { containsCidr, formatCidr, overlaps, parseCidr, tryParseCidr, type Cidr } from '../ipam/cidr.js';
+import { containsCidr, formatCidr, overlaps, parseCidr, tryParseCidr, type Cidr } from '../net/cidr.js';
 
 export const BLOCK_SIZE = {
   4: { min: 20, max: 32, def: 26 },

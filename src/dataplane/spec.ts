@@ -1,6 +1,6 @@
 // The dataplane's input: plain data, never Kubernetes types. Validation names
 // the field, the value and the fix.
-import { formatIP, tryParseIPPrefix } from '../ipam/cidr.js';
+import { formatIP, tryParseIPPrefix } from '../net/cidr.js';
 
 export interface WorkloadSpec {
   /** The container's network namespace: /var/run/netns/<name> or /proc/<pid>/ns/net. */

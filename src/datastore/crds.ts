@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { BLOCK_SIZE_RANGE } from '../ipam/pools.js';
 import { PLURALS } from './keys.js';
 import { specSchemas } from './schemas.js';
-import { NAMESPACED_KINDS, type Kind } from './types.js';
+import { NAMESPACED_KINDS, type Kind } from '../model/resources.js';
 
 export type OpenApi = Record<string, unknown>;
 

@@ -8,17 +8,8 @@
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
-import {
-  NAMESPACED_KINDS,
-  type CallOptions,
-  type Datastore,
-  type Kind,
-  type ListOptions,
-  type ListResult,
-  type Resource,
-  type Watch,
-  type WatchEvent,
-} from './types.js';
+import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
+import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
 import { etcdKey, etcdListPrefix } from './keys.js';
 import { validateResource } from './schemas.js';
 import { parseSelector } from '../selector/index.js';

@@ -8,7 +8,8 @@ import { DatastoreError } from '../errors.js';
 import type { KubeClient, KubeList, KubeObject, WatchHandle } from '../k8s/client.js';
 import { convertK8sNetworkPolicy, K8S_POLICY_PREFIX, PolicyConversionError, type KubeNetworkPolicy } from '../model/k8s-networkpolicy.js';
 import { namespaceToProfile, parseProfileName, serviceAccountToProfile } from '../model/profiles.js';
-import type { Kind, Resource, Watch, WatchEvent } from './types.js';
+import type { Kind, Resource } from '../model/resources.js';
+import type { Watch, WatchEvent } from './types.js';
 
 const enc = encodeURIComponent;
 

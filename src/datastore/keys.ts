@@ -1,8 +1,8 @@
 // Where each kind lives: the Kubernetes plural (CRD resource name) and the etcd
 // key layout. Both backends and the CLI use this one table.
 import { DatastoreError } from '../errors.js';
-import { NAMESPACED_KINDS, type Kind } from './types.js';
-import { blockFamily, parseAffinityName } from './names.js';
+import { NAMESPACED_KINDS, type Kind } from '../model/resources.js';
+import { blockFamily, parseAffinityName } from '../model/names.js';
 
 export const PLURALS: Readonly<Record<Kind, string>> = {
   IPPool: 'ippools',

@@ -7,43 +7,15 @@ import { DatastoreError } from '../errors.js';
 import { createKubeClient, type KubeClient, type KubeList, type KubeObject, type KubePod, type WatchHandle } from '../k8s/client.js';
 import { parseSelector } from '../selector/index.js';
 import { PLURALS, checkName } from './keys.js';
-import { parseWorkloadEndpointName, workloadEndpointName } from './names.js';
+import { parseWorkloadEndpointName, workloadEndpointName } from '../model/names.js';
 import { podEndpointAttributes } from '../k8s/workload.js';
 import { validateResource } from './schemas.js';
-import {
-  API_GROUP,
-  API_VERSION,
-  NAMESPACED_KINDS,
-  type CallOptions,
-  type Datastore,
-  type Kind,
-  type ListOptions,
-  type ListResult,
-  type ObjectMeta,
-  type Resource,
-  type Watch,
-  type WatchEvent,
-  type WorkloadEndpointSpec,
-} from './types.js';
+import { API_GROUP, API_VERSION, NAMESPACED_KINDS, type Kind, type ObjectMeta, type Resource, type WorkloadEndpointSpec } from '../model/resources.js';
+import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
 import type { DatastoreConfig } from './index.js';
 import { orderedTxn, type TxnOp } from './txn.js';
 
-/** Pod annotations that hold a WorkloadEndpoint in Kubernetes mode. */
-export const WEP_ANNOTATIONS = {
-  containerID: 'cni.netplugin.org/containerID',
-  /** The first address, in CIDR form (`10.0.0.5/32`). */
-  podIP: 'cni.netplugin.org/podIP',
-  /** All addresses, comma-separated CIDRs. */
-  podIPs: 'cni.netplugin.org/podIPs',
-  /** The host-side veth. */
-  interfaceName: 'cni.netplugin.org/interfaceName',
-  /** The container-side interface's MAC. */
-  mac: 'cni.netplugin.org/mac',
-  /** The container-side interface name when not eth0. */
-  endpoint: 'cni.netplugin.org/endpoint',
-  /** Floating IP NAT mappings, JSON array of {internalIP, externalIP}. */
-  ipNATs: 'cni.netplugin.org/ipNATs',
-} as const;
+import { ENDPOINT_ANNOTATIONS as WEP_ANNOTATIONS } from '../model/annotations.js';
 
 const ORCHESTRATOR = 'k8s';
 

@@ -2,17 +2,8 @@
 // unit tests (allocator, plugin logic) and dry runs. Not for production.
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
-import {
-  NAMESPACED_KINDS,
-  type CallOptions,
-  type Datastore,
-  type Kind,
-  type ListOptions,
-  type ListResult,
-  type Resource,
-  type Watch,
-  type WatchEvent,
-} from './types.js';
+import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
+import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
 import { parseSelector } from '../selector/index.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 

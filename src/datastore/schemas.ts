@@ -4,7 +4,7 @@
 // through so a newer writer's extra fields survive a read-modify-write.
 import { z } from 'zod';
 import { DatastoreError } from '../errors.js';
-import { API_VERSION, type Kind, type Resource } from './types.js';
+import { API_VERSION, type Kind, type Resource } from '../model/resources.js';
 import { globalNetworkPolicySpecSchema, networkPolicySpecSchema, profileSpecSchema } from '../model/policy.js';
 
 const encap = z.enum(['Never', 'Always', 'CrossSubnet']);

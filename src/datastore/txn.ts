@@ -2,7 +2,8 @@
 // names the op whose guard failed, and the ordered-writes fallback for a
 // backend without multi-object transactions (the Kubernetes API).
 import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
-import { NAMESPACED_KINDS, type CallOptions, type Datastore, type Kind, type Resource } from './types.js';
+import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
+import { type CallOptions, type Datastore } from './types.js';
 
 /**
  * One write of a transaction, with the guard it carries:

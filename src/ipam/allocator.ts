@@ -11,16 +11,9 @@
 // handle whose count is too high, which the next release by that handle clears.
 import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
 import type { Logger } from '../cni/types.js';
-import {
-  API_VERSION,
-  type AllocationAttribute,
-  type BlockAffinitySpec,
-  type Datastore,
-  type IPAMBlockSpec,
-  type IPAMConfigSpec,
-  type Resource,
-} from '../datastore/types.js';
-import { affinityName, blockName } from '../datastore/names.js';
+import { API_VERSION, type AllocationAttribute, type BlockAffinitySpec, type IPAMBlockSpec, type IPAMConfigSpec, type Resource } from '../model/resources.js';
+import { type Datastore } from '../datastore/types.js';
+import { affinityName, blockName } from '../model/names.js';
 import { TxnError, type TxnOp } from '../datastore/txn.js';
 import { handleName, legacyHandleName, parseHandleID, sameHandle } from './handle.js';
 import {
@@ -38,7 +31,7 @@ import {
   type Cidr,
   type Family,
   type IP,
-} from './cidr.js';
+} from '../net/cidr.js';
 import {
   addressOf,
   allocateNext,
@@ -124,6 +117,19 @@ export interface PoolUsage {
   /** size - allocated (unclaimed blocks count as free). */
   free: bigint;
   perBlock: BlockUsage[];
+}
+
+/** Where an address stands (Ipam.locate). */
+export interface AddressLocation {
+  /** The address as formatted canonically. */
+  ip: string;
+  pool?: string;
+  block?: string;
+  /** The block's affinity ("host:NODE"), when a block holds the address. */
+  affinity?: string | null;
+  allocated: boolean;
+  /** Who holds it, when its attribute is recorded (handle null: a reserved address). */
+  holder?: { handle: string | null; attrs: Record<string, string> };
 }
 
 export interface HandleInfo {
@@ -1448,15 +1454,32 @@ export class Ipam {
   }
 
   async usage(): Promise<PoolUsage[]> {
+    return (await this.usageReport()).pools;
+  }
+
+  /**
+   * Pool usage (pools in name order, each with the blocks inside its CIDR) and
+   * the orphan blocks: blocks inside no pool (their pool was deleted with
+   * --force or resized), which keep their addresses until released.
+   */
+  async usageReport(): Promise<{ pools: PoolUsage[]; orphanBlocks: BlockUsage[] }> {
     const [{ pools }, { items: blocks }] = await Promise.all([this.loadPools(), this.ds.list('IPAMBlock')]);
-    return pools
+    const claimed = new Set<BlockRes>();
+    const parsed = blocks.map((b) => ({ b, c: tryParseCidr(b.spec.cidr) }));
+    const blockUsage = (b: BlockRes, c: Cidr | undefined): BlockUsage => ({
+      cidr: b.spec.cidr,
+      affinity: b.spec.affinity,
+      size: c ? Number(cidrSize(c)) : b.spec.allocations.length,
+      allocated: allocatedCount(b.spec),
+    });
+    const usage = pools
       .sort((a, b) => a.name.localeCompare(b.name))
       .map((p) => {
         const perBlock: BlockUsage[] = [];
-        for (const b of blocks) {
-          const c = tryParseCidr(b.spec.cidr);
+        for (const { b, c } of parsed) {
           if (!c || !containsCidr(p.cidr, c)) continue;
-          perBlock.push({ cidr: b.spec.cidr, affinity: b.spec.affinity, size: Number(cidrSize(c)), allocated: allocatedCount(b.spec) });
+          claimed.add(b);
+          perBlock.push(blockUsage(b, c));
         }
         const allocated = perBlock.reduce((n, b) => n + b.allocated, 0);
         const size = cidrSize(p.cidr);
@@ -1474,10 +1497,22 @@ export class Ipam {
           perBlock,
         };
       });
+    const orphanBlocks = parsed.filter(({ b }) => !claimed.has(b)).map(({ b, c }) => blockUsage(b, c));
+    return { pools: usage, orphanBlocks };
   }
 
   /** Who holds `ip`: its handle and attributes, or undefined when it is free or in no block. */
   async whoHas(ipText: string): Promise<{ handle: string | null; attrs: Record<string, string>; block: string } | undefined> {
+    const at = await this.locate(ipText);
+    return at.holder && at.block ? { handle: at.holder.handle, attrs: at.holder.attrs, block: at.block } : undefined;
+  }
+
+  /**
+   * Where `ip` stands: the (valid) pool containing it, the block containing it
+   * (when one was claimed), that block's affinity, whether the address is
+   * allocated and, when its attribute is recorded, who holds it.
+   */
+  async locate(ipText: string): Promise<AddressLocation> {
     const ip = tryParseIP(ipText);
     if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `'${ipText}' is not an IPv4 or IPv6 address`);
     const { pools } = await this.loadPools();
@@ -1492,11 +1527,16 @@ export class Ipam {
         return c && containsIP(c, ip);
       });
     }
-    if (!block) return undefined;
-    const c = parseCidr(block.spec.cidr);
-    const attr = handleAt(block.spec, ordinalOf(c, ip));
-    if (!attr) return undefined;
-    return { handle: attr.handle_id, attrs: { ...(attr.secondary ?? {}) }, block: block.spec.cidr };
+    const out: AddressLocation = { ip: formatIP(ip), allocated: false, ...(pool ? { pool: pool.name } : {}) };
+    if (!block) return out;
+    out.block = block.spec.cidr;
+    out.affinity = block.spec.affinity;
+    const ord = ordinalOf(parseCidr(block.spec.cidr), ip);
+    if (block.spec.allocations[ord] == null) return out;
+    out.allocated = true;
+    const attr = handleAt(block.spec, ord);
+    if (attr) out.holder = { handle: attr.handle_id, attrs: { ...(attr.secondary ?? {}) } };
+    return out;
   }
 
   /** Every handle, or only those of exactly `network` (see ipam/handle.ts; object names fold case, so this filters on the recorded IDs). */

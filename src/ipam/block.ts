@@ -1,8 +1,8 @@
 // Pure operations on an IPAMBlock spec (no I/O). The allocator reads a block,
 // applies one of these to a copy, and writes it back with compare-and-swap.
-import type { AllocationAttribute, IPAMBlockSpec } from '../datastore/types.js';
+import type { AllocationAttribute, IPAMBlockSpec } from '../model/resources.js';
 import { sameHandle } from './handle.js';
-import { cidrSize, formatIP, nthAddress, parseCidr, type Cidr } from './cidr.js';
+import { cidrSize, formatIP, nthAddress, parseCidr, type Cidr } from '../net/cidr.js';
 
 export function newBlockSpec(cidr: Cidr, text: string, affinity: string | null): IPAMBlockSpec {
   const n = Number(cidrSize(cidr));

@@ -4,7 +4,7 @@
 // but loses its affinity, so any node may later take it over. Used by
 // `netpluginctl delete node` and by the kube-controllers' node controller.
 import { DatastoreError } from '../errors.js';
-import { blockName } from '../datastore/names.js';
+import { blockName } from '../model/names.js';
 import type { Datastore } from '../datastore/types.js';
 import { Ipam } from './allocator.js';
 import type { IpamOptions } from './allocator.js';

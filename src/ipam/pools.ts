@@ -2,9 +2,9 @@
 // ipv4_pools/ipv6_pools or annotations, by name or CIDR), or every enabled pool
 // whose nodeSelector selects the node.
 import { CniError, ErrorCodes } from '../errors.js';
-import type { Resource } from '../datastore/types.js';
+import type { Resource } from '../model/resources.js';
 import { parseSelector, type Selector } from '../selector/index.js';
-import { cidrEquals, formatCidr, parseCidr, tryParseCidr, type Cidr, type Family } from './cidr.js';
+import { cidrEquals, formatCidr, parseCidr, tryParseCidr, type Cidr, type Family } from '../net/cidr.js';
 
 export interface PoolInfo {
   name: string;

@@ -7,29 +7,10 @@
 // per-pod path should not pay for a schema library it does not otherwise need.
 import { CniError, ErrorCodes } from '../errors.js';
 import type { Logger } from '../cni/types.js';
-import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseIP, type IP } from '../ipam/cidr.js';
+import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseIP, type IP } from '../net/cidr.js';
 
 
-export const ANNOTATION_PREFIX = 'cni.netplugin.org/';
-
-/** Every annotation key netplugin reads or writes. */
-export const ANNOTATIONS = {
-  // Read (user-facing; SPEC "Orchestrator annotations").
-  ipv4Pools: 'cni.netplugin.org/ipv4pools',
-  ipv6Pools: 'cni.netplugin.org/ipv6pools',
-  ipAddrs: 'cni.netplugin.org/ipAddrs',
-  ipAddrsNoIpam: 'cni.netplugin.org/ipAddrsNoIpam',
-  floatingIPs: 'cni.netplugin.org/floatingIPs',
-  // Written by the plugin on the Pod (kubernetes datastore: the endpoint is derived from them).
-  podIP: 'cni.netplugin.org/podIP',
-  podIPs: 'cni.netplugin.org/podIPs',
-  containerID: 'cni.netplugin.org/containerID',
-  // Also written by datastore/kubernetes.ts to store the rest of the endpoint on the Pod.
-  interfaceName: 'cni.netplugin.org/interfaceName',
-  mac: 'cni.netplugin.org/mac',
-  endpoint: 'cni.netplugin.org/endpoint',
-  ipNATs: 'cni.netplugin.org/ipNATs',
-} as const;
+import { ANNOTATIONS } from '../model/annotations.js';
 
 /** The netconf flags that gate annotations (SPEC "Feature control"). */
 export const FEATURE_FLAGS = {

@@ -7,14 +7,13 @@
 import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
 import type { CniArgs, Logger } from '../cni/types.js';
 // Types only: datastore/ may import k8s/, never the reverse (ARCHITECTURE layers).
-import type { Resource, WorkloadEndpointSpec } from '../datastore/types.js';
+import type { Resource, WorkloadEndpointSpec } from '../model/resources.js';
+import { workloadEndpointName } from '../model/names.js';
+import { LABEL_NAMESPACE, LABEL_ORCHESTRATOR, LABEL_SERVICEACCOUNT } from '../model/annotations.js';
 
 /** API_VERSION of src/datastore/types.ts, spelled out (the type below catches drift). */
 const WEP_API_VERSION: Resource<'WorkloadEndpoint'>['apiVersion'] = 'netplugin.org/v3';
 
-export const LABEL_NAMESPACE = 'netplugin.org/namespace';
-export const LABEL_ORCHESTRATOR = 'netplugin.org/orchestrator';
-export const LABEL_SERVICEACCOUNT = 'netplugin.org/serviceaccount';
 export const PROFILE_NAMESPACE_PREFIX = 'kns.';
 export const PROFILE_SERVICEACCOUNT_PREFIX = 'ksa.';
 
@@ -132,16 +131,6 @@ export function podEndpointAttributes(pod: PodLike): PodEndpointAttributes {
   };
   if (pod.metadata.generateName) out.generateName = pod.metadata.generateName;
   return out;
-}
-
-/**
- * `<node>-<orchestrator>-<workload>-<ifname>` with every '-' inside a part
- * doubled, so the name splits back unambiguously on single dashes
- * (node `a-b`, pod `c` -> `a--b-k8s-c-eth0`). Workload: the pod name for k8s,
- * the container ID for plain CNI.
- */
-export function workloadEndpointName(node: string, orchestrator: Orchestrator | string, workload: string, ifname: string): string {
-  return [node, orchestrator, workload, ifname].map((p) => p.replace(/-/g, '--')).join('-');
 }
 
 export interface EndpointInput {

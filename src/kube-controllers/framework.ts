@@ -5,7 +5,8 @@
 import { DatastoreError } from '../errors.js';
 import type { Logger } from '../cni/types.js';
 import type { KubeClient } from '../k8s/client.js';
-import type { Datastore, Kind, Resource } from '../datastore/types.js';
+import type { Kind, Resource } from '../model/resources.js';
+import type { Datastore } from '../datastore/types.js';
 import type { Registry } from '../observe/metrics.js';
 import { Informer, datastoreSource, type ListWatchSource } from '../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../watch/queue.js';

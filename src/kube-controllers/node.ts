@@ -12,12 +12,12 @@
 // - Automatic host endpoints: `<node>-auto-hep` per Node while
 //   spec.controllers.node.hostEndpoint.autoCreate is Enabled.
 import type { KubeObject, KubePod } from '../k8s/client.js';
-import { API_VERSION, type Resource } from '../datastore/types.js';
+import { API_VERSION, type Resource } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
 import { Ipam } from '../ipam/allocator.js';
 import { releaseNodeIpam } from '../ipam/node-release.js';
 import { addressOf, checkBlock } from '../ipam/block.js';
-import { canonicalIP } from '../ipam/cidr.js';
+import { canonicalIP } from '../net/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
 import { applyMirror, controllerMetrics, controllerQueue, describeError, watchErrors, type Controller, type ControllerContext } from './framework.js';
 import { formatDuration } from '../model/kube-controllers-config.js';

@@ -5,7 +5,7 @@
 // service account and slip past policy. Only on etcd: the kubernetes datastore
 // derives endpoints from pods on read.
 import type { KubeObject } from '../k8s/client.js';
-import type { Resource } from '../datastore/types.js';
+import type { Resource } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
 import { controllerMetrics, controllerQueue, watchErrors, type Controller, type ControllerContext } from './framework.js';

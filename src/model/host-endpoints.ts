@@ -3,7 +3,7 @@
 // netplugin-kube-controllers, with the allow-all profile attached so that all
 // traffic is allowed when no network policy applies. The node controller
 // creates them; `netpluginctl upgrade auto-hep` recognizes them.
-import { API_VERSION, type Resource } from '../datastore/types.js';
+import { API_VERSION, type Resource } from './resources.js';
 
 export const CREATED_BY_LABEL = 'netplugin.org/created-by';
 export const CREATED_BY = 'netplugin-kube-controllers';

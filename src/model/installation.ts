@@ -4,9 +4,9 @@
 // IPPools it implies and the agent settings. `netpluginctl installation render`
 // prints this; `installation apply` writes it (src/ctl/installation.ts).
 import { z } from 'zod';
-import { API_VERSION, type IPPoolSpec, type Resource } from '../datastore/types.js';
+import { API_VERSION, type IPPoolSpec, type Resource } from './resources.js';
 import type { DatastoreConfig } from '../datastore/index.js';
-import { parseCidr } from '../ipam/cidr.js';
+import { parseCidr } from '../net/cidr.js';
 
 export const OPERATOR_GROUP = 'operator.netplugin.org';
 export const OPERATOR_API_VERSION = `${OPERATOR_GROUP}/v1`;

@@ -15,7 +15,7 @@
 //   namespaces), both (those pods of those namespaces), ipBlock (cidr minus
 //   except); ports: number, named port, port..endPort, protocol default TCP;
 // - a direction in policyTypes with no rules denies everything in it.
-import { API_VERSION, type Resource } from '../datastore/types.js';
+import { API_VERSION, type Resource } from './resources.js';
 import type { EntityRule, NetworkPolicySpec, PolicyRule, PolicyType, Port } from './policy.js';
 
 export const K8S_POLICY_PREFIX = 'knp.default.';

@@ -1,7 +1,7 @@
 // The KubeControllersConfiguration resource `default`: the settings the
 // controllers honour, with their defaults. Durations use Go's notation
 // (`15m`, `1m30s`, `0s`), as the resource's users know it from Calico.
-import { API_VERSION, type KubeControllersConfigurationSpec, type Resource } from '../datastore/types.js';
+import { API_VERSION, type KubeControllersConfigurationSpec, type Resource } from './resources.js';
 
 export const CONFIG_NAME = 'default';
 export const CONTROLLER_NAMES = ['policy', 'profile', 'workloadendpoint', 'node'] as const;

@@ -4,8 +4,8 @@
 // helpers, and `netpluginctl policy explain` prints the evaluator's trace; both
 // follow the order documented in docs/policy.md.
 import { parseSelector, type Selector } from '../selector/index.js';
-import type { Resource } from '../datastore/types.js';
-import { containsIP, parseCidr, tryParseIP } from '../ipam/cidr.js';
+import type { Resource } from './resources.js';
+import { containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
 import {
   comparePolicies,
   effectiveTypes,

@@ -6,7 +6,7 @@
 // (service account labels: `pcsa.`), so they never clash with pod labels.
 // Pure functions: the policy controller (mirrors on etcd) and the kubernetes
 // datastore (derived on read) share them.
-import { API_VERSION, type Resource } from '../datastore/types.js';
+import { API_VERSION, type Resource } from './resources.js';
 import {
   NAMESPACE_LABEL_PREFIX,
   NAMESPACE_NAME_LABEL,

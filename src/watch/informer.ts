@@ -6,7 +6,8 @@
 // the cache is reported as well (a deletion missed while disconnected shows up
 // as a deleted key), so a consumer converges whatever it missed.
 import type { KubeClient, KubeList, KubeObject } from '../k8s/client.js';
-import type { Datastore, Kind, Resource } from '../datastore/types.js';
+import type { Kind, Resource } from '../model/resources.js';
+import type { Datastore } from '../datastore/types.js';
 
 export interface SourceEvent<T> {
   type: 'ADDED' | 'MODIFIED' | 'DELETED';

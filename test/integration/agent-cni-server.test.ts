@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startCniServer, type CniServer } from '../../src/agent/server.js';
-import { ACCEPTED, HEADER_LEN, encodeRequest, type ShimRequest, type ShimResponse } from '../../src/agent/protocol.js';
+import { ACCEPTED, HEADER_LEN, PROTOCOL_VERSION, decodeResponse, encodeRequest, type ShimRequest, type ShimResponse } from '../../src/agent/protocol.js';
 import type { CniHandlers, Logger, PluginSpec } from '../../src/cni/types.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -81,6 +81,8 @@ const conf = (extra: Record<string, unknown> = {}) => JSON.stringify({ cniVersio
 interface Exchange {
   accepted: boolean;
   response?: ShimResponse;
+  /** The response frame as it came. */
+  frame?: Buffer;
 }
 
 /** One protocol exchange; `raw` sends bytes as given instead of a request frame. */
@@ -100,9 +102,12 @@ function exchange(socketPath: string, req: ShimRequest | Buffer, onAccepted?: ()
     });
     c.on('close', () => {
       const all = Buffer.concat(chunks);
-      if (!accepted || all.length < 4) return resolve({ accepted });
-      const len = all.readUInt32BE(0);
-      resolve({ accepted, response: JSON.parse(all.subarray(4, 4 + len).toString('utf8')) as ShimResponse });
+      if (!accepted || all.length === 0) return resolve({ accepted });
+      try {
+        resolve({ accepted, response: decodeResponse(all), frame: all });
+      } catch (e) {
+        reject(e as Error);
+      }
     });
     c.write(Buffer.isBuffer(req) ? req : encodeRequest(req));
   });
@@ -173,16 +178,32 @@ describe('CNI server socket', () => {
   it('closes malformed and other-version requests without accepting them', async () => {
     const socketPath = join(tmp, 'malformed.sock');
     await start(socketPath);
-    const v2 = encodeRequest({ plugin: 'netplugin', env: {}, stdin: '' });
-    v2[3] = 2;
-    expect(await exchange(socketPath, v2)).toEqual({ accepted: false });
+    // Version 1 is a shim of the release before the binary answer: refused, so it runs per-exec.
+    for (const version of [PROTOCOL_VERSION - 1, PROTOCOL_VERSION + 1]) {
+      const other = encodeRequest({ plugin: 'netplugin', env: {}, stdin: '' });
+      other[3] = version;
+      expect(await exchange(socketPath, other)).toEqual({ accepted: false });
+      expect(logged.some((l) => l.includes(`shim speaks protocol version ${version}, this agent speaks ${PROTOCOL_VERSION}`))).toBe(true);
+    }
     expect(await exchange(socketPath, Buffer.from('GET / HTTP/1.1\r\n\r\n'))).toEqual({ accepted: false });
     const notJson = Buffer.alloc(HEADER_LEN + 3);
     encodeRequest({ plugin: '', env: {}, stdin: '' }).copy(notJson, 0, 0, 4);
     notJson.writeUInt32BE(3, 4);
     notJson.write('{x}', HEADER_LEN);
     expect(await exchange(socketPath, notJson)).toEqual({ accepted: false });
-    expect(logged.some((l) => l.includes('shim speaks protocol version 2, this agent speaks 1'))).toBe(true);
+  });
+
+  it('answers with the binary frame: "NPR", its version, the exit status, two lengths, the bytes', async () => {
+    const socketPath = join(tmp, 'frame.sock');
+    await start(socketPath);
+    const r = await exchange(socketPath, { plugin: 'netplugin', env: env('c5', { ONLY_IN_REQUEST: 'é' }), stdin: conf() });
+    const f = r.frame!;
+    expect(f.subarray(0, 4)).toEqual(Buffer.from([0x4e, 0x50, 0x52, PROTOCOL_VERSION]));
+    expect(f[4]).toBe(0);
+    const outLen = f.readUInt32BE(5);
+    expect(f.readUInt32BE(9)).toBe(0);
+    expect(f.length).toBe(13 + outLen);
+    expect(JSON.parse(f.toString('utf8', 13)).dns).toEqual({ search: ['é'] });
   });
 
   it('answers an unknown plugin name with a CNI error naming the known ones', async () => {

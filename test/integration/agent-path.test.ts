@@ -10,7 +10,7 @@ import { readdirSync, readFileSync, statSync, writeFileSync, mkdtempSync, rmSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { workloadEndpointName } from '../../src/k8s/workload.js';
+import { workloadEndpointName } from '../../src/model/names.js';
 import { writePolicyStatus } from '../../src/k8s/policy-wait.js';
 import { startNodeInit } from '../../src/agent/node-init.js';
 import { netlink, openNetns } from '../../src/native/index.js';

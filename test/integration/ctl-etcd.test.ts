@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { Ipam } from '../../src/ipam/index.js';
 import pkg from '../../package.json' with { type: 'json' };
 

@@ -4,8 +4,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { API_VERSION, type Datastore } from '../../src/datastore/types.js';
-import { workloadEndpointName } from '../../src/datastore/names.js';
+import { API_VERSION } from '../../src/model/resources.js';
+import { type Datastore } from '../../src/datastore/types.js';
+import { workloadEndpointName } from '../../src/model/names.js';
 import { Ipam } from '../../src/ipam/index.js';
 import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
 

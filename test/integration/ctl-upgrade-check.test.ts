@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { runCtl } from '../../src/ctl/index.js';
 import pkg from '../../package.json' with { type: 'json' };
 

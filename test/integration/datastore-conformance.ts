@@ -3,8 +3,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DatastoreError } from '../../src/errors.js';
 import { TxnError } from '../../src/datastore/txn.js';
-import { affinityName, blockName, workloadEndpointName } from '../../src/datastore/names.js';
-import { API_VERSION, type Datastore, type Kind, type Resource, type SpecOf, type WatchEvent } from '../../src/datastore/types.js';
+import { affinityName, blockName, workloadEndpointName } from '../../src/model/names.js';
+import { API_VERSION, type Kind, type Resource, type SpecOf } from '../../src/model/resources.js';
+import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
 
 export interface ConformanceTarget {
   ds: Datastore;

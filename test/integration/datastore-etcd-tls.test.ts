@@ -9,7 +9,8 @@ import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { certDir, makeCA, makeCert, type CA, type CertPair } from '../fixtures/certs.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { DatastoreError } from '../../src/errors.js';
-import { API_VERSION, type WatchEvent } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
+import { type WatchEvent } from '../../src/datastore/types.js';
 import type { EtcdDatastore } from '../../src/datastore/etcd.js';
 
 for (const transport of ['http', 'grpc'] as const) {

@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { freePort } from '../fixtures/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { API_VERSION, type Datastore, type WatchEvent } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
+import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
 import { DatastoreError } from '../../src/errors.js';
 import { convertK8sNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
 

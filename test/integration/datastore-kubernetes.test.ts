@@ -6,10 +6,11 @@ import { join } from 'node:path';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { createKubeClient } from '../../src/k8s/client.js';
-import { WEP_ANNOTATIONS } from '../../src/datastore/kubernetes.js';
-import { workloadEndpointName } from '../../src/datastore/names.js';
+import { ENDPOINT_ANNOTATIONS as WEP_ANNOTATIONS } from '../../src/model/annotations.js';
+import { workloadEndpointName } from '../../src/model/names.js';
 import { DatastoreError } from '../../src/errors.js';
-import { API_VERSION, type Datastore, type WatchEvent } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
+import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
 import { datastoreConformance } from './datastore-conformance.js';
 import { freePort } from '../fixtures/etcd.js';
 

@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEtcd } from '../fixtures/etcd.js';
 import { startFakeApiServer, writeKubeconfig } from '../fixtures/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { API_VERSION, type Datastore, type IPPoolSpec, type Kind, type Resource } from '../../src/datastore/types.js';
+import { API_VERSION, type IPPoolSpec, type Kind, type Resource } from '../../src/model/resources.js';
+import { type Datastore } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '../..');

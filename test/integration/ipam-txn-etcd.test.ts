@@ -7,8 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { blockName, workloadEndpointName } from '../../src/datastore/names.js';
-import { API_VERSION, type Datastore, type Resource, type TxnOp } from '../../src/datastore/types.js';
+import { blockName, workloadEndpointName } from '../../src/model/names.js';
+import { API_VERSION, type Resource } from '../../src/model/resources.js';
+import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { Ipam, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
 

@@ -4,8 +4,8 @@
 // throwaway etcd; pods and namespaces on the fake API server; policy.type k8s.
 // Every failing ADD must leave nothing behind.
 import { describe, expect, it } from 'vitest';
-import { API_VERSION } from '../../src/datastore/types.js';
-import { containsIP, parseCidr, parseIP } from '../../src/ipam/cidr.js';
+import { API_VERSION } from '../../src/model/resources.js';
+import { containsIP, parseCidr, parseIP } from '../../src/net/cidr.js';
 import { createNetns } from '../fixtures/netns.js';
 import {
   NODE, addrs, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, k8sArgs, link, routes, why,

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { createNetns } from '../fixtures/netns.js';
 import { runCni } from '../fixtures/cni.js';
-import type { Kind, Resource } from '../../src/datastore/types.js';
+import type { Kind, Resource } from '../../src/model/resources.js';
 import { BIN, NET_NAME, cni, expectNothingLeft, expectOk, k8sArgs, mapLimit, netconf, why, type Cluster, useCluster } from './plugin-harness.js';
 
 const PREFIX = 'npx';

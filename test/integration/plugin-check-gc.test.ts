@@ -3,7 +3,7 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { Ipam } from '../../src/ipam/index.js';
 import { createNetns } from '../fixtures/netns.js';
 import {

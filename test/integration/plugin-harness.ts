@@ -18,8 +18,9 @@ import { DIST, ROOT, assertThrowawayHostNetns, runCni, type CniOutcome } from '.
 import { removeAllNetns } from '../fixtures/netns.js';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { API_VERSION, type Datastore, type Resource } from '../../src/datastore/types.js';
-import { containsIP, parseCidr, parseIP } from '../../src/ipam/cidr.js';
+import { API_VERSION, type Resource } from '../../src/model/resources.js';
+import { type Datastore } from '../../src/datastore/types.js';
+import { containsIP, parseCidr, parseIP } from '../../src/net/cidr.js';
 
 export const BIN = process.env.NETPLUGIN_TEST_BIN ?? join(DIST, 'netplugin.mjs');
 /**

@@ -5,7 +5,7 @@ import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';
 import { createNetns, removeAllNetns } from '../fixtures/netns.js';
 import {

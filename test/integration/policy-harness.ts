@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { expect } from 'vitest';
-import type { Resource } from '../../src/datastore/types.js';
+import type { Resource } from '../../src/model/resources.js';
 import { DatastoreError } from '../../src/errors.js';
 import { convertK8sNetworkPolicy, k8sPolicyName, type KubeNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
 import { namespaceToProfile, serviceAccountToProfile } from '../../src/model/profiles.js';

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, readFileSync } from 'node:fs';
 import { statusFilePath } from '../../src/k8s/policy-wait.js';
-import { workloadEndpointName } from '../../src/k8s/workload.js';
+import { workloadEndpointName } from '../../src/model/names.js';
 import { nftRun } from '../../src/native/nft.js';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';
 import { removeAllNetns } from '../fixtures/netns.js';

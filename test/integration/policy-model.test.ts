@@ -2,7 +2,7 @@
 // traffic: order, Deny before Allow, Pass to the profiles, GlobalNetworkPolicy
 // (with namespaceSelector), notNets/notPorts, notProtocol and Log.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Resource } from '../../src/datastore/types.js';
+import type { Resource } from '../../src/model/resources.js';
 import type { GlobalNetworkPolicySpec, NetworkPolicySpec } from '../../src/model/policy.js';
 import { execFileSync } from 'node:child_process';
 import { assertThrowawayHostNetns } from '../fixtures/cni.js';

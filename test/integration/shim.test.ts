@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { SUPPORTED_VERSIONS } from '../../src/cni/types.js';
-import { ACCEPTED, encodeResponse } from '../../src/agent/protocol.js';
+import { ACCEPTED, HEADER_LEN, MAX_RESPONSE, PROTOCOL_VERSION, RESPONSE_HEADER_LEN, encodeResponse } from '../../src/agent/protocol.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const MARKER = 'NETPLUGIN-FALLBACK-RAN';
@@ -378,20 +378,117 @@ describe('shim -> per-exec fallback', () => {
     expect(JSON.parse(r.stdout)).toMatchObject({ code: 11, msg: 'netplugin agent stopped while handling the request; the runtime should retry' });
   });
 
-  it('reads answers with fields it does not know, and escapes it must decode', async () => {
-    const socket = join(tmp, 'future.sock');
-    const body = { future: { a: [1, { b: 'x}' }], c: null }, stdout: 'out \u2028 \ud83d\ude00 \ud800 \n', code: 7, stderr: 'err\n', flag: true };
-    await fakeAgent(socket, (c) => c.once('data', () => c.end(Buffer.concat([Buffer.from([ACCEPTED]), encodeResponse(body as never)]))));
-    const r = await runShim({ env: baseEnv({ NETPLUGIN_AGENT_SOCKET: socket }), stdin: '{}' });
-    expect(r.code).toBe(7);
-    expect(r.stdout).toBe('out \u2028 😀 \ufffd \n');
-    expect(r.stderr).toBe('err\n');
-  });
-
   it('as a non-root caller: cannot open the 0600 socket, so its own privileges run the fallback', async () => {
     const r = await runShim({ env: baseEnv(), stdin: netconf('1.0.0'), uid: 65534 });
     const out = JSON.parse(r.stdout);
     expect(out.marker).toBe(MARKER);
     expect(out.uid).toBe(65534);
+  });
+});
+
+// The answer after "accepted" is a binary frame the shim reads by its lengths
+// (docs/agent.md, "Wire protocol"). A frame it cannot use must still give the
+// runtime a CNI error JSON on stdout, and never the fallback: the agent
+// accepted the request, so it may have done part of the work.
+describe('shim <- agent answer frames', () => {
+  let n = 0;
+  /** A fake agent that reads the whole request, accepts it and answers `frame`. */
+  async function answering(frame: Buffer): Promise<string> {
+    const socket = join(tmp, `answer-${n++}.sock`);
+    await fakeAgent(socket, (c) => {
+      // A shim that refuses the frame exits with it unread: the kernel resets the connection.
+      c.on('error', () => {});
+      let got = Buffer.alloc(0);
+      c.on('data', (d: Buffer) => {
+        got = Buffer.concat([got, d]);
+        if (got.length >= HEADER_LEN && got.length >= HEADER_LEN + got.readUInt32BE(4)) {
+          c.removeAllListeners('data');
+          c.end(Buffer.concat([Buffer.from([ACCEPTED]), frame]));
+        }
+      });
+    });
+    return socket;
+  }
+  const header = (over: { magic?: string; version?: number; code?: number; outLen?: number; errLen?: number } = {}) => {
+    const h = Buffer.alloc(RESPONSE_HEADER_LEN);
+    h.write(over.magic ?? 'NPR', 0, 'latin1');
+    h[3] = over.version ?? PROTOCOL_VERSION;
+    h[4] = over.code ?? 0;
+    h.writeUInt32BE(over.outLen ?? 0, 5);
+    h.writeUInt32BE(over.errLen ?? 0, 9);
+    return h;
+  };
+  /** The shim's own CNI error: exit 1, one JSON line in the netconf's cniVersion, no fallback. */
+  const shimError = async (frame: Buffer) => {
+    const r = await runShim({ env: baseEnv({ NETPLUGIN_AGENT_SOCKET: await answering(frame) }), stdin: netconf('0.4.0') });
+    expect(r.stdout).not.toContain(MARKER);
+    expect(r.code).toBe(1);
+    expect(r.stdout.endsWith('}\n')).toBe(true);
+    const err = JSON.parse(r.stdout) as { cniVersion: string; code: number; msg: string };
+    expect(err.cniVersion).toBe('0.4.0');
+    return err;
+  };
+
+  it('relays stdout and stderr byte for byte (NUL, invalid UTF-8) and the exit status', async () => {
+    const out = Buffer.from([0x7b, 0x00, 0xff, 0xfe, 0x22, 0x5c, 0x0a]);
+    const err = Buffer.from('warn \u00e9\n\u0000', 'utf8');
+    const frame = Buffer.concat([header({ code: 7, outLen: out.length, errLen: err.length }), out, err]);
+    const socket = await answering(frame);
+    const child = spawn(join(binDir, 'netplugin'), [], { env: baseEnv({ NETPLUGIN_AGENT_SOCKET: socket }) as Record<string, string> });
+    const stdout: Buffer[] = [];
+    const stderr: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => stdout.push(d));
+    child.stderr.on('data', (d: Buffer) => stderr.push(d));
+    child.stdin.end('{}');
+    const code = await new Promise<number | null>((r) => child.on('close', r));
+    expect(code).toBe(7);
+    expect(Buffer.concat(stdout)).toEqual(out);
+    expect(Buffer.concat(stderr)).toEqual(err);
+  });
+
+  it('relays the frame encodeResponse writes, with empty stdout', async () => {
+    const r = await runShim({ env: baseEnv({ NETPLUGIN_AGENT_SOCKET: await answering(encodeResponse({ code: 0, stdout: '', stderr: 'só stderr\n' })) }), stdin: '{}' });
+    expect(r).toEqual({ code: 0, stdout: '', stderr: 'só stderr\n' });
+  });
+
+  it('a wrong magic: code 5 naming the bytes it got', async () => {
+    // What an agent answering protocol version 1 (u32 length + JSON) would send.
+    const v1 = Buffer.from('{"code":0,"stdout":"{}"}');
+    const len = Buffer.alloc(4);
+    len.writeUInt32BE(v1.length);
+    const err = await shimError(Buffer.concat([len, v1]));
+    expect(err.code).toBe(5);
+    expect(err.msg).toContain('does not start with the netplugin response magic "NPR" (it starts 00 00 00 18)');
+    expect(err.msg).toContain('install the shim and netplugin-node from one release');
+  });
+
+  it('a wrong version: code 11, try again, naming both versions', async () => {
+    const out = Buffer.from('{"cniVersion":"1.0.0"}');
+    const err = await shimError(Buffer.concat([header({ version: PROTOCOL_VERSION + 1, outLen: out.length }), out]));
+    expect(err.code).toBe(11);
+    expect(err.msg).toContain(`netplugin agent speaks another protocol version (${PROTOCOL_VERSION + 1}, this shim speaks ${PROTOCOL_VERSION}); try again`);
+  });
+
+  for (const [what, frame] of [
+    ['inside the header', header({ outLen: 20 }).subarray(0, 7)],
+    ['inside stdout', Buffer.concat([header({ outLen: 20, errLen: 4 }), Buffer.from('{"cniVers')])],
+    ['inside stderr', Buffer.concat([header({ outLen: 2, errLen: 10 }), Buffer.from('{}err')])],
+  ] as const) {
+    it(`a frame truncated ${what}: code 11, the agent stopped`, async () => {
+      const err = await shimError(frame);
+      expect(err).toMatchObject({ code: 11, msg: 'netplugin agent stopped while handling the request; the runtime should retry' });
+    });
+  }
+
+  it('an oversized length: code 5 naming the sizes and the limit, before reading any of it', async () => {
+    const err = await shimError(header({ outLen: 0xffffffff, errLen: 0xffffffff }));
+    expect(err.code).toBe(5);
+    expect(err.msg).toContain(`announced a ${2 * 0xffffffff}-byte answer (stdout ${0xffffffff}, stderr ${0xffffffff} bytes), over the shim's limit of ${MAX_RESPONSE} bytes`);
+  });
+
+  it('lengths that add up to just over the limit: code 5', async () => {
+    const err = await shimError(header({ outLen: MAX_RESPONSE, errLen: 1 }));
+    expect(err.code).toBe(5);
+    expect(err.msg).toContain(`announced a ${MAX_RESPONSE + 1}-byte answer`);
   });
 });

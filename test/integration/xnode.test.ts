@@ -2,7 +2,7 @@
 // subnet, C is behind a router. One agent per node programs routes to the
 // other nodes' blocks; real pings and real datagrams prove the paths.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { API_VERSION, type IPPoolSpec } from '../../src/datastore/types.js';
+import { API_VERSION, type IPPoolSpec } from '../../src/model/resources.js';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseAutodetect, registerNode } from '../../src/agent/node-registration.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { netlink, openNetns, type Netlink, type NetNS } from '../../src/native/index.js';
 import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
 

@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { createAgentMetrics } from '../../src/agent/metrics.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION, type Resource } from '../../src/datastore/types.js';
+import { API_VERSION, type Resource } from '../../src/model/resources.js';
 
 const handle = (name: string): Resource<'IPAMHandle'> => ({ apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name }, spec: { handleID: name, block: {} } });
 

@@ -18,7 +18,7 @@ import {
   splitBlocks,
   tryParseIP,
   CidrError,
-} from '../../src/ipam/cidr.js';
+} from '../../src/net/cidr.js';
 
 describe('addresses', () => {
   it('parses and formats IPv4', () => {

@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { initDatastore, runCtl } from '../../src/ctl/index.js';
 import { Ipam } from '../../src/ipam/index.js';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { handleName } from '../../src/ipam/handle.js';
 import type { IpamReport } from '../../src/ctl/ipam.js';
 import pkg from '../../package.json' with { type: 'json' };
@@ -108,7 +108,7 @@ describe('ipam check and release', () => {
     expect(check.code).toBe(1);
     expect((await ctl(['ipam', 'check', '--json'])).code).toBe(1);
     expect(check.out).toMatch(/leaked handles \(1\):\n  k8s-pod-network\.c-gone  /);
-    expect(check.out).toMatch(/pod default\/gone no longer exists/);
+    expect(check.out).toMatch(/no workload endpoint for pod default\/gone \(the pod was not looked up: no Kubernetes access/);
     const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as IpamReport;
     expect(report.leakedHandles).toEqual([expect.objectContaining({ handle: 'k8s-pod-network.c-gone', ips: [leaked], namespace: 'default', pod: 'gone', node: 'n1' })]);
     expect(report.summary).toMatchObject({ allocated: 2, leakedAddresses: 1, problems: 1 });

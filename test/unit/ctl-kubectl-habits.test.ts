@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { runCtl } from '../../src/ctl/index.js';
 import { mergePatch } from '../../src/ctl/edit.js';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { Ipam } from '../../src/ipam/index.js';
 
 let ds: MemoryDatastore;

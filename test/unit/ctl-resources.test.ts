@@ -4,7 +4,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { runCtl } from '../../src/ctl/index.js';
-import { API_VERSION, type Resource } from '../../src/datastore/types.js';
+import { API_VERSION, type Resource } from '../../src/model/resources.js';
 
 let ds: MemoryDatastore;
 beforeEach(() => {

@@ -4,7 +4,7 @@
 // ipAddrs); tunnel addresses come only from pools that allow Tunnel.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION, type IPPoolSpec } from '../../src/datastore/types.js';
+import { API_VERSION, type IPPoolSpec } from '../../src/model/resources.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { Ipam, type AssignRequest } from '../../src/ipam/index.js';
 

@@ -4,7 +4,8 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION, type Datastore, type IPPoolSpec, type Kind, type Resource } from '../../src/datastore/types.js';
+import { API_VERSION, type IPPoolSpec, type Kind, type Resource } from '../../src/model/resources.js';
+import { type Datastore } from '../../src/datastore/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
 import { Ipam, type AssignRequest, type Assigned } from '../../src/ipam/index.js';
 

@@ -3,7 +3,7 @@
 // kept, affinities deleted; other nodes untouched.
 import { describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION } from '../../src/datastore/types.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { Ipam, releaseNodeIpam } from '../../src/ipam/index.js';
 
 async function setup() {

@@ -2,7 +2,6 @@
 // annotation table, SPEC Errors 1-8, and the precedence rules of issue 8.
 import { describe, expect, it } from 'vitest';
 import {
-  ANNOTATIONS,
   pairFloatingIPs,
   parseWorkloadAnnotations,
   poolsFromResources,
@@ -10,9 +9,10 @@ import {
   type PoolInfo,
   type ResolveInput,
 } from '../../src/k8s/annotations.js';
+import { ANNOTATIONS } from '../../src/model/annotations.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import type { Logger } from '../../src/cni/types.js';
-import { API_VERSION, type Resource } from '../../src/datastore/types.js';
+import { API_VERSION, type Resource } from '../../src/model/resources.js';
 
 const POOLS: PoolInfo[] = [
   { name: 'default-ipv4', cidr: '10.244.0.0/16' },

@@ -7,11 +7,11 @@ import {
   podEndpointAttributes,
   podLookupError,
   readPodContext,
-  workloadEndpointName,
   type NamespaceLike,
   type PodLike,
   type PodSource,
 } from '../../src/k8s/workload.js';
+import { workloadEndpointName } from '../../src/model/names.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
 import type { Logger } from '../../src/cni/types.js';
 import type { KubeClient } from '../../src/k8s/client.js';

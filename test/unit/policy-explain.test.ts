@@ -3,7 +3,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { runCtl } from '../../src/ctl/index.js';
-import { API_VERSION, type Resource } from '../../src/datastore/types.js';
+import { API_VERSION, type Resource } from '../../src/model/resources.js';
 import { convertK8sNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
 import { namespaceToProfile } from '../../src/model/profiles.js';
 

@@ -6,8 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { computeDesired, poolViews, type ClusterView } from '../../src/agent/routes/desired.js';
 import { natScript } from '../../src/agent/nat/index.js';
 import { detectAddress, parseAutodetect, vtepMac } from '../../src/agent/node-registration.js';
-import type { IPPoolSpec, NodeSpec } from '../../src/datastore/types.js';
-import { parseCidr } from '../../src/ipam/cidr.js';
+import type { IPPoolSpec, NodeSpec } from '../../src/model/resources.js';
+import { parseCidr } from '../../src/net/cidr.js';
 import type { AddrInfo, LinkInfo } from '../../src/native/index.js';
 
 const nodes = new Map<string, NodeSpec>([

@@ -6,7 +6,7 @@
 // nothing else in the ruleset is touched.
 import type { Logger } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
-import { formatCidr } from '../../ipam/cidr.js';
+import { formatCidr } from '../../net/cidr.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
 import { watchKind } from '../routes/watch.js';
 

@@ -18,7 +18,7 @@
 //   are sets of address . protocol . port (np4-*/np6-*): a label or port change
 //   rewrites set elements, not rules.
 import { createHash } from 'node:crypto';
-import { containsCidr, formatCidr, formatIP, parseCidr, type Cidr } from '../../ipam/cidr.js';
+import { containsCidr, formatCidr, formatIP, parseCidr, type Cidr } from '../../net/cidr.js';
 import { effectiveTypes, parsePort, protocolNumber, type EntityRule, type PolicyRule, type Protocol } from '../../model/policy.js';
 import {
   endpointViews,

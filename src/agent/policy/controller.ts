@@ -12,7 +12,8 @@
 // first full resync replaces it atomically. Stop: the table stays (existing
 // pods keep their enforcement, new pods stay isolated).
 import type { Logger } from '../../cni/types.js';
-import type { Datastore, Kind, Resource } from '../../datastore/types.js';
+import type { Kind, Resource } from '../../model/resources.js';
+import type { Datastore } from '../../datastore/types.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
 import { clearPolicyStatus, writePolicyStatus, type ProgrammedSignal } from '../../k8s/policy-wait.js';

@@ -5,7 +5,7 @@
 // removed: routes with our protocol, entries on devices we created.
 import type { Logger } from '../../cni/types.js';
 import { NetlinkError, RouteType, type Netlink, type RouteInfo } from '../../native/index.js';
-import { parseCidr, type Cidr, type Family } from '../../ipam/cidr.js';
+import { parseCidr, type Cidr, type Family } from '../../net/cidr.js';
 import { IPIP_DEVICE, OVERHEAD, ROUTE_PROTOCOL, VXLAN_DEVICE, VXLAN_PORT, VXLAN_VNI, type Desired, type DesiredRoute } from './desired.js';
 
 const RTNH_F_ONLINK = 4;

@@ -12,8 +12,8 @@
 //   IPIPCrossSubnet  IPIP towards nodes in another subnet, direct otherwise
 // Per block affine to this node: a blackhole route, so an unused address of
 // our own block never leaves through the default route.
-import type { EncapMode, IPPoolSpec, NodeSpec } from '../../datastore/types.js';
-import { containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../ipam/cidr.js';
+import type { EncapMode, IPPoolSpec, NodeSpec } from '../../model/resources.js';
+import { containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../net/cidr.js';
 
 export const VXLAN_DEVICE: Record<Family, string> = { 4: 'vxlan.netplugin', 6: 'vx6.netplugin' };
 export const IPIP_DEVICE = 'tunl.netplugin';

@@ -1,7 +1,8 @@
 // A list+watch cache of one kind: list, watch from the list's revision, and
 // re-list when the watch reports the revision gone (compaction / 410) or fails.
 // Calls onChange after every change (the controller debounces).
-import type { Datastore, Kind, Resource, Watch } from '../../datastore/types.js';
+import type { Kind, Resource } from '../../model/resources.js';
+import type { Datastore, Watch } from '../../datastore/types.js';
 import type { Logger } from '../../cni/types.js';
 
 export interface KindCache<K extends Kind> {

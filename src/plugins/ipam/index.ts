@@ -8,7 +8,7 @@ import { validAttachments } from '../../cni/dispatch.js';
 import type { CniContext, CniHandlers, CniResult } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { DEFAULT_LOCK_PATH, Ipam } from '../../ipam/index.js';
-import { formatIP, tryParseIP } from '../../ipam/cidr.js';
+import { formatIP, tryParseIP } from '../../net/cidr.js';
 import { getIpamObserver, wrapDatastore } from '../main/runtime.js';
 import { handleIDFor, parseHandleID } from '../../ipam/handle.js';
 

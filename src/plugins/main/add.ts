@@ -6,7 +6,8 @@ import { randomBytes } from 'node:crypto';
 import type { CniContext, CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
 import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
-import type { Datastore, Resource, TxnOp } from '../../datastore/types.js';
+import type { Resource } from '../../model/resources.js';
+import type { Datastore, TxnOp } from '../../datastore/types.js';
 import type { Assigned, Piggyback } from '../../ipam/index.js';
 import { parseResult } from '../../cni/result.js';
 import { GATEWAY_V4 } from '../../dataplane/workload.js';
@@ -18,6 +19,7 @@ import { execDelegate } from './delegate.js';
 import { dataplane, getIpamObserver, getPolicySignal, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, checkClusterReady, datastoreFor, identify, ipamLockPath, kubeClientFor, podSourceFor, statusDir, type Workload } from './common.js';
 import { podMtu } from '../../config/mtu.js';
+import { LABEL_NAMESPACE, LABEL_ORCHESTRATOR } from '../../model/annotations.js';
 
 /** The pod's own address on its interface: /32 or /128 (routing is done by the host's per-address route). */
 export function hostPrefix(ip: string): string {
@@ -82,7 +84,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
         // Not read from the API server: the service account and labels are unknown, so claim none.
         delete wep.spec.serviceAccountName;
         delete wep.spec.profiles;
-        wep.metadata.labels = { 'netplugin.org/namespace': wl.pod.namespace, 'netplugin.org/orchestrator': 'k8s' };
+        wep.metadata.labels = { [LABEL_NAMESPACE]: wl.pod.namespace, [LABEL_ORCHESTRATOR]: 'k8s' };
       }
       return wep;
     };

@@ -34,7 +34,16 @@ export function blockFamily(name: string): 4 | 6 {
  * every '-' inside a part doubled (k8s/workload.ts builds them; this splits
  * them back: `node--1-k8s-web--0-eth0` -> node-1, k8s, web-0, eth0).
  */
-export { workloadEndpointName } from '../k8s/workload.js';
+/**
+ * `<node>-<orchestrator>-<workload>-<ifname>` with every '-' inside a part
+ * doubled, so the name splits back unambiguously on single dashes
+ * (node `a-b`, pod `c` -> `a--b-k8s-c-eth0`). Workload: the pod name for k8s,
+ * the container ID for plain CNI.
+ */
+export function workloadEndpointName(node: string, orchestrator: 'k8s' | 'cni' | string, workload: string, ifname: string): string {
+  return [node, orchestrator, workload, ifname].map((p) => p.replace(/-/g, '--')).join('-');
+}
+
 
 export function parseWorkloadEndpointName(name: string): { node: string; orchestrator: string; workload: string; endpoint: string } | undefined {
   // '--' is an escaped '-' inside a part; a single '-' separates parts.

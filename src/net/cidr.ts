@@ -1,5 +1,8 @@
-// Address and prefix arithmetic on bigints, IPv4 and IPv6 alike. No I/O.
-// Errors are CidrError (a plain Error subclass) with a message that names the
+// The bottom layer for addresses: parsing, formatting and arithmetic of IPv4
+// and IPv6 addresses and prefixes on bigints, used by every other layer (no
+// node:net isIP, no second parser elsewhere). No I/O. One strict parser
+// (parseCidr / tryParseCidr) with a lenient mode ({strict:false}) for stored or
+// user data that may carry host bits. Errors are CidrError (a plain Error subclass) with a message that names the
 // offending text; callers wrap them with the field name they came from.
 
 export type Family = 4 | 6;

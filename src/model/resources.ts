@@ -1,0 +1,173 @@
+// The resource model: the typed netplugin.org/v3 resources every layer speaks
+// (IPAM objects, endpoints, nodes, policies, cluster settings). The bottom
+// layer: datastore/ stores them, k8s/ derives some from Kubernetes objects,
+// ipam/, agent/ and ctl/ read and write them; none of those import each other
+// for these types.
+
+import type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec } from './policy.js';
+export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
+
+export const API_GROUP = 'netplugin.org';
+export const API_VERSION = 'netplugin.org/v3';
+
+export interface ObjectMeta {
+  name: string;
+  namespace?: string;
+  /** etcd: the key's mod revision; Kubernetes: metadata.resourceVersion. Empty on create. */
+  resourceVersion?: string;
+  uid?: string;
+  creationTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  ownerReferences?: Array<{ apiVersion: string; kind: string; name: string; uid: string; controller?: boolean; blockOwnerDeletion?: boolean }>;
+}
+
+export interface Resource<K extends Kind = Kind, S = SpecOf<K>> {
+  apiVersion: typeof API_VERSION;
+  kind: K;
+  metadata: ObjectMeta;
+  spec: S;
+}
+
+export type EncapMode = 'Never' | 'Always' | 'CrossSubnet';
+
+export interface IPPoolSpec {
+  cidr: string;
+  /** Prefix length of the blocks the pool is carved into: 20-32 (IPv4, default 26), 116-128 (IPv6, default 122). */
+  blockSize?: number;
+  ipipMode?: EncapMode;
+  vxlanMode?: EncapMode;
+  natOutgoing?: boolean;
+  disabled?: boolean;
+  /** Label selector over Node labels (src/selector). Default `all()`. */
+  nodeSelector?: string;
+  allowedUses?: Array<'Workload' | 'Tunnel'>;
+}
+
+export interface AllocationAttribute {
+  /** IPAM handle (`<network>.<containerID>`), or null for reserved/unknown. */
+  handle_id: string | null;
+  secondary?: Record<string, string>;
+}
+
+/** One block of a pool: the unit of node affinity. Name: cidr with '/' -> '-' (e.g. `10.0.0.0-26`). */
+export interface IPAMBlockSpec {
+  cidr: string;
+  /** `host:<node>` when affine to a node, null when not. */
+  affinity: string | null;
+  /** allocations[i] is the index into `attributes` of ordinal i, or null when free. */
+  allocations: Array<number | null>;
+  /** Free ordinals, in the order they will be handed out. */
+  unallocated: number[];
+  attributes: AllocationAttribute[];
+  /** Set while a node is releasing the block so racing writers back off. */
+  deleted?: boolean;
+  sequenceNumber?: number;
+}
+
+export type AffinityState = 'pending' | 'confirmed' | 'pendingDeletion';
+
+/** Name: `<node>-<cidr with / and : replaced by ->` (Kubernetes-safe). */
+export interface BlockAffinitySpec {
+  state: AffinityState;
+  node: string;
+  cidr: string;
+  deleted?: boolean;
+}
+
+/** Name: the handle ID. `block` maps block CIDR -> number of addresses the handle holds there. */
+export interface IPAMHandleSpec {
+  handleID: string;
+  block: Record<string, number>;
+  deleted?: boolean;
+}
+
+/** Singleton named `default`. */
+export interface IPAMConfigSpec {
+  strictAffinity?: boolean;
+  maxBlocksPerHost?: number;
+  autoAllocateBlocks?: boolean;
+}
+
+export interface WorkloadEndpointSpec {
+  orchestrator: string;
+  workload?: string;
+  node: string;
+  containerID: string;
+  pod?: string;
+  endpoint: string;
+  serviceAccountName?: string;
+  ipNetworks: string[];
+  ipNATs?: Array<{ internalIP: string; externalIP: string }>;
+  profiles?: string[];
+  interfaceName: string;
+  mac?: string;
+  ports?: Array<{ name: string; protocol: string; port: number; hostPort?: number; hostIP?: string }>;
+  generateName?: string;
+}
+
+/** Singleton named `default`. */
+export interface ClusterInformationSpec {
+  clusterGUID?: string;
+  clusterType?: string;
+  netpluginVersion?: string;
+  datastoreReady?: boolean;
+}
+
+export interface NodeSpec {
+  addresses?: Array<{ address: string; type?: string }>;
+  /** Pod CIDRs of the node (from the orchestrator), used by host-local `usePodCidr`. */
+  podCIDRs?: string[];
+  bgp?: { ipv4Address?: string; ipv6Address?: string };
+  /** The node's own addresses with prefix (`192.0.2.10/24`), registered by its agent. */
+  ipv4Address?: string;
+  ipv6Address?: string;
+  /** Tunnel data the agent allocates and registers, read by the other nodes' agents. */
+  vxlanTunnelAddress?: string;
+  vxlanTunnelMACAddr?: string;
+  vxlanTunnelAddressV6?: string;
+  vxlanTunnelMACAddrV6?: string;
+  ipv4IPIPTunnelAddr?: string;
+}
+
+export interface HostEndpointSpec {
+  node: string;
+  interfaceName?: string;
+  expectedIPs?: string[];
+  profiles?: string[];
+}
+
+export interface KubeControllersConfigurationSpec {
+  controllers?: {
+    node?: {
+      hostEndpoint?: { autoCreate?: 'Enabled' | 'Disabled' };
+      /** How long an allocation must look leaked before IPAM GC releases it (Go duration, default `15m`). */
+      leakGracePeriod?: string;
+      /** How often IPAM GC scans (Go duration, default `1m`). */
+      reconcilerPeriod?: string;
+    };
+    [k: string]: unknown;
+  };
+  [k: string]: unknown;
+}
+
+export interface SpecMap {
+  IPPool: IPPoolSpec;
+  IPAMBlock: IPAMBlockSpec;
+  BlockAffinity: BlockAffinitySpec;
+  IPAMHandle: IPAMHandleSpec;
+  IPAMConfig: IPAMConfigSpec;
+  WorkloadEndpoint: WorkloadEndpointSpec;
+  ClusterInformation: ClusterInformationSpec;
+  Node: NodeSpec;
+  HostEndpoint: HostEndpointSpec;
+  KubeControllersConfiguration: KubeControllersConfigurationSpec;
+  Profile: ProfileSpec;
+  NetworkPolicy: NetworkPolicySpec;
+  GlobalNetworkPolicy: GlobalNetworkPolicySpec;
+}
+export type Kind = keyof SpecMap;
+export type SpecOf<K extends Kind> = SpecMap[K];
+
+/** Namespaced kinds; every other kind is cluster-scoped. */
+export const NAMESPACED_KINDS: ReadonlySet<Kind> = new Set<Kind>(['WorkloadEndpoint', 'NetworkPolicy']);
