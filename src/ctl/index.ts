@@ -37,6 +37,7 @@ Commands:
   create -f FILE|DIR|-       create resources; fails if one exists
   replace -f FILE|DIR|-      update existing resources
   get <kind> [name...]       show resources (also KIND/NAME; -o yaml|json|wide|name, -n NS, -A, -l)
+  describe <kind> [name...]  show resources for a person, with where mirrored ones come from
   delete <kind> <name...>    delete resources (or -f FILE|DIR)
   validate -f FILE|DIR|-     check manifests without a datastore
   label <kind> <name> k=v    set (k=v) or remove (k-) labels

@@ -459,6 +459,18 @@ Examples:
   netpluginctl get pool default-ipv4-ippool -o yaml
   netpluginctl get wep -A
 `,
+  describe: `Usage: netpluginctl describe <kind> [name...] [-n NAMESPACE | -A] [-l SELECTOR]
+       netpluginctl describe <kind>/<name>
+
+Shows each resource for a person: name, namespace, labels, annotations, owner references,
+creation time and resource version, where it comes from (objects mirrored or derived from
+Kubernetes: knp.default.* from a NetworkPolicy, kns.* from a Namespace, ksa.* from a
+ServiceAccount, *-auto-hep from a Node; read-only, change the source instead), then its spec.
+
+Examples:
+  netpluginctl describe networkpolicy knp.default.allow-web -n shop
+  netpluginctl describe profile kns.shop
+`,
   delete: `Usage: netpluginctl delete <kind> <name...> [-n NAMESPACE] [--force] [--ignore-not-found] [--dry-run]
        netpluginctl delete -f FILE|DIR|-
 
@@ -542,8 +554,93 @@ const runDelete: CtlCommand = async (rest, io, s) => {
   });
 };
 
-/** apply, create, replace, get, delete. */
+/** Where a mirrored or derived object comes from (docs/kube-controllers.md), or undefined for a user's own. */
+export function sourceOf(r: Resource): string | undefined {
+  const n = r.metadata.name;
+  const ns = r.metadata.namespace;
+  if (r.kind === 'NetworkPolicy' && n.startsWith('knp.default.')) return `Kubernetes NetworkPolicy ${ns ?? 'default'}/${n.slice('knp.default.'.length)} (networking.k8s.io/v1)`;
+  if (r.kind === 'Profile' && n.startsWith('kns.')) return `Kubernetes Namespace ${n.slice(4)}`;
+  if (r.kind === 'Profile' && n.startsWith('ksa.')) {
+    const rest = n.slice(4);
+    const dot = rest.indexOf('.');
+    return dot > 0 ? `Kubernetes ServiceAccount ${rest.slice(0, dot)}/${rest.slice(dot + 1)}` : `Kubernetes ServiceAccount ${rest}`;
+  }
+  if (r.kind === 'HostEndpoint' && n.endsWith('-auto-hep')) return `Kubernetes Node ${n.slice(0, -'-auto-hep'.length)} (automatic host endpoint)`;
+  if (r.kind === 'WorkloadEndpoint') return 'a pod or container, written by the CNI plugin at ADD';
+  return undefined;
+}
+
+export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string; names: string[]; namespace?: string; allNamespaces?: boolean; selector?: string }): Promise<number> {
+  const info = resolveKind(args.kind);
+  const namespaced = NAMESPACED_KINDS.has(info.kind);
+  const items: Resource[] = [];
+  let failed = 0;
+  if (args.names.length) {
+    for (const name of args.names) {
+      const ns = namespaced ? (args.namespace ?? 'default') : undefined;
+      try {
+        items.push(await ds.get(info.kind, name, ns));
+      } catch (e) {
+        if (!DatastoreError.is(e, 'NotFound')) throw e;
+        failed++;
+        io.stderr(`error: ${describeRef(info.kind, name, ns)} not found\n`);
+      }
+    }
+  } else {
+    const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
+    items.push(...(await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) })).items);
+    if (!items.length) io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
+  }
+  const { stringify } = await import('yaml');
+  const kv = (m: Record<string, string> | undefined) => (m && Object.keys(m).length ? Object.entries(m).map(([k, v]) => `${k}=${v}`).join('\n' + ' '.repeat(18)) : '<none>');
+  const blocks = items.map((r) => {
+    const m = r.metadata;
+    const src = sourceOf(r);
+    const lines = [
+      `Name:             ${m.name}`,
+      ...(namespaced ? [`Namespace:        ${m.namespace ?? 'default'}`] : []),
+      `Kind:             ${r.kind} (${r.apiVersion})`,
+      `Labels:           ${kv(m.labels)}`,
+      `Annotations:      ${kv(m.annotations)}`,
+      ...(m.ownerReferences?.length ? [`Owner references: ${m.ownerReferences.map((o) => `${o.kind}/${o.name} (${o.apiVersion}, uid ${o.uid})`).join(', ')}`] : []),
+      `Created:          ${m.creationTimestamp ?? '<unknown>'}`,
+      `Resource version: ${m.resourceVersion ?? '<none>'}`,
+      ...(src ? [`Source:           ${src}; read-only here: change the source instead`] : []),
+      'Spec:',
+      ...stringify(r.spec ?? {}).trimEnd().split('\n').map((l) => `  ${l}`),
+    ];
+    return lines.join('\n');
+  });
+  if (blocks.length) io.stdout(blocks.join('\n\n') + '\n');
+  return failed ? 1 : 0;
+}
+
+const runDescribe: CtlCommand = async (rest, io, s) => {
+  const p = parseCommand(
+    rest,
+    [
+      { name: 'namespace', short: 'n', type: 'string' },
+      { name: 'all-namespaces', short: 'A', type: 'bool' },
+      { name: 'selector', short: 'l', type: 'string' },
+    ],
+    'describe',
+    s,
+  );
+  if (bool(p, 'help')) return printHelp(io, RESOURCES_HELP.describe!);
+  let [kind, ...names] = p.positional;
+  if (kind?.includes('/')) {
+    const [k, n] = kind.split('/', 2);
+    kind = k;
+    names = [n ?? '', ...names].filter(Boolean);
+  }
+  if (!kind) throw new CtlError(`describe needs a kind, e.g. 'netpluginctl describe profile kns.default'`);
+  resolveKind(kind);
+  if (bool(p, 'all-namespaces') && names.length) throw new CtlError(`-A cannot be combined with a name; give the namespace with -n`);
+  return cmdDescribe(await s.datastore(), io, { kind, names, namespace: str(p, 'namespace'), allNamespaces: bool(p, 'all-namespaces'), selector: str(p, 'selector') });
+};
+
+/** apply, create, replace, get, describe, delete. */
 export const resourcesGroup: CtlGroup = {
-  commands: { apply: write('apply'), create: write('create'), replace: write('replace'), get: runGet, delete: runDelete },
+  commands: { apply: write('apply'), create: write('create'), replace: write('replace'), get: runGet, describe: runDescribe, delete: runDelete },
   help: RESOURCES_HELP,
 };

@@ -325,3 +325,29 @@ describe('output formats and CLI behaviour', () => {
     expect(err).toMatch(/^error: no datastore configured: pass --config/);
   });
 });
+
+describe('describe', () => {
+  it('shows a user resource with its labels and spec, and a mirrored one with its Kubernetes source', async () => {
+    await applyOk(pool('blue', { cidr: '10.90.0.0/24', nodeSelector: 'all()' }));
+    const r = await ctl(['describe', 'ippool', 'blue']);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^Name: +blue\nKind: +IPPool \(netplugin\.org\/v3\)\nLabels: +<none>/);
+    expect(r.out).toMatch(/Spec:\n  cidr: 10\.90\.0\.0\/24/);
+    expect(r.out).not.toContain('Source:');
+
+    await ds.create({ apiVersion: API_VERSION, kind: 'Profile', metadata: { name: 'kns.shop', labels: { a: 'b' } }, spec: { labelsToApply: { 'netplugin.org/name': 'shop' } } } as Resource);
+    await ds.create({ apiVersion: API_VERSION, kind: 'NetworkPolicy', metadata: { name: 'knp.default.allow-web', namespace: 'shop' }, spec: { selector: 'all()' } } as Resource);
+    const prof = await ctl(['describe', 'profile/kns.shop']);
+    expect(prof.out).toMatch(/Labels: +a=b/);
+    expect(prof.out).toMatch(/Source: +Kubernetes Namespace shop; read-only here/);
+    const np = await ctl(['describe', 'networkpolicy', '-A']);
+    expect(np.out).toMatch(/Namespace: +shop/);
+    expect(np.out).toMatch(/Source: +Kubernetes NetworkPolicy shop\/allow-web \(networking\.k8s\.io\/v1\)/);
+  });
+
+  it('names what it did not find and exits 1', async () => {
+    const r = await ctl(['describe', 'ippool', 'nope']);
+    expect(r.code).toBe(1);
+    expect(r.err).toMatch(/not found/);
+  });
+});
