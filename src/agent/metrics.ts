@@ -25,6 +25,17 @@ export interface AgentMetrics {
   ipamReleased(n: number): void;
   /** Times every datastore call; counts compare-and-swap conflicts on IPAM objects (each is retried). */
   wrapDatastore(ds: Datastore): Datastore;
+  /** One nftables batch of the policy controller applied (full resync or incremental). */
+  policyApplied(s: { full: boolean; commands: number; compileMs: number; applyMs: number }): void;
+  /** One reconcile of the route controller applied to the kernel. */
+  routesApplied(s: RoutesApplied): void;
+}
+
+export interface RoutesApplied {
+  seconds: number;
+  routesAdded: number;
+  routesRemoved: number;
+  errors: number;
 }
 
 /** Objects IPAM updates with compare-and-swap and retries on Conflict. */
@@ -57,6 +68,11 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
   const released = registry.counter('netplugin_ipam_addresses_released_total', 'Addresses IPAM released from workloads on this node.');
   const retries = registry.counter('netplugin_ipam_cas_retries_total', 'Compare-and-swap conflicts (Conflict, AlreadyExists) on IPAM objects, each retried, by kind: contention with other nodes or processes.', ['kind']);
   const dsLatency = registry.histogram('netplugin_datastore_request_duration_seconds', 'Datastore calls made by the agent, by operation, kind and result.', ['operation', 'kind', 'result']);
+  const policyLatency = registry.histogram('netplugin_policy_program_duration_seconds', 'Compiling and applying one nftables batch of network policy (inet netplugin), by mode: full (resync) or incremental.', ['mode']);
+  const policyCommands = registry.counter('netplugin_policy_nft_commands_total', 'nftables commands applied by the policy controller, by mode.', ['mode']);
+  const routeLatency = registry.histogram('netplugin_route_reconcile_duration_seconds', 'Applying one reconcile of routes, tunnel devices, neighbours and FDB entries to the kernel.');
+  const routeChanges = registry.counter('netplugin_route_changes_total', 'Routes the route controller added or removed, by change.', ['change']);
+  const routeErrors = registry.counter('netplugin_route_errors_total', 'Kernel refusals while reconciling routes (each is retried on the next reconcile).');
 
   return {
     registry,
@@ -65,6 +81,17 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
       requests.inc({ plugin: r.plugin, command: r.command, result: ok ? 'success' : 'error' });
       latency.observe({ plugin: r.plugin, command: r.command }, r.seconds);
       if (!ok) errors.inc({ plugin: r.plugin, command: r.command, code: cniErrorCode(r.stdout) });
+    },
+    policyApplied(a) {
+      const mode = a.full ? 'full' : 'incremental';
+      policyLatency.observe({ mode }, (a.compileMs + a.applyMs) / 1000);
+      policyCommands.inc({ mode }, a.commands);
+    },
+    routesApplied(r) {
+      routeLatency.observe(undefined, r.seconds);
+      if (r.routesAdded) routeChanges.inc({ change: 'added' }, r.routesAdded);
+      if (r.routesRemoved) routeChanges.inc({ change: 'removed' }, r.routesRemoved);
+      if (r.errors) routeErrors.inc(undefined, r.errors);
     },
     ipamAssigned: (n) => assigned.inc(undefined, n),
     ipamReleased: (n) => released.inc(undefined, n),

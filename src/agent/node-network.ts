@@ -16,6 +16,8 @@ export interface NodeNetworkOptions {
   nodeIPv6: string | undefined;
   autodetect: string | undefined;
   mtuFile: string | undefined;
+  /** Metrics hook: each route reconcile applied to the kernel. */
+  onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
 
 /** Throws (before anything starts) on bad flags. */
@@ -54,6 +56,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       ...(o.nodeIP !== undefined ? { ipv4: o.nodeIP } : {}),
       ...(o.nodeIPv6 !== undefined ? { ipv6: o.nodeIPv6 === 'autodetect' ? '' : o.nodeIPv6 } : {}),
       mtuFile: o.mtuFile ?? conf.mtu_file,
+      ...(o.onRoutesApplied ? { onApplied: o.onRoutesApplied } : {}),
     });
     stops.push(() => routes.stop(), () => nat.stop(), () => nl.close());
     if (stopped) for (const s of stops.splice(0)) s();

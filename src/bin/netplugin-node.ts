@@ -270,6 +270,7 @@ async function main(): Promise<void> {
         nodeIPv6: values['node-ipv6'],
         autodetect: values['ip-autodetection'],
         mtuFile: values['mtu-file'],
+        onRoutesApplied: (s) => metrics.routesApplied(s),
       });
     } catch (e) {
       usageError((e as Error).message);
@@ -279,7 +280,7 @@ async function main(): Promise<void> {
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   if (values.config) {
     try {
-      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log);
+      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log, { onApplied: (s) => metrics.policyApplied(s) });
     } catch (e) {
       log.error(`policy: ${(e as Error).message}`);
       process.exit(2);

@@ -37,3 +37,21 @@ describe('agent metrics', () => {
     expect(text).toContain('netplugin_cni_request_duration_seconds_count{plugin="netplugin",command="ADD"} 2');
   });
 });
+
+describe('dataplane controller metrics', () => {
+  it('times policy batches by mode and route reconciles, and counts route changes and errors', () => {
+    const m = createAgentMetrics();
+    m.policyApplied({ full: true, commands: 120, compileMs: 30, applyMs: 70 });
+    m.policyApplied({ full: false, commands: 4, compileMs: 1, applyMs: 9 });
+    m.routesApplied({ seconds: 0.004, routesAdded: 3, routesRemoved: 1, errors: 2 });
+    const text = m.registry.render();
+    expect(text).toContain('netplugin_policy_program_duration_seconds_count{mode="full"} 1');
+    expect(text).toContain('netplugin_policy_program_duration_seconds_sum{mode="full"} 0.1');
+    expect(text).toContain('netplugin_policy_program_duration_seconds_sum{mode="incremental"} 0.01');
+    expect(text).toContain('netplugin_policy_nft_commands_total{mode="full"} 120');
+    expect(text).toContain('netplugin_route_reconcile_duration_seconds_count 1');
+    expect(text).toContain('netplugin_route_changes_total{change="added"} 3');
+    expect(text).toContain('netplugin_route_changes_total{change="removed"} 1');
+    expect(text).toContain('netplugin_route_errors_total 2');
+  });
+});

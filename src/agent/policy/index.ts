@@ -14,7 +14,11 @@ export interface PolicyAgent {
  * of the CNI config). Returns undefined when policy is not enabled. Throws when
  * it is and libnftables is missing (the message names the package).
  */
-export async function startPolicyAgent(raw: Record<string, unknown>, log: Logger, opts: { retryMs?: number } = {}): Promise<PolicyAgent | undefined> {
+export async function startPolicyAgent(
+  raw: Record<string, unknown>,
+  log: Logger,
+  opts: { retryMs?: number; onApplied?: (s: import('./controller.js').ApplyStats) => void } = {},
+): Promise<PolicyAgent | undefined> {
   const { parseNetconf } = await import('../../config/index.js');
   let conf: ReturnType<typeof parseNetconf>;
   try {
@@ -51,6 +55,7 @@ export async function startPolicyAgent(raw: Record<string, unknown>, log: Logger
         const nodename = resolveNodename(conf);
         controller = await startPolicyController({ ds, nodename, log, base, ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}) });
         setPolicySignal(controller.signal);
+        if (opts.onApplied) controller.onApplied(opts.onApplied);
         log.info('policy: controller started', { nodename });
         if (stopped) await controller.stop();
         return;

@@ -29,6 +29,8 @@ export interface RoutesOptions {
   redetectMs?: number;
   /** Called after each reconcile (tests, NAT controller). */
   onReconciled?: (d: Desired) => void;
+  /** Called after each kernel apply with its duration and changes (metrics). */
+  onApplied?: (s: { seconds: number; routesAdded: number; routesRemoved: number; errors: number }) => void;
 }
 
 export interface RoutesController {
@@ -127,7 +129,9 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       ...(t(v6, me.vxlanTunnelAddressV6, me.vxlanTunnelMACAddrV6) ? { vxlan6: t(v6, me.vxlanTunnelAddressV6, me.vxlanTunnelMACAddrV6)! } : {}),
       ...(t(v4, me.ipv4IPIPTunnelAddr) ? { ipip: t(v4, me.ipv4IPIPTunnelAddr)! } : {}),
     };
+    const t0 = process.hrtime.bigint();
     const stats = kernel.apply({ desired, tunnels, underlayMtu: mtu });
+    o.onApplied?.({ seconds: Number(process.hrtime.bigint() - t0) / 1e9, routesAdded: stats.routesAdded, routesRemoved: stats.routesRemoved, errors: stats.errors.length });
     if (stats.routesAdded || stats.routesRemoved) log.info('routes reconciled', { added: stats.routesAdded, removed: stats.routesRemoved, errors: stats.errors.length });
     if (o.mtuFile) writePodMtu(o.mtuFile, mtu - desired.overhead, log);
     o.onReconciled?.(desired);
