@@ -384,7 +384,8 @@ export class PolicyCompiler {
   /** A set, its definition and its element counts, from the endpoints that may contribute. */
   private newSet(name: string, def: SetDef, type: string, from: EndpointView[]): void {
     const counts = new Map<string, number>();
-    for (const e of from) for (const el of contributions(def, e)) counts.set(el, (counts.get(el) ?? 0) + 1);
+    // `from` is already the selection's members: no second selector match.
+    for (const e of from) for (const el of contributions(def, e, true)) counts.set(el, (counts.get(el) ?? 0) + 1);
     this.setDefs.set(name, def);
     this.setCounts.set(name, counts);
     this.sets.set(name, { type, elements: new Set(counts.keys()) });
@@ -465,8 +466,8 @@ export class PolicyCompiler {
 }
 
 /** The elements endpoint `e` puts in a set. */
-function contributions(def: SetDef, e: EndpointView): string[] {
-  if (def.sel && !selectionMatches(def.sel, e)) return [];
+function contributions(def: SetDef, e: EndpointView, member = false): string[] {
+  if (!member && def.sel && !selectionMatches(def.sel, e)) return [];
   const addrs = e.addrs.filter((a) => familyOf(a) === def.family);
   if (def.kind === 'addr') return addrs;
   const out: string[] = [];
