@@ -36,7 +36,8 @@ function profiles(): Map<string, ProfileInput> {
 function endpoint(r: () => number, i: number, addr: number): EndpointInput {
   const ns = NS[i % 3]!;
   return {
-    key: `ep${i}`, namespace: ns, profiles: [`kns.${ns}`],
+    // Endpoint names repeat across namespaces (node-k8s-<pod>-eth0 for pods of one name).
+    key: `ep${Math.floor(i / 3)}`, namespace: ns, profiles: [`kns.${ns}`],
     labels: { app: `app${Math.floor(r() * 5)}`, role: `r${Math.floor(r() * 3)}` },
     addrs: [`10.9.${addr >> 8}.${addr & 255}`, ...(i % 4 === 0 ? [`fd09::${addr.toString(16)}`] : [])],
     ports: r() < 0.7 ? [{ name: r() < 0.5 ? 'http' : 'dns', protocol: r() < 0.5 ? 'TCP' : 'UDP', port: 8000 + Math.floor(r() * 3) }] : [],
@@ -72,7 +73,11 @@ describe('incremental policy compiler', () => {
       if (k < 0.25) eps = [...eps, endpoint(r, next, next + 1)], next++;
       else if (k < 0.4 && eps.length > 10 && i >= 3) eps = eps.filter((_, j) => j !== i);
       else if (k < 0.55 && i >= 3) eps = eps.map((e, j) => (j === i ? { ...e, addrs: [`10.9.200.${step}`] } : e)); // an address moves
-      else eps = eps.map((e, j) => (j === i ? { ...endpoint(r, Number(e.key.slice(2)), 0), addrs: e.addrs } : e)); // labels and ports
+      else eps = eps.map((e, j) => {
+          if (j !== i) return e;
+          const { labels, ports } = endpoint(r, 0, 0);
+          return { ...e, labels, ports };
+        }); // labels and ports
       const input: CompileInput = { policies: pols, profiles: profs, endpoints: eps };
       const inc = c.compile(input);
       modes.add(c.lastMode);

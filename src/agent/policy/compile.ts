@@ -117,7 +117,7 @@ interface Memo {
   policyKeys: string[];
   policySpecs: unknown[];
   profiles: Map<string, ProfileInput>;
-  /** Endpoint key → its input as JSON (to find what changed) and its view. */
+  /** Endpoint (namespace/key: endpoint names repeat across namespaces) → its input as JSON (to find what changed) and its view. */
   endpoints: Map<string, { sig: string; view: EndpointView }>;
   /** Profiles some local endpoint names (their chains are compiled). */
   usedProfiles: string;
@@ -213,7 +213,7 @@ export class PolicyCompiler {
     };
     this.endpoints.forEach((ep, i) => {
       // endpointViews keeps the inputs' order.
-      memo.endpoints.set(ep.key, { sig: JSON.stringify(input.endpoints[i]), view: ep });
+      memo.endpoints.set(epId(ep), { sig: JSON.stringify(input.endpoints[i]), view: ep });
       this.endpointChains(ep, memo, state, input.profiles);
     });
     this.memo = memo;
@@ -289,8 +289,8 @@ export class PolicyCompiler {
     const freshSigs: string[] = [];
     for (const e of input.endpoints) {
       const sig = JSON.stringify(e);
-      const was = memo.endpoints.get(e.key);
-      if (was && was.sig === sig) next.set(e.key, was);
+      const was = memo.endpoints.get(epId(e));
+      if (was && was.sig === sig) next.set(epId(e), was);
       else {
         fresh.push(e);
         freshSigs.push(sig);
@@ -298,8 +298,9 @@ export class PolicyCompiler {
     }
     const freshViews = endpointViews(fresh, input.profiles);
     freshViews.forEach((v, i) => {
-      next.set(v.key, { sig: freshSigs[i]!, view: v });
-      changed.push({ ...(memo.endpoints.has(v.key) ? { old: memo.endpoints.get(v.key)!.view } : {}), now: v });
+      const id = epId(v);
+      next.set(id, { sig: freshSigs[i]!, view: v });
+      changed.push({ ...(memo.endpoints.has(id) ? { old: memo.endpoints.get(id)!.view } : {}), now: v });
     });
     for (const [k, was] of memo.endpoints) if (!next.has(k)) changed.push({ old: was.view });
     if (changed.length === 0) {
@@ -477,6 +478,11 @@ function contributions(def: SetDef, e: EndpointView, member = false): string[] {
     for (const a of addrs) out.push(`${a} . ${def.proto} . ${p.port}`);
   }
   return out;
+}
+
+/** An endpoint's identity: its name is unique only within its namespace. */
+function epId(e: EndpointInput): string {
+  return `${e.namespace}/${e.key}`;
 }
 
 function policyKey(p: PolicyInput): string {
