@@ -176,6 +176,13 @@ function inNets(addr: string, nets: string[]): boolean {
   });
 }
 
+/** A port, range or named port of `owner` (the destination endpoint, with the connection's protocol). */
+function portMatches(x: number | string, port: number, owner: EndpointView | undefined, proto: Protocol): boolean {
+  const pp = parsePort(x);
+  if (pp.kind === 'range') return port >= pp.first && port <= pp.last;
+  return !!owner?.ports?.some((cp) => cp.name === pp.name && cp.port === port && portProtocol(cp.protocol) !== undefined && protocolNumber(portProtocol(cp.protocol)!) === protocolNumber(proto));
+}
+
 function entityMatches(e: EntityRule | undefined, p: PolicyInput | undefined, addr: string, owner: EndpointView | undefined, proto: Protocol, port: number | undefined, isDst: boolean): boolean {
   if (!e) return true;
   const s = entitySelection(e, p);
@@ -188,15 +195,10 @@ function entityMatches(e: EntityRule | undefined, p: PolicyInput | undefined, ad
   if (!isDst && (e.ports?.length || e.notPorts?.length)) return false;
   if (isDst && e.ports?.length) {
     if (port === undefined) return false;
-    const ok = e.ports.some((x) => {
-      const pp = parsePort(x);
-      if (pp.kind === 'range') return port >= pp.first && port <= pp.last;
-      return !!owner?.ports?.some((cp) => cp.name === pp.name && cp.port === port && portProtocol(cp.protocol) !== undefined && protocolNumber(portProtocol(cp.protocol)!) === protocolNumber(proto));
-    });
-    if (!ok) return false;
+    if (!e.ports.some((x) => portMatches(x, port, owner, proto))) return false;
   }
   if (isDst && e.notPorts?.length && port !== undefined) {
-    if (e.notPorts.some((x) => { const pp = parsePort(x); return pp.kind === 'range' && port >= pp.first && port <= pp.last; })) return false;
+    if (e.notPorts.some((x) => portMatches(x, port, owner, proto))) return false;
   }
   return true;
 }

@@ -403,7 +403,7 @@ export class PolicyCompiler {
     const dst = entitySelection(r.destination, p);
     const srcNot = notSelection(r.source, p);
     const dstNot = notSelection(r.destination, p);
-    const hasNamed = (e?: EntityRule) => (e?.ports ?? []).some((x) => parsePort(x).kind === 'named');
+    const hasNamed = (e?: EntityRule) => [...(e?.ports ?? []), ...(e?.notPorts ?? [])].some((x) => parsePort(x).kind === 'named');
     const needsFamily = !!(src || dst || srcNot || dstNot || r.source?.nets?.length || r.destination?.nets?.length || r.source?.notNets?.length || r.destination?.notNets?.length || hasNamed(r.source) || hasNamed(r.destination));
     let families: Array<0 | 4 | 6> = r.ipVersion ? [r.ipVersion] : needsFamily ? [4, 6] : [0];
     // A rule that needs the peer (or the endpoint) to be in a selection matches nothing in a family
@@ -429,6 +429,11 @@ export class PolicyCompiler {
         const common: string[] = [];
         const nums = notPorts.map(parsePort).filter((x) => x.kind === 'range');
         if (nums.length) common.push(`th ${dir}port != ${portSet(nums)}`);
+        // A named notPort: not the address . protocol . port of a matching endpoint's port of that name.
+        for (const np of notPorts.map(parsePort)) {
+          if (np.kind !== 'named' || f === 0) continue;
+          common.push(`${ipk} ${dir}addr . meta l4proto . th ${dir}port != @${this.namedPortSet(selection, np.name, r.protocol ?? 'TCP', f)}`);
+        }
         if (ports.length === 0) return [common];
         const alts: string[][] = [];
         const numeric = ports.map(parsePort).filter((x) => x.kind === 'range');
