@@ -131,13 +131,14 @@ An IPPool that still has allocated addresses is not deleted unless --force is gi
   ipam check [-o report.json] [--json]
   ipam release --ip ADDR [--ip ADDR...] [--force] | --from-report FILE
 `,
-  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--protocol P] [-o json]
+  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--source-port N] [--protocol P] [-o json]
 
 Shows the pod's endpoint (addresses, labels with those its profiles apply), the
 policies that select it for ingress and egress in evaluation order, and with
 --peer the rule that decides a connection each way, as the node agent enforces it:
   --peer     the other side: a pod (NS/POD, or POD in -n NS) or an address
   --port     destination port (default: none; rules with ports then do not match)
+  --source-port  source port (default: none; rules with source ports then do not match)
   --protocol TCP (default), UDP, SCTP, UDPLite, ICMP, ICMPv6
 `,
   'ipam show': `Usage: netpluginctl ipam show [--show-blocks] [--ip ADDR] [-o json]
@@ -626,6 +627,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
           { name: 'namespace', short: 'n', type: 'string' },
           { name: 'peer', type: 'string' },
           { name: 'port', type: 'string' },
+          { name: 'source-port', type: 'string' },
           { name: 'protocol', type: 'string' },
           { name: 'output', short: 'o', type: 'string' },
         ],
@@ -642,6 +644,7 @@ async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Pro
         ...(opt('namespace') ? { namespace: opt('namespace')! } : {}),
         ...(opt('peer') ? { peer: opt('peer')! } : {}),
         ...(opt('port') ? { port: opt('port')! } : {}),
+        ...(opt('source-port') ? { sourcePort: opt('source-port')! } : {}),
         ...(opt('protocol') ? { protocol: opt('protocol')! } : {}),
         ...(opt('output') ? { output: opt('output')! } : {}),
       });
