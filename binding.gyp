@@ -15,7 +15,8 @@
         "native/tunnel.cc",
         "native/sysctl.cc",
         "native/peercred.cc",
-        "native/nft.cc"
+        "native/nft.cc",
+        "native/conntrack.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_DISABLE_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],

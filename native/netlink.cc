@@ -98,6 +98,7 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
                            InstanceMethod<&NetlinkWrap::Call<FdbList>>("fdbList"),
                            InstanceMethod<&NetlinkWrap::Call<SysctlGet>>("sysctlGet"),
                            InstanceMethod<&NetlinkWrap::Call<SysctlSet>>("sysctlSet"),
+                           InstanceMethod<&NetlinkWrap::Call<ConntrackFlush>>("conntrackFlush"),
                        });
   }
 

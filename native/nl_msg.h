@@ -56,6 +56,9 @@ class NlMsg {
   void s32(uint16_t type, int32_t v) { attr(type, &v, 4); }
   void str(uint16_t type, const std::string& s) { attr(type, s.c_str(), s.size() + 1); }
 
+  // Bytes appended as they are (already-encoded attributes), padded to 4.
+  void raw(const void* p, size_t len) { append(p, len); }
+
   size_t nestBegin(uint16_t type) {
     size_t off = buf_.size();
     attr(type, nullptr, 0);

@@ -52,8 +52,8 @@ void NlSocket::close() {
   fd_ = -1;
 }
 
-bool NlSocket::open(NlError& e) {
-  int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+bool NlSocket::open(NlError& e, int protocol) {
+  int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol);
   if (fd < 0) {
     e.set(errno, "socket");
     return false;

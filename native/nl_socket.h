@@ -37,8 +37,9 @@ class NlSocket {
   NlSocket(const NlSocket&) = delete;
   NlSocket& operator=(const NlSocket&) = delete;
 
-  // Creates the socket in the calling thread's current namespace.
-  bool open(NlError& e);
+  // Creates the socket in the calling thread's current namespace
+  // (NETLINK_NETFILTER for ctnetlink, native/conntrack.cc).
+  bool open(NlError& e, int protocol = NETLINK_ROUTE);
   void close();
   bool isOpen() const { return fd_ >= 0; }
 

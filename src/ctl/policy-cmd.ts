@@ -4,13 +4,14 @@
 import { bool, CtlError, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 
 export const POLICY_HELP: Record<string, string> = {
-  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--protocol P] [-o json]
+  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--source-port N] [--protocol P] [-o json]
 
 Shows the pod's endpoint (addresses, labels with those its profiles apply), the
 policies that select it for ingress and egress in evaluation order, and with
 --peer the rule that decides a connection each way, as the node agent enforces it:
   --peer     the other side: a pod (NS/POD, or POD in -n NS) or an address
   --port     destination port (default: none; rules with ports then do not match)
+  --source-port  source port (default: none; rules with source ports then do not match)
   --protocol TCP (default), UDP, SCTP, UDPLite, ICMP, ICMPv6
 `,
 };
@@ -25,6 +26,7 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
       { name: 'namespace', short: 'n', type: 'string' },
       { name: 'peer', type: 'string' },
       { name: 'port', type: 'string' },
+      { name: 'source-port', type: 'string' },
       { name: 'protocol', type: 'string' },
       { name: 'output', short: 'o', type: 'string' },
     ],
@@ -41,6 +43,7 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
     ...(opt('namespace') ? { namespace: opt('namespace')! } : {}),
     ...(opt('peer') ? { peer: opt('peer')! } : {}),
     ...(opt('port') ? { port: opt('port')! } : {}),
+    ...(opt('source-port') ? { sourcePort: opt('source-port')! } : {}),
     ...(opt('protocol') ? { protocol: opt('protocol')! } : {}),
     ...(opt('output') ? { output: opt('output')! } : {}),
   });

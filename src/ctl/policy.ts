@@ -14,6 +14,7 @@ export interface ExplainOptions {
   /** `ns/pod`, `pod` (same namespace) or an address. */
   peer?: string;
   port?: string;
+  sourcePort?: string;
   protocol?: string;
   output?: string;
 }
@@ -26,11 +27,14 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
   const ns = o.namespace ?? 'default';
   const protocol = (o.protocol ?? 'TCP').toUpperCase() === 'ICMPV6' ? 'ICMPv6' : (o.protocol ?? 'TCP').toUpperCase();
   if (!(PROTOCOL_NAMES as readonly string[]).includes(protocol)) throw new CtlError(`--protocol ${o.protocol} is not one of ${PROTOCOL_NAMES.join(', ')}`);
-  let port: number | undefined;
-  if (o.port !== undefined) {
-    port = Number(o.port);
-    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new CtlError(`--port ${o.port} is not a port number from 1 to 65535`);
-  }
+  const portArg = (flag: string, v: string | undefined): number | undefined => {
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1 || n > 65535) throw new CtlError(`${flag} ${v} is not a port number from 1 to 65535`);
+    return n;
+  };
+  const port = portArg('--port', o.port);
+  const sourcePort = portArg('--source-port', o.sourcePort);
   if (o.output !== undefined && o.output !== 'json') throw new CtlError(`-o ${o.output}: only json is supported (default: text)`);
 
   const [weps, nps, gnps, profs] = await Promise.all([ds.list('WorkloadEndpoint'), ds.list('NetworkPolicy'), ds.list('GlobalNetworkPolicy'), ds.list('Profile')]);
@@ -71,16 +75,17 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
       peerAddr = peerView.addrs.find((a) => ep.addrs.some((b) => b.includes(':') === a.includes(':')));
       if (!peerAddr) throw new CtlError(`--peer ${o.peer}: it has no address of the same family as ${ns}/${o.pod}`);
     }
-    const conn = { peerAddr, protocol: protocol as Protocol, ...(port !== undefined ? { port } : {}) };
+    const ports = { ...(port !== undefined ? { port } : {}), ...(sourcePort !== undefined ? { sourcePort } : {}) };
+    const conn = { peerAddr, protocol: protocol as Protocol, ...ports };
     const inbound = evaluate(ep, views, policies, profiles, { ...conn, direction: 'ingress' });
     const result: Record<string, unknown> = { ingress: inbound };
     // A connection to a pod also needs the peer's egress when the peer is a pod.
     if (peerView) {
       const self = ep.addrs.find((a) => a.includes(':') === peerAddr!.includes(':'))!;
-      result['peerEgress'] = evaluate(peerView, views, policies, profiles, { direction: 'egress', peerAddr: self, protocol: protocol as Protocol, ...(port !== undefined ? { port } : {}) });
+      result['peerEgress'] = evaluate(peerView, views, policies, profiles, { direction: 'egress', peerAddr: self, protocol: protocol as Protocol, ...ports });
     }
     result['egress'] = evaluate(ep, views, policies, profiles, { ...conn, direction: 'egress' });
-    report['connection'] = { peer: o.peer, peerAddr, protocol, port, ...result };
+    report['connection'] = { peer: o.peer, peerAddr, protocol, port, ...(sourcePort !== undefined ? { sourcePort } : {}), ...result };
   }
 
   if (o.output === 'json') {
@@ -101,7 +106,7 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
   }
   const conn = report['connection'] as Record<string, { verdict: string; by: string; trace: string[] }> | undefined;
   if (conn) {
-    const what = `${protocol}${port !== undefined ? `/${port}` : ''}`;
+    const what = `${protocol}${port !== undefined ? `/${port}` : ''}${sourcePort !== undefined ? ` from port ${sourcePort}` : ''}`;
     const show = (title: string, d: { verdict: string; by: string; trace: string[] }) => {
       lines.push(`${title}: ${d.verdict.toUpperCase()} by ${d.by}`);
       for (const t of d.trace) lines.push(`    ${t}`);

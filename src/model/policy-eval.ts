@@ -153,6 +153,8 @@ export interface Connection {
   protocol: Protocol;
   /** Destination port (ignored for protocols without ports). */
   port?: number;
+  /** Source port; without it a rule with source ports or notPorts does not match. */
+  sourcePort?: number;
 }
 
 export interface Decision {
@@ -176,6 +178,14 @@ function inNets(addr: string, nets: string[]): boolean {
   });
 }
 
+/** A port, range or named port of `owner` (the destination endpoint, with the connection's protocol). */
+function portMatches(x: number | string, port: number, owner: EndpointView | undefined, proto: Protocol): boolean {
+  const pp = parsePort(x);
+  if (pp.kind === 'range') return port >= pp.first && port <= pp.last;
+  return !!owner?.ports?.some((cp) => cp.name === pp.name && cp.port === port && portProtocol(cp.protocol) !== undefined && protocolNumber(portProtocol(cp.protocol)!) === protocolNumber(proto));
+}
+
+/** `port`: this side's port of the connection (the destination's, or the source's). */
 function entityMatches(e: EntityRule | undefined, p: PolicyInput | undefined, addr: string, owner: EndpointView | undefined, proto: Protocol, port: number | undefined, isDst: boolean): boolean {
   if (!e) return true;
   const s = entitySelection(e, p);
@@ -184,29 +194,24 @@ function entityMatches(e: EntityRule | undefined, p: PolicyInput | undefined, ad
   if (ns && owner && selectionMatches(ns, owner)) return false;
   if (e.nets?.length && !inNets(addr, e.nets)) return false;
   if (e.notNets?.length && inNets(addr, e.notNets)) return false;
-  // Source ports are not part of a connection we explain: a rule with them does not match.
-  if (!isDst && (e.ports?.length || e.notPorts?.length)) return false;
-  if (isDst && e.ports?.length) {
+  // Without a source port, a rule with source ports (or notPorts) does not match.
+  if (!isDst && port === undefined && (e.ports?.length || e.notPorts?.length)) return false;
+  if (e.ports?.length) {
     if (port === undefined) return false;
-    const ok = e.ports.some((x) => {
-      const pp = parsePort(x);
-      if (pp.kind === 'range') return port >= pp.first && port <= pp.last;
-      return !!owner?.ports?.some((cp) => cp.name === pp.name && cp.port === port && portProtocol(cp.protocol) !== undefined && protocolNumber(portProtocol(cp.protocol)!) === protocolNumber(proto));
-    });
-    if (!ok) return false;
+    if (!e.ports.some((x) => portMatches(x, port, owner, proto))) return false;
   }
-  if (isDst && e.notPorts?.length && port !== undefined) {
-    if (e.notPorts.some((x) => { const pp = parsePort(x); return pp.kind === 'range' && port >= pp.first && port <= pp.last; })) return false;
+  if (e.notPorts?.length && port !== undefined) {
+    if (e.notPorts.some((x) => portMatches(x, port, owner, proto))) return false;
   }
   return true;
 }
 
-export function ruleMatches(r: PolicyRule, p: PolicyInput | undefined, src: { addr: string; ep?: EndpointView }, dst: { addr: string; ep?: EndpointView }, proto: Protocol, port: number | undefined): boolean {
+export function ruleMatches(r: PolicyRule, p: PolicyInput | undefined, src: { addr: string; ep?: EndpointView }, dst: { addr: string; ep?: EndpointView }, proto: Protocol, port: number | undefined, sourcePort?: number): boolean {
   const fam = src.addr.includes(':') ? 6 : 4;
   if (r.ipVersion && r.ipVersion !== fam) return false;
   if (r.protocol !== undefined && protocolNumber(r.protocol) !== protocolNumber(proto)) return false;
   if (r.notProtocol !== undefined && protocolNumber(r.notProtocol) === protocolNumber(proto)) return false;
-  return entityMatches(r.source, p, src.addr, src.ep, proto, port, false) && entityMatches(r.destination, p, dst.addr, dst.ep, proto, port, true);
+  return entityMatches(r.source, p, src.addr, src.ep, proto, sourcePort, false) && entityMatches(r.destination, p, dst.addr, dst.ep, proto, port, true);
 }
 
 /** The decision of `endpoint`'s policy for one connection, with its trace. */
@@ -225,7 +230,7 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
     const rules = (key === 'ingress' ? p.spec.ingress : p.spec.egress) ?? [];
     let decided: Decision | undefined;
     for (const [i, r] of rules.entries()) {
-      if (!ruleMatches(r, p, src, dst, c.protocol, c.port)) continue;
+      if (!ruleMatches(r, p, src, dst, c.protocol, c.port, c.sourcePort)) continue;
       const by = `${name} ${key} rule ${i} (${r.action})`;
       trace.push(`${by} matches`);
       if (r.action === 'Log') continue;
@@ -250,7 +255,7 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
     }
     const rules = (key === 'ingress' ? pr.spec.ingress : pr.spec.egress) ?? [];
     for (const [i, r] of rules.entries()) {
-      if (!ruleMatches(r, undefined, src, dst, c.protocol, c.port)) continue;
+      if (!ruleMatches(r, undefined, src, dst, c.protocol, c.port, c.sourcePort)) continue;
       const by = `Profile ${name} ${key} rule ${i} (${r.action})`;
       trace.push(`${by} matches`);
       if (r.action === 'Pass') break; // on to the next profile, as the dataplane does

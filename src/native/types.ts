@@ -211,4 +211,12 @@ export interface Netlink {
    */
   sysctlGet(key: string): string;
   sysctlSet(key: string, value: string | number): void;
+  /**
+   * Deletes every conntrack entry (IPv4 and IPv6, all zones) of this handle's namespace whose
+   * original or reply tuple has one of `addrs` as source or destination, over ctnetlink.
+   * Returns how many were deleted (entries that expire meanwhile are not counted). A TypeError
+   * names a bad address; a NetlinkError has op 'IPCTNL_MSG_CT_GET'/'IPCTNL_MSG_CT_DELETE' and the
+   * addresses as subject (EPROTONOSUPPORT/EOPNOTSUPP: no nf_conntrack_netlink in the kernel).
+   */
+  conntrackFlush(addrs: string | string[]): number;
 }

@@ -158,8 +158,8 @@ export async function putObject<K extends Resource['kind']>(env: { ds: Datastore
 }
 
 /** ADDs one pod through the plugin (its netns, labels, named container ports) and starts its servers. */
-export async function addPod(env: PolicyEnv, ns: string, name: string, labels: Record<string, string> = { pod: name }, serve = true): Promise<Pod> {
-  putPod(env.api, ns, name, { labels, containers: [{ name: 'main', ports: SERVE_PORTS }] });
+export async function addPod(env: PolicyEnv, ns: string, name: string, labels: Record<string, string> = { pod: name }, serve = true, annotations?: Record<string, string>): Promise<Pod> {
+  putPod(env.api, ns, name, { labels, containers: [{ name: 'main', ports: SERVE_PORTS }], ...(annotations ? { annotations } : {}) });
   const n = createNetns(`pol${name}`);
   const containerId = `${ns}-${name}-${process.pid}-${Date.now()}`;
   const t0 = Date.now();

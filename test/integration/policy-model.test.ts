@@ -66,6 +66,13 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
     await expectReachability(env, 81, 'udp', () => true);
   });
 
+  it('a named port in notPorts excludes that port of the destination pod', async () => {
+    await putObject(env, np('x', 'not-named', { selector: "pod == 'a'", ingress: [{ action: 'Allow', protocol: 'TCP', destination: { notPorts: ['serve-80-tcp'] } }] }));
+    await expectReachability(env, 80, 'tcp', (_f, t) => !is(t, 'x/a'));
+    await expectReachability(env, 81, 'tcp', () => true);
+    expect(listTable(env)).toMatch(/ip daddr \. meta l4proto \. tcp dport != @np4-/);
+  });
+
   it('Log records the packet and goes on to the next rule', async () => {
     await putObject(env, np('x', 'log-then-allow', { selector: "pod == 'a'", ingress: [{ action: 'Log', protocol: 'TCP' }, { action: 'Allow', protocol: 'TCP', destination: { ports: [80] } }] }));
     await expectReachability(env, 80, 'tcp', () => true);

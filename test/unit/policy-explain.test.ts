@@ -60,6 +60,21 @@ describe('netpluginctl policy explain', () => {
     expect(pass.connection.ingress.trace).toContain('passed to the profiles');
   });
 
+  it('source ports: a rule with them matches only with --source-port, by number, range or the source pod\'s named port', async () => {
+    await ds.create({ apiVersion: API_VERSION, kind: 'GlobalNetworkPolicy', metadata: { name: 'src-ports' }, spec: { order: 0, selector: "app == 'web'", ingress: [{ action: 'Deny', protocol: 'TCP', source: { ports: ['40000:40010', 'http'] } }, { action: 'Deny', protocol: 'TCP', source: { notPorts: [1] } }] } });
+    const explain = async (...a: string[]) => JSON.parse((await ctl(['policy', 'explain', 'web', '-n', 'shop', '--peer', 'client', '--port', '8080', ...a, '-o', 'json'])).out);
+    // No source port: neither rule matches; the k8s policy decides.
+    expect((await explain()).connection.ingress.by).toBe('NetworkPolicy shop/knp.default.web-from-client ingress rule 0 (Allow)');
+    expect((await explain('--source-port', '40005')).connection.ingress).toMatchObject({ verdict: 'deny', by: 'GlobalNetworkPolicy src-ports ingress rule 0 (Deny)' });
+    // 8080 is the client's port named http.
+    expect((await explain('--source-port', '8080')).connection.ingress.by).toBe('GlobalNetworkPolicy src-ports ingress rule 0 (Deny)');
+    expect((await explain('--source-port', '1')).connection.ingress.by).toBe('NetworkPolicy shop/knp.default.web-from-client ingress rule 0 (Allow)');
+    expect((await explain('--source-port', '2')).connection.ingress.by).toBe('GlobalNetworkPolicy src-ports ingress rule 1 (Deny)');
+    const text = (await ctl(['policy', 'explain', 'web', '-n', 'shop', '--peer', 'client', '--port', '8080', '--source-port', '2'])).out;
+    expect(text).toContain('client -> shop/web TCP/8080 from port 2, ingress of shop/web: DENY by GlobalNetworkPolicy src-ports ingress rule 1 (Deny)');
+    expect(await ctl(['policy', 'explain', 'web', '-n', 'shop', '--source-port', '0'])).toMatchObject({ code: 1, err: expect.stringContaining('--source-port 0') });
+  });
+
   it('bad input is a one-line error naming the value', async () => {
     expect(await ctl(['policy', 'explain', 'nope', '-n', 'shop'])).toMatchObject({ code: 1, err: expect.stringContaining('no workload endpoint for pod shop/nope') });
     expect(await ctl(['policy', 'explain', 'web', '-n', 'shop', '--port', '70000'])).toMatchObject({ code: 1, err: expect.stringContaining('--port 70000') });

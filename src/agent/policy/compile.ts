@@ -109,15 +109,59 @@ function protoText(p: Protocol): string {
   return typeof p === 'number' ? String(p) : (L4[p] ?? String(protocolNumber(p)));
 }
 
+/** What a set holds, so its elements can be recomputed for one endpoint. */
+type SetDef = { kind: 'addr'; sel: Selection; family: 4 | 6 } | { kind: 'np'; sel: Selection | null; portName: string; proto: string; family: 4 | 6 };
+
+/** What the last compile left, for the incremental path. */
+interface Memo {
+  policyKeys: string[];
+  policySpecs: unknown[];
+  profiles: Map<string, ProfileInput>;
+  /** Endpoint (namespace/key: endpoint names repeat across namespaces) → its input as JSON (to find what changed) and its view. */
+  endpoints: Map<string, { sig: string; view: EndpointView }>;
+  /** Profiles some local endpoint names (their chains are compiled). */
+  usedProfiles: string;
+  state: DesiredState;
+  polChain: Map<PolicyInput, { in?: string; out?: string }>;
+  profChain: Map<string, { in: string; out: string }>;
+  byNamespace: Map<string | null, PolicyInput[]>;
+}
+
 export class PolicyCompiler {
   private sets = new Map<string, SetState>();
   private endpoints: EndpointView[] = [];
   private memberCache = new Map<string, EndpointView[]>();
   /** Address families some endpoint has. */
   private families = new Set<4 | 6>();
+  private setDefs = new Map<string, SetDef>();
+  /** Per set: element → how many endpoints contribute it (two endpoints may share an address for a moment). */
+  private setCounts = new Map<string, Map<string, number>>();
+  private memo: Memo | undefined;
+  /** How the last compile went (for the benchmark and the logs). */
+  lastMode: 'full' | 'incremental' | 'unchanged' = 'full';
 
+  /** Forget the memo: the next compile recomputes everything (after a refused batch). */
+  reset(): void {
+    this.memo = undefined;
+  }
+
+  /**
+   * The desired table for `input`. When only endpoints changed since the last
+   * call (same policies and profiles, same address families, same profiles in
+   * use), only the changed endpoints' chains, map entries and set elements are
+   * recomputed; anything else recomputes the whole table.
+   */
   compile(input: CompileInput): DesiredState {
+    const inc = this.memo && this.incremental(this.memo, input);
+    if (inc) return inc;
+    return this.full(input);
+  }
+
+  private full(input: CompileInput): DesiredState {
+    this.lastMode = 'full';
     this.sets = new Map();
+    this.setDefs = new Map();
+    this.setCounts = new Map();
     this.memberCache = new Map();
     this.endpoints = endpointViews(input.endpoints, input.profiles);
     this.families = new Set(this.endpoints.flatMap((e) => e.addrs.map(familyOf)));
@@ -155,50 +199,160 @@ export class PolicyCompiler {
       if (!l) byNamespace.set(k, (l = []));
       l.push(p);
     }
+    const state: DesiredState = { chains, sets: this.sets, toWl, fromWl };
+    const memo: Memo = {
+      policyKeys: input.policies.map(policyKey),
+      policySpecs: input.policies.map((p) => p.spec),
+      profiles: input.profiles,
+      endpoints: new Map(),
+      usedProfiles: usedProfiles(input.endpoints),
+      state,
+      polChain,
+      profChain,
+      byNamespace,
+    };
+    this.endpoints.forEach((ep, i) => {
+      // endpointViews keeps the inputs' order.
+      memo.endpoints.set(epId(ep), { sig: JSON.stringify(input.endpoints[i]), view: ep });
+      this.endpointChains(ep, memo, state, input.profiles);
+    });
+    this.memo = memo;
+    return state;
+  }
+
+  /** Chains and map entries of one local endpoint, into `state` (its profile chains too, when new). */
+  private endpointChains(ep: EndpointView, memo: Memo, state: DesiredState, profiles: Map<string, ProfileInput>): void {
+    if (!ep.interfaceName) return;
+    const { polChain, profChain, byNamespace } = memo;
+    const { chains } = state;
     const globals = byNamespace.get(null) ?? [];
-    for (const ep of this.endpoints) {
-      if (!ep.interfaceName) continue;
-      const own = byNamespace.get(ep.namespace) ?? [];
-      // Both lists are in evaluation order; merge them keeping it.
-      const candidates = globals.length === 0 ? own : own.length === 0 ? globals : sortPolicies([...globals, ...own]);
-      const selecting = candidates.filter((p) => policySelects(p, ep));
-      for (const [dir, ifChain] of [['Ingress', `to-${ep.interfaceName}`], ['Egress', `from-${ep.interfaceName}`]] as const) {
-        const key = dir === 'Ingress' ? 'in' : 'out';
-        const pols = selecting.filter((p) => polChain.get(p)![key]);
-        // Allow is `accept` (egress and ingress are separate base chains, so accepting one still
-        // leaves the other to decide); only a Pass needs a mark, tested after the policies that have one.
-        const passing = pols.some((p) => hasPass(p, dir));
-        const rules: string[] = passing ? [`meta mark set meta mark and 0x${MARK_CLEAR}`] : [];
-        if (pols.length > 0) {
-          const sub = `${ifChain}-pol`;
-          const subRules: string[] = [];
-          for (const p of pols) {
-            subRules.push(`jump ${polChain.get(p)![key]!}`);
-            if (hasPass(p, dir)) subRules.push(`meta mark and ${hex(MARK_PASS)} != 0 return ${nftComment('passed to the profiles')}`);
-          }
-          subRules.push(`counter drop ${nftComment(`${ep.key}: selected by policy, no rule matched`)}`);
-          chains.set(sub, subRules);
-          rules.push(`jump ${sub}`);
+    const own = byNamespace.get(ep.namespace) ?? [];
+    // Both lists are in evaluation order; merge them keeping it.
+    const candidates = globals.length === 0 ? own : own.length === 0 ? globals : sortPolicies([...globals, ...own]);
+    const selecting = candidates.filter((p) => policySelects(p, ep));
+    for (const [dir, ifChain] of [['Ingress', `to-${ep.interfaceName}`], ['Egress', `from-${ep.interfaceName}`]] as const) {
+      const key = dir === 'Ingress' ? 'in' : 'out';
+      const pols = selecting.filter((p) => polChain.get(p)![key]);
+      // Allow is `accept` (egress and ingress are separate base chains, so accepting one still
+      // leaves the other to decide); only a Pass needs a mark, tested after the policies that have one.
+      const passing = pols.some((p) => hasPass(p, dir));
+      const rules: string[] = passing ? [`meta mark set meta mark and 0x${MARK_CLEAR}`] : [];
+      if (pols.length > 0) {
+        const sub = `${ifChain}-pol`;
+        const subRules: string[] = [];
+        for (const p of pols) {
+          subRules.push(`jump ${polChain.get(p)![key]!}`);
+          if (hasPass(p, dir)) subRules.push(`meta mark and ${hex(MARK_PASS)} != 0 return ${nftComment('passed to the profiles')}`);
         }
-        for (const prof of ep.profiles) {
-          const pr = input.profiles.get(prof);
-          if (!pr) continue;
-          let pc = profChain.get(prof);
-          if (!pc) {
-            const h = shortHash(`Profile/${prof}`);
-            pc = { in: `pro-in-${h}`, out: `pro-out-${h}` };
-            chains.set(pc.in, this.compileRules(pr.spec.ingress ?? [], undefined, `profile ${prof} ingress`));
-            chains.set(pc.out, this.compileRules(pr.spec.egress ?? [], undefined, `profile ${prof} egress`));
-            profChain.set(prof, pc);
-          }
-          rules.push(`jump ${pc[key]}`);
+        subRules.push(`counter drop ${nftComment(`${ep.key}: selected by policy, no rule matched`)}`);
+        chains.set(sub, subRules);
+        rules.push(`jump ${sub}`);
+      }
+      for (const prof of ep.profiles) {
+        const pr = profiles.get(prof);
+        if (!pr) continue;
+        let pc = profChain.get(prof);
+        if (!pc) {
+          const h = shortHash(`Profile/${prof}`);
+          pc = { in: `pro-in-${h}`, out: `pro-out-${h}` };
+          chains.set(pc.in, this.compileRules(pr.spec.ingress ?? [], undefined, `profile ${prof} ingress`));
+          chains.set(pc.out, this.compileRules(pr.spec.egress ?? [], undefined, `profile ${prof} egress`));
+          profChain.set(prof, pc);
         }
-        rules.push(`counter drop ${nftComment(`${ep.key}: ${pols.length ? 'passed to profiles, none allowed' : 'no profile allowed'}`)}`);
-        chains.set(ifChain, rules);
-        (dir === 'Ingress' ? toWl : fromWl).set(ep.interfaceName, `jump ${ifChain}`);
+        rules.push(`jump ${pc[key]}`);
+      }
+      rules.push(`counter drop ${nftComment(`${ep.key}: ${pols.length ? 'passed to profiles, none allowed' : 'no profile allowed'}`)}`);
+      chains.set(ifChain, rules);
+      (dir === 'Ingress' ? state.toWl : state.fromWl).set(ep.interfaceName, `jump ${ifChain}`);
+    }
+  }
+
+  /**
+   * Only endpoints changed: a new state sharing every unchanged chain and set
+   * with the last one (nft-script's diff skips shared objects), or undefined
+   * when the change needs the full path.
+   */
+  private incremental(memo: Memo, input: CompileInput): DesiredState | undefined {
+    if (input.profiles !== memo.profiles && !sameProfiles(input.profiles, memo.profiles)) return undefined;
+    if (input.policies.length !== memo.policyKeys.length) return undefined;
+    for (let i = 0; i < input.policies.length; i++) {
+      if (input.policies[i]!.spec !== memo.policySpecs[i] || policyKey(input.policies[i]!) !== memo.policyKeys[i]) return undefined;
+    }
+    if (usedProfiles(input.endpoints) !== memo.usedProfiles) return undefined;
+    const families = new Set(input.endpoints.flatMap((e) => e.addrs.map(familyOf)));
+    if (families.size !== this.families.size || [...families].some((f) => !this.families.has(f))) return undefined;
+
+    // Which endpoints changed (by their input), and their old and new views.
+    const next = new Map<string, { sig: string; view: EndpointView }>();
+    const changed: Array<{ old?: EndpointView; now?: EndpointView }> = [];
+    const fresh: EndpointInput[] = [];
+    const freshSigs: string[] = [];
+    for (const e of input.endpoints) {
+      const sig = JSON.stringify(e);
+      const was = memo.endpoints.get(epId(e));
+      if (was && was.sig === sig) next.set(epId(e), was);
+      else {
+        fresh.push(e);
+        freshSigs.push(sig);
       }
     }
-    return { chains, sets: this.sets, toWl, fromWl };
+    const freshViews = endpointViews(fresh, input.profiles);
+    freshViews.forEach((v, i) => {
+      const id = epId(v);
+      next.set(id, { sig: freshSigs[i]!, view: v });
+      changed.push({ ...(memo.endpoints.has(id) ? { old: memo.endpoints.get(id)!.view } : {}), now: v });
+    });
+    for (const [k, was] of memo.endpoints) if (!next.has(k)) changed.push({ old: was.view });
+    if (changed.length === 0) {
+      this.lastMode = 'unchanged';
+      return memo.state;
+    }
+    this.lastMode = 'incremental';
+    this.endpoints = [...next.values()].map((x) => x.view);
+    this.memberCache = new Map();
+
+    const prev = memo.state;
+    const state: DesiredState = { chains: new Map(prev.chains), sets: new Map(prev.sets), toWl: new Map(prev.toWl), fromWl: new Map(prev.fromWl) };
+    this.sets = state.sets;
+    // Set elements: take out the old views' contributions, put in the new ones'.
+    for (const [name, def] of this.setDefs) {
+      const counts = this.setCounts.get(name)!;
+      let elements: Set<string> | undefined;
+      const bump = (el: string, by: number) => {
+        const n = (counts.get(el) ?? 0) + by;
+        if (n > 0) counts.set(el, n);
+        else counts.delete(el);
+        const present = n > 0;
+        const cur = (elements ?? state.sets.get(name)!.elements).has(el);
+        if (present === cur) return;
+        if (!elements) {
+          elements = new Set(state.sets.get(name)!.elements);
+          state.sets.set(name, { ...state.sets.get(name)!, elements });
+        }
+        if (present) elements.add(el);
+        else elements.delete(el);
+      };
+      for (const c of changed) {
+        if (c.old) for (const el of contributions(def, c.old)) bump(el, -1);
+        if (c.now) for (const el of contributions(def, c.now)) bump(el, +1);
+      }
+    }
+    // Endpoint chains: the old ones go, the new ones are computed.
+    for (const c of changed) {
+      const ifn = c.old?.interfaceName;
+      if (!ifn) continue;
+      for (const ch of [`to-${ifn}`, `from-${ifn}`, `to-${ifn}-pol`, `from-${ifn}-pol`]) state.chains.delete(ch);
+      state.toWl.delete(ifn);
+      state.fromWl.delete(ifn);
+    }
+    for (const c of changed) if (c.now) this.endpointChains(c.now, memo, state, input.profiles);
+    // An unchanged chain keeps the old array, so the diff skips it by identity.
+    for (const [name, rules] of state.chains) {
+      const old = prev.chains.get(name);
+      if (old && old !== rules && sameRules(old, rules)) state.chains.set(name, old);
+    }
+    this.memo = { ...memo, profiles: input.profiles, endpoints: next, state };
+    return state;
   }
 
   private members(s: Selection): EndpointView[] {
@@ -214,11 +368,7 @@ export class PolicyCompiler {
   /** A named set of the addresses of an entity's selection, of one family. */
   private addrSet(s: Selection, family: 4 | 6): string {
     const name = `sel${family}-${shortHash(selectionKey(s))}`;
-    if (!this.sets.has(name)) {
-      const elements = new Set<string>();
-      for (const e of this.members(s)) for (const a of e.addrs) if (familyOf(a) === family) elements.add(a);
-      this.sets.set(name, { type: family === 4 ? 'ipv4_addr' : 'ipv6_addr', elements });
-    }
+    if (!this.sets.has(name)) this.newSet(name, { kind: 'addr', sel: s, family }, family === 4 ? 'ipv4_addr' : 'ipv6_addr', this.members(s));
     return name;
   }
 
@@ -227,18 +377,19 @@ export class PolicyCompiler {
     const key = JSON.stringify([s ? selectionKey(s) : null, portName, protoText(proto)]);
     const name = `np${family}-${shortHash(key)}`;
     if (!this.sets.has(name)) {
-      const elements = new Set<string>();
-      const wantProto = protoText(proto);
-      for (const e of s ? this.members(s) : this.endpoints) {
-        for (const p of e.ports ?? []) {
-          const pp = portProtocol(p.protocol);
-          if (p.name !== portName || !pp || protoText(pp) !== wantProto) continue;
-          for (const a of e.addrs) if (familyOf(a) === family) elements.add(`${a} . ${wantProto} . ${p.port}`);
-        }
-      }
-      this.sets.set(name, { type: `${family === 4 ? 'ipv4_addr' : 'ipv6_addr'} . inet_proto . inet_service`, elements });
+      this.newSet(name, { kind: 'np', sel: s, portName, proto: protoText(proto), family }, `${family === 4 ? 'ipv4_addr' : 'ipv6_addr'} . inet_proto . inet_service`, s ? this.members(s) : this.endpoints);
     }
     return name;
+  }
+
+  /** A set, its definition and its element counts, from the endpoints that may contribute. */
+  private newSet(name: string, def: SetDef, type: string, from: EndpointView[]): void {
+    const counts = new Map<string, number>();
+    // `from` is already the selection's members: no second selector match.
+    for (const e of from) for (const el of contributions(def, e, true)) counts.set(el, (counts.get(el) ?? 0) + 1);
+    this.setDefs.set(name, def);
+    this.setCounts.set(name, counts);
+    this.sets.set(name, { type, elements: new Set(counts.keys()) });
   }
 
   compileRules(rules: PolicyRule[], p: PolicyInput | undefined, what: string): string[] {
@@ -252,7 +403,7 @@ export class PolicyCompiler {
     const dst = entitySelection(r.destination, p);
     const srcNot = notSelection(r.source, p);
     const dstNot = notSelection(r.destination, p);
-    const hasNamed = (e?: EntityRule) => (e?.ports ?? []).some((x) => parsePort(x).kind === 'named');
+    const hasNamed = (e?: EntityRule) => [...(e?.ports ?? []), ...(e?.notPorts ?? [])].some((x) => parsePort(x).kind === 'named');
     const needsFamily = !!(src || dst || srcNot || dstNot || r.source?.nets?.length || r.destination?.nets?.length || r.source?.notNets?.length || r.destination?.notNets?.length || hasNamed(r.source) || hasNamed(r.destination));
     let families: Array<0 | 4 | 6> = r.ipVersion ? [r.ipVersion] : needsFamily ? [4, 6] : [0];
     // A rule that needs the peer (or the endpoint) to be in a selection matches nothing in a family
@@ -278,6 +429,11 @@ export class PolicyCompiler {
         const common: string[] = [];
         const nums = notPorts.map(parsePort).filter((x) => x.kind === 'range');
         if (nums.length) common.push(`th ${dir}port != ${portSet(nums)}`);
+        // A named notPort: not the address . protocol . port of a matching endpoint's port of that name.
+        for (const np of notPorts.map(parsePort)) {
+          if (np.kind !== 'named' || f === 0) continue;
+          common.push(`${ipk} ${dir}addr . meta l4proto . th ${dir}port != @${this.namedPortSet(selection, np.name, r.protocol ?? 'TCP', f)}`);
+        }
         if (ports.length === 0) return [common];
         const alts: string[][] = [];
         const numeric = ports.map(parsePort).filter((x) => x.kind === 'range');
@@ -313,6 +469,49 @@ export class PolicyCompiler {
     }
     return lines;
   }
+}
+
+/** The elements endpoint `e` puts in a set. */
+function contributions(def: SetDef, e: EndpointView, member = false): string[] {
+  if (!member && def.sel && !selectionMatches(def.sel, e)) return [];
+  const addrs = e.addrs.filter((a) => familyOf(a) === def.family);
+  if (def.kind === 'addr') return addrs;
+  const out: string[] = [];
+  for (const p of e.ports ?? []) {
+    const pp = portProtocol(p.protocol);
+    if (p.name !== def.portName || !pp || protoText(pp) !== def.proto) continue;
+    for (const a of addrs) out.push(`${a} . ${def.proto} . ${p.port}`);
+  }
+  return out;
+}
+
+/** An endpoint's identity: its name is unique only within its namespace. */
+function epId(e: EndpointInput): string {
+  return `${e.namespace}/${e.key}`;
+}
+
+function policyKey(p: PolicyInput): string {
+  return `${p.kind}/${policyId(p)}`;
+}
+
+function sameProfiles(a: Map<string, ProfileInput>, b: Map<string, ProfileInput>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [k, v] of a) if (b.get(k)?.spec !== v.spec) return false;
+  return true;
+}
+
+/** The profiles local endpoints name, as one comparable string. */
+function usedProfiles(endpoints: EndpointInput[]): string {
+  const s = new Set<string>();
+  for (const e of endpoints) if (e.interfaceName) for (const p of e.profiles) s.add(p);
+  return [...s].sort().join(',');
+}
+
+/** Same rule lines in the same order. */
+export function sameRules(a: string[], b: string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 function portSet(ps: Array<{ kind: 'range'; first: number; last: number } | { kind: 'named'; name: string }>): string {

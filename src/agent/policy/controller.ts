@@ -130,6 +130,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
         // The kernel's table is not what we think (edited by hand?): resync the whole table.
         log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
         current = undefined;
+        compiler.reset(); // and recompute it from scratch
         throw e;
       }
     }

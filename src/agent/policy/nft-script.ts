@@ -3,7 +3,7 @@
 // one transaction, and the incremental transaction between two desired states.
 // Only this table is ever named: other tables (portmap's, kube-proxy's, the
 // NAT table of the node agent) are never touched.
-import { TABLE, nftComment, type DesiredState, type SetState } from './compile.js';
+import { TABLE, nftComment, sameRules, type DesiredState, type SetState } from './compile.js';
 
 export interface BaseOptions {
   /** Host veth name prefixes of pods (netconf host_veth_prefix; default npi). */
@@ -98,6 +98,7 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   const cmds: string[] = [];
   for (const [name, s] of b.sets) {
     const old = a.sets.get(name);
+    if (old === s) continue; // shared with the previous state by the incremental compiler: unchanged
     if (!old || old.type !== s.type) {
       if (old) throw new Error(`set ${name} changed type`); // names hash their content's kind, so this cannot happen
       cmds.push(setDecl(T, name, s));
@@ -112,7 +113,7 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   for (const c of newChains) cmds.push(`add chain ${T} ${c}`);
   for (const [name, rules] of b.chains) {
     const old = a.chains.get(name);
-    if (old && sameRules(old, rules)) continue;
+    if (old === rules || (old && sameRules(old, rules))) continue;
     if (old) cmds.push(`flush chain ${T} ${name}`);
     for (const r of rules) cmds.push(`add rule ${T} ${name} ${r}`);
   }
@@ -133,10 +134,4 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   for (const c of removedChains) cmds.push(`delete chain ${T} ${c}`);
   for (const name of a.sets.keys()) if (!b.sets.has(name)) cmds.push(`delete set ${T} ${name}`);
   return cmds;
-}
-
-function sameRules(a: string[], b: string[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }

@@ -12,6 +12,7 @@ import { resolvePodCidrs } from './add.js';
 import { dataplane, getIpamObserver, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
+import { netlink, type Netlink } from '../../native/index.js';
 
 export async function del(ctx: CniContext<Netconf>): Promise<void> {
   const { conf, log } = ctx;
@@ -30,13 +31,18 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   let newerOwner: string | undefined;
   let ownerKnown = false;
   let endpointDelete: TxnOp | undefined;
+  // The endpoint's addresses (when it is ours), for the conntrack flush.
+  let ownAddrs: string[] = [];
   if (ds) {
     try {
       ownerKnown = true;
       const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace);
       if (wep.spec.containerID && wep.spec.containerID !== ctx.containerId) newerOwner = wep.spec.containerID;
       // Deleted with the addresses, in the release's transaction (one write per DEL).
-      else endpointDelete = { op: 'delete', kind: 'WorkloadEndpoint', name: wl.endpointName, namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
+      else {
+        ownAddrs = wep.spec.ipNetworks.map((n) => n.split('/')[0]!);
+        endpointDelete = { op: 'delete', kind: 'WorkloadEndpoint', name: wl.endpointName, namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
+      }
     } catch (e) {
       if (!DatastoreError.is(e, 'NotFound')) {
         ownerKnown = false;
@@ -75,10 +81,17 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
     await clearPolicyStatus(wl.endpointName, statusDir(conf)).catch(() => undefined);
   }
 
+  // The pod is gone from the dataplane: its connections' conntrack entries go
+  // before its addresses are free, so a pod that reuses one never inherits an
+  // established (allowed) state (docs/policy.md, Conntrack).
+  flushConntrack(ownAddrs, log);
+
   // Addresses are released by this container's handle, so an old sandbox's DEL
   // frees only its own addresses, never the newer sandbox's.
   try {
-    await releaseAddresses(ctx, wl, ds, endpointDelete);
+    const released = await releaseAddresses(ctx, wl, ds, endpointDelete);
+    // Without an endpoint record the released list is the only source of the addresses.
+    flushConntrack(released.filter((a) => !ownAddrs.includes(a)), log);
   } catch (e) {
     dsError ??= e;
   }
@@ -97,7 +110,26 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   }
 }
 
-async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<void> {
+/**
+ * Deletes the host namespace's conntrack entries of the addresses. Best effort:
+ * DEL must not fail for it (an entry left behind expires on its own timeout).
+ */
+function flushConntrack(addrs: string[], log: CniContext<Netconf>['log']): void {
+  if (addrs.length === 0) return;
+  let nl: Netlink | undefined;
+  try {
+    nl = netlink();
+    const n = nl.conntrackFlush(addrs);
+    log.debug('conntrack entries flushed', { addrs, deleted: n });
+  } catch (e) {
+    log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', { addrs, error: (e as Error)?.message ?? String(e) });
+  } finally {
+    nl?.close();
+  }
+}
+
+/** The addresses released (netplugin IPAM; none known for a delegated IPAM plugin). */
+async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<string[]> {
   const { conf, log } = ctx;
   if (!isNetpluginIpam(conf.ipam)) {
     // The endpoint goes before the delegated plugin frees the addresses, as a single guarded delete.
@@ -114,15 +146,16 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
       conf: { ...ctx.rawConf, ipam: ipamConf },
       env: ctx.env,
     });
-    return;
+    return [];
   }
-  if (!ds) return;
+  if (!ds) return [];
   const { Ipam } = await import('../../ipam/index.js');
   const lockPath = ipamLockPath(conf);
   const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
   const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
   getIpamObserver()?.released(released.length);
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
+  return released.map((a) => a.split('/')[0]!);
 }
 
 /** The endpoint changed owner or went meanwhile: nothing of ours to delete. */
