@@ -366,6 +366,22 @@ export async function formatResources(items: Resource[], kind: Kind, format: Out
   return noHeaders ? text.slice(text.indexOf('\n') + 1) : text;
 }
 
+/** The named resources of one kind; each missing one is reported on stderr and counted. */
+async function getNamed(ds: Datastore, io: CtlIO, kind: Kind, names: string[], ns: string | undefined): Promise<{ items: Resource[]; failed: number }> {
+  const items: Resource[] = [];
+  let failed = 0;
+  for (const name of names) {
+    try {
+      items.push(await ds.get(kind, name, ns));
+    } catch (e) {
+      if (!DatastoreError.is(e, 'NotFound')) throw e;
+      failed++;
+      io.stderr(`error: ${describeRef(kind, name, ns)} not found\n`);
+    }
+  }
+  return { items, failed };
+}
+
 export async function cmdGet(
   ds: Datastore,
   io: CtlIO,
@@ -376,18 +392,7 @@ export async function cmdGet(
   const namespaced = NAMESPACED_KINDS.has(info.kind);
   if (args.names.length) {
     if (args.allNamespaces) throw new CtlError(`-A cannot be combined with a name; give the namespace with -n`);
-    const items: Resource[] = [];
-    let failed = 0;
-    for (const name of args.names) {
-      const ns = namespaced ? (args.namespace ?? 'default') : undefined;
-      try {
-        items.push(await ds.get(info.kind, name, ns));
-      } catch (e) {
-        if (!DatastoreError.is(e, 'NotFound')) throw e;
-        failed++;
-        io.stderr(`error: ${describeRef(info.kind, name, ns)} not found\n`);
-      }
-    }
+    const { items, failed } = await getNamed(ds, io, info.kind, args.names, namespaced ? (args.namespace ?? 'default') : undefined);
     if (items.length) io.stdout(await formatResources(items, info.kind, format, args.names.length === 1, false, args.noHeaders));
     return failed ? 1 : 0;
   }
@@ -576,16 +581,9 @@ export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string
   const items: Resource[] = [];
   let failed = 0;
   if (args.names.length) {
-    for (const name of args.names) {
-      const ns = namespaced ? (args.namespace ?? 'default') : undefined;
-      try {
-        items.push(await ds.get(info.kind, name, ns));
-      } catch (e) {
-        if (!DatastoreError.is(e, 'NotFound')) throw e;
-        failed++;
-        io.stderr(`error: ${describeRef(info.kind, name, ns)} not found\n`);
-      }
-    }
+    const got = await getNamed(ds, io, info.kind, args.names, namespaced ? (args.namespace ?? 'default') : undefined);
+    items.push(...got.items);
+    failed = got.failed;
   } else {
     const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
     items.push(...(await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) })).items);
