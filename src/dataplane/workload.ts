@@ -48,7 +48,16 @@ export function setupWorkload(spec: WorkloadSpec): WorkloadState {
     // and makes the veth creation fail (EEXIST) instead of being deleted.
     // (RTM_GETLINK first: a miss costs ~25 µs, a failed RTM_DELLINK ~60 µs.)
     const old = host.linkFind(s.hostIfname);
-    if (old && old.kind === 'veth' && old.mac === s.hostMac) host.linkDel(old.index);
+    if (old && old.kind === 'veth' && old.mac === s.hostMac) {
+      try {
+        host.linkDel(old.index);
+      } catch (e) {
+        // The kernel tears a deleted namespace's veths down asynchronously
+        // (its netns cleanup runs from a workqueue): the old pair can vanish
+        // between the lookup and the delete. Gone is what we wanted.
+        if (!NetlinkError.is(e, 'ENODEV')) throw e;
+      }
+    }
     host.vethAdd({
       name: s.hostIfname,
       peerName: s.ifname,
