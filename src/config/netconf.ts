@@ -9,7 +9,7 @@ export type PluginType = 'netplugin' | 'netplugin-ipam';
 
 export interface NetpluginIpam {
   type: 'netplugin-ipam';
-  /** The SPEC's string booleans, normalised to lower case ("True" -> "true"). */
+  /** The documented string booleans (docs/netconf.md), normalised to lower case ("True" -> "true"). */
   assign_ipv4: 'true' | 'false';
   assign_ipv6: 'true' | 'false';
   ipv4_pools?: string[];

@@ -201,7 +201,7 @@ export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
     entry.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
   }
   const plugins: unknown[] = [entry];
-  // SPEC: the port-mapping entry is on by default; chaining needs CNI >= 0.3.0 (cniVersion is 1.0.0).
+  // docs/install.md: the port-mapping entry is on by default; chaining needs CNI >= 0.3.0 (cniVersion is 1.0.0).
   if (o.portmap) plugins.push({ type: 'portmap', snat: true, capabilities: { portMappings: true } });
   return { name: o.networkName, cniVersion: o.cniVersion, plugins };
 }

@@ -1,7 +1,7 @@
 // `netpluginctl installation render|apply`: the operator's reconcile of the
 // Installation resource (src/model/installation.ts) onto a node and the
 // datastore, as a command. apply is idempotent (a second run changes nothing
-// and says so), never touches existing IP pools (SPEC rule 7: running pods
+// and says so), never touches existing IP pools (docs/upgrade.md: running pods
 // keep their addresses) and with --watch re-runs whenever the Installation
 // changes in the Kubernetes API.
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -195,7 +195,7 @@ export async function applyInstallation(io: CtlIO, ds: Datastore, conf: Datastor
   );
   for (const f of r.files) changes.push({ what: f.path, action: f.action });
 
-  // Pools only into an empty datastore: changing or adding pools under running pods is the user's call (SPEC rule 7).
+  // Pools only into an empty datastore: changing or adding pools under running pods is the user's call (docs/upgrade.md).
   const existing = await ds.list('IPPool');
   if (existing.items.length === 0) {
     for (const p of rendered.pools) {

@@ -1,5 +1,5 @@
 // `netpluginctl datastore migrate lock|export|import|unlock`: moving a cluster
-// from the etcd datastore to the Kubernetes datastore, as the SPEC recommends.
+// from the etcd datastore to the Kubernetes datastore, as docs/upgrade.md recommends.
 // lock sets ClusterInformation datastoreReady false, so nothing changes under
 // the export; export writes every stored object in dependency order, leaving
 // out what the Kubernetes datastore derives itself (workload endpoints come

@@ -101,7 +101,7 @@ export class Session implements CtlSession {
     this.ds = await (this.io.openDatastore ?? defaultOpen)(conf);
     return this.ds;
   }
-  /** The datastore for a command that writes: refused when this client is older than the cluster (SPEC Versioning 3). */
+  /** The datastore for a command that writes: refused when this client is older than the cluster (docs/upgrade.md). */
   async writable(): Promise<Datastore> {
     const ds = await this.datastore();
     await refuseOlderClient(ds);

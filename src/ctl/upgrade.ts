@@ -1,4 +1,4 @@
-// `netpluginctl upgrade ...`: every step of the SPEC's upgrade procedures that
+// `netpluginctl upgrade ...`: every step of the documented (docs/upgrade.md) upgrade procedures that
 // software can do, each with a dry run. check: what an upgrade to this release
 // needs; owner-refs save|strip|restore: the owner references to
 // netplugin.org/v3 objects, whose UIDs change across 3.28 (the orchestrator
@@ -18,7 +18,7 @@ import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession } from '
 import { getOrUndefined } from './resources.js';
 import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from './version.js';
 
-/** SPEC Versioning 2: the procedures lead to this release line from v3.15 or later. */
+/** docs/upgrade.md: the procedures lead to this release line from v3.15 or later. */
 const OLDEST_UPGRADABLE = '3.15.0';
 const ALLOW_ALL_UPGRADE = 'allow-all-upgrade';
 import { AUTO_HEP_SUFFIX, CREATED_BY_LABEL } from '../model/host-endpoints.js';
@@ -330,7 +330,7 @@ async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<numbe
     if ((compareVersions(cluster, OLDEST_UPGRADABLE) ?? 0) < 0) add('general', `the cluster runs ${cluster}; the procedures upgrade from v3.15 or later: upgrade to an intermediate release first`, true);
   }
 
-  // SPEC Versioning 4.
+  // docs/upgrade.md.
   const deprecated = (['etcd_authority', 'etcd_scheme'] as const).filter((k) => conf[k] !== undefined);
   if (deprecated.length) add('general', `the configuration uses deprecated option(s) ${deprecated.join(', ')}: replace them with etcd_endpoints (e.g. "https://10.0.0.1:2379")`);
 

@@ -1,6 +1,6 @@
 // The package version, inlined by the bundler so the installed CLI needs no
 // package.json at run time, and the rule that a client older than the cluster
-// must not write (SPEC Versioning 3: old clients are not used after an upgrade).
+// must not write (docs/upgrade.md: old clients are not used after an upgrade).
 import pkg from '../../package.json' with { type: 'json' };
 import { compareVersions as compareSemver, parseSemver } from '../cni/version.js';
 import type { Datastore } from '../datastore/types.js';

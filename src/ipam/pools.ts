@@ -134,7 +134,7 @@ export interface ChoosePoolsRequest {
  * The one rule of which pools an automatic assignment on `node` may use, in
  * the order to try them. Used by the allocator (ADD) and by both plugins'
  * STATUS, so STATUS answers "ready" exactly when an ADD could find a pool.
- * SPEC: a node takes addresses only from pools whose nodeSelector selects it,
+ * docs/ipam.md: a node takes addresses only from pools whose nodeSelector selects it,
  * also when a pool is requested by name; explicit lists are tried in order,
  * automatic ones by name. Throws an IPAM CniError naming the pools and the fix.
  */

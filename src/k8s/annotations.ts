@@ -1,5 +1,5 @@
 // Orchestrator annotations: every key in one place, one schema that parses
-// them, and the address-selection precedence (SPEC "What the service does" 6,
+// them, and the address-selection precedence (docs/addresses-and-annotations.md
 // Errors 1-8) written once. The rest of the plugin receives a typed
 // AddressRequest and never reads annotations itself.
 //
@@ -12,7 +12,7 @@ import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseI
 
 import { ANNOTATIONS } from '../model/annotations.js';
 
-/** The netconf flags that gate annotations (SPEC "Feature control"). */
+/** The netconf flags that gate annotations (docs/addresses-and-annotations.md). */
 export const FEATURE_FLAGS = {
   ipAddrsNoIpam: 'feature_control.ip_addrs_no_ipam',
   floatingIPs: 'feature_control.floating_ips',
@@ -23,12 +23,12 @@ type ReadKey = 'ipv4Pools' | 'ipv6Pools' | 'ipAddrs' | 'ipAddrsNoIpam' | 'floati
 /**
  * The one schema: which object may carry each annotation, what its list holds.
  * `namespace: true` means a namespace's value applies to every pod in it unless
- * the pod carries the same key (SPEC Errors 8).
+ * the pod carries the same key (docs/addresses-and-annotations.md).
  */
 const SCHEMA: Record<ReadKey, { key: string; namespace: boolean; items: 'pool' | 'address'; perFamilyMax?: number }> = {
   ipv4Pools: { key: ANNOTATIONS.ipv4Pools, namespace: true, items: 'pool' },
   ipv6Pools: { key: ANNOTATIONS.ipv6Pools, namespace: true, items: 'pool' },
-  // SPEC Errors 4 / Limits: one IPv4, one IPv6, or one of each.
+  // docs/addresses-and-annotations.md: one IPv4, one IPv6, or one of each.
   ipAddrs: { key: ANNOTATIONS.ipAddrs, namespace: false, items: 'address', perFamilyMax: 1 },
   ipAddrsNoIpam: { key: ANNOTATIONS.ipAddrsNoIpam, namespace: false, items: 'address', perFamilyMax: 1 },
   floatingIPs: { key: ANNOTATIONS.floatingIPs, namespace: false, items: 'address' },
@@ -195,7 +195,7 @@ export function parseWorkloadAnnotations(
     out[field] = rule.items === 'address' ? parseAddresses(src, list, rule.perFamilyMax) : list;
     out.source[field] = src;
   }
-  // SPEC Errors 3.
+  // docs/addresses-and-annotations.md.
   if (out.ipAddrs && out.ipAddrsNoIpam) {
     throw new CniError(
       ErrorCodes.InvalidNetworkConfig,
@@ -222,7 +222,7 @@ function listPools(pools: PoolInfo[]): string {
   return `existing pools: ${shown.join(', ')}${pools.length > 10 ? `, and ${pools.length - 10} more` : ''}`;
 }
 
-/** Each item names a pool exactly, by name or by CIDR (SPEC Errors 1, 2). Returns pool names. */
+/** Each item names a pool exactly, by name or by CIDR (docs/addresses-and-annotations.md). Returns pool names. */
 function resolvePools(src: OptionSource, items: string[], family: 4 | 6, pools: PoolInfo[]): string[] {
   const parsedPools = pools.map((p) => ({ p, net: tryParseCidr(p.cidr, { strict: false }) }));
   const names: string[] = [];
@@ -282,7 +282,7 @@ function disabledFeature(src: OptionSource, flagName: string, caution: string): 
 }
 
 /**
- * Decide how this workload gets its addresses (SPEC "What the service does" 6,
+ * Decide how this workload gets its addresses (docs/addresses-and-annotations.md
  * highest precedence first): (1) annotations, (2) the netconf's ipam section and
  * CNI_ARGS IP=, (3) pools whose nodeSelector selects the node (IPAM's default,
  * signalled by leaving ipv4Pools/ipv6Pools undefined).
@@ -321,7 +321,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
 
   const addrAnnotation = opts.ipAddrs ? 'ipAddrs' : opts.ipAddrsNoIpam ? 'ipAddrsNoIpam' : undefined;
   if (addrAnnotation) {
-    // SPEC Errors 5: the address annotations take priority over pool annotations.
+    // docs/addresses-and-annotations.md: the address annotations take priority over pool annotations.
     for (const k of ['ipv4Pools', 'ipv6Pools'] as const) {
       const s = opts.source[k];
       if (s) log?.info(`${describe(s)} is ignored: ${SCHEMA[addrAnnotation].key} takes priority`);
@@ -353,7 +353,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
     }
     for (const a of opts.ipAddrsNoIpam) {
       const inside = poolsContaining(tryParseIP(a)!, enabledPools);
-      // SPEC Errors 6: routes are distributed only for addresses in a BGP-mode pool.
+      // docs/addresses-and-annotations.md: routes are distributed only for addresses in a BGP-mode pool.
       if (inside.length === 0) {
         warn(`${describe(src)}: ${a} is outside every IP pool; no routes will be distributed for it, so routing to it must be provided by another mechanism`);
       } else {
@@ -468,7 +468,7 @@ function parseCniArgsIP(src: OptionSource): string[] {
 }
 
 /**
- * Pair each floating IP with the pod address of its family (SPEC floatingIPs),
+ * Pair each floating IP with the pod address of its family (docs/addresses-and-annotations.md floatingIPs),
  * giving the endpoint's `ipNATs`. `podIPs` may carry prefix lengths
  * (`10.0.0.5/32`). Throws 102 when a family has no pod address.
  */

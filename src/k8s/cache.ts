@@ -8,7 +8,7 @@
 //   filter (spec.nodeName=<node>), so the pod normally arrives here well before
 //   the sandbox is built. A pod not (yet) in the cache is read with a GET, so
 //   "created a moment ago" is never a failure, only a slower read.
-// - Annotation edits on a running pod are not honoured (SPEC behaviour 7): the
+// - Annotation edits on a running pod are not honoured (docs/addresses-and-annotations.md): the
 //   addresses are chosen once at ADD. What matters is the pod *instance*.
 // - A pod deleted and recreated under the same name (StatefulSet) has a new
 //   uid. When the runtime passes K8S_POD_UID (containerd, CRI-O) it must equal

@@ -1,4 +1,4 @@
-// The policy-setup wait (SPEC behaviour 1, Installation
+// The policy-setup wait (docs/addresses-and-annotations.md, Installation
 // linuxPolicySetupTimeoutSeconds -> netconf policy_setup_timeout_seconds):
 // after the endpoint is written, the ADD holds the pod's containers back until
 // the node agent reports the endpoint's policy programmed, or the timeout

@@ -1,4 +1,4 @@
-// Readiness gates (SPEC "Readiness gates", behaviour 2): before IPAM and
+// Readiness gates (docs/addresses-and-annotations.md): before IPAM and
 // networking, every URL in netconf `readiness_gates` is polled with GET until it
 // answers 2xx. First probe at once, then exponential back-off with a cap, a
 // per-request timeout and one overall deadline; all gates in parallel.

@@ -1,5 +1,5 @@
 // Pod -> workload endpoint: the labels, profiles and ports the node agent
-// needs to enforce NetworkPolicy (SPEC "What the service does" 2-3), the
+// needs to enforce NetworkPolicy (docs/policy.md), the
 // endpoint's name, and the decision whether to read the pod at all.
 //
 // Coded against small structural interfaces (PodLike, PodSource) so the real

@@ -1,5 +1,4 @@
-// netplugin-kube-controllers: the cluster-wide controllers (SPEC "States and
-// transitions" rule 3; docs/kube-controllers.md). One process per replica;
+// netplugin-kube-controllers: the cluster-wide controllers (docs/kube-controllers.md). One process per replica;
 // replicas campaign for a Lease and only the leader runs the controllers, so
 // a standby never writes. Settings come from KubeControllersConfiguration
 // `default` (created with defaults by the leader when missing) and apply

@@ -7,7 +7,7 @@ export const ANNOTATION_PREFIX = 'cni.netplugin.org/';
 
 /** Every annotation key netplugin reads or writes. */
 export const ANNOTATIONS = {
-  // Read (user-facing; SPEC "Orchestrator annotations").
+  // Read (user-facing; docs/addresses-and-annotations.md).
   ipv4Pools: 'cni.netplugin.org/ipv4pools',
   ipv6Pools: 'cni.netplugin.org/ipv6pools',
   ipAddrs: 'cni.netplugin.org/ipAddrs',

@@ -1,4 +1,4 @@
-// Automatic host endpoints (SPEC "Resources used in upgrade procedures"): one
+// Automatic host endpoints (docs/kube-controllers.md): one
 // HostEndpoint `<node>-auto-hep` per node, labelled as created by
 // netplugin-kube-controllers, with the allow-all profile attached so that all
 // traffic is allowed when no network policy applies. The node controller

@@ -241,7 +241,7 @@ export function renderInstallation(inst: Installation, o: RenderOptions): Render
   }
   if (s.netpluginNetwork.mtu !== undefined) entry.mtu = s.netpluginNetwork.mtu;
   if (s.cni.ipam.type === 'HostLocal') {
-    // SPEC: an IPv4 address from the node's IPv4 pod CIDR when an IPv4 pool is configured, likewise IPv6.
+    // docs/upgrade.md: an IPv4 address from the node's IPv4 pod CIDR when an IPv4 pool is configured, likewise IPv6.
     const ranges: unknown[] = [];
     if (fams.has(4)) ranges.push([{ subnet: 'usePodCidr' }]);
     if (fams.has(6)) ranges.push([{ subnet: 'usePodCidrIPv6' }]);

@@ -1,5 +1,5 @@
-// Issue 8 through the built executable: every row of SPEC's annotation table,
-// each of SPEC Errors 1-8, malformed values, pool fall-through, and SPEC
+// Issue 8 through the built executable: every row of docs/addresses-and-annotations.md's annotation table,
+// each documented address-selection error, malformed values, pool fall-through, and docs/addresses-and-annotations.md
 // behaviour 7 (a running pod's address never changes). IPAM and endpoints in a
 // throwaway etcd; pods and namespaces on the fake API server; policy.type k8s.
 // Every failing ADD must leave nothing behind.
@@ -158,7 +158,7 @@ describe('annotation table', () => {
     expect(addrs('eth0', a.netns).map((x) => x.local)).toContain(OUTSIDE);
     expect(routes(4).some((r) => r.dst === OUTSIDE)).toBe(true);
     expect(await ipamState(c.ds)).toEqual({ handles: [], allocations: [] });
-    // SPEC Errors 6: routes are not distributed for it.
+    // docs/addresses-and-annotations.md: routes are not distributed for it.
     const warn = logLines(a.r.stderr, 'WARNING').join('\n');
     expect(warn).toContain(OUTSIDE);
     expect(warn).toContain('outside every IP pool');
@@ -182,7 +182,7 @@ describe('annotation table', () => {
   });
 });
 
-describe('SPEC Errors 1-8', () => {
+describe('address-selection errors (docs/addresses-and-annotations.md)', () => {
   it('1: the netconf\'s ipv4_pools names a pool that does not exist: code 7 naming the field and the pool', async () => {
     const a = await addPod({}, conf({}, { ipv4_pools: ['no-such-pool'] }));
     const e = await expectFailed(a, 7);
@@ -347,7 +347,7 @@ describe('pool order', () => {
   });
 });
 
-describe('SPEC behaviour 7: a running pod keeps its address', () => {
+describe('docs/addresses-and-annotations.md: a running pod keeps its address', () => {
   it('after a new pool and a changed annotation, a repeated ADD returns the old address; a new pod gets the new pool', async () => {
     const podName = `keep-${process.pid}`;
     const first = await addPod({}, conf(), { podName });

@@ -1,6 +1,6 @@
-// Issue 8 through the built executable: readiness gates (SPEC behaviour 2)
+// Issue 8 through the built executable: readiness gates (docs/addresses-and-annotations.md)
 // polled against a real local HTTP server before anything is set up, and the
-// policy-setup wait (SPEC behaviour 1) released by the node agent's status
+// policy-setup wait (docs/addresses-and-annotations.md) released by the node agent's status
 // file, or by its timeout.
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';

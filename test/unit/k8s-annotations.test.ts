@@ -1,5 +1,5 @@
-// Address selection from annotations, netconf and pools: every row of SPEC's
-// annotation table, SPEC Errors 1-8, and the precedence rules of issue 8.
+// Address selection from annotations, netconf and pools: every row of docs/addresses-and-annotations.md's
+// annotation table, docs/addresses-and-annotations.md, and the precedence rules of issue 8.
 import { describe, expect, it } from 'vitest';
 import {
   pairFloatingIPs,
@@ -61,7 +61,7 @@ function errorOf(fn: () => unknown): CniError {
 }
 
 describe('annotation keys', () => {
-  it('are all under the cni.netplugin.org/ prefix with the SPEC spelling', () => {
+  it('are all under the cni.netplugin.org/ prefix with docs/addresses-and-annotations.md spelling', () => {
     expect(ANNOTATIONS).toEqual({
       ipv4Pools: 'cni.netplugin.org/ipv4pools',
       ipv6Pools: 'cni.netplugin.org/ipv6pools',
@@ -79,7 +79,7 @@ describe('annotation keys', () => {
   });
 });
 
-describe('SPEC annotation table rows', () => {
+describe('docs/addresses-and-annotations.md annotation table rows', () => {
   it('ipv4pools on a pod overrides the netconf pools', () => {
     const r = resolve({ pod: { [ANNOTATIONS.ipv4Pools]: '["blue"]' }, conf: { ipam: { ipv4_pools: ['default-ipv4'] } } });
     expect(r).toMatchObject({ assignIPv4: true, assignIPv6: false, ipv4Pools: ['blue'] });
@@ -129,7 +129,7 @@ describe('SPEC annotation table rows', () => {
   });
 });
 
-describe('SPEC Errors', () => {
+describe('docs/addresses-and-annotations.md Errors', () => {
   it('1: the netconf naming a pool that does not exist is an error naming ipam.ipv4_pools', () => {
     const e = errorOf(() => resolve({ conf: { ipam: { ipv4_pools: ['nope'] } } }));
     expect(e.code).toBe(ErrorCodes.InvalidNetworkConfig);
@@ -358,7 +358,7 @@ describe('netconf and CNI_ARGS (precedence level 2)', () => {
     expect(r.ipv6Pools).toBeUndefined();
   });
 
-  it('assign_ipv4 "false" and assign_ipv6 "true" (strings, as the SPEC types them)', () => {
+  it('assign_ipv4 "false" and assign_ipv6 "true" (strings, as docs/addresses-and-annotations.md types them)', () => {
     const r = resolve({ conf: { ipam: { assign_ipv4: 'false', assign_ipv6: 'true', ipv6_pools: ['default-ipv6'] } } });
     expect(r).toMatchObject({ assignIPv4: false, assignIPv6: true, ipv6Pools: ['default-ipv6'] });
     expect(r.source.ipv6Pools).toMatchObject({ from: 'netconf', key: 'ipam.ipv6_pools' });
