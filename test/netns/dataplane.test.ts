@@ -4,8 +4,9 @@
 import { execFileSync } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, deleteNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { netlinkIn } from '../fixtures/netns.js';
 import { checkWorkload, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, teardownWorkloadAsync, type WorkloadSpec } from '../../src/dataplane/index.js';
-import { NetlinkError, netlink, openNetns, type Netlink } from '../../src/native/index.js';
+import { NetlinkError, type Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 const HOST_LL = 'fe80::ecee:eeff:feee:eeee';
@@ -18,13 +19,7 @@ let C1: { name: string; path: string };
 let C2: { name: string; path: string };
 const handles: Array<{ close(): void }> = [];
 
-function nl(path: string): Netlink {
-  const ns = openNetns(path);
-  const h = netlink(ns);
-  ns.close();
-  handles.push(h);
-  return h;
-}
+const nl = (path: string): Netlink => netlinkIn(path, handles);
 
 beforeEach(() => {
   H = createNetns('dph');

@@ -4,8 +4,9 @@
 // route; the batch deletion and the purge of a crash's leftovers remove it.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { netlinkIn } from '../fixtures/netns.js';
 import { createTrash, purgeTrash, setupWorkload, type WorkloadSpec } from '../../src/dataplane/index.js';
-import { netlink, openNetns, type Netlink } from '../../src/native/index.js';
+import { type Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 // A group of this test's own, so a purge here never races another file's.
@@ -16,13 +17,7 @@ let C1: { name: string; path: string };
 let C2: { name: string; path: string };
 const handles: Array<{ close(): void }> = [];
 
-function nl(path: string): Netlink {
-  const ns = openNetns(path);
-  const h = netlink(ns);
-  ns.close();
-  handles.push(h);
-  return h;
-}
+const nl = (path: string): Netlink => netlinkIn(path, handles);
 
 function spec(over: Partial<WorkloadSpec> = {}): WorkloadSpec {
   return {
