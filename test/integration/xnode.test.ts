@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_VERSION, type IPPoolSpec } from '../../src/model/resources.js';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DIST } from '../fixtures/cni.js';
 import { Topology, type Pod } from '../fixtures/topology.js';
@@ -33,6 +33,10 @@ beforeAll(async () => {
   await topo.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p4' }, spec: { cidr: V4, blockSize: 26, vxlanMode: 'Always', ipipMode: 'Never', natOutgoing: true } });
   await topo.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p6' }, spec: { cidr: V6, blockSize: 122, vxlanMode: 'Always' } });
   await Promise.all([topo.startAgent('a'), topo.startAgent('b'), topo.startAgent('c')]);
+  // Pods read the pod MTU the agent writes after its first reconcile with the
+  // pools in place: add them only once every node's file is there.
+  const mtuOf = (n: 'a' | 'b' | 'c') => (existsSync(topo.nodes[n].mtuFile) ? readFileSync(topo.nodes[n].mtuFile, 'utf8').trim() : '');
+  await topo.waitFor(() => (['a', 'b', 'c'] as const).every((n) => mtuOf(n) !== ''), 30_000, () => `no pod MTU file written: a=${mtuOf('a')} b=${mtuOf('b')} c=${mtuOf('c')}`);
   const dual = { ipam: { type: 'netplugin-ipam', assign_ipv4: 'true', assign_ipv6: 'true' } };
   pa = await topo.addPod('a', dual);
   pb = await topo.addPod('b', dual);
