@@ -5,7 +5,8 @@ import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import { dataplane } from './runtime.js';
 import { execDelegate } from './delegate.js';
-import { resolvePodCidrs } from './add.js';
+import { delegatedIpam } from './delegated-ipam.js';
+import { addressOf } from '../../net/cidr.js';
 import { HOST_MAC, datastoreFor, identify, ipamLockPath } from './common.js';
 
 export async function check(ctx: CniContext<Netconf>): Promise<void> {
@@ -41,25 +42,15 @@ export async function check(ctx: CniContext<Netconf>): Promise<void> {
   if (isNetpluginIpam(conf.ipam)) {
     const { Ipam } = await import('../../ipam/index.js');
     const lockPath = ipamLockPath(conf);
-    const held = new Set((await new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) }).handleAddresses(wl.handleID)).map((a) => a.split('/')[0]));
+    const held = new Set((await new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) }).handleAddresses(wl.handleID)).map(addressOf));
     for (const a of addrs) {
-      const ip = a.split('/')[0]!;
+      const ip = addressOf(a);
       if (!held.has(ip)) drift.push(`IPAM no longer holds ${ip} for handle ${wl.handleID}`);
     }
   } else {
     // Delegated IPAM checks its own bookkeeping (host-local: the address file still names this container).
     try {
-      await execDelegate({
-        type: conf.ipam.type,
-        command: 'CHECK',
-        containerId: ctx.containerId,
-        netns: ctx.netns,
-        ifname: ctx.ifname,
-        cniArgs: ctx.env['CNI_ARGS'] ?? '',
-        path: ctx.path,
-        conf: { ...ctx.rawConf, ipam: await resolvePodCidrs(conf, wl, ds) },
-        env: ctx.env,
-      });
+      await execDelegate({ ...(await delegatedIpam(ctx, wl, ds)), command: 'CHECK' });
     } catch (e) {
       if (!(e instanceof CniError) || e.code === ErrorCodes.TryAgainLater) throw e;
       drift.push(e.message);

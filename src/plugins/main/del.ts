@@ -8,11 +8,12 @@ import { isNetpluginIpam, type Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, TxnOp } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
-import { resolvePodCidrs } from './add.js';
+import { delegatedIpam } from './delegated-ipam.js';
 import { dataplane, getIpamObserver, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
 import { netlink, type Netlink } from '../../native/index.js';
+import { addressOf } from '../../net/cidr.js';
 
 export async function del(ctx: CniContext<Netconf>): Promise<void> {
   const { conf, log } = ctx;
@@ -40,7 +41,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
       if (wep.spec.containerID && wep.spec.containerID !== ctx.containerId) newerOwner = wep.spec.containerID;
       // Deleted with the addresses, in the release's transaction (one write per DEL).
       else {
-        ownAddrs = wep.spec.ipNetworks.map((n) => n.split('/')[0]!);
+        ownAddrs = wep.spec.ipNetworks.map(addressOf);
         endpointDelete = { op: 'delete', kind: 'WorkloadEndpoint', name: wl.endpointName, namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
       }
     } catch (e) {
@@ -134,18 +135,7 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
   if (!isNetpluginIpam(conf.ipam)) {
     // The endpoint goes before the delegated plugin frees the addresses, as a single guarded delete.
     if (ds && endpointDelete) await ds.txn([endpointDelete]).catch(ignoreGone);
-    const ipamConf = await resolvePodCidrs(conf, wl, ds, { release: true });
-    await execDelegate({
-      type: conf.ipam.type,
-      command: 'DEL',
-      containerId: ctx.containerId,
-      netns: ctx.netns,
-      ifname: ctx.ifname,
-      cniArgs: ctx.env['CNI_ARGS'] ?? '',
-      path: ctx.path,
-      conf: { ...ctx.rawConf, ipam: ipamConf },
-      env: ctx.env,
-    });
+    await execDelegate({ ...(await delegatedIpam(ctx, wl, ds, { release: true })), command: 'DEL' });
     return [];
   }
   if (!ds) return [];
@@ -155,7 +145,7 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
   const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
   getIpamObserver()?.released(released.length);
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
-  return released.map((a) => a.split('/')[0]!);
+  return released.map(addressOf);
 }
 
 /** The endpoint changed owner or went meanwhile: nothing of ours to delete. */

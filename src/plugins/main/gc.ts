@@ -50,9 +50,10 @@ export async function gc(ctx: CniContext<Netconf>): Promise<void> {
   if (!stale.size) return;
 
   const prefix = conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX;
-  const weps = await ds.list('WorkloadEndpoint');
+  // Only this node's endpoints are read (on Kubernetes the API server filters the pods by node).
+  const weps = await ds.list('WorkloadEndpoint', { node });
   for (const w of weps.items) {
-    if (w.spec.node !== node || !stale.has(w.spec.containerID) || validIds.has(w.spec.containerID)) continue;
+    if (!stale.has(w.spec.containerID) || validIds.has(w.spec.containerID)) continue;
     // The host veth name is derived again from the endpoint's identity (as ADD
     // derived it), never taken from spec.interfaceName.
     const ns = w.metadata.namespace;
