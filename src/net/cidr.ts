@@ -305,8 +305,8 @@ export function* splitBlocks(pool: Cidr, blockSize: number): Generator<Cidr> {
 
 /**
  * An address as its own one-address prefix (`10.0.0.5/32`, `fd00::5/128`): how
- * a pod's address sits on its interface and in its endpoint (the host routes
- * to each pod address, docs/architecture.md). Text in, text out.
+ * a pod's address sits on its interface and in its endpoint (the node reaches
+ * each pod by its per-pod /32 or /128 route, docs/networking.md). Text in, text out.
  */
 export function hostPrefix(ip: string): string {
   return ip.includes(':') ? `${ip}/128` : `${ip}/32`;
