@@ -35,24 +35,34 @@ export interface CasWritten<K extends Kind> {
   prev?: Resource<K>;
 }
 
+/** `next` had nothing to write: `stored` is the object as read (undefined when absent). */
+export interface CasUnchanged<K extends Kind> {
+  unchanged: true;
+  stored: Resource<K> | undefined;
+}
+
+type Next<K extends Kind, R> = (cur: Resource<K> | undefined) => R | Promise<R>;
+
 /**
  * Writes `next(cur)` over the object as stored (`cur`, undefined when absent)
  * with compare-and-swap, reading again and retrying while another writer wins
  * the race (AlreadyExists on a create, Conflict or NotFound on an update), up
  * to `attempts` writes; then the last guard failure is thrown. With
  * `assumeAbsent` the first attempt creates without reading (the common case
- * of a writer that makes new objects costs one round trip).
+ * of a writer that makes new objects costs one round trip). `next` may be
+ * async, and may return undefined for "nothing to write" (then nothing is
+ * written and the result is `{unchanged: true, stored: cur}`); it runs again on
+ * every attempt, so it must only compute (a throw from it is passed on).
  */
-export async function casRetry<K extends Kind>(
-  ds: Pick<Datastore, 'get' | 'create' | 'update'>,
-  ref: { kind: K; name: string; namespace?: string },
-  next: (cur: Resource<K> | undefined) => Resource<K>,
-  opts: { attempts?: number; assumeAbsent?: boolean } = {},
-): Promise<CasWritten<K>> {
+export async function casRetry<K extends Kind>(ds: CasStore, ref: CasRef<K>, next: Next<K, Resource<K>>, opts?: CasOptions): Promise<CasWritten<K>>;
+export async function casRetry<K extends Kind>(ds: CasStore, ref: CasRef<K>, next: Next<K, Resource<K> | undefined>, opts?: CasOptions): Promise<CasWritten<K> | CasUnchanged<K>>;
+export async function casRetry<K extends Kind>(ds: CasStore, ref: CasRef<K>, next: Next<K, Resource<K> | undefined>, opts: CasOptions = {}): Promise<CasWritten<K> | CasUnchanged<K>> {
   const attempts = opts.attempts ?? CAS_ATTEMPTS;
   for (let attempt = 1; ; attempt++) {
     const cur = attempt === 1 && opts.assumeAbsent ? undefined : await getIfExists(ds, ref.kind, ref.name, ref.namespace);
-    const op = casOp(next(cur), cur);
+    const res = await next(cur);
+    if (res === undefined) return { unchanged: true, stored: cur };
+    const op = casOp(res, cur);
     try {
       const stored = op.op === 'create' ? await ds.create(op.res) : await ds.update(op.res);
       return { stored, ...(cur ? { prev: cur } : {}) };
@@ -61,4 +71,15 @@ export async function casRetry<K extends Kind>(
       if (!lostRace || attempt >= attempts) throw e;
     }
   }
+}
+
+type CasStore = Pick<Datastore, 'get' | 'create' | 'update'>;
+interface CasRef<K extends Kind> {
+  kind: K;
+  name: string;
+  namespace?: string;
+}
+interface CasOptions {
+  attempts?: number;
+  assumeAbsent?: boolean;
 }

@@ -109,6 +109,34 @@ describe('casRetry', () => {
   });
 });
 
+describe('casRetry with nothing to write', () => {
+  it('next returning undefined writes nothing and returns the object as read (or undefined when absent)', async () => {
+    const ds = counted(new MemoryDatastore());
+    const none = await casRetry(ds, ref, () => undefined);
+    expect(none).toEqual({ unchanged: true, stored: undefined });
+    const first = await ds.create(node('n1', ['10.0.0.0/24']));
+    const same = await casRetry(ds, ref, async (cur) => (cur?.spec.podCIDRs?.includes('10.0.0.0/24') ? undefined : node('n1', ['10.0.0.0/24'])));
+    expect(same).toEqual({ unchanged: true, stored: first });
+    expect(ds.writes).toEqual(['create n1']);
+  });
+
+  it('a lost race re-runs an async next, which may then find nothing to write', async () => {
+    const ds = new MemoryDatastore();
+    await ds.create(node('n1', []));
+    let calls = 0;
+    const r = await casRetry(ds, ref, async (cur) => {
+      calls++;
+      if (cur?.spec.podCIDRs?.includes('10.0.3.0/24')) return undefined;
+      // The other writer adds the same CIDR between our read and our write.
+      if (calls === 1) await ds.update({ ...cur!, spec: { podCIDRs: ['10.0.3.0/24'] } });
+      return { ...cur!, spec: { podCIDRs: ['10.0.3.0/24'] } };
+    });
+    expect(calls).toBe(2);
+    expect('unchanged' in r && r.unchanged).toBe(true);
+    expect((await ds.get('Node', 'n1')).spec.podCIDRs).toEqual(['10.0.3.0/24']);
+  });
+});
+
 describe('casOp and getIfExists', () => {
   it('casOp: a create without a read object, an update guarded by its revision with one', async () => {
     const ds = new MemoryDatastore();
