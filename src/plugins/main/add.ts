@@ -3,8 +3,8 @@
 // endpoint -> policy-setup wait -> result. Every side effect pushes its undo,
 // so a failure at any step leaves nothing behind.
 import { randomBytes } from 'node:crypto';
-import type { CniContext, CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
-import { isNetpluginIpam, type Netconf } from '../../config/index.js';
+import type { CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
+import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Resource } from '../../model/resources.js';
 import type { Datastore, TxnOp } from '../../datastore/types.js';
@@ -16,8 +16,7 @@ import { buildWorkloadEndpoint, needsPodLookup, readPodContext, type PodLike } f
 import { ipamFieldNames, pairFloatingIPs, poolsFromResources, resolveWorkloadOptions } from '../../k8s/annotations.js';
 import { Rollback, step } from './rollback.js';
 import { execDelegate } from './delegate.js';
-import { dataplane, getIpamObserver, getPolicySignal, ipamBatchingEnabled } from './runtime.js';
-import { HOST_MAC, checkClusterReady, datastoreFor, identify, ipamLockPath, kubeClientFor, podSourceFor, statusDir, type Workload } from './common.js';
+import { HOST_MAC, checkClusterReady, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
 import { podMtu } from '../../config/mtu.js';
 import { LABEL_NAMESPACE, LABEL_ORCHESTRATOR } from '../../model/annotations.js';
 
@@ -30,8 +29,8 @@ function bareIP(addr: string): string {
   return addr.split('/')[0]!;
 }
 
-export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
-  const { conf, log } = ctx;
+export async function add(ctx: PluginContext): Promise<CniResult> {
+  const { conf, log, runtime } = ctx;
   if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for ADD');
   const wl = identify(conf, ctx);
 
@@ -42,7 +41,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     });
   }
 
-  const ds = await step('checking the datastore', () => datastoreFor(conf));
+  const ds = await step('checking the datastore', () => runtime.datastore(conf));
   // The IPAM reads do not depend on readiness and write nothing: issue them
   // with the ClusterInformation read, so the three cost one round trip.
   const early = isNetpluginIpam(conf.ipam) ? await earlyIpamReads(ctx, wl, ds) : undefined;
@@ -51,8 +50,8 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
   let pod: PodLike | undefined;
   let nsAnnotations: Record<string, string> = {};
   if (wl.pod && needsPodLookup(conf, ctx.args, log)) {
-    const kube = await step('reading the pod', () => kubeClientFor(conf));
-    const got = await step('reading the pod', async () => readPodContext(await podSourceFor(conf, kube, wl.node, ctx.args.K8S_POD_UID), wl.pod!, kube.server));
+    const kube = await step('reading the pod', () => runtime.kubeClient(conf));
+    const got = await step('reading the pod', async () => readPodContext(await runtime.podSource(conf, kube, wl.node, ctx.args.K8S_POD_UID), wl.pod!, kube.server));
     pod = got.pod;
     nsAnnotations = got.namespace.metadata?.annotations ?? {};
   }
@@ -98,7 +97,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     const mac = piggy.written ? freshMac : (containerMac ?? freshMac);
     // Without a netconf mtu, the agent's pod MTU (leaves room for VXLAN/IPIP headers).
     const mtu = podMtu(conf);
-    const dp = await dataplane();
+    const dp = await runtime.dataplane();
     const wep = piggy.written ?? endpointFor(ips, floating, mac);
 
     const [veth, endpoint] = await Promise.allSettled([
@@ -131,12 +130,13 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     const state = veth.value;
 
     if (policyWait) {
+      const policySignal = runtime.policySignal();
       const r = await policyWait.waitForPolicyProgrammed({
         endpointKey: wep.metadata.name,
         ...(sdir ? { statusDir: sdir } : {}),
         timeoutMs: conf.policy_setup_timeout_seconds! * 1000,
         containerId: ctx.containerId,
-        ...(getPolicySignal() ? { signal: getPolicySignal() as never } : {}),
+        ...(policySignal ? { signal: policySignal } : {}),
         log,
       });
       log.debug('policy setup wait', { programmed: r.programmed, waitedMs: r.waitedMs });
@@ -183,10 +183,8 @@ interface EarlyIpam {
 }
 
 /** Starts the reads our IPAM needs (this container's handle, the pools); awaited later, in addresses(). */
-async function earlyIpamReads(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore): Promise<EarlyIpam> {
-  const { Ipam } = await import('../../ipam/index.js');
-  const lockPath = ipamLockPath(ctx.conf);
-  const ipam = new Ipam(ds, { log: ctx.log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
+async function earlyIpamReads(ctx: PluginContext, wl: Workload, ds: Datastore): Promise<EarlyIpam> {
+  const ipam = await ipamFor(ctx, ds, 'assign');
   const held = ipam.handleAddresses(wl.handleID);
   const pools = ds.list('IPPool');
   // Awaited only once the datastore is known ready; a failure meanwhile must not go unhandled.
@@ -197,7 +195,7 @@ async function earlyIpamReads(ctx: CniContext<Netconf>, wl: Workload, ds: Datast
 
 /** Chooses and reserves the pod's addresses; returns bare IPs. */
 async function addresses(
-  ctx: CniContext<Netconf>,
+  ctx: PluginContext,
   wl: Workload,
   ds: Datastore,
   pod: PodLike | undefined,
@@ -252,13 +250,13 @@ async function addresses(
       fields: ipamFieldNames(req),
     });
   });
-  getIpamObserver()?.assigned(assigned.length);
+  ctx.runtime.ipam.observer?.assigned(assigned.length);
   if (!assigned.length) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: neither assign_ipv4 nor assign_ipv6 is "true"; the pod would get no address');
   return { ips: assigned.map((a) => a.ip), ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
 }
 
 /** Other IPAM types (host-local): run the plugin from CNI_PATH, with `usePodCidr` resolved to the node's pod CIDRs. */
-async function delegatedAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore, rb: Rollback): Promise<{ ips: string[]; repeated?: boolean }> {
+async function delegatedAddresses(ctx: PluginContext, wl: Workload, ds: Datastore, rb: Rollback): Promise<{ ips: string[]; repeated?: boolean }> {
   const { conf, log } = ctx;
   // A repeated ADD must not ask host-local again: it refuses a second allocation
   // for the same container ("duplicate allocation is not allowed"). This
@@ -268,7 +266,7 @@ async function delegatedAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Da
     log.info('ADD repeated for a container that already holds addresses; reusing them', { ips: mine.spec.ipNetworks });
     return { ips: mine.spec.ipNetworks.map(bareIP), repeated: true };
   }
-  const ipamConf = await resolvePodCidrs(conf, wl, ds);
+  const ipamConf = await resolvePodCidrs(ctx, wl, ds);
   const delegateConf = { ...ctx.rawConf, ipam: ipamConf };
   const inv = {
     type: conf.ipam.type,
@@ -292,14 +290,15 @@ async function delegatedAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Da
 }
 
 /** Replaces host-local's `usePodCidr` / `usePodCidrIPv6` subnets with the node's pod CIDRs (the operator's HostLocal mode). */
-export async function resolvePodCidrs(conf: Netconf, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Record<string, unknown>> {
+export async function resolvePodCidrs(ctx: Pick<PluginContext, 'conf' | 'runtime'>, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Record<string, unknown>> {
+  const { conf } = ctx;
   const ipam = structuredClone(conf.ipam) as Record<string, unknown>;
   const text = JSON.stringify(ipam);
   if (!text.includes('"usePodCidr"') && !text.includes('"usePodCidrIPv6"')) return ipam;
   let cidrs: string[] = [];
   try {
     if (!ds) throw new CniError(ErrorCodes.TryAgainLater, 'the datastore is unavailable');
-    cidrs = await nodePodCidrs(conf, wl, ds);
+    cidrs = await nodePodCidrs(ctx, wl, ds);
   } catch (e) {
     // DEL and CHECK must work when the node's CIDRs cannot be read (datastore down,
     // node deleted): host-local releases by container ID and only validates the
@@ -330,9 +329,9 @@ export async function resolvePodCidrs(conf: Netconf, wl: Workload, ds: Datastore
 const RELEASE_PLACEHOLDER_V4 = '192.0.2.0/30';
 const RELEASE_PLACEHOLDER_V6 = '2001:db8::/126';
 
-async function nodePodCidrs(conf: Netconf, wl: Workload, ds: Datastore): Promise<string[]> {
+async function nodePodCidrs({ conf, runtime }: Pick<PluginContext, 'conf' | 'runtime'>, wl: Workload, ds: Datastore): Promise<string[]> {
   if (conf.kubernetes?.kubeconfig || conf.kubernetes?.k8s_api_root) {
-    const kube = await kubeClientFor(conf);
+    const kube = await runtime.kubeClient(conf);
     const node = (await kube.getNode(wl.node)) as { spec?: { podCIDR?: string; podCIDRs?: string[] } };
     const list = node.spec?.podCIDRs?.length ? node.spec.podCIDRs : node.spec?.podCIDR ? [node.spec.podCIDR] : [];
     return list;
