@@ -41,7 +41,7 @@ export interface RoutesController {
 
 export function startRoutesController(o: RoutesOptions): RoutesController {
   const { ds, node, nl, log } = o;
-  // Tunnel addresses: no host lock, the datastore's compare-and-swap alone keeps them consistent (as before createIpam).
+  // Tunnel addresses: the route controller is no plugin process, so no host lock; the datastore's compare-and-swap keeps them consistent.
   const ipam = createIpam(ds, { lock: 'none', log });
   const kernel = new KernelState(nl, log);
   let stopped = false;
