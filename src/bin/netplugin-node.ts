@@ -194,7 +194,7 @@ async function main(): Promise<void> {
     wrapDatastore: (ds) => metrics.wrapDatastore(ds),
     ipamObserver: metrics.ipamObserver,
     ipamBatching: true,
-    podCache: { log },
+    podCache: async (kube, node) => new (await import('../k8s/cache.js')).CachingPodSource(kube, { nodeName: node, log }).start(),
     dataplane: dataplane.port,
     policySignal: () => policy?.signal(),
   });

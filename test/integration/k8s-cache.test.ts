@@ -307,7 +307,7 @@ describe('the runtime\'s podSource (the plugin seam)', () => {
     const { client, n } = counted(base);
     expect(await createPluginRuntime().podSource(conf(), client, NODE, 'uid-p')).toBe(client);
 
-    const agent = createPluginRuntime({ podCache: {} });
+    const agent = createPluginRuntime({ podCache: async (kube, node) => new CachingPodSource(kube, { nodeName: node }).start() });
     runtimes.push(agent);
     const src = await agent.podSource(conf(), client, NODE, 'uid-p');
     expect(src).not.toBe(client);

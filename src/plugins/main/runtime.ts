@@ -12,10 +12,8 @@ import type { Datastore } from '../../datastore/types.js';
 import { createClientCache } from '../../client-cache.js';
 import type { DatastoreConfig } from '../../datastore/index.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
-import type { Logger } from '../../cni/types.js';
 import type { KubeClient } from '../../k8s/client.js';
 import type { PodSource } from '../../k8s/workload.js';
-import type { CachingPodSource } from '../../k8s/cache.js';
 import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
 import { CniError, ErrorCodes } from '../../errors.js';
 
@@ -35,6 +33,13 @@ export interface IpamObserver {
 
 /** The netconf's datastore fields (src/datastore/index.ts DatastoreConfig). */
 export type DatastoreSettings = DatastoreConfig;
+
+/** A watch-fed cache of one node's pods and namespaces (src/k8s/cache.ts CachingPodSource). */
+export interface PodCache {
+  /** The cache as a PodSource for one pod: a cached pod with another uid is read from the API. */
+  forPod(uid: string | undefined): PodSource;
+  stop(): void;
+}
 
 /** Where the pod's Kubernetes API access is configured (the netconf's `kubernetes` block). */
 export interface KubeSettings {
@@ -77,8 +82,13 @@ export interface PluginRuntimeOptions {
    * many watches); the default is the HTTP gateway, cheap to load.
    */
   etcdTransport?: 'grpc' | 'http';
-  /** Read pods through watch-fed caches (the agent only: a watch in a one-shot process costs a LIST per ADD); `log` gets their watch trouble. */
-  podCache?: { log?: Logger };
+  /**
+   * Starts a watch-fed pod cache for an API client and node (the agent only:
+   * a watch in a one-shot process costs a LIST per ADD). The runtime keeps one
+   * per API client and node. The agent passes it so the per-exec bundles never
+   * reference the cache's code.
+   */
+  podCache?: (kube: KubeClient, node: string) => Promise<PodCache>;
   /** Default: the dataplane inline, loaded on first use (a per-exec run). */
   dataplane?: DataplanePort;
   policySignal?: () => ProgrammedSignal | undefined;
@@ -103,7 +113,7 @@ export function datastoreKey(s: DatastoreSettings): string {
 export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRuntime {
   const datastores = createClientCache<Datastore>({ ...DATASTORE_CACHE, close: (d) => d.close() });
   const kubeClients = createClientCache<KubeClient>({ ...DATASTORE_CACHE, close: (c) => c.close() });
-  const podCaches = new Map<string, Promise<CachingPodSource>>();
+  const podCaches = new Map<string, Promise<PodCache>>();
   let dataplanePort = opts.dataplane;
   const wrap = opts.wrapDatastore ?? ((ds: Datastore) => ds);
   const ipam = { batch: opts.ipamBatching === true, ...(opts.ipamObserver ? { observer: opts.ipamObserver } : {}) };
@@ -127,13 +137,14 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
     },
     async podSource(conf, kube, node, podUid) {
       if (!opts.podCache) return kube;
-      const log = opts.podCache.log;
       const k = conf.kubernetes ?? {};
       const key = JSON.stringify([k.kubeconfig, k.k8s_api_root, node]);
       let p = podCaches.get(key);
       if (!p) {
-        p = import('../../k8s/cache.js').then((m) => new m.CachingPodSource(kube, { nodeName: node, ...(log ? { log } : {}) }).start());
+        p = opts.podCache(kube, node);
         podCaches.set(key, p);
+        // A cache that failed to start is not kept: the next ADD tries again.
+        p.catch(() => podCaches.delete(key));
       }
       return (await p).forPod(podUid);
     },
