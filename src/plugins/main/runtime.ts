@@ -101,7 +101,7 @@ export interface PluginRuntimeOptions {
  * distinct netconf the agent is sent would otherwise keep its own connection
  * (and fds) open for ever.
  */
-export const DATASTORE_CACHE = { max: 16, idleMs: 10 * 60_000, graceMs: 60_000 };
+export const DATASTORE_CACHE = Object.freeze({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000 });
 
 export function datastoreKey(s: DatastoreSettings): string {
   return JSON.stringify([
