@@ -287,7 +287,7 @@ async function main() {
     if (files.length) {
       profile = summariseProfiles(main.length ? main : files, 30, root);
       const workers = summariseProfiles(files.filter((f) => !main.includes(f)), 15, root);
-      const text = `### Main thread\n\n${formatProfile(profile)}\n\n### Dataplane worker threads (wall time on stack: a netlink call that waits in the kernel counts)\n\n${formatProfile(workers)}`;
+      const text = `### Main thread\n\n${formatProfile(profile)}\n\n### Other JS threads, if any (wall time on stack: a netlink call that waits in the kernel counts)\n\n${formatProfile(workers)}`;
       console.log(`\nagent CPU profile (whole run; files in ${profDir}):\n` + text);
       mkdirSync(OUT, { recursive: true });
       writeFileSync(join(OUT, 'agent-profile.md'), `# Agent CPU profile\n\n\`node scripts/bench.mjs ${process.argv.slice(2).join(' ')}\`, ${new Date().toISOString()}\n\n${text}\n`);
