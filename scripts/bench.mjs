@@ -20,7 +20,7 @@
 //   node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--cpu-prof] [--out DIR]
 //   --quick     50 pods, c = 1 and 4 (about two minutes)
 //   --cpu-prof  profile the agent (node --cpu-prof) and print its top self-time functions
-//   --agent-args=F  extra netplugin-node flags, space-separated (comparing agent options: '--agent-args=--dataplane-threads 4')
+//   --agent-args=F  extra netplugin-node flags, space-separated (comparing agent options: '--agent-args=--max-concurrent 8')
 //   --paths L   only these of ptp,agent,perexec (profiling, quick checks; not for the published table)
 //   --out DIR   where latest.{json,md,svg} go (default bench/results)
 //   --scale N   the scale cell: agent ADD p50 of one more pod with N pods on the node,
