@@ -6,7 +6,7 @@ import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node
 import { dirname } from 'node:path';
 import type { Logger } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
-import { Ipam } from '../../ipam/index.js';
+import { createIpam } from '../../ipam/index.js';
 import type { Netlink } from '../../native/index.js';
 import { ensureTunnelAddresses, registerNode, type AutodetectMethod } from '../node-registration.js';
 import { KernelState, connectedSubnets, underlayMtu, type LocalTunnel } from './apply.js';
@@ -43,7 +43,8 @@ export interface RoutesController {
 
 export function startRoutesController(o: RoutesOptions): RoutesController {
   const { ds, node, nl, log } = o;
-  const ipam = new Ipam(ds, { lockPath: null, log });
+  // Tunnel addresses: the route controller is no plugin process, so no host lock; the datastore's compare-and-swap keeps them consistent.
+  const ipam = createIpam(ds, { lock: 'none', log });
   const kernel = new KernelState(nl, log);
   let stopped = false;
   let debounce: NodeJS.Timeout | undefined;

@@ -2,8 +2,8 @@
 // in-process, or a delegated IPAM plugin) -> veth and routes -> workload
 // endpoint -> policy-setup wait -> result. Every side effect pushes its undo,
 // so a failure at any step leaves nothing behind.
-import type { CniContext, CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
-import { isNetpluginIpam, type Netconf } from '../../config/index.js';
+import type { CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
+import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, ErrorCodes } from '../../errors.js';
 import { GATEWAY_V4 } from '../../dataplane/workload.js';
 import { linkLocalFromMac } from '../../dataplane/names.js';
@@ -14,12 +14,11 @@ import { hostPrefix } from '../../net/cidr.js';
 import { Rollback, step } from './rollback.js';
 import { delegatedAddresses, earlyIpamReads, ipamAddresses } from './addresses.js';
 import { EndpointPiggyback, endpointBuilder, previousMac, randomContainerMac, writeEndpoint } from './endpoint.js';
-import { dataplane, getPolicySignal } from './runtime.js';
-import { HOST_MAC, checkClusterReady, datastoreFor, identify, kubeClientFor, podSourceFor, statusDir } from './common.js';
+import { HOST_MAC, checkClusterReady, identify, statusDir, type PluginContext } from './common.js';
 import { podMtu } from '../../config/mtu.js';
 
-export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
-  const { conf, log } = ctx;
+export async function add(ctx: PluginContext): Promise<CniResult> {
+  const { conf, log, runtime } = ctx;
   if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for ADD');
   const wl = identify(conf, ctx);
 
@@ -30,7 +29,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     });
   }
 
-  const ds = await step('checking the datastore', () => datastoreFor(conf));
+  const ds = await step('checking the datastore', () => runtime.datastore(conf));
   // The IPAM reads do not depend on readiness and write nothing: issue them
   // with the ClusterInformation read, so the three cost one round trip.
   const ourIpam = isNetpluginIpam(conf.ipam) ? conf.ipam : undefined;
@@ -47,8 +46,8 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
             ref: readPod,
             open: () =>
               step('reading the pod', async () => {
-                const kube = await kubeClientFor(conf);
-                return { source: await podSourceFor(conf, kube, wl.node, ctx.args.K8S_POD_UID), apiServer: kube.server };
+                const kube = await runtime.kubeClient(conf);
+                return { source: await runtime.podSource(conf, kube, wl.node, ctx.args.K8S_POD_UID), apiServer: kube.server };
               }),
           },
         }
@@ -90,7 +89,7 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     const mac = piggy.written ? freshMac : (containerMac ?? freshMac);
     // Without a netconf mtu, the agent's pod MTU (leaves room for VXLAN/IPIP headers).
     const mtu = podMtu(conf);
-    const dp = await dataplane();
+    const dp = await runtime.dataplane();
     const wep = piggy.written ?? endpointFor(ips, floating, mac);
 
     const [veth, endpoint] = await Promise.allSettled([
@@ -123,12 +122,13 @@ export async function add(ctx: CniContext<Netconf>): Promise<CniResult> {
     const state = veth.value;
 
     if (policyWait) {
+      const policySignal = runtime.policySignal();
       const r = await policyWait.waitForPolicyProgrammed({
         endpointKey: wep.metadata.name,
         ...(sdir ? { statusDir: sdir } : {}),
         timeoutMs: conf.policy_setup_timeout_seconds! * 1000,
         containerId: ctx.containerId,
-        ...(getPolicySignal() ? { signal: getPolicySignal() as never } : {}),
+        ...(policySignal ? { signal: policySignal } : {}),
         log,
       });
       log.debug('policy setup wait', { programmed: r.programmed, waitedMs: r.waitedMs });

@@ -1,8 +1,6 @@
 // Address acquisition for ADD: our IPAM in-process (the addresses and the
 // workload endpoint in one transaction), or a delegated IPAM plugin. Each
 // reservation pushes its undo on the ADD's rollback stack.
-import type { CniContext } from '../../cni/types.js';
-import type { Netconf } from '../../config/index.js';
 import { CniError, ErrorCodes } from '../../errors.js';
 import type { Datastore } from '../../datastore/types.js';
 import { parseResult } from '../../cni/result.js';
@@ -12,8 +10,7 @@ import { step, type Rollback } from './rollback.js';
 import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
 import { ownEndpoint, type EndpointPiggyback } from './endpoint.js';
-import { getIpamObserver, ipamBatchingEnabled } from './runtime.js';
-import { ipamLockPath, type Workload } from './common.js';
+import { ipamFor, type PluginContext, type Workload } from './common.js';
 
 /** The pod's addresses (bare IPs) and whether an earlier ADD of this container already held them. */
 export interface Addresses {
@@ -30,10 +27,8 @@ export interface EarlyIpam {
 }
 
 /** Starts the reads our IPAM needs (this container's handle, the pools); awaited later, in ipamAddresses(). */
-export async function earlyIpamReads(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore): Promise<EarlyIpam> {
-  const { Ipam } = await import('../../ipam/index.js');
-  const lockPath = ipamLockPath(ctx.conf);
-  const ipam = new Ipam(ds, { log: ctx.log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
+export async function earlyIpamReads(ctx: PluginContext, wl: Workload, ds: Datastore): Promise<EarlyIpam> {
+  const ipam = await ipamFor(ctx, ds, 'assign');
   const held = ipam.handleAddresses(wl.handleID);
   const pools = ds.list('IPPool');
   // Awaited only once the datastore is known ready; a failure meanwhile must not go unhandled.
@@ -43,7 +38,7 @@ export async function earlyIpamReads(ctx: CniContext<Netconf>, wl: Workload, ds:
 }
 
 /** Reserves the pod's addresses from our IPAM as `req` (the resolved WorkloadOptions) says; the endpoint rides in the same transaction. */
-export async function ipamAddresses(ctx: CniContext<Netconf>, wl: Workload, req: AddressRequest, rb: Rollback, early: EarlyIpam, piggy: EndpointPiggyback): Promise<Addresses> {
+export async function ipamAddresses(ctx: PluginContext, wl: Workload, req: AddressRequest, rb: Rollback, early: EarlyIpam, piggy: EndpointPiggyback): Promise<Addresses> {
   const { log } = ctx;
   const { ipam } = early;
   // A repeated ADD for the same container and network returns what it already holds.
@@ -76,13 +71,13 @@ export async function ipamAddresses(ctx: CniContext<Netconf>, wl: Workload, req:
       fields: ipamFieldNames(req),
     });
   });
-  getIpamObserver()?.assigned(assigned.length);
+  ctx.runtime.ipam.observer?.assigned(assigned.length);
   if (!assigned.length) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: neither assign_ipv4 nor assign_ipv6 is "true"; the pod would get no address');
   return { ips: assigned.map((a) => a.ip), ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
 }
 
 /** Other IPAM types (host-local): run the plugin from CNI_PATH, with `usePodCidr` resolved to the node's pod CIDRs. */
-export async function delegatedAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore, rb: Rollback): Promise<Addresses> {
+export async function delegatedAddresses(ctx: PluginContext, wl: Workload, ds: Datastore, rb: Rollback): Promise<Addresses> {
   const { conf, log } = ctx;
   // A repeated ADD must not ask host-local again: it refuses a second allocation
   // for the same container ("duplicate allocation is not allowed"). This

@@ -3,26 +3,24 @@
 // never leaves a veth behind; then the endpoint (only if it is still ours) and
 // the addresses. A datastore outage after the local teardown is code 11 so the
 // runtime retries the DEL.
-import type { CniContext } from '../../cni/types.js';
-import { isNetpluginIpam, type Netconf } from '../../config/index.js';
+import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, TxnOp } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
-import { dataplane, getIpamObserver, ipamBatchingEnabled } from './runtime.js';
-import { HOST_MAC, datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
+import { HOST_MAC, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
 import { netlink, type Netlink } from '../../native/index.js';
 import { addressOf } from '../../net/cidr.js';
 
-export async function del(ctx: CniContext<Netconf>): Promise<void> {
+export async function del(ctx: PluginContext): Promise<void> {
   const { conf, log } = ctx;
   const wl = identify(conf, ctx);
 
   let ds: Datastore | undefined;
   let dsError: unknown;
   try {
-    ds = await datastoreFor(conf);
+    ds = await ctx.runtime.datastore(conf);
   } catch (e) {
     dsError = e;
   }
@@ -54,7 +52,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
 
   // Inside our own netns the interface is ours whoever owns the endpoint; the
   // host end is deleted by name only when no newer sandbox owns it.
-  const dp = await dataplane();
+  const dp = await ctx.runtime.dataplane();
   const ownsHostEnd = ownerKnown && !newerOwner;
   // A failure here must not stop the release below: a DEL that freed nothing
   // would fail the same way on every retry while the address stayed taken.
@@ -115,7 +113,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
  * Deletes the host namespace's conntrack entries of the addresses. Best effort:
  * DEL must not fail for it (an entry left behind expires on its own timeout).
  */
-function flushConntrack(addrs: string[], log: CniContext<Netconf>['log']): void {
+function flushConntrack(addrs: string[], log: PluginContext['log']): void {
   if (addrs.length === 0) return;
   let nl: Netlink | undefined;
   try {
@@ -130,7 +128,7 @@ function flushConntrack(addrs: string[], log: CniContext<Netconf>['log']): void 
 }
 
 /** The addresses released (netplugin IPAM; none known for a delegated IPAM plugin). */
-async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<string[]> {
+async function releaseAddresses(ctx: PluginContext, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<string[]> {
   const { conf, log } = ctx;
   if (!isNetpluginIpam(conf.ipam)) {
     // The endpoint goes before the delegated plugin frees the addresses, as a single guarded delete.
@@ -139,11 +137,9 @@ async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Data
     return [];
   }
   if (!ds) return [];
-  const { Ipam } = await import('../../ipam/index.js');
-  const lockPath = ipamLockPath(conf);
-  const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
+  const ipam = await ipamFor(ctx, ds, 'assign');
   const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
-  getIpamObserver()?.released(released.length);
+  ctx.runtime.ipam.observer?.released(released.length);
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
   return released.map(addressOf);
 }

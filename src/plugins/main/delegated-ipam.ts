@@ -2,19 +2,17 @@
 // and CHECK pass on (our netconf with its `ipam` section, the runtime's CNI_*
 // values), with host-local's `usePodCidr` subnets resolved to the node's pod
 // CIDRs (the operator's HostLocal mode).
-import type { CniContext } from '../../cni/types.js';
-import type { Netconf } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore } from '../../datastore/types.js';
 import type { DelegateInvocation } from './delegate.js';
-import { kubeClientFor, type Workload } from './common.js';
+import { type PluginContext, type Workload } from './common.js';
 
 /**
  * The invocation of the netconf's IPAM plugin for this attachment, less the
  * command. With `release` (DEL) unreadable pod CIDRs are tolerated (resolvePodCidrs).
  */
-export async function delegatedIpam(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Omit<DelegateInvocation, 'command'>> {
-  const ipam = await resolvePodCidrs(ctx.conf, wl, ds, opts);
+export async function delegatedIpam(ctx: PluginContext, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Omit<DelegateInvocation, 'command'>> {
+  const ipam = await resolvePodCidrs(ctx, wl, ds, opts);
   return {
     type: ctx.conf.ipam.type,
     containerId: ctx.containerId,
@@ -28,14 +26,15 @@ export async function delegatedIpam(ctx: CniContext<Netconf>, wl: Workload, ds: 
 }
 
 /** Replaces host-local's `usePodCidr` / `usePodCidrIPv6` subnets with the node's pod CIDRs (the operator's HostLocal mode). */
-export async function resolvePodCidrs(conf: Netconf, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Record<string, unknown>> {
+export async function resolvePodCidrs(ctx: Pick<PluginContext, 'conf' | 'runtime'>, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Record<string, unknown>> {
+  const { conf } = ctx;
   const ipam = structuredClone(conf.ipam) as Record<string, unknown>;
   const text = JSON.stringify(ipam);
   if (!text.includes('"usePodCidr"') && !text.includes('"usePodCidrIPv6"')) return ipam;
   let cidrs: string[] = [];
   try {
     if (!ds) throw new CniError(ErrorCodes.TryAgainLater, 'the datastore is unavailable');
-    cidrs = await nodePodCidrs(conf, wl, ds);
+    cidrs = await nodePodCidrs(ctx, wl, ds);
   } catch (e) {
     // DEL and CHECK must work when the node's CIDRs cannot be read (datastore down,
     // node deleted): host-local releases by container ID and only validates the
@@ -66,9 +65,9 @@ export async function resolvePodCidrs(conf: Netconf, wl: Workload, ds: Datastore
 const RELEASE_PLACEHOLDER_V4 = '192.0.2.0/30';
 const RELEASE_PLACEHOLDER_V6 = '2001:db8::/126';
 
-async function nodePodCidrs(conf: Netconf, wl: Workload, ds: Datastore): Promise<string[]> {
+async function nodePodCidrs({ conf, runtime }: Pick<PluginContext, 'conf' | 'runtime'>, wl: Workload, ds: Datastore): Promise<string[]> {
   if (conf.kubernetes?.kubeconfig || conf.kubernetes?.k8s_api_root) {
-    const kube = await kubeClientFor(conf);
+    const kube = await runtime.kubeClient(conf);
     const node = (await kube.getNode(wl.node)) as { spec?: { podCIDR?: string; podCIDRs?: string[] } };
     const list = node.spec?.podCIDRs?.length ? node.spec.podCIDRs : node.spec?.podCIDR ? [node.spec.podCIDR] : [];
     return list;
