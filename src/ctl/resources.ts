@@ -5,7 +5,7 @@ import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
 import { type Datastore } from '../datastore/types.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
-import { bool, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
+import { bool, cannotRead, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
 
@@ -63,7 +63,7 @@ async function readDocumentFile(file: string, io: CtlIO): Promise<Array<{ doc: u
     try {
       text = readFileSync(resolve(io.cwd ?? process.cwd(), file), 'utf8');
     } catch (e) {
-      throw new CtlError(`cannot read -f ${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+      throw cannotRead(`-f ${file}`, e);
     }
   }
   const raw: Array<{ doc: unknown; where: string }> = [];
