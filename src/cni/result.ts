@@ -1,7 +1,7 @@
 // One internal result (the CNI 1.1 shape) printed in whatever version the
 // runtime asked for, and results of any supported version (prevResult, a
 // delegated IPAM plugin's output) read back into it.
-import { ipFamily, tryParseIPPrefix } from '../net/cidr.js';
+import { addressOf, ipFamily, tryParseIPPrefix } from '../net/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniDNS, CniInterface, CniIPConfig, CniResult, CniRoute, CniVersion } from './types.js';
 import { compareVersions, isSupportedVersion } from './version.js';
@@ -28,7 +28,7 @@ export function formatResult(result: CniResult, version: CniVersion): Record<str
   if (result.ips) {
     out['ips'] = result.ips.map((ip) =>
       compact({
-        version: withIpVersion ? (ipFamily(ip.address.split('/')[0]!) === 6 ? '6' : '4') : undefined,
+        version: withIpVersion ? (ipFamily(addressOf(ip.address)) === 6 ? '6' : '4') : undefined,
         interface: ip.interface,
         address: ip.address,
         gateway: ip.gateway,
@@ -124,7 +124,7 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
       const e = obj(x, p);
       const address = str(e['address'], `${p}.address`, false)!;
       if (!isCidr(address)) throw bad(`${p}.address`, address, 'an address with prefix length, e.g. "10.0.0.5/24"');
-      const fam = ipFamily(address.split('/')[0]!);
+      const fam = ipFamily(addressOf(address));
       const version = e['version'];
       if (version !== undefined && version !== String(fam)) throw bad(`${p}.version`, version, `"${fam}" for ${address}`);
       const gateway = str(e['gateway'], `${p}.gateway`);

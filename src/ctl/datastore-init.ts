@@ -3,7 +3,7 @@
 // by `netpluginctl datastore init`, `install-cni --init-datastore` and the node
 // agent at start, so every step is idempotent and safe to race.
 import { randomBytes } from 'node:crypto';
-import { DatastoreError } from '../errors.js';
+import { casRetry } from '../datastore/cas.js';
 import { API_VERSION, type ClusterInformationSpec, type Resource } from '../model/resources.js';
 import { type Datastore } from '../datastore/types.js';
 import { compareVersions, NETPLUGIN_VERSION } from './version.js';
@@ -42,14 +42,11 @@ function mergeTypes(existing: string | undefined, add: string[]): string | undef
 export async function initDatastore(ds: Datastore, opts: InitDatastoreOptions = {}): Promise<InitDatastoreResult> {
   const version = opts.version ?? NETPLUGIN_VERSION;
   const types = splitTypes(opts.clusterType);
-  for (let attempt = 0; ; attempt++) {
-    let cur: Resource<'ClusterInformation'> | undefined;
-    try {
-      cur = await ds.get('ClusterInformation', 'default');
-    } catch (e) {
-      if (!DatastoreError.is(e, 'NotFound')) throw e;
-    }
-    try {
+  // Two agents starting at once: the loser re-reads and merges again.
+  const r = await casRetry(
+    ds,
+    { kind: 'ClusterInformation', name: 'default' },
+    (cur) => {
       if (!cur) {
         const spec: ClusterInformationSpec = {
           clusterGUID: randomBytes(16).toString('hex'),
@@ -58,8 +55,7 @@ export async function initDatastore(ds: Datastore, opts: InitDatastoreOptions = 
           datastoreReady: opts.datastoreReady ?? true,
         };
         if (spec.clusterType === undefined) delete spec.clusterType;
-        const created = await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec });
-        return { action: 'created', clusterInformation: created };
+        return { apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec };
       }
       const spec: ClusterInformationSpec = { ...cur.spec };
       spec.clusterGUID ||= randomBytes(16).toString('hex');
@@ -72,13 +68,11 @@ export async function initDatastore(ds: Datastore, opts: InitDatastoreOptions = 
       if (cmp === undefined || cmp > 0 || opts.allowDowngrade) spec.netpluginVersion = version;
       if (opts.datastoreReady !== undefined) spec.datastoreReady = opts.datastoreReady;
       else spec.datastoreReady ??= true;
-      if (JSON.stringify(spec) === JSON.stringify(cur.spec)) return { action: 'unchanged', clusterInformation: cur };
-      const updated = await ds.update({ ...cur, spec });
-      return { action: 'updated', clusterInformation: updated };
-    } catch (e) {
-      // Two agents starting at once: re-read and merge again.
-      if ((DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'AlreadyExists')) && attempt < 5) continue;
-      throw e;
-    }
-  }
+      if (JSON.stringify(spec) === JSON.stringify(cur.spec)) return undefined;
+      return { ...cur, spec };
+    },
+    { attempts: 6 },
+  );
+  if ('unchanged' in r) return { action: 'unchanged', clusterInformation: r.stored! };
+  return { action: r.prev ? 'updated' : 'created', clusterInformation: r.stored };
 }

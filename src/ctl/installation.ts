@@ -25,7 +25,8 @@ import { installCni, writeFileAtomic, type InstallDeps } from './install-cni.js'
 import { SA_DIR, type KubeClient } from '../k8s/client.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
 import { defaultPackageDir, resolvePath } from './install-cni.js';
-import { getOrUndefined, readDocuments, writeResource } from './resources.js';
+import { readDocuments, writeResource } from './resources.js';
+import { getIfExists } from '../datastore/cas.js';
 import { NETPLUGIN_VERSION, refuseOlderClient } from './version.js';
 
 export const PLUGIN_KUBECONFIG = 'netplugin-kubeconfig';
@@ -208,7 +209,7 @@ export async function applyInstallation(io: CtlIO, ds: Datastore, conf: Datastor
   }
 
   if (o.dryRun) {
-    const ci = await getOrUndefined(ds, 'ClusterInformation', 'default');
+    const ci = await getIfExists(ds, 'ClusterInformation', 'default');
     const types = (ci?.spec.clusterType ?? '').split(',');
     const same = ci && ci.spec.netpluginVersion === NETPLUGIN_VERSION && types.includes('k8s') && types.includes('operator') && ci.spec.clusterGUID && ci.spec.datastoreReady !== undefined;
     changes.push({ what: 'clusterinformation/default', action: !ci ? 'would create' : same ? 'unchanged' : 'would update' });

@@ -40,6 +40,11 @@ export class CtlError extends Error {
   }
 }
 
+/** A file the user named could not be read (or parsed): `cannot read <what>: no such file` or the reason. */
+export function cannotRead(what: string, e: unknown): CtlError {
+  return new CtlError(`cannot read ${what}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+}
+
 export type FlagType = 'bool' | 'string' | 'list';
 export interface FlagSpec {
   /** Long name without dashes, e.g. 'output'. */

@@ -11,7 +11,7 @@ import { sameHandle } from '../ipam/handle.js';
 import { tryParseIP } from '../net/cidr.js';
 import type { Ipam, PoolUsage, BlockUsage } from '../ipam/allocator.js';
 import { addressHolder, auditIpam, migrateHandleName, releaseEmptyBlock, repairHandle, type CheckOptions, type IpamReport } from '../ipam/audit.js';
-import { bool, CtlError, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
+import { bool, cannotRead, CtlError, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
 
 export type { CheckOptions, IpamReport } from '../ipam/audit.js';
 
@@ -187,7 +187,7 @@ function readReport(file: string, io: CtlIO): IpamReport {
   try {
     raw = JSON.parse(readFileSync(resolve(io.cwd ?? process.cwd(), file), 'utf8'));
   } catch (e) {
-    throw new CtlError(`cannot read report ${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+    throw cannotRead(`report ${file}`, e);
   }
   const r = raw as Partial<IpamReport>;
   if (!r || r.version !== 1 || !Array.isArray(r.leakedHandles) || !Array.isArray(r.allocationsWithoutHandle) || !Array.isArray(r.handlesWithMissingBlockEntries)) {

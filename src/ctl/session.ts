@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import type { Datastore } from '../datastore/types.js';
 import { datastoreConfigFromEnv, datastoreEnvGiven, openDatastore } from '../datastore/index.js';
 import { netpluginEntry } from '../config/conflist.js';
-import { CtlError, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
+import { cannotRead, CtlError, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
 import { resolvePath } from './install-cni.js';
 import { refuseOlderClient } from './version.js';
 import { applyKubeAccess, defaultCtlConfig, isCtlConfig, readCtlConfig } from './cluster-config.js';
@@ -37,7 +37,7 @@ export function datastoreConfig(configFile: string | undefined, io: CtlIO): (Dat
       if (isCtlConfig(text)) return readCtlConfig(resolvePath(io, configFile), io);
       raw = JSON.parse(text);
     } catch (e) {
-      throw new CtlError(`cannot read --config ${configFile}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+      throw cannotRead(`--config ${configFile}`, e);
     }
     let conf = raw as Record<string, unknown>;
     if (conf && Array.isArray(conf.plugins)) {

@@ -86,7 +86,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     await Promise.all([pools.whenSynced(), blocks.whenSynced(), nodes.whenSynced()]);
     if (stopped) return;
     try {
-      const poolKey = JSON.stringify([...pools.list()].map((p) => [p.metadata.name, p.spec]));
+      const poolKey = JSON.stringify(pools.list().map((p) => [p.metadata.name, p.spec]));
       if (tunnelsDirty || poolKey !== lastPools) {
         tunnelsDirty = false;
         lastPools = poolKey;
