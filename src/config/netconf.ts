@@ -80,8 +80,8 @@ export function isNetpluginIpam(ipam: Netconf['ipam']): ipam is NetpluginIpam {
 
 export interface ParseOptions {
   pluginType: PluginType;
-  /** Deprecations and likely typos; the caller logs them. */
-  warn?: (msg: string) => void;
+  /** Deprecations and likely typos; the caller logs them. Absent or undefined: not reported. */
+  warn?: ((msg: string) => void) | undefined;
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;

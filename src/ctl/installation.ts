@@ -114,7 +114,7 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
 }
 
 /** `installation render`: the conflist, the IPPools and the agent settings, printed or written to DIR. */
-export async function cmdInstallationRender(io: CtlIO, o: { file: string; outDir?: string; datastore: RenderDatastore; confName: string }): Promise<number> {
+export async function cmdInstallationRender(io: CtlIO, o: { file: string; outDir?: string | undefined; datastore: RenderDatastore; confName: string }): Promise<number> {
   const { installation, flowResources } = await loadInstallation(o.file, io);
   const r = renderInstallation(installation, { datastore: o.datastore });
   if (!o.outDir) {

@@ -69,7 +69,7 @@ function whoHas(ds: Datastore, ipam: Pick<Ipam, 'locate'>, ipText: string) {
   return addressHolder(ds, ipam, ipText);
 }
 
-export async function cmdIpamShow(ds: Datastore, io: CtlIO, ipam: Pick<Ipam, 'usageReport' | 'locate'>, args: { showBlocks?: boolean; ip?: string; output?: string }): Promise<number> {
+export async function cmdIpamShow(ds: Datastore, io: CtlIO, ipam: Pick<Ipam, 'usageReport' | 'locate'>, args: { showBlocks?: boolean | undefined; ip?: string | undefined; output?: string | undefined }): Promise<number> {
   const json = args.output === 'json';
   if (args.output !== undefined && !json && args.output !== 'table') throw new CtlError(`-o ${JSON.stringify(args.output)} is not supported for ipam show; use json`);
   if (args.ip) {
@@ -125,7 +125,7 @@ function writeAtomic(path: string, data: string): void {
   renameSync(tmp, path);
 }
 
-export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: string; json?: boolean }, opts: CheckOptions = {}): Promise<number> {
+export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: string | undefined; json?: boolean | undefined }, opts: CheckOptions = {}): Promise<number> {
   const bar = progressLine(io, 'ipam check: handles');
   const r = await auditIpam(ds, { ...opts, progress: bar.tick });
   bar.done();
@@ -205,7 +205,7 @@ export async function cmdIpamRelease(
   ds: Datastore,
   io: CtlIO,
   ipam: IpamReleaser & Pick<Ipam, 'locate'>,
-  args: { ips: string[]; fromReport?: string; force?: boolean; dryRun?: boolean },
+  args: { ips: string[]; fromReport?: string | undefined; force?: boolean | undefined; dryRun?: boolean | undefined },
   opts: CheckOptions = {},
 ): Promise<number> {
   // --dry-run: every check runs against the live state; nothing is released.

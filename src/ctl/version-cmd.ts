@@ -18,7 +18,7 @@ const runVersion: CtlCommand = async (rest, io, s) => {
   if (bool(p, 'help')) return printHelp(io, VERSION_HELP.version!);
   const json = str(p, 'output') === 'json';
   const conf = s.config();
-  const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string; clientOlderThanCluster?: boolean } = { clientVersion: NETPLUGIN_VERSION };
+  const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string | undefined; clientOlderThanCluster?: boolean } = { clientVersion: NETPLUGIN_VERSION };
   let err: unknown;
   if (conf) {
     out.datastoreType = conf.datastore_type;

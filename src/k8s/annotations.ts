@@ -57,12 +57,13 @@ export interface WorkloadOptions {
 }
 
 /** The pool facts address selection needs (from `Datastore.list('IPPool')`: see poolsFromResources). */
+/** A pool's optional fields are copied from the IPPool's spec, which may lack them. */
 export interface PoolInfo {
   name: string;
   cidr: string;
-  vxlanMode?: string;
-  ipipMode?: string;
-  disabled?: boolean;
+  vxlanMode?: string | undefined;
+  ipipMode?: string | undefined;
+  disabled?: boolean | undefined;
 }
 
 export interface ResolveInput {

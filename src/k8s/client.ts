@@ -26,8 +26,8 @@ export interface KubeClientOptions {
   allow_exec?: boolean;
   /** API server URL; authenticates with the in-cluster service account token when that file exists. */
   k8s_api_root?: string;
-  /** Per-request deadline in ms (default 10 s). */
-  timeoutMs?: number;
+  /** Per-request deadline in ms (absent or undefined: 10 s). */
+  timeoutMs?: number | undefined;
 }
 
 export interface KubeObjectMeta {
@@ -118,10 +118,11 @@ interface Credentials {
   server: string;
   /** Which setting the server came from, for error messages. */
   source: string;
-  ca?: Buffer;
+  // undefined when the kubeconfig's *-data field is not a string (ignored, as before).
+  ca?: Buffer | undefined;
   caSource?: string;
-  cert?: Buffer;
-  key?: Buffer;
+  cert?: Buffer | undefined;
+  key?: Buffer | undefined;
   insecure?: boolean;
   servername?: string;
   token?: () => string | undefined;
@@ -161,7 +162,7 @@ function tokenFromFile(path: string): () => string | undefined {
 
 type Named<T> = { name: string; file: string } & T;
 interface KubeconfigDoc {
-  currentContext?: string;
+  currentContext?: string | undefined;
   contexts: Array<Named<{ context?: { cluster?: string; user?: string } }>>;
   clusters: Array<Named<{ cluster?: Record<string, unknown> }>>;
   users: Array<Named<{ user?: Record<string, unknown> }>>;
@@ -189,7 +190,7 @@ async function loadKubeconfigs(paths: string[]): Promise<KubeconfigDoc> {
   return out;
 }
 
-async function parseKubeconfig(paths: string[], opts: { context?: string; allowExec?: boolean } = {}): Promise<Credentials> {
+async function parseKubeconfig(paths: string[], opts: { context?: string | undefined; allowExec?: boolean | undefined } = {}): Promise<Credentials> {
   const kc = await loadKubeconfigs(paths);
   const path = paths.join(':');
   const ctxName = opts.context || kc.currentContext || kc.contexts[0]?.name;

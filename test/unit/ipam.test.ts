@@ -93,7 +93,7 @@ let ds: MemoryDatastore;
 beforeEach(() => {
   ds = new MemoryDatastore();
 });
-const ipam = (store: Datastore = ds, maxRetries?: number) => new Ipam(store, { lockPath: null, maxRetries });
+const ipam = (store: Datastore = ds, maxRetries?: number) => new Ipam(store, { lockPath: null, ...(maxRetries !== undefined ? { maxRetries } : {}) });
 
 describe('block claim and allocation', () => {
   it('claims a block by affinity and records the handle and attributes', async () => {
