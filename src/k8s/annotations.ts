@@ -72,7 +72,7 @@ export interface ResolveInput {
   /** Names the objects in messages. */
   pod?: { namespace: string; name: string };
   conf: {
-    ipam?: { ipv4_pools?: string[]; ipv6_pools?: string[]; assign_ipv4?: string | boolean; assign_ipv6?: string | boolean };
+    ipam?: { ipv4_pools?: string[] | undefined; ipv6_pools?: string[] | undefined; assign_ipv4?: string | boolean; assign_ipv6?: string | boolean };
     feature_control?: { ip_addrs_no_ipam?: boolean; floating_ips?: boolean };
   };
   /** `IP=` from CNI_ARGS: one IPv4 and/or one IPv6, comma-separated. */

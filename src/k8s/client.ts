@@ -9,23 +9,23 @@ import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
 
 export interface KubeClientOptions {
   /** Path of a kubeconfig file (recommended). */
-  kubeconfig?: string;
+  kubeconfig?: string | undefined;
   /**
    * Several kubeconfig files merged as KUBECONFIG=a:b does (the first file that
    * names a cluster, user or context wins, as does the first current-context);
    * used instead of `kubeconfig` when set.
    */
-  kubeconfig_paths?: string[];
+  kubeconfig_paths?: string[] | undefined;
   /** Use this context instead of current-context. */
-  context?: string;
+  context?: string | undefined;
   /**
    * Run `exec` credential plugins (client.authentication.k8s.io v1/v1beta1),
    * caching the credential until it expires. For interactive tools
    * (netpluginctl); the CNI plugin never runs commands from a kubeconfig.
    */
-  allow_exec?: boolean;
+  allow_exec?: boolean | undefined;
   /** API server URL; authenticates with the in-cluster service account token when that file exists. */
-  k8s_api_root?: string;
+  k8s_api_root?: string | undefined;
   /** Per-request deadline in ms (absent or undefined: 10 s). */
   timeoutMs?: number | undefined;
 }

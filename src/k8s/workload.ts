@@ -81,7 +81,7 @@ export interface PodEndpointAttributes {
  * "why is my annotation ignored?" finds the reason.
  */
 export function needsPodLookup(
-  conf: { policy?: { type?: string }; datastore_type?: string },
+  conf: { policy?: { type?: string | undefined } | undefined; datastore_type?: string | undefined },
   args: CniArgs,
   log?: Logger,
 ): boolean {
