@@ -6,6 +6,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, resolve as resolvePath } from 'node:path';
 import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
 import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
+import type { ObjectMeta } from '../model/resources.js';
 
 export interface KubeClientOptions {
   /** Path of a kubeconfig file (recommended). */
@@ -30,16 +31,10 @@ export interface KubeClientOptions {
   timeoutMs?: number | undefined;
 }
 
-export interface KubeObjectMeta {
-  name: string;
-  namespace?: string;
+/** Kubernetes ObjectMeta: the fields our resources carry too, and the rest as the API sends it. */
+export interface KubeObjectMeta extends ObjectMeta {
   generateName?: string;
-  resourceVersion?: string;
-  uid?: string;
-  creationTimestamp?: string;
   deletionTimestamp?: string;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
   [k: string]: unknown;
 }
 export interface KubeObject {
