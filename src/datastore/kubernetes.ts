@@ -101,8 +101,9 @@ function wepAnnotations(spec: WorkloadEndpointSpec | undefined): Record<string, 
   for (const k of Object.values(WEP_ANNOTATIONS)) a[k] = null;
   if (!spec) return a;
   a[WEP_ANNOTATIONS.containerID] = spec.containerID;
-  if (spec.ipNetworks.length) {
-    a[WEP_ANNOTATIONS.podIP] = spec.ipNetworks[0]!;
+  const first = spec.ipNetworks[0];
+  if (first !== undefined) {
+    a[WEP_ANNOTATIONS.podIP] = first;
     a[WEP_ANNOTATIONS.podIPs] = spec.ipNetworks.join(',');
   }
   if (spec.interfaceName) a[WEP_ANNOTATIONS.interfaceName] = spec.interfaceName;
