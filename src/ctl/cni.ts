@@ -4,7 +4,7 @@
 import { datastoreConfigFromEnv } from '../datastore/index.js';
 import { initDatastore } from './datastore-init.js';
 import { bool, CtlError, dryRun, list, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type DatastoreConfig, type FlagSpec } from './io.js';
-import { defaultPackageDir, detectPod, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
+import { defaultPackageDir, detectPod, installCni, optionsDatastore, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
 import { datastoreConfig, defaultOpen } from './session.js';
 
 export const CNI_HELP = {
@@ -140,19 +140,7 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
   let init: string | undefined;
   if (bool(p, 'init-datastore') && !opts.dryRun) {
     // The datastore the installed conflist names, unless --config says otherwise.
-    const conf: DatastoreConfig = configFile
-      ? datastoreConfig(configFile, io)!
-      : {
-          datastore_type: opts.datastoreType,
-          ...(opts.etcdEndpoints ? { etcd_endpoints: opts.etcdEndpoints } : {}),
-          ...(opts.etcdDiscoverySrv ? { etcd_discovery_srv: opts.etcdDiscoverySrv } : {}),
-          ...(opts.etcdKeyFile ? { etcd_key_file: opts.etcdKeyFile } : {}),
-          ...(opts.etcdCertFile ? { etcd_cert_file: opts.etcdCertFile } : {}),
-          ...(opts.etcdCaCertFile ? { etcd_ca_cert_file: opts.etcdCaCertFile } : {}),
-          ...(opts.kubeconfig || opts.k8sApiRoot
-            ? { kubernetes: { ...(opts.kubeconfig ? { kubeconfig: opts.kubeconfig } : {}), ...(opts.k8sApiRoot ? { k8s_api_root: opts.k8sApiRoot } : {}) } }
-            : {}),
-        };
+    const conf: DatastoreConfig = configFile ? datastoreConfig(configFile, io)! : optionsDatastore(opts);
     conf.timeoutMs = 10_000;
     const ds = await (io.openDatastore ?? defaultOpen)(conf);
     try {

@@ -8,6 +8,7 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseNetconf } from '../config/index.js';
 import { CtlError, type CtlIO } from './io.js';
+import type { DatastoreSettings } from '../datastore/settings.js';
 import { isNetpluginConfig, netpluginEntries, netpluginEntry } from '../config/conflist.js';
 
 export const PLUGIN_NAMES = ['netplugin', 'netplugin-ipam'] as const;
@@ -180,18 +181,32 @@ function launcherScript(node: string, pkgDir: string, plugin: string): string {
   ].join('\n');
 }
 
+/**
+ * The datastore settings the options name: the conflist entry's, and the
+ * store `install-cni --init-datastore` opens. The etcd fields only for etcdv3.
+ */
+export function optionsDatastore(o: InstallCniOptions): DatastoreSettings {
+  const s: DatastoreSettings = { datastore_type: o.datastoreType };
+  if (o.datastoreType === 'etcdv3') {
+    if (o.etcdEndpoints) s.etcd_endpoints = o.etcdEndpoints;
+    if (o.etcdDiscoverySrv) s.etcd_discovery_srv = o.etcdDiscoverySrv;
+    if (o.etcdKeyFile) s.etcd_key_file = o.etcdKeyFile;
+    if (o.etcdCertFile) s.etcd_cert_file = o.etcdCertFile;
+    if (o.etcdCaCertFile) s.etcd_ca_cert_file = o.etcdCaCertFile;
+  }
+  if (o.kubeconfig || o.k8sApiRoot) {
+    s.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
+  }
+  return s;
+}
+
 /** The netplugin entry and the conflist, generated from the options. */
 export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
   const entry: Record<string, unknown> = { type: 'netplugin', log_level: o.logLevel };
   if (o.logFilePath !== '') entry.log_file_path = o.logFilePath;
-  entry.datastore_type = o.datastoreType;
-  if (o.datastoreType === 'etcdv3') {
-    if (o.etcdEndpoints) entry.etcd_endpoints = o.etcdEndpoints;
-    if (o.etcdDiscoverySrv) entry.etcd_discovery_srv = o.etcdDiscoverySrv;
-    if (o.etcdKeyFile) entry.etcd_key_file = o.etcdKeyFile;
-    if (o.etcdCertFile) entry.etcd_cert_file = o.etcdCertFile;
-    if (o.etcdCaCertFile) entry.etcd_ca_cert_file = o.etcdCaCertFile;
-  }
+  // The kubernetes block goes last, after ipam and policy (as the entry has always been written).
+  const { kubernetes, ...store } = optionsDatastore(o);
+  Object.assign(entry, store);
   if (o.nodename) entry.nodename = o.nodename;
   if (o.mtu !== undefined) entry.mtu = o.mtu;
   entry.ipam =
@@ -199,9 +214,7 @@ export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
       ? { type: 'host-local', ranges: o.subnets?.length ? o.subnets.map((subnet) => [{ subnet }]) : [[{ subnet: 'usePodCidr' }]] }
       : { type: 'netplugin-ipam' };
   if (o.policy) entry.policy = { type: o.policy };
-  if (o.kubeconfig || o.k8sApiRoot) {
-    entry.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
-  }
+  if (kubernetes) entry.kubernetes = kubernetes;
   const plugins: unknown[] = [entry];
   // docs/install.md: the port-mapping entry is on by default; chaining needs CNI >= 0.3.0 (cniVersion is 1.0.0).
   if (o.portmap) plugins.push({ type: 'portmap', snat: true, capabilities: { portMappings: true } });
