@@ -49,7 +49,7 @@ export interface CniServerOptions {
    */
   peerCred?: PeerCredFn | null;
   /** Called with every answered request (the agent's metrics, src/agent/metrics.ts). */
-  onServed?: (r: { plugin: string; command: string; exitCode: number; stdout: string; seconds: number; cniArgs?: string }) => void;
+  onServed?: (r: { plugin: string; command: string; exitCode: number; stdout: string; seconds: number; cniArgs?: string | undefined }) => void;
 }
 
 export interface CniServer {

@@ -2,6 +2,7 @@
 // native shim (/opt/cni/bin/netplugin) forwards to, so pod setup runs in a warm
 // process instead of a fresh Node per call. Policy enforcement comes later.
 import { parseArgs } from 'node:util';
+import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
 import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DEFAULT_NODENAME_FILE } from '../config/fields.js';
@@ -91,9 +92,9 @@ function agentPlugins(runtime: PluginRuntime): Record<string, PluginSpec<any, Pl
   };
 }
 
+const CLI = { program: 'netplugin-node', usage: USAGE };
 function usageError(msg: string): never {
-  process.stderr.write(`netplugin-node: ${msg}\n${USAGE}`);
-  process.exit(2);
+  return cliUsageError(CLI, msg);
 }
 
 async function main(): Promise<void> {
@@ -120,8 +121,8 @@ async function main(): Promise<void> {
     help?: boolean;
     version?: boolean;
   };
-  try {
-    ({ values } = parseArgs({
+  const parsed = await parseEntryFlags(CLI, () => NETPLUGIN_VERSION, () =>
+    parseArgs({
       options: {
         socket: { type: 'string' },
         config: { type: 'string' },
@@ -146,18 +147,10 @@ async function main(): Promise<void> {
         help: { type: 'boolean', short: 'h' },
       },
       allowPositionals: false,
-    }));
-  } catch (e) {
-    usageError((e as Error).message);
-  }
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
-  if (values.version) {
-    process.stdout.write(`netplugin-node ${NETPLUGIN_VERSION}\n`);
-    return;
-  }
+    }).values,
+  );
+  if (!parsed) return;
+  values = parsed;
   const format = values['log-format'] ?? 'text';
   if (!(LOG_FORMATS as readonly string[]).includes(format)) usageError(`--log-format '${format}' is not one of ${LOG_FORMATS.join(', ')}`);
   const healthAddr = values['health-addr'] ?? DEFAULT_HEALTH_ADDR;

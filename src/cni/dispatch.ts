@@ -2,7 +2,7 @@
 // entry (src/cni/exec.ts) and by the agent (requests from its socket), so it
 // never touches process.* and never exits.
 import { CniError, ErrorCodes } from '../errors.js';
-import { createLogger, loggerOptionsFromConf, type AppLogger } from '../log/logger.js';
+import { createLogger, loggerOptionsFromConf, type AppLogger, type LogContext } from '../log/logger.js';
 import { parseCommand, parseEnv } from './env.js';
 import { errorResult, toCniError } from './errors.js';
 import { formatResult, parseResult } from './result.js';
@@ -102,7 +102,7 @@ export function validAttachments(rawConf: Record<string, unknown>): CniAttachmen
   });
 }
 
-function defaultLog(rawConf: Record<string, unknown>, context: { containerId?: string; podNamespace?: string; podName?: string }, io: CniIO): AppLogger {
+function defaultLog(rawConf: Record<string, unknown>, context: LogContext, io: CniIO): AppLogger {
   return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr });
 }
 

@@ -54,9 +54,13 @@ export function formatResult(result: CniResult, version: CniVersion): Record<str
   return out;
 }
 
-function compact<T extends Record<string, unknown>>(o: T): T {
+/** `o` with its undefined values dropped: a key that may hold undefined becomes an absent one. */
+type Compacted<T> = { [K in keyof T as undefined extends T[K] ? never : K]: T[K] } & {
+  [K in keyof T as undefined extends T[K] ? K : never]?: Exclude<T[K], undefined>;
+};
+function compact<T extends Record<string, unknown>>(o: T): Compacted<T> {
   for (const k of Object.keys(o)) if (o[k] === undefined) delete o[k];
-  return o;
+  return o as Compacted<T>;
 }
 
 export function isCidr(s: string): boolean {

@@ -131,7 +131,7 @@ export interface PluginSpecBase<Conf, Rt> {
    * Optional: the logger for one invocation. Default (src/cni/dispatch.ts):
    * io.stderr plus the netconf's log file, closed when the call ends.
    */
-  createLog?(rawConf: Record<string, unknown>, context: { containerId?: string; podNamespace?: string; podName?: string }, io: CniIO): Logger;
+  createLog?(rawConf: Record<string, unknown>, context: { containerId?: string | undefined; podNamespace?: string | undefined; podName?: string | undefined }, io: CniIO): Logger;
 }
 
 /** One entry of GC's `cni.dev/valid-attachments` (read with validAttachments() in src/cni/dispatch.ts). */

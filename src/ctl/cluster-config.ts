@@ -88,7 +88,7 @@ export function readCtlConfig(file: string, io: CtlIO): DatastoreConfig & { cont
  * else the configured file, else KUBECONFIG (several files, merged), else
  * ~/.kube/config; --context; exec credential plugins allowed.
  */
-export function applyKubeAccess(conf: DatastoreConfig & { context?: string }, io: CtlIO, flags: { kubeconfig?: string; context?: string }): DatastoreConfig {
+export function applyKubeAccess(conf: DatastoreConfig & { context?: string }, io: CtlIO, flags: { kubeconfig?: string | undefined; context?: string | undefined }): DatastoreConfig {
   const { context: fileContext, ...out } = conf;
   const needsApi = out.datastore_type === 'kubernetes' || flags.kubeconfig !== undefined || out.kubernetes !== undefined;
   if (!needsApi) return out;

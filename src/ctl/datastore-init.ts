@@ -10,7 +10,7 @@ import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
 export interface InitDatastoreOptions {
   /** Cluster types to record (e.g. "k8s,bgp" or ["k8s","bgp"]); merged with those already stored. */
-  clusterType?: string | string[];
+  clusterType?: string | string[] | undefined;
   /** Version to record as netpluginVersion (default: this package's version); a newer recorded one is kept. */
   version?: string;
   /** Record `version` even when the datastore records a newer one (an operator's explicit downgrade). */
@@ -48,13 +48,13 @@ export async function initDatastore(ds: Datastore, opts: InitDatastoreOptions = 
     { kind: 'ClusterInformation', name: 'default' },
     (cur) => {
       if (!cur) {
+        const clusterType = mergeTypes(undefined, types);
         const spec: ClusterInformationSpec = {
           clusterGUID: randomBytes(16).toString('hex'),
-          clusterType: mergeTypes(undefined, types),
+          ...(clusterType !== undefined ? { clusterType } : {}),
           netpluginVersion: version,
           datastoreReady: opts.datastoreReady ?? true,
         };
-        if (spec.clusterType === undefined) delete spec.clusterType;
         return { apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec };
       }
       const spec: ClusterInformationSpec = { ...cur.spec };

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
+import { ETCD_SETTINGS } from '../datastore/settings.js';
 import {
   checkFlowResource,
   FLOW_KINDS,
@@ -105,7 +106,7 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
   const d: RenderDatastore = conf
     ? {
         datastore_type: conf.datastore_type ?? 'etcdv3',
-        ...Object.fromEntries((['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file'] as const).filter((k) => conf[k]).map((k) => [k, conf[k]])),
+        ...Object.fromEntries(ETCD_SETTINGS.filter((k) => conf[k]).map((k) => [k, conf[k]])),
         ...(conf.kubernetes ? { kubernetes: pluginKubernetes(conf.kubernetes) } : {}),
       }
     : { datastore_type: 'kubernetes' };
@@ -115,7 +116,7 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
 }
 
 /** `installation render`: the conflist, the IPPools and the agent settings, printed or written to DIR. */
-export async function cmdInstallationRender(io: CtlIO, o: { file: string; outDir?: string; datastore: RenderDatastore; confName: string }): Promise<number> {
+export async function cmdInstallationRender(io: CtlIO, o: { file: string; outDir?: string | undefined; datastore: RenderDatastore; confName: string }): Promise<number> {
   const { installation, flowResources } = await loadInstallation(o.file, io);
   const r = renderInstallation(installation, { datastore: o.datastore });
   if (!o.outDir) {

@@ -10,8 +10,8 @@ import type { DatastoreConfig } from '../datastore/index.js';
 
 export interface CtlIO {
   env: Record<string, string | undefined>;
-  /** Content for `-f -`; a function is called only when a command reads stdin. */
-  stdin?: string | Buffer | (() => Promise<string | Buffer>);
+  /** Content for `-f -`; a function is called only when a command reads stdin. Absent or undefined: none. */
+  stdin?: string | Buffer | (() => Promise<string | Buffer>) | undefined;
   stdout: (chunk: string) => void;
   stderr: (chunk: string) => void;
   /** Datastore factory; default: src/datastore/index.ts, loaded lazily. */

@@ -204,10 +204,10 @@ export function errText(e: unknown): string {
 export async function cmdDelete(
   ds: Datastore,
   io: CtlIO,
-  args: { kind?: string; names: string[]; file?: string; namespace?: string; force?: boolean; ignoreNotFound?: boolean; dryRun?: boolean },
+  args: { kind?: string | undefined; names: string[]; file?: string | undefined; namespace?: string | undefined; force?: boolean | undefined; ignoreNotFound?: boolean | undefined; dryRun?: boolean | undefined },
 ): Promise<number> {
   const dry = args.dryRun ? ' (dry run)' : '';
-  const targets: Array<{ kind: Kind; name: string; namespace?: string }> = [];
+  const targets: Array<{ kind: Kind; name: string; namespace?: string | undefined }> = [];
   if (args.file) {
     if (args.kind || args.names.length) throw new CtlError(`delete takes either -f FILE or <kind> <name>, not both`);
     for (const d of await readManifests(args.file, io)) {
@@ -378,7 +378,7 @@ async function getNamed(ds: Datastore, io: CtlIO, kind: Kind, names: string[], n
 export async function cmdGet(
   ds: Datastore,
   io: CtlIO,
-  args: { kind: string; names: string[]; namespace?: string; allNamespaces?: boolean; output?: string; selector?: string; noHeaders?: boolean },
+  args: { kind: string; names: string[]; namespace?: string | undefined; allNamespaces?: boolean | undefined; output?: string | undefined; selector?: string | undefined; noHeaders?: boolean | undefined },
 ): Promise<number> {
   const info = resolveKind(args.kind);
   const format = outputFormat(args.output);
@@ -568,7 +568,7 @@ export function sourceOf(r: Resource): string | undefined {
   return undefined;
 }
 
-export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string; names: string[]; namespace?: string; allNamespaces?: boolean; selector?: string }): Promise<number> {
+export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string; names: string[]; namespace?: string | undefined; allNamespaces?: boolean | undefined; selector?: string | undefined }): Promise<number> {
   const info = resolveKind(args.kind);
   const namespaced = NAMESPACED_KINDS.has(info.kind);
   const items: Resource[] = [];

@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import type { Datastore } from '../datastore/types.js';
 import { datastoreConfigFromEnv, datastoreEnvGiven, openDatastore } from '../datastore/index.js';
+import { datastoreSettingsOf } from '../datastore/settings.js';
 import { netpluginEntry } from '../config/conflist.js';
 import { cannotRead, CtlError, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
 import { resolvePath } from './install-cni.js';
@@ -46,16 +47,9 @@ export function datastoreConfig(configFile: string | undefined, io: CtlIO): (Dat
       conf = entry;
     }
     if (!conf || typeof conf !== 'object') throw new CtlError(`--config ${configFile}: expected a JSON object (netconf or conflist)`);
-    const out: DatastoreConfig = {};
-    const t = conf.datastore_type ?? 'etcdv3';
+    const { datastore_type: t = 'etcdv3', ...settings } = datastoreSettingsOf(conf);
     if (t !== 'etcdv3' && t !== 'kubernetes') throw new CtlError(`--config ${configFile}: datastore_type ${JSON.stringify(t)} is not supported; use "etcdv3" or "kubernetes"`);
-    out.datastore_type = t;
-    for (const k of ['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file', 'etcd_authority', 'etcd_scheme'] as const) {
-      if (typeof conf[k] === 'string') out[k] = conf[k] as string;
-    }
-    const k8s = conf.kubernetes as { kubeconfig?: string; k8s_api_root?: string } | undefined;
-    if (k8s && typeof k8s === 'object') out.kubernetes = { ...(k8s.kubeconfig ? { kubeconfig: k8s.kubeconfig } : {}), ...(k8s.k8s_api_root ? { k8s_api_root: k8s.k8s_api_root } : {}) };
-    return out;
+    return { datastore_type: t, ...settings };
   }
   if (!datastoreEnvGiven(env)) return undefined;
   try {

@@ -184,7 +184,7 @@ async function setOwnerRefs(client: KubeClient, path: string, current: OwnerRef[
 export interface SavedOwnerRefs {
   kind: 'NetpluginOwnerReferences';
   savedAt: string;
-  clusterVersion?: string;
+  clusterVersion?: string | undefined;
   objects: OwnedObject[];
 }
 

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
+import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
 import { etcdKey, etcdListPrefix, onNode } from './keys.js';
 import { validateResource } from './schemas.js';
 import { parseSelector } from '../selector/index.js';
@@ -277,7 +277,7 @@ export class EtcdDatastore implements Datastore {
     return new DatastoreError('Conflict', `${label} was modified concurrently (have revision ${rv}, store has ${cur.modRevision}); re-read and retry`);
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
     const label = objectLabel(kind, name, opts.namespace);
     const key = Buffer.from(etcdKey(kind, name, opts.namespace));
     const rv = opts.revision;
@@ -363,7 +363,7 @@ export class EtcdDatastore implements Datastore {
     return new TxnError('Conflict', `transaction (${ops.map(describeOp).join(', ')}) failed its compare; re-read and retry`, 0);
   }
 
-  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
+  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
     const prefix = Buffer.from(etcdListPrefix(kind, opts.namespace));
     let stopped = false;
     const emitError = (error: Error) => {

@@ -11,7 +11,7 @@ import { parseWorkloadEndpointName, workloadEndpointName } from '../model/names.
 import { podEndpointAttributes } from '../k8s/workload.js';
 import { validateResource } from './schemas.js';
 import { API_GROUP, API_VERSION, NAMESPACED_KINDS, type Kind, type ObjectMeta, type Resource, type WorkloadEndpointSpec } from '../model/resources.js';
-import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
+import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
 import type { DatastoreConfig } from './index.js';
 import { orderedTxn, type TxnOp } from './txn.js';
 
@@ -45,7 +45,7 @@ function ourMeta(m: KubeObject['metadata'], namespaced: boolean): ObjectMeta {
   for (const k of ['resourceVersion', 'uid', 'creationTimestamp'] as const) if (typeof m[k] === 'string') meta[k] = m[k] as string;
   if (m.labels && Object.keys(m.labels).length) meta.labels = m.labels;
   if (m.annotations && Object.keys(m.annotations).length) meta.annotations = m.annotations;
-  if (Array.isArray(m.ownerReferences) && m.ownerReferences.length) meta.ownerReferences = m.ownerReferences as ObjectMeta['ownerReferences'];
+  if (Array.isArray(m.ownerReferences) && m.ownerReferences.length) meta.ownerReferences = m.ownerReferences as NonNullable<ObjectMeta['ownerReferences']>;
   return meta;
 }
 
@@ -72,10 +72,12 @@ export function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'
     profiles: attrs.profiles,
     interfaceName: a[WEP_ANNOTATIONS.interfaceName] ?? '',
   };
-  if (a[WEP_ANNOTATIONS.mac]) spec.mac = a[WEP_ANNOTATIONS.mac];
-  if (a[WEP_ANNOTATIONS.ipNATs]) {
+  const mac = a[WEP_ANNOTATIONS.mac];
+  if (mac) spec.mac = mac;
+  const ipNATs = a[WEP_ANNOTATIONS.ipNATs];
+  if (ipNATs) {
     try {
-      spec.ipNATs = JSON.parse(a[WEP_ANNOTATIONS.ipNATs]!) as WorkloadEndpointSpec['ipNATs'];
+      spec.ipNATs = JSON.parse(ipNATs) as NonNullable<WorkloadEndpointSpec['ipNATs']>;
     } catch {
       throw new DatastoreError('Invalid', `pod ${ns}/${pod.metadata.name}: annotation ${WEP_ANNOTATIONS.ipNATs} is not JSON; remove it (the plugin rewrites it)`);
     }
@@ -99,8 +101,9 @@ function wepAnnotations(spec: WorkloadEndpointSpec | undefined): Record<string, 
   for (const k of Object.values(WEP_ANNOTATIONS)) a[k] = null;
   if (!spec) return a;
   a[WEP_ANNOTATIONS.containerID] = spec.containerID;
-  if (spec.ipNetworks.length) {
-    a[WEP_ANNOTATIONS.podIP] = spec.ipNetworks[0]!;
+  const first = spec.ipNetworks[0];
+  if (first !== undefined) {
+    a[WEP_ANNOTATIONS.podIP] = first;
     a[WEP_ANNOTATIONS.podIPs] = spec.ipNetworks.join(',');
   }
   if (spec.interfaceName) a[WEP_ANNOTATIONS.interfaceName] = spec.interfaceName;
@@ -133,7 +136,7 @@ export class KubernetesDatastore implements Datastore {
     if (m.annotations) metadata.annotations = m.annotations;
     if (m.ownerReferences) metadata.ownerReferences = m.ownerReferences;
     if (withVersion) {
-      metadata.resourceVersion = m.resourceVersion;
+      if (m.resourceVersion !== undefined) metadata.resourceVersion = m.resourceVersion;
       if (m.uid) metadata.uid = m.uid;
     }
     return { apiVersion: API_VERSION, kind: res.kind, metadata, spec: res.spec as Record<string, unknown> };
@@ -230,7 +233,7 @@ export class KubernetesDatastore implements Datastore {
     }
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
     checkName(kind, name);
     const what = label(kind, name, opts.namespace);
     await this.checkWritable(kind, name, opts.namespace);
@@ -345,7 +348,7 @@ export class KubernetesDatastore implements Datastore {
 
   // ---- watch ----
 
-  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
+  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
     const isWep = kind === 'WorkloadEndpoint';
     const path = isWep ? podsPath(opts.namespace) : crdPath(kind, opts.namespace);
     let stopped = false;

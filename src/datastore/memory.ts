@@ -3,12 +3,12 @@
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
+import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
 import { parseSelector } from '../selector/index.js';
 import { onNode } from './keys.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 
-type Listener = { kind: Kind; namespace?: string; fn: (ev: WatchEvent<Kind>) => void };
+type Listener = { kind: Kind; namespace?: string | undefined; fn: (ev: WatchEvent<Kind>) => void };
 
 export class MemoryDatastore implements Datastore {
   readonly type = 'memory' as const;
@@ -92,7 +92,7 @@ export class MemoryDatastore implements Datastore {
     return this.clone(stored);
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
     this.check();
     const k = this.key(kind, name, opts.namespace);
     const cur = this.objects.get(k);
@@ -147,7 +147,7 @@ export class MemoryDatastore implements Datastore {
     return out;
   }
 
-  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
+  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
     const l: Listener = { kind, namespace: opts.namespace, fn: onEvent as (ev: WatchEvent<Kind>) => void };
     if (opts.revision !== undefined) {
       const from = Number(opts.revision);

@@ -78,7 +78,7 @@ export async function orderedTxn(ds: Pick<Datastore, 'create' | 'update' | 'dele
       if (op.op === 'create') out.push(await ds.create(op.res, opts));
       else if (op.op === 'update') out.push(await ds.update(op.res, opts));
       else {
-        await ds.delete(op.kind, op.name, { ...(op.namespace !== undefined ? { namespace: op.namespace } : {}), ...(op.revision !== undefined ? { revision: op.revision } : {}), ...opts });
+        await ds.delete(op.kind, op.name, { namespace: op.namespace, revision: op.revision, ...opts });
         out.push(undefined);
       }
     } catch (e) {

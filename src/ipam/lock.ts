@@ -189,8 +189,8 @@ function describeHolder(h: Holder | undefined): string {
 }
 
 export interface HostLockOptions {
-  /** Give up after this long (default 60 s); a CNI runtime's own deadline is usually a few minutes. */
-  timeoutMs?: number;
+  /** Give up after this long (absent or undefined: 60 s); a CNI runtime's own deadline is usually a few minutes. */
+  timeoutMs?: number | undefined;
   /** Lock a sub-key under the same directory and secret (e.g. one pod) instead of the path itself. */
   key?: string;
 }

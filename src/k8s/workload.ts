@@ -33,11 +33,11 @@ export interface PodLike {
   metadata: {
     name: string;
     /** Always set by the API server for a pod read by name; readPodContext fills it if absent. */
-    namespace?: string;
-    uid?: string;
-    generateName?: string;
-    labels?: Record<string, string>;
-    annotations?: Record<string, string>;
+    namespace?: string | undefined;
+    uid?: string | undefined;
+    generateName?: string | undefined;
+    labels?: Record<string, string> | undefined;
+    annotations?: Record<string, string> | undefined;
   };
   spec?: {
     serviceAccountName?: string;
@@ -49,7 +49,7 @@ export interface PodLike {
 }
 
 export interface NamespaceLike {
-  metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  metadata: { name: string; labels?: Record<string, string> | undefined; annotations?: Record<string, string> | undefined };
 }
 
 /** What the plugin needs from the API client; `createKubeClient()` (src/k8s/client.ts) satisfies it. */
@@ -82,7 +82,7 @@ export interface PodEndpointAttributes {
  * "why is my annotation ignored?" finds the reason.
  */
 export function needsPodLookup(
-  conf: { policy?: { type?: string }; datastore_type?: string },
+  conf: { policy?: { type?: string | undefined } | undefined; datastore_type?: string | undefined },
   args: CniArgs,
   log?: Logger,
 ): boolean {

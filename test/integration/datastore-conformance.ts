@@ -5,7 +5,7 @@ import { DatastoreError } from '../../src/errors.js';
 import { TxnError } from '../../src/datastore/txn.js';
 import { affinityName, blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Kind, type Resource, type SpecOf } from '../../src/model/resources.js';
-import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
+import { type Datastore, type WatchEvent, type WatchOptions } from '../../src/datastore/types.js';
 
 export interface ConformanceTarget {
   ds: Datastore;
@@ -33,7 +33,7 @@ async function expectKind(p: Promise<unknown>, kind: DatastoreError['kind']): Pr
 }
 
 /** Collects watch events until `pred` holds for the list of events. */
-function collect<K extends Kind>(ds: Datastore, kind: K, opts: { revision?: string; namespace?: string }) {
+function collect<K extends Kind>(ds: Datastore, kind: K, opts: WatchOptions) {
   const events: Array<WatchEvent<K>> = [];
   let waiter: (() => void) | undefined;
   const w = ds.watch(kind, opts, (ev) => {

@@ -37,7 +37,7 @@ async function ctl(argv: string[], stdin?: string): Promise<{ code: number; out:
 }
 
 async function addPool(name: string, cidr: string, blockSize?: number): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize, ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' } });
+  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...(blockSize !== undefined ? { blockSize } : {}), ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' } });
 }
 
 async function addNode(name: string): Promise<void> {

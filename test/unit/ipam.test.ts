@@ -93,7 +93,7 @@ let ds: MemoryDatastore;
 beforeEach(() => {
   ds = new MemoryDatastore();
 });
-const ipam = (store: Datastore = ds, maxRetries?: number) => createIpam(store, { lock: 'none', maxRetries });
+const ipam = (store: Datastore = ds, maxRetries?: number) => createIpam(store, { lock: 'none', ...(maxRetries !== undefined ? { maxRetries } : {}) });
 
 describe('block claim and allocation', () => {
   it('claims a block by affinity and records the handle and attributes', async () => {

@@ -42,9 +42,7 @@ export interface PodCache {
 }
 
 /** Where the pod's Kubernetes API access is configured (the netconf's `kubernetes` block). */
-export interface KubeSettings {
-  kubernetes?: { kubeconfig?: string; k8s_api_root?: string } | undefined;
-}
+export type KubeSettings = Pick<DatastoreSettings, 'kubernetes'>;
 
 export interface PluginRuntime {
   /** The open datastore for these settings (one per distinct settings; a failed open is retried by the next call). */
