@@ -356,27 +356,34 @@ async function main(): Promise<void> {
  */
 async function installDataplane(threads: number, log: Logger): Promise<{ close(): Promise<void> }> {
   const dp = await import('../dataplane/index.js');
+  // A DEL's conntrack flush runs off its request path, one dump for every DEL
+  // meanwhile; an ADD reusing one of those addresses waits for it (docs/performance.md).
+  const conntrack = dp.createConntrackFlusher({ log });
+  const afterFlush = async (spec: WorkloadSpec) => conntrack.settled(spec.addresses);
+  const flushConntrack = (addrs: string[]) => conntrack.defer(addrs);
   if (threads === 0) {
     // A DEL trashes the host veth and returns; the trash group is deleted in
     // one batch every few ms (docs/performance.md). A crash's leftovers go now.
     const trash = dp.createTrash({ log });
     await trash.purge(HOST_MAC).catch((e: Error) => log.error('cannot delete the trashed veths left by an earlier agent', { error: e.message }));
     setDataplanePort({
-      setup: async (spec: WorkloadSpec) => dp.setupWorkload(spec),
+      setup: async (spec: WorkloadSpec) => (await afterFlush(spec), dp.setupWorkload(spec)),
       teardown: (o: TeardownOptions) => trash.teardown(o),
       check: async (spec: WorkloadSpec, expect: { containerMac: string }) => dp.checkWorkload(spec, expect),
       purgeTrash: (hostMac: string) => trash.purge(hostMac),
+      flushConntrack,
     });
-    return trash;
+    return { close: () => Promise.all([conntrack.close(), trash.close()]).then(() => undefined) };
   }
   const pool = createWorkerPool({ module: new URL('./netplugin-worker.mjs', import.meta.url), size: threads, resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 24 } });
   setDataplanePort({
-    setup: (spec: WorkloadSpec) => pool.call<WorkloadState>('setupWorkload', spec),
+    setup: async (spec: WorkloadSpec) => (await afterFlush(spec), pool.call<WorkloadState>('setupWorkload', spec)),
     teardown: (o: TeardownOptions) => pool.call<{ removed: boolean }>('teardownWorkload', o),
     check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
     purgeTrash: (hostMac: string) => dp.purgeTrash({ hostMac }),
+    flushConntrack,
   });
-  return pool;
+  return { close: () => Promise.all([conntrack.close(), pool.close()]).then(() => undefined) };
 }
 
 /** The agent's own API access (--kubeconfig, or the in-cluster service account); undefined when unusable. */

@@ -6,6 +6,7 @@ import type { Datastore } from '../../datastore/types.js';
 import { createClientCache } from '../../client-cache.js';
 import type { DatastoreConfig } from '../../datastore/index.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
+import type { ConntrackLog } from '../../dataplane/conntrack.js';
 
 export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;
@@ -13,6 +14,8 @@ export interface DataplanePort {
   check(spec: WorkloadSpec, expect: { containerMac: string }): Promise<string[]>;
   /** Deletes the veths a crashed agent left in the trash group (src/dataplane/trash.ts); returns how many. */
   purgeTrash(hostMac: string): Promise<number>;
+  /** The conntrack entries of released addresses (src/dataplane/conntrack.ts): at once per-exec, batched off the request path in the agent. */
+  flushConntrack(addrs: string[], log: ConntrackLog): void;
 }
 
 /**
@@ -80,6 +83,7 @@ export async function dataplane(): Promise<DataplanePort> {
     teardown: async (o) => dp.teardownWorkload(o),
     check: async (spec, expect) => dp.checkWorkload(spec, expect),
     purgeTrash: (hostMac) => dp.purgeTrash({ hostMac }),
+    flushConntrack: (addrs, log) => dp.flushConntrack(addrs, log),
   };
   return dataplanePort;
 }
