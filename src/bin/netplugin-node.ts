@@ -19,6 +19,7 @@ import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
 import { parseListenAddr } from '../observe/health.js';
 import { setDatastoreWrapper, setIpamObserver } from '../plugins/main/runtime.js';
+import { cachedDatastore } from '../datastore/cached.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
@@ -195,7 +196,8 @@ async function main(): Promise<void> {
 
   // Installed before anything opens a datastore or serves a request.
   const metrics = createAgentMetrics();
-  setDatastoreWrapper((ds) => metrics.wrapDatastore(ds));
+  // IPAM's reads from a watch-fed cache (src/datastore/cached.ts), timed by the metrics outside it.
+  setDatastoreWrapper((ds) => metrics.wrapDatastore(cachedDatastore(ds, { log })));
   setIpamObserver({ assigned: (n) => metrics.ipamAssigned(n), released: (n) => metrics.ipamReleased(n) });
 
   const pool = await installDataplane(dataplaneThreads, log);
