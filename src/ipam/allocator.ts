@@ -156,8 +156,7 @@ export interface IpamOptions {
    * with this option on the same datastore and lock path share their queues,
    * so a per-request Ipam (with its own logger) still joins the batch.
    * For a resident process (the node agent); a per-exec process never has
-   * more than one request to batch. Batching instances queue in-process and
-   * take no host lock (see exclusive()).
+   * more than one request to batch.
    */
   batch?: boolean;
 }
@@ -267,11 +266,6 @@ export class Ipam {
   private exclusive<T>(key: string | undefined, fn: () => Promise<T>): Promise<T> {
     if (this.lockPath) {
       const path = this.lockPath;
-      // The resident agent (batching) queues its writers in-process only: the
-      // host lock cost it ~1 ms per batch, and it only ever saves retries
-      // (every write is a compare-and-swap), so a per-exec plugin on the node
-      // meanwhile meets the agent at the compare, never in a duplicate.
-      if (this.batch) return serialize(`ipam-lock:${path}`, fn);
       return serialize(`ipam-lock:${path}`, () => withHostLock(path, fn, { timeoutMs: this.lockTimeoutMs }));
     }
     return key ? serialize(`ipam-node:${key}`, fn) : fn();
