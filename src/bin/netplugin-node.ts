@@ -20,6 +20,7 @@ import { createAgentMetrics } from '../agent/metrics.js';
 import { parseListenAddr } from '../observe/health.js';
 import { setDatastoreWrapper, setIpamObserver } from '../plugins/main/runtime.js';
 import { cachedDatastore } from '../datastore/cached.js';
+import { onLockTakeover } from '../ipam/lock.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
@@ -197,7 +198,12 @@ async function main(): Promise<void> {
   // Installed before anything opens a datastore or serves a request.
   const metrics = createAgentMetrics();
   // IPAM's reads from a watch-fed cache (src/datastore/cached.ts), timed by the metrics outside it.
-  setDatastoreWrapper((ds) => metrics.wrapDatastore(cachedDatastore(ds, { log })));
+  // A per-exec plugin that held the node's IPAM lock since the agent did may have written what the cache has not seen yet.
+  setDatastoreWrapper((ds) => {
+    const cached = cachedDatastore(ds, { log });
+    onLockTakeover(() => cached.suspend?.(1_000));
+    return metrics.wrapDatastore(cached);
+  });
   setIpamObserver({ assigned: (n) => metrics.ipamAssigned(n), released: (n) => metrics.ipamReleased(n) });
 
   const pool = await installDataplane(dataplaneThreads, log);

@@ -73,18 +73,26 @@ function allocated(r: Resource | undefined): number {
  * store is returned as is: its resourceVersions are opaque, and a per-node
  * watch of every block through the API server is not what it is sized for).
  */
-export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}): Datastore & { readonly stats?: CacheStats; synced?(): boolean } {
+export interface CachedDatastore extends Datastore {
+  readonly stats: CacheStats;
+  synced(): boolean;
+  /** Every read goes to the store for `ms` (another process wrote meanwhile: the node's IPAM lock says so). */
+  suspend(ms: number): void;
+}
+
+export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}): Datastore & Partial<Pick<CachedDatastore, 'stats' | 'synced' | 'suspend'>> {
   if (ds.type === 'kubernetes') return ds;
   const stats: CacheStats = { hits: 0, misses: 0, relists: 0 };
   const firstBackoff = opts.backoffMs ?? 200;
   const caches = new Map<Kind, KindCache>();
   let closed = false;
+  let suspendedUntil = 0;
 
   const cacheOf = (kind: Kind): KindCache | undefined => caches.get(kind);
   /** The kind's cache when it may answer (synced, watching). */
   const live = (kind: Kind): KindCache | undefined => {
     const c = caches.get(kind);
-    return c?.synced ? c : undefined;
+    return c?.synced && Date.now() >= suspendedUntil ? c : undefined;
   };
   const bypassed = (c: KindCache, key: string): boolean => {
     const b = c.bypass.get(key);
@@ -238,10 +246,13 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
     return out;
   };
 
-  const self: Datastore & { readonly stats: CacheStats; synced(): boolean } = {
+  const self: CachedDatastore = {
     type: ds.type,
     stats,
     synced: () => CACHED_KINDS.every((k) => caches.get(k)?.synced),
+    suspend(ms) {
+      suspendedUntil = Math.max(suspendedUntil, Date.now() + ms);
+    },
     async get<K extends Kind>(kind: K, name: string, namespace?: string, o?: CallOptions): Promise<Resource<K>> {
       const c = live(kind);
       const key = keyOf(name, namespace);
