@@ -246,6 +246,18 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
     return out;
   };
 
+  /** One write outside a transaction: written through, or its failed guard drops the entry. */
+  async function single<T extends Resource | void>(op: TxnOp, write: () => Promise<T>): Promise<T> {
+    try {
+      const out = await write();
+      writeThrough(op, out || undefined);
+      return out;
+    } catch (e) {
+      failed(e, [op]);
+      throw e;
+    }
+  }
+
   const self: CachedDatastore = {
     type: ds.type,
     stats,
@@ -278,38 +290,10 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
         .map((r) => structuredClone(r) as Resource<K>);
       return { items, revision: c.revision };
     },
-    async create(res, o) {
-      const op: TxnOp = { op: 'create', res };
-      try {
-        const out = await ds.create(res, o);
-        writeThrough(op, out);
-        return out;
-      } catch (e) {
-        failed(e, [op]);
-        throw e;
-      }
-    },
-    async update(res, o) {
-      const op: TxnOp = { op: 'update', res };
-      try {
-        const out = await ds.update(res, o);
-        writeThrough(op, out);
-        return out;
-      } catch (e) {
-        failed(e, [op]);
-        throw e;
-      }
-    },
-    async delete(kind, name, o = {}) {
-      const op: TxnOp = { op: 'delete', kind, name, ...(o.namespace !== undefined ? { namespace: o.namespace } : {}), ...(o.revision !== undefined ? { revision: o.revision } : {}) };
-      try {
-        await ds.delete(kind, name, o);
-        writeThrough(op, undefined);
-      } catch (e) {
-        failed(e, [op]);
-        throw e;
-      }
-    },
+    create: (res, o) => single({ op: 'create', res }, () => ds.create(res, o)),
+    update: (res, o) => single({ op: 'update', res }, () => ds.update(res, o)),
+    delete: (kind, name, o = {}) =>
+      single({ op: 'delete', kind, name, ...(o.namespace !== undefined ? { namespace: o.namespace } : {}), ...(o.revision !== undefined ? { revision: o.revision } : {}) }, () => ds.delete(kind, name, o)),
     async txn(ops, o) {
       let out: Array<Resource | undefined>;
       let checks: Array<{ op: TxnOp; guards: number }> = [];

@@ -75,6 +75,15 @@ async function agentStore(): Promise<{ cache: Datastore & { synced?(): boolean; 
   return { cache, slow };
 }
 
+/** A cached agent store, another writer, and a pool (blockSize 29) the cache has seen. */
+async function withPool(name: string, cidr: string): Promise<Awaited<ReturnType<typeof agentStore>> & { other: Datastore }> {
+  const store = await agentStore();
+  const other = await open();
+  await other.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize: 29 } });
+  await until('the pool is seen', async () => (await store.cache.list('IPPool')).items.some((p) => p.metadata.name === name));
+  return { ...store, other };
+}
+
 let seq = 0;
 const request = (node: string, pool: string): AssignRequest => {
   const id = `k${++seq}x${process.pid}`;
@@ -116,10 +125,7 @@ async function fillBehind(other: Datastore, cidr: string, handleID: string): Pro
 
 describe('IPAM through the agent read cache (etcd)', () => {
   it('serves reads from memory once synced, and writes through its own transaction', async () => {
-    const { cache } = await agentStore();
-    const other = await open();
-    await other.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'cache-hit' }, spec: { cidr: '10.97.0.0/26', blockSize: 29 } });
-    await until('the pool is seen', async () => (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'cache-hit'));
+    const { cache, other } = await withPool('cache-hit', '10.97.0.0/26');
     const ipam = new Ipam(cache, { lockPath: null, batch: true });
     const [a] = await ipam.assign(request('ch1', 'cache-hit'));
     // Our own write is readable at once, at the revision etcd gave it (no wait for the watch).
@@ -130,10 +136,7 @@ describe('IPAM through the agent read cache (etcd)', () => {
   });
 
   it('a block filled behind its back: a failed compare and a retry, never a duplicate', async () => {
-    const { cache, slow } = await agentStore();
-    const other = await open();
-    await other.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'cache-blk' }, spec: { cidr: '10.95.0.0/26', blockSize: 29 } });
-    await until('the pool is seen', async () => (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'cache-blk'));
+    const { cache, slow, other } = await withPool('cache-blk', '10.95.0.0/26');
     const ipam = new Ipam(cache, { lockPath: null, batch: true });
     const [a1] = await ipam.assign(request('cb1', 'cache-blk'));
     slow.hold();
@@ -152,10 +155,7 @@ describe('IPAM through the agent read cache (etcd)', () => {
   });
 
   it('a pool deleted behind its back gives no address', async () => {
-    const { cache, slow } = await agentStore();
-    const other = await open();
-    await other.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'cache-del' }, spec: { cidr: '10.96.0.0/26', blockSize: 29 } });
-    await until('the pool is seen', async () => (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'cache-del'));
+    const { cache, slow, other } = await withPool('cache-del', '10.96.0.0/26');
     const ipam = new Ipam(cache, { lockPath: null, batch: true, maxRetries: 3 });
     const [a1] = await ipam.assign(request('cd1', 'cache-del'));
     slow.hold();
@@ -178,10 +178,7 @@ describe('IPAM through the agent read cache (etcd)', () => {
   });
 
   it('an affinity moved to another node behind its back: no address in that block for this node', async () => {
-    const { cache, slow } = await agentStore();
-    const other = await open();
-    await other.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'cache-aff' }, spec: { cidr: '10.98.0.0/26', blockSize: 29 } });
-    await until('the pool is seen', async () => (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'cache-aff'));
+    const { cache, slow, other } = await withPool('cache-aff', '10.98.0.0/26');
     const ipam = new Ipam(cache, { lockPath: null, batch: true });
     const [a1] = await ipam.assign(request('ca1', 'cache-aff'));
     slow.hold();
@@ -208,10 +205,7 @@ describe('IPAM through the agent read cache (etcd)', () => {
   });
 
   it('datastoreReady turned off behind its back: the next assignment writes nothing', async () => {
-    const { cache, slow } = await agentStore();
-    const other = await open();
-    await other.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'cache-rdy' }, spec: { cidr: '10.99.0.0/26', blockSize: 29 } });
-    await until('the pool is seen', async () => (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'cache-rdy'));
+    const { cache, slow, other } = await withPool('cache-rdy', '10.99.0.0/26');
     const ipam = new Ipam(cache, { lockPath: null, batch: true });
     await ipam.assign(request('cr1', 'cache-rdy'));
     slow.hold();
