@@ -27,8 +27,8 @@ export interface IpamReleaser {
  * anywhere; the allocator's compare-and-swap keeps it safe.
  */
 async function openIpam(ds: Datastore): Promise<Ipam> {
-  const { Ipam } = await import('../ipam/index.js');
-  return new Ipam(ds, { lockPath: null });
+  const { createIpam } = await import('../ipam/index.js');
+  return createIpam(ds, { lock: 'none' });
 }
 
 function pct(n: bigint, d: bigint): string {

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
 import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
-import { etcdKey, etcdListPrefix } from './keys.js';
+import { etcdKey, etcdListPrefix, onNode } from './keys.js';
 import { validateResource } from './schemas.js';
 import { parseSelector } from '../selector/index.js';
 import type { DatastoreConfig } from './index.js';
@@ -209,6 +209,8 @@ export class EtcdDatastore implements Datastore {
   async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
     const prefix = etcdListPrefix(kind, opts.namespace, opts.namePrefix);
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
+    // Endpoint keys are per namespace, not per node: the node is filtered here.
+    const mine = onNode(kind, opts.node);
     const ctx = this.ctx(`list ${kind}`, opts);
     const r = await this.wire((kv) => kv.range({ key: Buffer.from(prefix), rangeEnd: prefixEnd(Buffer.from(prefix)) }, ctx));
     const items: Array<Resource<K>> = [];
@@ -217,6 +219,7 @@ export class EtcdDatastore implements Datastore {
       if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && (o.metadata.namespace ?? 'default') !== opts.namespace) continue;
       if (opts.namePrefix && !o.metadata.name.startsWith(opts.namePrefix)) continue;
       if (sel && !sel.matches(o.metadata.labels ?? {})) continue;
+      if (!mine(o)) continue;
       items.push(o);
     }
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));

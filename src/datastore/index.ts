@@ -30,23 +30,12 @@ export interface DatastoreConfig {
   etcd_transport?: 'grpc' | 'http';
 }
 
-let defaultEtcdTransport: DatastoreConfig['etcd_transport'];
-
-/**
- * The etcd transport of every store this process opens without an explicit
- * etcd_transport: a long-lived process may prefer gRPC (one multiplexed,
- * pinged connection for many watches); short-lived ones keep the default.
- */
-export function setDefaultEtcdTransport(t: 'grpc' | 'http' | undefined): void {
-  defaultEtcdTransport = t;
-}
-
 export async function openDatastore(conf: DatastoreConfig): Promise<Datastore> {
   const type = conf.datastore_type ?? 'etcdv3';
   switch (type) {
     case 'etcdv3': {
       const { EtcdDatastore } = await import('./etcd.js');
-      return EtcdDatastore.open(conf.etcd_transport || !defaultEtcdTransport ? conf : { ...conf, etcd_transport: defaultEtcdTransport });
+      return EtcdDatastore.open(conf);
     }
     case 'kubernetes': {
       const { KubernetesDatastore } = await import('./kubernetes.js');

@@ -6,7 +6,7 @@
 import { DatastoreError } from '../errors.js';
 import { createKubeClient, type KubeClient, type KubeList, type KubeObject, type KubePod, type WatchHandle } from '../k8s/client.js';
 import { parseSelector } from '../selector/index.js';
-import { PLURALS, checkName } from './keys.js';
+import { PLURALS, checkName, onNode } from './keys.js';
 import { parseWorkloadEndpointName, workloadEndpointName } from '../model/names.js';
 import { podEndpointAttributes } from '../k8s/workload.js';
 import { validateResource } from './schemas.js';
@@ -171,10 +171,13 @@ export class KubernetesDatastore implements Datastore {
 
   async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
+    const mine = onNode(kind, opts.node);
     let items: Array<Resource<K>>;
     let revision: string;
     if (kind === 'WorkloadEndpoint') {
-      const l = await this.client.request<KubeList<KubePod>>('GET', podsPath(opts.namespace), undefined, opts);
+      // A node's endpoints are its pods': the API server filters them (spec.nodeName is a pod field selector).
+      const onlyNode = opts.node !== undefined ? `?fieldSelector=${encodeURIComponent(`spec.nodeName=${opts.node}`)}` : '';
+      const l = await this.client.request<KubeList<KubePod>>('GET', podsPath(opts.namespace) + onlyNode, undefined, opts);
       items = l.items.map((p) => podToWorkloadEndpoint(p)).filter((w): w is Resource<'WorkloadEndpoint'> => w !== undefined) as Array<Resource<K>>;
       revision = l.metadata.resourceVersion ?? '';
     } else {
@@ -189,7 +192,7 @@ export class KubernetesDatastore implements Datastore {
         revision = d.minRevision(revision, more.revision) ?? '';
       }
     }
-    items = items.filter((o) => (!opts.namePrefix || o.metadata.name.startsWith(opts.namePrefix)) && (!sel || sel.matches(o.metadata.labels ?? {})));
+    items = items.filter((o) => (!opts.namePrefix || o.metadata.name.startsWith(opts.namePrefix)) && (!sel || sel.matches(o.metadata.labels ?? {})) && mine(o));
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
     return { items, revision };
   }

@@ -5,6 +5,7 @@ import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
 import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
 import { parseSelector } from '../selector/index.js';
+import { onNode } from './keys.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 
 type Listener = { kind: Kind; namespace?: string; fn: (ev: WatchEvent<Kind>) => void };
@@ -45,12 +46,14 @@ export class MemoryDatastore implements Datastore {
   async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
     this.check();
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
+    const mine = onNode(kind, opts.node);
     const items: Array<Resource<K>> = [];
     for (const o of this.objects.values()) {
       if (o.kind !== kind) continue;
       if (opts.namespace !== undefined && o.metadata.namespace !== opts.namespace) continue;
       if (opts.namePrefix && !o.metadata.name.startsWith(opts.namePrefix)) continue;
       if (sel && !sel.matches(o.metadata.labels ?? {})) continue;
+      if (!mine(o)) continue;
       items.push(this.clone(o) as Resource<K>);
     }
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));

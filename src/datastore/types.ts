@@ -12,6 +12,12 @@ export interface ListOptions {
   labelSelector?: string;
   /** Only names starting with this prefix. */
   namePrefix?: string;
+  /**
+   * Only this node's WorkloadEndpoints (spec.node); other kinds refuse it
+   * (Invalid). The Kubernetes backend asks the API server for the node's
+   * pods only (field selector spec.nodeName).
+   */
+  node?: string;
 }
 
 export interface ListResult<K extends Kind> {

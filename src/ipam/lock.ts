@@ -37,6 +37,17 @@ import { openNoFollow } from '../safe-open.js';
 import { createKeyedQueue } from '../keyed-queue.js';
 
 export const DEFAULT_LOCK_PATH = '/var/run/netplugin/ipam.lock';
+
+/** Environment override of the host lock path (tests run several simulated nodes on one host). */
+export const LOCK_ENV = 'NETPLUGIN_IPAM_LOCK_FILE';
+
+/**
+ * The node's IPAM lock, decided here only: the netconf's `ipam_lock_file`,
+ * else $NETPLUGIN_IPAM_LOCK_FILE, else DEFAULT_LOCK_PATH.
+ */
+export function hostLockPath(file: string | undefined, env: Record<string, string | undefined>): string {
+  return file || env[LOCK_ENV] || DEFAULT_LOCK_PATH;
+}
 const SECRET_FILE = 'lock-secret';
 
 /**

@@ -14,7 +14,7 @@
 import type { KubeObject, KubePod } from '../k8s/client.js';
 import { API_VERSION, type Resource } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
-import { Ipam } from '../ipam/allocator.js';
+import { createIpam } from '../ipam/index.js';
 import { releaseNodeIpam } from '../ipam/node-release.js';
 import { addressOf, checkBlock } from '../ipam/block.js';
 import { canonicalIP } from '../net/cidr.js';
@@ -65,7 +65,7 @@ export interface NodeController extends Controller {
 export function nodeController(ctx: ControllerContext): NodeController {
   const name = 'node';
   const m = controllerMetrics(ctx.registry);
-  const ipam = new Ipam(ctx.ds, { lockPath: null, log: ctx.log });
+  const ipam = createIpam(ctx.ds, { lock: 'none', log: ctx.log });
   const scans = ctx.registry.counter('netplugin_kube_controllers_ipam_gc_scans_total', 'IPAM garbage-collection scans completed');
   /** Nodes whose DELETED event we saw: cleaned up even without our annotation. */
   const deleted = new Set<string>();

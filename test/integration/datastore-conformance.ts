@@ -172,6 +172,29 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       expect((await ds.list('WorkloadEndpoint', { namespace: ns })).items).toEqual([]);
     });
 
+    it("lists one node's WorkloadEndpoints (list option node), also when another node's name extends it", async () => {
+      const s = uniq();
+      const ns = `nodes-${s}`;
+      // node-x-b's endpoint names start with node-x's prefix ("node--x-" vs "node--x--b-"): the filter is by node, not by name.
+      const near = `node-${s}`;
+      const far = `node-${s}-b`;
+      const names: string[] = [];
+      for (const [node, pod] of [[near, `a-${s}`], [far, `b-${s}`], [near, `c-${s}`]] as const) {
+        await t.preparePod?.(ns, pod, node, {});
+        const name = workloadEndpointName(node, 'k8s', pod, 'eth0');
+        names.push(name);
+        await ds.create(res('WorkloadEndpoint', name, { orchestrator: 'k8s', node, containerID: `c${pod}`, pod, endpoint: 'eth0', ipNetworks: ['10.1.0.9/32'], interfaceName: `np${s}` }, { namespace: ns }));
+      }
+      const listed = async (node: string) => (await ds.list('WorkloadEndpoint', { node })).items.filter((w) => w.metadata.namespace === ns).map((w) => w.metadata.name);
+      expect(await listed(near)).toEqual([names[0], names[2]]);
+      expect(await listed(far)).toEqual([names[1]]);
+      expect(await listed(`node-${s}-none`)).toEqual([]);
+      // With a namespace too, and refused for kinds that have no node.
+      expect((await ds.list('WorkloadEndpoint', { namespace: ns, node: far })).items.map((w) => w.metadata.name)).toEqual([names[1]]);
+      await expectKind(ds.list('IPPool', { node: near }), 'Invalid');
+      for (const name of names) await ds.delete('WorkloadEndpoint', name, { namespace: ns });
+    });
+
     it('lists by label selector and name prefix', async () => {
       const s = uniq();
       const mk = (n: string, labels: Record<string, string>) => ds.create(res('IPPool', `${s}-${n}`, { cidr: '10.9.0.0/16' }, { labels }));

@@ -13,7 +13,7 @@ import { cachedDatastore } from '../../src/datastore/cached.js';
 import { affinityName, blockName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 import type { Datastore, WatchEvent } from '../../src/datastore/types.js';
-import { Ipam, type AssignRequest } from '../../src/ipam/index.js';
+import { createIpam, type AssignRequest } from '../../src/ipam/index.js';
 
 let etcd: EtcdServer;
 const stores: Datastore[] = [];
@@ -126,7 +126,7 @@ async function fillBehind(other: Datastore, cidr: string, handleID: string): Pro
 describe('IPAM through the agent read cache (etcd)', () => {
   it('serves reads from memory once synced, and writes through its own transaction', async () => {
     const { cache, other } = await withPool('cache-hit', '10.97.0.0/26');
-    const ipam = new Ipam(cache, { lockPath: null, batch: true });
+    const ipam = createIpam(cache, { lock: 'none', batch: true });
     const [a] = await ipam.assign(request('ch1', 'cache-hit'));
     // Our own write is readable at once, at the revision etcd gave it (no wait for the watch).
     const fromStore = await other.get('IPAMBlock', blockName(a!.block));
@@ -137,7 +137,7 @@ describe('IPAM through the agent read cache (etcd)', () => {
 
   it('a block filled behind its back: a failed compare and a retry, never a duplicate', async () => {
     const { cache, slow, other } = await withPool('cache-blk', '10.95.0.0/26');
-    const ipam = new Ipam(cache, { lockPath: null, batch: true });
+    const ipam = createIpam(cache, { lock: 'none', batch: true });
     const [a1] = await ipam.assign(request('cb1', 'cache-blk'));
     slow.hold();
     try {
@@ -156,7 +156,7 @@ describe('IPAM through the agent read cache (etcd)', () => {
 
   it('a pool deleted behind its back gives no address', async () => {
     const { cache, slow, other } = await withPool('cache-del', '10.96.0.0/26');
-    const ipam = new Ipam(cache, { lockPath: null, batch: true, maxRetries: 3 });
+    const ipam = createIpam(cache, { lock: 'none', batch: true, maxRetries: 3 });
     const [a1] = await ipam.assign(request('cd1', 'cache-del'));
     slow.hold();
     const r = request('cd1', 'cache-del');
@@ -179,7 +179,7 @@ describe('IPAM through the agent read cache (etcd)', () => {
 
   it('an affinity moved to another node behind its back: no address in that block for this node', async () => {
     const { cache, slow, other } = await withPool('cache-aff', '10.98.0.0/26');
-    const ipam = new Ipam(cache, { lockPath: null, batch: true });
+    const ipam = createIpam(cache, { lock: 'none', batch: true });
     const [a1] = await ipam.assign(request('ca1', 'cache-aff'));
     slow.hold();
     try {
@@ -206,7 +206,7 @@ describe('IPAM through the agent read cache (etcd)', () => {
 
   it('datastoreReady turned off behind its back: the next assignment writes nothing', async () => {
     const { cache, slow, other } = await withPool('cache-rdy', '10.99.0.0/26');
-    const ipam = new Ipam(cache, { lockPath: null, batch: true });
+    const ipam = createIpam(cache, { lock: 'none', batch: true });
     await ipam.assign(request('cr1', 'cache-rdy'));
     slow.hold();
     const ci = await other.get('ClusterInformation', 'default');
