@@ -18,6 +18,8 @@ import type { Logger } from '../cni/types.js';
 import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
 import { parseListenAddr } from '../observe/health.js';
+import { cachedDatastore } from '../datastore/cached.js';
+import { onLockTakeover } from '../ipam/lock.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
@@ -184,7 +186,13 @@ async function main(): Promise<void> {
   const dataplane = await installDataplane(log);
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   const runtime = createPluginRuntime({
-    wrapDatastore: (ds) => metrics.wrapDatastore(ds),
+    // IPAM's reads from a watch-fed cache (src/datastore/cached.ts), timed by the metrics outside it.
+    // A per-exec plugin that held the node's IPAM lock since the agent did may have written what the cache has not seen yet.
+    wrapDatastore: (ds) => {
+      const cached = cachedDatastore(ds, { log });
+      onLockTakeover(() => cached.suspend?.(1_000));
+      return metrics.wrapDatastore(cached);
+    },
     ipamObserver: metrics.ipamObserver,
     ipamBatching: true,
     podCache: async (kube, node) => new (await import('../k8s/cache.js')).CachingPodSource(kube, { nodeName: node, log }).start(),
@@ -350,14 +358,18 @@ async function installDataplane(log: Logger): Promise<{ port: DataplanePort; clo
   const trash = dp.createTrash({ log });
   // A crash's leftovers go now.
   await trash.purge(HOST_MAC).catch((e: Error) => log.error('cannot delete the trashed veths left by an earlier agent', { error: e.message }));
+  // A DEL's conntrack flush runs off its request path, one dump for every DEL
+  // meanwhile; an ADD reusing one of those addresses waits for it (docs/performance.md).
+  const conntrack = dp.createConntrackFlusher({ log });
   return {
     port: {
-      setup: async (spec: WorkloadSpec) => dp.setupWorkload(spec),
+      setup: async (spec: WorkloadSpec) => (await conntrack.settled(spec.addresses), dp.setupWorkload(spec)),
       teardown: (o: TeardownOptions) => trash.teardown(o),
       check: async (spec: WorkloadSpec, expect: { containerMac: string }) => dp.checkWorkload(spec, expect),
       purgeTrash: (hostMac: string) => trash.purge(hostMac),
+      flushConntrack: (addrs: string[]) => conntrack.defer(addrs),
     },
-    close: () => trash.close(),
+    close: () => Promise.all([conntrack.close(), trash.close()]).then(() => undefined),
   };
 }
 

@@ -311,6 +311,15 @@ export class EtcdDatastore implements Datastore {
     const keys: Buffer[] = [];
     const stored: Array<Resource | undefined> = [];
     for (const op of ops) {
+      if (op.op === 'check') {
+        if (!/^\d+$/.test(op.revision)) throw new DatastoreError('Invalid', `${describeOp(op)}: revision ${JSON.stringify(op.revision)} is not an etcd revision`);
+        const key = Buffer.from(etcdKey(op.kind, op.name, op.namespace));
+        keys.push(key);
+        // A missing key's mod revision is 0: a deleted object fails the compare too.
+        compare.push({ key, target: 'Mod', result: 'Equal', revision: op.revision });
+        stored.push(undefined);
+        continue;
+      }
       if (op.op === 'delete') {
         const rv = op.revision;
         if (rv !== undefined && !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `${describeOp(op)}: revision ${JSON.stringify(rv)} is not an etcd revision`);

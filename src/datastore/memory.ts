@@ -112,8 +112,8 @@ export class MemoryDatastore implements Datastore {
     for (const [i, op] of ops.entries()) {
       const what = describeOp(op);
       if (op.op === 'update' && !op.res.metadata.resourceVersion) throw new TxnError('Invalid', `${what} needs metadata.resourceVersion`, i);
-      const cur = this.objects.get(op.op === 'delete' ? this.key(op.kind, op.name, op.namespace) : this.key(op.res.kind, op.res.metadata.name, op.res.metadata.namespace));
-      const want = op.op === 'delete' ? op.revision : op.op === 'update' ? op.res.metadata.resourceVersion : undefined;
+      const cur = this.objects.get('res' in op ? this.key(op.res.kind, op.res.metadata.name, op.res.metadata.namespace) : this.key(op.kind, op.name, op.namespace));
+      const want = 'res' in op ? (op.op === 'update' ? op.res.metadata.resourceVersion : undefined) : op.revision;
       if (op.op === 'create') {
         if (cur) throw new TxnError('AlreadyExists', `${what}: it already exists`, i);
       } else if (!cur) {
@@ -125,6 +125,10 @@ export class MemoryDatastore implements Datastore {
     const rev = String(++this.revision);
     const out: Array<Resource | undefined> = [];
     for (const op of ops) {
+      if (op.op === 'check') {
+        out.push(undefined);
+        continue;
+      }
       if (op.op === 'delete') {
         const k = this.key(op.kind, op.name, op.namespace);
         const cur = this.objects.get(k)!;

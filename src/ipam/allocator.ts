@@ -450,7 +450,9 @@ export class Ipam {
     let held = 0;
     const result = await this.retry(`allocating in IPAM block ${block.spec.cidr}`, async (attempt) => {
       if (attempt > 0) [cur, ctx.handle] = await Promise.all([this.getBlock(block.spec.cidr), this.getHandle(handleID)]);
-      if (!cur || cur.spec.deleted) return undefined;
+      // A block that changed hands between attempts (its affinity moved to
+      // another node) is no longer the one the caller chose: move on.
+      if (!cur || cur.spec.deleted || cur.spec.affinity !== block.spec.affinity) return undefined;
       const cidr = checkBlock(cur.spec);
       const mine = ordinalsOf(cur.spec, handleID);
       held = mine.length;

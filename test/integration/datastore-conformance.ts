@@ -385,6 +385,44 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       expect(await ds.txn([])).toEqual([]);
     });
 
+    it('a compare-only op (check) writes nothing, passes at the revision, fails on a changed or deleted object', async () => {
+      const s = uniq();
+      const pool = await ds.create(res('IPPool', `tc-${s}`, { cidr: '10.81.0.0/16' }));
+      const handleID = `net.${s}check`;
+      const ok = await ds.txn([
+        { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: {} }) },
+        { op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: pool.metadata.resourceVersion! },
+      ]);
+      expect(ok).toHaveLength(2);
+      expect(ok[1]).toBeUndefined();
+      // Checked, not written: the pool is at the same revision.
+      expect((await ds.get('IPPool', pool.metadata.name)).metadata.resourceVersion).toBe(pool.metadata.resourceVersion);
+      await ds.delete('IPAMHandle', handleID);
+
+      const moved = await ds.update({ ...pool, spec: { ...pool.spec, disabled: true } });
+      const stale = await expectKind(
+        ds.txn([
+          { op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: pool.metadata.resourceVersion! },
+          { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: {} }) },
+        ]),
+        'Conflict',
+      );
+      expect(TxnError.opOf(stale)).toBe(0);
+      await expectKind(ds.get('IPAMHandle', handleID), 'NotFound');
+
+      await ds.delete('IPPool', pool.metadata.name);
+      const gone = await expectKind(
+        ds.txn([
+          { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: {} }) },
+          { op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: moved.metadata.resourceVersion! },
+        ]),
+        'NotFound',
+      );
+      expect(TxnError.opOf(gone)).toBe(1);
+      if (atomic()) await expectKind(ds.get('IPAMHandle', handleID), 'NotFound');
+      else await ds.delete('IPAMHandle', handleID); // ordered: the op before the failed one was written
+    });
+
     if (caps.deadlines) it('gives Unavailable within the per-call deadline when the store does not answer', async () => {
       const undo = await t.makeUnresponsive!();
       try {

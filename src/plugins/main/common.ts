@@ -53,10 +53,11 @@ export function identify(conf: Netconf, c: { containerId: string; ifname: string
 
 /**
  * ClusterInformation `default` must exist with datastoreReady; otherwise code 11 (the runtime retries).
- * Read on every ADD, never cached: the resident agent would otherwise keep
- * writing for a while after an operator marked the datastore not ready for
- * an upgrade. ADD issues this read together with its IPAM reads, so it adds
- * no round trip.
+ * Read on every ADD. Per-exec it is a store read, issued together with the
+ * IPAM reads (no extra round trip); in the agent it comes from the watch-fed
+ * read cache, and the ADD's transaction compares ClusterInformation at the
+ * revision read (src/datastore/cached.ts), so no ADD writes after an operator
+ * marked the datastore not ready for an upgrade, even before the watch says so.
  */
 export async function checkClusterReady(ds: Datastore): Promise<void> {
   let ci: Resource<'ClusterInformation'>;

@@ -10,7 +10,6 @@ import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
 import { HOST_MAC, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
-import { netlink, type Netlink } from '../../native/index.js';
 import { addressOf } from '../../net/cidr.js';
 
 export async function del(ctx: PluginContext): Promise<void> {
@@ -81,16 +80,18 @@ export async function del(ctx: PluginContext): Promise<void> {
   }
 
   // The pod is gone from the dataplane: its connections' conntrack entries go
-  // before its addresses are free, so a pod that reuses one never inherits an
-  // established (allowed) state (docs/policy.md, Conntrack).
-  flushConntrack(ownAddrs, log);
+  // before a pod that reuses one of its addresses can get traffic, so that pod
+  // never inherits an established (allowed) state (docs/policy.md, Conntrack).
+  // Per-exec: now, before the release. The agent: batched off the request
+  // path; its ADDs wait for it before a reused address gets a veth.
+  dp.flushConntrack(ownAddrs, log);
 
   // Addresses are released by this container's handle, so an old sandbox's DEL
   // frees only its own addresses, never the newer sandbox's.
   try {
     const released = await releaseAddresses(ctx, wl, ds, endpointDelete);
     // Without an endpoint record the released list is the only source of the addresses.
-    flushConntrack(released.filter((a) => !ownAddrs.includes(a)), log);
+    dp.flushConntrack(released.filter((a) => !ownAddrs.includes(a)), log);
   } catch (e) {
     dsError ??= e;
   }
@@ -106,24 +107,6 @@ export async function del(ctx: PluginContext): Promise<void> {
       ErrorCodes.DataplaneFailure,
       `the addresses and endpoint of ${ctx.containerId} are released, but its interface ${ctx.ifname} (host end ${wl.hostIfname}) could not be removed: ${why}; remove it by hand if it remains (a gone namespace takes it along)`,
     );
-  }
-}
-
-/**
- * Deletes the host namespace's conntrack entries of the addresses. Best effort:
- * DEL must not fail for it (an entry left behind expires on its own timeout).
- */
-function flushConntrack(addrs: string[], log: PluginContext['log']): void {
-  if (addrs.length === 0) return;
-  let nl: Netlink | undefined;
-  try {
-    nl = netlink();
-    const n = nl.conntrackFlush(addrs);
-    log.debug('conntrack entries flushed', { addrs, deleted: n });
-  } catch (e) {
-    log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', { addrs, error: (e as Error)?.message ?? String(e) });
-  } finally {
-    nl?.close();
   }
 }
 

@@ -12,6 +12,7 @@ import type { Datastore } from '../../datastore/types.js';
 import { createClientCache } from '../../client-cache.js';
 import type { DatastoreConfig } from '../../datastore/index.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
+import type { ConntrackLog } from '../../dataplane/conntrack.js';
 import type { KubeClient } from '../../k8s/client.js';
 import type { PodSource } from '../../k8s/workload.js';
 import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
@@ -23,6 +24,8 @@ export interface DataplanePort {
   check(spec: WorkloadSpec, expect: { containerMac: string }): Promise<string[]>;
   /** Deletes the veths a crashed agent left in the trash group (src/dataplane/trash.ts); returns how many. */
   purgeTrash(hostMac: string): Promise<number>;
+  /** The conntrack entries of released addresses (src/dataplane/conntrack.ts): at once per-exec, batched off the request path in the agent. */
+  flushConntrack(addrs: string[], log: ConntrackLog): void;
 }
 
 /** Counts addresses handed out and given back (the agent's /metrics, src/agent/metrics.ts). */
@@ -154,6 +157,7 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
         teardown: async (o) => dp.teardownWorkload(o),
         check: async (spec, expect) => dp.checkWorkload(spec, expect),
         purgeTrash: (hostMac) => dp.purgeTrash({ hostMac }),
+        flushConntrack: (addrs, log) => dp.flushConntrack(addrs, log),
       };
       return dataplanePort;
     },
