@@ -186,6 +186,9 @@ export async function etcdWriteCounters(endpoint) {
     puts: pick('etcd_mvcc_put_total'),
     deletes: pick('etcd_mvcc_delete_total'),
     txns: pick('etcd_mvcc_txn_total'),
+    // Requests the node side sent (each a round trip), by gRPC method; the JSON gateway counts too.
+    rangeCalls: pick('grpc_server_handled_total\\{[^}]*grpc_method="Range"[^}]*\\}'),
+    txnCalls: pick('grpc_server_handled_total\\{[^}]*grpc_method="Txn"[^}]*\\}'),
   };
 }
 
