@@ -32,14 +32,16 @@ export function markdown(r) {
   L.push(`Pure dataplane (in-process setupWorkload / teardownWorkload, one IPv4 address): setup p50 ${f1(r.dataplane.setup.p50)} ms (p90 ${f1(r.dataplane.setup.p90)}), teardown p50 ${f1(r.dataplane.teardown.p50)} ms (p90 ${f1(r.dataplane.teardown.p90)}).`);
   L.push(`Agent memory: peak RSS (VmHWM) ${f1(r.agent.hwmMiB)} MiB after all cells; RSS at the end ${f1(r.agent.rssMiB)} MiB.`);
   L.push('');
-  L.push('etcd writes per pod (agent path), from etcd\'s /metrics before and after each phase: raft proposals committed (one per write request) and WAL fsyncs (concurrent writes share one).');
+  L.push('etcd writes per pod (agent path), from etcd\'s /metrics before and after each phase: raft proposals committed (one per write request) and WAL fsyncs (concurrent writes share one); and the round trips the node side made (Range and Txn requests, gRPC or through the JSON gateway).');
   L.push('');
-  L.push('| c | ADD writes/pod | ADD fsyncs/pod | DEL writes/pod | DEL fsyncs/pod |');
-  L.push('|---:|---:|---:|---:|---:|');
+  // Results written before the round-trip counters existed have none: a dash.
+  const calls = (x) => (x.rangeCalls === undefined ? '–' : `${f1(x.rangeCalls)} + ${f1(x.txnCalls)}`);
+  L.push('| c | ADD writes/pod | ADD fsyncs/pod | DEL writes/pod | DEL fsyncs/pod | ADD range + txn calls/pod | DEL range + txn calls/pod |');
+  L.push('|---:|---:|---:|---:|---:|---:|---:|');
   for (const c of r.concurrency) {
     const a = r.cells.find((x) => x.path === 'agent' && x.c === c && x.phase === 'ADD')?.etcdWritesPerPod;
     const d = r.cells.find((x) => x.path === 'agent' && x.c === c && x.phase === 'DEL')?.etcdWritesPerPod;
-    if (a && d) L.push(`| ${c} | ${f1(a.proposals)} | ${f1(a.fsyncs)} | ${f1(d.proposals)} | ${f1(d.fsyncs)} |`);
+    if (a && d) L.push(`| ${c} | ${f1(a.proposals)} | ${f1(a.fsyncs)} | ${f1(d.proposals)} | ${f1(d.fsyncs)} | ${calls(a)} | ${calls(d)} |`);
   }
   if (r.scale) {
     L.push('');
