@@ -6,7 +6,7 @@ import { defineConfig } from 'vitest/config';
 // Two projects: "default" runs every test file as is (the plugin suites exec
 // the per-exec bundle dist/netplugin.mjs); "agent" runs the black-box plugin
 // suites again through the installed native shim and a resident agent
-// (test/integration/agent-setup.ts), so both paths pass the same suite.
+// (test/support/agent-setup.ts), so both paths pass the same suite.
 // The agent project runs after the default one (groupOrder): a plugin-* file
 // owns fixed pool CIDRs and a host veth prefix in the shared throwaway host
 // namespace, so the same file must never run in both projects at once.
@@ -18,7 +18,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     reporters: ['default', './test/support/summary-reporter.ts'],
-    globalSetup: ['test/fixtures/global-setup.ts'],
+    globalSetup: ['test/support/global-setup.ts'],
     projects: [
       {
         extends: true,
@@ -30,7 +30,7 @@ export default defineConfig({
           name: 'agent',
           include: ['test/integration/plugin-*.test.ts'],
           env: { NETPLUGIN_TEST_PATH: 'agent' },
-          setupFiles: ['test/integration/agent-setup.ts'],
+          setupFiles: ['test/support/agent-setup.ts'],
           sequence: { groupOrder: 1 },
         },
       },

@@ -2,13 +2,13 @@
 // over HTTPS with a token): resources as CRDs, and `ipam check` telling a
 // deleted pod from one whose endpoint annotations are not written yet.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { workloadEndpointName } from '../../src/model/names.js';
 import { Ipam } from '../../src/ipam/index.js';
-import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
+import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
 
 const TOKEN = 'ctl-test-token';
 

@@ -3,7 +3,7 @@
 import { readdirSync, readlinkSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { NATIVE_ABI_VERSION, NetlinkError, netlink, openNetns, packageRoot, type Netlink, type NetNS } from '../../src/native/index.js';
 
 const IFA_F_NODAD = 0x02;

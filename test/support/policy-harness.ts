@@ -2,7 +2,7 @@
 // Kubernetes API server, the built node agent (dist/netplugin-node.mjs with
 // --config, policy.type k8s) and pods made by the plugin in their own network
 // namespaces, each serving TCP and UDP on ports 80 and 81
-// (test/fixtures/policy-pod.py). Reachability is probed with fresh
+// (test/support/policy-pod.py). Reachability is probed with fresh
 // connections and compared as a whole matrix with the expected one.
 //
 // On the etcd datastore the objects kube-controllers writes (profiles kns.*/
@@ -18,8 +18,8 @@ import type { Resource } from '../../src/model/resources.js';
 import { DatastoreError } from '../../src/errors.js';
 import { convertK8sNetworkPolicy, k8sPolicyName, type KubeNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
 import { namespaceToProfile, serviceAccountToProfile } from '../../src/model/profiles.js';
-import { ROOT } from '../fixtures/cni.js';
-import { createNetns } from '../fixtures/netns.js';
+import { ROOT } from './cni.js';
+import { createNetns } from './netns.js';
 import { nftRun } from '../../src/native/nft.js';
 import { endpointFromWep, endpointViews, evaluate, type PolicyInput } from '../../src/model/policy-eval.js';
 import { putPod, startApi, k8sNetconf, type Api } from './k8s-harness.js';
@@ -28,7 +28,7 @@ import type { Datastore } from '../../src/datastore/types.js';
 import { createKubeClient, type KubeClient } from '../../src/k8s/client.js';
 import { NET_NAME, NODE, clusterInfo, cni, cleanupAttachments, ensureBuilt, expectOk, k8sArgs, poolResource, startAgent, startCluster, why, type Agent, type Cluster, type PoolDef } from './plugin-harness.js';
 
-const POD_SCRIPT = join(ROOT, 'test/fixtures/policy-pod.py');
+const POD_SCRIPT = join(ROOT, 'test/support/policy-pod.py');
 export const NAMESPACES = ['x', 'y', 'z'] as const;
 export const POD_NAMES = ['a', 'b', 'c'] as const;
 export const SERVE_PORTS = [
