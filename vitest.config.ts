@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import LongestFirstSequencer from './test/support/sequencer.js';
 
 // Tests touch shared kernel state (namespaces, links, nftables) and start real
 // etcd servers: files run in separate processes, a few at a time on 2 cores.
@@ -17,7 +18,9 @@ export default defineConfig({
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    reporters: ['default', './test/support/summary-reporter.ts'],
+    reporters: ['default', './test/support/summary-reporter.ts', './test/support/timeline-reporter.ts'],
+    // Longest files first (test/support/sequencer.ts), within each project's group.
+    sequence: { sequencer: LongestFirstSequencer },
     globalSetup: ['test/support/global-setup.ts'],
     projects: [
       {
