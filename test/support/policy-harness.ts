@@ -216,16 +216,27 @@ export function grid(pods: Pod[], cell: (from: Pod, to: Pod) => boolean): string
   return lines.join('\n');
 }
 
-export async function probeMatrix(pods: Pod[], port: number, proto: 'tcp' | 'udp'): Promise<Map<string, boolean>> {
+export async function probeMatrix(pods: Pod[], port: number, proto: 'tcp' | 'udp', timeout?: number): Promise<Map<string, boolean>> {
   const res = new Map<string, boolean>();
   await Promise.all(
     pods.map(async (f) => {
-      const r = await probeFrom(f, pods.map((t) => [t.ip, port, proto]));
+      const r = await probeFrom(f, pods.map((t) => [t.ip, port, proto]), timeout);
       pods.forEach((t, i) => res.set(`${f.id}>${t.id}`, r[i]!));
     }),
   );
   return res;
 }
+
+/**
+ * How long a matrix probe waits before it calls a silent drop "blocked". Every
+ * round with a blocked cell costs this much, and the truth tables run ~25
+ * rounds per file. A short wait cannot turn a wrong verdict into a pass in
+ * practice: an allowed connection on these veths answers in milliseconds, a
+ * slow one only makes the round differ and the loop probes again (until the
+ * deadline), and a policy that wrongly allows would have to be slower than
+ * this in every cell of the same round to look right.
+ */
+const MATRIX_DROP_SECONDS = 0.75;
 
 /**
  * Probes the full matrix until it equals the expected one (the agent applies
@@ -238,7 +249,7 @@ export async function expectReachability(env: PolicyEnv, port: number, proto: 't
   const end = Date.now() + deadlineMs;
   let got = '';
   for (;;) {
-    const m = await probeMatrix(pods, port, proto);
+    const m = await probeMatrix(pods, port, proto, MATRIX_DROP_SECONDS);
     got = grid(pods, (f, t) => m.get(`${f.id}>${t.id}`)!);
     if (got === want || Date.now() > end) break;
     await new Promise((r) => setTimeout(r, 300));
