@@ -11,9 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEtcd } from '../support/etcd.js';
 import { startFakeApiServer, writeKubeconfig } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { API_VERSION, type IPPoolSpec, type Kind, type Resource } from '../../src/model/resources.js';
+import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
+import { createPool } from '../support/builders.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = join(root, 'dist/netplugin-ipam.mjs');
@@ -174,9 +175,6 @@ async function audit(ds: Datastore, only?: string): Promise<{ byIP: Map<string, 
   return { byIP, handles };
 }
 
-async function createPool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...spec } });
-}
 
 beforeAll(() => {
   if (!existsSync(BIN)) throw new Error(`${BIN} is missing: run 'npm run build:ts' first`);
