@@ -5,13 +5,14 @@
 // without its address, no address without its handle, no endpoint without
 // its addresses.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { createIpam, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
+import { workloadEndpoint } from '../support/builders.js';
 
 let etcd: EtcdServer;
 const stores: Datastore[] = [];
@@ -51,12 +52,7 @@ async function etcdWrites(): Promise<number> {
 const NS = 'txn';
 
 function endpointFor(node: string, pod: string, containerID: string, assigned: Assigned[]): Resource<'WorkloadEndpoint'> {
-  return {
-    apiVersion: API_VERSION,
-    kind: 'WorkloadEndpoint',
-    metadata: { name: workloadEndpointName(node, 'k8s', pod, 'eth0'), namespace: NS },
-    spec: { orchestrator: 'k8s', node, containerID, pod, endpoint: 'eth0', ipNetworks: assigned.map((a) => `${a.ip}/32`), interfaceName: `tx${containerID}`.slice(0, 15) },
-  };
+  return workloadEndpoint({ node, namespace: NS, pod, containerID, ips: assigned.map((a) => a.ip), interfaceName: `tx${containerID}`.slice(0, 15) });
 }
 
 /** The plugin's shape of an ADD: the endpoint rides in the IPAM transaction. */

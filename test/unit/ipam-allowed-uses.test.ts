@@ -4,15 +4,16 @@
 // ipAddrs); tunnel addresses come only from pools that allow Tunnel.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION, type IPPoolSpec } from '../../src/model/resources.js';
+import { type IPPoolSpec } from '../../src/model/resources.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { createIpam, type Ipam, type AssignRequest } from '../../src/ipam/index.js';
+import { createPool } from '../support/builders.js';
 
 let ds: MemoryDatastore;
 let ipam: Ipam;
 
 async function pool(name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize: 26, ...spec } });
+  await createPool(ds, name, cidr, { blockSize: 26, ...spec });
 }
 
 function req(extra: Partial<AssignRequest> = {}): AssignRequest {

@@ -4,14 +4,13 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION, type IPPoolSpec, type Kind, type Resource } from '../../src/model/resources.js';
+import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
 import { createIpam, type AssignRequest, type Assigned } from '../../src/ipam/index.js';
+import { createPool } from '../support/builders.js';
 
-async function pool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...spec } });
-}
+const pool = createPool;
 
 let seq = 0;
 function req(nodeName: string, extra: Partial<AssignRequest> = {}): AssignRequest {

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { build } from 'esbuild';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { acquireHostLock, onLockTakeover, serialize, withHostLock } from '../../src/ipam/lock.js';
-import { startLockSquatter } from '../fixtures/squatter.js';
+import { startLockSquatter } from '../support/squatter.js';
 
 let dir: string;
 let holderScript: string;
