@@ -9,7 +9,8 @@
 // nothing; on Kubernetes the ops run in order (handle before block on ADD, block
 // before handle on DEL), so a process killed between them leaves at worst a
 // handle whose count is too high, which the next release by that handle clears.
-import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
+import { DatastoreError } from '../errors.js';
+import { IpamError } from './errors.js';
 import type { Logger } from '../cni/types.js';
 import { API_VERSION, type AllocationAttribute, type BlockAffinitySpec, type IPAMBlockSpec, type IPAMConfigSpec, type Resource } from '../model/resources.js';
 import { type Datastore } from '../datastore/types.js';
@@ -207,9 +208,6 @@ function isKind(e: unknown, kind: 'NotFound' | 'AlreadyExists' | 'Conflict'): bo
   return DatastoreError.is(e, kind);
 }
 
-function ipamError(msg: string): CniError {
-  return new CniError(ErrorCodes.IpamFailure, msg);
-}
 
 /** Per-assign state: everything read once and reused for the rest of the call. */
 interface Ctx {
@@ -227,6 +225,16 @@ interface Ctx {
   capHit?: { family: Family; held: number; max: number };
   /** Set while assigning the request's last family: the caller's writes and what the request got before. */
   piggy?: { p: Piggyback; before: Assigned[] };
+}
+
+/**
+ * A failure of one family after the other family got its address: that
+ * address was released again (dual-stack is all-or-nothing), and the error
+ * says so. Only the IPAM's own errors are reworded.
+ */
+function rolledBack(e: unknown, released: Assigned[]): unknown {
+  if (!(e instanceof IpamError)) return e;
+  return new IpamError(e.kind, `${e.message} (the ${released.map((d) => `IPv${d.family} address ${d.ip}`).join(' and ')} assigned in the same request was released: dual-stack assignment is all-or-nothing)`);
 }
 
 /** A transaction's guard failed: re-read and try again (retry() handles Conflict). */
@@ -279,8 +287,8 @@ export class Ipam {
       } catch (e) {
         if (!isKind(e, 'Conflict')) throw e;
         if (attempt + 1 >= this.maxRetries) {
-          throw new CniError(
-            ErrorCodes.TryAgainLater,
+          throw new IpamError(
+            'conflict-retries-exhausted',
             `${what}: gave up after ${this.maxRetries} conflicting concurrent writes; the IPAM data is heavily contended, try again`,
           );
         }
@@ -336,7 +344,8 @@ export class Ipam {
     const name = handleName(handleID);
     const h = await read(name);
     if (h && !sameHandle(h.spec.handleID, handleID)) {
-      throw ipamError(
+      throw new IpamError(
+        'handle-mismatch',
         `IPAMHandle ${name} records handle ${JSON.stringify(h.spec.handleID)}, not ${JSON.stringify(handleID)} (a handle written before IDs became case-exact); run \`netpluginctl ipam check --fix\` to migrate it`,
       );
     }
@@ -466,7 +475,7 @@ export class Ipam {
           }
           const who = owner?.handle_id ? `handle ${owner.handle_id}` : 'reserved, no handle';
           const pod = owner?.secondary?.namespace && owner.secondary.pod ? `, pod ${owner.secondary.namespace}/${owner.secondary.pod}` : '';
-          throw ipamError(`${ip} is already assigned (${who}${pod}); choose a free address or release it first`);
+          throw new IpamError('address-taken', `${ip} is already assigned (${who}${pod}); choose a free address or release it first`);
         }
         spec = structuredClone(cur.spec);
         allocateOrdinal(spec, ordinal, attr);
@@ -781,7 +790,7 @@ export class Ipam {
       try {
         chosen = await choosePools({ family, pools, explicit, field: family === 4 ? 'ipam.ipv4_pools' : 'ipam.ipv6_pools', node: q.node, labels: ctxLabels, badPools: bad });
       } catch (e) {
-        if (e instanceof CniError) return e.message;
+        if (e instanceof IpamError) return e.message;
         throw e;
       }
       const names = new Set(chosen.map((p) => p.name));
@@ -807,13 +816,14 @@ export class Ipam {
     }
     if (ctx.capHit && ctx.capHit.family === family) {
       const { held, max } = ctx.capHit;
-      throw ipamError(
+      throw new IpamError(
+        'exhausted',
         `node '${ctx.node}' already holds ${held} IPv${family} blocks (IPAMConfig maxBlocksPerHost=${max}) and they are full${ctx.config.strictAffinity ? '' : ', and no other block has a free address'}; raise it or free addresses`,
       );
     }
     const strict = ctx.config.strictAffinity ? ' (IPAMConfig strictAffinity is on, so blocks of other nodes are not used)' : '';
     const noAuto = ctx.config.autoAllocateBlocks === false ? ' (IPAMConfig autoAllocateBlocks is off)' : '';
-    throw ipamError(`no free IPv${family} address for node '${ctx.node}' in pool${pools.length > 1 ? 's' : ''} ${pools.map((p) => `${p.name} (${p.cidrText})`).join(', ')}: exhausted${strict}${noAuto}; add a pool or free addresses`);
+    throw new IpamError('exhausted', `no free IPv${family} address for node '${ctx.node}' in pool${pools.length > 1 ? 's' : ''} ${pools.map((p) => `${p.name} (${p.cidrText})`).join(', ')}: exhausted${strict}${noAuto}; add a pool or free addresses`);
   }
 
   private async assignSpecific(ctx: Ctx, ip: IP, text: string): Promise<Assigned> {
@@ -823,9 +833,9 @@ export class Ipam {
     const pool = containing.find((p) => !p.disabled);
     if (!pool) {
       if (containing.length) {
-        throw ipamError(`${field}: ${canonical} is in pool ${containing[0]!.name} (${containing[0]!.cidrText}), which is disabled; disabled pools give out no new addresses`);
+        throw new IpamError('address-not-in-pool', `${field}: ${canonical} is in pool ${containing[0]!.name} (${containing[0]!.cidrText}), which is disabled; disabled pools give out no new addresses`);
       }
-      throw ipamError(`${field}: ${text} is not in a configured pool (pools: ${describePools(ctx.pools)}); request an address inside an IPPool`);
+      throw new IpamError('address-not-in-pool', `${field}: ${text} is not in a configured pool (pools: ${describePools(ctx.pools)}); request an address inside an IPPool`);
     }
     checkPoolUse(pool, ctx.req.use ?? 'Workload', field, canonical);
     const blockCidr = enclosing(ip, pool.blockSize);
@@ -857,7 +867,7 @@ export class Ipam {
       if (got) return got;
       // The block was deleted under us (an empty block being released): go round.
     }
-    throw new CniError(ErrorCodes.TryAgainLater, `${field}: could not allocate ${canonical}: its block ${blockText} kept changing; try again`);
+    throw new IpamError('conflict-retries-exhausted', `${field}: could not allocate ${canonical}: its block ${blockText} kept changing; try again`);
   }
 
   /**
@@ -865,22 +875,22 @@ export class Ipam {
    * family fails, what the other got in this call is released again.
    */
   async assign(req: AssignRequest): Promise<Assigned[]> {
-    if (!req.handleID) throw new CniError(ErrorCodes.InvalidEnvironment, 'IPAM handle ID is empty (network name and CNI_CONTAINERID are both needed)');
-    if (!req.node) throw new CniError(ErrorCodes.InvalidNetworkConfig, "node name is empty: set 'nodename' in the netconf");
+    if (!req.handleID) throw new IpamError('missing-handle', 'IPAM handle ID is empty (network name and CNI_CONTAINERID are both needed)');
+    if (!req.node) throw new IpamError('invalid-request', "node name is empty: set 'nodename' in the netconf");
     const field = req.fields?.requestedIPs ?? 'IP';
     const requested: Array<{ ip: IP; text: string }> = [];
     for (const raw of req.requestedIPs ?? []) {
       const text = raw.trim();
       if (!text) continue;
       const ip = tryParseIP(text);
-      if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `${field}: '${text}' is not an IPv4 or IPv6 address`);
+      if (!ip) throw new IpamError('invalid-request', `${field}: '${text}' is not an IPv4 or IPv6 address`);
       if (requested.some((r) => r.ip.family === ip.family)) {
-        throw new CniError(ErrorCodes.InvalidNetworkConfig, `${field}: more than one IPv${ip.family} address requested (${requested.find((r) => r.ip.family === ip.family)!.text}, ${text}); give at most one IPv4 and one IPv6 address`);
+        throw new IpamError('invalid-request', `${field}: more than one IPv${ip.family} address requested (${requested.find((r) => r.ip.family === ip.family)!.text}, ${text}); give at most one IPv4 and one IPv6 address`);
       }
       requested.push({ ip, text });
     }
     if (!requested.length && !req.assignIPv4 && !req.assignIPv6) {
-      throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: assign_ipv4 and assign_ipv6 are both "false": nothing to assign; set one to "true"');
+      throw new IpamError('invalid-request', 'ipam: assign_ipv4 and assign_ipv6 are both "false": nothing to assign; set one to "true"');
     }
     // Reads that need no lock start before waiting for it: pools and config
     // change only by operator action, and the handle only by this container's
@@ -1005,11 +1015,7 @@ export class Ipam {
         this.log.error('ipam: could not roll back a failed assignment', { handle: it.req.handleID, error: String(re) });
       }
       const e = it.failed;
-      if (it.done.length && e instanceof CniError) {
-        it.reject(new CniError(e.code, `${e.message} (the ${it.done.map((d) => `IPv${d.family} address ${d.ip}`).join(' and ')} assigned in the same request was released: dual-stack assignment is all-or-nothing)`, e.details));
-      } else {
-        it.reject(e);
-      }
+      it.reject(it.done.length ? rolledBack(e, it.done) : e);
     }
   }
 
@@ -1202,9 +1208,7 @@ export class Ipam {
         } catch (re) {
           this.log.error('ipam: could not roll back a partial dual-stack assignment', { handle: req.handleID, error: String(re) });
         }
-        if (e instanceof CniError) {
-          throw new CniError(e.code, `${e.message} (the ${fresh.map((d) => `IPv${d.family} address ${d.ip}`).join(' and ')} assigned in the same request was released: dual-stack assignment is all-or-nothing)`, e.details);
-        }
+        throw rolledBack(e, fresh);
       } else if (!existing.length) {
         // Nothing assigned: do not leave a handle behind that allocateIn raised.
         await this.releaseLocked(req.handleID).catch(() => undefined);
@@ -1421,7 +1425,7 @@ export class Ipam {
   async releaseIPs(ips: string[]): Promise<Released[]> {
     const parsed = ips.map((s) => {
       const ip = tryParseIP(s);
-      if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `'${s}' is not an IPv4 or IPv6 address`);
+      if (!ip) throw new IpamError('invalid-request', `'${s}' is not an IPv4 or IPv6 address`);
       return ip;
     });
     return this.exclusive(undefined, async () => {
@@ -1514,7 +1518,7 @@ export class Ipam {
    */
   async locate(ipText: string): Promise<AddressLocation> {
     const ip = tryParseIP(ipText);
-    if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `'${ipText}' is not an IPv4 or IPv6 address`);
+    if (!ip) throw new IpamError('invalid-request', `'${ipText}' is not an IPv4 or IPv6 address`);
     const { pools } = await this.loadPools();
     let block: BlockRes | undefined;
     const pool = pools.find((p) => containsIP(p.cidr, ip));

@@ -6,6 +6,8 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type IPPoolSpec } from '../../src/model/resources.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { Ipam, type AssignRequest } from '../../src/ipam/index.js';
 
 let ds: MemoryDatastore;
@@ -24,8 +26,9 @@ async function failure(p: Promise<unknown>): Promise<CniError> {
     () => undefined,
     (x: unknown) => x,
   );
-  expect(e).toBeInstanceOf(CniError);
-  return e as CniError;
+  // The domain throws IpamErrors; the code is what the CNI edge makes of it.
+  expect(e).toBeInstanceOf(IpamError);
+  return toCniError(e);
 }
 
 beforeEach(async () => {

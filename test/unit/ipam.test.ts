@@ -7,6 +7,8 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type IPPoolSpec, type IPAMConfigSpec, type Kind, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { Ipam, type AssignRequest } from '../../src/ipam/index.js';
 
 async function pool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
@@ -29,8 +31,9 @@ async function errorOf(p: Promise<unknown>): Promise<CniError> {
   try {
     await p;
   } catch (e) {
-    expect(e).toBeInstanceOf(CniError);
-    return e as CniError;
+    // The domain throws IpamErrors; the code is what the CNI edge makes of it.
+    expect(e).toBeInstanceOf(IpamError);
+    return toCniError(e);
   }
   throw new Error('expected the call to fail');
 }

@@ -12,6 +12,7 @@ import { resolvePodCidrs } from './add.js';
 import { dataplane, getIpamObserver, ipamBatchingEnabled } from './runtime.js';
 import { HOST_MAC, datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
+import { IpamError } from '../../ipam/errors.js';
 import { netlink, type Netlink } from '../../native/index.js';
 
 export async function del(ctx: CniContext<Netconf>): Promise<void> {
@@ -96,7 +97,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
     dsError ??= e;
   }
   if (dsError) {
-    if (DatastoreError.is(dsError, 'Unavailable') || (dsError instanceof CniError && dsError.code === ErrorCodes.TryAgainLater)) {
+    if (DatastoreError.is(dsError, 'Unavailable') || ((dsError instanceof CniError || IpamError.is(dsError)) && toCniError(dsError).code === ErrorCodes.TryAgainLater)) {
       throw new CniError(ErrorCodes.TryAgainLater, `local teardown ${teardownError ? 'failed' : 'done'}, but the datastore is unreachable so the addresses and endpoint of ${ctx.containerId} are not released yet: ${(dsError as Error).message}`);
     }
     throw dsError;
