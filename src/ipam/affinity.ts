@@ -20,7 +20,7 @@ export async function deleteAffinity(core: IpamCore, aff: AffRes): Promise<void>
   }
 }
 
-export async function confirmAffinity(core: IpamCore, aff: AffRes, node: string, cidrText: string): Promise<AffRes> {
+async function confirmAffinity(core: IpamCore, aff: AffRes, node: string, cidrText: string): Promise<AffRes> {
   return retry(core, `confirming block affinity ${aff.metadata.name}`, async (attempt) => {
     let cur: AffRes | undefined = aff;
     if (attempt > 0) {
@@ -46,7 +46,7 @@ export async function confirmAffinity(core: IpamCore, aff: AffRes, node: string,
   });
 }
 
-export async function createPendingAffinity(core: IpamCore, node: string, cidrText: string): Promise<AffRes> {
+async function createPendingAffinity(core: IpamCore, node: string, cidrText: string): Promise<AffRes> {
   const spec: BlockAffinitySpec = { state: 'pending', node, cidr: cidrText };
   try {
     return await core.ds.create<'BlockAffinity'>({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: affinityName(node, cidrText) }, spec });
@@ -113,7 +113,7 @@ export async function claimUnaffineBlock(core: IpamCore, ctx: Ctx, block: BlockR
   return got;
 }
 
-export function ownAffinities(core: IpamCore, ctx: Ctx, family: Family): AffRes[] {
+function ownAffinities(ctx: Ctx, family: Family): AffRes[] {
   return ctx.affinities.filter((a) => a.spec.node === ctx.node && a.spec.cidr.includes(':') === (family === 6));
 }
 
@@ -123,7 +123,7 @@ export function ownAffinities(core: IpamCore, ctx: Ctx, family: Family): AffRes[
  * drop it otherwise) and an affinity whose block is gone.
  */
 export async function* ownBlocks(core: IpamCore, ctx: Ctx, pool: PoolInfo): AsyncGenerator<BlockRes> {
-  const mine = ownAffinities(core, ctx, pool.cidr.family)
+  const mine = ownAffinities(ctx, pool.cidr.family)
     .map((a) => ({ a, c: tryParseCidr(a.spec.cidr) }))
     .filter((x): x is { a: AffRes; c: Cidr } => !!x.c && containsCidr(pool.cidr, x.c))
     .sort((x, y) => (x.c.base < y.c.base ? -1 : x.c.base > y.c.base ? 1 : 0));
@@ -153,15 +153,15 @@ export async function* ownBlocks(core: IpamCore, ctx: Ctx, pool: PoolInfo): Asyn
   }
 }
 
-export function heldBlocks(core: IpamCore, ctx: Ctx, family: Family): number {
-  return ownAffinities(core, ctx, family).filter((a) => a.spec.state !== 'pendingDeletion').length;
+function heldBlocks(ctx: Ctx, family: Family): number {
+  return ownAffinities(ctx, family).filter((a) => a.spec.state !== 'pendingDeletion').length;
 }
 
-export function canClaim(core: IpamCore, ctx: Ctx, family: Family): boolean {
+export function canClaim(ctx: Ctx, family: Family): boolean {
   if (ctx.config.autoAllocateBlocks === false) return false;
   const max = ctx.config.maxBlocksPerHost ?? 0;
   if (max > 0) {
-    const held = heldBlocks(core, ctx, family);
+    const held = heldBlocks(ctx, family);
     if (held >= max) {
       ctx.capHit = { family, held, max };
       return false;

@@ -63,7 +63,7 @@ export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool
     const ip = addressOf(cidr, ord);
     // The handle counts the address in the very write that takes it: there
     // is no moment at which the address exists without its handle.
-    const hop = handleOp(core, ctx, cur.spec.cidr, spec ? held + 1 : held);
+    const hop = handleOp(ctx, cur.spec.cidr, spec ? held + 1 : held);
     const ops: TxnOp[] = [...(hop ? [hop] : []), ...(spec ? [{ op: 'update' as const, res: { ...cur, spec } }] : [])];
     const piggy = ctx.piggy;
     const got: Assigned = { address: `${ip}/${cidr.prefix}`, ip, family: cidr.family, pool: pool.name, block: cur.spec.cidr };

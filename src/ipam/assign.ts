@@ -26,7 +26,7 @@ export function rolledBack(e: unknown, released: Assigned[]): unknown {
   return new IpamError(e.kind, `${e.message} (the ${released.map((d) => `IPv${d.family} address ${d.ip}`).join(' and ')} assigned in the same request was released: dual-stack assignment is all-or-nothing)`);
 }
 
-export async function fromOwnBlocks(core: IpamCore, ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
+async function fromOwnBlocks(core: IpamCore, ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
   for await (const b of ownBlocks(core, ctx, pool)) {
     if (!b.spec.allocations.some((x) => x == null)) continue;
     const got = await allocateIn(core, ctx, b, pool);
@@ -35,8 +35,8 @@ export async function fromOwnBlocks(core: IpamCore, ctx: Ctx, pool: PoolInfo): P
   return undefined;
 }
 
-export async function fromNewBlock(core: IpamCore, ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
-  if (!canClaim(core, ctx, pool.cidr.family)) return undefined;
+async function fromNewBlock(core: IpamCore, ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
+  if (!canClaim(ctx, pool.cidr.family)) return undefined;
   const blocks = await loadBlocks(core, ctx);
   for (const c of splitBlocks(pool.cidr, pool.blockSize)) {
     const name = blockName(formatCidr(c));
@@ -49,7 +49,7 @@ export async function fromNewBlock(core: IpamCore, ctx: Ctx, pool: PoolInfo): Pr
     if (!b) continue;
     const got = await allocateIn(core, ctx, b, pool);
     if (got) return got;
-    if (!canClaim(core, ctx, pool.cidr.family)) return undefined;
+    if (!canClaim(ctx, pool.cidr.family)) return undefined;
   }
   return undefined;
 }
@@ -114,7 +114,7 @@ export async function assignAuto(core: IpamCore, ctx: Ctx, family: Family): Prom
   throw new IpamError('exhausted', `no free IPv${family} address for node '${ctx.node}' in pool${pools.length > 1 ? 's' : ''} ${pools.map((p) => `${p.name} (${p.cidrText})`).join(', ')}: exhausted${strict}${noAuto}; add a pool or free addresses`);
 }
 
-export async function assignSpecific(core: IpamCore, ctx: Ctx, ip: IP, text: string): Promise<Assigned> {
+async function assignSpecific(core: IpamCore, ctx: Ctx, ip: IP, text: string): Promise<Assigned> {
   const field = ctx.req.fields?.requestedIPs ?? 'IP';
   const canonical = formatIP(ip);
   const containing = ctx.pools.filter((p) => containsIP(p.cidr, ip));
@@ -135,7 +135,7 @@ export async function assignSpecific(core: IpamCore, ctx: Ctx, ip: IP, text: str
       // Claim the block for this node when allowed (the pod lives here, so
       // the block's routes point the right way); otherwise create it
       // unaffine: an explicit address is always allowed, even at the cap.
-      if (canClaim(core, ctx, ip.family)) b = await claimNewBlock(core, ctx, blockCidr);
+      if (canClaim(ctx, ip.family)) b = await claimNewBlock(core, ctx, blockCidr);
       else {
         try {
           b = await core.ds.create<'IPAMBlock'>({
@@ -158,10 +158,6 @@ export async function assignSpecific(core: IpamCore, ctx: Ctx, ip: IP, text: str
   throw new IpamError('conflict-retries-exhausted', `${field}: could not allocate ${canonical}: its block ${blockText} kept changing; try again`);
 }
 
-/**
- * Assign addresses to a handle. Dual-stack is all-or-nothing: when one
- * family fails, what the other got in this call is released again.
- */
 /** A request's specific addresses, parsed (at most one per family). */
 export type Requested = Array<{ ip: IP; text: string }>;
 
@@ -196,7 +192,12 @@ export function prepareAssign(core: IpamCore, req: AssignRequest): { requested: 
   return { requested, early };
 }
 
-export async function assignLocked(core: IpamCore, 
+/**
+ * Assign under the lock, one request. Dual-stack is all-or-nothing: when one
+ * family fails, what the other got in this call is released again.
+ */
+export async function assignLocked(
+  core: IpamCore,
   req: AssignRequest,
   requested: Requested,
   early: EarlyReads,

@@ -98,7 +98,7 @@ function joinBatch<T extends { reject: (e: unknown) => void }>(
   });
 }
 
-export async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promise<void> {
+async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promise<void> {
   if (items.length === 1) {
     const it = items[0]!;
     await assignLocked(core, it.req, [], it.early).then(it.resolve, it.reject);
@@ -170,7 +170,7 @@ export async function assignBatchLocked(core: IpamCore, items: PendingAssign[]):
 }
 
 /** Serve what fits in the node's own blocks, one transaction per block (per MAX_BATCH_TXN requests). */
-export async function batchFromOwnBlocks(core: IpamCore, ctx: Ctx, family: Family, queue: PendingAssign[], last: boolean): Promise<{ rest: PendingAssign[]; individual: PendingAssign[] }> {
+async function batchFromOwnBlocks(core: IpamCore, ctx: Ctx, family: Family, queue: PendingAssign[], last: boolean): Promise<{ rest: PendingAssign[]; individual: PendingAssign[] }> {
   const { pools, ownFirst } = await selectPools(core, ctx, family);
   // With an explicit list the first pool's new block comes before the next
   // pool's own blocks, which the one-by-one path handles.
@@ -205,7 +205,8 @@ export async function batchFromOwnBlocks(core: IpamCore, ctx: Ctx, family: Famil
  * for and those that must go one by one (their own write's guard failed, or
  * the shared transaction failed).
  */
-export async function allocateBatchIn(core: IpamCore, 
+async function allocateBatchIn(
+  core: IpamCore,
   ctx: Ctx,
   block: BlockRes,
   pool: PoolInfo,
@@ -237,7 +238,7 @@ export async function allocateBatchIn(core: IpamCore,
       const owner: Array<PendingAssign | undefined> = [];
       const ops: TxnOp[] = [];
       for (const { it } of out) {
-        const hop = handleOp(core, it.ctx!, cidrText, ordinalsOf(cur.spec, it.req.handleID).length + 1);
+        const hop = handleOp(it.ctx!, cidrText, ordinalsOf(cur.spec, it.req.handleID).length + 1);
         if (hop) {
           ops.push(hop);
           owner.push(it);
@@ -301,7 +302,7 @@ export async function allocateBatchIn(core: IpamCore,
 }
 
 /** The one-by-one path for a member of a batch; records the outcome on it. */
-export async function assignOneOfBatch(core: IpamCore, ctx: Ctx, it: PendingAssign, family: Family, last: boolean): Promise<void> {
+async function assignOneOfBatch(core: IpamCore, ctx: Ctx, it: PendingAssign, family: Family, last: boolean): Promise<void> {
   const own: Ctx = { ...ctx, req: it.req, handle: undefined, capHit: undefined, ...(last && it.req.piggyback ? { piggy: { p: it.req.piggyback, before: it.done } } : {}) };
   try {
     own.handle = await getHandle(core, it.req.handleID);
@@ -343,7 +344,7 @@ export function enqueueRelease(core: IpamCore, item: Omit<PendingRelease, 'resol
  * deletes and their extra writes. Any failure sends each release its own
  * way (releaseLocked, with its retries), which is idempotent.
  */
-export async function releaseBatchLocked(core: IpamCore, items: PendingRelease[]): Promise<void> {
+async function releaseBatchLocked(core: IpamCore, items: PendingRelease[]): Promise<void> {
   const one = async (it: PendingRelease) => releaseLocked(core, it.handleID, it.early, it.opts).then(it.resolve, it.reject);
   if (items.length === 1) return one(items[0]!);
   try {

@@ -46,7 +46,7 @@ export async function getHandle(core: IpamCore, handleID: string): Promise<Handl
  * absence (a repeated ADD shows up here as AlreadyExists), an update guarded
  * by its revision, or nothing when it already counts them.
  */
-export function handleOp(core: IpamCore, ctx: Ctx, cidr: string, atLeast: number): TxnOp | undefined {
+export function handleOp(ctx: Ctx, cidr: string, atLeast: number): TxnOp | undefined {
   const id = ctx.req.handleID;
   const h = ctx.handle;
   if (!h) return { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: handleName(id) }, spec: { handleID: id, block: { [cidr]: atLeast } } } };

@@ -18,7 +18,7 @@ import { exclusive, isKind, type AffRes, type BlockRes, type HandleRes, type Ipa
  * Free ordinals chosen by `pick` in one block (CAS, retried), then apply the
  * empty-block policy. Returns what was freed with the handle each belonged to.
  */
-export async function freeInBlock(core: IpamCore, cidrText: string, pick: (spec: IPAMBlockSpec) => number[]): Promise<Released[]> {
+async function freeInBlock(core: IpamCore, cidrText: string, pick: (spec: IPAMBlockSpec) => number[]): Promise<Released[]> {
   let freedBlock: BlockRes | undefined;
   const released = await retry(core, `releasing addresses in IPAM block ${cidrText}`, async () => {
     const b = await getBlock(core, cidrText);
