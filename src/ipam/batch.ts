@@ -29,7 +29,7 @@ interface PendingAssign {
   /** What this request got so far in the batch (per family). */
   done: Assigned[];
   failed?: unknown;
-  /** Per-request handle state for raiseHandle. */
+  /** Per-request state (its handle as last written, for handleOp). */
   ctx?: Ctx;
 }
 
@@ -44,6 +44,7 @@ interface PendingRelease {
   resolve: (v: string[]) => void;
   reject: (e: unknown) => void;
 }
+
 // Per datastore: lock path -> releases queued for the next lock acquisition.
 const releaseQueues = new WeakMap<Datastore, Map<string, PendingRelease[]>>();
 
@@ -59,7 +60,7 @@ const MAX_BATCH_TXN = 60;
  * same thing share a queue, so one set of reads and pool choices serves
  * all of them.
  */
-export function enqueue(core: IpamCore, req: AssignRequest, early: PendingAssign['early']): Promise<Assigned[]> {
+export function enqueue(core: IpamCore, req: AssignRequest, early: EarlyReads): Promise<Assigned[]> {
   const key = JSON.stringify([core.lockPath, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
   return new Promise<Assigned[]>((resolve, reject) => {
     joinBatch(core, batchQueues, key, { req, early, resolve, reject, done: [] }, req.node, (items) => assignBatchLocked(core, items));
