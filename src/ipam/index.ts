@@ -7,3 +7,4 @@ export { DEFAULT_LOCK_PATH, acquireHostLock, serialize, withHostLock } from './l
 export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE, poolInfo, type PoolInfo, type PoolUse } from './pools.js';
 export { handleIDFor, parseHandleID, sameHandle } from './handle.js';
 export { TUNNEL_HANDLES, releaseNodeIpam, type NodeRelease } from './node-release.js';
+export { IpamError, type IpamErrorKind } from './errors.js';
