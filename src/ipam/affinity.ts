@@ -2,6 +2,7 @@
 // BlockAffinity, the block created with the node's affinity, the affinity
 // confirmed), so a crash between the steps leaves a pending affinity that the
 // next walk over the node's blocks confirms (the block is ours) or removes.
+import { DatastoreError } from '../errors.js';
 import { API_VERSION, type BlockAffinitySpec } from '../model/resources.js';
 import { affinityName, blockName } from '../model/names.js';
 import { containsCidr, formatCidr, tryParseCidr, type Cidr, type Family } from '../net/cidr.js';
@@ -42,19 +43,43 @@ async function confirmAffinity(core: IpamCore, aff: AffRes, node: string, cidrTe
       });
     }
     if (cur.spec.state === 'confirmed') return cur;
-    return core.ds.update({ ...cur, spec: { ...cur.spec, state: 'confirmed' } });
+    try {
+      return await core.ds.update({ ...cur, spec: { ...cur.spec, state: 'confirmed' } });
+    } catch (e) {
+      // Removed meanwhile: read again (and record it again, above).
+      if (isKind(e, 'NotFound')) throw goneWhileClaimed(cur.metadata.name, e);
+      throw e;
+    }
   });
+}
+
+/**
+ * Correctness rests on compare-and-swap alone (docs/ipam.md), so two claims
+ * of one node may meet (the host lock is only an optimisation): an affinity of
+ * ours that the other claim removes between our read and our write (it lost
+ * its block race) is a conflict to retry, not a failure.
+ */
+function goneWhileClaimed(name: string, cause: unknown): DatastoreError {
+  return new DatastoreError('Conflict', `block affinity ${name} was removed by another claim of this node; re-read and retry`, { cause });
 }
 
 async function createPendingAffinity(core: IpamCore, node: string, cidrText: string): Promise<AffRes> {
   const spec: BlockAffinitySpec = { state: 'pending', node, cidr: cidrText };
-  try {
-    return await core.ds.create<'BlockAffinity'>({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: affinityName(node, cidrText) }, spec });
-  } catch (e) {
-    if (!isKind(e, 'AlreadyExists')) throw e;
+  const name = affinityName(node, cidrText);
+  return retry(core, `creating block affinity ${name}`, async () => {
+    try {
+      return await core.ds.create<'BlockAffinity'>({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name }, spec });
+    } catch (e) {
+      if (!isKind(e, 'AlreadyExists')) throw e;
+    }
     // Our own leftover (the name contains our node): a claim that crashed.
-    return core.ds.get('BlockAffinity', affinityName(node, cidrText));
-  }
+    try {
+      return await core.ds.get('BlockAffinity', name);
+    } catch (e) {
+      if (isKind(e, 'NotFound')) throw goneWhileClaimed(name, e);
+      throw e;
+    }
+  });
 }
 
 /**
