@@ -20,6 +20,7 @@
 //   node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--cpu-prof] [--out DIR]
 //   --quick     50 pods, c = 1 and 4 (about two minutes)
 //   --cpu-prof  profile the agent (node --cpu-prof) and print its top self-time functions
+//   --agent-args=F  extra netplugin-node flags, space-separated (comparing agent options: '--agent-args=--max-concurrent 8')
 //   --paths L   only these of ptp,agent,perexec (profiling, quick checks; not for the published table)
 //   --out DIR   where latest.{json,md,svg} go (default bench/results)
 //   --scale N   the scale cell: agent ADD p50 of one more pod with N pods on the node,
@@ -37,7 +38,7 @@ import { formatProfile, profileFiles, summariseProfiles } from './bench/profile.
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 function usage(msg) {
-  console.error(`bench: ${msg}\nusage: node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--paths ptp,agent,perexec] [--scale N] [--cpu-prof] [--out DIR]`);
+  console.error(`bench: ${msg}\nusage: node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--paths ptp,agent,perexec] [--scale N] [--agent-args 'FLAGS'] [--cpu-prof] [--out DIR]`);
   process.exit(2);
 }
 
@@ -52,6 +53,7 @@ try {
       paths: { type: 'string' },
       out: { type: 'string' },
       scale: { type: 'string' },
+      'agent-args': { type: 'string' },
     },
   }));
 } catch (e) {
@@ -154,7 +156,7 @@ async function main() {
   // ---- the agent ----
   // Kept after the run for a closer look (node scripts/bench/profile.mjs DIR).
   const profDir = join(tmpdir(), `netplugin-bench-prof-${process.pid}`);
-  const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.cjs'), '--socket', socket, '--log-level', 'WARNING'];
+  const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.cjs'), '--socket', socket, '--log-level', 'WARNING', ...(opts['agent-args'] ?? '').split(' ').filter(Boolean)];
   // As deployed: through the .cjs entry, with no tuning from outside.
   agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
   let agentLog = '';
@@ -285,7 +287,7 @@ async function main() {
     if (files.length) {
       profile = summariseProfiles(main.length ? main : files, 30, root);
       const workers = summariseProfiles(files.filter((f) => !main.includes(f)), 15, root);
-      const text = `### Main thread\n\n${formatProfile(profile)}\n\n### Dataplane worker threads (wall time on stack: a netlink call that waits in the kernel counts)\n\n${formatProfile(workers)}`;
+      const text = `### Main thread\n\n${formatProfile(profile)}\n\n### Other JS threads, if any (wall time on stack: a netlink call that waits in the kernel counts)\n\n${formatProfile(workers)}`;
       console.log(`\nagent CPU profile (whole run; files in ${profDir}):\n` + text);
       mkdirSync(OUT, { recursive: true });
       writeFileSync(join(OUT, 'agent-profile.md'), `# Agent CPU profile\n\n\`node scripts/bench.mjs ${process.argv.slice(2).join(' ')}\`, ${new Date().toISOString()}\n\n${text}\n`);

@@ -5,6 +5,7 @@
 // src/observe/health.ts; names follow Prometheus conventions (_total,
 // _seconds).
 import type { Datastore } from '../datastore/types.js';
+import type { IpamObserver } from '../plugins/main/runtime.js';
 import { Registry } from '../observe/metrics.js';
 
 export interface ServedRequest {
@@ -21,8 +22,8 @@ export interface AgentMetrics {
   readonly registry: Registry;
   /** Called by the CNI server for every answered request. */
   served(r: ServedRequest): void;
-  ipamAssigned(n: number): void;
-  ipamReleased(n: number): void;
+  /** Counts the addresses the plugins assign and release (the runtime's IPAM observer). */
+  readonly ipamObserver: IpamObserver;
   /** Times every datastore call; counts compare-and-swap conflicts on IPAM objects (each is retried). */
   wrapDatastore(ds: Datastore): Datastore;
   /** One nftables batch of the policy controller applied (full resync or incremental). */
@@ -93,8 +94,10 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
       if (r.routesRemoved) routeChanges.inc({ change: 'removed' }, r.routesRemoved);
       if (r.errors) routeErrors.inc(undefined, r.errors);
     },
-    ipamAssigned: (n) => assigned.inc(undefined, n),
-    ipamReleased: (n) => released.inc(undefined, n),
+    ipamObserver: {
+      assigned: (n) => assigned.inc(undefined, n),
+      released: (n) => released.inc(undefined, n),
+    },
     wrapDatastore(ds) {
       return new Proxy(ds, {
         get(target, prop, receiver) {

@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import type { Logger } from '../cni/types.js';
 import type { Netconf } from '../config/index.js';
 import type { Datastore } from '../datastore/types.js';
+import type { DatastoreSource } from '../plugins/main/runtime.js';
 import { netpluginEntry } from '../config/conflist.js';
 
 export type Ipv6ForwardingMode = 'auto' | 'on' | 'off';
@@ -26,6 +27,8 @@ export type Ipv6ForwardingMode = 'auto' | 'on' | 'off';
 export interface NodeInitOptions {
   configPath: string;
   log: Logger;
+  /** The agent's runtime: node init opens the connection requests then reuse. */
+  datastores: DatastoreSource;
   ipv6Forwarding?: Ipv6ForwardingMode;
   /** Writes a sysctl in the agent's (the node's) network namespace. Default: the addon. */
   sysctlSet?: (key: string, value: string) => void;
@@ -118,12 +121,11 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
     else if (mode === 'auto' && confWantsV6) enableV6(`ipam.assign_ipv6 is "true" in ${opts.configPath}`);
     else if (mode === 'off') log.info('IPv6 forwarding left as it is (--ipv6-forwarding=off)');
 
-    const { getDatastore } = await import('../plugins/main/runtime.js');
     const { initDatastore } = await import('../ctl/datastore-init.js');
     for (let attempt = 1; !stopped; attempt++) {
       let ds: Datastore;
       try {
-        ds = await getDatastore(conf);
+        ds = await opts.datastores.datastore(conf);
         const r = await initDatastore(ds);
         log.info('datastore initialised', { action: r.action, datastoreReady: r.clusterInformation.spec.datastoreReady });
         if (mode === 'auto' && !v6Done) {
@@ -182,12 +184,11 @@ export function findNetpluginConf(dir = DEFAULT_CNI_CONF_DIR): string | undefine
  * does not pay for the client's import and the connection. A failure is only
  * logged: the first request then opens it, as it would anyway.
  */
-export async function warmDatastore(configPath: string, log: Logger): Promise<boolean> {
+export async function warmDatastore(configPath: string, datastores: DatastoreSource, log: Logger): Promise<boolean> {
   try {
     const { parseNetconf } = await import('../config/index.js');
     const conf = parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined });
-    const { getDatastore } = await import('../plugins/main/runtime.js');
-    const ds = await getDatastore(conf);
+    const ds = await datastores.datastore(conf);
     await ds.get('ClusterInformation', 'default').catch(() => undefined);
     log.info('datastore connection warmed from the node\'s CNI config', { config: configPath });
     return true;

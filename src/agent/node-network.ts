@@ -5,12 +5,15 @@ import { hostname } from 'node:os';
 import type { Logger } from '../cni/types.js';
 import { parseAutodetect } from './node-registration.js';
 import { readNetpluginConf } from './node-init.js';
+import type { DatastoreSource } from '../plugins/main/runtime.js';
 
 export interface NodeNetworkOptions {
   configPath: string;
   /** Settles when the datastore step of node init succeeded. */
   nodeInit: Promise<void>;
   log: Logger;
+  /** The agent's runtime (its warm datastore connections). */
+  datastores: DatastoreSource;
   nodename: string | undefined;
   nodeIP: string | undefined;
   nodeIPv6: string | undefined;
@@ -40,8 +43,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
         node = hostname();
       }
     }
-    const { getDatastore } = await import('../plugins/main/runtime.js');
-    const ds = await getDatastore(conf);
+    const ds = await o.datastores.datastore(conf);
     const { netlink } = await import('../native/index.js');
     const nl = netlink();
     const { startRoutesController } = await import('./routes/index.js');

@@ -10,7 +10,7 @@ import type { Logger } from '../cni/types.js';
 import type { NodeSpec, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import { API_VERSION } from '../model/resources.js';
-import { DatastoreError } from '../errors.js';
+import { casRetry } from '../datastore/cas.js';
 import { containsIP, parseCidr, tryParseIP, type Family } from '../net/cidr.js';
 import { TUNNEL_HANDLES, type Ipam } from '../ipam/index.js';
 import type { AddrInfo, LinkInfo } from '../native/index.js';
@@ -112,23 +112,17 @@ export function vtepMac(node: string, family: Family): string {
 
 /** Read-modify-write of the Node with CAS retries; creates it when absent. */
 export async function updateNode(ds: Datastore, name: string, edit: (spec: NodeSpec) => NodeSpec | undefined): Promise<Resource<'Node'>> {
-  for (let attempt = 0; ; attempt++) {
-    let cur: Resource<'Node'> | undefined;
-    try {
-      cur = await ds.get('Node', name);
-    } catch (e) {
-      if (!DatastoreError.is(e, 'NotFound')) throw e;
-    }
-    const next = edit(structuredClone(cur?.spec ?? {}));
-    if (!next) return cur!;
-    try {
-      if (!cur) return await ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name }, spec: next });
-      return await ds.update({ ...cur, spec: next });
-    } catch (e) {
-      if (attempt < 10 && (DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'AlreadyExists'))) continue;
-      throw e;
-    }
-  }
+  const r = await casRetry(
+    ds,
+    { kind: 'Node', name },
+    (cur) => {
+      const next = edit(structuredClone(cur?.spec ?? {}));
+      if (!next) return undefined;
+      return cur ? { ...cur, spec: next } : { apiVersion: API_VERSION, kind: 'Node', metadata: { name }, spec: next };
+    },
+    { attempts: 11 },
+  );
+  return r.stored!;
 }
 
 function sameJSON(a: unknown, b: unknown): boolean {

@@ -30,7 +30,7 @@ export interface PodEventOptions {
 
 export interface PodEvents {
   /** The CNI server's onServed hook: records an event for a qualifying failed ADD. */
-  served(r: ServedRequest & { cniArgs?: string }): void;
+  served(r: ServedRequest & { cniArgs?: string | undefined }): void;
   /** Resolves when every event started so far was sent (for tests and shutdown). */
   idle(): Promise<void>;
 }

@@ -18,7 +18,7 @@ import {
 import { createKeyedQueue, createLimiter, type Limiter } from './serialize.js';
 import { redactString } from '../log/redact.js';
 
-export type DispatchFn = (io: CniIO, plugin: PluginSpec<any>) => Promise<number>;
+export type DispatchFn = (io: CniIO, plugin: PluginSpec<any, any>) => Promise<number>;
 export interface PeerCred {
   pid: number;
   uid: number;
@@ -29,7 +29,7 @@ export type PeerCredFn = (fd: number) => PeerCred;
 export interface CniServerOptions {
   socketPath: string;
   /** By executable name: 'netplugin', 'netplugin-ipam'. */
-  plugins: Record<string, PluginSpec<any>>;
+  plugins: Record<string, PluginSpec<any, any>>;
   log: Logger;
   /** Requests running at once per plugin (default 64). */
   maxConcurrent?: number;
@@ -49,7 +49,7 @@ export interface CniServerOptions {
    */
   peerCred?: PeerCredFn | null;
   /** Called with every answered request (the agent's metrics, src/agent/metrics.ts). */
-  onServed?: (r: { plugin: string; command: string; exitCode: number; stdout: string; seconds: number; cniArgs?: string }) => void;
+  onServed?: (r: { plugin: string; command: string; exitCode: number; stdout: string; seconds: number; cniArgs?: string | undefined }) => void;
 }
 
 export interface CniServer {
@@ -217,7 +217,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     return key ? queue.run(`${req.plugin}\0${key}`, run) : run();
   }
 
-  async function serve(plugin: PluginSpec<any>, req: ShimRequest): Promise<ShimResponse> {
+  async function serve(plugin: PluginSpec<any, any>, req: ShimRequest): Promise<ShimResponse> {
     const started = performance.now();
     let stdout = '';
     let stderr = '';

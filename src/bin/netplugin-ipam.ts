@@ -1,5 +1,6 @@
 // The IPAM plugin executable: run by runtimes or other plugins (e.g. bridge) as delegated IPAM.
 import { runPlugin } from '../cni/exec.js';
+import { createPluginRuntime } from '../plugins/main/runtime.js';
 
 // Runtimes run plugins without arguments; --version is for people checking an install.
 if (process.argv[2] === '--version') {
@@ -7,4 +8,4 @@ if (process.argv[2] === '--version') {
   process.stdout.write(`netplugin-ipam ${NETPLUGIN_VERSION}\n`);
   process.exit(0);
 }
-void runPlugin({ name: 'netplugin-ipam', load: () => import('../plugins/ipam/index.js').then((m) => m.handlers) });
+void runPlugin({ name: 'netplugin-ipam', load: () => import('../plugins/ipam/index.js').then((m) => m.handlers), runtime: createPluginRuntime() });

@@ -1,6 +1,7 @@
 // netplugin-kube-controllers entry: flags and environment -> clients, health
 // listener, leader election and controllers (src/kube-controllers/).
 import { parseArgs } from 'node:util';
+import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
 import { readFileSync } from 'node:fs';
 import { createLogger, normalizeLevel } from '../log/index.js';
 import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '../datastore/index.js';
@@ -27,9 +28,9 @@ ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE, KUBECONFIG. Settings: the Kube
 resource "default" (see docs/kube-controllers.md).
 `;
 
+const CLI = { program: 'netplugin-kube-controllers', usage: USAGE };
 function usageError(msg: string): never {
-  process.stderr.write(`netplugin-kube-controllers: ${msg}\n${USAGE}`);
-  process.exit(2);
+  return cliUsageError(CLI, msg);
 }
 
 function ownNamespace(): string {
@@ -43,8 +44,8 @@ function ownNamespace(): string {
 
 async function main(): Promise<void> {
   let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
+  const parsed = await parseEntryFlags(CLI, async () => (await import('../ctl/version.js')).NETPLUGIN_VERSION, () =>
+    parseArgs({
       options: {
         kubeconfig: { type: 'string' },
         controllers: { type: 'string' },
@@ -56,19 +57,10 @@ async function main(): Promise<void> {
         version: { type: 'boolean' },
       },
       allowPositionals: false,
-    }));
-  } catch (e) {
-    usageError((e as Error).message);
-  }
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
-  if (values.version) {
-    const { NETPLUGIN_VERSION } = await import('../ctl/version.js');
-    process.stdout.write(`netplugin-kube-controllers ${NETPLUGIN_VERSION}\n`);
-    return;
-  }
+    }).values,
+  );
+  if (!parsed) return;
+  values = parsed;
   const level = (values['log-level'] as string | undefined) ?? 'INFO';
   if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
   const list = (values.controllers as string | undefined) ?? (process.env.ENABLED_CONTROLLERS || CONTROLLER_NAMES.join(','));

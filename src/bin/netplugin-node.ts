@@ -2,6 +2,7 @@
 // native shim (/opt/cni/bin/netplugin) forwards to, so pod setup runs in a warm
 // process instead of a fresh Node per call. Policy enforcement comes later.
 import { parseArgs } from 'node:util';
+import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
 import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DEFAULT_NODENAME_FILE } from '../config/fields.js';
@@ -9,16 +10,16 @@ import type { PluginSpec } from '../cni/types.js';
 import { DEFAULT_SOCKET } from '../agent/protocol.js';
 import { startCniServer, type CniServer } from '../agent/server.js';
 import { createLogger, normalizeLevel } from '../log/index.js';
-import { createWorkerPool } from '../agent/worker-pool.js';
-import { enableIpamBatching, setDataplanePort } from '../plugins/main/runtime.js';
-import { HOST_MAC, enablePodCache } from '../plugins/main/common.js';
-import type { WorkloadSpec, WorkloadState, TeardownOptions } from '../dataplane/index.js';
+import { createPluginRuntime, type DataplanePort, type PluginRuntime } from '../plugins/main/runtime.js';
+import { HOST_MAC } from '../plugins/main/common.js';
+import type { WorkloadSpec, TeardownOptions } from '../dataplane/index.js';
 import { findNetpluginConf, readNetpluginConf, startNodeInit, warmDatastore, type NodeInit } from '../agent/node-init.js';
 import type { Logger } from '../cni/types.js';
 import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
 import { parseListenAddr } from '../observe/health.js';
-import { setDatastoreWrapper, setIpamObserver } from '../plugins/main/runtime.js';
+import { cachedDatastore } from '../datastore/cached.js';
+import { onLockTakeover } from '../ipam/lock.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
@@ -35,7 +36,7 @@ async function enableIpv6Forwarding(log: Logger): Promise<void> {
 const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename NAME] [--ipv6-forwarding auto|on|off]
                      [--log-level ERROR|WARNING|INFO|DEBUG] [--log-format text|json] [--health-addr HOST:PORT]
                      [--plugin-kubeconfig PATH [--plugin-service-account NAME] [--plugin-token-seconds N]
-                      [--kubeconfig PATH]] [--max-concurrent N] [--dataplane-threads N] [--version]
+                      [--kubeconfig PATH]] [--max-concurrent N] [--version]
 
   --socket PATH        CNI socket the shim connects to (default: $NETPLUGIN_AGENT_SOCKET or ${DEFAULT_SOCKET})
   --config FILE        the node's CNI config (e.g. /etc/cni/net.d/10-netplugin.conflist): at start, open
@@ -70,31 +71,32 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
                        needs API access)
   --version            print the version and exit
   --max-concurrent N   CNI requests run at once per plugin (default 64)
-  --dataplane-threads N  0 (default): setup and check run inline on the main thread (~1-2 ms of
-                       syscalls that never sleep); a teardown trashes the host veth and the trash
-                       is deleted in batches on the libuv threadpool, no worker threads; N from 1 to 64: the
-                       older mode, all dataplane work in N worker threads (~10 MiB each)
 
 Start it as dist/netplugin-node.cjs (the package's bin): that entry sets UV_THREADPOOL_SIZE=16
 (libuv's threadpool: nftables, direct veth deletions) unless it is set, which an ES module entry
 cannot do for itself.
 `;
 
-// Handlers load on the first request that needs them, as in the per-exec entry.
-const plugins: Record<string, PluginSpec<any>> = {
-  netplugin: {
-    name: 'netplugin',
-    load: async () => (await import('../plugins/main/index.js')).handlers,
-  },
-  'netplugin-ipam': {
-    name: 'netplugin-ipam',
-    load: async () => (await import('../plugins/ipam/index.js')).handlers,
-  },
-};
+// Handlers load on the first request that needs them, as in the per-exec
+// entry; both plugins are served with the agent's runtime.
+function agentPlugins(runtime: PluginRuntime): Record<string, PluginSpec<any, PluginRuntime>> {
+  return {
+    netplugin: {
+      name: 'netplugin',
+      load: async () => (await import('../plugins/main/index.js')).handlers,
+      runtime,
+    },
+    'netplugin-ipam': {
+      name: 'netplugin-ipam',
+      load: async () => (await import('../plugins/ipam/index.js')).handlers,
+      runtime,
+    },
+  };
+}
 
+const CLI = { program: 'netplugin-node', usage: USAGE };
 function usageError(msg: string): never {
-  process.stderr.write(`netplugin-node: ${msg}\n${USAGE}`);
-  process.exit(2);
+  return cliUsageError(CLI, msg);
 }
 
 async function main(): Promise<void> {
@@ -112,7 +114,6 @@ async function main(): Promise<void> {
     kubeconfig?: string;
     'pod-events'?: string;
     'max-concurrent'?: string;
-    'dataplane-threads'?: string;
     'node-ip'?: string;
     'node-ipv6'?: string;
     'ip-autodetection'?: string;
@@ -122,8 +123,8 @@ async function main(): Promise<void> {
     help?: boolean;
     version?: boolean;
   };
-  try {
-    ({ values } = parseArgs({
+  const parsed = await parseEntryFlags(CLI, () => NETPLUGIN_VERSION, () =>
+    parseArgs({
       options: {
         socket: { type: 'string' },
         config: { type: 'string' },
@@ -139,7 +140,6 @@ async function main(): Promise<void> {
         'pod-events': { type: 'string' },
         version: { type: 'boolean' },
         'max-concurrent': { type: 'string' },
-        'dataplane-threads': { type: 'string' },
         'node-ip': { type: 'string' },
         'node-ipv6': { type: 'string' },
         'ip-autodetection': { type: 'string' },
@@ -149,18 +149,10 @@ async function main(): Promise<void> {
         help: { type: 'boolean', short: 'h' },
       },
       allowPositionals: false,
-    }));
-  } catch (e) {
-    usageError((e as Error).message);
-  }
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
-  if (values.version) {
-    process.stdout.write(`netplugin-node ${NETPLUGIN_VERSION}\n`);
-    return;
-  }
+    }).values,
+  );
+  if (!parsed) return;
+  values = parsed;
   const format = values['log-format'] ?? 'text';
   if (!(LOG_FORMATS as readonly string[]).includes(format)) usageError(`--log-format '${format}' is not one of ${LOG_FORMATS.join(', ')}`);
   const healthAddr = values['health-addr'] ?? DEFAULT_HEALTH_ADDR;
@@ -183,24 +175,30 @@ async function main(): Promise<void> {
   const v6 = values['ipv6-forwarding'] ?? 'auto';
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
-  let dataplaneThreads = 0;
-  if (values['dataplane-threads'] !== undefined) {
-    dataplaneThreads = Number(values['dataplane-threads']);
-    if (!Number.isInteger(dataplaneThreads) || dataplaneThreads < 0 || dataplaneThreads > 64) {
-      usageError(`--dataplane-threads '${values['dataplane-threads']}' is not an integer from 0 to 64 (0: no worker threads)`);
-    }
-  }
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
   const log = createLogger({ level, format: format as LogFormat, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
 
-  // Installed before anything opens a datastore or serves a request.
+  // The agent's runtime, built before anything opens a datastore or serves a
+  // request: every datastore is timed by the metrics, pods are read through
+  // watch-fed caches, concurrent IPAM assignments are batched, and ADD's
+  // policy wait listens to the policy controller once it runs.
   const metrics = createAgentMetrics();
-  setDatastoreWrapper((ds) => metrics.wrapDatastore(ds));
-  setIpamObserver({ assigned: (n) => metrics.ipamAssigned(n), released: (n) => metrics.ipamReleased(n) });
-
-  const pool = await installDataplane(dataplaneThreads, log);
-  enableIpamBatching();
-  enablePodCache(log);
+  const dataplane = await installDataplane(log);
+  let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
+  const runtime = createPluginRuntime({
+    // IPAM's reads from a watch-fed cache (src/datastore/cached.ts), timed by the metrics outside it.
+    // A per-exec plugin that held the node's IPAM lock since the agent did may have written what the cache has not seen yet.
+    wrapDatastore: (ds) => {
+      const cached = cachedDatastore(ds, { log });
+      onLockTakeover(() => cached.suspend?.(1_000));
+      return metrics.wrapDatastore(cached);
+    },
+    ipamObserver: metrics.ipamObserver,
+    ipamBatching: true,
+    podCache: async (kube, node) => new (await import('../k8s/cache.js')).CachingPodSource(kube, { nodeName: node, log }).start(),
+    dataplane: dataplane.port,
+    policySignal: () => policy?.signal(),
+  });
 
   if (values.nodename !== undefined) {
     try {
@@ -232,7 +230,7 @@ async function main(): Promise<void> {
 
   let server: CniServer;
   try {
-    server = await startCniServer({ socketPath, plugins, log, maxConcurrent, onServed: (r) => {
+    server = await startCniServer({ socketPath, plugins: agentPlugins(runtime), log, maxConcurrent, onServed: (r) => {
       metrics.served(r);
       podEvents?.served(r);
     } });
@@ -246,7 +244,7 @@ async function main(): Promise<void> {
   // are retried), so it retries in the background.
   let nodeInit: NodeInit | undefined;
   if (values.config) {
-    nodeInit = startNodeInit({ configPath: values.config, log, ipv6Forwarding: v6 });
+    nodeInit = startNodeInit({ configPath: values.config, log, datastores: runtime, ipv6Forwarding: v6 });
     // Only an unusable --config ends up here (the datastore step retries).
     nodeInit.done.catch((e: Error) => {
       log.error(e.message);
@@ -255,7 +253,7 @@ async function main(): Promise<void> {
   } else {
     if (v6 === 'on') await enableIpv6Forwarding(log);
     const found = findNetpluginConf(values['cni-conf-dir']);
-    if (found) void warmDatastore(found, log);
+    if (found) void warmDatastore(found, runtime, log);
   }
   let network: { stop(): void } | undefined;
   if (values.config && nodeInit && !values['no-routes']) {
@@ -265,6 +263,7 @@ async function main(): Promise<void> {
         configPath: values.config,
         nodeInit: nodeInit.done,
         log,
+        datastores: runtime,
         nodename: values.nodename,
         nodeIP: values['node-ip'],
         nodeIPv6: values['node-ipv6'],
@@ -277,10 +276,9 @@ async function main(): Promise<void> {
     }
   }
   // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
-  let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   if (values.config) {
     try {
-      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log, { onApplied: (s) => metrics.policyApplied(s) });
+      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log, runtime, { onApplied: (s) => metrics.policyApplied(s) });
     } catch (e) {
       log.error(`policy: ${(e as Error).message}`);
       process.exit(2);
@@ -306,8 +304,7 @@ async function main(): Promise<void> {
                 // The connection node init opened and requests reuse (same settings, same cache key).
                 datastore: async () => {
                   const { parseNetconf } = await import('../config/index.js');
-                  const { getDatastore } = await import('../plugins/main/runtime.js');
-                  return getDatastore(parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined }));
+                  return runtime.datastore(parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined }));
                 },
               },
             }
@@ -335,7 +332,8 @@ async function main(): Promise<void> {
     void policy?.stop();
     server.close().then(
       async () => {
-        await pool.close();
+        await dataplane.close();
+        await runtime.close();
         process.exit(0);
       },
       (e: Error) => {
@@ -349,34 +347,30 @@ async function main(): Promise<void> {
 }
 
 /**
- * 0 threads: setup/check inline (short syscalls that never sleep) and teardown's
- * veth deletion on the libuv threadpool (it sleeps ~20 ms in the kernel waiting for
- * an RCU grace period), so the loop is never held and no isolate is paid for.
- * N threads: everything in a worker pool, whose size bounds DEL throughput.
+ * The agent's dataplane: setup and check inline (short syscalls that never
+ * sleep), and teardown through the trash group: a DEL moves the host veth
+ * into the trash and returns; the trash is deleted in one batch every few ms
+ * on the libuv threadpool (the deletion sleeps ~20 ms in the kernel waiting
+ * for an RCU grace period), so the loop is never held (docs/performance.md).
  */
-async function installDataplane(threads: number, log: Logger): Promise<{ close(): Promise<void> }> {
+async function installDataplane(log: Logger): Promise<{ port: DataplanePort; close(): Promise<void> }> {
   const dp = await import('../dataplane/index.js');
-  if (threads === 0) {
-    // A DEL trashes the host veth and returns; the trash group is deleted in
-    // one batch every few ms (docs/performance.md). A crash's leftovers go now.
-    const trash = dp.createTrash({ log });
-    await trash.purge(HOST_MAC).catch((e: Error) => log.error('cannot delete the trashed veths left by an earlier agent', { error: e.message }));
-    setDataplanePort({
-      setup: async (spec: WorkloadSpec) => dp.setupWorkload(spec),
+  const trash = dp.createTrash({ log });
+  // A crash's leftovers go now.
+  await trash.purge(HOST_MAC).catch((e: Error) => log.error('cannot delete the trashed veths left by an earlier agent', { error: e.message }));
+  // A DEL's conntrack flush runs off its request path, one dump for every DEL
+  // meanwhile; an ADD reusing one of those addresses waits for it (docs/performance.md).
+  const conntrack = dp.createConntrackFlusher({ log });
+  return {
+    port: {
+      setup: async (spec: WorkloadSpec) => (await conntrack.settled(spec.addresses), dp.setupWorkload(spec)),
       teardown: (o: TeardownOptions) => trash.teardown(o),
       check: async (spec: WorkloadSpec, expect: { containerMac: string }) => dp.checkWorkload(spec, expect),
       purgeTrash: (hostMac: string) => trash.purge(hostMac),
-    });
-    return trash;
-  }
-  const pool = createWorkerPool({ module: new URL('./netplugin-worker.mjs', import.meta.url), size: threads, resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 24 } });
-  setDataplanePort({
-    setup: (spec: WorkloadSpec) => pool.call<WorkloadState>('setupWorkload', spec),
-    teardown: (o: TeardownOptions) => pool.call<{ removed: boolean }>('teardownWorkload', o),
-    check: (spec: WorkloadSpec, expect: { containerMac: string }) => pool.call<string[]>('checkWorkload', spec, expect),
-    purgeTrash: (hostMac: string) => dp.purgeTrash({ hostMac }),
-  });
-  return pool;
+      flushConntrack: (addrs: string[]) => conntrack.defer(addrs),
+    },
+    close: () => Promise.all([conntrack.close(), trash.close()]).then(() => undefined),
+  };
 }
 
 /** The agent's own API access (--kubeconfig, or the in-cluster service account); undefined when unusable. */

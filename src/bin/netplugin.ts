@@ -1,5 +1,6 @@
 // The CNI plugin executable (per-exec path; the agent serves the same handlers warm).
 import { runPlugin } from '../cni/exec.js';
+import { createPluginRuntime } from '../plugins/main/runtime.js';
 
 // Runtimes run plugins without arguments; --version is for people checking an install.
 if (process.argv[2] === '--version') {
@@ -7,4 +8,5 @@ if (process.argv[2] === '--version') {
   process.stdout.write(`netplugin ${NETPLUGIN_VERSION}\n`);
   process.exit(0);
 }
-void runPlugin({ name: 'netplugin', load: () => import('../plugins/main/index.js').then((m) => m.handlers) });
+// The plain runtime: datastore and dataplane opened on first use, no caches beyond this one request.
+void runPlugin({ name: 'netplugin', load: () => import('../plugins/main/index.js').then((m) => m.handlers), runtime: createPluginRuntime() });

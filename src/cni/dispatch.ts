@@ -2,7 +2,7 @@
 // entry (src/cni/exec.ts) and by the agent (requests from its socket), so it
 // never touches process.* and never exits.
 import { CniError, ErrorCodes } from '../errors.js';
-import { createLogger, loggerOptionsFromConf, type AppLogger } from '../log/logger.js';
+import { createLogger, loggerOptionsFromConf, type AppLogger, type LogContext } from '../log/logger.js';
 import { parseCommand, parseEnv } from './env.js';
 import { errorResult, toCniError } from './errors.js';
 import { formatResult, parseResult } from './result.js';
@@ -102,12 +102,12 @@ export function validAttachments(rawConf: Record<string, unknown>): CniAttachmen
   });
 }
 
-function defaultLog(rawConf: Record<string, unknown>, context: { containerId?: string; podNamespace?: string; podName?: string }, io: CniIO): AppLogger {
+function defaultLog(rawConf: Record<string, unknown>, context: LogContext, io: CniIO): AppLogger {
   return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr });
 }
 
 /** Runs one CNI invocation; returns the exit code. Output goes only through io. */
-export async function dispatch<Conf>(io: CniIO, plugin: PluginSpec<Conf>): Promise<number> {
+export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>): Promise<number> {
   // Errors are printed in the version the runtime asked for, so it can decode them.
   let outVersion: string = HIGHEST_VERSION;
   let log: Logger | undefined;
@@ -140,7 +140,7 @@ export async function dispatch<Conf>(io: CniIO, plugin: PluginSpec<Conf>): Promi
     const handlers = await plugin.load();
     const conf = handlers.parse(raw, command);
     const prevResult = raw['prevResult'] !== undefined && raw['prevResult'] !== null ? parseResult(raw['prevResult'], 'prevResult', cniVersion) : undefined;
-    const ctx: CniContext<Conf> = {
+    const ctx: CniContext<Conf, Rt> = {
       command,
       cniVersion,
       containerId: env.containerId,
@@ -152,6 +152,8 @@ export async function dispatch<Conf>(io: CniIO, plugin: PluginSpec<Conf>): Promi
       conf,
       env: io.env,
       log,
+      // Undefined only for a plugin without a runtime (the PluginSpec type requires one otherwise).
+      runtime: plugin.runtime as Rt,
       ...(prevResult ? { prevResult } : {}),
     };
     switch (command) {

@@ -54,7 +54,7 @@ function writeAll(fd: number, s: string): void {
   }
 }
 
-export async function runPlugin<Conf>(plugin: PluginSpec<Conf>): Promise<never> {
+export async function runPlugin<Conf, Rt>(plugin: PluginSpec<Conf, Rt>): Promise<never> {
   // isatty instead of process.stdin: the stream object costs a module load per exec.
   const stdin = isatty(0) ? Buffer.alloc(0) : readStdin();
   let code: number;

@@ -1,7 +1,7 @@
 // One internal result (the CNI 1.1 shape) printed in whatever version the
 // runtime asked for, and results of any supported version (prevResult, a
 // delegated IPAM plugin's output) read back into it.
-import { ipFamily, tryParseIPPrefix } from '../net/cidr.js';
+import { addressOf, ipFamily, tryParseIPPrefix } from '../net/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniDNS, CniInterface, CniIPConfig, CniResult, CniRoute, CniVersion } from './types.js';
 import { compareVersions, isSupportedVersion } from './version.js';
@@ -28,7 +28,7 @@ export function formatResult(result: CniResult, version: CniVersion): Record<str
   if (result.ips) {
     out['ips'] = result.ips.map((ip) =>
       compact({
-        version: withIpVersion ? (ipFamily(ip.address.split('/')[0]!) === 6 ? '6' : '4') : undefined,
+        version: withIpVersion ? (ipFamily(addressOf(ip.address)) === 6 ? '6' : '4') : undefined,
         interface: ip.interface,
         address: ip.address,
         gateway: ip.gateway,
@@ -54,9 +54,13 @@ export function formatResult(result: CniResult, version: CniVersion): Record<str
   return out;
 }
 
-function compact<T extends Record<string, unknown>>(o: T): T {
+/** `o` with its undefined values dropped: a key that may hold undefined becomes an absent one. */
+type Compacted<T> = { [K in keyof T as undefined extends T[K] ? never : K]: T[K] } & {
+  [K in keyof T as undefined extends T[K] ? K : never]?: Exclude<T[K], undefined>;
+};
+function compact<T extends Record<string, unknown>>(o: T): Compacted<T> {
   for (const k of Object.keys(o)) if (o[k] === undefined) delete o[k];
-  return o;
+  return o as Compacted<T>;
 }
 
 export function isCidr(s: string): boolean {
@@ -124,7 +128,7 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
       const e = obj(x, p);
       const address = str(e['address'], `${p}.address`, false)!;
       if (!isCidr(address)) throw bad(`${p}.address`, address, 'an address with prefix length, e.g. "10.0.0.5/24"');
-      const fam = ipFamily(address.split('/')[0]!);
+      const fam = ipFamily(addressOf(address));
       const version = e['version'];
       if (version !== undefined && version !== String(fam)) throw bad(`${p}.version`, version, `"${fam}" for ${address}`);
       const gateway = str(e['gateway'], `${p}.gateway`);

@@ -71,8 +71,12 @@ export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
 }
 
-/** Everything a handler needs about one invocation, already validated. */
-export interface CniContext<Conf = Record<string, unknown>> {
+/**
+ * Everything a handler needs about one invocation, already validated.
+ * `Rt`: the plugin's runtime (src/plugins/main/runtime.ts for ours), built by
+ * the dispatcher's caller and passed through as `runtime`.
+ */
+export interface CniContext<Conf = Record<string, unknown>, Rt = undefined> {
   command: CniCommand;
   /** The version results are printed in (netconf cniVersion, or the highest of cniVersions). */
   cniVersion: CniVersion;
@@ -90,6 +94,8 @@ export interface CniContext<Conf = Record<string, unknown>> {
   prevResult?: CniResult;
   env: Record<string, string | undefined>;
   log: Logger;
+  /** What the process serving this invocation lends it (datastores, dataplane, …): PluginSpec.runtime. */
+  runtime: Rt;
 }
 
 export interface StatusOutcome {
@@ -99,28 +105,33 @@ export interface StatusOutcome {
   msg?: string;
 }
 
-export interface CniHandlers<Conf = Record<string, unknown>> {
+export interface CniHandlers<Conf = Record<string, unknown>, Rt = undefined> {
   /** Validate the raw netconf; throw CniError(7, ...) naming the field, value and fix. */
   parse(raw: Record<string, unknown>, command: CniCommand): Conf;
-  add(ctx: CniContext<Conf>): Promise<CniResult>;
-  del(ctx: CniContext<Conf>): Promise<void>;
-  check(ctx: CniContext<Conf>): Promise<void>;
-  status(ctx: CniContext<Conf>): Promise<void>;
+  add(ctx: CniContext<Conf, Rt>): Promise<CniResult>;
+  del(ctx: CniContext<Conf, Rt>): Promise<void>;
+  check(ctx: CniContext<Conf, Rt>): Promise<void>;
+  status(ctx: CniContext<Conf, Rt>): Promise<void>;
   /** ctx.rawConf['cni.dev/valid-attachments'] holds [{containerID, ifname}]. */
-  gc(ctx: CniContext<Conf>): Promise<void>;
+  gc(ctx: CniContext<Conf, Rt>): Promise<void>;
 }
 
-/** What an executable gives the dispatcher (src/cni/dispatch.ts: `dispatch(io, plugin): Promise<exitCode>`). */
-export interface PluginSpec<Conf = Record<string, unknown>> {
+/**
+ * What an executable gives the dispatcher (src/cni/dispatch.ts: `dispatch(io, plugin): Promise<exitCode>`).
+ * A plugin with a runtime (`Rt` not undefined) must be given one: handed to every handler as ctx.runtime.
+ */
+export type PluginSpec<Conf = Record<string, unknown>, Rt = undefined> = PluginSpecBase<Conf, Rt> & (undefined extends Rt ? { runtime?: Rt } : { runtime: Rt });
+
+export interface PluginSpecBase<Conf, Rt> {
   /** 'netplugin' | 'netplugin-ipam' (used in VERSION output and logs). */
   name: string;
   /** Loaded only for commands that need it (VERSION loads nothing). */
-  load(): Promise<CniHandlers<Conf>>;
+  load(): Promise<CniHandlers<Conf, Rt>>;
   /**
    * Optional: the logger for one invocation. Default (src/cni/dispatch.ts):
    * io.stderr plus the netconf's log file, closed when the call ends.
    */
-  createLog?(rawConf: Record<string, unknown>, context: { containerId?: string; podNamespace?: string; podName?: string }, io: CniIO): Logger;
+  createLog?(rawConf: Record<string, unknown>, context: { containerId?: string | undefined; podNamespace?: string | undefined; podName?: string | undefined }, io: CniIO): Logger;
 }
 
 /** One entry of GC's `cni.dev/valid-attachments` (read with validAttachments() in src/cni/dispatch.ts). */

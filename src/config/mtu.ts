@@ -16,6 +16,6 @@ export function readPodMtu(file: string): number | undefined {
 }
 
 /** The netconf's `mtu`, else the agent's file. */
-export function podMtu(conf: { mtu?: number; mtu_file: string }): number | undefined {
+export function podMtu(conf: { mtu?: number | undefined; mtu_file: string }): number | undefined {
   return conf.mtu ?? readPodMtu(conf.mtu_file);
 }

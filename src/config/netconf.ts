@@ -3,76 +3,31 @@
 import { tryParseIPPrefix } from '../net/cidr.js';
 import { z } from 'zod';
 import { CniError, ErrorCodes } from '../errors.js';
+import type { DatastoreSettings } from '../datastore/settings.js';
 import { DEFAULT_MTU_FILE, DEFAULT_NODENAME_FILE, NETCONF_FIELDS, NUM_QUEUES_MAX, fieldDoc, sectionKeys } from './fields.js';
 
 export type PluginType = 'netplugin' | 'netplugin-ipam';
 
-export interface NetpluginIpam {
-  type: 'netplugin-ipam';
-  /** The documented string booleans (docs/netconf.md), normalised to lower case ("True" -> "true"). */
-  assign_ipv4: 'true' | 'false';
-  assign_ipv6: 'true' | 'false';
-  ipv4_pools?: string[];
-  ipv6_pools?: string[];
-}
-/** Any other IPAM plugin (host-local, ...): passed on untouched. */
-export interface DelegatedIpam {
-  type: string;
-  [k: string]: unknown;
-}
+// The types are the schema's (built below): what parseNetconf returns is what
+// the schema outputs, defaults applied. Field docs sit on the schema's fields
+// and in the field table (./fields.ts, docs/netconf.md).
+type Schemas = ReturnType<typeof build>;
+type NetconfSchema = ReturnType<typeof netconfObject>;
 
-export interface Netconf {
-  name: string;
-  cniVersion?: string;
-  cniVersions?: string[];
-  /** 'netplugin', or the delegating plugin's type when parsed for netplugin-ipam. */
-  type?: string;
-  nodename?: string;
-  nodename_file: string;
-  /** Where the node agent writes the pod MTU; read when `mtu` is not set. */
-  mtu_file: string;
-  datastore_type: 'etcdv3' | 'kubernetes';
-  etcd_endpoints?: string;
-  etcd_discovery_srv?: string;
-  etcd_key_file?: string;
-  etcd_cert_file?: string;
-  etcd_ca_cert_file?: string;
-  etcd_authority?: string;
-  etcd_scheme?: 'http' | 'https';
-  ipam: NetpluginIpam | DelegatedIpam;
-  container_settings: { allow_ip_forwarding: boolean };
-  readiness_gates?: string[];
-  /** Overall deadline of the readiness-gate wait; absent: 30 s. */
-  readiness_gate_timeout_seconds?: number;
-  kubernetes?: { kubeconfig?: string; k8s_api_root?: string };
-  policy?: { type: 'k8s' };
-  policy_setup_timeout_seconds?: number;
-  feature_control: { ip_addrs_no_ipam: boolean; floating_ips: boolean };
-  num_queues: number;
-  host_veth_prefix?: string;
-  ipam_lock_file?: string;
-  endpoint_status_dir?: string;
-  mtu?: number;
-  log_level: 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
-  log_format: 'text' | 'json';
-  /** undefined: stderr only. */
-  log_file_path?: string;
-  log_file_max_size: number;
-  log_file_max_age: number;
-  log_file_max_count: number;
-  capabilities?: Record<string, unknown>;
-  runtimeConfig?: Record<string, unknown>;
-  args?: Record<string, unknown>;
-  prevResult?: unknown;
+/** `ipam` of type netplugin-ipam; `assign_ipv4`/`assign_ipv6` normalised to lower case ("True" -> "true"). */
+export type NetpluginIpam = z.output<Schemas['ownIpam']>;
+/** Any other IPAM plugin (host-local, ...): passed on untouched. */
+export type DelegatedIpam = z.output<Schemas['otherIpam']>;
+
+/** A validated netconf. Unknown top-level keys are kept (runtimes add their own). */
+export type Netconf = z.output<NetconfSchema> & {
   /**
    * Derived: the etcd endpoints to dial (etcdv3 only): `etcd_endpoints` split,
    * else `<etcd_scheme>://<etcd_authority>` with their defaults; empty when
    * `etcd_discovery_srv` is used instead.
    */
   etcdEndpointList: string[];
-  /** Unknown top-level keys are kept (runtimes add their own). */
-  [k: string]: unknown;
-}
+};
 
 export function isNetpluginIpam(ipam: Netconf['ipam']): ipam is NetpluginIpam {
   return ipam.type === 'netplugin-ipam';
@@ -80,8 +35,8 @@ export function isNetpluginIpam(ipam: Netconf['ipam']): ipam is NetpluginIpam {
 
 export interface ParseOptions {
   pluginType: PluginType;
-  /** Deprecations and likely typos; the caller logs them. */
-  warn?: (msg: string) => void;
+  /** Deprecations and likely typos; the caller logs them. Absent or undefined: not reported. */
+  warn?: ((msg: string) => void) | undefined;
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
@@ -112,12 +67,11 @@ function isCidrOf(s: string, fam: 4 | 6): boolean {
   return tryParseIPPrefix(s)?.ip.family === fam;
 }
 
-interface Schemas {
-  forIpam(ownIpam: boolean, pluginType: PluginType): z.ZodTypeAny;
-}
 let schemas: Schemas | undefined;
+/** A schema's fields for the optional properties of T: each outputs exactly T's type (defaults may narrow it). */
+type FieldsOf<T> = { [K in keyof T]-?: z.ZodType<T[K], z.ZodTypeDef, unknown> };
 
-function build(): Schemas {
+function build() {
   const nonEmpty = z.string().min(1);
   const absPath = z.string().refine((s) => s.startsWith('/'), { message: 'expected an absolute path (starting with /)' });
   const noCredentials = (where: string) => ({
@@ -144,6 +98,7 @@ function build(): Schemas {
   const ownIpam = z
     .object({
       type: z.literal('netplugin-ipam'),
+      /** The documented string booleans (docs/netconf.md), normalised to lower case ("True" -> "true"). */
       assign_ipv4: strBool.default('true'),
       assign_ipv6: strBool.default('false'),
       ipv4_pools: z.array(poolRef(4)).optional(),
@@ -158,6 +113,7 @@ function build(): Schemas {
     cniVersions: z.array(z.string()).optional(),
     nodename: nonEmpty.optional(),
     nodename_file: absPath.default(DEFAULT_NODENAME_FILE),
+    /** Where the node agent writes the pod MTU; read when `mtu` is not set. */
     mtu_file: absPath.default(DEFAULT_MTU_FILE),
     datastore_type: z.enum(['etcdv3', 'kubernetes']).default('etcdv3'),
     etcd_endpoints: z
@@ -178,6 +134,7 @@ function build(): Schemas {
     etcd_scheme: z.enum(['http', 'https']).optional(),
     container_settings: z.object({ allow_ip_forwarding: z.boolean().default(false) }).strict().default({}),
     readiness_gates: z.array(httpUrl).optional(),
+    /** Overall deadline of the readiness-gate wait; absent: 30 s. */
     readiness_gate_timeout_seconds: uint(1, 3600).optional(),
     kubernetes: z.object({ kubeconfig: absPath.optional(), k8s_api_root: httpUrl.optional() }).strict().optional(),
     policy: z.object({ type: z.literal('k8s') }).strict().optional(),
@@ -197,6 +154,7 @@ function build(): Schemas {
       .pipe(z.enum(['ERROR', 'WARNING', 'INFO', 'DEBUG']))
       .default('INFO'),
     log_format: z.enum(['text', 'json']).default('text'),
+    /** undefined (absent or ""): stderr only. */
     log_file_path: z
       .string()
       .refine((s) => s === '' || s.startsWith('/'), { message: 'expected an absolute path, or "" to log to stderr only' })
@@ -211,34 +169,45 @@ function build(): Schemas {
     prevResult: z.unknown().optional(),
   };
 
-  const cache = new Map<string, z.ZodTypeAny>();
   return {
-    forIpam(own, pluginType) {
-      const key = `${own}:${pluginType}`;
-      let s = cache.get(key);
-      if (!s) {
-        s = z
-          .object({
-            ...base,
-            type: pluginType === 'netplugin' ? z.literal('netplugin') : z.string().optional(),
-            ipam: own ? ownIpam : otherIpam,
-          })
-          .passthrough()
-          .superRefine((c, ctx) => {
-            if (c.etcd_endpoints !== undefined && c.etcd_discovery_srv !== undefined) {
-              ctx.addIssue({ code: 'custom', path: ['etcd_discovery_srv'], message: 'cannot be combined with etcd_endpoints: remove one of the two' });
-            }
-            if ((c.etcd_key_file === undefined) !== (c.etcd_cert_file === undefined)) {
-              const missing = c.etcd_key_file === undefined ? 'etcd_key_file' : 'etcd_cert_file';
-              const other = missing === 'etcd_key_file' ? 'etcd_cert_file' : 'etcd_key_file';
-              ctx.addIssue({ code: 'custom', path: [missing], message: `missing while ${other} is set; mutual TLS needs both: set both or neither` });
-            }
-          });
-        cache.set(key, s);
-      }
-      return s;
-    },
+    // The datastore fields are those src/datastore/settings.ts declares, with those types.
+    base: base satisfies FieldsOf<DatastoreSettings>,
+    ownIpam,
+    otherIpam,
+    /** `type` of netplugin's own netconf. */
+    pluginType: z.literal('netplugin'),
+    /** `type` when parsed for netplugin-ipam: the delegating plugin's, not checked. */
+    delegatorType: z.string().optional(),
   };
+}
+
+function netconfObject(s: Schemas, type: Schemas['pluginType'] | Schemas['delegatorType'], ipam: Schemas['ownIpam'] | Schemas['otherIpam']) {
+  return z
+    .object({ ...s.base, type, ipam })
+    .passthrough()
+    .superRefine((c, ctx) => {
+      if (c.etcd_endpoints !== undefined && c.etcd_discovery_srv !== undefined) {
+        ctx.addIssue({ code: 'custom', path: ['etcd_discovery_srv'], message: 'cannot be combined with etcd_endpoints: remove one of the two' });
+      }
+      if ((c.etcd_key_file === undefined) !== (c.etcd_cert_file === undefined)) {
+        const missing = c.etcd_key_file === undefined ? 'etcd_key_file' : 'etcd_cert_file';
+        const other = missing === 'etcd_key_file' ? 'etcd_cert_file' : 'etcd_key_file';
+        ctx.addIssue({ code: 'custom', path: [missing], message: `missing while ${other} is set; mutual TLS needs both: set both or neither` });
+      }
+    });
+}
+
+const cache = new Map<string, NetconfSchema>();
+/** The schema for a netconf whose ipam is netplugin-ipam's (`own`) or another plugin's, read by `pluginType`. */
+function schemaFor(own: boolean, pluginType: PluginType): NetconfSchema {
+  schemas ??= build();
+  const key = `${own}:${pluginType}`;
+  let s = cache.get(key);
+  if (!s) {
+    s = netconfObject(schemas, pluginType === 'netplugin' ? schemas.pluginType : schemas.delegatorType, own ? schemas.ownIpam : schemas.otherIpam);
+    cache.set(key, s);
+  }
+  return s;
 }
 
 function describe(v: unknown): string {
@@ -379,14 +348,13 @@ export function parseNetconf(raw: unknown, opts: ParseOptions): Netconf {
       `ipam.type: got ${describe(ipamType)}; netplugin-ipam was run for a netconf whose ipam.type is not "netplugin-ipam": set "ipam": {"type": "netplugin-ipam"}`,
     );
   }
-  schemas ??= build();
-  const schema = schemas.forIpam(ipamType === 'netplugin-ipam' || ipamType === undefined, opts.pluginType);
+  const schema = schemaFor(ipamType === 'netplugin-ipam' || ipamType === undefined, opts.pluginType);
   const res = schema.safeParse(raw);
   if (!res.success) {
     const msgs = res.error.issues.flatMap((i) => formatIssue(i, raw));
     throw new CniError(ErrorCodes.InvalidNetworkConfig, `invalid network configuration: ${msgs.join('; ')}`, 'see docs/netconf.md for every field');
   }
-  const conf = res.data as Netconf;
+  const conf = res.data;
 
   if (conf.etcd_authority !== undefined || conf.etcd_scheme !== undefined) {
     opts.warn?.(
@@ -406,7 +374,7 @@ export function parseNetconf(raw: unknown, opts: ParseOptions): Netconf {
       if (guess) opts.warn(`unknown netconf field "${k}" is ignored; did you mean "${guess}"?`);
     }
   }
-  conf.etcdEndpointList =
+  const etcdEndpointList =
     conf.datastore_type !== 'etcdv3' || conf.etcd_discovery_srv !== undefined
       ? []
       : conf.etcd_endpoints !== undefined
@@ -415,12 +383,11 @@ export function parseNetconf(raw: unknown, opts: ParseOptions): Netconf {
             .map((e) => e.trim())
             .filter((e) => e !== '')
         : [`${conf.etcd_scheme ?? 'http'}://${conf.etcd_authority ?? '127.0.0.1:2379'}`];
-  return conf;
+  return Object.assign(conf, { etcdEndpointList });
 }
 
 /** The schema's own keys (for the table/schema sync test). */
 export function schemaKeys(pluginType: PluginType = 'netplugin'): string[] {
-  schemas ??= build();
   const keys: string[] = [];
   const walk = (s: z.ZodTypeAny, prefix: string): void => {
     let t = s;
@@ -438,6 +405,6 @@ export function schemaKeys(pluginType: PluginType = 'netplugin'): string[] {
       }
     }
   };
-  walk(schemas.forIpam(true, pluginType), '');
+  walk(schemaFor(true, pluginType), '');
   return keys;
 }

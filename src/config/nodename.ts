@@ -15,7 +15,7 @@ export interface NodenameDeps {
  * netconfs); else the lower-cased hostname, because Kubernetes node names are
  * lower-case DNS names even where the kernel hostname is not.
  */
-export function resolveNodename(conf: { nodename?: string; nodename_file?: string }, deps: NodenameDeps = {}): string {
+export function resolveNodename(conf: { nodename?: string | undefined; nodename_file?: string | undefined }, deps: NodenameDeps = {}): string {
   if (conf.nodename) return conf.nodename;
   const file = conf.nodename_file || DEFAULT_NODENAME_FILE;
   const read = deps.readFile ?? ((p: string) => readFileSync(p, 'utf8'));

@@ -11,7 +11,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { CtlError, type CtlIO, type DatastoreConfig } from './io.js';
+import { cannotRead, CtlError, type CtlIO, type DatastoreConfig } from './io.js';
 import { kubeconfigPathsFromEnv } from '../datastore/index.js';
 
 export const DEFAULT_CTL_CONFIG = '/etc/netplugin/netpluginctl.cfg';
@@ -78,7 +78,7 @@ export function readCtlConfig(file: string, io: CtlIO): DatastoreConfig & { cont
   try {
     text = readFileSync(file, 'utf8');
   } catch (e) {
-    throw new CtlError(`cannot read --config ${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+    throw cannotRead(`--config ${file}`, e);
   }
   return parseCtlConfig(text, file, io);
 }
@@ -88,7 +88,7 @@ export function readCtlConfig(file: string, io: CtlIO): DatastoreConfig & { cont
  * else the configured file, else KUBECONFIG (several files, merged), else
  * ~/.kube/config; --context; exec credential plugins allowed.
  */
-export function applyKubeAccess(conf: DatastoreConfig & { context?: string }, io: CtlIO, flags: { kubeconfig?: string; context?: string }): DatastoreConfig {
+export function applyKubeAccess(conf: DatastoreConfig & { context?: string }, io: CtlIO, flags: { kubeconfig?: string | undefined; context?: string | undefined }): DatastoreConfig {
   const { context: fileContext, ...out } = conf;
   const needsApi = out.datastore_type === 'kubernetes' || flags.kubeconfig !== undefined || out.kubernetes !== undefined;
   if (!needsApi) return out;

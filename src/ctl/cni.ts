@@ -4,10 +4,10 @@
 import { datastoreConfigFromEnv } from '../datastore/index.js';
 import { initDatastore } from './datastore-init.js';
 import { bool, CtlError, dryRun, list, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type DatastoreConfig, type FlagSpec } from './io.js';
-import { defaultPackageDir, detectPod, installCni, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
+import { defaultPackageDir, detectPod, installCni, optionsDatastore, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
 import { datastoreConfig, defaultOpen } from './session.js';
 
-export const CNI_HELP: Record<string, string> = {
+export const CNI_HELP = {
   'install-cni': `Usage: netpluginctl install-cni [flags]
 
 Installs /opt/cni/bin/netplugin and netplugin-ipam (the native shim plus netplugin.fallback,
@@ -58,7 +58,7 @@ Idempotent; every file is replaced atomically.
 Removes the conflist (only if it is a netplugin one), the plugin executables, the fallback
 file, and with --agent the systemd unit.
 `,
-};
+} satisfies Record<string, string>;
 
 const INSTALL_FLAGS: FlagSpec[] = [
   ...['host-root', 'host-package-dir', 'host-node', 'etcd-tls-from', 'bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
@@ -75,7 +75,7 @@ const INSTALL_FLAGS: FlagSpec[] = [
 
 const runInstallCni: CtlCommand = async (rest, io, s) => {
   const p = parseCommand(rest, INSTALL_FLAGS, 'install-cni', s);
-  if (bool(p, 'help')) return printHelp(io, CNI_HELP['install-cni']!);
+  if (bool(p, 'help')) return printHelp(io, CNI_HELP['install-cni']);
   const configFile = s.configFile;
   noPositional(p, 'install-cni');
   const env = io.env;
@@ -140,19 +140,7 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
   let init: string | undefined;
   if (bool(p, 'init-datastore') && !opts.dryRun) {
     // The datastore the installed conflist names, unless --config says otherwise.
-    const conf: DatastoreConfig = configFile
-      ? datastoreConfig(configFile, io)!
-      : {
-          datastore_type: opts.datastoreType,
-          ...(opts.etcdEndpoints ? { etcd_endpoints: opts.etcdEndpoints } : {}),
-          ...(opts.etcdDiscoverySrv ? { etcd_discovery_srv: opts.etcdDiscoverySrv } : {}),
-          ...(opts.etcdKeyFile ? { etcd_key_file: opts.etcdKeyFile } : {}),
-          ...(opts.etcdCertFile ? { etcd_cert_file: opts.etcdCertFile } : {}),
-          ...(opts.etcdCaCertFile ? { etcd_ca_cert_file: opts.etcdCaCertFile } : {}),
-          ...(opts.kubeconfig || opts.k8sApiRoot
-            ? { kubernetes: { ...(opts.kubeconfig ? { kubeconfig: opts.kubeconfig } : {}), ...(opts.k8sApiRoot ? { k8s_api_root: opts.k8sApiRoot } : {}) } }
-            : {}),
-        };
+    const conf: DatastoreConfig = configFile ? datastoreConfig(configFile, io)! : optionsDatastore(opts);
     conf.timeoutMs = 10_000;
     const ds = await (io.openDatastore ?? defaultOpen)(conf);
     try {
@@ -196,7 +184,7 @@ const runUninstallCni: CtlCommand = async (rest, io) => {
     ],
     'uninstall-cni',
   );
-  if (bool(p, 'help')) return printHelp(io, CNI_HELP['uninstall-cni']!);
+  if (bool(p, 'help')) return printHelp(io, CNI_HELP['uninstall-cni']);
   noPositional(p, 'uninstall-cni');
   const removed = uninstallCni({
     binDir: str(p, 'bin-dir') ?? io.env.CNI_BIN_DIR ?? '/opt/cni/bin',

@@ -3,12 +3,12 @@
 import { CtlError, printHelp, type CtlCommand } from './io.js';
 import { CTL_KINDS } from './kinds.js';
 
-export const COMPLETION_HELP: Record<string, string> = {
+export const COMPLETION_HELP = {
   completion: `Usage: netpluginctl completion bash|zsh
 
 Prints a completion script: source <(netpluginctl completion bash)
 `,
-};
+} satisfies Record<string, string>;
 
 /** The flags completed after a dash. */
 const COMPLETION_FLAGS = ['--config', '--kubeconfig', '--context', '--log-format', '--help', '--version', '-o', '-n', '-A', '-l', '-f', '--no-headers', '--dry-run', '--force', '--overwrite', '--type', '-p'];
@@ -17,7 +17,7 @@ const COMPLETION_FLAGS = ['--config', '--kubeconfig', '--context', '--log-format
 export function completionCommand(commands: () => string[]): CtlCommand {
   return async (rest, io) => {
     const shell = rest[0];
-    if (!shell || shell === '--help' || shell === '-h') return printHelp(io, COMPLETION_HELP.completion!);
+    if (!shell || shell === '--help' || shell === '-h') return printHelp(io, COMPLETION_HELP.completion);
     io.stdout(completionScript(shell, commands(), COMPLETION_FLAGS));
     return 0;
   };

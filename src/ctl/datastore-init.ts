@@ -3,14 +3,14 @@
 // by `netpluginctl datastore init`, `install-cni --init-datastore` and the node
 // agent at start, so every step is idempotent and safe to race.
 import { randomBytes } from 'node:crypto';
-import { DatastoreError } from '../errors.js';
+import { casRetry } from '../datastore/cas.js';
 import { API_VERSION, type ClusterInformationSpec, type Resource } from '../model/resources.js';
 import { type Datastore } from '../datastore/types.js';
 import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
 export interface InitDatastoreOptions {
   /** Cluster types to record (e.g. "k8s,bgp" or ["k8s","bgp"]); merged with those already stored. */
-  clusterType?: string | string[];
+  clusterType?: string | string[] | undefined;
   /** Version to record as netpluginVersion (default: this package's version); a newer recorded one is kept. */
   version?: string;
   /** Record `version` even when the datastore records a newer one (an operator's explicit downgrade). */
@@ -42,24 +42,20 @@ function mergeTypes(existing: string | undefined, add: string[]): string | undef
 export async function initDatastore(ds: Datastore, opts: InitDatastoreOptions = {}): Promise<InitDatastoreResult> {
   const version = opts.version ?? NETPLUGIN_VERSION;
   const types = splitTypes(opts.clusterType);
-  for (let attempt = 0; ; attempt++) {
-    let cur: Resource<'ClusterInformation'> | undefined;
-    try {
-      cur = await ds.get('ClusterInformation', 'default');
-    } catch (e) {
-      if (!DatastoreError.is(e, 'NotFound')) throw e;
-    }
-    try {
+  // Two agents starting at once: the loser re-reads and merges again.
+  const r = await casRetry(
+    ds,
+    { kind: 'ClusterInformation', name: 'default' },
+    (cur) => {
       if (!cur) {
+        const clusterType = mergeTypes(undefined, types);
         const spec: ClusterInformationSpec = {
           clusterGUID: randomBytes(16).toString('hex'),
-          clusterType: mergeTypes(undefined, types),
+          ...(clusterType !== undefined ? { clusterType } : {}),
           netpluginVersion: version,
           datastoreReady: opts.datastoreReady ?? true,
         };
-        if (spec.clusterType === undefined) delete spec.clusterType;
-        const created = await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec });
-        return { action: 'created', clusterInformation: created };
+        return { apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec };
       }
       const spec: ClusterInformationSpec = { ...cur.spec };
       spec.clusterGUID ||= randomBytes(16).toString('hex');
@@ -72,13 +68,11 @@ export async function initDatastore(ds: Datastore, opts: InitDatastoreOptions = 
       if (cmp === undefined || cmp > 0 || opts.allowDowngrade) spec.netpluginVersion = version;
       if (opts.datastoreReady !== undefined) spec.datastoreReady = opts.datastoreReady;
       else spec.datastoreReady ??= true;
-      if (JSON.stringify(spec) === JSON.stringify(cur.spec)) return { action: 'unchanged', clusterInformation: cur };
-      const updated = await ds.update({ ...cur, spec });
-      return { action: 'updated', clusterInformation: updated };
-    } catch (e) {
-      // Two agents starting at once: re-read and merge again.
-      if ((DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'AlreadyExists')) && attempt < 5) continue;
-      throw e;
-    }
-  }
+      if (JSON.stringify(spec) === JSON.stringify(cur.spec)) return undefined;
+      return { ...cur, spec };
+    },
+    { attempts: 6 },
+  );
+  if ('unchanged' in r) return { action: 'unchanged', clusterInformation: r.stored! };
+  return { action: r.prev ? 'updated' : 'created', clusterInformation: r.stored };
 }

@@ -5,7 +5,7 @@ import { initDatastore } from './datastore-init.js';
 import { bool, CtlError, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 import { NETPLUGIN_VERSION } from './version.js';
 
-export const DATASTORE_GROUP_HELP: Record<string, string> = {
+export const DATASTORE_GROUP_HELP = {
   datastore: `Usage: netpluginctl datastore init [--cluster-type k8s,bgp]
        netpluginctl datastore ready --set=true|false
        netpluginctl datastore migrate lock|export|import|unlock
@@ -20,15 +20,15 @@ datastoreReady true when not set. Safe to run any number of times.
 
 Sets ClusterInformation datastoreReady (false pauses plugins and agents that honour it).
 `,
-};
+} satisfies Record<string, string>;
 
 const runDatastore: CtlCommand = async (rest, io, s) => {
   const sub = rest[0];
-  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, DATASTORE_GROUP_HELP.datastore!);
+  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, DATASTORE_GROUP_HELP.datastore);
   const args = rest.slice(1);
   if (sub === 'init') {
     const p = parseCommand(args, [{ name: 'cluster-type', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'datastore init', s);
-    if (bool(p, 'help')) return printHelp(io, DATASTORE_GROUP_HELP['datastore init']!);
+    if (bool(p, 'help')) return printHelp(io, DATASTORE_GROUP_HELP['datastore init']);
     noPositional(p, 'datastore init');
     const r = await initDatastore(await s.writable(), { clusterType: str(p, 'cluster-type') });
     if (str(p, 'output') === 'json') io.stdout(JSON.stringify(r.clusterInformation, null, 2) + '\n');
@@ -40,7 +40,7 @@ const runDatastore: CtlCommand = async (rest, io, s) => {
   }
   if (sub === 'ready') {
     const p = parseCommand(args, [{ name: 'set', type: 'string' }], 'datastore ready', s);
-    if (bool(p, 'help')) return printHelp(io, DATASTORE_GROUP_HELP['datastore ready']!);
+    if (bool(p, 'help')) return printHelp(io, DATASTORE_GROUP_HELP['datastore ready']);
     noPositional(p, 'datastore ready');
     const v = str(p, 'set');
     if (v !== 'true' && v !== 'false') throw new CtlError(`datastore ready needs --set=true or --set=false`);

@@ -66,7 +66,7 @@ export function parseLabelArgs(args: string[]): { set: Record<string, string>; r
 interface Target {
   kind: string;
   name: string;
-  namespace?: string;
+  namespace?: string | undefined;
 }
 
 /** `KIND NAME` or `KIND/NAME`. */
@@ -104,7 +104,7 @@ async function update(ds: Datastore, t: Target, change: (r: Resource) => Resourc
   }
 }
 
-export async function cmdLabel(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string; overwrite?: boolean; dryRun?: boolean }): Promise<number> {
+export async function cmdLabel(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string | undefined; overwrite?: boolean | undefined; dryRun?: boolean | undefined }): Promise<number> {
   const { t, rest } = target(args.positional, args.namespace, 'label');
   const { set, remove } = parseLabelArgs(rest);
   const r = await update(
@@ -136,7 +136,7 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
   return out;
 }
 
-export async function cmdPatch(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string; type?: string; patch?: string; dryRun?: boolean }): Promise<number> {
+export async function cmdPatch(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string | undefined; type?: string | undefined; patch?: string | undefined; dryRun?: boolean | undefined }): Promise<number> {
   const type = args.type ?? 'merge';
   if (type !== 'merge') throw new CtlError(`patch --type ${JSON.stringify(type)} is not supported; use --type merge (a JSON merge patch, RFC 7386)`);
   const { t, rest } = target(args.positional, args.namespace, 'patch');

@@ -8,43 +8,45 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseNetconf } from '../config/index.js';
 import { CtlError, type CtlIO } from './io.js';
+import type { DatastoreSettings } from '../datastore/settings.js';
 import { isNetpluginConfig, netpluginEntries, netpluginEntry } from '../config/conflist.js';
 
 export const PLUGIN_NAMES = ['netplugin', 'netplugin-ipam'] as const;
 export const FALLBACK_FILE = 'netplugin.fallback';
 export const AGENT_UNIT = 'netplugin-node.service';
 
+// Built from flags, each of which may be absent: an optional field may hold undefined.
 export interface InstallCniOptions {
   binDir: string;
   confDir: string;
   confName: string;
   datastoreType: 'etcdv3' | 'kubernetes';
-  etcdEndpoints?: string;
-  etcdDiscoverySrv?: string;
-  etcdKeyFile?: string;
-  etcdCertFile?: string;
-  etcdCaCertFile?: string;
-  kubeconfig?: string;
-  k8sApiRoot?: string;
-  nodename?: string;
-  mtu?: number;
+  etcdEndpoints?: string | undefined;
+  etcdDiscoverySrv?: string | undefined;
+  etcdKeyFile?: string | undefined;
+  etcdCertFile?: string | undefined;
+  etcdCaCertFile?: string | undefined;
+  kubeconfig?: string | undefined;
+  k8sApiRoot?: string | undefined;
+  nodename?: string | undefined;
+  mtu?: number | undefined;
   ipam: 'netplugin-ipam' | 'host-local';
   /** host-local ranges without Kubernetes (one range per CIDR); default: the node's pod CIDRs (usePodCidr). */
-  subnets?: string[];
+  subnets?: string[] | undefined;
   portmap: boolean;
-  policy?: 'k8s';
+  policy?: 'k8s' | undefined;
   logLevel: string;
   /** '' disables file logging. */
   logFilePath: string;
   networkName: string;
   cniVersion: string;
-  fromTemplate?: string;
+  fromTemplate?: string | undefined;
   /** Force the sh launcher even when a shim binary exists. */
-  launcher?: boolean;
+  launcher?: boolean | undefined;
   /** Explicit shim binary (default: build/shim or prebuilds/linux-<arch>). */
-  shimPath?: string;
+  shimPath?: string | undefined;
   /** Also write a systemd unit for the node agent. */
-  agent?: boolean;
+  agent?: boolean | undefined;
   systemdDir: string;
   /**
    * The host's root filesystem as mounted in this (container) process, e.g.
@@ -52,21 +54,21 @@ export interface InstallCniOptions {
    * under it; the package is copied to hostPackageDir on the host and
    * netplugin.fallback names host paths, never this container's.
    */
-  hostRoot?: string;
+  hostRoot?: string | undefined;
   /** Where the package goes on the host with hostRoot (default /opt/netplugin). */
-  hostPackageDir?: string;
+  hostPackageDir?: string | undefined;
   /**
    * A directory holding etcd-key, etcd-cert and etcd-ca (a mounted Secret):
    * those present are copied to <confDir>/netplugin-tls/ (0600) and named in
    * the conflist, unless --etcd-*-file says otherwise.
    */
-  etcdTlsFrom?: string;
+  etcdTlsFrom?: string | undefined;
   /** The host's node executable (a host path); default: /usr/bin/node or /usr/local/bin/node when present under hostRoot. */
-  hostNode?: string;
+  hostNode?: string | undefined;
   /** A conflist rendered elsewhere (installation apply): used as-is instead of generating one. */
-  conflist?: Record<string, unknown>;
+  conflist?: Record<string, unknown> | undefined;
   /** Report what would be written ('would write') without touching anything. */
-  dryRun?: boolean;
+  dryRun?: boolean | undefined;
 }
 
 export const DEFAULT_HOST_PACKAGE_DIR = '/opt/netplugin';
@@ -100,7 +102,8 @@ export interface InstalledFile {
 
 export interface InstallCniResult {
   kind: 'shim' | 'launcher';
-  shimSource?: string;
+  /** Absent when the sh launcher was installed. */
+  shimSource?: string | undefined;
   files: InstalledFile[];
   conflist: Record<string, unknown>;
   warnings: string[];
@@ -178,18 +181,32 @@ function launcherScript(node: string, pkgDir: string, plugin: string): string {
   ].join('\n');
 }
 
+/**
+ * The datastore settings the options name: the conflist entry's, and the
+ * store `install-cni --init-datastore` opens. The etcd fields only for etcdv3.
+ */
+export function optionsDatastore(o: InstallCniOptions): DatastoreSettings {
+  const s: DatastoreSettings = { datastore_type: o.datastoreType };
+  if (o.datastoreType === 'etcdv3') {
+    if (o.etcdEndpoints) s.etcd_endpoints = o.etcdEndpoints;
+    if (o.etcdDiscoverySrv) s.etcd_discovery_srv = o.etcdDiscoverySrv;
+    if (o.etcdKeyFile) s.etcd_key_file = o.etcdKeyFile;
+    if (o.etcdCertFile) s.etcd_cert_file = o.etcdCertFile;
+    if (o.etcdCaCertFile) s.etcd_ca_cert_file = o.etcdCaCertFile;
+  }
+  if (o.kubeconfig || o.k8sApiRoot) {
+    s.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
+  }
+  return s;
+}
+
 /** The netplugin entry and the conflist, generated from the options. */
 export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
   const entry: Record<string, unknown> = { type: 'netplugin', log_level: o.logLevel };
   if (o.logFilePath !== '') entry.log_file_path = o.logFilePath;
-  entry.datastore_type = o.datastoreType;
-  if (o.datastoreType === 'etcdv3') {
-    if (o.etcdEndpoints) entry.etcd_endpoints = o.etcdEndpoints;
-    if (o.etcdDiscoverySrv) entry.etcd_discovery_srv = o.etcdDiscoverySrv;
-    if (o.etcdKeyFile) entry.etcd_key_file = o.etcdKeyFile;
-    if (o.etcdCertFile) entry.etcd_cert_file = o.etcdCertFile;
-    if (o.etcdCaCertFile) entry.etcd_ca_cert_file = o.etcdCaCertFile;
-  }
+  // The kubernetes block goes last, after ipam and policy (as the entry has always been written).
+  const { kubernetes, ...store } = optionsDatastore(o);
+  Object.assign(entry, store);
   if (o.nodename) entry.nodename = o.nodename;
   if (o.mtu !== undefined) entry.mtu = o.mtu;
   entry.ipam =
@@ -197,9 +214,7 @@ export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
       ? { type: 'host-local', ranges: o.subnets?.length ? o.subnets.map((subnet) => [{ subnet }]) : [[{ subnet: 'usePodCidr' }]] }
       : { type: 'netplugin-ipam' };
   if (o.policy) entry.policy = { type: o.policy };
-  if (o.kubeconfig || o.k8sApiRoot) {
-    entry.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
-  }
+  if (kubernetes) entry.kubernetes = kubernetes;
   const plugins: unknown[] = [entry];
   // docs/install.md: the port-mapping entry is on by default; chaining needs CNI >= 0.3.0 (cniVersion is 1.0.0).
   if (o.portmap) plugins.push({ type: 'portmap', snat: true, capabilities: { portMappings: true } });
@@ -475,7 +490,7 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
 }
 
 /** Removes what installCni wrote; the conflist only if it holds a netplugin entry. */
-export function uninstallCni(o: { binDir: string; confDir: string; confName: string; agent?: boolean; systemdDir: string }): string[] {
+export function uninstallCni(o: { binDir: string; confDir: string; confName: string; agent?: boolean | undefined; systemdDir: string }): string[] {
   const removed: string[] = [];
   const rm = (p: string) => {
     if (existsSync(p)) {

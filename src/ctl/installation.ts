@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
+import { ETCD_SETTINGS } from '../datastore/settings.js';
 import {
   checkFlowResource,
   FLOW_KINDS,
@@ -25,7 +26,8 @@ import { installCni, writeFileAtomic, type InstallDeps } from './install-cni.js'
 import { SA_DIR, type KubeClient } from '../k8s/client.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
 import { defaultPackageDir, resolvePath } from './install-cni.js';
-import { getOrUndefined, readDocuments, writeResource } from './resources.js';
+import { readDocuments, writeResource } from './resources.js';
+import { getIfExists } from '../datastore/cas.js';
 import { NETPLUGIN_VERSION, refuseOlderClient } from './version.js';
 
 export const PLUGIN_KUBECONFIG = 'netplugin-kubeconfig';
@@ -104,7 +106,7 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
   const d: RenderDatastore = conf
     ? {
         datastore_type: conf.datastore_type ?? 'etcdv3',
-        ...Object.fromEntries((['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file'] as const).filter((k) => conf[k]).map((k) => [k, conf[k]])),
+        ...Object.fromEntries(ETCD_SETTINGS.filter((k) => conf[k]).map((k) => [k, conf[k]])),
         ...(conf.kubernetes ? { kubernetes: pluginKubernetes(conf.kubernetes) } : {}),
       }
     : { datastore_type: 'kubernetes' };
@@ -114,7 +116,7 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
 }
 
 /** `installation render`: the conflist, the IPPools and the agent settings, printed or written to DIR. */
-export async function cmdInstallationRender(io: CtlIO, o: { file: string; outDir?: string; datastore: RenderDatastore; confName: string }): Promise<number> {
+export async function cmdInstallationRender(io: CtlIO, o: { file: string; outDir?: string | undefined; datastore: RenderDatastore; confName: string }): Promise<number> {
   const { installation, flowResources } = await loadInstallation(o.file, io);
   const r = renderInstallation(installation, { datastore: o.datastore });
   if (!o.outDir) {
@@ -208,7 +210,7 @@ export async function applyInstallation(io: CtlIO, ds: Datastore, conf: Datastor
   }
 
   if (o.dryRun) {
-    const ci = await getOrUndefined(ds, 'ClusterInformation', 'default');
+    const ci = await getIfExists(ds, 'ClusterInformation', 'default');
     const types = (ci?.spec.clusterType ?? '').split(',');
     const same = ci && ci.spec.netpluginVersion === NETPLUGIN_VERSION && types.includes('k8s') && types.includes('operator') && ci.spec.clusterGUID && ci.spec.datastoreReady !== undefined;
     changes.push({ what: 'clusterinformation/default', action: !ci ? 'would create' : same ? 'unchanged' : 'would update' });

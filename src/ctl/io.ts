@@ -10,8 +10,8 @@ import type { DatastoreConfig } from '../datastore/index.js';
 
 export interface CtlIO {
   env: Record<string, string | undefined>;
-  /** Content for `-f -`; a function is called only when a command reads stdin. */
-  stdin?: string | Buffer | (() => Promise<string | Buffer>);
+  /** Content for `-f -`; a function is called only when a command reads stdin. Absent or undefined: none. */
+  stdin?: string | Buffer | (() => Promise<string | Buffer>) | undefined;
   stdout: (chunk: string) => void;
   stderr: (chunk: string) => void;
   /** Datastore factory; default: src/datastore/index.ts, loaded lazily. */
@@ -38,6 +38,11 @@ export class CtlError extends Error {
   ) {
     super(message);
   }
+}
+
+/** A file the user named could not be read (or parsed): `cannot read <what>: no such file` or the reason. */
+export function cannotRead(what: string, e: unknown): CtlError {
+  return new CtlError(`cannot read ${what}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
 }
 
 export type FlagType = 'bool' | 'string' | 'list';

@@ -11,7 +11,7 @@ import { sameHandle } from '../ipam/handle.js';
 import { tryParseIP } from '../net/cidr.js';
 import type { Ipam, PoolUsage, BlockUsage } from '../ipam/allocator.js';
 import { addressHolder, auditIpam, migrateHandleName, releaseEmptyBlock, repairHandle, type CheckOptions, type IpamReport } from '../ipam/audit.js';
-import { bool, CtlError, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
+import { bool, cannotRead, CtlError, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
 
 export type { CheckOptions, IpamReport } from '../ipam/audit.js';
 
@@ -27,8 +27,8 @@ export interface IpamReleaser {
  * anywhere; the allocator's compare-and-swap keeps it safe.
  */
 async function openIpam(ds: Datastore): Promise<Ipam> {
-  const { Ipam } = await import('../ipam/index.js');
-  return new Ipam(ds, { lockPath: null });
+  const { createIpam } = await import('../ipam/index.js');
+  return createIpam(ds, { lock: 'none' });
 }
 
 function pct(n: bigint, d: bigint): string {
@@ -69,7 +69,7 @@ function whoHas(ds: Datastore, ipam: Pick<Ipam, 'locate'>, ipText: string) {
   return addressHolder(ds, ipam, ipText);
 }
 
-export async function cmdIpamShow(ds: Datastore, io: CtlIO, ipam: Pick<Ipam, 'usageReport' | 'locate'>, args: { showBlocks?: boolean; ip?: string; output?: string }): Promise<number> {
+export async function cmdIpamShow(ds: Datastore, io: CtlIO, ipam: Pick<Ipam, 'usageReport' | 'locate'>, args: { showBlocks?: boolean | undefined; ip?: string | undefined; output?: string | undefined }): Promise<number> {
   const json = args.output === 'json';
   if (args.output !== undefined && !json && args.output !== 'table') throw new CtlError(`-o ${JSON.stringify(args.output)} is not supported for ipam show; use json`);
   if (args.ip) {
@@ -125,7 +125,7 @@ function writeAtomic(path: string, data: string): void {
   renameSync(tmp, path);
 }
 
-export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: string; json?: boolean }, opts: CheckOptions = {}): Promise<number> {
+export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: string | undefined; json?: boolean | undefined }, opts: CheckOptions = {}): Promise<number> {
   const bar = progressLine(io, 'ipam check: handles');
   const r = await auditIpam(ds, { ...opts, progress: bar.tick });
   bar.done();
@@ -187,7 +187,7 @@ function readReport(file: string, io: CtlIO): IpamReport {
   try {
     raw = JSON.parse(readFileSync(resolve(io.cwd ?? process.cwd(), file), 'utf8'));
   } catch (e) {
-    throw new CtlError(`cannot read report ${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+    throw cannotRead(`report ${file}`, e);
   }
   const r = raw as Partial<IpamReport>;
   if (!r || r.version !== 1 || !Array.isArray(r.leakedHandles) || !Array.isArray(r.allocationsWithoutHandle) || !Array.isArray(r.handlesWithMissingBlockEntries)) {
@@ -205,7 +205,7 @@ export async function cmdIpamRelease(
   ds: Datastore,
   io: CtlIO,
   ipam: IpamReleaser & Pick<Ipam, 'locate'>,
-  args: { ips: string[]; fromReport?: string; force?: boolean; dryRun?: boolean },
+  args: { ips: string[]; fromReport?: string | undefined; force?: boolean | undefined; dryRun?: boolean | undefined },
   opts: CheckOptions = {},
 ): Promise<number> {
   // --dry-run: every check runs against the live state; nothing is released.
@@ -338,7 +338,7 @@ export async function cmdIpamRelease(
 
 // ---------------------------------------------------------------- commands
 
-export const IPAM_HELP: Record<string, string> = {
+export const IPAM_HELP = {
   ipam: `Usage: netpluginctl ipam show|check|release ...
 
   ipam show [--show-blocks] [--ip ADDR] [-o json]
@@ -375,7 +375,7 @@ an alert can use it), 2 and more for errors running the check.
   --from-report FILE   release what 'ipam check -o FILE' found; each item is checked again first
                        and skipped when it is no longer leaked in the same way
 `,
-};
+} satisfies Record<string, string>;
 
 /**
  * With Kubernetes access (the kubernetes datastore, or KUBECONFIG beside
@@ -402,18 +402,18 @@ async function checkOptions(io: CtlIO, s: CtlSession): Promise<CheckOptions> {
 
 const runIpam: CtlCommand = async (rest, io, s) => {
   const sub = rest[0];
-  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, IPAM_HELP.ipam!);
+  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, IPAM_HELP.ipam);
   const args = rest.slice(1);
   if (sub === 'show') {
     const p = parseCommand(args, [{ name: 'show-blocks', type: 'bool' }, { name: 'ip', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'ipam show', s);
-    if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam show']!);
+    if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam show']);
     noPositional(p, 'ipam show');
     const ds = await s.datastore();
     return cmdIpamShow(ds, io, await openIpam(ds), { showBlocks: bool(p, 'show-blocks'), ip: str(p, 'ip'), output: str(p, 'output') });
   }
   if (sub === 'check') {
     const p = parseCommand(args, [{ name: 'output', short: 'o', type: 'string' }, { name: 'json', type: 'bool' }], 'ipam check', s);
-    if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam check']!);
+    if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam check']);
     noPositional(p, 'ipam check');
     const out = str(p, 'output');
     if (out === 'json') throw new CtlError(`ipam check -o takes a report file name; use --json to print the report`);
@@ -426,7 +426,7 @@ const runIpam: CtlCommand = async (rest, io, s) => {
   }
   if (sub === 'release') {
     const p = parseCommand(args, [{ name: 'ip', type: 'list' }, { name: 'from-report', type: 'string' }, { name: 'force', type: 'bool' }, DRY_RUN], 'ipam release', s);
-    if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam release']!);
+    if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam release']);
     noPositional(p, 'ipam release');
     const ds = await s.writable();
     return cmdIpamRelease(ds, io, await openIpam(ds), { ips: list(p, 'ip'), fromReport: str(p, 'from-report'), force: bool(p, 'force'), dryRun: dryRun(p) }, await checkOptions(io, s));

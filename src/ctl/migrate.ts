@@ -14,7 +14,7 @@ import type { Datastore } from '../datastore/types.js';
 import { initDatastore } from './datastore-init.js';
 import { resolvePath, writeFileAtomic } from './install-cni.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession } from './io.js';
-import { getOrUndefined } from './resources.js';
+import { getIfExists } from '../datastore/cas.js';
 import { NETPLUGIN_VERSION } from './version.js';
 
 /** Dependency order: what others refer to first (pools before blocks, blocks before affinities and handles). */
@@ -61,7 +61,7 @@ function portable(r: Resource): Resource {
 }
 
 async function readyState(ds: Datastore): Promise<boolean | undefined> {
-  return (await getOrUndefined(ds, 'ClusterInformation', 'default'))?.spec.datastoreReady;
+  return (await getIfExists(ds, 'ClusterInformation', 'default'))?.spec.datastoreReady;
 }
 
 export const MIGRATE_HELP = `Usage: netpluginctl datastore migrate lock [--dry-run]            (etcd: datastoreReady false)
@@ -92,7 +92,7 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
   const dry = bool(p, 'dry-run') ?? false;
   const setReady = async (ds: Datastore, ready: boolean): Promise<string> => {
     if (dry) return `would be set (now ${await readyState(ds)})`;
-    const version = (await getOrUndefined(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion ?? NETPLUGIN_VERSION;
+    const version = (await getIfExists(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion ?? NETPLUGIN_VERSION;
     return (await initDatastore(ds, { datastoreReady: ready, version })).action;
   };
   switch (sub) {
@@ -172,7 +172,7 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
       for (const r of doc.items) {
         if (isDerived(r)) continue;
         if (r.kind === 'ClusterInformation') {
-          const cur = await getOrUndefined(ds, 'ClusterInformation', 'default');
+          const cur = await getIfExists(ds, 'ClusterInformation', 'default');
           if (cur) await ds.update({ ...cur, spec: { ...r.spec } as typeof cur.spec });
           else await ds.create(portable(r));
         } else {

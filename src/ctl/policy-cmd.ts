@@ -3,7 +3,7 @@
 // (loaded when the command runs).
 import { bool, CtlError, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 
-export const POLICY_HELP: Record<string, string> = {
+export const POLICY_HELP = {
   'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--source-port N] [--protocol P] [-o json]
 
 Shows the pod's endpoint (addresses, labels with those its profiles apply), the
@@ -14,11 +14,11 @@ policies that select it for ingress and egress in evaluation order, and with
   --source-port  source port (default: none; rules with source ports then do not match)
   --protocol TCP (default), UDP, SCTP, UDPLite, ICMP, ICMPv6
 `,
-};
+} satisfies Record<string, string>;
 
 const runPolicy: CtlCommand = async (rest, io, s) => {
   const sub = rest[0];
-  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, POLICY_HELP['policy explain']!);
+  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, POLICY_HELP['policy explain']);
   if (sub !== 'explain') throw new CtlError(`unknown policy command '${sub}'; try 'netpluginctl policy explain POD'`);
   const p = parseCommand(
     rest.slice(1),
@@ -33,7 +33,7 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
     'policy explain',
     s,
   );
-  if (bool(p, 'help')) return printHelp(io, POLICY_HELP['policy explain']!);
+  if (bool(p, 'help')) return printHelp(io, POLICY_HELP['policy explain']);
   const [pod, ...extra] = p.positional;
   if (!pod || extra.length) throw new CtlError(`policy explain takes one pod name, e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 --port 80'`);
   const { cmdPolicyExplain } = await import('./policy.js');

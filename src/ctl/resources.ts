@@ -4,7 +4,8 @@ import { join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
 import { type Datastore } from '../datastore/types.js';
-import { bool, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
+import { casRetry, getIfExists } from '../datastore/cas.js';
+import { bool, cannotRead, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
 
@@ -62,7 +63,7 @@ async function readDocumentFile(file: string, io: CtlIO): Promise<Array<{ doc: u
     try {
       text = readFileSync(resolve(io.cwd ?? process.cwd(), file), 'utf8');
     } catch (e) {
-      throw new CtlError(`cannot read -f ${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+      throw cannotRead(`-f ${file}`, e);
     }
   }
   const raw: Array<{ doc: unknown; where: string }> = [];
@@ -140,24 +141,17 @@ function sameContent(a: Resource, b: Resource): boolean {
   return norm(a) === norm(b);
 }
 
-/** The object, or undefined when it does not exist. */
-export async function getOrUndefined<K extends Kind>(ds: Datastore, kind: K, name: string, ns?: string): Promise<Resource<K> | undefined> {
-  try {
-    return await ds.get(kind, name, ns);
-  } catch (e) {
-    if (DatastoreError.is(e, 'NotFound')) return undefined;
-    throw e;
-  }
-}
-
 export type WriteMode = 'apply' | 'create' | 'replace';
 
 /** One resource through apply/create/replace, retrying compare-and-swap conflicts (another writer raced us). */
 export async function writeResource(ds: Datastore, input: Resource, mode: WriteMode, dryRun = false): Promise<'created' | 'configured' | 'unchanged' | 'replaced'> {
   const { name, namespace } = input.metadata;
-  for (let attempt = 0; ; attempt++) {
-    const existing = await getOrUndefined(ds, input.kind, name, namespace);
-    try {
+  let action: 'created' | 'configured' | 'unchanged' | 'replaced' = 'unchanged';
+  // Another writer racing us: read again and redo the step (a create that lost finds the object, then create/replace decide).
+  await casRetry(
+    ds,
+    { kind: input.kind, name, ...(namespace !== undefined ? { namespace } : {}) },
+    async (existing) => {
       if (!existing) {
         if (mode === 'replace') throw new CtlError(`${describeRef(input.kind, name, namespace)} does not exist; use 'netpluginctl create' or 'apply'`);
         const res = await prepare(ds, input, undefined);
@@ -165,24 +159,23 @@ export async function writeResource(ds: Datastore, input: Resource, mode: WriteM
         delete meta.resourceVersion;
         delete meta.uid;
         delete meta.creationTimestamp;
-        if (!dryRun) await ds.create({ ...res, metadata: meta });
-        return 'created';
+        action = 'created';
+        return dryRun ? undefined : { ...res, metadata: meta };
       }
       if (mode === 'create') throw new CtlError(`${describeRef(input.kind, name, namespace)} already exists; use 'netpluginctl apply' or 'replace' to update it`);
       const res = await prepare(ds, input, existing);
-      if (sameContent(res, existing)) return 'unchanged';
+      action = 'unchanged';
+      if (sameContent(res, existing)) return undefined;
       // replace honours a resourceVersion given in the file (optimistic concurrency for the operator); apply always writes over the latest.
-      const rv = mode === 'replace' && input.metadata.resourceVersion ? input.metadata.resourceVersion : existing.metadata.resourceVersion;
-      if (!dryRun) await ds.update({ ...res, metadata: { ...existing.metadata, labels: res.metadata.labels, annotations: res.metadata.annotations, resourceVersion: rv } });
-      return mode === 'replace' ? 'replaced' : 'configured';
-    } catch (e) {
-      const retry = (DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'AlreadyExists') || DatastoreError.is(e, 'NotFound')) && attempt < 4;
-      if (mode === 'replace' && DatastoreError.is(e, 'Conflict') && input.metadata.resourceVersion) {
+      if (mode === 'replace' && input.metadata.resourceVersion && input.metadata.resourceVersion !== existing.metadata.resourceVersion) {
         throw new CtlError(`${describeRef(input.kind, name, namespace)} was modified since resourceVersion ${input.metadata.resourceVersion}; get it again and re-apply your change`);
       }
-      if (!retry) throw e;
-    }
-  }
+      action = mode === 'replace' ? 'replaced' : 'configured';
+      return dryRun ? undefined : { ...res, metadata: { ...existing.metadata, labels: res.metadata.labels, annotations: res.metadata.annotations } };
+    },
+    { attempts: 5 },
+  );
+  return action;
 }
 
 export async function cmdWrite(ds: Datastore, io: CtlIO, file: string, mode: WriteMode, dryRun = false): Promise<number> {
@@ -211,10 +204,10 @@ export function errText(e: unknown): string {
 export async function cmdDelete(
   ds: Datastore,
   io: CtlIO,
-  args: { kind?: string; names: string[]; file?: string; namespace?: string; force?: boolean; ignoreNotFound?: boolean; dryRun?: boolean },
+  args: { kind?: string | undefined; names: string[]; file?: string | undefined; namespace?: string | undefined; force?: boolean | undefined; ignoreNotFound?: boolean | undefined; dryRun?: boolean | undefined },
 ): Promise<number> {
   const dry = args.dryRun ? ' (dry run)' : '';
-  const targets: Array<{ kind: Kind; name: string; namespace?: string }> = [];
+  const targets: Array<{ kind: Kind; name: string; namespace?: string | undefined }> = [];
   if (args.file) {
     if (args.kind || args.names.length) throw new CtlError(`delete takes either -f FILE or <kind> <name>, not both`);
     for (const d of await readManifests(args.file, io)) {
@@ -232,7 +225,7 @@ export async function cmdDelete(
     const ref = `${lower(t.kind)}/${t.namespace ? t.namespace + '/' : ''}${t.name}`;
     try {
       if (t.kind === 'IPPool') {
-        const pool = await getOrUndefined(ds, 'IPPool', t.name);
+        const pool = await getIfExists(ds, 'IPPool', t.name);
         if (pool) {
           const used = await poolAllocations(ds, pool.spec.cidr);
           if (used.length && !args.force) {
@@ -385,7 +378,7 @@ async function getNamed(ds: Datastore, io: CtlIO, kind: Kind, names: string[], n
 export async function cmdGet(
   ds: Datastore,
   io: CtlIO,
-  args: { kind: string; names: string[]; namespace?: string; allNamespaces?: boolean; output?: string; selector?: string; noHeaders?: boolean },
+  args: { kind: string; names: string[]; namespace?: string | undefined; allNamespaces?: boolean | undefined; output?: string | undefined; selector?: string | undefined; noHeaders?: boolean | undefined },
 ): Promise<number> {
   const info = resolveKind(args.kind);
   const format = outputFormat(args.output);
@@ -575,7 +568,7 @@ export function sourceOf(r: Resource): string | undefined {
   return undefined;
 }
 
-export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string; names: string[]; namespace?: string; allNamespaces?: boolean; selector?: string }): Promise<number> {
+export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string; names: string[]; namespace?: string | undefined; allNamespaces?: boolean | undefined; selector?: string | undefined }): Promise<number> {
   const info = resolveKind(args.kind);
   const namespaced = NAMESPACED_KINDS.has(info.kind);
   const items: Resource[] = [];

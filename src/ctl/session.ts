@@ -4,8 +4,9 @@
 import { readFileSync } from 'node:fs';
 import type { Datastore } from '../datastore/types.js';
 import { datastoreConfigFromEnv, datastoreEnvGiven, openDatastore } from '../datastore/index.js';
+import { datastoreSettingsOf } from '../datastore/settings.js';
 import { netpluginEntry } from '../config/conflist.js';
-import { CtlError, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
+import { cannotRead, CtlError, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
 import { resolvePath } from './install-cni.js';
 import { refuseOlderClient } from './version.js';
 import { applyKubeAccess, defaultCtlConfig, isCtlConfig, readCtlConfig } from './cluster-config.js';
@@ -37,7 +38,7 @@ export function datastoreConfig(configFile: string | undefined, io: CtlIO): (Dat
       if (isCtlConfig(text)) return readCtlConfig(resolvePath(io, configFile), io);
       raw = JSON.parse(text);
     } catch (e) {
-      throw new CtlError(`cannot read --config ${configFile}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+      throw cannotRead(`--config ${configFile}`, e);
     }
     let conf = raw as Record<string, unknown>;
     if (conf && Array.isArray(conf.plugins)) {
@@ -46,16 +47,9 @@ export function datastoreConfig(configFile: string | undefined, io: CtlIO): (Dat
       conf = entry;
     }
     if (!conf || typeof conf !== 'object') throw new CtlError(`--config ${configFile}: expected a JSON object (netconf or conflist)`);
-    const out: DatastoreConfig = {};
-    const t = conf.datastore_type ?? 'etcdv3';
+    const { datastore_type: t = 'etcdv3', ...settings } = datastoreSettingsOf(conf);
     if (t !== 'etcdv3' && t !== 'kubernetes') throw new CtlError(`--config ${configFile}: datastore_type ${JSON.stringify(t)} is not supported; use "etcdv3" or "kubernetes"`);
-    out.datastore_type = t;
-    for (const k of ['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file', 'etcd_authority', 'etcd_scheme'] as const) {
-      if (typeof conf[k] === 'string') out[k] = conf[k] as string;
-    }
-    const k8s = conf.kubernetes as { kubeconfig?: string; k8s_api_root?: string } | undefined;
-    if (k8s && typeof k8s === 'object') out.kubernetes = { ...(k8s.kubeconfig ? { kubeconfig: k8s.kubeconfig } : {}), ...(k8s.k8s_api_root ? { k8s_api_root: k8s.k8s_api_root } : {}) };
-    return out;
+    return { datastore_type: t, ...settings };
   }
   if (!datastoreEnvGiven(env)) return undefined;
   try {

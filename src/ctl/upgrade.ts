@@ -9,13 +9,13 @@ import { readFileSync } from 'node:fs';
 import { DatastoreError } from '../errors.js';
 import { API_VERSION, NAMESPACED_KINDS, type Resource } from '../model/resources.js';
 import { type Datastore } from '../datastore/types.js';
+import { casRetry, getIfExists } from '../datastore/cas.js';
 import { isKind } from '../datastore/keys.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';
 import { OPERATOR_GROUP } from '../model/installation.js';
 import { initDatastore } from './datastore-init.js';
 import { writeFileAtomic, resolvePath } from './install-cni.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession } from './io.js';
-import { getOrUndefined } from './resources.js';
 import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from './version.js';
 
 /** docs/upgrade.md: the procedures lead to this release line from v3.15 or later. */
@@ -184,7 +184,7 @@ async function setOwnerRefs(client: KubeClient, path: string, current: OwnerRef[
 export interface SavedOwnerRefs {
   kind: 'NetpluginOwnerReferences';
   savedAt: string;
-  clusterVersion?: string;
+  clusterVersion?: string | undefined;
   objects: OwnedObject[];
 }
 
@@ -252,7 +252,7 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
       const before = JSON.stringify(refs);
       for (const ref of o.ownerReferences) {
         const kind = ref.kind;
-        const owner = isKind(kind) ? await getOrUndefined(ds, kind, ref.name, NAMESPACED_KINDS.has(kind) ? o.namespace : undefined) : undefined;
+        const owner = isKind(kind) ? await getIfExists(ds, kind, ref.name, NAMESPACED_KINDS.has(kind) ? o.namespace : undefined) : undefined;
         if (!owner?.metadata.uid) {
           missing++;
           io.stderr(`${objText(o)}: owner ${kind}/${ref.name} no longer exists; its reference is not restored (recreate the owner, then run restore again)\n`);
@@ -301,7 +301,7 @@ export function allInterfaceHostEndpoints(heps: Array<Resource<'HostEndpoint'>>)
 
 async function allowAllUpgrade(ds: Datastore): Promise<Array<Resource<'GlobalNetworkPolicy'> | Resource<'NetworkPolicy'>>> {
   const out: Array<Resource<'GlobalNetworkPolicy'> | Resource<'NetworkPolicy'>> = [];
-  const g = await getOrUndefined(ds, 'GlobalNetworkPolicy', ALLOW_ALL_UPGRADE);
+  const g = await getIfExists(ds, 'GlobalNetworkPolicy', ALLOW_ALL_UPGRADE);
   if (g) out.push(g);
   for (const np of (await ds.list('NetworkPolicy')).items) if (np.metadata.name === ALLOW_ALL_UPGRADE) out.push(np);
   return out;
@@ -500,26 +500,18 @@ async function cmdAutoHep(args: string[], io: CtlIO, s: CtlSession): Promise<num
   }
 
   // Step 2.
-  const kcc = await getOrUndefined(ds, 'KubeControllersConfiguration', 'default');
+  const kcc = await getIfExists(ds, 'KubeControllersConfiguration', 'default');
   const enabled = kcc?.spec.controllers?.node?.hostEndpoint?.autoCreate === 'Enabled';
   if (enabled) io.stdout('kubecontrollersconfiguration/default: autoCreate already Enabled\n');
   else if (dry) io.stdout('kubecontrollersconfiguration/default: would set spec.controllers.node.hostEndpoint.autoCreate Enabled\n');
   else {
-    for (let attempt = 0; ; attempt++) {
-      const cur = await getOrUndefined(ds, 'KubeControllersConfiguration', 'default');
+    await casRetry(ds, { kind: 'KubeControllersConfiguration', name: 'default' }, (cur) => {
       const spec = structuredClone(cur?.spec ?? {});
       const controllers = (spec.controllers ??= {});
       const node = (controllers.node ??= {});
       node.hostEndpoint = { ...node.hostEndpoint, autoCreate: 'Enabled' };
-      try {
-        if (cur) await ds.update({ ...cur, spec });
-        else await ds.create({ apiVersion: API_VERSION, kind: 'KubeControllersConfiguration', metadata: { name: 'default' }, spec });
-        break;
-      } catch (e) {
-        if (attempt < 4 && (DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'AlreadyExists'))) continue;
-        throw e;
-      }
-    }
+      return cur ? { ...cur, spec } : { apiVersion: API_VERSION, kind: 'KubeControllersConfiguration', metadata: { name: 'default' }, spec };
+    });
     io.stdout('kubecontrollersconfiguration/default: set spec.controllers.node.hostEndpoint.autoCreate Enabled\n');
   }
 

@@ -4,21 +4,21 @@ import { DatastoreError } from '../errors.js';
 import { bool, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
-export const VERSION_HELP: Record<string, string> = {
+export const VERSION_HELP = {
   version: `Usage: netpluginctl version [-o json]
 
 Prints the client version and, when a datastore is configured, the cluster version
 (ClusterInformation netpluginVersion) and cluster type. A client older than the cluster
 warns here and refuses every write (apply, delete, ipam release, datastore init...).
 `,
-};
+} satisfies Record<string, string>;
 
 const runVersion: CtlCommand = async (rest, io, s) => {
   const p = parseCommand(rest, [{ name: 'output', short: 'o', type: 'string' }], 'version', s);
-  if (bool(p, 'help')) return printHelp(io, VERSION_HELP.version!);
+  if (bool(p, 'help')) return printHelp(io, VERSION_HELP.version);
   const json = str(p, 'output') === 'json';
   const conf = s.config();
-  const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string; clientOlderThanCluster?: boolean } = { clientVersion: NETPLUGIN_VERSION };
+  const out: { clientVersion: string; clusterVersion?: string; clusterType?: string; datastoreType?: string | undefined; clientOlderThanCluster?: boolean } = { clientVersion: NETPLUGIN_VERSION };
   let err: unknown;
   if (conf) {
     out.datastoreType = conf.datastore_type;

@@ -5,7 +5,7 @@ import pkg from '../../package.json' with { type: 'json' };
 import { compareVersions as compareSemver, parseSemver } from '../cni/version.js';
 import type { Datastore } from '../datastore/types.js';
 import { CtlError } from './io.js';
-import { getOrUndefined } from './resources.js';
+import { getIfExists } from '../datastore/cas.js';
 
 export const NETPLUGIN_VERSION: string = pkg.version;
 
@@ -30,7 +30,7 @@ export function compareVersions(a: string, b: string): number | undefined {
 
 /** The cluster version (ClusterInformation netpluginVersion), or undefined when the datastore has none. */
 export async function clusterVersion(ds: Datastore): Promise<string | undefined> {
-  return (await getOrUndefined(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion;
+  return (await getIfExists(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion;
 }
 
 /** Throws when this client is older than the cluster: it would write data in an older release's shape. */

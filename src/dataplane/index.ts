@@ -4,3 +4,4 @@ export { hostVethName, linkLocalFromMac } from './names.js';
 export { setupWorkload, teardownWorkload, teardownWorkloadAsync, checkWorkload, GATEWAY_V4 } from './workload.js';
 export type { WorkloadSpec, WorkloadState, TeardownOptions } from './spec.js';
 export { createTrash, purgeTrash, TRASH_GROUP, type Trash } from './trash.js';
+export { createConntrackFlusher, flushConntrack, type ConntrackFlusher } from './conntrack.js';

@@ -32,7 +32,7 @@ export interface WorkloadState {
 }
 
 export interface TeardownOptions {
-  netnsPath?: string;
+  netnsPath?: string | undefined;
   ifname: string;
   hostIfname: string;
   /** As in WorkloadSpec. */
@@ -108,5 +108,5 @@ export function validateSpec(fn: string, spec: unknown): ValidSpec {
   if (typeof s.allowIpForwarding !== 'boolean') bad(fn, 'spec.allowIpForwarding', s.allowIpForwarding, 'a boolean (container_settings.allow_ip_forwarding)');
   if (!Array.isArray(s.addresses)) bad(fn, 'spec.addresses', s.addresses, "an array of addresses like ['10.0.0.5/32']");
   const parsed = s.addresses.map((a, i) => parseAddress(fn, `spec.addresses[${i}]`, a));
-  return { ...s, hostMac: s.hostMac.toLowerCase(), containerMac: s.containerMac?.toLowerCase(), parsed };
+  return { ...s, hostMac: s.hostMac.toLowerCase(), ...(s.containerMac !== undefined ? { containerMac: s.containerMac.toLowerCase() } : {}), parsed };
 }

@@ -120,7 +120,16 @@ export class GrpcKV implements KV {
       const secure = this.endpoints[0]!.startsWith('https:');
       this.client = new m.Etcd3({
         hosts: this.endpoints,
-        ...(secure ? { credentials: { rootCertificate: this.tls.ca ?? (undefined as unknown as Buffer), privateKey: this.tls.key, certChain: this.tls.cert } } : {}),
+        // etcd3's type demands a CA, but grpc takes none as "the system's roots".
+        ...(secure
+          ? {
+              credentials: {
+                rootCertificate: this.tls.ca ?? (undefined as unknown as Buffer),
+                ...(this.tls.key ? { privateKey: this.tls.key } : {}),
+                ...(this.tls.cert ? { certChain: this.tls.cert } : {}),
+              },
+            }
+          : {}),
         grpcOptions: {
           // A restarted etcd must be re-dialled quickly, not after grpc's 2-minute max backoff.
           'grpc.initial_reconnect_backoff_ms': 100,

@@ -9,8 +9,8 @@ import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
-import { etcdKey, etcdListPrefix } from './keys.js';
+import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
+import { etcdKey, etcdListPrefix, onNode } from './keys.js';
 import { validateResource } from './schemas.js';
 import { parseSelector } from '../selector/index.js';
 import type { DatastoreConfig } from './index.js';
@@ -209,6 +209,8 @@ export class EtcdDatastore implements Datastore {
   async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
     const prefix = etcdListPrefix(kind, opts.namespace, opts.namePrefix);
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
+    // Endpoint keys are per namespace, not per node: the node is filtered here.
+    const mine = onNode(kind, opts.node);
     const ctx = this.ctx(`list ${kind}`, opts);
     const r = await this.wire((kv) => kv.range({ key: Buffer.from(prefix), rangeEnd: prefixEnd(Buffer.from(prefix)) }, ctx));
     const items: Array<Resource<K>> = [];
@@ -217,6 +219,7 @@ export class EtcdDatastore implements Datastore {
       if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && (o.metadata.namespace ?? 'default') !== opts.namespace) continue;
       if (opts.namePrefix && !o.metadata.name.startsWith(opts.namePrefix)) continue;
       if (sel && !sel.matches(o.metadata.labels ?? {})) continue;
+      if (!mine(o)) continue;
       items.push(o);
     }
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
@@ -274,7 +277,7 @@ export class EtcdDatastore implements Datastore {
     return new DatastoreError('Conflict', `${label} was modified concurrently (have revision ${rv}, store has ${cur.modRevision}); re-read and retry`);
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
     const label = objectLabel(kind, name, opts.namespace);
     const key = Buffer.from(etcdKey(kind, name, opts.namespace));
     const rv = opts.revision;
@@ -308,6 +311,15 @@ export class EtcdDatastore implements Datastore {
     const keys: Buffer[] = [];
     const stored: Array<Resource | undefined> = [];
     for (const op of ops) {
+      if (op.op === 'check') {
+        if (!/^\d+$/.test(op.revision)) throw new DatastoreError('Invalid', `${describeOp(op)}: revision ${JSON.stringify(op.revision)} is not an etcd revision`);
+        const key = Buffer.from(etcdKey(op.kind, op.name, op.namespace));
+        keys.push(key);
+        // A missing key's mod revision is 0: a deleted object fails the compare too.
+        compare.push({ key, target: 'Mod', result: 'Equal', revision: op.revision });
+        stored.push(undefined);
+        continue;
+      }
       if (op.op === 'delete') {
         const rv = op.revision;
         if (rv !== undefined && !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `${describeOp(op)}: revision ${JSON.stringify(rv)} is not an etcd revision`);
@@ -360,7 +372,7 @@ export class EtcdDatastore implements Datastore {
     return new TxnError('Conflict', `transaction (${ops.map(describeOp).join(', ')}) failed its compare; re-read and retry`, 0);
   }
 
-  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
+  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
     const prefix = Buffer.from(etcdListPrefix(kind, opts.namespace));
     let stopped = false;
     const emitError = (error: Error) => {

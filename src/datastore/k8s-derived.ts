@@ -9,7 +9,7 @@ import type { KubeClient, KubeList, KubeObject, WatchHandle } from '../k8s/clien
 import { convertK8sNetworkPolicy, K8S_POLICY_PREFIX, PolicyConversionError, type KubeNetworkPolicy } from '../model/k8s-networkpolicy.js';
 import { namespaceToProfile, parseProfileName, serviceAccountToProfile } from '../model/profiles.js';
 import type { Kind, Resource } from '../model/resources.js';
-import type { Watch, WatchEvent } from './types.js';
+import type { Watch, WatchEvent, WatchOptions } from './types.js';
 
 const enc = encodeURIComponent;
 
@@ -119,7 +119,7 @@ export function minRevision(a: string | undefined, b: string | undefined): strin
  * contract as Datastore.watch: resumes after a normal end, reports ERROR and
  * stops on 410 Gone (the caller re-lists). Undefined for kinds without any.
  */
-export function derivedWatch<K extends Kind>(client: KubeClient, kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch | undefined {
+export function derivedWatch<K extends Kind>(client: KubeClient, kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch | undefined {
   const sources = sourcesOf(kind, opts.namespace);
   if (!sources.length) return undefined;
   let stopped = false;

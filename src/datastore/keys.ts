@@ -1,7 +1,7 @@
 // Where each kind lives: the Kubernetes plural (CRD resource name) and the etcd
 // key layout. Both backends and the CLI use this one table.
 import { DatastoreError } from '../errors.js';
-import { NAMESPACED_KINDS, type Kind } from '../model/resources.js';
+import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
 import { blockFamily, parseAffinityName } from '../model/names.js';
 
 export const PLURALS: Readonly<Record<Kind, string>> = {
@@ -94,6 +94,17 @@ export function etcdListPrefix(kind: Kind, namespace?: string, namePrefix = ''):
       return `${base}${safePrefix}`;
     }
   }
+}
+
+/**
+ * The `node` list option (types.ts ListOptions): whether `o` belongs to that
+ * node. Only WorkloadEndpoints carry a node a list can filter on; any other
+ * kind is refused rather than silently listed whole.
+ */
+export function onNode(kind: Kind, node: string | undefined): (o: Resource) => boolean {
+  if (node === undefined) return () => true;
+  if (kind !== 'WorkloadEndpoint') throw new DatastoreError('Invalid', `list option node applies to WorkloadEndpoint only, not ${kind}`);
+  return (o) => (o as Resource<'WorkloadEndpoint'>).spec.node === node;
 }
 
 export function isIpamKind(kind: Kind): boolean {

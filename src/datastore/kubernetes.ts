@@ -6,12 +6,12 @@
 import { DatastoreError } from '../errors.js';
 import { createKubeClient, type KubeClient, type KubeList, type KubeObject, type KubePod, type WatchHandle } from '../k8s/client.js';
 import { parseSelector } from '../selector/index.js';
-import { PLURALS, checkName } from './keys.js';
+import { PLURALS, checkName, onNode } from './keys.js';
 import { parseWorkloadEndpointName, workloadEndpointName } from '../model/names.js';
 import { podEndpointAttributes } from '../k8s/workload.js';
 import { validateResource } from './schemas.js';
 import { API_GROUP, API_VERSION, NAMESPACED_KINDS, type Kind, type ObjectMeta, type Resource, type WorkloadEndpointSpec } from '../model/resources.js';
-import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
+import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
 import type { DatastoreConfig } from './index.js';
 import { orderedTxn, type TxnOp } from './txn.js';
 
@@ -45,7 +45,7 @@ function ourMeta(m: KubeObject['metadata'], namespaced: boolean): ObjectMeta {
   for (const k of ['resourceVersion', 'uid', 'creationTimestamp'] as const) if (typeof m[k] === 'string') meta[k] = m[k] as string;
   if (m.labels && Object.keys(m.labels).length) meta.labels = m.labels;
   if (m.annotations && Object.keys(m.annotations).length) meta.annotations = m.annotations;
-  if (Array.isArray(m.ownerReferences) && m.ownerReferences.length) meta.ownerReferences = m.ownerReferences as ObjectMeta['ownerReferences'];
+  if (Array.isArray(m.ownerReferences) && m.ownerReferences.length) meta.ownerReferences = m.ownerReferences as NonNullable<ObjectMeta['ownerReferences']>;
   return meta;
 }
 
@@ -72,10 +72,12 @@ export function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'
     profiles: attrs.profiles,
     interfaceName: a[WEP_ANNOTATIONS.interfaceName] ?? '',
   };
-  if (a[WEP_ANNOTATIONS.mac]) spec.mac = a[WEP_ANNOTATIONS.mac];
-  if (a[WEP_ANNOTATIONS.ipNATs]) {
+  const mac = a[WEP_ANNOTATIONS.mac];
+  if (mac) spec.mac = mac;
+  const ipNATs = a[WEP_ANNOTATIONS.ipNATs];
+  if (ipNATs) {
     try {
-      spec.ipNATs = JSON.parse(a[WEP_ANNOTATIONS.ipNATs]!) as WorkloadEndpointSpec['ipNATs'];
+      spec.ipNATs = JSON.parse(ipNATs) as NonNullable<WorkloadEndpointSpec['ipNATs']>;
     } catch {
       throw new DatastoreError('Invalid', `pod ${ns}/${pod.metadata.name}: annotation ${WEP_ANNOTATIONS.ipNATs} is not JSON; remove it (the plugin rewrites it)`);
     }
@@ -99,8 +101,9 @@ function wepAnnotations(spec: WorkloadEndpointSpec | undefined): Record<string, 
   for (const k of Object.values(WEP_ANNOTATIONS)) a[k] = null;
   if (!spec) return a;
   a[WEP_ANNOTATIONS.containerID] = spec.containerID;
-  if (spec.ipNetworks.length) {
-    a[WEP_ANNOTATIONS.podIP] = spec.ipNetworks[0]!;
+  const first = spec.ipNetworks[0];
+  if (first !== undefined) {
+    a[WEP_ANNOTATIONS.podIP] = first;
     a[WEP_ANNOTATIONS.podIPs] = spec.ipNetworks.join(',');
   }
   if (spec.interfaceName) a[WEP_ANNOTATIONS.interfaceName] = spec.interfaceName;
@@ -133,7 +136,7 @@ export class KubernetesDatastore implements Datastore {
     if (m.annotations) metadata.annotations = m.annotations;
     if (m.ownerReferences) metadata.ownerReferences = m.ownerReferences;
     if (withVersion) {
-      metadata.resourceVersion = m.resourceVersion;
+      if (m.resourceVersion !== undefined) metadata.resourceVersion = m.resourceVersion;
       if (m.uid) metadata.uid = m.uid;
     }
     return { apiVersion: API_VERSION, kind: res.kind, metadata, spec: res.spec as Record<string, unknown> };
@@ -171,10 +174,13 @@ export class KubernetesDatastore implements Datastore {
 
   async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
+    const mine = onNode(kind, opts.node);
     let items: Array<Resource<K>>;
     let revision: string;
     if (kind === 'WorkloadEndpoint') {
-      const l = await this.client.request<KubeList<KubePod>>('GET', podsPath(opts.namespace), undefined, opts);
+      // A node's endpoints are its pods': the API server filters them (spec.nodeName is a pod field selector).
+      const onlyNode = opts.node !== undefined ? `?fieldSelector=${encodeURIComponent(`spec.nodeName=${opts.node}`)}` : '';
+      const l = await this.client.request<KubeList<KubePod>>('GET', podsPath(opts.namespace) + onlyNode, undefined, opts);
       items = l.items.map((p) => podToWorkloadEndpoint(p)).filter((w): w is Resource<'WorkloadEndpoint'> => w !== undefined) as Array<Resource<K>>;
       revision = l.metadata.resourceVersion ?? '';
     } else {
@@ -189,7 +195,7 @@ export class KubernetesDatastore implements Datastore {
         revision = d.minRevision(revision, more.revision) ?? '';
       }
     }
-    items = items.filter((o) => (!opts.namePrefix || o.metadata.name.startsWith(opts.namePrefix)) && (!sel || sel.matches(o.metadata.labels ?? {})));
+    items = items.filter((o) => (!opts.namePrefix || o.metadata.name.startsWith(opts.namePrefix)) && (!sel || sel.matches(o.metadata.labels ?? {})) && mine(o));
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
     return { items, revision };
   }
@@ -227,7 +233,7 @@ export class KubernetesDatastore implements Datastore {
     }
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
     checkName(kind, name);
     const what = label(kind, name, opts.namespace);
     await this.checkWritable(kind, name, opts.namespace);
@@ -342,7 +348,7 @@ export class KubernetesDatastore implements Datastore {
 
   // ---- watch ----
 
-  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
+  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
     const isWep = kind === 'WorkloadEndpoint';
     const path = isWep ? podsPath(opts.namespace) : crdPath(kind, opts.namespace);
     let stopped = false;

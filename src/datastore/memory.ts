@@ -3,11 +3,12 @@
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore, type ListOptions, type ListResult, type Watch, type WatchEvent } from './types.js';
+import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
 import { parseSelector } from '../selector/index.js';
+import { onNode } from './keys.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 
-type Listener = { kind: Kind; namespace?: string; fn: (ev: WatchEvent<Kind>) => void };
+type Listener = { kind: Kind; namespace?: string | undefined; fn: (ev: WatchEvent<Kind>) => void };
 
 export class MemoryDatastore implements Datastore {
   readonly type = 'memory' as const;
@@ -45,12 +46,14 @@ export class MemoryDatastore implements Datastore {
   async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
     this.check();
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
+    const mine = onNode(kind, opts.node);
     const items: Array<Resource<K>> = [];
     for (const o of this.objects.values()) {
       if (o.kind !== kind) continue;
       if (opts.namespace !== undefined && o.metadata.namespace !== opts.namespace) continue;
       if (opts.namePrefix && !o.metadata.name.startsWith(opts.namePrefix)) continue;
       if (sel && !sel.matches(o.metadata.labels ?? {})) continue;
+      if (!mine(o)) continue;
       items.push(this.clone(o) as Resource<K>);
     }
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
@@ -89,7 +92,7 @@ export class MemoryDatastore implements Datastore {
     return this.clone(stored);
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: { namespace?: string; revision?: string } & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
     this.check();
     const k = this.key(kind, name, opts.namespace);
     const cur = this.objects.get(k);
@@ -109,8 +112,8 @@ export class MemoryDatastore implements Datastore {
     for (const [i, op] of ops.entries()) {
       const what = describeOp(op);
       if (op.op === 'update' && !op.res.metadata.resourceVersion) throw new TxnError('Invalid', `${what} needs metadata.resourceVersion`, i);
-      const cur = this.objects.get(op.op === 'delete' ? this.key(op.kind, op.name, op.namespace) : this.key(op.res.kind, op.res.metadata.name, op.res.metadata.namespace));
-      const want = op.op === 'delete' ? op.revision : op.op === 'update' ? op.res.metadata.resourceVersion : undefined;
+      const cur = this.objects.get('res' in op ? this.key(op.res.kind, op.res.metadata.name, op.res.metadata.namespace) : this.key(op.kind, op.name, op.namespace));
+      const want = 'res' in op ? (op.op === 'update' ? op.res.metadata.resourceVersion : undefined) : op.revision;
       if (op.op === 'create') {
         if (cur) throw new TxnError('AlreadyExists', `${what}: it already exists`, i);
       } else if (!cur) {
@@ -122,6 +125,10 @@ export class MemoryDatastore implements Datastore {
     const rev = String(++this.revision);
     const out: Array<Resource | undefined> = [];
     for (const op of ops) {
+      if (op.op === 'check') {
+        out.push(undefined);
+        continue;
+      }
       if (op.op === 'delete') {
         const k = this.key(op.kind, op.name, op.namespace);
         const cur = this.objects.get(k)!;
@@ -144,7 +151,7 @@ export class MemoryDatastore implements Datastore {
     return out;
   }
 
-  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch {
+  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
     const l: Listener = { kind, namespace: opts.namespace, fn: onEvent as (ev: WatchEvent<Kind>) => void };
     if (opts.revision !== undefined) {
       const from = Number(opts.revision);

@@ -9,12 +9,16 @@ import { type CallOptions, type Datastore } from './types.js';
  * One write of a transaction, with the guard it carries:
  * - create: the object must not exist;
  * - update: the object must still be at `res.metadata.resourceVersion`;
- * - delete: the object must exist, and be at `revision` when one is given.
+ * - delete: the object must exist, and be at `revision` when one is given;
+ * - check: writes nothing; the object must exist at `revision` (a transaction
+ *   that relies on an object it read, e.g. the IP pool an address comes from,
+ *   fails if that object changed or went meanwhile).
  */
 export type TxnOp =
   | { op: 'create'; res: Resource }
   | { op: 'update'; res: Resource }
-  | { op: 'delete'; kind: Kind; name: string; namespace?: string; revision?: string };
+  | { op: 'delete'; kind: Kind; name: string; namespace?: string; revision?: string }
+  | { op: 'check'; kind: Kind; name: string; namespace?: string; revision: string };
 
 /** A transaction whose guard failed (or whose write failed): `failedOp` is the index of the op. Nothing was written (etcd, memory). */
 export class TxnError extends DatastoreError {
@@ -33,24 +37,24 @@ export class TxnError extends DatastoreError {
 }
 
 export function opKind(op: TxnOp): Kind {
-  return op.op === 'delete' ? op.kind : op.res.kind;
+  return 'res' in op ? op.res.kind : op.kind;
 }
 
 export function opName(op: TxnOp): string {
-  return op.op === 'delete' ? op.name : op.res.metadata.name;
+  return 'res' in op ? op.res.metadata.name : op.name;
 }
 
 /** The object an op writes, as messages name it (`create IPAMHandle net.abc`). */
 export function describeOp(op: TxnOp): string {
   const kind = opKind(op);
-  const ns = op.op === 'delete' ? op.namespace : op.res.metadata.namespace;
+  const ns = 'res' in op ? op.res.metadata.namespace : op.namespace;
   return `${op.op} ${kind} ${NAMESPACED_KINDS.has(kind) ? `${ns || 'default'}/` : ''}${opName(op)}`;
 }
 
 /** Identity of the object an op writes: two ops of one transaction must not write the same object. */
 export function opIdentity(op: TxnOp): string {
   const kind = opKind(op);
-  const ns = NAMESPACED_KINDS.has(kind) ? (op.op === 'delete' ? op.namespace : op.res.metadata.namespace) || 'default' : '';
+  const ns = NAMESPACED_KINDS.has(kind) ? ('res' in op ? op.res.metadata.namespace : op.namespace) || 'default' : '';
   return `${kind}/${ns}/${opName(op)}`;
 }
 
@@ -70,15 +74,20 @@ export function checkDistinct(ops: TxnOp[]): void {
  * rest. What was written before it stays written, so callers order their ops
  * so that every prefix is a safe state (docs/ipam.md, crash safety).
  */
-export async function orderedTxn(ds: Pick<Datastore, 'create' | 'update' | 'delete'>, ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>> {
+export async function orderedTxn(ds: Pick<Datastore, 'get' | 'create' | 'update' | 'delete'>, ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>> {
   checkDistinct(ops);
   const out: Array<Resource | undefined> = [];
   for (const [i, op] of ops.entries()) {
     try {
       if (op.op === 'create') out.push(await ds.create(op.res, opts));
       else if (op.op === 'update') out.push(await ds.update(op.res, opts));
-      else {
-        await ds.delete(op.kind, op.name, { ...(op.namespace !== undefined ? { namespace: op.namespace } : {}), ...(op.revision !== undefined ? { revision: op.revision } : {}), ...opts });
+      else if (op.op === 'check') {
+        // Not atomic with the writes here (no multi-object transaction): checked when its turn comes.
+        const cur = await ds.get(op.kind, op.name, op.namespace, opts);
+        if (cur.metadata.resourceVersion !== op.revision) throw new DatastoreError('Conflict', `${describeOp(op)}: modified (have ${op.revision}, store has ${cur.metadata.resourceVersion})`);
+        out.push(undefined);
+      } else {
+        await ds.delete(op.kind, op.name, { namespace: op.namespace, revision: op.revision, ...opts });
         out.push(undefined);
       }
     } catch (e) {

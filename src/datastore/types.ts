@@ -7,11 +7,34 @@ import type { TxnOp } from './txn.js';
 export type { TxnOp } from './txn.js';
 
 export interface ListOptions {
-  namespace?: string;
+  /** Absent or undefined: every namespace. */
+  namespace?: string | undefined;
   /** A label selector in the src/selector language, matched against metadata.labels. */
-  labelSelector?: string;
+  labelSelector?: string | undefined;
   /** Only names starting with this prefix. */
   namePrefix?: string;
+  /**
+   * Only this node's WorkloadEndpoints (spec.node); other kinds refuse it
+   * (Invalid). The Kubernetes backend asks the API server for the node's
+   * pods only (field selector spec.nodeName).
+   */
+  node?: string;
+}
+
+/**
+ * Callers pass the object's own namespace and resourceVersion, which a
+ * cluster-scoped or never-stored object lacks: undefined means "none".
+ */
+export interface DeleteOptions {
+  namespace?: string | undefined;
+  /** Delete only if the object is still at this revision. */
+  revision?: string | undefined;
+}
+
+export interface WatchOptions {
+  /** Continue from this revision (a list's); absent: from now. */
+  revision?: string | undefined;
+  namespace?: string | undefined;
 }
 
 export interface ListResult<K extends Kind> {
@@ -47,7 +70,7 @@ export interface Datastore {
   /** Compare-and-swap on res.metadata.resourceVersion (required); Conflict when it moved. */
   update<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>>;
   /** With `revision`, deletes only if unchanged (Conflict otherwise). NotFound when absent. */
-  delete<K extends Kind>(kind: K, name: string, opts?: { namespace?: string; revision?: string } & CallOptions): Promise<void>;
+  delete<K extends Kind>(kind: K, name: string, opts?: DeleteOptions & CallOptions): Promise<void>;
   /**
    * Several writes, each guarded as its op says (src/datastore/txn.ts): on etcd
    * and in memory all or nothing, one revision; on Kubernetes the ops run in
@@ -56,6 +79,6 @@ export interface Datastore {
    * Returns per op the stored object (create/update) or undefined (delete).
    */
   txn(ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>>;
-  watch<K extends Kind>(kind: K, opts: { revision?: string; namespace?: string }, onEvent: (ev: WatchEvent<K>) => void): Watch;
+  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch;
   close(): Promise<void>;
 }

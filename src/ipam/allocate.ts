@@ -34,7 +34,9 @@ export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool
   let held = 0;
   const result = await retry(core, `allocating in IPAM block ${block.spec.cidr}`, async (attempt) => {
     if (attempt > 0) [cur, ctx.handle] = await Promise.all([getBlock(core, block.spec.cidr), getHandle(core, handleID)]);
-    if (!cur || cur.spec.deleted) return undefined;
+    // A block that changed hands between attempts (its affinity moved to
+    // another node) is no longer the one the caller chose: move on.
+    if (!cur || cur.spec.deleted || cur.spec.affinity !== block.spec.affinity) return undefined;
     const cidr = checkBlock(cur.spec);
     const mine = ordinalsOf(cur.spec, handleID);
     held = mine.length;

@@ -74,7 +74,7 @@ export interface Ctx {
   blocks?: Map<string, BlockRes>;
   nodeLabels?: Record<string, string>;
   /** Set when maxBlocksPerHost stopped a claim (for the final error). */
-  capHit?: { family: Family; held: number; max: number };
+  capHit?: { family: Family; held: number; max: number } | undefined;
   /** Set while assigning the request's last family: the caller's writes and what the request got before. */
   piggy?: { p: Piggyback; before: Assigned[] };
 }

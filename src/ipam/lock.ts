@@ -37,6 +37,17 @@ import { openNoFollow } from '../safe-open.js';
 import { createKeyedQueue } from '../keyed-queue.js';
 
 export const DEFAULT_LOCK_PATH = '/var/run/netplugin/ipam.lock';
+
+/** Environment override of the host lock path (tests run several simulated nodes on one host). */
+export const LOCK_ENV = 'NETPLUGIN_IPAM_LOCK_FILE';
+
+/**
+ * The node's IPAM lock, decided here only: the netconf's `ipam_lock_file`,
+ * else $NETPLUGIN_IPAM_LOCK_FILE, else DEFAULT_LOCK_PATH.
+ */
+export function hostLockPath(file: string | undefined, env: Record<string, string | undefined>): string {
+  return file || env[LOCK_ENV] || DEFAULT_LOCK_PATH;
+}
 const SECRET_FILE = 'lock-secret';
 
 /**
@@ -178,8 +189,8 @@ function describeHolder(h: Holder | undefined): string {
 }
 
 export interface HostLockOptions {
-  /** Give up after this long (default 60 s); a CNI runtime's own deadline is usually a few minutes. */
-  timeoutMs?: number;
+  /** Give up after this long (absent or undefined: 60 s); a CNI runtime's own deadline is usually a few minutes. */
+  timeoutMs?: number | undefined;
   /** Lock a sub-key under the same directory and secret (e.g. one pod) instead of the path itself. */
   key?: string;
 }
@@ -188,6 +199,33 @@ export interface HostLockOptions {
 const HOLDER_CHECK_MS = 200;
 
 const lastWriter = new Map<string, number>();
+const takeoverListeners = new Set<(path: string) => void>();
+
+/**
+ * Called (in this process) when an acquisition of the host lock at a path
+ * finds that another process held it since this one last did: what this
+ * process remembers of the node's IPAM state may be older than that holder's
+ * writes (the agent's read cache then reads the store for a while).
+ */
+export function onLockTakeover(fn: (path: string) => void): () => void {
+  takeoverListeners.add(fn);
+  return () => takeoverListeners.delete(fn);
+}
+
+/** The pid the lock path's file names (undefined: unreadable). */
+function pidFileOwner(path: string): number | undefined {
+  try {
+    const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+    try {
+      const buf = Buffer.alloc(16);
+      return Number(buf.toString('latin1', 0, readSync(fd, buf, 0, 16, 0)).trim());
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return undefined;
+  }
+}
 
 /** Acquire the host-wide lock for `path`, returning the release function. */
 export async function acquireHostLock(path: string, opts: HostLockOptions = {}): Promise<() => Promise<void>> {
@@ -210,6 +248,12 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
     if (srv) {
       // The pid file is informational, so a resident agent writes it once, not
       // on every acquisition (a synchronous write per ADD showed in its profile).
+      // Reading it back tells the agent that another process (a per-exec
+      // plugin) held the lock since: its writes may not be in our caches yet.
+      if (opts.key === undefined && lastWriter.get(path) === process.pid && takeoverListeners.size && pidFileOwner(path) !== process.pid) {
+        lastWriter.delete(path);
+        for (const fn of takeoverListeners) fn(path);
+      }
       if (opts.key === undefined && lastWriter.get(path) !== process.pid) {
         try {
           const fd = openNoFollow(path, 'truncate', 0o644);

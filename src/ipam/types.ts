@@ -15,8 +15,8 @@ export interface AssignRequest {
   assignIPv4: boolean;
   assignIPv6: boolean;
   /** Explicit pools (names or CIDRs), tried in order. */
-  ipv4Pools?: string[];
-  ipv6Pools?: string[];
+  ipv4Pools?: string[] | undefined;
+  ipv6Pools?: string[] | undefined;
   /** Specific addresses (from `IP=` or annotations): at most one per family. When given, exactly these are assigned and assignIPv4/6 are ignored. */
   requestedIPs?: string[];
   /** What the addresses are for (default Workload); pools whose spec.allowedUses leaves it out are never used. */

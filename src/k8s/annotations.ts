@@ -57,12 +57,13 @@ export interface WorkloadOptions {
 }
 
 /** The pool facts address selection needs (from `Datastore.list('IPPool')`: see poolsFromResources). */
+/** A pool's optional fields are copied from the IPPool's spec, which may lack them. */
 export interface PoolInfo {
   name: string;
   cidr: string;
-  vxlanMode?: string;
-  ipipMode?: string;
-  disabled?: boolean;
+  vxlanMode?: string | undefined;
+  ipipMode?: string | undefined;
+  disabled?: boolean | undefined;
 }
 
 export interface ResolveInput {
@@ -71,7 +72,7 @@ export interface ResolveInput {
   /** Names the objects in messages. */
   pod?: { namespace: string; name: string };
   conf: {
-    ipam?: { ipv4_pools?: string[]; ipv6_pools?: string[]; assign_ipv4?: string | boolean; assign_ipv6?: string | boolean };
+    ipam?: { ipv4_pools?: string[] | undefined; ipv6_pools?: string[] | undefined; assign_ipv4?: string | boolean; assign_ipv6?: string | boolean };
     feature_control?: { ip_addrs_no_ipam?: boolean; floating_ips?: boolean };
   };
   /** `IP=` from CNI_ARGS: one IPv4 and/or one IPv6, comma-separated. */
@@ -186,10 +187,9 @@ export function parseWorkloadAnnotations(
     const rule = SCHEMA[field];
     let src: OptionSource | undefined;
     const pv = podAnnotations[rule.key];
+    const nv = rule.namespace ? namespaceAnnotations[rule.key] : undefined;
     if (pv !== undefined) src = { from: 'pod', key: rule.key, value: pv, object: podObj };
-    else if (rule.namespace && namespaceAnnotations[rule.key] !== undefined) {
-      src = { from: 'namespace', key: rule.key, value: namespaceAnnotations[rule.key]!, object: nsObj };
-    }
+    else if (nv !== undefined) src = { from: 'namespace', key: rule.key, value: nv, object: nsObj };
     if (!src) continue;
     const list = parseList(src, rule.items);
     out[field] = rule.items === 'address' ? parseAddresses(src, list, rule.perFamilyMax) : list;
@@ -388,6 +388,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
         [6, 'ipv6Pools', 'ipv6_pools', assign6],
       ] as const) {
         const ann = opts[k];
+        const list = conf.ipam?.[confKey];
         if (ann) {
           const src = opts.source[k]!;
           if (!assigned) {
@@ -396,8 +397,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
           }
           req[k] = resolvePools(src, ann, family, pools);
           req.source[k] = src;
-        } else if (assigned && conf.ipam?.[confKey]?.length) {
-          const list = conf.ipam[confKey]!;
+        } else if (assigned && list?.length) {
           const src: OptionSource = { from: 'netconf', key: `ipam.${confKey}`, value: JSON.stringify(list), object: 'netconf' };
           req[k] = resolvePools(src, list, family, pools);
           req.source[k] = src;

@@ -6,40 +6,35 @@ import { readFileSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, resolve as resolvePath } from 'node:path';
 import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
 import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
+import type { ObjectMeta } from '../model/resources.js';
 
 export interface KubeClientOptions {
   /** Path of a kubeconfig file (recommended). */
-  kubeconfig?: string;
+  kubeconfig?: string | undefined;
   /**
    * Several kubeconfig files merged as KUBECONFIG=a:b does (the first file that
    * names a cluster, user or context wins, as does the first current-context);
    * used instead of `kubeconfig` when set.
    */
-  kubeconfig_paths?: string[];
+  kubeconfig_paths?: string[] | undefined;
   /** Use this context instead of current-context. */
-  context?: string;
+  context?: string | undefined;
   /**
    * Run `exec` credential plugins (client.authentication.k8s.io v1/v1beta1),
    * caching the credential until it expires. For interactive tools
    * (netpluginctl); the CNI plugin never runs commands from a kubeconfig.
    */
-  allow_exec?: boolean;
+  allow_exec?: boolean | undefined;
   /** API server URL; authenticates with the in-cluster service account token when that file exists. */
-  k8s_api_root?: string;
-  /** Per-request deadline in ms (default 10 s). */
-  timeoutMs?: number;
+  k8s_api_root?: string | undefined;
+  /** Per-request deadline in ms (absent or undefined: 10 s). */
+  timeoutMs?: number | undefined;
 }
 
-export interface KubeObjectMeta {
-  name: string;
-  namespace?: string;
+/** Kubernetes ObjectMeta: the fields our resources carry too, and the rest as the API sends it. */
+export interface KubeObjectMeta extends ObjectMeta {
   generateName?: string;
-  resourceVersion?: string;
-  uid?: string;
-  creationTimestamp?: string;
   deletionTimestamp?: string;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
   [k: string]: unknown;
 }
 export interface KubeObject {
@@ -118,10 +113,11 @@ interface Credentials {
   server: string;
   /** Which setting the server came from, for error messages. */
   source: string;
-  ca?: Buffer;
+  // undefined when the kubeconfig's *-data field is not a string (ignored, as before).
+  ca?: Buffer | undefined;
   caSource?: string;
-  cert?: Buffer;
-  key?: Buffer;
+  cert?: Buffer | undefined;
+  key?: Buffer | undefined;
   insecure?: boolean;
   servername?: string;
   token?: () => string | undefined;
@@ -161,7 +157,7 @@ function tokenFromFile(path: string): () => string | undefined {
 
 type Named<T> = { name: string; file: string } & T;
 interface KubeconfigDoc {
-  currentContext?: string;
+  currentContext?: string | undefined;
   contexts: Array<Named<{ context?: { cluster?: string; user?: string } }>>;
   clusters: Array<Named<{ cluster?: Record<string, unknown> }>>;
   users: Array<Named<{ user?: Record<string, unknown> }>>;
@@ -189,7 +185,7 @@ async function loadKubeconfigs(paths: string[]): Promise<KubeconfigDoc> {
   return out;
 }
 
-async function parseKubeconfig(paths: string[], opts: { context?: string; allowExec?: boolean } = {}): Promise<Credentials> {
+async function parseKubeconfig(paths: string[], opts: { context?: string | undefined; allowExec?: boolean | undefined } = {}): Promise<Credentials> {
   const kc = await loadKubeconfigs(paths);
   const path = paths.join(':');
   const ctxName = opts.context || kc.currentContext || kc.contexts[0]?.name;

@@ -10,6 +10,7 @@ import type { CniArgs, Logger } from '../cni/types.js';
 import type { Resource, WorkloadEndpointSpec } from '../model/resources.js';
 import { workloadEndpointName } from '../model/names.js';
 import { LABEL_NAMESPACE, LABEL_ORCHESTRATOR, LABEL_SERVICEACCOUNT } from '../model/annotations.js';
+import { resolveWorkloadOptions, type AddressRequest, type PoolInfo, type ResolveInput } from './annotations.js';
 
 /** API_VERSION of src/datastore/types.ts, spelled out (the type below catches drift). */
 const WEP_API_VERSION: Resource<'WorkloadEndpoint'>['apiVersion'] = 'netplugin.org/v3';
@@ -32,11 +33,11 @@ export interface PodLike {
   metadata: {
     name: string;
     /** Always set by the API server for a pod read by name; readPodContext fills it if absent. */
-    namespace?: string;
-    uid?: string;
-    generateName?: string;
-    labels?: Record<string, string>;
-    annotations?: Record<string, string>;
+    namespace?: string | undefined;
+    uid?: string | undefined;
+    generateName?: string | undefined;
+    labels?: Record<string, string> | undefined;
+    annotations?: Record<string, string> | undefined;
   };
   spec?: {
     serviceAccountName?: string;
@@ -48,7 +49,7 @@ export interface PodLike {
 }
 
 export interface NamespaceLike {
-  metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  metadata: { name: string; labels?: Record<string, string> | undefined; annotations?: Record<string, string> | undefined };
 }
 
 /** What the plugin needs from the API client; `createKubeClient()` (src/k8s/client.ts) satisfies it. */
@@ -81,7 +82,7 @@ export interface PodEndpointAttributes {
  * "why is my annotation ignored?" finds the reason.
  */
 export function needsPodLookup(
-  conf: { policy?: { type?: string }; datastore_type?: string },
+  conf: { policy?: { type?: string | undefined } | undefined; datastore_type?: string | undefined },
   args: CniArgs,
   log?: Logger,
 ): boolean {
@@ -250,4 +251,48 @@ export async function readPodContext(
   if (namespace.status === 'rejected') throw namespace.reason;
   const p = pod.value.metadata.namespace ? pod.value : { ...pod.value, metadata: { ...pod.value.metadata, namespace: ref.namespace } };
   return { pod: p, namespace: namespace.value };
+}
+
+/** What readWorkloadContext reads and resolves for one ADD. */
+export interface WorkloadContextRequest {
+  /** Read this pod and its namespace (only when the ADD reads pods: needsPodLookup); `open` gives the source to read from. */
+  pod?: { ref: { namespace: string; name: string }; open: () => Promise<{ source: PodSource; apiServer?: string }> };
+  /**
+   * Resolve the pod's address options (our IPAM only) from its annotations,
+   * the netconf and CNI_ARGS; `pools` is called once the pod is read (the
+   * caller may have the list in flight already).
+   */
+  resolve?: Omit<ResolveInput, 'podAnnotations' | 'namespaceAnnotations' | 'pools'> & { pools: () => Promise<PoolInfo[]> };
+}
+
+export interface WorkloadContext {
+  /** The pod as the API server has it (when it was read). */
+  pod?: PodLike;
+  namespace?: NamespaceLike;
+  /** Its resolved options (when `resolve` was asked): what IPAM and the endpoint writer receive. */
+  options?: AddressRequest;
+}
+
+/**
+ * The pod (when this ADD reads it) and its resolved WorkloadOptions in one
+ * call: pod-read failures are CniErrors from podLookupError, option failures
+ * the CniErrors of resolveWorkloadOptions (docs/addresses-and-annotations.md).
+ * Without a pod read, annotations are absent and only the netconf and
+ * CNI_ARGS decide.
+ */
+export async function readWorkloadContext(req: WorkloadContextRequest): Promise<WorkloadContext> {
+  let got: { pod: PodLike; namespace: NamespaceLike } | undefined;
+  if (req.pod) {
+    const { source, apiServer } = await req.pod.open();
+    got = await readPodContext(source, req.pod.ref, apiServer);
+  }
+  if (!req.resolve) return got ?? {};
+  const { pools, ...rest } = req.resolve;
+  const options = resolveWorkloadOptions({
+    ...rest,
+    pools: await pools(),
+    podAnnotations: got?.pod.metadata.annotations ?? {},
+    namespaceAnnotations: got?.namespace.metadata?.annotations ?? {},
+  });
+  return { ...(got ?? {}), options };
 }

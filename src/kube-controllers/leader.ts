@@ -47,7 +47,7 @@ export class LeaderElector {
   private lastRenew = 0;
   /** Fires when a leader has not renewed within the renew deadline, whatever its requests are doing. */
   private deadlineTimer: NodeJS.Timeout | undefined;
-  private observed: { rv?: string; holder?: string; at: number } | undefined;
+  private observed: { rv?: string | undefined; holder?: string; at: number } | undefined;
   /** The lease duration the holder wrote into the lease last seen. */
   private observedDurationMs = 0;
   private readonly leaseMs: number;

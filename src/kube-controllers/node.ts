@@ -14,10 +14,11 @@
 import type { KubeObject, KubePod } from '../k8s/client.js';
 import { API_VERSION, type Resource } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
-import { Ipam } from '../ipam/allocator.js';
+import { getIfExists } from '../datastore/cas.js';
+import { createIpam } from '../ipam/index.js';
 import { releaseNodeIpam } from '../ipam/node-release.js';
 import { addressOf, checkBlock } from '../ipam/block.js';
-import { canonicalIP } from '../net/cidr.js';
+import { addressOf as bareAddress, canonicalIP } from '../net/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
 import { applyMirror, controllerMetrics, controllerQueue, describeError, watchErrors, type Controller, type ControllerContext } from './framework.js';
 import { formatDuration } from '../model/kube-controllers-config.js';
@@ -65,7 +66,7 @@ export interface NodeController extends Controller {
 export function nodeController(ctx: ControllerContext): NodeController {
   const name = 'node';
   const m = controllerMetrics(ctx.registry);
-  const ipam = new Ipam(ctx.ds, { lockPath: null, log: ctx.log });
+  const ipam = createIpam(ctx.ds, { lock: 'none', log: ctx.log });
   const scans = ctx.registry.counter('netplugin_kube_controllers_ipam_gc_scans_total', 'IPAM garbage-collection scans completed');
   /** Nodes whose DELETED event we saw: cleaned up even without our annotation. */
   const deleted = new Set<string>();
@@ -98,21 +99,12 @@ export function nodeController(ctx: ControllerContext): NodeController {
   const pods = new Informer<KubePod>(kubeSource<KubePod>(ctx.kube, '/api/v1/pods'), { onChange: () => undefined }, { onError });
   const informers = [kubeNodes, dsNodes, heps, pods] as Array<Informer<unknown>>;
 
-  async function getOrUndefined<K extends 'Node' | 'HostEndpoint'>(kind: K, n: string): Promise<Resource<K> | undefined> {
-    try {
-      return await ctx.ds.get(kind, n);
-    } catch (e) {
-      if (DatastoreError.is(e, 'NotFound')) return undefined;
-      throw e;
-    }
-  }
-
   async function reconcile(node: string): Promise<void> {
     const kn = kubeNodes.get(node);
     const hepName = autoHostEndpointName(node);
     if (kn) {
       deleted.delete(node);
-      const cur = await getOrUndefined('Node', node);
+      const cur = await getIfExists(ctx.ds, 'Node', node);
       if (!cur) {
         await ctx.ds.create<'Node'>({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: node, labels: { ...(kn.metadata.labels ?? {}) }, annotations: { [K8S_NODE_ANNOTATION]: node } }, spec: {} });
         ctx.log.info('node controller: created the datastore Node with the Kubernetes Node labels', { node });
@@ -134,7 +126,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
       m.synced.inc({ controller: name });
       return;
     }
-    const dn = await getOrUndefined('Node', node);
+    const dn = await getIfExists(ctx.ds, 'Node', node);
     if (deleted.has(node) || dn?.metadata.annotations?.[K8S_NODE_ANNOTATION] === node) {
       await cleanupNode(node);
       deleted.delete(node);
@@ -156,7 +148,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
   }
 
   async function removeAutoHep(node: string): Promise<void> {
-    const hep = await getOrUndefined('HostEndpoint', autoHostEndpointName(node));
+    const hep = await getIfExists(ctx.ds, 'HostEndpoint', autoHostEndpointName(node));
     if (hep?.metadata.labels?.[CREATED_BY_LABEL] !== CREATED_BY) return;
     await applyMirror(ctx.ds, 'HostEndpoint', hep.metadata.name, undefined);
     ctx.log.info('node controller: deleted automatic host endpoint', { node, hostEndpoint: hep.metadata.name });
@@ -224,7 +216,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
         stale.push(w);
         continue;
       }
-      for (const n of w.spec.ipNetworks) live.add(canonicalIP(n.split('/')[0]!));
+      for (const n of w.spec.ipNetworks) live.add(canonicalIP(bareAddress(n)));
     }
     const seen = new Set<string>();
     const ripe = new Map<string, { attrs: Record<string, string>; ips: string[] }>();

@@ -8,19 +8,20 @@ export type LogLevel = 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
 export const LOG_LEVELS: readonly LogLevel[] = ['ERROR', 'WARNING', 'INFO', 'DEBUG'];
 const RANK: Record<LogLevel, number> = { ERROR: 0, WARNING: 1, INFO: 2, DEBUG: 3 };
 
+// The CNI arguments these come from may be absent (a runtime that is not Kubernetes).
 export interface LogContext {
-  containerId?: string;
-  podNamespace?: string;
-  podName?: string;
+  containerId?: string | undefined;
+  podNamespace?: string | undefined;
+  podName?: string | undefined;
   /** Anything else worth repeating on every line (e.g. command, plugin name). */
   [k: string]: string | undefined;
 }
 
 export interface LoggerOptions {
   /** ERROR, WARNING, INFO (default) or DEBUG, any case; WARN is accepted for WARNING. */
-  level?: string;
+  level?: string | undefined;
   /** Also append to this file ('' or undefined: stderr only). */
-  filePath?: string;
+  filePath?: string | undefined;
   maxSizeMB?: number;
   /** Overrides maxSizeMB with an exact byte count (tests exercise rotation with tiny files). */
   maxSizeBytes?: number;
@@ -28,7 +29,7 @@ export interface LoggerOptions {
   maxCount?: number;
   context?: LogContext;
   /** Where stderr lines go (the agent hands the caller's stderr here). Default: nothing. */
-  stderr?: (s: string) => void;
+  stderr?: ((s: string) => void) | undefined;
   /**
    * Batch file writes per event-loop turn (one write per batch) instead of one
    * synchronous write per line. For the long-running agent; call flush() or
@@ -75,8 +76,9 @@ function fmtValue(v: unknown): string {
 }
 
 interface Sink {
-  file?: RotatingFile;
-  stderr?: (s: string) => void;
+  /** Set to undefined when a write fails (the file is given up). */
+  file?: RotatingFile | undefined;
+  stderr?: ((s: string) => void) | undefined;
   pending: string[];
   scheduled: boolean;
   buffered: boolean;

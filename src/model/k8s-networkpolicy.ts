@@ -142,7 +142,7 @@ function convertPorts(ports: KubeNetworkPolicyPort[] | undefined, field: string)
 }
 
 function convertRules(
-  rules: Array<{ peers?: KubeNetworkPolicyPeer[]; ports?: KubeNetworkPolicyPort[] }>,
+  rules: Array<{ peers?: KubeNetworkPolicyPeer[] | undefined; ports?: KubeNetworkPolicyPort[] | undefined }>,
   dir: 'ingress' | 'egress',
 ): PolicyRule[] {
   const out: PolicyRule[] = [];

@@ -5,7 +5,7 @@
 // follow the order documented in docs/policy.md.
 import { parseSelector, type Selector } from '../selector/index.js';
 import type { Resource } from './resources.js';
-import { containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
+import { addressOf, containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
 import {
   comparePolicies,
   effectiveTypes,
@@ -60,7 +60,7 @@ export function endpointFromWep(w: Resource<'WorkloadEndpoint'>, nodename?: stri
     namespace: w.metadata.namespace ?? 'default',
     labels: w.metadata.labels ?? {},
     profiles: w.spec.profiles ?? [],
-    addrs: w.spec.ipNetworks.map((n) => n.split('/')[0]!),
+    addrs: w.spec.ipNetworks.map(addressOf),
     ports: (w.spec.ports ?? []).map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })),
   };
   if ((nodename === undefined || w.spec.node === nodename) && w.spec.interfaceName) e.interfaceName = w.spec.interfaceName;

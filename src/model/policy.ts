@@ -215,7 +215,7 @@ export function namespaceLabelsFromProfile(labelsToApply: Record<string, string>
 }
 
 /** Sort key: order ascending, unset last, then name (Calico's tie-break). */
-export function comparePolicies(a: { order?: number; name: string }, b: { order?: number; name: string }): number {
+export function comparePolicies(a: { order?: number | undefined; name: string }, b: { order?: number | undefined; name: string }): number {
   const ao = a.order ?? Infinity;
   const bo = b.order ?? Infinity;
   if (ao !== bo) return ao < bo ? -1 : 1;

@@ -6,7 +6,7 @@
 // (service account labels: `pcsa.`), so they never clash with pod labels.
 // Pure functions: the policy controller (mirrors on etcd) and the kubernetes
 // datastore (derived on read) share them.
-import { API_VERSION, type Resource } from './resources.js';
+import { API_VERSION, type ObjectMeta, type Resource } from './resources.js';
 import {
   NAMESPACE_LABEL_PREFIX,
   NAMESPACE_NAME_LABEL,
@@ -16,7 +16,7 @@ import {
 } from './policy.js';
 
 export interface KubeMetaLike {
-  metadata: { name: string; namespace?: string; labels?: Record<string, string>; resourceVersion?: string; uid?: string; creationTimestamp?: string };
+  metadata: Pick<ObjectMeta, 'name' | 'namespace' | 'labels' | 'resourceVersion' | 'uid' | 'creationTimestamp'>;
 }
 
 export function namespaceProfileName(namespace: string): string {

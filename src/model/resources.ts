@@ -10,15 +10,17 @@ export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
 export const API_GROUP = 'netplugin.org';
 export const API_VERSION = 'netplugin.org/v3';
 
+// The optional fields may be present and undefined: objects are copied field
+// by field from a stored one that may lack them, and JSON drops undefined.
 export interface ObjectMeta {
   name: string;
-  namespace?: string;
+  namespace?: string | undefined;
   /** etcd: the key's mod revision; Kubernetes: metadata.resourceVersion. Empty on create. */
-  resourceVersion?: string;
-  uid?: string;
-  creationTimestamp?: string;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
+  resourceVersion?: string | undefined;
+  uid?: string | undefined;
+  creationTimestamp?: string | undefined;
+  labels?: Record<string, string> | undefined;
+  annotations?: Record<string, string> | undefined;
   ownerReferences?: Array<{ apiVersion: string; kind: string; name: string; uid: string; controller?: boolean; blockOwnerDeletion?: boolean }>;
 }
 

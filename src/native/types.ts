@@ -1,6 +1,7 @@
 // The TypeScript face of the rtnetlink addon (native/*.cc). Everything is
-// synchronous and cheap except link deletion (~20 ms in the kernel); the agent
-// runs dataplane work in worker threads, so the addon is context-aware.
+// synchronous and cheap except link deletion (~20 ms in the kernel, which the
+// agent runs on the libuv threadpool); the addon is context-aware, so it also
+// loads in worker threads (the test runner's).
 
 /** An open network namespace (an fd on /var/run/netns/x or /proc/<pid>/ns/net). */
 export interface NetNS {

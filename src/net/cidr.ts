@@ -302,3 +302,18 @@ export function* splitBlocks(pool: Cidr, blockSize: number): Generator<Cidr> {
   let base = pool.base;
   for (let i = 0n; i < n; i++, base += step) yield { family: pool.family, base, prefix: blockSize };
 }
+
+/**
+ * An address as its own one-address prefix (`10.0.0.5/32`, `fd00::5/128`): how
+ * a pod's address sits on its interface and in its endpoint (the node reaches
+ * each pod by its per-pod /32 or /128 route, docs/networking.md). Text in, text out.
+ */
+export function hostPrefix(ip: string): string {
+  return ip.includes(':') ? `${ip}/128` : `${ip}/32`;
+}
+
+/** The address part of `addr/len` (the text unchanged when it has no length). */
+export function addressOf(s: string): string {
+  const slash = s.indexOf('/');
+  return slash < 0 ? s : s.slice(0, slash);
+}

@@ -233,10 +233,10 @@ export function kubeSource<T extends KubeObject = KubeObject>(client: KubeClient
 export function datastoreSource<K extends Kind>(ds: Datastore, kind: K, opts: { namespace?: string } = {}): ListWatchSource<Resource<K>> {
   return {
     name: `datastore ${kind}`,
-    list: () => ds.list(kind, opts.namespace !== undefined ? { namespace: opts.namespace } : {}),
+    list: () => ds.list(kind, { namespace: opts.namespace }),
     watch(revision, onEvent, onEnd) {
       let ended = false;
-      const w = ds.watch(kind, { revision, ...(opts.namespace !== undefined ? { namespace: opts.namespace } : {}) }, (ev) => {
+      const w = ds.watch(kind, { revision, namespace: opts.namespace }, (ev) => {
         if (ended) return;
         if (ev.type === 'ERROR') {
           ended = true;

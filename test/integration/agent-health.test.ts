@@ -136,6 +136,18 @@ describe('--version and bad flags', () => {
     expect(s.stdout).toBe(`netplugin ${version} (native shim)\n`);
   });
 
+  it('the long-running entries answer an unknown flag with exit 2, the flag and their usage; --help prints the usage', () => {
+    for (const exe of ['netplugin-node', 'netplugin-kube-controllers']) {
+      const r = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--no-such-flag'], { encoding: 'utf8', timeout: 30_000 });
+      expect(r.status, exe).toBe(2);
+      expect(r.stderr).toContain(`${exe}: Unknown option '--no-such-flag'`);
+      expect(r.stderr).toContain(`usage: ${exe} `);
+      const h = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--help'], { encoding: 'utf8', timeout: 30_000 });
+      expect(h.status, exe).toBe(0);
+      expect(h.stdout).toMatch(new RegExp(`^usage: ${exe} `));
+    }
+  });
+
   it('rejects an unknown --log-format and a bad --health-addr names the flag', () => {
     const f = spawnSync(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--log-format', 'xml'], { encoding: 'utf8', timeout: 30_000 });
     expect(f.status).toBe(2);

@@ -13,6 +13,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { workloadEndpointName } from '../../src/model/names.js';
 import { writePolicyStatus } from '../../src/k8s/policy-wait.js';
 import { startNodeInit } from '../../src/agent/node-init.js';
+import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 import { netlink, openNetns } from '../../src/native/index.js';
 import { assertThrowawayHostNetns, DIST } from '../fixtures/cni.js';
 import { createNetns, deleteNetns, removeAllNetns } from '../fixtures/netns.js';
@@ -247,16 +248,18 @@ describe('--config: the agent prepares the node', () => {
     const x = await startCluster(pools);
     const node = createNetns('v6');
     const ns = openNetns(node.path);
+    const runtime = createPluginRuntime();
     try {
       const nl = netlink(ns);
       expect(nl.sysctlGet('net.ipv6.conf.all.forwarding')).toBe('0');
       const lines: string[] = [];
       const log = { error: (m: string) => lines.push(m), warn: (m: string) => lines.push(m), info: (m: string) => lines.push(m), debug: () => undefined };
-      const init = startNodeInit({ configPath: writeConflist(tmp, x, ipam), log, ipv6Forwarding: mode, sysctlGet: (k) => nl.sysctlGet(k), sysctlSet: (k, v) => nl.sysctlSet(k, v) });
+      const init = startNodeInit({ configPath: writeConflist(tmp, x, ipam), log, datastores: runtime, ipv6Forwarding: mode, sysctlGet: (k) => nl.sysctlGet(k), sysctlSet: (k, v) => nl.sysctlSet(k, v) });
       await init.done;
       expect(lines).toContain('node ready');
       return nl.sysctlGet('net.ipv6.conf.all.forwarding');
     } finally {
+      await runtime.close();
       ns.close();
       deleteNetns(node.name);
       await x.close();

@@ -10,7 +10,7 @@ import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { Ipam } from '../../src/ipam/index.js';
+import { createIpam } from '../../src/ipam/index.js';
 import pkg from '../../package.json' with { type: 'json' };
 
 const root = resolve(import.meta.dirname, '../..');
@@ -85,7 +85,7 @@ describe('netpluginctl against etcd', () => {
   });
 
   it('shows usage after allocations, finds a leaked handle, and releases it from the report', async () => {
-    const ipam = new Ipam(ds, { lockPath: null });
+    const ipam = createIpam(ds, { lock: 'none' });
     const ips: Record<string, string> = {};
     for (const name of ['web', 'db', 'leaky']) {
       const [a] = await ipam.assign({ handleID: `k8s-pod-network.cid-${name}`, node: 'node-a', attrs: { namespace: 'shop', pod: name }, assignIPv4: true, assignIPv6: false });

@@ -7,7 +7,7 @@ import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { workloadEndpointName } from '../../src/model/names.js';
-import { Ipam } from '../../src/ipam/index.js';
+import { createIpam } from '../../src/ipam/index.js';
 import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
 
 const TOKEN = 'ctl-test-token';
@@ -45,7 +45,7 @@ describe('netpluginctl with the kubernetes datastore', () => {
   });
 
   it('ipam check reports only the handle whose pod is gone', async () => {
-    const ipam = new Ipam(ds, { lockPath: null });
+    const ipam = createIpam(ds, { lock: 'none' });
     const ips: Record<string, string> = {};
     for (const name of ['running', 'starting', 'deleted']) {
       if (name !== 'deleted') addPod('shop', name, 'node-a');

@@ -12,7 +12,7 @@ import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixt
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
-import { Ipam } from '../../src/ipam/index.js';
+import { createIpam } from '../../src/ipam/index.js';
 import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
 const TOKEN = 'migrate-test-token';
 
@@ -50,7 +50,7 @@ beforeAll(async () => {
   await mk('NetworkPolicy', 'knp.default.mirrored', { selector: 'all()' }, { namespace: 'shop' });
   await mk('HostEndpoint', 'node-a-eth0', { node: 'node-a', interfaceName: 'eth0' });
   await mk('KubeControllersConfiguration', 'default', { controllers: { node: { hostEndpoint: { autoCreate: 'Disabled' } } } });
-  const ipam = new Ipam(src, { lockPath: null });
+  const ipam = createIpam(src, { lock: 'none' });
   for (const pod of ['web-1', 'web-2', 'db-1']) {
     const [a] = await ipam.assign({ handleID: `k8s-pod-network.cid-${pod}`, node: 'node-a', attrs: { namespace: 'shop', pod }, assignIPv4: true, assignIPv6: false });
     held[pod] = a!.ip;
@@ -140,7 +140,7 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
     expect(derived.spec.labelsToApply).not.toHaveProperty('pcns.example.org/stale');
 
     // IPAM: each pod's address is still held by the same handle; blocks and affinities came along.
-    const ipam = new Ipam(dst, { lockPath: null });
+    const ipam = createIpam(dst, { lock: 'none' });
     for (const [pod, ip] of Object.entries(held)) {
       expect(await ipam.handleAddresses(`k8s-pod-network.cid-${pod}`)).toEqual([ip]);
       expect((await ipam.whoHas(ip))?.handle).toBe(`k8s-pod-network.cid-${pod}`);

@@ -5,7 +5,7 @@ import { DatastoreError } from '../../src/errors.js';
 import { TxnError } from '../../src/datastore/txn.js';
 import { affinityName, blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Kind, type Resource, type SpecOf } from '../../src/model/resources.js';
-import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
+import { type Datastore, type WatchEvent, type WatchOptions } from '../../src/datastore/types.js';
 
 export interface ConformanceTarget {
   ds: Datastore;
@@ -33,7 +33,7 @@ async function expectKind(p: Promise<unknown>, kind: DatastoreError['kind']): Pr
 }
 
 /** Collects watch events until `pred` holds for the list of events. */
-function collect<K extends Kind>(ds: Datastore, kind: K, opts: { revision?: string; namespace?: string }) {
+function collect<K extends Kind>(ds: Datastore, kind: K, opts: WatchOptions) {
   const events: Array<WatchEvent<K>> = [];
   let waiter: (() => void) | undefined;
   const w = ds.watch(kind, opts, (ev) => {
@@ -170,6 +170,29 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       await ds.delete('WorkloadEndpoint', name, { namespace: ns, revision: upd.metadata.resourceVersion });
       await expectKind(ds.get('WorkloadEndpoint', name, ns), 'NotFound');
       expect((await ds.list('WorkloadEndpoint', { namespace: ns })).items).toEqual([]);
+    });
+
+    it("lists one node's WorkloadEndpoints (list option node), also when another node's name extends it", async () => {
+      const s = uniq();
+      const ns = `nodes-${s}`;
+      // node-x-b's endpoint names start with node-x's prefix ("node--x-" vs "node--x--b-"): the filter is by node, not by name.
+      const near = `node-${s}`;
+      const far = `node-${s}-b`;
+      const names: string[] = [];
+      for (const [node, pod] of [[near, `a-${s}`], [far, `b-${s}`], [near, `c-${s}`]] as const) {
+        await t.preparePod?.(ns, pod, node, {});
+        const name = workloadEndpointName(node, 'k8s', pod, 'eth0');
+        names.push(name);
+        await ds.create(res('WorkloadEndpoint', name, { orchestrator: 'k8s', node, containerID: `c${pod}`, pod, endpoint: 'eth0', ipNetworks: ['10.1.0.9/32'], interfaceName: `np${s}` }, { namespace: ns }));
+      }
+      const listed = async (node: string) => (await ds.list('WorkloadEndpoint', { node })).items.filter((w) => w.metadata.namespace === ns).map((w) => w.metadata.name);
+      expect(await listed(near)).toEqual([names[0], names[2]]);
+      expect(await listed(far)).toEqual([names[1]]);
+      expect(await listed(`node-${s}-none`)).toEqual([]);
+      // With a namespace too, and refused for kinds that have no node.
+      expect((await ds.list('WorkloadEndpoint', { namespace: ns, node: far })).items.map((w) => w.metadata.name)).toEqual([names[1]]);
+      await expectKind(ds.list('IPPool', { node: near }), 'Invalid');
+      for (const name of names) await ds.delete('WorkloadEndpoint', name, { namespace: ns });
     });
 
     it('lists by label selector and name prefix', async () => {
@@ -360,6 +383,44 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       // The same object twice is refused before anything is sent.
       await expectKind(ds.txn([{ op: 'delete', kind: 'IPPool', name: `tb-${s}` }, { op: 'delete', kind: 'IPPool', name: `tb-${s}` }]), 'Invalid');
       expect(await ds.txn([])).toEqual([]);
+    });
+
+    it('a compare-only op (check) writes nothing, passes at the revision, fails on a changed or deleted object', async () => {
+      const s = uniq();
+      const pool = await ds.create(res('IPPool', `tc-${s}`, { cidr: '10.81.0.0/16' }));
+      const handleID = `net.${s}check`;
+      const ok = await ds.txn([
+        { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: {} }) },
+        { op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: pool.metadata.resourceVersion! },
+      ]);
+      expect(ok).toHaveLength(2);
+      expect(ok[1]).toBeUndefined();
+      // Checked, not written: the pool is at the same revision.
+      expect((await ds.get('IPPool', pool.metadata.name)).metadata.resourceVersion).toBe(pool.metadata.resourceVersion);
+      await ds.delete('IPAMHandle', handleID);
+
+      const moved = await ds.update({ ...pool, spec: { ...pool.spec, disabled: true } });
+      const stale = await expectKind(
+        ds.txn([
+          { op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: pool.metadata.resourceVersion! },
+          { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: {} }) },
+        ]),
+        'Conflict',
+      );
+      expect(TxnError.opOf(stale)).toBe(0);
+      await expectKind(ds.get('IPAMHandle', handleID), 'NotFound');
+
+      await ds.delete('IPPool', pool.metadata.name);
+      const gone = await expectKind(
+        ds.txn([
+          { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: {} }) },
+          { op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: moved.metadata.resourceVersion! },
+        ]),
+        'NotFound',
+      );
+      expect(TxnError.opOf(gone)).toBe(1);
+      if (atomic()) await expectKind(ds.get('IPAMHandle', handleID), 'NotFound');
+      else await ds.delete('IPAMHandle', handleID); // ordered: the op before the failed one was written
     });
 
     if (caps.deadlines) it('gives Unavailable within the per-call deadline when the store does not answer', async () => {

@@ -4,7 +4,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
 import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
-import { openDatastore, datastoreConfigFromEnv, setDefaultEtcdTransport } from '../../src/datastore/index.js';
+import { openDatastore, datastoreConfigFromEnv } from '../../src/datastore/index.js';
+import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 import type { EtcdDatastore } from '../../src/datastore/etcd.js';
 import { DatastoreError } from '../../src/errors.js';
 import { API_VERSION } from '../../src/model/resources.js';
@@ -271,21 +272,17 @@ it('loads etcd3 once the grpc transport has been used (so the check above can fa
   expect(etcd3Loaded()).toBe(true);
 });
 
-it('uses the process-wide default transport unless the configuration names one', async () => {
-  const open = async (conf: { etcd_transport?: 'grpc' | 'http' }) => {
-    const ds = (await openDatastore({ etcd_endpoints: 'http://127.0.0.1:1', ...conf })) as EtcdDatastore;
-    await ds.close();
+it("uses the runtime's etcd transport unless the configuration names one", async () => {
+  const open = async (rt: ReturnType<typeof createPluginRuntime>, conf: { etcd_transport?: 'grpc' | 'http' }) => {
+    const ds = (await rt.datastore({ etcd_endpoints: 'http://127.0.0.1:1', ...conf })) as EtcdDatastore;
+    await rt.close();
     return ds.transport;
   };
-  expect(await open({})).toBe('http');
-  setDefaultEtcdTransport('grpc');
-  try {
-    expect(await open({})).toBe('grpc');
-    expect(await open({ etcd_transport: 'http' })).toBe('http');
-  } finally {
-    setDefaultEtcdTransport(undefined);
-  }
-  expect(await open({})).toBe('http');
+  expect(await open(createPluginRuntime(), {})).toBe('http');
+  expect(await open(createPluginRuntime({ etcdTransport: 'grpc' }), {})).toBe('grpc');
+  expect(await open(createPluginRuntime({ etcdTransport: 'grpc' }), { etcd_transport: 'http' })).toBe('http');
+  // Another runtime in the same process is not affected (no process-wide default).
+  expect(await open(createPluginRuntime(), {})).toBe('http');
   await expect(openDatastore({ etcd_endpoints: 'http://127.0.0.1:1', etcd_transport: 'h2' as never })).rejects.toThrow(/etcd_transport="h2" is not supported; use "http" or "grpc"/);
 });
 

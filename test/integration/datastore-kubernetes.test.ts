@@ -221,6 +221,29 @@ describe('kubernetes backend specifics', () => {
     await expect(openDatastore({ datastore_type: 'kubernetes', kubernetes: {} })).rejects.toThrow(/set kubernetes.kubeconfig \(recommended\) or kubernetes.k8s_api_root/);
   });
 
+  it("lists one node's endpoints through a field selector: another node's pods never reach the client", async () => {
+    const plain = await startFakeApiServer();
+    const kds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { k8s_api_root: plain.url }, timeoutMs: 3000 });
+    try {
+      addPod(plain, 'default', 'mine', 'near');
+      const name = workloadEndpointName('near', 'k8s', 'mine', 'eth0');
+      await kds.create({ apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata: { name, namespace: 'default' }, spec: { orchestrator: 'k8s', node: 'near', containerID: 'c1', pod: 'mine', endpoint: 'eth0', ipNetworks: ['10.0.0.8/32'], interfaceName: 'np1' } });
+      // A pod of another node whose endpoint annotations do not parse: any
+      // list that receives it fails, so a node's list succeeds only if the
+      // API server filtered it out.
+      addPod(plain, 'default', 'theirs', 'far');
+      plain.put('/api/v1/namespaces/default/pods/theirs', {
+        metadata: { name: 'theirs', annotations: { [WEP_ANNOTATIONS.containerID]: 'c2', [WEP_ANNOTATIONS.podIPs]: 'not-an-address' } },
+        spec: { nodeName: 'far', containers: [{ name: 'c', image: 'x' }] },
+      });
+      await expect(kds.list('WorkloadEndpoint')).rejects.toMatchObject({ kind: 'Invalid' });
+      expect((await kds.list('WorkloadEndpoint', { node: 'near' })).items.map((w) => w.metadata.name)).toEqual([name]);
+    } finally {
+      await kds.close();
+      await plain.stop();
+    }
+  });
+
   it('reaches an API server through k8s_api_root without credentials', async () => {
     const plain = await startFakeApiServer();
     try {

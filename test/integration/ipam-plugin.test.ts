@@ -54,7 +54,8 @@ interface RunResult {
   signal: NodeJS.Signals | null;
   stdout: string;
   stderr: string;
-  json?: { ips?: Array<{ address: string }>; routes?: Array<{ dst: string }>; code?: number; msg?: string };
+  /** undefined when stdout was empty or not JSON. */
+  json?: { ips?: Array<{ address: string }>; routes?: Array<{ dst: string }>; code?: number; msg?: string } | undefined;
 }
 
 /** One plugin invocation, as a runtime does it: env + stdin, NODE_EXTRA_CA_CERTS not inherited. */
@@ -65,7 +66,7 @@ interface KillAt {
   afterLine?: string;
 }
 
-function runPlugin(command: string, conf: Record<string, unknown>, containerId: string, opts: { cniArgs?: string; kill?: KillAt } = {}): Promise<RunResult & { lineAt?: number; ms: number }> {
+function runPlugin(command: string, conf: Record<string, unknown>, containerId: string, opts: { cniArgs?: string; kill?: KillAt } = {}): Promise<RunResult & { lineAt?: number | undefined; ms: number }> {
   const env: Record<string, string> = {
     PATH: `${dirname(process.execPath)}:/usr/sbin:/usr/bin:/sbin:/bin`,
     CNI_COMMAND: command,

@@ -13,7 +13,7 @@ import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { Ipam, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
+import { createIpam, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
 
 let etcd: EtcdServer;
 const stores: Datastore[] = [];
@@ -93,7 +93,7 @@ describe('IPAM transaction on etcd', () => {
   it('an ADD (handle, block, endpoint) is one etcd write, and so is a DEL', async () => {
     const ds = await open();
     await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'one-write' }, spec: { cidr: '10.91.0.0/24', blockSize: 28 } });
-    const ipam = new Ipam(ds, { lockPath: null });
+    const ipam = createIpam(ds, { lock: 'none' });
     // The first claims the node's block (affinity and block writes): not the hot path.
     const first = request('w1');
     await ipam.assign(first);
@@ -139,7 +139,7 @@ describe('IPAM transaction on etcd', () => {
       reqs.map(async ({ node, i }) => {
         const ds = dss[i % 3]!;
         const { req, committed } = withEndpoint({ ...request(node), ipv4Pools: ['three-nodes'] }, `pod-${i}`);
-        const got = await new Ipam(ds, { lockPath: null, batch: true }).assign(req);
+        const got = await createIpam(ds, { lock: 'none', batch: true }).assign(req);
         return { req, got, committed: committed() };
       }),
     );
@@ -189,11 +189,11 @@ describe('IPAM transaction on etcd', () => {
       reqs.map(async ({ node, i }, k) => {
         const ds = dss[i % 3]!;
         const handleID = (results[k]!.status === 'fulfilled' ? (results[k] as PromiseFulfilledResult<(typeof ok)[number]>).value.req.handleID : undefined) ?? `net.none${k}`;
-        await new Ipam(ds, { lockPath: null }).releaseByHandle(handleID, { alsoWrite: await delOp(ds, node, `pod-${i}`) });
+        await createIpam(ds, { lock: 'none' }).releaseByHandle(handleID, { alsoWrite: await delOp(ds, node, `pod-${i}`) });
       }),
     );
     // The runtime's DEL of a "try again" ADD that had committed (its handle is the one left).
-    for (const h of (await setup.list('IPAMHandle')).items) await new Ipam(setup, { lockPath: null }).releaseByHandle(h.spec.handleID);
+    for (const h of (await setup.list('IPAMHandle')).items) await createIpam(setup, { lock: 'none' }).releaseByHandle(h.spec.handleID);
     for (const w of (await setup.list('WorkloadEndpoint', { namespace: NS })).items) await setup.delete('WorkloadEndpoint', w.metadata.name, { namespace: NS });
     const [b2, h2, w2] = await Promise.all([setup.list('IPAMBlock'), setup.list('IPAMHandle'), setup.list('WorkloadEndpoint', { namespace: NS })]);
     for (const b of b2.items) expect(b.spec.allocations.every((a) => a == null), `block ${b.spec.cidr} still allocates`).toBe(true);
@@ -205,7 +205,7 @@ describe('IPAM transaction on etcd', () => {
     const ds = await open();
     const other = await open();
     await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'stale' }, spec: { cidr: '10.94.0.0/28', blockSize: 30 } });
-    const agent = () => new Ipam(ds, { lockPath: null, batch: true });
+    const agent = () => createIpam(ds, { lock: 'none', batch: true });
     const mk = () => ({ ...request('s1'), ipv4Pools: ['stale'] });
     const got: string[] = [];
     for (let i = 0; i < 4; i++) got.push((await agent().assign(mk()))[0]!.ip); // block 10.94.0.0/30 now full, seen full
@@ -227,7 +227,7 @@ describe('IPAM transaction on etcd', () => {
     const after = (await agent().assign(mk()))[0]!;
     const all = [...got, next.ip, after.ip];
     expect(new Set(all).size).toBe(all.length);
-    expect(await new Ipam(ds, { lockPath: null }).whoHas(after.ip)).toMatchObject({ handle: expect.stringMatching(/^net\.c/) });
+    expect(await createIpam(ds, { lock: 'none' }).whoHas(after.ip)).toMatchObject({ handle: expect.stringMatching(/^net\.c/) });
     expect(victim).toMatch(/^net\.c/);
   });
 });

@@ -10,8 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, type FakeApiServer } from '../fixtures/fake-apiserver.js';
 import { createKubeClient, type KubeClient, type KubePod } from '../../src/k8s/client.js';
 import { CachingPodSource } from '../../src/k8s/cache.js';
-import { disablePodCache, enablePodCache, podSourceFor } from '../../src/plugins/main/common.js';
-import type { Netconf } from '../../src/config/index.js';
+import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 
 const NODE = `cache-node-${process.pid}`;
 let server: FakeApiServer;
@@ -128,9 +127,11 @@ beforeAll(async () => {
   proxy = await startProxy(new URL(server.url));
   base = await createKubeClient({ k8s_api_root: proxy.url, timeoutMs: 3000 });
 });
-afterEach(() => {
+/** Runtimes a test built: closed after it (their pod caches' watches stop). */
+const runtimes: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
   for (const c of caches.splice(0)) c.stop();
-  disablePodCache();
+  await Promise.all(runtimes.splice(0).map((r) => r.close()));
 });
 afterAll(async () => {
   base?.close();
@@ -296,25 +297,26 @@ describe('CachingPodSource', () => {
   });
 });
 
-describe('podSourceFor (the plugin seam)', () => {
-  const conf = () => ({ kubernetes: { k8s_api_root: proxy.url } }) as unknown as Netconf;
+describe('the runtime\'s podSource (the plugin seam)', () => {
+  const conf = () => ({ kubernetes: { k8s_api_root: proxy.url } });
 
-  it('is the API client itself unless the agent enabled the cache; then a cache bound to the pod uid', async () => {
+  it('is the API client itself in the plain runtime; in a runtime with podCache (the agent\'s), a cache bound to the pod uid', async () => {
     const ns = uniq('seam');
     putNs(ns);
     putPod(ns, 'p');
     const { client, n } = counted(base);
-    expect(await podSourceFor(conf(), client, NODE, 'uid-p')).toBe(client);
+    expect(await createPluginRuntime().podSource(conf(), client, NODE, 'uid-p')).toBe(client);
 
-    enablePodCache();
-    const src = await podSourceFor(conf(), client, NODE, 'uid-p');
+    const agent = createPluginRuntime({ podCache: async (kube, node) => new CachingPodSource(kube, { nodeName: node }).start() });
+    runtimes.push(agent);
+    const src = await agent.podSource(conf(), client, NODE, 'uid-p');
     expect(src).not.toBe(client);
     await until('the agent cache syncs', () => servedFromCache(n, () => src.getPod(ns, 'p')));
     const before = n.getPod;
     expect(((await src.getPod(ns, 'p')) as KubePod).metadata.uid).toBe('uid-p');
     expect(n.getPod).toBe(before);
     // Same pod name, the runtime says another uid: read through.
-    await (await podSourceFor(conf(), client, NODE, 'uid-other')).getPod(ns, 'p');
+    await (await agent.podSource(conf(), client, NODE, 'uid-other')).getPod(ns, 'p');
     expect(n.getPod).toBe(before + 1);
   });
 });

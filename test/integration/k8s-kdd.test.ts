@@ -148,4 +148,28 @@ describe('datastore_type kubernetes', () => {
     expect(e.msg).toContain(`pod default/ghost-${process.pid} not found`);
     await expectNothingLeft();
   });
+  it("GC reads only this node's pods: another node's pod, even one whose endpoint annotations do not parse, is never listed", async () => {
+    const podName = `gc-${process.pid}`;
+    putPod(api, 'default', podName, { nodeName: NODE });
+    const netns = createNetns('pod');
+    const call = { containerId: `kddgc-${process.pid}-c`, netns: netns.path, args: k8sArgs('default', podName) };
+    expectOk(await cni('ADD', conf(), call));
+    // Another node's pod with broken endpoint annotations: listing every
+    // node's endpoints fails on it (Invalid), so GC succeeds only if the API
+    // server was asked for this node's pods alone.
+    const other = `gc-other-${process.pid}`;
+    putPod(api, 'default', other, { nodeName: `${NODE}-other`, annotations: { 'cni.netplugin.org/containerID': 'someone-else', 'cni.netplugin.org/podIPs': 'not-an-address' } });
+    try {
+      await expect(ds.list('WorkloadEndpoint')).rejects.toMatchObject({ kind: 'Invalid' });
+      expectOk(await cni('GC', { ...conf({ cniVersion: '1.1.0' }), 'cni.dev/valid-attachments': [] }));
+      // This node's stale attachment is gone: the endpoint annotations, the handle, the host veth.
+      const ann = await podAnnotations('default', podName);
+      expect(ann['cni.netplugin.org/containerID']).toBeUndefined();
+      // The other node's pod is untouched.
+      expect((await podAnnotations('default', other))['cni.netplugin.org/containerID']).toBe('someone-else');
+    } finally {
+      putPod(api, 'default', other, { nodeName: `${NODE}-other` });
+    }
+    await expectNothingLeft();
+  });
 });

@@ -13,7 +13,7 @@ import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { DatastoreError } from '../../src/errors.js';
-import { Ipam } from '../../src/ipam/index.js';
+import { createIpam } from '../../src/ipam/index.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const BIN = join(root, 'dist/netplugin-kube-controllers.mjs');
@@ -167,7 +167,7 @@ function ctl(args: string[]): Promise<{ code: number; out: string; err: string }
 }
 
 async function allocated(ip: string): Promise<boolean> {
-  return (await new Ipam(ds, { lockPath: null }).whoHas(ip)) !== undefined;
+  return (await createIpam(ds, { lock: 'none' }).whoHas(ip)) !== undefined;
 }
 
 describe('mirrors', { timeout: 120_000 }, () => {
@@ -258,7 +258,7 @@ describe('node controller', { timeout: 120_000 }, () => {
     await waitFor('Node n2 relabelled', async () => (await tryGet('Node', 'n2'))?.metadata.labels?.disk === 'ssd');
 
     // Addresses of n2: a pod's, and one without pod attributes (a tunnel address).
-    const ipam = new Ipam(ds, { lockPath: null });
+    const ipam = createIpam(ds, { lock: 'none' });
     const [podAddr] = await ipam.assign({ handleID: 'k8s-pod-network.aaa', node: 'n2', attrs: { namespace: 'default', pod: 'p1', containerID: 'aaa' }, assignIPv4: true, assignIPv6: false });
     const [tunnel] = await ipam.assign({ handleID: 'vxlan-tunnel-addr-n2', node: 'n2', attrs: { type: 'vxlanTunnelAddress' }, assignIPv4: true, assignIPv6: false });
     // A pod on another node keeps its address.
@@ -289,7 +289,7 @@ describe('node controller', { timeout: 120_000 }, () => {
     await setConfig({ leakGracePeriod: '4s', reconcilerPeriod: '1s' });
     ns('gc');
     node('g1', {});
-    const ipam = new Ipam(ds, { lockPath: null });
+    const ipam = createIpam(ds, { lock: 'none' });
     const assign = async (handle: string, attrs: Record<string, string>) =>
       (await ipam.assign({ handleID: handle, node: 'g1', attrs: { containerID: handle, ...attrs }, assignIPv4: true, assignIPv6: false }))[0]!.ip;
     const live = await assign('net.live', { namespace: 'gc', pod: 'live', podUID: 'uid-live' });
@@ -366,7 +366,7 @@ describe('netpluginctl', { timeout: 120_000 }, () => {
     expect(get.out).toContain('knp.default.allow-dns');
 
     await pool('cli', '10.93.0.0/24');
-    const ipam = new Ipam(ds, { lockPath: null });
+    const ipam = createIpam(ds, { lock: 'none' });
     const one = async (handle: string, attrs: Record<string, string>) => (await ipam.assign({ handleID: handle, node: 'c1', attrs, assignIPv4: true, assignIPv6: false }))[0]!.ip;
     const vanished = await one('net.cvanished', { namespace: 'cli', pod: 'vanished', containerID: 'cvanished' });
     const plain = await one('net.cplain', { containerID: 'cplain' });

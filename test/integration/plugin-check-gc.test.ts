@@ -4,7 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { Ipam } from '../../src/ipam/index.js';
+import { createIpam } from '../../src/ipam/index.js';
 import { createNetns } from '../fixtures/netns.js';
 import {
   NET_NAME, NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, link, linkAfterDel, netconf,
@@ -70,7 +70,7 @@ describe('CHECK', () => {
 
   it('the address was released behind its back', async () => {
     const { call, result } = await addPod('released');
-    await new Ipam(c.ds, { lockPath: null }).releaseByHandle(`${NET_NAME}.${call.containerId}`);
+    await createIpam(c.ds, { lock: 'none' }).releaseByHandle(`${NET_NAME}.${call.containerId}`);
     const r = expectCniError(await check(call, result), 104);
     expect(r.msg).toContain(`IPAM no longer holds ${result.ips[0].address.split('/')[0]}`);
     expectOk(await cni('DEL', conf(), call));
@@ -106,7 +106,7 @@ describe('GC', () => {
     const keep = await addPod('keep');
     const drop = await addPod('drop');
     // Addresses without an endpoint (a crashed ADD), of this network and of another one.
-    const ipam = new Ipam(c.ds, { lockPath: null });
+    const ipam = createIpam(c.ds, { lock: 'none' });
     await ipam.assign({ handleID: `${NET_NAME}.orphan-${process.pid}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false });
     await ipam.assign({ handleID: `other-net.foreign-${process.pid}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false });
     // An endpoint of another node is that node's business.
@@ -158,7 +158,7 @@ describe('GC', () => {
     const uplink = `upl${process.pid % 100000}`;
     execFileSync('ip', ['link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${uplink}p`]);
     try {
-      const ipam = new Ipam(c.ds, { lockPath: null });
+      const ipam = createIpam(c.ds, { lock: 'none' });
       const stale = `stale-${process.pid}`;
       await ipam.assign({ handleID: `${NET_NAME}.${stale}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false });
       // A stale endpoint of ours whose interfaceName was pointed at the node's uplink.

@@ -76,8 +76,8 @@ describe('DEL is idempotent', () => {
 
   it('the allocation is already released: DEL succeeds, the veth and the endpoint go', async () => {
     const { call } = await addPod('ipgone');
-    const { Ipam } = await import('../../src/ipam/index.js');
-    await new Ipam(c.ds, { lockPath: null }).releaseByHandle(`k8s-pod-network.${call.containerId}`);
+    const { createIpam } = await import('../../src/ipam/index.js');
+    await createIpam(c.ds, { lock: 'none' }).releaseByHandle(`k8s-pod-network.${call.containerId}`);
     expect((await ipamState(c.ds)).allocations).toEqual([]);
     expectOk(await cni('DEL', conf(), call));
     await expectNothingLeft(c, PREFIX);

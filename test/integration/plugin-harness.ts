@@ -37,7 +37,7 @@ export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 /** Builds the bundles when they are missing (npm test builds first; a lone vitest run may not have). */
 export function ensureBuilt(): void {
   if (process.env.NETPLUGIN_TEST_BIN && !AGENT_SOCKET) return;
-  if (['netplugin.mjs', 'netplugin-ipam.mjs', 'netplugin-node.mjs', 'netplugin-worker.mjs'].every((f) => existsSync(join(DIST, f)))) return;
+  if (['netplugin.mjs', 'netplugin-ipam.mjs', 'netplugin-node.mjs'].every((f) => existsSync(join(DIST, f)))) return;
   const r = spawnSync(process.execPath, [join(ROOT, 'scripts/build.mjs')], { cwd: ROOT, encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`build failed: ${r.stderr}`);
 }

@@ -1,6 +1,7 @@
 // Conntrack of a deleted pod: a UDP flow from client pod c to server pod s is
 // allowed and established (the host's conntrack table has its entry); the DEL
-// of s flushes every entry of s's address, and a new pod that gets the same
+// of s flushes every entry of s's address (the agent: just after DEL returns,
+// before an ADD can give the address a veth again), and a new pod that gets the same
 // address under a deny-all-ingress policy is not reachable by that flow, even
 // from the same source port (without the flush the stale ESTABLISHED entry
 // would let it through the base chain's `ct state established accept`).
@@ -67,7 +68,8 @@ describe('conntrack of a deleted pod', { timeout: 120_000 }, () => {
     expect(entriesOf(s.ip).some((l) => l.includes(`sport=${SPORT} `) && l.includes('udp')), `no entry for ${s.ip}:\n${entriesOf(s.ip).join('\n')}`).toBe(true);
 
     await delPod(env, s);
-    expect(entriesOf(s.ip)).toEqual([]);
+    // The agent flushes off the DEL's request path (batched, a few ms later).
+    await eventually(`the entries of ${s.ip} are flushed`, async () => entriesOf(s.ip).length === 0);
 
     // The next pod asks for s's address (the IPAM annotation), as a reuse would give it.
     const s2 = await addPod(env, 'x', 's2', { pod: 's2', srv: 'new' }, true, { 'cni.netplugin.org/ipAddrs': JSON.stringify([s.ip]) });

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
+  addressOf,
+  hostPrefix,
   blockAt,
   blockCount,
   canonicalIP,
@@ -152,5 +154,18 @@ describe('CIDRs', () => {
     expect(formatCidr(last)).toBe('fd00:10:244:0:ffff:ffff:ffff:ffc0/122');
     expect(cidrSize(last)).toBe(64n);
     expect(formatIP(nthAddress(last, 63))).toBe('fd00:10:244:0:ffff:ffff:ffff:ffff');
+  });
+});
+
+describe('hostPrefix and addressOf', () => {
+  it('hostPrefix makes a one-address prefix of either family', () => {
+    expect(hostPrefix('10.0.0.5')).toBe('10.0.0.5/32');
+    expect(hostPrefix('fd00::5')).toBe('fd00::5/128');
+  });
+  it('addressOf takes the address of addr/len, and leaves a bare address alone', () => {
+    expect(addressOf('10.0.0.5/24')).toBe('10.0.0.5');
+    expect(addressOf('fd00::5/128')).toBe('fd00::5');
+    expect(addressOf('10.0.0.5')).toBe('10.0.0.5');
+    expect(addressOf(hostPrefix('fd00::7'))).toBe('fd00::7');
   });
 });

@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { MAX_NESTING, MAX_STDIN, dispatch, validAttachments } from '../../src/cni/dispatch.js';
 import { SUPPORTED_VERSIONS, type CniContext, type CniHandlers, type CniResult, type PluginSpec } from '../../src/cni/types.js';
 import { parseNetconf, type Netconf } from '../../src/config/netconf.js';
+import { createPluginRuntime, type PluginRuntime } from '../../src/plugins/main/runtime.js';
 import { CniError, DatastoreError } from '../../src/errors.js';
 
 const tmp = mkdtempSync(join(tmpdir(), `cni-dispatch-${process.pid}-`));
@@ -126,6 +127,31 @@ describe('ADD', () => {
   });
 });
 
+describe('runtime', () => {
+  it("hands every handler the spec's runtime as ctx.runtime (one object per process, not per call)", async () => {
+    const rt = createPluginRuntime();
+    const seen: PluginRuntime[] = [];
+    const record = async (ctx: CniContext<Netconf, PluginRuntime>) => void seen.push(ctx.runtime);
+    const handlers: CniHandlers<Netconf, PluginRuntime> = {
+      parse: (raw) => parseNetconf(raw, { pluginType: 'netplugin' }),
+      add: async (ctx) => (seen.push(ctx.runtime), RESULT),
+      del: record,
+      check: record,
+      status: record,
+      gc: record,
+    };
+    const plugin: PluginSpec<Netconf, PluginRuntime> = { name: 'netplugin', load: async () => handlers, runtime: rt };
+    for (const cmd of ['ADD', 'DEL']) {
+      let stdout = '';
+      const code = await dispatch({ env: { ...ENV, CNI_COMMAND: cmd }, stdin: JSON.stringify(conf('1.0.0')), stdout: (s) => (stdout += s), stderr: () => undefined }, plugin);
+      expect(code, stdout).toBe(0);
+    }
+    expect(seen).toHaveLength(2);
+    expect(seen[0]).toBe(rt);
+    expect(seen[1]).toBe(rt);
+  });
+});
+
 describe('env and input errors', () => {
   it('bad env is code 4 naming each variable, in the conf version', async () => {
     const out = await run(recorder().plugin, { CNI_COMMAND: 'ADD', CNI_IFNAME: 'x'.repeat(20) }, conf('0.4.0'));
@@ -232,7 +258,7 @@ describe('handler failures', () => {
 // Issue 11, finding 8: stdin is bounded, must be UTF-8, and may not nest
 // without limit; each is a clean code-6 error, never a 999 with a stack.
 describe('stdin hardening (code 6)', () => {
-  const realPlugin: PluginSpec<Netconf> = { name: 'netplugin', load: async () => (await import('../../src/plugins/main/index.js')).handlers };
+  const realPlugin: PluginSpec<Netconf, PluginRuntime> = { name: 'netplugin', load: async () => (await import('../../src/plugins/main/index.js')).handlers, runtime: createPluginRuntime() };
   async function runBuf(stdin: Buffer | string) {
     let stdout = '';
     let stderr = '';

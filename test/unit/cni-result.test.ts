@@ -24,7 +24,7 @@ function expectedIn(v: string): CniResult {
   if (v === '1.1.0') return FULL;
   return {
     ...FULL,
-    interfaces: FULL.interfaces!.map(({ name, mac, sandbox }) => ({ name, mac, ...(sandbox ? { sandbox } : {}) })),
+    interfaces: FULL.interfaces!.map(({ name, mac, sandbox }) => ({ name, ...(mac ? { mac } : {}), ...(sandbox ? { sandbox } : {}) })),
     routes: FULL.routes!.map(({ dst, gw }) => ({ dst, ...(gw ? { gw } : {}) })),
   };
 }

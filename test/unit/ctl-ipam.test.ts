@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { initDatastore, runCtl } from '../../src/ctl/index.js';
-import { Ipam } from '../../src/ipam/index.js';
+import { createIpam, type Ipam } from '../../src/ipam/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { handleName } from '../../src/ipam/handle.js';
 import type { IpamReport } from '../../src/ctl/ipam.js';
@@ -17,7 +17,7 @@ let ipam: Ipam;
 let dir: string;
 beforeEach(() => {
   ds = new MemoryDatastore();
-  ipam = new Ipam(ds, { lockPath: null });
+  ipam = createIpam(ds, { lock: 'none' });
   dir = mkdtempSync(join(tmpdir(), `ctl-ipam-${process.pid}-`));
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
@@ -37,7 +37,7 @@ async function ctl(argv: string[], stdin?: string): Promise<{ code: number; out:
 }
 
 async function addPool(name: string, cidr: string, blockSize?: number): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize, ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' } });
+  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...(blockSize !== undefined ? { blockSize } : {}), ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' } });
 }
 
 async function addNode(name: string): Promise<void> {

@@ -10,7 +10,7 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { runCtl } from '../../src/ctl/index.js';
 import { mergePatch } from '../../src/ctl/edit.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { Ipam } from '../../src/ipam/index.js';
+import { createIpam } from '../../src/ipam/index.js';
 
 let ds: MemoryDatastore;
 let dir: string;
@@ -170,7 +170,7 @@ describe('progress on a terminal', () => {
   it('ipam check and release show a progress line on stderr only when it is a TTY', async () => {
     await ctl(['apply', '-f', '-'], pool('p', '10.60.0.0/24'));
     await ctl(['apply', '-f', '-'], `apiVersion: ${API_VERSION}\nkind: Node\nmetadata: {name: n1}\nspec: {}\n`);
-    const ipam = new Ipam(ds, { lockPath: null });
+    const ipam = createIpam(ds, { lock: 'none' });
     // 25 handles without workload endpoints: all leaked.
     for (let i = 0; i < 25; i++) await ipam.assign({ handleID: `k8s-pod-network.c${i}`, node: 'n1', attrs: {}, assignIPv4: true, assignIPv6: false });
     const run = async (argv: string[], tty: boolean) => {

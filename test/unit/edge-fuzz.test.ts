@@ -7,6 +7,7 @@ import { parseEnv } from '../../src/cni/env.js';
 import { dispatch } from '../../src/cni/dispatch.js';
 import { CniError } from '../../src/errors.js';
 import { handlers } from '../../src/plugins/main/index.js';
+import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 
 /** mulberry32: a small deterministic PRNG. */
 function prng(seed: number): () => number {
@@ -58,7 +59,7 @@ describe('edge fuzz', () => {
       if (k < 0.6) return Array.from({ length: 1 + Math.floor(r() * 2) }, () => value(depth + 1));
       return Object.fromEntries(Array.from({ length: 1 + Math.floor(r() * 2) }, () => [['ranges', 'subnet', 'type', 'routes', '__proto__', 'constructor'][Math.floor(r() * 6)]!, value(depth + 1)]));
     };
-    const plugin = { name: 'netplugin', load: async () => handlers };
+    const plugin = { name: 'netplugin', load: async () => handlers, runtime: createPluginRuntime() };
     for (let i = 0; i < 200; i++) {
       const ipam = { type: r() < 0.5 ? 'host-local' : 'netplugin-ipam', ...(value(0) as object) };
       let out = '';

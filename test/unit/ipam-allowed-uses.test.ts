@@ -8,7 +8,7 @@ import { API_VERSION, type IPPoolSpec } from '../../src/model/resources.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { Ipam, type AssignRequest } from '../../src/ipam/index.js';
+import { createIpam, type Ipam, type AssignRequest } from '../../src/ipam/index.js';
 
 let ds: MemoryDatastore;
 let ipam: Ipam;
@@ -33,7 +33,7 @@ async function failure(p: Promise<unknown>): Promise<CniError> {
 
 beforeEach(async () => {
   ds = new MemoryDatastore();
-  ipam = new Ipam(ds, { lockPath: null });
+  ipam = createIpam(ds, { lock: 'none' });
   await pool('tunnels', '10.70.0.0/24', { allowedUses: ['Tunnel'] });
 });
 

@@ -9,7 +9,7 @@ import { type Datastore } from '../../src/datastore/types.js';
 import { DatastoreError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { Ipam, type AssignRequest, type Assigned } from '../../src/ipam/index.js';
+import { createIpam, type AssignRequest, type Assigned } from '../../src/ipam/index.js';
 
 async function pool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
   await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...spec } });
@@ -89,7 +89,7 @@ class Counting implements Datastore {
 }
 
 /** A fresh Ipam per request, as the agent's ADD handler makes one: batching must still see them all. */
-const batching = (store: Datastore) => new Ipam(store, { lockPath: null, batch: true });
+const batching = (store: Datastore) => createIpam(store, { lock: 'none', batch: true });
 
 function allocatedOrds(spec: Resource<'IPAMBlock'>['spec']): number {
   return spec.allocations.filter((a) => a != null).length;
@@ -111,7 +111,7 @@ describe('batched assignment', () => {
     expect(new Set(ips).size).toBe(100);
     for (const [i, r] of reqs.entries()) {
       expect(got[i]).toHaveLength(1);
-      expect(await new Ipam(ds, { lockPath: null }).handleAddresses(r.handleID)).toEqual([ips[i]]);
+      expect(await createIpam(ds, { lock: 'none' }).handleAddresses(r.handleID)).toEqual([ips[i]]);
       expect(got[i]![0]!.address).toBe(`${ips[i]}/26`);
     }
     const held = await checkInvariant(ds);
@@ -124,7 +124,7 @@ describe('batched assignment', () => {
 
   it('without batch the same load writes the block once per request (the baseline the batch improves on)', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
-    await Promise.all(Array.from({ length: 30 }, () => new Ipam(store, { lockPath: null }).assign(req('n1'))));
+    await Promise.all(Array.from({ length: 30 }, () => createIpam(store, { lock: 'none' }).assign(req('n1'))));
     expect(store.writes.filter((w) => w === 'update IPAMBlock').length).toBeGreaterThanOrEqual(30);
   });
 
@@ -143,7 +143,7 @@ describe('batched assignment', () => {
   it('a block that fills up mid-batch spills to a newly claimed block', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
     // 5 of the first block's 8 addresses are taken one by one first.
-    for (let i = 0; i < 5; i++) await new Ipam(ds, { lockPath: null }).assign(req('n1'));
+    for (let i = 0; i < 5; i++) await createIpam(ds, { lock: 'none' }).assign(req('n1'));
     const reqs = Array.from({ length: 20 }, () => req('n1'));
     const got = await Promise.all(reqs.map((r) => batching(store).assign(r)));
     const ips = got.map((g) => g[0]!.ip);
@@ -165,7 +165,7 @@ describe('batched assignment', () => {
 
   it('a failing shared block write is retried request by request', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
-    await new Ipam(ds, { lockPath: null }).assign(req('n1')); // the node holds a block: the batch goes straight to it
+    await createIpam(ds, { lock: 'none' }).assign(req('n1')); // the node holds a block: the batch goes straight to it
     let failedSize = 0;
     store.onBlockUpdate = (i, res) => {
       if (i !== 0) return undefined;
@@ -184,14 +184,14 @@ describe('batched assignment', () => {
 
   it('a shared write that was applied but reported failed gives each request its address once', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
-    await new Ipam(ds, { lockPath: null }).assign(req('n1'));
+    await createIpam(ds, { lock: 'none' }).assign(req('n1'));
     store.onBlockUpdate = (i) => (i === 0 ? 'lost' : undefined);
     const reqs = Array.from({ length: 10 }, () => req('n1'));
     const got = await Promise.all(reqs.map((r) => batching(store).assign(r)));
     const held = await checkInvariant(ds);
     for (const [i, r] of reqs.entries()) {
       expect(held.get(r.handleID.toLowerCase())).toHaveLength(1);
-      expect(await new Ipam(ds, { lockPath: null }).handleAddresses(r.handleID)).toEqual([got[i]![0]!.ip]);
+      expect(await createIpam(ds, { lock: 'none' }).handleAddresses(r.handleID)).toEqual([got[i]![0]!.ip]);
     }
     // 1 (earlier) + 10 taken by the lost write; no second address for anyone
     const [block] = await all(ds, 'IPAMBlock');
@@ -201,7 +201,7 @@ describe('batched assignment', () => {
 
   it('one request whose handle write fails does not fail the rest of its batch', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
-    await new Ipam(ds, { lockPath: null }).assign(req('n1'));
+    await createIpam(ds, { lock: 'none' }).assign(req('n1'));
     const reqs = Array.from({ length: 8 }, () => req('n1'));
     const victim = reqs[3]!.handleID;
     let failures = 0;
@@ -223,7 +223,7 @@ describe('batched assignment', () => {
 
   it('a batch step that fails after serving one block keeps what it served and fails only the rest', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
-    const one = new Ipam(ds, { lockPath: null });
+    const one = createIpam(ds, { lock: 'none' });
     const early = [];
     for (let i = 0; i < 9; i++) early.push(req('n1'));
     for (const r of early) await one.assign(r); // 10.0.0.0/29 full, 10.0.0.8/29 holds one
@@ -249,7 +249,7 @@ describe('batched assignment', () => {
     const ops: Array<Promise<unknown>> = [];
     for (let i = 0; i < 30; i++) {
       ops.push(batching(store).assign(second[i]!));
-      if (i % 2 === 0) ops.push(new Ipam(store, { lockPath: null }).releaseByHandle(first[i]!.handleID));
+      if (i % 2 === 0) ops.push(createIpam(store, { lock: 'none' }).releaseByHandle(first[i]!.handleID));
     }
     await Promise.all(ops);
     const held = await checkInvariant(ds);
@@ -288,7 +288,7 @@ describe('batched assignment', () => {
   it('a retried ADD in a batch gets back what its handle holds', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
     const again = req('n1');
-    const [before] = await new Ipam(ds, { lockPath: null }).assign(again);
+    const [before] = await createIpam(ds, { lock: 'none' }).assign(again);
     const got = await Promise.all([req('n1'), again, req('n1'), req('n1')].map((r) => batching(store).assign(r)));
     expect(got[1]!.map((a) => a.ip)).toEqual([before!.ip]);
     expect(new Set(got.map((g) => g[0]!.ip)).size).toBe(4);

@@ -11,7 +11,7 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { runCtl } from '../../src/ctl/index.js';
 import type { IpamReport } from '../../src/ctl/ipam.js';
-import { Ipam } from '../../src/ipam/index.js';
+import { createIpam, type Ipam } from '../../src/ipam/index.js';
 import { handleIDFor, handleName, parseHandleID } from '../../src/ipam/handle.js';
 import { identify } from '../../src/plugins/main/common.js';
 import type { Netconf } from '../../src/config/index.js';
@@ -21,7 +21,7 @@ let ipam: Ipam;
 let dir: string;
 beforeEach(async () => {
   ds = new MemoryDatastore();
-  ipam = new Ipam(ds, { lockPath: null });
+  ipam = createIpam(ds, { lock: 'none' });
   dir = mkdtempSync(join(tmpdir(), `ipam-identity-${process.pid}-`));
   await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p' }, spec: { cidr: '10.9.0.0/24', blockSize: 28, ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' } });
 });

@@ -8,7 +8,7 @@ import { build } from 'esbuild';
 import { ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { acquireHostLock, serialize, withHostLock } from '../../src/ipam/lock.js';
+import { acquireHostLock, onLockTakeover, serialize, withHostLock } from '../../src/ipam/lock.js';
 import { startLockSquatter } from '../fixtures/squatter.js';
 
 let dir: string;
@@ -84,6 +84,29 @@ describe('host lock', () => {
     const path = join(dir, `throw-${process.pid}.lock`);
     await expect(withHostLock(path, async () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
     await withHostLock(path, async () => undefined, { timeoutMs: 1000 });
+  });
+
+  it('tells takeover listeners when another process held the lock since this one did, and only then', async () => {
+    const path = join(dir, `takeover-${process.pid}.lock`);
+    const seen: string[] = [];
+    const off = onLockTakeover((p) => seen.push(p));
+    try {
+      await withHostLock(path, async () => undefined);
+      await withHostLock(path, async () => undefined);
+      expect(seen).toEqual([]);
+      // Another process takes the lock (and writes its pid), then goes.
+      const child = await holdInChild(path);
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGKILL');
+      await exited;
+      await withHostLock(path, async () => undefined, { timeoutMs: 5000 });
+      expect(seen).toEqual([path]);
+      await withHostLock(path, async () => undefined);
+      expect(seen).toEqual([path]);
+      expect(readFileSync(path, 'utf8').trim()).toBe(String(process.pid));
+    } finally {
+      off();
+    }
   });
 
   it('long paths still work (hashed abstract name)', async () => {

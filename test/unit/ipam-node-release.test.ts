@@ -4,12 +4,12 @@
 import { describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { Ipam, releaseNodeIpam } from '../../src/ipam/index.js';
+import { createIpam, releaseNodeIpam } from '../../src/ipam/index.js';
 
 async function setup() {
   const ds = new MemoryDatastore();
   await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p' }, spec: { cidr: '10.60.0.0/24', blockSize: 28, vxlanMode: 'Always' } });
-  const ipam = new Ipam(ds, { lockPath: null });
+  const ipam = createIpam(ds, { lock: 'none' });
   return { ds, ipam };
 }
 

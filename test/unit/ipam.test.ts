@@ -9,7 +9,7 @@ import { type Datastore } from '../../src/datastore/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { Ipam, type AssignRequest } from '../../src/ipam/index.js';
+import { createIpam, type AssignRequest } from '../../src/ipam/index.js';
 
 async function pool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
   await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...spec } });
@@ -96,7 +96,7 @@ let ds: MemoryDatastore;
 beforeEach(() => {
   ds = new MemoryDatastore();
 });
-const ipam = (store: Datastore = ds, maxRetries?: number) => new Ipam(store, { lockPath: null, maxRetries });
+const ipam = (store: Datastore = ds, maxRetries?: number) => createIpam(store, { lock: 'none', ...(maxRetries !== undefined ? { maxRetries } : {}) });
 
 describe('block claim and allocation', () => {
   it('claims a block by affinity and records the handle and attributes', async () => {
@@ -431,7 +431,7 @@ describe('concurrency', () => {
         throw e;
       }
     };
-    const [a, b] = await Promise.all([new Ipam(f, { lockPath: null }).assign(req('n1')), new Ipam(f, { lockPath: null }).assign(req('n2'))]);
+    const [a, b] = await Promise.all([createIpam(f, { lock: 'none' }).assign(req('n1')), createIpam(f, { lock: 'none' }).assign(req('n2'))]);
     expect(lost).toEqual(['10.0.0.0-29']); // the race really happened
     expect(a![0]!.block).not.toBe(b![0]!.block);
     expect(a![0]!.ip).not.toBe(b![0]!.ip);
@@ -494,7 +494,7 @@ describe('concurrency', () => {
   it('200 concurrent assigns across 3 nodes: all unique, then all released', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
     const nodes = ['n1', 'n2', 'n3'];
-    const instances = nodes.map(() => new Ipam(ds, { lockPath: null, maxRetries: 30 }));
+    const instances = nodes.map(() => createIpam(ds, { lock: 'none', maxRetries: 30 }));
     const reqs = Array.from({ length: 200 }, (_, i) => ({ r: req(nodes[i % 3]!), i: i % 3 }));
     const got = await Promise.all(reqs.map(({ r, i }) => instances[i]!.assign(r)));
     const ips = got.map((g) => g[0]!.ip);
@@ -532,24 +532,24 @@ describe('crash safety', () => {
       for (let cut = 0; cut < 12; cut++) {
         const store = new MemoryDatastore();
         await pool(store, 'p', '10.0.0.0/24', { blockSize: 29 });
-        if (scenario === 'affine') await new Ipam(store, { lockPath: null }).assign(req('n1'));
+        if (scenario === 'affine') await createIpam(store, { lock: 'none' }).assign(req('n1'));
         const f = new Faulty(store);
         f.failAfterWrites = cut;
         const r = req('n1', scenario === 'explicit' ? { requestedIPs: ['10.0.0.99'] } : {});
         let ok = true;
         try {
-          await new Ipam(f, { lockPath: null }).assign(r);
+          await createIpam(f, { lock: 'none' }).assign(r);
         } catch (e) {
           ok = false;
           expect(DatastoreError.is(e, 'Unavailable')).toBe(true);
         }
         await checkInvariant(store);
-        await new Ipam(store, { lockPath: null }).releaseByHandle(r.handleID);
+        await createIpam(store, { lock: 'none' }).releaseByHandle(r.handleID);
         const left = await checkInvariant(store);
         expect(left.handles).toBe(scenario === 'affine' ? 1 : 0);
         expect(left.allocated).toBe(scenario === 'affine' ? 1 : 0);
         // a new ADD on the node works and cleans up a half-claimed block
-        await new Ipam(store, { lockPath: null }).assign(req('n1'));
+        await createIpam(store, { lock: 'none' }).assign(req('n1'));
         expect((await all(store, 'BlockAffinity')).every((a) => a.spec.state === 'confirmed')).toBe(true);
         if (ok) break;
       }

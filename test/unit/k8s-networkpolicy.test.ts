@@ -9,7 +9,7 @@ import { parseSelector } from '../../src/selector/index.js';
 import { namespaceToProfile, parseProfileName, serviceAccountToProfile } from '../../src/model/profiles.js';
 
 const K8S = "netplugin.org/orchestrator == 'k8s'";
-const np = (spec: KubeNetworkPolicy['spec'], name = 'p'): KubeNetworkPolicy => ({ metadata: { name, namespace: 'web' }, spec });
+const np = (spec: KubeNetworkPolicy['spec'], name = 'p'): KubeNetworkPolicy => ({ metadata: { name, namespace: 'web' }, ...(spec ? { spec } : {}) });
 
 interface Case {
   name: string;

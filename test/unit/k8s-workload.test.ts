@@ -7,6 +7,7 @@ import {
   podEndpointAttributes,
   podLookupError,
   readPodContext,
+  readWorkloadContext,
   type NamespaceLike,
   type PodLike,
   type PodSource,
@@ -15,6 +16,8 @@ import { workloadEndpointName } from '../../src/model/names.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
 import type { Logger } from '../../src/cni/types.js';
 import type { KubeClient } from '../../src/k8s/client.js';
+import { ANNOTATIONS } from '../../src/model/annotations.js';
+import type { PoolInfo } from '../../src/k8s/annotations.js';
 
 // Compile-time check (tsc): the real API client can be passed where a PodSource is expected.
 const clientIsPodSource = (c: KubeClient): PodSource => c;
@@ -240,5 +243,94 @@ describe('readPodContext', () => {
     expect(e.code).toBe(ErrorCodes.TryAgainLater);
     expect(e.message).toContain('namespace shop');
     expect(e.message).toContain('429');
+  });
+});
+
+describe('readWorkloadContext', () => {
+  const pools: PoolInfo[] = [
+    { name: 'default-ipv4-ippool', cidr: '10.244.0.0/16' },
+    { name: 'blue', cidr: '10.99.0.0/24' },
+    { name: 'green', cidr: '10.98.0.0/24' },
+  ];
+  const ref = { namespace: 'shop', name: 'web-0' };
+  const source = (podAnn: Record<string, string>, nsAnn: Record<string, string>, calls: string[] = []): PodSource => ({
+    getPod: async () => {
+      calls.push('pod');
+      return { ...pod, metadata: { ...pod.metadata, annotations: podAnn } };
+    },
+    getNamespace: async () => {
+      calls.push('namespace');
+      return { metadata: { name: 'shop', annotations: nsAnn } };
+    },
+  });
+  const conf = { ipam: { assign_ipv4: 'true' } };
+
+  it('returns the pod and the options its annotations and its namespace resolve to, in one call', async () => {
+    const calls: string[] = [];
+    const got = await readWorkloadContext({
+      pod: { ref, open: async () => ({ source: source({ [ANNOTATIONS.ipv4Pools]: '["blue"]' }, { [ANNOTATIONS.ipv4Pools]: '["green"]' }, calls) }) },
+      resolve: {
+        pod: ref,
+        conf,
+        pools: async () => {
+          calls.push('pools');
+          return pools;
+        },
+      },
+    });
+    expect(got.pod?.metadata.name).toBe(pod.metadata.name);
+    expect(got.namespace?.metadata.name).toBe('shop');
+    // The pod's annotation wins over its namespace's.
+    expect(got.options?.ipv4Pools).toEqual(['blue']);
+    expect(got.options?.source.ipv4Pools).toMatchObject({ from: 'pod', key: ANNOTATIONS.ipv4Pools });
+    // The pools are asked for only once the pod is read.
+    expect(calls.indexOf('pools')).toBeGreaterThan(Math.max(calls.indexOf('pod'), calls.indexOf('namespace')));
+  });
+
+  it('takes a namespace annotation the pod does not override', async () => {
+    const got = await readWorkloadContext({ pod: { ref, open: async () => ({ source: source({}, { [ANNOTATIONS.ipv4Pools]: '["green"]' }) }) }, resolve: { pod: ref, conf, pools: async () => pools } });
+    expect(got.options?.ipv4Pools).toEqual(['green']);
+    expect(got.options?.source.ipv4Pools).toMatchObject({ from: 'namespace' });
+  });
+
+  it('without a pod read, only the netconf and CNI_ARGS decide', async () => {
+    const got = await readWorkloadContext({ resolve: { pod: ref, conf, cniArgsIP: '10.99.0.7', pools: async () => pools } });
+    expect(got.pod).toBeUndefined();
+    expect(got.options?.requestedIPs).toEqual(['10.99.0.7']);
+    expect(got.options?.source.addresses).toMatchObject({ from: 'cni-args' });
+  });
+
+  it('reads only the pod when no options are asked (delegated IPAM)', async () => {
+    const got = await readWorkloadContext({ pod: { ref, open: async () => ({ source: source({ [ANNOTATIONS.ipv4Pools]: 'not json' }, {}) }) } });
+    expect(got.pod?.metadata.name).toBe(pod.metadata.name);
+    expect(got.options).toBeUndefined();
+  });
+
+  it('a pod that cannot be read fails as podLookupError says, before any pool is listed', async () => {
+    let listed = false;
+    const gone: PodSource = {
+      getPod: async () => {
+        throw new DatastoreError('NotFound', 'nope');
+      },
+      getNamespace: async () => ({ metadata: { name: 'shop' } }),
+    };
+    const e = (await readWorkloadContext({
+      pod: { ref, open: async () => ({ source: gone, apiServer: 'https://api:6443' }) },
+      resolve: { pod: ref, conf, pools: async () => ((listed = true), pools) },
+    }).catch((x: unknown) => x)) as CniError;
+    expect(e).toBeInstanceOf(CniError);
+    expect(e.code).toBe(ErrorCodes.OrchestratorFailure);
+    expect(e.message).toContain('pod shop/web-0 not found in the API server at https://api:6443');
+    expect(listed).toBe(false);
+  });
+
+  it('a malformed annotation fails with code 7 naming the key and the pod', async () => {
+    const e = (await readWorkloadContext({
+      pod: { ref, open: async () => ({ source: source({ [ANNOTATIONS.ipv4Pools]: 'blue' }, {}) }) },
+      resolve: { pod: ref, conf, pools: async () => pools },
+    }).catch((x: unknown) => x)) as CniError;
+    expect(e.code).toBe(ErrorCodes.InvalidNetworkConfig);
+    expect(e.message).toContain(ANNOTATIONS.ipv4Pools);
+    expect(e.message).toContain('pod shop/web-0');
   });
 });

@@ -76,7 +76,8 @@ describe('incremental policy compiler', () => {
       else eps = eps.map((e, j) => {
           if (j !== i) return e;
           const { labels, ports } = endpoint(r, 0, 0);
-          return { ...e, labels, ports };
+          const { ports: _old, ...rest } = e;
+          return ports ? { ...rest, labels, ports } : { ...rest, labels };
         }); // labels and ports
       const input: CompileInput = { policies: pols, profiles: profs, endpoints: eps };
       const inc = c.compile(input);

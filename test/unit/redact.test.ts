@@ -6,8 +6,9 @@ import { errorResult } from '../../src/cni/errors.js';
 import { dispatch } from '../../src/cni/dispatch.js';
 import { CniError } from '../../src/errors.js';
 import { handlers } from '../../src/plugins/main/index.js';
+import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 
-const plugin = { name: 'netplugin', load: async () => handlers };
+const plugin = { name: 'netplugin', load: async () => handlers, runtime: createPluginRuntime() };
 
 const JWT = 'eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJlLXBhcnQ';
 

@@ -8,7 +8,7 @@ import type { Logger } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { formatCidr } from '../../net/cidr.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
-import { watchKind } from '../routes/watch.js';
+import { datastoreSource, Informer } from '../../watch/informer.js';
 
 export const NAT_TABLE = 'netplugin-nat';
 
@@ -55,10 +55,11 @@ export function startNatController(o: { ds: Datastore; log: Logger; run?: (scrip
   let last = '';
   let timer: NodeJS.Timeout | undefined;
   let reported = false;
+  let stopped = false;
   const apply = async () => {
     const input: NatInput = {
-      pools: poolViews(pools.items.values()),
-      nodeIPs: [...nodes.items.values()].flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
+      pools: poolViews(pools.list()),
+      nodeIPs: nodes.list().flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
     };
     const script = natScript(input);
     if (script === last) return;
@@ -76,13 +77,24 @@ export function startNatController(o: { ds: Datastore; log: Logger; run?: (scrip
     }
   };
   const schedule = (ms = 20) => {
+    if (stopped) return;
     clearTimeout(timer);
     timer = setTimeout(() => void apply(), ms);
   };
-  const pools = watchKind(ds, 'IPPool', log, () => schedule());
-  const nodes = watchKind(ds, 'Node', log, () => schedule());
+  // The shared list+watch layer (re-list on compaction / 410 / a broken watch).
+  const onError = (e: Error, source: string) => log.warn('nat: watch failed; re-listing', { source, error: e.message });
+  const pools = new Informer(datastoreSource(ds, 'IPPool'), { onChange: () => schedule() }, { onError });
+  const nodes = new Informer(datastoreSource(ds, 'Node'), { onChange: () => schedule() }, { onError });
+  pools.start();
+  nodes.start();
+  // Empty lists report no change, yet the first apply must run (it removes our tables
+  // left from an earlier run when no pool asks for NAT any more).
+  void Promise.all([pools.whenSynced(), nodes.whenSynced()]).then(() => {
+    if (!stopped) schedule();
+  });
   return {
     stop() {
+      stopped = true;
       clearTimeout(timer);
       pools.stop();
       nodes.stop();

@@ -2,10 +2,14 @@
 // CNI config (--config) when its netconf says `policy: {type: "k8s"}`.
 import type { Logger } from '../../cni/types.js';
 import type { PolicyController } from './controller.js';
+import type { DatastoreSource } from '../../plugins/main/runtime.js';
+import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
 
 export interface PolicyAgent {
   /** Undefined until the datastore was reached and the controller started. */
   controller(): PolicyController | undefined;
+  /** The controller's signal that an endpoint's policy is programmed (the agent's runtime hands it to ADD's policy wait); undefined until it runs and after stop. */
+  signal(): ProgrammedSignal | undefined;
   stop(): Promise<void>;
 }
 
@@ -17,6 +21,7 @@ export interface PolicyAgent {
 export async function startPolicyAgent(
   raw: Record<string, unknown>,
   log: Logger,
+  datastores: DatastoreSource,
   opts: { retryMs?: number; onApplied?: (s: import('./controller.js').ApplyStats) => void } = {},
 ): Promise<PolicyAgent | undefined> {
   const { parseNetconf } = await import('../../config/index.js');
@@ -32,8 +37,6 @@ export async function startPolicyAgent(
   if (avail !== true) throw new Error(`policy.type is "k8s" but ${avail}`);
   const { DEFAULT_VETH_PREFIX } = await import('../../plugins/main/common.js');
   const { resolveNodename } = await import('../../config/nodename.js');
-  const { getDatastore } = await import('../../plugins/main/runtime.js');
-  const { setPolicySignal } = await import('../../plugins/main/runtime.js');
   const { startPolicyController, ensureBaseTable } = await import('./controller.js');
   const { nftRunAsync } = await import('../../native/nft.js');
   // NETPLUGIN_POLICY_TABLE: another table name, only where several agents share a network namespace (tests).
@@ -51,10 +54,9 @@ export async function startPolicyAgent(
   const start = async (): Promise<void> => {
     while (!stopped) {
       try {
-        const ds = await getDatastore(conf);
+        const ds = await datastores.datastore(conf);
         const nodename = resolveNodename(conf);
         controller = await startPolicyController({ ds, nodename, log, base, ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}) });
-        setPolicySignal(controller.signal);
         if (opts.onApplied) controller.onApplied(opts.onApplied);
         log.info('policy: controller started', { nodename });
         if (stopped) await controller.stop();
@@ -68,10 +70,10 @@ export async function startPolicyAgent(
   void start();
   return {
     controller: () => controller,
+    signal: () => (stopped ? undefined : controller?.signal),
     async stop() {
       stopped = true;
       clearTimeout(timer);
-      setPolicySignal(undefined);
       await controller?.stop();
     },
   };

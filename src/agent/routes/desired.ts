@@ -13,7 +13,7 @@
 // Per block affine to this node: a blackhole route, so an unused address of
 // our own block never leaves through the default route.
 import type { EncapMode, IPPoolSpec, NodeSpec } from '../../model/resources.js';
-import { containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../net/cidr.js';
+import { addressOf, containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../net/cidr.js';
 
 export const VXLAN_DEVICE: Record<Family, string> = { 4: 'vxlan.netplugin', 6: 'vx6.netplugin' };
 export const IPIP_DEVICE = 'tunl.netplugin';
@@ -70,7 +70,7 @@ type Mode = 'direct' | 'vxlan' | 'ipip';
 /** The address part of `192.0.2.10/24` (or a bare address). */
 export function addrOf(s: string | undefined): string | undefined {
   if (!s) return undefined;
-  const a = s.split('/')[0]!;
+  const a = addressOf(s);
   return tryParseIP(a) ? a : undefined;
 }
 

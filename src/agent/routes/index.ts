@@ -6,12 +6,14 @@ import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node
 import { dirname } from 'node:path';
 import type { Logger } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
-import { Ipam } from '../../ipam/index.js';
+import { createIpam } from '../../ipam/index.js';
 import type { Netlink } from '../../native/index.js';
 import { ensureTunnelAddresses, registerNode, type AutodetectMethod } from '../node-registration.js';
 import { KernelState, connectedSubnets, underlayMtu, type LocalTunnel } from './apply.js';
 import { addrOf, computeDesired, poolViews, type Desired } from './desired.js';
-import { watchKind } from './watch.js';
+import type { Kind, Resource } from '../../model/resources.js';
+import { datastoreSource, Informer } from '../../watch/informer.js';
+import { createWorkQueue } from '../../watch/queue.js';
 
 const VETH_DEFAULT_MTU = 1500;
 
@@ -41,11 +43,10 @@ export interface RoutesController {
 
 export function startRoutesController(o: RoutesOptions): RoutesController {
   const { ds, node, nl, log } = o;
-  const ipam = new Ipam(ds, { lockPath: null, log });
+  // Tunnel addresses: the route controller is no plugin process, so no host lock; the datastore's compare-and-swap keeps them consistent.
+  const ipam = createIpam(ds, { lock: 'none', log });
   const kernel = new KernelState(nl, log);
   let stopped = false;
-  let running = false;
-  let again = false;
   let debounce: NodeJS.Timeout | undefined;
   let markReady!: () => void;
   const ready = new Promise<void>((r) => (markReady = r));
@@ -55,39 +56,37 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
   let retry: NodeJS.Timeout | undefined;
   let warned = new Set<string>();
 
-  const reconcile = async (): Promise<void> => {
-    if (running) {
-      again = true;
-      return;
-    }
-    running = true;
-    try {
-      do {
-        again = false;
-        await once();
-      } while (again && !stopped);
-    } finally {
-      running = false;
-    }
-  };
+  // One key: the routing state is computed as a whole. The queue runs it once at a
+  // time, runs it once more when a change came in meanwhile, and retries a failed run.
+  const queue = createWorkQueue({
+    handle: () => once(),
+    concurrency: 1,
+    baseDelayMs: 1000,
+    maxDelayMs: 10_000,
+    onError: (_k, err, n) => log.warn('routes: reconcile failed; retrying', { error: (err as Error).message, failures: n }),
+  });
   const schedule = () => {
     if (stopped) return;
     clearTimeout(debounce);
-    debounce = setTimeout(() => void reconcile(), 20);
+    debounce = setTimeout(() => queue.add('routes'), 20);
   };
 
-  const pools = watchKind(ds, 'IPPool', log, () => {
+  // The shared list+watch layer (re-list on compaction / 410 / a broken watch).
+  const informer = <K extends Kind>(kind: K, onChange: () => void) =>
+    new Informer<Resource<K>>(datastoreSource(ds, kind), { onChange }, { onError: (e, src) => log.warn('routes: watch failed; re-listing', { source: src, error: e.message }) });
+  const pools = informer('IPPool', () => {
     tunnelsDirty = true;
     schedule();
   });
-  const blocks = watchKind(ds, 'IPAMBlock', log, schedule);
-  const nodes = watchKind(ds, 'Node', log, schedule);
+  const blocks = informer('IPAMBlock', schedule);
+  const nodes = informer('Node', schedule);
+  for (const inf of [pools, blocks, nodes]) inf.start();
 
   async function once(): Promise<void> {
-    await Promise.all([pools.synced, blocks.synced, nodes.synced]);
+    await Promise.all([pools.whenSynced(), blocks.whenSynced(), nodes.whenSynced()]);
     if (stopped) return;
     try {
-      const poolKey = JSON.stringify([...pools.items.values()].map((p) => [p.metadata.name, p.spec]));
+      const poolKey = JSON.stringify(pools.list().map((p) => [p.metadata.name, p.spec]));
       if (tunnelsDirty || poolKey !== lastPools) {
         tunnelsDirty = false;
         lastPools = poolKey;
@@ -100,9 +99,9 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     }
     const view = {
       me: node,
-      nodes: new Map([...nodes.items.values()].map((n) => [n.metadata.name, n.spec])),
-      pools: poolViews(pools.items.values()),
-      blocks: [...blocks.items.values()].map((b) => ({ cidr: b.spec.cidr, node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined })),
+      nodes: new Map(nodes.list().map((n) => [n.metadata.name, n.spec])),
+      pools: poolViews(pools.list()),
+      blocks: blocks.list().map((b) => ({ cidr: b.spec.cidr, node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined })),
     };
     const desired = computeDesired(view, connectedSubnets(nl));
     const mine = view.nodes.get(node);
@@ -172,6 +171,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       pools.stop();
       blocks.stop();
       nodes.stop();
+      void queue.stop();
     },
   };
 }

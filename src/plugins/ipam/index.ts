@@ -7,15 +7,12 @@ import { resolveNodename } from '../../config/nodename.js';
 import { validAttachments } from '../../cni/dispatch.js';
 import type { CniContext, CniHandlers, CniResult } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
-import { DEFAULT_LOCK_PATH, Ipam } from '../../ipam/index.js';
+import { createIpam, type Ipam } from '../../ipam/index.js';
 import { formatIP, tryParseIP } from '../../net/cidr.js';
-import { getIpamObserver, wrapDatastore } from '../main/runtime.js';
+import type { PluginRuntime } from '../main/runtime.js';
 import { handleIDFor, parseHandleID } from '../../ipam/handle.js';
 
-/** Environment override of the host lock path (tests run several simulated nodes on one host). */
-export const LOCK_ENV = 'NETPLUGIN_IPAM_LOCK_FILE';
-
-type Ctx = CniContext<Netconf>;
+type Ctx = CniContext<Netconf, PluginRuntime>;
 
 function ipamConf(conf: Netconf): NetpluginIpam {
   return conf.ipam as NetpluginIpam;
@@ -26,25 +23,13 @@ export function attachmentHandle(conf: Netconf, containerId: string): string {
   return handleIDFor(conf.name, containerId);
 }
 
-export function lockPathFor(conf: Netconf, env: Record<string, string | undefined>): string {
-  const fromConf = conf['ipam_lock_file'];
-  if (typeof fromConf === 'string' && fromConf !== '') return fromConf;
-  return env[LOCK_ENV] || DEFAULT_LOCK_PATH;
-}
-
 async function withIpam<T>(ctx: Ctx, fn: (ipam: Ipam, ds: Datastore) => Promise<T>): Promise<T> {
-  // Dynamic: the datastore module loads etcd3 or the Kubernetes client, and
-  // only the one the netconf names.
-  const { openDatastore } = await import('../../datastore/index.js');
-  const raw = await openDatastore(ctx.conf);
-  const ds = wrapDatastore(raw);
+  // The runtime's datastore: loads etcd3 or the Kubernetes client, only the
+  // one the netconf names; the agent keeps it open across requests.
+  const ds = await ctx.runtime.datastore(ctx.conf);
   // Marks the end of start-up cost (module and client loading) in debug logs.
   ctx.log.debug('netplugin-ipam: datastore open', { type: ds.type });
-  try {
-    return await fn(new Ipam(ds, { lockPath: lockPathFor(ctx.conf, ctx.env), log: ctx.log }), ds);
-  } finally {
-    await raw.close().catch(() => undefined);
-  }
+  return fn(createIpam(ds, { lock: { file: ctx.conf.ipam_lock_file, env: ctx.env }, log: ctx.log }), ds);
 }
 
 function requestedIPs(ctx: Ctx): string[] {
@@ -78,7 +63,7 @@ async function add(ctx: Ctx): Promise<CniResult> {
     }),
   );
   ctx.log.info('netplugin-ipam: assigned', { node, ips: assigned.map((a) => a.address) });
-  getIpamObserver()?.assigned(assigned.length);
+  ctx.runtime.ipam.observer?.assigned(assigned.length);
   const families = [...new Set(assigned.map((a) => a.family))].sort();
   return {
     // No `interface`: an IPAM plugin does not know the interfaces its caller creates.
@@ -90,7 +75,7 @@ async function add(ctx: Ctx): Promise<CniResult> {
 async function del(ctx: Ctx): Promise<void> {
   const released = await withIpam(ctx, (ipam) => ipam.releaseByHandle(attachmentHandle(ctx.conf, ctx.containerId)));
   ctx.log.info('netplugin-ipam: released', { ips: released });
-  getIpamObserver()?.released(released.length);
+  ctx.runtime.ipam.observer?.released(released.length);
 }
 
 async function check(ctx: Ctx): Promise<void> {
@@ -144,7 +129,7 @@ async function status(ctx: Ctx): Promise<void> {
   if (problem) throw new CniError(ErrorCodes.PluginNotAvailable, `${problem}; new pods cannot get addresses until a pool is added or addresses are freed`);
 }
 
-export const handlers: CniHandlers<Netconf> = {
+export const handlers: CniHandlers<Netconf, PluginRuntime> = {
   parse: (raw) => parseNetconf(raw, { pluginType: 'netplugin-ipam' }),
   add,
   del,

@@ -1,15 +1,14 @@
 // CHECK (CNI >= 0.4.0): compares prevResult with the kernel and the datastore
 // and fails naming every drift found.
-import type { CniContext } from '../../cni/types.js';
-import { isNetpluginIpam, type Netconf } from '../../config/index.js';
+import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
-import { dataplane } from './runtime.js';
 import { execDelegate } from './delegate.js';
-import { resolvePodCidrs } from './add.js';
-import { HOST_MAC, datastoreFor, identify, ipamLockPath } from './common.js';
+import { delegatedIpam } from './delegated-ipam.js';
+import { addressOf } from '../../net/cidr.js';
+import { HOST_MAC, identify, ipamFor, type PluginContext } from './common.js';
 
-export async function check(ctx: CniContext<Netconf>): Promise<void> {
-  const { conf, log } = ctx;
+export async function check(ctx: PluginContext): Promise<void> {
+  const { conf } = ctx;
   const prev = ctx.prevResult;
   if (!prev) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'prevResult: CHECK needs the result of the ADD in prevResult; the runtime must pass it');
   if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for CHECK');
@@ -20,7 +19,7 @@ export async function check(ctx: CniContext<Netconf>): Promise<void> {
   const addrs = (prev.ips ?? []).filter((i) => i.interface === undefined || i.interface === contIdx).map((i) => i.address);
 
   const drift: string[] = [];
-  const dp = await dataplane();
+  const dp = await ctx.runtime.dataplane();
   drift.push(
     ...(await dp.check(
       {
@@ -37,29 +36,17 @@ export async function check(ctx: CniContext<Netconf>): Promise<void> {
     )),
   );
 
-  const ds = await datastoreFor(conf);
+  const ds = await ctx.runtime.datastore(conf);
   if (isNetpluginIpam(conf.ipam)) {
-    const { Ipam } = await import('../../ipam/index.js');
-    const lockPath = ipamLockPath(conf);
-    const held = new Set((await new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) }).handleAddresses(wl.handleID)).map((a) => a.split('/')[0]));
+    const held = new Set((await (await ipamFor(ctx, ds)).handleAddresses(wl.handleID)).map(addressOf));
     for (const a of addrs) {
-      const ip = a.split('/')[0]!;
+      const ip = addressOf(a);
       if (!held.has(ip)) drift.push(`IPAM no longer holds ${ip} for handle ${wl.handleID}`);
     }
   } else {
     // Delegated IPAM checks its own bookkeeping (host-local: the address file still names this container).
     try {
-      await execDelegate({
-        type: conf.ipam.type,
-        command: 'CHECK',
-        containerId: ctx.containerId,
-        netns: ctx.netns,
-        ifname: ctx.ifname,
-        cniArgs: ctx.env['CNI_ARGS'] ?? '',
-        path: ctx.path,
-        conf: { ...ctx.rawConf, ipam: await resolvePodCidrs(conf, wl, ds) },
-        env: ctx.env,
-      });
+      await execDelegate({ ...(await delegatedIpam(ctx, wl, ds)), command: 'CHECK' });
     } catch (e) {
       if (!(e instanceof CniError) || e.code === ErrorCodes.TryAgainLater) throw e;
       drift.push(e.message);

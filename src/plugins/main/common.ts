@@ -2,18 +2,15 @@
 // datastore/IPAM/Kubernetes handles for this invocation.
 import { resolveNodename } from '../../config/nodename.js';
 import type { Netconf } from '../../config/index.js';
-import type { CniArgs, Logger } from '../../cni/types.js';
+import type { CniArgs, CniContext, Logger } from '../../cni/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
 import { hostVethName } from '../../dataplane/names.js';
 import { handleIDFor } from '../../ipam/handle.js';
-import { type PodSource } from '../../k8s/workload.js';
 import { workloadEndpointName } from '../../model/names.js';
-import { getDatastore } from './runtime.js';
-import { createClientCache } from '../../client-cache.js';
-import type { KubeClient } from '../../k8s/client.js';
-import type { CachingPodSource } from '../../k8s/cache.js';
+import type { PluginRuntime } from './runtime.js';
+import type { Ipam } from '../../ipam/index.js';
 
 export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 export const DEFAULT_VETH_PREFIX = 'npi';
@@ -54,16 +51,13 @@ export function identify(conf: Netconf, c: { containerId: string; ifname: string
   };
 }
 
-export async function datastoreFor(conf: Netconf): Promise<Datastore> {
-  return getDatastore(conf);
-}
-
 /**
  * ClusterInformation `default` must exist with datastoreReady; otherwise code 11 (the runtime retries).
- * Read on every ADD, never cached: the resident agent would otherwise keep
- * writing for a while after an operator marked the datastore not ready for
- * an upgrade. ADD issues this read together with its IPAM reads, so it adds
- * no round trip.
+ * Read on every ADD. Per-exec it is a store read, issued together with the
+ * IPAM reads (no extra round trip); in the agent it comes from the watch-fed
+ * read cache, and the ADD's transaction compares ClusterInformation at the
+ * revision read (src/datastore/cached.ts), so no ADD writes after an operator
+ * marked the datastore not ready for an upgrade, even before the watch says so.
  */
 export async function checkClusterReady(ds: Datastore): Promise<void> {
   let ci: Resource<'ClusterInformation'>;
@@ -86,59 +80,16 @@ export async function checkClusterReady(ds: Datastore): Promise<void> {
   }
 }
 
-/** API clients by kubeconfig/API root: bounded like the datastores (src/client-cache.ts). */
-const kubeClients = createClientCache<KubeClient>({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000, close: (c) => c.close() });
-
-export function kubeClientFor(conf: Netconf): Promise<KubeClient> {
-  const k = conf.kubernetes ?? {};
-  if (!k.kubeconfig && !k.k8s_api_root) {
-    return Promise.reject(
-      new CniError(ErrorCodes.InvalidNetworkConfig, 'kubernetes: neither kubernetes.kubeconfig nor kubernetes.k8s_api_root is set, but the pod must be read from the API server; set kubernetes.kubeconfig'),
-    );
-  }
-  return kubeClients.get(JSON.stringify([k.kubeconfig, k.k8s_api_root]), () =>
-    import('../../k8s/client.js').then((m) => m.createKubeClient({ ...(k.kubeconfig ? { kubeconfig: k.kubeconfig } : {}), ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) })),
-  );
-}
-
-// Watch-fed pod/namespace caches: only in the resident agent (a watch in the
-// one-shot executable would cost a LIST per ADD and outlive nothing).
-let podCacheEnabled = false;
-let podCacheLog: Logger | undefined;
-const podCaches = new Map<string, Promise<CachingPodSource>>();
-
-/** Called by the node agent at start: from then on ADD reads pods and namespaces through CachingPodSource; `log` gets its watch trouble. */
-export function enablePodCache(log?: Logger): void {
-  podCacheEnabled = true;
-  podCacheLog = log;
-}
-
-/** Stops every cache's watches (tests, shutdown); ADD reads the API directly again. */
-export function disablePodCache(): void {
-  podCacheEnabled = false;
-  for (const p of podCaches.values()) void p.then((c) => c.stop(), () => undefined);
-  podCaches.clear();
-}
+/** A handler's context: the netconf and the runtime of the process serving it (src/plugins/main/runtime.ts). */
+export type PluginContext = CniContext<Netconf, PluginRuntime>;
 
 /**
- * Where ADD reads its pod and namespace: the API client itself, or in the
- * agent a cache of `node`'s pods (one per API client and node). `podUid` is
- * CNI_ARGS K8S_POD_UID: a cached pod with another uid is read again.
+ * This invocation's IPAM: the node's lock (src/ipam/lock.ts hostLockPath) and,
+ * for assignments and releases, the runtime's batching.
  */
-export async function podSourceFor(conf: Netconf, kube: KubeClient, node: string, podUid?: string): Promise<PodSource> {
-  if (!podCacheEnabled) return kube;
-  const k = conf.kubernetes ?? {};
-  const key = JSON.stringify([k.kubeconfig, k.k8s_api_root, node]);
-  let p = podCaches.get(key);
-  if (!p) {
-    p = import('../../k8s/cache.js').then((m) => new m.CachingPodSource(kube, { nodeName: node, ...(podCacheLog ? { log: podCacheLog } : {}) }).start());
-    podCaches.set(key, p);
-  }
-  return (await p).forPod(podUid);
-}
-
-export function ipamLockPath(conf: Netconf): string | undefined {
-  return conf.ipam_lock_file;
+export async function ipamFor(ctx: Pick<PluginContext, 'conf' | 'env' | 'log' | 'runtime'>, ds: Datastore, use: 'assign' | 'read' = 'read'): Promise<Ipam> {
+  const { createIpam } = await import('../../ipam/index.js');
+  return createIpam(ds, { log: ctx.log, lock: { file: ctx.conf.ipam_lock_file, env: ctx.env }, ...(use === 'assign' && ctx.runtime.ipam.batch ? { batch: true } : {}) });
 }
 
 export function statusDir(conf: Netconf): string | undefined {

@@ -3,26 +3,24 @@
 // never leaves a veth behind; then the endpoint (only if it is still ours) and
 // the addresses. A datastore outage after the local teardown is code 11 so the
 // runtime retries the DEL.
-import type { CniContext } from '../../cni/types.js';
-import { isNetpluginIpam, type Netconf } from '../../config/index.js';
+import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, TxnOp } from '../../datastore/types.js';
 import { execDelegate } from './delegate.js';
-import { resolvePodCidrs } from './add.js';
-import { dataplane, getIpamObserver, ipamBatchingEnabled } from './runtime.js';
-import { HOST_MAC, datastoreFor, identify, ipamLockPath, statusDir, type Workload } from './common.js';
+import { delegatedIpam } from './delegated-ipam.js';
+import { HOST_MAC, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
 import { IpamError } from '../../ipam/errors.js';
-import { netlink, type Netlink } from '../../native/index.js';
+import { addressOf } from '../../net/cidr.js';
 
-export async function del(ctx: CniContext<Netconf>): Promise<void> {
+export async function del(ctx: PluginContext): Promise<void> {
   const { conf, log } = ctx;
   const wl = identify(conf, ctx);
 
   let ds: Datastore | undefined;
   let dsError: unknown;
   try {
-    ds = await datastoreFor(conf);
+    ds = await ctx.runtime.datastore(conf);
   } catch (e) {
     dsError = e;
   }
@@ -41,7 +39,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
       if (wep.spec.containerID && wep.spec.containerID !== ctx.containerId) newerOwner = wep.spec.containerID;
       // Deleted with the addresses, in the release's transaction (one write per DEL).
       else {
-        ownAddrs = wep.spec.ipNetworks.map((n) => n.split('/')[0]!);
+        ownAddrs = wep.spec.ipNetworks.map(addressOf);
         endpointDelete = { op: 'delete', kind: 'WorkloadEndpoint', name: wl.endpointName, namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
       }
     } catch (e) {
@@ -54,7 +52,7 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
 
   // Inside our own netns the interface is ours whoever owns the endpoint; the
   // host end is deleted by name only when no newer sandbox owns it.
-  const dp = await dataplane();
+  const dp = await ctx.runtime.dataplane();
   const ownsHostEnd = ownerKnown && !newerOwner;
   // A failure here must not stop the release below: a DEL that freed nothing
   // would fail the same way on every retry while the address stayed taken.
@@ -83,16 +81,18 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   }
 
   // The pod is gone from the dataplane: its connections' conntrack entries go
-  // before its addresses are free, so a pod that reuses one never inherits an
-  // established (allowed) state (docs/policy.md, Conntrack).
-  flushConntrack(ownAddrs, log);
+  // before a pod that reuses one of its addresses can get traffic, so that pod
+  // never inherits an established (allowed) state (docs/policy.md, Conntrack).
+  // Per-exec: now, before the release. The agent: batched off the request
+  // path; its ADDs wait for it before a reused address gets a veth.
+  dp.flushConntrack(ownAddrs, log);
 
   // Addresses are released by this container's handle, so an old sandbox's DEL
   // frees only its own addresses, never the newer sandbox's.
   try {
     const released = await releaseAddresses(ctx, wl, ds, endpointDelete);
     // Without an endpoint record the released list is the only source of the addresses.
-    flushConntrack(released.filter((a) => !ownAddrs.includes(a)), log);
+    dp.flushConntrack(released.filter((a) => !ownAddrs.includes(a)), log);
   } catch (e) {
     dsError ??= e;
   }
@@ -111,52 +111,21 @@ export async function del(ctx: CniContext<Netconf>): Promise<void> {
   }
 }
 
-/**
- * Deletes the host namespace's conntrack entries of the addresses. Best effort:
- * DEL must not fail for it (an entry left behind expires on its own timeout).
- */
-function flushConntrack(addrs: string[], log: CniContext<Netconf>['log']): void {
-  if (addrs.length === 0) return;
-  let nl: Netlink | undefined;
-  try {
-    nl = netlink();
-    const n = nl.conntrackFlush(addrs);
-    log.debug('conntrack entries flushed', { addrs, deleted: n });
-  } catch (e) {
-    log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', { addrs, error: (e as Error)?.message ?? String(e) });
-  } finally {
-    nl?.close();
-  }
-}
-
 /** The addresses released (netplugin IPAM; none known for a delegated IPAM plugin). */
-async function releaseAddresses(ctx: CniContext<Netconf>, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<string[]> {
+async function releaseAddresses(ctx: PluginContext, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<string[]> {
   const { conf, log } = ctx;
   if (!isNetpluginIpam(conf.ipam)) {
     // The endpoint goes before the delegated plugin frees the addresses, as a single guarded delete.
     if (ds && endpointDelete) await ds.txn([endpointDelete]).catch(ignoreGone);
-    const ipamConf = await resolvePodCidrs(conf, wl, ds, { release: true });
-    await execDelegate({
-      type: conf.ipam.type,
-      command: 'DEL',
-      containerId: ctx.containerId,
-      netns: ctx.netns,
-      ifname: ctx.ifname,
-      cniArgs: ctx.env['CNI_ARGS'] ?? '',
-      path: ctx.path,
-      conf: { ...ctx.rawConf, ipam: ipamConf },
-      env: ctx.env,
-    });
+    await execDelegate({ ...(await delegatedIpam(ctx, wl, ds, { release: true })), command: 'DEL' });
     return [];
   }
   if (!ds) return [];
-  const { Ipam } = await import('../../ipam/index.js');
-  const lockPath = ipamLockPath(conf);
-  const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}), ...(ipamBatchingEnabled() ? { batch: true } : {}) });
+  const ipam = await ipamFor(ctx, ds, 'assign');
   const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
-  getIpamObserver()?.released(released.length);
+  ctx.runtime.ipam.observer?.released(released.length);
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
-  return released.map((a) => a.split('/')[0]!);
+  return released.map(addressOf);
 }
 
 /** The endpoint changed owner or went meanwhile: nothing of ours to delete. */

@@ -7,21 +7,19 @@
 // a handle, and host veths that are ours on the link itself (see
 // removeOwnHostVeth). Endpoint fields are never trusted to name a link: on the
 // Kubernetes datastore they come from pod annotations a tenant can edit.
-import type { CniContext } from '../../cni/types.js';
 import { validAttachments } from '../../cni/dispatch.js';
-import { isNetpluginIpam, type Netconf } from '../../config/index.js';
+import { isNetpluginIpam } from '../../config/index.js';
 import { DatastoreError } from '../../errors.js';
 import { hostVethName } from '../../dataplane/names.js';
 import { parseHandleID } from '../../ipam/handle.js';
-import { dataplane } from './runtime.js';
-import { DEFAULT_VETH_PREFIX, HOST_MAC, datastoreFor, identify, ipamLockPath } from './common.js';
+import { DEFAULT_VETH_PREFIX, HOST_MAC, identify, ipamFor, type PluginContext } from './common.js';
 
-export async function gc(ctx: CniContext<Netconf>): Promise<void> {
+export async function gc(ctx: PluginContext): Promise<void> {
   const { conf, log } = ctx;
   const valid = validAttachments(ctx.rawConf);
   const validIds = new Set(valid.map((a) => a.containerID));
   const node = identify(conf, { containerId: 'gc', ifname: 'eth0', args: {} }).node;
-  const ds = await datastoreFor(conf);
+  const ds = await ctx.runtime.datastore(conf);
 
   // Containers that held an address of this network and are gone. With
   // delegated IPAM (host-local) nothing in the datastore says which network an
@@ -29,9 +27,7 @@ export async function gc(ctx: CniContext<Netconf>): Promise<void> {
   // removes them); it never guesses across networks.
   const stale = new Set<string>();
   if (isNetpluginIpam(conf.ipam)) {
-    const { Ipam } = await import('../../ipam/index.js');
-    const lockPath = ipamLockPath(conf);
-    const ipam = new Ipam(ds, { log, ...(lockPath ? { lockPath } : {}) });
+    const ipam = await ipamFor(ctx, ds);
     for (const h of await ipam.listHandles({ network: conf.name })) {
       const cid = parseHandleID(h.handleID)!.containerId;
       // A handle written before the format escaped dots (`<net>.x.<cid>` of a
@@ -44,15 +40,16 @@ export async function gc(ctx: CniContext<Netconf>): Promise<void> {
     }
   }
   // Host veths a crashed agent trashed but never deleted (no pod holds them any more).
-  const dp = await dataplane();
+  const dp = await ctx.runtime.dataplane();
   const purged = await dp.purgeTrash(HOST_MAC);
   if (purged) log.info('GC deleted trashed veths left by an agent', { count: purged });
   if (!stale.size) return;
 
   const prefix = conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX;
-  const weps = await ds.list('WorkloadEndpoint');
+  // Only this node's endpoints are read (on Kubernetes the API server filters the pods by node).
+  const weps = await ds.list('WorkloadEndpoint', { node });
   for (const w of weps.items) {
-    if (w.spec.node !== node || !stale.has(w.spec.containerID) || validIds.has(w.spec.containerID)) continue;
+    if (!stale.has(w.spec.containerID) || validIds.has(w.spec.containerID)) continue;
     // The host veth name is derived again from the endpoint's identity (as ADD
     // derived it), never taken from spec.interfaceName.
     const ns = w.metadata.namespace;

@@ -1,8 +1,9 @@
 // The `netplugin` CNI plugin's handlers. Heavy modules (datastore clients,
 // IPAM, the addon) load inside the handlers, only for the commands that need them.
 import { parseNetconf, type Netconf } from '../../config/netconf.js';
-import type { CniContext, CniHandlers } from '../../cni/types.js';
-import { identify, ipamLockPath } from './common.js';
+import type { CniHandlers } from '../../cni/types.js';
+import { identify, type PluginContext } from './common.js';
+import type { PluginRuntime } from './runtime.js';
 import { add } from './add.js';
 import { del } from './del.js';
 import { check } from './check.js';
@@ -15,13 +16,13 @@ import { gc } from './gc.js';
  * all sandboxes of a pod share it: an old sandbox's DEL overlapping a new
  * sandbox's ADD deleted the new veth right after its ADD succeeded.
  */
-async function oneAtATime<T>(ctx: CniContext<Netconf>, fn: (ctx: CniContext<Netconf>) => Promise<T>): Promise<T> {
+async function oneAtATime<T>(ctx: PluginContext, fn: (ctx: PluginContext) => Promise<T>): Promise<T> {
   const { hostIfname } = identify(ctx.conf, ctx);
-  const { withHostLock, DEFAULT_LOCK_PATH } = await import('../../ipam/lock.js');
-  return withHostLock(ipamLockPath(ctx.conf) ?? DEFAULT_LOCK_PATH, () => fn(ctx), { key: `veth:${hostIfname}` });
+  const { withHostLock, hostLockPath } = await import('../../ipam/lock.js');
+  return withHostLock(hostLockPath(ctx.conf.ipam_lock_file, ctx.env), () => fn(ctx), { key: `veth:${hostIfname}` });
 }
 
-export const handlers: CniHandlers<Netconf> = {
+export const handlers: CniHandlers<Netconf, PluginRuntime> = {
   parse: (raw) => parseNetconf(raw, { pluginType: 'netplugin' }),
   add: (ctx) => oneAtATime(ctx, add),
   del: (ctx) => oneAtATime(ctx, del),

@@ -1,11 +1,22 @@
-// Per-process caches of the expensive things an invocation needs: datastore
-// connections (etcd3 import ~75-95 ms, Kubernetes client ~150-230 ms) and the
-// dataplane. A per-exec plugin uses them once; the resident agent keeps them
-// warm across requests, keyed by the datastore settings of the netconf.
+// The plugin's runtime: everything an invocation uses that outlives it or is
+// chosen by the process serving it — datastore connections (etcd3 import
+// ~75-95 ms, Kubernetes client ~150-230 ms), API clients, where pods are read
+// from, the dataplane, IPAM batching and counting, the policy signal. The
+// caller of the dispatcher builds one (src/bin/netplugin.ts: the plain one of
+// a per-exec run; src/bin/netplugin-node.ts: the agent's, kept warm across
+// requests) and every handler reads it from `ctx.runtime`. Nothing here is
+// module-level state: two runtimes in one process (tests) share nothing.
+// Only types and the small client cache are imported: this module is on the
+// per-exec path before any command runs.
 import type { Datastore } from '../../datastore/types.js';
 import { createClientCache } from '../../client-cache.js';
 import type { DatastoreConfig } from '../../datastore/index.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
+import type { ConntrackLog } from '../../dataplane/conntrack.js';
+import type { KubeClient } from '../../k8s/client.js';
+import type { PodSource } from '../../k8s/workload.js';
+import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
+import { CniError, ErrorCodes } from '../../errors.js';
 
 export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;
@@ -13,92 +24,150 @@ export interface DataplanePort {
   check(spec: WorkloadSpec, expect: { containerMac: string }): Promise<string[]>;
   /** Deletes the veths a crashed agent left in the trash group (src/dataplane/trash.ts); returns how many. */
   purgeTrash(hostMac: string): Promise<number>;
+  /** The conntrack entries of released addresses (src/dataplane/conntrack.ts): at once per-exec, batched off the request path in the agent. */
+  flushConntrack(addrs: string[], log: ConntrackLog): void;
 }
 
-/**
- * Open datastores by settings. Bounded: a node has one or two networks, but
- * each distinct netconf the agent is sent would otherwise keep its own
- * connection (and fds) open for ever.
- */
-export const DATASTORE_CACHE = { max: 16, idleMs: 10 * 60_000, graceMs: 60_000 };
-const datastores = createClientCache<Datastore>({ ...DATASTORE_CACHE, close: (d) => d.close() });
-let dataplanePort: DataplanePort | undefined;
-/** Set by the agent: in-process signal that an endpoint's policy is programmed. */
-let policySignal: unknown;
-let ipamBatching = false;
-/** Set by the agent (src/agent/metrics.ts): counts addresses and times datastore calls. */
-let ipamObserver: IpamObserver | undefined;
-let datastoreWrapper: ((ds: Datastore) => Datastore) | undefined;
-
+/** Counts addresses handed out and given back (the agent's /metrics, src/agent/metrics.ts). */
 export interface IpamObserver {
   assigned(n: number): void;
   released(n: number): void;
-}
-export function setIpamObserver(o: IpamObserver | undefined): void {
-  ipamObserver = o;
-}
-export function getIpamObserver(): IpamObserver | undefined {
-  return ipamObserver;
-}
-export function wrapDatastore(ds: Datastore): Datastore {
-  return datastoreWrapper ? datastoreWrapper(ds) : ds;
-}
-/** Applied to every datastore opened from now on (the agent installs it before serving). */
-export function setDatastoreWrapper(fn: ((ds: Datastore) => Datastore) | undefined): void {
-  datastoreWrapper = fn;
 }
 
 /** The netconf's datastore fields (src/datastore/index.ts DatastoreConfig). */
 export type DatastoreSettings = DatastoreConfig;
 
-export function datastoreKey(s: DatastoreSettings): string {
-  return JSON.stringify([
-    s.datastore_type ?? 'etcdv3', s.etcd_endpoints, s.etcd_discovery_srv, s.etcd_key_file, s.etcd_cert_file,
-    s.etcd_ca_cert_file, s.etcd_authority, s.etcd_scheme, s.kubernetes?.kubeconfig, s.kubernetes?.k8s_api_root,
-  ]);
+/** A watch-fed cache of one node's pods and namespaces (src/k8s/cache.ts CachingPodSource). */
+export interface PodCache {
+  /** The cache as a PodSource for one pod: a cached pod with another uid is read from the API. */
+  forPod(uid: string | undefined): PodSource;
+  stop(): void;
 }
 
-export function getDatastore(s: DatastoreSettings): Promise<Datastore> {
-  // A failed connection is not cached: the next invocation retries.
-  return datastores.get(datastoreKey(s), () => import('../../datastore/index.js').then((m) => m.openDatastore(s)).then(wrapDatastore));
+/** Where the pod's Kubernetes API access is configured (the netconf's `kubernetes` block). */
+export type KubeSettings = Pick<DatastoreSettings, 'kubernetes'>;
+
+export interface PluginRuntime {
+  /** The open datastore for these settings (one per distinct settings; a failed open is retried by the next call). */
+  datastore(s: DatastoreSettings): Promise<Datastore>;
+  /** The API client for the netconf's kubeconfig / API root; CNI code 7 when neither is set. */
+  kubeClient(conf: KubeSettings): Promise<KubeClient>;
+  /**
+   * Where ADD reads its pod and namespace: the API client itself, or in the
+   * agent a watch-fed cache of `node`'s pods (one per API client and node).
+   * `podUid` is CNI_ARGS K8S_POD_UID: a cached pod with another uid is read again.
+   */
+  podSource(conf: KubeSettings, kube: KubeClient, node: string, podUid?: string): Promise<PodSource>;
+  dataplane(): Promise<DataplanePort>;
+  /** The in-process signal that an endpoint's policy is programmed: the agent's policy controller once it runs. */
+  policySignal(): ProgrammedSignal | undefined;
+  /**
+   * IPAM options of this process. `batch`: the resident agent serves many ADDs
+   * at once, so their assignments on one node share lock acquisitions and
+   * block writes (Ipam `batch`); a per-exec run has one request and leaves it off.
+   */
+  readonly ipam: { readonly batch: boolean; readonly observer?: IpamObserver };
+  /** Closes every datastore, API client and pod cache (shutdown, tests). */
+  close(): Promise<void>;
 }
 
-export async function closeDatastores(): Promise<void> {
-  await datastores.closeAll();
-}
+/** What the agent's controllers need of the runtime: the same warm datastore connections requests use. */
+export type DatastoreSource = Pick<PluginRuntime, 'datastore'>;
 
-export function setDataplanePort(p: DataplanePort): void {
-  dataplanePort = p;
-}
-
-/** The dataplane: the agent installs a worker-pool port; per-exec runs it inline. */
-export async function dataplane(): Promise<DataplanePort> {
-  if (dataplanePort) return dataplanePort;
-  const dp = await import('../../dataplane/index.js');
-  dataplanePort = {
-    setup: async (spec) => dp.setupWorkload(spec),
-    teardown: async (o) => dp.teardownWorkload(o),
-    check: async (spec, expect) => dp.checkWorkload(spec, expect),
-    purgeTrash: (hostMac) => dp.purgeTrash({ hostMac }),
-  };
-  return dataplanePort;
-}
-
-export function setPolicySignal(s: unknown): void {
-  policySignal = s;
-}
-export function getPolicySignal(): unknown {
-  return policySignal;
+export interface PluginRuntimeOptions {
+  /** Applied to every datastore opened (the agent's metrics time each call). */
+  wrapDatastore?: (ds: Datastore) => Datastore;
+  /**
+   * How etcdv3 stores without an explicit etcd_transport are spoken: a
+   * long-lived process may prefer gRPC (one multiplexed, pinged connection for
+   * many watches); the default is the HTTP gateway, cheap to load.
+   */
+  etcdTransport?: 'grpc' | 'http';
+  /**
+   * Starts a watch-fed pod cache for an API client and node (the agent only:
+   * a watch in a one-shot process costs a LIST per ADD). The runtime keeps one
+   * per API client and node. The agent passes it so the per-exec bundles never
+   * reference the cache's code.
+   */
+  podCache?: (kube: KubeClient, node: string) => Promise<PodCache>;
+  /** Default: the dataplane inline, loaded on first use (a per-exec run). */
+  dataplane?: DataplanePort;
+  policySignal?: () => ProgrammedSignal | undefined;
+  ipamBatching?: boolean;
+  ipamObserver?: IpamObserver;
 }
 
 /**
- * The resident agent serves many ADDs at once: their IPAM assignments on one
- * node then share lock acquisitions and block writes (Ipam `batch` option).
- * A per-exec process has one request, so it leaves this off.
+ * Open clients by settings. Bounded: a node has one or two networks, but each
+ * distinct netconf the agent is sent would otherwise keep its own connection
+ * (and fds) open for ever.
  */
-export function enableIpamBatching(on = true): void {
-  ipamBatching = on;
+export const DATASTORE_CACHE = Object.freeze({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000 });
+
+export function datastoreKey(s: DatastoreSettings): string {
+  return JSON.stringify([
+    s.datastore_type ?? 'etcdv3', s.etcd_endpoints, s.etcd_discovery_srv, s.etcd_key_file, s.etcd_cert_file,
+    s.etcd_ca_cert_file, s.etcd_authority, s.etcd_scheme, s.kubernetes?.kubeconfig, s.kubernetes?.k8s_api_root, s.etcd_transport,
+  ]);
 }
-export function ipamBatchingEnabled(): boolean {
-  return ipamBatching;
+
+export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRuntime {
+  const datastores = createClientCache<Datastore>({ ...DATASTORE_CACHE, close: (d) => d.close() });
+  const kubeClients = createClientCache<KubeClient>({ ...DATASTORE_CACHE, close: (c) => c.close() });
+  const podCaches = new Map<string, Promise<PodCache>>();
+  let dataplanePort = opts.dataplane;
+  const wrap = opts.wrapDatastore ?? ((ds: Datastore) => ds);
+  const ipam = { batch: opts.ipamBatching === true, ...(opts.ipamObserver ? { observer: opts.ipamObserver } : {}) };
+
+  return {
+    datastore(s) {
+      const conf = s.datastore_type !== 'kubernetes' && !s.etcd_transport && opts.etcdTransport ? { ...s, etcd_transport: opts.etcdTransport } : s;
+      // A failed connection is not cached: the next invocation retries.
+      return datastores.get(datastoreKey(conf), () => import('../../datastore/index.js').then((m) => m.openDatastore(conf)).then(wrap));
+    },
+    kubeClient(conf) {
+      const k = conf.kubernetes ?? {};
+      if (!k.kubeconfig && !k.k8s_api_root) {
+        return Promise.reject(
+          new CniError(ErrorCodes.InvalidNetworkConfig, 'kubernetes: neither kubernetes.kubeconfig nor kubernetes.k8s_api_root is set, but the pod must be read from the API server; set kubernetes.kubeconfig'),
+        );
+      }
+      return kubeClients.get(JSON.stringify([k.kubeconfig, k.k8s_api_root]), () =>
+        import('../../k8s/client.js').then((m) => m.createKubeClient({ ...(k.kubeconfig ? { kubeconfig: k.kubeconfig } : {}), ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) })),
+      );
+    },
+    async podSource(conf, kube, node, podUid) {
+      if (!opts.podCache) return kube;
+      const k = conf.kubernetes ?? {};
+      const key = JSON.stringify([k.kubeconfig, k.k8s_api_root, node]);
+      let p = podCaches.get(key);
+      if (!p) {
+        p = opts.podCache(kube, node);
+        podCaches.set(key, p);
+        // A cache that failed to start is not kept: the next ADD tries again.
+        p.catch(() => podCaches.delete(key));
+      }
+      return (await p).forPod(podUid);
+    },
+    async dataplane() {
+      if (dataplanePort) return dataplanePort;
+      const dp = await import('../../dataplane/index.js');
+      dataplanePort = {
+        setup: async (spec) => dp.setupWorkload(spec),
+        teardown: async (o) => dp.teardownWorkload(o),
+        check: async (spec, expect) => dp.checkWorkload(spec, expect),
+        purgeTrash: (hostMac) => dp.purgeTrash({ hostMac }),
+        flushConntrack: (addrs, log) => dp.flushConntrack(addrs, log),
+      };
+      return dataplanePort;
+    },
+    policySignal: () => opts.policySignal?.(),
+    ipam,
+    async close() {
+      const caches = [...podCaches.values()];
+      podCaches.clear();
+      await Promise.all(caches.map((p) => p.then((c) => c.stop(), () => undefined)));
+      await Promise.all([datastores.closeAll(), kubeClients.closeAll()]);
+    },
+  };
 }

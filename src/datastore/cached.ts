@@ -1,0 +1,335 @@
+// A read layer for the resident agent: the objects every ADD and DEL reads
+// (ClusterInformation, IP pools, IPAMConfig, block affinities, blocks) are
+// served from memory, fed by a watch from the revision of a list (re-listed
+// when the watch breaks or its revision is compacted). Everything else, and
+// every write, goes to the store.
+//
+// Why a stale entry is safe (docs/ipam.md, "The agent's read cache"): every
+// write is guarded by the revision it was computed from, so a decision made on
+// a stale block, affinity or config fails its compare and is retried; the
+// failed compare drops the entry, so the retry reads the store. The one read
+// that no write would compare is the pool an address comes from: a deleted
+// pool whose blocks are still there would let the block's compare succeed. So
+// a transaction that takes addresses in a block also checks the block's pool
+// at the revision the cache had (a compare-only op, txn.ts): a deleted or
+// changed pool fails it. A transaction's own results are written through, so
+// the next request does not wait for the watch to see them. The handle
+// (repeated ADD) and the workload endpoint are never cached.
+import { DatastoreError } from '../errors.js';
+import type { Kind, Resource } from '../model/resources.js';
+import { containsCidr, tryParseCidr } from '../net/cidr.js';
+import { TxnError, opIdentity, opKind, type TxnOp } from './txn.js';
+import type { CallOptions, Datastore, ListOptions, ListResult, Watch, WatchEvent } from './types.js';
+
+export const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'IPAMConfig', 'BlockAffinity', 'IPAMBlock'];
+
+/** How long reads of an object go to the store after a failed compare or our own delete, unless the watch shows it first. */
+const BYPASS_MS = 2_000;
+
+export interface CachedDatastoreOptions {
+  log?: { warn(msg: string, fields?: Record<string, unknown>): void };
+  /** First re-list delay after a watch failure (doubles up to 5 s). Default 200 ms. */
+  backoffMs?: number;
+}
+
+export interface CacheStats {
+  hits: number;
+  misses: number;
+  relists: number;
+}
+
+interface KindCache {
+  objects: Map<string, Resource>;
+  synced: boolean;
+  revision: string;
+  watch?: Watch | undefined;
+  /** key -> until when reads go to the store, and whether only a DELETED event ends it. */
+  bypass: Map<string, { until: number; untilDeleted: boolean }>;
+  backoff: number;
+  timer?: NodeJS.Timeout | undefined;
+}
+
+function keyOf(name: string, namespace: string | undefined): string {
+  return `${namespace ?? ''}/${name}`;
+}
+
+function resKey(r: Resource): string {
+  return keyOf(r.metadata.name, r.metadata.namespace || undefined);
+}
+
+/** Revisions of etcd and the in-memory store are integers; undefined sorts first. */
+function rev(r: Resource | undefined): bigint {
+  const v = r?.metadata.resourceVersion;
+  return v && /^\d+$/.test(v) ? BigInt(v) : -1n;
+}
+
+function allocated(r: Resource | undefined): number {
+  const a = (r?.spec as { allocations?: Array<number | null> } | undefined)?.allocations;
+  return a ? a.reduce<number>((n, x) => (x === null ? n : n + 1), 0) : 0;
+}
+
+/**
+ * Wraps `ds` with the read cache (etcd and the in-memory store; a Kubernetes
+ * store is returned as is: its resourceVersions are opaque, and a per-node
+ * watch of every block through the API server is not what it is sized for).
+ */
+export interface CachedDatastore extends Datastore {
+  readonly stats: CacheStats;
+  synced(): boolean;
+  /** Every read goes to the store for `ms` (another process wrote meanwhile: the node's IPAM lock says so). */
+  suspend(ms: number): void;
+}
+
+export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}): Datastore & Partial<Pick<CachedDatastore, 'stats' | 'synced' | 'suspend'>> {
+  if (ds.type === 'kubernetes') return ds;
+  const stats: CacheStats = { hits: 0, misses: 0, relists: 0 };
+  const firstBackoff = opts.backoffMs ?? 200;
+  const caches = new Map<Kind, KindCache>();
+  let closed = false;
+  let suspendedUntil = 0;
+
+  const cacheOf = (kind: Kind): KindCache | undefined => caches.get(kind);
+  /** The kind's cache when it may answer (synced, watching). */
+  const live = (kind: Kind): KindCache | undefined => {
+    const c = caches.get(kind);
+    return c?.synced && Date.now() >= suspendedUntil ? c : undefined;
+  };
+  const bypassed = (c: KindCache, key: string): boolean => {
+    const b = c.bypass.get(key);
+    if (!b) return false;
+    if (Date.now() < b.until) return true;
+    c.bypass.delete(key);
+    return false;
+  };
+
+  /** Keeps the newer of what we have and `obj` (watch events can trail our own write-through). */
+  const put = (c: KindCache, obj: Resource): void => {
+    const key = resKey(obj);
+    const cur = c.objects.get(key);
+    if (!cur || rev(cur) < rev(obj)) c.objects.set(key, obj);
+  };
+
+  const apply = (c: KindCache, ev: WatchEvent<Kind>): void => {
+    if (ev.type === 'ERROR') return;
+    const key = resKey(ev.object);
+    const cur = c.objects.get(key);
+    if (ev.type === 'DELETED') {
+      // The event carries the object as it was before the delete: a newer one of ours stays.
+      if (cur && rev(cur) <= rev(ev.object)) c.objects.delete(key);
+      c.bypass.delete(key);
+      return;
+    }
+    put(c, ev.object);
+    if (!c.bypass.get(key)?.untilDeleted) c.bypass.delete(key);
+  };
+
+  const schedule = (kind: Kind, c: KindCache, why: Error | undefined): void => {
+    c.synced = false;
+    c.watch?.stop();
+    c.watch = undefined;
+    if (closed) return;
+    if (why) opts.log?.warn('datastore read cache: re-listing', { kind, error: why.message });
+    clearTimeout(c.timer);
+    c.timer = setTimeout(() => void relist(kind, c), c.backoff);
+    c.timer.unref?.();
+    c.backoff = Math.min(c.backoff * 2, 5_000);
+  };
+
+  const relist = async (kind: Kind, c: KindCache): Promise<void> => {
+    if (closed) return;
+    let listed: ListResult<Kind>;
+    try {
+      listed = await ds.list(kind);
+    } catch (e) {
+      return schedule(kind, c, e as Error);
+    }
+    if (closed) return;
+    stats.relists++;
+    const fresh = new Map<string, Resource>();
+    const listRev = /^\d+$/.test(listed.revision) ? BigInt(listed.revision) : -1n;
+    for (const o of listed.items) fresh.set(resKey(o), o);
+    // A write-through newer than the list is kept: the watch from the list's revision brings it.
+    for (const [k, o] of c.objects) if (rev(o) > listRev && rev(o) > rev(fresh.get(k))) fresh.set(k, o);
+    c.objects = fresh;
+    c.bypass.clear();
+    c.revision = listed.revision;
+    c.watch = ds.watch(kind, { revision: listed.revision }, (ev) => {
+      if (closed || !c.watch) return;
+      if (ev.type === 'ERROR') return schedule(kind, c, ev.error);
+      c.backoff = firstBackoff;
+      if (ev.object.metadata.resourceVersion) c.revision = ev.object.metadata.resourceVersion;
+      apply(c, ev);
+    });
+    c.synced = true;
+  };
+
+  for (const kind of CACHED_KINDS) {
+    const c: KindCache = { objects: new Map(), synced: false, revision: '', bypass: new Map(), backoff: firstBackoff };
+    caches.set(kind, c);
+    void relist(kind, c);
+  }
+
+  /** After a failed guard: the store has something else; read it there until the watch shows it. */
+  const invalidate = (kind: Kind, name: string, namespace: string | undefined): void => {
+    const c = cacheOf(kind);
+    if (!c) return;
+    const key = keyOf(name, namespace);
+    c.objects.delete(key);
+    c.bypass.set(key, { until: Date.now() + BYPASS_MS, untilDeleted: false });
+  };
+  const invalidateOp = (op: TxnOp): void => {
+    if ('res' in op) invalidate(op.res.kind, op.res.metadata.name, op.res.metadata.namespace || undefined);
+    else invalidate(op.kind, op.name, op.namespace);
+  };
+  const writeThrough = (op: TxnOp, out: Resource | undefined): void => {
+    if (op.op === 'check') return;
+    if (op.op === 'delete') {
+      const c = cacheOf(op.kind);
+      if (!c) return;
+      const key = keyOf(op.name, op.namespace);
+      c.objects.delete(key);
+      // Until the watch shows the delete, an event it still owes us could bring the object back.
+      c.bypass.set(key, { until: Date.now() + BYPASS_MS, untilDeleted: true });
+      return;
+    }
+    const c = cacheOf(op.res.kind);
+    if (c && out) put(c, out);
+  };
+  const failed = (e: unknown, ops: TxnOp[]): void => {
+    if (!(e instanceof DatastoreError) || !['Conflict', 'AlreadyExists', 'NotFound'].includes(e.kind)) return;
+    const i = TxnError.opOf(e);
+    if (i !== undefined && ops[i]) invalidateOp(ops[i]!);
+    else ops.forEach(invalidateOp);
+  };
+
+  /**
+   * Compare-only ops for a transaction that takes addresses in a block (or
+   * claims one): the block's pool and ClusterInformation, at the revisions
+   * the cache holds; with the index of the block op each guards. Pools come
+   * from the store while one of them is bypassed (a check of it failed): a
+   * block in no pool then gives no address.
+   */
+  const readChecks = async (ops: TxnOp[]): Promise<Array<{ op: TxnOp; guards: number }>> => {
+    const blocks = cacheOf('IPAMBlock');
+    const taking = ops.flatMap((op, i) => {
+      if (op.op === 'delete' || op.op === 'check' || op.res.kind !== 'IPAMBlock') return [];
+      const prev = blocks?.objects.get(resKey(op.res));
+      if (op.op === 'update' && prev && allocated(op.res) <= allocated(prev)) return [];
+      const cidr = tryParseCidr(String((op.res.spec as { cidr?: unknown }).cidr ?? ''));
+      return cidr ? [{ i, cidr }] : [];
+    });
+    if (!taking.length) return [];
+    const pc = live('IPPool');
+    const fromCache = pc && ![...pc.bypass.keys()].some((k) => bypassed(pc, k));
+    if (!pc) return []; // not synced yet: the caller read its pools from the store
+    const pools = fromCache ? [...pc.objects.values()] : (await ds.list('IPPool')).items;
+    const out: Array<{ op: TxnOp; guards: number }> = [];
+    const seen = new Set(ops.map(opIdentity));
+    const add = (op: TxnOp, guards: number) => {
+      if (seen.has(opIdentity(op))) return;
+      seen.add(opIdentity(op));
+      out.push({ op, guards });
+    };
+    for (const { i, cidr } of taking) {
+      const pool = pools.find((p) => {
+        const c = tryParseCidr(String((p.spec as { cidr?: unknown }).cidr ?? ''));
+        return c && c.family === cidr.family && containsCidr(c, cidr);
+      });
+      if (!pool?.metadata.resourceVersion) {
+        throw new TxnError('Conflict', `block ${(ops[i] as { res: Resource }).res.metadata.name} is in no IP pool (deleted meanwhile?); re-read the pools`, i);
+      }
+      add({ op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: pool.metadata.resourceVersion }, i);
+      // datastoreReady=false must stop every ADD write from then on, not once the watch brings it.
+      const ci = live('ClusterInformation')?.objects.get(keyOf('default', undefined));
+      if (ci?.metadata.resourceVersion) add({ op: 'check', kind: 'ClusterInformation', name: 'default', revision: ci.metadata.resourceVersion }, i);
+    }
+    return out;
+  };
+
+  /** One write outside a transaction: written through, or its failed guard drops the entry. */
+  async function single<T extends Resource | void>(op: TxnOp, write: () => Promise<T>): Promise<T> {
+    try {
+      const out = await write();
+      writeThrough(op, out || undefined);
+      return out;
+    } catch (e) {
+      failed(e, [op]);
+      throw e;
+    }
+  }
+
+  const self: CachedDatastore = {
+    type: ds.type,
+    stats,
+    synced: () => CACHED_KINDS.every((k) => caches.get(k)?.synced),
+    suspend(ms) {
+      suspendedUntil = Math.max(suspendedUntil, Date.now() + ms);
+    },
+    async get<K extends Kind>(kind: K, name: string, namespace?: string, o?: CallOptions): Promise<Resource<K>> {
+      const c = live(kind);
+      const key = keyOf(name, namespace);
+      if (!c || bypassed(c, key)) {
+        if (c) stats.misses++;
+        return ds.get(kind, name, namespace, o);
+      }
+      stats.hits++;
+      const obj = c.objects.get(key);
+      if (!obj) throw new DatastoreError('NotFound', `${kind} ${name} not found`);
+      return structuredClone(obj) as Resource<K>;
+    },
+    async list<K extends Kind>(kind: K, o: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
+      const c = live(kind);
+      if (!c || o.labelSelector || [...c.bypass.keys()].some((k) => bypassed(c, k))) {
+        if (c) stats.misses++;
+        return ds.list(kind, o);
+      }
+      stats.hits++;
+      const items = [...c.objects.values()]
+        .filter((r) => (o.namespace === undefined || (r.metadata.namespace || undefined) === o.namespace) && (!o.namePrefix || r.metadata.name.startsWith(o.namePrefix)))
+        .sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : a.metadata.name > b.metadata.name ? 1 : 0))
+        .map((r) => structuredClone(r) as Resource<K>);
+      return { items, revision: c.revision };
+    },
+    create: (res, o) => single({ op: 'create', res }, () => ds.create(res, o)),
+    update: (res, o) => single({ op: 'update', res }, () => ds.update(res, o)),
+    delete: (kind, name, o = {}) =>
+      single({ op: 'delete', kind, name, ...(o.namespace !== undefined ? { namespace: o.namespace } : {}), ...(o.revision !== undefined ? { revision: o.revision } : {}) }, () => ds.delete(kind, name, o)),
+    async txn(ops, o) {
+      let out: Array<Resource | undefined>;
+      let checks: Array<{ op: TxnOp; guards: number }> = [];
+      try {
+        checks = await readChecks(ops);
+        out = await ds.txn(checks.length ? [...ops, ...checks.map((c) => c.op)] : ops, o);
+      } catch (e) {
+        const i = TxnError.opOf(e);
+        if (i !== undefined && i >= ops.length && e instanceof TxnError) {
+          // The pool went or changed: read pools from the store, and report the
+          // failure on the block op it guards, so the caller re-reads and retries.
+          const chk = checks[i - ops.length]!;
+          invalidateOp(chk.op);
+          if (opKind(chk.op) === 'ClusterInformation') {
+            // Not a conflict to retry: the caller read readiness from the cache; a new request reads it from the store.
+            throw new DatastoreError('Unavailable', `ClusterInformation 'default' changed since this request read it (datastoreReady may have been turned off); nothing was written, try again`, { cause: e });
+          }
+          invalidateOp(ops[chk.guards]!);
+          throw new TxnError('Conflict', `${e.message} (the pool of the block changed or was deleted)`, chk.guards, { cause: e });
+        }
+        failed(e, ops);
+        throw e;
+      }
+      ops.forEach((op, i) => writeThrough(op, out[i]));
+      return out.slice(0, ops.length);
+    },
+    watch: (kind, o, onEvent) => ds.watch(kind, o, onEvent),
+    async close() {
+      closed = true;
+      for (const c of caches.values()) {
+        clearTimeout(c.timer);
+        c.watch?.stop();
+        c.watch = undefined;
+      }
+      await ds.close();
+    },
+  };
+  return self;
+}
