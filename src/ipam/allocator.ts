@@ -1,6 +1,6 @@
-// The IPAM service: `Ipam`, the one entry other layers use (through
-// src/ipam/index.ts). It holds no logic of its own; each concept has its
-// module in src/ipam/ (docs/architecture.md lists them).
+// The IPAM service: `Ipam`, the one entry other layers use (built by
+// createIpam in service.ts, exported by index.ts). It holds no logic of its
+// own; each concept has its module in src/ipam/ (docs/ipam.md lists them).
 //
 // The crash-safety invariant, which every module here keeps (docs/ipam.md
 // has the long form and the tests that check it):
