@@ -32,7 +32,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createConnection, createServer, type Server } from 'node:net';
-import { CniError, ErrorCodes } from '../errors.js';
+import { IpamError } from './errors.js';
 import { openNoFollow } from '../safe-open.js';
 import { createKeyedQueue } from '../keyed-queue.js';
 
@@ -67,8 +67,8 @@ function secureDir(dir: string): void {
   const uid = process.geteuid?.() ?? 0;
   if (!st.isDirectory() || st.uid !== uid || st.mode & 0o022) {
     const what = !st.isDirectory() ? 'not a directory' : st.uid !== uid ? `owned by uid ${st.uid}` : `writable by others (mode ${(st.mode & 0o777).toString(8)})`;
-    throw new CniError(
-      ErrorCodes.IpamFailure,
+    throw new IpamError(
+      'lock-unusable',
       `the IPAM lock directory ${dir} is ${what}; it must be a directory of uid ${uid} that only it can write (netplugin creates ${dir} with mode 0700 when it is missing; ipam_lock_file must not point into a shared directory)`,
     );
   }
@@ -242,8 +242,8 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
       name = abstractName(lockSecret(path), key);
       srv = await tryBind(name);
     } catch (e) {
-      if (e instanceof CniError) throw e;
-      throw new CniError(ErrorCodes.IpamFailure, `cannot take the IPAM host lock ${path}: ${(e as Error).message}`);
+      if (e instanceof IpamError) throw e;
+      throw new IpamError('lock-unusable', `cannot take the IPAM host lock ${path}: ${(e as Error).message}`);
     }
     if (srv) {
       // The pid file is informational, so a resident agent writes it once, not
@@ -278,8 +278,8 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
       }
     }
     if (now > deadline) {
-      throw new CniError(
-        ErrorCodes.TryAgainLater,
+      throw new IpamError(
+        'lock-timeout',
         `timed out after ${timeoutMs} ms waiting for the IPAM host lock ${path}${opts.key === undefined ? '' : ` (${opts.key})`}; it is held by ${describeHolder(lastHolder)}`,
       );
     }

@@ -10,7 +10,9 @@ import { openDatastore } from '../../src/datastore/index.js';
 import { blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
-import { CniError, ErrorCodes } from '../../src/errors.js';
+import { ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
 import { workloadEndpoint } from '../support/builders.js';
 
@@ -144,8 +146,8 @@ describe('IPAM transaction on etcd', () => {
     expect(ok.length).toBeGreaterThanOrEqual(200);
     expect(ok.length).toBeLessThanOrEqual(256);
     for (const e of failed) {
-      expect(e).toBeInstanceOf(CniError);
-      expect([ErrorCodes.IpamFailure, ErrorCodes.TryAgainLater]).toContain((e as CniError).code);
+      expect(e).toBeInstanceOf(IpamError);
+      expect([ErrorCodes.IpamFailure, ErrorCodes.TryAgainLater]).toContain(toCniError(e).code);
     }
     const ips = ok.map((o) => o.got[0]!.ip);
     expect(new Set(ips).size, 'duplicate addresses').toBe(ips.length);
@@ -170,7 +172,7 @@ describe('IPAM transaction on etcd', () => {
     // An ADD that answered "try again" (code 11) after its transaction had
     // committed still holds its address and endpoint until the runtime's DEL
     // of that container, as the CNI contract has it: at most one per such ADD.
-    const tryAgain = failed.filter((e) => (e as CniError).code === ErrorCodes.TryAgainLater).length;
+    const tryAgain = failed.filter((e) => toCniError(e).code === ErrorCodes.TryAgainLater).length;
     const heldTotal = [...held.values()].reduce((a, b) => a + b, 0);
     expect(heldTotal).toBeGreaterThanOrEqual(ok.length);
     expect(heldTotal - ok.length).toBeLessThanOrEqual(tryAgain);

@@ -5,7 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { build } from 'esbuild';
-import { CniError, ErrorCodes } from '../../src/errors.js';
+import { ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { acquireHostLock, onLockTakeover, serialize, withHostLock } from '../../src/ipam/lock.js';
 import { startLockSquatter } from '../support/squatter.js';
 
@@ -49,9 +51,10 @@ describe('host lock', () => {
       () => undefined,
       (err: unknown) => err,
     );
-    expect(e).toBeInstanceOf(CniError);
-    expect((e as CniError).code).toBe(ErrorCodes.TryAgainLater);
-    expect((e as CniError).message).toContain(`waiting for the IPAM host lock ${path}`);
+    expect(e).toBeInstanceOf(IpamError);
+    expect((e as IpamError).kind).toBe('lock-timeout');
+    expect(toCniError(e).code).toBe(ErrorCodes.TryAgainLater);
+    expect((e as IpamError).message).toContain(`waiting for the IPAM host lock ${path}`);
     const exited = new Promise((r) => child.once('exit', r));
     child.kill('SIGKILL');
     await exited;
@@ -168,7 +171,7 @@ describe('host lock against an unprivileged squatter', () => {
   it('a bounded wait names the holder the kernel reports', async () => {
     const path = join(dir, `named-${process.pid}.lock`);
     const child = await holdInChild(path);
-    const e = (await acquireHostLock(path, { timeoutMs: 300 }).catch((err: unknown) => err)) as CniError;
+    const e = toCniError(await acquireHostLock(path, { timeoutMs: 300 }).catch((err: unknown) => err));
     expect(e.code).toBe(ErrorCodes.TryAgainLater);
     expect(e.message).toContain(`held by pid ${child.pid}`);
     child.kill('SIGKILL');
