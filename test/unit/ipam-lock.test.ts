@@ -80,6 +80,31 @@ describe('host lock', () => {
     expect(events).toEqual(['other path', 'A releasing', 'B acquired']);
   });
 
+  it('stays exclusive when holders let go while waiters are checking who holds it (a refused check is not a squatter)', async () => {
+    // Holders keep the lock past the 200 ms holder check, so waiters ask the
+    // kernel who holds it; a release racing that check once made a waiter
+    // rotate the secret and take a new name while another held the old one.
+    const path = join(dir, `churn-${process.pid}.lock`);
+    let inside = 0;
+    let most = 0;
+    let rounds = 0;
+    await Promise.all(
+      Array.from({ length: 6 }, async () => {
+        for (let i = 0; i < 3; i++) {
+          await withHostLock(path, async () => {
+            inside++;
+            most = Math.max(most, inside);
+            await new Promise((r) => setTimeout(r, 205 + Math.random() * 10));
+            inside--;
+            rounds++;
+          }, { timeoutMs: 30_000 });
+        }
+      }),
+    );
+    expect(rounds).toBe(18);
+    expect(most).toBe(1);
+  });
+
   it('is released when the function throws', async () => {
     const path = join(dir, `throw-${process.pid}.lock`);
     await expect(withHostLock(path, async () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
