@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import LongestFirstSequencer from './test/support/sequencer.js';
 
 // Tests touch shared kernel state (namespaces, links, nftables) and start real
 // etcd servers: files run in separate processes, a few at a time on 2 cores.
@@ -6,7 +7,7 @@ import { defineConfig } from 'vitest/config';
 // Two projects: "default" runs every test file as is (the plugin suites exec
 // the per-exec bundle dist/netplugin.mjs); "agent" runs the black-box plugin
 // suites again through the installed native shim and a resident agent
-// (test/integration/agent-setup.ts), so both paths pass the same suite.
+// (test/support/agent-setup.ts), so both paths pass the same suite.
 // The agent project runs after the default one (groupOrder): a plugin-* file
 // owns fixed pool CIDRs and a host veth prefix in the shared throwaway host
 // namespace, so the same file must never run in both projects at once.
@@ -17,8 +18,10 @@ export default defineConfig({
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    reporters: ['default', './test/support/summary-reporter.ts'],
-    globalSetup: ['test/fixtures/global-setup.ts'],
+    reporters: ['default', './test/support/summary-reporter.ts', './test/support/timeline-reporter.ts'],
+    // Longest files first (test/support/sequencer.ts), within each project's group.
+    sequence: { sequencer: LongestFirstSequencer },
+    globalSetup: ['test/support/global-setup.ts'],
     projects: [
       {
         extends: true,
@@ -30,7 +33,7 @@ export default defineConfig({
           name: 'agent',
           include: ['test/integration/plugin-*.test.ts'],
           env: { NETPLUGIN_TEST_PATH: 'agent' },
-          setupFiles: ['test/integration/agent-setup.ts'],
+          setupFiles: ['test/support/agent-setup.ts'],
           sequence: { groupOrder: 1 },
         },
       },

@@ -21,7 +21,7 @@ const body = `
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startEtcd } from ${JSON.stringify(join(root, 'test/fixtures/etcd.ts'))};
+import { startEtcd } from ${JSON.stringify(join(root, 'test/support/etcd.ts'))};
 import { openDatastore } from ${JSON.stringify(join(root, 'src/datastore/index.ts'))};
 import { Ipam } from ${JSON.stringify(join(root, 'src/ipam/index.ts'))};
 

@@ -20,8 +20,8 @@ const N = nArg > 0 ? Number(process.argv[nArg + 1]) : 50;
 
 const body = `
 import { spawn } from 'node:child_process';
-import { startEtcd, freePort } from ${JSON.stringify(join(root, 'test/fixtures/etcd.ts'))};
-import { startFakeApiServer, writeKubeconfig } from ${JSON.stringify(join(root, 'test/fixtures/fake-apiserver.ts'))};
+import { startEtcd, freePort } from ${JSON.stringify(join(root, 'test/support/etcd.ts'))};
+import { startFakeApiServer, writeKubeconfig } from ${JSON.stringify(join(root, 'test/support/fake-apiserver.ts'))};
 import { openDatastore } from ${JSON.stringify(join(root, 'src/datastore/index.ts'))};
 
 const BIN = ${JSON.stringify(join(root, 'dist/netplugin-kube-controllers.mjs'))};

@@ -1,6 +1,7 @@
 // The one place where failures of every layer become CNI error codes.
 import { CniError, DatastoreError, ErrorCodes, type DatastoreErrorKind } from '../errors.js';
 import { redactString } from '../log/redact.js';
+import { IpamError, type IpamErrorKind } from '../ipam/errors.js';
 
 function firstLine(s: string): string {
   const line = s.split('\n', 1)[0]!.trim();
@@ -21,6 +22,33 @@ const DATASTORE_CODES: Record<DatastoreErrorKind, number> = {
   AlreadyExists: ErrorCodes.OrchestratorFailure,
   Unauthorized: ErrorCodes.OrchestratorFailure,
   Invalid: ErrorCodes.InvalidNetworkConfig,
+};
+
+/**
+ * IPAM kinds to CNI codes. What the request or the configuration got wrong
+ * (an unparsable address, a pool list naming a missing, disabled or
+ * other-family pool, an invalid stored pool) is fixed there (7; a handle ID
+ * that cannot be formed lacks CNI_CONTAINERID, 4). What the IPAM state cannot
+ * give (no pool for the node, exhausted, address taken or outside every
+ * enabled pool, a pool reserved for other uses) is netplugin's IPAM failure
+ * (100). Lost races and a busy host lock pass with time (11).
+ */
+const IPAM_CODES: Record<IpamErrorKind, number> = {
+  'invalid-request': ErrorCodes.InvalidNetworkConfig,
+  'missing-handle': ErrorCodes.InvalidEnvironment,
+  'invalid-pool': ErrorCodes.InvalidNetworkConfig,
+  'pool-not-found': ErrorCodes.InvalidNetworkConfig,
+  'pool-wrong-family': ErrorCodes.InvalidNetworkConfig,
+  'pool-disabled': ErrorCodes.InvalidNetworkConfig,
+  'pool-use-not-allowed': ErrorCodes.IpamFailure,
+  'no-pool-for-node': ErrorCodes.IpamFailure,
+  'address-not-in-pool': ErrorCodes.IpamFailure,
+  'address-taken': ErrorCodes.IpamFailure,
+  exhausted: ErrorCodes.IpamFailure,
+  'handle-mismatch': ErrorCodes.IpamFailure,
+  'conflict-retries-exhausted': ErrorCodes.TryAgainLater,
+  'lock-timeout': ErrorCodes.TryAgainLater,
+  'lock-unusable': ErrorCodes.IpamFailure,
 };
 
 const DATASTORE_HINTS: Partial<Record<DatastoreErrorKind, string>> = {
@@ -56,6 +84,7 @@ function isSystemError(e: unknown): e is SystemErrorLike {
 /** Maps anything thrown to a CniError; `internal` tells the caller to log the stack (an unexpected exception). */
 export function toCniError(e: unknown): CniError & { internal?: boolean } {
   if (e instanceof CniError) return e;
+  if (e instanceof IpamError) return new CniError(IPAM_CODES[e.kind], e.message);
   if (e instanceof DatastoreError) {
     const hint = DATASTORE_HINTS[e.kind];
     return new CniError(DATASTORE_CODES[e.kind] ?? ErrorCodes.Internal, `datastore ${e.kind}: ${firstLine(e.message)}${hint ? ` (${hint})` : ''}`);

@@ -8,3 +8,4 @@ export { DEFAULT_LOCK_PATH, LOCK_ENV, hostLockPath, acquireHostLock, serialize, 
 export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE, poolInfo, type PoolInfo, type PoolUse } from './pools.js';
 export { handleIDFor, parseHandleID, sameHandle } from './handle.js';
 export { TUNNEL_HANDLES, releaseNodeIpam, type NodeRelease } from './node-release.js';
+export { IpamError, type IpamErrorKind } from './errors.js';

@@ -32,7 +32,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, constants, fstatSync, lstatSync, mkdirSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createConnection, createServer, type Server } from 'node:net';
-import { CniError, ErrorCodes } from '../errors.js';
+import { IpamError } from './errors.js';
 import { openNoFollow } from '../safe-open.js';
 import { createKeyedQueue } from '../keyed-queue.js';
 
@@ -67,8 +67,8 @@ function secureDir(dir: string): void {
   const uid = process.geteuid?.() ?? 0;
   if (!st.isDirectory() || st.uid !== uid || st.mode & 0o022) {
     const what = !st.isDirectory() ? 'not a directory' : st.uid !== uid ? `owned by uid ${st.uid}` : `writable by others (mode ${(st.mode & 0o777).toString(8)})`;
-    throw new CniError(
-      ErrorCodes.IpamFailure,
+    throw new IpamError(
+      'lock-unusable',
       `the IPAM lock directory ${dir} is ${what}; it must be a directory of uid ${uid} that only it can write (netplugin creates ${dir} with mode 0700 when it is missing; ipam_lock_file must not point into a shared directory)`,
     );
   }
@@ -143,6 +143,8 @@ export interface Holder {
   uid?: number;
   /** false: a process of another (non-root) user, or a socket not listening as ours do. */
   trusted: boolean;
+  /** The connection was refused: the name is bound but not listening, or nobody holds it any more. */
+  refused?: boolean;
 }
 
 /** Who holds abstract `name`, by SO_PEERCRED of a connection to it; undefined when nobody does any more. */
@@ -165,8 +167,10 @@ async function holderOf(name: string): Promise<Holder | undefined> {
       }
     });
     c.once('error', (e: NodeJS.ErrnoException) => {
-      // Bound but not listening: never one of ours (we always listen).
-      if (e.code === 'ECONNREFUSED') done({ trusted: false });
+      // An abstract name refuses both when it is bound without listening
+      // (never one of ours: we always listen) and when nobody holds it any
+      // more; the caller tells the two apart by trying the bind again.
+      if (e.code === 'ECONNREFUSED') done({ trusted: false, refused: true });
       else done(undefined);
     });
   });
@@ -235,6 +239,8 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
   const deadline = started + timeoutMs;
   let nextCheck = started + HOLDER_CHECK_MS;
   let lastHolder: Holder | undefined;
+  // A refused connection seen once: bind again before calling it a squatter.
+  let refusedOnce = false;
   for (;;) {
     let srv: Server | undefined;
     let name: string;
@@ -242,8 +248,8 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
       name = abstractName(lockSecret(path), key);
       srv = await tryBind(name);
     } catch (e) {
-      if (e instanceof CniError) throw e;
-      throw new CniError(ErrorCodes.IpamFailure, `cannot take the IPAM host lock ${path}: ${(e as Error).message}`);
+      if (e instanceof IpamError) throw e;
+      throw new IpamError('lock-unusable', `cannot take the IPAM host lock ${path}: ${(e as Error).message}`);
     }
     if (srv) {
       // The pid file is informational, so a resident agent writes it once, not
@@ -268,9 +274,19 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
       return () => new Promise<void>((resolve) => held.close(() => resolve()));
     }
     const now = Date.now();
-    if (now >= nextCheck || now > deadline) {
+    if (refusedOnce || now >= nextCheck || now > deadline) {
       nextCheck = now + HOLDER_CHECK_MS;
       lastHolder = await holderOf(name).catch(() => undefined);
+      if (lastHolder?.refused && !refusedOnce) {
+        // The holder may have let go between our bind and our connect (an
+        // abstract name nobody holds refuses too). Rotating the secret then
+        // would let us take a new name while another waiter, which bound the
+        // old one meanwhile, holds the lock: two holders. Bind again first;
+        // only a name that stays bound and still refuses is a squatter's.
+        refusedOnce = true;
+        continue;
+      }
+      refusedOnce = false;
       if (lastHolder && !lastHolder.trusted) {
         // Squatted by an unprivileged process: move every netplugin process to a new name.
         writeSecret(join(dirname(path), SECRET_FILE));
@@ -278,8 +294,8 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
       }
     }
     if (now > deadline) {
-      throw new CniError(
-        ErrorCodes.TryAgainLater,
+      throw new IpamError(
+        'lock-timeout',
         `timed out after ${timeoutMs} ms waiting for the IPAM host lock ${path}${opts.key === undefined ? '' : ` (${opts.key})`}; it is held by ${describeHolder(lastHolder)}`,
       );
     }

@@ -1,7 +1,7 @@
 // Which pools an assignment may use: explicitly requested ones (netconf
 // ipv4_pools/ipv6_pools or annotations, by name or CIDR), or every enabled pool
 // whose nodeSelector selects the node.
-import { CniError, ErrorCodes } from '../errors.js';
+import { IpamError } from './errors.js';
 import type { Resource } from '../model/resources.js';
 import { parseSelector, type Selector } from '../selector/index.js';
 import { cidrEquals, formatCidr, parseCidr, tryParseCidr, type Cidr, type Family } from '../net/cidr.js';
@@ -34,17 +34,17 @@ export function checkPoolUse(pool: PoolInfo, use: PoolUse, field: string, addres
   if (pool.allowedUses.includes(use)) return;
   const uses = `[${pool.allowedUses.join(', ')}]`;
   const where = address ? `${address} is in pool '${pool.name}' (${pool.cidrText}), whose allowedUses is ${uses}` : `pool '${pool.name}' (${pool.cidrText}) has allowedUses ${uses}`;
-  throw new CniError(ErrorCodes.IpamFailure, `${field}: ${where}: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`);
+  throw new IpamError('pool-use-not-allowed', `${field}: ${where}: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`);
 }
 
 export const DEFAULT_BLOCK_SIZE: Record<Family, number> = { 4: 26, 6: 122 };
 export const BLOCK_SIZE_RANGE: Record<Family, [number, number]> = { 4: [20, 32], 6: [116, 128] };
 
-/** Validate a stored IPPool; throws CniError(7) naming the pool and field. */
+/** Validate a stored IPPool; throws an IpamError ('invalid-pool') naming the pool and field. */
 export function poolInfo(res: Resource<'IPPool'>): PoolInfo {
   const name = res.metadata.name;
   const bad = (field: string, why: string) =>
-    new CniError(ErrorCodes.InvalidNetworkConfig, `IPPool '${name}': spec.${field} ${why}; fix the pool (kubectl/netpluginctl edit) or delete it`);
+    new IpamError('invalid-pool', `IPPool '${name}': spec.${field} ${why}; fix the pool (kubectl/netpluginctl edit) or delete it`);
   let cidr: Cidr;
   try {
     cidr = parseCidr(String(res.spec.cidr ?? ''));
@@ -95,16 +95,16 @@ export function resolveExplicitPools(family: Family, wanted: string[], pools: Po
     const p = asCidr ? pools.find((x) => cidrEquals(x.cidr, asCidr)) : pools.find((x) => x.name === item);
     if (!p) {
       const hint = !asCidr && item.includes('/') ? ` ('${item}' is not a valid CIDR either)` : '';
-      throw new CniError(
-        ErrorCodes.InvalidNetworkConfig,
+      throw new IpamError(
+        'pool-not-found',
         `${field}: pool '${item}' does not exist${hint}; existing pools: ${describePools(pools)}. Create it or remove it from ${field}`,
       );
     }
     if (p.cidr.family !== family) {
-      throw new CniError(ErrorCodes.InvalidNetworkConfig, `${field}: pool '${item}' (${p.cidrText}) is IPv${p.cidr.family}, not IPv${family}; list it under ipv${p.cidr.family}_pools`);
+      throw new IpamError('pool-wrong-family', `${field}: pool '${item}' (${p.cidrText}) is IPv${p.cidr.family}, not IPv${family}; list it under ipv${p.cidr.family}_pools`);
     }
     if (p.disabled) {
-      throw new CniError(ErrorCodes.InvalidNetworkConfig, `${field}: pool '${item}' (${p.cidrText}) is disabled; enable it or remove it from ${field}`);
+      throw new IpamError('pool-disabled', `${field}: pool '${item}' (${p.cidrText}) is disabled; enable it or remove it from ${field}`);
     }
     if (!out.includes(p)) out.push(p);
   }
@@ -136,7 +136,7 @@ export interface ChoosePoolsRequest {
  * STATUS, so STATUS answers "ready" exactly when an ADD could find a pool.
  * docs/ipam.md: a node takes addresses only from pools whose nodeSelector selects it,
  * also when a pool is requested by name; explicit lists are tried in order,
- * automatic ones by name. Throws an IPAM CniError naming the pools and the fix.
+ * automatic ones by name. Throws an IpamError naming the pools and the fix.
  */
 export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
   const { family, node, field } = r;
@@ -147,8 +147,8 @@ export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
     const labels = named.some((p) => !p.selectsAll) ? await r.labels() : {};
     const pools = named.filter((p) => p.selector.matches(labels));
     if (!pools.length) {
-      throw new CniError(
-        ErrorCodes.IpamFailure,
+      throw new IpamError(
+        'no-pool-for-node',
         `${field}: none of the requested pools selects node '${node}': ${named.map((p) => `${p.name} (${p.cidrText}, nodeSelector ${p.selector.toString()})`).join(', ')}; label the node or change the pools' nodeSelector`,
       );
     }
@@ -166,7 +166,7 @@ export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
       : 'none exist';
     const bad = r.badPools?.length ? `; invalid pools ignored: ${r.badPools.join('; ')}` : '';
     const why = use === 'Workload' ? '' : ` (${use} addresses come only from pools whose allowedUses includes ${use})`;
-    throw new CniError(ErrorCodes.IpamFailure, `no enabled IPv${family} pool selects node '${node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector${why}`);
+    throw new IpamError('no-pool-for-node', `no enabled IPv${family} pool selects node '${node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector${why}`);
   }
   return pools;
 }

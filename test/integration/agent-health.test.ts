@@ -8,9 +8,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { assertThrowawayHostNetns, DIST } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
-import { cleanupAttachments, cni, ensureBuilt, expectCniError, expectOk, installShim, netconf, startAgent, startCluster, type Agent, type Cluster } from './plugin-harness.js';
+import { assertThrowawayHostNetns, DIST } from '../support/cni.js';
+import { createNetns, removeAllNetns } from '../support/netns.js';
+import { cleanupAttachments, cni, ensureBuilt, expectCniError, expectOk, installShim, netconf, startAgent, startCluster, type Agent, type Cluster } from '../support/plugin-harness.js';
 
 const PREFIX = 'nph';
 let c: Cluster;

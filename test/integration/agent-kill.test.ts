@@ -9,13 +9,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { createNetns, removeAllNetns } from '../support/netns.js';
 import {
   addrs, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, installShim, ipamState, link, mapLimit, netconf, startAgent, startCluster, why,
   type Agent, type Cluster,
-} from './plugin-harness.js';
-import type { CniOutcome } from '../fixtures/cni.js';
+} from '../support/plugin-harness.js';
+import type { CniOutcome } from '../support/cni.js';
 
 const PREFIX = 'npz';
 const POOL = { name: 'kill-v4', cidr: '10.77.42.0/24', blockSize: 28 };

@@ -12,8 +12,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startPluginKubeconfig } from '../../src/agent/kubeconfig-writer.js';
 import { createKubeClient } from '../../src/k8s/client.js';
-import { DIST } from '../fixtures/cni.js';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { DIST } from '../support/cni.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 
 const AGENT_TOKEN = 'agent-sa-token';
 let api: FakeApiServer;

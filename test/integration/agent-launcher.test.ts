@@ -7,8 +7,8 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DIST } from '../fixtures/cni.js';
-import { startEtcd } from '../fixtures/etcd.js';
+import { DIST } from '../support/cni.js';
+import { startEtcd } from '../support/etcd.js';
 
 const dirs: string[] = [];
 const procs: ChildProcess[] = [];

@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DIST } from '../fixtures/cni.js';
+import { DIST } from '../support/cni.js';
 import { resolveNodename } from '../../src/config/nodename.js';
 
 const AGENT = join(DIST, 'netplugin-node.mjs');

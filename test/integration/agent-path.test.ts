@@ -15,12 +15,12 @@ import { writePolicyStatus } from '../../src/k8s/policy-wait.js';
 import { startNodeInit } from '../../src/agent/node-init.js';
 import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 import { netlink, openNetns } from '../../src/native/index.js';
-import { assertThrowawayHostNetns, DIST } from '../fixtures/cni.js';
-import { createNetns, deleteNetns, removeAllNetns } from '../fixtures/netns.js';
+import { assertThrowawayHostNetns, DIST } from '../support/cni.js';
+import { createNetns, deleteNetns, removeAllNetns } from '../support/netns.js';
 import {
   NODE, addrs, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, installShim, ipamState, link, mapLimit, netconf, startAgent, startCluster,
   why, type Agent, type Cluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'npy';
 const POOL = { name: 'agent-v4', cidr: '10.77.40.0/24', blockSize: 28 };

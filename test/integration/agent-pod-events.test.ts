@@ -10,9 +10,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPodEvents } from '../../src/agent/pod-events.js';
 import { createKubeClient, type KubeClient } from '../../src/k8s/client.js';
-import { DIST, runCni } from '../fixtures/cni.js';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
-import { installShim } from './plugin-harness.js';
+import { DIST, runCni } from '../support/cni.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
+import { installShim } from '../support/plugin-harness.js';
 
 const TOKEN = 'events-token';
 let api: FakeApiServer;

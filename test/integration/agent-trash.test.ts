@@ -7,8 +7,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DIST } from '../fixtures/cni.js';
-import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { DIST } from '../support/cni.js';
+import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { TRASH_GROUP } from '../../src/dataplane/index.js';
 
 const procs: ChildProcess[] = [];

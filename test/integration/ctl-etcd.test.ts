@@ -6,12 +6,13 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { createIpam } from '../../src/ipam/index.js';
 import pkg from '../../package.json' with { type: 'json' };
+import { workloadEndpoint } from '../support/builders.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const CTL = join(root, 'dist/netpluginctl.mjs');
@@ -91,12 +92,7 @@ describe('netpluginctl against etcd', () => {
       const [a] = await ipam.assign({ handleID: `k8s-pod-network.cid-${name}`, node: 'node-a', attrs: { namespace: 'shop', pod: name }, assignIPv4: true, assignIPv6: false });
       ips[name] = a!.ip;
       if (name === 'leaky') continue; // its pod went away without a CNI DEL
-      await ds.create({
-        apiVersion: API_VERSION,
-        kind: 'WorkloadEndpoint',
-        metadata: { name: `node--a-k8s-${name}-eth0`, namespace: 'shop' },
-        spec: { orchestrator: 'k8s', node: 'node-a', containerID: `cid-${name}`, pod: name, endpoint: 'eth0', ipNetworks: [`${a!.ip}/32`], interfaceName: 'eth0' },
-      });
+      await ds.create(workloadEndpoint({ node: 'node-a', namespace: 'shop', pod: name, containerID: `cid-${name}`, ips: [a!.ip] }));
     }
 
     const show = ctl(['ipam', 'show', '--show-blocks']);

@@ -2,13 +2,12 @@
 // over HTTPS with a token): resources as CRDs, and `ipam check` telling a
 // deleted pod from one whose endpoint annotations are not written yet.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { API_VERSION } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
-import { workloadEndpointName } from '../../src/model/names.js';
 import { createIpam } from '../../src/ipam/index.js';
-import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
+import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
+import { workloadEndpoint } from '../support/builders.js';
 
 const TOKEN = 'ctl-test-token';
 
@@ -53,12 +52,7 @@ describe('netpluginctl with the kubernetes datastore', () => {
       ips[name] = a!.ip;
     }
     // Only the running pod has its endpoint written; "starting" is mid-ADD.
-    await ds.create({
-      apiVersion: API_VERSION,
-      kind: 'WorkloadEndpoint',
-      metadata: { name: workloadEndpointName('node-a', 'k8s', 'running', 'eth0'), namespace: 'shop' },
-      spec: { orchestrator: 'k8s', node: 'node-a', containerID: 'cid-running', pod: 'running', endpoint: 'eth0', ipNetworks: [`${ips.running}/32`], interfaceName: 'eth0' },
-    });
+    await ds.create(workloadEndpoint({ node: 'node-a', namespace: 'shop', pod: 'running', containerID: 'cid-running', ips: [ips.running!] }));
     const c = await ctl(['ipam', 'check', '--json']);
     expect(c.err).toBe('');
     const r = JSON.parse(c.out);

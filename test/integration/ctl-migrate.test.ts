@@ -7,13 +7,13 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startEtcd, type EtcdServer } from '../support/etcd.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { createIpam } from '../../src/ipam/index.js';
-import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
+import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
 const TOKEN = 'migrate-test-token';
 
 let etcd: EtcdServer;

@@ -7,8 +7,8 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, wr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
-import { CTL, runBuiltCtl } from '../fixtures/ctl.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
+import { CTL, runBuiltCtl } from '../support/ctl.js';
 import { fromKubectlSelector, parseSelector } from '../../src/selector/index.js';
 
 const TOKEN = 'real-cluster-token';

@@ -6,11 +6,11 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
-import { requireBuiltCtl, runBuiltCtl } from '../fixtures/ctl.js';
+import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
 import pkg from '../../package.json' with { type: 'json' };
 const TOKEN = 'upgrade-test-token';
 

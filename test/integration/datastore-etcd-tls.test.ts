@@ -5,8 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
-import { certDir, makeCA, makeCert, type CA, type CertPair } from '../fixtures/certs.js';
+import { startEtcd, type EtcdServer } from '../support/etcd.js';
+import { certDir, makeCA, makeCert, type CA, type CertPair } from '../support/certs.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { DatastoreError } from '../../src/errors.js';
 import { API_VERSION } from '../../src/model/resources.js';

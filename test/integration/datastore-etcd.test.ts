@@ -3,7 +3,7 @@
 // transports (etcd's JSON gateway, the default, and gRPC through etcd3).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
-import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore, datastoreConfigFromEnv } from '../../src/datastore/index.js';
 import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 import type { EtcdDatastore } from '../../src/datastore/etcd.js';
@@ -181,7 +181,7 @@ for (const transport of ['http', 'grpc'] as const) {
     });
 
     it('explains an unreachable endpoint and bad configuration', async () => {
-      const { freePort } = await import('../fixtures/etcd.js');
+      const { freePort } = await import('../support/etcd.js');
       const port = await freePort();
       const down = await openDatastore({ etcd_transport: transport, etcd_endpoints: `http://127.0.0.1:${port}`, timeoutMs: 2000 });
       try {
@@ -199,7 +199,7 @@ for (const transport of ['http', 'grpc'] as const) {
     });
 
     it('fails over past an endpoint that refuses connections, and names every endpoint when all fail', async () => {
-      const { freePort } = await import('../fixtures/etcd.js');
+      const { freePort } = await import('../support/etcd.js');
       const dead = `http://127.0.0.1:${await freePort()}`;
       const multi = await openDatastore({ etcd_transport: transport, etcd_endpoints: `${dead},${etcd.endpoint}`, timeoutMs: 3000 });
       try {

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { createKubeClient } from '../../src/k8s/client.js';
 import { ENDPOINT_ANNOTATIONS as WEP_ANNOTATIONS } from '../../src/model/annotations.js';
@@ -12,7 +12,7 @@ import { DatastoreError } from '../../src/errors.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
 import { datastoreConformance } from './datastore-conformance.js';
-import { freePort } from '../fixtures/etcd.js';
+import { freePort } from '../support/etcd.js';
 
 const TOKEN = 'netplugin-test-token';
 

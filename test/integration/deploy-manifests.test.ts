@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { runCtl } from '../../src/ctl/index.js';
 import { parseNetconf } from '../../src/config/index.js';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const DEPLOY = join(ROOT, 'deploy');

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'node:http';
-import { startFakeApiServer, writeKubeconfig, parseLabelSelector, mergePatch, jsonPatch, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startFakeApiServer, writeKubeconfig, parseLabelSelector, mergePatch, jsonPatch, type FakeApiServer } from '../support/fake-apiserver.js';
 
 interface Reply {
   status: number;

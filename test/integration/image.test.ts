@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { podmanSession, writeContainersConf } from '../fixtures/podman.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { podmanSession, writeContainersConf } from '../support/podman.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };

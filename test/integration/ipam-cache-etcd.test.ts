@@ -7,7 +7,7 @@
 // retry, never a duplicate address, an address from a deleted pool, an
 // address in another node's block, or a write after datastoreReady=false.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { cachedDatastore } from '../../src/datastore/cached.js';
 import { affinityName, blockName } from '../../src/model/names.js';

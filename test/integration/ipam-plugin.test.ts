@@ -8,12 +8,13 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd } from '../fixtures/etcd.js';
-import { startFakeApiServer, writeKubeconfig } from '../fixtures/fake-apiserver.js';
+import { startEtcd } from '../support/etcd.js';
+import { startFakeApiServer, writeKubeconfig } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { API_VERSION, type IPPoolSpec, type Kind, type Resource } from '../../src/model/resources.js';
+import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
+import { createPool } from '../support/builders.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = join(root, 'dist/netplugin-ipam.mjs');
@@ -175,9 +176,6 @@ async function audit(ds: Datastore, only?: string): Promise<{ byIP: Map<string, 
   return { byIP, handles };
 }
 
-async function createPool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...spec } });
-}
 
 beforeAll(() => {
   if (!existsSync(BIN)) throw new Error(`${BIN} is missing: run 'npm run build:ts' first`);
@@ -317,7 +315,7 @@ for (const backend of backends) {
       for (const a of affs.filter((x) => x.spec.state === 'confirmed')) expect(blocks.get(a.spec.cidr)).toBe(`host:${a.spec.node}`);
     }, 900_000);
 
-    it('CHECK, GC and STATUS', async () => {
+    it('CHECK passes for the addresses the handle holds and fails naming an address it does not hold', async () => {
       const cid = `chk-${process.pid}`;
       const conf = netconf('node-a');
       const add = await runtimeCall('ADD', conf, cid);
@@ -331,13 +329,23 @@ for (const backend of backends) {
       const bad = await runtimeCall('CHECK', { ...conf, prevResult: { ...add.json, ips: [{ address: `${other}/29` }] } }, cid);
       expect(bad.json?.code).toBe(ErrorCodes.CheckFailed);
       expect(bad.json?.msg).toContain(`prevResult address ${other}/29 is not allocated to handle`);
+      expect((await runtimeCall('DEL', conf, cid)).code).toBe(0);
+    }, 120_000);
 
-      const status = await runtimeCall('STATUS', { ...conf, cniVersion: '1.1.0' }, cid);
+    it('STATUS is ready with a pool to allocate from, and code 50 when the netconf names only a missing pool', async () => {
+      const cid = `sts-${process.pid}`;
+      const status = await runtimeCall('STATUS', { ...netconf('node-a'), cniVersion: '1.1.0' }, cid);
       expect(status.code, status.stdout + status.stderr).toBe(0);
       const noPool = await runtimeCall('STATUS', { ...netconf('node-a', { ipv4_pools: ['absent'] }), cniVersion: '1.1.0' }, cid);
       expect(noPool.json?.code).toBe(ErrorCodes.PluginNotAvailable);
+    }, 120_000);
 
+    it('GC releases every handle of this network but the valid attachments; CHECK of a collected one then fails', async () => {
+      const cid = `gc-${process.pid}`;
       const keep = `keep-${process.pid}`;
+      const conf = netconf('node-a');
+      const add = await runtimeCall('ADD', conf, cid);
+      expect(add.code, add.stdout).toBe(0);
       expect((await runtimeCall('ADD', conf, keep)).code).toBe(0);
       const gc = await runtimeCall('GC', { ...conf, cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: keep, ifname: 'eth0' }] }, cid);
       expect(gc.code, gc.stdout + gc.stderr).toBe(0);
@@ -348,7 +356,7 @@ for (const backend of backends) {
       expect((await runtimeCall('DEL', conf, keep)).code).toBe(0);
     }, 120_000);
 
-    it('IP= in CNI_ARGS: inside a pool, outside, taken', async () => {
+    it('IP= in CNI_ARGS inside a pool: exactly that address; a second ADD asking for it fails naming the holder', async () => {
       const conf = netconf('node-b');
       const a = await runtimeCall('ADD', conf, `ip1-${process.pid}`, { cniArgs: 'IgnoreUnknown=1;IP=10.123.0.77' });
       expect(a.code, a.stdout).toBe(0);
@@ -356,10 +364,16 @@ for (const backend of backends) {
       const taken = await runtimeCall('ADD', conf, `ip2-${process.pid}`, { cniArgs: 'IP=10.123.0.77' });
       expect(taken.json?.code).toBe(ErrorCodes.IpamFailure);
       expect(taken.json?.msg).toContain(`10.123.0.77 is already assigned (handle ${NET}.ip1-${process.pid}`);
+      for (const c of ['ip1', 'ip2']) expect((await runtimeCall('DEL', conf, `${c}-${process.pid}`)).code).toBe(0);
+      expect((await audit(env.ds)).handles.size).toBe(0);
+    }, 120_000);
+
+    it('IP= in CNI_ARGS outside every pool fails naming the address, and holds nothing', async () => {
+      const conf = netconf('node-b');
       const outside = await runtimeCall('ADD', conf, `ip3-${process.pid}`, { cniArgs: 'IP=10.9.9.9' });
       expect(outside.json?.code).toBe(ErrorCodes.IpamFailure);
       expect(outside.json?.msg).toContain('10.9.9.9 is not in a configured pool');
-      for (const c of ['ip1', 'ip2', 'ip3']) expect((await runtimeCall('DEL', conf, `${c}-${process.pid}`)).code).toBe(0);
+      expect((await runtimeCall('DEL', conf, `ip3-${process.pid}`)).code).toBe(0);
       expect((await audit(env.ds)).handles.size).toBe(0);
     }, 120_000);
 

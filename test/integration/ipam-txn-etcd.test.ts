@@ -5,13 +5,16 @@
 // without its address, no address without its handle, no endpoint without
 // its addresses.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
-import { CniError, ErrorCodes } from '../../src/errors.js';
+import { ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
+import { workloadEndpoint } from '../support/builders.js';
 
 let etcd: EtcdServer;
 const stores: Datastore[] = [];
@@ -51,12 +54,7 @@ async function etcdWrites(): Promise<number> {
 const NS = 'txn';
 
 function endpointFor(node: string, pod: string, containerID: string, assigned: Assigned[]): Resource<'WorkloadEndpoint'> {
-  return {
-    apiVersion: API_VERSION,
-    kind: 'WorkloadEndpoint',
-    metadata: { name: workloadEndpointName(node, 'k8s', pod, 'eth0'), namespace: NS },
-    spec: { orchestrator: 'k8s', node, containerID, pod, endpoint: 'eth0', ipNetworks: assigned.map((a) => `${a.ip}/32`), interfaceName: `tx${containerID}`.slice(0, 15) },
-  };
+  return workloadEndpoint({ node, namespace: NS, pod, containerID, ips: assigned.map((a) => a.ip), interfaceName: `tx${containerID}`.slice(0, 15) });
 }
 
 /** The plugin's shape of an ADD: the endpoint rides in the IPAM transaction. */
@@ -148,8 +146,8 @@ describe('IPAM transaction on etcd', () => {
     expect(ok.length).toBeGreaterThanOrEqual(200);
     expect(ok.length).toBeLessThanOrEqual(256);
     for (const e of failed) {
-      expect(e).toBeInstanceOf(CniError);
-      expect([ErrorCodes.IpamFailure, ErrorCodes.TryAgainLater]).toContain((e as CniError).code);
+      expect(e).toBeInstanceOf(IpamError);
+      expect([ErrorCodes.IpamFailure, ErrorCodes.TryAgainLater]).toContain(toCniError(e).code);
     }
     const ips = ok.map((o) => o.got[0]!.ip);
     expect(new Set(ips).size, 'duplicate addresses').toBe(ips.length);
@@ -174,7 +172,7 @@ describe('IPAM transaction on etcd', () => {
     // An ADD that answered "try again" (code 11) after its transaction had
     // committed still holds its address and endpoint until the runtime's DEL
     // of that container, as the CNI contract has it: at most one per such ADD.
-    const tryAgain = failed.filter((e) => (e as CniError).code === ErrorCodes.TryAgainLater).length;
+    const tryAgain = failed.filter((e) => toCniError(e).code === ErrorCodes.TryAgainLater).length;
     const heldTotal = [...held.values()].reduce((a, b) => a + b, 0);
     expect(heldTotal).toBeGreaterThanOrEqual(ok.length);
     expect(heldTotal - ok.length).toBeLessThanOrEqual(tryAgain);

@@ -6,11 +6,11 @@
 import { describe, expect, it } from 'vitest';
 import { API_VERSION } from '../../src/model/resources.js';
 import { containsIP, parseCidr, parseIP } from '../../src/net/cidr.js';
-import { createNetns } from '../fixtures/netns.js';
+import { createNetns } from '../support/netns.js';
 import {
   NODE, addrs, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, k8sArgs, link, routes, why,
-  type Cluster, type PoolDef, useCluster } from './plugin-harness.js';
-import { k8sNetconf, logLines, putNamespace, putPod, startApi, type Api, type PodDef } from './k8s-harness.js';
+  type Cluster, type PoolDef, useCluster } from '../support/plugin-harness.js';
+import { k8sNetconf, logLines, putNamespace, putPod, startApi, type Api, type PodDef } from '../support/k8s-harness.js';
 
 const PREFIX = 'npa';
 const A: PoolDef = { name: 'ann-a', cidr: '10.77.21.0/26', blockSize: 28 };

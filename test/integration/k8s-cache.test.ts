@@ -7,7 +7,7 @@
 // a fresh, synced cache.
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeApiServer, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startFakeApiServer, type FakeApiServer } from '../support/fake-apiserver.js';
 import { createKubeClient, type KubeClient, type KubePod } from '../../src/k8s/client.js';
 import { CachingPodSource } from '../../src/k8s/cache.js';
 import { createPluginRuntime } from '../../src/plugins/main/runtime.js';

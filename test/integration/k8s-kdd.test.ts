@@ -9,13 +9,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { openDatastore } from '../../src/datastore/index.js';
 import { createKubeClient } from '../../src/k8s/client.js';
 import type { Datastore } from '../../src/datastore/types.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { createNetns, removeAllNetns } from '../support/netns.js';
 import {
   NET_NAME, NODE, addrs, cleanupAttachments, clusterInfo, cni, ensureBuilt, expectCniError, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs, link,
   poolResource, wepNames, type PoolDef,
-} from './plugin-harness.js';
-import { putNamespace, putPod, startApi, type Api } from './k8s-harness.js';
+} from '../support/plugin-harness.js';
+import { putNamespace, putPod, startApi, type Api } from '../support/k8s-harness.js';
 
 const PREFIX = 'npq';
 const P1: PoolDef = { name: 'kdd-a', cidr: '10.77.26.0/26', blockSize: 28 };

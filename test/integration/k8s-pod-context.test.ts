@@ -5,9 +5,9 @@
 // without policy.type (etcd datastore) no pod is read and annotations are ignored.
 import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { createNetns } from '../fixtures/netns.js';
-import { NODE, cni, expectCniError, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, type Cluster, useCluster } from './plugin-harness.js';
-import { k8sNetconf, putNamespace, putPod, startApi, type Api } from './k8s-harness.js';
+import { createNetns } from '../support/netns.js';
+import { NODE, cni, expectCniError, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, type Cluster, useCluster } from '../support/plugin-harness.js';
+import { k8sNetconf, putNamespace, putPod, startApi, type Api } from '../support/k8s-harness.js';
 
 const PREFIX = 'npk';
 const POOL = { name: 'k8sctx-v4', cidr: '10.77.20.0/24', blockSize: 28 };

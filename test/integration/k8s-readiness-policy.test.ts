@@ -10,10 +10,10 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { statusFilePath, writePolicyStatus } from '../../src/k8s/policy-wait.js';
 import { DatastoreError } from '../../src/errors.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
-import { NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, k8sArgs, link, type Cluster, startCluster } from './plugin-harness.js';
-import { k8sNetconf, putPod, startApi, type Api } from './k8s-harness.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { createNetns, removeAllNetns } from '../support/netns.js';
+import { NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, k8sArgs, link, type Cluster, startCluster } from '../support/plugin-harness.js';
+import { k8sNetconf, putPod, startApi, type Api } from '../support/k8s-harness.js';
 
 const PREFIX = 'npr';
 const POOL = { name: 'gate-v4', cidr: '10.77.25.0/24', blockSize: 28 };

@@ -6,10 +6,10 @@
 // DEL (which a runtime sends after a failed ADD, and repeats after a failed
 // DEL) nothing of the pod is left.
 import { describe, expect, it } from 'vitest';
-import { createNetns } from '../fixtures/netns.js';
-import { runCni } from '../fixtures/cni.js';
+import { createNetns } from '../support/netns.js';
+import { runCni } from '../support/cni.js';
 import type { Kind, Resource } from '../../src/model/resources.js';
-import { BIN, NET_NAME, cni, expectNothingLeft, expectOk, k8sArgs, mapLimit, netconf, why, type Cluster, useCluster } from './plugin-harness.js';
+import { BIN, NET_NAME, cni, expectNothingLeft, expectOk, k8sArgs, mapLimit, netconf, why, type Cluster, useCluster } from '../support/plugin-harness.js';
 
 const PREFIX = 'npx';
 const POOL = { name: 'kill-v4', cidr: '10.77.9.0/24', blockSize: 28 };

@@ -7,13 +7,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
-import { freePort, startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
+import { freePort, startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { DatastoreError } from '../../src/errors.js';
 import { createIpam } from '../../src/ipam/index.js';
+import { createPool, workloadEndpoint } from '../support/builders.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const BIN = join(root, 'dist/netplugin-kube-controllers.mjs');
@@ -137,18 +138,16 @@ async function setConfig(node: Record<string, unknown>): Promise<void> {
 }
 
 async function endpoint(namespace: string, podName: string, node: string, containerID: string, ip: string): Promise<string> {
-  const name = `${node}-k8s-${podName}-eth0`;
-  await ds.create({
-    apiVersion: API_VERSION,
-    kind: 'WorkloadEndpoint',
-    metadata: { name, namespace, labels: { 'netplugin.org/namespace': namespace, 'netplugin.org/orchestrator': 'k8s' } },
-    spec: { orchestrator: 'k8s', node, containerID, pod: podName, endpoint: 'eth0', interfaceName: `np${containerID.slice(-6)}`, ipNetworks: [`${ip}/32`] },
+  const wep = workloadEndpoint({
+    node, namespace, pod: podName, containerID, ips: [ip], interfaceName: `np${containerID.slice(-6)}`,
+    labels: { 'netplugin.org/namespace': namespace, 'netplugin.org/orchestrator': 'k8s' },
   });
-  return name;
+  await ds.create(wep);
+  return wep.metadata.name;
 }
 
 async function pool(name: string, cidr: string): Promise<void> {
-  if (!(await tryGet('IPPool', name))) await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize: 28 } });
+  if (!(await tryGet('IPPool', name))) await createPool(ds, name, cidr, { blockSize: 28 });
 }
 
 function ctl(args: string[]): Promise<{ code: number; out: string; err: string }> {

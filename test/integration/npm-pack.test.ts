@@ -10,9 +10,9 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
-import { cleanupAttachments, cni, ensureBuilt, expectOk, netconf, startCluster, type Cluster } from './plugin-harness.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { createNetns, removeAllNetns } from '../support/netns.js';
+import { cleanupAttachments, cni, ensureBuilt, expectOk, netconf, startCluster, type Cluster } from '../support/plugin-harness.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const run = promisify(execFile);

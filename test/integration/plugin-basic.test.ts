@@ -3,11 +3,11 @@
 import { describe, expect, it } from 'vitest';
 import { SUPPORTED_VERSIONS } from '../../src/cni/types.js';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { createNetns } from '../fixtures/netns.js';
+import { createNetns } from '../support/netns.js';
 import {
   HOST_MAC, NODE, addrs, cni, expectNothingLeft, expectOk, ipamState, k8sArgs, link, linkAfterDel, netconf, poolResource, routes, sysctl, why,
   type Cluster, useCluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const POOL = { name: 'basic-v4', cidr: '10.77.1.0/24', blockSize: 28 };
 const POOL6 = { name: 'basic-v6', cidr: 'fd77:1::/116', blockSize: 122 };

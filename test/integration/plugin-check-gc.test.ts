@@ -5,11 +5,11 @@ import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { createIpam } from '../../src/ipam/index.js';
-import { createNetns } from '../fixtures/netns.js';
+import { createNetns } from '../support/netns.js';
 import {
   NET_NAME, NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, link, linkAfterDel, netconf,
   wepNames, type Call, type Cluster, useCluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'npg';
 const POOL = { name: 'check-v4', cidr: '10.77.6.0/24', blockSize: 28 };

@@ -3,11 +3,11 @@
 // lost updates, and nothing is left afterwards.
 import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { createNetns } from '../fixtures/netns.js';
+import { createNetns } from '../support/netns.js';
 import {
   addrs, cni, expectNothingLeft, hostLinksWithPrefix, hostPoolRoutes, ipamState, mapLimit, netconf, why,
   wepNames, type Cluster, useCluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'npc';
 // /28 blocks: 50 pods need four blocks, so concurrent ADDs also race to claim blocks.

@@ -4,11 +4,11 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { createNetns, deleteNetns } from '../fixtures/netns.js';
+import { createNetns, deleteNetns } from '../support/netns.js';
 import {
   NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs,
   link, linkAfterDel, netconf, wepNames, type Call, type Cluster, useCluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'npd';
 const POOL = { name: 'del-v4', cidr: '10.77.5.0/24', blockSize: 28 };

@@ -4,11 +4,11 @@ import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { RESOURCE_PREFIX } from '../../src/datastore/keys.js';
-import { createNetns } from '../fixtures/netns.js';
+import { createNetns } from '../support/netns.js';
 import {
   NODE, clusterInfo, cleanupAttachments, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, link, linkAfterDel,
   netconf, startCluster, wepNames, type Cluster, useCluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'npf';
 const POOL = { name: 'fail-v4', cidr: '10.77.2.0/24', blockSize: 28 };

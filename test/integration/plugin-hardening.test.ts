@@ -6,13 +6,13 @@ import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { createNetns, deleteNetns } from '../fixtures/netns.js';
-import { startLockSquatter } from '../fixtures/squatter.js';
+import { createNetns, deleteNetns } from '../support/netns.js';
+import { startLockSquatter } from '../support/squatter.js';
 import { dirname } from 'node:path';
 import {
   cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, k8sArgs, link, mapLimit, netconf, routes, sysctl, wepNames,
   type Cluster, useCluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const run = promisify(execFile);
 

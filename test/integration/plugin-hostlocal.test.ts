@@ -6,12 +6,12 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { createNetns, removeAllNetns } from '../support/netns.js';
 import {
   NET_NAME, NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, link, linkAfterDel, netconf, startCluster,
   wepNames, type Cluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'nph';
 // No IP pools: host-local allocates from the node's pod CIDR; the pools here only scope the route assertions.
@@ -188,7 +188,7 @@ describe('host-local with usePodCidr from the datastore Node', () => {
 
 describe('host-local with usePodCidr from the Kubernetes Node (fake API server)', () => {
   it('reads spec.podCIDRs of the node from the API server', async () => {
-    const { startFakeApiServer, writeKubeconfig } = await import('../fixtures/fake-apiserver.js');
+    const { startFakeApiServer, writeKubeconfig } = await import('../support/fake-apiserver.js');
     const api = await startFakeApiServer({ tls: true, auth: { tokens: ['t0ken'] } });
     try {
       api.put(`/api/v1/nodes/${NODE}`, { apiVersion: 'v1', kind: 'Node', metadata: { name: NODE }, spec: { podCIDR: '10.77.8.32/28', podCIDRs: ['10.77.8.32/28'] } });

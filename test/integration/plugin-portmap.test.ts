@@ -6,11 +6,11 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { connect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { createNetns, removeAllNetns } from '../support/netns.js';
 import {
   NET_NAME, PORTMAP, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, netconf, startCluster, type Cluster,
-} from './plugin-harness.js';
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'npp';
 const POOL = { name: 'portmap-v4', cidr: '10.77.7.0/24', blockSize: 28 };

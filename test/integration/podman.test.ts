@@ -3,7 +3,7 @@
 // from a busybox-static rootfs tar (no registry), two containers that reach
 // each other, a published port, and a teardown that leaves no address, veth
 // or endpoint behind. podman's configuration, storage and network config dir
-// are temporary (test/fixtures/podman.ts).
+// are temporary (test/support/podman.ts).
 import { execFile } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,9 +12,9 @@ import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCtl } from '../../src/ctl/index.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { podmanSession, writeContainersConf } from '../fixtures/podman.js';
-import { ensureBuilt, hostLinksWithPrefix, startCluster, type Cluster } from './plugin-harness.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { podmanSession, writeContainersConf } from '../support/podman.js';
+import { ensureBuilt, hostLinksWithPrefix, startCluster, type Cluster } from '../support/plugin-harness.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const NET = 'np-podman';

@@ -9,9 +9,9 @@ import { execFile, execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Resource } from '../../src/model/resources.js';
 import type { NetworkPolicySpec } from '../../src/model/policy.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { removeAllNetns } from '../fixtures/netns.js';
-import { addPod, delPod, putObject, startPolicyEnv, type PolicyEnv, type Pod } from './policy-harness.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { removeAllNetns } from '../support/netns.js';
+import { addPod, delPod, putObject, startPolicyEnv, type PolicyEnv, type Pod } from '../support/policy-harness.js';
 
 const POOL = { name: 'pol-ct', cidr: '10.77.65.0/26', blockSize: 26 };
 const SPORT = 40555;

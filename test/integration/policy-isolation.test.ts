@@ -9,9 +9,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { statusFilePath } from '../../src/k8s/policy-wait.js';
 import { workloadEndpointName } from '../../src/model/names.js';
 import { nftRun } from '../../src/native/nft.js';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { removeAllNetns } from '../fixtures/netns.js';
-import { addPod, addPreparedPod, applyK8sPolicy, expectReachability, pod, prepareNetns, probeFrom, startPolicyAgent, listTable, startPolicyEnv, watchProbe, type PolicyEnv } from './policy-harness.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { removeAllNetns } from '../support/netns.js';
+import { addPod, addPreparedPod, applyK8sPolicy, expectReachability, pod, prepareNetns, probeFrom, startPolicyAgent, listTable, startPolicyEnv, watchProbe, type PolicyEnv } from '../support/policy-harness.js';
 
 const POOL = { name: 'pol-iso', cidr: '10.77.63.0/26', blockSize: 26 };
 let env: PolicyEnv;

@@ -6,10 +6,10 @@
 // etcd as kube-controllers mirrors them, knp.default.*) and
 // policy-k8s-kdd.test.ts (the kubernetes datastore derives them on read).
 import { afterAll, afterEach, beforeAll, describe, it } from 'vitest';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { removeAllNetns } from '../fixtures/netns.js';
-import type { PoolDef } from './plugin-harness.js';
-import { addMatrix, applyK8sPolicy, deleteAllPolicies, deleteK8sPolicy, expectReachability, pod, setNamespaceLabels, setPodLabels, startPolicyEnv, type DatastoreMode, type PolicyEnv, type Pod } from './policy-harness.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { removeAllNetns } from '../support/netns.js';
+import type { PoolDef } from '../support/plugin-harness.js';
+import { addMatrix, applyK8sPolicy, deleteAllPolicies, deleteK8sPolicy, expectReachability, pod, setNamespaceLabels, setPodLabels, startPolicyEnv, type DatastoreMode, type PolicyEnv, type Pod } from '../support/policy-harness.js';
 
 const meta = (ns: string, name: string) => ({ name, namespace: ns });
 const is = (p: Pod, id: string) => p.id === id;

@@ -5,9 +5,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Resource } from '../../src/model/resources.js';
 import type { GlobalNetworkPolicySpec, NetworkPolicySpec } from '../../src/model/policy.js';
 import { execFileSync } from 'node:child_process';
-import { assertThrowawayHostNetns } from '../fixtures/cni.js';
-import { createNetns, removeAllNetns } from '../fixtures/netns.js';
-import { addPod, deleteAllPolicies, expectReachability, pod, probeFrom, putObject, listTable, startPolicyEnv, type PolicyEnv, type Pod } from './policy-harness.js';
+import { assertThrowawayHostNetns } from '../support/cni.js';
+import { createNetns, removeAllNetns } from '../support/netns.js';
+import { addPod, deleteAllPolicies, expectReachability, pod, probeFrom, putObject, listTable, startPolicyEnv, type PolicyEnv, type Pod } from '../support/policy-harness.js';
 
 const POOL = { name: 'pol-model', cidr: '10.77.62.0/24', blockSize: 26 };
 let env: PolicyEnv;

@@ -1,4 +1,4 @@
-// Pods on three simulated nodes (test/fixtures/topology.ts): A and B share a
+// Pods on three simulated nodes (test/support/topology.ts): A and B share a
 // subnet, C is behind a router. One agent per node programs routes to the
 // other nodes' blocks; real pings and real datagrams prove the paths.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -6,8 +6,8 @@ import { API_VERSION, type IPPoolSpec } from '../../src/model/resources.js';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DIST } from '../fixtures/cni.js';
-import { Topology, type Pod } from '../fixtures/topology.js';
+import { DIST } from '../support/cni.js';
+import { Topology, type Pod } from '../support/topology.js';
 
 let topo: Topology;
 let pa: Pod;

@@ -6,7 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { netlink, openNetns, type Netlink, type NetNS } from '../../src/native/index.js';
-import { createNetns, deleteNetns, inNetns } from '../fixtures/netns.js';
+import { createNetns, deleteNetns, inNetns } from '../support/netns.js';
 
 let client: { name: string; path: string };
 let server: { name: string; path: string };

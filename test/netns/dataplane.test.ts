@@ -3,8 +3,8 @@
 // the addon and by iproute2.
 import { execFileSync } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createNetns, deleteNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
-import { netlinkIn } from '../fixtures/netns.js';
+import { createNetns, deleteNetns, inNetns, removeAllNetns } from '../support/netns.js';
+import { netlinkIn } from '../support/netns.js';
 import { checkWorkload, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, teardownWorkloadAsync, type WorkloadSpec } from '../../src/dataplane/index.js';
 import { NetlinkError, type Netlink } from '../../src/native/index.js';
 

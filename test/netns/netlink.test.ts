@@ -3,7 +3,7 @@
 import { readdirSync, readlinkSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { NATIVE_ABI_VERSION, NetlinkError, netlink, openNetns, packageRoot, type Netlink, type NetNS } from '../../src/native/index.js';
 
 const IFA_F_NODAD = 0x02;
@@ -276,19 +276,25 @@ describe('errors', () => {
 });
 
 describe('robustness', () => {
-  // Each veth deletion waits ~20 ms in the kernel, so 2000 cycles are minutes of
-  // synchronous netlink work: the loop yields to the event loop every few
-  // cycles, or the worker cannot answer vitest's RPC and the run dies with
-  // "Timeout calling onTaskUpdate" although every test passed.
+  // A veth deletion waits for an RCU grace period in the kernel (~20 ms idle,
+  // far more on a loaded machine): deleted one by one, 2000 cycles were 35-65 s
+  // of waiting, most of this file's time. So most cycles move their veth into
+  // a link group that one linkDelGroupAsync removes per 250 cycles (one grace
+  // period for the batch), and every 50th cycle still deletes its veth with the
+  // synchronous linkDel. The loop yields to the event loop every few cycles, or
+  // the worker cannot answer vitest's RPC ("Timeout calling onTaskUpdate").
   it('2000 create/delete cycles leave the fd count and the thread namespace unchanged', async () => {
     const fds = () => readdirSync('/proc/self/fd').length;
     const ns = () => readlinkSync('/proc/thread-self/ns/net');
+    const GROUP = 7;
+    // Holds the name eth0 in C, so adding a peer of that name into C fails.
+    cnl.vethAdd({ name: 'eth0', peerName: 'eth0p' });
     const fdsBefore = fds();
     const nsBefore = ns();
     for (let i = 0; i < 2000; i++) {
       const n = openNetns(C.path);
       const h = netlink(n);
-      h.vethAdd({ name: `r${i}`, peerName: 'eth0' });
+      h.vethAdd({ name: `r${i}`, peerName: `p${i}` });
       // Failure paths must not leak either: the peer name is taken in C, and
       // a missing sysctl fails after the namespace switch.
       expect(() => hnl.vethAdd({ name: 'hr0', peerName: 'eth0', peerNetns: n })).toThrow(NetlinkError);
@@ -296,7 +302,9 @@ describe('robustness', () => {
       expect(() => openNetns('/etc/hostname')).toThrow(NetlinkError);
       h.sysctlSet(`net.ipv4.conf.r${i}.forwarding`, 1);
       if (h.sysctlGet(`net.ipv4.conf.r${i}.forwarding`) !== '1') throw new Error('sysctl not applied');
-      h.linkDel(`r${i}`);
+      if (i % 50 === 0) h.linkDel(`r${i}`);
+      else h.linkSet(`r${i}`, { group: GROUP });
+      if (i % 250 === 249) await h.linkDelGroupAsync(GROUP);
       h.close();
       n.close();
       if (i % 500 === 0) expect(ns()).toBe(nsBefore);
@@ -304,6 +312,7 @@ describe('robustness', () => {
     }
     expect(fds()).toBe(fdsBefore);
     expect(ns()).toBe(nsBefore);
+    expect(cnl.linkList().map((l) => l.name).sort()).toEqual(['eth0', 'eth0p', 'lo']);
   }, 240_000);
 });
 

@@ -2,7 +2,7 @@
 // the scripts program real kernel tables, read back with the nft command.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readdirSync, readlinkSync } from 'node:fs';
-import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { openNetns } from '../../src/native/index.js';
 import { NftError, nftAvailable, nftRun, nftRunAsync } from '../../src/native/nft.js';
 

@@ -8,7 +8,7 @@ import { parseAutodetect, registerNode } from '../../src/agent/node-registration
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { netlink, openNetns, type Netlink, type NetNS } from '../../src/native/index.js';
-import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
 
 const log = { error() {}, warn() {}, info() {}, debug() {} };
 let N: { name: string; path: string };

@@ -3,8 +3,8 @@
 // trashed veth must free the name and the addresses at once and carry no
 // route; the batch deletion and the purge of a crash's leftovers remove it.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
-import { netlinkIn } from '../fixtures/netns.js';
+import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
+import { netlinkIn } from '../support/netns.js';
 import { createTrash, purgeTrash, setupWorkload, type WorkloadSpec } from '../../src/dataplane/index.js';
 import { type Netlink } from '../../src/native/index.js';
 

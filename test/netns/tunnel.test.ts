@@ -3,7 +3,7 @@
 // protocol; and the ipip RTM_NEWLINK message, checked byte for byte because this
 // kernel has no ipip module (the kernel's refusal is checked too).
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createNetns, inNetns, removeAllNetns } from '../fixtures/netns.js';
+import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { NetlinkError, RouteType, netlink, openNetns, tunnelMessage, type Netlink, type NetNS } from '../../src/native/index.js';
 
 let N: { name: string; path: string };

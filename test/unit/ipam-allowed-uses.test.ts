@@ -4,15 +4,18 @@
 // ipAddrs); tunnel addresses come only from pools that allow Tunnel.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION, type IPPoolSpec } from '../../src/model/resources.js';
+import { type IPPoolSpec } from '../../src/model/resources.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type Ipam, type AssignRequest } from '../../src/ipam/index.js';
+import { createPool } from '../support/builders.js';
 
 let ds: MemoryDatastore;
 let ipam: Ipam;
 
 async function pool(name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize: 26, ...spec } });
+  await createPool(ds, name, cidr, { blockSize: 26, ...spec });
 }
 
 function req(extra: Partial<AssignRequest> = {}): AssignRequest {
@@ -24,8 +27,9 @@ async function failure(p: Promise<unknown>): Promise<CniError> {
     () => undefined,
     (x: unknown) => x,
   );
-  expect(e).toBeInstanceOf(CniError);
-  return e as CniError;
+  // The domain throws IpamErrors; the code is what the CNI edge makes of it.
+  expect(e).toBeInstanceOf(IpamError);
+  return toCniError(e);
 }
 
 beforeEach(async () => {

@@ -4,14 +4,15 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION, type IPPoolSpec, type Kind, type Resource } from '../../src/model/resources.js';
+import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
-import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
+import { DatastoreError, ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type AssignRequest, type Assigned } from '../../src/ipam/index.js';
+import { createPool } from '../support/builders.js';
 
-async function pool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...spec } });
-}
+const pool = createPool;
 
 let seq = 0;
 function req(nodeName: string, extra: Partial<AssignRequest> = {}): AssignRequest {
@@ -272,9 +273,10 @@ describe('batched assignment', () => {
     expect(new Set(ok.flatMap((r) => r.value.map((a) => a.ip))).size).toBe(8);
     expect(bad).toHaveLength(3);
     for (const r of bad) {
-      expect(r.reason).toBeInstanceOf(CniError);
-      expect((r.reason as CniError).code).toBe(ErrorCodes.IpamFailure);
-      expect((r.reason as CniError).message).toMatch(/no free IPv6 address .* \(the IPv4 address 10\.0\.0\.\d+ assigned in the same request was released: dual-stack assignment is all-or-nothing\)/);
+      expect(r.reason).toBeInstanceOf(IpamError);
+      expect((r.reason as IpamError).kind).toBe('exhausted');
+      expect(toCniError(r.reason).code).toBe(ErrorCodes.IpamFailure);
+      expect((r.reason as IpamError).message).toMatch(/no free IPv6 address .* \(the IPv4 address 10\.0\.0\.\d+ assigned in the same request was released: dual-stack assignment is all-or-nothing\)/);
     }
     const held = await checkInvariant(ds);
     expect(held.size).toBe(4);

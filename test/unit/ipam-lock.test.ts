@@ -5,9 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { build } from 'esbuild';
-import { CniError, ErrorCodes } from '../../src/errors.js';
+import { ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { acquireHostLock, onLockTakeover, serialize, withHostLock } from '../../src/ipam/lock.js';
-import { startLockSquatter } from '../fixtures/squatter.js';
+import { startLockSquatter } from '../support/squatter.js';
 
 let dir: string;
 let holderScript: string;
@@ -49,9 +51,10 @@ describe('host lock', () => {
       () => undefined,
       (err: unknown) => err,
     );
-    expect(e).toBeInstanceOf(CniError);
-    expect((e as CniError).code).toBe(ErrorCodes.TryAgainLater);
-    expect((e as CniError).message).toContain(`waiting for the IPAM host lock ${path}`);
+    expect(e).toBeInstanceOf(IpamError);
+    expect((e as IpamError).kind).toBe('lock-timeout');
+    expect(toCniError(e).code).toBe(ErrorCodes.TryAgainLater);
+    expect((e as IpamError).message).toContain(`waiting for the IPAM host lock ${path}`);
     const exited = new Promise((r) => child.once('exit', r));
     child.kill('SIGKILL');
     await exited;
@@ -75,6 +78,31 @@ describe('host lock', () => {
     await releaseA();
     await b;
     expect(events).toEqual(['other path', 'A releasing', 'B acquired']);
+  });
+
+  it('stays exclusive when holders let go while waiters are checking who holds it (a refused check is not a squatter)', async () => {
+    // Holders keep the lock past the 200 ms holder check, so waiters ask the
+    // kernel who holds it; a release racing that check once made a waiter
+    // rotate the secret and take a new name while another held the old one.
+    const path = join(dir, `churn-${process.pid}.lock`);
+    let inside = 0;
+    let most = 0;
+    let rounds = 0;
+    await Promise.all(
+      Array.from({ length: 6 }, async () => {
+        for (let i = 0; i < 3; i++) {
+          await withHostLock(path, async () => {
+            inside++;
+            most = Math.max(most, inside);
+            await new Promise((r) => setTimeout(r, 205 + Math.random() * 10));
+            inside--;
+            rounds++;
+          }, { timeoutMs: 30_000 });
+        }
+      }),
+    );
+    expect(rounds).toBe(18);
+    expect(most).toBe(1);
   });
 
   it('is released when the function throws', async () => {
@@ -168,7 +196,7 @@ describe('host lock against an unprivileged squatter', () => {
   it('a bounded wait names the holder the kernel reports', async () => {
     const path = join(dir, `named-${process.pid}.lock`);
     const child = await holdInChild(path);
-    const e = (await acquireHostLock(path, { timeoutMs: 300 }).catch((err: unknown) => err)) as CniError;
+    const e = toCniError(await acquireHostLock(path, { timeoutMs: 300 }).catch((err: unknown) => err));
     expect(e.code).toBe(ErrorCodes.TryAgainLater);
     expect(e.message).toContain(`held by pid ${child.pid}`);
     child.kill('SIGKILL');

@@ -4,14 +4,15 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { API_VERSION, type IPPoolSpec, type IPAMConfigSpec, type Kind, type Resource } from '../../src/model/resources.js';
+import { API_VERSION, type IPAMConfigSpec, type Kind, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
+import { IpamError } from '../../src/ipam/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type AssignRequest } from '../../src/ipam/index.js';
+import { createPool } from '../support/builders.js';
 
-async function pool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...spec } });
-}
+const pool = createPool;
 async function ipamConfig(ds: Datastore, spec: IPAMConfigSpec): Promise<void> {
   await ds.create({ apiVersion: API_VERSION, kind: 'IPAMConfig', metadata: { name: 'default' }, spec });
 }
@@ -29,8 +30,9 @@ async function errorOf(p: Promise<unknown>): Promise<CniError> {
   try {
     await p;
   } catch (e) {
-    expect(e).toBeInstanceOf(CniError);
-    return e as CniError;
+    // The domain throws IpamErrors; the code is what the CNI edge makes of it.
+    expect(e).toBeInstanceOf(IpamError);
+    return toCniError(e);
   }
   throw new Error('expected the call to fail');
 }
@@ -435,6 +437,57 @@ describe('concurrency', () => {
     const affs = await all(ds, 'BlockAffinity');
     expect(affs.every((x) => x.spec.state === 'confirmed')).toBe(true);
     expect(affs.map((x) => `${x.spec.node}:${x.spec.cidr}`).sort()).toEqual([`n1:${a![0]!.block}`, `n2:${b![0]!.block}`].sort());
+  });
+
+  // Two claims of one node meet when the host lock does not keep them apart;
+  // compare-and-swap alone must keep them correct, and neither may fail.
+  it("a claim whose pending affinity another claim of the node created and then removed creates it again", async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    const f = new Faulty(ds);
+    const create = f.create.bind(f);
+    const get = f.get.bind(f);
+    let step = 0;
+    f.create = async (res, o) => {
+      if (res.kind === 'BlockAffinity' && step === 0) {
+        step = 1;
+        await ds.create(structuredClone(res)); // the other claim got there first...
+      }
+      return create(res, o);
+    };
+    f.get = (async (kind: Kind, name: string, ns?: string, o?: object) => {
+      if (kind === 'BlockAffinity' && step === 1) {
+        step = 2;
+        await ds.delete('BlockAffinity', name); // ...and let go before we read it
+      }
+      return get(kind, name, ns, o);
+    }) as Datastore['get'];
+    const r = req('n1');
+    const [a] = await ipam(f).assign(r);
+    expect(step).toBe(2); // the race really happened
+    expect(a!.ip).toBe('10.0.0.0');
+    const affs = await all(ds, 'BlockAffinity');
+    expect(affs.map((x) => [x.metadata.name, x.spec.state])).toEqual([['n1-ipv4-10.0.0.0-29', 'confirmed']]);
+    expect(await checkInvariant(ds)).toEqual({ allocated: 1, handles: 1 });
+  });
+
+  it('a claim whose pending affinity is removed before it confirms it records the affinity again', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    const f = new Faulty(ds);
+    const update = f.update.bind(f);
+    let removed = false;
+    f.update = async (res, o) => {
+      if (res.kind === 'BlockAffinity' && !removed) {
+        removed = true;
+        await ds.delete('BlockAffinity', res.metadata.name); // another claim of the node let go of it
+      }
+      return update(res, o);
+    };
+    const [a] = await ipam(f).assign(req('n1'));
+    expect(removed).toBe(true);
+    expect(a!.block).toBe('10.0.0.0/29');
+    const affs = await all(ds, 'BlockAffinity');
+    expect(affs.map((x) => [x.metadata.name, x.spec.state, x.spec.node])).toEqual([['n1-ipv4-10.0.0.0-29', 'confirmed', 'n1']]);
+    expect(await checkInvariant(ds)).toEqual({ allocated: 1, handles: 1 });
   });
 
   it('200 concurrent assigns across 3 nodes: all unique, then all released', async () => {

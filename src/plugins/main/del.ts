@@ -10,6 +10,7 @@ import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
 import { HOST_MAC, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
+import { IpamError } from '../../ipam/errors.js';
 import { addressOf } from '../../net/cidr.js';
 
 export async function del(ctx: PluginContext): Promise<void> {
@@ -96,7 +97,7 @@ export async function del(ctx: PluginContext): Promise<void> {
     dsError ??= e;
   }
   if (dsError) {
-    if (DatastoreError.is(dsError, 'Unavailable') || (dsError instanceof CniError && dsError.code === ErrorCodes.TryAgainLater)) {
+    if (DatastoreError.is(dsError, 'Unavailable') || ((dsError instanceof CniError || IpamError.is(dsError)) && toCniError(dsError).code === ErrorCodes.TryAgainLater)) {
       throw new CniError(ErrorCodes.TryAgainLater, `local teardown ${teardownError ? 'failed' : 'done'}, but the datastore is unreachable so the addresses and endpoint of ${ctx.containerId} are not released yet: ${(dsError as Error).message}`);
     }
     throw dsError;

@@ -4,7 +4,7 @@
 // `kubernetes.kubeconfig`. Every file uses its own pool CIDRs (10.77.2x.0/24,
 // fd77:2x::/116) and host veth prefix so the files may run side by side.
 import { expect } from 'vitest';
-import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../fixtures/fake-apiserver.js';
+import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from './fake-apiserver.js';
 import { netconf, type Cluster } from './plugin-harness.js';
 
 export interface Api {

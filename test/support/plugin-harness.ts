@@ -14,9 +14,9 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, expect } from 'vitest';
-import { DIST, ROOT, assertThrowawayHostNetns, runCni, type CniOutcome } from '../fixtures/cni.js';
-import { removeAllNetns } from '../fixtures/netns.js';
-import { startEtcd, type EtcdServer } from '../fixtures/etcd.js';
+import { DIST, ROOT, assertThrowawayHostNetns, runCni, type CniOutcome } from './cni.js';
+import { removeAllNetns } from './netns.js';
+import { startEtcd, type EtcdServer } from './etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 import { type Datastore } from '../../src/datastore/types.js';
@@ -24,7 +24,7 @@ import { containsIP, parseCidr, parseIP } from '../../src/net/cidr.js';
 
 export const BIN = process.env.NETPLUGIN_TEST_BIN ?? join(DIST, 'netplugin.mjs');
 /**
- * Set (by test/integration/agent-setup.ts) when the suites run through the
+ * Set (by test/support/agent-setup.ts) when the suites run through the
  * shim and a resident agent: every invocation gets it as NETPLUGIN_AGENT_SOCKET.
  */
 export const AGENT_SOCKET = process.env.NETPLUGIN_AGENT_SOCKET;

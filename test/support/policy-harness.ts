@@ -2,7 +2,7 @@
 // Kubernetes API server, the built node agent (dist/netplugin-node.mjs with
 // --config, policy.type k8s) and pods made by the plugin in their own network
 // namespaces, each serving TCP and UDP on ports 80 and 81
-// (test/fixtures/policy-pod.py). Reachability is probed with fresh
+// (test/support/policy-pod.py). Reachability is probed with fresh
 // connections and compared as a whole matrix with the expected one.
 //
 // On the etcd datastore the objects kube-controllers writes (profiles kns.*/
@@ -18,8 +18,8 @@ import type { Resource } from '../../src/model/resources.js';
 import { DatastoreError } from '../../src/errors.js';
 import { convertK8sNetworkPolicy, k8sPolicyName, type KubeNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
 import { namespaceToProfile, serviceAccountToProfile } from '../../src/model/profiles.js';
-import { ROOT } from '../fixtures/cni.js';
-import { createNetns } from '../fixtures/netns.js';
+import { ROOT } from './cni.js';
+import { createNetns } from './netns.js';
 import { nftRun } from '../../src/native/nft.js';
 import { endpointFromWep, endpointViews, evaluate, type PolicyInput } from '../../src/model/policy-eval.js';
 import { putPod, startApi, k8sNetconf, type Api } from './k8s-harness.js';
@@ -28,7 +28,7 @@ import type { Datastore } from '../../src/datastore/types.js';
 import { createKubeClient, type KubeClient } from '../../src/k8s/client.js';
 import { NET_NAME, NODE, clusterInfo, cni, cleanupAttachments, ensureBuilt, expectOk, k8sArgs, poolResource, startAgent, startCluster, why, type Agent, type Cluster, type PoolDef } from './plugin-harness.js';
 
-const POD_SCRIPT = join(ROOT, 'test/fixtures/policy-pod.py');
+const POD_SCRIPT = join(ROOT, 'test/support/policy-pod.py');
 export const NAMESPACES = ['x', 'y', 'z'] as const;
 export const POD_NAMES = ['a', 'b', 'c'] as const;
 export const SERVE_PORTS = [
@@ -216,16 +216,27 @@ export function grid(pods: Pod[], cell: (from: Pod, to: Pod) => boolean): string
   return lines.join('\n');
 }
 
-export async function probeMatrix(pods: Pod[], port: number, proto: 'tcp' | 'udp'): Promise<Map<string, boolean>> {
+export async function probeMatrix(pods: Pod[], port: number, proto: 'tcp' | 'udp', timeout?: number): Promise<Map<string, boolean>> {
   const res = new Map<string, boolean>();
   await Promise.all(
     pods.map(async (f) => {
-      const r = await probeFrom(f, pods.map((t) => [t.ip, port, proto]));
+      const r = await probeFrom(f, pods.map((t) => [t.ip, port, proto]), timeout);
       pods.forEach((t, i) => res.set(`${f.id}>${t.id}`, r[i]!));
     }),
   );
   return res;
 }
+
+/**
+ * How long a matrix probe waits before it calls a silent drop "blocked". Every
+ * round with a blocked cell costs this much, and the truth tables run ~25
+ * rounds per file. A short wait cannot turn a wrong verdict into a pass in
+ * practice: an allowed connection on these veths answers in milliseconds, a
+ * slow one only makes the round differ and the loop probes again (until the
+ * deadline), and a policy that wrongly allows would have to be slower than
+ * this in every cell of the same round to look right.
+ */
+const MATRIX_DROP_SECONDS = 0.75;
 
 /**
  * Probes the full matrix until it equals the expected one (the agent applies
@@ -238,7 +249,7 @@ export async function expectReachability(env: PolicyEnv, port: number, proto: 't
   const end = Date.now() + deadlineMs;
   let got = '';
   for (;;) {
-    const m = await probeMatrix(pods, port, proto);
+    const m = await probeMatrix(pods, port, proto, MATRIX_DROP_SECONDS);
     got = grid(pods, (f, t) => m.get(`${f.id}>${t.id}`)!);
     if (got === want || Date.now() > end) break;
     await new Promise((r) => setTimeout(r, 300));

@@ -1,0 +1,80 @@
+// What every IPAM step works with: the service's settings (IpamCore, built
+// once per Ipam from IpamOptions), how a step runs exclusively (the host lock,
+// or an in-process queue), and one assignment's state (Ctx).
+import { DatastoreError } from '../errors.js';
+import type { Logger } from '../cni/types.js';
+import type { IPAMConfigSpec, Resource } from '../model/resources.js';
+import type { Datastore } from '../datastore/types.js';
+import type { Family } from '../net/cidr.js';
+import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
+import type { PoolInfo } from './pools.js';
+import type { AssignRequest, Assigned, IpamOptions, Piggyback } from './types.js';
+
+export type BlockRes = Resource<'IPAMBlock'>;
+export type AffRes = Resource<'BlockAffinity'>;
+export type HandleRes = Resource<'IPAMHandle'>;
+
+export interface IpamCore {
+  readonly ds: Datastore;
+  /** Host-wide lock path; null: no host lock (steps queue in-process per node). */
+  readonly lockPath: string | null;
+  readonly lockTimeoutMs: number | undefined;
+  /** CAS attempts per object before giving up. */
+  readonly maxRetries: number;
+  readonly log: Logger;
+  /** Batch concurrent assignments and releases (IpamOptions.batch). */
+  readonly batch: boolean;
+}
+
+const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
+
+export function ipamCore(ds: Datastore, opts: IpamOptions = {}): IpamCore {
+  return {
+    ds,
+    lockPath: opts.lockPath === undefined ? DEFAULT_LOCK_PATH : opts.lockPath,
+    lockTimeoutMs: opts.lockTimeoutMs,
+    maxRetries: Math.max(1, opts.maxRetries ?? 10),
+    log: opts.log ?? noopLog,
+    batch: opts.batch === true,
+  };
+}
+
+/**
+ * Run `fn` alone: under the host lock (queued in-process first, so one
+ * process holds it once at a time), or without one behind the other steps
+ * for the same key (a node).
+ */
+export function exclusive<T>(core: IpamCore, key: string | undefined, fn: () => Promise<T>): Promise<T> {
+  if (core.lockPath) {
+    const path = core.lockPath;
+    return serialize(`ipam-lock:${path}`, () => withHostLock(path, fn, { timeoutMs: core.lockTimeoutMs }));
+  }
+  return key ? serialize(`ipam-node:${key}`, fn) : fn();
+}
+
+export const hostAffinity = (node: string) => `host:${node}`;
+
+export function isKind(e: unknown, kind: 'NotFound' | 'AlreadyExists' | 'Conflict'): boolean {
+  return DatastoreError.is(e, kind);
+}
+
+/** The reads an assignment starts before waiting for the lock: pools (valid ones and the errors of the rest), IPAMConfig, the request's handle. */
+export type EarlyReads = Promise<[{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec, HandleRes | undefined]>;
+
+/** Per-assign state: everything read once and reused for the rest of the call. */
+export interface Ctx {
+  req: AssignRequest;
+  node: string;
+  pools: PoolInfo[];
+  badPools: string[];
+  config: IPAMConfigSpec;
+  affinities: AffRes[];
+  handle: HandleRes | undefined;
+  /** All blocks, listed lazily the first time a claim or borrow needs them. */
+  blocks?: Map<string, BlockRes>;
+  nodeLabels?: Record<string, string>;
+  /** Set when maxBlocksPerHost stopped a claim (for the final error). */
+  capHit?: { family: Family; held: number; max: number } | undefined;
+  /** Set while assigning the request's last family: the caller's writes and what the request got before. */
+  piggy?: { p: Piggyback; before: Assigned[] };
+}
