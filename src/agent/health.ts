@@ -46,7 +46,7 @@ export async function startAgentHealth(o: AgentHealthOptions): Promise<HealthSer
         if (!o.node.initialised()) fail('datastore', 'not initialised yet (the agent retries; see its log)');
         else {
           try {
-            await (await o.node.datastore()).get('ClusterInformation', 'default');
+            await (await o.node.datastore()).get('ClusterInformation', 'default', undefined, { fresh: true });
             detail['datastore'] = 'reachable';
           } catch (e) {
             fail('datastore', (e as Error).message);

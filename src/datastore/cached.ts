@@ -266,7 +266,7 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
       suspendedUntil = Math.max(suspendedUntil, Date.now() + ms);
     },
     async get<K extends Kind>(kind: K, name: string, namespace?: string, o?: CallOptions): Promise<Resource<K>> {
-      const c = live(kind);
+      const c = o?.fresh ? undefined : live(kind);
       const key = keyOf(name, namespace);
       if (!c || bypassed(c, key)) {
         if (c) stats.misses++;
@@ -278,7 +278,7 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
       return structuredClone(obj) as Resource<K>;
     },
     async list<K extends Kind>(kind: K, o: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
-      const c = live(kind);
+      const c = o.fresh ? undefined : live(kind);
       if (!c || o.labelSelector || [...c.bypass.keys()].some((k) => bypassed(c, k))) {
         if (c) stats.misses++;
         return ds.list(kind, o);

@@ -55,6 +55,8 @@ export interface Watch {
 export interface CallOptions {
   /** Per-call deadline in ms (default: the store's deadline). */
   timeoutMs?: number;
+  /** Read from the store itself, never from a read cache in front of it (readiness checks: the store must answer). */
+  fresh?: boolean;
 }
 
 /**

@@ -204,6 +204,20 @@ describe('IPAM through the agent read cache (etcd)', () => {
     await consistent(other);
   });
 
+  it('a fresh read (readiness) goes to the store while the cache still holds the old object', async () => {
+    const { cache, slow, other } = await withPool('cache-fresh', '10.100.0.0/26');
+    slow.hold();
+    const ci = await other.get('ClusterInformation', 'default');
+    try {
+      const changed = await other.update({ ...ci, metadata: { ...ci.metadata, labels: { ...ci.metadata.labels, fresh: 'yes' } } });
+      expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(ci.metadata.resourceVersion);
+      expect((await cache.get('ClusterInformation', 'default', undefined, { fresh: true })).metadata.resourceVersion).toBe(changed.metadata.resourceVersion);
+      expect((await cache.list('IPPool', { fresh: true })).revision).not.toBe('');
+    } finally {
+      slow.release();
+    }
+  });
+
   it('datastoreReady turned off behind its back: the next assignment writes nothing', async () => {
     const { cache, slow, other } = await withPool('cache-rdy', '10.99.0.0/26');
     const ipam = createIpam(cache, { lock: 'none', batch: true });
