@@ -1,5 +1,7 @@
 // The CLI's injected IO, its user-facing error, and a small flag parser.
 // Everything goes through CtlIO so tests run commands in-process.
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import type { Datastore } from '../datastore/types.js';
 import { closest } from '../config/netconf.js';
 import { CniError, DatastoreError } from '../errors.js';
@@ -43,6 +45,15 @@ export class CtlError extends Error {
 /** A file the user named could not be read (or parsed): `cannot read <what>: no such file` or the reason. */
 export function cannotRead(what: string, e: unknown): CtlError {
   return new CtlError(`cannot read ${what}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+}
+
+/** A JSON file netpluginctl wrote earlier (report, export, saved owner references), relative to the caller's directory; its shape is the caller's to check. */
+export function readJsonFile(io: { cwd?: string | undefined }, file: string, what: string): unknown {
+  try {
+    return JSON.parse(readFileSync(resolve(io.cwd ?? process.cwd(), file), 'utf8'));
+  } catch (e) {
+    throw cannotRead(`${what} ${file}`, e);
+  }
 }
 
 export type FlagType = 'bool' | 'string' | 'list';

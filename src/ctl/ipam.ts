@@ -3,7 +3,7 @@
 // holds an address from the allocator (Ipam.usageReport, Ipam.locate), the
 // leak report and its repairs from the audit (src/ipam/audit.ts); every
 // release goes through the allocator.
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { renameSync, writeFileSync } from 'node:fs';
 import { dirname, basename, join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
@@ -11,7 +11,7 @@ import { sameHandle } from '../ipam/handle.js';
 import { tryParseIP } from '../net/cidr.js';
 import type { Ipam, PoolUsage, BlockUsage } from '../ipam/allocator.js';
 import { addressHolder, auditIpam, migrateHandleName, releaseEmptyBlock, repairHandle, type CheckOptions, type IpamReport } from '../ipam/audit.js';
-import { bool, cannotRead, CtlError, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
+import { bool, CtlError, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, readJsonFile, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
 
 export type { CheckOptions, IpamReport } from '../ipam/audit.js';
 
@@ -183,13 +183,7 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
 // ---------------------------------------------------------------- release
 
 function readReport(file: string, io: CtlIO): IpamReport {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(readFileSync(resolve(io.cwd ?? process.cwd(), file), 'utf8'));
-  } catch (e) {
-    throw cannotRead(`report ${file}`, e);
-  }
-  const r = raw as Partial<IpamReport>;
+  const r = readJsonFile(io, file, 'report') as Partial<IpamReport>;
   if (!r || r.version !== 1 || !Array.isArray(r.leakedHandles) || !Array.isArray(r.allocationsWithoutHandle) || !Array.isArray(r.handlesWithMissingBlockEntries)) {
     throw new CtlError(`${file} is not a report from 'netpluginctl ipam check -o FILE' (version 1)`);
   }

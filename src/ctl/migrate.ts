@@ -7,13 +7,12 @@
 // objects); import writes them into an empty Kubernetes datastore unchanged,
 // keeping the cluster GUID and every IPAM block, handle and affinity, so running
 // pods keep their addresses; unlock sets datastoreReady back to true.
-import { readFileSync } from 'node:fs';
 import { DatastoreError } from '../errors.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import { initDatastore } from './datastore-init.js';
 import { resolvePath, writeFileAtomic } from './install-cni.js';
-import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession } from './io.js';
+import { bool, CtlError, parseCommand, readJsonFile, str, type CtlIO, type CtlSession } from './io.js';
 import { getIfExists } from '../datastore/cas.js';
 import { NETPLUGIN_VERSION } from './version.js';
 
@@ -134,12 +133,7 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
     case 'import': {
       const file = str(p, 'filename');
       if (!file) throw new CtlError('datastore migrate import needs -f FILE (written by datastore migrate export)');
-      let doc: DatastoreExport;
-      try {
-        doc = JSON.parse(readFileSync(resolvePath(io, file), 'utf8')) as DatastoreExport;
-      } catch (e) {
-        throw new CtlError(`cannot read -f ${file}: ${(e as Error).message}`);
-      }
+      const doc = readJsonFile(io, file, '-f') as DatastoreExport;
       if (doc?.kind !== EXPORT_FORMAT || !Array.isArray(doc.items)) throw new CtlError(`-f ${file} is not a file written by 'netpluginctl datastore migrate export'`);
       const ds = await s.writable();
       if (ds.type !== 'kubernetes') throw new CtlError(`datastore migrate import writes the Kubernetes datastore, but this one is ${ds.type}; set DATASTORE_TYPE=kubernetes and KUBECONFIG`);

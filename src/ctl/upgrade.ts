@@ -5,7 +5,6 @@
 // would garbage-collect what they own); auto-hep: the three-step migration to
 // automatic host endpoints; finish: delete the temporary allow-all-upgrade
 // policy and record the new cluster version. Walkthrough: docs/upgrade.md.
-import { readFileSync } from 'node:fs';
 import { DatastoreError } from '../errors.js';
 import { API_VERSION, NAMESPACED_KINDS, type Resource } from '../model/resources.js';
 import { type Datastore } from '../datastore/types.js';
@@ -15,7 +14,7 @@ import type { KubeClient, KubeObject } from '../k8s/client.js';
 import { OPERATOR_GROUP } from '../model/installation.js';
 import { initDatastore } from './datastore-init.js';
 import { writeFileAtomic, resolvePath } from './install-cni.js';
-import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession } from './io.js';
+import { bool, CtlError, parseCommand, readJsonFile, str, type CtlIO, type CtlSession } from './io.js';
 import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from './version.js';
 
 /** docs/upgrade.md: the procedures lead to this release line from v3.15 or later. */
@@ -226,12 +225,7 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
   if (sub === 'restore') {
     const file = str(p, 'filename');
     if (!file) throw new CtlError('upgrade owner-refs restore needs -f FILE (written by upgrade owner-refs save)');
-    let saved: SavedOwnerRefs;
-    try {
-      saved = JSON.parse(readFileSync(resolvePath(io, file), 'utf8')) as SavedOwnerRefs;
-    } catch (e) {
-      throw new CtlError(`cannot read -f ${file}: ${(e as Error).message}`);
-    }
+    const saved = readJsonFile(io, file, '-f') as SavedOwnerRefs;
     if (saved?.kind !== 'NetpluginOwnerReferences' || !Array.isArray(saved.objects)) throw new CtlError(`-f ${file} is not a file written by 'netpluginctl upgrade owner-refs save'`);
     const client = await s.kube();
     const ds = await s.datastore();

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cannotRead, CtlError, type CtlIO } from '../../src/ctl/io.js';
+import { cannotRead, CtlError, readJsonFile, type CtlIO } from '../../src/ctl/io.js';
 import { readCtlConfig } from '../../src/ctl/cluster-config.js';
 import { datastoreConfig } from '../../src/ctl/session.js';
 
@@ -32,5 +32,15 @@ describe('cannotRead', () => {
     expect(() => datastoreConfig('nope.json', io)).toThrow('cannot read --config nope.json: no such file');
     writeFileSync(join(dir, 'bad.json'), '{');
     expect(() => datastoreConfig('bad.json', io)).toThrow(/^cannot read --config bad\.json: .*JSON/);
+  });
+});
+
+describe('readJsonFile', () => {
+  it('reads a file relative to the caller\'s directory, and names the file when it is missing or not JSON', () => {
+    writeFileSync(join(dir, 'report.json'), '{"version":1}');
+    expect(readJsonFile(io, 'report.json', 'report')).toEqual({ version: 1 });
+    expect(() => readJsonFile(io, 'gone.json', '-f')).toThrow('cannot read -f gone.json: no such file');
+    writeFileSync(join(dir, 'half.json'), '{"version":');
+    expect(() => readJsonFile(io, 'half.json', '-f')).toThrow(/^cannot read -f half\.json: .*JSON/);
   });
 });
