@@ -27,6 +27,8 @@ export interface IpamCore {
   readonly batch: boolean;
   /** Batch queues and blocks seen full, shared with the other instances of its owner (IpamOptions.shared). */
   readonly shared: IpamShared;
+  /** Told when taking the host lock finds another process held it since (IpamOptions.onLockTakeover). */
+  readonly onLockTakeover: (() => void) | undefined;
 }
 
 const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
@@ -40,6 +42,7 @@ export function ipamCore(ds: Datastore, opts: IpamOptions = {}): IpamCore {
     log: opts.log ?? noopLog,
     batch: opts.batch === true,
     shared: opts.shared ?? createIpamShared(),
+    onLockTakeover: opts.onLockTakeover,
   };
 }
 
@@ -51,7 +54,7 @@ export function ipamCore(ds: Datastore, opts: IpamOptions = {}): IpamCore {
 export function exclusive<T>(core: IpamCore, key: string | undefined, fn: () => Promise<T>): Promise<T> {
   if (core.lockPath) {
     const path = core.lockPath;
-    return serialize(`ipam-lock:${path}`, () => withHostLock(path, fn, { timeoutMs: core.lockTimeoutMs }));
+    return serialize(`ipam-lock:${path}`, () => withHostLock(path, fn, { timeoutMs: core.lockTimeoutMs, onTakeover: core.onLockTakeover }));
   }
   return key ? serialize(`ipam-node:${key}`, fn) : fn();
 }

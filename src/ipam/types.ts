@@ -127,4 +127,11 @@ export interface IpamOptions {
    * only its own concurrent calls.
    */
   shared?: IpamShared;
+  /**
+   * Called when taking the host lock finds that another process (a per-exec
+   * plugin) held it since this process last did: what the caller remembers
+   * of the store may miss that process's writes (the agent suspends its read
+   * cache). Not called for instances without a host lock.
+   */
+  onLockTakeover?: (() => void) | undefined;
 }

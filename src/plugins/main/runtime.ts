@@ -68,8 +68,9 @@ export interface PluginRuntime {
    * block writes (Ipam `batch`); a per-exec run has one request and leaves it off.
    * `shared`: the batch queues and the blocks last seen full, one per runtime
    * (src/ipam/shared.ts), given to every Ipam this runtime's handlers create.
+   * `onLockTakeover`: given to them too (Ipam `onLockTakeover`).
    */
-  readonly ipam: { readonly batch: boolean; readonly shared: IpamShared; readonly observer?: IpamObserver };
+  readonly ipam: { readonly batch: boolean; readonly shared: IpamShared; readonly observer?: IpamObserver; readonly onLockTakeover?: () => void };
   /** Closes every datastore, API client and pod cache (shutdown, tests). */
   close(): Promise<void>;
 }
@@ -98,6 +99,12 @@ export interface PluginRuntimeOptions {
   policySignal?: () => ProgrammedSignal | undefined;
   ipamBatching?: boolean;
   ipamObserver?: IpamObserver;
+  /**
+   * Called when an IPAM step of this runtime takes the node's IPAM lock and
+   * finds that another process held it since (the agent: its read caches
+   * may miss that process's writes).
+   */
+  ipamLockTakeover?: () => void;
 }
 
 /**
@@ -120,7 +127,12 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
   const podCaches = new Map<string, Promise<PodCache>>();
   let dataplanePort = opts.dataplane;
   const wrap = opts.wrapDatastore ?? ((ds: Datastore) => ds);
-  const ipam = { batch: opts.ipamBatching === true, shared: createIpamShared(), ...(opts.ipamObserver ? { observer: opts.ipamObserver } : {}) };
+  const ipam = {
+    batch: opts.ipamBatching === true,
+    shared: createIpamShared(),
+    ...(opts.ipamObserver ? { observer: opts.ipamObserver } : {}),
+    ...(opts.ipamLockTakeover ? { onLockTakeover: opts.ipamLockTakeover } : {}),
+  };
 
   return {
     datastore(s) {
