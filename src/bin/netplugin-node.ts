@@ -19,7 +19,6 @@ import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
 import { parseListenAddr } from '../observe/health.js';
 import { cachedDatastore } from '../datastore/cached.js';
-import { onLockTakeover } from '../ipam/lock.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
@@ -185,13 +184,23 @@ async function main(): Promise<void> {
   const metrics = createAgentMetrics();
   const dataplane = await installDataplane(log);
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
+  // The read caches of the datastores the runtime opened (weakly: the runtime
+  // closes and drops an idle one).
+  const readCaches = new Set<WeakRef<{ suspend?: (ms: number) => void }>>();
   const runtime = createPluginRuntime({
     // IPAM's reads from a watch-fed cache (src/datastore/cached.ts), timed by the metrics outside it.
-    // A per-exec plugin that held the node's IPAM lock since the agent did may have written what the cache has not seen yet.
     wrapDatastore: (ds) => {
       const cached = cachedDatastore(ds, { log });
-      onLockTakeover(() => cached.suspend?.(1_000));
+      if (cached.suspend) readCaches.add(new WeakRef(cached));
       return metrics.wrapDatastore(cached);
+    },
+    // A per-exec plugin that held the node's IPAM lock since the agent did may have written what the caches have not seen yet.
+    ipamLockTakeover: () => {
+      for (const r of readCaches) {
+        const c = r.deref();
+        if (c) c.suspend?.(1_000);
+        else readCaches.delete(r);
+      }
     },
     ipamObserver: metrics.ipamObserver,
     ipamBatching: true,

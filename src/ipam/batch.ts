@@ -5,7 +5,6 @@
 // that wait together go in one transaction. Any failure sends each request
 // its own way (the one-by-one path, with its retries).
 import type { IPAMBlockSpec, IPAMConfigSpec, Resource } from '../model/resources.js';
-import type { Datastore } from '../datastore/types.js';
 import { DatastoreError } from '../errors.js';
 import { TxnError, type TxnOp } from '../datastore/txn.js';
 import { containsIP, tryParseIP, type Family } from '../net/cidr.js';
@@ -21,7 +20,7 @@ import { asConflict, retry } from './retry.js';
 import { exclusive, type BlockRes, type Ctx, type EarlyReads, type HandleRes, type IpamCore } from './core.js';
 
 /** One assignment waiting in a batch queue. */
-interface PendingAssign {
+export interface PendingAssign {
   req: AssignRequest;
   early: EarlyReads;
   resolve: (v: Assigned[]) => void;
@@ -33,20 +32,14 @@ interface PendingAssign {
   ctx?: Ctx;
 }
 
-// Per datastore: batch key -> requests queued for the next lock acquisition.
-const batchQueues = new WeakMap<Datastore, Map<string, PendingAssign[]>>();
-
 /** One release waiting in a batch queue. */
-interface PendingRelease {
+export interface PendingRelease {
   handleID: string;
   early: Promise<HandleRes | undefined>;
   opts: ReleaseOptions;
   resolve: (v: string[]) => void;
   reject: (e: unknown) => void;
 }
-
-// Per datastore: lock path -> releases queued for the next lock acquisition.
-const releaseQueues = new WeakMap<Datastore, Map<string, PendingRelease[]>>();
 
 /**
  * etcd refuses a Txn of more than 128 ops (--max-txn-ops): a batch writes per
@@ -63,7 +56,7 @@ const MAX_BATCH_TXN = 60;
 export function enqueue(core: IpamCore, req: AssignRequest, early: EarlyReads): Promise<Assigned[]> {
   const key = JSON.stringify([core.lockPath, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
   return new Promise<Assigned[]>((resolve, reject) => {
-    joinBatch(core, batchQueues, key, { req, early, resolve, reject, done: [] }, req.node, (items) => assignBatchLocked(core, items));
+    joinBatch(core, core.shared.of(core.ds).assigns, key, { req, early, resolve, reject, done: [] }, req.node, (items) => assignBatchLocked(core, items));
   });
 }
 
@@ -74,27 +67,24 @@ export function enqueue(core: IpamCore, req: AssignRequest, early: EarlyReads): 
  */
 function joinBatch<T extends { reject: (e: unknown) => void }>(
   core: IpamCore,
-  store: WeakMap<Datastore, Map<string, T[]>>,
+  queues: Map<string, T[]>,
   key: string,
   item: T,
   lockKey: string | undefined,
   serve: (items: T[]) => Promise<void>,
 ): void {
-  let queues = store.get(core.ds);
-  if (!queues) store.set(core.ds, (queues = new Map()));
   const waiting = queues.get(key);
   if (waiting) {
     waiting.push(item);
     return;
   }
   const items = [item];
-  const all = queues;
-  all.set(key, items);
+  queues.set(key, items);
   exclusive(core, lockKey, () => {
-    if (all.get(key) === items) all.delete(key);
+    if (queues.get(key) === items) queues.delete(key);
     return serve(items);
   }).catch((e) => {
-    if (all.get(key) === items) all.delete(key);
+    if (queues.get(key) === items) queues.delete(key);
     for (const it of items) it.reject(e);
   });
 }
@@ -333,7 +323,7 @@ async function assignOneOfBatch(core: IpamCore, ctx: Ctx, it: PendingAssign, fam
 export function enqueueRelease(core: IpamCore, item: Omit<PendingRelease, 'resolve' | 'reject'>): Promise<string[]> {
   return new Promise<string[]>((resolve, reject) => {
     // Without a host lock, batched releases still queue behind each other (per store) to meet in one batch.
-    joinBatch(core, releaseQueues, String(core.lockPath), { ...item, resolve, reject }, core.lockPath ? undefined : 'releases', async (items) => {
+    joinBatch(core, core.shared.of(core.ds).releases, String(core.lockPath), { ...item, resolve, reject }, core.lockPath ? undefined : 'releases', async (items) => {
       for (let i = 0; i < items.length; i += MAX_BATCH_TXN) await releaseBatchLocked(core, items.slice(i, i + MAX_BATCH_TXN));
     });
   });

@@ -8,6 +8,7 @@ import type { Datastore } from '../datastore/types.js';
 import type { Family } from '../net/cidr.js';
 import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
 import type { PoolInfo } from './pools.js';
+import { createIpamShared, type IpamShared } from './shared.js';
 import type { AssignRequest, Assigned, IpamOptions, Piggyback } from './types.js';
 
 export type BlockRes = Resource<'IPAMBlock'>;
@@ -24,6 +25,10 @@ export interface IpamCore {
   readonly log: Logger;
   /** Batch concurrent assignments and releases (IpamOptions.batch). */
   readonly batch: boolean;
+  /** Batch queues and blocks seen full, shared with the other instances of its owner (IpamOptions.shared). */
+  readonly shared: IpamShared;
+  /** Told when taking the host lock finds another process held it since (IpamOptions.onLockTakeover). */
+  readonly onLockTakeover: (() => void) | undefined;
 }
 
 const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
@@ -36,6 +41,8 @@ export function ipamCore(ds: Datastore, opts: IpamOptions = {}): IpamCore {
     maxRetries: Math.max(1, opts.maxRetries ?? 10),
     log: opts.log ?? noopLog,
     batch: opts.batch === true,
+    shared: opts.shared ?? createIpamShared(),
+    onLockTakeover: opts.onLockTakeover,
   };
 }
 
@@ -47,7 +54,7 @@ export function ipamCore(ds: Datastore, opts: IpamOptions = {}): IpamCore {
 export function exclusive<T>(core: IpamCore, key: string | undefined, fn: () => Promise<T>): Promise<T> {
   if (core.lockPath) {
     const path = core.lockPath;
-    return serialize(`ipam-lock:${path}`, () => withHostLock(path, fn, { timeoutMs: core.lockTimeoutMs }));
+    return serialize(`ipam-lock:${path}`, () => withHostLock(path, fn, { timeoutMs: core.lockTimeoutMs, onTakeover: core.onLockTakeover }));
   }
   return key ? serialize(`ipam-node:${key}`, fn) : fn();
 }

@@ -3,6 +3,7 @@
 // ipam check and its repairs) is imported on its own, off the per-exec path.
 export { Ipam } from './allocator.js';
 export { createIpam, type CreateIpamOptions, type IpamLock } from './service.js';
+export { createIpamShared, type IpamShared } from './shared.js';
 export type { AddressLocation, AssignRequest, Assigned, BlockUsage, HandleInfo, IpamOptions, Piggyback, PoolUsage, ReleaseOptions, Released } from './allocator.js';
 export { DEFAULT_LOCK_PATH, LOCK_ENV, hostLockPath, acquireHostLock, serialize, withHostLock } from './lock.js';
 export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE, poolInfo, type PoolInfo, type PoolUse } from './pools.js';

@@ -197,24 +197,21 @@ export interface HostLockOptions {
   timeoutMs?: number | undefined;
   /** Lock a sub-key under the same directory and secret (e.g. one pod) instead of the path itself. */
   key?: string;
+  /**
+   * Called when this acquisition (of the path itself, not a key) finds that
+   * another process held the lock since this one last did: what this process
+   * remembers of the node's IPAM state may be older than that holder's
+   * writes (the agent's read cache then reads the store for a while).
+   */
+  onTakeover?: (() => void) | undefined;
 }
 
 /** How long a waiter polls before asking the kernel who holds the name (then again at this interval). */
 const HOLDER_CHECK_MS = 200;
 
+// Lock path -> this process's pid once it wrote the path's pid file (the file
+// is the process's, so this memory is too).
 const lastWriter = new Map<string, number>();
-const takeoverListeners = new Set<(path: string) => void>();
-
-/**
- * Called (in this process) when an acquisition of the host lock at a path
- * finds that another process held it since this one last did: what this
- * process remembers of the node's IPAM state may be older than that holder's
- * writes (the agent's read cache then reads the store for a while).
- */
-export function onLockTakeover(fn: (path: string) => void): () => void {
-  takeoverListeners.add(fn);
-  return () => takeoverListeners.delete(fn);
-}
 
 /** The pid the lock path's file names (undefined: unreadable). */
 function pidFileOwner(path: string): number | undefined {
@@ -256,9 +253,11 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
       // on every acquisition (a synchronous write per ADD showed in its profile).
       // Reading it back tells the agent that another process (a per-exec
       // plugin) held the lock since: its writes may not be in our caches yet.
-      if (opts.key === undefined && lastWriter.get(path) === process.pid && takeoverListeners.size && pidFileOwner(path) !== process.pid) {
+      // Only a caller that asks is told; one that does not leaves the news
+      // for the next that does.
+      if (opts.key === undefined && opts.onTakeover && lastWriter.get(path) === process.pid && pidFileOwner(path) !== process.pid) {
         lastWriter.delete(path);
-        for (const fn of takeoverListeners) fn(path);
+        opts.onTakeover();
       }
       if (opts.key === undefined && lastWriter.get(path) !== process.pid) {
         try {

@@ -1,19 +1,12 @@
 // The IPAM's reads, and what it remembers between them: the request's own
 // cache (Ctx: all blocks and the node's labels, read at most once per
-// assignment) and, per datastore, the blocks last seen full (so the agent
-// reads a node's full blocks only when its other blocks have no room).
+// assignment) and, in the instances' shared state (shared.ts), the blocks
+// last seen full (so the agent reads a node's full blocks only when its other
+// blocks have no room).
 import type { IPAMConfigSpec } from '../model/resources.js';
-import type { Datastore } from '../datastore/types.js';
 import { blockName } from '../model/names.js';
 import { poolInfo, type PoolInfo } from './pools.js';
 import { isKind, type AffRes, type BlockRes, type Ctx, type IpamCore } from './core.js';
-
-// Per datastore: names of the blocks last seen full. A batching Ipam (the
-// agent) reads its node's blocks in this set only when no other of its blocks
-// has room, so an ADD on a node with many full blocks reads one block, not all.
-// A wrong entry costs at most a preference (a freed slot in a block thought
-// full is used once the others are full); every write seen here corrects it.
-const fullBlocks = new WeakMap<Datastore, Set<string>>();
 
 export async function loadConfig(core: IpamCore): Promise<IPAMConfigSpec> {
   try {
@@ -79,12 +72,10 @@ export async function labelsOf(core: IpamCore, ctx: Ctx): Promise<Record<string,
 }
 
 export function fullSet(core: IpamCore): Set<string> {
-  let set = fullBlocks.get(core.ds);
-  if (!set) fullBlocks.set(core.ds, (set = new Set()));
-  return set;
+  return core.shared.of(core.ds).fullBlocks;
 }
 
-/** Records whether a block just read or written has room (see fullBlocks). */
+/** Records whether a block just read or written has room (see IpamStoreState.fullBlocks). */
 export function noteBlock(core: IpamCore, b: BlockRes): void {
   if (b.spec.allocations.some((x) => x == null) && !b.spec.deleted) fullSet(core).delete(b.metadata.name);
   else fullSet(core).add(b.metadata.name);

@@ -6,6 +6,7 @@ import type { Resource } from '../model/resources.js';
 import type { TxnOp } from '../datastore/txn.js';
 import type { Family } from '../net/cidr.js';
 import type { PoolUse } from './pools.js';
+import type { IpamShared } from './shared.js';
 
 export interface AssignRequest {
   handleID: string;
@@ -113,10 +114,24 @@ export interface IpamOptions {
    * Batch concurrent assignments: requests that wait for the same lock and
    * ask for the same thing (node, families, pool lists; no requested IPs) are
    * served by one lock acquisition and one block write per block. Instances
-   * with this option on the same datastore and lock path share their queues,
-   * so a per-request Ipam (with its own logger) still joins the batch.
-   * For a resident process (the node agent); a per-exec process never has
-   * more than one request to batch.
+   * with this option, the same `shared` object, datastore and lock path share
+   * their queues, so a per-request Ipam (with its own logger) still joins the
+   * batch. For a resident process (the node agent); a per-exec process never
+   * has more than one request to batch.
    */
   batch?: boolean;
+  /**
+   * What this instance shares with the other instances of its owner (the
+   * plugin's runtime): the batch queues and the blocks last seen full
+   * (shared.ts createIpamShared). Absent: a fresh one, so the instance batches
+   * only its own concurrent calls.
+   */
+  shared?: IpamShared;
+  /**
+   * Called when taking the host lock finds that another process (a per-exec
+   * plugin) held it since this process last did: what the caller remembers
+   * of the store may miss that process's writes (the agent suspends its read
+   * cache). Not called for instances without a host lock.
+   */
+  onLockTakeover?: (() => void) | undefined;
 }

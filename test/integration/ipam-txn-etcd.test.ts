@@ -13,7 +13,7 @@ import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { createIpam, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
+import { createIpam, createIpamShared, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
 import { workloadEndpoint } from '../support/builders.js';
 
 let etcd: EtcdServer;
@@ -127,15 +127,16 @@ describe('IPAM transaction on etcd', () => {
     const setup = await open();
     await setup.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'three-nodes' }, spec: { cidr: '10.92.0.0/24', blockSize: 29 } });
     const nodes = ['n1', 'n2', 'n3'];
-    // One connection per node, as three agents would have.
+    // One connection and one shared IPAM state per node, as three agents would have.
     const dss = await Promise.all(nodes.map(() => open()));
+    const shareds = nodes.map(() => createIpamShared());
     const reqs = Array.from({ length: 300 }, (_, i) => ({ node: nodes[i % 3]!, i }));
     const writes0 = await etcdWrites();
     const results = await Promise.allSettled(
       reqs.map(async ({ node, i }) => {
         const ds = dss[i % 3]!;
         const { req, committed } = withEndpoint({ ...request(node), ipv4Pools: ['three-nodes'] }, `pod-${i}`);
-        const got = await createIpam(ds, { lock: 'none', batch: true }).assign(req);
+        const got = await createIpam(ds, { lock: 'none', batch: true, shared: shareds[i % 3]! }).assign(req);
         return { req, got, committed: committed() };
       }),
     );
@@ -201,7 +202,8 @@ describe('IPAM transaction on etcd', () => {
     const ds = await open();
     const other = await open();
     await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'stale' }, spec: { cidr: '10.94.0.0/28', blockSize: 30 } });
-    const agent = () => createIpam(ds, { lock: 'none', batch: true });
+    const shared = createIpamShared();
+    const agent = () => createIpam(ds, { lock: 'none', batch: true, shared });
     const mk = () => ({ ...request('s1'), ipv4Pools: ['stale'] });
     const got: string[] = [];
     for (let i = 0; i < 4; i++) got.push((await agent().assign(mk()))[0]!.ip); // block 10.94.0.0/30 now full, seen full

@@ -1,4 +1,4 @@
-// Batched assignment (Ipam `batch: true`, used by the resident agent) on the
+// Batched assignment (Ipam `batch: true` with a shared state, as the resident agent's runtime gives it) on the
 // in-memory datastore (same CAS semantics as etcd and Kubernetes). Real
 // allocator, real store; a thin wrapper counts writes and injects faults.
 import { beforeEach, describe, expect, it } from 'vitest';
@@ -9,7 +9,7 @@ import { type Datastore } from '../../src/datastore/types.js';
 import { DatastoreError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { createIpam, type AssignRequest, type Assigned } from '../../src/ipam/index.js';
+import { createIpam, createIpamShared, type AssignRequest, type Assigned, type IpamShared } from '../../src/ipam/index.js';
 import { createPool } from '../support/builders.js';
 
 const pool = createPool;
@@ -87,8 +87,12 @@ class Counting implements Datastore {
   close = async () => {};
 }
 
-/** A fresh Ipam per request, as the agent's ADD handler makes one: batching must still see them all. */
-const batching = (store: Datastore) => createIpam(store, { lock: 'none', batch: true });
+/**
+ * A fresh Ipam per request, as the agent's ADD handler makes one, all given
+ * the test's one shared state (as the agent's runtime gives its own):
+ * batching must still see them all.
+ */
+const batching = (store: Datastore) => createIpam(store, { lock: 'none', batch: true, shared });
 
 function allocatedOrds(spec: Resource<'IPAMBlock'>['spec']): number {
   return spec.allocations.filter((a) => a != null).length;
@@ -96,9 +100,11 @@ function allocatedOrds(spec: Resource<'IPAMBlock'>['spec']): number {
 
 let ds: MemoryDatastore;
 let store: Counting;
+let shared: IpamShared;
 beforeEach(() => {
   ds = new MemoryDatastore();
   store = new Counting(ds);
+  shared = createIpamShared();
 });
 
 describe('batched assignment', () => {
@@ -124,6 +130,13 @@ describe('batched assignment', () => {
   it('without batch the same load writes the block once per request (the baseline the batch improves on)', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
     await Promise.all(Array.from({ length: 30 }, () => createIpam(store, { lock: 'none' }).assign(req('n1'))));
+    expect(store.writes.filter((w) => w === 'update IPAMBlock').length).toBeGreaterThanOrEqual(30);
+  });
+
+  it('batching instances given different shared states do not batch together (one block write per request)', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
+    const got = await Promise.all(Array.from({ length: 30 }, () => createIpam(store, { lock: 'none', batch: true, shared: createIpamShared() }).assign(req('n1'))));
+    expect(new Set(got.map((g) => g[0]!.ip)).size).toBe(30);
     expect(store.writes.filter((w) => w === 'update IPAMBlock').length).toBeGreaterThanOrEqual(30);
   });
 

@@ -8,7 +8,10 @@ import { build } from 'esbuild';
 import { ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { acquireHostLock, onLockTakeover, serialize, withHostLock } from '../../src/ipam/lock.js';
+import { acquireHostLock, serialize, withHostLock } from '../../src/ipam/lock.js';
+import { createIpam } from '../../src/ipam/service.js';
+import { MemoryDatastore } from '../../src/datastore/memory.js';
+import { createPool } from '../support/builders.js';
 import { startLockSquatter } from '../support/squatter.js';
 
 let dir: string;
@@ -111,27 +114,46 @@ describe('host lock', () => {
     await withHostLock(path, async () => undefined, { timeoutMs: 1000 });
   });
 
-  it('tells takeover listeners when another process held the lock since this one did, and only then', async () => {
+  it('tells the caller that asks (onTakeover) when another process held the lock since this one did, and only then', async () => {
     const path = join(dir, `takeover-${process.pid}.lock`);
-    const seen: string[] = [];
-    const off = onLockTakeover((p) => seen.push(p));
-    try {
-      await withHostLock(path, async () => undefined);
-      await withHostLock(path, async () => undefined);
-      expect(seen).toEqual([]);
-      // Another process takes the lock (and writes its pid), then goes.
-      const child = await holdInChild(path);
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGKILL');
-      await exited;
-      await withHostLock(path, async () => undefined, { timeoutMs: 5000 });
-      expect(seen).toEqual([path]);
-      await withHostLock(path, async () => undefined);
-      expect(seen).toEqual([path]);
-      expect(readFileSync(path, 'utf8').trim()).toBe(String(process.pid));
-    } finally {
-      off();
-    }
+    let seen = 0;
+    const onTakeover = () => seen++;
+    await withHostLock(path, async () => undefined, { onTakeover });
+    await withHostLock(path, async () => undefined, { onTakeover });
+    expect(seen).toBe(0);
+    // Another process takes the lock (and writes its pid), then goes.
+    const child = await holdInChild(path);
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+    // A caller that does not ask leaves the news for the next that does.
+    await withHostLock(path, async () => undefined, { timeoutMs: 5000 });
+    expect(seen).toBe(0);
+    await withHostLock(path, async () => undefined, { timeoutMs: 5000, onTakeover });
+    expect(seen).toBe(1);
+    await withHostLock(path, async () => undefined, { onTakeover });
+    expect(seen).toBe(1);
+    expect(readFileSync(path, 'utf8').trim()).toBe(String(process.pid));
+  });
+
+  it("an Ipam's onLockTakeover (the agent's hook for its read caches) is called by the step that takes the lock after another process held it", async () => {
+    const path = join(dir, `ipam-takeover-${process.pid}.lock`);
+    const ds = new MemoryDatastore();
+    await createPool(ds, 'p', '10.72.0.0/24', { blockSize: 26 });
+    let seen = 0;
+    const ipam = createIpam(ds, { lock: { file: path, env: {} }, onLockTakeover: () => seen++ });
+    const req = (id: string) => ({ handleID: `net.${id}`, node: 'n1', attrs: {}, assignIPv4: true, assignIPv6: false });
+    await ipam.assign(req('a'));
+    await ipam.assign(req('b'));
+    expect(seen).toBe(0);
+    const child = await holdInChild(path);
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+    await ipam.assign(req('c'));
+    expect(seen).toBe(1);
+    await ipam.releaseByHandle('net.a');
+    expect(seen).toBe(1);
   });
 
   it('long paths still work (hashed abstract name)', async () => {

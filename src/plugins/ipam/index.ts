@@ -29,7 +29,10 @@ async function withIpam<T>(ctx: Ctx, fn: (ipam: Ipam, ds: Datastore) => Promise<
   const ds = await ctx.runtime.datastore(ctx.conf);
   // Marks the end of start-up cost (module and client loading) in debug logs.
   ctx.log.debug('netplugin-ipam: datastore open', { type: ds.type });
-  return fn(createIpam(ds, { lock: { file: ctx.conf.ipam_lock_file, env: ctx.env }, log: ctx.log }), ds);
+  // The runtime's shared IPAM state (what one of the agent's instances learns
+  // of full blocks, the others use) and its lock-takeover hook.
+  const { shared, onLockTakeover } = ctx.runtime.ipam;
+  return fn(createIpam(ds, { lock: { file: ctx.conf.ipam_lock_file, env: ctx.env }, log: ctx.log, shared, onLockTakeover }), ds);
 }
 
 function requestedIPs(ctx: Ctx): string[] {

@@ -6,8 +6,8 @@
 // a per-exec run; src/bin/netplugin-node.ts: the agent's, kept warm across
 // requests) and every handler reads it from `ctx.runtime`. Nothing here is
 // module-level state: two runtimes in one process (tests) share nothing.
-// Only types and the small client cache are imported: this module is on the
-// per-exec path before any command runs.
+// Only types, the small client cache and the IPAM's shared-state factory are
+// imported: this module is on the per-exec path before any command runs.
 import type { Datastore } from '../../datastore/types.js';
 import { createClientCache } from '../../client-cache.js';
 import type { DatastoreConfig } from '../../datastore/index.js';
@@ -17,6 +17,7 @@ import type { KubeClient } from '../../k8s/client.js';
 import type { PodSource } from '../../k8s/workload.js';
 import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
 import { CniError, ErrorCodes } from '../../errors.js';
+import { createIpamShared, type IpamShared } from '../../ipam/shared.js';
 
 export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;
@@ -65,8 +66,11 @@ export interface PluginRuntime {
    * IPAM options of this process. `batch`: the resident agent serves many ADDs
    * at once, so their assignments on one node share lock acquisitions and
    * block writes (Ipam `batch`); a per-exec run has one request and leaves it off.
+   * `shared`: the batch queues and the blocks last seen full, one per runtime
+   * (src/ipam/shared.ts), given to every Ipam this runtime's handlers create.
+   * `onLockTakeover`: given to them too (Ipam `onLockTakeover`).
    */
-  readonly ipam: { readonly batch: boolean; readonly observer?: IpamObserver };
+  readonly ipam: { readonly batch: boolean; readonly shared: IpamShared; readonly observer?: IpamObserver; readonly onLockTakeover?: () => void };
   /** Closes every datastore, API client and pod cache (shutdown, tests). */
   close(): Promise<void>;
 }
@@ -95,6 +99,12 @@ export interface PluginRuntimeOptions {
   policySignal?: () => ProgrammedSignal | undefined;
   ipamBatching?: boolean;
   ipamObserver?: IpamObserver;
+  /**
+   * Called when an IPAM step of this runtime takes the node's IPAM lock and
+   * finds that another process held it since (the agent: its read caches
+   * may miss that process's writes).
+   */
+  ipamLockTakeover?: () => void;
 }
 
 /**
@@ -117,7 +127,12 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
   const podCaches = new Map<string, Promise<PodCache>>();
   let dataplanePort = opts.dataplane;
   const wrap = opts.wrapDatastore ?? ((ds: Datastore) => ds);
-  const ipam = { batch: opts.ipamBatching === true, ...(opts.ipamObserver ? { observer: opts.ipamObserver } : {}) };
+  const ipam = {
+    batch: opts.ipamBatching === true,
+    shared: createIpamShared(),
+    ...(opts.ipamObserver ? { observer: opts.ipamObserver } : {}),
+    ...(opts.ipamLockTakeover ? { onLockTakeover: opts.ipamLockTakeover } : {}),
+  };
 
   return {
     datastore(s) {
