@@ -199,11 +199,15 @@ describe('host lock against an unprivileged squatter', () => {
     try {
       // It cannot plant its own secret: the directory is root's, 0700.
       expect(squatter.out).toMatch(/ready (EACCES|EPERM)/);
-      // Hold long enough for it to see the name, pause long enough for it to
-      // bind the name we released; go on until it has squatted a few times.
-      for (let cycles = 0; cycles < 300 && squatter.squats < 3; cycles++) {
+      // It squats only when its scan of /proc/net/unix sees the name while we
+      // hold it and its bind comes after we let go: hold for varying times so
+      // a release falls inside its scan, and go on (bounded by time, not by a
+      // cycle count: on a loaded machine its scans are slow) until it has
+      // squatted a few times.
+      const until = Date.now() + 90_000;
+      while (Date.now() < until && squatter.squats < 3) {
         const release = await acquireHostLock(path, { timeoutMs: 30_000 });
-        await new Promise((r) => setTimeout(r, 20));
+        await new Promise((r) => setTimeout(r, 5 + Math.random() * 40));
         await release();
         await new Promise((r) => setTimeout(r, 30));
       }
@@ -213,7 +217,7 @@ describe('host lock against an unprivileged squatter', () => {
     } finally {
       await squatter.stop();
     }
-  }, 120_000);
+  }, 150_000);
 
   it('a bounded wait names the holder the kernel reports', async () => {
     const path = join(dir, `named-${process.pid}.lock`);
