@@ -11,6 +11,7 @@
 import type { Datastore } from '../../datastore/types.js';
 import { createClientCache } from '../../client-cache.js';
 import type { DatastoreConfig } from '../../datastore/index.js';
+import { ETCD_SETTINGS_WITH_DEPRECATED } from '../../datastore/settings.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
 import type { ConntrackLog } from '../../dataplane/conntrack.js';
 import type { KubeClient } from '../../k8s/client.js';
@@ -35,9 +36,6 @@ export interface IpamObserver {
   released(n: number): void;
 }
 
-/** The netconf's datastore fields (src/datastore/index.ts DatastoreConfig). */
-export type DatastoreSettings = DatastoreConfig;
-
 /** A watch-fed cache of one node's pods and namespaces (src/k8s/cache.ts CachingPodSource). */
 export interface PodCache {
   /** The cache as a PodSource for one pod: a cached pod with another uid is read from the API. */
@@ -46,11 +44,11 @@ export interface PodCache {
 }
 
 /** Where the pod's Kubernetes API access is configured (the netconf's `kubernetes` block). */
-export type KubeSettings = Pick<DatastoreSettings, 'kubernetes'>;
+export type KubeSettings = Pick<DatastoreConfig, 'kubernetes'>;
 
 export interface PluginRuntime {
   /** The open datastore for these settings (one per distinct settings; a failed open is retried by the next call). */
-  datastore(s: DatastoreSettings): Promise<Datastore>;
+  datastore(s: DatastoreConfig): Promise<Datastore>;
   /** The API client for the netconf's kubeconfig / API root; CNI code 7 when neither is set. */
   kubeClient(conf: KubeSettings): Promise<KubeClient>;
   /**
@@ -114,10 +112,10 @@ export interface PluginRuntimeOptions {
  */
 export const DATASTORE_CACHE = Object.freeze({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000 });
 
-export function datastoreKey(s: DatastoreSettings): string {
+/** One key per distinct connection: the etcd fields come from the settings' own list, so a new field cannot be forgotten here. */
+export function datastoreKey(s: DatastoreConfig): string {
   return JSON.stringify([
-    s.datastore_type ?? 'etcdv3', s.etcd_endpoints, s.etcd_discovery_srv, s.etcd_key_file, s.etcd_cert_file,
-    s.etcd_ca_cert_file, s.etcd_authority, s.etcd_scheme, s.kubernetes?.kubeconfig, s.kubernetes?.k8s_api_root, s.etcd_transport,
+    s.datastore_type ?? 'etcdv3', ...ETCD_SETTINGS_WITH_DEPRECATED.map((k) => s[k]), s.kubernetes?.kubeconfig, s.kubernetes?.k8s_api_root, s.etcd_transport,
   ]);
 }
 
