@@ -7,8 +7,7 @@
 // retry, never a duplicate address, an address from a deleted pool, an
 // address in another node's block, or a write after datastoreReady=false.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd, type EtcdServer } from '../support/etcd.js';
-import { openDatastore } from '../../src/datastore/index.js';
+import { etcdStores, startEtcd, type EtcdServer } from '../support/etcd.js';
 import { cachedDatastore } from '../../src/datastore/cached.js';
 import { affinityName, blockName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
@@ -16,12 +15,8 @@ import type { Datastore, WatchEvent } from '../../src/datastore/types.js';
 import { createIpam, type AssignRequest } from '../../src/ipam/index.js';
 
 let etcd: EtcdServer;
-const stores: Datastore[] = [];
-const open = async () => {
-  const ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, timeoutMs: 30_000 });
-  stores.push(ds);
-  return ds;
-};
+const stores = etcdStores(() => etcd);
+const open = () => stores.open();
 
 beforeAll(async () => {
   etcd = await startEtcd();
@@ -29,7 +24,7 @@ beforeAll(async () => {
   await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: true } } as Resource<'ClusterInformation'>);
 });
 afterAll(async () => {
-  for (const ds of stores) await ds.close();
+  await stores.closeAll();
   await etcd?.stop();
 });
 
@@ -70,7 +65,7 @@ async function until(what: string, fn: () => boolean | Promise<boolean>, ms = 30
 async function agentStore(): Promise<{ cache: Datastore & { synced?(): boolean; stats?: { hits: number } }; slow: ReturnType<typeof slowWatch> }> {
   const slow = slowWatch(await open());
   const cache = cachedDatastore(slow);
-  stores.push(cache);
+  stores.track(cache);
   await until('the cache is synced', () => cache.synced?.() === true);
   return { cache, slow };
 }

@@ -5,8 +5,7 @@
 // without its address, no address without its handle, no endpoint without
 // its addresses.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEtcd, type EtcdServer } from '../support/etcd.js';
-import { openDatastore } from '../../src/datastore/index.js';
+import { etcdStores, startEtcd, type EtcdServer } from '../support/etcd.js';
 import { blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
@@ -17,18 +16,14 @@ import { createIpam, createIpamShared, type AssignRequest, type Assigned, type P
 import { workloadEndpoint } from '../support/builders.js';
 
 let etcd: EtcdServer;
-const stores: Datastore[] = [];
-const open = async () => {
-  const ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, timeoutMs: 30_000 });
-  stores.push(ds);
-  return ds;
-};
+const stores = etcdStores(() => etcd);
+const open = () => stores.open();
 
 beforeAll(async () => {
   etcd = await startEtcd();
 });
 afterAll(async () => {
-  for (const ds of stores) await ds.close();
+  await stores.closeAll();
   await etcd?.stop();
 });
 
