@@ -7,7 +7,7 @@ import { sameHandle } from './handle.js';
 import { IpamError } from './errors.js';
 import type { PoolInfo } from './pools.js';
 import type { Assigned } from './types.js';
-import { getHandle, handleOp, lowerHandle } from './handle-store.js';
+import { HandleExists, getHandle, handleCreateLost, handleOp, lowerHandle } from './handle-store.js';
 import { getBlock, noteBlock } from './reads.js';
 import { asConflict, retry } from './retry.js';
 import type { BlockRes, Ctx, HandleRes, IpamCore } from './core.js';
@@ -77,6 +77,8 @@ export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool
     try {
       out = await core.ds.txn(ops);
     } catch (e) {
+      // The handle existed after all: the caller returns what it holds.
+      if (hop && handleCreateLost(hop, 0, e)) throw new HandleExists(`IPAM handle ${handleID} exists`);
       const i = TxnError.opOf(e);
       if (i !== undefined && i >= ops.length - extra.length) extraFailed = true;
       asConflict(e);

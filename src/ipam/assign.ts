@@ -11,10 +11,11 @@ import { checkPoolUse, choosePools, describePools, type PoolInfo } from './pools
 import type { AssignRequest, Assigned } from './types.js';
 import { allocateIn } from './allocate.js';
 import { canClaim, claimNewBlock, claimUnaffineBlock, ownBlocks } from './affinity.js';
-import { addressesOfHandle, getHandle } from './handle-store.js';
+import { HandleExists, addressesOfHandle, getHandle } from './handle-store.js';
 import { getBlock, labelsOf, loadBlocks, loadConfig, loadPools, nodeAffinities } from './reads.js';
 import { releaseForHandle, releaseLocked } from './release.js';
-import { hostAffinity, isKind, type BlockRes, type Ctx, type EarlyReads, type IpamCore } from './core.js';
+import { UNREAD, hostAffinity, isKind, type BlockRes, type Ctx, type EarlyReads, type IpamCore } from './core.js';
+import { handleName, legacyHandleName } from './handle.js';
 
 /**
  * A failure of one family after the other family got its address: that
@@ -184,10 +185,12 @@ export function prepareAssign(core: IpamCore, req: AssignRequest): { requested: 
     throw new IpamError('invalid-request', 'ipam: assign_ipv4 and assign_ipv6 are both "false": nothing to assign; set one to "true"');
   }
   // Reads that need no lock start before waiting for it: pools and config
-  // change only by operator action, and the handle only by this container's
-  // own ADD/DEL, which the runtime serialises. This also opens the datastore
-  // connection outside the lock, so holders keep it for less time.
-  const early = Promise.all([loadPools(core), loadConfig(core), getHandle(core, req.handleID)]);
+  // change only by operator action. This also opens the datastore connection
+  // outside the lock, so holders keep it for less time. The handle is not
+  // read (its create's guard finds a repeated ADD, see assignLocked), unless
+  // it may still live under its pre-exact name, which that guard cannot see.
+  const legacy = legacyHandleName(req.handleID) !== handleName(req.handleID);
+  const early = Promise.all([loadPools(core), loadConfig(core), legacy ? getHandle(core, req.handleID) : UNREAD] as const);
   early.catch(() => undefined); // awaited later; do not let a failure go unhandled while we wait
   return { requested, early };
 }
@@ -195,6 +198,11 @@ export function prepareAssign(core: IpamCore, req: AssignRequest): { requested: 
 /**
  * Assign under the lock, one request. Dual-stack is all-or-nothing: when one
  * family fails, what the other got in this call is released again.
+ *
+ * The handle is not read first (unless it may live under its pre-exact name):
+ * the first transaction creates it, guarded by its absence. A repeated ADD
+ * (the handle exists) fails that guard, writes nothing, and is answered with
+ * what the handle holds, read then.
  */
 export async function assignLocked(
   core: IpamCore,
@@ -205,18 +213,46 @@ export async function assignLocked(
   // Affinities are what the node's own writers change: read them under the lock.
   const [[{ pools, bad }, config, handle], affinities] = await Promise.all([early, nodeAffinities(core, req.node)]);
   core.log.debug('ipam: state read under the host lock', { handle: req.handleID, affinities: affinities.length });
-  const ctx: Ctx = { req, node: req.node, pools, badPools: bad, config, affinities, handle };
+  const unread = handle === UNREAD;
+  const ctx: Ctx = { req, node: req.node, pools, badPools: bad, config, affinities, handle: unread ? undefined : handle };
+  try {
+    return await assignFor(core, ctx, requested, !unread);
+  } catch (e) {
+    if (!unread) throw e;
+    // The handle was assumed new. A lost create guard says it exists; any
+    // other failure before this call wrote a handle may be a repeated ADD too
+    // (a full pool, say): what the handle holds answers it, as if it had been
+    // read first.
+    const h = await getHandle(core, req.handleID);
+    const held = h ? await addressesOfHandle(core, h) : [];
+    if (h && (held.length || e instanceof HandleExists)) {
+      core.log.debug('ipam: the handle exists (a repeated ADD): returning what it holds', { handle: req.handleID, held: held.map((a) => a.ip) });
+      ctx.handle = h;
+      return assignFor(core, ctx, requested, true);
+    }
+    if (e instanceof HandleExists) {
+      // Created and deleted again between the guard and the read: only a concurrent call for the same container does that.
+      throw new IpamError('conflict-retries-exhausted', `IPAM handle ${req.handleID} is being created and deleted concurrently (two ADD/DEL of one container at once?); try again`);
+    }
+    // A handle without addresses: left by this call's ordered writes (Kubernetes) or a crash; it goes.
+    if (h) await releaseLocked(core, req.handleID).catch(() => undefined);
+    throw e;
+  }
+}
 
+/** assignLocked's work for the handle as `ctx.handle` has it (undefined: assumed new, its create guards that). */
+async function assignFor(core: IpamCore, ctx: Ctx, requested: Requested, cleanup: boolean): Promise<Assigned[]> {
+  const { req, pools } = ctx;
   const families: Family[] = requested.length ? requested.map((r) => r.ip.family) : ([req.assignIPv4 ? 4 : 0, req.assignIPv6 ? 6 : 0].filter(Boolean) as Family[]);
   // A retried ADD for the same container gets what it already holds.
-  const existing = handle ? await addressesOfHandle(core, handle) : [];
+  const existing = ctx.handle ? await addressesOfHandle(core, ctx.handle) : [];
   const done: Assigned[] = [];
   try {
     for (const family of families) {
       const want = requested.find((r) => r.ip.family === family);
       const have = existing.find((a) => a.family === family && (!want || a.ip === formatIP(want.ip)));
       if (have) {
-        done.push({ ...have, pool: pools.find((p) => containsIP(p.cidr, { family, value: tryParseIP(have.ip)!.value }))?.name ?? '' });
+        done.push({ ...have, pool: pools.find((p) => containsIP(p.cidr, { family, value: tryParseIP(have.ip)!.value }))?.name ?? '', held: true });
         continue;
       }
       // The caller's writes go with the request's last address.
@@ -225,6 +261,9 @@ export async function assignLocked(
     }
     return done;
   } catch (e) {
+    // The handle's create lost its guard: this call wrote nothing (the create
+    // is its first transaction), and what the handle holds is not ours to undo.
+    if (e instanceof HandleExists) throw e;
     const fresh = done.filter((d) => !existing.some((x) => x.ip === d.ip));
     if (fresh.length) {
       try {
@@ -233,7 +272,7 @@ export async function assignLocked(
         core.log.error('ipam: could not roll back a partial dual-stack assignment', { handle: req.handleID, error: String(re) });
       }
       throw rolledBack(e, fresh);
-    } else if (!existing.length) {
+    } else if (!existing.length && cleanup) {
       // Nothing assigned: do not leave a handle behind that allocateIn raised.
       await releaseLocked(core, req.handleID).catch(() => undefined);
     }

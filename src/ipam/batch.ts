@@ -15,9 +15,9 @@ import { ownBlocks } from './affinity.js';
 import { assignAuto, assignLocked, rolledBack, selectPools } from './assign.js';
 import { addressesOfHandle, getHandle, handleOp } from './handle-store.js';
 import { getBlock, nodeAffinities, noteBlock } from './reads.js';
-import { maybeReleaseBlock, releaseLocked } from './release.js';
+import { maybeReleaseBlock, releaseForHandle, releaseLocked } from './release.js';
 import { asConflict, retry } from './retry.js';
-import { exclusive, type BlockRes, type Ctx, type EarlyReads, type HandleRes, type IpamCore } from './core.js';
+import { UNREAD, exclusive, type BlockRes, type Ctx, type EarlyReads, type HandleRes, type IpamCore } from './core.js';
 
 /** One assignment waiting in a batch queue. */
 export interface PendingAssign {
@@ -30,6 +30,8 @@ export interface PendingAssign {
   failed?: unknown;
   /** Per-request state (its handle as last written, for handleOp). */
   ctx?: Ctx;
+  /** Its handle existed before the batch (a repeated ADD): a failure releases only what the batch gave it. */
+  held?: boolean;
 }
 
 /** One release waiting in a batch queue. */
@@ -102,8 +104,8 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
     const r = settled[i]!;
     if (r.status === 'rejected') {
       it.reject(r.reason);
-    } else if (r.value[2]) {
-      // A retried ADD (its handle exists): the one-by-one path returns what it holds.
+    } else if (r.value[2] && r.value[2] !== UNREAD) {
+      // A retried ADD (its handle was read: it may live under its pre-exact name): the one-by-one path returns what it holds.
       await assignLocked(core, it.req, [], it.early).then(it.resolve, it.reject);
     } else {
       shared ??= [r.value[0], r.value[1]];
@@ -124,7 +126,11 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
   for (const it of batch) it.ctx = { ...ctx, req: it.req, handle: undefined };
   const families = [req.assignIPv4 ? 4 : 0, req.assignIPv6 ? 6 : 0].filter(Boolean) as Family[];
   for (const family of families) {
-    let queue = batch.filter((it) => it.failed === undefined);
+    const last = family === families[families.length - 1];
+    // A repeated ADD found by an earlier family's create guard goes one by
+    // one: it returns what its handle holds instead of taking more.
+    for (const it of batch) if (it.held && it.failed === undefined) await assignOneOfBatch(core, ctx, it, family, last);
+    let queue = batch.filter((it) => it.failed === undefined && !it.held);
     while (queue.length) {
       let individual: PendingAssign[];
       try {
@@ -137,7 +143,6 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
         individual = queue.filter((it) => !it.done.some((d) => d.family === family));
         queue = [];
       }
-      const last = family === families[families.length - 1];
       for (const it of individual) await assignOneOfBatch(core, ctx, it, family, last);
       // The node's blocks are full: one request the one-by-one way (it
       // claims a new block or borrows), then the rest as a batch again.
@@ -148,15 +153,18 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
   const failed = batch.filter((it) => it.failed !== undefined);
   for (const it of batch) if (it.failed === undefined) it.resolve(it.done);
   for (const it of failed) {
-    // The handle did not exist before this batch: release all of it, which
-    // also drops a count raised for an address not taken.
+    // A handle that did not exist before this batch: release all of it, which
+    // also drops a count raised for an address not taken. One that did (a
+    // repeated ADD): only what this batch gave it.
+    const fresh = it.done.filter((d) => !d.held);
     try {
-      await releaseLocked(core, it.req.handleID);
+      if (!it.held) await releaseLocked(core, it.req.handleID);
+      else if (fresh.length) await releaseForHandle(core, it.req.handleID, fresh.map((d) => d.ip));
     } catch (re) {
       core.log.error('ipam: could not roll back a failed assignment', { handle: it.req.handleID, error: String(re) });
     }
     const e = it.failed;
-    it.reject(it.done.length ? rolledBack(e, it.done) : e);
+    it.reject(fresh.length ? rolledBack(e, fresh) : e);
   }
 }
 
@@ -297,11 +305,14 @@ async function assignOneOfBatch(core: IpamCore, ctx: Ctx, it: PendingAssign, fam
   const own: Ctx = { ...ctx, req: it.req, handle: undefined, capHit: undefined, ...(last && it.req.piggyback ? { piggy: { p: it.req.piggyback, before: it.done } } : {}) };
   try {
     own.handle = await getHandle(core, it.req.handleID);
+    // A handle this batch did not write for the request existed before it:
+    // a repeated ADD (the batch's create guard found it).
+    if (own.handle && !it.ctx?.handle) it.held = true;
     // A failed shared write may have been applied after all: an address of
     // this family that the handle holds is this request's.
     const have = own.handle ? (await addressesOfHandle(core, own.handle)).find((a) => a.family === family && !it.done.some((d) => d.ip === a.ip)) : undefined;
     if (have) {
-      it.done.push({ ...have, pool: ctx.pools.find((p) => containsIP(p.cidr, tryParseIP(have.ip)!))?.name ?? '' });
+      it.done.push({ ...have, pool: ctx.pools.find((p) => containsIP(p.cidr, tryParseIP(have.ip)!))?.name ?? '', ...(it.held ? { held: true as const } : {}) });
       return;
     }
     it.done.push(await assignAuto(core, own, family));

@@ -65,8 +65,11 @@ export function isKind(e: unknown, kind: 'NotFound' | 'AlreadyExists' | 'Conflic
   return DatastoreError.is(e, kind);
 }
 
-/** The reads an assignment starts before waiting for the lock: pools (valid ones and the errors of the rest), IPAMConfig, the request's handle. */
-export type EarlyReads = Promise<[{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec, HandleRes | undefined]>;
+/** The handle was not read before the assignment: its create's guard is the check (assign.ts). */
+export const UNREAD = 'unread' as const;
+
+/** The reads an assignment starts before waiting for the lock: pools (valid ones and the errors of the rest), IPAMConfig, the request's handle (or UNREAD). */
+export type EarlyReads = Promise<readonly [{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec, HandleRes | undefined | typeof UNREAD]>;
 
 /** Per-assign state: everything read once and reused for the rest of the call. */
 export interface Ctx {

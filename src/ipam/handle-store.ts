@@ -3,7 +3,8 @@
 // the address), lowering its counts after a block freed addresses, and the
 // addresses it holds. Identity (the ID format, object names) is handle.ts.
 import { API_VERSION } from '../model/resources.js';
-import type { TxnOp } from '../datastore/txn.js';
+import { TxnError, type TxnOp } from '../datastore/txn.js';
+import { DatastoreError } from '../errors.js';
 import type { Family } from '../net/cidr.js';
 import { handleName, legacyHandleName, sameHandle } from './handle.js';
 import { addressOf, checkBlock, ordinalsOf } from './block.js';
@@ -38,6 +39,23 @@ export async function getHandle(core: IpamCore, handleID: string): Promise<Handl
   if (h || legacyHandleName(handleID) === name) return h;
   const old = await read(legacyHandleName(handleID));
   return old && sameHandle(old.spec.handleID, handleID) ? old : undefined;
+}
+
+/**
+ * The guard of a handle's create failed because the handle exists: this
+ * container already holds addresses (a repeated ADD), or a concurrent call for
+ * it got there first. An ADD does not read its handle before the transaction
+ * (one round trip less per pod); this is how it finds out. Nothing of the
+ * failed transaction was written, so the caller reads the handle and returns
+ * what it holds instead of adding to it. Internal: never leaves src/ipam/.
+ */
+export class HandleExists extends Error {
+  override name = 'HandleExists';
+}
+
+/** Whether `e` (a failed transaction whose op `at` was `op`) says the handle `op` creates already exists. */
+export function handleCreateLost(op: TxnOp | undefined, at: number, e: unknown): boolean {
+  return op?.op === 'create' && op.res.kind === 'IPAMHandle' && TxnError.opOf(e) === at && DatastoreError.is(e, 'AlreadyExists');
 }
 
 /**

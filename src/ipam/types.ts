@@ -54,6 +54,8 @@ export interface Assigned {
   family: Family;
   pool: string;
   block: string;
+  /** The handle held this address before the request (a repeated ADD): nothing was written for it. */
+  held?: true;
 }
 
 export interface BlockUsage {

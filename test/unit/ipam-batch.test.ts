@@ -304,8 +304,34 @@ describe('batched assignment', () => {
     const got = await Promise.all([req('n1'), again, req('n1'), req('n1')].map((r) => batching(store).assign(r)));
     expect(got[1]!.map((a) => a.ip)).toEqual([before!.ip]);
     expect(new Set(got.map((g) => g[0]!.ip)).size).toBe(4);
+    expect(got[1]![0]!.held).toBe(true);
     const held = await checkInvariant(ds);
     expect(held.get(again.handleID.toLowerCase())).toHaveLength(1);
+  });
+
+  it('a retried dual-stack ADD in a batch gets both addresses it holds, and a failure of the batch for it never frees them', async () => {
+    await pool(ds, 'v4', '10.0.0.0/24', { blockSize: 26 });
+    await pool(ds, 'v6', 'fd00::/122', { blockSize: 122 });
+    const again = req('n1', { assignIPv6: true });
+    const before = await createIpam(ds, { lock: 'none' }).assign(again);
+    const got = await Promise.all([req('n1', { assignIPv6: true }), again, req('n1', { assignIPv6: true })].map((r) => batching(store).assign(r)));
+    expect(got[1]!.map((a) => a.ip)).toEqual(before.map((a) => a.ip));
+    const held = await checkInvariant(ds);
+    expect(held.get(again.handleID.toLowerCase())).toHaveLength(2);
+    expect(new Set(got.flatMap((g) => g.map((a) => a.ip))).size).toBe(6);
+    // The IPv6 pool is one /122 block of 64, three taken: fill it, then retry in a batch that runs out of IPv6 addresses.
+    for (let i = 0; i < 61; i++) await createIpam(ds, { lock: 'none' }).assign(req('n1', { assignIPv4: false, assignIPv6: true }));
+    const second = await Promise.allSettled([req('n1', { assignIPv6: true }), again].map((r) => batching(store).assign(r)));
+    expect(second[0]!.status).toBe('rejected');
+    expect(second[1]).toMatchObject({ status: 'fulfilled', value: before.map((a) => expect.objectContaining({ ip: a.ip, held: true })) });
+    expect((await checkInvariant(ds)).get(again.handleID.toLowerCase())).toHaveLength(2);
+    // A container that holds only an IPv4 address asks again for both (its netconf changed): no IPv6 is left,
+    // so it fails, and the failure leaves its IPv4 address (the earlier ADD's) held.
+    const v4only = req('n1');
+    const [mine] = await createIpam(ds, { lock: 'none' }).assign(v4only);
+    const third = await Promise.allSettled([req('n1', { assignIPv6: true }), { ...v4only, assignIPv6: true }].map((r) => batching(store).assign(r)));
+    expect(third.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+    expect(await createIpam(ds, { lock: 'none' }).handleAddresses(v4only.handleID)).toEqual([mine!.ip]);
   });
 
   it('requests for different pools are not mixed into one batch', async () => {

@@ -117,12 +117,19 @@ describe('block claim and allocation', () => {
     expect(await ipam().handleAddresses(r.handleID)).toEqual(['10.0.0.0']);
   });
 
-  it('an affine block with room costs one parallel read round, one block read, one handle write and one block CAS', async () => {
+  it('an affine block with room costs one parallel read round, one block read, one handle write and one block CAS (the handle is not read)', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
     await ipam().assign(req('n1'));
     const f = new Faulty(ds);
     await ipam(f).assign(req('n1'));
-    expect(f.calls.sort()).toEqual(['create IPAMHandle', 'get IPAMBlock', 'get IPAMConfig', 'get IPAMHandle', 'list BlockAffinity', 'list IPPool', 'update IPAMBlock'].sort());
+    expect(f.calls.sort()).toEqual(['create IPAMHandle', 'get IPAMBlock', 'get IPAMConfig', 'list BlockAffinity', 'list IPPool', 'update IPAMBlock'].sort());
+  });
+
+  it('a handle ID that may live under its pre-exact (case-folded) name is read first: its create guard could not see the old object', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    const f = new Faulty(ds);
+    await ipam(f).assign(req('n1', { handleID: 'net.CAFE01' }));
+    expect(f.calls).toContain('get IPAMHandle');
   });
 
   it('claims the next block when its own is full, and fails clearly when the pool is exhausted', async () => {
@@ -198,13 +205,44 @@ describe('block claim and allocation', () => {
     expect((await all(ds, 'BlockAffinity'))[0]!.metadata.name).toBe('n1-ipv6-fd00-10-244---122');
   });
 
-  it('a retried ADD of the same handle gets the same address', async () => {
+  it('a retried ADD of the same handle gets the same address, found by the failed guard of its handle create, and writes nothing', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
     const r = req('n1');
     const first = await ipam().assign(r);
-    const again = await ipam().assign(r);
-    expect(again).toEqual(first);
+    const f = new Faulty(ds);
+    const before = [await ds.get('IPAMHandle', r.handleID), await ds.get('IPAMBlock', '10.0.0.0-29')].map((o) => o.metadata.resourceVersion);
+    const again = await ipam(f).assign(r);
+    expect(again).toEqual(first.map((a) => ({ ...a, held: true })));
+    // The handle was not read before the transaction: the create's guard refused, then it was read.
+    expect(f.calls.indexOf('create IPAMHandle')).toBeGreaterThanOrEqual(0);
+    expect(f.calls.indexOf('get IPAMHandle')).toBeGreaterThan(f.calls.indexOf('create IPAMHandle'));
+    expect(f.calls).not.toContain('update IPAMBlock');
+    const after = [await ds.get('IPAMHandle', r.handleID), await ds.get('IPAMBlock', '10.0.0.0-29')].map((o) => o.metadata.resourceVersion);
+    expect(after).toEqual(before);
     expect(await checkInvariant(ds)).toEqual({ allocated: 1, handles: 1 });
+  });
+
+  it('a retried ADD on an exhausted pool gets what it holds, and keeps it', async () => {
+    await pool(ds, 'p', '10.0.0.0/29', { blockSize: 29 });
+    const r = req('n1');
+    const [first] = await ipam().assign(r);
+    for (let i = 0; i < 7; i++) await ipam().assign(req('n1'));
+    await expect(ipam().assign(req('n1'))).rejects.toMatchObject({ kind: 'exhausted' });
+    const again = await ipam().assign(r);
+    expect(again.map((a) => a.ip)).toEqual([first!.ip]);
+    expect(await ipam().handleAddresses(r.handleID)).toEqual([first!.ip]);
+    expect(await checkInvariant(ds)).toEqual({ allocated: 8, handles: 8 });
+  });
+
+  it('a retried dual-stack ADD gets both addresses it holds and takes no third', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    await pool(ds, 'v6', 'fd00:10:244::/120', { blockSize: 122 });
+    const r = req('n1', { assignIPv6: true });
+    const first = await ipam().assign(r);
+    const again = await ipam().assign(r);
+    expect(again.map((a) => a.ip)).toEqual(first.map((a) => a.ip));
+    expect(again.every((a) => a.held)).toBe(true);
+    expect(await checkInvariant(ds)).toEqual({ allocated: 2, handles: 1 });
   });
 });
 

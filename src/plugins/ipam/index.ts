@@ -66,7 +66,7 @@ async function add(ctx: Ctx): Promise<CniResult> {
     }),
   );
   ctx.log.info('netplugin-ipam: assigned', { node, ips: assigned.map((a) => a.address) });
-  ctx.runtime.ipam.observer?.assigned(assigned.length);
+  ctx.runtime.ipam.observer?.assigned(assigned.filter((a) => !a.held).length);
   const families = [...new Set(assigned.map((a) => a.family))].sort();
   return {
     // No `interface`: an IPAM plugin does not know the interfaces its caller creates.

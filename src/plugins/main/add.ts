@@ -33,7 +33,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   // The IPAM reads do not depend on readiness and write nothing: issue them
   // with the ClusterInformation read, so the three cost one round trip.
   const ourIpam = isNetpluginIpam(conf.ipam) ? conf.ipam : undefined;
-  const early = ourIpam ? await earlyIpamReads(ctx, wl, ds) : undefined;
+  const early = ourIpam ? await earlyIpamReads(ctx, ds) : undefined;
   await step('checking the datastore', () => checkClusterReady(ds));
 
   // The pod (when this ADD reads it) and its resolved options in one call;

@@ -22,32 +22,36 @@ export interface Addresses {
 type IpamModule = typeof import('../../ipam/index.js');
 export interface EarlyIpam {
   ipam: InstanceType<IpamModule['Ipam']>;
-  held: Promise<string[]>;
   pools: Promise<Awaited<ReturnType<Datastore['list']>>>;
 }
 
-/** Starts the reads our IPAM needs (this container's handle, the pools); awaited later, in ipamAddresses(). */
-export async function earlyIpamReads(ctx: PluginContext, wl: Workload, ds: Datastore): Promise<EarlyIpam> {
+/**
+ * Starts the read our IPAM needs before the pod's options are known (the
+ * pools); awaited later, in ipamAddresses(). This container's handle is not
+ * read: the assignment's transaction finds a repeated ADD by its guard.
+ */
+export async function earlyIpamReads(ctx: PluginContext, ds: Datastore): Promise<EarlyIpam> {
   const ipam = await ipamFor(ctx, ds, 'assign');
-  const held = ipam.handleAddresses(wl.handleID);
   const pools = ds.list('IPPool');
   // Awaited only once the datastore is known ready; a failure meanwhile must not go unhandled.
-  held.catch(() => undefined);
   pools.catch(() => undefined);
-  return { ipam, held, pools };
+  return { ipam, pools };
 }
 
 /** Reserves the pod's addresses from our IPAM as `req` (the resolved WorkloadOptions) says; the endpoint rides in the same transaction. */
 export async function ipamAddresses(ctx: PluginContext, wl: Workload, req: AddressRequest, rb: Rollback, early: EarlyIpam, piggy: EndpointPiggyback): Promise<Addresses> {
   const { log } = ctx;
   const { ipam } = early;
-  // A repeated ADD for the same container and network returns what it already holds.
-  const held = await step('reading IPAM', () => early.held);
-  if (held.length) {
-    log.info('ADD repeated for a container that already holds addresses; reusing them', { ips: held });
-    return { ips: held.map(addressOf), repeated: true, ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
+  const floating = req.floatingIPs ? { floating: req.floatingIPs } : {};
+  const reuse = (ips: string[]): Addresses => {
+    log.info('ADD repeated for a container that already holds addresses; reusing them', { ips });
+    return { ips, repeated: true, ...floating };
+  };
+  if (req.noIpamIPs) {
+    // No assignment to find a repeated ADD by: read what the handle holds (an earlier ADD of this container may have used IPAM).
+    const held = await step('reading IPAM', () => ipam.handleAddresses(wl.handleID));
+    return held.length ? reuse(held.map(addressOf)) : { ips: req.noIpamIPs, ...floating };
   }
-  if (req.noIpamIPs) return { ips: req.noIpamIPs, ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
 
   const attrs: Record<string, string> = { containerID: ctx.containerId };
   if (wl.pod) Object.assign(attrs, { namespace: wl.pod.namespace, pod: wl.pod.name });
@@ -55,9 +59,11 @@ export async function ipamAddresses(ctx: PluginContext, wl: Workload, req: Addre
   if (wl.pod && ctx.args.K8S_POD_UID) attrs['podUID'] = ctx.args.K8S_POD_UID;
   piggy.floating = req.floatingIPs;
   // One transaction takes the addresses and writes the endpoint: the step names both.
+  // A repeated ADD (some address already held) undoes nothing: what it holds is the earlier ADD's.
+  let repeated = false;
   const assigned = await step('assigning addresses and writing the workload endpoint', async () => {
-    rb.push(`addresses of ${wl.handleID}`, () => ipam.releaseByHandle(wl.handleID));
-    rb.push(`endpoint ${wl.endpointName}`, () => piggy.undo());
+    rb.push(`addresses of ${wl.handleID}`, () => (repeated ? undefined : ipam.releaseByHandle(wl.handleID)));
+    rb.push(`endpoint ${wl.endpointName}`, () => (repeated ? undefined : piggy.undo()));
     return ipam.assign({
       piggyback: piggy,
       handleID: wl.handleID,
@@ -69,11 +75,16 @@ export async function ipamAddresses(ctx: PluginContext, wl: Workload, req: Addre
       ...(req.ipv6Pools ? { ipv6Pools: req.ipv6Pools } : {}),
       ...(req.requestedIPs?.length ? { requestedIPs: req.requestedIPs } : {}),
       fields: ipamFieldNames(req),
+    }).then((got) => {
+      repeated = got.some((a) => a.held);
+      return got;
     });
   });
-  ctx.runtime.ipam.observer?.assigned(assigned.length);
   if (!assigned.length) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: neither assign_ipv4 nor assign_ipv6 is "true"; the pod would get no address');
-  return { ips: assigned.map((a) => a.ip), ...(req.floatingIPs ? { floating: req.floatingIPs } : {}) };
+  // A repeated ADD for the same container and network gets what it already holds (the transaction's guard on its handle said so).
+  if (assigned.every((a) => a.held)) return reuse(assigned.map((a) => a.ip));
+  ctx.runtime.ipam.observer?.assigned(assigned.filter((a) => !a.held).length);
+  return { ips: assigned.map((a) => a.ip), ...floating };
 }
 
 /** Other IPAM types (host-local): run the plugin from CNI_PATH, with `usePodCidr` resolved to the node's pod CIDRs. */
