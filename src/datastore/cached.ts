@@ -13,8 +13,11 @@
 // a transaction that takes addresses in a block also checks the block's pool
 // at the revision the cache had (a compare-only op, txn.ts): a deleted or
 // changed pool fails it. A transaction's own results are written through, so
-// the next request does not wait for the watch to see them. The handle
-// (repeated ADD) and the workload endpoint are never cached.
+// the next request does not wait for the watch to see them. Handles and
+// workload endpoints are not watched: the cache only remembers what this
+// process wrote of them (RECENT_KINDS), and answers from that only when the
+// caller asks (CallOptions.recent: a DEL whose deletes are guarded by the
+// revisions it read).
 import { DatastoreError } from '../errors.js';
 import type { Kind, Resource } from '../model/resources.js';
 import { containsCidr, tryParseCidr } from '../net/cidr.js';
@@ -22,6 +25,17 @@ import { TxnError, opIdentity, opKind, type TxnOp } from './txn.js';
 import type { CallOptions, Datastore, ListOptions, ListResult, Watch, WatchEvent } from './types.js';
 
 export const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'IPAMConfig', 'BlockAffinity', 'IPAMBlock'];
+
+/**
+ * Kinds of which the cache remembers only its own writes (no watch: one
+ * object per pod, written and deleted by this node's ADD and DEL): a DEL
+ * reads the handle and the endpoint its ADD wrote from here when it asks
+ * (CallOptions.recent), and guards its deletes by their revisions.
+ */
+export const RECENT_KINDS: readonly Kind[] = ['IPAMHandle', 'WorkloadEndpoint'];
+
+/** How many of its own writes the cache remembers (oldest go first: pods DEL'd by another process are never forgotten otherwise). */
+const MAX_RECENT = 4096;
 
 /** How long reads of an object go to the store after a failed compare or our own delete, unless the watch shows it first. */
 const BYPASS_MS = 2_000;
@@ -36,6 +50,8 @@ export interface CacheStats {
   hits: number;
   misses: number;
   relists: number;
+  /** Reads answered from this process's own recent writes (CallOptions.recent). */
+  recentHits: number;
 }
 
 interface KindCache {
@@ -82,7 +98,10 @@ export interface CachedDatastore extends Datastore {
 
 export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}): Datastore & Partial<Pick<CachedDatastore, 'stats' | 'synced' | 'suspend'>> {
   if (ds.type === 'kubernetes') return ds;
-  const stats: CacheStats = { hits: 0, misses: 0, relists: 0 };
+  const stats: CacheStats = { hits: 0, misses: 0, relists: 0, recentHits: 0 };
+  /** kind/namespace/name -> this process's last write of it (RECENT_KINDS), oldest first. */
+  const recent = new Map<string, Resource>();
+  const recentKey = (kind: Kind, name: string, namespace: string | undefined) => `${kind}/${keyOf(name, namespace)}`;
   const firstBackoff = opts.backoffMs ?? 200;
   const caches = new Map<Kind, KindCache>();
   let closed = false;
@@ -171,6 +190,7 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
 
   /** After a failed guard: the store has something else; read it there until the watch shows it. */
   const invalidate = (kind: Kind, name: string, namespace: string | undefined): void => {
+    recent.delete(recentKey(kind, name, namespace));
     const c = cacheOf(kind);
     if (!c) return;
     const key = keyOf(name, namespace);
@@ -181,8 +201,18 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
     if ('res' in op) invalidate(op.res.kind, op.res.metadata.name, op.res.metadata.namespace || undefined);
     else invalidate(op.kind, op.name, op.namespace);
   };
+  const remember = (kind: Kind, name: string, namespace: string | undefined, out: Resource | undefined): void => {
+    if (!RECENT_KINDS.includes(kind)) return;
+    const key = recentKey(kind, name, namespace);
+    recent.delete(key);
+    if (!out) return;
+    recent.set(key, out);
+    if (recent.size > MAX_RECENT) recent.delete(recent.keys().next().value!);
+  };
   const writeThrough = (op: TxnOp, out: Resource | undefined): void => {
     if (op.op === 'check') return;
+    if ('res' in op) remember(op.res.kind, op.res.metadata.name, op.res.metadata.namespace || undefined, out);
+    else remember(op.kind, op.name, op.namespace, undefined);
     if (op.op === 'delete') {
       const c = cacheOf(op.kind);
       if (!c) return;
@@ -266,6 +296,11 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
       suspendedUntil = Math.max(suspendedUntil, Date.now() + ms);
     },
     async get<K extends Kind>(kind: K, name: string, namespace?: string, o?: CallOptions): Promise<Resource<K>> {
+      const mine = o?.recent && !o.fresh ? recent.get(recentKey(kind, name, namespace)) : undefined;
+      if (mine) {
+        stats.recentHits++;
+        return structuredClone(mine) as Resource<K>;
+      }
       const c = o?.fresh ? undefined : live(kind);
       const key = keyOf(name, namespace);
       if (!c || bypassed(c, key)) {
@@ -323,6 +358,7 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
     watch: (kind, o, onEvent) => ds.watch(kind, o, onEvent),
     async close() {
       closed = true;
+      recent.clear();
       for (const c of caches.values()) {
         clearTimeout(c.timer);
         c.watch?.stop();

@@ -57,6 +57,14 @@ export interface CallOptions {
   timeoutMs?: number;
   /** Read from the store itself, never from a read cache in front of it (readiness checks: the store must answer). */
   fresh?: boolean;
+  /**
+   * get() may answer with the object as this process last wrote it (the
+   * agent remembers its own handle and endpoint writes), which another writer
+   * may have changed since. Only for a read whose answer is used to guard a
+   * write by its revision: a stale answer then costs a failed compare and a
+   * re-read, never a wrong write. Ignored by stores without that memory.
+   */
+  recent?: boolean;
 }
 
 /**

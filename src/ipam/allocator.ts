@@ -56,8 +56,10 @@ export class Ipam {
    */
   async releaseByHandle(handleID: string, opts: ReleaseOptions = {}): Promise<string[]> {
     // The handle is only changed by this container's own ADD/DEL: read it
-    // (and connect) before waiting for the lock.
-    const early = getHandle(this.core, handleID);
+    // (and connect) before waiting for the lock; the agent answers from what
+    // its ADD wrote (the handle's delete is guarded by that revision, so a
+    // stale answer costs a re-read).
+    const early = getHandle(this.core, handleID, { recent: true });
     early.catch(() => undefined);
     if (this.core.batch) return enqueueRelease(this.core, { handleID, early, opts });
     return exclusive(this.core, undefined, () => releaseLocked(this.core, handleID, early, opts));

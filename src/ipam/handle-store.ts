@@ -4,6 +4,7 @@
 // addresses it holds. Identity (the ID format, object names) is handle.ts.
 import { API_VERSION } from '../model/resources.js';
 import { TxnError, type TxnOp } from '../datastore/txn.js';
+import type { CallOptions } from '../datastore/types.js';
 import { DatastoreError } from '../errors.js';
 import type { Family } from '../net/cidr.js';
 import { handleName, legacyHandleName, sameHandle } from './handle.js';
@@ -19,10 +20,10 @@ import { isKind, type Ctx, type HandleRes, type IpamCore } from './core.js';
  * case-folded name: it is used when it records this very ID, so a DEL after
  * an upgrade still releases what the ADD took.
  */
-export async function getHandle(core: IpamCore, handleID: string): Promise<HandleRes | undefined> {
+export async function getHandle(core: IpamCore, handleID: string, opts?: CallOptions): Promise<HandleRes | undefined> {
   const read = async (name: string) => {
     try {
-      return await core.ds.get('IPAMHandle', name);
+      return await core.ds.get('IPAMHandle', name, undefined, opts);
     } catch (e) {
       if (isKind(e, 'NotFound')) return undefined;
       throw e;

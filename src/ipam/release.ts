@@ -121,10 +121,14 @@ export async function releaseLocked(core: IpamCore, handleID: string, early?: Pr
     try {
       out = await core.ds.txn(ops);
     } catch (e) {
-      // An extra write whose object changed or went is dropped (best effort);
+      // An extra write whose object changed or went is written again as the
+      // caller says after reading it (opts.reread), or dropped (best effort);
       // a block or the handle that moved is read again.
       const i = TxnError.opOf(e);
-      if (i !== undefined && i < extra.length && DatastoreError.is(e) && e.kind !== 'Unavailable') extra = extra.filter((_, j) => j !== i);
+      if (i !== undefined && i < extra.length && DatastoreError.is(e) && e.kind !== 'Unavailable') {
+        const instead = opts.reread ? await opts.reread(extra[i]!) : undefined;
+        extra = extra.flatMap((op, j) => (j !== i ? [op] : instead ? [instead] : []));
+      }
       asConflict(e);
     }
     for (const f of freed) noteBlock(core, out[f.at] as BlockRes);

@@ -45,6 +45,11 @@ export interface Piggyback {
 export interface ReleaseOptions {
   /** Guards that fail (the object changed or is gone) drop the op: these writes are best effort. */
   alsoWrite?: TxnOp[];
+  /**
+   * An alsoWrite op whose guard failed: the op to write instead (its object
+   * read again), or undefined to drop it. Without it, the op is dropped.
+   */
+  reread?: (failed: TxnOp) => Promise<TxnOp | undefined>;
 }
 
 export interface Assigned {

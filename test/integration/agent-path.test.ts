@@ -18,7 +18,7 @@ import { netlink, openNetns } from '../../src/native/index.js';
 import { assertThrowawayHostNetns, DIST } from '../support/cni.js';
 import { createNetns, deleteNetns, removeAllNetns } from '../support/netns.js';
 import {
-  NODE, addrs, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, installShim, ipamState, link, mapLimit, netconf, startAgent, startCluster,
+  NODE, addrs, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, installShim, ipamState, k8sArgs, link, mapLimit, netconf, startAgent, startCluster,
   why, type Agent, type Cluster,
 } from '../support/plugin-harness.js';
 
@@ -151,6 +151,38 @@ describe('no stale state in the warm agent', () => {
     expectOk(await cni('ADD', conf, call, shim));
     expectOk(await cni('DEL', conf, call, shim));
     expectOk(await cni('DEL', conf, warm, shim));
+    await expectNothingLeft(c, PREFIX);
+  });
+});
+
+describe('a DEL answered from the agent\'s memory of its own ADD', () => {
+  it('the endpoint and handle changed behind the agent\'s back: the DEL still deletes both and frees the addresses', async () => {
+    const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX, log_level: 'info' });
+    const call = { containerId: `behind-${process.pid}`, netns: createNetns('pb').path, args: k8sArgs('ns-behind', 'pod-behind'), env: viaAgent() };
+    expectOk(await cni('ADD', conf, call, shim));
+    // Another writer (kube-controllers syncing labels, an operator's repair) writes both after the agent's ADD.
+    const [wep] = (await c.ds.list('WorkloadEndpoint')).items;
+    expect(wep?.spec.containerID).toBe(call.containerId);
+    await c.ds.update({ ...wep!, metadata: { ...wep!.metadata, labels: { ...wep!.metadata.labels, changed: 'behind' } } });
+    const [h] = (await c.ds.list('IPAMHandle')).items;
+    await c.ds.update(h!);
+    expectOk(await cni('DEL', conf, call, shim));
+    await expectNothingLeft(c, PREFIX);
+  });
+
+  it('a newer sandbox of the pod took the endpoint over without the agent (per-exec): the old sandbox\'s DEL through the agent leaves it to the newer one', async () => {
+    const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX, log_level: 'info' });
+    const args = k8sArgs('ns-takeover', 'pod-takeover');
+    const old = { containerId: `old-${process.pid}`, netns: createNetns('po').path, args, env: viaAgent() };
+    const newer = { containerId: `new-${process.pid}`, netns: createNetns('pn').path, args };
+    expectOk(await cni('ADD', conf, old, shim));
+    expectOk(await cni('ADD', conf, newer));
+    const addrOfNewer = (await c.ds.list('WorkloadEndpoint')).items[0]!.spec.ipNetworks;
+    expectOk(await cni('DEL', conf, old, shim));
+    const weps = (await c.ds.list('WorkloadEndpoint')).items;
+    expect(weps.map((w) => [w.spec.containerID, w.spec.ipNetworks])).toEqual([[newer.containerId, addrOfNewer]]);
+    expect((await ipamState(c.ds)).handles).toEqual([expect.stringContaining(newer.containerId)]);
+    expectOk(await cni('DEL', conf, newer));
     await expectNothingLeft(c, PREFIX);
   });
 });

@@ -6,6 +6,7 @@
 import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore, TxnOp } from '../../datastore/types.js';
+import type { Resource } from '../../model/resources.js';
 import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
 import { HOST_MAC, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
@@ -35,12 +36,17 @@ export async function del(ctx: PluginContext): Promise<void> {
   if (ds) {
     try {
       ownerKnown = true;
-      const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace);
+      // With the netns given, the owner decides no link (the teardown runs
+      // inside it, and never falls back to the host end's name), only the
+      // endpoint's delete, which its revision guards: so the agent may answer
+      // from what its ADD wrote (no round trip); a stale answer fails that
+      // guard and is read again (releaseAddresses' reread).
+      const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace, ctx.netns ? { recent: true } : undefined);
       if (wep.spec.containerID && wep.spec.containerID !== ctx.containerId) newerOwner = wep.spec.containerID;
       // Deleted with the addresses, in the release's transaction (one write per DEL).
       else {
         ownAddrs = wep.spec.ipNetworks.map(addressOf);
-        endpointDelete = { op: 'delete', kind: 'WorkloadEndpoint', name: wl.endpointName, namespace: wl.namespace, ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
+        endpointDelete = endpointDeleteOp(wep);
       }
     } catch (e) {
       if (!DatastoreError.is(e, 'NotFound')) {
@@ -114,18 +120,34 @@ export async function del(ctx: PluginContext): Promise<void> {
 /** The addresses released (netplugin IPAM; none known for a delegated IPAM plugin). */
 async function releaseAddresses(ctx: PluginContext, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<string[]> {
   const { conf, log } = ctx;
+  // The endpoint changed since it was read: delete it at its new revision if it is still ours.
+  const reread = async (): Promise<TxnOp | undefined> => {
+    const wep = await ds?.get('WorkloadEndpoint', wl.endpointName, wl.namespace).catch((e: unknown) => void ignoreGone(e));
+    return wep && (!wep.spec.containerID || wep.spec.containerID === ctx.containerId) ? endpointDeleteOp(wep) : undefined;
+  };
   if (!isNetpluginIpam(conf.ipam)) {
     // The endpoint goes before the delegated plugin frees the addresses, as a single guarded delete.
-    if (ds && endpointDelete) await ds.txn([endpointDelete]).catch(ignoreGone);
+    if (ds && endpointDelete) {
+      await ds.txn([endpointDelete]).catch(async (e: unknown) => {
+        ignoreGone(e);
+        const again = await reread();
+        if (again) await ds.txn([again]).catch(ignoreGone);
+      });
+    }
     await execDelegate({ ...(await delegatedIpam(ctx, wl, ds, { release: true })), command: 'DEL' });
     return [];
   }
   if (!ds) return [];
   const ipam = await ipamFor(ctx, ds, 'assign');
-  const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete] } : {});
+  const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete], reread } : {});
   ctx.runtime.ipam.observer?.released(released.length);
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
   return released.map(addressOf);
+}
+
+/** The endpoint's delete, guarded by the revision it was read at. */
+function endpointDeleteOp(wep: Resource<'WorkloadEndpoint'>): TxnOp {
+  return { op: 'delete', kind: 'WorkloadEndpoint', name: wep.metadata.name, ...(wep.metadata.namespace ? { namespace: wep.metadata.namespace } : {}), ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
 }
 
 /** The endpoint changed owner or went meanwhile: nothing of ours to delete. */
