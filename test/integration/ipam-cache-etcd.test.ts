@@ -62,7 +62,7 @@ async function until(what: string, fn: () => boolean | Promise<boolean>, ms = 30
 }
 
 /** An agent's view: the cache over a store whose watch we can slow down. */
-async function agentStore(): Promise<{ cache: Datastore & { synced?(): boolean; stats?: { hits: number } }; slow: ReturnType<typeof slowWatch> }> {
+async function agentStore(): Promise<{ cache: Datastore & { synced?(): boolean; stats?: { hits: number; recentHits: number } }; slow: ReturnType<typeof slowWatch> }> {
   const slow = slowWatch(await open());
   const cache = cachedDatastore(slow);
   stores.track(cache);
@@ -128,6 +128,28 @@ describe('IPAM through the agent read cache (etcd)', () => {
     const hits = cache.stats!.hits;
     expect((await cache.get('IPAMBlock', blockName(a!.block))).metadata.resourceVersion).toBe(fromStore.metadata.resourceVersion);
     expect(cache.stats!.hits).toBe(hits + 1);
+  });
+
+  it('remembers its own handle writes for a DEL that asks (recent), and a stale one costs a failed guard and a re-read, never a wrong release', async () => {
+    const { cache, other } = await withPool('cache-recent', '10.94.0.0/26');
+    const ipam = createIpam(cache, { lock: 'none', batch: true });
+    const r = request('cr1', 'cache-recent');
+    const [a] = await ipam.assign(r);
+    const h = await other.get('IPAMHandle', r.handleID);
+    const before = cache.stats!.recentHits;
+    // Asked with recent: answered from the ADD's own write, at the revision etcd gave it.
+    expect((await cache.get('IPAMHandle', r.handleID, undefined, { recent: true })).metadata.resourceVersion).toBe(h.metadata.resourceVersion);
+    expect(cache.stats!.recentHits).toBe(before + 1);
+    // Asked without: the store.
+    await cache.get('IPAMHandle', r.handleID);
+    expect(cache.stats!.recentHits).toBe(before + 1);
+    // Another writer rewrites the handle: the memory is stale now; the release still frees the address and deletes the handle.
+    await other.update(h);
+    expect(await ipam.releaseByHandle(r.handleID)).toEqual([a!.ip]);
+    await expect(other.get('IPAMHandle', r.handleID)).rejects.toMatchObject({ kind: 'NotFound' });
+    // Our delete went through: nothing is remembered any more.
+    await expect(cache.get('IPAMHandle', r.handleID, undefined, { recent: true })).rejects.toMatchObject({ kind: 'NotFound' });
+    await consistent(other);
   });
 
   it('a block filled behind its back: a failed compare and a retry, never a duplicate', async () => {
