@@ -290,6 +290,7 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
 
   const self: CachedDatastore = {
     type: ds.type,
+    ...(ds.atomicTxn ? { atomicTxn: true } : {}),
     stats,
     synced: () => CACHED_KINDS.every((k) => caches.get(k)?.synced),
     suspend(ms) {

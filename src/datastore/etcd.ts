@@ -102,6 +102,7 @@ function objectLabel(kind: Kind, name: string, namespace?: string): string {
 
 export class EtcdDatastore implements Datastore {
   readonly type = 'etcdv3' as const;
+  readonly atomicTxn = true;
   private readonly timeoutMs: number;
   private closed = false;
   private readonly watches = new Set<Watch>();

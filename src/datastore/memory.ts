@@ -12,6 +12,7 @@ type Listener = { kind: Kind; namespace?: string | undefined; fn: (ev: WatchEven
 
 export class MemoryDatastore implements Datastore {
   readonly type = 'memory' as const;
+  readonly atomicTxn = true;
   private revision = 0;
   private readonly objects = new Map<string, Resource>();
   private readonly listeners = new Set<Listener>();

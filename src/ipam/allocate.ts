@@ -1,8 +1,12 @@
 // Taking one address in one block: the transaction that raises the handle's
-// count and takes the slot together (see the invariant in allocator.ts).
-import type { AllocationAttribute, IPAMBlockSpec, Resource } from '../model/resources.js';
+// count and takes the slot together (see the invariant in allocator.ts); and
+// the same for a block claimed in that very transaction.
+import { API_VERSION, type AllocationAttribute, type IPAMBlockSpec, type Resource } from '../model/resources.js';
+import { affinityName, blockName } from '../model/names.js';
+import { DatastoreError } from '../errors.js';
 import { TxnError, type TxnOp } from '../datastore/txn.js';
-import { addressOf, allocateNext, allocateOrdinal, checkBlock, handleAt, ordinalsOf } from './block.js';
+import { formatCidr, type Cidr } from '../net/cidr.js';
+import { addressOf, allocateNext, allocateOrdinal, checkBlock, handleAt, newBlockSpec, ordinalsOf } from './block.js';
 import { sameHandle } from './handle.js';
 import { IpamError } from './errors.js';
 import type { PoolInfo } from './pools.js';
@@ -10,7 +14,7 @@ import type { Assigned } from './types.js';
 import { HandleExists, getHandle, handleCreateLost, handleOp, lowerHandle } from './handle-store.js';
 import { getBlock, noteBlock } from './reads.js';
 import { asConflict, retry } from './retry.js';
-import type { BlockRes, Ctx, HandleRes, IpamCore } from './core.js';
+import { hostAffinity, type AffRes, type BlockRes, type Ctx, type HandleRes, type IpamCore } from './core.js';
 
 /**
  * Allocate one address in `block` for the request: one transaction that
@@ -106,4 +110,52 @@ export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool
     pool: pool.name,
     block: block.spec.cidr,
   };
+}
+
+/**
+ * Claim a block that does not exist yet and take its first address in one
+ * transaction: the node's affinity (confirmed), the block (holding the
+ * address), the handle and the caller's piggybacked writes. Only on a store
+ * whose transactions are all or nothing (etcd, memory): a claim then never
+ * exists half made, and an ADD that claims a block is still one write.
+ * Returns 'two-phase' when a guard failed (the block or its affinity exists:
+ * another node won the block, or a claim of ours crashed half way; or a
+ * piggybacked write's guard): the caller takes the two-phase claim
+ * (affinity.ts), which sorts each of those out. A store without atomic
+ * transactions (Kubernetes: ordered writes that could stop between them)
+ * always takes the two-phase claim.
+ */
+export async function claimAndAllocate(core: IpamCore, ctx: Ctx, cidr: Cidr, pool: PoolInfo): Promise<Assigned | 'two-phase'> {
+  if (!core.ds.atomicTxn) return 'two-phase';
+  const handleID = ctx.req.handleID;
+  const text = formatCidr(cidr);
+  const spec = newBlockSpec(cidr, text, hostAffinity(ctx.node));
+  const ord = allocateNext(spec, { handle_id: handleID, secondary: { ...ctx.req.attrs, node: ctx.node, timestamp: new Date().toISOString(), handle: handleID } });
+  if (ord === undefined) return 'two-phase';
+  const ip = addressOf(cidr, ord);
+  const got: Assigned = { address: `${ip}/${cidr.prefix}`, ip, family: cidr.family, pool: pool.name, block: text };
+  const hop = handleOp(ctx, text, 1);
+  const aff: AffRes = { apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: affinityName(ctx.node, text) }, spec: { state: 'confirmed', node: ctx.node, cidr: text } };
+  const block: BlockRes = { apiVersion: API_VERSION, kind: 'IPAMBlock', metadata: { name: blockName(text) }, spec };
+  const piggy = ctx.piggy;
+  const extra = piggy ? await piggy.p.ops([...piggy.before, got], false) : [];
+  const ops: TxnOp[] = [...(hop ? [hop] : []), { op: 'create', res: aff }, { op: 'create', res: block }, ...extra];
+  let out: Array<Resource | undefined>;
+  try {
+    out = await core.ds.txn(ops);
+  } catch (e) {
+    if (hop && handleCreateLost(hop, 0, e)) throw new HandleExists(`IPAM handle ${handleID} exists`);
+    if (TxnError.opOf(e) === undefined || !DatastoreError.is(e) || !['AlreadyExists', 'Conflict', 'NotFound'].includes(e.kind)) throw e;
+    core.log.debug('ipam: one-transaction block claim refused; claiming in two phases', { block: text, error: String(e) });
+    return 'two-phase';
+  }
+  let i = 0;
+  if (hop) ctx.handle = out[i++] as HandleRes;
+  ctx.affinities.push(out[i++] as AffRes);
+  const stored = out[i++] as BlockRes;
+  ctx.blocks?.set(stored.metadata.name, stored);
+  noteBlock(core, stored);
+  if (piggy && extra.length) piggy.p.committed(out.slice(ops.length - extra.length));
+  core.log.info('ipam: claimed block', { block: text, node: ctx.node });
+  return got;
 }

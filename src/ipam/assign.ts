@@ -9,7 +9,7 @@ import { newBlockSpec } from './block.js';
 import { IpamError } from './errors.js';
 import { checkPoolUse, choosePools, describePools, type PoolInfo } from './pools.js';
 import type { AssignRequest, Assigned } from './types.js';
-import { allocateIn } from './allocate.js';
+import { allocateIn, claimAndAllocate } from './allocate.js';
 import { canClaim, claimNewBlock, claimUnaffineBlock, ownBlocks } from './affinity.js';
 import { HandleExists, addressesOfHandle, getHandle } from './handle-store.js';
 import { getBlock, labelsOf, loadBlocks, loadConfig, loadPools, nodeAffinities } from './reads.js';
@@ -43,8 +43,12 @@ async function fromNewBlock(core: IpamCore, ctx: Ctx, pool: PoolInfo): Promise<A
     const name = blockName(formatCidr(c));
     const existing = blocks.get(name);
     let b: BlockRes | undefined;
-    if (!existing) b = await claimNewBlock(core, ctx, c);
-    else if (existing.spec.affinity === null && !existing.spec.deleted && existing.spec.allocations.some((x) => x == null)) {
+    if (!existing) {
+      // The claim and the address in one write where the store allows it.
+      const got = await claimAndAllocate(core, ctx, c, pool);
+      if (got !== 'two-phase') return got;
+      b = await claimNewBlock(core, ctx, c);
+    } else if (existing.spec.affinity === null && !existing.spec.deleted && existing.spec.allocations.some((x) => x == null)) {
       b = await claimUnaffineBlock(core, ctx, existing);
     }
     if (!b) continue;

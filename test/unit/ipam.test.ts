@@ -11,6 +11,7 @@ import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type AssignRequest } from '../../src/ipam/index.js';
 import { createPool } from '../support/builders.js';
+import { blockName } from '../../src/model/names.js';
 
 const pool = createPool;
 async function ipamConfig(ds: Datastore, spec: IPAMConfigSpec): Promise<void> {
@@ -123,6 +124,50 @@ describe('block claim and allocation', () => {
     const f = new Faulty(ds);
     await ipam(f).assign(req('n1'));
     expect(f.calls.sort()).toEqual(['create IPAMHandle', 'get IPAMBlock', 'get IPAMConfig', 'list BlockAffinity', 'list IPPool', 'update IPAMBlock'].sort());
+  });
+
+  it('on a store with atomic transactions, an ADD that claims a new block is one write: the confirmed affinity, the block holding the address and the handle together', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    const writes: string[] = [];
+    const counted = new Proxy(ds, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        if (prop === 'txn') return (ops: Parameters<Datastore['txn']>[0]) => (writes.push(`txn ${ops.map((x) => `${x.op} ${'res' in x ? x.res.kind : x.kind}`).join(', ')}`), target.txn(ops));
+        if (prop === 'create' || prop === 'update' || prop === 'delete') return (...a: unknown[]) => (writes.push(String(prop)), (v as (...x: unknown[]) => unknown).apply(target, a));
+        return (v as (...x: unknown[]) => unknown).bind(target);
+      },
+    }) as Datastore;
+    expect(counted.atomicTxn).toBe(true);
+    const [a] = await createIpam(counted, { lock: 'none' }).assign(req('n1'));
+    expect(writes).toEqual(['txn create IPAMHandle, create BlockAffinity, create IPAMBlock']);
+    expect((await all(ds, 'BlockAffinity')).map((x) => x.spec)).toEqual([{ state: 'confirmed', node: 'n1', cidr: a!.block }]);
+    expect((await ds.get('IPAMBlock', blockName(a!.block))).spec.affinity).toBe('host:n1');
+    expect(await checkInvariant(ds)).toEqual({ allocated: 1, handles: 1 });
+  });
+
+  it('on a store with atomic transactions, a block another node claimed meanwhile: the one-write claim is refused and the two-phase claim moves on to the next block', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    const i1 = createIpam(ds, { lock: 'none' });
+    // n2's claim of the first block lands while n1 decides (n1's block list is read before n2 writes).
+    const racing = new Proxy(ds, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (prop === 'txn') {
+          return async (ops: Parameters<Datastore['txn']>[0]) => {
+            if (ops.some((x) => 'res' in x && x.res.kind === 'BlockAffinity') && !(await all(ds, 'IPAMBlock')).length) await i1.assign(req('n2'));
+            return target.txn(ops);
+          };
+        }
+        return typeof v === 'function' ? (v as (...x: unknown[]) => unknown).bind(target) : v;
+      },
+    }) as Datastore;
+    const [a] = await createIpam(racing, { lock: 'none' }).assign(req('n1'));
+    const blocks = await all(ds, 'IPAMBlock');
+    expect(blocks.map((b) => [b.spec.cidr, b.spec.affinity]).sort()).toEqual([['10.0.0.0/29', 'host:n2'], ['10.0.0.8/29', 'host:n1']]);
+    expect(a!.block).toBe('10.0.0.8/29');
+    expect((await all(ds, 'BlockAffinity')).map((x) => [x.spec.node, x.spec.cidr, x.spec.state]).sort()).toEqual([['n1', '10.0.0.8/29', 'confirmed'], ['n2', '10.0.0.0/29', 'confirmed']]);
+    expect(await checkInvariant(ds)).toEqual({ allocated: 2, handles: 2 });
   });
 
   it('a handle ID that may live under its pre-exact (case-folded) name is read first: its create guard could not see the old object', async () => {
