@@ -8,14 +8,14 @@ import type { IPAMBlockSpec, IPAMConfigSpec, Resource } from '../model/resources
 import { DatastoreError } from '../errors.js';
 import { TxnError, type TxnOp } from '../datastore/txn.js';
 import { containsIP, tryParseIP, type Family } from '../net/cidr.js';
-import { addressOf, allocateNext, checkBlock, freeOrdinals, isEmpty, ordinalsOf } from './block.js';
+import { addressOf, allocateNext, checkBlock, ordinalsOf } from './block.js';
 import type { PoolInfo } from './pools.js';
 import type { AssignRequest, Assigned, ReleaseOptions } from './types.js';
 import { ownBlocks } from './affinity.js';
 import { assignAuto, assignLocked, rolledBack, selectPools } from './assign.js';
 import { addressesOfHandle, getHandle, handleOp } from './handle-store.js';
 import { getBlock, nodeAffinities, noteBlock } from './reads.js';
-import { maybeReleaseBlock, releaseForHandle, releaseLocked } from './release.js';
+import { freeOps, noteFreed, releaseForHandle, releaseLocked } from './release.js';
 import { asConflict, retry } from './retry.js';
 import { UNREAD, exclusive, type BlockRes, type Ctx, type EarlyReads, type HandleRes, type IpamCore } from './core.js';
 
@@ -355,10 +355,9 @@ async function releaseBatchLocked(core: IpamCore, items: PendingRelease[]): Prom
     const blocks = (await Promise.all(cidrs.map((c) => getBlock(core, c)))).filter((b): b is BlockRes => !!b);
     const ops: TxnOp[] = items.flatMap((it) => it.opts.alsoWrite ?? []);
     const released = new Map<PendingRelease, string[]>(items.map((it) => [it, []]));
-    const freed: Array<{ at: number; empty: boolean }> = [];
+    const freed: Array<{ at: number; b: BlockRes; released: boolean }> = [];
     for (const b of blocks) {
       const c = checkBlock(b.spec);
-      const spec = structuredClone(b.spec);
       const ords: number[] = [];
       for (const [i, it] of items.entries()) {
         if (!handles[i]) continue;
@@ -367,15 +366,14 @@ async function releaseBatchLocked(core: IpamCore, items: PendingRelease[]): Prom
         released.get(it)!.push(...mine.map((o) => addressOf(c, o)));
       }
       if (!ords.length) continue;
-      freeOrdinals(spec, ords);
-      freed.push({ at: ops.length, empty: isEmpty(spec) });
-      ops.push({ op: 'update', res: { ...b, spec } });
+      const f = await freeOps(core, b, ords);
+      freed.push({ at: ops.length, b, released: f.released });
+      ops.push(...f.ops);
     }
     for (const h of handles) if (h) ops.push({ op: 'delete', kind: 'IPAMHandle', name: h.metadata.name, revision: h.metadata.resourceVersion! });
     const out = ops.length ? await core.ds.txn(ops) : [];
-    for (const f of freed) noteBlock(core, out[f.at] as BlockRes);
+    for (const f of freed) noteFreed(core, f.b, f, out[f.at]);
     for (const it of items) it.resolve(released.get(it)!);
-    for (const f of freed) if (f.empty) await maybeReleaseBlock(core, out[f.at] as BlockRes).catch((e) => core.log.debug('ipam: empty block kept', { error: String(e) }));
   } catch (e) {
     core.log.debug('ipam: batched release failed; releasing one by one', { size: items.length, error: String(e) });
     for (const it of items) await one(it);

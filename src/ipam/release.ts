@@ -10,7 +10,7 @@ import { IpamError } from './errors.js';
 import type { Released, ReleaseOptions } from './types.js';
 import { deleteAffinity } from './affinity.js';
 import { getHandle, lowerHandle } from './handle-store.js';
-import { getBlock, loadPools, nodeAffinities, noteBlock } from './reads.js';
+import { fullSet, getBlock, loadPools, nodeAffinities, noteBlock } from './reads.js';
 import { asConflict, retry } from './retry.js';
 import { exclusive, isKind, type AffRes, type BlockRes, type HandleRes, type IpamCore } from './core.js';
 
@@ -45,8 +45,26 @@ async function freeInBlock(core: IpamCore, cidrText: string, pick: (spec: IPAMBl
  * revision we just wrote, so a racing allocation wins), then the affinity.
  */
 export async function maybeReleaseBlock(core: IpamCore, b: BlockRes): Promise<void> {
+  const goes = await releasable(core, b);
+  if (!goes) return;
+  const { aff, node } = goes;
+  try {
+    await core.ds.delete('IPAMBlock', b.metadata.name, { revision: b.metadata.resourceVersion });
+  } catch (e) {
+    if (isKind(e, 'Conflict') || isKind(e, 'NotFound')) return; // someone allocated meanwhile: keep it
+    throw e;
+  }
+  if (aff) await deleteAffinity(core, aff);
+  core.log.info('ipam: released empty block', { block: b.spec.cidr, node });
+}
+
+/**
+ * Whether an empty block goes back to the pool (the policy above), with its
+ * node's affinity to delete with it; undefined: it stays.
+ */
+async function releasable(core: IpamCore, b: BlockRes): Promise<{ aff: AffRes | undefined; node: string | undefined } | undefined> {
   const blockCidr = tryParseCidr(b.spec.cidr);
-  if (!blockCidr) return;
+  if (!blockCidr) return undefined;
   let aff: AffRes | undefined;
   const node = b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined;
   if (node) {
@@ -58,17 +76,35 @@ export async function maybeReleaseBlock(core: IpamCore, b: BlockRes): Promise<vo
         const c = tryParseCidr(a.spec.cidr);
         return a.spec.state === 'confirmed' && a.spec.cidr !== b.spec.cidr && !!c && containsCidr(pool.cidr, c);
       });
-      if (!others.length) return;
+      if (!others.length) return undefined;
     }
   }
-  try {
-    await core.ds.delete('IPAMBlock', b.metadata.name, { revision: b.metadata.resourceVersion });
-  } catch (e) {
-    if (isKind(e, 'Conflict') || isKind(e, 'NotFound')) return; // someone allocated meanwhile: keep it
-    throw e;
-  }
-  if (aff) await deleteAffinity(core, aff);
-  core.log.info('ipam: released empty block', { block: b.spec.cidr, node });
+  return { aff, node };
+}
+
+/**
+ * The writes that free `ords` of block `b` in a release's transaction: the
+ * block's compare-and-swap; or, when that empties a block the policy gives
+ * back to the pool, its delete (guarded by the same revision: an allocation
+ * meanwhile fails it) and its affinity's, so a DEL that empties a block is
+ * still one write. `released` says which (for what the caller does after).
+ */
+export async function freeOps(core: IpamCore, b: BlockRes, ords: number[]): Promise<{ ops: TxnOp[]; released: boolean }> {
+  const spec = structuredClone(b.spec);
+  freeOrdinals(spec, ords);
+  const goes = isEmpty(spec) ? await releasable(core, b) : undefined;
+  if (!goes) return { ops: [{ op: 'update', res: { ...b, spec } }], released: false };
+  const ops: TxnOp[] = [{ op: 'delete', kind: 'IPAMBlock', name: b.metadata.name, revision: b.metadata.resourceVersion! }];
+  if (goes.aff) ops.push({ op: 'delete', kind: 'BlockAffinity', name: goes.aff.metadata.name, revision: goes.aff.metadata.resourceVersion! });
+  return { ops, released: true };
+}
+
+/** After a release's transaction: what its block ops stored (the full-block memory, the log). */
+export function noteFreed(core: IpamCore, b: BlockRes, f: { released: boolean }, stored: Resource | undefined): void {
+  if (f.released) {
+    fullSet(core).delete(b.metadata.name);
+    core.log.info('ipam: released empty block', { block: b.spec.cidr, affinity: b.spec.affinity });
+  } else noteBlock(core, stored as BlockRes);
 }
 
 /** Release the given addresses of one handle (rollback of a partial assignment). */
@@ -101,16 +137,15 @@ export async function releaseLocked(core: IpamCore, handleID: string, early?: Pr
     const blocks = h ? await Promise.all(Object.keys(h.spec.block).map((c) => getBlock(core, c))) : [];
     const ops: TxnOp[] = [...extra];
     const released: string[] = [];
-    const freed: Array<{ at: number; empty: boolean }> = [];
+    const freed: Array<{ at: number; b: BlockRes; released: boolean }> = [];
     for (const b of blocks) {
       if (!b) continue;
       const ords = ordinalsOf(b.spec, handleID);
       if (!ords.length) continue;
       const c = checkBlock(b.spec);
-      const spec = structuredClone(b.spec);
-      freeOrdinals(spec, ords);
-      freed.push({ at: ops.length, empty: isEmpty(spec) });
-      ops.push({ op: 'update', res: { ...b, spec } });
+      const f = await freeOps(core, b, ords);
+      freed.push({ at: ops.length, b, released: f.released });
+      ops.push(...f.ops);
       released.push(...ords.map((o) => addressOf(c, o)));
     }
     // The handle's counts may be higher than what the blocks held (an ADD
@@ -131,8 +166,7 @@ export async function releaseLocked(core: IpamCore, handleID: string, early?: Pr
       }
       asConflict(e);
     }
-    for (const f of freed) noteBlock(core, out[f.at] as BlockRes);
-    for (const f of freed) if (f.empty) await maybeReleaseBlock(core, out[f.at] as BlockRes);
+    for (const f of freed) noteFreed(core, f.b, f, out[f.at]);
     return released;
   });
 }

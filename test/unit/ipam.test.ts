@@ -376,6 +376,29 @@ describe('release', () => {
     expect(await checkInvariant(ds)).toEqual({ allocated: 0, handles: 0 });
   });
 
+  it('a DEL that empties a block given back to the pool is one write: the block, its affinity and the handle deleted together', async () => {
+    await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
+    const rs = Array.from({ length: 9 }, () => req('n1'));
+    for (const r of rs) await ipam().assign(r);
+    const ninth = rs[8]!;
+    const writes: string[] = [];
+    const counted = new Proxy(ds, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        if (prop === 'txn') return (ops: Parameters<Datastore['txn']>[0]) => (writes.push(ops.map((x) => `${x.op} ${'res' in x ? x.res.kind : x.kind}`).join(', ')), target.txn(ops));
+        if (prop === 'create' || prop === 'update' || prop === 'delete') return (...a: unknown[]) => (writes.push(String(prop)), (v as (...x: unknown[]) => unknown).apply(target, a));
+        return (v as (...x: unknown[]) => unknown).bind(target);
+      },
+    }) as Datastore;
+    // The ninth address is alone in the node's second block.
+    expect(await createIpam(counted, { lock: 'none' }).releaseByHandle(ninth.handleID)).toHaveLength(1);
+    expect(writes).toEqual(['delete IPAMBlock, delete BlockAffinity, delete IPAMHandle']);
+    expect((await all(ds, 'IPAMBlock')).map((b) => b.spec.cidr)).toEqual(['10.0.0.0/29']);
+    expect((await all(ds, 'BlockAffinity')).map((a) => a.spec.cidr)).toEqual(['10.0.0.0/29']);
+    expect(await checkInvariant(ds)).toEqual({ allocated: 8, handles: 8 });
+  });
+
   it('a handle that over-counts (ADD killed between its two writes) is cleaned by release', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
     const r = req('n1');
