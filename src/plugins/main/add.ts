@@ -79,39 +79,69 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
     // first time (previousMac below).
     const freshMac = randomContainerMac();
     const endpointFor = endpointBuilder(ctx, wl, pod);
-    // With our IPAM the endpoint goes in the transaction that takes the
-    // addresses: an ADD costs one datastore write.
-    const piggy = new EndpointPiggyback(ds, ctx.containerId, (ips, floating) => endpointFor(ips, floating, freshMac));
-    const { ips, floating, repeated } = early && work.options ? await ipamAddresses(ctx, wl, work.options, rb, early, piggy) : await delegatedAddresses(ctx, wl, ds, rb);
-    const v4 = ips.find((a) => !a.includes(':'));
-    const v6 = ips.find((a) => a.includes(':'));
-    const containerMac = repeated ? await previousMac(ds, wl, ctx.containerId) : undefined;
-    const mac = piggy.written ? freshMac : (containerMac ?? freshMac);
     // Without a netconf mtu, the agent's pod MTU (leaves room for VXLAN/IPIP headers).
     const mtu = podMtu(conf);
     const dp = await runtime.dataplane();
-    const wep = piggy.written ?? endpointFor(ips, floating, mac);
-
-    const [veth, endpoint] = await Promise.allSettled([
-      step('creating the veth pair', async () => {
-        const st = await dp
+    const netns = ctx.netns;
+    const undoVeth = () => dp.teardown({ netnsPath: netns, ifname: ctx.ifname, hostIfname: wl.hostIfname });
+    const createVeth = (addrs: string[], mac: string) =>
+      step('creating the veth pair', () =>
+        dp
           .setup({
-            netnsPath: ctx.netns,
+            netnsPath: netns,
             ifname: ctx.ifname,
             hostIfname: wl.hostIfname,
             ...(mtu ? { mtu } : {}),
             numQueues: conf.num_queues,
             hostMac: HOST_MAC,
             containerMac: mac,
-            addresses: ips.map(hostPrefix),
+            addresses: addrs.map(hostPrefix),
             allowIpForwarding: conf.container_settings.allow_ip_forwarding,
           })
           .catch((e: unknown) => {
-            throw explainVethFailure(e, ctx.netns, ctx.ifname);
-          });
-        rb.push(`veth ${wl.hostIfname}`, () => dp.teardown({ netnsPath: ctx.netns, ifname: ctx.ifname, hostIfname: wl.hostIfname }));
+            throw explainVethFailure(e, netns, ctx.ifname);
+          }),
+      );
+    // With our IPAM the endpoint goes in the transaction that takes the
+    // addresses: an ADD costs one datastore write. And the veth pair is made
+    // while that transaction commits (its addresses are known just before it
+    // is sent), so an ADD waits for the slower of the two, not for both. The
+    // pod's process does not run before ADD returns, and ADD returns only
+    // once the transaction committed the very addresses the veth has (or the
+    // pair is made again with the committed ones; or undone with the rest).
+    const piggy = new EndpointPiggyback(ds, ctx.containerId, (ips, floating) => endpointFor(ips, floating, freshMac));
+    let speculative: { ips: string[]; made: Promise<Awaited<ReturnType<typeof createVeth>>> } | undefined;
+    piggy.onAttempt = (tentative) => {
+      if (speculative) return;
+      const made = createVeth(tentative, freshMac);
+      made.catch(() => undefined); // awaited below, or by the rollback
+      speculative = { ips: tentative, made };
+      rb.push(`veth ${wl.hostIfname}`, async () => {
+        await made.catch(() => undefined);
+        await undoVeth();
+      });
+    };
+    const { ips, floating, repeated } = early && work.options ? await ipamAddresses(ctx, wl, work.options, rb, early, piggy) : await delegatedAddresses(ctx, wl, ds, rb);
+    const v4 = ips.find((a) => !a.includes(':'));
+    const v6 = ips.find((a) => a.includes(':'));
+    const containerMac = repeated ? await previousMac(ds, wl, ctx.containerId) : undefined;
+    const mac = piggy.written ? freshMac : (containerMac ?? freshMac);
+    const wep = piggy.written ?? endpointFor(ips, floating, mac);
+    const made = speculative;
+
+    const [veth, endpoint] = await Promise.allSettled([
+      (async () => {
+        if (made && mac === freshMac && made.ips.length === ips.length && made.ips.every((a) => ips.includes(a))) return made.made;
+        if (made) {
+          // The transaction that committed was not the first attempt's (a retry took other addresses), or this is a
+          // repeated ADD: the pair made meanwhile goes, and is made again as committed.
+          await made.made.catch(() => undefined);
+          await undoVeth();
+        }
+        const st = await createVeth(ips, mac);
+        if (!made) rb.push(`veth ${wl.hostIfname}`, undoVeth);
         return st;
-      }),
+      })(),
       // Without the IPAM transaction (delegated IPAM, a repeated ADD), the
       // endpoint is written while the veth is being created; both push their
       // undo only once done, and both are awaited before any rollback.

@@ -69,6 +69,8 @@ export async function previousMac(ds: Datastore, wl: Workload, containerId: stri
  */
 export class EndpointPiggyback implements Piggyback {
   floating: string[] | undefined;
+  /** Told the addresses (bare IPs) of each attempt just before its transaction is sent (they are committed only if it succeeds). */
+  onAttempt: ((ips: string[]) => void) | undefined;
   /** What the transaction stored, once committed. */
   written: Resource<'WorkloadEndpoint'> | undefined;
   private prev: Resource<'WorkloadEndpoint'> | undefined;
@@ -82,6 +84,7 @@ export class EndpointPiggyback implements Piggyback {
 
   async ops(assigned: Assigned[], again: boolean): Promise<TxnOp[]> {
     this.attempted = true;
+    this.onAttempt?.(assigned.map((a) => a.ip));
     const wep = this.build(assigned.map((a) => a.ip), this.floating);
     // The allocator retries the whole transaction after a failed guard: only then is the endpoint read.
     this.prev = again ? await getIfExists(this.ds, 'WorkloadEndpoint', wep.metadata.name, wep.metadata.namespace) : undefined;
