@@ -116,9 +116,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
       const made = createVeth(tentative, freshMac);
       made.catch(() => undefined); // awaited below, or by the rollback
       speculative = { ips: tentative, made };
+      // Undone only if it was made: a failed setup touched nothing of the pod's (an
+      // interface of that name it already had is not ours to delete).
       rb.push(`veth ${wl.hostIfname}`, async () => {
-        await made.catch(() => undefined);
-        await undoVeth();
+        if (await madeOk(made)) await undoVeth();
       });
     };
     const { ips, floating, repeated } = early && work.options ? await ipamAddresses(ctx, wl, work.options, rb, early, piggy) : await delegatedAddresses(ctx, wl, ds, rb);
@@ -135,8 +136,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
         if (made) {
           // The transaction that committed was not the first attempt's (a retry took other addresses), or this is a
           // repeated ADD: the pair made meanwhile goes, and is made again as committed.
-          await made.made.catch(() => undefined);
-          await undoVeth();
+          if (await madeOk(made.made)) await undoVeth();
         }
         const st = await createVeth(ips, mac);
         if (!made) rb.push(`veth ${wl.hostIfname}`, undoVeth);
@@ -188,6 +188,14 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
     await rb.unwind();
     throw e;
   }
+}
+
+/** Whether a veth setup succeeded (waits for it). */
+function madeOk(p: Promise<unknown>): Promise<boolean> {
+  return p.then(
+    () => true,
+    () => false,
+  );
 }
 
 /**
