@@ -113,7 +113,9 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
     let speculative: { ips: string[]; made: Promise<Awaited<ReturnType<typeof createVeth>>> } | undefined;
     piggy.onAttempt = (tentative) => {
       if (speculative) return;
-      const made = createVeth(tentative, freshMac);
+      // Started on the event loop's next turn: the dataplane's netlink work runs
+      // on this thread, so the transaction's request must go out first.
+      const made = new Promise<void>((r) => setImmediate(r)).then(() => createVeth(tentative, freshMac));
       made.catch(() => undefined); // awaited below, or by the rollback
       speculative = { ips: tentative, made };
       // Undone only if it was made: a failed setup touched nothing of the pod's (an
