@@ -43,9 +43,10 @@ interface Run {
   cacheLog: string[];
 }
 
-function run(command: string, stdin = '', entry = 'netplugin.cjs'): Run {
-  const r = spawnSync(process.execPath, [join(pkg, 'dist', entry)], {
-    env: { PATH: process.env.PATH ?? '', CNI_COMMAND: command, CNI_CONTAINERID: 'code-cache-test', CNI_NETNS: '/var/run/netns/absent', CNI_IFNAME: 'eth0', NETPLUGIN_CODE_CACHE_DEBUG: '1' },
+/** Runs the entry; command undefined: no CNI_COMMAND at all (how people run `netplugin --version`). */
+function run(command: string | undefined, stdin = '', entry = 'netplugin.cjs', args: string[] = []): Run {
+  const r = spawnSync(process.execPath, [join(pkg, 'dist', entry), ...args], {
+    env: { PATH: process.env.PATH ?? '', ...(command === undefined ? {} : { CNI_COMMAND: command }), CNI_CONTAINERID: 'code-cache-test', CNI_NETNS: '/var/run/netns/absent', CNI_IFNAME: 'eth0', NETPLUGIN_CODE_CACHE_DEBUG: '1' },
     input: stdin,
     encoding: 'utf8',
     timeout: 60_000,
@@ -79,15 +80,22 @@ describe('per-exec code cache', () => {
     expect(second.cacheLog).toEqual(['hit']);
   });
 
-  it('rewrites the cache once for each command it has not seen, and gives the same answers from it', () => {
+  it('rewrites the cache once for each command it has not seen succeed, and gives the same answers from it', () => {
     rmSync(cache, { force: true });
     run('VERSION');
+    // A failed ADD stopped early: it does not train the cache for ADD.
     const add = run('ADD', BAD_MTU);
-    expect(add.cacheLog).toEqual(['hit', 'written for VERSION,ADD']);
-    const err = JSON.parse(add.out);
+    expect(add.cacheLog).toEqual(['hit']);
     expect(add.code).not.toBe(0);
+    const err = JSON.parse(add.out);
     expect(err.msg).toMatch(/mtu/);
+    // A new command that succeeds does (no CNI_COMMAND counts as 'none').
+    const version = run(undefined, '', 'netplugin.cjs', ['--version']);
+    expect(version.out).toMatch(/^netplugin \d+\.\d+\.\d+/);
+    expect(version.cacheLog).toEqual(['hit', 'written for VERSION,none']);
+    expect(header()).toBe(`netplugin-code-cache 1 ${buildIdOf(original)} VERSION,none`);
     const ino = statSync(cache).ino;
+    expect(run(undefined, '', 'netplugin.cjs', ['--version']).cacheLog).toEqual(['hit']);
     const again = run('ADD', BAD_MTU);
     expect(again.cacheLog).toEqual(['hit']);
     expect(again.code).toBe(add.code);
@@ -138,7 +146,10 @@ describe('per-exec code cache', () => {
 
     writeFileSync(cache, 'not a cache\n');
     const garbage = run('ADD', BAD_MTU);
-    expect(garbage.cacheLog).toEqual(['stale', 'written for ADD']);
+    // Replaced even by a failed command (anything beats no usable cache), which trains nothing.
+    expect(garbage.cacheLog).toEqual(['stale', 'written for nothing yet']);
+    expect(header()).toBe(`netplugin-code-cache 1 ${buildIdOf(original)} `);
+    expect(run('VERSION').cacheLog).toEqual(['hit', 'written for VERSION']);
     expect(JSON.parse(garbage.out).msg).toMatch(/mtu/);
   });
 

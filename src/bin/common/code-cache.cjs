@@ -14,10 +14,10 @@
 //
 // V8 compiles most functions on their first call, and a cache holds what the
 // process had compiled when it was made. So the cache is written at exit, and
-// rewritten once by each CNI command it has not seen yet (the header lists
-// them): the build's cache (one VERSION run) holds the top level, the first
-// ADD adds what an ADD runs, the first DEL what a DEL adds to that. Writes are
-// best effort: a read-only package just keeps the cache it has.
+// rewritten once by each CNI command it has not seen succeed yet (the header
+// lists them): the build's cache (one VERSION run) holds the top level, the
+// first ADD adds what an ADD runs, the first DEL what a DEL adds to that. Writes
+// are best effort: a read-only package just keeps the cache it has.
 const fs = require('node:fs');
 const path = require('node:path');
 const vm = require('node:vm');
@@ -91,12 +91,18 @@ function runBundle(bundle) {
   debug?.(state);
   // Only a plain command name goes into the header (the runtime sets CNI_COMMAND; anything else trains nothing).
   const command = process.env.CNI_COMMAND ?? 'none';
+  const known = /^[A-Za-z]{1,16}$/.test(command);
   const seen = state === 'hit' ? cache.seen : [];
-  if (id !== undefined && /^[A-Za-z]{1,16}$/.test(command) && !seen.includes(command) && writable(path.dirname(bundle))) {
-    // At exit, so the cache also holds the functions this command compiled.
-    process.once('exit', () => {
-      const ok = writeCache(cacheFile, id, [...seen, command], script.createCachedData());
-      debug?.(ok ? `written for ${[...seen, command].join(',')}` : 'not written');
+  const train = known && !seen.includes(command);
+  if (id !== undefined && (state !== 'hit' || train) && writable(path.dirname(bundle))) {
+    // At exit, so the cache also holds the functions this command compiled. A failed
+    // command (bad netconf, datastore down) stopped early: it replaces a cache that was
+    // not usable, but does not count as the command's training.
+    process.once('exit', (code) => {
+      if (state === 'hit' && code !== 0) return;
+      const list = train && code === 0 ? [...seen, command] : seen;
+      const ok = writeCache(cacheFile, id, list, script.createCachedData());
+      debug?.(ok ? `written for ${list.join(',') || 'nothing yet'}` : 'not written');
     });
   }
   const mod = { exports: {} };
