@@ -71,7 +71,6 @@ async function buildPerExec(f) {
       `require('./code-cache.cjs').runBundle(require('node:path').join(__dirname, '${name}.bundle.cjs'));`,
       '',
     ].join('\n'),
-    { mode: 0o755 },
   );
   writeFileSync(
     join(root, 'dist', `${name}.mjs`),
@@ -82,7 +81,6 @@ async function buildPerExec(f) {
       `createRequire(import.meta.url)('./${name}.cjs');`,
       '',
     ].join('\n'),
-    { mode: 0o755 },
   );
   chmodSync(join(root, 'dist', `${name}.cjs`), 0o755);
   chmodSync(join(root, 'dist', `${name}.mjs`), 0o755);
@@ -97,8 +95,8 @@ for (const f of readdirSync(join(root, 'src/bin')).filter((f) => f.endsWith('.cj
   chmodSync(out, 0o755);
 }
 // A first code cache for each per-exec bundle, made by one run that compiles
-// the top level (a VERSION command); the first real ADD or DEL on a node whose
-// cache is missing or stale replaces it with a fuller one.
+// the top level (a VERSION command); the first ADD and the first DEL that
+// succeed on a node add what they compile (code-cache.cjs).
 for (const name of PER_EXEC) {
   const cache = join(root, 'dist', `${name}.bundle.cjs.cache`);
   rmSync(cache, { force: true });
