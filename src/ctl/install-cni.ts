@@ -174,7 +174,7 @@ export function writeFileAtomic(path: string, data: Buffer | string, mode: numbe
  * The per-exec entry the launcher runs: dist/<plugin>.cjs (the bundle through its
  * code cache, as the shim's fallback prefers it), or dist/<plugin>.mjs in a package built before it.
  */
-export function perExecEntry(pkgDir: string, plugin: string): string {
+function perExecEntry(pkgDir: string, plugin: string): string {
   return existsSync(join(pkgDir, 'dist', `${plugin}.cjs`)) ? `${plugin}.cjs` : `${plugin}.mjs`;
 }
 
