@@ -19,7 +19,8 @@
 //
 //   node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--cpu-prof] [--out DIR]
 //   --quick     50 pods, c = 1 and 4 (about two minutes)
-//   --cpu-prof  profile the agent (node --cpu-prof) and print its top self-time functions
+//   --cpu-prof  profile the agent (node --cpu-prof) and print its top self-time functions;
+//               each per-exec plugin run writes a profile too (kept, not summarised)
 //   --agent-args=F  extra netplugin-node flags, space-separated (comparing agent options: '--agent-args=--max-concurrent 8')
 //   --paths L   only these of ptp,agent,perexec (profiling, quick checks; not for the published table)
 //   --out DIR   where latest.{json,md,svg} go (default bench/results)
@@ -148,14 +149,22 @@ async function main() {
     copyFileSync(SHIM, b);
     chmodSync(b, 0o755);
   }
+  // Profiles are kept after the run for a closer look (node scripts/bench/profile.mjs DIR).
+  const profDir = join(tmpdir(), `netplugin-bench-prof-${process.pid}`);
   // The per-exec install: install-cni writes this file beside the shim (node, package dir).
-  writeFileSync(join(dirname(execBin), 'netplugin.fallback'), `${process.execPath}\n${pkg}\n`);
+  // With --cpu-prof each per-exec plugin writes a profile too, through a node wrapper
+  // (NODE_OPTIONS may not carry --cpu-prof).
+  const perexecProfDir = join(profDir, 'perexec');
+  let fallbackNode = process.execPath;
+  if (opts['cpu-prof']) {
+    fallbackNode = join(tmp, 'node-cpu-prof');
+    writeFileSync(fallbackNode, `#!/bin/sh\nexec '${process.execPath}' --cpu-prof --cpu-prof-dir='${perexecProfDir}' "$@"\n`, { mode: 0o755 });
+  }
+  writeFileSync(join(dirname(execBin), 'netplugin.fallback'), `${fallbackNode}\n${pkg}\n`);
   const socket = join(tmp, 'run', 'cni.sock');
   const noAgent = join(tmp, 'run', 'no-agent.sock');
 
   // ---- the agent ----
-  // Kept after the run for a closer look (node scripts/bench/profile.mjs DIR).
-  const profDir = join(tmpdir(), `netplugin-bench-prof-${process.pid}`);
   const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.cjs'), '--socket', socket, '--log-level', 'WARNING', ...(opts['agent-args'] ?? '').split(' ').filter(Boolean)];
   // As deployed: through the .cjs entry, with no tuning from outside.
   agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
@@ -314,6 +323,7 @@ async function main() {
     } else {
       log('bench: --cpu-prof: the agent wrote no profile');
     }
+    if (ONLY.includes('perexec')) log(`bench: --cpu-prof: one profile per per-exec plugin run in ${perexecProfDir} (node scripts/bench/profile.mjs DIR)`);
   }
 
   // ---- report ----
@@ -423,10 +433,10 @@ async function scaleCell(p, baseEnv) {
   return { pods: SCALE, samples: SAMPLES, first, full, ratio: full.p50 / first.p50, rssMiB: mem.rss, hwmMiB: mem.hwm };
 }
 
-/** dist/, the native addon and package.json under dir (node_modules linked); returns dir. */
+/** dist/ (with the per-exec bundles' code caches), the native addon and package.json under dir (node_modules linked); returns dir. */
 function snapshotPackage(dir) {
   mkdirSync(join(dir, 'dist'), { recursive: true });
-  for (const f of readdirSync(join(root, 'dist'))) if (f.endsWith('.mjs') || f.endsWith('.cjs')) copyFileSync(join(root, 'dist', f), join(dir, 'dist', f));
+  for (const f of readdirSync(join(root, 'dist'))) if (/\.(mjs|cjs|cache)$/.test(f)) copyFileSync(join(root, 'dist', f), join(dir, 'dist', f));
   copyFileSync(join(root, 'package.json'), join(dir, 'package.json'));
   symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
   const built = join(root, 'build/Release/netplugin_netlink.node');

@@ -308,7 +308,7 @@ void crash_line(const Buf &err, char *out, size_t cap) {
   copy_str(out, pick_n + 1 < cap ? pick_n + 1 : cap, pick);
 }
 
-// Runs the per-exec entry (node <dir>/dist/<name>.mjs) as a child and relays its
+// Runs the per-exec entry (node <dir>/dist/<name>.cjs) as a child and relays its
 // answer. Whatever happens the runtime gets a CNI answer on stdout: a fallback
 // that cannot start or that dies without printing one (a host node without the
 // package, an out-of-memory kill, a crash) becomes code 11, because the agent
@@ -350,7 +350,10 @@ void crash_line(const Buf &err, char *out, size_t cap) {
     fail(11, "netplugin agent is not running (%s) and %s names no %s for the per-exec fallback; "
              "try again once netplugin-node is up",
          why, conf, !node[0] ? "node executable (line 1)" : "package directory (line 2)");
-  snprintf(script, sizeof script, "%s/dist/%s.mjs", dir, g_plugin);
+  // dist/<name>.cjs runs the bundle with its V8 code cache and skips Node's ES
+  // module loader; a package built before it existed has only dist/<name>.mjs.
+  snprintf(script, sizeof script, "%s/dist/%s.cjs", dir, g_plugin);
+  if (access(script, R_OK) != 0) snprintf(script, sizeof script, "%s/dist/%s.mjs", dir, g_plugin);
   if (access(script, R_OK) != 0)
     fail(11, "netplugin agent is not running (%s) and the per-exec fallback %s is missing (%s); "
              "try again once netplugin-node is up, or run install-cni on this node",

@@ -170,13 +170,21 @@ export function writeFileAtomic(path: string, data: Buffer | string, mode: numbe
   return { path, action: 'written' };
 }
 
-function launcherScript(node: string, pkgDir: string, plugin: string): string {
+/**
+ * The per-exec entry the launcher runs: dist/<plugin>.cjs (the bundle through its
+ * code cache, as the shim's fallback prefers it), or dist/<plugin>.mjs in a package built before it.
+ */
+function perExecEntry(pkgDir: string, plugin: string): string {
+  return existsSync(join(pkgDir, 'dist', `${plugin}.cjs`)) ? `${plugin}.cjs` : `${plugin}.mjs`;
+}
+
+function launcherScript(node: string, pkgDir: string, plugin: string, entry: string): string {
   const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
   return [
     '#!/bin/sh',
     `# ${plugin}: written by netpluginctl install-cni (no native shim was available).`,
     '# NODE_EXTRA_CA_CERTS would make every start read a CA bundle (~34 ms per pod operation).',
-    `exec env -u NODE_EXTRA_CA_CERTS ${q(node)} ${q(join(pkgDir, 'dist', `${plugin}.mjs`))} "$@"`,
+    `exec env -u NODE_EXTRA_CA_CERTS ${q(node)} ${q(join(pkgDir, 'dist', entry))} "$@"`,
     '',
   ].join('\n');
 }
@@ -451,7 +459,7 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
     for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), bin, 0o755));
   } else {
     if (!fb.node) throw new CtlError('no native shim binary to install, and the sh launcher needs node on the host; build the shim (npm run build:shim) or pass --host-root');
-    for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), launcherScript(fb.node, fb.pkg, p), 0o755));
+    for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), launcherScript(fb.node, fb.pkg, p, perExecEntry(pkg, p)), 0o755));
     if (!o.dryRun) rmSync(join(binDir, FALLBACK_FILE), { force: true });
   }
   files.push(write(join(confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));

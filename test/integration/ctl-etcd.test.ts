@@ -183,6 +183,8 @@ describe('install-cni with the real shim', () => {
     const r = ctl(['install-cni', '--bin-dir', bin, '--conf-dir', join(tmp, 'launcher-conf'), '--launcher', '--etcd-endpoints', etcd.endpoint]);
     expect(r.code).toBe(0);
     expect(readFileSync(join(bin, 'netplugin'), 'utf8')).toMatch(/^#!\/bin\/sh\n/);
+    // The built package has the code-cached entry, and the launcher runs it.
+    expect(readFileSync(join(bin, 'netplugin'), 'utf8')).toMatch(/\/dist\/netplugin\.cjs' "\$@"\n/);
     const v = runPlugin(join(bin, 'netplugin'));
     expect(v.code).toBe(0);
     expect(JSON.parse(v.out).supportedVersions).toContain('1.1.0');

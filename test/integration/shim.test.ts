@@ -282,6 +282,19 @@ describe('shim -> per-exec fallback', () => {
     expect(out.env['SHIM_TEST_VALUE']).toBe(env['SHIM_TEST_VALUE']);
   });
 
+  it('prefers dist/<name>.cjs (the code-cached entry) and falls back to dist/<name>.mjs without it', async () => {
+    const dir = join(tmp, 'pkg-cjs');
+    mkdirSync(join(dir, 'dist'), { recursive: true });
+    writeFileSync(join(dir, 'dist/netplugin.cjs'), `process.stdout.write(JSON.stringify({ entry: 'cjs', argv: process.argv.slice(1) }) + '\\n');\n`);
+    writeFileSync(join(dir, 'dist/netplugin-ipam.mjs'), FALLBACK_SOURCE);
+    const env = baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), NETPLUGIN_FALLBACK_DIR: dir });
+    const r = await runShim({ env, stdin: '{}' });
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual({ entry: 'cjs', argv: [join(dir, 'dist/netplugin.cjs')] });
+    const ipam = await runShim({ name: 'netplugin-ipam', env, stdin: '{}' });
+    expect(JSON.parse(ipam.stdout).argv).toEqual([join(dir, 'dist/netplugin-ipam.mjs')]);
+  });
+
   it('uses the executable name for the fallback entry', async () => {
     const r = await runShim({ name: 'netplugin-ipam', env: baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock') }), stdin: '{}' });
     expect(JSON.parse(r.stdout).argv).toEqual([join(pkgDir, 'dist/netplugin-ipam.mjs')]);

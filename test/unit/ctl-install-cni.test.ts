@@ -76,6 +76,16 @@ describe('install-cni', () => {
     }
   });
 
+  it('points the launchers at dist/<name>.cjs (the code-cached entry) when the package has it', async () => {
+    writeFileSync(join(pkg, 'dist/netplugin.cjs'), `process.stdout.write(JSON.stringify({ entry: 'netplugin.cjs', args: process.argv.slice(2) }));\n`);
+    const r = await install(ETCD);
+    expect(r.code).toBe(0);
+    expect(readFileSync(join(bin, 'netplugin'), 'utf8')).toContain(`'${join(pkg, 'dist/netplugin.cjs')}' "$@"`);
+    expect(JSON.parse(execFileSync(join(bin, 'netplugin'), ['a']).toString())).toEqual({ entry: 'netplugin.cjs', args: ['a'] });
+    // A package without it (netplugin-ipam here) keeps the .mjs entry.
+    expect(readFileSync(join(bin, 'netplugin-ipam'), 'utf8')).toContain(`'${join(pkg, 'dist/netplugin-ipam.mjs')}' "$@"`);
+  });
+
   it('installs the shim and the fallback file when a shim binary exists', async () => {
     mkdirSync(join(pkg, 'build/shim'), { recursive: true });
     writeFileSync(join(pkg, 'build/shim/netplugin-shim'), '\x7fELF fake shim bytes');
