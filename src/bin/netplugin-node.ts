@@ -4,7 +4,7 @@
 import { parseArgs } from 'node:util';
 import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
 import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { DEFAULT_NODENAME_FILE } from '../config/fields.js';
 import type { PluginSpec } from '../cni/types.js';
 import { DEFAULT_SOCKET } from '../agent/protocol.js';
@@ -182,7 +182,7 @@ async function main(): Promise<void> {
   // watch-fed caches, concurrent IPAM assignments are batched, and ADD's
   // policy wait listens to the policy controller once it runs.
   const metrics = createAgentMetrics();
-  const dataplane = await installDataplane(log);
+  const dataplane = await installDataplane(log, dirname(socketPath));
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   // The read caches of the datastores the runtime opened (weakly: the runtime
   // closes and drops an idle one).
@@ -362,14 +362,16 @@ async function main(): Promise<void> {
  * on the libuv threadpool (the deletion sleeps ~20 ms in the kernel waiting
  * for an RCU grace period), so the loop is never held (docs/performance.md).
  */
-async function installDataplane(log: Logger): Promise<{ port: DataplanePort; close(): Promise<void> }> {
+async function installDataplane(log: Logger, stateDir: string): Promise<{ port: DataplanePort; close(): Promise<void> }> {
   const dp = await import('../dataplane/index.js');
   const trash = dp.createTrash({ log });
   // A crash's leftovers go now.
   await trash.purge(HOST_MAC).catch((e: Error) => log.error('cannot delete the trashed veths left by an earlier agent', { error: e.message }));
   // A DEL's conntrack flush runs off its request path, one dump for every DEL
   // meanwhile; an ADD reusing one of those addresses waits for it (docs/performance.md).
-  const conntrack = dp.createConntrackFlusher({ log });
+  // Journaled beside the socket (its directory is the agent's, 0700): what a killed agent left is flushed here, before serving.
+  mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+  const conntrack = dp.createConntrackFlusher({ log, journal: join(stateDir, 'conntrack-pending') });
   return {
     port: {
       setup: async (spec: WorkloadSpec) => (await conntrack.settled(spec.addresses), dp.setupWorkload(spec)),

@@ -12,9 +12,12 @@
 // - the resident agent defers the flush off the DEL's request path and runs
 //   one dump for every address deferred meanwhile; an ADD of the agent that
 //   gets one of those addresses waits for that dump before its veth exists
-//   (docs/performance.md, "Conntrack on DEL").
-import { readFileSync } from 'node:fs';
+//   (docs/performance.md, "Conntrack on DEL"). The addresses waiting are
+//   written to a journal first, so an agent killed before the dump leaves
+//   them for the next start, which flushes them before it serves a pod.
+import { closeSync, constants, ftruncateSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { netlink, type Netlink } from '../native/index.js';
+import { tryParseIP } from '../net/cidr.js';
 
 export interface ConntrackLog {
   debug(msg: string, fields?: Record<string, unknown>): void;
@@ -64,11 +67,38 @@ export interface ConntrackFlusher {
   close(): Promise<void>;
 }
 
-/** The agent's deferred flush: every address deferred within `delayMs` shares one dump. */
-export function createConntrackFlusher(opts: { log: ConntrackLog; delayMs?: number; flush?: typeof flushConntrack }): ConntrackFlusher {
+/**
+ * The journal of deferred addresses: what an earlier agent left in it (it was
+ * killed before its dump) is flushed now, synchronously, before this agent
+ * serves any pod; then it is emptied and kept open for appends. Opened without
+ * following a symlink, mode 0600 (it lives in the agent's own 0700 directory).
+ */
+function openJournal(path: string, flush: typeof flushConntrack, log: ConntrackLog): number | undefined {
+  try {
+    const fd = openSync(path, constants.O_RDWR | constants.O_CREAT | constants.O_APPEND | constants.O_NOFOLLOW, 0o600);
+    const left = [...new Set(readFileSync(fd, 'latin1').split('\n').filter((l) => tryParseIP(l) !== undefined))];
+    if (left.length) {
+      log.warn('flushing the conntrack entries of addresses an earlier agent released but did not flush (it was stopped first)', { addrs: left });
+      flush(left, log);
+    }
+    ftruncateSync(fd, 0);
+    return fd;
+  } catch (e) {
+    log.warn('conntrack journal unusable: an agent killed with flushes pending would leave their entries to expire on their own', { path, error: (e as Error)?.message ?? String(e) });
+    return undefined;
+  }
+}
+
+/**
+ * The agent's deferred flush: every address deferred within `delayMs` shares
+ * one dump. With `journal` (a file path), deferred addresses are appended to
+ * it before defer() returns and it is emptied once nothing is pending.
+ */
+export function createConntrackFlusher(opts: { log: ConntrackLog; delayMs?: number; flush?: typeof flushConntrack; journal?: string }): ConntrackFlusher {
   const delayMs = opts.delayMs ?? 2;
   const flush = opts.flush ?? flushConntrack;
   const pending = new Map<string, Promise<void>>();
+  let journal = opts.journal ? openJournal(opts.journal, flush, opts.log) : undefined;
   let batch: { addrs: Set<string>; done: Promise<void>; run: () => void } | undefined;
 
   const start = (): NonNullable<typeof batch> => {
@@ -87,6 +117,13 @@ export function createConntrackFlusher(opts: { log: ConntrackLog; delayMs?: numb
           opts.log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', { error: (e as Error)?.message ?? String(e) });
         } finally {
           for (const a of b.addrs) if (pending.get(a) === done) pending.delete(a);
+          if (journal !== undefined && pending.size === 0) {
+            try {
+              ftruncateSync(journal, 0);
+            } catch {
+              // Left as is: the next start flushes those addresses once more (harmless).
+            }
+          }
           resolve();
         }
       },
@@ -98,6 +135,15 @@ export function createConntrackFlusher(opts: { log: ConntrackLog; delayMs?: numb
   return {
     defer(addrs) {
       if (addrs.length === 0) return;
+      if (journal !== undefined) {
+        try {
+          writeSync(journal, `${addrs.join('\n')}\n`);
+        } catch (e) {
+          opts.log.warn('conntrack journal write failed; not journaling any more', { error: (e as Error)?.message ?? String(e) });
+          closeSync(journal);
+          journal = undefined;
+        }
+      }
       batch ??= start();
       for (const a of addrs) {
         batch.addrs.add(a);
@@ -110,6 +156,8 @@ export function createConntrackFlusher(opts: { log: ConntrackLog; delayMs?: numb
     },
     async close() {
       batch?.run();
+      if (journal !== undefined) closeSync(journal);
+      journal = undefined;
     },
   };
 }

@@ -1,8 +1,12 @@
 // The agent's deferred conntrack flush (src/dataplane/conntrack.ts): DELs
 // within the delay share one flush, and an ADD reusing an address waits until
-// the flush that covers it has run. The flush itself against a real conntrack
+// the flush that covers it has run; the journal lets a killed agent's next
+// start flush what it left. The flush itself against a real conntrack
 // table is test/netns/conntrack.test.ts and test/integration/policy-conntrack.test.ts.
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import { createConntrackFlusher } from '../../src/dataplane/conntrack.js';
 
 const log = { debug: () => undefined, warn: () => undefined };
@@ -48,5 +52,57 @@ describe('createConntrackFlusher', () => {
     });
     g.defer(['10.0.1.2']);
     await expect(g.settled(['10.0.1.2'])).resolves.toBeUndefined();
+  });
+});
+
+describe('the journal of deferred flushes', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'conntrack-journal-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('an agent killed with flushes pending: the next start flushes the journaled addresses before anything else, then empties the journal', async () => {
+    const path = join(dir, 'killed');
+    const flushed: string[][] = [];
+    const first = createConntrackFlusher({ log, delayMs: 60_000, journal: path, flush: (a) => void flushed.push([...a]) });
+    first.defer(['10.0.2.1']);
+    first.defer(['fd00::2:1', '10.0.2.1']);
+    // Written before defer() returned.
+    expect(readFileSync(path, 'latin1').split('\n').filter(Boolean)).toEqual(['10.0.2.1', 'fd00::2:1', '10.0.2.1']);
+    expect(flushed).toEqual([]);
+    // "Killed": the first flusher never runs its batch. The next one flushes at creation.
+    const next = createConntrackFlusher({ log, delayMs: 1, journal: path, flush: (a) => void flushed.push([...a]) });
+    expect(flushed).toEqual([['10.0.2.1', 'fd00::2:1']]);
+    expect(readFileSync(path, 'latin1')).toBe('');
+    await next.close();
+  });
+
+  it('emptied once nothing is pending; lines that are not addresses are ignored', async () => {
+    const path = join(dir, 'normal');
+    writeFileSync(path, 'garbage\n../etc\n10.0.3.9\n');
+    const flushed: string[][] = [];
+    const f = createConntrackFlusher({ log, delayMs: 1, journal: path, flush: (a) => void flushed.push([...a]) });
+    expect(flushed).toEqual([['10.0.3.9']]);
+    f.defer(['10.0.3.1']);
+    expect(readFileSync(path, 'latin1')).toBe('10.0.3.1\n');
+    await f.settled(['10.0.3.1']);
+    expect(flushed).toEqual([['10.0.3.9'], ['10.0.3.1']]);
+    expect(readFileSync(path, 'latin1')).toBe('');
+    await f.close();
+  });
+
+  it('a journal path that is a symlink is not followed (the flusher works without a journal)', async () => {
+    const target = join(dir, 'target');
+    writeFileSync(target, '10.0.4.4\n');
+    const link = join(dir, 'link');
+    symlinkSync(target, link);
+    const warned: string[] = [];
+    const flushed: string[][] = [];
+    const f = createConntrackFlusher({ log: { debug: () => undefined, warn: (m) => void warned.push(m) }, delayMs: 1, journal: link, flush: (a) => void flushed.push([...a]) });
+    expect(flushed).toEqual([]);
+    expect(warned.some((m) => m.includes('journal unusable'))).toBe(true);
+    f.defer(['10.0.4.5']);
+    await f.settled(['10.0.4.5']);
+    expect(flushed).toEqual([['10.0.4.5']]);
+    expect(readFileSync(target, 'latin1')).toBe('10.0.4.4\n');
+    await f.close();
   });
 });
