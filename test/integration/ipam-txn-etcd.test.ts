@@ -6,7 +6,7 @@
 // its addresses.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { etcdStores, startEtcd, type EtcdServer } from '../support/etcd.js';
-import { blockName, workloadEndpointName } from '../../src/model/names.js';
+import { affinityName, blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
@@ -81,6 +81,34 @@ const request = (node: string): AssignRequest => {
 };
 
 describe('IPAM transaction on etcd', () => {
+  it('an ADD that claims a new block is one etcd write (affinity, block, handle, endpoint), and a DEL that gives a block back is one too', async () => {
+    const ds = await open();
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'claim-write' }, spec: { cidr: '10.93.0.0/24', blockSize: 28 } });
+    const ipam = createIpam(ds, { lock: 'none' });
+    const { req, committed } = withEndpoint(request('c1'), 'pod-claim');
+    const before = await etcdWrites();
+    const [got] = await ipam.assign(req);
+    expect((await etcdWrites()) - before, 'etcd writes for an ADD that claims a block').toBe(1);
+    expect(committed()).toBe(true);
+    expect((await ds.get('BlockAffinity', affinityName('c1', got!.block))).spec.state).toBe('confirmed');
+    // Fill the block (15 more), then one more ADD claims a second block.
+    const rest = Array.from({ length: 15 }, () => request('c1'));
+    for (const r of rest) await ipam.assign(r);
+    const last = request('c1');
+    const b0 = await etcdWrites();
+    const [second] = await ipam.assign(last);
+    expect((await etcdWrites()) - b0, 'etcd writes for the ADD that claims the second block').toBe(1);
+    expect(second!.block).not.toBe(got!.block);
+    // Releasing the second block's only address gives that block back (the node keeps its first): one write.
+    const d0 = await etcdWrites();
+    expect(await ipam.releaseByHandle(last.handleID)).toEqual([second!.ip]);
+    expect((await etcdWrites()) - d0, 'etcd writes for a DEL that gives a block back').toBe(1);
+    await expect(ds.get('IPAMBlock', blockName(second!.block))).rejects.toThrow(/not found/);
+    await expect(ds.get('BlockAffinity', affinityName('c1', second!.block))).rejects.toThrow(/not found/);
+    for (const r of [req, ...rest]) await ipam.releaseByHandle(r.handleID);
+    await ds.delete('WorkloadEndpoint', workloadEndpointName('c1', 'k8s', 'pod-claim', 'eth0'), { namespace: NS });
+  });
+
   it('an ADD (handle, block, endpoint) is one etcd write, and so is a DEL', async () => {
     const ds = await open();
     await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'one-write' }, spec: { cidr: '10.91.0.0/24', blockSize: 28 } });
