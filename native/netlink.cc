@@ -171,6 +171,7 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
   }
   void closeAll() {
     h_.sock.close();
+    closeSysctlDirs(h_);
     if (h_.nsFd >= 0) ::close(h_.nsFd);
     h_.nsFd = -1;
   }

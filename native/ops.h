@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "args.h"
 #include "common.h"
@@ -17,7 +19,14 @@ struct Handle {
   NlSocket sock;
   int nsFd = -1;
   std::string nsPath;
+  // Open directories /proc/sys/net/<family> of this namespace, by family
+  // ("ipv4", "ipv6", ...): sysctls are opened relative to them (sysctl.cc says
+  // why). Closed with the handle (closeSysctlDirs).
+  std::vector<std::pair<std::string, int>> sysctlDirs;
 };
+
+// Closes the handle's cached sysctl directories.
+void closeSysctlDirs(Handle& h);
 
 // Resolves a link to its ifindex (RTM_GETLINK when given by name).
 bool linkIndex(Handle& h, const LinkRef& ref, uint32_t& index, NlError& e);

@@ -211,6 +211,44 @@ describe('sysctls', () => {
     expect(cnl.sysctlGet('net.ipv6.conf.v/100.accept_dad')).toBe('0');
   });
 
+  it('opens each family directory once per handle: links made later resolve, each handle stays in its namespace, close releases them', () => {
+    // Sysctls are opened relative to the handle's /proc/sys/net/<family>
+    // (native/sysctl.cc says why): one directory fd per family, for the handle's life.
+    const fds = () => readdirSync('/proc/self/fd').length;
+    const start = fds();
+    const h = netlink(hns);
+    const c = netlink(cns);
+    const before = fds();
+    h.sysctlSet('net.ipv4.ip_forward', 1);
+    c.sysctlSet('net.ipv4.ip_forward', 0);
+    h.sysctlGet('net.ipv6.conf.all.forwarding');
+    expect(fds()).toBe(before + 3);
+    // A link made after its family's directory was opened.
+    h.vethAdd({ name: 'late0', peerName: 'late1' });
+    h.sysctlSet('net.ipv4.conf.late0.proxy_arp', 1);
+    h.sysctlSet('net.ipv4.neigh.late0.proxy_delay', 0);
+    h.sysctlSet('net.ipv6.conf.late0.accept_ra', 0);
+    expect(inNetns(H.name, 'cat', ['/proc/sys/net/ipv4/conf/late0/proxy_arp']).trim()).toBe('1');
+    expect(inNetns(H.name, 'cat', ['/proc/sys/net/ipv4/neigh/late0/proxy_delay']).trim()).toBe('0');
+    expect(inNetns(H.name, 'cat', ['/proc/sys/net/ipv6/conf/late0/accept_ra']).trim()).toBe('0');
+    // Deleted and made again: the same name is the new link's.
+    h.linkDel('late0');
+    expect(() => h.sysctlGet('net.ipv4.conf.late0.proxy_arp')).toThrow(expect.objectContaining({ code: 'ENOENT', subject: 'net.ipv4.conf.late0.proxy_arp' }));
+    h.vethAdd({ name: 'late0', peerName: 'late1' });
+    expect(h.sysctlGet('net.ipv4.conf.late0.proxy_arp')).toBe('0');
+    // Each handle's directories are its own namespace's.
+    expect(h.sysctlGet('net.ipv4.ip_forward')).toBe('1');
+    expect(c.sysctlGet('net.ipv4.ip_forward')).toBe('0');
+    expect(inNetns(H.name, 'cat', ['/proc/sys/net/ipv4/ip_forward']).trim()).toBe('1');
+    expect(inNetns(C.name, 'cat', ['/proc/sys/net/ipv4/ip_forward']).trim()).toBe('0');
+    // A family the namespace lacks: the error of the full path, nothing kept open.
+    expect(() => h.sysctlGet('net.nosuchfamily.x')).toThrow(expect.objectContaining({ code: 'ENOENT', subject: 'net.nosuchfamily.x' }));
+    expect(fds()).toBe(before + 3);
+    h.close();
+    c.close();
+    expect(fds()).toBe(start);
+  });
+
   it('rejects keys outside net., with path tricks or bad characters', () => {
     for (const key of ['kernel.hostname', 'net..ipv4.ip_forward', 'net.ipv4.conf.//.x', 'net.ipv4/../../kernel', 'net.ipv4.ip forward', 'net.']) {
       expect(() => cnl.sysctlGet(key)).toThrow(TypeError);
