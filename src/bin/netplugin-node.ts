@@ -372,15 +372,16 @@ async function installDataplane(log: Logger, stateDir: string): Promise<{ port: 
   // Journaled beside the socket (its directory is the agent's, 0700): what a killed agent left is flushed here, before serving.
   mkdirSync(stateDir, { recursive: true, mode: 0o700 });
   const conntrack = dp.createConntrackFlusher({ log, journal: join(stateDir, 'conntrack-pending') });
+  const workloads = dp.createWorkloadSetup();
   return {
     port: {
-      setup: async (spec: WorkloadSpec) => (await conntrack.settled(spec.addresses), dp.setupWorkload(spec)),
+      setup: async (spec: WorkloadSpec) => (await conntrack.settled(spec.addresses), workloads.setup(spec)),
       teardown: (o: TeardownOptions) => trash.teardown(o),
       check: async (spec: WorkloadSpec, expect: { containerMac: string }) => dp.checkWorkload(spec, expect),
       purgeTrash: (hostMac: string) => trash.purge(hostMac),
       flushConntrack: (addrs: string[]) => conntrack.defer(addrs),
     },
-    close: () => Promise.all([conntrack.close(), trash.close()]).then(() => undefined),
+    close: () => Promise.all([conntrack.close(), trash.close()]).then(() => workloads.close()),
   };
 }
 

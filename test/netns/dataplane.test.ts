@@ -2,10 +2,11 @@
 // never touched), C1/C2 are pods. Every fact is read back from the kernel, by
 // the addon and by iproute2.
 import { execFileSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, deleteNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { netlinkIn } from '../support/netns.js';
-import { checkWorkload, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, teardownWorkloadAsync, type WorkloadSpec } from '../../src/dataplane/index.js';
+import { checkWorkload, createWorkloadSetup, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, teardownWorkloadAsync, type WorkloadSpec } from '../../src/dataplane/index.js';
 import { NetlinkError, type Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
@@ -249,6 +250,39 @@ describe('setupWorkload', () => {
     expect(() => setupWorkload(spec({ netnsPath: '/var/run/netns/does-not-exist-' + process.pid }))).toThrow(
       expect.objectContaining({ code: 'ENOENT', op: 'openNetns' }),
     );
+  });
+});
+
+describe('createWorkloadSetup', () => {
+  it('keeps one host handle for every pod of its host namespace: same result as setupWorkload, rollback included, nothing left open after close', () => {
+    const fds = () => readdirSync('/proc/self/fd').length;
+    const start = fds();
+    const w = createWorkloadSetup({ hostNetnsPath: H.path });
+    try {
+      const a = w.setup(spec({ netnsPath: C1.path, hostIfname: 'npi0keep1', addresses: ['10.0.0.5/32', 'fd00::5/128'] }));
+      // The handle and its sysctl directories stay; the pods' own handles do not.
+      const kept = fds();
+      expect(kept).toBeGreaterThan(start);
+      const b = w.setup(spec({ netnsPath: C2.path, hostIfname: 'npi0keep2', addresses: ['10.0.0.6/32', 'fd00::6/128'] }));
+      expect(fds()).toBe(kept);
+      expect(checkWorkload(spec({ netnsPath: C1.path, hostIfname: 'npi0keep1', addresses: ['10.0.0.5/32', 'fd00::5/128'] }), { containerMac: a.containerMac })).toEqual([]);
+      expect(checkWorkload(spec({ netnsPath: C2.path, hostIfname: 'npi0keep2', addresses: ['10.0.0.6/32', 'fd00::6/128'] }), { containerMac: b.containerMac })).toEqual([]);
+      // A failure mid-way rolls back through the kept handle too.
+      const C3 = createNetns('dpc');
+      expect(() => w.setup(spec({ netnsPath: C3.path, hostIfname: 'npi0keep3', addresses: ['10.0.0.7/32', '10.0.0.7/32'] }))).toThrow(expect.objectContaining({ code: 'EEXIST', op: 'RTM_NEWADDR' }));
+      expect(nl(H.path).linkList().map((l) => l.name).sort()).toEqual(['lo', 'npi0keep1', 'npi0keep2']);
+      expect(nl(C3.path).linkList().map((l) => l.name)).toEqual(['lo']);
+      // Another host namespace gets its own handle, closed after the pod.
+      const H2 = createNetns('dph');
+      const before = fds();
+      w.setup(spec({ netnsPath: C3.path, hostNetnsPath: H2.path, hostIfname: 'npi0keep3' }));
+      expect(fds()).toBe(before);
+      expect(nl(H2.path).linkList().map((l) => l.name).sort()).toEqual(['lo', 'npi0keep3']);
+    } finally {
+      w.close();
+    }
+    for (const h of handles.splice(0)) h.close();
+    expect(fds()).toBe(start);
   });
 });
 
