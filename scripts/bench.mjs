@@ -26,6 +26,7 @@
 //   --out DIR   where latest.{json,md,svg} go (default bench/results)
 //   --scale N   the scale cell: agent ADD p50 of one more pod with N pods on the node,
 //               against the first pod's (default 1000, 0 skips it; --quick skips it)
+//   --scale-samples K  ADD+DEL pairs timed on the empty and on the full node (default 15; more for A/B runs)
 import { execFileSync, spawn } from 'node:child_process';
 import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { cpus, release, tmpdir } from 'node:os';
@@ -39,7 +40,7 @@ import { formatProfile, profileFiles, summariseProfiles } from './bench/profile.
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 function usage(msg) {
-  console.error(`bench: ${msg}\nusage: node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--paths ptp,agent,perexec] [--scale N] [--agent-args 'FLAGS'] [--cpu-prof] [--out DIR]`);
+  console.error(`bench: ${msg}\nusage: node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--paths ptp,agent,perexec] [--scale N] [--scale-samples K] [--agent-args 'FLAGS'] [--cpu-prof] [--out DIR]`);
   process.exit(2);
 }
 
@@ -54,6 +55,7 @@ try {
       paths: { type: 'string' },
       out: { type: 'string' },
       scale: { type: 'string' },
+      'scale-samples': { type: 'string' },
       'agent-args': { type: 'string' },
     },
   }));
@@ -67,6 +69,8 @@ if (CONC.some((c) => !Number.isInteger(c) || c < 1 || c > 256)) usage(`--concurr
 const OUT = opts.out ?? join(root, 'bench/results');
 const SCALE = opts.scale !== undefined ? Number(opts.scale) : opts.quick ? 0 : 1000;
 if (!Number.isInteger(SCALE) || SCALE < 0 || SCALE > 4000) usage(`--scale '${opts.scale}' is not an integer from 0 to 4000`);
+const SCALE_SAMPLES = opts['scale-samples'] !== undefined ? Number(opts['scale-samples']) : 15;
+if (!Number.isInteger(SCALE_SAMPLES) || SCALE_SAMPLES < 1 || SCALE_SAMPLES > 1000) usage(`--scale-samples '${opts['scale-samples']}' is not an integer from 1 to 1000`);
 const ALL_PATHS = ['ptp', 'agent', 'perexec'];
 const ONLY = (opts.paths ?? ALL_PATHS.join(',')).split(',');
 if (ONLY.some((p) => !ALL_PATHS.includes(p))) usage(`--paths '${opts.paths}': choose from ${ALL_PATHS.join(',')}`);
@@ -395,7 +399,7 @@ async function main() {
  * then the same for pod SCALE+1; the agent's RSS with SCALE pods; then all go.
  */
 async function scaleCell(p, baseEnv) {
-  const SAMPLES = 15;
+  const SAMPLES = SCALE_SAMPLES;
   log(`bench: scale cell: ${SCALE} pods on the node`);
   const ns = [];
   for (let i = 0; i <= SCALE; i++) {
@@ -410,18 +414,30 @@ async function scaleCell(p, baseEnv) {
     if (r.code !== 0) throw new Error(`scale cell: ${what} failed: exit ${r.code ?? r.signal}\nstdout: ${r.stdout}\nstderr: ${r.stderr.slice(-2000)}`);
     return r;
   };
+  // Where an ADD+DEL pair's extra time goes: the agent's main (JS) thread's
+  // time on a CPU (schedstat, ns) and its user/system split (stat, clock ticks:
+  // coarse), per pair. System time there is the inline dataplane's syscalls.
+  const mainCpu = () => {
+    const [run] = readFileSync(`/proc/${agent.pid}/task/${agent.pid}/schedstat`, 'utf8').split(' ');
+    const t = threadCpuMs(agent.pid)[agent.pid] ?? { user: NaN, sys: NaN };
+    return { run: Number(run) / 1e6, user: t.user, sys: t.sys };
+  };
   const probe = async (label) => {
     const ms = [];
+    const c0 = mainCpu();
     for (let k = 0; k < SAMPLES; k++) {
       const id = `scale-${label}-${k}-${tag}`;
       ms.push(ok(await execCni(p.bin, env('ADD', id, SCALE), stdin), `ADD ${id}`).ms);
       ok(await execCni(p.bin, env('DEL', id, SCALE), stdin), `DEL ${id}`);
     }
-    return summary(ms);
+    const c1 = mainCpu();
+    const per = (k) => (c1[k] - c0[k]) / SAMPLES;
+    return { ...summary(ms), agentMainMsPerPair: { onCpu: per('run'), user: per('user'), sys: per('sys') } };
   };
   const first = await probe('first');
   const ids = Array.from({ length: SCALE }, (_, i) => `scale-${i}-${tag}`);
   await mapLimit(ids, 16, async (id, i) => ok(await execCni(p.bin, env('ADD', id, i), stdin), `ADD ${id}`));
+  log(`bench: scale: ${SCALE} pods on the node; timing pod ${SCALE + 1} (agent pid ${agent.pid})`);
   const full = await probe('full');
   const mem = memoryMiB(agent.pid);
   await mapLimit(ids, 16, async (id, i) => ok(await execCni(p.bin, env('DEL', id, i), stdin), `DEL ${id}`));
@@ -430,6 +446,8 @@ async function scaleCell(p, baseEnv) {
     namespaces.splice(namespaces.indexOf(n), 1);
   }
   log(`bench: scale: ADD p50 first pod ${first.p50.toFixed(1)} ms, with ${SCALE} pods ${full.p50.toFixed(1)} ms; agent RSS ${mem.rss.toFixed(1)} MiB`);
+  const cpuLine = (c) => `${c.onCpu.toFixed(2)} ms on a CPU (user ${c.user.toFixed(1)}, system ${c.sys.toFixed(1)})`;
+  log(`bench: scale: agent main thread per ADD+DEL pair: first pod ${cpuLine(first.agentMainMsPerPair)}; with ${SCALE} pods ${cpuLine(full.agentMainMsPerPair)}`);
   return { pods: SCALE, samples: SAMPLES, first, full, ratio: full.p50 / first.p50, rssMiB: mem.rss, hwmMiB: mem.hwm };
 }
 

@@ -147,6 +147,15 @@ function hardenHostIPv6(host: Netlink, n: string, podHasV6: boolean): void {
       throw e;
     }
   }
+  // An IPv4-only pod's host end needs no IPv6 at all: off, it takes no IPv6
+  // packet from the pod (RAs included) and gets no link-local address and no
+  // IPv6 routes. Those routes are why: every link up or down on the node walks
+  // the whole IPv6 routing table (the kernel's fib6 clean-up and sync), and
+  // with IPv6 on, each pod veth adds three entries to it (fe80::/64, its
+  // link-local, ff00::/8), so each ADD and DEL cost more with every pod
+  // (docs/performance.md, "The scale cell, profiled"). Not checked by CHECK:
+  // pods set up before this still have it on, and nothing of theirs depends on it.
+  if (!podHasV6) host.sysctlSet(`net.ipv6.conf.${n}.disable_ipv6`, 1);
 }
 
 function configureHost(host: Netlink, s: ValidSpec): void {

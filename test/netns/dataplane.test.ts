@@ -139,6 +139,7 @@ describe('setupWorkload', () => {
     expect(hs('ipv6/conf/npi0test1/accept_ra')).toBe('0');
     expect(hs('ipv6/conf/npi0test1/forwarding')).toBe('1');
     expect(hs('ipv6/conf/npi0test1/accept_dad')).toBe('0');
+    expect(hs('ipv6/conf/npi0test1/disable_ipv6')).toBe('0');
 
     expect(checkWorkload(spec({ addresses: ['10.0.0.5/32', 'fd00::5/128'], mtu: 1400, numQueues: 4 }), { containerMac: st.containerMac })).toEqual([]);
   });
@@ -155,6 +156,10 @@ describe('setupWorkload', () => {
     expect(hs('ipv6/conf/npi0test1/accept_redirects')).toBe('0');
     expect(hs('ipv6/conf/npi0test1/autoconf')).toBe('0');
     expect(hs('ipv4/conf/npi0test1/accept_redirects')).toBe('0');
+    // IPv6 is off on the host end of an IPv4-only pod: no address, no route in any table.
+    expect(hs('ipv6/conf/npi0test1/disable_ipv6')).toBe('1');
+    expect(ipJson(H.name, ['-6', 'addr', 'show', 'dev', 'npi0test1'])).toEqual([]);
+    expect(ipJson(H.name, ['-6', 'route', 'show', 'table', 'all', 'dev', 'npi0test1'])).toEqual([]);
     const planted = () => inNetns(H.name, 'ip', ['-6', 'route', 'show']).split('\n').filter((l) => /^default|2001:db8:77::/.test(l));
     // The pod's eth0 gets a link-local (the RA's source) once DAD is done.
     for (let i = 0; i < 100 && !inNetns(C1.name, 'ip', ['-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'link', '-tentative']).includes('fe80'); i++) {
@@ -164,7 +169,8 @@ describe('setupWorkload', () => {
     sendRA();
     await new Promise((r) => setTimeout(r, 300));
     expect(planted()).toEqual([]);
-    // The same RA is a real one: with the old setting (accept_ra=1) the node takes it.
+    // The same RA is a real one: with the old settings (IPv6 on, accept_ra=1) the node takes it.
+    h.sysctlSet('net.ipv6.conf.npi0test1.disable_ipv6', 0);
     h.sysctlSet('net.ipv6.conf.npi0test1.accept_ra', 1);
     let seen: string[] = [];
     for (let i = 0; i < 50 && seen.length < 2; i++) {
