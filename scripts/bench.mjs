@@ -168,6 +168,14 @@ async function main() {
   const socket = join(tmp, 'run', 'cni.sock');
   const noAgent = join(tmp, 'run', 'no-agent.sock');
 
+  // ---- the host namespace as a node has it ----
+  // A node's uplink has an address and comes early in the link list. Without
+  // any (the throwaway namespace has lo alone), the kernel's choice of a source
+  // address for each pod's host route walks every link on the node
+  // (inet_select_addr), a per-pod cost that grows with the pods and that no
+  // node pays. An address from the documentation range on lo stands in for it.
+  execFileSync('ip', ['addr', 'add', '192.0.2.1/32', 'dev', 'lo']);
+
   // ---- the agent ----
   const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.cjs'), '--socket', socket, '--log-level', 'WARNING', ...(opts['agent-args'] ?? '').split(' ').filter(Boolean)];
   // As deployed: through the .cjs entry, with no tuning from outside.
