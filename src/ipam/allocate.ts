@@ -10,11 +10,16 @@ import { addressOf, allocateNext, allocateOrdinal, checkBlock, handleAt, newBloc
 import { sameHandle } from './handle.js';
 import { IpamError } from './errors.js';
 import type { PoolInfo } from './pools.js';
-import type { Assigned } from './types.js';
+import type { AssignRequest, Assigned } from './types.js';
 import { HandleExists, getHandle, handleCreateLost, handleOp, lowerHandle } from './handle-store.js';
 import { getBlock, noteBlock } from './reads.js';
 import { asConflict, retry } from './retry.js';
 import { hostAffinity, type AffRes, type BlockRes, type Ctx, type HandleRes, type IpamCore } from './core.js';
+
+/** What a block records with an address it gives `req` on `node` (its handle and the request's attributes). */
+export function allocationAttribute(req: AssignRequest, node: string, timestamp = new Date().toISOString()): AllocationAttribute {
+  return { handle_id: req.handleID, secondary: { ...req.attrs, node, timestamp, handle: req.handleID } };
+}
 
 /**
  * Allocate one address in `block` for the request: one transaction that
@@ -25,10 +30,7 @@ import { hostAffinity, type AffRes, type BlockRes, type Ctx, type HandleRes, typ
  */
 export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool: PoolInfo, ordinal?: number): Promise<Assigned | undefined> {
   const handleID = ctx.req.handleID;
-  const attr: AllocationAttribute = {
-    handle_id: handleID,
-    secondary: { ...ctx.req.attrs, node: ctx.node, timestamp: new Date().toISOString(), handle: handleID },
-  };
+  const attr = allocationAttribute(ctx.req, ctx.node);
   let cur: BlockRes | undefined = block;
   // Slots the handle held before this call: a new one found on a retry was
   // taken by an earlier attempt whose later ops failed (ordered writes).
@@ -130,7 +132,7 @@ export async function claimAndAllocate(core: IpamCore, ctx: Ctx, cidr: Cidr, poo
   const handleID = ctx.req.handleID;
   const text = formatCidr(cidr);
   const spec = newBlockSpec(cidr, text, hostAffinity(ctx.node));
-  const ord = allocateNext(spec, { handle_id: handleID, secondary: { ...ctx.req.attrs, node: ctx.node, timestamp: new Date().toISOString(), handle: handleID } });
+  const ord = allocateNext(spec, allocationAttribute(ctx.req, ctx.node));
   if (ord === undefined) return 'two-phase';
   const ip = addressOf(cidr, ord);
   const got: Assigned = { address: `${ip}/${cidr.prefix}`, ip, family: cidr.family, pool: pool.name, block: text };

@@ -13,6 +13,7 @@ import type { PoolInfo } from './pools.js';
 import type { AssignRequest, Assigned, ReleaseOptions } from './types.js';
 import { ownBlocks } from './affinity.js';
 import { assignAuto, assignLocked, rolledBack, selectPools } from './assign.js';
+import { allocationAttribute } from './allocate.js';
 import { addressesOfHandle, getHandle, handleOp } from './handle-store.js';
 import { getBlock, nodeAffinities, noteBlock } from './reads.js';
 import { freeOps, noteFreed, releaseForHandle, releaseLocked } from './release.js';
@@ -227,8 +228,7 @@ async function allocateBatchIn(
       const spec: IPAMBlockSpec = structuredClone(cur.spec);
       const out: Array<{ it: PendingAssign; ord: number }> = [];
       for (const it of ready) {
-        const handleID = it.req.handleID;
-        const ord = allocateNext(spec, { handle_id: handleID, secondary: { ...it.req.attrs, node: ctx.node, timestamp, handle: handleID } });
+        const ord = allocateNext(spec, allocationAttribute(it.req, ctx.node, timestamp));
         if (ord === undefined) break;
         out.push({ it, ord });
       }
