@@ -8,59 +8,42 @@ import { containsCidr, containsIP, ordinalOf, parseCidr, tryParseCidr, tryParseI
 import { addressOf, checkBlock, freeOrdinals, handleAt, isEmpty, ordinalsOf } from './block.js';
 import { IpamError } from './errors.js';
 import type { Released, ReleaseOptions } from './types.js';
-import { deleteAffinity } from './affinity.js';
 import { getHandle, lowerHandle } from './handle-store.js';
 import { fullSet, getBlock, loadPools, nodeAffinities, noteBlock } from './reads.js';
 import { asConflict, retry } from './retry.js';
-import { exclusive, isKind, type AffRes, type BlockRes, type HandleRes, type IpamCore } from './core.js';
+import { exclusive, type AffRes, type BlockRes, type HandleRes, type IpamCore } from './core.js';
 
 /**
- * Free ordinals chosen by `pick` in one block (CAS, retried), then apply the
- * empty-block policy. Returns what was freed with the handle each belonged to.
+ * Free ordinals chosen by `pick` in one block (one write, retried), the
+ * empty-block policy included (freeOps). Returns what was freed with the
+ * handle each belonged to.
  */
 async function freeInBlock(core: IpamCore, cidrText: string, pick: (spec: IPAMBlockSpec) => number[]): Promise<Released[]> {
-  let freedBlock: BlockRes | undefined;
-  const released = await retry(core, `releasing addresses in IPAM block ${cidrText}`, async () => {
+  return retry(core, `releasing addresses in IPAM block ${cidrText}`, async () => {
     const b = await getBlock(core, cidrText);
     if (!b) return [];
     const c = checkBlock(b.spec);
     const ords = pick(b.spec);
     if (!ords.length) return [];
-    const spec = structuredClone(b.spec);
-    const owners = ords.map((o) => handleAt(spec, o)?.handle_id ?? null);
-    freeOrdinals(spec, ords);
-    freedBlock = await core.ds.update({ ...b, spec });
-    noteBlock(core, freedBlock);
+    const owners = ords.map((o) => handleAt(b.spec, o)?.handle_id ?? null);
+    const f = await freeOps(core, b, ords);
+    let out: Array<Resource | undefined>;
+    try {
+      out = await core.ds.txn(f.ops);
+    } catch (e) {
+      asConflict(e);
+    }
+    noteFreed(core, b, f, out[0]);
     return ords.map((o, i) => ({ ip: addressOf(c, o), handle: owners[i] ?? null }));
   });
-  if (freedBlock && isEmpty(freedBlock.spec)) await maybeReleaseBlock(core, freedBlock);
-  return released;
 }
 
 /**
- * Empty-block policy: an empty block goes back to the pool unless it is its
- * node's last block in that pool (a node keeps one per pool, so a pod
- * churning on a quiet node does not claim and release a block every time).
- * Unaffine empty blocks always go. Order: delete the block (CAS on the
- * revision we just wrote, so a racing allocation wins), then the affinity.
- */
-export async function maybeReleaseBlock(core: IpamCore, b: BlockRes): Promise<void> {
-  const goes = await releasable(core, b);
-  if (!goes) return;
-  const { aff, node } = goes;
-  try {
-    await core.ds.delete('IPAMBlock', b.metadata.name, { revision: b.metadata.resourceVersion });
-  } catch (e) {
-    if (isKind(e, 'Conflict') || isKind(e, 'NotFound')) return; // someone allocated meanwhile: keep it
-    throw e;
-  }
-  if (aff) await deleteAffinity(core, aff);
-  core.log.info('ipam: released empty block', { block: b.spec.cidr, node });
-}
-
-/**
- * Whether an empty block goes back to the pool (the policy above), with its
- * node's affinity to delete with it; undefined: it stays.
+ * Empty-block policy: whether an empty block goes back to the pool, with its
+ * node's affinity to delete with it; undefined: it stays. It stays when it is
+ * its node's last block in that (enabled) pool: a node keeps one per pool, so
+ * a pod churning on a quiet node does not claim and release a block every
+ * time. Unaffine empty blocks always go.
  */
 async function releasable(core: IpamCore, b: BlockRes): Promise<{ aff: AffRes | undefined; node: string | undefined } | undefined> {
   const blockCidr = tryParseCidr(b.spec.cidr);
