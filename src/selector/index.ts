@@ -314,13 +314,8 @@ export function parseSelector(expr: string): Selector {
   return sel;
 }
 
-/**
- * kubectl's label-selector syntax (`-l zone=a,tier!=db,env in (a,b),!legacy`)
- * in ours (`zone == "a" && tier != "db" && ...`), for command-line filters;
- * undefined when `s` is not in kubectl's syntax (the caller then parses it as
- * ours, which reports the error).
- */
-export function fromKubectlSelector(s: string): string | undefined {
+/** The comma-separated terms of a kubectl-syntax label selector (commas inside `in (a,b)` do not split). */
+export function kubectlSelectorTerms(s: string): string[] {
   const terms: string[] = [];
   let depth = 0;
   let cur = '';
@@ -333,6 +328,17 @@ export function fromKubectlSelector(s: string): string | undefined {
     } else cur += ch;
   }
   terms.push(cur);
+  return terms;
+}
+
+/**
+ * kubectl's label-selector syntax (`-l zone=a,tier!=db,env in (a,b),!legacy`)
+ * in ours (`zone == "a" && tier != "db" && ...`), for command-line filters;
+ * undefined when `s` is not in kubectl's syntax (the caller then parses it as
+ * ours, which reports the error).
+ */
+export function fromKubectlSelector(s: string): string | undefined {
+  const terms = kubectlSelectorTerms(s);
   const key = '([A-Za-z0-9][-A-Za-z0-9_./]*)';
   const val = '([-A-Za-z0-9_.]*)';
   const q = (v: string) => JSON.stringify(v);
