@@ -45,6 +45,12 @@ export interface EndpointInput {
   ports?: Array<{ name: string; protocol: string; port: number }>;
   /** Host veth name; set only for endpoints on this node. */
   interfaceName?: string;
+  /** The endpoint's identity (its container ID): a new pod behind the same interface name is a new endpoint. */
+  id?: string;
+  /** The pod interface's MAC address, where recorded (local endpoints: the anti-spoofing check). */
+  mac?: string;
+  /** The pod's name (local endpoints), for the events reporting an endpoint the agent could not program. */
+  pod?: string;
 }
 
 /** An endpoint with the labels its profiles apply and its namespace's labels. */
@@ -63,7 +69,12 @@ export function endpointFromWep(w: Resource<'WorkloadEndpoint'>, nodename?: stri
     addrs: w.spec.ipNetworks.map(addressOf),
     ports: (w.spec.ports ?? []).map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })),
   };
-  if ((nodename === undefined || w.spec.node === nodename) && w.spec.interfaceName) e.interfaceName = w.spec.interfaceName;
+  if ((nodename === undefined || w.spec.node === nodename) && w.spec.interfaceName) {
+    e.interfaceName = w.spec.interfaceName;
+    if (w.spec.containerID) e.id = w.spec.containerID;
+    if (w.spec.mac) e.mac = w.spec.mac;
+    if (w.spec.pod) e.pod = w.spec.pod;
+  }
   return e;
 }
 
