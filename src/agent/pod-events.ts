@@ -31,6 +31,8 @@ export interface PodEventOptions {
 export interface PodEvents {
   /** The CNI server's onServed hook: records an event for a qualifying failed ADD. */
   served(r: ServedRequest & { cniArgs?: string | undefined }): void;
+  /** A Warning Event on a pod for something its owner can fix outside an ADD (same throttling). */
+  warn(namespace: string, pod: string, reason: string, message: string): void;
   /** Resolves when every event started so far was sent (for tests and shutdown). */
   idle(): Promise<void>;
 }
@@ -73,7 +75,25 @@ export function createPodEvents(o: PodEventOptions): PodEvents {
     void p.finally(() => pending.delete(p));
   }
 
+  /** Whether an event for this pod and reason may be sent now (and counts it). */
+  function admit(ns: string, pod: string, reason: string): boolean {
+    const key = `${ns}/${pod}\0${reason}`;
+    const t = now();
+    const prev = last.get(key);
+    if (prev !== undefined && t - prev < perPod) return false;
+    if (t - window.start >= 60_000) window = { start: t, count: 0 };
+    if (window.count >= maxPerMinute) return false;
+    window.count++;
+    last.set(key, t);
+    // Forget old keys so the map stays as small as the set of failing pods.
+    if (last.size > 10_000) for (const [k, v] of last) if (t - v >= perPod) last.delete(k);
+    return true;
+  }
+
   return {
+    warn(ns, pod, reason, message) {
+      if (admit(ns, pod, reason)) send(ns, pod, reason, message.slice(0, 1024));
+    },
     served(r) {
       if (r.exitCode === 0 || r.command !== 'ADD') return;
       const code = cniErrorCode(r.stdout);
@@ -83,16 +103,7 @@ export function createPodEvents(o: PodEventOptions): PodEvents {
       const ns = args.K8S_POD_NAMESPACE;
       const pod = args.K8S_POD_NAME;
       if (!ns || !pod) return;
-      const key = `${ns}/${pod}\0${reason}`;
-      const t = now();
-      const prev = last.get(key);
-      if (prev !== undefined && t - prev < perPod) return;
-      if (t - window.start >= 60_000) window = { start: t, count: 0 };
-      if (window.count >= maxPerMinute) return;
-      window.count++;
-      last.set(key, t);
-      // Forget old keys so the map stays as small as the set of failing pods.
-      if (last.size > 10_000) for (const [k, v] of last) if (t - v >= perPod) last.delete(k);
+      if (!admit(ns, pod, reason)) return;
       let message: string;
       try {
         const e = JSON.parse(r.stdout) as { msg?: string; details?: string };

@@ -287,7 +287,16 @@ async function main(): Promise<void> {
   // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
   if (values.config) {
     try {
-      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log, runtime, { onApplied: (s) => metrics.policyApplied(s) });
+      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log, runtime, {
+        onApplied: (s) => metrics.policyApplied(s),
+        onRefused: (r) => {
+          metrics.policyRefused(r.stage, r.owner.kind);
+          // An endpoint is a pod's: its owner sees why the pod is isolated in `kubectl describe pod`.
+          if (r.owner.kind === 'Endpoint' && r.owner.namespace && r.owner.pod) {
+            podEvents?.warn(r.owner.namespace, r.owner.pod, 'NetpluginPolicyNotProgrammed', `netplugin cannot program this pod's network policy, so the pod stays isolated: ${r.reason}`);
+          }
+        },
+      });
     } catch (e) {
       log.error(`policy: ${(e as Error).message}`);
       process.exit(2);

@@ -24,6 +24,7 @@
 import { createHash } from 'node:crypto';
 import { containsCidr, formatCidr, formatIP, parseCidr, type Cidr } from '../../net/cidr.js';
 import { effectiveTypes, parsePort, protocolNumber, type EntityRule, type PolicyRule, type Protocol } from '../../model/policy.js';
+import { renderRule } from '../../dataplane/nft/render.js';
 import {
   checkAddr,
   checkMac,
@@ -212,6 +213,8 @@ export class PolicyCompiler {
   /** Per set: element key → how many endpoints contribute it (two endpoints may share an address for a moment). */
   private setCounts = new Map<string, Map<string, number>>();
   private memo: Memo | undefined;
+  /** Policy and profile rules the model refused (each drops instead), from the last full compile. */
+  private ruleRefusals: Refusal[] = [];
   /** How the last compile went (for the benchmark and the logs). */
   lastMode: 'full' | 'incremental' | 'unchanged' = 'full';
 
@@ -238,6 +241,7 @@ export class PolicyCompiler {
     this.setDefs = new Map();
     this.setCounts = new Map();
     this.memberCache = new Map();
+    this.ruleRefusals = [];
     const cleanInputs = input.endpoints.map(clean);
     this.endpoints = endpointViews(
       cleanInputs.map((c) => c.e),
@@ -257,11 +261,11 @@ export class PolicyCompiler {
       const owner: Owner = { kind: p.kind, name: p.name, ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}) };
       if (types.includes('Ingress')) {
         names.in = `pol-in-${h}`;
-        chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules: this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`) });
+        chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules: this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner) });
       }
       if (types.includes('Egress')) {
         names.out = `pol-out-${h}`;
-        chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules: this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`) });
+        chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules: this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner) });
       }
       polChain.set(p, names);
     }
@@ -294,7 +298,7 @@ export class PolicyCompiler {
       memo.endpoints.set(epId(ep), { sig: JSON.stringify(input.endpoints[i]), view: ep, refused: cleanInputs[i]!.refused });
       this.endpointChains(ep, memo, state, input.profiles);
     });
-    state.refused = [...memo.endpoints.values()].flatMap((x) => x.refused);
+    state.refused = [...this.ruleRefusals, ...[...memo.endpoints.values()].flatMap((x) => x.refused)];
     this.memo = memo;
     return state;
   }
@@ -351,8 +355,8 @@ export class PolicyCompiler {
           const h = shortHash(`Profile/${prof}`);
           pc = { in: `pro-in-${h}`, out: `pro-out-${h}` };
           const po: Owner = { kind: 'Profile', name: prof };
-          chains.set(pc.in, { comment: `Profile ${prof} ingress`, owner: po, rules: this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`) });
-          chains.set(pc.out, { comment: `Profile ${prof} egress`, owner: po, rules: this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`) });
+          chains.set(pc.in, { comment: `Profile ${prof} ingress`, owner: po, rules: this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po) });
+          chains.set(pc.out, { comment: `Profile ${prof} egress`, owner: po, rules: this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po) });
           profChain.set(prof, pc);
         }
         rules.push({ matches: [], verdict: { v: 'jump', chain: pc[key] } });
@@ -460,7 +464,7 @@ export class PolicyCompiler {
       const old = prev.endpoints.get(ifn);
       if (old && old !== en && sameEntry(old, en)) state.endpoints.set(ifn, old);
     }
-    state.refused = [...next.values()].flatMap((x) => x.refused);
+    state.refused = [...this.ruleRefusals, ...[...next.values()].flatMap((x) => x.refused)];
     this.memo = { ...memo, profiles: input.profiles, endpoints: next, state };
     return state;
   }
@@ -511,9 +515,25 @@ export class PolicyCompiler {
     this.sets.set(name, { type, elements, comment: what, owner: { kind: 'Set', name } });
   }
 
-  compileRules(rules: PolicyRule[], p: PolicyInput | undefined, what: string): Rule[] {
+  /**
+   * A policy's or profile's rules. A rule the model cannot hold (a port or
+   * protocol out of range in an object the schema did not check) becomes a
+   * drop naming it: fail closed, and only that rule's chain is affected.
+   */
+  compileRules(rules: PolicyRule[], p: PolicyInput | undefined, what: string, owner?: Owner): Rule[] {
     const out: Rule[] = [];
-    rules.forEach((r, i) => out.push(...this.compileRule(r, p, `${what} rule ${i}`)));
+    rules.forEach((r, i) => {
+      const w = `${what} rule ${i}`;
+      try {
+        const compiled = this.compileRule(r, p, w);
+        for (const c of compiled) renderRule(c); // refuses here, not in the batch
+        out.push(...compiled);
+      } catch (e) {
+        if (!(e instanceof NftModelError)) throw e;
+        out.push({ matches: [], stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: `${w} refused (${e.message})` });
+        if (owner) this.ruleRefusals.push({ owner, reason: `${w} cannot be programmed (${e.message}); it drops instead` });
+      }
+    });
     return out;
   }
 

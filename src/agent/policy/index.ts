@@ -22,7 +22,11 @@ export async function startPolicyAgent(
   raw: Record<string, unknown>,
   log: Logger,
   datastores: DatastoreSource,
-  opts: { retryMs?: number; onApplied?: (s: import('./controller.js').ApplyStats) => void } = {},
+  opts: {
+    retryMs?: number;
+    onApplied?: (s: import('./controller.js').ApplyStats) => void;
+    onRefused?: (r: import('./controller.js').RefusedObject) => void;
+  } = {},
 ): Promise<PolicyAgent | undefined> {
   const { parseNetconf } = await import('../../config/index.js');
   let conf: ReturnType<typeof parseNetconf>;
@@ -56,7 +60,14 @@ export async function startPolicyAgent(
       try {
         const ds = await datastores.datastore(conf);
         const nodename = resolveNodename(conf);
-        controller = await startPolicyController({ ds, nodename, log, base, ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}) });
+        controller = await startPolicyController({
+          ds,
+          nodename,
+          log,
+          base,
+          ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}),
+          ...(opts.onRefused ? { onRefused: opts.onRefused } : {}),
+        });
         if (opts.onApplied) controller.onApplied(opts.onApplied);
         log.info('policy: controller started', { nodename });
         if (stopped) await controller.stop();
