@@ -50,8 +50,30 @@ export function baseTable(opts: BaseOptions): { sets: Array<[string, NftSet]>; m
       comment: 'pod interface not programmed yet',
     }));
   const established: Rule = { matches: [{ m: 'ctState', states: ['established', 'related'] }], verdict: { v: 'accept' }, comment: 'replies of allowed connections' };
+  const drop = (matches: Rule['matches'], why: string): Rule => ({ matches, stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: why });
+  // What a pod sends, checked before conntrack and before any accept: never to the node's
+  // loopback (route_localnet on the host veth would deliver it), only from its own MAC and
+  // addresses (whatever the node's rp_filter; IPv6 has none). A pod the agent does not know
+  // has no entries, so everything it sends is dropped here too.
+  const sourceChecks = opts.vethPrefixes.flatMap((p): Rule[] => [
+    drop([pod('in', p), { m: 'nets', family: 4, dir: 'd', nets: ['127.0.0.0/8'] }], 'pod to the node loopback'),
+    drop([pod('in', p), { m: 'nets', family: 6, dir: 'd', nets: ['::1'] }], 'pod to the node loopback'),
+    drop([pod('in', p), { m: 'ifnameSet', dir: 'in', set: 'wl-has-mac' }, { m: 'ifnameMacSet', set: 'wl-mac', neg: true }], 'pod source MAC is not its own'),
+    // Link-local (neighbour and router discovery, never forwarded) and the unspecified
+    // address (duplicate address detection, MLD) stay allowed.
+    { matches: [pod('in', p), { m: 'nets', family: 6, dir: 's', nets: ['fe80::/10'] }], verdict: { v: 'accept' }, comment: 'pod link-local source' },
+    { matches: [pod('in', p), { m: 'nets', family: 6, dir: 's', nets: ['::'] }, { m: 'l4proto', proto: 58 }], verdict: { v: 'accept' }, comment: 'pod ICMPv6 from ::' },
+    drop([pod('in', p), { m: 'ifnameAddrSet', family: 4, set: 'wl-src4', neg: true }], 'pod IPv4 source is not its own'),
+    drop([pod('in', p), { m: 'ifnameAddrSet', family: 6, set: 'wl-src6', neg: true }], 'pod IPv6 source is not its own'),
+  ]);
   return {
-    sets: [['wl-known', { type: IFNAME, comment: 'pod interfaces whose policy is programmed', elements: new Map() }]],
+    sets: [
+      ['wl-known', { type: IFNAME, comment: 'pod interfaces whose policy is programmed', elements: new Map() }],
+      ['wl-src4', { type: ['ifname', 'ipv4_addr'], comment: 'pod interface . an IPv4 address of its pod', elements: new Map() }],
+      ['wl-src6', { type: ['ifname', 'ipv6_addr'], comment: 'pod interface . an IPv6 address of its pod', elements: new Map() }],
+      ['wl-mac', { type: ['ifname', 'ether_addr'], comment: 'pod interface . the MAC of its pod', elements: new Map() }],
+      ['wl-has-mac', { type: IFNAME, comment: 'pod interfaces whose MAC is recorded', elements: new Map() }],
+    ],
     maps: [
       ['to-wl', { key: IFNAME, data: 'verdict', comment: 'traffic to a pod: its ingress chain' }],
       ['from-wl', { key: IFNAME, data: 'verdict', comment: 'traffic from a pod: its egress chain' }],
@@ -59,6 +81,7 @@ export function baseTable(opts: BaseOptions): { sets: Array<[string, NftSet]>; m
     // Egress (of the sending pod) and ingress (of the receiving pod) are two base chains on the
     // forward hook: an `accept` in one ends only that chain, the other still decides.
     chains: [
+      { name: 'prerouting', hook: 'prerouting', priority: 'raw', policy: 'accept', comment: 'what pods send: own addresses and MAC, never loopback', rules: sourceChecks },
       {
         name: 'forward',
         hook: 'forward',
@@ -132,9 +155,21 @@ export interface AttributedScript {
 function entryAdds(T: string, entries: Array<[string, EndpointEntry]>): string[] {
   if (entries.length === 0) return [];
   return [
+    ...sourceElements(T, 'add', entries),
     ...mapElementCommands(T, 'add', 'to-wl', IFNAME, entries.map(([i, e]) => [[i], e.to])),
     ...mapElementCommands(T, 'add', 'from-wl', IFNAME, entries.map(([i, e]) => [[i], e.from])),
     ...elementCommands(T, 'add', 'wl-known', IFNAME, entries.map(([i]) => [i])),
+  ];
+}
+
+/** An endpoint's own addresses and MAC, the sources it may send from. */
+function sourceElements(T: string, kind: 'add' | 'delete', entries: Array<[string, EndpointEntry]>): string[] {
+  const withMac = entries.filter(([, e]) => e.mac !== undefined);
+  return [
+    ...elementCommands(T, kind, 'wl-src4', ['ifname', 'ipv4_addr'], entries.flatMap(([i, e]) => e.v4.map((a) => [i, a]))),
+    ...elementCommands(T, kind, 'wl-src6', ['ifname', 'ipv6_addr'], entries.flatMap(([i, e]) => e.v6.map((a) => [i, a]))),
+    ...elementCommands(T, kind, 'wl-mac', ['ifname', 'ether_addr'], withMac.map(([i, e]) => [i, e.mac!])),
+    ...elementCommands(T, kind, 'wl-has-mac', IFNAME, withMac.map(([i]) => [i])),
   ];
 }
 
@@ -152,6 +187,7 @@ function entryDeletes(T: string, entries: Array<[string, EndpointEntry]>): strin
   }
   out.push(...elementCommands(T, 'add', 'wl-known', IFNAME, entries.map(([i]) => [i])));
   out.push(...elementCommands(T, 'delete', 'wl-known', IFNAME, entries.map(([i]) => [i])));
+  out.push(...sourceElements(T, 'add', entries), ...sourceElements(T, 'delete', entries));
   return out;
 }
 
@@ -251,16 +287,16 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   const gone: Array<[string, EndpointEntry]> = [];
   const come: Array<[string, EndpointEntry]> = [];
   const recreatedSet = new Set(recreated);
+  // A changed entry (other chains, addresses, MAC, or another endpoint behind the name) goes and
+  // comes in the same transaction; its interface is never seen half-programmed. An entry whose
+  // identity changed is added again even where the plugin already took the name out (ADD of the
+  // new pod's veth).
   for (const [ifn, e] of a.endpoints) {
     const n = b.endpoints.get(ifn);
-    if (!n) gone.push([ifn, e]);
-    else if (n !== e && (n.to !== e.to || n.from !== e.from || recreatedSet.has(e.to) || recreatedSet.has(e.from))) gone.push([ifn, e]);
+    if (!n || (n !== e && (JSON.stringify(n) !== JSON.stringify(e) || recreatedSet.has(e.to) || recreatedSet.has(e.from)))) gone.push([ifn, e]);
   }
-  for (const [ifn, e] of b.endpoints) {
-    const o = a.endpoints.get(ifn);
-    // Identity changed: added again (the plugin took the name out when it created the new pod's veth).
-    if (!o || (o !== e && JSON.stringify(o) !== JSON.stringify(e)) || gone.some(([g]) => g === ifn)) come.push([ifn, e]);
-  }
+  const goneSet = new Set(gone.map(([i]) => i));
+  for (const [ifn, e] of b.endpoints) if (!a.endpoints.has(ifn) || goneSet.has(ifn)) come.push([ifn, e]);
   cmds.push(...entryDeletes(T, gone));
   const removedChains = [...a.chains.keys()].filter((c) => !b.chains.has(c));
   for (const name of [...refilled, ...recreated, ...removedChains]) cmds.push(`flush chain ${T} ${name}`);
