@@ -51,6 +51,8 @@ export interface EndpointInput {
   mac?: string;
   /** The pod's name (local endpoints), for the events reporting an endpoint the agent could not program. */
   pod?: string;
+  /** The endpoint's revision (local endpoints): each ADD rewrites it. */
+  rev?: string;
 }
 
 /** An endpoint with the labels its profiles apply and its namespace's labels. */
@@ -74,6 +76,7 @@ export function endpointFromWep(w: Resource<'WorkloadEndpoint'>, nodename?: stri
     if (w.spec.containerID) e.id = w.spec.containerID;
     if (w.spec.mac) e.mac = w.spec.mac;
     if (w.spec.pod) e.pod = w.spec.pod;
+    if (w.metadata.resourceVersion) e.rev = w.metadata.resourceVersion;
   }
   return e;
 }

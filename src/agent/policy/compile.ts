@@ -25,6 +25,7 @@ import { createHash } from 'node:crypto';
 import { containsCidr, formatCidr, formatIP, parseCidr, type Cidr } from '../../net/cidr.js';
 import { effectiveTypes, parsePort, protocolNumber, type EntityRule, type PolicyRule, type Protocol } from '../../model/policy.js';
 import { renderRule } from '../../dataplane/nft/render.js';
+import { DEFAULT_POLICY_TABLE } from '../../dataplane/nft/programmed.js';
 import {
   checkAddr,
   checkMac,
@@ -59,7 +60,7 @@ import {
 
 export type { EndpointInput, PolicyInput, ProfileInput };
 
-export const TABLE = 'netplugin';
+export const TABLE = DEFAULT_POLICY_TABLE;
 /** Set by a Pass rule: the endpoint chain goes on to its profiles. */
 export const MARK_PASS = 0x02000000;
 const MARK_CLEAR = ~MARK_PASS >>> 0;
@@ -67,6 +68,8 @@ const MARK_CLEAR = ~MARK_PASS >>> 0;
 /** A local endpoint's entries in the base table's sets and maps, keyed by its host interface. */
 export interface EndpointEntry {
   owner: Owner;
+  /** The endpoint's revision: a re-ADD rewrites it, and its entries are added again (the plugin took them out). */
+  rev?: string;
   /** Its ingress (`to-wl`) and egress (`from-wl`) chains. */
   to: string;
   from: string;
@@ -317,6 +320,7 @@ export class PolicyCompiler {
     const selecting = candidates.filter((p) => policySelects(p, ep));
     const entry: EndpointEntry = {
       owner,
+      ...(ep.rev !== undefined ? { rev: ep.rev } : {}),
       to: `to-${ep.interfaceName}`,
       from: `from-${ep.interfaceName}`,
       v4: ep.addrs.filter((a) => familyOf(a) === 4),

@@ -44,8 +44,9 @@ export async function startPolicyAgent(
   const { startPolicyController, ensureBaseTable } = await import('./controller.js');
   const { nftRunAsync } = await import('../../native/nft.js');
   // NETPLUGIN_POLICY_TABLE: another table name, only where several agents share a network namespace (tests).
-  const table = process.env['NETPLUGIN_POLICY_TABLE'] || undefined;
-  if (table !== undefined && !/^[a-z][a-z0-9-]{0,30}$/.test(table)) throw new Error(`NETPLUGIN_POLICY_TABLE=${table} is not a table name (lower-case letters, digits, '-')`);
+  const { policyTable, DEFAULT_POLICY_TABLE } = await import('../../dataplane/nft/programmed.js');
+  const named = policyTable();
+  const table = named === DEFAULT_POLICY_TABLE ? undefined : named;
   const base = { vethPrefixes: [conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX], ...(table ? { table } : {}) };
   // Fail closed before anything else: pods appearing while the datastore is unreachable stay isolated.
   const installed = await ensureBaseTable(base, (s) => nftRunAsync(s));
