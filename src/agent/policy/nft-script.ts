@@ -287,13 +287,17 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   const gone: Array<[string, EndpointEntry]> = [];
   const come: Array<[string, EndpointEntry]> = [];
   const recreatedSet = new Set(recreated);
-  // A changed entry (other chains, addresses, MAC, or another endpoint behind the name) goes and
-  // comes in the same transaction; its interface is never seen half-programmed. An entry whose
-  // identity changed is added again even where the plugin already took the name out (ADD of the
-  // new pod's veth).
+  // A changed entry (other chains, addresses or MAC) goes and comes in the same transaction; its
+  // interface is never seen half-programmed. Another endpoint (or revision: a re-ADD) behind the
+  // same name only puts the name back in @wl-known: the plugin took it out when it made the veth.
+  const again: string[] = [];
   for (const [ifn, e] of a.endpoints) {
     const n = b.endpoints.get(ifn);
-    if (!n || (n !== e && (JSON.stringify(n) !== JSON.stringify(e) || recreatedSet.has(e.to) || recreatedSet.has(e.from)))) gone.push([ifn, e]);
+    if (!n) gone.push([ifn, e]);
+    else if (n !== e) {
+      if (recreatedSet.has(e.to) || recreatedSet.has(e.from) || entryContent(n) !== entryContent(e)) gone.push([ifn, e]);
+      else if (n.rev !== e.rev || JSON.stringify(n.owner) !== JSON.stringify(e.owner)) again.push(ifn);
+    }
   }
   const goneSet = new Set(gone.map(([i]) => i));
   for (const [ifn, e] of b.endpoints) if (!a.endpoints.has(ifn) || goneSet.has(ifn)) come.push([ifn, e]);
@@ -302,10 +306,15 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   for (const name of [...refilled, ...recreated, ...removedChains]) cmds.push(`flush chain ${T} ${name}`);
   for (const name of recreated) cmds.push(`delete chain ${T} ${name}`, chainCommands(T, name, { ...b.chains.get(name)!, rules: [] })[0]!);
   for (const name of [...created, ...refilled, ...recreated]) cmds.push(...ruleCommands(T, name, b.chains.get(name)!.rules));
-  cmds.push(...entryAdds(T, come));
+  cmds.push(...entryAdds(T, come), ...elementCommands(T, 'add', 'wl-known', IFNAME, again.map((i) => [i])));
   for (const c of removedChains) cmds.push(`delete chain ${T} ${c}`);
   for (const name of a.sets.keys()) if (!b.sets.has(name)) cmds.push(`delete set ${T} ${name}`);
   return cmds;
+}
+
+/** What an interface entry programs (its chains, addresses and MAC), without whose it is. */
+function entryContent(e: EndpointEntry): string {
+  return JSON.stringify([e.to, e.from, e.v4, e.v6, e.mac]);
 }
 
 /** `d` without the objects of `exclude` (ownerIds): what a batch that left them out programmed. */
