@@ -27,7 +27,7 @@ import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
 import { clearPolicyStatus, writePolicyStatus, type ProgrammedSignal } from '../../k8s/policy-wait.js';
 import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
 import { endpointFromWep } from '../../model/policy-eval.js';
-import { BASE_ID, baseCommands, diffCommands, emptyState, fullScriptAttributed, ownerFingerprint, withoutOwners, type BaseOptions } from './nft-script.js';
+import { BASE_ID, baseCommands, diffCommands, emptyState, entriesChanged, fullScriptAttributed, ownerFingerprint, staleNames, withoutOwners, type BaseOptions } from './nft-script.js';
 import { ownerId, type Owner } from '../../dataplane/nft/model.js';
 
 export interface PolicyControllerOptions {
@@ -217,7 +217,9 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     let commands = 0;
     if (!full) {
       const target = withoutOwners(next, exclude);
-      const cmds = diffCommands(current!, target, opts.base);
+      // The plugin marks re-created interfaces stale: read the marks only when entries change.
+      const stale = entriesChanged(current!, target) ? staleNames(await nft(`list set inet ${opts.base.table ?? TABLE} wl-stale\n`)) : new Set<string>();
+      const cmds = diffCommands(current!, target, opts.base, stale);
       commands = cmds.length;
       try {
         if (commands > 0) await nft(cmds.join('\n') + '\n');

@@ -43,12 +43,16 @@ const IFNAME: ElemType[] = ['ifname'];
 /** The base table as model values: its sets, maps and base chains. */
 export function baseTable(opts: BaseOptions): { sets: Array<[string, NftSet]>; maps: Array<[string, NftMap]>; chains: BaseChain[] } {
   const pod = (dir: 'in' | 'out', p: string) => ({ m: 'ifname' as const, dir, name: p, prefix: true });
-  const notKnown = (dir: 'in' | 'out'): Rule[] =>
-    opts.vethPrefixes.map((p) => ({
+  const notKnown = (dir: 'in' | 'out'): Rule[] => [
+    ...opts.vethPrefixes.map((p): Rule => ({
       matches: [pod(dir, p), { m: 'ifnameSet', dir, set: 'wl-known', neg: true }],
       verdict: { v: 'drop' },
       comment: 'pod interface not programmed yet',
-    }));
+    })),
+    // The plugin marks a host veth name here when it creates or deletes the veth: a pod re-created
+    // under the name stays isolated until the agent programmed the endpoint now behind it.
+    { matches: [{ m: 'ifnameSet', dir, set: 'wl-stale' }], verdict: { v: 'drop' }, comment: 'pod interface re-created, not programmed yet' },
+  ];
   const established: Rule = { matches: [{ m: 'ctState', states: ['established', 'related'] }], verdict: { v: 'accept' }, comment: 'replies of allowed connections' };
   const drop = (matches: Rule['matches'], why: string): Rule => ({ matches, stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: why });
   // What a pod sends, checked before conntrack and before any accept: never to the node's
@@ -69,6 +73,7 @@ export function baseTable(opts: BaseOptions): { sets: Array<[string, NftSet]>; m
   return {
     sets: [
       ['wl-known', { type: IFNAME, comment: 'pod interfaces whose policy is programmed', elements: new Map() }],
+      ['wl-stale', { type: IFNAME, comment: 'pod interfaces made or removed since they were programmed', elements: new Map() }],
       ['wl-src4', { type: ['ifname', 'ipv4_addr'], comment: 'pod interface . an IPv4 address of its pod', elements: new Map() }],
       ['wl-src6', { type: ['ifname', 'ipv6_addr'], comment: 'pod interface . an IPv6 address of its pod', elements: new Map() }],
       ['wl-mac', { type: ['ifname', 'ether_addr'], comment: 'pod interface . the MAC of its pod', elements: new Map() }],
@@ -174,9 +179,8 @@ function sourceElements(T: string, kind: 'add' | 'delete', entries: Array<[strin
 }
 
 /**
- * Interface entries taken out. Each is added first (a no-op when present): the
- * plugin takes an interface out of these on ADD and DEL, and a delete of an
- * absent element would refuse the whole batch.
+ * Interface entries taken out. Each is added first (a no-op when present): a
+ * delete of an absent element would refuse the whole batch.
  */
 function entryDeletes(T: string, entries: Array<[string, EndpointEntry]>): string[] {
   if (entries.length === 0) return [];
@@ -259,7 +263,7 @@ export function fullScript(base: BaseOptions, d: DesiredState): string {
  * re-created chains, rules, interface entries that come (wl-known last), then
  * what went away (chains flushed before any is deleted, so references are gone).
  */
-export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: string }): string[] {
+export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: string }, stale: ReadonlySet<string> = new Set()): string[] {
   const T = tableRef(opts);
   const cmds: string[] = [];
   for (const [name, s] of b.sets) {
@@ -289,7 +293,7 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   const recreatedSet = new Set(recreated);
   // A changed entry (other chains, addresses or MAC) goes and comes in the same transaction; its
   // interface is never seen half-programmed. Another endpoint (or revision: a re-ADD) behind the
-  // same name only puts the name back in @wl-known: the plugin took it out when it made the veth.
+  // same name keeps its entries; the stale mark the plugin set when it made the veth goes below.
   const again: string[] = [];
   for (const [ifn, e] of a.endpoints) {
     const n = b.endpoints.get(ifn);
@@ -307,9 +311,26 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   for (const name of recreated) cmds.push(`delete chain ${T} ${name}`, chainCommands(T, name, { ...b.chains.get(name)!, rules: [] })[0]!);
   for (const name of [...created, ...refilled, ...recreated]) cmds.push(...ruleCommands(T, name, b.chains.get(name)!.rules));
   cmds.push(...entryAdds(T, come), ...elementCommands(T, 'add', 'wl-known', IFNAME, again.map((i) => [i])));
+  // Names the plugin marked stale, now programmed for the endpoint behind them (or gone): unmarked.
+  const unmark = [...new Set([...come.map(([i]) => i), ...again, ...gone.map(([i]) => i)])].filter((i) => stale.has(i)).map((i) => [i]);
+  cmds.push(...elementCommands(T, 'add', 'wl-stale', IFNAME, unmark), ...elementCommands(T, 'delete', 'wl-stale', IFNAME, unmark));
   for (const c of removedChains) cmds.push(`delete chain ${T} ${c}`);
   for (const name of a.sets.keys()) if (!b.sets.has(name)) cmds.push(`delete set ${T} ${name}`);
   return cmds;
+}
+
+/** Whether a diff between `a` and `b` touches interface entries (then the stale marks are worth reading). */
+export function entriesChanged(a: DesiredState, b: DesiredState): boolean {
+  if (a.endpoints === b.endpoints) return false;
+  if (a.endpoints.size !== b.endpoints.size) return true;
+  for (const [i, e] of b.endpoints) if (a.endpoints.get(i) !== e) return true;
+  return false;
+}
+
+/** The interface names in @wl-stale, from its listing (names are of the interface alphabet, quoted). */
+export function staleNames(listing: string): Set<string> {
+  const m = /elements = \{([^}]*)\}/.exec(listing);
+  return new Set(m ? [...m[1]!.matchAll(/"([A-Za-z0-9_.-]{1,15})"/g)].map((x) => x[1]!) : []);
 }
 
 /** What an interface entry programs (its chains, addresses and MAC), without whose it is. */

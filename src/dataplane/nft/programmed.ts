@@ -2,10 +2,13 @@
 // name in @wl-known: traffic of a pod interface (by prefix) whose name is not
 // there is dropped. The name depends only on the pod's namespace and name, so a
 // pod re-created under the same name would inherit the old pod's entry. The
-// plugin takes the name out when it creates (ADD) or removes (DEL) the veth;
-// the agent puts it back once it programmed the endpoint now behind that name
-// (its identity: container ID and revision). One small nft transaction, only
-// when policy is on; a node without the table is left alone.
+// plugin marks the name in @wl-stale when it creates (ADD) or removes (DEL) the
+// veth, and traffic of a marked interface is dropped; the agent unmarks it once
+// it programmed the endpoint now behind that name (its identity: container ID
+// and revision). Marking is an element add (about a millisecond); taking the
+// name out of @wl-known instead would be a delete, which costs a kernel grace
+// period (15-20 ms here) on every ADD. Only when policy is on; a node without
+// the table is left alone.
 import { NftModelError } from './model.js';
 import { elementCommands, tableRef } from './render.js';
 
@@ -23,14 +26,12 @@ export function policyTable(env: NodeJS.ProcessEnv = process.env): string {
 }
 
 /**
- * Takes `hostIfname` out of @wl-known: the interface is isolated until the
- * agent programs the endpoint behind it. 'no-table' when the node has no
- * policy table (nothing to do). An absent name is fine: it is added first,
- * then deleted, in one transaction.
+ * Marks `hostIfname` stale: the interface is isolated until the agent
+ * programs the endpoint behind it. 'no-table' when the node has no policy
+ * table (nothing to do).
  */
-export async function forgetProgrammed(hostIfname: string, table = policyTable()): Promise<'forgotten' | 'no-table'> {
-  const T = tableRef(table);
-  const script = [...elementCommands(T, 'add', 'wl-known', ['ifname'], [[hostIfname]]), ...elementCommands(T, 'delete', 'wl-known', ['ifname'], [[hostIfname]])].join('\n');
+export async function markStale(hostIfname: string, table = policyTable()): Promise<'forgotten' | 'no-table'> {
+  const script = elementCommands(tableRef(table), 'add', 'wl-stale', ['ifname'], [[hostIfname]]).join('\n');
   const { nftRunAsync, NftError } = await import('../../native/nft.js');
   try {
     await nftRunAsync(script + '\n');
