@@ -41,9 +41,9 @@ afterAll(async () => {
   removeAllNetns();
 }, 60_000);
 
-/** The sources of what reached x/a on PORT while `send` ran. */
+/** The sources of what reached x/a on PORT while `send` ran (a window long enough for a loaded machine). */
 async function reachingA(send: () => Promise<unknown>): Promise<string[]> {
-  const got = await receiveOn(pod(env, 'x/a'), PORT, 2);
+  const got = await receiveOn(pod(env, 'x/a'), PORT, 5);
   await send();
   return got.done;
 }
@@ -53,14 +53,18 @@ describe('pods cannot forge their source', { timeout: 60_000 }, () => {
     const [a, b, c] = ['x/a', 'x/b', 'y/c'].map((id) => pod(env, id));
     expect(await reachingA(() => forgeFrom(c!, { src: b!.ip, dst: a!.ip, dport: PORT, proto: 'udp' }))).toEqual([]);
     // The same frames from the pod whose address it is get through: the check is what stopped them.
-    expect(await reachingA(() => forgeFrom(b!, { src: b!.ip, dst: a!.ip, dport: PORT, proto: 'udp' }))).toEqual([b!.ip, b!.ip, b!.ip]);
+    const own = await reachingA(() => forgeFrom(b!, { src: b!.ip, dst: a!.ip, dport: PORT, proto: 'udp' }));
+    expect(own.length).toBeGreaterThan(0);
+    expect(new Set(own)).toEqual(new Set([b!.ip]));
   });
 
   it('IPv6: the same, where the kernel has no rp_filter at all', async () => {
     const [a, b, c] = ['x/a', 'x/b', 'y/c'].map((id) => pod(env, id));
     expect(a!.ip6).toBeDefined();
     expect(await reachingA(() => forgeFrom(c!, { src: b!.ip6!, dst: a!.ip6!, dport: PORT, proto: 'udp' }))).toEqual([]);
-    expect(await reachingA(() => forgeFrom(b!, { src: b!.ip6!, dst: a!.ip6!, dport: PORT, proto: 'udp' }))).toEqual([b!.ip6, b!.ip6, b!.ip6]);
+    const own = await reachingA(() => forgeFrom(b!, { src: b!.ip6!, dst: a!.ip6!, dport: PORT, proto: 'udp' }));
+    expect(own.length).toBeGreaterThan(0);
+    expect(new Set(own)).toEqual(new Set([b!.ip6]));
   });
 
   it('a pod sending from a MAC that is not its own reaches nothing, even with its own address', async () => {
