@@ -6,7 +6,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { nftRun } from '../../src/native/nft.js';
 import { PolicyCompiler, type CompileInput, type EndpointInput, type PolicyInput, type ProfileInput } from '../../src/agent/policy/compile.js';
-import { diffCommands, fullScript } from '../../src/agent/policy/nft-script.js';
+import { diffCommands, fullScript, fullScriptAttributed } from '../../src/agent/policy/nft-script.js';
 
 const TABLE = 'netplugin-prop-test';
 const base = { vethPrefixes: ['npp'], table: TABLE };
@@ -71,6 +71,7 @@ function input(r: () => number, round: number): CompileInput {
           { action: 'Allow', protocol: 'TCP', source: { selector: "app == 'b'" }, destination: { ports: ['http', 80, pick(r, [90, 70000, '9000:8000'])] as never } },
           { action: 'Deny', source: { nets: [pick(r, ['10.0.0.0/8', '10.0.0.1', anyString(r), 'fd00::/8'])] } },
           { action: 'Pass', protocol: pick(r, [6, 17, 300]) as never },
+          { action: 'Allow', protocol: pick(r, [6, 'UDP', 300, -1]) as never, destination: { ports: ['http', pick(r, ['dns', anyString(r, 6)])] as never } },
         ],
         egress: j === 2 ? [] : [{ action: 'Deny', destination: { notPorts: ['http'], notNets: [anyString(r)] } }],
       },
@@ -100,7 +101,10 @@ describe('typed nft model, property', () => {
       const state = new PolicyCompiler().compile(inp);
       refused += state.refused.length;
       programmed += state.endpoints.size;
-      const script = fullScript(base, state);
+      const attributed = fullScriptAttributed(base, state);
+      // The compiler refused every bad value itself: the renderer had nothing to leave out.
+      expect(attributed.unrendered, `round ${round}`).toEqual([]);
+      const script = attributed.script;
       try {
         nftRun(script);
       } catch (e) {

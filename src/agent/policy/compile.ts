@@ -30,6 +30,7 @@ import {
   checkAddr,
   checkMac,
   checkPort,
+  checkProto,
   elemKey,
   ifnameProblem,
   NftModelError,
@@ -492,7 +493,7 @@ export class PolicyCompiler {
 
   /** A named set of address . protocol . port for the endpoints of `s` (all endpoints when null) with a port of that name. */
   private namedPortSet(s: Selection | null, portName: string, proto: Protocol, family: 4 | 6): string {
-    const pn = protocolNumber(proto);
+    const pn = checkProto(protocolNumber(proto)); // out of range: the rule is refused, not the set
     const key = JSON.stringify([s ? selectionKey(s) : null, portName, pn]);
     const name = `np${family}-${shortHash(key)}`;
     if (!this.sets.has(name)) {

@@ -156,6 +156,13 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   /** A full resync; when refused, its culprits are left out and reported, everything else is programmed. */
   const applyFull = async (next: DesiredState, exclude: Set<string>): Promise<{ applied: DesiredState; commands: number }> => {
     let a = fullScriptAttributed(opts.base, next, exclude);
+    // Objects the renderer refused (the compiler should have): left out like a kernel refusal.
+    for (const u of a.unrendered) {
+      const id = ownerId(u.owner);
+      exclude.add(id);
+      kernelRefused.set(id, ownerFingerprint(next, id));
+      tell({ owner: u.owner, stage: 'model', reason: u.reason });
+    }
     try {
       await nft(a.script);
       return { applied: withoutOwners(next, exclude), commands: a.lineOwners.length };

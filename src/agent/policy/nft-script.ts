@@ -8,7 +8,7 @@
 // the node agent) are never touched. All syntax comes from
 // src/dataplane/nft/render.ts.
 import { TABLE, type DesiredState, type EndpointEntry } from './compile.js';
-import { ownerId, type BaseChain, type Chain, type ElemType, type NftMap, type NftSet, type Owner, type Rule } from '../../dataplane/nft/model.js';
+import { NftModelError, ownerId, type BaseChain, type Chain, type ElemType, type NftMap, type NftSet, type Owner, type Rule } from '../../dataplane/nft/model.js';
 import {
   baseChainCommands,
   chainCommands,
@@ -154,6 +154,8 @@ export interface AttributedScript {
   lineOwners: string[];
   /** The owners, by ownerId. */
   owners: Map<string, Owner>;
+  /** Objects the renderer refused (left out of the script), with why. */
+  unrendered: Array<{ owner: Owner; reason: string }>;
 }
 
 /** Interface entries of one endpoint (wl-known last: a pod is let through once its chains and map entries exist). */
@@ -210,18 +212,28 @@ export function fullScriptAttributed(base: BaseOptions, d: DesiredState, exclude
   const lines: string[] = [];
   const lineOwners: string[] = [];
   const owners = new Map<string, Owner>();
-  const emit = (owner: Owner, cmds: string[]) => {
+  const unrendered: AttributedScript['unrendered'] = [];
+  // One object's commands: a value the renderer refuses leaves out that object only.
+  const emit = (owner: Owner, make: () => string[]) => {
     const id = ownerId(owner);
+    let cmds: string[];
+    try {
+      cmds = make();
+    } catch (e) {
+      if (!(e instanceof NftModelError) || owner.kind === 'Base') throw e;
+      unrendered.push({ owner, reason: e.message });
+      return;
+    }
     owners.set(id, owner);
     for (const c of cmds) {
       lines.push(c);
       lineOwners.push(id);
     }
   };
-  emit(BASE_OWNER, [`add table ${T}`, `delete table ${T}`, ...baseCommands(base, render)]);
+  emit(BASE_OWNER, () => [`add table ${T}`, `delete table ${T}`, ...baseCommands(base, render)]);
   for (const [name, s] of d.sets) {
     const o = s.owner ?? { kind: 'Set', name };
-    if (!exclude.has(ownerId(o))) emit(o, setAdds(T, name, s));
+    if (!exclude.has(ownerId(o))) emit(o, () => setAdds(T, name, s));
   }
   // Chains grouped by owner: all of one owner's chains exist before their rules (they jump to each other).
   const groups = new Map<string, { owner: Owner; chains: Array<[string, Chain]> }>();
@@ -242,12 +254,14 @@ export function fullScriptAttributed(base: BaseOptions, d: DesiredState, exclude
   for (const g of ordered) {
     const id = ownerId(g.owner);
     if (exclude.has(id)) continue;
-    const cmds = g.chains.map(([n, c]) => chainCommands(T, n, { ...c, rules: [] })[0]!);
-    for (const [n, c] of g.chains) cmds.push(...ruleCommands(T, n, c.rules));
-    cmds.push(...entryAdds(T, entriesBy.get(id) ?? []));
-    emit(g.owner, cmds);
+    emit(g.owner, () => {
+      const cmds = g.chains.map(([n, c]) => chainCommands(T, n, { ...c, rules: [] })[0]!);
+      for (const [n, c] of g.chains) cmds.push(...ruleCommands(T, n, c.rules));
+      cmds.push(...entryAdds(T, entriesBy.get(id) ?? []));
+      return cmds;
+    });
   }
-  return { script: lines.join('\n') + '\n', lineOwners, owners };
+  return { script: lines.join('\n') + '\n', lineOwners, owners, unrendered };
 }
 
 /** The whole table from nothing, replacing what is there, in one transaction (no gap for existing pods). */
