@@ -390,8 +390,6 @@ export class PolicyCompiler {
       if (input.policies[i]!.spec !== memo.policySpecs[i] || policyKey(input.policies[i]!) !== memo.policyKeys[i]) return undefined;
     }
     if (usedProfiles(input.endpoints) !== memo.usedProfiles) return undefined;
-    const families = new Set(input.endpoints.flatMap((e) => clean(e).e.addrs.map(familyOf)));
-    if (families.size !== this.families.size || [...families].some((f) => !this.families.has(f))) return undefined;
 
     // Which endpoints changed (by their input), and their old and new views.
     const next = new Map<string, { sig: string; view: EndpointView; refused: Refusal[] }>();
@@ -417,6 +415,10 @@ export class PolicyCompiler {
       changed.push({ ...(memo.endpoints.has(id) ? { old: memo.endpoints.get(id)!.view } : {}), now: v });
     });
     for (const [k, was] of memo.endpoints) if (!next.has(k)) changed.push({ old: was.view });
+    // The address families in use (of the checked addresses; unchanged endpoints' views are the memo's).
+    const families = new Set<4 | 6>();
+    for (const x of next.values()) for (const a of x.view.addrs) families.add(familyOf(a));
+    if (families.size !== this.families.size || [...families].some((f) => !this.families.has(f))) return undefined;
     if (changed.length === 0) {
       this.lastMode = 'unchanged';
       return memo.state;
