@@ -124,7 +124,8 @@ describe('policy controller: one bad object costs its own rules only', () => {
     await until('the new pod programmed', 15_000, () => nftRun(`list table inet ${TABLE}`).includes('"nptgood" : jump to-nptgood'));
     const listing = nftRun(`list table inet ${TABLE}`);
     expect(listing).toMatch(/elements = \{ "nptgood" \}/); // in @wl-known; the bad one is not
-    expect(existsSync(statusFilePath('node1-k8s-good-eth0', dir))).toBe(true);
+    // Reported programmed (the status file follows the batch); the refused one never is.
+    await until('the new pod reported programmed', 15_000, () => existsSync(statusFilePath('node1-k8s-good-eth0', dir!)));
     expect(existsSync(statusFilePath('node1-k8s-bad-eth0', dir))).toBe(false);
     // The bad endpoint's address still counts as a peer (its addresses are valid); the policy's name is in its comments, made safe.
     expect(listing).toContain('comment "NetworkPolicy x/p ?q??r ingress"');

@@ -22,7 +22,10 @@ const IDENT = /^[A-Za-z][A-Za-z0-9_.-]{0,62}$/;
 
 export function checkIdent(name: string, what = 'name'): string {
   if (!IDENT.test(name)) {
-    throw new NftModelError(`${what} ${JSON.stringify(name)} is not an nftables identifier ` + '(a letter, then up to 62 letters, digits, "_", "." or "-")');
+    throw new NftModelError(
+      `${what} ${JSON.stringify(name)} is not an nftables identifier ` +
+        '(a letter, then up to 62 letters, digits, "_", "." or "-")',
+    );
   }
   return name;
 }
@@ -50,7 +53,9 @@ export function checkIfname(name: string): string {
 
 /** A prefix of interface names for a wildcard match (`npi*`): the same alphabet, at most 14 bytes. */
 export function checkIfnamePrefix(p: string): string {
-  if (!/^[A-Za-z0-9_.-]{1,14}$/.test(p)) throw new NftModelError(`interface name prefix ${JSON.stringify(p)} must be 1-14 letters, digits, "_", "." or "-"`);
+  if (!/^[A-Za-z0-9_.-]{1,14}$/.test(p)) {
+    throw new NftModelError(`interface name prefix ${JSON.stringify(p)} must be 1-14 letters, digits, "_", "." or "-"`);
+  }
   return p;
 }
 
@@ -77,7 +82,13 @@ export function safeText(s: string, max = COMMENT_MAX_BYTES): string {
 export type Family = 4 | 6;
 export type Dir = 's' | 'd';
 export type CtState = 'established' | 'related' | 'new' | 'invalid' | 'untracked';
-export const ICMPV6_TYPES = ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit', 'nd-router-advert', 'nd-redirect'] as const;
+export const ICMPV6_TYPES = [
+  'nd-neighbor-solicit',
+  'nd-neighbor-advert',
+  'nd-router-solicit',
+  'nd-router-advert',
+  'nd-redirect',
+] as const;
 export type Icmpv6Type = (typeof ICMPV6_TYPES)[number];
 
 /** A canonical address (no prefix length) of the given family, or a refusal. */
@@ -88,7 +99,9 @@ export function checkAddr(a: string, family?: Family): string {
   } catch (e) {
     throw new NftModelError(`${JSON.stringify(a)} is not an IP address: ${(e as Error).message}`);
   }
-  if (c.prefix !== (c.family === 6 ? 128 : 32)) throw new NftModelError(`${JSON.stringify(a)} is a network, not an address`);
+  if (c.prefix !== (c.family === 6 ? 128 : 32)) {
+    throw new NftModelError(`${JSON.stringify(a)} is a network, not an address`);
+  }
   if (family && c.family !== family) throw new NftModelError(`${a} is not an IPv${family} address`);
   return formatIP(c.family, c.base);
 }
@@ -106,12 +119,16 @@ export function checkNet(n: string, family?: Family): string {
 }
 
 export function checkMac(m: string): string {
-  if (!/^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/.test(m)) throw new NftModelError(`${JSON.stringify(m)} is not a MAC address`);
+  if (!/^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/.test(m)) {
+    throw new NftModelError(`${JSON.stringify(m)} is not a MAC address`);
+  }
   return m.toLowerCase();
 }
 
 function checkInt(n: number, lo: number, hi: number, what: string): number {
-  if (!Number.isInteger(n) || n < lo || n > hi) throw new NftModelError(`${what} ${n} is not an integer in ${lo}..${hi}`);
+  if (!Number.isInteger(n) || n < lo || n > hi) {
+    throw new NftModelError(`${what} ${n} is not an integer in ${lo}..${hi}`);
+  }
   return n;
 }
 export const checkPort = (n: number) => checkInt(n, 0, 65535, 'port');
@@ -212,7 +229,9 @@ export function elemKey(values: ElemValue[]): string {
 
 /** A typed element, checked against its fields' types: a value that does not fit is refused. */
 export function element(type: ElemType[], values: ElemValue[]): ElemValue[] {
-  if (values.length !== type.length) throw new NftModelError(`element has ${values.length} fields, the set ${type.length}`);
+  if (values.length !== type.length) {
+    throw new NftModelError(`element has ${values.length} fields, the set ${type.length}`);
+  }
   return values.map((v, i) => checkElem(type[i]!, v));
 }
 

@@ -21,7 +21,9 @@ export const DEFAULT_POLICY_TABLE = 'netplugin';
  */
 export function policyTable(env: NodeJS.ProcessEnv = process.env): string {
   const t = env['NETPLUGIN_POLICY_TABLE'] || DEFAULT_POLICY_TABLE;
-  if (!/^[a-z][a-z0-9-]{0,30}$/.test(t)) throw new NftModelError(`NETPLUGIN_POLICY_TABLE=${t} is not a table name (lower-case letters, digits, '-')`);
+  if (!/^[a-z][a-z0-9-]{0,30}$/.test(t)) {
+    throw new NftModelError(`NETPLUGIN_POLICY_TABLE=${t} is not a table name (lower-case letters, digits, '-')`);
+  }
   return t;
 }
 

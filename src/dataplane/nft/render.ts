@@ -30,7 +30,14 @@ import {
   type Verdict,
 } from './model.js';
 
-const PROTO_NAMES: Record<number, string> = { 1: 'icmp', 6: 'tcp', 17: 'udp', 58: 'ipv6-icmp', 132: 'sctp', 136: 'udplite' };
+const PROTO_NAMES: Record<number, string> = {
+  1: 'icmp',
+  6: 'tcp',
+  17: 'udp',
+  58: 'ipv6-icmp',
+  132: 'sctp',
+  136: 'udplite',
+};
 const CT_STATES = new Set(['established', 'related', 'new', 'invalid', 'untracked']);
 
 /** `inet <table>`. */
@@ -53,7 +60,9 @@ function proto(n: number): string {
 
 function portRanges(rs: Array<[number, number]>): string {
   if (rs.length === 0) throw new NftModelError('a port match needs at least one port');
-  const items = [...new Set(rs.map(([a, b]) => (checkPort(a) === checkPort(b) ? `${a}` : a < b ? `${a}-${b}` : bad(`port range ${a}-${b}`))))];
+  const one = ([a, b]: [number, number]) =>
+    checkPort(a) === checkPort(b) ? `${a}` : a < b ? `${a}-${b}` : bad(`port range ${a}-${b}`);
+  const items = [...new Set(rs.map(one))];
   return `{ ${items.join(', ')} }`;
 }
 
@@ -94,7 +103,8 @@ function renderMatch(x: Match): string {
       return `ct state ${x.states.join(',')}`;
     }
     case 'icmpv6Type': {
-      if (x.types.length === 0 || x.types.some((t) => !(ICMPV6_TYPES as readonly string[]).includes(t))) bad(`icmpv6 type ${x.types.join(',')}`);
+      const known = ICMPV6_TYPES as readonly string[];
+      if (x.types.length === 0 || x.types.some((t) => !known.includes(t))) bad(`icmpv6 type ${x.types.join(',')}`);
       return `icmpv6 type { ${x.types.join(', ')} }`;
     }
   }
@@ -148,7 +158,9 @@ export function ruleCommands(T: string, name: string, rules: Rule[]): string[] {
 export function baseChainCommands(T: string, c: BaseChain): string[] {
   const prio = typeof c.priority === 'number' ? String(Math.trunc(c.priority)) : c.priority;
   if (!['raw', 'mangle', 'filter'].includes(prio) && !/^-?\d{1,4}$/.test(prio)) bad(`priority ${prio}`);
-  const head = `add chain ${T} ${checkIdent(c.name, 'chain')} { type filter hook ${c.hook} priority ${prio}; policy ${c.policy === 'drop' ? 'drop' : 'accept'}; ${comment(c.comment)}; }`;
+  const policy = c.policy === 'drop' ? 'drop' : 'accept';
+  const spec = `type filter hook ${c.hook} priority ${prio}; policy ${policy}; ${comment(c.comment)};`;
+  const head = `add chain ${T} ${checkIdent(c.name, 'chain')} { ${spec} }`;
   return [head, ...ruleCommands(T, c.name, c.rules)];
 }
 
@@ -181,21 +193,37 @@ function elemText(type: ElemType[], values: ElemValue[]): string {
 }
 
 /** `add`/`delete element` commands, at most 500 elements a command. */
-export function elementCommands(T: string, kind: 'add' | 'delete', name: string, type: ElemType[], items: Iterable<ElemValue[]>): string[] {
+export function elementCommands(
+  T: string,
+  kind: 'add' | 'delete',
+  name: string,
+  type: ElemType[],
+  items: Iterable<ElemValue[]>,
+): string[] {
   checkIdent(name, 'set');
   return batched(T, kind, name, [...items].map((v) => elemText(type, v)));
 }
 
 /** Verdict map entries: key → `jump <chain>` (or only the key, for a delete). */
-export function mapElementCommands(T: string, kind: 'add' | 'delete', name: string, key: ElemType[], items: Iterable<[ElemValue[], string | undefined]>): string[] {
+export function mapElementCommands(
+  T: string,
+  kind: 'add' | 'delete',
+  name: string,
+  key: ElemType[],
+  items: Iterable<[ElemValue[], string | undefined]>,
+): string[] {
   checkIdent(name, 'map');
-  const texts = [...items].map(([k, chain]) => (chain === undefined ? elemText(key, k) : `${elemText(key, k)} : jump ${checkIdent(chain, 'chain')}`));
+  const text = ([k, chain]: [ElemValue[], string | undefined]) =>
+    chain === undefined ? elemText(key, k) : `${elemText(key, k)} : jump ${checkIdent(chain, 'chain')}`;
+  const texts = [...items].map(text);
   return batched(T, kind, name, texts);
 }
 
 function batched(T: string, kind: 'add' | 'delete', name: string, texts: string[]): string[] {
   const out: string[] = [];
-  for (let i = 0; i < texts.length; i += 500) out.push(`${kind} element ${T} ${name} { ${texts.slice(i, i + 500).join(', ')} }`);
+  for (let i = 0; i < texts.length; i += 500) {
+    out.push(`${kind} element ${T} ${name} { ${texts.slice(i, i + 500).join(', ')} }`);
+  }
   return out;
 }
 
