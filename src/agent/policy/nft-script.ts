@@ -8,7 +8,17 @@
 // the node agent) are never touched. All syntax comes from
 // src/dataplane/nft/render.ts.
 import { TABLE, type DesiredState, type EndpointEntry } from './compile.js';
-import { NftModelError, ownerId, type BaseChain, type Chain, type ElemType, type NftMap, type NftSet, type Owner, type Rule } from '../../dataplane/nft/model.js';
+import {
+  NftModelError,
+  ownerId,
+  type BaseChain,
+  type Chain,
+  type ElemType,
+  type NftMap,
+  type NftSet,
+  type Owner,
+  type Rule,
+} from '../../dataplane/nft/model.js';
 import {
   baseChainCommands,
   chainCommands,
@@ -41,7 +51,13 @@ export const BASE_ID = ownerId(BASE_OWNER);
 const IFNAME: ElemType[] = ['ifname'];
 
 /** The base table as model values: its sets, maps and base chains. */
-export function baseTable(opts: BaseOptions): { sets: Array<[string, NftSet]>; maps: Array<[string, NftMap]>; chains: BaseChain[] } {
+export interface BaseTable {
+  sets: Array<[string, NftSet]>;
+  maps: Array<[string, NftMap]>;
+  chains: BaseChain[];
+}
+
+export function baseTable(opts: BaseOptions): BaseTable {
   const pod = (dir: 'in' | 'out', p: string) => ({ m: 'ifname' as const, dir, name: p, prefix: true });
   const notKnown = (dir: 'in' | 'out'): Rule[] => [
     ...opts.vethPrefixes.map((p): Rule => ({
@@ -51,10 +67,25 @@ export function baseTable(opts: BaseOptions): { sets: Array<[string, NftSet]>; m
     })),
     // The plugin marks a host veth name here when it creates or deletes the veth: a pod re-created
     // under the name stays isolated until the agent programmed the endpoint now behind it.
-    { matches: [{ m: 'ifnameSet', dir, set: 'wl-stale' }], verdict: { v: 'drop' }, comment: 'pod interface re-created, not programmed yet' },
+    {
+      matches: [{ m: 'ifnameSet', dir, set: 'wl-stale' }],
+      verdict: { v: 'drop' },
+      comment: 'pod interface re-created, not programmed yet',
+    },
   ];
-  const established: Rule = { matches: [{ m: 'ctState', states: ['established', 'related'] }], verdict: { v: 'accept' }, comment: 'replies of allowed connections' };
-  const drop = (matches: Rule['matches'], why: string): Rule => ({ matches, stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: why });
+  const established: Rule = {
+    matches: [{ m: 'ctState', states: ['established', 'related'] }],
+    verdict: { v: 'accept' },
+    comment: 'replies of allowed connections',
+  };
+  const drop = (matches: Rule['matches'], why: string): Rule => ({
+    matches,
+    stmts: [{ s: 'counter' }],
+    verdict: { v: 'drop' },
+    comment: why,
+  });
+  const accept = (matches: Rule['matches'], why: string): Rule => ({ matches, verdict: { v: 'accept' }, comment: why });
+  const set = (type: ElemType[], comment: string): NftSet => ({ type, comment, elements: new Map() });
   // What a pod sends, checked before conntrack and before any accept: never to the node's
   // loopback (route_localnet on the host veth would deliver it), only from its own MAC and
   // addresses (whatever the node's rp_filter; IPv6 has none). A pod the agent does not know
@@ -62,21 +93,33 @@ export function baseTable(opts: BaseOptions): { sets: Array<[string, NftSet]>; m
   const sourceChecks = opts.vethPrefixes.flatMap((p): Rule[] => [
     drop([pod('in', p), { m: 'nets', family: 4, dir: 'd', nets: ['127.0.0.0/8'] }], 'pod to the node loopback'),
     drop([pod('in', p), { m: 'nets', family: 6, dir: 'd', nets: ['::1'] }], 'pod to the node loopback'),
-    drop([pod('in', p), { m: 'ifnameSet', dir: 'in', set: 'wl-has-mac' }, { m: 'ifnameMacSet', set: 'wl-mac', neg: true }], 'pod source MAC is not its own'),
+    drop(
+      [pod('in', p), { m: 'ifnameSet', dir: 'in', set: 'wl-has-mac' }, { m: 'ifnameMacSet', set: 'wl-mac', neg: true }],
+      'pod source MAC is not its own',
+    ),
     // Link-local (neighbour and router discovery, never forwarded) and the unspecified
     // address (duplicate address detection, MLD) stay allowed.
-    { matches: [pod('in', p), { m: 'nets', family: 6, dir: 's', nets: ['fe80::/10'] }], verdict: { v: 'accept' }, comment: 'pod link-local source' },
-    { matches: [pod('in', p), { m: 'nets', family: 6, dir: 's', nets: ['::'] }, { m: 'l4proto', proto: 58 }], verdict: { v: 'accept' }, comment: 'pod ICMPv6 from ::' },
-    drop([pod('in', p), { m: 'ifnameAddrSet', family: 4, set: 'wl-src4', neg: true }], 'pod IPv4 source is not its own'),
-    drop([pod('in', p), { m: 'ifnameAddrSet', family: 6, set: 'wl-src6', neg: true }], 'pod IPv6 source is not its own'),
+    accept([pod('in', p), { m: 'nets', family: 6, dir: 's', nets: ['fe80::/10'] }], 'pod link-local source'),
+    accept(
+      [pod('in', p), { m: 'nets', family: 6, dir: 's', nets: ['::'] }, { m: 'l4proto', proto: 58 }],
+      'pod ICMPv6 from ::',
+    ),
+    drop(
+      [pod('in', p), { m: 'ifnameAddrSet', family: 4, set: 'wl-src4', neg: true }],
+      'pod IPv4 source is not its own',
+    ),
+    drop(
+      [pod('in', p), { m: 'ifnameAddrSet', family: 6, set: 'wl-src6', neg: true }],
+      'pod IPv6 source is not its own',
+    ),
   ]);
   return {
     sets: [
       ['wl-known', { type: IFNAME, comment: 'pod interfaces whose policy is programmed', elements: new Map() }],
-      ['wl-stale', { type: IFNAME, comment: 'pod interfaces made or removed since they were programmed', elements: new Map() }],
-      ['wl-src4', { type: ['ifname', 'ipv4_addr'], comment: 'pod interface . an IPv4 address of its pod', elements: new Map() }],
-      ['wl-src6', { type: ['ifname', 'ipv6_addr'], comment: 'pod interface . an IPv6 address of its pod', elements: new Map() }],
-      ['wl-mac', { type: ['ifname', 'ether_addr'], comment: 'pod interface . the MAC of its pod', elements: new Map() }],
+      ['wl-stale', set(IFNAME, 'pod interfaces made or removed since they were programmed')],
+      ['wl-src4', set(['ifname', 'ipv4_addr'], 'pod interface . an IPv4 address of its pod')],
+      ['wl-src6', set(['ifname', 'ipv6_addr'], 'pod interface . an IPv6 address of its pod')],
+      ['wl-mac', set(['ifname', 'ether_addr'], 'pod interface . the MAC of its pod')],
       ['wl-has-mac', { type: IFNAME, comment: 'pod interfaces whose MAC is recorded', elements: new Map() }],
     ],
     maps: [
@@ -86,7 +129,14 @@ export function baseTable(opts: BaseOptions): { sets: Array<[string, NftSet]>; m
     // Egress (of the sending pod) and ingress (of the receiving pod) are two base chains on the
     // forward hook: an `accept` in one ends only that chain, the other still decides.
     chains: [
-      { name: 'prerouting', hook: 'prerouting', priority: 'raw', policy: 'accept', comment: 'what pods send: own addresses and MAC, never loopback', rules: sourceChecks },
+      {
+        name: 'prerouting',
+        hook: 'prerouting',
+        priority: 'raw',
+        policy: 'accept',
+        comment: 'what pods send: own addresses and MAC, never loopback',
+        rules: sourceChecks,
+      },
       {
         name: 'forward',
         hook: 'forward',
@@ -139,7 +189,11 @@ export function baseCommands(opts: BaseOptions, render: { hooks?: boolean } = {}
     `add table ${T}`,
     ...b.sets.map(([n, s]) => setCommand(T, n, s)),
     ...b.maps.map(([n, m]) => mapCommand(T, n, m)),
-    ...b.chains.flatMap((c) => (render.hooks === false ? chainCommands(T, c.name, { comment: c.comment, rules: c.rules, owner: BASE_OWNER }) : baseChainCommands(T, c))),
+    ...b.chains.flatMap((c) =>
+      render.hooks === false
+        ? chainCommands(T, c.name, { comment: c.comment, rules: c.rules, owner: BASE_OWNER })
+        : baseChainCommands(T, c),
+    ),
   ];
 }
 
@@ -169,12 +223,17 @@ function entryAdds(T: string, entries: Array<[string, EndpointEntry]>): string[]
   ];
 }
 
+/** interface . address, for each address `pick` gives of each entry. */
+function pairs(entries: Array<[string, EndpointEntry]>, pick: (e: EndpointEntry) => string[]): string[][] {
+  return entries.flatMap(([i, e]) => pick(e).map((a) => [i, a]));
+}
+
 /** An endpoint's own addresses and MAC, the sources it may send from. */
 function sourceElements(T: string, kind: 'add' | 'delete', entries: Array<[string, EndpointEntry]>): string[] {
   const withMac = entries.filter(([, e]) => e.mac !== undefined);
   return [
-    ...elementCommands(T, kind, 'wl-src4', ['ifname', 'ipv4_addr'], entries.flatMap(([i, e]) => e.v4.map((a) => [i, a]))),
-    ...elementCommands(T, kind, 'wl-src6', ['ifname', 'ipv6_addr'], entries.flatMap(([i, e]) => e.v6.map((a) => [i, a]))),
+    ...elementCommands(T, kind, 'wl-src4', ['ifname', 'ipv4_addr'], pairs(entries, (e) => e.v4)),
+    ...elementCommands(T, kind, 'wl-src6', ['ifname', 'ipv6_addr'], pairs(entries, (e) => e.v6)),
     ...elementCommands(T, kind, 'wl-mac', ['ifname', 'ether_addr'], withMac.map(([i, e]) => [i, e.mac!])),
     ...elementCommands(T, kind, 'wl-has-mac', IFNAME, withMac.map(([i]) => [i])),
   ];
@@ -187,7 +246,8 @@ function sourceElements(T: string, kind: 'add' | 'delete', entries: Array<[strin
 function entryDeletes(T: string, entries: Array<[string, EndpointEntry]>): string[] {
   if (entries.length === 0) return [];
   const out: string[] = [];
-  for (const [map, pick] of [['to-wl', (e: EndpointEntry) => e.to], ['from-wl', (e: EndpointEntry) => e.from]] as const) {
+  const maps = [['to-wl', (e: EndpointEntry) => e.to], ['from-wl', (e: EndpointEntry) => e.from]] as const;
+  for (const [map, pick] of maps) {
     out.push(...mapElementCommands(T, 'add', map, IFNAME, entries.map(([i, e]) => [[i], pick(e)])));
     out.push(...mapElementCommands(T, 'delete', map, IFNAME, entries.map(([i]) => [[i], undefined])));
   }
@@ -207,7 +267,12 @@ function setAdds(T: string, name: string, s: NftSet): string[] {
  * Order: base, sets, policy and profile chains, then each endpoint's chains
  * and interface entries.
  */
-export function fullScriptAttributed(base: BaseOptions, d: DesiredState, exclude: ReadonlySet<string> = new Set(), render: { hooks?: boolean } = {}): AttributedScript {
+export function fullScriptAttributed(
+  base: BaseOptions,
+  d: DesiredState,
+  exclude: ReadonlySet<string> = new Set(),
+  render: { hooks?: boolean } = {},
+): AttributedScript {
   const T = tableRef(base);
   const lines: string[] = [];
   const lineOwners: string[] = [];
@@ -250,7 +315,8 @@ export function fullScriptAttributed(base: BaseOptions, d: DesiredState, exclude
     if (!l) entriesBy.set(id, (l = []));
     l.push([ifn, e]);
   }
-  const ordered = [...groups.values()].sort((a, b) => Number(a.owner.kind === 'Endpoint') - Number(b.owner.kind === 'Endpoint'));
+  const isEndpoint = (g: { owner: Owner }) => Number(g.owner.kind === 'Endpoint');
+  const ordered = [...groups.values()].sort((a, b) => isEndpoint(a) - isEndpoint(b));
   for (const g of ordered) {
     const id = ownerId(g.owner);
     if (exclude.has(id)) continue;
@@ -277,7 +343,12 @@ export function fullScript(base: BaseOptions, d: DesiredState): string {
  * re-created chains, rules, interface entries that come (wl-known last), then
  * what went away (chains flushed before any is deleted, so references are gone).
  */
-export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: string }, stale: ReadonlySet<string> = new Set()): string[] {
+export function diffCommands(
+  a: DesiredState,
+  b: DesiredState,
+  opts?: { table?: string },
+  stale: ReadonlySet<string> = new Set(),
+): string[] {
   const T = tableRef(opts);
   const cmds: string[] = [];
   for (const [name, s] of b.sets) {
@@ -298,7 +369,9 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   for (const [name, c] of b.chains) {
     const old = a.chains.get(name);
     if (!old) created.push(name);
-    else if (old !== c && chainHash(old) !== chainHash(c)) (old.comment === c.comment ? refilled : recreated).push(name);
+    else if (old !== c && chainHash(old) !== chainHash(c)) {
+      (old.comment === c.comment ? refilled : recreated).push(name);
+    }
   }
   for (const name of created) cmds.push(chainCommands(T, name, { ...b.chains.get(name)!, rules: [] })[0]!);
   // Interface entries: gone, or changed (another chain, another endpoint behind the name).
@@ -313,7 +386,8 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
     const n = b.endpoints.get(ifn);
     if (!n) gone.push([ifn, e]);
     else if (n !== e) {
-      if (recreatedSet.has(e.to) || recreatedSet.has(e.from) || entryContent(n) !== entryContent(e)) gone.push([ifn, e]);
+      const rebuilt = recreatedSet.has(e.to) || recreatedSet.has(e.from);
+      if (rebuilt || entryContent(n) !== entryContent(e)) gone.push([ifn, e]);
       else if (n.rev !== e.rev || JSON.stringify(n.owner) !== JSON.stringify(e.owner)) again.push(ifn);
     }
   }
@@ -322,12 +396,18 @@ export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: 
   cmds.push(...entryDeletes(T, gone));
   const removedChains = [...a.chains.keys()].filter((c) => !b.chains.has(c));
   for (const name of [...refilled, ...recreated, ...removedChains]) cmds.push(`flush chain ${T} ${name}`);
-  for (const name of recreated) cmds.push(`delete chain ${T} ${name}`, chainCommands(T, name, { ...b.chains.get(name)!, rules: [] })[0]!);
-  for (const name of [...created, ...refilled, ...recreated]) cmds.push(...ruleCommands(T, name, b.chains.get(name)!.rules));
+  for (const name of recreated) {
+    cmds.push(`delete chain ${T} ${name}`, chainCommands(T, name, { ...b.chains.get(name)!, rules: [] })[0]!);
+  }
+  for (const name of [...created, ...refilled, ...recreated]) {
+    cmds.push(...ruleCommands(T, name, b.chains.get(name)!.rules));
+  }
   cmds.push(...entryAdds(T, come), ...elementCommands(T, 'add', 'wl-known', IFNAME, again.map((i) => [i])));
   // Names the plugin marked stale, now programmed for the endpoint behind them (or gone): unmarked.
-  const unmark = [...new Set([...come.map(([i]) => i), ...again, ...gone.map(([i]) => i)])].filter((i) => stale.has(i)).map((i) => [i]);
-  cmds.push(...elementCommands(T, 'add', 'wl-stale', IFNAME, unmark), ...elementCommands(T, 'delete', 'wl-stale', IFNAME, unmark));
+  const touched = new Set([...come.map(([i]) => i), ...again, ...gone.map(([i]) => i)]);
+  const unmark = [...touched].filter((i) => stale.has(i)).map((i) => [i]);
+  cmds.push(...elementCommands(T, 'add', 'wl-stale', IFNAME, unmark));
+  cmds.push(...elementCommands(T, 'delete', 'wl-stale', IFNAME, unmark));
   for (const c of removedChains) cmds.push(`delete chain ${T} ${c}`);
   for (const name of a.sets.keys()) if (!b.sets.has(name)) cmds.push(`delete set ${T} ${name}`);
   return cmds;
@@ -367,7 +447,10 @@ export function withoutOwners(d: DesiredState, exclude: ReadonlySet<string>): De
 export function ownerFingerprint(d: DesiredState, id: string): string {
   const parts: string[] = [];
   for (const [n, c] of d.chains) if (ownerId(c.owner) === id) parts.push(`${n}:${chainHash(c)}`);
-  for (const [n, s] of d.sets) if (ownerId(s.owner ?? { kind: 'Set', name: n }) === id) parts.push(`${n}:${JSON.stringify([...s.elements.keys()].sort())}`);
+  for (const [n, s] of d.sets) {
+    if (ownerId(s.owner ?? { kind: 'Set', name: n }) !== id) continue;
+    parts.push(`${n}:${JSON.stringify([...s.elements.keys()].sort())}`);
+  }
   for (const [i, e] of d.endpoints) if (ownerId(e.owner) === id) parts.push(`${i}:${JSON.stringify(e)}`);
   return parts.join('\n');
 }
