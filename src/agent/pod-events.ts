@@ -5,7 +5,7 @@
 // with netplugin's message. Throttled: kubelet retries a failing sandbox every
 // few seconds, and one event per pod and reason per interval (plus a cap on
 // all events per minute) is enough to tell the story without flooding etcd.
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
 import { parseCniArgs } from '../cni/env.js';
 import { cniErrorCode, type ServedRequest } from './metrics.js';
