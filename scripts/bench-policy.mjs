@@ -36,6 +36,7 @@ import { MemoryDatastore } from ${JSON.stringify(join(root, 'src/datastore/memor
 import { startPolicyController } from ${JSON.stringify(join(root, 'src/agent/policy/controller.ts'))};
 import { nftRunAsync, nftRun } from ${JSON.stringify(join(root, 'src/native/nft.ts'))};
 import { namespaceToProfile } from ${JSON.stringify(join(root, 'src/model/profiles.ts'))};
+import { endpointStatusKey } from ${JSON.stringify(join(root, 'src/k8s/policy-wait.ts'))};
 
 const V = 'netplugin.org/v3';
 const NS = 10;
@@ -90,7 +91,7 @@ export async function run(pods, policies, n, mode) {
   for (let k = 0; k < n; k++) {
     const obj = wep(pods + k, labelsOf(pods + k, 0));
     const t = performance.now();
-    const done = new Promise((r) => { const off = c.signal.onProgrammed(obj.metadata.name, () => { off(); r(); }); });
+    const done = new Promise((r) => { const off = c.signal.onProgrammed(endpointStatusKey(obj.metadata.namespace, obj.metadata.name), () => { off(); r(); }); });
     await ds.create(obj);
     await done;
     add.push(performance.now() - t);

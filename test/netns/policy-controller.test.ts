@@ -10,7 +10,8 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import type { Resource } from '../../src/model/resources.js';
 import type { Datastore } from '../../src/datastore/types.js';
 import { startPolicyController, type PolicyController } from '../../src/agent/policy/controller.js';
-import { statusFilePath } from '../../src/k8s/policy-wait.js';
+import { endpointStatusKey, statusFilePath } from '../../src/k8s/policy-wait.js';
+import { hostVethName } from '../../src/dataplane/names.js';
 import { namespaceToProfile } from '../../src/model/profiles.js';
 import { nftRun, nftRunAsync } from '../../src/native/nft.js';
 
@@ -66,32 +67,35 @@ describe('policy controller', () => {
   it('resyncs once every kind is listed, even an empty one listed last; repairs a table changed behind its back', async () => {
     const mem = new MemoryDatastore();
     await mem.create(namespaceToProfile({ metadata: { name: 'x' } }));
-    await mem.create(wep('node1-k8s-a-eth0', 'nptaaaa'));
+    // The interface the agent programs is the one it derives (namespace x, pod node1-k8s-a-eth0).
+    const ifname = hostVethName('npt', 'x.node1-k8s-a-eth0');
+    const key = endpointStatusKey('x', 'node1-k8s-a-eth0');
+    await mem.create(wep('node1-k8s-a-eth0', ifname));
     dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
     ctl = await startPolicyController({ ds: slowList(mem, 'GlobalNetworkPolicy', 300), nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft: (s) => nftRunAsync(s) });
     await within(ctl.synced, 15_000, 'the first resync');
-    expect(nftRun(`list table inet ${TABLE}`)).toContain('chain to-nptaaaa');
-    expect(existsSync(statusFilePath('node1-k8s-a-eth0', dir))).toBe(true);
+    expect(nftRun(`list table inet ${TABLE}`)).toContain(`chain to-${ifname}`);
+    expect(existsSync(statusFilePath(key, dir))).toBe(true);
 
     // Someone deletes the endpoint's chain map entry and chain by hand: the next incremental batch is
     // refused (it flushes a chain that is gone), and the controller resyncs the whole table.
-    nftRun(`delete element inet ${TABLE} to-wl { "nptaaaa" }\nflush chain inet ${TABLE} to-nptaaaa\ndelete chain inet ${TABLE} to-nptaaaa`);
+    nftRun(`delete element inet ${TABLE} to-wl { "${ifname}" }\nflush chain inet ${TABLE} to-${ifname}\ndelete chain inet ${TABLE} to-${ifname}`);
     await mem.create({ apiVersion: 'netplugin.org/v3', kind: 'NetworkPolicy', metadata: { name: 'deny', namespace: 'x' }, spec: { selector: 'all()', types: ['Ingress'] } });
     const deadline = Date.now() + 15_000;
     let listing = '';
     while (Date.now() < deadline) {
       listing = nftRun(`list table inet ${TABLE}`);
-      if (listing.includes('chain to-nptaaaa {') && listing.includes('chain to-nptaaaa-pol')) break;
+      if (listing.includes(`chain to-${ifname} {`) && listing.includes(`chain to-${ifname}-pol`)) break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    expect(listing).toContain('chain to-nptaaaa-pol');
-    expect(listing).toMatch(/"nptaaaa" : jump to-nptaaaa/);
+    expect(listing).toContain(`chain to-${ifname}-pol`);
+    expect(listing).toContain(`"${ifname}" : jump to-${ifname}`);
 
     // The endpoint goes away: its chains and its status file too.
     await mem.delete('WorkloadEndpoint', 'node1-k8s-a-eth0', { namespace: 'x' });
     const end2 = Date.now() + 15_000;
-    while (Date.now() < end2 && existsSync(statusFilePath('node1-k8s-a-eth0', dir))) await new Promise((r) => setTimeout(r, 100));
-    expect(existsSync(statusFilePath('node1-k8s-a-eth0', dir))).toBe(false);
-    expect(nftRun(`list table inet ${TABLE}`)).not.toContain('nptaaaa');
+    while (Date.now() < end2 && existsSync(statusFilePath(key, dir))) await new Promise((r) => setTimeout(r, 100));
+    expect(existsSync(statusFilePath(key, dir))).toBe(false);
+    expect(nftRun(`list table inet ${TABLE}`)).not.toContain(ifname);
   });
 });
