@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import type { Resource } from '../../src/model/resources.js';
 import type { Datastore } from '../../src/datastore/types.js';
-import { startPolicyController, type PolicyController } from '../../src/agent/policy/controller.js';
+import { startPolicyController, type InterfaceConflict, type PolicyController } from '../../src/agent/policy/controller.js';
 import { endpointStatusKey, statusFilePath } from '../../src/k8s/policy-wait.js';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { namespaceToProfile } from '../../src/model/profiles.js';
@@ -97,5 +97,31 @@ describe('policy controller', () => {
     while (Date.now() < end2 && existsSync(statusFilePath(key, dir))) await new Promise((r) => setTimeout(r, 100));
     expect(existsSync(statusFilePath(key, dir))).toBe(false);
     expect(nftRun(`list table inet ${TABLE}`)).not.toContain(ifname);
+  });
+
+  it('an interface is programmed for one endpoint only: two that derive the same, the newer has it, the other is reported', async () => {
+    const mem = new MemoryDatastore();
+    await mem.create(namespaceToProfile({ metadata: { name: 'x' } }));
+    // One pod with two endpoints: both derive the host veth of x.p (the plugin keys it by pod).
+    const ifname = hostVethName('npt', 'x.p');
+    const older = wep('node1-k8s-p-eth0', ifname);
+    older.spec.pod = 'p';
+    older.metadata.creationTimestamp = '2026-01-01T00:00:00Z';
+    const newer = wep('node1-k8s-p-net1', ifname);
+    newer.spec = { ...newer.spec, pod: 'p', endpoint: 'net1', ipNetworks: ['10.66.0.2/32'] };
+    newer.metadata.creationTimestamp = '2026-01-01T00:00:05Z';
+    await mem.create(older);
+    await mem.create(newer);
+    const seen: InterfaceConflict[] = [];
+    dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
+    ctl = await startPolicyController({ ds: mem, nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft: (s) => nftRunAsync(s), onInterfaceConflict: (c) => seen.push(c) });
+    await within(ctl.synced, 15_000, 'the first resync');
+    const listing = nftRun(`list table inet ${TABLE}`);
+    // The endpoint chain is the newer endpoint's (its drops name it), and only its status is reported.
+    expect(listing).toContain('node1-k8s-p-net1: no profile allowed');
+    expect(listing).not.toContain('node1-k8s-p-eth0');
+    expect(seen.map((c) => [c.kind, c.endpoint, c.derived ?? null])).toEqual([['shared', 'node1-k8s-p-eth0', null]]);
+    expect(existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-p-net1'), dir))).toBe(true);
+    expect(existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-p-eth0'), dir))).toBe(false);
   });
 });
