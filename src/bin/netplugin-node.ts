@@ -287,7 +287,8 @@ async function main(): Promise<void> {
   // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
   if (values.config) {
     try {
-      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log, runtime, {
+      const { startPolicyAgent } = await import('../agent/policy/index.js');
+      policy = await startPolicyAgent(readNetpluginConf(values.config), log, runtime, {
         onApplied: (s) => metrics.policyApplied(s),
         onInterfaceConflict: (c) => metrics.policyInterfaceConflict(c.kind),
         podEvents: podEventsFlag === 'on',

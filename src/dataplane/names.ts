@@ -27,7 +27,12 @@ export function hostVethName(prefix: string, key: string): string {
  * pod, the container ID otherwise. Whoever needs a workload's host veth (ADD, GC, the policy
  * agent) derives it from the workload's identity with this, never from a recorded name.
  */
-export function hostVethKey(w: { orchestrator: string; namespace?: string | undefined; pod?: string | undefined; containerID: string }): string {
+export function hostVethKey(w: {
+  orchestrator: string;
+  namespace?: string | undefined;
+  pod?: string | undefined;
+  containerID: string;
+}): string {
   return w.orchestrator === 'k8s' && w.pod && w.namespace ? `${w.namespace}.${w.pod}` : w.containerID;
 }
 

@@ -76,7 +76,11 @@ export function derivedInterfaceName(w: Resource<'WorkloadEndpoint'>, prefixes: 
  * The evaluator's view of a workload endpoint; `interfaceName` only for endpoints on `nodename`
  * (all when unset): the recorded one, or with `vethPrefixes` (the node agent) the derived one.
  */
-export function endpointFromWep(w: Resource<'WorkloadEndpoint'>, nodename?: string, vethPrefixes?: readonly string[]): EndpointInput {
+export function endpointFromWep(
+  w: Resource<'WorkloadEndpoint'>,
+  nodename?: string,
+  vethPrefixes?: readonly string[],
+): EndpointInput {
   const e: EndpointInput = {
     key: w.metadata.name,
     namespace: w.metadata.namespace ?? 'default',

@@ -18,7 +18,19 @@ import { workloadEndpointName } from '../../src/model/names.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { removeAllNetns } from '../support/netns.js';
 import { NODE } from '../support/plugin-harness.js';
-import { addPod, applyK8sPolicy, expectReachability, listTable, pod, probeFrom, startPolicyAgent, startPolicyEnv, type PolicyEnv, type Pod } from '../support/policy-harness.js';
+import {
+  addPod,
+  applyK8sPolicy,
+  expectReachability,
+  listTable,
+  pod,
+  probeFrom,
+  startPolicyAgent,
+  startPolicyEnv,
+  type PolicyEnv,
+  type Pod,
+} from '../support/policy-harness.js';
+import type { KubeNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
 
 const PREFIX = 'npw';
 const POOL = { name: 'pol-tenant', cidr: '10.77.183.0/24', blockSize: 26 };
@@ -32,6 +44,14 @@ afterAll(async () => {
   await env?.close();
   removeAllNetns();
 }, 60_000);
+
+/** A NetworkPolicy in `ns` that admits to pods labelled pod=`to` only pods labelled pod=`from` of the namespace. */
+function admit(ns: string, name: string, to: string, from: string): KubeNetworkPolicy {
+  return {
+    metadata: { name, namespace: ns },
+    spec: { podSelector: { matchLabels: { pod: to } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: from } } }] }] },
+  };
+}
 
 /** The endpoint status files in the directory, whatever their names. */
 function status(): Array<{ f: string; s: { containerID?: string; at?: string } }> {
@@ -58,7 +78,7 @@ describe('policy against tenant-written data (kubernetes datastore)', { timeout:
     await addPod(env, 'x', 'b');
     await addPod(env, 'y', 'c');
     // x/a admits only x/b.
-    await applyK8sPolicy(env, { metadata: { name: 'a-from-b', namespace: 'x' }, spec: { podSelector: { matchLabels: { pod: 'a' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }] } });
+    await applyK8sPolicy(env, admit('x', 'a-from-b', 'a', 'b'));
     const isolated = (f: Pod, t: Pod) => t.id !== 'x/a' || f.id === 'x/b';
     await expectReachability(env, 80, 'tcp', isolated);
 
@@ -78,7 +98,8 @@ describe('policy against tenant-written data (kubernetes datastore)', { timeout:
     await applyK8sPolicy(env, { metadata: { name: 'noop', namespace: 'y' }, spec: { podSelector: {}, ingress: [{}] } });
     await expectReachability(env, 80, 'tcp', isolated);
     expect(env.agent.log().split('records host interface').length - 1).toBe(1);
-    const events = await env.kube.request<{ items: Array<{ reason: string; type: string; message: string; involvedObject: { name: string; namespace: string } }> }>('GET', '/api/v1/namespaces/y/events');
+    type Ev = { reason: string; type: string; message: string; involvedObject: { name: string; namespace: string } };
+    const events = await env.kube.request<{ items: Ev[] }>('GET', '/api/v1/namespaces/y/events');
     const ev = events.items.filter((e) => e.reason === 'NetpluginInterfaceMismatch');
     expect(ev.map((e) => [e.type, e.involvedObject.namespace, e.involvedObject.name])).toEqual([['Warning', 'y', 'evil']]);
     expect(ev[0]!.message).toContain(victim);
@@ -93,16 +114,17 @@ describe('policy against tenant-written data (kubernetes datastore)', { timeout:
       expect(await probeFrom(pod(env, 'x/b'), [[t.ip, 80, 'tcp']]), `${t.id} right after its ADD`).toEqual([true]);
     }
     expect(env.agent.log()).not.toContain('was not reported programmed');
-    for (const t of [xt, zt]) expect(status().filter((x) => x.s.containerID === t.containerId).length, `${t.id}'s status file`).toBe(1);
+    for (const t of [xt, zt]) expect(statusOf(t).length, `${t.id}'s status file`).toBe(1);
 
     // A file of the earlier name format (no namespace) is removed by a new agent and releases nobody.
     const old = join(env.statusDir, `${workloadEndpointName(NODE, 'k8s', 'twin', 'eth0')}.json`);
-    writeFileSync(old, JSON.stringify({ programmed: true, at: new Date().toISOString(), endpoint: 'x', containerID: xt.containerId }));
+    const stale = { programmed: true, at: new Date().toISOString(), endpoint: 'x', containerID: xt.containerId };
+    writeFileSync(old, JSON.stringify(stale));
     await env.agent.stop();
     env.agent = await startPolicyAgent(env);
     await eventually('the new agent resyncs', () => env.agent.log().includes('table resynced'));
     await eventually('the old-format file is removed', () => !status().some((x) => join(env.statusDir, x.f) === old));
-    for (const t of [xt, zt]) expect(status().filter((x) => x.s.containerID === t.containerId).length, `${t.id}'s status file`).toBe(1);
+    for (const t of [xt, zt]) expect(statusOf(t).length, `${t.id}'s status file`).toBe(1);
   });
 
   it('an open TCP connection survives a policy change that still allows it and is cut by one that denies it', async () => {
@@ -119,7 +141,7 @@ describe('policy against tenant-written data (kubernetes datastore)', { timeout:
       await eventually('the connection is up', () => exchanges() > 5);
 
       // A policy selecting srv that still admits cli: the agent flushes srv's entries; the flow is picked up again.
-      await applyK8sPolicy(env, { metadata: { name: 'srv-in', namespace: 'z' }, spec: { podSelector: { matchLabels: { pod: 'srv' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'cli' } } }] }] } });
+      await applyK8sPolicy(env, admit('z', 'srv-in', 'srv', 'cli'));
       await eventually('the policy is programmed', () => listTable(env).includes('z/knp.default.srv-in ingress'));
       const n = exchanges();
       await eventually('the connection carries on', () => exchanges() > n + 20);
@@ -127,7 +149,7 @@ describe('policy against tenant-written data (kubernetes datastore)', { timeout:
 
       // The same policy now admits only another pod: the open connection is cut.
       const t0 = Date.now();
-      await applyK8sPolicy(env, { metadata: { name: 'srv-in', namespace: 'z' }, spec: { podSelector: { matchLabels: { pod: 'srv' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'nobody' } } }] }] } });
+      await applyK8sPolicy(env, admit('z', 'srv-in', 'srv', 'nobody'));
       await eventually('the connection is cut', () => lines.some((l) => l.startsWith('cut')), 15_000);
       process.stderr.write(`connection cut ${Date.now() - t0} ms after the deny was written\n`);
       expect(await probeFrom(cli, [[srv.ip, 8080, 'tcp']])).toEqual([false]);

@@ -114,7 +114,15 @@ describe('policy controller', () => {
     await mem.create(newer);
     const seen: InterfaceConflict[] = [];
     dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
-    ctl = await startPolicyController({ ds: mem, nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft: (s) => nftRunAsync(s), onInterfaceConflict: (c) => seen.push(c) });
+    ctl = await startPolicyController({
+      ds: mem,
+      nodename: 'node1',
+      log: quiet,
+      base: { vethPrefixes: ['npt'], table: TABLE },
+      statusDir: dir,
+      nft: (s) => nftRunAsync(s),
+      onInterfaceConflict: (c) => seen.push(c),
+    });
     await within(ctl.synced, 15_000, 'the first resync');
     const listing = nftRun(`list table inet ${TABLE}`);
     // The endpoint chain is the newer endpoint's (its drops name it), and only its status is reported.

@@ -48,7 +48,7 @@ export interface PolicyControllerOptions {
    * batch that changed the policy of the endpoints that have them (see affectedAddresses).
    */
   flushConntrack?: (addrs: string[]) => void;
-  /** Told once per local endpoint whose recorded host interface the agent does not take (and again when it changes). */
+  /** Told once per local endpoint whose recorded host interface the agent does not take (again when that changes). */
   onInterfaceConflict?: (c: InterfaceConflict) => void;
 }
 
@@ -223,16 +223,25 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       const sig = `${c.kind}\0${c.recorded}\0${c.derived ?? ''}`;
       if (conflicts.get(id) === sig) continue;
       conflicts.set(id, sig);
-      log.warn(`policy: ${c.message}`, { endpoint: `${c.namespace}/${c.endpoint}`, recorded: c.recorded, programmedAs: c.derived ?? null });
+      log.warn(`policy: ${c.message}`, {
+        endpoint: `${c.namespace}/${c.endpoint}`,
+        recorded: c.recorded,
+        programmedAs: c.derived ?? null,
+      });
       opts.onInterfaceConflict?.(c);
     }
     for (const id of [...conflicts.keys()]) if (!found.has(id)) conflicts.delete(id);
     const local = new Map<string, Resource<'WorkloadEndpoint'>>();
-    for (const { w } of owner.values()) local.set(endpointStatusKey(w.metadata.namespace ?? 'default', w.metadata.name), w);
+    for (const { w } of owner.values()) {
+      local.set(endpointStatusKey(w.metadata.namespace ?? 'default', w.metadata.name), w);
+    }
     return { endpoints, local };
   };
 
-  /** After the first resync: status files no current endpoint has (an earlier agent's, or of the name format before the namespace was in it). */
+  /**
+   * After the first resync: status files no current endpoint has (an earlier agent's, or of the
+   * name format before the namespace was in it).
+   */
   let resynced = false;
   const sweepStatusFiles = async () => {
     const dir = opts.statusDir ?? DEFAULT_STATUS_DIR;
@@ -245,7 +254,10 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     }
     const stale = files.filter((f) => f.endsWith('.json') && !f.startsWith('.') && !keep.has(f));
     await Promise.all(stale.map((f) => rm(join(dir, f), { force: true }).catch(() => undefined)));
-    if (stale.length) log.info('policy: removed endpoint status files of endpoints gone or of an earlier format', { count: stale.length, oldFormat: stale.filter((f) => !isStatusFileName(f)).length });
+    if (stale.length === 0) return;
+    const oldFormat = stale.filter((f) => !isStatusFileName(f)).length;
+    const msg = 'policy: removed endpoint status files of endpoints gone or of an earlier format';
+    log.info(msg, { count: stale.length, oldFormat });
   };
 
   const report = async (local: Map<string, Resource<'WorkloadEndpoint'>>) => {
@@ -312,26 +324,40 @@ function wepId(w: Resource<'WorkloadEndpoint'>): string {
   return `${w.metadata.namespace ?? 'default'}/${w.metadata.name}`;
 }
 
-/** Whether `a` is newer than `b` (created later; the same second: the greater identity, so every agent picks the same). */
+/** Whether `a` is newer than `b`: created later; in the same second, the greater identity (all agents agree). */
 function newer(a: Resource<'WorkloadEndpoint'>, b: Resource<'WorkloadEndpoint'>): boolean {
   const ta = a.metadata.creationTimestamp ?? '';
   const tb = b.metadata.creationTimestamp ?? '';
   return ta !== tb ? ta > tb : wepId(a) > wepId(b);
 }
 
-function conflictOf(w: Resource<'WorkloadEndpoint'>, derived: string | undefined, kind: InterfaceConflict['kind'], winner?: Resource<'WorkloadEndpoint'>): InterfaceConflict {
+function conflictOf(
+  w: Resource<'WorkloadEndpoint'>,
+  derived: string | undefined,
+  kind: InterfaceConflict['kind'],
+  winner?: Resource<'WorkloadEndpoint'>,
+): InterfaceConflict {
   const namespace = w.metadata.namespace ?? 'default';
   const who = w.spec.pod ? `pod ${namespace}/${w.spec.pod}` : `endpoint ${namespace}/${w.metadata.name}`;
   // The recorded name is the pod owner's text: quoted, bounded.
   const recorded = JSON.stringify(w.spec.interfaceName.slice(0, 64));
   const message =
     kind === 'recorded'
-      ? `${who} records host interface ${recorded}, which is not the one this node made for it (${derived}, derived from ` +
-        'its namespace and pod); the recorded name is ignored and its policy is programmed on its own interface ' +
-        '(on the Kubernetes datastore: remove or correct the annotation cni.netplugin.org/interfaceName)'
-      : `${who} derives the host interface of ${winner ? wepId(winner) : 'another endpoint'}, which is newer and keeps ` +
-        'it; this endpoint is not programmed (its traffic stays dropped)';
-  return { namespace, endpoint: w.metadata.name, ...(w.spec.pod ? { pod: w.spec.pod } : {}), recorded: w.spec.interfaceName, ...(derived ? { derived } : {}), kind, message };
+      ? `${who} records host interface ${recorded}, which is not the one this node made for it ` +
+        `(${derived}, derived from its namespace and pod); the recorded name is ignored and its policy is ` +
+        'programmed on its own interface (on the Kubernetes datastore: remove or correct the annotation ' +
+        'cni.netplugin.org/interfaceName)'
+      : `${who} derives the host interface of ${winner ? wepId(winner) : 'another endpoint'}, which is ` +
+        'newer and keeps it; this endpoint is not programmed (its traffic stays dropped)';
+  return {
+    namespace,
+    endpoint: w.metadata.name,
+    ...(w.spec.pod ? { pod: w.spec.pod } : {}),
+    recorded: w.spec.interfaceName,
+    ...(derived ? { derived } : {}),
+    kind,
+    message,
+  };
 }
 
 /** What one batch saw: the objects (by identity: the informers keep an unchanged object) and the endpoints' views. */
@@ -344,7 +370,13 @@ interface Seen {
   local: Set<string>;
 }
 
-function snapshot(weps: Array<Resource<'WorkloadEndpoint'>>, endpoints: EndpointInput[], policies: PolicyInput[], profiles: Map<string, ProfileInput>, was: Seen | undefined): Seen {
+function snapshot(
+  weps: Array<Resource<'WorkloadEndpoint'>>,
+  endpoints: EndpointInput[],
+  policies: PolicyInput[],
+  profiles: Map<string, ProfileInput>,
+  was: Seen | undefined,
+): Seen {
   const now: Seen = { weps: new Map(), policies: new Map(), profiles, views: new Map(), local: new Set() };
   for (const p of policies) now.policies.set(`${p.kind}/${policyId(p)}`, p);
   // A profile change can change any endpoint's labels (namespace labels, labelsToApply): all views anew.
@@ -363,7 +395,8 @@ function snapshot(weps: Array<Resource<'WorkloadEndpoint'>>, endpoints: Endpoint
     }
   });
   endpointViews(fresh, profiles).forEach((v, i) => {
-    now.views.set(freshIds[i]!, { view: v, sig: JSON.stringify([v.allLabels, v.nsLabels, v.addrs, v.ports, v.profiles]) });
+    const sig = JSON.stringify([v.allLabels, v.nsLabels, v.addrs, v.ports, v.profiles]);
+    now.views.set(freshIds[i]!, { view: v, sig });
   });
   return now;
 }
@@ -397,17 +430,21 @@ function affectedAddresses(was: Seen, now: Seen): string[] {
   const take = (v: EndpointView | undefined) => v?.addrs.forEach((a) => out.add(a));
   for (const [id, n] of now.views) {
     const o = was.views.get(id);
-    if (o && o !== n && o.sig !== n.sig) (take(o.view), take(n.view));
+    if (!o || o === n || o.sig === n.sig) continue;
+    take(o.view);
+    take(n.view);
   }
   const profiles = new Set(changedKeys(was.profiles, now.profiles));
-  const policies = changedKeys(was.policies, now.policies).map((k) => [was.policies.get(k), now.policies.get(k)] as const);
+  const policies = changedKeys(was.policies, now.policies)
+    .map((k) => [was.policies.get(k), now.policies.get(k)] as const);
   if (profiles.size === 0 && policies.length === 0) return [...out];
   for (const id of now.local) {
     const n = now.views.get(id)!.view;
     const o = was.views.get(id)?.view;
     if (!o) continue;
-    const uses = n.profiles.some((p) => profiles.has(p)) || policies.some(([op, np]) => (np && policySelects(np, n)) || (op && policySelects(op, o)));
-    if (uses) take(n);
+    const selects = ([op, np]: (typeof policies)[number]) =>
+      (np !== undefined && policySelects(np, n)) || (op !== undefined && policySelects(op, o));
+    if (n.profiles.some((p) => profiles.has(p)) || policies.some(selects)) take(n);
   }
   return [...out];
 }

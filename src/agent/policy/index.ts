@@ -25,7 +25,7 @@ export async function startPolicyAgent(
   opts: {
     retryMs?: number;
     onApplied?: (s: import('./controller.js').ApplyStats) => void;
-    /** Also told of every interface conflict (the agent's metric); the log and, on Kubernetes, the pod's Event are done here. */
+    /** Also told of every interface conflict (the agent's metric); the log and the pod's Event are done here. */
     onInterfaceConflict?: (c: import('./controller.js').InterfaceConflict) => void;
     /** Warning Events on pods (default true; the agent's --pod-events). */
     podEvents?: boolean;
@@ -93,7 +93,8 @@ export async function startPolicyAgent(
       const { createKubeClient } = await import('../../k8s/client.js');
       eventClient = await createKubeClient({ ...conf.kubernetes });
     } catch (e) {
-      log.warn('policy: no Kubernetes API access for pod Events; interface conflicts are only logged', { error: (e as Error).message });
+      const error = (e as Error).message;
+      log.warn('policy: no Kubernetes API access for pod Events; interface conflicts are only logged', { error });
       return undefined;
     }
     const { createPodEvents } = await import('../pod-events.js');

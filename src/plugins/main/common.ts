@@ -46,7 +46,10 @@ export function identify(conf: Netconf, c: { containerId: string; ifname: string
     namespace: pod?.namespace ?? 'default',
     ...(pod ? { pod } : {}),
     handleID: handleIDFor(conf.name, c.containerId),
-    hostIfname: hostVethName(prefix, hostVethKey({ orchestrator, namespace: pod?.namespace, pod: pod?.name, containerID: c.containerId })),
+    hostIfname: hostVethName(
+      prefix,
+      hostVethKey({ orchestrator, namespace: pod?.namespace, pod: pod?.name, containerID: c.containerId }),
+    ),
     endpointName: workloadEndpointName(node, orchestrator, workload, c.ifname),
   };
 }
