@@ -2,7 +2,7 @@
 // real nftables (its own table in this test's namespace): the first resync
 // happens even when a kind lists nothing and lists last; a table changed behind
 // its back is repaired by a full resync; status files follow endpoints.
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -131,5 +131,33 @@ describe('policy controller', () => {
     expect(seen.map((c) => [c.kind, c.endpoint, c.derived ?? null])).toEqual([['shared', 'node1-k8s-p-eth0', null]]);
     expect(existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-p-net1'), dir))).toBe(true);
     expect(existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-p-eth0'), dir))).toBe(false);
+  });
+
+  it('same-named endpoints in two namespaces: each signal and status file is its own', async () => {
+    const mem = new MemoryDatastore();
+    for (const ns of ['x', 'y']) await mem.create(namespaceToProfile({ metadata: { name: ns } }));
+    dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
+    const base = { vethPrefixes: ['npt'], table: TABLE };
+    ctl = await startPolicyController({ ds: mem, nodename: 'node1', log: quiet, base, statusDir: dir, nft: (s) => nftRunAsync(s) });
+    await within(ctl.synced, 15_000, 'the first resync');
+    const name = 'node1-k8s-twin-eth0';
+    const reports = (n: number) => new Promise<void>((r) => {
+      const t = setInterval(() => got.length >= n && (clearInterval(t), r()), 20);
+    });
+    const got: Array<[string, string]> = [];
+    for (const ns of ['x', 'y']) ctl.signal.onProgrammed(endpointStatusKey(ns, name), (cid) => got.push([ns, cid]));
+    const inX = wep(name, hostVethName('npt', 'x.twin'));
+    inX.spec = { ...inX.spec, pod: 'twin', containerID: 'cx' };
+    await mem.create(inX);
+    await within(reports(1), 15_000, 'x programmed');
+    const inY = wep(name, hostVethName('npt', 'y.twin'));
+    inY.metadata.namespace = 'y';
+    inY.spec = { ...inY.spec, pod: 'twin', containerID: 'cy', ipNetworks: ['10.66.0.9/32'] };
+    await mem.create(inY);
+    await within(reports(2), 15_000, 'y programmed');
+    expect(got).toEqual([['x', 'cx'], ['y', 'cy']]);
+    for (const [ns, cid] of [['x', 'cx'], ['y', 'cy']] as const) {
+      expect(JSON.parse(readFileSync(statusFilePath(endpointStatusKey(ns, name), dir), 'utf8'))).toMatchObject({ containerID: cid });
+    }
   });
 });
