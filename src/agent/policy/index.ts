@@ -87,8 +87,10 @@ export async function startPolicyAgent(
   };
   // On the Kubernetes datastore the pod is the endpoint: its Events go through the API access the datastore uses.
   let eventClient: import('../../k8s/client.js').KubeClient | undefined;
+  let podEvents: import('../pod-events.js').PodEvents | undefined;
   const podEventsFor = async (ds: import('../../datastore/types.js').Datastore, node: string) => {
     if (opts.podEvents === false || ds.type !== 'kubernetes') return undefined;
+    if (podEvents) return podEvents; // a retry of the start
     try {
       const { createKubeClient } = await import('../../k8s/client.js');
       eventClient = await createKubeClient({ ...conf.kubernetes });
@@ -98,7 +100,7 @@ export async function startPolicyAgent(
       return undefined;
     }
     const { createPodEvents } = await import('../pod-events.js');
-    return createPodEvents({ client: eventClient, node, log });
+    return (podEvents = createPodEvents({ client: eventClient, node, log }));
   };
   void start();
   return {
