@@ -62,7 +62,7 @@ export interface InterfaceConflict {
   recorded: string;
   /** What the endpoint is programmed as; undefined when it is not programmed (`shared`). */
   derived?: string;
-  /** `recorded`: the recorded name is not the derived one; `shared`: another, newer endpoint derives the same. */
+  /** `recorded`: the recorded name is not the derived one; `shared`: another endpoint that derives the same has it. */
   kind: 'recorded' | 'shared';
   message: string;
 }
@@ -199,7 +199,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
    * The compiler's endpoints: a local one gets the host veth the agent derives for it (never its
    * recorded interfaceName: a pod annotation on the Kubernetes datastore, so its owner's to edit),
    * and an interface is programmed for one endpoint only: when two derive the same (one pod with two
-   * endpoints, or a hash collision), the newest endpoint has it and the other is not programmed.
+   * endpoints, or a hash collision), one has it (preferred()) and the other is not programmed.
    * Disagreements are reported. `local`: the programmed local endpoints by endpointStatusKey.
    */
   const localEndpoints = (weps: Array<Resource<'WorkloadEndpoint'>>) => {
@@ -213,7 +213,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       if (w.spec.interfaceName !== e.interfaceName) found.set(wepId(w), conflictOf(w, e.interfaceName, 'recorded'));
       const other = owner.get(e.interfaceName);
       if (other) {
-        const [win, lose] = newer(w, other.w) ? [{ w, e }, other] : [other, { w, e }];
+        const [win, lose] = preferred(w, other.w, e.interfaceName) ? [{ w, e }, other] : [other, { w, e }];
         delete lose.e.interfaceName;
         found.set(wepId(lose.w), conflictOf(lose.w, undefined, 'shared', win.w));
         owner.set(win.e.interfaceName!, win);
@@ -324,8 +324,14 @@ function wepId(w: Resource<'WorkloadEndpoint'>): string {
   return `${w.metadata.namespace ?? 'default'}/${w.metadata.name}`;
 }
 
-/** Whether `a` is newer than `b`: created later; in the same second, the greater identity (all agents agree). */
-function newer(a: Resource<'WorkloadEndpoint'>, b: Resource<'WorkloadEndpoint'>): boolean {
+/**
+ * Whether `a` rather than `b` has interface `ifname` that both derive: the one that records it (the
+ * other's record disagrees: another network's veth, or forged), else the newer: created later; in
+ * the same second, the greater identity (all agents agree).
+ */
+function preferred(a: Resource<'WorkloadEndpoint'>, b: Resource<'WorkloadEndpoint'>, ifname: string): boolean {
+  const ha = a.spec.interfaceName === ifname;
+  if (ha !== (b.spec.interfaceName === ifname)) return ha;
   const ta = a.metadata.creationTimestamp ?? '';
   const tb = b.metadata.creationTimestamp ?? '';
   return ta !== tb ? ta > tb : wepId(a) > wepId(b);
@@ -347,8 +353,8 @@ function conflictOf(
         `(${derived}, derived from its namespace and pod); the recorded name is ignored and its policy is ` +
         'programmed on its own interface (on the Kubernetes datastore: remove or correct the annotation ' +
         'cni.netplugin.org/interfaceName)'
-      : `${who} derives the host interface of ${winner ? wepId(winner) : 'another endpoint'}, which is ` +
-        'newer and keeps it; this endpoint is not programmed (its traffic stays dropped)';
+      : `${who} derives the host interface of ${winner ? wepId(winner) : 'another endpoint'}, which records ` +
+        'it or is newer and keeps it; this endpoint is not programmed (its traffic stays dropped)';
   return {
     namespace,
     endpoint: w.metadata.name,
