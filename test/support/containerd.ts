@@ -16,13 +16,8 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CriClient } from './cri.js';
+import { MOUNT_CGROUPS_SH } from './netns.js';
 
-/** The cgroup v1 hierarchies of the development machine, mounted again in a private mount namespace. */
-export const MOUNT_CGROUPS_SH = `
-mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup
-for c in cpu cpuacct cpuset memory devices freezer blkio pids; do mkdir -p /sys/fs/cgroup/$c; mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c; done
-mkdir -p /sys/fs/cgroup/systemd; mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
-`;
 const CGROUP_HIERARCHIES = ['cpu', 'cpuacct', 'cpuset', 'memory', 'devices', 'freezer', 'blkio', 'pids', 'systemd'];
 
 export interface ContainerdOptions {
