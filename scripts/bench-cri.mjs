@@ -1,0 +1,159 @@
+#!/usr/bin/env node
+// Pod start through containerd 1.6's CRI, as a kubelet starts pods: 20
+// RunPodSandbox calls at once, a few rounds, through the agent (the installed
+// shim and a running netplugin-node) and per exec (the same shim, no agent: its
+// fallback runs the plugin). Reports the CNI ADD as containerd sees it (a
+// wrapper in the bin dir stamps each exec of the plugin) and the whole
+// RunPodSandbox, p50/p99. A measurement, not a test; the same private
+// containerd as test/integration/containerd-cri.test.ts (test/support/containerd.ts).
+//
+//   npm run bench:cri        (= bash scripts/in-netns node scripts/bench-cri.mjs [--rounds 3] [--pods 20])
+//
+// Node 20 cannot run the TypeScript sources directly: the body below is
+// bundled with esbuild into node_modules/.cache and imported from there.
+import { build } from 'esbuild';
+import { copyFileSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { startEtcd, summary, waitSocket } from './bench/lib.mjs';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const arg = (name, dflt) => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? Number(process.argv[i + 1]) : dflt;
+};
+const ROUNDS = arg('--rounds', 3);
+const PODS = arg('--pods', 20);
+if (!process.env.NETPLUGIN_HOST_NETNS) {
+  console.error('bench-cri: run it in a throwaway node namespace: bash scripts/in-netns node scripts/bench-cri.mjs');
+  process.exit(1);
+}
+
+const src = (p) => JSON.stringify(join(root, p));
+const body = `
+import { spawn } from 'node:child_process';
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { startContainerd } from ${src('test/support/containerd.ts')};
+import { busyboxRootfsTar, ociArchive } from ${src('test/support/busybox-image.ts')};
+import { openDatastore } from ${src('src/datastore/index.ts')};
+import { API_VERSION } from ${src('src/model/resources.ts')};
+import { runCtl } from ${src('src/ctl/index.ts')};
+
+const IMAGE = 'localhost/netplugin-bench/busybox:cri';
+
+export async function run({ endpoint, rounds, pods, waitSocket }) {
+  const tmp = mkdtempSync(join(tmpdir(), 'netplugin-bench-cri-'));
+  const ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: endpoint });
+  const results = [];
+  let version = '';
+  try {
+    await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: true, clusterType: 'bench' } });
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'bench-cri' }, spec: { cidr: '10.201.0.0/24', blockSize: 26, natOutgoing: true } });
+    const archive = ociArchive(tmp, busyboxRootfsTar(tmp), IMAGE, ['sleep', 'infinity']);
+    const bin = join(tmp, 'bin');
+    const conf = join(tmp, 'net.d');
+    const code = await runCtl(
+      ['install-cni', '--bin-dir', bin, '--conf-dir', conf, '--etcd-endpoints', endpoint, '--nodename', 'bench-node', '--log-file-path', ''],
+      { env: {}, stdout: () => {}, stderr: (s) => process.stderr.write(s), packageDir: ${src('')}, nodePath: process.execPath, inPod: false },
+    );
+    if (code !== 0) throw new Error('install-cni failed');
+    const file = join(conf, '10-netplugin.conflist');
+    const conflist = JSON.parse(readFileSync(file, 'utf8'));
+    Object.assign(conflist.plugins[0], { host_veth_prefix: 'nbc', ipam_lock_file: join(tmp, 'ipam.lock'), log_level: 'warning' });
+    writeFileSync(file, JSON.stringify(conflist, null, 2));
+    for (const p of ['portmap', 'loopback']) copyFileSync(join('/usr/lib/cni', p), join(bin, p));
+    // The stamp: the installed shim moves to bin/real/ (with its fallback file,
+    // which it reads beside itself); bin/netplugin logs each exec's start and end.
+    mkdirSync(join(bin, 'real'));
+    renameSync(join(bin, 'netplugin'), join(bin, 'real/netplugin'));
+    renameSync(join(bin, 'netplugin.fallback'), join(bin, 'real/netplugin.fallback'));
+    const stamps = join(tmp, 'stamps');
+    writeFileSync(join(bin, 'netplugin'), '#!/bin/sh\\ns=$(date +%s%N)\\n"' + join(bin, 'real/netplugin') + '"\\nrc=$?\\necho "$CNI_COMMAND $s $(date +%s%N)" >> "' + stamps + '"\\nexit $rc\\n');
+    chmodSync(join(bin, 'netplugin'), 0o755);
+
+    for (const mode of ['through the agent', 'per exec']) {
+      const socket = join(tmp, mode === 'per exec' ? 'no-agent.sock' : 'run/cni.sock');
+      const ctd = await startContainerd({ dir: join(tmp, 'containerd-' + results.length), cniBinDir: bin, cniConfDir: conf, imageArchive: archive, image: IMAGE, env: { NETPLUGIN_AGENT_SOCKET: socket } });
+      let agent;
+      try {
+        version = (await ctd.cri.version()).runtimeVersion;
+        if (mode !== 'per exec') {
+          const argv = [...ctd.enter, process.execPath, ${src('dist/netplugin-node.mjs')}, '--socket', socket, '--log-level', 'WARNING', '--health-addr', 'off'];
+          agent = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] });
+          await waitSocket(socket, 30_000, () => (agent.exitCode !== null ? 'the agent exited' : undefined));
+        }
+        const run = [];
+        rmSync(stamps, { force: true });
+        for (let r = 0; r < rounds; r++) {
+          const ids = await Promise.all(Array.from({ length: pods }, async (_, i) => {
+            const uid = randomUUID();
+            const t0 = process.hrtime.bigint();
+            const id = await ctd.cri.runPodSandbox({ metadata: { name: 'bench-' + i, namespace: 'bench', uid }, hostname: 'bench-' + i, linux: { cgroupParent: ctd.cgroupParent + '/pod' + uid } });
+            run.push(Number(process.hrtime.bigint() - t0) / 1e6);
+            return id;
+          }));
+          await Promise.all(ids.map((id) => ctd.cri.stopPodSandbox(id)));
+          await Promise.all(ids.map((id) => ctd.cri.removePodSandbox(id)));
+        }
+        const add = readFileSync(stamps, 'utf8').trim().split('\\n').map((l) => l.split(' ')).filter((f) => f[0] === 'ADD').map((f) => (Number(f[2]) - Number(f[1])) / 1e6);
+        results.push({ mode, add, run });
+      } finally {
+        await ctd.close();
+        if (agent && agent.exitCode === null) {
+          agent.kill('SIGTERM');
+          await new Promise((r) => agent.once('exit', r));
+        }
+      }
+    }
+  } finally {
+    await ds.close().catch(() => undefined);
+    rmSync(tmp, { recursive: true, force: true });
+  }
+  return { version, results };
+}
+`;
+
+const cache = join(root, 'node_modules/.cache/netplugin-bench');
+mkdirSync(cache, { recursive: true });
+const entry = join(cache, `bench-cri-${process.pid}.ts`);
+const out = join(cache, `bench-cri-${process.pid}.mjs`);
+writeFileSync(entry, body);
+// test/support/cri.ts loads its .proto beside the module: beside the bundle here.
+copyFileSync(join(root, 'test/support/cri-api.proto'), join(cache, 'cri-api.proto'));
+const etcd = await startEtcd();
+try {
+  await build({
+    entryPoints: [entry],
+    outfile: out,
+    bundle: true,
+    platform: 'node',
+    target: 'node20',
+    format: 'esm',
+    external: ['etcd3', 'node-gyp-build', 'yaml', '@grpc/grpc-js', '@grpc/proto-loader'],
+    banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+    logLevel: 'error',
+  });
+  const { run } = await import(pathToFileURL(out).href);
+  const { version, results } = await run({ endpoint: etcd.endpoint, rounds: ROUNDS, pods: PODS, waitSocket });
+  const ms = (x) => Math.round(x);
+  console.log(`containerd ${version} CRI, ${PODS} RunPodSandbox at once x ${ROUNDS} rounds (ms)`);
+  console.table(
+    Object.fromEntries(
+      results.flatMap(({ mode, add, run: rps }) => {
+        const a = summary(add);
+        const r = summary(rps);
+        return [
+          [`${mode}: CNI ADD`, { p50: ms(a.p50), p99: ms(a.p99), max: ms(Math.max(...add)), n: a.n }],
+          [`${mode}: RunPodSandbox`, { p50: ms(r.p50), p99: ms(r.p99), max: ms(Math.max(...rps)), n: r.n }],
+        ];
+      }),
+    ),
+  );
+} finally {
+  etcd.stop();
+  rmSync(entry, { force: true });
+  rmSync(out, { force: true });
+}
