@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCtl } from '../../src/ctl/index.js';
+import { writeFileAtomic } from '../../src/ctl/install-cni.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { PAGE, busyboxRootfsTar, ociArchive } from '../support/busybox-image.js';
 import { CNI_BIN_DIR, ROOT, assertThrowawayHostNetns } from '../support/cni.js';
@@ -143,6 +144,12 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
     expect(await ctd.cri.listPodSandbox()).toEqual([]);
   }
 
+  it('the runtime reports NetworkReady with netplugin\'s conflist loaded', async () => {
+    const st = await ctd.cri.status(true);
+    expect(st.conditions.find((cond) => cond.type === 'NetworkReady')?.status).toBe(true);
+    expect(loadedConflists(st.info).map((l) => l.name)).toEqual([NET_NAME]);
+  });
+
   it('a pod: CRI reports eth0 address, pods reach each other, a hostPort answers; stop releases, remove leaves nothing', async () => {
     const web = await startPod('web', ['httpd', '-f', '-p', '80', '-h', '/www'], { portMappings: [{ protocol: 'TCP', containerPort: 80, hostPort: p.hostPort }] });
     const client = await startPod('client', ['sleep', 'infinity']);
@@ -227,4 +234,31 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
     for (const h of fillers) await ipam.releaseByHandle(h);
     await expectNothingLeftOf([]);
   });
+
+  it('a conflist replaced by rename (as install-cni writes it) applies to the next pod without a restart', async () => {
+    const file = join(tmp, 'net.d', '10-netplugin.conflist');
+    const mtu = async (pod: Pod) => (await ctd.cri.execSync(pod.container!, ['cat', '/sys/class/net/eth0/mtu'])).stdout.trim();
+    const before = await startPod('before', ['sleep', 'infinity']);
+    const conflist = JSON.parse(readFileSync(file, 'utf8'));
+    const original = conflist.plugins[0].mtu;
+    conflist.plugins[0].mtu = 1400;
+    expect(writeFileAtomic(file, JSON.stringify(conflist, null, 2), 0o644).action).toBe('written');
+    // containerd's watcher reloads the directory on the rename; Status (verbose) shows what it loaded.
+    const deadline = Date.now() + 10_000;
+    while (loadedConflists((await ctd.cri.status(true)).info)[0]?.plugins[0]?.['mtu'] !== 1400) {
+      if (Date.now() > deadline) throw new Error(`containerd did not reload ${file} within 10 s`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const after = await startPod('after', ['sleep', 'infinity']);
+    expect(await mtu(before)).toBe(String(original ?? 1500));
+    expect(await mtu(after)).toBe('1400');
+    await removePods([before, after]);
+    await expectNothingLeftOf([before.id, after.id]);
+  });
 });
+
+/** The conflists containerd's CRI plugin has loaded, from Status's verbose `cniconfig` (go-cni's config result). */
+function loadedConflists(info: Record<string, string>): Array<{ name: string; plugins: Array<Record<string, unknown>> }> {
+  const cfg = JSON.parse(info['cniconfig'] ?? '{}') as { Networks?: Array<{ Config?: { Source?: string } }> };
+  return (cfg.Networks ?? []).flatMap((n) => (n.Config?.Source ? [JSON.parse(n.Config.Source)] : [])).filter((c) => c.name !== 'cni-loopback');
+}

@@ -1,5 +1,5 @@
 // A small CRI client: the runtime.v1 RuntimeService calls a kubelet makes to
-// run a pod (RunPodSandbox, PodSandboxStatus, CreateContainer, StartContainer,
+// run a pod (Status, RunPodSandbox, PodSandboxStatus, CreateContainer, StartContainer,
 // ExecSync, StopPodSandbox, RemovePodSandbox) over the runtime's unix socket.
 // The messages are the subset in cri-api.proto; @grpc/grpc-js and
 // @grpc/proto-loader come with etcd3 (no dependency of our own).
@@ -81,6 +81,12 @@ export class CriClient {
 
   async version(): Promise<{ runtimeName: string; runtimeVersion: string; runtimeApiVersion: string }> {
     return this.call('Version', { version: 'v1' }, 5_000);
+  }
+
+  /** The runtime's conditions (RuntimeReady, NetworkReady) and, verbose, its info (containerd: the loaded CNI config). */
+  async status(verbose = false): Promise<{ conditions: Array<{ type: string; status: boolean; reason: string; message: string }>; info: Record<string, string> }> {
+    const r = await this.call<{ status: { conditions: Array<{ type: string; status: boolean; reason: string; message: string }> }; info: Record<string, string> }>('Status', { verbose }, 5_000);
+    return { conditions: r.status.conditions, info: r.info };
   }
 
   async runPodSandbox(config: SandboxConfig): Promise<string> {
