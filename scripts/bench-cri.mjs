@@ -76,6 +76,7 @@ export async function run({ endpoint, rounds, pods, waitSocket }) {
 
     for (const mode of ['through the agent', 'per exec']) {
       const socket = join(tmp, mode === 'per exec' ? 'no-agent.sock' : 'run/cni.sock');
+      process.stderr.write('bench-cri: ' + mode + '\\n');
       const ctd = await startContainerd({ dir: join(tmp, 'containerd-' + results.length), cniBinDir: bin, cniConfDir: conf, imageArchive: archive, image: IMAGE, env: { NETPLUGIN_AGENT_SOCKET: socket } });
       let agent;
       try {
@@ -102,9 +103,12 @@ export async function run({ endpoint, rounds, pods, waitSocket }) {
         results.push({ mode, add, run });
       } finally {
         await ctd.close();
-        if (agent && agent.exitCode === null) {
+        if (agent && agent.exitCode === null && agent.signalCode === null) {
+          const exited = new Promise((r) => agent.once('exit', r));
           agent.kill('SIGTERM');
-          await new Promise((r) => agent.once('exit', r));
+          const t = setTimeout(() => agent.kill('SIGKILL'), 10_000);
+          await exited;
+          clearTimeout(t);
         }
       }
     }
