@@ -13,7 +13,7 @@
 // that must open those files (the agent, for the shim's requests) is started
 // with `enter` in front of its command line.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CriClient } from './cri.js';
 import { MOUNT_CGROUPS_SH } from './netns.js';
@@ -47,7 +47,11 @@ export interface Containerd {
   log(): string;
   /** Stops containerd (SIGTERM; the pods and their shims keep running) and starts it again. */
   restart(): Promise<void>;
-  /** Stops and removes every sandbox left, stops containerd, removes its cgroups and files. */
+  /**
+   * Stops and removes every sandbox left, stops containerd (and, after a failed test, kills the
+   * shims and pod processes it left), removes its cgroups and files. A process started with
+   * `enter` (the agent) is the caller's to stop, after this: the sandboxes' DELs may need it.
+   */
   close(): Promise<void>;
 }
 
@@ -167,14 +171,14 @@ export async function startContainerd(o: ContainerdOptions): Promise<Containerd>
     clearTimeout(t);
   };
 
-  /** Pids of the processes still in our pod cgroups or our mount namespace (shims), holder and containerd aside. */
+  /** Pids of what containerd started and left: its shims (in our mount namespace) and the processes in our pod cgroups. */
   const leftovers = (): number[] => {
     const pids = new Set<number>();
     const mnt = readlinkSync(`/proc/${holder.pid}/ns/mnt`);
     for (const e of readdirSync('/proc')) {
-      if (!/^\d+$/.test(e) || Number(e) === holder.pid || Number(e) === proc?.pid) continue;
+      if (!/^\d+$/.test(e)) continue;
       try {
-        if (readlinkSync(`/proc/${e}/ns/mnt`) === mnt) pids.add(Number(e));
+        if (readlinkSync(`/proc/${e}/ns/mnt`) === mnt && readFileSync(`/proc/${e}/comm`, 'utf8').startsWith('containerd-shim')) pids.add(Number(e));
       } catch {
         /* gone */
       }
