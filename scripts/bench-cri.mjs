@@ -9,13 +9,10 @@
 //
 //   npm run bench:cri        (= bash scripts/in-netns node scripts/bench-cri.mjs [--rounds 3] [--pods 20])
 //
-// Node 20 cannot run the TypeScript sources directly: the body below is
-// bundled with esbuild into node_modules/.cache and imported from there.
-import { build } from 'esbuild';
-import { copyFileSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+// The body below is TypeScript, bundled and imported by withBundle (scripts/bench/lib.mjs).
 import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { startEtcd, summary, waitSocket } from './bench/lib.mjs';
+import { fileURLToPath } from 'node:url';
+import { startEtcd, summary, waitSocket, withBundle } from './bench/lib.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const arg = (name, dflt) => {
@@ -120,28 +117,12 @@ export async function run({ endpoint, rounds, pods, waitSocket }) {
 }
 `;
 
-const cache = join(root, 'node_modules/.cache/netplugin-bench');
-mkdirSync(cache, { recursive: true });
-const entry = join(cache, `bench-cri-${process.pid}.ts`);
-const out = join(cache, `bench-cri-${process.pid}.mjs`);
-writeFileSync(entry, body);
-// test/support/cri.ts loads its .proto beside the module: beside the bundle here.
-copyFileSync(join(root, 'test/support/cri-api.proto'), join(cache, 'cri-api.proto'));
 const etcd = await startEtcd();
 try {
-  await build({
-    entryPoints: [entry],
-    outfile: out,
-    bundle: true,
-    platform: 'node',
-    target: 'node20',
-    format: 'esm',
-    external: ['etcd3', 'node-gyp-build', 'yaml', '@grpc/grpc-js', '@grpc/proto-loader'],
-    banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
-    logLevel: 'error',
+  const { version, results } = await withBundle(root, 'bench-cri', body, ({ run }) => run({ endpoint: etcd.endpoint, rounds: ROUNDS, pods: PODS, waitSocket }), {
+    // test/support/cri.ts loads its .proto beside the module: beside the bundle here.
+    besides: [join(root, 'test/support/cri-api.proto')],
   });
-  const { run } = await import(pathToFileURL(out).href);
-  const { version, results } = await run({ endpoint: etcd.endpoint, rounds: ROUNDS, pods: PODS, waitSocket });
   const ms = (x) => Math.round(x);
   console.log(`containerd ${version} CRI, ${PODS} RunPodSandbox at once x ${ROUNDS} rounds (ms)`);
   console.table(
@@ -158,6 +139,4 @@ try {
   );
 } finally {
   etcd.stop();
-  rmSync(entry, { force: true });
-  rmSync(out, { force: true });
 }
