@@ -29,7 +29,8 @@ if (!process.env.NETPLUGIN_HOST_NETNS) {
 const src = (p) => JSON.stringify(join(root, p));
 const body = `
 import { spawn } from 'node:child_process';
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync,
+  writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -47,19 +48,22 @@ export async function run({ endpoint, rounds, pods, waitSocket }) {
   const results = [];
   let version = '';
   try {
-    await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: true, clusterType: 'bench' } });
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'bench-cri' }, spec: { cidr: '10.201.0.0/24', blockSize: 26, natOutgoing: true } });
+    const info = { datastoreReady: true, clusterType: 'bench' };
+    await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: info });
+    const pool = { cidr: '10.201.0.0/24', blockSize: 26, natOutgoing: true };
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'bench-cri' }, spec: pool });
     const archive = ociArchive(tmp, busyboxRootfsTar(tmp), IMAGE, ['sleep', 'infinity']);
     const bin = join(tmp, 'bin');
     const conf = join(tmp, 'net.d');
-    const code = await runCtl(
-      ['install-cni', '--bin-dir', bin, '--conf-dir', conf, '--etcd-endpoints', endpoint, '--nodename', 'bench-node', '--log-file-path', ''],
-      { env: {}, stdout: () => {}, stderr: (s) => process.stderr.write(s), packageDir: ${src('')}, nodePath: process.execPath, inPod: false },
-    );
+    const args = ['install-cni', '--bin-dir', bin, '--conf-dir', conf, '--etcd-endpoints', endpoint];
+    args.push('--nodename', 'bench-node', '--log-file-path', '');
+    const io = { env: {}, stdout: () => {}, stderr: (s) => process.stderr.write(s), inPod: false };
+    const code = await runCtl(args, { ...io, packageDir: ${src('')}, nodePath: process.execPath });
     if (code !== 0) throw new Error('install-cni failed');
     const file = join(conf, '10-netplugin.conflist');
     const conflist = JSON.parse(readFileSync(file, 'utf8'));
-    Object.assign(conflist.plugins[0], { host_veth_prefix: 'nbc', ipam_lock_file: join(tmp, 'ipam.lock'), log_level: 'warning' });
+    const lock = join(tmp, 'ipam.lock');
+    Object.assign(conflist.plugins[0], { host_veth_prefix: 'nbc', ipam_lock_file: lock, log_level: 'warning' });
     writeFileSync(file, JSON.stringify(conflist, null, 2));
     for (const p of ['portmap', 'loopback']) copyFileSync(join('/usr/lib/cni', p), join(bin, p));
     // The stamp: the installed shim moves to bin/real/ (with its fallback file,
@@ -68,18 +72,34 @@ export async function run({ endpoint, rounds, pods, waitSocket }) {
     renameSync(join(bin, 'netplugin'), join(bin, 'real/netplugin'));
     renameSync(join(bin, 'netplugin.fallback'), join(bin, 'real/netplugin.fallback'));
     const stamps = join(tmp, 'stamps');
-    writeFileSync(join(bin, 'netplugin'), '#!/bin/sh\\ns=$(date +%s%N)\\n"' + join(bin, 'real/netplugin') + '"\\nrc=$?\\necho "$CNI_COMMAND $s $(date +%s%N)" >> "' + stamps + '"\\nexit $rc\\n');
+    const wrapper = [
+      '#!/bin/sh',
+      's=$(date +%s%N)',
+      '"' + join(bin, 'real/netplugin') + '"',
+      'rc=$?',
+      'echo "$CNI_COMMAND $s $(date +%s%N)" >> "' + stamps + '"',
+      'exit $rc',
+    ];
+    writeFileSync(join(bin, 'netplugin'), wrapper.join('\\n') + '\\n');
     chmodSync(join(bin, 'netplugin'), 0o755);
 
     for (const mode of ['through the agent', 'per exec']) {
       const socket = join(tmp, mode === 'per exec' ? 'no-agent.sock' : 'run/cni.sock');
       process.stderr.write('bench-cri: ' + mode + '\\n');
-      const ctd = await startContainerd({ dir: join(tmp, 'containerd-' + results.length), cniBinDir: bin, cniConfDir: conf, imageArchive: archive, image: IMAGE, env: { NETPLUGIN_AGENT_SOCKET: socket } });
+      const ctd = await startContainerd({
+        dir: join(tmp, 'containerd-' + results.length),
+        cniBinDir: bin,
+        cniConfDir: conf,
+        imageArchive: archive,
+        image: IMAGE,
+        env: { NETPLUGIN_AGENT_SOCKET: socket },
+      });
       let agent;
       try {
         version = (await ctd.cri.version()).runtimeVersion;
         if (mode !== 'per exec') {
-          const argv = [...ctd.enter, process.execPath, ${src('dist/netplugin-node.mjs')}, '--socket', socket, '--log-level', 'WARNING', '--health-addr', 'off'];
+          const argv = [...ctd.enter, process.execPath, ${src('dist/netplugin-node.mjs')}, '--socket', socket];
+          argv.push('--log-level', 'WARNING', '--health-addr', 'off');
           agent = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] });
           await waitSocket(socket, 30_000, () => (agent.exitCode !== null ? 'the agent exited' : undefined));
         }
@@ -89,14 +109,17 @@ export async function run({ endpoint, rounds, pods, waitSocket }) {
           const ids = await Promise.all(Array.from({ length: pods }, async (_, i) => {
             const uid = randomUUID();
             const t0 = process.hrtime.bigint();
-            const id = await ctd.cri.runPodSandbox({ metadata: { name: 'bench-' + i, namespace: 'bench', uid }, hostname: 'bench-' + i, linux: { cgroupParent: ctd.cgroupParent + '/pod' + uid } });
+            const metadata = { name: 'bench-' + i, namespace: 'bench', uid };
+            const linux = { cgroupParent: ctd.cgroupParent + '/pod' + uid };
+            const id = await ctd.cri.runPodSandbox({ metadata, hostname: 'bench-' + i, linux });
             run.push(Number(process.hrtime.bigint() - t0) / 1e6);
             return id;
           }));
           await Promise.all(ids.map((id) => ctd.cri.stopPodSandbox(id)));
           await Promise.all(ids.map((id) => ctd.cri.removePodSandbox(id)));
         }
-        const add = readFileSync(stamps, 'utf8').trim().split('\\n').map((l) => l.split(' ')).filter((f) => f[0] === 'ADD').map((f) => (Number(f[2]) - Number(f[1])) / 1e6);
+        const lines = readFileSync(stamps, 'utf8').trim().split('\\n').map((l) => l.split(' '));
+        const add = lines.filter((f) => f[0] === 'ADD').map((f) => (Number(f[2]) - Number(f[1])) / 1e6);
         results.push({ mode, add, run });
       } finally {
         await ctd.close();
@@ -119,10 +142,10 @@ export async function run({ endpoint, rounds, pods, waitSocket }) {
 
 const etcd = await startEtcd();
 try {
-  const { version, results } = await withBundle(root, 'bench-cri', body, ({ run }) => run({ endpoint: etcd.endpoint, rounds: ROUNDS, pods: PODS, waitSocket }), {
-    // test/support/cri.ts loads its .proto beside the module: beside the bundle here.
-    besides: [join(root, 'test/support/cri-api.proto')],
-  });
+  const args = { endpoint: etcd.endpoint, rounds: ROUNDS, pods: PODS, waitSocket };
+  // test/support/cri.ts loads its .proto beside the module: beside the bundle here.
+  const besides = [join(root, 'test/support/cri-api.proto')];
+  const { version, results } = await withBundle(root, 'bench-cri', body, ({ run }) => run(args), { besides });
   const ms = (x) => Math.round(x);
   console.log(`containerd ${version} CRI, ${PODS} RunPodSandbox at once x ${ROUNDS} rounds (ms)`);
   console.table(

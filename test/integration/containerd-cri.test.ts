@@ -34,6 +34,7 @@ import {
 } from '../support/plugin-harness.js';
 
 const IMAGE = 'localhost/netplugin-test/busybox:cri';
+const HTTPD = ['httpd', '-f', '-p', '80', '-h', '/www'];
 const run = promisify(execFile);
 let imageDir: string;
 let archive: string;
@@ -66,10 +67,10 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
     const conf = join(tmp, 'net.d');
     // install-cni as docs/runtimes.md says, into containerd's temporary directories.
     let err = '';
-    const code = await runCtl(
-      ['install-cni', '--bin-dir', bin, '--conf-dir', conf, '--network-name', NET_NAME, '--etcd-endpoints', c.etcd.endpoint, '--nodename', NODE, '--log-file-path', ''],
-      { env: {}, stdout: () => {}, stderr: (s) => (err += s), packageDir: ROOT, nodePath: process.execPath, inPod: false },
-    );
+    const args = ['install-cni', '--bin-dir', bin, '--conf-dir', conf, '--network-name', NET_NAME];
+    args.push('--etcd-endpoints', c.etcd.endpoint, '--nodename', NODE, '--log-file-path', '');
+    const io = { env: {}, stdout: () => {}, stderr: (s: string) => (err += s), packageDir: ROOT, inPod: false };
+    const code = await runCtl(args, { ...io, nodePath: process.execPath });
     expect(err).toBe('');
     expect(code).toBe(0);
     // Per-test settings: our own host veth prefix and the cluster's lock file.
@@ -81,8 +82,16 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
     // plugin its CRI runs for every pod's lo must be in netplugin's.
     for (const plugin of ['portmap', 'loopback']) copyFileSync(join(CNI_BIN_DIR, plugin), join(bin, plugin));
     const socket = join(tmp, 'run/cni.sock');
-    if (p.path !== 'per exec') rmSync(join(bin, 'netplugin.fallback')); // a request the agent does not take fails loudly
-    ctd = await startContainerd({ dir: join(tmp, 'containerd'), cniBinDir: bin, cniConfDir: conf, imageArchive: archive, image: IMAGE, env: { NETPLUGIN_AGENT_SOCKET: socket } });
+    // Through the agent: no fallback, so a request the agent does not take fails loudly.
+    if (p.path !== 'per exec') rmSync(join(bin, 'netplugin.fallback'));
+    ctd = await startContainerd({
+      dir: join(tmp, 'containerd'),
+      cniBinDir: bin,
+      cniConfDir: conf,
+      imageArchive: archive,
+      image: IMAGE,
+      env: { NETPLUGIN_AGENT_SOCKET: socket },
+    });
     // The agent opens the pods' netns files, which live in containerd's mount namespace.
     if (p.path !== 'per exec') agent = await startAgent(socket, [], { prefix: ctd.enter });
   }, 120_000);
@@ -98,7 +107,8 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
 
   function podConfig(name: string, extra: Partial<SandboxConfig> = {}): SandboxConfig {
     const uid = randomUUID();
-    return { metadata: { name, namespace: 'cri-test', uid, attempt: 0 }, hostname: name, linux: { cgroupParent: `${ctd.cgroupParent}/pod${uid}` }, ...extra };
+    const linux = { cgroupParent: `${ctd.cgroupParent}/pod${uid}` };
+    return { metadata: { name, namespace: 'cri-test', uid, attempt: 0 }, hostname: name, linux, ...extra };
   }
 
   interface Pod {
@@ -132,7 +142,8 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
   }
 
   async function fetchFrom(pod: Pod, ip: string): Promise<string> {
-    const r = await ctd.cri.execSync(pod.container!, ['sh', '-c', `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 ${ip} 80`]);
+    const get = `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 ${ip} 80`;
+    const r = await ctd.cri.execSync(pod.container!, ['sh', '-c', get]);
     return r.stdout.split('\n').at(-2) + '\n';
   }
 
@@ -150,8 +161,9 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
     expect(loadedConflists(st.info).map((l) => l.name)).toEqual([NET_NAME]);
   });
 
-  it('a pod: CRI reports eth0 address, pods reach each other, a hostPort answers; stop releases, remove leaves nothing', async () => {
-    const web = await startPod('web', ['httpd', '-f', '-p', '80', '-h', '/www'], { portMappings: [{ protocol: 'TCP', containerPort: 80, hostPort: p.hostPort }] });
+  it('pods: CRI address = eth0, pod to pod, a hostPort; stop releases, remove leaves nothing', async () => {
+    const portMappings = [{ protocol: 'TCP' as const, containerPort: 80, hostPort: p.hostPort }];
+    const web = await startPod('web', HTTPD, { portMappings });
     const client = await startPod('client', ['sleep', 'infinity']);
     for (const pod of [web, client]) expect(await eth0Address(pod)).toBe(pod.ip);
     expect(web.ip).not.toBe(client.ip);
@@ -179,19 +191,25 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
     await expectNothingLeftOf([web.id, client.id]);
   });
 
-  it('20 pods at once: 20 addresses, then nothing left', async () => {
-    const pods = await Promise.all(Array.from({ length: 20 }, (_, i) => startPod(`burst-${i}`)));
-    const ips = pods.map((pod) => pod.ip);
+  // Started and torn down in two tests: each is 20 plugin runs at once (per exec, 20 Node starts).
+  let burst: Pod[] = [];
+  it('20 pods started at once: 20 addresses, each routed', async () => {
+    burst = await Promise.all(Array.from({ length: 20 }, (_, i) => startPod(`burst-${i}`)));
+    const ips = burst.map((pod) => pod.ip);
     expect(new Set(ips).size).toBe(20);
     for (const ip of ips) expect(ip).toMatch(new RegExp(`^${p.cidr.split('.').slice(0, 3).join('\\.')}\\.`));
     expect(hostPoolRoutes(c.pools)).toHaveLength(20);
     expect((await ipamState(c.ds)).allocations).toHaveLength(20);
-    await removePods(pods);
-    await expectNothingLeftOf(pods.map((pod) => pod.id));
+  });
+
+  it('20 pods stopped and removed at once: nothing left', async () => {
+    expect(burst).toHaveLength(20);
+    await removePods(burst);
+    await expectNothingLeftOf(burst.map((pod) => pod.id));
   });
 
   it('containerd restarted with pods running: they keep their addresses, then stop and remove cleanly', async () => {
-    const web = await startPod('web', ['httpd', '-f', '-p', '80', '-h', '/www']);
+    const web = await startPod('web', HTTPD);
     const client = await startPod('client', ['sleep', 'infinity']);
     await ctd.restart();
     for (const pod of [web, client]) {
@@ -237,7 +255,9 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
 
   it('a conflist replaced by rename (as install-cni writes it) applies to the next pod without a restart', async () => {
     const file = join(tmp, 'net.d', '10-netplugin.conflist');
-    const mtu = async (pod: Pod) => (await ctd.cri.execSync(pod.container!, ['cat', '/sys/class/net/eth0/mtu'])).stdout.trim();
+    const mtu = async (pod: Pod) => {
+      return (await ctd.cri.execSync(pod.container!, ['cat', '/sys/class/net/eth0/mtu'])).stdout.trim();
+    };
     const before = await startPod('before', ['sleep', 'infinity']);
     const conflist = JSON.parse(readFileSync(file, 'utf8'));
     const original = conflist.plugins[0].mtu;
@@ -258,7 +278,8 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
 });
 
 /** The conflists containerd's CRI plugin has loaded, from Status's verbose `cniconfig` (go-cni's config result). */
-function loadedConflists(info: Record<string, string>): Array<{ name: string; plugins: Array<Record<string, unknown>> }> {
+function loadedConflists(info: Record<string, string>): Array<{ name: string; plugins: Record<string, unknown>[] }> {
   const cfg = JSON.parse(info['cniconfig'] ?? '{}') as { Networks?: Array<{ Config?: { Source?: string } }> };
-  return (cfg.Networks ?? []).flatMap((n) => (n.Config?.Source ? [JSON.parse(n.Config.Source)] : [])).filter((c) => c.name !== 'cni-loopback');
+  const lists = (cfg.Networks ?? []).flatMap((n) => (n.Config?.Source ? [JSON.parse(n.Config.Source)] : []));
+  return lists.filter((c) => c.name !== 'cni-loopback');
 }

@@ -43,12 +43,19 @@ export function ociArchive(dir: string, layerTar: string, name: string, cmd: str
   const layerData = readFileSync(layerTar);
   const layer = blob(layerData, 'application/vnd.oci.image.layer.v1.tar');
   const architecture = OCI_ARCH[process.arch] ?? process.arch;
-  const config = blob(
-    Buffer.from(JSON.stringify({ architecture, os: 'linux', config: { Env: ['PATH=/bin'], Cmd: cmd }, rootfs: { type: 'layers', diff_ids: [layer.digest] } })),
-    'application/vnd.oci.image.config.v1+json',
-  );
-  const manifest = blob(Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.manifest.v1+json', config, layers: [layer] })), 'application/vnd.oci.image.manifest.v1+json');
-  const index = { schemaVersion: 2, manifests: [{ ...manifest, platform: { architecture, os: 'linux' }, annotations: { 'io.containerd.image.name': name } }] };
+  const imageConfig = {
+    architecture,
+    os: 'linux',
+    config: { Env: ['PATH=/bin'], Cmd: cmd },
+    rootfs: { type: 'layers', diff_ids: [layer.digest] },
+  };
+  const config = blob(Buffer.from(JSON.stringify(imageConfig)), 'application/vnd.oci.image.config.v1+json');
+  const MANIFEST = 'application/vnd.oci.image.manifest.v1+json';
+  const manifestData = { schemaVersion: 2, mediaType: MANIFEST, config, layers: [layer] };
+  const manifest = blob(Buffer.from(JSON.stringify(manifestData)), MANIFEST);
+  const annotations = { 'io.containerd.image.name': name };
+  const platform = { architecture, os: 'linux' };
+  const index = { schemaVersion: 2, manifests: [{ ...manifest, platform, annotations }] };
   writeFileSync(join(layout, 'index.json'), JSON.stringify(index));
   writeFileSync(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
   const out = join(dir, 'oci-image.tar');

@@ -101,12 +101,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 }
 
 function waitExit(p: ChildProcess): Promise<void> {
-  return p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise((r) => p.once('exit', () => r()));
+  if (p.exitCode !== null || p.signalCode !== null) return Promise.resolve();
+  return new Promise((r) => p.once('exit', () => r()));
 }
 
 /** Starts the mount-namespace holder: cgroups mounted again, our netns dir on /var/run/netns. */
 async function startHolder(netnsDir: string): Promise<ChildProcess> {
-  const script = `set -eu\n${MOUNT_CGROUPS_SH}\nmount --bind "$NETNS_DIR" /var/run/netns\necho ready\nexec sleep infinity\n`;
+  const script = [
+    'set -eu',
+    MOUNT_CGROUPS_SH,
+    'mount --bind "$NETNS_DIR" /var/run/netns',
+    'echo ready',
+    'exec sleep infinity',
+  ].join('\n');
   const p = spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', script], {
     env: { PATH: BASE_PATH, NETNS_DIR: netnsDir },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -118,7 +125,9 @@ async function startHolder(netnsDir: string): Promise<ChildProcess> {
       if (out.includes('ready')) resolve();
     });
     p.stderr!.on('data', (d: Buffer) => (out += d));
-    p.once('exit', (code) => reject(new Error(`the mount namespace for containerd could not be set up (exit ${code}): ${out}`)));
+    p.once('exit', (code) => {
+      reject(new Error(`the mount namespace for containerd could not be set up (exit ${code}): ${out}`));
+    });
   });
   return p;
 }
@@ -149,7 +158,9 @@ export async function startContainerd(o: ContainerdOptions): Promise<Containerd>
     });
     const deadline = Date.now() + 30_000;
     for (;;) {
-      if (p.exitCode !== null || p.signalCode !== null) throw new Error(`containerd exited (${p.exitCode ?? p.signalCode}):\n${log.slice(-4000)}`);
+      if (p.exitCode !== null || p.signalCode !== null) {
+        throw new Error(`containerd exited (${p.exitCode ?? p.signalCode}):\n${log.slice(-4000)}`);
+      }
       if (existsSync(socket)) {
         try {
           await cri.version();
@@ -158,7 +169,9 @@ export async function startContainerd(o: ContainerdOptions): Promise<Containerd>
           /* the CRI service is not up yet */
         }
       }
-      if (Date.now() > deadline) throw new Error(`containerd's CRI did not answer on ${socket} within 30 s:\n${log.slice(-4000)}`);
+      if (Date.now() > deadline) {
+        throw new Error(`containerd's CRI did not answer on ${socket} within 30 s:\n${log.slice(-4000)}`);
+      }
       await new Promise((r) => setTimeout(r, 50));
     }
   };
@@ -171,20 +184,25 @@ export async function startContainerd(o: ContainerdOptions): Promise<Containerd>
     clearTimeout(t);
   };
 
-  /** Pids of what containerd started and left: its shims (in our mount namespace) and the processes in our pod cgroups. */
+  /** Pids of what containerd started and left: its shims (in our mount namespace), the processes in our pod cgroups. */
   const leftovers = (): number[] => {
     const pids = new Set<number>();
     const mnt = readlinkSync(`/proc/${holder.pid}/ns/mnt`);
     for (const e of readdirSync('/proc')) {
       if (!/^\d+$/.test(e)) continue;
       try {
-        if (readlinkSync(`/proc/${e}/ns/mnt`) === mnt && readFileSync(`/proc/${e}/comm`, 'utf8').startsWith('containerd-shim')) pids.add(Number(e));
+        const shim = readFileSync(`/proc/${e}/comm`, 'utf8').startsWith('containerd-shim');
+        if (shim && readlinkSync(`/proc/${e}/ns/mnt`) === mnt) pids.add(Number(e));
       } catch {
         /* gone */
       }
     }
     try {
-      const procs = execFileSync(enter[0]!, [...enter.slice(1), 'find', `/sys/fs/cgroup/pids${cgroupParent}`, '-name', 'cgroup.procs', '-exec', 'cat', '{}', '+'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+      const find = ['find', `/sys/fs/cgroup/pids${cgroupParent}`, '-name', 'cgroup.procs', '-exec', 'cat', '{}', '+'];
+      const procs = execFileSync(enter[0]!, [...enter.slice(1), ...find], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      });
       for (const l of procs.split('\n')) if (/^\d+$/.test(l)) pids.add(Number(l));
     } catch {
       /* no such cgroup: no pod was ever started */
@@ -194,7 +212,8 @@ export async function startContainerd(o: ContainerdOptions): Promise<Containerd>
 
   try {
     await start();
-    execFileSync('ctr', ['--address', socket, '-n', 'k8s.io', 'images', 'import', '--snapshotter', 'native', o.imageArchive], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const ctr = ['--address', socket, '-n', 'k8s.io', 'images', 'import', '--snapshotter', 'native', o.imageArchive];
+    execFileSync('ctr', ctr, { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (e) {
     await stop();
     holder.kill('SIGKILL');
@@ -233,7 +252,9 @@ export async function startContainerd(o: ContainerdOptions): Promise<Containerd>
           }
         }
         const dirs = CGROUP_HIERARCHIES.map((h) => `/sys/fs/cgroup/${h}${cgroupParent}`).join(' ');
-        const rmCgroups = `for d in ${dirs}; do if [ -d $d ]; then find $d -depth -type d -exec rmdir {} + || exit 1; fi; done`;
+        const rmCgroups = `for d in ${dirs}; do
+          if [ -d $d ]; then find $d -depth -type d -exec rmdir {} + || exit 1; fi
+        done`;
         for (let i = 0; i < 50; i++) {
           try {
             execFileSync(enter[0]!, [...enter.slice(1), 'sh', '-c', rmCgroups], { stdio: 'ignore' });

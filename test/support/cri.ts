@@ -57,14 +57,29 @@ export class CriError extends Error {
   }
 }
 
-type Unary = (req: unknown, meta: grpc.Metadata, opts: grpc.CallOptions, cb: (e: grpc.ServiceError | null, r: unknown) => void) => void;
+type Callback = (e: grpc.ServiceError | null, r: unknown) => void;
+type Unary = (req: unknown, meta: grpc.Metadata, opts: grpc.CallOptions, cb: Callback) => void;
+
+export interface RuntimeCondition {
+  type: string;
+  status: boolean;
+  reason: string;
+  message: string;
+}
+
+interface PodSandbox {
+  id: string;
+  metadata: PodMeta;
+  state: string;
+}
 
 export class CriClient {
   private readonly client: grpc.Client & Record<string, Unary>;
 
   constructor(socket: string) {
     const def = protoLoader.loadSync(PROTO, { keepCase: false, longs: Number, enums: String, defaults: true });
-    const pkg = grpc.loadPackageDefinition(def) as unknown as { runtime: { v1: { RuntimeService: grpc.ServiceClientConstructor } } };
+    type Pkg = { runtime: { v1: { RuntimeService: grpc.ServiceClientConstructor } } };
+    const pkg = grpc.loadPackageDefinition(def) as unknown as Pkg;
     this.client = new pkg.runtime.v1.RuntimeService(`unix://${socket}`, grpc.credentials.createInsecure()) as never;
   }
 
@@ -83,9 +98,10 @@ export class CriClient {
     return this.call('Version', { version: 'v1' }, 5_000);
   }
 
-  /** The runtime's conditions (RuntimeReady, NetworkReady) and, verbose, its info (containerd: the loaded CNI config). */
-  async status(verbose = false): Promise<{ conditions: Array<{ type: string; status: boolean; reason: string; message: string }>; info: Record<string, string> }> {
-    const r = await this.call<{ status: { conditions: Array<{ type: string; status: boolean; reason: string; message: string }> }; info: Record<string, string> }>('Status', { verbose }, 5_000);
+  /** The runtime's conditions (RuntimeReady, NetworkReady); verbose, its info too (containerd: the CNI config). */
+  async status(verbose = false): Promise<{ conditions: RuntimeCondition[]; info: Record<string, string> }> {
+    type Reply = { status: { conditions: RuntimeCondition[] }; info: Record<string, string> };
+    const r = await this.call<Reply>('Status', { verbose }, 5_000);
     return { conditions: r.status.conditions, info: r.info };
   }
 
@@ -97,8 +113,8 @@ export class CriClient {
     return (await this.call<{ status: SandboxStatus }>('PodSandboxStatus', { podSandboxId: id })).status;
   }
 
-  async listPodSandbox(): Promise<Array<{ id: string; metadata: PodMeta; state: string }>> {
-    return (await this.call<{ items: Array<{ id: string; metadata: PodMeta; state: string }> }>('ListPodSandbox', {})).items;
+  async listPodSandbox(): Promise<PodSandbox[]> {
+    return (await this.call<{ items: PodSandbox[] }>('ListPodSandbox', {})).items;
   }
 
   async stopPodSandbox(id: string): Promise<void> {
@@ -110,15 +126,18 @@ export class CriClient {
   }
 
   /** CreateContainer + StartContainer of `image` running `command` in the sandbox. */
-  async startContainer(sandboxId: string, sandbox: SandboxConfig, name: string, image: string, command: string[]): Promise<string> {
+  async startContainer(sandboxId: string, sandbox: SandboxConfig, name: string, image: string, command: string[]) {
     const config = { metadata: { name }, image: { image }, command };
-    const { containerId } = await this.call<{ containerId: string }>('CreateContainer', { podSandboxId: sandboxId, config, sandboxConfig: sandbox });
+    const req = { podSandboxId: sandboxId, config, sandboxConfig: sandbox };
+    const { containerId } = await this.call<{ containerId: string }>('CreateContainer', req);
     await this.call('StartContainer', { containerId });
     return containerId;
   }
 
   async execSync(containerId: string, cmd: string[], timeoutSeconds = 20): Promise<ExecResult> {
-    const r = await this.call<{ stdout: Buffer; stderr: Buffer; exitCode: number }>('ExecSync', { containerId, cmd, timeout: timeoutSeconds }, (timeoutSeconds + 10) * 1000);
+    type Reply = { stdout: Buffer; stderr: Buffer; exitCode: number };
+    const req = { containerId, cmd, timeout: timeoutSeconds };
+    const r = await this.call<Reply>('ExecSync', req, (timeoutSeconds + 10) * 1000);
     return { stdout: r.stdout.toString(), stderr: r.stderr.toString(), exitCode: r.exitCode };
   }
 

@@ -422,9 +422,12 @@ function waitConnectable(path: string, proc: ChildProcess, log: () => string, ti
 export async function startAgent(
   socket: string,
   extraArgs: string[] = [],
-  opts: { env?: Record<string, string>; /** A command-line prefix (nsenter ...) that execs the agent. */ prefix?: string[] } = {},
+  /** prefix: a command-line prefix (nsenter ...) that execs the agent. */
+  opts: { env?: Record<string, string>; prefix?: string[] } = {},
 ): Promise<Agent> {
-  const argv = [...(opts.prefix ?? []), process.execPath, join(DIST, 'netplugin-node.mjs'), '--socket', socket, '--log-level', 'INFO', '--health-addr', '127.0.0.1:0', ...extraArgs];
+  const agent = [join(DIST, 'netplugin-node.mjs'), '--socket', socket, '--log-level', 'INFO'];
+  agent.push('--health-addr', '127.0.0.1:0');
+  const argv = [...(opts.prefix ?? []), process.execPath, ...agent, ...extraArgs];
   const proc = spawn(argv[0]!, argv.slice(1), {
     env: { PATH: `${dirname(process.execPath)}:/usr/sbin:/usr/bin:/sbin:/bin`, ...(opts.env ?? {}) },
     stdio: ['ignore', 'ignore', 'pipe'],
