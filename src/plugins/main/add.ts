@@ -71,7 +71,8 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   try {
     const sdir = statusDir(conf);
     const policyWait = conf.policy_setup_timeout_seconds ? await import('../../k8s/policy-wait.js') : undefined;
-    if (policyWait) await policyWait.clearPolicyStatus(wl.endpointName, sdir);
+    const statusKey = policyWait?.endpointStatusKey(wl.namespace, wl.endpointName);
+    if (policyWait) await policyWait.clearPolicyStatus(statusKey!, sdir);
     // The container MAC is chosen here rather than by the kernel, so the
     // endpoint (which records it) can be written before or while the veth is
     // created. A repeated ADD (same container and ifname) rebuilds the pair
@@ -156,7 +157,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
     if (policyWait) {
       const policySignal = runtime.policySignal();
       const r = await policyWait.waitForPolicyProgrammed({
-        endpointKey: wep.metadata.name,
+        endpointKey: statusKey!,
         ...(sdir ? { statusDir: sdir } : {}),
         timeoutMs: conf.policy_setup_timeout_seconds! * 1000,
         containerId: ctx.containerId,

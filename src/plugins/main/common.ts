@@ -6,7 +6,7 @@ import type { CniArgs, CniContext, Logger } from '../../cni/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
-import { hostVethName } from '../../dataplane/names.js';
+import { hostVethKey, hostVethName } from '../../dataplane/names.js';
 import { handleIDFor } from '../../ipam/handle.js';
 import { workloadEndpointName } from '../../model/names.js';
 import type { PluginRuntime } from './runtime.js';
@@ -46,7 +46,10 @@ export function identify(conf: Netconf, c: { containerId: string; ifname: string
     namespace: pod?.namespace ?? 'default',
     ...(pod ? { pod } : {}),
     handleID: handleIDFor(conf.name, c.containerId),
-    hostIfname: hostVethName(prefix, pod ? `${pod.namespace}.${pod.name}` : c.containerId),
+    hostIfname: hostVethName(
+      prefix,
+      hostVethKey({ orchestrator, namespace: pod?.namespace, pod: pod?.name, containerID: c.containerId }),
+    ),
     endpointName: workloadEndpointName(node, orchestrator, workload, c.ifname),
   };
 }
