@@ -11,7 +11,7 @@
 // ADD p99 <= 5 s, longest wait <= 2x the median wait of the ADDs that waited.
 // Also the CPU the plugins burnt in total (their children's utime + stime).
 //
-//   node scripts/bench-burst.mjs [--adds 60] [--nodes 3] [--concurrency 24] [--block-size 26] [--package DIR]
+//   node scripts/bench-burst.mjs [--adds 60] [--nodes 3] [--concurrency 24] [--block-size 26] [--package DIR] [--logs DIR]
 //
 // Runs dist/netplugin-ipam.cjs (the entry the shim's per-exec fallback runs) of
 // this tree (npm run bench:burst builds it first; do not rebuild during a run),
@@ -28,6 +28,7 @@ import { childrenCpuMs, execCni, mapLimit, quantile, startEtcd } from './bench/l
 const { values: opts } = parseArgs({
   options: {
     package: { type: 'string' },
+    logs: { type: 'string' },
     adds: { type: 'string', default: '60' },
     nodes: { type: 'string', default: '3' },
     concurrency: { type: 'string', default: '24' },
@@ -61,6 +62,9 @@ for (const f of [BIN, CTL]) {
 }
 
 const tmp = mkdtempSync(join(tmpdir(), 'netplugin-burst-'));
+// The plugins' debug logs (each lock wait among them): kept with --logs DIR.
+const LOGS = opts.logs ?? tmp;
+mkdirSync(LOGS, { recursive: true });
 let etcd;
 const cleanup = () => {
   etcd?.stop();
@@ -90,7 +94,7 @@ async function main() {
       datastore_type: 'etcdv3',
       etcd_endpoints: etcd.endpoint,
       log_level: 'DEBUG',
-      log_file_path: join(tmp, `${node}.log`),
+      log_file_path: join(LOGS, `${node}.log`),
       ipam_lock_file: join(lockDir, `${node}.lock`),
       ipam: { type: 'netplugin-ipam' },
     });
@@ -120,7 +124,7 @@ async function main() {
   for (const node of nodes) {
     let text = '';
     try {
-      text = readFileSync(join(tmp, `${node}.log`), 'utf8');
+      text = readFileSync(join(LOGS, `${node}.log`), 'utf8');
     } catch {
       /* nothing logged */
     }

@@ -87,7 +87,7 @@ describe('host lock between processes', () => {
       const before = cpuTicks(waiter.pid);
       await new Promise((r) => setTimeout(r, 1000));
       const used = cpuTicks(waiter.pid) - before;
-      // A second of polling (the abstract-socket lock tried every 2-8 ms) cost 20-40 ticks.
+      // The abstract-socket lock it replaces polled every 2-8 ms: ~10 ticks per second of waiting.
       expect(used, `${used} ticks of CPU in 1 s of waiting (CLK_TCK ${CLK_TCK})`).toBeLessThanOrEqual(2);
       expect(flockState(path).blocked).toContain(waiter.pid);
       await release();
