@@ -9,6 +9,7 @@ import { ErrorCodes } from '../../src/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
 import { DEFAULT_LOCK_PATH, HostLockError, LOCK_ENV, acquireHostLock, hostLockPath, ipamHostLock, withHostLock } from '../../src/hostlock/index.js';
 import { createIpam } from '../../src/ipam/index.js';
+import { nodeIpamLock } from '../../src/plugins/node-lock.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { createPool } from '../support/builders.js';
 import { flockState, lockChildren, untilBlocked, type LockChildren } from '../support/hostlock-child.js';
@@ -153,6 +154,25 @@ describe('host lock between processes', () => {
     expect(seen).toBe(1);
     await ipam.releaseByHandle('net.a');
     expect(seen).toBe(1);
+  });
+
+  it("the plugins' node IPAM lock: the netconf's ipam_lock_file, the runtime's takeover hook, and the wait logged", async () => {
+    const path = join(dir, 'plugins.lock');
+    const ds = new MemoryDatastore();
+    await createPool(ds, 'p', '10.73.0.0/24', { blockSize: 26 });
+    const logged: string[] = [];
+    const log = { error() {}, warn() {}, info() {}, debug: (m: string) => logged.push(m) };
+    let seen = 0;
+    const ctx = { conf: { ipam_lock_file: path }, env: { [LOCK_ENV]: join(dir, 'not-this.lock') }, log };
+    const ipam = () => createIpam(ds, { lock: nodeIpamLock(ctx, () => seen++) });
+    const req = (id: string) => ({ handleID: `net.${id}`, node: 'n1', attrs: {}, assignIPv4: true, assignIPv6: false });
+    await ipam().assign(req('a'));
+    const child = kids.start(path, { holdMs: 300 });
+    await child.until('held');
+    await ipam().assign(req('b'));
+    expect(seen).toBe(1);
+    expect(logged.some((m) => /^waited \d+ ms for the host lock /.test(m) && m.endsWith(path))).toBe(true);
+    expect(existsSync(join(dir, 'not-this.lock'))).toBe(false);
   });
 });
 
