@@ -20,6 +20,12 @@
 // nothing else (a spawned child's SIGCHLD, ...) interrupts the wait and sends
 // it to the back of the queue.
 //
+// An environment torn down while a thread waits (a worker terminated; the main
+// thread's process.exit() tears nothing down) finalizes the threadsafe
+// function: the finalizer cancels the wait the same way (a flag, then the
+// signal until the thread is out of flock) and joins, so teardown does not sit
+// out the deadline; the thread then tells no one.
+//
 // Why a thread of its own per blocked wait rather than the libuv threadpool
 // (an AsyncWorker): a wait may last up to a minute, and the pool's 4 threads
 // are shared with fs, dns, crypto and this addon's async netlink and nftables
@@ -34,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -101,6 +108,10 @@ struct FlockWait {
   // Written by the thread before it hands over, read on the JS thread after.
   bool locked = false;
   NlError err;
+  // Set by the finalizer when the environment goes away mid-wait.
+  std::atomic<bool> cancelled{false};
+  // Set by the thread once it no longer sleeps in flock.
+  std::atomic<bool> finished{false};
 
   void run() {
     sigset_t others;
@@ -108,8 +119,20 @@ struct FlockWait {
     sigdelset(&others, wakeSignal());
     pthread_sigmask(SIG_SETMASK, &others, nullptr);
     wait();
-    tsfn.BlockingCall(this);
-    tsfn.Release();
+    finished = true;
+    // napi_closing: the environment is being torn down; the function must not be used again.
+    if (!cancelled && tsfn.BlockingCall(this) == napi_ok) tsfn.Release();
+  }
+
+  // On the JS thread, from the finalizer: end a wait still in progress, then join.
+  void stop() {
+    cancelled = true;
+    while (!finished) {
+      pthread_kill(thread.native_handle(), wakeSignal());
+      timespec t{0, 1000000};
+      nanosleep(&t, nullptr);
+    }
+    if (thread.joinable()) thread.join();
   }
 
   void wait() {
@@ -136,7 +159,7 @@ struct FlockWait {
           err.set(errno, "flock", subject);
           break;
         }
-        if (nowMs() >= deadline) break;
+        if (cancelled || nowMs() >= deadline) break;
       }
     }
     timer_delete(timer);
@@ -190,7 +213,7 @@ Napi::Value FlockWaitAsync(const Napi::CallbackInfo& info) {
   // (a per-exec plugin waiting for the lock must not exit), and its finalizer,
   // on the JS thread once the thread released it, joins and frees.
   w->tsfn = Tsfn::New(env, "netplugin:flockWait", 0, 1, w, [](Napi::Env, void*, FlockWait* ctx) {
-    if (ctx->thread.joinable()) ctx->thread.join();
+    ctx->stop();
     delete ctx;
   });
   w->thread = std::thread([w] { w->run(); });

@@ -35,6 +35,8 @@ export interface LockChild {
 }
 
 export interface LockChildren {
+  /** The bundled src/hostlock module (for worker threads). */
+  readonly lib: string;
   /** A child that takes the lock of `path` (`key`), holds it `holdMs` (< 0: until killed) and releases it. */
   start(path: string, o?: { holdMs?: number; timeoutMs?: number; key?: string }): LockChild;
   /** Kills every child still running and removes the bundle. */
@@ -63,8 +65,20 @@ export async function lockChildren(): Promise<LockChildren> {
     ],
     logLevel: 'error',
   });
+  await build({
+    entryPoints: [join(root, 'src/hostlock/index.ts')],
+    outfile: join(dir, 'lib.mjs'),
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    external: ['node-gyp-build'],
+    banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+    logLevel: 'error',
+  });
   const children = new Set<LockChild>();
   return {
+    lib: join(dir, 'lib.mjs'),
     start(path, o = {}) {
       const args = [join(dir, 'child.mjs'), path, String(o.holdMs ?? -1), String(o.timeoutMs ?? 60_000), ...(o.key ? [o.key] : [])];
       const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });

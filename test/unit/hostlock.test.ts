@@ -4,6 +4,8 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
@@ -242,6 +244,32 @@ describe('host lock in one process', () => {
     await child.kill();
     await withHostLock(path, async () => undefined, { timeoutMs: 1000 });
   });
+});
+
+describe('a wait in a worker thread', () => {
+  it('ends when the worker is terminated (its thread is woken and joined, not left to sleep until the deadline)', async () => {
+    const path = join(dir, 'worker.lock');
+    const release = await acquireHostLock(path);
+    try {
+      const code = `import { acquireHostLock } from ${JSON.stringify(pathToFileURL(kids.lib).href)};
+        import { parentPort } from 'node:worker_threads';
+        parentPort.postMessage('waiting');
+        await acquireHostLock(${JSON.stringify(path)}, { timeoutMs: 40000 });
+        parentPort.postMessage('held');`;
+      const w = new Worker(new URL(`data:text/javascript,${encodeURIComponent(code)}`));
+      const said: string[] = [];
+      w.on('message', (m: string) => said.push(m));
+      await untilBlocked(path, process.pid);
+      // Terminating it tears its environment down: a teardown that sat out the
+      // wait (40 s) would time this test out.
+      await w.terminate();
+      expect(said).toEqual(['waiting']);
+      expect(flockState(path).blocked).toEqual([]);
+    } finally {
+      await release();
+    }
+    await withHostLock(path, async () => undefined, { timeoutMs: 1000 });
+  }, 20_000);
 });
 
 describe('who can take the lock', () => {
