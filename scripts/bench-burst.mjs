@@ -73,14 +73,17 @@ const cleanup = () => {
 process.on('exit', cleanup);
 for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(sig, () => process.exit(130));
 
+const waitMaxOf = (xs) => (xs.length ? Math.max(...xs) : undefined);
 const ms = (x) => (x === undefined ? '-' : x >= 1000 ? `${(x / 1000).toFixed(2)} s` : `${Math.round(x)} ms`);
 
 async function main() {
   etcd = await startEtcd();
   const ctlEnv = { PATH: process.env.PATH, ETCD_ENDPOINTS: etcd.endpoint };
   execFileSync(process.execPath, [CTL, 'datastore', 'init'], { env: ctlEnv, stdio: ['ignore', 'ignore', 'inherit'] });
-  const pool = { apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'burst' }, spec: { cidr: '10.79.0.0/24', blockSize: BLOCK, natOutgoing: false } };
-  execFileSync(process.execPath, [CTL, 'apply', '-f', '-'], { env: ctlEnv, input: JSON.stringify(pool), stdio: ['pipe', 'ignore', 'inherit'] });
+  const spec = { cidr: '10.79.0.0/24', blockSize: BLOCK, natOutgoing: false };
+  const pool = { apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'burst' }, spec };
+  const input = JSON.stringify(pool);
+  execFileSync(process.execPath, [CTL, 'apply', '-f', '-'], { env: ctlEnv, input, stdio: ['pipe', 'ignore', 'inherit'] });
 
   const lockDir = join(tmp, 'run');
   mkdirSync(lockDir, { mode: 0o700 });
@@ -119,8 +122,6 @@ async function main() {
 
   const failures = results.filter((r) => r.code !== 0);
   const lat = results.map((r) => r.ms);
-  // What an ADD spent outside the lock wait: start-up, reads, its own time under the lock, exit.
-  const rest = results.map((r, i) => r.ms - (waitOf.get(jobs[i].cid) ?? 0));
   // Lock waits the plugins logged ("waited N ms for the host lock ..."), by container.
   const waits = [];
   const waitOf = new Map();
@@ -136,17 +137,28 @@ async function main() {
       waitOf.set(m[1], Number(m[2]));
     }
   }
+  // What an ADD spent outside the lock wait: start-up, reads, its own time under the lock, exit.
+  const rest = results.map((r, i) => r.ms - (waitOf.get(jobs[i].cid) ?? 0));
   const waitP50 = waits.length ? quantile(waits, 0.5) : undefined;
   const waitMax = waits.length ? Math.max(...waits) : undefined;
   const p99 = quantile(lat, 0.99);
 
-  console.log(`netplugin per-exec burst: ${jobs.length} netplugin-ipam ADDs (${NODES} node configs x ${ADDS}), ${CONC} at a time, one /24 pool (/${BLOCK} blocks), local etcd, ${cpus().length} CPUs`);
+  console.log(
+    `netplugin per-exec burst: ${jobs.length} netplugin-ipam ADDs (${NODES} node configs x ${ADDS}), ` +
+      `${CONC} at a time, one /24 pool (/${BLOCK} blocks), local etcd, ${cpus().length} CPUs`,
+  );
+  const q = (xs, p) => (xs.length ? quantile(xs, p) : undefined);
+  const row = (xs) => ({ p50: ms(q(xs, 0.5)), p99: ms(q(xs, 0.99)), max: ms(waitMaxOf(xs)) });
   console.table({
-    'ADD latency': { p50: ms(quantile(lat, 0.5)), p99: ms(p99), max: ms(Math.max(...lat)) },
-    'lock wait (ADDs that waited)': { p50: ms(waitP50), p99: ms(waits.length ? quantile(waits, 0.99) : undefined), max: ms(waitMax) },
-    'ADD minus its lock wait': { p50: ms(quantile(rest, 0.5)), p99: ms(quantile(rest, 0.99)), max: ms(Math.max(...rest)) },
+    'ADD latency': row(lat),
+    'lock wait (ADDs that waited)': row(waits),
+    'ADD minus its lock wait': row(rest),
   });
-  console.log(`load average at the end ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}; wall ${ms(wall)}; plugins' CPU ${ms(cpu)} (${ms(cpu / jobs.length)} per ADD); ${waits.length} of ${jobs.length} ADDs logged a lock wait; failures ${failures.length}`);
+  const load = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+  console.log(
+    `load average at the end ${load}; wall ${ms(wall)}; plugins' CPU ${ms(cpu)} (${ms(cpu / jobs.length)} per ADD); ` +
+      `${waits.length} of ${jobs.length} ADDs logged a lock wait; failures ${failures.length}`,
+  );
   for (const f of failures.slice(0, 5)) console.log(`  failed (exit ${f.code}): ${(f.stdout || f.stderr).trim().slice(0, 300)}`);
   const targets = [
     ['no failure', failures.length === 0],

@@ -35,8 +35,14 @@ function readSmall(path: string): string | undefined {
   }
 }
 
-/** The process holding the flock on the file `fd` is open on; undefined when nobody does (or the kernel does not say). */
-export function lockHolder(fd: number, locks = readFileSync('/proc/locks', 'utf8')): LockHolder | undefined {
+/** Who holds the flock on the file `fd` is open on; undefined when nobody does (or the kernel does not say). */
+export function lockHolder(fd: number): LockHolder | undefined {
+  let locks: string;
+  try {
+    locks = readFileSync('/proc/locks', 'utf8');
+  } catch {
+    return undefined; // no /proc: the timeout is still reported, without a name
+  }
   const id = lockId(fd);
   for (const line of locks.split('\n')) {
     // "3: FLOCK  ADVISORY  WRITE 5973 fe:00:2162834 0 EOF"; waiters read "3: -> FLOCK ...".

@@ -22,7 +22,10 @@
 // HostLockError naming the holder the kernel reports in /proc/locks (flock
 // records the pid of the process that took it).
 import { createHash } from 'node:crypto';
-import { closeSync, constants, fstatSync, fchmodSync, ftruncateSync, lstatSync, mkdirSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync, constants, fchmodSync, fstatSync, ftruncateSync, lstatSync, mkdirSync, openSync, readSync, unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { addonInstance } from '../native/index.js';
 import { HostLockError } from './errors.js';
@@ -90,7 +93,8 @@ function secureDir(dir: string): void {
     throw new HostLockError(
       'unusable',
       `the lock directory ${dir} is ${what}; it must be a directory of uid ${uid()} that only it can write ` +
-        `(netplugin creates ${dir} with mode 0700 when it is missing; ipam_lock_file must not point into a shared directory)`,
+        `(netplugin creates ${dir} with mode 0700 when it is missing; ` +
+        'ipam_lock_file must not point into a shared directory)',
     );
   }
   verifiedDirs.add(dir);
@@ -179,14 +183,22 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
         if (!(await addon.flockWait(fd, left, file))) {
           const holder = describeHolder(lockHolder(fd));
           const what = opts.key === undefined ? '' : ` (${opts.key})`;
-          throw new HostLockError('timeout', `timed out after ${timeoutMs} ms waiting for the host lock ${path}${what}; it is held by ${holder}`);
+          const msg = `timed out after ${timeoutMs} ms waiting for the host lock ${path}${what}; ` +
+            `it is held by ${holder}`;
+          throw new HostLockError('timeout', msg);
         }
       }
       if (!checkHeld(fd, file)) {
         closeSync(fd);
         continue;
       }
-      if (opts.key === undefined) notePid(fd, path, opts.onTakeover);
+      if (opts.key === undefined) {
+        try {
+          notePid(fd, path, opts.onTakeover);
+        } catch {
+          // The pid is for the takeover hook and operators only (a read-only /var/run in some setups).
+        }
+      }
     } catch (e) {
       closeSync(fd);
       throw e;

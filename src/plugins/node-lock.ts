@@ -27,5 +27,6 @@ export function nodeIpamLock(ctx: LockCtx, onTakeover: (() => void) | undefined)
 /** Runs `fn` holding the lock of host veth `hostIfname` (a key under the node's lock path). */
 export function withVethLock<T>(ctx: LockCtx, hostIfname: string, fn: () => Promise<T>): Promise<T> {
   const path = hostLockPath(ctx.conf.ipam_lock_file, ctx.env);
-  return withHostLock(path, fn, { key: `veth:${hostIfname}`, onWaited: noteWait(ctx.log, `${path} (veth:${hostIfname})`) });
+  const key = `veth:${hostIfname}`;
+  return withHostLock(path, fn, { key, onWaited: noteWait(ctx.log, `${path} (${key})`) });
 }
