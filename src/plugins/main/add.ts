@@ -5,7 +5,7 @@
 import type { CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
 import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, ErrorCodes } from '../../errors.js';
-import { GATEWAY_V4 } from '../../dataplane/workload.js';
+import { GATEWAY_V4, HostLinkInUseError } from '../../dataplane/workload.js';
 import { linkLocalFromMac } from '../../dataplane/names.js';
 import { needsPodLookup, readWorkloadContext } from '../../k8s/workload.js';
 import { poolsFromResources } from '../../k8s/annotations.js';
@@ -206,6 +206,8 @@ function madeOk(p: Promise<unknown>): Promise<boolean> {
  * terms (CNI_NETNS, CNI_IFNAME) rather than as a bare errno.
  */
 function explainVethFailure(e: unknown, netns: string, ifname: string): unknown {
+  // The dataplane's own message names the host link, says it is not ours and the fix.
+  if (e instanceof HostLinkInUseError) return new CniError(ErrorCodes.DataplaneFailure, e.message);
   const nl = e as { op?: unknown; code?: unknown } | null;
   if (!nl || typeof nl.op !== 'string' || typeof nl.code !== 'string') return e;
   if (nl.op === 'openNetns' && nl.code === 'ENOENT') {
@@ -215,7 +217,8 @@ function explainVethFailure(e: unknown, netns: string, ifname: string): unknown 
     return new CniError(ErrorCodes.InvalidEnvironment, `CNI_NETNS ${netns} is not a network namespace (${nl.code}); pass /var/run/netns/<name> or /proc/<pid>/ns/net`);
   }
   if (nl.op === 'RTM_NEWLINK' && nl.code === 'EEXIST') {
-    // The host end was checked and a stale one removed just before, so the clash is inside the pod.
+    // The host end was checked just before (a stale veth of ours removed, a
+    // foreign link reported as HostLinkInUseError), so the clash is inside the pod.
     return new CniError(ErrorCodes.DataplaneFailure, `interface ${ifname} already exists in the pod's namespace ${netns} (EEXIST); CNI_IFNAME must name an interface the pod does not have yet`);
   }
   return e;
