@@ -392,13 +392,13 @@ export async function cmdGet(
   }
   const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
   const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) });
+  warnInvalid(io, list.invalid);
   if (format === 'table' || format === 'wide') {
     if (list.items.length === 0) {
       io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
       return 0;
     }
   }
-  warnInvalid(io, list.invalid);
   io.stdout(await formatResources(list.items, info.kind, format, false, Boolean(args.allNamespaces), args.noHeaders));
   return 0;
 }
