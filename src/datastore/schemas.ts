@@ -26,11 +26,10 @@ export const objectMetaSchema = z
   })
   .passthrough();
 
-// The pattern is what the CRDs check; the refinement what the code needs (an address and a prefix length in range).
-const cidr = z
-  .string()
-  .regex(/^[0-9a-fA-F.:]+\/\d{1,3}$/, 'expected a CIDR such as 10.0.0.0/16 or fd00::/64')
-  .refine((v) => tryParseCidr(v, { strict: false }) !== undefined, 'not an IPv4 or IPv6 address with a prefix length in range');
+const cidr = z.string().regex(/^[0-9a-fA-F.:]+\/\d{1,3}$/, 'expected a CIDR such as 10.0.0.0/16 or fd00::/64');
+// An endpoint's addresses go to every node's policy as they are (and on the kubernetes datastore
+// come from annotations a tenant can write): each must be an address with a prefix length in range.
+const endpointAddress = cidr.refine((v) => tryParseCidr(v, { strict: false }) !== undefined, 'not an IPv4 or IPv6 address with a prefix length in range');
 
 export const specSchemas = {
   IPPool: z
@@ -72,7 +71,7 @@ export const specSchemas = {
       pod: z.string().optional(),
       endpoint: z.string(),
       serviceAccountName: z.string().optional(),
-      ipNetworks: z.array(cidr),
+      ipNetworks: z.array(endpointAddress),
       ipNATs: z.array(z.object({ internalIP: z.string(), externalIP: z.string() })).optional(),
       profiles: z.array(z.string()).optional(),
       interfaceName: z.string(),

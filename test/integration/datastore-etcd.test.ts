@@ -149,7 +149,7 @@ for (const transport of ['http', 'grpc'] as const) {
       etcdctl(etcd, 'put', bad[0]![2], '\u0001 binary');
       etcdctl(etcd, 'put', bad[1]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: bad[1]![1] }, spec: { state: 'maybe', node: 'n9', cidr: '10.5.1.0/26' } }));
       etcdctl(etcd, 'put', bad[2]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'net.bad' }, spec: { handleID: 'net.bad', block: 'x' } }));
-      etcdctl(etcd, 'put', bad[3]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'bad-node' }, spec: { podCIDRs: ['300.0.0.0/24'] } }));
+      etcdctl(etcd, 'put', bad[3]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'bad-node' }, spec: { podCIDRs: ['not-a-cidr'] } }));
       etcdctl(etcd, 'put', bad[4]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'GlobalNetworkPolicy', metadata: { name: 'bad-gnp' }, spec: 'deny everything' }));
       try {
         for (const [kind, name, key, why] of bad) {
