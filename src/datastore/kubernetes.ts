@@ -297,11 +297,11 @@ export class KubernetesDatastore implements Datastore {
     }
     const named = (name: string) => !opts.namePrefix || name.startsWith(opts.namePrefix);
     items = items.filter((o) => named(o.metadata.name) && (!sel || sel.matches(o.metadata.labels ?? {})) && mine(o));
-    const shown = invalid.filter((o) => named(o.name));
+    const inScope = invalid.filter((o) => named(o.name));
     const scope: ListScope = !opts.namePrefix && !opts.labelSelector && opts.node === undefined ? { complete: true, namespace: opts.namespace } : { complete: false };
-    invalidObjects.listed(this.storeId, kind, scope, shown);
+    invalidObjects.listed(this.storeId, kind, scope, inScope);
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
-    return { items, revision, ...(shown.length ? { invalid: shown } : {}) };
+    return { items, revision, ...(inScope.length ? { invalid: inScope } : {}) };
   }
 
   private async checkWritable(kind: Kind, name: string, namespace?: string): Promise<void> {
