@@ -7,7 +7,7 @@
 // all events per minute) is enough to tell the story without flooding etcd.
 // The policy agent reports through warn() what it refuses to take from a pod's
 // annotations (a recorded host interface that is not the pod's own).
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
 import { parseCniArgs } from '../cni/env.js';
 import { cniErrorCode, type ServedRequest } from './metrics.js';

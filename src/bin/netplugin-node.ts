@@ -14,7 +14,7 @@ import { createPluginRuntime, type DataplanePort, type PluginRuntime } from '../
 import { HOST_MAC } from '../plugins/main/common.js';
 import type { WorkloadSpec, TeardownOptions } from '../dataplane/index.js';
 import { findNetpluginConf, readNetpluginConf, startNodeInit, warmDatastore, type NodeInit } from '../agent/node-init.js';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
 import { parseListenAddr } from '../observe/health.js';

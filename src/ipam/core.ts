@@ -2,7 +2,7 @@
 // once per Ipam from IpamOptions), how a step runs exclusively (the host lock,
 // or an in-process queue), and one assignment's state (Ctx).
 import { DatastoreError } from '../errors.js';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { IPAMConfigSpec, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Family } from '../net/cidr.js';

@@ -1,7 +1,7 @@
 // The IPAM service's public types: what a caller asks (AssignRequest,
 // ReleaseOptions, Piggyback) and what it gets back (Assigned, Released, the
 // inspection reports). src/ipam/index.ts exports them.
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { Resource } from '../model/resources.js';
 import type { TxnOp } from '../datastore/txn.js';
 import type { Family } from '../net/cidr.js';

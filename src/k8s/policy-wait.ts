@@ -23,7 +23,7 @@
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 
 export const DEFAULT_STATUS_DIR = '/var/run/netplugin/endpoint-status';
 

@@ -1,7 +1,7 @@
 // The node's host locks as both plugins take them (src/hostlock owns the
 // mechanism): the IPAM lock they hand to createIpam, and the per-veth lock
 // that runs one pod's ADD, DEL and CHECK one at a time.
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import { hostLockPath, ipamHostLock, withHostLock } from '../hostlock/index.js';
 import type { IpamHostLock } from '../ipam/index.js';
 

@@ -11,7 +11,7 @@
 // reached; a table left by the previous agent run stays in force until the
 // first full resync replaces it atomically. Stop: the table stays (existing
 // pods keep their enforcement, new pods stay isolated).
-import type { Logger } from '../../cni/types.js';
+import type { Logger } from '../../log/types.js';
 import type { Kind, Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';

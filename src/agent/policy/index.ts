@@ -1,6 +1,6 @@
 // Entry of the policy controller for netplugin-node: started from the node's
 // CNI config (--config) when its netconf says `policy: {type: "k8s"}`.
-import type { Logger } from '../../cni/types.js';
+import type { Logger } from '../../log/types.js';
 import type { PolicyController } from './controller.js';
 import type { DatastoreSource } from '../../plugins/main/runtime.js';
 import type { ProgrammedSignal } from '../../k8s/policy-wait.js';

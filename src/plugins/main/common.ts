@@ -2,7 +2,7 @@
 // datastore/IPAM/Kubernetes handles for this invocation.
 import { resolveNodename } from '../../config/nodename.js';
 import type { Netconf } from '../../config/index.js';
-import type { CniArgs, CniContext, Logger } from '../../cni/types.js';
+import type { CniArgs, CniContext } from '../../cni/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
@@ -102,6 +102,3 @@ export function statusDir(conf: Netconf): string | undefined {
   return conf.endpoint_status_dir;
 }
 
-export function noteLog(log: Logger, msg: string, fields?: Record<string, unknown>): void {
-  log.info(msg, fields);
-}
