@@ -50,6 +50,8 @@ export interface Pod {
   containerId: string;
   server?: ChildProcess;
   addWaitedMs?: number;
+  /** The ADD's stderr (its log). */
+  addLog?: string;
 }
 
 export type DatastoreMode = 'etcdv3' | 'kubernetes';
@@ -170,7 +172,10 @@ export async function addPod(env: PolicyEnv, ns: string, name: string, labels: R
   const ips = (JSON.parse(r.stdout).ips as Array<{ address: string }>).map((x) => x.address.split('/')[0]!);
   const ip = ips.find((a) => !a.includes(':'))!;
   const ip6 = ips.find((a) => a.includes(':'));
-  const pod: Pod = { ns, name, id: `${ns}/${name}`, netns: n.name, netnsPath: n.path, ip, ...(ip6 ? { ip6 } : {}), containerId, addWaitedMs: Date.now() - t0 };
+  const pod: Pod = {
+    ns, name, id: `${ns}/${name}`, netns: n.name, netnsPath: n.path, ip, ...(ip6 ? { ip6 } : {}), containerId,
+    addWaitedMs: Date.now() - t0, addLog: r.stderr,
+  };
   env.pods.push(pod);
   if (serve) await startServer(pod);
   return pod;
