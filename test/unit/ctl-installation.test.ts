@@ -52,17 +52,22 @@ describe('render: fields and defaults', () => {
     expect(p!.spec).toMatchObject({ ipipMode, vxlanMode });
   });
 
-  it('an IPv6 pool defaults to no encapsulation and block size 122, and is named default-ipv6-ippool', () => {
+  it('an IPv6 pool defaults to no encapsulation, no NAT and block size 122, and is named default-ipv6-ippool', () => {
     const r = render({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16' }, { cidr: 'fd00:1::/64' }] } });
-    expect(r.pools.map((p) => [p.metadata.name, p.spec.ipipMode, p.spec.vxlanMode, p.spec.blockSize])).toEqual([
-      ['default-ipv4-ippool', 'Always', 'Never', 26],
-      ['default-ipv6-ippool', 'Never', 'Never', 122],
+    expect(r.pools.map((p) => [p.metadata.name, p.spec.ipipMode, p.spec.vxlanMode, p.spec.blockSize, p.spec.natOutgoing])).toEqual([
+      ['default-ipv4-ippool', 'Always', 'Never', 26, true],
+      ['default-ipv6-ippool', 'Never', 'Never', 122, false],
     ]);
     expect(entry({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16' }, { cidr: 'fd00:1::/64' }] } }).ipam).toEqual({ type: 'netplugin-ipam', assign_ipv4: 'true', assign_ipv6: 'true' });
   });
 
   it('an IPv6-only install assigns no IPv4', () => {
     expect(entry({ netpluginNetwork: { ipPools: [{ cidr: 'fd00:1::/64' }] } }).ipam).toMatchObject({ assign_ipv4: 'false', assign_ipv6: 'true' });
+  });
+
+  it('natOutgoing given explicitly wins over the family default, both ways', () => {
+    const r = render({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16', natOutgoing: 'Disabled' }, { cidr: 'fd00:1::/64', natOutgoing: 'Enabled' }] } });
+    expect(r.pools.map((p) => p.spec.natOutgoing)).toEqual([false, true]);
   });
 
   it('pool name, blockSize, natOutgoing and nodeSelector are carried over', () => {
