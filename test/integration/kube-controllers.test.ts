@@ -207,7 +207,8 @@ describe('mirrors', { timeout: 120_000 }, () => {
     await ds.create({ apiVersion: API_VERSION, kind: 'Profile', metadata: { name: 'kns.gone' }, spec: {} });
     await ds.create({ apiVersion: API_VERSION, kind: 'NetworkPolicy', metadata: { name: 'mine', namespace: 'default' }, spec: { selector: 'all()' } });
     ns('later');
-    kc = await startKc();
+    const metricsPort = await freePort();
+    kc = await startKc(['--metrics-addr', `127.0.0.1:${metricsPort}`]);
     await waitLeader(kc); // the SIGTERMed leader handed the lease back
     await waitFor('the resync', async () => !(await tryGet('NetworkPolicy', 'knp.default.db', 'shop')) && !(await tryGet('NetworkPolicy', 'knp.default.stale', 'default')) && !(await tryGet('Profile', 'kns.gone')) && !!(await tryGet('Profile', 'kns.later')));
     // Objects that are not mirrors are left alone.
@@ -218,6 +219,10 @@ describe('mirrors', { timeout: 120_000 }, () => {
     expect((await http(kc, '/healthz')).status).toBe(200);
     expect(await metric(kc, 'netplugin_kube_controllers_objects_synced_total')).toBeGreaterThan(0);
     expect((await http(kc, '/metrics')).body).toContain('netplugin_kube_controllers_queue_depth{controller="policy"}');
+    // --metrics-addr: the same metrics for Prometheus on their own listener, and no probe paths there.
+    const onMetrics = (path: string) => fetch(`http://127.0.0.1:${metricsPort}${path}`).then(async (r) => ({ status: r.status, body: await r.text() }));
+    expect((await onMetrics('/metrics')).body).toContain('netplugin_kube_controllers_queue_depth{controller="policy"}');
+    for (const p of ['/healthz', '/readyz']) expect((await onMetrics(p)).status).toBe(404);
     await kill(kc, 'SIGTERM');
     expect(kc.proc.exitCode).toBe(0);
   });
