@@ -328,6 +328,35 @@ describe('node controller', { timeout: 120_000 }, () => {
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
   });
 
+  it('GC reacts to a pod deletion: its leaked address goes once leakGracePeriod has passed since, not a period later', async () => {
+    await pool('gcev', '10.93.0.0/24');
+    // A period far longer than the test: only the deletion event can release in time.
+    await setConfig({ leakGracePeriod: '5s', reconcilerPeriod: '10m' });
+    ns('gcev');
+    node('e1', {});
+    const ipam = createIpam(ds, { lock: 'none' });
+    const ip = (await ipam.assign({ handleID: 'net.ev', node: 'e1', attrs: { containerID: 'ev', namespace: 'gcev', pod: 'ev', podUID: 'uid-ev' }, assignIPv4: true, assignIPv6: false }))[0]!.ip;
+    pod('gcev', 'ev', { node: 'e1', uid: 'uid-ev', ips: [ip] });
+    const kc = await startKc(['--controllers', 'node']);
+    await waitLeader(kc);
+    // The start-up scan saw a live pod.
+    await waitFor('the start-up GC scan', async () => (await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total')) >= 1);
+    expect(await allocated(ip)).toBe(true);
+
+    // The pod goes without a DEL (the node's runtime never tore the sandbox down).
+    const t0 = Date.now();
+    await apiDelete('/api/v1/namespaces/gcev/pods/ev');
+    // Held while the grace period runs: every read that answered before t0 + 5 s saw it allocated.
+    for (;;) {
+      const held = await allocated(ip);
+      if (Date.now() >= t0 + 4500) break;
+      expect(held, `released ${Date.now() - t0} ms after the pod's deletion, inside the 5 s grace period`).toBe(true);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    await waitFor('the leaked address released after the pod deletion (the period is 10 minutes)', async () => !(await allocated(ip)));
+    expect(kc.log()).toMatch(/released a leaked address.*pod gcev\/ev does not exist/);
+  });
+
   it('automatic host endpoints follow autoCreate and node changes, without a restart', async () => {
     await setConfig({ hostEndpoint: { autoCreate: 'Disabled' } });
     node('h1', { rack: 'r1' }, '192.0.2.21');
