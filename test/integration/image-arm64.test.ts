@@ -58,11 +58,12 @@ $P image unmount $IMG >/dev/null
 `;
 
 it('assembles an arm64 image whose binaries are all AArch64 ELF with their libraries present', { timeout: 180_000 }, async () => {
+  // The commit the build sees (read before it: a commit meanwhile would change HEAD).
+  const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
   const { stdout, keys } = await podmanSession(tmp, SCRIPT, { ROOT, VERSION: version, BINARIES: BINARIES.join(' ') });
   expect(keys.BUILD, stdout).toBe('ok');
   expect(keys.IMAGE).toBe('"arm64" "linux" ["node","/opt/netplugin/dist/netplugin-node.cjs"]');
   const labels = JSON.parse(keys.LABELS!) as Record<string, string>;
-  const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
   expect(labels['org.opencontainers.image.version']).toBe(version);
   expect(labels['org.opencontainers.image.revision']).toMatch(new RegExp(`^${head}(-dirty)?$`));
   const lines = stdout.split('\n');

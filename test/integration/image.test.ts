@@ -47,12 +47,13 @@ echo "CONTAINERS $($P ps -a --format '{{.Names}}' | wc -l)"
 
 describe('the netplugin/node image', () => {
   it('builds from a local base, and its install-cni and agent entry points work with host paths bound', async () => {
+    // The commit the build sees (read before it: a commit meanwhile would change HEAD).
+    const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
     const { stdout, keys } = await podmanSession(tmp, SCRIPT, { ROOT, VERSION: version });
     expect(keys.BUILD, stdout).toBe('ok');
     expect(keys.AGENTVERSION).toBe(`netplugin-node ${version}`);
     // OCI labels: the version, the checkout's commit, where the source is.
     const labels = JSON.parse(keys.LABELS!) as Record<string, string>;
-    const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
     expect(labels['org.opencontainers.image.version']).toBe(version);
     expect(labels['org.opencontainers.image.revision']).toMatch(new RegExp(`^${head}(-dirty)?$`));
     expect(labels['org.opencontainers.image.source']).toMatch(/^(file:\/\/\/|https?:\/\/|git@|ssh:\/\/)/);
