@@ -6,12 +6,10 @@
 //   node scripts/bench-ipam.mjs [--n 600]
 //
 // Node 20 cannot run the TypeScript sources directly, so the bench body below
-// is bundled with esbuild into node_modules/.cache (where `etcd3` resolves)
-// and imported from there.
-import { build } from 'esbuild';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+// is bundled with esbuild and imported (withBundle, scripts/bench/lib.mjs).
 import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
+import { withBundle } from './bench/lib.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const nArg = process.argv.indexOf('--n');
@@ -76,28 +74,6 @@ export async function run(N) {
 }
 `;
 
-const cache = join(root, 'node_modules/.cache/netplugin-bench');
-mkdirSync(cache, { recursive: true });
-const entry = join(cache, `bench-ipam-${process.pid}.ts`);
-const out = join(cache, `bench-ipam-${process.pid}.mjs`);
-writeFileSync(entry, body);
-try {
-  await build({
-    entryPoints: [entry],
-    outfile: out,
-    bundle: true,
-    platform: 'node',
-    target: 'node20',
-    format: 'esm',
-    external: ['etcd3', 'node-gyp-build', 'yaml'],
-    banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
-    logLevel: 'error',
-  });
-  const { run } = await import(pathToFileURL(out).href);
-  const rows = await run(N);
-  console.log(`netplugin IPAM allocator on a local etcd (${N} operations per phase, pool 10.200.0.0/16, /26 blocks)`);
-  console.table(rows);
-} finally {
-  rmSync(entry, { force: true });
-  rmSync(out, { force: true });
-}
+const rows = await withBundle(root, 'bench-ipam', body, ({ run }) => run(N));
+console.log(`netplugin IPAM allocator on a local etcd (${N} operations per phase, pool 10.200.0.0/16, /26 blocks)`);
+console.table(rows);
