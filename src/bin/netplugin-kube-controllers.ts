@@ -7,6 +7,7 @@ import { createLogger, normalizeLevel } from '../log/index.js';
 import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '../datastore/index.js';
 import { createKubeClient, SA_DIR } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
+import { observeInvalidObjects } from '../datastore/invalid.js';
 import { parseListenAddr, startHealthServer } from '../observe/health.js';
 import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/kube-controllers-config.js';
 import { startKubeControllers } from '../kube-controllers/index.js';
@@ -105,6 +106,8 @@ async function main(): Promise<void> {
   const ds = await openDatastore(dsConf).catch((e) => fatal('cannot open the datastore', e));
 
   const registry = new Registry();
+  // Malformed objects the datastore skips: one warning each, and their count on /metrics.
+  observeInvalidObjects(registry, log);
   let exiting = false;
   const kc = startKubeControllers({
     ds,

@@ -171,6 +171,10 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
     out.push('', `handle objects under case-folded legacy names (${r.legacyHandleNames.length}); release --from-report migrates them:`);
     for (const h of r.legacyHandleNames) out.push(`  ${h.handle}  stored as ${h.name}, expected ${h.want}`);
   }
+  if (r.invalidObjects.length) {
+    out.push('', `malformed objects, skipped by every list and watch until repaired (${r.invalidObjects.length}); see 'netpluginctl describe KIND NAME', then fix or delete them:`);
+    for (const o of r.invalidObjects) out.push(`  ${o.kind} ${o.namespace !== undefined ? `${o.namespace}/` : ''}${o.name}  ${o.where}`, `      ${o.reason}`);
+  }
   if (r.summary.problems === 0) out.push('no problems found');
   else {
     out.push('', `${r.summary.leakedAddresses} leaked address(es), ${r.summary.problems} problem(s) in total`);
@@ -190,6 +194,7 @@ function readReport(file: string, io: CtlIO): IpamReport {
   r.orphanedAffinities ??= [];
   r.sharedAddresses ??= [];
   r.legacyHandleNames ??= [];
+  r.invalidObjects ??= [];
   return r as IpamReport;
 }
 

@@ -3,7 +3,8 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type Datastore } from '../datastore/types.js';
+import { type Datastore, type InvalidObject } from '../datastore/types.js';
+import { InvalidObjectError, invalidLabel } from '../datastore/invalid.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
 import { bool, cannotRead, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
@@ -391,6 +392,7 @@ export async function cmdGet(
   }
   const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
   const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) });
+  warnInvalid(io, list.invalid);
   if (format === 'table' || format === 'wide') {
     if (list.items.length === 0) {
       io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
@@ -399,6 +401,13 @@ export async function cmdGet(
   }
   io.stdout(await formatResources(list.items, info.kind, format, false, Boolean(args.allNamespaces), args.noHeaders));
   return 0;
+}
+
+/** A list leaves malformed objects out: say so on stderr, naming each and where to look. */
+function warnInvalid(io: CtlIO, invalid: InvalidObject[] | undefined): void {
+  for (const o of invalid ?? []) {
+    io.stderr(`warning: ${invalidLabel(o)} is malformed and not shown (${o.reason}); see 'netpluginctl describe ${lower(o.kind)} ${o.name}${o.namespace !== undefined ? ` -n ${o.namespace}` : ''}'\n`);
+  }
 }
 
 /** -l: our selector syntax, or kubectl's (`zone=a,!legacy`) translated to it. */
@@ -572,15 +581,31 @@ export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string
   const info = resolveKind(args.kind);
   const namespaced = NAMESPACED_KINDS.has(info.kind);
   const items: Resource[] = [];
+  // Malformed objects are described as stored, with why they are refused, rather than failing the command.
+  const invalid: InvalidObject[] = [];
   let failed = 0;
   if (args.names.length) {
-    const got = await getNamed(ds, io, info.kind, args.names, namespaced ? (args.namespace ?? 'default') : undefined);
-    items.push(...got.items);
-    failed = got.failed;
+    const ns = namespaced ? (args.namespace ?? 'default') : undefined;
+    for (const name of args.names) {
+      try {
+        items.push(await ds.get(info.kind, name, ns));
+      } catch (e) {
+        if (e instanceof InvalidObjectError) {
+          invalid.push(e.invalid);
+          failed++;
+          continue;
+        }
+        if (!DatastoreError.is(e, 'NotFound')) throw e;
+        failed++;
+        io.stderr(`error: ${describeRef(info.kind, name, ns)} not found\n`);
+      }
+    }
   } else {
     const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
-    items.push(...(await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) })).items);
-    if (!items.length) io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
+    const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) });
+    items.push(...list.items);
+    invalid.push(...(list.invalid ?? []));
+    if (!items.length && !invalid.length) io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
   }
   const { stringify } = await import('yaml');
   const kv = (m: Record<string, string> | undefined) => (m && Object.keys(m).length ? Object.entries(m).map(([k, v]) => `${k}=${v}`).join('\n' + ' '.repeat(18)) : '<none>');
@@ -602,6 +627,21 @@ export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string
     ];
     return lines.join('\n');
   });
+  for (const o of invalid) {
+    blocks.push(
+      [
+        `Name:             ${o.name}`,
+        ...(namespaced ? [`Namespace:        ${o.namespace ?? 'default'}`] : []),
+        `Kind:             ${o.kind}`,
+        `Status:           MALFORMED: skipped by every list and watch (agents, controllers) until it is fixed or deleted`,
+        `Reason:           ${o.reason}`,
+        `Stored at:        ${o.where}`,
+        `Resource version: ${o.revision ?? '<none>'}`,
+        'As stored:',
+        ...(typeof o.raw === 'string' ? o.raw : stringify(o.raw ?? null)).trimEnd().split('\n').map((l) => `  ${l}`),
+      ].join('\n'),
+    );
+  }
   if (blocks.length) io.stdout(blocks.join('\n\n') + '\n');
   return failed ? 1 : 0;
 }

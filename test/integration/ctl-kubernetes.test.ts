@@ -62,4 +62,31 @@ describe('netpluginctl with the kubernetes datastore', () => {
     const who = JSON.parse((await ctl(['ipam', 'show', '--ip', ips.running!, '-o', 'json'])).out);
     expect(who).toMatchObject({ allocated: true, pod: 'running', namespace: 'shop' });
   });
+
+  it("names a pod with malformed endpoint annotations and a malformed custom resource; describe shows them as stored", async () => {
+    server.put('/api/v1/namespaces/tenant', { metadata: { name: 'tenant' } });
+    server.put('/api/v1/namespaces/tenant/pods/forger', {
+      metadata: { name: 'forger', annotations: { 'cni.netplugin.org/containerID': 'forged', 'cni.netplugin.org/podIPs': '10.124.9.9/32', 'cni.netplugin.org/ipNATs': '[{"internalIP":' } },
+      spec: { nodeName: 'node-b', containers: [{ name: 'c', image: 'x' }] },
+    });
+    server.put('/apis/netplugin.org/v3/hostendpoints/broken-hep', { apiVersion: 'netplugin.org/v3', kind: 'HostEndpoint', metadata: { name: 'broken-hep' }, spec: { node: ['n1'] } });
+    const wep = 'node--b-k8s-forger-eth0';
+    const c = await ctl(['ipam', 'check']);
+    expect(c.code).toBe(1);
+    expect(c.out).toContain(`WorkloadEndpoint tenant/${wep}  pod tenant/forger (annotations cni.netplugin.org/*)`);
+    expect(c.out).toContain('annotation cni.netplugin.org/ipNATs="[{\\"internalIP\\":" is not JSON');
+    expect(c.out).toMatch(/HostEndpoint broken-hep {2}https:\/\/.*\/apis\/netplugin\.org\/v3\/hostendpoints\/broken-hep\n {6}spec\.node: /);
+    const d = await ctl(['describe', 'workloadendpoint', wep, '-n', 'tenant']);
+    expect(d.code).toBe(1);
+    expect(d.out).toContain('Status:           MALFORMED');
+    expect(d.out).toContain('cni.netplugin.org/ipNATs');
+    // The other endpoints of the namespace still list; the malformed one is named on stderr.
+    const l = await ctl(['get', 'workloadendpoints', '-A']);
+    expect(l.code).toBe(0);
+    expect(l.err).toContain(`warning: WorkloadEndpoint tenant/${wep} is malformed and not shown`);
+    expect(l.out).toContain('running');
+    server.put('/apis/netplugin.org/v3/hostendpoints/broken-hep', { apiVersion: 'netplugin.org/v3', kind: 'HostEndpoint', metadata: { name: 'broken-hep' }, spec: { node: 'n1' } });
+    server.put('/api/v1/namespaces/tenant/pods/forger', { metadata: { name: 'forger' }, spec: { nodeName: 'node-b', containers: [{ name: 'c', image: 'x' }] } });
+    expect((await ctl(['ipam', 'check', '--json'])).out).toContain('"invalidObjects": []');
+  });
 });
