@@ -6,6 +6,7 @@ import { bool, CtlError, DRY_RUN, dryRun, noPositional, parseCommand, printHelp,
 import { resolveKind } from './kinds.js';
 import { readManifests, writeResource, errText } from './resources.js';
 import { describeRef, poolDefaults, validatePool } from './validate.js';
+import { applyJsonPatch, parseJsonPatch } from './json-patch.js';
 
 /**
  * validate -f: every document parses as a known kind, and IPPools pass the
@@ -138,28 +139,65 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
 
 export async function cmdPatch(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string | undefined; type?: string | undefined; patch?: string | undefined; dryRun?: boolean | undefined }): Promise<number> {
   const type = args.type ?? 'merge';
-  if (type !== 'merge') throw new CtlError(`patch --type ${JSON.stringify(type)} is not supported; use --type merge (a JSON merge patch, RFC 7386)`);
+  if (type !== 'merge' && type !== 'json') {
+    throw new CtlError(`patch --type ${JSON.stringify(type)} is not supported; use --type merge (a JSON merge patch, RFC 7386) or --type json (RFC 6902 operations)`);
+  }
   const { t, rest } = target(args.positional, args.namespace, 'patch');
   if (rest.length) throw new CtlError(`patch takes KIND NAME and -p PATCH; unexpected ${rest.join(' ')}`);
-  if (!args.patch) throw new CtlError(`patch needs -p '{"spec":{...}}'`);
+  if (!args.patch) throw new CtlError(type === 'json' ? `patch --type json needs -p '[{"op":"replace","path":"/spec/disabled","value":true}]'` : `patch needs -p '{"spec":{...}}'`);
   let patch: unknown;
   try {
     patch = JSON.parse(args.patch);
   } catch (e) {
     throw new CtlError(`patch -p is not JSON: ${(e as Error).message}`);
   }
-  if (!patch || typeof patch !== 'object' || Array.isArray(patch)) throw new CtlError('patch -p must be a JSON object, e.g. {"spec":{"disabled":true}}');
-  const p = patch as Record<string, unknown>;
-  for (const k of Object.keys(p)) {
-    if (k !== 'spec' && k !== 'metadata') throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+  let change: (r: Resource) => Resource;
+  if (type === 'json') {
+    const ops = parseJsonPatch(patch);
+    change = (res) => {
+      const next = applyJsonPatch(res, ops) as Resource;
+      onlySpecAndLabels(res, next);
+      return next;
+    };
+  } else {
+    if (!patch || typeof patch !== 'object' || Array.isArray(patch)) throw new CtlError('patch -p must be a JSON object, e.g. {"spec":{"disabled":true}} (a list of operations needs --type json)');
+    const p = patch as Record<string, unknown>;
+    for (const k of Object.keys(p)) {
+      if (k !== 'spec' && k !== 'metadata') throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+    }
+    const meta = (p.metadata ?? {}) as Record<string, unknown>;
+    for (const k of Object.keys(meta)) {
+      if (k !== 'labels' && k !== 'annotations') throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
+    }
+    change = (res) => mergePatch(res, patch) as Resource;
   }
-  const meta = (p.metadata ?? {}) as Record<string, unknown>;
-  for (const k of Object.keys(meta)) {
-    if (k !== 'labels' && k !== 'annotations') throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
-  }
-  const r = await update(ds, t, (res) => mergePatch(res, patch) as Resource, Boolean(args.dryRun));
+  const r = await update(ds, t, change, Boolean(args.dryRun));
   io.stdout(`${t.kind.toLowerCase()}/${t.name} ${r === 'unchanged' ? 'patched (no change)' : 'patched'}${args.dryRun ? ' (dry run)' : ''}\n`);
   return 0;
+}
+
+/** A JSON patch may touch spec, metadata.labels and metadata.annotations only, as a merge patch may. */
+function onlySpecAndLabels(before: Resource, after: Resource): void {
+  const strip = (r: Resource) => {
+    const o = { ...(r as unknown as Record<string, unknown>) };
+    delete o.spec;
+    const m = { ...((o.metadata ?? {}) as Record<string, unknown>) };
+    delete m.labels;
+    delete m.annotations;
+    o.metadata = m;
+    return o;
+  };
+  const a = strip(before);
+  const b = strip(after);
+  for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
+    if (k === 'metadata') continue;
+    if (JSON.stringify(a[k]) !== JSON.stringify(b[k])) throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+  }
+  const ma = a.metadata as Record<string, unknown>;
+  const mb = b.metadata as Record<string, unknown>;
+  for (const k of new Set([...Object.keys(ma), ...Object.keys(mb)])) {
+    if (JSON.stringify(ma[k]) !== JSON.stringify(mb[k])) throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
+  }
 }
 
 // ---------------------------------------------------------------- commands
@@ -177,11 +215,15 @@ document is invalid.
 Sets labels (key=value) or removes them (key-). Changing an existing label's value needs
 --overwrite, as with kubectl.
 `,
-  patch: `Usage: netpluginctl patch <kind> <name> --type merge -p '{"spec":{"disabled":true}}' [-n NS] [--dry-run]
+  patch: `Usage: netpluginctl patch <kind> <name> [--type merge] -p '{"spec":{"disabled":true}}' [-n NS] [--dry-run]
+       netpluginctl patch <kind> <name> --type json -p '[{"op":"replace","path":"/spec/disabled","value":true}]'
 
-Applies a JSON merge patch (RFC 7386: objects merge, null removes a field) to spec,
-metadata.labels or metadata.annotations, then validates and writes the result as apply does
-(retrying when someone else changed the resource meanwhile). Only --type merge is supported.
+--type merge (the default) applies a JSON merge patch (RFC 7386: objects merge, null removes a
+field); --type json applies JSON patch operations (RFC 6902: add, remove, replace, move, copy,
+test; paths are JSON pointers such as /spec/nodeSelector or /metadata/labels/zone; a failed
+test changes nothing). Only spec, metadata.labels and metadata.annotations can change. The
+result is validated and written as apply does (retrying when someone else changed the resource
+meanwhile; a json patch is re-applied to the fresh object).
 `,
 };
 

@@ -24,6 +24,8 @@ export interface CtlIO {
   packageDir?: string;
   /** Node executable written into launchers and the fallback file; default process.execPath. */
   nodePath?: string;
+  /** Aborted to end a command that runs until interrupted (get -w): SIGINT in the binary. */
+  signal?: AbortSignal | undefined;
   /** stderr is a terminal: long operations show a progress line there. */
   stderrIsTTY?: boolean;
   /** install-cni: whether this process runs in a Kubernetes pod; default: detected (src/ctl/install-cni.ts detectPod). */

@@ -139,7 +139,7 @@ describe('validate, label, patch', () => {
     const cidr = await ctl(['patch', 'ippool', 'a', '-p', '{"spec":{"cidr":"10.9.0.0/16"}}']);
     expect(cidr.code).toBe(1);
     expect(cidr.err).toMatch(/cidr/);
-    expect((await ctl(['patch', 'ippool', 'a', '--type', 'json', '-p', '[]'])).err).toContain('--type "json" is not supported');
+    expect((await ctl(['patch', 'ippool', 'a', '--type', 'strategic', '-p', '{}'])).err).toContain('--type "strategic" is not supported');
     expect((await ctl(['patch', 'ippool', 'a', '-p', '{"status":{}}'])).err).toContain('only spec and metadata');
     expect(mergePatch({ a: { b: 1, c: [1] }, d: 1 }, { a: { b: null, c: [2] }, e: 'x' })).toEqual({ a: { c: [2] }, d: 1, e: 'x' });
   });
