@@ -13,6 +13,7 @@ import { API_VERSION } from '../../src/model/resources.js';
 import { createIpam } from '../../src/ipam/index.js';
 import pkg from '../../package.json' with { type: 'json' };
 import { workloadEndpoint } from '../support/builders.js';
+import { startBuiltCtl } from '../support/ctl.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const CTL = join(root, 'dist/netpluginctl.mjs');
@@ -139,6 +140,33 @@ describe('netpluginctl against etcd', () => {
     expect(r.code).toBe(1);
     expect(r.err.trim().split('\n')).toHaveLength(1);
     expect(r.err).toMatch(/^error: cannot reach the datastore: /);
+  });
+});
+
+describe('get -w against etcd', () => {
+  it('lists, then prints a row per change as it happens, and stops on SIGINT', async () => {
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watch-a', labels: { watch: 'yes' } }, spec: { cidr: '10.140.0.0/24', blockSize: 28 } });
+    const w = startBuiltCtl(['get', 'ippools', '-w', '-l', 'watch=yes', '--output-watch-events'], { env: { ETCD_ENDPOINTS: etcd.endpoint } });
+    try {
+      await w.waitFor(/ADDED\s+watch-a\s+10\.140\.0\.0\/24/);
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watch-b', labels: { watch: 'yes' } }, spec: { cidr: '10.141.0.0/24', blockSize: 28 } });
+      // Not selected by -l: never printed.
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watch-other' }, spec: { cidr: '10.142.0.0/24', blockSize: 28 } });
+      await w.waitFor(/ADDED\s+watch-b/);
+      const b = await ds.get('IPPool', 'watch-b');
+      await ds.update({ ...b, spec: { ...b.spec, disabled: true } });
+      await ds.delete('IPPool', 'watch-a');
+      await w.waitFor(/DELETED\s+watch-a/);
+      const r = await w.interrupt();
+      expect(r.err).toBe('');
+      expect(r.code).toBe(0);
+      const lines = r.out.trim().split('\n');
+      expect(lines[0]).toMatch(/^EVENT\s+NAME\s+CIDR\s+SELECTOR$/);
+      expect(lines.slice(1).map((l) => l.split(/\s+/).slice(0, 2).join(' '))).toEqual(['ADDED watch-a', 'ADDED watch-b', 'MODIFIED watch-b', 'DELETED watch-a']);
+    } finally {
+      w.kill();
+      for (const n of ['watch-a', 'watch-b', 'watch-other']) await ds.delete('IPPool', n).catch(() => undefined);
+    }
   });
 });
 

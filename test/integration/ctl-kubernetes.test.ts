@@ -6,7 +6,8 @@ import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../supp
 import { openDatastore } from '../../src/datastore/index.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { createIpam } from '../../src/ipam/index.js';
-import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
+import { requireBuiltCtl, runBuiltCtl, startBuiltCtl } from '../support/ctl.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { workloadEndpoint } from '../support/builders.js';
 
 const TOKEN = 'ctl-test-token';
@@ -61,5 +62,27 @@ describe('netpluginctl with the kubernetes datastore', () => {
 
     const who = JSON.parse((await ctl(['ipam', 'show', '--ip', ips.running!, '-o', 'json'])).out);
     expect(who).toMatchObject({ allocated: true, pod: 'running', namespace: 'shop' });
+  });
+
+  it('get -w streams changes from the API server watch and stops on SIGINT', async () => {
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watched-0' }, spec: { cidr: '10.149.0.0/24', blockSize: 28 } });
+    const w = startBuiltCtl(['get', 'ippool', 'watched-0', 'watched-1', '-w', '-o', 'jsonpath={.metadata.name} {.spec.disabled}{"\\n"}'], {
+      env: { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig },
+    });
+    try {
+      await w.waitFor(/^watched-0 \n/);
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watched-1' }, spec: { cidr: '10.150.0.0/24', blockSize: 28 } });
+      // Not among the names given: never printed.
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watched-2' }, spec: { cidr: '10.151.0.0/24', blockSize: 28 } });
+      const p0 = await ds.get('IPPool', 'watched-0');
+      await ds.update({ ...p0, spec: { ...p0.spec, disabled: true } });
+      await w.waitFor(/watched-0 true\n/);
+      const r = await w.interrupt();
+      expect(r.code).toBe(0);
+      expect(r.out).toBe('watched-0 \nwatched-1 \nwatched-0 true\n');
+    } finally {
+      w.kill();
+      for (const n of ['watched-0', 'watched-1', 'watched-2']) await ds.delete('IPPool', n).catch(() => undefined);
+    }
   });
 });
