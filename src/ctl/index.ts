@@ -18,7 +18,7 @@ import { datastoreGroup } from './datastore.js';
 import { versionGroup } from './version-cmd.js';
 import { cniGroup } from './cni.js';
 import { policyGroup } from './policy-cmd.js';
-import { COMPLETION_HELP, completionCommand } from './completion.js';
+import { COMPLETION_HELP, completionCommands } from './completion.js';
 
 export { initDatastore } from './datastore-init.js';
 export type { InitDatastoreOptions, InitDatastoreResult } from './datastore-init.js';
@@ -42,7 +42,7 @@ Commands:
   validate -f FILE|DIR|-     check manifests without a datastore
   label <kind> <name> k=v    set (k=v) or remove (k-) labels
   patch <kind> <name> -p J   apply a JSON merge patch to spec, labels or annotations
-  completion bash|zsh        print a shell completion script
+  completion bash|zsh|fish   print a shell completion script (commands, flags, kinds, resource names)
   ipam show                  pool usage (--show-blocks, --ip ADDR)
   ipam check                 find leaked addresses (-o report.json)
   ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run)
@@ -85,9 +85,21 @@ const GROUPS: CtlGroup[] = [resourcesGroup, ipamGroup, policyGroup, datastoreGro
 const HELP: Record<string, string> = Object.assign(Object.create(null) as Record<string, string>, { '': TOP_HELP }, ...GROUPS.map((g) => g.help), COMPLETION_HELP);
 
 /** Command word -> command; a null prototype, so 'constructor' or '__proto__' is an unknown command. */
-const COMMANDS: Record<string, CtlCommand> = Object.assign(Object.create(null) as Record<string, CtlCommand>, ...GROUPS.map((g) => g.commands), lazyGroups, {
-  completion: completionCommand(() => Object.keys(HELP).filter((k) => k && !k.includes(' '))),
-});
+const COMMANDS: Record<string, CtlCommand> = Object.assign(
+  Object.create(null) as Record<string, CtlCommand>,
+  ...GROUPS.map((g) => g.commands),
+  lazyGroups,
+  completionCommands({
+    topHelp: TOP_HELP,
+    // The lazily loaded groups' topics too: completion is rare, and must know every flag.
+    help: async () => ({
+      ...HELP,
+      ...(await import('./installation.js')).INSTALLATION_HELP,
+      ...(await import('./upgrade.js')).UPGRADE_HELP,
+      'datastore migrate': (await import('./migrate.js')).MIGRATE_HELP,
+    }),
+  }),
+);
 
 function help(io: CtlIO, topic: string): number {
   io.stdout(HELP[topic] ?? TOP_HELP);
@@ -96,7 +108,7 @@ function help(io: CtlIO, topic: string): number {
 
 async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Promise<number> {
   const run = COMMANDS[cmd];
-  if (!run) throw new CtlError(`unknown command ${JSON.stringify(cmd)}${suggestFlag(cmd, Object.keys(COMMANDS))}; run 'netpluginctl --help'`);
+  if (!run) throw new CtlError(`unknown command ${JSON.stringify(cmd)}${suggestFlag(cmd, Object.keys(COMMANDS).filter((c) => !c.startsWith('__')))}; run 'netpluginctl --help'`);
   return run(rest, io, s);
 }
 

@@ -170,6 +170,33 @@ describe('get -w against etcd', () => {
   });
 });
 
+describe('completion in real shells against etcd', () => {
+  it('bash and fish complete commands, kinds and the names stored in etcd; zsh loads the script', async () => {
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'compl-one' }, spec: { cidr: '10.160.0.0/24', blockSize: 28 } });
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'compl-two' }, spec: { cidr: '10.161.0.0/24', blockSize: 28 } });
+    try {
+      const bin = join(tmp, 'bin');
+      execFileSync('mkdir', ['-p', bin]);
+      writeFileSync(join(bin, 'netpluginctl'), `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(CTL)} "$@"\n`, { mode: 0o755 });
+      const env = { PATH: `${bin}:${process.env.PATH ?? '/usr/bin:/bin'}`, ETCD_ENDPOINTS: etcd.endpoint, HOME: tmp };
+      for (const shell of ['bash', 'zsh', 'fish']) writeFileSync(join(tmp, `c.${shell}`), ctl(['completion', shell]).out);
+      const bash = (line: string[]) =>
+        execFileSync('bash', ['-c', `source ${tmp}/c.bash; COMP_WORDS=(${line.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${line.length - 1}; _netpluginctl; printf '%s\\n' "\${COMPREPLY[@]}"`], { encoding: 'utf8', env })
+          .split('\n')
+          .filter(Boolean);
+      expect(bash(['netpluginctl', 'get', 'ippool', 'compl-'])).toEqual(['compl-one', 'compl-two']);
+      expect(bash(['netpluginctl', 'datastore', ''])).toEqual(expect.arrayContaining(['init', 'migrate', 'ready']));
+      const fish = (line: string) => execFileSync('fish', ['-c', `source ${tmp}/c.fish; complete -C${JSON.stringify(line)}`], { encoding: 'utf8', env }).split('\n').filter(Boolean);
+      expect(fish('netpluginctl delete pool compl-t')).toEqual(['compl-two']);
+      expect(fish('netpluginctl ipam ')).toEqual(expect.arrayContaining(['check', 'release', 'show']));
+      const zsh = execFileSync('zsh', ['-c', `autoload -Uz compinit && compinit -u -d ${tmp}/zcompdump && source ${tmp}/c.zsh && print -r -- $_comps[netpluginctl]`], { encoding: 'utf8', env });
+      expect(zsh.trim()).toBe('_netpluginctl');
+    } finally {
+      for (const n of ['compl-one', 'compl-two']) await ds.delete('IPPool', n).catch(() => undefined);
+    }
+  });
+});
+
 describe('install-cni with the real shim', () => {
   let shim: string;
   beforeAll(() => {
