@@ -30,7 +30,7 @@ export { datastoreConfig } from './session.js';
 
 export const TOP_HELP = `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
 
-Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--log-format text|json] <command> [flags]
+Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--as USER] [--log-format text|json] <command> [flags]
 
 Commands:
   apply -f FILE|DIR|-        create or update resources (YAML or JSON, one or many documents)
@@ -116,7 +116,8 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
   // The command is the first positional word; global flags may come before it.
   let i = 0;
   let configFile: string | undefined;
-  const globals: { kubeconfig?: string; context?: string; 'log-format'?: string } = {};
+  const globals: { kubeconfig?: string; context?: string; 'log-format'?: string; as?: string } = {};
+  const asGroups: string[] = [];
   while (i < argv.length && argv[i]!.startsWith('-')) {
     const a = argv[i]!;
     if (a === '-h' || a === '--help') return help(io, '');
@@ -136,15 +137,16 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
       i = 0;
       break;
     }
-    const g = /^--(kubeconfig|context|log-format)(?:=(.*))?$/.exec(a);
+    const g = /^--(kubeconfig|context|log-format|as|as-group)(?:=(.*))?$/.exec(a);
     if (g) {
       const v = g[2] ?? argv[i + 1];
       if (v === undefined) return fail(io, new CtlError(`--${g[1]} needs a value`));
-      globals[g[1] as keyof typeof globals] = v;
+      if (g[1] === 'as-group') asGroups.push(v);
+      else globals[g[1] as keyof typeof globals] = v;
       i += g[2] === undefined ? 2 : 1;
       continue;
     }
-    return fail(io, new CtlError(`unknown flag ${a}${suggestFlag(a, ['--config', '--kubeconfig', '--context', '--log-format', '--help', '--version'])}; run 'netpluginctl --help'`));
+    return fail(io, new CtlError(`unknown flag ${a}${suggestFlag(a, ['--config', '--kubeconfig', '--context', '--log-format', '--as', '--as-group', '--help', '--version'])}; run 'netpluginctl --help'`));
   }
   const after = argv.slice(i + 1);
   const logFormat = globals['log-format'] ?? pairFlag(after, '--log-format') ?? after.find((a) => a.startsWith('--log-format='))?.slice('--log-format='.length);
@@ -158,6 +160,8 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
   const session = new Session(io, configFile);
   session.kubeconfig = globals.kubeconfig;
   session.context = globals.context;
+  session.as = globals.as;
+  session.asGroups = asGroups;
   try {
     return await dispatch(cmd, normalizeDryRun(rest), io, session);
   } catch (e) {
