@@ -203,6 +203,18 @@ function onlySpecAndLabels(before: Resource, after: Resource): void {
 // ---------------------------------------------------------------- commands
 
 export const EDIT_HELP: Record<string, string> = {
+  edit: `Usage: netpluginctl edit <kind> <name> [-n NS] [-o yaml|json]
+       netpluginctl edit <kind>/<name>
+
+Opens the resource in $KUBE_EDITOR, else $EDITOR, else vi, as kubectl edit does. Saving writes
+it back; an unchanged or emptied file cancels. A file that does not parse or validate is
+reopened with the errors as comments at its top (saving it unchanged cancels). When someone
+else changed the resource while you edited, nothing is written: the error names a file holding
+your edits.
+
+Example:
+  KUBE_EDITOR=nano netpluginctl edit ippool default-ipv4-ippool
+`,
   validate: `Usage: netpluginctl validate -f FILE|DIR|-
 
 Parses every document and checks it as apply would (kinds, names, IPPool CIDR, block size,
@@ -260,8 +272,16 @@ const runEdit = (cmd: 'label' | 'patch'): CtlCommand => async (rest, io, s) => {
     : cmdPatch(await s.writable(), io, { ...common, type: str(p, 'type'), patch: str(p, 'patch') });
 };
 
-/** validate, label, patch. */
+const runEditor: CtlCommand = async (rest, io, s) => {
+  const p = parseCommand(rest, [{ name: 'namespace', short: 'n', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'edit', s);
+  if (bool(p, 'help')) return printHelp(io, EDIT_HELP.edit!);
+  target(p.positional, str(p, 'namespace'), 'edit');
+  const { cmdEdit } = await import('./edit-loop.js');
+  return cmdEdit(await s.writable(), io, { positional: p.positional, namespace: str(p, 'namespace'), output: str(p, 'output') });
+};
+
+/** validate, label, patch, edit. */
 export const editGroup: CtlGroup = {
-  commands: { validate: runValidate, label: runEdit('label'), patch: runEdit('patch') },
+  commands: { validate: runValidate, label: runEdit('label'), patch: runEdit('patch'), edit: runEditor },
   help: EDIT_HELP,
 };

@@ -41,7 +41,8 @@ Commands:
   delete <kind> <name...>    delete resources (or -f FILE|DIR)
   validate -f FILE|DIR|-     check manifests without a datastore
   label <kind> <name> k=v    set (k=v) or remove (k-) labels
-  patch <kind> <name> -p J   apply a JSON merge patch to spec, labels or annotations
+  patch <kind> <name> -p J   apply a JSON merge patch (or --type json: RFC 6902) to spec, labels or annotations
+  edit <kind> <name>         edit a resource in $KUBE_EDITOR / $EDITOR (kubectl's validation and conflict loop)
   completion bash|zsh|fish   print a shell completion script (commands, flags, kinds, resource names)
   ipam show                  pool usage (--show-blocks, --ip ADDR)
   ipam check                 find leaked addresses (-o report.json)

@@ -197,6 +197,77 @@ describe('completion in real shells against etcd', () => {
   });
 });
 
+describe('edit against etcd', () => {
+  // The editor: a script run as $EDITOR, one step per round, logging what it saw.
+  const EDITOR_JS = `
+import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+const file = process.argv[2];
+const log = process.env.EDIT_LOG;
+const round = readFileSync(log, 'utf8').split('\\n').filter((l) => l.startsWith('round')).length + 1;
+const text = readFileSync(file, 'utf8');
+appendFileSync(log, 'round ' + round + '\\n' + text + '\\n');
+const mode = process.env.EDIT_MODE;
+if (mode === 'invalid-then-fix') {
+  if (round === 1) writeFileSync(file, text.replace('natOutgoing: true', 'natOutgoing: maybe').replace('zone: a', 'zone: b'));
+  else writeFileSync(file, text.replace('natOutgoing: maybe', 'natOutgoing: false'));
+} else if (mode === 'conflict') {
+  execFileSync(process.execPath, [process.env.CTL, 'label', 'ippool', 'edit-pool', 'other=writer']);
+  writeFileSync(file, text.replace('natOutgoing: true', 'natOutgoing: false'));
+} else if (mode === 'invalid-twice') {
+  if (round === 1) writeFileSync(file, text.replace('natOutgoing: true', 'natOutgoing: maybe'));
+}
+`;
+  const setup = async () => {
+    await ds.delete('IPPool', 'edit-pool').catch(() => undefined);
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'edit-pool', labels: { zone: 'a' } }, spec: { cidr: '10.180.0.0/24', blockSize: 28, natOutgoing: true } });
+    writeFileSync(join(tmp, 'editor.mjs'), EDITOR_JS);
+    writeFileSync(join(tmp, 'edit.log'), '');
+  };
+  const edit = (mode: string, args = ['edit', 'ippool', 'edit-pool']) =>
+    ctl(args, { env: { KUBE_EDITOR: `${process.execPath} ${join(tmp, 'editor.mjs')}`, EDIT_MODE: mode, EDIT_LOG: join(tmp, 'edit.log'), CTL } });
+
+  it('reopens an invalid edit with the error on top, then saves the fixed one', async () => {
+    await setup();
+    const r = edit('invalid-then-fix');
+    expect(r.err).toBe('');
+    expect(r.out).toBe('ippool/edit-pool edited\n');
+    const log = readFileSync(join(tmp, 'edit.log'), 'utf8');
+    const second = log.split('round 2\n')[1]!;
+    expect(second).toMatch(/^# Please edit the object below/);
+    expect(second).toMatch(/# ippool\/edit-pool was not valid:\n# .*spec\.natOutgoing/);
+    expect(second).toContain('zone: b');
+    const p = await ds.get('IPPool', 'edit-pool');
+    expect(p.spec.natOutgoing).toBe(false);
+    expect(p.metadata.labels).toEqual({ zone: 'b' });
+  });
+
+  it('cancels when nothing changed, and when an invalid file is saved again unchanged', async () => {
+    await setup();
+    expect(edit('none')).toMatchObject({ code: 0, out: 'Edit cancelled, no changes made.\n' });
+    writeFileSync(join(tmp, 'edit.log'), '');
+    const twice = edit('invalid-twice');
+    expect(twice.code).toBe(1);
+    expect(twice.err).toMatch(/Edit cancelled, no valid changes were saved; a copy of your changes is in (\S+)/);
+    rmSync(/in (\S+)$/.exec(twice.err.trim())![1]!, { force: true });
+    expect((await ds.get('IPPool', 'edit-pool')).spec.natOutgoing).toBe(true);
+  });
+
+  it('refuses to overwrite a change made while the editor was open, keeping the edits in a file', async () => {
+    await setup();
+    const r = edit('conflict', ['edit', 'ippool/edit-pool']);
+    expect(r.code).toBe(1);
+    const m = /changed by someone else while you edited it .* your edits are saved in (\S+):/.exec(r.err);
+    expect(m, r.err).not.toBeNull();
+    expect(readFileSync(m![1]!, 'utf8')).toContain('natOutgoing: false');
+    rmSync(m![1]!, { force: true });
+    const p = await ds.get('IPPool', 'edit-pool');
+    expect(p.spec.natOutgoing).toBe(true);
+    expect(p.metadata.labels).toEqual({ zone: 'a', other: 'writer' });
+    await ds.delete('IPPool', 'edit-pool');
+  });
+});
+
 describe('install-cni with the real shim', () => {
   let shim: string;
   beforeAll(() => {
