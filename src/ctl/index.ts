@@ -44,9 +44,12 @@ Commands:
   patch <kind> <name> -p J   apply a JSON merge patch (or --type json: RFC 6902) to spec, labels or annotations
   edit <kind> <name>         edit a resource in $KUBE_EDITOR / $EDITOR (kubectl's validation and conflict loop)
   completion bash|zsh|fish   print a shell completion script (commands, flags, kinds, resource names)
-  ipam show                  pool usage (--show-blocks, --ip ADDR)
+  ipam show                  pool usage (--show-blocks, --show-borrowed, --show-configuration, --ip ADDR, -o json|yaml)
   ipam check                 find leaked addresses (-o report.json)
-  ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run)
+  ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run: "would release")
+  ipam configure             IPAMConfig: --strictaffinity, --max-blocks-per-host, --autoallocateblocks
+  ipam split N --name POOL   split a disabled pool into N (a power of 2) equal pools
+  node diags                 one tar.gz of this node's state for a bug report (nft, routes, datastore view...)
   policy explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
@@ -57,7 +60,7 @@ Commands:
   upgrade owner-refs         save, strip and restore owner references to netplugin.org/v3 objects
   upgrade auto-hep           migrate all-interfaces host endpoints to automatic ones
   upgrade finish             remove allow-all-upgrade and record the new cluster version
-  version                    client and cluster version
+  version                    client and cluster version (--short)
   install-cni                install the plugin binaries and the CNI conflist on this node
   uninstall-cni              remove them
 
@@ -74,6 +77,7 @@ Run 'netpluginctl <command> --help' for a command's flags. Set NETPLUGIN_DEBUG=1
 const lazyGroups: Record<string, CtlCommand> = {
   installation: async (rest, io, s) => (await import('./installation.js')).cmdInstallation(rest, io, s),
   upgrade: async (rest, io, s) => (await import('./upgrade.js')).cmdUpgrade(rest, io, s),
+  node: async (rest, io, s) => (await import('./node-diags.js')).nodeGroup.commands.node!(rest, io, s),
 };
 
 const GROUPS: CtlGroup[] = [resourcesGroup, ipamGroup, policyGroup, datastoreGroup, versionGroup, cniGroup, editGroup];
@@ -97,6 +101,7 @@ const COMMANDS: Record<string, CtlCommand> = Object.assign(
       ...HELP,
       ...(await import('./installation.js')).INSTALLATION_HELP,
       ...(await import('./upgrade.js')).UPGRADE_HELP,
+      ...(await import('./node-diags.js')).NODE_HELP,
       'datastore migrate': (await import('./migrate.js')).MIGRATE_HELP,
     }),
   }),
