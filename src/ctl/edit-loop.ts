@@ -91,7 +91,7 @@ export async function cmdEdit(ds: Datastore, io: CtlIO, args: { positional: stri
         } catch (e) {
           throw new CtlError(`the file is not valid ${fmt === 'json' ? 'JSON' : 'YAML'}: ${(e as Error).message.split('\n')[0]}`);
         }
-        res = parseManifest(doc, ref);
+        res = parseManifest(doc, ref, { stored: true });
         if (res.kind !== cur.kind || res.metadata.name !== cur.metadata.name || (res.metadata.namespace ?? undefined) !== (cur.metadata.namespace ?? undefined)) {
           throw new CtlError(`apiVersion, kind, name and namespace cannot be changed by edit (create a new resource instead)`);
         }

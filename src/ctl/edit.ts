@@ -1,11 +1,12 @@
 // validate, label and patch: the kubectl habits operators bring.
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Resource } from '../model/resources.js';
+import { labelKeyProblem, labelValueProblem } from '../model/names.js';
 import { type Datastore } from '../datastore/types.js';
 import { bool, CtlError, DRY_RUN, dryRun, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
 import { readManifests, writeResource, errText } from './resources.js';
-import { describeRef, poolDefaults, validatePool } from './validate.js';
+import { describeRef, parseManifest, poolDefaults, validatePool } from './validate.js';
 import { applyJsonPatch, parseJsonPatch } from './json-patch.js';
 
 /**
@@ -39,8 +40,6 @@ export async function cmdValidate(io: CtlIO, file: string): Promise<number> {
   return failed ? 1 : 0;
 }
 
-const LABEL_KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
-const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;
 
 /** `key=value` sets, `key-` removes (kubectl's syntax). */
 export function parseLabelArgs(args: string[]): { set: Record<string, string>; remove: string[] } {
@@ -50,15 +49,15 @@ export function parseLabelArgs(args: string[]): { set: Record<string, string>; r
   for (const a of args) {
     if (a.endsWith('-') && !a.includes('=')) {
       const k = a.slice(0, -1);
-      if (!LABEL_KEY.test(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key`);
+      if (labelKeyProblem(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key`);
       remove.push(k);
       continue;
     }
     const eq = a.indexOf('=');
     if (eq < 0) throw new CtlError(`label ${JSON.stringify(a)}: expected key=value or key-`);
     const [k, v] = [a.slice(0, eq), a.slice(eq + 1)];
-    if (!LABEL_KEY.test(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key (e.g. zone or example.com/zone)`);
-    if (!LABEL_VALUE.test(v)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(v)} is not a valid label value (up to 63 letters, digits, '-', '_', '.')`);
+    if (labelKeyProblem(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key (e.g. zone or example.com/zone)`);
+    if (labelValueProblem(v)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(v)} is not a valid label value (up to 63 letters, digits, '-', '_', '.')`);
     set[k] = v;
   }
   return { set, remove };
@@ -95,6 +94,8 @@ async function update(ds: Datastore, t: Target, change: (r: Resource) => Resourc
       throw e;
     }
     const next = change(structuredClone(cur));
+    // The result is checked as apply checks a manifest: a wrong type or an unknown field names its path.
+    parseManifest(next, `${t.kind.toLowerCase()}/${t.name}`, { stored: true });
     // replace with the read resourceVersion: a concurrent writer makes us read again.
     try {
       return await writeResource(ds, { ...next, metadata: { ...next.metadata, resourceVersion: cur.metadata.resourceVersion } }, 'replace', dryRun);

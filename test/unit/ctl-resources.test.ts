@@ -176,8 +176,8 @@ spec:
     expect(await applyErr('apiVersion: v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.0.0.0/8}\n')).toMatch(
       /stdin document 1: apiVersion "v1" is not supported; use "netplugin.org\/v3"/,
     );
-    expect(await applyErr(pool('p', { cidr: '10.0.0.0/8', ipipmode: 'Always' }))).toMatch(/unknown field spec\.ipipmode; IPPool fields are cidr, blockSize, ipipMode/);
-    expect(await applyErr(pool('p', { cidr: '10.0.0.0/8', ipipMode: 'Sometimes' }))).toMatch(/spec\.ipipMode: Invalid enum value/);
+    expect(await applyErr(pool('p', { cidr: '10.0.0.0/8', ipipmode: 'Always' }))).toMatch(/spec\.ipipmode: unknown field; did you mean ipipMode\?/);
+    expect(await applyErr(pool('p', { cidr: '10.0.0.0/8', ipipMode: 'Sometimes' }))).toMatch(/spec\.ipipMode: "Sometimes" is not one of Never, Always, CrossSubnet/);
     expect(await applyErr('apiVersion: netplugin.org/v3\nkind: IPPool\nspec: {cidr: 10.0.0.0/8}\n')).toMatch(/metadata/);
     expect(await applyErr('kind: [\n')).toMatch(/invalid YAML in document 1 at line/);
     expect(await applyErr(JSON.stringify({ apiVersion: API_VERSION, kind: 'IPAMConfig', metadata: { name: 'x' }, spec: {} }))).toMatch(/IPAMConfig is a singleton; set metadata.name to "default"/);
