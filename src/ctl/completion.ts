@@ -33,7 +33,7 @@ const FLAG_VALUES: Record<string, string[]> = {
 };
 
 /** Flags that take a value (the next word is that value, not a positional). */
-const VALUE_FLAGS = new Set(['-o', '--output', '-n', '--namespace', '-l', '--selector', '-f', '--filename', '-p', '--patch', '--config', '-c', '--kubeconfig', '--context', '--log-format', '--type', '--sort-by', '--as']);
+const VALUE_FLAGS = new Set(['-o', '--output', '-n', '--namespace', '-l', '--selector', '-f', '--filename', '-p', '--patch', '--config', '-c', '--kubeconfig', '--context', '--log-format', '--type', '--sort-by', '--as', '--as-group', '--ip', '--name', '--cidr', '--node', '--log', '--metrics-url', '-d', '--dir', '--to', '--from-report']);
 
 /** The command tree the overview lists: "ipam show ..." -> ipam: [show]. */
 export function commandTree(topHelp: string): Map<string, string[]> {
