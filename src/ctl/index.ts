@@ -160,6 +160,9 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
     return fail(io, new CtlError(`--log-format ${JSON.stringify(logFormat)} is not text or json`));
   }
   const json = logFormat === 'json';
+  // --log-format json: every error and warning line a command prints (a name not found among
+  // several, a failed document of many) is a JSON line too, not only the final error.
+  if (json) io = { ...io, stderr: jsonStderr(io.stderr) };
   const cmd = argv[i];
   const rest = stripPair(argv.slice(i + 1), '--log-format');
   if (!cmd || cmd === 'help') return help(io, rest.join(' '));
@@ -193,6 +196,22 @@ function stripPair(argv: string[], flag: string): string[] {
     out.push(argv[j]!);
   }
   return out;
+}
+
+/** Turns the `error: ...` and `warning: ...` lines written to stderr into JSON log lines. */
+function jsonStderr(write: (chunk: string) => void): (chunk: string) => void {
+  return (chunk) => {
+    // Progress lines (a terminal's \r redraws) and already-JSON lines pass through.
+    if (chunk.startsWith('\r') || chunk.startsWith('{')) return write(chunk);
+    const out = chunk
+      .split('\n')
+      .filter((l, idx, all) => l !== '' || idx < all.length - 1)
+      .map((l) => {
+        const m = /^(error|warning): (.*)$/.exec(l);
+        return JSON.stringify({ time: new Date().toISOString(), level: m?.[1] === 'warning' ? 'WARNING' : m ? 'ERROR' : 'INFO', msg: m ? m[2] : l });
+      });
+    write(out.join('\n') + '\n');
+  };
 }
 
 function fail(io: CtlIO, e: unknown, json = false): number {

@@ -29,7 +29,7 @@ credential cached until it expires.
 --as USER [--as-group GROUP...] acts as another user (the API server's impersonation, as kubectl).
 A cluster's proxy-url in the kubeconfig is used, else HTTPS_PROXY / HTTP_PROXY with NO_PROXY
 (loopback and localhost are never proxied), through HTTP CONNECT.
-Logs and errors: --log-format json prints errors as JSON lines on stderr.`;
+Logs and errors: --log-format json prints every error and warning as a JSON line on stderr.`;
 
 /** Datastore settings from --config (netconf or conflist) or the environment; undefined when none is configured. */
 export function datastoreConfig(configFile: string | undefined, io: CtlIO): (DatastoreConfig & { context?: string }) | undefined {

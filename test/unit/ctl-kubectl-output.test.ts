@@ -103,6 +103,24 @@ describe('get output options', () => {
   });
 });
 
+describe('--log-format json', () => {
+  it('covers every error line, also the ones printed before the exit code (not found, one bad document of several)', async () => {
+    const ds = await seeded();
+    const r = await ctl(ds, ['get', 'ippool', 'a', 'nope', '--log-format', 'json', '-o', 'name']);
+    expect(r.code).toBe(1);
+    expect(r.out).toBe('ippool/a\n');
+    const lines = r.err.trim().split('\n').map((l) => JSON.parse(l));
+    expect(lines).toEqual([expect.objectContaining({ level: 'ERROR', msg: 'IPPool "nope" not found' })]);
+    const w = await ctl(ds, ['--log-format=json', 'apply', '-f', '-'], pool('ok', '10.20.0.0/16') + '---\n' + pool('Bad_Name', '10.21.0.0/16'));
+    expect(w.code).toBe(1);
+    const wl = w.err.trim().split('\n').map((l) => JSON.parse(l));
+    expect(wl).toHaveLength(1);
+    expect(wl[0]).toMatchObject({ level: 'ERROR', msg: expect.stringContaining('metadata.name: "Bad_Name" is not a valid name') });
+    const f = await ctl(ds, ['get', 'zzz', '--log-format', 'json']);
+    expect(JSON.parse(f.err.trim())).toMatchObject({ level: 'ERROR', exitCode: 1, msg: expect.stringContaining('unknown resource kind') });
+  });
+});
+
 describe('patch --type json (RFC 6902)', () => {
   it('add, remove, replace, move, copy and test, all or nothing', () => {
     const doc = { spec: { a: 1, list: ['x', 'y'] }, metadata: { labels: { 'a/b': '1' } } };
