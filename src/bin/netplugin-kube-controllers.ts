@@ -7,6 +7,7 @@ import { createLogger, normalizeLevel } from '../log/index.js';
 import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '../datastore/index.js';
 import { createKubeClient, SA_DIR } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
+import { registerProcessMetrics } from '../observe/process-metrics.js';
 import { startHealthServer } from '../observe/health.js';
 import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/kube-controllers-config.js';
 import { startKubeControllers } from '../kube-controllers/index.js';
@@ -98,6 +99,7 @@ async function main(): Promise<void> {
   const ds = await openDatastore(dsConf).catch((e) => fatal('cannot open the datastore', e));
 
   const registry = new Registry();
+  registerProcessMetrics(registry, { component: 'netplugin-kube-controllers', version: (await import('../ctl/version.js')).NETPLUGIN_VERSION });
   let exiting = false;
   const kc = startKubeControllers({
     ds,

@@ -20,6 +20,7 @@ import { createAgentMetrics } from '../agent/metrics.js';
 import { parseListenAddr } from '../observe/health.js';
 import { cachedDatastore } from '../datastore/cached.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
+import { registerProcessMetrics } from '../observe/process-metrics.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
 
@@ -182,6 +183,7 @@ async function main(): Promise<void> {
   // watch-fed caches, concurrent IPAM assignments are batched, and ADD's
   // policy wait listens to the policy controller once it runs.
   const metrics = createAgentMetrics();
+  registerProcessMetrics(metrics.registry, { component: 'netplugin-node', version: NETPLUGIN_VERSION });
   const dataplane = await installDataplane(log, dirname(socketPath));
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   // The read caches of the datastores the runtime opened (weakly: the runtime
