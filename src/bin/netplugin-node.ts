@@ -289,7 +289,12 @@ async function main(): Promise<void> {
   // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
   if (values.config) {
     try {
-      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log, runtime, { onApplied: (s) => metrics.policyApplied(s) });
+      const { startPolicyAgent } = await import('../agent/policy/index.js');
+      policy = await startPolicyAgent(readNetpluginConf(values.config), log, runtime, {
+        onApplied: (s) => metrics.policyApplied(s),
+        onInterfaceConflict: (c) => metrics.policyInterfaceConflict(c.kind),
+        podEvents: podEventsFlag === 'on',
+      });
     } catch (e) {
       log.error(`policy: ${(e as Error).message}`);
       process.exit(2);
