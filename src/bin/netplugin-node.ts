@@ -21,6 +21,7 @@ import { parseListenAddr, startHealthServer, type HealthServer } from '../observ
 import { cachedDatastore } from '../datastore/cached.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
+import { registerProcessMetrics } from '../observe/process-metrics.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
 
@@ -198,6 +199,7 @@ async function main(): Promise<void> {
   const metrics = createAgentMetrics();
   // Malformed objects the datastores skip: one warning each, and their count on /metrics.
   observeInvalidObjects(metrics.registry, log);
+  registerProcessMetrics(metrics.registry, { component: 'netplugin-node', version: NETPLUGIN_VERSION });
   const dataplane = await installDataplane(log, dirname(socketPath));
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   // The read caches of the datastores the runtime opened (weakly: the runtime

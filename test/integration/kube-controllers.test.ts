@@ -529,6 +529,20 @@ describe('availability', { timeout: 120_000 }, () => {
     expect(Date.now() - stalledAt).toBeLessThan(20_000);
   });
 
+  it('--log-format json logs one JSON object per line; a bad format is refused', async () => {
+    const kc = await startKc(['--log-format', 'json']);
+    await waitLeader(kc);
+    await kill(kc, 'SIGTERM');
+    const lines = kc.log().split('\n').filter(Boolean);
+    expect(lines.length).toBeGreaterThan(0);
+    for (const l of lines) expect(JSON.parse(l)).toMatchObject({ level: expect.any(String), msg: expect.any(String), component: 'netplugin-kube-controllers' });
+    const bad = await startKc(['--log-format', 'xml']);
+    await bad.exited;
+    expect(bad.proc.exitCode).toBe(2);
+    expect(bad.log()).toContain("--log-format 'xml' is not text or json");
+    procs.delete(bad);
+  });
+
   it('rejects a bad controller list with a clear error', async () => {
     const kc = await startKc(['--controllers', 'policy,nodes']);
     await kc.exited;
