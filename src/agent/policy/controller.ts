@@ -559,11 +559,10 @@ function changedKeys<T extends { spec: unknown }>(a: Map<string, T>, b: Map<stri
 }
 
 /**
- * The addresses whose conntrack entries go after a batch: the established connections of the
- * endpoints whose policy the batch changed, so that a flow the new policy denies is cut at once
- * (the base chains accept established traffic before any policy). Flushed, not filtered: a flow
- * the new policy still allows is picked up again as new by its next packet (TCP too, with
- * nf_conntrack_tcp_loose, the default) and accepted by the rules. Changed are:
+ * The addresses whose conntrack entries are checked after a batch: the established connections of
+ * the endpoints whose policy the batch changed, so that a flow the new policy denies is cut at once
+ * (the base chains accept established traffic before any policy); entries of allowed flows are left
+ * alone. Changed are:
  * - an endpoint (on any node) whose labels, namespace labels, addresses, ports or profiles
  *   changed: its own policy, and its membership in the selections of other endpoints' rules;
  * - a local endpoint selected by a policy that was added, removed or changed (old or new version);
