@@ -150,11 +150,12 @@ describe('policy against tenant-written data (kubernetes datastore)', { timeout:
       const checked = checks();
       await applyK8sPolicy(env, admit('z', 'srv-in', 'srv', 'cli'));
       await eventually('the policy is programmed', () => listTable(env).includes('z/knp.default.srv-in ingress'));
-      await eventually('the agent checked the entries', () => checks() > checked);
       const n = exchanges();
       await eventually('the connection carries on', () => exchanges() > n + 20);
       expect(lines.filter((l) => l.startsWith('cut'))).toEqual([]);
       // The same entry (the kernel gives a re-created one another id): never deleted and picked up again.
+      expect(entry()?.id).toBe(before!.id);
+      await eventually('the agent checked the entries', () => checks() > checked);
       expect(entry()?.id).toBe(before!.id);
       expect(ctDeleted()).toBe(deleted);
 
