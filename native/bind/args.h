@@ -6,33 +6,10 @@
 #include <cstdint>
 #include <string>
 
-#include "common.h"
+#include "bind/common.h"
+#include "core/ip.h"
 
 namespace np {
-
-struct IpAddr {
-  int family = 0;  // AF_INET or AF_INET6
-  uint8_t bytes[16] = {};
-  size_t len() const;
-  int maxPrefix() const;
-};
-
-// A link named by ifname or ifindex.
-struct LinkRef {
-  uint32_t index = 0;
-  std::string name;
-  std::string subject() const { return name.empty() ? "ifindex " + std::to_string(index) : name; }
-};
-
-bool parseIp(const std::string& s, IpAddr& out);
-// 'a/b'; without '/', the full-length prefix when allowBare.
-bool parseCidr(const std::string& s, IpAddr& out, int& prefix, bool allowBare);
-bool parseMac(const std::string& s, uint8_t mac[6]);
-std::string formatIp(int family, const void* bytes);
-std::string formatMac(const uint8_t* p, size_t len);
-// Linux interface name rules (dev_valid_name): 1..15 bytes, not '.' or '..',
-// no '/', ':' or whitespace.
-bool validIfname(const std::string& s);
 
 class Args {
  public:
@@ -54,6 +31,10 @@ class Args {
   bool ifname(const Napi::Value& v, const std::string& field, std::string& out);
   bool mac(const Napi::Value& v, const std::string& field, uint8_t out[6]);
   bool ip(const Napi::Value& v, const std::string& field, IpAddr& out);
+  // 4 or 6 -> AF_INET or AF_INET6.
+  bool family(const Napi::Value& v, const std::string& field, int& out);
+  // 'universe'|'global'|'site'|'link'|'host'|0..255, as route and address scopes.
+  bool scope(const Napi::Value& v, const std::string& field, uint8_t& out);
   bool cidr(const Napi::Value& v, const std::string& field, IpAddr& out, int& prefix, bool allowBare);
 
   static bool present(const Napi::Value& v) { return !v.IsUndefined(); }

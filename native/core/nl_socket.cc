@@ -1,4 +1,4 @@
-#include "nl_socket.h"
+#include "core/nl_socket.h"
 
 #include <errno.h>
 #include <sys/socket.h>

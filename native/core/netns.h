@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "nl_socket.h"
+#include "core/nl_socket.h"
 
 namespace np {
 
@@ -28,5 +28,11 @@ class NsSwitch {
   bool switched_ = false;
   bool ok_ = false;
 };
+
+// Opens `sock` inside the namespace of nsFd (nsFd < 0: the calling thread's):
+// a netlink socket stays bound to the namespace it was created in, so this is
+// how every op reaches its target namespace without setns around each call.
+// A failure without a subject of its own is reported against nsPath.
+bool openSocketIn(int nsFd, const std::string& nsPath, NlSocket& sock, NlError& e, int protocol = NETLINK_ROUTE);
 
 }  // namespace np

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "common.h"
+#include "bind/common.h"
 
 namespace np {
 

@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "nl_socket.h"
+#include "core/nl_socket.h"
 
 namespace np {
 

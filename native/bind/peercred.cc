@@ -3,8 +3,8 @@
 #include <errno.h>
 #include <sys/socket.h>
 
-#include "args.h"
-#include "ops.h"
+#include "bind/args.h"
+#include "bind/ops.h"
 
 namespace np {
 

@@ -1,4 +1,4 @@
-#include "netns.h"
+#include "core/netns.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,6 +67,15 @@ NsSwitch::~NsSwitch() {
     std::abort();
   }
   if (origFd_ >= 0) ::close(origFd_);
+}
+
+bool openSocketIn(int nsFd, const std::string& nsPath, NlSocket& sock, NlError& e, int protocol) {
+  {
+    NsSwitch sw(nsFd, e);
+    if (sw.ok()) sock.open(e, protocol);
+  }
+  if (e.failed() && e.subject.empty()) e.subject = nsPath;
+  return !e.failed();
 }
 
 }  // namespace np

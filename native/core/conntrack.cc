@@ -1,4 +1,4 @@
-// Conntrack entries of an address, deleted over ctnetlink (NETLINK_NETFILTER,
+// Conntrack entries of an address (without N-API), deleted over ctnetlink (NETLINK_NETFILTER,
 // subsystem CTNETLINK): a dump of the table, then one IPCTNL_MSG_CT_DELETE per
 // entry whose original or reply tuple has one of the addresses as source or
 // destination. A deleted pod's address is reused by the next pod; an entry
@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "netns.h"
-#include "ops.h"
+#include "core/conntrack.h"
+#include "core/netns.h"
 
 namespace np {
 
@@ -48,6 +48,49 @@ bool tupleHas(const rtattr* tuple, const std::vector<IpAddr>& addrs) {
   return false;
 }
 
+// The ctnetlink messages: a dump of both families, and the delete of one entry.
+NlMsg buildCtDumpMsg() {
+  NlMsg m(kCtGet, 0);
+  nfgenmsg g{};
+  g.nfgen_family = AF_UNSPEC;
+  g.version = NFNETLINK_V0;
+  m.put(g);
+  return m;
+}
+
+NlMsg buildCtDeleteMsg(const Victim& v) {
+  NlMsg del(kCtDelete, 0);
+  nfgenmsg dg{};
+  dg.nfgen_family = v.family;
+  dg.version = NFNETLINK_V0;
+  del.put(dg);
+  const size_t t = del.nestBegin(CTA_TUPLE_ORIG | NLA_F_NESTED);
+  // The nested payload as dumped (its own header excluded).
+  del.raw(v.tuple.data() + RTA_LENGTH(0), v.tuple.size() - RTA_LENGTH(0));
+  del.nestEnd(t);
+  if (v.hasZone) del.attr(CTA_ZONE, &v.zone, 2);
+  return del;
+}
+
+// The entry to delete when the answer m names one of addrs.
+bool parseVictim(const nlmsghdr* m, const std::vector<IpAddr>& addrs, Victim& v) {
+  if (NFNL_SUBSYS_ID(m->nlmsg_type) != NFNL_SUBSYS_CTNETLINK) return false;
+  if (m->nlmsg_len < NLMSG_LENGTH(sizeof(nfgenmsg))) return false;
+  auto* gm = static_cast<const nfgenmsg*>(NLMSG_DATA(m));
+  const size_t off = NLMSG_ALIGN(sizeof(nfgenmsg));
+  Attrs at(static_cast<const uint8_t*>(NLMSG_DATA(m)) + off, m->nlmsg_len - NLMSG_LENGTH(off));
+  const rtattr* orig = at.get(CTA_TUPLE_ORIG);
+  if (!orig || !(tupleHas(orig, addrs) || tupleHas(at.get(CTA_TUPLE_REPLY), addrs))) return false;
+  v.family = gm->nfgen_family;
+  auto* p = reinterpret_cast<const uint8_t*>(orig);
+  v.tuple.assign(p, p + orig->rta_len);
+  if (const rtattr* z = at.get(CTA_ZONE); z && RTA_PAYLOAD(z) >= 2) {
+    v.hasZone = true;
+    std::memcpy(&v.zone, RTA_DATA(z), 2);
+  }
+  return true;
+}
+
 std::string subjectOf(const std::vector<IpAddr>& addrs) {
   std::string s;
   for (const IpAddr& a : addrs) s += (s.empty() ? "" : ",") + formatIp(a.family, a.bytes);
@@ -56,82 +99,36 @@ std::string subjectOf(const std::vector<IpAddr>& addrs) {
 
 }  // namespace
 
-// conntrackFlush(addrs: string | string[]) -> number of entries deleted, in
-// the handle's namespace.
-Napi::Value ConntrackFlush(Handle& h, const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Args a(env, "conntrackFlush");
-  std::vector<IpAddr> addrs;
-  if (info[0].IsArray()) {
-    Napi::Array arr = info[0].As<Napi::Array>();
-    for (uint32_t i = 0; i < arr.Length() && a.ok(); ++i) {
-      IpAddr ip;
-      if (a.ip(arr.Get(i), "addrs." + std::to_string(i), ip)) addrs.push_back(ip);
-    }
-  } else {
-    IpAddr ip;
-    if (a.ip(info[0], "addrs", ip)) addrs.push_back(ip);
-  }
-  if (!a.ok()) return env.Undefined();
-  if (addrs.empty()) return Napi::Number::New(env, 0);
-
-  NlError e;
+bool conntrackFlush(Handle& h, const std::vector<IpAddr>& addrs, uint32_t& deleted, NlError& e) {
+  deleted = 0;
+  if (addrs.empty()) return true;
   NlSocket sock;
-  {
-    NsSwitch sw(h.nsFd, e);
-    if (sw.ok()) sock.open(e, NETLINK_NETFILTER);
-  }
   auto fail = [&](const char* op) {
     e.op = op;
     e.subject = subjectOf(addrs) + (h.nsPath.empty() ? "" : " in " + h.nsPath);
     if (e.err == EPROTONOSUPPORT || e.err == EOPNOTSUPP)
       e.extack = "the kernel has no conntrack netlink support (module nf_conntrack_netlink)";
-    throwNlError(env, e);
-    return env.Undefined();
+    return false;
   };
+  {
+    NsSwitch sw(h.nsFd, e);
+    if (sw.ok()) sock.open(e, NETLINK_NETFILTER);
+  }
   if (e.failed()) return fail("socket(NETLINK_NETFILTER)");
 
   // AF_UNSPEC dumps both families; each message's nfgen_family is its L3 family.
-  NlMsg dump(kCtGet, 0);
-  nfgenmsg g{};
-  g.nfgen_family = AF_UNSPEC;
-  g.version = NFNETLINK_V0;
-  dump.put(g);
+  NlMsg dump = buildCtDumpMsg();
   std::vector<Victim> victims;
   bool ok = sock.dump(dump, e, [&](const nlmsghdr* m) {
-    if (NFNL_SUBSYS_ID(m->nlmsg_type) != NFNL_SUBSYS_CTNETLINK) return;
-    if (m->nlmsg_len < NLMSG_LENGTH(sizeof(nfgenmsg))) return;
-    auto* gm = static_cast<const nfgenmsg*>(NLMSG_DATA(m));
-    const size_t off = NLMSG_ALIGN(sizeof(nfgenmsg));
-    Attrs at(static_cast<const uint8_t*>(NLMSG_DATA(m)) + off, m->nlmsg_len - NLMSG_LENGTH(off));
-    const rtattr* orig = at.get(CTA_TUPLE_ORIG);
-    if (!orig || !(tupleHas(orig, addrs) || tupleHas(at.get(CTA_TUPLE_REPLY), addrs))) return;
     Victim v;
-    v.family = gm->nfgen_family;
-    auto* p = reinterpret_cast<const uint8_t*>(orig);
-    v.tuple.assign(p, p + orig->rta_len);
-    if (const rtattr* z = at.get(CTA_ZONE); z && RTA_PAYLOAD(z) >= 2) {
-      v.hasZone = true;
-      std::memcpy(&v.zone, RTA_DATA(z), 2);
-    }
-    victims.push_back(std::move(v));
+    if (parseVictim(m, addrs, v)) victims.push_back(std::move(v));
   });
   if (!ok) return fail("IPCTNL_MSG_CT_GET");
 
-  uint32_t deleted = 0;
   for (const Victim& v : victims) {
     // Never without the tuple: a CT_DELETE without one flushes the whole table.
     if (v.tuple.empty()) continue;
-    NlMsg del(kCtDelete, 0);
-    nfgenmsg dg{};
-    dg.nfgen_family = v.family;
-    dg.version = NFNETLINK_V0;
-    del.put(dg);
-    const size_t t = del.nestBegin(CTA_TUPLE_ORIG | NLA_F_NESTED);
-    // The nested payload as dumped (its own header excluded).
-    del.raw(v.tuple.data() + RTA_LENGTH(0), v.tuple.size() - RTA_LENGTH(0));
-    del.nestEnd(t);
-    if (v.hasZone) del.attr(CTA_ZONE, &v.zone, 2);
+    NlMsg del = buildCtDeleteMsg(v);
     NlError de;
     if (sock.request(del, de)) {
       ++deleted;
@@ -142,7 +139,7 @@ Napi::Value ConntrackFlush(Handle& h, const Napi::CallbackInfo& info) {
     e = de;
     return fail("IPCTNL_MSG_CT_DELETE");
   }
-  return Napi::Number::New(env, deleted);
+  return true;
 }
 
 }  // namespace np

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "nl_msg.h"
+#include "core/nl_msg.h"
 
 namespace np {
 

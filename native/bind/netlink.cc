@@ -4,8 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "netns.h"
-#include "ops.h"
+#include "core/netns.h"
+#include "bind/ops.h"
 
 namespace np {
 
@@ -125,14 +125,7 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
       h_.nsPath = NetNSWrap::Unwrap(info[0].As<Napi::Object>())->path();
     }
     NlError e;
-    {
-      NsSwitch sw(h_.nsFd, e);
-      if (sw.ok()) h_.sock.open(e);
-    }
-    if (e.failed()) {
-      if (e.subject.empty()) e.subject = h_.nsPath;
-      throwNlError(env, e);
-    }
+    if (!openSocketIn(h_.nsFd, h_.nsPath, h_.sock, e)) throwNlError(env, e);
   }
   ~NetlinkWrap() override { closeAll(); }
 

@@ -1,35 +1,16 @@
-// The operations of a Netlink handle, one file per rtnetlink object. Each
-// takes the JS arguments, validates them (TypeError naming the field), talks
-// to the kernel and returns a JS value or throws a NetlinkError.
+// The JS face of the addon's operations, one file per object. Each reads the
+// JS arguments into the typed requests of native/core (TypeError naming the
+// field), runs the core op and returns a JS value or throws a NetlinkError.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include "args.h"
-#include "common.h"
+#include "bind/args.h"
+#include "bind/common.h"
+#include "core/handle.h"
 
 namespace np {
-
-// A NETLINK_ROUTE socket plus the namespace it was created in (nsFd < 0: the
-// namespace of the thread that created it), which sysctls need.
-struct Handle {
-  NlSocket sock;
-  int nsFd = -1;
-  std::string nsPath;
-  // Open directories /proc/sys/net/<family> of this namespace, by family
-  // ("ipv4", "ipv6", ...): sysctls are opened relative to them (sysctl.cc says
-  // why). Closed with the handle (closeSysctlDirs).
-  std::vector<std::pair<std::string, int>> sysctlDirs;
-};
-
-// Closes the handle's cached sysctl directories.
-void closeSysctlDirs(Handle& h);
-
-// Resolves a link to its ifindex (RTM_GETLINK when given by name).
-bool linkIndex(Handle& h, const LinkRef& ref, uint32_t& index, NlError& e);
 
 Napi::Value LinkGet(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value LinkFind(Handle& h, const Napi::CallbackInfo& info);
@@ -86,7 +67,5 @@ Napi::Value FlockWaitAsync(const Napi::CallbackInfo& info);
 Napi::Value NftRun(const Napi::CallbackInfo& info, NetnsFdOf fdOf);
 Napi::Value NftRunAsync(const Napi::CallbackInfo& info, NetnsFdOf fdOf);
 
-// Shared by route/addr: 'universe'|'global'|'site'|'link'|'host'|0..255.
-bool readScope(Args& a, const Napi::Value& v, const std::string& field, uint8_t& out);
 
 }  // namespace np

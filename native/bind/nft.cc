@@ -22,9 +22,9 @@
 #include <mutex>
 #include <string>
 
-#include "common.h"
-#include "netns.h"
-#include "ops.h"
+#include "bind/common.h"
+#include "core/netns.h"
+#include "bind/ops.h"
 
 namespace np {
 

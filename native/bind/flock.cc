@@ -45,8 +45,8 @@
 #include <string>
 #include <thread>
 
-#include "args.h"
-#include "ops.h"
+#include "bind/args.h"
+#include "bind/ops.h"
 
 #ifndef sigev_notify_thread_id
 #define sigev_notify_thread_id _sigev_un._tid

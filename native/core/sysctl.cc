@@ -1,4 +1,4 @@
-// Sysctls of a namespace. /proc/sys/net resolves to the network namespace of
+// Sysctls of a namespace, without N-API. /proc/sys/net resolves to the network namespace of
 // the thread that opens the file (not of the process that mounted /proc), so
 // the file is opened after a brief setns and read/written there.
 //
@@ -6,22 +6,19 @@
 // '/' inside a component stands for a '.' in it, so the VLAN interface
 // "eth0.100" is written net.ipv4.conf.eth0/100.forwarding and maps to
 // /proc/sys/net/ipv4/conf/eth0.100/forwarding.
+#include "core/sysctl.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "netns.h"
-#include "ops.h"
+#include "core/netns.h"
 
 namespace np {
 
-namespace {
-
-const char* kKeyExpect =
-    "a 'net.' sysctl key in dotted form like 'net.ipv4.conf.eth0.forwarding' (components of "
-    "[A-Za-z0-9_-], a '/' standing for a '.' inside an interface name)";
-
-bool keyToPath(const std::string& key, std::string& path) {
+bool parseSysctlKey(const std::string& key, SysctlKey& out) {
+  std::string& path = out.path;
+  out.key = key;
   if (key.size() < 5 || key.compare(0, 4, "net.") != 0 || key.size() > 256) return false;
   path = "/proc/sys/";
   size_t start = 0;
@@ -44,6 +41,8 @@ bool keyToPath(const std::string& key, std::string& path) {
   return true;
 }
 
+namespace {
+
 // Opens a sysctl file; the caller's thread is in the handle's namespace.
 //
 // Not by its full path: the /proc/sys/net/<family> directory (ipv4, ipv6, ...)
@@ -55,7 +54,7 @@ bool keyToPath(const std::string& key, std::string& path) {
 // ~5 us, and an ADD writes several. Below that level the dentries are the
 // namespace's own: the directory is opened once per handle (one walk) and
 // every sysctl of that family is opened relative to it.
-int openSysctl(Handle& h, const std::string& path, int flags) {
+int openSysctlAt(Handle& h, const std::string& path, int flags) {
   static const size_t kNet = sizeof("/proc/sys/net/") - 1;
   size_t slash = path.find('/', kNet);
   if (slash == std::string::npos || slash + 1 >= path.size()) return ::open(path.c_str(), flags);
@@ -72,6 +71,21 @@ int openSysctl(Handle& h, const std::string& path, int flags) {
   return ::openat(dir, path.c_str() + slash + 1, flags);
 }
 
+// Opens the key's file in the handle's namespace; -1 with e filled (op names the caller).
+int openSysctl(Handle& h, const SysctlKey& k, int flags, const char* op, NlError& e) {
+  int fd;
+  {
+    NsSwitch sw(h.nsFd, e);
+    if (!sw.ok()) {
+      e.subject = h.nsPath;
+      return -1;
+    }
+    fd = openSysctlAt(h, k.path, flags);
+  }
+  if (fd < 0) e.set(errno, op, k.key);
+  return fd;
+}
+
 }  // namespace
 
 void closeSysctlDirs(Handle& h) {
@@ -79,86 +93,38 @@ void closeSysctlDirs(Handle& h) {
   h.sysctlDirs.clear();
 }
 
-Napi::Value SysctlGet(Handle& h, const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Args a(env, "sysctlGet");
-  std::string key, path;
-  if (!a.string(info[0], "key", key)) return env.Undefined();
-  if (!keyToPath(key, path)) return a.fail("key", kKeyExpect, info[0]), env.Undefined();
-  NlError e;
-  int fd;
-  {
-    NsSwitch sw(h.nsFd, e);
-    if (!sw.ok()) {
-      e.subject = h.nsPath;
-      return throwNlError(env, e), env.Undefined();
-    }
-    fd = openSysctl(h, path, O_RDONLY | O_CLOEXEC);
-  }
-  if (fd < 0) {
-    e.set(errno, "sysctlGet", key);
-    return throwNlError(env, e), env.Undefined();
-  }
-  std::string out;
+bool sysctlGet(Handle& h, const SysctlKey& k, std::string& out, NlError& e) {
+  int fd = openSysctl(h, k, O_RDONLY | O_CLOEXEC, "sysctlGet", e);
+  if (fd < 0) return false;
+  out.clear();
   char buf[4096];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      e.set(errno, "sysctlGet", key);
+      e.set(errno, "sysctlGet", k.key);
       ::close(fd);
-      return throwNlError(env, e), env.Undefined();
+      return false;
     }
     if (n == 0 || out.size() > 1 << 20) break;
     out.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return Napi::String::New(env, out);
+  return true;
 }
 
-Napi::Value SysctlSet(Handle& h, const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Args a(env, "sysctlSet");
-  std::string key, path, value;
-  if (!a.string(info[0], "key", key)) return env.Undefined();
-  if (!keyToPath(key, path)) return a.fail("key", kKeyExpect, info[0]), env.Undefined();
-  Napi::Value v = info[1];
-  if (v.IsNumber()) {
-    double d = v.As<Napi::Number>().DoubleValue();
-    if (d != static_cast<double>(static_cast<long long>(d))) return a.fail("value", "an integer or a string", v), env.Undefined();
-    value = std::to_string(static_cast<long long>(d));
-  } else if (v.IsString()) {
-    value = v.As<Napi::String>().Utf8Value();
-    if (value.find('\n') != std::string::npos || value.find('\0') != std::string::npos)
-      return a.fail("value", "a single-line string", v), env.Undefined();
-  } else {
-    return a.fail("value", "an integer or a string", v), env.Undefined();
-  }
-  NlError e;
-  int fd;
-  {
-    NsSwitch sw(h.nsFd, e);
-    if (!sw.ok()) {
-      e.subject = h.nsPath;
-      return throwNlError(env, e), env.Undefined();
-    }
-    fd = openSysctl(h, path, O_WRONLY | O_CLOEXEC);
-  }
-  if (fd < 0) {
-    e.set(errno, "sysctlSet", key);
-    return throwNlError(env, e), env.Undefined();
-  }
+bool sysctlSet(Handle& h, const SysctlKey& k, const std::string& value, NlError& e) {
+  int fd = openSysctl(h, k, O_WRONLY | O_CLOEXEC, "sysctlSet", e);
+  if (fd < 0) return false;
   ssize_t n;
   do n = ::write(fd, value.data(), value.size());
   while (n < 0 && errno == EINTR);
   int err = n < 0 ? errno : (static_cast<size_t>(n) != value.size() ? EIO : 0);
   ::close(fd);
-  if (err) {
-    e.set(err, "sysctlSet", key);
-    return throwNlError(env, e), env.Undefined();
-  }
-  return env.Undefined();
+  if (!err) return true;
+  e.set(err, "sysctlSet", k.key);
+  return false;
 }
 
 }  // namespace np
