@@ -13,6 +13,8 @@
         "native/core/tunnel.cc",
         "native/core/sysctl.cc",
         "native/core/conntrack.cc",
+        "native/core/names.cc",
+        "native/core/nft.cc",
         "native/bind/netlink.cc",
         "native/bind/errors.cc",
         "native/bind/args.cc",

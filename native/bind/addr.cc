@@ -8,6 +8,16 @@ namespace np {
 
 namespace {
 
+void addrToJs(const Addr& d, Napi::Object& o) {
+  o.Set("index", d.index);
+  o.Set("family", d.family == AF_INET ? 4 : 6);
+  o.Set("cidr", d.address + "/" + std::to_string(d.prefix));
+  o.Set("address", d.address);
+  o.Set("prefixLen", d.prefix);
+  o.Set("scope", d.scope);
+  o.Set("flags", d.flags);
+}
+
 Napi::Value addrChangeJs(Handle& h, const Napi::CallbackInfo& info, bool add) {
   Napi::Env env = info.Env();
   Args a(env, add ? "addrAdd" : "addrDel");
@@ -37,31 +47,8 @@ Napi::Value AddrList(Handle& h, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Args a(env, "addrList");
   ListFilter f;
-  if (Args::present(info[0])) {
-    Napi::Object o;
-    if (!a.object(info[0], "options", o)) return env.Undefined();
-    Napi::Value v;
-    if (Args::present(v = a.prop(o, "family"))) a.family(v, "options.family", f.family);
-    if (Args::present(v = a.prop(o, "link"))) f.hasLink = a.link(v, "options.link", f.link);
-    if (!a.ok()) return env.Undefined();
-  }
-  std::vector<Addr> out;
-  NlError e;
-  if (!addrList(h, f, out, e)) return throwNlError(env, e), env.Undefined();
-  Napi::Array arr = Napi::Array::New(env, out.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    const Addr& d = out[i];
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("index", d.index);
-    o.Set("family", d.family == AF_INET ? 4 : 6);
-    o.Set("cidr", d.address + "/" + std::to_string(d.prefix));
-    o.Set("address", d.address);
-    o.Set("prefixLen", d.prefix);
-    o.Set("scope", d.scope);
-    o.Set("flags", d.flags);
-    arr.Set(static_cast<uint32_t>(i), o);
-  }
-  return arr;
+  if (!a.listOptions(info[0], true, "link", true, f)) return env.Undefined();
+  return listToJs(env, h, f, addrList, addrToJs);
 }
 
 }  // namespace np

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/addr.h"
+#include "core/names.h"
 
 namespace np {
 
@@ -153,6 +153,20 @@ bool Args::scope(const Napi::Value& v, const std::string& field, uint8_t& out) {
   if (!uint(v, field, 0, 255, n)) return false;
   out = static_cast<uint8_t>(n);
   return true;
+}
+
+bool Args::listOptions(const Napi::Value& arg, bool optional, const char* linkKey, bool withFamily, ListFilter& f,
+                       Napi::Object* obj) {
+  if (optional && !present(arg)) return ok();
+  Napi::Object o;
+  if (!object(arg, "options", o)) return false;
+  if (obj) *obj = o;
+  const bool linkRequired = !optional;
+  Napi::Value v;
+  if (withFamily && present(v = prop(o, "family"))) family(v, "options.family", f.family);
+  v = prop(o, linkKey);
+  if (linkRequired || present(v)) f.hasLink = link(v, std::string("options.") + linkKey, f.link);
+  return ok();
 }
 
 }  // namespace np

@@ -8,6 +8,7 @@
 
 #include "bind/common.h"
 #include "core/ip.h"
+#include "core/link.h"
 
 namespace np {
 
@@ -35,6 +36,12 @@ class Args {
   bool family(const Napi::Value& v, const std::string& field, int& out);
   // 'universe'|'global'|'site'|'link'|'host'|0..255, as route and address scopes.
   bool scope(const Napi::Value& v, const std::string& field, uint8_t& out);
+  // A list call's options object (may be absent when optional; then the link
+  // is optional too): family (4|6, when withFamily) and the link under linkKey
+  // ("options.<linkKey>" in errors). obj, when given, receives the object for
+  // the call's own fields (empty when absent).
+  bool listOptions(const Napi::Value& arg, bool optional, const char* linkKey, bool withFamily, ListFilter& f,
+                   Napi::Object* obj = nullptr);
   bool cidr(const Napi::Value& v, const std::string& field, IpAddr& out, int& prefix, bool allowBare);
 
   static bool present(const Napi::Value& v) { return !v.IsUndefined(); }

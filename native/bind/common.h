@@ -36,6 +36,11 @@ void throwNlError(Napi::Env env, const NlError& e);
 // The same error as a value (for rejecting a promise); empty with an
 // exception pending when building it failed.
 Napi::Value makeNlError(Napi::Env env, const NlError& e);
+// A promise already rejected with whatever exception is pending (argument
+// TypeErrors): an async API reports bad input by rejecting, not throwing.
+Napi::Value rejectedWithPending(Napi::Env env);
+// Rejects d with the NetlinkError of e (or whatever building it threw).
+void rejectWithNlError(Napi::Env env, Napi::Promise::Deferred& d, const NlError& e);
 // Throws TypeError(msg).
 void throwTypeError(Napi::Env env, const std::string& msg);
 // 'EEXIST' for EEXIST, 'E<n>' for errnos without a name here.

@@ -71,4 +71,18 @@ void throwNlError(Napi::Env env, const NlError& e) {
   Napi::Error(env, err).ThrowAsJavaScriptException();
 }
 
+Napi::Value rejectedWithPending(Napi::Env env) {
+  // Cleared first: N-API refuses to create a promise while an exception is pending.
+  Napi::Value err = env.GetAndClearPendingException().Value();
+  Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
+  d.Reject(err);
+  return d.Promise();
+}
+
+void rejectWithNlError(Napi::Env env, Napi::Promise::Deferred& d, const NlError& e) {
+  Napi::Value v = makeNlError(env, e);
+  if (env.IsExceptionPending()) v = env.GetAndClearPendingException().Value();
+  d.Reject(v);
+}
+
 }  // namespace np

@@ -169,9 +169,7 @@ struct FlockWait {
 void settle(Napi::Env env, Napi::Function, FlockWait*, FlockWait* w) {
   if (env == nullptr) return;  // the environment is going away: nobody to tell
   if (w->err.failed()) {
-    Napi::Value v = makeNlError(env, w->err);
-    if (env.IsExceptionPending()) v = env.GetAndClearPendingException().Value();
-    w->deferred.Reject(v);
+    rejectWithNlError(env, w->deferred, w->err);
   } else {
     w->deferred.Resolve(Napi::Boolean::New(env, w->locked));
   }

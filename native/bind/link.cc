@@ -179,14 +179,7 @@ class LinkDelWorker : public Napi::AsyncWorker {
     sock_.close();
   }
   void OnOK() override { deferred_.Resolve(Env().Undefined()); }
-  void OnError(const Napi::Error&) override { rejectWith(Env(), deferred_, err_); }
-
- public:
-  static void rejectWith(Napi::Env env, Napi::Promise::Deferred& d, const NlError& e) {
-    Napi::Value v = makeNlError(env, e);
-    if (env.IsExceptionPending()) v = env.GetAndClearPendingException().Value();
-    d.Reject(v);
-  }
+  void OnError(const Napi::Error&) override { rejectWithNlError(Env(), deferred_, err_); }
 
  private:
   Napi::Promise::Deferred deferred_;
@@ -196,16 +189,6 @@ class LinkDelWorker : public Napi::AsyncWorker {
   NlError err_;
 };
 
-// A promise already rejected with whatever exception is pending (argument
-// TypeErrors): an async API reports bad input by rejecting, not throwing.
-Napi::Value rejectedWithPending(Napi::Env env) {
-  // Cleared first: N-API refuses to create a promise while an exception is pending.
-  Napi::Value err = env.GetAndClearPendingException().Value();
-  Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
-  d.Reject(err);
-  return d.Promise();
-}
-
 // Opens the worker's socket in the handle's namespace and queues it. The
 // worker is deleted by node-addon-api after OnOK/OnError; when it is never
 // queued it is ours to delete.
@@ -214,7 +197,7 @@ Napi::Value queueDelete(Napi::Env env, const Handle& h, LinkDelWorker* w) {
   NlError e;
   if (!w->openSocket(h, e)) {
     Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
-    LinkDelWorker::rejectWith(env, d, e);
+    rejectWithNlError(env, d, e);
     delete w;
     return d.Promise();
   }

@@ -140,11 +140,7 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
   Napi::Value CallAsync(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (checkOpen(env)) return fn(h_, info);
-    // Cleared first: N-API refuses to create a promise while an exception is pending.
-    Napi::Value err = env.GetAndClearPendingException().Value();
-    Napi::Promise::Deferred d = Napi::Promise::Deferred::New(env);
-    d.Reject(err);
-    return d.Promise();
+    return rejectedWithPending(env);
   }
   Napi::Value LinkSetM(const Napi::CallbackInfo& info) {
     if (!checkOpen(info.Env())) return info.Env().Undefined();

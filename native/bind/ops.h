@@ -5,12 +5,31 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bind/args.h"
 #include "bind/common.h"
 #include "core/handle.h"
 
 namespace np {
+
+// A core list op's answer as a JS array, each entry converted by toJs; a
+// failure thrown as a NetlinkError.
+template <typename Filter, typename Entry>
+Napi::Value listToJs(Napi::Env env, Handle& h, const Filter& f,
+                     bool (*list)(Handle&, const Filter&, std::vector<Entry>&, NlError&),
+                     void (*toJs)(const Entry&, Napi::Object&)) {
+  std::vector<Entry> out;
+  NlError e;
+  if (!list(h, f, out, e)) return throwNlError(env, e), env.Undefined();
+  Napi::Array arr = Napi::Array::New(env, out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    toJs(out[i], o);
+    arr.Set(static_cast<uint32_t>(i), o);
+  }
+  return arr;
+}
 
 Napi::Value LinkGet(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value LinkFind(Handle& h, const Napi::CallbackInfo& info);

@@ -2,6 +2,7 @@
 #include <sys/socket.h>
 
 #include "bind/ops.h"
+#include "core/names.h"
 #include "core/route.h"
 
 namespace np {
@@ -51,15 +52,29 @@ bool readRoute(Args& a, const Napi::Value& arg, RouteSpec& r) {
   } else if (!parseCidr(r.dstText, r.dst, r.dstLen, true)) {
     return a.fail("route.dst", dstExpect, dstv);
   }
-  const std::string sameFamily = "of the same family as route.dst '" + r.dstText + "'";
-  if (r.hasGw && r.gw.family != r.dst.family) return a.failText("route.gateway", sameFamily, "'" + formatIp(r.gw) + "'");
-  if (r.hasSrc && r.src.family != r.dst.family) return a.failText("route.src", sameFamily, "'" + formatIp(r.src) + "'");
+  const std::string same = "of the same family as route.dst '" + r.dstText + "'";
+  if (r.hasGw && r.gw.family != r.dst.family) return a.failText("route.gateway", same, "'" + formatIp(r.gw) + "'");
+  if (r.hasSrc && r.src.family != r.dst.family) return a.failText("route.src", same, "'" + formatIp(r.src) + "'");
   // A blackhole/unreachable route has no next hop: the kernel would refuse
   // one with a less helpful EINVAL.
   if (r.type != RTN_UNICAST && (r.hasGw || r.hasDev))
     return a.failText("route.type", "'unicast' when route.gateway or route.dev is given",
                       std::string(r.type == RTN_BLACKHOLE ? "'blackhole'" : "'unreachable'"));
   return true;
+}
+
+void routeToJs(const Route& d, Napi::Object& ob) {
+  ob.Set("family", d.family == AF_INET ? 4 : 6);
+  ob.Set("dst", d.dst);
+  if (d.hasGateway) ob.Set("gateway", d.gateway);
+  if (d.hasOif) ob.Set("oif", d.oif);
+  ob.Set("scope", d.scope);
+  ob.Set("table", d.table);
+  if (d.hasMetric) ob.Set("metric", d.metric);
+  ob.Set("protocol", d.protocol);
+  ob.Set("type", d.type);
+  ob.Set("flags", d.flags);
+  if (d.hasSrc) ob.Set("src", d.src);
 }
 
 Napi::Value routeChangeJs(Handle& h, const Napi::CallbackInfo& info, const char* fn, RouteOp op) {
@@ -74,53 +89,27 @@ Napi::Value routeChangeJs(Handle& h, const Napi::CallbackInfo& info, const char*
 
 }  // namespace
 
-Napi::Value RouteAdd(Handle& h, const Napi::CallbackInfo& info) {
-  return routeChangeJs(h, info, "routeAdd", RouteOp::kAdd);
-}
-Napi::Value RouteReplace(Handle& h, const Napi::CallbackInfo& info) {
-  return routeChangeJs(h, info, "routeReplace", RouteOp::kReplace);
-}
-Napi::Value RouteDel(Handle& h, const Napi::CallbackInfo& info) {
-  return routeChangeJs(h, info, "routeDel", RouteOp::kDel);
+Napi::Value RouteAdd(Handle& h, const Napi::CallbackInfo& i) { return routeChangeJs(h, i, "routeAdd", RouteOp::kAdd); }
+Napi::Value RouteDel(Handle& h, const Napi::CallbackInfo& i) { return routeChangeJs(h, i, "routeDel", RouteOp::kDel); }
+Napi::Value RouteReplace(Handle& h, const Napi::CallbackInfo& i) {
+  return routeChangeJs(h, i, "routeReplace", RouteOp::kReplace);
 }
 
 Napi::Value RouteList(Handle& h, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Args a(env, "routeList");
   RouteFilter f;
-  if (Args::present(info[0])) {
-    Napi::Object o;
-    if (!a.object(info[0], "options", o)) return env.Undefined();
+  Napi::Object o;
+  if (!a.listOptions(info[0], true, "link", true, f, &o)) return env.Undefined();
+  if (!o.IsEmpty()) {
     Napi::Value v;
     uint32_t proto = 0;
-    if (Args::present(v = a.prop(o, "family"))) a.family(v, "options.family", f.family);
     if (Args::present(v = a.prop(o, "table"))) a.uint(v, "options.table", 1, 0xffffffffu, f.table);
-    if (Args::present(v = a.prop(o, "link"))) f.hasLink = a.link(v, "options.link", f.link);
     if (Args::present(v = a.prop(o, "protocol"))) f.hasProto = a.uint(v, "options.protocol", 0, 255, proto);
     if (!a.ok()) return env.Undefined();
     f.protocol = static_cast<uint8_t>(proto);
   }
-  std::vector<Route> routes;
-  NlError e;
-  if (!routeList(h, f, routes, e)) return throwNlError(env, e), env.Undefined();
-  Napi::Array arr = Napi::Array::New(env, routes.size());
-  for (size_t i = 0; i < routes.size(); ++i) {
-    const Route& d = routes[i];
-    Napi::Object ob = Napi::Object::New(env);
-    ob.Set("family", d.family == AF_INET ? 4 : 6);
-    ob.Set("dst", d.dst);
-    if (d.hasGateway) ob.Set("gateway", d.gateway);
-    if (d.hasOif) ob.Set("oif", d.oif);
-    ob.Set("scope", d.scope);
-    ob.Set("table", d.table);
-    if (d.hasMetric) ob.Set("metric", d.metric);
-    ob.Set("protocol", d.protocol);
-    ob.Set("type", d.type);
-    ob.Set("flags", d.flags);
-    if (d.hasSrc) ob.Set("src", d.src);
-    arr.Set(static_cast<uint32_t>(i), ob);
-  }
-  return arr;
+  return listToJs(env, h, f, routeList, routeToJs);
 }
 
 }  // namespace np

@@ -60,12 +60,10 @@ Napi::Value tunnelAddJs(Handle& h, const Napi::CallbackInfo& info, const char* f
 
 }  // namespace
 
-Napi::Value VxlanAdd(Handle& h, const Napi::CallbackInfo& info) {
-  return tunnelAddJs(h, info, "vxlanAdd", TunnelKind::kVxlan);
+Napi::Value VxlanAdd(Handle& h, const Napi::CallbackInfo& i) {
+  return tunnelAddJs(h, i, "vxlanAdd", TunnelKind::kVxlan);
 }
-Napi::Value IpipAdd(Handle& h, const Napi::CallbackInfo& info) {
-  return tunnelAddJs(h, info, "ipipAdd", TunnelKind::kIpip);
-}
+Napi::Value IpipAdd(Handle& h, const Napi::CallbackInfo& i) { return tunnelAddJs(h, i, "ipipAdd", TunnelKind::kIpip); }
 
 Napi::Value TunnelMessage(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

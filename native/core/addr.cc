@@ -6,15 +6,6 @@
 
 namespace np {
 
-bool parseScopeName(const std::string& s, uint8_t& out) {
-  if (s == "universe" || s == "global") out = RT_SCOPE_UNIVERSE;
-  else if (s == "site") out = RT_SCOPE_SITE;
-  else if (s == "link") out = RT_SCOPE_LINK;
-  else if (s == "host") out = RT_SCOPE_HOST;
-  else return false;
-  return true;
-}
-
 NlMsg buildAddrMsg(const AddrSpec& s, uint32_t index, bool add) {
   NlMsg m(add ? RTM_NEWADDR : RTM_DELADDR, add ? NLM_F_CREATE | NLM_F_EXCL : 0);
   ifaddrmsg ifa{};
@@ -30,19 +21,10 @@ NlMsg buildAddrMsg(const AddrSpec& s, uint32_t index, bool add) {
   return m;
 }
 
-NlMsg buildAddrDumpMsg(int family) {
-  NlMsg m(RTM_GETADDR, 0);
-  ifaddrmsg ifa{};
-  ifa.ifa_family = static_cast<uint8_t>(family);
-  m.put(ifa);
-  return m;
-}
-
 bool parseAddr(const nlmsghdr* r, Addr& d) {
-  if (r->nlmsg_type != RTM_NEWADDR || r->nlmsg_len < NLMSG_LENGTH(sizeof(ifaddrmsg))) return false;
-  auto* x = static_cast<const ifaddrmsg*>(NLMSG_DATA(r));
-  if (x->ifa_family != AF_INET && x->ifa_family != AF_INET6) return false;
-  Attrs at(IFA_RTA(x), r->nlmsg_len - NLMSG_LENGTH(sizeof(ifaddrmsg)));
+  Attrs at;
+  const ifaddrmsg* x = fixedHeaderOf<ifaddrmsg>(r, RTM_NEWADDR, at);
+  if (!x || (x->ifa_family != AF_INET && x->ifa_family != AF_INET6)) return false;
   // IFA_LOCAL is the interface's own address; IFA_ADDRESS is the peer on
   // point-to-point links (and the only one given for IPv6).
   const rtattr* ad = at.get(IFA_LOCAL) ? at.get(IFA_LOCAL) : at.get(IFA_ADDRESS);
@@ -78,13 +60,8 @@ bool addrList(Handle& h, const ListFilter& f, std::vector<Addr>& out, NlError& e
   uint32_t index;
   if (!filterIndex(h, f, index, e)) return false;
   NlMsg m = buildAddrDumpMsg(f.family);
-  return h.sock.dump(m, e, [&](const nlmsghdr* r) {
-    Addr d;
-    if (!parseAddr(r, d)) return;
-    if (index && d.index != index) return;
-    if (f.family && d.family != f.family) return;
-    out.push_back(std::move(d));
-  });
+  auto keep = [&](const Addr& d) { return (!index || d.index == index) && (!f.family || d.family == f.family); };
+  return dumpParsed(h, m, parseAddr, keep, out, e);
 }
 
 }  // namespace np

@@ -1,6 +1,7 @@
 // Addresses over rtnetlink, without N-API: RTM_NEWADDR / RTM_DELADDR / RTM_GETADDR.
 #pragma once
 
+#include <linux/if_addr.h>
 #include <linux/rtnetlink.h>
 
 #include <cstdint>
@@ -33,11 +34,8 @@ struct Addr {
   uint32_t flags = 0;
 };
 
-// 'universe'|'global'|'site'|'link'|'host' -> RT_SCOPE_*; false for another name.
-bool parseScopeName(const std::string& s, uint8_t& out);
-
 NlMsg buildAddrMsg(const AddrSpec& spec, uint32_t index, bool add);
-NlMsg buildAddrDumpMsg(int family);
+inline NlMsg buildAddrDumpMsg(int family) { return buildFamilyDumpMsg<ifaddrmsg>(RTM_GETADDR, family); }
 // false for other messages, other families and answers without an address.
 bool parseAddr(const nlmsghdr* h, Addr& out);
 

@@ -22,6 +22,17 @@ struct Handle {
   std::vector<std::pair<std::string, int>> sysctlDirs;
 };
 
+// Sends the dump request m and keeps each answer that parse accepts and keep
+// (a predicate on the parsed entry) wants.
+template <typename Entry, typename Keep>
+bool dumpParsed(Handle& h, NlMsg& m, bool (*parse)(const nlmsghdr*, Entry&), Keep keep, std::vector<Entry>& out,
+                NlError& e) {
+  return h.sock.dump(m, e, [&](const nlmsghdr* r) {
+    Entry d;
+    if (parse(r, d) && keep(d)) out.push_back(std::move(d));
+  });
+}
+
 // Closes the handle's cached sysctl directories.
 void closeSysctlDirs(Handle& h);
 

@@ -102,10 +102,10 @@ NlMsg buildLinkDelGroupMsg(uint32_t group) {
 }
 
 bool parseLink(const nlmsghdr* h, Link& d) {
-  if (h->nlmsg_type != RTM_NEWLINK || h->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) return false;
-  auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));
+  Attrs a;
+  const ifinfomsg* ifi = fixedHeaderOf<ifinfomsg>(h, RTM_NEWLINK, a);
+  if (!ifi) return false;
   d = Link{};
-  Attrs a(IFLA_RTA(ifi), h->nlmsg_len - NLMSG_LENGTH(sizeof(ifinfomsg)));
   d.index = static_cast<uint32_t>(ifi->ifi_index);
   d.flags = ifi->ifi_flags;
   d.name = a.str(IFLA_IFNAME);
@@ -163,10 +163,7 @@ bool filterIndex(Handle& h, const ListFilter& f, uint32_t& index, NlError& e) {
 
 bool linkList(Handle& h, std::vector<Link>& out, NlError& e) {
   NlMsg m = buildLinkDumpMsg();
-  return h.sock.dump(m, e, [&](const nlmsghdr* r) {
-    Link d;
-    if (parseLink(r, d)) out.push_back(std::move(d));
-  });
+  return dumpParsed(h, m, parseLink, [](const Link&) { return true; }, out, e);
 }
 
 bool vethAdd(Handle& h, const VethSpec& spec, NlError& e) {

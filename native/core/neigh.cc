@@ -23,14 +23,6 @@ NlMsg ndMsg(bool set, int family, uint32_t index, uint16_t state, uint8_t flags)
   return m;
 }
 
-// The ndmsg of a neighbour answer and its attributes; nullptr for other messages.
-const ndmsg* ndOf(const nlmsghdr* r, Attrs& at) {
-  if (r->nlmsg_type != RTM_NEWNEIGH || r->nlmsg_len < NLMSG_LENGTH(sizeof(ndmsg))) return nullptr;
-  auto* n = static_cast<const ndmsg*>(NLMSG_DATA(r));
-  at.parse(reinterpret_cast<const uint8_t*>(n) + NLMSG_ALIGN(sizeof(ndmsg)), r->nlmsg_len - NLMSG_LENGTH(sizeof(ndmsg)));
-  return n;
-}
-
 // Resolves the link, sends m built for its index, names the entry in a failure.
 template <typename Build>
 bool neighRequest(Handle& h, const LinkRef& dev, const std::string& what, Build build, NlError& e) {
@@ -42,19 +34,14 @@ bool neighRequest(Handle& h, const LinkRef& dev, const std::string& what, Build 
   return false;
 }
 
-// Dumps `family` on dev and hands each answer of that link to fn.
-template <typename Parsed, typename Parse>
-bool neighDump(Handle& h, int family, const LinkRef& dev, Parse parse, std::vector<Parsed>& out, NlError& e) {
+// The entries of `family` on dev (parse also checks the entry's family).
+template <typename Entry>
+bool neighDump(Handle& h, int family, const LinkRef& dev, bool (*parse)(const nlmsghdr*, Entry&),
+               std::vector<Entry>& out, NlError& e) {
   uint32_t index;
   if (!linkIndex(h, dev, index, e)) return false;
   NlMsg m = buildNeighDumpMsg(family, index);
-  return h.sock.dump(m, e, [&](const nlmsghdr* r) {
-    Attrs at;
-    const ndmsg* n = ndOf(r, at);
-    if (!n || static_cast<uint32_t>(n->ndm_ifindex) != index) return;
-    Parsed d;
-    if (parse(r, d)) out.push_back(std::move(d));
-  });
+  return dumpParsed(h, m, parse, [&](const Entry& d) { return d.index == index; }, out, e);
 }
 
 }  // namespace
@@ -87,11 +74,12 @@ NlMsg buildNeighDumpMsg(int family, uint32_t index) {
 
 bool parseNeigh(const nlmsghdr* r, Neigh& d) {
   Attrs at;
-  const ndmsg* n = ndOf(r, at);
+  const ndmsg* n = fixedHeaderOf<ndmsg>(r, RTM_NEWNEIGH, at);
   if (!n || (n->ndm_family != AF_INET && n->ndm_family != AF_INET6)) return false;
   auto* dst = at.get(NDA_DST);
   if (!dst || RTA_PAYLOAD(dst) != (n->ndm_family == AF_INET ? 4u : 16u)) return false;
   d = Neigh{};
+  d.index = static_cast<uint32_t>(n->ndm_ifindex);
   d.family = n->ndm_family;
   d.dst = formatIp(n->ndm_family, RTA_DATA(dst));
   if (auto* ll = at.get(NDA_LLADDR)) {
@@ -105,11 +93,12 @@ bool parseNeigh(const nlmsghdr* r, Neigh& d) {
 
 bool parseFdb(const nlmsghdr* r, FdbEntry& d) {
   Attrs at;
-  const ndmsg* n = ndOf(r, at);
+  const ndmsg* n = fixedHeaderOf<ndmsg>(r, RTM_NEWNEIGH, at);
   if (!n) return false;
   auto* ll = at.get(NDA_LLADDR);
   if (!ll || RTA_PAYLOAD(ll) != 6) return false;
   d = FdbEntry{};
+  d.index = static_cast<uint32_t>(n->ndm_ifindex);
   d.lladdr = formatMac(static_cast<const uint8_t*>(RTA_DATA(ll)), 6);
   if (auto* dst = at.get(NDA_DST)) {
     if (RTA_PAYLOAD(dst) == 4) d.dst = formatIp(AF_INET, RTA_DATA(dst));
@@ -141,8 +130,8 @@ bool neighList(Handle& h, const ListFilter& f, std::vector<Neigh>& out, NlError&
   return neighDump(h, f.family, f.link, parseNeigh, out, e);
 }
 
-bool fdbList(Handle& h, const LinkRef& dev, std::vector<FdbEntry>& out, NlError& e) {
-  return neighDump(h, AF_BRIDGE, dev, parseFdb, out, e);
+bool fdbList(Handle& h, const ListFilter& f, std::vector<FdbEntry>& out, NlError& e) {
+  return neighDump(h, AF_BRIDGE, f.link, parseFdb, out, e);
 }
 
 }  // namespace np

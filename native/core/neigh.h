@@ -30,6 +30,7 @@ struct FdbSpec {
 
 // One RTM_NEWNEIGH answer on AF_INET/AF_INET6.
 struct Neigh {
+  uint32_t index = 0;
   int family = 0;
   std::string dst, lladdr;
   bool hasLladdr = false, permanent = false;
@@ -38,6 +39,7 @@ struct Neigh {
 
 // One RTM_NEWNEIGH answer on AF_BRIDGE.
 struct FdbEntry {
+  uint32_t index = 0;
   std::string lladdr, dst;
   bool hasDst = false;
   uint16_t state = 0;
@@ -58,6 +60,7 @@ bool neighDel(Handle& h, const NeighSpec& spec, NlError& e);
 bool neighList(Handle& h, const ListFilter& f, std::vector<Neigh>& out, NlError& e);
 bool fdbSet(Handle& h, const FdbSpec& spec, NlError& e);
 bool fdbDel(Handle& h, const FdbSpec& spec, NlError& e);
-bool fdbList(Handle& h, const LinkRef& dev, std::vector<FdbEntry>& out, NlError& e);
+// f.link is required; f.family is ignored (the FDB is AF_BRIDGE).
+bool fdbList(Handle& h, const ListFilter& f, std::vector<FdbEntry>& out, NlError& e);
 
 }  // namespace np

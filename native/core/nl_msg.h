@@ -80,6 +80,18 @@ class NlMsg {
   std::vector<uint8_t> buf_;
 };
 
+// A dump request of every object of one family: the fixed header T
+// (ifaddrmsg, rtmsg, ...) zeroed but for its first byte, which in each of them
+// is the address family.
+template <typename T>
+NlMsg buildFamilyDumpMsg(uint16_t type, int family) {
+  NlMsg m(type, 0);
+  T fixed{};
+  *reinterpret_cast<uint8_t*>(&fixed) = static_cast<uint8_t>(family);
+  m.put(fixed);
+  return m;
+}
+
 // Attributes after a fixed header: table[type] = rtattr* (or nullptr).
 struct Attrs {
   static constexpr int kMax = 64;
@@ -121,5 +133,15 @@ struct Attrs {
     return std::string(p, strnlen(p, RTA_PAYLOAD(a)));
   }
 };
+
+// The fixed header T (ifinfomsg, rtmsg, ...) of a message of `type`, with the
+// attributes after it parsed into at; nullptr for another type or a short one.
+template <typename T>
+const T* fixedHeaderOf(const nlmsghdr* h, uint16_t type, Attrs& at) {
+  if (h->nlmsg_type != type || h->nlmsg_len < NLMSG_LENGTH(sizeof(T))) return nullptr;
+  auto* fixed = static_cast<const T*>(NLMSG_DATA(h));
+  at.parse(reinterpret_cast<const uint8_t*>(fixed) + NLMSG_ALIGN(sizeof(T)), h->nlmsg_len - NLMSG_LENGTH(sizeof(T)));
+  return fixed;
+}
 
 }  // namespace np

@@ -5,26 +5,12 @@
 
 namespace np {
 
-bool parseRouteProtocolName(const std::string& s, uint8_t& out) {
-  if (s == "boot") out = RTPROT_BOOT;
-  else if (s == "static") out = RTPROT_STATIC;
-  else if (s == "kernel") out = RTPROT_KERNEL;
-  else return false;
-  return true;
-}
-
-bool parseRouteTypeName(const std::string& s, uint8_t& out) {
-  if (s == "unicast") out = RTN_UNICAST;
-  else if (s == "blackhole") out = RTN_BLACKHOLE;
-  else if (s == "unreachable") out = RTN_UNREACHABLE;
-  else return false;
-  return true;
-}
-
 NlMsg buildRouteMsg(const RouteSpec& r, uint32_t oif, RouteOp op) {
   const bool del = op == RouteOp::kDel;
-  NlMsg m(del ? RTM_DELROUTE : RTM_NEWROUTE,
-          op == RouteOp::kAdd ? NLM_F_CREATE | NLM_F_EXCL : op == RouteOp::kReplace ? NLM_F_CREATE | NLM_F_REPLACE : 0);
+  const int flags = op == RouteOp::kAdd       ? NLM_F_CREATE | NLM_F_EXCL
+                    : op == RouteOp::kReplace ? NLM_F_CREATE | NLM_F_REPLACE
+                                              : 0;
+  NlMsg m(del ? RTM_DELROUTE : RTM_NEWROUTE, static_cast<uint16_t>(flags));
   rtmsg rt{};
   rt.rtm_family = static_cast<uint8_t>(r.dst.family);
   rt.rtm_dst_len = static_cast<uint8_t>(r.dstLen);
@@ -56,20 +42,11 @@ NlMsg buildRouteMsg(const RouteSpec& r, uint32_t oif, RouteOp op) {
   return m;
 }
 
-NlMsg buildRouteDumpMsg(int family) {
-  NlMsg m(RTM_GETROUTE, 0);
-  rtmsg rq{};
-  rq.rtm_family = static_cast<uint8_t>(family);
-  m.put(rq);
-  return m;
-}
-
 bool parseRoute(const nlmsghdr* r, Route& out) {
-  if (r->nlmsg_type != RTM_NEWROUTE || r->nlmsg_len < NLMSG_LENGTH(sizeof(rtmsg))) return false;
-  auto* rt = static_cast<const rtmsg*>(NLMSG_DATA(r));
-  if (rt->rtm_family != AF_INET && rt->rtm_family != AF_INET6) return false;
+  Attrs at;
+  const rtmsg* rt = fixedHeaderOf<rtmsg>(r, RTM_NEWROUTE, at);
+  if (!rt || (rt->rtm_family != AF_INET && rt->rtm_family != AF_INET6)) return false;
   if (rt->rtm_flags & RTM_F_CLONED) return false;
-  Attrs at(RTM_RTA(rt), r->nlmsg_len - NLMSG_LENGTH(sizeof(rtmsg)));
   const size_t alen = rt->rtm_family == AF_INET ? 4 : 16;
   // The address of an attribute, when it is long enough for the family.
   auto addr = [&](unsigned type) -> const void* {
@@ -114,14 +91,10 @@ bool routeList(Handle& h, const RouteFilter& f, std::vector<Route>& out, NlError
   uint32_t oif;
   if (!filterIndex(h, f, oif, e)) return false;
   NlMsg m = buildRouteDumpMsg(f.family);
-  return h.sock.dump(m, e, [&](const nlmsghdr* r) {
-    Route d;
-    if (!parseRoute(r, d)) return;
-    if (f.hasProto && d.protocol != f.protocol) return;
-    if (d.table != f.table) return;
-    if (oif && d.oif != oif) return;
-    out.push_back(std::move(d));
-  });
+  auto keep = [&](const Route& d) {
+    return (!f.hasProto || d.protocol == f.protocol) && d.table == f.table && (!oif || d.oif == oif);
+  };
+  return dumpParsed(h, m, parseRoute, keep, out, e);
 }
 
 }  // namespace np

@@ -46,13 +46,9 @@ struct RouteFilter : ListFilter {
   uint8_t protocol = 0;
 };
 
-// 'boot'|'static'|'kernel' -> RTPROT_*; 'unicast'|'blackhole'|'unreachable' -> RTN_*.
-bool parseRouteProtocolName(const std::string& s, uint8_t& out);
-bool parseRouteTypeName(const std::string& s, uint8_t& out);
-
 // oif: the resolved spec.dev (0 for none).
 NlMsg buildRouteMsg(const RouteSpec& spec, uint32_t oif, RouteOp op);
-NlMsg buildRouteDumpMsg(int family);
+inline NlMsg buildRouteDumpMsg(int family) { return buildFamilyDumpMsg<rtmsg>(RTM_GETROUTE, family); }
 // false for other messages, other families and cloned (cache) routes.
 bool parseRoute(const nlmsghdr* h, Route& out);
 
