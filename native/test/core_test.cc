@@ -18,6 +18,7 @@
 
 #include "core/addr.h"
 #include "core/link.h"
+#include "core/names.h"
 #include "core/neigh.h"
 #include "core/route.h"
 #include "core/sysctl.h"
@@ -362,6 +363,16 @@ void sysctlKeys() {
     check(!parseSysctlKey(bad, k), std::string("sysctl key refused: ") + bad);
 }
 
+void names() {
+  uint8_t v = 0;
+  check(parseScopeName("link", v) && v == RT_SCOPE_LINK, "scope 'link'");
+  check(parseScopeName("global", v) && v == RT_SCOPE_UNIVERSE, "scope 'global' is universe");
+  check(!parseScopeName("Link", v), "scope names are case-sensitive");
+  check(parseRouteProtocolName("static", v) && v == RTPROT_STATIC, "protocol 'static'");
+  check(parseRouteTypeName("unreachable", v) && v == RTN_UNREACHABLE, "type 'unreachable'");
+  check(!parseRouteTypeName("local", v), "type 'local' refused");
+}
+
 }  // namespace
 
 int main() {
@@ -373,6 +384,7 @@ int main() {
   tunnelMessages();
   parseAnswers();
   sysctlKeys();
+  names();
   std::printf("%d checks, %d failed\n", checks, failures);
   return failures ? 1 : 0;
 }
