@@ -66,7 +66,7 @@ export function startNatController(o: { ds: Datastore; log: Logger; run?: (scrip
     try {
       // Loaded here: only an agent with the pod network on pays for the binding.
       if (o.run) o.run(script);
-      else (await import('../../native/nft.js')).nftRun(script);
+      else (await import('../../dataplane/nft/run.js')).nftRun(script);
       last = script;
       reported = false;
       log.info('natOutgoing rules updated', { natPools: input.pools.filter((p) => p.spec.natOutgoing && !p.spec.disabled).map((p) => p.name) });
