@@ -310,6 +310,7 @@ async function main(): Promise<void> {
       policy = await startPolicyAgent(readNetpluginConf(values.config), log, runtime, {
         onApplied: (s) => metrics.policyApplied(s),
         onInterfaceConflict: (c) => metrics.policyInterfaceConflict(c.kind),
+        onRefused: (r) => metrics.policyRefused(r.stage, r.owner.kind),
         podEvents: podEventsFlag === 'on',
       });
     } catch (e) {
