@@ -45,23 +45,45 @@ export function importGraph(root: string): ImportArrow[] {
 }
 
 /**
- * A layer that only some layers may import: modules under `target` may be
- * imported only from modules under one of `allowedFrom` (folders end in '/',
- * a file is named whole).
+ * One rule of the layering, over module paths relative to the root (a folder
+ * ends in '/', a file is named whole):
+ * - `only-from`: modules under `target` may be imported only from modules under `allowedFrom`;
+ * - `imports-only`: modules under `from` may import only modules under `allowed`;
+ * - `never`: modules under `from` never import modules under `target`.
  */
-export interface LayerRule {
-  target: string;
-  allowedFrom: string[];
-  why: string;
-}
+export type LayerRule =
+  | { kind: 'only-from'; target: string; allowedFrom: string[]; why: string }
+  | { kind: 'imports-only'; from: string; allowed: string[]; why: string }
+  | { kind: 'never'; from: string; target: string; why: string };
 
 const under = (path: string, prefix: string) => (prefix.endsWith('/') ? path.startsWith(prefix) : path === prefix);
 
-/** The arrows a rule forbids, as `from:line -> spec` lines (empty: the rule holds). */
+function breaks(a: ImportArrow, rule: LayerRule): boolean {
+  switch (rule.kind) {
+    case 'only-from':
+      return under(a.to, rule.target) && !rule.allowedFrom.some((p) => under(a.from, p));
+    case 'imports-only':
+      return under(a.from, rule.from) && !rule.allowed.some((p) => under(a.to, p));
+    case 'never':
+      return under(a.from, rule.from) && under(a.to, rule.target);
+  }
+}
+
+/** The arrows a rule forbids, as `from:line imports spec` lines (empty: the rule holds). */
 export function violations(arrows: ImportArrow[], rule: LayerRule): string[] {
-  return arrows
-    .filter((a) => under(a.to, rule.target) && !rule.allowedFrom.some((p) => under(a.from, p)))
-    .map((a) => `${a.from}:${a.line} imports ${a.spec}`);
+  return arrows.filter((a) => breaks(a, rule)).map((a) => `${a.from}:${a.line} imports ${a.spec}`);
+}
+
+/** A rule in a line, for test names. */
+export function describeRule(rule: LayerRule): string {
+  switch (rule.kind) {
+    case 'only-from':
+      return `${rule.target} is imported only from ${rule.allowedFrom.join(', ')}`;
+    case 'imports-only':
+      return `${rule.from} imports only ${rule.allowed.join(', ')}`;
+    case 'never':
+      return `${rule.from} never imports ${rule.target}`;
+  }
 }
 
 /** src/ of this repository. */

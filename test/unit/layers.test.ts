@@ -2,14 +2,23 @@
 // so they cannot drift back. A rule names a layer and the layers allowed to
 // import it; add a row when docs/architecture.md states a new rule.
 import { describe, expect, it } from 'vitest';
-import { importGraph, importsOf, SRC_ROOT, violations, type LayerRule } from '../support/import-graph.js';
+import { describeRule, importGraph, importsOf, SRC_ROOT, violations, type LayerRule } from '../support/import-graph.js';
 
 const RULES: LayerRule[] = [
   {
+    kind: 'only-from',
     target: 'native/',
     allowedFrom: ['native/', 'dataplane/'],
     why: 'dataplane/ is the node kernel layer: everything above it reaches the addon through dataplane/',
   },
+  {
+    kind: 'imports-only',
+    from: 'dataplane/',
+    allowed: ['dataplane/', 'native/', 'net/', 'log/'],
+    why: 'the kernel layer takes plain desired state (never Kubernetes or datastore types) and calls nothing above it',
+  },
+  { kind: 'never', from: 'k8s/', target: 'datastore/', why: 'datastore/ may use k8s/ (the kubernetes backend), not the reverse' },
+  { kind: 'never', from: 'ipam/', target: 'hostlock/', why: 'the IPAM runs under the IpamHostLock its caller passes' },
 ];
 
 describe('layer rules of src/', () => {
@@ -21,7 +30,7 @@ describe('layer rules of src/', () => {
   });
 
   for (const rule of RULES) {
-    it(`${rule.target} is imported only from ${rule.allowedFrom.join(', ')}`, () => {
+    it(describeRule(rule), () => {
       expect(violations(graph, rule), rule.why).toEqual([]);
     });
   }
@@ -29,6 +38,7 @@ describe('layer rules of src/', () => {
 
 describe('the import reader', () => {
   const rule = RULES[0]!;
+  const at = (from: string, src: string, r: LayerRule) => violations(importsOf(from, src), r);
   it('counts static, type-only, re-export and dynamic imports, multi-line ones too', () => {
     const src = [
       "import type { Netlink } from '../native/index.js';",
@@ -51,6 +61,14 @@ describe('the import reader', () => {
     const src = "// import { x } from '../native/index.js'\nconst s = \"import('../native/nft.js')\";\n";
     expect(violations(importsOf('agent/x.ts', src), rule)).toEqual([]);
     expect(violations(importsOf('dataplane/x.ts', "import '../native/index.js';"), rule)).toEqual([]);
+  });
+
+  it('applies each kind of rule', () => {
+    const [, upward, never] = RULES as [LayerRule, LayerRule, LayerRule];
+    expect(at('dataplane/x.ts', "import { a } from '../k8s/pod.js';", upward)).toEqual(['dataplane/x.ts:1 imports ../k8s/pod.js']);
+    expect(at('dataplane/nft/x.ts', "import { a } from '../../net/cidr.js';", upward)).toEqual([]);
+    expect(at('k8s/x.ts', "import type { D } from '../datastore/types.js';", never)).toHaveLength(1);
+    expect(at('datastore/x.ts', "import { k } from '../k8s/client.js';", never)).toEqual([]);
   });
 
   it('resolves a specifier against the importer, not by its text', () => {
