@@ -5,7 +5,9 @@
 // right is never touched (an agent restart drops no traffic), and only what is
 // ours is removed: routes with our protocol, entries on devices we created.
 import type { Logger } from '../log/types.js';
-import { NetlinkError, RouteType, netlink, type AddrInfo, type LinkInfo, type Netlink, type RouteInfo } from '../native/index.js';
+import {
+  NetlinkError, RouteType, netlink, type AddrInfo, type LinkInfo, type Netlink, type RouteInfo,
+} from '../native/index.js';
 import { parseCidr, type Cidr, type Family } from '../net/cidr.js';
 
 export type { AddrInfo, LinkInfo };

@@ -17,7 +17,12 @@ const RULES: LayerRule[] = [
     allowed: ['dataplane/', 'native/', 'net/', 'log/'],
     why: 'the kernel layer takes plain desired state (never Kubernetes or datastore types) and calls nothing above it',
   },
-  { kind: 'never', from: 'k8s/', target: 'datastore/', why: 'datastore/ may use k8s/ (the kubernetes backend), not the reverse' },
+  {
+    kind: 'never',
+    from: 'k8s/',
+    target: 'datastore/',
+    why: 'datastore/ may use k8s/ (the kubernetes backend), not the reverse',
+  },
   { kind: 'never', from: 'ipam/', target: 'hostlock/', why: 'the IPAM runs under the IpamHostLock its caller passes' },
 ];
 
@@ -65,7 +70,8 @@ describe('the import reader', () => {
 
   it('applies each kind of rule', () => {
     const [, upward, never] = RULES as [LayerRule, LayerRule, LayerRule];
-    expect(at('dataplane/x.ts', "import { a } from '../k8s/pod.js';", upward)).toEqual(['dataplane/x.ts:1 imports ../k8s/pod.js']);
+    expect(at('dataplane/x.ts', "import { a } from '../k8s/pod.js';", upward))
+      .toEqual(['dataplane/x.ts:1 imports ../k8s/pod.js']);
     expect(at('dataplane/nft/x.ts', "import { a } from '../../net/cidr.js';", upward)).toEqual([]);
     expect(at('k8s/x.ts', "import type { D } from '../datastore/types.js';", never)).toHaveLength(1);
     expect(at('datastore/x.ts', "import { k } from '../k8s/client.js';", never)).toEqual([]);
