@@ -6,6 +6,7 @@
 // of 10,000 distinct flows per bucket is 2.4 million aggregated flows: objects
 // per flow would not fit the memory budget (docs/performance.md), columns do.
 import {
+  COUNTERS,
   rfc3339,
   type Action,
   type Flow,
@@ -18,7 +19,7 @@ import {
 
 export const BUCKET_SECONDS = 15;
 const BUCKET_MS = BUCKET_SECONDS * 1000;
-/** A bucket is exported (and no longer preferred for late records) this long after its end. */
+/** A bucket is exported this long after its end; records that arrive later are exported on their own. */
 export const CLOSE_GRACE_MS = BUCKET_MS;
 /** Records dated further ahead than this (a node's clock) count as now. */
 const FUTURE_SLACK_MS = 60_000;
@@ -48,6 +49,8 @@ class Bucket {
   b = -1;
   n = 0;
   exported = false;
+  /** Records that arrived after the bucket was exported, by slot: exported as their own lines. */
+  late: Map<number, { startMs: number; endMs: number; c: number[] }> | undefined;
   keyIds = new Uint32Array(0);
   /** Start and end of each flow, milliseconds after the bucket's start. */
   times = new Uint32Array(0);
@@ -61,6 +64,7 @@ class Bucket {
     this.b = b;
     this.n = 0;
     this.exported = false;
+    this.late = undefined;
     this.keyIds = new Uint32Array(16);
     this.times = new Uint32Array(32);
     this.f64 = new Float64Array(16 * F64);
@@ -70,6 +74,7 @@ class Bucket {
 
   clear(): void {
     this.b = -1;
+    this.late = undefined;
     this.n = 0;
     this.keyIds = new Uint32Array(0);
     this.times = new Uint32Array(0);
@@ -328,6 +333,14 @@ export class FlowStore {
       bucket.u32[u + 1] = Math.min(bucket.u32[u + 1]! + r.connectionsCompleted, 0xffffffff);
       // A gauge: one key comes from one reporter's node, whose newest report is the truth.
       if (en >= prevEnd) bucket.u32[u + 2] = Math.min(r.connectionsLive, 0xffffffff);
+      if (bucket.exported && this.closedListeners.size) {
+        bucket.late ??= new Map();
+        let l = bucket.late.get(s);
+        if (!l) bucket.late.set(s, (l = { startMs, endMs, c: [0, 0, 0, 0, 0, 0, 0] }));
+        l.startMs = Math.min(l.startMs, startMs);
+        l.endMs = Math.max(l.endMs, endMs);
+        COUNTERS.forEach((k, i) => (l.c[i] = k === 'connectionsLive' ? r[k] : l.c[i]! + r[k]));
+      }
       if (this.watchers.size) {
         let set = this.dirty.get(b);
         if (!set) this.dirty.set(b, (set = new Set()));
@@ -382,6 +395,20 @@ export class FlowStore {
         bk.exported = true;
         const flows: Flow[] = [];
         for (let s = 0; s < bk.n; s++) flows.push(this.flowAt(bk, s));
+        for (const l of this.closedListeners) l(flows);
+      }
+      // Late records of exported buckets: their own lines, so the lines of a key add up to its totals.
+      for (const bk of this.ring) {
+        if (!bk.late) continue;
+        const flows: Flow[] = [];
+        for (const [s, l] of bk.late) {
+          const f = this.flowAt(bk, s);
+          f.startTime = rfc3339(l.startMs / 1000);
+          f.endTime = rfc3339(l.endMs / 1000);
+          COUNTERS.forEach((k, i) => (f[k] = l.c[i]!));
+          flows.push(f);
+        }
+        bk.late = undefined;
         for (const l of this.closedListeners) l(flows);
       }
     } else {
