@@ -233,17 +233,17 @@ function drawGraph() {
     edges.set(key, e);
   }
   const groups = [...new Set([...nodes.values()].map((n) => n.group))].sort();
-  const colW = 220;
+  const colW = 200;
   const rowH = 56;
   const pos = new Map();
   let maxRows = 1;
   groups.forEach((grp, gi) => {
     const members = [...nodes.values()].filter((n) => n.group === grp).sort((a, b) => (a.name < b.name ? -1 : 1));
     maxRows = Math.max(maxRows, members.length);
-    members.forEach((n, i) => pos.set(n.id, { x: 40 + gi * colW + colW / 2 - 20, y: 70 + i * rowH }));
+    members.forEach((n, i) => pos.set(n.id, { x: 40 + gi * colW + colW / 2 - 20, y: 150 + i * rowH }));
   });
   const width = Math.max(600, groups.length * colW + 80);
-  const height = Math.max(300, 90 + maxRows * rowH);
+  const height = Math.max(340, 260 + maxRows * rowH);
   g.setAttribute('viewBox', `0 0 ${width} ${height}`);
   const defs = svg('defs', {});
   for (const a of ['Allow', 'Deny', 'Pass']) {
@@ -260,10 +260,13 @@ function drawGraph() {
   for (const e of edges.values()) {
     const a = pos.get(e.s);
     const b = pos.get(e.d);
-    const off = e.action === 'Deny' ? 14 : e.action === 'Pass' ? -14 : 0;
-    const mx = (a.x + b.x) / 2 + off;
-    const my = (a.y + b.y) / 2 - (a.x === b.x ? 40 : 20) + off;
-    const path = svg('path', { class: `edge ${e.action}`, d: `M${a.x},${a.y} Q${a.x === b.x ? a.x + 60 : mx},${my} ${b.x},${b.y}`, 'marker-end': `url(#arrow-${e.action})`, 'data-action': e.action });
+    // Allowed edges arc above, denied below, passed a little less: a pair with several verdicts stays readable.
+    const bend = e.action === 'Deny' ? 1 : e.action === 'Pass' ? -0.6 : -1;
+    const dx = b.x - a.x;
+    const lift = a.x === b.x ? 0 : bend * (30 + Math.abs(dx) * 0.18);
+    const cx = a.x === b.x ? a.x + 70 * (bend > 0 ? 1 : -1) : (a.x + b.x) / 2;
+    const cy = (a.y + b.y) / 2 + lift;
+    const path = svg('path', { class: `edge ${e.action}`, d: `M${a.x},${a.y} Q${cx},${cy} ${b.x},${b.y}`, 'marker-end': `url(#arrow-${e.action})`, 'data-action': e.action });
     path.append(svg('title', {}, `${e.action}: ${[...e.ports].join(', ')}, ${e.packets} packets`));
     parts.push(path);
   }
