@@ -10,7 +10,7 @@
 import { connect, constants, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { randomUUID } from 'node:crypto';
 import type { FlowRecord } from './record.js';
-import { COLLECTOR_PATH, LineReader, MAX_BATCH_RECORDS, MAX_LINE_BYTES, NDJSON, type Ack } from './protocol.js';
+import { COLLECTOR_PATH, encodeRecords, LineReader, MAX_BATCH_RECORDS, MAX_LINE_BYTES, NDJSON, type Ack } from './protocol.js';
 
 export interface FlowClientOptions {
   /** The aggregator's collector: https://HOST:PORT. */
@@ -238,7 +238,7 @@ export class FlowClient {
   }
 
   private serialize(b: PendingBatch): string {
-    return JSON.stringify({ node: this.o.node, stream: this.stream, seq: 0, records: b.records }) + '\n';
+    return JSON.stringify({ node: this.o.node, stream: this.stream, seq: 0, ...encodeRecords(b.records) }) + '\n';
   }
 
   private disconnect(): void {

@@ -77,7 +77,7 @@ export async function startCollector(o: CollectorOptions): Promise<Collector> {
             reply({ stream: batch.stream, ack: batch.seq, accepted: 0, rejected: 0 });
             return;
           }
-          const r = parseRecords(batch.records);
+          const r = parseRecords(batch);
           o.store.ingest(r.records);
           streams.set(id, { seq: batch.seq, at: now() });
           if (r.rejected) log('warn', 'flows: rejected records from an agent', { node: batch.node, peer, rejected: r.rejected, first: r.errors[0] });

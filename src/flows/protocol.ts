@@ -5,7 +5,11 @@
 // application/x-ndjson. Both directions are newline-delimited JSON:
 //
 //   agent -> aggregator, one line per batch:
-//     {"node":"node-1","stream":"<id of this agent process>","seq":7,"records":[FlowRecord, ...]}
+//     {"node":"node-1","stream":"<id of this agent process>","seq":7,
+//      "endpoints":[FlowEndpoint, ...], "traces":[PolicyTrace, ...], "records":[WireRecord, ...]}
+//   where each endpoint and policy trace of the batch is written once and a record is an array
+//   (WIRE_FIELDS) naming them by index: JSON for 1000 records stays small and cheap to parse,
+//   and the aggregator checks each endpoint and trace once per batch.
 //   aggregator -> agent, one line per batch received:
 //     {"stream":"<id>","ack":7,"accepted":120,"rejected":0}
 //     (+ "errors": ["record 3: source.type: ..."] for the first rejected records)
@@ -18,7 +22,21 @@
 // on its next connection. The aggregator remembers the last sequence it took per
 // (node, stream) and acknowledges a repeated batch without adding it again, so a
 // batch whose ack was lost is counted once.
-import { parseFlowRecord, FlowRecordError, type FlowRecord } from './record.js';
+import {
+  ACTIONS,
+  checkChoice,
+  checkCount,
+  checkNumbers,
+  COUNTERS,
+  FlowRecordError,
+  parseEndpoint,
+  parsePolicyTrace,
+  parseProtocol,
+  REPORTERS,
+  type FlowEndpoint,
+  type FlowRecord,
+  type PolicyTrace,
+} from './record.js';
 
 export const COLLECTOR_PATH = '/v1/flows';
 export const NDJSON = 'application/x-ndjson';
@@ -29,11 +47,76 @@ export const MAX_BATCH_RECORDS = 5000;
 /** At most this many rejected records are named in an ack. */
 const MAX_ERRORS = 5;
 
+/** The fields of a WireRecord, in order. */
+export const WIRE_FIELDS = [
+  'reporter',
+  'action',
+  'source', // index into endpoints
+  'dest', // index into endpoints
+  'destPort',
+  'protocol',
+  'policies', // index into traces
+  'startTime',
+  'endTime',
+  ...COUNTERS,
+] as const;
+
+export type WireRecord = [string, string, number, number, number, string, number, number, number, number, number, number, number, number, number, number];
+
+/** A batch's records as sent: endpoints and traces once, records referring to them. */
+export interface WireRecords {
+  endpoints: FlowEndpoint[];
+  traces: PolicyTrace[];
+  records: WireRecord[];
+}
+
 export interface Batch {
   node: string;
   stream: string;
   seq: number;
+  endpoints: unknown[];
+  traces: unknown[];
   records: unknown[];
+}
+
+/** The agent's side: records -> their wire form (each distinct endpoint and trace once). */
+export function encodeRecords(records: readonly FlowRecord[]): WireRecords {
+  const out: WireRecords = { endpoints: [], traces: [], records: [] };
+  const eps = new Map<unknown, number>();
+  const trs = new Map<unknown, number>();
+  const index = <T>(map: Map<unknown, number>, list: T[], v: T): number => {
+    let i = map.get(v);
+    if (i !== undefined) return i;
+    const k = JSON.stringify(v);
+    i = map.get(k);
+    if (i === undefined) {
+      i = list.push(v) - 1;
+      map.set(k, i);
+    }
+    map.set(v, i);
+    return i;
+  };
+  for (const r of records) {
+    out.records.push([
+      r.reporter,
+      r.action,
+      index(eps, out.endpoints, r.source),
+      index(eps, out.endpoints, r.dest),
+      r.destPort,
+      r.protocol,
+      index(trs, out.traces, r.policies),
+      r.startTime,
+      r.endTime,
+      r.packetsIn,
+      r.packetsOut,
+      r.bytesIn,
+      r.bytesOut,
+      r.connectionsStarted,
+      r.connectionsCompleted,
+      r.connectionsLive,
+    ]);
+  }
+  return out;
 }
 
 export interface Ack {
@@ -63,17 +146,61 @@ export function parseBatch(line: string): Batch {
   if (typeof o.stream !== 'string' || !ID_RE.test(o.stream)) throw new ProtocolError(`stream: expected an id of letters, digits and ._:-, got ${JSON.stringify(o.stream)}`);
   if (typeof o.seq !== 'number' || !Number.isSafeInteger(o.seq) || o.seq < 1) throw new ProtocolError(`seq: expected an integer >= 1, got ${JSON.stringify(o.seq)}`);
   if (!Array.isArray(o.records) || o.records.length > MAX_BATCH_RECORDS) throw new ProtocolError(`records: expected a list of at most ${MAX_BATCH_RECORDS} records`);
-  return { node: o.node, stream: o.stream, seq: o.seq, records: o.records };
+  if (!Array.isArray(o.endpoints) || o.endpoints.length > 2 * MAX_BATCH_RECORDS) throw new ProtocolError(`endpoints: expected a list of at most ${2 * MAX_BATCH_RECORDS} endpoints`);
+  if (!Array.isArray(o.traces) || o.traces.length > MAX_BATCH_RECORDS) throw new ProtocolError(`traces: expected a list of at most ${MAX_BATCH_RECORDS} policy traces`);
+  return { node: o.node, stream: o.stream, seq: o.seq, endpoints: o.endpoints, traces: o.traces, records: o.records };
 }
 
-/** The valid records of a batch, and what was wrong with the others (a bad record never spoils its batch). */
-export function parseRecords(raw: unknown[]): { records: FlowRecord[]; rejected: number; errors: string[] } {
+/**
+ * The valid records of a batch, and what was wrong with the others: a bad record, or one naming a
+ * bad endpoint or trace, is rejected alone; the rest of its batch is taken.
+ */
+export function parseRecords(b: Pick<Batch, 'endpoints' | 'traces' | 'records'>): { records: FlowRecord[]; rejected: number; errors: string[] } {
   const records: FlowRecord[] = [];
   const errors: string[] = [];
   let rejected = 0;
-  raw.forEach((r, i) => {
+  const checked = <T>(list: unknown[], parse: (path: string, v: unknown) => T, what: string) =>
+    list.map((v, i): T | FlowRecordError => {
+      try {
+        return parse(`${what}[${i}]`, v);
+      } catch (e) {
+        if (e instanceof FlowRecordError) return e;
+        throw e;
+      }
+    });
+  const endpoints = checked(b.endpoints, parseEndpoint, 'endpoints');
+  const traces = checked(b.traces, parsePolicyTrace, 'traces');
+  const ref = <T>(list: Array<T | FlowRecordError>, v: unknown, path: string, what: string): T => {
+    const x = typeof v === 'number' ? list[v] : undefined;
+    if (x === undefined) throw new FlowRecordError(`${path}: expected the index of one of the batch's ${list.length} ${what} (got ${JSON.stringify(v)})`);
+    if (x instanceof FlowRecordError) throw x;
+    return x;
+  };
+  b.records.forEach((raw, i) => {
+    const path = `records[${i}]`;
     try {
-      records.push(parseFlowRecord(r, `records[${i}]`));
+      if (!Array.isArray(raw) || raw.length !== WIRE_FIELDS.length) throw new FlowRecordError(`${path}: expected an array of ${WIRE_FIELDS.length} fields (${WIRE_FIELDS.join(', ')})`);
+      const r = raw as unknown[];
+      checkNumbers(path, r[4], r[7], r[8]);
+      const rec: FlowRecord = {
+        reporter: checkChoice(`${path}.reporter`, r[0], REPORTERS),
+        action: checkChoice(`${path}.action`, r[1], ACTIONS),
+        source: ref(endpoints, r[2], `${path}.source`, 'endpoints'),
+        dest: ref(endpoints, r[3], `${path}.dest`, 'endpoints'),
+        destPort: r[4] as number,
+        protocol: parseProtocol(`${path}.protocol`, r[5]),
+        policies: ref(traces, r[6], `${path}.policies`, 'traces'),
+        startTime: r[7] as number,
+        endTime: r[8] as number,
+        packetsIn: checkCount(`${path}.packetsIn`, r[9]),
+        packetsOut: checkCount(`${path}.packetsOut`, r[10]),
+        bytesIn: checkCount(`${path}.bytesIn`, r[11]),
+        bytesOut: checkCount(`${path}.bytesOut`, r[12]),
+        connectionsStarted: checkCount(`${path}.connectionsStarted`, r[13]),
+        connectionsCompleted: checkCount(`${path}.connectionsCompleted`, r[14]),
+        connectionsLive: checkCount(`${path}.connectionsLive`, r[15]),
+      };
+      records.push(rec);
     } catch (e) {
       if (!(e instanceof FlowRecordError)) throw e;
       rejected++;

@@ -145,7 +145,8 @@ function labels(path: string, v: unknown): Record<string, string> {
   return out;
 }
 
-function endpoint(path: string, v: unknown): FlowEndpoint {
+/** Checks one endpoint ({type, namespace, name, labels}); labels come back sorted by key. */
+export function parseEndpoint(path: string, v: unknown): FlowEndpoint {
   if (typeof v !== 'object' || v === null) fail(path, 'expected {type, namespace, name, labels}', v);
   const o = v as Record<string, unknown>;
   const type = oneOf(`${path}.type`, o.type, ENDPOINT_TYPES);
@@ -175,30 +176,51 @@ function hits(path: string, v: unknown): PolicyHit[] {
   });
 }
 
+/** Checks a policy trace ({enforced: [hit], pending: [hit]}). */
+export function parsePolicyTrace(path: string, v: unknown): PolicyTrace {
+  const pol = (v ?? {}) as Record<string, unknown>;
+  if (typeof pol !== 'object' || Array.isArray(pol)) fail(path, 'expected {enforced, pending}', v);
+  return { enforced: hits(`${path}.enforced`, pol.enforced), pending: hits(`${path}.pending`, pol.pending) };
+}
+
+/** Checks the protocol field: a name or an IP protocol number. */
+export function parseProtocol(path: string, v: unknown): string {
+  if (typeof v !== 'string' || !(NAMED_PROTOCOLS.includes(v) || (/^\d{1,3}$/.test(v) && Number(v) <= 255))) {
+    fail(path, `expected ${NAMED_PROTOCOLS.join(', ')} or an IP protocol number 0-255`, v);
+  }
+  return v;
+}
+
+/** Checks the numbers of a record: port, times (unix seconds) and counters. */
+export function checkNumbers(path: string, destPort: unknown, startTime: unknown, endTime: unknown): void {
+  if (typeof destPort !== 'number' || !Number.isInteger(destPort) || destPort < 0 || destPort > 65535) fail(`${path}.destPort`, 'expected a port 0-65535', destPort);
+  if (typeof startTime !== 'number' || !Number.isFinite(startTime) || startTime < 0) fail(`${path}.startTime`, 'expected unix seconds', startTime);
+  if (typeof endTime !== 'number' || !Number.isFinite(endTime) || endTime < startTime) fail(`${path}.endTime`, 'expected unix seconds, not before startTime', endTime);
+}
+
+export function checkCount(path: string, v: unknown): number {
+  return count(path, v);
+}
+
+export function checkChoice<T extends string>(path: string, v: unknown, allowed: readonly T[]): T {
+  return oneOf(path, v, allowed);
+}
+
 /** Checks one record from an agent and returns it normalised (labels sorted, defaults filled). */
 export function parseFlowRecord(v: unknown, path = 'record'): FlowRecord {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) fail(path, 'expected a flow record object', v);
   const o = v as Record<string, unknown>;
-  const protocol = o.protocol;
-  if (typeof protocol !== 'string' || !(NAMED_PROTOCOLS.includes(protocol) || (/^\d{1,3}$/.test(protocol) && Number(protocol) <= 255))) {
-    fail(`${path}.protocol`, `expected ${NAMED_PROTOCOLS.join(', ')} or an IP protocol number 0-255`, protocol);
-  }
-  const destPort = o.destPort;
-  if (typeof destPort !== 'number' || !Number.isInteger(destPort) || destPort < 0 || destPort > 65535) fail(`${path}.destPort`, 'expected a port 0-65535', destPort);
-  const startTime = o.startTime;
-  const endTime = o.endTime;
-  if (typeof startTime !== 'number' || !Number.isFinite(startTime) || startTime < 0) fail(`${path}.startTime`, 'expected unix seconds', startTime);
-  if (typeof endTime !== 'number' || !Number.isFinite(endTime) || endTime < startTime) fail(`${path}.endTime`, 'expected unix seconds, not before startTime', endTime);
-  const pol = (o.policies ?? {}) as Record<string, unknown>;
-  if (typeof pol !== 'object' || pol === null) fail(`${path}.policies`, 'expected {enforced, pending}', pol);
+  const protocol = parseProtocol(`${path}.protocol`, o.protocol);
+  const { destPort, startTime, endTime } = o as { destPort: number; startTime: number; endTime: number };
+  checkNumbers(path, destPort, startTime, endTime);
   const rec: FlowRecord = {
     reporter: oneOf(`${path}.reporter`, o.reporter, REPORTERS),
     action: oneOf(`${path}.action`, o.action, ACTIONS),
-    source: endpoint(`${path}.source`, o.source),
-    dest: endpoint(`${path}.dest`, o.dest),
+    source: parseEndpoint(`${path}.source`, o.source),
+    dest: parseEndpoint(`${path}.dest`, o.dest),
     destPort,
     protocol,
-    policies: { enforced: hits(`${path}.policies.enforced`, pol.enforced), pending: hits(`${path}.policies.pending`, pol.pending) },
+    policies: parsePolicyTrace(`${path}.policies`, o.policies),
     startTime,
     endTime,
     packetsIn: 0,

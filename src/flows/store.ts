@@ -39,10 +39,13 @@ interface FlowKey {
   lastBucket: number;
 }
 
-// Per-slot counters: 0 packetsIn, 1 packetsOut, 2 bytesIn, 3 bytesOut (float64);
-// connections started, completed, live (uint32).
-const F64 = 4;
-const U32 = 3;
+// Per slot: bytes in and out (float64); packets in and out, connections started,
+// completed and live (uint32, saturating); start and end (uint16, 100 ms units
+// after the bucket's start). 44 bytes a flow, plus the index while it is needed.
+const F64 = 2;
+const U32 = 5;
+const TICK_MS = 100;
+const MAX_U32 = 0xffffffff;
 
 class Bucket {
   /** Absolute bucket number (unix seconds / 15), -1 when empty. */
@@ -52,32 +55,28 @@ class Bucket {
   /** Records that arrived after the bucket was exported, by slot: exported as their own lines. */
   late: Map<number, { startMs: number; endMs: number; c: number[] }> | undefined;
   keyIds = new Uint32Array(0);
-  /** Start and end of each flow, milliseconds after the bucket's start. */
-  times = new Uint32Array(0);
+  times = new Uint16Array(0);
   f64 = new Float64Array(0);
   u32 = new Uint32Array(0);
-  /** Open addressing: key id + 1 at a position, 0 empty; the slot at the same position. */
+  /**
+   * Open addressing: key id + 1 at a position (0 empty), the slot at the same position. Built
+   * when a record needs it; a trimmed bucket (past) drops it until a late record comes.
+   */
   index = new Int32Array(0);
   indexSlot = new Int32Array(0);
 
   reset(b: number): void {
+    this.clear();
     this.b = b;
-    this.n = 0;
-    this.exported = false;
-    this.late = undefined;
-    this.keyIds = new Uint32Array(16);
-    this.times = new Uint32Array(32);
-    this.f64 = new Float64Array(16 * F64);
-    this.u32 = new Uint32Array(16 * U32);
-    this.rebuildIndex(32);
   }
 
   clear(): void {
     this.b = -1;
-    this.late = undefined;
     this.n = 0;
+    this.exported = false;
+    this.late = undefined;
     this.keyIds = new Uint32Array(0);
-    this.times = new Uint32Array(0);
+    this.times = new Uint16Array(0);
     this.f64 = new Float64Array(0);
     this.u32 = new Uint32Array(0);
     this.index = new Int32Array(0);
@@ -92,15 +91,20 @@ class Bucket {
 
   private place(keyId: number, slot: number): void {
     const mask = this.index.length - 1;
-    let p = Math.imul(keyId, 0x9e3779b1) >>> 0 & mask;
+    let p = (Math.imul(keyId, 0x9e3779b1) >>> 0) & mask;
     while (this.index[p] !== 0) p = (p + 1) & mask;
     this.index[p] = keyId + 1;
     this.indexSlot[p] = slot;
   }
 
   find(keyId: number): number {
+    if (this.index.length === 0) {
+      let size = 32;
+      while (size < this.n * 2) size *= 2;
+      this.rebuildIndex(size);
+    }
     const mask = this.index.length - 1;
-    let p = Math.imul(keyId, 0x9e3779b1) >>> 0 & mask;
+    let p = (Math.imul(keyId, 0x9e3779b1) >>> 0) & mask;
     for (;;) {
       const v = this.index[p]!;
       if (v === 0) return -1;
@@ -110,7 +114,7 @@ class Bucket {
   }
 
   private resize(cap: number): void {
-    const grow = <T extends Uint32Array | Float64Array>(a: T, per: number): T => {
+    const grow = <T extends Uint16Array | Uint32Array | Float64Array>(a: T, per: number): T => {
       const next = new (a.constructor as new (n: number) => T)(cap * per);
       next.set(a.subarray(0, this.n * per));
       return next;
@@ -121,11 +125,12 @@ class Bucket {
     this.u32 = grow(this.u32, U32);
   }
 
+  /** A new slot for keyId (find() returned -1, so the index exists). */
   add(keyId: number): number {
     if (this.n === this.keyIds.length) this.resize(Math.max(16, this.n * 2));
     const s = this.n++;
     this.keyIds[s] = keyId;
-    this.times[2 * s] = 0xffffffff;
+    this.times[2 * s] = 0xffff;
     this.times[2 * s + 1] = 0;
     this.f64.fill(0, s * F64, s * F64 + F64);
     this.u32.fill(0, s * U32, s * U32 + U32);
@@ -134,21 +139,18 @@ class Bucket {
     return s;
   }
 
-  /** Gives back the growth slack of a bucket that no longer takes most of the records. */
+  /** A bucket past: its growth slack and its index are given back. */
   trim(): void {
-    if (this.keyIds.length === this.n) return;
-    const cap = Math.max(this.n, 1);
-    this.resize(cap);
-    let size = 16;
-    while (size < this.n * 1.5) size *= 2;
-    this.rebuildIndex(size);
+    if (this.keyIds.length !== this.n) this.resize(this.n);
+    this.index = new Int32Array(0);
+    this.indexSlot = new Int32Array(0);
   }
 
   startMs(s: number): number {
-    return this.b * BUCKET_MS + this.times[2 * s]!;
+    return this.b * BUCKET_MS + this.times[2 * s]! * TICK_MS;
   }
   endMs(s: number): number {
-    return this.b * BUCKET_MS + this.times[2 * s + 1]!;
+    return this.b * BUCKET_MS + this.times[2 * s + 1]! * TICK_MS;
   }
 }
 
@@ -265,10 +267,20 @@ export class FlowStore {
     return v;
   }
 
+  /** The key strings of endpoints and traces: a batch's records share those objects (protocol.ts). */
+  private readonly epKeyCache = new WeakMap<FlowEndpoint, string>();
+  private readonly traceKeyCache = new WeakMap<PolicyTrace, string>();
+
+  private cached<T extends object>(cache: WeakMap<T, string>, v: T, fn: (v: T) => string): string {
+    let k = cache.get(v);
+    if (k === undefined) cache.set(v, (k = fn(v)));
+    return k;
+  }
+
   private keyOf(r: FlowRecord, b: number): number {
-    const sk = epKey(r.source);
-    const dk = epKey(r.dest);
-    const tk = traceKey(r.policies);
+    const sk = this.cached(this.epKeyCache, r.source, epKey);
+    const dk = this.cached(this.epKeyCache, r.dest, epKey);
+    const tk = this.cached(this.traceKeyCache, r.policies, traceKey);
     const k = `${r.reporter}\u0003${r.action}\u0003${sk}\u0003${dk}\u0003${r.destPort}\u0003${r.protocol}\u0003${tk}`;
     let id = this.keyIds.get(k);
     if (id === undefined) {
@@ -318,21 +330,22 @@ export class FlowStore {
       let s = bucket.find(keyId);
       if (s < 0) s = bucket.add(keyId);
       const base = b * BUCKET_MS;
-      const st = startMs - base;
-      const en = Math.min(endMs - base, 0xfffffffe);
+      const st = Math.floor((startMs - base) / TICK_MS);
+      const en = Math.min(Math.ceil((endMs - base) / TICK_MS), 0xfffe);
       const prevEnd = bucket.times[2 * s + 1]!;
       if (st < bucket.times[2 * s]!) bucket.times[2 * s] = st;
       if (en > prevEnd) bucket.times[2 * s + 1] = en;
       const f = s * F64;
-      bucket.f64[f] = bucket.f64[f]! + r.packetsIn;
-      bucket.f64[f + 1] = bucket.f64[f + 1]! + r.packetsOut;
-      bucket.f64[f + 2] = bucket.f64[f + 2]! + r.bytesIn;
-      bucket.f64[f + 3] = bucket.f64[f + 3]! + r.bytesOut;
+      bucket.f64[f] = bucket.f64[f]! + r.bytesIn;
+      bucket.f64[f + 1] = bucket.f64[f + 1]! + r.bytesOut;
       const u = s * U32;
-      bucket.u32[u] = Math.min(bucket.u32[u]! + r.connectionsStarted, 0xffffffff);
-      bucket.u32[u + 1] = Math.min(bucket.u32[u + 1]! + r.connectionsCompleted, 0xffffffff);
+      const u32 = bucket.u32;
+      u32[u] = Math.min(u32[u]! + r.packetsIn, MAX_U32);
+      u32[u + 1] = Math.min(u32[u + 1]! + r.packetsOut, MAX_U32);
+      u32[u + 2] = Math.min(u32[u + 2]! + r.connectionsStarted, MAX_U32);
+      u32[u + 3] = Math.min(u32[u + 3]! + r.connectionsCompleted, MAX_U32);
       // A gauge: one key comes from one reporter's node, whose newest report is the truth.
-      if (en >= prevEnd) bucket.u32[u + 2] = Math.min(r.connectionsLive, 0xffffffff);
+      if (en >= prevEnd) u32[u + 4] = Math.min(r.connectionsLive, MAX_U32);
       if (bucket.exported && this.closedListeners.size) {
         bucket.late ??= new Map();
         let l = bucket.late.get(s);
@@ -388,6 +401,8 @@ export class FlowStore {
    */
   tick(): void {
     this.advance();
+    // Past buckets that late records grew (an agent's backlog after a reconnect) shrink again.
+    for (const bk of this.ring) if (bk.b >= 0 && bk.b < this.current && (bk.index.length || bk.keyIds.length !== bk.n)) bk.trim();
     const nowMs = this.now();
     if (this.closedListeners.size) {
       const closable = this.ring.filter((bk) => bk.b >= 0 && !bk.exported && (bk.b + 1) * BUCKET_MS + CLOSE_GRACE_MS <= nowMs).sort((x, y) => x.b - y.b);
@@ -464,13 +479,13 @@ export class FlowStore {
       destLabels: k.dest.labels,
       destPort: k.destPort,
       policies: k.policies,
-      packetsIn: bk.f64[f]!,
-      packetsOut: bk.f64[f + 1]!,
-      bytesIn: bk.f64[f + 2]!,
-      bytesOut: bk.f64[f + 3]!,
-      connectionsStarted: bk.u32[u]!,
-      connectionsCompleted: bk.u32[u + 1]!,
-      connectionsLive: bk.u32[u + 2]!,
+      packetsIn: bk.u32[u]!,
+      packetsOut: bk.u32[u + 1]!,
+      bytesIn: bk.f64[f]!,
+      bytesOut: bk.f64[f + 1]!,
+      connectionsStarted: bk.u32[u + 2]!,
+      connectionsCompleted: bk.u32[u + 3]!,
+      connectionsLive: bk.u32[u + 4]!,
     };
   }
 
@@ -582,9 +597,9 @@ export class FlowStore {
         }
         groupsOf.set(k.id, (groups = [...g]));
       }
-      const pk = bk.f64[s * F64]! + bk.f64[s * F64 + 1]!;
-      const by = bk.f64[s * F64 + 2]! + bk.f64[s * F64 + 3]!;
-      const conns = bk.u32[s * U32]!;
+      const pk = bk.u32[s * U32]! + bk.u32[s * U32 + 1]!;
+      const by = bk.f64[s * F64]! + bk.f64[s * F64 + 1]!;
+      const conns = bk.u32[s * U32 + 2]!;
       const allowed = k.action === 'Allow';
       const denied = k.action === 'Deny';
       for (const id of groups) {

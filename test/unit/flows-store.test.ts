@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { FlowStore } from '../../src/flows/store.js';
 import { parseFlowRecord, FlowRecordError } from '../../src/flows/record.js';
 import { parseFlowQuery, ParamError } from '../../src/flows/api.js';
-import { LineReader, parseBatch, parseRecords, ProtocolError } from '../../src/flows/protocol.js';
+import { encodeRecords, LineReader, parseBatch, parseRecords, ProtocolError } from '../../src/flows/protocol.js';
 import { deniedRecord, hit, record } from '../support/flows.js';
 
 const T0 = 1_800_000_000; // a multiple of 15
@@ -123,16 +123,31 @@ describe('flow records and the protocol', () => {
     expect(() => parseFlowRecord({ ...record(T0), destPort: 70000 })).toThrow(FlowRecordError);
     expect(() => parseFlowRecord({ ...record(T0), packetsIn: -1 })).toThrow(/packetsIn: expected a non-negative integer/);
     expect(() => parseFlowRecord({ ...record(T0), policies: { enforced: [{ ...hit('x'), kind: 'Bogus' }] } })).toThrow(/policies.enforced\[0\].kind/);
-    const r = parseRecords([record(T0), { ...record(T0), action: 'Drop' }, record(T0)]);
+    const wire = encodeRecords([record(T0), record(T0 + 1), deniedRecord(T0)]);
+    // Endpoints and traces travel once per batch: a, b, c and two traces.
+    expect([wire.endpoints.length, wire.traces.length]).toEqual([3, 2]);
+    expect(parseRecords(wire).records).toEqual([record(T0), record(T0 + 1), deniedRecord(T0)]);
+    wire.records[1]![1] = 'Drop';
+    const r = parseRecords(wire);
     expect(r.records).toHaveLength(2);
     expect(r.rejected).toBe(1);
     expect(r.errors[0]).toMatch(/records\[1\].action: expected one of Allow, Deny, Pass/);
+    // A bad endpoint spoils only the records naming it.
+    const w2 = encodeRecords([record(T0), deniedRecord(T0)]);
+    (w2.endpoints[2] as { type: string }).type = 'pod';
+    const r2 = parseRecords(w2);
+    expect(r2.records.map((x) => x.action)).toEqual(['Allow']);
+    expect(r2.errors[0]).toMatch(/endpoints\[2\].type: expected one of wep, hep, net/);
+    w2.records[0]![6] = 9;
+    expect(parseRecords(w2).errors[0]).toMatch(/records\[0\].policies: expected the index of one of the batch's 2 traces \(got 9\)/);
   });
 
   it('parses batches and splits lines across chunks', () => {
-    expect(parseBatch('{"node":"n1","stream":"s-1","seq":3,"records":[]}')).toEqual({ node: 'n1', stream: 's-1', seq: 3, records: [] });
-    expect(() => parseBatch('{"node":"n1","stream":"s 1","seq":3,"records":[]}')).toThrow(ProtocolError);
-    expect(() => parseBatch('{"node":"n1","stream":"s","seq":0,"records":[]}')).toThrow(/seq/);
+    const empty = '"endpoints":[],"traces":[],"records":[]';
+    expect(parseBatch(`{"node":"n1","stream":"s-1","seq":3,${empty}}`)).toEqual({ node: 'n1', stream: 's-1', seq: 3, endpoints: [], traces: [], records: [] });
+    expect(() => parseBatch(`{"node":"n1","stream":"s 1","seq":3,${empty}}`)).toThrow(ProtocolError);
+    expect(() => parseBatch(`{"node":"n1","stream":"s","seq":0,${empty}}`)).toThrow(/seq/);
+    expect(() => parseBatch('{"node":"n1","stream":"s","seq":1,"records":[]}')).toThrow(/endpoints: expected a list/);
     const lines: string[] = [];
     const lr = new LineReader(20);
     lr.push(Buffer.from('abc\nde'), (l) => lines.push(l));
