@@ -37,6 +37,8 @@ interface FlowKey {
   policyNames: Set<string>;
   /** The newest bucket number holding this key: the key is dropped when that bucket leaves the ring. */
   lastBucket: number;
+  /** Its string in keyIds (ids of its endpoints and trace). */
+  str: string;
 }
 
 // Per slot: bytes in and out (float64); packets in and out, connections started,
@@ -46,10 +48,16 @@ const F64 = 2;
 const U32 = 5;
 const TICK_MS = 100;
 const MAX_U32 = 0xffffffff;
+/** Slots per bucket in a packed match (query): far above any bucket's flows. */
+const SLOT_SPAN = 1 << 24;
 
 class Bucket {
   /** Absolute bucket number (unix seconds / 15), -1 when empty. */
   b = -1;
+  constructor(
+    /** Its position in the ring. */
+    readonly pos: number,
+  ) {}
   n = 0;
   exported = false;
   /** Records that arrived after the bucket was exported, by slot: exported as their own lines. */
@@ -238,8 +246,6 @@ export class FlowStore {
   private readonly ring: Bucket[];
   private readonly keyIds = new Map<string, number>();
   private readonly keys = new Map<number, FlowKey>();
-  private readonly endpoints = new Map<string, FlowEndpoint>();
-  private readonly traces = new Map<string, PolicyTrace>();
   private nextKeyId = 1;
   private readonly counts = { records: 0, tooOld: 0 };
   private readonly watchers = new Map<(flows: Flow[]) => void, FlowFilter>();
@@ -253,51 +259,54 @@ export class FlowStore {
     this.retentionMs = o.retentionMs;
     this.size = Math.ceil(o.retentionMs / BUCKET_MS);
     this.now = o.now ?? Date.now;
-    this.ring = Array.from({ length: this.size }, () => new Bucket());
+    this.ring = Array.from({ length: this.size }, (_, i) => new Bucket(i));
   }
 
   private nowBucket(): number {
     return Math.floor(this.now() / BUCKET_MS);
   }
 
-  private intern<T>(map: Map<string, T>, key: string, v: T): T {
-    const have = map.get(key);
-    if (have) return have;
-    map.set(key, v);
-    return v;
-  }
+  /**
+   * Endpoints and traces get ids (never reused) by their content; a batch's records share those
+   * objects (protocol.ts), so each is looked at once per batch. A key is then a short string of ids.
+   */
+  private epIds = new Map<string, number>();
+  private traceIds = new Map<string, number>();
+  private epIdOf = new WeakMap<FlowEndpoint, number>();
+  private traceIdOf = new WeakMap<PolicyTrace, number>();
+  private nextPartId = 1;
 
-  /** The key strings of endpoints and traces: a batch's records share those objects (protocol.ts). */
-  private readonly epKeyCache = new WeakMap<FlowEndpoint, string>();
-  private readonly traceKeyCache = new WeakMap<PolicyTrace, string>();
-
-  private cached<T extends object>(cache: WeakMap<T, string>, v: T, fn: (v: T) => string): string {
-    let k = cache.get(v);
-    if (k === undefined) cache.set(v, (k = fn(v)));
-    return k;
+  private partId<T extends object>(cache: WeakMap<T, number>, ids: Map<string, number>, v: T, fn: (v: T) => string): number {
+    let id = cache.get(v);
+    if (id !== undefined) return id;
+    const k = fn(v);
+    id = ids.get(k);
+    if (id === undefined) ids.set(k, (id = this.nextPartId++));
+    cache.set(v, id);
+    return id;
   }
 
   private keyOf(r: FlowRecord, b: number): number {
-    const sk = this.cached(this.epKeyCache, r.source, epKey);
-    const dk = this.cached(this.epKeyCache, r.dest, epKey);
-    const tk = this.cached(this.traceKeyCache, r.policies, traceKey);
-    const k = `${r.reporter}\u0003${r.action}\u0003${sk}\u0003${dk}\u0003${r.destPort}\u0003${r.protocol}\u0003${tk}`;
+    const src = this.partId(this.epIdOf, this.epIds, r.source, epKey);
+    const dst = this.partId(this.epIdOf, this.epIds, r.dest, epKey);
+    const tr = this.partId(this.traceIdOf, this.traceIds, r.policies, traceKey);
+    const k = `${r.reporter}${r.action}.${src}.${dst}.${r.destPort}.${r.protocol}.${tr}`;
     let id = this.keyIds.get(k);
     if (id === undefined) {
       id = this.nextKeyId++;
-      const policies = this.intern(this.traces, tk, r.policies);
       this.keyIds.set(k, id);
       this.keys.set(id, {
         id,
         reporter: r.reporter,
         action: r.action,
-        source: this.intern(this.endpoints, sk, r.source),
-        dest: this.intern(this.endpoints, dk, r.dest),
+        source: r.source,
+        dest: r.dest,
         destPort: r.destPort,
         protocol: r.protocol,
-        policies,
-        policyNames: new Set([...policies.enforced, ...policies.pending].map((h) => h.name)),
+        policies: r.policies,
+        policyNames: new Set([...r.policies.enforced, ...r.policies.pending].map((h) => h.name)),
         lastBucket: b,
+        str: k,
       });
     } else {
       const key = this.keys.get(id)!;
@@ -382,15 +391,27 @@ export class FlowStore {
       }
     }
     if (dropped) {
+      // Forget the endpoints and traces no key holds; the ids of the others stay.
       this.keyIds.clear();
-      this.endpoints.clear();
-      this.traces.clear();
+      const eps = new Map<string, number>();
+      const trs = new Map<string, number>();
+      const epOf = new WeakMap<FlowEndpoint, number>();
+      const trOf = new WeakMap<PolicyTrace, number>();
       for (const k of this.keys.values()) {
-        this.keyIds.set(`${k.reporter}\u0003${k.action}\u0003${epKey(k.source)}\u0003${epKey(k.dest)}\u0003${k.destPort}\u0003${k.protocol}\u0003${traceKey(k.policies)}`, k.id);
-        this.endpoints.set(epKey(k.source), k.source);
-        this.endpoints.set(epKey(k.dest), k.dest);
-        this.traces.set(traceKey(k.policies), k.policies);
+        this.keyIds.set(k.str, k.id);
+        for (const e of [k.source, k.dest]) {
+          const id = this.epIdOf.get(e)!;
+          eps.set(epKey(e), id);
+          epOf.set(e, id);
+        }
+        const t = this.traceIdOf.get(k.policies)!;
+        trs.set(traceKey(k.policies), t);
+        trOf.set(k.policies, t);
       }
+      this.epIds = eps;
+      this.traceIds = trs;
+      this.epIdOf = epOf;
+      this.traceIdOf = trOf;
     }
     this.current = nowB;
   }
@@ -537,22 +558,31 @@ export class FlowStore {
 
   /** One page of the flows passing the filter, sorted (default: newest first), and how many pass. */
   query(q: FlowQuery): { items: Flow[]; total: number } {
-    const hits: Array<{ bk: Bucket; s: number; k: FlowKey; st: number }> = [];
-    this.scan(q, (bk, s, k) => hits.push({ bk, s, k, st: bk.startMs(s) }));
+    // Matches as numbers (ring position * 2^24 + slot): an hour of flows sorts without an object each.
+    const hits: number[] = [];
+    this.scan(q, (bk, s) => hits.push(bk.pos * SLOT_SPAN + s));
     const sort = q.sortBy ?? { field: 'startTime', desc: true };
     const dir = sort.desc ? -1 : 1;
-    const byTime = (a: (typeof hits)[0], b: (typeof hits)[0]) => a.st - b.st;
-    const cmp: Record<SortField, (a: (typeof hits)[0], b: (typeof hits)[0]) => number> = {
+    const bkOf = (h: number) => this.ring[Math.floor(h / SLOT_SPAN)]!;
+    const keyOf = (h: number) => this.keys.get(bkOf(h).keyIds[h % SLOT_SPAN]!)!;
+    const st = (h: number) => bkOf(h).startMs(h % SLOT_SPAN);
+    const byTime = (a: number, b: number) => st(a) - st(b);
+    const byName = (name: (k: FlowKey) => string) => (a: number, b: number) => {
+      const x = name(keyOf(a));
+      const y = name(keyOf(b));
+      return x < y ? -1 : x > y ? 1 : byTime(a, b);
+    };
+    const cmp: Record<SortField, (a: number, b: number) => number> = {
       startTime: byTime,
-      action: (a, b) => ACTION_ORDER[a.k.action] - ACTION_ORDER[b.k.action] || byTime(a, b),
-      sourceName: (a, b) => (a.k.source.name < b.k.source.name ? -1 : a.k.source.name > b.k.source.name ? 1 : byTime(a, b)),
-      destName: (a, b) => (a.k.dest.name < b.k.dest.name ? -1 : a.k.dest.name > b.k.dest.name ? 1 : byTime(a, b)),
+      action: (a, b) => ACTION_ORDER[keyOf(a).action] - ACTION_ORDER[keyOf(b).action] || byTime(a, b),
+      sourceName: byName((k) => k.source.name),
+      destName: byName((k) => k.dest.name),
     };
     const c = cmp[sort.field];
     hits.sort((a, b) => dir * c(a, b));
     const size = q.pageSize ?? 100;
     const from = (q.page ?? 0) * size;
-    return { items: hits.slice(from, from + size).map((h) => this.flowAt(h.bk, h.s)), total: hits.length };
+    return { items: hits.slice(from, from + size).map((h) => this.flowAt(bkOf(h), h % SLOT_SPAN)), total: hits.length };
   }
 
   /** The distinct values of a field among the flows held (passing the filter), sorted. */

@@ -82,6 +82,11 @@ describe('FlowStore', () => {
     s.ingest([record(T0)]);
     expect(s.stats()).toMatchObject({ flows: 1, tooOld: 1 });
     expect(s.hints('sourceName')).toEqual(['pod-c']);
+    // Equal endpoints and traces in new objects still make the same key after the others were forgotten.
+    s.ingest([deniedRecord(T0 + 31)]);
+    s.ingest([structuredClone(deniedRecord(T0 + 32))]);
+    expect(s.stats()).toMatchObject({ flows: 1, keys: 1 });
+    expect(s.query({}).items[0]!.packetsIn).toBe(30);
   });
 
   it('tells watchers of new and updated flows that pass their filter, and exports closed buckets', () => {
