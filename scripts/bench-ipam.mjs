@@ -6,12 +6,10 @@
 //   node scripts/bench-ipam.mjs [--n 600]
 //
 // Node 20 cannot run the TypeScript sources directly, so the bench body below
-// is bundled with esbuild into node_modules/.cache (where `etcd3` resolves)
-// and imported from there.
-import { build } from 'esbuild';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+// is bundled with esbuild and imported (withBundle, scripts/bench/lib.mjs).
 import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
+import { withBundle } from './bench/lib.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const nArg = process.argv.indexOf('--n');
@@ -24,6 +22,7 @@ import { join } from 'node:path';
 import { startEtcd } from ${JSON.stringify(join(root, 'test/support/etcd.ts'))};
 import { openDatastore } from ${JSON.stringify(join(root, 'src/datastore/index.ts'))};
 import { Ipam } from ${JSON.stringify(join(root, 'src/ipam/index.ts'))};
+import { ipamHostLock } from ${JSON.stringify(join(root, 'src/hostlock/index.ts'))};
 
 export async function run(N) {
   const etcd = await startEtcd();
@@ -40,7 +39,7 @@ export async function run(N) {
   const rows = [];
   try {
     await ds.create({ apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'bench' }, spec: { cidr: '10.200.0.0/16', blockSize: 26 } });
-    const mk = (node) => new Ipam(counted, { lockPath: join(dir, node + '.lock') });
+    const mk = (node) => new Ipam(counted, { lock: ipamHostLock(join(dir, node + '.lock')) });
     let seq = 0;
     const req = (node) => ({ handleID: 'bench.' + (++seq), node, attrs: { namespace: 'bench', pod: 'p' + seq }, assignIPv4: true, assignIPv6: false });
     // warm the connection
@@ -76,28 +75,6 @@ export async function run(N) {
 }
 `;
 
-const cache = join(root, 'node_modules/.cache/netplugin-bench');
-mkdirSync(cache, { recursive: true });
-const entry = join(cache, `bench-ipam-${process.pid}.ts`);
-const out = join(cache, `bench-ipam-${process.pid}.mjs`);
-writeFileSync(entry, body);
-try {
-  await build({
-    entryPoints: [entry],
-    outfile: out,
-    bundle: true,
-    platform: 'node',
-    target: 'node20',
-    format: 'esm',
-    external: ['etcd3', 'node-gyp-build', 'yaml'],
-    banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
-    logLevel: 'error',
-  });
-  const { run } = await import(pathToFileURL(out).href);
-  const rows = await run(N);
-  console.log(`netplugin IPAM allocator on a local etcd (${N} operations per phase, pool 10.200.0.0/16, /26 blocks)`);
-  console.table(rows);
-} finally {
-  rmSync(entry, { force: true });
-  rmSync(out, { force: true });
-}
+const rows = await withBundle(root, 'bench-ipam', body, ({ run }) => run(N));
+console.log(`netplugin IPAM allocator on a local etcd (${N} operations per phase, pool 10.200.0.0/16, /26 blocks)`);
+console.table(rows);

@@ -1,10 +1,11 @@
 // Helpers of scripts/bench.mjs: process accounting from /proc, exec of a CNI
 // plugin as a runtime does it, a throwaway etcd, statistics.
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 export const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 
@@ -195,4 +196,37 @@ export async function etcdWriteCounters(endpoint) {
 /** Per-pod difference of two etcdWriteCounters() readings. */
 export function perPod(after, before, pods) {
   return Object.fromEntries(Object.keys(after).map((k) => [k, (after[k] - before[k]) / pods]));
+}
+
+/**
+ * Bundles a bench body written in TypeScript (it imports src/ and test/support/ by absolute
+ * path; Node 20 cannot run them directly) with esbuild into node_modules/.cache/netplugin-bench,
+ * where the package's dependencies resolve, imports it, and removes the files again after `use`.
+ * `besides` are files copied next to the bundle (what a bundled module reads beside itself).
+ */
+export async function withBundle(root, name, body, use, { besides = [] } = {}) {
+  const { build } = await import('esbuild');
+  const cache = join(root, 'node_modules/.cache/netplugin-bench');
+  mkdirSync(cache, { recursive: true });
+  const entry = join(cache, `${name}-${process.pid}.ts`);
+  const out = join(cache, `${name}-${process.pid}.mjs`);
+  writeFileSync(entry, body);
+  for (const f of besides) copyFileSync(f, join(cache, basename(f)));
+  try {
+    await build({
+      entryPoints: [entry],
+      outfile: out,
+      bundle: true,
+      platform: 'node',
+      target: 'node20',
+      format: 'esm',
+      external: ['etcd3', 'node-gyp-build', 'yaml', '@grpc/grpc-js', '@grpc/proto-loader'],
+      banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+      logLevel: 'error',
+    });
+    return await use(await import(pathToFileURL(out).href));
+  } finally {
+    rmSync(entry, { force: true });
+    rmSync(out, { force: true });
+  }
 }

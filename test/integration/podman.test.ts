@@ -4,15 +4,14 @@
 // each other, a published port, and a teardown that leaves no address, veth
 // or endpoint behind. podman's configuration, storage and network config dir
 // are temporary (test/support/podman.ts).
-import { execFile } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCtl } from '../../src/ctl/index.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
+import { busyboxRootfsTar, PAGE } from '../support/busybox-image.js';
 import { podmanSession, writeContainersConf } from '../support/podman.js';
 import { ensureBuilt, hostLinksWithPrefix, startCluster, type Cluster } from '../support/plugin-harness.js';
 
@@ -28,13 +27,7 @@ beforeAll(async () => {
   ensureBuilt();
   tmp = mkdtempSync(join(tmpdir(), `podman-${process.pid}-`));
   // The image: busybox-static and a page for httpd, as a rootfs tar.
-  const rootfs = join(tmp, 'rootfs');
-  mkdirSync(join(rootfs, 'bin'), { recursive: true });
-  mkdirSync(join(rootfs, 'www'));
-  cpSync('/bin/busybox', join(rootfs, 'bin/busybox'));
-  for (const a of ['sh', 'ping', 'sleep', 'httpd', 'nc', 'printf', 'tail', 'cat']) symlinkSync('busybox', join(rootfs, 'bin', a));
-  writeFileSync(join(rootfs, 'www/index.html'), 'served by netplugin pod\n');
-  await promisify(execFile)('tar', ['-C', rootfs, '-cf', join(tmp, 'busybox.tar'), '.']);
+  busyboxRootfsTar(tmp);
 
   c = await startCluster([{ name: 'podman-v4', cidr: '10.77.90.0/24', blockSize: 28 }]);
   // install-cni as docs/runtimes.md says, into podman's temporary directories.
@@ -89,8 +82,8 @@ describe('podman 4 with the CNI backend on a netplugin network', () => {
     expect(out.WEBIP).toMatch(/^10\.77\.90\.\d+$/);
     expect(Number(out.HOSTVETHS)).toBe(1);
     expect(out.PING).toBe('ok');
-    expect(out.FROMPOD).toBe('served by netplugin pod');
-    expect(out.PUBLISHED).toBe('served by netplugin pod');
+    expect(out.FROMPOD).toBe(PAGE.trim());
+    expect(out.PUBLISHED).toBe(PAGE.trim());
     expect(out.AFTERVETHS).toBe('0');
     expect(out.CONTAINERS).toBe('0');
     // The datastore agrees: no endpoint, no address held.

@@ -416,10 +416,19 @@ function waitConnectable(path: string, proc: ChildProcess, log: () => string, ti
 /**
  * Starts dist/netplugin-node.mjs on `socket` in this process's network
  * namespace (the throwaway host one), with a clean environment, and waits
- * until it accepts connections.
+ * until it accepts connections. `prefix` must exec the agent (nsenter does),
+ * so that its signals reach the agent.
  */
-export async function startAgent(socket: string, extraArgs: string[] = [], opts: { env?: Record<string, string> } = {}): Promise<Agent> {
-  const proc = spawn(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--socket', socket, '--log-level', 'INFO', '--health-addr', '127.0.0.1:0', ...extraArgs], {
+export async function startAgent(
+  socket: string,
+  extraArgs: string[] = [],
+  /** prefix: a command-line prefix (nsenter ...) that execs the agent. */
+  opts: { env?: Record<string, string>; prefix?: string[] } = {},
+): Promise<Agent> {
+  const agent = [join(DIST, 'netplugin-node.mjs'), '--socket', socket, '--log-level', 'INFO'];
+  agent.push('--health-addr', '127.0.0.1:0');
+  const argv = [...(opts.prefix ?? []), process.execPath, ...agent, ...extraArgs];
+  const proc = spawn(argv[0]!, argv.slice(1), {
     env: { PATH: `${dirname(process.execPath)}:/usr/sbin:/usr/bin:/sbin:/bin`, ...(opts.env ?? {}) },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
