@@ -537,12 +537,12 @@ export class FlowStore {
   }
 
   /** Runs fn for each (bucket, slot) whose flow passes the filter, oldest bucket first. */
-  private scan(f: FlowFilter, fn: (bk: Bucket, s: number, k: FlowKey) => void): void {
+  private scan(f: FlowFilter, fn: (bk: Bucket, s: number, k: FlowKey) => void, newestFirst = false): void {
     this.advance();
     const cache = new Map<number, boolean>();
     const gte = f.startTimeGte === undefined ? -Infinity : f.startTimeGte * 1000;
     const lt = f.startTimeLt === undefined ? Infinity : f.startTimeLt * 1000;
-    const buckets = this.ring.filter((bk) => bk.b >= 0 && (bk.b + 1) * BUCKET_MS > gte && bk.b * BUCKET_MS < lt).sort((x, y) => x.b - y.b);
+    const buckets = this.ring.filter((bk) => bk.b >= 0 && (bk.b + 1) * BUCKET_MS > gte && bk.b * BUCKET_MS < lt).sort((x, y) => (newestFirst ? y.b - x.b : x.b - y.b));
     for (const bk of buckets) {
       for (let s = 0; s < bk.n; s++) {
         const id = bk.keyIds[s]!;
@@ -558,11 +558,43 @@ export class FlowStore {
 
   /** One page of the flows passing the filter, sorted (default: newest first), and how many pass. */
   query(q: FlowQuery): { items: Flow[]; total: number } {
+    const sort = q.sortBy ?? { field: 'startTime', desc: true };
+    const dir = sort.desc ? -1 : 1;
+    const size = q.pageSize ?? 100;
+    const from = (q.page ?? 0) * size;
+    if (sort.field === 'startTime') {
+      // Buckets do not overlap in start times: walk them in order, count, and sort only the page's.
+      const items: Flow[] = [];
+      let total = 0;
+      let cur: Bucket | undefined;
+      let slots: number[] = [];
+      const close = () => {
+        const bk = cur;
+        const before = total - slots.length;
+        if (bk && before < from + size && total > from) {
+          slots.sort((a, b) => dir * (bk.startMs(a) - bk.startMs(b)));
+          for (let i = Math.max(0, from - before); i < slots.length && before + i < from + size; i++) items.push(this.flowAt(bk, slots[i]!));
+        }
+        slots = [];
+      };
+      this.scan(
+        q,
+        (bk, s) => {
+          if (bk !== cur) {
+            close();
+            cur = bk;
+          }
+          slots.push(s);
+          total++;
+        },
+        sort.desc,
+      );
+      close();
+      return { items, total };
+    }
     // Matches as numbers (ring position * 2^24 + slot): an hour of flows sorts without an object each.
     const hits: number[] = [];
     this.scan(q, (bk, s) => hits.push(bk.pos * SLOT_SPAN + s));
-    const sort = q.sortBy ?? { field: 'startTime', desc: true };
-    const dir = sort.desc ? -1 : 1;
     const bkOf = (h: number) => this.ring[Math.floor(h / SLOT_SPAN)]!;
     const keyOf = (h: number) => this.keys.get(bkOf(h).keyIds[h % SLOT_SPAN]!)!;
     const st = (h: number) => bkOf(h).startMs(h % SLOT_SPAN);
@@ -573,15 +605,13 @@ export class FlowStore {
       return x < y ? -1 : x > y ? 1 : byTime(a, b);
     };
     const cmp: Record<SortField, (a: number, b: number) => number> = {
-      startTime: byTime,
+      startTime: byTime, // walked above
       action: (a, b) => ACTION_ORDER[keyOf(a).action] - ACTION_ORDER[keyOf(b).action] || byTime(a, b),
       sourceName: byName((k) => k.source.name),
       destName: byName((k) => k.dest.name),
     };
     const c = cmp[sort.field];
     hits.sort((a, b) => dir * c(a, b));
-    const size = q.pageSize ?? 100;
-    const from = (q.page ?? 0) * size;
     return { items: hits.slice(from, from + size).map((h) => this.flowAt(bkOf(h), h % SLOT_SPAN)), total: hits.length };
   }
 
