@@ -5,7 +5,7 @@
 //   memory     RSS of the aggregator holding 240 buckets (1 h) x DISTINCT flows
 //   store      the same records into the store in-process (no network, no JSON): its own ceiling
 // Environment: FLOWS_DISTINCT (default 10000 distinct flows per 15 s bucket), FLOWS_BUCKETS (240),
-// FLOWS_NODE_FLAGS (node flags for the aggregator, e.g. --cpu-prof). The retention is the hour plus
+// FLOWS_NODE_FLAGS (node flags for the aggregator; default the manifest's heap bounds). The retention is the hour plus
 // 10 minutes, so no bucket leaves the ring while the hour is being sent.
 import { build } from 'esbuild';
 import { spawn, execFileSync } from 'node:child_process';
@@ -110,7 +110,8 @@ pki();
 const collectorPort = await freePort();
 const apiPort = await freePort();
 const healthPort = await freePort();
-const nodeFlags = (process.env.FLOWS_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+// The heap bounds deploy/netplugin-flows.yaml sets (NODE_OPTIONS; src/model/flows-manifest.ts).
+const nodeFlags = (process.env.FLOWS_NODE_FLAGS ?? '--max-old-space-size=128 --max-semi-space-size=4').split(' ').filter(Boolean);
 agg = spawn(process.execPath, [...nodeFlags, join(root, 'dist/netplugin-flows.mjs'), `--collector-addr=127.0.0.1:${collectorPort}`, `--tls-cert=${join(work, 'server.crt')}`, `--tls-key=${join(work, 'server.key')}`, `--client-ca=${join(work, 'ca.crt')}`, `--api-addr=127.0.0.1:${apiPort}`, `--health-addr=127.0.0.1:${healthPort}`, `--retention=${BUCKETS * 15 + 600}s`], { stdio: ['ignore', 'ignore', 'inherit'] });
 for (let i = 0; ; i++) {
   if (await fetch(`http://127.0.0.1:${healthPort}/readyz`).then((r) => r.ok, () => false)) break;

@@ -10,6 +10,8 @@ export const FLOWS_API_PORT = 8081;
 export const FLOWS_HEALTH_PORT = 9095;
 /** The Secret holding the collector's certificate (tls.crt, tls.key) and the agents' CA (ca.crt). */
 export const FLOWS_TLS_SECRET = 'netplugin-flows-tls';
+/** V8 heap bounds the aggregator runs with (the manifest's NODE_OPTIONS; bench:flows uses the same). */
+export const FLOWS_NODE_OPTIONS = '--max-old-space-size=128 --max-semi-space-size=4';
 
 export interface FlowsManifestOptions {
   image: string;
@@ -86,6 +88,11 @@ spec:
             - --health-addr=:${FLOWS_HEALTH_PORT}
             - --retention=1h
             - --ui=${o.ui}
+          env:
+            # Live data is ~25 MiB of heap plus the buckets' typed arrays (outside the heap): bounded
+            # heap spaces keep the garbage of parsed batches from growing the RSS (docs/performance.md).
+            - name: NODE_OPTIONS
+              value: "${FLOWS_NODE_OPTIONS}"
           ports:
             - name: collector
               containerPort: ${FLOWS_COLLECTOR_PORT}
@@ -106,7 +113,7 @@ spec:
           resources:
             requests:
               cpu: 100m
-              memory: 128Mi
+              memory: 256Mi
             limits:
               memory: 512Mi
           securityContext:
