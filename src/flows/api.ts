@@ -14,6 +14,8 @@ import { ACTIONS, REPORTERS, type Flow } from './record.js';
 import { GROUP_BYS, HINT_TYPES, SORT_FIELDS, type SortField, type FlowFilter, type FlowQuery, type FlowStore, type GroupBy, type HintType } from './store.js';
 
 export const MAX_PAGE_SIZE = 10_000;
+/** Bytes a watch (SSE) connection may have unsent before it is closed. */
+const MAX_SSE_BACKLOG = 8 << 20;
 
 /** A request the API cannot answer as asked: 400 with this message. */
 export class ParamError extends Error {
@@ -175,6 +177,8 @@ export async function startApi(o: ApiOptions): Promise<ApiServer> {
     res.write(': watching flows\n\n');
     sse.add(res);
     const stop = o.store.watch((flows: Flow[]) => {
+      // A watcher that stops reading is cut off rather than buffered without end.
+      if (res.writableLength > MAX_SSE_BACKLOG) return void res.destroy();
       for (const f of flows) res.write(`data: ${JSON.stringify(f)}\n\n`);
     }, q);
     req.on('close', () => {

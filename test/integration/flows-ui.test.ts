@@ -62,9 +62,19 @@ describe('flow UI in Chromium', () => {
     // Live mode: a flow the agent reports now appears without a reload.
     await page.locator('#live').check();
     await expect.poll(() => page.locator('#status').innerText()).toBe('live');
-    await new Promise((r) => setTimeout(r, 500));
-    client.push([record(now(), { source: wep('frontend', 'web-7d9f', 'web'), dest: wep('payments', 'ledger-0', 'ledger'), destPort: 5432, policies: { enforced: [{ kind: 'KubernetesNetworkPolicy', namespace: 'payments', name: 'ledger-ingress', tier: '', action: 'Allow', ruleIndex: 1 }], pending: [] } })]);
-    await expect.poll(() => rows.first().innerText(), { timeout: 20_000 }).toMatch(/payments\/ledger-0/);
+    // The agent reports each second until the row shows (a report before the page's watch is open
+    // is not streamed to it; each later one updates the flow, which is).
+    const ledger = () => record(now(), { source: wep('frontend', 'web-7d9f', 'web'), dest: wep('payments', 'ledger-0', 'ledger'), destPort: 5432, policies: { enforced: [{ kind: 'KubernetesNetworkPolicy', namespace: 'payments', name: 'ledger-ingress', tier: '', action: 'Allow', ruleIndex: 1 }], pending: [] } });
+    await expect
+      .poll(
+        async () => {
+          const top = await rows.first().innerText();
+          if (!/payments\/ledger-0/.test(top)) client.push([ledger()]);
+          return top;
+        },
+        { timeout: 20_000, interval: 1000 },
+      )
+      .toMatch(/payments\/ledger-0/);
     await page.locator('#live').uncheck();
 
     // Filter: denied only.
