@@ -70,7 +70,7 @@ export function setupWorkload(spec: WorkloadSpec): WorkloadState {
  * setupWorkload for a resident caller (the agent): the handle of the host
  * namespace (hostNetnsPath, default the caller's own) stays open between pods,
  * and with it its sysctl directories. Opening /proc/sys/net/ipv4 costs a walk
- * over every pod namespace's dentry of that name (native/sysctl.cc: ~0.13 ms
+ * over every pod namespace's dentry of that name (native/core/sysctl.cc: ~0.13 ms
  * with 1000 pods); a fresh handle per pod would pay it per pod. A spec naming
  * another hostNetnsPath gets a handle of its own, as with setupWorkload.
  */
@@ -201,6 +201,10 @@ function configureHost(host: Netlink, s: ValidSpec): void {
     host.sysctlSet(`net.ipv4.conf.${n}.proxy_arp`, 1);
     host.sysctlSet(`net.ipv4.neigh.${n}.proxy_delay`, 0);
     host.sysctlSet(`net.ipv4.conf.${n}.forwarding`, 1);
+    // A hostPort reached on the node's 127.0.0.1 is DNAT'd to the pod and leaves through this veth
+    // with source 127.0.0.1: without route_localnet the kernel drops it as a martian. It would also
+    // let a pod's packet to 127.0.0.0/8 reach the node's loopback listeners: the agent's policy
+    // table drops those (its prerouting chain).
     host.sysctlSet(`net.ipv4.conf.${n}.route_localnet`, 1);
   }
   // Whatever the pod's families: the node never learns from a pod. A pod is
