@@ -364,8 +364,8 @@ Validates the Installation in FILE and prints, as JSON, the CNI conflist, the IP
 three are written as DIR/10-netplugin.conflist, DIR/ippools.json and DIR/agent.json. Pure: reads
 nothing but FILE; the conflist names the datastore netpluginctl is configured for.
 
-With a FlowLogAggregator "default" in FILE, also the flow-log aggregator's Deployment, Service and
-ServiceAccount (JSON key flowsManifest, or DIR/netplugin-flows.yaml), serving the web UI when a
+With a FlowLogAggregator "default" in FILE, also the flow-log aggregator's Deployment, Service,
+ServiceAccount and TLS Secret (JSON key flowsManifest, or DIR/netplugin-flows.yaml), serving the web UI when a
 FlowUI "default" is there too (docs/flows.md).
 
   --registry REG   also write the package's Kubernetes manifests (deploy/*.yaml) to DIR/manifests/,

@@ -26,15 +26,25 @@ export function flowsManifest(o: FlowsManifestOptions): string {
 #   kubectl -n ${FLOWS_NAMESPACE} port-forward deploy/${FLOWS_NAME} ${FLOWS_API_PORT}   # then http://127.0.0.1:${FLOWS_API_PORT}/
 # Flows are kept in memory (one replica; --retention, default 1h). The aggregator reads nothing from
 # the Kubernetes API: its ServiceAccount has no role and no token is mounted.
-# Create the Secret first, e.g.:
-#   kubectl -n ${FLOWS_NAMESPACE} create secret generic ${FLOWS_TLS_SECRET} \\
-#     --from-file=tls.crt=aggregator.crt --from-file=tls.key=aggregator.key --from-file=ca.crt=agents-ca.crt
 apiVersion: v1
 kind: ServiceAccount
 metadata:
   name: ${FLOWS_NAME}
   namespace: ${FLOWS_NAMESPACE}
 automountServiceAccountToken: false
+---
+# The collector's TLS. Keys: tls.crt, tls.key (its certificate and key), ca.crt (the CA that signs
+# the agents' client certificates), PEM, e.g.
+#   kubectl -n ${FLOWS_NAMESPACE} create secret generic ${FLOWS_TLS_SECRET} \\
+#     --from-file=tls.crt=aggregator.crt --from-file=tls.key=aggregator.key --from-file=ca.crt=agents-ca.crt \\
+#     --dry-run=client -o yaml | kubectl apply -f -
+apiVersion: v1
+kind: Secret
+metadata:
+  name: ${FLOWS_TLS_SECRET}
+  namespace: ${FLOWS_NAMESPACE}
+type: Opaque
+data: {}
 ---
 apiVersion: v1
 kind: Service

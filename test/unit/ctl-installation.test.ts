@@ -204,7 +204,7 @@ describe('netpluginctl installation render', () => {
     expect(apiOnly).toMatch(/- --ui=false\n/);
     expect(apiOnly).toMatch(new RegExp(`image: netplugin/node:${pkg.version.replace(/\./g, '\\.')}\n`));
     const { parseAllDocuments } = await import('yaml');
-    expect(parseAllDocuments(apiOnly).map((d) => d.toJS().kind)).toEqual(['ServiceAccount', 'Service', 'Deployment']);
+    expect(parseAllDocuments(apiOnly).map((d) => d.toJS().kind)).toEqual(['ServiceAccount', 'Secret', 'Service', 'Deployment']);
     const r = await ctl(['installation', 'render', '-f', '-', '-o', 'out'], ui);
     expect(r.out).toMatch(/out\/netplugin-flows\.yaml written/);
     expect(readFileSync(join(root, 'out/netplugin-flows.yaml'), 'utf8')).toMatch(/- --ui=true\n/);
