@@ -94,6 +94,10 @@ for (const f of readdirSync(join(root, 'src/bin')).filter((f) => f.endsWith('.cj
   copyFileSync(join(root, 'src/bin', f), out);
   chmodSync(out, 0o755);
 }
+// netplugin-flows' web UI: plain static files, served from dist/flows-ui (no CDN, no build step).
+rmSync(join(root, 'dist/flows-ui'), { recursive: true, force: true });
+mkdirSync(join(root, 'dist/flows-ui'), { recursive: true });
+for (const f of readdirSync(join(root, 'src/flows/ui'))) copyFileSync(join(root, 'src/flows/ui', f), join(root, 'dist/flows-ui', f));
 // A first code cache for each per-exec bundle, made by one run that compiles
 // the top level (a VERSION command); the first ADD and the first DEL that
 // succeed on a node add what they compile (code-cache.cjs).

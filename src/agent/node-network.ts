@@ -44,15 +44,16 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       }
     }
     const ds = await o.datastores.datastore(conf);
-    const { netlink } = await import('../native/index.js');
-    const nl = netlink();
+    // Loaded here: only an agent with the pod network on pays for the addon.
+    const { openNodeRouting } = await import('../dataplane/routing.js');
+    const kernel = openNodeRouting(o.log);
     const { startRoutesController } = await import('./routes/index.js');
     const { startNatController } = await import('./nat/index.js');
     const nat = startNatController({ ds, log: o.log });
     const routes = startRoutesController({
       ds,
       node,
-      nl,
+      kernel,
       log: o.log,
       autodetect,
       ...(o.nodeIP !== undefined ? { ipv4: o.nodeIP } : {}),
@@ -60,7 +61,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       mtuFile: o.mtuFile ?? conf.mtu_file,
       ...(o.onRoutesApplied ? { onApplied: o.onRoutesApplied } : {}),
     });
-    stops.push(() => routes.stop(), () => nat.stop(), () => nl.close());
+    stops.push(() => routes.stop(), () => nat.stop(), () => kernel.close());
     if (stopped) for (const s of stops.splice(0)) s();
     o.log.info('pod network controllers started', { node });
   })().catch((e: Error) => o.log.error('pod network controllers did not start; pods on this node reach only this node', { error: e.message }));

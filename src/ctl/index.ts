@@ -56,6 +56,7 @@ Commands:
   datastore migrate          move from etcd to the Kubernetes datastore (lock, export, import, unlock)
   installation render        the conflist, IP pools and agent settings an Installation implies
   installation apply         reconcile an Installation onto this node and the datastore (--dry-run, --watch)
+  flows                      flows from the flow-log aggregator (--follow, --action, --namespace, --pod, --policy)
   upgrade check              what an upgrade to this release needs (exit 1 when something blocks it)
   upgrade owner-refs         save, strip and restore owner references to netplugin.org/v3 objects
   upgrade auto-hep           migrate all-interfaces host endpoints to automatic ones
@@ -78,6 +79,7 @@ const lazyGroups: Record<string, CtlCommand> = {
   installation: async (rest, io, s) => (await import('./installation.js')).cmdInstallation(rest, io, s),
   upgrade: async (rest, io, s) => (await import('./upgrade.js')).cmdUpgrade(rest, io, s),
   node: async (rest, io, s) => (await import('./node-diags.js')).nodeGroup.commands.node!(rest, io, s),
+  flows: async (rest, io, s) => (await import('./flows.js')).flowsCommand(rest, io, s),
 };
 
 const GROUPS: CtlGroup[] = [resourcesGroup, ipamGroup, policyGroup, datastoreGroup, versionGroup, cniGroup, editGroup];

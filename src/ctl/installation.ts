@@ -22,6 +22,7 @@ import {
   type Rendered,
 } from '../model/installation.js';
 import { initDatastore } from './datastore-init.js';
+import { flowsManifest } from '../model/flows-manifest.js';
 import { installCni, writeFileAtomic, type InstallDeps } from './install-cni.js';
 import { SA_DIR, type KubeClient } from '../k8s/client.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
@@ -31,6 +32,8 @@ import { getIfExists } from '../datastore/cas.js';
 import { NETPLUGIN_VERSION, NODE_IMAGE_REPOSITORY, nodeImage, refuseOlderClient } from './version.js';
 
 export const PLUGIN_KUBECONFIG = 'netplugin-kubeconfig';
+/** The file installation render -o DIR writes the flow-log aggregator's manifest to (deploy/ ships it too). */
+export const FLOWS_MANIFEST = 'netplugin-flows.yaml';
 const INSTALLATIONS_PATH = `/apis/${OPERATOR_GROUP}/v1/installations`;
 
 export interface LoadedInstallation {
@@ -128,6 +131,17 @@ export function renderManifests(deployDir: string, image: string): Map<string, s
   return out;
 }
 
+/**
+ * The flow-log aggregator's manifest when the FlowLogAggregator "default" exists (with the web UI when
+ * the FlowUI "default" does too); undefined without it. A FlowUI alone is served by nothing: an error.
+ */
+export function renderFlows(flowResources: string[], image: string): string | undefined {
+  const aggregator = flowResources.includes('flowlogaggregator/default');
+  const ui = flowResources.includes('flowui/default');
+  if (ui && !aggregator) throw new CtlError('FlowUI "default" needs a FlowLogAggregator "default" beside it: the web UI is served by the flow-log aggregator (netplugin-flows)');
+  return aggregator ? flowsManifest({ image, ui }) : undefined;
+}
+
 /** `installation render`: the conflist, the IPPools and the agent settings, printed or written to DIR. */
 export async function cmdInstallationRender(
   io: CtlIO,
@@ -137,8 +151,10 @@ export async function cmdInstallationRender(
   if (image && !o.outDir) throw new CtlError('installation render --registry writes the manifests: give -o DIR too');
   const { installation, flowResources } = await loadInstallation(o.file, io);
   const r = renderInstallation(installation, { datastore: o.datastore });
+  // The aggregator runs the one node image (with --registry, from that registry).
+  const flows = renderFlows(flowResources, image ?? nodeImage());
   if (!o.outDir) {
-    io.stdout(JSON.stringify({ conflist: r.conflist, ippools: r.pools, agent: r.agent, ...(flowResources.length ? { flowResources } : {}) }, null, 2) + '\n');
+    io.stdout(JSON.stringify({ conflist: r.conflist, ippools: r.pools, agent: r.agent, ...(flowResources.length ? { flowResources } : {}), ...(flows ? { flowsManifest: flows } : {}) }, null, 2) + '\n');
     return 0;
   }
   mkdirSync(o.outDir, { recursive: true });
@@ -147,6 +163,7 @@ export async function cmdInstallationRender(
     writeFileAtomic(join(o.outDir, 'ippools.json'), JSON.stringify({ apiVersion: 'v1', kind: 'List', items: r.pools }, null, 2) + '\n', 0o644),
     writeFileAtomic(join(o.outDir, 'agent.json'), JSON.stringify(r.agent, null, 2) + '\n', 0o644),
   ];
+  if (flows) files.push(writeFileAtomic(join(o.outDir, FLOWS_MANIFEST), flows, 0o644));
   if (image) {
     const dir = join(o.outDir, 'manifests');
     mkdirSync(dir, { recursive: true });
@@ -241,7 +258,11 @@ export async function applyInstallation(io: CtlIO, ds: Datastore, conf: Datastor
     const ci = await initDatastore(ds, { clusterType: 'k8s,operator' });
     changes.push({ what: 'clusterinformation/default', action: ci.action });
   }
-  for (const f of inst.flowResources) changes.push({ what: f, action: 'accepted (served by the flow-log aggregator, not by the node)' });
+  // The aggregator is a Deployment, not a node's business: apply checks the resources and names the manifest.
+  renderFlows(inst.flowResources, nodeImage());
+  for (const f of inst.flowResources) {
+    changes.push({ what: f, action: `accepted (served by netplugin-flows: kubectl apply -f the ${FLOWS_MANIFEST} that installation render -o DIR writes${f === 'flowui/default' ? ', which then serves the UI' : ''})` });
+  }
   return changes;
 }
 
@@ -342,6 +363,10 @@ Validates the Installation in FILE and prints, as JSON, the CNI conflist, the IP
 (default-ipv4-ippool / default-ipv6-ippool unless named) and the agent settings. With -o DIR the
 three are written as DIR/10-netplugin.conflist, DIR/ippools.json and DIR/agent.json. Pure: reads
 nothing but FILE; the conflist names the datastore netpluginctl is configured for.
+
+With a FlowLogAggregator "default" in FILE, also the flow-log aggregator's Deployment, Service,
+ServiceAccount and TLS Secret (JSON key flowsManifest, or DIR/netplugin-flows.yaml), serving the web UI when a
+FlowUI "default" is there too (docs/flows.md).
 
   --registry REG   also write the package's Kubernetes manifests (deploy/*.yaml) to DIR/manifests/,
                    every container image set to REG/${NODE_IMAGE_REPOSITORY}:${NETPLUGIN_VERSION}, the image

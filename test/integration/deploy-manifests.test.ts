@@ -142,7 +142,7 @@ describe('deploy/ cross-references, every file', () => {
   const where = (file: string, o: Obj) => `${file}: ${o.kind}/${o.metadata.name}`;
 
   it('finds the workloads of every file that has one', () => {
-    expect(workloads.map(({ file }) => file).sort()).toEqual(['netplugin-kube-controllers.yaml', 'netplugin-node-daemonset.yaml', 'netplugin-operator.yaml']);
+    expect(workloads.map(({ file }) => file).sort()).toEqual(['netplugin-flows.yaml', 'netplugin-kube-controllers.yaml', 'netplugin-node-daemonset.yaml', 'netplugin-operator.yaml']);
   });
 
   it('every workload runs as a ServiceAccount some manifest creates in its namespace', () => {

@@ -79,7 +79,7 @@ describe('fake API server over HTTP', () => {
   it('serves discovery for core v1 and the CRDs in deploy/crds', async () => {
     expect((await call(s, 'GET', '/api')).body.versions).toEqual(['v1']);
     const core = (await call(s, 'GET', '/api/v1')).body;
-    expect(core.resources.map((r: { name: string }) => r.name).sort()).toEqual(['configmaps', 'events', 'namespaces', 'nodes', 'pods', 'secrets', 'serviceaccounts']);
+    expect(core.resources.map((r: { name: string }) => r.name).sort()).toEqual(['configmaps', 'events', 'namespaces', 'nodes', 'pods', 'secrets', 'serviceaccounts', 'services']);
     const groups = (await call(s, 'GET', '/apis')).body;
     expect(groups.groups).toContainEqual({ name: 'netplugin.org', versions: [{ groupVersion: 'netplugin.org/v3', version: 'v3' }], preferredVersion: { groupVersion: 'netplugin.org/v3', version: 'v3' } });
     expect(groups.groups.map((g: { name: string }) => g.name).sort()).toEqual(['apiextensions.k8s.io', 'apps', 'coordination.k8s.io', 'netplugin.org', 'networking.k8s.io', 'operator.netplugin.org', 'rbac.authorization.k8s.io']);

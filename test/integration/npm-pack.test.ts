@@ -52,6 +52,8 @@ describe('npm pack', () => {
     expect(existsSync(join(pkgDir, 'build'))).toBe(false);
     expect(existsSync(join(pkgDir, `prebuilds/linux-${process.arch}/netplugin-shim`))).toBe(true);
     for (const dep of ['etcd3', 'yaml', 'node-gyp-build']) expect(existsSync(join(pkgDir, 'node_modules', dep, 'package.json')), dep).toBe(true);
+    // netplugin-flows' web UI ships in the package (no CDN).
+    for (const f of ['index.html', 'app.js', 'style.css']) expect(existsSync(join(pkgDir, 'dist/flows-ui', f)), f).toBe(true);
     for (const exe of bins) {
       const r = await run(join(prefix, 'bin', exe), ['--version'], { env: { PATH: `${join(prefix, 'bin')}:${process.env.PATH}` } });
       expect(r.stdout).toContain(version);

@@ -196,6 +196,23 @@ describe('netpluginctl installation render', () => {
     expect(JSON.parse(readFileSync(join(root, 'out/agent.json'), 'utf8'))).toMatchObject({ ipam: 'netplugin-ipam', hostPorts: true });
   });
 
+  it('renders the flow-log aggregator with a FlowLogAggregator, and its UI with a FlowUI', async () => {
+    const agg = `${DUAL}---\napiVersion: operator.netplugin.org/v1\nkind: FlowLogAggregator\nmetadata: {name: default}\n`;
+    const ui = `${agg}---\napiVersion: operator.netplugin.org/v1\nkind: FlowUI\nmetadata: {name: default}\n`;
+    expect(JSON.parse((await ctl(['installation', 'render', '-f', '-'], DUAL)).out).flowsManifest).toBeUndefined();
+    const apiOnly = JSON.parse((await ctl(['installation', 'render', '-f', '-'], agg)).out).flowsManifest as string;
+    expect(apiOnly).toMatch(/- --ui=false\n/);
+    expect(apiOnly).toMatch(new RegExp(`image: netplugin/node:${pkg.version.replace(/\./g, '\\.')}\n`));
+    const { parseAllDocuments } = await import('yaml');
+    expect(parseAllDocuments(apiOnly).map((d) => d.toJS().kind)).toEqual(['ServiceAccount', 'Secret', 'Service', 'Deployment']);
+    const r = await ctl(['installation', 'render', '-f', '-', '-o', 'out'], ui);
+    expect(r.out).toMatch(/out\/netplugin-flows\.yaml written/);
+    expect(readFileSync(join(root, 'out/netplugin-flows.yaml'), 'utf8')).toMatch(/- --ui=true\n/);
+    const alone = await ctl(['installation', 'render', '-f', '-'], `${DUAL}---\napiVersion: operator.netplugin.org/v1\nkind: FlowUI\nmetadata: {name: default}\n`);
+    expect(alone).toMatchObject({ code: 1 });
+    expect(alone.err).toMatch(/FlowUI "default" needs a FlowLogAggregator "default"/);
+  });
+
   it('--registry REG writes every manifest of deploy/ with the one image REG/netplugin/node:<version>, nothing else changed', async () => {
     const deploy = join(__dirname, '../../deploy');
     cpSync(deploy, join(pkgDir, 'deploy'), { recursive: true });
@@ -361,6 +378,8 @@ describe('shipped files', () => {
     const out = JSON.parse(r.out);
     expect(out.ippools.map((p: { metadata: { name: string } }) => p.metadata.name)).toEqual(['default-ipv4-ippool', 'default-ipv6-ippool']);
     expect(out.flowResources).toEqual(['flowlogaggregator/default', 'flowui/default']);
+    // deploy/netplugin-flows.yaml is what this example renders.
+    expect(readFileSync(join(repo, 'deploy/netplugin-flows.yaml'), 'utf8')).toBe(out.flowsManifest);
   });
 
   it('the CRD offers the same enumerations as the schema', async () => {

@@ -1,0 +1,127 @@
+// The aggregator's collector: an HTTP/2 server over TLS that requires a client
+// certificate signed by the configured CA (an agent without one fails the
+// handshake), taking the batch stream of src/flows/protocol.ts into the store.
+import { createSecureServer, constants, type Http2SecureServer, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import type { TLSSocket } from 'node:tls';
+import { parseListenAddr } from '../observe/health.js';
+import type { FlowStore } from './store.js';
+import { COLLECTOR_PATH, LineReader, NDJSON, parseBatch, parseRecords, ProtocolError, type Ack } from './protocol.js';
+
+export interface CollectorOptions {
+  addr: string;
+  /** PEM: the server certificate and key; the CA agents' certificates must be signed by. */
+  cert: string | Buffer;
+  key: string | Buffer;
+  clientCa: string | Buffer;
+  store: FlowStore;
+  /** How long a (node, stream) sequence is remembered after its last batch (default: the store's retention + 10 min). */
+  streamMemoryMs?: number;
+  now?: () => number;
+  log?: (level: 'info' | 'warn', msg: string, fields?: Record<string, unknown>) => void;
+  /** Called once per batch taken (not for a repeat): for metrics. */
+  onBatch?: (b: { node: string; accepted: number; rejected: number; duplicate: boolean }) => void;
+}
+
+export interface Collector {
+  readonly host: string;
+  readonly port: number;
+  /** Agent requests open now. */
+  connections(): number;
+  close(): Promise<void>;
+}
+
+export async function startCollector(o: CollectorOptions): Promise<Collector> {
+  const { host, port } = parseListenAddr(o.addr);
+  const now = o.now ?? Date.now;
+  const memoryMs = o.streamMemoryMs ?? o.store.retentionMs + 600_000;
+  // (node, stream) -> the last sequence taken and when.
+  const streams = new Map<string, { seq: number; at: number }>();
+  const open = new Set<ServerHttp2Stream>();
+  const log = o.log ?? (() => undefined);
+
+  const server: Http2SecureServer = createSecureServer({
+    cert: o.cert,
+    key: o.key,
+    ca: o.clientCa,
+    requestCert: true,
+    rejectUnauthorized: true,
+    allowHTTP1: false,
+    minVersion: 'TLSv1.2',
+  });
+  server.on('stream', (stream, headers) => {
+    const peer = (stream.session?.socket as TLSSocket | undefined)?.getPeerCertificate?.()?.subject?.CN ?? '?';
+    if (headers[':path'] !== COLLECTOR_PATH || headers[':method'] !== 'POST') {
+      stream.respond({ ':status': 404, 'content-type': 'text/plain' });
+      stream.end(`not found: agents POST ${COLLECTOR_PATH}\n`);
+      return;
+    }
+    open.add(stream);
+    stream.on('close', () => open.delete(stream));
+    stream.on('error', () => undefined);
+    stream.respond({ ':status': 200, 'content-type': NDJSON });
+    const reader = new LineReader();
+    let lineNo = 0;
+    const reply = (v: Ack | { error: string }) => {
+      if (!stream.destroyed && !stream.writableEnded) stream.write(JSON.stringify(v) + '\n');
+    };
+    stream.on('data', (chunk: Buffer) => {
+      try {
+        reader.push(chunk, (line) => {
+          lineNo++;
+          const batch = parseBatch(line);
+          const id = `${batch.node}\u0000${batch.stream}`;
+          const last = streams.get(id);
+          if (last && batch.seq <= last.seq) {
+            last.at = now();
+            o.onBatch?.({ node: batch.node, accepted: 0, rejected: 0, duplicate: true });
+            reply({ stream: batch.stream, ack: batch.seq, accepted: 0, rejected: 0 });
+            return;
+          }
+          const r = parseRecords(batch);
+          o.store.ingest(r.records);
+          streams.set(id, { seq: batch.seq, at: now() });
+          if (r.rejected) log('warn', 'flows: rejected records from an agent', { node: batch.node, peer, rejected: r.rejected, first: r.errors[0] });
+          o.onBatch?.({ node: batch.node, accepted: r.records.length, rejected: r.rejected, duplicate: false });
+          reply({ stream: batch.stream, ack: batch.seq, accepted: r.records.length, rejected: r.rejected, ...(r.errors.length ? { errors: r.errors } : {}) });
+        });
+      } catch (e) {
+        if (!(e instanceof ProtocolError)) throw e;
+        log('warn', 'flows: protocol error from an agent; ending its request', { peer, line: lineNo, error: e.message });
+        reply({ error: `line ${lineNo}: ${e.message}` });
+        stream.close(constants.NGHTTP2_PROTOCOL_ERROR);
+      }
+    });
+    stream.on('end', () => {
+      if (!stream.writableEnded) stream.end();
+    });
+  });
+  server.on('tlsClientError', (e: Error, socket: TLSSocket) => log('warn', 'flows: refused a collector connection', { remote: socket.remoteAddress, error: e.message }));
+  server.on('sessionError', () => undefined);
+  const sessions = new Set<ServerHttp2Session>();
+  server.on('session', (s) => {
+    sessions.add(s);
+    s.on('close', () => sessions.delete(s));
+  });
+  const sweep = setInterval(() => {
+    const cut = now() - memoryMs;
+    for (const [id, s] of streams) if (s.at < cut) streams.delete(id);
+  }, 60_000);
+  sweep.unref();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (e: NodeJS.ErrnoException) => reject(new Error(`cannot listen on ${o.addr} for agents (--collector-addr): ${e.code ?? e.message}`)));
+    server.listen(port, host, () => resolve());
+  });
+  const a = server.address();
+  return {
+    host,
+    port: typeof a === 'object' && a ? a.port : port,
+    connections: () => open.size,
+    close: () =>
+      new Promise<void>((resolve) => {
+        clearInterval(sweep);
+        server.close(() => resolve());
+        // The agents' connections stay open otherwise, and close() with them.
+        for (const s of sessions) s.destroy();
+      }),
+  };
+}
