@@ -99,6 +99,8 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
                            InstanceMethod<&NetlinkWrap::Call<SysctlGet>>("sysctlGet"),
                            InstanceMethod<&NetlinkWrap::Call<SysctlSet>>("sysctlSet"),
                            InstanceMethod<&NetlinkWrap::Call<ConntrackFlush>>("conntrackFlush"),
+                           InstanceMethod<&NetlinkWrap::Call<ConntrackList>>("conntrackList"),
+                           InstanceMethod<&NetlinkWrap::Call<ConntrackDelete>>("conntrackDelete"),
                        });
   }
 

@@ -73,6 +73,9 @@ Napi::Value SysctlSet(Handle& h, const Napi::CallbackInfo& info);
 
 // Conntrack entries naming an address, deleted over ctnetlink (native/conntrack.cc).
 Napi::Value ConntrackFlush(Handle& h, const Napi::CallbackInfo& info);
+// Listing them, and deleting the listed ones a caller chose.
+Napi::Value ConntrackList(Handle& h, const Napi::CallbackInfo& info);
+Napi::Value ConntrackDelete(Handle& h, const Napi::CallbackInfo& info);
 
 // Not a netlink call: SO_PEERCRED of a unix socket fd (the agent's CNI socket).
 Napi::Value PeerCred(const Napi::CallbackInfo& info);

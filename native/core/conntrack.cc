@@ -3,9 +3,13 @@
 // entry whose original or reply tuple has one of the addresses as source or
 // destination. A deleted pod's address is reused by the next pod; an entry
 // left behind would let that pod inherit an established (allowed) state.
+// conntrackList/conntrackDelete split the same into its two halves, so the
+// agent can delete only the entries a policy change denies.
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nfnetlink_conntrack.h>
 #include <sys/socket.h>
+
+#include <arpa/inet.h>
 
 #include <cstring>
 #include <vector>
@@ -27,6 +31,10 @@ struct Victim {
   std::vector<uint8_t> tuple;
   bool hasZone = false;
   uint16_t zone = 0;
+  // CTA_ID (network order): a delete never takes a newer entry with the same tuple.
+  bool hasId = false;
+  uint32_t id = 0;
+  const rtattr* reply = nullptr;  // valid only inside the dump callback
 };
 
 bool sameAddr(const rtattr* a, const IpAddr& ip) {
@@ -69,6 +77,7 @@ NlMsg buildCtDeleteMsg(const Victim& v) {
   del.raw(v.tuple.data() + RTA_LENGTH(0), v.tuple.size() - RTA_LENGTH(0));
   del.nestEnd(t);
   if (v.hasZone) del.attr(CTA_ZONE, &v.zone, 2);
+  if (v.hasId) del.attr(CTA_ID, &v.id, 4);
   return del;
 }
 
@@ -88,7 +97,79 @@ bool parseVictim(const nlmsghdr* m, const std::vector<IpAddr>& addrs, Victim& v)
     v.hasZone = true;
     std::memcpy(&v.zone, RTA_DATA(z), 2);
   }
+  if (const rtattr* id = at.get(CTA_ID); id && RTA_PAYLOAD(id) >= 4) {
+    v.hasId = true;
+    std::memcpy(&v.id, RTA_DATA(id), 4);
+  }
+  v.reply = at.get(CTA_TUPLE_REPLY);
   return true;
+}
+
+void parseTuple(const rtattr* tuple, CtTuple& out) {
+  Attrs t = Attrs::nested(tuple);
+  if (const rtattr* ipA = t.get(CTA_TUPLE_IP)) {
+    Attrs ip = Attrs::nested(ipA);
+    auto put = [&](unsigned a, int fam, unsigned len, std::string& to) {
+      const rtattr* x = ip.get(a);
+      if (x && RTA_PAYLOAD(x) == len) to = formatIp(fam, RTA_DATA(x));
+    };
+    put(CTA_IP_V4_SRC, AF_INET, 4, out.src);
+    put(CTA_IP_V4_DST, AF_INET, 4, out.dst);
+    put(CTA_IP_V6_SRC, AF_INET6, 16, out.src);
+    put(CTA_IP_V6_DST, AF_INET6, 16, out.dst);
+  }
+  if (const rtattr* pA = t.get(CTA_TUPLE_PROTO)) {
+    Attrs pr = Attrs::nested(pA);
+    out.proto = pr.u8(CTA_PROTO_NUM);
+    const rtattr* sp = pr.get(CTA_PROTO_SRC_PORT);
+    const rtattr* dp = pr.get(CTA_PROTO_DST_PORT);
+    if (sp && dp && RTA_PAYLOAD(sp) >= 2 && RTA_PAYLOAD(dp) >= 2) {
+      out.hasPorts = true;
+      std::memcpy(&out.sport, RTA_DATA(sp), 2);
+      std::memcpy(&out.dport, RTA_DATA(dp), 2);
+      out.sport = ntohs(out.sport);
+      out.dport = ntohs(out.dport);
+    }
+  }
+}
+
+// key: family(1) hasZone(1) zone(2) hasId(1) pad(3) id(4, network order) tuple(...)
+constexpr size_t kKeyHead = 12;
+
+std::vector<uint8_t> keyOf(const Victim& v) {
+  std::vector<uint8_t> k(kKeyHead);
+  k[0] = v.family;
+  k[1] = v.hasZone;
+  std::memcpy(&k[2], &v.zone, 2);
+  k[4] = v.hasId;
+  std::memcpy(&k[8], &v.id, 4);
+  k.insert(k.end(), v.tuple.begin(), v.tuple.end());
+  return k;
+}
+
+Victim victimOf(const std::vector<uint8_t>& k) {
+  Victim v;
+  v.family = k[0];
+  v.hasZone = k[1];
+  std::memcpy(&v.zone, &k[2], 2);
+  v.hasId = k[4];
+  std::memcpy(&v.id, &k[8], 4);
+  v.tuple.assign(k.begin() + kKeyHead, k.end());
+  return v;
+}
+
+bool openCt(Handle& h, NlSocket& sock, NlError& e) {
+  NsSwitch sw(h.nsFd, e);
+  if (sw.ok()) sock.open(e, NETLINK_NETFILTER);
+  return !e.failed();
+}
+
+bool ctFail(Handle& h, NlError& e, const char* op, const std::string& subject) {
+  e.op = op;
+  e.subject = subject + (h.nsPath.empty() ? "" : " in " + h.nsPath);
+  if (e.err == EPROTONOSUPPORT || e.err == EOPNOTSUPP)
+    e.extack = "the kernel has no conntrack netlink support (module nf_conntrack_netlink)";
+  return false;
 }
 
 std::string subjectOf(const std::vector<IpAddr>& addrs) {
@@ -138,6 +219,62 @@ bool conntrackFlush(Handle& h, const std::vector<IpAddr>& addrs, uint32_t& delet
     if (de.err == ENOENT) continue;
     e = de;
     return fail("IPCTNL_MSG_CT_DELETE");
+  }
+  return true;
+}
+
+
+bool conntrackList(Handle& h, const std::vector<IpAddr>& addrs, std::vector<CtEntry>& out, NlError& e) {
+  out.clear();
+  if (addrs.empty()) return true;
+  NlSocket sock;
+  if (!openCt(h, sock, e)) return ctFail(h, e, "socket(NETLINK_NETFILTER)", subjectOf(addrs));
+  NlMsg dump = buildCtDumpMsg();
+  bool ok = sock.dump(dump, e, [&](const nlmsghdr* m) {
+    Victim v;
+    if (!parseVictim(m, addrs, v) || v.tuple.empty()) return;
+    CtEntry c;
+    c.family = v.family;
+    parseTuple(reinterpret_cast<const rtattr*>(v.tuple.data()), c.orig);
+    if (v.reply) {
+      c.hasReply = true;
+      parseTuple(v.reply, c.reply);
+    }
+    c.hasId = v.hasId;
+    c.id = ntohl(v.id);
+    c.key = keyOf(v);
+    out.push_back(std::move(c));
+  });
+  if (!ok) return ctFail(h, e, "IPCTNL_MSG_CT_GET", subjectOf(addrs));
+  return true;
+}
+
+bool ctKeyValid(const std::vector<uint8_t>& k) {
+  if (k.size() <= kKeyHead + RTA_LENGTH(0) || (k[0] != AF_INET && k[0] != AF_INET6)) return false;
+  auto* t = reinterpret_cast<const rtattr*>(k.data() + kKeyHead);
+  if (t->rta_len != k.size() - kKeyHead || (t->rta_type & NLA_TYPE_MASK) != CTA_TUPLE_ORIG) return false;
+  Attrs ta = Attrs::nested(t);
+  return ta.has(CTA_TUPLE_IP) && ta.has(CTA_TUPLE_PROTO);
+}
+
+bool conntrackDelete(Handle& h, const std::vector<std::vector<uint8_t>>& keys, uint32_t& deleted, NlError& e) {
+  deleted = 0;
+  if (keys.empty()) return true;
+  const std::string subject = std::to_string(keys.size()) + " conntrack entries";
+  NlSocket sock;
+  if (!openCt(h, sock, e)) return ctFail(h, e, "socket(NETLINK_NETFILTER)", subject);
+  for (const auto& k : keys) {
+    // Never without a whole tuple: a CT_DELETE without one flushes the whole table.
+    if (!ctKeyValid(k)) continue;
+    NlMsg del = buildCtDeleteMsg(victimOf(k));
+    NlError de;
+    if (sock.request(del, de)) {
+      ++deleted;
+      continue;
+    }
+    if (de.err == ENOENT) continue;
+    e = de;
+    return ctFail(h, e, "IPCTNL_MSG_CT_DELETE", subject);
   }
   return true;
 }

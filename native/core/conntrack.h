@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/handle.h"
@@ -13,5 +14,30 @@ namespace np {
 // source or destination, in the handle's namespace (a ctnetlink socket of its
 // own, opened there). deleted counts what this call removed.
 bool conntrackFlush(Handle& h, const std::vector<IpAddr>& addrs, uint32_t& deleted, NlError& e);
+
+// One tuple of an entry: addresses, protocol number, ports where the protocol has them.
+struct CtTuple {
+  std::string src, dst;
+  uint8_t proto = 0;
+  bool hasPorts = false;
+  uint16_t sport = 0, dport = 0;
+};
+struct CtEntry {
+  uint8_t family = 0;  // AF_INET or AF_INET6
+  CtTuple orig, reply;
+  bool hasReply = false;
+  bool hasId = false;
+  uint32_t id = 0;  // host order
+  // Opaque, for conntrackDelete: family, zone, id and the original tuple as dumped.
+  std::vector<uint8_t> key;
+};
+
+// The entries conntrackFlush would delete, not deleted.
+bool conntrackList(Handle& h, const std::vector<IpAddr>& addrs, std::vector<CtEntry>& out, NlError& e);
+// Whether a key is one conntrackList could give (a whole original tuple with addresses and protocol).
+bool ctKeyValid(const std::vector<uint8_t>& key);
+// Deletes the entries of the keys (valid ones only) by tuple, zone and id: an entry gone
+// meanwhile or re-created under the same tuple is left alone and not counted.
+bool conntrackDelete(Handle& h, const std::vector<std::vector<uint8_t>>& keys, uint32_t& deleted, NlError& e);
 
 }  // namespace np

@@ -41,8 +41,10 @@ export interface PolicyApplied {
   commands: number;
   compileMs: number;
   applyMs: number;
-  /** Addresses whose conntrack entries were flushed after the batch. */
+  /** Addresses whose conntrack entries were checked after the batch. */
   flushedAddrs?: number;
+  /** Of their entries, those deleted (the new policy denies their flow). */
+  ctDeleted?: number;
 }
 
 export interface RoutesApplied {
@@ -93,8 +95,12 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
   );
   const ctFlushes = registry.counter(
     'netplugin_policy_conntrack_flushed_addresses_total',
-    "Addresses whose conntrack entries the policy agent deleted after a batch changed their endpoint's policy " +
-      '(so a newly denied flow is cut).',
+    "Addresses whose conntrack entries the policy agent checked after a batch changed their endpoint's policy " +
+      '(each entry whose flow the new policy denies is deleted: the connection is cut).',
+  );
+  const ctDeleted = registry.counter(
+    'netplugin_policy_conntrack_deleted_entries_total',
+    'Conntrack entries the policy agent deleted after a batch because the new policy denies their flow.',
   );
   const policyRefused = registry.counter(
     'netplugin_policy_refused_objects_total',
@@ -120,6 +126,7 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
       policyLatency.observe({ mode }, (a.compileMs + a.applyMs) / 1000);
       policyCommands.inc({ mode }, a.commands);
       if (a.flushedAddrs) ctFlushes.inc(undefined, a.flushedAddrs);
+      if (a.ctDeleted) ctDeleted.inc(undefined, a.ctDeleted);
     },
     policyInterfaceConflict(kind) {
       ifConflicts.inc({ kind });

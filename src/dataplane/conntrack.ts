@@ -17,6 +17,7 @@
 //   them for the next start, which flushes them before it serves a pod.
 import { closeSync, constants, ftruncateSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { netlink, type Netlink } from '../native/index.js';
+import type { ConntrackEntry } from '../native/types.js';
 import { tryParseIP } from '../net/cidr.js';
 
 export interface ConntrackLog {
@@ -53,6 +54,60 @@ export function flushConntrack(addrs: readonly string[], log: ConntrackLog): voi
     log.debug('conntrack entries flushed', { addrs, deleted: n });
   } catch (e) {
     log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', { addrs, error: (e as Error)?.message ?? String(e) });
+  } finally {
+    nl?.close();
+  }
+}
+
+/** A conntrack entry's flow as the node's rules saw its first packet (src/model/policy-eval.ts Flow). */
+export interface ConntrackFlow {
+  src: string;
+  /** After DNAT (a Service): the reply's source, the endpoint that answers. */
+  dst: string;
+  protocol: number;
+  port?: number;
+  sourcePort?: number;
+  /** The node itself opened it (its source is one of the node's addresses): no rule saw it leave. */
+  fromNode: boolean;
+}
+
+function flowOf(e: ConntrackEntry, local: ReadonlySet<string>): ConntrackFlow {
+  const dnat = e.replySrc !== undefined && e.replySrc !== e.dst;
+  const port = dnat ? e.replySport : e.dport;
+  return {
+    src: e.src,
+    dst: dnat ? e.replySrc! : e.dst,
+    protocol: e.protocol,
+    ...(port !== undefined ? { port } : {}),
+    ...(e.sport !== undefined ? { sourcePort: e.sport } : {}),
+    fromNode: local.has(e.src),
+  };
+}
+
+/**
+ * Deletes this namespace's conntrack entries naming the addresses whose flow `denied` says the
+ * rules now deny; the others are left untouched. Best effort as flushConntrack (a failure is
+ * logged): returns how many entries were listed and deleted.
+ */
+export function cutConntrack(
+  addrs: readonly string[],
+  denied: (f: ConntrackFlow) => boolean,
+  log: ConntrackLog,
+): { listed: number; deleted: number } {
+  if (addrs.length === 0 || conntrackCount() === 0) return { listed: 0, deleted: 0 };
+  let nl: Netlink | undefined;
+  try {
+    nl = netlink();
+    const entries = nl.conntrackList([...addrs]);
+    if (entries.length === 0) return { listed: 0, deleted: 0 };
+    const local = new Set(nl.addrList().map((a) => a.address));
+    const keys = entries.filter((e) => denied(flowOf(e, local))).map((e) => e.key);
+    const deleted = keys.length ? nl.conntrackDelete(keys) : 0;
+    log.debug('conntrack entries of denied flows deleted', { addrs: addrs.length, listed: entries.length, deleted });
+    return { listed: entries.length, deleted };
+  } catch (e) {
+    log.warn('could not delete the conntrack entries of flows a policy change denies; they expire on their own', { addrs, error: (e as Error)?.message ?? String(e) });
+    return { listed: 0, deleted: 0 };
   } finally {
     nl?.close();
   }

@@ -306,3 +306,35 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
   }
   return { verdict: 'deny', by: 'no profile allows it', trace };
 }
+
+/** One packet's flow as the dataplane sees it: source and (after DNAT) destination. */
+export interface Flow {
+  src: string;
+  dst: string;
+  protocol: Protocol;
+  /** Destination port (ignored for protocols without ports). */
+  port?: number;
+  sourcePort?: number;
+}
+
+/**
+ * Both decisions a flow needs, as the dataplane takes them: the egress of the endpoint with the
+ * source address and the ingress of the endpoint with the destination address, each only for an
+ * endpoint `enforced` admits (a node enforces its own endpoints' policy only); a side without
+ * such an endpoint is absent. The flow is allowed when every present side allows it.
+ */
+export function flowDecisions(
+  all: EndpointView[],
+  policies: PolicyInput[],
+  profiles: Map<string, ProfileInput>,
+  f: Flow,
+  enforced: (ep: EndpointView) => boolean = () => true,
+): { egress?: Decision; ingress?: Decision } {
+  const ports = { ...(f.port !== undefined ? { port: f.port } : {}), ...(f.sourcePort !== undefined ? { sourcePort: f.sourcePort } : {}) };
+  const from = all.find((e) => e.addrs.includes(f.src));
+  const to = all.find((e) => e.addrs.includes(f.dst));
+  const out: { egress?: Decision; ingress?: Decision } = {};
+  if (from && enforced(from)) out.egress = evaluate(from, all, policies, profiles, { direction: 'egress', peerAddr: f.dst, protocol: f.protocol, ...ports });
+  if (to && enforced(to)) out.ingress = evaluate(to, all, policies, profiles, { direction: 'ingress', peerAddr: f.src, protocol: f.protocol, ...ports });
+  return out;
+}

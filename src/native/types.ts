@@ -220,4 +220,32 @@ export interface Netlink {
    * addresses as subject (EPROTONOSUPPORT/EOPNOTSUPP: no nf_conntrack_netlink in the kernel).
    */
   conntrackFlush(addrs: string | string[]): number;
+  /**
+   * The entries conntrackFlush would delete, not deleted: each with its original tuple (protocol
+   * number, addresses, ports where the protocol has them), its reply tuple, and the key
+   * conntrackDelete takes. Errors as conntrackFlush's.
+   */
+  conntrackList(addrs: string | string[]): ConntrackEntry[];
+  /**
+   * Deletes the listed entries (their keys). An entry gone meanwhile, or replaced by a newer one
+   * with the same tuple, is left alone and not counted. A TypeError names a key that is not one.
+   */
+  conntrackDelete(keys: Buffer[]): number;
+}
+
+export interface ConntrackEntry {
+  family: 4 | 6;
+  protocol: number;
+  src: string;
+  dst: string;
+  sport?: number;
+  dport?: number;
+  replySrc?: string;
+  replyDst?: string;
+  replySport?: number;
+  replyDport?: number;
+  /** The kernel's id of the entry (a new entry with the same tuple has another). */
+  id?: number;
+  /** Opaque: what conntrackDelete takes. */
+  key: Buffer;
 }

@@ -2,7 +2,8 @@
 // a server namespace that tracks connections (an nft `ct state` rule turns
 // conntrack on there); an established TCP connection and a UDP flow of one
 // client address are deleted, IPv4 and IPv6, while another client's entries
-// stay; bad input is a TypeError naming the field.
+// stay; bad input is a TypeError naming the field. conntrackList gives the same
+// entries with their tuples, and conntrackDelete deletes only the ones chosen.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { netlink, openNetns, type Netlink, type NetNS } from '../../src/native/index.js';
@@ -115,5 +116,36 @@ describe('conntrackFlush', () => {
     expect(() => nl.conntrackFlush(['10.77.0.1', 'nope'])).toThrow(/conntrackFlush.*addrs\.1/);
     expect(() => nl.conntrackFlush(42 as never)).toThrow(/conntrackFlush.*addrs/);
     expect(nl.conntrackFlush([])).toBe(0);
+  });
+});
+
+// After the flushes above, only fd77::3's entries are left (its TCP connection and UDP flow).
+describe('conntrackList and conntrackDelete', () => {
+  const V6 = 'fd77:0000:0000:0000:0000:0000:0000:0003';
+  it('lists the entries of an address with their tuples and deletes only the ones chosen', () => {
+    const all = nl.conntrackList(['fd77::3']);
+    const tcp = all.filter((e) => e.protocol === 6);
+    const udp = all.filter((e) => e.protocol === 17);
+    expect(tcp.map((e) => [e.family, e.src, e.dst, e.dport, e.replySrc, e.replyDport])).toEqual([[6, 'fd77::3', 'fd77::2', 8080, 'fd77::2', tcp[0]?.sport]]);
+    expect(udp.map((e) => [e.src, e.dst, e.dport])).toEqual([['fd77::3', 'fd77::2', 8081]]);
+    // Listing deletes nothing.
+    expect(lines(V6).length).toBe(2);
+    expect(nl.conntrackDelete(tcp.map((e) => e.key))).toBe(1);
+    expect(lines(V6).filter((l) => l.includes(' tcp '))).toEqual([]);
+    expect(lines(V6).filter((l) => l.includes(' udp ')).length).toBe(1);
+    // Gone already: not deleted again, not counted.
+    expect(nl.conntrackDelete(tcp.map((e) => e.key))).toBe(0);
+    expect(nl.conntrackList('10.77.0.1')).toEqual([]);
+  });
+
+  it('refuses what is not a key it gave, naming the field', () => {
+    const [u] = nl.conntrackList(['fd77::3']);
+    expect(() => nl.conntrackDelete([u!.key, Buffer.alloc(20)])).toThrow(/conntrackDelete.*keys\.1/);
+    expect(() => nl.conntrackDelete([u!.key.subarray(0, u!.key.length - 4)])).toThrow(/conntrackDelete.*keys\.0/);
+    expect(() => nl.conntrackDelete('x' as never)).toThrow(/conntrackDelete.*keys/);
+    expect(() => nl.conntrackList(['nope'])).toThrow(/conntrackList.*addrs\.0/);
+    // Nothing was deleted by the refused calls.
+    expect(lines(V6).length).toBe(1);
+    expect(nl.conntrackDelete([])).toBe(0);
   });
 });

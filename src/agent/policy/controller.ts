@@ -36,7 +36,7 @@ import {
   type ProgrammedSignal,
 } from '../../k8s/policy-wait.js';
 import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
-import { endpointFromWep, endpointViews, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
+import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
 import {
   BASE_ID,
   baseCommands,
@@ -50,7 +50,7 @@ import {
   type BaseOptions,
 } from './nft-script.js';
 import { ownerId, type Owner } from '../../dataplane/nft/model.js';
-import { flushConntrack } from '../../dataplane/conntrack.js';
+import { cutConntrack, type ConntrackFlow } from '../../dataplane/conntrack.js';
 
 export interface PolicyControllerOptions {
   ds: Datastore;
@@ -64,10 +64,11 @@ export interface PolicyControllerOptions {
   /** Collects changes for this long before compiling (default 5 ms): one batch per burst. */
   batchDelayMs?: number;
   /**
-   * Deletes the host's conntrack entries of these addresses (default: flushConntrack), after a
-   * batch that changed the policy of the endpoints that have them (see affectedAddresses).
+   * Deletes the host's conntrack entries of these addresses whose flow `denied` says the new
+   * policy denies (default: cutConntrack), after a batch that changed the policy of the endpoints
+   * that have them (see affectedAddresses). Returns how many it deleted.
    */
-  flushConntrack?: (addrs: string[]) => void;
+  cutConntrack?: (addrs: string[], denied: (f: ConntrackFlow) => boolean) => number;
   /** Told once per local endpoint whose recorded host interface the agent does not take (again when that changes). */
   onInterfaceConflict?: (c: InterfaceConflict) => void;
   /**
@@ -103,8 +104,10 @@ export interface ApplyStats {
   commands: number;
   compileMs: number;
   applyMs: number;
-  /** Addresses whose conntrack entries were flushed after the batch (a policy change of their endpoints). */
+  /** Addresses whose conntrack entries were checked after the batch (a policy change of their endpoints). */
   flushedAddrs: number;
+  /** Conntrack entries of those addresses deleted because the new policy denies their flow. */
+  ctDeleted: number;
 }
 
 export interface PolicyController {
@@ -155,7 +158,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const conflicts = new Map<string, string>();
   // What the last batch saw, to find the endpoints whose policy a batch changed (conntrack).
   let seen: Seen | undefined;
-  const flush = opts.flushConntrack ?? ((addrs: string[]) => flushConntrack(addrs, log));
+  const cut = opts.cutConntrack ?? ((addrs: string[], denied: (f: ConntrackFlow) => boolean) => cutConntrack(addrs, denied, log).deleted);
   // Objects libnftables refused: ownerId → the fingerprint of the content refused (retried when it changes).
   const kernelRefused = new Map<string, string>();
   // Refusals already reported (ownerId + reason), so each is told once.
@@ -302,9 +305,20 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     const was = seen;
     seen = snapshot(weps, endpoints, policies, profiles, was);
     const addrs = was ? affectedAddresses(was, seen) : [];
+    let ctDeleted = 0;
     if (addrs.length) {
-      log.debug('policy: flushing the conntrack entries of endpoints whose policy changed', { addrs: addrs.length });
-      flush(addrs);
+      // Each entry's flow decided again, by the evaluator, on the inputs just programmed: only the
+      // denied ones go; an allowed connection keeps its entry (and is never re-decided by its next packet).
+      const views = [...seen.views.values()].map((v) => v.view);
+      const localIds = seen.local;
+      const enforced = new Set([...localIds].map((id) => seen!.views.get(id)!.view));
+      const denied = (f: ConntrackFlow): boolean => {
+        const d = flowDecisions(views, policies, profiles, f, (ep) => enforced.has(ep));
+        // The node's own packets leave through no rule: only the egress of a pod it talks to counts.
+        return d.egress?.verdict === 'deny' || (!f.fromNode && d.ingress?.verdict === 'deny');
+      };
+      ctDeleted = cut(addrs, denied);
+      log.debug('policy: deleted the conntrack entries of flows the policy change denies', { addrs: addrs.length, deleted: ctDeleted });
     }
     await report(local);
     if (full) {
@@ -313,7 +327,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       resynced = true;
       resolveSynced();
     }
-    const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1, flushedAddrs: addrs.length };
+    const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1, flushedAddrs: addrs.length, ctDeleted };
     for (const cb of appliedCbs) cb(st);
   };
 
@@ -545,11 +559,10 @@ function changedKeys<T extends { spec: unknown }>(a: Map<string, T>, b: Map<stri
 }
 
 /**
- * The addresses whose conntrack entries go after a batch: the established connections of the
- * endpoints whose policy the batch changed, so that a flow the new policy denies is cut at once
- * (the base chains accept established traffic before any policy). Flushed, not filtered: a flow
- * the new policy still allows is picked up again as new by its next packet (TCP too, with
- * nf_conntrack_tcp_loose, the default) and accepted by the rules. Changed are:
+ * The addresses whose conntrack entries are checked after a batch: the established connections of
+ * the endpoints whose policy the batch changed, so that a flow the new policy denies is cut at once
+ * (the base chains accept established traffic before any policy); entries of allowed flows are left
+ * alone. Changed are:
  * - an endpoint (on any node) whose labels, namespace labels, addresses, ports or profiles
  *   changed: its own policy, and its membership in the selections of other endpoints' rules;
  * - a local endpoint selected by a policy that was added, removed or changed (old or new version);

@@ -78,6 +78,17 @@ export function baseTable(opts: BaseOptions): BaseTable {
     verdict: { v: 'accept' },
     comment: 'replies of allowed connections',
   };
+  // A TCP packet that opens no connection cannot start one here: a pod's connection whose
+  // conntrack entry the agent deleted (a policy change denies it) would otherwise be picked up
+  // again by its next segment (nf_conntrack_tcp_loose), and, when the side the change denies as a
+  // destination sends first, checked as a connection the other way round. Established flows keep
+  // their entries (an agent restart keeps the table's), so only a flow without one is dropped.
+  const midStream = (dir: 'in' | 'out'): Rule => ({
+    matches: [{ m: 'ifnameSet', dir, set: 'wl-known' }, { m: 'ctState', states: ['new'] }, { m: 'tcpNotSyn' }],
+    stmts: [{ s: 'counter' }],
+    verdict: { v: 'drop' },
+    comment: 'pod TCP without SYN and without a conntrack entry: no pick-up mid-stream',
+  });
   const drop = (matches: Rule['matches'], why: string): Rule => ({
     matches,
     stmts: [{ s: 'counter' }],
@@ -143,7 +154,12 @@ export function baseTable(opts: BaseOptions): BaseTable {
         priority: 'filter',
         policy: 'accept',
         comment: 'egress of pods: the sender decides',
-        rules: [...notKnown('in'), established, { matches: [], verdict: { v: 'vmap', dir: 'in', map: 'from-wl' } }],
+        rules: [
+          ...notKnown('in'),
+          established,
+          midStream('in'),
+          { matches: [], verdict: { v: 'vmap', dir: 'in', map: 'from-wl' } },
+        ],
       },
       {
         name: 'forward-in',
@@ -151,7 +167,12 @@ export function baseTable(opts: BaseOptions): BaseTable {
         priority: 'filter',
         policy: 'accept',
         comment: 'ingress of pods: the receiver decides',
-        rules: [...notKnown('out'), established, { matches: [], verdict: { v: 'vmap', dir: 'out', map: 'to-wl' } }],
+        rules: [
+          ...notKnown('out'),
+          established,
+          midStream('out'),
+          { matches: [], verdict: { v: 'vmap', dir: 'out', map: 'to-wl' } },
+        ],
       },
       {
         name: 'input',
@@ -162,6 +183,7 @@ export function baseTable(opts: BaseOptions): BaseTable {
         rules: [
           ...notKnown('in'),
           established,
+          midStream('in'),
           {
             matches: [
               { m: 'ifnameSet', dir: 'in', set: 'wl-known' },

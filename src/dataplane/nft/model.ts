@@ -153,6 +153,8 @@ export type Match =
   | { m: 'ifnameAddrSet'; family: Family; set: string; neg?: boolean }
   | { m: 'ifnameMacSet'; set: string; neg?: boolean }
   | { m: 'ctState'; states: CtState[] }
+  /** A TCP packet whose fin/syn/rst/ack flags are not a bare SYN (not the opening of a connection). */
+  | { m: 'tcpNotSyn' }
   | { m: 'icmpv6Type'; types: Icmpv6Type[] };
 
 export type Stmt = { s: 'counter' } | { s: 'log'; prefix: string } | { s: 'markSet'; op: 'and' | 'or'; value: number };

@@ -102,6 +102,8 @@ function renderMatch(x: Match): string {
       if (x.states.length === 0 || x.states.some((s) => !CT_STATES.has(s))) bad(`ct state ${x.states.join(',')}`);
       return `ct state ${x.states.join(',')}`;
     }
+    case 'tcpNotSyn':
+      return 'tcp flags & (fin | syn | rst | ack) != syn';
     case 'icmpv6Type': {
       const known = ICMPV6_TYPES as readonly string[];
       if (x.types.length === 0 || x.types.some((t) => !known.includes(t))) bad(`icmpv6 type ${x.types.join(',')}`);
