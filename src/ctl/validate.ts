@@ -1,7 +1,8 @@
 // Validation of resources given by the operator. Structural checks come from
 // the shared zod schemas (src/datastore/schemas.ts); IP pools get the semantic
 // checks the allocator relies on (masked CIDR, no overlap, sane block size).
-import { API_VERSION, NAMESPACED_KINDS, type IPPoolSpec, type Kind, type Resource } from '../model/resources.js';
+import { bgpConfigurationNameProblems } from '../model/bgp.js';
+import { API_VERSION, NAMESPACED_KINDS, type BGPConfigurationSpec, type IPPoolSpec, type Kind, type Resource } from '../model/resources.js';
 import { type Datastore } from '../datastore/types.js';
 import { objectMetaSchema, specSchemas } from '../datastore/schemas.js';
 import { parseSelector } from '../selector/index.js';
@@ -68,6 +69,10 @@ export function parseManifest(doc: unknown, where: string): Resource {
   }
   if ((kind === 'IPAMConfig' || kind === 'ClusterInformation' || kind === 'KubeControllersConfiguration') && name !== 'default') {
     throw new CtlError(`${at}: ${kind} is a singleton; set metadata.name to "default"`);
+  }
+  if (kind === 'BGPConfiguration') {
+    const [p] = bgpConfigurationNameProblems(name, spec.data as BGPConfigurationSpec);
+    if (p) throw new CtlError(`${at}: ${p.path}: ${p.message}`);
   }
   return { apiVersion: API_VERSION, kind, metadata, spec: spec.data } as Resource;
 }
