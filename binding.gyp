@@ -15,6 +15,7 @@
         "native/tunnel.cc",
         "native/sysctl.cc",
         "native/peercred.cc",
+        "native/flock.cc",
         "native/nft.cc",
         "native/conntrack.cc"
       ],

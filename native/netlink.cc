@@ -192,6 +192,8 @@ class NetlinkAddon : public Napi::Addon<NetlinkAddon> {
                              InstanceMethod<&NetlinkAddon::Netlink>("netlink"),
                              InstanceMethod<&NetlinkAddon::SetErrorClass>("setErrorClass"),
                              InstanceMethod<&NetlinkAddon::PeerCredM>("peerCred"),
+                             InstanceMethod<&NetlinkAddon::FlockTryM>("flockTry"),
+                             InstanceMethod<&NetlinkAddon::FlockWaitM>("flockWait"),
                              InstanceMethod<&NetlinkAddon::TunnelMessageM>("tunnelMessage"),
                              InstanceMethod<&NetlinkAddon::NftRunM>("nftRun"),
                              InstanceMethod<&NetlinkAddon::NftRunAsyncM>("nftRunAsync"),
@@ -212,6 +214,8 @@ class NetlinkAddon : public Napi::Addon<NetlinkAddon> {
     return data_.netlinkCtor.New({info[0]});
   }
   Napi::Value PeerCredM(const Napi::CallbackInfo& info) { return PeerCred(info); }
+  Napi::Value FlockTryM(const Napi::CallbackInfo& info) { return FlockTry(info); }
+  Napi::Value FlockWaitM(const Napi::CallbackInfo& info) { return FlockWaitAsync(info); }
   Napi::Value TunnelMessageM(const Napi::CallbackInfo& info) { return TunnelMessage(info); }
   Napi::Value NftRunM(const Napi::CallbackInfo& info) { return NftRun(info, netnsFdOf); }
   Napi::Value NftRunAsyncM(const Napi::CallbackInfo& info) { return NftRunAsync(info, netnsFdOf); }

@@ -77,6 +77,10 @@ Napi::Value ConntrackFlush(Handle& h, const Napi::CallbackInfo& info);
 // Not a netlink call: SO_PEERCRED of a unix socket fd (the agent's CNI socket).
 Napi::Value PeerCred(const Napi::CallbackInfo& info);
 
+// Not netlink calls: flock(2) for the host locks (native/flock.cc says how the wait is bounded).
+Napi::Value FlockTry(const Napi::CallbackInfo& info);
+Napi::Value FlockWaitAsync(const Napi::CallbackInfo& info);
+
 // nftables scripts through libnftables (dlopen'ed on first use). Return
 // { ok, missing, rc, output, error }; nftRunAsync runs on the libuv threadpool.
 Napi::Value NftRun(const Napi::CallbackInfo& info, NetnsFdOf fdOf);

@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { startEtcd } from ${JSON.stringify(join(root, 'test/support/etcd.ts'))};
 import { openDatastore } from ${JSON.stringify(join(root, 'src/datastore/index.ts'))};
 import { Ipam } from ${JSON.stringify(join(root, 'src/ipam/index.ts'))};
+import { ipamHostLock } from ${JSON.stringify(join(root, 'src/hostlock/index.ts'))};
 
 export async function run(N) {
   const etcd = await startEtcd();
@@ -38,7 +39,7 @@ export async function run(N) {
   const rows = [];
   try {
     await ds.create({ apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'bench' }, spec: { cidr: '10.200.0.0/16', blockSize: 26 } });
-    const mk = (node) => new Ipam(counted, { lockPath: join(dir, node + '.lock') });
+    const mk = (node) => new Ipam(counted, { lock: ipamHostLock(join(dir, node + '.lock')) });
     let seq = 0;
     const req = (node) => ({ handleID: 'bench.' + (++seq), node, attrs: { namespace: 'bench', pod: 'p' + seq }, assignIPv4: true, assignIPv6: false });
     // warm the connection

@@ -36,6 +36,8 @@ import { MemoryDatastore } from ${JSON.stringify(join(root, 'src/datastore/memor
 import { startPolicyController } from ${JSON.stringify(join(root, 'src/agent/policy/controller.ts'))};
 import { nftRunAsync, nftRun } from ${JSON.stringify(join(root, 'src/native/nft.ts'))};
 import { namespaceToProfile } from ${JSON.stringify(join(root, 'src/model/profiles.ts'))};
+import { endpointStatusKey } from ${JSON.stringify(join(root, 'src/k8s/policy-wait.ts'))};
+import { hostVethName } from ${JSON.stringify(join(root, 'src/dataplane/names.ts'))};
 
 const V = 'netplugin.org/v3';
 const NS = 10;
@@ -45,7 +47,7 @@ const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.
 function wep(i, labels) {
   const ns = 'ns' + (i % NS);
   return { apiVersion: V, kind: 'WorkloadEndpoint', metadata: { name: 'node1-k8s-pod' + i + '-eth0', namespace: ns, labels: { ...labels, 'netplugin.org/namespace': ns, 'netplugin.org/orchestrator': 'k8s' } },
-    spec: { orchestrator: 'k8s', node: 'node1', containerID: 'c' + i + '-' + Math.random().toString(36).slice(2), pod: 'pod' + i, endpoint: 'eth0', ipNetworks: ['10.' + (100 + (i >> 16)) + '.' + ((i >> 8) & 255) + '.' + (i & 255) + '/32'], profiles: ['kns.' + ns], interfaceName: 'npb' + String(i).padStart(8, '0'), ports: [{ name: 'http', protocol: 'TCP', port: 8080 }] } };
+    spec: { orchestrator: 'k8s', node: 'node1', containerID: 'c' + i + '-' + Math.random().toString(36).slice(2), pod: 'pod' + i, endpoint: 'eth0', ipNetworks: ['10.' + (100 + (i >> 16)) + '.' + ((i >> 8) & 255) + '.' + (i & 255) + '/32'], profiles: ['kns.' + ns], interfaceName: hostVethName('npb', ns + '.pod' + i), ports: [{ name: 'http', protocol: 'TCP', port: 8080 }] } };
 }
 function policy(j) {
   const ns = 'ns' + (j % NS);
@@ -90,7 +92,7 @@ export async function run(pods, policies, n, mode) {
   for (let k = 0; k < n; k++) {
     const obj = wep(pods + k, labelsOf(pods + k, 0));
     const t = performance.now();
-    const done = new Promise((r) => { const off = c.signal.onProgrammed(obj.metadata.name, () => { off(); r(); }); });
+    const done = new Promise((r) => { const off = c.signal.onProgrammed(endpointStatusKey(obj.metadata.namespace, obj.metadata.name), () => { off(); r(); }); });
     await ds.create(obj);
     await done;
     add.push(performance.now() - t);

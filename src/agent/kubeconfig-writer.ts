@@ -6,7 +6,7 @@
 // file is rewritten when a third of the token's lifetime is left, so an
 // outage of the API server shorter than that never leaves the plugin with an
 // expired token. Mode 0600: the token is a credential.
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
 import { writeFileAtomic } from '../ctl/install-cni.js';
 

@@ -27,9 +27,20 @@ export interface AgentMetrics {
   /** Times every datastore call; counts compare-and-swap conflicts on IPAM objects (each is retried). */
   wrapDatastore(ds: Datastore): Datastore;
   /** One nftables batch of the policy controller applied (full resync or incremental). */
-  policyApplied(s: { full: boolean; commands: number; compileMs: number; applyMs: number }): void;
+  policyApplied(s: PolicyApplied): void;
+  /** A local endpoint whose recorded host interface the policy agent does not take (by kind: recorded, shared). */
+  policyInterfaceConflict(kind: string): void;
   /** One reconcile of the route controller applied to the kernel. */
   routesApplied(s: RoutesApplied): void;
+}
+
+export interface PolicyApplied {
+  full: boolean;
+  commands: number;
+  compileMs: number;
+  applyMs: number;
+  /** Addresses whose conntrack entries were flushed after the batch. */
+  flushedAddrs?: number;
 }
 
 export interface RoutesApplied {
@@ -71,6 +82,18 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
   const dsLatency = registry.histogram('netplugin_datastore_request_duration_seconds', 'Datastore calls made by the agent, by operation, kind and result.', ['operation', 'kind', 'result']);
   const policyLatency = registry.histogram('netplugin_policy_program_duration_seconds', 'Compiling and applying one nftables batch of network policy (inet netplugin), by mode: full (resync) or incremental.', ['mode']);
   const policyCommands = registry.counter('netplugin_policy_nft_commands_total', 'nftables commands applied by the policy controller, by mode.', ['mode']);
+  const ifConflicts = registry.counter(
+    'netplugin_policy_interface_conflicts_total',
+    'Local endpoints whose recorded host interface (interfaceName) is not the one the agent derives for them ' +
+      '(recorded), or whose derived interface a newer endpoint has (shared); each is reported once, with a log ' +
+      'line and a Warning Event on the pod.',
+    ['kind'],
+  );
+  const ctFlushes = registry.counter(
+    'netplugin_policy_conntrack_flushed_addresses_total',
+    "Addresses whose conntrack entries the policy agent deleted after a batch changed their endpoint's policy " +
+      '(so a newly denied flow is cut).',
+  );
   const routeLatency = registry.histogram('netplugin_route_reconcile_duration_seconds', 'Applying one reconcile of routes, tunnel devices, neighbours and FDB entries to the kernel.');
   const routeChanges = registry.counter('netplugin_route_changes_total', 'Routes the route controller added or removed, by change.', ['change']);
   const routeErrors = registry.counter('netplugin_route_errors_total', 'Kernel refusals while reconciling routes (each is retried on the next reconcile).');
@@ -87,6 +110,10 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
       const mode = a.full ? 'full' : 'incremental';
       policyLatency.observe({ mode }, (a.compileMs + a.applyMs) / 1000);
       policyCommands.inc({ mode }, a.commands);
+      if (a.flushedAddrs) ctFlushes.inc(undefined, a.flushedAddrs);
+    },
+    policyInterfaceConflict(kind) {
+      ifConflicts.inc({ kind });
     },
     routesApplied(r) {
       routeLatency.observe(undefined, r.seconds);

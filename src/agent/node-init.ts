@@ -16,7 +16,7 @@
 // exists in the datastore; --ipv6-forwarding=on|off overrides the decision.
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { Netconf } from '../config/index.js';
 import type { Datastore } from '../datastore/types.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';

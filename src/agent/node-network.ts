@@ -2,7 +2,7 @@
 // node registration + routes/tunnels (src/agent/routes) and natOutgoing
 // (src/agent/nat). The CNI server runs regardless; a failure here is logged.
 import { hostname } from 'node:os';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import { parseAutodetect } from './node-registration.js';
 import { readNetpluginConf } from './node-init.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';

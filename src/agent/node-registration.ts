@@ -6,7 +6,7 @@
 // `ipip-tunnel-addr-<node>`, only from pools whose allowedUses include Tunnel.
 import { createHash } from 'node:crypto';
 import { createSocket } from 'node:dgram';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { NodeSpec, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import { API_VERSION } from '../model/resources.js';

@@ -5,7 +5,9 @@
 // with netplugin's message. Throttled: kubelet retries a failing sandbox every
 // few seconds, and one event per pod and reason per interval (plus a cap on
 // all events per minute) is enough to tell the story without flooding etcd.
-import type { Logger } from '../cni/types.js';
+// The policy agent reports through warn() what it refuses to take from a pod's
+// annotations (a recorded host interface that is not the pod's own).
+import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
 import { parseCniArgs } from '../cni/env.js';
 import { cniErrorCode, type ServedRequest } from './metrics.js';
@@ -31,6 +33,8 @@ export interface PodEventOptions {
 export interface PodEvents {
   /** The CNI server's onServed hook: records an event for a qualifying failed ADD. */
   served(r: ServedRequest & { cniArgs?: string | undefined }): void;
+  /** A Warning Event on pod `namespace/pod` (throttled as the ADD failures are). */
+  warn(namespace: string, pod: string, reason: string, message: string): void;
   /** Resolves when every event started so far was sent (for tests and shutdown). */
   idle(): Promise<void>;
 }
@@ -73,6 +77,20 @@ export function createPodEvents(o: PodEventOptions): PodEvents {
     void p.finally(() => pending.delete(p));
   }
 
+  function warn(ns: string, pod: string, reason: string, message: string): void {
+    const key = `${ns}/${pod}\0${reason}`;
+    const t = now();
+    const prev = last.get(key);
+    if (prev !== undefined && t - prev < perPod) return;
+    if (t - window.start >= 60_000) window = { start: t, count: 0 };
+    if (window.count >= maxPerMinute) return;
+    window.count++;
+    last.set(key, t);
+    // Forget old keys so the map stays as small as the set of pods with events.
+    if (last.size > 10_000) for (const [k, v] of last) if (t - v >= perPod) last.delete(k);
+    send(ns, pod, reason, message.slice(0, 1024));
+  }
+
   return {
     served(r) {
       if (r.exitCode === 0 || r.command !== 'ADD') return;
@@ -83,16 +101,6 @@ export function createPodEvents(o: PodEventOptions): PodEvents {
       const ns = args.K8S_POD_NAMESPACE;
       const pod = args.K8S_POD_NAME;
       if (!ns || !pod) return;
-      const key = `${ns}/${pod}\0${reason}`;
-      const t = now();
-      const prev = last.get(key);
-      if (prev !== undefined && t - prev < perPod) return;
-      if (t - window.start >= 60_000) window = { start: t, count: 0 };
-      if (window.count >= maxPerMinute) return;
-      window.count++;
-      last.set(key, t);
-      // Forget old keys so the map stays as small as the set of failing pods.
-      if (last.size > 10_000) for (const [k, v] of last) if (t - v >= perPod) last.delete(k);
       let message: string;
       try {
         const e = JSON.parse(r.stdout) as { msg?: string; details?: string };
@@ -100,8 +108,9 @@ export function createPodEvents(o: PodEventOptions): PodEvents {
       } catch {
         message = r.stdout.trim();
       }
-      send(ns, pod, reason, `CNI ADD failed (code ${code}): ${message}`.slice(0, 1024));
+      warn(ns, pod, reason, `CNI ADD failed (code ${code}): ${message}`);
     },
+    warn,
     async idle() {
       await Promise.allSettled([...pending]);
     },

@@ -5,7 +5,8 @@
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { chmodSync, lstatSync, mkdirSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
-import type { CniIO, Logger, PluginSpec } from '../cni/types.js';
+import type { CniIO, PluginSpec } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import {
   ACCEPTED,
   HEADER_LEN,

@@ -7,12 +7,14 @@ import { createLogger, normalizeLevel } from '../log/index.js';
 import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '../datastore/index.js';
 import { createKubeClient, SA_DIR } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
+import { observeInvalidObjects } from '../datastore/invalid.js';
+import { registerProcessMetrics } from '../observe/process-metrics.js';
 import { startHealthServer } from '../observe/health.js';
 import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/kube-controllers-config.js';
 import { startKubeControllers } from '../kube-controllers/index.js';
 
 const USAGE = `usage: netplugin-kube-controllers [--kubeconfig FILE] [--controllers LIST] [--health-addr HOST:PORT]
-                                  [--namespace NS] [--lease-duration D] [--log-level L] [--version]
+                                  [--namespace NS] [--lease-duration D] [--log-level L] [--log-format text|json] [--version]
 
   --kubeconfig FILE     Kubernetes access (default: $KUBECONFIG, else the in-cluster service account)
   --controllers LIST    comma list of ${CONTROLLER_NAMES.join(',')} (default: $ENABLED_CONTROLLERS, else all)
@@ -22,6 +24,7 @@ const USAGE = `usage: netplugin-kube-controllers [--kubeconfig FILE] [--controll
   --lease-duration D    how long a leader's lease lasts without renewal (default 15s); a standby takes
                         over within this after the leader dies
   --log-level L         ERROR, WARNING, INFO (default) or DEBUG
+  --log-format F        text (default) or json (one JSON object per line, as the node agent's)
 
 Datastore from the environment, as netpluginctl: DATASTORE_TYPE (etcdv3|kubernetes), ETCD_ENDPOINTS,
 ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE, KUBECONFIG. Settings: the KubeControllersConfiguration
@@ -53,6 +56,7 @@ async function main(): Promise<void> {
         namespace: { type: 'string' },
         'lease-duration': { type: 'string' },
         'log-level': { type: 'string' },
+        'log-format': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
         version: { type: 'boolean' },
       },
@@ -63,6 +67,8 @@ async function main(): Promise<void> {
   values = parsed;
   const level = (values['log-level'] as string | undefined) ?? 'INFO';
   if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
+  const format = (values['log-format'] as string | undefined) ?? 'text';
+  if (format !== 'text' && format !== 'json') usageError(`--log-format '${format}' is not text or json`);
   const list = (values.controllers as string | undefined) ?? (process.env.ENABLED_CONTROLLERS || CONTROLLER_NAMES.join(','));
   const controllers = [...new Set(list.split(',').map((s) => s.trim()).filter(Boolean))];
   const bad = controllers.filter((c) => !(CONTROLLER_NAMES as readonly string[]).includes(c));
@@ -75,7 +81,7 @@ async function main(): Promise<void> {
     if (leaseDurationMs === undefined || leaseDurationMs < 1000) usageError(`--lease-duration '${values['lease-duration']}' is not a duration of at least 1s (e.g. 15s)`);
   }
   const healthAddr = (values['health-addr'] as string | undefined) ?? '127.0.0.1:9094';
-  const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
+  const log = createLogger({ level, format, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
 
   const kubeconfig = (values.kubeconfig as string | undefined) ?? kubeconfigPathsFromEnv(process.env)[0];
   if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) usageError('no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)');
@@ -94,6 +100,9 @@ async function main(): Promise<void> {
   const ds = await openDatastore(dsConf).catch((e) => fatal('cannot open the datastore', e));
 
   const registry = new Registry();
+  // Malformed objects the datastore skips: one warning each, and their count on /metrics.
+  observeInvalidObjects(registry, log);
+  registerProcessMetrics(registry, { component: 'netplugin-kube-controllers', version: (await import('../ctl/version.js')).NETPLUGIN_VERSION });
   let exiting = false;
   const kc = startKubeControllers({
     ds,

@@ -14,12 +14,14 @@ import { createPluginRuntime, type DataplanePort, type PluginRuntime } from '../
 import { HOST_MAC } from '../plugins/main/common.js';
 import type { WorkloadSpec, TeardownOptions } from '../dataplane/index.js';
 import { findNetpluginConf, readNetpluginConf, startNodeInit, warmDatastore, type NodeInit } from '../agent/node-init.js';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
 import { parseListenAddr } from '../observe/health.js';
 import { cachedDatastore } from '../datastore/cached.js';
+import { observeInvalidObjects } from '../datastore/invalid.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
+import { registerProcessMetrics } from '../observe/process-metrics.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
 
@@ -182,6 +184,9 @@ async function main(): Promise<void> {
   // watch-fed caches, concurrent IPAM assignments are batched, and ADD's
   // policy wait listens to the policy controller once it runs.
   const metrics = createAgentMetrics();
+  // Malformed objects the datastores skip: one warning each, and their count on /metrics.
+  observeInvalidObjects(metrics.registry, log);
+  registerProcessMetrics(metrics.registry, { component: 'netplugin-node', version: NETPLUGIN_VERSION });
   const dataplane = await installDataplane(log, dirname(socketPath));
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   // The read caches of the datastores the runtime opened (weakly: the runtime
@@ -287,7 +292,12 @@ async function main(): Promise<void> {
   // Network policy (policy.type k8s in the config): nftables from the datastore's policy model.
   if (values.config) {
     try {
-      policy = await (await import('../agent/policy/index.js')).startPolicyAgent(readNetpluginConf(values.config), log, runtime, { onApplied: (s) => metrics.policyApplied(s) });
+      const { startPolicyAgent } = await import('../agent/policy/index.js');
+      policy = await startPolicyAgent(readNetpluginConf(values.config), log, runtime, {
+        onApplied: (s) => metrics.policyApplied(s),
+        onInterfaceConflict: (c) => metrics.policyInterfaceConflict(c.kind),
+        podEvents: podEventsFlag === 'on',
+      });
     } catch (e) {
       log.error(`policy: ${(e as Error).message}`);
       process.exit(2);

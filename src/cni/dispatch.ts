@@ -6,7 +6,8 @@ import { createLogger, loggerOptionsFromConf, type AppLogger, type LogContext } 
 import { parseCommand, parseEnv } from './env.js';
 import { errorResult, toCniError } from './errors.js';
 import { formatResult, parseResult } from './result.js';
-import { SUPPORTED_VERSIONS, type CniAttachment, type CniContext, type CniIO, type Logger, type PluginSpec } from './types.js';
+import { SUPPORTED_VERSIONS, type CniAttachment, type CniContext, type CniIO, type PluginSpec } from './types.js';
+import type { Logger } from '../log/types.js';
 import { HIGHEST_VERSION, assertCommandAllowed, compareVersions, negotiateVersion, parseSemver } from './version.js';
 
 /**

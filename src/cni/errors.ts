@@ -2,6 +2,7 @@
 import { CniError, DatastoreError, ErrorCodes, type DatastoreErrorKind } from '../errors.js';
 import { redactString } from '../log/redact.js';
 import { IpamError, type IpamErrorKind } from '../ipam/errors.js';
+import { HostLockError, type HostLockErrorKind } from '../hostlock/errors.js';
 
 function firstLine(s: string): string {
   const line = s.split('\n', 1)[0]!.trim();
@@ -47,8 +48,16 @@ const IPAM_CODES: Record<IpamErrorKind, number> = {
   exhausted: ErrorCodes.IpamFailure,
   'handle-mismatch': ErrorCodes.IpamFailure,
   'conflict-retries-exhausted': ErrorCodes.TryAgainLater,
-  'lock-timeout': ErrorCodes.TryAgainLater,
-  'lock-unusable': ErrorCodes.IpamFailure,
+};
+
+/**
+ * Host lock kinds (src/hostlock) to CNI codes: a busy lock passes with time
+ * (11); an unusable one (an unsafe directory or file) needs the node fixed,
+ * and the IPAM cannot run without it (100).
+ */
+const HOST_LOCK_CODES: Record<HostLockErrorKind, number> = {
+  timeout: ErrorCodes.TryAgainLater,
+  unusable: ErrorCodes.IpamFailure,
 };
 
 const DATASTORE_HINTS: Partial<Record<DatastoreErrorKind, string>> = {
@@ -85,6 +94,7 @@ function isSystemError(e: unknown): e is SystemErrorLike {
 export function toCniError(e: unknown): CniError & { internal?: boolean } {
   if (e instanceof CniError) return e;
   if (e instanceof IpamError) return new CniError(IPAM_CODES[e.kind], e.message);
+  if (e instanceof HostLockError) return new CniError(HOST_LOCK_CODES[e.kind], e.message);
   if (e instanceof DatastoreError) {
     const hint = DATASTORE_HINTS[e.kind];
     return new CniError(DATASTORE_CODES[e.kind] ?? ErrorCodes.Internal, `datastore ${e.kind}: ${firstLine(e.message)}${hint ? ` (${hint})` : ''}`);

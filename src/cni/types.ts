@@ -2,6 +2,11 @@
 // handlers, and the one internal result representation (converted to each
 // spec version on output by src/cni/result.ts).
 
+import type { Logger } from '../log/types.js';
+
+// Kept so branches written before the move still build; new code imports log/types.
+export type { Logger };
+
 export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
 export type CniVersion = (typeof SUPPORTED_VERSIONS)[number];
 
@@ -64,12 +69,6 @@ export interface CniResult {
   dns?: CniDNS;
 }
 
-export interface Logger {
-  error(msg: string, fields?: Record<string, unknown>): void;
-  warn(msg: string, fields?: Record<string, unknown>): void;
-  info(msg: string, fields?: Record<string, unknown>): void;
-  debug(msg: string, fields?: Record<string, unknown>): void;
-}
 
 /**
  * Everything a handler needs about one invocation, already validated.

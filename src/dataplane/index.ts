@@ -1,7 +1,7 @@
 // The dataplane: a plain WorkloadSpec in, veth + addresses + routes + sysctls
 // out, all through the rtnetlink addon (loaded on first use, not on import).
 export { hostVethName, linkLocalFromMac } from './names.js';
-export { setupWorkload, createWorkloadSetup, teardownWorkload, teardownWorkloadAsync, checkWorkload, GATEWAY_V4 } from './workload.js';
+export { setupWorkload, createWorkloadSetup, teardownWorkload, teardownWorkloadAsync, checkWorkload, GATEWAY_V4, HostLinkInUseError } from './workload.js';
 export type { WorkloadSpec, WorkloadState, TeardownOptions } from './spec.js';
 export { createTrash, purgeTrash, TRASH_GROUP, type Trash } from './trash.js';
 export { createConntrackFlusher, flushConntrack, type ConntrackFlusher } from './conntrack.js';

@@ -23,6 +23,20 @@ export function hostVethName(prefix: string, key: string): string {
 }
 
 /**
+ * The key of a workload's host veth name (hostVethName): `<namespace>.<pod>` for a Kubernetes
+ * pod, the container ID otherwise. Whoever needs a workload's host veth (ADD, GC, the policy
+ * agent) derives it from the workload's identity with this, never from a recorded name.
+ */
+export function hostVethKey(w: {
+  orchestrator: string;
+  namespace?: string | undefined;
+  pod?: string | undefined;
+  containerID: string;
+}): string {
+  return w.orchestrator === 'k8s' && w.pod && w.namespace ? `${w.namespace}.${w.pod}` : w.containerID;
+}
+
+/**
  * The EUI-64 link-local address the kernel derives from a MAC (RFC 4291 appendix A):
  * ee:ee:ee:ee:ee:ee -> fe80::ecee:eeff:feee:eeee.
  */

@@ -33,6 +33,34 @@ function hostHandle(h: Handles, hostNetnsPath: string | undefined): Netlink {
   return h.host;
 }
 
+/**
+ * A link netplugin did not create holds the pod's host veth name (ours are
+ * veths with the spec's hostMac). It is not ours to delete, and the clash is
+ * on the host, not in the pod: the message names the link and the fix.
+ */
+export class HostLinkInUseError extends Error {
+  override name = 'HostLinkInUseError';
+  constructor(
+    readonly ifname: string,
+    readonly link: { index: number; kind: string; mac: string },
+    ourMac: string,
+  ) {
+    const what = `${link.kind || 'link'} ifindex ${link.index}${link.mac ? `, MAC ${link.mac}` : ''}`;
+    super(
+      `host interface ${ifname} (${what}) already exists and was not created by netplugin ` +
+        `(its host veths are veths with MAC ${ourMac}), so it is left alone; ` +
+        `delete it (ip link del ${ifname}) or rename it (ip link set ${ifname} name <other>), then retry`,
+    );
+  }
+}
+
+/** The link holding `s.hostIfname` on the host when it is not a veth of ours. */
+function foreignHostLink(host: Netlink, s: ValidSpec): HostLinkInUseError | undefined {
+  const l = host.linkFind(s.hostIfname);
+  if (!l || (l.kind === 'veth' && l.mac === s.hostMac)) return undefined;
+  return new HostLinkInUseError(s.hostIfname, l, s.hostMac);
+}
+
 /** Creates the pod interface; on any failure removes what it made and rethrows. */
 export function setupWorkload(spec: WorkloadSpec): WorkloadState {
   return setup(spec, undefined);
@@ -78,11 +106,12 @@ function setup(spec: WorkloadSpec, kept: Netlink | undefined): WorkloadState {
     const cont = (h.cont = netlink(h.ns));
     // A veth of this name is a leftover of an earlier sandbox of the same pod
     // (the name is derived from the pod, not the container): replace it. Only
-    // a veth with our MAC, though: any other link of that name is not ours
-    // and makes the veth creation fail (EEXIST) instead of being deleted.
+    // a veth with our MAC, though: any other link of that name is not ours,
+    // is never deleted, and fails the ADD naming it (HostLinkInUseError).
     // (RTM_GETLINK first: a miss costs ~25 µs, a failed RTM_DELLINK ~60 µs.)
     const old = host.linkFind(s.hostIfname);
-    if (old && old.kind === 'veth' && old.mac === s.hostMac) {
+    if (old && !(old.kind === 'veth' && old.mac === s.hostMac)) throw new HostLinkInUseError(s.hostIfname, old, s.hostMac);
+    if (old) {
       try {
         host.linkDel(old.index);
       } catch (e) {
@@ -92,16 +121,22 @@ function setup(spec: WorkloadSpec, kept: Netlink | undefined): WorkloadState {
         if (!NetlinkError.is(e, 'ENODEV')) throw e;
       }
     }
-    host.vethAdd({
-      name: s.hostIfname,
-      peerName: s.ifname,
-      peerNetns: h.ns,
-      ...(s.mtu !== undefined && { mtu: s.mtu }),
-      mac: s.hostMac,
-      ...(s.containerMac !== undefined && { peerMac: s.containerMac }),
-      numRxQueues: s.numQueues,
-      numTxQueues: s.numQueues,
-    });
+    try {
+      host.vethAdd({
+        name: s.hostIfname,
+        peerName: s.ifname,
+        peerNetns: h.ns,
+        ...(s.mtu !== undefined && { mtu: s.mtu }),
+        mac: s.hostMac,
+        ...(s.containerMac !== undefined && { peerMac: s.containerMac }),
+        numRxQueues: s.numQueues,
+        numTxQueues: s.numQueues,
+      });
+    } catch (e) {
+      // EEXIST names neither side: a link that appeared on the host since the
+      // lookup is the host's clash; otherwise the pod has the interface.
+      throw (NetlinkError.is(e, 'EEXIST') && foreignHostLink(host, s)) || e;
+    }
     created = true;
     configureHost(host, s);
     const c = configureContainer(cont, s);

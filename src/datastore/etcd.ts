@@ -10,8 +10,9 @@ import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
 import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
-import { etcdKey, etcdListPrefix, onNode } from './keys.js';
-import { validateResource } from './schemas.js';
+import { etcdKey, etcdKeyIdentity, etcdListPrefix, onNode } from './keys.js';
+import { resourceProblem, validateResource } from './schemas.js';
+import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject } from './invalid.js';
 import { parseSelector } from '../selector/index.js';
 import type { DatastoreConfig } from './index.js';
 import { GatewayUnusableError, prefixEnd, type CallContext, type Compare, type KV, type KVOptions, type KeyValue, type TlsMaterial, type TxnOp as KVTxnOp, type TxnResponse, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
@@ -173,17 +174,39 @@ export class EtcdDatastore implements Datastore {
     return { what, timeoutMs: opts?.timeoutMs ?? this.timeoutMs };
   }
 
-  private decode<K extends Kind>(kind: K, kv: KeyValue): Resource<K> {
+  /** This store in the process's record of malformed objects (invalid.ts). */
+  private get storeId(): string {
+    return `etcd ${this.endpoints.join(',')}`;
+  }
+
+  /** One stored value: the resource, or why it is malformed (named by its key: the value may not say). */
+  private decodeOne<K extends Kind>(kind: K, kv: KeyValue): { res: Resource<K> } | { invalid: InvalidObject } {
     const key = kv.key.toString();
+    const id = etcdKeyIdentity(kind, key) ?? { name: key };
+    const base = { kind, ...id, revision: kv.modRevision, where: `etcd key ${key}` };
+    const text = kv.value.toString();
     let obj: unknown;
     try {
-      obj = JSON.parse(kv.value.toString());
+      obj = JSON.parse(text);
     } catch (e) {
-      throw new DatastoreError('Invalid', `corrupt ${kind} at etcd key ${key}: not JSON (${(e as Error).message}); fix or delete the key`);
+      return { invalid: { ...base, reason: `the value is not JSON (${(e as Error).message})`, raw: rawText(text) } };
     }
-    const res = validateResource(kind, obj, `etcd key ${key}`);
+    const problem = resourceProblem(kind, obj);
+    if (problem !== undefined) return { invalid: { ...base, reason: problem, raw: obj } };
+    const res = obj as Resource<K>;
     res.metadata.resourceVersion = kv.modRevision;
-    return res;
+    return { res };
+  }
+
+  /** A value read on its own (get): a malformed one fails with its name, key and field. */
+  private decode<K extends Kind>(kind: K, kv: KeyValue): Resource<K> {
+    const d = this.decodeOne(kind, kv);
+    if ('invalid' in d) {
+      invalidObjects.seen(this.storeId, d.invalid);
+      throw new InvalidObjectError(d.invalid);
+    }
+    invalidObjects.cleared(this.storeId, kind, d.res.metadata.name, d.res.metadata.namespace);
+    return d.res;
   }
 
   private encode(res: Resource): Buffer {
@@ -215,16 +238,30 @@ export class EtcdDatastore implements Datastore {
     const ctx = this.ctx(`list ${kind}`, opts);
     const r = await this.wire((kv) => kv.range({ key: Buffer.from(prefix), rangeEnd: prefixEnd(Buffer.from(prefix)) }, ctx));
     const items: Array<Resource<K>> = [];
+    const invalid: InvalidObject[] = [];
     for (const kv of r.kvs) {
-      const o = this.decode(kind, kv);
+      const d = this.decodeOne(kind, kv);
+      if ('invalid' in d) {
+        // One malformed value costs itself only (invalid.ts). A label selector cannot be applied to it.
+        const o = d.invalid;
+        if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && (o.namespace ?? 'default') !== opts.namespace) continue;
+        if (opts.namePrefix && !o.name.startsWith(opts.namePrefix)) continue;
+        const rawNode = (o.raw as { spec?: { node?: unknown } } | undefined)?.spec?.node;
+        if (opts.node !== undefined && typeof rawNode === 'string' && rawNode !== opts.node) continue;
+        invalid.push(o);
+        continue;
+      }
+      const o = d.res;
       if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && (o.metadata.namespace ?? 'default') !== opts.namespace) continue;
       if (opts.namePrefix && !o.metadata.name.startsWith(opts.namePrefix)) continue;
       if (sel && !sel.matches(o.metadata.labels ?? {})) continue;
       if (!mine(o)) continue;
       items.push(o);
     }
+    const complete = !opts.namePrefix && !opts.labelSelector && opts.node === undefined;
+    invalidObjects.listed(this.storeId, kind, complete ? { complete, namespace: opts.namespace } : { complete: false }, invalid);
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
-    return { items, revision: r.revision };
+    return { items, revision: r.revision, ...(invalid.length ? { invalid } : {}) };
   }
 
   async create<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
@@ -398,16 +435,32 @@ export class EtcdDatastore implements Datastore {
         for (const ev of events) {
           if (stopped) return;
           try {
+            const inScope = (namespace: string | undefined) => opts.namespace === undefined || !NAMESPACED_KINDS.has(kind) || (namespace ?? 'default') === opts.namespace;
             if (ev.type === 'Put') {
-              const obj = this.decode(kind, ev.kv);
-              if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && obj.metadata.namespace !== opts.namespace) continue;
+              const d = this.decodeOne(kind, ev.kv);
+              if ('invalid' in d) {
+                // Now malformed: a delete of what the key held, so no consumer keeps acting on a stale copy.
+                invalidObjects.seen(this.storeId, d.invalid);
+                if (!inScope(d.invalid.namespace)) continue;
+                const prev = ev.prevKv ? this.decodeOne(kind, ev.prevKv) : undefined;
+                const object = prev && 'res' in prev ? prev.res : invalidTombstone<K>(d.invalid);
+                object.metadata.resourceVersion = ev.kv.modRevision;
+                onEvent({ type: 'DELETED', object, invalid: d.invalid });
+                continue;
+              }
+              const obj = d.res;
+              invalidObjects.cleared(this.storeId, kind, obj.metadata.name, obj.metadata.namespace);
+              if (!inScope(obj.metadata.namespace)) continue;
               onEvent({ type: ev.kv.createRevision === ev.kv.modRevision ? 'ADDED' : 'MODIFIED', object: obj });
             } else {
               if (!ev.prevKv) {
                 emitError(new DatastoreError('Invalid', `watch ${kind}: delete of ${ev.kv.key.toString()} came without its previous value`));
                 continue;
               }
-              const obj = this.decode(kind, ev.prevKv);
+              const d = this.decodeOne(kind, ev.prevKv);
+              const obj = 'res' in d ? d.res : invalidTombstone<K>(d.invalid);
+              invalidObjects.cleared(this.storeId, kind, obj.metadata.name, obj.metadata.namespace);
+              if (!inScope(obj.metadata.namespace)) continue;
               // The deleted object carries its last state; its version is the deletion's revision.
               obj.metadata.resourceVersion = ev.kv.modRevision;
               onEvent({ type: 'DELETED', object: obj });

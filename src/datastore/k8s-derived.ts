@@ -6,8 +6,9 @@
 // objects are the ones to change.
 import { DatastoreError } from '../errors.js';
 import type { KubeClient, KubeList, KubeObject, WatchHandle } from '../k8s/client.js';
-import { convertK8sNetworkPolicy, K8S_POLICY_PREFIX, PolicyConversionError, type KubeNetworkPolicy } from '../model/k8s-networkpolicy.js';
-import { namespaceToProfile, parseProfileName, serviceAccountToProfile } from '../model/profiles.js';
+import { convertK8sNetworkPolicy, K8S_POLICY_PREFIX, k8sPolicyName, PolicyConversionError, type KubeNetworkPolicy } from '../model/k8s-networkpolicy.js';
+import { namespaceProfileName, namespaceToProfile, parseProfileName, serviceAccountProfileName, serviceAccountToProfile } from '../model/profiles.js';
+import { InvalidObjectError, invalidTombstone, type InvalidObject } from './invalid.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Watch, WatchEvent, WatchOptions } from './types.js';
 
@@ -16,23 +17,52 @@ const enc = encodeURIComponent;
 interface DerivedSource {
   /** The collection path (all namespaces, or one). */
   path(namespace?: string): string;
+  /** The derived object, or undefined when the source object derives none. Throws on a malformed one. */
   toResource(obj: KubeObject): Resource | undefined;
+  /** The derived object's kind and name (to name a malformed source object). */
+  identity(obj: KubeObject): { kind: Kind; name: string; namespace?: string };
 }
 
 const npSource: DerivedSource = {
   path: (ns) => `/apis/networking.k8s.io/v1${ns !== undefined ? `/namespaces/${enc(ns)}` : ''}/networkpolicies`,
-  toResource: (o) => {
-    try {
-      return convertK8sNetworkPolicy(o as unknown as KubeNetworkPolicy);
-    } catch (e) {
-      // One the API server would have rejected: not shown rather than shown wrong.
-      if (e instanceof PolicyConversionError) return undefined;
-      throw e;
-    }
-  },
+  toResource: (o) => convertK8sNetworkPolicy(o as unknown as KubeNetworkPolicy),
+  identity: (o) => ({ kind: 'NetworkPolicy', name: k8sPolicyName(o.metadata.name), namespace: o.metadata.namespace ?? 'default' }),
 };
-const nsSource: DerivedSource = { path: () => '/api/v1/namespaces', toResource: (o) => namespaceToProfile(o) };
-const saSource: DerivedSource = { path: () => '/api/v1/serviceaccounts', toResource: (o) => serviceAccountToProfile(o) };
+const nsSource: DerivedSource = {
+  path: () => '/api/v1/namespaces',
+  toResource: (o) => namespaceToProfile(o),
+  identity: (o) => ({ kind: 'Profile', name: namespaceProfileName(o.metadata.name) }),
+};
+const saSource: DerivedSource = {
+  path: () => '/api/v1/serviceaccounts',
+  toResource: (o) => serviceAccountToProfile(o),
+  identity: (o) => ({ kind: 'Profile', name: serviceAccountProfileName(o.metadata.namespace || 'default', o.metadata.name) }),
+};
+
+/**
+ * One source object: its derived object, none, or why it cannot be derived
+ * (a NetworkPolicy the API server should have refused): named, never thrown
+ * into a list or a watch (invalid.ts).
+ */
+function derive(src: DerivedSource, o: KubeObject, server: string): { res: Resource } | { invalid: InvalidObject } | undefined {
+  try {
+    const r = src.toResource(o);
+    return r ? { res: withSourceMeta(r, o) } : undefined;
+  } catch (e) {
+    if (!(e instanceof PolicyConversionError) && !(e instanceof TypeError) && !(e instanceof DatastoreError)) throw e;
+    const ns = o.metadata?.namespace;
+    const path = `${src.path(ns)}/${enc(String(o.metadata?.name ?? ''))}`;
+    return {
+      invalid: {
+        ...src.identity(o),
+        ...(o.metadata?.resourceVersion ? { revision: o.metadata.resourceVersion } : {}),
+        where: `${server}${path}`,
+        reason: (e as Error).message,
+        raw: { apiVersion: o.apiVersion, kind: o.kind, metadata: { name: o.metadata?.name, namespace: ns, labels: o.metadata?.labels }, spec: o.spec },
+      },
+    };
+  }
+}
 
 function sourcesOf(kind: Kind, namespace?: string): DerivedSource[] {
   if (kind === 'NetworkPolicy') return [npSource];
@@ -83,24 +113,27 @@ export async function derivedGet<K extends Kind>(client: KubeClient, kind: K, na
     throw e;
   }
   const src = kind === 'NetworkPolicy' ? npSource : parseProfileName(name)!.serviceAccount === undefined ? nsSource : saSource;
-  const res = src.toResource(o);
-  if (!res || res.metadata.name !== name) throw notFound();
-  return withSourceMeta(res, o) as Resource<K>;
+  const d = derive(src, o, client.server);
+  if (d && 'invalid' in d && d.invalid.name === name) throw new InvalidObjectError(d.invalid);
+  if (!d || !('res' in d) || d.res.metadata.name !== name) throw notFound();
+  return d.res as Resource<K>;
 }
 
-/** The derived objects of `kind` (none for kinds that have none), with the oldest list revision. */
-export async function derivedList<K extends Kind>(client: KubeClient, kind: K, namespace: string | undefined): Promise<{ items: Array<Resource<K>>; revision?: string }> {
+/** The derived objects of `kind` (none for kinds that have none) and the source objects that derive none validly, with the oldest list revision. */
+export async function derivedList<K extends Kind>(client: KubeClient, kind: K, namespace: string | undefined): Promise<{ items: Array<Resource<K>>; invalid: InvalidObject[]; revision?: string }> {
   const items: Array<Resource<K>> = [];
+  const invalid: InvalidObject[] = [];
   let revision: string | undefined;
   for (const src of sourcesOf(kind, namespace)) {
     const l = await client.request<KubeList>('GET', src.path(namespace));
     for (const o of l.items) {
-      const r = src.toResource(o);
-      if (r) items.push(withSourceMeta(r, o) as Resource<K>);
+      const d = derive(src, o, client.server);
+      if (d && 'res' in d) items.push(d.res as Resource<K>);
+      else if (d) invalid.push(d.invalid);
     }
     revision = minRevision(revision, l.metadata.resourceVersion);
   }
-  return { items, ...(revision !== undefined ? { revision } : {}) };
+  return { items, invalid, ...(revision !== undefined ? { revision } : {}) };
 }
 
 /**
@@ -148,8 +181,10 @@ export function derivedWatch<K extends Kind>(client: KubeClient, kind: K, opts: 
         if (ev.object?.metadata?.resourceVersion) lastRv = ev.object.metadata.resourceVersion;
         if (ev.type === 'BOOKMARK' || ev.type === 'ERROR') return;
         backoff = 250;
-        const r = src.toResource(ev.object);
-        if (r) onEvent({ type: ev.type, object: withSourceMeta(r, ev.object) as Resource<K> });
+        const d = derive(src, ev.object, client.server);
+        if (d && 'res' in d) onEvent({ type: ev.type, object: d.res as Resource<K> });
+        // One that derives none validly: a delete of what it derived (invalid.ts).
+        else if (d) onEvent(ev.type === 'DELETED' ? { type: 'DELETED', object: invalidTombstone<K>(d.invalid) } : { type: 'DELETED', object: invalidTombstone<K>(d.invalid), invalid: d.invalid });
       }, (end) => {
         if (stopped) return;
         if (end.gone || (end.error && (end.error.kind === 'Unauthorized' || end.error.kind === 'NotFound' || end.error.kind === 'Invalid'))) {

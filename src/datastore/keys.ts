@@ -71,6 +71,35 @@ export function etcdKey(kind: Kind, name: string, namespace?: string): string {
 }
 
 /**
+ * The object an etcd key of `kind` holds (the inverse of etcdKey), read from
+ * the key alone: a malformed value is named by where it is stored.
+ */
+export function etcdKeyIdentity(kind: Kind, key: string): { name: string; namespace?: string } | undefined {
+  const rest = (prefix: string) => (key.startsWith(prefix) ? key.slice(prefix.length) : undefined);
+  switch (kind) {
+    case 'IPAMBlock': {
+      const m = /^ipv[46]\/block\/([^/]+)$/.exec(rest(`${IPAM_PREFIX}assignment/`) ?? '');
+      return m ? { name: m[1]! } : undefined;
+    }
+    case 'BlockAffinity': {
+      const m = /^(.+)\/ipv([46])\/block\/([^/]+)$/.exec(rest(`${IPAM_PREFIX}host/`) ?? '');
+      return m ? { name: `${m[1]}-ipv${m[2]}-${m[3]}` } : undefined;
+    }
+    case 'IPAMHandle': {
+      const n = rest(`${IPAM_PREFIX}handle/`);
+      return n ? { name: n } : undefined;
+    }
+    case 'IPAMConfig':
+      return key === `${IPAM_PREFIX}config` ? { name: 'default' } : undefined;
+    default: {
+      const parts = (rest(`${RESOURCE_PREFIX}${PLURALS[kind]}/`) ?? '').split('/');
+      if (NAMESPACED_KINDS.has(kind)) return parts.length === 2 && parts[0] && parts[1] ? { namespace: parts[0], name: parts[1] } : undefined;
+      return parts.length === 1 && parts[0] ? { name: parts[0] } : undefined;
+    }
+  }
+}
+
+/**
  * The narrowest etcd key prefix that holds every object of `kind` matching
  * namespace/namePrefix; callers still filter names client-side.
  */

@@ -9,13 +9,14 @@ import { parseSelector } from '../selector/index.js';
 import { PLURALS, checkName, onNode } from './keys.js';
 import { parseWorkloadEndpointName, workloadEndpointName } from '../model/names.js';
 import { podEndpointAttributes } from '../k8s/workload.js';
-import { validateResource } from './schemas.js';
+import { resourceProblem, validateResource } from './schemas.js';
+import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject, type ListScope } from './invalid.js';
 import { API_GROUP, API_VERSION, NAMESPACED_KINDS, type Kind, type ObjectMeta, type Resource, type WorkloadEndpointSpec } from '../model/resources.js';
 import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
 import type { DatastoreConfig } from './index.js';
 import { orderedTxn, type TxnOp } from './txn.js';
 
-import { ENDPOINT_ANNOTATIONS as WEP_ANNOTATIONS } from '../model/annotations.js';
+import { ANNOTATION_PREFIX, ENDPOINT_ANNOTATIONS as WEP_ANNOTATIONS } from '../model/annotations.js';
 
 const ORCHESTRATOR = 'k8s';
 
@@ -49,18 +50,60 @@ function ourMeta(m: KubeObject['metadata'], namespaced: boolean): ObjectMeta {
   return meta;
 }
 
-/** A pod's WorkloadEndpoint, or undefined when the plugin has not written one. */
-export function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'> | undefined {
+/** The annotation each field of a pod's endpoint is stored in: errors name what to fix. */
+const ANNOTATION_OF: Readonly<Record<string, string>> = {
+  containerID: WEP_ANNOTATIONS.containerID,
+  ipNetworks: WEP_ANNOTATIONS.podIPs,
+  interfaceName: WEP_ANNOTATIONS.interfaceName,
+  mac: WEP_ANNOTATIONS.mac,
+  endpoint: WEP_ANNOTATIONS.endpoint,
+  ipNATs: WEP_ANNOTATIONS.ipNATs,
+};
+
+/** An annotation's value in an error: quoted, bounded. */
+function shown(v: string | undefined): string {
+  const q = JSON.stringify(v ?? '');
+  return q.length > 120 ? `${q.slice(0, 117)}..."` : q;
+}
+
+/**
+ * A pod's WorkloadEndpoint: the resource, or why the endpoint annotations are
+ * malformed (named by the annotation and its value), or undefined when the
+ * plugin has not written one. Tenants can edit their pods' annotations, so a
+ * malformed one is expected data, never an exception.
+ */
+export function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } | undefined {
   const a = pod.metadata.annotations ?? {};
   const containerID = a[WEP_ANNOTATIONS.containerID];
   if (!containerID) return undefined;
   const ns = pod.metadata.namespace ?? 'default';
   const node = pod.spec?.nodeName ?? '';
   const endpoint = a[WEP_ANNOTATIONS.endpoint] || 'eth0';
+  const name = workloadEndpointName(node, ORCHESTRATOR, pod.metadata.name, endpoint);
+  const invalid = (reason: string): { invalid: InvalidObject } => {
+    const ours = Object.fromEntries(Object.entries(a).filter(([k]) => k.startsWith(ANNOTATION_PREFIX)).map(([k, v]) => [k, rawText(String(v))]));
+    return {
+      invalid: {
+        kind: 'WorkloadEndpoint',
+        name,
+        namespace: ns,
+        ...(pod.metadata.resourceVersion ? { revision: pod.metadata.resourceVersion } : {}),
+        where: `pod ${ns}/${pod.metadata.name} (annotations ${ANNOTATION_PREFIX}*)`,
+        reason,
+        raw: { pod: `${ns}/${pod.metadata.name}`, node, annotations: ours },
+      },
+    };
+  };
   // Labels, profiles and ports exactly as the plugin builds them (k8s/workload.ts),
   // so an endpoint reads back the same from either datastore.
-  const attrs = podEndpointAttributes(pod);
-  const ips = (a[WEP_ANNOTATIONS.podIPs] ?? a[WEP_ANNOTATIONS.podIP] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  let attrs: ReturnType<typeof podEndpointAttributes>;
+  try {
+    attrs = podEndpointAttributes(pod);
+  } catch (e) {
+    return invalid(`the pod's labels, service account or ports cannot be read (${(e as Error).message})`);
+  }
+  const ipsFrom = a[WEP_ANNOTATIONS.podIPs] !== undefined ? WEP_ANNOTATIONS.podIPs : WEP_ANNOTATIONS.podIP;
+  const ips = (a[ipsFrom] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
   const spec: WorkloadEndpointSpec = {
     orchestrator: ORCHESTRATOR,
     node,
@@ -78,21 +121,30 @@ export function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'
   if (ipNATs) {
     try {
       spec.ipNATs = JSON.parse(ipNATs) as NonNullable<WorkloadEndpointSpec['ipNATs']>;
-    } catch {
-      throw new DatastoreError('Invalid', `pod ${ns}/${pod.metadata.name}: annotation ${WEP_ANNOTATIONS.ipNATs} is not JSON; remove it (the plugin rewrites it)`);
+    } catch (e) {
+      return invalid(`annotation ${WEP_ANNOTATIONS.ipNATs}=${shown(ipNATs)} is not JSON (${(e as Error).message}); it must be a JSON array of {internalIP, externalIP}`);
     }
   }
   if (attrs.ports.length) spec.ports = attrs.ports;
   if (attrs.generateName) spec.generateName = attrs.generateName;
-  const metadata: ObjectMeta = {
-    name: workloadEndpointName(node, ORCHESTRATOR, pod.metadata.name, endpoint),
-    namespace: ns,
-    resourceVersion: pod.metadata.resourceVersion,
-    labels: attrs.labels,
-  };
+  const metadata: ObjectMeta = { name, namespace: ns, resourceVersion: pod.metadata.resourceVersion, labels: attrs.labels };
   if (pod.metadata.uid) metadata.uid = pod.metadata.uid;
   if (pod.metadata.creationTimestamp) metadata.creationTimestamp = pod.metadata.creationTimestamp;
-  return validateResource('WorkloadEndpoint', { apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata, spec }, `pod ${ns}/${pod.metadata.name} (annotations cni.netplugin.org/*)`);
+  const wep: Resource<'WorkloadEndpoint'> = { apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata, spec };
+  const problem = resourceProblem('WorkloadEndpoint', wep, (path) => {
+    const ann = path[0] === 'spec' && typeof path[1] === 'string' ? (path[1] === 'ipNetworks' ? ipsFrom : ANNOTATION_OF[path[1]]) : undefined;
+    if (!ann) return `pod ${path.join('.')}`;
+    const entry = path.length > 2 ? ` (entry ${path.slice(2).join('.')})` : '';
+    return `annotation ${ann}=${shown(a[ann])}${entry}`;
+  });
+  return problem === undefined ? { wep } : invalid(problem);
+}
+
+/** A pod's WorkloadEndpoint, or undefined when the plugin has not written one; a malformed one throws InvalidObjectError. */
+export function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'> | undefined {
+  const ep = podEndpoint(pod);
+  if (ep && 'invalid' in ep) throw new InvalidObjectError(ep.invalid);
+  return ep?.wep;
 }
 
 /** The annotations that store `spec` (null removes one: JSON merge patch). */
@@ -123,9 +175,39 @@ export class KubernetesDatastore implements Datastore {
     return new KubernetesDatastore(await createKubeClient({ ...conf.kubernetes, timeoutMs: conf.timeoutMs }));
   }
 
+  /** This API server in the process's record of malformed objects (invalid.ts). */
+  private get storeId(): string {
+    return `kubernetes ${this.client.server}`;
+  }
+
+  /** One custom resource as read: the resource, or why it is malformed. */
+  private convert<K extends Kind>(kind: K, obj: KubeObject, path: string): { res: Resource<K> } | { invalid: InvalidObject } {
+    const namespaced = NAMESPACED_KINDS.has(kind);
+    const res = { apiVersion: API_VERSION, kind, metadata: ourMeta(obj.metadata, namespaced), spec: obj.spec } as Resource<K>;
+    const problem = resourceProblem(kind, res);
+    if (problem === undefined) return { res };
+    const m = obj.metadata ?? {};
+    const invalid: InvalidObject = {
+      kind,
+      name: String(m.name ?? ''),
+      ...(namespaced && m.namespace ? { namespace: m.namespace } : {}),
+      ...(m.resourceVersion ? { revision: m.resourceVersion } : {}),
+      where: `${this.client.server}${path}`,
+      reason: problem,
+      raw: { apiVersion: obj.apiVersion, kind: obj.kind, metadata: res.metadata, spec: obj.spec },
+    };
+    return { invalid };
+  }
+
+  /** A custom resource read on its own (get): a malformed one fails naming it, its path and the field. */
   private toResource<K extends Kind>(kind: K, obj: KubeObject, path: string): Resource<K> {
-    const res = { apiVersion: API_VERSION, kind, metadata: ourMeta(obj.metadata, NAMESPACED_KINDS.has(kind)), spec: obj.spec };
-    return validateResource(kind, res, `${this.client.server}${path}`);
+    const c = this.convert(kind, obj, path);
+    if ('invalid' in c) {
+      invalidObjects.seen(this.storeId, c.invalid);
+      throw new InvalidObjectError(c.invalid);
+    }
+    invalidObjects.cleared(this.storeId, kind, c.res.metadata.name, c.res.metadata.namespace);
+    return c.res;
   }
 
   private body(res: Resource, withVersion: boolean): KubeObject {
@@ -159,10 +241,17 @@ export class KubernetesDatastore implements Datastore {
 
   async get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: CallOptions): Promise<Resource<K>> {
     checkName(kind, name);
-    if (kind === 'WorkloadEndpoint') return (await this.getWep(name, namespace || 'default', opts)).wep as Resource<K>;
+    if (kind === 'WorkloadEndpoint') return (await this.getWep(name, namespace || 'default', opts)) as Resource<K>;
     if (hasDerived(kind)) {
       const d = await derived();
-      if (d.isDerived(kind, name)) return d.derivedGet(this.client, kind, name, namespace);
+      if (d.isDerived(kind, name)) {
+        try {
+          return await d.derivedGet(this.client, kind, name, namespace);
+        } catch (e) {
+          if (e instanceof InvalidObjectError) invalidObjects.seen(this.storeId, e.invalid);
+          throw e;
+        }
+      }
     }
     const path = crdPath(kind, namespace || 'default', name);
     try {
@@ -175,29 +264,44 @@ export class KubernetesDatastore implements Datastore {
   async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
     const mine = onNode(kind, opts.node);
-    let items: Array<Resource<K>>;
+    let items: Array<Resource<K>> = [];
+    // Each object is converted on its own: a malformed one is named here, never fails the list (invalid.ts).
+    const invalid: InvalidObject[] = [];
     let revision: string;
     if (kind === 'WorkloadEndpoint') {
       // A node's endpoints are its pods': the API server filters them (spec.nodeName is a pod field selector).
       const onlyNode = opts.node !== undefined ? `?fieldSelector=${encodeURIComponent(`spec.nodeName=${opts.node}`)}` : '';
       const l = await this.client.request<KubeList<KubePod>>('GET', podsPath(opts.namespace) + onlyNode, undefined, opts);
-      items = l.items.map((p) => podToWorkloadEndpoint(p)).filter((w): w is Resource<'WorkloadEndpoint'> => w !== undefined) as Array<Resource<K>>;
+      for (const p of l.items) {
+        const ep = podEndpoint(p);
+        if (ep && 'wep' in ep) items.push(ep.wep as Resource<K>);
+        else if (ep) invalid.push(ep.invalid);
+      }
       revision = l.metadata.resourceVersion ?? '';
     } else {
       const path = crdPath(kind, opts.namespace);
       const l = await this.client.request<KubeList>('GET', path, undefined, opts);
-      items = l.items.map((o) => this.toResource(kind, o, `${path}/${o.metadata.name}`));
+      for (const o of l.items) {
+        const c = this.convert(kind, o, `${path}/${o.metadata.name}`);
+        if ('res' in c) items.push(c.res);
+        else invalid.push(c.invalid);
+      }
       revision = l.metadata.resourceVersion ?? '';
       if (hasDerived(kind)) {
         const d = await derived();
         const more = await d.derivedList(this.client, kind, opts.namespace);
         items.push(...more.items);
+        invalid.push(...more.invalid);
         revision = d.minRevision(revision, more.revision) ?? '';
       }
     }
-    items = items.filter((o) => (!opts.namePrefix || o.metadata.name.startsWith(opts.namePrefix)) && (!sel || sel.matches(o.metadata.labels ?? {})) && mine(o));
+    const named = (name: string) => !opts.namePrefix || name.startsWith(opts.namePrefix);
+    items = items.filter((o) => named(o.metadata.name) && (!sel || sel.matches(o.metadata.labels ?? {})) && mine(o));
+    const inScope = invalid.filter((o) => named(o.name));
+    const scope: ListScope = !opts.namePrefix && !opts.labelSelector && opts.node === undefined ? { complete: true, namespace: opts.namespace } : { complete: false };
+    invalidObjects.listed(this.storeId, kind, scope, inScope);
     items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
-    return { items, revision };
+    return { items, revision, ...(inScope.length ? { invalid: inScope } : {}) };
   }
 
   private async checkWritable(kind: Kind, name: string, namespace?: string): Promise<void> {
@@ -265,7 +369,8 @@ export class KubernetesDatastore implements Datastore {
     return p.workload;
   }
 
-  private async getWep(name: string, namespace: string, opts?: CallOptions): Promise<{ wep: Resource<'WorkloadEndpoint'>; pod: KubePod }> {
+  /** The pod of endpoint `name` and what it carries: the endpoint, or why its annotations are malformed. */
+  private async readWep(name: string, namespace: string, opts?: CallOptions): Promise<{ pod: KubePod; ep: { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } }> {
     const what = label('WorkloadEndpoint', name, namespace);
     const podName = this.podOf(name, namespace);
     let pod: KubePod;
@@ -274,9 +379,20 @@ export class KubernetesDatastore implements Datastore {
     } catch (e) {
       this.rethrow(e, what);
     }
-    const wep = podToWorkloadEndpoint(pod);
-    if (!wep || wep.metadata.name !== name) throw new DatastoreError('NotFound', `${what} not found (pod ${namespace}/${podName} carries no endpoint by that name)`);
-    return { wep, pod };
+    const ep = podEndpoint(pod);
+    const epName = ep && ('wep' in ep ? ep.wep.metadata.name : ep.invalid.name);
+    if (!ep || epName !== name) throw new DatastoreError('NotFound', `${what} not found (pod ${namespace}/${podName} carries no endpoint by that name)`);
+    return { pod, ep };
+  }
+
+  private async getWep(name: string, namespace: string, opts?: CallOptions): Promise<Resource<'WorkloadEndpoint'>> {
+    const { ep } = await this.readWep(name, namespace, opts);
+    if ('invalid' in ep) {
+      invalidObjects.seen(this.storeId, ep.invalid);
+      throw new InvalidObjectError(ep.invalid);
+    }
+    invalidObjects.cleared(this.storeId, 'WorkloadEndpoint', name, namespace);
+    return ep.wep;
   }
 
   private async patchPodEndpoint(namespace: string, podName: string, rv: string | undefined, spec: WorkloadEndpointSpec | undefined, opts?: CallOptions): Promise<KubePod> {
@@ -335,7 +451,8 @@ export class KubernetesDatastore implements Datastore {
 
   private async deleteWep(name: string, namespace: string, revision: string | undefined, opts?: CallOptions): Promise<void> {
     const what = label('WorkloadEndpoint', name, namespace);
-    const { pod } = await this.getWep(name, namespace, opts);
+    // A malformed endpoint can be deleted too: removing its annotations is the repair (and a DEL must not fail on it).
+    const { pod } = await this.readWep(name, namespace, opts);
     if (revision !== undefined && pod.metadata.resourceVersion !== revision) {
       throw new DatastoreError('Conflict', `${what} was modified concurrently (have ${revision}, pod has ${pod.metadata.resourceVersion}); re-read and retry`);
     }
@@ -344,6 +461,7 @@ export class KubernetesDatastore implements Datastore {
     } catch (e) {
       this.rethrow(e, what);
     }
+    invalidObjects.cleared(this.storeId, 'WorkloadEndpoint', name, namespace);
   }
 
   // ---- watch ----
@@ -358,6 +476,8 @@ export class KubernetesDatastore implements Datastore {
     let lastRv = opts.revision;
     /** Pods that carried an endpoint when last seen, with that endpoint (for DELETED). */
     const known = new Map<string, Resource<'WorkloadEndpoint'>>();
+    /** Pods whose endpoint was malformed when last seen, with its name (to clear the record when it is repaired). */
+    const knownInvalid = new Map<string, string>();
     const emit = (ev: WatchEvent<K>) => {
       if (!stopped) onEvent(ev);
     };
@@ -376,6 +496,8 @@ export class KubernetesDatastore implements Datastore {
       // The derived objects' watches run beside the CRD's, into the same stream.
       void derived().then((d) => {
         if (!stopped) derivedWatch = d.derivedWatch(this.client, kind, opts, (ev) => {
+          if (ev.type === 'DELETED' && ev.invalid) invalidObjects.seen(this.storeId, ev.invalid);
+          else if (ev.type !== 'ERROR') invalidObjects.cleared(this.storeId, kind, ev.object.metadata.name, ev.object.metadata.namespace);
           emit(ev);
           if (ev.type === 'ERROR') handle.stop();
         });
@@ -387,18 +509,41 @@ export class KubernetesDatastore implements Datastore {
       if (ev.type === 'BOOKMARK') return;
       backoff = 250;
       try {
+        const type = ev.type as 'ADDED' | 'MODIFIED' | 'DELETED';
         if (!isWep) {
-          const obj = this.toResource(kind, ev.object, `${path}/${ev.object.metadata.name}`);
-          emit({ type: ev.type as 'ADDED' | 'MODIFIED' | 'DELETED', object: obj });
+          const c = this.convert(kind, ev.object, `${path}/${ev.object.metadata.name}`);
+          if ('res' in c) {
+            invalidObjects.cleared(this.storeId, kind, c.res.metadata.name, c.res.metadata.namespace);
+            emit({ type, object: c.res });
+            return;
+          }
+          // Malformed: a delete of the object, so no consumer keeps acting on its last valid state (invalid.ts).
+          if (type === 'DELETED') invalidObjects.cleared(this.storeId, kind, c.invalid.name, c.invalid.namespace);
+          else invalidObjects.seen(this.storeId, c.invalid);
+          emit(type === 'DELETED' ? { type, object: invalidTombstone<K>(c.invalid) } : { type: 'DELETED', object: invalidTombstone<K>(c.invalid), invalid: c.invalid });
           return;
         }
         const pod = ev.object as KubePod;
         const key = `${pod.metadata.namespace}/${pod.metadata.name}`;
         const prev = known.get(key);
-        const wep = ev.type === 'DELETED' ? undefined : podToWorkloadEndpoint(pod);
-        if (wep) {
-          known.set(key, wep);
-          emit({ type: prev ? 'MODIFIED' : 'ADDED', object: wep as Resource<K> });
+        const ep = podEndpoint(pod);
+        const wasInvalid = knownInvalid.get(key);
+        if (wasInvalid !== undefined && (type === 'DELETED' || !ep || 'wep' in ep || ep.invalid.name !== wasInvalid)) {
+          knownInvalid.delete(key);
+          invalidObjects.cleared(this.storeId, 'WorkloadEndpoint', wasInvalid, pod.metadata.namespace);
+        }
+        if (type !== 'DELETED' && ep && 'wep' in ep) {
+          known.set(key, ep.wep);
+          emit({ type: prev ? 'MODIFIED' : 'ADDED', object: ep.wep as Resource<K> });
+        } else if (type !== 'DELETED' && ep && 'invalid' in ep) {
+          // Malformed annotations (a tenant can write them): the endpoint is gone for consumers, so
+          // its pod is unknown to policy (isolated) rather than kept with stale addresses.
+          knownInvalid.set(key, ep.invalid.name);
+          invalidObjects.seen(this.storeId, ep.invalid);
+          known.delete(key);
+          const object = prev ?? invalidTombstone<'WorkloadEndpoint'>(ep.invalid);
+          object.metadata.resourceVersion = pod.metadata.resourceVersion;
+          emit({ type: 'DELETED', object: object as Resource<K>, invalid: ep.invalid });
         } else if (prev) {
           known.delete(key);
           prev.metadata.resourceVersion = pod.metadata.resourceVersion;

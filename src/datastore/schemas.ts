@@ -29,6 +29,9 @@ export const objectMetaSchema = z
   .passthrough();
 
 const cidr = z.string().regex(/^[0-9a-fA-F.:]+\/\d{1,3}$/, 'expected a CIDR such as 10.0.0.0/16 or fd00::/64');
+// An endpoint's addresses go to every node's policy as they are (and on the kubernetes datastore
+// come from annotations a tenant can write): each must be an address with a prefix length in range.
+const endpointAddress = cidr.refine((v) => tryParseCidr(v, { strict: false }) !== undefined, 'not an IPv4 or IPv6 address with a prefix length in range');
 
 const asNumber = z.number().int().min(1).max(4294967295);
 const port = z.number().int().min(1).max(65535);
@@ -107,7 +110,7 @@ export const specSchemas = {
       pod: z.string().optional(),
       endpoint: z.string(),
       serviceAccountName: z.string().optional(),
-      ipNetworks: z.array(cidr),
+      ipNetworks: z.array(endpointAddress),
       ipNATs: z.array(z.object({ internalIP: z.string(), externalIP: z.string() })).optional(),
       profiles: z.array(z.string()).optional(),
       interfaceName: z.string(),
@@ -185,11 +188,23 @@ export function resourceSchema<K extends Kind>(kind: K): ReturnType<typeof build
   return s as ReturnType<typeof buildResourceSchema<K>>;
 }
 
-function describe(issues: z.ZodIssue[]): string {
+/** The first issues of a failed parse, each as `field.path: problem`; `field` may rename a path (annotations for a pod's endpoint). */
+export function describeIssues(issues: z.ZodIssue[], field: (path: Array<string | number>) => string = (p) => p.join('.') || '(root)'): string {
   return issues
     .slice(0, 3)
-    .map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`)
+    .map((i) => `${field(i.path)}: ${i.message}`)
     .join('; ');
+}
+
+/**
+ * Why a decoded object is not a valid `kind` (the fields and their problems),
+ * or undefined when it is one. `field` renames paths for objects stored in
+ * another shape (a pod's endpoint annotations).
+ */
+export function resourceProblem(kind: Kind, obj: unknown, field?: (path: Array<string | number>) => string): string | undefined {
+  if (!Object.prototype.hasOwnProperty.call(specSchemas, kind)) return `unknown kind ${JSON.stringify(kind)}`;
+  const r = resourceSchema(kind).safeParse(obj);
+  return r.success ? undefined : describeIssues(r.error.issues, field);
 }
 
 /**
@@ -200,9 +215,9 @@ export function validateResource<K extends Kind>(kind: K, obj: unknown, where: s
   if (!Object.prototype.hasOwnProperty.call(specSchemas, kind)) {
     throw new DatastoreError('Invalid', `${where}: unknown kind ${JSON.stringify(kind)}`);
   }
-  const r = resourceSchema(kind).safeParse(obj);
-  if (!r.success) {
-    throw new DatastoreError('Invalid', `corrupt ${kind} at ${where}: ${describe(r.error.issues)}; fix or delete the object (netpluginctl can show it)`);
+  const problem = resourceProblem(kind, obj);
+  if (problem !== undefined) {
+    throw new DatastoreError('Invalid', `corrupt ${kind} at ${where}: ${problem}; fix or delete the object (netpluginctl can show it)`);
   }
   return obj as Resource<K>;
 }

@@ -4,7 +4,9 @@
 // in-memory (memory.ts, tests and tools).
 import type { Kind, Resource } from '../model/resources.js';
 import type { TxnOp } from './txn.js';
+import type { InvalidObject } from './invalid.js';
 export type { TxnOp } from './txn.js';
+export type { InvalidObject } from './invalid.js';
 
 export interface ListOptions {
   /** Absent or undefined: every namespace. */
@@ -41,10 +43,22 @@ export interface ListResult<K extends Kind> {
   items: Array<Resource<K>>;
   /** Revision of the store at which the list was read; pass to watch() to continue from it. */
   revision: string;
+  /**
+   * Malformed objects in the list's scope, left out of `items` (src/datastore/invalid.ts): a list
+   * never fails on one object. Absent when there are none.
+   */
+  invalid?: InvalidObject[];
 }
 
 export type WatchEvent<K extends Kind> =
-  | { type: 'ADDED' | 'MODIFIED' | 'DELETED'; object: Resource<K> }
+  | { type: 'ADDED' | 'MODIFIED'; object: Resource<K> }
+  /**
+   * With `invalid`: the object is now malformed (or was deleted while malformed). Consumers
+   * drop what they have of it, so nothing acts on a stale copy (an endpoint's pod becomes
+   * unknown: isolated). `object` is then its last valid state where the backend still has it
+   * (etcd's previous value, a pod's last endpoint), else its identity only (metadata; empty spec).
+   */
+  | { type: 'DELETED'; object: Resource<K>; invalid?: InvalidObject }
   /** The requested revision is gone (compacted / 410); the watcher must re-list. */
   | { type: 'ERROR'; error: Error };
 

@@ -9,7 +9,9 @@
 // overwritten; releases go through the allocator (Ipam).
 import { DatastoreError } from '../errors.js';
 import type { AllocationAttribute, Resource } from '../model/resources.js';
-import type { Datastore } from '../datastore/types.js';
+import type { Datastore, InvalidObject } from '../datastore/types.js';
+import { KINDS } from '../datastore/keys.js';
+import { parseWorkloadEndpointName } from '../model/names.js';
 import { handleName, parseHandleID, sameHandle } from './handle.js';
 import { formatIP, nthAddress, tryParseCidr, tryParseIP } from '../net/cidr.js';
 import type { AddressLocation } from './allocator.js';
@@ -21,11 +23,16 @@ interface Snapshot {
   handles: Array<Resource<'IPAMHandle'>>;
   weps: Array<Resource<'WorkloadEndpoint'>>;
   nodes: Array<Resource<'Node'>>;
+  /** Malformed objects of every kind, which the lists above skip. */
+  invalid: InvalidObject[];
 }
 
 async function snapshot(ds: Datastore): Promise<Snapshot> {
   const [blocks, handles, weps, nodes] = await Promise.all([ds.list('IPAMBlock'), ds.list('IPAMHandle'), ds.list('WorkloadEndpoint'), ds.list('Node')]);
-  return { blocks: blocks.items, handles: handles.items, weps: weps.items, nodes: nodes.items };
+  // The other kinds are read only for their malformed objects: the check is where an operator finds them all.
+  const rest = await Promise.all(KINDS.filter((k) => !['IPAMBlock', 'IPAMHandle', 'WorkloadEndpoint', 'Node'].includes(k)).map((k) => ds.list(k)));
+  const invalid = [blocks, handles, weps, nodes, ...rest].flatMap((l) => l.invalid ?? []);
+  return { blocks: blocks.items, handles: handles.items, weps: weps.items, nodes: nodes.items, invalid };
 }
 
 interface Allocation {
@@ -127,6 +134,15 @@ export interface LegacyHandleName {
   want: string;
 }
 
+/** An object the datastore holds malformed (skipped by every list and watch until repaired). */
+export interface InvalidObjectEntry {
+  kind: string;
+  name: string;
+  namespace?: string;
+  where: string;
+  reason: string;
+}
+
 export interface IpamReport {
   version: 1;
   generatedAt: string;
@@ -138,6 +154,8 @@ export interface IpamReport {
   orphanedAffinities: OrphanedAffinity[];
   sharedAddresses: SharedAddress[];
   legacyHandleNames: LegacyHandleName[];
+  /** Absent in reports written before it existed. */
+  invalidObjects: InvalidObjectEntry[];
   notes: string[];
 }
 
@@ -175,6 +193,18 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
       if (ip) set.add(formatIP(ip));
     }
     byPodIps.set(k, set);
+  }
+  // A malformed endpoint may still be a live pod's: its addresses are never reported leaked
+  // (a release would hand them to another pod); the endpoint itself is reported below.
+  const unreadable = new Set<string>();
+  for (const o of s.invalid) {
+    if (o.kind !== 'WorkloadEndpoint') continue;
+    // etcd: the stored JSON, if it parses; Kubernetes: the pod (datastore/kubernetes.ts podEndpoint).
+    const raw = o.raw as { pod?: unknown; spec?: { containerID?: unknown; pod?: unknown } } | undefined;
+    if (typeof raw?.spec?.containerID === 'string') byContainer.add(raw.spec.containerID);
+    if (typeof raw?.pod === 'string') unreadable.add(raw.pod);
+    const pod = typeof raw?.spec?.pod === 'string' ? raw.spec.pod : parseWorkloadEndpointName(o.name)?.workload;
+    if (pod) unreadable.add(`${o.namespace ?? 'default'}/${pod}`);
   }
   const nodeNames = new Set(s.nodes.map((n) => n.metadata.name));
   const handleObjs = new Map(s.handles.map((h) => [h.spec.handleID || h.metadata.name, h]));
@@ -230,6 +260,10 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
     // A pod recreated under the same name has a new container ID but may still
     // hold these addresses (the endpoint is rewritten in place): only the
     // addresses matter then.
+    if (sec.namespace && sec.pod && unreadable.has(`${sec.namespace}/${sec.pod}`)) {
+      notes.push(`handle ${handle} (${g.ips.join(',')}) belongs to pod ${sec.namespace}/${sec.pod}, whose workload endpoint is malformed: not checked until it is repaired`);
+      continue;
+    }
     if (sec.namespace && sec.pod) {
       const podIps = byPodIps.get(`${sec.namespace}/${sec.pod}`);
       if (podIps && g.ips.some((ip) => podIps.has(ip))) continue;
@@ -280,6 +314,7 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
   const legacyHandleNames = s.handles
     .filter((h) => h.spec.handleID && h.metadata.name !== handleName(h.spec.handleID))
     .map((h) => ({ handle: h.spec.handleID, name: h.metadata.name, want: handleName(h.spec.handleID) }));
+  const invalidObjects: InvalidObjectEntry[] = s.invalid.map((o) => ({ kind: o.kind, name: o.name, ...(o.namespace !== undefined ? { namespace: o.namespace } : {}), where: o.where, reason: o.reason }));
   const leakedAddresses = new Set([...leakedHandles.flatMap((l) => l.ips), ...allocationsWithoutHandle.map((a) => a.ip)]).size;
   return {
     version: 1,
@@ -291,7 +326,7 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
       workloadEndpoints: s.weps.length,
       nodes: s.nodes.length,
       leakedAddresses,
-      problems: leakedHandles.length + allocationsWithoutHandle.length + handlesWithMissingBlockEntries.length + orphanedAffinities.length + sharedAddresses.length + legacyHandleNames.length,
+      problems: leakedHandles.length + allocationsWithoutHandle.length + handlesWithMissingBlockEntries.length + orphanedAffinities.length + sharedAddresses.length + legacyHandleNames.length + invalidObjects.length,
     },
     leakedHandles,
     allocationsWithoutHandle,
@@ -299,6 +334,7 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
     orphanedAffinities,
     sharedAddresses,
     legacyHandleNames,
+    invalidObjects,
     notes,
   };
 }

@@ -57,7 +57,7 @@ const MAX_BATCH_TXN = 60;
  * all of them.
  */
 export function enqueue(core: IpamCore, req: AssignRequest, early: EarlyReads): Promise<Assigned[]> {
-  const key = JSON.stringify([core.lockPath, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
+  const key = JSON.stringify([core.lock?.id ?? null, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
   return new Promise<Assigned[]>((resolve, reject) => {
     joinBatch(core, core.shared.of(core.ds).assigns, key, { req, early, resolve, reject, done: [] }, req.node, (items) => assignBatchLocked(core, items));
   });
@@ -334,7 +334,7 @@ async function assignOneOfBatch(core: IpamCore, ctx: Ctx, it: PendingAssign, fam
 export function enqueueRelease(core: IpamCore, item: Omit<PendingRelease, 'resolve' | 'reject'>): Promise<string[]> {
   return new Promise<string[]>((resolve, reject) => {
     // Without a host lock, batched releases still queue behind each other (per store) to meet in one batch.
-    joinBatch(core, core.shared.of(core.ds).releases, String(core.lockPath), { ...item, resolve, reject }, core.lockPath ? undefined : 'releases', async (items) => {
+    joinBatch(core, core.shared.of(core.ds).releases, String(core.lock?.id ?? null), { ...item, resolve, reject }, core.lock ? undefined : 'releases', async (items) => {
       for (let i = 0; i < items.length; i += MAX_BATCH_TXN) await releaseBatchLocked(core, items.slice(i, i + MAX_BATCH_TXN));
     });
   });

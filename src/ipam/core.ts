@@ -2,14 +2,14 @@
 // once per Ipam from IpamOptions), how a step runs exclusively (the host lock,
 // or an in-process queue), and one assignment's state (Ctx).
 import { DatastoreError } from '../errors.js';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { IPAMConfigSpec, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Family } from '../net/cidr.js';
-import { DEFAULT_LOCK_PATH, serialize, withHostLock } from './lock.js';
+import { createKeyedQueue } from '../keyed-queue.js';
 import type { PoolInfo } from './pools.js';
 import { createIpamShared, type IpamShared } from './shared.js';
-import type { AssignRequest, Assigned, IpamOptions, Piggyback } from './types.js';
+import type { AssignRequest, Assigned, IpamHostLock, IpamOptions, Piggyback } from './types.js';
 
 export type BlockRes = Resource<'IPAMBlock'>;
 export type AffRes = Resource<'BlockAffinity'>;
@@ -17,9 +17,8 @@ export type HandleRes = Resource<'IPAMHandle'>;
 
 export interface IpamCore {
   readonly ds: Datastore;
-  /** Host-wide lock path; null: no host lock (steps queue in-process per node). */
-  readonly lockPath: string | null;
-  readonly lockTimeoutMs: number | undefined;
+  /** The node's host lock (IpamOptions.lock); null: none (steps queue in-process per node). */
+  readonly lock: IpamHostLock | null;
   /** CAS attempts per object before giving up. */
   readonly maxRetries: number;
   readonly log: Logger;
@@ -27,8 +26,6 @@ export interface IpamCore {
   readonly batch: boolean;
   /** Batch queues and blocks seen full, shared with the other instances of its owner (IpamOptions.shared). */
   readonly shared: IpamShared;
-  /** Told when taking the host lock finds another process held it since (IpamOptions.onLockTakeover). */
-  readonly onLockTakeover: (() => void) | undefined;
 }
 
 const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
@@ -36,14 +33,24 @@ const noopLog: Logger = { error() {}, warn() {}, info() {}, debug() {} };
 export function ipamCore(ds: Datastore, opts: IpamOptions = {}): IpamCore {
   return {
     ds,
-    lockPath: opts.lockPath === undefined ? DEFAULT_LOCK_PATH : opts.lockPath,
-    lockTimeoutMs: opts.lockTimeoutMs,
+    lock: opts.lock ?? null,
     maxRetries: Math.max(1, opts.maxRetries ?? 10),
     log: opts.log ?? noopLog,
     batch: opts.batch === true,
     shared: opts.shared ?? createIpamShared(),
-    onLockTakeover: opts.onLockTakeover,
   };
+}
+
+const queue = createKeyedQueue();
+
+/**
+ * In-process serialisation: calls with the same key run one after another, in
+ * call order; different keys run concurrently. (A resident agent's steps queue
+ * here in front of the host lock, so it holds the lock once at a time and its
+ * own requests meet in batches.)
+ */
+export function serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
+  return queue.run(key, fn);
 }
 
 /**
@@ -52,10 +59,8 @@ export function ipamCore(ds: Datastore, opts: IpamOptions = {}): IpamCore {
  * for the same key (a node).
  */
 export function exclusive<T>(core: IpamCore, key: string | undefined, fn: () => Promise<T>): Promise<T> {
-  if (core.lockPath) {
-    const path = core.lockPath;
-    return serialize(`ipam-lock:${path}`, () => withHostLock(path, fn, { timeoutMs: core.lockTimeoutMs, onTakeover: core.onLockTakeover }));
-  }
+  const lock = core.lock;
+  if (lock) return serialize(`ipam-lock:${lock.id}`, () => lock.run(fn));
   return key ? serialize(`ipam-node:${key}`, fn) : fn();
 }
 

@@ -30,11 +30,7 @@ export type IpamErrorKind =
   /** A stored handle records another ID than asked for (written before IDs became case-exact). */
   | 'handle-mismatch'
   /** Compare-and-swap lost too often to concurrent writers: retrying later succeeds. */
-  | 'conflict-retries-exhausted'
-  /** The host lock was not obtained in time: retrying later succeeds. */
-  | 'lock-timeout'
-  /** The host lock cannot be used at all (its directory is unsafe, the socket cannot be bound). */
-  | 'lock-unusable';
+  | 'conflict-retries-exhausted';
 
 export class IpamError extends Error {
   override name = 'IpamError';

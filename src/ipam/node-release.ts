@@ -31,7 +31,7 @@ function notFound(e: unknown): boolean {
 }
 
 export async function releaseNodeIpam(ds: Datastore, node: string, opts: IpamOptions = {}): Promise<NodeRelease> {
-  const ipam = new Ipam(ds, { lockPath: null, ...opts });
+  const ipam = new Ipam(ds, { lock: null, ...opts });
   const out: NodeRelease = { tunnelAddresses: [], blocksReleased: [], blocksUnaffined: [], affinitiesDeleted: 0 };
   // Listed first: releasing a tunnel address may empty a block, which the
   // allocator then returns to the pool itself; it still counts as released here.

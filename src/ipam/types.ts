@@ -1,7 +1,7 @@
 // The IPAM service's public types: what a caller asks (AssignRequest,
 // ReleaseOptions, Piggyback) and what it gets back (Assigned, Released, the
 // inspection reports). src/ipam/index.ts exports them.
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { Resource } from '../model/resources.js';
 import type { TxnOp } from '../datastore/txn.js';
 import type { Family } from '../net/cidr.js';
@@ -110,10 +110,24 @@ export interface Released {
   handle: string | null;
 }
 
+/**
+ * What makes a node's IPAM steps exclusive across its processes. IPAM does not
+ * make one: the plugins pass theirs (src/hostlock ipamHostLock: the node's
+ * flock, which also tells the agent when a per-exec plugin held it since).
+ */
+export interface IpamHostLock {
+  /** Names the lock: the in-process queue and the batches are keyed by it. */
+  readonly id: string;
+  /** Runs `fn` holding the lock. */
+  run<T>(fn: () => Promise<T>): Promise<T>;
+}
+
 export interface IpamOptions {
-  /** Host-wide lock path (default /var/run/netplugin/ipam.lock); null: no host lock. */
-  lockPath?: string | null;
-  lockTimeoutMs?: number;
+  /**
+   * The node's host lock, given by its owner (the plugins: src/hostlock);
+   * absent or null: no host lock (steps queue in-process per node).
+   */
+  lock?: IpamHostLock | null;
   /** CAS attempts per object before giving up (default 10). */
   maxRetries?: number;
   log?: Logger;
@@ -134,11 +148,4 @@ export interface IpamOptions {
    * only its own concurrent calls.
    */
   shared?: IpamShared;
-  /**
-   * Called when taking the host lock finds that another process (a per-exec
-   * plugin) held it since this process last did: what the caller remembers
-   * of the store may miss that process's writes (the agent suspends its read
-   * cache). Not called for instances without a host lock.
-   */
-  onLockTakeover?: (() => void) | undefined;
 }

@@ -6,7 +6,7 @@
 // Hand-written rather than zod: the schema is five list-valued keys, and the
 // per-pod path should not pay for a schema library it does not otherwise need.
 import { CniError, ErrorCodes } from '../errors.js';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseIP, type IP } from '../net/cidr.js';
 
 

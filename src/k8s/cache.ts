@@ -30,7 +30,7 @@
 // view: the object's resourceVersion must be numeric and newer than everything
 // the watch has applied (then the watch will deliver that version or a later
 // one itself). Non-numeric versions: the watch is preferred, nothing is stored.
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { KubeClient, KubeList, KubeObject, KubePod, WatchHandle } from './client.js';
 import type { NamespaceLike, PodLike, PodSource } from './workload.js';
 

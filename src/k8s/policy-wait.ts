@@ -6,10 +6,12 @@
 //
 // Contract with the node agent (also in docs/addresses-and-annotations.md):
 //   - directory: /var/run/netplugin/endpoint-status/ (netconf endpoint_status_dir)
-//   - one file per endpoint, named statusFileName(<workload endpoint name>):
-//     the name percent-encoded to a safe file name, plus ".json"
+//   - one file per endpoint, named statusFileName(endpointStatusKey(<namespace>,
+//     <workload endpoint name>)): "<namespace>/<endpoint name>" percent-encoded
+//     to a safe file name, plus ".json". The namespace is part of the key: an
+//     endpoint name (<node>-k8s-<pod>-<ifname>) repeats across namespaces.
 //   - content: JSON {"programmed": true, "at": "<RFC 3339 time>",
-//     "endpoint": "<endpoint name>", "containerID": "<id>"}
+//     "endpoint": "<namespace>/<endpoint name>", "containerID": "<id>"}
 //   - written atomically: a temp file whose name starts with "." in the same
 //     directory, then rename(2) onto the final name (writePolicyStatus does this)
 //   - removed by the agent when the endpoint goes away, and by the plugin
@@ -21,7 +23,7 @@
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 
 export const DEFAULT_STATUS_DIR = '/var/run/netplugin/endpoint-status';
 
@@ -33,13 +35,26 @@ export interface PolicyStatus {
   containerID?: string;
 }
 
-/** In-process notification from the node agent; returns an unsubscribe function. */
+/** In-process notification from the node agent (with the container ID programmed); returns an unsubscribe function. */
 export interface ProgrammedSignal {
-  onProgrammed(endpointKey: string, cb: () => void): () => void;
+  onProgrammed(endpointKey: string, cb: (containerID: string) => void): () => void;
+}
+
+/**
+ * An endpoint's identity for the status file and the signal: its namespace and
+ * its name (which holds node, pod or container, and interface), as `<namespace>/<name>`.
+ */
+export function endpointStatusKey(namespace: string, endpointName: string): string {
+  return `${namespace}/${endpointName}`;
+}
+
+/** Whether a status file name is one of this format (statusFileName of an endpointStatusKey). */
+export function isStatusFileName(file: string): boolean {
+  return file.endsWith('.json') && !file.startsWith('.') && file.includes('%2F');
 }
 
 export interface PolicyWaitOptions {
-  /** The workload endpoint name (workloadEndpointName()). */
+  /** endpointStatusKey() of the endpoint. */
   endpointKey: string;
   statusDir?: string;
   /** 0 or absent: no wait. */
@@ -169,7 +184,11 @@ export async function waitForPolicyProgrammed(opts: PolicyWaitOptions): Promise<
     } catch (e) {
       log?.debug('fs.watch unavailable on the endpoint status directory; polling only', { dir, error: (e as Error).message });
     }
-    if (opts.signal) unsubscribe = opts.signal.onProgrammed(endpointKey, () => finish({ programmed: true, via: 'signal' }));
+    if (opts.signal) {
+      unsubscribe = opts.signal.onProgrammed(endpointKey, (cid) => {
+        if (!opts.containerId || !cid || cid === opts.containerId) finish({ programmed: true, via: 'signal' });
+      });
+    }
     void check();
   });
 }

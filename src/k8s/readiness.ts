@@ -7,7 +7,7 @@
 // machines: the first request through global fetch (undici, lazily
 // initialised) costs ~32-47 ms, through node:http ~7-10 ms (including the
 // local server's side), and importing node:http ~3 ms.
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import { CniError, ErrorCodes } from '../errors.js';
 
 export interface GateAnswer {

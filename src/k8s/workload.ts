@@ -5,7 +5,8 @@
 // Coded against small structural interfaces (PodLike, PodSource) so the real
 // API client (src/k8s/client.ts) and plain test objects both fit.
 import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
-import type { CniArgs, Logger } from '../cni/types.js';
+import type { CniArgs } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 // Types only: datastore/ may import k8s/, never the reverse (ARCHITECTURE layers).
 import type { Resource, WorkloadEndpointSpec } from '../model/resources.js';
 import { workloadEndpointName } from '../model/names.js';

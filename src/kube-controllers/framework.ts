@@ -3,7 +3,7 @@
 // objects in our datastore, reconciled per key through a work queue, with a
 // full resync at start that also removes mirrors whose source is gone).
 import { DatastoreError } from '../errors.js';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';

@@ -6,7 +6,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
 import type { Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';

@@ -8,7 +8,7 @@
 // must stop writing at once.
 import { DatastoreError } from '../errors.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 
 export interface LeaderElectionOptions {
   client: KubeClient;

@@ -2,3 +2,4 @@ export { createLogger, loggerOptionsFromConf, normalizeLevel, LOG_LEVELS, LOG_FO
 export type { AppLogger, LogContext, LogFormat, LogLevel, LoggerOptions } from './logger.js';
 export { redact, redactString, isSecretKey, REDACTED } from './redact.js';
 export { RotatingFile } from './file.js';
+export type { Logger } from './types.js';

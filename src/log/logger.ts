@@ -1,6 +1,6 @@
 // Logging for the plugin (one short process per CNI call) and the agent (long
 // running): always stderr, plus a rotating file when a path is configured.
-import type { Logger } from '../cni/types.js';
+import type { Logger } from '../log/types.js';
 import { RotatingFile } from './file.js';
 import { redact, redactString } from './redact.js';
 

@@ -6,6 +6,7 @@
 import { parseSelector, type Selector } from '../selector/index.js';
 import type { Resource } from './resources.js';
 import { addressOf, containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
+import { hostVethKey, hostVethName } from '../dataplane/names.js';
 import {
   comparePolicies,
   effectiveTypes,
@@ -53,8 +54,33 @@ export interface EndpointView extends EndpointInput {
   allLabels: Record<string, string>;
 }
 
-/** The evaluator's view of a workload endpoint; `interfaceName` only for endpoints on `nodename` (all when unset). */
-export function endpointFromWep(w: Resource<'WorkloadEndpoint'>, nodename?: string): EndpointInput {
+/**
+ * The host veth a node with host veth prefixes `prefixes` made for endpoint `w`, derived from the
+ * endpoint's identity (namespace and pod, or the container ID: hostVethKey), never taken from its
+ * recorded `interfaceName`, which the pod's owner can edit on the Kubernetes datastore (an
+ * annotation). The recorded name is kept only when it is what one of the prefixes derives (a node
+ * whose prefix was changed); otherwise the first prefix's. Undefined when nothing can be derived.
+ */
+export function derivedInterfaceName(w: Resource<'WorkloadEndpoint'>, prefixes: readonly string[]): string | undefined {
+  const key = hostVethKey({ ...w.spec, namespace: w.metadata.namespace });
+  if (!key || prefixes.length === 0) return undefined;
+  try {
+    const names = prefixes.map((p) => hostVethName(p, key));
+    return names.includes(w.spec.interfaceName) ? w.spec.interfaceName : names[0];
+  } catch {
+    return undefined; // a prefix hostVethName refuses: the netconf's check reports it
+  }
+}
+
+/**
+ * The evaluator's view of a workload endpoint; `interfaceName` only for endpoints on `nodename`
+ * (all when unset): the recorded one, or with `vethPrefixes` (the node agent) the derived one.
+ */
+export function endpointFromWep(
+  w: Resource<'WorkloadEndpoint'>,
+  nodename?: string,
+  vethPrefixes?: readonly string[],
+): EndpointInput {
   const e: EndpointInput = {
     key: w.metadata.name,
     namespace: w.metadata.namespace ?? 'default',
@@ -63,7 +89,9 @@ export function endpointFromWep(w: Resource<'WorkloadEndpoint'>, nodename?: stri
     addrs: w.spec.ipNetworks.map(addressOf),
     ports: (w.spec.ports ?? []).map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })),
   };
-  if ((nodename === undefined || w.spec.node === nodename) && w.spec.interfaceName) e.interfaceName = w.spec.interfaceName;
+  if (nodename !== undefined && w.spec.node !== nodename) return e;
+  const ifname = vethPrefixes ? derivedInterfaceName(w, vethPrefixes) : w.spec.interfaceName;
+  if (ifname) e.interfaceName = ifname;
   return e;
 }
 

@@ -12,7 +12,7 @@ export type * from './types.js';
 export { RouteType } from './types.js';
 
 /** The ABI the TS side was written against (native/common.h kAbiVersion). */
-export const NATIVE_ABI_VERSION = 6;
+export const NATIVE_ABI_VERSION = 7;
 
 export interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */
@@ -56,6 +56,10 @@ interface Addon {
   netlink(ns?: NetNS): Netlink;
   setErrorClass(cls: typeof NetlinkError): void;
   peerCred(fd: number): PeerCred;
+  /** flock(fd, LOCK_EX | LOCK_NB): true when taken, false when another open file holds it. */
+  flockTry(fd: number): boolean;
+  /** flock(fd, LOCK_EX) on a thread of its own, bounded: true when taken, false when timed out (native/flock.cc). */
+  flockWait(fd: number, timeoutMs: number, subject: string): Promise<boolean>;
   tunnelMessage(kind: 'ipip' | 'vxlan', opts: IpipOptions | VxlanOptions): Buffer;
   nftRun(script: string, opts?: NftRawOptions): NftRawResult;
   nftRunAsync(script: string, opts?: NftRawOptions): Promise<NftRawResult>;

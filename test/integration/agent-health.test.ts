@@ -92,6 +92,10 @@ describe('agent health and metrics', () => {
     const m = await get('/metrics');
     expect(m.status).toBe(200);
     expect(m.type).toContain('text/plain; version=0.0.4');
+    // The running build and the process itself.
+    expect(m.body).toMatch(/^netplugin_build_info\{component="netplugin-node",version="[^"]+",nodejs="v[^"]+"\} 1$/m);
+    expect(sample(m.body, 'process_resident_memory_bytes')).toBeGreaterThan(0);
+    expect(sample(m.body, 'process_open_fds')).toBeGreaterThan(0);
     const delta = (s: string) => sample(m.body, s) - sample(before, s);
     expect(delta('netplugin_cni_requests_total{plugin="netplugin",command="ADD",result="success"}')).toBe(1);
     expect(delta('netplugin_cni_requests_total{plugin="netplugin",command="DEL",result="success"}')).toBe(1);

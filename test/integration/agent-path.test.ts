@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { workloadEndpointName } from '../../src/model/names.js';
-import { writePolicyStatus } from '../../src/k8s/policy-wait.js';
+import { endpointStatusKey, writePolicyStatus } from '../../src/k8s/policy-wait.js';
 import { startNodeInit } from '../../src/agent/node-init.js';
 import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 import { netlink, openNetns } from '../../src/native/index.js';
@@ -93,7 +93,7 @@ describe('request ordering in the agent', () => {
     expect(link('eth0', pa.name), "A's interface").toBeDefined();
     expect((await c.ds.list('WorkloadEndpoint')).items.map((w) => w.metadata.name)).toContain(wepA);
 
-    await writePolicyStatus(wepA, { statusDir, containerID: a.containerId });
+    await writePolicyStatus(endpointStatusKey('default', wepA), { statusDir, containerID: a.containerId });
     const ra = await addA.p;
     expectOk(ra);
     expectOk(await delA.p);

@@ -11,6 +11,14 @@ export interface ConformanceTarget {
   ds: Datastore;
   /** Kubernetes mode stores endpoints on pods: the pod must exist first. */
   preparePod?(namespace: string, pod: string, node: string, labels: Record<string, string>): Promise<void>;
+  /**
+   * Stores a malformed object behind the store's back, as another writer could: the IPPool `name`
+   * (etcd: a value that is not JSON; Kubernetes: a custom resource whose spec fails the schema),
+   * or the endpoint of pod `namespace/pod` on `node` (etcd: a value failing the schema; Kubernetes:
+   * the pod with malformed endpoint annotations), whose name it returns. Absent: the store cannot
+   * hold one (memory validates every write).
+   */
+  putMalformed?(what: { pool: string } | { namespace: string; pod: string; node: string }): Promise<string>;
   /** Makes the store unresponsive (deadline tests); returns the undo. Absent: no deadline tests. */
   makeUnresponsive?(): Promise<() => Promise<void>>;
   cleanup(): Promise<void>;
@@ -59,6 +67,8 @@ function collect<K extends Kind>(ds: Datastore, kind: K, opts: WatchOptions) {
 export interface Capabilities {
   /** The target implements makeUnresponsive() (memory has no network to lose). */
   deadlines: boolean;
+  /** The target implements putMalformed() (memory validates every write: it cannot hold a malformed object). */
+  malformed: boolean;
 }
 
 export function datastoreConformance(name: string, factory: () => Promise<ConformanceTarget>, caps: Capabilities): void {
@@ -421,6 +431,49 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       expect(TxnError.opOf(gone)).toBe(1);
       if (atomic()) await expectKind(ds.get('IPAMHandle', handleID), 'NotFound');
       else await ds.delete('IPAMHandle', handleID); // ordered: the op before the failed one was written
+    });
+
+    if (caps.malformed) it('a malformed object costs itself only: named and skipped by lists, a DELETED in watches, only its own get fails', async () => {
+      const putMalformed = t.putMalformed!;
+      const s = uniq();
+      const cidr = (n: number) => `10.${200 + n}.${s.charCodeAt(0) % 250}.0/24`;
+      const good = await ds.create(res('IPPool', `good-${s}`, { cidr: cidr(1) }));
+      const victim = await ds.create(res('IPPool', `victim-${s}`, { cidr: cidr(2) }));
+      const w = collect(ds, 'IPPool', { revision: victim.metadata.resourceVersion });
+      try {
+        await putMalformed({ pool: `victim-${s}` });
+        // A valid object that became malformed: consumers drop it (no stale copy is kept).
+        await w.until((evs) => evs.some((e) => e.type === 'DELETED' && e.object.metadata.name === `victim-${s}` && e.invalid?.name === `victim-${s}`), 'the malformed pool as a DELETED');
+        expect(w.events.filter((e) => e.type === 'ERROR')).toEqual([]);
+        const l = await ds.list('IPPool');
+        expect(l.items.map((p) => p.metadata.name)).toContain(good.metadata.name);
+        expect(l.items.map((p) => p.metadata.name)).not.toContain(`victim-${s}`);
+        expect(l.invalid?.find((o) => o.name === `victim-${s}`)).toMatchObject({ kind: 'IPPool', name: `victim-${s}` });
+        const e = await expectKind(ds.get('IPPool', `victim-${s}`), 'Invalid');
+        expect(e.message).toContain(`IPPool victim-${s}`);
+        // Every other object reads as before.
+        expect((await ds.get('IPPool', `good-${s}`)).spec.cidr).toBe(cidr(1));
+        // Deleting it is the repair: lists stop naming it.
+        await ds.delete('IPPool', `victim-${s}`);
+        expect((await ds.list('IPPool')).invalid?.find((o) => o.name === `victim-${s}`)).toBeUndefined();
+      } finally {
+        w.stop();
+        await ds.delete('IPPool', `good-${s}`);
+      }
+      // A malformed endpoint: the other endpoints of its namespace and node still list, and so does the node's list.
+      const ns = `bad-${s}`;
+      const node = `node-${s}`;
+      await t.preparePod?.(ns, `ok-${s}`, node, { app: 'ok' });
+      const ok = workloadEndpointName(node, 'k8s', `ok-${s}`, 'eth0');
+      await ds.create(res('WorkloadEndpoint', ok, { orchestrator: 'k8s', node, containerID: `c-${s}`, pod: `ok-${s}`, endpoint: 'eth0', ipNetworks: ['10.9.8.7/32'], interfaceName: `np${s}` }, { namespace: ns }));
+      const bad = await putMalformed({ namespace: ns, pod: `evil-${s}`, node });
+      for (const l of [await ds.list('WorkloadEndpoint'), await ds.list('WorkloadEndpoint', { namespace: ns }), await ds.list('WorkloadEndpoint', { node })]) {
+        expect(l.items.map((x) => x.metadata.name)).toContain(ok);
+        expect(l.items.map((x) => x.metadata.name)).not.toContain(bad);
+        expect(l.invalid?.map((o) => `${o.kind} ${o.namespace}/${o.name}`)).toContain(`WorkloadEndpoint ${ns}/${bad}`);
+      }
+      const e = await expectKind(ds.get('WorkloadEndpoint', bad, ns), 'Invalid');
+      expect(e.message).toMatch(/ipNetworks|podIPs/);
     });
 
     if (caps.deadlines) it('gives Unavailable within the per-call deadline when the store does not answer', async () => {

@@ -10,7 +10,7 @@ import type { EtcdDatastore } from '../../src/datastore/etcd.js';
 import { DatastoreError } from '../../src/errors.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
-import { affinityName } from '../../src/model/names.js';
+import { affinityName, workloadEndpointName } from '../../src/model/names.js';
 import { datastoreConformance } from './datastore-conformance.js';
 import { _discoverSrvForTests as discoverSrv } from '../../src/datastore/etcd.js';
 import { createSocket } from 'node:dgram';
@@ -69,6 +69,16 @@ for (const transport of ['http', 'grpc'] as const) {
     const ds = await openDatastore({ etcd_transport: transport, datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, timeoutMs: 5000 });
     return {
       ds,
+      async putMalformed(what) {
+        if ('pool' in what) {
+          etcdctl(etcd, 'put', `/netplugin/resources/v3/netplugin.org/ippools/${what.pool}`, '{"apiVersion": "netplugin.org/v3", truncated');
+          return what.pool;
+        }
+        const name = workloadEndpointName(what.node, 'k8s', what.pod, 'eth0');
+        const spec = { orchestrator: 'k8s', node: what.node, containerID: 'c', pod: what.pod, endpoint: 'eth0', ipNetworks: ['not-an-address'], interfaceName: 'x' };
+        etcdctl(etcd, 'put', `/netplugin/resources/v3/netplugin.org/workloadendpoints/${what.namespace}/${name}`, JSON.stringify({ apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata: { name, namespace: what.namespace }, spec }));
+        return name;
+      },
       async makeUnresponsive() {
         await etcd.pause();
         return () => etcd.start();
@@ -78,7 +88,7 @@ for (const transport of ['http', 'grpc'] as const) {
         await etcd.stop();
       },
     };
-  }, { deadlines: true });
+  }, { deadlines: true, malformed: true });
 
   describe(`etcdv3 backend specifics (${transport})`, () => {
     let etcd: EtcdServer;
@@ -124,6 +134,46 @@ for (const transport of ['http', 'grpc'] as const) {
       expect(e2).toMatchObject({ kind: 'Invalid' });
       expect((e2 as Error).message).toMatch(/ippools\/corrupt-spec.*spec\.cidr/);
       etcdctl(etcd, 'del', '/netplugin/resources/v3/netplugin.org/ippools/corrupt-', '--prefix');
+    });
+
+    it('a malformed value of any kind is named and skipped: the list of its kind still works', async () => {
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPAMBlock', metadata: { name: '10.5.0.0-26' }, spec: { cidr: '10.5.0.0/26', affinity: null, allocations: [], unallocated: [], attributes: [] } });
+      await ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'fine-node' }, spec: {} });
+      const bad: Array<[string, string, string, RegExp]> = [
+        ['IPAMBlock', '10.5.1.0-26', '/netplugin/ipam/v2/assignment/ipv4/block/10.5.1.0-26', /not JSON/],
+        ['BlockAffinity', 'n9-ipv4-10.5.1.0-26', '/netplugin/ipam/v2/host/n9/ipv4/block/10.5.1.0-26', /spec\.state/],
+        ['IPAMHandle', 'net.bad', '/netplugin/ipam/v2/handle/net.bad', /spec\.block/],
+        ['Node', 'bad-node', '/netplugin/resources/v3/netplugin.org/nodes/bad-node', /spec\.podCIDRs\.0/],
+        ['GlobalNetworkPolicy', 'bad-gnp', '/netplugin/resources/v3/netplugin.org/globalnetworkpolicies/bad-gnp', /spec/],
+      ];
+      etcdctl(etcd, 'put', bad[0]![2], '\u0001 binary');
+      etcdctl(etcd, 'put', bad[1]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: bad[1]![1] }, spec: { state: 'maybe', node: 'n9', cidr: '10.5.1.0/26' } }));
+      etcdctl(etcd, 'put', bad[2]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'net.bad' }, spec: { handleID: 'net.bad', block: 'x' } }));
+      etcdctl(etcd, 'put', bad[3]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'bad-node' }, spec: { podCIDRs: ['not-a-cidr'] } }));
+      etcdctl(etcd, 'put', bad[4]![2], JSON.stringify({ apiVersion: API_VERSION, kind: 'GlobalNetworkPolicy', metadata: { name: 'bad-gnp' }, spec: 'deny everything' }));
+      try {
+        for (const [kind, name, key, why] of bad) {
+          const l = await ds.list(kind as 'Node');
+          expect(l.invalid, kind).toEqual([expect.objectContaining({ kind, name, where: `etcd key ${key}`, reason: expect.stringMatching(why) })]);
+          expect(l.items.map((o) => o.metadata.name)).not.toContain(name);
+          const e = (await ds.get(kind as 'Node', name).catch((x: unknown) => x)) as DatastoreError;
+          expect(e.kind).toBe('Invalid');
+          expect(e.message).toContain(key);
+        }
+        expect((await ds.list('IPAMBlock')).items.map((b) => b.metadata.name)).toContain('10.5.0.0-26');
+        expect((await ds.list('Node')).items.map((n) => n.metadata.name)).toContain('fine-node');
+        // A watch delivers the next valid change of the kind after a malformed one, without an ERROR.
+        const events: Array<WatchEvent<'Node'>> = [];
+        const w = ds.watch('Node', {}, (ev) => events.push(ev));
+        await new Promise((r) => setTimeout(r, 300));
+        etcdctl(etcd, 'put', bad[3]![2], '{broken');
+        await ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'after-node' }, spec: {} });
+        for (let i = 0; i < 100 && !events.some((e) => e.type === 'ADDED'); i++) await new Promise((r) => setTimeout(r, 50));
+        w.stop();
+        expect(events.map((e) => (e.type === 'ERROR' ? `ERROR ${e.error.message}` : `${e.type} ${e.object.metadata.name}${e.type === 'DELETED' && e.invalid ? ' (malformed)' : ''}`))).toEqual(['DELETED bad-node (malformed)', 'ADDED after-node']);
+      } finally {
+        for (const [, , key] of bad) etcdctl(etcd, 'del', key);
+      }
     });
 
     it('sends an ERROR event when watching from a compacted revision', async () => {

@@ -63,6 +63,34 @@ describe('derived kinds on the kubernetes datastore', { timeout: 120_000 }, () =
     await expect(ds.get('Profile', 'ksa.d1.nope')).rejects.toSatisfy((e) => DatastoreError.is(e, 'NotFound'));
   });
 
+  it('a NetworkPolicy that cannot be converted is named and skipped: a DELETED of what it derived, only its get fails', async () => {
+    api.put('/api/v1/namespaces/d3', { metadata: { name: 'd3' } });
+    const ok = api.put('/apis/networking.k8s.io/v1/namespaces/d3/networkpolicies/ok', { metadata: { name: 'ok' }, spec: npSpec });
+    const prev = api.put('/apis/networking.k8s.io/v1/namespaces/d3/networkpolicies/turns-bad', { metadata: { name: 'turns-bad' }, spec: npSpec });
+    const events: Array<WatchEvent<'NetworkPolicy'>> = [];
+    const w = ds.watch('NetworkPolicy', { revision: prev.metadata.resourceVersion, namespace: 'd3' }, (ev) => events.push(ev));
+    try {
+      // What the API server would refuse (a stand-in stores it): an operator outside the four.
+      api.put('/apis/networking.k8s.io/v1/namespaces/d3/networkpolicies/turns-bad', {
+        metadata: { name: 'turns-bad' },
+        spec: { podSelector: { matchExpressions: [{ key: 'app', operator: 'Near', values: ['db'] }] } },
+      });
+      await waitFor('the DELETED of the policy that became malformed', () => events.some((e) => e.type === 'DELETED' && !!e.invalid));
+      expect(events.filter((e) => e.type === 'ERROR')).toEqual([]);
+      const d = events.find((e) => e.type === 'DELETED')!;
+      expect(d.object.metadata.name).toBe('knp.default.turns-bad');
+      const l = await ds.list('NetworkPolicy', { namespace: 'd3' });
+      expect(l.items.map((i) => i.metadata.name)).toEqual(['knp.default.ok']);
+      expect(l.invalid).toEqual([expect.objectContaining({ kind: 'NetworkPolicy', name: 'knp.default.turns-bad', namespace: 'd3', reason: expect.stringContaining('"Near"') })]);
+      const e = (await ds.get('NetworkPolicy', 'knp.default.turns-bad', 'd3').catch((x: unknown) => x)) as DatastoreError;
+      expect(e.kind).toBe('Invalid');
+      expect(e.message).toContain('/networkpolicies/turns-bad');
+      expect((await ds.get('NetworkPolicy', 'knp.default.ok', 'd3')).metadata.resourceVersion).toBe(ok.metadata.resourceVersion);
+    } finally {
+      w.stop();
+    }
+  });
+
   it('refuses writes to derived objects, naming the Kubernetes object to change', async () => {
     const kns = await ds.get('Profile', 'kns.d1');
     await expect(ds.update(kns)).rejects.toThrow('derived from the Namespace d1 and is read-only');

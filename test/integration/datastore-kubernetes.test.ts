@@ -33,6 +33,18 @@ datastoreConformance('kubernetes (fake API server, HTTPS + token)', async () => 
     async preparePod(ns, pod, node, labels) {
       addPod(server, ns, pod, node, { labels });
     },
+    async putMalformed(what) {
+      if ('pool' in what) {
+        server.put(`/apis/netplugin.org/v3/ippools/${what.pool}`, { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: what.pool }, spec: { cidr: 42 } });
+        return what.pool;
+      }
+      server.put(`/api/v1/namespaces/${what.namespace}`, { metadata: { name: what.namespace } });
+      server.put(`/api/v1/namespaces/${what.namespace}/pods/${what.pod}`, {
+        metadata: { name: what.pod, annotations: { [WEP_ANNOTATIONS.containerID]: 'c', [WEP_ANNOTATIONS.podIPs]: 'not-an-address' } },
+        spec: { nodeName: what.node, containers: [{ name: 'c', image: 'x' }] },
+      });
+      return workloadEndpointName(what.node, 'k8s', what.pod, 'eth0');
+    },
     async makeUnresponsive() {
       server.stall(true);
       return async () => server.stall(false);
@@ -42,7 +54,7 @@ datastoreConformance('kubernetes (fake API server, HTTPS + token)', async () => 
       await server.stop();
     },
   };
-}, { deadlines: true });
+}, { deadlines: true, malformed: true });
 
 describe('kubernetes backend specifics', () => {
   let server: FakeApiServer;
@@ -228,16 +240,20 @@ describe('kubernetes backend specifics', () => {
       addPod(plain, 'default', 'mine', 'near');
       const name = workloadEndpointName('near', 'k8s', 'mine', 'eth0');
       await kds.create({ apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata: { name, namespace: 'default' }, spec: { orchestrator: 'k8s', node: 'near', containerID: 'c1', pod: 'mine', endpoint: 'eth0', ipNetworks: ['10.0.0.8/32'], interfaceName: 'np1' } });
-      // A pod of another node whose endpoint annotations do not parse: any
-      // list that receives it fails, so a node's list succeeds only if the
-      // API server filtered it out.
+      // A pod of another node whose endpoint annotations do not parse: a
+      // list that receives it names it, so a node's list that does not name
+      // it was filtered by the API server.
       addPod(plain, 'default', 'theirs', 'far');
       plain.put('/api/v1/namespaces/default/pods/theirs', {
         metadata: { name: 'theirs', annotations: { [WEP_ANNOTATIONS.containerID]: 'c2', [WEP_ANNOTATIONS.podIPs]: 'not-an-address' } },
         spec: { nodeName: 'far', containers: [{ name: 'c', image: 'x' }] },
       });
-      await expect(kds.list('WorkloadEndpoint')).rejects.toMatchObject({ kind: 'Invalid' });
-      expect((await kds.list('WorkloadEndpoint', { node: 'near' })).items.map((w) => w.metadata.name)).toEqual([name]);
+      const all = await kds.list('WorkloadEndpoint');
+      expect(all.items.map((w) => w.metadata.name)).toEqual([name]);
+      expect(all.invalid?.map((o) => o.where)).toEqual(['pod default/theirs (annotations cni.netplugin.org/*)']);
+      const near = await kds.list('WorkloadEndpoint', { node: 'near' });
+      expect(near.items.map((w) => w.metadata.name)).toEqual([name]);
+      expect(near.invalid).toBeUndefined();
     } finally {
       await kds.close();
       await plain.stop();

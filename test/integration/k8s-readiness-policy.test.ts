@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { statusFilePath, writePolicyStatus } from '../../src/k8s/policy-wait.js';
+import { endpointStatusKey, statusFilePath, writePolicyStatus } from '../../src/k8s/policy-wait.js';
 import { DatastoreError } from '../../src/errors.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
@@ -134,6 +134,8 @@ describe('readiness gates', () => {
 
 describe('policy-setup wait', () => {
   const wepName = (pod: string) => `${NODE}-k8s-${pod.replace(/-/g, '--')}-eth0`;
+  /** The status key of a pod's endpoint (the pods here are in namespace default). */
+  const statusKey = (pod: string) => endpointStatusKey('default', wepName(pod));
 
   /** Stands in for the node agent: once the endpoint exists and ~1 s has passed since `t0`, reports it programmed. */
   function agentReportsLater(pod: string, containerID: string, t0: number): { wrote: Promise<number>; stop: () => void } {
@@ -151,7 +153,7 @@ describe('policy-setup wait', () => {
       }
       const wait = t0 + 1000 - Date.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      await writePolicyStatus(wepName(pod), { statusDir, containerID });
+      await writePolicyStatus(statusKey(pod), { statusDir, containerID });
       return Date.now();
     })();
     wrote.catch(() => undefined);
@@ -171,12 +173,12 @@ describe('policy-setup wait', () => {
       const wroteAt = await agent.wrote;
       expect(finished, 'ADD returned before the status file was written').toBeGreaterThanOrEqual(wroteAt);
       expect(finished - t0, 'ADD waited for the timeout instead of the file').toBeLessThan((timeoutS * 1000) / 2);
-      expect(existsSync(statusFilePath(wepName(p.podName), statusDir))).toBe(true);
+      expect(existsSync(statusFilePath(statusKey(p.podName), statusDir))).toBe(true);
     } finally {
       agent.stop();
     }
     expectOk(await cni('DEL', conf, p.call));
-    expect(existsSync(statusFilePath(wepName(p.podName), statusDir)), 'DEL removes the status file').toBe(false);
+    expect(existsSync(statusFilePath(statusKey(p.podName), statusDir)), 'DEL removes the status file').toBe(false);
     await expectNothingLeft(c, PREFIX);
   });
 
@@ -196,7 +198,7 @@ describe('policy-setup wait', () => {
   it('a status file of another container (an earlier sandbox of the same pod) does not release the ADD', async () => {
     const p = newPod();
     // Left over from before this ADD: removed before the endpoint is written.
-    await writePolicyStatus(wepName(p.podName), { statusDir, containerID: 'an-older-sandbox' });
+    await writePolicyStatus(statusKey(p.podName), { statusDir, containerID: 'an-older-sandbox' });
     const conf = k8sNetconf(c, api, PREFIX, { policy_setup_timeout_seconds: 2, endpoint_status_dir: statusDir });
     const t0 = Date.now();
     // Written while the ADD waits, naming the wrong container: ignored.

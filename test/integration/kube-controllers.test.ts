@@ -3,10 +3,10 @@
 // start-up resync that removes stale ones), pod labels onto endpoints, node
 // labels and node deletion, IPAM GC, automatic host endpoints, leader election
 // with two replicas, and watches that break (API server, etcd) losing nothing.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { freePort, startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
@@ -15,6 +15,7 @@ import { type Datastore } from '../../src/datastore/types.js';
 import { DatastoreError } from '../../src/errors.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { createPool, workloadEndpoint } from '../support/builders.js';
+import { workloadEndpointName } from '../../src/model/names.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const BIN = join(root, 'dist/netplugin-kube-controllers.mjs');
@@ -144,6 +145,14 @@ async function endpoint(namespace: string, podName: string, node: string, contai
   });
   await ds.create(wep);
   return wep.metadata.name;
+}
+
+/** Stores `value` at the etcd key of an endpoint as another writer could (no validation); returns the undo. */
+function putRawEndpoint(namespace: string, name: string, value: string): () => void {
+  const key = `/netplugin/resources/v3/netplugin.org/workloadendpoints/${namespace}/${name}`;
+  const etcdctl = (...args: string[]) => execFileSync('etcdctl', ['--endpoints', etcd.endpoint, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+  etcdctl('put', key, value);
+  return () => etcdctl('del', key);
 }
 
 async function pool(name: string, cidr: string): Promise<void> {
@@ -303,6 +312,9 @@ describe('node controller', { timeout: 120_000 }, () => {
     const liveWep = await endpoint('gc', 'live', 'g1', 'net.live', live);
     // An endpoint of a vanished pod whose address is already free goes too.
     const orphanWep = await endpoint('gc', 'orphan', 'g1', 'net.orphan', '10.92.0.250');
+    // A malformed endpoint (a value another writer broke) is skipped: it must not stop the scans.
+    const unbreak = putRawEndpoint('gc', workloadEndpointName('g1', 'k8s', 'broken', 'eth0'), '{"apiVersion": "netplugin.org/v3", "kind": "WorkloadEndpoint", "spec": ');
+    onTestFinished(unbreak);
 
     const kc = await startKc(['--controllers', 'node']);
     await waitLeader(kc);
@@ -321,6 +333,9 @@ describe('node controller', { timeout: 120_000 }, () => {
     expect(await tryGet('WorkloadEndpoint', liveWep, 'gc')).toBeDefined();
     expect(await tryGet('WorkloadEndpoint', orphanWep, 'gc')).toBeUndefined();
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
+    // Counted on /metrics and logged, never an error that stops a controller.
+    expect((await http(kc, '/metrics')).body).toMatch(/^netplugin_datastore_invalid_objects\{kind="WorkloadEndpoint"\} 1$/m);
+    expect(kc.log()).toMatch(/malformed object.*WorkloadEndpoint gc\/g1-k8s-broken-eth0/);
   });
 
   it('automatic host endpoints follow autoCreate and node changes, without a restart', async () => {
@@ -380,6 +395,30 @@ describe('netpluginctl', { timeout: 120_000 }, () => {
     expect(after(vanished)).toMatch(/GC: allocated \d+s ago; released once it has looked leaked for leakGracePeriod 1h/);
     expect(after(plain)).toContain('GC: no Kubernetes attributes');
     expect(check.out).not.toContain(alive); // its pod exists (asked through KUBECONFIG)
+
+    // A malformed object is a finding of its own, named with where it is and why; describe shows it as stored.
+    const broken = workloadEndpointName('c1', 'k8s', 'alive', 'eth0');
+    const unbreak = putRawEndpoint('cli', broken, JSON.stringify({ apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata: { name: broken, namespace: 'cli' }, spec: { orchestrator: 'k8s', node: 'c1', containerID: 'calive', pod: 'alive', endpoint: 'eth0', ipNetworks: ['10.93.0.300/32'], interfaceName: 'npx' } }));
+    try {
+      const again = await ctl(['ipam', 'check']);
+      expect(again.code).toBe(1);
+      expect(again.out).toContain(`WorkloadEndpoint cli/${broken}  etcd key /netplugin/resources/v3/netplugin.org/workloadendpoints/cli/${broken}`);
+      expect(again.out).toMatch(/spec\.ipNetworks\.0: not an IPv4 or IPv6 address/);
+      expect(again.out).not.toContain(alive);
+      const json = JSON.parse((await ctl(['ipam', 'check', '--json'])).out) as { invalidObjects: unknown[] };
+      expect(json.invalidObjects).toEqual([expect.objectContaining({ kind: 'WorkloadEndpoint', name: broken, namespace: 'cli' })]);
+      const described = await ctl(['describe', 'workloadendpoint', broken, '-n', 'cli']);
+      expect(described.code).toBe(1);
+      expect(described.out).toContain('Status:           MALFORMED');
+      expect(described.out).toContain('10.93.0.300/32');
+      const listed = await ctl(['get', 'workloadendpoints', '-n', 'cli']);
+      expect(listed.err).toContain(`warning: WorkloadEndpoint cli/${broken} is malformed and not shown`);
+      const got = await ctl(['get', 'workloadendpoint', broken, '-n', 'cli']);
+      expect(got.code).not.toBe(0);
+      expect(got.err).toContain(`WorkloadEndpoint cli/${broken} is malformed`);
+    } finally {
+      unbreak();
+    }
 
     const refused = await ctl(['ipam', 'release', '--ip', alive]);
     expect(refused.code).toBe(1);
@@ -454,6 +493,20 @@ describe('availability', { timeout: 120_000 }, () => {
     expect(kc.log()).toContain('lost the lease; stopping all writes');
     // Renew deadline 2 s with a 3 s lease: gone well before another replica could take over.
     expect(Date.now() - stalledAt).toBeLessThan(20_000);
+  });
+
+  it('--log-format json logs one JSON object per line; a bad format is refused', async () => {
+    const kc = await startKc(['--log-format', 'json']);
+    await waitLeader(kc);
+    await kill(kc, 'SIGTERM');
+    const lines = kc.log().split('\n').filter(Boolean);
+    expect(lines.length).toBeGreaterThan(0);
+    for (const l of lines) expect(JSON.parse(l)).toMatchObject({ level: expect.any(String), msg: expect.any(String), component: 'netplugin-kube-controllers' });
+    const bad = await startKc(['--log-format', 'xml']);
+    await bad.exited;
+    expect(bad.proc.exitCode).toBe(2);
+    expect(bad.log()).toContain("--log-format 'xml' is not text or json");
+    procs.delete(bad);
   });
 
   it('rejects a bad controller list with a clear error', async () => {

@@ -10,7 +10,7 @@ import { createNetns, deleteNetns } from '../support/netns.js';
 import { startLockSquatter } from '../support/squatter.js';
 import { dirname } from 'node:path';
 import {
-  cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, k8sArgs, link, mapLimit, netconf, routes, sysctl, wepNames,
+  cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs, link, mapLimit, netconf, routes, sysctl, wepNames,
   type Cluster, useCluster,
 } from '../support/plugin-harness.js';
 
@@ -99,6 +99,46 @@ describe("finding 2: an old sandbox's DEL overlapping a new sandbox's ADD of the
     expect((await ipamState(c.ds)).handles).toEqual([]);
     await expectNothingLeft(c, PREFIX);
   }, 600_000);
+});
+
+describe("a foreign link holding the pod's host veth name", () => {
+  // Another program's link (a bridge; a veth that is not ours: another MAC)
+  // carries the name our host veth would get. It is not ours to delete, and
+  // the clash is on the host: the error must say so, not blame the pod.
+  for (const [what, make] of [
+    ['a bridge', (n: string) => execFileSync('ip', ['link', 'add', n, 'type', 'bridge'])],
+    ['a veth without our MAC', (n: string) => execFileSync('ip', ['link', 'add', n, 'address', '02:00:00:00:00:09', 'type', 'veth', 'peer', 'name', `${n.slice(0, 11)}peer`])],
+  ] as const) {
+    it(`${what}: ADD fails naming the host link, saying it is not ours and the fix, and leaves nothing behind`, async () => {
+      const podName = `foreign-${process.pid}`;
+      const hostIf = hostVethName(PREFIX, `shop.${podName}`);
+      make(hostIf);
+      onTestFinished(() => {
+        if (link(hostIf)) execFileSync('ip', ['link', 'del', hostIf]);
+      });
+      const before = link(hostIf)!;
+      const pod = createNetns('nhfl');
+      onTestFinished(() => deleteNetns(pod.name));
+      const call = { containerId: `fl-${process.pid}`, netns: pod.path, ifname: 'eth0', args: k8sArgs('shop', podName) };
+      const e = expectCniError(await cni('ADD', conf(), call), 101);
+      expect(e.msg).toContain(`host interface ${hostIf}`);
+      expect(e.msg).toContain('not created by netplugin');
+      expect(e.msg).toContain(`ip link del ${hostIf}`);
+      expect(e.msg).not.toContain("pod's namespace");
+      // The foreign link is untouched, the pod got nothing, the datastore holds nothing.
+      const after = link(hostIf);
+      expect([after?.address, after?.linkinfo?.info_kind]).toEqual([before.address, before.linkinfo?.info_kind]);
+      expect(link('eth0', pod.name)).toBeUndefined();
+      expect(await wepNames(c.ds)).toEqual([]);
+      expect(await ipamState(c.ds)).toEqual({ handles: [], allocations: [] });
+      expect(hostPoolRoutes(c.pools)).toEqual([]);
+      // Once it is out of the way, the same ADD works.
+      execFileSync('ip', ['link', 'del', hostIf]);
+      expectOk(await cni('ADD', conf(), call));
+      expectOk(await cni('DEL', conf(), call));
+      await expectNothingLeft(c, PREFIX);
+    });
+  }
 });
 
 describe('finding 8: DEL converges when local teardown fails unexpectedly', () => {

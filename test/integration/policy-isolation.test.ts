@@ -6,7 +6,7 @@
 // than `inet netplugin` are never changed.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, readFileSync } from 'node:fs';
-import { statusFilePath } from '../../src/k8s/policy-wait.js';
+import { endpointStatusKey, statusFilePath } from '../../src/k8s/policy-wait.js';
 import { workloadEndpointName } from '../../src/model/names.js';
 import { nftRun } from '../../src/native/nft.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
@@ -100,5 +100,6 @@ describe('pods are isolated until programmed', { timeout: 120_000 }, () => {
   });
 });
 
-const wepName = (_ns: string, podName: string) => workloadEndpointName('node1', 'k8s', podName, 'eth0');
+/** The status key of a pod's endpoint: its namespace and endpoint name. */
+const wepName = (ns: string, podName: string) => endpointStatusKey(ns, workloadEndpointName('node1', 'k8s', podName, 'eth0'));
 const withoutCounters = (listing: string) => listing.replace(/counter packets \d+ bytes \d+/g, 'counter');

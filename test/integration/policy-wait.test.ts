@@ -8,6 +8,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   clearPolicyStatus,
+  endpointStatusKey,
+  isStatusFileName,
   statusFileName,
   statusFilePath,
   waitForPolicyProgrammed,
@@ -94,6 +96,25 @@ describe('waitForPolicyProgrammed', () => {
     expect(ee.listenerCount(key)).toBe(0);
   });
 
+  it('the signal for another container of the endpoint does not release the wait', async () => {
+    const ee = new EventEmitter();
+    const signal: ProgrammedSignal = {
+      onProgrammed(k, cb) {
+        ee.on(k, cb);
+        return () => ee.off(k, cb);
+      },
+    };
+    const waiting = waitForPolicyProgrammed({ endpointKey: key, statusDir: root, timeoutMs: 30_000, containerId: 'new', signal });
+    let settled = false;
+    void waiting.then(() => (settled = true));
+    await new Promise((r) => setTimeout(r, 100));
+    ee.emit(key, 'old');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(settled).toBe(false);
+    ee.emit(key, 'new');
+    expect(await waiting).toMatchObject({ programmed: true, via: 'signal' });
+  });
+
   it('a zero timeout does not wait', async () => {
     expect(await waitForPolicyProgrammed({ endpointKey: key, statusDir: root, timeoutMs: 0 })).toEqual({ programmed: false, reason: 'disabled', waitedMs: 0 });
   });
@@ -103,6 +124,15 @@ describe('status file contract', () => {
   it('names are safe file names derived from the endpoint name', () => {
     expect(statusFileName('n1-k8s-web-eth0')).toBe('n1-k8s-web-eth0.json');
     expect(statusFileName('../etc/passwd')).toBe('%2E.%2Fetc%2Fpasswd.json');
+  });
+
+  it('the same endpoint name in two namespaces has two files; the earlier format (no namespace) is told apart', () => {
+    const a = statusFileName(endpointStatusKey('x', 'node1-k8s-web-eth0'));
+    const b = statusFileName(endpointStatusKey('y', 'node1-k8s-web-eth0'));
+    expect(a).toBe('x%2Fnode1-k8s-web-eth0.json');
+    expect(b).not.toBe(a);
+    expect([a, b].every(isStatusFileName)).toBe(true);
+    expect(isStatusFileName('node1-k8s-web-eth0.json')).toBe(false);
   });
 
   it('writePolicyStatus writes the documented JSON atomically and clearPolicyStatus removes it', async () => {

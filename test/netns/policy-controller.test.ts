@@ -2,15 +2,16 @@
 // real nftables (its own table in this test's namespace): the first resync
 // happens even when a kind lists nothing and lists last; a table changed behind
 // its back is repaired by a full resync; status files follow endpoints.
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import type { Resource } from '../../src/model/resources.js';
 import type { Datastore } from '../../src/datastore/types.js';
-import { startPolicyController, type PolicyController } from '../../src/agent/policy/controller.js';
-import { statusFilePath } from '../../src/k8s/policy-wait.js';
+import { startPolicyController, type InterfaceConflict, type PolicyController } from '../../src/agent/policy/controller.js';
+import { endpointStatusKey, statusFilePath } from '../../src/k8s/policy-wait.js';
+import { hostVethName } from '../../src/dataplane/names.js';
 import { namespaceToProfile } from '../../src/model/profiles.js';
 import { nftRun, nftRunAsync } from '../../src/native/nft.js';
 
@@ -66,32 +67,97 @@ describe('policy controller', () => {
   it('resyncs once every kind is listed, even an empty one listed last; repairs a table changed behind its back', async () => {
     const mem = new MemoryDatastore();
     await mem.create(namespaceToProfile({ metadata: { name: 'x' } }));
-    await mem.create(wep('node1-k8s-a-eth0', 'nptaaaa'));
+    // The interface the agent programs is the one it derives (namespace x, pod node1-k8s-a-eth0).
+    const ifname = hostVethName('npt', 'x.node1-k8s-a-eth0');
+    const key = endpointStatusKey('x', 'node1-k8s-a-eth0');
+    await mem.create(wep('node1-k8s-a-eth0', ifname));
     dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
     ctl = await startPolicyController({ ds: slowList(mem, 'GlobalNetworkPolicy', 300), nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft: (s) => nftRunAsync(s) });
     await within(ctl.synced, 15_000, 'the first resync');
-    expect(nftRun(`list table inet ${TABLE}`)).toContain('chain to-nptaaaa');
-    expect(existsSync(statusFilePath('node1-k8s-a-eth0', dir))).toBe(true);
+    expect(nftRun(`list table inet ${TABLE}`)).toContain(`chain to-${ifname}`);
+    expect(existsSync(statusFilePath(key, dir))).toBe(true);
 
     // Someone deletes the endpoint's chain map entry and chain by hand: the next incremental batch is
     // refused (it flushes a chain that is gone), and the controller resyncs the whole table.
-    nftRun(`delete element inet ${TABLE} to-wl { "nptaaaa" }\nflush chain inet ${TABLE} to-nptaaaa\ndelete chain inet ${TABLE} to-nptaaaa`);
+    nftRun(`delete element inet ${TABLE} to-wl { "${ifname}" }\nflush chain inet ${TABLE} to-${ifname}\ndelete chain inet ${TABLE} to-${ifname}`);
     await mem.create({ apiVersion: 'netplugin.org/v3', kind: 'NetworkPolicy', metadata: { name: 'deny', namespace: 'x' }, spec: { selector: 'all()', types: ['Ingress'] } });
     const deadline = Date.now() + 15_000;
     let listing = '';
     while (Date.now() < deadline) {
       listing = nftRun(`list table inet ${TABLE}`);
-      if (listing.includes('chain to-nptaaaa {') && listing.includes('chain to-nptaaaa-pol')) break;
+      if (listing.includes(`chain to-${ifname} {`) && listing.includes(`chain to-${ifname}-pol`)) break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    expect(listing).toContain('chain to-nptaaaa-pol');
-    expect(listing).toMatch(/"nptaaaa" : jump to-nptaaaa/);
+    expect(listing).toContain(`chain to-${ifname}-pol`);
+    expect(listing).toContain(`"${ifname}" : jump to-${ifname}`);
 
     // The endpoint goes away: its chains and its status file too.
     await mem.delete('WorkloadEndpoint', 'node1-k8s-a-eth0', { namespace: 'x' });
     const end2 = Date.now() + 15_000;
-    while (Date.now() < end2 && existsSync(statusFilePath('node1-k8s-a-eth0', dir))) await new Promise((r) => setTimeout(r, 100));
-    expect(existsSync(statusFilePath('node1-k8s-a-eth0', dir))).toBe(false);
-    expect(nftRun(`list table inet ${TABLE}`)).not.toContain('nptaaaa');
+    while (Date.now() < end2 && existsSync(statusFilePath(key, dir))) await new Promise((r) => setTimeout(r, 100));
+    expect(existsSync(statusFilePath(key, dir))).toBe(false);
+    expect(nftRun(`list table inet ${TABLE}`)).not.toContain(ifname);
+  });
+
+  it('an interface is programmed for one endpoint only: two that derive the same, the newer has it, the other is reported', async () => {
+    const mem = new MemoryDatastore();
+    await mem.create(namespaceToProfile({ metadata: { name: 'x' } }));
+    // One pod with two endpoints: both derive the host veth of x.p (the plugin keys it by pod).
+    const ifname = hostVethName('npt', 'x.p');
+    const older = wep('node1-k8s-p-eth0', ifname);
+    older.spec.pod = 'p';
+    older.metadata.creationTimestamp = '2026-01-01T00:00:00Z';
+    const newer = wep('node1-k8s-p-net1', ifname);
+    newer.spec = { ...newer.spec, pod: 'p', endpoint: 'net1', ipNetworks: ['10.66.0.2/32'] };
+    newer.metadata.creationTimestamp = '2026-01-01T00:00:05Z';
+    await mem.create(older);
+    await mem.create(newer);
+    const seen: InterfaceConflict[] = [];
+    dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
+    ctl = await startPolicyController({
+      ds: mem,
+      nodename: 'node1',
+      log: quiet,
+      base: { vethPrefixes: ['npt'], table: TABLE },
+      statusDir: dir,
+      nft: (s) => nftRunAsync(s),
+      onInterfaceConflict: (c) => seen.push(c),
+    });
+    await within(ctl.synced, 15_000, 'the first resync');
+    const listing = nftRun(`list table inet ${TABLE}`);
+    // The endpoint chain is the newer endpoint's (its drops name it), and only its status is reported.
+    expect(listing).toContain('node1-k8s-p-net1: no profile allowed');
+    expect(listing).not.toContain('node1-k8s-p-eth0');
+    expect(seen.map((c) => [c.kind, c.endpoint, c.derived ?? null])).toEqual([['shared', 'node1-k8s-p-eth0', null]]);
+    expect(existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-p-net1'), dir))).toBe(true);
+    expect(existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-p-eth0'), dir))).toBe(false);
+  });
+
+  it('same-named endpoints in two namespaces: each signal and status file is its own', async () => {
+    const mem = new MemoryDatastore();
+    for (const ns of ['x', 'y']) await mem.create(namespaceToProfile({ metadata: { name: ns } }));
+    dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
+    const base = { vethPrefixes: ['npt'], table: TABLE };
+    ctl = await startPolicyController({ ds: mem, nodename: 'node1', log: quiet, base, statusDir: dir, nft: (s) => nftRunAsync(s) });
+    await within(ctl.synced, 15_000, 'the first resync');
+    const name = 'node1-k8s-twin-eth0';
+    const reports = (n: number) => new Promise<void>((r) => {
+      const t = setInterval(() => got.length >= n && (clearInterval(t), r()), 20);
+    });
+    const got: Array<[string, string]> = [];
+    for (const ns of ['x', 'y']) ctl.signal.onProgrammed(endpointStatusKey(ns, name), (cid) => got.push([ns, cid]));
+    const inX = wep(name, hostVethName('npt', 'x.twin'));
+    inX.spec = { ...inX.spec, pod: 'twin', containerID: 'cx' };
+    await mem.create(inX);
+    await within(reports(1), 15_000, 'x programmed');
+    const inY = wep(name, hostVethName('npt', 'y.twin'));
+    inY.metadata.namespace = 'y';
+    inY.spec = { ...inY.spec, pod: 'twin', containerID: 'cy', ipNetworks: ['10.66.0.9/32'] };
+    await mem.create(inY);
+    await within(reports(2), 15_000, 'y programmed');
+    expect(got).toEqual([['x', 'cx'], ['y', 'cy']]);
+    for (const [ns, cid] of [['x', 'cx'], ['y', 'cy']] as const) {
+      expect(JSON.parse(readFileSync(statusFilePath(endpointStatusKey(ns, name), dir), 'utf8'))).toMatchObject({ containerID: cid });
+    }
   });
 });

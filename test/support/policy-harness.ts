@@ -48,6 +48,8 @@ export interface Pod {
   containerId: string;
   server?: ChildProcess;
   addWaitedMs?: number;
+  /** The ADD's stderr (its log). */
+  addLog?: string;
 }
 
 export type DatastoreMode = 'etcdv3' | 'kubernetes';
@@ -166,7 +168,7 @@ export async function addPod(env: PolicyEnv, ns: string, name: string, labels: R
   const r = await cni('ADD', env.conf, { containerId, netns: n.path, args: k8sArgs(ns, name) });
   expectOk(r);
   const ip = (JSON.parse(r.stdout).ips[0].address as string).split('/')[0]!;
-  const pod: Pod = { ns, name, id: `${ns}/${name}`, netns: n.name, netnsPath: n.path, ip, containerId, addWaitedMs: Date.now() - t0 };
+  const pod: Pod = { ns, name, id: `${ns}/${name}`, netns: n.name, netnsPath: n.path, ip, containerId, addWaitedMs: Date.now() - t0, addLog: r.stderr };
   env.pods.push(pod);
   if (serve) await startServer(pod);
   return pod;

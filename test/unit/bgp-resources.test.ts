@@ -64,16 +64,16 @@ describe('BGP kinds in netpluginctl', () => {
     ['node and nodeSelector together', 'BGPPeer', 'p', { node: 'a', nodeSelector: 'all()', peerIP: '192.0.2.1', asNumber: 1 }, /spec\.nodeSelector: node and nodeSelector are exclusive/],
     ['a bad selector', 'BGPPeer', 'p', { peerSelector: 'rack ==' }, /spec\.peerSelector: not a valid selector/],
     ['both password sources', 'BGPPeer', 'p', { peerIP: '192.0.2.1', asNumber: 1, password: { file: '/x', secretKeyRef: { name: 'a', key: 'b' } } }, /spec\.password: set exactly one/],
-    ['a relative password file', 'BGPPeer', 'p', { peerIP: '192.0.2.1', asNumber: 1, password: { file: 'pw' } }, /spec\.password\.file: expected an absolute path/],
+    ['a relative password file', 'BGPPeer', 'p', { peerIP: '192.0.2.1', asNumber: 1, password: { file: 'pw' } }, /spec\.password\.file: .*expected an absolute path/],
     ['a ttlSecurity of 0', 'BGPPeer', 'p', { peerIP: '192.0.2.1', asNumber: 1, ttlSecurity: 0 }, /spec\.ttlSecurity/],
     ['a bad maxRestartTime', 'BGPPeer', 'p', { peerIP: '192.0.2.1', asNumber: 1, maxRestartTime: 'soon' }, /spec\.maxRestartTime: expected a duration/],
     ['nodeToNodeMeshEnabled on a node configuration', 'BGPConfiguration', 'node.a', { nodeToNodeMeshEnabled: true }, /spec\.nodeToNodeMeshEnabled: is only valid on the "default" BGPConfiguration/],
     ['a configuration named neither default nor node.<name>', 'BGPConfiguration', 'rack1', {}, /metadata\.name: BGPConfiguration name "rack1" is invalid: use "default" or "node.<node name>"/],
     ['an AS number of 0', 'BGPConfiguration', 'default', { asNumber: 0 }, /spec\.asNumber/],
-    ['a service range with host bits', 'BGPConfiguration', 'default', { serviceClusterIPs: [{ cidr: '10.96.0.1/12' }] }, /spec\.serviceClusterIPs\.0\.cidr: expected a CIDR without host bits/],
-    ['an interface name with a quote', 'BGPConfiguration', 'default', { ignoredInterfaces: ['eth"0'] }, /spec\.ignoredInterfaces\.0: expected an interface name/],
+    ['a service range with host bits', 'BGPConfiguration', 'default', { serviceClusterIPs: [{ cidr: '10.96.0.1/12' }] }, /spec\.serviceClusterIPs(\.0|\[0\])\.cidr: .*expected a CIDR without host bits/],
+    ['an interface name with a quote', 'BGPConfiguration', 'default', { ignoredInterfaces: ['eth"0'] }, /spec\.ignoredInterfaces(\.0|\[0\]): .*expected an interface name/],
     ['a listen port of 70000', 'BGPConfiguration', 'default', { listenPort: 70000 }, /spec\.listenPort/],
-    ['a bad route reflector cluster ID', 'Node', 'n', { bgp: { routeReflectorClusterID: '1.2.3' } }, /spec\.bgp\.routeReflectorClusterID: expected a dotted quad/],
+    ['a bad route reflector cluster ID', 'Node', 'n', { bgp: { routeReflectorClusterID: '1.2.3' } }, /spec\.bgp\.routeReflectorClusterID: .*expected a dotted quad/],
   ];
   for (const [what, kind, name, spec, msg] of bad) {
     it(`refuses ${what}, naming the field`, async () => {

@@ -4,7 +4,7 @@
 // (`ip netplugin-nat`, `ip6 netplugin-nat`), replaced atomically as a whole on
 // every change (one libnftables transaction: never a moment without them);
 // nothing else in the ruleset is touched.
-import type { Logger } from '../../cni/types.js';
+import type { Logger } from '../../log/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { formatCidr } from '../../net/cidr.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';

@@ -11,15 +11,26 @@
 // reached; a table left by the previous agent run stays in force until the
 // first full resync replaces it atomically. Stop: the table stays (existing
 // pods keep their enforcement, new pods stay isolated).
-import type { Logger } from '../../cni/types.js';
+import type { Logger } from '../../log/types.js';
 import type { Kind, Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
-import { clearPolicyStatus, writePolicyStatus, type ProgrammedSignal } from '../../k8s/policy-wait.js';
+import { readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  clearPolicyStatus,
+  DEFAULT_STATUS_DIR,
+  endpointStatusKey,
+  isStatusFileName,
+  statusFileName,
+  writePolicyStatus,
+  type ProgrammedSignal,
+} from '../../k8s/policy-wait.js';
 import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
-import { endpointFromWep } from '../../model/policy-eval.js';
+import { endpointFromWep, endpointViews, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
 import { diffCommands, emptyState, fullScript, baseCommands, type BaseOptions } from './nft-script.js';
+import { flushConntrack } from '../../dataplane/conntrack.js';
 
 export interface PolicyControllerOptions {
   ds: Datastore;
@@ -32,6 +43,28 @@ export interface PolicyControllerOptions {
   nft?: (script: string) => Promise<string>;
   /** Collects changes for this long before compiling (default 5 ms): one batch per burst. */
   batchDelayMs?: number;
+  /**
+   * Deletes the host's conntrack entries of these addresses (default: flushConntrack), after a
+   * batch that changed the policy of the endpoints that have them (see affectedAddresses).
+   */
+  flushConntrack?: (addrs: string[]) => void;
+  /** Told once per local endpoint whose recorded host interface the agent does not take (again when that changes). */
+  onInterfaceConflict?: (c: InterfaceConflict) => void;
+}
+
+/** A local endpoint whose recorded `interfaceName` is not the host veth the agent derives for it. */
+export interface InterfaceConflict {
+  namespace: string;
+  /** The endpoint's name. */
+  endpoint: string;
+  /** The pod (Kubernetes endpoints). */
+  pod?: string;
+  recorded: string;
+  /** What the endpoint is programmed as; undefined when it is not programmed (`shared`). */
+  derived?: string;
+  /** `recorded`: the recorded name is not the derived one; `shared`: another endpoint that derives the same has it. */
+  kind: 'recorded' | 'shared';
+  message: string;
 }
 
 export interface ApplyStats {
@@ -39,6 +72,8 @@ export interface ApplyStats {
   commands: number;
   compileMs: number;
   applyMs: number;
+  /** Addresses whose conntrack entries were flushed after the batch (a policy change of their endpoints). */
+  flushedAddrs: number;
 }
 
 export interface PolicyController {
@@ -82,9 +117,14 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   let current: DesiredState | undefined; // undefined until the first full resync
   let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
   const appliedCbs: Array<(s: ApplyStats) => void> = [];
-  // Local endpoints reported programmed: key → containerID.
+  // Local endpoints reported programmed: endpointStatusKey → containerID@revision.
   const reported = new Map<string, string>();
-  const waiters = new Map<string, Set<() => void>>();
+  const waiters = new Map<string, Set<(containerID: string) => void>>();
+  // Interface conflicts reported: endpoint id → what was reported (reported again only when it changes).
+  const conflicts = new Map<string, string>();
+  // What the last batch saw, to find the endpoints whose policy a batch changed (conntrack).
+  let seen: Seen | undefined;
+  const flush = opts.flushConntrack ?? ((addrs: string[]) => flushConntrack(addrs, log));
   let resolveSynced!: () => void;
   const synced = new Promise<void>((r) => (resolveSynced = r));
   let timer: NodeJS.Timeout | undefined;
@@ -115,7 +155,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     for (const p of informers.get('NetworkPolicy')!.list() as Array<Resource<'NetworkPolicy'>>) policies.push({ kind: 'NetworkPolicy', name: p.metadata.name, namespace: p.metadata.namespace ?? 'default', spec: p.spec });
     for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>) policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
     const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
-    const endpoints = weps.map((w) => endpointFromWep(w, opts.nodename));
+    const { endpoints, local } = localEndpoints(weps);
     lastInputs = { policies, profiles, endpoints };
     const next = compiler.compile(lastInputs);
     const t1 = performance.now();
@@ -136,18 +176,91 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     }
     current = next;
     const t2 = performance.now();
-    await report(weps);
+    // Only now, with the new rules in force: an entry flushed earlier could be re-created under the old ones.
+    const was = seen;
+    seen = snapshot(weps, endpoints, policies, profiles, was);
+    const addrs = was ? affectedAddresses(was, seen) : [];
+    if (addrs.length) {
+      log.debug('policy: flushing the conntrack entries of endpoints whose policy changed', { addrs: addrs.length });
+      flush(addrs);
+    }
+    await report(local);
     if (full) {
       log.info('policy: table resynced', { policies: policies.length, endpoints: endpoints.length, commands, ms: Math.round(t2 - t0) });
+      if (!resynced) await sweepStatusFiles();
+      resynced = true;
       resolveSynced();
     }
-    const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1 };
+    const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1, flushedAddrs: addrs.length };
     for (const cb of appliedCbs) cb(st);
   };
 
-  const report = async (weps: Array<Resource<'WorkloadEndpoint'>>) => {
+  /**
+   * The compiler's endpoints: a local one gets the host veth the agent derives for it (never its
+   * recorded interfaceName: a pod annotation on the Kubernetes datastore, so its owner's to edit),
+   * and an interface is programmed for one endpoint only: when two derive the same (one pod with two
+   * endpoints, or a hash collision), one has it (preferred()) and the other is not programmed.
+   * Disagreements are reported. `local`: the programmed local endpoints by endpointStatusKey.
+   */
+  const localEndpoints = (weps: Array<Resource<'WorkloadEndpoint'>>) => {
+    const endpoints: EndpointInput[] = [];
+    const owner = new Map<string, { w: Resource<'WorkloadEndpoint'>; e: EndpointInput }>();
+    const found = new Map<string, InterfaceConflict>();
+    for (const w of weps) {
+      const e = endpointFromWep(w, opts.nodename, opts.base.vethPrefixes);
+      endpoints.push(e);
+      if (w.spec.node !== opts.nodename || !e.interfaceName) continue;
+      if (w.spec.interfaceName !== e.interfaceName) found.set(wepId(w), conflictOf(w, e.interfaceName, 'recorded'));
+      const other = owner.get(e.interfaceName);
+      if (other) {
+        const [win, lose] = preferred(w, other.w, e.interfaceName) ? [{ w, e }, other] : [other, { w, e }];
+        delete lose.e.interfaceName;
+        found.set(wepId(lose.w), conflictOf(lose.w, undefined, 'shared', win.w));
+        owner.set(win.e.interfaceName!, win);
+      } else owner.set(e.interfaceName, { w, e });
+    }
+    for (const [id, c] of found) {
+      const sig = `${c.kind}\0${c.recorded}\0${c.derived ?? ''}`;
+      if (conflicts.get(id) === sig) continue;
+      conflicts.set(id, sig);
+      log.warn(`policy: ${c.message}`, {
+        endpoint: `${c.namespace}/${c.endpoint}`,
+        recorded: c.recorded,
+        programmedAs: c.derived ?? null,
+      });
+      opts.onInterfaceConflict?.(c);
+    }
+    for (const id of [...conflicts.keys()]) if (!found.has(id)) conflicts.delete(id);
     const local = new Map<string, Resource<'WorkloadEndpoint'>>();
-    for (const w of weps) if (w.spec.node === opts.nodename && w.spec.interfaceName) local.set(w.metadata.name, w);
+    for (const { w } of owner.values()) {
+      local.set(endpointStatusKey(w.metadata.namespace ?? 'default', w.metadata.name), w);
+    }
+    return { endpoints, local };
+  };
+
+  /**
+   * After the first resync: status files no current endpoint has (an earlier agent's, or of the
+   * name format before the namespace was in it).
+   */
+  let resynced = false;
+  const sweepStatusFiles = async () => {
+    const dir = opts.statusDir ?? DEFAULT_STATUS_DIR;
+    const keep = new Set([...reported.keys()].map(statusFileName));
+    let files: string[];
+    try {
+      files = await readdir(dir);
+    } catch {
+      return; // no directory yet: nothing to sweep
+    }
+    const stale = files.filter((f) => f.endsWith('.json') && !f.startsWith('.') && !keep.has(f));
+    await Promise.all(stale.map((f) => rm(join(dir, f), { force: true }).catch(() => undefined)));
+    if (stale.length === 0) return;
+    const oldFormat = stale.filter((f) => !isStatusFileName(f)).length;
+    const msg = 'policy: removed endpoint status files of endpoints gone or of an earlier format';
+    log.info(msg, { count: stale.length, oldFormat });
+  };
+
+  const report = async (local: Map<string, Resource<'WorkloadEndpoint'>>) => {
     const jobs: Array<() => Promise<void>> = [];
     for (const [key, w] of local) {
       // Keyed by revision too: a re-ADD of the same container cleared the file and rewrote the endpoint.
@@ -156,7 +269,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       reported.set(key, stamp);
       jobs.push(async () => {
         await writePolicyStatus(key, { ...(opts.statusDir ? { statusDir: opts.statusDir } : {}), containerID: w.spec.containerID });
-        for (const cb of waiters.get(key) ?? []) cb();
+        for (const cb of waiters.get(key) ?? []) cb(w.spec.containerID);
       });
     }
     for (const key of [...reported.keys()]) {
@@ -204,4 +317,140 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       await queue.stop();
     },
   };
+}
+
+/** An endpoint's identity: its name is unique only within its namespace. */
+function wepId(w: Resource<'WorkloadEndpoint'>): string {
+  return `${w.metadata.namespace ?? 'default'}/${w.metadata.name}`;
+}
+
+/**
+ * Whether `a` rather than `b` has interface `ifname` that both derive: the one that records it (the
+ * other's record disagrees: another network's veth, or forged), else the newer: created later; in
+ * the same second, the greater identity (all agents agree).
+ */
+function preferred(a: Resource<'WorkloadEndpoint'>, b: Resource<'WorkloadEndpoint'>, ifname: string): boolean {
+  const ha = a.spec.interfaceName === ifname;
+  if (ha !== (b.spec.interfaceName === ifname)) return ha;
+  const ta = a.metadata.creationTimestamp ?? '';
+  const tb = b.metadata.creationTimestamp ?? '';
+  return ta !== tb ? ta > tb : wepId(a) > wepId(b);
+}
+
+function conflictOf(
+  w: Resource<'WorkloadEndpoint'>,
+  derived: string | undefined,
+  kind: InterfaceConflict['kind'],
+  winner?: Resource<'WorkloadEndpoint'>,
+): InterfaceConflict {
+  const namespace = w.metadata.namespace ?? 'default';
+  const who = w.spec.pod ? `pod ${namespace}/${w.spec.pod}` : `endpoint ${namespace}/${w.metadata.name}`;
+  // The recorded name is the pod owner's text: quoted, bounded.
+  const recorded = JSON.stringify(w.spec.interfaceName.slice(0, 64));
+  const message =
+    kind === 'recorded'
+      ? `${who} records host interface ${recorded}, which is not the one this node made for it ` +
+        `(${derived}, derived from its namespace and pod); the recorded name is ignored and its policy is ` +
+        'programmed on its own interface (on the Kubernetes datastore: remove or correct the annotation ' +
+        'cni.netplugin.org/interfaceName)'
+      : `${who} derives the host interface of ${winner ? wepId(winner) : 'another endpoint'}, which records ` +
+        'it or is newer and keeps it; this endpoint is not programmed (its traffic stays dropped)';
+  return {
+    namespace,
+    endpoint: w.metadata.name,
+    ...(w.spec.pod ? { pod: w.spec.pod } : {}),
+    recorded: w.spec.interfaceName,
+    ...(derived ? { derived } : {}),
+    kind,
+    message,
+  };
+}
+
+/** What one batch saw: the objects (by identity: the informers keep an unchanged object) and the endpoints' views. */
+interface Seen {
+  weps: Map<string, Resource<'WorkloadEndpoint'>>;
+  policies: Map<string, PolicyInput>;
+  profiles: Map<string, ProfileInput>;
+  views: Map<string, { view: EndpointView; sig: string }>;
+  /** Endpoints programmed on this node (they have an interface). */
+  local: Set<string>;
+}
+
+function snapshot(
+  weps: Array<Resource<'WorkloadEndpoint'>>,
+  endpoints: EndpointInput[],
+  policies: PolicyInput[],
+  profiles: Map<string, ProfileInput>,
+  was: Seen | undefined,
+): Seen {
+  const now: Seen = { weps: new Map(), policies: new Map(), profiles, views: new Map(), local: new Set() };
+  for (const p of policies) now.policies.set(`${p.kind}/${policyId(p)}`, p);
+  // A profile change can change any endpoint's labels (namespace labels, labelsToApply): all views anew.
+  const reuse = was !== undefined && !changedKeys(was.profiles, profiles).length;
+  const fresh: EndpointInput[] = [];
+  const freshIds: string[] = [];
+  weps.forEach((w, i) => {
+    const id = wepId(w);
+    now.weps.set(id, w);
+    if (endpoints[i]!.interfaceName) now.local.add(id);
+    const old = reuse && was.weps.get(id) === w ? was.views.get(id) : undefined;
+    if (old) now.views.set(id, old);
+    else {
+      fresh.push(endpoints[i]!);
+      freshIds.push(id);
+    }
+  });
+  endpointViews(fresh, profiles).forEach((v, i) => {
+    const sig = JSON.stringify([v.allLabels, v.nsLabels, v.addrs, v.ports, v.profiles]);
+    now.views.set(freshIds[i]!, { view: v, sig });
+  });
+  return now;
+}
+
+/** Keys whose value is not the same object in both maps (added, removed or replaced). */
+function changedKeys<T extends { spec: unknown }>(a: Map<string, T>, b: Map<string, T>): string[] {
+  const out: string[] = [];
+  for (const [k, v] of a) {
+    const w = b.get(k)?.spec;
+    // A relist after a watch failure brings equal objects anew: compared by content then.
+    if (w !== v.spec && (w === undefined || JSON.stringify(w) !== JSON.stringify(v.spec))) out.push(k);
+  }
+  for (const k of b.keys()) if (!a.has(k)) out.push(k);
+  return out;
+}
+
+/**
+ * The addresses whose conntrack entries go after a batch: the established connections of the
+ * endpoints whose policy the batch changed, so that a flow the new policy denies is cut at once
+ * (the base chains accept established traffic before any policy). Flushed, not filtered: a flow
+ * the new policy still allows is picked up again as new by its next packet (TCP too, with
+ * nf_conntrack_tcp_loose, the default) and accepted by the rules. Changed are:
+ * - an endpoint (on any node) whose labels, namespace labels, addresses, ports or profiles
+ *   changed: its own policy, and its membership in the selections of other endpoints' rules;
+ * - a local endpoint selected by a policy that was added, removed or changed (old or new version);
+ * - a local endpoint naming a profile that was added, removed or changed.
+ * A new endpoint has no connection yet (dropped until programmed); a deleted one's are flushed by DEL.
+ */
+function affectedAddresses(was: Seen, now: Seen): string[] {
+  const out = new Set<string>();
+  const take = (v: EndpointView | undefined) => v?.addrs.forEach((a) => out.add(a));
+  for (const [id, n] of now.views) {
+    const o = was.views.get(id);
+    if (!o || o === n || o.sig === n.sig) continue;
+    take(o.view);
+    take(n.view);
+  }
+  const profiles = new Set(changedKeys(was.profiles, now.profiles));
+  const policies = changedKeys(was.policies, now.policies)
+    .map((k) => [was.policies.get(k), now.policies.get(k)] as const);
+  if (profiles.size === 0 && policies.length === 0) return [...out];
+  for (const id of now.local) {
+    const n = now.views.get(id)!.view;
+    const o = was.views.get(id)?.view;
+    if (!o) continue;
+    const selects = ([op, np]: (typeof policies)[number]) =>
+      (np !== undefined && policySelects(np, n)) || (op !== undefined && policySelects(op, o));
+    if (n.profiles.some((p) => profiles.has(p)) || policies.some(selects)) take(n);
+  }
+  return [...out];
 }

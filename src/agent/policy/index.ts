@@ -1,6 +1,6 @@
 // Entry of the policy controller for netplugin-node: started from the node's
 // CNI config (--config) when its netconf says `policy: {type: "k8s"}`.
-import type { Logger } from '../../cni/types.js';
+import type { Logger } from '../../log/types.js';
 import type { PolicyController } from './controller.js';
 import type { DatastoreSource } from '../../plugins/main/runtime.js';
 import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
@@ -22,7 +22,14 @@ export async function startPolicyAgent(
   raw: Record<string, unknown>,
   log: Logger,
   datastores: DatastoreSource,
-  opts: { retryMs?: number; onApplied?: (s: import('./controller.js').ApplyStats) => void } = {},
+  opts: {
+    retryMs?: number;
+    onApplied?: (s: import('./controller.js').ApplyStats) => void;
+    /** Also told of every interface conflict (the agent's metric); the log and the pod's Event are done here. */
+    onInterfaceConflict?: (c: import('./controller.js').InterfaceConflict) => void;
+    /** Warning Events on pods (default true; the agent's --pod-events). */
+    podEvents?: boolean;
+  } = {},
 ): Promise<PolicyAgent | undefined> {
   const { parseNetconf } = await import('../../config/index.js');
   let conf: ReturnType<typeof parseNetconf>;
@@ -56,7 +63,18 @@ export async function startPolicyAgent(
       try {
         const ds = await datastores.datastore(conf);
         const nodename = resolveNodename(conf);
-        controller = await startPolicyController({ ds, nodename, log, base, ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}) });
+        const events = await podEventsFor(ds, nodename);
+        controller = await startPolicyController({
+          ds,
+          nodename,
+          log,
+          base,
+          ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}),
+          onInterfaceConflict: (c) => {
+            opts.onInterfaceConflict?.(c);
+            if (c.pod) events?.warn(c.namespace, c.pod, 'NetpluginInterfaceMismatch', c.message);
+          },
+        });
         if (opts.onApplied) controller.onApplied(opts.onApplied);
         log.info('policy: controller started', { nodename });
         if (stopped) await controller.stop();
@@ -67,6 +85,23 @@ export async function startPolicyAgent(
       }
     }
   };
+  // On the Kubernetes datastore the pod is the endpoint: its Events go through the API access the datastore uses.
+  let eventClient: import('../../k8s/client.js').KubeClient | undefined;
+  let podEvents: import('../pod-events.js').PodEvents | undefined;
+  const podEventsFor = async (ds: import('../../datastore/types.js').Datastore, node: string) => {
+    if (opts.podEvents === false || ds.type !== 'kubernetes') return undefined;
+    if (podEvents) return podEvents; // a retry of the start
+    try {
+      const { createKubeClient } = await import('../../k8s/client.js');
+      eventClient = await createKubeClient({ ...conf.kubernetes });
+    } catch (e) {
+      const error = (e as Error).message;
+      log.warn('policy: no Kubernetes API access for pod Events; interface conflicts are only logged', { error });
+      return undefined;
+    }
+    const { createPodEvents } = await import('../pod-events.js');
+    return (podEvents = createPodEvents({ client: eventClient, node, log }));
+  };
   void start();
   return {
     controller: () => controller,
@@ -75,6 +110,7 @@ export async function startPolicyAgent(
       stopped = true;
       clearTimeout(timer);
       await controller?.stop();
+      eventClient?.close();
     },
   };
 }

@@ -3,7 +3,7 @@
 // Only differences are written, so a route that is already right is never
 // touched (an agent restart drops no traffic), and only what is ours is
 // removed: routes with our protocol, entries on devices we created.
-import type { Logger } from '../../cni/types.js';
+import type { Logger } from '../../log/types.js';
 import { NetlinkError, RouteType, type Netlink, type RouteInfo } from '../../native/index.js';
 import { parseCidr, type Cidr, type Family } from '../../net/cidr.js';
 import { IPIP_DEVICE, OVERHEAD, ROUTE_PROTOCOL, VXLAN_DEVICE, VXLAN_PORT, VXLAN_VNI, type Desired, type DesiredRoute } from './desired.js';

@@ -4,7 +4,7 @@
 // address changes, and writes the pod MTU file the plugin reads.
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import type { Logger } from '../../cni/types.js';
+import type { Logger } from '../../log/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { createIpam } from '../../ipam/index.js';
 import type { Netlink } from '../../native/index.js';

@@ -10,6 +10,7 @@ import type { Datastore } from '../../datastore/types.js';
 import { createIpam, type Ipam } from '../../ipam/index.js';
 import { formatIP, tryParseIP } from '../../net/cidr.js';
 import type { PluginRuntime } from '../main/runtime.js';
+import { nodeIpamLock } from '../node-lock.js';
 import { handleIDFor, parseHandleID } from '../../ipam/handle.js';
 
 type Ctx = CniContext<Netconf, PluginRuntime>;
@@ -32,7 +33,7 @@ async function withIpam<T>(ctx: Ctx, fn: (ipam: Ipam, ds: Datastore) => Promise<
   // The runtime's shared IPAM state (what one of the agent's instances learns
   // of full blocks, the others use) and its lock-takeover hook.
   const { shared, onLockTakeover } = ctx.runtime.ipam;
-  return fn(createIpam(ds, { lock: { file: ctx.conf.ipam_lock_file, env: ctx.env }, log: ctx.log, shared, onLockTakeover }), ds);
+  return fn(createIpam(ds, { lock: nodeIpamLock(ctx, onLockTakeover), log: ctx.log, shared }), ds);
 }
 
 function requestedIPs(ctx: Ctx): string[] {

@@ -5,7 +5,7 @@
 import type { CniResult, CniIPConfig, CniRoute } from '../../cni/types.js';
 import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, ErrorCodes } from '../../errors.js';
-import { GATEWAY_V4 } from '../../dataplane/workload.js';
+import { GATEWAY_V4, HostLinkInUseError } from '../../dataplane/workload.js';
 import { linkLocalFromMac } from '../../dataplane/names.js';
 import { needsPodLookup, readWorkloadContext } from '../../k8s/workload.js';
 import { poolsFromResources } from '../../k8s/annotations.js';
@@ -71,7 +71,8 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   try {
     const sdir = statusDir(conf);
     const policyWait = conf.policy_setup_timeout_seconds ? await import('../../k8s/policy-wait.js') : undefined;
-    if (policyWait) await policyWait.clearPolicyStatus(wl.endpointName, sdir);
+    const statusKey = policyWait?.endpointStatusKey(wl.namespace, wl.endpointName);
+    if (policyWait) await policyWait.clearPolicyStatus(statusKey!, sdir);
     // The container MAC is chosen here rather than by the kernel, so the
     // endpoint (which records it) can be written before or while the veth is
     // created. A repeated ADD (same container and ifname) rebuilds the pair
@@ -156,7 +157,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
     if (policyWait) {
       const policySignal = runtime.policySignal();
       const r = await policyWait.waitForPolicyProgrammed({
-        endpointKey: wep.metadata.name,
+        endpointKey: statusKey!,
         ...(sdir ? { statusDir: sdir } : {}),
         timeoutMs: conf.policy_setup_timeout_seconds! * 1000,
         containerId: ctx.containerId,
@@ -205,6 +206,8 @@ function madeOk(p: Promise<unknown>): Promise<boolean> {
  * terms (CNI_NETNS, CNI_IFNAME) rather than as a bare errno.
  */
 function explainVethFailure(e: unknown, netns: string, ifname: string): unknown {
+  // The dataplane's own message names the host link, says it is not ours and the fix.
+  if (e instanceof HostLinkInUseError) return new CniError(ErrorCodes.DataplaneFailure, e.message);
   const nl = e as { op?: unknown; code?: unknown } | null;
   if (!nl || typeof nl.op !== 'string' || typeof nl.code !== 'string') return e;
   if (nl.op === 'openNetns' && nl.code === 'ENOENT') {
@@ -214,7 +217,8 @@ function explainVethFailure(e: unknown, netns: string, ifname: string): unknown 
     return new CniError(ErrorCodes.InvalidEnvironment, `CNI_NETNS ${netns} is not a network namespace (${nl.code}); pass /var/run/netns/<name> or /proc/<pid>/ns/net`);
   }
   if (nl.op === 'RTM_NEWLINK' && nl.code === 'EEXIST') {
-    // The host end was checked and a stale one removed just before, so the clash is inside the pod.
+    // The host end was checked just before (a stale veth of ours removed, a
+    // foreign link reported as HostLinkInUseError), so the clash is inside the pod.
     return new CniError(ErrorCodes.DataplaneFailure, `interface ${ifname} already exists in the pod's namespace ${netns} (EEXIST); CNI_IFNAME must name an interface the pod does not have yet`);
   }
   return e;

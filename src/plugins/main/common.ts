@@ -2,11 +2,11 @@
 // datastore/IPAM/Kubernetes handles for this invocation.
 import { resolveNodename } from '../../config/nodename.js';
 import type { Netconf } from '../../config/index.js';
-import type { CniArgs, CniContext, Logger } from '../../cni/types.js';
+import type { CniArgs, CniContext } from '../../cni/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
-import { hostVethName } from '../../dataplane/names.js';
+import { hostVethKey, hostVethName } from '../../dataplane/names.js';
 import { handleIDFor } from '../../ipam/handle.js';
 import { workloadEndpointName } from '../../model/names.js';
 import type { PluginRuntime } from './runtime.js';
@@ -46,7 +46,10 @@ export function identify(conf: Netconf, c: { containerId: string; ifname: string
     namespace: pod?.namespace ?? 'default',
     ...(pod ? { pod } : {}),
     handleID: handleIDFor(conf.name, c.containerId),
-    hostIfname: hostVethName(prefix, pod ? `${pod.namespace}.${pod.name}` : c.containerId),
+    hostIfname: hostVethName(
+      prefix,
+      hostVethKey({ orchestrator, namespace: pod?.namespace, pod: pod?.name, containerID: c.containerId }),
+    ),
     endpointName: workloadEndpointName(node, orchestrator, workload, c.ifname),
   };
 }
@@ -84,19 +87,18 @@ export async function checkClusterReady(ds: Datastore): Promise<void> {
 export type PluginContext = CniContext<Netconf, PluginRuntime>;
 
 /**
- * This invocation's IPAM: the node's lock (src/ipam/lock.ts hostLockPath), the
- * runtime's shared IPAM state and lock-takeover hook and, for assignments and
- * releases, its batching.
+ * This invocation's IPAM: the node's lock (src/plugins/node-lock.ts, with the
+ * runtime's lock-takeover hook), the runtime's shared IPAM state and, for
+ * assignments and releases, its batching.
  */
 export async function ipamFor(ctx: Pick<PluginContext, 'conf' | 'env' | 'log' | 'runtime'>, ds: Datastore, use: 'assign' | 'read' = 'read'): Promise<Ipam> {
-  const { createIpam } = await import('../../ipam/index.js');
-  return createIpam(ds, { log: ctx.log, lock: { file: ctx.conf.ipam_lock_file, env: ctx.env }, shared: ctx.runtime.ipam.shared, onLockTakeover: ctx.runtime.ipam.onLockTakeover, ...(use === 'assign' && ctx.runtime.ipam.batch ? { batch: true } : {}) });
+  const [{ createIpam }, { nodeIpamLock }] = await Promise.all([import('../../ipam/index.js'), import('../node-lock.js')]);
+  const lock = nodeIpamLock(ctx, ctx.runtime.ipam.onLockTakeover);
+  const batch = use === 'assign' && ctx.runtime.ipam.batch;
+  return createIpam(ds, { log: ctx.log, lock, shared: ctx.runtime.ipam.shared, ...(batch ? { batch: true } : {}) });
 }
 
 export function statusDir(conf: Netconf): string | undefined {
   return conf.endpoint_status_dir;
 }
 
-export function noteLog(log: Logger, msg: string, fields?: Record<string, unknown>): void {
-  log.info(msg, fields);
-}

@@ -82,8 +82,8 @@ export async function del(ctx: PluginContext): Promise<void> {
   }
   if (newerOwner) log.info('not deleting the workload endpoint: it belongs to a newer container of this pod', { owner: newerOwner });
   if (conf.policy_setup_timeout_seconds && !newerOwner) {
-    const { clearPolicyStatus } = await import('../../k8s/policy-wait.js');
-    await clearPolicyStatus(wl.endpointName, statusDir(conf)).catch(() => undefined);
+    const { clearPolicyStatus, endpointStatusKey } = await import('../../k8s/policy-wait.js');
+    await clearPolicyStatus(endpointStatusKey(wl.namespace, wl.endpointName), statusDir(conf)).catch(() => undefined);
   }
 
   // The pod is gone from the dataplane: its connections' conntrack entries go

@@ -10,7 +10,7 @@
 import { validAttachments } from '../../cni/dispatch.js';
 import { isNetpluginIpam } from '../../config/index.js';
 import { DatastoreError } from '../../errors.js';
-import { hostVethName } from '../../dataplane/names.js';
+import { hostVethKey, hostVethName } from '../../dataplane/names.js';
 import { parseHandleID } from '../../ipam/handle.js';
 import { DEFAULT_VETH_PREFIX, HOST_MAC, identify, ipamFor, type PluginContext } from './common.js';
 
@@ -53,7 +53,7 @@ export async function gc(ctx: PluginContext): Promise<void> {
     // The host veth name is derived again from the endpoint's identity (as ADD
     // derived it), never taken from spec.interfaceName.
     const ns = w.metadata.namespace;
-    const key = w.spec.orchestrator === 'k8s' && w.spec.pod && ns ? `${ns}.${w.spec.pod}` : w.spec.containerID;
+    const key = hostVethKey({ ...w.spec, namespace: ns });
     await dp.teardown({ ifname: w.spec.endpoint, hostIfname: hostVethName(prefix, key), hostMac: HOST_MAC });
     await ds.delete('WorkloadEndpoint', w.metadata.name, { ...(ns ? { namespace: ns } : {}), ...(w.metadata.resourceVersion ? { revision: w.metadata.resourceVersion } : {}) }).catch((e) => {
       if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;

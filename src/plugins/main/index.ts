@@ -18,8 +18,8 @@ import { gc } from './gc.js';
  */
 async function oneAtATime<T>(ctx: PluginContext, fn: (ctx: PluginContext) => Promise<T>): Promise<T> {
   const { hostIfname } = identify(ctx.conf, ctx);
-  const { withHostLock, hostLockPath } = await import('../../ipam/lock.js');
-  return withHostLock(hostLockPath(ctx.conf.ipam_lock_file, ctx.env), () => fn(ctx), { key: `veth:${hostIfname}` });
+  const { withVethLock } = await import('../node-lock.js');
+  return withVethLock(ctx, hostIfname, () => fn(ctx));
 }
 
 export const handlers: CniHandlers<Netconf, PluginRuntime> = {

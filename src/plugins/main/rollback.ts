@@ -1,7 +1,7 @@
 // An ADD is a sequence of steps; each pushes its undo here. On failure the
 // stack unwinds in reverse so a failed ADD leaves nothing behind (CNI spec:
 // a plugin must not leave resources behind after an ADD error).
-import type { Logger } from '../../cni/types.js';
+import type { Logger } from '../../log/types.js';
 import { toCniError } from '../../cni/errors.js';
 import { CniError } from '../../errors.js';
 

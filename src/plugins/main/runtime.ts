@@ -66,7 +66,7 @@ export interface PluginRuntime {
    * block writes (Ipam `batch`); a per-exec run has one request and leaves it off.
    * `shared`: the batch queues and the blocks last seen full, one per runtime
    * (src/ipam/shared.ts), given to every Ipam this runtime's handlers create.
-   * `onLockTakeover`: given to them too (Ipam `onLockTakeover`).
+   * `onLockTakeover`: given to the node IPAM lock they take (src/plugins/node-lock.ts).
    */
   readonly ipam: { readonly batch: boolean; readonly shared: IpamShared; readonly observer?: IpamObserver; readonly onLockTakeover?: () => void };
   /** Closes every datastore, API client and pod cache (shutdown, tests). */
