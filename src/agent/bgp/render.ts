@@ -23,6 +23,7 @@ import { bgpConfigurationNode, bgpPeerProblems, DEFAULT_AS_NUMBER, DEFAULT_BGP_P
 import type { BGPConfigurationSpec, BGPLogSeverity, BGPPeerSpec, IPPoolSpec, NodeSpec, Resource } from '../../model/resources.js';
 import { addressOf, containsCidr, containsIP, formatCidr, formatIP, tryParseCidr, tryParseIP, type Cidr, type Family, type IP } from '../../net/cidr.js';
 import { parseSelector } from '../../selector/index.js';
+import { birdRoutesPool } from '../routes/desired.js';
 
 export type PeerType = 'node-to-node mesh' | 'global' | 'node specific';
 
@@ -183,7 +184,7 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
       continue;
     }
     if (p.spec.disabled || (p.spec.vxlanMode !== undefined && p.spec.vxlanMode !== 'Never')) continue;
-    const ipip = cidr.family === 4 && (p.spec.ipipMode === 'Always' || p.spec.ipipMode === 'CrossSubnet');
+    const ipip = !birdRoutesPool(p.spec, cidr.family);
     const blockSize = int(p.spec.blockSize, 0, 128) ?? (cidr.family === 4 ? 26 : 122);
     pools.push({ cidr, ipip, blockSize });
   }
