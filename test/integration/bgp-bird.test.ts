@@ -14,6 +14,21 @@ import { BirdSupervisor } from '../../src/agent/bgp/supervisor.js';
 import { renderBirdConfig, type BirdInput } from '../../src/agent/bgp/render.js';
 import { parseCidr } from '../../src/net/cidr.js';
 import type { Logger } from '../../src/log/types.js';
+import { runCtl } from '../../src/ctl/index.js';
+
+async function ctl(argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  let out = '';
+  let err = '';
+  const code = await runCtl(argv, {
+    env: {},
+    stdout: (s) => (out += s),
+    stderr: (s) => (err += s),
+    openDatastore: async () => {
+      throw new Error('node status needs no datastore');
+    },
+  });
+  return { code, out, err };
+}
 
 const logs: string[] = [];
 const log: Logger = {
@@ -99,6 +114,22 @@ describe('BIRD supervised by the agent, node-to-node mesh', () => {
     await until('b\'s block at a', () => birdRoutes('a').includes(`10.244.2.0/26 via ${IP.b} dev eth0`));
   });
 
+  it('netpluginctl node status shows the Established peer, as a table and as JSON', async () => {
+    await until('b\'s session Established', () => sup.b!.status().established === 1);
+    const t = await ctl(['node', 'status', '--bird-run-dir', join(tmp, 'b')]);
+    expect(t.err).toBe('');
+    expect(t.code).toBe(0);
+    expect(t.out).toMatch(/^BIRD is running \(version 2\.\d+\.\d+\)/);
+    expect(t.out).toMatch(/\| PEER ADDRESS \| PEER TYPE +\| STATE \| SINCE +\| INFO +\|/);
+    expect(t.out).toMatch(new RegExp(`\\| ${IP.a.replace(/\./g, '\\.')} +\\| node-to-node mesh \\| up +\\| \\d{4}-\\d\\d-\\d\\d [\\d:]+ \\| Established`));
+    expect(t.out).toContain('No IPv6 peers found.');
+    const j = await ctl(['node', 'status', '--bird-run-dir', join(tmp, 'b'), '-o', 'json']);
+    expect(JSON.parse(j.out)).toMatchObject({ bgp: 'enabled', bird: { running: true }, peers: [{ peerAddress: IP.a, peerType: 'node-to-node mesh', established: true }] });
+    const off = await ctl(['node', 'status', '--bird-run-dir', join(tmp, 'nowhere')]);
+    expect(off.code).toBe(1);
+    expect(off.err).toMatch(/BGP is not enabled on this node: no BIRD configuration in .*nowhere/);
+  });
+
   it('applies a new block with birdc configure: same BIRD process, session stays up', async () => {
     const pid = sup.a!.status().pid;
     expect(await sup.a!.apply(renderBirdConfig(input('a', ['10.244.1.0/26', '10.244.1.64/26'])))).toEqual({ ok: true });
@@ -125,5 +156,13 @@ describe('BIRD supervised by the agent, node-to-node mesh', () => {
     expect(sup.a!.status().restarts).toBe(1);
     await until('the session back', () => sup.a!.status().established === 1);
     expect(birdRoutes('b')).toContain('10.244.1.0/26');
+  });
+
+  it('node status says clearly when BIRD is not running', async () => {
+    await sup.b!.stop();
+    const r = await ctl(['node', 'status', '--bird-run-dir', join(tmp, 'b')]);
+    expect(r.code).toBe(1);
+    expect(r.err).toMatch(/BIRD is not running on this node \(birdc show protocols: .*\); the agent restarts it/);
+    expect(r.err).not.toMatch(/\n\s+at /);
   });
 });
