@@ -197,6 +197,10 @@ async function main(): Promise<void> {
       usageError(`--max-concurrent '${values['max-concurrent']}' is not a positive integer`);
     }
   }
+  // Checked before the CNI server starts, as every other flag.
+  const bgpFlag = values.bgp ?? 'off';
+  if (bgpFlag !== 'on' && bgpFlag !== 'off') usageError(`--bgp '${bgpFlag}' is not on or off`);
+  if (bgpFlag === 'on' && (!values.config || values['no-routes'])) usageError('--bgp on needs --config (the datastore) and routes (no --no-routes)');
   const v6 = values['ipv6-forwarding'] ?? 'auto';
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
@@ -293,12 +297,9 @@ async function main(): Promise<void> {
     const found = findNetpluginConf(values['cni-conf-dir']);
     if (found) void warmDatastore(found, runtime, log);
   }
-  const bgpFlag = values.bgp ?? 'off';
-  if (bgpFlag !== 'on' && bgpFlag !== 'off') usageError(`--bgp '${bgpFlag}' is not on or off`);
   let bgp: import('../agent/bgp/index.js').BgpController | undefined;
   let bgpOpts: { birdPath: string; runDir: string; onStarted: (c: import('../agent/bgp/index.js').BgpController) => void } | undefined;
   if (bgpFlag === 'on') {
-    if (!values.config || values['no-routes']) usageError('--bgp on needs --config (the datastore) and routes (no --no-routes)');
     const { checkRunDir } = await import('../agent/bgp/render.js');
     const { DEFAULT_BIRD_PATH, DEFAULT_BIRD_RUN_DIR } = await import('../agent/bgp/supervisor.js');
     const runDir = values['bird-run-dir'] ?? DEFAULT_BIRD_RUN_DIR;
