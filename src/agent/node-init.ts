@@ -89,36 +89,26 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
       throw new Error(`--config ${opts.configPath}: ${(e as Error).message}`);
     }
     const mode = opts.ipv6Forwarding ?? 'auto';
-    // The addon loads lazily; a missing build shows here as a logged error, not a dead agent.
-    let native: typeof import('../native/index.js') | undefined;
-    if (!opts.sysctlSet || !opts.sysctlGet) {
-      try {
-        native = await import('../native/index.js');
-      } catch (e) {
-        log.error('the native addon did not load', { error: (e as Error).message });
-      }
-    }
     const confWantsV6 = isNetpluginIpam(conf.ipam) && conf.ipam.assign_ipv6 === 'true';
     let v6Done = false;
-    const enableV6 = (why: string) => {
+    const enableV6 = async (why: string) => {
       if (v6Done) return;
       v6Done = true;
       try {
-        const nl = opts.sysctlSet && opts.sysctlGet ? undefined : native!.netlink();
-        const set = opts.sysctlSet ?? ((k: string, v: string) => nl!.sysctlSet(k, v));
-        const get = opts.sysctlGet ?? ((k: string) => nl!.sysctlGet(k));
-        if (get('net.ipv6.conf.all.forwarding') === '1') {
+        // The addon loads lazily; a missing build shows here as a logged error, not a dead agent.
+        const { applySysctls, nodeSysctls } = await import('../dataplane/sysctl.js');
+        const io = opts.sysctlSet && opts.sysctlGet ? { get: opts.sysctlGet, set: opts.sysctlSet } : nodeSysctls();
+        if (!applySysctls({ 'net.ipv6.conf.all.forwarding': '1' }, io).length) {
           log.info('IPv6 forwarding already on', { why });
           return;
         }
-        set('net.ipv6.conf.all.forwarding', '1');
         log.info('IPv6 forwarding turned on (net.ipv6.conf.all.forwarding=1)', { why });
       } catch (e) {
         log.error('cannot turn on IPv6 forwarding; IPv6 pods will not be reachable from other hosts', { error: (e as Error).message });
       }
     };
-    if (mode === 'on') enableV6('--ipv6-forwarding=on');
-    else if (mode === 'auto' && confWantsV6) enableV6(`ipam.assign_ipv6 is "true" in ${opts.configPath}`);
+    if (mode === 'on') await enableV6('--ipv6-forwarding=on');
+    else if (mode === 'auto' && confWantsV6) await enableV6(`ipam.assign_ipv6 is "true" in ${opts.configPath}`);
     else if (mode === 'off') log.info('IPv6 forwarding left as it is (--ipv6-forwarding=off)');
 
     const { initDatastore } = await import('../ctl/datastore-init.js');
@@ -130,7 +120,7 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
         log.info('datastore initialised', { action: r.action, datastoreReady: r.clusterInformation.spec.datastoreReady });
         if (mode === 'auto' && !v6Done) {
           const v6Pool = (await ds.list('IPPool')).items.find((p) => p.spec.cidr.includes(':') && !p.spec.disabled);
-          if (v6Pool) enableV6(`IPPool ${v6Pool.metadata.name} (${v6Pool.spec.cidr}) is IPv6`);
+          if (v6Pool) await enableV6(`IPPool ${v6Pool.metadata.name} (${v6Pool.spec.cidr}) is IPv6`);
           else log.info('IPv6 forwarding left as it is: no IPv6 in the config and no enabled IPv6 IPPool');
         }
         log.info('node ready', { config: opts.configPath });

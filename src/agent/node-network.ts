@@ -46,15 +46,16 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       }
     }
     const ds = await o.datastores.datastore(conf);
-    const { netlink } = await import('../native/index.js');
-    const nl = netlink();
+    // Loaded here: only an agent with the pod network on pays for the addon.
+    const { openNodeRouting } = await import('../dataplane/routing.js');
+    const kernel = openNodeRouting(o.log);
     const { startRoutesController } = await import('./routes/index.js');
     const { startNatController } = await import('./nat/index.js');
     const nat = startNatController({ ds, log: o.log });
     const routes = startRoutesController({
       ds,
       node,
-      nl,
+      kernel,
       log: o.log,
       autodetect,
       ...(o.nodeIP !== undefined ? { ipv4: o.nodeIP } : {}),
@@ -63,12 +64,12 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       ...(o.onRoutesApplied ? { onApplied: o.onRoutesApplied } : {}),
       bgp: o.bgp !== undefined,
     });
-    stops.push(() => routes.stop(), () => nat.stop(), () => nl.close());
+    stops.push(() => routes.stop(), () => nat.stop(), () => kernel.close());
     if (o.bgp) {
       const { startBgpController } = await import('./bgp/index.js');
-      const bgp = startBgpController({ ds, node, nl, log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir });
+      const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir });
       o.bgp.onStarted(bgp);
-      // Before nl.close (the controller reads connected subnets through it).
+      // Before kernel.close (the controller reads connected subnets through it).
       stops.unshift(() => void bgp.stop());
     }
     if (stopped) for (const s of stops.splice(0)) s();

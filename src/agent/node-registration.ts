@@ -13,8 +13,8 @@ import { API_VERSION } from '../model/resources.js';
 import { casRetry } from '../datastore/cas.js';
 import { containsIP, parseCidr, tryParseIP, type Family } from '../net/cidr.js';
 import { TUNNEL_HANDLES, type Ipam } from '../ipam/index.js';
-import type { AddrInfo, LinkInfo } from '../native/index.js';
-import { IPIP_DEVICE, VXLAN_DEVICE, addrOf, poolViews } from './routes/desired.js';
+import { IPIP_DEVICE, VXLAN_DEVICE, type AddrInfo, type LinkInfo } from '../dataplane/routing.js';
+import { addrOf, poolViews } from './routes/desired.js';
 
 /** Calico's IP_AUTODETECTION_METHOD forms. */
 export type AutodetectMethod = { kind: 'first-found' } | { kind: 'interface'; re: RegExp } | { kind: 'can-reach'; dest: string } | { kind: 'cidr'; cidrs: string[] };

@@ -376,7 +376,7 @@ function warnNoPeerCred(log: Logger, why: string): void {
 async function loadPeerCred(log: Logger): Promise<PeerCredFn | null> {
   let why = 'the native addon has no peerCred()';
   try {
-    const mod = (await import('../native/index.js')) as { peerCred?: PeerCredFn };
+    const mod = (await import('../dataplane/syscalls.js')) as { peerCred?: PeerCredFn };
     if (typeof mod.peerCred === 'function') return mod.peerCred;
   } catch (e) {
     why = `the native addon did not load: ${(e as Error).message}`;

@@ -27,7 +27,8 @@ import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubec
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
   try {
-    (await import('../native/index.js')).netlink().sysctlSet('net.ipv6.conf.all.forwarding', '1');
+    const { applySysctls } = await import('../dataplane/sysctl.js');
+    applySysctls({ 'net.ipv6.conf.all.forwarding': '1' });
     log.info('IPv6 forwarding turned on (net.ipv6.conf.all.forwarding=1)', { why: '--ipv6-forwarding=on' });
   } catch (e) {
     log.error('cannot turn on IPv6 forwarding', { error: (e as Error).message });

@@ -27,7 +27,7 @@ import {
   writeSync,
 } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { addonInstance } from '../native/index.js';
+import { flockTry, flockWait } from '../dataplane/syscalls.js';
 import { HostLockError } from './errors.js';
 import { describeHolder, lockHolder } from './holder.js';
 
@@ -172,15 +172,14 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
   const deadline = Date.now() + timeoutMs;
   secureDir(dirname(path));
   const file = opts.key === undefined ? path : keyFile(path, opts.key);
-  const addon = addonInstance();
   let waitedFrom: number | undefined;
   for (;;) {
     const fd = openLockFile(file);
     try {
-      if (!addon.flockTry(fd)) {
+      if (!flockTry(fd)) {
         waitedFrom ??= Date.now();
         const left = Math.max(0, deadline - Date.now());
-        if (!(await addon.flockWait(fd, left, file))) {
+        if (!(await flockWait(fd, left, file))) {
           const holder = describeHolder(lockHolder(fd));
           const what = opts.key === undefined ? '' : ` (${opts.key})`;
           const msg = `timed out after ${timeoutMs} ms waiting for the host lock ${path}${what}; ` +

@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createNetns, deleteNetns, inNetns, netlinkIn } from '../support/netns.js';
+import { createNetns, deleteNetns, inNetns } from '../support/netns.js';
+import { parseCidr } from '../../src/net/cidr.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { startBgpController, type BgpController } from '../../src/agent/bgp/index.js';
 import { blockName } from '../../src/model/names.js';
@@ -23,7 +24,6 @@ const tmp = mkdtempSync(join(tmpdir(), 'bgp-ctl-'));
 const ns = { a: '', b: '' };
 const IP = { a: '10.202.0.1', b: '10.202.0.2' };
 const ds = new MemoryDatastore();
-const handles: Array<{ close(): void }> = [];
 const ctl: Partial<Record<'a' | 'b', BgpController>> = {};
 
 const res = <K extends 'Node' | 'IPPool' | 'IPAMBlock' | 'BGPConfiguration' | 'BGPPeer'>(kind: K, name: string, spec: Resource<K>['spec']): Resource<K> =>
@@ -58,13 +58,12 @@ beforeAll(async () => {
     writeFileSync(join(bin, 'bird'), `#!/bin/sh\nexec ip netns exec ${ns[n]} /usr/sbin/bird "$@"\n`);
     writeFileSync(join(bin, 'birdc'), '#!/bin/sh\nexec /usr/sbin/birdc "$@"\n');
     for (const f of ['bird', 'birdc']) chmodSync(join(bin, f), 0o755);
-    ctl[n] = startBgpController({ ds, node: n, nl: netlinkIn(`/var/run/netns/${ns[n]}`, handles), log, birdPath: join(bin, 'bird'), runDir: join(tmp, `run-${n}`) });
+    ctl[n] = startBgpController({ ds, node: n, subnets: () => [parseCidr('10.202.0.0/24')], log, birdPath: join(bin, 'bird'), runDir: join(tmp, `run-${n}`) });
   }
 });
 
 afterAll(async () => {
   for (const c of Object.values(ctl)) await c?.stop();
-  for (const h of handles) h.close();
   for (const n of Object.values(ns)) if (n) deleteNetns(n);
   rmSync(tmp, { recursive: true, force: true });
 });

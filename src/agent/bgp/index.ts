@@ -5,17 +5,16 @@ import { readFileSync } from 'node:fs';
 import type { Datastore } from '../../datastore/types.js';
 import type { Logger } from '../../log/types.js';
 import type { Kind, Resource } from '../../model/resources.js';
-import type { Netlink } from '../../native/index.js';
-import { containsIP, tryParseCidr, tryParseIP, addressOf } from '../../net/cidr.js';
+import { addressOf, containsIP, tryParseCidr, tryParseIP, type Cidr } from '../../net/cidr.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
-import { connectedSubnets } from '../routes/apply.js';
 import { renderBirdConfig } from './render.js';
 import { BirdSupervisor, type BirdStatus } from './supervisor.js';
 
 export interface BgpOptions {
   ds: Datastore;
   node: string;
-  nl: Netlink;
+  /** This node's directly connected subnets, read at each render (direct vs multihop peers). */
+  subnets: () => Cidr[];
   log: Logger;
   birdPath: string;
   runDir: string;
@@ -95,7 +94,7 @@ export function startBgpController(o: BgpOptions): BgpController {
       blocks: mine.map((b) => b.spec.cidr),
       borrowed: borrowedOrExtra,
       extraAddresses: floating,
-      subnets: connectedSubnets(o.nl),
+      subnets: o.subnets(),
       passwords,
       runDir: o.runDir,
     });

@@ -3,10 +3,12 @@
 // masqueraded to the node's address. The rules live in our own tables
 // (`ip netplugin-nat`, `ip6 netplugin-nat`), replaced atomically as a whole on
 // every change (one libnftables transaction: never a moment without them);
-// nothing else in the ruleset is touched.
+// nothing else in the ruleset is touched. natScript computes the tables (pure);
+// dataplane/nft/table.ts runs the script when it changed.
 import type { Logger } from '../../log/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { formatCidr } from '../../net/cidr.js';
+import { ownedTables } from '../../dataplane/nft/table.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
 
@@ -52,7 +54,8 @@ export interface NatController {
 
 export function startNatController(o: { ds: Datastore; log: Logger; run?: (script: string) => void }): NatController {
   const { ds, log } = o;
-  let last = '';
+  // Loaded by the first script that runs: only an agent with the pod network on pays for the binding.
+  const tables = ownedTables(o.run);
   let timer: NodeJS.Timeout | undefined;
   let reported = false;
   let stopped = false;
@@ -61,13 +64,8 @@ export function startNatController(o: { ds: Datastore; log: Logger; run?: (scrip
       pools: poolViews(pools.list()),
       nodeIPs: nodes.list().flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
     };
-    const script = natScript(input);
-    if (script === last) return;
     try {
-      // Loaded here: only an agent with the pod network on pays for the binding.
-      if (o.run) o.run(script);
-      else (await import('../../native/nft.js')).nftRun(script);
-      last = script;
+      if (!(await tables.apply(natScript(input)))) return;
       reported = false;
       log.info('natOutgoing rules updated', { natPools: input.pools.filter((p) => p.spec.natOutgoing && !p.spec.disabled).map((p) => p.name) });
     } catch (e) {

@@ -59,7 +59,7 @@ export interface PolicyControllerOptions {
   base: BaseOptions;
   /** endpoint_status_dir (default /var/run/netplugin/endpoint-status). */
   statusDir?: string;
-  /** Runs an nft script as one transaction (default: the addon's libnftables binding). */
+  /** Runs an nft script as one transaction (default: dataplane/nft/run.ts, libnftables in the addon). */
   nft?: (script: string) => Promise<string>;
   /** Collects changes for this long before compiling (default 5 ms): one batch per burst. */
   batchDelayMs?: number;
@@ -123,7 +123,7 @@ export interface PolicyController {
 const WATCHED: Kind[] = ['WorkloadEndpoint', 'NetworkPolicy', 'GlobalNetworkPolicy', 'Profile'];
 
 async function defaultNft(): Promise<(script: string) => Promise<string>> {
-  const { nftRunAsync } = await import('../../native/nft.js');
+  const { nftRunAsync } = await import('../../dataplane/nft/run.js');
   return (s) => nftRunAsync(s);
 }
 

@@ -41,13 +41,13 @@ export async function startPolicyAgent(
     return undefined; // node-init reports an unusable --config and exits
   }
   if (conf.policy?.type !== 'k8s') return undefined;
-  const { nftAvailable } = await import('../../native/nft.js');
+  const { nftAvailable } = await import('../../dataplane/nft/run.js');
   const avail = nftAvailable();
   if (avail !== true) throw new Error(`policy.type is "k8s" but ${avail}`);
   const { DEFAULT_VETH_PREFIX } = await import('../../plugins/main/common.js');
   const { resolveNodename } = await import('../../config/nodename.js');
   const { startPolicyController, ensureBaseTable } = await import('./controller.js');
-  const { nftRunAsync } = await import('../../native/nft.js');
+  const { nftRunAsync } = await import('../../dataplane/nft/run.js');
   // NETPLUGIN_POLICY_TABLE: another table name, only where several agents share a network namespace (tests).
   const { policyTable, DEFAULT_POLICY_TABLE } = await import('../../dataplane/nft/programmed.js');
   const named = policyTable();

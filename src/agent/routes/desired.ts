@@ -13,16 +13,8 @@
 // Per block affine to this node: a blackhole route, so an unused address of
 // our own block never leaves through the default route.
 import type { EncapMode, IPPoolSpec, NodeSpec } from '../../model/resources.js';
+import { IPIP_DEVICE, OVERHEAD, VXLAN_DEVICE, type RoutingState } from '../../dataplane/routing.js';
 import { addressOf, containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../net/cidr.js';
-
-export const VXLAN_DEVICE: Record<Family, string> = { 4: 'vxlan.netplugin', 6: 'vx6.netplugin' };
-export const IPIP_DEVICE = 'tunl.netplugin';
-export const VXLAN_VNI = 4096;
-export const VXLAN_PORT = 4789;
-/** Encapsulation overhead on the underlay MTU: outer IP + UDP + VXLAN + inner Ethernet. */
-export const OVERHEAD = { vxlan4: 50, vxlan6: 70, ipip: 20 } as const;
-/** RTPROT number our routes carry: reconciling lists and removes only these. */
-export const ROUTE_PROTOCOL = 80;
 
 export interface PoolView {
   name: string;
@@ -45,23 +37,8 @@ export interface ClusterView {
   bgp?: boolean;
 }
 
-export interface DesiredRoute {
-  family: Family;
-  dst: string;
-  type: 'unicast' | 'blackhole';
-  gateway?: string;
-  dev?: string;
-  onlink?: boolean;
-}
-
-export interface Desired {
-  routes: DesiredRoute[];
-  /** Per tunnel device: permanent neighbours (tunnel address -> VTEP MAC). */
-  neighbours: Map<string, Array<{ dst: string; lladdr: string }>>;
-  /** Per VXLAN device: FDB entries (VTEP MAC -> remote node IP). */
-  fdb: Map<string, Array<{ lladdr: string; dst: string }>>;
-  /** Devices the routes need (a pool uses the mode). */
-  devices: { vxlan4: boolean; vxlan6: boolean; ipip: boolean };
+/** The routing state dataplane/routing.ts applies, and what the controller itself uses of the result. */
+export interface Desired extends RoutingState {
   /** Largest encapsulation overhead of the enabled pools (0 with Never/Never only). */
   overhead: number;
   warnings: string[];

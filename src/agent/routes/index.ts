@@ -1,15 +1,15 @@
 // The node's route controller: watches pools, blocks and nodes, computes the
-// routing state (desired.ts) and applies the difference (apply.ts); registers
-// the node's addresses and tunnel addresses first, re-registers when the node
-// address changes, and writes the pod MTU file the plugin reads.
+// routing state (desired.ts, pure) and hands it to the node's routing in
+// dataplane/routing.ts, which applies the difference; registers the node's
+// addresses and tunnel addresses first, re-registers when the node address
+// changes, and writes the pod MTU file the plugin reads.
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Logger } from '../../log/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { createIpam } from '../../ipam/index.js';
-import type { Netlink } from '../../native/index.js';
 import { ensureTunnelAddresses, registerNode, type AutodetectMethod } from '../node-registration.js';
-import { KernelState, connectedSubnets, underlayMtu, type LocalTunnel } from './apply.js';
+import type { LocalTunnel, NodeRouting } from '../../dataplane/routing.js';
 import { addrOf, computeDesired, poolViews, type Desired } from './desired.js';
 import type { Kind, Resource } from '../../model/resources.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
@@ -20,7 +20,8 @@ const VETH_DEFAULT_MTU = 1500;
 export interface RoutesOptions {
   ds: Datastore;
   node: string;
-  nl: Netlink;
+  /** The node's routing in the kernel (dataplane/routing.ts): the controller hands it the desired state. */
+  kernel: NodeRouting;
   log: Logger;
   ipv4?: string;
   ipv6?: string;
@@ -44,10 +45,9 @@ export interface RoutesController {
 }
 
 export function startRoutesController(o: RoutesOptions): RoutesController {
-  const { ds, node, nl, log } = o;
+  const { ds, node, kernel, log } = o;
   // Tunnel addresses: the route controller is no plugin process, so no host lock; the datastore's compare-and-swap keeps them consistent.
   const ipam = createIpam(ds, { lock: 'none', log });
-  const kernel = new KernelState(nl, log);
   let stopped = false;
   let debounce: NodeJS.Timeout | undefined;
   let markReady!: () => void;
@@ -106,7 +106,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       blocks: blocks.list().map((b) => ({ cidr: b.spec.cidr, node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined })),
       bgp: o.bgp === true,
     };
-    const desired = computeDesired(view, connectedSubnets(nl));
+    const desired = computeDesired(view, kernel.connectedSubnets());
     const mine = view.nodes.get(node);
     const missing =
       (desired.devices.vxlan4 && !mine?.vxlanTunnelAddress) || (desired.devices.vxlan6 && !mine?.vxlanTunnelAddressV6) || (desired.devices.ipip && !mine?.ipv4IPIPTunnelAddr);
@@ -123,7 +123,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     const me = view.nodes.get(node) ?? {};
     const v4 = addrOf(me.ipv4Address);
     const v6 = addrOf(me.ipv6Address);
-    const mtu = underlayMtu(nl, v4 ?? v6) ?? 1500;
+    const mtu = kernel.underlayMtu(v4 ?? v6) ?? 1500;
     const t = (local: string | undefined, address: string | undefined, mac?: string): LocalTunnel | undefined =>
       local && address ? { local, address: addrOf(address)!, ...(mac ? { mac } : {}) } : undefined;
     const tunnels = {
@@ -145,7 +145,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
   const register = async (): Promise<void> => {
     for (let attempt = 1; !stopped; attempt++) {
       try {
-        await registerNode({ ds, node, nl, log, autodetect: o.autodetect, ...(o.ipv4 !== undefined ? { ipv4: o.ipv4 } : {}), ...(o.ipv6 !== undefined ? { ipv6: o.ipv6 } : {}) });
+        await registerNode({ ds, node, nl: kernel, log, autodetect: o.autodetect, ...(o.ipv4 !== undefined ? { ipv4: o.ipv4 } : {}), ...(o.ipv6 !== undefined ? { ipv6: o.ipv6 } : {}) });
         return;
       } catch (e) {
         log.warn('cannot register the node yet; retrying', { attempt, error: (e as Error).message });
@@ -157,7 +157,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     schedule();
     // Node IP changes (DHCP, a moved interface) are picked up and propagate through the Node resource.
     redetect = setInterval(() => {
-      void registerNode({ ds, node, nl, log, autodetect: o.autodetect, ...(o.ipv4 !== undefined ? { ipv4: o.ipv4 } : {}), ...(o.ipv6 !== undefined ? { ipv6: o.ipv6 } : {}) }).catch((e: Error) =>
+      void registerNode({ ds, node, nl: kernel, log, autodetect: o.autodetect, ...(o.ipv4 !== undefined ? { ipv4: o.ipv4 } : {}), ...(o.ipv6 !== undefined ? { ipv6: o.ipv6 } : {}) }).catch((e: Error) =>
         log.warn('node re-registration failed', { error: e.message }),
       );
     }, o.redetectMs ?? 30_000);

@@ -1,12 +1,45 @@
-// Applies a Desired state to the kernel: tunnel devices, our routes (tagged
-// with ROUTE_PROTOCOL), permanent neighbours and FDB entries of our devices.
-// Only differences are written, so a route that is already right is never
-// touched (an agent restart drops no traffic), and only what is ours is
-// removed: routes with our protocol, entries on devices we created.
-import type { Logger } from '../../log/types.js';
-import { NetlinkError, RouteType, type Netlink, type RouteInfo } from '../../native/index.js';
-import { parseCidr, type Cidr, type Family } from '../../net/cidr.js';
-import { IPIP_DEVICE, OVERHEAD, ROUTE_PROTOCOL, VXLAN_DEVICE, VXLAN_PORT, VXLAN_VNI, type Desired, type DesiredRoute } from './desired.js';
+// The node's routing in the kernel: tunnel devices (VXLAN, IPIP), our routes
+// (tagged with ROUTE_PROTOCOL), permanent neighbours and FDB entries of our
+// devices. The agent's route controller computes a RoutingState (pure) and
+// hands it to apply(); only differences are written, so a route that is already
+// right is never touched (an agent restart drops no traffic), and only what is
+// ours is removed: routes with our protocol, entries on devices we created.
+import type { Logger } from '../log/types.js';
+import {
+  NetlinkError, RouteType, netlink, type AddrInfo, type LinkInfo, type Netlink, type RouteInfo,
+} from '../native/index.js';
+import { parseCidr, type Cidr, type Family } from '../net/cidr.js';
+
+export type { AddrInfo, LinkInfo };
+
+export const VXLAN_DEVICE: Record<Family, string> = { 4: 'vxlan.netplugin', 6: 'vx6.netplugin' };
+export const IPIP_DEVICE = 'tunl.netplugin';
+export const VXLAN_VNI = 4096;
+export const VXLAN_PORT = 4789;
+/** Encapsulation overhead on the underlay MTU: outer IP + UDP + VXLAN + inner Ethernet. */
+export const OVERHEAD = { vxlan4: 50, vxlan6: 70, ipip: 20 } as const;
+/** RTPROT number our routes carry: reconciling lists and removes only these. */
+export const ROUTE_PROTOCOL = 80;
+
+export interface DesiredRoute {
+  family: Family;
+  dst: string;
+  type: 'unicast' | 'blackhole';
+  gateway?: string;
+  dev?: string;
+  onlink?: boolean;
+}
+
+/** What the node's routing should be: the part of the route controller's result the kernel holds. */
+export interface RoutingState {
+  routes: DesiredRoute[];
+  /** Per tunnel device: permanent neighbours (tunnel address -> VTEP MAC). */
+  neighbours: Map<string, Array<{ dst: string; lladdr: string }>>;
+  /** Per VXLAN device: FDB entries (VTEP MAC -> remote node IP). */
+  fdb: Map<string, Array<{ lladdr: string; dst: string }>>;
+  /** Devices the routes need (a pool uses the mode). */
+  devices: { vxlan4: boolean; vxlan6: boolean; ipip: boolean };
+}
 
 const RTNH_F_ONLINK = 4;
 const OUR_DEVICES = new Set([VXLAN_DEVICE[4], VXLAN_DEVICE[6], IPIP_DEVICE]);
@@ -20,7 +53,7 @@ export interface LocalTunnel {
 }
 
 export interface ApplyInput {
-  desired: Desired;
+  desired: RoutingState;
   /** Present when this node has what the device needs (tunnel address, node IP). */
   tunnels: { vxlan4?: LocalTunnel; vxlan6?: LocalTunnel; ipip?: LocalTunnel };
   underlayMtu: number;
@@ -32,31 +65,12 @@ export interface ApplyStats {
   errors: string[];
 }
 
-/** The node's directly connected subnets, our own devices excluded. */
-export function connectedSubnets(nl: Netlink): Cidr[] {
-  const names = new Map(nl.linkList().map((l) => [l.index, l.name]));
-  const out: Cidr[] = [];
-  for (const a of nl.addrList()) {
-    if (a.scope !== 0) continue;
-    if (OUR_DEVICES.has(names.get(a.index) ?? '')) continue;
-    if (a.prefixLen === (a.family === 4 ? 32 : 128)) continue;
-    try {
-      out.push(parseCidr(`${a.address}/${a.prefixLen}`, { strict: false }));
-    } catch {
-      /* not ours to judge */
-    }
-  }
-  return out;
+/** The node's routing, on a netlink socket of its own (the addon loads here, on first use). */
+export function openNodeRouting(log: Logger): NodeRouting {
+  return new NodeRouting(netlink(), log);
 }
 
-/** MTU of the link holding `ip` (the node address), or undefined. */
-export function underlayMtu(nl: Netlink, ip: string | undefined): number | undefined {
-  if (!ip) return undefined;
-  const a = nl.addrList().find((x) => x.address === ip);
-  return a ? nl.linkGet(a.index).mtu : undefined;
-}
-
-export class KernelState {
+export class NodeRouting {
   /** The VTEP source address each VXLAN device was created with by this process. */
   private readonly createdWith = new Map<string, string>();
   /** Reported once per device, not every reconcile. */
@@ -66,6 +80,43 @@ export class KernelState {
     private readonly nl: Netlink,
     private readonly log: Logger,
   ) {}
+
+  /** The node's addresses (node registration's autodetection reads them). */
+  addrList(opts?: { family?: 4 | 6 }): AddrInfo[] {
+    return this.nl.addrList(opts);
+  }
+
+  linkList(): LinkInfo[] {
+    return this.nl.linkList();
+  }
+
+  /** The node's directly connected subnets, our own devices excluded. */
+  connectedSubnets(): Cidr[] {
+    const names = new Map(this.nl.linkList().map((l) => [l.index, l.name]));
+    const out: Cidr[] = [];
+    for (const a of this.nl.addrList()) {
+      if (a.scope !== 0) continue;
+      if (OUR_DEVICES.has(names.get(a.index) ?? '')) continue;
+      if (a.prefixLen === (a.family === 4 ? 32 : 128)) continue;
+      try {
+        out.push(parseCidr(`${a.address}/${a.prefixLen}`, { strict: false }));
+      } catch {
+        /* not ours to judge */
+      }
+    }
+    return out;
+  }
+
+  /** MTU of the link holding `ip` (the node address), or undefined. */
+  underlayMtu(ip: string | undefined): number | undefined {
+    if (!ip) return undefined;
+    const a = this.nl.addrList().find((x) => x.address === ip);
+    return a ? this.nl.linkGet(a.index).mtu : undefined;
+  }
+
+  close(): void {
+    this.nl.close();
+  }
 
   apply(input: ApplyInput): ApplyStats {
     const stats: ApplyStats = { routesAdded: 0, routesRemoved: 0, errors: [] };
