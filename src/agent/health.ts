@@ -7,6 +7,7 @@ import { lstatSync } from 'node:fs';
 import type { Datastore } from '../datastore/types.js';
 import { startHealthServer, type CheckResult, type HealthServer } from '../observe/health.js';
 import type { Registry } from '../observe/metrics.js';
+import type { BirdStatus } from './bgp/supervisor.js';
 
 export const DEFAULT_HEALTH_ADDR = '127.0.0.1:9099';
 
@@ -18,6 +19,8 @@ export interface AgentHealthOptions {
   serving: () => boolean;
   /** With --config: whether node preparation (datastore init) finished, and the datastore it uses. */
   node?: { initialised: () => boolean; datastore: () => Promise<Datastore> };
+  /** With --bgp on: the supervised BIRD's state (undefined until the BGP controller started). */
+  bgp?: () => BirdStatus | undefined;
 }
 
 export async function startAgentHealth(o: AgentHealthOptions): Promise<HealthServer> {
@@ -52,6 +55,11 @@ export async function startAgentHealth(o: AgentHealthOptions): Promise<HealthSer
             fail('datastore', (e as Error).message);
           }
         }
+      }
+      if (o.bgp) {
+        const st = o.bgp();
+        if (!st?.running) fail('bird', st?.lastError ? `not running: ${st.lastError}` : 'not running yet');
+        else detail['bird'] = `running (pid ${st.pid}), ${st.established}/${st.sessions.length} BGP sessions Established`;
       }
       return { ok, detail };
     },

@@ -19,6 +19,8 @@ export interface NodeNetworkOptions {
   nodeIPv6: string | undefined;
   autodetect: string | undefined;
   mtuFile: string | undefined;
+  /** --bgp on: BIRD is supervised and routes the pools without encapsulation. */
+  bgp?: { birdPath: string; runDir: string; onStarted: (c: import('./bgp/index.js').BgpController) => void };
   /** Metrics hook: each route reconcile applied to the kernel. */
   onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
@@ -60,8 +62,16 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       ...(o.nodeIPv6 !== undefined ? { ipv6: o.nodeIPv6 === 'autodetect' ? '' : o.nodeIPv6 } : {}),
       mtuFile: o.mtuFile ?? conf.mtu_file,
       ...(o.onRoutesApplied ? { onApplied: o.onRoutesApplied } : {}),
+      bgp: o.bgp !== undefined,
     });
     stops.push(() => routes.stop(), () => nat.stop(), () => kernel.close());
+    if (o.bgp) {
+      const { startBgpController } = await import('./bgp/index.js');
+      const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir });
+      o.bgp.onStarted(bgp);
+      // Before kernel.close (the controller reads connected subnets through it).
+      stops.unshift(() => void bgp.stop());
+    }
     if (stopped) for (const s of stops.splice(0)) s();
     o.log.info('pod network controllers started', { node });
   })().catch((e: Error) => o.log.error('pod network controllers did not start; pods on this node reach only this node', { error: e.message }));

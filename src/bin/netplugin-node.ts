@@ -57,6 +57,11 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --mtu-file PATH      where the pod MTU is written (default: the config's mtu_file, /var/lib/netplugin/mtu)
   --no-routes          do not register the node nor program routes/NAT (the CNI server only)
                        Routes, tunnels and NAT need --config (the datastore) and a node name.
+  --bgp on|off         run BIRD and exchange pod routes over BGP (default off): BGPConfiguration and
+                       BGPPeer resources; pools with vxlanMode Never are routed by BIRD (docs/bgp.md)
+  --bird-path PATH     the bird binary (default /usr/sbin/bird; birdc is taken from the same directory)
+  --bird-run-dir DIR   BIRD's configuration, password files and control socket (default
+                       /var/run/netplugin/bird; netpluginctl node status reads the socket there)
   --log-level L        default INFO
   --log-format F       text (default) or json (one object per line, for log collectors)
   --health-addr A      serve /healthz (alive), /readyz (socket served; with --config: datastore
@@ -126,6 +131,9 @@ async function main(): Promise<void> {
     'mtu-file'?: string;
     'cni-conf-dir'?: string;
     'no-routes'?: boolean;
+    bgp?: string;
+    'bird-path'?: string;
+    'bird-run-dir'?: string;
     help?: boolean;
     version?: boolean;
   };
@@ -153,6 +161,9 @@ async function main(): Promise<void> {
         'mtu-file': { type: 'string' },
         'cni-conf-dir': { type: 'string' },
         'no-routes': { type: 'boolean' },
+        bgp: { type: 'string' },
+        'bird-path': { type: 'string' },
+        'bird-run-dir': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       allowPositionals: false,
@@ -187,6 +198,10 @@ async function main(): Promise<void> {
       usageError(`--max-concurrent '${values['max-concurrent']}' is not a positive integer`);
     }
   }
+  // Checked before the CNI server starts, as every other flag.
+  const bgpFlag = values.bgp ?? 'off';
+  if (bgpFlag !== 'on' && bgpFlag !== 'off') usageError(`--bgp '${bgpFlag}' is not on or off`);
+  if (bgpFlag === 'on' && (!values.config || values['no-routes'])) usageError('--bgp on needs --config (the datastore) and routes (no --no-routes)');
   const v6 = values['ipv6-forwarding'] ?? 'auto';
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
@@ -283,6 +298,31 @@ async function main(): Promise<void> {
     const found = findNetpluginConf(values['cni-conf-dir']);
     if (found) void warmDatastore(found, runtime, log);
   }
+  let bgp: import('../agent/bgp/index.js').BgpController | undefined;
+  let bgpOpts: { birdPath: string; runDir: string; onStarted: (c: import('../agent/bgp/index.js').BgpController) => void } | undefined;
+  if (bgpFlag === 'on') {
+    const { checkRunDir } = await import('../agent/bgp/render.js');
+    const { DEFAULT_BIRD_PATH, DEFAULT_BIRD_RUN_DIR } = await import('../agent/bgp/supervisor.js');
+    const runDir = values['bird-run-dir'] ?? DEFAULT_BIRD_RUN_DIR;
+    try {
+      checkRunDir(runDir);
+    } catch (e) {
+      usageError((e as Error).message);
+    }
+    bgpOpts = { birdPath: values['bird-path'] ?? DEFAULT_BIRD_PATH, runDir, onStarted: (c) => (bgp = c) };
+    const reg = metrics.registry;
+    const running = reg.gauge('netplugin_bgp_bird_running', 'Whether the BIRD daemon the agent supervises runs (1) or not (0).');
+    const established = reg.gauge('netplugin_bgp_sessions_established', 'BGP sessions of this node in state Established.');
+    const sessions = reg.gauge('netplugin_bgp_sessions', 'BGP sessions BIRD has configured for this node.');
+    const restarts = reg.gauge('netplugin_bgp_bird_restarts', 'Times the agent restarted BIRD after it exited.');
+    reg.onCollect(() => {
+      const st = bgp?.status();
+      running.set(undefined, st?.running ? 1 : 0);
+      established.set(undefined, st?.established ?? 0);
+      sessions.set(undefined, st?.sessions.length ?? 0);
+      restarts.set(undefined, st?.restarts ?? 0);
+    });
+  }
   let network: { stop(): void } | undefined;
   if (values.config && nodeInit && !values['no-routes']) {
     const { startNodeNetwork } = await import('../agent/node-network.js');
@@ -298,6 +338,7 @@ async function main(): Promise<void> {
         autodetect: values['ip-autodetection'],
         mtuFile: values['mtu-file'],
         onRoutesApplied: (s) => metrics.routesApplied(s),
+        ...(bgpOpts ? { bgp: bgpOpts } : {}),
       });
     } catch (e) {
       usageError((e as Error).message);
@@ -331,6 +372,7 @@ async function main(): Promise<void> {
         registry: metrics.registry,
         socketPath,
         serving: () => !stopping,
+        ...(bgpOpts ? { bgp: () => bgp?.status() } : {}),
         ...(configPath
           ? {
               node: {

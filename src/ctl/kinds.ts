@@ -22,6 +22,8 @@ export const CTL_KINDS: readonly KindInfo[] = [
   { kind: 'Profile', aliases: ['profile', 'profiles', 'pro', 'pros'] },
   { kind: 'NetworkPolicy', aliases: ['networkpolicy', 'networkpolicies', 'netpol', 'netpols', 'np', 'policy', 'policies'] },
   { kind: 'GlobalNetworkPolicy', aliases: ['globalnetworkpolicy', 'globalnetworkpolicies', 'gnp', 'gnps'] },
+  { kind: 'BGPConfiguration', aliases: ['bgpconfiguration', 'bgpconfigurations', 'bgpconfig', 'bgpconfigs'] },
+  { kind: 'BGPPeer', aliases: ['bgppeer', 'bgppeers', 'bgpp'] },
   { kind: 'WorkloadEndpoint', aliases: ['workloadendpoint', 'workloadendpoints', 'wep', 'weps'], readOnly: true },
 ];
 

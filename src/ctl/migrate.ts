@@ -27,6 +27,8 @@ export const EXPORT_ORDER: readonly Kind[] = [
   'NetworkPolicy',
   'HostEndpoint',
   'KubeControllersConfiguration',
+  'BGPConfiguration',
+  'BGPPeer',
   'IPAMBlock',
   'BlockAffinity',
   'IPAMHandle',

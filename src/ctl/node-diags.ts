@@ -14,10 +14,13 @@ import type { Datastore } from '../datastore/types.js';
 import { bool, CtlError, list, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolvePath } from './install-cni.js';
 import { NETPLUGIN_VERSION } from './version.js';
+import { NODE_STATUS_HELP } from './node-status.js';
 
 export const NODE_HELP: Record<string, string> = {
   node: `Usage: netpluginctl node diags [--node NAME] [--log FILE...] [--metrics-url URL] [-d DIR]
+       netpluginctl node status [--bird-run-dir DIR] [-o json]
 `,
+  'node status': NODE_STATUS_HELP,
   'node diags': `Usage: netpluginctl node diags [--node NAME] [--log FILE...] [--metrics-url URL] [-d DIR]
 
 Collects what a bug report needs from this node into DIR/netplugin-diags-NODE-TIME.tar.gz (run it
@@ -151,7 +154,8 @@ export async function cmdNodeDiags(
 const runNode: CtlCommand = async (rest, io, s) => {
   const sub = rest[0];
   if (!sub || sub === '--help' || sub === '-h') return printHelp(io, NODE_HELP.node!);
-  if (sub !== 'diags') throw new CtlError(`unknown node command ${JSON.stringify(sub)}; use diags (to delete a node: netpluginctl delete node NAME)`);
+  if (sub === 'status') return (await import('./node-status.js')).cmdNodeStatus(rest.slice(1), io, s);
+  if (sub !== 'diags') throw new CtlError(`unknown node command ${JSON.stringify(sub)}; use diags or status (to delete a node: netpluginctl delete node NAME)`);
   const p = parseCommand(
     rest.slice(1),
     [{ name: 'node', type: 'string' }, { name: 'log', type: 'list' }, { name: 'metrics-url', type: 'string' }, { name: 'dir', short: 'd', type: 'string' }],

@@ -354,6 +354,24 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
           return [r.metadata.name, String(s.strictAffinity ?? false), String(s.maxBlocksPerHost ?? 0), String(s.autoAllocateBlocks ?? true)];
         },
       };
+    case 'BGPPeer':
+      return {
+        header: ['NAME', 'PEERIP', 'ASN', 'NODE', 'PEERSELECTOR'],
+        row: (r) => {
+          const s = (r as Resource<'BGPPeer'>).spec;
+          const node = s.node ?? (s.nodeSelector !== undefined ? `selector: ${s.nodeSelector}` : '(global)');
+          return [r.metadata.name, s.peerIP ?? '', s.asNumber === undefined ? '' : String(s.asNumber), node, s.peerSelector ?? ''];
+        },
+      };
+    case 'BGPConfiguration':
+      return {
+        header: ['NAME', 'ASN', 'MESH', 'LISTENPORT'],
+        row: (r) => {
+          const s = (r as Resource<'BGPConfiguration'>).spec;
+          const mesh = r.metadata.name === 'default' ? String(s.nodeToNodeMeshEnabled ?? true) : '';
+          return [r.metadata.name, s.asNumber === undefined ? '' : String(s.asNumber), mesh, s.listenPort === undefined ? '' : String(s.listenPort)];
+        },
+      };
     case 'NetworkPolicy':
     case 'GlobalNetworkPolicy':
       return {

@@ -2,7 +2,8 @@
 // the shared zod schemas (src/datastore/schemas.ts); IP pools get the semantic
 // checks the allocator relies on (masked CIDR, no overlap, sane block size).
 import type { z } from 'zod';
-import { API_VERSION, NAMESPACED_KINDS, type IPPoolSpec, type Kind, type ObjectMeta, type Resource } from '../model/resources.js';
+import { bgpConfigurationNameProblems } from '../model/bgp.js';
+import { API_VERSION, NAMESPACED_KINDS, type BGPConfigurationSpec, type IPPoolSpec, type Kind, type ObjectMeta, type Resource } from '../model/resources.js';
 import { labelKeyProblem, labelValueProblem, objectNameProblem } from '../model/names.js';
 import { closest } from '../config/netconf.js';
 import { type Datastore } from '../datastore/types.js';
@@ -252,6 +253,9 @@ export function parseManifest(doc: unknown, where: string, opts: { stored?: bool
   if (isPlainObject(o.spec)) errors.push(...unknownFields(specSchemas[kind], rawSpec, 'spec'));
   if ((kind === 'IPAMConfig' || kind === 'ClusterInformation' || kind === 'KubeControllersConfiguration') && name && name !== 'default') {
     errors.push(`metadata.name: ${kind} is a singleton; set metadata.name to "default"`);
+  }
+  if (kind === 'BGPConfiguration' && name) {
+    for (const p of bgpConfigurationNameProblems(name, rawSpec as BGPConfigurationSpec)) errors.push(`${p.path}: ${p.message}`);
   }
   if (errors.length) {
     const uniq = [...new Set(errors)];

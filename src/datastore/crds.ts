@@ -88,6 +88,24 @@ const PRESENTATION: Record<Exclude<Kind, 'WorkloadEndpoint'>, { shortNames: stri
     ],
   },
   GlobalNetworkPolicy: { shortNames: ['gnp'], columns: [AGE] },
+  BGPConfiguration: {
+    shortNames: ['bgpconfig'],
+    columns: [
+      { name: 'AS', type: 'integer', jsonPath: '.spec.asNumber' },
+      { name: 'Mesh', type: 'boolean', jsonPath: '.spec.nodeToNodeMeshEnabled' },
+      AGE,
+    ],
+  },
+  BGPPeer: {
+    shortNames: ['bgpp'],
+    columns: [
+      { name: 'PeerIP', type: 'string', jsonPath: '.spec.peerIP' },
+      { name: 'AS', type: 'integer', jsonPath: '.spec.asNumber' },
+      { name: 'Node', type: 'string', jsonPath: '.spec.node' },
+      { name: 'PeerSelector', type: 'string', jsonPath: '.spec.peerSelector', priority: 1 },
+      AGE,
+    ],
+  },
 };
 
 /** Rules on two fields of a spec, in CEL, evaluated by the API server on create and update. */
@@ -99,6 +117,27 @@ const VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: string }>
     },
     { rule: `!has(oldSelf.cidr) || self.cidr == oldSelf.cidr`, message: 'cidr cannot change once the pool exists; create a new pool and disable this one' },
     { rule: `!has(oldSelf.blockSize) || !has(self.blockSize) || self.blockSize == oldSelf.blockSize`, message: 'blockSize cannot change once the pool exists' },
+  ],
+  // The same rules as bgpPeerProblems (src/model/bgp.ts), for writers that bypass netpluginctl.
+  BGPPeer: [
+    { rule: '!(has(self.peerIP) && has(self.peerSelector))', message: 'spec.peerSelector: peerIP and peerSelector are exclusive; set one of them' },
+    { rule: 'has(self.peerIP) || has(self.peerSelector)', message: 'spec.peerIP: a BGPPeer needs peerIP (with asNumber) or peerSelector; set one of them' },
+    { rule: '!has(self.peerIP) || has(self.asNumber)', message: 'spec.asNumber: is required with peerIP (the peer\'s AS number)' },
+    { rule: '!(has(self.node) && has(self.nodeSelector))', message: 'spec.nodeSelector: node and nodeSelector are exclusive; set one of them (neither: every node)' },
+  ],
+};
+
+/** Rules on the whole object (they need metadata.name), as bgpConfigurationNameProblems in src/model/bgp.ts. */
+const ROOT_VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: string }>>> = {
+  BGPConfiguration: [
+    {
+      rule: `self.metadata.name == 'default' || self.metadata.name.startsWith('node.')`,
+      message: 'metadata.name: use "default" or "node.<node name>"',
+    },
+    {
+      rule: `self.metadata.name == 'default' || !has(self.spec.nodeToNodeMeshEnabled)`,
+      message: 'spec.nodeToNodeMeshEnabled: is only valid on the "default" BGPConfiguration; set it there',
+    },
   ],
 };
 
@@ -213,6 +252,7 @@ export function crdFor(kind: Exclude<Kind, 'WorkloadEndpoint'>): Record<string, 
               type: 'object',
               required: ['spec'],
               properties: { apiVersion: { type: 'string' }, kind: { type: 'string' }, metadata: { type: 'object' }, spec },
+              ...(ROOT_VALIDATIONS[kind] ? { 'x-kubernetes-validations': ROOT_VALIDATIONS[kind] } : {}),
             },
           },
         },

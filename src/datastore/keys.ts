@@ -18,6 +18,8 @@ export const PLURALS: Readonly<Record<Kind, string>> = {
   Profile: 'profiles',
   NetworkPolicy: 'networkpolicies',
   GlobalNetworkPolicy: 'globalnetworkpolicies',
+  BGPConfiguration: 'bgpconfigurations',
+  BGPPeer: 'bgppeers',
 };
 
 export const KINDS = Object.keys(PLURALS) as Kind[];

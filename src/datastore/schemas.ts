@@ -4,9 +4,11 @@
 // through so a newer writer's extra fields survive a read-modify-write.
 import { z } from 'zod';
 import { DatastoreError } from '../errors.js';
-import { tryParseCidr } from '../net/cidr.js';
-import { API_VERSION, type Kind, type Resource } from '../model/resources.js';
+import { API_VERSION, type BGPPeerSpec, type Kind, type Resource } from '../model/resources.js';
 import { globalNetworkPolicySpecSchema, networkPolicySpecSchema, profileSpecSchema } from '../model/policy.js';
+import { bgpPeerProblems, durationSeconds } from '../model/bgp.js';
+import { tryParseCidr } from '../net/cidr.js';
+import { parseSelector } from '../selector/index.js';
 
 const encap = z.enum(['Never', 'Always', 'CrossSubnet']);
 const labels = z.record(z.string());
@@ -30,6 +32,43 @@ const cidr = z.string().regex(/^[0-9a-fA-F.:]+\/\d{1,3}$/, 'expected a CIDR such
 // An endpoint's addresses go to every node's policy as they are (and on the kubernetes datastore
 // come from annotations a tenant can write): each must be an address with a prefix length in range.
 const endpointAddress = cidr.refine((v) => tryParseCidr(v, { strict: false }) !== undefined, 'not an IPv4 or IPv6 address with a prefix length in range');
+
+const asNumber = z.number().int().min(1).max(4294967295);
+const port = z.number().int().min(1).max(65535);
+const strictCidr = cidr.refine((c) => tryParseCidr(c) !== undefined, 'expected a CIDR without host bits, such as 10.96.0.0/12');
+const hostCidr = cidr.refine((c) => tryParseCidr(c, { strict: false }) !== undefined, 'expected an address with prefix, such as 192.0.2.10/24');
+const dottedQuad = z.string().regex(/^\d{1,3}(\.\d{1,3}){3}$/, 'expected a dotted quad such as 224.0.0.1');
+const duration = z.string().refine((d) => durationSeconds(d) !== undefined, 'expected a duration such as 120s or 2m');
+const selector = z.string().refine((s) => {
+  try {
+    parseSelector(s);
+    return true;
+  } catch {
+    return false;
+  }
+}, 'not a valid selector expression (e.g. "rack == \'a\'" or "all()")');
+const serviceRanges = z.array(z.object({ cidr: strictCidr }).passthrough()).optional();
+
+const bgpPeerShape = z
+  .object({
+    node: z.string().min(1).optional(),
+    nodeSelector: selector.optional(),
+    peerIP: z.string().regex(/^(\[[0-9a-fA-F:.]+\]:\d{1,5}|[0-9a-fA-F:.]+(:\d{1,5})?)$/, 'expected ADDR, ADDR:PORT or [IPv6]:PORT').optional(),
+    asNumber: asNumber.optional(),
+    peerSelector: selector.optional(),
+    password: z
+      .object({
+        secretKeyRef: z.object({ name: z.string().min(1), key: z.string().min(1) }).passthrough().optional(),
+        file: z.string().regex(/^\/[^\0]*$/, 'expected an absolute path').optional(),
+      })
+      .passthrough()
+      .optional(),
+    keepOriginalNextHop: z.boolean().optional(),
+    sourceAddress: z.enum(['UseNodeIP', 'None']).optional(),
+    maxRestartTime: duration.optional(),
+    ttlSecurity: z.number().int().min(1).max(255).optional(),
+  })
+  .passthrough();
 
 export const specSchemas = {
   IPPool: z
@@ -89,7 +128,15 @@ export const specSchemas = {
     .object({
       addresses: z.array(z.object({ address: z.string(), type: z.string().optional() }).passthrough()).optional(),
       podCIDRs: z.array(cidr).optional(),
-      bgp: z.object({ ipv4Address: z.string().optional(), ipv6Address: z.string().optional() }).passthrough().optional(),
+      bgp: z
+        .object({
+          ipv4Address: hostCidr.optional(),
+          ipv6Address: hostCidr.optional(),
+          asNumber: asNumber.optional(),
+          routeReflectorClusterID: dottedQuad.optional(),
+        })
+        .passthrough()
+        .optional(),
       ipv4Address: cidr.optional(),
       ipv6Address: cidr.optional(),
       vxlanTunnelAddress: z.string().optional(),
@@ -106,6 +153,22 @@ export const specSchemas = {
   Profile: profileSpecSchema,
   NetworkPolicy: networkPolicySpecSchema,
   GlobalNetworkPolicy: globalNetworkPolicySpecSchema,
+  BGPConfiguration: z
+    .object({
+      asNumber: asNumber.optional(),
+      nodeToNodeMeshEnabled: z.boolean().optional(),
+      listenPort: port.optional(),
+      logSeverityScreen: z.enum(['Debug', 'Info', 'Warning', 'Error', 'Fatal']).optional(),
+      serviceClusterIPs: serviceRanges,
+      serviceExternalIPs: serviceRanges,
+      serviceLoadBalancerIPs: serviceRanges,
+      ignoredInterfaces: z.array(z.string().regex(/^[A-Za-z0-9_.@*-]{1,32}$/, 'expected an interface name, `*` globs allowed')).optional(),
+      nodeMeshMaxRestartTime: duration.optional(),
+    })
+    .passthrough(),
+  BGPPeer: bgpPeerShape.superRefine((spec, ctx) => {
+    for (const p of bgpPeerProblems(spec as BGPPeerSpec)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: p.path.split('.'), message: p.message });
+  }),
 } satisfies Record<Kind, z.ZodTypeAny>;
 
 function buildResourceSchema<K extends Kind>(kind: K) {

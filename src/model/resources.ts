@@ -120,7 +120,7 @@ export interface NodeSpec {
   addresses?: Array<{ address: string; type?: string }>;
   /** Pod CIDRs of the node (from the orchestrator), used by host-local `usePodCidr`. */
   podCIDRs?: string[];
-  bgp?: { ipv4Address?: string; ipv6Address?: string };
+  bgp?: NodeBGPSpec;
   /** The node's own addresses with prefix (`192.0.2.10/24`), registered by its agent. */
   ipv4Address?: string;
   ipv6Address?: string;
@@ -130,6 +130,55 @@ export interface NodeSpec {
   vxlanTunnelAddressV6?: string;
   vxlanTunnelMACAddrV6?: string;
   ipv4IPIPTunnelAddr?: string;
+}
+
+/** The node's BGP identity: addresses (with prefix, registered by its agent) and overrides. */
+export interface NodeBGPSpec {
+  ipv4Address?: string;
+  ipv6Address?: string;
+  /** This node's AS number, overriding the BGPConfiguration's. */
+  asNumber?: number;
+  /** Set on route reflectors: the cluster ID (dotted quad) they reflect for; the mesh does not include them. */
+  routeReflectorClusterID?: string;
+}
+
+export type BGPLogSeverity = 'Debug' | 'Info' | 'Warning' | 'Error' | 'Fatal';
+
+/** `default` for the cluster, `node.<name>` for one node (which may not set nodeToNodeMeshEnabled). */
+export interface BGPConfigurationSpec {
+  /** Default 64512. */
+  asNumber?: number;
+  /** Default true; only on `default`. */
+  nodeToNodeMeshEnabled?: boolean;
+  /** Default 179. */
+  listenPort?: number;
+  logSeverityScreen?: BGPLogSeverity;
+  /** Service ranges every node advertises. */
+  serviceClusterIPs?: Array<{ cidr: string }>;
+  serviceExternalIPs?: Array<{ cidr: string }>;
+  serviceLoadBalancerIPs?: Array<{ cidr: string }>;
+  /** Interface names (globs with `*`) BIRD does not use. */
+  ignoredInterfaces?: string[];
+  /** Graceful restart time of the mesh sessions (Go duration, default `120s`). */
+  nodeMeshMaxRestartTime?: string;
+}
+
+export interface BGPPeerSpec {
+  /** The one node of ours that peers. With neither this nor nodeSelector every node peers. */
+  node?: string;
+  nodeSelector?: string;
+  /** `ADDR`, `ADDR:PORT` or `[V6ADDR]:PORT`; exclusive with peerSelector. */
+  peerIP?: string;
+  asNumber?: number;
+  /** Peer with our own nodes this selects (route reflectors); exclusive with peerIP. */
+  peerSelector?: string;
+  password?: { secretKeyRef?: { name: string; key: string }; file?: string };
+  keepOriginalNextHop?: boolean;
+  sourceAddress?: 'UseNodeIP' | 'None';
+  /** Go duration; default `120s`. */
+  maxRestartTime?: string;
+  /** GTSM: the peer is at most this many hops away. */
+  ttlSecurity?: number;
 }
 
 export interface HostEndpointSpec {
@@ -167,6 +216,8 @@ export interface SpecMap {
   Profile: ProfileSpec;
   NetworkPolicy: NetworkPolicySpec;
   GlobalNetworkPolicy: GlobalNetworkPolicySpec;
+  BGPConfiguration: BGPConfigurationSpec;
+  BGPPeer: BGPPeerSpec;
 }
 export type Kind = keyof SpecMap;
 export type SpecOf<K extends Kind> = SpecMap[K];

@@ -77,6 +77,15 @@ describe('computeDesired', () => {
     expect(d.routes.find((r) => r.dst === '10.65.0.128/26')).toMatchObject({ dev: 'tunl.netplugin', gateway: '10.200.2.3' });
   });
 
+  it('BGP on: no routes to other nodes\' blocks of a pool without encapsulation (BIRD has them); our blackhole, VXLAN and IPIP stay', () => {
+    const never = computeDesired(view({ vxlanMode: 'Never', ipipMode: 'Never' }, { bgp: true }), subnets);
+    expect(never.routes).toEqual([{ family: 4, dst: '10.65.0.0/26', type: 'blackhole' }]);
+    expect(computeDesired(view({ vxlanMode: 'Never', ipipMode: 'Never' }), subnets).routes).toContainEqual({ family: 4, dst: '10.65.0.64/26', type: 'unicast', gateway: '10.200.1.2' });
+    for (const spec of [{ vxlanMode: 'Always' as const }, { ipipMode: 'Always' as const }]) {
+      expect(computeDesired(view(spec, { bgp: true }), subnets).routes).toEqual(computeDesired(view(spec), subnets).routes);
+    }
+  });
+
   it('no routes for blocks of a deleted pool or a deleted node, nor for unaffine blocks', () => {
     expect(computeDesired({ ...view({ vxlanMode: 'Always' }), pools: [] }, subnets).routes).toEqual([]);
     const without = new Map(nodes);

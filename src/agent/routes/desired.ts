@@ -14,7 +14,7 @@
 // our own block never leaves through the default route.
 import type { EncapMode, IPPoolSpec, NodeSpec } from '../../model/resources.js';
 import { IPIP_DEVICE, OVERHEAD, VXLAN_DEVICE, type RoutingState } from '../../dataplane/routing.js';
-import { addressOf, containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr } from '../../net/cidr.js';
+import { addressOf, containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../net/cidr.js';
 
 export interface PoolView {
   name: string;
@@ -33,6 +33,8 @@ export interface ClusterView {
   nodes: ReadonlyMap<string, NodeSpec>;
   pools: readonly PoolView[];
   blocks: readonly BlockView[];
+  /** BGP is on: BIRD programs the other nodes' blocks of pools without encapsulation, so they get no route here. */
+  bgp?: boolean;
 }
 
 /** The routing state dataplane/routing.ts applies, and what the controller itself uses of the result. */
@@ -49,6 +51,15 @@ export function addrOf(s: string | undefined): string | undefined {
   if (!s) return undefined;
   const a = addressOf(s);
   return tryParseIP(a) ? a : undefined;
+}
+
+/**
+ * Whether BIRD, when BGP is on, programs the routes to other nodes' blocks of
+ * this pool: no VXLAN and no IPIP (the tunnel routes need `onlink` through our
+ * device, which BIRD 2 cannot set, so they stay with this controller).
+ */
+export function birdRoutesPool(spec: IPPoolSpec, family: Family): boolean {
+  return !uses(spec.vxlanMode) && (family === 6 || !uses(spec.ipipMode));
 }
 
 function uses(m: EncapMode | undefined): boolean {
@@ -100,6 +111,7 @@ export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Des
       out.routes.push({ family, dst: b.cidr, type: 'blackhole' });
       continue;
     }
+    if (view.bgp && birdRoutesPool(pool.spec, family)) continue;
     const node = view.nodes.get(b.node);
     if (!node) continue;
     const nodeIP = addrOf(family === 4 ? node.ipv4Address : node.ipv6Address);

@@ -30,6 +30,8 @@ export interface RoutesOptions {
   mtuFile: string | null;
   /** How often the node address is re-detected (default 30 s). */
   redetectMs?: number;
+  /** BGP is on: BIRD routes the blocks of pools without encapsulation (desired.ts birdRoutesPool). */
+  bgp?: boolean;
   /** Called after each reconcile (tests, NAT controller). */
   onReconciled?: (d: Desired) => void;
   /** Called after each kernel apply with its duration and changes (metrics). */
@@ -102,6 +104,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       nodes: new Map(nodes.list().map((n) => [n.metadata.name, n.spec])),
       pools: poolViews(pools.list()),
       blocks: blocks.list().map((b) => ({ cidr: b.spec.cidr, node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined })),
+      bgp: o.bgp === true,
     };
     const desired = computeDesired(view, kernel.connectedSubnets());
     const mine = view.nodes.get(node);
