@@ -7,7 +7,7 @@
 // Types only from the rest of src/ipam/: the runtime imports this module on
 // the per-exec path.
 import type { Datastore } from '../datastore/types.js';
-import type { PendingAssign, PendingRelease } from './batch.js';
+import type { PendingAssign, PendingRelease } from './state.js';
 
 /** The state of one datastore (the runtime may hold several). */
 export interface IpamStoreState {
