@@ -11,6 +11,7 @@ import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
 import { ownEndpoint, type EndpointPiggyback } from './endpoint.js';
 import { ipamFor, type PluginContext, type Workload } from './common.js';
+import type { Ipam } from '../../ipam/index.js';
 
 /** The pod's addresses (bare IPs) and whether an earlier ADD of this container already held them. */
 export interface Addresses {
@@ -19,9 +20,8 @@ export interface Addresses {
   repeated?: boolean;
 }
 
-type IpamModule = typeof import('../../ipam/index.js');
 export interface EarlyIpam {
-  ipam: InstanceType<IpamModule['Ipam']>;
+  ipam: Ipam;
   pools: Promise<Awaited<ReturnType<Datastore['list']>>>;
 }
 

@@ -11,7 +11,7 @@ import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
 import { HOST_MAC, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
-import { IpamError } from '../../ipam/errors.js';
+import { IpamError } from '../../ipam/index.js';
 import { addressOf } from '../../net/cidr.js';
 
 export async function del(ctx: PluginContext): Promise<void> {

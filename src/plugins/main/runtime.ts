@@ -18,7 +18,7 @@ import type { KubeClient } from '../../k8s/client.js';
 import type { PodSource } from '../../k8s/workload.js';
 import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
 import { CniError, ErrorCodes } from '../../errors.js';
-import { createIpamShared, type IpamShared } from '../../ipam/shared.js';
+import { createIpamShared, type IpamShared } from '../../ipam/index.js';
 
 export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;
