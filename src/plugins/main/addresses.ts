@@ -4,7 +4,7 @@
 import { CniError, ErrorCodes } from '../../errors.js';
 import type { Datastore } from '../../datastore/types.js';
 import { parseResult } from '../../cni/result.js';
-import { ipamFieldNames, type AddressRequest } from '../../k8s/annotations.js';
+import { ipamFieldNames, type AddressRequest } from '../../workload/annotations.js';
 import { addressOf } from '../../net/cidr.js';
 import { step, type Rollback } from './rollback.js';
 import { execDelegate } from './delegate.js';

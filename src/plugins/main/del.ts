@@ -82,7 +82,7 @@ export async function del(ctx: PluginContext): Promise<void> {
   }
   if (newerOwner) log.info('not deleting the workload endpoint: it belongs to a newer container of this pod', { owner: newerOwner });
   if (conf.policy_setup_timeout_seconds && !newerOwner) {
-    const { clearPolicyStatus, endpointStatusKey } = await import('../../k8s/policy-wait.js');
+    const { clearPolicyStatus, endpointStatusKey } = await import('../../policy-status/index.js');
     await clearPolicyStatus(endpointStatusKey(wl.namespace, wl.endpointName), statusDir(conf)).catch(() => undefined);
   }
 
