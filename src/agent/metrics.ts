@@ -30,6 +30,8 @@ export interface AgentMetrics {
   policyApplied(s: PolicyApplied): void;
   /** A local endpoint whose recorded host interface the policy agent does not take (by kind: recorded, shared). */
   policyInterfaceConflict(kind: string): void;
+  /** An object the policy controller left out of the table (model: refused before rendering; kernel: by nftables). */
+  policyRefused(stage: 'model' | 'kernel', kind: string): void;
   /** One reconcile of the route controller applied to the kernel. */
   routesApplied(s: RoutesApplied): void;
 }
@@ -94,6 +96,13 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
     "Addresses whose conntrack entries the policy agent deleted after a batch changed their endpoint's policy " +
       '(so a newly denied flow is cut).',
   );
+  const policyRefused = registry.counter(
+    'netplugin_policy_refused_objects_total',
+    'Objects (endpoints, policies, profiles) the policy controller left out of the table, by stage (model: a value ' +
+      'nftables cannot hold, refused before rendering; kernel: refused by libnftables) and kind; an endpoint left ' +
+      'out stays isolated.',
+    ['stage', 'kind'],
+  );
   const routeLatency = registry.histogram('netplugin_route_reconcile_duration_seconds', 'Applying one reconcile of routes, tunnel devices, neighbours and FDB entries to the kernel.');
   const routeChanges = registry.counter('netplugin_route_changes_total', 'Routes the route controller added or removed, by change.', ['change']);
   const routeErrors = registry.counter('netplugin_route_errors_total', 'Kernel refusals while reconciling routes (each is retried on the next reconcile).');
@@ -114,6 +123,9 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
     },
     policyInterfaceConflict(kind) {
       ifConflicts.inc({ kind });
+    },
+    policyRefused(stage, kind) {
+      policyRefused.inc({ stage, kind });
     },
     routesApplied(r) {
       routeLatency.observe(undefined, r.seconds);

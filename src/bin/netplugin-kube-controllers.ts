@@ -8,21 +8,26 @@ import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '.
 import { createKubeClient, SA_DIR } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
-import { startHealthServer } from '../observe/health.js';
+import { registerProcessMetrics } from '../observe/process-metrics.js';
+import { parseListenAddr, startHealthServer } from '../observe/health.js';
 import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/kube-controllers-config.js';
 import { startKubeControllers } from '../kube-controllers/index.js';
 
 const USAGE = `usage: netplugin-kube-controllers [--kubeconfig FILE] [--controllers LIST] [--health-addr HOST:PORT]
-                                  [--namespace NS] [--lease-duration D] [--log-level L] [--version]
+                                  [--metrics-addr HOST:PORT] [--namespace NS] [--lease-duration D] [--log-level L]
+                                  [--log-format text|json] [--version]
 
   --kubeconfig FILE     Kubernetes access (default: $KUBECONFIG, else the in-cluster service account)
   --controllers LIST    comma list of ${CONTROLLER_NAMES.join(',')} (default: $ENABLED_CONTROLLERS, else all)
   --health-addr A       /healthz, /readyz and /metrics listener (default 127.0.0.1:9094)
+  --metrics-addr A      also serve /metrics, and only /metrics, on A for Prometheus (e.g. :9095, every
+                        address; default: none)
   --namespace NS        namespace of the leader-election Lease "netplugin-kube-controllers"
                         (default: $POD_NAMESPACE, the service account's namespace, else kube-system)
   --lease-duration D    how long a leader's lease lasts without renewal (default 15s); a standby takes
                         over within this after the leader dies
   --log-level L         ERROR, WARNING, INFO (default) or DEBUG
+  --log-format F        text (default) or json (one JSON object per line, as the node agent's)
 
 Datastore from the environment, as netpluginctl: DATASTORE_TYPE (etcdv3|kubernetes), ETCD_ENDPOINTS,
 ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE, KUBECONFIG. Settings: the KubeControllersConfiguration
@@ -51,9 +56,11 @@ async function main(): Promise<void> {
         kubeconfig: { type: 'string' },
         controllers: { type: 'string' },
         'health-addr': { type: 'string' },
+        'metrics-addr': { type: 'string' },
         namespace: { type: 'string' },
         'lease-duration': { type: 'string' },
         'log-level': { type: 'string' },
+        'log-format': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
         version: { type: 'boolean' },
       },
@@ -64,6 +71,8 @@ async function main(): Promise<void> {
   values = parsed;
   const level = (values['log-level'] as string | undefined) ?? 'INFO';
   if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
+  const format = (values['log-format'] as string | undefined) ?? 'text';
+  if (format !== 'text' && format !== 'json') usageError(`--log-format '${format}' is not text or json`);
   const list = (values.controllers as string | undefined) ?? (process.env.ENABLED_CONTROLLERS || CONTROLLER_NAMES.join(','));
   const controllers = [...new Set(list.split(',').map((s) => s.trim()).filter(Boolean))];
   const bad = controllers.filter((c) => !(CONTROLLER_NAMES as readonly string[]).includes(c));
@@ -76,7 +85,15 @@ async function main(): Promise<void> {
     if (leaseDurationMs === undefined || leaseDurationMs < 1000) usageError(`--lease-duration '${values['lease-duration']}' is not a duration of at least 1s (e.g. 15s)`);
   }
   const healthAddr = (values['health-addr'] as string | undefined) ?? '127.0.0.1:9094';
-  const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
+  const metricsAddr = values['metrics-addr'] as string | undefined;
+  for (const [flag, addr] of [['--health-addr', healthAddr], ['--metrics-addr', metricsAddr]] as const) {
+    try {
+      if (addr !== undefined) parseListenAddr(addr);
+    } catch (e) {
+      usageError(`${flag}: ${(e as Error).message}`);
+    }
+  }
+  const log = createLogger({ level, format, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
 
   const kubeconfig = (values.kubeconfig as string | undefined) ?? kubeconfigPathsFromEnv(process.env)[0];
   if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) usageError('no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)');
@@ -97,6 +114,7 @@ async function main(): Promise<void> {
   const registry = new Registry();
   // Malformed objects the datastore skips: one warning each, and their count on /metrics.
   observeInvalidObjects(registry, log);
+  registerProcessMetrics(registry, { component: 'netplugin-kube-controllers', version: (await import('../ctl/version.js')).NETPLUGIN_VERSION });
   let exiting = false;
   const kc = startKubeControllers({
     ds,
@@ -115,6 +133,8 @@ async function main(): Promise<void> {
   log.info('netplugin-kube-controllers: started; campaigning for the lease', { identity: kc.identity, controllers, datastore: ds.type });
   const health = await startHealthServer({ addr: healthAddr, registry, healthz: () => kc.healthy(), readyz: () => kc.ready() }).catch((e) => fatal('health listener', e));
   log.info('netplugin-kube-controllers: serving /healthz, /readyz and /metrics', { addr: `${health.host}:${health.port}` });
+  const metricsServer = metricsAddr === undefined ? undefined : await startHealthServer({ addr: metricsAddr, registry, metricsOnly: true }).catch((e) => fatal('metrics listener', e));
+  if (metricsServer) log.info('netplugin-kube-controllers: serving /metrics', { addr: `${metricsServer.host}:${metricsServer.port}` });
 
   const stop = async (sig: string) => {
     if (exiting) return;
@@ -124,6 +144,7 @@ async function main(): Promise<void> {
     force.unref();
     await kc.stop().catch(() => undefined);
     await health.close().catch(() => undefined);
+    await metricsServer?.close().catch(() => undefined);
     await ds.close().catch(() => undefined);
     kube.close();
     process.exit(0);

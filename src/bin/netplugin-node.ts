@@ -17,10 +17,11 @@ import { findNetpluginConf, readNetpluginConf, startNodeInit, warmDatastore, typ
 import type { Logger } from '../log/types.js';
 import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
-import { parseListenAddr } from '../observe/health.js';
+import { parseListenAddr, startHealthServer, type HealthServer } from '../observe/health.js';
 import { cachedDatastore } from '../datastore/cached.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
+import { registerProcessMetrics } from '../observe/process-metrics.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
 
@@ -35,6 +36,7 @@ async function enableIpv6Forwarding(log: Logger): Promise<void> {
 
 const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename NAME] [--ipv6-forwarding auto|on|off]
                      [--log-level ERROR|WARNING|INFO|DEBUG] [--log-format text|json] [--health-addr HOST:PORT]
+                     [--metrics-addr HOST:PORT]
                      [--plugin-kubeconfig PATH [--plugin-service-account NAME] [--plugin-token-seconds N]
                       [--kubeconfig PATH]] [--max-concurrent N] [--version]
 
@@ -59,6 +61,8 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --health-addr A      serve /healthz (alive), /readyz (socket served; with --config: datastore
                        initialised and answering) and /metrics (Prometheus) on A (default
                        ${DEFAULT_HEALTH_ADDR}; "off" disables)
+  --metrics-addr A     also serve /metrics, and only /metrics, on A for Prometheus (e.g. :9091, every
+                       address; default: none, /metrics only on --health-addr)
   --plugin-kubeconfig P  write the CNI plugin's kubeconfig to P (mode 0600; e.g.
                        /etc/cni/net.d/netplugin-kubeconfig) with a token for --plugin-service-account
                        from the TokenRequest API, rewritten when a third of its lifetime is left
@@ -108,6 +112,7 @@ async function main(): Promise<void> {
     'log-level'?: string;
     'log-format'?: string;
     'health-addr'?: string;
+    'metrics-addr'?: string;
     'plugin-kubeconfig'?: string;
     'plugin-service-account'?: string;
     'plugin-token-seconds'?: string;
@@ -133,6 +138,7 @@ async function main(): Promise<void> {
         'log-level': { type: 'string' },
         'log-format': { type: 'string' },
         'health-addr': { type: 'string' },
+        'metrics-addr': { type: 'string' },
         'plugin-kubeconfig': { type: 'string' },
         'plugin-service-account': { type: 'string' },
         'plugin-token-seconds': { type: 'string' },
@@ -163,6 +169,14 @@ async function main(): Promise<void> {
       usageError(`--health-addr: ${(e as Error).message}`);
     }
   }
+  const metricsAddr = values['metrics-addr'];
+  if (metricsAddr !== undefined) {
+    try {
+      parseListenAddr(metricsAddr);
+    } catch (e) {
+      usageError(`--metrics-addr: ${(e as Error).message}`);
+    }
+  }
   const level = values['log-level'] ?? 'INFO';
   if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
   let maxConcurrent = 64;
@@ -185,6 +199,7 @@ async function main(): Promise<void> {
   const metrics = createAgentMetrics();
   // Malformed objects the datastores skip: one warning each, and their count on /metrics.
   observeInvalidObjects(metrics.registry, log);
+  registerProcessMetrics(metrics.registry, { component: 'netplugin-node', version: NETPLUGIN_VERSION });
   const dataplane = await installDataplane(log, dirname(socketPath));
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   // The read caches of the datastores the runtime opened (weakly: the runtime
@@ -294,6 +309,7 @@ async function main(): Promise<void> {
       policy = await startPolicyAgent(readNetpluginConf(values.config), log, runtime, {
         onApplied: (s) => metrics.policyApplied(s),
         onInterfaceConflict: (c) => metrics.policyInterfaceConflict(c.kind),
+        onRefused: (r) => metrics.policyRefused(r.stage, r.owner.kind),
         podEvents: podEventsFlag === 'on',
       });
     } catch (e) {
@@ -334,6 +350,15 @@ async function main(): Promise<void> {
       log.error(`${(e as Error).message}; serving CNI requests without health and metrics endpoints (pass another --health-addr, or off)`);
     }
   }
+  let metricsServer: HealthServer | undefined;
+  if (metricsAddr !== undefined) {
+    try {
+      metricsServer = await startHealthServer({ addr: metricsAddr, registry: metrics.registry, metricsOnly: true });
+      log.info('serving /metrics', { addr: `${metricsServer.host}:${metricsServer.port}` });
+    } catch (e) {
+      log.error(`${(e as Error).message}; serving CNI requests without the metrics listener (pass another --metrics-addr)`);
+    }
+  }
   const stop = (signal: string) => {
     if (stopping) {
       log.warn(`second ${signal}: exiting without waiting for running requests`);
@@ -344,6 +369,7 @@ async function main(): Promise<void> {
     nodeInit?.stop();
     pluginKubeconfig?.stop();
     void health?.close();
+    void metricsServer?.close();
     network?.stop();
     // The nftables table stays: existing pods keep their enforcement, new ones stay isolated.
     void policy?.stop();

@@ -88,10 +88,19 @@ export function readCtlConfig(file: string, io: CtlIO): DatastoreConfig & { cont
  * else the configured file, else KUBECONFIG (several files, merged), else
  * ~/.kube/config; --context; exec credential plugins allowed.
  */
-export function applyKubeAccess(conf: DatastoreConfig & { context?: string }, io: CtlIO, flags: { kubeconfig?: string | undefined; context?: string | undefined }): DatastoreConfig {
+export function applyKubeAccess(
+  conf: DatastoreConfig & { context?: string },
+  io: CtlIO,
+  flags: { kubeconfig?: string | undefined; context?: string | undefined; as?: string | undefined; asGroups?: string[] | undefined },
+): DatastoreConfig {
   const { context: fileContext, ...out } = conf;
   const needsApi = out.datastore_type === 'kubernetes' || flags.kubeconfig !== undefined || out.kubernetes !== undefined;
-  if (!needsApi) return out;
+  if (!needsApi) {
+    if (flags.as || flags.asGroups?.length) {
+      throw new CtlError('--as and --as-group impersonate a Kubernetes user: they need the kubernetes datastore (DATASTORE_TYPE=kubernetes, or --kubeconfig)');
+    }
+    return out;
+  }
   const k = { ...(out.kubernetes ?? {}) };
   if (flags.kubeconfig) {
     k.kubeconfig_paths = [flags.kubeconfig];
@@ -105,5 +114,9 @@ export function applyKubeAccess(conf: DatastoreConfig & { context?: string }, io
   const context = flags.context ?? fileContext;
   if (context) k.context = context;
   k.allow_exec = true;
+  // kubectl's habits: HTTPS_PROXY/NO_PROXY from the environment, --as/--as-group.
+  k.proxy_env = io.env;
+  if (flags.asGroups?.length && !flags.as) throw new CtlError('--as-group needs --as USER (the API server impersonates a user with groups, not groups alone)');
+  if (flags.as) k.impersonate = { user: flags.as, groups: flags.asGroups };
   return { ...out, kubernetes: k };
 }

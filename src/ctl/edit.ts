@@ -1,11 +1,13 @@
 // validate, label and patch: the kubectl habits operators bring.
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Resource } from '../model/resources.js';
+import { labelKeyProblem, labelValueProblem } from '../model/names.js';
 import { type Datastore } from '../datastore/types.js';
 import { bool, CtlError, DRY_RUN, dryRun, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
 import { readManifests, writeResource, errText } from './resources.js';
-import { describeRef, poolDefaults, validatePool } from './validate.js';
+import { describeRef, parseManifest, poolDefaults, validatePool } from './validate.js';
+import { applyJsonPatch, parseJsonPatch } from './json-patch.js';
 
 /**
  * validate -f: every document parses as a known kind, and IPPools pass the
@@ -38,8 +40,6 @@ export async function cmdValidate(io: CtlIO, file: string): Promise<number> {
   return failed ? 1 : 0;
 }
 
-const LABEL_KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
-const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;
 
 /** `key=value` sets, `key-` removes (kubectl's syntax). */
 export function parseLabelArgs(args: string[]): { set: Record<string, string>; remove: string[] } {
@@ -49,15 +49,15 @@ export function parseLabelArgs(args: string[]): { set: Record<string, string>; r
   for (const a of args) {
     if (a.endsWith('-') && !a.includes('=')) {
       const k = a.slice(0, -1);
-      if (!LABEL_KEY.test(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key`);
+      if (labelKeyProblem(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key`);
       remove.push(k);
       continue;
     }
     const eq = a.indexOf('=');
     if (eq < 0) throw new CtlError(`label ${JSON.stringify(a)}: expected key=value or key-`);
     const [k, v] = [a.slice(0, eq), a.slice(eq + 1)];
-    if (!LABEL_KEY.test(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key (e.g. zone or example.com/zone)`);
-    if (!LABEL_VALUE.test(v)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(v)} is not a valid label value (up to 63 letters, digits, '-', '_', '.')`);
+    if (labelKeyProblem(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key (e.g. zone or example.com/zone)`);
+    if (labelValueProblem(v)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(v)} is not a valid label value (up to 63 letters, digits, '-', '_', '.')`);
     set[k] = v;
   }
   return { set, remove };
@@ -94,6 +94,8 @@ async function update(ds: Datastore, t: Target, change: (r: Resource) => Resourc
       throw e;
     }
     const next = change(structuredClone(cur));
+    // The result is checked as apply checks a manifest: a wrong type or an unknown field names its path.
+    parseManifest(next, `${t.kind.toLowerCase()}/${t.name}`, { stored: true });
     // replace with the read resourceVersion: a concurrent writer makes us read again.
     try {
       return await writeResource(ds, { ...next, metadata: { ...next.metadata, resourceVersion: cur.metadata.resourceVersion } }, 'replace', dryRun);
@@ -138,33 +140,82 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
 
 export async function cmdPatch(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string | undefined; type?: string | undefined; patch?: string | undefined; dryRun?: boolean | undefined }): Promise<number> {
   const type = args.type ?? 'merge';
-  if (type !== 'merge') throw new CtlError(`patch --type ${JSON.stringify(type)} is not supported; use --type merge (a JSON merge patch, RFC 7386)`);
+  if (type !== 'merge' && type !== 'json') {
+    throw new CtlError(`patch --type ${JSON.stringify(type)} is not supported; use --type merge (a JSON merge patch, RFC 7386) or --type json (RFC 6902 operations)`);
+  }
   const { t, rest } = target(args.positional, args.namespace, 'patch');
   if (rest.length) throw new CtlError(`patch takes KIND NAME and -p PATCH; unexpected ${rest.join(' ')}`);
-  if (!args.patch) throw new CtlError(`patch needs -p '{"spec":{...}}'`);
+  if (!args.patch) throw new CtlError(type === 'json' ? `patch --type json needs -p '[{"op":"replace","path":"/spec/disabled","value":true}]'` : `patch needs -p '{"spec":{...}}'`);
   let patch: unknown;
   try {
     patch = JSON.parse(args.patch);
   } catch (e) {
     throw new CtlError(`patch -p is not JSON: ${(e as Error).message}`);
   }
-  if (!patch || typeof patch !== 'object' || Array.isArray(patch)) throw new CtlError('patch -p must be a JSON object, e.g. {"spec":{"disabled":true}}');
-  const p = patch as Record<string, unknown>;
-  for (const k of Object.keys(p)) {
-    if (k !== 'spec' && k !== 'metadata') throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+  let change: (r: Resource) => Resource;
+  if (type === 'json') {
+    const ops = parseJsonPatch(patch);
+    change = (res) => {
+      const next = applyJsonPatch(res, ops) as Resource;
+      onlySpecAndLabels(res, next);
+      return next;
+    };
+  } else {
+    if (!patch || typeof patch !== 'object' || Array.isArray(patch)) throw new CtlError('patch -p must be a JSON object, e.g. {"spec":{"disabled":true}} (a list of operations needs --type json)');
+    const p = patch as Record<string, unknown>;
+    for (const k of Object.keys(p)) {
+      if (k !== 'spec' && k !== 'metadata') throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+    }
+    const meta = (p.metadata ?? {}) as Record<string, unknown>;
+    for (const k of Object.keys(meta)) {
+      if (k !== 'labels' && k !== 'annotations') throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
+    }
+    change = (res) => mergePatch(res, patch) as Resource;
   }
-  const meta = (p.metadata ?? {}) as Record<string, unknown>;
-  for (const k of Object.keys(meta)) {
-    if (k !== 'labels' && k !== 'annotations') throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
-  }
-  const r = await update(ds, t, (res) => mergePatch(res, patch) as Resource, Boolean(args.dryRun));
+  const r = await update(ds, t, change, Boolean(args.dryRun));
   io.stdout(`${t.kind.toLowerCase()}/${t.name} ${r === 'unchanged' ? 'patched (no change)' : 'patched'}${args.dryRun ? ' (dry run)' : ''}\n`);
   return 0;
+}
+
+/** A JSON patch may touch spec, metadata.labels and metadata.annotations only, as a merge patch may. */
+function onlySpecAndLabels(before: Resource, after: Resource): void {
+  const strip = (r: Resource) => {
+    const o = { ...(r as unknown as Record<string, unknown>) };
+    delete o.spec;
+    const m = { ...((o.metadata ?? {}) as Record<string, unknown>) };
+    delete m.labels;
+    delete m.annotations;
+    o.metadata = m;
+    return o;
+  };
+  const a = strip(before);
+  const b = strip(after);
+  for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
+    if (k === 'metadata') continue;
+    if (JSON.stringify(a[k]) !== JSON.stringify(b[k])) throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+  }
+  const ma = a.metadata as Record<string, unknown>;
+  const mb = b.metadata as Record<string, unknown>;
+  for (const k of new Set([...Object.keys(ma), ...Object.keys(mb)])) {
+    if (JSON.stringify(ma[k]) !== JSON.stringify(mb[k])) throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
+  }
 }
 
 // ---------------------------------------------------------------- commands
 
 export const EDIT_HELP: Record<string, string> = {
+  edit: `Usage: netpluginctl edit <kind> <name> [-n NS] [-o yaml|json]
+       netpluginctl edit <kind>/<name>
+
+Opens the resource in $KUBE_EDITOR, else $EDITOR, else vi, as kubectl edit does. Saving writes
+it back; an unchanged or emptied file cancels. A file that does not parse or validate is
+reopened with the errors as comments at its top (saving it unchanged cancels). When someone
+else changed the resource while you edited, nothing is written: the error names a file holding
+your edits.
+
+Example:
+  KUBE_EDITOR=nano netpluginctl edit ippool default-ipv4-ippool
+`,
   validate: `Usage: netpluginctl validate -f FILE|DIR|-
 
 Parses every document and checks it as apply would (kinds, names, IPPool CIDR, block size,
@@ -177,11 +228,15 @@ document is invalid.
 Sets labels (key=value) or removes them (key-). Changing an existing label's value needs
 --overwrite, as with kubectl.
 `,
-  patch: `Usage: netpluginctl patch <kind> <name> --type merge -p '{"spec":{"disabled":true}}' [-n NS] [--dry-run]
+  patch: `Usage: netpluginctl patch <kind> <name> [--type merge] -p '{"spec":{"disabled":true}}' [-n NS] [--dry-run]
+       netpluginctl patch <kind> <name> --type json -p '[{"op":"replace","path":"/spec/disabled","value":true}]'
 
-Applies a JSON merge patch (RFC 7386: objects merge, null removes a field) to spec,
-metadata.labels or metadata.annotations, then validates and writes the result as apply does
-(retrying when someone else changed the resource meanwhile). Only --type merge is supported.
+--type merge (the default) applies a JSON merge patch (RFC 7386: objects merge, null removes a
+field); --type json applies JSON patch operations (RFC 6902: add, remove, replace, move, copy,
+test; paths are JSON pointers such as /spec/nodeSelector or /metadata/labels/zone; a failed
+test changes nothing). Only spec, metadata.labels and metadata.annotations can change. The
+result is validated and written as apply does (retrying when someone else changed the resource
+meanwhile; a json patch is re-applied to the fresh object).
 `,
 };
 
@@ -218,8 +273,16 @@ const runEdit = (cmd: 'label' | 'patch'): CtlCommand => async (rest, io, s) => {
     : cmdPatch(await s.writable(), io, { ...common, type: str(p, 'type'), patch: str(p, 'patch') });
 };
 
-/** validate, label, patch. */
+const runEditor: CtlCommand = async (rest, io, s) => {
+  const p = parseCommand(rest, [{ name: 'namespace', short: 'n', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'edit', s);
+  if (bool(p, 'help')) return printHelp(io, EDIT_HELP.edit!);
+  target(p.positional, str(p, 'namespace'), 'edit');
+  const { cmdEdit } = await import('./edit-loop.js');
+  return cmdEdit(await s.writable(), io, { positional: p.positional, namespace: str(p, 'namespace'), output: str(p, 'output') });
+};
+
+/** validate, label, patch, edit. */
 export const editGroup: CtlGroup = {
-  commands: { validate: runValidate, label: runEdit('label'), patch: runEdit('patch') },
+  commands: { validate: runValidate, label: runEdit('label'), patch: runEdit('patch'), edit: runEditor },
   help: EDIT_HELP,
 };

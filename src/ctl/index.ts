@@ -18,7 +18,7 @@ import { datastoreGroup } from './datastore.js';
 import { versionGroup } from './version-cmd.js';
 import { cniGroup } from './cni.js';
 import { policyGroup } from './policy-cmd.js';
-import { COMPLETION_HELP, completionCommand } from './completion.js';
+import { COMPLETION_HELP, completionCommands } from './completion.js';
 
 export { initDatastore } from './datastore-init.js';
 export type { InitDatastoreOptions, InitDatastoreResult } from './datastore-init.js';
@@ -30,7 +30,7 @@ export { datastoreConfig } from './session.js';
 
 export const TOP_HELP = `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
 
-Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--log-format text|json] <command> [flags]
+Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--as USER] [--log-format text|json] <command> [flags]
 
 Commands:
   apply -f FILE|DIR|-        create or update resources (YAML or JSON, one or many documents)
@@ -41,11 +41,15 @@ Commands:
   delete <kind> <name...>    delete resources (or -f FILE|DIR)
   validate -f FILE|DIR|-     check manifests without a datastore
   label <kind> <name> k=v    set (k=v) or remove (k-) labels
-  patch <kind> <name> -p J   apply a JSON merge patch to spec, labels or annotations
-  completion bash|zsh        print a shell completion script
-  ipam show                  pool usage (--show-blocks, --ip ADDR)
+  patch <kind> <name> -p J   apply a JSON merge patch (or --type json: RFC 6902) to spec, labels or annotations
+  edit <kind> <name>         edit a resource in $KUBE_EDITOR / $EDITOR (kubectl's validation and conflict loop)
+  completion bash|zsh|fish   print a shell completion script (commands, flags, kinds, resource names)
+  ipam show                  pool usage (--show-blocks, --show-borrowed, --show-configuration, --ip ADDR, -o json|yaml)
   ipam check                 find leaked addresses (-o report.json)
-  ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run)
+  ipam release               release addresses (--ip ADDR, --from-report FILE, --dry-run: "would release")
+  ipam configure             IPAMConfig: --strictaffinity, --max-blocks-per-host, --autoallocateblocks
+  ipam split N --name POOL   split a disabled pool into N (a power of 2) equal pools
+  node diags                 one tar.gz of this node's state for a bug report (nft, routes, datastore view...)
   policy explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
@@ -56,7 +60,7 @@ Commands:
   upgrade owner-refs         save, strip and restore owner references to netplugin.org/v3 objects
   upgrade auto-hep           migrate all-interfaces host endpoints to automatic ones
   upgrade finish             remove allow-all-upgrade and record the new cluster version
-  version                    client and cluster version
+  version                    client and cluster version (--short)
   install-cni                install the plugin binaries and the CNI conflist on this node
   uninstall-cni              remove them
 
@@ -73,6 +77,7 @@ Run 'netpluginctl <command> --help' for a command's flags. Set NETPLUGIN_DEBUG=1
 const lazyGroups: Record<string, CtlCommand> = {
   installation: async (rest, io, s) => (await import('./installation.js')).cmdInstallation(rest, io, s),
   upgrade: async (rest, io, s) => (await import('./upgrade.js')).cmdUpgrade(rest, io, s),
+  node: async (rest, io, s) => (await import('./node-diags.js')).nodeGroup.commands.node!(rest, io, s),
 };
 
 const GROUPS: CtlGroup[] = [resourcesGroup, ipamGroup, policyGroup, datastoreGroup, versionGroup, cniGroup, editGroup];
@@ -85,9 +90,22 @@ const GROUPS: CtlGroup[] = [resourcesGroup, ipamGroup, policyGroup, datastoreGro
 const HELP: Record<string, string> = Object.assign(Object.create(null) as Record<string, string>, { '': TOP_HELP }, ...GROUPS.map((g) => g.help), COMPLETION_HELP);
 
 /** Command word -> command; a null prototype, so 'constructor' or '__proto__' is an unknown command. */
-const COMMANDS: Record<string, CtlCommand> = Object.assign(Object.create(null) as Record<string, CtlCommand>, ...GROUPS.map((g) => g.commands), lazyGroups, {
-  completion: completionCommand(() => Object.keys(HELP).filter((k) => k && !k.includes(' '))),
-});
+const COMMANDS: Record<string, CtlCommand> = Object.assign(
+  Object.create(null) as Record<string, CtlCommand>,
+  ...GROUPS.map((g) => g.commands),
+  lazyGroups,
+  completionCommands({
+    topHelp: TOP_HELP,
+    // The lazily loaded groups' topics too: completion is rare, and must know every flag.
+    help: async () => ({
+      ...HELP,
+      ...(await import('./installation.js')).INSTALLATION_HELP,
+      ...(await import('./upgrade.js')).UPGRADE_HELP,
+      ...(await import('./node-diags.js')).NODE_HELP,
+      'datastore migrate': (await import('./migrate.js')).MIGRATE_HELP,
+    }),
+  }),
+);
 
 function help(io: CtlIO, topic: string): number {
   io.stdout(HELP[topic] ?? TOP_HELP);
@@ -96,7 +114,7 @@ function help(io: CtlIO, topic: string): number {
 
 async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Promise<number> {
   const run = COMMANDS[cmd];
-  if (!run) throw new CtlError(`unknown command ${JSON.stringify(cmd)}${suggestFlag(cmd, Object.keys(COMMANDS))}; run 'netpluginctl --help'`);
+  if (!run) throw new CtlError(`unknown command ${JSON.stringify(cmd)}${suggestFlag(cmd, Object.keys(COMMANDS).filter((c) => !c.startsWith('__')))}; run 'netpluginctl --help'`);
   return run(rest, io, s);
 }
 
@@ -104,7 +122,8 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
   // The command is the first positional word; global flags may come before it.
   let i = 0;
   let configFile: string | undefined;
-  const globals: { kubeconfig?: string; context?: string; 'log-format'?: string } = {};
+  const globals: { kubeconfig?: string; context?: string; 'log-format'?: string; as?: string } = {};
+  const asGroups: string[] = [];
   while (i < argv.length && argv[i]!.startsWith('-')) {
     const a = argv[i]!;
     if (a === '-h' || a === '--help') return help(io, '');
@@ -124,15 +143,16 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
       i = 0;
       break;
     }
-    const g = /^--(kubeconfig|context|log-format)(?:=(.*))?$/.exec(a);
+    const g = /^--(kubeconfig|context|log-format|as|as-group)(?:=(.*))?$/.exec(a);
     if (g) {
       const v = g[2] ?? argv[i + 1];
       if (v === undefined) return fail(io, new CtlError(`--${g[1]} needs a value`));
-      globals[g[1] as keyof typeof globals] = v;
+      if (g[1] === 'as-group') asGroups.push(v);
+      else globals[g[1] as keyof typeof globals] = v;
       i += g[2] === undefined ? 2 : 1;
       continue;
     }
-    return fail(io, new CtlError(`unknown flag ${a}${suggestFlag(a, ['--config', '--kubeconfig', '--context', '--log-format', '--help', '--version'])}; run 'netpluginctl --help'`));
+    return fail(io, new CtlError(`unknown flag ${a}${suggestFlag(a, ['--config', '--kubeconfig', '--context', '--log-format', '--as', '--as-group', '--help', '--version'])}; run 'netpluginctl --help'`));
   }
   const after = argv.slice(i + 1);
   const logFormat = globals['log-format'] ?? pairFlag(after, '--log-format') ?? after.find((a) => a.startsWith('--log-format='))?.slice('--log-format='.length);
@@ -140,12 +160,17 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
     return fail(io, new CtlError(`--log-format ${JSON.stringify(logFormat)} is not text or json`));
   }
   const json = logFormat === 'json';
+  // --log-format json: every error and warning line a command prints (a name not found among
+  // several, a failed document of many) is a JSON line too, not only the final error.
+  if (json) io = { ...io, stderr: jsonStderr(io.stderr) };
   const cmd = argv[i];
   const rest = stripPair(argv.slice(i + 1), '--log-format');
   if (!cmd || cmd === 'help') return help(io, rest.join(' '));
   const session = new Session(io, configFile);
   session.kubeconfig = globals.kubeconfig;
   session.context = globals.context;
+  session.as = globals.as;
+  session.asGroups = asGroups;
   try {
     return await dispatch(cmd, normalizeDryRun(rest), io, session);
   } catch (e) {
@@ -171,6 +196,22 @@ function stripPair(argv: string[], flag: string): string[] {
     out.push(argv[j]!);
   }
   return out;
+}
+
+/** Turns the `error: ...` and `warning: ...` lines written to stderr into JSON log lines. */
+function jsonStderr(write: (chunk: string) => void): (chunk: string) => void {
+  return (chunk) => {
+    // Progress lines (a terminal's \r redraws) and already-JSON lines pass through.
+    if (chunk.startsWith('\r') || chunk.startsWith('{')) return write(chunk);
+    const out = chunk
+      .split('\n')
+      .filter((l, idx, all) => l !== '' || idx < all.length - 1)
+      .map((l) => {
+        const m = /^(error|warning): (.*)$/.exec(l);
+        return JSON.stringify({ time: new Date().toISOString(), level: m?.[1] === 'warning' ? 'WARNING' : m ? 'ERROR' : 'INFO', msg: m ? m[2] : l });
+      });
+    write(out.join('\n') + '\n');
+  };
 }
 
 function fail(io: CtlIO, e: unknown, json = false): number {

@@ -4,7 +4,7 @@
 // and says so), never touches existing IP pools (docs/upgrade.md: running pods
 // keep their addresses) and with --watch re-runs whenever the Installation
 // changes in the Kubernetes API.
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
@@ -28,7 +28,7 @@ import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession, type Da
 import { defaultPackageDir, resolvePath } from './install-cni.js';
 import { readDocuments, writeResource } from './resources.js';
 import { getIfExists } from '../datastore/cas.js';
-import { NETPLUGIN_VERSION, refuseOlderClient } from './version.js';
+import { NETPLUGIN_VERSION, NODE_IMAGE_REPOSITORY, nodeImage, refuseOlderClient } from './version.js';
 
 export const PLUGIN_KUBECONFIG = 'netplugin-kubeconfig';
 const INSTALLATIONS_PATH = `/apis/${OPERATOR_GROUP}/v1/installations`;
@@ -115,8 +115,26 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
   return d;
 }
 
+/**
+ * The Kubernetes manifests of the package's deploy/ with every container image set to `image`:
+ * file name -> text, comments kept (only the `image:` lines change).
+ */
+export function renderManifests(deployDir: string, image: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const line = new RegExp(`^(\\s*(?:-\\s+)?image:\\s*)["']?[^\\s"']*${NODE_IMAGE_REPOSITORY.replace('/', '\\/')}:[^\\s"']+["']?[ \\t]*$`, 'gm');
+  for (const f of readdirSync(deployDir).filter((n) => /\.ya?ml$/.test(n)).sort()) {
+    out.set(f, readFileSync(join(deployDir, f), 'utf8').replace(line, (_m, head: string) => `${head}${image}`));
+  }
+  return out;
+}
+
 /** `installation render`: the conflist, the IPPools and the agent settings, printed or written to DIR. */
-export async function cmdInstallationRender(io: CtlIO, o: { file: string; outDir?: string | undefined; datastore: RenderDatastore; confName: string }): Promise<number> {
+export async function cmdInstallationRender(
+  io: CtlIO,
+  o: { file: string; outDir?: string | undefined; datastore: RenderDatastore; confName: string; registry?: string | undefined; packageDir?: string },
+): Promise<number> {
+  const image = o.registry === undefined ? undefined : nodeImage(o.registry);
+  if (image && !o.outDir) throw new CtlError('installation render --registry writes the manifests: give -o DIR too');
   const { installation, flowResources } = await loadInstallation(o.file, io);
   const r = renderInstallation(installation, { datastore: o.datastore });
   if (!o.outDir) {
@@ -129,6 +147,11 @@ export async function cmdInstallationRender(io: CtlIO, o: { file: string; outDir
     writeFileAtomic(join(o.outDir, 'ippools.json'), JSON.stringify({ apiVersion: 'v1', kind: 'List', items: r.pools }, null, 2) + '\n', 0o644),
     writeFileAtomic(join(o.outDir, 'agent.json'), JSON.stringify(r.agent, null, 2) + '\n', 0o644),
   ];
+  if (image) {
+    const dir = join(o.outDir, 'manifests');
+    mkdirSync(dir, { recursive: true });
+    for (const [name, text] of renderManifests(join(o.packageDir ?? defaultPackageDir(), 'deploy'), image)) files.push(writeFileAtomic(join(dir, name), text, 0o644));
+  }
   for (const f of files) io.stdout(`${f.path} ${f.action}\n`);
   return 0;
 }
@@ -306,19 +329,23 @@ export async function watchInstallation(
 }
 
 export const INSTALLATION_HELP: Record<string, string> = {
-  installation: `Usage: netpluginctl installation render -f FILE [-o DIR]
+  installation: `Usage: netpluginctl installation render -f FILE [-o DIR [--registry REG]]
        netpluginctl installation apply [-f FILE] [--cni-bin-dir D] [--cni-conf-dir D] [--dry-run] [--watch]
        (without -f: the Installation "default" from the Kubernetes API)
 
 The operator's Installation resource (${OPERATOR_API_VERSION}, kind Installation, name default;
 see deploy/installation-example.yaml and docs/upgrade.md).
 `,
-  'installation render': `Usage: netpluginctl installation render -f FILE|- [-o DIR]
+  'installation render': `Usage: netpluginctl installation render -f FILE|- [-o DIR [--registry REG]]
 
 Validates the Installation in FILE and prints, as JSON, the CNI conflist, the IPPools it implies
 (default-ipv4-ippool / default-ipv6-ippool unless named) and the agent settings. With -o DIR the
 three are written as DIR/10-netplugin.conflist, DIR/ippools.json and DIR/agent.json. Pure: reads
 nothing but FILE; the conflist names the datastore netpluginctl is configured for.
+
+  --registry REG   also write the package's Kubernetes manifests (deploy/*.yaml) to DIR/manifests/,
+                   every container image set to REG/${NODE_IMAGE_REPOSITORY}:${NETPLUGIN_VERSION}, the image
+                   \`scripts/build-image --push REG\` pushes (REG: host[:port][/path])
 `,
   'installation apply': `Usage: netpluginctl installation apply [-f FILE|-] [flags]
 
@@ -356,13 +383,31 @@ export async function cmdInstallation(rest: string[], io: CtlIO, s: CtlSession):
   const args = rest.slice(1);
   const topic = `installation ${sub}`;
   if (sub === 'render') {
-    const p = parseCommand(args, [{ name: 'filename', short: 'f', type: 'string' }, { name: 'output', short: 'o', type: 'string' }, { name: 'cni-conf-dir', type: 'string' }, { name: 'conf-name', type: 'string' }], topic, s);
+    const p = parseCommand(
+      args,
+      [
+        { name: 'filename', short: 'f', type: 'string' },
+        { name: 'output', short: 'o', type: 'string' },
+        { name: 'cni-conf-dir', type: 'string' },
+        { name: 'conf-name', type: 'string' },
+        { name: 'registry', type: 'string' },
+      ],
+      topic,
+      s,
+    );
     if (bool(p, 'help')) return (io.stdout(INSTALLATION_HELP[topic]!), 0);
     const file = str(p, 'filename');
     if (!file) throw new CtlError('installation render needs -f FILE (the Installation; - for stdin)');
     const paths = nodePaths(io, undefined, str(p, 'cni-conf-dir'), str(p, 'conf-name'));
     const out = str(p, 'output');
-    return cmdInstallationRender(io, { file, outDir: out ? resolvePath(io, out) : undefined, datastore: pluginDatastore(s.config(), io, paths), confName: paths.confName });
+    return cmdInstallationRender(io, {
+      file,
+      outDir: out ? resolvePath(io, out) : undefined,
+      datastore: pluginDatastore(s.config(), io, paths),
+      confName: paths.confName,
+      registry: str(p, 'registry'),
+      ...(io.packageDir ? { packageDir: io.packageDir } : {}),
+    });
   }
   if (sub === 'apply') {
     const p = parseCommand(

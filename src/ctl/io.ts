@@ -24,6 +24,8 @@ export interface CtlIO {
   packageDir?: string;
   /** Node executable written into launchers and the fallback file; default process.execPath. */
   nodePath?: string;
+  /** Aborted to end a command that runs until interrupted (get -w): SIGINT in the binary. */
+  signal?: AbortSignal | undefined;
   /** stderr is a terminal: long operations show a progress line there. */
   stderrIsTTY?: boolean;
   /** install-cni: whether this process runs in a Kubernetes pod; default: detected (src/ctl/install-cni.ts detectPod). */
@@ -203,6 +205,9 @@ export interface CtlSession {
   /** --kubeconfig and --context, before the command or among its flags. */
   kubeconfig?: string | undefined;
   context?: string | undefined;
+  /** --as / --as-group (Kubernetes impersonation). */
+  as?: string | undefined;
+  asGroups?: string[];
   config(): DatastoreConfig | undefined;
   /** For reads. */
   datastore(): Promise<Datastore>;
@@ -217,6 +222,8 @@ export const GLOBAL_FLAGS: FlagSpec[] = [
   { name: 'config', short: 'c', type: 'string' },
   { name: 'kubeconfig', type: 'string' },
   { name: 'context', type: 'string' },
+  { name: 'as', type: 'string' },
+  { name: 'as-group', type: 'list' },
   { name: 'help', short: 'h', type: 'bool' },
 ];
 
@@ -225,7 +232,7 @@ export function parseCommand(
   argv: string[],
   specs: FlagSpec[],
   command: string,
-  s?: { configFile: string | undefined; kubeconfig?: string | undefined; context?: string | undefined },
+  s?: { configFile: string | undefined; kubeconfig?: string | undefined; context?: string | undefined; as?: string | undefined; asGroups?: string[] },
 ): ParsedArgs {
   const p = parseFlags(argv, [...GLOBAL_FLAGS, ...specs], command);
   const c = str(p, 'config');
@@ -235,6 +242,9 @@ export function parseCommand(
   if (k && s && !specs.some((f) => f.name === 'kubeconfig')) s.kubeconfig = k;
   const ctx = str(p, 'context');
   if (ctx && s) s.context = ctx;
+  const as = str(p, 'as');
+  if (as && s) s.as = as;
+  if (s && list(p, 'as-group').length) s.asGroups = [...(s.asGroups ?? []), ...list(p, 'as-group')];
   return p;
 }
 

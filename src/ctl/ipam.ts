@@ -22,7 +22,8 @@ import {
   type IpamReport,
   type PoolUsage,
 } from '../ipam/index.js';
-import { bool, CtlError, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, readJsonFile, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
+import { IPAM_ADMIN_HELP } from './ipam-admin.js';
+import { bool, CtlError, suggestFlag, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, readJsonFile, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
 
 export type { CheckOptions, IpamReport } from '../ipam/index.js';
 
@@ -348,17 +349,21 @@ export async function cmdIpamRelease(
 // ---------------------------------------------------------------- commands
 
 export const IPAM_HELP = {
-  ipam: `Usage: netpluginctl ipam show|check|release ...
+  ipam: `Usage: netpluginctl ipam show|check|release|configure|split ...
 
-  ipam show [--show-blocks] [--ip ADDR] [-o json]
+  ipam show [--show-blocks] [--show-borrowed] [--show-configuration] [--ip ADDR] [-o json|yaml]
   ipam check [-o report.json] [--json]
-  ipam release --ip ADDR [--ip ADDR...] [--force] | --from-report FILE
+  ipam release --ip ADDR [--ip ADDR...] [--force] | --from-report FILE [--dry-run]
+  ipam configure [--strictaffinity=true|false] [--max-blocks-per-host=N] [--autoallocateblocks=true|false]
+  ipam split NUMBER (--name POOL | --cidr CIDR)
 `,
-  'ipam show': `Usage: netpluginctl ipam show [--show-blocks] [--ip ADDR] [-o json]
+  'ipam show': `Usage: netpluginctl ipam show [--show-blocks] [--show-borrowed] [--show-configuration] [--ip ADDR] [-o json|yaml]
 
-  --show-blocks   list every block with its pool, node affinity and counts
-  --ip ADDR       who holds ADDR: handle, node, namespace/pod, workload endpoint
-  -o json         machine-readable output
+  --show-blocks          list every block with its pool, node affinity and counts
+  --show-borrowed        addresses a node took from a block affine to another node
+  --show-configuration   the IPAMConfig in effect (strict affinity, block limits)
+  --ip ADDR              who holds ADDR: handle, node, namespace/pod, workload endpoint
+  -o json|yaml           machine-readable output (with the sections asked for)
 `,
   'ipam check': `Usage: netpluginctl ipam check [-o FILE] [--json]
 
@@ -414,12 +419,33 @@ const runIpam: CtlCommand = async (rest, io, s) => {
   if (!sub || sub === '--help' || sub === '-h') return printHelp(io, IPAM_HELP.ipam);
   const args = rest.slice(1);
   if (sub === 'show') {
-    const p = parseCommand(args, [{ name: 'show-blocks', type: 'bool' }, { name: 'ip', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'ipam show', s);
+    const p = parseCommand(
+      args,
+      [
+        { name: 'show-blocks', type: 'bool' },
+        { name: 'show-borrowed', type: 'bool' },
+        { name: 'show-configuration', type: 'bool' },
+        { name: 'ip', type: 'string' },
+        { name: 'output', short: 'o', type: 'string' },
+      ],
+      'ipam show',
+      s,
+    );
     if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam show']);
     noPositional(p, 'ipam show');
+    const output = str(p, 'output');
+    if (output !== undefined && !['json', 'yaml', 'table'].includes(output)) throw new CtlError(`-o ${JSON.stringify(output)} is not supported for ipam show; use json or yaml`);
     const ds = await s.datastore();
-    return cmdIpamShow(ds, io, await openIpam(ds), { showBlocks: bool(p, 'show-blocks'), ip: str(p, 'ip'), output: str(p, 'output') });
+    return ipamShowWithExtras(ds, io, await openIpam(ds), {
+      showBlocks: bool(p, 'show-blocks'),
+      showBorrowed: bool(p, 'show-borrowed'),
+      showConfiguration: bool(p, 'show-configuration'),
+      ip: str(p, 'ip'),
+      output,
+    });
   }
+  if (sub === 'configure') return (await import('./ipam-admin.js')).cmdIpamConfigure(io, s, args);
+  if (sub === 'split') return (await import('./ipam-admin.js')).cmdIpamSplit(io, s, args);
   if (sub === 'check') {
     const p = parseCommand(args, [{ name: 'output', short: 'o', type: 'string' }, { name: 'json', type: 'bool' }], 'ipam check', s);
     if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam check']);
@@ -440,8 +466,39 @@ const runIpam: CtlCommand = async (rest, io, s) => {
     const ds = await s.writable();
     return cmdIpamRelease(ds, io, await openIpam(ds), { ips: list(p, 'ip'), fromReport: str(p, 'from-report'), force: bool(p, 'force'), dryRun: dryRun(p) }, await checkOptions(io, s));
   }
-  throw new CtlError(`unknown ipam command ${JSON.stringify(sub)}; use show, check or release`);
+  throw new CtlError(`unknown ipam command ${JSON.stringify(sub)}${suggestFlag(sub, ['show', 'check', 'release', 'configure', 'split'])}; use show, check, release, configure or split`);
 };
 
-/** ipam show, check, release. */
-export const ipamGroup: CtlGroup = { commands: { ipam: runIpam }, help: IPAM_HELP };
+/**
+ * ipam show plus calicoctl's --show-borrowed and --show-configuration, and
+ * -o yaml (the JSON document as YAML). The pool usage itself is cmdIpamShow's.
+ */
+async function ipamShowWithExtras(
+  ds: Datastore,
+  io: CtlIO,
+  ipam: Pick<Ipam, 'usageReport' | 'locate'>,
+  args: { showBlocks?: boolean | undefined; showBorrowed?: boolean | undefined; showConfiguration?: boolean | undefined; ip?: string | undefined; output?: string | undefined },
+): Promise<number> {
+  const structured = args.output === 'json' || args.output === 'yaml';
+  const extras = Boolean(args.showBorrowed || args.showConfiguration);
+  if (args.ip && extras) throw new CtlError('--ip shows one address; it cannot be combined with --show-borrowed or --show-configuration');
+  const admin = extras ? await import('./ipam-admin.js') : undefined;
+  if (!structured) {
+    // calicoctl prints only the section asked for when one of these flags is given.
+    if (admin && args.showConfiguration) io.stdout(admin.configurationTable(await admin.ipamConfiguration(ds)));
+    if (admin && args.showBorrowed) io.stdout((args.showConfiguration ? '\n' : '') + admin.borrowedTable(await admin.borrowedAddresses(ds)));
+    if (extras && !args.showBlocks) return 0;
+    if (extras) io.stdout('\n');
+    return cmdIpamShow(ds, io, ipam, { showBlocks: args.showBlocks, ip: args.ip, output: args.output === 'table' ? undefined : args.output });
+  }
+  let json = '';
+  const code = await cmdIpamShow(ds, { ...io, stdout: (c) => (json += c) }, ipam, { showBlocks: args.showBlocks, ip: args.ip, output: 'json' });
+  const doc = JSON.parse(json) as Record<string, unknown>;
+  if (admin && args.showConfiguration) doc.configuration = await admin.ipamConfiguration(ds);
+  if (admin && args.showBorrowed) doc.borrowed = await admin.borrowedAddresses(ds);
+  io.stdout(args.output === 'yaml' ? (await import('yaml')).stringify(doc) : JSON.stringify(doc, null, 2) + '\n');
+  return code;
+}
+
+/** ipam show, check, release, configure, split. */
+export const ipamGroup: CtlGroup = { commands: { ipam: runIpam }, help: { ...IPAM_HELP, ...IPAM_ADMIN_HELP } };

@@ -1,6 +1,6 @@
 // The kinds the CLI exposes and the names people type for them.
 import type { Kind } from '../model/resources.js';
-import { CtlError } from './io.js';
+import { CtlError, suggestFlag } from './io.js';
 
 interface KindInfo {
   kind: Kind;
@@ -39,7 +39,7 @@ function known(): string {
 export function resolveKind(input: string): KindInfo {
   const key = input.toLowerCase().replace(/\.netplugin\.org$/, '');
   const k = BY_ALIAS.get(key);
-  if (!k) throw new CtlError(`unknown resource kind ${JSON.stringify(input)}; known kinds: ${known()}`);
+  if (!k) throw new CtlError(`unknown resource kind ${JSON.stringify(input)}${suggestFlag(key, [...BY_ALIAS.keys()]) || ';'} known kinds: ${known()}`);
   return k;
 }
 

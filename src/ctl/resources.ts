@@ -6,16 +6,41 @@ import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.j
 import { type Datastore, type InvalidObject } from '../datastore/types.js';
 import { InvalidObjectError, invalidLabel } from '../datastore/invalid.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
-import { bool, cannotRead, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
+import { bool, cannotRead, CtlError, suggestFlag, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
+import { parseJsonPath, printValue, relaxedPath, type JsonPathTemplate } from './jsonpath.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
 
-export type OutputFormat = 'table' | 'wide' | 'json' | 'yaml' | 'name';
+export type OutputFormat =
+  | 'table'
+  | 'wide'
+  | 'json'
+  | 'yaml'
+  | 'name'
+  | { jsonpath: JsonPathTemplate }
+  | { columns: Array<{ header: string; path: JsonPathTemplate }> };
+
+const FORMATS = 'yaml, json, wide, name, jsonpath=TEMPLATE or custom-columns=HEADER:PATH,...';
 
 export function outputFormat(v: string | undefined): OutputFormat {
   if (v === undefined || v === 'table') return 'table';
   if (v === 'wide' || v === 'json' || v === 'yaml' || v === 'name') return v;
-  throw new CtlError(`-o ${JSON.stringify(v)} is not supported; use yaml, json, wide or name`);
+  const m = /^(jsonpath|custom-columns)(?:=([\s\S]*))?$/.exec(v);
+  if (m?.[1] === 'jsonpath') {
+    if (!m[2]) throw new CtlError(`-o jsonpath needs a template, e.g. -o jsonpath='{.items[*].metadata.name}'`);
+    return { jsonpath: parseJsonPath(m[2]) };
+  }
+  if (m?.[1] === 'custom-columns') {
+    if (!m[2]) throw new CtlError(`-o custom-columns needs columns, e.g. -o custom-columns=NAME:.metadata.name,CIDR:.spec.cidr`);
+    return {
+      columns: m[2].split(',').map((c) => {
+        const colon = c.indexOf(':');
+        if (colon <= 0) throw new CtlError(`-o custom-columns: ${JSON.stringify(c)} is not HEADER:PATH (e.g. CIDR:.spec.cidr)`);
+        return { header: c.slice(0, colon), path: parseJsonPath(relaxedPath(c.slice(colon + 1))) };
+      }),
+    };
+  }
+  throw new CtlError(`-o ${JSON.stringify(v)} is not supported; use ${FORMATS}${suggestFlag(v, ['jsonpath', 'custom-columns'])}`);
 }
 
 const MANIFEST_FILE = /\.(ya?ml|json)$/;
@@ -343,21 +368,76 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
   }
 }
 
-export async function formatResources(items: Resource[], kind: Kind, format: OutputFormat, single: boolean, allNamespaces = false, noHeaders = false): Promise<string> {
-  const obj = single ? items[0] : { apiVersion: 'netplugin.org/v3', kind: `${kind}List`, items };
+export interface FormatOptions {
+  /** One object asked for by name: printed as itself, not as a List. */
+  single?: boolean | undefined;
+  allNamespaces?: boolean | undefined;
+  noHeaders?: boolean | undefined;
+  /** --show-labels: a LABELS column at the end of a table. */
+  showLabels?: boolean | undefined;
+  /** --sort-by PATH (kubectl's relaxed JSONPath). */
+  sortBy?: string | undefined;
+}
+
+/** --sort-by: items ordered by the first value PATH yields (numbers numerically, missing ones first). */
+export function sortItems(items: Resource[], sortBy: string | undefined): Resource[] {
+  if (!sortBy) return items;
+  const path = parseJsonPath(relaxedPath(sortBy));
+  const keyed = items.map((r) => ({ r, k: path.values(r)[0] }));
+  const rank = (k: unknown) => (k === undefined || k === null ? 0 : typeof k === 'number' ? 1 : 2);
+  keyed.sort((x, y) => {
+    const d = rank(x.k) - rank(y.k);
+    if (d) return d;
+    if (typeof x.k === 'number' && typeof y.k === 'number') return x.k - y.k;
+    const a = printValue(x.k);
+    const b = printValue(y.k);
+    return a < b ? -1 : a > b ? 1 : 0;
+  });
+  return keyed.map((e) => e.r);
+}
+
+/** The header and the rows of a table format (table, wide, custom-columns). */
+export function tableRows(kind: Kind, format: OutputFormat, opts: FormatOptions): { header: string[]; row: (r: Resource) => string[] } {
+  if (typeof format === 'object' && 'columns' in format) {
+    return {
+      header: format.columns.map((c) => c.header),
+      row: (r) => format.columns.map((c) => {
+        const v = c.path.values(r);
+        return v.length ? v.map(printValue).join(',') : '<none>';
+      }),
+    };
+  }
+  const { header, row } = columns(kind, format === 'wide');
+  let h = header;
+  let rowOf = row;
+  // Namespace column only matters when listing across namespaces.
+  if (NAMESPACED_KINDS.has(kind) && !opts.allNamespaces && h[0] === 'NAMESPACE') {
+    h = h.slice(1);
+    rowOf = (r) => row(r).slice(1);
+  }
+  if (opts.showLabels && h[h.length - 1] !== 'LABELS') {
+    const base = rowOf;
+    h = [...h, 'LABELS'];
+    rowOf = (r) => [...base(r), labelText(r)];
+  }
+  return { header: h, row: rowOf };
+}
+
+function labelText(r: Resource): string {
+  const l = Object.entries(r.metadata.labels ?? {}).map(([k, v]) => `${k}=${v}`);
+  return l.length ? l.join(',') : '<none>';
+}
+
+export async function formatResources(items: Resource[], kind: Kind, format: OutputFormat, opts: FormatOptions = {}): Promise<string> {
+  items = sortItems(items, opts.sortBy);
+  const obj = opts.single ? items[0] : { apiVersion: 'netplugin.org/v3', kind: `${kind}List`, items };
   if (format === 'name') return items.map((r) => `${lower(kind)}/${r.metadata.name}\n`).join('');
   if (format === 'json') return JSON.stringify(obj, null, 2) + '\n';
   if (format === 'yaml') return (await loadYaml()).stringify(obj);
-  const { header, row } = columns(kind, format === 'wide');
-  let h = header;
-  let rows = items.map(row);
-  // Namespace column only matters when listing across namespaces.
-  if (NAMESPACED_KINDS.has(kind) && !allNamespaces && h[0] === 'NAMESPACE') {
-    h = h.slice(1);
-    rows = rows.map((r) => r.slice(1));
-  }
-  const text = table(h, rows);
-  return noHeaders ? text.slice(text.indexOf('\n') + 1) : text;
+  if (typeof format === 'object' && 'jsonpath' in format) return format.jsonpath.evaluate(obj);
+  const { header, row } = tableRows(kind, format, opts);
+  const text = table(header, items.map(row));
+  return opts.noHeaders ? text.slice(text.indexOf('\n') + 1) : text;
 }
 
 /** The named resources of one kind; each missing one is reported on stderr and counted. */
@@ -376,22 +456,43 @@ async function getNamed(ds: Datastore, io: CtlIO, kind: Kind, names: string[], n
   return { items, failed };
 }
 
-export async function cmdGet(
-  ds: Datastore,
-  io: CtlIO,
-  args: { kind: string; names: string[]; namespace?: string | undefined; allNamespaces?: boolean | undefined; output?: string | undefined; selector?: string | undefined; noHeaders?: boolean | undefined },
-): Promise<number> {
+export interface GetArgs {
+  kind: string;
+  names: string[];
+  namespace?: string | undefined;
+  allNamespaces?: boolean | undefined;
+  output?: string | undefined;
+  selector?: string | undefined;
+  noHeaders?: boolean | undefined;
+  showLabels?: boolean | undefined;
+  sortBy?: string | undefined;
+  /** -w: after the list, print each change until io.signal aborts (SIGINT). */
+  watch?: boolean | undefined;
+  /** --watch-only: the changes, not the list first. */
+  watchOnly?: boolean | undefined;
+  /** --output-watch-events: an EVENT column (tables) or {type, object} (json, yaml). */
+  watchEvents?: boolean | undefined;
+}
+
+export async function cmdGet(ds: Datastore, io: CtlIO, args: GetArgs): Promise<number> {
   const info = resolveKind(args.kind);
   const format = outputFormat(args.output);
+  if (args.sortBy) sortItems([], args.sortBy);
   const namespaced = NAMESPACED_KINDS.has(info.kind);
+  const opts: FormatOptions = { allNamespaces: args.allNamespaces, noHeaders: args.noHeaders, showLabels: args.showLabels, sortBy: args.sortBy };
+  const watching = Boolean(args.watch || args.watchOnly);
   if (args.names.length) {
     if (args.allNamespaces) throw new CtlError(`-A cannot be combined with a name; give the namespace with -n`);
-    const { items, failed } = await getNamed(ds, io, info.kind, args.names, namespaced ? (args.namespace ?? 'default') : undefined);
-    if (items.length) io.stdout(await formatResources(items, info.kind, format, args.names.length === 1, false, args.noHeaders));
+    const ns = namespaced ? (args.namespace ?? 'default') : undefined;
+    if (watching) return watchGet(ds, io, info.kind, format, opts, args, { ns, names: new Set(args.names) });
+    const { items, failed } = await getNamed(ds, io, info.kind, args.names, ns);
+    if (items.length) io.stdout(await formatResources(items, info.kind, format, { ...opts, single: args.names.length === 1 }));
     return failed ? 1 : 0;
   }
   const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
-  const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) });
+  const labelSelector = args.selector === undefined ? undefined : await labelSelectorArg(args.selector);
+  if (watching) return watchGet(ds, io, info.kind, format, opts, args, { ns, labelSelector });
+  const list = await ds.list(info.kind, { namespace: ns, labelSelector });
   warnInvalid(io, list.invalid);
   if (format === 'table' || format === 'wide') {
     if (list.items.length === 0) {
@@ -399,7 +500,7 @@ export async function cmdGet(
       return 0;
     }
   }
-  io.stdout(await formatResources(list.items, info.kind, format, false, Boolean(args.allNamespaces), args.noHeaders));
+  io.stdout(await formatResources(list.items, info.kind, format, opts));
   return 0;
 }
 
@@ -407,6 +508,84 @@ export async function cmdGet(
 function warnInvalid(io: CtlIO, invalid: InvalidObject[] | undefined): void {
   for (const o of invalid ?? []) {
     io.stderr(`warning: ${invalidLabel(o)} is malformed and not shown (${o.reason}); see 'netpluginctl describe ${lower(o.kind)} ${o.name}${o.namespace !== undefined ? ` -n ${o.namespace}` : ''}'\n`);
+  }
+}
+
+/**
+ * get -w: the list (unless --watch-only), then one row (or document) per
+ * change, as kubectl prints them, until io.signal aborts. A watch the store
+ * cut off (compacted revision, 410) is resumed from a fresh list.
+ */
+async function watchGet(
+  ds: Datastore,
+  io: CtlIO,
+  kind: Kind,
+  format: OutputFormat,
+  opts: FormatOptions,
+  args: GetArgs,
+  filter: { ns: string | undefined; names?: Set<string>; labelSelector?: string | undefined },
+): Promise<number> {
+  const { parseSelector } = await import('../selector/index.js');
+  const sel = filter.labelSelector === undefined ? undefined : parseSelector(filter.labelSelector);
+  const wanted = (r: Resource) =>
+    (!filter.names || filter.names.has(r.metadata.name)) &&
+    (filter.ns === undefined || (r.metadata.namespace ?? 'default') === filter.ns) &&
+    (!sel || sel.matches(r.metadata.labels ?? {}));
+  const events = Boolean(args.watchEvents);
+  const tabular = format === 'table' || format === 'wide' || (typeof format === 'object' && 'columns' in format);
+  const { header, row } = tabular ? tableRows(kind, format, opts) : { header: [], row: () => [] };
+  const fullHeader = events ? ['EVENT', ...header] : header;
+  // Columns at least as wide as the header, so rows printed one at a time still line up under it.
+  const widths = fullHeader.map((h) => h.length);
+  let headerShown = Boolean(opts.noHeaders);
+  const line = (cells: string[]) => {
+    cells.forEach((c, i) => (widths[i] = Math.max(widths[i] ?? 0, c.length)));
+    return cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd() + '\n';
+  };
+  const YAML = format === 'yaml' ? await loadYaml() : undefined;
+  let docs = 0;
+  const print = (type: string, r: Resource) => {
+    if (tabular) {
+      let out = '';
+      const cells = [...(events ? [type] : []), ...row(r)];
+      if (!headerShown) {
+        fullHeader.forEach((h, i) => (widths[i] = Math.max(widths[i]!, cells[i]?.length ?? 0)));
+        out += line(fullHeader);
+        headerShown = true;
+      }
+      io.stdout(out + line(cells));
+      return;
+    }
+    const obj = events ? { type, object: r } : r;
+    if (format === 'name') io.stdout(`${events ? `${type} ` : ''}${lower(kind)}/${r.metadata.name}\n`);
+    else if (format === 'json') io.stdout(JSON.stringify(obj, null, 2) + '\n');
+    else if (YAML) io.stdout(`${docs++ ? '---\n' : ''}${YAML.stringify(obj)}`);
+    else if (typeof format === 'object' && 'jsonpath' in format) io.stdout(format.jsonpath.evaluate(obj));
+  };
+  const signal = io.signal;
+  let first = true;
+  for (;;) {
+    const list = await ds.list(kind, { namespace: filter.ns, ...(filter.labelSelector !== undefined ? { labelSelector: filter.labelSelector } : {}) });
+    if (first && !args.watchOnly) for (const r of sortItems(list.items.filter(wanted), opts.sortBy)) print('ADDED', r);
+    first = false;
+    const again = await new Promise<boolean>((resolveWatch) => {
+      if (signal?.aborted) return resolveWatch(false);
+      const w = ds.watch(kind, { revision: list.revision, namespace: filter.ns }, (ev) => {
+        if (ev.type === 'ERROR') {
+          w.stop();
+          signal?.removeEventListener('abort', onAbort);
+          resolveWatch(true);
+          return;
+        }
+        if (wanted(ev.object)) print(ev.type, ev.object);
+      });
+      const onAbort = () => {
+        w.stop();
+        resolveWatch(false);
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+    if (!again) return 0;
   }
 }
 
@@ -452,11 +631,18 @@ Like apply, but fails for resources that already exist.
 Updates existing resources. When a document carries metadata.resourceVersion (as printed by
 get -o yaml), the update only succeeds if nobody changed the resource since.
 `,
-  get: `Usage: netpluginctl get <kind> [name...] [-o yaml|json|wide|name] [-n NAMESPACE | -A] [-l SELECTOR]
+  get: `Usage: netpluginctl get <kind> [name...] [-o FORMAT] [-n NAMESPACE | -A] [-l SELECTOR] [-w]
        netpluginctl get <kind>/<name> [<kind>/<name>...]
 
-  -o, --output FORMAT      yaml, json, wide or name (kind/name per line; default: a table)
+  -o, --output FORMAT      yaml, json, wide, name (kind/name per line), jsonpath=TEMPLATE
+                           (kubectl's: '{.items[*].metadata.name}', '{range .items[*]}{.spec.cidr}{"\\n"}{end}')
+                           or custom-columns=HEADER:PATH,... (default: a table)
   --no-headers             tables without the header line
+  --show-labels            a LABELS column with each resource's labels
+  --sort-by PATH           order by a field, e.g. --sort-by=.spec.cidr or '{.metadata.creationTimestamp}'
+  -w, --watch              after the list, print each change as it happens until Ctrl-C
+  --watch-only             print the changes only, not the list first
+  --output-watch-events    with -w: an EVENT column (ADDED, MODIFIED, DELETED), or {type, object} documents
   -n, --namespace NS       namespace of namespaced kinds (networkpolicy, workloadendpoint); default "default"
   -A, --all-namespaces     list namespaced kinds across all namespaces
   -l, --selector EXPR      label selector, e.g. "zone == 'a'", or kubectl's form: zone=a,tier!=db
@@ -465,6 +651,9 @@ Examples:
   netpluginctl get ippools -o wide
   netpluginctl get pool default-ipv4-ippool -o yaml
   netpluginctl get wep -A
+  netpluginctl get ippools -o jsonpath='{range .items[*]}{.metadata.name}{"\\t"}{.spec.cidr}{"\\n"}{end}'
+  netpluginctl get ippools -o custom-columns=NAME:.metadata.name,CIDR:.spec.cidr --sort-by=.spec.cidr
+  netpluginctl get wep -A -w
 `,
   describe: `Usage: netpluginctl describe <kind> [name...] [-n NAMESPACE | -A] [-l SELECTOR]
        netpluginctl describe <kind>/<name>
@@ -506,6 +695,11 @@ const runGet: CtlCommand = async (rest, io, s) => {
       { name: 'all-namespaces', short: 'A', type: 'bool' },
       { name: 'selector', short: 'l', type: 'string' },
       { name: 'no-headers', type: 'bool' },
+      { name: 'show-labels', type: 'bool' },
+      { name: 'sort-by', type: 'string' },
+      { name: 'watch', short: 'w', type: 'bool' },
+      { name: 'watch-only', type: 'bool' },
+      { name: 'output-watch-events', type: 'bool' },
     ],
     'get',
     s,
@@ -521,8 +715,9 @@ const runGet: CtlCommand = async (rest, io, s) => {
     names = refs.map(([, n]) => n!);
   }
   if (!kind) throw new CtlError(`get needs a kind, e.g. 'netpluginctl get ippools'`);
-  // Resolve the kind before connecting so a typo fails fast.
+  // Resolve the kind and the output format before connecting so a typo fails fast.
   resolveKind(kind);
+  outputFormat(str(p, 'output'));
   return cmdGet(await s.datastore(), io, {
     kind,
     names,
@@ -531,6 +726,11 @@ const runGet: CtlCommand = async (rest, io, s) => {
     output: str(p, 'output'),
     selector: str(p, 'selector'),
     noHeaders: bool(p, 'no-headers'),
+    showLabels: bool(p, 'show-labels'),
+    sortBy: str(p, 'sort-by'),
+    watch: bool(p, 'watch'),
+    watchOnly: bool(p, 'watch-only'),
+    watchEvents: bool(p, 'output-watch-events'),
   });
 };
 

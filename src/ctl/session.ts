@@ -26,7 +26,10 @@ Kubernetes API: --kubeconfig PATH (implies the kubernetes datastore when nothing
 configured), --context NAME; without them KUBECONFIG, then ~/.kube/config. Exec credential
 plugins (client.authentication.k8s.io v1 and v1beta1) run as kubectl runs them, their
 credential cached until it expires.
-Logs and errors: --log-format json prints errors as JSON lines on stderr.`;
+--as USER [--as-group GROUP...] acts as another user (the API server's impersonation, as kubectl).
+A cluster's proxy-url in the kubeconfig is used, else HTTPS_PROXY / HTTP_PROXY with NO_PROXY
+(loopback and localhost are never proxied), through HTTP CONNECT.
+Logs and errors: --log-format json prints every error and warning as a JSON line on stderr.`;
 
 /** Datastore settings from --config (netconf or conflist) or the environment; undefined when none is configured. */
 export function datastoreConfig(configFile: string | undefined, io: CtlIO): (DatastoreConfig & { context?: string }) | undefined {
@@ -69,6 +72,9 @@ export class Session implements CtlSession {
   /** --kubeconfig and --context, before the command or among its flags. */
   kubeconfig: string | undefined;
   context: string | undefined;
+  /** --as and --as-group: impersonation on the Kubernetes API. */
+  as: string | undefined;
+  asGroups: string[] = [];
   constructor(
     private readonly io: CtlIO,
     /** --config, given before the command or among its flags. */
@@ -83,7 +89,12 @@ export class Session implements CtlSession {
     // --kubeconfig alone: the kubernetes datastore in that cluster.
     if (!base && this.kubeconfig) base = { datastore_type: 'kubernetes' };
     if (!base) return undefined;
-    return applyKubeAccess(base, this.io, { kubeconfig: this.kubeconfig ? resolvePath(this.io, this.kubeconfig) : undefined, context: this.context });
+    return applyKubeAccess(base, this.io, {
+      kubeconfig: this.kubeconfig ? resolvePath(this.io, this.kubeconfig) : undefined,
+      context: this.context,
+      as: this.as,
+      asGroups: this.asGroups,
+    });
   }
   async datastore(): Promise<Datastore> {
     if (this.ds) return this.ds;

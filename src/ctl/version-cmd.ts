@@ -5,16 +5,17 @@ import { bool, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } fr
 import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
 export const VERSION_HELP = {
-  version: `Usage: netpluginctl version [-o json]
+  version: `Usage: netpluginctl version [-o json] [--short]
 
 Prints the client version and, when a datastore is configured, the cluster version
-(ClusterInformation netpluginVersion) and cluster type. A client older than the cluster
+(ClusterInformation netpluginVersion) and cluster type. --short prints the two versions only,
+one line each ("Client Version: 3.32.0", "Cluster Version: 3.32.0"), as kubectl and calicoctl do. A client older than the cluster
 warns here and refuses every write (apply, delete, ipam release, datastore init...).
 `,
 } satisfies Record<string, string>;
 
 const runVersion: CtlCommand = async (rest, io, s) => {
-  const p = parseCommand(rest, [{ name: 'output', short: 'o', type: 'string' }], 'version', s);
+  const p = parseCommand(rest, [{ name: 'output', short: 'o', type: 'string' }, { name: 'short', type: 'bool' }], 'version', s);
   if (bool(p, 'help')) return printHelp(io, VERSION_HELP.version);
   const json = str(p, 'output') === 'json';
   const conf = s.config();
@@ -34,7 +35,10 @@ const runVersion: CtlCommand = async (rest, io, s) => {
     }
   }
   if (json) io.stdout(JSON.stringify(out, null, 2) + '\n');
-  else {
+  else if (bool(p, 'short')) {
+    io.stdout(`Client Version: ${out.clientVersion}\n`);
+    if (out.clusterVersion) io.stdout(`Cluster Version: ${out.clusterVersion}\n`);
+  } else {
     io.stdout(`Client Version:    ${out.clientVersion}\n`);
     if (out.clusterVersion) io.stdout(`Cluster Version:   ${out.clusterVersion}\n`);
     if (out.clusterType) io.stdout(`Cluster Type:      ${out.clusterType}\n`);

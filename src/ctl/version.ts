@@ -9,6 +9,23 @@ import { getIfExists } from '../datastore/cas.js';
 
 export const NETPLUGIN_VERSION: string = pkg.version;
 
+/** The repository of the one image every manifest runs; scripts/build-image tags `<registry>/` + this. */
+export const NODE_IMAGE_REPOSITORY = 'netplugin/node';
+
+/**
+ * The node image of this release, as the manifests in deploy/ name it: `netplugin/node:<version>`, or
+ * `<registry>/netplugin/node:<version>` (registry: a host[:port] with an optional path, e.g.
+ * `registry.example.com:5000/infra`).
+ */
+export function nodeImage(registry?: string): string {
+  if (registry === undefined) return `${NODE_IMAGE_REPOSITORY}:${NETPLUGIN_VERSION}`;
+  const r = registry.replace(/\/+$/, '');
+  if (!/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?(\/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$/.test(r)) {
+    throw new CtlError(`--registry: ${JSON.stringify(registry)} is not a registry; expected a host with an optional port and path, such as registry.example.com:5000/infra`);
+  }
+  return `${r}/${NODE_IMAGE_REPOSITORY}:${NETPLUGIN_VERSION}`;
+}
+
 /** A release as written in ClusterInformation or by users (`v3.32.1`, `3.32`, `3.32.0-rc1`) in plain `x.y.z`; undefined when not one. */
 function normalize(v: string): string | undefined {
   const m = /^v?(\d+\.\d+)(\.\d+)?(?:[-+].*)?$/.exec(v.trim());

@@ -201,6 +201,10 @@ function configureHost(host: Netlink, s: ValidSpec): void {
     host.sysctlSet(`net.ipv4.conf.${n}.proxy_arp`, 1);
     host.sysctlSet(`net.ipv4.neigh.${n}.proxy_delay`, 0);
     host.sysctlSet(`net.ipv4.conf.${n}.forwarding`, 1);
+    // A hostPort reached on the node's 127.0.0.1 is DNAT'd to the pod and leaves through this veth
+    // with source 127.0.0.1: without route_localnet the kernel drops it as a martian. It would also
+    // let a pod's packet to 127.0.0.0/8 reach the node's loopback listeners: the agent's policy
+    // table drops those (its prerouting chain).
     host.sysctlSet(`net.ipv4.conf.${n}.route_localnet`, 1);
   }
   // Whatever the pod's families: the node never learns from a pod. A pod is

@@ -29,6 +29,14 @@ export interface KubeClientOptions {
   k8s_api_root?: string | undefined;
   /** Per-request deadline in ms (absent or undefined: 10 s). */
   timeoutMs?: number | undefined;
+  /**
+   * Honour HTTPS_PROXY / HTTP_PROXY / NO_PROXY from this environment, as
+   * kubectl does (netpluginctl). The plugin never does: its environment is the
+   * container runtime's. A kubeconfig cluster's proxy-url is always honoured.
+   */
+  proxy_env?: Record<string, string | undefined> | undefined;
+  /** Act as this user (and groups): kubectl's --as / --as-group, sent as Impersonate-User / Impersonate-Group. */
+  impersonate?: { user: string; groups?: string[] | undefined } | undefined;
 }
 
 /** Kubernetes ObjectMeta: the fields our resources carry too, and the rest as the API sends it. */
@@ -122,6 +130,8 @@ interface Credentials {
   servername?: string;
   token?: () => string | undefined;
   basic?: string;
+  /** The cluster's proxy-url. */
+  proxyUrl?: string;
 }
 
 export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
@@ -225,6 +235,7 @@ async function parseKubeconfig(paths: string[], opts: { context?: string | undef
     creds.caSource = `certificate-authority=${f}`;
   }
   if (cluster['insecure-skip-tls-verify'] === true) creds.insecure = true;
+  if (typeof cluster['proxy-url'] === 'string' && cluster['proxy-url']) creds.proxyUrl = cluster['proxy-url'];
   if (typeof cluster['tls-server-name'] === 'string') creds.servername = cluster['tls-server-name'];
   if (user['client-certificate-data']) creds.cert = b64('client-certificate-data', user['client-certificate-data']);
   else if (user['client-certificate']) creds.cert = readFile(`${where}: client-certificate`, rel(user['client-certificate'])!);
@@ -351,6 +362,16 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
   const doRequest = secure ? httpsRequest! : httpRequest;
   const defaultTimeout = opts.timeoutMs ?? 10_000;
   const base = new URL(creds.server);
+  if (creds.proxyUrl || opts.proxy_env) {
+    const { parseProxyUrl, proxyFromEnv, tunnelThrough } = await import('./proxy.js');
+    const proxy = creds.proxyUrl ? parseProxyUrl(creds.proxyUrl, `proxy-url in ${creds.source}`) : undefined;
+    const envProxy = proxy ? undefined : proxyFromEnv(base, opts.proxy_env ?? {});
+    const via = proxy ?? (envProxy ? parseProxyUrl(envProxy, base.protocol === 'https:' ? 'HTTPS_PROXY' : 'HTTP_PROXY') : undefined);
+    if (via) {
+      tunnelThrough(agent, via, secure, defaultTimeout);
+      creds.source += ` (through the proxy ${via.host}${proxy ? ', its proxy-url' : ` from ${base.protocol === 'https:' ? 'HTTPS_PROXY' : 'HTTP_PROXY'}`})`;
+    }
+  }
   const basePath = base.pathname.replace(/\/+$/, '');
 
   const urlFor = (path: string, query?: Record<string, string | undefined>) => {
@@ -360,12 +381,16 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
     return `${basePath}${path}${qs ? (path.includes('?') ? '&' : '?') + qs : ''}`;
   };
   const headers = (contentType?: string, len?: number) => {
-    const h: Record<string, string | number> = { Accept: 'application/json' };
+    const h: Record<string, string | number | string[]> = { Accept: 'application/json' };
     const t = creds.token?.();
     if (t) h.Authorization = `Bearer ${t}`;
     else if (creds.basic) h.Authorization = `Basic ${creds.basic}`;
     if (contentType) h['Content-Type'] = contentType;
     if (len !== undefined) h['Content-Length'] = len;
+    if (opts.impersonate) {
+      h['Impersonate-User'] = opts.impersonate.user;
+      if (opts.impersonate.groups?.length) h['Impersonate-Group'] = opts.impersonate.groups;
+    }
     return h;
   };
 

@@ -70,9 +70,16 @@ export function nodeController(ctx: ControllerContext): NodeController {
   const deleted = new Set<string>();
   /** `<handle>|<ip>` -> when GC first saw it leaked. */
   const firstLeaked = new Map<string, number>();
+  /**
+   * `<namespace>/<pod>` -> when its pod's deletion was seen (watch event): an allocation or endpoint
+   * of that pod counts as leaked from then, and a scan runs once the grace period has passed since.
+   */
+  const podGone = new Map<string, number>();
   let resynced = false;
   let started = false;
   let gcTimer: NodeJS.Timeout | undefined;
+  let dueTimer: NodeJS.Timeout | undefined;
+  let lastDueScan = 0;
   let gcRunning: Promise<string[]> | undefined;
 
   const queue = controllerQueue(ctx, name, (key) => `node ${key}`, (node) => reconcile(node));
@@ -94,7 +101,13 @@ export function nodeController(ctx: ControllerContext): NodeController {
       if (h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY && key.endsWith(AUTO_HEP_SUFFIX)) enqueue(h.spec.node);
     },
   }, { onError });
-  const pods = new Informer<KubePod>(kubeSource<KubePod>(ctx.kube, '/api/v1/pods'), { onChange: () => undefined }, { onError });
+  const pods = new Informer<KubePod>(kubeSource<KubePod>(ctx.kube, '/api/v1/pods'), {
+    onChange: (key, obj) => {
+      if (obj || !resynced) return; // before the first sync the start-up scan looks at everything
+      podGone.set(key, Date.now());
+      scheduleDue();
+    },
+  }, { onError });
   const informers = [kubeNodes, dsNodes, heps, pods] as Array<Informer<unknown>>;
 
   async function reconcile(node: string): Promise<void> {
@@ -196,6 +209,8 @@ export function nodeController(ctx: ControllerContext): NodeController {
    * before the release, so a stale cache never frees a live pod's address.
    * Allocations without those attributes (podman, plain CNI) are never touched.
    * On etcd, endpoints of pods that are gone are deleted by the same rule.
+   * Runs every reconcilerPeriod (the safety net) and leakGracePeriod after a
+   * pod deletion the watch reported (podGone: the leak counts from then).
    */
   async function gcScanOnce(): Promise<string[]> {
     if (!pods.synced) return [];
@@ -223,7 +238,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
         const key = `${attr.handle_id}|${ip}`;
         if (!why) continue;
         seen.add(key);
-        const first = firstLeaked.get(key) ?? now;
+        const first = Math.min(firstLeaked.get(key) ?? now, podGone.get(`${sec.namespace}/${sec.pod}`) ?? now);
         firstLeaked.set(key, first);
         if (now - first < grace) continue;
         const r = ripe.get(attr.handle_id) ?? { attrs: sec, ips: [] };
@@ -258,7 +273,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
     for (const w of ctx.ds.type === 'kubernetes' ? [] : stale) {
       const key = `wep|${w.metadata.namespace}/${w.metadata.name}|${w.metadata.resourceVersion}`;
       staleNow.add(key);
-      const first = firstLeaked.get(key) ?? now;
+      const first = Math.min(firstLeaked.get(key) ?? now, podGone.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) ?? now);
       firstLeaked.set(key, first);
       if (now - first < grace) continue;
       let pod: KubePod | undefined;
@@ -272,6 +287,9 @@ export function nodeController(ctx: ControllerContext): NodeController {
       firstLeaked.delete(key);
     }
     for (const k of [...firstLeaked.keys()]) if (k.startsWith('wep|') && !staleNow.has(k)) firstLeaked.delete(k);
+    // Deletions whose grace period had passed when this scan started are settled: what they leaked
+    // was released here, or is kept (the pod read said otherwise) and left to the periodic pass.
+    for (const [k, t] of podGone) if (t + grace <= now) podGone.delete(k);
     scans.inc();
     return released;
   }
@@ -299,6 +317,30 @@ export function nodeController(ctx: ControllerContext): NodeController {
     }, ctx.settings().reconcilerPeriodMs);
   };
 
+  /**
+   * The next scan a pod deletion asks for: when the earliest recorded deletion is leakGracePeriod
+   * old, at most one such scan a second (a scan lists every block; a burst of deletions shares one).
+   */
+  function scheduleDue(): void {
+    clearTimeout(dueTimer);
+    dueTimer = undefined;
+    if (!started || !podGone.size) return;
+    let earliest = Infinity;
+    for (const t of podGone.values()) earliest = Math.min(earliest, t);
+    const at = Math.max(earliest + ctx.settings().leakGracePeriodMs, lastDueScan + 1000);
+    dueTimer = setTimeout(() => {
+      lastDueScan = Date.now();
+      gcScan()
+        .catch((e) => {
+          m.errors.inc({ controller: name });
+          ctx.log.warn('ipam gc: scan after a pod deletion failed; the periodic pass retries', { error: describeError(e) });
+          // Do not spin on a failing datastore: the periodic pass is the safety net.
+          podGone.clear();
+        })
+        .finally(scheduleDue);
+    }, Math.max(0, at - Date.now()));
+  }
+
   const resyncAll = () => {
     const keys = new Set<string>([...kubeNodes.keys(), ...dsNodes.keys()]);
     for (const h of heps.list()) if (h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY) keys.add(h.spec.node);
@@ -309,6 +351,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
     if (!resynced) return;
     resyncAll(); // autoCreate may have changed
     scheduleGc(); // and the period
+    scheduleDue(); // and the grace period
   });
 
   return {
@@ -335,6 +378,8 @@ export function nodeController(ctx: ControllerContext): NodeController {
     async stop() {
       started = false;
       clearTimeout(gcTimer);
+      clearTimeout(dueTimer);
+      podGone.clear();
       for (const i of informers) i.stop();
       await queue.stop();
       await gcRunning?.catch(() => undefined);

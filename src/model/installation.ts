@@ -40,7 +40,8 @@ const pool = z
     }),
     blockSize: z.number().int().optional(),
     encapsulation: z.enum(ENCAPSULATIONS, { errorMap: () => ({ message: `expected one of ${ENCAPSULATIONS.join(', ')}` }) }).optional(),
-    natOutgoing: z.enum(['Enabled', 'Disabled'], { errorMap: () => ({ message: 'expected Enabled or Disabled' }) }).default('Enabled'),
+    /** Absent: the operator's default per family, Enabled for IPv4 and Disabled for IPv6 (renderPools). */
+    natOutgoing: z.enum(['Enabled', 'Disabled'], { errorMap: () => ({ message: 'expected Enabled or Disabled' }) }).optional(),
     nodeSelector: z.string().min(1).default('all()'),
   })
   .strict();
@@ -175,14 +176,16 @@ function poolName(p: InstallationPool, fam: 4 | 6): string {
 export function renderPools(inst: Installation): Array<Resource<'IPPool'>> {
   return effectivePools(inst).map((p) => {
     const fam = cidrFamily(p.cidr);
-    // The operator's defaults: IP-in-IP for IPv4, no encapsulation for IPv6.
+    // The operator's defaults: IP-in-IP and NAT to outside the pools for IPv4; for IPv6, whose pod
+    // addresses are routable as they are, no encapsulation and no NAT.
     const encap: Encapsulation = p.encapsulation ?? (fam === 4 ? 'IPIP' : 'None');
+    const nat = p.natOutgoing ?? (fam === 4 ? 'Enabled' : 'Disabled');
     const spec: IPPoolSpec = {
       cidr: p.cidr,
       blockSize: p.blockSize ?? (fam === 4 ? 26 : 122),
       ipipMode: encap === 'IPIP' ? 'Always' : encap === 'IPIPCrossSubnet' ? 'CrossSubnet' : 'Never',
       vxlanMode: encap === 'VXLAN' ? 'Always' : encap === 'VXLANCrossSubnet' ? 'CrossSubnet' : 'Never',
-      natOutgoing: p.natOutgoing === 'Enabled',
+      natOutgoing: nat === 'Enabled',
       nodeSelector: p.nodeSelector,
     };
     return { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: poolName(p, fam) }, spec };

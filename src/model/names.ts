@@ -66,3 +66,38 @@ export function parseWorkloadEndpointName(name: string): { node: string; orchest
   const [node, orchestrator, workload, endpoint] = parts as [string, string, string, string];
   return { node, orchestrator, workload, endpoint };
 }
+
+// Kubernetes' metadata rules (apimachinery validation), applied to every
+// netplugin.org/v3 object on its way in, so an object stored in etcd can move
+// to the Kubernetes datastore unchanged.
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const QUALIFIED_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+
+/** Why `name` is not a DNS-1123 subdomain (an object name), or undefined when it is one. */
+export function objectNameProblem(name: string): string | undefined {
+  if (name.length > 253) return 'must be at most 253 characters';
+  if (!DNS1123_SUBDOMAIN.test(name)) {
+    const hint = name.toLowerCase().replace(/[^a-z0-9.-]+/g, '-').replace(/^[-.]+|[-.]+$/g, '');
+    return `must consist of lower-case letters, digits, '-' and '.', and start and end with a letter or digit${hint && hint !== name ? ` (e.g. ${JSON.stringify(hint)})` : ''}`;
+  }
+  return undefined;
+}
+
+/** Why `key` is not a label (or annotation) key: an optional DNS subdomain prefix and '/', then a name of up to 63 characters. */
+export function labelKeyProblem(key: string): string | undefined {
+  const slash = key.lastIndexOf('/');
+  const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
+  const name = slash >= 0 ? key.slice(slash + 1) : key;
+  if (prefix !== undefined && (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix))) return `its prefix ${JSON.stringify(prefix)} must be a DNS subdomain (lower-case, e.g. example.com)`;
+  if (!name) return 'the name part must not be empty';
+  if (name.length > 63) return 'the name part must be at most 63 characters';
+  if (!QUALIFIED_NAME.test(name)) return "the name part must consist of letters, digits, '-', '_' and '.', and start and end with a letter or digit";
+  return undefined;
+}
+
+/** Why `value` is not a label value: empty, or up to 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit. */
+export function labelValueProblem(value: string): string | undefined {
+  if (value.length > 63) return 'must be at most 63 characters';
+  if (value && !QUALIFIED_NAME.test(value)) return "must be empty or consist of letters, digits, '-', '_' and '.', and start and end with a letter or digit";
+  return undefined;
+}

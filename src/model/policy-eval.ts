@@ -46,6 +46,14 @@ export interface EndpointInput {
   ports?: Array<{ name: string; protocol: string; port: number }>;
   /** Host veth name; set only for endpoints on this node. */
   interfaceName?: string;
+  /** The endpoint's identity (its container ID): a new pod behind the same interface name is a new endpoint. */
+  id?: string;
+  /** The pod interface's MAC address, where recorded (local endpoints: the anti-spoofing check). */
+  mac?: string;
+  /** The pod's name (local endpoints), for the events reporting an endpoint the agent could not program. */
+  pod?: string;
+  /** The endpoint's revision (local endpoints): each ADD rewrites it. */
+  rev?: string;
 }
 
 /** An endpoint with the labels its profiles apply and its namespace's labels. */
@@ -91,7 +99,13 @@ export function endpointFromWep(
   };
   if (nodename !== undefined && w.spec.node !== nodename) return e;
   const ifname = vethPrefixes ? derivedInterfaceName(w, vethPrefixes) : w.spec.interfaceName;
-  if (ifname) e.interfaceName = ifname;
+  if (ifname) {
+    e.interfaceName = ifname;
+    if (w.spec.containerID) e.id = w.spec.containerID;
+    if (w.spec.mac) e.mac = w.spec.mac;
+    if (w.spec.pod) e.pod = w.spec.pod;
+    if (w.metadata.resourceVersion) e.rev = w.metadata.resourceVersion;
+  }
   return e;
 }
 

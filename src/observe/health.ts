@@ -2,8 +2,8 @@
 // /healthz (the process is alive and its loops run: a liveness probe restarts it
 // otherwise), /readyz (it can do its job: datastore reachable, caches synced,
 // leader or standby), /metrics (Prometheus text). Loopback by default: the
-// probes run on the node itself (hostNetwork pods) and metrics are scraped
-// through an explicit address the operator chooses.
+// probes run on the node itself (hostNetwork pods); metrics are scraped through
+// a second, metrics-only listener on an address the operator chooses (--metrics-addr).
 import { createServer, type Server } from 'node:http';
 import { PROMETHEUS_CONTENT_TYPE, type Registry } from './metrics.js';
 
@@ -23,6 +23,11 @@ export interface HealthServerOptions {
   readyz?: Check;
   /** A check that takes longer than this fails (a hung datastore must not hang the probe). Default 2 s. */
   checkTimeoutMs?: number;
+  /**
+   * Serve /metrics only (--metrics-addr): a listener open to the cluster for Prometheus, where a
+   * probe path would let anyone make the process read its datastore.
+   */
+  metricsOnly?: boolean;
 }
 
 export interface HealthServer {
@@ -72,14 +77,14 @@ export async function startHealthServer(o: HealthServerOptions): Promise<HealthS
       res.writeHead(200, { 'content-type': PROMETHEUS_CONTENT_TYPE }).end(req.method === 'HEAD' ? undefined : o.registry.render());
       return;
     }
-    if (path === '/healthz' || path === '/livez' || path === '/readyz') {
+    if (!o.metricsOnly && (path === '/healthz' || path === '/livez' || path === '/readyz')) {
       void runCheck(path === '/readyz' ? o.readyz : o.healthz, timeoutMs).then((r) => {
         const body = JSON.stringify({ status: r.ok ? 'ok' : 'failing', ...(r.detail !== undefined ? { detail: r.detail } : {}) }) + '\n';
         res.writeHead(r.ok ? 200 : 503, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(req.method === 'HEAD' ? undefined : body);
       });
       return;
     }
-    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /healthz, /readyz or /metrics\n');
+    res.writeHead(404, { 'content-type': 'text/plain' }).end(o.metricsOnly ? 'not found: try /metrics\n' : 'not found: try /healthz, /readyz or /metrics\n');
   });
   // Probes are short requests: a client that holds a connection open must not
   // keep the agent's listener busy.
@@ -89,7 +94,7 @@ export async function startHealthServer(o: HealthServerOptions): Promise<HealthS
   server.maxHeadersCount = 50;
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) =>
-      reject(new Error(`cannot listen on ${o.addr} for /healthz, /readyz and /metrics: ${e.code ?? e.message}`)),
+      reject(new Error(`cannot listen on ${o.addr} for ${o.metricsOnly ? '/metrics' : '/healthz, /readyz and /metrics'}: ${e.code ?? e.message}`)),
     );
     server.listen(port, host, () => resolve());
   });

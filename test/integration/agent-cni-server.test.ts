@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startCniServer, type CniServer } from '../../src/agent/server.js';
 import { ACCEPTED, HEADER_LEN, PROTOCOL_VERSION, decodeResponse, encodeRequest, type ShimRequest, type ShimResponse } from '../../src/agent/protocol.js';
-import type { CniHandlers, Logger, PluginSpec } from '../../src/cni/types.js';
+import type { CniHandlers, PluginSpec } from '../../src/cni/types.js';
+import type { Logger } from '../../src/log/types.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 

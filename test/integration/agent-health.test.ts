@@ -18,6 +18,8 @@ let agent: Agent;
 let tmp: string;
 let shim: string;
 let base: string;
+/** --metrics-addr: /metrics alone, for Prometheus. */
+let metricsBase: string;
 
 async function until(what: string, fn: () => Promise<boolean>, limitMs = 60_000): Promise<void> {
   const end = Date.now() + limitMs;
@@ -46,10 +48,11 @@ beforeAll(async () => {
   c = await startCluster([{ name: 'health-v4', cidr: '10.77.60.0/24', blockSize: 28 }]);
   const conflist = join(tmp, '10-netplugin.conflist');
   writeFileSync(conflist, JSON.stringify({ name: 'k8s-pod-network', cniVersion: '1.0.0', plugins: [netconf(c, '1.0.0', { host_veth_prefix: PREFIX })] }));
-  agent = await startAgent(join(tmp, 'run', 'cni.sock'), ['--config', conflist, '--log-format', 'json']);
-  await until('the agent logs its health address', async () => /serving \/healthz/.test(agent.log()));
-  const line = agent.log().split('\n').find((l) => l.includes('serving /healthz'))!;
-  base = `http://${JSON.parse(line).addr}`;
+  agent = await startAgent(join(tmp, 'run', 'cni.sock'), ['--config', conflist, '--log-format', 'json', '--metrics-addr', '127.0.0.1:0']);
+  await until('the agent logs its health and metrics addresses', async () => /serving \/healthz/.test(agent.log()) && /"serving \/metrics"/.test(agent.log()));
+  const addrOf = (msg: string) => `http://${JSON.parse(agent.log().split('\n').find((l) => l.includes(msg))!).addr}`;
+  base = addrOf('serving /healthz');
+  metricsBase = addrOf('"serving /metrics"');
 });
 afterEach(async () => {
   await cleanupAttachments();
@@ -92,6 +95,10 @@ describe('agent health and metrics', () => {
     const m = await get('/metrics');
     expect(m.status).toBe(200);
     expect(m.type).toContain('text/plain; version=0.0.4');
+    // The running build and the process itself.
+    expect(m.body).toMatch(/^netplugin_build_info\{component="netplugin-node",version="[^"]+",nodejs="v[^"]+"\} 1$/m);
+    expect(sample(m.body, 'process_resident_memory_bytes')).toBeGreaterThan(0);
+    expect(sample(m.body, 'process_open_fds')).toBeGreaterThan(0);
     const delta = (s: string) => sample(m.body, s) - sample(before, s);
     expect(delta('netplugin_cni_requests_total{plugin="netplugin",command="ADD",result="success"}')).toBe(1);
     expect(delta('netplugin_cni_requests_total{plugin="netplugin",command="DEL",result="success"}')).toBe(1);
@@ -108,6 +115,16 @@ describe('agent health and metrics', () => {
         .reduce((n, l) => n + Number(l.split(' ')[1]), 0);
     expect(endpointWrites(m.body) - endpointWrites(before)).toBeGreaterThanOrEqual(1);
     expect(m.body).toContain('# TYPE netplugin_ipam_cas_retries_total counter');
+  });
+
+  it('--metrics-addr serves the same /metrics and no probe paths', async () => {
+    const m = await fetch(`${metricsBase}/metrics`);
+    expect(m.status).toBe(200);
+    const types = (text: string) => text.split('\n').filter((l) => l.startsWith('# TYPE ')).sort();
+    const served = types(await m.text());
+    expect(served.join('\n')).toContain('# TYPE netplugin_cni_requests_total counter');
+    expect(served).toEqual(types((await get('/metrics')).body));
+    for (const p of ['/healthz', '/readyz']) expect((await fetch(metricsBase + p)).status).toBe(404);
   });
 
   it('/readyz is 503 naming the datastore while etcd is down', async () => {

@@ -79,6 +79,19 @@ describe('pod events for failed ADDs', () => {
     expect(got.filter((e) => e.involvedObject.name === 'web-0' && e.reason === 'NetpluginIPAMFailed')).toHaveLength(2);
   });
 
+  it('records a warning outside an ADD (a pod the policy agent cannot program), with the same throttle', async () => {
+    api.put('/api/v1/namespaces/lab', { metadata: { name: 'lab' } });
+    api.put('/api/v1/namespaces/lab/pods/odd', { metadata: { name: 'odd', uid: 'uid-odd' }, spec: { containers: [{ name: 'c', image: 'x' }] } });
+    const ev = createPodEvents({ client, node: 'node-b', log, now: () => 5_000_000 });
+    ev.warn('lab', 'odd', 'NetpluginPolicyNotProgrammed', 'netplugin cannot program this pod\'s network policy: interfaceName "a b"');
+    ev.warn('lab', 'odd', 'NetpluginPolicyNotProgrammed', 'again'); // throttled
+    await ev.idle();
+    const got = await events('lab');
+    expect(got).toHaveLength(1);
+    expect(got[0]).toMatchObject({ type: 'Warning', reason: 'NetpluginPolicyNotProgrammed', involvedObject: { kind: 'Pod', name: 'odd', uid: 'uid-odd' }, source: { host: 'node-b' } });
+    expect(got[0]!.message).toContain('interfaceName "a b"');
+  });
+
   it('the agent records one when an ADD through the shim fails for a missing pool', async () => {
     const socket = join(tmp, 'run/cni.sock');
     const agent = spawn(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--socket', socket, '--health-addr', 'off', '--kubeconfig', writeKubeconfig(api.dir, api, { token: TOKEN }), '--nodename', 'node-b'], { stdio: ['ignore', 'ignore', 'pipe'] });

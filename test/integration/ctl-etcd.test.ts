@@ -13,6 +13,7 @@ import { API_VERSION } from '../../src/model/resources.js';
 import { createIpam } from '../../src/ipam/index.js';
 import pkg from '../../package.json' with { type: 'json' };
 import { workloadEndpoint } from '../support/builders.js';
+import { startBuiltCtl } from '../support/ctl.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const CTL = join(root, 'dist/netpluginctl.mjs');
@@ -139,6 +140,131 @@ describe('netpluginctl against etcd', () => {
     expect(r.code).toBe(1);
     expect(r.err.trim().split('\n')).toHaveLength(1);
     expect(r.err).toMatch(/^error: cannot reach the datastore: /);
+  });
+});
+
+describe('get -w against etcd', () => {
+  it('lists, then prints a row per change as it happens, and stops on SIGINT', async () => {
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watch-a', labels: { watch: 'yes' } }, spec: { cidr: '10.140.0.0/24', blockSize: 28 } });
+    const w = startBuiltCtl(['get', 'ippools', '-w', '-l', 'watch=yes', '--output-watch-events'], { env: { ETCD_ENDPOINTS: etcd.endpoint } });
+    try {
+      await w.waitFor(/ADDED\s+watch-a\s+10\.140\.0\.0\/24/);
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watch-b', labels: { watch: 'yes' } }, spec: { cidr: '10.141.0.0/24', blockSize: 28 } });
+      // Not selected by -l: never printed.
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watch-other' }, spec: { cidr: '10.142.0.0/24', blockSize: 28 } });
+      await w.waitFor(/ADDED\s+watch-b/);
+      const b = await ds.get('IPPool', 'watch-b');
+      await ds.update({ ...b, spec: { ...b.spec, disabled: true } });
+      await ds.delete('IPPool', 'watch-a');
+      await w.waitFor(/DELETED\s+watch-a/);
+      const r = await w.interrupt();
+      expect(r.err).toBe('');
+      expect(r.code).toBe(0);
+      const lines = r.out.trim().split('\n');
+      expect(lines[0]).toMatch(/^EVENT\s+NAME\s+CIDR\s+SELECTOR$/);
+      expect(lines.slice(1).map((l) => l.split(/\s+/).slice(0, 2).join(' '))).toEqual(['ADDED watch-a', 'ADDED watch-b', 'MODIFIED watch-b', 'DELETED watch-a']);
+    } finally {
+      w.kill();
+      for (const n of ['watch-a', 'watch-b', 'watch-other']) await ds.delete('IPPool', n).catch(() => undefined);
+    }
+  });
+});
+
+describe('completion in real shells against etcd', () => {
+  it('bash and fish complete commands, kinds and the names stored in etcd; zsh loads the script', async () => {
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'compl-one' }, spec: { cidr: '10.160.0.0/24', blockSize: 28 } });
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'compl-two' }, spec: { cidr: '10.161.0.0/24', blockSize: 28 } });
+    try {
+      const bin = join(tmp, 'bin');
+      execFileSync('mkdir', ['-p', bin]);
+      writeFileSync(join(bin, 'netpluginctl'), `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(CTL)} "$@"\n`, { mode: 0o755 });
+      const env = { PATH: `${bin}:${process.env.PATH ?? '/usr/bin:/bin'}`, ETCD_ENDPOINTS: etcd.endpoint, HOME: tmp };
+      for (const shell of ['bash', 'zsh', 'fish']) writeFileSync(join(tmp, `c.${shell}`), ctl(['completion', shell]).out);
+      const bash = (line: string[]) =>
+        execFileSync('bash', ['-c', `source ${tmp}/c.bash; COMP_WORDS=(${line.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${line.length - 1}; _netpluginctl; printf '%s\\n' "\${COMPREPLY[@]}"`], { encoding: 'utf8', env })
+          .split('\n')
+          .filter(Boolean);
+      expect(bash(['netpluginctl', 'get', 'ippool', 'compl-'])).toEqual(['compl-one', 'compl-two']);
+      expect(bash(['netpluginctl', 'datastore', ''])).toEqual(expect.arrayContaining(['init', 'migrate', 'ready']));
+      const fish = (line: string) => execFileSync('fish', ['-c', `source ${tmp}/c.fish; complete -C${JSON.stringify(line)}`], { encoding: 'utf8', env }).split('\n').filter(Boolean);
+      expect(fish('netpluginctl delete pool compl-t')).toEqual(['compl-two']);
+      expect(fish('netpluginctl ipam ')).toEqual(expect.arrayContaining(['check', 'release', 'show']));
+      const zsh = execFileSync('zsh', ['-c', `autoload -Uz compinit && compinit -u -d ${tmp}/zcompdump && source ${tmp}/c.zsh && print -r -- $_comps[netpluginctl]`], { encoding: 'utf8', env });
+      expect(zsh.trim()).toBe('_netpluginctl');
+    } finally {
+      for (const n of ['compl-one', 'compl-two']) await ds.delete('IPPool', n).catch(() => undefined);
+    }
+  });
+});
+
+describe('edit against etcd', () => {
+  // The editor: a script run as $EDITOR, one step per round, logging what it saw.
+  const EDITOR_JS = `
+import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+const file = process.argv[2];
+const log = process.env.EDIT_LOG;
+const round = readFileSync(log, 'utf8').split('\\n').filter((l) => l.startsWith('round')).length + 1;
+const text = readFileSync(file, 'utf8');
+appendFileSync(log, 'round ' + round + '\\n' + text + '\\n');
+const mode = process.env.EDIT_MODE;
+if (mode === 'invalid-then-fix') {
+  if (round === 1) writeFileSync(file, text.replace('natOutgoing: true', 'natOutgoing: maybe').replace('zone: a', 'zone: b'));
+  else writeFileSync(file, text.replace('natOutgoing: maybe', 'natOutgoing: false'));
+} else if (mode === 'conflict') {
+  execFileSync(process.execPath, [process.env.CTL, 'label', 'ippool', 'edit-pool', 'other=writer']);
+  writeFileSync(file, text.replace('natOutgoing: true', 'natOutgoing: false'));
+} else if (mode === 'invalid-twice') {
+  if (round === 1) writeFileSync(file, text.replace('natOutgoing: true', 'natOutgoing: maybe'));
+}
+`;
+  const setup = async () => {
+    await ds.delete('IPPool', 'edit-pool').catch(() => undefined);
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'edit-pool', labels: { zone: 'a' } }, spec: { cidr: '10.180.0.0/24', blockSize: 28, natOutgoing: true } });
+    writeFileSync(join(tmp, 'editor.mjs'), EDITOR_JS);
+    writeFileSync(join(tmp, 'edit.log'), '');
+  };
+  const edit = (mode: string, args = ['edit', 'ippool', 'edit-pool']) =>
+    ctl(args, { env: { KUBE_EDITOR: `${process.execPath} ${join(tmp, 'editor.mjs')}`, EDIT_MODE: mode, EDIT_LOG: join(tmp, 'edit.log'), CTL } });
+
+  it('reopens an invalid edit with the error on top, then saves the fixed one', async () => {
+    await setup();
+    const r = edit('invalid-then-fix');
+    expect(r.err).toBe('');
+    expect(r.out).toBe('ippool/edit-pool edited\n');
+    const log = readFileSync(join(tmp, 'edit.log'), 'utf8');
+    const second = log.split('round 2\n')[1]!;
+    expect(second).toMatch(/^# Please edit the object below/);
+    expect(second).toMatch(/# ippool\/edit-pool was not valid:\n# .*spec\.natOutgoing/);
+    expect(second).toContain('zone: b');
+    const p = await ds.get('IPPool', 'edit-pool');
+    expect(p.spec.natOutgoing).toBe(false);
+    expect(p.metadata.labels).toEqual({ zone: 'b' });
+  });
+
+  it('cancels when nothing changed, and when an invalid file is saved again unchanged', async () => {
+    await setup();
+    expect(edit('none')).toMatchObject({ code: 0, out: 'Edit cancelled, no changes made.\n' });
+    writeFileSync(join(tmp, 'edit.log'), '');
+    const twice = edit('invalid-twice');
+    expect(twice.code).toBe(1);
+    expect(twice.err).toMatch(/Edit cancelled, no valid changes were saved; a copy of your changes is in (\S+)/);
+    rmSync(/in (\S+)$/.exec(twice.err.trim())![1]!, { force: true });
+    expect((await ds.get('IPPool', 'edit-pool')).spec.natOutgoing).toBe(true);
+  });
+
+  it('refuses to overwrite a change made while the editor was open, keeping the edits in a file', async () => {
+    await setup();
+    const r = edit('conflict', ['edit', 'ippool/edit-pool']);
+    expect(r.code).toBe(1);
+    const m = /changed by someone else while you edited it .* your edits are saved in (\S+):/.exec(r.err);
+    expect(m, r.err).not.toBeNull();
+    expect(readFileSync(m![1]!, 'utf8')).toContain('natOutgoing: false');
+    rmSync(m![1]!, { force: true });
+    const p = await ds.get('IPPool', 'edit-pool');
+    expect(p.spec.natOutgoing).toBe(true);
+    expect(p.metadata.labels).toEqual({ zone: 'a', other: 'writer' });
+    await ds.delete('IPPool', 'edit-pool');
   });
 });
 

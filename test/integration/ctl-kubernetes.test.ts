@@ -1,12 +1,17 @@
 // The built netpluginctl against the kubernetes datastore (the fake API server
-// over HTTPS with a token): resources as CRDs, and `ipam check` telling a
-// deleted pod from one whose endpoint annotations are not written yet.
+// over HTTPS with a token): resources as CRDs, `ipam check` telling a
+// deleted pod from one whose endpoint annotations are not written yet, get -w,
+// --as impersonation, and the API reached through a CONNECT proxy.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startConnectProxy } from '../support/connect-proxy.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { type Datastore } from '../../src/datastore/types.js';
 import { createIpam } from '../../src/ipam/index.js';
-import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
+import { requireBuiltCtl, runBuiltCtl, startBuiltCtl } from '../support/ctl.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { workloadEndpoint } from '../support/builders.js';
 
 const TOKEN = 'ctl-test-token';
@@ -17,7 +22,7 @@ let ds: Datastore;
 
 beforeAll(async () => {
   requireBuiltCtl();
-  server = await startFakeApiServer({ tls: true, auth: { tokens: [TOKEN] } });
+  server = await startFakeApiServer({ tls: true, auth: { tokens: [TOKEN] }, impersonation: { tokens: [TOKEN], readOnlyUsers: ['viewer'] } });
   kubeconfig = writeKubeconfig(server.dir, server, { token: TOKEN });
   ds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig }, timeoutMs: 5000 });
 });
@@ -88,5 +93,83 @@ describe('netpluginctl with the kubernetes datastore', () => {
     server.put('/apis/netplugin.org/v3/hostendpoints/broken-hep', { apiVersion: 'netplugin.org/v3', kind: 'HostEndpoint', metadata: { name: 'broken-hep' }, spec: { node: 'n1' } });
     server.put('/api/v1/namespaces/tenant/pods/forger', { metadata: { name: 'forger' }, spec: { nodeName: 'node-b', containers: [{ name: 'c', image: 'x' }] } });
     expect((await ctl(['ipam', 'check', '--json'])).out).toContain('"invalidObjects": []');
+  });
+
+  it('get -w streams changes from the API server watch and stops on SIGINT', async () => {
+    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watched-0' }, spec: { cidr: '10.149.0.0/24', blockSize: 28 } });
+    const w = startBuiltCtl(['get', 'ippool', 'watched-0', 'watched-1', '-w', '-o', 'jsonpath={.metadata.name} {.spec.disabled}{"\\n"}'], {
+      env: { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig },
+    });
+    try {
+      await w.waitFor(/^watched-0 \n/);
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watched-1' }, spec: { cidr: '10.150.0.0/24', blockSize: 28 } });
+      // Not among the names given: never printed.
+      await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'watched-2' }, spec: { cidr: '10.151.0.0/24', blockSize: 28 } });
+      const p0 = await ds.get('IPPool', 'watched-0');
+      await ds.update({ ...p0, spec: { ...p0.spec, disabled: true } });
+      await w.waitFor(/watched-0 true\n/);
+      const r = await w.interrupt();
+      expect(r.code).toBe(0);
+      expect(r.out).toBe('watched-0 \nwatched-1 \nwatched-0 true\n');
+    } finally {
+      w.kill();
+      for (const n of ['watched-0', 'watched-1', 'watched-2']) await ds.delete('IPPool', n).catch(() => undefined);
+    }
+  });
+
+  it('--as and --as-group impersonate a user: sent on every request, refused writes name the user', async () => {
+    const before = server.impersonations().length;
+    const g = await ctl(['--as', 'viewer', 'get', 'ippools', '-o', 'name']);
+    expect(g.err).toBe('');
+    expect(g.code).toBe(0);
+    const seen = server.impersonations().slice(before);
+    expect(seen.length).toBeGreaterThan(0);
+    expect(seen.every((i) => i.user === 'viewer')).toBe(true);
+    const w = await ctl(['apply', '--as=viewer', '-f', '-'], 'apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata: {name: as-pool}\nspec: {cidr: 10.170.0.0/24}\n');
+    expect(w.code).toBe(1);
+    expect(w.err).toContain('User "viewer" cannot create resource "ippools"');
+    const grp = await ctl(['get', 'ippools', '--as', 'admin', '--as-group', 'ops', '--as-group', 'devs']);
+    expect(grp.code).toBe(0);
+    expect(server.impersonations().at(-1)).toMatchObject({ user: 'admin', groups: ['ops', 'devs'] });
+    const alone = await ctl(['get', 'ippools', '--as-group', 'ops']);
+    expect(alone.err).toContain('--as-group needs --as USER');
+    const etcd = await runBuiltCtl(['get', 'ippools', '--as', 'viewer'], { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:1' } });
+    expect(etcd.err).toContain('need the kubernetes datastore');
+  });
+
+  it("reaches the API through the kubeconfig's proxy-url, and through HTTPS_PROXY unless NO_PROXY names the host", async () => {
+    const proxy = await startConnectProxy({ hosts: { 'kube-api.invalid': '127.0.0.1' } });
+    try {
+      const kc = JSON.parse(readFileSync(kubeconfig, 'utf8'));
+      const port = new URL(server.url).port;
+      // proxy-url: used for every server, loopback too (client-go's rule for an explicit proxy).
+      const viaUrl = join(server.dir, 'kubeconfig-proxy-url');
+      kc.clusters[0].cluster['proxy-url'] = proxy.url;
+      writeFileSync(viaUrl, JSON.stringify(kc));
+      const a = await runBuiltCtl(['get', 'ippools', '-o', 'name'], { env: { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: viaUrl } });
+      expect(a.err).toBe('');
+      expect(proxy.targets).toContain(`127.0.0.1:${port}`);
+      // HTTPS_PROXY: a host name only the proxy resolves; the certificate names localhost.
+      delete kc.clusters[0].cluster['proxy-url'];
+      kc.clusters[0].cluster.server = `https://kube-api.invalid:${port}`;
+      kc.clusters[0].cluster['tls-server-name'] = 'localhost';
+      const viaEnv = join(server.dir, 'kubeconfig-proxy-env');
+      writeFileSync(viaEnv, JSON.stringify(kc));
+      proxy.targets.length = 0;
+      const b = await runBuiltCtl(['get', 'ippools', '-o', 'name'], { env: { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: viaEnv, HTTPS_PROXY: proxy.url } });
+      expect(b.err).toBe('');
+      expect(proxy.targets).toEqual(expect.arrayContaining([`kube-api.invalid:${port}`]));
+      // NO_PROXY: a direct connection, which cannot resolve the name; the proxy sees nothing.
+      proxy.targets.length = 0;
+      const c = await runBuiltCtl(['get', 'ippools'], { env: { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: viaEnv, HTTPS_PROXY: proxy.url, NO_PROXY: 'example.com,.invalid' } });
+      expect(c.code).toBe(1);
+      expect(c.err).toMatch(/does not resolve|unreachable/);
+      expect(proxy.targets).toEqual([]);
+      // A proxy that refuses: the error names it.
+      const d = await runBuiltCtl(['get', 'ippools'], { env: { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: viaEnv, HTTPS_PROXY: 'socks5://127.0.0.1:1' } });
+      expect(d.err).toContain('only http:// proxies (HTTP CONNECT) are supported');
+    } finally {
+      await proxy.stop();
+    }
   });
 });

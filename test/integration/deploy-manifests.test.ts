@@ -131,6 +131,108 @@ describe('deploy/ cross-references', () => {
   });
 });
 
+/** Every object of every manifest in deploy/, with the file it comes from. */
+const ALL = MANIFESTS.flatMap((file) => load(file).map((o) => ({ file, o })));
+const WORKLOAD_KINDS = new Set(['DaemonSet', 'Deployment', 'StatefulSet', 'Job', 'ReplicaSet']);
+
+describe('deploy/ cross-references, every file', () => {
+  const named = (kind: string, name: string, ns?: string) =>
+    ALL.filter(({ o }) => o.kind === kind && o.metadata.name === name && (ns === undefined || (o.metadata.namespace ?? 'default') === ns));
+  const workloads = ALL.filter(({ o }) => WORKLOAD_KINDS.has(o.kind));
+  const where = (file: string, o: Obj) => `${file}: ${o.kind}/${o.metadata.name}`;
+
+  it('finds the workloads of every file that has one', () => {
+    expect(workloads.map(({ file }) => file).sort()).toEqual(['netplugin-kube-controllers.yaml', 'netplugin-node-daemonset.yaml', 'netplugin-operator.yaml']);
+  });
+
+  it('every workload runs as a ServiceAccount some manifest creates in its namespace', () => {
+    for (const { file, o } of workloads) {
+      const sa = o.spec.template.spec.serviceAccountName;
+      expect(sa, `${where(file, o)} names no serviceAccountName`).toBeTruthy();
+      expect(named('ServiceAccount', sa, o.metadata.namespace), `${where(file, o)} runs as ServiceAccount ${o.metadata.namespace}/${sa}, which no file in deploy/ creates`).not.toEqual([]);
+    }
+  });
+
+  it('every binding names a role and ServiceAccounts that exist; token rules name existing accounts', () => {
+    for (const { file, o } of ALL.filter(({ o }) => o.kind === 'RoleBinding' || o.kind === 'ClusterRoleBinding')) {
+      const ref = o.roleRef;
+      const role = named(ref.kind, ref.name, ref.kind === 'Role' ? o.metadata.namespace : undefined);
+      expect(role, `${where(file, o)} -> ${ref.kind}/${ref.name}`).not.toEqual([]);
+      for (const s of o.subjects ?? []) {
+        if (s.kind !== 'ServiceAccount') continue;
+        expect(named('ServiceAccount', s.name, s.namespace), `${where(file, o)} -> ServiceAccount ${s.namespace}/${s.name}`).not.toEqual([]);
+      }
+    }
+    for (const { file, o } of ALL.filter(({ o }) => o.kind === 'Role' || o.kind === 'ClusterRole')) {
+      for (const r of o.rules ?? []) {
+        if (!r.resources?.some((x: string) => x.startsWith('serviceaccounts'))) continue;
+        for (const n of r.resourceNames ?? []) expect(named('ServiceAccount', n, o.metadata.namespace), `${where(file, o)} -> ServiceAccount ${n}`).not.toEqual([]);
+      }
+    }
+  });
+
+  it('every ConfigMap and Secret a workload refers to (env, envFrom, volumes) exists with the keys it reads', () => {
+    const keysOf = (kind: 'ConfigMap' | 'Secret', name: string, ns: string) =>
+      named(kind, name, ns).map(({ o }) => new Set([...Object.keys(o.data ?? {}), ...Object.keys(o.stringData ?? {})]));
+    const check = (what: string, kind: 'ConfigMap' | 'Secret', name: string, ns: string, keys: string[]) => {
+      const found = keysOf(kind, name, ns);
+      expect(found, `${what}: ${kind} ${ns}/${name} is in no file of deploy/`).not.toEqual([]);
+      for (const k of keys) expect(found.some((f) => f.has(k)), `${what}: ${kind} ${ns}/${name} has no key ${k}`).toBe(true);
+    };
+    for (const { file, o } of workloads) {
+      const spec = o.spec.template.spec;
+      const ns = o.metadata.namespace ?? 'default';
+      for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
+        const what = `${where(file, o)} container ${c.name}`;
+        for (const e of c.env ?? []) {
+          if (e.valueFrom?.configMapKeyRef) check(what, 'ConfigMap', e.valueFrom.configMapKeyRef.name, ns, [e.valueFrom.configMapKeyRef.key]);
+          if (e.valueFrom?.secretKeyRef) check(what, 'Secret', e.valueFrom.secretKeyRef.name, ns, [e.valueFrom.secretKeyRef.key]);
+        }
+        for (const e of c.envFrom ?? []) {
+          if (e.configMapRef) check(what, 'ConfigMap', e.configMapRef.name, ns, []);
+          if (e.secretRef) check(what, 'Secret', e.secretRef.name, ns, []);
+        }
+      }
+      for (const v of spec.volumes ?? []) {
+        if (v.configMap) check(`${where(file, o)} volume ${v.name}`, 'ConfigMap', v.configMap.name, ns, (v.configMap.items ?? []).map((i: any) => i.key));
+        if (v.secret) check(`${where(file, o)} volume ${v.secret.secretName}`, 'Secret', v.secret.secretName, ns, (v.secret.items ?? []).map((i: any) => i.key));
+      }
+    }
+  });
+
+  it('every container names the one versioned image scripts/build-image tags', () => {
+    const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    for (const { file, o } of workloads) {
+      const spec = o.spec.template.spec;
+      for (const c of [...(spec.initContainers ?? []), ...spec.containers]) expect(c.image, `${where(file, o)} container ${c.name}`).toBe(`netplugin/node:${version}`);
+    }
+  });
+
+  it("every container's flags (command and args) exist in its executable's real --help", () => {
+    for (const { file, o } of workloads) {
+      const spec = o.spec.template.spec;
+      for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
+        const positional = c.command.slice(2).filter((a: string, i: number, all: string[]) => !a.startsWith('-') && !all[i - 1]?.startsWith('--'));
+        const help = helpOf([c.command[0], c.command[1], ...positional]);
+        for (const f of flagsOf([...c.command.slice(2), ...(c.args ?? [])])) expect(help, `${where(file, o)} container ${c.name}: ${f} is not in its --help`).toContain(f);
+      }
+    }
+  });
+
+  it('metrics: each scrape annotation names the port a container serves --metrics-addr on', () => {
+    for (const { file, o } of workloads.filter(({ o }) => o.spec.template.metadata?.annotations?.['prometheus.io/scrape'] === 'true')) {
+      const port = o.spec.template.metadata.annotations['prometheus.io/port'];
+      const args = o.spec.template.spec.containers.flatMap((c: any) => [...(c.command ?? []), ...(c.args ?? [])]).join(' ');
+      expect(args, where(file, o)).toMatch(new RegExp(`--metrics-addr[= ][^ ]*:${port}(\\s|$)`));
+      expect(o.spec.template.spec.containers.flatMap((c: any) => c.ports ?? []).map((p: any) => String(p.containerPort))).toContain(port);
+    }
+    expect(workloads.filter(({ o }) => o.spec.template.metadata?.annotations?.['prometheus.io/scrape'] === 'true').map(({ file }) => file).sort()).toEqual([
+      'netplugin-kube-controllers.yaml',
+      'netplugin-node-daemonset.yaml',
+    ]);
+  });
+});
+
 describe('install-cni as the init container runs it', () => {
   let tmp: string;
   let pkg: string;

@@ -4,6 +4,7 @@
 // them: install-cni with the host's directories bound under /host, and the
 // agent serving the CNI socket (bound to a temp dir) that the installed shim
 // on the "host" then reaches; /healthz answers on the host network.
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -31,6 +32,7 @@ cd "$ROOT"
 PODMAN_FLAGS="$PODMAN_FLAGS" BUILD_FLAGS="--ulimit nofile=1024:1024 --ulimit nproc=1024:1024" bash scripts/build-image >/dev/null 2>"$T/build.log" || { echo "BUILD failed"; tail -20 "$T/build.log"; exit 0; }
 echo "BUILD ok"
 IMG=localhost/netplugin/node:$VERSION
+echo "LABELS $($P image inspect --format '{{json .Labels}}' $IMG)"
 echo "AGENTVERSION $($P run --rm $R $IMG --version)"
 $P run --rm $R --network none -v $T/host:/host --entrypoint node $IMG /opt/netplugin/dist/netpluginctl.mjs install-cni --host-root=/host --etcd-endpoints http://127.0.0.1:2379 --nodename node-a >/dev/null
 echo "INSTALLED $(ls $T/host/opt/cni/bin | tr '\\n' ' ')"
@@ -45,9 +47,16 @@ echo "CONTAINERS $($P ps -a --format '{{.Names}}' | wc -l)"
 
 describe('the netplugin/node image', () => {
   it('builds from a local base, and its install-cni and agent entry points work with host paths bound', async () => {
+    // The commit the build sees (read before it: a commit meanwhile would change HEAD).
+    const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
     const { stdout, keys } = await podmanSession(tmp, SCRIPT, { ROOT, VERSION: version });
     expect(keys.BUILD, stdout).toBe('ok');
     expect(keys.AGENTVERSION).toBe(`netplugin-node ${version}`);
+    // OCI labels: the version, the checkout's commit, where the source is.
+    const labels = JSON.parse(keys.LABELS!) as Record<string, string>;
+    expect(labels['org.opencontainers.image.version']).toBe(version);
+    expect(labels['org.opencontainers.image.revision']).toMatch(new RegExp(`^${head}(-dirty)?$`));
+    expect(labels['org.opencontainers.image.source']).toMatch(/^(file:\/\/\/|https?:\/\/|git@|ssh:\/\/)/);
     expect(keys.INSTALLED!.split(' ').sort()).toEqual(['netplugin', 'netplugin-ipam', 'netplugin.fallback']);
     // Host paths, never the image's; the host root has no node.
     expect(readFileSync(join(tmp, 'host/opt/cni/bin/netplugin.fallback'), 'utf8')).toBe('\n/opt/netplugin\n');

@@ -216,7 +216,8 @@ describe('mirrors', { timeout: 120_000 }, () => {
     await ds.create({ apiVersion: API_VERSION, kind: 'Profile', metadata: { name: 'kns.gone' }, spec: {} });
     await ds.create({ apiVersion: API_VERSION, kind: 'NetworkPolicy', metadata: { name: 'mine', namespace: 'default' }, spec: { selector: 'all()' } });
     ns('later');
-    kc = await startKc();
+    const metricsPort = await freePort();
+    kc = await startKc(['--metrics-addr', `127.0.0.1:${metricsPort}`]);
     await waitLeader(kc); // the SIGTERMed leader handed the lease back
     await waitFor('the resync', async () => !(await tryGet('NetworkPolicy', 'knp.default.db', 'shop')) && !(await tryGet('NetworkPolicy', 'knp.default.stale', 'default')) && !(await tryGet('Profile', 'kns.gone')) && !!(await tryGet('Profile', 'kns.later')));
     // Objects that are not mirrors are left alone.
@@ -227,6 +228,10 @@ describe('mirrors', { timeout: 120_000 }, () => {
     expect((await http(kc, '/healthz')).status).toBe(200);
     expect(await metric(kc, 'netplugin_kube_controllers_objects_synced_total')).toBeGreaterThan(0);
     expect((await http(kc, '/metrics')).body).toContain('netplugin_kube_controllers_queue_depth{controller="policy"}');
+    // --metrics-addr: the same metrics for Prometheus on their own listener, and no probe paths there.
+    const onMetrics = (path: string) => fetch(`http://127.0.0.1:${metricsPort}${path}`).then(async (r) => ({ status: r.status, body: await r.text() }));
+    expect((await onMetrics('/metrics')).body).toContain('netplugin_kube_controllers_queue_depth{controller="policy"}');
+    for (const p of ['/healthz', '/readyz']) expect((await onMetrics(p)).status).toBe(404);
     await kill(kc, 'SIGTERM');
     expect(kc.proc.exitCode).toBe(0);
   });
@@ -336,6 +341,35 @@ describe('node controller', { timeout: 120_000 }, () => {
     // Counted on /metrics and logged, never an error that stops a controller.
     expect((await http(kc, '/metrics')).body).toMatch(/^netplugin_datastore_invalid_objects\{kind="WorkloadEndpoint"\} 1$/m);
     expect(kc.log()).toMatch(/malformed object.*WorkloadEndpoint gc\/g1-k8s-broken-eth0/);
+  });
+
+  it('GC reacts to a pod deletion: its leaked address goes once leakGracePeriod has passed since, not a period later', async () => {
+    await pool('gcev', '10.93.0.0/24');
+    // A period far longer than the test: only the deletion event can release in time.
+    await setConfig({ leakGracePeriod: '5s', reconcilerPeriod: '10m' });
+    ns('gcev');
+    node('e1', {});
+    const ipam = createIpam(ds, { lock: 'none' });
+    const ip = (await ipam.assign({ handleID: 'net.ev', node: 'e1', attrs: { containerID: 'ev', namespace: 'gcev', pod: 'ev', podUID: 'uid-ev' }, assignIPv4: true, assignIPv6: false }))[0]!.ip;
+    pod('gcev', 'ev', { node: 'e1', uid: 'uid-ev', ips: [ip] });
+    const kc = await startKc(['--controllers', 'node']);
+    await waitLeader(kc);
+    // The start-up scan saw a live pod.
+    await waitFor('the start-up GC scan', async () => (await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total')) >= 1);
+    expect(await allocated(ip)).toBe(true);
+
+    // The pod goes without a DEL (the node's runtime never tore the sandbox down).
+    const t0 = Date.now();
+    await apiDelete('/api/v1/namespaces/gcev/pods/ev');
+    // Held while the grace period runs: every read that answered before t0 + 5 s saw it allocated.
+    for (;;) {
+      const held = await allocated(ip);
+      if (Date.now() >= t0 + 4500) break;
+      expect(held, `released ${Date.now() - t0} ms after the pod's deletion, inside the 5 s grace period`).toBe(true);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    await waitFor('the leaked address released after the pod deletion (the period is 10 minutes)', async () => !(await allocated(ip)));
+    expect(kc.log()).toMatch(/released a leaked address.*pod gcev\/ev does not exist/);
   });
 
   it('automatic host endpoints follow autoCreate and node changes, without a restart', async () => {
@@ -493,6 +527,20 @@ describe('availability', { timeout: 120_000 }, () => {
     expect(kc.log()).toContain('lost the lease; stopping all writes');
     // Renew deadline 2 s with a 3 s lease: gone well before another replica could take over.
     expect(Date.now() - stalledAt).toBeLessThan(20_000);
+  });
+
+  it('--log-format json logs one JSON object per line; a bad format is refused', async () => {
+    const kc = await startKc(['--log-format', 'json']);
+    await waitLeader(kc);
+    await kill(kc, 'SIGTERM');
+    const lines = kc.log().split('\n').filter(Boolean);
+    expect(lines.length).toBeGreaterThan(0);
+    for (const l of lines) expect(JSON.parse(l)).toMatchObject({ level: expect.any(String), msg: expect.any(String), component: 'netplugin-kube-controllers' });
+    const bad = await startKc(['--log-format', 'xml']);
+    await bad.exited;
+    expect(bad.proc.exitCode).toBe(2);
+    expect(bad.log()).toContain("--log-format 'xml' is not text or json");
+    procs.delete(bad);
   });
 
   it('rejects a bad controller list with a clear error', async () => {

@@ -90,8 +90,8 @@ describe('pods are isolated until programmed', { timeout: 120_000 }, () => {
     expect(new Set(chains).size).toBe(chains.length);
     const rulesOf = (chain: string) =>
       new RegExp(`chain ${chain} \\{([\\s\\S]*?)\\n\\t\\}`).exec(listing)![1]!.trim().split('\n').map((l) => l.trim()).filter((l) => !l.startsWith('type ') && !l.startsWith('comment '));
-    expect(rulesOf('forward').length).toBe(3); // unprogrammed-interface drop, established, vmap
-    expect(rulesOf('forward-in').length).toBe(3);
+    expect(rulesOf('forward').length).toBe(4); // unprogrammed-interface and re-created-interface drops, established, vmap
+    expect(rulesOf('forward-in').length).toBe(4);
     expect(chains.filter((c) => c!.startsWith('to-') && !c!.endsWith('-pol')).length).toBe(env.pods.length);
   });
 

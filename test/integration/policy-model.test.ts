@@ -78,13 +78,13 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
     await expectReachability(env, 80, 'tcp', () => true);
     await expectReachability(env, 81, 'tcp', (_f, t) => !is(t, 'x/a'));
     const listing = listTable(env);
-    const line = listing.split('\n').find((l) => l.includes('log prefix') && l.includes('np x/log-then-allow ingress rule 0'));
+    const line = listing.split('\n').find((l) => l.includes('log prefix') && l.includes('NetworkPolicy x/log-then-allow ingress rule 0'));
     expect(line, listing).toBeDefined();
     const packets = Number(/counter packets (\d+)/.exec(line!)?.[1]);
     expect(packets).toBeGreaterThan(0);
     // The log rule sees connections before the allow rule decides; a new probe adds to it.
     await probeFrom(pod(env, 'y/c'), [[pod(env, 'x/a').ip, 80, 'tcp']]);
-    const again = listTable(env).split('\n').find((l) => l.includes('np x/log-then-allow ingress rule 0'))!;
+    const again = listTable(env).split('\n').find((l) => l.includes('NetworkPolicy x/log-then-allow ingress rule 0'))!;
     expect(Number(/counter packets (\d+)/.exec(again)?.[1])).toBeGreaterThan(packets);
   });
 

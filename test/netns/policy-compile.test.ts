@@ -64,7 +64,7 @@ describe('policy compiler output through libnftables', () => {
     const l1 = list();
     if (process.env.SHOW_NFT) console.log(l1);
     expect(l1).toMatch(/chain to-npcaaaa/);
-    expect(l1).toMatch(/comment "np x\/p1 ingress rule 2"/);
+    expect(l1).toMatch(/comment "NetworkPolicy x\/p1 ingress rule 2"/);
     const s2 = c.compile(input('two'));
     nftRun(diffCommands(s1, s2, base).join('\n'));
     const incremental = list();

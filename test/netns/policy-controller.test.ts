@@ -126,7 +126,7 @@ describe('policy controller', () => {
     await within(ctl.synced, 15_000, 'the first resync');
     const listing = nftRun(`list table inet ${TABLE}`);
     // The endpoint chain is the newer endpoint's (its drops name it), and only its status is reported.
-    expect(listing).toContain('node1-k8s-p-net1: no profile allowed');
+    expect(listing).toContain('x/node1-k8s-p-net1 ingress: end of profiles kns.x');
     expect(listing).not.toContain('node1-k8s-p-eth0');
     expect(seen.map((c) => [c.kind, c.endpoint, c.derived ?? null])).toEqual([['shared', 'node1-k8s-p-eth0', null]]);
     expect(existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-p-net1'), dir))).toBe(true);
@@ -159,5 +159,82 @@ describe('policy controller', () => {
     for (const [ns, cid] of [['x', 'cx'], ['y', 'cy']] as const) {
       expect(JSON.parse(readFileSync(statusFilePath(endpointStatusKey(ns, name), dir), 'utf8'))).toMatchObject({ containerID: cid });
     }
+  });
+});
+
+async function until(what: string, ms: number, ok: () => boolean): Promise<void> {
+  const end = Date.now() + ms;
+  while (Date.now() < end && !ok()) await new Promise((r) => setTimeout(r, 50));
+  if (!ok()) throw new Error(`${what} did not happen within ${ms} ms`);
+}
+
+describe('policy controller: one bad object costs its own rules only', () => {
+  it('programs a new pod while an endpoint with a quote, newline and space in its interface name, address, name and labels is present', async () => {
+    const mem = new MemoryDatastore();
+    await mem.create(namespaceToProfile({ metadata: { name: 'x' } }));
+    // The recorded interfaceName is not taken (the agent derives the host veth), the address is refused by the model.
+    const bad = wep('node1-k8s-bad-eth0', 'npt"x\ny z', { app: 'a"b\nc d' });
+    bad.spec.pod = 'bad';
+    bad.spec.ipNetworks = ['10.66.0.9/32', '10.66.0.10"\n 1/32'];
+    await mem.create(bad);
+    await mem.create({ apiVersion: 'netplugin.org/v3', kind: 'NetworkPolicy', metadata: { name: 'p "q"\nr', namespace: 'x' }, spec: { selector: 'all()', types: ['Ingress'], ingress: [{ action: 'Allow', source: { selector: "app == 'a\"b\nc d'" } }] } });
+    dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
+    const refused: string[] = [];
+    ctl = await startPolicyController({
+      ds: mem, nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft: (s) => nftRunAsync(s),
+      onRefused: (r) => refused.push(`${r.stage} ${r.owner.kind} ${r.owner.namespace}/${r.owner.name} ${r.owner.pod}`),
+    });
+    await within(ctl.synced, 15_000, 'the first resync');
+    const good = wep('node1-k8s-good-eth0', 'nptgood');
+    good.spec.ipNetworks = ['10.66.0.2/32'];
+    await mem.create(good);
+    const goodIf = hostVethName('npt', 'x.node1-k8s-good-eth0');
+    await until('the new pod programmed', 15_000, () => nftRun(`list table inet ${TABLE}`).includes(`"${goodIf}" : jump to-${goodIf}`));
+    const listing = nftRun(`list table inet ${TABLE}`);
+    await until('the new pod reported programmed', 15_000, () => existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-good-eth0'), dir!)));
+    // The bad endpoint's valid address counts as a peer, the other is left out; the policy's name is in
+    // its comments, made safe.
+    expect(listing).toContain('comment "NetworkPolicy x/p ?q??r ingress"');
+    expect(listing).toMatch(/10\.66\.0\.9/);
+    expect(listing).not.toMatch(/10\.66\.0\.10/);
+    expect(refused).toEqual(['model Endpoint x/node1-k8s-bad-eth0 bad']);
+  });
+
+  it('isolates an object libnftables refuses: the rest is programmed, the culprit is reported once and not retried until it changes', async () => {
+    const mem = new MemoryDatastore();
+    await mem.create(namespaceToProfile({ metadata: { name: 'x' } }));
+    const [ifA, ifB, ifC] = ['a', 'b', 'c'].map((p) => hostVethName('npt', `x.node1-k8s-${p}-eth0`));
+    await mem.create(wep('node1-k8s-a-eth0', ifA!));
+    await mem.create(wep('node1-k8s-b-eth0', ifB!));
+    dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
+    // Real libnftables, refusing (as the kernel would) any batch that programs b's chains.
+    let refusedBatches = 0;
+    const nft = async (s: string) => {
+      if (s.includes('add chain') && s.includes(` to-${ifB} `)) {
+        refusedBatches++;
+        throw new Error(`nftables refused "add chain ... to-${ifB}": Could not process rule: Invalid argument`);
+      }
+      return nftRunAsync(s);
+    };
+    const refused: string[] = [];
+    ctl = await startPolicyController({
+      ds: mem, nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft,
+      onRefused: (r) => refused.push(`${r.stage} ${r.owner.namespace}/${r.owner.name}`),
+    });
+    await within(ctl.synced, 15_000, 'the first resync');
+    let listing = nftRun(`list table inet ${TABLE}`);
+    expect(listing).toContain(`"${ifA}" : jump to-${ifA}`);
+    expect(listing).not.toContain(ifB);
+    expect(refused).toEqual(['kernel x/node1-k8s-b-eth0']);
+    // A third pod comes: programmed by an incremental batch; the culprit is not tried again.
+    const before = refusedBatches;
+    await mem.create(wep('node1-k8s-c-eth0', ifC!));
+    await until('the third pod programmed', 15_000, () => nftRun(`list table inet ${TABLE}`).includes(`"${ifC}" : jump to-${ifC}`));
+    expect(refusedBatches).toBe(before);
+    listing = nftRun(`list table inet ${TABLE}`);
+    expect(listing).not.toContain(ifB);
+    expect(refused).toHaveLength(1);
+    // No scratch table left behind.
+    expect(nftRun('list tables')).not.toContain(`${TABLE}-check`);
   });
 });

@@ -45,6 +45,8 @@ export interface Pod {
   netns: string;
   netnsPath: string;
   ip: string;
+  /** Its IPv6 address (environments with an IPv6 pool). */
+  ip6?: string;
   containerId: string;
   server?: ChildProcess;
   addWaitedMs?: number;
@@ -77,7 +79,7 @@ export interface PolicyEnv {
   close(): Promise<void>;
 }
 
-export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { timeoutSeconds?: number; mode?: DatastoreMode } = {}): Promise<PolicyEnv> {
+export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { timeoutSeconds?: number; mode?: DatastoreMode; pool6?: PoolDef } = {}): Promise<PolicyEnv> {
   ensureBuilt();
   const mode = opts.mode ?? 'etcdv3';
   const api = await startApi();
@@ -89,9 +91,9 @@ export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { time
   let conf: Record<string, unknown>;
   const common = { endpoint_status_dir: statusDir, policy_setup_timeout_seconds: opts.timeoutSeconds ?? 20 };
   if (mode === 'etcdv3') {
-    c = await startCluster([pool]);
+    c = await startCluster(opts.pool6 ? [pool, opts.pool6] : [pool]);
     ds = c.ds;
-    conf = k8sNetconf(c, api, prefix, common);
+    conf = k8sNetconf(c, api, prefix, { ...common, ...(opts.pool6 ? { ipam: { type: 'netplugin-ipam', assign_ipv6: 'true' } } : {}) });
   } else {
     ds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig: api.kubeconfig } });
     await ds.create(clusterInfo(true));
@@ -167,8 +169,13 @@ export async function addPod(env: PolicyEnv, ns: string, name: string, labels: R
   const t0 = Date.now();
   const r = await cni('ADD', env.conf, { containerId, netns: n.path, args: k8sArgs(ns, name) });
   expectOk(r);
-  const ip = (JSON.parse(r.stdout).ips[0].address as string).split('/')[0]!;
-  const pod: Pod = { ns, name, id: `${ns}/${name}`, netns: n.name, netnsPath: n.path, ip, containerId, addWaitedMs: Date.now() - t0, addLog: r.stderr };
+  const ips = (JSON.parse(r.stdout).ips as Array<{ address: string }>).map((x) => x.address.split('/')[0]!);
+  const ip = ips.find((a) => !a.includes(':'))!;
+  const ip6 = ips.find((a) => a.includes(':'));
+  const pod: Pod = {
+    ns, name, id: `${ns}/${name}`, netns: n.name, netnsPath: n.path, ip, ...(ip6 ? { ip6 } : {}), containerId,
+    addWaitedMs: Date.now() - t0, addLog: r.stderr,
+  };
   env.pods.push(pod);
   if (serve) await startServer(pod);
   return pod;
@@ -381,4 +388,29 @@ export async function addPreparedPod(env: PolicyEnv, p: Pod, ns: string, labels:
   p.addWaitedMs = Date.now() - t0;
   env.pods.push(p);
   return { code: r.code ?? -1, ms: p.addWaitedMs };
+}
+
+/**
+ * Counts the UDP datagrams reaching `p` on `port` for `seconds`; resolves once listening, to `done`, a promise
+ * of their sources (wrapped: an async function returning a bare promise would wait for it).
+ */
+export async function receiveOn(p: Pod, port: number, seconds: number): Promise<{ done: Promise<string[]> }> {
+  const proc = spawn('ip', ['netns', 'exec', p.netns, 'python3', POD_SCRIPT, 'recv', String(port), String(seconds)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const rl = createInterface({ input: proc.stdout! });
+  const lines: string[] = [];
+  const done = new Promise<string[]>((resolve, reject) => {
+    proc.once('exit', (code) => (code === 0 && lines[1] ? resolve(JSON.parse(lines[1]) as string[]) : reject(new Error(`recv exited ${code}: ${lines.join('\n')}`))));
+  });
+  await new Promise<void>((resolve) => rl.on('line', (l) => (lines.push(l), lines.length === 1 && resolve())));
+  return { done };
+}
+
+/**
+ * Sends hand-made frames from `p`'s eth0 (a packet socket: any source address or MAC, any destination,
+ * loopback too); for proto "syn", the sources of the SYN-ACKs that came back within `wait` seconds.
+ */
+export function forgeFrom(p: Pod, o: { src: string; dst: string; dport: number; proto: 'udp' | 'syn'; count?: number; srcMac?: string; wait?: number }): Promise<string[]> {
+  return new Promise((resolve, reject) =>
+    execFile('ip', ['netns', 'exec', p.netns, 'python3', POD_SCRIPT, 'forge', JSON.stringify(o)], { timeout: 30_000 }, (err, stdout, stderr) => (err ? reject(new Error(`${err.message}: ${stderr}`)) : resolve(JSON.parse(stdout) as string[]))),
+  );
 }

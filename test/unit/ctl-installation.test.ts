@@ -1,7 +1,8 @@
 // The Installation resource: each field and default rendered into the conflist
 // and pools, every validation error, and `installation apply` run twice against
 // temporary CNI dirs and an in-memory datastore (the second run changes nothing).
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { parseAllDocuments } from 'yaml';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -52,17 +53,22 @@ describe('render: fields and defaults', () => {
     expect(p!.spec).toMatchObject({ ipipMode, vxlanMode });
   });
 
-  it('an IPv6 pool defaults to no encapsulation and block size 122, and is named default-ipv6-ippool', () => {
+  it('an IPv6 pool defaults to no encapsulation, no NAT and block size 122, and is named default-ipv6-ippool', () => {
     const r = render({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16' }, { cidr: 'fd00:1::/64' }] } });
-    expect(r.pools.map((p) => [p.metadata.name, p.spec.ipipMode, p.spec.vxlanMode, p.spec.blockSize])).toEqual([
-      ['default-ipv4-ippool', 'Always', 'Never', 26],
-      ['default-ipv6-ippool', 'Never', 'Never', 122],
+    expect(r.pools.map((p) => [p.metadata.name, p.spec.ipipMode, p.spec.vxlanMode, p.spec.blockSize, p.spec.natOutgoing])).toEqual([
+      ['default-ipv4-ippool', 'Always', 'Never', 26, true],
+      ['default-ipv6-ippool', 'Never', 'Never', 122, false],
     ]);
     expect(entry({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16' }, { cidr: 'fd00:1::/64' }] } }).ipam).toEqual({ type: 'netplugin-ipam', assign_ipv4: 'true', assign_ipv6: 'true' });
   });
 
   it('an IPv6-only install assigns no IPv4', () => {
     expect(entry({ netpluginNetwork: { ipPools: [{ cidr: 'fd00:1::/64' }] } }).ipam).toMatchObject({ assign_ipv4: 'false', assign_ipv6: 'true' });
+  });
+
+  it('natOutgoing given explicitly wins over the family default, both ways', () => {
+    const r = render({ netpluginNetwork: { ipPools: [{ cidr: '10.0.0.0/16', natOutgoing: 'Disabled' }, { cidr: 'fd00:1::/64', natOutgoing: 'Enabled' }] } });
+    expect(r.pools.map((p) => p.spec.natOutgoing)).toEqual([false, true]);
   });
 
   it('pool name, blockSize, natOutgoing and nodeSelector are carried over', () => {
@@ -188,6 +194,39 @@ describe('netpluginctl installation render', () => {
     expect(c.plugins[0]).toMatchObject({ datastore_type: 'etcdv3', etcd_endpoints: 'http://127.0.0.1:2379', ipam: { assign_ipv4: 'true', assign_ipv6: 'true' } });
     expect(JSON.parse(readFileSync(join(root, 'out/ippools.json'), 'utf8')).items.map((p: { spec: { cidr: string } }) => p.spec.cidr)).toEqual(['10.244.0.0/16', 'fd00:10:244::/56']);
     expect(JSON.parse(readFileSync(join(root, 'out/agent.json'), 'utf8'))).toMatchObject({ ipam: 'netplugin-ipam', hostPorts: true });
+  });
+
+  it('--registry REG writes every manifest of deploy/ with the one image REG/netplugin/node:<version>, nothing else changed', async () => {
+    const deploy = join(__dirname, '../../deploy');
+    cpSync(deploy, join(pkgDir, 'deploy'), { recursive: true });
+    const r = await ctl(['installation', 'render', '-f', '-', '-o', 'out', '--registry', 'registry.example.com:5000/infra/'], DUAL);
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    const shipped = readdirSync(deploy).filter((f) => /\.ya?ml$/.test(f)).sort();
+    expect(readdirSync(join(root, 'out/manifests')).sort()).toEqual(shipped);
+    const want = `registry.example.com:5000/infra/netplugin/node:${pkg.version}`;
+    let images = 0;
+    for (const f of shipped) {
+      const text = readFileSync(join(root, 'out/manifests', f), 'utf8');
+      for (const d of parseAllDocuments(text)) {
+        const o = d.toJS() as any;
+        const spec = o?.spec?.template?.spec;
+        for (const c of [...(spec?.initContainers ?? []), ...(spec?.containers ?? [])]) {
+          expect(c.image, `${f} ${c.name}`).toBe(want);
+          images++;
+        }
+      }
+      // Only the image lines differ from the shipped file.
+      const strip = (t: string) => t.split('\n').filter((l) => !/^\s*(-\s+)?image:/.test(l));
+      expect(strip(text)).toEqual(strip(readFileSync(join(deploy, f), 'utf8')));
+    }
+    expect(images).toBeGreaterThanOrEqual(4);
+  });
+
+  it('--registry: a bad registry and a missing -o are refused with the fix', async () => {
+    expect((await ctl(['installation', 'render', '-f', '-', '-o', 'out', '--registry', 'https://reg/x'], DUAL)).err).toMatch(/--registry: "https:\/\/reg\/x" is not a registry; expected a host/);
+    expect((await ctl(['installation', 'render', '-f', '-', '--registry', 'reg.example'], DUAL)).err).toMatch(/give -o DIR too/);
+    expect(existsSync(join(root, 'out/manifests'))).toBe(false);
   });
 
   it('fails with exit 1 and the document, field and fix on stderr', async () => {

@@ -139,30 +139,52 @@ describe('validate, label, patch', () => {
     const cidr = await ctl(['patch', 'ippool', 'a', '-p', '{"spec":{"cidr":"10.9.0.0/16"}}']);
     expect(cidr.code).toBe(1);
     expect(cidr.err).toMatch(/cidr/);
-    expect((await ctl(['patch', 'ippool', 'a', '--type', 'json', '-p', '[]'])).err).toContain('--type "json" is not supported');
+    expect((await ctl(['patch', 'ippool', 'a', '--type', 'strategic', '-p', '{}'])).err).toContain('--type "strategic" is not supported');
     expect((await ctl(['patch', 'ippool', 'a', '-p', '{"status":{}}'])).err).toContain('only spec and metadata');
     expect(mergePatch({ a: { b: 1, c: [1] }, d: 1 }, { a: { b: null, c: [2] }, e: 'x' })).toEqual({ a: { c: [2] }, d: 1, e: 'x' });
   });
 });
 
 describe('completion', () => {
-  for (const shell of ['bash', 'zsh']) {
-    it(`prints a ${shell} script the shell accepts, completing commands and kinds`, async () => {
+  const words = async (...w: string[]) => (await ctl(['__complete', ...w])).out.split('\n').filter(Boolean);
+  it('completes every command of the overview, their subcommands and flags, kinds and resource names', async () => {
+    await seed();
+    const cmds = await words('');
+    for (const c of ['apply', 'get', 'describe', 'patch', 'ipam', 'policy', 'datastore', 'installation', 'upgrade', 'version', 'install-cni', 'completion']) expect(cmds).toContain(c);
+    expect(await words('ipam', '')).toEqual(expect.arrayContaining(['check', 'release', 'show']));
+    expect(await words('datastore', 'm')).toEqual(['migrate']);
+    expect(await words('upgrade', '')).toEqual(expect.arrayContaining(['auto-hep', 'check', 'finish', 'owner-refs']));
+    expect(await words('installation', '')).toEqual(['apply', 'render']);
+    expect(await words('policy', '')).toEqual(['explain']);
+    expect(await words('get', '--s')).toEqual(expect.arrayContaining(['--selector', '--show-labels', '--sort-by']));
+    expect(await words('ipam', 'release', '--d')).toEqual(['--dry-run']);
+    expect(await words('installation', 'apply', '--')).toContain('--dry-run');
+    expect(await words('get', 'ipp')).toEqual(['ipp', 'ippool', 'ippools']);
+    expect(await words('get', 'ippool', '')).toEqual(['a', 'b']);
+    expect(await words('get', '-o', 'wide', 'pool', 'a', '')).toEqual(['a', 'b']);
+    expect(await words('label', 'pool/')).toEqual(['pool/a', 'pool/b']);
+    expect(await words('get', '-o', 'js')).toEqual(['json', 'jsonpath=']);
+    expect(await words('completion', '')).toEqual(['bash', 'fish', 'zsh']);
+    expect(await words('ipam', 'show', 'x')).toEqual([]);
+  });
+
+  for (const shell of ['bash', 'zsh', 'fish']) {
+    it(`prints a ${shell} script that ${shell} loads and registers`, async () => {
       const r = await ctl(['completion', shell]);
       expect(r.code).toBe(0);
-      expect(r.out).toContain('label');
-      expect(r.out).toContain('ippool');
-      if (shell === 'bash') {
-        // Loaded into a real bash: completing "netpluginctl get ipp" offers ippool, ippools.
-        const script = join(dir, 'c.bash');
-        writeFileSync(script, r.out);
-        const got = execFileSync('bash', ['-c', `source ${script}; COMP_WORDS=(netpluginctl get ipp); COMP_CWORD=2; _netpluginctl; echo "\${COMPREPLY[@]}"`], { encoding: 'utf8' });
-        expect(got.trim().split(' ').sort()).toEqual(['ipp', 'ippool', 'ippools']);
-      }
+      const script = join(dir, `c.${shell}`);
+      writeFileSync(script, r.out);
+      const probe = {
+        bash: `source ${script} && complete -p netpluginctl`,
+        zsh: `autoload -Uz compinit && compinit -u -d ${dir}/zcompdump && source ${script} && print -r -- $_comps[netpluginctl]`,
+        fish: `source ${script}; and complete -c netpluginctl`,
+      }[shell]!;
+      const got = execFileSync(shell, ['-c', probe], { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: dir } });
+      expect(got).toContain(shell === 'zsh' ? '_netpluginctl' : shell === 'bash' ? '-F _netpluginctl netpluginctl' : '__netpluginctl_complete');
     });
   }
   it('rejects other shells', async () => {
-    expect((await ctl(['completion', 'fish'])).err).toContain('use bash or zsh');
+    expect((await ctl(['completion', 'tcsh'])).err).toContain('use bash, zsh, fish');
   });
 });
 

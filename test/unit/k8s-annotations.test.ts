@@ -11,7 +11,7 @@ import {
 } from '../../src/workload/annotations.js';
 import { ANNOTATIONS } from '../../src/model/annotations.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
-import type { Logger } from '../../src/cni/types.js';
+import type { Logger } from '../../src/log/types.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 
 const POOLS: PoolInfo[] = [

@@ -14,7 +14,7 @@ import {
 } from '../../src/workload/workload.js';
 import { workloadEndpointName } from '../../src/model/names.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
-import type { Logger } from '../../src/cni/types.js';
+import type { Logger } from '../../src/log/types.js';
 import type { KubeClient } from '../../src/k8s/client.js';
 import { ANNOTATIONS } from '../../src/model/annotations.js';
 import type { PoolInfo } from '../../src/workload/annotations.js';

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import type { WatchEvent } from '../../src/datastore/types.js';
 import { NAT_TABLE, startNatController, type NatController } from '../../src/agent/nat/index.js';
-import type { Logger } from '../../src/cni/types.js';
+import type { Logger } from '../../src/log/types.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 
 const log: Logger = { error: () => undefined, warn: () => undefined, info: () => undefined, debug: () => undefined };

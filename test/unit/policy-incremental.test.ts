@@ -48,9 +48,8 @@ function endpoint(r: () => number, i: number, addr: number): EndpointInput {
 function plain(d: DesiredState) {
   return {
     chains: Object.fromEntries([...d.chains].sort(([a], [b]) => a.localeCompare(b))),
-    sets: Object.fromEntries([...d.sets].sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => [k, { type: v.type, elements: [...v.elements].sort() }])),
-    toWl: Object.fromEntries([...d.toWl].sort()),
-    fromWl: Object.fromEntries([...d.fromWl].sort()),
+    sets: Object.fromEntries([...d.sets].sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => [k, { type: v.type, elements: [...v.elements.keys()].sort() }])),
+    endpoints: Object.fromEntries([...d.endpoints].sort()),
   };
 }
 

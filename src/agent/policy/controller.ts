@@ -6,6 +6,14 @@
 // local endpoint it writes the endpoint's policy-programmed status (file and
 // in-process signal) that the ADD's policy_setup_timeout_seconds wait uses.
 //
+// One bad object never costs the node its batch: values the typed model
+// cannot hold are refused by the compiler (the endpoint stays isolated), and
+// when libnftables still refuses a full resync, the controller narrows the
+// batch to its culprits (each object checked in a scratch table that is never
+// hooked, by bisection), programs everything else, and reports each culprit
+// (log, metric, the onRefused hook: an Event on the pod). A refused object is
+// retried only when its content changes.
+//
 // Start: the base ruleset (default-drop for pod interfaces not yet programmed)
 // is installed at once when the table is absent, before the datastore is
 // reached; a table left by the previous agent run stays in force until the
@@ -29,7 +37,19 @@ import {
 } from '../../policy-status/index.js';
 import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
 import { endpointFromWep, endpointViews, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
-import { diffCommands, emptyState, fullScript, baseCommands, type BaseOptions } from './nft-script.js';
+import {
+  BASE_ID,
+  baseCommands,
+  diffCommands,
+  emptyState,
+  entriesChanged,
+  fullScriptAttributed,
+  ownerFingerprint,
+  staleNames,
+  withoutOwners,
+  type BaseOptions,
+} from './nft-script.js';
+import { ownerId, type Owner } from '../../dataplane/nft/model.js';
 import { flushConntrack } from '../../dataplane/conntrack.js';
 
 export interface PolicyControllerOptions {
@@ -50,6 +70,17 @@ export interface PolicyControllerOptions {
   flushConntrack?: (addrs: string[]) => void;
   /** Told once per local endpoint whose recorded host interface the agent does not take (again when that changes). */
   onInterfaceConflict?: (c: InterfaceConflict) => void;
+  /**
+   * Told once per object left out of the table: `model` when the compiler
+   * refused a value before rendering, `kernel` when libnftables refused it.
+   */
+  onRefused?: (r: RefusedObject) => void;
+}
+
+export interface RefusedObject {
+  owner: Owner;
+  stage: 'model' | 'kernel';
+  reason: string;
 }
 
 /** A local endpoint whose recorded `interfaceName` is not the host veth the agent derives for it. */
@@ -125,6 +156,80 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   // What the last batch saw, to find the endpoints whose policy a batch changed (conntrack).
   let seen: Seen | undefined;
   const flush = opts.flushConntrack ?? ((addrs: string[]) => flushConntrack(addrs, log));
+  // Objects libnftables refused: ownerId → the fingerprint of the content refused (retried when it changes).
+  const kernelRefused = new Map<string, string>();
+  // Refusals already reported (ownerId + reason), so each is told once.
+  const told = new Set<string>();
+  const tell = (r: RefusedObject) => {
+    const k = `${r.stage}\0${ownerId(r.owner)}\0${r.reason}`;
+    if (told.has(k)) return;
+    told.add(k);
+    const o = r.owner;
+    log.warn(`policy: ${o.kind} ${o.namespace ? `${o.namespace}/` : ''}${o.name} left out of the table; its pods stay isolated`, { stage: r.stage, reason: r.reason });
+    opts.onRefused?.(r);
+  };
+  const scratch = `${opts.base.table ?? TABLE}-check`;
+  /** Whether libnftables takes this script, tried in a scratch table that is never hooked and is gone afterwards. */
+  const accepted = async (d: DesiredState, exclude: ReadonlySet<string>): Promise<boolean> => {
+    const a = fullScriptAttributed({ ...opts.base, table: scratch }, d, exclude, { hooks: false });
+    try {
+      await nft(a.script + `delete table inet ${scratch}\n`);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  /**
+   * The objects of `d` libnftables refuses: each found as the shortest
+   * refused prefix of the objects in script order (the ones before it are
+   * the ones it may depend on), by bisection.
+   */
+  const culprits = async (d: DesiredState, exclude: Set<string>): Promise<string[] | undefined> => {
+    const order = [...new Set(fullScriptAttributed(opts.base, d, exclude).lineOwners)];
+    if (!(await accepted(d, new Set([...exclude, ...order.filter((o) => o !== BASE_ID)])))) return undefined;
+    const found: string[] = [];
+    let start = 1; // order[0] is the base
+    const upto = (k: number) => new Set([...exclude, ...found, ...order.slice(k)]); // keeps order[0..k)
+    while (start < order.length) {
+      if (await accepted(d, upto(order.length))) break;
+      let lo = start; // order[0..lo) is accepted
+      let hi = order.length; // order[0..hi) is refused
+      while (hi - lo > 1) {
+        const mid = (lo + hi) >> 1;
+        if (await accepted(d, upto(mid))) lo = mid;
+        else hi = mid;
+      }
+      found.push(order[hi - 1]!);
+      start = hi;
+    }
+    return found;
+  };
+  /** A full resync; when refused, its culprits are left out and reported, everything else is programmed. */
+  const applyFull = async (next: DesiredState, exclude: Set<string>): Promise<{ applied: DesiredState; commands: number }> => {
+    let a = fullScriptAttributed(opts.base, next, exclude);
+    // Objects the renderer refused (the compiler should have): left out like a kernel refusal.
+    for (const u of a.unrendered) {
+      const id = ownerId(u.owner);
+      exclude.add(id);
+      kernelRefused.set(id, ownerFingerprint(next, id));
+      tell({ owner: u.owner, stage: 'model', reason: u.reason });
+    }
+    try {
+      await nft(a.script);
+      return { applied: withoutOwners(next, exclude), commands: a.lineOwners.length };
+    } catch (e) {
+      const found = await culprits(next, exclude);
+      if (!found?.length) throw e; // the base itself, or not reproducible in the scratch table: retried
+      for (const id of found) {
+        exclude.add(id);
+        kernelRefused.set(id, ownerFingerprint(next, id));
+        tell({ owner: a.owners.get(id)!, stage: 'kernel', reason: (e as Error).message.slice(0, 512) });
+      }
+      a = fullScriptAttributed(opts.base, next, exclude);
+      await nft(a.script);
+      return { applied: withoutOwners(next, exclude), commands: a.lineOwners.length };
+    }
+  };
   let resolveSynced!: () => void;
   const synced = new Promise<void>((r) => (resolveSynced = r));
   let timer: NodeJS.Timeout | undefined;
@@ -157,24 +262,41 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
     const { endpoints, local } = localEndpoints(weps);
     lastInputs = { policies, profiles, endpoints };
-    const next = compiler.compile(lastInputs);
+    let next = compiler.compile(lastInputs);
+    for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
+    // Objects libnftables refused stay out while their content is the same.
+    const exclude = new Set<string>();
+    for (const [id, fp] of kernelRefused) {
+      if (ownerFingerprint(next, id) === fp) exclude.add(id);
+      else kernelRefused.delete(id);
+    }
     const t1 = performance.now();
-    const full = current === undefined;
-    const script = full ? fullScript(opts.base, next) : diffCommands(current!, next, opts.base).join('\n') + '\n';
-    const commands = script.split('\n').length - 1;
-    if (commands > 0) {
+    let full = current === undefined;
+    let commands = 0;
+    if (!full) {
+      const target = withoutOwners(next, exclude);
+      // The plugin marks re-created interfaces stale: read the marks only when entries change.
+      const stale = entriesChanged(current!, target) ? staleNames(await nft(`list set inet ${opts.base.table ?? TABLE} wl-stale\n`)) : new Set<string>();
+      const cmds = diffCommands(current!, target, opts.base, stale);
+      commands = cmds.length;
       try {
-        await nft(script);
+        if (commands > 0) await nft(cmds.join('\n') + '\n');
+        current = target;
       } catch (e) {
-        if (full) throw e;
-        // The kernel's table is not what we think (edited by hand?): resync the whole table.
+        // The kernel's table is not what we think (edited by hand?), or an object it refuses:
+        // resync the whole table, recomputed from scratch, leaving out what it refuses.
         log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
-        current = undefined;
-        compiler.reset(); // and recompute it from scratch
-        throw e;
+        compiler.reset();
+        next = compiler.compile(lastInputs);
+        full = true;
       }
     }
-    current = next;
+    if (full) {
+      current = undefined;
+      const r = await applyFull(next, exclude);
+      current = r.applied;
+      commands = r.commands;
+    }
     const t2 = performance.now();
     // Only now, with the new rules in force: an entry flushed earlier could be re-created under the old ones.
     const was = seen;
@@ -260,8 +382,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     log.info(msg, { count: stale.length, oldFormat });
   };
 
-  const report = async (local: Map<string, Resource<'WorkloadEndpoint'>>) => {
+  const report = async (candidates: Map<string, Resource<'WorkloadEndpoint'>>) => {
     const jobs: Array<() => Promise<void>> = [];
+    // Programmed means its interface entry is in the table (an endpoint left out is not reported).
+    const inTable = new Set([...(current?.endpoints.values() ?? [])].map((e) => `${e.owner.namespace}/${e.owner.name}`));
+    const local = new Map([...candidates].filter(([, w]) => inTable.has(`${w.metadata.namespace ?? 'default'}/${w.metadata.name}`)));
     for (const [key, w] of local) {
       // Keyed by revision too: a re-ADD of the same container cleared the file and rewrote the endpoint.
       const stamp = `${w.spec.containerID}@${w.metadata.resourceVersion ?? ''}`;

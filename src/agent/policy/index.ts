@@ -27,6 +27,8 @@ export async function startPolicyAgent(
     onApplied?: (s: import('./controller.js').ApplyStats) => void;
     /** Also told of every interface conflict (the agent's metric); the log and the pod's Event are done here. */
     onInterfaceConflict?: (c: import('./controller.js').InterfaceConflict) => void;
+    /** Also told of every object left out of the table (the agent's metric); the log and the pod's Event are done here. */
+    onRefused?: (r: import('./controller.js').RefusedObject) => void;
     /** Warning Events on pods (default true; the agent's --pod-events). */
     podEvents?: boolean;
   } = {},
@@ -47,8 +49,9 @@ export async function startPolicyAgent(
   const { startPolicyController, ensureBaseTable } = await import('./controller.js');
   const { nftRunAsync } = await import('../../native/nft.js');
   // NETPLUGIN_POLICY_TABLE: another table name, only where several agents share a network namespace (tests).
-  const table = process.env['NETPLUGIN_POLICY_TABLE'] || undefined;
-  if (table !== undefined && !/^[a-z][a-z0-9-]{0,30}$/.test(table)) throw new Error(`NETPLUGIN_POLICY_TABLE=${table} is not a table name (lower-case letters, digits, '-')`);
+  const { policyTable, DEFAULT_POLICY_TABLE } = await import('../../dataplane/nft/programmed.js');
+  const named = policyTable();
+  const table = named === DEFAULT_POLICY_TABLE ? undefined : named;
   const base = { vethPrefixes: [conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX], ...(table ? { table } : {}) };
   // Fail closed before anything else: pods appearing while the datastore is unreachable stay isolated.
   const installed = await ensureBaseTable(base, (s) => nftRunAsync(s));
@@ -73,6 +76,14 @@ export async function startPolicyAgent(
           onInterfaceConflict: (c) => {
             opts.onInterfaceConflict?.(c);
             if (c.pod) events?.warn(c.namespace, c.pod, 'NetpluginInterfaceMismatch', c.message);
+          },
+          onRefused: (r) => {
+            opts.onRefused?.(r);
+            // An endpoint is a pod's: its owner sees why the pod is isolated in `kubectl describe pod`.
+            const o = r.owner;
+            if (o.kind === 'Endpoint' && o.namespace && o.pod) {
+              events?.warn(o.namespace, o.pod, 'NetpluginPolicyNotProgrammed', `netplugin cannot program this pod's network policy, so the pod stays isolated: ${r.reason}`);
+            }
           },
         });
         if (opts.onApplied) controller.onApplied(opts.onApplied);

@@ -1,9 +1,35 @@
-// nft scripts for the `inet netplugin` table: the static base (installed at
-// agent start, kept across restarts), a full resync that replaces the table in
-// one transaction, and the incremental transaction between two desired states.
-// Only this table is ever named: other tables (portmap's, kube-proxy's, the
-// NAT table of the node agent) are never touched.
-import { TABLE, nftComment, sameRules, type DesiredState, type SetState } from './compile.js';
+// The `inet netplugin` table as nft commands, from the typed model: the static
+// base (installed at agent start, kept across restarts), a full resync that
+// replaces the table in one transaction (each line attributed to the object it
+// programs, so a refused batch can be narrowed to its culprit), and the
+// incremental transaction between two desired states, diffed per chain by
+// content hash (a chain whose hash did not change is not touched). Only this
+// table is ever named: other tables (portmap's, kube-proxy's, the NAT table of
+// the node agent) are never touched. All syntax comes from
+// src/dataplane/nft/render.ts.
+import { TABLE, type DesiredState, type EndpointEntry } from './compile.js';
+import {
+  NftModelError,
+  ownerId,
+  type BaseChain,
+  type Chain,
+  type ElemType,
+  type NftMap,
+  type NftSet,
+  type Owner,
+  type Rule,
+} from '../../dataplane/nft/model.js';
+import {
+  baseChainCommands,
+  chainCommands,
+  chainHash,
+  elementCommands,
+  mapCommand,
+  mapElementCommands,
+  ruleCommands,
+  setCommand,
+  tableRef as renderTableRef,
+} from '../../dataplane/nft/render.js';
 
 export interface BaseOptions {
   /** Host veth name prefixes of pods (netconf host_veth_prefix; default npi). */
@@ -16,122 +42,415 @@ export interface BaseOptions {
   table?: string;
 }
 
-const tableRef = (o: { table?: string } | undefined) => `inet ${o?.table ?? TABLE}`;
+const tableRef = (o: { table?: string } | undefined) => renderTableRef(o?.table ?? TABLE);
 
-const ND = 'icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit }';
+/** The owner of the base table's own objects. */
+export const BASE_OWNER: Owner = { kind: 'Base', name: 'base ruleset' };
+export const BASE_ID = ownerId(BASE_OWNER);
+
+const IFNAME: ElemType[] = ['ifname'];
+
+/** The base table as model values: its sets, maps and base chains. */
+export interface BaseTable {
+  sets: Array<[string, NftSet]>;
+  maps: Array<[string, NftMap]>;
+  chains: BaseChain[];
+}
+
+export function baseTable(opts: BaseOptions): BaseTable {
+  const pod = (dir: 'in' | 'out', p: string) => ({ m: 'ifname' as const, dir, name: p, prefix: true });
+  const notKnown = (dir: 'in' | 'out'): Rule[] => [
+    ...opts.vethPrefixes.map((p): Rule => ({
+      matches: [pod(dir, p), { m: 'ifnameSet', dir, set: 'wl-known', neg: true }],
+      verdict: { v: 'drop' },
+      comment: 'pod interface not programmed yet',
+    })),
+    // The plugin marks a host veth name here when it creates or deletes the veth: a pod re-created
+    // under the name stays isolated until the agent programmed the endpoint now behind it.
+    {
+      matches: [{ m: 'ifnameSet', dir, set: 'wl-stale' }],
+      verdict: { v: 'drop' },
+      comment: 'pod interface re-created, not programmed yet',
+    },
+  ];
+  const established: Rule = {
+    matches: [{ m: 'ctState', states: ['established', 'related'] }],
+    verdict: { v: 'accept' },
+    comment: 'replies of allowed connections',
+  };
+  const drop = (matches: Rule['matches'], why: string): Rule => ({
+    matches,
+    stmts: [{ s: 'counter' }],
+    verdict: { v: 'drop' },
+    comment: why,
+  });
+  const accept = (matches: Rule['matches'], why: string): Rule => ({ matches, verdict: { v: 'accept' }, comment: why });
+  const set = (type: ElemType[], comment: string): NftSet => ({ type, comment, elements: new Map() });
+  // What a pod sends, checked before conntrack and before any accept: never to the node's
+  // loopback (route_localnet on the host veth would deliver it), only from its own MAC and
+  // addresses (whatever the node's rp_filter; IPv6 has none). A pod the agent does not know
+  // has no entries, so everything it sends is dropped here too.
+  const sourceChecks = opts.vethPrefixes.flatMap((p): Rule[] => [
+    drop([pod('in', p), { m: 'nets', family: 4, dir: 'd', nets: ['127.0.0.0/8'] }], 'pod to the node loopback'),
+    drop([pod('in', p), { m: 'nets', family: 6, dir: 'd', nets: ['::1'] }], 'pod to the node loopback'),
+    drop(
+      [pod('in', p), { m: 'ifnameSet', dir: 'in', set: 'wl-has-mac' }, { m: 'ifnameMacSet', set: 'wl-mac', neg: true }],
+      'pod source MAC is not its own',
+    ),
+    // Link-local (neighbour and router discovery, never forwarded) and the unspecified
+    // address (duplicate address detection, MLD) stay allowed.
+    accept([pod('in', p), { m: 'nets', family: 6, dir: 's', nets: ['fe80::/10'] }], 'pod link-local source'),
+    accept(
+      [pod('in', p), { m: 'nets', family: 6, dir: 's', nets: ['::'] }, { m: 'l4proto', proto: 58 }],
+      'pod ICMPv6 from ::',
+    ),
+    drop(
+      [pod('in', p), { m: 'ifnameAddrSet', family: 4, set: 'wl-src4', neg: true }],
+      'pod IPv4 source is not its own',
+    ),
+    drop(
+      [pod('in', p), { m: 'ifnameAddrSet', family: 6, set: 'wl-src6', neg: true }],
+      'pod IPv6 source is not its own',
+    ),
+  ]);
+  return {
+    sets: [
+      ['wl-known', { type: IFNAME, comment: 'pod interfaces whose policy is programmed', elements: new Map() }],
+      ['wl-stale', set(IFNAME, 'pod interfaces made or removed since they were programmed')],
+      ['wl-src4', set(['ifname', 'ipv4_addr'], 'pod interface . an IPv4 address of its pod')],
+      ['wl-src6', set(['ifname', 'ipv6_addr'], 'pod interface . an IPv6 address of its pod')],
+      ['wl-mac', set(['ifname', 'ether_addr'], 'pod interface . the MAC of its pod')],
+      ['wl-has-mac', { type: IFNAME, comment: 'pod interfaces whose MAC is recorded', elements: new Map() }],
+    ],
+    maps: [
+      ['to-wl', { key: IFNAME, data: 'verdict', comment: 'traffic to a pod: its ingress chain' }],
+      ['from-wl', { key: IFNAME, data: 'verdict', comment: 'traffic from a pod: its egress chain' }],
+    ],
+    // Egress (of the sending pod) and ingress (of the receiving pod) are two base chains on the
+    // forward hook: an `accept` in one ends only that chain, the other still decides.
+    chains: [
+      {
+        name: 'prerouting',
+        hook: 'prerouting',
+        priority: 'raw',
+        policy: 'accept',
+        comment: 'what pods send: own addresses and MAC, never loopback',
+        rules: sourceChecks,
+      },
+      {
+        name: 'forward',
+        hook: 'forward',
+        priority: 'filter',
+        policy: 'accept',
+        comment: 'egress of pods: the sender decides',
+        rules: [...notKnown('in'), established, { matches: [], verdict: { v: 'vmap', dir: 'in', map: 'from-wl' } }],
+      },
+      {
+        name: 'forward-in',
+        hook: 'forward',
+        priority: 'filter',
+        policy: 'accept',
+        comment: 'ingress of pods: the receiver decides',
+        rules: [...notKnown('out'), established, { matches: [], verdict: { v: 'vmap', dir: 'out', map: 'to-wl' } }],
+      },
+      {
+        name: 'input',
+        hook: 'input',
+        priority: 'filter',
+        policy: 'accept',
+        comment: 'pods to the node: the sender decides',
+        rules: [
+          ...notKnown('in'),
+          established,
+          {
+            matches: [
+              { m: 'ifnameSet', dir: 'in', set: 'wl-known' },
+              { m: 'icmpv6Type', types: ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit'] },
+            ],
+            verdict: { v: 'accept' },
+            comment: 'neighbour discovery with the host',
+          },
+          { matches: [], verdict: { v: 'vmap', dir: 'in', map: 'from-wl' } },
+        ],
+      },
+    ],
+  };
+}
 
 /**
  * The base chains and maps, as `add` commands. A pod interface (by prefix)
  * that is not in @wl-known is dropped in both directions: a new pod is
  * isolated from the moment its veth exists until its chains are programmed.
  */
-export function baseCommands(opts: BaseOptions): string[] {
+export function baseCommands(opts: BaseOptions, render: { hooks?: boolean } = {}): string[] {
   const T = tableRef(opts);
-  const cmds = [
+  const b = baseTable(opts);
+  return [
     `add table ${T}`,
-    `add set ${T} wl-known { type ifname; ${nftComment('pod interfaces whose policy is programmed')}; }`,
-    `add map ${T} to-wl { type ifname : verdict; ${nftComment('traffic to a pod: its ingress chain')}; }`,
-    `add map ${T} from-wl { type ifname : verdict; ${nftComment('traffic from a pod: its egress chain')}; }`,
-    // Egress (of the sending pod) and ingress (of the receiving pod) are two base chains on the
-    // forward hook: an `accept` in one ends only that chain, the other still decides.
-    `add chain ${T} forward { type filter hook forward priority filter; policy accept; ${nftComment('egress of pods: the sender decides')}; }`,
-    `add chain ${T} forward-in { type filter hook forward priority filter; policy accept; ${nftComment('ingress of pods: the receiver decides')}; }`,
-    `add chain ${T} input { type filter hook input priority filter; policy accept; }`,
+    ...b.sets.map(([n, s]) => setCommand(T, n, s)),
+    ...b.maps.map(([n, m]) => mapCommand(T, n, m)),
+    ...b.chains.flatMap((c) =>
+      render.hooks === false
+        ? chainCommands(T, c.name, { comment: c.comment, rules: c.rules, owner: BASE_OWNER })
+        : baseChainCommands(T, c),
+    ),
   ];
-  for (const p of opts.vethPrefixes) {
-    cmds.push(`add rule ${T} forward iifname "${p}*" iifname != @wl-known drop ${nftComment('pod interface not programmed yet')}`);
-    cmds.push(`add rule ${T} forward-in oifname "${p}*" oifname != @wl-known drop ${nftComment('pod interface not programmed yet')}`);
-    cmds.push(`add rule ${T} input iifname "${p}*" iifname != @wl-known drop ${nftComment('pod interface not programmed yet')}`);
-  }
-  cmds.push(
-    `add rule ${T} forward ct state established,related accept ${nftComment('replies of allowed connections')}`,
-    `add rule ${T} forward iifname vmap @from-wl`,
-    `add rule ${T} forward-in ct state established,related accept ${nftComment('replies of allowed connections')}`,
-    `add rule ${T} forward-in oifname vmap @to-wl`,
-    `add rule ${T} input ct state established,related accept ${nftComment('replies of allowed connections')}`,
-    `add rule ${T} input iifname @wl-known ${ND} accept ${nftComment('neighbour discovery with the host')}`,
-    `add rule ${T} input iifname vmap @from-wl`,
-  );
-  return cmds;
 }
 
-const q = (ifname: string) => `"${ifname}"`;
-
-function setDecl(T: string, name: string, s: SetState): string {
-  return `add set ${T} ${name} { type ${s.type};${s.flags ? ` flags ${s.flags};` : ''} }`;
+export function emptyState(): DesiredState {
+  return { chains: new Map(), sets: new Map(), endpoints: new Map(), refused: [] };
 }
 
-function elements(T: string, kind: 'add' | 'delete', where: string, items: Iterable<string>): string[] {
+/** A script whose every line is attributed to the object it programs. */
+export interface AttributedScript {
+  script: string;
+  /** ownerId of each line (index 0 is line 1). */
+  lineOwners: string[];
+  /** The owners, by ownerId. */
+  owners: Map<string, Owner>;
+  /** Objects the renderer refused (left out of the script), with why. */
+  unrendered: Array<{ owner: Owner; reason: string }>;
+}
+
+/** Interface entries of one endpoint (wl-known last: a pod is let through once its chains and map entries exist). */
+function entryAdds(T: string, entries: Array<[string, EndpointEntry]>): string[] {
+  if (entries.length === 0) return [];
+  return [
+    ...sourceElements(T, 'add', entries),
+    ...mapElementCommands(T, 'add', 'to-wl', IFNAME, entries.map(([i, e]) => [[i], e.to])),
+    ...mapElementCommands(T, 'add', 'from-wl', IFNAME, entries.map(([i, e]) => [[i], e.from])),
+    ...elementCommands(T, 'add', 'wl-known', IFNAME, entries.map(([i]) => [i])),
+  ];
+}
+
+/** interface . address, for each address `pick` gives of each entry. */
+function pairs(entries: Array<[string, EndpointEntry]>, pick: (e: EndpointEntry) => string[]): string[][] {
+  return entries.flatMap(([i, e]) => pick(e).map((a) => [i, a]));
+}
+
+/** An endpoint's own addresses and MAC, the sources it may send from. */
+function sourceElements(T: string, kind: 'add' | 'delete', entries: Array<[string, EndpointEntry]>): string[] {
+  const withMac = entries.filter(([, e]) => e.mac !== undefined);
+  return [
+    ...elementCommands(T, kind, 'wl-src4', ['ifname', 'ipv4_addr'], pairs(entries, (e) => e.v4)),
+    ...elementCommands(T, kind, 'wl-src6', ['ifname', 'ipv6_addr'], pairs(entries, (e) => e.v6)),
+    ...elementCommands(T, kind, 'wl-mac', ['ifname', 'ether_addr'], withMac.map(([i, e]) => [i, e.mac!])),
+    ...elementCommands(T, kind, 'wl-has-mac', IFNAME, withMac.map(([i]) => [i])),
+  ];
+}
+
+/**
+ * Interface entries taken out. Each is added first (a no-op when present): a
+ * delete of an absent element would refuse the whole batch.
+ */
+function entryDeletes(T: string, entries: Array<[string, EndpointEntry]>): string[] {
+  if (entries.length === 0) return [];
   const out: string[] = [];
-  let batch: string[] = [];
-  const flush = () => {
-    if (batch.length) out.push(`${kind} element ${T} ${where} { ${batch.join(', ')} }`);
-    batch = [];
-  };
-  for (const e of items) {
-    batch.push(e);
-    if (batch.length >= 500) flush();
+  const maps = [['to-wl', (e: EndpointEntry) => e.to], ['from-wl', (e: EndpointEntry) => e.from]] as const;
+  for (const [map, pick] of maps) {
+    out.push(...mapElementCommands(T, 'add', map, IFNAME, entries.map(([i, e]) => [[i], pick(e)])));
+    out.push(...mapElementCommands(T, 'delete', map, IFNAME, entries.map(([i]) => [[i], undefined])));
   }
-  flush();
+  out.push(...elementCommands(T, 'add', 'wl-known', IFNAME, entries.map(([i]) => [i])));
+  out.push(...elementCommands(T, 'delete', 'wl-known', IFNAME, entries.map(([i]) => [i])));
+  out.push(...sourceElements(T, 'add', entries), ...sourceElements(T, 'delete', entries));
   return out;
+}
+
+function setAdds(T: string, name: string, s: NftSet): string[] {
+  return [setCommand(T, name, s), ...elementCommands(T, 'add', name, s.type, s.elements.values())];
+}
+
+/**
+ * The whole table from nothing, replacing what is there, in one transaction
+ * (no gap for existing pods), leaving out the objects in `exclude` (ownerIds).
+ * Order: base, sets, policy and profile chains, then each endpoint's chains
+ * and interface entries.
+ */
+export function fullScriptAttributed(
+  base: BaseOptions,
+  d: DesiredState,
+  exclude: ReadonlySet<string> = new Set(),
+  render: { hooks?: boolean } = {},
+): AttributedScript {
+  const T = tableRef(base);
+  const lines: string[] = [];
+  const lineOwners: string[] = [];
+  const owners = new Map<string, Owner>();
+  const unrendered: AttributedScript['unrendered'] = [];
+  // One object's commands: a value the renderer refuses leaves out that object only.
+  const emit = (owner: Owner, make: () => string[]) => {
+    const id = ownerId(owner);
+    let cmds: string[];
+    try {
+      cmds = make();
+    } catch (e) {
+      if (!(e instanceof NftModelError) || owner.kind === 'Base') throw e;
+      unrendered.push({ owner, reason: e.message });
+      return;
+    }
+    owners.set(id, owner);
+    for (const c of cmds) {
+      lines.push(c);
+      lineOwners.push(id);
+    }
+  };
+  emit(BASE_OWNER, () => [`add table ${T}`, `delete table ${T}`, ...baseCommands(base, render)]);
+  for (const [name, s] of d.sets) {
+    const o = s.owner ?? { kind: 'Set', name };
+    if (!exclude.has(ownerId(o))) emit(o, () => setAdds(T, name, s));
+  }
+  // Chains grouped by owner: all of one owner's chains exist before their rules (they jump to each other).
+  const groups = new Map<string, { owner: Owner; chains: Array<[string, Chain]> }>();
+  for (const [name, c] of d.chains) {
+    const id = ownerId(c.owner);
+    let g = groups.get(id);
+    if (!g) groups.set(id, (g = { owner: c.owner, chains: [] }));
+    g.chains.push([name, c]);
+  }
+  const entriesBy = new Map<string, Array<[string, EndpointEntry]>>();
+  for (const [ifn, e] of d.endpoints) {
+    const id = ownerId(e.owner);
+    let l = entriesBy.get(id);
+    if (!l) entriesBy.set(id, (l = []));
+    l.push([ifn, e]);
+  }
+  const isEndpoint = (g: { owner: Owner }) => Number(g.owner.kind === 'Endpoint');
+  const ordered = [...groups.values()].sort((a, b) => isEndpoint(a) - isEndpoint(b));
+  for (const g of ordered) {
+    const id = ownerId(g.owner);
+    if (exclude.has(id)) continue;
+    emit(g.owner, () => {
+      const cmds = g.chains.map(([n, c]) => chainCommands(T, n, { ...c, rules: [] })[0]!);
+      for (const [n, c] of g.chains) cmds.push(...ruleCommands(T, n, c.rules));
+      cmds.push(...entryAdds(T, entriesBy.get(id) ?? []));
+      return cmds;
+    });
+  }
+  return { script: lines.join('\n') + '\n', lineOwners, owners, unrendered };
 }
 
 /** The whole table from nothing, replacing what is there, in one transaction (no gap for existing pods). */
 export function fullScript(base: BaseOptions, d: DesiredState): string {
-  const T = tableRef(base);
-  const cmds = [`add table ${T}`, `delete table ${T}`, ...baseCommands(base)];
-  cmds.push(...diffCommands(emptyState(), d, base));
-  return cmds.join('\n') + '\n';
-}
-
-export function emptyState(): DesiredState {
-  return { chains: new Map(), sets: new Map(), toWl: new Map(), fromWl: new Map() };
+  return fullScriptAttributed(base, d).script;
 }
 
 /**
- * The commands turning table content `a` into `b`: new sets and chains first,
- * set elements, refilled chains, map elements, then what went away
- * (chains flushed before any is deleted, so references between them are gone).
+ * The commands turning table content `a` into `b`. A chain whose content hash
+ * is unchanged is not touched; a changed one is flushed and refilled, or
+ * re-created when its comment changed (nft keeps the first comment). Order:
+ * sets and their elements, new chains, interface entries that go, flushes,
+ * re-created chains, rules, interface entries that come (wl-known last), then
+ * what went away (chains flushed before any is deleted, so references are gone).
  */
-export function diffCommands(a: DesiredState, b: DesiredState, opts?: { table?: string }): string[] {
+export function diffCommands(
+  a: DesiredState,
+  b: DesiredState,
+  opts?: { table?: string },
+  stale: ReadonlySet<string> = new Set(),
+): string[] {
   const T = tableRef(opts);
   const cmds: string[] = [];
   for (const [name, s] of b.sets) {
     const old = a.sets.get(name);
     if (old === s) continue; // shared with the previous state by the incremental compiler: unchanged
-    if (!old || old.type !== s.type) {
+    if (!old || old.type.join() !== s.type.join()) {
       if (old) throw new Error(`set ${name} changed type`); // names hash their content's kind, so this cannot happen
-      cmds.push(setDecl(T, name, s));
-      cmds.push(...elements(T, 'add', name, s.elements));
+      cmds.push(...setAdds(T, name, s));
     } else {
-      const gone = [...old.elements].filter((e) => !s.elements.has(e));
-      const added = [...s.elements].filter((e) => !old.elements.has(e));
-      cmds.push(...elements(T, 'delete', name, gone), ...elements(T, 'add', name, added));
+      const gone = [...old.elements].filter(([k]) => !s.elements.has(k)).map(([, v]) => v);
+      const added = [...s.elements].filter(([k]) => !old.elements.has(k)).map(([, v]) => v);
+      cmds.push(...elementCommands(T, 'delete', name, s.type, gone), ...elementCommands(T, 'add', name, s.type, added));
     }
   }
-  const newChains = [...b.chains.keys()].filter((c) => !a.chains.has(c));
-  for (const c of newChains) cmds.push(`add chain ${T} ${c}`);
-  for (const [name, rules] of b.chains) {
+  const created: string[] = [];
+  const refilled: string[] = [];
+  const recreated: string[] = [];
+  for (const [name, c] of b.chains) {
     const old = a.chains.get(name);
-    if (old === rules || (old && sameRules(old, rules))) continue;
-    if (old) cmds.push(`flush chain ${T} ${name}`);
-    for (const r of rules) cmds.push(`add rule ${T} ${name} ${r}`);
+    if (!old) created.push(name);
+    else if (old !== c && chainHash(old) !== chainHash(c)) {
+      (old.comment === c.comment ? refilled : recreated).push(name);
+    }
   }
+  for (const name of created) cmds.push(chainCommands(T, name, { ...b.chains.get(name)!, rules: [] })[0]!);
+  // Interface entries: gone, or changed (another chain, another endpoint behind the name).
+  const gone: Array<[string, EndpointEntry]> = [];
+  const come: Array<[string, EndpointEntry]> = [];
+  const recreatedSet = new Set(recreated);
+  // A changed entry (other chains, addresses or MAC) goes and comes in the same transaction; its
+  // interface is never seen half-programmed. Another endpoint (or revision: a re-ADD) behind the
+  // same name keeps its entries; the stale mark the plugin set when it made the veth goes below.
+  const again: string[] = [];
+  for (const [ifn, e] of a.endpoints) {
+    const n = b.endpoints.get(ifn);
+    if (!n) gone.push([ifn, e]);
+    else if (n !== e) {
+      const rebuilt = recreatedSet.has(e.to) || recreatedSet.has(e.from);
+      if (rebuilt || entryContent(n) !== entryContent(e)) gone.push([ifn, e]);
+      else if (n.rev !== e.rev || JSON.stringify(n.owner) !== JSON.stringify(e.owner)) again.push(ifn);
+    }
+  }
+  const goneSet = new Set(gone.map(([i]) => i));
+  for (const [ifn, e] of b.endpoints) if (!a.endpoints.has(ifn) || goneSet.has(ifn)) come.push([ifn, e]);
+  cmds.push(...entryDeletes(T, gone));
   const removedChains = [...a.chains.keys()].filter((c) => !b.chains.has(c));
-  // Map entries: the verdict of an interface changes only when its chain name does.
-  const known = (m: Map<string, string>) => new Set(m.keys());
-  for (const [map, am, bm] of [['to-wl', a.toWl, b.toWl], ['from-wl', a.fromWl, b.fromWl]] as const) {
-    const del = [...am].filter(([k, v]) => bm.get(k) !== v).map(([k]) => q(k));
-    const add = [...bm].filter(([k, v]) => am.get(k) !== v).map(([k, v]) => `${q(k)} : ${v}`);
-    cmds.push(...elements(T, 'delete', map, del), ...elements(T, 'add', map, add));
+  for (const name of [...refilled, ...recreated, ...removedChains]) cmds.push(`flush chain ${T} ${name}`);
+  for (const name of recreated) {
+    cmds.push(`delete chain ${T} ${name}`, chainCommands(T, name, { ...b.chains.get(name)!, rules: [] })[0]!);
   }
-  const ka = new Set([...known(a.toWl), ...known(a.fromWl)]);
-  const kb = new Set([...known(b.toWl), ...known(b.fromWl)]);
-  // wl-known last among additions: a pod is let through only once its chains and map entries exist.
-  cmds.push(...elements(T, 'delete', 'wl-known', [...ka].filter((k) => !kb.has(k)).map(q)));
-  cmds.push(...elements(T, 'add', 'wl-known', [...kb].filter((k) => !ka.has(k)).map(q)));
-  for (const c of removedChains) cmds.push(`flush chain ${T} ${c}`);
+  for (const name of [...created, ...refilled, ...recreated]) {
+    cmds.push(...ruleCommands(T, name, b.chains.get(name)!.rules));
+  }
+  cmds.push(...entryAdds(T, come), ...elementCommands(T, 'add', 'wl-known', IFNAME, again.map((i) => [i])));
+  // Names the plugin marked stale, now programmed for the endpoint behind them (or gone): unmarked.
+  const touched = new Set([...come.map(([i]) => i), ...again, ...gone.map(([i]) => i)]);
+  const unmark = [...touched].filter((i) => stale.has(i)).map((i) => [i]);
+  cmds.push(...elementCommands(T, 'add', 'wl-stale', IFNAME, unmark));
+  cmds.push(...elementCommands(T, 'delete', 'wl-stale', IFNAME, unmark));
   for (const c of removedChains) cmds.push(`delete chain ${T} ${c}`);
   for (const name of a.sets.keys()) if (!b.sets.has(name)) cmds.push(`delete set ${T} ${name}`);
   return cmds;
+}
+
+/** Whether a diff between `a` and `b` touches interface entries (then the stale marks are worth reading). */
+export function entriesChanged(a: DesiredState, b: DesiredState): boolean {
+  if (a.endpoints === b.endpoints) return false;
+  if (a.endpoints.size !== b.endpoints.size) return true;
+  for (const [i, e] of b.endpoints) if (a.endpoints.get(i) !== e) return true;
+  return false;
+}
+
+/** The interface names in @wl-stale, from its listing (names are of the interface alphabet, quoted). */
+export function staleNames(listing: string): Set<string> {
+  const m = /elements = \{([^}]*)\}/.exec(listing);
+  return new Set(m ? [...m[1]!.matchAll(/"([A-Za-z0-9_.-]{1,15})"/g)].map((x) => x[1]!) : []);
+}
+
+/** What an interface entry programs (its chains, addresses and MAC), without whose it is. */
+function entryContent(e: EndpointEntry): string {
+  return JSON.stringify([e.to, e.from, e.v4, e.v6, e.mac]);
+}
+
+/** `d` without the objects of `exclude` (ownerIds): what a batch that left them out programmed. */
+export function withoutOwners(d: DesiredState, exclude: ReadonlySet<string>): DesiredState {
+  if (exclude.size === 0) return d;
+  const out = emptyState();
+  out.refused = d.refused;
+  for (const [n, s] of d.sets) if (!exclude.has(ownerId(s.owner ?? { kind: 'Set', name: n }))) out.sets.set(n, s);
+  for (const [n, c] of d.chains) if (!exclude.has(ownerId(c.owner))) out.chains.set(n, c);
+  for (const [i, e] of d.endpoints) if (!exclude.has(ownerId(e.owner))) out.endpoints.set(i, e);
+  return out;
+}
+
+/** What `id` (an ownerId) has in `d`: its chains, sets and interface entries, as one comparable string. */
+export function ownerFingerprint(d: DesiredState, id: string): string {
+  const parts: string[] = [];
+  for (const [n, c] of d.chains) if (ownerId(c.owner) === id) parts.push(`${n}:${chainHash(c)}`);
+  for (const [n, s] of d.sets) {
+    if (ownerId(s.owner ?? { kind: 'Set', name: n }) !== id) continue;
+    parts.push(`${n}:${JSON.stringify([...s.elements.keys()].sort())}`);
+  }
+  for (const [i, e] of d.endpoints) if (ownerId(e.owner) === id) parts.push(`${i}:${JSON.stringify(e)}`);
+  return parts.join('\n');
 }

@@ -188,7 +188,13 @@ export class KernelState {
         stats.routesRemoved++;
       }
     }
+    // A route of the same prefix that is not ours (a pod's `/32 dev <veth>` when the block is a
+    // single address, an operator's route) is never replaced: the kernel's replace matches on
+    // prefix and metric, not protocol, and would put our route, say a blackhole, over it.
+    const foreign = new Set<string>();
+    if (wanted.size) for (const h of this.nl.routeList({ family })) if (h.protocol !== ROUTE_PROTOCOL) foreign.add(h.dst);
     for (const r of wanted.values()) {
+      if (foreign.has(r.dst)) continue;
       this.try(stats, `route ${r.dst}`, () =>
         this.nl.routeReplace({
           dst: r.dst,

@@ -21,6 +21,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   const { conf, log, runtime } = ctx;
   if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for ADD');
   const wl = identify(conf, ctx);
+  // With policy on, the host veth's name is marked stale before anything of this pod is written:
+  // a previous pod of the same name (deleted while the agent was down) leaves it no rules.
+  const marked = conf.policy?.type === 'k8s' ? import('../../dataplane/nft/programmed.js').then((m) => m.markStale(wl.hostIfname)) : undefined;
+  marked?.catch(() => undefined); // awaited below
 
   if (conf.readiness_gates?.length) {
     await step('readiness gates', async () => {
@@ -67,6 +71,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   const pod = work.pod;
   for (const w of work.options?.warnings ?? []) log.warn(w);
 
+  if (marked) await step('isolating the pod interface until its policy is programmed', () => marked);
   const rb = new Rollback(log);
   try {
     const sdir = statusDir(conf);

@@ -73,6 +73,8 @@ export async function del(ctx: PluginContext): Promise<void> {
     try {
       const r = await dp.teardown({ ...(ctx.netns ? { netnsPath: ctx.netns } : {}), ifname: ctx.ifname, hostIfname: wl.hostIfname, hostMac: HOST_MAC, ...(ownsHostEnd ? {} : { keepHostEnd: true }) });
       log.debug('local teardown', { removed: r.removed });
+      // The name no longer marks a programmed pod (a pod re-created under it waits for the agent).
+      if (ownsHostEnd && conf.policy?.type === 'k8s') await (await import('../../dataplane/nft/programmed.js')).markStale(wl.hostIfname);
     } catch (e) {
       teardownError = e;
       log.error('local teardown failed; releasing the addresses anyway', { error: (e as Error)?.message ?? String(e) });
