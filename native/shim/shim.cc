@@ -45,17 +45,17 @@ const size_t kResponseHeader = 13;
 const uint64_t kMaxAnswer = 64u << 20;  // stdout + stderr; MAX_RESPONSE in protocol.ts
 
 struct Buf {
-  char *p = nullptr;
+  char* p = nullptr;
   size_t n = 0, cap = 0;
 };
 
-const char *g_plugin = "netplugin";
-char g_cni_version[32] = "1.0.0";
-long g_timeout_ms = kDefaultTimeoutMs;
-int64_t g_deadline = 0;
+const char* gPlugin = "netplugin";
+char gCniVersion[32] = "1.0.0";
+long gTimeoutMs = kDefaultTimeoutMs;
+int64_t gDeadline = 0;
 
 // Blocking-style write that also copes with a non-blocking pipe from the runtime.
-void write_all(int fd, const char *p, size_t n) {
+void writeAll(int fd, const char* p, size_t n) {
   while (n > 0) {
     ssize_t w = write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
@@ -70,9 +70,9 @@ void write_all(int fd, const char *p, size_t n) {
   }
 }
 
-void put(Buf &b, const void *src, size_t n);
+void put(Buf& b, const void* src, size_t n);
 
-void json_str(Buf &b, const char *s, size_t n) {
+void jsonStr(Buf& b, const char* s, size_t n) {
   static const char hex[] = "0123456789abcdef";
   put(b, "\"", 1);
   size_t run = 0;  // bytes copied as they are (UTF-8 included: the agent decodes it)
@@ -90,7 +90,7 @@ void json_str(Buf &b, const char *s, size_t n) {
 }
 
 // CNI wants errors as JSON on stdout with a non-zero exit status.
-[[noreturn]] void fail(int code, const char *fmt, ...) {
+[[noreturn]] void fail(int code, const char* fmt, ...) {
   char msg[1536];
   va_list ap;
   va_start(ap, fmt);
@@ -98,22 +98,22 @@ void json_str(Buf &b, const char *s, size_t n) {
   va_end(ap);
   Buf b;
   char head[96];
-  snprintf(head, sizeof head, "{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":", g_cni_version, code);
+  snprintf(head, sizeof head, "{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":", gCniVersion, code);
   put(b, head, strlen(head));
-  json_str(b, msg, strlen(msg));
+  jsonStr(b, msg, strlen(msg));
   put(b, "}\n", 2);
-  write_all(1, b.p, b.n);
+  writeAll(1, b.p, b.n);
   _exit(1);
 }
 
-void put(Buf &b, const void *src, size_t n) {
+void put(Buf& b, const void* src, size_t n) {
   if (b.n + n + 1 > b.cap) {
     size_t cap = b.cap ? b.cap : 4096;
     while (cap < b.n + n + 1) cap *= 2;
-    char *p = (char *)realloc(b.p, cap);
+    char* p = (char*)realloc(b.p, cap);
     if (!p) {
       static const char oom[] = "{\"code\":5,\"msg\":\"netplugin shim: out of memory\"}\n";
-      write_all(1, oom, sizeof oom - 1);
+      writeAll(1, oom, sizeof oom - 1);
       _exit(1);
     }
     b.p = p;
@@ -124,26 +124,26 @@ void put(Buf &b, const void *src, size_t n) {
   b.p[b.n] = 0;
 }
 
-int64_t now_ms() {
+int64_t nowMs() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int remaining_ms() {
-  int64_t r = g_deadline - now_ms();
+int remainingMs() {
+  int64_t r = gDeadline - nowMs();
   return r <= 0 ? 0 : (r > INT_MAX ? INT_MAX : (int)r);
 }
 
-[[noreturn]] void deadline_passed() {
-  fail(11, "netplugin agent did not answer within %ld ms", g_timeout_ms);
+[[noreturn]] void deadlinePassed() {
+  fail(11, "netplugin agent did not answer within %ld ms", gTimeoutMs);
 }
 
 // Waits for fd readiness until the deadline; false when it passed.
-bool wait_fd(int fd, short events) {
+bool waitFd(int fd, short events) {
   for (;;) {
     struct pollfd p = {fd, events, 0};
-    int ms = remaining_ms();
+    int ms = remainingMs();
     if (ms == 0) return false;
     int r = poll(&p, 1, ms);
     if (r > 0) return true;
@@ -153,10 +153,10 @@ bool wait_fd(int fd, short events) {
 
 // Reads exactly n bytes. Returns n, 0 on EOF (or a short frame), -1 on error
 // with errno set; the deadline is handled here.
-ssize_t read_full(int fd, char *p, size_t n) {
+ssize_t readFull(int fd, char* p, size_t n) {
   size_t got = 0;
   while (got < n) {
-    if (!wait_fd(fd, POLLIN)) deadline_passed();
+    if (!waitFd(fd, POLLIN)) deadlinePassed();
     ssize_t r = read(fd, p + got, n - got);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (r < 0) return -1;
@@ -166,7 +166,7 @@ ssize_t read_full(int fd, char *p, size_t n) {
   return (ssize_t)got;
 }
 
-void read_stdin(Buf &in) {
+void readStdin(Buf& in) {
   char chunk[16384];
   for (;;) {
     ssize_t r = read(0, chunk, sizeof chunk);
@@ -177,37 +177,37 @@ void read_stdin(Buf &in) {
 }
 
 // Only for the cniVersion of our own error JSON; the agent parses the netconf.
-void sniff_cni_version(const Buf &in) {
+void sniffCniVersion(const Buf& in) {
   if (!in.p) return;
-  const char *k = strstr(in.p, "\"cniVersion\"");
+  const char* k = strstr(in.p, "\"cniVersion\"");
   if (!k) return;
   k += 12;
   while (*k == ' ' || *k == '\t' || *k == '\n' || *k == '\r' || *k == ':') k++;
   if (*k++ != '"') return;
   size_t i = 0;
-  while (i + 1 < sizeof g_cni_version && ((k[i] >= '0' && k[i] <= '9') || k[i] == '.')) i++;
+  while (i + 1 < sizeof gCniVersion && ((k[i] >= '0' && k[i] <= '9') || k[i] == '.')) i++;
   if (k[i] != '"' || i == 0) return;
-  memcpy(g_cni_version, k, i);
-  g_cni_version[i] = 0;
+  memcpy(gCniVersion, k, i);
+  gCniVersion[i] = 0;
 }
 
-Buf build_request(const Buf &in) {
+Buf buildRequest(const Buf& in) {
   Buf body;
   put(body, "{\"plugin\":", 10);
-  json_str(body, g_plugin, strlen(g_plugin));
+  jsonStr(body, gPlugin, strlen(gPlugin));
   put(body, ",\"env\":{", 8);
   bool first = true;
   for (char **e = environ; *e; e++) {
-    const char *eq = strchr(*e, '=');
+    const char* eq = strchr(*e, '=');
     if (!eq) continue;
     if (!first) put(body, ",", 1);
     first = false;
-    json_str(body, *e, (size_t)(eq - *e));
+    jsonStr(body, *e, (size_t)(eq - *e));
     put(body, ":", 1);
-    json_str(body, eq + 1, strlen(eq + 1));
+    jsonStr(body, eq + 1, strlen(eq + 1));
   }
   put(body, "},\"stdin\":", 10);
-  json_str(body, in.p ? in.p : "", in.n);
+  jsonStr(body, in.p ? in.p : "", in.n);
   put(body, "}", 1);
 
   Buf frame;
@@ -229,18 +229,18 @@ Buf build_request(const Buf &in) {
 // The shim checks the header, reads the two lengths and copies the bytes: it
 // decodes nothing, so what the plugin printed reaches the runtime byte for byte.
 
-uint32_t be32(const unsigned char *p) {
+uint32_t be32(const unsigned char* p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-[[noreturn]] void agent_stopped() {
+[[noreturn]] void agentStopped() {
   fail(11, "netplugin agent stopped while handling the request; the runtime should retry");
 }
 
 // Reads the answer after "accepted" and relays it; never returns.
-[[noreturn]] void relay_response(int fd, const char *sock) {
+[[noreturn]] void relayResponse(int fd, const char* sock) {
   unsigned char h[kResponseHeader];
-  if (read_full(fd, (char *)h, sizeof h) != (ssize_t)sizeof h) agent_stopped();
+  if (readFull(fd, (char*)h, sizeof h) != (ssize_t)sizeof h) agentStopped();
   if (memcmp(h, kResponseMagic, 3) != 0)
     fail(5, "the answer on %s does not start with the netplugin response magic \"NPR\" (it starts %02x %02x %02x %02x): "
             "the agent there is not from this shim's release; install the shim and netplugin-node from one release",
@@ -249,30 +249,30 @@ uint32_t be32(const unsigned char *p) {
     fail(11, "netplugin agent speaks another protocol version (%u, this shim speaks %u); try again, and if this repeats "
              "install the shim and netplugin-node from one release",
          h[3], kVersion);
-  uint32_t out_n = be32(h + 5), err_n = be32(h + 9);
-  uint64_t total = (uint64_t)out_n + err_n;
+  uint32_t outN = be32(h + 5), errN = be32(h + 9);
+  uint64_t total = (uint64_t)outN + errN;
   if (total > kMaxAnswer)
     fail(5, "netplugin agent announced a %llu-byte answer (stdout %u, stderr %u bytes), over the shim's limit of %llu bytes; "
             "the agent's answer is corrupt: check the netplugin-node log",
-         (unsigned long long)total, out_n, err_n, (unsigned long long)kMaxAnswer);
-  char *body = (char *)malloc(total ? (size_t)total : 1);
+         (unsigned long long)total, outN, errN, (unsigned long long)kMaxAnswer);
+  char* body = (char*)malloc(total ? (size_t)total : 1);
   if (!body) fail(5, "netplugin shim: out of memory for a %llu-byte answer", (unsigned long long)total);
-  if (read_full(fd, body, (size_t)total) != (ssize_t)total) agent_stopped();
+  if (readFull(fd, body, (size_t)total) != (ssize_t)total) agentStopped();
   close(fd);
-  if (err_n) write_all(2, body + out_n, err_n);
-  if (out_n) write_all(1, body, out_n);
+  if (errN) writeAll(2, body + outN, errN);
+  if (outN) writeAll(1, body, outN);
   _exit(h[4]);
 }
 
 // ---- per-exec fallback ----
 
-void copy_str(char *dst, size_t cap, const char *src) {
+void copyStr(char* dst, size_t cap, const char* src) {
   size_t n = strnlen(src, cap - 1);
   memcpy(dst, src, n);
   dst[n] = 0;
 }
 
-void trim(char *s) {
+void trim(char* s) {
   size_t n = strlen(s);
   while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
 }
@@ -281,7 +281,7 @@ void trim(char *s) {
 const size_t kStderrKeep = 4096;
 
 // "Error: ...", "TypeError [ERR_X]: ...": a name ending in Error at the line's start.
-bool is_error_line(const char *s, size_t n) {
+bool isErrorLine(const char* s, size_t n) {
   size_t i = 0;
   while (i < n && ((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z'))) i++;
   return i >= 5 && memcmp(s + i - 5, "Error", 5) == 0 && i < n && (s[i] == ':' || s[i] == ' ');
@@ -289,23 +289,23 @@ bool is_error_line(const char *s, size_t n) {
 
 // The line of a Node crash report that says what went wrong ("Error: Cannot find
 // module ...", "TypeError: ..."), else the first non-empty line; copied into out.
-void crash_line(const Buf &err, char *out, size_t cap) {
+void crashLine(const Buf& err, char* out, size_t cap) {
   out[0] = 0;
   if (!err.p) return;
-  const char *first = nullptr, *pick = nullptr;
-  size_t first_n = 0, pick_n = 0;
-  for (const char *s = err.p; *s;) {
-    const char *e = strchr(s, '\n');
+  const char* first = nullptr, *pick = nullptr;
+  size_t firstN = 0, pickN = 0;
+  for (const char* s = err.p; *s;) {
+    const char* e = strchr(s, '\n');
     size_t n = e ? (size_t)(e - s) : strlen(s);
     while (n > 0 && (*s == ' ' || *s == '\t')) s++, n--;
-    if (n > 0 && !first) first = s, first_n = n;
-    if (n > 0 && !pick && is_error_line(s, n)) pick = s, pick_n = n;
+    if (n > 0 && !first) first = s, firstN = n;
+    if (n > 0 && !pick && isErrorLine(s, n)) pick = s, pickN = n;
     if (!e) break;
     s = e + 1;
   }
-  if (!pick) pick = first, pick_n = first_n;
+  if (!pick) pick = first, pickN = firstN;
   if (!pick) return;
-  copy_str(out, pick_n + 1 < cap ? pick_n + 1 : cap, pick);
+  copyStr(out, pickN + 1 < cap ? pickN + 1 : cap, pick);
 }
 
 // Runs the per-exec entry (node <dir>/dist/<name>.cjs) as a child and relays its
@@ -313,18 +313,18 @@ void crash_line(const Buf &err, char *out, size_t cap) {
 // that cannot start or that dies without printing one (a host node without the
 // package, an out-of-memory kill, a crash) becomes code 11, because the agent
 // coming back makes a retry work.
-[[noreturn]] void run_fallback(const Buf &in, const char *why) {
+[[noreturn]] void runFallback(const Buf& in, const char* why) {
   static char node[PATH_MAX], dir[PATH_MAX], conf[PATH_MAX + 32], script[PATH_MAX + 256];
-  const char *env_node = getenv("NETPLUGIN_FALLBACK_NODE");
-  const char *env_dir = getenv("NETPLUGIN_FALLBACK_DIR");
+  const char* envNode = getenv("NETPLUGIN_FALLBACK_NODE");
+  const char* envDir = getenv("NETPLUGIN_FALLBACK_DIR");
   conf[0] = 0;
   ssize_t l = readlink("/proc/self/exe", conf, PATH_MAX);
   if (l > 0) {
     conf[l] = 0;
-    char *slash = strrchr(conf, '/');
+    char* slash = strrchr(conf, '/');
     if (slash) strcpy(slash + 1, "netplugin.fallback");
   }
-  if (!env_node || !env_dir) {
+  if (!envNode || !envDir) {
     int fd = conf[0] ? open(conf, O_RDONLY | O_CLOEXEC) : -1;
     if (fd < 0)
       fail(11, "netplugin agent is not running (%s) and this node has no per-exec fallback (%s: %s); "
@@ -334,16 +334,16 @@ void crash_line(const Buf &err, char *out, size_t cap) {
     ssize_t n = read(fd, text, sizeof text - 1);
     close(fd);
     text[n > 0 ? n : 0] = 0;
-    char *nl = strchr(text, '\n');
+    char* nl = strchr(text, '\n');
     if (nl) *nl = 0;
-    copy_str(node, sizeof node, text);
-    copy_str(dir, sizeof dir, nl ? nl + 1 : "");
-    if (char *nl2 = strchr(dir, '\n')) *nl2 = 0;
+    copyStr(node, sizeof node, text);
+    copyStr(dir, sizeof dir, nl ? nl + 1 : "");
+    if (char* nl2 = strchr(dir, '\n')) *nl2 = 0;
     trim(node);
     trim(dir);
   }
-  if (env_node) copy_str(node, sizeof node, env_node);
-  if (env_dir) copy_str(dir, sizeof dir, env_dir);
+  if (envNode) copyStr(node, sizeof node, envNode);
+  if (envDir) copyStr(dir, sizeof dir, envDir);
   // install-cni leaves line 1 empty on a host without Node (a Kubernetes node
   // that only runs the agent in its pod): nothing to run until the agent is back.
   if (!node[0] || !dir[0])
@@ -352,8 +352,8 @@ void crash_line(const Buf &err, char *out, size_t cap) {
          why, conf, !node[0] ? "node executable (line 1)" : "package directory (line 2)");
   // dist/<name>.cjs runs the bundle with its V8 code cache and skips Node's ES
   // module loader; a package built before it existed has only dist/<name>.mjs.
-  snprintf(script, sizeof script, "%s/dist/%s.cjs", dir, g_plugin);
-  if (access(script, R_OK) != 0) snprintf(script, sizeof script, "%s/dist/%s.mjs", dir, g_plugin);
+  snprintf(script, sizeof script, "%s/dist/%s.cjs", dir, gPlugin);
+  if (access(script, R_OK) != 0) snprintf(script, sizeof script, "%s/dist/%s.mjs", dir, gPlugin);
   if (access(script, R_OK) != 0)
     fail(11, "netplugin agent is not running (%s) and the per-exec fallback %s is missing (%s); "
              "try again once netplugin-node is up, or run install-cni on this node",
@@ -361,18 +361,18 @@ void crash_line(const Buf &err, char *out, size_t cap) {
 
   // The runtime's stdin is consumed; hand node the same bytes in a memfd
   // (a pipe only on kernels without memfd, bounded by the pipe's capacity).
-  int in_fd = memfd_create("netplugin-stdin", MFD_CLOEXEC);
-  if (in_fd >= 0) {
-    write_all(in_fd, in.p ? in.p : "", in.n);
-    lseek(in_fd, 0, SEEK_SET);
+  int inFd = memfd_create("netplugin-stdin", MFD_CLOEXEC);
+  if (inFd >= 0) {
+    writeAll(inFd, in.p ? in.p : "", in.n);
+    lseek(inFd, 0, SEEK_SET);
   } else {
     int pp[2];
     if (pipe2(pp, O_CLOEXEC) < 0) fail(11, "netplugin shim: pipe: %s", strerror(errno));
     if (in.n > 65536 && fcntl(pp[1], F_SETPIPE_SZ, (int)in.n) < (int)in.n)
       fail(5, "netplugin shim: %zu bytes of stdin do not fit a pipe and memfd is unavailable", in.n);
-    write_all(pp[1], in.p ? in.p : "", in.n);
+    writeAll(pp[1], in.p ? in.p : "", in.n);
     close(pp[1]);
-    in_fd = pp[0];
+    inFd = pp[0];
   }
   // out/err: the child's stdout and stderr; ex: its exec errno (closed by a
   // successful exec through O_CLOEXEC, so a read of 0 bytes means it runs).
@@ -385,37 +385,37 @@ void crash_line(const Buf &err, char *out, size_t cap) {
   if (pid < 0) fail(11, "netplugin shim: fork: %s", strerror(errno));
   if (pid == 0) {
     // dup2 clears FD_CLOEXEC on the copies.
-    if (dup2(in_fd, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(127);
+    if (dup2(inFd, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(127);
     signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec
-    char *argv[] = {node, script, nullptr};
+    char* argv[] = {node, script, nullptr};
     execve(node, argv, environ);
     int e = errno;
     (void)!write(ex[1], &e, sizeof e);
     _exit(127);
   }
-  close(in_fd);
+  close(inFd);
   close(out[1]);
   close(err[1]);
   close(ex[1]);
-  int exec_errno = 0;
+  int execErrno = 0;
   ssize_t er;
-  do er = read(ex[0], &exec_errno, sizeof exec_errno);
+  do er = read(ex[0], &execErrno, sizeof execErrno);
   while (er < 0 && errno == EINTR);
   close(ex[0]);
-  if (er == (ssize_t)sizeof exec_errno) {
+  if (er == (ssize_t)sizeof execErrno) {
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {}
     fail(11, "netplugin agent is not running (%s) and the per-exec fallback '%s %s' cannot run: %s; "
              "try again once netplugin-node is up, or run install-cni on this node",
-         why, node, script, strerror(exec_errno));
+         why, node, script, strerror(execErrno));
   }
 
   // Relay: stdout is held until the child exits (it must be judged whole);
   // stderr passes through as it comes, its head kept for a crash message.
   Buf answer, errhead;
   struct pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  int open_fds = 2;
+  int openFds = 2;
   char chunk[16384];
-  while (open_fds > 0) {
+  while (openFds > 0) {
     if (poll(pf, 2, -1) < 0) {
       if (errno == EINTR) continue;
       break;
@@ -427,13 +427,13 @@ void crash_line(const Buf &err, char *out, size_t cap) {
       if (r <= 0) {
         close(pf[i].fd);
         pf[i].fd = -1;
-        open_fds--;
+        openFds--;
         continue;
       }
       if (i == 0) {
         put(answer, chunk, (size_t)r);
       } else {
-        write_all(2, chunk, (size_t)r);
+        writeAll(2, chunk, (size_t)r);
         if (errhead.n < kStderrKeep) put(errhead, chunk, (size_t)r < kStderrKeep - errhead.n ? (size_t)r : kStderrKeep - errhead.n);
       }
     }
@@ -446,22 +446,22 @@ void crash_line(const Buf &err, char *out, size_t cap) {
     }
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-  const char *p = answer.p;
+  const char* p = answer.p;
   while (p && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
   bool json = p && *p == '{';
-  const char *cmd = getenv("CNI_COMMAND");
+  const char* cmd = getenv("CNI_COMMAND");
   // ADD and VERSION always print a result; DEL, CHECK, STATUS and GC print
   // nothing on success.
-  bool needs_answer = cmd && (strcmp(cmd, "ADD") == 0 || strcmp(cmd, "VERSION") == 0);
-  bool exited_ok = WIFEXITED(status) && code == 0;
-  if ((exited_ok && (json || (!needs_answer && answer.n == 0))) || (!exited_ok && json)) {
-    write_all(1, answer.p ? answer.p : "", answer.n);
+  bool needsAnswer = cmd && (strcmp(cmd, "ADD") == 0 || strcmp(cmd, "VERSION") == 0);
+  bool exitedOk = WIFEXITED(status) && code == 0;
+  if ((exitedOk && (json || (!needsAnswer && answer.n == 0))) || (!exitedOk && json)) {
+    writeAll(1, answer.p ? answer.p : "", answer.n);
     _exit(code);
   }
   char how[64], line[512];
   if (WIFSIGNALED(status)) snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
   else snprintf(how, sizeof how, "exited with status %d", code);
-  crash_line(errhead, line, sizeof line);
+  crashLine(errhead, line, sizeof line);
   fail(11, "netplugin agent is not running (%s) and the per-exec fallback '%s %s' %s without a CNI answer%s%s; "
            "try again once netplugin-node is up",
        why, node, script, how, line[0] ? ": " : "", line);
@@ -469,7 +469,7 @@ void crash_line(const Buf &err, char *out, size_t cap) {
 
 // Connects to the agent. Returns the fd, or -1 with errno when the agent is
 // not there (the request never reached it, so the fallback may run it).
-int connect_agent(const char *path) {
+int connectAgent(const char* path) {
   struct sockaddr_un sa;
   memset(&sa, 0, sizeof sa);
   sa.sun_family = AF_UNIX;
@@ -482,8 +482,8 @@ int connect_agent(const char *path) {
   if (fd < 0) return -1;
   // A blocking unix connect waits while the listener's backlog is full;
   // SO_SNDTIMEO bounds that wait (it fails with EAGAIN) by our deadline.
-  int ms = remaining_ms();
-  if (ms == 0) deadline_passed();  // a zero SO_SNDTIMEO would mean "wait forever"
+  int ms = remainingMs();
+  if (ms == 0) deadlinePassed();  // a zero SO_SNDTIMEO would mean "wait forever"
   struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   for (;;) {
@@ -491,7 +491,7 @@ int connect_agent(const char *path) {
     if (errno == EINTR) continue;
     int e = errno;
     close(fd);
-    if (e == EAGAIN || e == EINPROGRESS || e == ETIMEDOUT) deadline_passed();
+    if (e == EAGAIN || e == EINPROGRESS || e == ETIMEDOUT) deadlinePassed();
     errno = e;
     return -1;
   }
@@ -503,63 +503,63 @@ int connect_agent(const char *path) {
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (argv[0] && argv[0][0]) {
-    const char *slash = strrchr(argv[0], '/');
-    g_plugin = slash ? slash + 1 : argv[0];
+    const char* slash = strrchr(argv[0], '/');
+    gPlugin = slash ? slash + 1 : argv[0];
   }
   // Runtimes pass no arguments; --version is for people checking an install.
   if (argc > 1 && strcmp(argv[1], "--version") == 0) {
     char line[256];
-    int n = snprintf(line, sizeof line, "%s %s (native shim)\n", g_plugin, NETPLUGIN_VERSION);
-    write_all(1, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
+    int n = snprintf(line, sizeof line, "%s %s (native shim)\n", gPlugin, NETPLUGIN_VERSION);
+    writeAll(1, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
     return 0;
   }
-  if (const char *t = getenv("NETPLUGIN_SHIM_TIMEOUT_MS")) {
-    char *end;
+  if (const char* t = getenv("NETPLUGIN_SHIM_TIMEOUT_MS")) {
+    char* end;
     long v = strtol(t, &end, 10);
     if (*t == 0 || *end != 0 || v <= 0)
       fail(4, "NETPLUGIN_SHIM_TIMEOUT_MS='%s' is not a positive number of milliseconds; unset it to use "
               "the default %ld", t, kDefaultTimeoutMs);
-    g_timeout_ms = v;
+    gTimeoutMs = v;
   }
-  g_deadline = now_ms() + g_timeout_ms;
-  const char *sock = getenv("NETPLUGIN_AGENT_SOCKET");
+  gDeadline = nowMs() + gTimeoutMs;
+  const char* sock = getenv("NETPLUGIN_AGENT_SOCKET");
   if (!sock || !*sock) sock = kDefaultSocket;
 
   Buf in;
-  read_stdin(in);
-  sniff_cni_version(in);
+  readStdin(in);
+  sniffCniVersion(in);
 
   char why[PATH_MAX + 64];
-  int fd = connect_agent(sock);
+  int fd = connectAgent(sock);
   if (fd < 0) {
     snprintf(why, sizeof why, "%s: %s", sock, strerror(errno));
-    run_fallback(in, why);
+    runFallback(in, why);
   }
-  Buf req = build_request(in);
+  Buf req = buildRequest(in);
   for (size_t off = 0; off < req.n;) {
-    if (!wait_fd(fd, POLLOUT)) deadline_passed();
+    if (!waitFd(fd, POLLOUT)) deadlinePassed();
     ssize_t w = send(fd, req.p + off, req.n - off, MSG_NOSIGNAL);
     if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (w <= 0) {
       // The agent only accepts a complete request, so it has not run this one.
       snprintf(why, sizeof why, "%s closed the connection: %s", sock, strerror(errno));
       close(fd);
-      run_fallback(in, why);
+      runFallback(in, why);
     }
     off += (size_t)w;
   }
   free(req.p);
 
   char mark = 0;
-  ssize_t r = read_full(fd, &mark, 1);
+  ssize_t r = readFull(fd, &mark, 1);
   if (r != 1 || (unsigned char)mark != kAccepted) {
     // Closed (or refused: old protocol version, wrong peer) before accepting.
     snprintf(why, sizeof why, "%s closed the connection before accepting the request%s%s", sock,
              r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
     close(fd);
-    run_fallback(in, why);
+    runFallback(in, why);
   }
 
   // Accepted: from here on the request is the agent's, and never re-run.
-  relay_response(fd, sock);
+  relayResponse(fd, sock);
 }

@@ -70,7 +70,7 @@ export function setupWorkload(spec: WorkloadSpec): WorkloadState {
  * setupWorkload for a resident caller (the agent): the handle of the host
  * namespace (hostNetnsPath, default the caller's own) stays open between pods,
  * and with it its sysctl directories. Opening /proc/sys/net/ipv4 costs a walk
- * over every pod namespace's dentry of that name (native/sysctl.cc: ~0.13 ms
+ * over every pod namespace's dentry of that name (native/core/sysctl.cc: ~0.13 ms
  * with 1000 pods); a fresh handle per pod would pay it per pod. A spec naming
  * another hostNetnsPath gets a handle of its own, as with setupWorkload.
  */

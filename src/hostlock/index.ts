@@ -7,7 +7,7 @@
 // fighting over the same block (each conflict costs a re-read and a retry)
 // and the same pod's commands from interleaving on its veth.
 //
-// A lock is flock(2) on a file (native/flock.cc: why flock, how a blocked
+// A lock is flock(2) on a file (native/bind/flock.cc: why flock, how a blocked
 // wait sleeps in the kernel's queue and how it is bounded). The kernel queues
 // waiters in arrival order, they cost no CPU, and the lock goes when the
 // holder's last fd closes, including on SIGKILL or OOM kill: nothing goes

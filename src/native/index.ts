@@ -11,7 +11,7 @@ import type { IpipOptions, Netlink, NetNS, VxlanOptions } from './types.js';
 export type * from './types.js';
 export { RouteType } from './types.js';
 
-/** The ABI the TS side was written against (native/common.h kAbiVersion). */
+/** The ABI the TS side was written against (native/bind/common.h kAbiVersion). */
 export const NATIVE_ABI_VERSION = 7;
 
 export interface NetlinkErrorInit {
@@ -58,7 +58,7 @@ interface Addon {
   peerCred(fd: number): PeerCred;
   /** flock(fd, LOCK_EX | LOCK_NB): true when taken, false when another open file holds it. */
   flockTry(fd: number): boolean;
-  /** flock(fd, LOCK_EX) on a thread of its own, bounded: true when taken, false when timed out (native/flock.cc). */
+  /** flock(fd, LOCK_EX) on a thread of its own, bounded: true when taken, false when timed out (native/bind/flock.cc). */
   flockWait(fd: number, timeoutMs: number, subject: string): Promise<boolean>;
   tunnelMessage(kind: 'ipip' | 'vxlan', opts: IpipOptions | VxlanOptions): Buffer;
   nftRun(script: string, opts?: NftRawOptions): NftRawResult;

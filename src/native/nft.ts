@@ -1,5 +1,5 @@
 // nftables for the agent's controllers (NAT, policy), through libnftables in
-// the addon (native/nft.cc): no `nft` process per change, and a script is one
+// the addon (native/core/nft.cc): no `nft` process per change, and a script is one
 // atomic transaction. Every caller owns one table and names it in its script;
 // nothing here lists or flushes the whole ruleset.
 import { addonInstance, openNetns, type NetNS, type NftRawOptions, type NftRawResult } from './index.js';

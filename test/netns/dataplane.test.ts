@@ -6,7 +6,7 @@ import { readdirSync } from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, deleteNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { netlinkIn } from '../support/netns.js';
-import { checkWorkload, createWorkloadSetup, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, teardownWorkloadAsync, type WorkloadSpec } from '../../src/dataplane/index.js';
+import { checkWorkload, createWorkloadSetup, HostLinkInUseError, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, teardownWorkloadAsync, type WorkloadSpec } from '../../src/dataplane/index.js';
 import { NetlinkError, type Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
@@ -219,11 +219,12 @@ describe('setupWorkload', () => {
     expect(h.linkGet('npi0test1').index).toBe(st.hostIndex);
   });
 
-  it('leaves a link of that name that is not ours alone and fails with EEXIST', () => {
+  it('leaves a link of that name that is not ours alone and fails naming it as not ours', () => {
     const h = nl(H.path);
     h.vethAdd({ name: 'npi0test1', peerName: 'other0', mac: '02:00:00:00:00:01' });
     const old = h.linkGet('npi0test1').index;
-    expect(() => setupWorkload(spec())).toThrow(expect.objectContaining({ code: 'EEXIST', op: 'RTM_NEWLINK' }));
+    expect(() => setupWorkload(spec())).toThrow(HostLinkInUseError);
+    expect(() => setupWorkload(spec())).toThrow(/host interface npi0test1 \(veth ifindex \d+, MAC 02:00:00:00:00:01\) already exists and was not created by netplugin/);
     expect(h.linkGet('npi0test1').index).toBe(old);
     expect(h.linkFind('other0')).toBeDefined();
     expect(nl(C1.path).linkFind('eth0')).toBeUndefined();

@@ -213,7 +213,7 @@ describe('sysctls', () => {
 
   it('opens each family directory once per handle: links made later resolve, each handle stays in its namespace, close releases them', () => {
     // Sysctls are opened relative to the handle's /proc/sys/net/<family>
-    // (native/sysctl.cc says why): one directory fd per family, for the handle's life.
+    // (native/core/sysctl.cc says why): one directory fd per family, for the handle's life.
     const fds = () => readdirSync('/proc/self/fd').length;
     const start = fds();
     const h = netlink(hns);
