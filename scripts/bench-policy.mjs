@@ -36,7 +36,7 @@ import { MemoryDatastore } from ${JSON.stringify(join(root, 'src/datastore/memor
 import { startPolicyController } from ${JSON.stringify(join(root, 'src/agent/policy/controller.ts'))};
 import { nftRunAsync, nftRun } from ${JSON.stringify(join(root, 'src/native/nft.ts'))};
 import { namespaceToProfile } from ${JSON.stringify(join(root, 'src/model/profiles.ts'))};
-import { endpointStatusKey } from ${JSON.stringify(join(root, 'src/k8s/policy-wait.ts'))};
+import { endpointStatusKey } from ${JSON.stringify(join(root, 'src/policy-status/index.ts'))};
 import { hostVethName } from ${JSON.stringify(join(root, 'src/dataplane/names.ts'))};
 
 const V = 'netplugin.org/v3';

@@ -1,7 +1,7 @@
 // The one place where failures of every layer become CNI error codes.
 import { CniError, DatastoreError, ErrorCodes, type DatastoreErrorKind } from '../errors.js';
 import { redactString } from '../log/redact.js';
-import { IpamError, type IpamErrorKind } from '../ipam/errors.js';
+import { IpamError, type IpamErrorKind } from '../ipam/index.js';
 import { HostLockError, type HostLockErrorKind } from '../hostlock/errors.js';
 
 function firstLine(s: string): string {

@@ -4,8 +4,6 @@
 
 import type { Logger } from '../log/types.js';
 
-// Kept so branches written before the move still build; new code imports log/types.
-export type { Logger };
 
 export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
 export type CniVersion = (typeof SUPPORTED_VERSIONS)[number];

@@ -7,14 +7,25 @@ import { renameSync, writeFileSync } from 'node:fs';
 import { dirname, basename, join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
-import { sameHandle } from '../ipam/handle.js';
 import { tryParseIP } from '../net/cidr.js';
-import type { Ipam, PoolUsage, BlockUsage } from '../ipam/allocator.js';
-import { addressHolder, auditIpam, migrateHandleName, releaseEmptyBlock, repairHandle, type CheckOptions, type IpamReport } from '../ipam/audit.js';
+import {
+  addressHolder,
+  auditIpam,
+  createIpam,
+  migrateHandleName,
+  releaseEmptyBlock,
+  repairHandle,
+  sameHandle,
+  type BlockUsage,
+  type CheckOptions,
+  type Ipam,
+  type IpamReport,
+  type PoolUsage,
+} from '../ipam/index.js';
 import { IPAM_ADMIN_HELP } from './ipam-admin.js';
 import { bool, CtlError, suggestFlag, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, readJsonFile, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
 
-export type { CheckOptions, IpamReport } from '../ipam/audit.js';
+export type { CheckOptions, IpamReport } from '../ipam/index.js';
 
 /** What the CLI needs from the allocator (src/ipam/index.ts Ipam). */
 export interface IpamReleaser {
@@ -28,7 +39,6 @@ export interface IpamReleaser {
  * anywhere; the allocator's compare-and-swap keeps it safe.
  */
 async function openIpam(ds: Datastore): Promise<Ipam> {
-  const { createIpam } = await import('../ipam/index.js');
   return createIpam(ds, { lock: 'none' });
 }
 

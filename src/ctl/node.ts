@@ -2,7 +2,7 @@
 // state (tunnel addresses, block affinities), saying what it released.
 import type { Datastore } from '../datastore/types.js';
 import { DatastoreError } from '../errors.js';
-import { releaseNodeIpam } from '../ipam/node-release.js';
+import { releaseNodeIpam } from '../ipam/index.js';
 import type { CtlIO } from './io.js';
 
 export async function deleteNode(ds: Datastore, io: CtlIO, name: string): Promise<void> {

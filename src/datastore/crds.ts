@@ -6,10 +6,9 @@
 // OpenAPI form (refinements, transforms) stay in the code; IPPool's rules that
 // depend on two fields are CEL (x-kubernetes-validations).
 import { z } from 'zod';
-import { BLOCK_SIZE_RANGE } from '../ipam/pools.js';
 import { PLURALS } from './keys.js';
 import { specSchemas } from './schemas.js';
-import { NAMESPACED_KINDS, type Kind } from '../model/resources.js';
+import { BLOCK_SIZE_RANGE, NAMESPACED_KINDS, type Kind } from '../model/resources.js';
 
 export type OpenApi = Record<string, unknown>;
 

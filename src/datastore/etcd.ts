@@ -14,7 +14,7 @@ import { etcdKey, etcdKeyIdentity, etcdListPrefix, onNode } from './keys.js';
 import { resourceProblem, validateResource } from './schemas.js';
 import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject } from './invalid.js';
 import { parseSelector } from '../selector/index.js';
-import type { DatastoreConfig } from './index.js';
+import type { DatastoreConfig } from './settings.js';
 import { GatewayUnusableError, prefixEnd, type CallContext, type Compare, type KV, type KVOptions, type KeyValue, type TlsMaterial, type TxnOp as KVTxnOp, type TxnResponse, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 import { HttpKV } from './etcd-http.js';

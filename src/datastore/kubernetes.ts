@@ -8,12 +8,12 @@ import { createKubeClient, type KubeClient, type KubeList, type KubeObject, type
 import { parseSelector } from '../selector/index.js';
 import { PLURALS, checkName, onNode } from './keys.js';
 import { parseWorkloadEndpointName, workloadEndpointName } from '../model/names.js';
-import { podEndpointAttributes } from '../k8s/workload.js';
+import { podEndpointAttributes } from '../workload/workload.js';
 import { resourceProblem, validateResource } from './schemas.js';
 import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject, type ListScope } from './invalid.js';
 import { API_GROUP, API_VERSION, NAMESPACED_KINDS, type Kind, type ObjectMeta, type Resource, type WorkloadEndpointSpec } from '../model/resources.js';
 import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
-import type { DatastoreConfig } from './index.js';
+import type { DatastoreConfig } from './settings.js';
 import { orderedTxn, type TxnOp } from './txn.js';
 
 import { ANNOTATION_PREFIX, ENDPOINT_ANNOTATIONS as WEP_ANNOTATIONS } from '../model/annotations.js';
@@ -94,7 +94,7 @@ export function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> }
       },
     };
   };
-  // Labels, profiles and ports exactly as the plugin builds them (k8s/workload.ts),
+  // Labels, profiles and ports exactly as the plugin builds them (workload/workload.ts),
   // so an endpoint reads back the same from either datastore.
   let attrs: ReturnType<typeof podEndpointAttributes>;
   try {

@@ -3,22 +3,9 @@
 // backend without multi-object transactions (the Kubernetes API).
 import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore } from './types.js';
+import type { CallOptions, Datastore, TxnOp } from './types.js';
 
-/**
- * One write of a transaction, with the guard it carries:
- * - create: the object must not exist;
- * - update: the object must still be at `res.metadata.resourceVersion`;
- * - delete: the object must exist, and be at `revision` when one is given;
- * - check: writes nothing; the object must exist at `revision` (a transaction
- *   that relies on an object it read, e.g. the IP pool an address comes from,
- *   fails if that object changed or went meanwhile).
- */
-export type TxnOp =
-  | { op: 'create'; res: Resource }
-  | { op: 'update'; res: Resource }
-  | { op: 'delete'; kind: Kind; name: string; namespace?: string; revision?: string }
-  | { op: 'check'; kind: Kind; name: string; namespace?: string; revision: string };
+export type { TxnOp };
 
 /** A transaction whose guard failed (or whose write failed): `failedOp` is the index of the op. Nothing was written (etcd, memory). */
 export class TxnError extends DatastoreError {

@@ -3,10 +3,23 @@
 // several. Backends: etcd v3 (etcd.ts), Kubernetes API (kubernetes.ts),
 // in-memory (memory.ts, tests and tools).
 import type { Kind, Resource } from '../model/resources.js';
-import type { TxnOp } from './txn.js';
 import type { InvalidObject } from './invalid.js';
-export type { TxnOp } from './txn.js';
 export type { InvalidObject } from './invalid.js';
+
+/**
+ * One write of a transaction (Datastore.txn; the helpers are in txn.ts), with the guard it carries:
+ * - create: the object must not exist;
+ * - update: the object must still be at `res.metadata.resourceVersion`;
+ * - delete: the object must exist, and be at `revision` when one is given;
+ * - check: writes nothing; the object must exist at `revision` (a transaction
+ *   that relies on an object it read, e.g. the IP pool an address comes from,
+ *   fails if that object changed or went meanwhile).
+ */
+export type TxnOp =
+  | { op: 'create'; res: Resource }
+  | { op: 'update'; res: Resource }
+  | { op: 'delete'; kind: Kind; name: string; namespace?: string; revision?: string }
+  | { op: 'check'; kind: Kind; name: string; namespace?: string; revision: string };
 
 export interface ListOptions {
   /** Absent or undefined: every namespace. */

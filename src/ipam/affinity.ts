@@ -10,7 +10,8 @@ import { newBlockSpec } from './block.js';
 import type { PoolInfo } from './pools.js';
 import { getBlock, noteBlock, fullSet } from './reads.js';
 import { retry } from './retry.js';
-import { hostAffinity, isKind, type AffRes, type BlockRes, type Ctx, type IpamCore } from './core.js';
+import { hostAffinity, isKind, type IpamCore } from './core.js';
+import type { AffRes, BlockRes, Ctx } from './state.js';
 
 export async function deleteAffinity(core: IpamCore, aff: AffRes): Promise<void> {
   try {

@@ -14,7 +14,8 @@ import type { AssignRequest, Assigned } from './types.js';
 import { HandleExists, getHandle, handleCreateLost, handleOp, lowerHandle } from './handle-store.js';
 import { getBlock, noteBlock } from './reads.js';
 import { asConflict, retry } from './retry.js';
-import { hostAffinity, type AffRes, type BlockRes, type Ctx, type HandleRes, type IpamCore } from './core.js';
+import { hostAffinity, type IpamCore } from './core.js';
+import type { AffRes, BlockRes, Ctx, HandleRes } from './state.js';
 
 /** What a block records with an address it gives `req` on `node` (its handle and the request's attributes). */
 export function allocationAttribute(req: AssignRequest, node: string, timestamp = new Date().toISOString()): AllocationAttribute {

@@ -21,15 +21,16 @@
 // their codes. Datastore failures pass through as DatastoreErrors.
 import type { Datastore } from '../datastore/types.js';
 import type { Family } from '../net/cidr.js';
-import { ipamCore, exclusive, type IpamCore } from './core.js';
+import { ipamCore, exclusive, type IpamCore, type IpamOptions } from './core.js';
 import { assignLocked, prepareAssign } from './assign.js';
 import { enqueue, enqueueRelease } from './batch.js';
 import { getHandle } from './handle-store.js';
 import { releaseIPs, releaseLocked } from './release.js';
 import { handleAddresses, listHandles, locate, readiness, usage, usageReport, whoHas } from './inspect.js';
-import type { AddressLocation, AssignRequest, Assigned, BlockUsage, HandleInfo, IpamOptions, PoolUsage, Released, ReleaseOptions } from './types.js';
+import type { AddressLocation, AssignRequest, Assigned, BlockUsage, HandleInfo, PoolUsage, Released, ReleaseOptions } from './types.js';
 
-export type { AddressLocation, AssignRequest, Assigned, BlockUsage, HandleInfo, IpamOptions, Piggyback, PoolUsage, Released, ReleaseOptions } from './types.js';
+export type { AddressLocation, AssignRequest, Assigned, BlockUsage, HandleInfo, Piggyback, PoolUsage, Released, ReleaseOptions } from './types.js';
+export type { IpamOptions } from './core.js';
 
 export class Ipam {
   private readonly core: IpamCore;

@@ -14,7 +14,8 @@ import { canClaim, claimNewBlock, claimUnaffineBlock, ownBlocks } from './affini
 import { HandleExists, addressesOfHandle, getHandle } from './handle-store.js';
 import { getBlock, labelsOf, loadBlocks, loadConfig, loadPools, nodeAffinities } from './reads.js';
 import { releaseForHandle, releaseLocked } from './release.js';
-import { UNREAD, hostAffinity, isKind, type BlockRes, type Ctx, type EarlyReads, type IpamCore } from './core.js';
+import { hostAffinity, isKind, type IpamCore } from './core.js';
+import { UNREAD, type BlockRes, type Ctx, type EarlyReads } from './state.js';
 import { handleName, legacyHandleName } from './handle.js';
 
 /**

@@ -10,7 +10,7 @@ import { TxnError, type TxnOp } from '../datastore/txn.js';
 import { containsIP, tryParseIP, type Family } from '../net/cidr.js';
 import { addressOf, allocateNext, checkBlock, ordinalsOf } from './block.js';
 import type { PoolInfo } from './pools.js';
-import type { AssignRequest, Assigned, ReleaseOptions } from './types.js';
+import type { AssignRequest, Assigned } from './types.js';
 import { ownBlocks } from './affinity.js';
 import { assignAuto, assignLocked, rolledBack, selectPools } from './assign.js';
 import { allocationAttribute } from './allocate.js';
@@ -18,31 +18,8 @@ import { addressesOfHandle, getHandle, handleOp } from './handle-store.js';
 import { getBlock, nodeAffinities, noteBlock } from './reads.js';
 import { freeOps, noteFreed, releaseForHandle, releaseLocked } from './release.js';
 import { asConflict, retry } from './retry.js';
-import { UNREAD, exclusive, type BlockRes, type Ctx, type EarlyReads, type HandleRes, type IpamCore } from './core.js';
-
-/** One assignment waiting in a batch queue. */
-export interface PendingAssign {
-  req: AssignRequest;
-  early: EarlyReads;
-  resolve: (v: Assigned[]) => void;
-  reject: (e: unknown) => void;
-  /** What this request got so far in the batch (per family). */
-  done: Assigned[];
-  failed?: unknown;
-  /** Per-request state (its handle as last written, for handleOp). */
-  ctx?: Ctx;
-  /** Its handle existed before the batch (a repeated ADD): a failure releases only what the batch gave it. */
-  held?: boolean;
-}
-
-/** One release waiting in a batch queue. */
-export interface PendingRelease {
-  handleID: string;
-  early: Promise<HandleRes | undefined>;
-  opts: ReleaseOptions;
-  resolve: (v: string[]) => void;
-  reject: (e: unknown) => void;
-}
+import { exclusive, type IpamCore } from './core.js';
+import { UNREAD, type BlockRes, type Ctx, type EarlyReads, type HandleRes, type PendingAssign, type PendingRelease } from './state.js';
 
 /**
  * etcd refuses a Txn of more than 128 ops (--max-txn-ops): a batch writes per

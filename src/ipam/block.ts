@@ -111,3 +111,13 @@ export function compactAttributes(spec: IPAMBlockSpec): void {
 export function addressOf(block: Cidr, ord: number): string {
   return formatIP(nthAddress(block, ord));
 }
+
+/** The allocated addresses of a block, in ordinal order, with their attributes (for scans outside IPAM). */
+export function allocationsIn(spec: IPAMBlockSpec): Array<{ ip: string; attr: AllocationAttribute | undefined }> {
+  const c = checkBlock(spec);
+  const out: Array<{ ip: string; attr: AllocationAttribute | undefined }> = [];
+  spec.allocations.forEach((idx, ord) => {
+    if (idx !== null && idx !== undefined) out.push({ ip: addressOf(c, ord), attr: spec.attributes[idx] });
+  });
+  return out;
+}

@@ -3,17 +3,39 @@
 // or an in-process queue), and one assignment's state (Ctx).
 import { DatastoreError } from '../errors.js';
 import type { Logger } from '../log/types.js';
-import type { IPAMConfigSpec, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
-import type { Family } from '../net/cidr.js';
 import { createKeyedQueue } from '../keyed-queue.js';
-import type { PoolInfo } from './pools.js';
 import { createIpamShared, type IpamShared } from './shared.js';
-import type { AssignRequest, Assigned, IpamHostLock, IpamOptions, Piggyback } from './types.js';
+import type { IpamHostLock } from './types.js';
 
-export type BlockRes = Resource<'IPAMBlock'>;
-export type AffRes = Resource<'BlockAffinity'>;
-export type HandleRes = Resource<'IPAMHandle'>;
+
+export interface IpamOptions {
+  /**
+   * The node's host lock, given by its owner (the plugins: src/hostlock);
+   * absent or null: no host lock (steps queue in-process per node).
+   */
+  lock?: IpamHostLock | null;
+  /** CAS attempts per object before giving up (default 10). */
+  maxRetries?: number;
+  log?: Logger;
+  /**
+   * Batch concurrent assignments: requests that wait for the same lock and
+   * ask for the same thing (node, families, pool lists; no requested IPs) are
+   * served by one lock acquisition and one block write per block. Instances
+   * with this option, the same `shared` object, datastore and lock path share
+   * their queues, so a per-request Ipam (with its own logger) still joins the
+   * batch. For a resident process (the node agent); a per-exec process never
+   * has more than one request to batch.
+   */
+  batch?: boolean;
+  /**
+   * What this instance shares with the other instances of its owner (the
+   * plugin's runtime): the batch queues and the blocks last seen full
+   * (shared.ts createIpamShared). Absent: a fresh one, so the instance batches
+   * only its own concurrent calls.
+   */
+  shared?: IpamShared;
+}
 
 export interface IpamCore {
   readonly ds: Datastore;
@@ -70,26 +92,3 @@ export function isKind(e: unknown, kind: 'NotFound' | 'AlreadyExists' | 'Conflic
   return DatastoreError.is(e, kind);
 }
 
-/** The handle was not read before the assignment: its create's guard is the check (assign.ts). */
-export const UNREAD = 'unread' as const;
-
-/** The reads an assignment starts before waiting for the lock: pools (valid ones and the errors of the rest), IPAMConfig, the request's handle (or UNREAD). */
-export type EarlyReads = Promise<readonly [{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec, HandleRes | undefined | typeof UNREAD]>;
-
-/** Per-assign state: everything read once and reused for the rest of the call. */
-export interface Ctx {
-  req: AssignRequest;
-  node: string;
-  pools: PoolInfo[];
-  badPools: string[];
-  config: IPAMConfigSpec;
-  affinities: AffRes[];
-  handle: HandleRes | undefined;
-  /** All blocks, listed lazily the first time a claim or borrow needs them. */
-  blocks?: Map<string, BlockRes>;
-  nodeLabels?: Record<string, string>;
-  /** Set when maxBlocksPerHost stopped a claim (for the final error). */
-  capHit?: { family: Family; held: number; max: number } | undefined;
-  /** Set while assigning the request's last family: the caller's writes and what the request got before. */
-  piggy?: { p: Piggyback; before: Assigned[] };
-}

@@ -12,7 +12,8 @@ import { addressOf, checkBlock, ordinalsOf } from './block.js';
 import { IpamError } from './errors.js';
 import { getBlock } from './reads.js';
 import { retry } from './retry.js';
-import { isKind, type Ctx, type HandleRes, type IpamCore } from './core.js';
+import { isKind, type IpamCore } from './core.js';
+import type { Ctx, HandleRes } from './state.js';
 
 /**
  * The handle object of exactly `handleID` (byte-exact, see ipam/handle.ts).

@@ -9,7 +9,8 @@ import { choosePools, type PoolInfo } from './pools.js';
 import type { AddressLocation, BlockUsage, HandleInfo, PoolUsage } from './types.js';
 import { addressesOfHandle, getHandle } from './handle-store.js';
 import { getBlock, loadPools, nodeLabels } from './reads.js';
-import type { BlockRes, IpamCore } from './core.js';
+import type { IpamCore } from './core.js';
+import type { BlockRes } from './state.js';
 
 /** The addresses (plain IPs) the handle holds now. */
 export async function handleAddresses(core: IpamCore, handleID: string): Promise<string[]> {

@@ -2,7 +2,7 @@
 // ipv4_pools/ipv6_pools or annotations, by name or CIDR), or every enabled pool
 // whose nodeSelector selects the node.
 import { IpamError } from './errors.js';
-import type { Resource } from '../model/resources.js';
+import { BLOCK_SIZE_RANGE, DEFAULT_BLOCK_SIZE, type Resource } from '../model/resources.js';
 import { parseSelector, type Selector } from '../selector/index.js';
 import { cidrEquals, formatCidr, parseCidr, tryParseCidr, type Cidr, type Family } from '../net/cidr.js';
 
@@ -37,8 +37,7 @@ export function checkPoolUse(pool: PoolInfo, use: PoolUse, field: string, addres
   throw new IpamError('pool-use-not-allowed', `${field}: ${where}: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`);
 }
 
-export const DEFAULT_BLOCK_SIZE: Record<Family, number> = { 4: 26, 6: 122 };
-export const BLOCK_SIZE_RANGE: Record<Family, [number, number]> = { 4: [20, 32], 6: [116, 128] };
+export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE };
 
 /** Validate a stored IPPool; throws an IpamError ('invalid-pool') naming the pool and field. */
 export function poolInfo(res: Resource<'IPPool'>): PoolInfo {

@@ -6,7 +6,8 @@
 import type { IPAMConfigSpec } from '../model/resources.js';
 import { blockName } from '../model/names.js';
 import { poolInfo, type PoolInfo } from './pools.js';
-import { isKind, type AffRes, type BlockRes, type Ctx, type IpamCore } from './core.js';
+import { isKind, type IpamCore } from './core.js';
+import type { AffRes, BlockRes, Ctx } from './state.js';
 
 export async function loadConfig(core: IpamCore): Promise<IPAMConfigSpec> {
   try {

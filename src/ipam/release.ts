@@ -11,7 +11,8 @@ import type { Released, ReleaseOptions } from './types.js';
 import { getHandle, lowerHandle } from './handle-store.js';
 import { fullSet, getBlock, loadPools, nodeAffinities, noteBlock } from './reads.js';
 import { asConflict, retry } from './retry.js';
-import { exclusive, type AffRes, type BlockRes, type HandleRes, type IpamCore } from './core.js';
+import { exclusive, type IpamCore } from './core.js';
+import type { AffRes, BlockRes, HandleRes } from './state.js';
 
 /**
  * Free ordinals chosen by `pick` in one block (one write, retried), the

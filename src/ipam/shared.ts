@@ -4,10 +4,8 @@
 // fresh Ipam per request still joins the batch of the others, and the blocks
 // last seen full (reads.ts). Nothing of it is module-level: instances given
 // different objects share nothing, and an instance given none gets its own.
-// Types only from the rest of src/ipam/: the runtime imports this module on
-// the per-exec path.
 import type { Datastore } from '../datastore/types.js';
-import type { PendingAssign, PendingRelease } from './batch.js';
+import type { PendingAssign, PendingRelease } from './state.js';
 
 /** The state of one datastore (the runtime may hold several). */
 export interface IpamStoreState {

@@ -1,12 +1,10 @@
 // The IPAM service's public types: what a caller asks (AssignRequest,
 // ReleaseOptions, Piggyback) and what it gets back (Assigned, Released, the
 // inspection reports). src/ipam/index.ts exports them.
-import type { Logger } from '../log/types.js';
 import type { Resource } from '../model/resources.js';
 import type { TxnOp } from '../datastore/txn.js';
 import type { Family } from '../net/cidr.js';
 import type { PoolUse } from './pools.js';
-import type { IpamShared } from './shared.js';
 
 export interface AssignRequest {
   handleID: string;
@@ -120,32 +118,4 @@ export interface IpamHostLock {
   readonly id: string;
   /** Runs `fn` holding the lock. */
   run<T>(fn: () => Promise<T>): Promise<T>;
-}
-
-export interface IpamOptions {
-  /**
-   * The node's host lock, given by its owner (the plugins: src/hostlock);
-   * absent or null: no host lock (steps queue in-process per node).
-   */
-  lock?: IpamHostLock | null;
-  /** CAS attempts per object before giving up (default 10). */
-  maxRetries?: number;
-  log?: Logger;
-  /**
-   * Batch concurrent assignments: requests that wait for the same lock and
-   * ask for the same thing (node, families, pool lists; no requested IPs) are
-   * served by one lock acquisition and one block write per block. Instances
-   * with this option, the same `shared` object, datastore and lock path share
-   * their queues, so a per-request Ipam (with its own logger) still joins the
-   * batch. For a resident process (the node agent); a per-exec process never
-   * has more than one request to batch.
-   */
-  batch?: boolean;
-  /**
-   * What this instance shares with the other instances of its owner (the
-   * plugin's runtime): the batch queues and the blocks last seen full
-   * (shared.ts createIpamShared). Absent: a fresh one, so the instance batches
-   * only its own concurrent calls.
-   */
-  shared?: IpamShared;
 }

@@ -32,7 +32,7 @@
 // one itself). Non-numeric versions: the watch is preferred, nothing is stored.
 import type { Logger } from '../log/types.js';
 import type { KubeClient, KubeList, KubeObject, KubePod, WatchHandle } from './client.js';
-import type { NamespaceLike, PodLike, PodSource } from './workload.js';
+import type { NamespaceLike, PodLike, PodSource } from '../workload/workload.js';
 
 export interface CachingPodSourceOptions {
   /** Only pods bound to this node are watched (spec.nodeName). */

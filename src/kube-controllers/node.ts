@@ -15,9 +15,7 @@ import type { KubeObject, KubePod } from '../k8s/client.js';
 import { API_VERSION, type Resource } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
 import { getIfExists } from '../datastore/cas.js';
-import { createIpam } from '../ipam/index.js';
-import { releaseNodeIpam } from '../ipam/node-release.js';
-import { addressOf, checkBlock } from '../ipam/block.js';
+import { allocationsIn, createIpam, releaseNodeIpam } from '../ipam/index.js';
 import { addressOf as bareAddress, canonicalIP } from '../net/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
 import { applyMirror, controllerMetrics, controllerQueue, describeError, watchErrors, type Controller, type ControllerContext } from './framework.js';
@@ -173,16 +171,13 @@ export function nodeController(ctx: ControllerContext): NodeController {
     const handles = new Set<string>();
     const unowned: string[] = [];
     for (const b of blocks) {
-      const c = checkBlock(b.spec);
       const affine = b.spec.affinity === `host:${node}`;
-      b.spec.allocations.forEach((idx, ord) => {
-        if (idx === null || idx === undefined) return;
-        const attr = b.spec.attributes[idx];
+      for (const { ip, attr } of allocationsIn(b.spec)) {
         const onNode = attr?.secondary?.node;
-        if (onNode !== node && !(affine && !onNode)) return;
+        if (onNode !== node && !(affine && !onNode)) continue;
         if (attr?.handle_id) handles.add(attr.handle_id);
-        else unowned.push(addressOf(c, ord));
-      });
+        else unowned.push(ip);
+      }
     }
     const released: string[] = [];
     for (const h of handles) released.push(...(await ipam.releaseByHandle(h)));
@@ -236,24 +231,20 @@ export function nodeController(ctx: ControllerContext): NodeController {
     const seen = new Set<string>();
     const ripe = new Map<string, { attrs: Record<string, string>; ips: string[] }>();
     for (const b of blocks) {
-      const c = checkBlock(b.spec);
-      b.spec.allocations.forEach((idx, ord) => {
-        if (idx === null || idx === undefined) return;
-        const attr = b.spec.attributes[idx];
+      for (const { ip, attr } of allocationsIn(b.spec)) {
         const sec = attr?.secondary ?? {};
-        if (!attr?.handle_id || !sec.namespace || !sec.pod) return;
-        const ip = addressOf(c, ord);
+        if (!attr?.handle_id || !sec.namespace || !sec.pod) continue;
         const why = live.has(ip) ? undefined : leakReason(sec, ip, pods.get(`${sec.namespace}/${sec.pod}`));
         const key = `${attr.handle_id}|${ip}`;
-        if (!why) return;
+        if (!why) continue;
         seen.add(key);
         const first = Math.min(firstLeaked.get(key) ?? now, podGone.get(`${sec.namespace}/${sec.pod}`) ?? now);
         firstLeaked.set(key, first);
-        if (now - first < grace) return;
+        if (now - first < grace) continue;
         const r = ripe.get(attr.handle_id) ?? { attrs: sec, ips: [] };
         r.ips.push(ip);
         ripe.set(attr.handle_id, r);
-      });
+      }
     }
     for (const k of [...firstLeaked.keys()]) if (!k.startsWith('wep|') && !seen.has(k)) firstLeaked.delete(k);
     ctx.log.debug('ipam gc: scan', { leaked: seen.size, ripe: ripe.size, leakGracePeriod: formatDuration(grace) });

@@ -5,7 +5,6 @@
 // prints this; `installation apply` writes it (src/ctl/installation.ts).
 import { z } from 'zod';
 import { API_VERSION, type IPPoolSpec, type Resource } from './resources.js';
-import type { DatastoreConfig } from '../datastore/index.js';
 import { parseCidr } from '../net/cidr.js';
 
 export const OPERATOR_GROUP = 'operator.netplugin.org';
@@ -193,10 +192,19 @@ export function renderPools(inst: Installation): Array<Resource<'IPPool'>> {
   });
 }
 
-/** Where the plugin finds its datastore: the same settings netpluginctl itself uses. */
-export type RenderDatastore = Pick<DatastoreConfig, 'etcd_endpoints' | 'etcd_discovery_srv' | 'etcd_key_file' | 'etcd_cert_file' | 'etcd_ca_cert_file' | 'kubernetes'> & {
+/**
+ * Where the plugin finds its datastore: the netconf's datastore fields
+ * (datastore/settings.ts DatastoreSettings, docs/netconf.md), written as they are.
+ */
+export interface RenderDatastore {
   datastore_type: 'etcdv3' | 'kubernetes';
-};
+  etcd_endpoints?: string | undefined;
+  etcd_discovery_srv?: string | undefined;
+  etcd_key_file?: string | undefined;
+  etcd_cert_file?: string | undefined;
+  etcd_ca_cert_file?: string | undefined;
+  kubernetes?: { kubeconfig?: string | undefined; k8s_api_root?: string | undefined } | undefined;
+}
 
 export interface RenderOptions {
   datastore: RenderDatastore;

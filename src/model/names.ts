@@ -31,7 +31,7 @@ export function blockFamily(name: string): 4 | 6 {
 
 /**
  * WorkloadEndpoint names: `<node>-<orchestrator>-<workload>-<endpoint>` with
- * every '-' inside a part doubled (k8s/workload.ts builds them; this splits
+ * every '-' inside a part doubled (workload/workload.ts builds them; this splits
  * them back: `node--1-k8s-web--0-eth0` -> node-1, k8s, web-0, eth0).
  */
 /**

@@ -1,6 +1,6 @@
 // Kubernetes Namespaces and ServiceAccounts as Profiles: the profiles every
 // pod endpoint names (`kns.<namespace>`, `ksa.<namespace>.<serviceaccount>`,
-// see src/k8s/workload.ts). A profile's labelsToApply are added to the labels
+// see src/workload/workload.ts). A profile's labelsToApply are added to the labels
 // of the endpoints that name it, which is how a NetworkPolicy's
 // namespaceSelector finds pods: by their namespace's labels, prefixed `pcns.`
 // (service account labels: `pcsa.`), so they never clash with pod labels.

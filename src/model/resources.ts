@@ -33,6 +33,14 @@ export interface Resource<K extends Kind = Kind, S = SpecOf<K>> {
 
 export type EncapMode = 'Never' | 'Always' | 'CrossSubnet';
 
+/**
+ * An IPPool's blockSize: the default and the allowed range per family. Facts of
+ * the resource, so the CRD schema (datastore/crds.ts) and the IPAM's pool check
+ * read the same numbers.
+ */
+export const DEFAULT_BLOCK_SIZE: Readonly<Record<4 | 6, number>> = { 4: 26, 6: 122 };
+export const BLOCK_SIZE_RANGE: Readonly<Record<4 | 6, readonly [number, number]>> = { 4: [20, 32], 6: [116, 128] };
+
 export interface IPPoolSpec {
   cidr: string;
   /** Prefix length of the blocks the pool is carved into: 20-32 (IPv4, default 26), 116-128 (IPv6, default 122). */

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { workloadEndpointName } from '../../src/model/names.js';
-import { endpointStatusKey, writePolicyStatus } from '../../src/k8s/policy-wait.js';
+import { endpointStatusKey, writePolicyStatus } from '../../src/policy-status/index.js';
 import { startNodeInit } from '../../src/agent/node-init.js';
 import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 import { netlink, openNetns } from '../../src/native/index.js';

@@ -156,7 +156,7 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       const node = `node-${s}`;
       const pod = `web-${s}-0`;
       const podLabels = { app: 'web', tier: 'front' };
-      // What the plugin writes (k8s/workload.ts) and the kubernetes backend derives.
+      // What the plugin writes (workload/workload.ts) and the kubernetes backend derives.
       const labels = { ...podLabels, 'netplugin.org/namespace': ns, 'netplugin.org/orchestrator': 'k8s', 'netplugin.org/serviceaccount': 'default' };
       await t.preparePod?.(ns, pod, node, podLabels);
       const spec: SpecOf<'WorkloadEndpoint'> = {

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { endpointStatusKey, statusFilePath, writePolicyStatus } from '../../src/k8s/policy-wait.js';
+import { endpointStatusKey, statusFilePath, writePolicyStatus } from '../../src/policy-status/index.js';
 import { DatastoreError } from '../../src/errors.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';

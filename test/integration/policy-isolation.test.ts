@@ -6,7 +6,7 @@
 // than `inet netplugin` are never changed.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, readFileSync } from 'node:fs';
-import { endpointStatusKey, statusFilePath } from '../../src/k8s/policy-wait.js';
+import { endpointStatusKey, statusFilePath } from '../../src/policy-status/index.js';
 import { workloadEndpointName } from '../../src/model/names.js';
 import { nftRun } from '../../src/native/nft.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';

@@ -15,7 +15,7 @@ import {
   waitForPolicyProgrammed,
   writePolicyStatus,
   type ProgrammedSignal,
-} from '../../src/k8s/policy-wait.js';
+} from '../../src/policy-status/index.js';
 
 let root: string;
 const key = 'worker--1-k8s-web--0-eth0';

@@ -3,7 +3,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseReadinessGates, waitForReadinessGates } from '../../src/k8s/readiness.js';
+import { parseReadinessGates, waitForReadinessGates } from '../../src/workload/readiness.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 
 const servers: Server[] = [];

@@ -10,7 +10,7 @@ import { MemoryDatastore } from '../../src/datastore/memory.js';
 import type { Resource } from '../../src/model/resources.js';
 import type { Datastore } from '../../src/datastore/types.js';
 import { startPolicyController, type InterfaceConflict, type PolicyController } from '../../src/agent/policy/controller.js';
-import { endpointStatusKey, statusFilePath } from '../../src/k8s/policy-wait.js';
+import { endpointStatusKey, statusFilePath } from '../../src/policy-status/index.js';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { namespaceToProfile } from '../../src/model/profiles.js';
 import { nftRun, nftRunAsync } from '../../src/native/nft.js';

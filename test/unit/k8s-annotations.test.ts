@@ -8,7 +8,7 @@ import {
   resolveWorkloadOptions,
   type PoolInfo,
   type ResolveInput,
-} from '../../src/k8s/annotations.js';
+} from '../../src/workload/annotations.js';
 import { ANNOTATIONS } from '../../src/model/annotations.js';
 import { CniError, ErrorCodes } from '../../src/errors.js';
 import type { Logger } from '../../src/log/types.js';

@@ -11,13 +11,13 @@ import {
   type NamespaceLike,
   type PodLike,
   type PodSource,
-} from '../../src/k8s/workload.js';
+} from '../../src/workload/workload.js';
 import { workloadEndpointName } from '../../src/model/names.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
 import type { Logger } from '../../src/log/types.js';
 import type { KubeClient } from '../../src/k8s/client.js';
 import { ANNOTATIONS } from '../../src/model/annotations.js';
-import type { PoolInfo } from '../../src/k8s/annotations.js';
+import type { PoolInfo } from '../../src/workload/annotations.js';
 
 // Compile-time check (tsc): the real API client can be passed where a PodSource is expected.
 const clientIsPodSource = (c: KubeClient): PodSource => c;

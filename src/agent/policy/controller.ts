@@ -34,7 +34,7 @@ import {
   statusFileName,
   writePolicyStatus,
   type ProgrammedSignal,
-} from '../../k8s/policy-wait.js';
+} from '../../policy-status/index.js';
 import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
 import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
 import {

@@ -3,7 +3,7 @@
 import type { Logger } from '../../log/types.js';
 import type { PolicyController } from './controller.js';
 import type { DatastoreSource } from '../../plugins/main/runtime.js';
-import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
+import type { ProgrammedSignal } from '../../policy-status/index.js';
 
 export interface PolicyAgent {
   /** Undefined until the datastore was reached and the controller started. */

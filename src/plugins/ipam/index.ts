@@ -7,11 +7,10 @@ import { resolveNodename } from '../../config/nodename.js';
 import { validAttachments } from '../../cni/dispatch.js';
 import type { CniContext, CniHandlers, CniResult } from '../../cni/types.js';
 import type { Datastore } from '../../datastore/types.js';
-import { createIpam, type Ipam } from '../../ipam/index.js';
+import { createIpam, handleIDFor, parseHandleID, type Ipam } from '../../ipam/index.js';
 import { formatIP, tryParseIP } from '../../net/cidr.js';
 import type { PluginRuntime } from '../main/runtime.js';
 import { nodeIpamLock } from '../node-lock.js';
-import { handleIDFor, parseHandleID } from '../../ipam/handle.js';
 
 type Ctx = CniContext<Netconf, PluginRuntime>;
 

@@ -7,8 +7,8 @@ import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, ErrorCodes } from '../../errors.js';
 import { GATEWAY_V4, HostLinkInUseError } from '../../dataplane/workload.js';
 import { linkLocalFromMac } from '../../dataplane/names.js';
-import { needsPodLookup, readWorkloadContext } from '../../k8s/workload.js';
-import { poolsFromResources } from '../../k8s/annotations.js';
+import { needsPodLookup, readWorkloadContext } from '../../workload/workload.js';
+import { poolsFromResources } from '../../workload/annotations.js';
 import type { Resource } from '../../model/resources.js';
 import { hostPrefix } from '../../net/cidr.js';
 import { Rollback, step } from './rollback.js';
@@ -28,7 +28,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
 
   if (conf.readiness_gates?.length) {
     await step('readiness gates', async () => {
-      const { waitForReadinessGates } = await import('../../k8s/readiness.js');
+      const { waitForReadinessGates } = await import('../../workload/readiness.js');
       await waitForReadinessGates(conf.readiness_gates!, { log, ...(conf.readiness_gate_timeout_seconds ? { deadlineMs: conf.readiness_gate_timeout_seconds * 1000 } : {}) });
     });
   }
@@ -75,7 +75,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   const rb = new Rollback(log);
   try {
     const sdir = statusDir(conf);
-    const policyWait = conf.policy_setup_timeout_seconds ? await import('../../k8s/policy-wait.js') : undefined;
+    const policyWait = conf.policy_setup_timeout_seconds ? await import('../../policy-status/index.js') : undefined;
     const statusKey = policyWait?.endpointStatusKey(wl.namespace, wl.endpointName);
     if (policyWait) await policyWait.clearPolicyStatus(statusKey!, sdir);
     // The container MAC is chosen here rather than by the kernel, so the

@@ -4,13 +4,14 @@
 import { CniError, ErrorCodes } from '../../errors.js';
 import type { Datastore } from '../../datastore/types.js';
 import { parseResult } from '../../cni/result.js';
-import { ipamFieldNames, type AddressRequest } from '../../k8s/annotations.js';
+import { ipamFieldNames, type AddressRequest } from '../../workload/annotations.js';
 import { addressOf } from '../../net/cidr.js';
 import { step, type Rollback } from './rollback.js';
 import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
 import { ownEndpoint, type EndpointPiggyback } from './endpoint.js';
 import { ipamFor, type PluginContext, type Workload } from './common.js';
+import type { Ipam } from '../../ipam/index.js';
 
 /** The pod's addresses (bare IPs) and whether an earlier ADD of this container already held them. */
 export interface Addresses {
@@ -19,9 +20,8 @@ export interface Addresses {
   repeated?: boolean;
 }
 
-type IpamModule = typeof import('../../ipam/index.js');
 export interface EarlyIpam {
-  ipam: InstanceType<IpamModule['Ipam']>;
+  ipam: Ipam;
   pools: Promise<Awaited<ReturnType<Datastore['list']>>>;
 }
 

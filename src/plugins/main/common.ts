@@ -7,10 +7,9 @@ import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
 import { hostVethKey, hostVethName } from '../../dataplane/names.js';
-import { handleIDFor } from '../../ipam/handle.js';
 import { workloadEndpointName } from '../../model/names.js';
 import type { PluginRuntime } from './runtime.js';
-import type { Ipam } from '../../ipam/index.js';
+import { createIpam, handleIDFor, type Ipam } from '../../ipam/index.js';
 
 export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 export const DEFAULT_VETH_PREFIX = 'npi';
@@ -92,7 +91,8 @@ export type PluginContext = CniContext<Netconf, PluginRuntime>;
  * assignments and releases, its batching.
  */
 export async function ipamFor(ctx: Pick<PluginContext, 'conf' | 'env' | 'log' | 'runtime'>, ds: Datastore, use: 'assign' | 'read' = 'read'): Promise<Ipam> {
-  const [{ createIpam }, { nodeIpamLock }] = await Promise.all([import('../../ipam/index.js'), import('../node-lock.js')]);
+  // Lazy: the host lock loads the addon (flock); an invocation with a delegated IPAM never gets here.
+  const { nodeIpamLock } = await import('../node-lock.js');
   const lock = nodeIpamLock(ctx, ctx.runtime.ipam.onLockTakeover);
   const batch = use === 'assign' && ctx.runtime.ipam.batch;
   return createIpam(ds, { log: ctx.log, lock, shared: ctx.runtime.ipam.shared, ...(batch ? { batch: true } : {}) });

@@ -11,7 +11,7 @@ import { execDelegate } from './delegate.js';
 import { delegatedIpam } from './delegated-ipam.js';
 import { HOST_MAC, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
-import { IpamError } from '../../ipam/errors.js';
+import { IpamError } from '../../ipam/index.js';
 import { addressOf } from '../../net/cidr.js';
 
 export async function del(ctx: PluginContext): Promise<void> {
@@ -84,7 +84,7 @@ export async function del(ctx: PluginContext): Promise<void> {
   }
   if (newerOwner) log.info('not deleting the workload endpoint: it belongs to a newer container of this pod', { owner: newerOwner });
   if (conf.policy_setup_timeout_seconds && !newerOwner) {
-    const { clearPolicyStatus, endpointStatusKey } = await import('../../k8s/policy-wait.js');
+    const { clearPolicyStatus, endpointStatusKey } = await import('../../policy-status/index.js');
     await clearPolicyStatus(endpointStatusKey(wl.namespace, wl.endpointName), statusDir(conf)).catch(() => undefined);
   }
 

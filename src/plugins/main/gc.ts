@@ -11,7 +11,7 @@ import { validAttachments } from '../../cni/dispatch.js';
 import { isNetpluginIpam } from '../../config/index.js';
 import { DatastoreError } from '../../errors.js';
 import { hostVethKey, hostVethName } from '../../dataplane/names.js';
-import { parseHandleID } from '../../ipam/handle.js';
+import { parseHandleID } from '../../ipam/index.js';
 import { DEFAULT_VETH_PREFIX, HOST_MAC, identify, ipamFor, type PluginContext } from './common.js';
 
 export async function gc(ctx: PluginContext): Promise<void> {

@@ -15,10 +15,10 @@ import { ETCD_SETTINGS_WITH_DEPRECATED } from '../../datastore/settings.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
 import type { ConntrackLog } from '../../dataplane/conntrack.js';
 import type { KubeClient } from '../../k8s/client.js';
-import type { PodSource } from '../../k8s/workload.js';
-import type { ProgrammedSignal } from '../../k8s/policy-wait.js';
+import type { PodSource } from '../../workload/workload.js';
+import type { ProgrammedSignal } from '../../policy-status/index.js';
 import { CniError, ErrorCodes } from '../../errors.js';
-import { createIpamShared, type IpamShared } from '../../ipam/shared.js';
+import { createIpamShared, type IpamShared } from '../../ipam/index.js';
 
 export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;

@@ -2,6 +2,7 @@
 // datastore unreachable or not ready, or no pool with a free address.
 import { isNetpluginIpam } from '../../config/index.js';
 import { CniError, ErrorCodes } from '../../errors.js';
+import { createIpam } from '../../ipam/index.js';
 import { checkClusterReady, identify, type PluginContext } from './common.js';
 
 export async function status(ctx: PluginContext): Promise<void> {
@@ -14,7 +15,6 @@ export async function status(ctx: PluginContext): Promise<void> {
     throw new CniError(ErrorCodes.PluginNotAvailable, `the datastore cannot be used: ${(e as Error).message}`);
   }
   if (!isNetpluginIpam(conf.ipam)) return;
-  const { createIpam } = await import('../../ipam/index.js');
   const node = identify(conf, { containerId: 'status', ifname: 'eth0', args: {} }).node;
   const families = ([4, 6] as const).filter((f) => (f === 4 ? conf.ipam.assign_ipv4 : conf.ipam.assign_ipv6) === 'true');
   let problem: string | undefined;

@@ -5,7 +5,6 @@
 // Coded against small structural interfaces (PodLike, PodSource) so the real
 // API client (src/k8s/client.ts) and plain test objects both fit.
 import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
-import type { CniArgs } from '../cni/types.js';
 import type { Logger } from '../log/types.js';
 // Types only: datastore/ may import k8s/, never the reverse (ARCHITECTURE layers).
 import type { Resource, WorkloadEndpointSpec } from '../model/resources.js';
@@ -84,7 +83,7 @@ export interface PodEndpointAttributes {
  */
 export function needsPodLookup(
   conf: { policy?: { type?: string | undefined } | undefined; datastore_type?: string | undefined },
-  args: CniArgs,
+  args: { K8S_POD_NAMESPACE?: string | undefined; K8S_POD_NAME?: string | undefined },
   log?: Logger,
 ): boolean {
   const hasPod = !!args.K8S_POD_NAMESPACE && !!args.K8S_POD_NAME;
