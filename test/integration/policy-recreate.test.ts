@@ -19,7 +19,7 @@ let env: PolicyEnv;
 
 beforeAll(async () => {
   assertThrowawayHostNetns();
-  env = await startPolicyEnv(POOL, 'npv');
+  env = await startPolicyEnv(POOL, 'npj');
   await addPod(env, 'x', 'a');
   await addPod(env, 'y', 'c');
   // Admits nobody to a pod labelled gen=new; the first x/a is not one.

@@ -28,7 +28,7 @@ beforeAll(async () => {
   // Debian's default: no reverse-path filter (the veths made later take the default).
   sysctl('net.ipv4.conf.all.rp_filter', '0');
   sysctl('net.ipv4.conf.default.rp_filter', '0');
-  env = await startPolicyEnv(POOL, 'npw', { pool6: POOL6 });
+  env = await startPolicyEnv(POOL, 'npe', { pool6: POOL6 });
   await addPod(env, 'x', 'a');
   await addPod(env, 'x', 'b');
   await addPod(env, 'y', 'c');
