@@ -25,11 +25,12 @@ export interface NodeNetworkOptions {
   onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
 
-/** Throws (before anything starts) on bad flags. */
-export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
+/** Throws (before anything starts) on bad flags. stop() settles once BIRD (with --bgp on) exited. */
+export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void> } {
   const autodetect = parseAutodetect(o.autodetect ?? 'first-found');
   let stopped = false;
   const stops: Array<() => void> = [];
+  let bgpStopped: Promise<void> = Promise.resolve();
   void (async () => {
     await o.nodeInit;
     if (stopped) return;
@@ -69,8 +70,11 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       const { startBgpController } = await import('./bgp/index.js');
       const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir });
       o.bgp.onStarted(bgp);
-      // Before kernel.close (the controller reads connected subnets through it).
-      stops.unshift(() => void bgp.stop());
+      // Before kernel.close (the controller reads connected subnets through it). The agent stops to be
+      // restarted: BIRD shuts down for a graceful restart, so peers keep this node's routes meanwhile.
+      stops.unshift(() => {
+        bgpStopped = bgp.stop({ graceful: true });
+      });
     }
     if (stopped) for (const s of stops.splice(0)) s();
     o.log.info('pod network controllers started', { node });
@@ -79,6 +83,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
     stop() {
       stopped = true;
       for (const s of stops.splice(0)) s();
+      return bgpStopped.catch(() => undefined);
     },
   };
 }

@@ -323,7 +323,7 @@ async function main(): Promise<void> {
       restarts.set(undefined, st?.restarts ?? 0);
     });
   }
-  let network: { stop(): void } | undefined;
+  let network: { stop(): Promise<void> } | undefined;
   if (values.config && nodeInit && !values['no-routes']) {
     const { startNodeNetwork } = await import('../agent/node-network.js');
     try {
@@ -413,11 +413,13 @@ async function main(): Promise<void> {
     pluginKubeconfig?.stop();
     void health?.close();
     void metricsServer?.close();
-    network?.stop();
+    const networkStopped = network?.stop();
     // The nftables table stays: existing pods keep their enforcement, new ones stay isolated.
     void policy?.stop();
     server.close().then(
       async () => {
+        // BIRD's graceful-restart shutdown (--bgp on) ends within seconds (BirdSupervisor.stop).
+        await networkStopped;
         await dataplane.close();
         await runtime.close();
         process.exit(0);

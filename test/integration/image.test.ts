@@ -33,9 +33,11 @@ PODMAN_FLAGS="$PODMAN_FLAGS" BUILD_FLAGS="--ulimit nofile=1024:1024 --ulimit npr
 echo "BUILD ok"
 IMG=localhost/netplugin/node:$VERSION
 echo "LABELS $($P image inspect --format '{{json .Labels}}' $IMG)"
-echo "AGENTVERSION $($P run --rm $R $IMG --version)"
-# BIRD where the agent's --bird-path default looks, with its libraries: it starts and birdc reaches it.
-echo "BIRD $($P run --rm $R --network none --entrypoint sh $IMG -c 'printf "router id 10.0.0.1;\\nprotocol device {}\\n" >/tmp/b.conf && /usr/sbin/bird -c /tmp/b.conf -s /tmp/b.ctl -P /tmp/b.pid && sleep 0.3 && /usr/sbin/birdc -s /tmp/b.ctl show status' 2>&1 | tr '\\n' ' ')"
+# One container for both (each run costs seconds): the agent's version, and BIRD where the agent's
+# --bird-path default looks, with its libraries: it starts and birdc reaches it.
+$P run --rm $R --network none --entrypoint sh $IMG -c 'echo "AGENTVERSION $(node /opt/netplugin/dist/netplugin-node.cjs --version)"
+printf "router id 10.0.0.1;\\nprotocol device {}\\n" >/tmp/b.conf && /usr/sbin/bird -c /tmp/b.conf -s /tmp/b.ctl -P /tmp/b.pid && sleep 0.3
+echo "BIRD $(/usr/sbin/birdc -s /tmp/b.ctl show status 2>&1 | tr "\\n" " ")"'
 $P run --rm $R --network none -v $T/host:/host --entrypoint node $IMG /opt/netplugin/dist/netpluginctl.mjs install-cni --host-root=/host --etcd-endpoints http://127.0.0.1:2379 --nodename node-a >/dev/null
 echo "INSTALLED $(ls $T/host/opt/cni/bin | tr '\\n' ' ')"
 $P run -d $R --name agent --network host -v $T/run:/var/run/netplugin $IMG --socket=/var/run/netplugin/cni.sock --health-addr=127.0.0.1:19099 >/dev/null

@@ -24,7 +24,8 @@ export interface BgpOptions {
 
 export interface BgpController {
   status(): BirdStatus;
-  stop(): Promise<void>;
+  /** graceful: the agent stops to be restarted (see BirdSupervisor.stop). */
+  stop(o?: { graceful?: boolean }): Promise<void>;
 }
 
 export function startBgpController(o: BgpOptions): BgpController {
@@ -107,13 +108,13 @@ export function startBgpController(o: BgpOptions): BgpController {
 
   return {
     status: () => bird.status(),
-    async stop() {
+    async stop(so = {}) {
       stopped = true;
       clearTimeout(debounce);
       clearInterval(resync);
       for (const i of all) i.stop();
       await running.catch(() => undefined);
-      await bird.stop();
+      await bird.stop(so);
     },
   };
 }
