@@ -20,7 +20,7 @@ export interface NodeNetworkOptions {
   autodetect: string | undefined;
   mtuFile: string | undefined;
   /** --bgp on: BIRD is supervised and routes the pools without encapsulation. */
-  bgp?: { birdPath: string; runDir: string; onStarted: (c: import('./bgp/index.js').BgpController) => void };
+  bgp?: { birdPath: string; runDir: string; readSecret?: (name: string, key: string) => Promise<string>; onStarted: (c: import('./bgp/index.js').BgpController) => void };
   /** Metrics hook: each route reconcile applied to the kernel. */
   onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
@@ -68,7 +68,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
     stops.push(() => routes.stop(), () => nat.stop(), () => kernel.close());
     if (o.bgp) {
       const { startBgpController } = await import('./bgp/index.js');
-      const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir });
+      const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir, ...(o.bgp.readSecret ? { readSecret: o.bgp.readSecret } : {}) });
       o.bgp.onStarted(bgp);
       // Before kernel.close (the controller reads connected subnets through it). The agent stops to be
       // restarted: BIRD shuts down for a graceful restart, so peers keep this node's routes meanwhile.
