@@ -423,5 +423,8 @@ describe('shipped files', () => {
     for (const e of spec.cni.properties.ipam.properties.type.enum) expect(() => parseInstallation(inst({ cni: { ipam: { type: e } } }))).not.toThrow();
     for (const e of spec.logging.properties.cni.properties.logSeverity.enum) expect(() => parseInstallation(inst({ logging: { cni: { logSeverity: e } } }))).not.toThrow();
     expect(pool.encapsulation.enum).toEqual(['IPIP', 'IPIPCrossSubnet', 'VXLAN', 'VXLANCrossSubnet', 'None']);
+    // A field the CRD lacks would be pruned by the API server: bgp must be there with the schema's values.
+    expect(spec.netpluginNetwork.properties.bgp.enum).toEqual(['Enabled', 'Disabled']);
+    for (const e of spec.netpluginNetwork.properties.bgp.enum) expect(parseInstallation(inst({ netpluginNetwork: { bgp: e } })).spec.netpluginNetwork.bgp).toBe(e);
   });
 });
