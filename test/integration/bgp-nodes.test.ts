@@ -69,7 +69,7 @@ beforeAll(async () => {
     const b = (await topo.ds.list('IPAMBlock')).items.find((x) => x.spec.affinity === `host:node-${n}`);
     blocks[n] = b!.spec.cidr;
   }
-}, 180_000);
+}, 300_000);
 
 afterAll(async () => {
   for (const c of children) c.kill('SIGKILL');
