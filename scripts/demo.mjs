@@ -556,7 +556,9 @@ function cleanup() {
       const pidFile = state.tmp && join(state.tmp, 'bird', 'bird.pid');
       if (pidFile && existsSync(pidFile)) {
         try {
-          process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
+          const pid = Number(readFileSync(pidFile, 'utf8'));
+          // Only that BIRD: a stale pid file may name a reused pid.
+          if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(state.tmp)) process.kill(pid, 'SIGKILL');
         } catch {
           // already gone
         }
