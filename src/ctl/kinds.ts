@@ -25,7 +25,10 @@ export const CTL_KINDS: readonly KindInfo[] = [
   { kind: 'BGPConfiguration', aliases: ['bgpconfiguration', 'bgpconfigurations', 'bgpconfig', 'bgpconfigs'] },
   { kind: 'BGPPeer', aliases: ['bgppeer', 'bgppeers', 'bgpp'] },
   { kind: 'StagedNetworkPolicy', aliases: ['stagednetworkpolicy', 'stagednetworkpolicies', 'snp', 'snps'] },
-  { kind: 'StagedGlobalNetworkPolicy', aliases: ['stagedglobalnetworkpolicy', 'stagedglobalnetworkpolicies', 'sgnp', 'sgnps'] },
+  {
+    kind: 'StagedGlobalNetworkPolicy',
+    aliases: ['stagedglobalnetworkpolicy', 'stagedglobalnetworkpolicies', 'sgnp', 'sgnps'],
+  },
   {
     kind: 'StagedKubernetesNetworkPolicy',
     aliases: ['stagedkubernetesnetworkpolicy', 'stagedkubernetesnetworkpolicies', 'sknp', 'sknps'],

@@ -13,7 +13,8 @@ Commands:
   explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
   promote KIND/NAME   make a staged policy the enforced one (or delete it, for stagedAction: Delete)
 `,
-  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--source-port N] [--protocol P] [--staged] [-o json]
+  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N]
+         [--source-port N] [--protocol P] [--staged] [-o json]
 
 Shows the pod's endpoint (addresses, labels with those its profiles apply), the
 policies that select it for ingress and egress in evaluation order, and with
@@ -52,7 +53,11 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
   const sub = rest[0];
   if (!sub || sub === '--help' || sub === '-h') return printHelp(io, POLICY_HELP.policy);
   if (sub === 'promote') return runPromote(rest.slice(1), io, s);
-  if (sub !== 'explain') throw new CtlError(`unknown policy command '${sub}'; try 'netpluginctl policy explain POD' or 'netpluginctl policy promote KIND/NAME'`);
+  if (sub !== 'explain')
+    throw new CtlError(
+      `unknown policy command '${sub}'; ` +
+        "try 'netpluginctl policy explain POD' or 'netpluginctl policy promote KIND/NAME'",
+    );
   const p = parseCommand(
     rest.slice(1),
     [
@@ -69,7 +74,11 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
   );
   if (bool(p, 'help')) return printHelp(io, POLICY_HELP['policy explain']);
   const [pod, ...extra] = p.positional;
-  if (!pod || extra.length) throw new CtlError(`policy explain takes one pod name, e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 --port 80'`);
+  if (!pod || extra.length)
+    throw new CtlError(
+      'policy explain takes one pod name, ' +
+        "e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 --port 80'",
+    );
   const { cmdPolicyExplain } = await import('./policy.js');
   const opt = (n: string) => str(p, n);
   return cmdPolicyExplain(await s.datastore(), io, {
@@ -93,7 +102,9 @@ const runPromote: CtlCommand = async (rest, io, s) => {
   if (args.length === 1 && args[0]!.includes('/')) [kind, name] = args[0]!.split('/', 2);
   else if (args.length === 2) [kind, name] = args;
   if (!kind || !name) {
-    throw new CtlError(`policy promote takes KIND/NAME (or KIND NAME), e.g. 'netpluginctl policy promote snp/allow-web -n shop'`);
+    throw new CtlError(
+      `policy promote takes KIND/NAME (or KIND NAME), e.g. 'netpluginctl policy promote snp/allow-web -n shop'`,
+    );
   }
   const { cmdPolicyPromote } = await import('./promote.js');
   return cmdPolicyPromote(s, io, { kind, name, namespace: str(p, 'namespace'), dryRun: dryRun(p) });

@@ -11,7 +11,14 @@ import type { KubeClient, KubeObject } from '../k8s/client.js';
 import { K8S_POLICY_PREFIX } from '../model/k8s-networkpolicy.js';
 import { policyId } from '../model/policy-eval.js';
 import type { Kind, Resource } from '../model/resources.js';
-import { isStagedKind, promotedObject, stagedAction, stagedLabel, stagedTarget, type StagedPolicy } from '../model/staged.js';
+import {
+  isStagedKind,
+  promotedObject,
+  stagedAction,
+  stagedLabel,
+  stagedTarget,
+  type StagedPolicy,
+} from '../model/staged.js';
 import { CtlError, type CtlIO, type CtlSession } from './io.js';
 import { resolveKind } from './kinds.js';
 
@@ -27,7 +34,10 @@ const enc = encodeURIComponent;
 export async function cmdPolicyPromote(s: CtlSession, io: CtlIO, o: PromoteOptions): Promise<number> {
   const info = resolveKind(o.kind);
   if (!isStagedKind(info.kind)) {
-    throw new CtlError(`policy promote takes a staged policy (StagedNetworkPolicy, StagedGlobalNetworkPolicy or StagedKubernetesNetworkPolicy), not ${info.kind}`);
+    throw new CtlError(
+      'policy promote takes a staged policy (StagedNetworkPolicy, StagedGlobalNetworkPolicy or ' +
+        `StagedKubernetesNetworkPolicy), not ${info.kind}`,
+    );
   }
   const kind = info.kind;
   const namespace = kind === 'StagedGlobalNetworkPolicy' ? undefined : (o.namespace ?? 'default');
@@ -67,18 +77,31 @@ function removeStaged(staged: StagedPolicy): TxnOp {
 }
 
 function deleteOp(kind: Kind, name: string, namespace: string | undefined, revision: string | undefined): TxnOp {
-  return { op: 'delete', kind, name, ...(namespace !== undefined ? { namespace } : {}), ...(revision !== undefined ? { revision } : {}) };
+  return {
+    op: 'delete',
+    kind,
+    name,
+    ...(namespace !== undefined ? { namespace } : {}),
+    ...(revision !== undefined ? { revision } : {}),
+  };
 }
 
 /** StagedNetworkPolicy and StagedGlobalNetworkPolicy: both writes in the datastore. */
-async function promoteInDatastore(ds: Datastore, io: CtlIO, staged: StagedPolicy, from: string, dry: string): Promise<void> {
+async function promoteInDatastore(
+  ds: Datastore,
+  io: CtlIO,
+  staged: StagedPolicy,
+  from: string,
+  dry: string,
+): Promise<void> {
   const t = stagedTarget(staged);
   const target = `${t.kind} ${policyId(t)}`;
   if (t.kind === 'NetworkPolicy' && t.name.startsWith(K8S_POLICY_PREFIX)) {
     // knp.default.* mirror Kubernetes NetworkPolicies: a write here would be undone (etcd) or is refused (Kubernetes).
     const k8sName = t.name.slice(K8S_POLICY_PREFIX.length);
     throw new CtlError(
-      `${stagedLabel(staged)} would write ${target}, which mirrors the Kubernetes NetworkPolicy ${t.namespace}/${k8sName}; ` +
+      `${stagedLabel(staged)} would write ${target}, ` +
+        `which mirrors the Kubernetes NetworkPolicy ${t.namespace}/${k8sName}; ` +
         `stage that one as a StagedKubernetesNetworkPolicy named ${JSON.stringify(k8sName)} instead`,
     );
   }
@@ -92,7 +115,8 @@ async function promoteInDatastore(ds: Datastore, io: CtlIO, staged: StagedPolicy
     }
   } else {
     const promoted = promotedObject(staged);
-    if (promoted.kind === 'KubernetesNetworkPolicy') throw new Error('unreachable: a Kubernetes policy in the datastore path');
+    if (promoted.kind === 'KubernetesNetworkPolicy')
+      throw new Error('unreachable: a Kubernetes policy in the datastore path');
     const res = promoted.res as Resource;
     if (existing) {
       res.metadata.resourceVersion = existing.metadata.resourceVersion;
@@ -117,11 +141,18 @@ async function promoteInDatastore(ds: Datastore, io: CtlIO, staged: StagedPolicy
     const op = TxnError.opOf(e);
     if (op === undefined || !(e instanceof DatastoreError)) throw e;
     const what = op === ops.length - 1 ? stagedLabel(staged) : target;
-    const why = e.kind === 'Conflict' || e.kind === 'AlreadyExists' || e.kind === 'NotFound' ? `${what} changed while promoting` : `writing ${what} failed`;
-    if (ds.atomicTxn) throw new CtlError(`${why} (${e.message}); nothing was changed: run 'netpluginctl policy promote' again`);
+    const why =
+      e.kind === 'Conflict' || e.kind === 'AlreadyExists' || e.kind === 'NotFound'
+        ? `${what} changed while promoting`
+        : `writing ${what} failed`;
+    if (ds.atomicTxn)
+      throw new CtlError(`${why} (${e.message}); nothing was changed: run 'netpluginctl policy promote' again`);
     // Kubernetes: ordered writes; the enforced policy may be written already.
     if (op === ops.length - 1 && ops.length > 1) {
-      throw new CtlError(`${done}, but ${stagedLabel(staged)} was not removed: ${why} (${e.message}); check it and delete it with 'netpluginctl delete'`);
+      throw new CtlError(
+        `${done}, but ${stagedLabel(staged)} was not removed: ${why} (${e.message}); ` +
+          "check it and delete it with 'netpluginctl delete'",
+      );
     }
     throw new CtlError(`${why} (${e.message}); nothing was changed: run 'netpluginctl policy promote' again`);
   }
@@ -134,16 +165,28 @@ async function kubeFor(s: CtlSession, ds: Datastore, staged: StagedPolicy): Prom
   if (ds.type !== 'kubernetes' && !conf?.kubernetes && !process.env.KUBERNETES_SERVICE_HOST) {
     const ns = staged.metadata.namespace ?? 'default';
     throw new CtlError(
-      `${stagedLabel(staged)} promotes to a Kubernetes NetworkPolicy (networking.k8s.io/v1), written through the Kubernetes API, ` +
+      `${stagedLabel(staged)} promotes to a Kubernetes NetworkPolicy (networking.k8s.io/v1), ` +
+        'written through the Kubernetes API, ' +
         `and no Kubernetes API is configured beside the ${ds.type} datastore: pass --kubeconfig PATH or set KUBECONFIG. ` +
-        `netplugin-kube-controllers then mirrors it into the datastore as NetworkPolicy ${ns}/${K8S_POLICY_PREFIX}${staged.metadata.name}`,
+        'netplugin-kube-controllers then mirrors it into the datastore as NetworkPolicy ' +
+        `${ns}/${K8S_POLICY_PREFIX}${staged.metadata.name}`,
     );
   }
   return s.kube();
 }
 
-/** StagedKubernetesNetworkPolicy: the Kubernetes NetworkPolicy through the API, then the staged object from the datastore. */
-async function promoteToKubernetes(s: CtlSession, ds: Datastore, io: CtlIO, staged: StagedPolicy, from: string, dry: string): Promise<void> {
+/**
+ * StagedKubernetesNetworkPolicy: the Kubernetes NetworkPolicy through the API, then the staged object
+ * from the datastore.
+ */
+async function promoteToKubernetes(
+  s: CtlSession,
+  ds: Datastore,
+  io: CtlIO,
+  staged: StagedPolicy,
+  from: string,
+  dry: string,
+): Promise<void> {
   const kube = await kubeFor(s, ds, staged);
   const ns = staged.metadata.namespace ?? 'default';
   const name = staged.metadata.name;
@@ -155,18 +198,23 @@ async function promoteToKubernetes(s: CtlSession, ds: Datastore, io: CtlIO, stag
   } catch (e) {
     if (!DatastoreError.is(e, 'NotFound')) throw e;
   }
-  const mirrored = ds.type === 'etcdv3' ? `; netplugin-kube-controllers mirrors it into etcd as NetworkPolicy ${ns}/${K8S_POLICY_PREFIX}${name}` : '';
+  const mirrored =
+    ds.type === 'etcdv3'
+      ? `; netplugin-kube-controllers mirrors it into etcd as NetworkPolicy ${ns}/${K8S_POLICY_PREFIX}${name}`
+      : '';
   let verb: Verb = 'absent';
   let write: (() => Promise<unknown>) | undefined;
   if (stagedAction(staged) === 'Delete') {
     if (existing) {
       const preconditions = { resourceVersion: existing.metadata.resourceVersion, uid: existing.metadata.uid };
-      write = () => kube.request('DELETE', `${coll}/${enc(name)}`, { kind: 'DeleteOptions', apiVersion: 'v1', preconditions });
+      write = () =>
+        kube.request('DELETE', `${coll}/${enc(name)}`, { kind: 'DeleteOptions', apiVersion: 'v1', preconditions });
       verb = 'deleted';
     }
   } else {
     const promoted = promotedObject(staged);
-    if (promoted.kind !== 'KubernetesNetworkPolicy') throw new Error('unreachable: a netplugin policy in the Kubernetes path');
+    if (promoted.kind !== 'KubernetesNetworkPolicy')
+      throw new Error('unreachable: a netplugin policy in the Kubernetes path');
     const obj = promoted.object as unknown as KubeObject;
     if (existing) {
       obj.metadata.resourceVersion = existing.metadata.resourceVersion;
@@ -187,7 +235,10 @@ async function promoteToKubernetes(s: CtlSession, ds: Datastore, io: CtlIO, stag
   } catch (e) {
     if (!(e instanceof DatastoreError)) throw e;
     if (e.kind === 'Conflict' || e.kind === 'AlreadyExists' || e.kind === 'NotFound') {
-      throw new CtlError(`${target} changed while promoting (${e.message}); nothing was changed: run 'netpluginctl policy promote' again`);
+      throw new CtlError(
+        `${target} changed while promoting (${e.message}); ` +
+          "nothing was changed: run 'netpluginctl policy promote' again",
+      );
     }
     throw new CtlError(`writing ${target} failed (${e.message}); nothing was changed`);
   }
@@ -197,6 +248,9 @@ async function promoteToKubernetes(s: CtlSession, ds: Datastore, io: CtlIO, stag
   } catch (e) {
     if (!(e instanceof DatastoreError)) throw e;
     const why = e.kind === 'Conflict' || e.kind === 'NotFound' ? 'it changed while promoting' : 'removing it failed';
-    throw new CtlError(`${target} is written, but ${stagedLabel(staged)} was not removed: ${why} (${e.message}); check it and delete it with 'netpluginctl delete'`);
+    throw new CtlError(
+      `${target} is written, but ${stagedLabel(staged)} was not removed: ${why} (${e.message}); ` +
+        "check it and delete it with 'netpluginctl delete'",
+    );
   }
 }

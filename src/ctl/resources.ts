@@ -404,7 +404,8 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         row: (r) => {
           const s = (r as Resource<'StagedKubernetesNetworkPolicy'>).spec;
           if (s.stagedAction === 'Delete') return [r.metadata.namespace ?? '', r.metadata.name, 'Delete', '', ''];
-          return [r.metadata.namespace ?? '', r.metadata.name, 'Set', convertLabelSelector(s.podSelector, 'spec.podSelector'), k8sPolicyTypes(s).join(',')];
+          const pods = convertLabelSelector(s.podSelector, 'spec.podSelector');
+          return [r.metadata.namespace ?? '', r.metadata.name, 'Set', pods, k8sPolicyTypes(s).join(',')];
         },
       };
     default:

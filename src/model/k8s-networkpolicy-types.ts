@@ -32,7 +32,7 @@ export interface KubeNetworkPolicy {
   spec?: KubeNetworkPolicySpec;
 }
 
-/** A StagedKubernetesNetworkPolicy: the spec of the Kubernetes NetworkPolicy of the same namespace and name it stages. */
+/** A StagedKubernetesNetworkPolicy: the spec of the Kubernetes NetworkPolicy of its namespace and name. */
 export interface StagedKubernetesNetworkPolicySpec extends KubeNetworkPolicySpec {
   stagedAction?: StagedAction;
 }

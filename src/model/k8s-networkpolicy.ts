@@ -17,9 +17,28 @@
 // - a direction in policyTypes with no rules denies everything in it.
 import { z } from 'zod';
 import { API_VERSION, type Resource } from './resources.js';
-import { stagedSpecSchema, type EntityRule, type NetworkPolicySpec, type PolicyRule, type PolicyType, type Port } from './policy.js';
-import type { KubeLabelSelector, KubeNetworkPolicy, KubeNetworkPolicyPeer, KubeNetworkPolicyPort, KubeNetworkPolicySpec } from './k8s-networkpolicy-types.js';
-export type { KubeLabelSelector, KubeNetworkPolicy, KubeNetworkPolicyPeer, KubeNetworkPolicyPort, KubeNetworkPolicySpec } from './k8s-networkpolicy-types.js';
+import {
+  stagedSpecSchema,
+  type EntityRule,
+  type NetworkPolicySpec,
+  type PolicyRule,
+  type PolicyType,
+  type Port,
+} from './policy.js';
+import type {
+  KubeLabelSelector,
+  KubeNetworkPolicy,
+  KubeNetworkPolicyPeer,
+  KubeNetworkPolicyPort,
+  KubeNetworkPolicySpec,
+} from './k8s-networkpolicy-types.js';
+export type {
+  KubeLabelSelector,
+  KubeNetworkPolicy,
+  KubeNetworkPolicyPeer,
+  KubeNetworkPolicyPort,
+  KubeNetworkPolicySpec,
+} from './k8s-networkpolicy-types.js';
 
 export const K8S_POLICY_PREFIX = 'knp.default.';
 /** Kubernetes policies sit after explicitly ordered ones of ours (Calico uses the same order). */
@@ -200,6 +219,9 @@ const k8sPortSchema = z
   })
   .passthrough();
 
+const peersSchema = z.array(peerSchema).optional();
+const portsSchema = z.array(k8sPortSchema).optional();
+
 /**
  * A networking.k8s.io/v1 NetworkPolicy spec, with the checks of the API server that the
  * conversion to our model relies on (the same messages as convertK8sNetworkPolicy's).
@@ -208,12 +230,13 @@ export const k8sNetworkPolicySpecSchema = z
   .object({
     podSelector: labelSelectorSchema.optional(),
     policyTypes: z.array(z.enum(['Ingress', 'Egress'])).optional(),
-    ingress: z.array(z.object({ from: z.array(peerSchema).optional(), ports: z.array(k8sPortSchema).optional() }).passthrough()).optional(),
-    egress: z.array(z.object({ to: z.array(peerSchema).optional(), ports: z.array(k8sPortSchema).optional() }).passthrough()).optional(),
+    ingress: z.array(z.object({ from: peersSchema, ports: portsSchema }).passthrough()).optional(),
+    egress: z.array(z.object({ to: peersSchema, ports: portsSchema }).passthrough()).optional(),
   })
   .passthrough();
 
-export const stagedKubernetesNetworkPolicySpecSchema = stagedSpecSchema(k8sNetworkPolicySpecSchema).superRefine((spec, ctx) => {
+const stagedK8sShape = stagedSpecSchema(k8sNetworkPolicySpecSchema);
+export const stagedKubernetesNetworkPolicySpecSchema = stagedK8sShape.superRefine((spec, ctx) => {
   if (spec.stagedAction === 'Delete') return;
   try {
     convertK8sNetworkPolicy({ metadata: { name: 'staged' }, spec: spec as KubeNetworkPolicySpec });

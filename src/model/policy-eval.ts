@@ -218,7 +218,10 @@ export interface Decision {
   by: string;
   /** Every step, in order. */
   trace: string[];
-  /** The rules that matched, in order (Log ones too), and the default deny that decided, if one did: the last decided. */
+  /**
+   * The rules that matched, in order (Log ones too), and the default deny that decided, if one
+   * did: the last one decided.
+   */
   hits: EvalHit[];
 }
 
@@ -325,7 +328,8 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
   }
   if (selecting.length > 0 && !passed) {
     hits.push({ type: 'endOfPolicies' });
-    return { verdict: 'deny', by: `selected by ${selecting.length} ${key} polic${selecting.length === 1 ? 'y' : 'ies'}, no rule matched`, trace, hits };
+    const by = `selected by ${selecting.length} ${key} polic${selecting.length === 1 ? 'y' : 'ies'}, no rule matched`;
+    return { verdict: 'deny', by, trace, hits };
   }
   trace.push(selecting.length ? 'passed to the profiles' : `no policy selects it for ${key}: its profiles decide`);
   for (const name of endpoint.profiles) {
@@ -341,7 +345,9 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
       trace.push(`${by} matches`);
       hits.push({ type: 'profile', profile: name, ruleIndex: i, action: r.action });
       if (r.action === 'Pass') break; // on to the next profile, as the dataplane does
-      if (r.action === 'Allow' || r.action === 'Deny') return { verdict: r.action === 'Allow' ? 'allow' : 'deny', by, trace, hits };
+      if (r.action === 'Allow' || r.action === 'Deny') {
+        return { verdict: r.action === 'Allow' ? 'allow' : 'deny', by, trace, hits };
+      }
     }
   }
   hits.push({ type: 'endOfProfiles' });

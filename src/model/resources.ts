@@ -4,7 +4,13 @@
 // ipam/, agent/ and ctl/ read and write them; none of those import each other
 // for these types.
 
-import type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec, StagedGlobalNetworkPolicySpec, StagedNetworkPolicySpec } from './policy.js';
+import type {
+  GlobalNetworkPolicySpec,
+  NetworkPolicySpec,
+  ProfileSpec,
+  StagedGlobalNetworkPolicySpec,
+  StagedNetworkPolicySpec,
+} from './policy.js';
 import type { StagedKubernetesNetworkPolicySpec } from './k8s-networkpolicy-types.js';
 export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
 export type { StagedGlobalNetworkPolicySpec, StagedKubernetesNetworkPolicySpec, StagedNetworkPolicySpec };

@@ -7,7 +7,12 @@
 // (./policy-eval.ts), and builds the enforced object a promotion writes.
 import { API_VERSION, type Resource } from './resources.js';
 import type { Protocol, StagedAction } from './policy.js';
-import { convertK8sNetworkPolicy, K8S_POLICY_PREFIX, k8sPolicyName, PolicyConversionError } from './k8s-networkpolicy.js';
+import {
+  convertK8sNetworkPolicy,
+  K8S_POLICY_PREFIX,
+  k8sPolicyName,
+  PolicyConversionError,
+} from './k8s-networkpolicy.js';
 import type { KubeNetworkPolicy } from './k8s-networkpolicy-types.js';
 import { DEFAULT_TIER, END_OF_PROFILES_HIT, END_OF_TIER_HIT, type PolicyHit } from './policy-hit.js';
 import {
@@ -22,12 +27,19 @@ import {
 } from './policy-eval.js';
 
 export type StagedKind = StagedRef['kind'];
-export const STAGED_KINDS: readonly StagedKind[] = ['StagedNetworkPolicy', 'StagedGlobalNetworkPolicy', 'StagedKubernetesNetworkPolicy'];
+export const STAGED_KINDS: readonly StagedKind[] = [
+  'StagedNetworkPolicy',
+  'StagedGlobalNetworkPolicy',
+  'StagedKubernetesNetworkPolicy',
+];
 
-export type StagedPolicy = Resource<'StagedNetworkPolicy'> | Resource<'StagedGlobalNetworkPolicy'> | Resource<'StagedKubernetesNetworkPolicy'>;
+export type StagedPolicy =
+  Resource<'StagedNetworkPolicy'> | Resource<'StagedGlobalNetworkPolicy'> | Resource<'StagedKubernetesNetworkPolicy'>;
 
 /** The enforced kind a staged kind stages (KubernetesNetworkPolicy: networking.k8s.io/v1 NetworkPolicy). */
-export const ENFORCED_KIND: Readonly<Record<StagedKind, 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'KubernetesNetworkPolicy'>> = {
+export const ENFORCED_KIND: Readonly<
+  Record<StagedKind, 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'KubernetesNetworkPolicy'>
+> = {
   StagedNetworkPolicy: 'NetworkPolicy',
   StagedGlobalNetworkPolicy: 'GlobalNetworkPolicy',
   StagedKubernetesNetworkPolicy: 'KubernetesNetworkPolicy',
@@ -70,7 +82,9 @@ function enforcedSpec<S extends { stagedAction?: StagedAction }>(spec: S): Omit<
  */
 export function promotedObject(
   p: StagedPolicy,
-): { kind: 'NetworkPolicy' | 'GlobalNetworkPolicy'; res: Resource<'NetworkPolicy'> | Resource<'GlobalNetworkPolicy'> } | { kind: 'KubernetesNetworkPolicy'; object: KubeNetworkPolicy & { apiVersion: string; kind: string } } {
+):
+  | { kind: 'NetworkPolicy' | 'GlobalNetworkPolicy'; res: Resource<'NetworkPolicy'> | Resource<'GlobalNetworkPolicy'> }
+  | { kind: 'KubernetesNetworkPolicy'; object: KubeNetworkPolicy & { apiVersion: string; kind: string } } {
   const meta = {
     name: p.metadata.name,
     ...(p.metadata.labels ? { labels: { ...p.metadata.labels } } : {}),
@@ -79,21 +93,40 @@ export function promotedObject(
   const ns = p.metadata.namespace ?? 'default';
   switch (p.kind) {
     case 'StagedNetworkPolicy':
-      return { kind: 'NetworkPolicy', res: { apiVersion: API_VERSION, kind: 'NetworkPolicy', metadata: { ...meta, namespace: ns }, spec: enforcedSpec(p.spec) } };
+      return {
+        kind: 'NetworkPolicy',
+        res: {
+          apiVersion: API_VERSION,
+          kind: 'NetworkPolicy',
+          metadata: { ...meta, namespace: ns },
+          spec: enforcedSpec(p.spec),
+        },
+      };
     case 'StagedGlobalNetworkPolicy':
-      return { kind: 'GlobalNetworkPolicy', res: { apiVersion: API_VERSION, kind: 'GlobalNetworkPolicy', metadata: meta, spec: enforcedSpec(p.spec) } };
+      return {
+        kind: 'GlobalNetworkPolicy',
+        res: { apiVersion: API_VERSION, kind: 'GlobalNetworkPolicy', metadata: meta, spec: enforcedSpec(p.spec) },
+      };
     case 'StagedKubernetesNetworkPolicy': {
       const spec = enforcedSpec(p.spec);
       return {
         kind: 'KubernetesNetworkPolicy',
         // The API server requires podSelector; {} (every pod of the namespace) is what an unset one means here.
-        object: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { ...meta, namespace: ns }, spec: { ...spec, podSelector: spec.podSelector ?? {} } },
+        object: {
+          apiVersion: 'networking.k8s.io/v1',
+          kind: 'NetworkPolicy',
+          metadata: { ...meta, namespace: ns },
+          spec: { ...spec, podSelector: spec.podSelector ?? {} },
+        },
       };
     }
   }
 }
 
-/** A staged Set as the evaluator's input, in place of its target; throws PolicyConversionError for a malformed Kubernetes spec. */
+/**
+ * A staged Set as the evaluator's input, in place of its target; throws PolicyConversionError for a
+ * malformed Kubernetes spec.
+ */
 export function stagedPolicyInput(p: StagedPolicy): PolicyInput {
   const staged = stagedRef(p);
   const ns = p.metadata.namespace ?? 'default';
@@ -103,13 +136,17 @@ export function stagedPolicyInput(p: StagedPolicy): PolicyInput {
     case 'StagedGlobalNetworkPolicy':
       return { kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: enforcedSpec(p.spec), staged };
     case 'StagedKubernetesNetworkPolicy': {
-      const np = convertK8sNetworkPolicy({ metadata: { name: p.metadata.name, namespace: ns }, spec: enforcedSpec(p.spec) });
+      const np = convertK8sNetworkPolicy({
+        metadata: { name: p.metadata.name, namespace: ns },
+        spec: enforcedSpec(p.spec),
+      });
       return { kind: 'NetworkPolicy', name: np.metadata.name, namespace: ns, spec: np.spec, staged };
     }
   }
 }
 
-const targetKey = (t: { kind: string; name: string; namespace?: string | undefined }) => `${t.kind}\u0000${t.namespace ?? ''}\u0000${t.name}`;
+const targetKey = (t: { kind: string; name: string; namespace?: string | undefined }) =>
+  `${t.kind}\u0000${t.namespace ?? ''}\u0000${t.name}`;
 
 export interface PendingPolicies {
   /** The enforced policies with every staged change applied; staged Sets carry `staged`. */
@@ -157,17 +194,42 @@ export function pendingPolicies(enforced: readonly PolicyInput[], staged: readon
   return { policies, skipped };
 }
 
-/** A policy hit as flow records carry it: the staged object's own name for a staged policy, the Kubernetes policy's for a mirror. */
+/**
+ * A policy hit as flow records carry it: the staged object's own name for a staged policy, the
+ * Kubernetes policy's for a mirror.
+ */
 export function hitOfPolicy(p: PolicyInput, action: PolicyHit['action'], ruleIndex: number): PolicyHit {
   if (p.staged) {
     const k8s = p.staged.kind === 'StagedKubernetesNetworkPolicy';
-    return { kind: p.staged.kind, namespace: p.staged.namespace ?? '', name: p.staged.name, tier: k8s ? '' : DEFAULT_TIER, action, ruleIndex };
+    return {
+      kind: p.staged.kind,
+      namespace: p.staged.namespace ?? '',
+      name: p.staged.name,
+      tier: k8s ? '' : DEFAULT_TIER,
+      action,
+      ruleIndex,
+    };
   }
-  if (p.kind === 'GlobalNetworkPolicy') return { kind: p.kind, namespace: '', name: p.name, tier: DEFAULT_TIER, action, ruleIndex };
+  if (p.kind === 'GlobalNetworkPolicy')
+    return { kind: p.kind, namespace: '', name: p.name, tier: DEFAULT_TIER, action, ruleIndex };
   if (p.name.startsWith(K8S_POLICY_PREFIX)) {
-    return { kind: 'KubernetesNetworkPolicy', namespace: p.namespace ?? 'default', name: p.name.slice(K8S_POLICY_PREFIX.length), tier: '', action, ruleIndex };
+    return {
+      kind: 'KubernetesNetworkPolicy',
+      namespace: p.namespace ?? 'default',
+      name: p.name.slice(K8S_POLICY_PREFIX.length),
+      tier: '',
+      action,
+      ruleIndex,
+    };
   }
-  return { kind: 'NetworkPolicy', namespace: p.namespace ?? 'default', name: p.name, tier: DEFAULT_TIER, action, ruleIndex };
+  return {
+    kind: 'NetworkPolicy',
+    namespace: p.namespace ?? 'default',
+    name: p.name,
+    tier: DEFAULT_TIER,
+    action,
+    ruleIndex,
+  };
 }
 
 /** The flow hits of a decision, in order (Log rules record and go on: they are not hits); the last one decided. */
@@ -178,7 +240,8 @@ export function policyHits(hits: readonly EvalHit[]): PolicyHit[] {
     else if (h.type === 'endOfProfiles') out.push({ ...END_OF_PROFILES_HIT });
     else if (h.action === 'Log') continue;
     else if (h.type === 'policy') out.push(hitOfPolicy(h.policy, h.action, h.ruleIndex));
-    else out.push({ kind: 'Profile', namespace: '', name: h.profile, tier: '', action: h.action, ruleIndex: h.ruleIndex });
+    else
+      out.push({ kind: 'Profile', namespace: '', name: h.profile, tier: '', action: h.action, ruleIndex: h.ruleIndex });
   }
   return out;
 }
@@ -214,7 +277,11 @@ export interface FlowVerdict {
  * destination endpoint (Dst). Undefined when that side is not an endpoint (no policy of ours
  * decides there). Pure: the agent calls it for each flow it reports to fill the pending trace.
  */
-export function evaluateFlow(policies: readonly PolicyInput[], profiles: ReadonlyMap<string, ProfileInput>, f: FlowToEvaluate): FlowVerdict | undefined {
+export function evaluateFlow(
+  policies: readonly PolicyInput[],
+  profiles: ReadonlyMap<string, ProfileInput>,
+  f: FlowToEvaluate,
+): FlowVerdict | undefined {
   const self = f.reporter === 'Src' ? f.source : f.dest;
   const peer = f.reporter === 'Src' ? f.dest : f.source;
   if (!self.endpoint) return undefined;
@@ -234,7 +301,11 @@ export function evaluateFlow(policies: readonly PolicyInput[], profiles: Readonl
  * (`pending` from pendingPolicies). Empty when the reporter's side is not an endpoint. With no
  * staged policy it equals the enforced trace; the agent may then leave it empty.
  */
-export function pendingTrace(pending: PendingPolicies, profiles: ReadonlyMap<string, ProfileInput>, f: FlowToEvaluate): PolicyHit[] {
+export function pendingTrace(
+  pending: PendingPolicies,
+  profiles: ReadonlyMap<string, ProfileInput>,
+  f: FlowToEvaluate,
+): PolicyHit[] {
   return evaluateFlow(pending.policies, profiles, f)?.hits ?? [];
 }
 

@@ -82,29 +82,76 @@ describe('netpluginctl policy explain', () => {
     expect(await ctl(['policy', 'frobnicate'])).toMatchObject({ code: 1, err: expect.stringContaining("unknown policy command 'frobnicate'") });
   });
 
-  it('--staged: the pending verdicts beside the enforced ones, a staged Delete, and the selection with the staged changes', async () => {
+  it('--staged: pending verdicts beside the enforced ones, a staged Delete, the pending selection', async () => {
     // Staged: replace the Kubernetes policy so it allows port 9090 only, and delete the global deny.
     await ds.create({
       apiVersion: API_VERSION,
       kind: 'StagedKubernetesNetworkPolicy',
       metadata: { name: 'web-from-client', namespace: 'shop' },
-      spec: { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'client' } } }], ports: [{ port: 9090 }] }] },
+      spec: {
+        podSelector: { matchLabels: { app: 'web' } },
+        ingress: [{ from: [{ podSelector: { matchLabels: { app: 'client' } } }], ports: [{ port: 9090 }] }],
+      },
     });
-    await ds.create({ apiVersion: API_VERSION, kind: 'StagedGlobalNetworkPolicy', metadata: { name: 'deny-10-9' }, spec: { stagedAction: 'Delete' } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'StagedGlobalNetworkPolicy',
+      metadata: { name: 'deny-10-9' },
+      spec: { stagedAction: 'Delete' },
+    });
     const r = await ctl(['policy', 'explain', 'web', '-n', 'shop', '--peer', 'client', '--port', '8080', '--staged']);
     expect(r.err).toBe('');
-    expect(r.out).toContain('ingress of shop/web: ALLOW by NetworkPolicy shop/knp.default.web-from-client ingress rule 0 (Allow)');
+    expect(r.out).toContain(
+      'ingress of shop/web: ALLOW by NetworkPolicy shop/knp.default.web-from-client ingress rule 0 (Allow)',
+    );
     expect(r.out).toContain('  pending: DENY by selected by 1 ingress policy, no rule matched');
-    expect(r.out).toContain('  pending: ALLOW by Profile kns.shop egress rule 0 (Allow) (the staged changes do not change it)');
-    expect(r.out).toMatch(/ingress with the staged changes \(pending\), in evaluation order:\n\s+1\. StagedKubernetesNetworkPolicy shop\/web-from-client \(order 1000\)\n/);
-    expect(r.out).toContain('StagedGlobalNetworkPolicy deny-10-9 (stagedAction Delete: removes GlobalNetworkPolicy deny-10-9)');
-    const j = JSON.parse((await ctl(['policy', 'explain', 'web', '-n', 'shop', '--peer', 'client', '--port', '9090', '--staged', '-o', 'json'])).out);
+    expect(r.out).toContain(
+      '  pending: ALLOW by Profile kns.shop egress rule 0 (Allow) (the staged changes do not change it)',
+    );
+    expect(r.out).toMatch(
+      /with the staged changes \(pending\), in evaluation order:\n\s+1\. StagedKubernetesNetworkPolicy shop\/web-from-client/,
+    );
+    expect(r.out).toContain(
+      'StagedGlobalNetworkPolicy deny-10-9 (stagedAction Delete: removes GlobalNetworkPolicy deny-10-9)',
+    );
+    const j = JSON.parse(
+      (
+        await ctl([
+          'policy',
+          'explain',
+          'web',
+          '-n',
+          'shop',
+          '--peer',
+          'client',
+          '--port',
+          '9090',
+          '--staged',
+          '-o',
+          'json',
+        ])
+      ).out,
+    );
     expect(j.connection.ingress.verdict).toBe('deny');
-    expect(j.connection.pending.ingress.hits).toEqual([{ kind: 'StagedKubernetesNetworkPolicy', namespace: 'shop', name: 'web-from-client', tier: '', action: 'Allow', ruleIndex: 0 }]);
-    expect(j.staged.map((s: { kind: string }) => s.kind).sort()).toEqual(['StagedGlobalNetworkPolicy', 'StagedKubernetesNetworkPolicy']);
+    expect(j.connection.pending.ingress.hits).toEqual([
+      {
+        kind: 'StagedKubernetesNetworkPolicy',
+        namespace: 'shop',
+        name: 'web-from-client',
+        tier: '',
+        action: 'Allow',
+        ruleIndex: 0,
+      },
+    ]);
+    expect(j.staged.map((s: { kind: string }) => s.kind).sort()).toEqual([
+      'StagedGlobalNetworkPolicy',
+      'StagedKubernetesNetworkPolicy',
+    ]);
     // Without staged objects: said once.
     await ds.delete('StagedGlobalNetworkPolicy', 'deny-10-9');
     await ds.delete('StagedKubernetesNetworkPolicy', 'web-from-client', { namespace: 'shop' });
-    expect((await ctl(['policy', 'explain', 'web', '-n', 'shop', '--staged'])).out).toContain('Staged policies: none exist');
+    expect((await ctl(['policy', 'explain', 'web', '-n', 'shop', '--staged'])).out).toContain(
+      'Staged policies: none exist',
+    );
   });
 });
