@@ -36,15 +36,6 @@ export const STAGED_KINDS: readonly StagedKind[] = [
 export type StagedPolicy =
   Resource<'StagedNetworkPolicy'> | Resource<'StagedGlobalNetworkPolicy'> | Resource<'StagedKubernetesNetworkPolicy'>;
 
-/** The enforced kind a staged kind stages (KubernetesNetworkPolicy: networking.k8s.io/v1 NetworkPolicy). */
-export const ENFORCED_KIND: Readonly<
-  Record<StagedKind, 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'KubernetesNetworkPolicy'>
-> = {
-  StagedNetworkPolicy: 'NetworkPolicy',
-  StagedGlobalNetworkPolicy: 'GlobalNetworkPolicy',
-  StagedKubernetesNetworkPolicy: 'KubernetesNetworkPolicy',
-};
-
 export function isStagedKind(kind: string): kind is StagedKind {
   return (STAGED_KINDS as readonly string[]).includes(kind);
 }
