@@ -17,6 +17,7 @@ import type { KubeNetworkPolicy } from './k8s-networkpolicy-types.js';
 import { DEFAULT_TIER, END_OF_PROFILES_HIT, END_OF_TIER_HIT, type PolicyHit } from './policy-hit.js';
 import {
   evaluate,
+  sortPolicies,
   stagedId,
   type Decision,
   type EndpointView,
@@ -140,7 +141,7 @@ const targetKey = (t: { kind: string; name: string; namespace?: string | undefin
   `${t.kind}\u0000${t.namespace ?? ''}\u0000${t.name}`;
 
 export interface PendingPolicies {
-  /** The enforced policies with every staged change applied; staged Sets carry `staged`. */
+  /** The enforced policies with every staged change applied, in evaluation order; staged Sets carry `staged`. */
   policies: PolicyInput[];
   /** Staged objects left out because they cannot be evaluated (a Kubernetes spec that does not convert), with why. */
   skipped: Array<{ ref: StagedRef; reason: string }>;
@@ -182,7 +183,8 @@ export function pendingPolicies(enforced: readonly PolicyInput[], staged: readon
     byTarget.delete(key);
   }
   for (const added of byTarget.values()) if (added) policies.push(added);
-  return { policies, skipped };
+  // In evaluation order once, so each flow's evaluation sorts a sorted list (linear).
+  return { policies: sortPolicies(policies), skipped };
 }
 
 /**

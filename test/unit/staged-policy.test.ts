@@ -290,7 +290,8 @@ describe('the pending trace of a flow', () => {
         reason: expect.stringContaining('ipBlock cannot be combined'),
       },
     ]);
-    expect(pending.policies.map((p) => p.name)).toEqual(['allow-b', 'deny-b']);
+    // In evaluation order: deny-b (order 1) first.
+    expect(pending.policies.map((p) => p.name)).toEqual(['deny-b', 'allow-b']);
   });
 
   it('a flow whose reporting side is not an endpoint has no pending trace', () => {
