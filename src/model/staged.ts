@@ -17,6 +17,7 @@ import type { KubeNetworkPolicy } from './k8s-networkpolicy-types.js';
 import { DEFAULT_TIER, END_OF_PROFILES_HIT, END_OF_TIER_HIT, type PolicyHit } from './policy-hit.js';
 import {
   evaluate,
+  policySelects,
   sortPolicies,
   stagedId,
   type Decision,
@@ -264,11 +265,24 @@ export interface FlowVerdict {
   decision: Decision;
 }
 
+/** Per policy set and endpoint view, the policies selecting it: most flows of a flush share their endpoints. */
+const selectingCache = new WeakMap<readonly PolicyInput[], WeakMap<EndpointView, PolicyInput[]>>();
+
+function selectingOf(policies: readonly PolicyInput[], ep: EndpointView): PolicyInput[] {
+  let byView = selectingCache.get(policies);
+  if (!byView) selectingCache.set(policies, (byView = new WeakMap()));
+  let sel = byView.get(ep);
+  if (!sel) byView.set(ep, (sel = policies.filter((p) => policySelects(p, ep))));
+  return sel;
+}
+
 /**
  * The verdict of `policies` (the enforced set, or pendingPolicies(...).policies) for one flow,
  * from the reporter's side: the egress of the source endpoint (Src) or the ingress of the
  * destination endpoint (Dst). Undefined when that side is not an endpoint (no policy of ours
  * decides there). Pure: the agent calls it for each flow it reports to fill the pending trace.
+ * The policy list and the endpoint views are taken as immutable (new ones on a change, as
+ * endpointViews makes them): which policies select a view is remembered per list and view.
  */
 export function evaluateFlow(
   policies: readonly PolicyInput[],
@@ -279,7 +293,8 @@ export function evaluateFlow(
   const peer = f.reporter === 'Src' ? f.dest : f.source;
   if (!self.endpoint) return undefined;
   const all = peer.endpoint ? [self.endpoint, peer.endpoint] : [self.endpoint];
-  const decision = evaluate(self.endpoint, all, policies as PolicyInput[], profiles as Map<string, ProfileInput>, {
+  const selecting = selectingOf(policies, self.endpoint);
+  const decision = evaluate(self.endpoint, all, selecting, profiles as Map<string, ProfileInput>, {
     direction: f.reporter === 'Src' ? 'egress' : 'ingress',
     peerAddr: peer.addr,
     protocol: f.protocol,
