@@ -139,8 +139,9 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
     const relevant = staged.filter((s) => {
       const t = stagedTarget(s);
       if (stagedAction(s) === 'Delete') return enforcedIds.has(`${t.kind} ${policyId(t)}`);
+      const id = stagedId(stagedRef(s));
       return pending.policies.some(
-        (p) => p.staged?.kind === s.kind && p.staged.name === s.metadata.name && policySelects(p, ep),
+        (p) => p.staged?.kind === s.kind && stagedId(p.staged) === id && policySelects(p, ep),
       );
     });
     report['staged'] = relevant.map((s) => {

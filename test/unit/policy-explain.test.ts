@@ -147,6 +147,21 @@ describe('netpluginctl policy explain', () => {
       'StagedGlobalNetworkPolicy',
       'StagedKubernetesNetworkPolicy',
     ]);
+    // Two staged policies of one name in two namespaces: only the one of the pod's namespace concerns it.
+    for (const ns of ['shop', 'other']) {
+      await ds.create({
+        apiVersion: API_VERSION,
+        kind: 'StagedNetworkPolicy',
+        metadata: { name: 'same', namespace: ns },
+        spec: { selector: 'all()' },
+      });
+    }
+    const same = JSON.parse((await ctl(['policy', 'explain', 'web', '-n', 'shop', '--staged', '-o', 'json'])).out);
+    expect(
+      same.staged.filter((s: { name: string }) => s.name.endsWith('/same')).map((s: { name: string }) => s.name),
+    ).toEqual(['shop/same']);
+    await ds.delete('StagedNetworkPolicy', 'same', { namespace: 'shop' });
+    await ds.delete('StagedNetworkPolicy', 'same', { namespace: 'other' });
     // Without staged objects: said once.
     await ds.delete('StagedGlobalNetworkPolicy', 'deny-10-9');
     await ds.delete('StagedKubernetesNetworkPolicy', 'web-from-client', { namespace: 'shop' });
