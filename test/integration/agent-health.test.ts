@@ -3,7 +3,7 @@
 // native shim in real network namespaces. /readyz follows the datastore (etcd
 // stopped: 503), /metrics counts what was served, and --version /
 // --log-format json behave as documented.
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -115,6 +115,20 @@ describe('agent health and metrics', () => {
         .reduce((n, l) => n + Number(l.split(' ')[1]), 0);
     expect(endpointWrites(m.body) - endpointWrites(before)).toBeGreaterThanOrEqual(1);
     expect(m.body).toContain('# TYPE netplugin_ipam_cas_retries_total counter');
+  });
+
+  it('an ADD rolled back after its addresses were assigned counts them released too', async () => {
+    const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX });
+    const ns = createNetns('hr');
+    // The interface name is taken in the pod: the veth fails after the IPAM transaction committed.
+    execFileSync('ip', ['-n', ns.name, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'other0']);
+    const before = (await get('/metrics')).body;
+    const env = { NETPLUGIN_AGENT_SOCKET: agent.socket };
+    expectCniError(await cni('ADD', conf, { containerId: `health-rb-${process.pid}`, netns: ns.path, env }, shim));
+    const after = (await get('/metrics')).body;
+    const delta = (s: string) => sample(after, s) - sample(before, s);
+    expect(delta('netplugin_ipam_addresses_assigned_total')).toBe(1);
+    expect(delta('netplugin_ipam_addresses_released_total')).toBe(1);
   });
 
   it('--metrics-addr serves the same /metrics and no probe paths', async () => {
