@@ -360,6 +360,8 @@ async function main(): Promise<void> {
     }
   }
 
+  metrics.watchPolicy(() => policy?.controller());
+
   let stopping = false;
   let nodeInitialised = false;
   void nodeInit?.done.then(() => (nodeInitialised = true), () => undefined);
