@@ -32,23 +32,32 @@ export async function startAgentHealth(o: AgentHealthOptions): Promise<HealthSer
   // probes' evaluations set it; without probes (systemd) it is evaluated every period on its own.
   const ready = o.registry.gauge('netplugin_agent_ready', "1 while the agent's /readyz passes (socket served, datastore reachable, BIRD running with --bgp on), else 0.");
   let lastEvaluated = 0;
+  let lastOk = false;
   const readyz = async (): Promise<CheckResult> => {
     lastEvaluated = Date.now();
     const r = await evaluateReady(o);
+    lastOk = r.ok;
     ready.set(undefined, r.ok ? 1 : 0);
     return r;
   };
   // Its own evaluations give up as a probe does (a hung datastore read is not ready).
+  let checking = false;
   const selfCheck = () => {
+    if (checking) return;
+    checking = true;
     let t: NodeJS.Timeout | undefined;
     const limit = new Promise<never>((_, rej) => (t = setTimeout(() => rej(new Error('timed out')), 5_000)));
     void Promise.race([readyz(), limit])
       .catch(() => ready.set(undefined, 0))
-      .finally(() => clearTimeout(t));
+      .finally(() => {
+        clearTimeout(t);
+        checking = false;
+      });
   };
+  // While not ready, every second: the gauge turns 1 as soon as the agent is (as a probe would see).
   const timer = setInterval(() => {
-    if (Date.now() - lastEvaluated >= READY_GAUGE_PERIOD_MS) selfCheck();
-  }, READY_GAUGE_PERIOD_MS);
+    if (Date.now() - lastEvaluated >= (lastOk ? READY_GAUGE_PERIOD_MS : 1_000)) selfCheck();
+  }, 1_000);
   timer.unref();
   selfCheck();
   const server = await startHealthServer({
