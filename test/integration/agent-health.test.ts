@@ -4,7 +4,7 @@
 // stopped: 503), /metrics counts what was served, and --version /
 // --log-format json behave as documented.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -129,6 +129,21 @@ describe('agent health and metrics', () => {
     const delta = (s: string) => sample(after, s) - sample(before, s);
     expect(delta('netplugin_ipam_addresses_assigned_total')).toBe(1);
     expect(delta('netplugin_ipam_addresses_released_total')).toBe(1);
+  });
+
+  it('a request failing the same way again is logged once per interval, its repeats counted on /metrics', async () => {
+    const logFile = join(tmp, 'cni-repeat.log');
+    // A netconf the runtime keeps sending that is wrong: each retry fails the same way.
+    const bad = { ...netconf(c, '1.0.0', { host_veth_prefix: PREFIX }), mtu: 5, log_file_path: logFile };
+    const ns = createNetns('hq');
+    const env = { NETPLUGIN_AGENT_SOCKET: agent.socket };
+    const before = (await get('/metrics')).body;
+    for (let i = 0; i < 6; i++) expectCniError(await cni('ADD', bad, { containerId: `health-rep-${process.pid}`, netns: ns.path, env }, shim), 7);
+    const lines = readFileSync(logFile, 'utf8').split('\n').filter((l) => l.includes('mtu'));
+    expect(lines).toHaveLength(1);
+    const m = (await get('/metrics')).body;
+    const key = 'netplugin_log_repeats_suppressed_total{level="ERROR"}';
+    expect(sample(m, key) - sample(before, key)).toBe(5);
   });
 
   it('--metrics-addr serves the same /metrics and no probe paths', async () => {
