@@ -30,7 +30,10 @@ export async function startAgentHealth(o: AgentHealthOptions): Promise<HealthSer
   const started = Date.now();
   // /readyz's answer as a gauge, for Prometheus on --metrics-addr (where no probe path is served): the
   // probes' evaluations set it; without probes (systemd) it is evaluated every period on its own.
-  const ready = o.registry.gauge('netplugin_agent_ready', "1 while the agent's /readyz passes (socket served, datastore reachable, BIRD running with --bgp on), else 0.");
+  const ready = o.registry.gauge(
+    'netplugin_agent_ready',
+    "1 while the agent's /readyz passes (socket served, datastore reachable, BIRD running with --bgp on), else 0.",
+  );
   let lastEvaluated = 0;
   let lastOk = false;
   const readyz = async (): Promise<CheckResult> => {

@@ -40,7 +40,10 @@ export interface AgentMetrics {
 
 /** What the state gauges read of the policy controller (src/agent/policy/controller.ts). */
 export interface PolicyState {
-  current(): { chains: ReadonlyMap<string, { owner: { kind: string; namespace?: string; name: string } }>; endpoints: ReadonlyMap<string, unknown> };
+  current(): {
+    chains: ReadonlyMap<string, { owner: { kind: string; namespace?: string; name: string } }>;
+    endpoints: ReadonlyMap<string, unknown>;
+  };
   programmingLagSeconds(): number;
 }
 
@@ -138,7 +141,10 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
     'Age of the oldest datastore change (endpoint, policy, profile) not yet programmed; 0 when the table is current. ' +
       'Since the start until the first resync.',
   );
-  const policyRunning = registry.gauge('netplugin_policy_controller_running', 'Whether the policy controller runs (1) or not yet (0; policy not enabled or datastore unreachable).');
+  const policyRunning = registry.gauge(
+    'netplugin_policy_controller_running',
+    'Whether the policy controller runs (1) or not yet (0; policy not enabled or datastore unreachable).',
+  );
 
   return {
     registry,
@@ -154,7 +160,9 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
         counted = cur;
         localEndpoints.set(undefined, cur?.endpoints.size ?? 0);
         const owners = new Map<string, Set<string>>(POLICY_KINDS.map((k) => [k, new Set()]));
-        for (const ch of cur?.chains.values() ?? []) owners.get(ch.owner.kind)?.add(`${ch.owner.namespace ?? ''}/${ch.owner.name}`);
+        for (const ch of cur?.chains.values() ?? []) {
+          owners.get(ch.owner.kind)?.add(`${ch.owner.namespace ?? ''}/${ch.owner.name}`);
+        }
         for (const [kind, set] of owners) programmed.set({ kind }, set.size);
       });
     },

@@ -94,7 +94,8 @@ async function main(): Promise<void> {
 
   const store = new FlowStore({ retentionMs: retentionMs! });
   const registry = new Registry();
-  registerProcessMetrics(registry, { component: 'netplugin-flows', version: (await import('../ctl/version.js')).NETPLUGIN_VERSION });
+  const { NETPLUGIN_VERSION } = await import('../ctl/version.js');
+  registerProcessMetrics(registry, { component: 'netplugin-flows', version: NETPLUGIN_VERSION });
   const batches = registry.counter('netplugin_flows_batches_total', 'Batches received from agents, by result (taken, duplicate)', ['result']);
   const records = registry.counter('netplugin_flows_records_total', 'Flow records received from agents, by result (accepted, rejected)', ['result']);
   const exported = registry.counter('netplugin_flows_exported_total', 'Aggregated flows written to --export-file');

@@ -95,7 +95,13 @@ async function main(): Promise<void> {
   }
   // A failure that repeats (a watch that keeps breaking) is logged once a minute with a count.
   const throttle = new LogThrottle();
-  const log = createLogger({ level, format, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' }, throttle });
+  const log = createLogger({
+    level,
+    format,
+    stderr: (s) => process.stderr.write(s),
+    context: { component: 'netplugin-kube-controllers' },
+    throttle,
+  });
 
   const kubeconfig = (values.kubeconfig as string | undefined) ?? kubeconfigPathsFromEnv(process.env)[0];
   if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) usageError('no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)');

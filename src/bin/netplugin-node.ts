@@ -89,7 +89,10 @@ cannot do for itself.
 
 // Handlers load on the first request that needs them, as in the per-exec
 // entry; both plugins are served with the agent's runtime.
-function agentPlugins(runtime: PluginRuntime, logThrottle: LogThrottle): Record<string, PluginSpec<any, PluginRuntime>> {
+function agentPlugins(
+  runtime: PluginRuntime,
+  logThrottle: LogThrottle,
+): Record<string, PluginSpec<any, PluginRuntime>> {
   return {
     netplugin: {
       name: 'netplugin',
@@ -211,7 +214,13 @@ async function main(): Promise<void> {
   // A failure that repeats (a watch that keeps breaking, a bad netconf the runtime keeps sending) is
   // logged once a minute with a count, by the agent and by the requests it serves.
   const throttle = new LogThrottle();
-  const log = createLogger({ level, format: format as LogFormat, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' }, throttle });
+  const log = createLogger({
+    level,
+    format: format as LogFormat,
+    stderr: (s) => process.stderr.write(s),
+    context: { component: 'netplugin-node' },
+    throttle,
+  });
 
   // The agent's runtime, built before anything opens a datastore or serves a
   // request: every datastore is timed by the metrics, pods are read through

@@ -104,7 +104,12 @@ export function validAttachments(rawConf: Record<string, unknown>): CniAttachmen
   });
 }
 
-function defaultLog(rawConf: Record<string, unknown>, context: LogContext, io: CniIO, throttle: LogThrottle | undefined): AppLogger {
+function defaultLog(
+  rawConf: Record<string, unknown>,
+  context: LogContext,
+  io: CniIO,
+  throttle: LogThrottle | undefined,
+): AppLogger {
   return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr, throttle });
 }
 

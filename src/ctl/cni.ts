@@ -102,7 +102,8 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
   // Not --log-format: that one is netpluginctl's own output format, taken anywhere on the command line.
   const logFormat = str(p, 'plugin-log-format') ?? (env.LOG_FORMAT || undefined);
   if (logFormat !== undefined && logFormat !== 'text' && logFormat !== 'json') {
-    throw new CtlError(`--plugin-log-format (or LOG_FORMAT) ${JSON.stringify(logFormat)} is not supported; use text or json`);
+    const v = JSON.stringify(logFormat);
+    throw new CtlError(`--plugin-log-format (or LOG_FORMAT) ${v} is not supported; use text or json`);
   }
   const opts: InstallCniOptions = {
     binDir: resolvePath(io, str(p, 'bin-dir') ?? env.CNI_BIN_DIR ?? '/opt/cni/bin'),

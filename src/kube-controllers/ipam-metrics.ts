@@ -35,10 +35,21 @@ function summarize(b: Resource<'IPAMBlock'>): BlockSummary {
   return { cidr: tryParseCidr(b.spec.cidr), node: aff.startsWith('host:') ? aff.slice(5) : '', inUse };
 }
 
-export function ipamStateMetrics(ctx: ControllerContext, onError: (err: Error, source: string) => void): IpamStateMetrics {
+export function ipamStateMetrics(
+  ctx: ControllerContext,
+  onError: (err: Error, source: string) => void,
+): IpamStateMetrics {
   const r = ctx.registry;
-  const inUse = r.gauge('netplugin_ipam_pool_addresses_in_use', 'Addresses allocated from an IPPool (workloads and reserved ones), by pool.', ['pool']);
-  const capacity = r.gauge('netplugin_ipam_pool_capacity_addresses', 'Addresses an IPPool holds (its CIDR size), by pool.', ['pool']);
+  const inUse = r.gauge(
+    'netplugin_ipam_pool_addresses_in_use',
+    'Addresses allocated from an IPPool (workloads and reserved ones), by pool.',
+    ['pool'],
+  );
+  const capacity = r.gauge(
+    'netplugin_ipam_pool_capacity_addresses',
+    'Addresses an IPPool holds (its CIDR size), by pool.',
+    ['pool'],
+  );
   const blocks = r.gauge(
     'netplugin_ipam_blocks',
     'IPAM blocks by the node they are affine to (node="" unaffined) and pool (pool="" for blocks outside every pool).',
@@ -50,10 +61,14 @@ export function ipamStateMetrics(ctx: ControllerContext, onError: (err: Error, s
       'leakGracePeriod) or past_grace (older, yet kept: the pod read said otherwise or the release failed).',
     ['pool', 'state'],
   );
-  const lastScan = r.gauge('netplugin_ipam_gc_last_scan_timestamp_seconds', 'When the last IPAM GC scan completed (unix seconds).');
+  const lastScan = r.gauge(
+    'netplugin_ipam_gc_last_scan_timestamp_seconds',
+    'When the last IPAM GC scan completed (unix seconds).',
+  );
 
   const summaries = new Map<string, BlockSummary>();
-  const poolInformer = new Informer<Resource<'IPPool'>>(datastoreSource(ctx.ds, 'IPPool'), { onChange: () => undefined }, { onError });
+  const poolSource = datastoreSource<'IPPool'>(ctx.ds, 'IPPool');
+  const poolInformer = new Informer<Resource<'IPPool'>>(poolSource, { onChange: () => undefined }, { onError });
   const blockInformer = new Informer<Resource<'IPAMBlock'>>(datastoreSource(ctx.ds, 'IPAMBlock'), {
     onChange: (key, obj) => {
       if (obj) summaries.set(key, summarize(obj));

@@ -212,7 +212,14 @@ function contextPrefix(ctx: LogContext): string {
 
 export function createLogger(opts: LoggerOptions = {}): AppLogger {
   const level = normalizeLevel(opts.level) ?? 'INFO';
-  const sink: Sink = { stderr: opts.stderr, pending: [], scheduled: false, buffered: !!opts.buffered, json: opts.format === 'json', throttle: opts.throttle };
+  const sink: Sink = {
+    stderr: opts.stderr,
+    pending: [],
+    scheduled: false,
+    buffered: !!opts.buffered,
+    json: opts.format === 'json',
+    throttle: opts.throttle,
+  };
   if (opts.filePath) {
     sink.file = new RotatingFile({
       path: opts.filePath,

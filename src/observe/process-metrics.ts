@@ -5,7 +5,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { Registry } from './metrics.js';
-import type { LogThrottle } from '../log/throttle.js';
 
 export function registerProcessMetrics(registry: Registry, build: { component: string; version: string }): void {
   registry.gauge('netplugin_build_info', 'Always 1: the running build, by component, netplugin version and Node.js version.', ['component', 'version', 'nodejs']).set({ component: build.component, version: build.version, nodejs: process.version }, 1);
@@ -58,7 +57,10 @@ export function registerProcessMetrics(registry: Registry, build: { component: s
 }
 
 /** The lines a process's log throttle suppressed (repeats of a failure within its interval), by level. */
-export function registerLogThrottleMetrics(registry: Registry, throttle: LogThrottle): void {
+export function registerLogThrottleMetrics(
+  registry: Registry,
+  throttle: { intervalMs: number; onSuppressed(fn: (level: string) => void): void },
+): void {
   const suppressed = registry.counter(
     'netplugin_log_repeats_suppressed_total',
     `Log lines not written because the same failure was logged less than ${throttle.intervalMs / 1000} s before ` +
