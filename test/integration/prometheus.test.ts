@@ -218,9 +218,12 @@ describe('metrics for Prometheus', { timeout: 120_000 }, () => {
       expect(r.status).toBe('success');
       return r.data.result;
     };
-    const up = await until(`both targets up (prometheus log: ${prom.log().slice(-500)})`, async () => {
+    const up = await until('both targets up', async () => {
+      if (prom!.proc.exitCode !== null) throw new Error(`prometheus exited ${prom!.proc.exitCode}: ${prom!.log().slice(-1500)}`);
       const res = await query('up == 1');
       return res.length === 2 && res;
+    }, 60_000).catch((e: Error) => {
+      throw new Error(`${e.message}\nprometheus log: ${prom!.log().slice(-1500)}`);
     });
     expect(up.map((s) => s.metric.job).sort()).toEqual(['netplugin-kube-controllers', 'netplugin-node']);
     const inUse = await until('the pool gauge in Prometheus', async () => {
