@@ -162,6 +162,8 @@ describe('agent health and metrics', () => {
     const r = JSON.parse((await get('/readyz')).body);
     expect(r.status).toBe('failing');
     expect(r.detail.datastore).toBeTruthy();
+    // And as a gauge, for Prometheus on --metrics-addr (where no probe path is served).
+    expect(sample(await (await fetch(`${metricsBase}/metrics`)).text(), 'netplugin_agent_ready')).toBe(0);
     // Liveness does not follow the datastore: restarting the agent would not help.
     expect((await get('/healthz')).status).toBe(200);
   });
