@@ -106,7 +106,7 @@ beforeAll(async () => {
     '--kubeconfig', kubeconfig,
     '--health-addr', `127.0.0.1:${healthPort}`,
     '--metrics-addr', `127.0.0.1:${kcPort}`,
-    '--lease-duration', '3s',
+    // The default lease (a short one is lost, and the process exits, when the machine is busy).
   ], { PATH: process.env.PATH ?? '/usr/bin:/bin', DATASTORE_TYPE: 'etcdv3', ETCD_ENDPOINTS: c.etcd.endpoint, POD_NAMESPACE: 'kube-system' });
   kcMetrics = `http://127.0.0.1:${kcPort}/metrics`;
   kcHealth = `http://127.0.0.1:${healthPort}`;
@@ -223,7 +223,8 @@ describe('metrics for Prometheus', { timeout: 120_000 }, () => {
       const res = await query('up == 1');
       return res.length === 2 && res;
     }, 60_000).catch((e: Error) => {
-      throw new Error(`${e.message}\nprometheus log: ${prom!.log().slice(-1500)}`);
+      const kcState = kc!.proc.exitCode !== null || kc!.proc.signalCode !== null ? `exited (${kc!.proc.exitCode ?? kc!.proc.signalCode})` : 'running';
+      throw new Error(`${e.message}\nprometheus log: ${prom!.log().slice(-1500)}\nkube-controllers ${kcState}: ${kc!.log().slice(-1500)}`);
     });
     expect(up.map((s) => s.metric.job).sort()).toEqual(['netplugin-kube-controllers', 'netplugin-node']);
     const inUse = await until('the pool gauge in Prometheus', async () => {
