@@ -104,7 +104,7 @@ export function startNatController(o: NatOptions): NatController {
     }
     seen = fresh;
     try {
-      if (await floatingTables.apply(floatingScript(mine))) {
+      if ((await floatingTables.apply(floatingScript(mine))) && (mine.length || translated.size)) {
         log.info('floating IPs translated', { floatingIPs: mine.map((c) => `${c.external}->${c.internal} (${c.endpoint})`) });
       }
       floatingFailed = false;
