@@ -10,6 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile, execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { API_VERSION } from '../../src/model/resources.js';
 import { namespaceToProfile, serviceAccountToProfile } from '../../src/model/profiles.js';
@@ -232,5 +233,28 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
     expect(fipRoutes('b')[0]?.dev).toBe('vxlan.netplugin');
     await delPod(young, 'usurper');
     expect((await connect(client.ns))?.tag).toBe('server');
+  });
+
+  it('agent start reconciles: a stale translation and route left on B are replaced, the holder\'s lost table comes back', async () => {
+    await Promise.all([topo.stopAgent('b'), topo.stopAgent('c')]);
+    const stale = join(topo.tmp, 'stale.nft');
+    writeFileSync(stale, [
+      'add table inet netplugin-floating',
+      'add map inet netplugin-floating fip4 { type ipv4_addr : ipv4_addr; elements = { ' + FIP + ' : ' + client.ip4 + ' }; }',
+      'add chain inet netplugin-floating prerouting { type nat hook prerouting priority -100; policy accept; }',
+      'add rule inet netplugin-floating prerouting dnat ip to ip daddr map @fip4',
+      '',
+    ].join('\n'));
+    topo.exec('b', 'nft', ['-f', stale]);
+    topo.exec('b', 'ip', ['route', 'replace', `${FIP}/32`, 'via', topo.nodes.a.ip4, 'proto', '80']);
+    topo.exec('c', 'nft', ['delete', 'table', 'inet', 'netplugin-floating']);
+    await Promise.all([topo.startAgent('b'), topo.startAgent('c')]);
+    const tunC = (await topo.ds.get('Node', 'node-c')).spec.vxlanTunnelAddress;
+    await topo.waitFor(
+      () => floatingTable('b') === '' && fipRoutes('b')[0]?.gateway === tunC && floatingTable('c').includes(`${FIP} : ${owner!.ip4}`),
+      30_000,
+      () => `not reconciled: B table ${floatingTable('b')} B routes ${JSON.stringify(fipRoutes('b'))} C table ${floatingTable('c')}`,
+    );
+    expect((await until(client.ns, (x) => x?.tag === 'server', 'pod on B after the restart')).seen).toBe(client.ip4);
   });
 });
