@@ -126,8 +126,11 @@ describe('computeDesired: floating IPs', () => {
     expect(computeDesired(view('b', { vxlanMode: 'Always' }, held, { pools: [] }), []).routes).toEqual([]);
   });
 
-  it('BGP on: a pool without encapsulation is left to BIRD (the holder advertises it)', () => {
-    expect(computeDesired(view('b', {}, held, { bgp: true }), [parseCidr('10.200.1.0/24')]).routes).toEqual([]);
+  it('BGP on: an enabled pool without encapsulation is left to BIRD (the holder advertises it); a disabled one is not advertised, so routed here', () => {
+    expect(computeDesired(view('b', { disabled: false }, held, { bgp: true }), [parseCidr('10.200.1.0/24')]).routes).toEqual([]);
+    expect(computeDesired(view('b', {}, held, { bgp: true }), [parseCidr('10.200.1.0/24')]).routes).toEqual([
+      { family: 4, dst: '10.172.200.7/32', type: 'unicast', gateway: '10.200.1.1' },
+    ]);
     expect(computeDesired(view('b', { vxlanMode: 'Always' }, held, { bgp: true }), [parseCidr('10.200.1.0/24')]).routes).toHaveLength(1);
   });
 });

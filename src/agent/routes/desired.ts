@@ -172,7 +172,8 @@ export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Des
       out.routes.push({ family: ip.family, dst, type: 'unicast', gateway: f.internal });
       continue;
     }
-    if (view.bgp && birdRoutesPool(pool.spec, ip.family)) continue;
+    // BIRD advertises floating IPs of enabled BGP-mode pools only: a disabled pool's stay with us.
+    if (view.bgp && !pool.spec.disabled && birdRoutesPool(pool.spec, ip.family)) continue;
     toNode(dst, ip.family, pool, f.node, 'floating IP');
   }
   // One neighbour/FDB entry per peer even when it holds several blocks.
