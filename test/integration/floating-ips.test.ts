@@ -41,7 +41,8 @@ async function servingPod(node: NodeName, name: string, annotations: Record<stri
   const p = await topo.addPod(node, extra, k8sArgs(name));
   const srv = topo.spawnIn(
     p.ns,
-    `require('net').createServer((s)=>s.end('${name} '+s.remoteAddress+'\\n')).listen(8080,'0.0.0.0',()=>console.log('listening'));`,
+    `const net=require('net');net.createServer((s)=>s.pipe(s)).listen(8081,'0.0.0.0');` +
+      `net.createServer((s)=>s.end('${name} '+s.remoteAddress+'\\n')).listen(8080,'0.0.0.0',()=>console.log('listening'));`,
   );
   await topo.waitFor(() => srv.lines.includes('listening'), 20_000, () => `server in ${name} did not start`);
   return p;
@@ -256,5 +257,24 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
       () => `not reconciled: B table ${floatingTable('b')} B routes ${JSON.stringify(fipRoutes('b'))} C table ${floatingTable('c')}`,
     );
     expect((await until(client.ns, (x) => x?.tag === 'server', 'pod on B after the restart')).seen).toBe(client.ip4);
+  });
+
+  it('a floating IP no longer translated cuts the connections through it (conntrack), even where packets still arrive', async () => {
+    const echo = topo.spawnIn(
+      client.ns,
+      `const s=require('net').connect(8081,'${FIP}');let n=0;s.on('connect',()=>{console.log('connected');setInterval(()=>s.write('x'),100)});` +
+        `s.on('data',()=>console.log('echo '+(n++)));s.on('error',(e)=>console.log('error '+e.code));`,
+    );
+    const echoes = () => echo.lines.filter((l) => l.startsWith('echo')).length;
+    await topo.waitFor(() => echoes() > 5, 20_000, () => `no echoes: ${echo.lines.slice(-5).join(' ')}`);
+    const wep = (await topo.ds.list('WorkloadEndpoint')).items.find((w) => w.spec.node === 'node-c' && w.spec.ipNATs?.length);
+    const { ipNATs: _n, ...spec } = wep!.spec;
+    await topo.ds.update({ ...wep!, spec });
+    await topo.waitFor(() => floatingTable('c') === '', 30_000, () => `translation kept on C: ${floatingTable('c')}`);
+    // The router's static route still brings the client's packets to C: only the cut conntrack entry stops them.
+    const before = echoes();
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(echoes() - before).toBeLessThanOrEqual(1);
+    echo.proc.kill();
   });
 });

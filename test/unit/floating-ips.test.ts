@@ -4,7 +4,7 @@
 // the holder's node loads (checked by nft itself in a throwaway namespace in
 // test/integration/floating-ips.test.ts; here its exact text).
 import { describe, expect, it } from 'vitest';
-import { floatingScript, heldBy, resolveFloatingIPs } from '../../src/agent/nat/floating.js';
+import { floatingScript, heldBy, parseTranslations, resolveFloatingIPs } from '../../src/agent/nat/floating.js';
 import { computeDesired, poolViews, type ClusterView } from '../../src/agent/routes/desired.js';
 import type { IPPoolSpec, NodeSpec } from '../../src/model/resources.js';
 import { parseCidr } from '../../src/net/cidr.js';
@@ -167,5 +167,22 @@ describe('floatingScript', () => {
   it('a claim that bypassed resolution with a value nft cannot hold is refused before any script exists', () => {
     const c = { external: '10.172.200.7 } ; flush ruleset ; {', internal: '10.172.0.5', family: 4 as const, node: 'a', endpoint: 'ns/x', namespace: 'ns', pod: 'x', created: '' };
     expect(() => floatingScript([c])).toThrow(/is not an IP address/);
+  });
+});
+
+describe('parseTranslations', () => {
+  it('reads the pairs of a listed map (what an earlier run translated); anything else is ignored', () => {
+    const listing = [
+      'table inet netplugin-floating {',
+      '\tmap fip4 {',
+      '\t\ttype ipv4_addr : ipv4_addr',
+      '\t\tcomment "floating IP -> the address of the pod holding it"',
+      '\t\telements = { 10.172.200.7 : 10.172.0.65,',
+      '\t\t\t     10.172.200.9 : 10.172.0.66, bogus : 10.1.1.1 }',
+      '\t}',
+      '}',
+    ].join('\n');
+    expect([...parseTranslations(listing)]).toEqual([['10.172.200.7', '10.172.0.65'], ['10.172.200.9', '10.172.0.66']]);
+    expect(parseTranslations('table inet x {\n\tmap fip6 {\n\t\ttype ipv6_addr : ipv6_addr\n\t}\n}').size).toBe(0);
   });
 });

@@ -219,3 +219,19 @@ export function floatingScript(claims: readonly FloatingClaim[], table = FLOATIN
   out.push(...elems);
   return out.join('\n') + '\n';
 }
+
+/**
+ * The translations a floating table listing holds (`nft list map` of fip4/fip6):
+ * floating -> internal. An agent reads what an earlier run left, so that its
+ * first apply also cuts the connections of floating IPs it no longer translates.
+ */
+export function parseTranslations(listing: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const m = /elements\s*=\s*\{([^}]*)\}/.exec(listing);
+  if (!m) return out;
+  for (const item of m[1]!.split(',')) {
+    const [e, i] = item.split(' : ').map((x) => tryParseIP(x.trim()));
+    if (e && i) out.set(formatIP(e), formatIP(i));
+  }
+  return out;
+}

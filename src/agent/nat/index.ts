@@ -11,7 +11,9 @@ import { formatCidr } from '../../net/cidr.js';
 import { ownedTables } from '../../dataplane/nft/table.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
-import { floatingScript, heldBy, resolveFloatingIPs, type FloatingConflict, type FloatingInvalid } from './floating.js';
+import {
+  FLOATING_TABLE, floatingScript, heldBy, parseTranslations, resolveFloatingIPs, type FloatingConflict, type FloatingInvalid,
+} from './floating.js';
 
 export const NAT_TABLE = 'netplugin-nat';
 
@@ -79,8 +81,11 @@ export function startNatController(o: NatOptions): NatController {
   let translated = new Map<string, string>();
   let seen = new Set<string>();
   let floatingFailed = false;
+  let first = true;
   const applyFloating = async (): Promise<boolean> => {
     if (o.node === undefined || !weps) return true;
+    if (first && !o.run) translated = await previousTranslations();
+    first = false;
     const view = resolveFloatingIPs(weps.list(), poolViews(pools.list()));
     const mine = heldBy(view, o.node);
     const fresh = new Set<string>();
@@ -120,6 +125,19 @@ export function startNatController(o: NatOptions): NatController {
     translated = now;
     if (gone.length) (o.flush ?? defaultFlush)(gone);
     return true;
+  };
+  // What an earlier run of the agent left in the table (none: nothing to cut).
+  const previousTranslations = async (): Promise<Map<string, string>> => {
+    const { nftRun } = await import('../../dataplane/nft/run.js');
+    const out = new Map<string, string>();
+    for (const map of ['fip4', 'fip6']) {
+      try {
+        for (const [e, i] of parseTranslations(nftRun(`list map inet ${FLOATING_TABLE} ${map}\n`))) out.set(e, i);
+      } catch {
+        /* no table or no such map */
+      }
+    }
+    return out;
   };
   const defaultFlush = (addrs: string[]) =>
     void import('../../dataplane/conntrack.js').then((m) => m.flushConntrack(addrs, log));
