@@ -158,10 +158,14 @@ export function startNatController(o: NatOptions): NatController {
       schedule(5000);
     }
   };
+  // One apply at a time: the floating part remembers what it translated between runs.
+  let running: Promise<void> = Promise.resolve();
   const schedule = (ms = 20) => {
     if (stopped) return;
     clearTimeout(timer);
-    timer = setTimeout(() => void apply(), ms);
+    timer = setTimeout(() => {
+      running = running.then(apply).catch((e: Error) => log.warn('nat: apply failed', { error: e.message }));
+    }, ms);
   };
   // The shared list+watch layer (re-list on compaction / 410 / a broken watch).
   const onError = (e: Error, source: string) => log.warn('nat: watch failed; re-listing', { source, error: e.message });

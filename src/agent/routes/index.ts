@@ -83,8 +83,16 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
   });
   const blocks = informer('IPAMBlock', schedule);
   const nodes = informer('Node', schedule);
-  // Floating IPs are routed to the node of the endpoint holding them.
-  const weps = informer('WorkloadEndpoint', schedule);
+  // Floating IPs are routed to the node of the endpoint holding them. Endpoints come and go
+  // with every pod: only a change of who holds which floating IP is worth a reconcile.
+  let floatingKey = '';
+  const floatingNow = () => [...resolveFloatingIPs(weps.list(), poolViews(pools.list())).held.values()];
+  const weps = informer('WorkloadEndpoint', () => {
+    const key = JSON.stringify(floatingNow().map((f) => [f.external, f.internal, f.node]));
+    if (key === floatingKey) return;
+    floatingKey = key;
+    schedule();
+  });
   for (const inf of [pools, blocks, nodes, weps]) inf.start();
 
   async function once(): Promise<void> {
@@ -102,12 +110,11 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       tunnelsDirty = true;
       log.warn('routes: tunnel address step failed; retrying on the next change', { error: (e as Error).message });
     }
-    const poolList = poolViews(pools.list());
     const view = {
       me: node,
       nodes: new Map(nodes.list().map((n) => [n.metadata.name, n.spec])),
-      pools: poolList,
-      floating: [...resolveFloatingIPs(weps.list(), poolList).held.values()],
+      pools: poolViews(pools.list()),
+      floating: floatingNow(),
       blocks: blocks.list().map((b) => ({ cidr: b.spec.cidr, node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined })),
       bgp: o.bgp === true,
     };
