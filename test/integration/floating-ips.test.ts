@@ -113,7 +113,9 @@ beforeAll(async () => {
   await pool('npl-pods', POD_POOL);
   // The floating range: a pool of its own, disabled, so IPAM never hands its addresses to pods.
   await pool('npl-fip', FIP_POOL, { disabled: true, natOutgoing: false });
-  await Promise.all([topo.startAgent('a'), topo.startAgent('b'), topo.startAgent('c')]);
+  // With API access: the agents record Warning Events on pods.
+  const withApi = ['--kubeconfig', api.kubeconfig];
+  await Promise.all([topo.startAgent('a', withApi), topo.startAgent('b', withApi), topo.startAgent('c', withApi)]);
   // The internet reaches the floating range through the router, which has a static route to the node.
   execFileSync('ip', ['-n', topo.internet, 'route', 'add', '10.172.0.0/16', 'via', '203.0.113.1']);
   execFileSync('ip', ['-n', topo.router, 'route', 'add', `${FIP}/32`, 'via', topo.nodes.a.ip4]);
@@ -230,6 +232,19 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
     );
     expect(topo.nodes.b.agentLog).toMatch(new RegExp(`floatingIP.*${FIP.replace(/\./g, '\\.')}`));
     expect(floatingTable('b')).toBe('');
+    const events = async () => {
+      const r = await fetch(`${server!.url}/api/v1/namespaces/${NS}/events`, { headers: { Authorization: 'Bearer fip-token' } });
+      return ((await r.json()) as { items: Array<{ reason: string; type: string; message: string; involvedObject: { name: string } }> }).items;
+    };
+    let seen: Awaited<ReturnType<typeof events>> = [];
+    await topo.waitFor(
+      async () => (seen = await events()).some((e) => e.reason === 'NetpluginFloatingIPRefused' && e.involvedObject.name === 'usurper'),
+      20_000,
+      () => `no Event on the refused pod: ${JSON.stringify(seen)}\n${topo.nodes.b.agentLog.slice(-1500)}`,
+    );
+    const ev = (await events()).find((e) => e.reason === 'NetpluginFloatingIPRefused')!;
+    expect(ev.type).toBe('Warning');
+    expect(ev.message).toContain(`floating IP ${FIP} is held by the older endpoint ${NS}/`);
     expect((await until(client.ns, (x) => x !== undefined, 'pod on B during the conflict')).tag).toBe('server');
     expect(fipRoutes('b')[0]?.dev).toBe('vxlan.netplugin');
     await delPod(young, 'usurper');
@@ -249,7 +264,7 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
     topo.exec('b', 'nft', ['-f', stale]);
     topo.exec('b', 'ip', ['route', 'replace', `${FIP}/32`, 'via', topo.nodes.a.ip4, 'proto', '80']);
     topo.exec('c', 'nft', ['delete', 'table', 'inet', 'netplugin-floating']);
-    await Promise.all([topo.startAgent('b'), topo.startAgent('c')]);
+    await Promise.all([topo.startAgent('b', ['--kubeconfig', api.kubeconfig]), topo.startAgent('c', ['--kubeconfig', api.kubeconfig])]);
     const tunC = (await topo.ds.get('Node', 'node-c')).spec.vxlanTunnelAddress;
     await topo.waitFor(
       () => floatingTable('b') === '' && fipRoutes('b')[0]?.gateway === tunC && floatingTable('c').includes(`${FIP} : ${owner!.ip4}`),
