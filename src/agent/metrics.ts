@@ -36,6 +36,8 @@ export interface AgentMetrics {
   routesApplied(s: RoutesApplied): void;
   /** State gauges of the policy controller (undefined until it runs), read from what it holds at scrape time. */
   watchPolicy(controller: () => PolicyState | undefined): void;
+  /** A floating IP of a local endpoint refused: held by another endpoint (conflict) or an invalid entry. */
+  floatingRefused(kind: 'conflict' | 'invalid'): void;
 }
 
 /** What the state gauges read of the policy controller (src/agent/policy/controller.ts). */
@@ -125,6 +127,13 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
   );
   const routeLatency = registry.histogram('netplugin_route_reconcile_duration_seconds', 'Applying one reconcile of routes, tunnel devices, neighbours and FDB entries to the kernel.');
   const routeChanges = registry.counter('netplugin_route_changes_total', 'Routes the route controller added or removed, by change.', ['change']);
+  const floatingRefused = registry.counter(
+    'netplugin_floating_ip_refused_total',
+    'Floating IPs of local endpoints the agent does not translate, by kind: conflict (an older endpoint holds the ' +
+      'address) or invalid (the ipNATs entry fails validation); each is reported once, with a log line and a ' +
+      'Warning Event on the pod.',
+    ['kind'],
+  );
   const routeErrors = registry.counter('netplugin_route_errors_total', 'Kernel refusals while reconciling routes (each is retried on the next reconcile).');
 
   const localEndpoints = registry.gauge(
@@ -184,6 +193,9 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
     },
     policyRefused(stage, kind) {
       policyRefused.inc({ stage, kind });
+    },
+    floatingRefused(kind) {
+      floatingRefused.inc({ kind });
     },
     routesApplied(r) {
       routeLatency.observe(undefined, r.seconds);

@@ -21,6 +21,8 @@ export interface NodeNetworkOptions {
   mtuFile: string | undefined;
   /** --bgp on: BIRD is supervised and routes the pools without encapsulation. */
   bgp?: { birdPath: string; runDir: string; readSecret?: (name: string, key: string) => Promise<string>; onStarted: (c: import('./bgp/index.js').BgpController) => void };
+  /** A floating IP of this node's endpoint refused (another endpoint holds it, or the entry is invalid). */
+  onFloatingRefused?: (r: { kind: 'conflict' | 'invalid'; namespace: string | undefined; pod: string | undefined; message: string }) => void;
   /** Metrics hook: each route reconcile applied to the kernel. */
   onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
@@ -52,7 +54,24 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
     const kernel = openNodeRouting(o.log);
     const { startRoutesController } = await import('./routes/index.js');
     const { startNatController } = await import('./nat/index.js');
-    const nat = startNatController({ ds, log: o.log });
+    const refused = o.onFloatingRefused;
+    const nat = startNatController({
+      ds,
+      log: o.log,
+      node,
+      ...(refused
+        ? {
+            onFloatingConflict: (c) =>
+              refused({
+                kind: 'conflict', namespace: c.refused.namespace, pod: c.refused.pod,
+                message: `floating IP ${c.external} is held by the older endpoint ${c.holder.endpoint} ` +
+                  `on node ${c.holder.node}; this pod gets it once that endpoint is gone`,
+              }),
+            onFloatingInvalid: (i) =>
+              refused({ kind: 'invalid', namespace: i.namespace, pod: i.pod, message: `floating IP ignored: ${i.problem}` }),
+          }
+        : {}),
+    });
     const routes = startRoutesController({
       ds,
       node,

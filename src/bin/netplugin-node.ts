@@ -360,6 +360,10 @@ async function main(): Promise<void> {
         autodetect: values['ip-autodetection'],
         mtuFile: values['mtu-file'],
         onRoutesApplied: (s) => metrics.routesApplied(s),
+        onFloatingRefused: (r) => {
+          metrics.floatingRefused(r.kind);
+          if (r.namespace && r.pod) podEvents?.warn(r.namespace, r.pod, 'NetpluginFloatingIPRefused', r.message);
+        },
         ...(bgpOpts ? { bgp: bgpOpts } : {}),
       });
     } catch (e) {

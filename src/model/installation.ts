@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { API_VERSION, type IPPoolSpec, type Resource } from './resources.js';
 import { parseCidr } from '../net/cidr.js';
-import { DEFAULT_BIRD_RUN_DIR } from '../agent/bgp/supervisor.js';
+import { DEFAULT_BIRD_RUN_DIR } from './bgp.js';
 
 export const OPERATOR_GROUP = 'operator.netplugin.org';
 export const OPERATOR_API_VERSION = `${OPERATOR_GROUP}/v1`;

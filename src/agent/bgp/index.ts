@@ -9,6 +9,8 @@ import type { Kind, Resource } from '../../model/resources.js';
 import { addressOf, containsIP, tryParseCidr, tryParseIP, type Cidr } from '../../net/cidr.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
 import { renderBirdConfig } from './render.js';
+import { heldBy, resolveFloatingIPs } from '../nat/floating.js';
+import { poolViews } from '../routes/desired.js';
 import { BirdSupervisor, type BirdStatus } from './supervisor.js';
 
 export interface BgpOptions {
@@ -104,8 +106,10 @@ export function startBgpController(o: BgpOptions): BgpController {
         const ip = tryParseIP(addressOf(n));
         if (ip && !myBlocks.some((c) => containsIP(c, ip))) borrowedOrExtra.push(n);
       }
-      for (const nat of w.spec.ipNATs ?? []) floating.push(nat.externalIP);
     }
+    // Only the floating IPs this node holds (nat/floating.ts: validated, one holder each).
+    const poolList = poolViews(pools.list());
+    for (const c of heldBy(resolveFloatingIPs(weps.list(), poolList), node)) floating.push(c.external);
     const passwords = new Map<string, string>();
     for (const p of peers.list()) {
       const pw = p.spec.password;

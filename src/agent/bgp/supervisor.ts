@@ -11,7 +11,7 @@ import { birdcPath, readSessions, runBirdc, type BgpSession } from './birdc.js';
 import type { BirdConfig } from './render.js';
 
 export const DEFAULT_BIRD_PATH = '/usr/sbin/bird';
-export const DEFAULT_BIRD_RUN_DIR = '/var/run/netplugin/bird';
+export { DEFAULT_BIRD_RUN_DIR } from '../../model/bgp.js';
 export const CONFIG_FILE = 'bird.conf';
 export const CONTROL_SOCKET = 'bird.ctl';
 const PASSWORD_SUFFIX = '.password.conf';
