@@ -12,7 +12,7 @@ export type * from './types.js';
 export { RouteType } from './types.js';
 
 /** The ABI the TS side was written against (native/bind/common.h kAbiVersion). */
-export const NATIVE_ABI_VERSION = 8;
+export const NATIVE_ABI_VERSION = 9;
 
 export interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */
