@@ -21,7 +21,8 @@ import { ROOT } from '../support/cni.js';
 const POOL = { name: 'flows-node', cidr: '10.173.0.0/26', blockSize: 26 };
 const INET_HOST = '198.51.100.173';
 const INET_ADDR = '198.51.100.174';
-const INET_LINK = 'npn-inet';
+// Not of the pods' host veth prefix (npn): the base table would take it for an unprogrammed pod.
+const INET_LINK = 'inet173n';
 
 let env: PolicyEnv;
 let pki: FlowsPki;
@@ -40,14 +41,17 @@ const is = (f: Flow, src: Pod, dst: Pod) =>
   f.sourceNamespace === src.ns && f.sourceName === src.name && f.destNamespace === dst.ns && f.destName === dst.name;
 
 /** Polls the aggregator until `pick` finds what it wants (or the deadline). */
-async function until<T>(what: string, pick: (fl: Flow[]) => T | undefined, ms = 60_000): Promise<T> {
+async function until<T>(what: string, pick: (fl: Flow[]) => T | undefined, ms = 40_000): Promise<T> {
   const end = Date.now() + ms;
   let last: Flow[] = [];
   for (;;) {
     last = await flows().catch(() => last);
     const got = pick(last);
     if (got !== undefined && got !== false) return got;
-    if (Date.now() > end) throw new Error(`${what}: not seen in ${ms} ms; flows: ${JSON.stringify(last, null, 1).slice(0, 4000)}`);
+    if (Date.now() > end) {
+      const agent = env.agent.log().split('\n').filter((l) => l.includes('flow')).slice(-10).join('\n');
+      throw new Error(`${what}: not seen in ${ms} ms; flows: ${JSON.stringify(last).slice(0, 3000)}\n${agent}`);
+    }
     await new Promise((r) => setTimeout(r, 500));
   }
 }
@@ -136,11 +140,9 @@ describe('flow logs from the node', () => {
     expect(deny.policies.enforced).toEqual([{ kind: 'EndOfTier', namespace: '', name: 'default', tier: '', action: 'Deny', ruleIndex: -1 }]);
     expect(deny.packetsIn).toBeGreaterThan(0);
     expect(deny.connectionsStarted).toBe(0);
-    // c's own egress allowed it (its profile): the source end reports Allow, with no connection made.
-    const cSrc = await until('c→b reported by c', (fl) => fl.find((f) => is(f, c, b) && f.reporter === 'Src'));
-    expect(cSrc.action).toBe('Allow');
+    // No connection c→b was made: no report of either end counts one.
     expect(started(await flows(), (f) => is(f, c, b))).toBe(0);
-  });
+  }, 180_000);
 
   it('counts connections and bytes from conntrack, growing with the traffic', async () => {
     const pred = (f: Flow) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow';
@@ -156,7 +158,11 @@ describe('flow logs from the node', () => {
     expect(fl.filter(pred).reduce((n, f) => n + f.packetsOut, 0)).toBeGreaterThan(0);
     const srcIn = fl.filter((f) => is(f, a, b) && f.reporter === 'Src').reduce((n, f) => n + f.packetsIn, 0);
     expect(srcIn).toBeGreaterThan(0);
-    await until('completed', (f2) => f2.filter(pred).reduce((n, f) => n + f.connectionsCompleted, 0) >= before + 4 || undefined);
+    // Each connection completes once (TIME_WAIT lasts minutes: it must not be counted at every flush).
+    const done = (f2: Flow[]) => f2.filter(pred).reduce((n, f) => n + f.connectionsCompleted, 0);
+    await until('completed', (f2) => done(f2) >= after || undefined);
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(done(await flows())).toBe(after);
   });
 
   it('names traffic to an outside public address net/pub', async () => {

@@ -103,6 +103,8 @@ export class FlowAggregator {
   private start: number;
   /** Samples whose ref the table does not know (an older table), and untagged log lines. */
   unknownTags = 0;
+  /** Samples read. */
+  samples = 0;
 
   constructor(o: FlowAggregatorOptions) {
     this.o = o;
@@ -115,6 +117,7 @@ export class FlowAggregator {
     const refs = this.o.refs();
     const t = this.now();
     for (const p of packets) {
+      this.samples++;
       const tag = parseFlowTag(p.prefix);
       const hit = tag && hitOfTag(tag, refs);
       if (!tag || !hit) {
@@ -166,6 +169,9 @@ export class FlowAggregator {
       let c = this.conns.get(k);
       const cur = countersOf(e);
       if (!c) {
+        // Closing or closed TCP the agent does not track: one it already counted complete (its entry
+        // stays in TIME_WAIT for minutes), or one that ended before the agent knew it.
+        if (e.tcpState !== undefined && e.tcpState >= TCP_TIME_WAIT) continue;
         const f = connOf(e);
         if (!this.isLocal(f.src) && !this.isLocal(f.dst)) continue;
         c = { ...f, fresh: false, done: false, cur: cur ?? { ...ZERO }, reported: cur ?? { ...ZERO } };

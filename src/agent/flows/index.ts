@@ -116,6 +116,7 @@ export async function startFlowLogs(
     }
     const records = agg.flush(snapshot);
     if (records.length) client.push(records);
+    log.debug('flow logs: flushed', { records: records.length, samples: agg.samples, unknownTags: agg.unknownTags, ...client.stats() });
     return records;
   };
   const timer = setInterval(flushNow, cfg.flushIntervalMs);
