@@ -84,7 +84,8 @@ function flowId(dir: 'ingress' | 'egress', proto: number, src: string, dst: stri
 function connOf(e: ConntrackEvent): Omit<Conn, 'fresh' | 'done' | 'cur' | 'reported'> {
   const dnat = e.replySrc !== undefined && e.replySrc !== e.dst;
   const dport = (dnat ? e.replySport : e.dport) ?? 0;
-  return { proto: e.protocol, src: e.src, dst: dnat ? e.replySrc! : e.dst, dport: e.protocol === 1 || e.protocol === 58 ? 0 : dport };
+  const icmp = e.protocol === 1 || e.protocol === 58;
+  return { proto: e.protocol, src: e.src, dst: dnat ? e.replySrc! : e.dst, dport: icmp ? 0 : dport };
 }
 
 function countersOf(e: ConntrackEvent): Counters | undefined {
@@ -223,17 +224,27 @@ export class FlowAggregator {
   }
 
   /** The interval's record of this key (made on first use); undefined when the reporter's end is not local. */
-  private record(reporter: Reporter, action: 'Allow' | 'Deny', src: string, dst: string, dport: number, proto: number, hit: PolicyHit | undefined): FlowRecord | undefined {
+  private record(
+    reporter: Reporter,
+    action: 'Allow' | 'Deny',
+    src: string,
+    dst: string,
+    dport: number,
+    proto: number,
+    hit: PolicyHit | undefined,
+  ): FlowRecord | undefined {
     const s = this.o.resolve(src);
     const d = this.o.resolve(dst);
     if (!(reporter === 'Src' ? s?.local : d?.local)) return undefined;
     const source = s?.endpoint ?? classifyOutside(src);
     const dest = d?.endpoint ?? classifyOutside(dst);
     const enforced = hit ? [hit] : [];
-    const key = JSON.stringify([reporter, action, source.type, source.namespace, source.name, dest.type, dest.namespace, dest.name, dport, proto, enforced]);
+    const ends = [source.type, source.namespace, source.name, dest.type, dest.namespace, dest.name];
+    const key = JSON.stringify([reporter, action, ...ends, dport, proto, enforced]);
     let r = this.records.get(key);
     if (!r) {
-      const pending = this.o.pending?.({ reporter, source, dest, sourceAddr: src, destAddr: dst, destPort: dport, protocol: proto }) ?? [];
+      const flow = { reporter, source, dest, sourceAddr: src, destAddr: dst, destPort: dport, protocol: proto };
+      const pending = this.o.pending?.(flow) ?? [];
       r = {
         reporter,
         action,

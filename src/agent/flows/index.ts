@@ -73,9 +73,10 @@ export async function startFlowLogs(
   const { enableConntrackAccounting, openFlowEvents, conntrackSnapshot } = await import('../../dataplane/flowlog.js');
   const { FlowClient } = await import('../../flows/client.js');
   try {
-    if (enableConntrackAccounting()) log.info('flow logs: conntrack accounting turned on (net.netfilter.nf_conntrack_acct=1)');
+    if (enableConntrackAccounting()) log.info('flow logs: conntrack accounting turned on (nf_conntrack_acct=1)');
   } catch (e) {
-    log.warn('flow logs: cannot turn conntrack accounting on; packet and byte counts stay 0', { error: (e as Error).message });
+    const error = (e as Error).message;
+    log.warn('flow logs: cannot turn conntrack accounting on; packet and byte counts stay 0', { error });
   }
   const client = new FlowClient({
     url: cfg.aggregator,
@@ -98,7 +99,7 @@ export async function startFlowLogs(
       onNflog: (p) => agg.onNflog(p),
       onConntrack: (e) => agg.onConntrack(e),
       onOverrun: (kind, n) => {
-        if (overruns[kind] === 0) log.warn(`flow logs: the kernel dropped ${kind} events (socket full); counts may be short`);
+        if (overruns[kind] === 0) log.warn(`flow logs: the kernel dropped ${kind} events (socket full)`);
         overruns[kind] += n;
       },
       onError: (kind, e) => log.error(`flow logs: the ${kind} reader stopped`, { error: e.message }),
@@ -112,16 +113,19 @@ export async function startFlowLogs(
     try {
       snapshot = conntrackSnapshot();
     } catch (e) {
-      log.warn('flow logs: conntrack dump failed; live connections are counted at their end', { error: (e as Error).message });
+      const error = (e as Error).message;
+      log.warn('flow logs: conntrack dump failed; live connections are counted at their end', { error });
     }
     const records = agg.flush(snapshot);
     if (records.length) client.push(records);
-    log.debug('flow logs: flushed', { records: records.length, samples: agg.samples, unknownTags: agg.unknownTags, ...client.stats() });
+    const { samples, unknownTags } = agg;
+    log.debug('flow logs: flushed', { records: records.length, samples, unknownTags, ...client.stats() });
     return records;
   };
   const timer = setInterval(flushNow, cfg.flushIntervalMs);
   timer.unref();
-  log.info('flow logs: reporting', { aggregator: cfg.aggregator, flushIntervalMs: cfg.flushIntervalMs, nflogGroup: rules.group });
+  const { aggregator, flushIntervalMs } = cfg;
+  log.info('flow logs: reporting', { aggregator, flushIntervalMs, nflogGroup: rules.group });
   return {
     rules,
     flushNow,

@@ -24,7 +24,10 @@ export function isPrivateAddress(addr: string): boolean {
   const ip = tryParseIP(addr);
   if (!ip) return true;
   // An IPv4-mapped address is its IPv4 address.
-  if (ip.family === 6 && ip.value >> 32n === 0xffffn) return isPrivateAddress(`${ip.value >> 24n & 255n}.${ip.value >> 16n & 255n}.${ip.value >> 8n & 255n}.${ip.value & 255n}`);
+  if (ip.family === 6 && ip.value >> 32n === 0xffffn) {
+    const v = ip.value;
+    return isPrivateAddress(`${(v >> 24n) & 255n}.${(v >> 16n) & 255n}.${(v >> 8n) & 255n}.${v & 255n}`);
+  }
   return PRIVATE.some((c) => c.family === ip.family && containsIP(c, ip));
 }
 

@@ -41,7 +41,8 @@ export interface TagRef {
 }
 
 export function formatFlowTag(t: FlowTag): string {
-  return `${FLOW_TAG_VERSION} ${t.action === 'Allow' ? 'A' : 'D'} ${t.dir === 'ingress' ? 'I' : 'E'} ${t.ruleIndex} ${t.ref}`;
+  const a = t.action === 'Allow' ? 'A' : 'D';
+  return `${FLOW_TAG_VERSION} ${a} ${t.dir === 'ingress' ? 'I' : 'E'} ${t.ruleIndex} ${t.ref}`;
 }
 
 const TAG = /^np1 ([AD]) ([IE]) (-1|\d{1,6}) ([a-z0-9]{1,16})$/;
@@ -50,18 +51,20 @@ const TAG = /^np1 ([AD]) ([IE]) (-1|\d{1,6}) ([a-z0-9]{1,16})$/;
 export function parseFlowTag(prefix: string): FlowTag | undefined {
   const m = TAG.exec(prefix);
   if (!m) return undefined;
-  return { action: m[1] === 'A' ? 'Allow' : 'Deny', dir: m[2] === 'I' ? 'ingress' : 'egress', ruleIndex: Number(m[3]), ref: m[4]! };
+  const dir = m[2] === 'I' ? 'ingress' : 'egress';
+  return { action: m[1] === 'A' ? 'Allow' : 'Deny', dir, ruleIndex: Number(m[3]), ref: m[4]! };
 }
 
 /** A policy as a hit names it: the mirror of a Kubernetes NetworkPolicy under its own kind and name. */
 export function policyTagRef(kind: 'NetworkPolicy' | 'GlobalNetworkPolicy', name: string, namespace?: string): TagRef {
   if (kind === 'NetworkPolicy' && name.startsWith(K8S_POLICY_PREFIX)) {
-    return { kind: 'KubernetesNetworkPolicy', namespace: namespace ?? '', name: name.slice(K8S_POLICY_PREFIX.length), tier: '' };
+    const own = name.slice(K8S_POLICY_PREFIX.length);
+    return { kind: 'KubernetesNetworkPolicy', namespace: namespace ?? '', name: own, tier: '' };
   }
   return { kind, namespace: kind === 'NetworkPolicy' ? (namespace ?? '') : '', name, tier: '' };
 }
 
-/** The hit a tag stands for, through the ref table; undefined when the ref is unknown (a table older than the agent). */
+/** The hit a tag stands for, through the ref table; undefined for an unknown ref (a table older than the agent). */
 export function hitOfTag(t: FlowTag, refs: ReadonlyMap<string, TagRef>): PolicyHit | undefined {
   if (t.ref === REF_END_OF_POLICIES) {
     return { kind: 'EndOfTier', namespace: '', name: 'default', tier: '', action: 'Deny', ruleIndex: -1 };
