@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Flow } from '../../src/flows/record.js';
+import { END_OF_TIER_HIT } from '../../src/model/policy-hit.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, deleteHostLink, removeAllNetns } from '../support/netns.js';
 import { makeCert, type CertPair } from '../support/certs.js';
@@ -137,7 +138,7 @@ describe('flow logs from the node', () => {
     const src = await until('Allow a→b reported by a', (fl) => fl.find((f) => is(f, a, b) && f.reporter === 'Src' && f.action === 'Allow' && f.policies.enforced.length > 0));
     expect(src.policies.enforced[0]).toMatchObject({ kind: 'Profile', action: 'Allow' });
     const deny = await until('Deny c→b reported by b', (fl) => fl.find((f) => is(f, c, b) && f.reporter === 'Dst' && f.action === 'Deny'));
-    expect(deny.policies.enforced).toEqual([{ kind: 'EndOfTier', namespace: '', name: 'default', tier: '', action: 'Deny', ruleIndex: -1 }]);
+    expect(deny.policies.enforced).toEqual([END_OF_TIER_HIT]);
     expect(deny.packetsIn).toBeGreaterThan(0);
     expect(deny.connectionsStarted).toBe(0);
     // No connection c→b was made: no report of either end counts one.

@@ -10,11 +10,10 @@
 //   np1 D E -1 eop           Deny, egress, end of policies (no policy rule matched)
 //
 // At most FLOW_TAG_MAX_BYTES (the kernel holds 127): 4 + 2 + 2 + 7 + 12 bytes.
-import { K8S_POLICY_PREFIX } from '../../model/k8s-networkpolicy.js';
-import type { HitKind, PolicyHit } from '../../flows/record.js';
+import { END_OF_PROFILES_HIT, END_OF_TIER_HIT, type PolicyHit } from '../../model/policy-hit.js';
 
 export const FLOW_TAG_VERSION = 'np1';
-/** The ref of the end-of-policies drop (EndOfTier) and of the end-of-profiles drop without profiles. */
+/** The refs of the end-of-policies drop (EndOfTier) and of the end-of-profiles drop. */
 export const REF_END_OF_POLICIES = 'eop';
 export const REF_END_OF_PROFILES = 'eopr';
 
@@ -32,13 +31,8 @@ export interface FlowTag {
   ref: string;
 }
 
-/** What a ref names (its hit, without action and rule index). */
-export interface TagRef {
-  kind: HitKind;
-  namespace: string;
-  name: string;
-  tier: string;
-}
+/** What a ref names: its hit without action and rule index (src/model/staged.ts hitOfPolicy names policies). */
+export type TagRef = Omit<PolicyHit, 'action' | 'ruleIndex'>;
 
 export function formatFlowTag(t: FlowTag): string {
   const a = t.action === 'Allow' ? 'A' : 'D';
@@ -55,23 +49,10 @@ export function parseFlowTag(prefix: string): FlowTag | undefined {
   return { action: m[1] === 'A' ? 'Allow' : 'Deny', dir, ruleIndex: Number(m[3]), ref: m[4]! };
 }
 
-/** A policy as a hit names it: the mirror of a Kubernetes NetworkPolicy under its own kind and name. */
-export function policyTagRef(kind: 'NetworkPolicy' | 'GlobalNetworkPolicy', name: string, namespace?: string): TagRef {
-  if (kind === 'NetworkPolicy' && name.startsWith(K8S_POLICY_PREFIX)) {
-    const own = name.slice(K8S_POLICY_PREFIX.length);
-    return { kind: 'KubernetesNetworkPolicy', namespace: namespace ?? '', name: own, tier: '' };
-  }
-  return { kind, namespace: kind === 'NetworkPolicy' ? (namespace ?? '') : '', name, tier: '' };
-}
-
 /** The hit a tag stands for, through the ref table; undefined for an unknown ref (a table older than the agent). */
 export function hitOfTag(t: FlowTag, refs: ReadonlyMap<string, TagRef>): PolicyHit | undefined {
-  if (t.ref === REF_END_OF_POLICIES) {
-    return { kind: 'EndOfTier', namespace: '', name: 'default', tier: '', action: 'Deny', ruleIndex: -1 };
-  }
-  if (t.ref === REF_END_OF_PROFILES) {
-    return { kind: 'Profile', namespace: '', name: '(none)', tier: '', action: 'Deny', ruleIndex: -1 };
-  }
+  if (t.ref === REF_END_OF_POLICIES) return { ...END_OF_TIER_HIT };
+  if (t.ref === REF_END_OF_PROFILES) return { ...END_OF_PROFILES_HIT };
   const r = refs.get(t.ref);
   return r ? { ...r, action: t.action, ruleIndex: t.ruleIndex } : undefined;
 }

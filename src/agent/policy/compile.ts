@@ -58,9 +58,9 @@ import {
   type ProfileInput,
   type Selection,
 } from '../../model/policy-eval.js';
+import { hitOfPolicy } from '../../model/staged.js';
 import {
   formatFlowTag,
-  policyTagRef,
   REF_END_OF_POLICIES,
   REF_END_OF_PROFILES,
   type TagAction,
@@ -302,7 +302,10 @@ export class PolicyCompiler {
       const names: { in?: string; out?: string } = {};
       const h = shortHash(`${p.kind}/${id}`);
       const owner: Owner = { kind: p.kind, name: p.name, ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}) };
-      if (this.flowLog) this.flowRefs.set(h, policyTagRef(p.kind, p.name, p.namespace));
+      if (this.flowLog) {
+        const { action: _a, ruleIndex: _r, ...ref } = hitOfPolicy(p, 'Allow', 0);
+        this.flowRefs.set(h, ref);
+      }
       if (types.includes('Ingress')) {
         names.in = `pol-in-${h}`;
         const rules = this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner, { ref: h, dir: 'ingress' });
@@ -419,9 +422,7 @@ export class PolicyCompiler {
         verdict: { v: 'drop' },
         comment: `${who} ${d}: ${pols.length ? 'passed to profiles, ' : ''}end of profiles ${profs.length ? nameList(profs) : '(none)'}`,
       };
-      // The last profile's ref names the drop after it; without profiles, the drop has a ref of its own.
-      const ref = profs.length ? shortHash(`Profile/${profs[profs.length - 1]!}`) : REF_END_OF_PROFILES;
-      rules.push(...this.logged([eopr], 'Deny', { ref, dir: d as TagDir }, -1));
+      rules.push(...this.logged([eopr], 'Deny', { ref: REF_END_OF_PROFILES, dir: d as TagDir }, -1));
       chains.set(ifChain, { comment: `${who} ${d} (interface ${ep.interfaceName})`, owner, rules });
     }
     state.endpoints.set(ep.interfaceName, entry);
