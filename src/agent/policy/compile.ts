@@ -58,6 +58,15 @@ import {
   type ProfileInput,
   type Selection,
 } from '../../model/policy-eval.js';
+import { hitOfPolicy } from '../../model/staged.js';
+import {
+  formatFlowTag,
+  REF_END_OF_POLICIES,
+  REF_END_OF_PROFILES,
+  type TagAction,
+  type TagDir,
+  type TagRef,
+} from '../flows/tags.js';
 
 export type { EndpointInput, PolicyInput, ProfileInput };
 
@@ -95,6 +104,21 @@ export interface DesiredState {
   /** What was left out, with why (reported by the controller). */
   refused: Refusal[];
 }
+
+/**
+ * Flow logs: the deciding rule of each new connection (allowed) and of each denied packet also
+ * logs a tag (src/agent/flows/tags.ts) to this NFLOG group, at most `rate` a second (burst
+ * `burst`) per pod interface and direction. The rate limit only thins the samples: connections
+ * and their counters come from conntrack, and a flow already known keeps its attribution.
+ */
+export interface FlowLogRules {
+  group: number;
+  rate: number;
+  burst: number;
+}
+
+/** The dynamic sets of the flow-log rate limit: ingress (to a pod) keyed by oifname, egress by iifname. */
+export const FLOW_LIMIT_SETS = { ingress: 'fl-rate-in', egress: 'fl-rate-out' } as const;
 
 export interface CompileInput {
   policies: PolicyInput[];
@@ -221,6 +245,10 @@ export class PolicyCompiler {
   private ruleRefusals: Refusal[] = [];
   /** How the last compile went (for the benchmark and the logs). */
   lastMode: 'full' | 'incremental' | 'unchanged' = 'full';
+  /** Flow-log tags' refs → what they name; refs of earlier compiles stay (samples may still be in flight). */
+  readonly flowRefs = new Map<string, TagRef>();
+
+  constructor(private readonly flowLog?: FlowLogRules) {}
 
   /** Forget the memo: the next compile recomputes everything (after a refused batch). */
   reset(): void {
@@ -246,6 +274,17 @@ export class PolicyCompiler {
     this.setCounts = new Map();
     this.memberCache = new Map();
     this.ruleRefusals = [];
+    if (this.flowLog) {
+      for (const [dir, name] of Object.entries(FLOW_LIMIT_SETS)) {
+        this.sets.set(name, {
+          type: ['ifname'],
+          dynamic: { timeoutSeconds: 60, size: 65535 },
+          comment: `flow-log samples per pod interface (${dir})`,
+          elements: new Map(),
+          owner: { kind: 'Set', name },
+        });
+      }
+    }
     const cleanInputs = input.endpoints.map(clean);
     this.endpoints = endpointViews(
       cleanInputs.map((c) => c.e),
@@ -263,13 +302,19 @@ export class PolicyCompiler {
       const names: { in?: string; out?: string } = {};
       const h = shortHash(`${p.kind}/${id}`);
       const owner: Owner = { kind: p.kind, name: p.name, ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}) };
+      if (this.flowLog) {
+        const { action: _a, ruleIndex: _r, ...ref } = hitOfPolicy(p, 'Allow', 0);
+        this.flowRefs.set(h, ref);
+      }
       if (types.includes('Ingress')) {
         names.in = `pol-in-${h}`;
-        chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules: this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner) });
+        const rules = this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner, { ref: h, dir: 'ingress' });
+        chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules });
       }
       if (types.includes('Egress')) {
         names.out = `pol-out-${h}`;
-        chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules: this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner) });
+        const rules = this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner, { ref: h, dir: 'egress' });
+        chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules });
       }
       polChain.set(p, names);
     }
@@ -343,12 +388,13 @@ export class PolicyCompiler {
           subRules.push({ matches: [], verdict: { v: 'jump', chain: polChain.get(p)![key]! } });
           if (hasPass(p, dir)) subRules.push({ matches: [{ m: 'markAny', mask: MARK_PASS }], verdict: { v: 'return' }, comment: `${p.kind} ${policyId(p)} passed to the profiles` });
         }
-        subRules.push({
+        const eop: Rule = {
           matches: [],
           stmts: [{ s: 'counter' }],
           verdict: { v: 'drop' },
           comment: `${who} ${d}: end of policies ${nameList(pols.map(policyId))}`,
-        });
+        };
+        subRules.push(...this.logged([eop], 'Deny', { ref: REF_END_OF_POLICIES, dir: d as TagDir }, -1));
         chains.set(sub, { comment: `${who} ${d}: the policies selecting it`, owner, rules: subRules });
         rules.push({ matches: [], verdict: { v: 'jump', chain: sub } });
       }
@@ -360,19 +406,23 @@ export class PolicyCompiler {
           const h = shortHash(`Profile/${prof}`);
           pc = { in: `pro-in-${h}`, out: `pro-out-${h}` };
           const po: Owner = { kind: 'Profile', name: prof };
-          chains.set(pc.in, { comment: `Profile ${prof} ingress`, owner: po, rules: this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po) });
-          chains.set(pc.out, { comment: `Profile ${prof} egress`, owner: po, rules: this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po) });
+          if (this.flowLog) this.flowRefs.set(h, { kind: 'Profile', namespace: '', name: prof, tier: '' });
+          const inRules = this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po, { ref: h, dir: 'ingress' });
+          const outRules = this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po, { ref: h, dir: 'egress' });
+          chains.set(pc.in, { comment: `Profile ${prof} ingress`, owner: po, rules: inRules });
+          chains.set(pc.out, { comment: `Profile ${prof} egress`, owner: po, rules: outRules });
           profChain.set(prof, pc);
         }
         rules.push({ matches: [], verdict: { v: 'jump', chain: pc[key] } });
       }
       const profs = ep.profiles.filter((p) => profiles.has(p));
-      rules.push({
+      const eopr: Rule = {
         matches: [],
         stmts: [{ s: 'counter' }],
         verdict: { v: 'drop' },
         comment: `${who} ${d}: ${pols.length ? 'passed to profiles, ' : ''}end of profiles ${profs.length ? nameList(profs) : '(none)'}`,
-      });
+      };
+      rules.push(...this.logged([eopr], 'Deny', { ref: REF_END_OF_PROFILES, dir: d as TagDir }, -1));
       chains.set(ifChain, { comment: `${who} ${d} (interface ${ep.interfaceName})`, owner, rules });
     }
     state.endpoints.set(ep.interfaceName, entry);
@@ -527,21 +577,42 @@ export class PolicyCompiler {
    * protocol out of range in an object the schema did not check) becomes a
    * drop naming it: fail closed, and only that rule's chain is affected.
    */
-  compileRules(rules: PolicyRule[], p: PolicyInput | undefined, what: string, owner?: Owner): Rule[] {
+  compileRules(rules: PolicyRule[], p: PolicyInput | undefined, what: string, owner?: Owner, tag?: { ref: string; dir: TagDir }): Rule[] {
     const out: Rule[] = [];
     rules.forEach((r, i) => {
       const w = `${what} rule ${i}`;
       try {
         const compiled = this.compileRule(r, p, w);
         for (const c of compiled) renderRule(c); // refuses here, not in the batch
-        out.push(...compiled);
+        const action = r.action === 'Allow' || r.action === 'Deny' ? r.action : undefined;
+        out.push(...(tag && action ? this.logged(compiled, action, tag, i) : compiled));
       } catch (e) {
         if (!(e instanceof NftModelError)) throw e;
-        out.push({ matches: [], stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: `${w} refused (${e.message})` });
+        const drop: Rule = { matches: [], stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: `${w} refused (${e.message})` };
+        out.push(...(tag ? this.logged([drop], 'Deny', tag, i) : [drop]));
         if (owner) this.ruleRefusals.push({ owner, reason: `${w} cannot be programmed (${e.message}); it drops instead` });
       }
     });
     return out;
+  }
+
+  /**
+   * With flow logs on, each deciding rule is preceded by its twin that logs the tag (same matches,
+   * the per-interface rate limit, the NFLOG statement, no verdict): a limit that is over stops
+   * only the twin, never the verdict. Only new connections reach these chains (established
+   * traffic is accepted before them), so an allow logs once per connection.
+   */
+  private logged(rules: Rule[], action: TagAction, tag: { ref: string; dir: TagDir }, ruleIndex: number): Rule[] {
+    const fl = this.flowLog;
+    if (!fl) return rules;
+    const prefix = formatFlowTag({ action, dir: tag.dir, ruleIndex, ref: tag.ref });
+    const limit = tag.dir === 'ingress'
+      ? { set: FLOW_LIMIT_SETS.ingress, key: 'oifname' as const }
+      : { set: FLOW_LIMIT_SETS.egress, key: 'iifname' as const };
+    return rules.flatMap((r): Rule[] => [
+      { matches: r.matches, stmts: [{ s: 'limitPerIf', ...limit, rate: fl.rate, burst: fl.burst }, { s: 'log', prefix, group: fl.group }] },
+      r,
+    ]);
   }
 
   private compileRule(r: PolicyRule, p: PolicyInput | undefined, what: string): Rule[] {

@@ -35,7 +35,7 @@ import {
   writePolicyStatus,
   type ProgrammedSignal,
 } from '../../policy-status/index.js';
-import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
+import { PolicyCompiler, TABLE, type DesiredState, type FlowLogRules, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
 import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
 import {
   BASE_ID,
@@ -50,6 +50,7 @@ import {
   type BaseOptions,
 } from './nft-script.js';
 import { ownerId, type Owner } from '../../dataplane/nft/model.js';
+import type { TagRef } from '../flows/tags.js';
 import { cutConntrack, type ConntrackFlow } from '../../dataplane/conntrack.js';
 
 export interface PolicyControllerOptions {
@@ -76,6 +77,8 @@ export interface PolicyControllerOptions {
    * refused a value before rendering, `kernel` when libnftables refused it.
    */
   onRefused?: (r: RefusedObject) => void;
+  /** Flow logs on: the deciding rules also log their tag to this NFLOG group (compile.ts FlowLogRules). */
+  flowLog?: FlowLogRules;
 }
 
 export interface RefusedObject {
@@ -118,6 +121,8 @@ export interface PolicyController {
   current(): DesiredState;
   /** The compiler's inputs as last seen. */
   inputs(): { policies: PolicyInput[]; profiles: Map<string, ProfileInput>; endpoints: EndpointInput[] };
+  /** The flow-log tags' refs → what they name (empty without flow logs). */
+  flowRefs(): ReadonlyMap<string, TagRef>;
   /** Told after every applied batch. */
   onApplied(cb: (s: ApplyStats) => void): void;
   /** Seconds since the oldest change seen but not yet in the table (0 when the table is current). */
@@ -149,7 +154,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const state = await ensureBaseTable(opts.base, nft);
   log.info(state === 'installed' ? 'policy: base ruleset installed (pods isolated until programmed)' : 'policy: keeping the table of the previous run until the resync');
 
-  const compiler = new PolicyCompiler();
+  const compiler = new PolicyCompiler(opts.flowLog);
   let current: DesiredState | undefined; // undefined until the first full resync
   let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
   const appliedCbs: Array<(s: ApplyStats) => void> = [];
@@ -470,6 +475,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     },
     current: () => current ?? emptyState(),
     inputs: () => lastInputs,
+    flowRefs: () => compiler.flowRefs,
     onApplied: (cb) => void appliedCbs.push(cb),
     programmingLagSeconds() {
       const oldest = Math.min(pendingSince ?? Infinity, applyingSince ?? Infinity);
