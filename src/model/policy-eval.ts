@@ -151,6 +151,21 @@ export function policySelects(p: PolicyInput, ep: Pick<EndpointView, 'namespace'
   return sel(p.spec.selector).matches(ep.allLabels);
 }
 
+/**
+ * Which policies take part where. `normal`: a pod's policy, and a host endpoint's for the host's
+ * own traffic (every policy but the preDNAT and doNotTrack ones); `forward`: a host endpoint's
+ * for traffic forwarded through the host (applyOnForward ones); `preDNAT` and `doNotTrack`: those.
+ */
+export type PolicyTier = 'normal' | 'forward' | 'preDNAT' | 'doNotTrack';
+
+export function inTier(p: PolicyInput, tier: PolicyTier): boolean {
+  const s = p.spec;
+  if (tier === 'preDNAT') return !!s.preDNAT;
+  if (tier === 'doNotTrack') return !!s.doNotTrack;
+  if (s.preDNAT || s.doNotTrack) return false;
+  return tier === 'normal' || !!s.applyOnForward;
+}
+
 /** Policies in evaluation order: order ascending (unset last), then name. */
 export function sortPolicies(policies: PolicyInput[]): PolicyInput[] {
   return [...policies].sort((a, b) => comparePolicies({ order: a.spec.order, name: policyId(a) }, { order: b.spec.order, name: policyId(b) }));
@@ -257,7 +272,14 @@ export function ruleMatches(r: PolicyRule, p: PolicyInput | undefined, src: { ad
 }
 
 /** The decision of `endpoint`'s policy for one connection, with its trace. */
-export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: PolicyInput[], profiles: Map<string, ProfileInput>, c: Connection): Decision {
+export function evaluate(
+  endpoint: EndpointView,
+  all: EndpointView[],
+  policies: PolicyInput[],
+  profiles: Map<string, ProfileInput>,
+  c: Connection,
+  tier: PolicyTier = 'normal',
+): Decision {
   const dir: PolicyType = c.direction === 'ingress' ? 'Ingress' : 'Egress';
   const peer = all.find((e) => e.addrs.includes(c.peerAddr));
   const self = { addr: endpoint.addrs.find((a) => a.includes(':') === c.peerAddr.includes(':')) ?? endpoint.addrs[0] ?? '', ep: endpoint };
@@ -265,7 +287,7 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
   const [src, dst] = c.direction === 'ingress' ? [other, self] : [self, other];
   const trace: string[] = [];
   const key = c.direction;
-  const selecting = sortPolicies(policies).filter((p) => effectiveTypes(p.spec).includes(dir) && policySelects(p, endpoint));
+  const selecting = sortPolicies(policies).filter((p) => inTier(p, tier) && effectiveTypes(p.spec).includes(dir) && policySelects(p, endpoint));
   let passed = false;
   for (const p of selecting) {
     const name = `${p.kind} ${policyId(p)}`;

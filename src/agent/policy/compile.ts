@@ -23,6 +23,8 @@
 //   rewrites set elements, not rules.
 import { createHash } from 'node:crypto';
 import { containsCidr, formatCidr, formatIP, parseCidr, type Cidr } from '../../net/cidr.js';
+import type { HostPortSpec } from '../../model/resources.js';
+import type { EndpointToHostAction } from '../../model/agent-config.js';
 import { effectiveTypes, parsePort, protocolNumber, type EntityRule, type PolicyRule, type Protocol } from '../../model/policy.js';
 import { renderRule } from '../../dataplane/nft/render.js';
 import { DEFAULT_POLICY_TABLE } from '../../dataplane/nft/programmed.js';
@@ -45,6 +47,7 @@ import {
 import {
   endpointViews,
   entitySelection,
+  inTier,
   notSelection,
   policyId,
   sel,
@@ -100,7 +103,52 @@ export interface CompileInput {
   policies: PolicyInput[];
   profiles: Map<string, ProfileInput>;
   endpoints: EndpointInput[];
+  /** Host endpoints and the node's settings for them (absent: none). */
+  host?: HostInput;
 }
+
+/** A HostEndpoint as the compiler takes it. */
+export interface HostEndpointInput {
+  name: string;
+  /** An interface name, or `*` (all but pod interfaces); absent: not enforced. */
+  interfaceName?: string;
+  labels: Record<string, string>;
+  profiles: string[];
+  /** expectedIPs: what peer selectors of other rules match for it. */
+  addrs: string[];
+  ports?: Array<{ name: string; protocol: string; port: number }>;
+  /** Whether it is of this node (then enforced here). */
+  local: boolean;
+}
+
+export interface HostInput {
+  endpoints: HostEndpointInput[];
+  failsafeInbound: HostPortSpec[];
+  failsafeOutbound: HostPortSpec[];
+  endpointToHost: EndpointToHostAction;
+  /** Host veth prefixes of pods: their interfaces are never a host endpoint's. */
+  podPrefixes: string[];
+}
+
+/**
+ * The regular chains the static base chains of host endpoint policy jump to
+ * (src/agent/policy/nft-script.ts creates them empty, the compiler fills them):
+ * by hook, what they dispatch to each host endpoint's chains.
+ */
+export const HOST_DISPATCH = {
+  in: { name: 'host-in', comment: 'to the host: failsafe ports, pods to their node, host endpoint ingress' },
+  out: { name: 'host-out', comment: 'from the host: failsafe ports, host endpoint egress' },
+  fwdIn: { name: 'host-fwd-in', comment: 'forwarded: ingress of the host endpoint it came in on (applyOnForward)' },
+  fwdOut: { name: 'host-fwd-out', comment: 'forwarded: egress of the host endpoint it goes out on (applyOnForward)' },
+  pre: { name: 'host-pre', comment: 'before DNAT: host endpoint ingress of preDNAT policies' },
+  rawIn: { name: 'host-raw-in', comment: 'untracked: host endpoint ingress of doNotTrack policies' },
+  rawOut: { name: 'host-raw-out', comment: 'untracked: host endpoint egress of doNotTrack policies' },
+} as const;
+
+/** Set with `notrack` by an Allow of a doNotTrack policy: the filter chains accept the packet without conntrack. */
+export const MARK_UNTRACKED = 0x04000000;
+const NO_HOST: HostInput = { endpoints: [], failsafeInbound: [], failsafeOutbound: [], endpointToHost: 'Accept', podPrefixes: [] };
+export const HOST_DISPATCH_OWNER: Owner = { kind: 'HostDispatch', name: 'host endpoint dispatch' };
 
 function shortHash(s: string): string {
   return createHash('sha1').update(s).digest('hex').slice(0, 12);
@@ -149,6 +197,8 @@ interface Memo {
   polChain: Map<PolicyInput, { in?: string; out?: string }>;
   profChain: Map<string, { in: string; out: string }>;
   byNamespace: Map<string | null, PolicyInput[]>;
+  /** The host endpoint input as JSON: any change recompiles the whole table. */
+  hostSig: string;
 }
 
 /**
@@ -219,6 +269,9 @@ export class PolicyCompiler {
   private memo: Memo | undefined;
   /** Policy and profile rules the model refused (each drops instead), from the last full compile. */
   private ruleRefusals: Refusal[] = [];
+  /** Host endpoints as peers and as enforced endpoints (of the last full compile). */
+  private hostViews: HostView[] = [];
+  private hostRefusals: Refusal[] = [];
   /** How the last compile went (for the benchmark and the logs). */
   lastMode: 'full' | 'incremental' | 'unchanged' = 'full';
 
@@ -246,12 +299,14 @@ export class PolicyCompiler {
     this.setCounts = new Map();
     this.memberCache = new Map();
     this.ruleRefusals = [];
+    this.hostRefusals = [];
     const cleanInputs = input.endpoints.map(clean);
     this.endpoints = endpointViews(
       cleanInputs.map((c) => c.e),
       input.profiles,
     );
-    this.families = new Set(this.endpoints.flatMap((e) => e.addrs.map(familyOf)));
+    this.hostViews = hostViews(input.host, input.profiles);
+    this.families = new Set([...this.endpoints, ...this.hostViews].flatMap((e) => e.addrs.map(familyOf)));
     const chains = new Map<string, Chain>();
     const policies = sortPolicies(input.policies);
 
@@ -296,13 +351,18 @@ export class PolicyCompiler {
       polChain,
       profChain,
       byNamespace,
+      hostSig: JSON.stringify(input.host ?? null),
     };
     this.endpoints.forEach((ep, i) => {
       // endpointViews keeps the inputs' order.
       memo.endpoints.set(epId(ep), { sig: JSON.stringify(input.endpoints[i]), view: ep, refused: cleanInputs[i]!.refused });
       this.endpointChains(ep, memo, state, input.profiles);
     });
-    state.refused = [...this.ruleRefusals, ...[...memo.endpoints.values()].flatMap((x) => x.refused)];
+    // Host endpoints are peers of rules like pods (their expectedIPs in selection sets).
+    this.endpoints.push(...this.hostViews);
+    // The dispatch chains always exist (the base chains jump to them), empty of host endpoints without any.
+    this.hostChains(input.host ?? NO_HOST, memo, state, input.profiles);
+    state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...[...memo.endpoints.values()].flatMap((x) => x.refused)];
     this.memo = memo;
     return state;
   }
@@ -310,7 +370,7 @@ export class PolicyCompiler {
   /** Chains and interface entries of one local endpoint, into `state` (its profile chains too, when new). */
   private endpointChains(ep: EndpointView, memo: Memo, state: DesiredState, profiles: Map<string, ProfileInput>): void {
     if (!ep.interfaceName) return;
-    const { polChain, profChain, byNamespace } = memo;
+    const { polChain, byNamespace } = memo;
     const { chains } = state;
     const owner = endpointOwner(ep);
     const who = `${ep.namespace}/${ep.key}`;
@@ -318,7 +378,8 @@ export class PolicyCompiler {
     const own = byNamespace.get(ep.namespace) ?? [];
     // Both lists are in evaluation order; merge them keeping it.
     const candidates = globals.length === 0 ? own : own.length === 0 ? globals : sortPolicies([...globals, ...own]);
-    const selecting = candidates.filter((p) => policySelects(p, ep));
+    // preDNAT and doNotTrack policies apply to host endpoints only.
+    const selecting = candidates.filter((p) => inTier(p, 'normal') && policySelects(p, ep));
     const entry: EndpointEntry = {
       owner,
       ...(ep.rev !== undefined ? { rev: ep.rev } : {}),
@@ -329,53 +390,212 @@ export class PolicyCompiler {
       ...(ep.mac ? { mac: ep.mac } : {}),
     };
     for (const [dir, ifChain] of [['Ingress', entry.to], ['Egress', entry.from]] as const) {
-      const key = dir === 'Ingress' ? 'in' : 'out';
-      const d = dir.toLowerCase();
-      const pols = selecting.filter((p) => polChain.get(p)![key]);
-      // Allow is `accept` (egress and ingress are separate base chains, so accepting one still
-      // leaves the other to decide); only a Pass needs a mark, tested after the policies that have one.
-      const passing = pols.some((p) => hasPass(p, dir));
-      const rules: Rule[] = passing ? [{ matches: [], stmts: [{ s: 'markSet', op: 'and', value: MARK_CLEAR }] }] : [];
-      if (pols.length > 0) {
-        const sub = `${ifChain}-pol`;
-        const subRules: Rule[] = [];
-        for (const p of pols) {
-          subRules.push({ matches: [], verdict: { v: 'jump', chain: polChain.get(p)![key]! } });
-          if (hasPass(p, dir)) subRules.push({ matches: [{ m: 'markAny', mask: MARK_PASS }], verdict: { v: 'return' }, comment: `${p.kind} ${policyId(p)} passed to the profiles` });
-        }
-        subRules.push({
-          matches: [],
-          stmts: [{ s: 'counter' }],
-          verdict: { v: 'drop' },
-          comment: `${who} ${d}: end of policies ${nameList(pols.map(policyId))}`,
-        });
-        chains.set(sub, { comment: `${who} ${d}: the policies selecting it`, owner, rules: subRules });
-        rules.push({ matches: [], verdict: { v: 'jump', chain: sub } });
-      }
-      for (const prof of ep.profiles) {
-        const pr = profiles.get(prof);
-        if (!pr) continue;
-        let pc = profChain.get(prof);
-        if (!pc) {
-          const h = shortHash(`Profile/${prof}`);
-          pc = { in: `pro-in-${h}`, out: `pro-out-${h}` };
-          const po: Owner = { kind: 'Profile', name: prof };
-          chains.set(pc.in, { comment: `Profile ${prof} ingress`, owner: po, rules: this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po) });
-          chains.set(pc.out, { comment: `Profile ${prof} egress`, owner: po, rules: this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po) });
-          profChain.set(prof, pc);
-        }
-        rules.push({ matches: [], verdict: { v: 'jump', chain: pc[key] } });
-      }
-      const profs = ep.profiles.filter((p) => profiles.has(p));
-      rules.push({
-        matches: [],
-        stmts: [{ s: 'counter' }],
-        verdict: { v: 'drop' },
-        comment: `${who} ${d}: ${pols.length ? 'passed to profiles, ' : ''}end of profiles ${profs.length ? nameList(profs) : '(none)'}`,
+      this.directionChain(chains, memo, profiles, {
+        name: ifChain,
+        comment: `${who} ${dir.toLowerCase()} (interface ${ep.interfaceName})`,
+        who,
+        owner,
+        dir,
+        pols: selecting,
+        polChain,
+        profiles: ep.profiles,
+        end: 'drop',
       });
-      chains.set(ifChain, { comment: `${who} ${d} (interface ${ep.interfaceName})`, owner, rules });
     }
     state.endpoints.set(ep.interfaceName, entry);
+  }
+
+  /**
+   * One direction of an endpoint: a chain that jumps to the policies selecting it (in a `-pol`
+   * sub-chain ending in `polEnd`: a drop, or a return for untracked policy), then to its profiles
+   * (a profile chain is made the first time one is used), then `end`.
+   */
+  private directionChain(
+    chains: Map<string, Chain>,
+    memo: Memo,
+    profiles: Map<string, ProfileInput>,
+    o: {
+      name: string;
+      comment: string;
+      who: string;
+      owner: Owner;
+      dir: 'Ingress' | 'Egress';
+      pols: PolicyInput[];
+      polChain: Map<PolicyInput, { in?: string; out?: string }>;
+      profiles: string[];
+      end: 'drop' | 'accept' | 'return';
+      polEnd?: 'drop' | 'return';
+    },
+  ): void {
+    const { profChain } = memo;
+    const key = o.dir === 'Ingress' ? 'in' : 'out';
+    const d = o.dir.toLowerCase();
+    const pols = o.pols.filter((p) => o.polChain.get(p)?.[key]);
+    // Allow is `accept` (egress and ingress are separate base chains, so accepting one still
+    // leaves the other to decide); only a Pass needs a mark, tested after the policies that have one.
+    const passing = pols.some((p) => hasPass(p, o.dir));
+    const rules: Rule[] = passing ? [{ matches: [], stmts: [{ s: 'markSet', op: 'and', value: MARK_CLEAR }] }] : [];
+    if (pols.length > 0) {
+      const sub = `${o.name}-pol`;
+      const subRules: Rule[] = [];
+      for (const p of pols) {
+        subRules.push({ matches: [], verdict: { v: 'jump', chain: o.polChain.get(p)![key]! } });
+        if (hasPass(p, o.dir)) subRules.push({ matches: [{ m: 'markAny', mask: MARK_PASS }], verdict: { v: 'return' }, comment: `${p.kind} ${policyId(p)} passed to the profiles` });
+      }
+      subRules.push({
+        matches: [],
+        ...(o.polEnd === 'return' ? {} : { stmts: [{ s: 'counter' as const }] }),
+        verdict: { v: o.polEnd ?? 'drop' },
+        comment: `${o.who} ${d}: end of policies ${nameList(pols.map(policyId))}`,
+      });
+      chains.set(sub, { comment: `${o.who} ${d}: the policies selecting it`, owner: o.owner, rules: subRules });
+      rules.push({ matches: [], verdict: { v: 'jump', chain: sub } });
+    }
+    for (const prof of o.profiles) {
+      const pr = profiles.get(prof);
+      if (!pr) continue;
+      let pc = profChain.get(prof);
+      if (!pc) {
+        const h = shortHash(`Profile/${prof}`);
+        pc = { in: `pro-in-${h}`, out: `pro-out-${h}` };
+        const po: Owner = { kind: 'Profile', name: prof };
+        chains.set(pc.in, { comment: `Profile ${prof} ingress`, owner: po, rules: this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po) });
+        chains.set(pc.out, { comment: `Profile ${prof} egress`, owner: po, rules: this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po) });
+        profChain.set(prof, pc);
+      }
+      rules.push({ matches: [], verdict: { v: 'jump', chain: pc[key] } });
+    }
+    const profs = o.profiles.filter((p) => profiles.has(p));
+    const what = o.end === 'drop' ? `${pols.length ? 'passed to profiles, ' : ''}end of profiles ${profs.length ? nameList(profs) : '(none)'}` : `no policy decided: ${o.end}`;
+    rules.push({
+      matches: [],
+      ...(o.end === 'drop' ? { stmts: [{ s: 'counter' as const }] } : {}),
+      verdict: { v: o.end },
+      comment: `${o.who} ${d}: ${what}`,
+    });
+    chains.set(o.name, { comment: o.comment, owner: o.owner, rules });
+  }
+
+  /**
+   * Host endpoint policy of this node's host endpoints: per host endpoint, its chains for the
+   * host's own traffic (input/output: the policies selecting it but the preDNAT and doNotTrack
+   * ones, then its profiles, then a drop), for forwarded traffic (applyOnForward policies; none:
+   * accepted), before DNAT (preDNAT policies) and untracked (doNotTrack policies); and the
+   * dispatch chains the base chains jump to: failsafe ports first, pod interfaces never go to a
+   * host endpoint (pods to their own node: endpointToHost), named interfaces before `*`.
+   */
+  private hostChains(host: HostInput, memo: Memo, state: DesiredState, profiles: Map<string, ProfileInput>): void {
+    const { chains } = state;
+    const globals = (memo.byNamespace.get(null) ?? []).filter((p) => p.kind === 'GlobalNetworkPolicy');
+    // One host endpoint per interface (the first by name); the others are refused, as is a bad name.
+    const byIf = new Map<string, HostView>();
+    for (const h of [...this.hostViews].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))) {
+      if (!h.local || h.hostInterface === undefined) continue;
+      const owner = hostOwner(h);
+      const problem = h.hostInterface === '*' ? undefined : ifnameProblem(h.hostInterface);
+      if (problem) {
+        this.hostRefusals.push({ owner, reason: `interfaceName ${JSON.stringify(h.hostInterface)} ${problem}; not enforced` });
+        continue;
+      }
+      if (host.podPrefixes.some((p) => h.hostInterface!.startsWith(p))) {
+        this.hostRefusals.push({ owner, reason: `interfaceName ${h.hostInterface} is a pod interface; not enforced` });
+        continue;
+      }
+      const other = byIf.get(h.hostInterface);
+      if (other) {
+        this.hostRefusals.push({ owner, reason: `interface ${h.hostInterface} is HostEndpoint ${other.key}'s; not enforced` });
+        continue;
+      }
+      byIf.set(h.hostInterface, h);
+    }
+    // Untracked policy: its Allow skips conntrack and is accepted by the filter chains (by a mark).
+    const rawChain = new Map<PolicyInput, { in?: string; out?: string }>();
+    const rawOf = (p: PolicyInput) => {
+      let c = rawChain.get(p);
+      if (c) return c;
+      c = {};
+      const id = policyId(p);
+      const h = shortHash(`raw/${p.kind}/${id}`);
+      const owner: Owner = { kind: 'GlobalNetworkPolicy', name: p.name };
+      for (const [dir, k] of [['Ingress', 'in'], ['Egress', 'out']] as const) {
+        if (!effectiveTypes(p.spec).includes(dir)) continue;
+        const what = `${p.kind} ${id} ${dir.toLowerCase()} (untracked)`;
+        const rules = this.compileRules((dir === 'Ingress' ? p.spec.ingress : p.spec.egress) ?? [], p, what, owner).map(untracked);
+        c[k] = `raw-${k}-${h}`;
+        chains.set(c[k], { comment: what, owner, rules });
+      }
+      rawChain.set(p, c);
+      return c;
+    };
+    type Hooks = { in: string; out: string; fin: string; fout: string; pre?: string; rawIn?: string; rawOut?: string };
+    const made = new Map<string, Hooks>();
+    for (const [ifn, h] of byIf) {
+      const owner = hostOwner(h);
+      const who = `HostEndpoint ${h.key}`;
+      const selecting = (tier: 'normal' | 'forward' | 'preDNAT' | 'doNotTrack') => globals.filter((p) => inTier(p, tier) && policySelects(p, h));
+      const base = `hep-${shortHash(`HostEndpoint/${h.key}`)}`;
+      const hooks: Hooks = { in: `${base}-in`, out: `${base}-out`, fin: `${base}-fin`, fout: `${base}-fout` };
+      const common = { who, owner, polChain: memo.polChain };
+      const normal = selecting('normal');
+      const iface = `interface ${ifn === '*' ? 'all' : ifn}`;
+      this.directionChain(chains, memo, profiles, { ...common, name: hooks.in, comment: `${who} ingress (${iface})`, dir: 'Ingress', pols: normal, profiles: h.profiles, end: 'drop' });
+      this.directionChain(chains, memo, profiles, { ...common, name: hooks.out, comment: `${who} egress (${iface})`, dir: 'Egress', pols: normal, profiles: h.profiles, end: 'drop' });
+      const fwd = selecting('forward');
+      this.directionChain(chains, memo, profiles, { ...common, name: hooks.fin, comment: `${who} forwarded ingress (${iface})`, dir: 'Ingress', pols: fwd, profiles: [], end: 'accept' });
+      this.directionChain(chains, memo, profiles, { ...common, name: hooks.fout, comment: `${who} forwarded egress (${iface})`, dir: 'Egress', pols: fwd, profiles: [], end: 'accept' });
+      const pre = selecting('preDNAT').filter((p) => effectiveTypes(p.spec).includes('Ingress'));
+      if (pre.length) {
+        hooks.pre = `${base}-pre`;
+        this.directionChain(chains, memo, profiles, { ...common, name: hooks.pre, comment: `${who} ingress before DNAT (${iface})`, dir: 'Ingress', pols: pre, profiles: [], end: 'return' });
+      }
+      const raw = selecting('doNotTrack');
+      for (const [dir, k] of [['Ingress', 'rawIn'], ['Egress', 'rawOut']] as const) {
+        const pols = raw.filter((p) => effectiveTypes(p.spec).includes(dir));
+        if (!pols.length) continue;
+        for (const p of pols) rawOf(p);
+        hooks[k] = `${base}-${k === 'rawIn' ? 'raw-in' : 'raw-out'}`;
+        const d = dir === 'Ingress' ? 'ingress' : 'egress';
+        this.directionChain(chains, memo, profiles, { ...common, polChain: rawChain, name: hooks[k]!, comment: `${who} untracked ${d} (${iface})`, dir, pols, profiles: [], end: 'return', polEnd: 'return' });
+      }
+      made.set(ifn, hooks);
+    }
+    // The dispatch chains.
+    const star = made.get('*');
+    const named = [...made].filter(([i]) => i !== '*');
+    const pod = (dir: 'in' | 'out') => host.podPrefixes.map((p): Match => ({ m: 'ifname', dir, name: p, prefix: true }));
+    const to = (dir: 'in' | 'out', pick: (h: Hooks) => string | undefined, podVerdict: Rule['verdict'] | 'skip'): Rule[] => {
+      const rules: Rule[] = [];
+      if (podVerdict !== 'skip') for (const m of pod(dir)) rules.push({ matches: [m], ...(podVerdict ? { verdict: podVerdict } : {}), comment: 'pod interface: no host endpoint' });
+      for (const [ifn, h] of named) {
+        const c = pick(h);
+        if (c) rules.push({ matches: [{ m: 'ifname', dir, name: ifn }], verdict: { v: 'goto', chain: c } });
+        else rules.push({ matches: [{ m: 'ifname', dir, name: ifn }], verdict: { v: 'return' } });
+      }
+      const sc = star && pick(star);
+      if (sc) rules.push({ matches: [], verdict: { v: 'goto', chain: sc } });
+      return rules;
+    };
+    const any = made.size > 0;
+    const failsafe = (ports: HostPortSpec[], dir: 's' | 'd'): Rule[] => (any ? failsafeRules(ports, dir) : []);
+    const untrackedOk: Rule[] = any ? [{ matches: [{ m: 'markAny', mask: MARK_UNTRACKED }], verdict: { v: 'accept' }, comment: 'allowed by untracked policy' }] : [];
+    const nd: Rule[] = any ? [{ matches: [{ m: 'icmpv6Type', types: ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit', 'nd-router-advert'] }], verdict: { v: 'accept' }, comment: 'IPv6 neighbour and router discovery' }] : [];
+    // Pods to their own node, after their egress policy (the base `input` chain): endpointToHost.
+    const toHost = host.endpointToHost;
+    const podIn: Rule[] = pod('in').map((m) => {
+      if (toHost === 'Drop') return { matches: [m], stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: 'pod to its node: defaultEndpointToHostAction Drop' };
+      if (toHost === 'Return' && star) return { matches: [m], verdict: { v: 'goto', chain: star.in }, comment: 'pod to its node: defaultEndpointToHostAction Return (host endpoint policy)' };
+      return { matches: [m], verdict: { v: 'accept' }, comment: `pod to its node: defaultEndpointToHostAction ${toHost}` };
+    });
+    const dispatch = (k: keyof typeof HOST_DISPATCH, rules: Rule[]) => chains.set(HOST_DISPATCH[k].name, { comment: HOST_DISPATCH[k].comment, owner: HOST_DISPATCH_OWNER, rules });
+    dispatch('in', [...podIn, ...untrackedOk, ...failsafe(host.failsafeInbound, 'd'), ...nd, ...to('in', (h) => h.in, 'skip')]);
+    dispatch('out', [...untrackedOk, ...failsafe(host.failsafeOutbound, 'd'), ...nd, ...to('out', (h) => h.out, { v: 'accept' })]);
+    dispatch('fwdIn', [...untrackedOk, ...to('in', (h) => h.fin, { v: 'return' })]);
+    dispatch('fwdOut', [...untrackedOk, ...to('out', (h) => h.fout, { v: 'return' })]);
+    const pres = [...made.values()].some((h) => h.pre);
+    dispatch('pre', pres ? [...failsafe(host.failsafeInbound, 'd'), ...to('in', (h) => h.pre, { v: 'return' })] : []);
+    const raws = [...made.values()].some((h) => h.rawIn || h.rawOut);
+    dispatch('rawIn', raws ? [...failsafe(host.failsafeInbound, 'd'), ...to('in', (h) => h.rawIn, { v: 'return' })] : []);
+    dispatch('rawOut', raws ? [...failsafe(host.failsafeOutbound, 'd'), ...to('out', (h) => h.rawOut, { v: 'return' })] : []);
   }
 
   /**
@@ -390,6 +610,7 @@ export class PolicyCompiler {
       if (input.policies[i]!.spec !== memo.policySpecs[i] || policyKey(input.policies[i]!) !== memo.policyKeys[i]) return undefined;
     }
     if (usedProfiles(input.endpoints) !== memo.usedProfiles) return undefined;
+    if (JSON.stringify(input.host ?? null) !== memo.hostSig) return undefined;
 
     // Which endpoints changed (by their input), and their old and new views.
     const next = new Map<string, { sig: string; view: EndpointView; refused: Refusal[] }>();
@@ -418,13 +639,14 @@ export class PolicyCompiler {
     // The address families in use (of the checked addresses; unchanged endpoints' views are the memo's).
     const families = new Set<4 | 6>();
     for (const x of next.values()) for (const a of x.view.addrs) families.add(familyOf(a));
+    for (const h of this.hostViews) for (const a of h.addrs) families.add(familyOf(a));
     if (families.size !== this.families.size || [...families].some((f) => !this.families.has(f))) return undefined;
     if (changed.length === 0) {
       this.lastMode = 'unchanged';
       return memo.state;
     }
     this.lastMode = 'incremental';
-    this.endpoints = [...next.values()].map((x) => x.view);
+    this.endpoints = [...next.values()].map((x) => x.view).concat(this.hostViews);
     this.memberCache = new Map();
 
     const prev = memo.state;
@@ -471,7 +693,7 @@ export class PolicyCompiler {
       const old = prev.endpoints.get(ifn);
       if (old && old !== en && sameEntry(old, en)) state.endpoints.set(ifn, old);
     }
-    state.refused = [...this.ruleRefusals, ...[...next.values()].flatMap((x) => x.refused)];
+    state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...[...next.values()].flatMap((x) => x.refused)];
     this.memo = { ...memo, profiles: input.profiles, endpoints: next, state };
     return state;
   }
@@ -616,6 +838,66 @@ export class PolicyCompiler {
     }
     return out;
   }
+}
+
+/** A host endpoint as a peer (no interface: never a pod's chains) and for enforcement here. */
+interface HostView extends EndpointView {
+  local: boolean;
+  /** Kept apart from `interfaceName`, which marks a pod endpoint programmed on this node. */
+  hostInterface?: string;
+}
+
+function hostViews(host: HostInput | undefined, profiles: Map<string, ProfileInput>): HostView[] {
+  if (!host) return [];
+  const inputs = host.endpoints.map((h) => {
+    const addrs: string[] = [];
+    for (const a of h.addrs) {
+      try {
+        addrs.push(checkAddr(a));
+      } catch {
+        // The schema checked expectedIPs; a value the model still refuses is no peer address.
+      }
+    }
+    const ports = (h.ports ?? []).filter((p) => Number.isInteger(p.port) && p.port >= 1 && p.port <= 65535);
+    // Host endpoints have no namespace: namespaced policies never select them.
+    return { key: h.name, namespace: '', labels: h.labels, profiles: h.profiles, addrs, ports };
+  });
+  return endpointViews(inputs, profiles).map((v, i) => {
+    const h = host.endpoints[i]!;
+    return { ...v, local: h.local, ...(h.interfaceName !== undefined ? { hostInterface: h.interfaceName } : {}) };
+  });
+}
+
+function hostOwner(h: HostView): Owner {
+  return { kind: 'HostEndpoint', name: h.key };
+}
+
+/** Accepts of the failsafe ports (`dir`: the port's side; the net is the other side's address). */
+export function failsafeRules(ports: HostPortSpec[], dir: 's' | 'd'): Rule[] {
+  const groups = new Map<string, { proto: number; net?: string; ports: number[] }>();
+  for (const p of ports) {
+    const proto = protocolNumber(p.protocol);
+    const k = `${proto}/${p.net ?? ''}`;
+    let g = groups.get(k);
+    if (!g) groups.set(k, (g = { proto, ...(p.net ? { net: p.net } : {}), ports: [] }));
+    g.ports.push(p.port);
+  }
+  const peer = dir === 'd' ? 's' : 'd';
+  const out: Rule[] = [];
+  for (const g of groups.values()) {
+    const nets = g.net ? normalizeNets([g.net]) : [];
+    const m: Match[] = [{ m: 'l4proto', proto: g.proto }];
+    if (nets.length) m.push({ m: 'nets', family: familyOf(nets[0]!), dir: peer, nets });
+    m.push({ m: 'ports', dir, ranges: g.ports.map((n): [number, number] => [n, n]) });
+    out.push({ matches: m, verdict: { v: 'accept' }, comment: 'failsafe port' });
+  }
+  return out;
+}
+
+/** A rule of an untracked policy: an Allow also skips conntrack and marks the packet for the filter chains. */
+function untracked(r: Rule): Rule {
+  if (r.verdict?.v !== 'accept') return r;
+  return { ...r, stmts: [...(r.stmts ?? []), { s: 'notrack' }, { s: 'markSet', op: 'or', value: MARK_UNTRACKED }] };
 }
 
 function addrType(f: 4 | 6): ElemType {

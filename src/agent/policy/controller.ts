@@ -35,7 +35,8 @@ import {
   writePolicyStatus,
   type ProgrammedSignal,
 } from '../../policy-status/index.js';
-import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
+import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type HostInput, type PolicyInput, type ProfileInput } from './compile.js';
+import { agentSettings, type AgentSettings } from '../../model/agent-config.js';
 import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
 import {
   BASE_ID,
@@ -117,13 +118,13 @@ export interface PolicyController {
   /** The table content last applied (for explain and tests). */
   current(): DesiredState;
   /** The compiler's inputs as last seen. */
-  inputs(): { policies: PolicyInput[]; profiles: Map<string, ProfileInput>; endpoints: EndpointInput[] };
+  inputs(): { policies: PolicyInput[]; profiles: Map<string, ProfileInput>; endpoints: EndpointInput[]; host?: HostInput };
   /** Told after every applied batch. */
   onApplied(cb: (s: ApplyStats) => void): void;
   stop(): Promise<void>;
 }
 
-const WATCHED: Kind[] = ['WorkloadEndpoint', 'NetworkPolicy', 'GlobalNetworkPolicy', 'Profile'];
+const WATCHED: Kind[] = ['WorkloadEndpoint', 'NetworkPolicy', 'GlobalNetworkPolicy', 'Profile', 'HostEndpoint', 'AgentConfiguration'];
 
 async function defaultNft(): Promise<(script: string) => Promise<string>> {
   const { nftRunAsync } = await import('../../dataplane/nft/run.js');
@@ -264,7 +265,10 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>) policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
     const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
     const { endpoints, local } = localEndpoints(weps);
-    lastInputs = { policies, profiles, endpoints };
+    const heps = informers.get('HostEndpoint')!.list() as Array<Resource<'HostEndpoint'>>;
+    const configs = informers.get('AgentConfiguration')!.list() as Array<Resource<'AgentConfiguration'>>;
+    const host = hostInput(heps, agentSettings(opts.nodename, configs), opts.nodename, opts.base.vethPrefixes);
+    lastInputs = { policies, profiles, endpoints, host };
     let next = compiler.compile(lastInputs);
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
     // Objects libnftables refused stay out while their content is the same.
@@ -455,6 +459,30 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       for (const inf of informers.values()) inf.stop();
       await queue.stop();
     },
+  };
+}
+
+/** The compiler's host input: every host endpoint (peers of rules), this node's enforced, and the node's settings. */
+export function hostInput(
+  heps: Array<Resource<'HostEndpoint'>>,
+  settings: AgentSettings,
+  nodename: string,
+  podPrefixes: string[],
+): HostInput {
+  return {
+    endpoints: heps.map((h) => ({
+      name: h.metadata.name,
+      ...(h.spec.interfaceName !== undefined ? { interfaceName: h.spec.interfaceName } : {}),
+      labels: h.metadata.labels ?? {},
+      profiles: h.spec.profiles ?? [],
+      addrs: h.spec.expectedIPs ?? [],
+      ...(h.spec.ports ? { ports: h.spec.ports.map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })) } : {}),
+      local: h.spec.node === nodename,
+    })),
+    failsafeInbound: settings.failsafeInbound,
+    failsafeOutbound: settings.failsafeOutbound,
+    endpointToHost: settings.endpointToHost,
+    podPrefixes,
   };
 }
 

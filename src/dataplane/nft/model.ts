@@ -157,7 +157,12 @@ export type Match =
   | { m: 'tcpNotSyn' }
   | { m: 'icmpv6Type'; types: Icmpv6Type[] };
 
-export type Stmt = { s: 'counter' } | { s: 'log'; prefix: string } | { s: 'markSet'; op: 'and' | 'or'; value: number };
+export type Stmt =
+  | { s: 'counter' }
+  | { s: 'log'; prefix: string }
+  | { s: 'markSet'; op: 'and' | 'or'; value: number }
+  /** No conntrack entry for this packet (a raw-priority chain only). */
+  | { s: 'notrack' };
 
 export type Verdict =
   | { v: 'accept' | 'drop' | 'return' }
@@ -174,7 +179,7 @@ export interface Rule {
 
 /** Who an object belongs to (for comments, and to report the object a refused batch named). */
 export interface Owner {
-  kind: 'Endpoint' | 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'Profile' | 'Set' | 'Base';
+  kind: 'Endpoint' | 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'Profile' | 'Set' | 'Base' | 'HostEndpoint' | 'HostDispatch';
   namespace?: string;
   name: string;
   /** The endpoint's identity (container ID) where known. */

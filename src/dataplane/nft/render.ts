@@ -120,6 +120,8 @@ function renderStmt(s: Stmt): string {
       return `log prefix "${safeText(s.prefix, LOG_PREFIX_MAX_BYTES)}"`;
     case 'markSet':
       return `meta mark set meta mark ${s.op === 'and' ? 'and' : 'or'} ${hex(s.value)}`;
+    case 'notrack':
+      return 'notrack';
   }
 }
 
