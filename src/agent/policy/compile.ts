@@ -301,12 +301,14 @@ export class PolicyCompiler {
     this.ruleRefusals = [];
     this.hostRefusals = [];
     const cleanInputs = input.endpoints.map(clean);
-    this.endpoints = endpointViews(
+    const wepViews = endpointViews(
       cleanInputs.map((c) => c.e),
       input.profiles,
     );
+    // Host endpoints are peers of rules like pods (their expectedIPs in selection sets).
     this.hostViews = hostViews(input.host, input.profiles);
-    this.families = new Set([...this.endpoints, ...this.hostViews].flatMap((e) => e.addrs.map(familyOf)));
+    this.endpoints = [...wepViews, ...this.hostViews];
+    this.families = new Set(this.endpoints.flatMap((e) => e.addrs.map(familyOf)));
     const chains = new Map<string, Chain>();
     const policies = sortPolicies(input.policies);
 
@@ -353,13 +355,11 @@ export class PolicyCompiler {
       byNamespace,
       hostSig: JSON.stringify(input.host ?? null),
     };
-    this.endpoints.forEach((ep, i) => {
+    wepViews.forEach((ep, i) => {
       // endpointViews keeps the inputs' order.
       memo.endpoints.set(epId(ep), { sig: JSON.stringify(input.endpoints[i]), view: ep, refused: cleanInputs[i]!.refused });
       this.endpointChains(ep, memo, state, input.profiles);
     });
-    // Host endpoints are peers of rules like pods (their expectedIPs in selection sets).
-    this.endpoints.push(...this.hostViews);
     // The dispatch chains always exist (the base chains jump to them), empty of host endpoints without any.
     this.hostChains(input.host ?? NO_HOST, memo, state, input.profiles);
     state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...[...memo.endpoints.values()].flatMap((x) => x.refused)];
@@ -565,6 +565,7 @@ export class PolicyCompiler {
     const pod = (dir: 'in' | 'out') => host.podPrefixes.map((p): Match => ({ m: 'ifname', dir, name: p, prefix: true }));
     const to = (dir: 'in' | 'out', pick: (h: Hooks) => string | undefined, podVerdict: Rule['verdict'] | 'skip'): Rule[] => {
       const rules: Rule[] = [];
+      if (made.size === 0) return rules;
       if (podVerdict !== 'skip') for (const m of pod(dir)) rules.push({ matches: [m], ...(podVerdict ? { verdict: podVerdict } : {}), comment: 'pod interface: no host endpoint' });
       for (const [ifn, h] of named) {
         const c = pick(h);
@@ -864,7 +865,8 @@ function hostViews(host: HostInput | undefined, profiles: Map<string, ProfileInp
   });
   return endpointViews(inputs, profiles).map((v, i) => {
     const h = host.endpoints[i]!;
-    return { ...v, local: h.local, ...(h.interfaceName !== undefined ? { hostInterface: h.interfaceName } : {}) };
+    // No namespace labels either: a namespaceSelector never selects a host endpoint.
+    return { ...v, nsLabels: {}, local: h.local, ...(h.interfaceName !== undefined ? { hostInterface: h.interfaceName } : {}) };
   });
 }
 
