@@ -50,7 +50,7 @@ Commands:
   ipam configure             IPAMConfig: --strictaffinity, --max-blocks-per-host, --autoallocateblocks
   ipam split N --name POOL   split a disabled pool into N (a power of 2) equal pools
   node diags                 one tar.gz of this node's state for a bug report (nft, routes, datastore view...)
-  policy explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
+  policy explain POD         policies selecting a pod (or hep/NAME: a host endpoint); with --peer/--port, the deciding rule
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
   datastore migrate          move from etcd to the Kubernetes datastore (lock, export, import, unlock)

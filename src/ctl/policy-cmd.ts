@@ -5,6 +5,7 @@ import { bool, CtlError, parseCommand, printHelp, str, type CtlCommand, type Ctl
 
 export const POLICY_HELP = {
   'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--source-port N] [--protocol P] [-o json]
+       netpluginctl policy explain hep/NAME [--peer ADDR] [--port N] [--protocol P] [-o json]
 
 Shows the pod's endpoint (addresses, labels with those its profiles apply), the
 policies that select it for ingress and egress in evaluation order, and with
@@ -13,6 +14,10 @@ policies that select it for ingress and egress in evaluation order, and with
   --port     destination port (default: none; rules with ports then do not match)
   --source-port  source port (default: none; rules with source ports then do not match)
   --protocol TCP (default), UDP, SCTP, UDPLite, ICMP, ICMPv6
+For a host endpoint (hep/NAME or hostendpoint/NAME): its policies for the host's
+own traffic, forwarded traffic (applyOnForward), before DNAT (preDNAT) and untracked
+(doNotTrack), its node's failsafe ports (AgentConfiguration), and with --peer ADDR
+each one's decision (ingress: from the peer to the host; egress: to the peer).
 `,
 } satisfies Record<string, string>;
 

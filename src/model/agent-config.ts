@@ -4,6 +4,7 @@
 // what pods may send to their own node); docs/policy.md lists the fields.
 import type { AgentConfigurationSpec, HostPortSpec } from './resources.js';
 import type { FieldProblem } from './bgp.js';
+import { containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
 
 export const AGENT_CONFIG_DEFAULT = 'default';
 export const AGENT_CONFIG_NODE_PREFIX = 'node.';
@@ -80,4 +81,20 @@ export function agentSettings(
     ...(aggregator ? { flowLogsAggregator: aggregator } : {}),
     flowLogsFlushInterval: pick('flowLogsFlushInterval') ?? DEFAULT_FLOW_LOGS_FLUSH_INTERVAL,
   };
+}
+
+/** The failsafe entry of `ports` that opens a connection with `peer` on `port` (the net, when set, holds the peer). */
+export function failsafeFor(ports: readonly HostPortSpec[], protocol: string, port: number | undefined, peer: string): HostPortSpec | undefined {
+  if (port === undefined) return undefined;
+  const ip = tryParseIP(peer);
+  return ports.find((p) => {
+    if (p.protocol !== protocol.toUpperCase() || p.port !== port) return false;
+    if (!p.net) return true;
+    try {
+      const c = parseCidr(p.net, { strict: false });
+      return !!ip && c.family === ip.family && containsIP(c, ip);
+    } catch {
+      return false;
+    }
+  });
 }

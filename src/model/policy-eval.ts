@@ -329,6 +329,32 @@ export function evaluate(
   return { verdict: 'deny', by: 'no profile allows it', trace };
 }
 
+/**
+ * A host endpoint's decision in one tier, as its chains take it: the host's own traffic
+ * (`normal`) is `evaluate`'s (no policy and no profile: denied); in the other tiers a host
+ * endpoint no policy of the tier selects is not affected (forwarded traffic, before DNAT), and
+ * untracked policy that matches no rule leaves the packet to tracked policy.
+ */
+export function evaluateHost(
+  endpoint: EndpointView,
+  all: EndpointView[],
+  policies: PolicyInput[],
+  profiles: Map<string, ProfileInput>,
+  c: Connection,
+  tier: PolicyTier,
+): Decision {
+  if (tier === 'normal') return evaluate(endpoint, all, policies, profiles, c, tier);
+  const dir: PolicyType = c.direction === 'ingress' ? 'Ingress' : 'Egress';
+  const any = policies.some((p) => inTier(p, tier) && effectiveTypes(p.spec).includes(dir) && policySelects(p, endpoint));
+  const none = { verdict: 'allow' as const, trace: [] };
+  if (!any || (tier === 'preDNAT' && c.direction === 'egress')) return { ...none, by: `no ${tier} policy selects it for ${c.direction}: not affected` };
+  // Profiles take part in the host's own traffic only: a Pass here is not affected.
+  const d = evaluate({ ...endpoint, profiles: [] }, all, policies, profiles, c, tier);
+  if (d.by === 'no profile allows it') return { verdict: 'allow', by: `passed: not affected by ${tier} policy`, trace: d.trace };
+  if (tier === 'doNotTrack' && d.by.startsWith('selected by')) return { verdict: 'allow', by: 'no untracked rule matches: tracked policy decides', trace: d.trace };
+  return d;
+}
+
 /** One packet's flow as the dataplane sees it: source and (after DNAT) destination. */
 export interface Flow {
   src: string;

@@ -8,9 +8,10 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { API_VERSION, type AgentConfigurationSpec, type HostEndpointSpec, type Kind, type Resource, type SpecOf } from '../../src/model/resources.js';
+import { API_VERSION, type AgentConfigurationSpec, type HostEndpointSpec, type HostPortSpec, type Kind, type Resource, type SpecOf } from '../../src/model/resources.js';
 import type { GlobalNetworkPolicySpec } from '../../src/model/policy.js';
 import { Topology, type Pod } from '../support/topology.js';
+import { DEFAULT_FAILSAFE_OUTBOUND } from '../../src/model/agent-config.js';
 
 const POOL = '10.171.0.0/16';
 const A = '10.200.1.1';
@@ -67,7 +68,9 @@ async function becomes(what: string, want: boolean, probe: () => boolean, ms = 3
 
 const gnp = (name: string, spec: GlobalNetworkPolicySpec) => put('GlobalNetworkPolicy', name, spec);
 const hep = (name: string, spec: HostEndpointSpec, labels: Record<string, string>) => put('HostEndpoint', name, spec, labels);
-const agentConfig = (name: string, spec: AgentConfigurationSpec) => put('AgentConfiguration', name, spec);
+let etcdOut: HostPortSpec[] = [];
+const agentConfig = (name: string, spec: AgentConfigurationSpec) =>
+  put('AgentConfiguration', name, { failsafeOutboundHostPorts: etcdOut, ...spec });
 
 /** TCP echo on every port given and UDP echo on 9090, in namespace `ns`. */
 function services(ns: string, tcpPorts: number[]): { lines: string[] } {
@@ -81,6 +84,8 @@ const u = dgram.createSocket('udp4'); u.on('message', (m, r) => u.send(m, r.port
 
 beforeAll(async () => {
   topo = await Topology.create();
+  const etcd = new URL(topo.etcd.endpoint);
+  etcdOut = [...DEFAULT_FAILSAFE_OUTBOUND, { protocol: 'TCP', port: Number(etcd.port), net: `${etcd.hostname}/32` }];
   const extra = { policy: { type: 'k8s' }, host_veth_prefix: 'npb', endpoint_status_dir: join(topo.tmp, 'status') };
   for (const n of Object.values(topo.nodes)) writeFileSync(n.confFile, JSON.stringify(topo.netconf(n, extra)));
   await topo.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'hep4' }, spec: { cidr: POOL, blockSize: 26, vxlanMode: 'Never', ipipMode: 'Never', natOutgoing: false } });
@@ -92,6 +97,10 @@ beforeAll(async () => {
   // The router sends the pod's block to A: the internet reaches the pod through A's eth0 (forwarded).
   const block = `${pod.ip4!.split('.').slice(0, 3).join('.')}.${Number(pod.ip4!.split('.')[3]) & 0xc0}/26`;
   execFileSync('ip', ['-n', topo.router, 'route', 'add', block, 'via', A]);
+  execFileSync('ip', ['-n', topo.internet, 'route', 'add', POOL, 'via', '203.0.113.1']);
+  // The agents reach etcd (in the test's namespace, on a port of its own) through A's eth0: as the
+  // datastore's port is in a real cluster (2379), it is a failsafe port of every configuration here.
+  await agentConfig('default', {});
   server = services(topo.nodes.a.ns, [22, 6443, 7070, 8080, 8081]);
   const podServer = services(pod.ns, [80, 81]);
   const bServer = services(topo.nodes.b.ns, [8080]);
@@ -113,6 +122,7 @@ describe('host endpoints on the wire', { timeout: 180_000 }, () => {
     expect(tcp(NET(), A, 8081)).toBe(true);
     expect(udp(B(), A, 9090)).toBe(true);
     expect(tcp(topo.nodes.a.ns, B_IP, 8080)).toBe(true);
+    expect(await becomes('internet to the pod', true, () => tcp(NET(), pod.ip4!, 80))).toBe(true);
   });
 
   it('a named-interface host endpoint without policy closes the node but for the failsafe ports', async () => {
@@ -238,7 +248,7 @@ setInterval(() => s.write('x' + Date.now() + '\\n'), 500);`);
     await topo.waitFor(() => client.lines.filter((l) => l.startsWith('echo')).length > before + 2, 15_000, () => `no echo after the restart: ${client.lines.slice(-5).join(' | ')}`);
     expect(tcp(B(), A, 8080)).toBe(false);
     client.proc.kill('SIGKILL');
-    await del('AgentConfiguration', 'default');
+    await agentConfig('default', {});
   });
 
   it('the all-interfaces automatic host endpoint with the allow-all profile is open; a policy denies one port', async () => {

@@ -202,3 +202,44 @@ describe('host endpoint chains', () => {
     expect([...set.elements.keys()]).toEqual(['10.9.9.9']);
   });
 });
+
+describe('netpluginctl policy explain for a host endpoint', () => {
+  it('lists the policies per tier, the failsafe ports, and each decision for a peer', async () => {
+    const ds = new MemoryDatastore();
+    const put = (kind: string, name: string, spec: unknown, labels?: Record<string, string>) =>
+      ds.create({ apiVersion: API_VERSION, kind, metadata: { name, ...(labels ? { labels } : {}) }, spec } as never);
+    await put('HostEndpoint', 'n1-eth0', { node: 'n1', interfaceName: 'eth0', expectedIPs: ['10.0.0.1'] }, { role: 'edge' });
+    await put('GlobalNetworkPolicy', 'allow-8080', { selector: "role == 'edge'", ingress: [{ action: 'Allow', protocol: 'TCP', source: { nets: ['10.0.0.2/32'] }, destination: { ports: [8080] } }] });
+    await put('GlobalNetworkPolicy', 'fwd', { selector: "role == 'edge'", applyOnForward: true, ingress: [{ action: 'Deny', protocol: 'TCP', destination: { ports: [80] } }] });
+    await put('AgentConfiguration', 'node.n1', { failsafeInboundHostPorts: [{ protocol: 'TCP', port: 2222 }] });
+    const run = async (argv: string[]) => {
+      let out = '';
+      let err = '';
+      const code = await runCtl(argv, { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' }, stdout: (s) => (out += s), stderr: (s) => (err += s), openDatastore: async () => ds });
+      return { code, out, err };
+    };
+    const text = await run(['policy', 'explain', 'hep/n1-eth0', '--peer', '10.0.0.2', '--port', '8080']);
+    expect(text.code, text.err).toBe(0);
+    expect(text.out).toContain('Failsafe inbound: tcp 2222');
+    expect(text.out).toContain("the host's own traffic, ingress: allow-8080 (order unset), fwd (order unset)");
+    expect(text.out).toContain('forwarded traffic (applyOnForward), ingress: fwd (order unset)');
+    const j = async (peer: string, port: string) => JSON.parse((await run(['policy', 'explain', 'hostendpoint/n1-eth0', '--peer', peer, '--port', port, '-o', 'json'])).out).connection.decisions;
+    const d = await j('10.0.0.2', '8080');
+    expect(d['normal.ingress']).toMatchObject({ verdict: 'allow', by: 'GlobalNetworkPolicy allow-8080 ingress rule 0 (Allow)' });
+    expect(d['normal.egress']).toMatchObject({ verdict: 'deny', by: 'no profile allows it' });
+    expect(d['forward.ingress']).toMatchObject({ verdict: 'deny' }); // selected by fwd, no rule matched
+    expect(d['preDNAT.ingress']).toMatchObject({ verdict: 'allow' });
+    expect((await j('10.0.0.9', '8080'))['normal.ingress']).toMatchObject({ verdict: 'deny' });
+    expect((await j('10.0.0.9', '2222'))['normal.ingress']).toMatchObject({ verdict: 'allow', by: 'failsafe port TCP/2222' });
+    expect((await run(['policy', 'explain', 'hep/nope'])).err).toContain('no HostEndpoint "nope"');
+  });
+});
+
+describe('failsafe rules', () => {
+  it('match the destination port; the net is the source inbound and the destination outbound', async () => {
+    const { failsafeRules } = await import('../../src/agent/policy/compile.js');
+    const p = [{ protocol: 'TCP' as const, port: 2379, net: '10.0.0.0/8' }];
+    expect(failsafeRules(p, 'in').map(renderRule)).toEqual(['meta l4proto tcp ip saddr { 10.0.0.0/8 } th dport { 2379 } accept comment "failsafe port"']);
+    expect(failsafeRules(p, 'out').map(renderRule)).toEqual(['meta l4proto tcp ip daddr { 10.0.0.0/8 } th dport { 2379 } accept comment "failsafe port"']);
+  });
+});

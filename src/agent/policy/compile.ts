@@ -128,6 +128,8 @@ export interface HostInput {
   endpointToHost: EndpointToHostAction;
   /** Host veth prefixes of pods: their interfaces are never a host endpoint's. */
   podPrefixes: string[];
+  /** The VXLAN port between nodes: the tunnels of pod traffic never meet host endpoint policy. */
+  vxlanPort?: number;
 }
 
 /**
@@ -577,8 +579,15 @@ export class PolicyCompiler {
       return rules;
     };
     const any = made.size > 0;
-    const failsafe = (ports: HostPortSpec[], dir: 's' | 'd'): Rule[] => (any ? failsafeRules(ports, dir) : []);
+    const failsafe = (ports: HostPortSpec[], direction: 'in' | 'out'): Rule[] => (any ? failsafeRules(ports, direction) : []);
     const untrackedOk: Rule[] = any ? [{ matches: [{ m: 'markAny', mask: MARK_UNTRACKED }], verdict: { v: 'accept' }, comment: 'allowed by untracked policy' }] : [];
+    // Pod traffic between nodes travels in tunnels that start and end on the host: not the host's own.
+    const tunnels: Rule[] = any
+      ? [
+          ...(host.vxlanPort ? [{ matches: [{ m: 'l4proto', proto: 17 }, { m: 'ports', dir: 'd', ranges: [[host.vxlanPort, host.vxlanPort]] }], verdict: { v: 'accept' }, comment: 'VXLAN between nodes (pod traffic)' } as Rule] : []),
+          { matches: [{ m: 'l4proto', proto: 4 }], verdict: { v: 'accept' }, comment: 'IPIP between nodes (pod traffic)' },
+        ]
+      : [];
     const nd: Rule[] = any ? [{ matches: [{ m: 'icmpv6Type', types: ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit', 'nd-router-advert'] }], verdict: { v: 'accept' }, comment: 'IPv6 neighbour and router discovery' }] : [];
     // Pods to their own node, after their egress policy (the base `input` chain): endpointToHost.
     const toHost = host.endpointToHost;
@@ -588,15 +597,15 @@ export class PolicyCompiler {
       return { matches: [m], verdict: { v: 'accept' }, comment: `pod to its node: defaultEndpointToHostAction ${toHost}` };
     });
     const dispatch = (k: keyof typeof HOST_DISPATCH, rules: Rule[]) => chains.set(HOST_DISPATCH[k].name, { comment: HOST_DISPATCH[k].comment, owner: HOST_DISPATCH_OWNER, rules });
-    dispatch('in', [...podIn, ...untrackedOk, ...failsafe(host.failsafeInbound, 'd'), ...nd, ...to('in', (h) => h.in, 'skip')]);
-    dispatch('out', [...untrackedOk, ...failsafe(host.failsafeOutbound, 'd'), ...nd, ...to('out', (h) => h.out, { v: 'accept' })]);
+    dispatch('in', [...podIn, ...untrackedOk, ...failsafe(host.failsafeInbound, 'in'), ...tunnels, ...nd, ...to('in', (h) => h.in, 'skip')]);
+    dispatch('out', [...untrackedOk, ...failsafe(host.failsafeOutbound, 'out'), ...tunnels, ...nd, ...to('out', (h) => h.out, { v: 'accept' })]);
     dispatch('fwdIn', [...untrackedOk, ...to('in', (h) => h.fin, { v: 'return' })]);
     dispatch('fwdOut', [...untrackedOk, ...to('out', (h) => h.fout, { v: 'return' })]);
     const pres = [...made.values()].some((h) => h.pre);
-    dispatch('pre', pres ? [...failsafe(host.failsafeInbound, 'd'), ...to('in', (h) => h.pre, { v: 'return' })] : []);
+    dispatch('pre', pres ? [...failsafe(host.failsafeInbound, 'in'), ...to('in', (h) => h.pre, { v: 'return' })] : []);
     const raws = [...made.values()].some((h) => h.rawIn || h.rawOut);
-    dispatch('rawIn', raws ? [...failsafe(host.failsafeInbound, 'd'), ...to('in', (h) => h.rawIn, { v: 'return' })] : []);
-    dispatch('rawOut', raws ? [...failsafe(host.failsafeOutbound, 'd'), ...to('out', (h) => h.rawOut, { v: 'return' })] : []);
+    dispatch('rawIn', raws ? [...failsafe(host.failsafeInbound, 'in'), ...to('in', (h) => h.rawIn, { v: 'return' })] : []);
+    dispatch('rawOut', raws ? [...failsafe(host.failsafeOutbound, 'out'), ...to('out', (h) => h.rawOut, { v: 'return' })] : []);
   }
 
   /**
@@ -874,8 +883,8 @@ function hostOwner(h: HostView): Owner {
   return { kind: 'HostEndpoint', name: h.key };
 }
 
-/** Accepts of the failsafe ports (`dir`: the port's side; the net is the other side's address). */
-export function failsafeRules(ports: HostPortSpec[], dir: 's' | 'd'): Rule[] {
+/** Accepts of the failsafe ports: the destination port, and a net for the peer (inbound: the source; outbound: the destination). */
+export function failsafeRules(ports: HostPortSpec[], direction: 'in' | 'out'): Rule[] {
   const groups = new Map<string, { proto: number; net?: string; ports: number[] }>();
   for (const p of ports) {
     const proto = protocolNumber(p.protocol);
@@ -884,13 +893,13 @@ export function failsafeRules(ports: HostPortSpec[], dir: 's' | 'd'): Rule[] {
     if (!g) groups.set(k, (g = { proto, ...(p.net ? { net: p.net } : {}), ports: [] }));
     g.ports.push(p.port);
   }
-  const peer = dir === 'd' ? 's' : 'd';
+  const peer = direction === 'in' ? 's' : 'd';
   const out: Rule[] = [];
   for (const g of groups.values()) {
     const nets = g.net ? normalizeNets([g.net]) : [];
     const m: Match[] = [{ m: 'l4proto', proto: g.proto }];
     if (nets.length) m.push({ m: 'nets', family: familyOf(nets[0]!), dir: peer, nets });
-    m.push({ m: 'ports', dir, ranges: g.ports.map((n): [number, number] => [n, n]) });
+    m.push({ m: 'ports', dir: 'd', ranges: g.ports.map((n): [number, number] => [n, n]) });
     out.push({ matches: m, verdict: { v: 'accept' }, comment: 'failsafe port' });
   }
   return out;

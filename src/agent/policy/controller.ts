@@ -37,6 +37,7 @@ import {
 } from '../../policy-status/index.js';
 import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type HostInput, type PolicyInput, type ProfileInput } from './compile.js';
 import { agentSettings, type AgentSettings } from '../../model/agent-config.js';
+import { VXLAN_PORT } from '../../dataplane/routing.js';
 import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
 import {
   BASE_ID,
@@ -267,7 +268,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     const { endpoints, local } = localEndpoints(weps);
     const heps = informers.get('HostEndpoint')!.list() as Array<Resource<'HostEndpoint'>>;
     const configs = informers.get('AgentConfiguration')!.list() as Array<Resource<'AgentConfiguration'>>;
-    const host = hostInput(heps, agentSettings(opts.nodename, configs), opts.nodename, opts.base.vethPrefixes);
+    const host = { ...hostInput(heps, agentSettings(opts.nodename, configs), opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
     lastInputs = { policies, profiles, endpoints, host };
     let next = compiler.compile(lastInputs);
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
