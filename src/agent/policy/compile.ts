@@ -43,6 +43,8 @@ import {
   type NftSet,
   type Owner,
   type Rule,
+  type Verdict,
+  type Icmpv6Type,
 } from '../../dataplane/nft/model.js';
 import {
   endpointViews,
@@ -58,6 +60,7 @@ import {
   type EndpointInput,
   type EndpointView,
   type PolicyInput,
+  type PolicyTier,
   type ProfileInput,
   type Selection,
 } from '../../model/policy-eval.js';
@@ -489,123 +492,139 @@ export class PolicyCompiler {
   private hostChains(host: HostInput, memo: Memo, state: DesiredState, profiles: Map<string, ProfileInput>): void {
     const { chains } = state;
     const globals = (memo.byNamespace.get(null) ?? []).filter((p) => p.kind === 'GlobalNetworkPolicy');
-    // One host endpoint per interface (the first by name); the others are refused, as is a bad name.
-    const byIf = new Map<string, HostView>();
-    for (const h of [...this.hostViews].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))) {
-      if (!h.local || h.hostInterface === undefined) continue;
-      const owner = hostOwner(h);
-      const problem = h.hostInterface === '*' ? undefined : ifnameProblem(h.hostInterface);
-      if (problem) {
-        this.hostRefusals.push({ owner, reason: `interfaceName ${JSON.stringify(h.hostInterface)} ${problem}; not enforced` });
-        continue;
-      }
-      if (host.podPrefixes.some((p) => h.hostInterface!.startsWith(p))) {
-        this.hostRefusals.push({ owner, reason: `interfaceName ${h.hostInterface} is a pod interface; not enforced` });
-        continue;
-      }
-      const other = byIf.get(h.hostInterface);
-      if (other) {
-        this.hostRefusals.push({ owner, reason: `interface ${h.hostInterface} is HostEndpoint ${other.key}'s; not enforced` });
-        continue;
-      }
-      byIf.set(h.hostInterface, h);
-    }
+    const byIf = this.enforcedHostEndpoints(host);
     // Untracked policy: its Allow skips conntrack and is accepted by the filter chains (by a mark).
     const rawChain = new Map<PolicyInput, { in?: string; out?: string }>();
     const rawOf = (p: PolicyInput) => {
-      let c = rawChain.get(p);
-      if (c) return c;
-      c = {};
+      if (rawChain.has(p)) return;
+      const c: { in?: string; out?: string } = {};
       const id = policyId(p);
       const h = shortHash(`raw/${p.kind}/${id}`);
       const owner: Owner = { kind: 'GlobalNetworkPolicy', name: p.name };
       for (const [dir, k] of [['Ingress', 'in'], ['Egress', 'out']] as const) {
         if (!effectiveTypes(p.spec).includes(dir)) continue;
         const what = `${p.kind} ${id} ${dir.toLowerCase()} (untracked)`;
-        const rules = this.compileRules((dir === 'Ingress' ? p.spec.ingress : p.spec.egress) ?? [], p, what, owner).map(untracked);
+        const spec = (dir === 'Ingress' ? p.spec.ingress : p.spec.egress) ?? [];
         c[k] = `raw-${k}-${h}`;
-        chains.set(c[k], { comment: what, owner, rules });
+        chains.set(c[k], { comment: what, owner, rules: this.compileRules(spec, p, what, owner).map(untracked) });
       }
       rawChain.set(p, c);
-      return c;
     };
     type Hooks = { in: string; out: string; fin: string; fout: string; pre?: string; rawIn?: string; rawOut?: string };
     const made = new Map<string, Hooks>();
     for (const [ifn, h] of byIf) {
-      const owner = hostOwner(h);
       const who = `HostEndpoint ${h.key}`;
-      const selecting = (tier: 'normal' | 'forward' | 'preDNAT' | 'doNotTrack') => globals.filter((p) => inTier(p, tier) && policySelects(p, h));
+      const selecting = (tier: PolicyTier) => globals.filter((p) => inTier(p, tier) && policySelects(p, h));
       const base = `hep-${shortHash(`HostEndpoint/${h.key}`)}`;
       const hooks: Hooks = { in: `${base}-in`, out: `${base}-out`, fin: `${base}-fin`, fout: `${base}-fout` };
-      const common = { who, owner, polChain: memo.polChain };
-      const normal = selecting('normal');
       const iface = `interface ${ifn === '*' ? 'all' : ifn}`;
-      this.directionChain(chains, memo, profiles, { ...common, name: hooks.in, comment: `${who} ingress (${iface})`, dir: 'Ingress', pols: normal, profiles: h.profiles, end: 'drop' });
-      this.directionChain(chains, memo, profiles, { ...common, name: hooks.out, comment: `${who} egress (${iface})`, dir: 'Egress', pols: normal, profiles: h.profiles, end: 'drop' });
+      const chain = (name: string, what: string, dir: 'Ingress' | 'Egress', pols: PolicyInput[], o: ChainEnd) =>
+        this.directionChain(chains, memo, profiles, {
+          who,
+          owner: hostOwner(h),
+          polChain: o.polChain ?? memo.polChain,
+          name,
+          comment: `${who} ${what} (${iface})`,
+          dir,
+          pols,
+          profiles: o.profiles ?? [],
+          end: o.end,
+          ...(o.polEnd ? { polEnd: o.polEnd } : {}),
+        });
+      const normal = selecting('normal');
+      chain(hooks.in, 'ingress', 'Ingress', normal, { end: 'drop', profiles: h.profiles });
+      chain(hooks.out, 'egress', 'Egress', normal, { end: 'drop', profiles: h.profiles });
       const fwd = selecting('forward');
-      this.directionChain(chains, memo, profiles, { ...common, name: hooks.fin, comment: `${who} forwarded ingress (${iface})`, dir: 'Ingress', pols: fwd, profiles: [], end: 'accept' });
-      this.directionChain(chains, memo, profiles, { ...common, name: hooks.fout, comment: `${who} forwarded egress (${iface})`, dir: 'Egress', pols: fwd, profiles: [], end: 'accept' });
+      chain(hooks.fin, 'forwarded ingress', 'Ingress', fwd, { end: 'accept' });
+      chain(hooks.fout, 'forwarded egress', 'Egress', fwd, { end: 'accept' });
       const pre = selecting('preDNAT').filter((p) => effectiveTypes(p.spec).includes('Ingress'));
-      if (pre.length) {
-        hooks.pre = `${base}-pre`;
-        this.directionChain(chains, memo, profiles, { ...common, name: hooks.pre, comment: `${who} ingress before DNAT (${iface})`, dir: 'Ingress', pols: pre, profiles: [], end: 'return' });
-      }
+      if (pre.length) chain((hooks.pre = `${base}-pre`), 'ingress before DNAT', 'Ingress', pre, { end: 'return' });
       const raw = selecting('doNotTrack');
-      for (const [dir, k] of [['Ingress', 'rawIn'], ['Egress', 'rawOut']] as const) {
+      for (const [dir, k, name] of [['Ingress', 'rawIn', 'raw-in'], ['Egress', 'rawOut', 'raw-out']] as const) {
         const pols = raw.filter((p) => effectiveTypes(p.spec).includes(dir));
         if (!pols.length) continue;
-        for (const p of pols) rawOf(p);
-        hooks[k] = `${base}-${k === 'rawIn' ? 'raw-in' : 'raw-out'}`;
-        const d = dir === 'Ingress' ? 'ingress' : 'egress';
-        this.directionChain(chains, memo, profiles, { ...common, polChain: rawChain, name: hooks[k]!, comment: `${who} untracked ${d} (${iface})`, dir, pols, profiles: [], end: 'return', polEnd: 'return' });
+        pols.forEach(rawOf);
+        const what = `untracked ${dir.toLowerCase()}`;
+        chain((hooks[k] = `${base}-${name}`), what, dir, pols, { end: 'return', polEnd: 'return', polChain: rawChain });
       }
       made.set(ifn, hooks);
     }
-    // The dispatch chains.
+    // The dispatch chains: named interfaces first, then the `*` host endpoint; never pod interfaces.
     const star = made.get('*');
     const named = [...made].filter(([i]) => i !== '*');
     const pod = (dir: 'in' | 'out') => host.podPrefixes.map((p): Match => ({ m: 'ifname', dir, name: p, prefix: true }));
-    const to = (dir: 'in' | 'out', pick: (h: Hooks) => string | undefined, podVerdict: Rule['verdict'] | 'skip'): Rule[] => {
+    const to = (dir: 'in' | 'out', pick: (h: Hooks) => string | undefined, podVerdict?: Verdict): Rule[] => {
+      if (made.size === 0) return [];
       const rules: Rule[] = [];
-      if (made.size === 0) return rules;
-      if (podVerdict !== 'skip') for (const m of pod(dir)) rules.push({ matches: [m], ...(podVerdict ? { verdict: podVerdict } : {}), comment: 'pod interface: no host endpoint' });
+      for (const m of podVerdict ? pod(dir) : []) {
+        rules.push({ matches: [m], verdict: podVerdict!, comment: 'pod interface: no host endpoint' });
+      }
       for (const [ifn, h] of named) {
         const c = pick(h);
-        if (c) rules.push({ matches: [{ m: 'ifname', dir, name: ifn }], verdict: { v: 'goto', chain: c } });
-        else rules.push({ matches: [{ m: 'ifname', dir, name: ifn }], verdict: { v: 'return' } });
+        rules.push({ matches: [{ m: 'ifname', dir, name: ifn }], verdict: c ? { v: 'goto', chain: c } : { v: 'return' } });
       }
       const sc = star && pick(star);
       if (sc) rules.push({ matches: [], verdict: { v: 'goto', chain: sc } });
       return rules;
     };
     const any = made.size > 0;
-    const failsafe = (ports: HostPortSpec[], direction: 'in' | 'out'): Rule[] => (any ? failsafeRules(ports, direction) : []);
-    const untrackedOk: Rule[] = any ? [{ matches: [{ m: 'markAny', mask: MARK_UNTRACKED }], verdict: { v: 'accept' }, comment: 'allowed by untracked policy' }] : [];
+    const accept = (matches: Match[], comment: string): Rule => ({ matches, verdict: { v: 'accept' }, comment });
+    const failsafe = (ports: HostPortSpec[], direction: 'in' | 'out'): Rule[] =>
+      any ? failsafeRules(ports, direction) : [];
+    const untrackedOk = any ? [accept([{ m: 'markAny', mask: MARK_UNTRACKED }], 'allowed by untracked policy')] : [];
     // Pod traffic between nodes travels in tunnels that start and end on the host: not the host's own.
-    const tunnels: Rule[] = any
-      ? [
-          ...(host.vxlanPort ? [{ matches: [{ m: 'l4proto', proto: 17 }, { m: 'ports', dir: 'd', ranges: [[host.vxlanPort, host.vxlanPort]] }], verdict: { v: 'accept' }, comment: 'VXLAN between nodes (pod traffic)' } as Rule] : []),
-          { matches: [{ m: 'l4proto', proto: 4 }], verdict: { v: 'accept' }, comment: 'IPIP between nodes (pod traffic)' },
-        ]
+    const vxlan: Match[] = host.vxlanPort
+      ? [{ m: 'l4proto', proto: 17 }, { m: 'ports', dir: 'd', ranges: [[host.vxlanPort, host.vxlanPort]] }]
       : [];
-    const nd: Rule[] = any ? [{ matches: [{ m: 'icmpv6Type', types: ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit', 'nd-router-advert'] }], verdict: { v: 'accept' }, comment: 'IPv6 neighbour and router discovery' }] : [];
+    const tunnels: Rule[] = !any
+      ? []
+      : [
+          ...(vxlan.length ? [accept(vxlan, 'VXLAN between nodes (pod traffic)')] : []),
+          accept([{ m: 'l4proto', proto: 4 }], 'IPIP between nodes (pod traffic)'),
+        ];
+    const ndTypes: Icmpv6Type[] = ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit', 'nd-router-advert'];
+    const nd = any ? [accept([{ m: 'icmpv6Type', types: ndTypes }], 'IPv6 neighbour and router discovery')] : [];
     // Pods to their own node, after their egress policy (the base `input` chain): endpointToHost.
     const toHost = host.endpointToHost;
-    const podIn: Rule[] = pod('in').map((m) => {
-      if (toHost === 'Drop') return { matches: [m], stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: 'pod to its node: defaultEndpointToHostAction Drop' };
-      if (toHost === 'Return' && star) return { matches: [m], verdict: { v: 'goto', chain: star.in }, comment: 'pod to its node: defaultEndpointToHostAction Return (host endpoint policy)' };
-      return { matches: [m], verdict: { v: 'accept' }, comment: `pod to its node: defaultEndpointToHostAction ${toHost}` };
+    const podIn: Rule[] = pod('in').map((m): Rule => {
+      const comment = `pod to its node: defaultEndpointToHostAction ${toHost}`;
+      if (toHost === 'Drop') return { matches: [m], stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment };
+      if (toHost === 'Return' && star) {
+        return { matches: [m], verdict: { v: 'goto', chain: star.in }, comment: `${comment} (host endpoint policy)` };
+      }
+      return accept([m], comment);
     });
-    const dispatch = (k: keyof typeof HOST_DISPATCH, rules: Rule[]) => chains.set(HOST_DISPATCH[k].name, { comment: HOST_DISPATCH[k].comment, owner: HOST_DISPATCH_OWNER, rules });
-    dispatch('in', [...podIn, ...untrackedOk, ...failsafe(host.failsafeInbound, 'in'), ...tunnels, ...nd, ...to('in', (h) => h.in, 'skip')]);
-    dispatch('out', [...untrackedOk, ...failsafe(host.failsafeOutbound, 'out'), ...tunnels, ...nd, ...to('out', (h) => h.out, { v: 'accept' })]);
-    dispatch('fwdIn', [...untrackedOk, ...to('in', (h) => h.fin, { v: 'return' })]);
-    dispatch('fwdOut', [...untrackedOk, ...to('out', (h) => h.fout, { v: 'return' })]);
+    const dispatch = (k: keyof typeof HOST_DISPATCH, rules: Rule[]) =>
+      chains.set(HOST_DISPATCH[k].name, { comment: HOST_DISPATCH[k].comment, owner: HOST_DISPATCH_OWNER, rules });
+    const inbound = failsafe(host.failsafeInbound, 'in');
+    const outbound = failsafe(host.failsafeOutbound, 'out');
+    const ret: Verdict = { v: 'return' };
+    dispatch('in', [...podIn, ...untrackedOk, ...inbound, ...tunnels, ...nd, ...to('in', (h) => h.in)]);
+    dispatch('out', [...untrackedOk, ...outbound, ...tunnels, ...nd, ...to('out', (h) => h.out, { v: 'accept' })]);
+    dispatch('fwdIn', [...untrackedOk, ...to('in', (h) => h.fin, ret)]);
+    dispatch('fwdOut', [...untrackedOk, ...to('out', (h) => h.fout, ret)]);
     const pres = [...made.values()].some((h) => h.pre);
-    dispatch('pre', pres ? [...failsafe(host.failsafeInbound, 'in'), ...to('in', (h) => h.pre, { v: 'return' })] : []);
+    dispatch('pre', pres ? [...inbound, ...to('in', (h) => h.pre, ret)] : []);
     const raws = [...made.values()].some((h) => h.rawIn || h.rawOut);
-    dispatch('rawIn', raws ? [...failsafe(host.failsafeInbound, 'in'), ...to('in', (h) => h.rawIn, { v: 'return' })] : []);
-    dispatch('rawOut', raws ? [...failsafe(host.failsafeOutbound, 'out'), ...to('out', (h) => h.rawOut, { v: 'return' })] : []);
+    dispatch('rawIn', raws ? [...inbound, ...to('in', (h) => h.rawIn, ret)] : []);
+    dispatch('rawOut', raws ? [...outbound, ...to('out', (h) => h.rawOut, ret)] : []);
+  }
+
+  /** This node's host endpoints by interface: one per interface (the first by name); the others, and bad names, refused. */
+  private enforcedHostEndpoints(host: HostInput): Map<string, HostView> {
+    const byIf = new Map<string, HostView>();
+    const byName = [...this.hostViews].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    for (const h of byName) {
+      const ifn = h.hostInterface;
+      if (!h.local || ifn === undefined) continue;
+      const no = (reason: string) => this.hostRefusals.push({ owner: hostOwner(h), reason: `${reason}; not enforced` });
+      const problem = ifn === '*' ? undefined : ifnameProblem(ifn);
+      if (problem) no(`interfaceName ${JSON.stringify(ifn)} ${problem}`);
+      else if (host.podPrefixes.some((p) => ifn.startsWith(p))) no(`interfaceName ${ifn} is a pod interface`);
+      else if (byIf.has(ifn)) no(`interface ${ifn} is HostEndpoint ${byIf.get(ifn)!.key}'s`);
+      else byIf.set(ifn, h);
+    }
+    return byIf;
   }
 
   /**
@@ -848,6 +867,14 @@ export class PolicyCompiler {
     }
     return out;
   }
+}
+
+/** How a host endpoint's chain ends, and which policy chains it jumps to. */
+interface ChainEnd {
+  end: 'drop' | 'accept' | 'return';
+  polEnd?: 'drop' | 'return';
+  profiles?: string[];
+  polChain?: Map<PolicyInput, { in?: string; out?: string }>;
 }
 
 /** A host endpoint as a peer (no interface: never a pod's chains) and for enforcement here. */
