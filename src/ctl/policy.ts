@@ -10,9 +10,9 @@ import {
   endpointViews,
   evaluate,
   evaluateHost,
-  inTier,
   policyId,
   policySelects,
+  selectsIn,
   sortPolicies,
   type EndpointView,
   type PolicyInput,
@@ -152,19 +152,36 @@ async function explainHostEndpoint(
   io: CtlIO,
   o: ExplainOptions,
   name: string,
-  c: { views: EndpointView[]; policies: PolicyInput[]; profiles: Map<string, ProfileInput>; protocol: string; port?: number | undefined; sourcePort?: number | undefined },
+  c: {
+    views: EndpointView[];
+    policies: PolicyInput[];
+    profiles: Map<string, ProfileInput>;
+    protocol: string;
+    port?: number | undefined;
+    sourcePort?: number | undefined;
+  },
 ): Promise<number> {
   const [heps, configs] = await Promise.all([ds.list('HostEndpoint'), ds.list('AgentConfiguration')]);
   const h = heps.items.find((x) => x.metadata.name === name);
-  if (!h) throw new CtlError(`no HostEndpoint ${JSON.stringify(name)}; list them with 'netpluginctl get hostendpoints'`);
-  if (o.peer !== undefined && !tryParseIP(o.peer)) throw new CtlError(`--peer ${o.peer}: give an address for a host endpoint's peer`);
+  if (!h) throw new CtlError(`no HostEndpoint ${JSON.stringify(name)}; list them with 'netpluginctl get hep'`);
+  if (o.peer !== undefined && !tryParseIP(o.peer)) {
+    throw new CtlError(`--peer ${o.peer}: give an address for a host endpoint's peer`);
+  }
   const settings = agentSettings(h.spec.node, configs.items);
-  const hostViews = endpointViews([{ key: name, namespace: '', labels: h.metadata.labels ?? {}, profiles: h.spec.profiles ?? [], addrs: h.spec.expectedIPs ?? [], ports: h.spec.ports ?? [] }], c.profiles);
-  const ep: EndpointView = { ...hostViews[0]!, nsLabels: {} };
+  const input = {
+    key: name,
+    namespace: '',
+    labels: h.metadata.labels ?? {},
+    profiles: h.spec.profiles ?? [],
+    addrs: h.spec.expectedIPs ?? [],
+    ports: h.spec.ports ?? [],
+  };
+  // As the agent sees it: no namespace, so no namespace labels.
+  const ep: EndpointView = { ...endpointViews([input], c.profiles)[0]!, nsLabels: {} };
   const all = [...c.views, ep];
   const globals = sortPolicies(c.policies.filter((p) => p.kind === 'GlobalNetworkPolicy'));
   const selecting = (tier: PolicyTier, dir: 'Ingress' | 'Egress') =>
-    globals.filter((p) => inTier(p, tier) && effectiveTypes(p.spec).includes(dir) && policySelects(p, ep)).map((p) => ({ kind: p.kind, name: policyId(p), order: p.spec.order }));
+    globals.filter((p) => selectsIn(p, tier, dir, ep)).map((p) => ({ kind: p.kind, name: policyId(p), order: p.spec.order }));
   const report: Record<string, unknown> = {
     hostEndpoint: name,
     node: h.spec.node,
@@ -174,16 +191,26 @@ async function explainHostEndpoint(
     profiles: ep.profiles.map((p) => (c.profiles.has(p) ? p : `${p} (missing)`)),
     failsafeInbound: settings.failsafeInbound,
     failsafeOutbound: settings.failsafeOutbound,
-    tiers: Object.fromEntries(TIERS.map(([t]) => [t, { ingress: selecting(t, 'Ingress'), egress: selecting(t, 'Egress') }])),
+    tiers: Object.fromEntries(
+      TIERS.map(([t]) => [t, { ingress: selecting(t, 'Ingress'), egress: selecting(t, 'Egress') }]),
+    ),
   };
   if (o.peer !== undefined) {
-    const conn = { peerAddr: o.peer, protocol: c.protocol as Protocol, ...(c.port !== undefined ? { port: c.port } : {}), ...(c.sourcePort !== undefined ? { sourcePort: c.sourcePort } : {}) };
+    const conn = {
+      peerAddr: o.peer,
+      protocol: c.protocol as Protocol,
+      ...(c.port !== undefined ? { port: c.port } : {}),
+      ...(c.sourcePort !== undefined ? { sourcePort: c.sourcePort } : {}),
+    };
     const decisions: Record<string, unknown> = {};
     for (const [t] of TIERS) {
       for (const direction of ['ingress', 'egress'] as const) {
-        const safe = t !== 'forward' && failsafeFor(direction === 'ingress' ? settings.failsafeInbound : settings.failsafeOutbound, c.protocol, c.port, o.peer);
-        decisions[`${t}.${direction}`] = safe
-          ? { verdict: 'allow', by: `failsafe port ${safe.protocol}/${safe.port}${safe.net ? ` from ${safe.net}` : ''}`, trace: [] }
+        // Failsafe ports come first in every chain but the forwarded ones.
+        const ports = direction === 'ingress' ? settings.failsafeInbound : settings.failsafeOutbound;
+        const safe = t !== 'forward' && failsafeFor(ports, c.protocol, c.port, o.peer);
+        const by = safe && `failsafe port ${safe.protocol}/${safe.port}${safe.net ? ` from ${safe.net}` : ''}`;
+        decisions[`${t}.${direction}`] = by
+          ? { verdict: 'allow', by, trace: [] }
           : evaluateHost(ep, all, c.policies, c.profiles, { ...conn, direction }, t);
       }
     }
@@ -194,25 +221,31 @@ async function explainHostEndpoint(
     return 0;
   }
   const lines: string[] = [];
-  lines.push(`HostEndpoint ${name} on node ${h.spec.node}, interface ${h.spec.interfaceName ?? '(none: not enforced)'}, expected IPs ${ep.addrs.join(', ') || '(none)'}`);
-  lines.push(`Labels (own and from profiles): ${Object.entries(ep.allLabels).map(([k, v]) => `${k}=${v}`).join(', ') || '(none)'}`);
+  const iface = h.spec.interfaceName ?? '(none: not enforced)';
+  lines.push(`HostEndpoint ${name} on node ${h.spec.node}, interface ${iface}, expected IPs ${ep.addrs.join(', ') || '(none)'}`);
+  const labels = Object.entries(ep.allLabels).map(([k, v]) => `${k}=${v}`);
+  lines.push(`Labels (own and from profiles): ${labels.join(', ') || '(none)'}`);
   lines.push(`Profiles: ${(report['profiles'] as string[]).join(', ') || '(none)'}`);
-  const ports = (l: typeof settings.failsafeInbound) => l.map((p) => `${p.protocol.toLowerCase()} ${p.port}${p.net ? ` (${p.net})` : ''}`).join(', ') || '(off)';
+  const ports = (l: typeof settings.failsafeInbound) =>
+    l.map((p) => `${p.protocol.toLowerCase()} ${p.port}${p.net ? ` (${p.net})` : ''}`).join(', ') || '(off)';
   lines.push(`Failsafe inbound: ${ports(settings.failsafeInbound)}`);
   lines.push(`Failsafe outbound: ${ports(settings.failsafeOutbound)}`);
   for (const [t, title] of TIERS) {
     for (const dir of ['Ingress', 'Egress'] as const) {
       const sel = selecting(t, dir);
-      if (sel.length) lines.push(`${title}, ${dir.toLowerCase()}: ${sel.map((p) => `${p.name} (order ${p.order ?? 'unset'})`).join(', ')}`);
+      const names = sel.map((p) => `${p.name} (order ${p.order ?? 'unset'})`);
+      if (sel.length) lines.push(`${title}, ${dir.toLowerCase()}: ${names.join(', ')}`);
     }
   }
-  const conn = report['connection'] as { decisions: Record<string, { verdict: string; by: string; trace: string[] }> } | undefined;
+  type Shown = { verdict: string; by: string; trace: string[] };
+  const conn = report['connection'] as { decisions: Record<string, Shown> } | undefined;
   if (conn) {
     lines.push('');
     for (const [t, title] of TIERS) {
       for (const d of ['ingress', 'egress'] as const) {
         const x = conn.decisions[`${t}.${d}`]!;
-        lines.push(`${title}, ${d} (${o.peer} ${d === 'ingress' ? '->' : '<-'} ${name} ${c.protocol}${c.port !== undefined ? `/${c.port}` : ''}): ${x.verdict.toUpperCase()} by ${x.by}`);
+        const what = `${o.peer} ${d === 'ingress' ? '->' : '<-'} ${name} ${c.protocol}${c.port !== undefined ? `/${c.port}` : ''}`;
+        lines.push(`${title}, ${d} (${what}): ${x.verdict.toUpperCase()} by ${x.by}`);
         for (const tr of x.trace) lines.push(`    ${tr}`);
       }
     }

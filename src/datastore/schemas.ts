@@ -49,12 +49,17 @@ const selector = z.string().refine((s) => {
 }, 'not a valid selector expression (e.g. "rack == \'a\'" or "all()")');
 const hostAddress = z
   .string()
-  .refine((a) => !a.includes('/') && tryParseCidr(`${a}/${a.includes(':') ? 128 : 32}`) !== undefined, 'expected an IP address such as 192.0.2.10');
+  .refine(
+    (a) => !a.includes('/') && tryParseCidr(`${a}/${a.includes(':') ? 128 : 32}`) !== undefined,
+    'expected an IP address such as 192.0.2.10',
+  );
 const hostPort = z
   .object({
     protocol: z.enum(['TCP', 'UDP', 'SCTP']),
     port,
-    net: cidr.refine((c) => tryParseCidr(c, { strict: false }) !== undefined, 'expected a CIDR such as 10.0.0.0/8').optional(),
+    net: cidr
+      .refine((c) => tryParseCidr(c, { strict: false }) !== undefined, 'expected a CIDR such as 10.0.0.0/8')
+      .optional(),
   })
   .passthrough();
 const serviceRanges = z.array(z.object({ cidr: strictCidr }).passthrough()).optional();
@@ -175,7 +180,10 @@ export const specSchemas = {
       failsafeInboundHostPorts: z.array(hostPort).optional(),
       failsafeOutboundHostPorts: z.array(hostPort).optional(),
       defaultEndpointToHostAction: z.enum(['Drop', 'Return', 'Accept']).optional(),
-      flowLogsAggregator: z.string().regex(/^https:\/\/[^\s]+$/, 'expected an https URL such as https://flows.example:7443').optional(),
+      flowLogsAggregator: z
+        .string()
+        .regex(/^https:\/\/[^\s]+$/, 'expected an https URL such as https://flows.example:7443')
+        .optional(),
       flowLogsFlushInterval: duration.optional(),
     })
     .passthrough(),

@@ -84,7 +84,12 @@ export function agentSettings(
 }
 
 /** The failsafe entry of `ports` that opens a connection with `peer` on `port` (the net, when set, holds the peer). */
-export function failsafeFor(ports: readonly HostPortSpec[], protocol: string, port: number | undefined, peer: string): HostPortSpec | undefined {
+export function failsafeFor(
+  ports: readonly HostPortSpec[],
+  protocol: string,
+  port: number | undefined,
+  peer: string,
+): HostPortSpec | undefined {
   if (port === undefined) return undefined;
   const ip = tryParseIP(peer);
   return ports.find((p) => {

@@ -166,6 +166,11 @@ export function inTier(p: PolicyInput, tier: PolicyTier): boolean {
   return tier === 'normal' || !!s.applyOnForward;
 }
 
+/** Whether `p` takes part in `tier` and selects `ep` for `dir`. */
+export function selectsIn(p: PolicyInput, tier: PolicyTier, dir: PolicyType, ep: EndpointView): boolean {
+  return inTier(p, tier) && effectiveTypes(p.spec).includes(dir) && policySelects(p, ep);
+}
+
 /** Policies in evaluation order: order ascending (unset last), then name. */
 export function sortPolicies(policies: PolicyInput[]): PolicyInput[] {
   return [...policies].sort((a, b) => comparePolicies({ order: a.spec.order, name: policyId(a) }, { order: b.spec.order, name: policyId(b) }));
@@ -287,7 +292,7 @@ export function evaluate(
   const [src, dst] = c.direction === 'ingress' ? [other, self] : [self, other];
   const trace: string[] = [];
   const key = c.direction;
-  const selecting = sortPolicies(policies).filter((p) => inTier(p, tier) && effectiveTypes(p.spec).includes(dir) && policySelects(p, endpoint));
+  const selecting = sortPolicies(policies).filter((p) => selectsIn(p, tier, dir, endpoint));
   let passed = false;
   for (const p of selecting) {
     const name = `${p.kind} ${policyId(p)}`;
@@ -345,13 +350,15 @@ export function evaluateHost(
 ): Decision {
   if (tier === 'normal') return evaluate(endpoint, all, policies, profiles, c, tier);
   const dir: PolicyType = c.direction === 'ingress' ? 'Ingress' : 'Egress';
-  const any = policies.some((p) => inTier(p, tier) && effectiveTypes(p.spec).includes(dir) && policySelects(p, endpoint));
-  const none = { verdict: 'allow' as const, trace: [] };
-  if (!any || (tier === 'preDNAT' && c.direction === 'egress')) return { ...none, by: `no ${tier} policy selects it for ${c.direction}: not affected` };
+  const any = policies.some((p) => selectsIn(p, tier, dir, endpoint));
+  if (!any || (tier === 'preDNAT' && c.direction === 'egress')) {
+    return { verdict: 'allow', by: `no ${tier} policy selects it for ${c.direction}: not affected`, trace: [] };
+  }
   // Profiles take part in the host's own traffic only: a Pass here is not affected.
   const d = evaluate({ ...endpoint, profiles: [] }, all, policies, profiles, c, tier);
-  if (d.by === 'no profile allows it') return { verdict: 'allow', by: `passed: not affected by ${tier} policy`, trace: d.trace };
-  if (tier === 'doNotTrack' && d.by.startsWith('selected by')) return { verdict: 'allow', by: 'no untracked rule matches: tracked policy decides', trace: d.trace };
+  const allow = (by: string): Decision => ({ verdict: 'allow', by, trace: d.trace });
+  if (d.by === 'no profile allows it') return allow(`passed: not affected by ${tier} policy`);
+  if (tier === 'doNotTrack' && d.by.startsWith('selected by')) return allow('no untracked rule matches: tracked policy decides');
   return d;
 }
 

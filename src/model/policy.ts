@@ -85,13 +85,16 @@ export function hostPolicyProblems(spec: GlobalNetworkPolicySpec): Array<{ path:
     out.push({ path: 'preDNAT', message: 'preDNAT and doNotTrack cannot both be true; use two policies' });
   }
   if (spec.preDNAT && !spec.applyOnForward) {
-    out.push({ path: 'applyOnForward', message: 'must be true with preDNAT: true (pre-DNAT policy also sees forwarded traffic)' });
+    const message = 'must be true with preDNAT: true (pre-DNAT policy also sees forwarded traffic)';
+    out.push({ path: 'applyOnForward', message });
   }
   if (spec.doNotTrack && !spec.applyOnForward) {
-    out.push({ path: 'applyOnForward', message: 'must be true with doNotTrack: true (untracked policy also sees forwarded traffic)' });
+    const message = 'must be true with doNotTrack: true (untracked policy also sees forwarded traffic)';
+    out.push({ path: 'applyOnForward', message });
   }
   if (spec.preDNAT && (spec.egress?.length || spec.types?.includes('Egress'))) {
-    out.push({ path: spec.egress?.length ? 'egress' : 'types', message: 'a preDNAT policy has ingress rules only (DNAT happens on the way in)' });
+    const message = 'a preDNAT policy has ingress rules only (DNAT happens on the way in)';
+    out.push({ path: spec.egress?.length ? 'egress' : 'types', message });
   }
   return out;
 }

@@ -152,7 +152,13 @@ export const HOST_DISPATCH = {
 
 /** Set with `notrack` by an Allow of a doNotTrack policy: the filter chains accept the packet without conntrack. */
 export const MARK_UNTRACKED = 0x04000000;
-const NO_HOST: HostInput = { endpoints: [], failsafeInbound: [], failsafeOutbound: [], endpointToHost: 'Accept', podPrefixes: [] };
+const NO_HOST: HostInput = {
+  endpoints: [],
+  failsafeInbound: [],
+  failsafeOutbound: [],
+  endpointToHost: 'Accept',
+  podPrefixes: [],
+};
 export const HOST_DISPATCH_OWNER: Owner = { kind: 'HostDispatch', name: 'host endpoint dispatch' };
 
 function shortHash(s: string): string {
@@ -367,7 +373,8 @@ export class PolicyCompiler {
     });
     // The dispatch chains always exist (the base chains jump to them), empty of host endpoints without any.
     this.hostChains(input.host ?? NO_HOST, memo, state, input.profiles);
-    state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...[...memo.endpoints.values()].flatMap((x) => x.refused)];
+    const epRefused = [...memo.endpoints.values()].flatMap((x) => x.refused);
+    state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...epRefused];
     this.memo = memo;
     return state;
   }
@@ -552,7 +559,8 @@ export class PolicyCompiler {
     // The dispatch chains: named interfaces first, then the `*` host endpoint; never pod interfaces.
     const star = made.get('*');
     const named = [...made].filter(([i]) => i !== '*');
-    const pod = (dir: 'in' | 'out') => host.podPrefixes.map((p): Match => ({ m: 'ifname', dir, name: p, prefix: true }));
+    const pod = (dir: 'in' | 'out') =>
+      host.podPrefixes.map((p): Match => ({ m: 'ifname', dir, name: p, prefix: true }));
     const to = (dir: 'in' | 'out', pick: (h: Hooks) => string | undefined, podVerdict?: Verdict): Rule[] => {
       if (made.size === 0) return [];
       const rules: Rule[] = [];
@@ -561,7 +569,8 @@ export class PolicyCompiler {
       }
       for (const [ifn, h] of named) {
         const c = pick(h);
-        rules.push({ matches: [{ m: 'ifname', dir, name: ifn }], verdict: c ? { v: 'goto', chain: c } : { v: 'return' } });
+        const verdict: Verdict = c ? { v: 'goto', chain: c } : { v: 'return' };
+        rules.push({ matches: [{ m: 'ifname', dir, name: ifn }], verdict });
       }
       const sc = star && pick(star);
       if (sc) rules.push({ matches: [], verdict: { v: 'goto', chain: sc } });
@@ -582,7 +591,12 @@ export class PolicyCompiler {
           ...(vxlan.length ? [accept(vxlan, 'VXLAN between nodes (pod traffic)')] : []),
           accept([{ m: 'l4proto', proto: 4 }], 'IPIP between nodes (pod traffic)'),
         ];
-    const ndTypes: Icmpv6Type[] = ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit', 'nd-router-advert'];
+    const ndTypes: Icmpv6Type[] = [
+      'nd-neighbor-solicit',
+      'nd-neighbor-advert',
+      'nd-router-solicit',
+      'nd-router-advert',
+    ];
     const nd = any ? [accept([{ m: 'icmpv6Type', types: ndTypes }], 'IPv6 neighbour and router discovery')] : [];
     // Pods to their own node, after their egress policy (the base `input` chain): endpointToHost.
     const toHost = host.endpointToHost;
@@ -610,7 +624,7 @@ export class PolicyCompiler {
     dispatch('rawOut', raws ? [...outbound, ...to('out', (h) => h.rawOut, ret)] : []);
   }
 
-  /** This node's host endpoints by interface: one per interface (the first by name); the others, and bad names, refused. */
+  /** This node's host endpoints by interface, one per interface (the first by name); others and bad names refused. */
   private enforcedHostEndpoints(host: HostInput): Map<string, HostView> {
     const byIf = new Map<string, HostView>();
     const byName = [...this.hostViews].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
@@ -902,7 +916,8 @@ function hostViews(host: HostInput | undefined, profiles: Map<string, ProfileInp
   return endpointViews(inputs, profiles).map((v, i) => {
     const h = host.endpoints[i]!;
     // No namespace labels either: a namespaceSelector never selects a host endpoint.
-    return { ...v, nsLabels: {}, local: h.local, ...(h.interfaceName !== undefined ? { hostInterface: h.interfaceName } : {}) };
+    const hostInterface = h.interfaceName !== undefined ? { hostInterface: h.interfaceName } : {};
+    return { ...v, nsLabels: {}, local: h.local, ...hostInterface };
   });
 }
 
@@ -910,7 +925,10 @@ function hostOwner(h: HostView): Owner {
   return { kind: 'HostEndpoint', name: h.key };
 }
 
-/** Accepts of the failsafe ports: the destination port, and a net for the peer (inbound: the source; outbound: the destination). */
+/**
+ * Accepts of the failsafe ports: the destination port, and a net for the peer (inbound: the
+ * source; outbound: the destination).
+ */
 export function failsafeRules(ports: HostPortSpec[], direction: 'in' | 'out'): Rule[] {
   const groups = new Map<string, { proto: number; net?: string; ports: number[] }>();
   for (const p of ports) {

@@ -35,7 +35,15 @@ import {
   writePolicyStatus,
   type ProgrammedSignal,
 } from '../../policy-status/index.js';
-import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type HostInput, type PolicyInput, type ProfileInput } from './compile.js';
+import {
+  PolicyCompiler,
+  TABLE,
+  type DesiredState,
+  type EndpointInput,
+  type HostInput,
+  type PolicyInput,
+  type ProfileInput,
+} from './compile.js';
 import { agentSettings, type AgentSettings } from '../../model/agent-config.js';
 import { VXLAN_PORT } from '../../dataplane/routing.js';
 import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
@@ -119,13 +127,25 @@ export interface PolicyController {
   /** The table content last applied (for explain and tests). */
   current(): DesiredState;
   /** The compiler's inputs as last seen. */
-  inputs(): { policies: PolicyInput[]; profiles: Map<string, ProfileInput>; endpoints: EndpointInput[]; host?: HostInput };
+  inputs(): {
+    policies: PolicyInput[];
+    profiles: Map<string, ProfileInput>;
+    endpoints: EndpointInput[];
+    host?: HostInput;
+  };
   /** Told after every applied batch. */
   onApplied(cb: (s: ApplyStats) => void): void;
   stop(): Promise<void>;
 }
 
-const WATCHED: Kind[] = ['WorkloadEndpoint', 'NetworkPolicy', 'GlobalNetworkPolicy', 'Profile', 'HostEndpoint', 'AgentConfiguration'];
+const WATCHED: Kind[] = [
+  'WorkloadEndpoint',
+  'NetworkPolicy',
+  'GlobalNetworkPolicy',
+  'Profile',
+  'HostEndpoint',
+  'AgentConfiguration',
+];
 
 async function defaultNft(): Promise<(script: string) => Promise<string>> {
   const { nftRunAsync } = await import('../../dataplane/nft/run.js');
@@ -268,7 +288,8 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     const { endpoints, local } = localEndpoints(weps);
     const heps = informers.get('HostEndpoint')!.list() as Array<Resource<'HostEndpoint'>>;
     const configs = informers.get('AgentConfiguration')!.list() as Array<Resource<'AgentConfiguration'>>;
-    const host = { ...hostInput(heps, agentSettings(opts.nodename, configs), opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
+    const settings = agentSettings(opts.nodename, configs);
+    const host = { ...hostInput(heps, settings, opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
     lastInputs = { policies, profiles, endpoints, host };
     let next = compiler.compile(lastInputs);
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
@@ -477,7 +498,7 @@ export function hostInput(
       labels: h.metadata.labels ?? {},
       profiles: h.spec.profiles ?? [],
       addrs: h.spec.expectedIPs ?? [],
-      ...(h.spec.ports ? { ports: h.spec.ports.map((p) => ({ name: p.name, protocol: p.protocol, port: p.port })) } : {}),
+      ...(h.spec.ports ? { ports: h.spec.ports.map(({ name, protocol, port }) => ({ name, protocol, port })) } : {}),
       local: h.spec.node === nodename,
     })),
     failsafeInbound: settings.failsafeInbound,

@@ -210,10 +210,25 @@ export function baseTable(opts: BaseOptions): BaseTable {
  * restart never cuts the host's connections; loopback never meets host endpoint policy.
  */
 function hostBaseChains(): BaseChain[] {
-  const est: Rule = { matches: [{ m: 'ctState', states: ['established', 'related'] }], verdict: { v: 'accept' }, comment: 'replies of allowed connections' };
-  const lo = (dir: 'in' | 'out'): Rule => ({ matches: [{ m: 'ifname', dir, name: 'lo' }], verdict: { v: 'accept' }, comment: 'loopback' });
+  const est: Rule = {
+    matches: [{ m: 'ctState', states: ['established', 'related'] }],
+    verdict: { v: 'accept' },
+    comment: 'replies of allowed connections',
+  };
+  const lo = (dir: 'in' | 'out'): Rule => ({
+    matches: [{ m: 'ifname', dir, name: 'lo' }],
+    verdict: { v: 'accept' },
+    comment: 'loopback',
+  });
   const to = (k: keyof typeof HOST_DISPATCH): Rule => ({ matches: [], verdict: { v: 'jump', chain: HOST_DISPATCH[k].name } });
-  const chain = (name: string, hook: BaseChain['hook'], priority: number, comment: string, rules: Rule[]): BaseChain => ({ name, hook, priority, policy: 'accept', comment, rules });
+  const chain = (name: string, hook: BaseChain['hook'], priority: number, comment: string, rules: Rule[]): BaseChain => ({
+    name,
+    hook,
+    priority,
+    policy: 'accept',
+    comment,
+    rules,
+  });
   return [
     chain('hep-input', 'input', 10, 'host endpoints: to the host', [est, lo('in'), to('in')]),
     chain('hep-output', 'output', 10, 'host endpoints: from the host', [est, lo('out'), to('out')]),
