@@ -129,6 +129,7 @@ export async function run(pods, policies, n, mode, hostPolicies) {
   }
   // Host endpoint policy changes: write -> the batch containing it applied.
   const host = [];
+  const hostCpu0 = process.cpuUsage();
   for (let k = 0; hostPolicies > 0 && k < n; k++) {
     const cur = await ds.get('GlobalNetworkPolicy', 'hep' + (k % hostPolicies));
     const t = performance.now();
@@ -138,6 +139,7 @@ export async function run(pods, policies, n, mode, hostPolicies) {
     await done;
     host.push(performance.now() - t);
   }
+  const hostCpu = process.cpuUsage(hostCpu0);
   const wall = performance.now() - w0;
   const cpu = process.cpuUsage(cpu0);
   clearInterval(sample);
@@ -146,7 +148,8 @@ export async function run(pods, policies, n, mode, hostPolicies) {
   try { nftRun('delete table inet ' + table); } catch {}
   rmSync(statusDir, { recursive: true, force: true });
   const r = (x) => Math.round(x * 10) / 10;
-  return { mode, pods, policies, hostPolicies, hostP50: host.length ? r(pct(host, 50)) : null, hostP99: host.length ? r(pct(host, 99)) : null, resyncMs: r(resyncMs), resyncCompileMs: r(first.compileMs), resyncApplyMs: r(first.applyMs), resyncCommands: first.commands, tableLines: rules,
+  return { mode, pods, policies, hostPolicies, hostP50: host.length ? r(pct(host, 50)) : null, hostP99: host.length ? r(pct(host, 99)) : null,
+    hostCpuMsPerChange: host.length ? r((hostCpu.user + hostCpu.system) / 1000 / host.length) : null, resyncMs: r(resyncMs), resyncCompileMs: r(first.compileMs), resyncApplyMs: r(first.applyMs), resyncCommands: first.commands, tableLines: rules,
     addP50: r(pct(add, 50)), addP99: r(pct(add, 99)), labelP50: r(pct(label, 50)), labelP99: r(pct(label, 99)),
     labelCommandsP50: pct(applied.slice(n).map((s) => s.commands), 50), addCommandsP50: pct(applied.slice(0, n).map((s) => s.commands), 50),
     labelCompileP50: r(pct(applied.slice(n).map((s) => s.compileMs), 50)), labelApplyP50: r(pct(applied.slice(n).map((s) => s.applyMs), 50)),
@@ -175,7 +178,7 @@ const md = [
   '',
   '| policies | apply via | resync ms (compile + nft) | add→programmed p50 / p99 ms | label→enforced p50 / p99 ms (compile, nft p50) | host policy→enforced p50 / p99 ms | CPU % | peak RSS MiB |',
   '|---:|---|---:|---:|---:|---:|---:|---:|',
-  ...rows.map((r) => `| ${r.policies} | ${r.mode} | ${r.resyncMs} (${r.resyncCompileMs} + ${r.resyncApplyMs}) | ${r.addP50} / ${r.addP99} | ${r.labelP50} / ${r.labelP99} (${r.labelCompileP50}, ${r.labelApplyP50}) | ${r.hostP50 ?? '-'} / ${r.hostP99 ?? '-'} | ${r.cpuPct} | ${r.rssMiB} |`),
+  ...rows.map((r) => `| ${r.policies} | ${r.mode} | ${r.resyncMs} (${r.resyncCompileMs} + ${r.resyncApplyMs}) | ${r.addP50} / ${r.addP99} | ${r.labelP50} / ${r.labelP99} (${r.labelCompileP50}, ${r.labelApplyP50}) | ${r.hostP50 ?? '-'} / ${r.hostP99 ?? '-'} (CPU ${r.hostCpuMsPerChange ?? '-'} ms each) | ${r.cpuPct} | ${r.rssMiB} |`),
 ].join('\n');
 mkdirSync(OUT, { recursive: true });
 writeFileSync(join(OUT, 'policy-latest.md'), md + '\n');

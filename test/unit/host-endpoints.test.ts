@@ -243,3 +243,50 @@ describe('failsafe rules', () => {
     expect(failsafeRules(p, 'out').map(renderRule)).toEqual(['meta l4proto tcp ip daddr { 10.0.0.0/8 } th dport { 2379 } accept comment "failsafe port"']);
   });
 });
+
+describe('host endpoint policy changes', () => {
+  it('recompile only the host chains, equal to a full compile; a policy selecting a pod goes the full way', () => {
+    const host: HostInput = {
+      endpoints: [
+        { name: 'auto', interfaceName: '*', labels: { edge: 'y' }, profiles: ['allow'], addrs: ['10.0.0.1'], local: true },
+        { name: 'eth0', interfaceName: 'eth0', labels: { edge: 'y' }, profiles: [], addrs: ['10.0.0.1'], local: true },
+      ],
+      failsafeInbound: [...DEFAULT_FAILSAFE_INBOUND],
+      failsafeOutbound: [],
+      endpointToHost: 'Accept',
+      podPrefixes: ['npi'],
+    };
+    const hp = (i: number, gen: number): PolicyInput => ({
+      kind: 'GlobalNetworkPolicy',
+      name: `h${i}`,
+      spec: {
+        order: i,
+        selector: "edge == 'y'",
+        applyOnForward: i % 2 === 0,
+        ...(i === 3 ? { doNotTrack: true, applyOnForward: true } : {}),
+        ingress: [{ action: 'Allow', protocol: 'TCP', source: { selector: `peer == 'p${gen}'` }, destination: { ports: [1000 + gen] } }],
+      },
+    });
+    const pods = [{ key: 'w', namespace: 'x', labels: { peer: 'p1' }, profiles: [], addrs: ['10.1.0.1'], interfaceName: 'npi1' }];
+    const podPolicy: PolicyInput = { kind: 'GlobalNetworkPolicy', name: 'pods', spec: { selector: "peer == 'p1'", ingress: [{ action: 'Allow' }] } };
+    const profiles = new Map([['allow', { name: 'allow', spec: { ingress: [{ action: 'Allow' as const }] } }]]);
+    let policies = [podPolicy, ...[0, 1, 2, 3].map((i) => hp(i, 0))];
+    const c = new PolicyCompiler();
+    c.compile({ policies, profiles, endpoints: pods, host });
+    const text = (d: ReturnType<PolicyCompiler['compile']>) =>
+      [...d.chains].map(([n, ch]) => `${n}: ${ch.rules.map(renderRule).join(' | ')}`).sort();
+    for (let gen = 1; gen <= 4; gen++) {
+      policies = policies.slice();
+      policies[1 + (gen % 4)] = hp(gen % 4, gen);
+      const inc = c.compile({ policies, profiles, endpoints: pods, host });
+      expect(c.lastMode).toBe('incremental');
+      const full = new PolicyCompiler().compile({ policies, profiles, endpoints: pods, host });
+      expect(text(inc)).toEqual(text(full));
+      for (const [n, s] of full.sets) expect([...inc.sets.get(n)!.elements.keys()]).toEqual([...s.elements.keys()]);
+    }
+    policies = policies.slice();
+    policies[0] = { ...podPolicy, spec: { ...podPolicy.spec, ingress: [] } };
+    c.compile({ policies, profiles, endpoints: pods, host });
+    expect(c.lastMode).toBe('full');
+  });
+});

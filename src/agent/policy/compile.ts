@@ -198,6 +198,7 @@ type SetDef = { kind: 'addr'; sel: Selection; family: 4 | 6 } | { kind: 'np'; se
 /** What the last compile left, for the incremental path. */
 interface Memo {
   policyKeys: string[];
+  policies: PolicyInput[];
   policySpecs: unknown[];
   profiles: Map<string, ProfileInput>;
   /** Endpoint (namespace/key: endpoint names repeat across namespaces) → its input as JSON (to find what changed) and its view. */
@@ -325,22 +326,7 @@ export class PolicyCompiler {
 
     // Policy chains (shared by every endpoint the policy selects).
     const polChain = new Map<PolicyInput, { in?: string; out?: string }>();
-    for (const p of policies) {
-      const types = effectiveTypes(p.spec);
-      const id = policyId(p);
-      const names: { in?: string; out?: string } = {};
-      const h = shortHash(`${p.kind}/${id}`);
-      const owner: Owner = { kind: p.kind, name: p.name, ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}) };
-      if (types.includes('Ingress')) {
-        names.in = `pol-in-${h}`;
-        chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules: this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner) });
-      }
-      if (types.includes('Egress')) {
-        names.out = `pol-out-${h}`;
-        chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules: this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner) });
-      }
-      polChain.set(p, names);
-    }
+    for (const p of policies) polChain.set(p, this.policyChains(p, chains));
 
     // Profile chains, for the profiles some local endpoint names.
     const profChain = new Map<string, { in: string; out: string }>();
@@ -356,6 +342,7 @@ export class PolicyCompiler {
     const state: DesiredState = { chains, sets: this.sets, endpoints: new Map(), refused: [] };
     const memo: Memo = {
       policyKeys: input.policies.map(policyKey),
+      policies: input.policies,
       policySpecs: input.policies.map((p) => p.spec),
       profiles: input.profiles,
       endpoints: new Map(),
@@ -377,6 +364,24 @@ export class PolicyCompiler {
     state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...epRefused];
     this.memo = memo;
     return state;
+  }
+
+  /** A policy's chains (one per direction it has), shared by every endpoint it selects. */
+  private policyChains(p: PolicyInput, chains: Map<string, Chain>): { in?: string; out?: string } {
+    const types = effectiveTypes(p.spec);
+    const id = policyId(p);
+    const names: { in?: string; out?: string } = {};
+    const h = shortHash(`${p.kind}/${id}`);
+    const owner: Owner = { kind: p.kind, name: p.name, ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}) };
+    if (types.includes('Ingress')) {
+      names.in = `pol-in-${h}`;
+      chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules: this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner) });
+    }
+    if (types.includes('Egress')) {
+      names.out = `pol-out-${h}`;
+      chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules: this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner) });
+    }
+    return names;
   }
 
   /** Chains and interface entries of one local endpoint, into `state` (its profile chains too, when new). */
@@ -649,8 +654,10 @@ export class PolicyCompiler {
   private incremental(memo: Memo, input: CompileInput): DesiredState | undefined {
     if (input.profiles !== memo.profiles && !sameProfiles(input.profiles, memo.profiles)) return undefined;
     if (input.policies.length !== memo.policyKeys.length) return undefined;
+    const polChanged: number[] = [];
     for (let i = 0; i < input.policies.length; i++) {
-      if (input.policies[i]!.spec !== memo.policySpecs[i] || policyKey(input.policies[i]!) !== memo.policyKeys[i]) return undefined;
+      if (policyKey(input.policies[i]!) !== memo.policyKeys[i]) return undefined;
+      if (input.policies[i]!.spec !== memo.policySpecs[i]) polChanged.push(i);
     }
     if (usedProfiles(input.endpoints) !== memo.usedProfiles) return undefined;
     if (JSON.stringify(input.host ?? null) !== memo.hostSig) return undefined;
@@ -684,6 +691,11 @@ export class PolicyCompiler {
     for (const x of next.values()) for (const a of x.view.addrs) families.add(familyOf(a));
     for (const h of this.hostViews) for (const a of h.addrs) families.add(familyOf(a));
     if (families.size !== this.families.size || [...families].some((f) => !this.families.has(f))) return undefined;
+    if (polChanged.length > 0) {
+      // Only host endpoint policies changed (and nothing else): their chains and the host chains.
+      if (changed.length > 0 || !this.hostOnly(memo, input, polChanged)) return undefined;
+      return this.hostPolicyChange(memo, input, polChanged);
+    }
     if (changed.length === 0) {
       this.lastMode = 'unchanged';
       return memo.state;
@@ -738,6 +750,53 @@ export class PolicyCompiler {
     }
     state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...[...next.values()].flatMap((x) => x.refused)];
     this.memo = { ...memo, profiles: input.profiles, endpoints: next, state };
+    return state;
+  }
+
+  /**
+   * Whether the changed policies are GlobalNetworkPolicies that select no local pod endpoint, in
+   * their old and new versions, with the same order: then no pod chain changes.
+   */
+  private hostOnly(memo: Memo, input: CompileInput, idx: number[]): boolean {
+    const local = [...memo.endpoints.values()].map((x) => x.view).filter((v) => v.interfaceName);
+    return idx.every((i) => {
+      const old = memo.policies[i]!;
+      const now = input.policies[i]!;
+      if (now.kind !== 'GlobalNetworkPolicy' || old.spec.order !== now.spec.order) return false;
+      return !local.some((v) => policySelects(old, v) || policySelects(now, v));
+    });
+  }
+
+  /**
+   * Host endpoint policies changed: their policy chains compiled again (same names), the host
+   * endpoint and dispatch chains recomputed; every other chain is the last state's. Sets a new
+   * version adds are made; sets only an old version used stay until the next full compile.
+   */
+  private hostPolicyChange(memo: Memo, input: CompileInput, idx: number[]): DesiredState {
+    this.lastMode = 'incremental';
+    const prev = memo.state;
+    const state: DesiredState = { chains: new Map(prev.chains), sets: new Map(prev.sets), endpoints: prev.endpoints, refused: [] };
+    this.sets = state.sets;
+    const globals = [...(memo.byNamespace.get(null) ?? [])];
+    for (const i of idx) {
+      const old = memo.policies[i]!;
+      const now = input.policies[i]!;
+      memo.polChain.delete(old);
+      memo.polChain.set(now, this.policyChains(now, state.chains));
+      globals[globals.indexOf(old)] = now;
+    }
+    memo.byNamespace.set(null, globals);
+    for (const [name, c] of state.chains) {
+      if (c.owner.kind === 'HostEndpoint' || c.owner.kind === 'HostDispatch' || name.startsWith('raw-')) state.chains.delete(name);
+    }
+    this.hostRefusals = [];
+    this.hostChains(input.host ?? NO_HOST, memo, state, input.profiles);
+    for (const [name, ch] of state.chains) {
+      const old = prev.chains.get(name);
+      if (old && old !== ch && sameChain(old, ch)) state.chains.set(name, old);
+    }
+    state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...[...memo.endpoints.values()].flatMap((x) => x.refused)];
+    this.memo = { ...memo, policies: input.policies, policySpecs: input.policies.map((p) => p.spec), state };
     return state;
   }
 
