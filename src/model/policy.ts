@@ -99,6 +99,24 @@ export function hostPolicyProblems(spec: GlobalNetworkPolicySpec): Array<{ path:
   return out;
 }
 
+/**
+ * What a staged policy does to the enforced policy of its name when promoted (and what the
+ * pending trace of a flow shows meanwhile): Set creates or replaces it with the staged spec,
+ * Delete removes it. Unset means Set.
+ */
+export const STAGED_ACTIONS = ['Set', 'Delete'] as const;
+export type StagedAction = (typeof STAGED_ACTIONS)[number];
+
+/** A StagedNetworkPolicy: the spec of the NetworkPolicy of the same namespace and name it stages. */
+export interface StagedNetworkPolicySpec extends NetworkPolicySpec {
+  stagedAction?: StagedAction;
+}
+
+/** A StagedGlobalNetworkPolicy: the spec of the GlobalNetworkPolicy of the same name it stages. */
+export interface StagedGlobalNetworkPolicySpec extends GlobalNetworkPolicySpec {
+  stagedAction?: StagedAction;
+}
+
 export interface ProfileSpec {
   /** Labels every endpoint naming this profile inherits (its own labels win). */
   labelsToApply?: Record<string, string>;
@@ -184,19 +202,49 @@ export const networkPolicySpecSchema = z
   })
   .passthrough();
 
-export const globalNetworkPolicySpecSchema = networkPolicySpecSchema
+const globalNetworkPolicySpecObject = networkPolicySpecSchema
   .extend({
     namespaceSelector: selectorText.optional(),
     applyOnForward: z.boolean().optional(),
     preDNAT: z.boolean().optional(),
     doNotTrack: z.boolean().optional(),
   })
-  .passthrough()
-  .superRefine((spec, ctx) => {
-    for (const p of hostPolicyProblems(spec as GlobalNetworkPolicySpec)) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: [p.path], message: p.message });
-    }
-  });
+  .passthrough();
+
+/** hostPolicyProblems as schema issues, each on its field. */
+function hostPolicyIssues(spec: object, ctx: z.RefinementCtx): void {
+  for (const p of hostPolicyProblems(spec as GlobalNetworkPolicySpec)) {
+    ctx.addIssue({ code: z.ZodIssueCode.custom, path: [p.path], message: p.message });
+  }
+}
+
+export const globalNetworkPolicySpecSchema = globalNetworkPolicySpecObject.superRefine(hostPolicyIssues);
+
+/**
+ * The spec of a staged kind: the enforced kind's spec plus `stagedAction`. A staged Delete names
+ * the policy to remove and nothing else: a rule or selector beside it would be silently ignored
+ * on promotion, so it is refused.
+ */
+export function stagedSpecSchema<T extends z.AnyZodObject>(enforced: T) {
+  return enforced
+    .extend({ stagedAction: z.enum(STAGED_ACTIONS).optional() })
+    .passthrough()
+    .superRefine((spec, ctx) => {
+      if (spec.stagedAction !== 'Delete') return;
+      for (const k of Object.keys(spec)) {
+        if (k === 'stagedAction' || spec[k] === undefined) continue;
+        ctx.addIssue({
+          code: z.ZodIssueCode.custom,
+          path: [k],
+          message: 'a staged Delete removes the enforced policy of its name and takes no other field; '
+            + 'remove it (or use stagedAction: Set)',
+        });
+      }
+    });
+}
+
+export const stagedNetworkPolicySpecSchema = stagedSpecSchema(networkPolicySpecSchema);
+export const stagedGlobalNetworkPolicySpecSchema = stagedSpecSchema(globalNetworkPolicySpecObject).superRefine(hostPolicyIssues);
 
 export const profileSpecSchema = z
   .object({

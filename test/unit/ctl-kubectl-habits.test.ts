@@ -155,7 +155,7 @@ describe('completion', () => {
     expect(await words('datastore', 'm')).toEqual(['migrate']);
     expect(await words('upgrade', '')).toEqual(expect.arrayContaining(['auto-hep', 'check', 'finish', 'owner-refs']));
     expect(await words('installation', '')).toEqual(['apply', 'render']);
-    expect(await words('policy', '')).toEqual(['explain']);
+    expect(await words('policy', '')).toEqual(['explain', 'promote']);
     expect(await words('get', '--s')).toEqual(expect.arrayContaining(['--selector', '--show-labels', '--sort-by']));
     expect(await words('ipam', 'release', '--d')).toEqual(['--dry-run']);
     expect(await words('installation', 'apply', '--')).toContain('--dry-run');
