@@ -2,10 +2,9 @@
 // listener, leader election and controllers (src/kube-controllers/).
 import { parseArgs } from 'node:util';
 import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
-import { readFileSync } from 'node:fs';
 import { createLogger, normalizeLevel } from '../log/index.js';
 import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '../datastore/index.js';
-import { createKubeClient, SA_DIR } from '../k8s/client.js';
+import { createKubeClient, ownNamespace } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
 import { registerProcessMetrics } from '../observe/process-metrics.js';
@@ -39,14 +38,6 @@ function usageError(msg: string): never {
   return cliUsageError(CLI, msg);
 }
 
-function ownNamespace(): string {
-  if (process.env.POD_NAMESPACE) return process.env.POD_NAMESPACE;
-  try {
-    return readFileSync(`${SA_DIR}/namespace`, 'utf8').trim() || 'kube-system';
-  } catch {
-    return 'kube-system';
-  }
-}
 
 async function main(): Promise<void> {
   let values: Record<string, string | boolean | undefined>;

@@ -299,7 +299,7 @@ async function main(): Promise<void> {
     if (found) void warmDatastore(found, runtime, log);
   }
   let bgp: import('../agent/bgp/index.js').BgpController | undefined;
-  let bgpOpts: { birdPath: string; runDir: string; onStarted: (c: import('../agent/bgp/index.js').BgpController) => void } | undefined;
+  let bgpOpts: import('../agent/node-network.js').NodeNetworkOptions['bgp'];
   if (bgpFlag === 'on') {
     const { checkRunDir } = await import('../agent/bgp/render.js');
     const { DEFAULT_BIRD_PATH, DEFAULT_BIRD_RUN_DIR } = await import('../agent/bgp/supervisor.js');
@@ -310,6 +310,13 @@ async function main(): Promise<void> {
       usageError((e as Error).message);
     }
     bgpOpts = { birdPath: values['bird-path'] ?? DEFAULT_BIRD_PATH, runDir, onStarted: (c) => (bgp = c) };
+    // BGPPeer password.secretKeyRef: the Secret in the agent's own namespace, read with its own identity.
+    if (api) {
+      const { readSecretKey } = await import('../agent/bgp/index.js');
+      const { ownNamespace } = await import('../k8s/client.js');
+      const namespace = ownNamespace();
+      bgpOpts.readSecret = (name, key) => readSecretKey(api, namespace, name, key);
+    }
     const reg = metrics.registry;
     const running = reg.gauge('netplugin_bgp_bird_running', 'Whether the BIRD daemon the agent supervises runs (1) or not (0).');
     const established = reg.gauge('netplugin_bgp_sessions_established', 'BGP sessions of this node in state Established.');
@@ -323,7 +330,7 @@ async function main(): Promise<void> {
       restarts.set(undefined, st?.restarts ?? 0);
     });
   }
-  let network: { stop(): void } | undefined;
+  let network: { stop(): Promise<void> } | undefined;
   if (values.config && nodeInit && !values['no-routes']) {
     const { startNodeNetwork } = await import('../agent/node-network.js');
     try {
@@ -413,11 +420,13 @@ async function main(): Promise<void> {
     pluginKubeconfig?.stop();
     void health?.close();
     void metricsServer?.close();
-    network?.stop();
+    const networkStopped = network?.stop();
     // The nftables table stays: existing pods keep their enforcement, new ones stay isolated.
     void policy?.stop();
     server.close().then(
       async () => {
+        // BIRD's graceful-restart shutdown (--bgp on) ends within seconds (BirdSupervisor.stop).
+        await networkStopped;
         await dataplane.close();
         await runtime.close();
         process.exit(0);
