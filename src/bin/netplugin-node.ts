@@ -9,7 +9,7 @@ import { DEFAULT_NODENAME_FILE } from '../config/fields.js';
 import type { PluginSpec } from '../cni/types.js';
 import { DEFAULT_SOCKET } from '../agent/protocol.js';
 import { startCniServer, type CniServer } from '../agent/server.js';
-import { createLogger, normalizeLevel } from '../log/index.js';
+import { createLogger, LogThrottle, normalizeLevel } from '../log/index.js';
 import { createPluginRuntime, type DataplanePort, type PluginRuntime } from '../plugins/main/runtime.js';
 import { HOST_MAC } from '../plugins/main/common.js';
 import type { WorkloadSpec, TeardownOptions } from '../dataplane/index.js';
@@ -21,7 +21,7 @@ import { parseListenAddr, startHealthServer, type HealthServer } from '../observ
 import { cachedDatastore } from '../datastore/cached.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
-import { registerProcessMetrics } from '../observe/process-metrics.js';
+import { registerLogThrottleMetrics, registerProcessMetrics } from '../observe/process-metrics.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
 
@@ -89,17 +89,22 @@ cannot do for itself.
 
 // Handlers load on the first request that needs them, as in the per-exec
 // entry; both plugins are served with the agent's runtime.
-function agentPlugins(runtime: PluginRuntime): Record<string, PluginSpec<any, PluginRuntime>> {
+function agentPlugins(
+  runtime: PluginRuntime,
+  logThrottle: LogThrottle,
+): Record<string, PluginSpec<any, PluginRuntime>> {
   return {
     netplugin: {
       name: 'netplugin',
       load: async () => (await import('../plugins/main/index.js')).handlers,
       runtime,
+      logThrottle,
     },
     'netplugin-ipam': {
       name: 'netplugin-ipam',
       load: async () => (await import('../plugins/ipam/index.js')).handlers,
       runtime,
+      logThrottle,
     },
   };
 }
@@ -206,7 +211,16 @@ async function main(): Promise<void> {
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
-  const log = createLogger({ level, format: format as LogFormat, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
+  // A failure that repeats (a watch that keeps breaking, a bad netconf the runtime keeps sending) is
+  // logged once a minute with a count, by the agent and by the requests it serves.
+  const throttle = new LogThrottle();
+  const log = createLogger({
+    level,
+    format: format as LogFormat,
+    stderr: (s) => process.stderr.write(s),
+    context: { component: 'netplugin-node' },
+    throttle,
+  });
 
   // The agent's runtime, built before anything opens a datastore or serves a
   // request: every datastore is timed by the metrics, pods are read through
@@ -216,6 +230,7 @@ async function main(): Promise<void> {
   // Malformed objects the datastores skip: one warning each, and their count on /metrics.
   observeInvalidObjects(metrics.registry, log);
   registerProcessMetrics(metrics.registry, { component: 'netplugin-node', version: NETPLUGIN_VERSION });
+  registerLogThrottleMetrics(metrics.registry, throttle);
   const dataplane = await installDataplane(log, dirname(socketPath));
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   // The read caches of the datastores the runtime opened (weakly: the runtime
@@ -273,7 +288,7 @@ async function main(): Promise<void> {
 
   let server: CniServer;
   try {
-    server = await startCniServer({ socketPath, plugins: agentPlugins(runtime), log, maxConcurrent, onServed: (r) => {
+    server = await startCniServer({ socketPath, plugins: agentPlugins(runtime, throttle), log, maxConcurrent, onServed: (r) => {
       metrics.served(r);
       podEvents?.served(r);
     } });
@@ -366,6 +381,8 @@ async function main(): Promise<void> {
       process.exit(2);
     }
   }
+
+  metrics.watchPolicy(() => policy?.controller());
 
   let stopping = false;
   let nodeInitialised = false;
