@@ -35,7 +35,18 @@ import {
   writePolicyStatus,
   type ProgrammedSignal,
 } from '../../policy-status/index.js';
-import { PolicyCompiler, TABLE, type DesiredState, type FlowLogRules, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
+import {
+  PolicyCompiler,
+  TABLE,
+  type DesiredState,
+  type EndpointInput,
+  type FlowLogRules,
+  type HostInput,
+  type PolicyInput,
+  type ProfileInput,
+} from './compile.js';
+import { agentSettings, type AgentSettings } from '../../model/agent-config.js';
+import { VXLAN_PORT } from '../../dataplane/routing.js';
 import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
 import {
   BASE_ID,
@@ -120,7 +131,12 @@ export interface PolicyController {
   /** The table content last applied (for explain and tests). */
   current(): DesiredState;
   /** The compiler's inputs as last seen. */
-  inputs(): { policies: PolicyInput[]; profiles: Map<string, ProfileInput>; endpoints: EndpointInput[] };
+  inputs(): {
+    policies: PolicyInput[];
+    profiles: Map<string, ProfileInput>;
+    endpoints: EndpointInput[];
+    host?: HostInput;
+  };
   /** The flow-log tags' refs → what they name (empty without flow logs). */
   flowRefs(): ReadonlyMap<string, TagRef>;
   /** Told after every applied batch. */
@@ -130,7 +146,14 @@ export interface PolicyController {
   stop(): Promise<void>;
 }
 
-const WATCHED: Kind[] = ['WorkloadEndpoint', 'NetworkPolicy', 'GlobalNetworkPolicy', 'Profile'];
+const WATCHED: Kind[] = [
+  'WorkloadEndpoint',
+  'NetworkPolicy',
+  'GlobalNetworkPolicy',
+  'Profile',
+  'HostEndpoint',
+  'AgentConfiguration',
+];
 
 async function defaultNft(): Promise<(script: string) => Promise<string>> {
   const { nftRunAsync } = await import('../../dataplane/nft/run.js');
@@ -275,7 +298,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>) policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
     const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
     const { endpoints, local } = localEndpoints(weps);
-    lastInputs = { policies, profiles, endpoints };
+    const heps = informers.get('HostEndpoint')!.list() as Array<Resource<'HostEndpoint'>>;
+    const configs = informers.get('AgentConfiguration')!.list() as Array<Resource<'AgentConfiguration'>>;
+    const settings = agentSettings(opts.nodename, configs);
+    const host = { ...hostInput(heps, settings, opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
+    lastInputs = { policies, profiles, endpoints, host };
     let next = compiler.compile(lastInputs);
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
     // Objects libnftables refused stay out while their content is the same.
@@ -487,6 +514,30 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       for (const inf of informers.values()) inf.stop();
       await queue.stop();
     },
+  };
+}
+
+/** The compiler's host input: every host endpoint (peers of rules), this node's enforced, and the node's settings. */
+export function hostInput(
+  heps: Array<Resource<'HostEndpoint'>>,
+  settings: AgentSettings,
+  nodename: string,
+  podPrefixes: string[],
+): HostInput {
+  return {
+    endpoints: heps.map((h) => ({
+      name: h.metadata.name,
+      ...(h.spec.interfaceName !== undefined ? { interfaceName: h.spec.interfaceName } : {}),
+      labels: h.metadata.labels ?? {},
+      profiles: h.spec.profiles ?? [],
+      addrs: h.spec.expectedIPs ?? [],
+      ...(h.spec.ports ? { ports: h.spec.ports.map(({ name, protocol, port }) => ({ name, protocol, port })) } : {}),
+      local: h.spec.node === nodename,
+    })),
+    failsafeInbound: settings.failsafeInbound,
+    failsafeOutbound: settings.failsafeOutbound,
+    endpointToHost: settings.endpointToHost,
+    podPrefixes,
   };
 }
 

@@ -172,7 +172,9 @@ export type Stmt =
    * A per-interface rate limit through a dynamic set of interface names (`update @set { iifname limit
    * rate R/second burst B packets }`): the rest of the rule runs only while that interface is under it.
    */
-  | { s: 'limitPerIf'; set: string; key: 'iifname' | 'oifname'; rate: number; burst: number };
+  | { s: 'limitPerIf'; set: string; key: 'iifname' | 'oifname'; rate: number; burst: number }
+  /** No conntrack entry for this packet (a raw-priority chain only). */
+  | { s: 'notrack' };
 
 /** The NFLOG group of a log statement (nfnetlink_log takes a 16-bit group). */
 export const checkLogGroup = (n: number) => checkInt(n, 0, 65535, 'log group');
@@ -194,7 +196,7 @@ export interface Rule {
 
 /** Who an object belongs to (for comments, and to report the object a refused batch named). */
 export interface Owner {
-  kind: 'Endpoint' | 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'Profile' | 'Set' | 'Base';
+  kind: 'Endpoint' | 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'Profile' | 'Set' | 'Base' | 'HostEndpoint' | 'HostDispatch';
   namespace?: string;
   name: string;
   /** The endpoint's identity (container ID) where known. */

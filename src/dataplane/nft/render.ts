@@ -137,6 +137,8 @@ function renderStmt(s: Stmt): string {
       const f = ip(s.family);
       return `${s.nat === 'snat' ? 'snat' : 'dnat'} ${f} to ${f} ${s.key === 's' ? 's' : 'd'}addr map @${checkIdent(s.map, 'map')}`;
     }
+    case 'notrack':
+      return 'notrack';
   }
 }
 
