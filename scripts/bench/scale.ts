@@ -158,22 +158,21 @@ function startApiProxy(res: Resources, target: number): Promise<{ port: number; 
         k.requests++;
         if (/[?&]watch=(1|true)/.test(m[1]!)) k.watches++;
       }
-      up.write(d);
     });
-    up.on('data', (d: Buffer) => {
-      k.bytesDown += d.length;
-      c.write(d);
-    });
+    up.on('data', (d: Buffer) => (k.bytesDown += d.length));
+    // pipe() passes each side's FIN on (an idle keep-alive connection the server closes is closed, not reset).
+    c.pipe(up);
+    up.pipe(c);
     const end = (): void => {
       c.destroy();
       up.destroy();
       res.sockets.delete(c);
       res.sockets.delete(up);
     };
-    c.on('close', end);
-    up.on('close', end);
     c.on('error', end);
     up.on('error', end);
+    c.on('close', () => up.end());
+    up.on('close', () => c.end());
   });
   res.servers.push(server);
   return new Promise((resolve) => server.listen(0, HOST_IP, () => resolve({ port: (server.address() as { port: number }).port, counts })));
