@@ -34,7 +34,7 @@ import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
 import { convertK8sNetworkPolicy, type KubeNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
 import { namespaceToProfile, serviceAccountToProfile } from '../../src/model/profiles.js';
-import { startEtcd, type EtcdServer } from '../../test/support/etcd.js';
+import { freePort, startEtcd, type EtcdServer } from '../../test/support/etcd.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../../test/support/fake-apiserver.js';
 import { childrenCpuMs, execCni, mapLimit, processCpuMs, quantile, waitSocket, type CniRun } from './lib.mjs';
 import { reached, startProber, type Prober } from './probe.js';
@@ -58,7 +58,7 @@ function options(argv: string[]): Opts {
       pods: { type: 'string', default: '110' },
       policies: { type: 'string', default: '200' },
       namespaces: { type: 'string', default: '10' },
-      paths: { type: 'string', default: 'agent,perexec,ptp' },
+      paths: { type: 'string', default: 'agent,ptp,perexec' },
       steps: { type: 'boolean', default: false },
       'ready-timeout': { type: 'string', default: '60' },
     },
@@ -189,8 +189,9 @@ export async function main(argv: string[]): Promise<void> {
     // The per-exec fallback has no agent to hold its ADD for: no policy wait (see the header).
     const { policy_setup_timeout_seconds: _held, ...perexecConf } = conf;
     let agentLog = '';
+    const metricsAddr = `127.0.0.1:${await freePort()}`;
     const startAgent = async (): Promise<void> => {
-      agent = spawn(process.execPath, [join(ROOT, 'dist/netplugin-node.cjs'), '--config', confPath, '--socket', socket, '--nodename', 'burst-node', '--no-routes', '--log-level', 'WARNING'], { env: { PATH: process.env['PATH'] }, stdio: ['ignore', 'ignore', 'pipe'] });
+      agent = spawn(process.execPath, [join(ROOT, 'dist/netplugin-node.cjs'), '--config', confPath, '--socket', socket, '--nodename', 'burst-node', '--no-routes', '--log-level', 'WARNING', '--metrics-addr', metricsAddr], { env: { PATH: process.env['PATH'] }, stdio: ['ignore', 'ignore', 'pipe'] });
       agent.stderr!.on('data', (d: Buffer) => (agentLog = (agentLog + d.toString()).slice(-100_000)));
       await waitSocket(socket, 60_000, () => (agent!.exitCode !== null ? `the agent exited: ${agentLog}` : undefined));
     };
@@ -228,7 +229,7 @@ export async function main(argv: string[]): Promise<void> {
     const podNs = Array.from({ length: o.pods }, (_, i) => newNetns(`p${i}`));
     console.error(`burst: ${o.pods} pods, ${o.policies} policies in ${o.namespaces} namespaces (written in ${fmt(policiesMs)}), ${cpus().length} CPUs, load ${load()}`);
 
-    interface Phase { path: string; command: string; lat: number[]; wallMs: number; failures: string[]; childCpuMs: number; readyMs?: number; readyP50?: number; deniedLeaks?: number; agentCpuMs?: number; load: string; }
+    interface Phase { path: string; command: string; lat: number[]; wallMs: number; failures: string[]; childCpuMs: number; agentWork?: string; readyMs?: number; readyP50?: number; deniedLeaks?: number; agentCpuMs?: number; load: string; }
     const phases: Phase[] = [];
     const run = async (path: string, command: 'ADD' | 'DEL', ids: string[], withProbes: boolean): Promise<void> => {
       const stdin = path === 'ptp'
@@ -240,6 +241,7 @@ export async function main(argv: string[]): Promise<void> {
       let leaks = 0;
       const probing: Array<Promise<void>> = [];
       const a0 = agent && agent.exitCode === null ? processCpuMs(agent.pid!) : undefined;
+      const m0 = path === 'agent' ? await agentMetrics(metricsAddr) : undefined;
       const k0 = childrenCpuMs();
       const t0 = performance.now();
       const deadline = t0 + o.timeoutMs;
@@ -275,6 +277,7 @@ export async function main(argv: string[]): Promise<void> {
         if (ready.length) ph.readyP50 = quantile(ready, 0.5);
         if (ready.length < ids.length) ph.failures.push(`${ids.length - ready.length - leaks} pods never reachable by the allowed peer within ${o.timeoutMs / 1000} s; ${leaks} reachable by a denied one`);
       }
+      if (m0) ph.agentWork = diffMetrics(await agentMetrics(metricsAddr), m0);
       phases.push(ph);
       const q = (p: number): string => fmt(quantile(ph.lat, p));
       console.error(`  ${path.padEnd(7)} ${command} p50 ${q(0.5)} p99 ${q(0.99)} max ${q(1)} wall ${fmt(wallMs)}${ph.readyMs !== undefined ? ` ready-with-policy ${fmt(ph.readyMs)}` : ''} failures ${ph.failures.length} load ${ph.load}`);
@@ -311,11 +314,45 @@ export async function main(argv: string[]): Promise<void> {
       ['per-exec: no failure, ADD p99 <= 5 s', (() => { const p = get('perexec', 'ADD'); return p ? !p.failures.length && quantile(p.lat, 0.99) <= 5000 : undefined; })()],
       ['per-exec: no failure, DEL p99 <= 5 s', (() => { const p = get('perexec', 'DEL'); return p ? !p.failures.length && quantile(p.lat, 0.99) <= 5000 : undefined; })()],
     ];
+    for (const ph of phases) if (ph.agentWork) console.log(`\nagent ${ph.command}, what it did (its /metrics): ${ph.agentWork}`);
     for (const [name, ok] of targets) console.log(`  ${ok === undefined ? 'n/a ' : ok ? 'met ' : 'MISS'} ${name}`);
     if (o.steps && existsSync(logFile)) console.log('\n' + stepReport(readFileSync(logFile, 'utf8')));
   } finally {
     cleanup();
   }
+}
+
+/** The agent's counters: sums of the histograms and counters the burst explains itself with, by series. */
+async function agentMetrics(addr: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`http://${addr}/metrics`)).text();
+  const out = new Map<string, number>();
+  const keep = /^(netplugin_policy_program_duration_seconds_(?:sum|count)|netplugin_policy_nft_commands_total|netplugin_datastore_request_duration_seconds_(?:sum|count)|netplugin_cni_request_duration_seconds_sum)(\{[^}]*\})? ([0-9.e+-]+)$/;
+  for (const line of text.split('\n')) {
+    const m = keep.exec(line);
+    if (!m) continue;
+    // Datastore calls by operation and kind; the rest by mode/command.
+    const labels = [...(m[2] ?? '').matchAll(/(op|operation|kind|mode|command)="([^"]*)"/g)].map((x) => x[2]).join(' ');
+    const k = `${m[1]}${labels ? ` ${labels}` : ''}`;
+    out.set(k, (out.get(k) ?? 0) + Number(m[3]));
+  }
+  return out;
+}
+
+function diffMetrics(a: Map<string, number>, b: Map<string, number>): string {
+  const d = (k: string): number => (a.get(k) ?? 0) - (b.get(k) ?? 0);
+  const parts: string[] = [];
+  for (const mode of ['full', 'incremental']) {
+    const n = d(`netplugin_policy_program_duration_seconds_count ${mode}`);
+    if (n) parts.push(`${n} ${mode} policy batches, ${fmt(d(`netplugin_policy_program_duration_seconds_sum ${mode}`) * 1000)} compiling + applying them, ${d(`netplugin_policy_nft_commands_total ${mode}`)} nft commands`);
+  }
+  const ds = [...a.keys()].filter((k) => k.startsWith('netplugin_datastore_request_duration_seconds_count') && d(k) > 0);
+  if (ds.length) {
+    parts.push('datastore calls ' + ds.map((k) => {
+      const what = k.slice('netplugin_datastore_request_duration_seconds_count '.length);
+      return `${what} ${d(k)} (${fmt(d(`netplugin_datastore_request_duration_seconds_sum ${what}`) * 1000)})`;
+    }).join(', '));
+  }
+  return parts.join('; ');
 }
 
 /**
