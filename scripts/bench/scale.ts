@@ -205,8 +205,8 @@ export interface RunResult {
   routeMs: number[]; routeFromAddMs: number[]; policyMs: number[]; nodeDelMs: number[]; policyVerified: string;
   startMs: number; fillMs: number; fillFailures: number;
   idle: { cpuPct: number[]; rssMiB: number[] }; churn: { cpuPct: number[]; rssMiB: number[] };
-  etcd?: { watchersPerAgent: number; idle: Rates; churn: Rates; cpuPctIdle: number; cpuPctChurn: number };
-  api: { requestsPerAgentStart: number; requestsPerAgentFill: number; requestsPerAgentIdle: number; watchesPerAgent: number; bytesPerAgentPerSecIdle: number; bytesPerAgentPerSecChurn: number };
+  etcd?: { startBytesPerAgent: number; watchersPerAgent: number; idle: Rates; churn: Rates; cpuPctIdle: number; cpuPctChurn: number };
+  api: { startBytesPerAgent: number; requestsPerAgentStart: number; requestsPerAgentFill: number; requestsPerAgentIdle: number; watchesPerAgent: number; bytesPerAgentPerSecIdle: number; bytesPerAgentPerSecChurn: number };
   load: string[];
 }
 interface Rates { eventsPerAgentPerSec: number; bytesPerAgentPerSec: number }
@@ -494,6 +494,7 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       nodes: N, mode, pods: pods.length, routeMs, routeFromAddMs, policyMs, nodeDelMs, policyVerified: verified.join('; '),
       startMs, fillMs, fillFailures, idle, churn,
       api: {
+        startBytesPerAgent: diffApi(af0, api0).bytes / agentsN,
         requestsPerAgentStart: diffApi(apiStart, api0).requests / agentsN,
         requestsPerAgentFill: apiChurn.requests / agentsN,
         requestsPerAgentIdle: apiIdle.requests / agentsN,
@@ -509,6 +510,7 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
         bytesPerAgentPerSec: (a['sentBytes']! - b['sentBytes']!) / agentsN / (ms / 1000),
       });
       result.etcd = {
+        startBytesPerAgent: (ef0['sentBytes']! - e0['sentBytes']!) / agentsN,
         watchersPerAgent: (ei1['watchers']! - e0['watchers']!) / agentsN,
         idle: rate(ei1, ei0, idleWall), churn: rate(ef1, ef0, churnWall),
         cpuPctIdle: ((eci1 - eci0) / idleWall) * 100, cpuPctChurn: ((ec1 - ec0) / churnWall) * 100,
@@ -565,11 +567,11 @@ export async function main(argv: string[]): Promise<void> {
   for (const r of results) {
     console.log(`| ${r.nodes} | ${r.mode} | ${ms(r.routeMs, 0.5)} / ${ms(r.routeMs, 0.99)} (ADD: ${ms(r.routeFromAddMs, 0.5)} / ${ms(r.routeFromAddMs, 0.99)}; n=${r.routeMs.length}) | ${ms(r.policyMs, 0.5)} / ${ms(r.policyMs, 0.99)} (n=${r.policyMs.length}) | ${ms(r.nodeDelMs, 0.5)} / ${ms(r.nodeDelMs, 0.99)} (n=${r.nodeDelMs.length}) | ${ms(r.idle.cpuPct, 0.5)} / ${f1(Math.max(...r.idle.cpuPct))} | ${ms(r.idle.rssMiB, 0.5)} / ${f1(Math.max(...r.idle.rssMiB))} | ${ms(r.churn.cpuPct, 0.5)} / ${f1(Math.max(...r.churn.cpuPct))} | ${f1(Math.max(...r.churn.rssMiB))} | ${r.load.filter((l) => !l.startsWith('policy')).map((l) => l.split(' ').slice(1, 2)[0]).join('; ')} |`);
   }
-  console.log('\n| nodes | datastore | etcd watchers / agent | etcd events/s/agent idle; churn | etcd bytes/s/agent idle; churn | etcd CPU % idle; churn | API req/agent start; fill; idle | API watches / agent | API bytes/s/agent idle; churn | agents up (s) | fill (s) |');
-  console.log('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  console.log('\n| nodes | datastore | etcd watchers / agent | etcd events/s/agent idle; churn | etcd bytes/s/agent idle; churn | etcd CPU % idle; churn | API req/agent start; fill; idle | API watches / agent | API bytes/s/agent idle; churn | start bytes/agent etcd; API | agents up (s) | fill (s) |');
+  console.log('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of results) {
     const e = r.etcd;
-    console.log(`| ${r.nodes} | ${r.mode} | ${e ? f1(e.watchersPerAgent) : '–'} | ${e ? `${f1(e.idle.eventsPerAgentPerSec)}; ${f1(e.churn.eventsPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.idle.bytesPerAgentPerSec)}; ${f1(e.churn.bytesPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.cpuPctIdle)}; ${f1(e.cpuPctChurn)}` : '–'} | ${f1(r.api.requestsPerAgentStart)}; ${f1(r.api.requestsPerAgentFill)}; ${f1(r.api.requestsPerAgentIdle)} | ${f1(r.api.watchesPerAgent)} | ${f1(r.api.bytesPerAgentPerSecIdle)}; ${f1(r.api.bytesPerAgentPerSecChurn)} | ${f1(r.startMs / 1000)} | ${f1(r.fillMs / 1000)} |`);
+    console.log(`| ${r.nodes} | ${r.mode} | ${e ? f1(e.watchersPerAgent) : '–'} | ${e ? `${f1(e.idle.eventsPerAgentPerSec)}; ${f1(e.churn.eventsPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.idle.bytesPerAgentPerSec)}; ${f1(e.churn.bytesPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.cpuPctIdle)}; ${f1(e.cpuPctChurn)}` : '–'} | ${f1(r.api.requestsPerAgentStart)}; ${f1(r.api.requestsPerAgentFill)}; ${f1(r.api.requestsPerAgentIdle)} | ${f1(r.api.watchesPerAgent)} | ${f1(r.api.bytesPerAgentPerSecIdle)}; ${f1(r.api.bytesPerAgentPerSecChurn)} | ${e ? f1(e.startBytesPerAgent) : '–'}; ${f1(r.api.startBytesPerAgent)} | ${f1(r.startMs / 1000)} | ${f1(r.fillMs / 1000)} |`);
   }
   for (const r of results) console.log(`\n${r.nodes} ${r.mode}: policy traffic check: ${r.policyVerified}; fill failures ${r.fillFailures}; load ${r.load.join(', ')}`);
   if (o.json) writeFileSync(o.json, JSON.stringify(results, null, 2) + '\n');
