@@ -7,6 +7,7 @@
 //   npm run build:ts && bash scripts/in-netns node scripts/bench-scale.mjs \
 //     [--nodes 10,25,50] [--datastore etcdv3,kubernetes] [--pods-per-node 20] [--policies 5] \
 //     [--idle-seconds 20] [--concurrency 8] [--json FILE]
+//   --remote 0,10000,30000  instead: one agent with that many other nodes' endpoints in etcd (RSS, CPU)
 // Everything (namespaces, agents, etcd, temp dirs) is removed at exit, also on Ctrl-C or failure.
 import { importTs } from './bench/ts.mjs';
 

@@ -41,6 +41,7 @@ import { startEtcd, type EtcdServer } from '../../test/support/etcd.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../../test/support/fake-apiserver.js';
 import { execCni, mapLimit, memoryMiB, processCpuMs, quantile, waitSocket } from './lib.mjs';
 import { reached, startProber, type Prober } from './probe.js';
+import { memoryRun } from './scale-memory.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const HOST_IP = '10.201.255.250';
@@ -50,7 +51,7 @@ const NS = 'scale';
 const PROBE_PORT = 80;
 
 type Mode = 'etcdv3' | 'kubernetes';
-interface Opts { nodes: number[]; podsPerNode: number; modes: Mode[]; policies: number; idleSeconds: number; concurrency: number; json?: string }
+interface Opts { remote?: number[]; nodes: number[]; podsPerNode: number; modes: Mode[]; policies: number; idleSeconds: number; concurrency: number; json?: string }
 
 function options(argv: string[]): Opts {
   const { values } = parseArgs({
@@ -63,6 +64,7 @@ function options(argv: string[]): Opts {
       'idle-seconds': { type: 'string', default: '20' },
       concurrency: { type: 'string', default: '8' },
       json: { type: 'string' },
+      remote: { type: 'string' },
     },
   });
   const int = (name: string, v: string, lo: number, hi: number): number => {
@@ -80,6 +82,7 @@ function options(argv: string[]): Opts {
     idleSeconds: int('idle-seconds', values['idle-seconds'], 1, 600),
     concurrency: int('concurrency', values.concurrency, 1, 64),
     ...(values.json ? { json: values.json } : {}),
+    ...(values.remote ? { remote: values.remote.split(',').map((n) => int('remote', n, 0, 1_000_000)) } : {}),
   };
 }
 
@@ -556,6 +559,15 @@ export async function main(argv: string[]): Promise<void> {
       process.stderr.write(`\nbench-scale: ${sig}: cleaning up\n`);
       process.exit(130);
     });
+  }
+  if (o.remote) {
+    console.log('| remote endpoints in the datastore | agent RSS MiB | agent CPU to start (ms) | start (s) | agent CPU per remote endpoint change (ms) | load |');
+    console.log('|---:|---:|---:|---:|---:|---|');
+    for (const n of o.remote) {
+      const r = await memoryRun(n);
+      console.log(`| ${r.remote} | ${f1(r.rssMiB)} | ${f1(r.startCpuMs)} | ${f1(r.startMs / 1000)} | ${f1(r.cpuPerEventMs)} | ${r.load} |`);
+    }
+    return;
   }
   const results: RunResult[] = [];
   for (const N of o.nodes) for (const mode of o.modes) results.push(await run(o, N, mode));
