@@ -205,7 +205,7 @@ interface Ev { t: number; line: string }
 
 export interface RunResult {
   nodes: number; mode: Mode; pods: number;
-  routeMs: number[]; routeFromAddMs: number[]; policyMs: number[]; nodeDelMs: number[]; policyVerified: string;
+  routeMs: number[]; routeFromAddMs: number[]; policyMs: number[]; policyCpuMs: number[]; nodeDelMs: number[]; policyVerified: string;
   startMs: number; fillMs: number; fillFailures: number;
   idle: { cpuPct: number[]; rssMiB: number[] }; churn: { cpuPct: number[]; rssMiB: number[] };
   etcd?: { startBytesPerAgent: number; watchersPerAgent: number; idle: Rates; churn: Rates; cpuPctIdle: number; cpuPctChurn: number };
@@ -431,6 +431,8 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     res.probers.push(prober);
     const policyMs: number[] = [];
     const verified: string[] = [];
+    const pc0 = cpuOf();
+    let policiesMade = 0;
     let missingPolicies = 0;
     for (let k = 0; k < Math.min(o.policies, o.podsPerNode - 1); k++) {
       const name = `conv-${k}`;
@@ -441,6 +443,7 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       const t0 = performance.now();
       api.put(`/apis/networking.k8s.io/v1/namespaces/${NS}/networkpolicies/${name}`, { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', ...np });
       if (mode === 'etcdv3') await ds.create(convertK8sNetworkPolicy(np));
+      policiesMade++;
       const needle = `${NS}/knp.default.${name}`;
       const by = t0 + 60_000;
       const seen = new Map<string, number>();
@@ -458,6 +461,9 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       const ok = before.every(reached) && after.every((r) => !reached(r));
       verified.push(`${name}: ${sample.length} sampled pods ${ok ? 'reachable before, unreachable after' : `NOT VERIFIED (before ${before.join(',')}, after ${after.join(',')})`}`);
     }
+    const pc1 = cpuOf();
+    // Each agent's CPU per policy (what one node pays; the convergence here shares 2 cores among all N agents).
+    const policyCpuMs = nodes.map((_, k) => (pc1[k]! - pc0[k]!) / Math.max(1, policiesMade));
     if (missingPolicies) log(`${missingPolicies} (policy, node) pairs never enforced within 60 s`);
     loads.push(`policy ${load()}`);
 
@@ -494,7 +500,7 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     const apiIdle = diffApi(ai1, ai0);
     const apiChurn = diffApi(af1, af0);
     const result: RunResult = {
-      nodes: N, mode, pods: pods.length, routeMs, routeFromAddMs, policyMs, nodeDelMs, policyVerified: verified.join('; '),
+      nodes: N, mode, pods: pods.length, routeMs, routeFromAddMs, policyMs, policyCpuMs, nodeDelMs, policyVerified: verified.join('; '),
       startMs, fillMs, fillFailures, idle, churn,
       api: {
         startBytesPerAgent: diffApi(af0, api0).bytes / agentsN,
@@ -585,6 +591,7 @@ export async function main(argv: string[]): Promise<void> {
     const e = r.etcd;
     console.log(`| ${r.nodes} | ${r.mode} | ${e ? f1(e.watchersPerAgent) : '–'} | ${e ? `${f1(e.idle.eventsPerAgentPerSec)}; ${f1(e.churn.eventsPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.idle.bytesPerAgentPerSec)}; ${f1(e.churn.bytesPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.cpuPctIdle)}; ${f1(e.cpuPctChurn)}` : '–'} | ${f1(r.api.requestsPerAgentStart)}; ${f1(r.api.requestsPerAgentFill)}; ${f1(r.api.requestsPerAgentIdle)} | ${f1(r.api.watchesPerAgent)} | ${f1(r.api.bytesPerAgentPerSecIdle)}; ${f1(r.api.bytesPerAgentPerSecChurn)} | ${e ? f1(e.startBytesPerAgent) : '–'}; ${f1(r.api.startBytesPerAgent)} | ${f1(r.startMs / 1000)} | ${f1(r.fillMs / 1000)} |`);
   }
+  for (const r of results) console.log(`\n${r.nodes} ${r.mode}: agent CPU per policy p50 ${f1(q(r.policyCpuMs, 0.5))} ms, max ${f1(Math.max(...r.policyCpuMs))} ms`);
   for (const r of results) console.log(`\n${r.nodes} ${r.mode}: policy traffic check: ${r.policyVerified}; fill failures ${r.fillFailures}; load ${r.load.join(', ')}`);
   if (o.json) writeFileSync(o.json, JSON.stringify(results, null, 2) + '\n');
   const targets: Array<[string, boolean]> = [];
