@@ -28,11 +28,25 @@ function wep(i: number, gen: number): Resource<'WorkloadEndpoint'> {
   } as Resource<'WorkloadEndpoint'>;
 }
 
+let live: { kill(): void } | undefined;
+/** For the exit handler (Ctrl-C): the agent and etcd of a run in progress, killed, and its dirs removed. */
+export function killMemoryRun(): void {
+  live?.kill();
+}
+
 export async function memoryRun(remote: number): Promise<{ remote: number; rssMiB: number; startCpuMs: number; startMs: number; cpuPerEventMs: number; load: string }> {
   const tmp = mkdtempSync(join(tmpdir(), 'netplugin-scale-mem-'));
   const etcd = await startEtcd();
   const ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint });
   let agent: ReturnType<typeof spawn> | undefined;
+  live = {
+    kill() {
+      if (agent && agent.exitCode === null) agent.kill('SIGKILL');
+      if (etcd.proc && etcd.proc.exitCode === null) etcd.proc.kill('SIGKILL');
+      rmSync(tmp, { recursive: true, force: true });
+      rmSync(etcd.dataDir, { recursive: true, force: true });
+    },
+  };
   try {
     await ds.create({ apiVersion: 'netplugin.org/v3', kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: true } } as Resource<'ClusterInformation'>);
     for (let k = 0; k < NAMESPACES; k++) await ds.create(namespaceToProfile({ metadata: { name: `ns${k}`, labels: { team: `t${k % 5}` } } }));
@@ -78,5 +92,6 @@ export async function memoryRun(remote: number): Promise<{ remote: number; rssMi
     await ds.close().catch(() => undefined);
     await etcd.stop();
     rmSync(tmp, { recursive: true, force: true });
+    live = undefined;
   }
 }

@@ -41,7 +41,7 @@ import { startEtcd, type EtcdServer } from '../../test/support/etcd.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../../test/support/fake-apiserver.js';
 import { execCni, mapLimit, memoryMiB, processCpuMs, quantile, waitSocket } from './lib.mjs';
 import { reached, startProber, type Prober } from './probe.js';
-import { memoryRun } from './scale-memory.js';
+import { killMemoryRun, memoryRun } from './scale-memory.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const HOST_IP = '10.201.255.250';
@@ -110,6 +110,7 @@ class Resources {
     for (const s of this.sockets) s.destroy();
     for (const s of this.servers) s.close();
     if (this.etcd?.proc && this.etcd.proc.exitCode === null) this.etcd.proc.kill('SIGKILL');
+    if (this.etcd) rmSync(this.etcd.dataDir, { recursive: true, force: true });
     for (const n of this.netns.splice(0)) {
       try {
         execFileSync('ip', ['netns', 'del', n], { stdio: 'ignore' });
@@ -559,7 +560,10 @@ export async function main(argv: string[]): Promise<void> {
   const o = options(argv);
   if (process.getuid?.() !== 0 || !process.env['NETPLUGIN_HOST_NETNS']) throw new Error('run as root inside scripts/in-netns (npm run bench:scale does)');
   for (const f of ['dist/netplugin.cjs', 'dist/netplugin-node.cjs']) if (!existsSync(join(ROOT, f))) throw new Error(`${f} is missing: npm run build:ts`);
-  process.on('exit', () => current?.cleanupSync());
+  process.on('exit', () => {
+    current?.cleanupSync();
+    killMemoryRun();
+  });
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.on(sig, () => {
       process.stderr.write(`\nbench-scale: ${sig}: cleaning up\n`);
