@@ -301,8 +301,13 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     const routeEv = new Map<string, Ev[]>();
     const nftEv = new Map<string, Ev[]>();
     for (const n of nodes) {
-      for (const [what, args, into] of [['route', ['-n', n.ns, 'monitor', 'route'], routeEv], ['nft', ['netns', 'exec', n.ns, 'nft', 'monitor'], nftEv]] as const) {
-        const p = spawn('ip', [...args], { stdio: ['ignore', 'pipe', 'ignore'] });
+      // nsenter --net, not `ip netns exec`/`ip -n`: those give each process a mount namespace of
+      // its own, and /run/netns is a shared mount, so every pod namespace created later is
+      // mounted again in each of them; at 50 nodes (1,000 pod namespaces x ~100 monitors and
+      // agents) that passes fs.mount-max (100,000) and namespaces' mounts go missing.
+      const enter = ['--net=/var/run/netns/' + n.ns];
+      for (const [what, args, into] of [['route', [...enter, 'ip', 'monitor', 'route'], routeEv], ['nft', [...enter, 'nft', 'monitor'], nftEv]] as const) {
+        const p = spawn('nsenter', [...args], { stdio: ['ignore', 'pipe', 'ignore'] });
         res.procs.push(p);
         const list: Ev[] = [];
         into.set(n.name, list);
