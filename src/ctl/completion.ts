@@ -7,6 +7,7 @@
 import { bool, CtlError, parseFlags, printHelp, type CtlCommand, type CtlSession } from './io.js';
 import { CTL_KINDS, resolveKind } from './kinds.js';
 import { NAMESPACED_KINDS } from '../model/resources.js';
+import { isStagedKind } from '../model/staged.js';
 
 export const COMPLETION_HELP = {
   completion: `Usage: netpluginctl completion bash|zsh|fish
@@ -97,6 +98,11 @@ export async function complete(words: string[], src: CompletionSource, s: CtlSes
   if (cmd === 'completion') return positional.length === 1 ? pick(SHELLS) : [];
   const subs = tree.get(cmd) ?? [];
   if (subs.length && positional.length === 1) return pick(subs);
+  // policy promote KIND/NAME: the staged kinds, then their objects.
+  if (cmd === 'policy' && sub === 'promote' && positional.length === 2) {
+    if (cur.includes('/')) return pick(await names(cur.split('/')[0]!, namespace, s, true));
+    return pick(CTL_KINDS.filter((k) => isStagedKind(k.kind)).flatMap((k) => [k.kind.toLowerCase(), ...k.aliases]));
+  }
   if (!KIND_COMMANDS.has(cmd)) return [];
   const kinds = [...new Set(CTL_KINDS.flatMap((k) => [k.kind.toLowerCase(), ...k.aliases]))];
   if (positional.length === 1) {

@@ -50,7 +50,8 @@ Commands:
   ipam configure             IPAMConfig: --strictaffinity, --max-blocks-per-host, --autoallocateblocks
   ipam split N --name POOL   split a disabled pool into N (a power of 2) equal pools
   node diags                 one tar.gz of this node's state for a bug report (nft, routes, datastore view...)
-  policy explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
+  policy explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection (--staged)
+  policy promote KIND/NAME   make a staged policy the enforced one (snp, sgnp, sknp; --dry-run)
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)
   datastore migrate          move from etcd to the Kubernetes datastore (lock, export, import, unlock)
@@ -66,8 +67,9 @@ Commands:
   uninstall-cni              remove them
 
 Kinds: ippool, ipamconfig, node, clusterinformation, hostendpoint,
-kubecontrollersconfiguration, profile, networkpolicy, globalnetworkpolicy, workloadendpoint
-(singular, plural or short names: pool, hep, kcc, np, gnp, wep...).
+kubecontrollersconfiguration, profile, networkpolicy, globalnetworkpolicy, workloadendpoint,
+stagednetworkpolicy, stagedglobalnetworkpolicy, stagedkubernetesnetworkpolicy
+(singular, plural or short names: pool, hep, kcc, np, gnp, wep, snp, sgnp, sknp...).
 
 ${DATASTORE_HELP}
 
@@ -104,6 +106,7 @@ const COMMANDS: Record<string, CtlCommand> = Object.assign(
       ...(await import('./installation.js')).INSTALLATION_HELP,
       ...(await import('./upgrade.js')).UPGRADE_HELP,
       ...(await import('./node-diags.js')).NODE_HELP,
+      ...(await import('./flows.js')).FLOWS_HELP,
       'datastore migrate': (await import('./migrate.js')).MIGRATE_HELP,
     }),
   }),

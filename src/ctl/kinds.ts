@@ -24,6 +24,15 @@ export const CTL_KINDS: readonly KindInfo[] = [
   { kind: 'GlobalNetworkPolicy', aliases: ['globalnetworkpolicy', 'globalnetworkpolicies', 'gnp', 'gnps'] },
   { kind: 'BGPConfiguration', aliases: ['bgpconfiguration', 'bgpconfigurations', 'bgpconfig', 'bgpconfigs'] },
   { kind: 'BGPPeer', aliases: ['bgppeer', 'bgppeers', 'bgpp'] },
+  { kind: 'StagedNetworkPolicy', aliases: ['stagednetworkpolicy', 'stagednetworkpolicies', 'snp', 'snps'] },
+  {
+    kind: 'StagedGlobalNetworkPolicy',
+    aliases: ['stagedglobalnetworkpolicy', 'stagedglobalnetworkpolicies', 'sgnp', 'sgnps'],
+  },
+  {
+    kind: 'StagedKubernetesNetworkPolicy',
+    aliases: ['stagedkubernetesnetworkpolicy', 'stagedkubernetesnetworkpolicies', 'sknp', 'sknps'],
+  },
   { kind: 'WorkloadEndpoint', aliases: ['workloadendpoint', 'workloadendpoints', 'wep', 'weps'], readOnly: true },
 ];
 

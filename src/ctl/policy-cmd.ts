@@ -1,10 +1,20 @@
 // `netpluginctl policy explain`: the policies selecting a pod and the rule
-// deciding a connection; the evaluation and its printing are src/ctl/policy.ts
-// (loaded when the command runs).
-import { bool, CtlError, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
+// deciding a connection (with --staged, also what the staged policies would
+// decide); `netpluginctl policy promote`: a staged policy made the enforced one.
+// The work is in src/ctl/policy.ts and src/ctl/promote.ts (loaded when the
+// command runs).
+import { bool, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 
 export const POLICY_HELP = {
-  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--source-port N] [--protocol P] [-o json]
+  policy: `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--staged] [-o json]
+       netpluginctl policy promote KIND/NAME [-n NS] [--dry-run]
+
+Commands:
+  explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
+  promote KIND/NAME   make a staged policy the enforced one (or delete it, for stagedAction: Delete)
+`,
+  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N]
+         [--source-port N] [--protocol P] [--staged] [-o json]
 
 Shows the pod's endpoint (addresses, labels with those its profiles apply), the
 policies that select it for ingress and egress in evaluation order, and with
@@ -13,13 +23,41 @@ policies that select it for ingress and egress in evaluation order, and with
   --port     destination port (default: none; rules with ports then do not match)
   --source-port  source port (default: none; rules with source ports then do not match)
   --protocol TCP (default), UDP, SCTP, UDPLite, ICMP, ICMPv6
+  --staged   also the pending verdicts: what the policies would decide with every staged
+             policy (StagedNetworkPolicy, StagedGlobalNetworkPolicy,
+             StagedKubernetesNetworkPolicy) applied, naming the staged policy that decides
+`,
+  'policy promote': `Usage: netpluginctl policy promote KIND/NAME [-n NS] [--dry-run]
+       netpluginctl policy promote KIND NAME [-n NS] [--dry-run]
+
+Makes a staged policy the enforced one, then removes the staged object:
+  StagedNetworkPolicy NS/NAME         -> NetworkPolicy NS/NAME
+  StagedGlobalNetworkPolicy NAME      -> GlobalNetworkPolicy NAME
+  StagedKubernetesNetworkPolicy NS/NAME -> the Kubernetes NetworkPolicy NS/NAME
+                                         (networking.k8s.io/v1, written through the Kubernetes API)
+With stagedAction: Set the enforced policy is created or replaced with the staged spec (and the
+staged object's labels and annotations); with stagedAction: Delete it is deleted.
+On the etcd datastore both writes are one transaction: both happen or neither. On the
+Kubernetes datastore, and for a StagedKubernetesNetworkPolicy, the enforced policy is written
+first and the staged object removed after it; a failure in between is reported and leaves
+the staged object to remove or promote again. A StagedKubernetesNetworkPolicy needs the
+Kubernetes API also with the etcd datastore (--kubeconfig or KUBECONFIG): netplugin-kube-controllers
+then mirrors the policy into etcd as NetworkPolicy NS/knp.default.NAME.
+  KIND       snp, sgnp, sknp or the kinds' full names
+  -n NS      the namespace of a namespaced staged policy (default: default)
+  --dry-run  print what would be written and removed; change nothing
 `,
 } satisfies Record<string, string>;
 
 const runPolicy: CtlCommand = async (rest, io, s) => {
   const sub = rest[0];
-  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, POLICY_HELP['policy explain']);
-  if (sub !== 'explain') throw new CtlError(`unknown policy command '${sub}'; try 'netpluginctl policy explain POD'`);
+  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, POLICY_HELP.policy);
+  if (sub === 'promote') return runPromote(rest.slice(1), io, s);
+  if (sub !== 'explain')
+    throw new CtlError(
+      `unknown policy command '${sub}'; ` +
+        "try 'netpluginctl policy explain POD' or 'netpluginctl policy promote KIND/NAME'",
+    );
   const p = parseCommand(
     rest.slice(1),
     [
@@ -28,6 +66,7 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
       { name: 'port', type: 'string' },
       { name: 'source-port', type: 'string' },
       { name: 'protocol', type: 'string' },
+      { name: 'staged', type: 'bool' },
       { name: 'output', short: 'o', type: 'string' },
     ],
     'policy explain',
@@ -35,7 +74,11 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
   );
   if (bool(p, 'help')) return printHelp(io, POLICY_HELP['policy explain']);
   const [pod, ...extra] = p.positional;
-  if (!pod || extra.length) throw new CtlError(`policy explain takes one pod name, e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 --port 80'`);
+  if (!pod || extra.length)
+    throw new CtlError(
+      'policy explain takes one pod name, ' +
+        "e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 --port 80'",
+    );
   const { cmdPolicyExplain } = await import('./policy.js');
   const opt = (n: string) => str(p, n);
   return cmdPolicyExplain(await s.datastore(), io, {
@@ -46,8 +89,26 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
     ...(opt('source-port') ? { sourcePort: opt('source-port')! } : {}),
     ...(opt('protocol') ? { protocol: opt('protocol')! } : {}),
     ...(opt('output') ? { output: opt('output')! } : {}),
+    ...(bool(p, 'staged') ? { staged: true } : {}),
   });
 };
 
-/** policy explain. */
+const runPromote: CtlCommand = async (rest, io, s) => {
+  const p = parseCommand(rest, [{ name: 'namespace', short: 'n', type: 'string' }, DRY_RUN], 'policy promote', s);
+  if (bool(p, 'help')) return printHelp(io, POLICY_HELP['policy promote']);
+  const args = p.positional;
+  let kind: string | undefined;
+  let name: string | undefined;
+  if (args.length === 1 && args[0]!.includes('/')) [kind, name] = args[0]!.split('/', 2);
+  else if (args.length === 2) [kind, name] = args;
+  if (!kind || !name) {
+    throw new CtlError(
+      `policy promote takes KIND/NAME (or KIND NAME), e.g. 'netpluginctl policy promote snp/allow-web -n shop'`,
+    );
+  }
+  const { cmdPolicyPromote } = await import('./promote.js');
+  return cmdPolicyPromote(s, io, { kind, name, namespace: str(p, 'namespace'), dryRun: dryRun(p) });
+};
+
+/** policy explain, policy promote. */
 export const policyGroup: CtlGroup = { commands: { policy: runPolicy }, help: POLICY_HELP };

@@ -1,11 +1,33 @@
 // netpluginctl policy explain: which policies select a pod (per direction, in
 // evaluation order), and, given a peer and a port, the rule that decides the
-// connection, as the node agent's dataplane does (src/model/policy-eval.ts).
+// connection, as the node agent's dataplane does (src/model/policy-eval.ts);
+// with --staged, beside each, what the policies would decide with the staged
+// changes applied (src/model/staged.ts).
 import type { Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import { tryParseIP } from '../net/cidr.js';
 import { effectiveTypes, type Protocol, PROTOCOL_NAMES } from '../model/policy.js';
-import { endpointFromWep, endpointViews, evaluate, policyId, policySelects, sortPolicies, type EndpointView, type PolicyInput, type ProfileInput } from '../model/policy-eval.js';
+import {
+  endpointFromWep,
+  endpointViews,
+  evaluate,
+  policyId,
+  policySelects,
+  sortPolicies,
+  stagedId,
+  type Decision,
+  type EndpointView,
+  type PolicyInput,
+  type ProfileInput,
+} from '../model/policy-eval.js';
+import {
+  pendingPolicies,
+  policyHits,
+  stagedAction,
+  stagedRef,
+  stagedTarget,
+  type StagedPolicy,
+} from '../model/staged.js';
 import { CtlError, type CtlIO } from './io.js';
 
 export interface ExplainOptions {
@@ -17,6 +39,13 @@ export interface ExplainOptions {
   sourcePort?: string;
   protocol?: string;
   output?: string;
+  /** Also what the staged policies would decide (their pending verdicts). */
+  staged?: boolean;
+}
+
+/** A decision as explain prints it (JSON): the hits as flow records name them. */
+function shown(d: Decision): Record<string, unknown> {
+  return { verdict: d.verdict, by: d.by, trace: d.trace, hits: policyHits(d.hits) };
 }
 
 function podOf(w: Resource<'WorkloadEndpoint'>): string {
@@ -26,33 +55,73 @@ function podOf(w: Resource<'WorkloadEndpoint'>): string {
 export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptions): Promise<number> {
   const ns = o.namespace ?? 'default';
   const protocol = (o.protocol ?? 'TCP').toUpperCase() === 'ICMPV6' ? 'ICMPv6' : (o.protocol ?? 'TCP').toUpperCase();
-  if (!(PROTOCOL_NAMES as readonly string[]).includes(protocol)) throw new CtlError(`--protocol ${o.protocol} is not one of ${PROTOCOL_NAMES.join(', ')}`);
+  if (!(PROTOCOL_NAMES as readonly string[]).includes(protocol))
+    throw new CtlError(`--protocol ${o.protocol} is not one of ${PROTOCOL_NAMES.join(', ')}`);
   const portArg = (flag: string, v: string | undefined): number | undefined => {
     if (v === undefined) return undefined;
     const n = Number(v);
-    if (!Number.isInteger(n) || n < 1 || n > 65535) throw new CtlError(`${flag} ${v} is not a port number from 1 to 65535`);
+    if (!Number.isInteger(n) || n < 1 || n > 65535)
+      throw new CtlError(`${flag} ${v} is not a port number from 1 to 65535`);
     return n;
   };
   const port = portArg('--port', o.port);
   const sourcePort = portArg('--source-port', o.sourcePort);
-  if (o.output !== undefined && o.output !== 'json') throw new CtlError(`-o ${o.output}: only json is supported (default: text)`);
+  if (o.output !== undefined && o.output !== 'json')
+    throw new CtlError(`-o ${o.output}: only json is supported (default: text)`);
 
-  const [weps, nps, gnps, profs] = await Promise.all([ds.list('WorkloadEndpoint'), ds.list('NetworkPolicy'), ds.list('GlobalNetworkPolicy'), ds.list('Profile')]);
-  const profiles = new Map<string, ProfileInput>(profs.items.map((p) => [p.metadata.name, { name: p.metadata.name, spec: p.spec }]));
+  const [weps, nps, gnps, profs] = await Promise.all([
+    ds.list('WorkloadEndpoint'),
+    ds.list('NetworkPolicy'),
+    ds.list('GlobalNetworkPolicy'),
+    ds.list('Profile'),
+  ]);
+  const staged: StagedPolicy[] = [];
+  if (o.staged) {
+    const lists = await Promise.all([
+      ds.list('StagedNetworkPolicy'),
+      ds.list('StagedGlobalNetworkPolicy'),
+      ds.list('StagedKubernetesNetworkPolicy'),
+    ]);
+    for (const l of lists) staged.push(...(l.items as StagedPolicy[]));
+  }
+  const profiles = new Map<string, ProfileInput>(
+    profs.items.map((p) => [p.metadata.name, { name: p.metadata.name, spec: p.spec }]),
+  );
   const policies: PolicyInput[] = [
-    ...nps.items.map((p): PolicyInput => ({ kind: 'NetworkPolicy', name: p.metadata.name, namespace: p.metadata.namespace ?? 'default', spec: p.spec })),
+    ...nps.items.map((p): PolicyInput => ({
+      kind: 'NetworkPolicy',
+      name: p.metadata.name,
+      namespace: p.metadata.namespace ?? 'default',
+      spec: p.spec,
+    })),
     ...gnps.items.map((p): PolicyInput => ({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec })),
   ];
-  const views = endpointViews(weps.items.map((w) => endpointFromWep(w)), profiles);
+  const views = endpointViews(
+    weps.items.map((w) => endpointFromWep(w)),
+    profiles,
+  );
   const byPod = (n: string, pod: string) => {
-    const i = weps.items.findIndex((w) => (w.metadata.namespace ?? 'default') === n && (podOf(w) === pod || w.metadata.name === pod));
+    const i = weps.items.findIndex(
+      (w) => (w.metadata.namespace ?? 'default') === n && (podOf(w) === pod || w.metadata.name === pod),
+    );
     return i < 0 ? undefined : views[i];
   };
   const ep = byPod(ns, o.pod);
-  if (!ep) throw new CtlError(`no workload endpoint for pod ${ns}/${o.pod}; list them with 'netpluginctl get workloadendpoints -n ${ns}'`);
+  if (!ep)
+    throw new CtlError(
+      `no workload endpoint for pod ${ns}/${o.pod}; list them with 'netpluginctl get workloadendpoints -n ${ns}'`,
+    );
 
-  const ordered = sortPolicies(policies);
-  const selecting = (dir: 'Ingress' | 'Egress') => ordered.filter((p) => effectiveTypes(p.spec).includes(dir) && policySelects(p, ep)).map((p) => ({ kind: p.kind, name: policyId(p), order: p.spec.order }));
+  const pending = o.staged ? pendingPolicies(policies, staged) : undefined;
+  const selectingIn = (set: PolicyInput[], dir: 'Ingress' | 'Egress') =>
+    sortPolicies(set)
+      .filter((p) => effectiveTypes(p.spec).includes(dir) && policySelects(p, ep))
+      .map((p) => ({
+        kind: p.staged?.kind ?? p.kind,
+        name: p.staged ? stagedId(p.staged) : policyId(p),
+        order: p.spec.order,
+      }));
+  const selecting = (dir: 'Ingress' | 'Egress') => selectingIn(policies, dir);
   const report: Record<string, unknown> = {
     endpoint: ep.key,
     namespace: ep.namespace,
@@ -63,29 +132,82 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
     ingress: selecting('Ingress'),
     egress: selecting('Egress'),
   };
+  if (pending) {
+    // The staged objects that change what decides for this endpoint: a Set selecting it, a Delete
+    // of a policy selecting it.
+    const enforcedIds = new Set(policies.filter((p) => policySelects(p, ep)).map((p) => `${p.kind} ${policyId(p)}`));
+    const relevant = staged.filter((s) => {
+      const t = stagedTarget(s);
+      if (stagedAction(s) === 'Delete') return enforcedIds.has(`${t.kind} ${policyId(t)}`);
+      const id = stagedId(stagedRef(s));
+      return pending.policies.some(
+        (p) => p.staged?.kind === s.kind && stagedId(p.staged) === id && policySelects(p, ep),
+      );
+    });
+    report['staged'] = relevant.map((s) => {
+      const t = stagedTarget(s);
+      return {
+        kind: s.kind,
+        name: stagedId(stagedRef(s)),
+        stagedAction: stagedAction(s),
+        target: `${t.kind} ${policyId(t)}`,
+      };
+    });
+    report['pending'] = {
+      ingress: selectingIn(pending.policies, 'Ingress'),
+      egress: selectingIn(pending.policies, 'Egress'),
+    };
+    if (pending.skipped.length) report['stagedSkipped'] = pending.skipped;
+  }
 
   let peerView: EndpointView | undefined;
   let peerAddr: string | undefined;
+  let decisions: Record<string, Decision> | undefined;
+  let pendingDecisions: Record<string, Decision> | undefined;
   if (o.peer !== undefined) {
     if (tryParseIP(o.peer)) peerAddr = o.peer;
     else {
       const [pns, pname] = o.peer.includes('/') ? o.peer.split('/', 2) : [ns, o.peer];
       peerView = byPod(pns!, pname!);
-      if (!peerView) throw new CtlError(`--peer ${o.peer}: no workload endpoint for pod ${pns}/${pname} (give an address for anything that is not a pod)`);
+      if (!peerView)
+        throw new CtlError(
+          `--peer ${o.peer}: no workload endpoint for pod ${pns}/${pname} (give an address for anything that is not a pod)`,
+        );
       peerAddr = peerView.addrs.find((a) => ep.addrs.some((b) => b.includes(':') === a.includes(':')));
       if (!peerAddr) throw new CtlError(`--peer ${o.peer}: it has no address of the same family as ${ns}/${o.pod}`);
     }
     const ports = { ...(port !== undefined ? { port } : {}), ...(sourcePort !== undefined ? { sourcePort } : {}) };
     const conn = { peerAddr, protocol: protocol as Protocol, ...ports };
-    const inbound = evaluate(ep, views, policies, profiles, { ...conn, direction: 'ingress' });
-    const result: Record<string, unknown> = { ingress: inbound };
-    // A connection to a pod also needs the peer's egress when the peer is a pod.
-    if (peerView) {
-      const self = ep.addrs.find((a) => a.includes(':') === peerAddr!.includes(':'))!;
-      result['peerEgress'] = evaluate(peerView, views, policies, profiles, { direction: 'egress', peerAddr: self, protocol: protocol as Protocol, ...ports });
-    }
-    result['egress'] = evaluate(ep, views, policies, profiles, { ...conn, direction: 'egress' });
-    report['connection'] = { peer: o.peer, peerAddr, protocol, port, ...(sourcePort !== undefined ? { sourcePort } : {}), ...result };
+    const decide = (set: PolicyInput[]) => {
+      const result: Record<string, Decision> = {
+        ingress: evaluate(ep, views, set, profiles, { ...conn, direction: 'ingress' }),
+      };
+      // A connection to a pod also needs the peer's egress when the peer is a pod.
+      if (peerView) {
+        const self = ep.addrs.find((a) => a.includes(':') === peerAddr!.includes(':'))!;
+        result['peerEgress'] = evaluate(peerView, views, set, profiles, {
+          direction: 'egress',
+          peerAddr: self,
+          protocol: protocol as Protocol,
+          ...ports,
+        });
+      }
+      result['egress'] = evaluate(ep, views, set, profiles, { ...conn, direction: 'egress' });
+      return result;
+    };
+    decisions = decide(policies);
+    if (pending) pendingDecisions = decide(pending.policies);
+    const asJson = (r: Record<string, Decision>) =>
+      Object.fromEntries(Object.entries(r).map(([k, d]) => [k, shown(d)]));
+    report['connection'] = {
+      peer: o.peer,
+      peerAddr,
+      protocol,
+      port,
+      ...(sourcePort !== undefined ? { sourcePort } : {}),
+      ...asJson(decisions),
+      ...(pendingDecisions ? { pending: asJson(pendingDecisions) } : {}),
+    };
   }
 
   if (o.output === 'json') {
@@ -93,28 +215,71 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
     return 0;
   }
   const lines: string[] = [];
-  lines.push(`Endpoint ${ep.key} (pod ${ep.namespace}/${o.pod})${ep.interfaceName ? ` on interface ${ep.interfaceName}` : ''}, addresses ${ep.addrs.join(', ')}`);
-  lines.push(`Labels (own and from profiles): ${Object.entries(ep.allLabels).map(([k, v]) => `${k}=${v}`).join(', ') || '(none)'}`);
+  lines.push(
+    `Endpoint ${ep.key} (pod ${ep.namespace}/${o.pod})${ep.interfaceName ? ` on interface ${ep.interfaceName}` : ''}, addresses ${ep.addrs.join(', ')}`,
+  );
+  lines.push(
+    `Labels (own and from profiles): ${
+      Object.entries(ep.allLabels)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(', ') || '(none)'
+    }`,
+  );
   lines.push(`Profiles: ${(report['profiles'] as string[]).join(', ') || '(none)'}`);
+  type Selected = Array<{ kind: string; name: string; order?: number }>;
+  const listSelected = (sel: Selected) =>
+    sel.forEach((p, i) => lines.push(`  ${i + 1}. ${p.kind} ${p.name} (order ${p.order ?? 'unset'})`));
+  const pendingSel = report['pending'] as Record<string, Selected> | undefined;
   for (const dir of ['ingress', 'egress'] as const) {
-    const sel = report[dir] as Array<{ kind: string; name: string; order?: number }>;
+    const sel = report[dir] as Selected;
     if (sel.length === 0) lines.push(`${dir}: no policy selects it; its profiles decide`);
     else {
       lines.push(`${dir}: selected by, in evaluation order (traffic no rule matches is denied):`);
-      sel.forEach((p, i) => lines.push(`  ${i + 1}. ${p.kind} ${p.name} (order ${p.order ?? 'unset'})`));
+      listSelected(sel);
+    }
+    const pendingDir = pendingSel?.[dir];
+    if (pendingDir && JSON.stringify(pendingDir) !== JSON.stringify(sel)) {
+      if (pendingDir.length === 0)
+        lines.push(`${dir} with the staged changes (pending): no policy would select it; its profiles would decide`);
+      else {
+        lines.push(`${dir} with the staged changes (pending), in evaluation order:`);
+        listSelected(pendingDir);
+      }
     }
   }
-  const conn = report['connection'] as Record<string, { verdict: string; by: string; trace: string[] }> | undefined;
-  if (conn) {
+  if (o.staged) {
+    const rel = report['staged'] as Array<{ kind: string; name: string; stagedAction: string; target: string }>;
+    if (staged.length === 0) lines.push('Staged policies: none exist');
+    else if (rel.length === 0)
+      lines.push(`Staged policies: ${staged.length} exist; none selects this endpoint or deletes a policy that does`);
+    else {
+      lines.push('Staged policies for this endpoint:');
+      for (const s of rel)
+        lines.push(
+          `  ${s.kind} ${s.name} (stagedAction ${s.stagedAction}: ` +
+            `${s.stagedAction === 'Delete' ? 'removes' : 'sets'} ${s.target})`,
+        );
+    }
+    for (const s of pending?.skipped ?? []) lines.push(`  ${s.ref.kind} ${stagedId(s.ref)} is left out: ${s.reason}`);
+  }
+  if (decisions) {
     const what = `${protocol}${port !== undefined ? `/${port}` : ''}${sourcePort !== undefined ? ` from port ${sourcePort}` : ''}`;
-    const show = (title: string, d: { verdict: string; by: string; trace: string[] }) => {
+    const show = (title: string, key: string) => {
+      const d = decisions![key]!;
       lines.push(`${title}: ${d.verdict.toUpperCase()} by ${d.by}`);
       for (const t of d.trace) lines.push(`    ${t}`);
+      const p = pendingDecisions?.[key];
+      if (!p) return;
+      const same = p.verdict === d.verdict && p.by === d.by;
+      lines.push(
+        `  pending: ${p.verdict.toUpperCase()} by ${p.by}${same ? ' (the staged changes do not change it)' : ''}`,
+      );
+      if (!same) for (const t of p.trace) lines.push(`    ${t}`);
     };
     lines.push('');
-    show(`${o.peer} -> ${ns}/${o.pod} ${what}, ingress of ${ns}/${o.pod}`, conn['ingress']!);
-    if (conn['peerEgress']) show(`${o.peer} -> ${ns}/${o.pod} ${what}, egress of ${o.peer}`, conn['peerEgress']);
-    show(`${ns}/${o.pod} -> ${o.peer} ${what}, egress of ${ns}/${o.pod}`, conn['egress']!);
+    show(`${o.peer} -> ${ns}/${o.pod} ${what}, ingress of ${ns}/${o.pod}`, 'ingress');
+    if (decisions['peerEgress']) show(`${o.peer} -> ${ns}/${o.pod} ${what}, egress of ${o.peer}`, 'peerEgress');
+    show(`${ns}/${o.pod} -> ${o.peer} ${what}, egress of ${ns}/${o.pod}`, 'egress');
   }
   io.stdout(lines.join('\n') + '\n');
   return 0;

@@ -8,6 +8,7 @@ import { InvalidObjectError, invalidLabel } from '../datastore/invalid.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
 import { bool, cannotRead, CtlError, suggestFlag, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
+import { convertLabelSelector, k8sPolicyTypes } from '../model/k8s-networkpolicy.js';
 import { parseJsonPath, printValue, relaxedPath, type JsonPathTemplate } from './jsonpath.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
 
@@ -379,6 +380,32 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         row: (r) => {
           const s = (r as Resource<'NetworkPolicy'>).spec;
           return [...(kind === 'NetworkPolicy' ? [r.metadata.namespace ?? ''] : []), r.metadata.name, s.order === undefined ? '' : String(s.order), String(s.selector ?? 'all()')];
+        },
+      };
+    case 'StagedNetworkPolicy':
+    case 'StagedGlobalNetworkPolicy':
+      return {
+        header: [...(kind === 'StagedNetworkPolicy' ? ['NAMESPACE'] : []), 'NAME', 'ACTION', 'ORDER', 'SELECTOR'],
+        row: (r) => {
+          const s = (r as Resource<'StagedNetworkPolicy'>).spec;
+          const set = s.stagedAction !== 'Delete';
+          return [
+            ...(kind === 'StagedNetworkPolicy' ? [r.metadata.namespace ?? ''] : []),
+            r.metadata.name,
+            s.stagedAction ?? 'Set',
+            s.order === undefined ? '' : String(s.order),
+            set ? String(s.selector ?? 'all()') : '',
+          ];
+        },
+      };
+    case 'StagedKubernetesNetworkPolicy':
+      return {
+        header: ['NAMESPACE', 'NAME', 'ACTION', 'POD-SELECTOR', 'POLICY-TYPES'],
+        row: (r) => {
+          const s = (r as Resource<'StagedKubernetesNetworkPolicy'>).spec;
+          if (s.stagedAction === 'Delete') return [r.metadata.namespace ?? '', r.metadata.name, 'Delete', '', ''];
+          const pods = convertLabelSelector(s.podSelector, 'spec.podSelector');
+          return [r.metadata.namespace ?? '', r.metadata.name, 'Set', pods, k8sPolicyTypes(s).join(',')];
         },
       };
     default:

@@ -105,6 +105,33 @@ const PRESENTATION: Record<Exclude<Kind, 'WorkloadEndpoint'>, { shortNames: stri
       AGE,
     ],
   },
+  // Staged policies: what a promotion would do (Set or Delete) first.
+  StagedNetworkPolicy: {
+    shortNames: ['snp'],
+    columns: [
+      { name: 'Action', type: 'string', jsonPath: '.spec.stagedAction' },
+      { name: 'Order', type: 'integer', jsonPath: '.spec.order' },
+      { name: 'Selector', type: 'string', jsonPath: '.spec.selector' },
+      AGE,
+    ],
+  },
+  StagedGlobalNetworkPolicy: {
+    shortNames: ['sgnp'],
+    columns: [
+      { name: 'Action', type: 'string', jsonPath: '.spec.stagedAction' },
+      { name: 'Order', type: 'integer', jsonPath: '.spec.order' },
+      { name: 'Selector', type: 'string', jsonPath: '.spec.selector' },
+      AGE,
+    ],
+  },
+  StagedKubernetesNetworkPolicy: {
+    shortNames: ['sknp'],
+    columns: [
+      { name: 'Action', type: 'string', jsonPath: '.spec.stagedAction' },
+      { name: 'PolicyTypes', type: 'string', jsonPath: '.spec.policyTypes' },
+      AGE,
+    ],
+  },
 };
 
 /** Rules on two fields of a spec, in CEL, evaluated by the API server on create and update. */

@@ -20,6 +20,9 @@ export const PLURALS: Readonly<Record<Kind, string>> = {
   GlobalNetworkPolicy: 'globalnetworkpolicies',
   BGPConfiguration: 'bgpconfigurations',
   BGPPeer: 'bgppeers',
+  StagedNetworkPolicy: 'stagednetworkpolicies',
+  StagedGlobalNetworkPolicy: 'stagedglobalnetworkpolicies',
+  StagedKubernetesNetworkPolicy: 'stagedkubernetesnetworkpolicies',
 };
 
 export const KINDS = Object.keys(PLURALS) as Kind[];

@@ -5,7 +5,14 @@
 import { z } from 'zod';
 import { DatastoreError } from '../errors.js';
 import { API_VERSION, type BGPPeerSpec, type Kind, type Resource } from '../model/resources.js';
-import { globalNetworkPolicySpecSchema, networkPolicySpecSchema, profileSpecSchema } from '../model/policy.js';
+import {
+  globalNetworkPolicySpecSchema,
+  networkPolicySpecSchema,
+  profileSpecSchema,
+  stagedGlobalNetworkPolicySpecSchema,
+  stagedNetworkPolicySpecSchema,
+} from '../model/policy.js';
+import { stagedKubernetesNetworkPolicySpecSchema } from '../model/k8s-networkpolicy.js';
 import { bgpPeerProblems, durationSeconds } from '../model/bgp.js';
 import { tryParseCidr } from '../net/cidr.js';
 import { parseSelector } from '../selector/index.js';
@@ -169,6 +176,9 @@ export const specSchemas = {
   BGPPeer: bgpPeerShape.superRefine((spec, ctx) => {
     for (const p of bgpPeerProblems(spec as BGPPeerSpec)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: p.path.split('.'), message: p.message });
   }),
+  StagedNetworkPolicy: stagedNetworkPolicySpecSchema,
+  StagedGlobalNetworkPolicy: stagedGlobalNetworkPolicySpecSchema,
+  StagedKubernetesNetworkPolicy: stagedKubernetesNetworkPolicySpecSchema,
 } satisfies Record<Kind, z.ZodTypeAny>;
 
 function buildResourceSchema<K extends Kind>(kind: K) {

@@ -3,25 +3,15 @@
 // 15 s bucket). The record is validated here, at the aggregator's boundary: an
 // agent is authenticated by its certificate, but its records still come from a
 // node that may be compromised, so every field is checked and bounded.
+import { HIT_ACTIONS, HIT_KINDS, type HitAction, type HitKind, type PolicyHit } from '../model/policy-hit.js';
 
 export const REPORTERS = ['Src', 'Dst'] as const;
 export type Reporter = (typeof REPORTERS)[number];
-export const ACTIONS = ['Allow', 'Deny', 'Pass'] as const;
-export type Action = (typeof ACTIONS)[number];
+export const ACTIONS = HIT_ACTIONS;
+export type Action = HitAction;
 export const ENDPOINT_TYPES = ['wep', 'hep', 'net'] as const;
 export type EndpointType = (typeof ENDPOINT_TYPES)[number];
-/** The policy kinds a hit names: enforced kinds, their staged forms, Profile, and the default deny after a tier. */
-export const HIT_KINDS = [
-  'NetworkPolicy',
-  'GlobalNetworkPolicy',
-  'KubernetesNetworkPolicy',
-  'StagedNetworkPolicy',
-  'StagedGlobalNetworkPolicy',
-  'StagedKubernetesNetworkPolicy',
-  'Profile',
-  'EndOfTier',
-] as const;
-export type HitKind = (typeof HIT_KINDS)[number];
+export { HIT_KINDS, type HitKind, type PolicyHit };
 
 /** One side of a flow. Outside addresses are type `net`, name `pub` or `pvt`, namespace ''. */
 export interface FlowEndpoint {
@@ -31,20 +21,6 @@ export interface FlowEndpoint {
   /** Pod (workload) name, host endpoint name, or `pub` / `pvt` for a network. */
   name: string;
   labels: Record<string, string>;
-}
-
-/** One policy rule that took part in the verdict. */
-export interface PolicyHit {
-  kind: HitKind;
-  /** '' for global kinds and EndOfTier. */
-  namespace: string;
-  name: string;
-  /** '' when the kind has no tier (Kubernetes policies, profiles). */
-  tier: string;
-  /** What this rule did: Allow, Deny or Pass (to the next tier). */
-  action: Action;
-  /** The rule's index in its policy; -1 when no rule matched (a default deny, EndOfTier). */
-  ruleIndex: number;
 }
 
 export interface PolicyTrace {

@@ -15,40 +15,35 @@
 //   namespaces), both (those pods of those namespaces), ipBlock (cidr minus
 //   except); ports: number, named port, port..endPort, protocol default TCP;
 // - a direction in policyTypes with no rules denies everything in it.
+import { z } from 'zod';
 import { API_VERSION, type Resource } from './resources.js';
-import type { EntityRule, NetworkPolicySpec, PolicyRule, PolicyType, Port } from './policy.js';
+import {
+  stagedSpecSchema,
+  type EntityRule,
+  type NetworkPolicySpec,
+  type PolicyRule,
+  type PolicyType,
+  type Port,
+} from './policy.js';
+import type {
+  KubeLabelSelector,
+  KubeNetworkPolicy,
+  KubeNetworkPolicyPeer,
+  KubeNetworkPolicyPort,
+  KubeNetworkPolicySpec,
+} from './k8s-networkpolicy-types.js';
+export type {
+  KubeLabelSelector,
+  KubeNetworkPolicy,
+  KubeNetworkPolicyPeer,
+  KubeNetworkPolicyPort,
+  KubeNetworkPolicySpec,
+} from './k8s-networkpolicy-types.js';
 
 export const K8S_POLICY_PREFIX = 'knp.default.';
 /** Kubernetes policies sit after explicitly ordered ones of ours (Calico uses the same order). */
 export const K8S_POLICY_ORDER = 1000;
 const ORCHESTRATOR_SELECTOR = "netplugin.org/orchestrator == 'k8s'";
-
-export interface KubeLabelSelector {
-  matchLabels?: Record<string, string>;
-  matchExpressions?: Array<{ key: string; operator: string; values?: string[] }>;
-}
-
-export interface KubeNetworkPolicyPort {
-  protocol?: string;
-  port?: number | string;
-  endPort?: number;
-}
-
-export interface KubeNetworkPolicyPeer {
-  podSelector?: KubeLabelSelector;
-  namespaceSelector?: KubeLabelSelector;
-  ipBlock?: { cidr: string; except?: string[] };
-}
-
-export interface KubeNetworkPolicy {
-  metadata: { name: string; namespace?: string; [k: string]: unknown };
-  spec?: {
-    podSelector?: KubeLabelSelector;
-    policyTypes?: string[];
-    ingress?: Array<{ from?: KubeNetworkPolicyPeer[]; ports?: KubeNetworkPolicyPort[] }>;
-    egress?: Array<{ to?: KubeNetworkPolicyPeer[]; ports?: KubeNetworkPolicyPort[] }>;
-  };
-}
 
 /** Thrown for a policy the API server would have rejected (the message names the field). */
 export class PolicyConversionError extends Error {
@@ -188,3 +183,68 @@ export function convertK8sNetworkPolicy(np: KubeNetworkPolicy): Resource<'Networ
     spec: out,
   };
 }
+
+// --- the spec as a schema (StagedKubernetesNetworkPolicy carries it) ----------------------
+
+const labelSelectorSchema = z
+  .object({
+    matchLabels: z.record(z.string()).optional(),
+    matchExpressions: z
+      .array(
+        z
+          .object({
+            key: z.string().min(1),
+            operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist']),
+            values: z.array(z.string()).optional(),
+          })
+          .passthrough(),
+      )
+      .optional(),
+  })
+  .passthrough();
+
+const peerSchema = z
+  .object({
+    podSelector: labelSelectorSchema.optional(),
+    namespaceSelector: labelSelectorSchema.optional(),
+    ipBlock: z.object({ cidr: z.string().min(1), except: z.array(z.string()).optional() }).passthrough().optional(),
+  })
+  .passthrough();
+
+const k8sPortSchema = z
+  .object({
+    protocol: z.enum(['TCP', 'UDP', 'SCTP']).optional(),
+    port: z.union([z.number().int().min(1).max(65535), z.string().min(1)]).optional(),
+    endPort: z.number().int().min(1).max(65535).optional(),
+  })
+  .passthrough();
+
+const peersSchema = z.array(peerSchema).optional();
+const portsSchema = z.array(k8sPortSchema).optional();
+
+/**
+ * A networking.k8s.io/v1 NetworkPolicy spec, with the checks of the API server that the
+ * conversion to our model relies on (the same messages as convertK8sNetworkPolicy's).
+ */
+export const k8sNetworkPolicySpecSchema = z
+  .object({
+    podSelector: labelSelectorSchema.optional(),
+    policyTypes: z.array(z.enum(['Ingress', 'Egress'])).optional(),
+    ingress: z.array(z.object({ from: peersSchema, ports: portsSchema }).passthrough()).optional(),
+    egress: z.array(z.object({ to: peersSchema, ports: portsSchema }).passthrough()).optional(),
+  })
+  .passthrough();
+
+const stagedK8sShape = stagedSpecSchema(k8sNetworkPolicySpecSchema);
+export const stagedKubernetesNetworkPolicySpecSchema = stagedK8sShape.superRefine((spec, ctx) => {
+  if (spec.stagedAction === 'Delete') return;
+  try {
+    convertK8sNetworkPolicy({ metadata: { name: 'staged' }, spec: spec as KubeNetworkPolicySpec });
+  } catch (e) {
+    if (!(e instanceof PolicyConversionError)) throw e;
+    // The message starts with the field (`spec.ingress[0].from[1]: ...`, `spec.egress[0].ports[0].port=0 is ...`).
+    const m = /^spec\.([\w.[\]]+?)(?:: |=)([\s\S]*)$/.exec(e.message);
+    const path = m ? m[1]!.split(/[.[\]]+/).filter(Boolean).map((p) => (/^\d+$/.test(p) ? Number(p) : p)) : [];
+    ctx.addIssue({ code: z.ZodIssueCode.custom, path, message: m ? m[2]! : e.message });
+  }
+});

@@ -21,6 +21,7 @@ import {
   type PolicyType,
   type ProfileSpec,
   type Protocol,
+  type RuleAction,
 } from './policy.js';
 
 export interface PolicyInput {
@@ -28,6 +29,18 @@ export interface PolicyInput {
   name: string;
   namespace?: string;
   spec: GlobalNetworkPolicySpec;
+  /**
+   * A staged policy evaluated as the enforced policy of this kind and name (./staged.ts): the
+   * object traces name. Absent for an enforced policy.
+   */
+  staged?: StagedRef;
+}
+
+/** A staged policy, as traces name it (`name` is the staged object's own, also for a Kubernetes one). */
+export interface StagedRef {
+  kind: 'StagedNetworkPolicy' | 'StagedGlobalNetworkPolicy' | 'StagedKubernetesNetworkPolicy';
+  name: string;
+  namespace?: string;
 }
 
 export interface ProfileInput {
@@ -205,6 +218,30 @@ export interface Decision {
   by: string;
   /** Every step, in order. */
   trace: string[];
+  /**
+   * The rules that matched, in order (Log ones too), and the default deny that decided, if one
+   * did: the last one decided.
+   */
+  hits: EvalHit[];
+}
+
+/** One step of a decision that a flow's policy trace records (./staged.ts turns them into flow hits). */
+export type EvalHit =
+  | { type: 'policy'; policy: PolicyInput; ruleIndex: number; action: RuleAction }
+  | { type: 'profile'; profile: string; ruleIndex: number; action: RuleAction }
+  /** Selected by policies for the direction, none of whose rules matched: denied. */
+  | { type: 'endOfPolicies' }
+  /** Passed to or left to the profiles, none of which allowed it: denied. */
+  | { type: 'endOfProfiles' };
+
+/** How traces name a policy: `NetworkPolicy x/p`, `GlobalNetworkPolicy g`, `StagedNetworkPolicy x/p`. */
+export function policyLabel(p: PolicyInput): string {
+  return p.staged ? `${p.staged.kind} ${stagedId(p.staged)}` : `${p.kind} ${policyId(p)}`;
+}
+
+/** `ns/name` of a namespaced staged policy, `name` of a global one. */
+export function stagedId(s: StagedRef): string {
+  return s.namespace !== undefined ? `${s.namespace}/${s.name}` : s.name;
 }
 
 function inNets(addr: string, nets: string[]): boolean {
@@ -264,30 +301,36 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
   const other = { addr: c.peerAddr, ...(peer ? { ep: peer } : {}) };
   const [src, dst] = c.direction === 'ingress' ? [other, self] : [self, other];
   const trace: string[] = [];
+  const hits: EvalHit[] = [];
   const key = c.direction;
   const selecting = sortPolicies(policies).filter((p) => effectiveTypes(p.spec).includes(dir) && policySelects(p, endpoint));
   let passed = false;
   for (const p of selecting) {
-    const name = `${p.kind} ${policyId(p)}`;
+    const name = policyLabel(p);
     const rules = (key === 'ingress' ? p.spec.ingress : p.spec.egress) ?? [];
     let decided: Decision | undefined;
     for (const [i, r] of rules.entries()) {
       if (!ruleMatches(r, p, src, dst, c.protocol, c.port, c.sourcePort)) continue;
       const by = `${name} ${key} rule ${i} (${r.action})`;
       trace.push(`${by} matches`);
+      hits.push({ type: 'policy', policy: p, ruleIndex: i, action: r.action });
       if (r.action === 'Log') continue;
       if (r.action === 'Pass') {
         passed = true;
         break;
       }
-      decided = { verdict: r.action === 'Allow' ? 'allow' : 'deny', by, trace };
+      decided = { verdict: r.action === 'Allow' ? 'allow' : 'deny', by, trace, hits };
       break;
     }
     if (decided) return decided;
     if (passed) break;
     trace.push(`${name}: no ${key} rule matches`);
   }
-  if (selecting.length > 0 && !passed) return { verdict: 'deny', by: `selected by ${selecting.length} ${key} polic${selecting.length === 1 ? 'y' : 'ies'}, no rule matched`, trace };
+  if (selecting.length > 0 && !passed) {
+    hits.push({ type: 'endOfPolicies' });
+    const by = `selected by ${selecting.length} ${key} polic${selecting.length === 1 ? 'y' : 'ies'}, no rule matched`;
+    return { verdict: 'deny', by, trace, hits };
+  }
   trace.push(selecting.length ? 'passed to the profiles' : `no policy selects it for ${key}: its profiles decide`);
   for (const name of endpoint.profiles) {
     const pr = profiles.get(name);
@@ -300,11 +343,15 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
       if (!ruleMatches(r, undefined, src, dst, c.protocol, c.port, c.sourcePort)) continue;
       const by = `Profile ${name} ${key} rule ${i} (${r.action})`;
       trace.push(`${by} matches`);
+      hits.push({ type: 'profile', profile: name, ruleIndex: i, action: r.action });
       if (r.action === 'Pass') break; // on to the next profile, as the dataplane does
-      if (r.action === 'Allow' || r.action === 'Deny') return { verdict: r.action === 'Allow' ? 'allow' : 'deny', by, trace };
+      if (r.action === 'Allow' || r.action === 'Deny') {
+        return { verdict: r.action === 'Allow' ? 'allow' : 'deny', by, trace, hits };
+      }
     }
   }
-  return { verdict: 'deny', by: 'no profile allows it', trace };
+  hits.push({ type: 'endOfProfiles' });
+  return { verdict: 'deny', by: 'no profile allows it', trace, hits };
 }
 
 /** One packet's flow as the dataplane sees it: source and (after DNAT) destination. */

@@ -69,6 +69,24 @@ export interface GlobalNetworkPolicySpec extends NetworkPolicySpec {
   namespaceSelector?: string;
 }
 
+/**
+ * What a staged policy does to the enforced policy of its name when promoted (and what the
+ * pending trace of a flow shows meanwhile): Set creates or replaces it with the staged spec,
+ * Delete removes it. Unset means Set.
+ */
+export const STAGED_ACTIONS = ['Set', 'Delete'] as const;
+export type StagedAction = (typeof STAGED_ACTIONS)[number];
+
+/** A StagedNetworkPolicy: the spec of the NetworkPolicy of the same namespace and name it stages. */
+export interface StagedNetworkPolicySpec extends NetworkPolicySpec {
+  stagedAction?: StagedAction;
+}
+
+/** A StagedGlobalNetworkPolicy: the spec of the GlobalNetworkPolicy of the same name it stages. */
+export interface StagedGlobalNetworkPolicySpec extends GlobalNetworkPolicySpec {
+  stagedAction?: StagedAction;
+}
+
 export interface ProfileSpec {
   /** Labels every endpoint naming this profile inherits (its own labels win). */
   labelsToApply?: Record<string, string>;
@@ -155,6 +173,32 @@ export const networkPolicySpecSchema = z
   .passthrough();
 
 export const globalNetworkPolicySpecSchema = networkPolicySpecSchema.extend({ namespaceSelector: selectorText.optional() }).passthrough();
+
+/**
+ * The spec of a staged kind: the enforced kind's spec plus `stagedAction`. A staged Delete names
+ * the policy to remove and nothing else: a rule or selector beside it would be silently ignored
+ * on promotion, so it is refused.
+ */
+export function stagedSpecSchema<T extends z.AnyZodObject>(enforced: T) {
+  return enforced
+    .extend({ stagedAction: z.enum(STAGED_ACTIONS).optional() })
+    .passthrough()
+    .superRefine((spec, ctx) => {
+      if (spec.stagedAction !== 'Delete') return;
+      for (const k of Object.keys(spec)) {
+        if (k === 'stagedAction' || spec[k] === undefined) continue;
+        ctx.addIssue({
+          code: z.ZodIssueCode.custom,
+          path: [k],
+          message: 'a staged Delete removes the enforced policy of its name and takes no other field; '
+            + 'remove it (or use stagedAction: Set)',
+        });
+      }
+    });
+}
+
+export const stagedNetworkPolicySpecSchema = stagedSpecSchema(networkPolicySpecSchema);
+export const stagedGlobalNetworkPolicySpecSchema = stagedSpecSchema(globalNetworkPolicySpecSchema);
 
 export const profileSpecSchema = z
   .object({

@@ -4,8 +4,16 @@
 // ipam/, agent/ and ctl/ read and write them; none of those import each other
 // for these types.
 
-import type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec } from './policy.js';
+import type {
+  GlobalNetworkPolicySpec,
+  NetworkPolicySpec,
+  ProfileSpec,
+  StagedGlobalNetworkPolicySpec,
+  StagedNetworkPolicySpec,
+} from './policy.js';
+import type { StagedKubernetesNetworkPolicySpec } from './k8s-networkpolicy-types.js';
 export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
+export type { StagedGlobalNetworkPolicySpec, StagedKubernetesNetworkPolicySpec, StagedNetworkPolicySpec };
 
 export const API_GROUP = 'netplugin.org';
 export const API_VERSION = 'netplugin.org/v3';
@@ -226,9 +234,17 @@ export interface SpecMap {
   GlobalNetworkPolicy: GlobalNetworkPolicySpec;
   BGPConfiguration: BGPConfigurationSpec;
   BGPPeer: BGPPeerSpec;
+  StagedNetworkPolicy: StagedNetworkPolicySpec;
+  StagedGlobalNetworkPolicy: StagedGlobalNetworkPolicySpec;
+  StagedKubernetesNetworkPolicy: StagedKubernetesNetworkPolicySpec;
 }
 export type Kind = keyof SpecMap;
 export type SpecOf<K extends Kind> = SpecMap[K];
 
 /** Namespaced kinds; every other kind is cluster-scoped. */
-export const NAMESPACED_KINDS: ReadonlySet<Kind> = new Set<Kind>(['WorkloadEndpoint', 'NetworkPolicy']);
+export const NAMESPACED_KINDS: ReadonlySet<Kind> = new Set<Kind>([
+  'WorkloadEndpoint',
+  'NetworkPolicy',
+  'StagedNetworkPolicy',
+  'StagedKubernetesNetworkPolicy',
+]);

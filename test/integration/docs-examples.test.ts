@@ -155,7 +155,19 @@ describe('resources and netpluginctl commands against a throwaway etcd', () => {
     const docs = BLOCKS.filter((b) => b.lang === 'yaml').flatMap((b) =>
       parseAllDocuments(b.text).map((d) => ({ b, o: d.toJS() as any })).filter(({ o }) => o?.apiVersion === 'netplugin.org/v3' && o.kind !== 'NetpluginAPIConfig'),
     );
-    expect(new Set(docs.map(({ o }) => o.kind))).toEqual(new Set(['IPPool', 'IPAMConfig', 'KubeControllersConfiguration', 'NetworkPolicy', 'BGPConfiguration', 'BGPPeer']));
+    expect(new Set(docs.map(({ o }) => o.kind))).toEqual(
+      new Set([
+        'IPPool',
+        'IPAMConfig',
+        'KubeControllersConfiguration',
+        'NetworkPolicy',
+        'BGPConfiguration',
+        'BGPPeer',
+        'StagedNetworkPolicy',
+        'StagedGlobalNetworkPolicy',
+        'StagedKubernetesNetworkPolicy',
+      ]),
+    );
     for (const { b, o } of docs) {
       const r = await runBuiltCtl(['apply', '-f', '-'], { env, input: JSON.stringify(o), cwd: dir });
       expect(r.code, `${at(b)} ${o.kind}/${o.metadata?.name}: ${r.err}`).toBe(0);

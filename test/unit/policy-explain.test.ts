@@ -81,4 +81,92 @@ describe('netpluginctl policy explain', () => {
     expect(await ctl(['policy', 'explain', 'web', '-n', 'shop', '--protocol', 'GRE'])).toMatchObject({ code: 1, err: expect.stringContaining('--protocol GRE') });
     expect(await ctl(['policy', 'frobnicate'])).toMatchObject({ code: 1, err: expect.stringContaining("unknown policy command 'frobnicate'") });
   });
+
+  it('--staged: pending verdicts beside the enforced ones, a staged Delete, the pending selection', async () => {
+    // Staged: replace the Kubernetes policy so it allows port 9090 only, and delete the global deny.
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'StagedKubernetesNetworkPolicy',
+      metadata: { name: 'web-from-client', namespace: 'shop' },
+      spec: {
+        podSelector: { matchLabels: { app: 'web' } },
+        ingress: [{ from: [{ podSelector: { matchLabels: { app: 'client' } } }], ports: [{ port: 9090 }] }],
+      },
+    });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'StagedGlobalNetworkPolicy',
+      metadata: { name: 'deny-10-9' },
+      spec: { stagedAction: 'Delete' },
+    });
+    const r = await ctl(['policy', 'explain', 'web', '-n', 'shop', '--peer', 'client', '--port', '8080', '--staged']);
+    expect(r.err).toBe('');
+    expect(r.out).toContain(
+      'ingress of shop/web: ALLOW by NetworkPolicy shop/knp.default.web-from-client ingress rule 0 (Allow)',
+    );
+    expect(r.out).toContain('  pending: DENY by selected by 1 ingress policy, no rule matched');
+    expect(r.out).toContain(
+      '  pending: ALLOW by Profile kns.shop egress rule 0 (Allow) (the staged changes do not change it)',
+    );
+    expect(r.out).toMatch(
+      /with the staged changes \(pending\), in evaluation order:\n\s+1\. StagedKubernetesNetworkPolicy shop\/web-from-client/,
+    );
+    expect(r.out).toContain(
+      'StagedGlobalNetworkPolicy deny-10-9 (stagedAction Delete: removes GlobalNetworkPolicy deny-10-9)',
+    );
+    const j = JSON.parse(
+      (
+        await ctl([
+          'policy',
+          'explain',
+          'web',
+          '-n',
+          'shop',
+          '--peer',
+          'client',
+          '--port',
+          '9090',
+          '--staged',
+          '-o',
+          'json',
+        ])
+      ).out,
+    );
+    expect(j.connection.ingress.verdict).toBe('deny');
+    expect(j.connection.pending.ingress.hits).toEqual([
+      {
+        kind: 'StagedKubernetesNetworkPolicy',
+        namespace: 'shop',
+        name: 'web-from-client',
+        tier: '',
+        action: 'Allow',
+        ruleIndex: 0,
+      },
+    ]);
+    expect(j.staged.map((s: { kind: string }) => s.kind).sort()).toEqual([
+      'StagedGlobalNetworkPolicy',
+      'StagedKubernetesNetworkPolicy',
+    ]);
+    // Two staged policies of one name in two namespaces: only the one of the pod's namespace concerns it.
+    for (const ns of ['shop', 'other']) {
+      await ds.create({
+        apiVersion: API_VERSION,
+        kind: 'StagedNetworkPolicy',
+        metadata: { name: 'same', namespace: ns },
+        spec: { selector: 'all()' },
+      });
+    }
+    const same = JSON.parse((await ctl(['policy', 'explain', 'web', '-n', 'shop', '--staged', '-o', 'json'])).out);
+    expect(
+      same.staged.filter((s: { name: string }) => s.name.endsWith('/same')).map((s: { name: string }) => s.name),
+    ).toEqual(['shop/same']);
+    await ds.delete('StagedNetworkPolicy', 'same', { namespace: 'shop' });
+    await ds.delete('StagedNetworkPolicy', 'same', { namespace: 'other' });
+    // Without staged objects: said once.
+    await ds.delete('StagedGlobalNetworkPolicy', 'deny-10-9');
+    await ds.delete('StagedKubernetesNetworkPolicy', 'web-from-client', { namespace: 'shop' });
+    expect((await ctl(['policy', 'explain', 'web', '-n', 'shop', '--staged'])).out).toContain(
+      'Staged policies: none exist',
+    );
+  });
 });
