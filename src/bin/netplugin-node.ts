@@ -94,11 +94,13 @@ function agentPlugins(runtime: PluginRuntime): Record<string, PluginSpec<any, Pl
     netplugin: {
       name: 'netplugin',
       load: async () => (await import('../plugins/main/index.js')).handlers,
+      resident: true,
       runtime,
     },
     'netplugin-ipam': {
       name: 'netplugin-ipam',
       load: async () => (await import('../plugins/ipam/index.js')).handlers,
+      resident: true,
       runtime,
     },
   };

@@ -18,6 +18,7 @@ import type { DatastoreConfig } from './settings.js';
 import { GatewayUnusableError, prefixEnd, type CallContext, type Compare, type KV, type KVOptions, type KeyValue, type TlsMaterial, type TxnOp as KVTxnOp, type TxnResponse, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 import { HttpKV } from './etcd-http.js';
+import { mark } from '../observe/timeline.js';
 
 export type { TlsMaterial } from './etcd-kv.js';
 
@@ -387,7 +388,9 @@ export class EtcdDatastore implements Datastore {
       stored.push(s);
     }
     const ctx = this.ctx(`transaction (${ops.map(describeOp).join(', ')})`, opts);
+    mark('etcd txn sent');
     const r = await this.wire((kv) => kv.txn({ compare, success, failure: keys.map((key) => ({ range: { key, keysOnly: true } })) }, ctx));
+    mark('etcd txn answered');
     if (!r.succeeded) throw this.txnFailure(ops, compare, r.responses);
     for (const s of stored) if (s) s.metadata.resourceVersion = r.revision;
     return stored;
