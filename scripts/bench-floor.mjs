@@ -23,7 +23,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { childrenCpuMs, execCni, processCpuMs, startEtcd, summary, waitSocket } from './bench/lib.mjs';
+import { childrenCpuMs, execCni, processCpuMs, startEtcd, summary, waitSocket, withBundle } from './bench/lib.mjs';
 
 const here = join(dirname(fileURLToPath(import.meta.url)), '..');
 const { values: opts } = parseArgs({
@@ -229,44 +229,31 @@ async function etcdFloor(s) {
   return { ...summary(ms), keys: written.length, bytes };
 }
 
-/** setupWorkload in this process: the ADD's kernel work alone (bundled from this checkout's src/dataplane). */
+/** setupWorkload in this process: the ADD's kernel work alone (this checkout's src/dataplane, bundled). */
 async function kernelFloor() {
-  const { build } = await import('esbuild');
-  const out = join(here, 'node_modules/.cache/netplugin-bench', `floor-dataplane-${process.pid}.mjs`);
-  mkdirSync(dirname(out), { recursive: true });
-  cleanups.push(() => rmSync(out, { force: true }));
-  await build({
-    entryPoints: [join(here, 'src/dataplane/index.ts')],
-    outfile: out,
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    external: ['node-gyp-build'],
-    banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
-    logLevel: 'warning',
+  const body = `export * from ${JSON.stringify(join(here, 'src/dataplane/index.ts'))};\n`;
+  return withBundle(here, 'floor-dataplane', body, (dp) => {
+    const setup = dp.createWorkloadSetup();
+    const ms = [];
+    for (let i = 0; i < PODS * 2; i++) {
+      const spec = {
+        netnsPath: `/var/run/netns/${namespaces[i % PODS]}`,
+        ifname: 'eth0',
+        hostIfname: dp.hostVethName('nfk', `floor.k-${i}`),
+        numQueues: 1,
+        hostMac: 'ee:ee:ee:ee:ee:ee',
+        containerMac: '0a:58:0a:00:00:01',
+        addresses: [`10.68.${(i >> 8) & 255}.${i & 255}/32`],
+        allowIpForwarding: false,
+      };
+      const t0 = performance.now();
+      setup.setup(spec);
+      ms.push(performance.now() - t0);
+      dp.teardownWorkload({ netnsPath: spec.netnsPath, ifname: 'eth0', hostIfname: spec.hostIfname });
+    }
+    setup.close();
+    return summary(ms);
   });
-  const dp = await import(out);
-  const setup = dp.createWorkloadSetup ? dp.createWorkloadSetup() : undefined;
-  const ms = [];
-  for (let i = 0; i < PODS * 2; i++) {
-    const spec = {
-      netnsPath: `/var/run/netns/${namespaces[i % PODS]}`,
-      ifname: 'eth0',
-      hostIfname: dp.hostVethName('nfk', `floor.k-${i}`),
-      numQueues: 1,
-      hostMac: 'ee:ee:ee:ee:ee:ee',
-      containerMac: '0a:58:0a:00:00:01',
-      addresses: [`10.68.${(i >> 8) & 255}.${i & 255}/32`],
-      allowIpForwarding: false,
-    };
-    const t0 = performance.now();
-    if (setup) setup.setup(spec);
-    else dp.setupWorkload(spec);
-    ms.push(performance.now() - t0);
-    dp.teardownWorkload({ netnsPath: spec.netnsPath, ifname: 'eth0', hostIfname: spec.hostIfname });
-  }
-  return summary(ms);
 }
 
 /** syscalls of the agent over one round of ADD+DEL pairs (strace -c -f attached). */
