@@ -18,6 +18,7 @@ import {
 } from './protocol.js';
 import { createKeyedQueue, createLimiter, type Limiter } from './serialize.js';
 import { redactString } from '../log/redact.js';
+import { mark, withTimeline } from '../observe/timeline.js';
 
 export type DispatchFn = (io: CniIO, plugin: PluginSpec<any, any>) => Promise<number>;
 export interface PeerCred {
@@ -168,6 +169,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       have += chunk.length;
       buffered += chunk.length;
       let req: ShimRequest;
+      const read = performance.now();
       try {
         if (want < 0) {
           if (have < HEADER_LEN) return;
@@ -185,12 +187,12 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       socket.off('data', onData);
       drop();
       pending.delete(socket);
-      accept(socket, req);
+      accept(socket, req, read);
     };
     socket.on('data', onData);
   }
 
-  function accept(socket: Socket, req: ShimRequest): void {
+  function accept(socket: Socket, req: ShimRequest, read: number): void {
     // Running starts only once "accepted" is in the kernel: if we die before
     // that, the shim sees no marker and safely runs the request per-exec.
     socket.write(Buffer.from([ACCEPTED]), (err) => {
@@ -198,7 +200,10 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
         log.warn('CNI client went away before the request was accepted', { error: err.message });
         return;
       }
-      const p = handle(req).then((res) => {
+      const p = withTimeline(req.env['CNI_COMMAND'] ?? '', read, () => {
+        mark('accepted');
+        return handle(req);
+      }).then((res) => {
         if (!socket.destroyed) socket.end(frameResponse(res));
       });
       inflight.add(p);
@@ -220,6 +225,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
 
   async function serve(plugin: PluginSpec<any, any>, req: ShimRequest): Promise<ShimResponse> {
     const started = performance.now();
+    mark('dispatching');
     let stdout = '';
     let stderr = '';
     const io: CniIO = {

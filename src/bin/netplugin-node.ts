@@ -105,12 +105,14 @@ function agentPlugins(
     netplugin: {
       name: 'netplugin',
       load: async () => (await import('../plugins/main/index.js')).handlers,
+      resident: true,
       runtime,
       logThrottle,
     },
     'netplugin-ipam': {
       name: 'netplugin-ipam',
       load: async () => (await import('../plugins/ipam/index.js')).handlers,
+      resident: true,
       runtime,
       logThrottle,
     },

@@ -9,6 +9,7 @@ import { formatResult, parseResult } from './result.js';
 import { SUPPORTED_VERSIONS, type CniAttachment, type CniContext, type CniIO, type PluginSpec } from './types.js';
 import type { Logger } from '../log/types.js';
 import type { LogThrottle } from '../log/throttle.js';
+import { mark } from '../observe/timeline.js';
 import { HIGHEST_VERSION, assertCommandAllowed, compareVersions, negotiateVersion, parseSemver } from './version.js';
 
 /**
@@ -113,6 +114,25 @@ function defaultLog(
   return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr, throttle });
 }
 
+/** A resident plugin's netconfs as parsed, by command and stdin (PluginSpec.resident). */
+interface Parsed {
+  raw: Record<string, unknown>;
+  conf: unknown;
+}
+const parsedByPlugin = new WeakMap<object, Map<string, Parsed>>();
+/** Distinct netconfs remembered per plugin: a node has a handful (one per network and version). */
+const MAX_PARSED = 16;
+/** Larger stdins (a GC's list of attachments) are parsed each time, never kept. */
+const MAX_PARSED_STDIN = 64 << 10;
+
+function deepFreeze<T>(v: T): T {
+  if (typeof v === 'object' && v !== null && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
 /** Runs one CNI invocation; returns the exit code. Output goes only through io. */
 export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>): Promise<number> {
   // Errors are printed in the version the runtime asked for, so it can decode them.
@@ -122,7 +142,17 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
   const started = Date.now();
   try {
     const command = parseCommand(io.env);
-    const { raw, error: decodeError } = decodeStdin(io.stdin);
+    // A resident plugin sees the same netconf for every pod: decoded and validated once (the
+    // schema is most of a request's CPU before the datastore), then shared, frozen, by the
+    // requests with the very same stdin and command.
+    let memo: Map<string, Parsed> | undefined;
+    let memoKey: string | undefined;
+    if (plugin.resident && io.stdin.length <= MAX_PARSED_STDIN) {
+      memo = parsedByPlugin.get(plugin) ?? parsedByPlugin.set(plugin, new Map()).get(plugin)!;
+      memoKey = `${command}\0${typeof io.stdin === 'string' ? io.stdin : io.stdin.toString('latin1')}`;
+    }
+    const hit = memoKey !== undefined ? memo!.get(memoKey) : undefined;
+    const { raw, error: decodeError } = hit ? { raw: hit.raw, error: undefined } : decodeStdin(io.stdin);
     const asked = raw?.['cniVersion'];
     if (typeof asked === 'string' && asked !== '') outVersion = asked;
 
@@ -145,7 +175,16 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
 
     assertCommandAllowed(command, cniVersion);
     const handlers = await plugin.load();
-    const conf = handlers.parse(raw, command);
+    let conf: Conf;
+    if (hit) conf = hit.conf as Conf;
+    else {
+      conf = handlers.parse(raw, command);
+      if (memo && memoKey !== undefined) {
+        if (memo.size >= MAX_PARSED) memo.delete(memo.keys().next().value!);
+        memo.set(memoKey, { raw: deepFreeze(raw), conf: deepFreeze(conf) });
+      }
+    }
+    mark('netconf parsed');
     const prevResult = raw['prevResult'] !== undefined && raw['prevResult'] !== null ? parseResult(raw['prevResult'], 'prevResult', cniVersion) : undefined;
     const ctx: CniContext<Conf, Rt> = {
       command,

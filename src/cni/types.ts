@@ -123,6 +123,11 @@ export type PluginSpec<Conf = Record<string, unknown>, Rt = undefined> = PluginS
 export interface PluginSpecBase<Conf, Rt> {
   /** 'netplugin' | 'netplugin-ipam' (used in VERSION output and logs). */
   name: string;
+  /**
+   * Serves many invocations in one process (the agent): the dispatcher keeps each distinct
+   * netconf it parsed (by command and stdin) and hands the same frozen objects to later requests.
+   */
+  resident?: boolean;
   /** Loaded only for commands that need it (VERSION loads nothing). */
   load(): Promise<CniHandlers<Conf, Rt>>;
   /**

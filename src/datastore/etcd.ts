@@ -18,10 +18,13 @@ import type { DatastoreConfig } from './settings.js';
 import { GatewayUnusableError, prefixEnd, type CallContext, type Compare, type KV, type KVOptions, type KeyValue, type TlsMaterial, type TxnOp as KVTxnOp, type TxnResponse, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 import { HttpKV } from './etcd-http.js';
+import { mark } from '../observe/timeline.js';
 
 export type { TlsMaterial } from './etcd-kv.js';
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
+/** Values of its own puts a store remembers for its watches (EtcdDatastore.ownPuts). */
+const OWN_PUTS = 256;
 
 export type EtcdTransport = 'grpc' | 'http';
 
@@ -180,7 +183,30 @@ export class EtcdDatastore implements Datastore {
   }
 
   /** One stored value: the resource, or why it is malformed (named by its key: the value may not say). */
-  private decodeOne<K extends Kind>(kind: K, kv: KeyValue): { res: Resource<K> } | { invalid: InvalidObject } {
+  /**
+   * Values this store's transactions put, by key, until a watch brings them back: checked on the
+   * way out (checkShape), so the watch does not run the schema over them again (the agent's read
+   * cache watches the blocks every ADD and DEL writes). Bounded: values nobody watches age out.
+   */
+  private readonly ownPuts = new Map<string, Buffer>();
+
+  private notePut(key: Buffer, value: Buffer): void {
+    const k = key.toString();
+    this.ownPuts.delete(k);
+    if (this.ownPuts.size >= OWN_PUTS) this.ownPuts.delete(this.ownPuts.keys().next().value!);
+    this.ownPuts.set(k, value);
+  }
+
+  /** True once for a watched value that is byte for byte one this store put. */
+  private ownPut(kv: KeyValue): boolean {
+    const k = kv.key.toString();
+    const v = this.ownPuts.get(k);
+    if (v === undefined || !v.equals(kv.value)) return false;
+    this.ownPuts.delete(k);
+    return true;
+  }
+
+  private decodeOne<K extends Kind>(kind: K, kv: KeyValue, checked = false): { res: Resource<K> } | { invalid: InvalidObject } {
     const key = kv.key.toString();
     const id = etcdKeyIdentity(kind, key) ?? { name: key };
     const base = { kind, ...id, revision: kv.modRevision, where: `etcd key ${key}` };
@@ -191,7 +217,7 @@ export class EtcdDatastore implements Datastore {
     } catch (e) {
       return { invalid: { ...base, reason: `the value is not JSON (${(e as Error).message})`, raw: rawText(text) } };
     }
-    const problem = resourceProblem(kind, obj);
+    const problem = checked ? undefined : resourceProblem(kind, obj);
     if (problem !== undefined) return { invalid: { ...base, reason: problem, raw: obj } };
     const res = obj as Resource<K>;
     res.metadata.resourceVersion = kv.modRevision;
@@ -383,12 +409,16 @@ export class EtcdDatastore implements Datastore {
         if (!rv || !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `${describeOp(op)} needs metadata.resourceVersion from a previous read (got ${JSON.stringify(rv)})`);
         compare.push({ key, target: 'Mod', result: 'Equal', revision: rv });
       }
-      success.push({ put: { key, value: this.encode(s) } });
+      const value = this.encode(s);
+      success.push({ put: { key, value } });
       stored.push(s);
     }
     const ctx = this.ctx(`transaction (${ops.map(describeOp).join(', ')})`, opts);
+    mark('etcd txn sent');
     const r = await this.wire((kv) => kv.txn({ compare, success, failure: keys.map((key) => ({ range: { key, keysOnly: true } })) }, ctx));
+    mark('etcd txn answered');
     if (!r.succeeded) throw this.txnFailure(ops, compare, r.responses);
+    for (const p of success) if ('put' in p) this.notePut(p.put.key, p.put.value);
     for (const s of stored) if (s) s.metadata.resourceVersion = r.revision;
     return stored;
   }
@@ -437,7 +467,7 @@ export class EtcdDatastore implements Datastore {
           try {
             const inScope = (namespace: string | undefined) => opts.namespace === undefined || !NAMESPACED_KINDS.has(kind) || (namespace ?? 'default') === opts.namespace;
             if (ev.type === 'Put') {
-              const d = this.decodeOne(kind, ev.kv);
+              const d = this.decodeOne(kind, ev.kv, this.ownPut(ev.kv));
               if ('invalid' in d) {
                 // Now malformed: a delete of what the key held, so no consumer keeps acting on a stale copy.
                 invalidObjects.seen(this.storeId, d.invalid);

@@ -289,3 +289,56 @@ describe('stdin hardening (code 6)', () => {
     expect(r.json.msg ?? '').not.toMatch(/UTF-8|nests deeper/);
   });
 });
+
+describe('a resident plugin (the agent)', () => {
+  function counting(resident: boolean) {
+    const r = recorder();
+    let parses = 0;
+    const plugin: PluginSpec<Netconf> = {
+      ...r.plugin,
+      resident,
+      load: async () => {
+        const h = await r.plugin.load();
+        return { ...h, parse: (raw, cmd) => (parses++, h.parse(raw, cmd)) };
+      },
+    };
+    return { plugin, calls: r.calls, parses: () => parses };
+  }
+
+  it('parses each distinct netconf once and hands later requests the same frozen one', async () => {
+    const p = counting(true);
+    const stdin = JSON.stringify(conf('1.0.0'));
+    expect((await run(p.plugin, ENV, stdin)).code).toBe(0);
+    expect((await run(p.plugin, { ...ENV, CNI_CONTAINERID: 'c2' }, stdin)).code).toBe(0);
+    expect(p.parses()).toBe(1);
+    const [a, b] = p.calls.map((c) => c.ctx);
+    expect(b!.conf).toBe(a!.conf);
+    expect(Object.isFrozen(a!.conf)).toBe(true);
+    expect(Object.isFrozen(a!.rawConf['ipam'])).toBe(true);
+    // Another command, or other bytes on stdin, is parsed on its own.
+    expect((await run(p.plugin, { ...ENV, CNI_COMMAND: 'DEL' }, stdin)).code).toBe(0);
+    expect((await run(p.plugin, ENV, JSON.stringify(conf('1.0.0', { mtu: 1400 })))).code).toBe(0);
+    expect(p.parses()).toBe(3);
+    expect(p.calls[3]!.ctx.conf.mtu).toBe(1400);
+  });
+
+  it('keeps no invalid netconf: every request with it fails with its error', async () => {
+    const p = counting(true);
+    const bad = JSON.stringify(conf('1.0.0', { mtu: 'big' }));
+    for (let i = 0; i < 2; i++) {
+      const r = await run(p.plugin, ENV, bad);
+      expect(r.code).toBe(1);
+      expect(r.json.code).toBe(7);
+    }
+    expect(p.parses()).toBe(2);
+  });
+
+  it('a per-exec plugin parses every time and gets objects of its own', async () => {
+    const p = counting(false);
+    const stdin = JSON.stringify(conf('1.0.0'));
+    await run(p.plugin, ENV, stdin);
+    await run(p.plugin, ENV, stdin);
+    expect(p.parses()).toBe(2);
+    expect(Object.isFrozen(p.calls[0]!.ctx.conf)).toBe(false);
+  });
+});

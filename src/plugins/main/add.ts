@@ -16,6 +16,7 @@ import { delegatedAddresses, earlyIpamReads, ipamAddresses } from './addresses.j
 import { EndpointPiggyback, endpointBuilder, previousMac, randomContainerMac, writeEndpoint } from './endpoint.js';
 import { HOST_MAC, checkClusterReady, identify, statusDir, type PluginContext } from './common.js';
 import { podMtu } from '../../config/mtu.js';
+import { mark } from '../../observe/timeline.js';
 
 export async function add(ctx: PluginContext): Promise<CniResult> {
   const { conf, log, runtime } = ctx;
@@ -34,11 +35,13 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   }
 
   const ds = await step('checking the datastore', () => runtime.datastore(conf));
+  mark('datastore client');
   // The IPAM reads do not depend on readiness and write nothing: issue them
   // with the ClusterInformation read, so the three cost one round trip.
   const ourIpam = isNetpluginIpam(conf.ipam) ? conf.ipam : undefined;
   const early = ourIpam ? await earlyIpamReads(ctx, ds) : undefined;
   await step('checking the datastore', () => checkClusterReady(ds));
+  mark('cluster ready');
 
   // The pod (when this ADD reads it) and its resolved options in one call;
   // with our IPAM the pool list read above is awaited there.
@@ -69,6 +72,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
       : {}),
   });
   const pod = work.pod;
+  mark('workload context');
   for (const w of work.options?.warnings ?? []) log.warn(w);
 
   if (marked) await step('isolating the pod interface until its policy is programmed', () => marked);
@@ -122,6 +126,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
       // Started on the event loop's next turn: the dataplane's netlink work runs
       // on this thread, so the transaction's request must go out first.
       const made = new Promise<void>((r) => setImmediate(r)).then(() => createVeth(tentative, freshMac));
+      void made.then(() => mark('veth made'), () => undefined);
       made.catch(() => undefined); // awaited below, or by the rollback
       speculative = { ips: tentative, made };
       // Undone only if it was made: a failed setup touched nothing of the pod's (an
@@ -131,6 +136,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
       });
     };
     const { ips, floating, repeated } = early && work.options ? await ipamAddresses(ctx, wl, work.options, rb, early, piggy) : await delegatedAddresses(ctx, wl, ds, rb);
+    mark('addresses committed');
     const v4 = ips.find((a) => !a.includes(':'));
     const v6 = ips.find((a) => a.includes(':'));
     const containerMac = repeated ? await previousMac(ds, wl, ctx.containerId) : undefined;
@@ -158,6 +164,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
     if (veth.status === 'rejected') throw veth.reason;
     if (endpoint.status === 'rejected') throw endpoint.reason;
     const state = veth.value;
+    mark('veth and endpoint done');
 
     if (policyWait) {
       const policySignal = runtime.policySignal();
