@@ -267,7 +267,7 @@ async function main() {
     line(`${dim('$')} ${shown.padEnd(56)} ${green('reply')} ${rtt ?? ''}  ${dim(`(${from ? from.pod : 'node'} -> ${to.pod})`)}`);
   }
 
-  await secondNode({ conflist, mainEntry, podA, binDir, cniPath });
+  await secondNode({ conflist, podA, binDir, cniPath });
 
   step(`A host port: portmap chained after netplugin maps node port ${HOST_PORT} to pod-a:80`);
   cmd(`ip netns exec ${podA.netns} node -e "require('http').createServer(...).listen(80)" &`);
@@ -350,7 +350,7 @@ async function main() {
  * and pods ping across. Then the pod, the agent and the node go again, the node
  * through `netpluginctl delete node`, which releases its IPAM state.
  */
-async function secondNode({ conflist, mainEntry, podA, binDir, cniPath }) {
+async function secondNode({ conflist, podA, binDir, cniPath }) {
   step(`A second node: ${NODE2_NAME}, its own agent, and a ping from pod to pod across the nodes`);
   const node2 = `demo-node2-${suffix}`;
   sh('ip', ['netns', 'add', node2]);

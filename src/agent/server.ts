@@ -19,6 +19,7 @@ import {
 import { createKeyedQueue, createLimiter, type Limiter } from './serialize.js';
 import { redactString } from '../log/redact.js';
 
+// biome-ignore lint/suspicious/noExplicitAny: plugins of every netconf and runtime type share one dispatcher
 export type DispatchFn = (io: CniIO, plugin: PluginSpec<any, any>) => Promise<number>;
 export interface PeerCred {
   pid: number;
@@ -30,6 +31,7 @@ export type PeerCredFn = (fd: number) => PeerCred;
 export interface CniServerOptions {
   socketPath: string;
   /** By executable name: 'netplugin', 'netplugin-ipam'. */
+  // biome-ignore lint/suspicious/noExplicitAny: a registry of plugins of different netconf types
   plugins: Record<string, PluginSpec<any, any>>;
   log: Logger;
   /** Requests running at once per plugin (default 64). */
@@ -218,6 +220,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     return key ? queue.run(`${req.plugin}\0${key}`, run) : run();
   }
 
+  // biome-ignore lint/suspicious/noExplicitAny: any plugin of the registry
   async function serve(plugin: PluginSpec<any, any>, req: ShimRequest): Promise<ShimResponse> {
     const started = performance.now();
     let stdout = '';

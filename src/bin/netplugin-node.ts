@@ -89,6 +89,7 @@ cannot do for itself.
 
 // Handlers load on the first request that needs them, as in the per-exec
 // entry; both plugins are served with the agent's runtime.
+// biome-ignore lint/suspicious/noExplicitAny: a registry of plugins of different netconf types
 function agentPlugins(runtime: PluginRuntime): Record<string, PluginSpec<any, PluginRuntime>> {
   return {
     netplugin: {

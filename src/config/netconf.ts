@@ -320,7 +320,6 @@ function formatIssue(issue: z.ZodIssue, raw: unknown): string[] {
       // Refinements say what was expected; cross-field rules say what is wrong.
       if (issue.message.startsWith('expected')) return [`${where}: got ${describe(value)}; ${issue.message}`];
       return [`${where}: ${issue.message}`];
-    case 'invalid_string':
     default:
       if (issue.message.startsWith('Expected') || issue.message.startsWith('Invalid')) {
         return [`${where}: got ${describe(value)}; ${expectation(path)}`];

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { casRetry } from '../datastore/cas.js';
 import { API_VERSION, type ClusterInformationSpec, type Resource } from '../model/resources.js';
-import { type Datastore } from '../datastore/types.js';
+import type { Datastore } from '../datastore/types.js';
 import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
 export interface InitDatastoreOptions {

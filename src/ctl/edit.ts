@@ -2,7 +2,7 @@
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Resource } from '../model/resources.js';
 import { labelKeyProblem, labelValueProblem } from '../model/names.js';
-import { type Datastore } from '../datastore/types.js';
+import type { Datastore } from '../datastore/types.js';
 import { bool, CtlError, DRY_RUN, dryRun, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
 import { resolveKind } from './kinds.js';
 import { readManifests, writeResource, errText } from './resources.js';

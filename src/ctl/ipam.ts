@@ -199,7 +199,7 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
 
 function readReport(file: string, io: CtlIO): IpamReport {
   const r = readJsonFile(io, file, 'report') as Partial<IpamReport>;
-  if (!r || r.version !== 1 || !Array.isArray(r.leakedHandles) || !Array.isArray(r.allocationsWithoutHandle) || !Array.isArray(r.handlesWithMissingBlockEntries)) {
+  if (r?.version !== 1 || !Array.isArray(r.leakedHandles) || !Array.isArray(r.allocationsWithoutHandle) || !Array.isArray(r.handlesWithMissingBlockEntries)) {
     throw new CtlError(`${file} is not a report from 'netpluginctl ipam check -o FILE' (version 1)`);
   }
   r.orphanedAffinities ??= [];

@@ -62,7 +62,7 @@ export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
     let cur: unknown = root;
     for (const t of tokens) {
       if (Array.isArray(cur)) cur = cur[arrayIndex(cur, t, false)];
-      else if (isContainer(cur) && Object.prototype.hasOwnProperty.call(cur, t)) cur = (cur as Record<string, unknown>)[t];
+      else if (isContainer(cur) && Object.hasOwn(cur, t)) cur = (cur as Record<string, unknown>)[t];
       else throw new Error(`${path} does not exist`);
     }
     if (!isContainer(cur)) throw new Error(`${path} does not exist (its parent is not an object or array)`);
@@ -72,14 +72,14 @@ export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
     if (path === '') return root;
     const [c, k] = parent(path);
     if (Array.isArray(c)) return c[arrayIndex(c, k, false)];
-    if (!Object.prototype.hasOwnProperty.call(c, k)) throw new Error(`${path} does not exist`);
+    if (!Object.hasOwn(c, k)) throw new Error(`${path} does not exist`);
     return c[k];
   };
   const remove = (path: string): void => {
     const [c, k] = parent(path);
     if (Array.isArray(c)) c.splice(arrayIndex(c, k, false), 1);
     else {
-      if (!Object.prototype.hasOwnProperty.call(c, k)) throw new Error(`${path} does not exist`);
+      if (!Object.hasOwn(c, k)) throw new Error(`${path} does not exist`);
       delete c[k];
     }
   };
@@ -101,7 +101,7 @@ export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
           const [c, k] = parent(o.path);
           if (Array.isArray(c)) c[arrayIndex(c, k, false)] = structuredClone(o.value);
           else {
-            if (!Object.prototype.hasOwnProperty.call(c, k)) throw new Error(`${o.path} does not exist (use "add" to create it)`);
+            if (!Object.hasOwn(c, k)) throw new Error(`${o.path} does not exist (use "add" to create it)`);
             c[k] = structuredClone(o.value);
           }
           break;
@@ -134,5 +134,5 @@ function deepEqual(a: unknown, b: unknown): boolean {
   const ka = Object.keys(a);
   const kb = Object.keys(b);
   if (ka.length !== kb.length) return false;
-  return ka.every((k) => Object.prototype.hasOwnProperty.call(b, k) && deepEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+  return ka.every((k) => Object.hasOwn(b, k) && deepEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
 }

@@ -219,7 +219,7 @@ function evalPath(p: Path, cur: unknown, root: unknown): unknown[] {
 function step(seg: Seg, v: unknown, root: unknown, out: unknown[]): void {
   switch (seg.t) {
     case 'field':
-      if (isObj(v) && Object.prototype.hasOwnProperty.call(v, seg.name)) out.push(v[seg.name]);
+      if (isObj(v) && Object.hasOwn(v, seg.name)) out.push(v[seg.name]);
       return;
     case 'all':
       if (Array.isArray(v)) out.push(...v);
@@ -243,7 +243,7 @@ function step(seg: Seg, v: unknown, root: unknown, out: unknown[]): void {
     case 'recurse': {
       const walk = (x: unknown) => {
         if (seg.name === undefined) out.push(x);
-        else if (isObj(x) && Object.prototype.hasOwnProperty.call(x, seg.name)) out.push(x[seg.name]);
+        else if (isObj(x) && Object.hasOwn(x, seg.name)) out.push(x[seg.name]);
         if (Array.isArray(x)) x.forEach(walk);
         else if (isObj(x)) Object.values(x).forEach(walk);
       };

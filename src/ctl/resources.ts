@@ -3,7 +3,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type Datastore, type InvalidObject } from '../datastore/types.js';
+import type { Datastore, InvalidObject } from '../datastore/types.js';
 import { InvalidObjectError, invalidLabel } from '../datastore/invalid.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
 import { bool, cannotRead, CtlError, suggestFlag, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
@@ -567,7 +567,7 @@ async function watchGet(
       let out = '';
       const cells = [...(events ? [type] : []), ...row(r)];
       if (!headerShown) {
-        fullHeader.forEach((h, i) => (widths[i] = Math.max(widths[i]!, cells[i]?.length ?? 0)));
+        fullHeader.forEach((_h, i) => (widths[i] = Math.max(widths[i]!, cells[i]?.length ?? 0)));
         out += line(fullHeader);
         headerShown = true;
       }

@@ -7,7 +7,7 @@
 // policy and record the new cluster version. Walkthrough: docs/upgrade.md.
 import { DatastoreError } from '../errors.js';
 import { API_VERSION, NAMESPACED_KINDS, type Resource } from '../model/resources.js';
-import { type Datastore } from '../datastore/types.js';
+import type { Datastore } from '../datastore/types.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
 import { isKind } from '../datastore/keys.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';

@@ -6,7 +6,7 @@ import { bgpConfigurationNameProblems } from '../model/bgp.js';
 import { API_VERSION, NAMESPACED_KINDS, type BGPConfigurationSpec, type IPPoolSpec, type Kind, type ObjectMeta, type Resource } from '../model/resources.js';
 import { labelKeyProblem, labelValueProblem, objectNameProblem } from '../model/names.js';
 import { closest } from '../config/netconf.js';
-import { type Datastore } from '../datastore/types.js';
+import type { Datastore } from '../datastore/types.js';
 import { objectMetaSchema, specSchemas } from '../datastore/schemas.js';
 import { parseSelector } from '../selector/index.js';
 import { CtlError } from './io.js';
@@ -106,7 +106,7 @@ export function unknownFields(schema: z.ZodTypeAny, value: unknown, path: string
   if (!shapes || shapes === 'open') return out;
   const known = [...new Set(shapes.flatMap((sh) => Object.keys(sh)))];
   for (const [k, v] of Object.entries(value)) {
-    const inShape = shapes.find((sh) => Object.prototype.hasOwnProperty.call(sh, k));
+    const inShape = shapes.find((sh) => Object.hasOwn(sh, k));
     if (!inShape) {
       const guess = closest(k, known);
       out.push(`${path}.${k}: unknown field${guess ? `; did you mean ${guess}?` : `; known fields: ${known.join(', ')}`}`);

@@ -62,7 +62,7 @@ function pairToTrash(o: TeardownOptions, host: Netlink): { hostIndex: number; co
       ns.close();
     }
     const c = nl.linkFind(o.ifname);
-    if (!c || c.kind !== 'veth' || c.parentIndex === undefined) {
+    if (c?.kind !== 'veth' || c.parentIndex === undefined) {
       nl.close();
       return undefined;
     }

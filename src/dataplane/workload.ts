@@ -321,7 +321,7 @@ function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netli
   if (o.hostMac === undefined) return { nl, name: o.hostIfname };
   // Ownership is judged on the link, not on a datastore record: a veth with our MAC.
   const l = nl.linkFind(o.hostIfname);
-  if (!l || l.kind !== 'veth' || l.mac !== o.hostMac.toLowerCase()) return undefined;
+  if (l?.kind !== 'veth' || l.mac !== o.hostMac.toLowerCase()) return undefined;
   return { nl, name: l.index };
 }
 

@@ -277,6 +277,7 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
   };
 
   /** One write outside a transaction: written through, or its failed guard drops the entry. */
+  // biome-ignore lint/suspicious/noConfusingVoidType: writes return the stored object or nothing (delete)
   async function single<T extends Resource | void>(op: TxnOp, write: () => Promise<T>): Promise<T> {
     try {
       const out = await write();

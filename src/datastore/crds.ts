@@ -5,7 +5,7 @@
 // (regenerate with `node scripts/gen-crds.mjs`). zod checks without an
 // OpenAPI form (refinements, transforms) stay in the code; IPPool's rules that
 // depend on two fields are CEL (x-kubernetes-validations).
-import { z } from 'zod';
+import type { z } from 'zod';
 import { PLURALS } from './keys.js';
 import { specSchemas } from './schemas.js';
 import { BLOCK_SIZE_RANGE, NAMESPACED_KINDS, type Kind } from '../model/resources.js';
@@ -142,6 +142,7 @@ const ROOT_VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: stri
 
 /** One zod schema as an OpenAPI v3 structural schema (the subset CRDs accept). */
 export function toOpenApi(schema: z.ZodTypeAny): OpenApi {
+  // biome-ignore lint/suspicious/noExplicitAny: zod's internal definition differs per schema type
   const def = schema._def as { typeName: string } & Record<string, any>;
   switch (def.typeName) {
     case 'ZodOptional':

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
+import type { CallOptions, Datastore, DeleteOptions, ListOptions, ListResult, Watch, WatchEvent, WatchOptions } from './types.js';
 import { etcdKey, etcdKeyIdentity, etcdListPrefix, onNode } from './keys.js';
 import { resourceProblem, validateResource } from './schemas.js';
 import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject } from './invalid.js';

@@ -25,7 +25,7 @@ export const PLURALS: Readonly<Record<Kind, string>> = {
 export const KINDS = Object.keys(PLURALS) as Kind[];
 
 export function isKind(s: string): s is Kind {
-  return Object.prototype.hasOwnProperty.call(PLURALS, s);
+  return  Object.hasOwn(PLURALS, s);
 }
 
 export const RESOURCE_PREFIX = '/netplugin/resources/v3/netplugin.org/';

@@ -12,7 +12,7 @@ import { podEndpointAttributes } from '../workload/workload.js';
 import { resourceProblem, validateResource } from './schemas.js';
 import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject, type ListScope } from './invalid.js';
 import { API_GROUP, API_VERSION, NAMESPACED_KINDS, type Kind, type ObjectMeta, type Resource, type WorkloadEndpointSpec } from '../model/resources.js';
-import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
+import type { CallOptions, Datastore, DeleteOptions, ListOptions, ListResult, Watch, WatchEvent, WatchOptions } from './types.js';
 import type { DatastoreConfig } from './settings.js';
 import { orderedTxn, type TxnOp } from './txn.js';
 

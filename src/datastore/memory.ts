@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
+import type { CallOptions, Datastore, DeleteOptions, ListOptions, ListResult, Watch, WatchEvent, WatchOptions } from './types.js';
 import { parseSelector } from '../selector/index.js';
 import { onNode } from './keys.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';

@@ -202,7 +202,7 @@ export function describeIssues(issues: z.ZodIssue[], field: (path: Array<string 
  * another shape (a pod's endpoint annotations).
  */
 export function resourceProblem(kind: Kind, obj: unknown, field?: (path: Array<string | number>) => string): string | undefined {
-  if (!Object.prototype.hasOwnProperty.call(specSchemas, kind)) return `unknown kind ${JSON.stringify(kind)}`;
+  if (!Object.hasOwn(specSchemas, kind)) return `unknown kind ${JSON.stringify(kind)}`;
   const r = resourceSchema(kind).safeParse(obj);
   return r.success ? undefined : describeIssues(r.error.issues, field);
 }
@@ -212,7 +212,7 @@ export function resourceProblem(kind: Kind, obj: unknown, field?: (path: Array<s
  * or API path) so the operator can find and repair it.
  */
 export function validateResource<K extends Kind>(kind: K, obj: unknown, where: string): Resource<K> {
-  if (!Object.prototype.hasOwnProperty.call(specSchemas, kind)) {
+  if (!Object.hasOwn(specSchemas, kind)) {
     throw new DatastoreError('Invalid', `${where}: unknown kind ${JSON.stringify(kind)}`);
   }
   const problem = resourceProblem(kind, obj);

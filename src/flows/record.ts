@@ -123,6 +123,7 @@ function oneOf<T extends string>(path: string, v: unknown, allowed: readonly T[]
 }
 
 function text(path: string, v: unknown, max = MAX_NAME): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
   if (typeof v !== 'string' || v.length > max || /[\u0000-\u001f]/.test(v)) fail(path, `expected a string of at most ${max} printable characters`, v);
   return v;
 }

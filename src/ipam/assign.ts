@@ -91,7 +91,7 @@ export async function selectPools(core: IpamCore, ctx: Ctx, family: Family): Pro
   const explicit = family === 4 ? ctx.req.ipv4Pools : ctx.req.ipv6Pools;
   const field = (family === 4 ? fields.ipv4Pools : fields.ipv6Pools) ?? (family === 4 ? 'ipv4_pools' : 'ipv6_pools');
   const pools = await choosePools({ family, pools: ctx.pools, explicit, field, node: ctx.node, labels: () => labelsOf(core, ctx), badPools: ctx.badPools , use: ctx.req.use ?? 'Workload' });
-  return { pools, ownFirst: !(explicit && explicit.length) };
+  return { pools, ownFirst: !(explicit?.length) };
 }
 
 export async function assignAuto(core: IpamCore, ctx: Ctx, family: Family): Promise<Assigned> {

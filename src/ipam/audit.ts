@@ -52,7 +52,7 @@ export function* allocationsOf(b: Resource<'IPAMBlock'>): Generator<Allocation> 
 }
 
 function affinityNode(a: string | null): string | undefined {
-  return a && a.startsWith('host:') ? a.slice(5) : undefined;
+  return a?.startsWith('host:') ? a.slice(5) : undefined;
 }
 
 /** Who holds an address, as `ipam show --ip` and `ipam release --ip` see it. */

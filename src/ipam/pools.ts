@@ -140,7 +140,7 @@ export interface ChoosePoolsRequest {
 export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
   const { family, node, field } = r;
   const use = r.use ?? 'Workload';
-  if (r.explicit && r.explicit.length) {
+  if (r.explicit?.length) {
     const named = resolveExplicitPools(family, r.explicit, r.pools, field);
     for (const p of named) checkPoolUse(p, use, field);
     const labels = named.some((p) => !p.selectsAll) ? await r.labels() : {};

@@ -127,7 +127,7 @@ export interface MirrorControllerSpec {
   kind: Kind;
   /** Whether a datastore object of `kind` is one of ours (name prefix). */
   isMirror(res: Resource): boolean;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  // biome-ignore lint/suspicious/noExplicitAny: sources of different resource types
   sources: Array<MirrorSource<any>>;
   /** The desired mirror at `key`, from the source caches (`get` reads source i's cache). */
   desired(key: string, get: <T>(i: number, key: string) => T | undefined): Resource | undefined;

@@ -170,6 +170,7 @@ export class Registry {
   /** Called before every render, to refresh gauges computed from state (queue depth, cache sizes). */
   private readonly collectors: Array<() => void> = [];
 
+  // biome-ignore lint/suspicious/noExplicitAny: metrics of every label set share one registry
   private add<M extends Metric<any>>(m: M): M {
     const existing = this.metrics.get(m.name);
     if (existing) {

@@ -106,7 +106,7 @@ describe('netpluginctl against etcd', () => {
     const report = join(tmp, 'report.json');
     const check = ctl(['ipam', 'check', '-o', report]);
     expect(check.code).toBe(1); // problems found
-    expect(check.out).toMatch(/leaked handles \(1\):\n  k8s-pod-network\.cid-leaky  /);
+    expect(check.out).toMatch(/leaked handles \(1\):\n {2}k8s-pod-network\.cid-leaky {2}/);
     const r = JSON.parse(readFileSync(report, 'utf8'));
     expect(r.leakedHandles).toEqual([expect.objectContaining({ handle: 'k8s-pod-network.cid-leaky', ips: [ips.leaky] })]);
 

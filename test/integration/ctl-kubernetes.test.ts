@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startConnectProxy } from '../support/connect-proxy.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { requireBuiltCtl, runBuiltCtl, startBuiltCtl } from '../support/ctl.js';
 import { API_VERSION } from '../../src/model/resources.js';

@@ -11,7 +11,7 @@ import { startEtcd, type EtcdServer } from '../support/etcd.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
 const TOKEN = 'migrate-test-token';
@@ -77,7 +77,7 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
   it('lock, export (no derived objects), import into an empty target only, unlock; IPAM preserved', async () => {
     const check = await ctl(['upgrade', 'check'], 'etcd');
     expect(check.code).toBe(0);
-    expect(check.out).toMatch(/manifest install with the etcd datastore:\n  datastore: etcd\./);
+    expect(check.out).toMatch(/manifest install with the etcd datastore:\n {2}datastore: etcd\./);
     expect(check.out).toMatch(/recommended: move to the Kubernetes datastore \(netpluginctl datastore migrate/);
     expect((await ctl(['datastore', 'migrate', 'lock', '--dry-run'], 'etcd')).out).toMatch(/datastoreReady=false would be set \(now true\)/);
     expect((await src.get('ClusterInformation', 'default')).spec.datastoreReady).toBe(true);

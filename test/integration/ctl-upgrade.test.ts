@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
 import pkg from '../../package.json' with { type: 'json' };
 const TOKEN = 'upgrade-test-token';
@@ -80,7 +80,7 @@ describe('netpluginctl upgrade (seeded as v3.27)', () => {
 
     const text = await ctl(['upgrade', 'check']);
     expect(text.code).toBe(1);
-    expect(text.out).toMatch(/owner references:\n  BLOCKING 3 object/);
+    expect(text.out).toMatch(/owner references:\n {2}BLOCKING 3 object/);
     expect(text.out).toMatch(/upgrade blocked: fix the BLOCKING items first\n$/);
     expect((await ctl(['upgrade', 'check', '--to', 'v3.33.0'])).out).toMatch(/BLOCKING this netpluginctl .* upgrades to v3\.32\.x, not v3\.33\.0/);
   });

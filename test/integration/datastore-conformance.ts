@@ -5,7 +5,7 @@ import { DatastoreError } from '../../src/errors.js';
 import { TxnError } from '../../src/datastore/txn.js';
 import { affinityName, blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Kind, type Resource, type SpecOf } from '../../src/model/resources.js';
-import { type Datastore, type WatchEvent, type WatchOptions } from '../../src/datastore/types.js';
+import type { Datastore, WatchEvent, WatchOptions } from '../../src/datastore/types.js';
 
 export interface ConformanceTarget {
   ds: Datastore;

@@ -10,7 +10,7 @@ import { certDir, makeCA, makeCert, type CA, type CertPair } from '../support/ce
 import { openDatastore } from '../../src/datastore/index.js';
 import { DatastoreError } from '../../src/errors.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { type WatchEvent } from '../../src/datastore/types.js';
+import type { WatchEvent } from '../../src/datastore/types.js';
 import type { EtcdDatastore } from '../../src/datastore/etcd.js';
 
 for (const transport of ['http', 'grpc'] as const) {

@@ -9,7 +9,7 @@ import { createPluginRuntime } from '../../src/plugins/main/runtime.js';
 import type { EtcdDatastore } from '../../src/datastore/etcd.js';
 import { DatastoreError } from '../../src/errors.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
+import type { Datastore, WatchEvent } from '../../src/datastore/types.js';
 import { affinityName, workloadEndpointName } from '../../src/model/names.js';
 import { datastoreConformance } from './datastore-conformance.js';
 import { _discoverSrvForTests as discoverSrv } from '../../src/datastore/etcd.js';

@@ -9,7 +9,7 @@ import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../supp
 import { freePort } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
+import type { Datastore, WatchEvent } from '../../src/datastore/types.js';
 import { DatastoreError } from '../../src/errors.js';
 import { convertK8sNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
 

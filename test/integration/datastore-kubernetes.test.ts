@@ -8,9 +8,9 @@ import { openDatastore } from '../../src/datastore/index.js';
 import { createKubeClient } from '../../src/k8s/client.js';
 import { ENDPOINT_ANNOTATIONS as WEP_ANNOTATIONS } from '../../src/model/annotations.js';
 import { workloadEndpointName } from '../../src/model/names.js';
-import { DatastoreError } from '../../src/errors.js';
+import type { DatastoreError } from '../../src/errors.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { type Datastore, type WatchEvent } from '../../src/datastore/types.js';
+import type { Datastore, WatchEvent } from '../../src/datastore/types.js';
 import { datastoreConformance } from './datastore-conformance.js';
 import { freePort } from '../support/etcd.js';
 

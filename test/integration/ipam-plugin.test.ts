@@ -12,7 +12,7 @@ import { startEtcd } from '../support/etcd.js';
 import { startFakeApiServer, writeKubeconfig } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
 import { createPool } from '../support/builders.js';
 

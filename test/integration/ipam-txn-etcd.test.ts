@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { etcdStores, startEtcd, type EtcdServer } from '../support/etcd.js';
 import { affinityName, blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
-import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
+import type { Datastore, TxnOp } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';

@@ -44,7 +44,7 @@ afterAll(async () => {
 /** A readiness endpoint answering with the scripted statuses in turn (the last one repeats). */
 async function gate(statuses: number[], body = 'starting'): Promise<{ url: string; hits: () => number }> {
   let n = 0;
-  const srv = createServer((req, res) => {
+  const srv = createServer((_req, res) => {
     const status = statuses[Math.min(n, statuses.length - 1)]!;
     n++;
     res.writeHead(status, { 'content-type': 'text/plain' });

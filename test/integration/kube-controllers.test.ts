@@ -11,7 +11,7 @@ import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../supp
 import { freePort, startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { DatastoreError } from '../../src/errors.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { createPool, workloadEndpoint } from '../support/builders.js';
@@ -425,9 +425,9 @@ describe('netpluginctl', { timeout: 120_000 }, () => {
     // Leaked addresses are a finding: exit 1 (docs/netpluginctl.md), so cron jobs and alerts see it.
     expect(check.code).toBe(1);
     const lines = check.out.split('\n');
-    const after = (ip: string) => lines[lines.findIndex((l) => l.includes(ip)) + 1] ?? '';
-    expect(after(vanished)).toMatch(/GC: allocated \d+s ago; released once it has looked leaked for leakGracePeriod 1h/);
-    expect(after(plain)).toContain('GC: no Kubernetes attributes');
+    const lineAfter = (ip: string) => lines[lines.findIndex((l) => l.includes(ip)) + 1] ?? '';
+    expect(lineAfter(vanished)).toMatch(/GC: allocated \d+s ago; released once it has looked leaked for leakGracePeriod 1h/);
+    expect(lineAfter(plain)).toContain('GC: no Kubernetes attributes');
     expect(check.out).not.toContain(alive); // its pod exists (asked through KUBECONFIG)
 
     // A malformed object is a finding of its own, named with where it is and why; describe shows it as stored.

@@ -130,7 +130,7 @@ export function defineTruthTables(mode: DatastoreMode, POOL: PoolDef, prefix: st
     it('egress: only DNS-style UDP to port 80, and the destination must still admit it', async () => {
       await applyK8sPolicy(env, { metadata: meta('x', 'a-egress-udp'), spec: { podSelector: { matchLabels: { pod: 'a' } }, policyTypes: ['Egress'], egress: [{ ports: [{ protocol: 'UDP', port: 80 }] }] } });
       await applyK8sPolicy(env, { metadata: meta('y', 'deny-ingress'), spec: { podSelector: { matchLabels: { pod: 'b' } }, policyTypes: ['Ingress'] } });
-      await expectReachability(env, 80, 'udp', (f, t) => !is(t, 'y/b'));
+      await expectReachability(env, 80, 'udp', (_f, t) => !is(t, 'y/b'));
       await expectReachability(env, 80, 'tcp', (f, t) => !is(f, 'x/a') && !is(t, 'y/b'));
     });
 

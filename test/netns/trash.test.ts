@@ -6,7 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { netlinkIn } from '../support/netns.js';
 import { createTrash, purgeTrash, setupWorkload, type WorkloadSpec } from '../../src/dataplane/index.js';
-import { type Netlink } from '../../src/native/index.js';
+import type { Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 // A group of this test's own, so a purge here never races another file's.

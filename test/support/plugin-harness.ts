@@ -19,7 +19,7 @@ import { removeAllNetns } from './netns.js';
 import { startEtcd, type EtcdServer } from './etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { containsIP, parseCidr, parseIP } from '../../src/net/cidr.js';
 
 export const BIN = process.env.NETPLUGIN_TEST_BIN ?? join(DIST, 'netplugin.mjs');

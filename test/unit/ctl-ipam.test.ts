@@ -107,7 +107,7 @@ describe('ipam check and release', () => {
     // Problems found: exit 1 (documented for cron jobs and alerts), also with --json.
     expect(check.code).toBe(1);
     expect((await ctl(['ipam', 'check', '--json'])).code).toBe(1);
-    expect(check.out).toMatch(/leaked handles \(1\):\n  k8s-pod-network\.c-gone  /);
+    expect(check.out).toMatch(/leaked handles \(1\):\n {2}k8s-pod-network\.c-gone {2}/);
     expect(check.out).toMatch(/no workload endpoint for pod default\/gone \(the pod was not looked up: no Kubernetes access/);
     const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as IpamReport;
     expect(report.leakedHandles).toEqual([expect.objectContaining({ handle: 'k8s-pod-network.c-gone', ips: [leaked], namespace: 'default', pod: 'gone', node: 'n1' })]);

@@ -332,7 +332,7 @@ describe('describe', () => {
     const r = await ctl(['describe', 'ippool', 'blue']);
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^Name: +blue\nKind: +IPPool \(netplugin\.org\/v3\)\nLabels: +<none>/);
-    expect(r.out).toMatch(/Spec:\n  cidr: 10\.90\.0\.0\/24/);
+    expect(r.out).toMatch(/Spec:\n {2}cidr: 10\.90\.0\.0\/24/);
     expect(r.out).not.toContain('Source:');
 
     await ds.create({ apiVersion: API_VERSION, kind: 'Profile', metadata: { name: 'kns.shop', labels: { a: 'b' } }, spec: { labelsToApply: { 'netplugin.org/name': 'shop' } } } as Resource);

@@ -4,8 +4,8 @@
 // ipAddrs); tunnel addresses come only from pools that allow Tunnel.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { type IPPoolSpec } from '../../src/model/resources.js';
-import { CniError, ErrorCodes } from '../../src/errors.js';
+import type { IPPoolSpec } from '../../src/model/resources.js';
+import { type CniError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type Ipam, type AssignRequest } from '../../src/ipam/index.js';

@@ -5,7 +5,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { DatastoreError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';

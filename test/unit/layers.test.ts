@@ -79,7 +79,7 @@ function importGraph(): Map<string, string[]> {
 const folderOf = (file: string) => (file.includes('/') ? file.slice(0, file.indexOf('/')) : '.');
 
 /** Strongly connected components with more than one member (Tarjan). */
-export function cycles(graph: Map<string, string[]>): string[][] {
+function cycles(graph: Map<string, string[]>): string[][] {
   let next = 0;
   const index = new Map<string, number>();
   const low = new Map<string, number>();

@@ -32,7 +32,7 @@ describe('line format', () => {
   it('writes a stack on indented lines after the fields', () => {
     const { log, lines } = capture();
     log.error('boom', { code: 999, stack: 'Error: boom\n    at f (x.js:1:1)' });
-    expect(lines[0]).toMatch(/boom code=999\n    Error: boom\n        at f \(x\.js:1:1\)\n$/);
+    expect(lines[0]).toMatch(/boom code=999\n {4}Error: boom\n {8}at f \(x\.js:1:1\)\n$/);
   });
 });
 

@@ -1,7 +1,7 @@
 // The flow UI: plain DOM, no framework, everything served by the aggregator.
 // Names and labels come from the cluster's tenants: they only ever go into
 // textContent and SVG text nodes, never into markup.
-'use strict';
+
 
 const PAGE_SIZE = 50;
 const MAX_LIVE_ROWS = 500;

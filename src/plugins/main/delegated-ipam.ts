@@ -5,7 +5,7 @@
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore } from '../../datastore/types.js';
 import type { DelegateInvocation } from './delegate.js';
-import { type PluginContext, type Workload } from './common.js';
+import type { PluginContext, Workload } from './common.js';
 
 /**
  * The invocation of the netconf's IPAM plugin for this attachment, less the
