@@ -21,7 +21,9 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const { values } = parseArgs({ options: { pods: { type: 'string' }, policies: { type: 'string' }, n: { type: 'string' }, out: { type: 'string' } } });
+const { values } = parseArgs({
+  options: { pods: { type: 'string' }, policies: { type: 'string' }, n: { type: 'string' }, out: { type: 'string' } },
+});
 const PODS = Number(values.pods ?? 500);
 const POLICIES = (values.policies ?? '0,100,1000').split(',').map(Number);
 const N = Number(values.n ?? 60);
@@ -130,7 +132,17 @@ mkdirSync(cache, { recursive: true });
 const entry = join(cache, 'bench-policy-body.ts');
 writeFileSync(entry, body);
 const outfile = join(cache, 'bench-policy.mjs');
-await build({ entryPoints: [entry], bundle: true, platform: 'node', format: 'esm', target: 'node20', outfile, external: ['etcd3', 'node-gyp-build'], banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" }, logLevel: 'error' });
+await build({
+  entryPoints: [entry],
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  outfile,
+  external: ['etcd3', 'node-gyp-build'],
+  banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+  logLevel: 'error',
+});
 const { run } = await import(pathToFileURL(outfile).href);
 
 const rows = [];
@@ -142,11 +154,18 @@ for (const p of POLICIES) {
   }
 }
 const md = [
-  `Policy benchmark (${new Date().toISOString()}): ${PODS} local endpoints, ${N} adds and ${N} label changes per row, in-memory datastore, real nftables`,
+  `Policy benchmark (${new Date().toISOString()}): ${PODS} local endpoints, ${N} adds and ${N} label changes per ` +
+    `row, in-memory datastore, real nftables`,
   '',
-  '| policies | apply via | resync ms (compile + nft) | add→programmed p50 / p99 ms | label→enforced p50 / p99 ms (compile, nft p50) | CPU % | peak RSS MiB |',
+  '| policies | apply via | resync ms (compile + nft) | add→programmed p50 / p99 ms | label→enforced p50 / p99 ms ' +
+    '(compile, nft p50) | CPU % | peak RSS MiB |',
   '|---:|---|---:|---:|---:|---:|---:|',
-  ...rows.map((r) => `| ${r.policies} | ${r.mode} | ${r.resyncMs} (${r.resyncCompileMs} + ${r.resyncApplyMs}) | ${r.addP50} / ${r.addP99} | ${r.labelP50} / ${r.labelP99} (${r.labelCompileP50}, ${r.labelApplyP50}) | ${r.cpuPct} | ${r.rssMiB} |`),
+  ...rows.map(
+    (r) =>
+      `| ${r.policies} | ${r.mode} | ${r.resyncMs} (${r.resyncCompileMs} + ${r.resyncApplyMs}) | ${r.addP50} / ` +
+      `${r.addP99} | ${r.labelP50} / ${r.labelP99} (${r.labelCompileP50}, ${r.labelApplyP50}) | ${r.cpuPct} | ` +
+      `${r.rssMiB} |`,
+  ),
 ].join('\n');
 mkdirSync(OUT, { recursive: true });
 writeFileSync(join(OUT, 'policy-latest.md'), md + '\n');

@@ -59,7 +59,8 @@ export async function startAgentHealth(o: AgentHealthOptions): Promise<HealthSer
       if (o.bgp) {
         const st = o.bgp();
         if (!st?.running) fail('bird', st?.lastError ? `not running: ${st.lastError}` : 'not running yet');
-        else detail['bird'] = `running (pid ${st.pid}), ${st.established}/${st.sessions.length} BGP sessions Established`;
+        else
+          detail['bird'] = `running (pid ${st.pid}), ${st.established}/${st.sessions.length} BGP sessions Established`;
       }
       return { ok, detail };
     },

@@ -74,7 +74,9 @@ export function startPluginKubeconfig(o: PluginKubeconfigOptions): PluginKubecon
   const seconds = o.expirationSeconds ?? DEFAULT_TOKEN_SECONDS;
   const minRetry = o.minRetryMs ?? 1000;
   const maxRetry = o.maxRetryMs ?? 60_000;
-  const path = `/api/v1/namespaces/${encodeURIComponent(o.namespace)}/serviceaccounts/${encodeURIComponent(o.serviceAccount)}/token`;
+  const path =
+    `/api/v1/namespaces/${encodeURIComponent(o.namespace)}/serviceaccounts/` +
+    `${encodeURIComponent(o.serviceAccount)}/token`;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let failures = 0;
@@ -100,7 +102,8 @@ export function startPluginKubeconfig(o: PluginKubeconfigOptions): PluginKubecon
       });
       const token = res?.status?.token;
       const exp = res?.status?.expirationTimestamp ? new Date(res.status.expirationTimestamp) : undefined;
-      if (!token || !exp || Number.isNaN(exp.getTime())) throw new Error('the TokenRequest answer has no status.token or status.expirationTimestamp');
+      if (!token || !exp || Number.isNaN(exp.getTime()))
+        throw new Error('the TokenRequest answer has no status.token or status.expirationTimestamp');
       if (stopped) return;
       writeFileAtomic(o.path, renderKubeconfig(o.client.server, token, o.ca, o.serviceAccount), 0o600);
       writes++;
@@ -108,7 +111,11 @@ export function startPluginKubeconfig(o: PluginKubeconfigOptions): PluginKubecon
       lastError = undefined;
       expires = exp;
       const lifetime = exp.getTime() - Date.now();
-      o.log.info('plugin kubeconfig written', { path: o.path, serviceAccount: `${o.namespace}/${o.serviceAccount}`, expires: exp.toISOString() });
+      o.log.info('plugin kubeconfig written', {
+        path: o.path,
+        serviceAccount: `${o.namespace}/${o.serviceAccount}`,
+        expires: exp.toISOString(),
+      });
       resolveFirst();
       // Two thirds in; never sooner than the retry floor (a server granting
       // a lifetime of seconds must not make us spin).

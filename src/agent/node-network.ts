@@ -64,17 +64,30 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
       ...(o.onRoutesApplied ? { onApplied: o.onRoutesApplied } : {}),
       bgp: o.bgp !== undefined,
     });
-    stops.push(() => routes.stop(), () => nat.stop(), () => kernel.close());
+    stops.push(
+      () => routes.stop(),
+      () => nat.stop(),
+      () => kernel.close(),
+    );
     if (o.bgp) {
       const { startBgpController } = await import('./bgp/index.js');
-      const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir });
+      const bgp = startBgpController({
+        ds,
+        node,
+        subnets: () => kernel.connectedSubnets(),
+        log: o.log,
+        birdPath: o.bgp.birdPath,
+        runDir: o.bgp.runDir,
+      });
       o.bgp.onStarted(bgp);
       // Before kernel.close (the controller reads connected subnets through it).
       stops.unshift(() => void bgp.stop());
     }
     if (stopped) for (const s of stops.splice(0)) s();
     o.log.info('pod network controllers started', { node });
-  })().catch((e: Error) => o.log.error('pod network controllers did not start; pods on this node reach only this node', { error: e.message }));
+  })().catch((e: Error) =>
+    o.log.error('pod network controllers did not start; pods on this node reach only this node', { error: e.message }),
+  );
   return {
     stop() {
       stopped = true;

@@ -4,7 +4,6 @@
 
 import type { Logger } from '../log/types.js';
 
-
 export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
 export type CniVersion = (typeof SUPPORTED_VERSIONS)[number];
 
@@ -67,7 +66,6 @@ export interface CniResult {
   dns?: CniDNS;
 }
 
-
 /**
  * Everything a handler needs about one invocation, already validated.
  * `Rt`: the plugin's runtime (src/plugins/main/runtime.ts for ours), built by
@@ -117,7 +115,8 @@ export interface CniHandlers<Conf = Record<string, unknown>, Rt = undefined> {
  * What an executable gives the dispatcher (src/cni/dispatch.ts: `dispatch(io, plugin): Promise<exitCode>`).
  * A plugin with a runtime (`Rt` not undefined) must be given one: handed to every handler as ctx.runtime.
  */
-export type PluginSpec<Conf = Record<string, unknown>, Rt = undefined> = PluginSpecBase<Conf, Rt> & (undefined extends Rt ? { runtime?: Rt } : { runtime: Rt });
+export type PluginSpec<Conf = Record<string, unknown>, Rt = undefined> = PluginSpecBase<Conf, Rt> &
+  (undefined extends Rt ? { runtime?: Rt } : { runtime: Rt });
 
 export interface PluginSpecBase<Conf, Rt> {
   /** 'netplugin' | 'netplugin-ipam' (used in VERSION output and logs). */
@@ -128,7 +127,11 @@ export interface PluginSpecBase<Conf, Rt> {
    * Optional: the logger for one invocation. Default (src/cni/dispatch.ts):
    * io.stderr plus the netconf's log file, closed when the call ends.
    */
-  createLog?(rawConf: Record<string, unknown>, context: { containerId?: string | undefined; podNamespace?: string | undefined; podName?: string | undefined }, io: CniIO): Logger;
+  createLog?(
+    rawConf: Record<string, unknown>,
+    context: { containerId?: string | undefined; podNamespace?: string | undefined; podName?: string | undefined },
+    io: CniIO,
+  ): Logger;
 }
 
 /** One entry of GC's `cni.dev/valid-attachments` (read with validAttachments() in src/cni/dispatch.ts). */

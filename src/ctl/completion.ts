@@ -33,7 +33,37 @@ const FLAG_VALUES: Record<string, string[]> = {
 };
 
 /** Flags that take a value (the next word is that value, not a positional). */
-const VALUE_FLAGS = new Set(['-o', '--output', '-n', '--namespace', '-l', '--selector', '-f', '--filename', '-p', '--patch', '--config', '-c', '--kubeconfig', '--context', '--log-format', '--type', '--sort-by', '--as', '--as-group', '--ip', '--name', '--cidr', '--node', '--log', '--metrics-url', '-d', '--dir', '--to', '--from-report']);
+const VALUE_FLAGS = new Set([
+  '-o',
+  '--output',
+  '-n',
+  '--namespace',
+  '-l',
+  '--selector',
+  '-f',
+  '--filename',
+  '-p',
+  '--patch',
+  '--config',
+  '-c',
+  '--kubeconfig',
+  '--context',
+  '--log-format',
+  '--type',
+  '--sort-by',
+  '--as',
+  '--as-group',
+  '--ip',
+  '--name',
+  '--cidr',
+  '--node',
+  '--log',
+  '--metrics-url',
+  '-d',
+  '--dir',
+  '--to',
+  '--from-report',
+]);
 
 /** The command tree the overview lists: "ipam show ..." -> ipam: [show]. */
 export function commandTree(topHelp: string): Map<string, string[]> {
@@ -90,7 +120,16 @@ export async function complete(words: string[], src: CompletionSource, s: CtlSes
   const help = await src.help();
   if (cur.startsWith('-')) {
     const topic = cmd && sub && help[`${cmd} ${sub}`] ? `${cmd} ${sub}` : (cmd ?? '');
-    return pick([...new Set([...flagsIn(help[topic] ?? help[cmd ?? '']), '--config', '--kubeconfig', '--context', '--log-format', '--help'])]);
+    return pick([
+      ...new Set([
+        ...flagsIn(help[topic] ?? help[cmd ?? '']),
+        '--config',
+        '--kubeconfig',
+        '--context',
+        '--log-format',
+        '--help',
+      ]),
+    ]);
   }
   if (!cmd) return pick([...tree.keys(), 'help']);
   if (cmd === 'help') return positional.length === 1 ? pick([...tree.keys()]) : [];
@@ -108,7 +147,12 @@ export async function complete(words: string[], src: CompletionSource, s: CtlSes
 }
 
 /** Resource names of a kind from the datastore; nothing when it cannot be read (completion never fails loudly). */
-async function names(kind: string, namespace: string | undefined, s: CtlSession, qualified: boolean): Promise<string[]> {
+async function names(
+  kind: string,
+  namespace: string | undefined,
+  s: CtlSession,
+  qualified: boolean,
+): Promise<string[]> {
   try {
     const info = resolveKind(kind);
     const ds = await s.datastore();

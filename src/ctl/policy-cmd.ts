@@ -4,7 +4,8 @@
 import { bool, CtlError, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 
 export const POLICY_HELP = {
-  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--source-port N] [--protocol P] [-o json]
+  'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N]
+                                  [--source-port N] [--protocol P] [-o json]
 
 Shows the pod's endpoint (addresses, labels with those its profiles apply), the
 policies that select it for ingress and egress in evaluation order, and with
@@ -35,7 +36,11 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
   );
   if (bool(p, 'help')) return printHelp(io, POLICY_HELP['policy explain']);
   const [pod, ...extra] = p.positional;
-  if (!pod || extra.length) throw new CtlError(`policy explain takes one pod name, e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 --port 80'`);
+  if (!pod || extra.length)
+    throw new CtlError(
+      `policy explain takes one pod name, e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 ` +
+        `--port 80'`,
+    );
   const { cmdPolicyExplain } = await import('./policy.js');
   const opt = (n: string) => str(p, n);
   return cmdPolicyExplain(await s.datastore(), io, {

@@ -24,7 +24,13 @@ import { containsCidr, tryParseCidr } from '../net/cidr.js';
 import { TxnError, opIdentity, opKind, type TxnOp } from './txn.js';
 import type { CallOptions, Datastore, ListOptions, ListResult, Watch, WatchEvent } from './types.js';
 
-export const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'IPAMConfig', 'BlockAffinity', 'IPAMBlock'];
+export const CACHED_KINDS: readonly Kind[] = [
+  'ClusterInformation',
+  'IPPool',
+  'IPAMConfig',
+  'BlockAffinity',
+  'IPAMBlock',
+];
 
 /**
  * Kinds of which the cache remembers only its own writes (no watch: one
@@ -34,10 +40,16 @@ export const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'I
  */
 export const RECENT_KINDS: readonly Kind[] = ['IPAMHandle', 'WorkloadEndpoint'];
 
-/** How many of its own writes the cache remembers (oldest go first: pods DEL'd by another process are never forgotten otherwise). */
+/**
+ * How many of its own writes the cache remembers (oldest go first: pods DEL'd by another process are never forgotten
+ * otherwise).
+ */
 const MAX_RECENT = 4096;
 
-/** How long reads of an object go to the store after a failed compare or our own delete, unless the watch shows it first. */
+/**
+ * How long reads of an object go to the store after a failed compare or our own delete, unless the watch shows it
+ * first.
+ */
 const BYPASS_MS = 2_000;
 
 export interface CachedDatastoreOptions {
@@ -96,7 +108,10 @@ export interface CachedDatastore extends Datastore {
   suspend(ms: number): void;
 }
 
-export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}): Datastore & Partial<Pick<CachedDatastore, 'stats' | 'synced' | 'suspend'>> {
+export function cachedDatastore(
+  ds: Datastore,
+  opts: CachedDatastoreOptions = {},
+): Datastore & Partial<Pick<CachedDatastore, 'stats' | 'synced' | 'suspend'>> {
   if (ds.type === 'kubernetes') return ds;
   const stats: CacheStats = { hits: 0, misses: 0, relists: 0, recentHits: 0 };
   /** kind/namespace/name -> this process's last write of it (RECENT_KINDS), oldest first. */
@@ -266,12 +281,18 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
         return c && c.family === cidr.family && containsCidr(c, cidr);
       });
       if (!pool?.metadata.resourceVersion) {
-        throw new TxnError('Conflict', `block ${(ops[i] as { res: Resource }).res.metadata.name} is in no IP pool (deleted meanwhile?); re-read the pools`, i);
+        throw new TxnError(
+          'Conflict',
+          `block ${(ops[i] as { res: Resource }).res.metadata.name} is in no IP pool (deleted meanwhile?); re-read ` +
+            `the pools`,
+          i,
+        );
       }
       add({ op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: pool.metadata.resourceVersion }, i);
       // datastoreReady=false must stop every ADD write from then on, not once the watch brings it.
       const ci = live('ClusterInformation')?.objects.get(keyOf('default', undefined));
-      if (ci?.metadata.resourceVersion) add({ op: 'check', kind: 'ClusterInformation', name: 'default', revision: ci.metadata.resourceVersion }, i);
+      if (ci?.metadata.resourceVersion)
+        add({ op: 'check', kind: 'ClusterInformation', name: 'default', revision: ci.metadata.resourceVersion }, i);
     }
     return out;
   };
@@ -322,7 +343,11 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
       }
       stats.hits++;
       const items = [...c.objects.values()]
-        .filter((r) => (o.namespace === undefined || (r.metadata.namespace || undefined) === o.namespace) && (!o.namePrefix || r.metadata.name.startsWith(o.namePrefix)))
+        .filter(
+          (r) =>
+            (o.namespace === undefined || (r.metadata.namespace || undefined) === o.namespace) &&
+            (!o.namePrefix || r.metadata.name.startsWith(o.namePrefix)),
+        )
         .sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : a.metadata.name > b.metadata.name ? 1 : 0))
         .map((r) => structuredClone(r) as Resource<K>);
       return { items, revision: c.revision };
@@ -330,7 +355,16 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
     create: (res, o) => single({ op: 'create', res }, () => ds.create(res, o)),
     update: (res, o) => single({ op: 'update', res }, () => ds.update(res, o)),
     delete: (kind, name, o = {}) =>
-      single({ op: 'delete', kind, name, ...(o.namespace !== undefined ? { namespace: o.namespace } : {}), ...(o.revision !== undefined ? { revision: o.revision } : {}) }, () => ds.delete(kind, name, o)),
+      single(
+        {
+          op: 'delete',
+          kind,
+          name,
+          ...(o.namespace !== undefined ? { namespace: o.namespace } : {}),
+          ...(o.revision !== undefined ? { revision: o.revision } : {}),
+        },
+        () => ds.delete(kind, name, o),
+      ),
     async txn(ops, o) {
       let out: Array<Resource | undefined>;
       let checks: Array<{ op: TxnOp; guards: number }> = [];
@@ -346,10 +380,17 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
           invalidateOp(chk.op);
           if (opKind(chk.op) === 'ClusterInformation') {
             // Not a conflict to retry: the caller read readiness from the cache; a new request reads it from the store.
-            throw new DatastoreError('Unavailable', `ClusterInformation 'default' changed since this request read it (datastoreReady may have been turned off); nothing was written, try again`, { cause: e });
+            throw new DatastoreError(
+              'Unavailable',
+              `ClusterInformation 'default' changed since this request read it (datastoreReady may have been turned ` +
+                `off); nothing was written, try again`,
+              { cause: e },
+            );
           }
           invalidateOp(ops[chk.guards]!);
-          throw new TxnError('Conflict', `${e.message} (the pool of the block changed or was deleted)`, chk.guards, { cause: e });
+          throw new TxnError('Conflict', `${e.message} (the pool of the block changed or was deleted)`, chk.guards, {
+            cause: e,
+          });
         }
         failed(e, ops);
         throw e;

@@ -23,7 +23,16 @@
 // records the pid of the process that took it).
 import { createHash } from 'node:crypto';
 import {
-  closeSync, constants, fchmodSync, fstatSync, ftruncateSync, lstatSync, mkdirSync, openSync, readSync, unlinkSync,
+  closeSync,
+  constants,
+  fchmodSync,
+  fstatSync,
+  ftruncateSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  unlinkSync,
   writeSync,
 } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
@@ -182,8 +191,8 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
         if (!(await flockWait(fd, left, file))) {
           const holder = describeHolder(lockHolder(fd));
           const what = opts.key === undefined ? '' : ` (${opts.key})`;
-          const msg = `timed out after ${timeoutMs} ms waiting for the host lock ${path}${what}; ` +
-            `it is held by ${holder}`;
+          const msg =
+            `timed out after ${timeoutMs} ms waiting for the host lock ${path}${what}; ` + `it is held by ${holder}`;
           throw new HostLockError('timeout', msg);
         }
       }

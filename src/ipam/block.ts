@@ -19,8 +19,15 @@ export function newBlockSpec(cidr: Cidr, text: string, affinity: string | null):
 export function checkBlock(spec: IPAMBlockSpec): Cidr {
   const c = parseCidr(spec.cidr);
   const n = Number(cidrSize(c));
-  if (!Array.isArray(spec.allocations) || spec.allocations.length !== n || !Array.isArray(spec.unallocated) || !Array.isArray(spec.attributes)) {
-    throw new Error(`IPAMBlock ${spec.cidr} is malformed: allocations must have ${n} entries (netpluginctl ipam check can repair it)`);
+  if (
+    !Array.isArray(spec.allocations) ||
+    spec.allocations.length !== n ||
+    !Array.isArray(spec.unallocated) ||
+    !Array.isArray(spec.attributes)
+  ) {
+    throw new Error(
+      `IPAMBlock ${spec.cidr} is malformed: allocations must have ${n} entries (netpluginctl ipam check can repair it)`,
+    );
   }
   return c;
 }
@@ -78,7 +85,10 @@ export function allocateOrdinal(spec: IPAMBlockSpec, ord: number, attr: Allocati
   spec.unallocated = spec.unallocated.filter((o) => o !== ord);
 }
 
-/** Free the given ordinals (already-free ones are ignored). Freed ordinals go to the back of the hand-out order, so a just-released address is reused last. Mutates. */
+/**
+ * Free the given ordinals (already-free ones are ignored). Freed ordinals go to the back of the hand-out order, so a
+ * just-released address is reused last. Mutates.
+ */
 export function freeOrdinals(spec: IPAMBlockSpec, ords: number[]): number[] {
   const freed: number[] = [];
   for (const ord of ords) {

@@ -8,7 +8,6 @@ import { createKeyedQueue } from '../keyed-queue.js';
 import { createIpamShared, type IpamShared } from './shared.js';
 import type { IpamHostLock } from './types.js';
 
-
 export interface IpamOptions {
   /**
    * The node's host lock, given by its owner (the plugins: src/hostlock);
@@ -91,4 +90,3 @@ export const hostAffinity = (node: string) => `host:${node}`;
 export function isKind(e: unknown, kind: 'NotFound' | 'AlreadyExists' | 'Conflict'): boolean {
   return DatastoreError.is(e, kind);
 }
-

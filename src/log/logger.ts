@@ -134,7 +134,13 @@ class LoggerImpl implements AppLogger {
   }
 
   private jsonLine(level: LogLevel, msg: string, fields?: Record<string, unknown>): string {
-    const obj: Record<string, unknown> = { time: new Date().toISOString(), level, pid: process.pid, msg: redactString(msg), ...this.ctx };
+    const obj: Record<string, unknown> = {
+      time: new Date().toISOString(),
+      level,
+      pid: process.pid,
+      msg: redactString(msg),
+      ...this.ctx,
+    };
     if (fields) {
       const safe = redact(fields) as Record<string, unknown>;
       // Fields never overwrite the line's own keys.
@@ -200,7 +206,13 @@ function contextPrefix(ctx: LogContext): string {
 
 export function createLogger(opts: LoggerOptions = {}): AppLogger {
   const level = normalizeLevel(opts.level) ?? 'INFO';
-  const sink: Sink = { stderr: opts.stderr, pending: [], scheduled: false, buffered: !!opts.buffered, json: opts.format === 'json' };
+  const sink: Sink = {
+    stderr: opts.stderr,
+    pending: [],
+    scheduled: false,
+    buffered: !!opts.buffered,
+    json: opts.format === 'json',
+  };
   if (opts.filePath) {
     sink.file = new RotatingFile({
       path: opts.filePath,
@@ -219,11 +231,16 @@ export function createLogger(opts: LoggerOptions = {}): AppLogger {
  * the strict schema reports bad values as a code-7 error; until then a bad
  * log option must not stop us from logging that error.
  */
-export function loggerOptionsFromConf(raw: Record<string, unknown>): Pick<LoggerOptions, 'level' | 'filePath' | 'maxSizeMB' | 'maxAgeDays' | 'maxCount' | 'format'> {
+export function loggerOptionsFromConf(
+  raw: Record<string, unknown>,
+): Pick<LoggerOptions, 'level' | 'filePath' | 'maxSizeMB' | 'maxAgeDays' | 'maxCount' | 'format'> {
   const num = (v: unknown, dflt: number) => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : dflt);
   return {
     level: typeof raw['log_level'] === 'string' && normalizeLevel(raw['log_level']) ? raw['log_level'] : 'INFO',
-    filePath: typeof raw['log_file_path'] === 'string' && raw['log_file_path'].startsWith('/') ? raw['log_file_path'] : undefined,
+    filePath:
+      typeof raw['log_file_path'] === 'string' && raw['log_file_path'].startsWith('/')
+        ? raw['log_file_path']
+        : undefined,
     maxSizeMB: Math.max(1, num(raw['log_file_max_size'], 100)),
     maxAgeDays: num(raw['log_file_max_age'], 30),
     maxCount: num(raw['log_file_max_count'], 10),

@@ -57,7 +57,8 @@ export function durationSeconds(s: string): number | undefined {
  */
 export function passwordProblem(pw: string): string | undefined {
   if (pw.length === 0) return 'the password is empty';
-  if (Buffer.byteLength(pw) > MAX_PASSWORD_BYTES) return `the password is longer than ${MAX_PASSWORD_BYTES} bytes (the kernel's TCP-MD5 key limit)`;
+  if (Buffer.byteLength(pw) > MAX_PASSWORD_BYTES)
+    return `the password is longer than ${MAX_PASSWORD_BYTES} bytes (the kernel's TCP-MD5 key limit)`;
   if (!/^[\x20-\x7e]+$/.test(pw) || /["\\]/.test(pw)) {
     return 'the password may only contain printable ASCII characters other than " and \\ (BIRD cannot quote others)';
   }
@@ -102,13 +103,16 @@ export function bgpPeerProblems(spec: BGPPeerSpec): FieldProblem[] {
     out.push({ path: 'peerIP', message: 'a BGPPeer needs peerIP (with asNumber) or peerSelector; set one of them' });
   }
   if (spec.peerIP !== undefined && spec.asNumber === undefined) {
-    out.push({ path: 'asNumber', message: 'is required with peerIP (the peer\'s AS number)' });
+    out.push({ path: 'asNumber', message: "is required with peerIP (the peer's AS number)" });
   }
   if (spec.peerSelector !== undefined && spec.asNumber !== undefined) {
-    out.push({ path: 'asNumber', message: 'applies to peerIP only; the selected nodes\' AS numbers are used' });
+    out.push({ path: 'asNumber', message: "applies to peerIP only; the selected nodes' AS numbers are used" });
   }
   if (spec.node !== undefined && spec.nodeSelector !== undefined) {
-    out.push({ path: 'nodeSelector', message: 'node and nodeSelector are exclusive; set one of them (neither: every node)' });
+    out.push({
+      path: 'nodeSelector',
+      message: 'node and nodeSelector are exclusive; set one of them (neither: every node)',
+    });
   }
   if (spec.peerIP !== undefined && !parsePeerIP(spec.peerIP)) {
     out.push({ path: 'peerIP', message: `${JSON.stringify(spec.peerIP)} is not ADDR, ADDR:PORT or [IPv6]:PORT` });
@@ -118,7 +122,10 @@ export function bgpPeerProblems(spec: BGPPeerSpec): FieldProblem[] {
     out.push({ path: 'password', message: 'set exactly one of password.secretKeyRef and password.file' });
   }
   if (spec.maxRestartTime !== undefined && durationSeconds(spec.maxRestartTime) === undefined) {
-    out.push({ path: 'maxRestartTime', message: `${JSON.stringify(spec.maxRestartTime)} is not a duration such as 120s or 2m` });
+    out.push({
+      path: 'maxRestartTime',
+      message: `${JSON.stringify(spec.maxRestartTime)} is not a duration such as 120s or 2m`,
+    });
   }
   return out;
 }

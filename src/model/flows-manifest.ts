@@ -23,7 +23,8 @@ export function flowsManifest(o: FlowsManifestOptions): string {
   return `# netplugin-flows: the flow-log aggregator (docs/flows.md). Agents stream flow records to the
 # collector (Service ${FLOWS_NAME}:${FLOWS_COLLECTOR_PORT}, HTTP/2 with mTLS: an agent presents a certificate signed
 # by the CA in the Secret's ca.crt); the HTTP API${o.ui ? ' and the web UI' : ''} listen on the pod's loopback only:
-#   kubectl -n ${FLOWS_NAMESPACE} port-forward deploy/${FLOWS_NAME} ${FLOWS_API_PORT}   # then http://127.0.0.1:${FLOWS_API_PORT}/
+#   kubectl -n ${FLOWS_NAMESPACE} port-forward deploy/${FLOWS_NAME} ${FLOWS_API_PORT}
+#   # then http://127.0.0.1:${FLOWS_API_PORT}/
 # Flows are kept in memory (one replica; --retention, default 1h). The aggregator reads nothing from
 # the Kubernetes API: its ServiceAccount has no role and no token is mounted.
 apiVersion: v1

@@ -25,7 +25,14 @@ export type ProtocolName = (typeof PROTOCOL_NAMES)[number];
 export type Protocol = ProtocolName | number;
 
 /** Protocol numbers for the names (IANA). */
-export const PROTOCOL_NUMBERS: Record<ProtocolName, number> = { TCP: 6, UDP: 17, ICMP: 1, ICMPv6: 58, SCTP: 132, UDPLite: 136 };
+export const PROTOCOL_NUMBERS: Record<ProtocolName, number> = {
+  TCP: 6,
+  UDP: 17,
+  ICMP: 1,
+  ICMPv6: 58,
+  SCTP: 132,
+  UDPLite: 136,
+};
 
 /**
  * A port: a number, a range "first:last" (inclusive), or the name of a named
@@ -100,14 +107,24 @@ export const portSchema = z.union([
     if (r) {
       const a = Number(r[1]);
       const b = Number(r[2]);
-      if (a > 65535 || b > 65535 || a > b) ctx.addIssue({ code: z.ZodIssueCode.custom, message: `port range "${s}" must be "first:last" with 0 <= first <= last <= 65535` });
+      if (a > 65535 || b > 65535 || a > b)
+        ctx.addIssue({
+          code: z.ZodIssueCode.custom,
+          message: `port range "${s}" must be "first:last" with 0 <= first <= last <= 65535`,
+        });
       return;
     }
     if (/^\d+$/.test(s)) {
       if (Number(s) > 65535) ctx.addIssue({ code: z.ZodIssueCode.custom, message: `port ${s} is above 65535` });
       return;
     }
-    if (!PORT_NAME_RE.test(s)) ctx.addIssue({ code: z.ZodIssueCode.custom, message: `port "${s}" is neither a number, a range "first:last" nor a port name (letters, digits, '-', at most 15)` });
+    if (!PORT_NAME_RE.test(s))
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        message:
+          `port "${s}" is neither a number, a range "first:last" nor a port name (letters, digits, '-', at ` +
+          `most 15)`,
+      });
   }),
 ]);
 
@@ -133,14 +150,24 @@ export const policyRuleSchema = z
     ipVersion: z.union([z.literal(4), z.literal(6)]).optional(),
     source: entityRuleSchema.optional(),
     destination: entityRuleSchema.optional(),
-    metadata: z.object({ annotations: z.record(z.string()).optional() }).passthrough().optional(),
+    metadata: z
+      .object({ annotations: z.record(z.string()).optional() })
+      .passthrough()
+      .optional(),
   })
   .passthrough()
   .superRefine((r, ctx) => {
     // Ports only mean something for protocols with ports (Calico's rule too).
     const hasPorts = (e?: z.infer<typeof entityRuleSchema>) => !!(e?.ports?.length || e?.notPorts?.length);
-    if ((hasPorts(r.source) || hasPorts(r.destination)) && !(r.protocol !== undefined && protocolHasPorts(r.protocol))) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['protocol'], message: 'ports/notPorts need protocol TCP, UDP, SCTP or UDPLite' });
+    if (
+      (hasPorts(r.source) || hasPorts(r.destination)) &&
+      !(r.protocol !== undefined && protocolHasPorts(r.protocol))
+    ) {
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: ['protocol'],
+        message: 'ports/notPorts need protocol TCP, UDP, SCTP or UDPLite',
+      });
     }
   });
 
@@ -154,7 +181,9 @@ export const networkPolicySpecSchema = z
   })
   .passthrough();
 
-export const globalNetworkPolicySpecSchema = networkPolicySpecSchema.extend({ namespaceSelector: selectorText.optional() }).passthrough();
+export const globalNetworkPolicySpecSchema = networkPolicySpecSchema
+  .extend({ namespaceSelector: selectorText.optional() })
+  .passthrough();
 
 export const profileSpecSchema = z
   .object({
@@ -215,7 +244,10 @@ export function namespaceLabelsFromProfile(labelsToApply: Record<string, string>
 }
 
 /** Sort key: order ascending, unset last, then name (Calico's tie-break). */
-export function comparePolicies(a: { order?: number | undefined; name: string }, b: { order?: number | undefined; name: string }): number {
+export function comparePolicies(
+  a: { order?: number | undefined; name: string },
+  b: { order?: number | undefined; name: string },
+): number {
   const ao = a.order ?? Infinity;
   const bo = b.order ?? Infinity;
   if (ao !== bo) return ao < bo ? -1 : 1;

@@ -21,7 +21,14 @@ export interface ObjectMeta {
   creationTimestamp?: string | undefined;
   labels?: Record<string, string> | undefined;
   annotations?: Record<string, string> | undefined;
-  ownerReferences?: Array<{ apiVersion: string; kind: string; name: string; uid: string; controller?: boolean; blockOwnerDeletion?: boolean }>;
+  ownerReferences?: Array<{
+    apiVersion: string;
+    kind: string;
+    name: string;
+    uid: string;
+    controller?: boolean;
+    blockOwnerDeletion?: boolean;
+  }>;
 }
 
 export interface Resource<K extends Kind = Kind, S = SpecOf<K>> {

@@ -44,7 +44,8 @@ abstract class Metric<V> {
   ) {
     if (!NAME_RE.test(name)) throw new TypeError(`metric name ${JSON.stringify(name)} is not a valid Prometheus name`);
     for (const l of labelNames) {
-      if (!NAME_RE.test(l) || l.startsWith('__')) throw new TypeError(`label name ${JSON.stringify(l)} of ${name} is not valid`);
+      if (!NAME_RE.test(l) || l.startsWith('__'))
+        throw new TypeError(`label name ${JSON.stringify(l)} of ${name} is not valid`);
     }
   }
   abstract readonly type: 'counter' | 'gauge' | 'histogram';
@@ -62,7 +63,11 @@ abstract class Metric<V> {
   }
   abstract renderSeries(): string[];
   render(): string {
-    return [`# HELP ${this.name} ${this.help.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`, `# TYPE ${this.name} ${this.type}`, ...this.renderSeries()].join('\n');
+    return [
+      `# HELP ${this.name} ${this.help.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`,
+      `# TYPE ${this.name} ${this.type}`,
+      ...this.renderSeries(),
+    ].join('\n');
   }
 }
 
@@ -129,7 +134,8 @@ export class Histogram extends Metric<HistogramValue> {
     super(name, help, labelNames);
     if (labelNames.includes('le')) throw new TypeError(`histogram ${name} cannot use the label "le"`);
     const sorted = [...buckets].sort((a, b) => a - b);
-    if (!sorted.length || sorted.some((b, i) => i > 0 && b === sorted[i - 1])) throw new TypeError(`histogram ${name} needs distinct buckets`);
+    if (!sorted.length || sorted.some((b, i) => i > 0 && b === sorted[i - 1]))
+      throw new TypeError(`histogram ${name} needs distinct buckets`);
     this.buckets = sorted;
   }
   protected zero(): HistogramValue {
@@ -156,7 +162,9 @@ export class Histogram extends Metric<HistogramValue> {
   renderSeries(): string[] {
     const out: string[] = [];
     for (const s of this.series.values()) {
-      this.buckets.forEach((b, i) => out.push(`${this.name}_bucket${formatLabels(s.labels, ['le', formatValue(b)])} ${s.value.counts[i]}`));
+      this.buckets.forEach((b, i) =>
+        out.push(`${this.name}_bucket${formatLabels(s.labels, ['le', formatValue(b)])} ${s.value.counts[i]}`),
+      );
       out.push(`${this.name}_bucket${formatLabels(s.labels, ['le', '+Inf'])} ${s.value.count}`);
       out.push(`${this.name}_sum${formatLabels(s.labels)} ${formatValue(s.value.sum)}`);
       out.push(`${this.name}_count${formatLabels(s.labels)} ${s.value.count}`);

@@ -7,7 +7,13 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { Registry } from './metrics.js';
 
 export function registerProcessMetrics(registry: Registry, build: { component: string; version: string }): void {
-  registry.gauge('netplugin_build_info', 'Always 1: the running build, by component, netplugin version and Node.js version.', ['component', 'version', 'nodejs']).set({ component: build.component, version: build.version, nodejs: process.version }, 1);
+  registry
+    .gauge(
+      'netplugin_build_info',
+      'Always 1: the running build, by component, netplugin version and Node.js version.',
+      ['component', 'version', 'nodejs'],
+    )
+    .set({ component: build.component, version: build.version, nodejs: process.version }, 1);
   const cpu = registry.counter('process_cpu_seconds_total', 'Total user and system CPU time spent in seconds.');
   const rss = registry.gauge('process_resident_memory_bytes', 'Resident memory size in bytes.');
   const vsize = registry.gauge('process_virtual_memory_bytes', 'Virtual memory size in bytes.');
@@ -17,8 +23,14 @@ export function registerProcessMetrics(registry: Registry, build: { component: s
   const heapUsed = registry.gauge('nodejs_heap_size_used_bytes', 'Process heap size used from Node.js in bytes.');
   const heapTotal = registry.gauge('nodejs_heap_size_total_bytes', 'Process heap size from Node.js in bytes.');
   const external = registry.gauge('nodejs_external_memory_bytes', 'Node.js external memory size in bytes.');
-  const lag = registry.gauge('nodejs_eventloop_lag_p99_seconds', 'The 99th percentile of event loop delay since the previous scrape, in seconds.');
-  const handles = registry.gauge('nodejs_active_handles_total', 'Number of active libuv handles (sockets, timers, servers...).');
+  const lag = registry.gauge(
+    'nodejs_eventloop_lag_p99_seconds',
+    'The 99th percentile of event loop delay since the previous scrape, in seconds.',
+  );
+  const handles = registry.gauge(
+    'nodejs_active_handles_total',
+    'Number of active libuv handles (sockets, timers, servers...).',
+  );
   start.set(undefined, Math.round(Date.now() / 1000 - process.uptime()));
   const delay = monitorEventLoopDelay({ resolution: 20 });
   delay.enable();

@@ -45,7 +45,10 @@ export const READINESS_DEFAULTS = {
 export function parseReadinessGates(urls: unknown): URL[] {
   if (urls === undefined || urls === null) return [];
   if (!Array.isArray(urls)) {
-    throw new CniError(ErrorCodes.InvalidNetworkConfig, `readiness_gates: expected an array of http(s) URLs, got ${JSON.stringify(urls)}`);
+    throw new CniError(
+      ErrorCodes.InvalidNetworkConfig,
+      `readiness_gates: expected an array of http(s) URLs, got ${JSON.stringify(urls)}`,
+    );
   }
   return urls.map((u, i) => parseGate(u, i));
 }
@@ -62,7 +65,8 @@ function parseGate(u: unknown, i: number): URL {
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
     throw new CniError(
       ErrorCodes.InvalidNetworkConfig,
-      `readiness_gates[${i}]: ${JSON.stringify(u)} is not an http:// or https:// URL; write a full URL such as "http://127.0.0.1:9099/readiness"`,
+      `readiness_gates[${i}]: ${JSON.stringify(u)} is not an http:// or https:// URL; write a full URL such as ` +
+        `"http://127.0.0.1:9099/readiness"`,
     );
   }
   return url;
@@ -104,23 +108,28 @@ export const httpGet: GateFetch = async (url, { timeoutMs }) => {
       if (err) reject(err);
       else resolve(ans!);
     };
-    const req = mod.get(url, { agent: false, headers: { 'user-agent': 'netplugin-readiness', accept: '*/*' } }, (res) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      const complete = (): void => finish(undefined, { status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') });
-      res.on('data', (c: Buffer) => {
-        if (size < 1024) {
-          chunks.push(c);
-          size += c.length;
-        }
-        if (size >= 1024) {
-          complete();
-          res.destroy();
-        }
-      });
-      res.on('end', complete);
-      res.on('error', (e) => finish(e));
-    });
+    const req = mod.get(
+      url,
+      { agent: false, headers: { 'user-agent': 'netplugin-readiness', accept: '*/*' } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        const complete = (): void =>
+          finish(undefined, { status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') });
+        res.on('data', (c: Buffer) => {
+          if (size < 1024) {
+            chunks.push(c);
+            size += c.length;
+          }
+          if (size >= 1024) {
+            complete();
+            res.destroy();
+          }
+        });
+        res.on('end', complete);
+        res.on('error', (e) => finish(e));
+      },
+    );
     req.on('error', (e) => finish(e));
     const timer = setTimeout(() => {
       const e = new Error(`no answer within ${formatDuration(timeoutMs)}`);
@@ -130,7 +139,9 @@ export const httpGet: GateFetch = async (url, { timeoutMs }) => {
   });
 };
 
-type GateOutcome = { url: string; ready: true; attempts: number } | { url: string; ready: false; attempts: number; last: string };
+type GateOutcome =
+  | { url: string; ready: true; attempts: number }
+  | { url: string; ready: false; attempts: number; last: string };
 
 /**
  * Resolve when every gate answered 2xx; otherwise throw CniError 11 naming each
@@ -189,7 +200,11 @@ export async function waitForReadinessGates(urls: Array<string | URL>, opts: Rea
   const failed = outcomes.filter((o): o is Extract<GateOutcome, { ready: false }> => !o.ready);
   if (failed.length) {
     const msg = failed
-      .map((f) => `readiness gate ${f.url} not ready after ${formatDuration(deadlineMs)} (${f.attempts} ${f.attempts === 1 ? 'probe' : 'probes'}): last answer ${f.last}`)
+      .map(
+        (f) =>
+          `readiness gate ${f.url} not ready after ${formatDuration(deadlineMs)} (${f.attempts} ` +
+          `${f.attempts === 1 ? 'probe' : 'probes'}): last answer ${f.last}`,
+      )
       .join('; ');
     throw new CniError(ErrorCodes.TryAgainLater, msg);
   }

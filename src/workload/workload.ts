@@ -49,7 +49,11 @@ export interface PodLike {
 }
 
 export interface NamespaceLike {
-  metadata: { name: string; labels?: Record<string, string> | undefined; annotations?: Record<string, string> | undefined };
+  metadata: {
+    name: string;
+    labels?: Record<string, string> | undefined;
+    annotations?: Record<string, string> | undefined;
+  };
 }
 
 /** What the plugin needs from the API client; `createKubeClient()` (src/k8s/client.ts) satisfies it. */
@@ -92,7 +96,8 @@ export function needsPodLookup(
   log?.debug(
     !hasPod
       ? 'not reading the pod: CNI_ARGS carries no K8S_POD_NAMESPACE/K8S_POD_NAME; annotations are ignored'
-      : 'not reading the pod: neither policy.type is "k8s" nor datastore_type is "kubernetes"; cni.netplugin.org/* annotations are ignored',
+      : 'not reading the pod: neither policy.type is "k8s" nor datastore_type is "kubernetes"; cni.netplugin.org/* ' +
+          'annotations are ignored',
     { policyType: conf.policy?.type, datastoreType: conf.datastore_type ?? 'etcdv3' },
   );
   return false;
@@ -227,7 +232,8 @@ export function podLookupError(
   if (DatastoreError.is(e, 'Unauthorized')) {
     return new CniError(
       ErrorCodes.OrchestratorFailure,
-      `not allowed to read ${what} from the API server${where} (${cause}); grant the plugin's identity get on pods and namespaces (deploy/rbac.yaml) and check kubernetes.kubeconfig in the netconf`,
+      `not allowed to read ${what} from the API server${where} (${cause}); grant the plugin's identity get on pods ` +
+        `and namespaces (deploy/rbac.yaml) and check kubernetes.kubeconfig in the netconf`,
     );
   }
   return new CniError(ErrorCodes.OrchestratorFailure, `reading ${what} from the API server${where} failed: ${cause}`);
@@ -249,20 +255,27 @@ export async function readPodContext(
   const [pod, namespace] = await Promise.allSettled([podP, nsP]);
   if (pod.status === 'rejected') throw pod.reason;
   if (namespace.status === 'rejected') throw namespace.reason;
-  const p = pod.value.metadata.namespace ? pod.value : { ...pod.value, metadata: { ...pod.value.metadata, namespace: ref.namespace } };
+  const p = pod.value.metadata.namespace
+    ? pod.value
+    : { ...pod.value, metadata: { ...pod.value.metadata, namespace: ref.namespace } };
   return { pod: p, namespace: namespace.value };
 }
 
 /** What readWorkloadContext reads and resolves for one ADD. */
 export interface WorkloadContextRequest {
-  /** Read this pod and its namespace (only when the ADD reads pods: needsPodLookup); `open` gives the source to read from. */
+  /**
+   * Read this pod and its namespace (only when the ADD reads pods: needsPodLookup); `open` gives the source to read
+   * from.
+   */
   pod?: { ref: { namespace: string; name: string }; open: () => Promise<{ source: PodSource; apiServer?: string }> };
   /**
    * Resolve the pod's address options (our IPAM only) from its annotations,
    * the netconf and CNI_ARGS; `pools` is called once the pod is read (the
    * caller may have the list in flight already).
    */
-  resolve?: Omit<ResolveInput, 'podAnnotations' | 'namespaceAnnotations' | 'pools'> & { pools: () => Promise<PoolInfo[]> };
+  resolve?: Omit<ResolveInput, 'podAnnotations' | 'namespaceAnnotations' | 'pools'> & {
+    pools: () => Promise<PoolInfo[]>;
+  };
 }
 
 export interface WorkloadContext {

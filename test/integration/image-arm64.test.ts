@@ -57,7 +57,9 @@ echo "NODEJS $(sed -n 's/.*"engines".*//p' "$m/opt/netplugin/package.json" | hea
 $P image unmount $IMG >/dev/null
 `;
 
-it('assembles an arm64 image whose binaries are all AArch64 ELF with their libraries present', { timeout: 180_000 }, async () => {
+it('assembles an arm64 image whose binaries are all AArch64 ELF with their libraries present', {
+  timeout: 180_000,
+}, async () => {
   // The commit the build sees (read before it: a commit meanwhile would change HEAD).
   const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
   const { stdout, keys } = await podmanSession(tmp, SCRIPT, { ROOT, VERSION: version, BINARIES: BINARIES.join(' ') });
@@ -68,7 +70,10 @@ it('assembles an arm64 image whose binaries are all AArch64 ELF with their libra
   expect(labels['org.opencontainers.image.revision']).toMatch(new RegExp(`^${head}(-dirty)?$`));
   const lines = stdout.split('\n');
   for (const f of BINARIES) expect(lines, stdout).toContain(`ELF ${f} AArch64`);
-  expect(lines.filter((l) => l.startsWith('MISSING')), stdout).toEqual([]);
+  expect(
+    lines.filter((l) => l.startsWith('MISSING')),
+    stdout,
+  ).toEqual([]);
   expect(keys.XEIGHTYSIX, stdout).toBe('0');
   expect(keys.NODEJS).toContain('node-present');
 });

@@ -49,7 +49,9 @@ describe('the netplugin/node image', () => {
   // One test builds an image with podman (a rootfs of Debian's packages, the bundles, the addon)
   // and runs two containers from it: mostly disk and tar work, 45-55 s on an idle 2-core machine and
   // over a minute with the CPUs busy, as the arm64 image test next to it; the bound is that test's.
-  it('builds from a local base, and its install-cni and agent entry points work with host paths bound', { timeout: 180_000 }, async () => {
+  it('builds from a local base, and its install-cni and agent entry points work with host paths bound', {
+    timeout: 180_000,
+  }, async () => {
     // The commit the build sees (read before it: a commit meanwhile would change HEAD).
     const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
     const { stdout, keys } = await podmanSession(tmp, SCRIPT, { ROOT, VERSION: version });
@@ -65,10 +67,17 @@ describe('the netplugin/node image', () => {
     expect(readFileSync(join(tmp, 'host/opt/cni/bin/netplugin.fallback'), 'utf8')).toBe('\n/opt/netplugin\n');
     expect(readFileSync(join(tmp, 'host/opt/netplugin/package.json'), 'utf8')).toContain(`"version": "${version}"`);
     const conf = JSON.parse(readFileSync(join(tmp, 'host/etc/cni/net.d/10-netplugin.conflist'), 'utf8'));
-    expect(conf.plugins[0]).toMatchObject({ type: 'netplugin', nodename: 'node-a', etcd_endpoints: 'http://127.0.0.1:2379' });
+    expect(conf.plugins[0]).toMatchObject({
+      type: 'netplugin',
+      nodename: 'node-a',
+      etcd_endpoints: 'http://127.0.0.1:2379',
+    });
     expect(JSON.parse(keys.HEALTHZ!)).toMatchObject({ status: 'ok' });
     // The shim installed on the host reached the agent in the container.
-    expect(JSON.parse(keys.VIASHIM!)).toMatchObject({ cniVersion: '1.0.0', supportedVersions: expect.arrayContaining(['1.0.0']) });
+    expect(JSON.parse(keys.VIASHIM!)).toMatchObject({
+      cniVersion: '1.0.0',
+      supportedVersions: expect.arrayContaining(['1.0.0']),
+    });
     expect(Number(keys.AGENTLOG)).toBeGreaterThanOrEqual(1);
     expect(keys.CONTAINERS).toBe('0');
   });

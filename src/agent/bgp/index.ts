@@ -38,11 +38,17 @@ export function startBgpController(o: BgpOptions): BgpController {
     if (stopped) return;
     clearTimeout(debounce);
     debounce = setTimeout(() => {
-      running = running.then(once).catch((e: Error) => log.warn('bgp: render failed; retrying on the next change', { error: e.message }));
+      running = running
+        .then(once)
+        .catch((e: Error) => log.warn('bgp: render failed; retrying on the next change', { error: e.message }));
     }, 20);
   };
   const informer = <K extends Kind>(kind: K) =>
-    new Informer<Resource<K>>(datastoreSource(ds, kind), { onChange: schedule }, { onError: (e, src) => log.warn('bgp: watch failed; re-listing', { source: src, error: e.message }) });
+    new Informer<Resource<K>>(
+      datastoreSource(ds, kind),
+      { onChange: schedule },
+      { onError: (e, src) => log.warn('bgp: watch failed; re-listing', { source: src, error: e.message }) },
+    );
   const nodes = informer('Node');
   const configs = informer('BGPConfiguration');
   const peers = informer('BGPPeer');
@@ -79,10 +85,15 @@ export function startBgpController(o: BgpOptions): BgpController {
         try {
           passwords.set(p.metadata.name, readFileSync(pw.file, 'utf8').replace(/\r?\n$/, ''));
         } catch (e) {
-          log.warn(`bgp: BGPPeer ${p.metadata.name}: cannot read spec.password.file ${pw.file}: ${(e as Error).message}`);
+          log.warn(
+            `bgp: BGPPeer ${p.metadata.name}: cannot read spec.password.file ${pw.file}: ${(e as Error).message}`,
+          );
         }
       } else if (pw.secretKeyRef) {
-        log.warn(`bgp: BGPPeer ${p.metadata.name}: spec.password.secretKeyRef is not read by this agent; use spec.password.file`);
+        log.warn(
+          `bgp: BGPPeer ${p.metadata.name}: spec.password.secretKeyRef is not read by this agent; use ` +
+            `spec.password.file`,
+        );
       }
     }
     const r = renderBirdConfig({
@@ -102,7 +113,11 @@ export function startBgpController(o: BgpOptions): BgpController {
     for (const w of fresh) if (!warned.has(w)) log.warn(`bgp: ${w}`);
     warned = fresh;
     const res = await bird.apply(r);
-    o.onApplied?.({ seconds: Number(process.hrtime.bigint() - t0) / 1e9, ok: res.ok, advertised: r.advertised[4].length + r.advertised[6].length });
+    o.onApplied?.({
+      seconds: Number(process.hrtime.bigint() - t0) / 1e9,
+      ok: res.ok,
+      advertised: r.advertised[4].length + r.advertised[6].length,
+    });
   }
 
   return {

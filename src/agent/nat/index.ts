@@ -62,14 +62,21 @@ export function startNatController(o: { ds: Datastore; log: Logger; run?: (scrip
   const apply = async () => {
     const input: NatInput = {
       pools: poolViews(pools.list()),
-      nodeIPs: nodes.list().flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
+      nodeIPs: nodes
+        .list()
+        .flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
     };
     try {
       if (!(await tables.apply(natScript(input)))) return;
       reported = false;
-      log.info('natOutgoing rules updated', { natPools: input.pools.filter((p) => p.spec.natOutgoing && !p.spec.disabled).map((p) => p.name) });
+      log.info('natOutgoing rules updated', {
+        natPools: input.pools.filter((p) => p.spec.natOutgoing && !p.spec.disabled).map((p) => p.name),
+      });
     } catch (e) {
-      if (!reported) log.error('cannot program natOutgoing (nftables); pods in natOutgoing pools keep their source address', { error: (e as Error).message });
+      if (!reported)
+        log.error('cannot program natOutgoing (nftables); pods in natOutgoing pools keep their source address', {
+          error: (e as Error).message,
+        });
       reported = true;
       schedule(5000);
     }

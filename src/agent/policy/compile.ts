@@ -23,7 +23,14 @@
 //   rewrites set elements, not rules.
 import { createHash } from 'node:crypto';
 import { containsCidr, formatCidr, formatIP, parseCidr, type Cidr } from '../../net/cidr.js';
-import { effectiveTypes, parsePort, protocolNumber, type EntityRule, type PolicyRule, type Protocol } from '../../model/policy.js';
+import {
+  effectiveTypes,
+  parsePort,
+  protocolNumber,
+  type EntityRule,
+  type PolicyRule,
+  type Protocol,
+} from '../../model/policy.js';
 import { renderRule } from '../../dataplane/nft/render.js';
 import { DEFAULT_POLICY_TABLE } from '../../dataplane/nft/programmed.js';
 import {
@@ -130,18 +137,27 @@ export function normalizeNets(nets: string[]): string[] {
 }
 
 function selectionKey(s: Selection): string {
-  return JSON.stringify([s.scope, sel(s.selector).toString(), s.namespaceSelector === null ? null : sel(s.namespaceSelector).toString()]);
+  return JSON.stringify([
+    s.scope,
+    sel(s.selector).toString(),
+    s.namespaceSelector === null ? null : sel(s.namespaceSelector).toString(),
+  ]);
 }
 
 /** What a set holds, so its elements can be recomputed for one endpoint. */
-type SetDef = { kind: 'addr'; sel: Selection; family: 4 | 6 } | { kind: 'np'; sel: Selection | null; portName: string; proto: number; family: 4 | 6 };
+type SetDef =
+  | { kind: 'addr'; sel: Selection; family: 4 | 6 }
+  | { kind: 'np'; sel: Selection | null; portName: string; proto: number; family: 4 | 6 };
 
 /** What the last compile left, for the incremental path. */
 interface Memo {
   policyKeys: string[];
   policySpecs: unknown[];
   profiles: Map<string, ProfileInput>;
-  /** Endpoint (namespace/key: endpoint names repeat across namespaces) → its input as JSON (to find what changed) and its view. */
+  /**
+   * Endpoint (namespace/key: endpoint names repeat across namespaces) → its input as JSON (to find what changed) and
+   * its view.
+   */
   endpoints: Map<string, { sig: string; view: EndpointView; refused: Refusal[] }>;
   /** Profiles some local endpoint names (their chains are compiled). */
   usedProfiles: string;
@@ -197,7 +213,13 @@ export function cleanEndpoint(e: EndpointInput): { e: EndpointInput; refused: Re
 }
 
 function endpointOwner(e: EndpointInput): Owner {
-  return { kind: 'Endpoint', namespace: e.namespace, name: e.key, ...(e.id ? { id: e.id } : {}), ...(e.pod ? { pod: e.pod } : {}) };
+  return {
+    kind: 'Endpoint',
+    namespace: e.namespace,
+    name: e.key,
+    ...(e.id ? { id: e.id } : {}),
+    ...(e.pod ? { pod: e.pod } : {}),
+  };
 }
 
 const cleaned = new WeakMap<EndpointInput, { e: EndpointInput; refused: Refusal[] }>();
@@ -262,14 +284,26 @@ export class PolicyCompiler {
       const id = policyId(p);
       const names: { in?: string; out?: string } = {};
       const h = shortHash(`${p.kind}/${id}`);
-      const owner: Owner = { kind: p.kind, name: p.name, ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}) };
+      const owner: Owner = {
+        kind: p.kind,
+        name: p.name,
+        ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}),
+      };
       if (types.includes('Ingress')) {
         names.in = `pol-in-${h}`;
-        chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules: this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner) });
+        chains.set(names.in, {
+          comment: `${p.kind} ${id} ingress`,
+          owner,
+          rules: this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner),
+        });
       }
       if (types.includes('Egress')) {
         names.out = `pol-out-${h}`;
-        chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules: this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner) });
+        chains.set(names.out, {
+          comment: `${p.kind} ${id} egress`,
+          owner,
+          rules: this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner),
+        });
       }
       polChain.set(p, names);
     }
@@ -299,7 +333,11 @@ export class PolicyCompiler {
     };
     this.endpoints.forEach((ep, i) => {
       // endpointViews keeps the inputs' order.
-      memo.endpoints.set(epId(ep), { sig: JSON.stringify(input.endpoints[i]), view: ep, refused: cleanInputs[i]!.refused });
+      memo.endpoints.set(epId(ep), {
+        sig: JSON.stringify(input.endpoints[i]),
+        view: ep,
+        refused: cleanInputs[i]!.refused,
+      });
       this.endpointChains(ep, memo, state, input.profiles);
     });
     state.refused = [...this.ruleRefusals, ...[...memo.endpoints.values()].flatMap((x) => x.refused)];
@@ -328,7 +366,10 @@ export class PolicyCompiler {
       v6: ep.addrs.filter((a) => familyOf(a) === 6),
       ...(ep.mac ? { mac: ep.mac } : {}),
     };
-    for (const [dir, ifChain] of [['Ingress', entry.to], ['Egress', entry.from]] as const) {
+    for (const [dir, ifChain] of [
+      ['Ingress', entry.to],
+      ['Egress', entry.from],
+    ] as const) {
       const key = dir === 'Ingress' ? 'in' : 'out';
       const d = dir.toLowerCase();
       const pols = selecting.filter((p) => polChain.get(p)![key]);
@@ -341,7 +382,12 @@ export class PolicyCompiler {
         const subRules: Rule[] = [];
         for (const p of pols) {
           subRules.push({ matches: [], verdict: { v: 'jump', chain: polChain.get(p)![key]! } });
-          if (hasPass(p, dir)) subRules.push({ matches: [{ m: 'markAny', mask: MARK_PASS }], verdict: { v: 'return' }, comment: `${p.kind} ${policyId(p)} passed to the profiles` });
+          if (hasPass(p, dir))
+            subRules.push({
+              matches: [{ m: 'markAny', mask: MARK_PASS }],
+              verdict: { v: 'return' },
+              comment: `${p.kind} ${policyId(p)} passed to the profiles`,
+            });
         }
         subRules.push({
           matches: [],
@@ -360,8 +406,16 @@ export class PolicyCompiler {
           const h = shortHash(`Profile/${prof}`);
           pc = { in: `pro-in-${h}`, out: `pro-out-${h}` };
           const po: Owner = { kind: 'Profile', name: prof };
-          chains.set(pc.in, { comment: `Profile ${prof} ingress`, owner: po, rules: this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po) });
-          chains.set(pc.out, { comment: `Profile ${prof} egress`, owner: po, rules: this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po) });
+          chains.set(pc.in, {
+            comment: `Profile ${prof} ingress`,
+            owner: po,
+            rules: this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po),
+          });
+          chains.set(pc.out, {
+            comment: `Profile ${prof} egress`,
+            owner: po,
+            rules: this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po),
+          });
           profChain.set(prof, pc);
         }
         rules.push({ matches: [], verdict: { v: 'jump', chain: pc[key] } });
@@ -371,7 +425,9 @@ export class PolicyCompiler {
         matches: [],
         stmts: [{ s: 'counter' }],
         verdict: { v: 'drop' },
-        comment: `${who} ${d}: ${pols.length ? 'passed to profiles, ' : ''}end of profiles ${profs.length ? nameList(profs) : '(none)'}`,
+        comment:
+          `${who} ${d}: ${pols.length ? 'passed to profiles, ' : ''}end of profiles ` +
+          `${profs.length ? nameList(profs) : '(none)'}`,
       });
       chains.set(ifChain, { comment: `${who} ${d} (interface ${ep.interfaceName})`, owner, rules });
     }
@@ -387,7 +443,8 @@ export class PolicyCompiler {
     if (input.profiles !== memo.profiles && !sameProfiles(input.profiles, memo.profiles)) return undefined;
     if (input.policies.length !== memo.policyKeys.length) return undefined;
     for (let i = 0; i < input.policies.length; i++) {
-      if (input.policies[i]!.spec !== memo.policySpecs[i] || policyKey(input.policies[i]!) !== memo.policyKeys[i]) return undefined;
+      if (input.policies[i]!.spec !== memo.policySpecs[i] || policyKey(input.policies[i]!) !== memo.policyKeys[i])
+        return undefined;
     }
     if (usedProfiles(input.endpoints) !== memo.usedProfiles) return undefined;
 
@@ -428,7 +485,12 @@ export class PolicyCompiler {
     this.memberCache = new Map();
 
     const prev = memo.state;
-    const state: DesiredState = { chains: new Map(prev.chains), sets: new Map(prev.sets), endpoints: new Map(prev.endpoints), refused: [] };
+    const state: DesiredState = {
+      chains: new Map(prev.chains),
+      sets: new Map(prev.sets),
+      endpoints: new Map(prev.endpoints),
+      refused: [],
+    };
     this.sets = state.sets;
     // Set elements: take out the old views' contributions, put in the new ones'.
     for (const [name, def] of this.setDefs) {
@@ -493,13 +555,21 @@ export class PolicyCompiler {
     return name;
   }
 
-  /** A named set of address . protocol . port for the endpoints of `s` (all endpoints when null) with a port of that name. */
+  /**
+   * A named set of address . protocol . port for the endpoints of `s` (all endpoints when null) with a port of that
+   * name.
+   */
   private namedPortSet(s: Selection | null, portName: string, proto: Protocol, family: 4 | 6): string {
     const pn = checkProto(protocolNumber(proto)); // out of range: the rule is refused, not the set
     const key = JSON.stringify([s ? selectionKey(s) : null, portName, pn]);
     const name = `np${family}-${shortHash(key)}`;
     if (!this.sets.has(name)) {
-      this.newSet(name, { kind: 'np', sel: s, portName, proto: pn, family }, [addrType(family), 'inet_proto', 'inet_service'], s ? this.members(s) : this.endpoints);
+      this.newSet(
+        name,
+        { kind: 'np', sel: s, portName, proto: pn, family },
+        [addrType(family), 'inet_proto', 'inet_service'],
+        s ? this.members(s) : this.endpoints,
+      );
     }
     return name;
   }
@@ -518,7 +588,10 @@ export class PolicyCompiler {
     }
     this.setDefs.set(name, def);
     this.setCounts.set(name, counts);
-    const what = def.kind === 'addr' ? `addresses of ${selectionText(def.sel)}` : `port ${def.portName} of ${def.sel ? selectionText(def.sel) : 'all()'}`;
+    const what =
+      def.kind === 'addr'
+        ? `addresses of ${selectionText(def.sel)}`
+        : `port ${def.portName} of ${def.sel ? selectionText(def.sel) : 'all()'}`;
     this.sets.set(name, { type, elements, comment: what, owner: { kind: 'Set', name } });
   }
 
@@ -537,8 +610,14 @@ export class PolicyCompiler {
         out.push(...compiled);
       } catch (e) {
         if (!(e instanceof NftModelError)) throw e;
-        out.push({ matches: [], stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: `${w} refused (${e.message})` });
-        if (owner) this.ruleRefusals.push({ owner, reason: `${w} cannot be programmed (${e.message}); it drops instead` });
+        out.push({
+          matches: [],
+          stmts: [{ s: 'counter' }],
+          verdict: { v: 'drop' },
+          comment: `${w} refused (${e.message})`,
+        });
+        if (owner)
+          this.ruleRefusals.push({ owner, reason: `${w} cannot be programmed (${e.message}); it drops instead` });
       }
     });
     return out;
@@ -549,8 +628,20 @@ export class PolicyCompiler {
     const dst = entitySelection(r.destination, p);
     const srcNot = notSelection(r.source, p);
     const dstNot = notSelection(r.destination, p);
-    const hasNamed = (e?: EntityRule) => [...(e?.ports ?? []), ...(e?.notPorts ?? [])].some((x) => parsePort(x).kind === 'named');
-    const needsFamily = !!(src || dst || srcNot || dstNot || r.source?.nets?.length || r.destination?.nets?.length || r.source?.notNets?.length || r.destination?.notNets?.length || hasNamed(r.source) || hasNamed(r.destination));
+    const hasNamed = (e?: EntityRule) =>
+      [...(e?.ports ?? []), ...(e?.notPorts ?? [])].some((x) => parsePort(x).kind === 'named');
+    const needsFamily = !!(
+      src ||
+      dst ||
+      srcNot ||
+      dstNot ||
+      r.source?.nets?.length ||
+      r.destination?.nets?.length ||
+      r.source?.notNets?.length ||
+      r.destination?.notNets?.length ||
+      hasNamed(r.source) ||
+      hasNamed(r.destination)
+    );
     let families: Array<0 | 4 | 6> = r.ipVersion ? [r.ipVersion] : needsFamily ? [4, 6] : [0];
     // A rule that needs the peer (or the endpoint) to be in a selection matches nothing in a family
     // no endpoint has: leave it out (an IPv4-only cluster gets no ip6 rules).
@@ -577,7 +668,13 @@ export class PolicyCompiler {
         // A named notPort: not the address . protocol . port of a matching endpoint's port of that name.
         for (const np of notPorts.map(parsePort)) {
           if (np.kind !== 'named' || f === 0) continue;
-          common.push({ m: 'addrProtoPortSet', family: f, dir, set: this.namedPortSet(selection, np.name, r.protocol ?? 'TCP', f), neg: true });
+          common.push({
+            m: 'addrProtoPortSet',
+            family: f,
+            dir,
+            set: this.namedPortSet(selection, np.name, r.protocol ?? 'TCP', f),
+            neg: true,
+          });
         }
         if (ports.length === 0) return [common];
         const alts: Match[][] = [];
@@ -590,7 +687,12 @@ export class PolicyCompiler {
         }
         return alts;
       };
-      const addr = (e: EntityRule | undefined, dir: 's' | 'd', selection: Selection | null, not: Selection | null): Match[] | null => {
+      const addr = (
+        e: EntityRule | undefined,
+        dir: 's' | 'd',
+        selection: Selection | null,
+        not: Selection | null,
+      ): Match[] | null => {
         const c: Match[] = [];
         if (f === 0) return c;
         if (selection) c.push({ m: 'addrSet', family: f, dir, set: this.addrSet(selection, f) });
@@ -641,7 +743,10 @@ function nameList(names: string[]): string {
 }
 
 function selectionText(s: Selection): string {
-  return `${sel(s.selector).toString()}${s.namespaceSelector === null ? '' : ` in ${sel(s.namespaceSelector).toString()}`}`;
+  return (
+    `${sel(s.selector).toString()}` +
+    `${s.namespaceSelector === null ? '' : ` in ${sel(s.namespaceSelector).toString()}`}`
+  );
 }
 
 /** The elements endpoint `e` puts in a set. */
@@ -682,7 +787,11 @@ function usedProfiles(endpoints: EndpointInput[]): string {
 
 /** Same comment, owner and rules (the rules compared as values). */
 export function sameChain(a: Chain, b: Chain): boolean {
-  return a.comment === b.comment && JSON.stringify(a.owner) === JSON.stringify(b.owner) && JSON.stringify(a.rules) === JSON.stringify(b.rules);
+  return (
+    a.comment === b.comment &&
+    JSON.stringify(a.owner) === JSON.stringify(b.owner) &&
+    JSON.stringify(a.rules) === JSON.stringify(b.rules)
+  );
 }
 
 export function sameEntry(a: EndpointEntry, b: EndpointEntry): boolean {

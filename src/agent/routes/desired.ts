@@ -14,7 +14,16 @@
 // our own block never leaves through the default route.
 import type { EncapMode, IPPoolSpec, NodeSpec } from '../../model/resources.js';
 import { IPIP_DEVICE, OVERHEAD, VXLAN_DEVICE, type RoutingState } from '../../dataplane/routing.js';
-import { addressOf, containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../net/cidr.js';
+import {
+  addressOf,
+  containsCidr,
+  containsIP,
+  parseCidr,
+  tryParseCidr,
+  tryParseIP,
+  type Cidr,
+  type Family,
+} from '../../net/cidr.js';
 
 export interface PoolView {
   name: string;
@@ -86,7 +95,14 @@ function modeFor(p: PoolView, sameSubnet: boolean): Mode {
  *   address prefixes, tunnel devices excluded): a peer inside one is "same subnet".
  */
 export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Desired {
-  const out: Desired = { routes: [], neighbours: new Map(), fdb: new Map(), devices: { vxlan4: false, vxlan6: false, ipip: false }, overhead: 0, warnings: [] };
+  const out: Desired = {
+    routes: [],
+    neighbours: new Map(),
+    fdb: new Map(),
+    devices: { vxlan4: false, vxlan6: false, ipip: false },
+    overhead: 0,
+    warnings: [],
+  };
   for (const p of view.pools) {
     if (p.spec.disabled) continue;
     const e = poolEncap(p);
@@ -127,11 +143,15 @@ export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Des
       const mac = family === 4 ? node.vxlanTunnelMACAddr : node.vxlanTunnelMACAddrV6;
       const mine = family === 4 ? me?.vxlanTunnelAddress : me?.vxlanTunnelAddressV6;
       if (!tun || !mac) {
-        out.warnings.push(`node ${b.node} has no IPv${family} VXLAN tunnel address/MAC registered yet: no route to its block ${b.cidr}`);
+        out.warnings.push(
+          `node ${b.node} has no IPv${family} VXLAN tunnel address/MAC registered yet: no route to its block ${b.cidr}`,
+        );
         continue;
       }
       if (!mine) {
-        out.warnings.push(`this node has no IPv${family} VXLAN tunnel address yet: no route to block ${b.cidr} of ${b.node}`);
+        out.warnings.push(
+          `this node has no IPv${family} VXLAN tunnel address yet: no route to block ${b.cidr} of ${b.node}`,
+        );
         continue;
       }
       out.routes.push({ family, dst: b.cidr, type: 'unicast', gateway: tun, dev, onlink: true });
@@ -143,7 +163,8 @@ export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Des
       out.routes.push({ family, dst: b.cidr, type: 'unicast', gateway: nodeIP });
     } else {
       out.warnings.push(
-        `pool ${pool.name} uses no encapsulation and node ${b.node} (${nodeIP}) is not on a directly connected subnet: no route to its block ${b.cidr}; the underlay must route it, or set the pool's vxlanMode`,
+        `pool ${pool.name} uses no encapsulation and node ${b.node} (${nodeIP}) is not on a directly connected ` +
+          `subnet: no route to its block ${b.cidr}; the underlay must route it, or set the pool's vxlanMode`,
       );
     }
   }

@@ -203,7 +203,12 @@ export function elementCommands(
   items: Iterable<ElemValue[]>,
 ): string[] {
   checkIdent(name, 'set');
-  return batched(T, kind, name, [...items].map((v) => elemText(type, v)));
+  return batched(
+    T,
+    kind,
+    name,
+    [...items].map((v) => elemText(type, v)),
+  );
 }
 
 /** Verdict map entries: key → `jump <chain>` (or only the key, for a delete). */
