@@ -9,13 +9,11 @@
 import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
 import { writeFileAtomic } from '../ctl/install-cni.js';
-
-export const DEFAULT_PLUGIN_KUBECONFIG = '/etc/cni/net.d/netplugin-kubeconfig';
 export const DEFAULT_PLUGIN_SERVICE_ACCOUNT = 'netplugin-cni';
 /** One day: short enough to limit a leaked file's use, long enough to ride out API outages. */
 export const DEFAULT_TOKEN_SECONDS = 86_400;
 
-export interface PluginKubeconfigOptions {
+interface PluginKubeconfigOptions {
   path: string;
   serviceAccount: string;
   namespace: string;
@@ -45,7 +43,7 @@ interface TokenRequestStatus {
 }
 
 /** The kubeconfig text: JSON-quoted scalars, which YAML reads as they are. */
-export function renderKubeconfig(server: string, token: string, ca: Buffer | undefined, user: string): string {
+function renderKubeconfig(server: string, token: string, ca: Buffer | undefined, user: string): string {
   const q = (s: string) => JSON.stringify(s);
   return [
     '# Written by netplugin-node for the netplugin CNI plugin; rewritten before the token expires.',

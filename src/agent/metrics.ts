@@ -18,7 +18,7 @@ export interface ServedRequest {
   seconds: number;
 }
 
-export interface AgentMetrics {
+interface AgentMetrics {
   readonly registry: Registry;
   /** Called by the CNI server for every answered request. */
   served(r: ServedRequest): void;
@@ -36,7 +36,7 @@ export interface AgentMetrics {
   routesApplied(s: RoutesApplied): void;
 }
 
-export interface PolicyApplied {
+interface PolicyApplied {
   full: boolean;
   commands: number;
   compileMs: number;

@@ -22,9 +22,9 @@ import type { Datastore } from '../datastore/types.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';
 import { netpluginEntry } from '../config/conflist.js';
 
-export type Ipv6ForwardingMode = 'auto' | 'on' | 'off';
+type Ipv6ForwardingMode = 'auto' | 'on' | 'off';
 
-export interface NodeInitOptions {
+interface NodeInitOptions {
   configPath: string;
   log: Logger;
   /** The agent's runtime: node init opens the connection requests then reuse. */
@@ -160,7 +160,7 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
 }
 
 /** Where container runtimes read CNI configs unless told otherwise. */
-export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
+const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
 
 /**
  * The config a runtime would use, if it is netplugin's: the first .conflist/.conf/.json

@@ -7,7 +7,7 @@ import { parseAutodetect } from './node-registration.js';
 import { readNetpluginConf } from './node-init.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';
 
-export interface NodeNetworkOptions {
+interface NodeNetworkOptions {
   configPath: string;
   /** Settles when the datastore step of node init succeeded. */
   nodeInit: Promise<void>;

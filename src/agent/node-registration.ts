@@ -62,7 +62,7 @@ const SKIP_IFACES = new RegExp(
     String.raw`vxlan\.netplugin|vx6\.netplugin|tunl\.netplugin|tunl0)$`,
 );
 
-export interface AddrSource {
+interface AddrSource {
   addrList(opts?: { family?: 4 | 6 }): AddrInfo[];
   linkList(): LinkInfo[];
 }
@@ -124,7 +124,7 @@ export function vtepMac(node: string, family: Family): string {
 }
 
 /** Read-modify-write of the Node with CAS retries; creates it when absent. */
-export async function updateNode(
+async function updateNode(
   ds: Datastore,
   name: string,
   edit: (spec: NodeSpec) => NodeSpec | undefined,
@@ -146,7 +146,7 @@ function sameJSON(a: unknown, b: unknown): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
-export interface RegisterOptions {
+interface RegisterOptions {
   ds: Datastore;
   node: string;
   nl: AddrSource;
@@ -158,7 +158,7 @@ export interface RegisterOptions {
 }
 
 /** Resolves the node's addresses (given or detected); ADDR without prefix gets the prefix of the local address. */
-export async function nodeAddresses(
+async function nodeAddresses(
   o: Pick<RegisterOptions, 'nl' | 'ipv4' | 'ipv6' | 'autodetect'>,
 ): Promise<{ ipv4?: string; ipv6?: string }> {
   const out: { ipv4?: string; ipv6?: string } = {};

@@ -13,13 +13,13 @@ import { parseCniArgs } from '../cni/env.js';
 import { cniErrorCode, type ServedRequest } from './metrics.js';
 
 /** CNI code -> Event reason, for the failures a pod's owner can act on. */
-export const EVENT_REASONS: Readonly<Record<string, string>> = {
+const EVENT_REASONS: Readonly<Record<string, string>> = {
   '100': 'NetpluginIPAMFailed',
   '102': 'NetpluginPodConfigInvalid',
   '7': 'NetpluginNetworkConfigInvalid',
 };
 
-export interface PodEventOptions {
+interface PodEventOptions {
   client: Pick<KubeClient, 'request'>;
   node: string;
   log: Logger;

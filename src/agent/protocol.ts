@@ -24,8 +24,8 @@
 // A connection that ends after it means the agent may have done part of the
 // work: the shim never re-runs it and reports CNI code 11 (try again later).
 
-export const MAGIC = Buffer.from([0x4e, 0x50, 0x43]); // "NPC": a request
-export const RESPONSE_MAGIC = Buffer.from([0x4e, 0x50, 0x52]); // "NPR": a response
+const MAGIC = Buffer.from([0x4e, 0x50, 0x43]); // "NPC": a request
+const RESPONSE_MAGIC = Buffer.from([0x4e, 0x50, 0x52]); // "NPR": a response
 /** 1: JSON response. 2: binary response (the request is unchanged). */
 export const PROTOCOL_VERSION = 2;
 export const HEADER_LEN = 8; // magic (3) + version (1) + length (4)
@@ -35,7 +35,7 @@ export const RESPONSE_HEADER_LEN = 13;
 export const MAX_RESPONSE = 64 << 20;
 export const ACCEPTED = 0x06;
 /** Largest request body the agent takes (a netconf with prevResult is a few KiB). */
-export const MAX_REQUEST = 16 << 20;
+const MAX_REQUEST = 16 << 20;
 export const DEFAULT_SOCKET = '/var/run/netplugin/cni.sock';
 
 export interface ShimRequest {

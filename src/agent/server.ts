@@ -20,15 +20,15 @@ import { createKeyedQueue, createLimiter, type Limiter } from './serialize.js';
 import { redactString } from '../log/redact.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: plugins of every netconf and runtime type share one dispatcher
-export type DispatchFn = (io: CniIO, plugin: PluginSpec<any, any>) => Promise<number>;
-export interface PeerCred {
+type DispatchFn = (io: CniIO, plugin: PluginSpec<any, any>) => Promise<number>;
+interface PeerCred {
   pid: number;
   uid: number;
   gid: number;
 }
-export type PeerCredFn = (fd: number) => PeerCred;
+type PeerCredFn = (fd: number) => PeerCred;
 
-export interface CniServerOptions {
+interface CniServerOptions {
   socketPath: string;
   /** By executable name: 'netplugin', 'netplugin-ipam'. */
   // biome-ignore lint/suspicious/noExplicitAny: a registry of plugins of different netconf types
@@ -321,7 +321,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
  * host veth name, so an old sandbox's DEL and a new sandbox's ADD must not
  * overlap (per container ID they did).
  */
-export function orderingKey(env: Record<string, string | undefined>): string | undefined {
+function orderingKey(env: Record<string, string | undefined>): string | undefined {
   const args = env['CNI_ARGS'] ?? '';
   const arg = (k: string) => {
     for (const part of args.split(';')) if (part.startsWith(`${k}=`)) return part.slice(k.length + 1);

@@ -5,9 +5,9 @@ import { ipFamily } from '../net/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniArgs, CniCommand } from './types.js';
 
-export const COMMANDS: readonly CniCommand[] = ['ADD', 'DEL', 'CHECK', 'VERSION', 'STATUS', 'GC'];
+const COMMANDS: readonly CniCommand[] = ['ADD', 'DEL', 'CHECK', 'VERSION', 'STATUS', 'GC'];
 
-export const KNOWN_ARGS = [
+const KNOWN_ARGS = [
   'K8S_POD_NAMESPACE',
   'K8S_POD_NAME',
   'K8S_POD_INFRA_CONTAINER_ID',
@@ -41,7 +41,7 @@ const USED: Record<CniCommand, readonly Var[]> = {
   GC: ['CNI_PATH'],
 };
 
-export interface CniEnv {
+interface CniEnv {
   command: CniCommand;
   containerId: string;
   netns: string;
@@ -58,7 +58,7 @@ const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
  * letter or digit; letters, digits, '_', '.', '-'; at most 253 characters.
  * Never a '/', whitespace, a control character or a name that is `.`/`..`.
  */
-export const POD_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
+const POD_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
 
 function show(v: string): string {
   return JSON.stringify(v.length > 80 ? v.slice(0, 80) + '...' : v);
@@ -84,9 +84,9 @@ export function parseCommand(env: Record<string, string | undefined>): CniComman
  * handle IDs, datastore keys and log lines bounded (a 5000-character ID was
  * accepted and written everywhere).
  */
-export const MAX_CONTAINER_ID = 255;
+const MAX_CONTAINER_ID = 255;
 
-export function checkContainerId(v: string): string | undefined {
+function checkContainerId(v: string): string | undefined {
   if (v.length > MAX_CONTAINER_ID) {
     return (
       `CNI_CONTAINERID: got ${show(v)} (${v.length} characters); a container ID is at most ${MAX_CONTAINER_ID} ` +
@@ -103,7 +103,7 @@ export function checkContainerId(v: string): string | undefined {
 }
 
 /** Linux interface name rules (dev_valid_name in net/core/dev.c) as the CNI spec restates them. */
-export function checkIfname(v: string): string | undefined {
+function checkIfname(v: string): string | undefined {
   const bad = (why: string) => `CNI_IFNAME: got ${show(v)}; ${why}`;
   // IFNAMSIZ is 16 bytes including the NUL terminator.
   if (Buffer.byteLength(v) > 15)
@@ -116,7 +116,7 @@ export function checkIfname(v: string): string | undefined {
   return undefined;
 }
 
-export function checkNetns(v: string): string | undefined {
+function checkNetns(v: string): string | undefined {
   if (!v.startsWith('/'))
     return (
       `CNI_NETNS: got ${show(v)}; expected an absolute path to a network namespace, e.g. /var/run/netns/<name> ` +
@@ -134,7 +134,7 @@ export function checkNetns(v: string): string | undefined {
  * (/proc/<pid>/ns/net, a bind mount) is caught. A path that cannot be stat'ed
  * is left to the command (DEL tolerates a namespace that is already gone).
  */
-export function checkNotHostNetns(
+function checkNotHostNetns(
   netns: string,
   own: readonly string[] = ['/proc/self/ns/net', '/proc/1/ns/net'],
 ): string | undefined {

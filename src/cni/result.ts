@@ -63,7 +63,7 @@ function compact<T extends Record<string, unknown>>(o: T): Compacted<T> {
   return o as Compacted<T>;
 }
 
-export function isCidr(s: string): boolean {
+function isCidr(s: string): boolean {
   return tryParseIPPrefix(s) !== undefined;
 }
 

@@ -88,8 +88,3 @@ export function assertCommandAllowed(command: CniCommand, version: CniVersion): 
     );
   }
 }
-
-export function versionHasCommand(command: CniCommand, version: CniVersion): boolean {
-  const since = COMMAND_SINCE[command];
-  return !since || compareVersions(version, since) >= 0;
-}

@@ -13,7 +13,7 @@ import {
   sectionKeys,
 } from './fields.js';
 
-export type PluginType = 'netplugin' | 'netplugin-ipam';
+type PluginType = 'netplugin' | 'netplugin-ipam';
 
 // The types are the schema's (built below): what parseNetconf returns is what
 // the schema outputs, defaults applied. Field docs sit on the schema's fields
@@ -23,8 +23,6 @@ type NetconfSchema = ReturnType<typeof netconfObject>;
 
 /** `ipam` of type netplugin-ipam; `assign_ipv4`/`assign_ipv6` normalised to lower case ("True" -> "true"). */
 export type NetpluginIpam = z.output<Schemas['ownIpam']>;
-/** Any other IPAM plugin (host-local, ...): passed on untouched. */
-export type DelegatedIpam = z.output<Schemas['otherIpam']>;
 
 /** A validated netconf. Unknown top-level keys are kept (runtimes add their own). */
 export type Netconf = z.output<NetconfSchema> & {
@@ -40,7 +38,7 @@ export function isNetpluginIpam(ipam: Netconf['ipam']): ipam is NetpluginIpam {
   return ipam.type === 'netplugin-ipam';
 }
 
-export interface ParseOptions {
+interface ParseOptions {
   pluginType: PluginType;
   /** Deprecations and likely typos; the caller logs them. Absent or undefined: not reported. */
   warn?: ((msg: string) => void) | undefined;

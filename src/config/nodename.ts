@@ -4,7 +4,7 @@ import { hostname as osHostname } from 'node:os';
 import { CniError, ErrorCodes } from '../errors.js';
 import { DEFAULT_NODENAME_FILE } from './fields.js';
 
-export interface NodenameDeps {
+interface NodenameDeps {
   readFile?: (path: string) => string;
   hostname?: () => string;
 }

@@ -14,9 +14,9 @@ import { join } from 'node:path';
 import { cannotRead, CtlError, type CtlIO, type DatastoreConfig } from './io.js';
 import { kubeconfigPathsFromEnv } from '../datastore/index.js';
 
-export const DEFAULT_CTL_CONFIG = '/etc/netplugin/netpluginctl.cfg';
-export const CTL_CONFIG_KIND = 'NetpluginAPIConfig';
-export const CTL_CONFIG_API_VERSION = 'netplugin.org/v3';
+const DEFAULT_CTL_CONFIG = '/etc/netplugin/netpluginctl.cfg';
+const CTL_CONFIG_KIND = 'NetpluginAPIConfig';
+const CTL_CONFIG_API_VERSION = 'netplugin.org/v3';
 
 /** spec field -> DatastoreConfig field (etcd) */
 const ETCD_FIELDS = {
@@ -34,7 +34,7 @@ export function isCtlConfig(text: string): boolean {
 }
 
 /** Parses a NetpluginAPIConfig; errors name the file and the field. */
-export function parseCtlConfig(text: string, file: string, io: CtlIO): DatastoreConfig & { context?: string } {
+function parseCtlConfig(text: string, file: string, io: CtlIO): DatastoreConfig & { context?: string } {
   let doc: unknown;
   try {
     // yaml loads only for this file form (createRequire keeps it out of the start-up path).

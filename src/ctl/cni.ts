@@ -28,7 +28,7 @@ import {
 } from './install-cni.js';
 import { datastoreConfig, defaultOpen } from './session.js';
 
-export const CNI_HELP = {
+const CNI_HELP = {
   'install-cni': `Usage: netpluginctl install-cni [flags]
 
 Installs /opt/cni/bin/netplugin and netplugin-ipam (the native shim plus netplugin.fallback,

@@ -66,7 +66,7 @@ const VALUE_FLAGS = new Set([
 ]);
 
 /** The command tree the overview lists: "ipam show ..." -> ipam: [show]. */
-export function commandTree(topHelp: string): Map<string, string[]> {
+function commandTree(topHelp: string): Map<string, string[]> {
   const tree = new Map<string, string[]>();
   const section = topHelp.split(/\nCommands:\n/)[1]?.split(/\n\n/)[0] ?? '';
   for (const line of section.split('\n')) {
@@ -85,14 +85,14 @@ function flagsIn(text: string | undefined): string[] {
   return [...new Set([...text.matchAll(/(?<![\w-])(--?[a-zA-Z][a-zA-Z-]*)/g)].map((m) => m[1]!))];
 }
 
-export interface CompletionSource {
+interface CompletionSource {
   topHelp: string;
   /** Help topics: 'get', 'ipam show', ... (also the lazily loaded groups'). */
   help: () => Promise<Record<string, string>>;
 }
 
 /** The candidates for the last word of `words` (the words after "netpluginctl"). */
-export async function complete(words: string[], src: CompletionSource, s: CtlSession): Promise<string[]> {
+async function complete(words: string[], src: CompletionSource, s: CtlSession): Promise<string[]> {
   const cur = words[words.length - 1] ?? '';
   const before = words.slice(0, -1);
   const tree = commandTree(src.topHelp);
@@ -182,7 +182,7 @@ export function completionCommands(src: CompletionSource): Record<string, CtlCom
 }
 
 /** The script for one shell; each asks `netpluginctl __complete` with the words typed so far. */
-export function completionScript(shell: string): string {
+function completionScript(shell: string): string {
   if (shell === 'bash') {
     return `# netpluginctl bash completion: source <(netpluginctl completion bash)
 _netpluginctl() {

@@ -5,7 +5,7 @@ import { initDatastore } from './datastore-init.js';
 import { bool, CtlError, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 import { NETPLUGIN_VERSION } from './version.js';
 
-export const DATASTORE_GROUP_HELP = {
+const DATASTORE_GROUP_HELP = {
   datastore: `Usage: netpluginctl datastore init [--cluster-type k8s,bgp]
        netpluginctl datastore ready --set=true|false
        netpluginctl datastore migrate lock|export|import|unlock

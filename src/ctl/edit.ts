@@ -26,7 +26,7 @@ import { applyJsonPatch, parseJsonPatch } from './json-patch.js';
  * same checks apply makes (masked CIDR, block size, selector), also against
  * each other within the files. Nothing is read from or written to a datastore.
  */
-export async function cmdValidate(io: CtlIO, file: string): Promise<number> {
+async function cmdValidate(io: CtlIO, file: string): Promise<number> {
   let docs: Awaited<ReturnType<typeof readManifests>>;
   try {
     docs = await readManifests(file, io);
@@ -53,7 +53,7 @@ export async function cmdValidate(io: CtlIO, file: string): Promise<number> {
 }
 
 /** `key=value` sets, `key-` removes (kubectl's syntax). */
-export function parseLabelArgs(args: string[]): { set: Record<string, string>; remove: string[] } {
+function parseLabelArgs(args: string[]): { set: Record<string, string>; remove: string[] } {
   const set: Record<string, string> = {};
   const remove: string[] = [];
   if (!args.length) throw new CtlError(`label needs at least one key=value (or key- to remove one)`);
@@ -139,7 +139,7 @@ async function update(ds: Datastore, t: Target, change: (r: Resource) => Resourc
   }
 }
 
-export async function cmdLabel(
+async function cmdLabel(
   ds: Datastore,
   io: CtlIO,
   args: {
@@ -187,7 +187,7 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
   return out;
 }
 
-export async function cmdPatch(
+async function cmdPatch(
   ds: Datastore,
   io: CtlIO,
   args: {
@@ -280,7 +280,7 @@ function onlySpecAndLabels(before: Resource, after: Resource): void {
 
 // ---------------------------------------------------------------- commands
 
-export const EDIT_HELP: Record<string, string> = {
+const EDIT_HELP: Record<string, string> = {
   edit: `Usage: netpluginctl edit <kind> <name> [-n NS] [-o yaml|json]
        netpluginctl edit <kind>/<name>
 

@@ -33,14 +33,8 @@ const GLOBAL_FLAGS = [
 ];
 
 export { initDatastore } from './datastore-init.js';
-export type { InitDatastoreOptions, InitDatastoreResult } from './datastore-init.js';
-export { CtlError } from './io.js';
-export type { CtlIO, DatastoreConfig } from './io.js';
-export { installCni, uninstallCni, buildConflist } from './install-cni.js';
-export type { InstallCniOptions, InstallCniResult } from './install-cni.js';
-export { datastoreConfig } from './session.js';
 
-export const TOP_HELP = `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
+const TOP_HELP = `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
 
 Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--as USER]
                    [--log-format text|json] <command> [flags]

@@ -27,9 +27,9 @@ import { CtlError, type CtlIO } from './io.js';
 import type { DatastoreSettings } from '../datastore/settings.js';
 import { isNetpluginConfig, netpluginEntries, netpluginEntry } from '../config/conflist.js';
 
-export const PLUGIN_NAMES = ['netplugin', 'netplugin-ipam'] as const;
-export const FALLBACK_FILE = 'netplugin.fallback';
-export const AGENT_UNIT = 'netplugin-node.service';
+const PLUGIN_NAMES = ['netplugin', 'netplugin-ipam'] as const;
+const FALLBACK_FILE = 'netplugin.fallback';
+const AGENT_UNIT = 'netplugin-node.service';
 
 // Built from flags, each of which may be absent: an optional field may hold undefined.
 export interface InstallCniOptions {
@@ -90,16 +90,16 @@ export interface InstallCniOptions {
   dryRun?: boolean | undefined;
 }
 
-export const DEFAULT_HOST_PACKAGE_DIR = '/opt/netplugin';
+const DEFAULT_HOST_PACKAGE_DIR = '/opt/netplugin';
 /** Secret keys (file names in the mount) and the netconf fields they fill. */
 const ETCD_TLS_FILES = [
   ['etcd-key', 'etcdKeyFile', 'etcd_key_file'],
   ['etcd-cert', 'etcdCertFile', 'etcd_cert_file'],
   ['etcd-ca', 'etcdCaCertFile', 'etcd_ca_cert_file'],
 ] as const;
-export const ETCD_TLS_DIR = 'netplugin-tls';
+const ETCD_TLS_DIR = 'netplugin-tls';
 /** Host paths where a distribution or the Node.js tarball puts node. */
-export const HOST_NODE_CANDIDATES = ['/usr/bin/node', '/usr/local/bin/node'];
+const HOST_NODE_CANDIDATES = ['/usr/bin/node', '/usr/local/bin/node'];
 /** What the per-exec entries need at run time (dist/ bundles load these lazily). */
 const PACKAGE_PARTS = ['package.json', 'dist', 'prebuilds', 'node_modules'];
 
@@ -114,12 +114,12 @@ export function detectPod(root = '/'): boolean {
   return existsSync(join(root, 'var/run/secrets/kubernetes.io/serviceaccount'));
 }
 
-export interface InstalledFile {
+interface InstalledFile {
   path: string;
   action: 'written' | 'unchanged' | 'would write';
 }
 
-export interface InstallCniResult {
+interface InstallCniResult {
   kind: 'shim' | 'launcher';
   /** Absent when the sh launcher was installed. */
   shimSource?: string | undefined;
@@ -234,7 +234,7 @@ export function optionsDatastore(o: InstallCniOptions): DatastoreSettings {
 }
 
 /** The netplugin entry and the conflist, generated from the options. */
-export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
+function buildConflist(o: InstallCniOptions): Record<string, unknown> {
   const entry: Record<string, unknown> = { type: 'netplugin', log_level: o.logLevel };
   if (o.logFilePath !== '') entry.log_file_path = o.logFilePath;
   // The kubernetes block goes last, after ipam and policy (as the entry has always been written).
@@ -260,7 +260,7 @@ export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
 const PLACEHOLDER = /__([A-Z0-9_]+)__/g;
 
 /** Template placeholders and the flag that fills each. */
-export const TEMPLATE_VARS: Record<
+const TEMPLATE_VARS: Record<
   string,
   { flag: string; value: (o: InstallCniOptions) => string | number | undefined; raw?: boolean }
 > = {
@@ -280,7 +280,7 @@ export const TEMPLATE_VARS: Record<
 };
 
 /** Fills `__NAME__` placeholders (JSON-escaped inside strings; CNI_MTU bare) and checks the result is a conflist. */
-export function renderTemplate(text: string, o: InstallCniOptions, file: string): Record<string, unknown> {
+function renderTemplate(text: string, o: InstallCniOptions, file: string): Record<string, unknown> {
   const missing = new Set<string>();
   const out = text.replace(PLACEHOLDER, (m, name: string) => {
     const v = TEMPLATE_VARS[name];
@@ -313,7 +313,7 @@ export function renderTemplate(text: string, o: InstallCniOptions, file: string)
 }
 
 /** Checks the netplugin entries the way the plugin will parse them, so a broken conflist is never installed. */
-export function checkConflist(conf: Record<string, unknown>, warn: (m: string) => void): void {
+function checkConflist(conf: Record<string, unknown>, warn: (m: string) => void): void {
   const plugins = conf.plugins as Array<Record<string, unknown>>;
   if (typeof conf.name !== 'string' || !conf.name) throw new CtlError('conflist: "name" is missing');
   const entries = netpluginEntries(plugins);

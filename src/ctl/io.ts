@@ -65,7 +65,7 @@ export function readJsonFile(io: { cwd?: string | undefined }, file: string, wha
   }
 }
 
-export type FlagType = 'bool' | 'string' | 'list';
+type FlagType = 'bool' | 'string' | 'list';
 export interface FlagSpec {
   /** Long name without dashes, e.g. 'output'. */
   name: string;
@@ -73,7 +73,7 @@ export interface FlagSpec {
   type: FlagType;
 }
 
-export interface ParsedArgs {
+interface ParsedArgs {
   positional: string[];
   flags: Record<string, string | boolean | string[] | undefined>;
 }
@@ -242,7 +242,7 @@ export interface CtlSession {
 }
 
 /** The flags every command accepts. */
-export const GLOBAL_FLAGS: FlagSpec[] = [
+const GLOBAL_FLAGS: FlagSpec[] = [
   { name: 'config', short: 'c', type: 'string' },
   { name: 'kubeconfig', type: 'string' },
   { name: 'context', type: 'string' },

@@ -44,10 +44,10 @@ import {
   type CtlSession,
 } from './io.js';
 
-export type { CheckOptions, IpamReport } from '../ipam/index.js';
+export type { IpamReport } from '../ipam/index.js';
 
 /** What the CLI needs from the allocator (src/ipam/index.ts Ipam). */
-export interface IpamReleaser {
+interface IpamReleaser {
   releaseByHandle(handleID: string): Promise<string[]>;
   releaseIPs(ips: string[]): Promise<unknown>;
 }
@@ -69,7 +69,7 @@ function pct(n: bigint, d: bigint): string {
 // ---------------------------------------------------------------- show
 
 /** A pool's row in `ipam show` (and its -o json). */
-export interface PoolUsageRow {
+interface PoolUsageRow {
   name: string;
   cidr: string;
   size: string;
@@ -103,7 +103,7 @@ function whoHas(ds: Datastore, ipam: Pick<Ipam, 'locate'>, ipText: string) {
   return addressHolder(ds, ipam, ipText);
 }
 
-export async function cmdIpamShow(
+async function cmdIpamShow(
   ds: Datastore,
   io: CtlIO,
   ipam: Pick<Ipam, 'usageReport' | 'locate'>,
@@ -182,7 +182,7 @@ function writeAtomic(path: string, data: string): void {
   renameSync(tmp, path);
 }
 
-export async function cmdIpamCheck(
+async function cmdIpamCheck(
   ds: Datastore,
   io: CtlIO,
   args: { output?: string | undefined; json?: boolean | undefined },
@@ -302,7 +302,7 @@ function readReport(file: string, io: CtlIO): IpamReport {
 
 const sameSet = (a: string[], b: string[]) => a.length === b.length && [...a].sort().join() === [...b].sort().join();
 
-export async function cmdIpamRelease(
+async function cmdIpamRelease(
   ds: Datastore,
   io: CtlIO,
   ipam: IpamReleaser & Pick<Ipam, 'locate'>,
@@ -453,7 +453,7 @@ export async function cmdIpamRelease(
 
 // ---------------------------------------------------------------- commands
 
-export const IPAM_HELP = {
+const IPAM_HELP = {
   ipam: `Usage: netpluginctl ipam show|check|release|configure|split ...
 
   ipam show [--show-blocks] [--show-borrowed] [--show-configuration] [--ip ADDR] [-o json|yaml]

@@ -3,7 +3,7 @@
 // works on a copy, and the first failing operation is reported by number.
 import { CtlError } from './io.js';
 
-export interface JsonPatchOp {
+interface JsonPatchOp {
   op: string;
   path: string;
   value?: unknown;
@@ -19,7 +19,7 @@ function isContainer(v: unknown): v is Container {
 }
 
 /** "/a/b~1c" -> ["a", "b/c"] (RFC 6901). */
-export function parsePointer(p: string): string[] {
+function parsePointer(p: string): string[] {
   if (p === '') return [];
   if (!p.startsWith('/'))
     throw new Error(`${JSON.stringify(p)} is not a JSON pointer (it starts with "/", e.g. /spec/disabled)`);

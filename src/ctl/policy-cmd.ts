@@ -3,7 +3,7 @@
 // (loaded when the command runs).
 import { bool, CtlError, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 
-export const POLICY_HELP = {
+const POLICY_HELP = {
   'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N]
                                   [--source-port N] [--protocol P] [-o json]
 

@@ -18,7 +18,7 @@ import {
 } from '../model/policy-eval.js';
 import { CtlError, type CtlIO } from './io.js';
 
-export interface ExplainOptions {
+interface ExplainOptions {
   pod: string;
   namespace?: string;
   /** `ns/pod`, `pod` (same namespace) or an address. */

@@ -26,7 +26,7 @@ import { resolveKind } from './kinds.js';
 import { parseJsonPath, printValue, relaxedPath, type JsonPathTemplate } from './jsonpath.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
 
-export type OutputFormat =
+type OutputFormat =
   | 'table'
   | 'wide'
   | 'json'
@@ -37,7 +37,7 @@ export type OutputFormat =
 
 const FORMATS = 'yaml, json, wide, name, jsonpath=TEMPLATE or custom-columns=HEADER:PATH,...';
 
-export function outputFormat(v: string | undefined): OutputFormat {
+function outputFormat(v: string | undefined): OutputFormat {
   if (v === undefined || v === 'table') return 'table';
   if (v === 'wide' || v === 'json' || v === 'yaml' || v === 'name') return v;
   const m = /^(jsonpath|custom-columns)(?:=([\s\S]*))?$/.exec(v);
@@ -200,7 +200,7 @@ function sameContent(a: Resource, b: Resource): boolean {
   return norm(a) === norm(b);
 }
 
-export type WriteMode = 'apply' | 'create' | 'replace';
+type WriteMode = 'apply' | 'create' | 'replace';
 
 /** One resource through apply/create/replace, retrying compare-and-swap conflicts (another writer raced us). */
 export async function writeResource(
@@ -263,13 +263,7 @@ export async function writeResource(
   return action;
 }
 
-export async function cmdWrite(
-  ds: Datastore,
-  io: CtlIO,
-  file: string,
-  mode: WriteMode,
-  dryRun = false,
-): Promise<number> {
+async function cmdWrite(ds: Datastore, io: CtlIO, file: string, mode: WriteMode, dryRun = false): Promise<number> {
   const docs = await readManifests(file, io);
   for (const d of docs) checkWritable(d.res, d.where);
   let failed = 0;
@@ -292,7 +286,7 @@ export function errText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-export async function cmdDelete(
+async function cmdDelete(
   ds: Datastore,
   io: CtlIO,
   args: {
@@ -529,7 +523,7 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
   }
 }
 
-export interface FormatOptions {
+interface FormatOptions {
   /** One object asked for by name: printed as itself, not as a List. */
   single?: boolean | undefined;
   allNamespaces?: boolean | undefined;
@@ -541,7 +535,7 @@ export interface FormatOptions {
 }
 
 /** --sort-by: items ordered by the first value PATH yields (numbers numerically, missing ones first). */
-export function sortItems(items: Resource[], sortBy: string | undefined): Resource[] {
+function sortItems(items: Resource[], sortBy: string | undefined): Resource[] {
   if (!sortBy) return items;
   const path = parseJsonPath(relaxedPath(sortBy));
   const keyed = items.map((r) => ({ r, k: path.values(r)[0] }));
@@ -558,7 +552,7 @@ export function sortItems(items: Resource[], sortBy: string | undefined): Resour
 }
 
 /** The header and the rows of a table format (table, wide, custom-columns). */
-export function tableRows(
+function tableRows(
   kind: Kind,
   format: OutputFormat,
   opts: FormatOptions,
@@ -594,7 +588,7 @@ function labelText(r: Resource): string {
   return l.length ? l.join(',') : '<none>';
 }
 
-export async function formatResources(
+async function formatResources(
   items: Resource[],
   kind: Kind,
   format: OutputFormat,
@@ -633,7 +627,7 @@ async function getNamed(
   return { items, failed };
 }
 
-export interface GetArgs {
+interface GetArgs {
   kind: string;
   names: string[];
   namespace?: string | undefined;
@@ -651,7 +645,7 @@ export interface GetArgs {
   watchEvents?: boolean | undefined;
 }
 
-export async function cmdGet(ds: Datastore, io: CtlIO, args: GetArgs): Promise<number> {
+async function cmdGet(ds: Datastore, io: CtlIO, args: GetArgs): Promise<number> {
   const info = resolveKind(args.kind);
   const format = outputFormat(args.output);
   if (args.sortBy) sortItems([], args.sortBy);
@@ -801,7 +795,7 @@ async function labelSelectorArg(sel: string): Promise<string> {
 
 // ---------------------------------------------------------------- commands
 
-export const RESOURCES_HELP: Record<string, string> = {
+const RESOURCES_HELP: Record<string, string> = {
   apply: `Usage: netpluginctl apply -f FILE|DIR|- [--dry-run]
 
 Creates each resource in FILE (or stdin with -), or updates it when it exists. FILE holds
@@ -963,7 +957,7 @@ const runDelete: CtlCommand = async (rest, io, s) => {
 };
 
 /** Where a mirrored or derived object comes from (docs/kube-controllers.md), or undefined for a user's own. */
-export function sourceOf(r: Resource): string | undefined {
+function sourceOf(r: Resource): string | undefined {
   const n = r.metadata.name;
   const ns = r.metadata.namespace;
   if (r.kind === 'NetworkPolicy' && n.startsWith('knp.default.'))
@@ -982,7 +976,7 @@ export function sourceOf(r: Resource): string | undefined {
   return undefined;
 }
 
-export async function cmdDescribe(
+async function cmdDescribe(
   ds: Datastore,
   io: CtlIO,
   args: {

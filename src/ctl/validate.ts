@@ -21,7 +21,7 @@ import { CtlError } from './io.js';
 import { manifestKind } from './kinds.js';
 import { containsCidr, formatCidr, overlaps, parseCidr, tryParseCidr, type Cidr } from '../net/cidr.js';
 
-export const BLOCK_SIZE = {
+const BLOCK_SIZE = {
   4: { min: 20, max: 32, def: 26 },
   6: { min: 116, max: 128, def: 122 },
 } as const;
@@ -136,7 +136,7 @@ function arrayElement(schema: z.ZodTypeAny): z.ZodTypeAny | undefined {
 }
 
 /** Fields of `value` the schema does not know, with their path and the field the user probably meant. */
-export function unknownFields(schema: z.ZodTypeAny, value: unknown, path: string): string[] {
+function unknownFields(schema: z.ZodTypeAny, value: unknown, path: string): string[] {
   const out: string[] = [];
   if (Array.isArray(value)) {
     const el = arrayElement(schema);
@@ -191,7 +191,7 @@ function fieldPath(prefix: string, path: Array<string | number>): string {
 }
 
 /** A schema issue in the project's words: the field, the value given and what is expected. */
-export function issueText(i: z.ZodIssue, input: unknown, prefix: string): string {
+function issueText(i: z.ZodIssue, input: unknown, prefix: string): string {
   const where = fieldPath(prefix, i.path);
   const v = at(input, i.path);
   switch (i.code) {

@@ -4,7 +4,7 @@ import { DatastoreError } from '../errors.js';
 import { bool, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
-export const VERSION_HELP = {
+const VERSION_HELP = {
   version: `Usage: netpluginctl version [-o json] [--short]
 
 Prints the client version and, when a datastore is configured, the cluster version

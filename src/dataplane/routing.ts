@@ -20,14 +20,14 @@ export type { AddrInfo, LinkInfo };
 
 export const VXLAN_DEVICE: Record<Family, string> = { 4: 'vxlan.netplugin', 6: 'vx6.netplugin' };
 export const IPIP_DEVICE = 'tunl.netplugin';
-export const VXLAN_VNI = 4096;
-export const VXLAN_PORT = 4789;
+const VXLAN_VNI = 4096;
+const VXLAN_PORT = 4789;
 /** Encapsulation overhead on the underlay MTU: outer IP + UDP + VXLAN + inner Ethernet. */
 export const OVERHEAD = { vxlan4: 50, vxlan6: 70, ipip: 20 } as const;
 /** RTPROT number our routes carry: reconciling lists and removes only these. */
-export const ROUTE_PROTOCOL = 80;
+const ROUTE_PROTOCOL = 80;
 
-export interface DesiredRoute {
+interface DesiredRoute {
   family: Family;
   dst: string;
   type: 'unicast' | 'blackhole';
@@ -58,14 +58,14 @@ export interface LocalTunnel {
   mac?: string;
 }
 
-export interface ApplyInput {
+interface ApplyInput {
   desired: RoutingState;
   /** Present when this node has what the device needs (tunnel address, node IP). */
   tunnels: { vxlan4?: LocalTunnel; vxlan6?: LocalTunnel; ipip?: LocalTunnel };
   underlayMtu: number;
 }
 
-export interface ApplyStats {
+interface ApplyStats {
   routesAdded: number;
   routesRemoved: number;
   errors: string[];

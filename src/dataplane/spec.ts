@@ -52,7 +52,7 @@ export interface TeardownOptions {
   hostMac?: string;
 }
 
-export interface ParsedAddress {
+interface ParsedAddress {
   cidr: string;
   ip: string;
   family: 4 | 6;
@@ -79,7 +79,7 @@ export function checkPath(fn: string, field: string, v: unknown): string {
   return v;
 }
 
-export function parseAddress(fn: string, field: string, v: unknown): ParsedAddress {
+function parseAddress(fn: string, field: string, v: unknown): ParsedAddress {
   const must = "an address with its prefix length, e.g. '10.0.0.5/32' or 'fd00::5/128'";
   if (typeof v !== 'string') bad(fn, field, v, must);
   const p = tryParseIPPrefix(v);

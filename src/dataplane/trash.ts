@@ -86,7 +86,7 @@ function pairToTrash(
   return { hostIndex: l!.index, ...(cont ? { cont: { nl: cont.nl, index: cont.index } } : {}) };
 }
 
-export interface TrashOptions {
+interface TrashOptions {
   hostNetnsPath?: string;
   group?: number;
   /** How long trashed veths gather before one group deletion (default 5 ms). */

@@ -24,13 +24,7 @@ import { containsCidr, tryParseCidr } from '../net/cidr.js';
 import { TxnError, opIdentity, opKind, type TxnOp } from './txn.js';
 import type { CallOptions, Datastore, ListOptions, ListResult, Watch, WatchEvent } from './types.js';
 
-export const CACHED_KINDS: readonly Kind[] = [
-  'ClusterInformation',
-  'IPPool',
-  'IPAMConfig',
-  'BlockAffinity',
-  'IPAMBlock',
-];
+const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'IPAMConfig', 'BlockAffinity', 'IPAMBlock'];
 
 /**
  * Kinds of which the cache remembers only its own writes (no watch: one
@@ -38,7 +32,7 @@ export const CACHED_KINDS: readonly Kind[] = [
  * reads the handle and the endpoint its ADD wrote from here when it asks
  * (CallOptions.recent), and guards its deletes by their revisions.
  */
-export const RECENT_KINDS: readonly Kind[] = ['IPAMHandle', 'WorkloadEndpoint'];
+const RECENT_KINDS: readonly Kind[] = ['IPAMHandle', 'WorkloadEndpoint'];
 
 /**
  * How many of its own writes the cache remembers (oldest go first: pods DEL'd by another process are never forgotten
@@ -52,13 +46,13 @@ const MAX_RECENT = 4096;
  */
 const BYPASS_MS = 2_000;
 
-export interface CachedDatastoreOptions {
+interface CachedDatastoreOptions {
   log?: { warn(msg: string, fields?: Record<string, unknown>): void };
   /** First re-list delay after a watch failure (doubles up to 5 s). Default 200 ms. */
   backoffMs?: number;
 }
 
-export interface CacheStats {
+interface CacheStats {
   hits: number;
   misses: number;
   relists: number;
@@ -101,7 +95,7 @@ function allocated(r: Resource | undefined): number {
  * store is returned as is: its resourceVersions are opaque, and a per-node
  * watch of every block through the API server is not what it is sized for).
  */
-export interface CachedDatastore extends Datastore {
+interface CachedDatastore extends Datastore {
   readonly stats: CacheStats;
   synced(): boolean;
   /** Every read goes to the store for `ms` (another process wrote meanwhile: the node's IPAM lock says so). */

@@ -7,7 +7,7 @@ import type { Kind, Resource } from '../model/resources.js';
 import type { Datastore, TxnOp } from './types.js';
 
 /** Attempts before the last guard failure is returned to the caller. */
-export const CAS_ATTEMPTS = 7;
+const CAS_ATTEMPTS = 7;
 
 /** The object as stored now, or undefined when there is none. */
 export async function getIfExists<K extends Kind>(
@@ -39,7 +39,7 @@ export function casOp<K extends Kind>(
   };
 }
 
-export interface CasWritten<K extends Kind> {
+interface CasWritten<K extends Kind> {
   /** What the store holds now, with its new revision. */
   stored: Resource<K>;
   /** What the write replaced (undefined: it created the object). */
@@ -47,7 +47,7 @@ export interface CasWritten<K extends Kind> {
 }
 
 /** `next` had nothing to write: `stored` is the object as read (undefined when absent). */
-export interface CasUnchanged<K extends Kind> {
+interface CasUnchanged<K extends Kind> {
   unchanged: true;
   stored: Resource<K> | undefined;
 }

@@ -41,11 +41,9 @@ import {
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 import { HttpKV } from './etcd-http.js';
 
-export type { TlsMaterial } from './etcd-kv.js';
+const DEFAULT_TIMEOUT_MS = 10_000;
 
-export const DEFAULT_TIMEOUT_MS = 10_000;
-
-export type EtcdTransport = 'grpc' | 'http';
+type EtcdTransport = 'grpc' | 'http';
 
 function readConfFile(field: string, path: string): Buffer {
   try {
@@ -60,7 +58,7 @@ function readConfFile(field: string, path: string): Buffer {
 }
 
 /** Endpoints from etcd_endpoints, etcd_discovery_srv, or the deprecated etcd_authority/etcd_scheme. */
-export async function resolveEndpoints(conf: DatastoreConfig): Promise<string[]> {
+async function resolveEndpoints(conf: DatastoreConfig): Promise<string[]> {
   if (conf.etcd_endpoints && conf.etcd_discovery_srv) {
     throw new DatastoreError(
       'Invalid',

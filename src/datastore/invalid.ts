@@ -32,7 +32,7 @@ export interface InvalidObject {
 }
 
 /** Text of a malformed value kept for describe: enough to see what is wrong, never megabytes. */
-export const MAX_RAW_TEXT = 4096;
+const MAX_RAW_TEXT = 4096;
 
 export function rawText(s: string): string {
   return s.length > MAX_RAW_TEXT ? `${s.slice(0, MAX_RAW_TEXT)}... (${s.length} bytes in all)` : s;

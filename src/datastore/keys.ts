@@ -29,9 +29,7 @@ export function isKind(s: string): s is Kind {
 }
 
 export const RESOURCE_PREFIX = '/netplugin/resources/v3/netplugin.org/';
-export const IPAM_PREFIX = '/netplugin/ipam/v2/';
-
-const IPAM_KINDS: ReadonlySet<Kind> = new Set<Kind>(['IPAMBlock', 'BlockAffinity', 'IPAMHandle', 'IPAMConfig']);
+const IPAM_PREFIX = '/netplugin/ipam/v2/';
 
 function invalidName(kind: Kind, name: string, why: string): DatastoreError {
   return new DatastoreError('Invalid', `${kind} name ${JSON.stringify(name)} is invalid: ${why}`);
@@ -140,8 +138,4 @@ export function onNode(kind: Kind, node: string | undefined): (o: Resource) => b
   if (kind !== 'WorkloadEndpoint')
     throw new DatastoreError('Invalid', `list option node applies to WorkloadEndpoint only, not ${kind}`);
   return (o) => (o as Resource<'WorkloadEndpoint'>).spec.node === node;
-}
-
-export function isIpamKind(kind: Kind): boolean {
-  return IPAM_KINDS.has(kind);
 }

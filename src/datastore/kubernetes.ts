@@ -106,9 +106,7 @@ function shown(v: string | undefined): string {
  * plugin has not written one. Tenants can edit their pods' annotations, so a
  * malformed one is expected data, never an exception.
  */
-export function podEndpoint(
-  pod: KubePod,
-): { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } | undefined {
+function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } | undefined {
   const a = pod.metadata.annotations ?? {};
   const containerID = a[WEP_ANNOTATIONS.containerID];
   if (!containerID) return undefined;
@@ -200,7 +198,7 @@ export function podEndpoint(
  * A pod's WorkloadEndpoint, or undefined when the plugin has not written one; a malformed one throws
  * InvalidObjectError.
  */
-export function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'> | undefined {
+function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'> | undefined {
   const ep = podEndpoint(pod);
   if (ep && 'invalid' in ep) throw new InvalidObjectError(ep.invalid);
   return ep?.wep;

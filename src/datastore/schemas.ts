@@ -245,7 +245,7 @@ function buildResourceSchema<K extends Kind>(kind: K) {
 const built = new Map<Kind, z.ZodTypeAny>();
 
 /** The schema of a whole resource of `kind` (built once per kind). */
-export function resourceSchema<K extends Kind>(kind: K): ReturnType<typeof buildResourceSchema<K>> {
+function resourceSchema<K extends Kind>(kind: K): ReturnType<typeof buildResourceSchema<K>> {
   let s = built.get(kind);
   if (!s) built.set(kind, (s = buildResourceSchema(kind)));
   return s as ReturnType<typeof buildResourceSchema<K>>;
@@ -255,7 +255,7 @@ export function resourceSchema<K extends Kind>(kind: K): ReturnType<typeof build
  * The first issues of a failed parse, each as `field.path: problem`; `field` may rename a path (annotations for a pod's
  * endpoint).
  */
-export function describeIssues(
+function describeIssues(
   issues: z.ZodIssue[],
   field: (path: Array<string | number>) => string = (p) => p.join('.') || '(root)',
 ): string {

@@ -30,7 +30,7 @@ export function opKind(op: TxnOp): Kind {
   return 'res' in op ? op.res.kind : op.kind;
 }
 
-export function opName(op: TxnOp): string {
+function opName(op: TxnOp): string {
   return 'res' in op ? op.res.metadata.name : op.name;
 }
 

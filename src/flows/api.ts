@@ -23,7 +23,7 @@ import {
   type HintType,
 } from './store.js';
 
-export const MAX_PAGE_SIZE = 10_000;
+const MAX_PAGE_SIZE = 10_000;
 /** Bytes a watch (SSE) connection may have unsent before it is closed. */
 const MAX_SSE_BACKLOG = 8 << 20;
 
@@ -86,7 +86,7 @@ function text(q: URLSearchParams, name: string): string | undefined {
 }
 
 /** The filters of a query string (shared by flows, watch, hints and statistics). */
-export function parseFilter(q: URLSearchParams): FlowFilter {
+function parseFilter(q: URLSearchParams): FlowFilter {
   const f: FlowFilter = {};
   const set = <K extends keyof FlowFilter>(k: K, v: FlowFilter[K] | undefined) => {
     if (v !== undefined) f[k] = v;
@@ -135,7 +135,7 @@ export function parseFlowQuery(q: URLSearchParams): FlowQuery & { watch: boolean
   return query;
 }
 
-export interface ApiOptions {
+interface ApiOptions {
   addr: string;
   store: FlowStore;
   /** When set, /api/ requests need this bearer token. */
@@ -148,7 +148,7 @@ export interface ApiOptions {
   keepAliveMs?: number;
 }
 
-export interface ApiServer {
+interface ApiServer {
   readonly host: string;
   readonly port: number;
   /** Open watch (SSE) connections. */
@@ -166,7 +166,7 @@ const UI_TYPES: Record<string, string> = {
 const UI_FILES = ['index.html', 'app.js', 'style.css'];
 
 /** The UI's files: dist/flows-ui beside the bundle (the package), or the sources (tests run from src/). */
-export function defaultUiDir(): string {
+function defaultUiDir(): string {
   const here = dirname(fileURLToPath(import.meta.url));
   for (const d of [join(here, 'flows-ui'), join(here, 'ui'), join(here, '../src/flows/ui')])
     if (existsSync(join(d, 'index.html'))) return d;

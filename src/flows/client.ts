@@ -43,7 +43,7 @@ export interface FlowClientOptions {
   log?: (level: 'info' | 'warn', msg: string, fields?: Record<string, unknown>) => void;
 }
 
-export interface FlowClientStats {
+interface FlowClientStats {
   /** Records held: not yet acknowledged. */
   buffered: number;
   /** Records dropped because the buffer was full. */

@@ -13,7 +13,7 @@ import { parseListenAddr } from '../observe/health.js';
 import type { FlowStore } from './store.js';
 import { COLLECTOR_PATH, LineReader, NDJSON, parseBatch, parseRecords, ProtocolError, type Ack } from './protocol.js';
 
-export interface CollectorOptions {
+interface CollectorOptions {
   addr: string;
   /** PEM: the server certificate and key; the CA agents' certificates must be signed by. */
   cert: string | Buffer;
@@ -30,7 +30,7 @@ export interface CollectorOptions {
   onBatch?: (b: { node: string; accepted: number; rejected: number; duplicate: boolean }) => void;
 }
 
-export interface Collector {
+interface Collector {
   readonly host: string;
   readonly port: number;
   /** Agent requests open now. */

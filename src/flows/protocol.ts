@@ -48,7 +48,7 @@ export const MAX_BATCH_RECORDS = 5000;
 const MAX_ERRORS = 5;
 
 /** The fields of a WireRecord, in order. */
-export const WIRE_FIELDS = [
+const WIRE_FIELDS = [
   'reporter',
   'action',
   'source', // index into endpoints
@@ -61,7 +61,7 @@ export const WIRE_FIELDS = [
   ...COUNTERS,
 ] as const;
 
-export type WireRecord = [
+type WireRecord = [
   string,
   string,
   number,
@@ -81,13 +81,13 @@ export type WireRecord = [
 ];
 
 /** A batch's records as sent: endpoints and traces once, records referring to them. */
-export interface WireRecords {
+interface WireRecords {
   endpoints: FlowEndpoint[];
   traces: PolicyTrace[];
   records: WireRecord[];
 }
 
-export interface Batch {
+interface Batch {
   node: string;
   stream: string;
   seq: number;

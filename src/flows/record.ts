@@ -8,10 +8,10 @@ export const REPORTERS = ['Src', 'Dst'] as const;
 export type Reporter = (typeof REPORTERS)[number];
 export const ACTIONS = ['Allow', 'Deny', 'Pass'] as const;
 export type Action = (typeof ACTIONS)[number];
-export const ENDPOINT_TYPES = ['wep', 'hep', 'net'] as const;
-export type EndpointType = (typeof ENDPOINT_TYPES)[number];
+const ENDPOINT_TYPES = ['wep', 'hep', 'net'] as const;
+type EndpointType = (typeof ENDPOINT_TYPES)[number];
 /** The policy kinds a hit names: enforced kinds, their staged forms, Profile, and the default deny after a tier. */
-export const HIT_KINDS = [
+const HIT_KINDS = [
   'NetworkPolicy',
   'GlobalNetworkPolicy',
   'KubernetesNetworkPolicy',
@@ -21,7 +21,7 @@ export const HIT_KINDS = [
   'Profile',
   'EndOfTier',
 ] as const;
-export type HitKind = (typeof HIT_KINDS)[number];
+type HitKind = (typeof HIT_KINDS)[number];
 
 /** One side of a flow. Outside addresses are type `net`, name `pub` or `pvt`, namespace ''. */
 export interface FlowEndpoint {
@@ -54,7 +54,7 @@ export interface PolicyTrace {
 }
 
 /** The counters of a flow (exact: from conntrack accounting). */
-export interface FlowCounters {
+interface FlowCounters {
   packetsIn: number;
   packetsOut: number;
   bytesIn: number;
@@ -261,9 +261,4 @@ export function parseFlowRecord(v: unknown, path = 'record'): FlowRecord {
 export function rfc3339(unixSeconds: number): string {
   const iso = new Date(Math.round(unixSeconds * 1000)).toISOString();
   return iso.endsWith('.000Z') ? `${iso.slice(0, -5)}Z` : iso;
-}
-
-/** `kind namespace/name` of a hit, as people write it: `GlobalNetworkPolicy default.deny-all`. */
-export function hitName(h: Pick<PolicyHit, 'kind' | 'namespace' | 'name'>): string {
-  return `${h.namespace ? `${h.namespace}/` : ''}${h.name}`;
 }

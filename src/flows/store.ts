@@ -20,7 +20,7 @@ import {
 export const BUCKET_SECONDS = 15;
 const BUCKET_MS = BUCKET_SECONDS * 1000;
 /** A bucket is exported this long after its end; records that arrive later are exported on their own. */
-export const CLOSE_GRACE_MS = BUCKET_MS;
+const CLOSE_GRACE_MS = BUCKET_MS;
 /** Records dated further ahead than this (a node's clock) count as now. */
 const FUTURE_SLACK_MS = 60_000;
 
@@ -195,7 +195,7 @@ export interface FlowQuery extends FlowFilter {
   page?: number;
 }
 
-export interface StatCounters {
+interface StatCounters {
   allowedPackets: number;
   allowedBytes: number;
   deniedPackets: number;
@@ -203,7 +203,7 @@ export interface StatCounters {
   connections: number;
 }
 
-export interface StatItem extends StatCounters {
+interface StatItem extends StatCounters {
   kind: string;
   namespace: string;
   name: string;
@@ -211,14 +211,14 @@ export interface StatItem extends StatCounters {
   series: Array<{ time: string } & StatCounters>;
 }
 
-export interface StoreStats {
+interface StoreStats {
   records: number;
   tooOld: number;
   flows: number;
   keys: number;
 }
 
-export interface StoreOptions {
+interface StoreOptions {
   retentionMs: number;
   now?: () => number;
 }

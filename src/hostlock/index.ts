@@ -40,7 +40,7 @@ import { flockTry, flockWait } from '../dataplane/syscalls.js';
 import { HostLockError } from './errors.js';
 import { describeHolder, lockHolder } from './holder.js';
 
-export { HostLockError, type HostLockErrorKind } from './errors.js';
+export { HostLockError } from './errors.js';
 
 export const DEFAULT_LOCK_PATH = '/var/run/netplugin/ipam.lock';
 
@@ -55,7 +55,7 @@ export function hostLockPath(file: string | undefined, env: Record<string, strin
   return file || env[LOCK_ENV] || DEFAULT_LOCK_PATH;
 }
 
-export interface HostLockOptions {
+interface HostLockOptions {
   /** Give up after this long (absent or undefined: 60 s); a CNI runtime's own deadline is usually a few minutes. */
   timeoutMs?: number | undefined;
   /** Lock a sub-key (e.g. one pod's veth) in the same directory instead of the path itself. */

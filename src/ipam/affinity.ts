@@ -13,7 +13,7 @@ import { retry } from './retry.js';
 import { hostAffinity, isKind, type IpamCore } from './core.js';
 import type { AffRes, BlockRes, Ctx } from './state.js';
 
-export async function deleteAffinity(core: IpamCore, aff: AffRes): Promise<void> {
+async function deleteAffinity(core: IpamCore, aff: AffRes): Promise<void> {
   try {
     await core.ds.delete('BlockAffinity', aff.metadata.name, { revision: aff.metadata.resourceVersion });
   } catch (e) {

@@ -38,17 +38,7 @@ import type {
   ReleaseOptions,
 } from './types.js';
 
-export type {
-  AddressLocation,
-  AssignRequest,
-  Assigned,
-  BlockUsage,
-  HandleInfo,
-  Piggyback,
-  PoolUsage,
-  Released,
-  ReleaseOptions,
-} from './types.js';
+export type { AddressLocation } from './types.js';
 export type { IpamOptions } from './core.js';
 
 export class Ipam {

@@ -81,7 +81,7 @@ async function fromNewBlock(core: IpamCore, ctx: Ctx, pool: PoolInfo): Promise<A
 }
 
 /** Take a free address from a block that is not ours (strictAffinity off). */
-export async function borrow(core: IpamCore, ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
+async function borrow(core: IpamCore, ctx: Ctx, pool: PoolInfo): Promise<Assigned | undefined> {
   if (ctx.config.strictAffinity) return undefined;
   const blocks = [...(await loadBlocks(core, ctx)).values()].filter((b) => {
     const c = tryParseCidr(b.spec.cidr);
@@ -231,7 +231,7 @@ async function assignSpecific(core: IpamCore, ctx: Ctx, ip: IP, text: string): P
 }
 
 /** A request's specific addresses, parsed (at most one per family). */
-export type Requested = Array<{ ip: IP; text: string }>;
+type Requested = Array<{ ip: IP; text: string }>;
 
 /**
  * Check a request before it waits for anything, and start the reads that need

@@ -48,7 +48,7 @@ interface Allocation {
   attr: AllocationAttribute;
 }
 
-export function* allocationsOf(b: Resource<'IPAMBlock'>): Generator<Allocation> {
+function* allocationsOf(b: Resource<'IPAMBlock'>): Generator<Allocation> {
   const c = tryParseCidr(b.spec.cidr, { strict: false });
   if (!c) return;
   for (let ord = 0; ord < b.spec.allocations.length; ord++) {
@@ -63,7 +63,7 @@ function affinityNode(a: string | null): string | undefined {
 }
 
 /** Who holds an address, as `ipam show --ip` and `ipam release --ip` see it. */
-export interface AddressHolder {
+interface AddressHolder {
   ip: string;
   pool?: string;
   block?: string;
@@ -105,7 +105,7 @@ export async function addressHolder(
   return out;
 }
 
-export interface LeakedHandle {
+interface LeakedHandle {
   handle: string;
   ips: string[];
   node?: string;
@@ -115,38 +115,38 @@ export interface LeakedHandle {
   /** What netplugin-kube-controllers' IPAM GC does with it (only handles with Kubernetes attributes). */
   gc?: { leakGracePeriod: string; allocatedAgo?: string; afterGracePeriod: boolean } | { never: string };
 }
-export interface UnhandledAllocation {
+interface UnhandledAllocation {
   ip: string;
   handle: string;
   block: string;
 }
-export interface HandleMissingEntries {
+interface HandleMissingEntries {
   handle: string;
   /** block cidr -> count the handle records but the block does not hold. */
   missing: Record<string, number>;
   /** Addresses the handle still really holds. */
   held: number;
 }
-export interface OrphanedAffinity {
+interface OrphanedAffinity {
   block: string;
   node: string;
   allocated: number;
 }
 
 /** One address in the ipNetworks of endpoints of different containers: two live pods answer for it. */
-export interface SharedAddress {
+interface SharedAddress {
   ip: string;
   endpoints: Array<{ endpoint: string; containerID: string }>;
 }
 /** A handle object stored under a name other than handleName(its ID): written before handle IDs became case-exact. */
-export interface LegacyHandleName {
+interface LegacyHandleName {
   handle: string;
   name: string;
   want: string;
 }
 
 /** An object the datastore holds malformed (skipped by every list and watch until repaired). */
-export interface InvalidObjectEntry {
+interface InvalidObjectEntry {
   kind: string;
   name: string;
   namespace?: string;

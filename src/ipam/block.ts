@@ -32,8 +32,6 @@ export function checkBlock(spec: IPAMBlockSpec): Cidr {
   return c;
 }
 
-export { sameHandle } from './handle.js';
-
 export function handleAt(spec: IPAMBlockSpec, ord: number): AllocationAttribute | undefined {
   const idx = spec.allocations[ord];
   return idx == null ? undefined : spec.attributes[idx];
@@ -102,7 +100,7 @@ export function freeOrdinals(spec: IPAMBlockSpec, ords: number[]): number[] {
 }
 
 /** Drop attributes no allocation refers to, renumbering the references. */
-export function compactAttributes(spec: IPAMBlockSpec): void {
+function compactAttributes(spec: IPAMBlockSpec): void {
   const used = new Map<number, number>();
   const attrs: AllocationAttribute[] = [];
   spec.allocations = spec.allocations.map((idx) => {

@@ -42,8 +42,6 @@ export function checkPoolUse(pool: PoolInfo, use: PoolUse, field: string, addres
   );
 }
 
-export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE };
-
 /** Validate a stored IPPool; throws an IpamError ('invalid-pool') naming the pool and field. */
 export function poolInfo(res: Resource<'IPPool'>): PoolInfo {
   const name = res.metadata.name;
@@ -99,7 +97,7 @@ function describePools(pools: PoolInfo[]): string {
  * Resolve an explicit pool list, in the order given. Every entry must name an
  * existing, enabled pool of the right family.
  */
-export function resolveExplicitPools(family: Family, wanted: string[], pools: PoolInfo[], field: string): PoolInfo[] {
+function resolveExplicitPools(family: Family, wanted: string[], pools: PoolInfo[], field: string): PoolInfo[] {
   const out: PoolInfo[] = [];
   for (const item of wanted) {
     const asCidr = tryParseCidr(item);
@@ -132,7 +130,7 @@ export function resolveExplicitPools(family: Family, wanted: string[], pools: Po
 
 export { describePools };
 
-export interface ChoosePoolsRequest {
+interface ChoosePoolsRequest {
   family: Family;
   /** Every valid pool in the datastore. */
   pools: PoolInfo[];

@@ -9,9 +9,9 @@ import { execFileSync } from 'node:child_process';
 import { isAbsolute, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 
-export const EXEC_API_VERSIONS = ['client.authentication.k8s.io/v1', 'client.authentication.k8s.io/v1beta1'] as const;
+const EXEC_API_VERSIONS = ['client.authentication.k8s.io/v1', 'client.authentication.k8s.io/v1beta1'] as const;
 
-export interface ExecCredentialStatus {
+interface ExecCredentialStatus {
   token?: string;
   clientCertificateData?: string;
   clientKeyData?: string;

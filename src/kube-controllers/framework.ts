@@ -97,7 +97,7 @@ export function describeError(e: unknown): string {
 }
 
 /** Labels and spec equal (the parts a mirror owns). */
-export function sameContent(a: Resource, b: Resource): boolean {
+function sameContent(a: Resource, b: Resource): boolean {
   return (
     JSON.stringify(sortKeys(a.spec)) === JSON.stringify(sortKeys(b.spec)) &&
     JSON.stringify(sortKeys(a.metadata.labels ?? {})) === JSON.stringify(sortKeys(b.metadata.labels ?? {}))
@@ -154,13 +154,13 @@ export async function applyMirror<K extends Kind>(
   return 'updated';
 }
 
-export interface MirrorSource<T> {
+interface MirrorSource<T> {
   source: ListWatchSource<T>;
   /** The mirror keys a change of this source object affects. */
   mirrorKeys(key: string, obj: T | undefined, old: T | undefined): string[];
 }
 
-export interface MirrorControllerSpec {
+interface MirrorControllerSpec {
   name: string;
   kind: Kind;
   /** Whether a datastore object of `kind` is one of ours (name prefix). */

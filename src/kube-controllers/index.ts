@@ -28,9 +28,9 @@ import { profileController } from './profile.js';
 import { workloadEndpointController } from './workloadendpoint.js';
 import { nodeController } from './node.js';
 
-export const LEASE_NAME = 'netplugin-kube-controllers';
+const LEASE_NAME = 'netplugin-kube-controllers';
 
-export interface KubeControllersOptions {
+interface KubeControllersOptions {
   ds: Datastore;
   kube: KubeClient;
   log: Logger;
@@ -46,7 +46,7 @@ export interface KubeControllersOptions {
   onLostLeadership: () => void;
 }
 
-export interface KubeControllers {
+interface KubeControllers {
   readonly identity: string;
   isLeader(): boolean;
   /** Liveness: the leader's watches are open (or it is a standby). */

@@ -10,7 +10,7 @@ import { DatastoreError } from '../errors.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';
 import type { Logger } from '../log/types.js';
 
-export interface LeaderElectionOptions {
+interface LeaderElectionOptions {
   client: KubeClient;
   namespace: string;
   name: string;

@@ -39,14 +39,14 @@ import {
 } from '../model/host-endpoints.js';
 
 /** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
-export const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';
+const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';
 const OWN_PREFIX = 'netplugin.org/';
 
 type DsNode = Resource<'Node'>;
 type Hep = Resource<'HostEndpoint'>;
 
 /** The addresses of a Kubernetes Node that a host endpoint expects (internal and external IPs). */
-export function nodeAddresses(kn: KubeObject): string[] {
+function nodeAddresses(kn: KubeObject): string[] {
   const addrs = ((kn.status?.addresses ?? []) as Array<{ type?: string; address?: string }>)
     .filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && a.address)
     .map((a) => a.address!);
@@ -83,7 +83,7 @@ export function leakReason(attrs: Record<string, string>, ip: string, pod: KubeP
   return undefined;
 }
 
-export interface NodeController extends Controller {
+interface NodeController extends Controller {
   /** Runs one GC scan now (tests, `--gc-now`); resolves with the addresses released. */
   gcScan(): Promise<string[]>;
 }

@@ -9,7 +9,7 @@ import {
 } from '../model/k8s-networkpolicy.js';
 import { MirrorController, controllerMetrics, type ControllerContext } from './framework.js';
 
-export const NETWORKPOLICIES_PATH = '/apis/networking.k8s.io/v1/networkpolicies';
+const NETWORKPOLICIES_PATH = '/apis/networking.k8s.io/v1/networkpolicies';
 
 export function policyController(ctx: ControllerContext): MirrorController {
   const m = controllerMetrics(ctx.registry);

@@ -32,7 +32,7 @@ import { basename, dirname, join } from 'node:path';
 const STALE_MS = 10_000;
 const DAY_MS = 86_400_000;
 
-export interface RotatingFileOptions {
+interface RotatingFileOptions {
   path: string;
   /** Rotate once the file reaches this many bytes. */
   maxBytes: number;

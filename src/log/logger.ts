@@ -4,8 +4,8 @@ import type { Logger } from '../log/types.js';
 import { RotatingFile } from './file.js';
 import { redact, redactString } from './redact.js';
 
-export type LogLevel = 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
-export const LOG_LEVELS: readonly LogLevel[] = ['ERROR', 'WARNING', 'INFO', 'DEBUG'];
+type LogLevel = 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
+const LOG_LEVELS: readonly LogLevel[] = ['ERROR', 'WARNING', 'INFO', 'DEBUG'];
 const RANK: Record<LogLevel, number> = { ERROR: 0, WARNING: 1, INFO: 2, DEBUG: 3 };
 
 // The CNI arguments these come from may be absent (a runtime that is not Kubernetes).
@@ -17,7 +17,7 @@ export interface LogContext {
   [k: string]: string | undefined;
 }
 
-export interface LoggerOptions {
+interface LoggerOptions {
   /** ERROR, WARNING, INFO (default) or DEBUG, any case; WARN is accepted for WARNING. */
   level?: string | undefined;
   /** Also append to this file ('' or undefined: stderr only). */

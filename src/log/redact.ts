@@ -26,7 +26,7 @@ const INLINE = new RegExp(
   'gi',
 );
 
-export function isSecretKey(key: string): boolean {
+function isSecretKey(key: string): boolean {
   return SECRET_KEY.test(key);
 }
 

@@ -2,7 +2,7 @@
 // that depend on more than one field or on the object's name: one home, used
 // by the zod schemas (so the CLI and every datastore read apply them) and by
 // the BIRD renderer, which re-parses every value it writes.
-import { formatIP, tryParseIP, type IP } from '../net/cidr.js';
+import { tryParseIP, type IP } from '../net/cidr.js';
 import { parseDuration } from './kube-controllers-config.js';
 import type { BGPConfigurationSpec, BGPPeerSpec } from './resources.js';
 
@@ -10,18 +10,18 @@ export const DEFAULT_AS_NUMBER = 64512;
 export const DEFAULT_BGP_PORT = 179;
 /** BIRD's default graceful restart time, also the default of maxRestartTime. */
 export const DEFAULT_RESTART_MS = 120_000;
-export const BGP_CONFIG_DEFAULT = 'default';
-export const BGP_CONFIG_NODE_PREFIX = 'node.';
+const BGP_CONFIG_DEFAULT = 'default';
+const BGP_CONFIG_NODE_PREFIX = 'node.';
 /** The kernel's TCP_MD5SIG_MAXKEYLEN. */
-export const MAX_PASSWORD_BYTES = 80;
+const MAX_PASSWORD_BYTES = 80;
 
 /** One problem: the field under `spec` (dotted) and what is wrong with it and how to fix it. */
-export interface FieldProblem {
+interface FieldProblem {
   path: string;
   message: string;
 }
 
-export interface PeerAddress {
+interface PeerAddress {
   ip: IP;
   port?: number | undefined;
 }
@@ -36,12 +36,6 @@ export function parsePeerIP(s: string): PeerAddress | undefined {
   if (!m) return /^[0-9a-fA-F:.]+$/.test(s) ? { ip } : undefined;
   const port = Number(m[2]);
   return port >= 1 && port <= 65535 ? { ip, port } : undefined;
-}
-
-export function formatPeerAddress(p: PeerAddress): string {
-  const a = formatIP(p.ip);
-  if (p.port === undefined) return a;
-  return p.ip.family === 6 ? `[${a}]:${p.port}` : `${a}:${p.port}`;
 }
 
 /** Go duration -> whole seconds (BIRD's unit), undefined when malformed. */

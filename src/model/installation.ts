@@ -16,7 +16,7 @@ export const OPERATOR_API_VERSION = `${OPERATOR_GROUP}/v1`;
 export const FLOW_KINDS = ['FlowLogAggregator', 'FlowUI'] as const;
 
 const ENCAPSULATIONS = ['IPIP', 'IPIPCrossSubnet', 'VXLAN', 'VXLANCrossSubnet', 'None'] as const;
-export type Encapsulation = (typeof ENCAPSULATIONS)[number];
+type Encapsulation = (typeof ENCAPSULATIONS)[number];
 
 /** `100Mi`, `1Gi`, `500M`, `1048576`: a Kubernetes quantity, converted to bytes. */
 const QUANTITY = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$/;
@@ -31,7 +31,7 @@ const FACTOR: Record<string, number> = {
   G: 1e9,
   T: 1e12,
 };
-export function quantityBytes(q: string): number | undefined {
+function quantityBytes(q: string): number | undefined {
   const m = QUANTITY.exec(q);
   return m ? Number(m[1]) * FACTOR[m[2] ?? '']! : undefined;
 }
@@ -130,7 +130,7 @@ const specSchema = z
   })
   .strict();
 
-export const installationSchema = z.object({
+const installationSchema = z.object({
   apiVersion: z.literal(OPERATOR_API_VERSION, { errorMap: () => ({ message: `expected "${OPERATOR_API_VERSION}"` }) }),
   kind: z.literal('Installation'),
   metadata: z
@@ -144,7 +144,7 @@ export const installationSchema = z.object({
 });
 
 export type Installation = z.infer<typeof installationSchema>;
-export type InstallationPool = z.infer<typeof pool>;
+type InstallationPool = z.infer<typeof pool>;
 
 export class InstallationError extends Error {
   override name = 'InstallationError';
@@ -240,9 +240,9 @@ export function checkFlowResource(raw: { apiVersion?: unknown; kind?: unknown; m
     );
 }
 
-export const DEFAULT_IPV4_POOL = '192.168.0.0/16';
+const DEFAULT_IPV4_POOL = '192.168.0.0/16';
 
-export function effectivePools(inst: Installation): InstallationPool[] {
+function effectivePools(inst: Installation): InstallationPool[] {
   return (
     inst.spec.netpluginNetwork.ipPools ?? [{ cidr: DEFAULT_IPV4_POOL, natOutgoing: 'Enabled', nodeSelector: 'all()' }]
   );
@@ -253,7 +253,7 @@ function poolName(p: InstallationPool, fam: 4 | 6): string {
 }
 
 /** The IPPool resources the Installation implies (created only when the datastore has no pool). */
-export function renderPools(inst: Installation): Array<Resource<'IPPool'>> {
+function renderPools(inst: Installation): Array<Resource<'IPPool'>> {
   return effectivePools(inst).map((p) => {
     const fam = cidrFamily(p.cidr);
     // The operator's defaults: IP-in-IP and NAT to outside the pools for IPv4; for IPv6, whose pod
@@ -286,14 +286,14 @@ export interface RenderDatastore {
   kubernetes?: { kubeconfig?: string | undefined; k8s_api_root?: string | undefined } | undefined;
 }
 
-export interface RenderOptions {
+interface RenderOptions {
   datastore: RenderDatastore;
   networkName?: string;
   cniVersion?: string;
   logFilePath?: string;
 }
 
-export interface AgentSettings {
+interface AgentSettings {
   datastoreType: string;
   ipam: 'netplugin-ipam' | 'host-local';
   mtu?: number;

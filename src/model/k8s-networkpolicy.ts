@@ -20,21 +20,21 @@ import type { EntityRule, NetworkPolicySpec, PolicyRule, PolicyType, Port } from
 
 export const K8S_POLICY_PREFIX = 'knp.default.';
 /** Kubernetes policies sit after explicitly ordered ones of ours (Calico uses the same order). */
-export const K8S_POLICY_ORDER = 1000;
+const K8S_POLICY_ORDER = 1000;
 const ORCHESTRATOR_SELECTOR = "netplugin.org/orchestrator == 'k8s'";
 
-export interface KubeLabelSelector {
+interface KubeLabelSelector {
   matchLabels?: Record<string, string>;
   matchExpressions?: Array<{ key: string; operator: string; values?: string[] }>;
 }
 
-export interface KubeNetworkPolicyPort {
+interface KubeNetworkPolicyPort {
   protocol?: string;
   port?: number | string;
   endPort?: number;
 }
 
-export interface KubeNetworkPolicyPeer {
+interface KubeNetworkPolicyPeer {
   podSelector?: KubeLabelSelector;
   namespaceSelector?: KubeLabelSelector;
   ipBlock?: { cidr: string; except?: string[] };
@@ -92,7 +92,7 @@ export function convertLabelSelector(sel: KubeLabelSelector | undefined, field: 
 }
 
 /** policyTypes as the API server defaults them. */
-export function k8sPolicyTypes(spec: KubeNetworkPolicy['spec']): PolicyType[] {
+function k8sPolicyTypes(spec: KubeNetworkPolicy['spec']): PolicyType[] {
   const given = (spec?.policyTypes ?? []).filter((t): t is PolicyType => t === 'Ingress' || t === 'Egress');
   if (given.length) return [...new Set(given)];
   return ['Ingress', ...((spec?.egress?.length ?? 0) > 0 ? (['Egress'] as const) : [])];

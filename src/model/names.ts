@@ -8,7 +8,7 @@ export function blockName(cidr: string): string {
   return cidr.toLowerCase().replace(/[/:]/g, '-');
 }
 
-export function familyOf(cidr: string): 4 | 6 {
+function familyOf(cidr: string): 4 | 6 {
   return cidr.includes(':') ? 6 : 4;
 }
 

@@ -69,7 +69,7 @@ export interface EndpointView extends EndpointInput {
  * annotation). The recorded name is kept only when it is what one of the prefixes derives (a node
  * whose prefix was changed); otherwise the first prefix's. Undefined when nothing can be derived.
  */
-export function derivedInterfaceName(w: Resource<'WorkloadEndpoint'>, prefixes: readonly string[]): string | undefined {
+function derivedInterfaceName(w: Resource<'WorkloadEndpoint'>, prefixes: readonly string[]): string | undefined {
   const key = hostVethKey({ ...w.spec, namespace: w.metadata.namespace });
   if (!key || prefixes.length === 0) return undefined;
   try {
@@ -204,7 +204,7 @@ export function portProtocol(p: string): Protocol | undefined {
 
 // ---- evaluation of one connection ----
 
-export interface Connection {
+interface Connection {
   /** ingress: traffic to `endpoint` from `peer`; egress: from `endpoint` to `peer`. */
   direction: 'ingress' | 'egress';
   peerAddr: string;
@@ -215,7 +215,7 @@ export interface Connection {
   sourcePort?: number;
 }
 
-export interface Decision {
+interface Decision {
   verdict: 'allow' | 'deny';
   /** What decided, e.g. `NetworkPolicy x/knp.default.p ingress rule 0 (Allow)`. */
   by: string;
@@ -278,7 +278,7 @@ function entityMatches(
   return true;
 }
 
-export function ruleMatches(
+function ruleMatches(
   r: PolicyRule,
   p: PolicyInput | undefined,
   src: { addr: string; ep?: EndpointView },
@@ -366,7 +366,7 @@ export function evaluate(
 }
 
 /** One packet's flow as the dataplane sees it: source and (after DNAT) destination. */
-export interface Flow {
+interface Flow {
   src: string;
   dst: string;
   protocol: Protocol;

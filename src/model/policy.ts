@@ -13,19 +13,19 @@
 import { z } from 'zod';
 import { parseSelector, SelectorParseError } from '../selector/index.js';
 
-export const RULE_ACTIONS = ['Allow', 'Deny', 'Pass', 'Log'] as const;
-export type RuleAction = (typeof RULE_ACTIONS)[number];
+const RULE_ACTIONS = ['Allow', 'Deny', 'Pass', 'Log'] as const;
+type RuleAction = (typeof RULE_ACTIONS)[number];
 
-export const POLICY_TYPES = ['Ingress', 'Egress'] as const;
+const POLICY_TYPES = ['Ingress', 'Egress'] as const;
 export type PolicyType = (typeof POLICY_TYPES)[number];
 
 /** Protocol names the model accepts; a number 1-255 is an IP protocol number. */
 export const PROTOCOL_NAMES = ['TCP', 'UDP', 'ICMP', 'ICMPv6', 'SCTP', 'UDPLite'] as const;
-export type ProtocolName = (typeof PROTOCOL_NAMES)[number];
+type ProtocolName = (typeof PROTOCOL_NAMES)[number];
 export type Protocol = ProtocolName | number;
 
 /** Protocol numbers for the names (IANA). */
-export const PROTOCOL_NUMBERS: Record<ProtocolName, number> = {
+const PROTOCOL_NUMBERS: Record<ProtocolName, number> = {
   TCP: 6,
   UDP: 17,
   ICMP: 1,
@@ -100,7 +100,7 @@ const net = z.string().regex(CIDR_RE, 'expected an address or CIDR such as 10.0.
 const PORT_RANGE_RE = /^(\d{1,5}):(\d{1,5})$/;
 const PORT_NAME_RE = /^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$/i;
 
-export const portSchema = z.union([
+const portSchema = z.union([
   z.number().int().min(0).max(65535),
   z.string().superRefine((s, ctx) => {
     const r = PORT_RANGE_RE.exec(s);
@@ -128,9 +128,9 @@ export const portSchema = z.union([
   }),
 ]);
 
-export const protocolSchema = z.union([z.enum(PROTOCOL_NAMES), z.number().int().min(1).max(255)]);
+const protocolSchema = z.union([z.enum(PROTOCOL_NAMES), z.number().int().min(1).max(255)]);
 
-export const entityRuleSchema = z
+const entityRuleSchema = z
   .object({
     selector: selectorText.optional(),
     notSelector: selectorText.optional(),
@@ -142,7 +142,7 @@ export const entityRuleSchema = z
   })
   .passthrough();
 
-export const policyRuleSchema = z
+const policyRuleSchema = z
   .object({
     action: z.enum(RULE_ACTIONS),
     protocol: protocolSchema.optional(),
@@ -195,7 +195,7 @@ export const profileSpecSchema = z
 
 // --- helpers shared by the compiler, explain and the conversions ------------------
 
-export function protocolHasPorts(p: Protocol): boolean {
+function protocolHasPorts(p: Protocol): boolean {
   const n = typeof p === 'number' ? p : PROTOCOL_NUMBERS[p];
   return n === 6 || n === 17 || n === 132 || n === 136;
 }
@@ -217,7 +217,7 @@ export function effectiveTypes(spec: NetworkPolicySpec): PolicyType[] {
   return hasEgress ? ['Ingress', 'Egress'] : ['Ingress'];
 }
 
-export type ParsedPort = { kind: 'range'; first: number; last: number } | { kind: 'named'; name: string };
+type ParsedPort = { kind: 'range'; first: number; last: number } | { kind: 'named'; name: string };
 
 export function parsePort(p: Port): ParsedPort {
   if (typeof p === 'number') return { kind: 'range', first: p, last: p };

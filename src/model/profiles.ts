@@ -15,7 +15,7 @@ import {
   SERVICEACCOUNT_PROFILE_PREFIX as PROFILE_SERVICEACCOUNT_PREFIX,
 } from './policy.js';
 
-export interface KubeMetaLike {
+interface KubeMetaLike {
   metadata: Pick<ObjectMeta, 'name' | 'namespace' | 'labels' | 'resourceVersion' | 'uid' | 'creationTimestamp'>;
 }
 

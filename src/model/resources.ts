@@ -5,7 +5,6 @@
 // for these types.
 
 import type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec } from './policy.js';
-export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
 
 export const API_GROUP = 'netplugin.org';
 export const API_VERSION = 'netplugin.org/v3';
@@ -82,7 +81,7 @@ export interface IPAMBlockSpec {
   sequenceNumber?: number;
 }
 
-export type AffinityState = 'pending' | 'confirmed' | 'pendingDeletion';
+type AffinityState = 'pending' | 'confirmed' | 'pendingDeletion';
 
 /** Name: `<node>-<cidr with / and : replaced by ->` (Kubernetes-safe). */
 export interface BlockAffinitySpec {
@@ -93,7 +92,7 @@ export interface BlockAffinitySpec {
 }
 
 /** Name: the handle ID. `block` maps block CIDR -> number of addresses the handle holds there. */
-export interface IPAMHandleSpec {
+interface IPAMHandleSpec {
   handleID: string;
   block: Record<string, number>;
   deleted?: boolean;
@@ -148,7 +147,7 @@ export interface NodeSpec {
 }
 
 /** The node's BGP identity: addresses (with prefix, registered by its agent) and overrides. */
-export interface NodeBGPSpec {
+interface NodeBGPSpec {
   ipv4Address?: string;
   ipv6Address?: string;
   /** This node's AS number, overriding the BGPConfiguration's. */
@@ -196,7 +195,7 @@ export interface BGPPeerSpec {
   ttlSecurity?: number;
 }
 
-export interface HostEndpointSpec {
+interface HostEndpointSpec {
   node: string;
   interfaceName?: string;
   expectedIPs?: string[];
@@ -217,7 +216,7 @@ export interface KubeControllersConfigurationSpec {
   [k: string]: unknown;
 }
 
-export interface SpecMap {
+interface SpecMap {
   IPPool: IPPoolSpec;
   IPAMBlock: IPAMBlockSpec;
   BlockAffinity: BlockAffinitySpec;

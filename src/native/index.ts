@@ -14,7 +14,7 @@ export { RouteType } from './types.js';
 /** The ABI the TS side was written against (native/bind/common.h kAbiVersion). */
 export const NATIVE_ABI_VERSION = 8;
 
-export interface NetlinkErrorInit {
+interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */
   code: string;
   errno: number;

@@ -23,7 +23,7 @@ export class CidrError extends Error {
   override name = 'CidrError';
 }
 
-export function bitsOf(family: Family): number {
+function bitsOf(family: Family): number {
   return family === 4 ? 32 : 128;
 }
 
@@ -159,7 +159,7 @@ function hostMask(family: Family, prefix: number): bigint {
   return (1n << BigInt(bitsOf(family) - prefix)) - 1n;
 }
 
-export function maskOf(family: Family, prefix: number): bigint {
+function maskOf(family: Family, prefix: number): bigint {
   return (family === 4 ? V4_MAX : V6_MAX) ^ hostMask(family, prefix);
 }
 
@@ -280,7 +280,7 @@ export function blockCount(pool: Cidr, blockSize: number): bigint {
   return 1n << BigInt(blockSize - pool.prefix);
 }
 
-export function checkBlockSize(pool: Cidr, blockSize: number): void {
+function checkBlockSize(pool: Cidr, blockSize: number): void {
   const max = bitsOf(pool.family);
   if (!Number.isInteger(blockSize) || blockSize < 0 || blockSize > max) {
     throw new CidrError(`block size ${blockSize} is not a valid IPv${pool.family} prefix length (0-${max})`);

@@ -13,9 +13,9 @@ export interface CheckResult {
   detail?: string | Record<string, unknown>;
 }
 
-export type Check = () => CheckResult | boolean | Promise<CheckResult | boolean>;
+type Check = () => CheckResult | boolean | Promise<CheckResult | boolean>;
 
-export interface HealthServerOptions {
+interface HealthServerOptions {
   /** `host:port`, `[v6]:port` or `:port` (all addresses). Port 0 picks a free one. */
   addr: string;
   registry?: Registry;

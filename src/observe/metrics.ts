@@ -71,7 +71,7 @@ abstract class Metric<V> {
   }
 }
 
-export class Counter extends Metric<number> {
+class Counter extends Metric<number> {
   readonly type = 'counter' as const;
   protected zero(): number {
     return 0;
@@ -91,7 +91,7 @@ export class Counter extends Metric<number> {
   }
 }
 
-export class Gauge extends Metric<number> {
+class Gauge extends Metric<number> {
   readonly type = 'gauge' as const;
   protected zero(): number {
     return 0;
@@ -125,9 +125,9 @@ interface HistogramValue {
 }
 
 /** Default buckets in seconds: 0.5 ms to 10 s, for request and programming latencies. */
-export const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
-export class Histogram extends Metric<HistogramValue> {
+class Histogram extends Metric<HistogramValue> {
   readonly type = 'histogram' as const;
   readonly buckets: readonly number[];
   constructor(name: string, help: string, labelNames: readonly string[], buckets: readonly number[] = LATENCY_BUCKETS) {

@@ -9,7 +9,7 @@ import type { KubeClient, KubeList, KubeObject } from '../k8s/client.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 
-export interface SourceEvent<T> {
+interface SourceEvent<T> {
   type: 'ADDED' | 'MODIFIED' | 'DELETED';
   object: T;
 }
@@ -32,12 +32,12 @@ export interface ListWatchSource<T> {
   revisionOf(obj: T): string | undefined;
 }
 
-export interface InformerHandler<T> {
+interface InformerHandler<T> {
   /** `obj` undefined: the key was deleted (`old` is its last state). */
   onChange(key: string, obj: T | undefined, old: T | undefined): void;
 }
 
-export interface InformerOptions {
+interface InformerOptions {
   /** Re-list backoff: first delay (default 500 ms) up to maxBackoffMs (default 10 s). */
   backoffMs?: number;
   maxBackoffMs?: number;

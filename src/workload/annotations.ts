@@ -12,7 +12,7 @@ import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseI
 import { ANNOTATIONS } from '../model/annotations.js';
 
 /** The netconf flags that gate annotations (docs/addresses-and-annotations.md). */
-export const FEATURE_FLAGS = {
+const FEATURE_FLAGS = {
   ipAddrsNoIpam: 'feature_control.ip_addrs_no_ipam',
   floatingIPs: 'feature_control.floating_ips',
 } as const;
@@ -34,7 +34,7 @@ const SCHEMA: Record<ReadKey, { key: string; namespace: boolean; items: 'pool' |
 };
 
 /** Where a value came from, for messages and logs. */
-export interface OptionSource {
+interface OptionSource {
   from: 'pod' | 'namespace' | 'netconf' | 'cni-args';
   /** Annotation key, netconf field (`ipam.ipv4_pools`) or `CNI_ARGS IP`. */
   key: string;
@@ -45,7 +45,7 @@ export interface OptionSource {
 }
 
 /** The parsed annotations of one pod (and its namespace), precedence between pod and namespace applied. */
-export interface WorkloadOptions {
+interface WorkloadOptions {
   ipv4Pools?: string[];
   ipv6Pools?: string[];
   /** Allocated through IPAM (recorded, cannot be taken twice). */

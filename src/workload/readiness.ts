@@ -10,16 +10,16 @@
 import type { Logger } from '../log/types.js';
 import { CniError, ErrorCodes } from '../errors.js';
 
-export interface GateAnswer {
+interface GateAnswer {
   status: number;
   /** The start of the body (at most ~1 KiB), for the error message. */
   body: string;
 }
 
 /** One GET; rejects on connection errors and on timeout. Injected by unit tests. */
-export type GateFetch = (url: URL, opts: { timeoutMs: number }) => Promise<GateAnswer>;
+type GateFetch = (url: URL, opts: { timeoutMs: number }) => Promise<GateAnswer>;
 
-export interface ReadinessOptions {
+interface ReadinessOptions {
   /** Delay before the first probe (default 0: probe at once). */
   firstDelayMs?: number;
   /** Delay after the first failed probe, multiplied by `factor` after each further one, capped at `maxMs`. */
@@ -34,7 +34,7 @@ export interface ReadinessOptions {
   signal?: AbortSignal;
 }
 
-export const READINESS_DEFAULTS = {
+const READINESS_DEFAULTS = {
   firstDelayMs: 0,
   backoff: { initialMs: 100, factor: 2, maxMs: 2000 },
   perRequestTimeoutMs: 2000,
@@ -97,7 +97,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /** GET through node:http(s), no keep-alive, body truncated to ~1 KiB. */
-export const httpGet: GateFetch = async (url, { timeoutMs }) => {
+const httpGet: GateFetch = async (url, { timeoutMs }) => {
   const mod = url.protocol === 'https:' ? await import('node:https') : await import('node:http');
   return new Promise<GateAnswer>((resolve, reject) => {
     let done = false;

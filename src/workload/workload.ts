@@ -15,12 +15,12 @@ import { resolveWorkloadOptions, type AddressRequest, type PoolInfo, type Resolv
 /** API_VERSION of src/datastore/types.ts, spelled out (the type below catches drift). */
 const WEP_API_VERSION: Resource<'WorkloadEndpoint'>['apiVersion'] = 'netplugin.org/v3';
 
-export const PROFILE_NAMESPACE_PREFIX = 'kns.';
-export const PROFILE_SERVICEACCOUNT_PREFIX = 'ksa.';
+const PROFILE_NAMESPACE_PREFIX = 'kns.';
+const PROFILE_SERVICEACCOUNT_PREFIX = 'ksa.';
 
-export type Orchestrator = 'k8s' | 'cni';
+type Orchestrator = 'k8s' | 'cni';
 
-export interface ContainerPortLike {
+interface ContainerPortLike {
   name?: string;
   containerPort: number;
   protocol?: string;
@@ -62,7 +62,7 @@ export interface PodSource {
   getNamespace(name: string): Promise<NamespaceLike>;
 }
 
-export interface EndpointPort {
+interface EndpointPort {
   name: string;
   protocol: string;
   port: number;
@@ -70,7 +70,7 @@ export interface EndpointPort {
   hostIP?: string;
 }
 
-export interface PodEndpointAttributes {
+interface PodEndpointAttributes {
   labels: Record<string, string>;
   profiles: string[];
   ports: EndpointPort[];
@@ -139,7 +139,7 @@ export function podEndpointAttributes(pod: PodLike): PodEndpointAttributes {
   return out;
 }
 
-export interface EndpointInput {
+interface EndpointInput {
   node: string;
   containerId: string;
   /** CNI_IFNAME inside the container. */
@@ -262,7 +262,7 @@ export async function readPodContext(
 }
 
 /** What readWorkloadContext reads and resolves for one ADD. */
-export interface WorkloadContextRequest {
+interface WorkloadContextRequest {
   /**
    * Read this pod and its namespace (only when the ADD reads pods: needsPodLookup); `open` gives the source to read
    * from.
@@ -278,7 +278,7 @@ export interface WorkloadContextRequest {
   };
 }
 
-export interface WorkloadContext {
+interface WorkloadContext {
   /** The pod as the API server has it (when it was read). */
   pod?: PodLike;
   namespace?: NamespaceLike;

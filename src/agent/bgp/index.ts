@@ -10,7 +10,7 @@ import { datastoreSource, Informer } from '../../watch/informer.js';
 import { renderBirdConfig } from './render.js';
 import { BirdSupervisor, type BirdStatus } from './supervisor.js';
 
-export interface BgpOptions {
+interface BgpOptions {
   ds: Datastore;
   node: string;
   /** This node's directly connected subnets, read at each render (direct vs multihop peers). */

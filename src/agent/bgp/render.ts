@@ -75,7 +75,7 @@ export interface BirdInput {
   runDir: string;
 }
 
-export interface RenderedPeer {
+interface RenderedPeer {
   /** BIRD protocol name. */
   protocol: string;
   type: PeerType;
@@ -100,7 +100,7 @@ export const PROTOCOL_PREFIX: Record<PeerType, string> = {
   global: 'Global_',
   'node specific': 'Node_',
 };
-export const STATIC_PROTOCOL: Record<Family, string> = { 4: 'netplugin_static4', 6: 'netplugin_static6' };
+const STATIC_PROTOCOL: Record<Family, string> = { 4: 'netplugin_static4', 6: 'netplugin_static6' };
 
 const LOG_CLASSES: Record<BGPLogSeverity, string> = {
   Debug: 'all',

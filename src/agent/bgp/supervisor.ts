@@ -27,7 +27,7 @@ export interface BirdStatus {
   restarts: number;
 }
 
-export interface BirdSupervisorOptions {
+interface BirdSupervisorOptions {
   birdPath: string;
   runDir: string;
   log: Logger;

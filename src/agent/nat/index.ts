@@ -14,7 +14,7 @@ import { datastoreSource, Informer } from '../../watch/informer.js';
 
 export const NAT_TABLE = 'netplugin-nat';
 
-export interface NatInput {
+interface NatInput {
   pools: readonly PoolView[];
   /** Node addresses of the cluster (any family). */
   nodeIPs: readonly string[];

@@ -70,7 +70,7 @@ export type { EndpointInput, PolicyInput, ProfileInput };
 
 export const TABLE = DEFAULT_POLICY_TABLE;
 /** Set by a Pass rule: the endpoint chain goes on to its profiles. */
-export const MARK_PASS = 0x02000000;
+const MARK_PASS = 0x02000000;
 const MARK_CLEAR = ~MARK_PASS >>> 0;
 
 /** A local endpoint's entries in the base table's sets and maps, keyed by its host interface. */
@@ -88,7 +88,7 @@ export interface EndpointEntry {
 }
 
 /** An object (or part of one) the model refused before rendering. */
-export interface Refusal {
+interface Refusal {
   owner: Owner;
   reason: string;
 }
@@ -118,7 +118,7 @@ function familyOf(addr: string): 4 | 6 {
 }
 
 /** Drop nets covered by another of the list (nft rejects overlapping intervals in one set). */
-export function normalizeNets(nets: string[]): string[] {
+function normalizeNets(nets: string[]): string[] {
   const parsed: Cidr[] = [];
   for (const n of nets) {
     const text = n.includes('/') ? n : `${n}/${n.includes(':') ? 128 : 32}`;
@@ -172,7 +172,7 @@ interface Memo {
  * name that do not fit are left out (an endpoint without its interface name
  * stays isolated: its interface never enters @wl-known), with why.
  */
-export function cleanEndpoint(e: EndpointInput): { e: EndpointInput; refused: Refusal[] } {
+function cleanEndpoint(e: EndpointInput): { e: EndpointInput; refused: Refusal[] } {
   const refused: Refusal[] = [];
   const owner = endpointOwner(e);
   const no = (reason: string) => refused.push({ owner, reason });
@@ -786,7 +786,7 @@ function usedProfiles(endpoints: EndpointInput[]): string {
 }
 
 /** Same comment, owner and rules (the rules compared as values). */
-export function sameChain(a: Chain, b: Chain): boolean {
+function sameChain(a: Chain, b: Chain): boolean {
   return (
     a.comment === b.comment &&
     JSON.stringify(a.owner) === JSON.stringify(b.owner) &&
@@ -794,7 +794,7 @@ export function sameChain(a: Chain, b: Chain): boolean {
   );
 }
 
-export function sameEntry(a: EndpointEntry, b: EndpointEntry): boolean {
+function sameEntry(a: EndpointEntry, b: EndpointEntry): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
@@ -816,5 +816,3 @@ function actionOf(r: PolicyRule, what: string): Omit<Rule, 'matches'> {
       return { stmts: [{ s: 'counter' }, { s: 'log', prefix: `netplugin ${what}: ` }], comment: what };
   }
 }
-
-export { NftModelError };

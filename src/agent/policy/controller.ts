@@ -66,7 +66,7 @@ import {
 import { ownerId, type Owner } from '../../dataplane/nft/model.js';
 import { cutConntrack, type ConntrackFlow } from '../../dataplane/conntrack.js';
 
-export interface PolicyControllerOptions {
+interface PolicyControllerOptions {
   ds: Datastore;
   nodename: string;
   log: Logger;

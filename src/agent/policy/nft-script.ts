@@ -45,19 +45,19 @@ export interface BaseOptions {
 const tableRef = (o: { table?: string } | undefined) => renderTableRef(o?.table ?? TABLE);
 
 /** The owner of the base table's own objects. */
-export const BASE_OWNER: Owner = { kind: 'Base', name: 'base ruleset' };
+const BASE_OWNER: Owner = { kind: 'Base', name: 'base ruleset' };
 export const BASE_ID = ownerId(BASE_OWNER);
 
 const IFNAME: ElemType[] = ['ifname'];
 
 /** The base table as model values: its sets, maps and base chains. */
-export interface BaseTable {
+interface BaseTable {
   sets: Array<[string, NftSet]>;
   maps: Array<[string, NftMap]>;
   chains: BaseChain[];
 }
 
-export function baseTable(opts: BaseOptions): BaseTable {
+function baseTable(opts: BaseOptions): BaseTable {
   const pod = (dir: 'in' | 'out', p: string) => ({ m: 'ifname' as const, dir, name: p, prefix: true });
   const notKnown = (dir: 'in' | 'out'): Rule[] => [
     ...opts.vethPrefixes.map(
@@ -226,7 +226,7 @@ export function emptyState(): DesiredState {
 }
 
 /** A script whose every line is attributed to the object it programs. */
-export interface AttributedScript {
+interface AttributedScript {
   script: string;
   /** ownerId of each line (index 0 is line 1). */
   lineOwners: string[];

@@ -31,7 +31,7 @@ export interface PoolView {
   spec: IPPoolSpec;
 }
 
-export interface BlockView {
+interface BlockView {
   cidr: string;
   /** Affine node, or undefined for an unaffine block. */
   node: string | undefined;

@@ -17,7 +17,7 @@ import { createWorkQueue } from '../../watch/queue.js';
 
 const VETH_DEFAULT_MTU = 1500;
 
-export interface RoutesOptions {
+interface RoutesOptions {
   ds: Datastore;
   node: string;
   /** The node's routing in the kernel (dataplane/routing.ts): the controller hands it the desired state. */
@@ -38,7 +38,7 @@ export interface RoutesOptions {
   onApplied?: (s: { seconds: number; routesAdded: number; routesRemoved: number; errors: number }) => void;
 }
 
-export interface RoutesController {
+interface RoutesController {
   /** Resolves after the first complete reconcile. */
   readonly ready: Promise<void>;
   stop(): void;

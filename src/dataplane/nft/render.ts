@@ -45,7 +45,7 @@ export function tableRef(table: string): string {
   return `inet ${checkIdent(table, 'table')}`;
 }
 
-export function comment(text: string): string {
+function comment(text: string): string {
   return `comment "${safeText(text, COMMENT_MAX_BYTES)}"`;
 }
 

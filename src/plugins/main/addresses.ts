@@ -14,13 +14,13 @@ import { ipamFor, type PluginContext, type Workload } from './common.js';
 import type { Ipam } from '../../ipam/index.js';
 
 /** The pod's addresses (bare IPs) and whether an earlier ADD of this container already held them. */
-export interface Addresses {
+interface Addresses {
   ips: string[];
   floating?: string[];
   repeated?: boolean;
 }
 
-export interface EarlyIpam {
+interface EarlyIpam {
   ipam: Ipam;
   pools: Promise<Awaited<ReturnType<Datastore['list']>>>;
 }

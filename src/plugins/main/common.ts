@@ -13,7 +13,6 @@ import { createIpam, handleIDFor, type Ipam } from '../../ipam/index.js';
 
 export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 export const DEFAULT_VETH_PREFIX = 'npi';
-export const IPAM_PLUGIN = 'netplugin-ipam';
 
 export interface Workload {
   node: string;

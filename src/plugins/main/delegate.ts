@@ -20,7 +20,7 @@ export interface DelegateInvocation {
   timeoutMs?: number;
 }
 
-export async function findPlugin(type: string, path: string[]): Promise<string> {
+async function findPlugin(type: string, path: string[]): Promise<string> {
   if (!/^[A-Za-z0-9_.-]+$/.test(type))
     throw new CniError(ErrorCodes.InvalidNetworkConfig, `ipam.type: '${type}' is not a valid plugin name`);
   for (const dir of path) {

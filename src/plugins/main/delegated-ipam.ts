@@ -34,7 +34,7 @@ export async function delegatedIpam(
  * Replaces host-local's `usePodCidr` / `usePodCidrIPv6` subnets with the node's pod CIDRs (the operator's HostLocal
  * mode).
  */
-export async function resolvePodCidrs(
+async function resolvePodCidrs(
   ctx: Pick<PluginContext, 'conf' | 'runtime'>,
   wl: Workload,
   ds: Datastore | undefined,

@@ -17,11 +17,7 @@ import type { Rollback } from './rollback.js';
 import type { Workload } from './common.js';
 
 /** Builds this attachment's endpoint for the pod's addresses (bare IPs), its floating IPs and the container MAC. */
-export type EndpointBuilder = (
-  ips: string[],
-  floating: string[] | undefined,
-  mac: string,
-) => Resource<'WorkloadEndpoint'>;
+type EndpointBuilder = (ips: string[], floating: string[] | undefined, mac: string) => Resource<'WorkloadEndpoint'>;
 
 /** The endpoint builder of one ADD: `pod` when it was read from the API server. */
 export function endpointBuilder(

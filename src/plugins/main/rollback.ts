@@ -40,7 +40,7 @@ export async function step<T>(name: string, fn: () => Promise<T> | T): Promise<T
   }
 }
 
-export function inStep(name: string, e: unknown): Error {
+function inStep(name: string, e: unknown): Error {
   if ((e as { step?: string } | null)?.step) return e as Error;
   const err = toCniError(e);
   const out = new CniError(err.code, `${name}: ${err.message}`, err.details) as CniError & {

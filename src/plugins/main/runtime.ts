@@ -46,14 +46,14 @@ export interface IpamObserver {
 }
 
 /** A watch-fed cache of one node's pods and namespaces (src/k8s/cache.ts CachingPodSource). */
-export interface PodCache {
+interface PodCache {
   /** The cache as a PodSource for one pod: a cached pod with another uid is read from the API. */
   forPod(uid: string | undefined): PodSource;
   stop(): void;
 }
 
 /** Where the pod's Kubernetes API access is configured (the netconf's `kubernetes` block). */
-export type KubeSettings = Pick<DatastoreConfig, 'kubernetes'>;
+type KubeSettings = Pick<DatastoreConfig, 'kubernetes'>;
 
 export interface PluginRuntime {
   /** The open datastore for these settings (one per distinct settings; a failed open is retried by the next call). */
@@ -90,7 +90,7 @@ export interface PluginRuntime {
 /** What the agent's controllers need of the runtime: the same warm datastore connections requests use. */
 export type DatastoreSource = Pick<PluginRuntime, 'datastore'>;
 
-export interface PluginRuntimeOptions {
+interface PluginRuntimeOptions {
   /** Applied to every datastore opened (the agent's metrics time each call). */
   wrapDatastore?: (ds: Datastore) => Datastore;
   /**
@@ -124,13 +124,13 @@ export interface PluginRuntimeOptions {
  * distinct netconf the agent is sent would otherwise keep its own connection
  * (and fds) open for ever.
  */
-export const DATASTORE_CACHE = Object.freeze({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000 });
+const DATASTORE_CACHE = Object.freeze({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000 });
 
 /**
  * One key per distinct connection: the etcd fields come from the settings' own list, so a new field cannot be forgotten
  * here.
  */
-export function datastoreKey(s: DatastoreConfig): string {
+function datastoreKey(s: DatastoreConfig): string {
   return JSON.stringify([
     s.datastore_type ?? 'etcdv3',
     ...ETCD_SETTINGS_WITH_DEPRECATED.map((k) => s[k]),
