@@ -18,7 +18,10 @@ import { HIGHEST_VERSION, assertCommandAllowed, compareVersions, negotiateVersio
  * thousands of pods stays far below it.
  */
 export const MAX_STDIN = 1 << 20;
-/** Deepest JSON nesting accepted: configurations nest a handful of levels; thousands only exhaust the stack of whatever walks them. */
+/**
+ * Deepest JSON nesting accepted: configurations nest a handful of levels; thousands only exhaust the stack of whatever
+ * walks them.
+ */
 export const MAX_NESTING = 64;
 
 /** Nesting depth of JSON text (brackets outside strings); stops counting past `limit`. */
@@ -44,28 +47,51 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
 function decodeStdin(stdin: string | Buffer): { raw?: Record<string, unknown>; error?: CniError } {
   const size = typeof stdin === 'string' ? Buffer.byteLength(stdin) : stdin.length;
   if (size > MAX_STDIN) {
-    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin is larger than ${MAX_STDIN} bytes (the limit); a netconf is a few KiB`) };
+    return {
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        `network configuration on stdin is larger than ${MAX_STDIN} bytes (the limit); a netconf is a few KiB`,
+      ),
+    };
   }
   let text: string;
   try {
     text = typeof stdin === 'string' ? stdin : utf8.decode(stdin);
   } catch {
-    return { error: new CniError(ErrorCodes.DecodeFailure, 'network configuration on stdin is not valid UTF-8; write the netconf as UTF-8 JSON') };
+    return {
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        'network configuration on stdin is not valid UTF-8; write the netconf as UTF-8 JSON',
+      ),
+    };
   }
   if (text.trim() === '') return {};
   if (nestingDepth(text, MAX_NESTING) > MAX_NESTING) {
-    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin nests deeper than ${MAX_NESTING} levels; no netconf field needs that`) };
+    return {
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        `network configuration on stdin nests deeper than ${MAX_NESTING} levels; no netconf field needs that`,
+      ),
+    };
   }
   let v: unknown;
   try {
     v = JSON.parse(text);
   } catch (e) {
     return {
-      error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin is not valid JSON: ${(e as Error).message}`),
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        `network configuration on stdin is not valid JSON: ${(e as Error).message}`,
+      ),
     };
   }
   if (typeof v !== 'object' || v === null || Array.isArray(v)) {
-    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin must be a JSON object, got ${Array.isArray(v) ? 'an array' : typeof v}`) };
+    return {
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        `network configuration on stdin must be a JSON object, got ${Array.isArray(v) ? 'an array' : typeof v}`,
+      ),
+    };
   }
   return { raw: v as Record<string, unknown> };
 }
@@ -95,7 +121,8 @@ export function validAttachments(rawConf: Record<string, unknown>): CniAttachmen
   const key = rawConf['cni.dev/valid-attachments'] !== undefined ? 'cni.dev/valid-attachments' : 'cni.dev/attachments';
   const list = rawConf[key];
   if (list === undefined || list === null) return [];
-  const bad = (what: string) => new CniError(ErrorCodes.InvalidNetworkConfig, `${key}${what}; expected [{"containerID": "...", "ifname": "..."}]`);
+  const bad = (what: string) =>
+    new CniError(ErrorCodes.InvalidNetworkConfig, `${key}${what}; expected [{"containerID": "...", "ifname": "..."}]`);
   if (!Array.isArray(list)) throw bad(`: got ${typeof list}`);
   return list.map((a, i) => {
     if (typeof a !== 'object' || a === null || typeof a.containerID !== 'string' || typeof a.ifname !== 'string') {
@@ -164,11 +191,19 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
 
     const env = parseEnv(io.env);
     if (decodeError) throw decodeError;
-    if (!raw) throw new CniError(ErrorCodes.DecodeFailure, `no network configuration on stdin; ${command} needs the netconf JSON on standard input`);
+    if (!raw)
+      throw new CniError(
+        ErrorCodes.DecodeFailure,
+        `no network configuration on stdin; ${command} needs the netconf JSON on standard input`,
+      );
     const cniVersion = negotiateVersion(raw);
     outVersion = cniVersion;
 
-    const logContext = { containerId: env.containerId, podNamespace: env.args.K8S_POD_NAMESPACE, podName: env.args.K8S_POD_NAME };
+    const logContext = {
+      containerId: env.containerId,
+      podNamespace: env.args.K8S_POD_NAMESPACE,
+      podName: env.args.K8S_POD_NAME,
+    };
     if (plugin.createLog) log = plugin.createLog(raw, logContext, io);
     else log = ownLog = defaultLog(raw, logContext, io, plugin.logThrottle);
     log.debug(`${plugin.name} ${command}`, { cniVersion, netns: env.netns || undefined, ifname: env.ifname || undefined });

@@ -9,7 +9,6 @@ import { createIpamShared, type IpamShared } from './shared.js';
 import { mark } from '../observe/timeline.js';
 import type { IpamHostLock } from './types.js';
 
-
 export interface IpamOptions {
   /**
    * The node's host lock, given by its owner (the plugins: src/hostlock);
@@ -99,4 +98,3 @@ export const hostAffinity = (node: string) => `host:${node}`;
 export function isKind(e: unknown, kind: 'NotFound' | 'AlreadyExists' | 'Conflict'): boolean {
   return DatastoreError.is(e, kind);
 }
-

@@ -24,13 +24,19 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   const wl = identify(conf, ctx);
   // With policy on, the host veth's name is marked stale before anything of this pod is written:
   // a previous pod of the same name (deleted while the agent was down) leaves it no rules.
-  const marked = conf.policy?.type === 'k8s' ? import('../../dataplane/nft/programmed.js').then((m) => m.markStale(wl.hostIfname)) : undefined;
+  const marked =
+    conf.policy?.type === 'k8s'
+      ? import('../../dataplane/nft/programmed.js').then((m) => m.markStale(wl.hostIfname))
+      : undefined;
   marked?.catch(() => undefined); // awaited below
 
   if (conf.readiness_gates?.length) {
     await step('readiness gates', async () => {
       const { waitForReadinessGates } = await import('../../workload/readiness.js');
-      await waitForReadinessGates(conf.readiness_gates!, { log, ...(conf.readiness_gate_timeout_seconds ? { deadlineMs: conf.readiness_gate_timeout_seconds * 1000 } : {}) });
+      await waitForReadinessGates(conf.readiness_gates!, {
+        log,
+        ...(conf.readiness_gate_timeout_seconds ? { deadlineMs: conf.readiness_gate_timeout_seconds * 1000 } : {}),
+      });
     });
   }
 
@@ -54,7 +60,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
             open: () =>
               step('reading the pod', async () => {
                 const kube = await runtime.kubeClient(conf);
-                return { source: await runtime.podSource(conf, kube, wl.node, ctx.args.K8S_POD_UID), apiServer: kube.server };
+                return {
+                  source: await runtime.podSource(conf, kube, wl.node, ctx.args.K8S_POD_UID),
+                  apiServer: kube.server,
+                };
               }),
           },
         }
@@ -65,7 +74,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
             ...(wl.pod ? { pod: wl.pod } : {}),
             conf: { ipam: ourIpam, feature_control: conf.feature_control },
             ...(ctx.args.IP ? { cniArgsIP: ctx.args.IP } : {}),
-            pools: () => step('listing IP pools', async () => poolsFromResources((await early.pools).items as Array<Resource<'IPPool'>>)),
+            pools: () =>
+              step('listing IP pools', async () =>
+                poolsFromResources((await early.pools).items as Array<Resource<'IPPool'>>),
+              ),
             log,
           },
         }
@@ -146,7 +158,8 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
 
     const [veth, endpoint] = await Promise.allSettled([
       (async () => {
-        if (made && mac === freshMac && made.ips.length === ips.length && made.ips.every((a) => ips.includes(a))) return made.made;
+        if (made && mac === freshMac && made.ips.length === ips.length && made.ips.every((a) => ips.includes(a)))
+          return made.made;
         if (made) {
           // The transaction that committed was not the first attempt's (a retry took other addresses), or this is a
           // repeated ADD: the pair made meanwhile goes, and is made again as committed.
@@ -223,15 +236,26 @@ function explainVethFailure(e: unknown, netns: string, ifname: string): unknown 
   const nl = e as { op?: unknown; code?: unknown } | null;
   if (!nl || typeof nl.op !== 'string' || typeof nl.code !== 'string') return e;
   if (nl.op === 'openNetns' && nl.code === 'ENOENT') {
-    return new CniError(ErrorCodes.InvalidEnvironment, `CNI_NETNS ${netns} does not exist; the runtime must pass the path of the pod's network namespace (is the sandbox already gone?)`);
+    return new CniError(
+      ErrorCodes.InvalidEnvironment,
+      `CNI_NETNS ${netns} does not exist; the runtime must pass the path of the pod's network namespace (is the ` +
+        `sandbox already gone?)`,
+    );
   }
   if (nl.op === 'openNetns' && (nl.code === 'EINVAL' || nl.code === 'ENOTDIR')) {
-    return new CniError(ErrorCodes.InvalidEnvironment, `CNI_NETNS ${netns} is not a network namespace (${nl.code}); pass /var/run/netns/<name> or /proc/<pid>/ns/net`);
+    return new CniError(
+      ErrorCodes.InvalidEnvironment,
+      `CNI_NETNS ${netns} is not a network namespace (${nl.code}); pass /var/run/netns/<name> or /proc/<pid>/ns/net`,
+    );
   }
   if (nl.op === 'RTM_NEWLINK' && nl.code === 'EEXIST') {
     // The host end was checked just before (a stale veth of ours removed, a
     // foreign link reported as HostLinkInUseError), so the clash is inside the pod.
-    return new CniError(ErrorCodes.DataplaneFailure, `interface ${ifname} already exists in the pod's namespace ${netns} (EEXIST); CNI_IFNAME must name an interface the pod does not have yet`);
+    return new CniError(
+      ErrorCodes.DataplaneFailure,
+      `interface ${ifname} already exists in the pod's namespace ${netns} (EEXIST); CNI_IFNAME must name an ` +
+        `interface the pod does not have yet`,
+    );
   }
   return e;
 }
