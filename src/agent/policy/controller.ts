@@ -47,7 +47,14 @@ import {
 } from './compile.js';
 import { agentSettings, type AgentSettings } from '../../model/agent-config.js';
 import { VXLAN_PORT } from '../../dataplane/routing.js';
-import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
+import {
+  endpointFromWep,
+  endpointViews,
+  flowDecisions,
+  policyId,
+  policySelects,
+  type EndpointView,
+} from '../../model/policy-eval.js';
 import {
   BASE_ID,
   baseCommands,
@@ -564,7 +571,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
 }
 
 /** The compiler's host input: every host endpoint (peers of rules), this node's enforced, and the node's settings. */
-export function hostInput(
+function hostInput(
   heps: Array<Resource<'HostEndpoint'>>,
   settings: AgentSettings,
   nodename: string,

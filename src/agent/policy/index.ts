@@ -69,7 +69,9 @@ export async function startPolicyAgent(
 
   let controller: PolicyController | undefined;
   let flowLogs: import('../flows/index.js').FlowLogs | undefined;
-  const flowRules = opts.flows ? (opts.flows.rules ?? (await import('../flows/index.js')).DEFAULT_FLOW_LOG_RULES) : undefined;
+  const flowRules = opts.flows
+    ? (opts.flows.rules ?? (await import('../flows/index.js')).DEFAULT_FLOW_LOG_RULES)
+    : undefined;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   const retryMs = opts.retryMs ?? 2000;
@@ -110,7 +112,10 @@ export async function startPolicyAgent(
           const { startFlowLogs } = await import('../flows/index.js');
           // Flow logs must never cost enforcement: a failure to start them is logged only.
           try {
-            flowLogs = await startFlowLogs({ ...opts.flows, rules: flowRules! }, { node: nodename, log, controller: () => controller });
+            flowLogs = await startFlowLogs(
+              { ...opts.flows, rules: flowRules! },
+              { node: nodename, log, controller: () => controller },
+            );
           } catch (e) {
             log.error('flow logs: cannot start; policy is enforced without them', { error: (e as Error).message });
           }
