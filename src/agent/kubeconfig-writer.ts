@@ -8,7 +8,7 @@
 // expired token. Mode 0600: the token is a credential.
 import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
-import { writeFileAtomic } from '../ctl/install-cni.js';
+import { writeFileAtomic } from '../atomic-write.js';
 
 export const DEFAULT_PLUGIN_KUBECONFIG = '/etc/cni/net.d/netplugin-kubeconfig';
 export const DEFAULT_PLUGIN_SERVICE_ACCOUNT = 'netplugin-cni';

@@ -2,7 +2,7 @@
 // options, and what was installed printed; the installation itself is
 // src/ctl/install-cni.ts.
 import { datastoreConfigFromEnv } from '../datastore/index.js';
-import { initDatastore } from './datastore-init.js';
+import { initDatastore } from '../datastore/init.js';
 import { bool, CtlError, dryRun, list, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type DatastoreConfig, type FlagSpec } from './io.js';
 import { defaultPackageDir, detectPod, installCni, optionsDatastore, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
 import { datastoreConfig, defaultOpen } from './session.js';

@@ -20,8 +20,8 @@ import { cniGroup } from './cni.js';
 import { policyGroup } from './policy-cmd.js';
 import { COMPLETION_HELP, completionCommands } from './completion.js';
 
-export { initDatastore } from './datastore-init.js';
-export type { InitDatastoreOptions, InitDatastoreResult } from './datastore-init.js';
+export { initDatastore } from '../datastore/init.js';
+export type { InitDatastoreOptions, InitDatastoreResult } from '../datastore/init.js';
 export { CtlError } from './io.js';
 export type { CtlIO, DatastoreConfig } from './io.js';
 export { installCni, uninstallCni, buildConflist } from './install-cni.js';
