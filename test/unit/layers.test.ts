@@ -155,6 +155,13 @@ describe('layer rules (docs/architecture.md)', () => {
     expect(past).toEqual([]);
   });
 
+  it('no layer below cni/ throws a CniError or picks a CNI code (they throw kinds cni/errors.ts maps)', () => {
+    const below = [...graph.keys()].filter((f) => rowOf.get(folderOf(f))! > rowOf.get('cni')! && f !== 'errors.ts');
+    const code = (f: string) =>
+      readFileSync(join(SRC, f), 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, '');
+    expect(below.filter((f) => /\b(CniError|ErrorCodes)\b/.test(code(f)))).toEqual([]);
+  });
+
   it('lists no exception that is gone', () => {
     const present = new Set([...graph].flatMap(([f, ts]) => ts.map((t) => `${f} -> ${t}`)));
     expect([...EXCEPTIONS].filter((e) => !present.has(e))).toEqual([]);
