@@ -3,16 +3,17 @@
 // A throwaway etcd, a pool, install-cni into temp dirs, the node agent, three
 // "pods" (network namespaces) networked by exec'ing the installed plugin
 // exactly as a container runtime does, pings, a host port through the real
-// portmap plugin, IPAM inspection, then DEL of everything and proof that
-// nothing is left.
+// portmap plugin, a second node, a top-of-rack router (FRR's bgpd) learning
+// the pod block from the agent's BIRD over BGP, IPAM inspection, then DEL of
+// everything and proof that nothing is left.
 //
 // It must run inside a throwaway network namespace that plays the node
 // (scripts/in-netns, which `npm run demo` uses): the host-side veths, /32
 // routes, sysctls and portmap's NAT rules then live there, never in the
 // machine's real root namespace.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -37,6 +38,11 @@ const LOCK_DIR = '/var/run/netplugin';
 const NODE1_LINK_IP = '10.201.0.1';
 const NODE2_LINK_IP = '10.201.0.2';
 const NODE2_NAME = 'demo-node-2';
+// The link to the top-of-rack router (the node's address is its --node-ip, which BIRD peers from, on
+// the subnet the second node used), and the router's AS (the node's is the default 64512).
+const TOR_LINK_NODE_IP = NODE1_LINK_IP;
+const TOR_IP = '10.201.0.254';
+const TOR_AS = 65000;
 
 const suffix = randomBytes(3).toString('hex');
 let interrupted = false;
@@ -46,6 +52,8 @@ const state = {
   agent: undefined,
   agent2: undefined,
   server: undefined,
+  frr: [],
+  frrDir: undefined,
   netns: [],
   nodeIp: false,
   lockDirExisted: existsSync(LOCK_DIR),
@@ -134,7 +142,7 @@ function fetchText(url) {
 
 async function main() {
   const nsName = preflight();
-  process.stdout.write(`${bold('netplugin demo')}: a node, a datastore, three pods, a host port, and a clean teardown.\n`);
+  process.stdout.write(`${bold('netplugin demo')}: a node, a datastore, three pods, a second node, a BGP top-of-rack router, a host port, and a clean teardown.\n`);
   process.stdout.write(`The node is the throwaway network namespace "${nsName}" (scripts/in-netns): host veths, /32 routes, sysctls and NAT rules go there, never into your real root namespace.\n`);
   state.tmp = mkdtempSync(join(tmpdir(), 'netplugin-demo-'));
   const binDir = join(state.tmp, 'opt-cni-bin');
@@ -268,6 +276,7 @@ async function main() {
   }
 
   await secondNode({ conflist, mainEntry, podA, binDir, cniPath });
+  await torLearns({ agentArgs, socket, podA });
 
   step(`A host port: portmap chained after netplugin maps node port ${HOST_PORT} to pod-a:80`);
   cmd(`ip netns exec ${podA.netns} node -e "require('http').createServer(...).listen(80)" &`);
@@ -439,6 +448,82 @@ async function secondNode({ conflist, mainEntry, podA, binDir, cniPath }) {
   ok(`the route to ${NODE2_NAME}'s block is gone from this node; ip netns del ${node2} took the link with it`);
 }
 
+/**
+ * A top-of-rack router: a namespace linked to this node running FRR's bgpd (an
+ * independent BGP implementation, with zebra to install what it learns), AS
+ * 65000. A BGPPeer makes this node peer with it; the agent restarts with
+ * --bgp on and runs BIRD, and the ToR learns the node's pod block and reaches
+ * pod-a by its own address. Then the ToR goes again.
+ */
+async function torLearns({ agentArgs, socket, podA }) {
+  step(`A top-of-rack router learns the pod routes over BGP (BIRD on this node, FRR's bgpd on the ToR, AS ${TOR_AS})`);
+  const tor = `demo-tor-${suffix}`;
+  sh('ip', ['netns', 'add', tor]);
+  state.netns.push(tor);
+  const runT = (args) => sh('ip', ['netns', 'exec', tor, ...args]);
+  cmd(`ip netns add ${tor}; ip link add np-tor type veth peer name eth0 netns ${tor}`);
+  sh('ip', ['link', 'add', 'np-tor', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', tor]);
+  sh('ip', ['addr', 'add', `${TOR_LINK_NODE_IP}/24`, 'dev', 'np-tor']);
+  sh('ip', ['link', 'set', 'np-tor', 'up']);
+  runT(['ip', 'link', 'set', 'lo', 'up']);
+  runT(['ip', 'link', 'set', 'eth0', 'up']);
+  runT(['ip', 'addr', 'add', `${TOR_IP}/24`, 'dev', 'eth0']);
+  // FRR drops to its own user: its directory is its own and reachable.
+  state.frrDir = mkdtempSync(join(tmpdir(), 'netplugin-demo-frr-'));
+  chmodSync(state.frrDir, 0o755);
+  const bgpd = [
+    'frr defaults traditional',
+    `router bgp ${TOR_AS}`,
+    ` bgp router-id ${TOR_IP}`,
+    ' no bgp ebgp-requires-policy',
+    ` neighbor ${TOR_LINK_NODE_IP} remote-as 64512`,
+    ` neighbor ${TOR_LINK_NODE_IP} timers connect 1`,
+    '',
+  ].join('\n');
+  writeFileSync(join(state.frrDir, 'bgpd.conf'), bgpd);
+  writeFileSync(join(state.frrDir, 'zebra.conf'), '');
+  sh('chown', ['-R', 'frr:frr', state.frrDir]);
+  cmd(`cat bgpd.conf    # the ToR's FRR configuration`);
+  block(bgpd);
+  const common = ['--vty_socket', state.frrDir, '-z', join(state.frrDir, 'zserv.api'), '-u', 'frr', '-g', 'frr', '-P', '0'];
+  for (const d of ['zebra', 'bgpd']) {
+    cmd(`ip netns exec ${tor} /usr/lib/frr/${d} -f ${d}.conf ... &`);
+    const child = spawn('ip', ['netns', 'exec', tor, `/usr/lib/frr/${d}`, '-f', join(state.frrDir, `${d}.conf`), '-i', join(state.frrDir, `${d}.pid`), ...common], { stdio: 'ignore' });
+    state.frr.push(child);
+    if (d === 'zebra') await new Promise((r) => setTimeout(r, 300));
+  }
+  const peerYaml = `apiVersion: netplugin.org/v3\nkind: BGPPeer\nmetadata:\n  name: tor\nspec:\n  peerIP: ${TOR_IP}\n  asNumber: ${TOR_AS}\n`;
+  await ctl(['apply', '-f', '-'], { input: peerYaml, heredoc: true });
+  note('The pool has no encapsulation (vxlanMode/ipipMode Never): with --bgp on, BGP carries its routes.');
+  await stopChild(state.agent);
+  const birdDir = join(state.tmp, 'bird');
+  const bgpArgs = [...agentArgs, '--bgp', 'on', '--bird-run-dir', birdDir];
+  cmd(`netplugin-node ${bgpArgs.join(' ').replaceAll(state.tmp, '$TMP')} 2>$TMP/agent-bgp.log &    # restarted with --bgp on`);
+  state.agent = await startAgent(NODE, AGENT, bgpArgs, socket, join(state.tmp, 'agent-bgp.log'), 'pod network controllers started');
+  ok('the agent renders BIRD\'s configuration from the BGPPeer, the node and its blocks, checks it with bird -p and runs BIRD');
+  const block26 = POOL_CIDR.split('.').slice(0, 3).join('.') + '.';
+  const torRoutes = () => runT(['ip', 'route', 'show', 'proto', 'bgp']);
+  const deadline = Date.now() + 20_000;
+  while (!torRoutes().includes(block26)) {
+    if (Date.now() > deadline) throw new DemoError(`the ToR did not learn the pod block: ${torRoutes() || '(no BGP routes)'}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await ctl(['node', 'status', '--bird-run-dir', birdDir]);
+  cmd(`ip netns exec ${tor} ip route show proto bgp    # on the ToR: this node's block, via the node`);
+  block(torRoutes());
+  const argv = ['ip', 'netns', 'exec', tor, 'ping', '-c1', '-w5', podA.ip];
+  const r = await run(argv[0], argv.slice(1));
+  if (r.code !== 0) throw new DemoError(`the ToR cannot ping pod-a (${podA.ip}): ${(r.stdout + r.stderr).trim().split('\n').pop()}`);
+  line(`${dim('$')} ${argv.join(' ').padEnd(56)} ${green('reply')} ${/time=([\d.]+ ms)/.exec(r.stdout)?.[1] ?? ''}  ${dim('(ToR -> pod-a, no NAT, no overlay)')}`);
+  note('docs/bgp.md: node-to-node mesh, route reflectors, passwords, graceful restart and troubleshooting.');
+  for (const c of state.frr.splice(0)) await stopChild(c);
+  sh('ip', ['netns', 'del', tor]);
+  state.netns = state.netns.filter((x) => x !== tor);
+  rmSync(state.frrDir, { recursive: true, force: true });
+  state.frrDir = undefined;
+  ok(`the ToR is gone (FRR stopped, ip netns del ${tor} took np-tor with it)`);
+}
+
 /** Agent log lines without the timestamp and pid, and with container IDs shortened. */
 function shortLog(lines) {
   return lines.map((l) => l.replace(/^\S+\s+(\w+)\s+\[\d+\]\s+/, '$1 ').replace(/([0-9a-f]{12})[0-9a-f]{52}/g, '$1...')).join('\n');
@@ -466,7 +551,22 @@ function cleanup() {
     for (const n of state.netns.splice(0)) await attempt(`ip netns del ${n}`, () => run('ip', ['netns', 'del', n]));
     if (state.nodeIp) await attempt(`ip addr del ${NODE_IP}/32 dev lo`, () => run('ip', ['addr', 'del', `${NODE_IP}/32`, 'dev', 'lo']));
     await attempt('agent', () => stopChild(state.agent));
+    // BIRD exits with the agent; one left by an agent that had to be killed goes by its pid file.
+    await attempt('BIRD', () => {
+      const pidFile = state.tmp && join(state.tmp, 'bird', 'bird.pid');
+      if (pidFile && existsSync(pidFile)) {
+        try {
+          const pid = Number(readFileSync(pidFile, 'utf8'));
+          // Only that BIRD: a stale pid file may name a reused pid.
+          if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(state.tmp)) process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    });
     await attempt('agent of the second node', () => stopChild(state.agent2));
+    for (const c of state.frr.splice(0)) await attempt('FRR on the ToR', () => stopChild(c));
+    if (state.frrDir) await attempt(`rm -rf ${state.frrDir}`, () => rmSync(state.frrDir, { recursive: true, force: true }));
     await attempt('etcd', () => stopChild(state.etcd?.child));
     if (state.tmp) await attempt(`rm -rf ${state.tmp}`, () => rmSync(state.tmp, { recursive: true, force: true }));
     // The plugin writes the IPAM lock holder's pid to its default ipam_lock_file:

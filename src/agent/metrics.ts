@@ -34,7 +34,23 @@ export interface AgentMetrics {
   policyRefused(stage: 'model' | 'kernel', kind: string): void;
   /** One reconcile of the route controller applied to the kernel. */
   routesApplied(s: RoutesApplied): void;
+  /** State gauges of the policy controller (undefined until it runs), read from what it holds at scrape time. */
+  watchPolicy(controller: () => PolicyState | undefined): void;
+  /** A floating IP of a local endpoint refused: held by another endpoint (conflict) or an invalid entry. */
+  floatingRefused(kind: 'conflict' | 'invalid'): void;
 }
+
+/** What the state gauges read of the policy controller (src/agent/policy/controller.ts). */
+export interface PolicyState {
+  current(): {
+    chains: ReadonlyMap<string, { owner: { kind: string; namespace?: string; name: string } }>;
+    endpoints: ReadonlyMap<string, unknown>;
+  };
+  programmingLagSeconds(): number;
+}
+
+/** The kinds of programmed objects the policies gauge counts. */
+const POLICY_KINDS = ['NetworkPolicy', 'GlobalNetworkPolicy', 'Profile'] as const;
 
 export interface PolicyApplied {
   full: boolean;
@@ -111,10 +127,54 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
   );
   const routeLatency = registry.histogram('netplugin_route_reconcile_duration_seconds', 'Applying one reconcile of routes, tunnel devices, neighbours and FDB entries to the kernel.');
   const routeChanges = registry.counter('netplugin_route_changes_total', 'Routes the route controller added or removed, by change.', ['change']);
+  const floatingRefused = registry.counter(
+    'netplugin_floating_ip_refused_total',
+    'Floating IPs of local endpoints the agent does not translate, by kind: conflict (an older endpoint holds the ' +
+      'address) or invalid (the ipNATs entry fails validation); each is reported once, with a log line and a ' +
+      'Warning Event on the pod.',
+    ['kind'],
+  );
   const routeErrors = registry.counter('netplugin_route_errors_total', 'Kernel refusals while reconciling routes (each is retried on the next reconcile).');
+
+  const localEndpoints = registry.gauge(
+    'netplugin_policy_local_endpoints',
+    "This node's workload endpoints programmed in the policy table (an endpoint left out stays isolated).",
+  );
+  const programmed = registry.gauge(
+    'netplugin_policy_programmed_policies',
+    'Policies and profiles whose rules are programmed in the policy table, by kind.',
+    ['kind'],
+  );
+  const lag = registry.gauge(
+    'netplugin_policy_programming_lag_seconds',
+    'Age of the oldest datastore change (endpoint, policy, profile) not yet programmed; 0 when the table is current. ' +
+      'Since the start until the first resync.',
+  );
+  const policyRunning = registry.gauge(
+    'netplugin_policy_controller_running',
+    'Whether the policy controller runs (1) or not yet (0; policy not enabled or datastore unreachable).',
+  );
 
   return {
     registry,
+    watchPolicy(controller) {
+      // Counted once per applied table (the object changes with every batch), not per scrape.
+      let counted: object | undefined;
+      registry.onCollect(() => {
+        const c = controller();
+        policyRunning.set(undefined, c ? 1 : 0);
+        lag.set(undefined, c ? c.programmingLagSeconds() : 0);
+        const cur = c?.current();
+        if (cur === counted) return;
+        counted = cur;
+        localEndpoints.set(undefined, cur?.endpoints.size ?? 0);
+        const owners = new Map<string, Set<string>>(POLICY_KINDS.map((k) => [k, new Set()]));
+        for (const ch of cur?.chains.values() ?? []) {
+          owners.get(ch.owner.kind)?.add(`${ch.owner.namespace ?? ''}/${ch.owner.name}`);
+        }
+        for (const [kind, set] of owners) programmed.set({ kind }, set.size);
+      });
+    },
     served(r) {
       const ok = r.exitCode === 0;
       requests.inc({ plugin: r.plugin, command: r.command, result: ok ? 'success' : 'error' });
@@ -133,6 +193,9 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
     },
     policyRefused(stage, kind) {
       policyRefused.inc({ stage, kind });
+    },
+    floatingRefused(kind) {
+      floatingRefused.inc({ kind });
     },
     routesApplied(r) {
       routeLatency.observe(undefined, r.seconds);

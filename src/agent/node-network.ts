@@ -20,16 +20,19 @@ export interface NodeNetworkOptions {
   autodetect: string | undefined;
   mtuFile: string | undefined;
   /** --bgp on: BIRD is supervised and routes the pools without encapsulation. */
-  bgp?: { birdPath: string; runDir: string; onStarted: (c: import('./bgp/index.js').BgpController) => void };
+  bgp?: { birdPath: string; runDir: string; readSecret?: (name: string, key: string) => Promise<string>; onStarted: (c: import('./bgp/index.js').BgpController) => void };
+  /** A floating IP of this node's endpoint refused (another endpoint holds it, or the entry is invalid). */
+  onFloatingRefused?: (r: { kind: 'conflict' | 'invalid'; namespace: string | undefined; pod: string | undefined; message: string }) => void;
   /** Metrics hook: each route reconcile applied to the kernel. */
   onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
 
-/** Throws (before anything starts) on bad flags. */
-export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
+/** Throws (before anything starts) on bad flags. stop() settles once BIRD (with --bgp on) exited. */
+export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void> } {
   const autodetect = parseAutodetect(o.autodetect ?? 'first-found');
   let stopped = false;
   const stops: Array<() => void> = [];
+  let bgpStopped: Promise<void> = Promise.resolve();
   void (async () => {
     await o.nodeInit;
     if (stopped) return;
@@ -51,7 +54,24 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
     const kernel = openNodeRouting(o.log);
     const { startRoutesController } = await import('./routes/index.js');
     const { startNatController } = await import('./nat/index.js');
-    const nat = startNatController({ ds, log: o.log });
+    const refused = o.onFloatingRefused;
+    const nat = startNatController({
+      ds,
+      log: o.log,
+      node,
+      ...(refused
+        ? {
+            onFloatingConflict: (c) =>
+              refused({
+                kind: 'conflict', namespace: c.refused.namespace, pod: c.refused.pod,
+                message: `floating IP ${c.external} is held by the older endpoint ${c.holder.endpoint} ` +
+                  `on node ${c.holder.node}; this pod gets it once that endpoint is gone`,
+              }),
+            onFloatingInvalid: (i) =>
+              refused({ kind: 'invalid', namespace: i.namespace, pod: i.pod, message: `floating IP ignored: ${i.problem}` }),
+          }
+        : {}),
+    });
     const routes = startRoutesController({
       ds,
       node,
@@ -67,10 +87,13 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
     stops.push(() => routes.stop(), () => nat.stop(), () => kernel.close());
     if (o.bgp) {
       const { startBgpController } = await import('./bgp/index.js');
-      const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir });
+      const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir, ...(o.bgp.readSecret ? { readSecret: o.bgp.readSecret } : {}) });
       o.bgp.onStarted(bgp);
-      // Before kernel.close (the controller reads connected subnets through it).
-      stops.unshift(() => void bgp.stop());
+      // Before kernel.close (the controller reads connected subnets through it). The agent stops to be
+      // restarted: BIRD shuts down for a graceful restart, so peers keep this node's routes meanwhile.
+      stops.unshift(() => {
+        bgpStopped = bgp.stop({ graceful: true });
+      });
     }
     if (stopped) for (const s of stops.splice(0)) s();
     o.log.info('pod network controllers started', { node });
@@ -79,6 +102,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): void } {
     stop() {
       stopped = true;
       for (const s of stops.splice(0)) s();
+      return bgpStopped.catch(() => undefined);
     },
   };
 }

@@ -8,6 +8,7 @@ import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
 import { createLogger, normalizeLevel } from '../log/index.js';
 import { Registry } from '../observe/metrics.js';
 import { startHealthServer } from '../observe/health.js';
+import { registerProcessMetrics } from '../observe/process-metrics.js';
 import { parseDuration } from '../model/kube-controllers-config.js';
 import { FlowStore, BUCKET_SECONDS } from '../flows/store.js';
 import { startCollector } from '../flows/collector.js';
@@ -93,6 +94,8 @@ async function main(): Promise<void> {
 
   const store = new FlowStore({ retentionMs: retentionMs! });
   const registry = new Registry();
+  const { NETPLUGIN_VERSION } = await import('../ctl/version.js');
+  registerProcessMetrics(registry, { component: 'netplugin-flows', version: NETPLUGIN_VERSION });
   const batches = registry.counter('netplugin_flows_batches_total', 'Batches received from agents, by result (taken, duplicate)', ['result']);
   const records = registry.counter('netplugin_flows_records_total', 'Flow records received from agents, by result (accepted, rejected)', ['result']);
   const exported = registry.counter('netplugin_flows_exported_total', 'Aggregated flows written to --export-file');

@@ -2,13 +2,12 @@
 // listener, leader election and controllers (src/kube-controllers/).
 import { parseArgs } from 'node:util';
 import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
-import { readFileSync } from 'node:fs';
-import { createLogger, normalizeLevel } from '../log/index.js';
+import { createLogger, LogThrottle, normalizeLevel } from '../log/index.js';
 import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '../datastore/index.js';
-import { createKubeClient, SA_DIR } from '../k8s/client.js';
+import { createKubeClient, ownNamespace } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
-import { registerProcessMetrics } from '../observe/process-metrics.js';
+import { registerLogThrottleMetrics, registerProcessMetrics } from '../observe/process-metrics.js';
 import { parseListenAddr, startHealthServer } from '../observe/health.js';
 import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/kube-controllers-config.js';
 import { startKubeControllers } from '../kube-controllers/index.js';
@@ -39,14 +38,6 @@ function usageError(msg: string): never {
   return cliUsageError(CLI, msg);
 }
 
-function ownNamespace(): string {
-  if (process.env.POD_NAMESPACE) return process.env.POD_NAMESPACE;
-  try {
-    return readFileSync(`${SA_DIR}/namespace`, 'utf8').trim() || 'kube-system';
-  } catch {
-    return 'kube-system';
-  }
-}
 
 async function main(): Promise<void> {
   let values: Record<string, string | boolean | undefined>;
@@ -93,7 +84,15 @@ async function main(): Promise<void> {
       usageError(`${flag}: ${(e as Error).message}`);
     }
   }
-  const log = createLogger({ level, format, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-kube-controllers' } });
+  // A failure that repeats (a watch that keeps breaking) is logged once a minute with a count.
+  const throttle = new LogThrottle();
+  const log = createLogger({
+    level,
+    format,
+    stderr: (s) => process.stderr.write(s),
+    context: { component: 'netplugin-kube-controllers' },
+    throttle,
+  });
 
   const kubeconfig = (values.kubeconfig as string | undefined) ?? kubeconfigPathsFromEnv(process.env)[0];
   if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) usageError('no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)');
@@ -115,6 +114,7 @@ async function main(): Promise<void> {
   // Malformed objects the datastore skips: one warning each, and their count on /metrics.
   observeInvalidObjects(registry, log);
   registerProcessMetrics(registry, { component: 'netplugin-kube-controllers', version: (await import('../ctl/version.js')).NETPLUGIN_VERSION });
+  registerLogThrottleMetrics(registry, throttle);
   let exiting = false;
   const kc = startKubeControllers({
     ds,

@@ -9,7 +9,7 @@ import { DEFAULT_NODENAME_FILE } from '../config/fields.js';
 import type { PluginSpec } from '../cni/types.js';
 import { DEFAULT_SOCKET } from '../agent/protocol.js';
 import { startCniServer, type CniServer } from '../agent/server.js';
-import { createLogger, normalizeLevel } from '../log/index.js';
+import { createLogger, LogThrottle, normalizeLevel } from '../log/index.js';
 import { createPluginRuntime, type DataplanePort, type PluginRuntime } from '../plugins/main/runtime.js';
 import { HOST_MAC } from '../plugins/main/common.js';
 import type { WorkloadSpec, TeardownOptions } from '../dataplane/index.js';
@@ -21,7 +21,7 @@ import { parseListenAddr, startHealthServer, type HealthServer } from '../observ
 import { cachedDatastore } from '../datastore/cached.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
-import { registerProcessMetrics } from '../observe/process-metrics.js';
+import { registerLogThrottleMetrics, registerProcessMetrics } from '../observe/process-metrics.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
 
@@ -89,17 +89,22 @@ cannot do for itself.
 
 // Handlers load on the first request that needs them, as in the per-exec
 // entry; both plugins are served with the agent's runtime.
-function agentPlugins(runtime: PluginRuntime): Record<string, PluginSpec<any, PluginRuntime>> {
+function agentPlugins(
+  runtime: PluginRuntime,
+  logThrottle: LogThrottle,
+): Record<string, PluginSpec<any, PluginRuntime>> {
   return {
     netplugin: {
       name: 'netplugin',
       load: async () => (await import('../plugins/main/index.js')).handlers,
       runtime,
+      logThrottle,
     },
     'netplugin-ipam': {
       name: 'netplugin-ipam',
       load: async () => (await import('../plugins/ipam/index.js')).handlers,
       runtime,
+      logThrottle,
     },
   };
 }
@@ -206,7 +211,16 @@ async function main(): Promise<void> {
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
-  const log = createLogger({ level, format: format as LogFormat, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-node' } });
+  // A failure that repeats (a watch that keeps breaking, a bad netconf the runtime keeps sending) is
+  // logged once a minute with a count, by the agent and by the requests it serves.
+  const throttle = new LogThrottle();
+  const log = createLogger({
+    level,
+    format: format as LogFormat,
+    stderr: (s) => process.stderr.write(s),
+    context: { component: 'netplugin-node' },
+    throttle,
+  });
 
   // The agent's runtime, built before anything opens a datastore or serves a
   // request: every datastore is timed by the metrics, pods are read through
@@ -216,6 +230,7 @@ async function main(): Promise<void> {
   // Malformed objects the datastores skip: one warning each, and their count on /metrics.
   observeInvalidObjects(metrics.registry, log);
   registerProcessMetrics(metrics.registry, { component: 'netplugin-node', version: NETPLUGIN_VERSION });
+  registerLogThrottleMetrics(metrics.registry, throttle);
   const dataplane = await installDataplane(log, dirname(socketPath));
   let policy: import('../agent/policy/index.js').PolicyAgent | undefined;
   // The read caches of the datastores the runtime opened (weakly: the runtime
@@ -273,7 +288,7 @@ async function main(): Promise<void> {
 
   let server: CniServer;
   try {
-    server = await startCniServer({ socketPath, plugins: agentPlugins(runtime), log, maxConcurrent, onServed: (r) => {
+    server = await startCniServer({ socketPath, plugins: agentPlugins(runtime, throttle), log, maxConcurrent, onServed: (r) => {
       metrics.served(r);
       podEvents?.served(r);
     } });
@@ -299,7 +314,7 @@ async function main(): Promise<void> {
     if (found) void warmDatastore(found, runtime, log);
   }
   let bgp: import('../agent/bgp/index.js').BgpController | undefined;
-  let bgpOpts: { birdPath: string; runDir: string; onStarted: (c: import('../agent/bgp/index.js').BgpController) => void } | undefined;
+  let bgpOpts: import('../agent/node-network.js').NodeNetworkOptions['bgp'];
   if (bgpFlag === 'on') {
     const { checkRunDir } = await import('../agent/bgp/render.js');
     const { DEFAULT_BIRD_PATH, DEFAULT_BIRD_RUN_DIR } = await import('../agent/bgp/supervisor.js');
@@ -310,6 +325,13 @@ async function main(): Promise<void> {
       usageError((e as Error).message);
     }
     bgpOpts = { birdPath: values['bird-path'] ?? DEFAULT_BIRD_PATH, runDir, onStarted: (c) => (bgp = c) };
+    // BGPPeer password.secretKeyRef: the Secret in the agent's own namespace, read with its own identity.
+    if (api) {
+      const { readSecretKey } = await import('../agent/bgp/index.js');
+      const { ownNamespace } = await import('../k8s/client.js');
+      const namespace = ownNamespace();
+      bgpOpts.readSecret = (name, key) => readSecretKey(api, namespace, name, key);
+    }
     const reg = metrics.registry;
     const running = reg.gauge('netplugin_bgp_bird_running', 'Whether the BIRD daemon the agent supervises runs (1) or not (0).');
     const established = reg.gauge('netplugin_bgp_sessions_established', 'BGP sessions of this node in state Established.');
@@ -323,7 +345,7 @@ async function main(): Promise<void> {
       restarts.set(undefined, st?.restarts ?? 0);
     });
   }
-  let network: { stop(): void } | undefined;
+  let network: { stop(): Promise<void> } | undefined;
   if (values.config && nodeInit && !values['no-routes']) {
     const { startNodeNetwork } = await import('../agent/node-network.js');
     try {
@@ -338,6 +360,10 @@ async function main(): Promise<void> {
         autodetect: values['ip-autodetection'],
         mtuFile: values['mtu-file'],
         onRoutesApplied: (s) => metrics.routesApplied(s),
+        onFloatingRefused: (r) => {
+          metrics.floatingRefused(r.kind);
+          if (r.namespace && r.pod) podEvents?.warn(r.namespace, r.pod, 'NetpluginFloatingIPRefused', r.message);
+        },
         ...(bgpOpts ? { bgp: bgpOpts } : {}),
       });
     } catch (e) {
@@ -359,6 +385,8 @@ async function main(): Promise<void> {
       process.exit(2);
     }
   }
+
+  metrics.watchPolicy(() => policy?.controller());
 
   let stopping = false;
   let nodeInitialised = false;
@@ -413,11 +441,13 @@ async function main(): Promise<void> {
     pluginKubeconfig?.stop();
     void health?.close();
     void metricsServer?.close();
-    network?.stop();
+    const networkStopped = network?.stop();
     // The nftables table stays: existing pods keep their enforcement, new ones stay isolated.
     void policy?.stop();
     server.close().then(
       async () => {
+        // BIRD's graceful-restart shutdown (--bgp on) ends within seconds (BirdSupervisor.stop).
+        await networkStopped;
         await dataplane.close();
         await runtime.close();
         process.exit(0);

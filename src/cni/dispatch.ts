@@ -8,6 +8,7 @@ import { errorResult, toCniError } from './errors.js';
 import { formatResult, parseResult } from './result.js';
 import { SUPPORTED_VERSIONS, type CniAttachment, type CniContext, type CniIO, type PluginSpec } from './types.js';
 import type { Logger } from '../log/types.js';
+import type { LogThrottle } from '../log/throttle.js';
 import { HIGHEST_VERSION, assertCommandAllowed, compareVersions, negotiateVersion, parseSemver } from './version.js';
 
 /**
@@ -103,8 +104,13 @@ export function validAttachments(rawConf: Record<string, unknown>): CniAttachmen
   });
 }
 
-function defaultLog(rawConf: Record<string, unknown>, context: LogContext, io: CniIO): AppLogger {
-  return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr });
+function defaultLog(
+  rawConf: Record<string, unknown>,
+  context: LogContext,
+  io: CniIO,
+  throttle: LogThrottle | undefined,
+): AppLogger {
+  return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr, throttle });
 }
 
 /** Runs one CNI invocation; returns the exit code. Output goes only through io. */
@@ -134,7 +140,7 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
 
     const logContext = { containerId: env.containerId, podNamespace: env.args.K8S_POD_NAMESPACE, podName: env.args.K8S_POD_NAME };
     if (plugin.createLog) log = plugin.createLog(raw, logContext, io);
-    else log = ownLog = defaultLog(raw, logContext, io);
+    else log = ownLog = defaultLog(raw, logContext, io, plugin.logThrottle);
     log.debug(`${plugin.name} ${command}`, { cniVersion, netns: env.netns || undefined, ifname: env.ifname || undefined });
 
     assertCommandAllowed(command, cniVersion);

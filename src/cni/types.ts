@@ -3,6 +3,7 @@
 // spec version on output by src/cni/result.ts).
 
 import type { Logger } from '../log/types.js';
+import type { LogThrottle } from '../log/throttle.js';
 
 
 export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
@@ -129,6 +130,8 @@ export interface PluginSpecBase<Conf, Rt> {
    * io.stderr plus the netconf's log file, closed when the call ends.
    */
   createLog?(rawConf: Record<string, unknown>, context: { containerId?: string | undefined; podNamespace?: string | undefined; podName?: string | undefined }, io: CniIO): Logger;
+  /** Optional, for the default logger: a long-running host's throttle of repeated failures (the agent's). */
+  logThrottle?: LogThrottle;
 }
 
 /** One entry of GC's `cni.dev/valid-attachments` (read with validAttachments() in src/cni/dispatch.ts). */

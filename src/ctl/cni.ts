@@ -44,6 +44,7 @@ Idempotent; every file is replaced atomically.
   --no-portmap               leave out the chained portmap entry (host ports)
   --log-level L              plugin log level (default info)
   --log-file-path P          plugin log file (default /var/log/netplugin/cni/cni.log; "" disables)
+  --plugin-log-format F      plugin log lines: text (default) or json (env LOG_FORMAT; netconf log_format)
   --from-template FILE       fill __PLACEHOLDERS__ in FILE instead of generating the conflist
   --launcher                 install the sh launcher even when a shim binary exists
   --shim PATH                shim binary to install (default build/shim or prebuilds/linux-<arch>)
@@ -61,7 +62,7 @@ file, and with --agent the systemd unit.
 } satisfies Record<string, string>;
 
 const INSTALL_FLAGS: FlagSpec[] = [
-  ...['host-root', 'host-package-dir', 'host-node', 'etcd-tls-from', 'bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
+  ...['host-root', 'host-package-dir', 'host-node', 'etcd-tls-from', 'bin-dir', 'conf-dir', 'conf-name', 'network-name', 'cni-version', 'datastore-type', 'etcd-endpoints', 'etcd-discovery-srv', 'etcd-key-file', 'etcd-cert-file', 'etcd-ca-cert-file', 'kubeconfig', 'k8s-api-root', 'nodename', 'mtu', 'ipam', 'policy', 'log-level', 'log-file-path', 'plugin-log-format', 'from-template', 'shim', 'package-dir', 'systemd-dir'].map(
     (name) => ({ name, type: 'string' as const }),
   ),
   { name: 'subnet', type: 'list' },
@@ -98,6 +99,12 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
   const mtu = mtuText === undefined || mtuText === '' ? undefined : Number(mtuText);
   if (mtu !== undefined && !Number.isInteger(mtu)) throw new CtlError(`--mtu ${JSON.stringify(mtuText)} is not an integer; use e.g. 1450`);
   const kubeconfig = str(p, 'kubeconfig') ?? envDs.kubernetes?.kubeconfig;
+  // Not --log-format: that one is netpluginctl's own output format, taken anywhere on the command line.
+  const logFormat = str(p, 'plugin-log-format') ?? (env.LOG_FORMAT || undefined);
+  if (logFormat !== undefined && logFormat !== 'text' && logFormat !== 'json') {
+    const v = JSON.stringify(logFormat);
+    throw new CtlError(`--plugin-log-format (or LOG_FORMAT) ${v} is not supported; use text or json`);
+  }
   const opts: InstallCniOptions = {
     binDir: resolvePath(io, str(p, 'bin-dir') ?? env.CNI_BIN_DIR ?? '/opt/cni/bin'),
     confDir: resolvePath(io, str(p, 'conf-dir') ?? env.CNI_NET_DIR ?? '/etc/cni/net.d'),
@@ -120,6 +127,7 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
     policy: policy as 'k8s' | undefined,
     logLevel: str(p, 'log-level') ?? 'info',
     logFilePath: str(p, 'log-file-path') ?? '/var/log/netplugin/cni/cni.log',
+    logFormat: logFormat as 'text' | 'json' | undefined,
     fromTemplate: abs(str(p, 'from-template')),
     launcher: bool(p, 'launcher'),
     shimPath: abs(str(p, 'shim')),

@@ -106,6 +106,7 @@ const COMMANDS: Record<string, CtlCommand> = Object.assign(
       ...(await import('./installation.js')).INSTALLATION_HELP,
       ...(await import('./upgrade.js')).UPGRADE_HELP,
       ...(await import('./node-diags.js')).NODE_HELP,
+      ...(await import('./flows.js')).FLOWS_HELP,
       'datastore migrate': (await import('./migrate.js')).MIGRATE_HELP,
     }),
   }),

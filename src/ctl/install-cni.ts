@@ -40,6 +40,8 @@ export interface InstallCniOptions {
   portmap: boolean;
   policy?: 'k8s' | undefined;
   logLevel: string;
+  /** The plugin's log line format (netconf log_format); text when absent. */
+  logFormat?: 'text' | 'json' | undefined;
   /** '' disables file logging. */
   logFilePath: string;
   networkName: string;
@@ -172,6 +174,8 @@ export function optionsDatastore(o: InstallCniOptions): DatastoreSettings {
 export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
   const entry: Record<string, unknown> = { type: 'netplugin', log_level: o.logLevel };
   if (o.logFilePath !== '') entry.log_file_path = o.logFilePath;
+  // text is the plugin's default: a conflist without the field says the same.
+  if (o.logFormat === 'json') entry.log_format = 'json';
   // The kubernetes block goes last, after ipam and policy (as the entry has always been written).
   const { kubernetes, ...store } = optionsDatastore(o);
   Object.assign(entry, store);
@@ -205,6 +209,7 @@ export const TEMPLATE_VARS: Record<string, { flag: string; value: (o: InstallCni
   CNI_MTU: { flag: '--mtu', value: (o) => o.mtu, raw: true },
   LOG_LEVEL: { flag: '--log-level', value: (o) => o.logLevel },
   LOG_FILE_PATH: { flag: '--log-file-path', value: (o) => o.logFilePath },
+  LOG_FORMAT: { flag: '--plugin-log-format', value: (o) => o.logFormat ?? 'text' },
   IPAM_TYPE: { flag: '--ipam', value: (o) => o.ipam },
 };
 

@@ -119,15 +119,34 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
   return d;
 }
 
+/** The node agent's DaemonSet, whose flags the Installation sets (agentArgs). */
+export const NODE_DAEMONSET = 'netplugin-node-daemonset.yaml';
+
+/**
+ * Sets the agent flags `--name=value` in the DaemonSet text: each replaces the line of the same flag,
+ * commented out or not (the shipped file lists every flag the Installation sets).
+ */
+export function setAgentArgs(text: string, args: string[]): string {
+  for (const a of args) {
+    const name = /^--[a-z0-9-]+/.exec(a)![0];
+    const flag = new RegExp(`^(\\s*)(?:#\\s*)?- ${name}=.*$`, 'm');
+    if (!flag.test(text)) throw new CtlError(`${NODE_DAEMONSET} has no ${name} line to set; the package's deploy/ is not this version's`);
+    text = text.replace(flag, (_m, indent: string) => `${indent}- ${a}`);
+  }
+  return text;
+}
+
 /**
  * The Kubernetes manifests of the package's deploy/ with every container image set to `image`:
- * file name -> text, comments kept (only the `image:` lines change).
+ * file name -> text, comments kept (only the `image:` lines change, and in the node DaemonSet the
+ * agent flags `agentArgs`).
  */
-export function renderManifests(deployDir: string, image: string): Map<string, string> {
+export function renderManifests(deployDir: string, image: string, agentArgs: string[] = []): Map<string, string> {
   const out = new Map<string, string>();
   const line = new RegExp(`^(\\s*(?:-\\s+)?image:\\s*)["']?[^\\s"']*${NODE_IMAGE_REPOSITORY.replace('/', '\\/')}:[^\\s"']+["']?[ \\t]*$`, 'gm');
   for (const f of readdirSync(deployDir).filter((n) => /\.ya?ml$/.test(n)).sort()) {
-    out.set(f, readFileSync(join(deployDir, f), 'utf8').replace(line, (_m, head: string) => `${head}${image}`));
+    const text = readFileSync(join(deployDir, f), 'utf8').replace(line, (_m, head: string) => `${head}${image}`);
+    out.set(f, f === NODE_DAEMONSET ? setAgentArgs(text, agentArgs) : text);
   }
   return out;
 }
@@ -168,7 +187,7 @@ export async function cmdInstallationRender(
   if (image) {
     const dir = join(o.outDir, 'manifests');
     mkdirSync(dir, { recursive: true });
-    for (const [name, text] of renderManifests(join(o.packageDir ?? defaultPackageDir(), 'deploy'), image)) files.push(writeFileAtomic(join(dir, name), text, 0o644));
+    for (const [name, text] of renderManifests(join(o.packageDir ?? defaultPackageDir(), 'deploy'), image, r.agent.agentArgs)) files.push(writeFileAtomic(join(dir, name), text, 0o644));
   }
   for (const f of files) io.stdout(`${f.path} ${f.action}\n`);
   return 0;
@@ -261,6 +280,11 @@ export async function applyInstallation(io: CtlIO, ds: Datastore, conf: Datastor
   }
   // The aggregator is a Deployment, not a node's business: apply checks the resources and names the manifest.
   renderFlows(inst.flowResources, nodeImage());
+  // The agent's flags are the DaemonSet's (or the systemd unit's), not files apply writes: it names them.
+  if (rendered.agent.bgp) {
+    const args = rendered.agent.agentArgs.join(' ');
+    changes.push({ what: 'netpluginNetwork.bgp', action: `accepted (Enabled: the node agent runs with ${args}, as in the DaemonSet installation render -o DIR --registry REG writes; systemd: NETPLUGIN_EXTRA_ARGS)` });
+  }
   for (const f of inst.flowResources) {
     changes.push({ what: f, action: `accepted (served by netplugin-flows: kubectl apply -f the ${FLOWS_MANIFEST} that installation render -o DIR writes${f === 'flowui/default' ? ', which then serves the UI' : ''})` });
   }

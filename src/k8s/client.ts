@@ -136,6 +136,16 @@ interface Credentials {
 
 export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
+/** The namespace this process's pod runs in ($POD_NAMESPACE, else its service account's), or kube-system outside a pod. */
+export function ownNamespace(): string {
+  if (process.env.POD_NAMESPACE) return process.env.POD_NAMESPACE;
+  try {
+    return readFileSync(`${SA_DIR}/namespace`, 'utf8').trim() || 'kube-system';
+  } catch {
+    return 'kube-system';
+  }
+}
+
 function invalid(msg: string): DatastoreError {
   return new DatastoreError('Invalid', msg);
 }

@@ -20,6 +20,7 @@ import { addressOf as bareAddress, canonicalIP } from '../net/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
 import { applyMirror, controllerMetrics, controllerQueue, describeError, watchErrors, type Controller, type ControllerContext } from './framework.js';
 import { formatDuration } from '../model/kube-controllers-config.js';
+import { ipamStateMetrics } from './ipam-metrics.js';
 import { AUTO_HEP_SUFFIX, CREATED_BY, CREATED_BY_LABEL, DEFAULT_ALLOW_PROFILE, autoHostEndpoint, autoHostEndpointName, defaultAllowProfile } from '../model/host-endpoints.js';
 
 /** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
@@ -108,7 +109,9 @@ export function nodeController(ctx: ControllerContext): NodeController {
       scheduleDue();
     },
   }, { onError });
-  const informers = [kubeNodes, dsNodes, heps, pods] as Array<Informer<unknown>>;
+  // IPAM state gauges (pools, blocks, GC candidates) from caches of their own.
+  const ipamState = ipamStateMetrics(ctx, onError);
+  const informers = [kubeNodes, dsNodes, heps, pods, ...ipamState.informers] as Array<Informer<unknown>>;
 
   async function reconcile(node: string): Promise<void> {
     const kn = kubeNodes.get(node);
@@ -290,6 +293,8 @@ export function nodeController(ctx: ControllerContext): NodeController {
     // Deletions whose grace period had passed when this scan started are settled: what they leaked
     // was released here, or is kept (the pod read said otherwise) and left to the periodic pass.
     for (const [k, t] of podGone) if (t + grace <= now) podGone.delete(k);
+    const stillLeaked = [...firstLeaked].filter(([k]) => !k.startsWith('wep|'));
+    ipamState.scanned(stillLeaked.map(([k, t]) => ({ ip: k.slice(k.lastIndexOf('|') + 1), ageMs: now - t })), grace);
     scans.inc();
     return released;
   }
@@ -380,6 +385,7 @@ export function nodeController(ctx: ControllerContext): NodeController {
       clearTimeout(gcTimer);
       clearTimeout(dueTimer);
       podGone.clear();
+      ipamState.stop();
       for (const i of informers) i.stop();
       await queue.stop();
       await gcRunning?.catch(() => undefined);

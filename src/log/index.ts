@@ -3,3 +3,4 @@ export type { AppLogger, LogContext, LogFormat, LogLevel, LoggerOptions } from '
 export { redact, redactString, isSecretKey, REDACTED } from './redact.js';
 export { RotatingFile } from './file.js';
 export type { Logger } from './types.js';
+export { LogThrottle, DEFAULT_THROTTLE_INTERVAL_MS, type LogThrottleOptions } from './throttle.js';

@@ -3,6 +3,7 @@
 import type { Logger } from '../log/types.js';
 import { RotatingFile } from './file.js';
 import { redact, redactString } from './redact.js';
+import { throttleKind, type LogThrottle } from './throttle.js';
 
 export type LogLevel = 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
 export const LOG_LEVELS: readonly LogLevel[] = ['ERROR', 'WARNING', 'INFO', 'DEBUG'];
@@ -42,6 +43,11 @@ export interface LoggerOptions {
    * collectors; stacks stay in a "stack" field.
    */
   format?: LogFormat;
+  /**
+   * Repeated WARNING and ERROR lines written once per interval with a count (src/log/throttle.ts);
+   * shared by every logger of a process that takes the same one (the agent's, its requests').
+   */
+  throttle?: LogThrottle | undefined;
 }
 
 export type LogFormat = 'text' | 'json';
@@ -83,6 +89,7 @@ interface Sink {
   scheduled: boolean;
   buffered: boolean;
   json: boolean;
+  throttle?: LogThrottle | undefined;
 }
 
 function flushSink(sink: Sink): void {
@@ -119,6 +126,11 @@ class LoggerImpl implements AppLogger {
 
   private log(level: LogLevel, msg: string, fields?: Record<string, unknown>): void {
     if (!this.enabled(level)) return;
+    if (this.sink.throttle) {
+      const repeated = this.sink.throttle.admit(level, throttleKind(this.prefix, msg, fields));
+      if (repeated === undefined) return;
+      if (repeated > 0) fields = { ...fields, repeated, repeatedWithinSeconds: this.sink.throttle.intervalMs / 1000 };
+    }
     const line = this.sink.json ? this.jsonLine(level, msg, fields) : this.textLine(level, msg, fields);
     this.sink.stderr?.(line);
     if (!this.sink.file) return;
@@ -200,7 +212,14 @@ function contextPrefix(ctx: LogContext): string {
 
 export function createLogger(opts: LoggerOptions = {}): AppLogger {
   const level = normalizeLevel(opts.level) ?? 'INFO';
-  const sink: Sink = { stderr: opts.stderr, pending: [], scheduled: false, buffered: !!opts.buffered, json: opts.format === 'json' };
+  const sink: Sink = {
+    stderr: opts.stderr,
+    pending: [],
+    scheduled: false,
+    buffered: !!opts.buffered,
+    json: opts.format === 'json',
+    throttle: opts.throttle,
+  };
   if (opts.filePath) {
     sink.file = new RotatingFile({
       path: opts.filePath,

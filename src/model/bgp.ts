@@ -7,6 +7,8 @@ import { parseDuration } from './kube-controllers-config.js';
 import type { BGPConfigurationSpec, BGPPeerSpec } from './resources.js';
 
 export const DEFAULT_AS_NUMBER = 64512;
+/** Where the agent keeps BIRD's configuration and control socket (--bird-run-dir); the Installation renders it. */
+export const DEFAULT_BIRD_RUN_DIR = '/var/run/netplugin/bird';
 export const DEFAULT_BGP_PORT = 179;
 /** BIRD's default graceful restart time, also the default of maxRestartTime. */
 export const DEFAULT_RESTART_MS = 120_000;

@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { API_VERSION, type IPPoolSpec, type Resource } from './resources.js';
 import { parseCidr } from '../net/cidr.js';
+import { DEFAULT_BIRD_RUN_DIR } from './bgp.js';
 
 export const OPERATOR_GROUP = 'operator.netplugin.org';
 export const OPERATOR_API_VERSION = `${OPERATOR_GROUP}/v1`;
@@ -57,6 +58,8 @@ const specSchema = z
         linuxPolicySetupTimeoutSeconds: z.number().int().min(0, 'must be >= 0 (0: do not wait for policy)').optional(),
         hostPorts: enabled.default('Enabled'),
         mtu: z.number().int().min(68, 'must be 68-65535').max(65535, 'must be 68-65535').optional(),
+        /** Enabled: the node agent runs BIRD (--bgp on) and routes the pools without encapsulation over BGP. */
+        bgp: enabled.default('Disabled'),
       })
       .strict()
       .default({}),
@@ -221,7 +224,20 @@ export interface AgentSettings {
   policySetupTimeoutSeconds?: number;
   logSeverity: string;
   pools: string[];
+  /** BGP through BIRD (spec.netpluginNetwork.bgp Enabled). */
+  bgp: boolean;
+  /** The node agent's flags the Installation implies (the DaemonSet's and the systemd unit's). */
+  agentArgs: string[];
   flowLogs?: Record<string, unknown>;
+}
+
+/**
+ * The agent flags for spec.netpluginNetwork.bgp. BIRD's files and control socket stay in the
+ * agent's default run dir, under the DaemonSet's /var/run/netplugin host mount, where
+ * `netpluginctl node status` looks.
+ */
+export function bgpAgentArgs(enabled: boolean): string[] {
+  return enabled ? ['--bgp=on', `--bird-run-dir=${DEFAULT_BIRD_RUN_DIR}`] : ['--bgp=off'];
 }
 
 export interface Rendered {
@@ -276,6 +292,8 @@ export function renderInstallation(inst: Installation, o: RenderOptions): Render
     ...(s.netpluginNetwork.linuxPolicySetupTimeoutSeconds !== undefined ? { policySetupTimeoutSeconds: s.netpluginNetwork.linuxPolicySetupTimeoutSeconds } : {}),
     logSeverity: log.logSeverity,
     pools: pools.map((p) => p.metadata.name),
+    bgp: s.netpluginNetwork.bgp === 'Enabled',
+    agentArgs: bgpAgentArgs(s.netpluginNetwork.bgp === 'Enabled'),
     ...(s.flowLogs ? { flowLogs: s.flowLogs } : {}),
   };
   return { conflist, pools, agent };

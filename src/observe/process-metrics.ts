@@ -18,7 +18,7 @@ export function registerProcessMetrics(registry: Registry, build: { component: s
   const heapTotal = registry.gauge('nodejs_heap_size_total_bytes', 'Process heap size from Node.js in bytes.');
   const external = registry.gauge('nodejs_external_memory_bytes', 'Node.js external memory size in bytes.');
   const lag = registry.gauge('nodejs_eventloop_lag_p99_seconds', 'The 99th percentile of event loop delay since the previous scrape, in seconds.');
-  const handles = registry.gauge('nodejs_active_handles_total', 'Number of active libuv handles (sockets, timers, servers...).');
+  const handles = registry.gauge('nodejs_active_handles', 'Number of active libuv handles (sockets, timers, servers...).');
   start.set(undefined, Math.round(Date.now() / 1000 - process.uptime()));
   const delay = monitorEventLoopDelay({ resolution: 20 });
   delay.enable();
@@ -54,4 +54,18 @@ export function registerProcessMetrics(registry: Registry, build: { component: s
     const active = (process as unknown as { getActiveResourcesInfo?: () => string[] }).getActiveResourcesInfo?.();
     if (active) handles.set(undefined, active.length);
   });
+}
+
+/** The lines a process's log throttle suppressed (repeats of a failure within its interval), by level. */
+export function registerLogThrottleMetrics(
+  registry: Registry,
+  throttle: { intervalMs: number; onSuppressed(fn: (level: string) => void): void },
+): void {
+  const suppressed = registry.counter(
+    'netplugin_log_repeats_suppressed_total',
+    `Log lines not written because the same failure was logged less than ${throttle.intervalMs / 1000} s before ` +
+      '(the next line written carries their count as repeated=N), by level.',
+    ['level'],
+  );
+  throttle.onSuppressed((level) => suppressed.inc({ level }));
 }

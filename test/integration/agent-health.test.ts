@@ -3,8 +3,8 @@
 // native shim in real network namespaces. /readyz follows the datastore (etcd
 // stopped: 503), /metrics counts what was served, and --version /
 // --log-format json behave as documented.
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -117,6 +117,35 @@ describe('agent health and metrics', () => {
     expect(m.body).toContain('# TYPE netplugin_ipam_cas_retries_total counter');
   });
 
+  it('an ADD rolled back after its addresses were assigned counts them released too', async () => {
+    const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX });
+    const ns = createNetns('hr');
+    // The interface name is taken in the pod: the veth fails after the IPAM transaction committed.
+    execFileSync('ip', ['-n', ns.name, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'other0']);
+    const before = (await get('/metrics')).body;
+    const env = { NETPLUGIN_AGENT_SOCKET: agent.socket };
+    expectCniError(await cni('ADD', conf, { containerId: `health-rb-${process.pid}`, netns: ns.path, env }, shim));
+    const after = (await get('/metrics')).body;
+    const delta = (s: string) => sample(after, s) - sample(before, s);
+    expect(delta('netplugin_ipam_addresses_assigned_total')).toBe(1);
+    expect(delta('netplugin_ipam_addresses_released_total')).toBe(1);
+  });
+
+  it('a request failing the same way again is logged once per interval, its repeats counted on /metrics', async () => {
+    const logFile = join(tmp, 'cni-repeat.log');
+    // A netconf the runtime keeps sending that is wrong: each retry fails the same way.
+    const bad = { ...netconf(c, '1.0.0', { host_veth_prefix: PREFIX }), mtu: 5, log_file_path: logFile };
+    const ns = createNetns('hq');
+    const env = { NETPLUGIN_AGENT_SOCKET: agent.socket };
+    const before = (await get('/metrics')).body;
+    for (let i = 0; i < 6; i++) expectCniError(await cni('ADD', bad, { containerId: `health-rep-${process.pid}`, netns: ns.path, env }, shim), 7);
+    const lines = readFileSync(logFile, 'utf8').split('\n').filter((l) => l.includes('mtu'));
+    expect(lines).toHaveLength(1);
+    const m = (await get('/metrics')).body;
+    const key = 'netplugin_log_repeats_suppressed_total{level="ERROR"}';
+    expect(sample(m, key) - sample(before, key)).toBe(5);
+  });
+
   it('--metrics-addr serves the same /metrics and no probe paths', async () => {
     const m = await fetch(`${metricsBase}/metrics`);
     expect(m.status).toBe(200);
@@ -133,6 +162,8 @@ describe('agent health and metrics', () => {
     const r = JSON.parse((await get('/readyz')).body);
     expect(r.status).toBe('failing');
     expect(r.detail.datastore).toBeTruthy();
+    // And as a gauge, for Prometheus on --metrics-addr (where no probe path is served).
+    expect(sample(await (await fetch(`${metricsBase}/metrics`)).text(), 'netplugin_agent_ready')).toBe(0);
     // Liveness does not follow the datastore: restarting the agent would not help.
     expect((await get('/healthz')).status).toBe(200);
   });

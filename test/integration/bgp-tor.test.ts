@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createNetns, deleteNetns, inNetns } from '../support/netns.js';
+import { startFrr, type Frr } from '../support/frr.js';
 import { BirdSupervisor } from '../../src/agent/bgp/supervisor.js';
 import { renderBirdConfig, type BirdInput } from '../../src/agent/bgp/render.js';
 import { parseCidr } from '../../src/net/cidr.js';
@@ -42,8 +43,9 @@ function input(over: Partial<BirdInput> = {}): BirdInput {
 }
 
 const ip = (n: string, ...a: string[]) => execFileSync('ip', ['-n', n, ...a]);
-const torRoutes = () => inNetns(ns.tor, 'ip', ['-4', 'route', 'show', 'proto', 'bgp']);
-const vtysh = (cmd: string) => execFileSync('vtysh', ['--vty_socket', join(tmp, 'frr'), '-d', 'bgpd', '-c', cmd], { encoding: 'utf8' });
+let frr: Frr | undefined;
+const torRoutes = () => frr!.routes();
+const vtysh = (cmd: string) => frr!.vtysh(cmd);
 
 async function until<T>(what: string, fn: () => T | undefined | false, ms = 30_000): Promise<T> {
   const end = Date.now() + ms;
@@ -53,39 +55,6 @@ async function until<T>(what: string, fn: () => T | undefined | false, ms = 30_0
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}; log:\n${logs.slice(-15).join('\n')}\nToR:\n${vtysh('show bgp summary')}\n${vtysh('show bgp ipv4 unicast')}\nToR routes:\n${torRoutes()}`);
     await new Promise((r) => setTimeout(r, 100));
   }
-}
-
-function startFrr(password?: string): void {
-  const dir = join(tmp, 'frr');
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'zebra.conf'), '');
-  writeFileSync(
-    join(dir, 'bgpd.conf'),
-    [
-      'frr defaults traditional',
-      'hostname tor',
-      'router bgp 65000',
-      ' bgp router-id 10.210.0.254',
-      ' no bgp ebgp-requires-policy',
-      ' bgp graceful-restart',
-      ' bgp graceful-restart restart-time 60',
-      ' neighbor 10.210.0.1 remote-as 64512',
-      ' neighbor 10.210.0.1 timers connect 1',
-      ...(password ? [` neighbor 10.210.0.1 password ${password}`] : []),
-      ' address-family ipv4 unicast',
-      '  redistribute connected',
-      ' exit-address-family',
-      '',
-    ].join('\n'),
-  );
-  // FRR drops to its own user; its files must be its own.
-  execFileSync('chown', ['-R', 'frr:frr', dir]);
-  const common = ['--vty_socket', dir, '-z', join(dir, 'zserv.api'), '-u', 'frr', '-g', 'frr', '-P', '0'];
-  const z = spawn('ip', ['netns', 'exec', ns.tor, '/usr/lib/frr/zebra', '-f', join(dir, 'zebra.conf'), '-i', join(dir, 'zebra.pid'), ...common], { stdio: 'ignore' });
-  daemons.push(z);
-  execFileSync('sleep', ['0.5']);
-  const b = spawn('ip', ['netns', 'exec', ns.tor, '/usr/lib/frr/bgpd', '-f', join(dir, 'bgpd.conf'), '-i', join(dir, 'bgpd.pid'), ...common], { stdio: 'ignore' });
-  daemons.push(b);
 }
 
 beforeAll(async () => {
@@ -110,19 +79,19 @@ beforeAll(async () => {
   ip(ns.ext, 'route', 'add', 'default', 'via', '198.51.100.1');
   // FRR runs as its own user: it must reach its directory under ours.
   chmodSync(tmp, 0o755);
-  startFrr();
+  frr = await startFrr({ ns: ns.tor, dir: join(tmp, 'frr'), routerId: '10.210.0.254', asNumber: 65000, neighbors: [{ ip: '10.210.0.1', asNumber: 64512 }] });
   const bin = join(tmp, 'bin');
   mkdirSync(bin);
   writeFileSync(join(bin, 'bird'), `#!/bin/sh\nexec ip netns exec ${ns.node} /usr/sbin/bird "$@"\n`);
   writeFileSync(join(bin, 'birdc'), '#!/bin/sh\nexec /usr/sbin/birdc "$@"\n');
   for (const f of ['bird', 'birdc']) chmodSync(join(bin, f), 0o755);
-  await until('bgpd to listen', () => /:179\b/.test(inNetns(ns.tor, 'ss', ['-ltn'])));
   bird = new BirdSupervisor({ birdPath: join(bin, 'bird'), runDir: join(tmp, 'bird'), log, pollMs: 200 });
 });
 
 afterAll(async () => {
   await bird?.stop();
   for (const d of daemons) d.kill('SIGTERM');
+  await frr?.stop();
   await new Promise((r) => setTimeout(r, 300));
   for (const n of Object.values(ns)) if (n) deleteNetns(n);
   rmSync(tmp, { recursive: true, force: true });

@@ -249,7 +249,10 @@ describe('install-cni as the init container runs it', () => {
 
   for (const file of CONFIG_VARIANTS) {
     it(`writes a conflist the plugin accepts from ${file}`, async () => {
-      const cm = configOf(file);
+      // log_format json (the ConfigMap says text): the plugin's own log follows the ConfigMap's setting.
+      const shipped = configOf(file);
+      expect(shipped.data.log_format).toBe('text');
+      const cm = { ...shipped, data: { ...shipped.data, log_format: 'json' } };
       const init = pod.initContainers.find((c: any) => c.name === 'install-cni');
       const dir = join(tmp, file);
       const host = join(dir, 'host');
@@ -274,7 +277,7 @@ describe('install-cni as the init container runs it', () => {
       const written = JSON.parse(readFileSync(join(host, 'etc/cni/net.d/10-netplugin.conflist'), 'utf8'));
       const entry = written.plugins.find((p: any) => p.type === 'netplugin');
       const conf = parseNetconf({ name: written.name, cniVersion: written.cniVersion, ...entry }, { pluginType: 'netplugin' });
-      expect(conf).toMatchObject({ datastore_type: cm.data.datastore_type, nodename: 'node-a.example', mtu: Number(cm.data.veth_mtu), kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' } });
+      expect(conf).toMatchObject({ log_format: 'json', datastore_type: cm.data.datastore_type, nodename: 'node-a.example', mtu: Number(cm.data.veth_mtu), kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' } });
       if (etcd) {
         expect(entry).toMatchObject({ etcd_endpoints: cm.data.etcd_endpoints, etcd_key_file: '/etc/cni/net.d/netplugin-tls/etcd-key', etcd_cert_file: '/etc/cni/net.d/netplugin-tls/etcd-cert', etcd_ca_cert_file: '/etc/cni/net.d/netplugin-tls/etcd-ca' });
         for (const k of ['etcd-key', 'etcd-cert', 'etcd-ca']) {

@@ -33,7 +33,11 @@ PODMAN_FLAGS="$PODMAN_FLAGS" BUILD_FLAGS="--ulimit nofile=1024:1024 --ulimit npr
 echo "BUILD ok"
 IMG=localhost/netplugin/node:$VERSION
 echo "LABELS $($P image inspect --format '{{json .Labels}}' $IMG)"
-echo "AGENTVERSION $($P run --rm $R $IMG --version)"
+# One container for both (each run costs seconds): the agent's version, and BIRD where the agent's
+# --bird-path default looks, with its libraries: it starts and birdc reaches it.
+$P run --rm $R --network none --entrypoint sh $IMG -c 'echo "AGENTVERSION $(node /opt/netplugin/dist/netplugin-node.cjs --version)"
+printf "router id 10.0.0.1;\\nprotocol device {}\\n" >/tmp/b.conf && /usr/sbin/bird -c /tmp/b.conf -s /tmp/b.ctl -P /tmp/b.pid && sleep 0.3
+echo "BIRD $(/usr/sbin/birdc -s /tmp/b.ctl show status 2>&1 | tr "\\n" " ")"'
 $P run --rm $R --network none -v $T/host:/host --entrypoint node $IMG /opt/netplugin/dist/netpluginctl.mjs install-cni --host-root=/host --etcd-endpoints http://127.0.0.1:2379 --nodename node-a >/dev/null
 echo "INSTALLED $(ls $T/host/opt/cni/bin | tr '\\n' ' ')"
 $P run -d $R --name agent --network host -v $T/run:/var/run/netplugin $IMG --socket=/var/run/netplugin/cni.sock --health-addr=127.0.0.1:19099 >/dev/null
@@ -49,12 +53,13 @@ describe('the netplugin/node image', () => {
   // One test builds an image with podman (a rootfs of Debian's packages, the bundles, the addon)
   // and runs two containers from it: mostly disk and tar work, 45-55 s on an idle 2-core machine and
   // over a minute with the CPUs busy, as the arm64 image test next to it; the bound is that test's.
-  it('builds from a local base, and its install-cni and agent entry points work with host paths bound', { timeout: 180_000 }, async () => {
+  it('builds from a local base, and its install-cni and agent entry points work with host paths bound', { timeout: 360_000 }, async () => {
     // The commit the build sees (read before it: a commit meanwhile would change HEAD).
     const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
     const { stdout, keys } = await podmanSession(tmp, SCRIPT, { ROOT, VERSION: version });
     expect(keys.BUILD, stdout).toBe('ok');
     expect(keys.AGENTVERSION).toBe(`netplugin-node ${version}`);
+    expect(keys.BIRD).toMatch(/BIRD 2\.\d+\.\d+ .*Daemon is up and running/);
     // OCI labels: the version, the checkout's commit, where the source is.
     const labels = JSON.parse(keys.LABELS!) as Record<string, string>;
     expect(labels['org.opencontainers.image.version']).toBe(version);

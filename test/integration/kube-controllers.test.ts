@@ -338,6 +338,18 @@ describe('node controller', { timeout: 120_000 }, () => {
     expect(await tryGet('WorkloadEndpoint', liveWep, 'gc')).toBeDefined();
     expect(await tryGet('WorkloadEndpoint', orphanWep, 'gc')).toBeUndefined();
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
+    // The state gauges: the two held addresses of the pool, its one block on g1, nothing left leaked.
+    const gauge = (body: string, series: string) => Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(body)?.[1]);
+    await waitFor('the pool gauges follow the releases', async () => {
+      const body = (await http(kc, '/metrics')).body;
+      return gauge(body, 'netplugin_ipam_pool_addresses_in_use{pool="gc"}') === 2 && body;
+    });
+    const body = (await http(kc, '/metrics')).body;
+    expect(gauge(body, 'netplugin_ipam_pool_capacity_addresses{pool="gc"}')).toBe(256);
+    expect(gauge(body, 'netplugin_ipam_blocks{node="g1",pool="gc"}')).toBe(1);
+    for (const state of ['in_grace', 'past_grace']) {
+      expect(gauge(body, `netplugin_ipam_gc_candidate_addresses{pool="gc",state="${state}"}`)).toBe(0);
+    }
     // Counted on /metrics and logged, never an error that stops a controller.
     expect((await http(kc, '/metrics')).body).toMatch(/^netplugin_datastore_invalid_objects\{kind="WorkloadEndpoint"\} 1$/m);
     expect(kc.log()).toMatch(/malformed object.*WorkloadEndpoint gc\/g1-k8s-broken-eth0/);

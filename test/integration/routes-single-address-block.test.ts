@@ -26,7 +26,7 @@ beforeAll(async () => {
     30_000,
     () => `A has no routes to B's blocks: ${JSON.stringify([topo.routes('a'), topo.routes('a', 6)])}\n${topo.nodes.a.agentLog.slice(-3000)}`,
   );
-}, 120_000);
+}, 300_000);
 
 afterAll(async () => {
   await topo?.destroy();

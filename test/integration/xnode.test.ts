@@ -41,7 +41,7 @@ beforeAll(async () => {
   pa = await topo.addPod('a', dual);
   pb = await topo.addPod('b', dual);
   pc = await topo.addPod('c', dual);
-}, 120_000);
+}, 300_000);
 
 afterAll(async () => {
   await topo?.destroy();

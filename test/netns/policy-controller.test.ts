@@ -162,6 +162,27 @@ describe('policy controller', () => {
   });
 });
 
+describe('policy controller: programming lag', () => {
+  it('counts from a change until a batch with it applied: growing while nftables refuses, 0 once applied', async () => {
+    const mem = new MemoryDatastore();
+    await mem.create(namespaceToProfile({ metadata: { name: 'x' } }));
+    dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
+    let refuse = false;
+    const nft = (s: string) => (refuse ? Promise.reject(new Error('refused for the test')) : nftRunAsync(s));
+    ctl = await startPolicyController({ ds: mem, nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft });
+    await within(ctl.synced, 15_000, 'the first resync');
+    await until('no lag after the resync', 5_000, () => ctl!.programmingLagSeconds() === 0);
+    refuse = true;
+    await mem.create(wep('node1-k8s-lag-eth0', hostVethName('npt', 'x.lag')));
+    await new Promise((r) => setTimeout(r, 1_200));
+    // The batch failed (and is retried with backoff): the change is still pending.
+    expect(ctl.programmingLagSeconds()).toBeGreaterThanOrEqual(1);
+    refuse = false;
+    await until('the change programmed', 20_000, () => ctl!.current().endpoints.size === 1);
+    await until('no lag once applied', 5_000, () => ctl!.programmingLagSeconds() === 0);
+  });
+});
+
 async function until(what: string, ms: number, ok: () => boolean): Promise<void> {
   const end = Date.now() + ms;
   while (Date.now() < end && !ok()) await new Promise((r) => setTimeout(r, 50));

@@ -54,4 +54,14 @@ describe('dataplane controller metrics', () => {
     expect(text).toContain('netplugin_route_changes_total{change="removed"} 1');
     expect(text).toContain('netplugin_route_errors_total 2');
   });
+
+  it('counts refused floating IPs by kind', () => {
+    const m = createAgentMetrics();
+    m.floatingRefused('conflict');
+    m.floatingRefused('conflict');
+    m.floatingRefused('invalid');
+    const text = m.registry.render();
+    expect(text).toContain('netplugin_floating_ip_refused_total{kind="conflict"} 2');
+    expect(text).toContain('netplugin_floating_ip_refused_total{kind="invalid"} 1');
+  });
 });

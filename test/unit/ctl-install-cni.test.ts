@@ -205,7 +205,16 @@ describe('install-cni', () => {
     expect(r.code).toBe(0);
     const c = conflist();
     expect(c.plugins.map((p) => p.type)).toEqual(['netplugin', 'portmap']);
-    expect(c.plugins[0]).toMatchObject({ etcd_endpoints: ETCD[1], mtu: 1500, nodename: 'n1', kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' } });
+    expect(c.plugins[0]).toMatchObject({ etcd_endpoints: ETCD[1], mtu: 1500, nodename: 'n1', log_format: 'text', kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' } });
+    // The plugin's log format: --plugin-log-format, else LOG_FORMAT (the DaemonSet's, from the ConfigMap).
+    const filled = ['--mtu', '1500', '--nodename', 'n1', '--kubeconfig', '/etc/cni/net.d/netplugin-kubeconfig'];
+    expect((await install([...ETCD, '--from-template', tpl, ...filled, '--plugin-log-format', 'json'])).code).toBe(0);
+    expect(conflist().plugins[0]).toMatchObject({ log_format: 'json' });
+    expect((await install([...ETCD, '--mtu', '1500'], { LOG_FORMAT: 'json' })).code).toBe(0);
+    expect(conflist().plugins[0]).toMatchObject({ log_format: 'json' });
+    const bad = await install([...ETCD, '--from-template', tpl, ...filled, '--plugin-log-format', 'yaml']);
+    expect(bad.code).toBe(1);
+    expect(bad.err).toContain('--plugin-log-format (or LOG_FORMAT) "yaml" is not supported; use text or json');
   });
 
   it('rejects bad flags before writing anything', async () => {

@@ -240,6 +240,36 @@ describe('netpluginctl installation render', () => {
     expect(images).toBeGreaterThanOrEqual(4);
   });
 
+  it('netpluginNetwork.bgp: Enabled renders the node DaemonSet with --bgp=on and BIRD\'s run dir; Disabled leaves it off', async () => {
+    const deploy = join(__dirname, '../../deploy');
+    cpSync(deploy, join(pkgDir, 'deploy'), { recursive: true });
+    const agentArgs = (dir: string) => {
+      const docs = parseAllDocuments(readFileSync(join(root, dir, 'manifests/netplugin-node-daemonset.yaml'), 'utf8')).map((d) => d.toJS() as any);
+      const ds = docs.find((o) => o?.kind === 'DaemonSet');
+      return (ds.spec.template.spec.containers as Array<{ name: string; args: string[] }>).find((c) => c.name === 'netplugin-node')!.args;
+    };
+    const on = DUAL.replace('  netpluginNetwork:\n', '  netpluginNetwork:\n    bgp: Enabled\n');
+    expect(await ctl(['installation', 'render', '-f', '-', '-o', 'on', '--registry', 'reg.example'], on)).toMatchObject({ code: 0, err: '' });
+    const args = agentArgs('on');
+    expect(args).toEqual(expect.arrayContaining(['--bgp=on', '--bird-run-dir=/var/run/netplugin/bird']));
+    expect(args).not.toContain('--bgp=off');
+    // The run dir lies on the agent's /var/run/netplugin host mount (where netpluginctl node status looks).
+    const text = readFileSync(join(root, 'on/manifests/netplugin-node-daemonset.yaml'), 'utf8');
+    expect(text).toMatch(/mountPath: \/var\/run\/netplugin \}/);
+    // Only the two flag lines (and the images) differ from the shipped DaemonSet.
+    const shipped = readFileSync(join(deploy, 'netplugin-node-daemonset.yaml'), 'utf8').split('\n');
+    const changed = text.split('\n').filter((l, i) => l !== shipped[i] && !/image:/.test(l));
+    expect(changed.map((l) => l.trim())).toEqual(['- --bgp=on', '- --bird-run-dir=/var/run/netplugin/bird']);
+    expect(JSON.parse(readFileSync(join(root, 'on/agent.json'), 'utf8'))).toMatchObject({ bgp: true, agentArgs: ['--bgp=on', '--bird-run-dir=/var/run/netplugin/bird'] });
+    expect(await ctl(['installation', 'render', '-f', '-', '-o', 'off', '--registry', 'reg.example'], DUAL)).toMatchObject({ code: 0 });
+    expect(agentArgs('off')).toContain('--bgp=off');
+    expect(agentArgs('off').filter((a) => a.startsWith('--bird-run-dir'))).toEqual([]);
+    const bad = await ctl(['installation', 'render', '-f', '-'], DUAL.replace('  netpluginNetwork:\n', '  netpluginNetwork:\n    bgp: on\n'));
+    expect(bad.err).toMatch(/spec\.netpluginNetwork\.bgp: expected Enabled or Disabled \(got "on"\)/);
+    // apply names the flags it cannot set itself (they are the DaemonSet's).
+    expect((await apply(on)).out).toMatch(/netpluginNetwork\.bgp accepted \(Enabled: the node agent runs with --bgp=on --bird-run-dir=\/var\/run\/netplugin\/bird/);
+  });
+
   it('--registry: a bad registry and a missing -o are refused with the fix', async () => {
     expect((await ctl(['installation', 'render', '-f', '-', '-o', 'out', '--registry', 'https://reg/x'], DUAL)).err).toMatch(/--registry: "https:\/\/reg\/x" is not a registry; expected a host/);
     expect((await ctl(['installation', 'render', '-f', '-', '--registry', 'reg.example'], DUAL)).err).toMatch(/give -o DIR too/);
@@ -393,5 +423,8 @@ describe('shipped files', () => {
     for (const e of spec.cni.properties.ipam.properties.type.enum) expect(() => parseInstallation(inst({ cni: { ipam: { type: e } } }))).not.toThrow();
     for (const e of spec.logging.properties.cni.properties.logSeverity.enum) expect(() => parseInstallation(inst({ logging: { cni: { logSeverity: e } } }))).not.toThrow();
     expect(pool.encapsulation.enum).toEqual(['IPIP', 'IPIPCrossSubnet', 'VXLAN', 'VXLANCrossSubnet', 'None']);
+    // A field the CRD lacks would be pruned by the API server: bgp must be there with the schema's values.
+    expect(spec.netpluginNetwork.properties.bgp.enum).toEqual(['Enabled', 'Disabled']);
+    for (const e of spec.netpluginNetwork.properties.bgp.enum) expect(parseInstallation(inst({ netpluginNetwork: { bgp: e } })).spec.netpluginNetwork.bgp).toBe(e);
   });
 });

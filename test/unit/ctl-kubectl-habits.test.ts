@@ -150,7 +150,7 @@ describe('completion', () => {
   it('completes every command of the overview, their subcommands and flags, kinds and resource names', async () => {
     await seed();
     const cmds = await words('');
-    for (const c of ['apply', 'get', 'describe', 'patch', 'ipam', 'policy', 'datastore', 'installation', 'upgrade', 'version', 'install-cni', 'completion']) expect(cmds).toContain(c);
+    for (const c of ['apply', 'get', 'describe', 'patch', 'ipam', 'policy', 'datastore', 'installation', 'upgrade', 'version', 'install-cni', 'completion', 'flows', 'node']) expect(cmds).toContain(c);
     expect(await words('ipam', '')).toEqual(expect.arrayContaining(['check', 'release', 'show']));
     expect(await words('datastore', 'm')).toEqual(['migrate']);
     expect(await words('upgrade', '')).toEqual(expect.arrayContaining(['auto-hep', 'check', 'finish', 'owner-refs']));
@@ -159,6 +159,8 @@ describe('completion', () => {
     expect(await words('get', '--s')).toEqual(expect.arrayContaining(['--selector', '--show-labels', '--sort-by']));
     expect(await words('ipam', 'release', '--d')).toEqual(['--dry-run']);
     expect(await words('installation', 'apply', '--')).toContain('--dry-run');
+    expect(await words('flows', '--f')).toEqual(['--follow']);
+    expect(await words('node', 'diags', '--')).toContain('--help');
     expect(await words('get', 'ipp')).toEqual(['ipp', 'ippool', 'ippools']);
     expect(await words('get', 'ippool', '')).toEqual(['a', 'b']);
     expect(await words('get', '-o', 'wide', 'pool', 'a', '')).toEqual(['a', 'b']);

@@ -3,11 +3,14 @@
 // supervisor (supervisor.ts), which checks it and has BIRD apply it.
 import { readFileSync } from 'node:fs';
 import type { Datastore } from '../../datastore/types.js';
+import type { KubeClient } from '../../k8s/client.js';
 import type { Logger } from '../../log/types.js';
 import type { Kind, Resource } from '../../model/resources.js';
 import { addressOf, containsIP, tryParseCidr, tryParseIP, type Cidr } from '../../net/cidr.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
 import { renderBirdConfig } from './render.js';
+import { heldBy, resolveFloatingIPs } from '../nat/floating.js';
+import { poolViews } from '../routes/desired.js';
 import { BirdSupervisor, type BirdStatus } from './supervisor.js';
 
 export interface BgpOptions {
@@ -18,13 +21,45 @@ export interface BgpOptions {
   log: Logger;
   birdPath: string;
   runDir: string;
+  /**
+   * Reads key `key` of Secret `name` (BGPPeer spec.password.secretKeyRef) with the agent's own API
+   * access; absent when the agent has none.
+   */
+  readSecret?: (name: string, key: string) => Promise<string>;
   /** Called after each configuration BIRD accepted, with its render time (metrics, tests). */
   onApplied?: (s: { seconds: number; ok: boolean; advertised: number }) => void;
 }
 
 export interface BgpController {
   status(): BirdStatus;
-  stop(): Promise<void>;
+  /** graceful: the agent stops to be restarted (see BirdSupervisor.stop). */
+  stop(o?: { graceful?: boolean }): Promise<void>;
+}
+
+const SECRET_TTL_MS = 20_000;
+
+function secretCache(read: BgpOptions['readSecret']): { get(name: string, key: string): Promise<string> } {
+  const cache = new Map<string, { at: number; value: Promise<string> }>();
+  return {
+    get(name, key) {
+      const k = `${name}/${key}`;
+      const hit = cache.get(k);
+      if (hit && Date.now() - hit.at < SECRET_TTL_MS) return hit.value;
+      const value = read!(name, key);
+      cache.set(k, { at: Date.now(), value });
+      // A failed read is retried at the next render.
+      value.catch(() => cache.delete(k));
+      return value;
+    },
+  };
+}
+
+/** Key `key` of Secret `name` in `namespace`, decoded (Secret data is base64 in the API). */
+export async function readSecretKey(client: KubeClient, namespace: string, name: string, key: string): Promise<string> {
+  const s = await client.request<{ data?: Record<string, string> }>('GET', `/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets/${encodeURIComponent(name)}`);
+  const v = s.data?.[key];
+  if (v === undefined) throw new Error(`Secret ${namespace}/${name} has no key ${JSON.stringify(key)}`);
+  return Buffer.from(v, 'base64').toString('utf8');
 }
 
 export function startBgpController(o: BgpOptions): BgpController {
@@ -50,6 +85,8 @@ export function startBgpController(o: BgpOptions): BgpController {
   const blocks = informer('IPAMBlock');
   const weps = informer('WorkloadEndpoint');
   const all = [nodes, configs, peers, pools, blocks, weps];
+  // Secrets are read at render, at most every SECRET_TTL_MS each: renders follow every pod change.
+  const secrets = secretCache(o.readSecret);
   for (const i of all) i.start();
   // Connected subnets decide direct vs multihop; they change without a datastore event.
   const resync = setInterval(schedule, 30_000);
@@ -69,8 +106,10 @@ export function startBgpController(o: BgpOptions): BgpController {
         const ip = tryParseIP(addressOf(n));
         if (ip && !myBlocks.some((c) => containsIP(c, ip))) borrowedOrExtra.push(n);
       }
-      for (const nat of w.spec.ipNATs ?? []) floating.push(nat.externalIP);
     }
+    // Only the floating IPs this node holds (nat/floating.ts: validated, one holder each).
+    const poolList = poolViews(pools.list());
+    for (const c of heldBy(resolveFloatingIPs(weps.list(), poolList), node)) floating.push(c.external);
     const passwords = new Map<string, string>();
     for (const p of peers.list()) {
       const pw = p.spec.password;
@@ -82,7 +121,16 @@ export function startBgpController(o: BgpOptions): BgpController {
           log.warn(`bgp: BGPPeer ${p.metadata.name}: cannot read spec.password.file ${pw.file}: ${(e as Error).message}`);
         }
       } else if (pw.secretKeyRef) {
-        log.warn(`bgp: BGPPeer ${p.metadata.name}: spec.password.secretKeyRef is not read by this agent; use spec.password.file`);
+        const ref = pw.secretKeyRef;
+        if (!o.readSecret) {
+          log.warn(`bgp: BGPPeer ${p.metadata.name}: spec.password.secretKeyRef needs the agent's Kubernetes API access (its service account, or --kubeconfig); use spec.password.file otherwise`);
+          continue;
+        }
+        try {
+          passwords.set(p.metadata.name, await secrets.get(ref.name, ref.key));
+        } catch (e) {
+          log.warn(`bgp: BGPPeer ${p.metadata.name}: cannot read spec.password.secretKeyRef ${ref.name}/${ref.key}: ${(e as Error).message}`);
+        }
       }
     }
     const r = renderBirdConfig({
@@ -107,13 +155,13 @@ export function startBgpController(o: BgpOptions): BgpController {
 
   return {
     status: () => bird.status(),
-    async stop() {
+    async stop(so = {}) {
       stopped = true;
       clearTimeout(debounce);
       clearInterval(resync);
       for (const i of all) i.stop();
       await running.catch(() => undefined);
-      await bird.stop();
+      await bird.stop(so);
     },
   };
 }

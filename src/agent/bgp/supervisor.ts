@@ -4,17 +4,19 @@
 // `birdc configure` (sessions stay up), restarts BIRD with a backoff when it
 // dies, and polls its sessions for /readyz and metrics.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../../log/types.js';
 import { birdcPath, readSessions, runBirdc, type BgpSession } from './birdc.js';
 import type { BirdConfig } from './render.js';
 
 export const DEFAULT_BIRD_PATH = '/usr/sbin/bird';
-export const DEFAULT_BIRD_RUN_DIR = '/var/run/netplugin/bird';
+export { DEFAULT_BIRD_RUN_DIR } from '../../model/bgp.js';
 export const CONFIG_FILE = 'bird.conf';
 export const CONTROL_SOCKET = 'bird.ctl';
 const PASSWORD_SUFFIX = '.password.conf';
+/** Left in the run dir by a graceful-restart shutdown: the next BIRD recovers (-R). */
+const RESTART_MARKER = 'graceful-restart';
 
 export interface BirdStatus {
   running: boolean;
@@ -114,6 +116,12 @@ export class BirdSupervisor {
     if (this.stopped || this.child || !this.haveConfig) return;
     const dir = this.o.runDir;
     const args = ['-f', '-c', join(dir, CONFIG_FILE), '-s', this.socket, '-P', join(dir, 'bird.pid')];
+    // After a BIRD that died or was shut down for a graceful restart (its kernel routes persist), the
+    // new one recovers: it keeps those routes until its peers sent their tables again, instead of
+    // pruning them at its first kernel scan. A first start has nothing to recover and does not wait.
+    const marker = join(dir, RESTART_MARKER);
+    if (this.status_.restarts > 0 || existsSync(marker)) args.push('-R');
+    rmSync(marker, { force: true });
     const child = spawn(this.o.birdPath, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     this.child = child;
     this.startedAt = Date.now();
@@ -166,17 +174,36 @@ export class BirdSupervisor {
     }
   }
 
-  /** Stops BIRD. Its kernel routes stay (`persist`), and its peers keep ours for the graceful restart time. */
-  async stop(): Promise<void> {
+  /**
+   * Stops BIRD. Its kernel routes stay (`persist`). `graceful` (the agent stopping, to be restarted):
+   * BIRD shuts down for a graceful restart (`birdc graceful restart`): its sessions close without a
+   * Cease, so the peers keep our routes for the restart time, and the next BIRD started in this run
+   * dir recovers (-R). Otherwise SIGTERM: the peers withdraw our routes at once.
+   */
+  async stop(o: { graceful?: boolean } = {}): Promise<void> {
     this.stopped = true;
     clearTimeout(this.restartTimer);
     clearInterval(this.pollTimer);
     const c = this.child;
     if (!c) return;
-    await new Promise<void>((resolve) => {
-      c.once('exit', () => resolve());
+    const exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
+    let signalled = false;
+    if (o.graceful) {
+      try {
+        writeFileSync(join(this.o.runDir, RESTART_MARKER), '', { mode: 0o600 });
+        await runBirdc(this.birdc, this.socket, ['graceful', 'restart']);
+      } catch (e) {
+        this.o.log.warn(`bgp: birdc graceful restart failed; stopping BIRD with SIGTERM: ${(e as Error).message}`);
+        c.kill('SIGTERM');
+        signalled = true;
+      }
+    } else {
       c.kill('SIGTERM');
-      setTimeout(() => c.kill('SIGKILL'), 5000).unref();
-    });
+      signalled = true;
+    }
+    const kill = setTimeout(() => c.kill(signalled ? 'SIGKILL' : 'SIGTERM'), 5000);
+    kill.unref();
+    await exited;
+    clearTimeout(kill);
   }
 }

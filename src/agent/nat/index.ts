@@ -11,6 +11,9 @@ import { formatCidr } from '../../net/cidr.js';
 import { ownedTables } from '../../dataplane/nft/table.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
+import {
+  FLOATING_TABLE, floatingScript, heldBy, parseTranslations, resolveFloatingIPs, type FloatingConflict, type FloatingInvalid,
+} from './floating.js';
 
 export const NAT_TABLE = 'netplugin-nat';
 
@@ -52,14 +55,95 @@ export interface NatController {
   stop(): void;
 }
 
-export function startNatController(o: { ds: Datastore; log: Logger; run?: (script: string) => void }): NatController {
+export interface NatOptions {
+  ds: Datastore;
+  log: Logger;
+  run?: (script: string) => void;
+  /** This node: its endpoints' floating IPs are translated here (none without it). */
+  node?: string;
+  /** A floating IP claimed by an endpoint of this node that another endpoint holds (reported once). */
+  onFloatingConflict?: (c: FloatingConflict) => void;
+  /** An endpoint of this node with an ipNATs entry left out (reported once). */
+  onFloatingInvalid?: (i: FloatingInvalid) => void;
+  /** Connections to floating IPs this node no longer translates are cut (tests replace it). */
+  flush?: (addrs: string[]) => void;
+}
+
+export function startNatController(o: NatOptions): NatController {
   const { ds, log } = o;
   // Loaded by the first script that runs: only an agent with the pod network on pays for the binding.
   const tables = ownedTables(o.run);
+  const floatingTables = ownedTables(o.run);
   let timer: NodeJS.Timeout | undefined;
   let reported = false;
   let stopped = false;
+  // What this node translated last (floating -> internal), and the problems already reported.
+  let translated = new Map<string, string>();
+  let seen = new Set<string>();
+  let floatingFailed = false;
+  let first = true;
+  const applyFloating = async (): Promise<boolean> => {
+    if (o.node === undefined || !weps) return true;
+    if (first && !o.run) translated = await previousTranslations();
+    first = false;
+    const view = resolveFloatingIPs(weps.list(), poolViews(pools.list()));
+    const mine = heldBy(view, o.node);
+    const fresh = new Set<string>();
+    for (const c of view.conflicts) {
+      if (c.refused.node !== o.node) continue;
+      const k = `c ${c.external} ${c.refused.endpoint} ${c.holder.endpoint}`;
+      fresh.add(k);
+      if (seen.has(k)) continue;
+      log.warn('floating IP held by an older endpoint: not translated for this one', {
+        floatingIP: c.external, endpoint: c.refused.endpoint, holder: c.holder.endpoint, holderNode: c.holder.node,
+      });
+      o.onFloatingConflict?.(c);
+    }
+    for (const i of view.invalid) {
+      if (i.node !== o.node) continue;
+      const k = `i ${i.endpoint} ${i.problem}`;
+      fresh.add(k);
+      if (seen.has(k)) continue;
+      log.warn(`floating IP of endpoint ${i.endpoint} ignored: ${i.problem}`, { endpoint: i.endpoint });
+      o.onFloatingInvalid?.(i);
+    }
+    seen = fresh;
+    try {
+      if ((await floatingTables.apply(floatingScript(mine))) && (mine.length || translated.size)) {
+        log.info('floating IPs translated', { floatingIPs: mine.map((c) => `${c.external}->${c.internal} (${c.endpoint})`) });
+      }
+      floatingFailed = false;
+    } catch (e) {
+      if (!floatingFailed) log.error('cannot program floating IPs (nftables); their traffic is not translated', { error: (e as Error).message });
+      floatingFailed = true;
+      return false;
+    }
+    // Connections still translated to an address that no longer holds the floating IP here would
+    // keep flowing through their conntrack entries: cut them.
+    const now = new Map(mine.map((c) => [c.external, c.internal]));
+    const gone = [...translated].filter(([e, i]) => now.get(e) !== i).map(([e]) => e);
+    translated = now;
+    if (gone.length) (o.flush ?? defaultFlush)(gone);
+    return true;
+  };
+  // What an earlier run of the agent left in the table (none: nothing to cut).
+  const previousTranslations = async (): Promise<Map<string, string>> => {
+    const { nftRun } = await import('../../dataplane/nft/run.js');
+    const out = new Map<string, string>();
+    for (const map of ['fip4', 'fip6']) {
+      try {
+        for (const [e, i] of parseTranslations(nftRun(`list map inet ${FLOATING_TABLE} ${map}\n`))) out.set(e, i);
+      } catch {
+        /* no table or no such map */
+      }
+    }
+    return out;
+  };
+  const defaultFlush = (addrs: string[]) =>
+    void import('../../dataplane/conntrack.js').then((m) => m.flushConntrack(addrs, log));
   const apply = async () => {
+    const floatingOk = await applyFloating();
+    if (!floatingOk) schedule(5000);
     const input: NatInput = {
       pools: poolViews(pools.list()),
       nodeIPs: nodes.list().flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
@@ -74,20 +158,27 @@ export function startNatController(o: { ds: Datastore; log: Logger; run?: (scrip
       schedule(5000);
     }
   };
+  // One apply at a time: the floating part remembers what it translated between runs.
+  let running: Promise<void> = Promise.resolve();
   const schedule = (ms = 20) => {
     if (stopped) return;
     clearTimeout(timer);
-    timer = setTimeout(() => void apply(), ms);
+    timer = setTimeout(() => {
+      running = running.then(apply).catch((e: Error) => log.warn('nat: apply failed', { error: e.message }));
+    }, ms);
   };
   // The shared list+watch layer (re-list on compaction / 410 / a broken watch).
   const onError = (e: Error, source: string) => log.warn('nat: watch failed; re-listing', { source, error: e.message });
   const pools = new Informer(datastoreSource(ds, 'IPPool'), { onChange: () => schedule() }, { onError });
   const nodes = new Informer(datastoreSource(ds, 'Node'), { onChange: () => schedule() }, { onError });
+  // Endpoints only when floating IPs are translated here.
+  const weps = o.node !== undefined ? new Informer(datastoreSource(ds, 'WorkloadEndpoint'), { onChange: () => schedule() }, { onError }) : undefined;
   pools.start();
   nodes.start();
+  weps?.start();
   // Empty lists report no change, yet the first apply must run (it removes our tables
   // left from an earlier run when no pool asks for NAT any more).
-  void Promise.all([pools.whenSynced(), nodes.whenSynced()]).then(() => {
+  void Promise.all([pools.whenSynced(), nodes.whenSynced(), weps?.whenSynced()]).then(() => {
     if (!stopped) schedule();
   });
   return {
@@ -96,6 +187,7 @@ export function startNatController(o: { ds: Datastore; log: Logger; run?: (scrip
       clearTimeout(timer);
       pools.stop();
       nodes.stop();
+      weps?.stop();
     },
   };
 }

@@ -120,6 +120,8 @@ export interface PolicyController {
   inputs(): { policies: PolicyInput[]; profiles: Map<string, ProfileInput>; endpoints: EndpointInput[] };
   /** Told after every applied batch. */
   onApplied(cb: (s: ApplyStats) => void): void;
+  /** Seconds since the oldest change seen but not yet in the table (0 when the table is current). */
+  programmingLagSeconds(): number;
   stop(): Promise<void>;
 }
 
@@ -239,7 +241,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   let stopped = false;
 
   const informers = new Map<Kind, Informer<Resource<Kind>>>();
+  // The oldest change not yet in the table: from its watch event (or the start) until a batch with it applied.
+  let pendingSince: number | undefined = Date.now();
+  let applyingSince: number | undefined;
   const schedule = () => {
+    pendingSince ??= Date.now();
     if (stopped || timer) return;
     timer = setTimeout(() => {
       timer = undefined;
@@ -420,8 +426,24 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     for (let i = 0; i < jobs.length; i += 32) await Promise.all(jobs.slice(i, i + 32).map((j) => j()));
   };
 
+  const applyTracked = async (): Promise<void> => {
+    for (const inf of informers.values()) if (!inf.synced) return; // still pending: apply() waits for every list
+    const since = pendingSince;
+    pendingSince = undefined;
+    applyingSince = since;
+    try {
+      await apply();
+    } catch (e) {
+      // Not applied: its changes stay pending (the queue retries).
+      if (since !== undefined) pendingSince = Math.min(since, pendingSince ?? since);
+      throw e;
+    } finally {
+      applyingSince = undefined;
+    }
+  };
+
   const queue: WorkQueue = createWorkQueue({
-    handle: apply,
+    handle: applyTracked,
     concurrency: 1,
     baseDelayMs: 200,
     maxDelayMs: 10_000,
@@ -449,6 +471,10 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     current: () => current ?? emptyState(),
     inputs: () => lastInputs,
     onApplied: (cb) => void appliedCbs.push(cb),
+    programmingLagSeconds() {
+      const oldest = Math.min(pendingSince ?? Infinity, applyingSince ?? Infinity);
+      return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
+    },
     async stop() {
       stopped = true;
       clearTimeout(timer);

@@ -14,7 +14,9 @@
 // our own block never leaves through the default route.
 import type { EncapMode, IPPoolSpec, NodeSpec } from '../../model/resources.js';
 import { IPIP_DEVICE, OVERHEAD, VXLAN_DEVICE, type RoutingState } from '../../dataplane/routing.js';
-import { addressOf, containsCidr, containsIP, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../../net/cidr.js';
+import {
+  addressOf, containsCidr, containsIP, hostPrefix, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family,
+} from '../../net/cidr.js';
 
 export interface PoolView {
   name: string;
@@ -35,6 +37,8 @@ export interface ClusterView {
   blocks: readonly BlockView[];
   /** BGP is on: BIRD programs the other nodes' blocks of pools without encapsulation, so they get no route here. */
   bgp?: boolean;
+  /** Floating IPs with the node and endpoint address holding each (nat/floating.ts resolveFloatingIPs). */
+  floating?: ReadonlyArray<{ external: string; internal: string; node: string }>;
 }
 
 /** The routing state dataplane/routing.ts applies, and what the controller itself uses of the result. */
@@ -99,6 +103,46 @@ export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Des
     return !!a && subnets.some((s) => containsIP(s, a));
   };
   const me = view.nodes.get(view.me);
+  // The route to an address range held by another node, by its pool's mode.
+  const toNode = (dst: string, family: Family, pool: PoolView, nodeName: string, what: string) => {
+    const node = view.nodes.get(nodeName);
+    if (!node) return;
+    const nodeIP = addrOf(family === 4 ? node.ipv4Address : node.ipv6Address);
+    if (!nodeIP) {
+      out.warnings.push(`node ${nodeName} has no IPv${family} address registered: no route to its ${what} ${dst}`);
+      return;
+    }
+    const same = onLink(nodeIP);
+    const mode = modeFor(pool, same);
+    if (mode === 'vxlan') {
+      const dev = VXLAN_DEVICE[family];
+      const tun = addrOf(family === 4 ? node.vxlanTunnelAddress : node.vxlanTunnelAddressV6);
+      const mac = family === 4 ? node.vxlanTunnelMACAddr : node.vxlanTunnelMACAddrV6;
+      const mine = family === 4 ? me?.vxlanTunnelAddress : me?.vxlanTunnelAddressV6;
+      if (!tun || !mac) {
+        out.warnings.push(`node ${nodeName} has no IPv${family} VXLAN tunnel address/MAC registered yet: no route to its ${what} ${dst}`);
+        return;
+      }
+      if (!mine) {
+        out.warnings.push(`this node has no IPv${family} VXLAN tunnel address yet: no route to ${what} ${dst} of ${nodeName}`);
+        return;
+      }
+      out.routes.push({ family, dst, type: 'unicast', gateway: tun, dev, onlink: true });
+      push(out.neighbours, dev, { dst: tun, lladdr: mac.toLowerCase() });
+      push(out.fdb, dev, { lladdr: mac.toLowerCase(), dst: nodeIP });
+      // A floating IP's pool may be disabled (kept out of IPAM): its routes still need the device.
+      out.devices[family === 4 ? 'vxlan4' : 'vxlan6'] = true;
+    } else if (mode === 'ipip') {
+      out.routes.push({ family, dst, type: 'unicast', gateway: nodeIP, dev: IPIP_DEVICE, onlink: true });
+      out.devices.ipip = true;
+    } else if (same) {
+      out.routes.push({ family, dst, type: 'unicast', gateway: nodeIP });
+    } else {
+      out.warnings.push(
+        `pool ${pool.name} uses no encapsulation and node ${nodeName} (${nodeIP}) is not on a directly connected subnet: no route to its ${what} ${dst}; the underlay must route it, or set the pool's vxlanMode`,
+      );
+    }
+  };
   for (const b of view.blocks) {
     if (!b.node) continue;
     const cidr = tryParseCidr(b.cidr);
@@ -112,40 +156,25 @@ export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Des
       continue;
     }
     if (view.bgp && birdRoutesPool(pool.spec, family)) continue;
-    const node = view.nodes.get(b.node);
-    if (!node) continue;
-    const nodeIP = addrOf(family === 4 ? node.ipv4Address : node.ipv6Address);
-    if (!nodeIP) {
-      out.warnings.push(`node ${b.node} has no IPv${family} address registered: no route to its block ${b.cidr}`);
+    toNode(b.cidr, family, pool, b.node, 'block');
+  }
+  // Floating IPs (already resolved: one holder each): a host route to the holder's node, as
+  // for a borrowed address; on the holder's node a route to the pod, so the node's own
+  // traffic to it finds a route (not the blackhole of a local block) before the DNAT of
+  // the output hook sends it to the pod.
+  for (const f of view.floating ?? []) {
+    const ip = tryParseIP(f.external);
+    if (!ip) continue;
+    const pool = view.pools.find((p) => p.cidr.family === ip.family && containsIP(p.cidr, ip));
+    if (!pool) continue;
+    const dst = hostPrefix(f.external);
+    if (f.node === view.me) {
+      out.routes.push({ family: ip.family, dst, type: 'unicast', gateway: f.internal });
       continue;
     }
-    const same = onLink(nodeIP);
-    const mode = modeFor(pool, same);
-    if (mode === 'vxlan') {
-      const dev = VXLAN_DEVICE[family];
-      const tun = addrOf(family === 4 ? node.vxlanTunnelAddress : node.vxlanTunnelAddressV6);
-      const mac = family === 4 ? node.vxlanTunnelMACAddr : node.vxlanTunnelMACAddrV6;
-      const mine = family === 4 ? me?.vxlanTunnelAddress : me?.vxlanTunnelAddressV6;
-      if (!tun || !mac) {
-        out.warnings.push(`node ${b.node} has no IPv${family} VXLAN tunnel address/MAC registered yet: no route to its block ${b.cidr}`);
-        continue;
-      }
-      if (!mine) {
-        out.warnings.push(`this node has no IPv${family} VXLAN tunnel address yet: no route to block ${b.cidr} of ${b.node}`);
-        continue;
-      }
-      out.routes.push({ family, dst: b.cidr, type: 'unicast', gateway: tun, dev, onlink: true });
-      push(out.neighbours, dev, { dst: tun, lladdr: mac.toLowerCase() });
-      push(out.fdb, dev, { lladdr: mac.toLowerCase(), dst: nodeIP });
-    } else if (mode === 'ipip') {
-      out.routes.push({ family, dst: b.cidr, type: 'unicast', gateway: nodeIP, dev: IPIP_DEVICE, onlink: true });
-    } else if (same) {
-      out.routes.push({ family, dst: b.cidr, type: 'unicast', gateway: nodeIP });
-    } else {
-      out.warnings.push(
-        `pool ${pool.name} uses no encapsulation and node ${b.node} (${nodeIP}) is not on a directly connected subnet: no route to its block ${b.cidr}; the underlay must route it, or set the pool's vxlanMode`,
-      );
-    }
+    // BIRD advertises floating IPs of enabled BGP-mode pools only: a disabled pool's stay with us.
+    if (view.bgp && !pool.spec.disabled && birdRoutesPool(pool.spec, ip.family)) continue;
+    toNode(dst, ip.family, pool, f.node, 'floating IP');
   }
   // One neighbour/FDB entry per peer even when it holds several blocks.
   for (const m of [out.neighbours, out.fdb]) for (const [k, v] of m) m.set(k, dedupe(v));

@@ -1,4 +1,4 @@
-// The node's route controller: watches pools, blocks and nodes, computes the
+// The node's route controller: watches pools, blocks, nodes and endpoints (their floating IPs), computes the
 // routing state (desired.ts, pure) and hands it to the node's routing in
 // dataplane/routing.ts, which applies the difference; registers the node's
 // addresses and tunnel addresses first, re-registers when the node address
@@ -11,6 +11,7 @@ import { createIpam } from '../../ipam/index.js';
 import { ensureTunnelAddresses, registerNode, type AutodetectMethod } from '../node-registration.js';
 import type { LocalTunnel, NodeRouting } from '../../dataplane/routing.js';
 import { addrOf, computeDesired, poolViews, type Desired } from './desired.js';
+import { resolveFloatingIPs } from '../nat/floating.js';
 import type { Kind, Resource } from '../../model/resources.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
 import { createWorkQueue } from '../../watch/queue.js';
@@ -82,10 +83,20 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
   });
   const blocks = informer('IPAMBlock', schedule);
   const nodes = informer('Node', schedule);
-  for (const inf of [pools, blocks, nodes]) inf.start();
+  // Floating IPs are routed to the node of the endpoint holding them. Endpoints come and go
+  // with every pod: only a change of who holds which floating IP is worth a reconcile.
+  let floatingKey = '';
+  const floatingNow = () => [...resolveFloatingIPs(weps.list(), poolViews(pools.list())).held.values()];
+  const weps = informer('WorkloadEndpoint', () => {
+    const key = JSON.stringify(floatingNow().map((f) => [f.external, f.internal, f.node]));
+    if (key === floatingKey) return;
+    floatingKey = key;
+    schedule();
+  });
+  for (const inf of [pools, blocks, nodes, weps]) inf.start();
 
   async function once(): Promise<void> {
-    await Promise.all([pools.whenSynced(), blocks.whenSynced(), nodes.whenSynced()]);
+    await Promise.all([pools.whenSynced(), blocks.whenSynced(), nodes.whenSynced(), weps.whenSynced()]);
     if (stopped) return;
     try {
       const poolKey = JSON.stringify(pools.list().map((p) => [p.metadata.name, p.spec]));
@@ -103,6 +114,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       me: node,
       nodes: new Map(nodes.list().map((n) => [n.metadata.name, n.spec])),
       pools: poolViews(pools.list()),
+      floating: floatingNow(),
       blocks: blocks.list().map((b) => ({ cidr: b.spec.cidr, node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined })),
       bgp: o.bgp === true,
     };
@@ -174,6 +186,7 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       pools.stop();
       blocks.stop();
       nodes.stop();
+      weps.stop();
       void queue.stop();
     },
   };

@@ -155,9 +155,18 @@ export type Match =
   | { m: 'ctState'; states: CtState[] }
   /** A TCP packet whose fin/syn/rst/ack flags are not a bare SYN (not the opening of a connection). */
   | { m: 'tcpNotSyn' }
-  | { m: 'icmpv6Type'; types: Icmpv6Type[] };
+  | { m: 'icmpv6Type'; types: Icmpv6Type[] }
+  /** The connection was destination-translated (`ct status dnat`). */
+  | { m: 'ctStatusDnat' }
+  /** source address . destination address in a named set of such pairs. */
+  | { m: 'addrPairSet'; family: Family; set: string; neg?: boolean };
 
-export type Stmt = { s: 'counter' } | { s: 'log'; prefix: string } | { s: 'markSet'; op: 'and' | 'or'; value: number };
+export type Stmt =
+  | { s: 'counter' }
+  | { s: 'log'; prefix: string }
+  | { s: 'markSet'; op: 'and' | 'or'; value: number }
+  /** Address translation to the value of the packet's source/destination address in a data map (nat chains). */
+  | { s: 'natMap'; nat: 'dnat' | 'snat'; family: Family; key: Dir; map: string };
 
 export type Verdict =
   | { v: 'accept' | 'drop' | 'return' }
@@ -195,6 +204,8 @@ export interface Chain {
 
 export interface BaseChain {
   name: string;
+  /** The chain type (default filter); nat chains see the first packet of each connection only. */
+  type?: 'filter' | 'nat';
   hook: 'prerouting' | 'input' | 'forward' | 'output' | 'postrouting';
   /** A number, or the standard name (filter = 0, raw = -300, mangle = -150). */
   priority: 'raw' | 'mangle' | 'filter' | number;

@@ -109,6 +109,10 @@ function renderMatch(x: Match): string {
       if (x.types.length === 0 || x.types.some((t) => !known.includes(t))) bad(`icmpv6 type ${x.types.join(',')}`);
       return `icmpv6 type { ${x.types.join(', ')} }`;
     }
+    case 'ctStatusDnat':
+      return 'ct status dnat';
+    case 'addrPairSet':
+      return `${ip(x.family)} saddr . ${ip(x.family)} daddr ${neq(x.neg)}@${checkIdent(x.set, 'set')}`;
   }
 }
 
@@ -120,6 +124,10 @@ function renderStmt(s: Stmt): string {
       return `log prefix "${safeText(s.prefix, LOG_PREFIX_MAX_BYTES)}"`;
     case 'markSet':
       return `meta mark set meta mark ${s.op === 'and' ? 'and' : 'or'} ${hex(s.value)}`;
+    case 'natMap': {
+      const f = ip(s.family);
+      return `${s.nat === 'snat' ? 'snat' : 'dnat'} ${f} to ${f} ${s.key === 's' ? 's' : 'd'}addr map @${checkIdent(s.map, 'map')}`;
+    }
   }
 }
 
@@ -161,7 +169,8 @@ export function baseChainCommands(T: string, c: BaseChain): string[] {
   const prio = typeof c.priority === 'number' ? String(Math.trunc(c.priority)) : c.priority;
   if (!['raw', 'mangle', 'filter'].includes(prio) && !/^-?\d{1,4}$/.test(prio)) bad(`priority ${prio}`);
   const policy = c.policy === 'drop' ? 'drop' : 'accept';
-  const spec = `type filter hook ${c.hook} priority ${prio}; policy ${policy}; ${comment(c.comment)};`;
+  const type = c.type === 'nat' ? 'nat' : 'filter';
+  const spec = `type ${type} hook ${c.hook} priority ${prio}; policy ${policy}; ${comment(c.comment)};`;
   const head = `add chain ${T} ${checkIdent(c.name, 'chain')} { ${spec} }`;
   return [head, ...ruleCommands(T, c.name, c.rules)];
 }
@@ -204,6 +213,21 @@ export function elementCommands(
 ): string[] {
   checkIdent(name, 'set');
   return batched(T, kind, name, [...items].map((v) => elemText(type, v)));
+}
+
+/** Data map entries: key → value (or only the key, for a delete). */
+export function dataMapElementCommands(
+  T: string,
+  kind: 'add' | 'delete',
+  name: string,
+  key: ElemType[],
+  data: ElemType,
+  items: Iterable<[ElemValue[], ElemValue | undefined]>,
+): string[] {
+  checkIdent(name, 'map');
+  const text = ([k, v]: [ElemValue[], ElemValue | undefined]) =>
+    v === undefined ? elemText(key, k) : `${elemText(key, k)} : ${elemText([data], [v])}`;
+  return batched(T, kind, name, [...items].map(text));
 }
 
 /** Verdict map entries: key → `jump <chain>` (or only the key, for a delete). */

@@ -62,7 +62,11 @@ export async function ipamAddresses(ctx: PluginContext, wl: Workload, req: Addre
   // A repeated ADD (some address already held) undoes nothing: what it holds is the earlier ADD's.
   let repeated = false;
   const assigned = await step('assigning addresses and writing the workload endpoint', async () => {
-    rb.push(`addresses of ${wl.handleID}`, () => (repeated ? undefined : ipam.releaseByHandle(wl.handleID)));
+    // What the rollback releases counts as released: the assignment was counted when it committed.
+    rb.push(`addresses of ${wl.handleID}`, async () => {
+      if (repeated) return;
+      ctx.runtime.ipam.observer?.released((await ipam.releaseByHandle(wl.handleID)).length);
+    });
     rb.push(`endpoint ${wl.endpointName}`, () => (repeated ? undefined : piggy.undo()));
     return ipam.assign({
       piggyback: piggy,
