@@ -13,6 +13,7 @@
         "native/core/tunnel.cc",
         "native/core/sysctl.cc",
         "native/core/conntrack.cc",
+        "native/core/flowlog.cc",
         "native/core/names.cc",
         "native/core/nft.cc",
         "native/bind/netlink.cc",
@@ -25,6 +26,7 @@
         "native/bind/tunnel.cc",
         "native/bind/sysctl.cc",
         "native/bind/conntrack.cc",
+        "native/bind/flowlog.cc",
         "native/bind/peercred.cc",
         "native/bind/flock.cc",
         "native/bind/nft.cc"

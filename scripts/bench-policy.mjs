@@ -6,11 +6,14 @@
 //   resync     full resync at start: list, compile, one nft transaction
 //   add        new endpoint written -> its policy programmed (the signal the ADD waits for)
 //   label      endpoint label change -> the batch enforcing it applied
-//   cpu / rss  the process's CPU time over the add+label phases, and its peak RSS
+//   host       a host endpoint policy changed -> the batch enforcing it applied (with
+//              --host-policies H: H GlobalNetworkPolicies selecting the node's two host
+//              endpoints, `*` and eth0, half of them applyOnForward; default 50)
+//   cpu / rss  the process's CPU time over the add+label+host phases, and its peak RSS
 // Each once through libnftables in the addon and once by exec'ing `nft -f` per
 // batch (the same scripts), side by side.
 //
-//   node scripts/bench-policy.mjs [--pods 500] [--policies 0,100,1000] [--n 60] [--out bench/results]
+//   node scripts/bench-policy.mjs [--pods 500] [--policies 0,100,1000] [--host-policies 50] [--n 60] [--out bench/results]
 //
 // Node 20 cannot run the TypeScript sources directly: the body is bundled with
 // esbuild into node_modules/.cache and imported from there.
@@ -21,7 +24,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const { values } = parseArgs({ options: { pods: { type: 'string' }, policies: { type: 'string' }, n: { type: 'string' }, out: { type: 'string' } } });
+const { values } = parseArgs({ options: { pods: { type: 'string' }, policies: { type: 'string' }, 'host-policies': { type: 'string' }, n: { type: 'string' }, out: { type: 'string' } } });
+const HOST_POLICIES = Number(values['host-policies'] ?? 50);
 const PODS = Number(values.pods ?? 500);
 const POLICIES = (values.policies ?? '0,100,1000').split(',').map(Number);
 const N = Number(values.n ?? 60);
@@ -55,6 +59,15 @@ function policy(j) {
     ingress: [{ action: 'Allow', protocol: 'TCP', source: { selector: "role == 'r" + (j % 37) + "'" }, destination: { ports: [80, 443, 'http'] } }, { action: 'Allow', protocol: 'UDP', source: { nets: ['10.0.0.0/8'], notNets: ['10.1.0.0/16'] }, destination: { ports: ['5000:5100'] } }],
     egress: [{ action: 'Allow', protocol: 'UDP', destination: { ports: [53] } }, { action: 'Allow', destination: { namespaceSelector: "team == 't" + (j % 7) + "'" } }] } };
 }
+function hostPolicy(j, gen) {
+  return { apiVersion: V, kind: 'GlobalNetworkPolicy', metadata: { name: 'hep' + j }, spec: { order: 10 + j, selector: "node-role == 'edge'", applyOnForward: j % 2 === 0, types: ['Ingress', 'Egress'],
+    ingress: [{ action: 'Allow', protocol: 'TCP', source: { nets: ['10.' + (j % 200) + '.0.0/16'] }, destination: { ports: [1000 + ((j + gen) % 30000)] } }],
+    egress: [{ action: 'Allow', protocol: 'UDP', destination: { ports: [53] } }] } };
+}
+const hostEndpoints = [
+  { apiVersion: V, kind: 'HostEndpoint', metadata: { name: 'node1-auto-hep', labels: { 'node-role': 'edge' } }, spec: { node: 'node1', interfaceName: '*', expectedIPs: ['192.0.2.1'], profiles: ['allow-all'] } },
+  { apiVersion: V, kind: 'HostEndpoint', metadata: { name: 'node1-eth0', labels: { 'node-role': 'edge' } }, spec: { node: 'node1', interfaceName: 'eth0', expectedIPs: ['192.0.2.1'] } },
+];
 const labelsOf = (i, gen) => ({ app: 'app' + ((i + gen) % 50), role: 'r' + (i % 37) });
 
 async function execNft(script) {
@@ -66,13 +79,18 @@ async function execNft(script) {
   return '';
 }
 
-export async function run(pods, policies, n, mode) {
+export async function run(pods, policies, n, mode, hostPolicies) {
   const table = 'netplugin-bench';
   try { nftRun('delete table inet ' + table); } catch {}
   const ds = new MemoryDatastore();
   for (let k = 0; k < NS; k++) await ds.create(namespaceToProfile({ metadata: { name: 'ns' + k, labels: { team: 't' + (k % 7) } } }));
   for (let i = 0; i < pods; i++) await ds.create(wep(i, labelsOf(i, 0)));
   for (let j = 0; j < policies; j++) await ds.create(policy(j));
+  if (hostPolicies > 0) {
+    await ds.create({ apiVersion: V, kind: 'Profile', metadata: { name: 'allow-all' }, spec: { ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] } });
+    for (const h of hostEndpoints) await ds.create(h);
+    for (let j = 0; j < hostPolicies; j++) await ds.create(hostPolicy(j, 0));
+  }
   const statusDir = mkdtempSync(join(tmpdir(), 'bench-status-'));
   const nft = mode === 'libnftables' ? (s) => nftRunAsync(s) : execNft;
   let rss = process.memoryUsage().rss;
@@ -109,6 +127,19 @@ export async function run(pods, policies, n, mode) {
     await done;
     label.push(performance.now() - t);
   }
+  // Host endpoint policy changes: write -> the batch containing it applied.
+  const host = [];
+  const hostCpu0 = process.cpuUsage();
+  for (let k = 0; hostPolicies > 0 && k < n; k++) {
+    const cur = await ds.get('GlobalNetworkPolicy', 'hep' + (k % hostPolicies));
+    const t = performance.now();
+    const before = applied.length;
+    const done = new Promise((r) => { const iv = setInterval(() => { if (applied.length > before) { clearInterval(iv); r(); } }, 0); });
+    await ds.update({ ...cur, spec: hostPolicy(k % hostPolicies, k + 1).spec });
+    await done;
+    host.push(performance.now() - t);
+  }
+  const hostCpu = process.cpuUsage(hostCpu0);
   const wall = performance.now() - w0;
   const cpu = process.cpuUsage(cpu0);
   clearInterval(sample);
@@ -117,7 +148,8 @@ export async function run(pods, policies, n, mode) {
   try { nftRun('delete table inet ' + table); } catch {}
   rmSync(statusDir, { recursive: true, force: true });
   const r = (x) => Math.round(x * 10) / 10;
-  return { mode, pods, policies, resyncMs: r(resyncMs), resyncCompileMs: r(first.compileMs), resyncApplyMs: r(first.applyMs), resyncCommands: first.commands, tableLines: rules,
+  return { mode, pods, policies, hostPolicies, hostP50: host.length ? r(pct(host, 50)) : null, hostP99: host.length ? r(pct(host, 99)) : null,
+    hostCpuMsPerChange: host.length ? r((hostCpu.user + hostCpu.system) / 1000 / host.length) : null, resyncMs: r(resyncMs), resyncCompileMs: r(first.compileMs), resyncApplyMs: r(first.applyMs), resyncCommands: first.commands, tableLines: rules,
     addP50: r(pct(add, 50)), addP99: r(pct(add, 99)), labelP50: r(pct(label, 50)), labelP99: r(pct(label, 99)),
     labelCommandsP50: pct(applied.slice(n).map((s) => s.commands), 50), addCommandsP50: pct(applied.slice(0, n).map((s) => s.commands), 50),
     labelCompileP50: r(pct(applied.slice(n).map((s) => s.compileMs), 50)), labelApplyP50: r(pct(applied.slice(n).map((s) => s.applyMs), 50)),
@@ -136,17 +168,17 @@ const { run } = await import(pathToFileURL(outfile).href);
 const rows = [];
 for (const p of POLICIES) {
   for (const mode of ['libnftables', 'nft -f']) {
-    const r = await run(PODS, p, N, mode);
+    const r = await run(PODS, p, N, mode, HOST_POLICIES);
     rows.push(r);
     process.stdout.write(JSON.stringify(r) + '\n');
   }
 }
 const md = [
-  `Policy benchmark (${new Date().toISOString()}): ${PODS} local endpoints, ${N} adds and ${N} label changes per row, in-memory datastore, real nftables`,
+  `Policy benchmark (${new Date().toISOString()}): ${PODS} local endpoints, ${N} adds, ${N} label changes and ${HOST_POLICIES ? N : 0} host endpoint policy changes per row (${HOST_POLICIES} host endpoint policies on 2 host endpoints), in-memory datastore, real nftables`,
   '',
-  '| policies | apply via | resync ms (compile + nft) | add→programmed p50 / p99 ms | label→enforced p50 / p99 ms (compile, nft p50) | CPU % | peak RSS MiB |',
-  '|---:|---|---:|---:|---:|---:|---:|',
-  ...rows.map((r) => `| ${r.policies} | ${r.mode} | ${r.resyncMs} (${r.resyncCompileMs} + ${r.resyncApplyMs}) | ${r.addP50} / ${r.addP99} | ${r.labelP50} / ${r.labelP99} (${r.labelCompileP50}, ${r.labelApplyP50}) | ${r.cpuPct} | ${r.rssMiB} |`),
+  '| policies | apply via | resync ms (compile + nft) | add→programmed p50 / p99 ms | label→enforced p50 / p99 ms (compile, nft p50) | host policy→enforced p50 / p99 ms | CPU % | peak RSS MiB |',
+  '|---:|---|---:|---:|---:|---:|---:|---:|',
+  ...rows.map((r) => `| ${r.policies} | ${r.mode} | ${r.resyncMs} (${r.resyncCompileMs} + ${r.resyncApplyMs}) | ${r.addP50} / ${r.addP99} | ${r.labelP50} / ${r.labelP99} (${r.labelCompileP50}, ${r.labelApplyP50}) | ${r.hostP50 ?? '-'} / ${r.hostP99 ?? '-'} (CPU ${r.hostCpuMsPerChange ?? '-'} ms each) | ${r.cpuPct} | ${r.rssMiB} |`),
 ].join('\n');
 mkdirSync(OUT, { recursive: true });
 writeFileSync(join(OUT, 'policy-latest.md'), md + '\n');

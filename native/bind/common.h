@@ -19,7 +19,7 @@ namespace np {
 
 // Bumped whenever the JS-visible surface changes, so src/native/index.ts can
 // refuse a stale prebuild instead of failing later in odd ways.
-constexpr int kAbiVersion = 8;
+constexpr int kAbiVersion = 9;
 
 // One per Node environment (main thread, each worker).
 struct AddonData {

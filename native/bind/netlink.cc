@@ -101,6 +101,7 @@ class NetlinkWrap : public Napi::ObjectWrap<NetlinkWrap> {
                            InstanceMethod<&NetlinkWrap::Call<ConntrackFlush>>("conntrackFlush"),
                            InstanceMethod<&NetlinkWrap::Call<ConntrackList>>("conntrackList"),
                            InstanceMethod<&NetlinkWrap::Call<ConntrackDelete>>("conntrackDelete"),
+                           InstanceMethod<&NetlinkWrap::Call<ConntrackDump>>("conntrackDump"),
                        });
   }
 
@@ -188,6 +189,7 @@ class NetlinkAddon : public Napi::Addon<NetlinkAddon> {
                              InstanceMethod<&NetlinkAddon::TunnelMessageM>("tunnelMessage"),
                              InstanceMethod<&NetlinkAddon::NftRunM>("nftRun"),
                              InstanceMethod<&NetlinkAddon::NftRunAsyncM>("nftRunAsync"),
+                             InstanceMethod<&NetlinkAddon::FlowReaderM>("flowReader"),
                              InstanceValue("ABI_VERSION", Napi::Number::New(env, kAbiVersion), napi_enumerable),
                              InstanceValue("NetNS", ns, napi_enumerable),
                              InstanceValue("Netlink", nl, napi_enumerable),
@@ -210,6 +212,7 @@ class NetlinkAddon : public Napi::Addon<NetlinkAddon> {
   Napi::Value TunnelMessageM(const Napi::CallbackInfo& info) { return TunnelMessage(info); }
   Napi::Value NftRunM(const Napi::CallbackInfo& info) { return NftRun(info, netnsFdOf); }
   Napi::Value NftRunAsyncM(const Napi::CallbackInfo& info) { return NftRunAsync(info, netnsFdOf); }
+  Napi::Value FlowReaderM(const Napi::CallbackInfo& info) { return FlowReader(info, netnsFdOf); }
   Napi::Value SetErrorClass(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!info[0].IsFunction()) {

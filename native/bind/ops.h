@@ -76,6 +76,10 @@ Napi::Value ConntrackFlush(Handle& h, const Napi::CallbackInfo& info);
 // Listing them, and deleting the listed ones a caller chose.
 Napi::Value ConntrackList(Handle& h, const Napi::CallbackInfo& info);
 Napi::Value ConntrackDelete(Handle& h, const Napi::CallbackInfo& info);
+// Every conntrack entry of the namespace, with accounting (native/bind/flowlog.cc).
+Napi::Value ConntrackDump(Handle& h, const Napi::CallbackInfo& info);
+// flowReader(kind, options, onEvents): an NFLOG or conntrack event reader on the event loop.
+Napi::Value FlowReader(const Napi::CallbackInfo& info, NetnsFdOf fdOf);
 
 // Not a netlink call: SO_PEERCRED of a unix socket fd (the agent's CNI socket).
 Napi::Value PeerCred(const Napi::CallbackInfo& info);

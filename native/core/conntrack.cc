@@ -249,6 +249,93 @@ bool conntrackList(Handle& h, const std::vector<IpAddr>& addrs, std::vector<CtEn
   return true;
 }
 
+namespace {
+
+uint64_t be64(const rtattr* a) {
+  if (!a || RTA_PAYLOAD(a) < 8) return 0;
+  uint8_t b[8];
+  std::memcpy(b, RTA_DATA(a), 8);
+  uint64_t v = 0;
+  for (uint8_t x : b) v = (v << 8) | x;
+  return v;
+}
+
+// CTA_COUNTERS_ORIG/REPLY: 64-bit counters (or the old 32-bit ones).
+bool counters(const rtattr* a, uint64_t& packets, uint64_t& bytes) {
+  if (!a) return false;
+  Attrs c = Attrs::nested(a);
+  if (c.has(CTA_COUNTERS_PACKETS)) {
+    packets = be64(c.get(CTA_COUNTERS_PACKETS));
+    bytes = be64(c.get(CTA_COUNTERS_BYTES));
+    return true;
+  }
+  if (c.has(CTA_COUNTERS32_PACKETS)) {
+    packets = ntohl(c.u32(CTA_COUNTERS32_PACKETS));
+    bytes = ntohl(c.u32(CTA_COUNTERS32_BYTES));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool parseCtEvent(const nlmsghdr* m, CtEvent& out) {
+  if (NFNL_SUBSYS_ID(m->nlmsg_type) != NFNL_SUBSYS_CTNETLINK) return false;
+  const uint8_t msg = NFNL_MSG_TYPE(m->nlmsg_type);
+  if (msg != IPCTNL_MSG_CT_NEW && msg != IPCTNL_MSG_CT_DELETE) return false;
+  if (m->nlmsg_len < NLMSG_LENGTH(sizeof(nfgenmsg))) return false;
+  auto* gm = static_cast<const nfgenmsg*>(NLMSG_DATA(m));
+  const size_t off = NLMSG_ALIGN(sizeof(nfgenmsg));
+  Attrs at(static_cast<const uint8_t*>(NLMSG_DATA(m)) + off, m->nlmsg_len - NLMSG_LENGTH(off));
+  const rtattr* orig = at.get(CTA_TUPLE_ORIG);
+  if (!orig) return false;
+  out = CtEvent{};
+  out.type = msg == IPCTNL_MSG_CT_DELETE ? CtEvent::kDestroy
+             : (m->nlmsg_flags & NLM_F_CREATE) ? CtEvent::kNew
+                                               : CtEvent::kDump;
+  out.family = gm->nfgen_family;
+  parseTuple(orig, out.orig);
+  if (const rtattr* r = at.get(CTA_TUPLE_REPLY)) {
+    out.hasReply = true;
+    parseTuple(r, out.reply);
+  }
+  if (const rtattr* id = at.get(CTA_ID); id && RTA_PAYLOAD(id) >= 4) {
+    out.hasId = true;
+    out.id = ntohl(at.u32(CTA_ID));
+  }
+  if (const rtattr* mk = at.get(CTA_MARK); mk && RTA_PAYLOAD(mk) >= 4) {
+    out.hasMark = true;
+    out.mark = ntohl(at.u32(CTA_MARK));
+  }
+  const bool o = counters(at.get(CTA_COUNTERS_ORIG), out.origPackets, out.origBytes);
+  const bool r = counters(at.get(CTA_COUNTERS_REPLY), out.replyPackets, out.replyBytes);
+  out.hasCounters = o || r;
+  if (const rtattr* pi = at.get(CTA_PROTOINFO)) {
+    Attrs p = Attrs::nested(pi);
+    if (const rtattr* tcp = p.get(CTA_PROTOINFO_TCP)) {
+      Attrs t = Attrs::nested(tcp);
+      if (t.has(CTA_PROTOINFO_TCP_STATE)) out.tcpState = static_cast<uint8_t>(t.u8(CTA_PROTOINFO_TCP_STATE) + 1);
+    }
+  }
+  return true;
+}
+
+bool conntrackDump(Handle& h, std::vector<CtEvent>& out, NlError& e) {
+  out.clear();
+  NlSocket sock;
+  if (!openCt(h, sock, e)) return ctFail(h, e, "socket(NETLINK_NETFILTER)", "conntrack table");
+  NlMsg dump = buildCtDumpMsg();
+  bool ok = sock.dump(dump, e, [&](const nlmsghdr* m) {
+    CtEvent ev;
+    if (parseCtEvent(m, ev)) {
+      ev.type = CtEvent::kDump;
+      out.push_back(std::move(ev));
+    }
+  });
+  if (!ok) return ctFail(h, e, "IPCTNL_MSG_CT_GET", "conntrack table");
+  return true;
+}
+
 bool ctKeyValid(const std::vector<uint8_t>& k) {
   if (k.size() <= kKeyHead + RTA_LENGTH(0) || (k[0] != AF_INET && k[0] != AF_INET6)) return false;
   auto* t = reinterpret_cast<const rtattr*>(k.data() + kKeyHead);

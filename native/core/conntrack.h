@@ -40,4 +40,26 @@ bool ctKeyValid(const std::vector<uint8_t>& key);
 // meanwhile or re-created under the same tuple is left alone and not counted.
 bool conntrackDelete(Handle& h, const std::vector<std::vector<uint8_t>>& keys, uint32_t& deleted, NlError& e);
 
+// A ctnetlink event (NEW or DESTROY, from the multicast groups) or an entry of a dump, with its
+// accounting (net.netfilter.nf_conntrack_acct=1 when the entry was created) and TCP state.
+struct CtEvent {
+  enum Type : uint8_t { kNew, kDestroy, kDump } type = kDump;
+  uint8_t family = 0;  // AF_INET or AF_INET6
+  CtTuple orig, reply;
+  bool hasReply = false;
+  bool hasId = false;
+  uint32_t id = 0;  // host order
+  bool hasCounters = false;
+  uint64_t origPackets = 0, origBytes = 0, replyPackets = 0, replyBytes = 0;
+  uint8_t tcpState = 0;  // TCP_CONNTRACK_* + 1; 0 when not TCP
+  bool hasMark = false;
+  uint32_t mark = 0;
+};
+
+// One ctnetlink message (IPCTNL_MSG_CT_NEW or IPCTNL_MSG_CT_DELETE) as an event; false for others.
+// A NEW without NLM_F_CREATE is an update (only sent to the update group) and is taken as kDump.
+bool parseCtEvent(const nlmsghdr* m, CtEvent& out);
+// Every entry of the handle's namespace, with accounting.
+bool conntrackDump(Handle& h, std::vector<CtEvent>& out, NlError& e);
+
 }  // namespace np

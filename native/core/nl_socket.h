@@ -42,6 +42,8 @@ class NlSocket {
   bool open(NlError& e, int protocol = NETLINK_ROUTE);
   void close();
   bool isOpen() const { return fd_ >= 0; }
+  // The socket's fd, for an event reader polling it (core/flowlog.cc); -1 when closed.
+  int fd() const { return fd_; }
 
   // Sends a request with NLM_F_REQUEST|NLM_F_ACK and waits for the ack. Reply
   // messages that arrive before the ack (RTM_GETLINK by name) go to onMsg.

@@ -5,6 +5,9 @@
 // on any mismatch, printing each.
 #include <arpa/inet.h>
 #include <linux/if.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_conntrack.h>
+#include <linux/netfilter/nfnetlink_log.h>
 #include <linux/if_addr.h>
 #include <linux/if_link.h>
 #include <linux/neighbour.h>
@@ -17,6 +20,8 @@
 #include <vector>
 
 #include "core/addr.h"
+#include "core/conntrack.h"
+#include "core/flowlog.h"
 #include "core/link.h"
 #include "core/names.h"
 #include "core/neigh.h"
@@ -373,6 +378,122 @@ void names() {
   check(!parseRouteTypeName("local", v), "type 'local' refused");
 }
 
+
+// nfnetlink_log: the bind and copy-mode config messages, and an NFULNL_MSG_PACKET as the kernel
+// sends it for `log group 22 prefix "np1 A I 0 eop"` on a TCP SYN 10.173.0.2:40000 -> 10.173.1.3:80.
+void nflogMessages() {
+  NlMsg bind = buildNflogBindMsg(22);
+  checkBytes(bind,
+             "1c 00 00 00 | 01 04 | 00 00 | 00 00 00 00 | 00 00 00 00"  // len 28, ULOG<<8|CONFIG
+             "| 00 00 00 16"                                               // AF_UNSPEC, v0, res_id=htons(22)
+             "| 05 00 01 00 01 00 00 00",                                  // NFULA_CFG_CMD: BIND
+             "nflog bind");
+  NlMsg mode = buildNflogModeMsg(22, 128);
+  checkBytes(mode,
+             "20 00 00 00 | 01 04 | 00 00 | 00 00 00 00 | 00 00 00 00 | 00 00 00 16"
+             "| 0a 00 02 00 | 00 00 00 80 | 02 00 | 00 00",  // NFULA_CFG_MODE: range 128 (be), COPY_PACKET
+             "nflog mode");
+
+  NlMsg pk((NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_PACKET, 0);
+  nfgenmsg g{};
+  g.nfgen_family = AF_INET;
+  g.res_id = htons(22);
+  pk.put(g);
+  const uint8_t hdr[4] = {0x08, 0x00, 2, 0};
+  pk.attr(NFULA_PACKET_HDR, hdr, 4);
+  const uint32_t in = htonl(3), out = htonl(7);
+  pk.attr(NFULA_IFINDEX_INDEV, &in, 4);
+  pk.attr(NFULA_IFINDEX_OUTDEV, &out, 4);
+  std::vector<uint8_t> ipv4 = hex(
+      "45 00 00 3c | 12 34 40 00 | 40 06 00 00 | 0a ad 00 02 | 0a ad 01 03"  // IPv4, 60 bytes, TCP
+      "| 9c 40 00 50");                                                      // ports 40000 -> 80
+  pk.attr(NFULA_PAYLOAD, ipv4.data(), ipv4.size());
+  pk.str(NFULA_PREFIX, "np1 A I 0 eop");
+  NflogPacket p;
+  check(parseNflogPacket(hdrOf(pk), p), "parseNflogPacket accepts");
+  checkEq(p.prefix, "np1 A I 0 eop", "nflog prefix");
+  checkEq(p.src, "10.173.0.2", "nflog src");
+  checkEq(p.dst, "10.173.1.3", "nflog dst");
+  check(p.proto == 6 && p.hasPorts && p.sport == 40000 && p.dport == 80, "nflog TCP ports");
+  check(p.length == 60 && p.indev == 3 && p.outdev == 7, "nflog length and interfaces");
+
+  // IPv6 with a hop-by-hop header before UDP; a later IPv4 fragment has no ports.
+  std::vector<uint8_t> ipv6 = hex(
+      "60 00 00 00 | 00 10 00 40 | fd 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01"
+      "| fd 00 00 00 00 00 00 00 00 00 00 00 00 00 00 02"
+      "| 11 00 00 00 00 00 00 00 | 00 35 00 35");
+  NflogPacket p6;
+  check(parseIpHeaders(ipv6.data(), ipv6.size(), p6), "IPv6 headers parse");
+  check(p6.proto == 17 && p6.hasPorts && p6.sport == 53 && p6.dport == 53 && p6.src == "fd00::1", "IPv6 UDP after hop-by-hop");
+  std::vector<uint8_t> frag = hex("45 00 00 3c 12 34 00 10 40 06 00 00 0a ad 00 02 0a ad 01 03 9c 40 00 50");
+  NflogPacket pf;
+  check(parseIpHeaders(frag.data(), frag.size(), pf) && !pf.hasPorts, "a non-first fragment has no ports");
+  check(!parseIpHeaders(ipv4.data(), 10, pf), "a cut IPv4 header is refused");
+}
+
+// A ctnetlink DESTROY event with accounting and TCP state, and a NEW one (NLM_F_CREATE).
+void ctEvents() {
+  auto tuple = [](NlMsg& m, uint16_t type, const char* s, const char* d, uint16_t sp, uint16_t dp) {
+    size_t t = m.nestBegin(type | NLA_F_NESTED);
+    size_t i = m.nestBegin(CTA_TUPLE_IP | NLA_F_NESTED);
+    IpAddr a = ip(s), b = ip(d);
+    m.attr(CTA_IP_V4_SRC, a.bytes, 4);
+    m.attr(CTA_IP_V4_DST, b.bytes, 4);
+    m.nestEnd(i);
+    size_t p = m.nestBegin(CTA_TUPLE_PROTO | NLA_F_NESTED);
+    m.u8(CTA_PROTO_NUM, 6);
+    uint16_t spn = htons(sp), dpn = htons(dp);
+    m.attr(CTA_PROTO_SRC_PORT, &spn, 2);
+    m.attr(CTA_PROTO_DST_PORT, &dpn, 2);
+    m.nestEnd(p);
+    m.nestEnd(t);
+  };
+  auto counters = [](NlMsg& m, uint16_t type, uint64_t packets, uint64_t bytes) {
+    size_t c = m.nestBegin(type | NLA_F_NESTED);
+    std::vector<uint8_t> be(8);
+    for (int i = 0; i < 8; ++i) be[i] = static_cast<uint8_t>(packets >> (56 - 8 * i));
+    m.attr(CTA_COUNTERS_PACKETS, be.data(), 8);
+    for (int i = 0; i < 8; ++i) be[i] = static_cast<uint8_t>(bytes >> (56 - 8 * i));
+    m.attr(CTA_COUNTERS_BYTES, be.data(), 8);
+    m.nestEnd(c);
+  };
+  NlMsg d((NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE, 0);
+  nfgenmsg g{};
+  g.nfgen_family = AF_INET;
+  d.put(g);
+  tuple(d, CTA_TUPLE_ORIG, "10.173.0.2", "10.173.1.3", 40000, 80);
+  tuple(d, CTA_TUPLE_REPLY, "10.173.1.3", "10.173.0.2", 80, 40000);
+  const uint32_t id = htonl(0xdeadbeef);
+  d.attr(CTA_ID, &id, 4);
+  counters(d, CTA_COUNTERS_ORIG, 6, 420);
+  counters(d, CTA_COUNTERS_REPLY, 5, 0x100000000ull);  // above 32 bits
+  size_t pi = d.nestBegin(CTA_PROTOINFO | NLA_F_NESTED);
+  size_t tcp = d.nestBegin(CTA_PROTOINFO_TCP | NLA_F_NESTED);
+  d.u8(CTA_PROTOINFO_TCP_STATE, 7);  // TIME_WAIT
+  d.nestEnd(tcp);
+  d.nestEnd(pi);
+  CtEvent ev;
+  check(parseCtEvent(hdrOf(d), ev), "parseCtEvent accepts a DESTROY");
+  check(ev.type == CtEvent::kDestroy && ev.family == AF_INET && ev.hasId && ev.id == 0xdeadbeef, "destroy type/family/id");
+  check(ev.orig.src == "10.173.0.2" && ev.orig.dport == 80 && ev.reply.src == "10.173.1.3", "destroy tuples");
+  check(ev.hasCounters && ev.origPackets == 6 && ev.origBytes == 420 && ev.replyPackets == 5 &&
+            ev.replyBytes == 0x100000000ull,
+        "destroy counters (64-bit)");
+  check(ev.tcpState == 8, "tcp state kept (+1)");
+
+  NlMsg n((NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW, NLM_F_CREATE | NLM_F_EXCL);
+  n.put(g);
+  tuple(n, CTA_TUPLE_ORIG, "10.173.0.2", "203.0.113.2", 40001, 443);
+  check(parseCtEvent(hdrOf(n), ev) && ev.type == CtEvent::kNew && !ev.hasCounters && !ev.hasReply, "NEW event");
+  NlMsg u((NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW, 0);
+  u.put(g);
+  tuple(u, CTA_TUPLE_ORIG, "10.173.0.2", "203.0.113.2", 40001, 443);
+  check(parseCtEvent(hdrOf(u), ev) && ev.type == CtEvent::kDump, "a NEW without NLM_F_CREATE is not a new connection");
+  NlMsg other((NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_PACKET, 0);
+  other.put(g);
+  check(!parseCtEvent(hdrOf(other), ev), "not a ctnetlink message");
+}
+
 }  // namespace
 
 int main() {
@@ -385,6 +506,8 @@ int main() {
   parseAnswers();
   sysctlKeys();
   names();
+  nflogMessages();
+  ctEvents();
   std::printf("%d checks, %d failed\n", checks, failures);
   return failures ? 1 : 0;
 }

@@ -24,6 +24,7 @@ import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { registerLogThrottleMetrics, registerProcessMetrics } from '../observe/process-metrics.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
 import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
+import { parseFlushInterval } from '../agent/flows/index.js';
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
   try {
@@ -79,6 +80,13 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
   --pod-events on|off  record a Kubernetes Event on a pod whose ADD failed for a reason its owner can
                        fix (no address left, invalid annotation or config); throttled (default on;
                        needs API access)
+  --flow-aggregator https://HOST:PORT  send flow logs (the verdict of every connection, from the
+                       kernel: docs/flows.md) to the aggregator netplugin-flows; needs --config with
+                       policy.type k8s and the three --flow-tls-* files
+  --flow-tls-cert F    the agent's client certificate (PEM) for the aggregator
+  --flow-tls-key F     its key (PEM)
+  --flow-tls-ca F      the CA that signed the aggregator's certificate (PEM)
+  --flow-flush-interval D  flow records are aggregated and sent every D (default 15s; e.g. 5s, 1m)
   --version            print the version and exit
   --max-concurrent N   CNI requests run at once per plugin (default 64)
 
@@ -110,6 +118,35 @@ function agentPlugins(
 }
 
 const CLI = { program: 'netplugin-node', usage: USAGE };
+
+/** The --flow-* flags, checked: undefined without --flow-aggregator. */
+function flowFlags(v: Record<string, string | boolean | undefined>): import('../agent/flows/index.js').FlowLogConfig | undefined {
+  const s = (k: string) => (typeof v[k] === 'string' ? (v[k] as string) : undefined);
+  const url = s('flow-aggregator');
+  const others = ['flow-tls-cert', 'flow-tls-key', 'flow-tls-ca', 'flow-flush-interval'].filter((k) => s(k) !== undefined);
+  if (url === undefined) {
+    if (others.length) usageError(`--${others[0]} needs --flow-aggregator https://HOST:PORT`);
+    return undefined;
+  }
+  let u: URL | undefined;
+  try {
+    u = new URL(url);
+  } catch {
+    u = undefined;
+  }
+  if (!u || u.protocol !== 'https:' || !u.port || u.pathname !== '/' || u.search) {
+    usageError(`--flow-aggregator '${url}' is not https://HOST:PORT (the aggregator's --collector-addr, over mTLS)`);
+  }
+  if (!v.config) usageError('--flow-aggregator needs --config (flow logs come from the policy table: policy.type k8s)');
+  const files = { certFile: s('flow-tls-cert'), keyFile: s('flow-tls-key'), caFile: s('flow-tls-ca') };
+  for (const [k, f] of [['flow-tls-cert', files.certFile], ['flow-tls-key', files.keyFile], ['flow-tls-ca', files.caFile]] as const) {
+    if (!f) usageError(`--flow-aggregator needs --${k} FILE (the collector takes mTLS only)`);
+  }
+  const interval = s('flow-flush-interval') ?? '15s';
+  const ms = parseFlushInterval(interval);
+  if (ms === undefined) usageError(`--flow-flush-interval '${interval}' is not a duration of 100ms to 1h such as 15s, 500ms or 1m`);
+  return { aggregator: url, certFile: files.certFile!, keyFile: files.keyFile!, caFile: files.caFile!, flushIntervalMs: ms };
+}
 function usageError(msg: string): never {
   return cliUsageError(CLI, msg);
 }
@@ -139,6 +176,11 @@ async function main(): Promise<void> {
     bgp?: string;
     'bird-path'?: string;
     'bird-run-dir'?: string;
+    'flow-aggregator'?: string;
+    'flow-tls-cert'?: string;
+    'flow-tls-key'?: string;
+    'flow-tls-ca'?: string;
+    'flow-flush-interval'?: string;
     help?: boolean;
     version?: boolean;
   };
@@ -169,6 +211,11 @@ async function main(): Promise<void> {
         bgp: { type: 'string' },
         'bird-path': { type: 'string' },
         'bird-run-dir': { type: 'string' },
+        'flow-aggregator': { type: 'string' },
+        'flow-tls-cert': { type: 'string' },
+        'flow-tls-key': { type: 'string' },
+        'flow-tls-ca': { type: 'string' },
+        'flow-flush-interval': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       allowPositionals: false,
@@ -210,6 +257,7 @@ async function main(): Promise<void> {
   const v6 = values['ipv6-forwarding'] ?? 'auto';
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
+  const flows = flowFlags(values);
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
   // A failure that repeats (a watch that keeps breaking, a bad netconf the runtime keeps sending) is
   // logged once a minute with a count, by the agent and by the requests it serves.
@@ -379,6 +427,7 @@ async function main(): Promise<void> {
         onInterfaceConflict: (c) => metrics.policyInterfaceConflict(c.kind),
         onRefused: (r) => metrics.policyRefused(r.stage, r.owner.kind),
         podEvents: podEventsFlag === 'on',
+        ...(flows ? { flows } : {}),
       });
     } catch (e) {
       log.error(`policy: ${(e as Error).message}`);

@@ -19,6 +19,7 @@ export const CTL_KINDS: readonly KindInfo[] = [
     kind: 'KubeControllersConfiguration',
     aliases: ['kubecontrollersconfiguration', 'kubecontrollersconfigurations', 'kubecontrollerconfiguration', 'kcc', 'kccs'],
   },
+  { kind: 'AgentConfiguration', aliases: ['agentconfiguration', 'agentconfigurations', 'agentconfig', 'agentconfigs'] },
   { kind: 'Profile', aliases: ['profile', 'profiles', 'pro', 'pros'] },
   { kind: 'NetworkPolicy', aliases: ['networkpolicy', 'networkpolicies', 'netpol', 'netpols', 'np', 'policy', 'policies'] },
   { kind: 'GlobalNetworkPolicy', aliases: ['globalnetworkpolicy', 'globalnetworkpolicies', 'gnp', 'gnps'] },

@@ -10,11 +10,13 @@ export const POLICY_HELP = {
        netpluginctl policy promote KIND/NAME [-n NS] [--dry-run]
 
 Commands:
-  explain POD         policies selecting a pod; with --peer/--port, the rule deciding a connection
+  explain POD         policies selecting a pod (or hep/NAME: a host endpoint); with --peer/--port, the
+                      rule deciding a connection
   promote KIND/NAME   make a staged policy the enforced one (or delete it, for stagedAction: Delete)
 `,
   'policy explain': `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N]
          [--source-port N] [--protocol P] [--staged] [-o json]
+       netpluginctl policy explain hep/NAME [--peer ADDR] [--port N] [--protocol P] [-o json]
 
 Shows the pod's endpoint (addresses, labels with those its profiles apply), the
 policies that select it for ingress and egress in evaluation order, and with
@@ -26,6 +28,10 @@ policies that select it for ingress and egress in evaluation order, and with
   --staged   also the pending verdicts: what the policies would decide with every staged
              policy (StagedNetworkPolicy, StagedGlobalNetworkPolicy,
              StagedKubernetesNetworkPolicy) applied, naming the staged policy that decides
+For a host endpoint (hep/NAME or hostendpoint/NAME): its policies for the host's
+own traffic, forwarded traffic (applyOnForward), before DNAT (preDNAT) and untracked
+(doNotTrack), its node's failsafe ports (AgentConfiguration), and with --peer ADDR
+each one's decision (ingress: from the peer to the host; egress: to the peer).
 `,
   'policy promote': `Usage: netpluginctl policy promote KIND/NAME [-n NS] [--dry-run]
        netpluginctl policy promote KIND NAME [-n NS] [--dry-run]

@@ -11,15 +11,19 @@ import {
   endpointFromWep,
   endpointViews,
   evaluate,
+  evaluateHost,
   policyId,
   policySelects,
+  selectsIn,
   sortPolicies,
   stagedId,
   type Decision,
   type EndpointView,
   type PolicyInput,
+  type PolicyTier,
   type ProfileInput,
 } from '../model/policy-eval.js';
+import { agentSettings, failsafeFor } from '../model/agent-config.js';
 import {
   pendingPolicies,
   policyHits,
@@ -100,6 +104,8 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
     weps.items.map((w) => endpointFromWep(w)),
     profiles,
   );
+  const hep = /^(?:hep|hostendpoint)\/(.+)$/i.exec(o.pod);
+  if (hep) return explainHostEndpoint(ds, io, o, hep[1]!, { views, policies, profiles, protocol, port, sourcePort });
   const byPod = (n: string, pod: string) => {
     const i = weps.items.findIndex(
       (w) => (w.metadata.namespace ?? 'default') === n && (podOf(w) === pod || w.metadata.name === pod),
@@ -280,6 +286,124 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
     show(`${o.peer} -> ${ns}/${o.pod} ${what}, ingress of ${ns}/${o.pod}`, 'ingress');
     if (decisions['peerEgress']) show(`${o.peer} -> ${ns}/${o.pod} ${what}, egress of ${o.peer}`, 'peerEgress');
     show(`${ns}/${o.pod} -> ${o.peer} ${what}, egress of ${ns}/${o.pod}`, 'egress');
+  }
+  io.stdout(lines.join('\n') + '\n');
+  return 0;
+}
+
+const TIERS: Array<[PolicyTier, string]> = [
+  ['normal', "the host's own traffic"],
+  ['forward', 'forwarded traffic (applyOnForward)'],
+  ['preDNAT', 'before DNAT (preDNAT)'],
+  ['doNotTrack', 'untracked (doNotTrack)'],
+];
+
+/**
+ * `policy explain hep/NAME`: a host endpoint's policies per tier, its node's failsafe ports, and
+ * with --peer each tier's decision for a connection, as the agent's host endpoint chains take them.
+ */
+async function explainHostEndpoint(
+  ds: Datastore,
+  io: CtlIO,
+  o: ExplainOptions,
+  name: string,
+  c: {
+    views: EndpointView[];
+    policies: PolicyInput[];
+    profiles: Map<string, ProfileInput>;
+    protocol: string;
+    port?: number | undefined;
+    sourcePort?: number | undefined;
+  },
+): Promise<number> {
+  const [heps, configs] = await Promise.all([ds.list('HostEndpoint'), ds.list('AgentConfiguration')]);
+  const h = heps.items.find((x) => x.metadata.name === name);
+  if (!h) throw new CtlError(`no HostEndpoint ${JSON.stringify(name)}; list them with 'netpluginctl get hep'`);
+  if (o.peer !== undefined && !tryParseIP(o.peer)) {
+    throw new CtlError(`--peer ${o.peer}: give an address for a host endpoint's peer`);
+  }
+  const settings = agentSettings(h.spec.node, configs.items);
+  const input = {
+    key: name,
+    namespace: '',
+    labels: h.metadata.labels ?? {},
+    profiles: h.spec.profiles ?? [],
+    addrs: h.spec.expectedIPs ?? [],
+    ports: h.spec.ports ?? [],
+  };
+  // As the agent sees it: no namespace, so no namespace labels.
+  const ep: EndpointView = { ...endpointViews([input], c.profiles)[0]!, nsLabels: {} };
+  const all = [...c.views, ep];
+  const globals = sortPolicies(c.policies.filter((p) => p.kind === 'GlobalNetworkPolicy'));
+  const selecting = (tier: PolicyTier, dir: 'Ingress' | 'Egress') =>
+    globals.filter((p) => selectsIn(p, tier, dir, ep)).map((p) => ({ kind: p.kind, name: policyId(p), order: p.spec.order }));
+  const report: Record<string, unknown> = {
+    hostEndpoint: name,
+    node: h.spec.node,
+    interface: h.spec.interfaceName ?? null,
+    expectedIPs: h.spec.expectedIPs ?? [],
+    labels: ep.allLabels,
+    profiles: ep.profiles.map((p) => (c.profiles.has(p) ? p : `${p} (missing)`)),
+    failsafeInbound: settings.failsafeInbound,
+    failsafeOutbound: settings.failsafeOutbound,
+    tiers: Object.fromEntries(
+      TIERS.map(([t]) => [t, { ingress: selecting(t, 'Ingress'), egress: selecting(t, 'Egress') }]),
+    ),
+  };
+  if (o.peer !== undefined) {
+    const conn = {
+      peerAddr: o.peer,
+      protocol: c.protocol as Protocol,
+      ...(c.port !== undefined ? { port: c.port } : {}),
+      ...(c.sourcePort !== undefined ? { sourcePort: c.sourcePort } : {}),
+    };
+    const decisions: Record<string, unknown> = {};
+    for (const [t] of TIERS) {
+      for (const direction of ['ingress', 'egress'] as const) {
+        // Failsafe ports come first in every chain but the forwarded ones.
+        const ports = direction === 'ingress' ? settings.failsafeInbound : settings.failsafeOutbound;
+        const safe = t !== 'forward' && failsafeFor(ports, c.protocol, c.port, o.peer);
+        const by = safe && `failsafe port ${safe.protocol}/${safe.port}${safe.net ? ` from ${safe.net}` : ''}`;
+        decisions[`${t}.${direction}`] = by
+          ? { verdict: 'allow', by, trace: [] }
+          : evaluateHost(ep, all, c.policies, c.profiles, { ...conn, direction }, t);
+      }
+    }
+    report['connection'] = { peer: o.peer, protocol: c.protocol, port: c.port, decisions };
+  }
+  if (o.output === 'json') {
+    io.stdout(JSON.stringify(report, null, 2) + '\n');
+    return 0;
+  }
+  const lines: string[] = [];
+  const iface = h.spec.interfaceName ?? '(none: not enforced)';
+  lines.push(`HostEndpoint ${name} on node ${h.spec.node}, interface ${iface}, expected IPs ${ep.addrs.join(', ') || '(none)'}`);
+  const labels = Object.entries(ep.allLabels).map(([k, v]) => `${k}=${v}`);
+  lines.push(`Labels (own and from profiles): ${labels.join(', ') || '(none)'}`);
+  lines.push(`Profiles: ${(report['profiles'] as string[]).join(', ') || '(none)'}`);
+  const ports = (l: typeof settings.failsafeInbound) =>
+    l.map((p) => `${p.protocol.toLowerCase()} ${p.port}${p.net ? ` (${p.net})` : ''}`).join(', ') || '(off)';
+  lines.push(`Failsafe inbound: ${ports(settings.failsafeInbound)}`);
+  lines.push(`Failsafe outbound: ${ports(settings.failsafeOutbound)}`);
+  for (const [t, title] of TIERS) {
+    for (const dir of ['Ingress', 'Egress'] as const) {
+      const sel = selecting(t, dir);
+      const names = sel.map((p) => `${p.name} (order ${p.order ?? 'unset'})`);
+      if (sel.length) lines.push(`${title}, ${dir.toLowerCase()}: ${names.join(', ')}`);
+    }
+  }
+  type Shown = { verdict: string; by: string; trace: string[] };
+  const conn = report['connection'] as { decisions: Record<string, Shown> } | undefined;
+  if (conn) {
+    lines.push('');
+    for (const [t, title] of TIERS) {
+      for (const d of ['ingress', 'egress'] as const) {
+        const x = conn.decisions[`${t}.${d}`]!;
+        const what = `${o.peer} ${d === 'ingress' ? '->' : '<-'} ${name} ${c.protocol}${c.port !== undefined ? `/${c.port}` : ''}`;
+        lines.push(`${title}, ${d} (${what}): ${x.verdict.toUpperCase()} by ${x.by}`);
+        for (const tr of x.trace) lines.push(`    ${tr}`);
+      }
+    }
   }
   io.stdout(lines.join('\n') + '\n');
   return 0;

@@ -3,6 +3,7 @@
 // checks the allocator relies on (masked CIDR, no overlap, sane block size).
 import type { z } from 'zod';
 import { bgpConfigurationNameProblems } from '../model/bgp.js';
+import { agentConfigurationNameProblems } from '../model/agent-config.js';
 import { API_VERSION, NAMESPACED_KINDS, type BGPConfigurationSpec, type IPPoolSpec, type Kind, type ObjectMeta, type Resource } from '../model/resources.js';
 import { labelKeyProblem, labelValueProblem, objectNameProblem } from '../model/names.js';
 import { closest } from '../config/netconf.js';
@@ -253,6 +254,9 @@ export function parseManifest(doc: unknown, where: string, opts: { stored?: bool
   if (isPlainObject(o.spec)) errors.push(...unknownFields(specSchemas[kind], rawSpec, 'spec'));
   if ((kind === 'IPAMConfig' || kind === 'ClusterInformation' || kind === 'KubeControllersConfiguration') && name && name !== 'default') {
     errors.push(`metadata.name: ${kind} is a singleton; set metadata.name to "default"`);
+  }
+  if (kind === 'AgentConfiguration' && name) {
+    for (const p of agentConfigurationNameProblems(name)) errors.push(`${p.path}: ${p.message}`);
   }
   if (kind === 'BGPConfiguration' && name) {
     for (const p of bgpConfigurationNameProblems(name, rawSpec as BGPConfigurationSpec)) errors.push(`${p.path}: ${p.message}`);

@@ -78,6 +78,10 @@ const PRESENTATION: Record<Exclude<Kind, 'WorkloadEndpoint'>, { shortNames: stri
     ],
   },
   KubeControllersConfiguration: { shortNames: ['kcc'], columns: [AGE] },
+  AgentConfiguration: {
+    shortNames: ['agentconfig'],
+    columns: [{ name: 'EndpointToHost', type: 'string', jsonPath: '.spec.defaultEndpointToHostAction' }, AGE],
+  },
   Profile: { shortNames: ['pro'], columns: [AGE] },
   NetworkPolicy: {
     shortNames: ['npnp'],
@@ -144,6 +148,16 @@ const VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: string }>
     { rule: `!has(oldSelf.cidr) || self.cidr == oldSelf.cidr`, message: 'cidr cannot change once the pool exists; create a new pool and disable this one' },
     { rule: `!has(oldSelf.blockSize) || !has(self.blockSize) || self.blockSize == oldSelf.blockSize`, message: 'blockSize cannot change once the pool exists' },
   ],
+  // The same rules as hostPolicyProblems (src/model/policy.ts), for writers that bypass netpluginctl.
+  GlobalNetworkPolicy: [
+    { rule: '!(has(self.preDNAT) && self.preDNAT && has(self.doNotTrack) && self.doNotTrack)', message: 'spec.preDNAT: preDNAT and doNotTrack cannot both be true; use two policies' },
+    { rule: '!(has(self.preDNAT) && self.preDNAT) || (has(self.applyOnForward) && self.applyOnForward)', message: 'spec.applyOnForward: must be true with preDNAT: true' },
+    { rule: '!(has(self.doNotTrack) && self.doNotTrack) || (has(self.applyOnForward) && self.applyOnForward)', message: 'spec.applyOnForward: must be true with doNotTrack: true' },
+    {
+      rule: "!(has(self.preDNAT) && self.preDNAT) || ((!has(self.egress) || size(self.egress) == 0) && (!has(self.types) || !self.types.exists(t, t == 'Egress')))",
+      message: 'spec.egress: a preDNAT policy has ingress rules only',
+    },
+  ],
   // The same rules as bgpPeerProblems (src/model/bgp.ts), for writers that bypass netpluginctl.
   BGPPeer: [
     { rule: '!(has(self.peerIP) && has(self.peerSelector))', message: 'spec.peerSelector: peerIP and peerSelector are exclusive; set one of them' },
@@ -155,6 +169,13 @@ const VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: string }>
 
 /** Rules on the whole object (they need metadata.name), as bgpConfigurationNameProblems in src/model/bgp.ts. */
 const ROOT_VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: string }>>> = {
+  // As agentConfigurationNameProblems in src/model/agent-config.ts.
+  AgentConfiguration: [
+    {
+      rule: `self.metadata.name == 'default' || (self.metadata.name.startsWith('node.') && size(self.metadata.name) > 5)`,
+      message: 'metadata.name: use "default" or "node.<node name>"',
+    },
+  ],
   BGPConfiguration: [
     {
       rule: `self.metadata.name == 'default' || self.metadata.name.startsWith('node.')`,

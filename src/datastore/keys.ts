@@ -15,6 +15,7 @@ export const PLURALS: Readonly<Record<Kind, string>> = {
   Node: 'nodes',
   HostEndpoint: 'hostendpoints',
   KubeControllersConfiguration: 'kubecontrollersconfigurations',
+  AgentConfiguration: 'agentconfigurations',
   Profile: 'profiles',
   NetworkPolicy: 'networkpolicies',
   GlobalNetworkPolicy: 'globalnetworkpolicies',

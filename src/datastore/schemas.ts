@@ -54,6 +54,21 @@ const selector = z.string().refine((s) => {
     return false;
   }
 }, 'not a valid selector expression (e.g. "rack == \'a\'" or "all()")');
+const hostAddress = z
+  .string()
+  .refine(
+    (a) => !a.includes('/') && tryParseCidr(`${a}/${a.includes(':') ? 128 : 32}`) !== undefined,
+    'expected an IP address such as 192.0.2.10',
+  );
+const hostPort = z
+  .object({
+    protocol: z.enum(['TCP', 'UDP', 'SCTP']),
+    port,
+    net: cidr
+      .refine((c) => tryParseCidr(c, { strict: false }) !== undefined, 'expected a CIDR such as 10.0.0.0/8')
+      .optional(),
+  })
+  .passthrough();
 const serviceRanges = z.array(z.object({ cidr: strictCidr }).passthrough()).optional();
 
 const bgpPeerShape = z
@@ -154,9 +169,31 @@ export const specSchemas = {
     })
     .passthrough(),
   HostEndpoint: z
-    .object({ node: z.string(), interfaceName: z.string().optional(), expectedIPs: z.array(z.string()).optional(), profiles: z.array(z.string()).optional() })
+    .object({
+      node: z.string(),
+      // The agent matches it in nftables: the kernel's interface name alphabet (as the typed model's), or `*`.
+      interfaceName: z
+        .string()
+        .regex(/^(\*|[A-Za-z0-9_.-]{1,15})$/, 'expected an interface name (1-15 letters, digits, "_", "." or "-") or "*"')
+        .optional(),
+      expectedIPs: z.array(hostAddress).optional(),
+      profiles: z.array(z.string()).optional(),
+      ports: z.array(z.object({ name: z.string(), protocol: z.string(), port }).passthrough()).optional(),
+    })
     .passthrough(),
   KubeControllersConfiguration: z.object({}).passthrough(),
+  AgentConfiguration: z
+    .object({
+      failsafeInboundHostPorts: z.array(hostPort).optional(),
+      failsafeOutboundHostPorts: z.array(hostPort).optional(),
+      defaultEndpointToHostAction: z.enum(['Drop', 'Return', 'Accept']).optional(),
+      flowLogsAggregator: z
+        .string()
+        .regex(/^https:\/\/[^\s]+$/, 'expected an https URL such as https://flows.example:7443')
+        .optional(),
+      flowLogsFlushInterval: duration.optional(),
+    })
+    .passthrough(),
   Profile: profileSpecSchema,
   NetworkPolicy: networkPolicySpecSchema,
   GlobalNetworkPolicy: globalNetworkPolicySpecSchema,

@@ -164,6 +164,26 @@ export function policySelects(p: PolicyInput, ep: Pick<EndpointView, 'namespace'
   return sel(p.spec.selector).matches(ep.allLabels);
 }
 
+/**
+ * Which policies take part where. `normal`: a pod's policy, and a host endpoint's for the host's
+ * own traffic (every policy but the preDNAT and doNotTrack ones); `forward`: a host endpoint's
+ * for traffic forwarded through the host (applyOnForward ones); `preDNAT` and `doNotTrack`: those.
+ */
+export type PolicyTier = 'normal' | 'forward' | 'preDNAT' | 'doNotTrack';
+
+export function inTier(p: PolicyInput, tier: PolicyTier): boolean {
+  const s = p.spec;
+  if (tier === 'preDNAT') return !!s.preDNAT;
+  if (tier === 'doNotTrack') return !!s.doNotTrack;
+  if (s.preDNAT || s.doNotTrack) return false;
+  return tier === 'normal' || !!s.applyOnForward;
+}
+
+/** Whether `p` takes part in `tier` and selects `ep` for `dir`. */
+export function selectsIn(p: PolicyInput, tier: PolicyTier, dir: PolicyType, ep: EndpointView): boolean {
+  return inTier(p, tier) && effectiveTypes(p.spec).includes(dir) && policySelects(p, ep);
+}
+
 /** Policies in evaluation order: order ascending (unset last), then name. */
 export function sortPolicies(policies: PolicyInput[]): PolicyInput[] {
   return [...policies].sort((a, b) => comparePolicies({ order: a.spec.order, name: policyId(a) }, { order: b.spec.order, name: policyId(b) }));
@@ -294,7 +314,14 @@ export function ruleMatches(r: PolicyRule, p: PolicyInput | undefined, src: { ad
 }
 
 /** The decision of `endpoint`'s policy for one connection, with its trace. */
-export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: PolicyInput[], profiles: Map<string, ProfileInput>, c: Connection): Decision {
+export function evaluate(
+  endpoint: EndpointView,
+  all: EndpointView[],
+  policies: PolicyInput[],
+  profiles: Map<string, ProfileInput>,
+  c: Connection,
+  tier: PolicyTier = 'normal',
+): Decision {
   const dir: PolicyType = c.direction === 'ingress' ? 'Ingress' : 'Egress';
   const peer = all.find((e) => e.addrs.includes(c.peerAddr));
   const self = { addr: endpoint.addrs.find((a) => a.includes(':') === c.peerAddr.includes(':')) ?? endpoint.addrs[0] ?? '', ep: endpoint };
@@ -303,7 +330,7 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
   const trace: string[] = [];
   const hits: EvalHit[] = [];
   const key = c.direction;
-  const selecting = sortPolicies(policies).filter((p) => effectiveTypes(p.spec).includes(dir) && policySelects(p, endpoint));
+  const selecting = sortPolicies(policies).filter((p) => selectsIn(p, tier, dir, endpoint));
   let passed = false;
   for (const p of selecting) {
     const name = policyLabel(p);
@@ -352,6 +379,34 @@ export function evaluate(endpoint: EndpointView, all: EndpointView[], policies: 
   }
   hits.push({ type: 'endOfProfiles' });
   return { verdict: 'deny', by: 'no profile allows it', trace, hits };
+}
+
+/**
+ * A host endpoint's decision in one tier, as its chains take it: the host's own traffic
+ * (`normal`) is `evaluate`'s (no policy and no profile: denied); in the other tiers a host
+ * endpoint no policy of the tier selects is not affected (forwarded traffic, before DNAT), and
+ * untracked policy that matches no rule leaves the packet to tracked policy.
+ */
+export function evaluateHost(
+  endpoint: EndpointView,
+  all: EndpointView[],
+  policies: PolicyInput[],
+  profiles: Map<string, ProfileInput>,
+  c: Connection,
+  tier: PolicyTier,
+): Decision {
+  if (tier === 'normal') return evaluate(endpoint, all, policies, profiles, c, tier);
+  const dir: PolicyType = c.direction === 'ingress' ? 'Ingress' : 'Egress';
+  const any = policies.some((p) => selectsIn(p, tier, dir, endpoint));
+  if (!any || (tier === 'preDNAT' && c.direction === 'egress')) {
+    return { verdict: 'allow', by: `no ${tier} policy selects it for ${c.direction}: not affected`, trace: [], hits: [] };
+  }
+  // Profiles take part in the host's own traffic only: a Pass here is not affected.
+  const d = evaluate({ ...endpoint, profiles: [] }, all, policies, profiles, c, tier);
+  const allow = (by: string): Decision => ({ verdict: 'allow', by, trace: d.trace, hits: d.hits });
+  if (d.by === 'no profile allows it') return allow(`passed: not affected by ${tier} policy`);
+  if (tier === 'doNotTrack' && d.by.startsWith('selected by')) return allow('no untracked rule matches: tracked policy decides');
+  return d;
 }
 
 /** One packet's flow as the dataplane sees it: source and (after DNAT) destination. */

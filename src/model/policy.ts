@@ -67,6 +67,36 @@ export interface NetworkPolicySpec {
 export interface GlobalNetworkPolicySpec extends NetworkPolicySpec {
   /** Restricts `selector` to endpoints in the namespaces it matches. */
   namespaceSelector?: string;
+  /** On host endpoints: also for traffic forwarded through the host (to and from pods too). */
+  applyOnForward?: boolean;
+  /** On host endpoints: ingress before DNAT (needs applyOnForward; ingress only). */
+  preDNAT?: boolean;
+  /** On host endpoints: before conntrack, untracked (needs applyOnForward). */
+  doNotTrack?: boolean;
+}
+
+/**
+ * The rules on the host endpoint fields of a GlobalNetworkPolicy spec (also
+ * CEL rules of its CRD, src/datastore/crds.ts), each naming its field.
+ */
+export function hostPolicyProblems(spec: GlobalNetworkPolicySpec): Array<{ path: string; message: string }> {
+  const out: Array<{ path: string; message: string }> = [];
+  if (spec.preDNAT && spec.doNotTrack) {
+    out.push({ path: 'preDNAT', message: 'preDNAT and doNotTrack cannot both be true; use two policies' });
+  }
+  if (spec.preDNAT && !spec.applyOnForward) {
+    const message = 'must be true with preDNAT: true (pre-DNAT policy also sees forwarded traffic)';
+    out.push({ path: 'applyOnForward', message });
+  }
+  if (spec.doNotTrack && !spec.applyOnForward) {
+    const message = 'must be true with doNotTrack: true (untracked policy also sees forwarded traffic)';
+    out.push({ path: 'applyOnForward', message });
+  }
+  if (spec.preDNAT && (spec.egress?.length || spec.types?.includes('Egress'))) {
+    const message = 'a preDNAT policy has ingress rules only (DNAT happens on the way in)';
+    out.push({ path: spec.egress?.length ? 'egress' : 'types', message });
+  }
+  return out;
 }
 
 /**
@@ -172,7 +202,23 @@ export const networkPolicySpecSchema = z
   })
   .passthrough();
 
-export const globalNetworkPolicySpecSchema = networkPolicySpecSchema.extend({ namespaceSelector: selectorText.optional() }).passthrough();
+const globalNetworkPolicySpecObject = networkPolicySpecSchema
+  .extend({
+    namespaceSelector: selectorText.optional(),
+    applyOnForward: z.boolean().optional(),
+    preDNAT: z.boolean().optional(),
+    doNotTrack: z.boolean().optional(),
+  })
+  .passthrough();
+
+/** hostPolicyProblems as schema issues, each on its field. */
+function hostPolicyIssues(spec: object, ctx: z.RefinementCtx): void {
+  for (const p of hostPolicyProblems(spec as GlobalNetworkPolicySpec)) {
+    ctx.addIssue({ code: z.ZodIssueCode.custom, path: [p.path], message: p.message });
+  }
+}
+
+export const globalNetworkPolicySpecSchema = globalNetworkPolicySpecObject.superRefine(hostPolicyIssues);
 
 /**
  * The spec of a staged kind: the enforced kind's spec plus `stagedAction`. A staged Delete names
@@ -198,7 +244,7 @@ export function stagedSpecSchema<T extends z.AnyZodObject>(enforced: T) {
 }
 
 export const stagedNetworkPolicySpecSchema = stagedSpecSchema(networkPolicySpecSchema);
-export const stagedGlobalNetworkPolicySpecSchema = stagedSpecSchema(globalNetworkPolicySpecSchema);
+export const stagedGlobalNetworkPolicySpecSchema = stagedSpecSchema(globalNetworkPolicySpecObject).superRefine(hostPolicyIssues);
 
 export const profileSpecSchema = z
   .object({

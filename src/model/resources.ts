@@ -199,9 +199,34 @@ export interface BGPPeerSpec {
 
 export interface HostEndpointSpec {
   node: string;
+  /** The host interface it protects, or `*` for all of the node's interfaces (pod interfaces excepted). */
   interfaceName?: string;
+  /** The node's addresses on it: what peer selectors of policies match for this endpoint. */
   expectedIPs?: string[];
   profiles?: string[];
+  /** Named ports, for policy rules naming a destination port. */
+  ports?: Array<{ name: string; protocol: string; port: number }>;
+}
+
+/** A failsafe port: always open on a host endpoint (inbound: from `net`; outbound: to `net`). */
+export interface HostPortSpec {
+  protocol: 'TCP' | 'UDP' | 'SCTP';
+  port: number;
+  /** A network (CIDR); absent: any address. */
+  net?: string;
+}
+
+/** `default` for the cluster, `node.<name>` overriding it field by field for one node. */
+export interface AgentConfigurationSpec {
+  /** Replaces the default inbound failsafe ports; an empty list turns them off. */
+  failsafeInboundHostPorts?: HostPortSpec[];
+  failsafeOutboundHostPorts?: HostPortSpec[];
+  /** What happens to traffic from a pod to its own node after the pod's egress policy (default Accept). */
+  defaultEndpointToHostAction?: 'Drop' | 'Return' | 'Accept';
+  /** The flow log aggregator the agent sends its flow logs to (an https URL). */
+  flowLogsAggregator?: string;
+  /** How often flow logs are flushed (Go duration, default `15s`). */
+  flowLogsFlushInterval?: string;
 }
 
 export interface KubeControllersConfigurationSpec {
@@ -229,6 +254,7 @@ export interface SpecMap {
   Node: NodeSpec;
   HostEndpoint: HostEndpointSpec;
   KubeControllersConfiguration: KubeControllersConfigurationSpec;
+  AgentConfiguration: AgentConfigurationSpec;
   Profile: ProfileSpec;
   NetworkPolicy: NetworkPolicySpec;
   GlobalNetworkPolicy: GlobalNetworkPolicySpec;

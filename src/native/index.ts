@@ -6,13 +6,13 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { IpipOptions, Netlink, NetNS, VxlanOptions } from './types.js';
+import type { ConntrackEvent, FlowReaderHandle, FlowReaderOptions, IpipOptions, Netlink, NetNS, NflogPacket, VxlanOptions } from './types.js';
 
 export type * from './types.js';
 export { RouteType } from './types.js';
 
 /** The ABI the TS side was written against (native/bind/common.h kAbiVersion). */
-export const NATIVE_ABI_VERSION = 8;
+export const NATIVE_ABI_VERSION = 9;
 
 export interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */
@@ -63,6 +63,12 @@ interface Addon {
   tunnelMessage(kind: 'ipip' | 'vxlan', opts: IpipOptions | VxlanOptions): Buffer;
   nftRun(script: string, opts?: NftRawOptions): NftRawResult;
   nftRunAsync(script: string, opts?: NftRawOptions): Promise<NftRawResult>;
+  flowReader(kind: 'nflog', opts: FlowReaderOptions, cb: (events: NflogPacket[], overruns: number, err?: Error) => void): FlowReaderHandle;
+  flowReader(
+    kind: 'conntrack',
+    opts: FlowReaderOptions,
+    cb: (events: ConntrackEvent[], overruns: number, err?: Error) => void,
+  ): FlowReaderHandle;
 }
 
 /** Options of the addon's nftRun/nftRunAsync (src/native/nft.ts is the typed face). */
@@ -142,6 +148,18 @@ export function openNetns(path: string): NetNS {
 /** A NETLINK_ROUTE socket created inside `ns` (or the caller's namespace) and used from here. */
 export function netlink(ns?: NetNS): Netlink {
   return ns === undefined ? load().netlink() : load().netlink(ns);
+}
+
+/**
+ * Reads the packets of an NFLOG group (kind 'nflog') or the conntrack NEW/DESTROY events (kind
+ * 'conntrack') of a namespace, as they come, on this thread's event loop. `cb` gets each batch,
+ * the number of overruns (events the kernel dropped: the socket was full) and, last, an error
+ * that ended the reader.
+ */
+export function flowReader(kind: 'nflog', opts: FlowReaderOptions, cb: (events: NflogPacket[], overruns: number, err?: Error) => void): FlowReaderHandle;
+export function flowReader(kind: 'conntrack', opts: FlowReaderOptions, cb: (events: ConntrackEvent[], overruns: number, err?: Error) => void): FlowReaderHandle;
+export function flowReader(kind: 'nflog' | 'conntrack', opts: FlowReaderOptions, cb: (events: any[], overruns: number, err?: Error) => void): FlowReaderHandle {
+  return kind === 'nflog' ? load().flowReader('nflog', opts, cb) : load().flowReader('conntrack', opts, cb);
 }
 
 /** The credentials of the process at the other end of a connected unix socket fd. */

@@ -231,6 +231,63 @@ export interface Netlink {
    * with the same tuple, is left alone and not counted. A TypeError names a key that is not one.
    */
   conntrackDelete(keys: Buffer[]): number;
+  /** Every conntrack entry of this handle's namespace, with its accounting (when nf_conntrack_acct was on). */
+  conntrackDump(): ConntrackEvent[];
+}
+
+/** A ctnetlink event (a connection confirmed, or destroyed) or an entry of conntrackDump. */
+export interface ConntrackEvent {
+  type: 'new' | 'destroy' | 'dump';
+  family: 4 | 6;
+  protocol: number;
+  src: string;
+  dst: string;
+  sport?: number;
+  dport?: number;
+  replySrc?: string;
+  replyDst?: string;
+  replySport?: number;
+  replyDport?: number;
+  id?: number;
+  mark?: number;
+  /** Accounting of the original direction (from the initiator) and of the reply. */
+  packetsOrig?: number;
+  bytesOrig?: number;
+  packetsReply?: number;
+  bytesReply?: number;
+  /** TCP_CONNTRACK_* (3 ESTABLISHED, 7 TIME_WAIT, 8 CLOSE, ...), TCP only. */
+  tcpState?: number;
+}
+
+/** A packet an NFLOG rule sent: its prefix and its headers. */
+export interface NflogPacket {
+  prefix: string;
+  family: 4 | 6;
+  protocol: number;
+  src: string;
+  dst: string;
+  sport?: number;
+  dport?: number;
+  /** The IP packet's length in bytes. */
+  length: number;
+  /** Input and output interface indexes (0: none). */
+  indev: number;
+  outdev: number;
+}
+
+export interface FlowReaderOptions {
+  /** NFLOG group (nflog readers). */
+  group?: number;
+  /** Bytes of each packet copied (default 128: the IP and L4 headers). */
+  copyRange?: number;
+  /** The socket's receive buffer (default 4 MiB). */
+  rcvbufBytes?: number;
+  netns?: NetNS;
+}
+
+/** An open event reader; close() stops it (idempotent). */
+export interface FlowReaderHandle {
+  close(): void;
 }
 
 export interface ConntrackEntry {

@@ -166,6 +166,8 @@ describe('resources and netpluginctl commands against a throwaway etcd', () => {
         'StagedNetworkPolicy',
         'StagedGlobalNetworkPolicy',
         'StagedKubernetesNetworkPolicy',
+        'HostEndpoint',
+        'AgentConfiguration',
       ]),
     );
     for (const { b, o } of docs) {

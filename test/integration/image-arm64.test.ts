@@ -32,6 +32,8 @@ const BINARIES = [
   'usr/lib/aarch64-linux-gnu/libnftables.so.1',
   'usr/lib/cni/portmap',
   'usr/lib/cni/host-local',
+  'usr/sbin/bird',
+  'usr/sbin/birdc',
   'opt/netplugin/prebuilds/linux-arm64/netplugin.node',
   'opt/netplugin/prebuilds/linux-arm64/netplugin-shim',
 ];

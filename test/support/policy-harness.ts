@@ -79,7 +79,11 @@ export interface PolicyEnv {
   close(): Promise<void>;
 }
 
-export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { timeoutSeconds?: number; mode?: DatastoreMode; pool6?: PoolDef } = {}): Promise<PolicyEnv> {
+export async function startPolicyEnv(
+  pool: PoolDef,
+  prefix: string,
+  opts: { timeoutSeconds?: number; mode?: DatastoreMode; pool6?: PoolDef; /** More agent flags (flow logs). */ agentArgs?: string[] } = {},
+): Promise<PolicyEnv> {
   ensureBuilt();
   const mode = opts.mode ?? 'etcdv3';
   const api = await startApi();
@@ -136,13 +140,14 @@ export async function startPolicyEnv(pool: PoolDef, prefix: string, opts: { time
   };
   for (const ns of NAMESPACES) await setNamespaceLabels(env, ns, { ns });
   if (mode === 'etcdv3') for (const ns of NAMESPACES) await putObject(env, serviceAccountToProfile({ metadata: { name: 'default', namespace: ns } }));
-  env.agent = await startPolicyAgent(env);
+  env.agent = await startPolicyAgent(env, opts.agentArgs);
   return env;
 }
 
 /** The built agent with this file's config; --no-routes: the node-network controller (routes, NAT) is not under test and must not fight the other files' agents over this shared namespace's routes. */
-export function startPolicyAgent(env: { tmp: string; confPath: string; table: string }): Promise<Agent> {
-  return startAgent(join(env.tmp, `cni-${Date.now()}.sock`), ['--config', env.confPath, '--log-level', 'DEBUG', '--no-routes'], { env: { NETPLUGIN_POLICY_TABLE: env.table } });
+export function startPolicyAgent(env: { tmp: string; confPath: string; table: string }, extraArgs: string[] = []): Promise<Agent> {
+  const args = ['--config', env.confPath, '--log-level', 'DEBUG', '--no-routes', ...extraArgs];
+  return startAgent(join(env.tmp, `cni-${Date.now()}.sock`), args, { env: { NETPLUGIN_POLICY_TABLE: env.table } });
 }
 
 export function listTable(env: { table: string }): string {

@@ -35,7 +35,18 @@ import {
   writePolicyStatus,
   type ProgrammedSignal,
 } from '../../policy-status/index.js';
-import { PolicyCompiler, TABLE, type DesiredState, type EndpointInput, type PolicyInput, type ProfileInput } from './compile.js';
+import {
+  PolicyCompiler,
+  TABLE,
+  type DesiredState,
+  type EndpointInput,
+  type FlowLogRules,
+  type HostInput,
+  type PolicyInput,
+  type ProfileInput,
+} from './compile.js';
+import { agentSettings, type AgentSettings } from '../../model/agent-config.js';
+import { VXLAN_PORT } from '../../dataplane/routing.js';
 import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
 import {
   BASE_ID,
@@ -50,6 +61,7 @@ import {
   type BaseOptions,
 } from './nft-script.js';
 import { ownerId, type Owner } from '../../dataplane/nft/model.js';
+import type { TagRef } from '../flows/tags.js';
 import { cutConntrack, type ConntrackFlow } from '../../dataplane/conntrack.js';
 
 export interface PolicyControllerOptions {
@@ -76,6 +88,8 @@ export interface PolicyControllerOptions {
    * refused a value before rendering, `kernel` when libnftables refused it.
    */
   onRefused?: (r: RefusedObject) => void;
+  /** Flow logs on: the deciding rules also log their tag to this NFLOG group (compile.ts FlowLogRules). */
+  flowLog?: FlowLogRules;
 }
 
 export interface RefusedObject {
@@ -117,7 +131,14 @@ export interface PolicyController {
   /** The table content last applied (for explain and tests). */
   current(): DesiredState;
   /** The compiler's inputs as last seen. */
-  inputs(): { policies: PolicyInput[]; profiles: Map<string, ProfileInput>; endpoints: EndpointInput[] };
+  inputs(): {
+    policies: PolicyInput[];
+    profiles: Map<string, ProfileInput>;
+    endpoints: EndpointInput[];
+    host?: HostInput;
+  };
+  /** The flow-log tags' refs → what they name (empty without flow logs). */
+  flowRefs(): ReadonlyMap<string, TagRef>;
   /** Told after every applied batch. */
   onApplied(cb: (s: ApplyStats) => void): void;
   /** Seconds since the oldest change seen but not yet in the table (0 when the table is current). */
@@ -125,7 +146,14 @@ export interface PolicyController {
   stop(): Promise<void>;
 }
 
-const WATCHED: Kind[] = ['WorkloadEndpoint', 'NetworkPolicy', 'GlobalNetworkPolicy', 'Profile'];
+const WATCHED: Kind[] = [
+  'WorkloadEndpoint',
+  'NetworkPolicy',
+  'GlobalNetworkPolicy',
+  'Profile',
+  'HostEndpoint',
+  'AgentConfiguration',
+];
 
 async function defaultNft(): Promise<(script: string) => Promise<string>> {
   const { nftRunAsync } = await import('../../dataplane/nft/run.js');
@@ -149,7 +177,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const state = await ensureBaseTable(opts.base, nft);
   log.info(state === 'installed' ? 'policy: base ruleset installed (pods isolated until programmed)' : 'policy: keeping the table of the previous run until the resync');
 
-  const compiler = new PolicyCompiler();
+  const compiler = new PolicyCompiler(opts.flowLog);
   let current: DesiredState | undefined; // undefined until the first full resync
   let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
   const appliedCbs: Array<(s: ApplyStats) => void> = [];
@@ -270,7 +298,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>) policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
     const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
     const { endpoints, local } = localEndpoints(weps);
-    lastInputs = { policies, profiles, endpoints };
+    const heps = informers.get('HostEndpoint')!.list() as Array<Resource<'HostEndpoint'>>;
+    const configs = informers.get('AgentConfiguration')!.list() as Array<Resource<'AgentConfiguration'>>;
+    const settings = agentSettings(opts.nodename, configs);
+    const host = { ...hostInput(heps, settings, opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
+    lastInputs = { policies, profiles, endpoints, host };
     let next = compiler.compile(lastInputs);
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
     // Objects libnftables refused stay out while their content is the same.
@@ -470,6 +502,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     },
     current: () => current ?? emptyState(),
     inputs: () => lastInputs,
+    flowRefs: () => compiler.flowRefs,
     onApplied: (cb) => void appliedCbs.push(cb),
     programmingLagSeconds() {
       const oldest = Math.min(pendingSince ?? Infinity, applyingSince ?? Infinity);
@@ -481,6 +514,30 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       for (const inf of informers.values()) inf.stop();
       await queue.stop();
     },
+  };
+}
+
+/** The compiler's host input: every host endpoint (peers of rules), this node's enforced, and the node's settings. */
+export function hostInput(
+  heps: Array<Resource<'HostEndpoint'>>,
+  settings: AgentSettings,
+  nodename: string,
+  podPrefixes: string[],
+): HostInput {
+  return {
+    endpoints: heps.map((h) => ({
+      name: h.metadata.name,
+      ...(h.spec.interfaceName !== undefined ? { interfaceName: h.spec.interfaceName } : {}),
+      labels: h.metadata.labels ?? {},
+      profiles: h.spec.profiles ?? [],
+      addrs: h.spec.expectedIPs ?? [],
+      ...(h.spec.ports ? { ports: h.spec.ports.map(({ name, protocol, port }) => ({ name, protocol, port })) } : {}),
+      local: h.spec.node === nodename,
+    })),
+    failsafeInbound: settings.failsafeInbound,
+    failsafeOutbound: settings.failsafeOutbound,
+    endpointToHost: settings.endpointToHost,
+    podPrefixes,
   };
 }
 

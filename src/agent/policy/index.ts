@@ -31,6 +31,8 @@ export async function startPolicyAgent(
     onRefused?: (r: import('./controller.js').RefusedObject) => void;
     /** Warning Events on pods (default true; the agent's --pod-events). */
     podEvents?: boolean;
+    /** Flow logs (the agent's --flow-* flags): tagged rules, and records sent to the aggregator. */
+    flows?: import('../flows/index.js').FlowLogConfig;
   } = {},
 ): Promise<PolicyAgent | undefined> {
   const { parseNetconf } = await import('../../config/index.js');
@@ -58,6 +60,8 @@ export async function startPolicyAgent(
   if (installed === 'installed') log.info('policy: base ruleset installed (pods isolated until programmed)', { table: `inet ${table ?? 'netplugin'}` });
 
   let controller: PolicyController | undefined;
+  let flowLogs: import('../flows/index.js').FlowLogs | undefined;
+  const flowRules = opts.flows ? (opts.flows.rules ?? (await import('../flows/index.js')).DEFAULT_FLOW_LOG_RULES) : undefined;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   const retryMs = opts.retryMs ?? 2000;
@@ -72,6 +76,7 @@ export async function startPolicyAgent(
           nodename,
           log,
           base,
+          ...(flowRules ? { flowLog: flowRules } : {}),
           ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}),
           onInterfaceConflict: (c) => {
             opts.onInterfaceConflict?.(c);
@@ -88,7 +93,19 @@ export async function startPolicyAgent(
         });
         if (opts.onApplied) controller.onApplied(opts.onApplied);
         log.info('policy: controller started', { nodename });
-        if (stopped) await controller.stop();
+        if (opts.flows && !flowLogs) {
+          const { startFlowLogs } = await import('../flows/index.js');
+          // Flow logs must never cost enforcement: a failure to start them is logged only.
+          try {
+            flowLogs = await startFlowLogs({ ...opts.flows, rules: flowRules! }, { node: nodename, log, controller: () => controller });
+          } catch (e) {
+            log.error('flow logs: cannot start; policy is enforced without them', { error: (e as Error).message });
+          }
+        }
+        if (stopped) {
+          await flowLogs?.stop();
+          await controller.stop();
+        }
         return;
       } catch (e) {
         log.warn('policy: cannot start the controller yet; retrying (pods stay isolated meanwhile)', { error: (e as Error).message, retryInMs: retryMs });
@@ -120,6 +137,7 @@ export async function startPolicyAgent(
     async stop() {
       stopped = true;
       clearTimeout(timer);
+      await flowLogs?.stop();
       await controller?.stop();
       eventClient?.close();
     },

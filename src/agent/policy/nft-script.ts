@@ -7,7 +7,7 @@
 // table is ever named: other tables (portmap's, kube-proxy's, the NAT table of
 // the node agent) are never touched. All syntax comes from
 // src/dataplane/nft/render.ts.
-import { TABLE, type DesiredState, type EndpointEntry } from './compile.js';
+import { HOST_DISPATCH, TABLE, type DesiredState, type EndpointEntry } from './compile.js';
 import {
   NftModelError,
   ownerId,
@@ -54,6 +54,8 @@ const IFNAME: ElemType[] = ['ifname'];
 export interface BaseTable {
   sets: Array<[string, NftSet]>;
   maps: Array<[string, NftMap]>;
+  /** Regular chains the base chains jump to, created empty (the compiler's state fills them). */
+  regular: Array<[string, string]>;
   chains: BaseChain[];
 }
 
@@ -133,6 +135,7 @@ export function baseTable(opts: BaseOptions): BaseTable {
       ['wl-mac', set(['ifname', 'ether_addr'], 'pod interface . the MAC of its pod')],
       ['wl-has-mac', { type: IFNAME, comment: 'pod interfaces whose MAC is recorded', elements: new Map() }],
     ],
+    regular: Object.values(HOST_DISPATCH).map((d) => [d.name, d.comment]),
     maps: [
       ['to-wl', { key: IFNAME, data: 'verdict', comment: 'traffic to a pod: its ingress chain' }],
       ['from-wl', { key: IFNAME, data: 'verdict', comment: 'traffic from a pod: its egress chain' }],
@@ -195,8 +198,46 @@ export function baseTable(opts: BaseOptions): BaseTable {
           { matches: [], verdict: { v: 'vmap', dir: 'in', map: 'from-wl' } },
         ],
       },
+      ...hostBaseChains(),
     ],
   };
+}
+
+/**
+ * Host endpoint policy: base chains after the pods' own (priority filter + 10: a pod's egress
+ * policy decides first), before DNAT (dstnat - 10) and before conntrack (raw + 10), each jumping
+ * to its dispatch chain. Established connections are accepted first, so a resync or an agent
+ * restart never cuts the host's connections; loopback never meets host endpoint policy.
+ */
+function hostBaseChains(): BaseChain[] {
+  const est: Rule = {
+    matches: [{ m: 'ctState', states: ['established', 'related'] }],
+    verdict: { v: 'accept' },
+    comment: 'replies of allowed connections',
+  };
+  const lo = (dir: 'in' | 'out'): Rule => ({
+    matches: [{ m: 'ifname', dir, name: 'lo' }],
+    verdict: { v: 'accept' },
+    comment: 'loopback',
+  });
+  const to = (k: keyof typeof HOST_DISPATCH): Rule => ({ matches: [], verdict: { v: 'jump', chain: HOST_DISPATCH[k].name } });
+  const chain = (name: string, hook: BaseChain['hook'], priority: number, comment: string, rules: Rule[]): BaseChain => ({
+    name,
+    hook,
+    priority,
+    policy: 'accept',
+    comment,
+    rules,
+  });
+  return [
+    chain('hep-input', 'input', 10, 'host endpoints: to the host', [est, lo('in'), to('in')]),
+    chain('hep-output', 'output', 10, 'host endpoints: from the host', [est, lo('out'), to('out')]),
+    chain('hep-fwd-in', 'forward', 10, 'host endpoints: forwarded, the ingress side', [est, to('fwdIn')]),
+    chain('hep-fwd-out', 'forward', 10, 'host endpoints: forwarded, the egress side', [est, to('fwdOut')]),
+    chain('hep-prednat', 'prerouting', -110, 'host endpoints: before DNAT', [est, lo('in'), to('pre')]),
+    chain('hep-raw-in', 'prerouting', -290, 'host endpoints: untracked, inbound', [lo('in'), to('rawIn')]),
+    chain('hep-raw-out', 'output', -290, 'host endpoints: untracked, outbound', [lo('out'), to('rawOut')]),
+  ];
 }
 
 /**
@@ -211,6 +252,7 @@ export function baseCommands(opts: BaseOptions, render: { hooks?: boolean } = {}
     `add table ${T}`,
     ...b.sets.map(([n, s]) => setCommand(T, n, s)),
     ...b.maps.map(([n, m]) => mapCommand(T, n, m)),
+    ...b.regular.map(([n, comment]) => chainCommands(T, n, { comment, rules: [], owner: BASE_OWNER })[0]!),
     ...b.chains.flatMap((c) =>
       render.hooks === false
         ? chainCommands(T, c.name, { comment: c.comment, rules: c.rules, owner: BASE_OWNER })
@@ -337,8 +379,10 @@ export function fullScriptAttributed(
     if (!l) entriesBy.set(id, (l = []));
     l.push([ifn, e]);
   }
-  const isEndpoint = (g: { owner: Owner }) => Number(g.owner.kind === 'Endpoint');
-  const ordered = [...groups.values()].sort((a, b) => isEndpoint(a) - isEndpoint(b));
+  // Endpoints jump to policy and profile chains, host endpoint dispatch to host endpoint chains.
+  const RANK: Partial<Record<Owner['kind'], number>> = { Endpoint: 1, HostEndpoint: 1, HostDispatch: 2 };
+  const rank = (g: { owner: Owner }) => RANK[g.owner.kind] ?? 0;
+  const ordered = [...groups.values()].sort((a, b) => rank(a) - rank(b));
   for (const g of ordered) {
     const id = ownerId(g.owner);
     if (exclude.has(id)) continue;

@@ -163,10 +163,23 @@ export type Match =
 
 export type Stmt =
   | { s: 'counter' }
-  | { s: 'log'; prefix: string }
+  /** A log line; with `group`, to that NFLOG (nfnetlink_log) group instead of the kernel log. */
+  | { s: 'log'; prefix: string; group?: number }
   | { s: 'markSet'; op: 'and' | 'or'; value: number }
   /** Address translation to the value of the packet's source/destination address in a data map (nat chains). */
-  | { s: 'natMap'; nat: 'dnat' | 'snat'; family: Family; key: Dir; map: string };
+  | { s: 'natMap'; nat: 'dnat' | 'snat'; family: Family; key: Dir; map: string }
+  /**
+   * A per-interface rate limit through a dynamic set of interface names (`update @set { iifname limit
+   * rate R/second burst B packets }`): the rest of the rule runs only while that interface is under it.
+   */
+  | { s: 'limitPerIf'; set: string; key: 'iifname' | 'oifname'; rate: number; burst: number }
+  /** No conntrack entry for this packet (a raw-priority chain only). */
+  | { s: 'notrack' };
+
+/** The NFLOG group of a log statement (nfnetlink_log takes a 16-bit group). */
+export const checkLogGroup = (n: number) => checkInt(n, 0, 65535, 'log group');
+/** Prefixes of flow-log tags are kept short: a third of what the kernel holds, and no tenant text in them. */
+export const FLOW_TAG_MAX_BYTES = 64;
 
 export type Verdict =
   | { v: 'accept' | 'drop' | 'return' }
@@ -183,7 +196,7 @@ export interface Rule {
 
 /** Who an object belongs to (for comments, and to report the object a refused batch named). */
 export interface Owner {
-  kind: 'Endpoint' | 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'Profile' | 'Set' | 'Base';
+  kind: 'Endpoint' | 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'Profile' | 'Set' | 'Base' | 'HostEndpoint' | 'HostDispatch';
   namespace?: string;
   name: string;
   /** The endpoint's identity (container ID) where known. */
@@ -226,6 +239,8 @@ export interface NftSet {
   elements: Map<string, ElemValue[]>;
   /** Whose it is (a set shared by several policies: the set itself). */
   owner?: Owner;
+  /** Filled by rules (`update @set`), not by the agent: entries expire after `timeoutSeconds`; at most `size`. */
+  dynamic?: { timeoutSeconds: number; size: number };
 }
 
 export interface NftMap {

@@ -9,6 +9,7 @@ import {
   checkIdent,
   checkIfname,
   checkIfnamePrefix,
+  checkLogGroup,
   checkMark,
   checkNet,
   checkPort,
@@ -120,15 +121,30 @@ function renderStmt(s: Stmt): string {
   switch (s.s) {
     case 'counter':
       return 'counter';
-    case 'log':
-      return `log prefix "${safeText(s.prefix, LOG_PREFIX_MAX_BYTES)}"`;
+    case 'log': {
+      const group = s.group === undefined ? '' : ` group ${checkLogGroup(s.group)}`;
+      return `log prefix "${safeText(s.prefix, LOG_PREFIX_MAX_BYTES)}"${group}`;
+    }
+    case 'limitPerIf': {
+      const key = s.key === 'oifname' ? 'oifname' : 'iifname';
+      const rate = checkRate(s.rate);
+      const burst = checkRate(s.burst);
+      return `update @${checkIdent(s.set, 'set')} { ${key} limit rate ${rate}/second burst ${burst} packets }`;
+    }
     case 'markSet':
       return `meta mark set meta mark ${s.op === 'and' ? 'and' : 'or'} ${hex(s.value)}`;
     case 'natMap': {
       const f = ip(s.family);
       return `${s.nat === 'snat' ? 'snat' : 'dnat'} ${f} to ${f} ${s.key === 's' ? 's' : 'd'}addr map @${checkIdent(s.map, 'map')}`;
     }
+    case 'notrack':
+      return 'notrack';
   }
+}
+
+function checkRate(n: number): number {
+  if (!Number.isInteger(n) || n < 1 || n > 1_000_000) bad(`rate ${n}`);
+  return n;
 }
 
 function renderVerdict(v: Verdict): string {
@@ -180,7 +196,14 @@ function typeText(t: ElemType[]): string {
 }
 
 export function setCommand(T: string, name: string, s: NftSet): string {
-  const flags = s.interval ? ' flags interval;' : '';
+  let flags = s.interval ? ' flags interval;' : '';
+  if (s.dynamic) {
+    const { timeoutSeconds: t, size } = s.dynamic;
+    if (!Number.isInteger(t) || t < 1 || t > 86400 || !Number.isInteger(size) || size < 1 || size > 1 << 20) {
+      bad(`dynamic set timeout ${t} size ${size}`);
+    }
+    flags = ` flags dynamic,timeout; timeout ${t}s; size ${size};`;
+  }
   const c = s.comment !== undefined ? ` ${comment(s.comment)};` : '';
   return `add set ${T} ${checkIdent(name, 'set')} { type ${typeText(s.type)};${flags}${c} }`;
 }
