@@ -39,6 +39,21 @@ export const ErrorCodes = {
   Internal: 999,
 } as const;
 
+/**
+ * An error of one layer named by a kind of that layer (WorkloadError, ConfigError): the layer never
+ * picks a CNI code; the CNI edge (src/cni/errors.ts) maps each kind to one.
+ */
+export class KindError<K extends string> extends Error {
+  constructor(
+    public readonly kind: K,
+    message: string,
+    /** Shown as the CNI error's details (where to read more). */
+    public readonly details?: string,
+  ) {
+    super(message);
+  }
+}
+
 export type DatastoreErrorKind = 'NotFound' | 'AlreadyExists' | 'Conflict' | 'Unavailable' | 'Unauthorized' | 'Invalid';
 
 /** The one classification of datastore/API failures (etcd and Kubernetes alike). */

@@ -10,7 +10,7 @@ import { startHealthServer, type CheckResult, type HealthServer } from '../obser
 import type { Registry } from '../observe/metrics.js';
 import type { BirdStatus } from './bgp/supervisor.js';
 
-export const DEFAULT_HEALTH_ADDR = '127.0.0.1:9099';
+export { DEFAULT_HEALTH_ADDR } from '../observe/health.js';
 
 interface AgentHealthOptions {
   addr: string;

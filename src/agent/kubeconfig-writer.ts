@@ -8,7 +8,7 @@
 // expired token. Mode 0600: the token is a credential.
 import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
-import { writeFileAtomic } from '../ctl/install-cni.js';
+import { writeFileAtomic } from '../atomic-write.js';
 export const DEFAULT_PLUGIN_SERVICE_ACCOUNT = 'netplugin-cni';
 /** One day: short enough to limit a leaked file's use, long enough to ride out API outages. */
 export const DEFAULT_TOKEN_SECONDS = 86_400;

@@ -119,7 +119,7 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
     else if (mode === 'auto' && confWantsV6) await enableV6(`ipam.assign_ipv6 is "true" in ${opts.configPath}`);
     else if (mode === 'off') log.info('IPv6 forwarding left as it is (--ipv6-forwarding=off)');
 
-    const { initDatastore } = await import('../ctl/datastore-init.js');
+    const { initDatastore } = await import('../datastore/init.js');
     for (let attempt = 1; !stopped; attempt++) {
       let ds: Datastore;
       try {

@@ -3,6 +3,8 @@ import { CniError, DatastoreError, ErrorCodes, type DatastoreErrorKind } from '.
 import { redactString } from '../log/redact.js';
 import { IpamError, type IpamErrorKind } from '../ipam/index.js';
 import { HostLockError, type HostLockErrorKind } from '../hostlock/errors.js';
+import { ConfigError, type ConfigErrorKind } from '../config/errors.js';
+import { WorkloadError, type WorkloadErrorKind } from '../workload/errors.js';
 
 function firstLine(s: string): string {
   const line = s.split('\n', 1)[0]!.trim();
@@ -60,6 +62,31 @@ const HOST_LOCK_CODES: Record<HostLockErrorKind, number> = {
   unusable: ErrorCodes.IpamFailure,
 };
 
+/** Configuration kinds to CNI codes: an invalid netconf (7); a file it names that cannot be read (5). */
+const CONFIG_CODES: Record<ConfigErrorKind, number> = {
+  invalid: ErrorCodes.InvalidNetworkConfig,
+  unreadable: ErrorCodes.IOFailure,
+};
+
+/**
+ * Workload kinds to CNI codes. A malformed value or a netconf setting that cannot be honoured is
+ * fixed in the configuration (7); a well-formed annotation that cannot be honoured, a disabled
+ * feature or a pod that cannot be read is the orchestrator's (102); a bad CNI_ARGS is the runtime's
+ * (4); an address outside every pool is an IPAM failure (100); an unreachable API server and a
+ * readiness gate not ready yet pass with time (11).
+ */
+const WORKLOAD_CODES: Record<WorkloadErrorKind, number> = {
+  malformed: ErrorCodes.InvalidNetworkConfig,
+  'invalid-setting': ErrorCodes.InvalidNetworkConfig,
+  'annotation-not-honoured': ErrorCodes.OrchestratorFailure,
+  'feature-disabled': ErrorCodes.OrchestratorFailure,
+  'invalid-cni-args': ErrorCodes.InvalidEnvironment,
+  'address-not-in-pool': ErrorCodes.IpamFailure,
+  'api-unavailable': ErrorCodes.TryAgainLater,
+  'pod-unreadable': ErrorCodes.OrchestratorFailure,
+  'not-ready': ErrorCodes.TryAgainLater,
+};
+
 const DATASTORE_HINTS: Partial<Record<DatastoreErrorKind, string>> = {
   Unavailable: 'try again later',
   Conflict: 'concurrent update; try again later',
@@ -104,6 +131,8 @@ export function toCniError(e: unknown): CniError & { internal?: boolean } {
   if (e instanceof CniError) return e;
   if (e instanceof IpamError) return new CniError(IPAM_CODES[e.kind], e.message);
   if (e instanceof HostLockError) return new CniError(HOST_LOCK_CODES[e.kind], e.message);
+  if (e instanceof ConfigError) return new CniError(CONFIG_CODES[e.kind], e.message, e.details);
+  if (e instanceof WorkloadError) return new CniError(WORKLOAD_CODES[e.kind], e.message);
   if (e instanceof DatastoreError) {
     const hint = DATASTORE_HINTS[e.kind];
     return new CniError(

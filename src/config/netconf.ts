@@ -2,7 +2,7 @@
 // the per-pod path costs nothing until a netconf is actually parsed.
 import { tryParseIPPrefix } from '../net/cidr.js';
 import { z } from 'zod';
-import { CniError, ErrorCodes } from '../errors.js';
+import { ConfigError } from './errors.js';
 import type { DatastoreSettings } from '../datastore/settings.js';
 import {
   DEFAULT_MTU_FILE,
@@ -391,21 +391,21 @@ function formatIssue(issue: z.ZodIssue, raw: unknown): string[] {
 }
 
 /**
- * Validates a netconf and applies defaults. Throws CniError(7) naming every
+ * Validates a netconf and applies defaults. Throws ConfigError 'invalid' (CNI code 7) naming every
  * bad field with its value and the fix. For 'netplugin-ipam' the top-level
  * `type` is the delegating plugin's and is not checked, but `ipam.type` must
  * be netplugin-ipam.
  */
 export function parseNetconf(raw: unknown, opts: ParseOptions): Netconf {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    throw new CniError(ErrorCodes.InvalidNetworkConfig, `netconf: got ${describe(raw)}; expected a JSON object`);
+    throw new ConfigError('invalid', `netconf: got ${describe(raw)}; expected a JSON object`);
   }
   const r = raw as Record<string, unknown>;
   const ipam = r['ipam'];
   const ipamType = typeof ipam === 'object' && ipam !== null ? (ipam as Record<string, unknown>)['type'] : undefined;
   if (opts.pluginType === 'netplugin-ipam' && ipamType !== undefined && ipamType !== 'netplugin-ipam') {
-    throw new CniError(
-      ErrorCodes.InvalidNetworkConfig,
+    throw new ConfigError(
+      'invalid',
       `ipam.type: got ${describe(ipamType)}; netplugin-ipam was run for a netconf whose ipam.type is not ` +
         `"netplugin-ipam": set "ipam": {"type": "netplugin-ipam"}`,
     );
@@ -414,11 +414,8 @@ export function parseNetconf(raw: unknown, opts: ParseOptions): Netconf {
   const res = schema.safeParse(raw);
   if (!res.success) {
     const msgs = res.error.issues.flatMap((i) => formatIssue(i, raw));
-    throw new CniError(
-      ErrorCodes.InvalidNetworkConfig,
-      `invalid network configuration: ${msgs.join('; ')}`,
-      'see docs/netconf.md for every field',
-    );
+    const msg = `invalid network configuration: ${msgs.join('; ')}`;
+    throw new ConfigError('invalid', msg, 'see docs/netconf.md for every field');
   }
   const conf = res.data;
 
@@ -426,8 +423,8 @@ export function parseNetconf(raw: unknown, opts: ParseOptions): Netconf {
     opts.warn?.(
       conf.etcd_endpoints !== undefined
         ? 'etcd_authority/etcd_scheme are deprecated and ignored because etcd_endpoints is set; remove them'
-        : `etcd_authority/etcd_scheme are deprecated: replace them with "etcd_endpoints": ` +
-            `"${conf.etcd_scheme ?? 'http'}://${conf.etcd_authority ?? '127.0.0.1:2379'}"`,
+        : `etcd_authority/etcd_scheme are deprecated: replace them with "etcd_endpoints": "` +
+            `${conf.etcd_scheme ?? 'http'}://${conf.etcd_authority ?? '127.0.0.1:2379'}"`,
     );
   }
   if (

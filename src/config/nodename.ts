@@ -1,7 +1,7 @@
 // Which node this plugin runs on: the name the node agent registered with.
 import { readFileSync } from 'node:fs';
 import { hostname as osHostname } from 'node:os';
-import { CniError, ErrorCodes } from '../errors.js';
+import { ConfigError } from './errors.js';
 import { DEFAULT_NODENAME_FILE } from './fields.js';
 
 interface NodenameDeps {
@@ -30,10 +30,10 @@ export function resolveNodename(
     // Absent means "the agent has not written it (yet)": fall back. Anything
     // else (EACCES, EISDIR) is a broken install we should not paper over.
     if (code !== 'ENOENT' && code !== 'ENOTDIR') {
-      throw new CniError(
-        ErrorCodes.IOFailure,
-        `nodename_file ${file}: cannot read it (${code ?? (e as Error).message}); fix its permissions or set ` +
-          `"nodename" in the netconf`,
+      throw new ConfigError(
+        'unreadable',
+        `nodename_file ${file}: cannot read it (${code ?? (e as Error).message}); ` +
+          'fix its permissions or set "nodename" in the netconf',
       );
     }
   }

@@ -2,7 +2,7 @@
 // options, and what was installed printed; the installation itself is
 // src/ctl/install-cni.ts.
 import { datastoreConfigFromEnv } from '../datastore/index.js';
-import { initDatastore } from './datastore-init.js';
+import { initDatastore } from '../datastore/init.js';
 import {
   bool,
   CtlError,

@@ -1,7 +1,7 @@
 // `netpluginctl datastore init|ready|migrate`: the datastore's
-// ClusterInformation (src/ctl/datastore-init.ts) and the etcd to Kubernetes
+// ClusterInformation (src/datastore/init.ts) and the etcd to Kubernetes
 // migration (src/ctl/migrate.ts).
-import { initDatastore } from './datastore-init.js';
+import { initDatastore } from '../datastore/init.js';
 import { bool, CtlError, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 import { NETPLUGIN_VERSION } from './version.js';
 

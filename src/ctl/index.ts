@@ -32,7 +32,7 @@ const GLOBAL_FLAGS = [
   '--version',
 ];
 
-export { initDatastore } from './datastore-init.js';
+export { initDatastore } from '../datastore/init.js';
 
 const TOP_HELP = `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
 

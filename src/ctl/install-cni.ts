@@ -5,24 +5,20 @@
 // plugin mid-install sees the old file or the new one, never a partial one.
 import {
   accessSync,
-  chmodSync,
   constants as fsConstants,
-  closeSync,
   cpSync,
   existsSync,
-  fsyncSync,
   mkdirSync,
-  openSync,
   readdirSync,
   readFileSync,
   renameSync,
   rmSync,
   statSync,
-  writeSync,
 } from 'node:fs';
-import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseNetconf } from '../config/index.js';
+import { sameFile, writeFileAtomic, type WrittenFile } from '../atomic-write.js';
 import { CtlError, type CtlIO } from './io.js';
 import type { DatastoreSettings } from '../datastore/settings.js';
 import { isNetpluginConfig, netpluginEntries, netpluginEntry } from '../config/conflist.js';
@@ -116,16 +112,11 @@ export function detectPod(root = '/'): boolean {
   return existsSync(join(root, 'var/run/secrets/kubernetes.io/serviceaccount'));
 }
 
-interface InstalledFile {
-  path: string;
-  action: 'written' | 'unchanged' | 'would write';
-}
-
 interface InstallCniResult {
   kind: 'shim' | 'launcher';
   /** Absent when the sh launcher was installed. */
   shimSource?: string | undefined;
-  files: InstalledFile[];
+  files: WrittenFile[];
   conflist: Record<string, unknown>;
   warnings: string[];
 }
@@ -153,45 +144,6 @@ export function defaultPackageDir(): string {
 /** Candidate shim binaries, most specific first. */
 export function shimCandidates(pkgDir: string): string[] {
   return [join(pkgDir, 'build/shim/netplugin-shim'), join(pkgDir, `prebuilds/linux-${process.arch}/netplugin-shim`)];
-}
-
-function sameFile(path: string, data: Buffer, mode: number): boolean {
-  try {
-    const st = statSync(path);
-    if (!st.isFile() || (st.mode & 0o7777) !== mode || st.size !== data.length) return false;
-    return readFileSync(path).equals(data);
-  } catch {
-    return false;
-  }
-}
-
-/**
- * Writes `path` so that readers see either the old or the new content: a temp
- * file in the same directory (same filesystem, so rename is atomic), fsync'd
- * and chmod'ed before the rename. Renaming over a running executable is fine
- * (the old inode lives on), unlike writing into it (ETXTBSY).
- */
-export function writeFileAtomic(path: string, data: Buffer | string, mode: number): InstalledFile {
-  const buf = typeof data === 'string' ? Buffer.from(data) : data;
-  if (sameFile(path, buf, mode)) return { path, action: 'unchanged' };
-  const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`);
-  try {
-    const fd = openSync(tmp, 'wx', mode);
-    try {
-      let off = 0;
-      while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    // openSync's mode is filtered by the umask.
-    chmodSync(tmp, mode);
-    renameSync(tmp, path);
-  } catch (e) {
-    rmSync(tmp, { force: true });
-    throw e;
-  }
-  return { path, action: 'written' };
 }
 
 /**
@@ -417,7 +369,7 @@ function fallbackPaths(
   o: InstallCniOptions,
   deps: InstallDeps,
   warn: (m: string) => void,
-): { node: string; pkg: string; files: InstalledFile[] } {
+): { node: string; pkg: string; files: WrittenFile[] } {
   if (!o.hostRoot) {
     if (deps.inPod) {
       warn(
@@ -506,7 +458,7 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
   const onHost = (p: string) => (o.hostRoot ? join(o.hostRoot, p) : p);
   const binDir = onHost(o.binDir);
   const confDir = onHost(o.confDir);
-  const write = (path: string, data: Buffer | string, mode: number): InstalledFile =>
+  const write = (path: string, data: Buffer | string, mode: number): WrittenFile =>
     o.dryRun
       ? {
           path,
@@ -519,7 +471,7 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
     mkdirSync(binDir, { recursive: true });
     mkdirSync(confDir, { recursive: true });
   }
-  const files: InstalledFile[] = [];
+  const files: WrittenFile[] = [];
   if (tlsCopies.length && !o.dryRun) mkdirSync(onHost(join(o.confDir, ETCD_TLS_DIR)), { recursive: true, mode: 0o700 });
   for (const c of tlsCopies) files.push(write(onHost(c.to), readFileSync(c.from), 0o600));
   const fb = fallbackPaths(o, deps, warn);

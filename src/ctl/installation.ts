@@ -21,9 +21,10 @@ import {
   type RenderDatastore,
   type Rendered,
 } from '../model/installation.js';
-import { initDatastore } from './datastore-init.js';
+import { initDatastore } from '../datastore/init.js';
 import { flowsManifest } from '../model/flows-manifest.js';
-import { installCni, writeFileAtomic, type InstallDeps } from './install-cni.js';
+import { installCni, type InstallDeps } from './install-cni.js';
+import { writeFileAtomic } from '../atomic-write.js';
 import { SA_DIR, type KubeClient } from '../k8s/client.js';
 import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
 import { defaultPackageDir, resolvePath } from './install-cni.js';

@@ -10,8 +10,9 @@
 import { DatastoreError } from '../errors.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
-import { initDatastore } from './datastore-init.js';
-import { resolvePath, writeFileAtomic } from './install-cni.js';
+import { initDatastore } from '../datastore/init.js';
+import { resolvePath } from './install-cni.js';
+import { writeFileAtomic } from '../atomic-write.js';
 import { bool, CtlError, parseCommand, readJsonFile, str, type CtlIO, type CtlSession } from './io.js';
 import { getIfExists } from '../datastore/cas.js';
 import { NETPLUGIN_VERSION } from './version.js';

@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, release, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
-import { DEFAULT_HEALTH_ADDR } from '../agent/health.js';
+import { DEFAULT_HEALTH_ADDR } from '../observe/health.js';
 import type { Datastore } from '../datastore/types.js';
 import {
   bool,

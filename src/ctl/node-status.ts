@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { birdcPath, bgpSessions, parseShowProtocols, runBirdc, type BgpSession } from '../agent/bgp/birdc.js';
-import { CONFIG_FILE, CONTROL_SOCKET, DEFAULT_BIRD_PATH, DEFAULT_BIRD_RUN_DIR } from '../agent/bgp/supervisor.js';
+import { BIRD_CONFIG_FILE, BIRD_CONTROL_SOCKET, DEFAULT_BIRD_PATH, DEFAULT_BIRD_RUN_DIR } from '../model/bgp.js';
 import { bool, CtlError, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlIO } from './io.js';
 
 export const NODE_STATUS_HELP = `Usage: netpluginctl node status [--bird-run-dir DIR] [--bird-path PATH] [-o json]
@@ -25,8 +25,8 @@ export interface NodeStatus {
 }
 
 export async function nodeStatus(runDir: string, birdPath: string): Promise<NodeStatus> {
-  if (!existsSync(join(runDir, CONFIG_FILE))) return { bgp: 'disabled', bird: { running: false }, peers: [] };
-  const socket = join(runDir, CONTROL_SOCKET);
+  if (!existsSync(join(runDir, BIRD_CONFIG_FILE))) return { bgp: 'disabled', bird: { running: false }, peers: [] };
+  const socket = join(runDir, BIRD_CONTROL_SOCKET);
   try {
     const out = await runBirdc(birdcPath(birdPath), socket, ['show', 'protocols']);
     const version = /^BIRD (\S+) ready\./m.exec(out)?.[1];
@@ -45,7 +45,8 @@ function table(rows: string[][]): string {
 
 export function formatNodeStatus(s: NodeStatus, runDir: string): string {
   let out =
-    `BIRD is running (version ${s.bird.version ?? 'unknown'}), control socket ${join(runDir, CONTROL_SOCKET)}` + `\n`;
+    `BIRD is running (version ${s.bird.version ?? 'unknown'}), control socket ` +
+    `${join(runDir, BIRD_CONTROL_SOCKET)}\n`;
   for (const fam of [4, 6] as const) {
     const peers = s.peers.filter((p) => p.family === fam);
     out += `\nIPv${fam} BGP status\n`;

@@ -12,8 +12,9 @@ import { casRetry, getIfExists } from '../datastore/cas.js';
 import { isKind } from '../datastore/keys.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';
 import { OPERATOR_GROUP } from '../model/installation.js';
-import { initDatastore } from './datastore-init.js';
-import { writeFileAtomic, resolvePath } from './install-cni.js';
+import { initDatastore } from '../datastore/init.js';
+import { resolvePath } from './install-cni.js';
+import { writeFileAtomic } from '../atomic-write.js';
 import { bool, CtlError, parseCommand, readJsonFile, str, type CtlIO, type CtlSession } from './io.js';
 import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from './version.js';
 

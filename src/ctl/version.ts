@@ -1,13 +1,12 @@
-// The package version, inlined by the bundler so the installed CLI needs no
-// package.json at run time, and the rule that a client older than the cluster
-// must not write (docs/upgrade.md: old clients are not used after an upgrade).
-import pkg from '../../package.json' with { type: 'json' };
-import { compareVersions as compareSemver, parseSemver } from '../cni/version.js';
+// The node image of this release and the rule that a client older than the
+// cluster must not write (docs/upgrade.md: old clients are not used after an
+// upgrade). The release version itself lives below everything (src/release.ts).
+import { compareVersions, NETPLUGIN_VERSION } from '../release.js';
 import type { Datastore } from '../datastore/types.js';
 import { CtlError } from './io.js';
 import { getIfExists } from '../datastore/cas.js';
 
-export const NETPLUGIN_VERSION: string = pkg.version;
+export { compareVersions, NETPLUGIN_VERSION, parseVersion } from '../release.js';
 
 /** The repository of the one image every manifest runs; scripts/build-image tags `<registry>/` + this. */
 export const NODE_IMAGE_REPOSITORY = 'netplugin/node';
@@ -27,28 +26,6 @@ export function nodeImage(registry?: string): string {
     );
   }
   return `${r}/${NODE_IMAGE_REPOSITORY}:${NETPLUGIN_VERSION}`;
-}
-
-/**
- * A release as written in ClusterInformation or by users (`v3.32.1`, `3.32`, `3.32.0-rc1`) in plain `x.y.z`; undefined
- * when not one.
- */
-function normalize(v: string): string | undefined {
-  const m = /^v?(\d+\.\d+)(\.\d+)?(?:[-+].*)?$/.exec(v.trim());
-  return m ? `${m[1]}${m[2] ?? '.0'}` : undefined;
-}
-
-/** `v3.32.1`, `3.32.1`, `v3.32` → [3, 32, 1]; undefined when not a version. */
-export function parseVersion(v: string): [number, number, number] | undefined {
-  const n = normalize(v);
-  return n ? parseSemver(n) : undefined;
-}
-
-/** <0 when a is older than b, 0 when equal, >0 when newer; undefined when either is not a version. */
-export function compareVersions(a: string, b: string): number | undefined {
-  const x = normalize(a);
-  const y = normalize(b);
-  return x && y ? compareSemver(x, y) : undefined;
 }
 
 /** The cluster version (ClusterInformation netpluginVersion), or undefined when the datastore has none. */

@@ -9,6 +9,11 @@ import type { BGPConfigurationSpec, BGPPeerSpec } from './resources.js';
 export const DEFAULT_AS_NUMBER = 64512;
 /** Where the agent keeps BIRD's configuration and control socket (--bird-run-dir); the Installation renders it. */
 export const DEFAULT_BIRD_RUN_DIR = '/var/run/netplugin/bird';
+/** BIRD's binary unless the agent's --bird-path says otherwise (birdc is taken from its directory). */
+export const DEFAULT_BIRD_PATH = '/usr/sbin/bird';
+/** BIRD's configuration file and control socket in the run dir (the agent writes them, netpluginctl reads them). */
+export const BIRD_CONFIG_FILE = 'bird.conf';
+export const BIRD_CONTROL_SOCKET = 'bird.ctl';
 export const DEFAULT_BGP_PORT = 179;
 /** BIRD's default graceful restart time, also the default of maxRestartTime. */
 export const DEFAULT_RESTART_MS = 120_000;

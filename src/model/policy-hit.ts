@@ -14,7 +14,7 @@ export const HIT_KINDS = [
   'Profile',
   'EndOfTier',
 ] as const;
-export type HitKind = (typeof HIT_KINDS)[number];
+type HitKind = (typeof HIT_KINDS)[number];
 
 export const HIT_ACTIONS = ['Allow', 'Deny', 'Pass'] as const;
 export type HitAction = (typeof HIT_ACTIONS)[number];

@@ -7,6 +7,12 @@
 import { createServer, type Server } from 'node:http';
 import { PROMETHEUS_CONTENT_TYPE, type Registry } from './metrics.js';
 
+/**
+ * The node agent's listener unless --health-addr says otherwise; here, below the agent and the CLI,
+ * because netpluginctl's diagnostics fetch the agent's /metrics from it.
+ */
+export const DEFAULT_HEALTH_ADDR = '127.0.0.1:9099';
+
 export interface CheckResult {
   ok: boolean;
   /** Shown in the response body: what is (not) working, for a person reading the probe. */

@@ -5,7 +5,7 @@
 //
 // Hand-written rather than zod: the schema is five list-valued keys, and the
 // per-pod path should not pay for a schema library it does not otherwise need.
-import { CniError, ErrorCodes } from '../errors.js';
+import { WorkloadError } from './errors.js';
 import type { Logger } from '../log/types.js';
 import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseIP, type IP } from '../net/cidr.js';
 
@@ -123,11 +123,8 @@ function describe(src: OptionSource): string {
     : `${src.key} in the ${src.object}`;
 }
 
-function malformed(src: OptionSource, why: string, fix: string): CniError {
-  return new CniError(
-    ErrorCodes.InvalidNetworkConfig,
-    `${describe(src)} has value ${quote(src.value)}: ${why}; ${fix}`,
-  );
+function malformed(src: OptionSource, why: string, fix: string): WorkloadError {
+  return new WorkloadError('malformed', `${describe(src)} has value ${quote(src.value)}: ${why}; ${fix}`);
 }
 
 const EXAMPLE: Record<'pool' | 'address', string> = {
@@ -229,8 +226,8 @@ export function parseWorkloadAnnotations(
   }
   // docs/addresses-and-annotations.md.
   if (out.ipAddrs && out.ipAddrsNoIpam) {
-    throw new CniError(
-      ErrorCodes.InvalidNetworkConfig,
+    throw new WorkloadError(
+      'malformed',
       `${podObj} carries both ${ANNOTATIONS.ipAddrs} (${quote(out.source.ipAddrs!.value)}) and ` +
         `${ANNOTATIONS.ipAddrsNoIpam} ` +
         `(${quote(out.source.ipAddrsNoIpam!.value)}): they cannot be used together; keep only one of them`,
@@ -243,11 +240,10 @@ export function parseWorkloadAnnotations(
 // Resolution against the netconf and the existing pools
 // ---------------------------------------------------------------------------
 
-function semantic(src: OptionSource, why: string, fix: string): CniError {
+function semantic(src: OptionSource, why: string, fix: string): WorkloadError {
   // An annotation problem is the orchestrator's (102); the same problem in the netconf is a config error (7).
-  const code =
-    src.from === 'pod' || src.from === 'namespace' ? ErrorCodes.OrchestratorFailure : ErrorCodes.InvalidNetworkConfig;
-  return new CniError(code, `${describe(src)} has value ${quote(src.value)}: ${why}; ${fix}`);
+  const kind = src.from === 'pod' || src.from === 'namespace' ? 'annotation-not-honoured' : 'invalid-setting';
+  return new WorkloadError(kind, `${describe(src)} has value ${quote(src.value)}: ${why}; ${fix}`);
 }
 
 function listPools(pools: PoolInfo[]): string {
@@ -332,9 +328,9 @@ function flag(v: string | boolean | undefined, dflt: boolean): boolean {
   return v === true || v === 'true';
 }
 
-function disabledFeature(src: OptionSource, flagName: string, caution: string): CniError {
-  return new CniError(
-    ErrorCodes.OrchestratorFailure,
+function disabledFeature(src: OptionSource, flagName: string, caution: string): WorkloadError {
+  return new WorkloadError(
+    'feature-disabled',
     `${describe(src)} (${quote(src.value)}) is not allowed: the feature is disabled. ` +
       `To enable it set "${flagName.split('.')[1]}": true in the netconf's "feature_control" object (${flagName}); ` +
       `caution: ${caution}, so restrict who may set this annotation with admission control`,
@@ -347,7 +343,7 @@ function disabledFeature(src: OptionSource, flagName: string, caution: string): 
  * CNI_ARGS IP=, (3) pools whose nodeSelector selects the node (IPAM's default,
  * signalled by leaving ipv4Pools/ipv6Pools undefined).
  *
- * Throws CniError: 7 for malformed values and conflicts, 102 for annotations
+ * Throws WorkloadError (as CNI codes): 7 for malformed values and conflicts, 102 for annotations
  * that are well-formed but cannot be honoured, 7/4/100 for the netconf/CNI_ARGS
  * equivalents. Every message names the key, the value, why and the fix.
  */
@@ -407,8 +403,8 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
         throw semantic(
           src,
           `${a} is not inside any IP pool (addresses in ipAddrs are allocated through IPAM)`,
-          `choose an address inside a pool, or use ${ANNOTATIONS.ipAddrsNoIpam} (needs ` +
-            `${FEATURE_FLAGS.ipAddrsNoIpam}); ${listPools(pools)}`,
+          `choose an address inside a pool, or use ${ANNOTATIONS.ipAddrsNoIpam} (needs ${FEATURE_FLAGS.ipAddrsNoIpam}` +
+            `); ${listPools(pools)}`,
         );
       }
       if (inside.every((p) => p.disabled)) {
@@ -458,10 +454,10 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
       for (const a of addrs) {
         const inside = poolsContaining(tryParseIP(a)!, enabledPools);
         if (inside.length === 0) {
-          throw new CniError(
-            ErrorCodes.IpamFailure,
-            `CNI_ARGS IP=${input.cniArgsIP}: ${a} is not inside any enabled IP pool; request an address inside a ` +
-              `pool (${listPools(pools)})`,
+          throw new WorkloadError(
+            'address-not-in-pool',
+            `CNI_ARGS IP=${input.cniArgsIP}: ${a} is not inside any enabled IP pool; ` +
+              `request an address inside a pool (${listPools(pools)})`,
           );
         }
       }
@@ -563,17 +559,19 @@ function parseCniArgsIP(src: OptionSource): string[] {
   for (const part of src.value.split(',')) {
     const s = part.trim();
     const ip = tryParseIP(s);
-    if (!ip)
-      throw new CniError(
-        ErrorCodes.InvalidEnvironment,
-        `CNI_ARGS IP=${src.value}: ${JSON.stringify(s)} is not an IP address; give one IPv4 and/or one IPv6 address, ` +
-          `comma-separated`,
+    if (!ip) {
+      throw new WorkloadError(
+        'invalid-cni-args',
+        `CNI_ARGS IP=${src.value}: ${JSON.stringify(s)} is not an IP address; ` +
+          'give one IPv4 and/or one IPv6 address, comma-separated',
       );
-    if (++count[ip.family] > 1)
-      throw new CniError(
-        ErrorCodes.InvalidEnvironment,
+    }
+    if (++count[ip.family] > 1) {
+      throw new WorkloadError(
+        'invalid-cni-args',
         `CNI_ARGS IP=${src.value}: more than one IPv${ip.family} address; give at most one IPv4 and one IPv6 address`,
       );
+    }
     out.push(formatIP(ip));
   }
   return out;
@@ -596,18 +594,17 @@ export function pairFloatingIPs(
   }
   return floatingIPs.map((ext) => {
     const ip = tryParseIP(ext);
-    if (!ip)
-      throw new CniError(
-        ErrorCodes.InvalidNetworkConfig,
-        `annotation ${ANNOTATIONS.floatingIPs}: ${JSON.stringify(ext)} is not an IP address`,
-      );
+    if (!ip) {
+      const what = `annotation ${ANNOTATIONS.floatingIPs}: ${JSON.stringify(ext)}`;
+      throw new WorkloadError('malformed', `${what} is not an IP address`);
+    }
     const internal = byFamily.get(ip.family);
     if (!internal) {
-      throw new CniError(
-        ErrorCodes.OrchestratorFailure,
-        `annotation ${ANNOTATIONS.floatingIPs}: floating IP ${ext} is IPv${ip.family} but the pod has no ` +
-          `IPv${ip.family} address (pod addresses: ${podIPs.join(', ') || 'none'}); assign the pod an ` +
-          `IPv${ip.family} address or remove ${ext}`,
+      throw new WorkloadError(
+        'annotation-not-honoured',
+        `annotation ${ANNOTATIONS.floatingIPs}: floating IP ${ext} is IPv${ip.family} but the pod has no IPv` +
+          `${ip.family} address (pod addresses: ${podIPs.join(', ') || 'none'}); assign the pod an IPv${ip.family} ` +
+          `address or remove ${ext}`,
       );
     }
     return { internalIP: internal, externalIP: formatIP(ip) };

@@ -8,7 +8,7 @@
 // initialised) costs ~32-47 ms, through node:http ~7-10 ms (including the
 // local server's side), and importing node:http ~3 ms.
 import type { Logger } from '../log/types.js';
-import { CniError, ErrorCodes } from '../errors.js';
+import { WorkloadError } from './errors.js';
 
 interface GateAnswer {
   status: number;
@@ -45,8 +45,8 @@ const READINESS_DEFAULTS = {
 export function parseReadinessGates(urls: unknown): URL[] {
   if (urls === undefined || urls === null) return [];
   if (!Array.isArray(urls)) {
-    throw new CniError(
-      ErrorCodes.InvalidNetworkConfig,
+    throw new WorkloadError(
+      'malformed',
       `readiness_gates: expected an array of http(s) URLs, got ${JSON.stringify(urls)}`,
     );
   }
@@ -63,8 +63,8 @@ function parseGate(u: unknown, i: number): URL {
     }
   }
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
-    throw new CniError(
-      ErrorCodes.InvalidNetworkConfig,
+    throw new WorkloadError(
+      'malformed',
       `readiness_gates[${i}]: ${JSON.stringify(u)} is not an http:// or https:// URL; write a full URL such as ` +
         `"http://127.0.0.1:9099/readiness"`,
     );
@@ -144,7 +144,7 @@ type GateOutcome =
   | { url: string; ready: false; attempts: number; last: string };
 
 /**
- * Resolve when every gate answered 2xx; otherwise throw CniError 11 naming each
+ * Resolve when every gate answered 2xx; otherwise throw WorkloadError 'not-ready' (CNI code 11) naming each
  * gate that never became ready and its last answer. Code 11 ("try again later")
  * because a gate that is not ready means a node component is still starting: the
  * condition is transient and the runtime retries the sandbox, which is what
@@ -206,7 +206,7 @@ export async function waitForReadinessGates(urls: Array<string | URL>, opts: Rea
           `${f.attempts === 1 ? 'probe' : 'probes'}): last answer ${f.last}`,
       )
       .join('; ');
-    throw new CniError(ErrorCodes.TryAgainLater, msg);
+    throw new WorkloadError('not-ready', msg);
   }
   log?.info('readiness gates ready', { gates: gates.length, elapsedMs: Date.now() - start });
 }

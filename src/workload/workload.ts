@@ -4,7 +4,8 @@
 //
 // Coded against small structural interfaces (PodLike, PodSource) so the real
 // API client (src/k8s/client.ts) and plain test objects both fit.
-import { CniError, DatastoreError, ErrorCodes } from '../errors.js';
+import { DatastoreError } from '../errors.js';
+import { WorkloadError } from './errors.js';
 import type { Logger } from '../log/types.js';
 // Types only: datastore/ may import k8s/, never the reverse (ARCHITECTURE layers).
 import type { Resource, WorkloadEndpointSpec } from '../model/resources.js';
@@ -209,37 +210,37 @@ export function podLookupError(
   /** The pod (namespace and name) being looked up; kind says which read failed. */
   ref: { namespace: string; name: string; kind?: 'pod' | 'namespace' },
   apiServer?: string,
-): CniError {
-  if (e instanceof CniError) return e;
+): WorkloadError {
+  if (e instanceof WorkloadError) return e;
   const kind = ref.kind ?? 'pod';
   const what = kind === 'pod' ? `pod ${ref.namespace}/${ref.name}` : `namespace ${ref.namespace}`;
   const where = apiServer ? ` at ${apiServer}` : '';
   const cause = e instanceof Error ? e.message : String(e);
   if (DatastoreError.is(e, 'Unavailable')) {
-    return new CniError(
-      ErrorCodes.TryAgainLater,
+    return new WorkloadError(
+      'api-unavailable',
       `cannot read ${what}: the Kubernetes API server${where} is unreachable or throttling (${cause}); try again later`,
     );
   }
   if (DatastoreError.is(e, 'NotFound')) {
-    return new CniError(
-      ErrorCodes.OrchestratorFailure,
+    return new WorkloadError(
+      'pod-unreadable',
       kind === 'pod'
         ? `${what} not found in the API server${where} (was it deleted?)`
         : `${what} (of pod ${ref.namespace}/${ref.name}) not found in the API server${where}`,
     );
   }
   if (DatastoreError.is(e, 'Unauthorized')) {
-    return new CniError(
-      ErrorCodes.OrchestratorFailure,
+    return new WorkloadError(
+      'pod-unreadable',
       `not allowed to read ${what} from the API server${where} (${cause}); grant the plugin's identity get on pods ` +
         `and namespaces (deploy/rbac.yaml) and check kubernetes.kubeconfig in the netconf`,
     );
   }
-  return new CniError(ErrorCodes.OrchestratorFailure, `reading ${what} from the API server${where} failed: ${cause}`);
+  return new WorkloadError('pod-unreadable', `reading ${what} from the API server${where} failed: ${cause}`);
 }
 
-/** Read the pod and its namespace in parallel; failures become CniErrors via podLookupError. */
+/** Read the pod and its namespace in parallel; failures become WorkloadErrors via podLookupError. */
 export async function readPodContext(
   source: PodSource,
   ref: { namespace: string; name: string },
@@ -288,8 +289,8 @@ interface WorkloadContext {
 
 /**
  * The pod (when this ADD reads it) and its resolved WorkloadOptions in one
- * call: pod-read failures are CniErrors from podLookupError, option failures
- * the CniErrors of resolveWorkloadOptions (docs/addresses-and-annotations.md).
+ * call: pod-read failures are WorkloadErrors from podLookupError, option failures
+ * the WorkloadErrors of resolveWorkloadOptions (docs/addresses-and-annotations.md).
  * Without a pod read, annotations are absent and only the netconf and
  * CNI_ARGS decide.
  */

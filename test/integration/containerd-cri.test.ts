@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCtl } from '../../src/ctl/index.js';
-import { writeFileAtomic } from '../../src/ctl/install-cni.js';
+import { writeFileAtomic } from '../../src/atomic-write.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { PAGE, busyboxRootfsTar, ociArchive } from '../support/busybox-image.js';
 import { CNI_BIN_DIR, ROOT, assertThrowawayHostNetns } from '../support/cni.js';

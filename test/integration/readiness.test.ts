@@ -4,7 +4,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseReadinessGates, waitForReadinessGates } from '../../src/workload/readiness.js';
-import { CniError, ErrorCodes } from '../../src/errors.js';
+import { ErrorCodes, type CniError } from '../../src/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
+import { WorkloadError } from '../../src/workload/errors.js';
 
 const servers: Server[] = [];
 
@@ -41,8 +43,8 @@ async function failure(p: Promise<unknown>): Promise<CniError> {
     () => undefined,
     (x: unknown) => x,
   );
-  expect(e).toBeInstanceOf(CniError);
-  return e as CniError;
+  expect(e).toBeInstanceOf(WorkloadError);
+  return toCniError(e);
 }
 
 describe('readiness gates (real HTTP on 127.0.0.1)', () => {
@@ -118,7 +120,7 @@ describe('readiness gates (real HTTP on 127.0.0.1)', () => {
       try {
         parseReadinessGates('http://x');
       } catch (x) {
-        return x as CniError;
+        return toCniError(x);
       }
       throw new Error('no error');
     })();

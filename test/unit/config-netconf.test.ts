@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { parseNetconf, schemaKeys, type Netconf } from '../../src/config/netconf.js';
 import { NETCONF_FIELDS } from '../../src/config/fields.js';
-import { CniError } from '../../src/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
+import { ConfigError } from '../../src/config/errors.js';
 
 const BASE = { cniVersion: '1.0.0', name: 'k8s-pod-network', type: 'netplugin', ipam: { type: 'netplugin-ipam' } };
 
@@ -16,9 +17,9 @@ function failure(extra: Record<string, unknown>, pluginType: 'netplugin' | 'netp
   try {
     parse(extra, pluginType);
   } catch (e) {
-    expect(e).toBeInstanceOf(CniError);
-    expect((e as CniError).code).toBe(7);
-    return (e as CniError).message;
+    expect(e).toBeInstanceOf(ConfigError);
+    expect(toCniError(e).code).toBe(7);
+    return toCniError(e).message;
   }
   throw new Error('expected a code-7 error');
 }

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { resolveNodename } from '../../src/config/nodename.js';
-import { CniError } from '../../src/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
+import { ConfigError } from '../../src/config/errors.js';
 
 const dir = mkdtempSync(join(tmpdir(), `nodename-${process.pid}-`));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -51,8 +52,9 @@ describe('resolveNodename', () => {
       resolveNodename({ nodename_file: sub }, { hostname });
       throw new Error('expected failure');
     } catch (e) {
-      expect(e).toBeInstanceOf(CniError);
-      expect((e as CniError).message).toContain(`nodename_file ${sub}: cannot read it (EISDIR)`);
+      expect(e).toBeInstanceOf(ConfigError);
+      expect(toCniError(e).code).toBe(5);
+      expect(toCniError(e).message).toContain(`nodename_file ${sub}: cannot read it (EISDIR)`);
     }
   });
 });

@@ -10,7 +10,9 @@ import {
   type ResolveInput,
 } from '../../src/workload/annotations.js';
 import { ANNOTATIONS } from '../../src/model/annotations.js';
-import { CniError, ErrorCodes } from '../../src/errors.js';
+import { ErrorCodes, type CniError } from '../../src/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
+import { WorkloadError } from '../../src/workload/errors.js';
 import type { Logger } from '../../src/log/types.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 
@@ -51,15 +53,15 @@ function resolve(
   });
 }
 
-/** The thrown CniError (fails the test when nothing is thrown). */
+/** The thrown WorkloadError as the runtime sees it (fails the test when nothing is thrown). */
 function errorOf(fn: () => unknown): CniError {
   try {
     fn();
   } catch (e) {
-    expect(e).toBeInstanceOf(CniError);
-    return e as CniError;
+    expect(e).toBeInstanceOf(WorkloadError);
+    return toCniError(e);
   }
-  throw new Error('expected a CniError, nothing was thrown');
+  throw new Error('expected a WorkloadError, nothing was thrown');
 }
 
 describe('annotation keys', () => {

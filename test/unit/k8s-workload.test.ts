@@ -13,7 +13,9 @@ import {
   type PodSource,
 } from '../../src/workload/workload.js';
 import { workloadEndpointName } from '../../src/model/names.js';
-import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
+import { DatastoreError, ErrorCodes, type CniError } from '../../src/errors.js';
+import { toCniError } from '../../src/cni/errors.js';
+import { WorkloadError } from '../../src/workload/errors.js';
 import type { Logger } from '../../src/log/types.js';
 import type { KubeClient } from '../../src/k8s/client.js';
 import { ANNOTATIONS } from '../../src/model/annotations.js';
@@ -204,11 +206,8 @@ describe('podLookupError', () => {
   const ref = { namespace: 'shop', name: 'web-0' };
 
   it('Unavailable (unreachable or throttling) is code 11 naming the API server and the cause', () => {
-    const e = podLookupError(
-      new DatastoreError('Unavailable', 'connect ECONNREFUSED 10.96.0.1:443'),
-      ref,
-      'https://10.96.0.1:443',
-    );
+    const down = new DatastoreError('Unavailable', 'connect ECONNREFUSED 10.96.0.1:443');
+    const e = toCniError(podLookupError(down, ref, 'https://10.96.0.1:443'));
     expect(e.code).toBe(ErrorCodes.TryAgainLater);
     expect(e.message).toContain('https://10.96.0.1:443');
     expect(e.message).toContain('ECONNREFUSED');
@@ -216,19 +215,19 @@ describe('podLookupError', () => {
   });
 
   it('NotFound is a clear error (102)', () => {
-    const e = podLookupError(new DatastoreError('NotFound', 'pods "web-0" not found'), ref);
+    const e = toCniError(podLookupError(new DatastoreError('NotFound', 'pods "web-0" not found'), ref));
     expect(e.code).toBe(ErrorCodes.OrchestratorFailure);
     expect(e.message).toBe('pod shop/web-0 not found in the API server (was it deleted?)');
   });
 
   it('Unauthorized points at the RBAC manifest', () => {
-    const e = podLookupError(new DatastoreError('Unauthorized', 'forbidden'), ref);
+    const e = toCniError(podLookupError(new DatastoreError('Unauthorized', 'forbidden'), ref));
     expect(e.code).toBe(ErrorCodes.OrchestratorFailure);
     expect(e.message).toContain('deploy/rbac.yaml');
   });
 
-  it('a CniError passes through unchanged', () => {
-    const orig = new CniError(7, 'x');
+  it('a WorkloadError passes through unchanged', () => {
+    const orig = new WorkloadError('malformed', 'x');
     expect(podLookupError(orig, ref)).toBe(orig);
   });
 });
@@ -262,8 +261,8 @@ describe('readPodContext', () => {
       },
     };
     const e = await readPodContext(src, { namespace: 'shop', name: 'web-0' }).catch((x: unknown) => x);
-    expect(e).toBeInstanceOf(CniError);
-    expect((e as CniError).message).toContain('pod shop/web-0 not found');
+    expect(e).toBeInstanceOf(WorkloadError);
+    expect((e as WorkloadError).message).toContain('pod shop/web-0 not found');
   });
 
   it('an unreachable API server on the namespace read is code 11', async () => {
@@ -273,9 +272,9 @@ describe('readPodContext', () => {
         throw new DatastoreError('Unavailable', 'HTTP 429 Too Many Requests');
       },
     };
-    const e = (await readPodContext(src, { namespace: 'shop', name: 'web-0' }, 'https://api:6443').catch(
-      (x: unknown) => x,
-    )) as CniError;
+    const ref = { namespace: 'shop', name: 'web-0' };
+    const failed = await readPodContext(src, ref, 'https://api:6443').catch((x: unknown) => x);
+    const e = toCniError(failed);
     expect(e.code).toBe(ErrorCodes.TryAgainLater);
     expect(e.message).toContain('namespace shop');
     expect(e.message).toContain('429');
@@ -365,9 +364,9 @@ describe('readWorkloadContext', () => {
     const e = (await readWorkloadContext({
       pod: { ref, open: async () => ({ source: gone, apiServer: 'https://api:6443' }) },
       resolve: { pod: ref, conf, pools: async () => ((listed = true), pools) },
-    }).catch((x: unknown) => x)) as CniError;
-    expect(e).toBeInstanceOf(CniError);
-    expect(e.code).toBe(ErrorCodes.OrchestratorFailure);
+    }).catch((x: unknown) => x)) as WorkloadError;
+    expect(e).toBeInstanceOf(WorkloadError);
+    expect(toCniError(e).code).toBe(ErrorCodes.OrchestratorFailure);
     expect(e.message).toContain('pod shop/web-0 not found in the API server at https://api:6443');
     expect(listed).toBe(false);
   });
@@ -376,7 +375,7 @@ describe('readWorkloadContext', () => {
     const e = (await readWorkloadContext({
       pod: { ref, open: async () => ({ source: source({ [ANNOTATIONS.ipv4Pools]: 'blue' }, {}) }) },
       resolve: { pod: ref, conf, pools: async () => pools },
-    }).catch((x: unknown) => x)) as CniError;
+    }).catch((x: unknown) => toCniError(x))) as CniError;
     expect(e.code).toBe(ErrorCodes.InvalidNetworkConfig);
     expect(e.message).toContain(ANNOTATIONS.ipv4Pools);
     expect(e.message).toContain('pod shop/web-0');

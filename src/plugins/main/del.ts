@@ -12,6 +12,7 @@ import { delegatedIpam } from './delegated-ipam.js';
 import { HOST_MAC, identify, ipamFor, statusDir, type PluginContext, type Workload } from './common.js';
 import { toCniError } from '../../cni/errors.js';
 import { IpamError } from '../../ipam/index.js';
+import { WorkloadError } from '../../workload/errors.js';
 import { addressOf } from '../../net/cidr.js';
 
 export async function del(ctx: PluginContext): Promise<void> {
@@ -121,10 +122,9 @@ export async function del(ctx: PluginContext): Promise<void> {
     dsError ??= e;
   }
   if (dsError) {
-    if (
-      DatastoreError.is(dsError, 'Unavailable') ||
-      ((dsError instanceof CniError || IpamError.is(dsError)) && toCniError(dsError).code === ErrorCodes.TryAgainLater)
-    ) {
+    const mapped = dsError instanceof CniError || IpamError.is(dsError) || WorkloadError.is(dsError);
+    const retry = mapped && toCniError(dsError).code === ErrorCodes.TryAgainLater;
+    if (DatastoreError.is(dsError, 'Unavailable') || retry) {
       throw new CniError(
         ErrorCodes.TryAgainLater,
         `local teardown ${teardownError ? 'failed' : 'done'}, but the datastore is unreachable so the addresses and ` +

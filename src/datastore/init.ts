@@ -1,12 +1,13 @@
 // ClusterInformation "default": the marker that a datastore has been set up
 // for netplugin, and the cluster version `netpluginctl version` reports. Called
 // by `netpluginctl datastore init`, `install-cni --init-datastore` and the node
-// agent at start, so every step is idempotent and safe to race.
+// agent at start, so every step is idempotent and safe to race. It lives with
+// the datastore because both the CLI and the agent call it.
 import { randomBytes } from 'node:crypto';
-import { casRetry } from '../datastore/cas.js';
+import { casRetry } from './cas.js';
 import { API_VERSION, type ClusterInformationSpec, type Resource } from '../model/resources.js';
-import type { Datastore } from '../datastore/types.js';
-import { compareVersions, NETPLUGIN_VERSION } from './version.js';
+import type { Datastore } from './types.js';
+import { compareVersions, NETPLUGIN_VERSION } from '../release.js';
 
 interface InitDatastoreOptions {
   /** Cluster types to record (e.g. "k8s,bgp" or ["k8s","bgp"]); merged with those already stored. */
