@@ -28,29 +28,51 @@ afterAll(async () => {
   await etcd?.stop();
 });
 
-/** The real store, with its watch events held back while `hold()` is on (a slow watch). */
-function slowWatch(ds: Datastore): Datastore & { hold(): void; release(): void } {
+type SlowWatch = Datastore & { hold(): void; release(): void; releaseOnFailedTxn: boolean };
+
+/**
+ * The real store, with its watch events held back while `hold()` is on (a slow
+ * watch). With `releaseOnFailedTxn`, a failed transaction first lets the held
+ * events through: the watch catches up while the transaction is in flight.
+ */
+function slowWatch(ds: Datastore): SlowWatch {
   let held: Array<() => void> | undefined;
+  let releaseOnFailedTxn = false;
   const watch: Datastore['watch'] = (kind, o, onEvent) =>
     ds.watch(kind, o, (ev: WatchEvent<typeof kind>) => {
       if (held) held.push(() => onEvent(ev));
       else onEvent(ev);
     });
+  const release = () => {
+    const h = held ?? [];
+    held = undefined;
+    for (const f of h) f();
+  };
   return new Proxy(ds, {
+    set(target, prop, value, receiver) {
+      if (prop !== 'releaseOnFailedTxn') return Reflect.set(target, prop, value, receiver);
+      releaseOnFailedTxn = value === true;
+      return true;
+    },
     get(target, prop, receiver) {
       if (prop === 'watch') return watch;
       if (prop === 'hold') return () => void (held ??= []);
-      if (prop === 'release') {
-        return () => {
-          const h = held ?? [];
-          held = undefined;
-          for (const f of h) f();
+      if (prop === 'release') return release;
+      if (prop === 'releaseOnFailedTxn') return releaseOnFailedTxn;
+      if (prop === 'txn') {
+        return async (...a: Parameters<Datastore['txn']>) => {
+          try {
+            return await target.txn(...a);
+          } catch (e) {
+            if (releaseOnFailedTxn) release();
+            throw e;
+          }
         };
       }
       const v = Reflect.get(target, prop, receiver) as unknown;
       return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
     },
-  }) as Datastore & { hold(): void; release(): void };
+  }) as SlowWatch;
 }
 
 async function until(what: string, fn: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> {
@@ -252,6 +274,33 @@ describe('IPAM through the agent read cache (etcd)', () => {
       await other.update({ ...now, spec: { ...now.spec, datastoreReady: true } });
     }
     await expect(other.get('IPAMHandle', r.handleID)).rejects.toThrow(/not found/);
+    await consistent(other);
+  });
+
+  it('an object dropped by a failed guard after the watch brought its last change is read again, never "missing"', async () => {
+    const { cache, slow, other } = await withPool('cache-drop', '10.101.0.0/26');
+    const ipam = createIpam(cache, { lock: 'none', batch: true });
+    await ipam.assign(request('cd1', 'cache-drop'));
+    slow.hold();
+    const ci = await other.get('ClusterInformation', 'default');
+    const changed = await other.update({ ...ci, metadata: { ...ci.metadata, labels: { ...ci.metadata.labels, drop: 'yes' } } });
+    // The transaction compares the revision the cache had; the watch brings the change while it is in flight.
+    slow.releaseOnFailedTxn = true;
+    try {
+      await expect(ipam.assign(request('cd1', 'cache-drop'))).rejects.toThrow(/changed since this request read it/);
+    } finally {
+      slow.releaseOnFailedTxn = false;
+      slow.release();
+    }
+    // The object does not change again, so no watch event will bring it back: wait out the post-failure bypass.
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(changed.metadata.resourceVersion);
+    expect((await cache.list('ClusterInformation')).items.map((o) => o.metadata.name)).toEqual(['default']);
+    // Settled from that read: served from memory again, and the next assignment goes through.
+    const hits = cache.stats!.hits;
+    expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(changed.metadata.resourceVersion);
+    expect(cache.stats!.hits).toBe(hits + 1);
+    await ipam.assign(request('cd1', 'cache-drop'));
     await consistent(other);
   });
 });
