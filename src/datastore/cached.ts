@@ -259,6 +259,8 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
       c.objects.delete(key);
       // Until the watch shows the delete, an event it still owes us could bring the object back.
       c.bypass.set(key, { until: Date.now() + BYPASS_MS, untilDeleted: true });
+      // And when it showed the delete, and a re-creation, before we got here, nothing will: unknown, not absent.
+      c.unknown.set(key, Symbol(key));
       return;
     }
     const c = cacheOf(op.res.kind);

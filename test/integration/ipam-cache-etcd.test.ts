@@ -28,16 +28,17 @@ afterAll(async () => {
   await etcd?.stop();
 });
 
-type SlowWatch = Datastore & { hold(): void; release(): void; releaseOnFailedTxn: boolean };
+type AfterTxn = ((failed: boolean) => void | Promise<void>) | undefined;
+type SlowWatch = Datastore & { hold(): void; release(): void; held(): number; afterTxn: AfterTxn };
 
 /**
  * The real store, with its watch events held back while `hold()` is on (a slow
- * watch). With `releaseOnFailedTxn`, a failed transaction first lets the held
- * events through: the watch catches up while the transaction is in flight.
+ * watch). `afterTxn` runs when a transaction has been applied or refused and
+ * before the caller hears of it: what the store and the watch do meanwhile.
  */
 function slowWatch(ds: Datastore): SlowWatch {
   let held: Array<() => void> | undefined;
-  let releaseOnFailedTxn = false;
+  let afterTxn: AfterTxn;
   const watch: Datastore['watch'] = (kind, o, onEvent) =>
     ds.watch(kind, o, (ev: WatchEvent<typeof kind>) => {
       if (held) held.push(() => onEvent(ev));
@@ -50,23 +51,27 @@ function slowWatch(ds: Datastore): SlowWatch {
   };
   return new Proxy(ds, {
     set(target, prop, value, receiver) {
-      if (prop !== 'releaseOnFailedTxn') return Reflect.set(target, prop, value, receiver);
-      releaseOnFailedTxn = value === true;
+      if (prop !== 'afterTxn') return Reflect.set(target, prop, value, receiver);
+      afterTxn = value as AfterTxn;
       return true;
     },
     get(target, prop, receiver) {
       if (prop === 'watch') return watch;
       if (prop === 'hold') return () => void (held ??= []);
       if (prop === 'release') return release;
-      if (prop === 'releaseOnFailedTxn') return releaseOnFailedTxn;
+      if (prop === 'held') return () => held?.length ?? 0;
+      if (prop === 'afterTxn') return afterTxn;
       if (prop === 'txn') {
         return async (...a: Parameters<Datastore['txn']>) => {
+          let out: Awaited<ReturnType<Datastore['txn']>>;
           try {
-            return await target.txn(...a);
+            out = await target.txn(...a);
           } catch (e) {
-            if (releaseOnFailedTxn) release();
+            await afterTxn?.(true);
             throw e;
           }
+          await afterTxn?.(false);
+          return out;
         };
       }
       const v = Reflect.get(target, prop, receiver) as unknown;
@@ -285,11 +290,11 @@ describe('IPAM through the agent read cache (etcd)', () => {
     const ci = await other.get('ClusterInformation', 'default');
     const changed = await other.update({ ...ci, metadata: { ...ci.metadata, labels: { ...ci.metadata.labels, drop: 'yes' } } });
     // The transaction compares the revision the cache had; the watch brings the change while it is in flight.
-    slow.releaseOnFailedTxn = true;
+    slow.afterTxn = (failed) => (failed ? slow.release() : undefined);
     try {
       await expect(ipam.assign(request('cd1', 'cache-drop'))).rejects.toThrow(/changed since this request read it/);
     } finally {
-      slow.releaseOnFailedTxn = false;
+      slow.afterTxn = undefined;
       slow.release();
     }
     // The object does not change again, so no watch event will bring it back: wait out the post-failure bypass.
@@ -302,5 +307,32 @@ describe('IPAM through the agent read cache (etcd)', () => {
     expect(cache.stats!.hits).toBe(hits + 1);
     await ipam.assign(request('cd1', 'cache-drop'));
     await consistent(other);
+  });
+
+  it('an object re-created by another writer before our delete is written through stays readable', async () => {
+    const { cache, slow, other } = await withPool('cache-recreate', '10.102.0.0/26');
+    const probe = { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'recreate-probe' }, spec: { cidr: '10.103.0.0/24' } } as Resource<'IPPool'>;
+    await other.create(probe);
+    await until('the object is seen', async () => (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'recreate-probe'));
+    slow.hold();
+    let again: Resource | undefined;
+    // Between our delete and its write-through: another writer re-creates it, and the watch delivers both.
+    slow.afterTxn = async () => {
+      slow.afterTxn = undefined;
+      again = await other.create(probe);
+      await until('the watch has both events', () => slow.held() >= 2);
+      slow.release();
+    };
+    try {
+      await cache.txn([{ op: 'delete', kind: 'IPPool', name: 'recreate-probe' }]);
+    } finally {
+      slow.afterTxn = undefined;
+      slow.release();
+    }
+    // Past the bypass that follows our own delete, no event will mention the object again.
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect((await cache.get('IPPool', 'recreate-probe')).metadata.resourceVersion).toBe(again!.metadata.resourceVersion);
+    expect((await cache.list('IPPool')).items.some((p) => p.metadata.name === 'recreate-probe')).toBe(true);
+    await other.delete('IPPool', 'recreate-probe');
   });
 });
