@@ -209,7 +209,15 @@ export function cachedDatastore(
   };
 
   for (const kind of CACHED_KINDS) {
-    const c: KindCache = { objects: new Map(), synced: false, revision: '', bypass: new Map(), unknown: new Map(), gen: 0, backoff: firstBackoff };
+    const c: KindCache = {
+      objects: new Map(),
+      synced: false,
+      revision: '',
+      bypass: new Map(),
+      unknown: new Map(),
+      gen: 0,
+      backoff: firstBackoff,
+    };
     caches.set(kind, c);
     void relist(kind, c);
   }
@@ -235,7 +243,11 @@ export function cachedDatastore(
     if (obj) put(c, structuredClone(obj));
   };
   /** A list from the store; a whole-kind list settles every unknown key. */
-  const listThrough = async <K extends Kind>(kind: K, c: KindCache | undefined, o: ListOptions & CallOptions = {}): Promise<ListResult<K>> => {
+  const listThrough = async <K extends Kind>(
+    kind: K,
+    c: KindCache | undefined,
+    o: ListOptions & CallOptions = {},
+  ): Promise<ListResult<K>> => {
     const whole = c && c.unknown.size > 0 && !o.labelSelector && o.namespace === undefined && !o.namePrefix;
     const tokens = whole ? new Map(c.unknown) : undefined;
     const listed = await ds.list(kind, o);

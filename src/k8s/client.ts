@@ -505,7 +505,13 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
     for (const sockets of Object.values(agent.freeSockets)) for (const s of sockets ?? []) s.destroy();
   };
 
-  function request<T>(method: string, path: string, body?: unknown, ro: RequestOptions = {}, resend = mayResend(method)): Promise<T> {
+  function request<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    ro: RequestOptions = {},
+    resend = mayResend(method),
+  ): Promise<T> {
     const timeoutMs = ro.timeoutMs ?? defaultTimeout;
     const deadline = Date.now() + timeoutMs;
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
@@ -571,7 +577,9 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
           settled = true;
           clearTimeout(timer);
           dropIdleConnections();
-          return resolve(request<T>(method, path, body, { ...ro, timeoutMs: Math.max(1, deadline - Date.now()) }, false));
+          return resolve(
+            request<T>(method, path, body, { ...ro, timeoutMs: Math.max(1, deadline - Date.now()) }, false),
+          );
         }
         fail(networkError(creds, e));
       });

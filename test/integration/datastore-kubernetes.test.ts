@@ -273,7 +273,12 @@ describe('kubernetes backend specifics', () => {
   });
 
   it('sends a read once more on a fresh connection when the server reset the kept-alive one it reused; never a write', async () => {
-    const pool = { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'reset-reused' }, spec: { cidr: '10.8.0.0/16' } } as const;
+    const pool = {
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'reset-reused' },
+      spec: { cidr: '10.8.0.0/16' },
+    } as const;
     try {
       await ds.list('IPPool'); // leaves an idle kept-alive connection
       server.resetReused(1);

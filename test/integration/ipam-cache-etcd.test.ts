@@ -347,7 +347,10 @@ describe('IPAM through the agent read cache (etcd)', () => {
     await ipam.assign(request('cd1', 'cache-drop'));
     slow.hold();
     const ci = await other.get('ClusterInformation', 'default');
-    const changed = await other.update({ ...ci, metadata: { ...ci.metadata, labels: { ...ci.metadata.labels, drop: 'yes' } } });
+    const changed = await other.update({
+      ...ci,
+      metadata: { ...ci.metadata, labels: { ...ci.metadata.labels, drop: 'yes' } },
+    });
     // The transaction compares the revision the cache had; the watch brings the change while it is in flight.
     slow.afterTxn = (failed) => (failed ? slow.release() : undefined);
     try {
@@ -358,11 +361,15 @@ describe('IPAM through the agent read cache (etcd)', () => {
     }
     // The object does not change again, so no watch event will bring it back: wait out the post-failure bypass.
     await new Promise((r) => setTimeout(r, 2_500));
-    expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(changed.metadata.resourceVersion);
+    expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(
+      changed.metadata.resourceVersion,
+    );
     expect((await cache.list('ClusterInformation')).items.map((o) => o.metadata.name)).toEqual(['default']);
     // Settled from that read: served from memory again, and the next assignment goes through.
     const hits = cache.stats!.hits;
-    expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(changed.metadata.resourceVersion);
+    expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(
+      changed.metadata.resourceVersion,
+    );
     expect(cache.stats!.hits).toBe(hits + 1);
     await ipam.assign(request('cd1', 'cache-drop'));
     await consistent(other);
@@ -370,9 +377,16 @@ describe('IPAM through the agent read cache (etcd)', () => {
 
   it('an object re-created by another writer before our delete is written through stays readable', async () => {
     const { cache, slow, other } = await withPool('cache-recreate', '10.102.0.0/26');
-    const probe = { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'recreate-probe' }, spec: { cidr: '10.103.0.0/24' } } as Resource<'IPPool'>;
+    const probe = {
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'recreate-probe' },
+      spec: { cidr: '10.103.0.0/24' },
+    } as Resource<'IPPool'>;
     await other.create(probe);
-    await until('the object is seen', async () => (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'recreate-probe'));
+    await until('the object is seen', async () =>
+      (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'recreate-probe'),
+    );
     slow.hold();
     let again: Resource | undefined;
     // Between our delete and its write-through: another writer re-creates it, and the watch delivers both.
@@ -390,7 +404,9 @@ describe('IPAM through the agent read cache (etcd)', () => {
     }
     // Past the bypass that follows our own delete, no event will mention the object again.
     await new Promise((r) => setTimeout(r, 2_500));
-    expect((await cache.get('IPPool', 'recreate-probe')).metadata.resourceVersion).toBe(again!.metadata.resourceVersion);
+    expect((await cache.get('IPPool', 'recreate-probe')).metadata.resourceVersion).toBe(
+      again!.metadata.resourceVersion,
+    );
     expect((await cache.list('IPPool')).items.some((p) => p.metadata.name === 'recreate-probe')).toBe(true);
     await other.delete('IPPool', 'recreate-probe');
   });
