@@ -71,9 +71,9 @@ interface KindCache {
   /** key -> until when reads go to the store, and whether only a DELETED event ends it. */
   bypass: Map<string, { until: number; untilDeleted: boolean }>;
   /**
-   * Keys dropped after a failed guard. Their absence from `objects` says
-   * nothing: the store has them, and when the watch already delivered their
-   * last change it never mentions them again. Reads of them (and lists) go to
+   * Keys dropped after a failed guard or our own delete. Their absence from
+   * `objects` says nothing: the store may have them, and when the watch already
+   * delivered their last change it never mentions them again. Reads of them (and lists) go to
    * the store until a watch event, a re-list or such a read settles them; the
    * token tells a read that nothing settled the key while it was under way.
    */
