@@ -7,7 +7,10 @@
 // Why a stale entry is safe (docs/ipam.md, "The agent's read cache"): every
 // write is guarded by the revision it was computed from, so a decision made on
 // a stale block, affinity or config fails its compare and is retried; the
-// failed compare drops the entry, so the retry reads the store. The one read
+// failed compare drops the entry, so the retry reads the store (and so does
+// every later read of it, until the watch or a store read brings it back: an
+// object whose last change the watch delivered before the drop would otherwise
+// read as missing for good). The one read
 // that no write would compare is the pool an address comes from: a deleted
 // pool whose blocks are still there would let the block's compare succeed. So
 // a transaction that takes addresses in a block also checks the block's pool
@@ -67,6 +70,16 @@ interface KindCache {
   watch?: Watch | undefined;
   /** key -> until when reads go to the store, and whether only a DELETED event ends it. */
   bypass: Map<string, { until: number; untilDeleted: boolean }>;
+  /**
+   * Keys dropped after a failed guard or our own delete. Their absence from
+   * `objects` says nothing: the store may have them, and when the watch already
+   * delivered their last change it never mentions them again. Reads of them (and lists) go to
+   * the store until a watch event, a re-list or such a read settles them; the
+   * token tells a read that nothing settled the key while it was under way.
+   */
+  unknown: Map<string, symbol>;
+  /** Which list's watch may feed `objects` (a stopped watch's late event must not). */
+  gen: number;
   backoff: number;
   timer?: NodeJS.Timeout | undefined;
 }
@@ -141,6 +154,7 @@ export function cachedDatastore(
     if (ev.type === 'ERROR') return;
     const key = resKey(ev.object);
     const cur = c.objects.get(key);
+    c.unknown.delete(key);
     if (ev.type === 'DELETED') {
       // The event carries the object as it was before the delete: a newer one of ours stays.
       if (cur && rev(cur) <= rev(ev.object)) c.objects.delete(key);
@@ -153,6 +167,7 @@ export function cachedDatastore(
 
   const schedule = (kind: Kind, c: KindCache, why: Error | undefined): void => {
     c.synced = false;
+    c.gen++;
     c.watch?.stop();
     c.watch = undefined;
     if (closed) return;
@@ -180,9 +195,11 @@ export function cachedDatastore(
     for (const [k, o] of c.objects) if (rev(o) > listRev && rev(o) > rev(fresh.get(k))) fresh.set(k, o);
     c.objects = fresh;
     c.bypass.clear();
+    c.unknown.clear();
     c.revision = listed.revision;
+    const gen = ++c.gen;
     c.watch = ds.watch(kind, { revision: listed.revision }, (ev) => {
-      if (closed || !c.watch) return;
+      if (closed || !c.watch || c.gen !== gen) return;
       if (ev.type === 'ERROR') return schedule(kind, c, ev.error);
       c.backoff = firstBackoff;
       if (ev.object.metadata.resourceVersion) c.revision = ev.object.metadata.resourceVersion;
@@ -192,7 +209,15 @@ export function cachedDatastore(
   };
 
   for (const kind of CACHED_KINDS) {
-    const c: KindCache = { objects: new Map(), synced: false, revision: '', bypass: new Map(), backoff: firstBackoff };
+    const c: KindCache = {
+      objects: new Map(),
+      synced: false,
+      revision: '',
+      bypass: new Map(),
+      unknown: new Map(),
+      gen: 0,
+      backoff: firstBackoff,
+    };
     caches.set(kind, c);
     void relist(kind, c);
   }
@@ -205,6 +230,32 @@ export function cachedDatastore(
     const key = keyOf(name, namespace);
     c.objects.delete(key);
     c.bypass.set(key, { until: Date.now() + BYPASS_MS, untilDeleted: false });
+    c.unknown.set(key, Symbol(key));
+  };
+  /**
+   * A store read of a key the cache does not know settles it, unless the
+   * watch or a re-list spoke meanwhile: the watch brings every change after
+   * the read, and put() keeps the newer of the two.
+   */
+  const settle = (c: KindCache, key: string, token: symbol | undefined, obj: Resource | undefined): void => {
+    if (!token || c.unknown.get(key) !== token) return;
+    c.unknown.delete(key);
+    if (obj) put(c, structuredClone(obj));
+  };
+  /** A list from the store; a whole-kind list settles every unknown key. */
+  const listThrough = async <K extends Kind>(
+    kind: K,
+    c: KindCache | undefined,
+    o: ListOptions & CallOptions = {},
+  ): Promise<ListResult<K>> => {
+    const whole = c && c.unknown.size > 0 && !o.labelSelector && o.namespace === undefined && !o.namePrefix;
+    const tokens = whole ? new Map(c.unknown) : undefined;
+    const listed = await ds.list(kind, o);
+    if (c && tokens) {
+      const byKey = new Map<string, Resource>(listed.items.map((r) => [resKey(r), r]));
+      for (const [k, t] of tokens) settle(c, k, t, byKey.get(k));
+    }
+    return listed;
   };
   const invalidateOp = (op: TxnOp): void => {
     if ('res' in op) invalidate(op.res.kind, op.res.metadata.name, op.res.metadata.namespace || undefined);
@@ -229,6 +280,8 @@ export function cachedDatastore(
       c.objects.delete(key);
       // Until the watch shows the delete, an event it still owes us could bring the object back.
       c.bypass.set(key, { until: Date.now() + BYPASS_MS, untilDeleted: true });
+      // And when it showed the delete, and a re-creation, before we got here, nothing will: unknown, not absent.
+      c.unknown.set(key, Symbol(key));
       return;
     }
     const c = cacheOf(op.res.kind);
@@ -259,9 +312,9 @@ export function cachedDatastore(
     });
     if (!taking.length) return [];
     const pc = live('IPPool');
-    const fromCache = pc && ![...pc.bypass.keys()].some((k) => bypassed(pc, k));
+    const fromCache = pc && !pc.unknown.size && ![...pc.bypass.keys()].some((k) => bypassed(pc, k));
     if (!pc) return []; // not synced yet: the caller read its pools from the store
-    const pools = fromCache ? [...pc.objects.values()] : (await ds.list('IPPool')).items;
+    const pools = fromCache ? [...pc.objects.values()] : (await listThrough('IPPool', pc)).items;
     const out: Array<{ op: TxnOp; guards: number }> = [];
     const seen = new Set(ops.map(opIdentity));
     const add = (op: TxnOp, guards: number) => {
@@ -320,9 +373,18 @@ export function cachedDatastore(
       }
       const c = o?.fresh ? undefined : live(kind);
       const key = keyOf(name, namespace);
-      if (!c || bypassed(c, key)) {
-        if (c) stats.misses++;
-        return ds.get(kind, name, namespace, o);
+      const token = c?.unknown.get(key);
+      if (!c || token || bypassed(c, key)) {
+        if (!c) return ds.get(kind, name, namespace, o);
+        stats.misses++;
+        try {
+          const obj = await ds.get(kind, name, namespace, o);
+          settle(c, key, token, obj);
+          return obj;
+        } catch (e) {
+          if (DatastoreError.is(e, 'NotFound')) settle(c, key, token, undefined);
+          throw e;
+        }
       }
       stats.hits++;
       const obj = c.objects.get(key);
@@ -331,9 +393,9 @@ export function cachedDatastore(
     },
     async list<K extends Kind>(kind: K, o: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
       const c = o.fresh ? undefined : live(kind);
-      if (!c || o.labelSelector || [...c.bypass.keys()].some((k) => bypassed(c, k))) {
+      if (!c || o.labelSelector || c.unknown.size || [...c.bypass.keys()].some((k) => bypassed(c, k))) {
         if (c) stats.misses++;
-        return ds.list(kind, o);
+        return listThrough(kind, c, o);
       }
       stats.hits++;
       const items = [...c.objects.values()]

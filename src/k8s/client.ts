@@ -496,11 +496,30 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
     return h;
   };
 
-  function request<T>(method: string, path: string, body?: unknown, ro: RequestOptions = {}): Promise<T> {
+  /**
+   * A kept-alive connection that the server closed for idleness just as we
+   * reused it fails the request before any answer (ECONNRESET, EPIPE). A read
+   * is then sent once more, on a fresh connection: the idle ones are as old as
+   * the failed one, so they go first. A write is not: it may have been applied.
+   */
+  const mayResend = (method: string) => method === 'GET' || method === 'HEAD';
+  const dropIdleConnections = () => {
+    for (const sockets of Object.values(agent.freeSockets)) for (const s of sockets ?? []) s.destroy();
+  };
+
+  function request<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    ro: RequestOptions = {},
+    resend = mayResend(method),
+  ): Promise<T> {
     const timeoutMs = ro.timeoutMs ?? defaultTimeout;
+    const deadline = Date.now() + timeoutMs;
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     return new Promise<T>((resolve, reject) => {
       let settled = false;
+      let answered = false;
       const fail = (e: DatastoreError) => {
         if (settled) return;
         settled = true;
@@ -519,6 +538,7 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
           headers: headers(payload ? (ro.contentType ?? 'application/json') : undefined, payload?.length),
         },
         (res: IncomingMessage) => {
+          answered = true;
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
           res.on('error', (e) => fail(networkError(creds, e)));
@@ -554,7 +574,17 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
           ),
         timeoutMs,
       );
-      req.on('error', (e: NodeJS.ErrnoException) => fail(networkError(creds, e)));
+      req.on('error', (e: NodeJS.ErrnoException) => {
+        if (resend && !settled && !answered && req.reusedSocket && (e.code === 'ECONNRESET' || e.code === 'EPIPE')) {
+          settled = true;
+          clearTimeout(timer);
+          dropIdleConnections();
+          return resolve(
+            request<T>(method, path, body, { ...ro, timeoutMs: Math.max(1, deadline - Date.now()) }, false),
+          );
+        }
+        fail(networkError(creds, e));
+      });
       req.end(payload);
     });
   }

@@ -272,6 +272,27 @@ describe('kubernetes backend specifics', () => {
     expect(e.message).toContain('spec.allocations');
   });
 
+  it('sends a read once more on a fresh connection when the server reset the kept-alive one it reused; never a write', async () => {
+    const pool = {
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'reset-reused' },
+      spec: { cidr: '10.8.0.0/16' },
+    } as const;
+    try {
+      await ds.list('IPPool'); // leaves an idle kept-alive connection
+      server.resetReused(1);
+      expect((await ds.list('IPPool')).items.some((p) => p.metadata.name === 'reset-reused')).toBe(false);
+      server.resetReused(1);
+      const e = (await ds.create(pool).catch((x: unknown) => x)) as DatastoreError;
+      expect(e.kind).toBe('Unavailable');
+      expect(e.message).toMatch(/ECONNRESET|socket hang up/);
+      await expect(ds.get('IPPool', 'reset-reused')).rejects.toMatchObject({ kind: 'NotFound' });
+    } finally {
+      server.resetReused(0);
+    }
+  });
+
   it('classifies throttling, server errors, missing and refused credentials', async () => {
     server.failNext(1, 429);
     const t = (await ds.get('IPPool', 'x').catch((x: unknown) => x)) as DatastoreError;

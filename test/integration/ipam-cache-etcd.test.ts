@@ -33,29 +33,56 @@ afterAll(async () => {
   await etcd?.stop();
 });
 
-/** The real store, with its watch events held back while `hold()` is on (a slow watch). */
-function slowWatch(ds: Datastore): Datastore & { hold(): void; release(): void } {
+type AfterTxn = ((failed: boolean) => void | Promise<void>) | undefined;
+type SlowWatch = Datastore & { hold(): void; release(): void; held(): number; afterTxn: AfterTxn };
+
+/**
+ * The real store, with its watch events held back while `hold()` is on (a slow
+ * watch). `afterTxn` runs when a transaction has been applied or refused and
+ * before the caller hears of it: what the store and the watch do meanwhile.
+ */
+function slowWatch(ds: Datastore): SlowWatch {
   let held: Array<() => void> | undefined;
+  let afterTxn: AfterTxn;
   const watch: Datastore['watch'] = (kind, o, onEvent) =>
     ds.watch(kind, o, (ev: WatchEvent<typeof kind>) => {
       if (held) held.push(() => onEvent(ev));
       else onEvent(ev);
     });
+  const release = () => {
+    const h = held ?? [];
+    held = undefined;
+    for (const f of h) f();
+  };
   return new Proxy(ds, {
+    set(target, prop, value, receiver) {
+      if (prop !== 'afterTxn') return Reflect.set(target, prop, value, receiver);
+      afterTxn = value as AfterTxn;
+      return true;
+    },
     get(target, prop, receiver) {
       if (prop === 'watch') return watch;
       if (prop === 'hold') return () => void (held ??= []);
-      if (prop === 'release') {
-        return () => {
-          const h = held ?? [];
-          held = undefined;
-          for (const f of h) f();
+      if (prop === 'release') return release;
+      if (prop === 'held') return () => held?.length ?? 0;
+      if (prop === 'afterTxn') return afterTxn;
+      if (prop === 'txn') {
+        return async (...a: Parameters<Datastore['txn']>) => {
+          let out: Awaited<ReturnType<Datastore['txn']>>;
+          try {
+            out = await target.txn(...a);
+          } catch (e) {
+            await afterTxn?.(true);
+            throw e;
+          }
+          await afterTxn?.(false);
+          return out;
         };
       }
       const v = Reflect.get(target, prop, receiver) as unknown;
       return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
     },
-  }) as Datastore & { hold(): void; release(): void };
+  }) as SlowWatch;
 }
 
 async function until(what: string, fn: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> {
@@ -312,5 +339,75 @@ describe('IPAM through the agent read cache (etcd)', () => {
     }
     await expect(other.get('IPAMHandle', r.handleID)).rejects.toThrow(/not found/);
     await consistent(other);
+  });
+
+  it('an object dropped by a failed guard after the watch brought its last change is read again, never "missing"', async () => {
+    const { cache, slow, other } = await withPool('cache-drop', '10.101.0.0/26');
+    const ipam = createIpam(cache, { lock: 'none', batch: true });
+    await ipam.assign(request('cd1', 'cache-drop'));
+    slow.hold();
+    const ci = await other.get('ClusterInformation', 'default');
+    const changed = await other.update({
+      ...ci,
+      metadata: { ...ci.metadata, labels: { ...ci.metadata.labels, drop: 'yes' } },
+    });
+    // The transaction compares the revision the cache had; the watch brings the change while it is in flight.
+    slow.afterTxn = (failed) => (failed ? slow.release() : undefined);
+    try {
+      await expect(ipam.assign(request('cd1', 'cache-drop'))).rejects.toThrow(/changed since this request read it/);
+    } finally {
+      slow.afterTxn = undefined;
+      slow.release();
+    }
+    // The object does not change again, so no watch event will bring it back: wait out the post-failure bypass.
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(
+      changed.metadata.resourceVersion,
+    );
+    expect((await cache.list('ClusterInformation')).items.map((o) => o.metadata.name)).toEqual(['default']);
+    // Settled from that read: served from memory again, and the next assignment goes through.
+    const hits = cache.stats!.hits;
+    expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(
+      changed.metadata.resourceVersion,
+    );
+    expect(cache.stats!.hits).toBe(hits + 1);
+    await ipam.assign(request('cd1', 'cache-drop'));
+    await consistent(other);
+  });
+
+  it('an object re-created by another writer before our delete is written through stays readable', async () => {
+    const { cache, slow, other } = await withPool('cache-recreate', '10.102.0.0/26');
+    const probe = {
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'recreate-probe' },
+      spec: { cidr: '10.103.0.0/24' },
+    } as Resource<'IPPool'>;
+    await other.create(probe);
+    await until('the object is seen', async () =>
+      (await cache.list('IPPool')).items.some((p) => p.metadata.name === 'recreate-probe'),
+    );
+    slow.hold();
+    let again: Resource | undefined;
+    // Between our delete and its write-through: another writer re-creates it, and the watch delivers both.
+    slow.afterTxn = async () => {
+      slow.afterTxn = undefined;
+      again = await other.create(probe);
+      await until('the watch has both events', () => slow.held() >= 2);
+      slow.release();
+    };
+    try {
+      await cache.txn([{ op: 'delete', kind: 'IPPool', name: 'recreate-probe' }]);
+    } finally {
+      slow.afterTxn = undefined;
+      slow.release();
+    }
+    // Past the bypass that follows our own delete, no event will mention the object again.
+    await new Promise((r) => setTimeout(r, 2_500));
+    expect((await cache.get('IPPool', 'recreate-probe')).metadata.resourceVersion).toBe(
+      again!.metadata.resourceVersion,
+    );
+    expect((await cache.list('IPPool')).items.some((p) => p.metadata.name === 'recreate-probe')).toBe(true);
+    await other.delete('IPPool', 'recreate-probe');
   });
 });
