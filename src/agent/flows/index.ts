@@ -12,7 +12,8 @@ import type { FlowLogRules } from '../policy/compile.js';
 import type { FlowRecord } from '../../flows/record.js';
 import { FlowAggregator, type PendingEvaluator, type ResolvedEndpoint } from './aggregate.js';
 import { DEFAULT_FLOW_LOG_GROUP } from './tags.js';
-import type { EndpointInput } from '../../model/policy-eval.js';
+import { endpointViews, type EndpointInput, type EndpointView, type ProfileInput } from '../../model/policy-eval.js';
+import { pendingTrace } from '../../model/staged.js';
 
 export const DEFAULT_FLUSH_INTERVAL_MS = 15_000;
 /** Tag samples per pod interface and direction: a flood costs the agent at most this many a second per pod. */
@@ -61,6 +62,38 @@ function endpointIndex(controller: () => PolicyController | undefined): (addr: s
       }
     }
     return index.get(addr);
+  };
+}
+
+/** Protocols whose flows have a destination port the rules match (the others' destPort is not one). */
+const PORT_PROTOCOLS = new Set([6, 17, 132, 136]);
+
+/**
+ * The pending trace of each reported flow: what the policies would decide with the staged changes
+ * applied (src/model/staged.ts), from the controller's endpoints, profiles and pending policies.
+ * Empty while no staged policy exists. The views are rebuilt when the endpoints or profiles change,
+ * so evaluateFlow's per-view memo holds between flows.
+ */
+export function pendingEvaluator(controller: () => PolicyController | undefined): PendingEvaluator {
+  let seen: { endpoints: EndpointInput[]; profiles: Map<string, ProfileInput> } | undefined;
+  let views = new Map<string, EndpointView>();
+  return (flow) => {
+    const c = controller();
+    const pending = c?.pending();
+    if (!c || !pending) return [];
+    const { endpoints, profiles } = c.inputs();
+    if (seen?.endpoints !== endpoints || seen.profiles !== profiles) {
+      seen = { endpoints, profiles };
+      views = new Map();
+      for (const v of endpointViews(endpoints, profiles)) for (const a of v.addrs) views.set(a, v);
+    }
+    return pendingTrace(pending, profiles, {
+      reporter: flow.reporter,
+      source: { addr: flow.sourceAddr, endpoint: views.get(flow.sourceAddr) },
+      dest: { addr: flow.destAddr, endpoint: views.get(flow.destAddr) },
+      protocol: flow.protocol,
+      ...(PORT_PROTOCOLS.has(flow.protocol) ? { port: flow.destPort } : {}),
+    });
   };
 }
 

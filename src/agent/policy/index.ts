@@ -76,7 +76,7 @@ export async function startPolicyAgent(
           nodename,
           log,
           base,
-          ...(flowRules ? { flowLog: flowRules } : {}),
+          ...(flowRules ? { flowLog: flowRules, staged: true } : {}),
           ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}),
           onInterfaceConflict: (c) => {
             opts.onInterfaceConflict?.(c);
@@ -94,10 +94,15 @@ export async function startPolicyAgent(
         if (opts.onApplied) controller.onApplied(opts.onApplied);
         log.info('policy: controller started', { nodename });
         if (opts.flows && !flowLogs) {
-          const { startFlowLogs } = await import('../flows/index.js');
+          const { startFlowLogs, pendingEvaluator } = await import('../flows/index.js');
           // Flow logs must never cost enforcement: a failure to start them is logged only.
           try {
-            flowLogs = await startFlowLogs({ ...opts.flows, rules: flowRules! }, { node: nodename, log, controller: () => controller });
+            flowLogs = await startFlowLogs({ ...opts.flows, rules: flowRules! }, {
+              node: nodename,
+              log,
+              controller: () => controller,
+              pending: pendingEvaluator(() => controller),
+            });
           } catch (e) {
             log.error('flow logs: cannot start; policy is enforced without them', { error: (e as Error).message });
           }
