@@ -16,7 +16,7 @@ import { makeCert, type CertPair } from '../support/certs.js';
 import { flowsPki, startFlows, type FlowsPki, type FlowsProcess } from '../support/flows.js';
 import { freePort } from '../support/etcd.js';
 import { NODE } from '../support/plugin-harness.js';
-import { addPod, applyK8sPolicy, probeFrom, putObject, startPolicyEnv, type PolicyEnv, type Pod } from '../support/policy-harness.js';
+import { addPod, applyK8sPolicy, probeFrom, putObject, startPolicyAgent, startPolicyEnv, type PolicyEnv, type Pod } from '../support/policy-harness.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { ROOT } from '../support/cni.js';
 
@@ -219,5 +219,35 @@ describe('flow logs from the node', () => {
     await untilAfter('a→b without a pending trace after the staged policy went', async () => {
       expect(await connect(a, b.ip, 1)).toEqual([true]);
     }, (fl) => started(fl, unstaged) > before || undefined);
+  });
+  it('takes the aggregator and interval from the AgentConfiguration without the flags, and follows its changes', async () => {
+    // The agent again, with the TLS files only: flow logs wait for an aggregator from the datastore.
+    await env.agent.stop();
+    env.agent = await startPolicyAgent(env, ['--flow-tls-cert', agentCert.cert, '--flow-tls-key', agentCert.key, '--flow-tls-ca', pki.ca.cert]);
+    const pred = (f: Flow) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow';
+    const before = started(await flows(), pred);
+    const spec = { flowLogsAggregator: `https://127.0.0.1:${collectorPort}`, flowLogsFlushInterval: '1s' };
+    await putObject(env, { apiVersion: API_VERSION, kind: 'AgentConfiguration', metadata: { name: `node.${NODE}` }, spec });
+    await untilAfter('a→b reported to the AgentConfiguration\'s aggregator', async () => {
+      expect(await connect(a, b.ip, 1)).toEqual([true]);
+    }, (fl) => started(fl, pred) > before || undefined);
+    // Another aggregator named there: the agent's client moves to it.
+    const agg2 = await startFlows(pki, { collectorPort: await freePort() });
+    try {
+      const moved = { ...spec, flowLogsAggregator: `https://127.0.0.1:${agg2.collectorPort}` };
+      await putObject(env, { apiVersion: API_VERSION, kind: 'AgentConfiguration', metadata: { name: `node.${NODE}` }, spec: moved });
+      const end = Date.now() + 40_000;
+      for (;;) {
+        expect(await connect(a, b.ip, 1)).toEqual([true]);
+        const r = await fetch(`${agg2.apiUrl}/api/v1/flows?pageSize=10000`);
+        const fl = ((await r.json()) as { items: Flow[] }).items;
+        if (started(fl, pred) > 0) break;
+        if (Date.now() > end) throw new Error(`no a→b at the second aggregator\n${env.agent.log().slice(-3000)}`);
+        await new Promise((r2) => setTimeout(r2, 500));
+      }
+      expect(env.agent.log()).toContain('restarting the flow client');
+    } finally {
+      await agg2.stop();
+    }
   });
 });

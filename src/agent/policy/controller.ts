@@ -151,6 +151,8 @@ export interface PolicyController {
    * listed, or when no staged policy exists (the pending trace is then left empty).
    */
   pending(): PendingPolicies | undefined;
+  /** The node's AgentConfiguration settings as of the last batch (the built-in defaults before the first). */
+  settings(): AgentSettings;
   /** Told after every applied batch. */
   onApplied(cb: (s: ApplyStats) => void): void;
   /** Seconds since the oldest change seen but not yet in the table (0 when the table is current). */
@@ -192,6 +194,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const compiler = new PolicyCompiler(opts.flowLog);
   let current: DesiredState | undefined; // undefined until the first full resync
   let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
+  let lastSettings = agentSettings(opts.nodename, []);
   const appliedCbs: Array<(s: ApplyStats) => void> = [];
   // Local endpoints reported programmed: endpointStatusKey → containerID@revision.
   const reported = new Map<string, string>();
@@ -337,6 +340,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     const settings = agentSettings(opts.nodename, configs);
     const host = { ...hostInput(heps, settings, opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
     lastInputs = { policies, profiles, endpoints, host };
+    lastSettings = settings;
     let next = compiler.compile(lastInputs);
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
     // Objects libnftables refused stay out while their content is the same.
@@ -539,6 +543,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     inputs: () => lastInputs,
     flowRefs: () => compiler.flowRefs,
     pending,
+    settings: () => lastSettings,
     onApplied: (cb) => void appliedCbs.push(cb),
     programmingLagSeconds() {
       const oldest = Math.min(pendingSince ?? Infinity, applyingSince ?? Infinity);
