@@ -20,7 +20,12 @@ export default defineConfig({
     hookTimeout: 60_000,
     // progress-reporter: a line per finished file with its time, and a heartbeat naming the files
     // still running, so a long run is never silent (test/support/README.md).
-    reporters: ['default', './test/support/progress-reporter.ts', './test/support/summary-reporter.ts', './test/support/timeline-reporter.ts'],
+    reporters: [
+      'default',
+      './test/support/progress-reporter.ts',
+      './test/support/summary-reporter.ts',
+      './test/support/timeline-reporter.ts',
+    ],
     // Longest files first (test/support/sequencer.ts), within each project's group.
     sequence: { sequencer: LongestFirstSequencer },
     globalSetup: ['test/support/global-setup.ts'],

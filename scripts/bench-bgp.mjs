@@ -110,5 +110,11 @@ console.log(`${(v.stderr || v.stdout).trim()}, FRR bgpd as the ToR; ${N} blocks,
 console.log(`block claimed -> route at the ToR: ${f(r.toTor)}`);
 console.log(`  re-render: ${f(r.render)}; bird -p + birdc configure: ${f(r.apply)}`);
 const b = r.big;
-console.log(`1,000 advertised routes: render ${b.renderMs.toFixed(1)} ms (${(b.configBytes / 1024).toFixed(0)} KiB), bird -p + configure ${b.applyMs.toFixed(1)} ms, all at the ToR after ${b.allAtTorMs.toFixed(0)} ms`);
-console.log(`  BIRD: ${b.birdCpuMs.toFixed(0)} ms CPU, RSS ${b.birdMem.rss.toFixed(1)} MiB (peak ${b.birdMem.hwm.toFixed(1)}); agent (renderer + supervisor): ${b.agentCpuMs.toFixed(0)} ms CPU, RSS ${b.agentRssMiB.toFixed(0)} MiB`);
+console.log(
+  `1,000 advertised routes: render ${b.renderMs.toFixed(1)} ms (${(b.configBytes / 1024).toFixed(0)} KiB), bird -p + ` +
+    `configure ${b.applyMs.toFixed(1)} ms, all at the ToR after ${b.allAtTorMs.toFixed(0)} ms`,
+);
+console.log(
+  `  BIRD: ${b.birdCpuMs.toFixed(0)} ms CPU, RSS ${b.birdMem.rss.toFixed(1)} MiB (peak ${b.birdMem.hwm.toFixed(1)}); ` +
+    `agent (renderer + supervisor): ${b.agentCpuMs.toFixed(0)} ms CPU, RSS ${b.agentRssMiB.toFixed(0)} MiB`,
+);

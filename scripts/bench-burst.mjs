@@ -11,7 +11,8 @@
 // ADD p99 <= 5 s, longest wait <= 2x the median wait of the ADDs that waited.
 // Also the CPU the plugins burnt in total (their children's utime + stime).
 //
-//   node scripts/bench-burst.mjs [--adds 60] [--nodes 3] [--concurrency 24] [--block-size 26] [--package DIR] [--logs DIR]
+// node scripts/bench-burst.mjs [--adds 60] [--nodes 3] [--concurrency 24] [--block-size 26] [--package DIR] [--logs
+// DIR]
 //
 // Runs dist/netplugin-ipam.cjs (the entry the shim's per-exec fallback runs) of
 // this tree (npm run bench:burst builds it first; do not rebuild during a run),
@@ -83,7 +84,11 @@ async function main() {
   const spec = { cidr: '10.79.0.0/24', blockSize: BLOCK, natOutgoing: false };
   const pool = { apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'burst' }, spec };
   const input = JSON.stringify(pool);
-  execFileSync(process.execPath, [CTL, 'apply', '-f', '-'], { env: ctlEnv, input, stdio: ['pipe', 'ignore', 'inherit'] });
+  execFileSync(process.execPath, [CTL, 'apply', '-f', '-'], {
+    env: ctlEnv,
+    input,
+    stdio: ['pipe', 'ignore', 'inherit'],
+  });
 
   const lockDir = join(tmp, 'run');
   mkdirSync(lockDir, { mode: 0o700 });
@@ -159,7 +164,8 @@ async function main() {
     `load average at the end ${load}; wall ${ms(wall)}; plugins' CPU ${ms(cpu)} (${ms(cpu / jobs.length)} per ADD); ` +
       `${waits.length} of ${jobs.length} ADDs logged a lock wait; failures ${failures.length}`,
   );
-  for (const f of failures.slice(0, 5)) console.log(`  failed (exit ${f.code}): ${(f.stdout || f.stderr).trim().slice(0, 300)}`);
+  for (const f of failures.slice(0, 5))
+    console.log(`  failed (exit ${f.code}): ${(f.stdout || f.stderr).trim().slice(0, 300)}`);
   const targets = [
     ['no failure', failures.length === 0],
     ['ADD p99 <= 5 s', p99 <= 5000],

@@ -89,7 +89,12 @@ try {
     dp.setupWorkload(spec);
     setupMs.push(Number(process.hrtime.bigint() - t) / 1e6);
     t = process.hrtime.bigint();
-    const r = dp.teardownWorkload({ netnsPath: spec.netnsPath, hostNetnsPath: spec.hostNetnsPath, ifname: 'eth0', hostIfname: spec.hostIfname });
+    const r = dp.teardownWorkload({
+      netnsPath: spec.netnsPath,
+      hostNetnsPath: spec.hostNetnsPath,
+      ifname: 'eth0',
+      hostIfname: spec.hostIfname,
+    });
     teardownMs.push(Number(process.hrtime.bigint() - t) / 1e6);
     if (!r.removed) throw new Error(`run ${i}: teardown found nothing to remove`);
     ip('netns', 'del', c);
@@ -105,5 +110,11 @@ const q = (xs, p) => {
 };
 const fmt = (x) => x.toFixed(3);
 console.log(`dataplane, ${runs} runs (one IPv4 address, fresh netns each; ${existing} pods on the host):`);
-console.log(`  setupWorkload     median ${fmt(q(setupMs, 0.5))} ms   p90 ${fmt(q(setupMs, 0.9))} ms   min ${fmt(Math.min(...setupMs))} ms`);
-console.log(`  teardownWorkload  median ${fmt(q(teardownMs, 0.5))} ms   p90 ${fmt(q(teardownMs, 0.9))} ms   min ${fmt(Math.min(...teardownMs))} ms`);
+console.log(
+  `  setupWorkload     median ${fmt(q(setupMs, 0.5))} ms   p90 ${fmt(q(setupMs, 0.9))} ms   min ` +
+    `${fmt(Math.min(...setupMs))} ms`,
+);
+console.log(
+  `  teardownWorkload  median ${fmt(q(teardownMs, 0.5))} ms   p90 ${fmt(q(teardownMs, 0.9))} ms   min ` +
+    `${fmt(Math.min(...teardownMs))} ms`,
+);

@@ -108,7 +108,16 @@ mkdirSync(dir, { recursive: true });
 const src = join(dir, 'body.ts');
 const out = join(dir, 'body.mjs');
 writeFileSync(src, body);
-await build({ entryPoints: [src], outfile: out, bundle: true, platform: 'node', format: 'esm', target: 'node20', external: ['etcd3', 'yaml'], logLevel: 'warning' });
+await build({
+  entryPoints: [src],
+  outfile: out,
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  external: ['etcd3', 'yaml'],
+  logLevel: 'warning',
+});
 try {
   const { run } = await import(pathToFileURL(out).href);
   const rows = await run(N);

@@ -162,7 +162,17 @@ mkdirSync(cache, { recursive: true });
 const entry = join(cache, 'bench-policy-body.ts');
 writeFileSync(entry, body);
 const outfile = join(cache, 'bench-policy.mjs');
-await build({ entryPoints: [entry], bundle: true, platform: 'node', format: 'esm', target: 'node20', outfile, external: ['etcd3', 'node-gyp-build'], banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" }, logLevel: 'error' });
+await build({
+  entryPoints: [entry],
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  outfile,
+  external: ['etcd3', 'node-gyp-build'],
+  banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+  logLevel: 'error',
+});
 const { run } = await import(pathToFileURL(outfile).href);
 
 const rows = [];

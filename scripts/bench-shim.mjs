@@ -25,9 +25,13 @@ const socket = join(tmp, 'run/cni.sock');
 const shim = join(tmp, 'netplugin');
 copyFileSync(join(root, 'build/shim/netplugin-shim'), shim);
 chmodSync(shim, 0o755);
-const agent = spawn(process.execPath, [join(root, 'dist/netplugin-node.mjs'), '--socket', socket, '--log-level', 'WARNING'], {
-  stdio: ['ignore', 'inherit', 'inherit'],
-});
+const agent = spawn(
+  process.execPath,
+  [join(root, 'dist/netplugin-node.mjs'), '--socket', socket, '--log-level', 'WARNING'],
+  {
+    stdio: ['ignore', 'inherit', 'inherit'],
+  },
+);
 
 const cleanup = () => {
   agent.kill('SIGTERM');
@@ -68,10 +72,16 @@ function time(cmd, args, env, n) {
 await waitForAgent();
 const base = { PATH: process.env.PATH, CNI_COMMAND: 'VERSION', CNI_PATH: '/opt/cni/bin' };
 const viaAgent = { ...base, NETPLUGIN_AGENT_SOCKET: socket };
-const viaFallback = { ...base, NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), NETPLUGIN_FALLBACK_NODE: process.execPath, NETPLUGIN_FALLBACK_DIR: root };
+const viaFallback = {
+  ...base,
+  NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'),
+  NETPLUGIN_FALLBACK_NODE: process.execPath,
+  NETPLUGIN_FALLBACK_DIR: root,
+};
 time(shim, [], viaAgent, 10); // warm the agent and the page cache
 console.log(`shim -> agent        VERSION  ${time(shim, [], viaAgent, runs)}`);
 console.log(`shim -> fallback     VERSION  ${time(shim, [], viaFallback, Math.min(runs, 50))}`);
-if (existsSync('/usr/lib/cni/ptp')) console.log(`ptp (Go, reference)  VERSION  ${time('/usr/lib/cni/ptp', [], base, runs)}`);
+if (existsSync('/usr/lib/cni/ptp'))
+  console.log(`ptp (Go, reference)  VERSION  ${time('/usr/lib/cni/ptp', [], base, runs)}`);
 console.log(`sh -c echo (exec floor)        ${time('/bin/sh', ['-c', 'echo supportedVersions'], base, runs)}`);
 process.exit(0);

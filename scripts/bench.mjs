@@ -21,26 +21,54 @@
 //   --quick     50 pods, c = 1 and 4 (about two minutes)
 //   --cpu-prof  profile the agent (node --cpu-prof) and print its top self-time functions;
 //               each per-exec plugin run writes a profile too (kept, not summarised)
-//   --agent-args=F  extra netplugin-node flags, space-separated (comparing agent options: '--agent-args=--max-concurrent 8')
+// --agent-args=F  extra netplugin-node flags, space-separated (comparing agent options: '--agent-args=--max-concurrent
+// 8')
 //   --paths L   only these of ptp,agent,perexec (profiling, quick checks; not for the published table)
 //   --out DIR   where latest.{json,md,svg} go (default bench/results)
 //   --scale N   the scale cell: agent ADD p50 of one more pod with N pods on the node,
 //               against the first pod's (default 1000, 0 skips it; --quick skips it)
 //   --scale-samples K  ADD+DEL pairs timed on the empty and on the full node (default 15; more for A/B runs)
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { cpus, release, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { childrenCpuMs, etcdWriteCounters, execCni, mapLimit, memoryMiB, perPod, processCpuMs, startEtcd, summary, threadCpuMs, waitSocket } from './bench/lib.mjs';
+import {
+  childrenCpuMs,
+  etcdWriteCounters,
+  execCni,
+  mapLimit,
+  memoryMiB,
+  perPod,
+  processCpuMs,
+  startEtcd,
+  summary,
+  threadCpuMs,
+  waitSocket,
+} from './bench/lib.mjs';
 import { markdown, svg } from './bench/report.mjs';
 import { formatProfile, profileFiles, summariseProfiles } from './bench/profile.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 function usage(msg) {
-  console.error(`bench: ${msg}\nusage: node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--paths ptp,agent,perexec] [--scale N] [--scale-samples K] [--agent-args 'FLAGS'] [--cpu-prof] [--out DIR]`);
+  console.error(
+    `bench: ${msg}\nusage: node scripts/bench.mjs [--quick] [--pods N] [--concurrency 1,4,16] [--paths ` +
+      `ptp,agent,perexec] [--scale N] [--scale-samples K] [--agent-args 'FLAGS'] [--cpu-prof] [--out DIR]`,
+  );
   process.exit(2);
 }
 
@@ -65,12 +93,15 @@ try {
 const PODS = opts.pods !== undefined ? Number(opts.pods) : opts.quick ? 50 : 200;
 if (!Number.isInteger(PODS) || PODS < 1 || PODS > 4000) usage(`--pods '${opts.pods}' is not an integer from 1 to 4000`);
 const CONC = (opts.concurrency ?? (opts.quick ? '1,4' : '1,4,16')).split(',').map(Number);
-if (CONC.some((c) => !Number.isInteger(c) || c < 1 || c > 256)) usage(`--concurrency '${opts.concurrency}' must be a comma-separated list of integers from 1 to 256`);
+if (CONC.some((c) => !Number.isInteger(c) || c < 1 || c > 256))
+  usage(`--concurrency '${opts.concurrency}' must be a comma-separated list of integers from 1 to 256`);
 const OUT = opts.out ?? join(root, 'bench/results');
 const SCALE = opts.scale !== undefined ? Number(opts.scale) : opts.quick ? 0 : 1000;
-if (!Number.isInteger(SCALE) || SCALE < 0 || SCALE > 4000) usage(`--scale '${opts.scale}' is not an integer from 0 to 4000`);
+if (!Number.isInteger(SCALE) || SCALE < 0 || SCALE > 4000)
+  usage(`--scale '${opts.scale}' is not an integer from 0 to 4000`);
 const SCALE_SAMPLES = opts['scale-samples'] !== undefined ? Number(opts['scale-samples']) : 15;
-if (!Number.isInteger(SCALE_SAMPLES) || SCALE_SAMPLES < 1 || SCALE_SAMPLES > 1000) usage(`--scale-samples '${opts['scale-samples']}' is not an integer from 1 to 1000`);
+if (!Number.isInteger(SCALE_SAMPLES) || SCALE_SAMPLES < 1 || SCALE_SAMPLES > 1000)
+  usage(`--scale-samples '${opts['scale-samples']}' is not an integer from 1 to 1000`);
 const ALL_PATHS = ['ptp', 'agent', 'perexec'];
 const ONLY = (opts.paths ?? ALL_PATHS.join(',')).split(',');
 if (ONLY.some((p) => !ALL_PATHS.includes(p))) usage(`--paths '${opts.paths}': choose from ${ALL_PATHS.join(',')}`);
@@ -84,8 +115,11 @@ if (hostNs && existsSync(`/var/run/netns/${hostNs}`)) {
   const b = statSync('/proc/self/ns/net');
   inThrowaway = a.ino === b.ino && a.dev === b.dev;
 }
-if (!inThrowaway) usage('run it inside a throwaway host namespace: bash scripts/in-netns node scripts/bench.mjs (npm run bench does)');
-const SHIM = [join(root, 'build/shim/netplugin-shim'), join(root, 'prebuilds/linux-x64/netplugin-shim')].find((p) => existsSync(p));
+if (!inThrowaway)
+  usage('run it inside a throwaway host namespace: bash scripts/in-netns node scripts/bench.mjs (npm run bench does)');
+const SHIM = [join(root, 'build/shim/netplugin-shim'), join(root, 'prebuilds/linux-x64/netplugin-shim')].find((p) =>
+  existsSync(p),
+);
 const need = [
   [SHIM, 'the native shim: npm run build:shim'],
   [join(root, 'dist/netplugin.mjs'), 'dist/: npm run build:ts'],
@@ -141,9 +175,21 @@ async function main() {
   // ---- datastore ----
   etcd = await startEtcd();
   const ctlEnv = { PATH: process.env.PATH, ETCD_ENDPOINTS: etcd.endpoint };
-  execFileSync(process.execPath, [join(pkg, 'dist/netpluginctl.mjs'), 'datastore', 'init'], { env: ctlEnv, stdio: ['ignore', 'ignore', 'inherit'] });
-  const poolDoc = { apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'bench-pool' }, spec: { cidr: '10.78.0.0/16', blockSize: 26, natOutgoing: false } };
-  execFileSync(process.execPath, [join(pkg, 'dist/netpluginctl.mjs'), 'apply', '-f', '-'], { env: ctlEnv, input: JSON.stringify(poolDoc), stdio: ['pipe', 'ignore', 'inherit'] });
+  execFileSync(process.execPath, [join(pkg, 'dist/netpluginctl.mjs'), 'datastore', 'init'], {
+    env: ctlEnv,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const poolDoc = {
+    apiVersion: 'netplugin.org/v3',
+    kind: 'IPPool',
+    metadata: { name: 'bench-pool' },
+    spec: { cidr: '10.78.0.0/16', blockSize: 26, natOutgoing: false },
+  };
+  execFileSync(process.execPath, [join(pkg, 'dist/netpluginctl.mjs'), 'apply', '-f', '-'], {
+    env: ctlEnv,
+    input: JSON.stringify(poolDoc),
+    stdio: ['pipe', 'ignore', 'inherit'],
+  });
 
   // ---- binaries as installed ----
   const agentBin = join(tmp, 'bin-agent', 'netplugin');
@@ -162,7 +208,11 @@ async function main() {
   let fallbackNode = process.execPath;
   if (opts['cpu-prof']) {
     fallbackNode = join(tmp, 'node-cpu-prof');
-    writeFileSync(fallbackNode, `#!/bin/sh\nexec '${process.execPath}' --cpu-prof --cpu-prof-dir='${perexecProfDir}' "$@"\n`, { mode: 0o755 });
+    writeFileSync(
+      fallbackNode,
+      `#!/bin/sh\nexec '${process.execPath}' --cpu-prof --cpu-prof-dir='${perexecProfDir}' "$@"\n`,
+      { mode: 0o755 },
+    );
   }
   writeFileSync(join(dirname(execBin), 'netplugin.fallback'), `${fallbackNode}\n${pkg}\n`);
   const socket = join(tmp, 'run', 'cni.sock');
@@ -177,7 +227,15 @@ async function main() {
   execFileSync('ip', ['addr', 'add', '192.0.2.1/32', 'dev', 'lo']);
 
   // ---- the agent ----
-  const agentArgs = [...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []), join(pkg, 'dist/netplugin-node.cjs'), '--socket', socket, '--log-level', 'WARNING', ...(opts['agent-args'] ?? '').split(' ').filter(Boolean)];
+  const agentArgs = [
+    ...(opts['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []),
+    join(pkg, 'dist/netplugin-node.cjs'),
+    '--socket',
+    socket,
+    '--log-level',
+    'WARNING',
+    ...(opts['agent-args'] ?? '').split(' ').filter(Boolean),
+  ];
   // As deployed: through the .cjs entry, with no tuning from outside.
   agent = spawn(process.execPath, agentArgs, { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
   let agentLog = '';
@@ -199,12 +257,27 @@ async function main() {
     ptp: {
       bin: '/usr/lib/cni/ptp',
       env: {},
-      conf: { cniVersion: '1.0.0', name: 'bench-ptp', type: 'ptp', ipMasq: false, ipam: { type: 'host-local', ranges: [[{ subnet: '10.79.0.0/16' }]], dataDir: hostLocalDir } },
+      conf: {
+        cniVersion: '1.0.0',
+        name: 'bench-ptp',
+        type: 'ptp',
+        ipMasq: false,
+        ipam: { type: 'host-local', ranges: [[{ subnet: '10.79.0.0/16' }]], dataDir: hostLocalDir },
+      },
     },
     agent: {
       bin: agentBin,
       env: { NETPLUGIN_AGENT_SOCKET: socket },
-      conf: { cniVersion: '1.0.0', name: 'k8s-pod-network', type: 'netplugin', nodename: 'bench-node', etcd_endpoints: etcd.endpoint, ipam: { type: 'netplugin-ipam' }, ipam_lock_file: join(tmp, 'ipam.lock'), host_veth_prefix: 'npb' },
+      conf: {
+        cniVersion: '1.0.0',
+        name: 'k8s-pod-network',
+        type: 'netplugin',
+        nodename: 'bench-node',
+        etcd_endpoints: etcd.endpoint,
+        ipam: { type: 'netplugin-ipam' },
+        ipam_lock_file: join(tmp, 'ipam.lock'),
+        host_veth_prefix: 'npb',
+      },
     },
     perexec: {
       bin: execBin,
@@ -238,7 +311,18 @@ async function main() {
     const w0c = pathKey === 'ptp' ? undefined : await etcdWriteCounters(etcd.endpoint);
     const w = performance.now();
     const rs = await mapLimit(ids, c, (id, i) =>
-      execCni(p.bin, { ...baseEnv, ...p.env, CNI_COMMAND: command, CNI_CONTAINERID: id, CNI_NETNS: `/var/run/netns/${namespaces[i]}`, CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-${i}` }, stdin),
+      execCni(
+        p.bin,
+        {
+          ...baseEnv,
+          ...p.env,
+          CNI_COMMAND: command,
+          CNI_CONTAINERID: id,
+          CNI_NETNS: `/var/run/netns/${namespaces[i]}`,
+          CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-${i}`,
+        },
+        stdin,
+      ),
     );
     const wall = performance.now() - w;
     const children = childrenCpuMs() - cpu0;
@@ -262,11 +346,17 @@ async function main() {
     const bad = rs.findIndex((r) => r.code !== 0);
     if (bad >= 0) {
       const r = rs[bad];
-      throw new Error(`${pathKey} ${command} of pod ${bad} (c=${c}) failed: exit ${r.code ?? r.signal}\nstdout: ${r.stdout}\nstderr: ${r.stderr.slice(-2000)}`);
+      throw new Error(
+        `${pathKey} ${command} of pod ${bad} (c=${c}) failed: exit ${r.code ?? r.signal}\nstdout: ${r.stdout}` +
+          `\nstderr: ${r.stderr.slice(-2000)}`,
+      );
     }
     const s = summary(rs.map((r) => r.ms));
     const cell = {
-      path: pathKey, c, phase: command, ...s,
+      path: pathKey,
+      c,
+      phase: command,
+      ...s,
       podsPerSec: ids.length / (wall / 1000),
       wallMs: wall,
       cpuMsPerPod: (children + agentCpu) / ids.length,
@@ -277,8 +367,14 @@ async function main() {
       ...(etcdWrites ? { etcdWritesPerPod: etcdWrites } : {}),
     };
     cells.push(cell);
-    const wr = etcdWrites ? `  etcd ${etcdWrites.proposals.toFixed(2)} writes/pod, ${etcdWrites.fsyncs.toFixed(2)} fsyncs/pod` : '';
-    log(`  ${pathKey.padEnd(7)} c=${String(c).padEnd(2)} ${command} p50 ${s.p50.toFixed(1).padStart(6)} ms  p90 ${s.p90.toFixed(1).padStart(6)}  p99 ${s.p99.toFixed(1).padStart(6)}  ${cell.podsPerSec.toFixed(1).padStart(6)} pods/s  cpu ${cell.cpuMsPerPod.toFixed(1)} ms/pod${wr}`);
+    const wr = etcdWrites
+      ? `  etcd ${etcdWrites.proposals.toFixed(2)} writes/pod, ${etcdWrites.fsyncs.toFixed(2)} fsyncs/pod`
+      : '';
+    log(
+      `  ${pathKey.padEnd(7)} c=${String(c).padEnd(2)} ${command} p50 ${s.p50.toFixed(1).padStart(6)} ms  p90 ` +
+        `${s.p90.toFixed(1).padStart(6)}  p99 ${s.p99.toFixed(1).padStart(6)}  ` +
+        `${cell.podsPerSec.toFixed(1).padStart(6)} pods/s  cpu ${cell.cpuMsPerPod.toFixed(1)} ms/pod${wr}`,
+    );
   }
   // A per-exec plugin holding the node's IPAM lock makes the agent suspend its
   // read cache for a second at its next acquisition (docs/ipam.md): a node
@@ -292,7 +388,13 @@ async function main() {
   let perexecSinceAgent = ONLY.includes('agent');
   async function settleAgent() {
     const p = paths.agent;
-    const env = { ...baseEnv, ...p.env, CNI_CONTAINERID: `settle-${cellNo}-${tag}`, CNI_NETNS: `/var/run/netns/${namespaces[0]}`, CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=settle' };
+    const env = {
+      ...baseEnv,
+      ...p.env,
+      CNI_CONTAINERID: `settle-${cellNo}-${tag}`,
+      CNI_NETNS: `/var/run/netns/${namespaces[0]}`,
+      CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=settle',
+    };
     await execCni(p.bin, { ...env, CNI_COMMAND: 'ADD' }, JSON.stringify(p.conf));
     await execCni(p.bin, { ...env, CNI_COMMAND: 'DEL' }, JSON.stringify(p.conf));
     await new Promise((r) => setTimeout(r, 1500));
@@ -314,7 +416,10 @@ async function main() {
 
   // ---- the pure dataplane ----
   const dataplane = await dataplaneCost(pkg, namespaces.slice(0, Math.min(PODS, 200)));
-  log(`bench: dataplane setup p50 ${dataplane.setup.p50.toFixed(3)} ms, teardown p50 ${dataplane.teardown.p50.toFixed(3)} ms`);
+  log(
+    `bench: dataplane setup p50 ${dataplane.setup.p50.toFixed(3)} ms, teardown p50 ` +
+      `${dataplane.teardown.p50.toFixed(3)} ms`,
+  );
 
   // ---- stop the agent (writes its profile) ----
   const exited = new Promise((r) => agent.once('exit', r));
@@ -327,20 +432,35 @@ async function main() {
     const main = files.filter((f) => /\.\d+\.0\.\d+\.cpuprofile$/.test(f));
     if (files.length) {
       profile = summariseProfiles(main.length ? main : files, 30, root);
-      const workers = summariseProfiles(files.filter((f) => !main.includes(f)), 15, root);
-      const text = `### Main thread\n\n${formatProfile(profile)}\n\n### Other JS threads, if any (wall time on stack: a netlink call that waits in the kernel counts)\n\n${formatProfile(workers)}`;
+      const workers = summariseProfiles(
+        files.filter((f) => !main.includes(f)),
+        15,
+        root,
+      );
+      const text =
+        `### Main thread\n\n${formatProfile(profile)}\n\n### Other JS threads, if any (wall time on ` +
+        `stack: a netlink call that waits in the kernel counts)\n\n${formatProfile(workers)}`;
       console.log(`\nagent CPU profile (whole run; files in ${profDir}):\n` + text);
       mkdirSync(OUT, { recursive: true });
-      writeFileSync(join(OUT, 'agent-profile.md'), `# Agent CPU profile\n\n\`node scripts/bench.mjs ${process.argv.slice(2).join(' ')}\`, ${new Date().toISOString()}\n\n${text}\n`);
+      writeFileSync(
+        join(OUT, 'agent-profile.md'),
+        `# Agent CPU profile\n\n\`node scripts/bench.mjs ${process.argv.slice(2).join(' ')}\`, ` +
+          `${new Date().toISOString()}\n\n${text}\n`,
+      );
     } else {
       log('bench: --cpu-prof: the agent wrote no profile');
     }
-    if (ONLY.includes('perexec')) log(`bench: --cpu-prof: one profile per per-exec plugin run in ${perexecProfDir} (node scripts/bench/profile.mjs DIR)`);
+    if (ONLY.includes('perexec'))
+      log(
+        `bench: --cpu-prof: one profile per per-exec plugin run in ${perexecProfDir} (node scripts/bench/profile.mjs ` +
+          `DIR)`,
+      );
   }
 
   // ---- report ----
   const get = (p, c, ph) => cells.find((x) => x.path === p && x.c === c && x.phase === ph);
-  const ratio = (p, c, ph, k) => (get(p, c, ph) && get('ptp', c, ph) ? get(p, c, ph)[k] / get('ptp', c, ph)[k] : undefined);
+  const ratio = (p, c, ph, k) =>
+    get(p, c, ph) && get('ptp', c, ph) ? get(p, c, ph)[k] / get('ptp', c, ph)[k] : undefined;
   const cpuRatio = (c) => {
     const ours = (get('agent', c, 'ADD')?.cpuMsPerPod ?? NaN) + (get('agent', c, 'DEL')?.cpuMsPerPod ?? NaN);
     const base = (get('ptp', c, 'ADD')?.cpuMsPerPod ?? NaN) + (get('ptp', c, 'DEL')?.cpuMsPerPod ?? NaN);
@@ -348,7 +468,13 @@ async function main() {
   };
   const lo = Math.min(...CONC);
   const hi = Math.max(...CONC);
-  const t = (name, op, want, value) => ({ name, op, want, value, pass: value === undefined ? undefined : op === '≤' ? value <= want : op === '<' ? value < want : value >= want });
+  const t = (name, op, want, value) => ({
+    name,
+    op,
+    want,
+    value,
+    pass: value === undefined ? undefined : op === '≤' ? value <= want : op === '<' ? value < want : value >= want,
+  });
   const w = (c, ph) => get('agent', c, ph)?.etcdWritesPerPod;
   const targets = [
     t(`agent ADD p50 / ptp, c=${lo}`, '≤', 0.5, ratio('agent', lo, 'ADD', 'p50')),
@@ -370,17 +496,29 @@ async function main() {
         ]
       : []),
   ];
-  const cpuModel = (readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.+)$/m)?.[1] ?? 'unknown CPU').trim();
+  const cpuModel = (
+    readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.+)$/m)?.[1] ?? 'unknown CPU'
+  ).trim();
   const result = {
     date: new Date().toISOString(),
     quick: !!opts.quick,
     command: `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`,
-    machine: { cpus: cpus().length, cpuModel, kernel: release(), node: process.version, loadavg: readFileSync('/proc/loadavg', 'utf8').trim() },
+    machine: {
+      cpus: cpus().length,
+      cpuModel,
+      kernel: release(),
+      node: process.version,
+      loadavg: readFileSync('/proc/loadavg', 'utf8').trim(),
+    },
     pods: PODS,
     concurrency: CONC,
     notes: {
-      perexec: 'the installed shim with no agent running: it falls back to exec node dist/netplugin.mjs (netplugin.fallback beside it)',
-      cpu: 'node-side CPU per pod: exec\'d plugin processes and their waited-for children (cutime+cstime of the harness) plus the agent process (all threads); etcd apart',
+      perexec:
+        'the installed shim with no agent running: it falls back to exec node dist/netplugin.mjs (netplugin.fallback ' +
+        'beside it)',
+      cpu:
+        "node-side CPU per pod: exec'd plugin processes and their waited-for children (cutime+cstime of the " +
+        'harness) plus the agent process (all threads); etcd apart',
       latency: 'spawn to exit of one plugin exec, ms',
     },
     floor,
@@ -417,9 +555,19 @@ async function scaleCell(p, baseEnv) {
     ns.push(n);
   }
   const stdin = JSON.stringify(p.conf);
-  const env = (command, id, i) => ({ ...baseEnv, ...p.env, CNI_COMMAND: command, CNI_CONTAINERID: id, CNI_NETNS: `/var/run/netns/${ns[i]}`, CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=scale;K8S_POD_NAME=pod-${i}` });
+  const env = (command, id, i) => ({
+    ...baseEnv,
+    ...p.env,
+    CNI_COMMAND: command,
+    CNI_CONTAINERID: id,
+    CNI_NETNS: `/var/run/netns/${ns[i]}`,
+    CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=scale;K8S_POD_NAME=pod-${i}`,
+  });
   const ok = (r, what) => {
-    if (r.code !== 0) throw new Error(`scale cell: ${what} failed: exit ${r.code ?? r.signal}\nstdout: ${r.stdout}\nstderr: ${r.stderr.slice(-2000)}`);
+    if (r.code !== 0)
+      throw new Error(
+        `scale cell: ${what} failed: exit ${r.code ?? r.signal}\nstdout: ${r.stdout}\nstderr: ${r.stderr.slice(-2000)}`,
+      );
     return r;
   };
   // Where an ADD+DEL pair's extra time goes: the agent's main (JS) thread's
@@ -453,16 +601,26 @@ async function scaleCell(p, baseEnv) {
     execFileSync('ip', ['netns', 'del', n]);
     namespaces.splice(namespaces.indexOf(n), 1);
   }
-  log(`bench: scale: ADD p50 first pod ${first.p50.toFixed(1)} ms, with ${SCALE} pods ${full.p50.toFixed(1)} ms; agent RSS ${mem.rss.toFixed(1)} MiB`);
+  log(
+    `bench: scale: ADD p50 first pod ${first.p50.toFixed(1)} ms, with ${SCALE} pods ${full.p50.toFixed(1)} ms; agent ` +
+      `RSS ${mem.rss.toFixed(1)} MiB`,
+  );
   const cpuLine = (c) => `${c.onCpu.toFixed(2)} ms on a CPU (user ${c.user.toFixed(1)}, system ${c.sys.toFixed(1)})`;
-  log(`bench: scale: agent main thread per ADD+DEL pair: first pod ${cpuLine(first.agentMainMsPerPair)}; with ${SCALE} pods ${cpuLine(full.agentMainMsPerPair)}`);
+  log(
+    `bench: scale: agent main thread per ADD+DEL pair: first pod ${cpuLine(first.agentMainMsPerPair)}; with ${SCALE} ` +
+      `pods ${cpuLine(full.agentMainMsPerPair)}`,
+  );
   return { pods: SCALE, samples: SAMPLES, first, full, ratio: full.p50 / first.p50, rssMiB: mem.rss, hwmMiB: mem.hwm };
 }
 
-/** dist/ (with the per-exec bundles' code caches), the native addon and package.json under dir (node_modules linked); returns dir. */
+/**
+ * dist/ (with the per-exec bundles' code caches), the native addon and package.json under dir (node_modules linked);
+ * returns dir.
+ */
 function snapshotPackage(dir) {
   mkdirSync(join(dir, 'dist'), { recursive: true });
-  for (const f of readdirSync(join(root, 'dist'))) if (/\.(mjs|cjs|cache)$/.test(f)) copyFileSync(join(root, 'dist', f), join(dir, 'dist', f));
+  for (const f of readdirSync(join(root, 'dist')))
+    if (/\.(mjs|cjs|cache)$/.test(f)) copyFileSync(join(root, 'dist', f), join(dir, 'dist', f));
   copyFileSync(join(root, 'package.json'), join(dir, 'package.json'));
   symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
   const built = join(root, 'build/Release/netplugin_netlink.node');
@@ -484,7 +642,16 @@ async function dataplaneCost(pkg, pods) {
   const { build } = await import('esbuild');
   const out = join(pkg, 'bench', 'dataplane-inproc.mjs');
   mkdirSync(dirname(out), { recursive: true });
-  await build({ entryPoints: [join(root, 'src/dataplane/index.ts')], outfile: out, bundle: true, platform: 'node', format: 'esm', target: 'node20', external: ['node-gyp-build'], logLevel: 'warning' });
+  await build({
+    entryPoints: [join(root, 'src/dataplane/index.ts')],
+    outfile: out,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    external: ['node-gyp-build'],
+    logLevel: 'warning',
+  });
   const dp = await import(out);
   const setup = [];
   const teardown = [];

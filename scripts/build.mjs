@@ -35,7 +35,9 @@ async function buildEsm(f) {
     outfile: out,
     format: 'esm',
     banner: {
-      js: "#!/usr/bin/env node\nimport { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);",
+      js:
+        "#!/usr/bin/env node\nimport { createRequire as __cr } from 'node:module'; const require = " +
+        '__cr(import.meta.url);',
     },
   });
   chmodSync(out, 0o755);
@@ -59,7 +61,11 @@ async function buildPerExec(f) {
   // The build id the code cache is keyed on (code-cache.cjs): a hash of the bundle's content.
   const text = readFileSync(bundle, 'utf8');
   const left = /[^\w$.]import\(/.exec(text);
-  if (left) throw new Error(`build: ${bundle} still has an import() (code-cache.cjs cannot run it): ...${text.slice(left.index - 60, left.index + 40)}...`);
+  if (left)
+    throw new Error(
+      `build: ${bundle} still has an import() (code-cache.cjs cannot run it): ...` +
+        `${text.slice(left.index - 60, left.index + 40)}...`,
+    );
   const id = createHash('sha256').update(text).digest('hex').slice(0, 32);
   writeFileSync(bundle, `${text}//# netplugin-build ${id}\n`);
   writeFileSync(
@@ -97,13 +103,17 @@ for (const f of readdirSync(join(root, 'src/bin')).filter((f) => f.endsWith('.cj
 // netplugin-flows' web UI: plain static files, served from dist/flows-ui (no CDN, no build step).
 rmSync(join(root, 'dist/flows-ui'), { recursive: true, force: true });
 mkdirSync(join(root, 'dist/flows-ui'), { recursive: true });
-for (const f of readdirSync(join(root, 'src/flows/ui'))) copyFileSync(join(root, 'src/flows/ui', f), join(root, 'dist/flows-ui', f));
+for (const f of readdirSync(join(root, 'src/flows/ui')))
+  copyFileSync(join(root, 'src/flows/ui', f), join(root, 'dist/flows-ui', f));
 // A first code cache for each per-exec bundle, made by one run that compiles
 // the top level (a VERSION command); the first ADD and the first DEL that
 // succeed on a node add what they compile (code-cache.cjs).
 for (const name of PER_EXEC) {
   const cache = join(root, 'dist', `${name}.bundle.cjs.cache`);
   rmSync(cache, { force: true });
-  const r = spawnSync(process.execPath, [join(root, 'dist', `${name}.cjs`)], { env: { PATH: process.env.PATH ?? '', CNI_COMMAND: 'VERSION' }, encoding: 'utf8' });
+  const r = spawnSync(process.execPath, [join(root, 'dist', `${name}.cjs`)], {
+    env: { PATH: process.env.PATH ?? '', CNI_COMMAND: 'VERSION' },
+    encoding: 'utf8',
+  });
   if (r.status !== 0) throw new Error(`build: dist/${name}.cjs VERSION failed (${r.status}): ${r.stdout}${r.stderr}`);
 }

@@ -17,7 +17,22 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { block, bold, cmd, dim, elapsedS, fail, green, line, note, ok, red, silence, step, yellow } from './demo/print.mjs';
+import {
+  block,
+  bold,
+  cmd,
+  dim,
+  elapsedS,
+  fail,
+  green,
+  line,
+  note,
+  ok,
+  red,
+  silence,
+  step,
+  yellow,
+} from './demo/print.mjs';
 import { DemoError, cniExec, run, runOk, startAgent, startEtcd, startPodServer, stopChild } from './demo/proc.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -29,7 +44,10 @@ const POOL_CIDR = '10.88.0.0/24';
 const NODE_NAME = 'demo-node';
 const K8S_NAMESPACE = 'demo';
 const HOST_PORT = 8080;
-/** TEST-NET-3 (RFC 5737): never routed, so it cannot clash with a real network. On lo: some kernels lack the dummy link type. */
+/**
+ * TEST-NET-3 (RFC 5737): never routed, so it cannot clash with a real network. On lo: some kernels lack the dummy link
+ * type.
+ */
 const NODE_IP = '203.0.113.10';
 // The plugin notes the holder of its host-wide IPAM lock in <dir>/ipam.lock (default ipam_lock_file); see cleanup().
 const LOCK_DIR = '/var/run/netplugin';
@@ -63,9 +81,12 @@ const state = {
 // ---------------------------------------------------------------- preflight
 
 function preflight() {
-  if (process.getuid?.() !== 0) throw new DemoError('the demo creates network namespaces and veths: run it as root (sudo npm run demo)');
+  if (process.getuid?.() !== 0)
+    throw new DemoError('the demo creates network namespaces and veths: run it as root (sudo npm run demo)');
   const nsName = process.env.NETPLUGIN_HOST_NETNS;
-  const fix = 'run it as `npm run demo` (or `bash scripts/in-netns node scripts/demo.mjs`), which gives it a throwaway node namespace';
+  const fix =
+    'run it as `npm run demo` (or `bash scripts/in-netns node scripts/demo.mjs`), which gives it a throwaway node ' +
+    'namespace';
   if (!nsName) throw new DemoError(`not inside a throwaway network namespace (NETPLUGIN_HOST_NETNS is unset); ${fix}`);
   let named;
   try {
@@ -74,12 +95,16 @@ function preflight() {
     throw new DemoError(`NETPLUGIN_HOST_NETNS=${nsName} but /var/run/netns/${nsName} does not exist; ${fix}`);
   }
   const self = statSync('/proc/self/ns/net');
-  if (named.ino !== self.ino || named.dev !== self.dev) throw new DemoError(`NETPLUGIN_HOST_NETNS=${nsName} is not the namespace the demo runs in; ${fix}`);
+  if (named.ino !== self.ino || named.dev !== self.dev)
+    throw new DemoError(`NETPLUGIN_HOST_NETNS=${nsName} is not the namespace the demo runs in; ${fix}`);
   for (const f of [CTL, AGENT, join(ROOT, 'dist/netplugin.mjs')]) {
     if (!existsSync(f)) throw new DemoError(`${f} is missing: run 'npm run build' first (npm run demo does)`);
   }
   for (const b of ['portmap']) {
-    if (!existsSync(join(SYSTEM_CNI_DIR, b))) throw new DemoError(`${SYSTEM_CNI_DIR}/${b} is missing: run 'bash scripts/setup' (installs containernetworking-plugins)`);
+    if (!existsSync(join(SYSTEM_CNI_DIR, b)))
+      throw new DemoError(
+        `${SYSTEM_CNI_DIR}/${b} is missing: run 'bash scripts/setup' (installs containernetworking-plugins)`,
+      );
   }
   return nsName;
 }
@@ -127,7 +152,9 @@ function showJson(obj, prevLabel) {
 }
 
 function cniError(what, r) {
-  const msg = r.json?.msg ? `${r.json.msg}${r.json.details ? ` (${r.json.details})` : ''} [CNI code ${r.json.code}]` : (r.stderr || r.stdout).trim();
+  const msg = r.json?.msg
+    ? `${r.json.msg}${r.json.details ? ` (${r.json.details})` : ''} [CNI code ${r.json.code}]`
+    : (r.stderr || r.stdout).trim();
   return new DemoError(`${what} failed (exit ${r.code}): ${msg}`);
 }
 
@@ -156,7 +183,10 @@ async function main() {
   cmd(`ip addr add ${NODE_IP}/32 dev lo`);
   sh('ip', ['addr', 'add', `${NODE_IP}/32`, 'dev', 'lo']);
   state.nodeIp = true;
-  note(`It has only 127.0.0.1 otherwise; ${NODE_IP} (TEST-NET-3) stands in for the node's IP: the source of node-to-pod traffic and a host-port target.`);
+  note(
+    `It has only 127.0.0.1 otherwise; ${NODE_IP} (TEST-NET-3) stands in for the node's IP: the source of node-to-pod ` +
+      `traffic and a host-port target.`,
+  );
 
   step('A throwaway etcd on 127.0.0.1');
   state.etcd = await startEtcd(state.tmp);
@@ -167,14 +197,25 @@ async function main() {
   note('netpluginctl is `node dist/netpluginctl.mjs`; it finds etcd through the environment:');
   cmd(`export ETCD_ENDPOINTS=${state.etcd.endpoint}`);
   await ctl(['datastore', 'init']);
-  const poolYaml = `apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: demo-pool\nspec:\n  cidr: ${POOL_CIDR}\n  blockSize: 28\n  natOutgoing: true\n`;
+  const poolYaml =
+    `apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: demo-pool\nspec:\n  cidr: ` +
+    `${POOL_CIDR}\n  blockSize: 28\n  natOutgoing: true\n`;
   await ctl(['apply', '-f', '-'], { input: poolYaml, heredoc: true });
   await ctl(['get', 'ippool', '-o', 'wide']);
 
   step('Install the plugin the way a node does (into temp dirs instead of /opt/cni/bin and /etc/cni/net.d)');
   await ctl([
-    'install-cni', '--bin-dir', binDir, '--conf-dir', confDir,
-    '--etcd-endpoints', state.etcd.endpoint, '--nodename', NODE_NAME, '--log-file-path', cniLog,
+    'install-cni',
+    '--bin-dir',
+    binDir,
+    '--conf-dir',
+    confDir,
+    '--etcd-endpoints',
+    state.etcd.endpoint,
+    '--nodename',
+    NODE_NAME,
+    '--log-file-path',
+    cniLog,
   ]);
   const conflistPath = join(confDir, '10-netplugin.conflist');
   const conflist = JSON.parse(readFileSync(conflistPath, 'utf8'));
@@ -182,8 +223,14 @@ async function main() {
   block(readFileSync(conflistPath, 'utf8'));
   cmd(`cat ${join(binDir, 'netplugin.fallback')}`);
   block(readFileSync(join(binDir, 'netplugin.fallback'), 'utf8'));
-  note('netplugin and netplugin-ipam are the static native shim; netplugin.fallback tells it how to run the plugin without the agent.');
-  note(`--nodename ${NODE_NAME}: the name the plugin records on blocks and endpoints; it must be the name the node agent registered with.`);
+  note(
+    'netplugin and netplugin-ipam are the static native shim; netplugin.fallback tells it how to run the plugin ' +
+      'without the agent.',
+  );
+  note(
+    `--nodename ${NODE_NAME}: the name the plugin records on blocks and endpoints; it must be the name the node ` +
+      `agent registered with.`,
+  );
   note('Without it the plugin reads /var/lib/netplugin/nodename, else uses the lower-cased hostname.');
 
   const entryOf = (type) => {
@@ -207,14 +254,36 @@ async function main() {
   const addPod = async (p, path, showFull) => {
     sh('ip', ['netns', 'add', p.netns]);
     state.netns.push(p.netns);
-    const call = { command: 'ADD', entry: mainEntry, containerId: p.containerId, netns: `/var/run/netns/${p.netns}`, args: p.args, cniPath, extraEnv: runtimeEnv };
+    const call = {
+      command: 'ADD',
+      entry: mainEntry,
+      containerId: p.containerId,
+      netns: `/var/run/netns/${p.netns}`,
+      args: p.args,
+      cniPath,
+      extraEnv: runtimeEnv,
+    };
     if (showFull) {
       cmd(`ip netns add ${p.netns}`);
-      note('The runtime execs the first entry of the conflist with the CNI environment, and the entry (plus name and cniVersion) on stdin:');
-      const envShown = ['CNI_COMMAND=ADD', `CNI_CONTAINERID=${p.containerId.slice(0, 12)}...`, `CNI_NETNS=${call.netns}`, 'CNI_IFNAME=eth0', `CNI_ARGS='${p.args}'`, `CNI_PATH=${cniPath}`, `NETPLUGIN_AGENT_SOCKET=${socket}`];
+      note(
+        'The runtime execs the first entry of the conflist with the CNI environment, and the entry (plus name and ' +
+          'cniVersion) on stdin:',
+      );
+      const envShown = [
+        'CNI_COMMAND=ADD',
+        `CNI_CONTAINERID=${p.containerId.slice(0, 12)}...`,
+        `CNI_NETNS=${call.netns}`,
+        'CNI_IFNAME=eth0',
+        `CNI_ARGS='${p.args}'`,
+        `CNI_PATH=${cniPath}`,
+        `NETPLUGIN_AGENT_SOCKET=${socket}`,
+      ];
       cmd(`${envShown.join(' \\\n      ')} \\\n      ${binDir}/netplugin < entry.json`);
       block(showJson(mainEntry), '    ');
-      note(`(NETPLUGIN_AGENT_SOCKET only because this agent listens in $TMP; a node uses the default /var/run/netplugin/cni.sock)`);
+      note(
+        `(NETPLUGIN_AGENT_SOCKET only because this agent listens in $TMP; a node uses the default ` +
+          `/var/run/netplugin/cni.sock)`,
+      );
     }
     const r = await cniExec(call);
     if (r.code !== 0) throw cniError(`ADD of ${p.pod}`, r);
@@ -227,26 +296,56 @@ async function main() {
       note(`Result (CNI ${r.json.cniVersion}):`);
       block(JSON.stringify(r.json, null, 2));
     }
-    line(`${bold(p.pod.padEnd(6))} ${eth?.name ?? 'eth0'} ${green(r.json.ips[0].address.padEnd(15))} mac ${eth?.mac ?? '?'}  host veth ${host?.name ?? '?'}  ${yellow(ms(r.ms).padStart(7))} ${dim(`(${path})`)}`);
+    line(
+      `${bold(p.pod.padEnd(6))} ${eth?.name ?? 'eth0'} ${green(r.json.ips[0].address.padEnd(15))} mac ` +
+        `${eth?.mac ?? '?'}  host veth ${host?.name ?? '?'}  ${yellow(ms(r.ms).padStart(7))} ${dim(`(${path})`)}`,
+    );
   };
 
   step('One pod before the agent runs: the shim falls back to the per-exec plugin');
   await addPod(podC, 'shim -> per-exec node dist/netplugin.mjs', false);
-  note('No agent answers on the socket, so the shim ran `node dist/netplugin.mjs` with the same input: correct, but it pays a Node start.');
+  note(
+    'No agent answers on the socket, so the shim ran `node dist/netplugin.mjs` with the same input: correct, but it ' +
+      'pays a Node start.',
+  );
 
   step('Start the node agent (the fast path)');
-  const agentArgs = ['--socket', socket, '--config', conflistPath, '--node-ip', `${NODE1_LINK_IP}/24`, '--mtu-file', join(state.tmp, 'mtu')];
+  const agentArgs = [
+    '--socket',
+    socket,
+    '--config',
+    conflistPath,
+    '--node-ip',
+    `${NODE1_LINK_IP}/24`,
+    '--mtu-file',
+    join(state.tmp, 'mtu'),
+  ];
   cmd(`netplugin-node ${agentArgs.join(' ')} 2>$TMP/agent.log &`);
   state.agent = await startAgent(NODE, AGENT, agentArgs, socket, agentLog, 'node ready');
   ok(`listening on ${socket} (mode ${(statSync(socket).mode & 0o777).toString(8)}, root only)`);
-  note('With --config it opens the conflist\'s datastore at start (kept warm for requests) and initialises ClusterInformation:');
-  block(shortLog(readFileSync(agentLog, 'utf8').split('\n').filter((l) => /datastore initialised|node ready/.test(l))), '    ');
-  note('On a node it is a systemd unit (deploy/netplugin-node.service) or a DaemonSet (deploy/netplugin-node-daemonset.yaml).');
+  note(
+    "With --config it opens the conflist's datastore at start (kept warm for requests) and initialises " +
+      'ClusterInformation:',
+  );
+  block(
+    shortLog(
+      readFileSync(agentLog, 'utf8')
+        .split('\n')
+        .filter((l) => /datastore initialised|node ready/.test(l)),
+    ),
+    '    ',
+  );
+  note(
+    'On a node it is a systemd unit (deploy/netplugin-node.service) or a DaemonSet ' +
+      '(deploy/netplugin-node-daemonset.yaml).',
+  );
 
-  step('Two pods through the shim and the warm agent, exec\'d exactly as a runtime does');
+  step("Two pods through the shim and the warm agent, exec'd exactly as a runtime does");
   await addPod(podA, 'shim -> agent', true);
   await addPod(podB, 'shim -> agent', false);
-  const served = readFileSync(agentLog, 'utf8').split('\n').filter((l) => l.includes('CNI request served'));
+  const served = readFileSync(agentLog, 'utf8')
+    .split('\n')
+    .filter((l) => l.includes('CNI request served'));
   note(`agent log (${served.length} requests served):`);
   block(shortLog(served), '    ');
   note('The agent loads the plugin code on its first request; later requests find it warm.');
@@ -256,7 +355,10 @@ async function main() {
   block(sh('ip', ['route']));
   cmd(`ip netns exec ${podA.netns} ip route`);
   block(sh('ip', ['netns', 'exec', podA.netns, 'ip', 'route']));
-  note('Each pod is a /32 route to its host veth on the node; a pod routes everything via 169.254.1.1, which its host veth answers (proxy ARP).');
+  note(
+    'Each pod is a /32 route to its host veth on the node; a pod routes everything via 169.254.1.1, which its host ' +
+      'veth answers (proxy ARP).',
+  );
   const pings = [
     [podA, podB],
     [podB, podC],
@@ -270,9 +372,15 @@ async function main() {
     const rtt = /time=([\d.]+ ms)/.exec(r.stdout)?.[1];
     if (r.code !== 0) {
       cmd(shown);
-      throw new DemoError(`${from ? from.pod : 'the node'} cannot ping ${to.pod} (${to.ip}): ${(r.stdout + r.stderr).trim().split('\n').pop()}`);
+      throw new DemoError(
+        `${from ? from.pod : 'the node'} cannot ping ${to.pod} (${to.ip}): ` +
+          `${(r.stdout + r.stderr).trim().split('\n').pop()}`,
+      );
     }
-    line(`${dim('$')} ${shown.padEnd(56)} ${green('reply')} ${rtt ?? ''}  ${dim(`(${from ? from.pod : 'node'} -> ${to.pod})`)}`);
+    line(
+      `${dim('$')} ${shown.padEnd(56)} ${green('reply')} ${rtt ?? ''}  ` +
+        `${dim(`(${from ? from.pod : 'node'} -> ${to.pod})`)}`,
+    );
   }
 
   await secondNode({ conflist, mainEntry, podA, binDir, cniPath });
@@ -285,10 +393,24 @@ async function main() {
   const mappings = [{ hostPort: HOST_PORT, containerPort: 80, protocol: 'tcp' }];
   // As libcni chains: the capability's runtimeConfig, and the previous plugin's result.
   const pmIn = { ...portmapEntry, runtimeConfig: { portMappings: mappings }, prevResult: podA.result };
-  note('libcni runs the second entry with runtimeConfig.portMappings (from the pod spec) and netplugin\'s result as prevResult:');
-  cmd(`CNI_COMMAND=ADD CNI_CONTAINERID=${podA.containerId.slice(0, 12)}... CNI_NETNS=/var/run/netns/${podA.netns} ... ${SYSTEM_CNI_DIR}/portmap <<'EOF'`);
-  block(showJson(pmIn, '...netplugin\'s ADD result for pod-a...'), '    ');
-  const pm = await cniExec({ command: 'ADD', entry: pmIn, containerId: podA.containerId, netns: `/var/run/netns/${podA.netns}`, args: podA.args, cniPath, extraEnv: runtimeEnv });
+  note(
+    "libcni runs the second entry with runtimeConfig.portMappings (from the pod spec) and netplugin's result as " +
+      'prevResult:',
+  );
+  cmd(
+    `CNI_COMMAND=ADD CNI_CONTAINERID=${podA.containerId.slice(0, 12)}... CNI_NETNS=/var/run/netns/${podA.netns} ... ` +
+      `${SYSTEM_CNI_DIR}/portmap <<'EOF'`,
+  );
+  block(showJson(pmIn, "...netplugin's ADD result for pod-a..."), '    ');
+  const pm = await cniExec({
+    command: 'ADD',
+    entry: pmIn,
+    containerId: podA.containerId,
+    netns: `/var/run/netns/${podA.netns}`,
+    args: podA.args,
+    cniPath,
+    extraEnv: runtimeEnv,
+  });
   if (pm.code !== 0) throw cniError('portmap ADD for pod-a', pm);
   podA.portmapResult = pm.json;
   ok(`portmap ADD ${ms(pm.ms)}; its NAT rules for the port (iptables-save -t nat | grep ${HOST_PORT}):`);
@@ -299,7 +421,9 @@ async function main() {
     if (!reply.startsWith('hello from pod-a')) throw new DemoError(`GET ${url} through the host port: ${reply}`);
     line(`GET ${url.padEnd(30)} ${green(reply)}`);
   }
-  note('127.0.0.1 works because netplugin sets route_localnet on the host veth and portmap (snat: true) masquerades it.');
+  note(
+    '127.0.0.1 works because netplugin sets route_localnet on the host veth and portmap (snat: true) masquerades it.',
+  );
 
   step('Look at the allocations');
   await ctl(['ipam', 'show']);
@@ -311,7 +435,15 @@ async function main() {
   state.server = undefined;
   const del = async (p, entry, label) => {
     const prev = p.portmapResult ?? p.result;
-    const r = await cniExec({ command: 'DEL', entry: { ...entry, prevResult: prev }, containerId: p.containerId, netns: `/var/run/netns/${p.netns}`, args: p.args, cniPath, extraEnv: runtimeEnv });
+    const r = await cniExec({
+      command: 'DEL',
+      entry: { ...entry, prevResult: prev },
+      containerId: p.containerId,
+      netns: `/var/run/netns/${p.netns}`,
+      args: p.args,
+      cniPath,
+      extraEnv: runtimeEnv,
+    });
     if (r.code !== 0) throw cniError(`${label} DEL of ${p.pod}`, r);
     line(`${bold(p.pod.padEnd(6))} ${label.padEnd(9)} DEL ${green('ok')} ${yellow(ms(r.ms).padStart(7))}`);
   };
@@ -327,15 +459,23 @@ async function main() {
   const problems = [];
   const links = JSON.parse(sh('ip', ['-j', 'link', 'show'])).map((l) => l.ifname);
   const extra = links.filter((n) => n !== 'lo');
-  (extra.length ? fail : ok)(`links in the node namespace: ${links.join(', ')}${extra.length ? `  (left over: ${extra.join(', ')})` : ''}`);
+  (extra.length ? fail : ok)(
+    `links in the node namespace: ${links.join(', ')}${extra.length ? `  (left over: ${extra.join(', ')})` : ''}`,
+  );
   if (extra.length) problems.push(`links left: ${extra.join(', ')}`);
   const routes = sh('ip', ['-4', 'route', 'show']).trim().split('\n').filter(Boolean);
-  const podRoutes = routes.filter((r) => r.startsWith(POOL_CIDR.split('.').slice(0, 3).join('.') + '.') || / dev npi/.test(r));
+  const podRoutes = routes.filter(
+    (r) => r.startsWith(POOL_CIDR.split('.').slice(0, 3).join('.') + '.') || / dev npi/.test(r),
+  );
   (podRoutes.length ? fail : ok)(`pod /32 routes: ${podRoutes.length ? podRoutes.join('; ') : 'none'}`);
   if (podRoutes.length) problems.push(`routes left: ${podRoutes.join('; ')}`);
   const nat = natLines();
-  const nft = sh('nft', ['list', 'ruleset']).split('\n').filter((l) => l.includes(String(HOST_PORT)));
-  (nat.length || nft.length ? fail : ok)(`NAT rules for port ${HOST_PORT}: iptables-save ${nat.length}, nft list ruleset ${nft.length}`);
+  const nft = sh('nft', ['list', 'ruleset'])
+    .split('\n')
+    .filter((l) => l.includes(String(HOST_PORT)));
+  (nat.length || nft.length ? fail : ok)(
+    `NAT rules for port ${HOST_PORT}: iptables-save ${nat.length}, nft list ruleset ${nft.length}`,
+  );
   if (nat.length || nft.length) problems.push(`NAT rules for ${HOST_PORT} left`);
   const show = JSON.parse(await ctl(['ipam', 'show', '-o', 'json'], { quiet: true }));
   const allocated = show.pools.reduce((n, p) => n + Number(p.allocated), 0);
@@ -359,7 +499,7 @@ async function main() {
  * and pods ping across. Then the pod, the agent and the node go again, the node
  * through `netpluginctl delete node`, which releases its IPAM state.
  */
-async function secondNode({ conflist, mainEntry, podA, binDir, cniPath }) {
+async function secondNode({ conflist, podA, binDir, cniPath }) {
   step(`A second node: ${NODE2_NAME}, its own agent, and a ping from pod to pod across the nodes`);
   const node2 = `demo-node2-${suffix}`;
   sh('ip', ['netns', 'add', node2]);
@@ -373,22 +513,51 @@ async function secondNode({ conflist, mainEntry, podA, binDir, cniPath }) {
   run2(['ip', 'link', 'set', 'eth0', 'up']);
   run2(['ip', 'addr', 'add', `${NODE2_LINK_IP}/24`, 'dev', 'eth0']);
   run2(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
-  note(`This node is ${NODE1_LINK_IP} on np-node2 (its agent runs with --node-ip ${NODE1_LINK_IP}/24); ${NODE2_NAME} is ${NODE2_LINK_IP} on its eth0, in namespace ${node2}.`);
+  note(
+    `This node is ${NODE1_LINK_IP} on np-node2 (its agent runs with --node-ip ${NODE1_LINK_IP}/24); ${NODE2_NAME} is ` +
+      `${NODE2_LINK_IP} on its eth0, in namespace ${node2}.`,
+  );
   // Node 2's conflist: its own name, and etcd over the link.
   const etcd2 = `http://${NODE1_LINK_IP}:${state.etcd.clientPort}`;
   const conf2 = JSON.parse(JSON.stringify(conflist));
   const entry2 = conf2.plugins.find((p) => p.type === 'netplugin');
-  Object.assign(entry2, { etcd_endpoints: etcd2, nodename: NODE2_NAME, nodename_file: join(state.tmp, 'node2.nodename'), mtu_file: join(state.tmp, 'node2.mtu') });
+  Object.assign(entry2, {
+    etcd_endpoints: etcd2,
+    nodename: NODE2_NAME,
+    nodename_file: join(state.tmp, 'node2.nodename'),
+    mtu_file: join(state.tmp, 'node2.mtu'),
+  });
   const conf2Path = join(state.tmp, 'node2.conflist');
   writeFileSync(conf2Path, JSON.stringify(conf2, null, 2));
   const socket2 = join(state.tmp, 'node2.sock');
   const log2 = join(state.tmp, 'agent2.log');
-  const args2 = ['--socket', socket2, '--config', conf2Path, '--nodename', NODE2_NAME, '--node-ip', `${NODE2_LINK_IP}/24`];
+  const args2 = [
+    '--socket',
+    socket2,
+    '--config',
+    conf2Path,
+    '--nodename',
+    NODE2_NAME,
+    '--node-ip',
+    `${NODE2_LINK_IP}/24`,
+  ];
   cmd(`ip netns exec ${node2} netplugin-node ${args2.join(' ').replaceAll(state.tmp, '$TMP')} 2>$TMP/agent2.log &`);
-  state.agent2 = await startAgent('ip', 'netns', ['exec', node2, NODE, AGENT, ...args2], socket2, log2, 'pod network controllers started');
+  state.agent2 = await startAgent(
+    'ip',
+    'netns',
+    ['exec', node2, NODE, AGENT, ...args2],
+    socket2,
+    log2,
+    'pod network controllers started',
+  );
   ok(`${NODE2_NAME}'s agent registered the node and watches pools, blocks and nodes`);
 
-  const podD = { pod: 'pod-d', netns: `pod-d-${suffix}`, containerId: randomBytes(32).toString('hex'), args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${K8S_NAMESPACE};K8S_POD_NAME=pod-d` };
+  const podD = {
+    pod: 'pod-d',
+    netns: `pod-d-${suffix}`,
+    containerId: randomBytes(32).toString('hex'),
+    args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${K8S_NAMESPACE};K8S_POD_NAME=pod-d`,
+  };
   sh('ip', ['netns', 'add', podD.netns]);
   state.netns.push(podD.netns);
   const entryD = { cniVersion: conf2.cniVersion, name: conf2.name, ...entry2 };
@@ -408,26 +577,51 @@ async function secondNode({ conflist, mainEntry, podA, binDir, cniPath }) {
   const add = await execOnNode2('ADD');
   if (add.code !== 0) throw new DemoError(`ADD of pod-d on ${NODE2_NAME} failed: ${add.stdout}${add.stderr}`);
   podD.ip = String(JSON.parse(add.stdout).ips[0].address).split('/')[0];
-  line(`${bold('pod-d '.padEnd(6))} on ${NODE2_NAME}: eth0 ${green(podD.ip)}  ${dim(`(ip netns exec ${node2} ${binDir}/netplugin, through ${NODE2_NAME}'s agent)`)}`);
+  line(
+    `${bold('pod-d '.padEnd(6))} on ${NODE2_NAME}: eth0 ${green(podD.ip)}  ` +
+      `${dim(`(ip netns exec ${node2} ${binDir}/netplugin, through ${NODE2_NAME}'s agent)`)}`,
+  );
 
   // Each agent routes the other node's block once it sees it; wait for both routes.
-  const routeTo = (ip, inNode2) => (inNode2 ? run2(['ip', 'route', 'show', 'proto', '80']) : sh('ip', ['route', 'show', 'proto', '80'])).includes(`via ${ip}`);
+  const routeTo = (ip, inNode2) =>
+    (inNode2 ? run2(['ip', 'route', 'show', 'proto', '80']) : sh('ip', ['route', 'show', 'proto', '80'])).includes(
+      `via ${ip}`,
+    );
   const deadline = Date.now() + 15_000;
   while (!(routeTo(NODE2_LINK_IP, false) && routeTo(NODE1_LINK_IP, true))) {
-    if (Date.now() > deadline) throw new DemoError(`the agents did not route each other's blocks: ${sh('ip', ['route'])} / ${run2(['ip', 'route'])}`);
+    if (Date.now() > deadline)
+      throw new DemoError(
+        `the agents did not route each other's blocks: ${sh('ip', ['route'])} / ${run2(['ip', 'route'])}`,
+      );
     await new Promise((r) => setTimeout(r, 100));
   }
-  cmd('ip route show proto 80                      # on this node (protocol 80: the agent\'s routes)');
+  cmd("ip route show proto 80                      # on this node (protocol 80: the agent's routes)");
   block(sh('ip', ['route', 'show', 'proto', '80']));
   cmd(`ip netns exec ${node2} ip route show proto 80    # on ${NODE2_NAME}`);
   block(run2(['ip', 'route', 'show', 'proto', '80']));
-  note('Each agent routes the blocks affine to the other node via that node\'s address, and blackholes its own block so an unused address of it never leaves through the default route.');
-  note('The pool is vxlanMode/ipipMode Never, and both nodes share a subnet, so the routes are direct; docs/networking.md shows VXLAN and CrossSubnet.');
-  for (const [from, to] of [[podD, podA], [podA, podD]]) {
+  note(
+    "Each agent routes the blocks affine to the other node via that node's address, and blackholes its own block so " +
+      'an unused address of it never leaves through the default route.',
+  );
+  note(
+    'The pool is vxlanMode/ipipMode Never, and both nodes share a subnet, so the routes are direct; ' +
+      'docs/networking.md shows VXLAN and CrossSubnet.',
+  );
+  for (const [from, to] of [
+    [podD, podA],
+    [podA, podD],
+  ]) {
     const argv = ['ip', 'netns', 'exec', from.netns, 'ping', '-c1', '-w5', to.ip];
     const r = await run(argv[0], argv.slice(1));
-    if (r.code !== 0) throw new DemoError(`${from.pod} cannot ping ${to.pod} (${to.ip}) across the nodes: ${(r.stdout + r.stderr).trim().split('\n').pop()}`);
-    line(`${dim('$')} ${argv.join(' ').padEnd(56)} ${green('reply')} ${/time=([\d.]+ ms)/.exec(r.stdout)?.[1] ?? ''}  ${dim(`(${from.pod} -> ${to.pod}, across nodes)`)}`);
+    if (r.code !== 0)
+      throw new DemoError(
+        `${from.pod} cannot ping ${to.pod} (${to.ip}) across the nodes: ` +
+          `${(r.stdout + r.stderr).trim().split('\n').pop()}`,
+      );
+    line(
+      `${dim('$')} ${argv.join(' ').padEnd(56)} ${green('reply')} ${/time=([\d.]+ ms)/.exec(r.stdout)?.[1] ?? ''}  ` +
+        `${dim(`(${from.pod} -> ${to.pod}, across nodes)`)}`,
+    );
   }
 
   note(`${NODE2_NAME} leaves: its pod is deleted, its agent stops, and the node is deleted with its IPAM state:`);
@@ -442,7 +636,8 @@ async function secondNode({ conflist, mainEntry, podA, binDir, cniPath }) {
   }
   const gone = Date.now() + 15_000;
   while (routeTo(NODE2_LINK_IP, false)) {
-    if (Date.now() > gone) throw new DemoError(`the route to ${NODE2_NAME}'s block stayed: ${sh('ip', ['route', 'show', 'proto', '80'])}`);
+    if (Date.now() > gone)
+      throw new DemoError(`the route to ${NODE2_NAME}'s block stayed: ${sh('ip', ['route', 'show', 'proto', '80'])}`);
     await new Promise((r) => setTimeout(r, 100));
   }
   ok(`the route to ${NODE2_NAME}'s block is gone from this node; ip netns del ${node2} took the link with it`);
@@ -526,11 +721,15 @@ async function torLearns({ agentArgs, socket, podA }) {
 
 /** Agent log lines without the timestamp and pid, and with container IDs shortened. */
 function shortLog(lines) {
-  return lines.map((l) => l.replace(/^\S+\s+(\w+)\s+\[\d+\]\s+/, '$1 ').replace(/([0-9a-f]{12})[0-9a-f]{52}/g, '$1...')).join('\n');
+  return lines
+    .map((l) => l.replace(/^\S+\s+(\w+)\s+\[\d+\]\s+/, '$1 ').replace(/([0-9a-f]{12})[0-9a-f]{52}/g, '$1...'))
+    .join('\n');
 }
 
 function natLines() {
-  return sh('iptables-save', ['-t', 'nat']).split('\n').filter((l) => l.includes(`--dport ${HOST_PORT}`) || l.includes(`:${HOST_PORT}`));
+  return sh('iptables-save', ['-t', 'nat'])
+    .split('\n')
+    .filter((l) => l.includes(`--dport ${HOST_PORT}`) || l.includes(`:${HOST_PORT}`));
 }
 
 // ---------------------------------------------------------------- cleanup
@@ -549,7 +748,8 @@ function cleanup() {
     await attempt('pod server', () => stopChild(state.server, 1000));
     // Deleting a pod's namespace also destroys its veth pair, host end included.
     for (const n of state.netns.splice(0)) await attempt(`ip netns del ${n}`, () => run('ip', ['netns', 'del', n]));
-    if (state.nodeIp) await attempt(`ip addr del ${NODE_IP}/32 dev lo`, () => run('ip', ['addr', 'del', `${NODE_IP}/32`, 'dev', 'lo']));
+    if (state.nodeIp)
+      await attempt(`ip addr del ${NODE_IP}/32 dev lo`, () => run('ip', ['addr', 'del', `${NODE_IP}/32`, 'dev', 'lo']));
     await attempt('agent', () => stopChild(state.agent));
     // BIRD exits with the agent; one left by an agent that had to be killed goes by its pid file.
     await attempt('BIRD', () => {
@@ -586,7 +786,10 @@ function cleanup() {
   return state.cleaned;
 }
 
-for (const [sig, code] of [['SIGINT', 130], ['SIGTERM', 143]]) {
+for (const [sig, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+]) {
   process.on(sig, () => {
     if (interrupted) return;
     interrupted = true;

@@ -8,7 +8,11 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const cacheDir = join(root, 'node_modules/.vite/vitest');
-const caches = existsSync(cacheDir) ? readdirSync(cacheDir).map((d) => join(cacheDir, d, 'results.json')).filter(existsSync) : [];
+const caches = existsSync(cacheDir)
+  ? readdirSync(cacheDir)
+      .map((d) => join(cacheDir, d, 'results.json'))
+      .filter(existsSync)
+  : [];
 if (!caches.length) {
   console.error('test-durations: no vitest results in node_modules/.vite/vitest (run the suite first)');
   process.exit(1);

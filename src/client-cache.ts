@@ -6,14 +6,14 @@
 // request that fetched it a moment ago, so it is closed only after `graceMs`.
 // Bottom-level (no imports) so every layer's caches share it.
 
-export interface ClientCacheOptions<T> {
+interface ClientCacheOptions<T> {
   max: number;
   idleMs: number;
   graceMs: number;
   close: (client: T) => Promise<void> | void;
 }
 
-export interface ClientCache<T> {
+interface ClientCache<T> {
   /** The cached client for `key`, or a new one from `open` (a failed open is not cached). */
   get(key: string, open: () => Promise<T>): Promise<T>;
   delete(key: string): void;

@@ -3,7 +3,7 @@
 // (one container's ADD and DEL never overlap) and IPAM (one node's writers
 // queue in-process before the host lock) share one implementation.
 
-export interface KeyedQueue {
+interface KeyedQueue {
   /** Runs fn after every earlier fn with the same key has settled. */
   run<T>(key: string, fn: () => Promise<T> | T): Promise<T>;
   /** Keys with queued or running work. */

@@ -15,7 +15,10 @@ function statFields(pid) {
   return s.slice(s.lastIndexOf(')') + 2).split(' ');
 }
 
-/** CPU (ms) of the children this process has waited for: cutime + cstime. Grandchildren count once their parent waited for them (ptp -> host-local). */
+/**
+ * CPU (ms) of the children this process has waited for: cutime + cstime. Grandchildren count once their parent waited
+ * for them (ptp -> host-local).
+ */
 export function childrenCpuMs() {
   const f = statFields('self');
   return ((Number(f[13]) + Number(f[14])) * 1000) / CLK_TCK;
@@ -86,7 +89,13 @@ export function quantile(xs, p) {
 }
 
 export function summary(xs) {
-  return { p50: quantile(xs, 0.5), p90: quantile(xs, 0.9), p99: quantile(xs, 0.99), mean: xs.reduce((a, b) => a + b, 0) / xs.length, n: xs.length };
+  return {
+    p50: quantile(xs, 0.5),
+    p90: quantile(xs, 0.9),
+    p99: quantile(xs, 0.99),
+    mean: xs.reduce((a, b) => a + b, 0) / xs.length,
+    n: xs.length,
+  };
 }
 
 function freePort() {
@@ -129,9 +138,24 @@ export async function startEtcd() {
   const endpoint = `http://127.0.0.1:${client}`;
   const proc = spawn(
     'etcd',
-    ['--name', 'bench', '--data-dir', dataDir, '--listen-client-urls', endpoint, '--advertise-client-urls', endpoint,
-      '--listen-peer-urls', `http://127.0.0.1:${peer}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${peer}`,
-      '--initial-cluster', `bench=http://127.0.0.1:${peer}`, '--log-level', 'error'],
+    [
+      '--name',
+      'bench',
+      '--data-dir',
+      dataDir,
+      '--listen-client-urls',
+      endpoint,
+      '--advertise-client-urls',
+      endpoint,
+      '--listen-peer-urls',
+      `http://127.0.0.1:${peer}`,
+      '--initial-advertise-peer-urls',
+      `http://127.0.0.1:${peer}`,
+      '--initial-cluster',
+      `bench=http://127.0.0.1:${peer}`,
+      '--log-level',
+      'error',
+    ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
   let stderr = '';

@@ -39,15 +39,26 @@ export function summariseProfiles(files, top = 25, root = process.cwd()) {
 export function profileFiles(paths) {
   const out = [];
   for (const p of paths) {
-    if (statSync(p).isDirectory()) out.push(...readdirSync(p).filter((f) => f.endsWith('.cpuprofile')).map((f) => join(p, f)));
+    if (statSync(p).isDirectory())
+      out.push(
+        ...readdirSync(p)
+          .filter((f) => f.endsWith('.cpuprofile'))
+          .map((f) => join(p, f)),
+      );
     else out.push(p);
   }
   return out;
 }
 
 export function formatProfile({ rows, totalMs }) {
-  const lines = [`sampled ${totalMs.toFixed(0)} ms in total; top functions by self time:`, '', '| self ms | % | function | where |', '|---:|---:|---|---|'];
-  for (const r of rows) lines.push(`| ${r.selfMs.toFixed(1)} | ${r.pct.toFixed(1)} | \`${r.fn}\` | ${r.where || '(native/VM)'} |`);
+  const lines = [
+    `sampled ${totalMs.toFixed(0)} ms in total; top functions by self time:`,
+    '',
+    '| self ms | % | function | where |',
+    '|---:|---:|---|---|',
+  ];
+  for (const r of rows)
+    lines.push(`| ${r.selfMs.toFixed(1)} | ${r.pct.toFixed(1)} | \`${r.fn}\` | ${r.where || '(native/VM)'} |`);
   return lines.join('\n');
 }
 

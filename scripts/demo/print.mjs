@@ -42,7 +42,12 @@ export function cmd(line) {
 export function block(text, indent = '    ') {
   const t = String(text).replace(/\s+$/, '');
   if (t === '') return;
-  out(t.split('\n').map((l) => (l.trim() ? indent + l : '')).join('\n') + '\n');
+  out(
+    t
+      .split('\n')
+      .map((l) => (l.trim() ? indent + l : ''))
+      .join('\n') + '\n',
+  );
 }
 
 export function note(text) {

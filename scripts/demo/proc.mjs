@@ -17,7 +17,9 @@ export function run(file, args = [], opts = {}) {
     child.stdout.on('data', (d) => (stdout += d));
     child.stderr.on('data', (d) => (stderr += d));
     child.on('error', (e) => reject(new DemoError(`cannot run ${file}: ${e.message}`)));
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr, ms: Number(process.hrtime.bigint() - t0) / 1e6 }));
+    child.on('close', (code, signal) =>
+      resolve({ code, signal, stdout, stderr, ms: Number(process.hrtime.bigint() - t0) / 1e6 }),
+    );
     child.stdin.on('error', () => undefined);
     child.stdin.end(opts.input ?? '');
   });
@@ -80,10 +82,22 @@ export async function startEtcd(dir) {
   const listen = `http://0.0.0.0:${clientPort}`;
   const peer = `http://127.0.0.1:${peerPort}`;
   const args = [
-    '--name', 'demo', '--data-dir', join(dir, 'etcd'),
-    '--listen-client-urls', listen, '--advertise-client-urls', endpoint,
-    '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `demo=${peer}`,
-    '--log-level', 'error',
+    '--name',
+    'demo',
+    '--data-dir',
+    join(dir, 'etcd'),
+    '--listen-client-urls',
+    listen,
+    '--advertise-client-urls',
+    endpoint,
+    '--listen-peer-urls',
+    peer,
+    '--initial-advertise-peer-urls',
+    peer,
+    '--initial-cluster',
+    `demo=${peer}`,
+    '--log-level',
+    'error',
   ];
   const child = spawn('etcd', args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
@@ -102,7 +116,12 @@ export async function startEtcd(dir) {
         return false;
       }
     },
-    () => (spawnError ? `cannot start etcd (${spawnError.message}); run 'bash scripts/setup' to install etcd-server` : child.exitCode !== null ? `etcd exited with ${child.exitCode}: ${stderr.trim()}` : undefined),
+    () =>
+      spawnError
+        ? `cannot start etcd (${spawnError.message}); run 'bash scripts/setup' to install etcd-server`
+        : child.exitCode !== null
+          ? `etcd exited with ${child.exitCode}: ${stderr.trim()}`
+          : undefined,
   );
   return etcd;
 }
@@ -127,7 +146,10 @@ export async function startAgent(nodeBin, agentBundle, args, socket, logFile, re
   const fd = openSync(logFile, 'a');
   let child;
   try {
-    child = spawn(nodeBin, [agentBundle, ...args], { stdio: ['ignore', 'ignore', fd], env: { ...process.env, NODE_EXTRA_CA_CERTS: '' } });
+    child = spawn(nodeBin, [agentBundle, ...args], {
+      stdio: ['ignore', 'ignore', fd],
+      env: { ...process.env, NODE_EXTRA_CA_CERTS: '' },
+    });
   } finally {
     closeSync(fd);
   }
@@ -142,7 +164,10 @@ export async function startAgent(nodeBin, agentBundle, args, socket, logFile, re
       `netplugin-node: "${readyText}" in its log`,
       10_000,
       async () => readFileSync(logFile, 'utf8').includes(readyText),
-      () => (child.exitCode !== null ? `the agent exited with ${child.exitCode}: ${readFileSync(logFile, 'utf8').trim()}` : undefined),
+      () =>
+        child.exitCode !== null
+          ? `the agent exited with ${child.exitCode}: ${readFileSync(logFile, 'utf8').trim()}`
+          : undefined,
     );
   }
   return child;
@@ -150,7 +175,9 @@ export async function startAgent(nodeBin, agentBundle, args, socket, logFile, re
 
 /** A process serving HTTP on :80 inside a pod's namespace; resolves once it listens. */
 export function startPodServer(netnsName, nodeBin, podName) {
-  const script = `require('http').createServer((q, s) => s.end('hello from ${podName}, you are ' + q.socket.remoteAddress + '\\n')).listen(80, () => console.log('listening'))`;
+  const script =
+    `require('http').createServer((q, s) => s.end('hello from ${podName}, you are ' + ` +
+    `q.socket.remoteAddress + '\\n')).listen(80, () => console.log('listening'))`;
   const child = spawn('ip', ['netns', 'exec', netnsName, nodeBin, '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
   return new Promise((resolve, reject) => {
     let err = '';
@@ -158,7 +185,9 @@ export function startPodServer(netnsName, nodeBin, podName) {
     child.stdout.on('data', (d) => {
       if (String(d).includes('listening')) resolve(child);
     });
-    child.on('exit', (code) => reject(new DemoError(`the HTTP server in ${podName} exited with ${code}: ${err.trim()}`)));
+    child.on('exit', (code) =>
+      reject(new DemoError(`the HTTP server in ${podName} exited with ${code}: ${err.trim()}`)),
+    );
   });
 }
 
@@ -173,7 +202,9 @@ export function findPlugin(type, cniPath) {
       // not in this dir
     }
   }
-  throw new DemoError(`plugin '${type}' not found in CNI_PATH ${cniPath}; run 'bash scripts/setup' (containernetworking-plugins)`);
+  throw new DemoError(
+    `plugin '${type}' not found in CNI_PATH ${cniPath}; run 'bash scripts/setup' (containernetworking-plugins)`,
+  );
 }
 
 /**

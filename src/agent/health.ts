@@ -12,7 +12,7 @@ import type { BirdStatus } from './bgp/supervisor.js';
 
 export const DEFAULT_HEALTH_ADDR = '127.0.0.1:9099';
 
-export interface AgentHealthOptions {
+interface AgentHealthOptions {
   addr: string;
   registry: Registry;
   socketPath: string;

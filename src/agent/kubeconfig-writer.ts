@@ -9,13 +9,11 @@
 import type { Logger } from '../log/types.js';
 import type { KubeClient } from '../k8s/client.js';
 import { writeFileAtomic } from '../ctl/install-cni.js';
-
-export const DEFAULT_PLUGIN_KUBECONFIG = '/etc/cni/net.d/netplugin-kubeconfig';
 export const DEFAULT_PLUGIN_SERVICE_ACCOUNT = 'netplugin-cni';
 /** One day: short enough to limit a leaked file's use, long enough to ride out API outages. */
 export const DEFAULT_TOKEN_SECONDS = 86_400;
 
-export interface PluginKubeconfigOptions {
+interface PluginKubeconfigOptions {
   path: string;
   serviceAccount: string;
   namespace: string;
@@ -45,7 +43,7 @@ interface TokenRequestStatus {
 }
 
 /** The kubeconfig text: JSON-quoted scalars, which YAML reads as they are. */
-export function renderKubeconfig(server: string, token: string, ca: Buffer | undefined, user: string): string {
+function renderKubeconfig(server: string, token: string, ca: Buffer | undefined, user: string): string {
   const q = (s: string) => JSON.stringify(s);
   return [
     '# Written by netplugin-node for the netplugin CNI plugin; rewritten before the token expires.',
@@ -74,7 +72,9 @@ export function startPluginKubeconfig(o: PluginKubeconfigOptions): PluginKubecon
   const seconds = o.expirationSeconds ?? DEFAULT_TOKEN_SECONDS;
   const minRetry = o.minRetryMs ?? 1000;
   const maxRetry = o.maxRetryMs ?? 60_000;
-  const path = `/api/v1/namespaces/${encodeURIComponent(o.namespace)}/serviceaccounts/${encodeURIComponent(o.serviceAccount)}/token`;
+  const path =
+    `/api/v1/namespaces/${encodeURIComponent(o.namespace)}/serviceaccounts/` +
+    `${encodeURIComponent(o.serviceAccount)}/token`;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let failures = 0;
@@ -100,7 +100,8 @@ export function startPluginKubeconfig(o: PluginKubeconfigOptions): PluginKubecon
       });
       const token = res?.status?.token;
       const exp = res?.status?.expirationTimestamp ? new Date(res.status.expirationTimestamp) : undefined;
-      if (!token || !exp || Number.isNaN(exp.getTime())) throw new Error('the TokenRequest answer has no status.token or status.expirationTimestamp');
+      if (!token || !exp || Number.isNaN(exp.getTime()))
+        throw new Error('the TokenRequest answer has no status.token or status.expirationTimestamp');
       if (stopped) return;
       writeFileAtomic(o.path, renderKubeconfig(o.client.server, token, o.ca, o.serviceAccount), 0o600);
       writes++;
@@ -108,7 +109,11 @@ export function startPluginKubeconfig(o: PluginKubeconfigOptions): PluginKubecon
       lastError = undefined;
       expires = exp;
       const lifetime = exp.getTime() - Date.now();
-      o.log.info('plugin kubeconfig written', { path: o.path, serviceAccount: `${o.namespace}/${o.serviceAccount}`, expires: exp.toISOString() });
+      o.log.info('plugin kubeconfig written', {
+        path: o.path,
+        serviceAccount: `${o.namespace}/${o.serviceAccount}`,
+        expires: exp.toISOString(),
+      });
       resolveFirst();
       // Two thirds in; never sooner than the retry floor (a server granting
       // a lifetime of seconds must not make us spin).

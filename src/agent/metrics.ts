@@ -18,7 +18,7 @@ export interface ServedRequest {
   seconds: number;
 }
 
-export interface AgentMetrics {
+interface AgentMetrics {
   readonly registry: Registry;
   /** Called by the CNI server for every answered request. */
   served(r: ServedRequest): void;
@@ -93,15 +93,52 @@ export function cniErrorCode(stdout: string): string {
 }
 
 export function createAgentMetrics(registry = new Registry()): AgentMetrics {
-  const requests = registry.counter('netplugin_cni_requests_total', 'CNI requests the agent answered, by plugin, CNI command and result (success or error).', ['plugin', 'command', 'result']);
-  const latency = registry.histogram('netplugin_cni_request_duration_seconds', 'Time from accepting a CNI request to its answer, by plugin and CNI command.', ['plugin', 'command']);
-  const errors = registry.counter('netplugin_cni_errors_total', 'CNI requests that failed, by plugin, CNI command and CNI error code (e.g. 11 try again, 7 invalid config, 100+ netplugin codes).', ['plugin', 'command', 'code']);
-  const assigned = registry.counter('netplugin_ipam_addresses_assigned_total', 'Addresses IPAM assigned to workloads on this node.');
-  const released = registry.counter('netplugin_ipam_addresses_released_total', 'Addresses IPAM released from workloads on this node.');
-  const retries = registry.counter('netplugin_ipam_cas_retries_total', 'Compare-and-swap conflicts (Conflict, AlreadyExists) on IPAM objects, each retried, by kind: contention with other nodes or processes.', ['kind']);
-  const dsLatency = registry.histogram('netplugin_datastore_request_duration_seconds', 'Datastore calls made by the agent, by operation, kind and result.', ['operation', 'kind', 'result']);
-  const policyLatency = registry.histogram('netplugin_policy_program_duration_seconds', 'Compiling and applying one nftables batch of network policy (inet netplugin), by mode: full (resync) or incremental.', ['mode']);
-  const policyCommands = registry.counter('netplugin_policy_nft_commands_total', 'nftables commands applied by the policy controller, by mode.', ['mode']);
+  const requests = registry.counter(
+    'netplugin_cni_requests_total',
+    'CNI requests the agent answered, by plugin, CNI command and result (success or error).',
+    ['plugin', 'command', 'result'],
+  );
+  const latency = registry.histogram(
+    'netplugin_cni_request_duration_seconds',
+    'Time from accepting a CNI request to its answer, by plugin and CNI command.',
+    ['plugin', 'command'],
+  );
+  const errors = registry.counter(
+    'netplugin_cni_errors_total',
+    'CNI requests that failed, by plugin, CNI command and CNI error code (e.g. 11 try again, 7 invalid config, 100+ ' +
+      'netplugin codes).',
+    ['plugin', 'command', 'code'],
+  );
+  const assigned = registry.counter(
+    'netplugin_ipam_addresses_assigned_total',
+    'Addresses IPAM assigned to workloads on this node.',
+  );
+  const released = registry.counter(
+    'netplugin_ipam_addresses_released_total',
+    'Addresses IPAM released from workloads on this node.',
+  );
+  const retries = registry.counter(
+    'netplugin_ipam_cas_retries_total',
+    'Compare-and-swap conflicts (Conflict, AlreadyExists) on IPAM objects, each retried, by kind: contention with ' +
+      'other nodes or processes.',
+    ['kind'],
+  );
+  const dsLatency = registry.histogram(
+    'netplugin_datastore_request_duration_seconds',
+    'Datastore calls made by the agent, by operation, kind and result.',
+    ['operation', 'kind', 'result'],
+  );
+  const policyLatency = registry.histogram(
+    'netplugin_policy_program_duration_seconds',
+    'Compiling and applying one nftables batch of network policy (inet netplugin), by mode: full (resync) or ' +
+      'incremental.',
+    ['mode'],
+  );
+  const policyCommands = registry.counter(
+    'netplugin_policy_nft_commands_total',
+    'nftables commands applied by the policy controller, by mode.',
+    ['mode'],
+  );
   const ifConflicts = registry.counter(
     'netplugin_policy_interface_conflicts_total',
     'Local endpoints whose recorded host interface (interfaceName) is not the one the agent derives for them ' +
@@ -225,8 +262,12 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
                 const errKind = (e as { kind?: string })?.kind;
                 stop({ result: typeof errKind === 'string' ? errKind : 'error' });
                 // A transaction names the op whose guard failed (TxnError.failedOp).
-                const failed = prop === 'txn' && Array.isArray(first) ? opKind((first as OpLike[])[(e as { failedOp?: number }).failedOp ?? -1]) : kind;
-                if ((errKind === 'Conflict' || errKind === 'AlreadyExists') && IPAM_KINDS.has(failed)) retries.inc({ kind: failed });
+                const failed =
+                  prop === 'txn' && Array.isArray(first)
+                    ? opKind((first as OpLike[])[(e as { failedOp?: number }).failedOp ?? -1])
+                    : kind;
+                if ((errKind === 'Conflict' || errKind === 'AlreadyExists') && IPAM_KINDS.has(failed))
+                  retries.inc({ kind: failed });
                 throw e;
               },
             );

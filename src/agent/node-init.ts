@@ -22,9 +22,9 @@ import type { Datastore } from '../datastore/types.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';
 import { netpluginEntry } from '../config/conflist.js';
 
-export type Ipv6ForwardingMode = 'auto' | 'on' | 'off';
+type Ipv6ForwardingMode = 'auto' | 'on' | 'off';
 
-export interface NodeInitOptions {
+interface NodeInitOptions {
   configPath: string;
   log: Logger;
   /** The agent's runtime: node init opens the connection requests then reuse. */
@@ -49,7 +49,10 @@ export function readNetpluginConf(path: string): Record<string, unknown> {
   try {
     text = readFileSync(path, 'utf8');
   } catch (e) {
-    throw new Error(`--config ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); pass the CNI config install-cni wrote, e.g. /etc/cni/net.d/10-netplugin.conflist`);
+    throw new Error(
+      `--config ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); pass the CNI ` +
+        `config install-cni wrote, e.g. /etc/cni/net.d/10-netplugin.conflist`,
+    );
   }
   let doc: unknown;
   try {
@@ -57,7 +60,8 @@ export function readNetpluginConf(path: string): Record<string, unknown> {
   } catch (e) {
     throw new Error(`--config ${path}: not JSON (${(e as Error).message})`);
   }
-  if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`--config ${path}: expected a JSON object (a CNI .conflist or .conf)`);
+  if (!doc || typeof doc !== 'object' || Array.isArray(doc))
+    throw new Error(`--config ${path}: expected a JSON object (a CNI .conflist or .conf)`);
   const d = doc as Record<string, unknown>;
   let entry: Record<string, unknown> | undefined;
   if (Array.isArray(d['plugins'])) {
@@ -67,7 +71,9 @@ export function readNetpluginConf(path: string): Record<string, unknown> {
   } else if (d['type'] === 'netplugin') {
     entry = d;
   } else {
-    throw new Error(`--config ${path}: neither a .conflist with a netplugin entry nor a .conf with "type": "netplugin"`);
+    throw new Error(
+      `--config ${path}: neither a .conflist with a netplugin entry nor a .conf with "type": "netplugin"`,
+    );
   }
   return entry;
 }
@@ -104,7 +110,9 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
         }
         log.info('IPv6 forwarding turned on (net.ipv6.conf.all.forwarding=1)', { why });
       } catch (e) {
-        log.error('cannot turn on IPv6 forwarding; IPv6 pods will not be reachable from other hosts', { error: (e as Error).message });
+        log.error('cannot turn on IPv6 forwarding; IPv6 pods will not be reachable from other hosts', {
+          error: (e as Error).message,
+        });
       }
     };
     if (mode === 'on') await enableV6('--ipv6-forwarding=on');
@@ -117,7 +125,10 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
       try {
         ds = await opts.datastores.datastore(conf);
         const r = await initDatastore(ds);
-        log.info('datastore initialised', { action: r.action, datastoreReady: r.clusterInformation.spec.datastoreReady });
+        log.info('datastore initialised', {
+          action: r.action,
+          datastoreReady: r.clusterInformation.spec.datastoreReady,
+        });
         if (mode === 'auto' && !v6Done) {
           const v6Pool = (await ds.list('IPPool')).items.find((p) => p.spec.cidr.includes(':') && !p.spec.disabled);
           if (v6Pool) await enableV6(`IPPool ${v6Pool.metadata.name} (${v6Pool.spec.cidr}) is IPv6`);
@@ -126,7 +137,11 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
         log.info('node ready', { config: opts.configPath });
         return;
       } catch (e) {
-        log.warn('cannot initialise the datastore yet; retrying (CNI requests are served meanwhile)', { attempt, error: (e as Error).message, retryInMs: retryMs });
+        log.warn('cannot initialise the datastore yet; retrying (CNI requests are served meanwhile)', {
+          attempt,
+          error: (e as Error).message,
+          retryInMs: retryMs,
+        });
       }
       await new Promise<void>((r) => {
         wake = r;
@@ -145,7 +160,7 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
 }
 
 /** Where container runtimes read CNI configs unless told otherwise. */
-export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
+const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
 
 /**
  * The config a runtime would use, if it is netplugin's: the first .conflist/.conf/.json
@@ -154,7 +169,9 @@ export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
 export function findNetpluginConf(dir = DEFAULT_CNI_CONF_DIR): string | undefined {
   let names: string[];
   try {
-    names = readdirSync(dir).filter((n) => /\.(conflist|conf|json)$/.test(n)).sort();
+    names = readdirSync(dir)
+      .filter((n) => /\.(conflist|conf|json)$/.test(n))
+      .sort();
   } catch {
     return undefined;
   }
@@ -180,10 +197,13 @@ export async function warmDatastore(configPath: string, datastores: DatastoreSou
     const conf = parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined });
     const ds = await datastores.datastore(conf);
     await ds.get('ClusterInformation', 'default').catch(() => undefined);
-    log.info('datastore connection warmed from the node\'s CNI config', { config: configPath });
+    log.info("datastore connection warmed from the node's CNI config", { config: configPath });
     return true;
   } catch (e) {
-    log.warn('cannot warm the datastore connection; the first request opens it', { config: configPath, error: (e as Error).message });
+    log.warn('cannot warm the datastore connection; the first request opens it', {
+      config: configPath,
+      error: (e as Error).message,
+    });
     return false;
   }
 }

@@ -7,7 +7,7 @@ import { parseAutodetect } from './node-registration.js';
 import { readNetpluginConf } from './node-init.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';
 
-export interface NodeNetworkOptions {
+interface NodeNetworkOptions {
   configPath: string;
   /** Settles when the datastore step of node init succeeded. */
   nodeInit: Promise<void>;
@@ -84,7 +84,11 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
       ...(o.onRoutesApplied ? { onApplied: o.onRoutesApplied } : {}),
       bgp: o.bgp !== undefined,
     });
-    stops.push(() => routes.stop(), () => nat.stop(), () => kernel.close());
+    stops.push(
+      () => routes.stop(),
+      () => nat.stop(),
+      () => kernel.close(),
+    );
     if (o.bgp) {
       const { startBgpController } = await import('./bgp/index.js');
       const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir, ...(o.bgp.readSecret ? { readSecret: o.bgp.readSecret } : {}) });
@@ -97,7 +101,9 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
     }
     if (stopped) for (const s of stops.splice(0)) s();
     o.log.info('pod network controllers started', { node });
-  })().catch((e: Error) => o.log.error('pod network controllers did not start; pods on this node reach only this node', { error: e.message }));
+  })().catch((e: Error) =>
+    o.log.error('pod network controllers did not start; pods on this node reach only this node', { error: e.message }),
+  );
   return {
     stop() {
       stopped = true;

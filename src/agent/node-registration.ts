@@ -17,7 +17,11 @@ import { IPIP_DEVICE, VXLAN_DEVICE, type AddrInfo, type LinkInfo } from '../data
 import { addrOf, poolViews } from './routes/desired.js';
 
 /** Calico's IP_AUTODETECTION_METHOD forms. */
-export type AutodetectMethod = { kind: 'first-found' } | { kind: 'interface'; re: RegExp } | { kind: 'can-reach'; dest: string } | { kind: 'cidr'; cidrs: string[] };
+export type AutodetectMethod =
+  | { kind: 'first-found' }
+  | { kind: 'interface'; re: RegExp }
+  | { kind: 'can-reach'; dest: string }
+  | { kind: 'cidr'; cidrs: string[] };
 
 export function parseAutodetect(s: string): AutodetectMethod {
   if (s === 'first-found') return { kind: 'first-found' };
@@ -32,7 +36,8 @@ export function parseAutodetect(s: string): AutodetectMethod {
     }
   }
   if (key === 'can-reach' && val) {
-    if (!tryParseIP(val)) throw new Error(`--ip-autodetection can-reach=${val}: give an IP address (e.g. can-reach=8.8.8.8)`);
+    if (!tryParseIP(val))
+      throw new Error(`--ip-autodetection can-reach=${val}: give an IP address (e.g. can-reach=8.8.8.8)`);
     return { kind: 'can-reach', dest: val };
   }
   if (key === 'cidr' && val) {
@@ -46,13 +51,18 @@ export function parseAutodetect(s: string): AutodetectMethod {
     }
     return { kind: 'cidr', cidrs };
   }
-  throw new Error(`--ip-autodetection '${s}': expected first-found, interface=REGEX, can-reach=ADDR or cidr=CIDR[,CIDR]`);
+  throw new Error(
+    `--ip-autodetection '${s}': expected first-found, interface=REGEX, can-reach=ADDR or cidr=CIDR[,CIDR]`,
+  );
 }
 
 /** Interfaces first-found never picks: loopback, our own devices, container and bridge plumbing. */
-const SKIP_IFACES = /^(lo|docker.*|cbr.*|virbr.*|lxcbr.*|veth.*|cni.*|br-.*|kube-ipvs.*|flannel.*|cali.*|npi.*|vxlan\.netplugin|vx6\.netplugin|tunl\.netplugin|tunl0)$/;
+const SKIP_IFACES = new RegExp(
+  '^(lo|docker.*|cbr.*|virbr.*|lxcbr.*|veth.*|cni.*|br-.*|kube-ipvs.*|flannel.*|cali.*|npi.*|' +
+    String.raw`vxlan\.netplugin|vx6\.netplugin|tunl\.netplugin|tunl0)$`,
+);
 
-export interface AddrSource {
+interface AddrSource {
   addrList(opts?: { family?: 4 | 6 }): AddrInfo[];
   linkList(): LinkInfo[];
 }
@@ -74,7 +84,11 @@ async function sourceFor(dest: string, family: Family): Promise<string | undefin
 }
 
 /** `addr/prefix` of this node for `family`, or undefined when none qualifies. */
-export async function detectAddress(nl: AddrSource, family: Family, method: AutodetectMethod): Promise<string | undefined> {
+export async function detectAddress(
+  nl: AddrSource,
+  family: Family,
+  method: AutodetectMethod,
+): Promise<string | undefined> {
   const names = new Map(nl.linkList().map((l) => [l.index, l.name]));
   // Global-scope addresses only (scope 0): link-local and host addresses never carry node traffic.
   const addrs = nl.addrList({ family }).filter((a) => a.scope === 0);
@@ -109,9 +123,12 @@ export function vtepMac(node: string, family: Family): string {
   return b.map((x) => x.toString(16).padStart(2, '0')).join(':');
 }
 
-
 /** Read-modify-write of the Node with CAS retries; creates it when absent. */
-export async function updateNode(ds: Datastore, name: string, edit: (spec: NodeSpec) => NodeSpec | undefined): Promise<Resource<'Node'>> {
+async function updateNode(
+  ds: Datastore,
+  name: string,
+  edit: (spec: NodeSpec) => NodeSpec | undefined,
+): Promise<Resource<'Node'>> {
   const r = await casRetry(
     ds,
     { kind: 'Node', name },
@@ -129,7 +146,7 @@ function sameJSON(a: unknown, b: unknown): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
-export interface RegisterOptions {
+interface RegisterOptions {
   ds: Datastore;
   node: string;
   nl: AddrSource;
@@ -141,7 +158,9 @@ export interface RegisterOptions {
 }
 
 /** Resolves the node's addresses (given or detected); ADDR without prefix gets the prefix of the local address. */
-export async function nodeAddresses(o: Pick<RegisterOptions, 'nl' | 'ipv4' | 'ipv6' | 'autodetect'>): Promise<{ ipv4?: string; ipv6?: string }> {
+async function nodeAddresses(
+  o: Pick<RegisterOptions, 'nl' | 'ipv4' | 'ipv6' | 'autodetect'>,
+): Promise<{ ipv4?: string; ipv6?: string }> {
   const out: { ipv4?: string; ipv6?: string } = {};
   for (const family of [4, 6] as const) {
     const given = family === 4 ? o.ipv4 : o.ipv6;
@@ -150,7 +169,10 @@ export async function nodeAddresses(o: Pick<RegisterOptions, 'nl' | 'ipv4' | 'ip
     if (given) {
       const [addr, prefix] = given.split('/');
       const ip = tryParseIP(addr!);
-      if (!ip || ip.family !== family) throw new Error(`--node-ip${family === 6 ? 'v6' : ''} '${given}' is not an IPv${family} address (ADDR or ADDR/PREFIX)`);
+      if (!ip || ip.family !== family)
+        throw new Error(
+          `--node-ip${family === 6 ? 'v6' : ''} '${given}' is not an IPv${family} address (ADDR or ADDR/PREFIX)`,
+        );
       const local = o.nl.addrList({ family }).find((a) => a.address === addr);
       v = `${addr}/${prefix ?? local?.prefixLen ?? (family === 4 ? 32 : 128)}`;
     } else {
@@ -167,7 +189,9 @@ export async function nodeAddresses(o: Pick<RegisterOptions, 'nl' | 'ipv4' | 'ip
 export async function registerNode(o: RegisterOptions): Promise<Resource<'Node'>> {
   const addrs = await nodeAddresses(o);
   if (!addrs.ipv4 && !addrs.ipv6) {
-    o.log.warn('no node address found: other nodes cannot route to this one; set --node-ip or --ip-autodetection', { node: o.node });
+    o.log.warn('no node address found: other nodes cannot route to this one; set --node-ip or --ip-autodetection', {
+      node: o.node,
+    });
   }
   return updateNode(o.ds, o.node, (spec) => {
     const next: NodeSpec = { ...spec };
@@ -177,7 +201,12 @@ export async function registerNode(o: RegisterOptions): Promise<Resource<'Node'>
       else delete next[k];
     }
     const others = (spec.addresses ?? []).filter((a) => a.type !== 'NetpluginNodeIP');
-    next.addresses = [...others, ...[addrs.ipv4, addrs.ipv6].filter((x): x is string => !!x).map((a) => ({ address: addrOf(a)!, type: 'NetpluginNodeIP' }))];
+    next.addresses = [
+      ...others,
+      ...[addrs.ipv4, addrs.ipv6]
+        .filter((x): x is string => !!x)
+        .map((a) => ({ address: addrOf(a)!, type: 'NetpluginNodeIP' })),
+    ];
     if (sameJSON(next, spec)) return undefined;
     o.log.info('registering node addresses', { node: o.node, ipv4: addrs.ipv4 ?? null, ipv6: addrs.ipv6 ?? null });
     return next;
@@ -185,7 +214,10 @@ export async function registerNode(o: RegisterOptions): Promise<Resource<'Node'>
 }
 
 type TunnelKind = 'vxlan4' | 'vxlan6' | 'ipip';
-const TUNNEL_FIELDS: Record<TunnelKind, { addr: keyof NodeSpec; mac?: keyof NodeSpec; family: Family; device: string }> = {
+const TUNNEL_FIELDS: Record<
+  TunnelKind,
+  { addr: keyof NodeSpec; mac?: keyof NodeSpec; family: Family; device: string }
+> = {
   vxlan4: { addr: 'vxlanTunnelAddress', mac: 'vxlanTunnelMACAddr', family: 4, device: VXLAN_DEVICE[4] },
   vxlan6: { addr: 'vxlanTunnelAddressV6', mac: 'vxlanTunnelMACAddrV6', family: 6, device: VXLAN_DEVICE[6] },
   ipip: { addr: 'ipv4IPIPTunnelAddr', family: 4, device: IPIP_DEVICE },
@@ -210,7 +242,11 @@ export async function ensureTunnelAddresses(ds: Datastore, ipam: Ipam, node: str
         return kind === 'ipip' ? ip : vx;
       })
       .filter((p) => (p.spec.allowedUses?.length ? p.spec.allowedUses.includes('Tunnel') : true))
-      .sort((a, b) => Number(!!b.spec.allowedUses?.includes('Tunnel')) - Number(!!a.spec.allowedUses?.includes('Tunnel')) || a.name.localeCompare(b.name));
+      .sort(
+        (a, b) =>
+          Number(!!b.spec.allowedUses?.includes('Tunnel')) - Number(!!a.spec.allowedUses?.includes('Tunnel')) ||
+          a.name.localeCompare(b.name),
+      );
     const handle = TUNNEL_HANDLES[kind](node);
     const have = spec[f.addr] as string | undefined;
     const held = await ipam.handleAddresses(handle);
@@ -229,7 +265,9 @@ export async function ensureTunnelAddresses(ds: Datastore, ipam: Ipam, node: str
           attrs: { type: kind === 'ipip' ? 'ipipTunnelAddress' : 'vxlanTunnelAddress', node },
           assignIPv4: f.family === 4,
           assignIPv6: f.family === 6,
-          ...(f.family === 4 ? { ipv4Pools: candidates.map((p) => p.name) } : { ipv6Pools: candidates.map((p) => p.name) }),
+          ...(f.family === 4
+            ? { ipv4Pools: candidates.map((p) => p.name) }
+            : { ipv6Pools: candidates.map((p) => p.name) }),
           use: 'Tunnel',
           fields: { ipv4Pools: `${kind} tunnel pools`, ipv6Pools: `${kind} tunnel pools` },
         });
@@ -249,6 +287,10 @@ export async function ensureTunnelAddresses(ds: Datastore, ipam: Ipam, node: str
       }
       return sameJSON(next, s) ? undefined : (next as NodeSpec);
     });
-    log.info(addr ? `${kind} tunnel address allocated` : `${kind} tunnel address released`, { node, address: addr ?? have ?? null, device: f.device });
+    log.info(addr ? `${kind} tunnel address allocated` : `${kind} tunnel address released`, {
+      node,
+      address: addr ?? have ?? null,
+      device: f.device,
+    });
   }
 }

@@ -13,13 +13,13 @@ import { parseCniArgs } from '../cni/env.js';
 import { cniErrorCode, type ServedRequest } from './metrics.js';
 
 /** CNI code -> Event reason, for the failures a pod's owner can act on. */
-export const EVENT_REASONS: Readonly<Record<string, string>> = {
+const EVENT_REASONS: Readonly<Record<string, string>> = {
   '100': 'NetpluginIPAMFailed',
   '102': 'NetpluginPodConfigInvalid',
   '7': 'NetpluginNetworkConfigInvalid',
 };
 
-export interface PodEventOptions {
+interface PodEventOptions {
   client: Pick<KubeClient, 'request'>;
   node: string;
   log: Logger;
@@ -51,27 +51,45 @@ export function createPodEvents(o: PodEventOptions): PodEvents {
     const t = new Date(now()).toISOString();
     // The pod's uid: `kubectl describe pod` finds events by the full object reference.
     const uid = o.client
-      .request<{ metadata?: { uid?: string } }>('GET', `/api/v1/namespaces/${encodeURIComponent(ns)}/pods/${encodeURIComponent(pod)}`)
-      .then((p) => p?.metadata?.uid, () => undefined);
+      .request<{ metadata?: { uid?: string } }>(
+        'GET',
+        `/api/v1/namespaces/${encodeURIComponent(ns)}/pods/${encodeURIComponent(pod)}`,
+      )
+      .then(
+        (p) => p?.metadata?.uid,
+        () => undefined,
+      );
     const p = uid
-      .then((podUid) => o.client.request('POST', `/api/v1/namespaces/${encodeURIComponent(ns)}/events`, {
-        apiVersion: 'v1',
-        kind: 'Event',
-        metadata: { name: `${pod}.${now().toString(16)}${Math.floor(Math.random() * 0xfff).toString(16)}`, namespace: ns },
-        involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace: ns, name: pod, ...(podUid ? { uid: podUid } : {}) },
-        reason,
-        message,
-        type: 'Warning',
-        source: { component: 'netplugin-node', host: o.node },
-        reportingComponent: 'netplugin.org/netplugin-node',
-        reportingInstance: o.node,
-        firstTimestamp: t,
-        lastTimestamp: t,
-        count: 1,
-      }))
+      .then((podUid) =>
+        o.client.request('POST', `/api/v1/namespaces/${encodeURIComponent(ns)}/events`, {
+          apiVersion: 'v1',
+          kind: 'Event',
+          metadata: {
+            name: `${pod}.${now().toString(16)}${Math.floor(Math.random() * 0xfff).toString(16)}`,
+            namespace: ns,
+          },
+          involvedObject: {
+            apiVersion: 'v1',
+            kind: 'Pod',
+            namespace: ns,
+            name: pod,
+            ...(podUid ? { uid: podUid } : {}),
+          },
+          reason,
+          message,
+          type: 'Warning',
+          source: { component: 'netplugin-node', host: o.node },
+          reportingComponent: 'netplugin.org/netplugin-node',
+          reportingInstance: o.node,
+          firstTimestamp: t,
+          lastTimestamp: t,
+          count: 1,
+        }),
+      )
       .then(
         () => undefined,
-        (e: Error) => o.log.warn('cannot record a Kubernetes Event on the pod', { pod: `${ns}/${pod}`, reason, error: e.message }),
+        (e: Error) =>
+          o.log.warn('cannot record a Kubernetes Event on the pod', { pod: `${ns}/${pod}`, reason, error: e.message }),
       );
     pending.add(p);
     void p.finally(() => pending.delete(p));

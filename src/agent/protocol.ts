@@ -24,8 +24,8 @@
 // A connection that ends after it means the agent may have done part of the
 // work: the shim never re-runs it and reports CNI code 11 (try again later).
 
-export const MAGIC = Buffer.from([0x4e, 0x50, 0x43]); // "NPC": a request
-export const RESPONSE_MAGIC = Buffer.from([0x4e, 0x50, 0x52]); // "NPR": a response
+const MAGIC = Buffer.from([0x4e, 0x50, 0x43]); // "NPC": a request
+const RESPONSE_MAGIC = Buffer.from([0x4e, 0x50, 0x52]); // "NPR": a response
 /** 1: JSON response. 2: binary response (the request is unchanged). */
 export const PROTOCOL_VERSION = 2;
 export const HEADER_LEN = 8; // magic (3) + version (1) + length (4)
@@ -35,7 +35,7 @@ export const RESPONSE_HEADER_LEN = 13;
 export const MAX_RESPONSE = 64 << 20;
 export const ACCEPTED = 0x06;
 /** Largest request body the agent takes (a netconf with prevResult is a few KiB). */
-export const MAX_REQUEST = 16 << 20;
+const MAX_REQUEST = 16 << 20;
 export const DEFAULT_SOCKET = '/var/run/netplugin/cni.sock';
 
 export interface ShimRequest {
@@ -72,7 +72,9 @@ export function encodeResponse(res: ShimResponse): Buffer {
   const out = Buffer.from(res.stdout, 'utf8');
   const err = Buffer.from(res.stderr ?? '', 'utf8');
   if (out.length + err.length > MAX_RESPONSE) {
-    throw new ProtocolError(`response of ${out.length + err.length} bytes exceeds the shim's ${MAX_RESPONSE}-byte limit`);
+    throw new ProtocolError(
+      `response of ${out.length + err.length} bytes exceeds the shim's ${MAX_RESPONSE}-byte limit`,
+    );
   }
   const head = Buffer.alloc(RESPONSE_HEADER_LEN);
   RESPONSE_MAGIC.copy(head, 0);
@@ -85,14 +87,17 @@ export function encodeResponse(res: ShimResponse): Buffer {
 
 /** Reads a whole response frame (what the shim does, for tests and tools); throws ProtocolError. */
 export function decodeResponse(frame: Buffer): ShimResponse {
-  if (frame.length < RESPONSE_HEADER_LEN) throw new ProtocolError(`response of ${frame.length} bytes is shorter than its ${RESPONSE_HEADER_LEN}-byte header`);
-  if (!frame.subarray(0, 3).equals(RESPONSE_MAGIC)) throw new ProtocolError('not a netplugin agent response (bad magic)');
+  if (frame.length < RESPONSE_HEADER_LEN)
+    throw new ProtocolError(`response of ${frame.length} bytes is shorter than its ${RESPONSE_HEADER_LEN}-byte header`);
+  if (!frame.subarray(0, 3).equals(RESPONSE_MAGIC))
+    throw new ProtocolError('not a netplugin agent response (bad magic)');
   if (frame[3] !== PROTOCOL_VERSION) {
     throw new ProtocolError(`agent speaks protocol version ${frame[3]}, this side speaks ${PROTOCOL_VERSION}`);
   }
   const outLen = frame.readUInt32BE(5);
   const errLen = frame.readUInt32BE(9);
-  if (outLen + errLen > MAX_RESPONSE) throw new ProtocolError(`response of ${outLen + errLen} bytes exceeds the ${MAX_RESPONSE}-byte limit`);
+  if (outLen + errLen > MAX_RESPONSE)
+    throw new ProtocolError(`response of ${outLen + errLen} bytes exceeds the ${MAX_RESPONSE}-byte limit`);
   const end = RESPONSE_HEADER_LEN + outLen + errLen;
   if (frame.length < end) throw new ProtocolError(`response is truncated: ${frame.length} of ${end} bytes`);
   const stdout = frame.toString('utf8', RESPONSE_HEADER_LEN, RESPONSE_HEADER_LEN + outLen);
@@ -127,7 +132,8 @@ export function decodeRequestBody(body: Buffer): ShimRequest {
   if (!o || typeof o !== 'object') throw new ProtocolError('request body is not an object');
   if (typeof o.plugin !== 'string') throw new ProtocolError('request.plugin is not a string');
   if (typeof o.stdin !== 'string') throw new ProtocolError('request.stdin is not a string');
-  if (!o.env || typeof o.env !== 'object' || Array.isArray(o.env)) throw new ProtocolError('request.env is not an object');
+  if (!o.env || typeof o.env !== 'object' || Array.isArray(o.env))
+    throw new ProtocolError('request.env is not an object');
   for (const [k, val] of Object.entries(o.env)) {
     if (typeof val !== 'string') throw new ProtocolError(`request.env.${k} is not a string`);
   }

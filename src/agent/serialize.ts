@@ -3,7 +3,7 @@
 // up on a slow ADD and send DEL at once), while different containers proceed
 // in parallel, bounded so a burst cannot open unbounded datastore calls.
 
-export { createKeyedQueue, type KeyedQueue } from '../keyed-queue.js';
+export { createKeyedQueue } from '../keyed-queue.js';
 
 export interface Limiter {
   /** Runs fn once fewer than `max` fns run. */

@@ -18,29 +18,38 @@ import {
 } from './protocol.js';
 import { createKeyedQueue, createLimiter, type Limiter } from './serialize.js';
 import { redactString } from '../log/redact.js';
+import { mark, withTimeline } from '../observe/timeline.js';
 
-export type DispatchFn = (io: CniIO, plugin: PluginSpec<any, any>) => Promise<number>;
-export interface PeerCred {
+// biome-ignore lint/suspicious/noExplicitAny: plugins of every netconf and runtime type share one dispatcher
+type DispatchFn = (io: CniIO, plugin: PluginSpec<any, any>) => Promise<number>;
+interface PeerCred {
   pid: number;
   uid: number;
   gid: number;
 }
-export type PeerCredFn = (fd: number) => PeerCred;
+type PeerCredFn = (fd: number) => PeerCred;
 
-export interface CniServerOptions {
+interface CniServerOptions {
   socketPath: string;
   /** By executable name: 'netplugin', 'netplugin-ipam'. */
+  // biome-ignore lint/suspicious/noExplicitAny: a registry of plugins of different netconf types
   plugins: Record<string, PluginSpec<any, any>>;
   log: Logger;
   /** Requests running at once per plugin (default 64). */
   maxConcurrent?: number;
   /** How long close() waits for accepted requests before dropping them (default 30 s). */
   closeTimeoutMs?: number;
-  /** How long a connection may take to deliver its whole request, from connect (default 10 s; a total deadline, not an idle timeout). */
+  /**
+   * How long a connection may take to deliver its whole request, from connect (default 10 s; a total deadline, not an
+   * idle timeout).
+   */
   requestTimeoutMs?: number;
   /** Largest request accepted (default 2 MiB: the 1 MiB stdin cap plus the environment). */
   maxRequestBytes?: number;
-  /** Bytes all connections still sending their request may buffer together (default 16 MiB); a connection that would exceed it is closed. */
+  /**
+   * Bytes all connections still sending their request may buffer together (default 16 MiB); a connection that would
+   * exceed it is closed.
+   */
   maxBufferedBytes?: number;
   /** Default: src/cni/dispatch.ts. */
   dispatch?: DispatchFn;
@@ -50,7 +59,14 @@ export interface CniServerOptions {
    */
   peerCred?: PeerCredFn | null;
   /** Called with every answered request (the agent's metrics, src/agent/metrics.ts). */
-  onServed?: (r: { plugin: string; command: string; exitCode: number; stdout: string; seconds: number; cniArgs?: string | undefined }) => void;
+  onServed?: (r: {
+    plugin: string;
+    command: string;
+    exitCode: number;
+    stdout: string;
+    seconds: number;
+    cniArgs?: string | undefined;
+  }) => void;
 }
 
 export interface CniServer {
@@ -168,11 +184,13 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       have += chunk.length;
       buffered += chunk.length;
       let req: ShimRequest;
+      const read = performance.now();
       try {
         if (want < 0) {
           if (have < HEADER_LEN) return;
           want = requestBodyLength(Buffer.concat(chunks));
-          if (want > maxRequestBytes) throw new Error(`request of ${want} bytes exceeds the agent's ${maxRequestBytes}-byte limit`);
+          if (want > maxRequestBytes)
+            throw new Error(`request of ${want} bytes exceeds the agent's ${maxRequestBytes}-byte limit`);
         }
         if (have < HEADER_LEN + want) return;
         const buf = Buffer.concat(chunks);
@@ -185,12 +203,12 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       socket.off('data', onData);
       drop();
       pending.delete(socket);
-      accept(socket, req);
+      accept(socket, req, read);
     };
     socket.on('data', onData);
   }
 
-  function accept(socket: Socket, req: ShimRequest): void {
+  function accept(socket: Socket, req: ShimRequest, read: number): void {
     // Running starts only once "accepted" is in the kernel: if we die before
     // that, the shim sees no marker and safely runs the request per-exec.
     socket.write(Buffer.from([ACCEPTED]), (err) => {
@@ -198,7 +216,10 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
         log.warn('CNI client went away before the request was accepted', { error: err.message });
         return;
       }
-      const p = handle(req).then((res) => {
+      const p = withTimeline(req.env['CNI_COMMAND'] ?? '', read, () => {
+        mark('accepted');
+        return handle(req);
+      }).then((res) => {
         if (!socket.destroyed) socket.end(frameResponse(res));
       });
       inflight.add(p);
@@ -210,7 +231,11 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     const plugin = pluginMap.get(req.plugin);
     if (!plugin) {
       const known = [...pluginMap.keys()].join(', ');
-      return cniError(4, `this agent serves no plugin named '${req.plugin.slice(0, 64)}' (the executable's name); install the shim as one of: ${known}`);
+      return cniError(
+        4,
+        `this agent serves no plugin named '${req.plugin.slice(0, 64)}' (the executable's name); install the shim as ` +
+          `one of: ${known}`,
+      );
     }
     const run = () => limiterFor(req.plugin).run(() => serve(plugin, req));
     // VERSION, STATUS and GC carry no container ID and need no ordering.
@@ -218,8 +243,10 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     return key ? queue.run(`${req.plugin}\0${key}`, run) : run();
   }
 
+  // biome-ignore lint/suspicious/noExplicitAny: any plugin of the registry
   async function serve(plugin: PluginSpec<any, any>, req: ShimRequest): Promise<ShimResponse> {
     const started = performance.now();
+    mark('dispatching');
     let stdout = '';
     let stderr = '';
     const io: CniIO = {
@@ -240,7 +267,14 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       log.error('CNI dispatcher threw', { error: (e as Error)?.stack ?? String(e) });
       return cniError(999, `netplugin agent internal error: ${redactString((e as Error)?.message ?? String(e))}`);
     }
-    opts.onServed?.({ plugin: req.plugin, command: req.env['CNI_COMMAND'] ?? '', exitCode: code, stdout, seconds: (performance.now() - started) / 1000, cniArgs: req.env['CNI_ARGS'] });
+    opts.onServed?.({
+      plugin: req.plugin,
+      command: req.env['CNI_COMMAND'] ?? '',
+      exitCode: code,
+      stdout,
+      seconds: (performance.now() - started) / 1000,
+      cniArgs: req.env['CNI_ARGS'],
+    });
     log.info('CNI request served', {
       plugin: req.plugin,
       command: req.env['CNI_COMMAND'] ?? '',
@@ -267,7 +301,10 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
           new Promise<boolean>((r) => (timer = setTimeout(() => r(true), closeTimeoutMs))),
         ]);
         clearTimeout(timer);
-        if (timedOut) log.warn('CNI requests still running at shutdown; their callers get code 11 and retry', { count: inflight.size });
+        if (timedOut)
+          log.warn('CNI requests still running at shutdown; their callers get code 11 and retry', {
+            count: inflight.size,
+          });
         for (const s of sockets) s.destroy();
         await serverClosed;
         // libuv unlinks the socket on close; this covers the rest, but never
@@ -290,7 +327,7 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
  * host veth name, so an old sandbox's DEL and a new sandbox's ADD must not
  * overlap (per container ID they did).
  */
-export function orderingKey(env: Record<string, string | undefined>): string | undefined {
+function orderingKey(env: Record<string, string | undefined>): string | undefined {
   const args = env['CNI_ARGS'] ?? '';
   const arg = (k: string) => {
     for (const part of args.split(';')) if (part.startsWith(`${k}=`)) return part.slice(k.length + 1);

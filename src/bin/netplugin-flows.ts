@@ -44,25 +44,28 @@ function readPem(flag: string, file: string | undefined): Buffer {
 }
 
 async function main(): Promise<void> {
-  const values = await parseEntryFlags(CLI, async () => (await import('../ctl/version.js')).NETPLUGIN_VERSION, () =>
-    parseArgs({
-      options: {
-        'collector-addr': { type: 'string' },
-        'tls-cert': { type: 'string' },
-        'tls-key': { type: 'string' },
-        'client-ca': { type: 'string' },
-        'api-addr': { type: 'string' },
-        'api-token-file': { type: 'string' },
-        ui: { type: 'string' },
-        retention: { type: 'string' },
-        'export-file': { type: 'string' },
-        'health-addr': { type: 'string' },
-        'log-level': { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-        version: { type: 'boolean' },
-      },
-      allowPositionals: false,
-    }).values,
+  const values = await parseEntryFlags(
+    CLI,
+    async () => (await import('../ctl/version.js')).NETPLUGIN_VERSION,
+    () =>
+      parseArgs({
+        options: {
+          'collector-addr': { type: 'string' },
+          'tls-cert': { type: 'string' },
+          'tls-key': { type: 'string' },
+          'client-ca': { type: 'string' },
+          'api-addr': { type: 'string' },
+          'api-token-file': { type: 'string' },
+          ui: { type: 'string' },
+          retention: { type: 'string' },
+          'export-file': { type: 'string' },
+          'health-addr': { type: 'string' },
+          'log-level': { type: 'string' },
+          help: { type: 'boolean', short: 'h' },
+          version: { type: 'boolean' },
+        },
+        allowPositionals: false,
+      }).values,
   );
   if (!values) return;
   const level = values['log-level'] ?? 'INFO';
@@ -71,9 +74,12 @@ async function main(): Promise<void> {
   if (!collectorAddr) usageError('--collector-addr HOST:PORT is required (where agents stream flow records)');
   const retentionMs = parseDuration(values.retention ?? '1h');
   if (retentionMs === undefined || retentionMs < BUCKET_SECONDS * 1000 || retentionMs > 7 * 24 * 3_600_000) {
-    usageError(`--retention '${values.retention}' is not a duration between ${BUCKET_SECONDS}s and 168h (e.g. 1h, 30m)`);
+    usageError(
+      `--retention '${values.retention}' is not a duration between ${BUCKET_SECONDS}s and 168h (e.g. 1h, 30m)`,
+    );
   }
-  if (values.ui !== undefined && values.ui !== 'true' && values.ui !== 'false') usageError(`--ui '${values.ui}': expected true or false`);
+  if (values.ui !== undefined && values.ui !== 'true' && values.ui !== 'false')
+    usageError(`--ui '${values.ui}': expected true or false`);
   const cert = readPem('--tls-cert', values['tls-cert']);
   const key = readPem('--tls-key', values['tls-key']);
   const clientCa = readPem('--client-ca', values['client-ca']);
@@ -82,11 +88,17 @@ async function main(): Promise<void> {
     try {
       token = readFileSync(values['api-token-file'], 'utf8').trim();
     } catch (e) {
-      usageError(`--api-token-file ${values['api-token-file']}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+      usageError(
+        `--api-token-file ${values['api-token-file']}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+      );
     }
     if (!token) usageError(`--api-token-file ${values['api-token-file']} is empty`);
   }
-  const log = createLogger({ level, stderr: (s) => process.stderr.write(s), context: { component: 'netplugin-flows' } });
+  const log = createLogger({
+    level,
+    stderr: (s) => process.stderr.write(s),
+    context: { component: 'netplugin-flows' },
+  });
   const fatal = (what: string, e: unknown): never => {
     log.error(`netplugin-flows: ${what}`, { error: e instanceof Error ? e.message : String(e) });
     process.exit(1);
@@ -100,7 +112,10 @@ async function main(): Promise<void> {
   const records = registry.counter('netplugin_flows_records_total', 'Flow records received from agents, by result (accepted, rejected)', ['result']);
   const exported = registry.counter('netplugin_flows_exported_total', 'Aggregated flows written to --export-file');
   const held = registry.gauge('netplugin_flows_aggregated', 'Aggregated flows held in memory');
-  const tooOld = registry.gauge('netplugin_flows_records_too_old', 'Records dropped because they started before the retention');
+  const tooOld = registry.gauge(
+    'netplugin_flows_records_too_old',
+    'Records dropped because they started before the retention',
+  );
   const agents = registry.gauge('netplugin_flows_agent_streams', 'Agent requests open on the collector');
 
   let exportFile: WriteStream | undefined;
@@ -127,14 +142,24 @@ async function main(): Promise<void> {
       if (b.rejected) records.inc({ result: 'rejected' }, b.rejected);
     },
   }).catch((e) => fatal('collector', e));
-  const api = await startApi({ addr: values['api-addr'] ?? '127.0.0.1:8081', store, ...(token ? { token } : {}), ui: values.ui !== 'false' }).catch((e) => fatal('API', e));
+  const api = await startApi({
+    addr: values['api-addr'] ?? '127.0.0.1:8081',
+    store,
+    ...(token ? { token } : {}),
+    ui: values.ui !== 'false',
+  }).catch((e) => fatal('API', e));
   registry.onCollect(() => {
     const s = store.stats();
     held.set(undefined, s.flows);
     tooOld.set(undefined, s.tooOld);
     agents.set(undefined, collector.connections());
   });
-  const health = await startHealthServer({ addr: values['health-addr'] ?? '127.0.0.1:9095', registry, healthz: () => true, readyz: () => true }).catch((e) => fatal('health listener', e));
+  const health = await startHealthServer({
+    addr: values['health-addr'] ?? '127.0.0.1:9095',
+    registry,
+    healthz: () => true,
+    readyz: () => true,
+  }).catch((e) => fatal('health listener', e));
   const ticker = setInterval(() => store.tick(), 1000);
   log.info('netplugin-flows: serving', {
     collector: `${collector.host}:${collector.port}`,

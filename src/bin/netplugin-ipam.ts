@@ -10,5 +10,9 @@ if (process.argv[2] === '--version') {
     process.exit(0);
   });
 } else {
-  void runPlugin({ name: 'netplugin-ipam', load: () => import('../plugins/ipam/index.js').then((m) => m.handlers), runtime: createPluginRuntime() });
+  void runPlugin({
+    name: 'netplugin-ipam',
+    load: () => import('../plugins/ipam/index.js').then((m) => m.handlers),
+    runtime: createPluginRuntime(),
+  });
 }

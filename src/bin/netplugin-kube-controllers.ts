@@ -41,22 +41,25 @@ function usageError(msg: string): never {
 
 async function main(): Promise<void> {
   let values: Record<string, string | boolean | undefined>;
-  const parsed = await parseEntryFlags(CLI, async () => (await import('../ctl/version.js')).NETPLUGIN_VERSION, () =>
-    parseArgs({
-      options: {
-        kubeconfig: { type: 'string' },
-        controllers: { type: 'string' },
-        'health-addr': { type: 'string' },
-        'metrics-addr': { type: 'string' },
-        namespace: { type: 'string' },
-        'lease-duration': { type: 'string' },
-        'log-level': { type: 'string' },
-        'log-format': { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-        version: { type: 'boolean' },
-      },
-      allowPositionals: false,
-    }).values,
+  const parsed = await parseEntryFlags(
+    CLI,
+    async () => (await import('../ctl/version.js')).NETPLUGIN_VERSION,
+    () =>
+      parseArgs({
+        options: {
+          kubeconfig: { type: 'string' },
+          controllers: { type: 'string' },
+          'health-addr': { type: 'string' },
+          'metrics-addr': { type: 'string' },
+          namespace: { type: 'string' },
+          'lease-duration': { type: 'string' },
+          'log-level': { type: 'string' },
+          'log-format': { type: 'string' },
+          help: { type: 'boolean', short: 'h' },
+          version: { type: 'boolean' },
+        },
+        allowPositionals: false,
+      }).values,
   );
   if (!parsed) return;
   values = parsed;
@@ -64,20 +67,36 @@ async function main(): Promise<void> {
   if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
   const format = (values['log-format'] as string | undefined) ?? 'text';
   if (format !== 'text' && format !== 'json') usageError(`--log-format '${format}' is not text or json`);
-  const list = (values.controllers as string | undefined) ?? (process.env.ENABLED_CONTROLLERS || CONTROLLER_NAMES.join(','));
-  const controllers = [...new Set(list.split(',').map((s) => s.trim()).filter(Boolean))];
+  const list =
+    (values.controllers as string | undefined) ?? (process.env.ENABLED_CONTROLLERS || CONTROLLER_NAMES.join(','));
+  const controllers = [
+    ...new Set(
+      list
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean),
+    ),
+  ];
   const bad = controllers.filter((c) => !(CONTROLLER_NAMES as readonly string[]).includes(c));
   if (bad.length || !controllers.length) {
-    usageError(`${values.controllers !== undefined ? '--controllers' : 'ENABLED_CONTROLLERS'}=${JSON.stringify(list)}: ${bad.length ? `unknown controller ${bad.join(', ')}` : 'empty'}; use a comma list of ${CONTROLLER_NAMES.join(', ')}`);
+    usageError(
+      `${values.controllers !== undefined ? '--controllers' : 'ENABLED_CONTROLLERS'}=${JSON.stringify(list)}: ` +
+        `${bad.length ? `unknown controller ${bad.join(', ')}` : 'empty'}; use a comma list of ` +
+        `${CONTROLLER_NAMES.join(', ')}`,
+    );
   }
   let leaseDurationMs: number | undefined;
   if (values['lease-duration'] !== undefined) {
     leaseDurationMs = parseDuration(values['lease-duration'] as string);
-    if (leaseDurationMs === undefined || leaseDurationMs < 1000) usageError(`--lease-duration '${values['lease-duration']}' is not a duration of at least 1s (e.g. 15s)`);
+    if (leaseDurationMs === undefined || leaseDurationMs < 1000)
+      usageError(`--lease-duration '${values['lease-duration']}' is not a duration of at least 1s (e.g. 15s)`);
   }
   const healthAddr = (values['health-addr'] as string | undefined) ?? '127.0.0.1:9094';
   const metricsAddr = values['metrics-addr'] as string | undefined;
-  for (const [flag, addr] of [['--health-addr', healthAddr], ['--metrics-addr', metricsAddr]] as const) {
+  for (const [flag, addr] of [
+    ['--health-addr', healthAddr],
+    ['--metrics-addr', metricsAddr],
+  ] as const) {
     try {
       if (addr !== undefined) parseListenAddr(addr);
     } catch (e) {
@@ -95,19 +114,25 @@ async function main(): Promise<void> {
   });
 
   const kubeconfig = (values.kubeconfig as string | undefined) ?? kubeconfigPathsFromEnv(process.env)[0];
-  if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) usageError('no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)');
+  if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST)
+    usageError(
+      'no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)',
+    );
   let dsConf;
   try {
     dsConf = datastoreConfigFromEnv(process.env);
   } catch (e) {
     usageError((e as Error).message);
   }
-  if (dsConf.datastore_type === 'kubernetes' && !dsConf.kubernetes?.kubeconfig && kubeconfig) dsConf.kubernetes = { ...dsConf.kubernetes, kubeconfig };
+  if (dsConf.datastore_type === 'kubernetes' && !dsConf.kubernetes?.kubeconfig && kubeconfig)
+    dsConf.kubernetes = { ...dsConf.kubernetes, kubeconfig };
   const fatal = (what: string, e: unknown) => {
     log.error(`netplugin-kube-controllers: ${what}`, { error: e instanceof Error ? e.message : String(e) });
     process.exit(1);
   };
-  const kube = await createKubeClient(kubeconfig ? { kubeconfig } : {}).catch((e) => fatal('cannot set up Kubernetes API access', e));
+  const kube = await createKubeClient(kubeconfig ? { kubeconfig } : {}).catch((e) =>
+    fatal('cannot set up Kubernetes API access', e),
+  );
   const ds = await openDatastore(dsConf).catch((e) => fatal('cannot open the datastore', e));
 
   const registry = new Registry();
@@ -130,11 +155,28 @@ async function main(): Promise<void> {
       process.exit(1);
     },
   });
-  log.info('netplugin-kube-controllers: started; campaigning for the lease', { identity: kc.identity, controllers, datastore: ds.type });
-  const health = await startHealthServer({ addr: healthAddr, registry, healthz: () => kc.healthy(), readyz: () => kc.ready() }).catch((e) => fatal('health listener', e));
-  log.info('netplugin-kube-controllers: serving /healthz, /readyz and /metrics', { addr: `${health.host}:${health.port}` });
-  const metricsServer = metricsAddr === undefined ? undefined : await startHealthServer({ addr: metricsAddr, registry, metricsOnly: true }).catch((e) => fatal('metrics listener', e));
-  if (metricsServer) log.info('netplugin-kube-controllers: serving /metrics', { addr: `${metricsServer.host}:${metricsServer.port}` });
+  log.info('netplugin-kube-controllers: started; campaigning for the lease', {
+    identity: kc.identity,
+    controllers,
+    datastore: ds.type,
+  });
+  const health = await startHealthServer({
+    addr: healthAddr,
+    registry,
+    healthz: () => kc.healthy(),
+    readyz: () => kc.ready(),
+  }).catch((e) => fatal('health listener', e));
+  log.info('netplugin-kube-controllers: serving /healthz, /readyz and /metrics', {
+    addr: `${health.host}:${health.port}`,
+  });
+  const metricsServer =
+    metricsAddr === undefined
+      ? undefined
+      : await startHealthServer({ addr: metricsAddr, registry, metricsOnly: true }).catch((e) =>
+          fatal('metrics listener', e),
+        );
+  if (metricsServer)
+    log.info('netplugin-kube-controllers: serving /metrics', { addr: `${metricsServer.host}:${metricsServer.port}` });
 
   const stop = async (sig: string) => {
     if (exiting) return;

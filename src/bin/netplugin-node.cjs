@@ -9,6 +9,6 @@
 'use strict';
 if (!process.env.UV_THREADPOOL_SIZE) process.env.UV_THREADPOOL_SIZE = '16';
 import('./netplugin-node.mjs').catch((e) => {
-  process.stderr.write(`netplugin-node: ${(e && e.stack) || e}\n`);
+  process.stderr.write(`netplugin-node: ${e?.stack || e}\n`);
   process.exit(1);
 });

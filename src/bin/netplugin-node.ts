@@ -13,7 +13,13 @@ import { createLogger, LogThrottle, normalizeLevel } from '../log/index.js';
 import { createPluginRuntime, type DataplanePort, type PluginRuntime } from '../plugins/main/runtime.js';
 import { HOST_MAC } from '../plugins/main/common.js';
 import type { WorkloadSpec, TeardownOptions } from '../dataplane/index.js';
-import { findNetpluginConf, readNetpluginConf, startNodeInit, warmDatastore, type NodeInit } from '../agent/node-init.js';
+import {
+  findNetpluginConf,
+  readNetpluginConf,
+  startNodeInit,
+  warmDatastore,
+  type NodeInit,
+} from '../agent/node-init.js';
 import type { Logger } from '../log/types.js';
 import { DEFAULT_HEALTH_ADDR, startAgentHealth } from '../agent/health.js';
 import { createAgentMetrics } from '../agent/metrics.js';
@@ -107,12 +113,14 @@ function agentPlugins(
     netplugin: {
       name: 'netplugin',
       load: async () => (await import('../plugins/main/index.js')).handlers,
+      resident: true,
       runtime,
       logThrottle,
     },
     'netplugin-ipam': {
       name: 'netplugin-ipam',
       load: async () => (await import('../plugins/ipam/index.js')).handlers,
+      resident: true,
       runtime,
       logThrottle,
     },
@@ -229,7 +237,8 @@ async function main(): Promise<void> {
   if (!parsed) return;
   values = parsed;
   const format = values['log-format'] ?? 'text';
-  if (!(LOG_FORMATS as readonly string[]).includes(format)) usageError(`--log-format '${format}' is not one of ${LOG_FORMATS.join(', ')}`);
+  if (!(LOG_FORMATS as readonly string[]).includes(format))
+    usageError(`--log-format '${format}' is not one of ${LOG_FORMATS.join(', ')}`);
   const healthAddr = values['health-addr'] ?? DEFAULT_HEALTH_ADDR;
   if (healthAddr !== 'off') {
     try {
@@ -258,7 +267,8 @@ async function main(): Promise<void> {
   // Checked before the CNI server starts, as every other flag.
   const bgpFlag = values.bgp ?? 'off';
   if (bgpFlag !== 'on' && bgpFlag !== 'off') usageError(`--bgp '${bgpFlag}' is not on or off`);
-  if (bgpFlag === 'on' && (!values.config || values['no-routes'])) usageError('--bgp on needs --config (the datastore) and routes (no --no-routes)');
+  if (bgpFlag === 'on' && (!values.config || values['no-routes']))
+    usageError('--bgp on needs --config (the datastore) and routes (no --no-routes)');
   const v6 = values['ipv6-forwarding'] ?? 'auto';
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
   if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
@@ -296,7 +306,8 @@ async function main(): Promise<void> {
       if (cached.suspend) readCaches.add(new WeakRef(cached));
       return metrics.wrapDatastore(cached);
     },
-    // A per-exec plugin that held the node's IPAM lock since the agent did may have written what the caches have not seen yet.
+    // A per-exec plugin that held the node's IPAM lock since the agent did may have written what the caches have not
+    // seen yet.
     ipamLockTakeover: () => {
       for (const r of readCaches) {
         const c = r.deref();
@@ -306,7 +317,8 @@ async function main(): Promise<void> {
     },
     ipamObserver: metrics.ipamObserver,
     ipamBatching: true,
-    podCache: async (kube, node) => new (await import('../k8s/cache.js')).CachingPodSource(kube, { nodeName: node, log }).start(),
+    podCache: async (kube, node) =>
+      new (await import('../k8s/cache.js')).CachingPodSource(kube, { nodeName: node, log }).start(),
     dataplane: dataplane.port,
     policySignal: () => policy?.signal(),
   });
@@ -320,17 +332,36 @@ async function main(): Promise<void> {
   }
 
   const tokenSeconds = Number(values['plugin-token-seconds'] ?? DEFAULT_TOKEN_SECONDS);
-  if (!Number.isInteger(tokenSeconds) || tokenSeconds < 600) usageError(`--plugin-token-seconds '${values['plugin-token-seconds']}' is not an integer of at least 600 (the TokenRequest minimum)`);
-  if (values['plugin-kubeconfig'] !== undefined && !values['plugin-kubeconfig'].startsWith('/')) usageError(`--plugin-kubeconfig '${values['plugin-kubeconfig']}' must be an absolute path`);
+  if (!Number.isInteger(tokenSeconds) || tokenSeconds < 600)
+    usageError(
+      `--plugin-token-seconds '${values['plugin-token-seconds']}' is not an integer of at least 600 (the ` +
+        `TokenRequest minimum)`,
+    );
+  if (values['plugin-kubeconfig'] !== undefined && !values['plugin-kubeconfig'].startsWith('/'))
+    usageError(`--plugin-kubeconfig '${values['plugin-kubeconfig']}' must be an absolute path`);
   const podEventsFlag = values['pod-events'] ?? 'on';
   if (podEventsFlag !== 'on' && podEventsFlag !== 'off') usageError(`--pod-events '${podEventsFlag}' is not on or off`);
   // The agent's own API access: --kubeconfig, or in a pod its service account.
-  const api = values.kubeconfig || process.env['KUBERNETES_SERVICE_HOST'] ? await agentKubeClient(values.kubeconfig, log) : undefined;
+  const api =
+    values.kubeconfig || process.env['KUBERNETES_SERVICE_HOST']
+      ? await agentKubeClient(values.kubeconfig, log)
+      : undefined;
   // Before the CNI server: with the kubernetes datastore the plugin needs this file for every ADD.
   let pluginKubeconfig: PluginKubeconfig | undefined;
   if (values['plugin-kubeconfig']) {
-    if (!api) log.error(`cannot write the plugin kubeconfig ${values['plugin-kubeconfig']}: no Kubernetes API access (run in a pod, or pass --kubeconfig)`);
-    else pluginKubeconfig = await startPluginKubeconfigFromFlags(values['plugin-kubeconfig'], values['plugin-service-account'] ?? DEFAULT_PLUGIN_SERVICE_ACCOUNT, tokenSeconds, api, log);
+    if (!api)
+      log.error(
+        `cannot write the plugin kubeconfig ${values['plugin-kubeconfig']}: no Kubernetes API access (run in a pod, ` +
+          `or pass --kubeconfig)`,
+      );
+    else
+      pluginKubeconfig = await startPluginKubeconfigFromFlags(
+        values['plugin-kubeconfig'],
+        values['plugin-service-account'] ?? DEFAULT_PLUGIN_SERVICE_ACCOUNT,
+        tokenSeconds,
+        api,
+        log,
+      );
   }
   let podEvents: import('../agent/pod-events.js').PodEvents | undefined;
   if (api && podEventsFlag === 'on') {
@@ -386,8 +417,14 @@ async function main(): Promise<void> {
       bgpOpts.readSecret = (name, key) => readSecretKey(api, namespace, name, key);
     }
     const reg = metrics.registry;
-    const running = reg.gauge('netplugin_bgp_bird_running', 'Whether the BIRD daemon the agent supervises runs (1) or not (0).');
-    const established = reg.gauge('netplugin_bgp_sessions_established', 'BGP sessions of this node in state Established.');
+    const running = reg.gauge(
+      'netplugin_bgp_bird_running',
+      'Whether the BIRD daemon the agent supervises runs (1) or not (0).',
+    );
+    const established = reg.gauge(
+      'netplugin_bgp_sessions_established',
+      'BGP sessions of this node in state Established.',
+    );
     const sessions = reg.gauge('netplugin_bgp_sessions', 'BGP sessions BIRD has configured for this node.');
     const restarts = reg.gauge('netplugin_bgp_bird_restarts', 'Times the agent restarted BIRD after it exited.');
     reg.onCollect(() => {
@@ -444,7 +481,10 @@ async function main(): Promise<void> {
 
   let stopping = false;
   let nodeInitialised = false;
-  void nodeInit?.done.then(() => (nodeInitialised = true), () => undefined);
+  void nodeInit?.done.then(
+    () => (nodeInitialised = true),
+    () => undefined,
+  );
   let health: Awaited<ReturnType<typeof startAgentHealth>> | undefined;
   if (healthAddr !== 'off') {
     const configPath = values.config;
@@ -462,7 +502,9 @@ async function main(): Promise<void> {
                 // The connection node init opened and requests reuse (same settings, same cache key).
                 datastore: async () => {
                   const { parseNetconf } = await import('../config/index.js');
-                  return runtime.datastore(parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined }));
+                  return runtime.datastore(
+                    parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined }),
+                  );
                 },
               },
             }
@@ -472,7 +514,10 @@ async function main(): Promise<void> {
     } catch (e) {
       // Pods need the CNI socket more than probes need a port: keep serving,
       // and say why the probes will fail.
-      log.error(`${(e as Error).message}; serving CNI requests without health and metrics endpoints (pass another --health-addr, or off)`);
+      log.error(
+        `${(e as Error).message}; serving CNI requests without health and metrics endpoints (pass another ` +
+          `--health-addr, or off)`,
+      );
     }
   }
   let metricsServer: HealthServer | undefined;
@@ -481,7 +526,9 @@ async function main(): Promise<void> {
       metricsServer = await startHealthServer({ addr: metricsAddr, registry: metrics.registry, metricsOnly: true });
       log.info('serving /metrics', { addr: `${metricsServer.host}:${metricsServer.port}` });
     } catch (e) {
-      log.error(`${(e as Error).message}; serving CNI requests without the metrics listener (pass another --metrics-addr)`);
+      log.error(
+        `${(e as Error).message}; serving CNI requests without the metrics listener (pass another --metrics-addr)`,
+      );
     }
   }
   const stop = (signal: string) => {
@@ -523,14 +570,20 @@ async function main(): Promise<void> {
  * on the libuv threadpool (the deletion sleeps ~20 ms in the kernel waiting
  * for an RCU grace period), so the loop is never held (docs/performance.md).
  */
-async function installDataplane(log: Logger, stateDir: string): Promise<{ port: DataplanePort; close(): Promise<void> }> {
+async function installDataplane(
+  log: Logger,
+  stateDir: string,
+): Promise<{ port: DataplanePort; close(): Promise<void> }> {
   const dp = await import('../dataplane/index.js');
   const trash = dp.createTrash({ log });
   // A crash's leftovers go now.
-  await trash.purge(HOST_MAC).catch((e: Error) => log.error('cannot delete the trashed veths left by an earlier agent', { error: e.message }));
+  await trash
+    .purge(HOST_MAC)
+    .catch((e: Error) => log.error('cannot delete the trashed veths left by an earlier agent', { error: e.message }));
   // A DEL's conntrack flush runs off its request path, one dump for every DEL
   // meanwhile; an ADD reusing one of those addresses waits for it (docs/performance.md).
-  // Journaled beside the socket (its directory is the agent's, 0700): what a killed agent left is flushed here, before serving.
+  // Journaled beside the socket (its directory is the agent's, 0700): what a killed agent left is flushed here, before
+  // serving.
   mkdirSync(stateDir, { recursive: true, mode: 0o700 });
   const conntrack = dp.createConntrackFlusher({ log, journal: join(stateDir, 'conntrack-pending') });
   const workloads = dp.createWorkloadSetup();
@@ -547,7 +600,10 @@ async function installDataplane(log: Logger, stateDir: string): Promise<{ port: 
 }
 
 /** The agent's own API access (--kubeconfig, or the in-cluster service account); undefined when unusable. */
-async function agentKubeClient(kubeconfig: string | undefined, log: Logger): Promise<import('../k8s/client.js').KubeClient | undefined> {
+async function agentKubeClient(
+  kubeconfig: string | undefined,
+  log: Logger,
+): Promise<import('../k8s/client.js').KubeClient | undefined> {
   try {
     const { createKubeClient } = await import('../k8s/client.js');
     return await createKubeClient(kubeconfig ? { kubeconfig } : {});
@@ -558,7 +614,13 @@ async function agentKubeClient(kubeconfig: string | undefined, log: Logger): Pro
 }
 
 /** Writes the plugin kubeconfig with tokens for `serviceAccount`, in the agent's own namespace. */
-async function startPluginKubeconfigFromFlags(path: string, serviceAccount: string, seconds: number, client: import('../k8s/client.js').KubeClient, log: Logger): Promise<PluginKubeconfig | undefined> {
+async function startPluginKubeconfigFromFlags(
+  path: string,
+  serviceAccount: string,
+  seconds: number,
+  client: import('../k8s/client.js').KubeClient,
+  log: Logger,
+): Promise<PluginKubeconfig | undefined> {
   const { SA_DIR } = await import('../k8s/client.js');
   const { startPluginKubeconfig } = await import('../agent/kubeconfig-writer.js');
   const { readFileSync } = await import('node:fs');
@@ -569,13 +631,24 @@ async function startPluginKubeconfigFromFlags(path: string, serviceAccount: stri
     // Outside a pod (--kubeconfig): kube-system, where deploy/rbac.yaml puts the account.
   }
   // The CA the agent trusts for this server, so the plugin trusts the same one.
-  return startPluginKubeconfig({ path, serviceAccount, namespace, client, ...(client.ca ? { ca: client.ca } : {}), expirationSeconds: seconds, log });
+  return startPluginKubeconfig({
+    path,
+    serviceAccount,
+    namespace,
+    client,
+    ...(client.ca ? { ca: client.ca } : {}),
+    expirationSeconds: seconds,
+    log,
+  });
 }
 
 /** The plugin falls back to this file when its netconf has no nodename (src/config/nodename.ts); written atomically. */
 function writeNodename(name: string, configPath: string | undefined): void {
   if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(name)) {
-    throw new Error(`--nodename '${name}' is not a valid node name (lower-case letters, digits, '-' and '.', as Kubernetes node names)`);
+    throw new Error(
+      `--nodename '${name}' is not a valid node name (lower-case letters, digits, '-' and '.', as Kubernetes node ` +
+        `names)`,
+    );
   }
   const conf = configPath ? readNetpluginConf(configPath) : {};
   const file = typeof conf['nodename_file'] === 'string' ? (conf['nodename_file'] as string) : DEFAULT_NODENAME_FILE;

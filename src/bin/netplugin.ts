@@ -12,5 +12,9 @@ if (process.argv[2] === '--version') {
   });
 } else {
   // The plain runtime: datastore and dataplane opened on first use, no caches beyond this one request.
-  void runPlugin({ name: 'netplugin', load: () => import('../plugins/main/index.js').then((m) => m.handlers), runtime: createPluginRuntime() });
+  void runPlugin({
+    name: 'netplugin',
+    load: () => import('../plugins/main/index.js').then((m) => m.handlers),
+    runtime: createPluginRuntime(),
+  });
 }

@@ -9,6 +9,7 @@ import { formatResult, parseResult } from './result.js';
 import { SUPPORTED_VERSIONS, type CniAttachment, type CniContext, type CniIO, type PluginSpec } from './types.js';
 import type { Logger } from '../log/types.js';
 import type { LogThrottle } from '../log/throttle.js';
+import { mark } from '../observe/timeline.js';
 import { HIGHEST_VERSION, assertCommandAllowed, compareVersions, negotiateVersion, parseSemver } from './version.js';
 
 /**
@@ -17,7 +18,10 @@ import { HIGHEST_VERSION, assertCommandAllowed, compareVersions, negotiateVersio
  * thousands of pods stays far below it.
  */
 export const MAX_STDIN = 1 << 20;
-/** Deepest JSON nesting accepted: configurations nest a handful of levels; thousands only exhaust the stack of whatever walks them. */
+/**
+ * Deepest JSON nesting accepted: configurations nest a handful of levels; thousands only exhaust the stack of whatever
+ * walks them.
+ */
 export const MAX_NESTING = 64;
 
 /** Nesting depth of JSON text (brackets outside strings); stops counting past `limit`. */
@@ -43,28 +47,51 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
 function decodeStdin(stdin: string | Buffer): { raw?: Record<string, unknown>; error?: CniError } {
   const size = typeof stdin === 'string' ? Buffer.byteLength(stdin) : stdin.length;
   if (size > MAX_STDIN) {
-    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin is larger than ${MAX_STDIN} bytes (the limit); a netconf is a few KiB`) };
+    return {
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        `network configuration on stdin is larger than ${MAX_STDIN} bytes (the limit); a netconf is a few KiB`,
+      ),
+    };
   }
   let text: string;
   try {
     text = typeof stdin === 'string' ? stdin : utf8.decode(stdin);
   } catch {
-    return { error: new CniError(ErrorCodes.DecodeFailure, 'network configuration on stdin is not valid UTF-8; write the netconf as UTF-8 JSON') };
+    return {
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        'network configuration on stdin is not valid UTF-8; write the netconf as UTF-8 JSON',
+      ),
+    };
   }
   if (text.trim() === '') return {};
   if (nestingDepth(text, MAX_NESTING) > MAX_NESTING) {
-    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin nests deeper than ${MAX_NESTING} levels; no netconf field needs that`) };
+    return {
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        `network configuration on stdin nests deeper than ${MAX_NESTING} levels; no netconf field needs that`,
+      ),
+    };
   }
   let v: unknown;
   try {
     v = JSON.parse(text);
   } catch (e) {
     return {
-      error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin is not valid JSON: ${(e as Error).message}`),
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        `network configuration on stdin is not valid JSON: ${(e as Error).message}`,
+      ),
     };
   }
   if (typeof v !== 'object' || v === null || Array.isArray(v)) {
-    return { error: new CniError(ErrorCodes.DecodeFailure, `network configuration on stdin must be a JSON object, got ${Array.isArray(v) ? 'an array' : typeof v}`) };
+    return {
+      error: new CniError(
+        ErrorCodes.DecodeFailure,
+        `network configuration on stdin must be a JSON object, got ${Array.isArray(v) ? 'an array' : typeof v}`,
+      ),
+    };
   }
   return { raw: v as Record<string, unknown> };
 }
@@ -94,7 +121,8 @@ export function validAttachments(rawConf: Record<string, unknown>): CniAttachmen
   const key = rawConf['cni.dev/valid-attachments'] !== undefined ? 'cni.dev/valid-attachments' : 'cni.dev/attachments';
   const list = rawConf[key];
   if (list === undefined || list === null) return [];
-  const bad = (what: string) => new CniError(ErrorCodes.InvalidNetworkConfig, `${key}${what}; expected [{"containerID": "...", "ifname": "..."}]`);
+  const bad = (what: string) =>
+    new CniError(ErrorCodes.InvalidNetworkConfig, `${key}${what}; expected [{"containerID": "...", "ifname": "..."}]`);
   if (!Array.isArray(list)) throw bad(`: got ${typeof list}`);
   return list.map((a, i) => {
     if (typeof a !== 'object' || a === null || typeof a.containerID !== 'string' || typeof a.ifname !== 'string') {
@@ -113,6 +141,25 @@ function defaultLog(
   return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr, throttle });
 }
 
+/** A resident plugin's netconfs as parsed, by command and stdin (PluginSpec.resident). */
+interface Parsed {
+  raw: Record<string, unknown>;
+  conf: unknown;
+}
+const parsedByPlugin = new WeakMap<object, Map<string, Parsed>>();
+/** Distinct netconfs remembered per plugin: a node has a handful (one per network and version). */
+const MAX_PARSED = 16;
+/** Larger stdins (a GC's list of attachments) are parsed each time, never kept. */
+const MAX_PARSED_STDIN = 64 << 10;
+
+function deepFreeze<T>(v: T): T {
+  if (typeof v === 'object' && v !== null && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
 /** Runs one CNI invocation; returns the exit code. Output goes only through io. */
 export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>): Promise<number> {
   // Errors are printed in the version the runtime asked for, so it can decode them.
@@ -122,7 +169,17 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
   const started = Date.now();
   try {
     const command = parseCommand(io.env);
-    const { raw, error: decodeError } = decodeStdin(io.stdin);
+    // A resident plugin sees the same netconf for every pod: decoded and validated once (the
+    // schema is most of a request's CPU before the datastore), then shared, frozen, by the
+    // requests with the very same stdin and command.
+    let memo: Map<string, Parsed> | undefined;
+    let memoKey: string | undefined;
+    if (plugin.resident && io.stdin.length <= MAX_PARSED_STDIN) {
+      memo = parsedByPlugin.get(plugin) ?? parsedByPlugin.set(plugin, new Map()).get(plugin)!;
+      memoKey = `${command}\0${typeof io.stdin === 'string' ? io.stdin : io.stdin.toString('latin1')}`;
+    }
+    const hit = memoKey !== undefined ? memo!.get(memoKey) : undefined;
+    const { raw, error: decodeError } = hit ? { raw: hit.raw, error: undefined } : decodeStdin(io.stdin);
     const asked = raw?.['cniVersion'];
     if (typeof asked === 'string' && asked !== '') outVersion = asked;
 
@@ -134,18 +191,35 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
 
     const env = parseEnv(io.env);
     if (decodeError) throw decodeError;
-    if (!raw) throw new CniError(ErrorCodes.DecodeFailure, `no network configuration on stdin; ${command} needs the netconf JSON on standard input`);
+    if (!raw)
+      throw new CniError(
+        ErrorCodes.DecodeFailure,
+        `no network configuration on stdin; ${command} needs the netconf JSON on standard input`,
+      );
     const cniVersion = negotiateVersion(raw);
     outVersion = cniVersion;
 
-    const logContext = { containerId: env.containerId, podNamespace: env.args.K8S_POD_NAMESPACE, podName: env.args.K8S_POD_NAME };
+    const logContext = {
+      containerId: env.containerId,
+      podNamespace: env.args.K8S_POD_NAMESPACE,
+      podName: env.args.K8S_POD_NAME,
+    };
     if (plugin.createLog) log = plugin.createLog(raw, logContext, io);
     else log = ownLog = defaultLog(raw, logContext, io, plugin.logThrottle);
     log.debug(`${plugin.name} ${command}`, { cniVersion, netns: env.netns || undefined, ifname: env.ifname || undefined });
 
     assertCommandAllowed(command, cniVersion);
     const handlers = await plugin.load();
-    const conf = handlers.parse(raw, command);
+    let conf: Conf;
+    if (hit) conf = hit.conf as Conf;
+    else {
+      conf = handlers.parse(raw, command);
+      if (memo && memoKey !== undefined) {
+        if (memo.size >= MAX_PARSED) memo.delete(memo.keys().next().value!);
+        memo.set(memoKey, { raw: deepFreeze(raw), conf: deepFreeze(conf) });
+      }
+    }
+    mark('netconf parsed');
     const prevResult = raw['prevResult'] !== undefined && raw['prevResult'] !== null ? parseResult(raw['prevResult'], 'prevResult', cniVersion) : undefined;
     const ctx: CniContext<Conf, Rt> = {
       command,

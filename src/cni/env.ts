@@ -5,9 +5,16 @@ import { ipFamily } from '../net/cidr.js';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { CniArgs, CniCommand } from './types.js';
 
-export const COMMANDS: readonly CniCommand[] = ['ADD', 'DEL', 'CHECK', 'VERSION', 'STATUS', 'GC'];
+const COMMANDS: readonly CniCommand[] = ['ADD', 'DEL', 'CHECK', 'VERSION', 'STATUS', 'GC'];
 
-export const KNOWN_ARGS = ['K8S_POD_NAMESPACE', 'K8S_POD_NAME', 'K8S_POD_INFRA_CONTAINER_ID', 'K8S_POD_UID', 'IP', 'IgnoreUnknown'] as const;
+const KNOWN_ARGS = [
+  'K8S_POD_NAMESPACE',
+  'K8S_POD_NAME',
+  'K8S_POD_INFRA_CONTAINER_ID',
+  'K8S_POD_UID',
+  'IP',
+  'IgnoreUnknown',
+] as const;
 
 type Var = 'CNI_CONTAINERID' | 'CNI_NETNS' | 'CNI_IFNAME' | 'CNI_PATH';
 
@@ -34,7 +41,7 @@ const USED: Record<CniCommand, readonly Var[]> = {
   GC: ['CNI_PATH'],
 };
 
-export interface CniEnv {
+interface CniEnv {
   command: CniCommand;
   containerId: string;
   netns: string;
@@ -51,7 +58,7 @@ const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
  * letter or digit; letters, digits, '_', '.', '-'; at most 253 characters.
  * Never a '/', whitespace, a control character or a name that is `.`/`..`.
  */
-export const POD_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
+const POD_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
 
 function show(v: string): string {
   return JSON.stringify(v.length > 80 ? v.slice(0, 80) + '...' : v);
@@ -64,7 +71,10 @@ export function parseCommand(env: Record<string, string | undefined>): CniComman
     throw new CniError(ErrorCodes.InvalidEnvironment, `CNI_COMMAND is not set; expected one of ${COMMANDS.join(', ')}`);
   }
   if (!(COMMANDS as readonly string[]).includes(c)) {
-    throw new CniError(ErrorCodes.InvalidEnvironment, `CNI_COMMAND: unknown command ${show(c)}; expected one of ${COMMANDS.join(', ')}`);
+    throw new CniError(
+      ErrorCodes.InvalidEnvironment,
+      `CNI_COMMAND: unknown command ${show(c)}; expected one of ${COMMANDS.join(', ')}`,
+    );
   }
   return c as CniCommand;
 }
@@ -74,32 +84,44 @@ export function parseCommand(env: Record<string, string | undefined>): CniComman
  * handle IDs, datastore keys and log lines bounded (a 5000-character ID was
  * accepted and written everywhere).
  */
-export const MAX_CONTAINER_ID = 255;
+const MAX_CONTAINER_ID = 255;
 
-export function checkContainerId(v: string): string | undefined {
+function checkContainerId(v: string): string | undefined {
   if (v.length > MAX_CONTAINER_ID) {
-    return `CNI_CONTAINERID: got ${show(v)} (${v.length} characters); a container ID is at most ${MAX_CONTAINER_ID} characters (runtimes use 64)`;
+    return (
+      `CNI_CONTAINERID: got ${show(v)} (${v.length} characters); a container ID is at most ${MAX_CONTAINER_ID} ` +
+      `characters (runtimes use 64)`
+    );
   }
   if (!CONTAINER_ID.test(v)) {
-    return `CNI_CONTAINERID: got ${show(v)}; a container ID must start with a letter or digit followed by letters, digits, '_', '.' or '-'`;
+    return (
+      `CNI_CONTAINERID: got ${show(v)}; a container ID must start with a letter or digit followed by letters, ` +
+      `digits, '_', '.' or '-'`
+    );
   }
   return undefined;
 }
 
 /** Linux interface name rules (dev_valid_name in net/core/dev.c) as the CNI spec restates them. */
-export function checkIfname(v: string): string | undefined {
+function checkIfname(v: string): string | undefined {
   const bad = (why: string) => `CNI_IFNAME: got ${show(v)}; ${why}`;
   // IFNAMSIZ is 16 bytes including the NUL terminator.
-  if (Buffer.byteLength(v) > 15) return bad(`an interface name is at most 15 bytes (this one is ${Buffer.byteLength(v)})`);
+  if (Buffer.byteLength(v) > 15)
+    return bad(`an interface name is at most 15 bytes (this one is ${Buffer.byteLength(v)})`);
   if (v === '.' || v === '..') return bad("'.' and '..' are not valid interface names");
   if (/[/:\s]/.test(v)) return bad("an interface name must not contain '/', ':' or whitespace");
-  // The kernel expands `%d` in a name it is asked to create (eth%d -> eth0), so the link made would not be the one named.
+  // The kernel expands `%d` in a name it is asked to create (eth%d -> eth0), so the link made would not be the one
+  // named.
   if (v.includes('%')) return bad("an interface name must not contain '%' (the kernel would pick the name itself)");
   return undefined;
 }
 
-export function checkNetns(v: string): string | undefined {
-  if (!v.startsWith('/')) return `CNI_NETNS: got ${show(v)}; expected an absolute path to a network namespace, e.g. /var/run/netns/<name> or /proc/<pid>/ns/net`;
+function checkNetns(v: string): string | undefined {
+  if (!v.startsWith('/'))
+    return (
+      `CNI_NETNS: got ${show(v)}; expected an absolute path to a network namespace, e.g. /var/run/netns/<name> ` +
+      `or /proc/<pid>/ns/net`
+    );
   if (v.includes('\0')) return `CNI_NETNS: got a path containing a NUL byte`;
   return undefined;
 }
@@ -112,7 +134,10 @@ export function checkNetns(v: string): string | undefined {
  * (/proc/<pid>/ns/net, a bind mount) is caught. A path that cannot be stat'ed
  * is left to the command (DEL tolerates a namespace that is already gone).
  */
-export function checkNotHostNetns(netns: string, own: readonly string[] = ['/proc/self/ns/net', '/proc/1/ns/net']): string | undefined {
+function checkNotHostNetns(
+  netns: string,
+  own: readonly string[] = ['/proc/self/ns/net', '/proc/1/ns/net'],
+): string | undefined {
   const id = (p: string) => {
     try {
       const st = statSync(p);
@@ -125,7 +150,10 @@ export function checkNotHostNetns(netns: string, own: readonly string[] = ['/pro
   if (target === undefined) return undefined;
   for (const p of own) {
     if (id(p) === target) {
-      return `CNI_NETNS: ${show(netns)} is the ${p.includes('/1/') ? "node's own" : "plugin's own"} network namespace, not a sandbox's; refusing to change it (the runtime must pass the pod's namespace)`;
+      return (
+        `CNI_NETNS: ${show(netns)} is the ${p.includes('/1/') ? "node's own" : "plugin's own"} network ` +
+        `namespace, not a sandbox's; refusing to change it (the runtime must pass the pod's namespace)`
+      );
     }
   }
   return undefined;
@@ -162,7 +190,8 @@ export function parseCniArgs(s: string | undefined, problems: string[]): CniArgs
   const ignoring = ignore !== undefined && ['1', 'true'].includes(ignore.toLowerCase());
   if (unknown.length && !ignoring) {
     problems.push(
-      `CNI_ARGS: unknown key${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}; known keys are ${KNOWN_ARGS.join(', ')} (add IgnoreUnknown=1 to pass others)`,
+      `CNI_ARGS: unknown key${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}; known keys are ` +
+        `${KNOWN_ARGS.join(', ')} (add IgnoreUnknown=1 to pass others)`,
     );
   }
   // Pod name and namespace become datastore keys, object names, veth name
@@ -173,7 +202,9 @@ export function parseCniArgs(s: string | undefined, problems: string[]): CniArgs
     const v = out[key];
     if (v !== undefined && !POD_NAME_RE.test(v)) {
       problems.push(
-        `CNI_ARGS: ${key}=${show(v)} is not a valid ${key === 'K8S_POD_NAME' ? 'pod' : 'namespace'} name: at most 253 characters of letters, digits, '_', '.' and '-', starting with a letter or digit (Kubernetes names and container names both fit)`,
+        `CNI_ARGS: ${key}=${show(v)} is not a valid ${key === 'K8S_POD_NAME' ? 'pod' : 'namespace'} name: at most ` +
+          `253 characters of letters, digits, '_', '.' and '-', starting with a letter or digit (Kubernetes names ` +
+          `and container names both fit)`,
       );
     }
   }
@@ -182,7 +213,10 @@ export function parseCniArgs(s: string | undefined, problems: string[]): CniArgs
     const fams = ips.map((ip) => ipFamily(ip));
     const badIps = ips.filter((_, i) => fams[i] === 0);
     if (badIps.length) {
-      problems.push(`CNI_ARGS: IP=${show(out.IP)}: ${badIps.map(show).join(', ')} is not an IP address; write IP=10.0.0.5 or IP=10.0.0.5,fd00::5`);
+      problems.push(
+        `CNI_ARGS: IP=${show(out.IP)}: ${badIps.map(show).join(', ')} is not an IP address; write IP=10.0.0.5 or ` +
+          `IP=10.0.0.5,fd00::5`,
+      );
     } else if (fams.filter((f) => f === 4).length > 1 || fams.filter((f) => f === 6).length > 1) {
       problems.push(`CNI_ARGS: IP=${show(out.IP)}: at most one IPv4 and one IPv6 address may be requested`);
     }
@@ -212,7 +246,8 @@ export function parseEnv(env: Record<string, string | undefined>): CniEnv {
     const p = checkIfname(get('CNI_IFNAME'));
     if (p) problems.push(p);
   }
-  const args = command === 'ADD' || command === 'DEL' || command === 'CHECK' ? parseCniArgs(env['CNI_ARGS'], problems) : {};
+  const args =
+    command === 'ADD' || command === 'DEL' || command === 'CHECK' ? parseCniArgs(env['CNI_ARGS'], problems) : {};
   if (problems.length) {
     throw new CniError(ErrorCodes.InvalidEnvironment, problems.join('; '));
   }
@@ -221,7 +256,9 @@ export function parseEnv(env: Record<string, string | undefined>): CniEnv {
     containerId: get('CNI_CONTAINERID'),
     netns: used.includes('CNI_NETNS') ? get('CNI_NETNS') : '',
     ifname: used.includes('CNI_IFNAME') ? get('CNI_IFNAME') : '',
-    path: get('CNI_PATH').split(':').filter((p) => p !== ''),
+    path: get('CNI_PATH')
+      .split(':')
+      .filter((p) => p !== ''),
     args,
   };
 }

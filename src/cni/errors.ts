@@ -63,7 +63,9 @@ const HOST_LOCK_CODES: Record<HostLockErrorKind, number> = {
 const DATASTORE_HINTS: Partial<Record<DatastoreErrorKind, string>> = {
   Unavailable: 'try again later',
   Conflict: 'concurrent update; try again later',
-  Unauthorized: 'check the credentials the netconf names (kubernetes.kubeconfig, or etcd_cert_file/etcd_key_file/etcd_ca_cert_file)',
+  Unauthorized:
+    'check the credentials the netconf names (kubernetes.kubeconfig, or ' +
+    'etcd_cert_file/etcd_key_file/etcd_ca_cert_file)',
 };
 
 /** A NetlinkError from src/native (duck-typed so this module never loads the addon). */
@@ -76,7 +78,10 @@ interface NetlinkLike {
 }
 function isNetlinkLike(e: unknown): e is NetlinkLike {
   return (
-    typeof e === 'object' && e !== null && typeof (e as NetlinkLike).code === 'string' && typeof (e as NetlinkLike).op === 'string'
+    typeof e === 'object' &&
+    e !== null &&
+    typeof (e as NetlinkLike).code === 'string' &&
+    typeof (e as NetlinkLike).op === 'string'
   );
 }
 /** Node's fs/child_process system errors: errno name plus the syscall. */
@@ -87,7 +92,11 @@ interface SystemErrorLike {
   message: string;
 }
 function isSystemError(e: unknown): e is SystemErrorLike {
-  return e instanceof Error && typeof (e as unknown as SystemErrorLike).code === 'string' && typeof (e as unknown as SystemErrorLike).syscall === 'string';
+  return (
+    e instanceof Error &&
+    typeof (e as unknown as SystemErrorLike).code === 'string' &&
+    typeof (e as unknown as SystemErrorLike).syscall === 'string'
+  );
 }
 
 /** Maps anything thrown to a CniError; `internal` tells the caller to log the stack (an unexpected exception). */
@@ -97,10 +106,16 @@ export function toCniError(e: unknown): CniError & { internal?: boolean } {
   if (e instanceof HostLockError) return new CniError(HOST_LOCK_CODES[e.kind], e.message);
   if (e instanceof DatastoreError) {
     const hint = DATASTORE_HINTS[e.kind];
-    return new CniError(DATASTORE_CODES[e.kind] ?? ErrorCodes.Internal, `datastore ${e.kind}: ${firstLine(e.message)}${hint ? ` (${hint})` : ''}`);
+    return new CniError(
+      DATASTORE_CODES[e.kind] ?? ErrorCodes.Internal,
+      `datastore ${e.kind}: ${firstLine(e.message)}${hint ? ` (${hint})` : ''}`,
+    );
   }
   if (isNetlinkLike(e)) {
-    const subject = e.subject === undefined || e.subject === '' ? '' : ` ${typeof e.subject === 'string' ? e.subject : JSON.stringify(e.subject)}`;
+    const subject =
+      e.subject === undefined || e.subject === ''
+        ? ''
+        : ` ${typeof e.subject === 'string' ? e.subject : JSON.stringify(e.subject)}`;
     const text = e.message ? `: ${firstLine(e.message)}` : '';
     return new CniError(
       ErrorCodes.DataplaneFailure,
@@ -109,10 +124,17 @@ export function toCniError(e: unknown): CniError & { internal?: boolean } {
     );
   }
   if (isSystemError(e)) {
-    return new CniError(ErrorCodes.IOFailure, `I/O failure: ${e.syscall}${e.path ? ` ${e.path}` : ''}: ${e.code}`, firstLine(e.message));
+    return new CniError(
+      ErrorCodes.IOFailure,
+      `I/O failure: ${e.syscall}${e.path ? ` ${e.path}` : ''}: ${e.code}`,
+      firstLine(e.message),
+    );
   }
   const msg = e instanceof Error ? e.message : String(e);
-  const err = new CniError(ErrorCodes.Internal, `internal error: ${firstLine(msg) || (e instanceof Error ? e.name : 'unknown')}`) as CniError & {
+  const err = new CniError(
+    ErrorCodes.Internal,
+    `internal error: ${firstLine(msg) || (e instanceof Error ? e.name : 'unknown')}`,
+  ) as CniError & {
     internal?: boolean;
   };
   err.internal = true;

@@ -35,7 +35,8 @@ function readStdin(): Buffer {
     // A closed, terminal or non-blocking stdin (someone running VERSION by
     // hand) is "no input", which VERSION and the errors handle.
     const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'EAGAIN' || code === 'EOF' || code === 'EBADF' || code === 'EINVAL' || code === 'ENXIO') return Buffer.alloc(0);
+    if (code === 'EAGAIN' || code === 'EOF' || code === 'EBADF' || code === 'EINVAL' || code === 'ENXIO')
+      return Buffer.alloc(0);
     throw e;
   }
 }
@@ -77,7 +78,10 @@ export async function runPlugin<Conf, Rt>(plugin: PluginSpec<Conf, Rt>): Promise
   } catch (e) {
     // dispatch reports everything itself; this is a bug in the reporting.
     writeAll(2, `${plugin.name}: ${redactString((e as Error)?.stack ?? String(e))}\n`);
-    writeAll(1, JSON.stringify({ cniVersion: '1.0.0', code: 999, msg: 'internal error: failed to report a result' }) + '\n');
+    writeAll(
+      1,
+      JSON.stringify({ cniVersion: '1.0.0', code: 999, msg: 'internal error: failed to report a result' }) + '\n',
+    );
     code = 1;
   }
   // Exit explicitly: datastore clients may hold sockets open that would keep

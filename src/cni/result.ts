@@ -63,7 +63,7 @@ function compact<T extends Record<string, unknown>>(o: T): Compacted<T> {
   return o as Compacted<T>;
 }
 
-export function isCidr(s: string): boolean {
+function isCidr(s: string): boolean {
   return tryParseIPPrefix(s) !== undefined;
 }
 
@@ -81,7 +81,8 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
   if (!isSupportedVersion(ver)) {
     throw new CniError(
       ErrorCodes.IncompatibleVersion,
-      `${label}.cniVersion: ${describe(ver)} is not a result version netplugin reads; supported: ${SUPPORTED_VERSIONS.join(', ')}`,
+      `${label}.cniVersion: ${describe(ver)} is not a result version netplugin reads; supported: ` +
+        `${SUPPORTED_VERSIONS.join(', ')}`,
     );
   }
   const res: CniResult = {};
@@ -104,7 +105,8 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
     if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad(path, v, 'an object');
     return v as Record<string, unknown>;
   };
-  const strList = (v: unknown, path: string): string[] | undefined => arr(v, path)?.map((x, i) => str(x, `${path}[${i}]`, false)!);
+  const strList = (v: unknown, path: string): string[] | undefined =>
+    arr(v, path)?.map((x, i) => str(x, `${path}[${i}]`, false)!);
 
   const ifaces = arr(o['interfaces'], '.interfaces');
   if (ifaces) {
@@ -130,9 +132,11 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
       if (!isCidr(address)) throw bad(`${p}.address`, address, 'an address with prefix length, e.g. "10.0.0.5/24"');
       const fam = ipFamily(addressOf(address));
       const version = e['version'];
-      if (version !== undefined && version !== String(fam)) throw bad(`${p}.version`, version, `"${fam}" for ${address}`);
+      if (version !== undefined && version !== String(fam))
+        throw bad(`${p}.version`, version, `"${fam}" for ${address}`);
       const gateway = str(e['gateway'], `${p}.gateway`);
-      if (gateway !== undefined && ipFamily(gateway) !== fam) throw bad(`${p}.gateway`, gateway, `an IPv${fam} address`);
+      if (gateway !== undefined && ipFamily(gateway) !== fam)
+        throw bad(`${p}.gateway`, gateway, `an IPv${fam} address`);
       const iface = int(e['interface'], `${p}.interface`);
       if (iface !== undefined && res.interfaces && iface >= res.interfaces.length) {
         throw bad(`${p}.interface`, iface, `an index into interfaces (0..${res.interfaces.length - 1})`);

@@ -5,7 +5,6 @@
 import type { Logger } from '../log/types.js';
 import type { LogThrottle } from '../log/throttle.js';
 
-
 export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
 export type CniVersion = (typeof SUPPORTED_VERSIONS)[number];
 
@@ -68,7 +67,6 @@ export interface CniResult {
   dns?: CniDNS;
 }
 
-
 /**
  * Everything a handler needs about one invocation, already validated.
  * `Rt`: the plugin's runtime (src/plugins/main/runtime.ts for ours), built by
@@ -118,11 +116,17 @@ export interface CniHandlers<Conf = Record<string, unknown>, Rt = undefined> {
  * What an executable gives the dispatcher (src/cni/dispatch.ts: `dispatch(io, plugin): Promise<exitCode>`).
  * A plugin with a runtime (`Rt` not undefined) must be given one: handed to every handler as ctx.runtime.
  */
-export type PluginSpec<Conf = Record<string, unknown>, Rt = undefined> = PluginSpecBase<Conf, Rt> & (undefined extends Rt ? { runtime?: Rt } : { runtime: Rt });
+export type PluginSpec<Conf = Record<string, unknown>, Rt = undefined> = PluginSpecBase<Conf, Rt> &
+  (undefined extends Rt ? { runtime?: Rt } : { runtime: Rt });
 
 export interface PluginSpecBase<Conf, Rt> {
   /** 'netplugin' | 'netplugin-ipam' (used in VERSION output and logs). */
   name: string;
+  /**
+   * Serves many invocations in one process (the agent): the dispatcher keeps each distinct
+   * netconf it parsed (by command and stdin) and hands the same frozen objects to later requests.
+   */
+  resident?: boolean;
   /** Loaded only for commands that need it (VERSION loads nothing). */
   load(): Promise<CniHandlers<Conf, Rt>>;
   /**

@@ -27,7 +27,8 @@ function unsupported(what: string): CniError {
   return new CniError(
     ErrorCodes.IncompatibleVersion,
     `incompatible CNI versions: the netconf asks for ${what}; netplugin supports ${SUPPORTED_VERSIONS.join(', ')}`,
-    `set "cniVersion" in the network configuration to one of ${SUPPORTED_VERSIONS.join(', ')} (e.g. "${HIGHEST_VERSION}")`,
+    `set "cniVersion" in the network configuration to one of ${SUPPORTED_VERSIONS.join(', ')} (e.g. ` +
+      `"${HIGHEST_VERSION}")`,
   );
 }
 
@@ -56,7 +57,8 @@ export function negotiateVersion(raw: Record<string, unknown>): CniVersion {
   if (typeof v !== 'string') {
     throw new CniError(
       ErrorCodes.InvalidNetworkConfig,
-      `cniVersion: got ${typeof v} ${JSON.stringify(v)}; expected a version string such as "${HIGHEST_VERSION}" (quoted)`,
+      `cniVersion: got ${typeof v} ${JSON.stringify(v)}; expected a version string such as "${HIGHEST_VERSION}" ` +
+        `(quoted)`,
     );
   }
   if (!isSupportedVersion(v)) throw unsupported(`cniVersion "${v}"`);
@@ -79,13 +81,10 @@ export function assertCommandAllowed(command: CniCommand, version: CniVersion): 
   if (since && compareVersions(version, since) < 0) {
     throw new CniError(
       ErrorCodes.IncompatibleVersion,
-      `config version does not allow ${command}: ${command} needs cniVersion ${since} or later, the netconf says ${version}`,
-      `set "cniVersion" to ${SUPPORTED_VERSIONS.filter((s) => compareVersions(s, since) >= 0).join(' or ')} to use ${command}`,
+      `config version does not allow ${command}: ${command} needs cniVersion ${since} or later, the netconf says ` +
+        `${version}`,
+      `set "cniVersion" to ${SUPPORTED_VERSIONS.filter((s) => compareVersions(s, since) >= 0).join(' or ')} to use ` +
+        `${command}`,
     );
   }
-}
-
-export function versionHasCommand(command: CniCommand, version: CniVersion): boolean {
-  const since = COMMAND_SINCE[command];
-  return !since || compareVersions(version, since) >= 0;
 }

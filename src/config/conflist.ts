@@ -16,7 +16,10 @@ export function netpluginEntry(plugins: unknown): Entry | undefined {
   return netpluginEntries(plugins)[0];
 }
 
-/** Whether a parsed .conf or .conflist is netplugin's: a netconf of type netplugin, or a conflist with a netplugin entry. */
+/**
+ * Whether a parsed .conf or .conflist is netplugin's: a netconf of type netplugin, or a conflist with a netplugin
+ * entry.
+ */
 export function isNetpluginConfig(doc: unknown): boolean {
   if (!doc || typeof doc !== 'object') return false;
   const d = doc as Entry;

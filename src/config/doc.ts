@@ -5,8 +5,17 @@ import { NETCONF_FIELDS, type FieldDoc } from './fields.js';
 const esc = (s: string) => s.replace(/\|/g, '\\|');
 
 function row(f: FieldDoc): string {
-  const flags = [f.required ? 'required' : '', f.deprecated ? 'deprecated' : '', f.plugin === 'both' ? 'netplugin-ipam too' : ''].filter(Boolean).join(', ');
-  return `| \`${f.path}\` | ${esc(f.type)} | ${f.default !== undefined ? esc(f.default) : '—'} | ${f.allowed ? esc(f.allowed) : '—'} | ${flags || '—'} | ${esc(f.meaning)} |`;
+  const flags = [
+    f.required ? 'required' : '',
+    f.deprecated ? 'deprecated' : '',
+    f.plugin === 'both' ? 'netplugin-ipam too' : '',
+  ]
+    .filter(Boolean)
+    .join(', ');
+  return (
+    `| \`${f.path}\` | ${esc(f.type)} | ${f.default !== undefined ? esc(f.default) : '—'} | ` +
+    `${f.allowed ? esc(f.allowed) : '—'} | ${flags || '—'} | ${esc(f.meaning)} |`
+  );
 }
 
 const EXAMPLE = {
@@ -29,12 +38,25 @@ const EXAMPLE = {
 
 export function renderNetconfDoc(): string {
   const groups: Array<[string, (f: FieldDoc) => boolean]> = [
-    ['Top level', (f) => !f.path.includes('.') && !['capabilities', 'runtimeConfig', 'args', 'prevResult'].includes(f.path) && !f.path.startsWith('etcd_') && !f.path.startsWith('log_')],
+    [
+      'Top level',
+      (f) =>
+        !f.path.includes('.') &&
+        !['capabilities', 'runtimeConfig', 'args', 'prevResult'].includes(f.path) &&
+        !f.path.startsWith('etcd_') &&
+        !f.path.startsWith('log_'),
+    ],
     ['Datastore (etcd) access', (f) => f.path.startsWith('etcd_')],
     ['Logging', (f) => f.path.startsWith('log_')],
     ['IPAM (`ipam`)', (f) => f.path.startsWith('ipam.')],
-    ['Container settings, Kubernetes, policy, features', (f) => /^(container_settings|kubernetes|policy|feature_control)\./.test(f.path)],
-    ['Set by the runtime (CNI protocol)', (f) => ['capabilities', 'runtimeConfig', 'args', 'prevResult'].includes(f.path)],
+    [
+      'Container settings, Kubernetes, policy, features',
+      (f) => /^(container_settings|kubernetes|policy|feature_control)\./.test(f.path),
+    ],
+    [
+      'Set by the runtime (CNI protocol)',
+      (f) => ['capabilities', 'runtimeConfig', 'args', 'prevResult'].includes(f.path),
+    ],
   ];
   const out: string[] = [
     '# Network configuration (netconf) reference',

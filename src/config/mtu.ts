@@ -4,7 +4,7 @@
 // agent ran: a pod then still works on Never/Never pools.
 import { readFileSync } from 'node:fs';
 
-export function readPodMtu(file: string): number | undefined {
+function readPodMtu(file: string): number | undefined {
   let text: string;
   try {
     text = readFileSync(file, 'utf8').trim();

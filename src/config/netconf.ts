@@ -4,9 +4,16 @@ import { tryParseIPPrefix } from '../net/cidr.js';
 import { z } from 'zod';
 import { CniError, ErrorCodes } from '../errors.js';
 import type { DatastoreSettings } from '../datastore/settings.js';
-import { DEFAULT_MTU_FILE, DEFAULT_NODENAME_FILE, NETCONF_FIELDS, NUM_QUEUES_MAX, fieldDoc, sectionKeys } from './fields.js';
+import {
+  DEFAULT_MTU_FILE,
+  DEFAULT_NODENAME_FILE,
+  NETCONF_FIELDS,
+  NUM_QUEUES_MAX,
+  fieldDoc,
+  sectionKeys,
+} from './fields.js';
 
-export type PluginType = 'netplugin' | 'netplugin-ipam';
+type PluginType = 'netplugin' | 'netplugin-ipam';
 
 // The types are the schema's (built below): what parseNetconf returns is what
 // the schema outputs, defaults applied. Field docs sit on the schema's fields
@@ -16,8 +23,6 @@ type NetconfSchema = ReturnType<typeof netconfObject>;
 
 /** `ipam` of type netplugin-ipam; `assign_ipv4`/`assign_ipv6` normalised to lower case ("True" -> "true"). */
 export type NetpluginIpam = z.output<Schemas['ownIpam']>;
-/** Any other IPAM plugin (host-local, ...): passed on untouched. */
-export type DelegatedIpam = z.output<Schemas['otherIpam']>;
 
 /** A validated netconf. Unknown top-level keys are kept (runtimes add their own). */
 export type Netconf = z.output<NetconfSchema> & {
@@ -33,7 +38,7 @@ export function isNetpluginIpam(ipam: Netconf['ipam']): ipam is NetpluginIpam {
   return ipam.type === 'netplugin-ipam';
 }
 
-export interface ParseOptions {
+interface ParseOptions {
   pluginType: PluginType;
   /** Deprecations and likely typos; the caller logs them. Absent or undefined: not reported. */
   warn?: ((msg: string) => void) | undefined;
@@ -42,7 +47,8 @@ export interface ParseOptions {
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 // Kubernetes object names (IPPool metadata.name): DNS-1123 subdomain.
 const POOL_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
-const DOMAIN = /^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/;
+const DOMAIN =
+  /^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/;
 
 function isHttpUrl(s: string): boolean {
   try {
@@ -73,21 +79,30 @@ type FieldsOf<T> = { [K in keyof T]-?: z.ZodType<T[K], z.ZodTypeDef, unknown> };
 
 function build() {
   const nonEmpty = z.string().min(1);
-  const absPath = z.string().refine((s) => s.startsWith('/'), { message: 'expected an absolute path (starting with /)' });
+  const absPath = z
+    .string()
+    .refine((s) => s.startsWith('/'), { message: 'expected an absolute path (starting with /)' });
   const noCredentials = (where: string) => ({
-    message: `credentials in the URL are not used and would be printed in logs and errors; remove the user:password@ part and ${where}`,
+    message:
+      `credentials in the URL are not used and would be printed in logs and errors; remove the user:password@ ` +
+      `part and ${where}`,
   });
   const httpUrl = z
     .string()
     .refine(isHttpUrl, { message: 'expected an http:// or https:// URL' })
-    .refine((s) => !hasUserinfo(s), noCredentials('put the credentials in the kubeconfig that kubernetes.kubeconfig names'));
+    .refine(
+      (s) => !hasUserinfo(s),
+      noCredentials('put the credentials in the kubeconfig that kubernetes.kubeconfig names'),
+    );
   const strBool = z
     .string()
     .refine((s) => s.toLowerCase() === 'true' || s.toLowerCase() === 'false', { message: 'expected "true" or "false"' })
     .transform((s) => s.toLowerCase() as 'true' | 'false');
   const poolRef = (fam: 4 | 6) =>
     z.string().refine((s) => (s.includes('/') ? isCidrOf(s, fam) : POOL_NAME.test(s)), {
-      message: `expected an IPv${fam} CIDR (e.g. ${fam === 4 ? '10.244.0.0/16' : 'fd00:10:244::/64'}) or an IP pool name (lower-case letters, digits, '-', '.')`,
+      message:
+        `expected an IPv${fam} CIDR (e.g. ${fam === 4 ? '10.244.0.0/16' : 'fd00:10:244::/64'}) or an IP pool ` +
+        `name (lower-case letters, digits, '-', '.')`,
     });
   const uint = (min: number, max?: number) => {
     let n = z.number().int().min(min);
@@ -108,7 +123,9 @@ function build() {
   const otherIpam = z.object({ type: nonEmpty }).passthrough();
 
   const base = {
-    name: z.string().regex(NAME, { message: "expected letters, digits, '_', '.' or '-', starting with a letter or digit" }),
+    name: z
+      .string()
+      .regex(NAME, { message: "expected letters, digits, '_', '.' or '-', starting with a letter or digit" }),
     cniVersion: z.string().optional(),
     cniVersions: z.array(z.string()).optional(),
     nodename: nonEmpty.optional(),
@@ -121,30 +138,51 @@ function build() {
       .refine((s) => s.split(',').every((e) => isHttpUrl(e.trim())), {
         message: 'expected comma-separated http(s) URLs, e.g. "https://10.0.0.1:2379,https://10.0.0.2:2379"',
       })
-      .refine((s) => !s.split(',').some((e) => hasUserinfo(e.trim())), noCredentials('authenticate to etcd with mTLS: etcd_cert_file, etcd_key_file and etcd_ca_cert_file'))
+      .refine(
+        (s) => !s.split(',').some((e) => hasUserinfo(e.trim())),
+        noCredentials('authenticate to etcd with mTLS: etcd_cert_file, etcd_key_file and etcd_ca_cert_file'),
+      )
       .optional(),
-    etcd_discovery_srv: z.string().regex(DOMAIN, { message: 'expected a DNS domain name, e.g. "example.com"' }).optional(),
+    etcd_discovery_srv: z
+      .string()
+      .regex(DOMAIN, { message: 'expected a DNS domain name, e.g. "example.com"' })
+      .optional(),
     etcd_key_file: absPath.optional(),
     etcd_cert_file: absPath.optional(),
     etcd_ca_cert_file: absPath.optional(),
     etcd_authority: z
       .string()
-      .regex(/^[^\s/:]+(:\d{1,5})?$|^\[[0-9a-fA-F:.]+\](:\d{1,5})?$/, { message: 'expected host:port, e.g. "127.0.0.1:2379"' })
+      .regex(/^[^\s/:]+(:\d{1,5})?$|^\[[0-9a-fA-F:.]+\](:\d{1,5})?$/, {
+        message: 'expected host:port, e.g. "127.0.0.1:2379"',
+      })
       .optional(),
     etcd_scheme: z.enum(['http', 'https']).optional(),
-    container_settings: z.object({ allow_ip_forwarding: z.boolean().default(false) }).strict().default({}),
+    container_settings: z
+      .object({ allow_ip_forwarding: z.boolean().default(false) })
+      .strict()
+      .default({}),
     readiness_gates: z.array(httpUrl).optional(),
     /** Overall deadline of the readiness-gate wait; absent: 30 s. */
     readiness_gate_timeout_seconds: uint(1, 3600).optional(),
     kubernetes: z.object({ kubeconfig: absPath.optional(), k8s_api_root: httpUrl.optional() }).strict().optional(),
-    policy: z.object({ type: z.literal('k8s') }).strict().optional(),
+    policy: z
+      .object({ type: z.literal('k8s') })
+      .strict()
+      .optional(),
     policy_setup_timeout_seconds: uint(0).optional(),
     feature_control: z
       .object({ ip_addrs_no_ipam: z.boolean().default(false), floating_ips: z.boolean().default(false) })
       .strict()
       .default({}),
     num_queues: uint(1, NUM_QUEUES_MAX).default(1),
-    host_veth_prefix: z.string().regex(/^[a-z][a-z0-9]{0,3}$/, { message: 'expected 1-4 lower-case letters or digits starting with a letter, e.g. "npi" (the host veth name is the prefix plus 11 hex characters and must fit 15 bytes)' }).optional(),
+    host_veth_prefix: z
+      .string()
+      .regex(/^[a-z][a-z0-9]{0,3}$/, {
+        message:
+          'expected 1-4 lower-case letters or digits starting with a letter, e.g. "npi" (the host veth name is the ' +
+          'prefix plus 11 hex characters and must fit 15 bytes)',
+      })
+      .optional(),
     ipam_lock_file: absPath.optional(),
     endpoint_status_dir: absPath.optional(),
     mtu: uint(68, 65535).optional(),
@@ -157,7 +195,9 @@ function build() {
     /** undefined (absent or ""): stderr only. */
     log_file_path: z
       .string()
-      .refine((s) => s === '' || s.startsWith('/'), { message: 'expected an absolute path, or "" to log to stderr only' })
+      .refine((s) => s === '' || s.startsWith('/'), {
+        message: 'expected an absolute path, or "" to log to stderr only',
+      })
       .transform((s) => (s === '' ? undefined : s))
       .optional(),
     log_file_max_size: uint(1).default(100),
@@ -181,18 +221,30 @@ function build() {
   };
 }
 
-function netconfObject(s: Schemas, type: Schemas['pluginType'] | Schemas['delegatorType'], ipam: Schemas['ownIpam'] | Schemas['otherIpam']) {
+function netconfObject(
+  s: Schemas,
+  type: Schemas['pluginType'] | Schemas['delegatorType'],
+  ipam: Schemas['ownIpam'] | Schemas['otherIpam'],
+) {
   return z
     .object({ ...s.base, type, ipam })
     .passthrough()
     .superRefine((c, ctx) => {
       if (c.etcd_endpoints !== undefined && c.etcd_discovery_srv !== undefined) {
-        ctx.addIssue({ code: 'custom', path: ['etcd_discovery_srv'], message: 'cannot be combined with etcd_endpoints: remove one of the two' });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['etcd_discovery_srv'],
+          message: 'cannot be combined with etcd_endpoints: remove one of the two',
+        });
       }
       if ((c.etcd_key_file === undefined) !== (c.etcd_cert_file === undefined)) {
         const missing = c.etcd_key_file === undefined ? 'etcd_key_file' : 'etcd_cert_file';
         const other = missing === 'etcd_key_file' ? 'etcd_cert_file' : 'etcd_key_file';
-        ctx.addIssue({ code: 'custom', path: [missing], message: `missing while ${other} is set; mutual TLS needs both: set both or neither` });
+        ctx.addIssue({
+          code: 'custom',
+          path: [missing],
+          message: `missing while ${other} is set; mutual TLS needs both: set both or neither`,
+        });
       }
     });
 }
@@ -204,7 +256,11 @@ function schemaFor(own: boolean, pluginType: PluginType): NetconfSchema {
   const key = `${own}:${pluginType}`;
   let s = cache.get(key);
   if (!s) {
-    s = netconfObject(schemas, pluginType === 'netplugin' ? schemas.pluginType : schemas.delegatorType, own ? schemas.ownIpam : schemas.otherIpam);
+    s = netconfObject(
+      schemas,
+      pluginType === 'netplugin' ? schemas.pluginType : schemas.delegatorType,
+      own ? schemas.ownIpam : schemas.otherIpam,
+    );
     cache.set(key, s);
   }
   return s;
@@ -284,7 +340,10 @@ function formatIssue(issue: z.ZodIssue, raw: unknown): string[] {
       const allowed = sectionKeys(section);
       return issue.keys.map((k) => {
         const guess = closest(k, allowed);
-        return `${section}.${k}: unknown field (got ${describe(valueAt(raw, [...path, k]))}); ${guess ? `did you mean ${section}.${guess}? ` : ''}${section} allows only ${allowed.join(', ')}`;
+        return (
+          `${section}.${k}: unknown field (got ${describe(valueAt(raw, [...path, k]))}); ` +
+          `${guess ? `did you mean ${section}.${guess}? ` : ''}${section} allows only ${allowed.join(', ')}`
+        );
       });
     }
     case 'invalid_type': {
@@ -309,7 +368,10 @@ function formatIssue(issue: z.ZodIssue, raw: unknown): string[] {
         const example = doc?.example ? `: add "${path[path.length - 1]}": ${doc.example}` : '';
         return [`${where}: missing; expected ${JSON.stringify(issue.expected)}${example}`];
       }
-      return [`${where}: got ${describe(value)}; expected ${JSON.stringify(issue.expected)}${doc?.allowed && doc.path.endsWith('type') && doc.path !== 'type' ? ` (${doc.allowed})` : ''}`];
+      return [
+        `${where}: got ${describe(value)}; expected ${JSON.stringify(issue.expected)}` +
+          `${doc?.allowed && doc.path.endsWith('type') && doc.path !== 'type' ? ` (${doc.allowed})` : ''}`,
+      ];
     case 'invalid_enum_value':
       return [`${where}: got ${describe(value)}; ${expectation(path)}`];
     case 'too_small':
@@ -320,7 +382,6 @@ function formatIssue(issue: z.ZodIssue, raw: unknown): string[] {
       // Refinements say what was expected; cross-field rules say what is wrong.
       if (issue.message.startsWith('expected')) return [`${where}: got ${describe(value)}; ${issue.message}`];
       return [`${where}: ${issue.message}`];
-    case 'invalid_string':
     default:
       if (issue.message.startsWith('Expected') || issue.message.startsWith('Invalid')) {
         return [`${where}: got ${describe(value)}; ${expectation(path)}`];
@@ -345,14 +406,19 @@ export function parseNetconf(raw: unknown, opts: ParseOptions): Netconf {
   if (opts.pluginType === 'netplugin-ipam' && ipamType !== undefined && ipamType !== 'netplugin-ipam') {
     throw new CniError(
       ErrorCodes.InvalidNetworkConfig,
-      `ipam.type: got ${describe(ipamType)}; netplugin-ipam was run for a netconf whose ipam.type is not "netplugin-ipam": set "ipam": {"type": "netplugin-ipam"}`,
+      `ipam.type: got ${describe(ipamType)}; netplugin-ipam was run for a netconf whose ipam.type is not ` +
+        `"netplugin-ipam": set "ipam": {"type": "netplugin-ipam"}`,
     );
   }
   const schema = schemaFor(ipamType === 'netplugin-ipam' || ipamType === undefined, opts.pluginType);
   const res = schema.safeParse(raw);
   if (!res.success) {
     const msgs = res.error.issues.flatMap((i) => formatIssue(i, raw));
-    throw new CniError(ErrorCodes.InvalidNetworkConfig, `invalid network configuration: ${msgs.join('; ')}`, 'see docs/netconf.md for every field');
+    throw new CniError(
+      ErrorCodes.InvalidNetworkConfig,
+      `invalid network configuration: ${msgs.join('; ')}`,
+      'see docs/netconf.md for every field',
+    );
   }
   const conf = res.data;
 
@@ -360,10 +426,14 @@ export function parseNetconf(raw: unknown, opts: ParseOptions): Netconf {
     opts.warn?.(
       conf.etcd_endpoints !== undefined
         ? 'etcd_authority/etcd_scheme are deprecated and ignored because etcd_endpoints is set; remove them'
-        : `etcd_authority/etcd_scheme are deprecated: replace them with "etcd_endpoints": "${conf.etcd_scheme ?? 'http'}://${conf.etcd_authority ?? '127.0.0.1:2379'}"`,
+        : `etcd_authority/etcd_scheme are deprecated: replace them with "etcd_endpoints": ` +
+            `"${conf.etcd_scheme ?? 'http'}://${conf.etcd_authority ?? '127.0.0.1:2379'}"`,
     );
   }
-  if (conf.datastore_type === 'kubernetes' && (conf.etcd_endpoints !== undefined || conf.etcd_discovery_srv !== undefined)) {
+  if (
+    conf.datastore_type === 'kubernetes' &&
+    (conf.etcd_endpoints !== undefined || conf.etcd_discovery_srv !== undefined)
+  ) {
     opts.warn?.('etcd_* options are ignored because datastore_type is "kubernetes"');
   }
   if (opts.warn) {

@@ -14,9 +14,9 @@ import { join } from 'node:path';
 import { cannotRead, CtlError, type CtlIO, type DatastoreConfig } from './io.js';
 import { kubeconfigPathsFromEnv } from '../datastore/index.js';
 
-export const DEFAULT_CTL_CONFIG = '/etc/netplugin/netpluginctl.cfg';
-export const CTL_CONFIG_KIND = 'NetpluginAPIConfig';
-export const CTL_CONFIG_API_VERSION = 'netplugin.org/v3';
+const DEFAULT_CTL_CONFIG = '/etc/netplugin/netpluginctl.cfg';
+const CTL_CONFIG_KIND = 'NetpluginAPIConfig';
+const CTL_CONFIG_API_VERSION = 'netplugin.org/v3';
 
 /** spec field -> DatastoreConfig field (etcd) */
 const ETCD_FIELDS = {
@@ -34,7 +34,7 @@ export function isCtlConfig(text: string): boolean {
 }
 
 /** Parses a NetpluginAPIConfig; errors name the file and the field. */
-export function parseCtlConfig(text: string, file: string, io: CtlIO): DatastoreConfig & { context?: string } {
+function parseCtlConfig(text: string, file: string, io: CtlIO): DatastoreConfig & { context?: string } {
   let doc: unknown;
   try {
     // yaml loads only for this file form (createRequire keeps it out of the start-up path).
@@ -43,15 +43,19 @@ export function parseCtlConfig(text: string, file: string, io: CtlIO): Datastore
     throw new CtlError(`--config ${file}: not valid YAML: ${(e as Error).message}`);
   }
   const d = (doc ?? {}) as { apiVersion?: unknown; kind?: unknown; spec?: Record<string, unknown> };
-  if (d.kind !== CTL_CONFIG_KIND) throw new CtlError(`--config ${file}: kind ${JSON.stringify(d.kind)} is not ${CTL_CONFIG_KIND}`);
-  if (d.apiVersion !== CTL_CONFIG_API_VERSION) throw new CtlError(`--config ${file}: apiVersion ${JSON.stringify(d.apiVersion)} is not ${CTL_CONFIG_API_VERSION}`);
+  if (d.kind !== CTL_CONFIG_KIND)
+    throw new CtlError(`--config ${file}: kind ${JSON.stringify(d.kind)} is not ${CTL_CONFIG_KIND}`);
+  if (d.apiVersion !== CTL_CONFIG_API_VERSION)
+    throw new CtlError(`--config ${file}: apiVersion ${JSON.stringify(d.apiVersion)} is not ${CTL_CONFIG_API_VERSION}`);
   const spec = d.spec ?? {};
   for (const k of Object.keys(spec)) {
-    if (!KNOWN_SPEC.has(k)) throw new CtlError(`--config ${file}: spec.${k} is not a known field; use ${[...KNOWN_SPEC].join(', ')}`);
+    if (!KNOWN_SPEC.has(k))
+      throw new CtlError(`--config ${file}: spec.${k} is not a known field; use ${[...KNOWN_SPEC].join(', ')}`);
     if (typeof spec[k] !== 'string') throw new CtlError(`--config ${file}: spec.${k} must be a string`);
   }
   const t = spec['datastoreType'] ?? 'etcdv3';
-  if (t !== 'etcdv3' && t !== 'kubernetes') throw new CtlError(`--config ${file}: spec.datastoreType ${JSON.stringify(t)} is not etcdv3 or kubernetes`);
+  if (t !== 'etcdv3' && t !== 'kubernetes')
+    throw new CtlError(`--config ${file}: spec.datastoreType ${JSON.stringify(t)} is not etcdv3 or kubernetes`);
   const out: DatastoreConfig & { context?: string } = { datastore_type: t };
   for (const [from, to] of Object.entries(ETCD_FIELDS)) if (spec[from]) out[to] = spec[from] as string;
   const home = io.env.HOME;
@@ -63,7 +67,10 @@ export function parseCtlConfig(text: string, file: string, io: CtlIO): Datastore
     };
   }
   if (spec['context']) out.context = spec['context'] as string;
-  if (t === 'etcdv3' && !out.etcd_endpoints && !out.etcd_discovery_srv) throw new CtlError(`--config ${file}: spec.datastoreType etcdv3 needs spec.etcdEndpoints (e.g. https://10.0.0.1:2379)`);
+  if (t === 'etcdv3' && !out.etcd_endpoints && !out.etcd_discovery_srv)
+    throw new CtlError(
+      `--config ${file}: spec.datastoreType etcdv3 needs spec.etcdEndpoints (e.g. https://10.0.0.1:2379)`,
+    );
   return out;
 }
 
@@ -91,13 +98,22 @@ export function readCtlConfig(file: string, io: CtlIO): DatastoreConfig & { cont
 export function applyKubeAccess(
   conf: DatastoreConfig & { context?: string },
   io: CtlIO,
-  flags: { kubeconfig?: string | undefined; context?: string | undefined; as?: string | undefined; asGroups?: string[] | undefined },
+  flags: {
+    kubeconfig?: string | undefined;
+    context?: string | undefined;
+    as?: string | undefined;
+    asGroups?: string[] | undefined;
+  },
 ): DatastoreConfig {
   const { context: fileContext, ...out } = conf;
-  const needsApi = out.datastore_type === 'kubernetes' || flags.kubeconfig !== undefined || out.kubernetes !== undefined;
+  const needsApi =
+    out.datastore_type === 'kubernetes' || flags.kubeconfig !== undefined || out.kubernetes !== undefined;
   if (!needsApi) {
     if (flags.as || flags.asGroups?.length) {
-      throw new CtlError('--as and --as-group impersonate a Kubernetes user: they need the kubernetes datastore (DATASTORE_TYPE=kubernetes, or --kubeconfig)');
+      throw new CtlError(
+        '--as and --as-group impersonate a Kubernetes user: they need the kubernetes datastore ' +
+          '(DATASTORE_TYPE=kubernetes, or --kubeconfig)',
+      );
     }
     return out;
   }
@@ -116,7 +132,8 @@ export function applyKubeAccess(
   k.allow_exec = true;
   // kubectl's habits: HTTPS_PROXY/NO_PROXY from the environment, --as/--as-group.
   k.proxy_env = io.env;
-  if (flags.asGroups?.length && !flags.as) throw new CtlError('--as-group needs --as USER (the API server impersonates a user with groups, not groups alone)');
+  if (flags.asGroups?.length && !flags.as)
+    throw new CtlError('--as-group needs --as USER (the API server impersonates a user with groups, not groups alone)');
   if (flags.as) k.impersonate = { user: flags.as, groups: flags.asGroups };
   return { ...out, kubernetes: k };
 }

@@ -3,11 +3,32 @@
 // src/ctl/install-cni.ts.
 import { datastoreConfigFromEnv } from '../datastore/index.js';
 import { initDatastore } from './datastore-init.js';
-import { bool, CtlError, dryRun, list, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type DatastoreConfig, type FlagSpec } from './io.js';
-import { defaultPackageDir, detectPod, installCni, optionsDatastore, resolvePath, uninstallCni, type InstallCniOptions } from './install-cni.js';
+import {
+  bool,
+  CtlError,
+  dryRun,
+  list,
+  noPositional,
+  parseCommand,
+  printHelp,
+  str,
+  type CtlCommand,
+  type CtlGroup,
+  type DatastoreConfig,
+  type FlagSpec,
+} from './io.js';
+import {
+  defaultPackageDir,
+  detectPod,
+  installCni,
+  optionsDatastore,
+  resolvePath,
+  uninstallCni,
+  type InstallCniOptions,
+} from './install-cni.js';
 import { datastoreConfig, defaultOpen } from './session.js';
 
-export const CNI_HELP = {
+const CNI_HELP = {
   'install-cni': `Usage: netpluginctl install-cni [flags]
 
 Installs /opt/cni/bin/netplugin and netplugin-ipam (the native shim plus netplugin.fallback,
@@ -82,22 +103,30 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
   const env = io.env;
   const abs = (v: string | undefined) => (v ? resolvePath(io, v) : undefined);
   const dtFlag = str(p, 'datastore-type');
-  if (dtFlag !== undefined && dtFlag !== 'etcdv3' && dtFlag !== 'kubernetes') throw new CtlError(`--datastore-type ${JSON.stringify(dtFlag)} is not supported; use etcdv3 or kubernetes`);
+  if (dtFlag !== undefined && dtFlag !== 'etcdv3' && dtFlag !== 'kubernetes')
+    throw new CtlError(`--datastore-type ${JSON.stringify(dtFlag)} is not supported; use etcdv3 or kubernetes`);
   // The environment's datastore settings (DATASTORE_TYPE, ETCD_*, KUBECONFIG, K8S_API_ROOT) are the flags' defaults.
   let envDs: DatastoreConfig;
   try {
-    envDs = datastoreConfigFromEnv({ ...env, DATASTORE_TYPE: dtFlag ?? env.DATASTORE_TYPE, DATASTORE_TIMEOUT_MS: undefined });
+    envDs = datastoreConfigFromEnv({
+      ...env,
+      DATASTORE_TYPE: dtFlag ?? env.DATASTORE_TYPE,
+      DATASTORE_TIMEOUT_MS: undefined,
+    });
   } catch (e) {
     throw new CtlError((e as Error).message);
   }
   const dt = envDs.datastore_type ?? 'etcdv3';
   const ipam = str(p, 'ipam') ?? 'netplugin-ipam';
-  if (ipam !== 'netplugin-ipam' && ipam !== 'host-local') throw new CtlError(`--ipam ${JSON.stringify(ipam)} is not supported; use netplugin-ipam or host-local`);
+  if (ipam !== 'netplugin-ipam' && ipam !== 'host-local')
+    throw new CtlError(`--ipam ${JSON.stringify(ipam)} is not supported; use netplugin-ipam or host-local`);
   const policy = str(p, 'policy');
-  if (policy !== undefined && policy !== 'k8s') throw new CtlError(`--policy ${JSON.stringify(policy)} is not supported; the only policy type is k8s`);
+  if (policy !== undefined && policy !== 'k8s')
+    throw new CtlError(`--policy ${JSON.stringify(policy)} is not supported; the only policy type is k8s`);
   const mtuText = str(p, 'mtu') ?? env.CNI_MTU;
   const mtu = mtuText === undefined || mtuText === '' ? undefined : Number(mtuText);
-  if (mtu !== undefined && !Number.isInteger(mtu)) throw new CtlError(`--mtu ${JSON.stringify(mtuText)} is not an integer; use e.g. 1450`);
+  if (mtu !== undefined && !Number.isInteger(mtu))
+    throw new CtlError(`--mtu ${JSON.stringify(mtuText)} is not an integer; use e.g. 1450`);
   const kubeconfig = str(p, 'kubeconfig') ?? envDs.kubernetes?.kubeconfig;
   // Not --log-format: that one is netpluginctl's own output format, taken anywhere on the command line.
   const logFormat = str(p, 'plugin-log-format') ?? (env.LOG_FORMAT || undefined);
@@ -139,11 +168,20 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
     etcdTlsFrom: abs(str(p, 'etcd-tls-from')),
     dryRun: dryRun(p),
   };
-  for (const [flag, v] of [['--host-package-dir', opts.hostPackageDir], ['--host-node', opts.hostNode]] as const) {
-    if (v && !v.startsWith('/')) throw new CtlError(`${flag} ${JSON.stringify(v)} must be an absolute path on the host`);
+  for (const [flag, v] of [
+    ['--host-package-dir', opts.hostPackageDir],
+    ['--host-node', opts.hostNode],
+  ] as const) {
+    if (v && !v.startsWith('/'))
+      throw new CtlError(`${flag} ${JSON.stringify(v)} must be an absolute path on the host`);
   }
   const packageDir = abs(str(p, 'package-dir')) ?? io.packageDir ?? defaultPackageDir();
-  const r = installCni(opts, { packageDir, nodePath: io.nodePath ?? process.execPath, warn: (m) => io.stderr(`warning: ${m}\n`), inPod: io.inPod ?? detectPod() });
+  const r = installCni(opts, {
+    packageDir,
+    nodePath: io.nodePath ?? process.execPath,
+    warn: (m) => io.stderr(`warning: ${m}\n`),
+    inPod: io.inPod ?? detectPod(),
+  });
 
   let init: string | undefined;
   if (bool(p, 'init-datastore') && !opts.dryRun) {
@@ -171,12 +209,15 @@ const runInstallCni: CtlCommand = async (rest, io, s) => {
   }
   io.stdout(
     r.kind === 'shim'
-      ? `installed the native shim (${r.shimSource}) as ${opts.binDir}/netplugin and netplugin-ipam; per-exec fallback: ${packageDir}/dist\n`
-      : `installed sh launchers as ${opts.binDir}/netplugin and netplugin-ipam (no native shim found; build it for faster pod setup): ${packageDir}/dist\n`,
+      ? `installed the native shim (${r.shimSource}) as ${opts.binDir}/netplugin and netplugin-ipam; per-exec ` +
+          `fallback: ${packageDir}/dist\n`
+      : `installed sh launchers as ${opts.binDir}/netplugin and netplugin-ipam (no native shim found; build it for ` +
+          `faster pod setup): ${packageDir}/dist\n`,
   );
   for (const f of r.files) io.stdout(`  ${f.path} ${f.action}\n`);
   if (init) io.stdout(`clusterinformation/default ${init}\n`);
-  if (opts.agent) io.stdout(`agent unit written; start it with: systemctl daemon-reload && systemctl enable --now netplugin-node\n`);
+  if (opts.agent)
+    io.stdout(`agent unit written; start it with: systemctl daemon-reload && systemctl enable --now netplugin-node\n`);
   return 0;
 };
 
@@ -207,4 +248,7 @@ const runUninstallCni: CtlCommand = async (rest, io) => {
 };
 
 /** install-cni, uninstall-cni. */
-export const cniGroup: CtlGroup = { commands: { 'install-cni': runInstallCni, 'uninstall-cni': runUninstallCni }, help: CNI_HELP };
+export const cniGroup: CtlGroup = {
+  commands: { 'install-cni': runInstallCni, 'uninstall-cni': runUninstallCni },
+  help: CNI_HELP,
+};

@@ -34,10 +34,40 @@ const FLAG_VALUES: Record<string, string[]> = {
 };
 
 /** Flags that take a value (the next word is that value, not a positional). */
-const VALUE_FLAGS = new Set(['-o', '--output', '-n', '--namespace', '-l', '--selector', '-f', '--filename', '-p', '--patch', '--config', '-c', '--kubeconfig', '--context', '--log-format', '--type', '--sort-by', '--as', '--as-group', '--ip', '--name', '--cidr', '--node', '--log', '--metrics-url', '-d', '--dir', '--to', '--from-report']);
+const VALUE_FLAGS = new Set([
+  '-o',
+  '--output',
+  '-n',
+  '--namespace',
+  '-l',
+  '--selector',
+  '-f',
+  '--filename',
+  '-p',
+  '--patch',
+  '--config',
+  '-c',
+  '--kubeconfig',
+  '--context',
+  '--log-format',
+  '--type',
+  '--sort-by',
+  '--as',
+  '--as-group',
+  '--ip',
+  '--name',
+  '--cidr',
+  '--node',
+  '--log',
+  '--metrics-url',
+  '-d',
+  '--dir',
+  '--to',
+  '--from-report',
+]);
 
 /** The command tree the overview lists: "ipam show ..." -> ipam: [show]. */
-export function commandTree(topHelp: string): Map<string, string[]> {
+function commandTree(topHelp: string): Map<string, string[]> {
   const tree = new Map<string, string[]>();
   const section = topHelp.split(/\nCommands:\n/)[1]?.split(/\n\n/)[0] ?? '';
   for (const line of section.split('\n')) {
@@ -56,14 +86,14 @@ function flagsIn(text: string | undefined): string[] {
   return [...new Set([...text.matchAll(/(?<![\w-])(--?[a-zA-Z][a-zA-Z-]*)/g)].map((m) => m[1]!))];
 }
 
-export interface CompletionSource {
+interface CompletionSource {
   topHelp: string;
   /** Help topics: 'get', 'ipam show', ... (also the lazily loaded groups'). */
   help: () => Promise<Record<string, string>>;
 }
 
 /** The candidates for the last word of `words` (the words after "netpluginctl"). */
-export async function complete(words: string[], src: CompletionSource, s: CtlSession): Promise<string[]> {
+async function complete(words: string[], src: CompletionSource, s: CtlSession): Promise<string[]> {
   const cur = words[words.length - 1] ?? '';
   const before = words.slice(0, -1);
   const tree = commandTree(src.topHelp);
@@ -91,7 +121,16 @@ export async function complete(words: string[], src: CompletionSource, s: CtlSes
   const help = await src.help();
   if (cur.startsWith('-')) {
     const topic = cmd && sub && help[`${cmd} ${sub}`] ? `${cmd} ${sub}` : (cmd ?? '');
-    return pick([...new Set([...flagsIn(help[topic] ?? help[cmd ?? '']), '--config', '--kubeconfig', '--context', '--log-format', '--help'])]);
+    return pick([
+      ...new Set([
+        ...flagsIn(help[topic] ?? help[cmd ?? '']),
+        '--config',
+        '--kubeconfig',
+        '--context',
+        '--log-format',
+        '--help',
+      ]),
+    ]);
   }
   if (!cmd) return pick([...tree.keys(), 'help']);
   if (cmd === 'help') return positional.length === 1 ? pick([...tree.keys()]) : [];
@@ -114,7 +153,12 @@ export async function complete(words: string[], src: CompletionSource, s: CtlSes
 }
 
 /** Resource names of a kind from the datastore; nothing when it cannot be read (completion never fails loudly). */
-async function names(kind: string, namespace: string | undefined, s: CtlSession, qualified: boolean): Promise<string[]> {
+async function names(
+  kind: string,
+  namespace: string | undefined,
+  s: CtlSession,
+  qualified: boolean,
+): Promise<string[]> {
   try {
     const info = resolveKind(kind);
     const ds = await s.datastore();
@@ -144,7 +188,7 @@ export function completionCommands(src: CompletionSource): Record<string, CtlCom
 }
 
 /** The script for one shell; each asks `netpluginctl __complete` with the words typed so far. */
-export function completionScript(shell: string): string {
+function completionScript(shell: string): string {
   if (shell === 'bash') {
     return `# netpluginctl bash completion: source <(netpluginctl completion bash)
 _netpluginctl() {

@@ -5,10 +5,10 @@
 import { randomBytes } from 'node:crypto';
 import { casRetry } from '../datastore/cas.js';
 import { API_VERSION, type ClusterInformationSpec, type Resource } from '../model/resources.js';
-import { type Datastore } from '../datastore/types.js';
+import type { Datastore } from '../datastore/types.js';
 import { compareVersions, NETPLUGIN_VERSION } from './version.js';
 
-export interface InitDatastoreOptions {
+interface InitDatastoreOptions {
   /** Cluster types to record (e.g. "k8s,bgp" or ["k8s","bgp"]); merged with those already stored. */
   clusterType?: string | string[] | undefined;
   /** Version to record as netpluginVersion (default: this package's version); a newer recorded one is kept. */
@@ -23,7 +23,7 @@ export interface InitDatastoreOptions {
   datastoreReady?: boolean;
 }
 
-export interface InitDatastoreResult {
+interface InitDatastoreResult {
   action: 'created' | 'updated' | 'unchanged';
   clusterInformation: Resource<'ClusterInformation'>;
 }

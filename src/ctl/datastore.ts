@@ -5,7 +5,7 @@ import { initDatastore } from './datastore-init.js';
 import { bool, CtlError, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 import { NETPLUGIN_VERSION } from './version.js';
 
-export const DATASTORE_GROUP_HELP = {
+const DATASTORE_GROUP_HELP = {
   datastore: `Usage: netpluginctl datastore init [--cluster-type k8s,bgp]
        netpluginctl datastore ready --set=true|false
        netpluginctl datastore migrate lock|export|import|unlock
@@ -27,14 +27,25 @@ const runDatastore: CtlCommand = async (rest, io, s) => {
   if (!sub || sub === '--help' || sub === '-h') return printHelp(io, DATASTORE_GROUP_HELP.datastore);
   const args = rest.slice(1);
   if (sub === 'init') {
-    const p = parseCommand(args, [{ name: 'cluster-type', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'datastore init', s);
+    const p = parseCommand(
+      args,
+      [
+        { name: 'cluster-type', type: 'string' },
+        { name: 'output', short: 'o', type: 'string' },
+      ],
+      'datastore init',
+      s,
+    );
     if (bool(p, 'help')) return printHelp(io, DATASTORE_GROUP_HELP['datastore init']);
     noPositional(p, 'datastore init');
     const r = await initDatastore(await s.writable(), { clusterType: str(p, 'cluster-type') });
     if (str(p, 'output') === 'json') io.stdout(JSON.stringify(r.clusterInformation, null, 2) + '\n');
     else {
       const ci = r.clusterInformation.spec;
-      io.stdout(`clusterinformation/default ${r.action}: version ${ci.netpluginVersion}, type ${ci.clusterType ?? '(none)'}, ready ${ci.datastoreReady}, guid ${ci.clusterGUID}\n`);
+      io.stdout(
+        `clusterinformation/default ${r.action}: version ${ci.netpluginVersion}, type ${ci.clusterType ?? '(none)'}, ` +
+          `ready ${ci.datastoreReady}, guid ${ci.clusterGUID}\n`,
+      );
     }
     return 0;
   }

@@ -30,9 +30,21 @@ function editorCommand(env: CtlIO['env']): string {
 /** Runs the editor on `file` as a shell command line (EDITOR may carry arguments: "code --wait"). */
 function runEditor(editor: string, file: string, env: CtlIO['env']): Promise<void> {
   return new Promise((resolve, reject) => {
-    const p = spawn('/bin/sh', ['-c', `${editor} "$1"`, 'sh', file], { stdio: 'inherit', env: env as NodeJS.ProcessEnv });
+    const p = spawn('/bin/sh', ['-c', `${editor} "$1"`, 'sh', file], {
+      stdio: 'inherit',
+      env: env as NodeJS.ProcessEnv,
+    });
     p.on('error', (e) => reject(new CtlError(`cannot run the editor ${JSON.stringify(editor)}: ${e.message}`)));
-    p.on('close', (code) => (code === 0 ? resolve() : reject(new CtlError(`the editor ${JSON.stringify(editor)} exited with status ${code ?? 'unknown'}; nothing was changed (set KUBE_EDITOR or EDITOR)`))));
+    p.on('close', (code) =>
+      code === 0
+        ? resolve()
+        : reject(
+            new CtlError(
+              `the editor ${JSON.stringify(editor)} exited with status ${code ?? 'unknown'}; nothing was changed ` +
+                `(set KUBE_EDITOR or EDITOR)`,
+            ),
+          ),
+    );
   });
 }
 
@@ -44,7 +56,11 @@ function stripComments(text: string): string {
     .trim();
 }
 
-export async function cmdEdit(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string | undefined; output?: string | undefined }): Promise<number> {
+export async function cmdEdit(
+  ds: Datastore,
+  io: CtlIO,
+  args: { positional: string[]; namespace?: string | undefined; output?: string | undefined },
+): Promise<number> {
   const { t, rest } = target(args.positional, args.namespace, 'edit');
   if (rest.length) throw new CtlError(`edit takes one resource: KIND NAME or KIND/NAME; unexpected ${rest.join(' ')}`);
   const fmt = args.output ?? 'yaml';
@@ -53,7 +69,8 @@ export async function cmdEdit(ds: Datastore, io: CtlIO, args: { positional: stri
   try {
     cur = await ds.get(t.kind as Resource['kind'], t.name, t.namespace);
   } catch (e) {
-    if (DatastoreError.is(e, 'NotFound')) throw new CtlError(`${describeRef(t.kind as Resource['kind'], t.name, t.namespace)} not found`);
+    if (DatastoreError.is(e, 'NotFound'))
+      throw new CtlError(`${describeRef(t.kind as Resource['kind'], t.name, t.namespace)} not found`);
     throw e;
   }
   const YAML = await import('yaml');
@@ -76,7 +93,11 @@ export async function cmdEdit(ds: Datastore, io: CtlIO, args: { positional: stri
       const edited = readFileSync(file, 'utf8');
       const body = stripComments(edited);
       if (!body || body === stripComments(original)) {
-        io.stdout(lastInvalid === undefined ? 'Edit cancelled, no changes made.\n' : 'Edit cancelled, no valid changes were saved.\n');
+        io.stdout(
+          lastInvalid === undefined
+            ? 'Edit cancelled, no changes made.\n'
+            : 'Edit cancelled, no valid changes were saved.\n',
+        );
         return lastInvalid === undefined ? 0 : 1;
       }
       if (lastInvalid !== undefined && body === lastInvalid) {
@@ -89,31 +110,53 @@ export async function cmdEdit(ds: Datastore, io: CtlIO, args: { positional: stri
         try {
           doc = YAML.parse(body);
         } catch (e) {
-          throw new CtlError(`the file is not valid ${fmt === 'json' ? 'JSON' : 'YAML'}: ${(e as Error).message.split('\n')[0]}`);
+          throw new CtlError(
+            `the file is not valid ${fmt === 'json' ? 'JSON' : 'YAML'}: ${(e as Error).message.split('\n')[0]}`,
+          );
         }
         res = parseManifest(doc, ref, { stored: true });
-        if (res.kind !== cur.kind || res.metadata.name !== cur.metadata.name || (res.metadata.namespace ?? undefined) !== (cur.metadata.namespace ?? undefined)) {
-          throw new CtlError(`apiVersion, kind, name and namespace cannot be changed by edit (create a new resource instead)`);
+        if (
+          res.kind !== cur.kind ||
+          res.metadata.name !== cur.metadata.name ||
+          (res.metadata.namespace ?? undefined) !== (cur.metadata.namespace ?? undefined)
+        ) {
+          throw new CtlError(
+            `apiVersion, kind, name and namespace cannot be changed by edit (create a new resource instead)`,
+          );
         }
       } catch (e) {
         // kubectl's loop: reopen with the errors on top, the edits kept below.
         lastInvalid = body;
-        const errs = errText(e).split(/\n/).map((l) => `# ${l}`).join('\n');
+        const errs = errText(e)
+          .split(/\n/)
+          .map((l) => `# ${l}`)
+          .join('\n');
         content = `${HEADER}# ${ref} was not valid:\n${errs}\n#\n${body}\n`;
         continue;
       }
       try {
-        const r = await writeResource(ds, { ...res, metadata: { ...res.metadata, resourceVersion: cur.metadata.resourceVersion } }, 'replace');
+        const r = await writeResource(
+          ds,
+          { ...res, metadata: { ...res.metadata, resourceVersion: cur.metadata.resourceVersion } },
+          'replace',
+        );
         io.stdout(`${ref} ${r === 'unchanged' ? 'skipped (no change)' : 'edited'}\n`);
         return 0;
       } catch (e) {
         if (e instanceof CtlError && /was modified since resourceVersion/.test(e.message)) {
           const copy = keep(body + '\n');
-          throw new CtlError(`${ref} was changed by someone else while you edited it (resourceVersion ${cur.metadata.resourceVersion ?? '?'} is no longer current); your edits are saved in ${copy}: run 'netpluginctl edit ${ref}' again, or 'netpluginctl replace -f ${copy}' after merging`);
+          throw new CtlError(
+            `${ref} was changed by someone else while you edited it (resourceVersion ` +
+              `${cur.metadata.resourceVersion ?? '?'} is no longer current); your edits are saved in ${copy}: run ` +
+              `'netpluginctl edit ${ref}' again, or 'netpluginctl replace -f ${copy}' after merging`,
+          );
         }
         if (e instanceof CtlError) {
           lastInvalid = body;
-          content = `${HEADER}# ${ref} was not valid:\n${e.message.split('\n').map((l) => `# ${l}`).join('\n')}\n#\n${body}\n`;
+          content = `${HEADER}# ${ref} was not valid:\n${e.message
+            .split('\n')
+            .map((l) => `# ${l}`)
+            .join('\n')}\n#\n${body}\n`;
           continue;
         }
         throw e;

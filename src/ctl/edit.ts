@@ -2,8 +2,20 @@
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Resource } from '../model/resources.js';
 import { labelKeyProblem, labelValueProblem } from '../model/names.js';
-import { type Datastore } from '../datastore/types.js';
-import { bool, CtlError, DRY_RUN, dryRun, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
+import type { Datastore } from '../datastore/types.js';
+import {
+  bool,
+  CtlError,
+  DRY_RUN,
+  dryRun,
+  noPositional,
+  parseCommand,
+  printHelp,
+  str,
+  type CtlCommand,
+  type CtlGroup,
+  type CtlIO,
+} from './io.js';
 import { resolveKind } from './kinds.js';
 import { readManifests, writeResource, errText } from './resources.js';
 import { describeRef, parseManifest, poolDefaults, validatePool } from './validate.js';
@@ -14,7 +26,7 @@ import { applyJsonPatch, parseJsonPatch } from './json-patch.js';
  * same checks apply makes (masked CIDR, block size, selector), also against
  * each other within the files. Nothing is read from or written to a datastore.
  */
-export async function cmdValidate(io: CtlIO, file: string): Promise<number> {
+async function cmdValidate(io: CtlIO, file: string): Promise<number> {
   let docs: Awaited<ReturnType<typeof readManifests>>;
   try {
     docs = await readManifests(file, io);
@@ -40,24 +52,31 @@ export async function cmdValidate(io: CtlIO, file: string): Promise<number> {
   return failed ? 1 : 0;
 }
 
-
 /** `key=value` sets, `key-` removes (kubectl's syntax). */
-export function parseLabelArgs(args: string[]): { set: Record<string, string>; remove: string[] } {
+function parseLabelArgs(args: string[]): { set: Record<string, string>; remove: string[] } {
   const set: Record<string, string> = {};
   const remove: string[] = [];
   if (!args.length) throw new CtlError(`label needs at least one key=value (or key- to remove one)`);
   for (const a of args) {
     if (a.endsWith('-') && !a.includes('=')) {
       const k = a.slice(0, -1);
-      if (labelKeyProblem(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key`);
+      if (labelKeyProblem(k))
+        throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key`);
       remove.push(k);
       continue;
     }
     const eq = a.indexOf('=');
     if (eq < 0) throw new CtlError(`label ${JSON.stringify(a)}: expected key=value or key-`);
     const [k, v] = [a.slice(0, eq), a.slice(eq + 1)];
-    if (labelKeyProblem(k)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key (e.g. zone or example.com/zone)`);
-    if (labelValueProblem(v)) throw new CtlError(`label ${JSON.stringify(a)}: ${JSON.stringify(v)} is not a valid label value (up to 63 letters, digits, '-', '_', '.')`);
+    if (labelKeyProblem(k))
+      throw new CtlError(
+        `label ${JSON.stringify(a)}: ${JSON.stringify(k)} is not a valid label key (e.g. zone or example.com/zone)`,
+      );
+    if (labelValueProblem(v))
+      throw new CtlError(
+        `label ${JSON.stringify(a)}: ${JSON.stringify(v)} is not a valid label value (up to 63 letters, digits, '-', ` +
+          `'_', '.')`,
+      );
     set[k] = v;
   }
   return { set, remove };
@@ -70,7 +89,11 @@ interface Target {
 }
 
 /** `KIND NAME` or `KIND/NAME`. */
-export function target(positional: string[], namespace: string | undefined, cmd: string): { t: Target; rest: string[] } {
+export function target(
+  positional: string[],
+  namespace: string | undefined,
+  cmd: string,
+): { t: Target; rest: string[] } {
   const [first, ...more] = positional;
   if (!first) throw new CtlError(`${cmd} needs a resource: KIND NAME or KIND/NAME`);
   let kind = first;
@@ -80,8 +103,12 @@ export function target(positional: string[], namespace: string | undefined, cmd:
   else [name, ...rest] = more;
   if (!name) throw new CtlError(`${cmd} needs a resource name: ${cmd} ${first} NAME`);
   const info = resolveKind(kind);
-  if (info.readOnly) throw new CtlError(`${info.kind} resources are written by the plugin only; ${cmd} cannot change them`);
-  return { t: { kind: info.kind, name, namespace: NAMESPACED_KINDS.has(info.kind) ? (namespace ?? 'default') : undefined }, rest };
+  if (info.readOnly)
+    throw new CtlError(`${info.kind} resources are written by the plugin only; ${cmd} cannot change them`);
+  return {
+    t: { kind: info.kind, name, namespace: NAMESPACED_KINDS.has(info.kind) ? (namespace ?? 'default') : undefined },
+    rest,
+  };
 }
 
 async function update(ds: Datastore, t: Target, change: (r: Resource) => Resource, dryRun: boolean): Promise<string> {
@@ -90,7 +117,8 @@ async function update(ds: Datastore, t: Target, change: (r: Resource) => Resourc
     try {
       cur = await ds.get(resolveKind(t.kind).kind, t.name, t.namespace);
     } catch (e) {
-      if (DatastoreError.is(e, 'NotFound')) throw new CtlError(`${describeRef(resolveKind(t.kind).kind, t.name, t.namespace)} not found`);
+      if (DatastoreError.is(e, 'NotFound'))
+        throw new CtlError(`${describeRef(resolveKind(t.kind).kind, t.name, t.namespace)} not found`);
       throw e;
     }
     const next = change(structuredClone(cur));
@@ -98,7 +126,12 @@ async function update(ds: Datastore, t: Target, change: (r: Resource) => Resourc
     parseManifest(next, `${t.kind.toLowerCase()}/${t.name}`, { stored: true });
     // replace with the read resourceVersion: a concurrent writer makes us read again.
     try {
-      return await writeResource(ds, { ...next, metadata: { ...next.metadata, resourceVersion: cur.metadata.resourceVersion } }, 'replace', dryRun);
+      return await writeResource(
+        ds,
+        { ...next, metadata: { ...next.metadata, resourceVersion: cur.metadata.resourceVersion } },
+        'replace',
+        dryRun,
+      );
     } catch (e) {
       if (e instanceof CtlError && /was modified since resourceVersion/.test(e.message) && attempt < 4) continue;
       throw e;
@@ -106,7 +139,16 @@ async function update(ds: Datastore, t: Target, change: (r: Resource) => Resourc
   }
 }
 
-export async function cmdLabel(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string | undefined; overwrite?: boolean | undefined; dryRun?: boolean | undefined }): Promise<number> {
+async function cmdLabel(
+  ds: Datastore,
+  io: CtlIO,
+  args: {
+    positional: string[];
+    namespace?: string | undefined;
+    overwrite?: boolean | undefined;
+    dryRun?: boolean | undefined;
+  },
+): Promise<number> {
   const { t, rest } = target(args.positional, args.namespace, 'label');
   const { set, remove } = parseLabelArgs(rest);
   const r = await update(
@@ -115,7 +157,10 @@ export async function cmdLabel(ds: Datastore, io: CtlIO, args: { positional: str
     (res) => {
       const labels = { ...(res.metadata.labels ?? {}) };
       for (const [k, v] of Object.entries(set)) {
-        if (k in labels && labels[k] !== v && !args.overwrite) throw new CtlError(`${t.kind.toLowerCase()}/${t.name} already has label ${k}=${labels[k]}; pass --overwrite to change it`);
+        if (k in labels && labels[k] !== v && !args.overwrite)
+          throw new CtlError(
+            `${t.kind.toLowerCase()}/${t.name} already has label ${k}=${labels[k]}; pass --overwrite to change it`,
+          );
         labels[k] = v;
       }
       for (const k of remove) delete labels[k];
@@ -123,14 +168,18 @@ export async function cmdLabel(ds: Datastore, io: CtlIO, args: { positional: str
     },
     Boolean(args.dryRun),
   );
-  io.stdout(`${t.kind.toLowerCase()}/${t.name} ${r === 'unchanged' ? 'not labeled (unchanged)' : 'labeled'}${args.dryRun ? ' (dry run)' : ''}\n`);
+  io.stdout(
+    `${t.kind.toLowerCase()}/${t.name} ` +
+      `${r === 'unchanged' ? 'not labeled (unchanged)' : 'labeled'}${args.dryRun ? ' (dry run)' : ''}\n`,
+  );
   return 0;
 }
 
 /** RFC 7386 JSON merge patch: objects merge, null deletes, anything else replaces. */
 export function mergePatch(target: unknown, patch: unknown): unknown {
   if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) return patch;
-  const out: Record<string, unknown> = target && typeof target === 'object' && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
+  const out: Record<string, unknown> =
+    target && typeof target === 'object' && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
   for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
     if (v === null) delete out[k];
     else out[k] = mergePatch(out[k], v);
@@ -138,14 +187,32 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
   return out;
 }
 
-export async function cmdPatch(ds: Datastore, io: CtlIO, args: { positional: string[]; namespace?: string | undefined; type?: string | undefined; patch?: string | undefined; dryRun?: boolean | undefined }): Promise<number> {
+async function cmdPatch(
+  ds: Datastore,
+  io: CtlIO,
+  args: {
+    positional: string[];
+    namespace?: string | undefined;
+    type?: string | undefined;
+    patch?: string | undefined;
+    dryRun?: boolean | undefined;
+  },
+): Promise<number> {
   const type = args.type ?? 'merge';
   if (type !== 'merge' && type !== 'json') {
-    throw new CtlError(`patch --type ${JSON.stringify(type)} is not supported; use --type merge (a JSON merge patch, RFC 7386) or --type json (RFC 6902 operations)`);
+    throw new CtlError(
+      `patch --type ${JSON.stringify(type)} is not supported; use --type merge (a JSON merge patch, RFC 7386) or ` +
+        `--type json (RFC 6902 operations)`,
+    );
   }
   const { t, rest } = target(args.positional, args.namespace, 'patch');
   if (rest.length) throw new CtlError(`patch takes KIND NAME and -p PATCH; unexpected ${rest.join(' ')}`);
-  if (!args.patch) throw new CtlError(type === 'json' ? `patch --type json needs -p '[{"op":"replace","path":"/spec/disabled","value":true}]'` : `patch needs -p '{"spec":{...}}'`);
+  if (!args.patch)
+    throw new CtlError(
+      type === 'json'
+        ? `patch --type json needs -p '[{"op":"replace","path":"/spec/disabled","value":true}]'`
+        : `patch needs -p '{"spec":{...}}'`,
+    );
   let patch: unknown;
   try {
     patch = JSON.parse(args.patch);
@@ -161,19 +228,27 @@ export async function cmdPatch(ds: Datastore, io: CtlIO, args: { positional: str
       return next;
     };
   } else {
-    if (!patch || typeof patch !== 'object' || Array.isArray(patch)) throw new CtlError('patch -p must be a JSON object, e.g. {"spec":{"disabled":true}} (a list of operations needs --type json)');
+    if (!patch || typeof patch !== 'object' || Array.isArray(patch))
+      throw new CtlError(
+        'patch -p must be a JSON object, e.g. {"spec":{"disabled":true}} (a list of operations needs --type json)',
+      );
     const p = patch as Record<string, unknown>;
     for (const k of Object.keys(p)) {
-      if (k !== 'spec' && k !== 'metadata') throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+      if (k !== 'spec' && k !== 'metadata')
+        throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
     }
     const meta = (p.metadata ?? {}) as Record<string, unknown>;
     for (const k of Object.keys(meta)) {
-      if (k !== 'labels' && k !== 'annotations') throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
+      if (k !== 'labels' && k !== 'annotations')
+        throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
     }
     change = (res) => mergePatch(res, patch) as Resource;
   }
   const r = await update(ds, t, change, Boolean(args.dryRun));
-  io.stdout(`${t.kind.toLowerCase()}/${t.name} ${r === 'unchanged' ? 'patched (no change)' : 'patched'}${args.dryRun ? ' (dry run)' : ''}\n`);
+  io.stdout(
+    `${t.kind.toLowerCase()}/${t.name} ` +
+      `${r === 'unchanged' ? 'patched (no change)' : 'patched'}${args.dryRun ? ' (dry run)' : ''}\n`,
+  );
   return 0;
 }
 
@@ -192,18 +267,20 @@ function onlySpecAndLabels(before: Resource, after: Resource): void {
   const b = strip(after);
   for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
     if (k === 'metadata') continue;
-    if (JSON.stringify(a[k]) !== JSON.stringify(b[k])) throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
+    if (JSON.stringify(a[k]) !== JSON.stringify(b[k]))
+      throw new CtlError(`patch: only spec and metadata (labels, annotations) can be patched, not ${k}`);
   }
   const ma = a.metadata as Record<string, unknown>;
   const mb = b.metadata as Record<string, unknown>;
   for (const k of new Set([...Object.keys(ma), ...Object.keys(mb)])) {
-    if (JSON.stringify(ma[k]) !== JSON.stringify(mb[k])) throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
+    if (JSON.stringify(ma[k]) !== JSON.stringify(mb[k]))
+      throw new CtlError(`patch: metadata.${k} cannot be patched; only metadata.labels and metadata.annotations`);
   }
 }
 
 // ---------------------------------------------------------------- commands
 
-export const EDIT_HELP: Record<string, string> = {
+const EDIT_HELP: Record<string, string> = {
   edit: `Usage: netpluginctl edit <kind> <name> [-n NS] [-o yaml|json]
        netpluginctl edit <kind>/<name>
 
@@ -250,35 +327,49 @@ const runValidate: CtlCommand = async (rest, io) => {
   return cmdValidate(io, file);
 };
 
-const runEdit = (cmd: 'label' | 'patch'): CtlCommand => async (rest, io, s) => {
+const runEdit =
+  (cmd: 'label' | 'patch'): CtlCommand =>
+  async (rest, io, s) => {
+    const p = parseCommand(
+      rest,
+      [
+        { name: 'namespace', short: 'n', type: 'string' },
+        { name: 'overwrite', type: 'bool' },
+        { name: 'type', type: 'string' },
+        { name: 'patch', short: 'p', type: 'string' },
+        DRY_RUN,
+      ],
+      cmd,
+      s,
+    );
+    if (bool(p, 'help')) return printHelp(io, EDIT_HELP[cmd]!);
+    // Check the arguments before connecting.
+    const t = target(p.positional, str(p, 'namespace'), cmd);
+    if (cmd === 'label') parseLabelArgs(t.rest);
+    const common = { positional: p.positional, namespace: str(p, 'namespace'), dryRun: dryRun(p) };
+    return cmd === 'label'
+      ? cmdLabel(await s.writable(), io, { ...common, overwrite: bool(p, 'overwrite') })
+      : cmdPatch(await s.writable(), io, { ...common, type: str(p, 'type'), patch: str(p, 'patch') });
+  };
+
+const runEditor: CtlCommand = async (rest, io, s) => {
   const p = parseCommand(
     rest,
     [
       { name: 'namespace', short: 'n', type: 'string' },
-      { name: 'overwrite', type: 'bool' },
-      { name: 'type', type: 'string' },
-      { name: 'patch', short: 'p', type: 'string' },
-      DRY_RUN,
+      { name: 'output', short: 'o', type: 'string' },
     ],
-    cmd,
+    'edit',
     s,
   );
-  if (bool(p, 'help')) return printHelp(io, EDIT_HELP[cmd]!);
-  // Check the arguments before connecting.
-  const t = target(p.positional, str(p, 'namespace'), cmd);
-  if (cmd === 'label') parseLabelArgs(t.rest);
-  const common = { positional: p.positional, namespace: str(p, 'namespace'), dryRun: dryRun(p) };
-  return cmd === 'label'
-    ? cmdLabel(await s.writable(), io, { ...common, overwrite: bool(p, 'overwrite') })
-    : cmdPatch(await s.writable(), io, { ...common, type: str(p, 'type'), patch: str(p, 'patch') });
-};
-
-const runEditor: CtlCommand = async (rest, io, s) => {
-  const p = parseCommand(rest, [{ name: 'namespace', short: 'n', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'edit', s);
   if (bool(p, 'help')) return printHelp(io, EDIT_HELP.edit!);
   target(p.positional, str(p, 'namespace'), 'edit');
   const { cmdEdit } = await import('./edit-loop.js');
-  return cmdEdit(await s.writable(), io, { positional: p.positional, namespace: str(p, 'namespace'), output: str(p, 'output') });
+  return cmdEdit(await s.writable(), io, {
+    positional: p.positional,
+    namespace: str(p, 'namespace'),
+    output: str(p, 'output'),
+  });
 };
 
 /** validate, label, patch, edit. */

@@ -35,14 +35,20 @@ function end(type: string, ns: string, name: string): string {
 
 function hitText(h: PolicyHit): string {
   const where = h.namespace ? `${h.namespace}/` : '';
-  return `${h.kind} ${h.tier && h.kind !== 'KubernetesNetworkPolicy' && h.kind !== 'Profile' ? `${h.tier}:` : ''}${where}${h.name}${h.ruleIndex >= 0 ? `[${h.ruleIndex}]` : ''}`;
+  return (
+    `${h.kind} ${h.tier && h.kind !== 'KubernetesNetworkPolicy' && h.kind !== 'Profile' ? `${h.tier}:` : ''}` +
+    `${where}${h.name}${h.ruleIndex >= 0 ? `[${h.ruleIndex}]` : ''}`
+  );
 }
 
 function stamp(iso: string): string {
   const d = new Date(iso);
   const mon = d.toLocaleString('en-US', { month: 'short', timeZone: 'UTC' });
   const p = (n: number, w = 2) => String(n).padStart(w, '0');
-  return `${mon} ${String(d.getUTCDate()).padStart(2, ' ')} ${p(d.getUTCHours())}:${p(d.getUTCMinutes())}:${p(d.getUTCSeconds())}.${p(d.getUTCMilliseconds(), 3)}`;
+  return (
+    `${mon} ${String(d.getUTCDate()).padStart(2, ' ')} ` +
+    `${p(d.getUTCHours())}:${p(d.getUTCMinutes())}:${p(d.getUTCSeconds())}.${p(d.getUTCMilliseconds(), 3)}`
+  );
 }
 
 /** One flow as a line (hubble observe's shape). */
@@ -50,10 +56,16 @@ export function formatFlow(f: Flow, output: 'line' | 'wide' | 'json'): string {
   if (output === 'json') return JSON.stringify(f);
   const port = f.destPort ? `:${f.destPort}` : '';
   const decisive = f.policies.enforced[f.policies.enforced.length - 1];
-  let line = `${stamp(f.startTime)}: ${end(f.sourceType, f.sourceNamespace, f.sourceName)} -> ${end(f.destType, f.destNamespace, f.destName)}${port} ${f.protocol} ${VERDICT[f.action] ?? f.action} (${f.reporter})${decisive ? ` ${hitText(decisive)}` : ''}`;
+  let line =
+    `${stamp(f.startTime)}: ${end(f.sourceType, f.sourceNamespace, f.sourceName)} -> ` +
+    `${end(f.destType, f.destNamespace, f.destName)}${port} ${f.protocol} ${VERDICT[f.action] ?? f.action} (` +
+    `${f.reporter})${decisive ? ` ${hitText(decisive)}` : ''}`;
   if (output === 'wide') {
-    line += ` packets=${f.packetsIn}/${f.packetsOut} bytes=${f.bytesIn}/${f.bytesOut} conns=${f.connectionsStarted}/${f.connectionsCompleted}/${f.connectionsLive}`;
-    if (f.policies.pending.length) line += ` pending=${f.policies.pending.map((h) => `${hitText(h)}:${h.action}`).join(',')}`;
+    line +=
+      ` packets=${f.packetsIn}/${f.packetsOut} bytes=${f.bytesIn}/${f.bytesOut} conns=${f.connectionsStarted}/` +
+      `${f.connectionsCompleted}/${f.connectionsLive}`;
+    if (f.policies.pending.length)
+      line += ` pending=${f.policies.pending.map((h) => `${hitText(h)}:${h.action}`).join(',')}`;
   }
   return line;
 }
@@ -61,15 +73,25 @@ export function formatFlow(f: Flow, output: 'line' | 'wide' | 'json'): string {
 async function request(url: string, token: string | undefined, signal?: AbortSignal): Promise<Response> {
   let res: Response;
   try {
-    res = await fetch(url, { headers: token ? { authorization: `Bearer ${token}` } : {}, ...(signal ? { signal } : {}) });
+    res = await fetch(url, {
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+      ...(signal ? { signal } : {}),
+    });
   } catch (e) {
     if ((e as Error).name === 'AbortError') throw e;
     const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-    throw new CtlError(`cannot reach the flow aggregator at ${new URL(url).origin}: ${cause?.code ?? cause?.message ?? (e as Error).message}; pass --server URL (or port-forward to netplugin-flows)`);
+    throw new CtlError(
+      `cannot reach the flow aggregator at ${new URL(url).origin}: ` +
+        `${cause?.code ?? cause?.message ?? (e as Error).message}; pass --server URL (or port-forward to ` +
+        `netplugin-flows)`,
+    );
   }
   if (!res.ok) {
     const body = (await res.json().catch(() => ({}))) as { error?: string };
-    throw new CtlError(`flow aggregator: HTTP ${res.status}: ${body.error ?? res.statusText}${res.status === 401 ? ' (pass --token-file FILE)' : ''}`);
+    throw new CtlError(
+      `flow aggregator: HTTP ${res.status}: ` +
+        `${body.error ?? res.statusText}${res.status === 401 ? ' (pass --token-file FILE)' : ''}`,
+    );
   }
   return res;
 }
@@ -92,17 +114,23 @@ const runFlows: CtlCommand = async (rest, io, s) => {
     s,
   );
   if (bool(p, 'help')) return printHelp(io, FLOWS_HELP.flows);
-  if (p.positional.length) throw new CtlError(`flows takes no arguments (got ${p.positional.join(' ')}); filter with --namespace, --pod, --action or --policy`);
+  if (p.positional.length)
+    throw new CtlError(
+      `flows takes no arguments (got ${p.positional.join(' ')}); filter with --namespace, --pod, --action or --policy`,
+    );
   const o = str(p, 'output');
   if (o !== undefined && o !== 'wide' && o !== 'json') throw new CtlError(`-o ${JSON.stringify(o)}: use wide or json`);
   const output = (o ?? 'line') as 'line' | 'wide' | 'json';
   const action = str(p, 'action');
-  if (action !== undefined && !['Allow', 'Deny', 'Pass'].includes(action)) throw new CtlError(`--action ${JSON.stringify(action)}: use Allow, Deny or Pass`);
+  if (action !== undefined && !['Allow', 'Deny', 'Pass'].includes(action))
+    throw new CtlError(`--action ${JSON.stringify(action)}: use Allow, Deny or Pass`);
   const lastText = str(p, 'last') ?? '20';
-  if (!/^\d+$/.test(lastText) || Number(lastText) > 10_000) throw new CtlError(`--last ${JSON.stringify(lastText)}: expected a number 0-10000`);
+  if (!/^\d+$/.test(lastText) || Number(lastText) > 10_000)
+    throw new CtlError(`--last ${JSON.stringify(lastText)}: expected a number 0-10000`);
   const last = Number(lastText);
   const server = (str(p, 'server') ?? io.env.NETPLUGIN_FLOWS_SERVER ?? 'http://127.0.0.1:8081').replace(/\/+$/, '');
-  if (!/^https?:\/\/[^/]+$/.test(server)) throw new CtlError(`--server ${JSON.stringify(server)}: expected http(s)://HOST:PORT`);
+  if (!/^https?:\/\/[^/]+$/.test(server))
+    throw new CtlError(`--server ${JSON.stringify(server)}: expected http(s)://HOST:PORT`);
   const tokenFile = str(p, 'token-file');
   let token = io.env.NETPLUGIN_FLOWS_TOKEN;
   if (tokenFile) {
@@ -150,7 +178,11 @@ async function follow(io: CtlIO, url: string, token: string | undefined, print: 
       while ((i = buf.indexOf('\n\n')) >= 0) {
         const ev = buf.slice(0, i);
         buf = buf.slice(i + 2);
-        const data = ev.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5)).join('\n');
+        const data = ev
+          .split('\n')
+          .filter((l) => l.startsWith('data:'))
+          .map((l) => l.slice(5))
+          .join('\n');
         if (data) print(JSON.parse(data) as Flow);
       }
     }

@@ -20,17 +20,24 @@ import { cniGroup } from './cni.js';
 import { policyGroup } from './policy-cmd.js';
 import { COMPLETION_HELP, completionCommands } from './completion.js';
 
+/** The flags every command takes (for the "did you mean" of an unknown one). */
+const GLOBAL_FLAGS = [
+  '--config',
+  '--kubeconfig',
+  '--context',
+  '--log-format',
+  '--as',
+  '--as-group',
+  '--help',
+  '--version',
+];
+
 export { initDatastore } from './datastore-init.js';
-export type { InitDatastoreOptions, InitDatastoreResult } from './datastore-init.js';
-export { CtlError } from './io.js';
-export type { CtlIO, DatastoreConfig } from './io.js';
-export { installCni, uninstallCni, buildConflist } from './install-cni.js';
-export type { InstallCniOptions, InstallCniResult } from './install-cni.js';
-export { datastoreConfig } from './session.js';
 
-export const TOP_HELP = `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
+const TOP_HELP = `netpluginctl ${NETPLUGIN_VERSION}: manage netplugin resources, IPAM and installation.
 
-Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--as USER] [--log-format text|json] <command> [flags]
+Usage: netpluginctl [--config FILE] [--kubeconfig PATH] [--context NAME] [--as USER]
+                   [--log-format text|json] <command> [flags]
 
 Commands:
   apply -f FILE|DIR|-        create or update resources (YAML or JSON, one or many documents)
@@ -91,7 +98,12 @@ const GROUPS: CtlGroup[] = [resourcesGroup, ipamGroup, policyGroup, datastoreGro
  * subcommands; `netpluginctl help TOPIC` and the completion's command list
  * read them. A null prototype, so a topic is only ever an own entry.
  */
-const HELP: Record<string, string> = Object.assign(Object.create(null) as Record<string, string>, { '': TOP_HELP }, ...GROUPS.map((g) => g.help), COMPLETION_HELP);
+const HELP: Record<string, string> = Object.assign(
+  Object.create(null) as Record<string, string>,
+  { '': TOP_HELP },
+  ...GROUPS.map((g) => g.help),
+  COMPLETION_HELP,
+);
 
 /** Command word -> command; a null prototype, so 'constructor' or '__proto__' is an unknown command. */
 const COMMANDS: Record<string, CtlCommand> = Object.assign(
@@ -119,7 +131,13 @@ function help(io: CtlIO, topic: string): number {
 
 async function dispatch(cmd: string, rest: string[], io: CtlIO, s: Session): Promise<number> {
   const run = COMMANDS[cmd];
-  if (!run) throw new CtlError(`unknown command ${JSON.stringify(cmd)}${suggestFlag(cmd, Object.keys(COMMANDS).filter((c) => !c.startsWith('__')))}; run 'netpluginctl --help'`);
+  if (!run)
+    throw new CtlError(
+      `unknown command ${JSON.stringify(cmd)}${suggestFlag(
+        cmd,
+        Object.keys(COMMANDS).filter((c) => !c.startsWith('__')),
+      )}; run 'netpluginctl --help'`,
+    );
   return run(rest, io, s);
 }
 
@@ -157,10 +175,13 @@ export async function runCtl(argv: string[], io: CtlIO): Promise<number> {
       i += g[2] === undefined ? 2 : 1;
       continue;
     }
-    return fail(io, new CtlError(`unknown flag ${a}${suggestFlag(a, ['--config', '--kubeconfig', '--context', '--log-format', '--as', '--as-group', '--help', '--version'])}; run 'netpluginctl --help'`));
+    return fail(io, new CtlError(`unknown flag ${a}${suggestFlag(a, GLOBAL_FLAGS)}; run 'netpluginctl --help'`));
   }
   const after = argv.slice(i + 1);
-  const logFormat = globals['log-format'] ?? pairFlag(after, '--log-format') ?? after.find((a) => a.startsWith('--log-format='))?.slice('--log-format='.length);
+  const logFormat =
+    globals['log-format'] ??
+    pairFlag(after, '--log-format') ??
+    after.find((a) => a.startsWith('--log-format='))?.slice('--log-format='.length);
   if (logFormat !== undefined && logFormat !== 'text' && logFormat !== 'json') {
     return fail(io, new CtlError(`--log-format ${JSON.stringify(logFormat)} is not text or json`));
   }
@@ -213,7 +234,11 @@ function jsonStderr(write: (chunk: string) => void): (chunk: string) => void {
       .filter((l, idx, all) => l !== '' || idx < all.length - 1)
       .map((l) => {
         const m = /^(error|warning): (.*)$/.exec(l);
-        return JSON.stringify({ time: new Date().toISOString(), level: m?.[1] === 'warning' ? 'WARNING' : m ? 'ERROR' : 'INFO', msg: m ? m[2] : l });
+        return JSON.stringify({
+          time: new Date().toISOString(),
+          level: m?.[1] === 'warning' ? 'WARNING' : m ? 'ERROR' : 'INFO',
+          msg: m ? m[2] : l,
+        });
       });
     write(out.join('\n') + '\n');
   };
@@ -221,7 +246,14 @@ function jsonStderr(write: (chunk: string) => void): (chunk: string) => void {
 
 function fail(io: CtlIO, e: unknown, json = false): number {
   if (json) {
-    io.stderr(JSON.stringify({ time: new Date().toISOString(), level: 'ERROR', msg: errorLine(e), ...(e instanceof CtlError ? { exitCode: e.exitCode } : {}) }) + '\n');
+    io.stderr(
+      JSON.stringify({
+        time: new Date().toISOString(),
+        level: 'ERROR',
+        msg: errorLine(e),
+        ...(e instanceof CtlError ? { exitCode: e.exitCode } : {}),
+      }) + '\n',
+    );
     return e instanceof CtlError ? e.exitCode : 1;
   }
   io.stderr(`error: ${errorLine(e)}\n`);
@@ -234,8 +266,10 @@ function normalizeDryRun(argv: string[]): string[] {
   return argv.map((a) => {
     if (a === '--dry-run=client') return '--dry-run';
     if (a === '--dry-run=none') return '--dry-run=false';
-    if (a === '--dry-run=server') throw new CtlError('--dry-run=server is not supported: netpluginctl checks locally; use --dry-run (or --dry-run=client)');
+    if (a === '--dry-run=server')
+      throw new CtlError(
+        '--dry-run=server is not supported: netpluginctl checks locally; use --dry-run (or --dry-run=client)',
+      );
     return a;
   });
 }
-

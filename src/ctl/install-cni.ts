@@ -3,7 +3,23 @@
 // from a DaemonSet init container, or from configuration management), so it
 // is idempotent, and every file appears atomically: a runtime exec'ing the
 // plugin mid-install sees the old file or the new one, never a partial one.
-import { accessSync, chmodSync, constants as fsConstants, closeSync, cpSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import {
+  accessSync,
+  chmodSync,
+  constants as fsConstants,
+  closeSync,
+  cpSync,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseNetconf } from '../config/index.js';
@@ -11,9 +27,9 @@ import { CtlError, type CtlIO } from './io.js';
 import type { DatastoreSettings } from '../datastore/settings.js';
 import { isNetpluginConfig, netpluginEntries, netpluginEntry } from '../config/conflist.js';
 
-export const PLUGIN_NAMES = ['netplugin', 'netplugin-ipam'] as const;
-export const FALLBACK_FILE = 'netplugin.fallback';
-export const AGENT_UNIT = 'netplugin-node.service';
+const PLUGIN_NAMES = ['netplugin', 'netplugin-ipam'] as const;
+const FALLBACK_FILE = 'netplugin.fallback';
+const AGENT_UNIT = 'netplugin-node.service';
 
 // Built from flags, each of which may be absent: an optional field may hold undefined.
 export interface InstallCniOptions {
@@ -65,7 +81,10 @@ export interface InstallCniOptions {
    * the conflist, unless --etcd-*-file says otherwise.
    */
   etcdTlsFrom?: string | undefined;
-  /** The host's node executable (a host path); default: /usr/bin/node or /usr/local/bin/node when present under hostRoot. */
+  /**
+   * The host's node executable (a host path); default: /usr/bin/node or /usr/local/bin/node when present under
+   * hostRoot.
+   */
   hostNode?: string | undefined;
   /** A conflist rendered elsewhere (installation apply): used as-is instead of generating one. */
   conflist?: Record<string, unknown> | undefined;
@@ -73,16 +92,16 @@ export interface InstallCniOptions {
   dryRun?: boolean | undefined;
 }
 
-export const DEFAULT_HOST_PACKAGE_DIR = '/opt/netplugin';
+const DEFAULT_HOST_PACKAGE_DIR = '/opt/netplugin';
 /** Secret keys (file names in the mount) and the netconf fields they fill. */
 const ETCD_TLS_FILES = [
   ['etcd-key', 'etcdKeyFile', 'etcd_key_file'],
   ['etcd-cert', 'etcdCertFile', 'etcd_cert_file'],
   ['etcd-ca', 'etcdCaCertFile', 'etcd_ca_cert_file'],
 ] as const;
-export const ETCD_TLS_DIR = 'netplugin-tls';
+const ETCD_TLS_DIR = 'netplugin-tls';
 /** Host paths where a distribution or the Node.js tarball puts node. */
-export const HOST_NODE_CANDIDATES = ['/usr/bin/node', '/usr/local/bin/node'];
+const HOST_NODE_CANDIDATES = ['/usr/bin/node', '/usr/local/bin/node'];
 /** What the per-exec entries need at run time (dist/ bundles load these lazily). */
 const PACKAGE_PARTS = ['package.json', 'dist', 'prebuilds', 'node_modules'];
 
@@ -97,12 +116,12 @@ export function detectPod(root = '/'): boolean {
   return existsSync(join(root, 'var/run/secrets/kubernetes.io/serviceaccount'));
 }
 
-export interface InstalledFile {
+interface InstalledFile {
   path: string;
   action: 'written' | 'unchanged' | 'would write';
 }
 
-export interface InstallCniResult {
+interface InstallCniResult {
   kind: 'shim' | 'launcher';
   /** Absent when the sh launcher was installed. */
   shimSource?: string | undefined;
@@ -111,7 +130,10 @@ export interface InstallCniResult {
   warnings: string[];
 }
 
-/** The package root: the nearest ancestor of this module holding our package.json (dist/ when bundled, src/ctl in tests). */
+/**
+ * The package root: the nearest ancestor of this module holding our package.json (dist/ when bundled, src/ctl in
+ * tests).
+ */
 export function defaultPackageDir(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 6; i++) {
@@ -205,13 +227,16 @@ export function optionsDatastore(o: InstallCniOptions): DatastoreSettings {
     if (o.etcdCaCertFile) s.etcd_ca_cert_file = o.etcdCaCertFile;
   }
   if (o.kubeconfig || o.k8sApiRoot) {
-    s.kubernetes = { ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}), ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}) };
+    s.kubernetes = {
+      ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}),
+      ...(o.k8sApiRoot ? { k8s_api_root: o.k8sApiRoot } : {}),
+    };
   }
   return s;
 }
 
 /** The netplugin entry and the conflist, generated from the options. */
-export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
+function buildConflist(o: InstallCniOptions): Record<string, unknown> {
   const entry: Record<string, unknown> = { type: 'netplugin', log_level: o.logLevel };
   if (o.logFilePath !== '') entry.log_file_path = o.logFilePath;
   // text is the plugin's default: a conflist without the field says the same.
@@ -223,7 +248,10 @@ export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
   if (o.mtu !== undefined) entry.mtu = o.mtu;
   entry.ipam =
     o.ipam === 'host-local'
-      ? { type: 'host-local', ranges: o.subnets?.length ? o.subnets.map((subnet) => [{ subnet }]) : [[{ subnet: 'usePodCidr' }]] }
+      ? {
+          type: 'host-local',
+          ranges: o.subnets?.length ? o.subnets.map((subnet) => [{ subnet }]) : [[{ subnet: 'usePodCidr' }]],
+        }
       : { type: 'netplugin-ipam' };
   if (o.policy) entry.policy = { type: o.policy };
   if (kubernetes) entry.kubernetes = kubernetes;
@@ -236,7 +264,10 @@ export function buildConflist(o: InstallCniOptions): Record<string, unknown> {
 const PLACEHOLDER = /__([A-Z0-9_]+)__/g;
 
 /** Template placeholders and the flag that fills each. */
-export const TEMPLATE_VARS: Record<string, { flag: string; value: (o: InstallCniOptions) => string | number | undefined; raw?: boolean }> = {
+const TEMPLATE_VARS: Record<
+  string,
+  { flag: string; value: (o: InstallCniOptions) => string | number | undefined; raw?: boolean }
+> = {
   NETWORK_NAME: { flag: '--network-name', value: (o) => o.networkName },
   CNI_VERSION: { flag: '--cni-version', value: (o) => o.cniVersion },
   DATASTORE_TYPE: { flag: '--datastore-type', value: (o) => o.datastoreType },
@@ -254,12 +285,16 @@ export const TEMPLATE_VARS: Record<string, { flag: string; value: (o: InstallCni
 };
 
 /** Fills `__NAME__` placeholders (JSON-escaped inside strings; CNI_MTU bare) and checks the result is a conflist. */
-export function renderTemplate(text: string, o: InstallCniOptions, file: string): Record<string, unknown> {
+function renderTemplate(text: string, o: InstallCniOptions, file: string): Record<string, unknown> {
   const missing = new Set<string>();
   const out = text.replace(PLACEHOLDER, (m, name: string) => {
     const v = TEMPLATE_VARS[name];
     if (!v) {
-      missing.add(`${m} (unknown placeholder; known: ${Object.keys(TEMPLATE_VARS).map((k) => `__${k}__`).join(', ')})`);
+      missing.add(
+        `${m} (unknown placeholder; known: ${Object.keys(TEMPLATE_VARS)
+          .map((k) => `__${k}__`)
+          .join(', ')})`,
+      );
       return m;
     }
     const val = v.value(o);
@@ -283,7 +318,7 @@ export function renderTemplate(text: string, o: InstallCniOptions, file: string)
 }
 
 /** Checks the netplugin entries the way the plugin will parse them, so a broken conflist is never installed. */
-export function checkConflist(conf: Record<string, unknown>, warn: (m: string) => void): void {
+function checkConflist(conf: Record<string, unknown>, warn: (m: string) => void): void {
   const plugins = conf.plugins as Array<Record<string, unknown>>;
   if (typeof conf.name !== 'string' || !conf.name) throw new CtlError('conflist: "name" is missing');
   const entries = netpluginEntries(plugins);
@@ -305,21 +340,32 @@ function checkOptions(o: InstallCniOptions): void {
     if (!isAbsolute(v)) throw new CtlError(`${flag} ${JSON.stringify(v)} must be an absolute path`);
   }
   if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*\.(conflist|conf|json)$/.test(o.confName)) {
-    throw new CtlError(`--conf-name ${JSON.stringify(o.confName)} must be a file name ending in .conflist (e.g. 10-netplugin.conflist)`);
+    throw new CtlError(
+      `--conf-name ${JSON.stringify(o.confName)} must be a file name ending in .conflist (e.g. 10-netplugin.conflist)`,
+    );
   }
   if (o.mtu !== undefined && (!Number.isInteger(o.mtu) || o.mtu < 68 || o.mtu > 65535)) {
     throw new CtlError(`--mtu ${o.mtu} is out of range; use 68-65535 (e.g. 1450 under VXLAN, 1480 under IP-in-IP)`);
   }
-  if (o.subnets?.length && o.ipam !== 'host-local') throw new CtlError('--subnet is for --ipam host-local; netplugin-ipam takes its addresses from IPPools (netpluginctl apply)');
+  if (o.subnets?.length && o.ipam !== 'host-local')
+    throw new CtlError(
+      '--subnet is for --ipam host-local; netplugin-ipam takes its addresses from IPPools (netpluginctl apply)',
+    );
   for (const sn of o.subnets ?? []) {
-    if (!/^[0-9a-fA-F.:]+\/\d{1,3}$/.test(sn)) throw new CtlError(`--subnet ${JSON.stringify(sn)} is not a CIDR; use e.g. 10.88.0.0/16`);
+    if (!/^[0-9a-fA-F.:]+\/\d{1,3}$/.test(sn))
+      throw new CtlError(`--subnet ${JSON.stringify(sn)} is not a CIDR; use e.g. 10.88.0.0/16`);
   }
   if (o.fromTemplate || o.conflist) return;
   if (o.datastoreType === 'etcdv3' && !o.etcdEndpoints && !o.etcdDiscoverySrv) {
-    throw new CtlError('--datastore-type etcdv3 needs --etcd-endpoints URL[,URL] (or --etcd-discovery-srv DOMAIN, or ETCD_ENDPOINTS in the environment)');
+    throw new CtlError(
+      '--datastore-type etcdv3 needs --etcd-endpoints URL[,URL] (or --etcd-discovery-srv DOMAIN, or ETCD_ENDPOINTS ' +
+        'in the environment)',
+    );
   }
   if (o.datastoreType === 'kubernetes' && !o.kubeconfig && !o.k8sApiRoot) {
-    throw new CtlError('--datastore-type kubernetes needs --kubeconfig PATH (or --k8s-api-root URL, or KUBECONFIG in the environment)');
+    throw new CtlError(
+      '--datastore-type kubernetes needs --kubeconfig PATH (or --k8s-api-root URL, or KUBECONFIG in the environment)',
+    );
   }
   if (o.policy === 'k8s' && !o.kubeconfig && !o.k8sApiRoot) {
     throw new CtlError('--policy k8s needs --kubeconfig PATH: the plugin reads pod labels from the API server');
@@ -367,12 +413,18 @@ function copyPackage(pkg: string, dest: string): void {
 }
 
 /** The node and package paths netplugin.fallback records: host paths, or no node when they cannot be known. */
-function fallbackPaths(o: InstallCniOptions, deps: InstallDeps, warn: (m: string) => void): { node: string; pkg: string; files: InstalledFile[] } {
+function fallbackPaths(
+  o: InstallCniOptions,
+  deps: InstallDeps,
+  warn: (m: string) => void,
+): { node: string; pkg: string; files: InstalledFile[] } {
   if (!o.hostRoot) {
     if (deps.inPod) {
       warn(
-        `install-cni runs in a Kubernetes pod, so its node (${deps.nodePath}) and package (${deps.packageDir}) are not paths on the host; ` +
-          'netplugin.fallback names no node, and CNI calls answer code 11 (retry) while the agent is down. Mount the host root filesystem in the pod and pass --host-root to install a fallback',
+        `install-cni runs in a Kubernetes pod, so its node (${deps.nodePath}) and package (${deps.packageDir}) are ` +
+          `not paths on the host; ` +
+          'netplugin.fallback names no node, and CNI calls answer code 11 (retry) while the agent is down. Mount the ' +
+          'host root filesystem in the pod and pass --host-root to install a fallback',
       );
       return { node: '', pkg: deps.packageDir, files: [] };
     }
@@ -387,10 +439,15 @@ function fallbackPaths(o: InstallCniOptions, deps: InstallDeps, warn: (m: string
   node ??= HOST_NODE_CANDIDATES.find((c) => isExecutable(join(o.hostRoot!, c))) ?? '';
   if (!node) {
     warn(
-      `the host has no node (${HOST_NODE_CANDIDATES.join(', ')} under ${o.hostRoot}): there is no per-exec fallback, and CNI calls answer code 11 (retry) while the agent is down`,
+      `the host has no node (${HOST_NODE_CANDIDATES.join(', ')} under ${o.hostRoot}): there is no per-exec fallback, ` +
+        `and CNI calls answer code 11 (retry) while the agent is down`,
     );
   }
-  return { node, pkg: hostPkg, files: [{ path: join(o.hostRoot, hostPkg), action: o.dryRun ? 'would write' : 'written' }] };
+  return {
+    node,
+    pkg: hostPkg,
+    files: [{ path: join(o.hostRoot, hostPkg), action: o.dryRun ? 'would write' : 'written' }],
+  };
 }
 
 export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallCniResult {
@@ -404,7 +461,9 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
   const pkg = deps.packageDir;
   for (const p of PLUGIN_NAMES) {
     if (!existsSync(join(pkg, 'dist', `${p}.mjs`))) {
-      throw new CtlError(`${join(pkg, 'dist', `${p}.mjs`)} is missing; build the package first (npm run build) or pass --package-dir`);
+      throw new CtlError(
+        `${join(pkg, 'dist', `${p}.mjs`)} is missing; build the package first (npm run build) or pass --package-dir`,
+      );
     }
   }
   // etcd TLS files from a Secret mount: copied next to the conflist, named in it.
@@ -432,7 +491,8 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
     conflist = renderTemplate(text, o, o.fromTemplate);
     // A template without TLS placeholders still gets the copied files.
     const entry = netpluginEntry(conflist.plugins);
-    for (const [, opt, field] of ETCD_TLS_FILES) if (entry && o[opt] && entry[field] === undefined && tlsCopies.length) entry[field] = o[opt];
+    for (const [, opt, field] of ETCD_TLS_FILES)
+      if (entry && o[opt] && entry[field] === undefined && tlsCopies.length) entry[field] = o[opt];
   } else conflist = buildConflist(o);
   checkConflist(conflist, warn);
 
@@ -447,7 +507,14 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
   const binDir = onHost(o.binDir);
   const confDir = onHost(o.confDir);
   const write = (path: string, data: Buffer | string, mode: number): InstalledFile =>
-    o.dryRun ? { path, action: sameFile(path, typeof data === 'string' ? Buffer.from(data) : data, mode) ? 'unchanged' : 'would write' } : writeFileAtomic(path, data, mode);
+    o.dryRun
+      ? {
+          path,
+          action: sameFile(path, typeof data === 'string' ? Buffer.from(data) : data, mode)
+            ? 'unchanged'
+            : 'would write',
+        }
+      : writeFileAtomic(path, data, mode);
   if (!o.dryRun) {
     mkdirSync(binDir, { recursive: true });
     mkdirSync(confDir, { recursive: true });
@@ -463,8 +530,13 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
     files.push(write(join(binDir, FALLBACK_FILE), `${fb.node}\n${fb.pkg}\n`, 0o644));
     for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), bin, 0o755));
   } else {
-    if (!fb.node) throw new CtlError('no native shim binary to install, and the sh launcher needs node on the host; build the shim (npm run build:shim) or pass --host-root');
-    for (const p of PLUGIN_NAMES) files.push(write(join(binDir, p), launcherScript(fb.node, fb.pkg, p, perExecEntry(pkg, p)), 0o755));
+    if (!fb.node)
+      throw new CtlError(
+        'no native shim binary to install, and the sh launcher needs node on the host; build the shim (npm run ' +
+          'build:shim) or pass --host-root',
+      );
+    for (const p of PLUGIN_NAMES)
+      files.push(write(join(binDir, p), launcherScript(fb.node, fb.pkg, p, perExecEntry(pkg, p)), 0o755));
     if (!o.dryRun) rmSync(join(binDir, FALLBACK_FILE), { force: true });
   }
   files.push(write(join(confDir, o.confName), JSON.stringify(conflist, null, 2) + '\n', 0o644));
@@ -474,19 +546,22 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
     // /opt/netplugin and node at /usr/bin/node; point it at this installation.
     const shipped = join(pkg, 'deploy', AGENT_UNIT);
     const unit = existsSync(shipped)
-      ? readFileSync(shipped, 'utf8').replaceAll('/usr/bin/node', fb.node || deps.nodePath).replaceAll('/opt/netplugin', fb.pkg)
+      ? readFileSync(shipped, 'utf8')
+          .replaceAll('/usr/bin/node', fb.node || deps.nodePath)
+          .replaceAll('/opt/netplugin', fb.pkg)
       : [
-      '[Unit]',
-      'Description=netplugin node agent (serves CNI requests from the netplugin shim)',
-      'After=network-online.target',
-      'Wants=network-online.target',
-      '',
-      '[Service]',
-      `ExecStart=${fb.node || deps.nodePath} ${join(fb.pkg, 'dist/netplugin-node.cjs')} --log-level ${o.logLevel.toUpperCase()}`,
-      'Restart=always',
-      'RestartSec=2',
-      '',
-      '[Install]',
+          '[Unit]',
+          'Description=netplugin node agent (serves CNI requests from the netplugin shim)',
+          'After=network-online.target',
+          'Wants=network-online.target',
+          '',
+          '[Service]',
+          `ExecStart=${fb.node || deps.nodePath} ${join(fb.pkg, 'dist/netplugin-node.cjs')} --log-level ` +
+            `${o.logLevel.toUpperCase()}`,
+          'Restart=always',
+          'RestartSec=2',
+          '',
+          '[Install]',
           'WantedBy=multi-user.target',
           '',
         ].join('\n');
@@ -498,12 +573,22 @@ export function installCni(opts: InstallCniOptions, deps: InstallDeps): InstallC
   const first = (existsSync(confDir) ? readdirSync(confDir) : [])
     .filter((f) => /\.(conflist|conf|json)$/.test(f) && !f.startsWith('.'))
     .sort()[0];
-  if (first && first !== o.confName) warn(`${join(confDir, first)} sorts before ${o.confName}; the container runtime will use it instead. Remove it or choose a --conf-name that sorts first`);
+  if (first && first !== o.confName)
+    warn(
+      `${join(confDir, first)} sorts before ${o.confName}; the container runtime will use it instead. Remove it or ` +
+        `choose a --conf-name that sorts first`,
+    );
   return { kind: shim ? 'shim' : 'launcher', shimSource: shim, files, conflist, warnings };
 }
 
 /** Removes what installCni wrote; the conflist only if it holds a netplugin entry. */
-export function uninstallCni(o: { binDir: string; confDir: string; confName: string; agent?: boolean | undefined; systemdDir: string }): string[] {
+export function uninstallCni(o: {
+  binDir: string;
+  confDir: string;
+  confName: string;
+  agent?: boolean | undefined;
+  systemdDir: string;
+}): string[] {
   const removed: string[] = [];
   const rm = (p: string) => {
     if (existsSync(p)) {

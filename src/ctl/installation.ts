@@ -49,20 +49,28 @@ function fromDocs(docs: Array<{ doc: unknown; where: string }>): LoadedInstallat
     const o = (doc ?? {}) as { apiVersion?: unknown; kind?: unknown; metadata?: { name?: unknown } };
     try {
       if (o.kind === 'Installation') {
-        if (installation) throw new InstallationError('a second Installation: the operator reads exactly one, named default');
+        if (installation)
+          throw new InstallationError('a second Installation: the operator reads exactly one, named default');
         installation = parseInstallation(doc);
       } else if ((FLOW_KINDS as readonly unknown[]).includes(o.kind)) {
         checkFlowResource(o);
         flowResources.push(`${String(o.kind).toLowerCase()}/default`);
       } else {
-        throw new InstallationError(`kind ${JSON.stringify(o.kind)} is not an operator resource; expected Installation (or ${FLOW_KINDS.join(', ')}) in ${OPERATOR_API_VERSION}`);
+        throw new InstallationError(
+          `kind ${JSON.stringify(o.kind)} is not an operator resource; expected Installation (or ` +
+            `${FLOW_KINDS.join(', ')}) in ${OPERATOR_API_VERSION}`,
+        );
       }
     } catch (e) {
       if (e instanceof InstallationError) throw new CtlError(`${where}: ${e.message}`);
       throw e;
     }
   }
-  if (!installation) throw new CtlError(`no Installation found; the file needs apiVersion: ${OPERATOR_API_VERSION}, kind: Installation, metadata.name: default`);
+  if (!installation)
+    throw new CtlError(
+      `no Installation found; the file needs apiVersion: ${OPERATOR_API_VERSION}, kind: Installation, metadata.name: ` +
+        `default`,
+    );
   return { installation, flowResources };
 }
 
@@ -73,9 +81,15 @@ export async function loadInstallation(file: string, io: CtlIO): Promise<LoadedI
 /** The Installation "default" from the Kubernetes API. */
 export async function fetchInstallation(client: KubeClient): Promise<LoadedInstallation> {
   try {
-    return fromDocs([{ doc: await client.request('GET', `${INSTALLATIONS_PATH}/default`), where: `${INSTALLATIONS_PATH}/default` }]);
+    return fromDocs([
+      { doc: await client.request('GET', `${INSTALLATIONS_PATH}/default`), where: `${INSTALLATIONS_PATH}/default` },
+    ]);
   } catch (e) {
-    if (DatastoreError.is(e, 'NotFound')) throw new CtlError(`no Installation "default" in the cluster (${client.server}); create one (deploy/installation-example.yaml) or pass -f FILE`);
+    if (DatastoreError.is(e, 'NotFound'))
+      throw new CtlError(
+        `no Installation "default" in the cluster (${client.server}); create one (deploy/installation-example.yaml) ` +
+          `or pass -f FILE`,
+      );
     throw e;
   }
 }
@@ -114,7 +128,8 @@ export function pluginDatastore(conf: DatastoreConfig | undefined, io: CtlIO, p:
       }
     : { datastore_type: 'kubernetes' };
   // The plugin runs on the host, where this pod's service account mount does not exist.
-  if (inCluster(io, p) || (!conf && d.datastore_type === 'kubernetes')) d.kubernetes = { ...d.kubernetes, kubeconfig: join(p.confDir, PLUGIN_KUBECONFIG) };
+  if (inCluster(io, p) || (!conf && d.datastore_type === 'kubernetes'))
+    d.kubernetes = { ...d.kubernetes, kubeconfig: join(p.confDir, PLUGIN_KUBECONFIG) };
   return d;
 }
 
@@ -157,14 +172,25 @@ export function renderManifests(deployDir: string, image: string, agentArgs: str
 export function renderFlows(flowResources: string[], image: string): string | undefined {
   const aggregator = flowResources.includes('flowlogaggregator/default');
   const ui = flowResources.includes('flowui/default');
-  if (ui && !aggregator) throw new CtlError('FlowUI "default" needs a FlowLogAggregator "default" beside it: the web UI is served by the flow-log aggregator (netplugin-flows)');
+  if (ui && !aggregator)
+    throw new CtlError(
+      'FlowUI "default" needs a FlowLogAggregator "default" beside it: the web UI is served by the flow-log ' +
+        'aggregator (netplugin-flows)',
+    );
   return aggregator ? flowsManifest({ image, ui }) : undefined;
 }
 
 /** `installation render`: the conflist, the IPPools and the agent settings, printed or written to DIR. */
 export async function cmdInstallationRender(
   io: CtlIO,
-  o: { file: string; outDir?: string | undefined; datastore: RenderDatastore; confName: string; registry?: string | undefined; packageDir?: string },
+  o: {
+    file: string;
+    outDir?: string | undefined;
+    datastore: RenderDatastore;
+    confName: string;
+    registry?: string | undefined;
+    packageDir?: string;
+  },
 ): Promise<number> {
   const image = o.registry === undefined ? undefined : nodeImage(o.registry);
   if (image && !o.outDir) throw new CtlError('installation render --registry writes the manifests: give -o DIR too');
@@ -173,13 +199,29 @@ export async function cmdInstallationRender(
   // The aggregator runs the one node image (with --registry, from that registry).
   const flows = renderFlows(flowResources, image ?? nodeImage());
   if (!o.outDir) {
-    io.stdout(JSON.stringify({ conflist: r.conflist, ippools: r.pools, agent: r.agent, ...(flowResources.length ? { flowResources } : {}), ...(flows ? { flowsManifest: flows } : {}) }, null, 2) + '\n');
+    io.stdout(
+      JSON.stringify(
+        {
+          conflist: r.conflist,
+          ippools: r.pools,
+          agent: r.agent,
+          ...(flowResources.length ? { flowResources } : {}),
+          ...(flows ? { flowsManifest: flows } : {}),
+        },
+        null,
+        2,
+      ) + '\n',
+    );
     return 0;
   }
   mkdirSync(o.outDir, { recursive: true });
   const files = [
     writeFileAtomic(join(o.outDir, o.confName), JSON.stringify(r.conflist, null, 2) + '\n', 0o644),
-    writeFileAtomic(join(o.outDir, 'ippools.json'), JSON.stringify({ apiVersion: 'v1', kind: 'List', items: r.pools }, null, 2) + '\n', 0o644),
+    writeFileAtomic(
+      join(o.outDir, 'ippools.json'),
+      JSON.stringify({ apiVersion: 'v1', kind: 'List', items: r.pools }, null, 2) + '\n',
+      0o644,
+    ),
     writeFileAtomic(join(o.outDir, 'agent.json'), JSON.stringify(r.agent, null, 2) + '\n', 0o644),
   ];
   if (flows) files.push(writeFileAtomic(join(o.outDir, FLOWS_MANIFEST), flows, 0o644));
@@ -222,7 +264,13 @@ function pluginKubeconfig(io: CtlIO, saDir: string): string {
 }
 
 /** The reconcile, once: files on this node, then pools and ClusterInformation in the datastore. */
-export async function applyInstallation(io: CtlIO, ds: Datastore, conf: DatastoreConfig | undefined, inst: LoadedInstallation, o: ApplyOptions): Promise<Change[]> {
+export async function applyInstallation(
+  io: CtlIO,
+  ds: Datastore,
+  conf: DatastoreConfig | undefined,
+  inst: LoadedInstallation,
+  o: ApplyOptions,
+): Promise<Change[]> {
   await refuseOlderClient(ds);
   const rendered: Rendered = renderInstallation(inst.installation, { datastore: pluginDatastore(conf, io, o) });
   const changes: Change[] = [];
@@ -256,23 +304,40 @@ export async function applyInstallation(io: CtlIO, ds: Datastore, conf: Datastor
   );
   for (const f of r.files) changes.push({ what: f.path, action: f.action });
 
-  // Pools only into an empty datastore: changing or adding pools under running pods is the user's call (docs/upgrade.md).
+  // Pools only into an empty datastore: changing or adding pools under running pods is the user's call
+  // (docs/upgrade.md).
   const existing = await ds.list('IPPool');
   if (existing.items.length === 0) {
     for (const p of rendered.pools) {
       if (o.dryRun) changes.push({ what: `ippool/${p.metadata.name}`, action: `would create (${p.spec.cidr})` });
-      else changes.push({ what: `ippool/${p.metadata.name}`, action: `${await writeResource(ds, p, 'create')} (${p.spec.cidr})` });
+      else
+        changes.push({
+          what: `ippool/${p.metadata.name}`,
+          action: `${await writeResource(ds, p, 'create')} (${p.spec.cidr})`,
+        });
     }
   } else {
     const names = existing.items.map((p) => p.metadata.name).sort();
-    changes.push({ what: 'ippools', action: `unchanged (${names.length} exist: ${names.join(', ')}; existing pools are never changed by apply)` });
+    changes.push({
+      what: 'ippools',
+      action: `unchanged (${names.length} exist: ${names.join(', ')}; existing pools are never changed by apply)`,
+    });
   }
 
   if (o.dryRun) {
     const ci = await getIfExists(ds, 'ClusterInformation', 'default');
     const types = (ci?.spec.clusterType ?? '').split(',');
-    const same = ci && ci.spec.netpluginVersion === NETPLUGIN_VERSION && types.includes('k8s') && types.includes('operator') && ci.spec.clusterGUID && ci.spec.datastoreReady !== undefined;
-    changes.push({ what: 'clusterinformation/default', action: !ci ? 'would create' : same ? 'unchanged' : 'would update' });
+    const same =
+      ci &&
+      ci.spec.netpluginVersion === NETPLUGIN_VERSION &&
+      types.includes('k8s') &&
+      types.includes('operator') &&
+      ci.spec.clusterGUID &&
+      ci.spec.datastoreReady !== undefined;
+    changes.push({
+      what: 'clusterinformation/default',
+      action: !ci ? 'would create' : same ? 'unchanged' : 'would update',
+    });
   } else {
     const ci = await initDatastore(ds, { clusterType: 'k8s,operator' });
     changes.push({ what: 'clusterinformation/default', action: ci.action });
@@ -285,7 +350,12 @@ export async function applyInstallation(io: CtlIO, ds: Datastore, conf: Datastor
     changes.push({ what: 'netpluginNetwork.bgp', action: `accepted (Enabled: the node agent runs with ${args}, as in the DaemonSet installation render -o DIR --registry REG writes; systemd: NETPLUGIN_EXTRA_ARGS)` });
   }
   for (const f of inst.flowResources) {
-    changes.push({ what: f, action: `accepted (served by netplugin-flows: kubectl apply -f the ${FLOWS_MANIFEST} that installation render -o DIR writes${f === 'flowui/default' ? ', which then serves the UI' : ''})` });
+    changes.push({
+      what: f,
+      action:
+        `accepted (served by netplugin-flows: kubectl apply -f the ${FLOWS_MANIFEST} that installation render ` +
+        `-o DIR writes${f === 'flowui/default' ? ', which then serves the UI' : ''})`,
+    });
   }
   return changes;
 }
@@ -297,7 +367,11 @@ function countChanges(changes: Change[]): number {
 export function printChanges(io: CtlIO, changes: Change[], dryRun: boolean): void {
   for (const c of changes) io.stdout(`${c.what} ${c.action}\n`);
   const changed = countChanges(changes);
-  io.stdout(changed === 0 ? 'no changes: the node and the datastore already match the Installation\n' : `${changed} ${dryRun ? 'change(s) would be made (dry run: nothing written)' : 'change(s) made'}\n`);
+  io.stdout(
+    changed === 0
+      ? 'no changes: the node and the datastore already match the Installation\n'
+      : `${changed} ${dryRun ? 'change(s) would be made (dry run: nothing written)' : 'change(s) made'}\n`,
+  );
 }
 
 /**
@@ -336,7 +410,12 @@ export async function watchInstallation(
     // files on the node that something else rewrote are put back.
     lastSpec = '';
     try {
-      const cur = await client.request<{ metadata: { resourceVersion?: string }; items: unknown[] }>('GET', INSTALLATIONS_PATH, undefined, { query: { fieldSelector: 'metadata.name=default' } });
+      const cur = await client.request<{ metadata: { resourceVersion?: string }; items: unknown[] }>(
+        'GET',
+        INSTALLATIONS_PATH,
+        undefined,
+        { query: { fieldSelector: 'metadata.name=default' } },
+      );
       rv = cur.metadata.resourceVersion;
       if (cur.items[0]) await reconcile(cur.items[0], true);
       else io.stderr(`waiting for Installation "default" to be created\n`);
@@ -463,7 +542,10 @@ export async function cmdInstallation(rest: string[], io: CtlIO, s: CtlSession):
       args,
       [
         { name: 'filename', short: 'f', type: 'string' },
-        ...['cni-bin-dir', 'cni-conf-dir', 'conf-name', 'service-account-dir', 'package-dir'].map((name) => ({ name, type: 'string' as const })),
+        ...['cni-bin-dir', 'cni-conf-dir', 'conf-name', 'service-account-dir', 'package-dir'].map((name) => ({
+          name,
+          type: 'string' as const,
+        })),
         { name: 'dry-run', type: 'bool' },
         { name: 'watch', type: 'bool' },
       ],
@@ -473,15 +555,29 @@ export async function cmdInstallation(rest: string[], io: CtlIO, s: CtlSession):
     if (bool(p, 'help')) return (io.stdout(INSTALLATION_HELP[topic]!), 0);
     const file = str(p, 'filename');
     const watch = bool(p, 'watch') ?? false;
-    if (file && watch) throw new CtlError('installation apply --watch follows the Installation "default" in the Kubernetes API; drop -f (or apply the file with kubectl first)');
+    if (file && watch)
+      throw new CtlError(
+        'installation apply --watch follows the Installation "default" in the Kubernetes API; drop -f (or apply the ' +
+          'file with kubectl first)',
+      );
     // Validate the file before connecting anywhere.
     let inst = file ? await loadInstallation(file, io) : undefined;
     if (!inst && !watch) inst = await fetchInstallation(await s.kube());
     const pkgDir = str(p, 'package-dir');
     const o: ApplyOptions = {
-      ...nodePaths(io, str(p, 'cni-bin-dir'), str(p, 'cni-conf-dir'), str(p, 'conf-name'), str(p, 'service-account-dir')),
+      ...nodePaths(
+        io,
+        str(p, 'cni-bin-dir'),
+        str(p, 'cni-conf-dir'),
+        str(p, 'conf-name'),
+        str(p, 'service-account-dir'),
+      ),
       dryRun: bool(p, 'dry-run') ?? false,
-      deps: { packageDir: pkgDir ? resolvePath(io, pkgDir) : io.packageDir ?? defaultPackageDir(), nodePath: io.nodePath ?? process.execPath, warn: (m) => io.stderr(`warning: ${m}\n`) },
+      deps: {
+        packageDir: pkgDir ? resolvePath(io, pkgDir) : (io.packageDir ?? defaultPackageDir()),
+        nodePath: io.nodePath ?? process.execPath,
+        warn: (m) => io.stderr(`warning: ${m}\n`),
+      },
     };
     const ds = await s.datastore();
     if (!watch) {

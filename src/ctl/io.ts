@@ -28,7 +28,9 @@ export interface CtlIO {
   signal?: AbortSignal | undefined;
   /** stderr is a terminal: long operations show a progress line there. */
   stderrIsTTY?: boolean;
-  /** install-cni: whether this process runs in a Kubernetes pod; default: detected (src/ctl/install-cni.ts detectPod). */
+  /**
+   * install-cni: whether this process runs in a Kubernetes pod; default: detected (src/ctl/install-cni.ts detectPod).
+   */
   inPod?: boolean;
 }
 
@@ -46,10 +48,15 @@ export class CtlError extends Error {
 
 /** A file the user named could not be read (or parsed): `cannot read <what>: no such file` or the reason. */
 export function cannotRead(what: string, e: unknown): CtlError {
-  return new CtlError(`cannot read ${what}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+  return new CtlError(
+    `cannot read ${what}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`,
+  );
 }
 
-/** A JSON file netpluginctl wrote earlier (report, export, saved owner references), relative to the caller's directory; its shape is the caller's to check. */
+/**
+ * A JSON file netpluginctl wrote earlier (report, export, saved owner references), relative to the caller's directory;
+ * its shape is the caller's to check.
+ */
 export function readJsonFile(io: { cwd?: string | undefined }, file: string, what: string): unknown {
   try {
     return JSON.parse(readFileSync(resolve(io.cwd ?? process.cwd(), file), 'utf8'));
@@ -58,7 +65,7 @@ export function readJsonFile(io: { cwd?: string | undefined }, file: string, wha
   }
 }
 
-export type FlagType = 'bool' | 'string' | 'list';
+type FlagType = 'bool' | 'string' | 'list';
 export interface FlagSpec {
   /** Long name without dashes, e.g. 'output'. */
   name: string;
@@ -66,7 +73,7 @@ export interface FlagSpec {
   type: FlagType;
 }
 
-export interface ParsedArgs {
+interface ParsedArgs {
   positional: string[];
   flags: Record<string, string | boolean | string[] | undefined>;
 }
@@ -87,7 +94,12 @@ export function parseFlags(argv: string[], specs: FlagSpec[], command: string): 
     } else out.flags[spec.name] = value;
   };
   const unknown = (tok: string) =>
-    new CtlError(`unknown flag ${tok} for '${command}'${suggestFlag(tok, specs.map((s) => `--${s.name}`))}; run 'netpluginctl ${command} --help' for the accepted flags`);
+    new CtlError(
+      `unknown flag ${tok} for '${command}'${suggestFlag(
+        tok,
+        specs.map((s) => `--${s.name}`),
+      )}; run 'netpluginctl ${command} --help' for the accepted flags`,
+    );
   for (let i = 0; i < argv.length; i++) {
     const tok = argv[i]!;
     if (tok === '--') {
@@ -163,7 +175,16 @@ export async function readStdin(io: CtlIO): Promise<string> {
 export function table(header: string[], rows: string[][]): string {
   const all = [header, ...rows];
   const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? '').length)));
-  return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd()).join('\n') + '\n';
+  return (
+    all
+      .map((r) =>
+        r
+          .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!)))
+          .join('   ')
+          .trimEnd(),
+      )
+      .join('\n') + '\n'
+  );
 }
 
 /**
@@ -171,7 +192,10 @@ export function table(header: string[], rows: string[][]): string {
  * handles), only on a terminal and for 20 items or more; redrawn at most every
  * 100 ms; done() clears it.
  */
-export function progressLine(io: CtlIO, label: string): { tick: (done: number, total: number) => void; done: () => void } {
+export function progressLine(
+  io: CtlIO,
+  label: string,
+): { tick: (done: number, total: number) => void; done: () => void } {
   if (!io.stderrIsTTY) return { tick: () => {}, done: () => {} };
   let shown = false;
   let last = 0;
@@ -218,7 +242,7 @@ export interface CtlSession {
 }
 
 /** The flags every command accepts. */
-export const GLOBAL_FLAGS: FlagSpec[] = [
+const GLOBAL_FLAGS: FlagSpec[] = [
   { name: 'config', short: 'c', type: 'string' },
   { name: 'kubeconfig', type: 'string' },
   { name: 'context', type: 'string' },
@@ -232,7 +256,13 @@ export function parseCommand(
   argv: string[],
   specs: FlagSpec[],
   command: string,
-  s?: { configFile: string | undefined; kubeconfig?: string | undefined; context?: string | undefined; as?: string | undefined; asGroups?: string[] },
+  s?: {
+    configFile: string | undefined;
+    kubeconfig?: string | undefined;
+    context?: string | undefined;
+    as?: string | undefined;
+    asGroups?: string[];
+  },
 ): ParsedArgs {
   const p = parseFlags(argv, [...GLOBAL_FLAGS, ...specs], command);
   const c = str(p, 'config');

@@ -6,7 +6,19 @@ import { API_VERSION, type IPAMConfigSpec, type Resource } from '../model/resour
 import type { Datastore } from '../datastore/types.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
 import { blockAt, formatCidr, formatIP, nthAddress, parseCidr, tryParseCidr } from '../net/cidr.js';
-import { CtlError, DRY_RUN, bool, dryRun, noPositional, parseCommand, printHelp, str, table, type CtlIO, type CtlSession } from './io.js';
+import {
+  CtlError,
+  DRY_RUN,
+  bool,
+  dryRun,
+  noPositional,
+  parseCommand,
+  printHelp,
+  str,
+  table,
+  type CtlIO,
+  type CtlSession,
+} from './io.js';
 import { describeRef } from './validate.js';
 
 export const IPAM_ADMIN_HELP = {
@@ -43,7 +55,12 @@ function boolArg(name: string, v: string | undefined): boolean | undefined {
 export async function cmdIpamConfigure(io: CtlIO, s: CtlSession, rest: string[]): Promise<number> {
   const p = parseCommand(
     rest,
-    [{ name: 'strictaffinity', type: 'string' }, { name: 'max-blocks-per-host', type: 'string' }, { name: 'autoallocateblocks', type: 'string' }, DRY_RUN],
+    [
+      { name: 'strictaffinity', type: 'string' },
+      { name: 'max-blocks-per-host', type: 'string' },
+      { name: 'autoallocateblocks', type: 'string' },
+      DRY_RUN,
+    ],
     'ipam configure',
     s,
   );
@@ -56,10 +73,12 @@ export async function cmdIpamConfigure(io: CtlIO, s: CtlSession, rest: string[])
   if (auto !== undefined) change.autoAllocateBlocks = auto;
   const max = str(p, 'max-blocks-per-host');
   if (max !== undefined) {
-    if (!/^\d+$/.test(max) || Number(max) > 2 ** 31 - 1) throw new CtlError(`--max-blocks-per-host takes a whole number (0: no limit), not ${JSON.stringify(max)}`);
+    if (!/^\d+$/.test(max) || Number(max) > 2 ** 31 - 1)
+      throw new CtlError(`--max-blocks-per-host takes a whole number (0: no limit), not ${JSON.stringify(max)}`);
     change.maxBlocksPerHost = Number(max);
   }
-  if (!Object.keys(change).length) throw new CtlError('ipam configure needs --strictaffinity, --max-blocks-per-host or --autoallocateblocks');
+  if (!Object.keys(change).length)
+    throw new CtlError('ipam configure needs --strictaffinity, --max-blocks-per-host or --autoallocateblocks');
   const ds = await s.writable();
   let before: IPAMConfigSpec = {};
   await casRetry(ds, { kind: 'IPAMConfig', name: 'default' }, async (cur) => {
@@ -67,24 +86,42 @@ export async function cmdIpamConfigure(io: CtlIO, s: CtlSession, rest: string[])
     const spec = { ...before, ...change };
     if (cur && JSON.stringify(spec) === JSON.stringify(cur.spec)) return undefined;
     if (dryRun(p)) return undefined;
-    return cur ? { ...cur, spec } : { apiVersion: API_VERSION, kind: 'IPAMConfig', metadata: { name: 'default' }, spec };
+    return cur
+      ? { ...cur, spec }
+      : { apiVersion: API_VERSION, kind: 'IPAMConfig', metadata: { name: 'default' }, spec };
   });
-  const label: Record<keyof IPAMConfigSpec, string> = { strictAffinity: 'StrictAffinity', maxBlocksPerHost: 'MaxBlocksPerHost', autoAllocateBlocks: 'AutoAllocateBlocks' };
+  const label: Record<keyof IPAMConfigSpec, string> = {
+    strictAffinity: 'StrictAffinity',
+    maxBlocksPerHost: 'MaxBlocksPerHost',
+    autoAllocateBlocks: 'AutoAllocateBlocks',
+  };
   for (const [k, v] of Object.entries(change) as Array<[keyof IPAMConfigSpec, unknown]>) {
     const was = before[k];
-    io.stdout(`${was === v ? `${label[k]} is already` : dryRun(p) ? `Would set ${label[k]} to:` : `Successfully set ${label[k]} to:`} ${String(v)}${dryRun(p) ? ' (dry run)' : ''}\n`);
+    io.stdout(
+      `${was === v ? `${label[k]} is already` : `${dryRun(p) ? 'Would set' : 'Successfully set'} ${label[k]} to:`} ` +
+        `${String(v)}${dryRun(p) ? ' (dry run)' : ''}\n`,
+    );
   }
   return 0;
 }
 
 export async function cmdIpamSplit(io: CtlIO, s: CtlSession, rest: string[]): Promise<number> {
-  const p = parseCommand(rest, [{ name: 'cidr', type: 'string' }, { name: 'name', type: 'string' }, DRY_RUN], 'ipam split', s);
+  const p = parseCommand(
+    rest,
+    [{ name: 'cidr', type: 'string' }, { name: 'name', type: 'string' }, DRY_RUN],
+    'ipam split',
+    s,
+  );
   if (bool(p, 'help')) return printHelp(io, IPAM_ADMIN_HELP['ipam split']);
   const [numText, ...extra] = p.positional;
   if (extra.length) throw new CtlError(`ipam split takes one NUMBER; unexpected ${extra.join(' ')}`);
-  if (!numText || !/^\d+$/.test(numText)) throw new CtlError(`ipam split needs the number of pools, a power of 2: e.g. 'netpluginctl ipam split 2 --name POOL'`);
+  if (!numText || !/^\d+$/.test(numText))
+    throw new CtlError(
+      `ipam split needs the number of pools, a power of 2: e.g. 'netpluginctl ipam split 2 --name POOL'`,
+    );
   const n = Number(numText);
-  if (n < 2 || (n & (n - 1)) !== 0) throw new CtlError(`ipam split ${numText}: the number of pools must be a power of 2 (2, 4, 8...)`);
+  if (n < 2 || (n & (n - 1)) !== 0)
+    throw new CtlError(`ipam split ${numText}: the number of pools must be a power of 2 (2, 4, 8...)`);
   const byName = str(p, 'name');
   const byCidr = str(p, 'cidr');
   if (!byName === !byCidr) throw new CtlError('ipam split needs exactly one of --name POOL or --cidr CIDR');
@@ -97,36 +134,61 @@ export async function cmdIpamSplit(io: CtlIO, s: CtlSession, rest: string[]): Pr
     if (!c) throw new CtlError(`--cidr ${JSON.stringify(byCidr)} is not a CIDR`);
     pool = pools.find((x) => x.spec.cidr === formatCidr(c));
   }
-  if (!pool) throw new CtlError(`no IP pool ${byName ? `named ${JSON.stringify(byName)}` : `with CIDR ${byCidr}`}; see 'netpluginctl get ippools'`);
+  if (!pool)
+    throw new CtlError(
+      `no IP pool ${byName ? `named ${JSON.stringify(byName)}` : `with CIDR ${byCidr}`}; see 'netpluginctl get ` +
+        `ippools'`,
+    );
   const cidr = parseCidr(pool.spec.cidr, { strict: false });
   const bits = Math.log2(n);
   const childPrefix = cidr.prefix + bits;
   const blockSize = pool.spec.blockSize ?? (cidr.family === 4 ? 26 : 122);
   if (childPrefix > blockSize) {
-    throw new CtlError(`${describeRef('IPPool', pool.metadata.name)} (${pool.spec.cidr}, blockSize ${blockSize}) cannot be split in ${n}: each part would be a /${childPrefix}, smaller than one block; split it in at most ${2 ** (blockSize - cidr.prefix)}`);
+    throw new CtlError(
+      `${describeRef('IPPool', pool.metadata.name)} (${pool.spec.cidr}, blockSize ${blockSize}) cannot be split in ` +
+        `${n}: each part would be a /${childPrefix}, smaller than one block; split it in at most ` +
+        `${2 ** (blockSize - cidr.prefix)}`,
+    );
   }
   const ci = await getIfExists(ds, 'ClusterInformation', 'default');
   const locked = ci?.spec.datastoreReady === false;
   if (!pool.spec.disabled && !locked) {
     throw new CtlError(
-      `${describeRef('IPPool', pool.metadata.name)} is in use for new allocations; disable it first ('netpluginctl patch ippool ${pool.metadata.name} -p '{"spec":{"disabled":true}}'') or lock the datastore ('netpluginctl datastore migrate lock'), then split`,
+      `${describeRef('IPPool', pool.metadata.name)} is in use for new allocations; disable it first ('netpluginctl ` +
+        `patch ippool ${pool.metadata.name} -p '{"spec":{"disabled":true}}'') or lock the datastore ('netpluginctl ` +
+        `datastore migrate lock'), then split`,
     );
   }
   const children: Array<Resource<'IPPool'>> = [];
   for (let i = 0; i < n; i++) {
     const c = blockAt(cidr, childPrefix, BigInt(i));
     const name = `${pool.metadata.name}-${i}`;
-    if (pools.some((x) => x.metadata.name === name)) throw new CtlError(`an IP pool named ${JSON.stringify(name)} exists already; rename or delete it before splitting`);
+    if (pools.some((x) => x.metadata.name === name))
+      throw new CtlError(
+        `an IP pool named ${JSON.stringify(name)} exists already; rename or delete it before splitting`,
+      );
     children.push({
       apiVersion: API_VERSION,
       kind: 'IPPool',
-      metadata: { name, ...(pool.metadata.labels ? { labels: pool.metadata.labels } : {}), ...(pool.metadata.annotations ? { annotations: pool.metadata.annotations } : {}) },
+      metadata: {
+        name,
+        ...(pool.metadata.labels ? { labels: pool.metadata.labels } : {}),
+        ...(pool.metadata.annotations ? { annotations: pool.metadata.annotations } : {}),
+      },
       spec: { ...pool.spec, cidr: formatCidr(c), blockSize },
     });
   }
   if (!dryRun(p)) {
     // One transaction (etcd); on Kubernetes the children are created before the pool goes.
-    await ds.txn([...children.map((res) => ({ op: 'create' as const, res })), { op: 'delete', kind: 'IPPool', name: pool.metadata.name, ...(pool.metadata.resourceVersion ? { revision: pool.metadata.resourceVersion } : {}) }]);
+    await ds.txn([
+      ...children.map((res) => ({ op: 'create' as const, res })),
+      {
+        op: 'delete',
+        kind: 'IPPool',
+        name: pool.metadata.name,
+        ...(pool.metadata.resourceVersion ? { revision: pool.metadata.resourceVersion } : {}),
+      },
+    ]);
   }
   const dry = dryRun(p) ? ' (dry run)' : '';
   for (const c of children) io.stdout(`ippool/${c.metadata.name} created: ${c.spec.cidr}${dry}\n`);
@@ -156,8 +218,18 @@ export async function borrowedAddresses(ds: Datastore): Promise<BorrowedAddress[
       const attr = b.spec.attributes[a];
       const node = attr?.secondary?.node;
       if (!node || node === owner) return;
-      const who = attr?.secondary?.namespace && attr.secondary.pod ? `${attr.secondary.namespace}/${attr.secondary.pod}` : (attr?.secondary?.type ?? '');
-      out.push({ ip: formatIP(nthAddress(cidr, ord)), borrowingNode: node, block: b.spec.cidr, blockOwner: owner ?? '(none)', handle: attr?.handle_id ?? null, allocatedTo: who });
+      const who =
+        attr?.secondary?.namespace && attr.secondary.pod
+          ? `${attr.secondary.namespace}/${attr.secondary.pod}`
+          : (attr?.secondary?.type ?? '');
+      out.push({
+        ip: formatIP(nthAddress(cidr, ord)),
+        borrowingNode: node,
+        block: b.spec.cidr,
+        blockOwner: owner ?? '(none)',
+        handle: attr?.handle_id ?? null,
+        allocatedTo: who,
+      });
     });
   }
   return out.sort((x, y) => x.block.localeCompare(y.block) || x.ip.localeCompare(y.ip, undefined, { numeric: true }));
@@ -165,15 +237,29 @@ export async function borrowedAddresses(ds: Datastore): Promise<BorrowedAddress[
 
 export function borrowedTable(rows: BorrowedAddress[]): string {
   if (!rows.length) return 'no borrowed addresses\n';
-  return table(['IP', 'BORROWING-NODE', 'BLOCK', 'BLOCK OWNER', 'HANDLE', 'ALLOCATED-TO'], rows.map((r) => [r.ip, r.borrowingNode, r.block, r.blockOwner, r.handle ?? '', r.allocatedTo]));
+  return table(
+    ['IP', 'BORROWING-NODE', 'BLOCK', 'BLOCK OWNER', 'HANDLE', 'ALLOCATED-TO'],
+    rows.map((r) => [r.ip, r.borrowingNode, r.block, r.blockOwner, r.handle ?? '', r.allocatedTo]),
+  );
 }
 
 /** The IPAMConfig in effect (defaults when none is stored). */
 export async function ipamConfiguration(ds: Datastore): Promise<Required<IPAMConfigSpec>> {
   const c = (await getIfExists(ds, 'IPAMConfig', 'default'))?.spec ?? {};
-  return { strictAffinity: c.strictAffinity ?? false, maxBlocksPerHost: c.maxBlocksPerHost ?? 0, autoAllocateBlocks: c.autoAllocateBlocks ?? true };
+  return {
+    strictAffinity: c.strictAffinity ?? false,
+    maxBlocksPerHost: c.maxBlocksPerHost ?? 0,
+    autoAllocateBlocks: c.autoAllocateBlocks ?? true,
+  };
 }
 
 export function configurationTable(c: Required<IPAMConfigSpec>): string {
-  return table(['PROPERTY', 'VALUE'], [['StrictAffinity', String(c.strictAffinity)], ['AutoAllocateBlocks', String(c.autoAllocateBlocks)], ['MaxBlocksPerHost', String(c.maxBlocksPerHost)]]);
+  return table(
+    ['PROPERTY', 'VALUE'],
+    [
+      ['StrictAffinity', String(c.strictAffinity)],
+      ['AutoAllocateBlocks', String(c.autoAllocateBlocks)],
+      ['MaxBlocksPerHost', String(c.maxBlocksPerHost)],
+    ],
+  );
 }

@@ -23,16 +23,34 @@ import {
   type PoolUsage,
 } from '../ipam/index.js';
 import { IPAM_ADMIN_HELP } from './ipam-admin.js';
-import { bool, CtlError, suggestFlag, DRY_RUN, dryRun, errorLine, list, noPositional, parseCommand, printHelp, progressLine, readJsonFile, str, table, type CtlCommand, type CtlGroup, type CtlIO, type CtlSession } from './io.js';
+import {
+  bool,
+  CtlError,
+  suggestFlag,
+  DRY_RUN,
+  dryRun,
+  errorLine,
+  list,
+  noPositional,
+  parseCommand,
+  printHelp,
+  progressLine,
+  readJsonFile,
+  str,
+  table,
+  type CtlCommand,
+  type CtlGroup,
+  type CtlIO,
+  type CtlSession,
+} from './io.js';
 
-export type { CheckOptions, IpamReport } from '../ipam/index.js';
+export type { IpamReport } from '../ipam/index.js';
 
 /** What the CLI needs from the allocator (src/ipam/index.ts Ipam). */
-export interface IpamReleaser {
+interface IpamReleaser {
   releaseByHandle(handleID: string): Promise<string[]>;
   releaseIPs(ips: string[]): Promise<unknown>;
 }
-
 
 /**
  * The allocator for a command. No host lock: the operator runs these from
@@ -51,7 +69,7 @@ function pct(n: bigint, d: bigint): string {
 // ---------------------------------------------------------------- show
 
 /** A pool's row in `ipam show` (and its -o json). */
-export interface PoolUsageRow {
+interface PoolUsageRow {
   name: string;
   cidr: string;
   size: string;
@@ -62,7 +80,12 @@ export interface PoolUsageRow {
   blockDetails?: Array<{ cidr: string; affinity: string | null; allocated: number; free: number }>;
 }
 
-const blockRow = (b: BlockUsage) => ({ cidr: b.cidr, affinity: b.affinity, allocated: b.allocated, free: b.size - b.allocated });
+const blockRow = (b: BlockUsage) => ({
+  cidr: b.cidr,
+  affinity: b.affinity,
+  allocated: b.allocated,
+  free: b.size - b.allocated,
+});
 const poolRow = (p: PoolUsage): PoolUsageRow => ({
   name: p.name,
   cidr: p.cidr,
@@ -80,9 +103,15 @@ function whoHas(ds: Datastore, ipam: Pick<Ipam, 'locate'>, ipText: string) {
   return addressHolder(ds, ipam, ipText);
 }
 
-export async function cmdIpamShow(ds: Datastore, io: CtlIO, ipam: Pick<Ipam, 'usageReport' | 'locate'>, args: { showBlocks?: boolean | undefined; ip?: string | undefined; output?: string | undefined }): Promise<number> {
+async function cmdIpamShow(
+  ds: Datastore,
+  io: CtlIO,
+  ipam: Pick<Ipam, 'usageReport' | 'locate'>,
+  args: { showBlocks?: boolean | undefined; ip?: string | undefined; output?: string | undefined },
+): Promise<number> {
   const json = args.output === 'json';
-  if (args.output !== undefined && !json && args.output !== 'table') throw new CtlError(`-o ${JSON.stringify(args.output)} is not supported for ipam show; use json`);
+  if (args.output !== undefined && !json && args.output !== 'table')
+    throw new CtlError(`-o ${JSON.stringify(args.output)} is not supported for ipam show; use json`);
   if (args.ip) {
     const w = await whoHas(ds, ipam, args.ip);
     if (json) {
@@ -90,7 +119,10 @@ export async function cmdIpamShow(ds: Datastore, io: CtlIO, ipam: Pick<Ipam, 'us
       return 0;
     }
     if (!w.pool && !w.block) io.stdout(`${w.ip} is not in any IP pool\n`);
-    else if (!w.allocated) io.stdout(`${w.ip} is free (pool ${w.pool ?? '(none)'}${w.block ? `, block ${w.block}` : ', no block claimed yet'})\n`);
+    else if (!w.allocated)
+      io.stdout(
+        `${w.ip} is free (pool ${w.pool ?? '(none)'}${w.block ? `, block ${w.block}` : ', no block claimed yet'})\n`,
+      );
     else {
       const lines = [
         `${w.ip} is allocated`,
@@ -101,7 +133,9 @@ export async function cmdIpamShow(ds: Datastore, io: CtlIO, ipam: Pick<Ipam, 'us
       ];
       if (w.namespace || w.pod) lines.push(`  pod:       ${w.namespace ?? ''}/${w.pod ?? ''}`);
       lines.push(`  endpoint:  ${w.workloadEndpoint ?? '(no workload endpoint: run netpluginctl ipam check)'}`);
-      const extra = Object.entries(w.attributes ?? {}).filter(([k]) => !['node', 'namespace', 'pod', 'handle'].includes(k));
+      const extra = Object.entries(w.attributes ?? {}).filter(
+        ([k]) => !['node', 'namespace', 'pod', 'handle'].includes(k),
+      );
       for (const [k, v] of extra) lines.push(`  ${(k + ':').padEnd(10)} ${v}`);
       io.stdout(lines.join('\n') + '\n');
     }
@@ -115,12 +149,24 @@ export async function cmdIpamShow(ds: Datastore, io: CtlIO, ipam: Pick<Ipam, 'us
     return 0;
   }
   if (u.pools.length === 0) io.stdout('no IP pools configured (netpluginctl apply -f pool.yaml)\n');
-  else io.stdout(table(['POOL', 'CIDR', 'SIZE', 'BLOCKS', 'ALLOCATED', 'FREE', 'USED'], u.pools.map((p) => [p.name, p.cidr, p.size, String(p.blocks), String(p.allocated), p.free, p.used])));
+  else
+    io.stdout(
+      table(
+        ['POOL', 'CIDR', 'SIZE', 'BLOCKS', 'ALLOCATED', 'FREE', 'USED'],
+        u.pools.map((p) => [p.name, p.cidr, p.size, String(p.blocks), String(p.allocated), p.free, p.used]),
+      ),
+    );
   if (args.showBlocks) {
     const rows: string[][] = [];
-    for (const p of u.pools) for (const b of p.blockDetails ?? []) rows.push([b.cidr, p.name, b.affinity ?? '', String(b.allocated), String(b.free)]);
-    for (const b of u.orphanBlocks) rows.push([b.cidr, '(no pool)', b.affinity ?? '', String(b.allocated), String(b.free)]);
-    io.stdout('\n' + (rows.length ? table(['BLOCK', 'POOL', 'AFFINITY', 'ALLOCATED', 'FREE'], rows) : 'no blocks claimed yet\n'));
+    for (const p of u.pools)
+      for (const b of p.blockDetails ?? [])
+        rows.push([b.cidr, p.name, b.affinity ?? '', String(b.allocated), String(b.free)]);
+    for (const b of u.orphanBlocks)
+      rows.push([b.cidr, '(no pool)', b.affinity ?? '', String(b.allocated), String(b.free)]);
+    io.stdout(
+      '\n' +
+        (rows.length ? table(['BLOCK', 'POOL', 'AFFINITY', 'ALLOCATED', 'FREE'], rows) : 'no blocks claimed yet\n'),
+    );
   } else if (u.orphanBlocks.length) {
     const n = u.orphanBlocks.reduce((a, b) => a + b.allocated, 0);
     io.stdout(`\n${u.orphanBlocks.length} block(s) outside every pool hold ${n} address(es); see --show-blocks\n`);
@@ -136,7 +182,12 @@ function writeAtomic(path: string, data: string): void {
   renameSync(tmp, path);
 }
 
-export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: string | undefined; json?: boolean | undefined }, opts: CheckOptions = {}): Promise<number> {
+async function cmdIpamCheck(
+  ds: Datastore,
+  io: CtlIO,
+  args: { output?: string | undefined; json?: boolean | undefined },
+  opts: CheckOptions = {},
+): Promise<number> {
   const bar = progressLine(io, 'ipam check: handles');
   const r = await auditIpam(ds, { ...opts, progress: bar.tick });
   bar.done();
@@ -148,7 +199,10 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
     return status;
   }
   const out: string[] = [];
-  out.push(`checked ${r.summary.allocated} allocated address(es), ${r.summary.handles} handle(s), ${r.summary.workloadEndpoints} workload endpoint(s), ${r.summary.nodes} node(s)`);
+  out.push(
+    `checked ${r.summary.allocated} allocated address(es), ${r.summary.handles} handle(s), ` +
+      `${r.summary.workloadEndpoints} workload endpoint(s), ${r.summary.nodes} node(s)`,
+  );
   for (const n of r.notes) out.push(`note: ${n}`);
   if (r.leakedHandles.length) {
     out.push('', `leaked handles (${r.leakedHandles.length}):`);
@@ -158,7 +212,13 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
       else if (l.gc) {
         // GC counts the grace period from when it first sees the leak; the allocation's age bounds that from above.
         const age = l.gc.allocatedAgo ? `allocated ${l.gc.allocatedAgo} ago; ` : '';
-        out.push(`      GC: ${age}${l.gc.afterGracePeriod ? `past leakGracePeriod ${l.gc.leakGracePeriod}: released at GC's next scan once it has seen the leak that long` : `released once it has looked leaked for leakGracePeriod ${l.gc.leakGracePeriod}`}`);
+        out.push(
+          `      GC: ${age}` +
+            (l.gc.afterGracePeriod
+              ? `past leakGracePeriod ${l.gc.leakGracePeriod}: released at GC's next scan once it has seen the leak ` +
+                `that long`
+              : `released once it has looked leaked for leakGracePeriod ${l.gc.leakGracePeriod}`),
+        );
       }
     }
   }
@@ -168,28 +228,54 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
   }
   if (r.handlesWithMissingBlockEntries.length) {
     out.push('', `handles whose block entries are missing (${r.handlesWithMissingBlockEntries.length}):`);
-    for (const h of r.handlesWithMissingBlockEntries) out.push(`  ${h.handle}  missing ${Object.entries(h.missing).map(([b, n]) => `${n} in ${b}`).join(', ')}`);
+    for (const h of r.handlesWithMissingBlockEntries)
+      out.push(
+        `  ${h.handle}  missing ${Object.entries(h.missing)
+          .map(([b, n]) => `${n} in ${b}`)
+          .join(', ')}`,
+      );
   }
   if (r.orphanedAffinities.length) {
     out.push('', `blocks affine to nodes that no longer exist (${r.orphanedAffinities.length}):`);
     for (const o of r.orphanedAffinities) out.push(`  ${o.block}  node ${o.node}  ${o.allocated} allocated`);
   }
   if (r.sharedAddresses.length) {
-    out.push('', `addresses held by two or more live endpoints (${r.sharedAddresses.length}); delete all but one of the pods:`);
-    for (const a of r.sharedAddresses) out.push(`  ${a.ip}  ${a.endpoints.map((e) => `${e.endpoint} (container ${e.containerID})`).join(', ')}`);
+    out.push(
+      '',
+      `addresses held by two or more live endpoints (${r.sharedAddresses.length}); delete all but one of the pods:`,
+    );
+    for (const a of r.sharedAddresses)
+      out.push(`  ${a.ip}  ${a.endpoints.map((e) => `${e.endpoint} (container ${e.containerID})`).join(', ')}`);
   }
   if (r.legacyHandleNames.length) {
-    out.push('', `handle objects under case-folded legacy names (${r.legacyHandleNames.length}); release --from-report migrates them:`);
+    out.push(
+      '',
+      `handle objects under case-folded legacy names (${r.legacyHandleNames.length}); release --from-report migrates ` +
+        `them:`,
+    );
     for (const h of r.legacyHandleNames) out.push(`  ${h.handle}  stored as ${h.name}, expected ${h.want}`);
   }
   if (r.invalidObjects.length) {
-    out.push('', `malformed objects, skipped by every list and watch until repaired (${r.invalidObjects.length}); see 'netpluginctl describe KIND NAME', then fix or delete them:`);
-    for (const o of r.invalidObjects) out.push(`  ${o.kind} ${o.namespace !== undefined ? `${o.namespace}/` : ''}${o.name}  ${o.where}`, `      ${o.reason}`);
+    out.push(
+      '',
+      `malformed objects, skipped by every list and watch until repaired (${r.invalidObjects.length}); see ` +
+        `'netpluginctl describe KIND NAME', then fix or delete them:`,
+    );
+    for (const o of r.invalidObjects)
+      out.push(
+        `  ${o.kind} ${o.namespace !== undefined ? `${o.namespace}/` : ''}${o.name}  ${o.where}`,
+        `      ${o.reason}`,
+      );
   }
   if (r.summary.problems === 0) out.push('no problems found');
   else {
     out.push('', `${r.summary.leakedAddresses} leaked address(es), ${r.summary.problems} problem(s) in total`);
-    out.push(args.output ? `report written to ${args.output}; review it, then run: netpluginctl ipam release --from-report ${args.output}` : 'write a report with -o FILE, review it, then run: netpluginctl ipam release --from-report FILE');
+    out.push(
+      args.output
+        ? `report written to ${args.output}; review it, then run: netpluginctl ipam release --from-report ` +
+            `${args.output}`
+        : 'write a report with -o FILE, review it, then run: netpluginctl ipam release --from-report FILE',
+    );
   }
   io.stdout(out.join('\n') + '\n');
   return status;
@@ -199,7 +285,12 @@ export async function cmdIpamCheck(ds: Datastore, io: CtlIO, args: { output?: st
 
 function readReport(file: string, io: CtlIO): IpamReport {
   const r = readJsonFile(io, file, 'report') as Partial<IpamReport>;
-  if (!r || r.version !== 1 || !Array.isArray(r.leakedHandles) || !Array.isArray(r.allocationsWithoutHandle) || !Array.isArray(r.handlesWithMissingBlockEntries)) {
+  if (
+    r?.version !== 1 ||
+    !Array.isArray(r.leakedHandles) ||
+    !Array.isArray(r.allocationsWithoutHandle) ||
+    !Array.isArray(r.handlesWithMissingBlockEntries)
+  ) {
     throw new CtlError(`${file} is not a report from 'netpluginctl ipam check -o FILE' (version 1)`);
   }
   r.orphanedAffinities ??= [];
@@ -211,7 +302,7 @@ function readReport(file: string, io: CtlIO): IpamReport {
 
 const sameSet = (a: string[], b: string[]) => a.length === b.length && [...a].sort().join() === [...b].sort().join();
 
-export async function cmdIpamRelease(
+async function cmdIpamRelease(
   ds: Datastore,
   io: CtlIO,
   ipam: IpamReleaser & Pick<Ipam, 'locate'>,
@@ -222,7 +313,8 @@ export async function cmdIpamRelease(
   const verb = args.dryRun ? 'would release' : 'released';
   const releaser: IpamReleaser = args.dryRun ? { releaseByHandle: async () => [], releaseIPs: async () => [] } : ipam;
   if (args.fromReport && args.ips.length) throw new CtlError(`give either --ip or --from-report, not both`);
-  if (!args.fromReport && !args.ips.length) throw new CtlError(`ipam release needs --ip ADDR or --from-report FILE (from 'netpluginctl ipam check -o FILE')`);
+  if (!args.fromReport && !args.ips.length)
+    throw new CtlError(`ipam release needs --ip ADDR or --from-report FILE (from 'netpluginctl ipam check -o FILE')`);
   let failed = 0;
   if (args.ips.length) {
     for (const ipText of args.ips) {
@@ -233,12 +325,18 @@ export async function cmdIpamRelease(
         continue;
       }
       if (w.workloadEndpoint && !args.force) {
-        io.stderr(`error: ${w.ip} is in use by workload endpoint ${w.workloadEndpoint}; delete the workload instead, or pass --force\n`);
+        io.stderr(
+          `error: ${w.ip} is in use by workload endpoint ${w.workloadEndpoint}; delete the workload instead, or pass ` +
+            `--force\n`,
+        );
         failed++;
         continue;
       }
       if (w.namespace && w.pod && !args.force && opts.podExists && (await opts.podExists(w.namespace, w.pod))) {
-        io.stderr(`error: ${w.ip} belongs to pod ${w.namespace}/${w.pod}, which still exists; delete the pod instead, or pass --force\n`);
+        io.stderr(
+          `error: ${w.ip} belongs to pod ${w.namespace}/${w.pod}, which still exists; delete the pod instead, or ` +
+            `pass --force\n`,
+        );
         failed++;
         continue;
       }
@@ -259,7 +357,10 @@ export async function cmdIpamRelease(
     bar.tick(++n, report.leakedHandles.length);
     const cur = now.leakedHandles.find((c) => sameHandle(c.handle, l.handle));
     if (!cur || !sameSet(cur.ips, l.ips)) {
-      io.stdout(`skipped handle ${l.handle}: no longer leaked as reported (${cur ? `now holds ${cur.ips.join(',')}` : 'its workload exists or it was released'})\n`);
+      io.stdout(
+        `skipped handle ${l.handle}: no longer leaked as reported ` +
+          `(${cur ? `now holds ${cur.ips.join(',')}` : 'its workload exists or it was released'})\n`,
+      );
       skipped++;
       continue;
     }
@@ -313,7 +414,11 @@ export async function cmdIpamRelease(
     const still = now.orphanedAffinities.find((c) => c.block === o.block && c.node === o.node);
     if (!still || still.allocated > 0) {
       io.stdout(
-        `skipped block ${o.block}: ${!still ? 'its node exists again or the block was released' : `still holds ${still.allocated} address(es); release the leaked handles first, then check again`}\n`,
+        `skipped block ${o.block}: ` +
+          (!still
+            ? 'its node exists again or the block was released'
+            : `still holds ${still.allocated} address(es); release the leaked handles first, then check again`) +
+          '\n',
       );
       skipped++;
       continue;
@@ -348,7 +453,7 @@ export async function cmdIpamRelease(
 
 // ---------------------------------------------------------------- commands
 
-export const IPAM_HELP = {
+const IPAM_HELP = {
   ipam: `Usage: netpluginctl ipam show|check|release|configure|split ...
 
   ipam show [--show-blocks] [--show-borrowed] [--show-configuration] [--ip ADDR] [-o json|yaml]
@@ -357,7 +462,8 @@ export const IPAM_HELP = {
   ipam configure [--strictaffinity=true|false] [--max-blocks-per-host=N] [--autoallocateblocks=true|false]
   ipam split NUMBER (--name POOL | --cidr CIDR)
 `,
-  'ipam show': `Usage: netpluginctl ipam show [--show-blocks] [--show-borrowed] [--show-configuration] [--ip ADDR] [-o json|yaml]
+  'ipam show': `Usage: netpluginctl ipam show [--show-blocks] [--show-borrowed] [--show-configuration]
+                           [--ip ADDR] [-o json|yaml]
 
   --show-blocks          list every block with its pool, node affinity and counts
   --show-borrowed        addresses a node took from a block affine to another node
@@ -398,7 +504,11 @@ an alert can use it), 2 and more for errors running the check.
 async function checkOptions(io: CtlIO, s: CtlSession): Promise<CheckOptions> {
   const conf = s.config();
   // KUBECONFIG reaches the session as kubeconfig_paths (all its files, merged); --config as kubeconfig.
-  const kubeAccess = !!(conf?.kubernetes?.kubeconfig || conf?.kubernetes?.kubeconfig_paths?.length || conf?.kubernetes?.k8s_api_root);
+  const kubeAccess = !!(
+    conf?.kubernetes?.kubeconfig ||
+    conf?.kubernetes?.kubeconfig_paths?.length ||
+    conf?.kubernetes?.k8s_api_root
+  );
   if ((conf?.datastore_type !== 'kubernetes' && !kubeAccess) || io.openDatastore) return {};
   const client = await s.kube();
   return {
@@ -434,7 +544,8 @@ const runIpam: CtlCommand = async (rest, io, s) => {
     if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam show']);
     noPositional(p, 'ipam show');
     const output = str(p, 'output');
-    if (output !== undefined && !['json', 'yaml', 'table'].includes(output)) throw new CtlError(`-o ${JSON.stringify(output)} is not supported for ipam show; use json or yaml`);
+    if (output !== undefined && !['json', 'yaml', 'table'].includes(output))
+      throw new CtlError(`-o ${JSON.stringify(output)} is not supported for ipam show; use json or yaml`);
     const ds = await s.datastore();
     return ipamShowWithExtras(ds, io, await openIpam(ds), {
       showBlocks: bool(p, 'show-blocks'),
@@ -447,26 +558,54 @@ const runIpam: CtlCommand = async (rest, io, s) => {
   if (sub === 'configure') return (await import('./ipam-admin.js')).cmdIpamConfigure(io, s, args);
   if (sub === 'split') return (await import('./ipam-admin.js')).cmdIpamSplit(io, s, args);
   if (sub === 'check') {
-    const p = parseCommand(args, [{ name: 'output', short: 'o', type: 'string' }, { name: 'json', type: 'bool' }], 'ipam check', s);
+    const p = parseCommand(
+      args,
+      [
+        { name: 'output', short: 'o', type: 'string' },
+        { name: 'json', type: 'bool' },
+      ],
+      'ipam check',
+      s,
+    );
     if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam check']);
     noPositional(p, 'ipam check');
     const out = str(p, 'output');
     if (out === 'json') throw new CtlError(`ipam check -o takes a report file name; use --json to print the report`);
     try {
-      return await cmdIpamCheck(await s.datastore(), io, { output: out, json: bool(p, 'json') }, await checkOptions(io, s));
+      return await cmdIpamCheck(
+        await s.datastore(),
+        io,
+        { output: out, json: bool(p, 'json') },
+        await checkOptions(io, s),
+      );
     } catch (e) {
       // 1 means "problems found"; a check that could not run is 2.
       throw new CtlError(errorLine(e), 2);
     }
   }
   if (sub === 'release') {
-    const p = parseCommand(args, [{ name: 'ip', type: 'list' }, { name: 'from-report', type: 'string' }, { name: 'force', type: 'bool' }, DRY_RUN], 'ipam release', s);
+    const p = parseCommand(
+      args,
+      [{ name: 'ip', type: 'list' }, { name: 'from-report', type: 'string' }, { name: 'force', type: 'bool' }, DRY_RUN],
+      'ipam release',
+      s,
+    );
     if (bool(p, 'help')) return printHelp(io, IPAM_HELP['ipam release']);
     noPositional(p, 'ipam release');
     const ds = await s.writable();
-    return cmdIpamRelease(ds, io, await openIpam(ds), { ips: list(p, 'ip'), fromReport: str(p, 'from-report'), force: bool(p, 'force'), dryRun: dryRun(p) }, await checkOptions(io, s));
+    return cmdIpamRelease(
+      ds,
+      io,
+      await openIpam(ds),
+      { ips: list(p, 'ip'), fromReport: str(p, 'from-report'), force: bool(p, 'force'), dryRun: dryRun(p) },
+      await checkOptions(io, s),
+    );
   }
-  throw new CtlError(`unknown ipam command ${JSON.stringify(sub)}${suggestFlag(sub, ['show', 'check', 'release', 'configure', 'split'])}; use show, check, release, configure or split`);
+  throw new CtlError(
+    `unknown ipam command ` +
+      `${JSON.stringify(sub)}${suggestFlag(sub, ['show', 'check', 'release', 'configure', 'split'])}; use show, ` +
+      `check, release, configure or split`,
+  );
 };
 
 /**
@@ -477,22 +616,38 @@ async function ipamShowWithExtras(
   ds: Datastore,
   io: CtlIO,
   ipam: Pick<Ipam, 'usageReport' | 'locate'>,
-  args: { showBlocks?: boolean | undefined; showBorrowed?: boolean | undefined; showConfiguration?: boolean | undefined; ip?: string | undefined; output?: string | undefined },
+  args: {
+    showBlocks?: boolean | undefined;
+    showBorrowed?: boolean | undefined;
+    showConfiguration?: boolean | undefined;
+    ip?: string | undefined;
+    output?: string | undefined;
+  },
 ): Promise<number> {
   const structured = args.output === 'json' || args.output === 'yaml';
   const extras = Boolean(args.showBorrowed || args.showConfiguration);
-  if (args.ip && extras) throw new CtlError('--ip shows one address; it cannot be combined with --show-borrowed or --show-configuration');
+  if (args.ip && extras)
+    throw new CtlError('--ip shows one address; it cannot be combined with --show-borrowed or --show-configuration');
   const admin = extras ? await import('./ipam-admin.js') : undefined;
   if (!structured) {
     // calicoctl prints only the section asked for when one of these flags is given.
     if (admin && args.showConfiguration) io.stdout(admin.configurationTable(await admin.ipamConfiguration(ds)));
-    if (admin && args.showBorrowed) io.stdout((args.showConfiguration ? '\n' : '') + admin.borrowedTable(await admin.borrowedAddresses(ds)));
+    if (admin && args.showBorrowed)
+      io.stdout((args.showConfiguration ? '\n' : '') + admin.borrowedTable(await admin.borrowedAddresses(ds)));
     if (extras && !args.showBlocks) return 0;
     if (extras) io.stdout('\n');
-    return cmdIpamShow(ds, io, ipam, { showBlocks: args.showBlocks, ip: args.ip, output: args.output === 'table' ? undefined : args.output });
+    return cmdIpamShow(ds, io, ipam, {
+      showBlocks: args.showBlocks,
+      ip: args.ip,
+      output: args.output === 'table' ? undefined : args.output,
+    });
   }
   let json = '';
-  const code = await cmdIpamShow(ds, { ...io, stdout: (c) => (json += c) }, ipam, { showBlocks: args.showBlocks, ip: args.ip, output: 'json' });
+  const code = await cmdIpamShow(ds, { ...io, stdout: (c) => (json += c) }, ipam, {
+    showBlocks: args.showBlocks,
+    ip: args.ip,
+    output: 'json',
+  });
   const doc = JSON.parse(json) as Record<string, unknown>;
   if (admin && args.showConfiguration) doc.configuration = await admin.ipamConfiguration(ds);
   if (admin && args.showBorrowed) doc.borrowed = await admin.borrowedAddresses(ds);

@@ -3,7 +3,7 @@
 // works on a copy, and the first failing operation is reported by number.
 import { CtlError } from './io.js';
 
-export interface JsonPatchOp {
+interface JsonPatchOp {
   op: string;
   path: string;
   value?: unknown;
@@ -19,9 +19,10 @@ function isContainer(v: unknown): v is Container {
 }
 
 /** "/a/b~1c" -> ["a", "b/c"] (RFC 6901). */
-export function parsePointer(p: string): string[] {
+function parsePointer(p: string): string[] {
   if (p === '') return [];
-  if (!p.startsWith('/')) throw new Error(`${JSON.stringify(p)} is not a JSON pointer (it starts with "/", e.g. /spec/disabled)`);
+  if (!p.startsWith('/'))
+    throw new Error(`${JSON.stringify(p)} is not a JSON pointer (it starts with "/", e.g. /spec/disabled)`);
   return p
     .slice(1)
     .split('/')
@@ -30,17 +31,24 @@ export function parsePointer(p: string): string[] {
 
 /** Checks the ops' shape: an array of {op, path, ...} with the fields each op needs. */
 export function parseJsonPatch(v: unknown): JsonPatchOp[] {
-  if (!Array.isArray(v)) throw new CtlError('patch --type json: -p must be a JSON array of operations, e.g. [{"op":"replace","path":"/spec/disabled","value":true}]');
+  if (!Array.isArray(v))
+    throw new CtlError(
+      'patch --type json: -p must be a JSON array of operations, e.g. ' +
+        '[{"op":"replace","path":"/spec/disabled","value":true}]',
+    );
   return v.map((o, i) => {
     const at = `patch --type json: operation ${i + 1}`;
     if (!isContainer(o) || Array.isArray(o)) throw new CtlError(`${at} is not an object`);
     const op = (o as Record<string, unknown>).op;
-    if (typeof op !== 'string' || !OPS.includes(op)) throw new CtlError(`${at}: "op" must be one of ${OPS.join(', ')}; got ${JSON.stringify(op ?? null)}`);
+    if (typeof op !== 'string' || !OPS.includes(op))
+      throw new CtlError(`${at}: "op" must be one of ${OPS.join(', ')}; got ${JSON.stringify(op ?? null)}`);
     const path = (o as Record<string, unknown>).path;
     if (typeof path !== 'string') throw new CtlError(`${at} (${op}): "path" is missing`);
-    if ((op === 'add' || op === 'replace' || op === 'test') && !('value' in o)) throw new CtlError(`${at} (${op} ${path}): "value" is missing`);
+    if ((op === 'add' || op === 'replace' || op === 'test') && !('value' in o))
+      throw new CtlError(`${at} (${op} ${path}): "value" is missing`);
     const from = (o as Record<string, unknown>).from;
-    if ((op === 'move' || op === 'copy') && typeof from !== 'string') throw new CtlError(`${at} (${op} ${path}): "from" is missing`);
+    if ((op === 'move' || op === 'copy') && typeof from !== 'string')
+      throw new CtlError(`${at} (${op} ${path}): "from" is missing`);
     return o as unknown as JsonPatchOp;
   });
 }
@@ -49,7 +57,8 @@ function arrayIndex(arr: unknown[], token: string, forAdd: boolean): number {
   if (forAdd && token === '-') return arr.length;
   if (!/^(0|[1-9]\d*)$/.test(token)) throw new Error(`${JSON.stringify(token)} is not an array index`);
   const i = Number(token);
-  if (i > arr.length || (!forAdd && i === arr.length)) throw new Error(`index ${i} is out of range (the array has ${arr.length} items)`);
+  if (i > arr.length || (!forAdd && i === arr.length))
+    throw new Error(`index ${i} is out of range (the array has ${arr.length} items)`);
   return i;
 }
 
@@ -62,7 +71,7 @@ export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
     let cur: unknown = root;
     for (const t of tokens) {
       if (Array.isArray(cur)) cur = cur[arrayIndex(cur, t, false)];
-      else if (isContainer(cur) && Object.prototype.hasOwnProperty.call(cur, t)) cur = (cur as Record<string, unknown>)[t];
+      else if (isContainer(cur) && Object.hasOwn(cur, t)) cur = (cur as Record<string, unknown>)[t];
       else throw new Error(`${path} does not exist`);
     }
     if (!isContainer(cur)) throw new Error(`${path} does not exist (its parent is not an object or array)`);
@@ -72,14 +81,14 @@ export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
     if (path === '') return root;
     const [c, k] = parent(path);
     if (Array.isArray(c)) return c[arrayIndex(c, k, false)];
-    if (!Object.prototype.hasOwnProperty.call(c, k)) throw new Error(`${path} does not exist`);
+    if (!Object.hasOwn(c, k)) throw new Error(`${path} does not exist`);
     return c[k];
   };
   const remove = (path: string): void => {
     const [c, k] = parent(path);
     if (Array.isArray(c)) c.splice(arrayIndex(c, k, false), 1);
     else {
-      if (!Object.prototype.hasOwnProperty.call(c, k)) throw new Error(`${path} does not exist`);
+      if (!Object.hasOwn(c, k)) throw new Error(`${path} does not exist`);
       delete c[k];
     }
   };
@@ -101,7 +110,7 @@ export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
           const [c, k] = parent(o.path);
           if (Array.isArray(c)) c[arrayIndex(c, k, false)] = structuredClone(o.value);
           else {
-            if (!Object.prototype.hasOwnProperty.call(c, k)) throw new Error(`${o.path} does not exist (use "add" to create it)`);
+            if (!Object.hasOwn(c, k)) throw new Error(`${o.path} does not exist (use "add" to create it)`);
             c[k] = structuredClone(o.value);
           }
           break;
@@ -117,12 +126,15 @@ export function applyJsonPatch(doc: unknown, ops: JsonPatchOp[]): unknown {
           add(o.path, structuredClone(get(o.from!)));
           break;
         case 'test':
-          if (!deepEqual(get(o.path), o.value)) throw new Error(`test failed: ${o.path} is ${JSON.stringify(get(o.path))}, not ${JSON.stringify(o.value)}`);
+          if (!deepEqual(get(o.path), o.value))
+            throw new Error(`test failed: ${o.path} is ${JSON.stringify(get(o.path))}, not ${JSON.stringify(o.value)}`);
           break;
       }
     } catch (e) {
       if (e instanceof CtlError) throw e;
-      throw new CtlError(`patch --type json: operation ${i + 1} (${o.op} ${o.path}): ${(e as Error).message}; nothing was changed`);
+      throw new CtlError(
+        `patch --type json: operation ${i + 1} (${o.op} ${o.path}): ${(e as Error).message}; nothing was changed`,
+      );
     }
   });
   return root;
@@ -134,5 +146,7 @@ function deepEqual(a: unknown, b: unknown): boolean {
   const ka = Object.keys(a);
   const kb = Object.keys(b);
   if (ka.length !== kb.length) return false;
-  return ka.every((k) => Object.prototype.hasOwnProperty.call(b, k) && deepEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+  return ka.every(
+    (k) => Object.hasOwn(b, k) && deepEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]),
+  );
 }

@@ -115,7 +115,10 @@ function parseLiteral(s: string, template: string): string {
   const q = s[0]!;
   if (s.length < 2 || s[s.length - 1] !== q) fail(template, `unterminated string ${s}`);
   const body = s.slice(1, -1);
-  return body.replace(/\\(.)/g, (_, c: string) => ({ n: '\n', t: '\t', r: '\r', '\\': '\\', '"': '"', "'": "'" })[c] ?? c);
+  return body.replace(
+    /\\(.)/g,
+    (_, c: string) => ({ n: '\n', t: '\t', r: '\r', '\\': '\\', '"': '"', "'": "'" })[c] ?? c,
+  );
 }
 
 function parsePath(src: string, template: string): Path {
@@ -219,7 +222,7 @@ function evalPath(p: Path, cur: unknown, root: unknown): unknown[] {
 function step(seg: Seg, v: unknown, root: unknown, out: unknown[]): void {
   switch (seg.t) {
     case 'field':
-      if (isObj(v) && Object.prototype.hasOwnProperty.call(v, seg.name)) out.push(v[seg.name]);
+      if (isObj(v) && Object.hasOwn(v, seg.name)) out.push(v[seg.name]);
       return;
     case 'all':
       if (Array.isArray(v)) out.push(...v);
@@ -234,7 +237,8 @@ function step(seg: Seg, v: unknown, root: unknown, out: unknown[]): void {
     case 'slice': {
       if (!Array.isArray(v)) return;
       const len = v.length;
-      const norm = (x: number | undefined, d: number) => (x === undefined ? d : x < 0 ? Math.max(0, len + x) : Math.min(x, len));
+      const norm = (x: number | undefined, d: number) =>
+        x === undefined ? d : x < 0 ? Math.max(0, len + x) : Math.min(x, len);
       const stepBy = seg.step ?? 1;
       if (stepBy <= 0) return;
       for (let i = norm(seg.start, 0); i < norm(seg.end, len); i += stepBy) out.push(v[i]);
@@ -243,7 +247,7 @@ function step(seg: Seg, v: unknown, root: unknown, out: unknown[]): void {
     case 'recurse': {
       const walk = (x: unknown) => {
         if (seg.name === undefined) out.push(x);
-        else if (isObj(x) && Object.prototype.hasOwnProperty.call(x, seg.name)) out.push(x[seg.name]);
+        else if (isObj(x) && Object.hasOwn(x, seg.name)) out.push(x[seg.name]);
         if (Array.isArray(x)) x.forEach(walk);
         else if (isObj(x)) Object.values(x).forEach(walk);
       };

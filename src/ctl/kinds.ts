@@ -17,11 +17,20 @@ export const CTL_KINDS: readonly KindInfo[] = [
   { kind: 'HostEndpoint', aliases: ['hostendpoint', 'hostendpoints', 'hep', 'heps'] },
   {
     kind: 'KubeControllersConfiguration',
-    aliases: ['kubecontrollersconfiguration', 'kubecontrollersconfigurations', 'kubecontrollerconfiguration', 'kcc', 'kccs'],
+    aliases: [
+      'kubecontrollersconfiguration',
+      'kubecontrollersconfigurations',
+      'kubecontrollerconfiguration',
+      'kcc',
+      'kccs',
+    ],
   },
   { kind: 'AgentConfiguration', aliases: ['agentconfiguration', 'agentconfigurations', 'agentconfig', 'agentconfigs'] },
   { kind: 'Profile', aliases: ['profile', 'profiles', 'pro', 'pros'] },
-  { kind: 'NetworkPolicy', aliases: ['networkpolicy', 'networkpolicies', 'netpol', 'netpols', 'np', 'policy', 'policies'] },
+  {
+    kind: 'NetworkPolicy',
+    aliases: ['networkpolicy', 'networkpolicies', 'netpol', 'netpols', 'np', 'policy', 'policies'],
+  },
   { kind: 'GlobalNetworkPolicy', aliases: ['globalnetworkpolicy', 'globalnetworkpolicies', 'gnp', 'gnps'] },
   { kind: 'BGPConfiguration', aliases: ['bgpconfiguration', 'bgpconfigurations', 'bgpconfig', 'bgpconfigs'] },
   { kind: 'BGPPeer', aliases: ['bgppeer', 'bgppeers', 'bgpp'] },
@@ -51,12 +60,17 @@ function known(): string {
 export function resolveKind(input: string): KindInfo {
   const key = input.toLowerCase().replace(/\.netplugin\.org$/, '');
   const k = BY_ALIAS.get(key);
-  if (!k) throw new CtlError(`unknown resource kind ${JSON.stringify(input)}${suggestFlag(key, [...BY_ALIAS.keys()]) || ';'} known kinds: ${known()}`);
+  if (!k)
+    throw new CtlError(
+      `unknown resource kind ${JSON.stringify(input)}${suggestFlag(key, [...BY_ALIAS.keys()]) || ';'} known kinds: ` +
+        `${known()}`,
+    );
   return k;
 }
 
 /** Kind name exactly as in a manifest's `kind:` (also case-insensitive). */
 export function manifestKind(input: unknown, where: string): KindInfo {
-  if (typeof input !== 'string' || !input) throw new CtlError(`${where}: field "kind" is missing; set it to one of ${known()}`);
+  if (typeof input !== 'string' || !input)
+    throw new CtlError(`${where}: field "kind" is missing; set it to one of ${known()}`);
   return resolveKind(input);
 }

@@ -47,11 +47,15 @@ export interface DatastoreExport {
   items: Resource[];
 }
 
-/** Objects the Kubernetes datastore derives from Kubernetes objects itself: copying them would duplicate or conflict. */
+/**
+ * Objects the Kubernetes datastore derives from Kubernetes objects itself: copying them would duplicate or conflict.
+ */
 export function isDerived(r: Resource): string | undefined {
   if (r.kind === 'WorkloadEndpoint') return 'derived from its pod';
-  if (r.kind === 'NetworkPolicy' && r.metadata.name.startsWith('knp.default.')) return 'mirrors a Kubernetes NetworkPolicy';
-  if (r.kind === 'Profile' && (r.metadata.name.startsWith('kns.') || r.metadata.name.startsWith('ksa.'))) return 'mirrors a Kubernetes namespace or service account';
+  if (r.kind === 'NetworkPolicy' && r.metadata.name.startsWith('knp.default.'))
+    return 'mirrors a Kubernetes NetworkPolicy';
+  if (r.kind === 'Profile' && (r.metadata.name.startsWith('kns.') || r.metadata.name.startsWith('ksa.')))
+    return 'mirrors a Kubernetes namespace or service account';
   return undefined;
 }
 
@@ -68,7 +72,8 @@ async function readyState(ds: Datastore): Promise<boolean | undefined> {
   return (await getIfExists(ds, 'ClusterInformation', 'default'))?.spec.datastoreReady;
 }
 
-export const MIGRATE_HELP = `Usage: netpluginctl datastore migrate lock [--dry-run]            (etcd: datastoreReady false)
+export const MIGRATE_HELP = `Usage:
+       netpluginctl datastore migrate lock [--dry-run]            (etcd: datastoreReady false)
        netpluginctl datastore migrate export -o FILE [--allow-unlocked]   (etcd)
        netpluginctl datastore migrate import -f FILE [--dry-run]          (Kubernetes datastore)
        netpluginctl datastore migrate unlock [--dry-run]                  (Kubernetes datastore)
@@ -88,7 +93,12 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
   if (!sub || sub === '--help' || sub === '-h') return (io.stdout(MIGRATE_HELP), 0);
   const p = parseCommand(
     rest.slice(1),
-    [{ name: 'output', short: 'o', type: 'string' }, { name: 'filename', short: 'f', type: 'string' }, { name: 'allow-unlocked', type: 'bool' }, { name: 'dry-run', type: 'bool' }],
+    [
+      { name: 'output', short: 'o', type: 'string' },
+      { name: 'filename', short: 'f', type: 'string' },
+      { name: 'allow-unlocked', type: 'bool' },
+      { name: 'dry-run', type: 'bool' },
+    ],
     `datastore migrate ${sub}`,
     s,
   );
@@ -96,24 +106,38 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
   const dry = bool(p, 'dry-run') ?? false;
   const setReady = async (ds: Datastore, ready: boolean): Promise<string> => {
     if (dry) return `would be set (now ${await readyState(ds)})`;
-    const version = (await getIfExists(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion ?? NETPLUGIN_VERSION;
+    const version =
+      (await getIfExists(ds, 'ClusterInformation', 'default'))?.spec.netpluginVersion ?? NETPLUGIN_VERSION;
     return (await initDatastore(ds, { datastoreReady: ready, version })).action;
   };
   switch (sub) {
     case 'lock': {
       const ds = await s.writable();
-      if (ds.type !== 'etcdv3') io.stderr(`warning: locking the ${ds.type} datastore; the migration locks the etcd datastore it exports from\n`);
-      io.stdout(`clusterinformation/default datastoreReady=false ${await setReady(ds, false)}: new pods are retried (CNI code 11) until 'datastore migrate unlock'\n`);
+      if (ds.type !== 'etcdv3')
+        io.stderr(
+          `warning: locking the ${ds.type} datastore; the migration locks the etcd datastore it exports from\n`,
+        );
+      io.stdout(
+        `clusterinformation/default datastoreReady=false ${await setReady(ds, false)}: new pods are retried (CNI ` +
+          `code 11) until 'datastore migrate unlock'\n`,
+      );
       return 0;
     }
     case 'export': {
       const out = str(p, 'output');
       if (!out) throw new CtlError('datastore migrate export needs -o FILE');
       const ds = await s.datastore();
-      if (ds.type !== 'etcdv3') throw new CtlError(`datastore migrate export reads the etcd datastore, but this one is ${ds.type}; set ETCD_ENDPOINTS (and unset DATASTORE_TYPE=kubernetes)`);
+      if (ds.type !== 'etcdv3')
+        throw new CtlError(
+          `datastore migrate export reads the etcd datastore, but this one is ${ds.type}; set ETCD_ENDPOINTS (and ` +
+            `unset DATASTORE_TYPE=kubernetes)`,
+        );
       const ready = await readyState(ds);
       if (ready !== false && !bool(p, 'allow-unlocked')) {
-        throw new CtlError("the datastore is not locked (ClusterInformation datastoreReady is not false): run 'netpluginctl datastore migrate lock' first so nothing changes under the export, or pass --allow-unlocked");
+        throw new CtlError(
+          "the datastore is not locked (ClusterInformation datastoreReady is not false): run 'netpluginctl datastore " +
+            "migrate lock' first so nothing changes under the export, or pass --allow-unlocked",
+        );
       }
       const items: Resource[] = [];
       const skipped = new Map<string, number>();
@@ -127,11 +151,19 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
       const weps = (await ds.list('WorkloadEndpoint')).items.length;
       if (weps) skipped.set('WorkloadEndpoint (derived from its pod)', weps);
       const guid = items.find((r) => r.kind === 'ClusterInformation')?.spec as { clusterGUID?: string } | undefined;
-      const doc: DatastoreExport = { kind: EXPORT_FORMAT, exportedAt: new Date().toISOString(), exportedBy: NETPLUGIN_VERSION, ...(guid?.clusterGUID ? { clusterGUID: guid.clusterGUID } : {}), items };
+      const doc: DatastoreExport = {
+        kind: EXPORT_FORMAT,
+        exportedAt: new Date().toISOString(),
+        exportedBy: NETPLUGIN_VERSION,
+        ...(guid?.clusterGUID ? { clusterGUID: guid.clusterGUID } : {}),
+        items,
+      };
       writeFileAtomic(resolvePath(io, out), JSON.stringify(doc, null, 2) + '\n', 0o600);
       const counts = new Map<string, number>();
       for (const r of items) counts.set(r.kind, (counts.get(r.kind) ?? 0) + 1);
-      io.stdout(`exported ${items.length} object(s) to ${out}: ${[...counts].map(([k, n]) => `${n} ${k}`).join(', ')}\n`);
+      io.stdout(
+        `exported ${items.length} object(s) to ${out}: ${[...counts].map(([k, n]) => `${n} ${k}`).join(', ')}\n`,
+      );
       for (const [k, n] of skipped) io.stdout(`left out ${n} ${k}\n`);
       return 0;
     }
@@ -139,19 +171,31 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
       const file = str(p, 'filename');
       if (!file) throw new CtlError('datastore migrate import needs -f FILE (written by datastore migrate export)');
       const doc = readJsonFile(io, file, '-f') as DatastoreExport;
-      if (doc?.kind !== EXPORT_FORMAT || !Array.isArray(doc.items)) throw new CtlError(`-f ${file} is not a file written by 'netpluginctl datastore migrate export'`);
+      if (doc?.kind !== EXPORT_FORMAT || !Array.isArray(doc.items))
+        throw new CtlError(`-f ${file} is not a file written by 'netpluginctl datastore migrate export'`);
       const ds = await s.writable();
-      if (ds.type !== 'kubernetes') throw new CtlError(`datastore migrate import writes the Kubernetes datastore, but this one is ${ds.type}; set DATASTORE_TYPE=kubernetes and KUBECONFIG`);
-      // An empty target: a ClusterInformation an agent created there is replaced (the GUID must be the source's); anything else means someone already uses it.
+      if (ds.type !== 'kubernetes')
+        throw new CtlError(
+          `datastore migrate import writes the Kubernetes datastore, but this one is ${ds.type}; set ` +
+            `DATASTORE_TYPE=kubernetes and KUBECONFIG`,
+        );
+      // An empty target: a ClusterInformation an agent created there is replaced (the GUID must be the source's);
+      // anything else means someone already uses it.
       const found: string[] = [];
       for (const kind of EXPORT_ORDER) {
         if (kind === 'ClusterInformation') continue;
         const n = (await ds.list(kind)).items.filter((r) => !isDerived(r)).length;
         if (n) found.push(`${n} ${kind}`);
       }
-      if (found.length) throw new CtlError(`the target datastore is not empty (${found.join(', ')}); import only into a fresh Kubernetes datastore, so no address can be handed out twice`);
+      if (found.length)
+        throw new CtlError(
+          `the target datastore is not empty (${found.join(', ')}); import only into a fresh Kubernetes datastore, ` +
+            `so no address can be handed out twice`,
+        );
       // Namespaced objects need their namespace in the cluster: check all before writing anything.
-      const namespaces = [...new Set(doc.items.filter((r) => !isDerived(r) && r.metadata.namespace).map((r) => r.metadata.namespace!))];
+      const namespaces = [
+        ...new Set(doc.items.filter((r) => !isDerived(r) && r.metadata.namespace).map((r) => r.metadata.namespace!)),
+      ];
       if (namespaces.length) {
         const client = await s.kube();
         const missing: string[] = [];
@@ -161,10 +205,17 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
             else throw e;
           });
         }
-        if (missing.length) throw new CtlError(`namespace(s) ${missing.join(', ')} do not exist in the cluster, but the export holds objects in them; create them (or delete those objects from the file) and import again`);
+        if (missing.length)
+          throw new CtlError(
+            `namespace(s) ${missing.join(', ')} do not exist in the cluster, but the export holds objects in them; ` +
+              `create them (or delete those objects from the file) and import again`,
+          );
       }
       if (dry) {
-        io.stdout(`would import ${doc.items.filter((r) => !isDerived(r)).length} object(s) from ${file} (dry run: the target is empty and every namespace exists)\n`);
+        io.stdout(
+          `would import ${doc.items.filter((r) => !isDerived(r)).length} object(s) from ${file} (dry run: the target ` +
+            `is empty and every namespace exists)\n`,
+        );
         return 0;
       }
       let n = 0;
@@ -178,23 +229,40 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
           try {
             await ds.create(portable(r));
           } catch (e) {
-            throw new CtlError(`import stopped at ${r.kind} ${r.metadata.namespace ? `${r.metadata.namespace}/` : ''}${r.metadata.name} after ${n} object(s): ${(e as Error).message}. The target is now partly filled: delete the netplugin custom resources there and import again`);
+            throw new CtlError(
+              `import stopped at ${r.kind} ` +
+                `${r.metadata.namespace ? `${r.metadata.namespace}/` : ''}${r.metadata.name} after ${n} object(s): ` +
+                `${(e as Error).message}. The target is now partly filled: delete the netplugin custom resources ` +
+                `there and import again`,
+            );
           }
         }
         n++;
       }
       const ready = await readyState(ds);
-      io.stdout(`imported ${n} object(s) from ${file}${doc.clusterGUID ? `; cluster GUID ${doc.clusterGUID} kept` : ''}\n`);
-      if (ready === false) io.stdout("the Kubernetes datastore is locked (datastoreReady=false): switch the nodes to it, then run 'netpluginctl datastore migrate unlock'\n");
+      io.stdout(
+        `imported ${n} object(s) from ${file}${doc.clusterGUID ? `; cluster GUID ${doc.clusterGUID} kept` : ''}\n`,
+      );
+      if (ready === false)
+        io.stdout(
+          "the Kubernetes datastore is locked (datastoreReady=false): switch the nodes to it, then run 'netpluginctl " +
+            "datastore migrate unlock'\n",
+        );
       return 0;
     }
     case 'unlock': {
       const ds = await s.writable();
-      if (ds.type !== 'kubernetes') io.stderr(`warning: unlocking the ${ds.type} datastore (this abandons the migration; the Kubernetes datastore is unlocked with DATASTORE_TYPE=kubernetes)\n`);
+      if (ds.type !== 'kubernetes')
+        io.stderr(
+          `warning: unlocking the ${ds.type} datastore (this abandons the migration; the Kubernetes datastore is ` +
+            `unlocked with DATASTORE_TYPE=kubernetes)\n`,
+        );
       io.stdout(`clusterinformation/default datastoreReady=true ${await setReady(ds, true)}\n`);
       return 0;
     }
     default:
-      throw new CtlError(`unknown datastore migrate command ${JSON.stringify(sub)}; use lock, export, import or unlock`);
+      throw new CtlError(
+        `unknown datastore migrate command ${JSON.stringify(sub)}; use lock, export, import or unlock`,
+      );
   }
 }

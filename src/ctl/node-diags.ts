@@ -11,7 +11,18 @@ import { hostname, release, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { DEFAULT_HEALTH_ADDR } from '../agent/health.js';
 import type { Datastore } from '../datastore/types.js';
-import { bool, CtlError, list, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
+import {
+  bool,
+  CtlError,
+  list,
+  noPositional,
+  parseCommand,
+  printHelp,
+  str,
+  type CtlCommand,
+  type CtlGroup,
+  type CtlIO,
+} from './io.js';
 import { resolvePath } from './install-cni.js';
 import { NETPLUGIN_VERSION } from './version.js';
 import { NODE_STATUS_HELP } from './node-status.js';
@@ -54,7 +65,13 @@ function run(cmd: string, args: string[]): Promise<string> {
 export async function cmdNodeDiags(
   ds: Datastore | undefined,
   io: CtlIO,
-  args: { node?: string | undefined; logs: string[]; metricsUrl?: string | undefined; dir?: string | undefined; datastoreError?: string | undefined },
+  args: {
+    node?: string | undefined;
+    logs: string[];
+    metricsUrl?: string | undefined;
+    dir?: string | undefined;
+    datastoreError?: string | undefined;
+  },
 ): Promise<{ archive: string; errors: string[] }> {
   const node = args.node ?? hostname();
   if (!/^[A-Za-z0-9.-]+$/.test(node)) throw new CtlError(`--node ${JSON.stringify(node)} is not a node name`);
@@ -76,17 +93,34 @@ export async function cmdNodeDiags(
   try {
     // Host state: each command on its own, so one missing tool costs only its part.
     const nftTables = async () => {
-      const tables = (await run('nft', ['list', 'tables'])).split('\n').map((l) => /^table (\S+) (netplugin\S*)$/.exec(l.trim())).filter((m): m is RegExpExecArray => !!m);
+      const tables = (await run('nft', ['list', 'tables']))
+        .split('\n')
+        .map((l) => /^table (\S+) (netplugin\S*)$/.exec(l.trim()))
+        .filter((m): m is RegExpExecArray => !!m);
       if (!tables.length) return '(no netplugin tables)\n';
       let out = '';
-      for (const m of tables) out += await section(`nft list table ${m[1]} ${m[2]}`, () => run('nft', ['list', 'table', m[1]!, m[2]!]));
+      for (const m of tables)
+        out += await section(`nft list table ${m[1]} ${m[2]}`, () => run('nft', ['list', 'table', m[1]!, m[2]!]));
       return out;
     };
     put('nft.txt', await section('nftables', nftTables));
-    put('routes.txt', (await section('ip -4 route show table all', () => run('ip', ['-4', 'route', 'show', 'table', 'all']))) + (await section('ip -6 route show table all', () => run('ip', ['-6', 'route', 'show', 'table', 'all']))) + (await section('ip rule', () => run('ip', ['rule', 'show']))));
-    put('neighbours.txt', (await section('ip -4 neigh', () => run('ip', ['-4', 'neigh', 'show']))) + (await section('ip -6 neigh', () => run('ip', ['-6', 'neigh', 'show']))));
+    put(
+      'routes.txt',
+      (await section('ip -4 route show table all', () => run('ip', ['-4', 'route', 'show', 'table', 'all']))) +
+        (await section('ip -6 route show table all', () => run('ip', ['-6', 'route', 'show', 'table', 'all']))) +
+        (await section('ip rule', () => run('ip', ['rule', 'show']))),
+    );
+    put(
+      'neighbours.txt',
+      (await section('ip -4 neigh', () => run('ip', ['-4', 'neigh', 'show']))) +
+        (await section('ip -6 neigh', () => run('ip', ['-6', 'neigh', 'show']))),
+    );
     put('fdb.txt', await section('bridge fdb', () => run('bridge', ['fdb', 'show'])));
-    put('links.txt', (await section('ip -d link', () => run('ip', ['-d', 'link', 'show']))) + (await section('ip addr', () => run('ip', ['addr', 'show']))));
+    put(
+      'links.txt',
+      (await section('ip -d link', () => run('ip', ['-d', 'link', 'show']))) +
+        (await section('ip addr', () => run('ip', ['addr', 'show']))),
+    );
 
     // The datastore's view of this node.
     let clusterVersion = '(unknown)';
@@ -100,9 +134,17 @@ export async function cmdNodeDiags(
         }
       };
       await dump('node.yaml', `Node ${node}`, () => ds.get('Node', node));
-      await dump('workloadendpoints.yaml', 'workload endpoints', async () => (await ds.list('WorkloadEndpoint')).items.filter((w) => w.spec.node === node));
-      await dump('blocks.yaml', 'IPAM blocks', async () => (await ds.list('IPAMBlock')).items.filter((b) => b.spec.affinity === `host:${node}` || b.spec.attributes.some((a) => a.secondary?.node === node)));
-      await dump('affinities.yaml', 'block affinities', async () => (await ds.list('BlockAffinity')).items.filter((a) => a.spec.node === node));
+      await dump('workloadendpoints.yaml', 'workload endpoints', async () =>
+        (await ds.list('WorkloadEndpoint')).items.filter((w) => w.spec.node === node),
+      );
+      await dump('blocks.yaml', 'IPAM blocks', async () =>
+        (await ds.list('IPAMBlock')).items.filter(
+          (b) => b.spec.affinity === `host:${node}` || b.spec.attributes.some((a) => a.secondary?.node === node),
+        ),
+      );
+      await dump('affinities.yaml', 'block affinities', async () =>
+        (await ds.list('BlockAffinity')).items.filter((a) => a.spec.node === node),
+      );
       await dump('clusterinformation.yaml', 'ClusterInformation', async () => {
         const ci = await ds.get('ClusterInformation', 'default');
         clusterVersion = ci.spec.netpluginVersion ?? clusterVersion;
@@ -112,7 +154,16 @@ export async function cmdNodeDiags(
 
     put(
       'versions.txt',
-      [`netpluginctl: ${NETPLUGIN_VERSION}`, `cluster: ${clusterVersion}`, `node: ${node}`, `host: ${hostname()}`, `kernel: ${release()}`, `node.js: ${process.version}`, `collected: ${new Date().toISOString()}`, ''].join('\n') +
+      [
+        `netpluginctl: ${NETPLUGIN_VERSION}`,
+        `cluster: ${clusterVersion}`,
+        `node: ${node}`,
+        `host: ${hostname()}`,
+        `kernel: ${release()}`,
+        `node.js: ${process.version}`,
+        `collected: ${new Date().toISOString()}`,
+        '',
+      ].join('\n') +
         (await section('nft --version', () => run('nft', ['--version']))) +
         (await section('ip -V', () => run('ip', ['-V']))),
     );
@@ -127,7 +178,9 @@ export async function cmdNodeDiags(
         try {
           copyFileSync(resolvePath(io, l), join(root, 'logs', b));
         } catch (e) {
-          errors.push(`log ${l}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`);
+          errors.push(
+            `log ${l}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`,
+          );
         }
       }
     }
@@ -155,10 +208,19 @@ const runNode: CtlCommand = async (rest, io, s) => {
   const sub = rest[0];
   if (!sub || sub === '--help' || sub === '-h') return printHelp(io, NODE_HELP.node!);
   if (sub === 'status') return (await import('./node-status.js')).cmdNodeStatus(rest.slice(1), io, s);
-  if (sub !== 'diags') throw new CtlError(`unknown node command ${JSON.stringify(sub)}; use diags or status (to delete a node: netpluginctl delete node NAME)`);
+  if (sub !== 'diags')
+    throw new CtlError(
+      `unknown node command ${JSON.stringify(sub)}; use diags or status (to delete a node: netpluginctl delete node ` +
+        `NAME)`,
+    );
   const p = parseCommand(
     rest.slice(1),
-    [{ name: 'node', type: 'string' }, { name: 'log', type: 'list' }, { name: 'metrics-url', type: 'string' }, { name: 'dir', short: 'd', type: 'string' }],
+    [
+      { name: 'node', type: 'string' },
+      { name: 'log', type: 'list' },
+      { name: 'metrics-url', type: 'string' },
+      { name: 'dir', short: 'd', type: 'string' },
+    ],
     'node diags',
     s,
   );
@@ -172,9 +234,16 @@ const runNode: CtlCommand = async (rest, io, s) => {
   } catch (e) {
     datastoreError = (e as Error).message;
   }
-  const r = await cmdNodeDiags(ds, io, { node: str(p, 'node'), logs: list(p, 'log'), metricsUrl: str(p, 'metrics-url'), dir: str(p, 'dir'), datastoreError });
+  const r = await cmdNodeDiags(ds, io, {
+    node: str(p, 'node'),
+    logs: list(p, 'log'),
+    metricsUrl: str(p, 'metrics-url'),
+    dir: str(p, 'dir'),
+    datastoreError,
+  });
   io.stdout(`wrote ${r.archive}\n`);
-  if (r.errors.length) io.stderr(`warning: ${r.errors.length} part(s) could not be collected; see errors.txt in the archive\n`);
+  if (r.errors.length)
+    io.stderr(`warning: ${r.errors.length} part(s) could not be collected; see errors.txt in the archive\n`);
   return 0;
 };
 

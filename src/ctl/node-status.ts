@@ -44,7 +44,8 @@ function table(rows: string[][]): string {
 }
 
 export function formatNodeStatus(s: NodeStatus, runDir: string): string {
-  let out = `BIRD is running (version ${s.bird.version ?? 'unknown'}), control socket ${join(runDir, CONTROL_SOCKET)}\n`;
+  let out =
+    `BIRD is running (version ${s.bird.version ?? 'unknown'}), control socket ${join(runDir, CONTROL_SOCKET)}` + `\n`;
   for (const fam of [4, 6] as const) {
     const peers = s.peers.filter((p) => p.family === fam);
     out += `\nIPv${fam} BGP status\n`;
@@ -52,7 +53,10 @@ export function formatNodeStatus(s: NodeStatus, runDir: string): string {
       out += `No IPv${fam} peers found.\n`;
       continue;
     }
-    out += table([['PEER ADDRESS', 'PEER TYPE', 'STATE', 'SINCE', 'INFO'], ...peers.map((p) => [p.peerAddress, p.peerType, p.state, p.since, p.info])]);
+    out += table([
+      ['PEER ADDRESS', 'PEER TYPE', 'STATE', 'SINCE', 'INFO'],
+      ...peers.map((p) => [p.peerAddress, p.peerType, p.state, p.since, p.info]),
+    ]);
   }
   return out;
 }
@@ -60,14 +64,19 @@ export function formatNodeStatus(s: NodeStatus, runDir: string): string {
 export const cmdNodeStatus: CtlCommand = async (rest, io: CtlIO, s) => {
   const p = parseCommand(
     rest,
-    [{ name: 'bird-run-dir', type: 'string' }, { name: 'bird-path', type: 'string' }, { name: 'output', short: 'o', type: 'string' }],
+    [
+      { name: 'bird-run-dir', type: 'string' },
+      { name: 'bird-path', type: 'string' },
+      { name: 'output', short: 'o', type: 'string' },
+    ],
     'node status',
     s,
   );
   if (bool(p, 'help')) return printHelp(io, NODE_STATUS_HELP);
   noPositional(p, 'node status');
   const output = str(p, 'output');
-  if (output !== undefined && output !== 'json') throw new CtlError(`-o ${JSON.stringify(output)} is not supported by node status; use -o json or no -o`);
+  if (output !== undefined && output !== 'json')
+    throw new CtlError(`-o ${JSON.stringify(output)} is not supported by node status; use -o json or no -o`);
   const runDir = str(p, 'bird-run-dir') ?? DEFAULT_BIRD_RUN_DIR;
   const st = await nodeStatus(runDir, str(p, 'bird-path') ?? DEFAULT_BIRD_PATH);
   if (output === 'json') {
@@ -75,10 +84,16 @@ export const cmdNodeStatus: CtlCommand = async (rest, io: CtlIO, s) => {
     return st.bird.running ? 0 : 1;
   }
   if (st.bgp === 'disabled') {
-    throw new CtlError(`BGP is not enabled on this node: no BIRD configuration in ${runDir} (the agent runs BIRD with --bgp on; give its --bird-run-dir if it differs)`);
+    throw new CtlError(
+      `BGP is not enabled on this node: no BIRD configuration in ${runDir} (the agent runs BIRD with --bgp on; give ` +
+        `its --bird-run-dir if it differs)`,
+    );
   }
   if (!st.bird.running) {
-    throw new CtlError(`BIRD is not running on this node (${st.bird.error}); the agent restarts it: check the agent's log for "bgp:" lines`);
+    throw new CtlError(
+      `BIRD is not running on this node (${st.bird.error}); the agent restarts it: check the agent's log for "bgp:" ` +
+        `lines`,
+    );
   }
   io.stdout(formatNodeStatus(st, runDir));
   return 0;

@@ -34,7 +34,7 @@ import {
 } from '../model/staged.js';
 import { CtlError, type CtlIO } from './io.js';
 
-export interface ExplainOptions {
+interface ExplainOptions {
   pod: string;
   namespace?: string;
   /** `ns/pod`, `pod` (same namespace) or an address. */

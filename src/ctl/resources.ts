@@ -3,16 +3,31 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type Datastore, type InvalidObject } from '../datastore/types.js';
+import type { Datastore, InvalidObject } from '../datastore/types.js';
 import { InvalidObjectError, invalidLabel } from '../datastore/invalid.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
-import { bool, cannotRead, CtlError, suggestFlag, DRY_RUN, dryRun, parseCommand, printHelp, readStdin, str, table, type CtlCommand, type CtlGroup, type CtlIO } from './io.js';
+import {
+  bool,
+  cannotRead,
+  CtlError,
+  suggestFlag,
+  DRY_RUN,
+  dryRun,
+  parseCommand,
+  printHelp,
+  readStdin,
+  str,
+  table,
+  type CtlCommand,
+  type CtlGroup,
+  type CtlIO,
+} from './io.js';
 import { resolveKind } from './kinds.js';
 import { convertLabelSelector, k8sPolicyTypes } from '../model/k8s-networkpolicy.js';
 import { parseJsonPath, printValue, relaxedPath, type JsonPathTemplate } from './jsonpath.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
 
-export type OutputFormat =
+type OutputFormat =
   | 'table'
   | 'wide'
   | 'json'
@@ -23,7 +38,7 @@ export type OutputFormat =
 
 const FORMATS = 'yaml, json, wide, name, jsonpath=TEMPLATE or custom-columns=HEADER:PATH,...';
 
-export function outputFormat(v: string | undefined): OutputFormat {
+function outputFormat(v: string | undefined): OutputFormat {
   if (v === undefined || v === 'table') return 'table';
   if (v === 'wide' || v === 'json' || v === 'yaml' || v === 'name') return v;
   const m = /^(jsonpath|custom-columns)(?:=([\s\S]*))?$/.exec(v);
@@ -32,16 +47,20 @@ export function outputFormat(v: string | undefined): OutputFormat {
     return { jsonpath: parseJsonPath(m[2]) };
   }
   if (m?.[1] === 'custom-columns') {
-    if (!m[2]) throw new CtlError(`-o custom-columns needs columns, e.g. -o custom-columns=NAME:.metadata.name,CIDR:.spec.cidr`);
+    if (!m[2])
+      throw new CtlError(`-o custom-columns needs columns, e.g. -o custom-columns=NAME:.metadata.name,CIDR:.spec.cidr`);
     return {
       columns: m[2].split(',').map((c) => {
         const colon = c.indexOf(':');
-        if (colon <= 0) throw new CtlError(`-o custom-columns: ${JSON.stringify(c)} is not HEADER:PATH (e.g. CIDR:.spec.cidr)`);
+        if (colon <= 0)
+          throw new CtlError(`-o custom-columns: ${JSON.stringify(c)} is not HEADER:PATH (e.g. CIDR:.spec.cidr)`);
         return { header: c.slice(0, colon), path: parseJsonPath(relaxedPath(c.slice(colon + 1))) };
       }),
     };
   }
-  throw new CtlError(`-o ${JSON.stringify(v)} is not supported; use ${FORMATS}${suggestFlag(v, ['jsonpath', 'custom-columns'])}`);
+  throw new CtlError(
+    `-o ${JSON.stringify(v)} is not supported; use ${FORMATS}${suggestFlag(v, ['jsonpath', 'custom-columns'])}`,
+  );
 }
 
 const MANIFEST_FILE = /\.(ya?ml|json)$/;
@@ -57,7 +76,9 @@ function manifestFiles(file: string, io: CtlIO): string[] {
     return [file];
   }
   if (!dir) return [file];
-  const files = readdirSync(abs).filter((f) => MANIFEST_FILE.test(f) && !f.startsWith('.')).sort();
+  const files = readdirSync(abs)
+    .filter((f) => MANIFEST_FILE.test(f) && !f.startsWith('.'))
+    .sort();
   if (!files.length) throw new CtlError(`-f ${file}: the directory holds no .yaml, .yml or .json files`);
   return files.map((f) => join(file, f));
 }
@@ -66,7 +87,10 @@ async function loadYaml(): Promise<typeof import('yaml')> {
   return import('yaml');
 }
 
-/** Reads every document of `-f FILE` (or `-` for stdin): YAML or JSON, `---`-separated, `kind: List` and JSON arrays expanded. */
+/**
+ * Reads every document of `-f FILE` (or `-` for stdin): YAML or JSON, `---`-separated, `kind: List` and JSON arrays
+ * expanded.
+ */
 export async function readManifests(file: string, io: CtlIO): Promise<Array<{ res: Resource; where: string }>> {
   return (await readDocuments(file, io)).map((d) => ({ res: parseManifest(d.doc, d.where), where: d.where }));
 }
@@ -115,7 +139,10 @@ async function readDocumentFile(file: string, io: CtlIO): Promise<Array<{ doc: u
       if (d.errors.length) {
         const e = d.errors[0]!;
         const pos = e.linePos?.[0];
-        throw new CtlError(`${label}: invalid YAML in document ${i}${pos ? ` at line ${pos.line}, column ${pos.col}` : ''}: ${e.message.split('\n')[0]}`);
+        throw new CtlError(
+          `${label}: invalid YAML in document ${i}${pos ? ` at line ${pos.line}, column ${pos.col}` : ''}: ` +
+            `${e.message.split('\n')[0]}`,
+        );
       }
       const v = d.toJSON() as unknown;
       if (v === null || v === undefined) continue;
@@ -145,12 +172,18 @@ function lower(kind: Kind): string {
 }
 
 function refText(r: Resource): string {
-  return `${lower(r.kind)}/${NAMESPACED_KINDS.has(r.kind) ? `${r.metadata.namespace ?? 'default'}/` : ''}${r.metadata.name}`;
+  return (
+    `${lower(r.kind)}/${NAMESPACED_KINDS.has(r.kind) ? `${r.metadata.namespace ?? 'default'}/` : ''}` +
+    `${r.metadata.name}`
+  );
 }
 
 function checkWritable(res: Resource, where: string): void {
   if (resolveKind(res.kind).readOnly) {
-    throw new CtlError(`${where}: ${res.kind} resources are written by the plugin only; they cannot be applied or deleted with netpluginctl`);
+    throw new CtlError(
+      `${where}: ${res.kind} resources are written by the plugin only; they cannot be applied or deleted with ` +
+        `netpluginctl`,
+    );
   }
 }
 
@@ -168,19 +201,28 @@ function sameContent(a: Resource, b: Resource): boolean {
   return norm(a) === norm(b);
 }
 
-export type WriteMode = 'apply' | 'create' | 'replace';
+type WriteMode = 'apply' | 'create' | 'replace';
 
 /** One resource through apply/create/replace, retrying compare-and-swap conflicts (another writer raced us). */
-export async function writeResource(ds: Datastore, input: Resource, mode: WriteMode, dryRun = false): Promise<'created' | 'configured' | 'unchanged' | 'replaced'> {
+export async function writeResource(
+  ds: Datastore,
+  input: Resource,
+  mode: WriteMode,
+  dryRun = false,
+): Promise<'created' | 'configured' | 'unchanged' | 'replaced'> {
   const { name, namespace } = input.metadata;
   let action: 'created' | 'configured' | 'unchanged' | 'replaced' = 'unchanged';
-  // Another writer racing us: read again and redo the step (a create that lost finds the object, then create/replace decide).
+  // Another writer racing us: read again and redo the step (a create that lost finds the object, then create/replace
+  // decide).
   await casRetry(
     ds,
     { kind: input.kind, name, ...(namespace !== undefined ? { namespace } : {}) },
     async (existing) => {
       if (!existing) {
-        if (mode === 'replace') throw new CtlError(`${describeRef(input.kind, name, namespace)} does not exist; use 'netpluginctl create' or 'apply'`);
+        if (mode === 'replace')
+          throw new CtlError(
+            `${describeRef(input.kind, name, namespace)} does not exist; use 'netpluginctl create' or 'apply'`,
+          );
         const res = await prepare(ds, input, undefined);
         const meta = { ...res.metadata };
         delete meta.resourceVersion;
@@ -189,23 +231,40 @@ export async function writeResource(ds: Datastore, input: Resource, mode: WriteM
         action = 'created';
         return dryRun ? undefined : { ...res, metadata: meta };
       }
-      if (mode === 'create') throw new CtlError(`${describeRef(input.kind, name, namespace)} already exists; use 'netpluginctl apply' or 'replace' to update it`);
+      if (mode === 'create')
+        throw new CtlError(
+          `${describeRef(input.kind, name, namespace)} already exists; use 'netpluginctl apply' or 'replace' to ` +
+            `update it`,
+        );
       const res = await prepare(ds, input, existing);
       action = 'unchanged';
       if (sameContent(res, existing)) return undefined;
-      // replace honours a resourceVersion given in the file (optimistic concurrency for the operator); apply always writes over the latest.
-      if (mode === 'replace' && input.metadata.resourceVersion && input.metadata.resourceVersion !== existing.metadata.resourceVersion) {
-        throw new CtlError(`${describeRef(input.kind, name, namespace)} was modified since resourceVersion ${input.metadata.resourceVersion}; get it again and re-apply your change`);
+      // replace honours a resourceVersion given in the file (optimistic concurrency for the operator); apply always
+      // writes over the latest.
+      if (
+        mode === 'replace' &&
+        input.metadata.resourceVersion &&
+        input.metadata.resourceVersion !== existing.metadata.resourceVersion
+      ) {
+        throw new CtlError(
+          `${describeRef(input.kind, name, namespace)} was modified since resourceVersion ` +
+            `${input.metadata.resourceVersion}; get it again and re-apply your change`,
+        );
       }
       action = mode === 'replace' ? 'replaced' : 'configured';
-      return dryRun ? undefined : { ...res, metadata: { ...existing.metadata, labels: res.metadata.labels, annotations: res.metadata.annotations } };
+      return dryRun
+        ? undefined
+        : {
+            ...res,
+            metadata: { ...existing.metadata, labels: res.metadata.labels, annotations: res.metadata.annotations },
+          };
     },
     { attempts: 5 },
   );
   return action;
 }
 
-export async function cmdWrite(ds: Datastore, io: CtlIO, file: string, mode: WriteMode, dryRun = false): Promise<number> {
+async function cmdWrite(ds: Datastore, io: CtlIO, file: string, mode: WriteMode, dryRun = false): Promise<number> {
   const docs = await readManifests(file, io);
   for (const d of docs) checkWritable(d.res, d.where);
   let failed = 0;
@@ -228,10 +287,18 @@ export function errText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-export async function cmdDelete(
+async function cmdDelete(
   ds: Datastore,
   io: CtlIO,
-  args: { kind?: string | undefined; names: string[]; file?: string | undefined; namespace?: string | undefined; force?: boolean | undefined; ignoreNotFound?: boolean | undefined; dryRun?: boolean | undefined },
+  args: {
+    kind?: string | undefined;
+    names: string[];
+    file?: string | undefined;
+    namespace?: string | undefined;
+    force?: boolean | undefined;
+    ignoreNotFound?: boolean | undefined;
+    dryRun?: boolean | undefined;
+  },
 ): Promise<number> {
   const dry = args.dryRun ? ' (dry run)' : '';
   const targets: Array<{ kind: Kind; name: string; namespace?: string | undefined }> = [];
@@ -242,10 +309,19 @@ export async function cmdDelete(
       targets.push({ kind: d.res.kind, name: d.res.metadata.name, namespace: d.res.metadata.namespace });
     }
   } else {
-    if (!args.kind || args.names.length === 0) throw new CtlError(`delete needs <kind> <name> or -f FILE; e.g. 'netpluginctl delete ippool default-ipv4-ippool'`);
+    if (!args.kind || args.names.length === 0)
+      throw new CtlError(
+        `delete needs <kind> <name> or -f FILE; e.g. 'netpluginctl delete ippool default-ipv4-ippool'`,
+      );
     const info = resolveKind(args.kind);
-    if (info.readOnly) throw new CtlError(`${info.kind} resources are managed by the plugin; delete the workload instead`);
-    for (const n of args.names) targets.push({ kind: info.kind, name: n, namespace: NAMESPACED_KINDS.has(info.kind) ? (args.namespace ?? 'default') : undefined });
+    if (info.readOnly)
+      throw new CtlError(`${info.kind} resources are managed by the plugin; delete the workload instead`);
+    for (const n of args.names)
+      targets.push({
+        kind: info.kind,
+        name: n,
+        namespace: NAMESPACED_KINDS.has(info.kind) ? (args.namespace ?? 'default') : undefined,
+      });
   }
   let failed = 0;
   for (const t of targets) {
@@ -258,13 +334,18 @@ export async function cmdDelete(
           if (used.length && !args.force) {
             const n = used.reduce((a, [, c]) => a + c, 0);
             throw new CtlError(
-              `IPPool ${JSON.stringify(t.name)} (${pool.spec.cidr}) still has ${n} allocated address${n === 1 ? '' : 'es'} in ${used.length} block${used.length === 1 ? '' : 's'}; ` +
-                `recreate those workloads from another pool first (set spec.disabled: true to stop new allocations), or pass --force to delete it anyway`,
+              `IPPool ${JSON.stringify(t.name)} (${pool.spec.cidr}) still has ${n} allocated ` +
+                `address${n === 1 ? '' : 'es'} in ${used.length} block${used.length === 1 ? '' : 's'}; ` +
+                `recreate those workloads from another pool first (set spec.disabled: true to stop new allocations), ` +
+                `or pass --force to delete it anyway`,
             );
           }
           // The revision guard keeps us from deleting a pool someone changed after we checked it.
           if (!args.dryRun) await ds.delete('IPPool', t.name, { revision: pool.metadata.resourceVersion });
-          if (used.length) io.stderr(`warning: ${ref} had allocations; those addresses stay in use until their workloads are deleted\n`);
+          if (used.length)
+            io.stderr(
+              `warning: ${ref} had allocations; those addresses stay in use until their workloads are deleted\n`,
+            );
           io.stdout(`${ref} deleted${dry}\n`);
           continue;
         }
@@ -301,15 +382,29 @@ function age(ts: string | undefined, now = Date.now()): string {
 }
 
 function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resource) => string[] } {
-  const labels = (r: Resource) => Object.entries(r.metadata.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(',');
+  const labels = (r: Resource) =>
+    Object.entries(r.metadata.labels ?? {})
+      .map(([k, v]) => `${k}=${v}`)
+      .join(',');
   switch (kind) {
     case 'IPPool':
       return {
-        header: wide ? ['NAME', 'CIDR', 'BLOCKSIZE', 'IPIP', 'VXLAN', 'NAT', 'DISABLED', 'SELECTOR'] : ['NAME', 'CIDR', 'SELECTOR'],
+        header: wide
+          ? ['NAME', 'CIDR', 'BLOCKSIZE', 'IPIP', 'VXLAN', 'NAT', 'DISABLED', 'SELECTOR']
+          : ['NAME', 'CIDR', 'SELECTOR'],
         row: (r) => {
           const s = (r as Resource<'IPPool'>).spec;
           return wide
-            ? [r.metadata.name, s.cidr, String(s.blockSize ?? ''), s.ipipMode ?? 'Never', s.vxlanMode ?? 'Never', String(s.natOutgoing ?? false), String(s.disabled ?? false), s.nodeSelector ?? 'all()']
+            ? [
+                r.metadata.name,
+                s.cidr,
+                String(s.blockSize ?? ''),
+                s.ipipMode ?? 'Never',
+                s.vxlanMode ?? 'Never',
+                String(s.natOutgoing ?? false),
+                String(s.disabled ?? false),
+                s.nodeSelector ?? 'all()',
+              ]
             : [r.metadata.name, s.cidr, s.nodeSelector ?? 'all()'];
         },
       };
@@ -324,10 +419,19 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
       };
     case 'WorkloadEndpoint':
       return {
-        header: wide ? ['NAMESPACE', 'NAME', 'WORKLOAD', 'NODE', 'NETWORKS', 'INTERFACE', 'CONTAINER'] : ['NAMESPACE', 'NAME', 'WORKLOAD', 'NODE', 'NETWORKS', 'INTERFACE'],
+        header: wide
+          ? ['NAMESPACE', 'NAME', 'WORKLOAD', 'NODE', 'NETWORKS', 'INTERFACE', 'CONTAINER']
+          : ['NAMESPACE', 'NAME', 'WORKLOAD', 'NODE', 'NETWORKS', 'INTERFACE'],
         row: (r) => {
           const s = (r as Resource<'WorkloadEndpoint'>).spec;
-          const base = [r.metadata.namespace ?? '', r.metadata.name, s.workload ?? s.pod ?? '', s.node, s.ipNetworks.join(','), s.interfaceName];
+          const base = [
+            r.metadata.namespace ?? '',
+            r.metadata.name,
+            s.workload ?? s.pod ?? '',
+            s.node,
+            s.ipNetworks.join(','),
+            s.interfaceName,
+          ];
           return wide ? [...base, s.containerID] : base;
         },
       };
@@ -344,7 +448,13 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         header: ['NAME', 'VERSION', 'TYPE', 'READY', 'GUID'],
         row: (r) => {
           const s = (r as Resource<'ClusterInformation'>).spec;
-          return [r.metadata.name, s.netpluginVersion ?? '', s.clusterType ?? '', String(s.datastoreReady ?? false), s.clusterGUID ?? ''];
+          return [
+            r.metadata.name,
+            s.netpluginVersion ?? '',
+            s.clusterType ?? '',
+            String(s.datastoreReady ?? false),
+            s.clusterGUID ?? '',
+          ];
         },
       };
     case 'IPAMConfig':
@@ -352,7 +462,12 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         header: ['NAME', 'STRICTAFFINITY', 'MAXBLOCKSPERHOST', 'AUTOALLOCATEBLOCKS'],
         row: (r) => {
           const s = (r as Resource<'IPAMConfig'>).spec;
-          return [r.metadata.name, String(s.strictAffinity ?? false), String(s.maxBlocksPerHost ?? 0), String(s.autoAllocateBlocks ?? true)];
+          return [
+            r.metadata.name,
+            String(s.strictAffinity ?? false),
+            String(s.maxBlocksPerHost ?? 0),
+            String(s.autoAllocateBlocks ?? true),
+          ];
         },
       };
     case 'BGPPeer':
@@ -361,7 +476,13 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         row: (r) => {
           const s = (r as Resource<'BGPPeer'>).spec;
           const node = s.node ?? (s.nodeSelector !== undefined ? `selector: ${s.nodeSelector}` : '(global)');
-          return [r.metadata.name, s.peerIP ?? '', s.asNumber === undefined ? '' : String(s.asNumber), node, s.peerSelector ?? ''];
+          return [
+            r.metadata.name,
+            s.peerIP ?? '',
+            s.asNumber === undefined ? '' : String(s.asNumber),
+            node,
+            s.peerSelector ?? '',
+          ];
         },
       };
     case 'BGPConfiguration':
@@ -370,7 +491,12 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         row: (r) => {
           const s = (r as Resource<'BGPConfiguration'>).spec;
           const mesh = r.metadata.name === 'default' ? String(s.nodeToNodeMeshEnabled ?? true) : '';
-          return [r.metadata.name, s.asNumber === undefined ? '' : String(s.asNumber), mesh, s.listenPort === undefined ? '' : String(s.listenPort)];
+          return [
+            r.metadata.name,
+            s.asNumber === undefined ? '' : String(s.asNumber),
+            mesh,
+            s.listenPort === undefined ? '' : String(s.listenPort),
+          ];
         },
       };
     case 'NetworkPolicy':
@@ -379,7 +505,12 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         header: [...(kind === 'NetworkPolicy' ? ['NAMESPACE'] : []), 'NAME', 'ORDER', 'SELECTOR'],
         row: (r) => {
           const s = (r as Resource<'NetworkPolicy'>).spec;
-          return [...(kind === 'NetworkPolicy' ? [r.metadata.namespace ?? ''] : []), r.metadata.name, s.order === undefined ? '' : String(s.order), String(s.selector ?? 'all()')];
+          return [
+            ...(kind === 'NetworkPolicy' ? [r.metadata.namespace ?? ''] : []),
+            r.metadata.name,
+            s.order === undefined ? '' : String(s.order),
+            String(s.selector ?? 'all()'),
+          ];
         },
       };
     case 'StagedNetworkPolicy':
@@ -409,11 +540,17 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         },
       };
     default:
-      return { header: wide ? ['NAME', 'AGE', 'LABELS'] : ['NAME', 'AGE'], row: (r) => (wide ? [r.metadata.name, age(r.metadata.creationTimestamp), labels(r)] : [r.metadata.name, age(r.metadata.creationTimestamp)]) };
+      return {
+        header: wide ? ['NAME', 'AGE', 'LABELS'] : ['NAME', 'AGE'],
+        row: (r) =>
+          wide
+            ? [r.metadata.name, age(r.metadata.creationTimestamp), labels(r)]
+            : [r.metadata.name, age(r.metadata.creationTimestamp)],
+      };
   }
 }
 
-export interface FormatOptions {
+interface FormatOptions {
   /** One object asked for by name: printed as itself, not as a List. */
   single?: boolean | undefined;
   allNamespaces?: boolean | undefined;
@@ -425,7 +562,7 @@ export interface FormatOptions {
 }
 
 /** --sort-by: items ordered by the first value PATH yields (numbers numerically, missing ones first). */
-export function sortItems(items: Resource[], sortBy: string | undefined): Resource[] {
+function sortItems(items: Resource[], sortBy: string | undefined): Resource[] {
   if (!sortBy) return items;
   const path = parseJsonPath(relaxedPath(sortBy));
   const keyed = items.map((r) => ({ r, k: path.values(r)[0] }));
@@ -442,14 +579,19 @@ export function sortItems(items: Resource[], sortBy: string | undefined): Resour
 }
 
 /** The header and the rows of a table format (table, wide, custom-columns). */
-export function tableRows(kind: Kind, format: OutputFormat, opts: FormatOptions): { header: string[]; row: (r: Resource) => string[] } {
+function tableRows(
+  kind: Kind,
+  format: OutputFormat,
+  opts: FormatOptions,
+): { header: string[]; row: (r: Resource) => string[] } {
   if (typeof format === 'object' && 'columns' in format) {
     return {
       header: format.columns.map((c) => c.header),
-      row: (r) => format.columns.map((c) => {
-        const v = c.path.values(r);
-        return v.length ? v.map(printValue).join(',') : '<none>';
-      }),
+      row: (r) =>
+        format.columns.map((c) => {
+          const v = c.path.values(r);
+          return v.length ? v.map(printValue).join(',') : '<none>';
+        }),
     };
   }
   const { header, row } = columns(kind, format === 'wide');
@@ -473,7 +615,12 @@ function labelText(r: Resource): string {
   return l.length ? l.join(',') : '<none>';
 }
 
-export async function formatResources(items: Resource[], kind: Kind, format: OutputFormat, opts: FormatOptions = {}): Promise<string> {
+async function formatResources(
+  items: Resource[],
+  kind: Kind,
+  format: OutputFormat,
+  opts: FormatOptions = {},
+): Promise<string> {
   items = sortItems(items, opts.sortBy);
   const obj = opts.single ? items[0] : { apiVersion: 'netplugin.org/v3', kind: `${kind}List`, items };
   if (format === 'name') return items.map((r) => `${lower(kind)}/${r.metadata.name}\n`).join('');
@@ -486,7 +633,13 @@ export async function formatResources(items: Resource[], kind: Kind, format: Out
 }
 
 /** The named resources of one kind; each missing one is reported on stderr and counted. */
-async function getNamed(ds: Datastore, io: CtlIO, kind: Kind, names: string[], ns: string | undefined): Promise<{ items: Resource[]; failed: number }> {
+async function getNamed(
+  ds: Datastore,
+  io: CtlIO,
+  kind: Kind,
+  names: string[],
+  ns: string | undefined,
+): Promise<{ items: Resource[]; failed: number }> {
   const items: Resource[] = [];
   let failed = 0;
   for (const name of names) {
@@ -501,7 +654,7 @@ async function getNamed(ds: Datastore, io: CtlIO, kind: Kind, names: string[], n
   return { items, failed };
 }
 
-export interface GetArgs {
+interface GetArgs {
   kind: string;
   names: string[];
   namespace?: string | undefined;
@@ -519,19 +672,25 @@ export interface GetArgs {
   watchEvents?: boolean | undefined;
 }
 
-export async function cmdGet(ds: Datastore, io: CtlIO, args: GetArgs): Promise<number> {
+async function cmdGet(ds: Datastore, io: CtlIO, args: GetArgs): Promise<number> {
   const info = resolveKind(args.kind);
   const format = outputFormat(args.output);
   if (args.sortBy) sortItems([], args.sortBy);
   const namespaced = NAMESPACED_KINDS.has(info.kind);
-  const opts: FormatOptions = { allNamespaces: args.allNamespaces, noHeaders: args.noHeaders, showLabels: args.showLabels, sortBy: args.sortBy };
+  const opts: FormatOptions = {
+    allNamespaces: args.allNamespaces,
+    noHeaders: args.noHeaders,
+    showLabels: args.showLabels,
+    sortBy: args.sortBy,
+  };
   const watching = Boolean(args.watch || args.watchOnly);
   if (args.names.length) {
     if (args.allNamespaces) throw new CtlError(`-A cannot be combined with a name; give the namespace with -n`);
     const ns = namespaced ? (args.namespace ?? 'default') : undefined;
     if (watching) return watchGet(ds, io, info.kind, format, opts, args, { ns, names: new Set(args.names) });
     const { items, failed } = await getNamed(ds, io, info.kind, args.names, ns);
-    if (items.length) io.stdout(await formatResources(items, info.kind, format, { ...opts, single: args.names.length === 1 }));
+    if (items.length)
+      io.stdout(await formatResources(items, info.kind, format, { ...opts, single: args.names.length === 1 }));
     return failed ? 1 : 0;
   }
   const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
@@ -552,7 +711,10 @@ export async function cmdGet(ds: Datastore, io: CtlIO, args: GetArgs): Promise<n
 /** A list leaves malformed objects out: say so on stderr, naming each and where to look. */
 function warnInvalid(io: CtlIO, invalid: InvalidObject[] | undefined): void {
   for (const o of invalid ?? []) {
-    io.stderr(`warning: ${invalidLabel(o)} is malformed and not shown (${o.reason}); see 'netpluginctl describe ${lower(o.kind)} ${o.name}${o.namespace !== undefined ? ` -n ${o.namespace}` : ''}'\n`);
+    io.stderr(
+      `warning: ${invalidLabel(o)} is malformed and not shown (${o.reason}); see 'netpluginctl describe ` +
+        `${lower(o.kind)} ${o.name}${o.namespace !== undefined ? ` -n ${o.namespace}` : ''}'\n`,
+    );
   }
 }
 
@@ -585,7 +747,12 @@ async function watchGet(
   let headerShown = Boolean(opts.noHeaders);
   const line = (cells: string[]) => {
     cells.forEach((c, i) => (widths[i] = Math.max(widths[i] ?? 0, c.length)));
-    return cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('   ').trimEnd() + '\n';
+    return (
+      cells
+        .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+        .join('   ')
+        .trimEnd() + '\n'
+    );
   };
   const YAML = format === 'yaml' ? await loadYaml() : undefined;
   let docs = 0;
@@ -594,7 +761,7 @@ async function watchGet(
       let out = '';
       const cells = [...(events ? [type] : []), ...row(r)];
       if (!headerShown) {
-        fullHeader.forEach((h, i) => (widths[i] = Math.max(widths[i]!, cells[i]?.length ?? 0)));
+        fullHeader.forEach((_h, i) => (widths[i] = Math.max(widths[i]!, cells[i]?.length ?? 0)));
         out += line(fullHeader);
         headerShown = true;
       }
@@ -610,7 +777,10 @@ async function watchGet(
   const signal = io.signal;
   let first = true;
   for (;;) {
-    const list = await ds.list(kind, { namespace: filter.ns, ...(filter.labelSelector !== undefined ? { labelSelector: filter.labelSelector } : {}) });
+    const list = await ds.list(kind, {
+      namespace: filter.ns,
+      ...(filter.labelSelector !== undefined ? { labelSelector: filter.labelSelector } : {}),
+    });
     if (first && !args.watchOnly) for (const r of sortItems(list.items.filter(wanted), opts.sortBy)) print('ADDED', r);
     first = false;
     const again = await new Promise<boolean>((resolveWatch) => {
@@ -643,13 +813,16 @@ async function labelSelectorArg(sel: string): Promise<string> {
   } catch (e) {
     const translated = fromKubectlSelector(sel);
     if (translated !== undefined) return translated;
-    throw new CtlError(`-l ${JSON.stringify(sel)}: ${(e as Error).message} (kubectl's form works too: key=value,key!=value,key in (a,b),!key)`);
+    throw new CtlError(
+      `-l ${JSON.stringify(sel)}: ${(e as Error).message} (kubectl's form works too: key=value,key!=value,key in ` +
+        `(a,b),!key)`,
+    );
   }
 }
 
 // ---------------------------------------------------------------- commands
 
-export const RESOURCES_HELP: Record<string, string> = {
+const RESOURCES_HELP: Record<string, string> = {
   apply: `Usage: netpluginctl apply -f FILE|DIR|- [--dry-run]
 
 Creates each resource in FILE (or stdin with -), or updates it when it exists. FILE holds
@@ -722,14 +895,17 @@ An IPPool that still has allocated addresses is not deleted unless --force is gi
 `,
 };
 
-const write = (cmd: WriteMode): CtlCommand => async (rest, io, s) => {
-  const p = parseCommand(rest, [{ name: 'filename', short: 'f', type: 'string' }, DRY_RUN], cmd, s);
-  if (bool(p, 'help')) return printHelp(io, RESOURCES_HELP[cmd]!);
-  const file = str(p, 'filename');
-  if (!file) throw new CtlError(`${cmd} needs -f FILE (or -f - for stdin)`);
-  if (p.positional.length) throw new CtlError(`${cmd} takes no arguments besides -f FILE; got ${p.positional.join(' ')}`);
-  return cmdWrite(await s.writable(), io, file, cmd, dryRun(p));
-};
+const write =
+  (cmd: WriteMode): CtlCommand =>
+  async (rest, io, s) => {
+    const p = parseCommand(rest, [{ name: 'filename', short: 'f', type: 'string' }, DRY_RUN], cmd, s);
+    if (bool(p, 'help')) return printHelp(io, RESOURCES_HELP[cmd]!);
+    const file = str(p, 'filename');
+    if (!file) throw new CtlError(`${cmd} needs -f FILE (or -f - for stdin)`);
+    if (p.positional.length)
+      throw new CtlError(`${cmd} takes no arguments besides -f FILE; got ${p.positional.join(' ')}`);
+    return cmdWrite(await s.writable(), io, file, cmd, dryRun(p));
+  };
 
 const runGet: CtlCommand = async (rest, io, s) => {
   const p = parseCommand(
@@ -755,7 +931,8 @@ const runGet: CtlCommand = async (rest, io, s) => {
   if (kind?.includes('/')) {
     const refs = p.positional.map((r) => r.split('/', 2) as [string, string | undefined]);
     const kinds = new Set(refs.map(([k]) => resolveKind(k).kind));
-    if (kinds.size > 1 || refs.some(([, n]) => !n)) throw new CtlError(`get KIND/NAME: give names of one kind, each as KIND/NAME (got ${p.positional.join(' ')})`);
+    if (kinds.size > 1 || refs.some(([, n]) => !n))
+      throw new CtlError(`get KIND/NAME: give names of one kind, each as KIND/NAME (got ${p.positional.join(' ')})`);
     kind = refs[0]![0];
     names = refs.map(([, n]) => n!);
   }
@@ -807,22 +984,36 @@ const runDelete: CtlCommand = async (rest, io, s) => {
 };
 
 /** Where a mirrored or derived object comes from (docs/kube-controllers.md), or undefined for a user's own. */
-export function sourceOf(r: Resource): string | undefined {
+function sourceOf(r: Resource): string | undefined {
   const n = r.metadata.name;
   const ns = r.metadata.namespace;
-  if (r.kind === 'NetworkPolicy' && n.startsWith('knp.default.')) return `Kubernetes NetworkPolicy ${ns ?? 'default'}/${n.slice('knp.default.'.length)} (networking.k8s.io/v1)`;
+  if (r.kind === 'NetworkPolicy' && n.startsWith('knp.default.'))
+    return `Kubernetes NetworkPolicy ${ns ?? 'default'}/${n.slice('knp.default.'.length)} (networking.k8s.io/v1)`;
   if (r.kind === 'Profile' && n.startsWith('kns.')) return `Kubernetes Namespace ${n.slice(4)}`;
   if (r.kind === 'Profile' && n.startsWith('ksa.')) {
     const rest = n.slice(4);
     const dot = rest.indexOf('.');
-    return dot > 0 ? `Kubernetes ServiceAccount ${rest.slice(0, dot)}/${rest.slice(dot + 1)}` : `Kubernetes ServiceAccount ${rest}`;
+    return dot > 0
+      ? `Kubernetes ServiceAccount ${rest.slice(0, dot)}/${rest.slice(dot + 1)}`
+      : `Kubernetes ServiceAccount ${rest}`;
   }
-  if (r.kind === 'HostEndpoint' && n.endsWith('-auto-hep')) return `Kubernetes Node ${n.slice(0, -'-auto-hep'.length)} (automatic host endpoint)`;
+  if (r.kind === 'HostEndpoint' && n.endsWith('-auto-hep'))
+    return `Kubernetes Node ${n.slice(0, -'-auto-hep'.length)} (automatic host endpoint)`;
   if (r.kind === 'WorkloadEndpoint') return 'a pod or container, written by the CNI plugin at ADD';
   return undefined;
 }
 
-export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string; names: string[]; namespace?: string | undefined; allNamespaces?: boolean | undefined; selector?: string | undefined }): Promise<number> {
+async function cmdDescribe(
+  ds: Datastore,
+  io: CtlIO,
+  args: {
+    kind: string;
+    names: string[];
+    namespace?: string | undefined;
+    allNamespaces?: boolean | undefined;
+    selector?: string | undefined;
+  },
+): Promise<number> {
   const info = resolveKind(args.kind);
   const namespaced = NAMESPACED_KINDS.has(info.kind);
   const items: Resource[] = [];
@@ -847,13 +1038,22 @@ export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string
     }
   } else {
     const ns = namespaced && !args.allNamespaces ? (args.namespace ?? 'default') : undefined;
-    const list = await ds.list(info.kind, { namespace: ns, labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector) });
+    const list = await ds.list(info.kind, {
+      namespace: ns,
+      labelSelector: args.selector === undefined ? undefined : await labelSelectorArg(args.selector),
+    });
     items.push(...list.items);
     invalid.push(...(list.invalid ?? []));
-    if (!items.length && !invalid.length) io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
+    if (!items.length && !invalid.length)
+      io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
   }
   const { stringify } = await import('yaml');
-  const kv = (m: Record<string, string> | undefined) => (m && Object.keys(m).length ? Object.entries(m).map(([k, v]) => `${k}=${v}`).join('\n' + ' '.repeat(18)) : '<none>');
+  const kv = (m: Record<string, string> | undefined) =>
+    m && Object.keys(m).length
+      ? Object.entries(m)
+          .map(([k, v]) => `${k}=${v}`)
+          .join('\n' + ' '.repeat(18))
+      : '<none>';
   const blocks = items.map((r) => {
     const m = r.metadata;
     const src = sourceOf(r);
@@ -863,12 +1063,20 @@ export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string
       `Kind:             ${r.kind} (${r.apiVersion})`,
       `Labels:           ${kv(m.labels)}`,
       `Annotations:      ${kv(m.annotations)}`,
-      ...(m.ownerReferences?.length ? [`Owner references: ${m.ownerReferences.map((o) => `${o.kind}/${o.name} (${o.apiVersion}, uid ${o.uid})`).join(', ')}`] : []),
+      ...(m.ownerReferences?.length
+        ? [
+            `Owner references: ` +
+              `${m.ownerReferences.map((o) => `${o.kind}/${o.name} (${o.apiVersion}, uid ${o.uid})`).join(', ')}`,
+          ]
+        : []),
       `Created:          ${m.creationTimestamp ?? '<unknown>'}`,
       `Resource version: ${m.resourceVersion ?? '<none>'}`,
       ...(src ? [`Source:           ${src}; read-only here: change the source instead`] : []),
       'Spec:',
-      ...stringify(r.spec ?? {}).trimEnd().split('\n').map((l) => `  ${l}`),
+      ...stringify(r.spec ?? {})
+        .trimEnd()
+        .split('\n')
+        .map((l) => `  ${l}`),
     ];
     return lines.join('\n');
   });
@@ -878,12 +1086,16 @@ export async function cmdDescribe(ds: Datastore, io: CtlIO, args: { kind: string
         `Name:             ${o.name}`,
         ...(namespaced ? [`Namespace:        ${o.namespace ?? 'default'}`] : []),
         `Kind:             ${o.kind}`,
-        `Status:           MALFORMED: skipped by every list and watch (agents, controllers) until it is fixed or deleted`,
+        `Status:           MALFORMED: skipped by every list and watch (agents, controllers) until it is fixed or ` +
+          `deleted`,
         `Reason:           ${o.reason}`,
         `Stored at:        ${o.where}`,
         `Resource version: ${o.revision ?? '<none>'}`,
         'As stored:',
-        ...(typeof o.raw === 'string' ? o.raw : stringify(o.raw ?? null)).trimEnd().split('\n').map((l) => `  ${l}`),
+        ...(typeof o.raw === 'string' ? o.raw : stringify(o.raw ?? null))
+          .trimEnd()
+          .split('\n')
+          .map((l) => `  ${l}`),
       ].join('\n'),
     );
   }
@@ -911,12 +1123,26 @@ const runDescribe: CtlCommand = async (rest, io, s) => {
   }
   if (!kind) throw new CtlError(`describe needs a kind, e.g. 'netpluginctl describe profile kns.default'`);
   resolveKind(kind);
-  if (bool(p, 'all-namespaces') && names.length) throw new CtlError(`-A cannot be combined with a name; give the namespace with -n`);
-  return cmdDescribe(await s.datastore(), io, { kind, names, namespace: str(p, 'namespace'), allNamespaces: bool(p, 'all-namespaces'), selector: str(p, 'selector') });
+  if (bool(p, 'all-namespaces') && names.length)
+    throw new CtlError(`-A cannot be combined with a name; give the namespace with -n`);
+  return cmdDescribe(await s.datastore(), io, {
+    kind,
+    names,
+    namespace: str(p, 'namespace'),
+    allNamespaces: bool(p, 'all-namespaces'),
+    selector: str(p, 'selector'),
+  });
 };
 
 /** apply, create, replace, get, describe, delete. */
 export const resourcesGroup: CtlGroup = {
-  commands: { apply: write('apply'), create: write('create'), replace: write('replace'), get: runGet, describe: runDescribe, delete: runDelete },
+  commands: {
+    apply: write('apply'),
+    create: write('create'),
+    replace: write('replace'),
+    get: runGet,
+    describe: runDescribe,
+    delete: runDelete,
+  },
   help: RESOURCES_HELP,
 };

@@ -32,7 +32,10 @@ A cluster's proxy-url in the kubeconfig is used, else HTTPS_PROXY / HTTP_PROXY w
 Logs and errors: --log-format json prints every error and warning as a JSON line on stderr.`;
 
 /** Datastore settings from --config (netconf or conflist) or the environment; undefined when none is configured. */
-export function datastoreConfig(configFile: string | undefined, io: CtlIO): (DatastoreConfig & { context?: string }) | undefined {
+export function datastoreConfig(
+  configFile: string | undefined,
+  io: CtlIO,
+): (DatastoreConfig & { context?: string }) | undefined {
   const env = io.env;
   if (configFile) {
     let raw: unknown;
@@ -49,9 +52,13 @@ export function datastoreConfig(configFile: string | undefined, io: CtlIO): (Dat
       if (!entry) throw new CtlError(`--config ${configFile}: the conflist has no entry with "type": "netplugin"`);
       conf = entry;
     }
-    if (!conf || typeof conf !== 'object') throw new CtlError(`--config ${configFile}: expected a JSON object (netconf or conflist)`);
+    if (!conf || typeof conf !== 'object')
+      throw new CtlError(`--config ${configFile}: expected a JSON object (netconf or conflist)`);
     const { datastore_type: t = 'etcdv3', ...settings } = datastoreSettingsOf(conf);
-    if (t !== 'etcdv3' && t !== 'kubernetes') throw new CtlError(`--config ${configFile}: datastore_type ${JSON.stringify(t)} is not supported; use "etcdv3" or "kubernetes"`);
+    if (t !== 'etcdv3' && t !== 'kubernetes')
+      throw new CtlError(
+        `--config ${configFile}: datastore_type ${JSON.stringify(t)} is not supported; use "etcdv3" or "kubernetes"`,
+      );
     return { datastore_type: t, ...settings };
   }
   if (!datastoreEnvGiven(env)) return undefined;
@@ -100,7 +107,10 @@ export class Session implements CtlSession {
     if (this.ds) return this.ds;
     const conf = this.config();
     if (!conf) {
-      throw new CtlError('no datastore configured: pass --config /etc/cni/net.d/10-netplugin.conflist, or set ETCD_ENDPOINTS (etcd) or DATASTORE_TYPE=kubernetes with KUBECONFIG');
+      throw new CtlError(
+        'no datastore configured: pass --config /etc/cni/net.d/10-netplugin.conflist, or set ETCD_ENDPOINTS (etcd) ' +
+          'or DATASTORE_TYPE=kubernetes with KUBECONFIG',
+      );
     }
     conf.timeoutMs ??= 10_000;
     this.ds = await (this.io.openDatastore ?? defaultOpen)(conf);
@@ -127,4 +137,3 @@ export class Session implements CtlSession {
     if (ds) await ds.close().catch(() => undefined);
   }
 }
-

@@ -7,7 +7,7 @@
 // policy and record the new cluster version. Walkthrough: docs/upgrade.md.
 import { DatastoreError } from '../errors.js';
 import { API_VERSION, NAMESPACED_KINDS, type Resource } from '../model/resources.js';
-import { type Datastore } from '../datastore/types.js';
+import type { Datastore } from '../datastore/types.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
 import { isKind } from '../datastore/keys.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';
@@ -100,10 +100,14 @@ interface ApiResource {
 async function discover(client: KubeClient): Promise<Array<{ groupVersion: string; r: ApiResource }>> {
   const out: Array<{ groupVersion: string; r: ApiResource }> = [];
   const add = (gv: string, list: { resources?: ApiResource[] }) => {
-    for (const r of list.resources ?? []) if (!r.name.includes('/') && (r.verbs ?? ['list']).includes('list')) out.push({ groupVersion: gv, r });
+    for (const r of list.resources ?? [])
+      if (!r.name.includes('/') && (r.verbs ?? ['list']).includes('list')) out.push({ groupVersion: gv, r });
   };
   add('v1', await client.request<{ resources?: ApiResource[] }>('GET', '/api/v1'));
-  const groups = await client.request<{ groups?: Array<{ preferredVersion?: { groupVersion: string } }> }>('GET', '/apis');
+  const groups = await client.request<{ groups?: Array<{ preferredVersion?: { groupVersion: string } }> }>(
+    'GET',
+    '/apis',
+  );
   for (const g of groups.groups ?? []) {
     const gv = g.preferredVersion?.groupVersion;
     if (!gv) continue;
@@ -125,7 +129,10 @@ function objectPath(gv: string, plural: string, ns: string | undefined, name: st
   return `${base}${ns ? `/namespaces/${encodeURIComponent(ns)}` : ''}/${plural}/${encodeURIComponent(name)}`;
 }
 
-/** Finds every object with an owner reference to a netplugin.org/v3 object; `skipped` names kinds that could not be listed. */
+/**
+ * Finds every object with an owner reference to a netplugin.org/v3 object; `skipped` names kinds that could not be
+ * listed.
+ */
 export async function findOwnedObjects(client: KubeClient): Promise<{ objects: OwnedObject[]; skipped: string[] }> {
   const objects: OwnedObject[] = [];
   const skipped: string[] = [];
@@ -134,7 +141,9 @@ export async function findOwnedObjects(client: KubeClient): Promise<{ objects: O
     do {
       let list: { items?: KubeObject[]; metadata?: { continue?: string } };
       try {
-        list = await client.request('GET', collectionPath(groupVersion, r.name), undefined, { query: { limit: '500', continue: cont } });
+        list = await client.request('GET', collectionPath(groupVersion, r.name), undefined, {
+          query: { limit: '500', continue: cont },
+        });
       } catch (e) {
         if (e instanceof DatastoreError && e.kind !== 'Unavailable') {
           skipped.push(`${r.name}.${groupVersion} (${e.kind})`);
@@ -169,13 +178,25 @@ function refText(r: OwnerRef): string {
   return `${r.kind}/${r.name} (uid ${r.uid})`;
 }
 
-/** Replaces an object's ownerReferences, guarded by a JSON patch test of the current list (a concurrent change fails as a conflict). */
-async function setOwnerRefs(client: KubeClient, path: string, current: OwnerRef[] | undefined, next: OwnerRef[]): Promise<void> {
+/**
+ * Replaces an object's ownerReferences, guarded by a JSON patch test of the current list (a concurrent change fails as
+ * a conflict).
+ */
+async function setOwnerRefs(
+  client: KubeClient,
+  path: string,
+  current: OwnerRef[] | undefined,
+  next: OwnerRef[],
+): Promise<void> {
   const ops: unknown[] = [];
   if (current === undefined) ops.push({ op: 'add', path: '/metadata/ownerReferences', value: next });
   else {
     ops.push({ op: 'test', path: '/metadata/ownerReferences', value: current });
-    ops.push(next.length ? { op: 'replace', path: '/metadata/ownerReferences', value: next } : { op: 'remove', path: '/metadata/ownerReferences' });
+    ops.push(
+      next.length
+        ? { op: 'replace', path: '/metadata/ownerReferences', value: next }
+        : { op: 'remove', path: '/metadata/ownerReferences' },
+    );
   }
   await client.request('PATCH', path, ops, { contentType: 'application/json-patch+json' });
 }
@@ -191,7 +212,16 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
   const sub = args[0];
   const topic = 'upgrade owner-refs';
   if (!sub || sub === '--help' || sub === '-h') return (io.stdout(UPGRADE_HELP[topic]!), 0);
-  const p = parseCommand(args.slice(1), [{ name: 'output', short: 'o', type: 'string' }, { name: 'filename', short: 'f', type: 'string' }, { name: 'dry-run', type: 'bool' }], `${topic} ${sub}`, s);
+  const p = parseCommand(
+    args.slice(1),
+    [
+      { name: 'output', short: 'o', type: 'string' },
+      { name: 'filename', short: 'f', type: 'string' },
+      { name: 'dry-run', type: 'bool' },
+    ],
+    `${topic} ${sub}`,
+    s,
+  );
   if (bool(p, 'help')) return (io.stdout(UPGRADE_HELP[topic]!), 0);
   const dry = bool(p, 'dry-run') ?? false;
   if (sub === 'save') {
@@ -200,7 +230,12 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
     const client = await s.kube();
     const { objects, skipped } = await findOwnedObjects(client);
     const ds = s.config() ? await s.datastore().catch(() => undefined) : undefined;
-    const saved: SavedOwnerRefs = { kind: 'NetpluginOwnerReferences', savedAt: new Date().toISOString(), ...(ds ? { clusterVersion: await clusterVersion(ds).catch(() => undefined) } : {}), objects };
+    const saved: SavedOwnerRefs = {
+      kind: 'NetpluginOwnerReferences',
+      savedAt: new Date().toISOString(),
+      ...(ds ? { clusterVersion: await clusterVersion(ds).catch(() => undefined) } : {}),
+      objects,
+    };
     writeFileAtomic(resolvePath(io, out), JSON.stringify(saved, null, 2) + '\n', 0o600);
     for (const o of objects) io.stdout(`${objText(o)}: ${o.ownerReferences.map(refText).join(', ')}\n`);
     for (const k of skipped) io.stderr(`warning: could not list ${k}; objects of that kind are not recorded\n`);
@@ -215,18 +250,29 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
       if (!dry) {
         const cur = await client.request<KubeObject>('GET', o.path);
         const refs = (cur.metadata.ownerReferences as OwnerRef[] | undefined) ?? [];
-        await setOwnerRefs(client, o.path, refs, refs.filter((r) => !isOurs(r)));
+        await setOwnerRefs(
+          client,
+          o.path,
+          refs,
+          refs.filter((r) => !isOurs(r)),
+        );
       }
       io.stdout(`${objText(o)}: ${dry ? 'would strip' : 'stripped'} ${o.ownerReferences.map(refText).join(', ')}\n`);
     }
-    io.stdout(objects.length ? `${objects.length} object(s) ${dry ? 'would be changed (dry run)' : 'changed'}; restore after the upgrade with 'netpluginctl upgrade owner-refs restore -f FILE'\n` : `no owner references to ${API_VERSION} objects\n`);
+    io.stdout(
+      objects.length
+        ? `${objects.length} object(s) ${dry ? 'would be changed (dry run)' : 'changed'}; restore after the upgrade ` +
+            `with 'netpluginctl upgrade owner-refs restore -f FILE'\n`
+        : `no owner references to ${API_VERSION} objects\n`,
+    );
     return 0;
   }
   if (sub === 'restore') {
     const file = str(p, 'filename');
     if (!file) throw new CtlError('upgrade owner-refs restore needs -f FILE (written by upgrade owner-refs save)');
     const saved = readJsonFile(io, file, '-f') as SavedOwnerRefs;
-    if (saved?.kind !== 'NetpluginOwnerReferences' || !Array.isArray(saved.objects)) throw new CtlError(`-f ${file} is not a file written by 'netpluginctl upgrade owner-refs save'`);
+    if (saved?.kind !== 'NetpluginOwnerReferences' || !Array.isArray(saved.objects))
+      throw new CtlError(`-f ${file} is not a file written by 'netpluginctl upgrade owner-refs save'`);
     const client = await s.kube();
     const ds = await s.datastore();
     let missing = 0;
@@ -246,10 +292,15 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
       const before = JSON.stringify(refs);
       for (const ref of o.ownerReferences) {
         const kind = ref.kind;
-        const owner = isKind(kind) ? await getIfExists(ds, kind, ref.name, NAMESPACED_KINDS.has(kind) ? o.namespace : undefined) : undefined;
+        const owner = isKind(kind)
+          ? await getIfExists(ds, kind, ref.name, NAMESPACED_KINDS.has(kind) ? o.namespace : undefined)
+          : undefined;
         if (!owner?.metadata.uid) {
           missing++;
-          io.stderr(`${objText(o)}: owner ${kind}/${ref.name} no longer exists; its reference is not restored (recreate the owner, then run restore again)\n`);
+          io.stderr(
+            `${objText(o)}: owner ${kind}/${ref.name} no longer exists; its reference is not restored (recreate the ` +
+              `owner, then run restore again)\n`,
+          );
           continue;
         }
         const next: OwnerRef = { ...ref, uid: owner.metadata.uid };
@@ -263,9 +314,14 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
       }
       changed++;
       if (!dry) await setOwnerRefs(client, o.path, cur.metadata.ownerReferences as OwnerRef[] | undefined, refs);
-      io.stdout(`${objText(o)}: ${dry ? 'would restore' : 'restored'} ${refs.filter(isOurs).map(refText).join(', ')}\n`);
+      io.stdout(
+        `${objText(o)}: ${dry ? 'would restore' : 'restored'} ${refs.filter(isOurs).map(refText).join(', ')}\n`,
+      );
     }
-    io.stdout(`${changed} object(s) ${dry ? 'would be changed (dry run)' : 'changed'}${missing ? `; ${missing} owner(s) not found` : ''}\n`);
+    io.stdout(
+      `${changed} object(s) ` +
+        `${dry ? 'would be changed (dry run)' : 'changed'}${missing ? `; ${missing} owner(s) not found` : ''}\n`,
+    );
     return missing ? 1 : 0;
   }
   throw new CtlError(`unknown upgrade owner-refs command ${JSON.stringify(sub)}; use save, strip or restore`);
@@ -290,10 +346,17 @@ async function installationPresent(client: KubeClient): Promise<boolean> {
 }
 
 export function allInterfaceHostEndpoints(heps: Array<Resource<'HostEndpoint'>>): Array<Resource<'HostEndpoint'>> {
-  return heps.filter((h) => h.spec.interfaceName === '*' && !h.metadata.labels?.[CREATED_BY_LABEL] && !h.metadata.name.endsWith(AUTO_HEP_SUFFIX));
+  return heps.filter(
+    (h) =>
+      h.spec.interfaceName === '*' &&
+      !h.metadata.labels?.[CREATED_BY_LABEL] &&
+      !h.metadata.name.endsWith(AUTO_HEP_SUFFIX),
+  );
 }
 
-async function allowAllUpgrade(ds: Datastore): Promise<Array<Resource<'GlobalNetworkPolicy'> | Resource<'NetworkPolicy'>>> {
+async function allowAllUpgrade(
+  ds: Datastore,
+): Promise<Array<Resource<'GlobalNetworkPolicy'> | Resource<'NetworkPolicy'>>> {
   const out: Array<Resource<'GlobalNetworkPolicy'> | Resource<'NetworkPolicy'>> = [];
   const g = await getIfExists(ds, 'GlobalNetworkPolicy', ALLOW_ALL_UPGRADE);
   if (g) out.push(g);
@@ -302,7 +365,15 @@ async function allowAllUpgrade(ds: Datastore): Promise<Array<Resource<'GlobalNet
 }
 
 async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
-  const p = parseCommand(args, [{ name: 'to', type: 'string' }, { name: 'output', short: 'o', type: 'string' }], 'upgrade check', s);
+  const p = parseCommand(
+    args,
+    [
+      { name: 'to', type: 'string' },
+      { name: 'output', short: 'o', type: 'string' },
+    ],
+    'upgrade check',
+    s,
+  );
   if (bool(p, 'help')) return (io.stdout(UPGRADE_HELP['upgrade check']!), 0);
   const findings: Finding[] = [];
   const add = (procedure: string, item: string, blocking = false) => findings.push({ procedure, item, blocking });
@@ -310,23 +381,52 @@ async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<numbe
   const target = parseVersion(to.replace(/\.x$/, '.0'));
   const mine = parseVersion(NETPLUGIN_VERSION)!;
   if (!target) throw new CtlError(`--to ${JSON.stringify(to)} is not a version; use e.g. v3.32.x`);
-  if (target[0] !== mine[0] || target[1] !== mine[1]) add('general', `this netpluginctl (${NETPLUGIN_VERSION}) upgrades to v${mine[0]}.${mine[1]}.x, not ${to}: use the netpluginctl of the target release`, true);
+  if (target[0] !== mine[0] || target[1] !== mine[1])
+    add(
+      'general',
+      `this netpluginctl (${NETPLUGIN_VERSION}) upgrades to v${mine[0]}.${mine[1]}.x, not ${to}: use the ` +
+        `netpluginctl of the target release`,
+      true,
+    );
 
   const ds = await s.datastore();
   const conf = s.config()!;
   const cluster = await clusterVersion(ds);
   const upgradePending = !cluster || (compareVersions(cluster, NETPLUGIN_VERSION) ?? -1) < 0;
-  if (!cluster) add('general', 'cluster version: unknown (no ClusterInformation; run netpluginctl datastore init after installing)');
+  if (!cluster)
+    add(
+      'general',
+      'cluster version: unknown (no ClusterInformation; run netpluginctl datastore init after installing)',
+    );
   else {
-    add('general', `cluster version ${cluster}, client ${NETPLUGIN_VERSION}${upgradePending ? '' : ' (already upgraded)'}`);
+    add(
+      'general',
+      `cluster version ${cluster}, client ${NETPLUGIN_VERSION}${upgradePending ? '' : ' (already upgraded)'}`,
+    );
     const c = compareVersions(NETPLUGIN_VERSION, cluster);
-    if (c !== undefined && c < 0) add('general', `this client (${NETPLUGIN_VERSION}) is older than the cluster (${cluster}): install netpluginctl ${cluster}`, true);
-    if ((compareVersions(cluster, OLDEST_UPGRADABLE) ?? 0) < 0) add('general', `the cluster runs ${cluster}; the procedures upgrade from v3.15 or later: upgrade to an intermediate release first`, true);
+    if (c !== undefined && c < 0)
+      add(
+        'general',
+        `this client (${NETPLUGIN_VERSION}) is older than the cluster (${cluster}): install netpluginctl ${cluster}`,
+        true,
+      );
+    if ((compareVersions(cluster, OLDEST_UPGRADABLE) ?? 0) < 0)
+      add(
+        'general',
+        `the cluster runs ${cluster}; the procedures upgrade from v3.15 or later: upgrade to an intermediate release ` +
+          `first`,
+        true,
+      );
   }
 
   // docs/upgrade.md.
   const deprecated = (['etcd_authority', 'etcd_scheme'] as const).filter((k) => conf[k] !== undefined);
-  if (deprecated.length) add('general', `the configuration uses deprecated option(s) ${deprecated.join(', ')}: replace them with etcd_endpoints (e.g. "https://10.0.0.1:2379")`);
+  if (deprecated.length)
+    add(
+      'general',
+      `the configuration uses deprecated option(s) ${deprecated.join(', ')}: replace them with etcd_endpoints (e.g. ` +
+        `"https://10.0.0.1:2379")`,
+    );
 
   let client: KubeClient | undefined;
   if (conf.datastore_type === 'kubernetes' || conf.kubernetes) {
@@ -337,24 +437,51 @@ async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<numbe
     }
   }
   if (conf.datastore_type === 'etcdv3') {
-    add('manifest install with the etcd datastore', 'datastore: etcd. Apply the v3.32 etcd manifest with server-side apply (kubectl apply --server-side --force-conflicts); node pods then show 1/2 ready, which is expected');
-    add('manifest install with the etcd datastore', "recommended: move to the Kubernetes datastore (netpluginctl datastore migrate lock|export|import|unlock; docs/upgrade.md)");
+    add(
+      'manifest install with the etcd datastore',
+      'datastore: etcd. Apply the v3.32 etcd manifest with server-side apply (kubectl apply --server-side ' +
+        '--force-conflicts); node pods then show 1/2 ready, which is expected',
+    );
+    add(
+      'manifest install with the etcd datastore',
+      'recommended: move to the Kubernetes datastore (netpluginctl datastore migrate lock|export|import|unlock; ' +
+        'docs/upgrade.md)',
+    );
   } else if (client && (await installationPresent(client))) {
-    add('operator install', 'Installation "default" found: apply the v3.32 CRD and operator manifests with server-side apply (kubectl apply --server-side --force-conflicts), or for a chart install apply the CRDs that way and upgrade the chart');
-    add('operator install', 'optional (3.30+): apply the FlowLogAggregator and FlowUI resources, each named default, for the flow logs API and flow UI');
+    add(
+      'operator install',
+      'Installation "default" found: apply the v3.32 CRD and operator manifests with server-side apply (kubectl ' +
+        'apply --server-side --force-conflicts), or for a chart install apply the CRDs that way and upgrade the ' +
+        'chart',
+    );
+    add(
+      'operator install',
+      'optional (3.30+): apply the FlowLogAggregator and FlowUI resources, each named default, for the flow logs API ' +
+        'and flow UI',
+    );
   } else {
-    add('manifest install with the Kubernetes datastore', 'datastore: Kubernetes API. Apply the v3.32 manifest matching the original install with server-side apply; node pods then show 2/2 ready');
+    add(
+      'manifest install with the Kubernetes datastore',
+      'datastore: Kubernetes API. Apply the v3.32 manifest matching the original install with server-side apply; ' +
+        'node pods then show 2/2 ready',
+    );
   }
 
   if (client) {
     const { objects, skipped } = await findOwnedObjects(client);
     if (objects.length) {
-      const list = objects.map((o) => `${objText(o)} -> ${o.ownerReferences.map((r) => `${r.kind}/${r.name}`).join(', ')}`).join('; ');
+      const list = objects
+        .map((o) => `${objText(o)} -> ${o.ownerReferences.map((r) => `${r.kind}/${r.name}`).join(', ')}`)
+        .join('; ');
       add(
         'owner references',
         upgradePending
-          ? `${objects.length} object(s) have owner references to ${API_VERSION} objects, whose UIDs change in the upgrade (they would be garbage-collected): ${list}. Run 'netpluginctl upgrade owner-refs save -o FILE' and 'strip' before, 'restore -f FILE' after`
-          : `${objects.length} object(s) have owner references to ${API_VERSION} objects (${list}); check they carry the owners' current UIDs ('upgrade owner-refs restore -f FILE')`,
+          ? `${objects.length} object(s) have owner references to ${API_VERSION} objects, whose UIDs change in the ` +
+              `upgrade (they would be garbage-collected): ${list}. Run 'netpluginctl upgrade owner-refs save -o ` +
+              `FILE' ` +
+              `and 'strip' before, 'restore -f FILE' after`
+          : `${objects.length} object(s) have owner references to ${API_VERSION} objects (${list}); check they carry ` +
+              `the owners' current UIDs ('upgrade owner-refs restore -f FILE')`,
         upgradePending,
       );
     } else add('owner references', `no owner references to ${API_VERSION} objects: nothing to do`);
@@ -362,13 +489,41 @@ async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<numbe
   }
 
   const allow = await allowAllUpgrade(ds);
-  for (const a of allow) add('temporary policy', `leftover ${a.kind} ${a.metadata.namespace ? `${a.metadata.namespace}/` : ''}${ALLOW_ALL_UPGRADE}: review its traffic, add the policies you need, then 'netpluginctl upgrade finish'`);
+  for (const a of allow)
+    add(
+      'temporary policy',
+      `leftover ${a.kind} ${a.metadata.namespace ? `${a.metadata.namespace}/` : ''}${ALLOW_ALL_UPGRADE}: review its ` +
+        `traffic, add the policies you need, then 'netpluginctl upgrade finish'`,
+    );
   const heps = allInterfaceHostEndpoints((await ds.list('HostEndpoint')).items);
-  if (heps.length) add('automatic host endpoints', `${heps.length} all-interfaces host endpoint(s) the automatic ones would replace: ${heps.map((h) => `${h.metadata.name} (node ${h.spec.node})`).join(', ')}; run 'netpluginctl upgrade auto-hep --dry-run'`);
-  add('application layer policy sidecar', 'if application layer policy is enabled: apply the injector configuration map for your service mesh version, then roll each service deployment');
+  if (heps.length)
+    add(
+      'automatic host endpoints',
+      `${heps.length} all-interfaces host endpoint(s) the automatic ones would replace: ` +
+        `${heps.map((h) => `${h.metadata.name} (node ${h.spec.node})`).join(', ')}; run 'netpluginctl upgrade ` +
+        `auto-hep --dry-run'`,
+    );
+  add(
+    'application layer policy sidecar',
+    'if application layer policy is enabled: apply the injector configuration map for your service mesh version, ' +
+      'then roll each service deployment',
+  );
 
   const blocked = findings.some((f) => f.blocking);
-  if (str(p, 'output') === 'json') io.stdout(JSON.stringify({ clientVersion: NETPLUGIN_VERSION, clusterVersion: cluster ?? null, datastoreType: conf.datastore_type, blocked, findings }, null, 2) + '\n');
+  if (str(p, 'output') === 'json')
+    io.stdout(
+      JSON.stringify(
+        {
+          clientVersion: NETPLUGIN_VERSION,
+          clusterVersion: cluster ?? null,
+          datastoreType: conf.datastore_type,
+          blocked,
+          findings,
+        },
+        null,
+        2,
+      ) + '\n',
+    );
   else {
     let last = '';
     for (const f of findings) {
@@ -396,7 +551,15 @@ async function confirm(io: CtlIO, question: string): Promise<boolean> {
 }
 
 async function cmdFinish(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
-  const p = parseCommand(args, [{ name: 'dry-run', type: 'bool' }, { name: 'yes', short: 'y', type: 'bool' }], 'upgrade finish', s);
+  const p = parseCommand(
+    args,
+    [
+      { name: 'dry-run', type: 'bool' },
+      { name: 'yes', short: 'y', type: 'bool' },
+    ],
+    'upgrade finish',
+    s,
+  );
   if (bool(p, 'help')) return (io.stdout(UPGRADE_HELP['upgrade finish']!), 0);
   const dry = bool(p, 'dry-run') ?? false;
   const ds = dry ? await s.datastore() : await s.writable();
@@ -405,24 +568,45 @@ async function cmdFinish(args: string[], io: CtlIO, s: CtlSession): Promise<numb
     const { parseSelector } = await import('../selector/index.js');
     const heps = (await ds.list('HostEndpoint')).items;
     for (const a of allow) {
-      const where = `${a.kind.toLowerCase()}/${a.metadata.namespace ? `${a.metadata.namespace}/` : ''}${ALLOW_ALL_UPGRADE}`;
+      const where =
+        `${a.kind.toLowerCase()}/${a.metadata.namespace ? `${a.metadata.namespace}/` : ''}` + `${ALLOW_ALL_UPGRADE}`;
       const selector = (a.spec.selector as string | undefined) ?? 'all()';
       let matched: string[] = [];
       try {
         const sel = parseSelector(selector);
-        matched = heps.filter((h) => sel.matches(h.metadata.labels ?? {})).map((h) => `${h.metadata.name} (node ${h.spec.node})`);
+        matched = heps
+          .filter((h) => sel.matches(h.metadata.labels ?? {}))
+          .map((h) => `${h.metadata.name} (node ${h.spec.node})`);
       } catch {
         matched = [`(selector ${JSON.stringify(selector)} could not be evaluated)`];
       }
-      io.stdout(`${where}: selector ${selector}; host endpoints it lets all traffic through: ${matched.length ? matched.join(', ') : 'none'}\n`);
+      io.stdout(
+        `${where}: selector ${selector}; host endpoints it lets all traffic through: ` +
+          `${matched.length ? matched.join(', ') : 'none'}\n`,
+      );
     }
-    if (!dry && !bool(p, 'yes') && !(await confirm(io, `delete ${allow.length} ${ALLOW_ALL_UPGRADE} polic${allow.length === 1 ? 'y' : 'ies'}? Traffic it allowed is then subject to your policies.`))) {
+    if (
+      !dry &&
+      !bool(p, 'yes') &&
+      !(await confirm(
+        io,
+        `delete ${allow.length} ${ALLOW_ALL_UPGRADE} polic${allow.length === 1 ? 'y' : 'ies'}? Traffic it allowed is ` +
+          `then subject to your policies.`,
+      ))
+    ) {
       io.stdout('nothing changed\n');
       return 1;
     }
     for (const a of allow) {
-      if (!dry) await ds.delete(a.kind, a.metadata.name, { namespace: a.metadata.namespace, revision: a.metadata.resourceVersion });
-      io.stdout(`${a.kind.toLowerCase()}/${a.metadata.namespace ? `${a.metadata.namespace}/` : ''}${ALLOW_ALL_UPGRADE} ${dry ? 'would be deleted' : 'deleted'}\n`);
+      if (!dry)
+        await ds.delete(a.kind, a.metadata.name, {
+          namespace: a.metadata.namespace,
+          revision: a.metadata.resourceVersion,
+        });
+      io.stdout(
+        `${a.kind.toLowerCase()}/${a.metadata.namespace ? `${a.metadata.namespace}/` : ''}${ALLOW_ALL_UPGRADE} ` +
+          `${dry ? 'would be deleted' : 'deleted'}\n`,
+      );
     }
   } else io.stdout(`no ${ALLOW_ALL_UPGRADE} policy\n`);
   const cur = await clusterVersion(ds);
@@ -438,17 +622,29 @@ async function cmdFinish(args: string[], io: CtlIO, s: CtlSession): Promise<numb
 // ---- migration to automatic host endpoints ----
 
 async function cmdAutoHep(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
-  const p = parseCommand(args, [{ name: 'dry-run', type: 'bool' }, { name: 'timeout', type: 'string' }], 'upgrade auto-hep', s);
+  const p = parseCommand(
+    args,
+    [
+      { name: 'dry-run', type: 'bool' },
+      { name: 'timeout', type: 'string' },
+    ],
+    'upgrade auto-hep',
+    s,
+  );
   if (bool(p, 'help')) return (io.stdout(UPGRADE_HELP['upgrade auto-hep']!), 0);
   const dry = bool(p, 'dry-run') ?? false;
   const timeoutText = str(p, 'timeout') ?? '60';
   const timeout = Number(timeoutText.replace(/s$/, ''));
-  if (!Number.isFinite(timeout) || timeout <= 0) throw new CtlError(`--timeout ${JSON.stringify(timeoutText)} is not a positive number of seconds`);
+  if (!Number.isFinite(timeout) || timeout <= 0)
+    throw new CtlError(`--timeout ${JSON.stringify(timeoutText)} is not a positive number of seconds`);
   const ds = dry ? await s.datastore() : await s.writable();
   const all = (await ds.list('HostEndpoint')).items;
   const old = allInterfaceHostEndpoints(all);
-  for (const h of all) if (!old.includes(h) && h.spec.interfaceName === '*') io.stdout(`hostendpoint/${h.metadata.name}: managed (kept)\n`);
-  // Labels go onto the Kubernetes Node when the API is reachable (the controller reads them there), else onto netplugin's Node.
+  for (const h of all)
+    if (!old.includes(h) && h.spec.interfaceName === '*')
+      io.stdout(`hostendpoint/${h.metadata.name}: managed (kept)\n`);
+  // Labels go onto the Kubernetes Node when the API is reachable (the controller reads them there), else onto
+  // netplugin's Node.
   const conf = s.config()!;
   const client = conf.datastore_type === 'kubernetes' || conf.kubernetes ? await s.kube() : undefined;
   const nodeLabels = async (node: string): Promise<Record<string, string> | undefined> => {
@@ -473,18 +669,32 @@ async function cmdAutoHep(args: string[], io: CtlIO, s: CtlSession): Promise<num
     const add: Record<string, string> = {};
     for (const [k, v] of Object.entries(hep.metadata.labels ?? {})) {
       if (have[k] === undefined) add[k] = v;
-      else if (have[k] !== v) problems.push(`hostendpoint/${hep.metadata.name}: label ${k}=${v} conflicts with ${k}=${have[k]} on node ${hep.spec.node}; make them agree first`);
+      else if (have[k] !== v)
+        problems.push(
+          `hostendpoint/${hep.metadata.name}: label ${k}=${v} conflicts with ${k}=${have[k]} on node ` +
+            `${hep.spec.node}; make them agree first`,
+        );
     }
     plan.push({ hep, add });
   }
   if (problems.length) throw new CtlError(`auto-hep: nothing changed: ${problems.join('; ')}`);
   if (!old.length) io.stdout('no all-interfaces host endpoints to migrate\n');
   for (const { hep, add } of plan) {
-    const text = Object.entries(add).map(([k, v]) => `${k}=${v}`).join(', ');
-    if (!Object.keys(add).length) io.stdout(`node/${hep.spec.node}: already has the labels of hostendpoint/${hep.metadata.name}\n`);
-    else if (dry) io.stdout(`node/${hep.spec.node}: would add labels ${text} (from hostendpoint/${hep.metadata.name})\n`);
+    const text = Object.entries(add)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(', ');
+    if (!Object.keys(add).length)
+      io.stdout(`node/${hep.spec.node}: already has the labels of hostendpoint/${hep.metadata.name}\n`);
+    else if (dry)
+      io.stdout(`node/${hep.spec.node}: would add labels ${text} (from hostendpoint/${hep.metadata.name})\n`);
     else {
-      if (client) await client.request('PATCH', `/api/v1/nodes/${encodeURIComponent(hep.spec.node)}`, { metadata: { labels: add } }, { contentType: 'application/merge-patch+json' });
+      if (client)
+        await client.request(
+          'PATCH',
+          `/api/v1/nodes/${encodeURIComponent(hep.spec.node)}`,
+          { metadata: { labels: add } },
+          { contentType: 'application/merge-patch+json' },
+        );
       else {
         const n = await ds.get('Node', hep.spec.node);
         await ds.update({ ...n, metadata: { ...n.metadata, labels: { ...n.metadata.labels, ...add } } });
@@ -497,22 +707,29 @@ async function cmdAutoHep(args: string[], io: CtlIO, s: CtlSession): Promise<num
   const kcc = await getIfExists(ds, 'KubeControllersConfiguration', 'default');
   const enabled = kcc?.spec.controllers?.node?.hostEndpoint?.autoCreate === 'Enabled';
   if (enabled) io.stdout('kubecontrollersconfiguration/default: autoCreate already Enabled\n');
-  else if (dry) io.stdout('kubecontrollersconfiguration/default: would set spec.controllers.node.hostEndpoint.autoCreate Enabled\n');
+  else if (dry)
+    io.stdout(
+      'kubecontrollersconfiguration/default: would set spec.controllers.node.hostEndpoint.autoCreate Enabled\n',
+    );
   else {
     await casRetry(ds, { kind: 'KubeControllersConfiguration', name: 'default' }, (cur) => {
       const spec = structuredClone(cur?.spec ?? {});
       const controllers = (spec.controllers ??= {});
       const node = (controllers.node ??= {});
       node.hostEndpoint = { ...node.hostEndpoint, autoCreate: 'Enabled' };
-      return cur ? { ...cur, spec } : { apiVersion: API_VERSION, kind: 'KubeControllersConfiguration', metadata: { name: 'default' }, spec };
+      return cur
+        ? { ...cur, spec }
+        : { apiVersion: API_VERSION, kind: 'KubeControllersConfiguration', metadata: { name: 'default' }, spec };
     });
     io.stdout('kubecontrollersconfiguration/default: set spec.controllers.node.hostEndpoint.autoCreate Enabled\n');
   }
 
-  // Step 3, only once every node has its automatic endpoint: deleting first would leave the node unprotected or cut off.
+  // Step 3, only once every node has its automatic endpoint: deleting first would leave the node unprotected or cut
+  // off.
   const nodes = [...new Set(old.map((h) => h.spec.node))];
   if (dry) {
-    for (const h of old) io.stdout(`hostendpoint/${h.metadata.name}: would be deleted once ${h.spec.node}${AUTO_HEP_SUFFIX} exists\n`);
+    for (const h of old)
+      io.stdout(`hostendpoint/${h.metadata.name}: would be deleted once ${h.spec.node}${AUTO_HEP_SUFFIX} exists\n`);
     return 0;
   }
   const deadline = Date.now() + timeout * 1000;
@@ -525,7 +742,9 @@ async function cmdAutoHep(args: string[], io: CtlIO, s: CtlSession): Promise<num
   }
   if (waiting.length) {
     throw new CtlError(
-      `auto-hep: after ${timeout} s no automatic host endpoint exists for node(s) ${waiting.join(', ')} (expected ${waiting.map((n) => `${n}${AUTO_HEP_SUFFIX}`).join(', ')}); the old endpoints are kept. Check that netplugin-kube-controllers runs, then run this again (or raise --timeout)`,
+      `auto-hep: after ${timeout} s no automatic host endpoint exists for node(s) ${waiting.join(', ')} (expected ` +
+        `${waiting.map((n) => `${n}${AUTO_HEP_SUFFIX}`).join(', ')}); the old endpoints are kept. Check that ` +
+        `netplugin-kube-controllers runs, then run this again (or raise --timeout)`,
     );
   }
   for (const h of old) {

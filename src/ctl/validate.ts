@@ -7,30 +7,48 @@ import { agentConfigurationNameProblems } from '../model/agent-config.js';
 import { API_VERSION, NAMESPACED_KINDS, type BGPConfigurationSpec, type IPPoolSpec, type Kind, type ObjectMeta, type Resource } from '../model/resources.js';
 import { labelKeyProblem, labelValueProblem, objectNameProblem } from '../model/names.js';
 import { closest } from '../config/netconf.js';
-import { type Datastore } from '../datastore/types.js';
+import type { Datastore } from '../datastore/types.js';
 import { objectMetaSchema, specSchemas } from '../datastore/schemas.js';
 import { parseSelector } from '../selector/index.js';
 import { CtlError } from './io.js';
 import { manifestKind } from './kinds.js';
 import { containsCidr, formatCidr, overlaps, parseCidr, tryParseCidr, type Cidr } from '../net/cidr.js';
 
-export const BLOCK_SIZE = {
+const BLOCK_SIZE = {
   4: { min: 20, max: 32, def: 26 },
   6: { min: 116, max: 128, def: 122 },
 } as const;
 
 // Link-local ranges: the plugin routes pods through 169.254.1.1 and IPv6
 // link-local next hops, so pool addresses there would collide with them.
-const RESERVED: Array<{ text: string; cidr: Cidr }> = ['169.254.0.0/16', 'fe80::/10'].map((text) => ({ text, cidr: parseCidr(text) }));
+const RESERVED: Array<{ text: string; cidr: Cidr }> = ['169.254.0.0/16', 'fe80::/10'].map((text) => ({
+  text,
+  cidr: parseCidr(text),
+}));
 
 export function describeRef(kind: Kind, name: string, namespace?: string): string {
   return `${kind} ${JSON.stringify(namespace ? `${namespace}/${name}` : name)}`;
 }
 
-/** Kubernetes ObjectMeta fields a manifest may carry (e.g. from kubectl get -o yaml); those we do not store are ignored. */
+/**
+ * Kubernetes ObjectMeta fields a manifest may carry (e.g. from kubectl get -o yaml); those we do not store are ignored.
+ */
 const K8S_META_FIELDS = new Set([
-  'name', 'generateName', 'namespace', 'selfLink', 'uid', 'resourceVersion', 'generation', 'creationTimestamp', 'deletionTimestamp',
-  'deletionGracePeriodSeconds', 'labels', 'annotations', 'ownerReferences', 'finalizers', 'managedFields',
+  'name',
+  'generateName',
+  'namespace',
+  'selfLink',
+  'uid',
+  'resourceVersion',
+  'generation',
+  'creationTimestamp',
+  'deletionTimestamp',
+  'deletionGracePeriodSeconds',
+  'labels',
+  'annotations',
+  'ownerReferences',
+  'finalizers',
+  'managedFields',
 ]);
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
@@ -39,7 +57,15 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
 
 /** The object schemas `schema` accepts at this level (through optional, nullable, default, effects, unions). */
 function objectShapes(schema: z.ZodTypeAny): Array<Record<string, z.ZodTypeAny>> | 'open' | undefined {
-  const def = schema._def as { typeName?: string; innerType?: z.ZodTypeAny; schema?: z.ZodTypeAny; options?: z.ZodTypeAny[]; left?: z.ZodTypeAny; right?: z.ZodTypeAny; getter?: () => z.ZodTypeAny };
+  const def = schema._def as {
+    typeName?: string;
+    innerType?: z.ZodTypeAny;
+    schema?: z.ZodTypeAny;
+    options?: z.ZodTypeAny[];
+    left?: z.ZodTypeAny;
+    right?: z.ZodTypeAny;
+    getter?: () => z.ZodTypeAny;
+  };
   switch (def.typeName) {
     case 'ZodObject': {
       const shape = (schema as z.AnyZodObject).shape as Record<string, z.ZodTypeAny>;
@@ -83,19 +109,27 @@ function objectShapes(schema: z.ZodTypeAny): Array<Record<string, z.ZodTypeAny>>
 }
 
 function arrayElement(schema: z.ZodTypeAny): z.ZodTypeAny | undefined {
-  const def = schema._def as { typeName?: string; innerType?: z.ZodTypeAny; schema?: z.ZodTypeAny; type?: z.ZodTypeAny; options?: z.ZodTypeAny[] };
+  const def = schema._def as {
+    typeName?: string;
+    innerType?: z.ZodTypeAny;
+    schema?: z.ZodTypeAny;
+    type?: z.ZodTypeAny;
+    options?: z.ZodTypeAny[];
+  };
   if (def.typeName === 'ZodArray') return def.type;
-  if (def.typeName === 'ZodOptional' || def.typeName === 'ZodNullable' || def.typeName === 'ZodDefault') return arrayElement(def.innerType!);
+  if (def.typeName === 'ZodOptional' || def.typeName === 'ZodNullable' || def.typeName === 'ZodDefault')
+    return arrayElement(def.innerType!);
   if (def.typeName === 'ZodEffects') return arrayElement(def.schema!);
-  if (def.typeName === 'ZodUnion') for (const o of def.options ?? []) {
-    const e = arrayElement(o);
-    if (e) return e;
-  }
+  if (def.typeName === 'ZodUnion')
+    for (const o of def.options ?? []) {
+      const e = arrayElement(o);
+      if (e) return e;
+    }
   return undefined;
 }
 
 /** Fields of `value` the schema does not know, with their path and the field the user probably meant. */
-export function unknownFields(schema: z.ZodTypeAny, value: unknown, path: string): string[] {
+function unknownFields(schema: z.ZodTypeAny, value: unknown, path: string): string[] {
   const out: string[] = [];
   if (Array.isArray(value)) {
     const el = arrayElement(schema);
@@ -107,10 +141,12 @@ export function unknownFields(schema: z.ZodTypeAny, value: unknown, path: string
   if (!shapes || shapes === 'open') return out;
   const known = [...new Set(shapes.flatMap((sh) => Object.keys(sh)))];
   for (const [k, v] of Object.entries(value)) {
-    const inShape = shapes.find((sh) => Object.prototype.hasOwnProperty.call(sh, k));
+    const inShape = shapes.find((sh) => Object.hasOwn(sh, k));
     if (!inShape) {
       const guess = closest(k, known);
-      out.push(`${path}.${k}: unknown field${guess ? `; did you mean ${guess}?` : `; known fields: ${known.join(', ')}`}`);
+      out.push(
+        `${path}.${k}: unknown field${guess ? `; did you mean ${guess}?` : `; known fields: ${known.join(', ')}`}`,
+      );
       continue;
     }
     out.push(...unknownFields(inShape[k]!, v, `${path}.${k}`));
@@ -148,13 +184,17 @@ function fieldPath(prefix: string, path: Array<string | number>): string {
 }
 
 /** A schema issue in the project's words: the field, the value given and what is expected. */
-export function issueText(i: z.ZodIssue, input: unknown, prefix: string): string {
+function issueText(i: z.ZodIssue, input: unknown, prefix: string): string {
   const where = fieldPath(prefix, i.path);
   const v = at(input, i.path);
   switch (i.code) {
     case 'invalid_type':
-      if (i.received === 'undefined') return `${where}: required field is missing (${TYPE_WORDS[i.expected] ?? i.expected})`;
-      return `${where}: expected ${TYPE_WORDS[i.expected] ?? i.expected}, got ${TYPE_WORDS[i.received] ?? i.received} ${shown(v)}`;
+      if (i.received === 'undefined')
+        return `${where}: required field is missing (${TYPE_WORDS[i.expected] ?? i.expected})`;
+      return (
+        `${where}: expected ${TYPE_WORDS[i.expected] ?? i.expected}, got ` +
+        `${TYPE_WORDS[i.received] ?? i.received} ${shown(v)}`
+      );
     case 'invalid_enum_value': {
       const opts = i.options.map(String);
       const guess = typeof v === 'string' ? closest(v, opts) : undefined;
@@ -174,7 +214,15 @@ export function issueText(i: z.ZodIssue, input: unknown, prefix: string): string
       // The branch that got furthest says the most; else a generic line.
       const inner = i.unionErrors.map((e) => e.issues).sort((x, y) => x.length - y.length)[0]?.[0];
       if (inner && inner.code !== 'invalid_type') return issueText(inner, input, prefix);
-      const types = [...new Set(i.unionErrors.flatMap((e) => e.issues.filter((x) => x.code === 'invalid_type').map((x) => TYPE_WORDS[(x as z.ZodInvalidTypeIssue).expected] ?? (x as z.ZodInvalidTypeIssue).expected)))];
+      const types = [
+        ...new Set(
+          i.unionErrors.flatMap((e) =>
+            e.issues
+              .filter((x) => x.code === 'invalid_type')
+              .map((x) => TYPE_WORDS[(x as z.ZodInvalidTypeIssue).expected] ?? (x as z.ZodInvalidTypeIssue).expected),
+          ),
+        ),
+      ];
       return `${where}: ${shown(v)} is not valid here${types.length ? ` (expected ${types.join(' or ')})` : ''}`;
     }
     case 'not_multiple_of':
@@ -193,18 +241,24 @@ export function issueText(i: z.ZodIssue, input: unknown, prefix: string): string
  * object names and labels Kubernetes would refuse.
  */
 export function parseManifest(doc: unknown, where: string, opts: { stored?: boolean } = {}): Resource {
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new CtlError(`${where}: expected a mapping with apiVersion, kind, metadata and spec`);
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc))
+    throw new CtlError(`${where}: expected a mapping with apiVersion, kind, metadata and spec`);
   const o = doc as Record<string, unknown>;
   const info = manifestKind(o.kind, where);
   const kind = info.kind;
   if (o.apiVersion !== API_VERSION) {
-    throw new CtlError(`${where}: apiVersion ${JSON.stringify(o.apiVersion ?? null)} is not supported; use "${API_VERSION}"`);
+    throw new CtlError(
+      `${where}: apiVersion ${JSON.stringify(o.apiVersion ?? null)} is not supported; use "${API_VERSION}"`,
+    );
   }
   const errors: string[] = [];
   for (const k of Object.keys(o)) {
     if (!['apiVersion', 'kind', 'metadata', 'spec', 'status'].includes(k)) {
       const guess = closest(k, ['apiVersion', 'kind', 'metadata', 'spec']);
-      errors.push(`${k}: unknown field${guess ? `; did you mean ${guess}?` : '; a resource has apiVersion, kind, metadata and spec'}`);
+      errors.push(
+        `${k}: unknown ` +
+          `field${guess ? `; did you mean ${guess}?` : '; a resource has apiVersion, kind, metadata and spec'}`,
+      );
     }
   }
   const rawMeta = o.metadata;
@@ -228,7 +282,11 @@ export function parseManifest(doc: unknown, where: string, opts: { stored?: bool
     }
     if (ns !== undefined && ns !== '' && !opts.stored) {
       const problem = objectNameProblem(ns);
-      if (problem || ns.length > 63 || ns.includes('.')) errors.push(`metadata.namespace: ${JSON.stringify(ns)} is not a valid namespace: lower-case letters, digits and '-', at most 63`);
+      if (problem || ns.length > 63 || ns.includes('.'))
+        errors.push(
+          `metadata.namespace: ${JSON.stringify(ns)} is not a valid namespace: lower-case letters, digits and '-', ` +
+            `at most 63`,
+        );
     }
     for (const field of ['labels', 'annotations'] as const) {
       const m = rawMeta[field];
@@ -242,24 +300,31 @@ export function parseManifest(doc: unknown, where: string, opts: { stored?: bool
         }
       }
     }
-    if (!NAMESPACED_KINDS.has(kind) && ns) errors.push(`metadata.namespace: ${kind} is cluster-scoped; remove metadata.namespace`);
+    if (!NAMESPACED_KINDS.has(kind) && ns)
+      errors.push(`metadata.namespace: ${kind} is cluster-scoped; remove metadata.namespace`);
   }
   const rawSpec = (o.spec ?? {}) as Record<string, unknown>;
   if (o.spec !== undefined && !isPlainObject(o.spec)) errors.push(`spec: expected a mapping, got ${shown(o.spec)}`);
-  // The pool's block size range depends on its family: validatePool checks it with a better message than the schema's 20-128.
+  // The pool's block size range depends on its family: validatePool checks it with a better message than the schema's
+  // 20-128.
   const poolBlockSize = kind === 'IPPool' && typeof rawSpec.blockSize === 'number' ? rawSpec.blockSize : undefined;
   const specInput = poolBlockSize === undefined ? rawSpec : { ...rawSpec, blockSize: undefined };
   const spec = isPlainObject(o.spec ?? {}) ? specSchemas[kind].safeParse(specInput) : undefined;
   if (spec && !spec.success) errors.push(...spec.error.issues.map((i) => issueText(i, specInput, 'spec')));
   if (isPlainObject(o.spec)) errors.push(...unknownFields(specSchemas[kind], rawSpec, 'spec'));
-  if ((kind === 'IPAMConfig' || kind === 'ClusterInformation' || kind === 'KubeControllersConfiguration') && name && name !== 'default') {
+  if (
+    (kind === 'IPAMConfig' || kind === 'ClusterInformation' || kind === 'KubeControllersConfiguration') &&
+    name &&
+    name !== 'default'
+  ) {
     errors.push(`metadata.name: ${kind} is a singleton; set metadata.name to "default"`);
   }
   if (kind === 'AgentConfiguration' && name) {
     for (const p of agentConfigurationNameProblems(name)) errors.push(`${p.path}: ${p.message}`);
   }
   if (kind === 'BGPConfiguration' && name) {
-    for (const p of bgpConfigurationNameProblems(name, rawSpec as BGPConfigurationSpec)) errors.push(`${p.path}: ${p.message}`);
+    for (const p of bgpConfigurationNameProblems(name, rawSpec as BGPConfigurationSpec))
+      errors.push(`${p.path}: ${p.message}`);
   }
   if (errors.length) {
     const uniq = [...new Set(errors)];
@@ -275,7 +340,16 @@ export function parseManifest(doc: unknown, where: string, opts: { stored?: bool
 }
 
 /** The metadata fields netplugin stores; other Kubernetes ones a manifest carries are dropped. */
-const STORED_META = new Set(['name', 'namespace', 'resourceVersion', 'uid', 'creationTimestamp', 'labels', 'annotations', 'ownerReferences']);
+const STORED_META = new Set([
+  'name',
+  'namespace',
+  'resourceVersion',
+  'uid',
+  'creationTimestamp',
+  'labels',
+  'annotations',
+  'ownerReferences',
+]);
 
 /** Fills IPPool defaults so stored pools are explicit (what `get -o yaml` shows is what IPAM uses). */
 export function poolDefaults(spec: IPPoolSpec): IPPoolSpec {
@@ -296,29 +370,55 @@ export function poolDefaults(spec: IPPoolSpec): IPPoolSpec {
  * the stored version when this is an update (cidr and blockSize are immutable:
  * blocks already carved from the pool would no longer line up).
  */
-export function validatePool(pool: Resource<'IPPool'>, others: Array<Resource<'IPPool'>>, existing?: Resource<'IPPool'>): void {
+export function validatePool(
+  pool: Resource<'IPPool'>,
+  others: Array<Resource<'IPPool'>>,
+  existing?: Resource<'IPPool'>,
+): void {
   const name = pool.metadata.name;
   const at = `IPPool ${JSON.stringify(name)}`;
   const s = pool.spec;
   const c = tryParseCidr(s.cidr, { strict: false });
-  if (!c) throw new CtlError(`${at}: spec.cidr ${JSON.stringify(s.cidr)} is not a valid CIDR; use e.g. "10.244.0.0/16" or "fd00:10:244::/64"`);
-  if (!tryParseCidr(s.cidr)) throw new CtlError(`${at}: spec.cidr ${JSON.stringify(s.cidr)} has host bits set; use ${JSON.stringify(formatCidr(c))}`);
+  if (!c)
+    throw new CtlError(
+      `${at}: spec.cidr ${JSON.stringify(s.cidr)} is not a valid CIDR; use e.g. "10.244.0.0/16" or "fd00:10:244::/64"`,
+    );
+  if (!tryParseCidr(s.cidr))
+    throw new CtlError(
+      `${at}: spec.cidr ${JSON.stringify(s.cidr)} has host bits set; use ${JSON.stringify(formatCidr(c))}`,
+    );
   const lim = BLOCK_SIZE[c.family];
   const bs = s.blockSize ?? lim.def;
   if (!Number.isInteger(bs) || bs < lim.min || bs > lim.max) {
-    throw new CtlError(`${at}: spec.blockSize ${bs} is out of range for an IPv${c.family} pool; use ${lim.min}-${lim.max} (default ${lim.def})`);
+    throw new CtlError(
+      `${at}: spec.blockSize ${bs} is out of range for an IPv${c.family} pool; use ${lim.min}-${lim.max} (default ` +
+        `${lim.def})`,
+    );
   }
   if (bs < c.prefix) {
-    throw new CtlError(`${at}: spec.blockSize ${bs} makes blocks larger than the pool ${s.cidr}; use a block size of at least ${c.prefix}`);
+    throw new CtlError(
+      `${at}: spec.blockSize ${bs} makes blocks larger than the pool ${s.cidr}; use a block size of at least ` +
+        `${c.prefix}`,
+    );
   }
   for (const r of RESERVED) {
-    if (overlaps(c, r.cidr)) throw new CtlError(`${at}: spec.cidr ${s.cidr} overlaps the link-local range ${r.text}, which the plugin uses for pod routing; choose another range`);
+    if (overlaps(c, r.cidr))
+      throw new CtlError(
+        `${at}: spec.cidr ${s.cidr} overlaps the link-local range ${r.text}, which the plugin uses for pod routing; ` +
+          `choose another range`,
+      );
   }
   if (c.family === 6 && s.ipipMode && s.ipipMode !== 'Never') {
-    throw new CtlError(`${at}: spec.ipipMode ${JSON.stringify(s.ipipMode)} is not supported for IPv6 pools (IP-in-IP carries IPv4 only); use "Never" or vxlanMode`);
+    throw new CtlError(
+      `${at}: spec.ipipMode ${JSON.stringify(s.ipipMode)} is not supported for IPv6 pools (IP-in-IP carries IPv4 ` +
+        `only); use "Never" or vxlanMode`,
+    );
   }
   if (s.ipipMode && s.ipipMode !== 'Never' && s.vxlanMode && s.vxlanMode !== 'Never') {
-    throw new CtlError(`${at}: spec.ipipMode ${JSON.stringify(s.ipipMode)} and spec.vxlanMode ${JSON.stringify(s.vxlanMode)} are both enabled; set one of them to "Never"`);
+    throw new CtlError(
+      `${at}: spec.ipipMode ${JSON.stringify(s.ipipMode)} and spec.vxlanMode ${JSON.stringify(s.vxlanMode)} are both ` +
+        `enabled; set one of them to "Never"`,
+    );
   }
   if (s.nodeSelector !== undefined) {
     try {
@@ -326,24 +426,37 @@ export function validatePool(pool: Resource<'IPPool'>, others: Array<Resource<'I
     } catch (e) {
       // SelectorParseError's first line reads "<what> at <position>: expected <token>".
       const first = String((e as Error).message).split('\n')[0];
-      throw new CtlError(`${at}: spec.nodeSelector ${JSON.stringify(s.nodeSelector)} is invalid: ${first}; e.g. "all()" or "zone == 'a'"`);
+      throw new CtlError(
+        `${at}: spec.nodeSelector ${JSON.stringify(s.nodeSelector)} is invalid: ${first}; e.g. "all()" or "zone == ` +
+          `'a'"`,
+      );
     }
   }
   if (existing) {
     const old = existing.spec;
     const oc = tryParseCidr(old.cidr, { strict: false });
     if (!oc || formatCidr(oc) !== formatCidr(c)) {
-      throw new CtlError(`${at}: spec.cidr cannot change (stored ${old.cidr}, given ${s.cidr}); create a new pool, disable this one and recreate its workloads`);
+      throw new CtlError(
+        `${at}: spec.cidr cannot change (stored ${old.cidr}, given ${s.cidr}); create a new pool, disable this one ` +
+          `and recreate its workloads`,
+      );
     }
     const obs = old.blockSize ?? BLOCK_SIZE[c.family].def;
-    if (obs !== bs) throw new CtlError(`${at}: spec.blockSize cannot change (stored ${obs}, given ${bs}); create a new pool with the new block size instead`);
+    if (obs !== bs)
+      throw new CtlError(
+        `${at}: spec.blockSize cannot change (stored ${obs}, given ${bs}); create a new pool with the new block size ` +
+          `instead`,
+      );
   }
   for (const o of others) {
     if (o.metadata.name === name) continue;
     const oc = tryParseCidr(o.spec.cidr, { strict: false });
     if (oc && overlaps(c, oc)) {
       const rel = containsCidr(oc, c) ? 'lies inside' : containsCidr(c, oc) ? 'contains' : 'overlaps';
-      throw new CtlError(`${at}: spec.cidr ${s.cidr} ${rel} IPPool ${JSON.stringify(o.metadata.name)} (${o.spec.cidr}); pools must not overlap`);
+      throw new CtlError(
+        `${at}: spec.cidr ${s.cidr} ${rel} IPPool ${JSON.stringify(o.metadata.name)} (${o.spec.cidr}); pools must ` +
+          `not overlap`,
+      );
     }
   }
 }

@@ -21,12 +21,18 @@ export function nodeImage(registry?: string): string {
   if (registry === undefined) return `${NODE_IMAGE_REPOSITORY}:${NETPLUGIN_VERSION}`;
   const r = registry.replace(/\/+$/, '');
   if (!/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?(\/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$/.test(r)) {
-    throw new CtlError(`--registry: ${JSON.stringify(registry)} is not a registry; expected a host with an optional port and path, such as registry.example.com:5000/infra`);
+    throw new CtlError(
+      `--registry: ${JSON.stringify(registry)} is not a registry; expected a host with an optional port and path, ` +
+        `such as registry.example.com:5000/infra`,
+    );
   }
   return `${r}/${NODE_IMAGE_REPOSITORY}:${NETPLUGIN_VERSION}`;
 }
 
-/** A release as written in ClusterInformation or by users (`v3.32.1`, `3.32`, `3.32.0-rc1`) in plain `x.y.z`; undefined when not one. */
+/**
+ * A release as written in ClusterInformation or by users (`v3.32.1`, `3.32`, `3.32.0-rc1`) in plain `x.y.z`; undefined
+ * when not one.
+ */
 function normalize(v: string): string | undefined {
   const m = /^v?(\d+\.\d+)(\.\d+)?(?:[-+].*)?$/.exec(v.trim());
   return m ? `${m[1]}${m[2] ?? '.0'}` : undefined;
@@ -57,7 +63,8 @@ export async function refuseOlderClient(ds: Datastore, client = NETPLUGIN_VERSIO
   const c = compareVersions(client, cluster);
   if (c !== undefined && c < 0) {
     throw new CtlError(
-      `this netpluginctl is ${client} but the cluster runs ${cluster}: an older client must not write to an upgraded cluster; install netpluginctl ${cluster} (reads such as get and version still work)`,
+      `this netpluginctl is ${client} but the cluster runs ${cluster}: an older client must not write to an upgraded ` +
+        `cluster; install netpluginctl ${cluster} (reads such as get and version still work)`,
     );
   }
 }

@@ -30,7 +30,7 @@ export interface ConntrackLog {
  * 0 without the conntrack module (no file: no table, nothing to flush);
  * undefined when unreadable (then flush as if there were some).
  */
-export function conntrackCount(): number | undefined {
+function conntrackCount(): number | undefined {
   let text: string;
   try {
     text = readFileSync('/proc/sys/net/netfilter/nf_conntrack_count', 'latin1');
@@ -53,7 +53,10 @@ export function flushConntrack(addrs: readonly string[], log: ConntrackLog): voi
     const n = nl.conntrackFlush([...addrs]);
     log.debug('conntrack entries flushed', { addrs, deleted: n });
   } catch (e) {
-    log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', { addrs, error: (e as Error)?.message ?? String(e) });
+    log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', {
+      addrs,
+      error: (e as Error)?.message ?? String(e),
+    });
   } finally {
     nl?.close();
   }
@@ -106,7 +109,10 @@ export function cutConntrack(
     log.debug('conntrack entries of denied flows deleted', { addrs: addrs.length, listed: entries.length, deleted });
     return { listed: entries.length, deleted };
   } catch (e) {
-    log.warn('could not delete the conntrack entries of flows a policy change denies; they expire on their own', { addrs, error: (e as Error)?.message ?? String(e) });
+    log.warn('could not delete the conntrack entries of flows a policy change denies; they expire on their own', {
+      addrs,
+      error: (e as Error)?.message ?? String(e),
+    });
     return { listed: 0, deleted: 0 };
   } finally {
     nl?.close();
@@ -131,15 +137,29 @@ export interface ConntrackFlusher {
 function openJournal(path: string, flush: typeof flushConntrack, log: ConntrackLog): number | undefined {
   try {
     const fd = openSync(path, constants.O_RDWR | constants.O_CREAT | constants.O_APPEND | constants.O_NOFOLLOW, 0o600);
-    const left = [...new Set(readFileSync(fd, 'latin1').split('\n').filter((l) => tryParseIP(l) !== undefined))];
+    const left = [
+      ...new Set(
+        readFileSync(fd, 'latin1')
+          .split('\n')
+          .filter((l) => tryParseIP(l) !== undefined),
+      ),
+    ];
     if (left.length) {
-      log.warn('flushing the conntrack entries of addresses an earlier agent released but did not flush (it was stopped first)', { addrs: left });
+      log.warn(
+        'flushing the conntrack entries of addresses an earlier agent released but did not flush (it was stopped ' +
+          'first)',
+        { addrs: left },
+      );
       flush(left, log);
     }
     ftruncateSync(fd, 0);
     return fd;
   } catch (e) {
-    log.warn('conntrack journal unusable: an agent killed with flushes pending would leave their entries to expire on their own', { path, error: (e as Error)?.message ?? String(e) });
+    log.warn(
+      'conntrack journal unusable: an agent killed with flushes pending would leave their entries to expire on their ' +
+        'own',
+      { path, error: (e as Error)?.message ?? String(e) },
+    );
     return undefined;
   }
 }
@@ -149,7 +169,12 @@ function openJournal(path: string, flush: typeof flushConntrack, log: ConntrackL
  * one dump. With `journal` (a file path), deferred addresses are appended to
  * it before defer() returns and it is emptied once nothing is pending.
  */
-export function createConntrackFlusher(opts: { log: ConntrackLog; delayMs?: number; flush?: typeof flushConntrack; journal?: string }): ConntrackFlusher {
+export function createConntrackFlusher(opts: {
+  log: ConntrackLog;
+  delayMs?: number;
+  flush?: typeof flushConntrack;
+  journal?: string;
+}): ConntrackFlusher {
   const delayMs = opts.delayMs ?? 2;
   const flush = opts.flush ?? flushConntrack;
   const pending = new Map<string, Promise<void>>();
@@ -169,7 +194,9 @@ export function createConntrackFlusher(opts: { log: ConntrackLog; delayMs?: numb
           flush([...b.addrs], opts.log);
         } catch (e) {
           // From a timer: a throw here would take the agent down.
-          opts.log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', { error: (e as Error)?.message ?? String(e) });
+          opts.log.warn('could not flush the conntrack entries of the released addresses; they expire on their own', {
+            error: (e as Error)?.message ?? String(e),
+          });
         } finally {
           for (const a of b.addrs) if (pending.get(a) === done) pending.delete(a);
           if (journal !== undefined && pending.size === 0) {
@@ -194,7 +221,9 @@ export function createConntrackFlusher(opts: { log: ConntrackLog; delayMs?: numb
         try {
           writeSync(journal, `${addrs.join('\n')}\n`);
         } catch (e) {
-          opts.log.warn('conntrack journal write failed; not journaling any more', { error: (e as Error)?.message ?? String(e) });
+          opts.log.warn('conntrack journal write failed; not journaling any more', {
+            error: (e as Error)?.message ?? String(e),
+          });
           closeSync(journal);
           journal = undefined;
         }

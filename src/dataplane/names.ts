@@ -13,11 +13,15 @@ const HASH_CHARS = 11;
 export function hostVethName(prefix: string, key: string): string {
   if (typeof prefix !== 'string' || !/^[A-Za-z0-9_-]{1,4}$/.test(prefix)) {
     throw new TypeError(
-      `hostVethName: prefix must be 1-${MAX_IFNAME - HASH_CHARS} characters of [A-Za-z0-9_-] (so the name fits in ${MAX_IFNAME} bytes), got ${JSON.stringify(prefix)}; use the default 'npi'`,
+      `hostVethName: prefix must be 1-${MAX_IFNAME - HASH_CHARS} characters of [A-Za-z0-9_-] (so the name fits in ` +
+        `${MAX_IFNAME} bytes), got ${JSON.stringify(prefix)}; use the default 'npi'`,
     );
   }
   if (typeof key !== 'string' || key === '') {
-    throw new TypeError(`hostVethName: key must be a non-empty string ('<namespace>.<pod>' or the container ID), got ${JSON.stringify(key)}`);
+    throw new TypeError(
+      `hostVethName: key must be a non-empty string ('<namespace>.<pod>' or the container ID), got ` +
+        `${JSON.stringify(key)}`,
+    );
   }
   return prefix + createHash('sha1').update(key).digest('hex').slice(0, HASH_CHARS);
 }
@@ -42,7 +46,8 @@ export function hostVethKey(w: {
  */
 export function linkLocalFromMac(mac: string): string {
   const b = mac.split(':').map((x) => parseInt(x, 16));
-  if (b.length !== 6 || b.some((x) => !(x >= 0 && x <= 255))) throw new TypeError(`linkLocalFromMac: not a MAC address: ${JSON.stringify(mac)}`);
+  if (b.length !== 6 || b.some((x) => !(x >= 0 && x <= 255)))
+    throw new TypeError(`linkLocalFromMac: not a MAC address: ${JSON.stringify(mac)}`);
   const e = [b[0]! ^ 0x02, b[1]!, b[2]!, 0xff, 0xfe, b[3]!, b[4]!, b[5]!];
   const groups: string[] = [];
   for (let i = 0; i < 8; i += 2) groups.push(((e[i]! << 8) | e[i + 1]!).toString(16));

@@ -6,7 +6,13 @@
 // ours is removed: routes with our protocol, entries on devices we created.
 import type { Logger } from '../log/types.js';
 import {
-  NetlinkError, RouteType, netlink, type AddrInfo, type LinkInfo, type Netlink, type RouteInfo,
+  NetlinkError,
+  RouteType,
+  netlink,
+  type AddrInfo,
+  type LinkInfo,
+  type Netlink,
+  type RouteInfo,
 } from '../native/index.js';
 import { parseCidr, type Cidr, type Family } from '../net/cidr.js';
 
@@ -14,14 +20,14 @@ export type { AddrInfo, LinkInfo };
 
 export const VXLAN_DEVICE: Record<Family, string> = { 4: 'vxlan.netplugin', 6: 'vx6.netplugin' };
 export const IPIP_DEVICE = 'tunl.netplugin';
-export const VXLAN_VNI = 4096;
-export const VXLAN_PORT = 4789;
+const VXLAN_VNI = 4096;
+const VXLAN_PORT = 4789;
 /** Encapsulation overhead on the underlay MTU: outer IP + UDP + VXLAN + inner Ethernet. */
 export const OVERHEAD = { vxlan4: 50, vxlan6: 70, ipip: 20 } as const;
 /** RTPROT number our routes carry: reconciling lists and removes only these. */
-export const ROUTE_PROTOCOL = 80;
+const ROUTE_PROTOCOL = 80;
 
-export interface DesiredRoute {
+interface DesiredRoute {
   family: Family;
   dst: string;
   type: 'unicast' | 'blackhole';
@@ -52,14 +58,14 @@ export interface LocalTunnel {
   mac?: string;
 }
 
-export interface ApplyInput {
+interface ApplyInput {
   desired: RoutingState;
   /** Present when this node has what the device needs (tunnel address, node IP). */
   tunnels: { vxlan4?: LocalTunnel; vxlan6?: LocalTunnel; ipip?: LocalTunnel };
   underlayMtu: number;
 }
 
-export interface ApplyStats {
+interface ApplyStats {
   routesAdded: number;
   routesRemoved: number;
   errors: string[];
@@ -122,7 +128,13 @@ export class NodeRouting {
     const stats: ApplyStats = { routesAdded: 0, routesRemoved: 0, errors: [] };
     const { desired } = input;
     const present = new Set<string>();
-    const dev = (name: string, want: boolean, t: LocalTunnel | undefined, create: (t: LocalTunnel) => void, mtu: number) => {
+    const dev = (
+      name: string,
+      want: boolean,
+      t: LocalTunnel | undefined,
+      create: (t: LocalTunnel) => void,
+      mtu: number,
+    ) => {
       const link = this.nl.linkFind(name);
       if (!want || !t) {
         this.reported.delete(name);
@@ -160,18 +172,51 @@ export class NodeRouting {
       } catch (e) {
         const msg = `cannot set up ${name}: ${(e as Error).message}`;
         stats.errors.push(msg);
-        if (!this.reported.has(name)) this.log.error(`${msg}; routes through it are skipped, everything else is served`, { device: name });
+        if (!this.reported.has(name))
+          this.log.error(`${msg}; routes through it are skipped, everything else is served`, { device: name });
         this.reported.add(name);
       }
     };
     const mtu = input.underlayMtu;
-    dev(VXLAN_DEVICE[4], desired.devices.vxlan4, input.tunnels.vxlan4, (t) =>
-      this.nl.vxlanAdd({ name: VXLAN_DEVICE[4], vni: VXLAN_VNI, port: VXLAN_PORT, local: t.local, learning: false, mtu: mtu - OVERHEAD.vxlan4, ...(t.mac ? { mac: t.mac } : {}) }),
-    mtu - OVERHEAD.vxlan4);
-    dev(VXLAN_DEVICE[6], desired.devices.vxlan6, input.tunnels.vxlan6, (t) =>
-      this.nl.vxlanAdd({ name: VXLAN_DEVICE[6], vni: VXLAN_VNI, port: VXLAN_PORT, local: t.local, learning: false, mtu: mtu - OVERHEAD.vxlan6, ...(t.mac ? { mac: t.mac } : {}) }),
-    mtu - OVERHEAD.vxlan6);
-    dev(IPIP_DEVICE, desired.devices.ipip, input.tunnels.ipip, (t) => this.nl.ipipAdd({ name: IPIP_DEVICE, local: t.local, mtu: mtu - OVERHEAD.ipip }), mtu - OVERHEAD.ipip);
+    dev(
+      VXLAN_DEVICE[4],
+      desired.devices.vxlan4,
+      input.tunnels.vxlan4,
+      (t) =>
+        this.nl.vxlanAdd({
+          name: VXLAN_DEVICE[4],
+          vni: VXLAN_VNI,
+          port: VXLAN_PORT,
+          local: t.local,
+          learning: false,
+          mtu: mtu - OVERHEAD.vxlan4,
+          ...(t.mac ? { mac: t.mac } : {}),
+        }),
+      mtu - OVERHEAD.vxlan4,
+    );
+    dev(
+      VXLAN_DEVICE[6],
+      desired.devices.vxlan6,
+      input.tunnels.vxlan6,
+      (t) =>
+        this.nl.vxlanAdd({
+          name: VXLAN_DEVICE[6],
+          vni: VXLAN_VNI,
+          port: VXLAN_PORT,
+          local: t.local,
+          learning: false,
+          mtu: mtu - OVERHEAD.vxlan6,
+          ...(t.mac ? { mac: t.mac } : {}),
+        }),
+      mtu - OVERHEAD.vxlan6,
+    );
+    dev(
+      IPIP_DEVICE,
+      desired.devices.ipip,
+      input.tunnels.ipip,
+      (t) => this.nl.ipipAdd({ name: IPIP_DEVICE, local: t.local, mtu: mtu - OVERHEAD.ipip }),
+      mtu - OVERHEAD.ipip,
+    );
 
     // Neighbours and FDB before routes, so a new route never points at an unresolved next hop.
     for (const name of [VXLAN_DEVICE[4], VXLAN_DEVICE[6]]) {
@@ -179,7 +224,13 @@ export class NodeRouting {
       this.syncNeighbours(name, desired.neighbours.get(name) ?? [], stats);
       this.syncFdb(name, desired.fdb.get(name) ?? [], stats);
     }
-    for (const family of [4, 6] as const) this.syncRoutes(family, desired.routes.filter((r) => r.family === family), present, stats);
+    for (const family of [4, 6] as const)
+      this.syncRoutes(
+        family,
+        desired.routes.filter((r) => r.family === family),
+        present,
+        stats,
+      );
     return stats;
   }
 
@@ -195,7 +246,9 @@ export class NodeRouting {
   private syncNeighbours(dev: string, want: Array<{ dst: string; lladdr: string }>, stats: ApplyStats): void {
     const have = this.nl.neighList({ dev }).filter((n) => n.permanent);
     const wantBy = new Map(want.map((w) => [w.dst, w.lladdr]));
-    for (const n of have) if (!wantBy.has(n.dst)) this.try(stats, `removing neighbour ${n.dst} dev ${dev}`, () => this.nl.neighDel({ dev, dst: n.dst }));
+    for (const n of have)
+      if (!wantBy.has(n.dst))
+        this.try(stats, `removing neighbour ${n.dst} dev ${dev}`, () => this.nl.neighDel({ dev, dst: n.dst }));
     for (const w of want) {
       if (have.some((n) => n.dst === w.dst && n.lladdr === w.lladdr)) continue;
       this.try(stats, `neighbour ${w.dst} dev ${dev}`, () => this.nl.neighSet({ dev, dst: w.dst, lladdr: w.lladdr }));
@@ -206,9 +259,15 @@ export class NodeRouting {
     const have = this.nl.fdbList({ dev }).filter((f) => f.dst !== undefined);
     const key = (x: { lladdr: string; dst?: string }) => `${x.lladdr}>${x.dst}`;
     const wantKeys = new Set(want.map(key));
-    for (const f of have) if (!wantKeys.has(key(f))) this.try(stats, `removing FDB ${key(f)} dev ${dev}`, () => this.nl.fdbDel({ dev, lladdr: f.lladdr, dst: f.dst! }));
+    for (const f of have)
+      if (!wantKeys.has(key(f)))
+        this.try(stats, `removing FDB ${key(f)} dev ${dev}`, () =>
+          this.nl.fdbDel({ dev, lladdr: f.lladdr, dst: f.dst! }),
+        );
     const haveKeys = new Set(have.map(key));
-    for (const w of want) if (!haveKeys.has(key(w))) this.try(stats, `FDB ${key(w)} dev ${dev}`, () => this.nl.fdbSet({ dev, lladdr: w.lladdr, dst: w.dst }));
+    for (const w of want)
+      if (!haveKeys.has(key(w)))
+        this.try(stats, `FDB ${key(w)} dev ${dev}`, () => this.nl.fdbSet({ dev, lladdr: w.lladdr, dst: w.dst }));
   }
 
   private syncRoutes(family: Family, want: DesiredRoute[], present: Set<string>, stats: ApplyStats): void {
@@ -231,7 +290,11 @@ export class NodeRouting {
       if (!w) {
         this.try(stats, `removing route ${h.dst}`, () => {
           try {
-            this.nl.routeDel({ dst: h.dst, protocol: ROUTE_PROTOCOL, ...(h.type === RouteType.blackhole ? { type: 'blackhole' as const } : {}) });
+            this.nl.routeDel({
+              dst: h.dst,
+              protocol: ROUTE_PROTOCOL,
+              ...(h.type === RouteType.blackhole ? { type: 'blackhole' as const } : {}),
+            });
           } catch (e) {
             if (!NetlinkError.is(e, 'ESRCH')) throw e;
           }
@@ -243,7 +306,8 @@ export class NodeRouting {
     // single address, an operator's route) is never replaced: the kernel's replace matches on
     // prefix and metric, not protocol, and would put our route, say a blackhole, over it.
     const foreign = new Set<string>();
-    if (wanted.size) for (const h of this.nl.routeList({ family })) if (h.protocol !== ROUTE_PROTOCOL) foreign.add(h.dst);
+    if (wanted.size)
+      for (const h of this.nl.routeList({ family })) if (h.protocol !== ROUTE_PROTOCOL) foreign.add(h.dst);
     for (const r of wanted.values()) {
       if (foreign.has(r.dst)) continue;
       this.try(stats, `route ${r.dst}`, () =>

@@ -52,7 +52,7 @@ export interface TeardownOptions {
   hostMac?: string;
 }
 
-export interface ParsedAddress {
+interface ParsedAddress {
   cidr: string;
   ip: string;
   family: 4 | 6;
@@ -74,11 +74,12 @@ export function checkIfname(fn: string, field: string, v: unknown): string {
 }
 
 export function checkPath(fn: string, field: string, v: unknown): string {
-  if (typeof v !== 'string' || !v.startsWith('/')) bad(fn, field, v, 'an absolute path to a network namespace (e.g. /var/run/netns/<name>)');
+  if (typeof v !== 'string' || !v.startsWith('/'))
+    bad(fn, field, v, 'an absolute path to a network namespace (e.g. /var/run/netns/<name>)');
   return v;
 }
 
-export function parseAddress(fn: string, field: string, v: unknown): ParsedAddress {
+function parseAddress(fn: string, field: string, v: unknown): ParsedAddress {
   const must = "an address with its prefix length, e.g. '10.0.0.5/32' or 'fd00::5/128'";
   if (typeof v !== 'string') bad(fn, field, v, must);
   const p = tryParseIPPrefix(v);
@@ -99,14 +100,23 @@ export function validateSpec(fn: string, spec: unknown): ValidSpec {
   if (s.hostNetnsPath !== undefined) checkPath(fn, 'spec.hostNetnsPath', s.hostNetnsPath);
   checkIfname(fn, 'spec.ifname', s.ifname);
   checkIfname(fn, 'spec.hostIfname', s.hostIfname);
-  if (s.mtu !== undefined && !(Number.isInteger(s.mtu) && s.mtu >= 68 && s.mtu <= 65535)) bad(fn, 'spec.mtu', s.mtu, 'an integer 68..65535 (or unset for the kernel default)');
-  if (!(Number.isInteger(s.numQueues) && s.numQueues >= 1 && s.numQueues <= 4096)) bad(fn, 'spec.numQueues', s.numQueues, 'an integer 1..4096 (netconf num_queues, default 1)');
-  if (typeof s.hostMac !== 'string' || !MAC.test(s.hostMac)) bad(fn, 'spec.hostMac', s.hostMac, "a MAC address like 'ee:ee:ee:ee:ee:ee'");
+  if (s.mtu !== undefined && !(Number.isInteger(s.mtu) && s.mtu >= 68 && s.mtu <= 65535))
+    bad(fn, 'spec.mtu', s.mtu, 'an integer 68..65535 (or unset for the kernel default)');
+  if (!(Number.isInteger(s.numQueues) && s.numQueues >= 1 && s.numQueues <= 4096))
+    bad(fn, 'spec.numQueues', s.numQueues, 'an integer 1..4096 (netconf num_queues, default 1)');
+  if (typeof s.hostMac !== 'string' || !MAC.test(s.hostMac))
+    bad(fn, 'spec.hostMac', s.hostMac, "a MAC address like 'ee:ee:ee:ee:ee:ee'");
   if (s.containerMac !== undefined && (typeof s.containerMac !== 'string' || !MAC.test(s.containerMac))) {
     bad(fn, 'spec.containerMac', s.containerMac, "a MAC address like '02:42:0a:00:00:05' (or unset for a random one)");
   }
-  if (typeof s.allowIpForwarding !== 'boolean') bad(fn, 'spec.allowIpForwarding', s.allowIpForwarding, 'a boolean (container_settings.allow_ip_forwarding)');
+  if (typeof s.allowIpForwarding !== 'boolean')
+    bad(fn, 'spec.allowIpForwarding', s.allowIpForwarding, 'a boolean (container_settings.allow_ip_forwarding)');
   if (!Array.isArray(s.addresses)) bad(fn, 'spec.addresses', s.addresses, "an array of addresses like ['10.0.0.5/32']");
   const parsed = s.addresses.map((a, i) => parseAddress(fn, `spec.addresses[${i}]`, a));
-  return { ...s, hostMac: s.hostMac.toLowerCase(), ...(s.containerMac !== undefined ? { containerMac: s.containerMac.toLowerCase() } : {}), parsed };
+  return {
+    ...s,
+    hostMac: s.hostMac.toLowerCase(),
+    ...(s.containerMac !== undefined ? { containerMac: s.containerMac.toLowerCase() } : {}),
+    parsed,
+  };
 }

@@ -45,7 +45,10 @@ function open(hostNetnsPath: string | undefined): { nl: Netlink; ns?: NetNS; clo
  * nothing there; the caller then takes the direct path, which makes the same checks.
  * `cont` (the container end's handle) is the caller's to close.
  */
-function pairToTrash(o: TeardownOptions, host: Netlink): { hostIndex: number; cont?: { nl: Netlink; index: number } } | undefined {
+function pairToTrash(
+  o: TeardownOptions,
+  host: Netlink,
+): { hostIndex: number; cont?: { nl: Netlink; index: number } } | undefined {
   if (o.hostMac === undefined) return undefined;
   let cont: { nl: Netlink; index: number; peer: number } | undefined;
   if (o.netnsPath) {
@@ -62,7 +65,7 @@ function pairToTrash(o: TeardownOptions, host: Netlink): { hostIndex: number; co
       ns.close();
     }
     const c = nl.linkFind(o.ifname);
-    if (!c || c.kind !== 'veth' || c.parentIndex === undefined) {
+    if (c?.kind !== 'veth' || c.parentIndex === undefined) {
       nl.close();
       return undefined;
     }
@@ -71,7 +74,11 @@ function pairToTrash(o: TeardownOptions, host: Netlink): { hostIndex: number; co
     return undefined;
   }
   const l = host.linkFind(o.hostIfname);
-  const ours = !!l && l.kind === 'veth' && l.mac === o.hostMac.toLowerCase() && (!cont || (l.index === cont.peer && l.parentIndex === cont.index));
+  const ours =
+    !!l &&
+    l.kind === 'veth' &&
+    l.mac === o.hostMac.toLowerCase() &&
+    (!cont || (l.index === cont.peer && l.parentIndex === cont.index));
   if (!ours) {
     cont?.nl.close();
     return undefined;
@@ -79,7 +86,7 @@ function pairToTrash(o: TeardownOptions, host: Netlink): { hostIndex: number; co
   return { hostIndex: l!.index, ...(cont ? { cont: { nl: cont.nl, index: cont.index } } : {}) };
 }
 
-export interface TrashOptions {
+interface TrashOptions {
   hostNetnsPath?: string;
   group?: number;
   /** How long trashed veths gather before one group deletion (default 5 ms). */
@@ -136,7 +143,12 @@ export function createTrash(opts: TrashOptions = {}): Trash {
       // every group deletion fail (EOPNOTSUPP): after a few tries, ours go one by one.
       if (failures >= 3 && lastMac) {
         try {
-          await purgeTrash({ hostMac: lastMac, group, ...(opts.hostNetnsPath ? { hostNetnsPath: opts.hostNetnsPath } : {}), oneByOne: true });
+          await purgeTrash({
+            hostMac: lastMac,
+            group,
+            ...(opts.hostNetnsPath ? { hostNetnsPath: opts.hostNetnsPath } : {}),
+            oneByOne: true,
+          });
           pending = Math.max(0, pending - n);
           failures = 0;
         } catch (e2) {
@@ -173,7 +185,10 @@ export function createTrash(opts: TrashOptions = {}): Trash {
         // Gone meanwhile (its namespace went): nothing left to trash.
         if (NetlinkError.is(e, 'ENODEV')) return { removed: false };
         index = undefined;
-        opts.log?.error('trashing a veth failed; deleting it directly', { hostIfname: o.hostIfname, error: (e as Error).message });
+        opts.log?.error('trashing a veth failed; deleting it directly', {
+          hostIfname: o.hostIfname,
+          error: (e as Error).message,
+        });
         // The container end may be renamed already: delete the pair by its index.
         if (cont) return await deleteLinkAsync(cont.nl, cont.index);
       } finally {
@@ -187,7 +202,11 @@ export function createTrash(opts: TrashOptions = {}): Trash {
       return { removed: true };
     },
     async purge(hostMac) {
-      const n = await purgeTrash({ hostMac, group, ...(opts.hostNetnsPath ? { hostNetnsPath: opts.hostNetnsPath } : {}) });
+      const n = await purgeTrash({
+        hostMac,
+        group,
+        ...(opts.hostNetnsPath ? { hostNetnsPath: opts.hostNetnsPath } : {}),
+      });
       if (n) opts.log?.info('deleted veths an earlier agent left in the trash group', { count: n, group });
       return n;
     },
@@ -209,12 +228,19 @@ export function createTrash(opts: TrashOptions = {}): Trash {
  * them at once with a group deletion when nothing else is in the group; one
  * by one otherwise, leaving a link that is not ours alone. Returns how many.
  */
-export async function purgeTrash(o: { hostMac: string; hostNetnsPath?: string; group?: number; oneByOne?: boolean }): Promise<number> {
+export async function purgeTrash(o: {
+  hostMac: string;
+  hostNetnsPath?: string;
+  group?: number;
+  oneByOne?: boolean;
+}): Promise<number> {
   const group = o.group ?? TRASH_GROUP;
   const h = open(o.hostNetnsPath);
   try {
     const inGroup = h.nl.linkList().filter((l) => l.group === group);
-    const ours = inGroup.filter((l) => l.kind === 'veth' && l.mac === o.hostMac.toLowerCase() && TRASH_NAME.test(l.name));
+    const ours = inGroup.filter(
+      (l) => l.kind === 'veth' && l.mac === o.hostMac.toLowerCase() && TRASH_NAME.test(l.name),
+    );
     if (ours.length === 0) return 0;
     if (ours.length === inGroup.length && !o.oneByOne) {
       await h.nl.linkDelGroupAsync(group).catch(notThere);

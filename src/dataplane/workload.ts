@@ -4,7 +4,16 @@
 // routes and sysctls that make the host the pod's only router.
 import { NetlinkError, netlink, openNetns, type Netlink, type NetNS } from '../native/index.js';
 import { linkLocalFromMac } from './names.js';
-import { MAC, checkIfname, checkPath, validateSpec, type TeardownOptions, type ValidSpec, type WorkloadSpec, type WorkloadState } from './spec.js';
+import {
+  MAC,
+  checkIfname,
+  checkPath,
+  validateSpec,
+  type TeardownOptions,
+  type ValidSpec,
+  type WorkloadSpec,
+  type WorkloadState,
+} from './spec.js';
 
 /** The IPv4 next hop every pod uses; it exists nowhere, the host veth answers ARP for it (proxy_arp). */
 export const GATEWAY_V4 = '169.254.1.1';
@@ -74,7 +83,10 @@ export function setupWorkload(spec: WorkloadSpec): WorkloadState {
  * with 1000 pods); a fresh handle per pod would pay it per pod. A spec naming
  * another hostNetnsPath gets a handle of its own, as with setupWorkload.
  */
-export function createWorkloadSetup(o: { hostNetnsPath?: string } = {}): { setup(spec: WorkloadSpec): WorkloadState; close(): void } {
+export function createWorkloadSetup(o: { hostNetnsPath?: string } = {}): {
+  setup(spec: WorkloadSpec): WorkloadState;
+  close(): void;
+} {
   if (o.hostNetnsPath !== undefined) checkPath('createWorkloadSetup', 'options.hostNetnsPath', o.hostNetnsPath);
   let kept: Netlink | undefined;
   const open = (): Netlink => {
@@ -110,7 +122,8 @@ function setup(spec: WorkloadSpec, kept: Netlink | undefined): WorkloadState {
     // is never deleted, and fails the ADD naming it (HostLinkInUseError).
     // (RTM_GETLINK first: a miss costs ~25 µs, a failed RTM_DELLINK ~60 µs.)
     const old = host.linkFind(s.hostIfname);
-    if (old && !(old.kind === 'veth' && old.mac === s.hostMac)) throw new HostLinkInUseError(s.hostIfname, old, s.hostMac);
+    if (old && !(old.kind === 'veth' && old.mac === s.hostMac))
+      throw new HostLinkInUseError(s.hostIfname, old, s.hostMac);
     if (old) {
       try {
         host.linkDel(old.index);
@@ -144,7 +157,13 @@ function setup(spec: WorkloadSpec, kept: Netlink | undefined): WorkloadState {
       // replace, not add: a route to this address left by a dead pod on another device must move here.
       host.routeReplace({ dst: `${a.ip}/${a.family === 4 ? 32 : 128}`, dev: s.hostIfname, scope: 'link' });
     }
-    return { hostIfname: s.hostIfname, hostIndex: c.parentIndex ?? host.linkGet(s.hostIfname).index, containerMac: c.mac, containerIndex: c.index, mtu: c.mtu };
+    return {
+      hostIfname: s.hostIfname,
+      hostIndex: c.parentIndex ?? host.linkGet(s.hostIfname).index,
+      containerMac: c.mac,
+      containerIndex: c.index,
+      mtu: c.mtu,
+    };
   } catch (e) {
     if (created) {
       try {
@@ -298,10 +317,17 @@ export function checkTeardownOptions(fn: string, o: TeardownOptions): void {
   checkIfname(fn, 'options.hostIfname', o.hostIfname);
   if (o.netnsPath !== undefined && o.netnsPath !== '') checkPath(fn, 'options.netnsPath', o.netnsPath);
   if (o.hostNetnsPath !== undefined) checkPath(fn, 'options.hostNetnsPath', o.hostNetnsPath);
-  if (o.hostMac !== undefined && (typeof o.hostMac !== 'string' || !MAC.test(o.hostMac))) throw new TypeError(`${fn}: options.hostMac must be a MAC address like 'ee:ee:ee:ee:ee:ee', got ${JSON.stringify(o.hostMac)}`);
+  if (o.hostMac !== undefined && (typeof o.hostMac !== 'string' || !MAC.test(o.hostMac)))
+    throw new TypeError(
+      `${fn}: options.hostMac must be a MAC address like 'ee:ee:ee:ee:ee:ee', got ${JSON.stringify(o.hostMac)}`,
+    );
 }
 
-function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netlink; name: string | number } | undefined {
+function teardownTarget(
+  fn: string,
+  o: TeardownOptions,
+  h: Handles,
+): { nl: Netlink; name: string | number } | undefined {
   checkTeardownOptions(fn, o);
   if (o.netnsPath) {
     try {
@@ -321,7 +347,7 @@ function teardownTarget(fn: string, o: TeardownOptions, h: Handles): { nl: Netli
   if (o.hostMac === undefined) return { nl, name: o.hostIfname };
   // Ownership is judged on the link, not on a datastore record: a veth with our MAC.
   const l = nl.linkFind(o.hostIfname);
-  if (!l || l.kind !== 'veth' || l.mac !== o.hostMac.toLowerCase()) return undefined;
+  if (l?.kind !== 'veth' || l.mac !== o.hostMac.toLowerCase()) return undefined;
   return { nl, name: l.index };
 }
 
@@ -368,7 +394,8 @@ export function checkWorkload(spec: WorkloadSpec, expect: { containerMac: string
     want(`${s.ifname} up`, c.up, true);
     want(`${s.hostIfname} MAC`, hl.mac, s.hostMac);
     want(`${s.hostIfname} up`, hl.up, true);
-    if (c.parentIndex !== hl.index || hl.parentIndex !== c.index) drift.push(`${s.hostIfname} and ${s.ifname} are not the two ends of one veth pair`);
+    if (c.parentIndex !== hl.index || hl.parentIndex !== c.index)
+      drift.push(`${s.hostIfname} and ${s.ifname} are not the two ends of one veth pair`);
     if (s.mtu !== undefined) {
       want(`${s.ifname} MTU`, c.mtu, s.mtu);
       want(`${s.hostIfname} MTU`, hl.mtu, s.mtu);
@@ -380,7 +407,8 @@ export function checkWorkload(spec: WorkloadSpec, expect: { containerMac: string
     for (const a of s.parsed) {
       const got = addrs.find((x) => x.address === a.ip && x.prefixLen === a.prefixLen);
       if (!got) drift.push(`address ${a.cidr} is missing on ${s.ifname}`);
-      else if (got.flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED)) drift.push(`address ${a.cidr} on ${s.ifname} is tentative or failed DAD`);
+      else if (got.flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED))
+        drift.push(`address ${a.cidr} on ${s.ifname} is tentative or failed DAD`);
     }
     if (hasFamily(s, 4)) {
       const r4 = cont.routeList({ family: 4 });
@@ -416,7 +444,8 @@ export function checkWorkload(spec: WorkloadSpec, expect: { containerMac: string
     }
     const fwd = s.allowIpForwarding ? '1' : '0';
     want('container sysctl net.ipv4.ip_forward', cont.sysctlGet('net.ipv4.ip_forward'), fwd);
-    if (hasFamily(s, 6)) want('container sysctl net.ipv6.conf.all.forwarding', cont.sysctlGet('net.ipv6.conf.all.forwarding'), fwd);
+    if (hasFamily(s, 6))
+      want('container sysctl net.ipv6.conf.all.forwarding', cont.sysctlGet('net.ipv6.conf.all.forwarding'), fwd);
 
     const hostRoutes = host.routeList({ link: hl.index });
     for (const a of s.parsed) {

@@ -24,7 +24,7 @@ import { containsCidr, tryParseCidr } from '../net/cidr.js';
 import { TxnError, opIdentity, opKind, type TxnOp } from './txn.js';
 import type { CallOptions, Datastore, ListOptions, ListResult, Watch, WatchEvent } from './types.js';
 
-export const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'IPAMConfig', 'BlockAffinity', 'IPAMBlock'];
+const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'IPAMConfig', 'BlockAffinity', 'IPAMBlock'];
 
 /**
  * Kinds of which the cache remembers only its own writes (no watch: one
@@ -32,21 +32,27 @@ export const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'I
  * reads the handle and the endpoint its ADD wrote from here when it asks
  * (CallOptions.recent), and guards its deletes by their revisions.
  */
-export const RECENT_KINDS: readonly Kind[] = ['IPAMHandle', 'WorkloadEndpoint'];
+const RECENT_KINDS: readonly Kind[] = ['IPAMHandle', 'WorkloadEndpoint'];
 
-/** How many of its own writes the cache remembers (oldest go first: pods DEL'd by another process are never forgotten otherwise). */
+/**
+ * How many of its own writes the cache remembers (oldest go first: pods DEL'd by another process are never forgotten
+ * otherwise).
+ */
 const MAX_RECENT = 4096;
 
-/** How long reads of an object go to the store after a failed compare or our own delete, unless the watch shows it first. */
+/**
+ * How long reads of an object go to the store after a failed compare or our own delete, unless the watch shows it
+ * first.
+ */
 const BYPASS_MS = 2_000;
 
-export interface CachedDatastoreOptions {
+interface CachedDatastoreOptions {
   log?: { warn(msg: string, fields?: Record<string, unknown>): void };
   /** First re-list delay after a watch failure (doubles up to 5 s). Default 200 ms. */
   backoffMs?: number;
 }
 
-export interface CacheStats {
+interface CacheStats {
   hits: number;
   misses: number;
   relists: number;
@@ -89,14 +95,17 @@ function allocated(r: Resource | undefined): number {
  * store is returned as is: its resourceVersions are opaque, and a per-node
  * watch of every block through the API server is not what it is sized for).
  */
-export interface CachedDatastore extends Datastore {
+interface CachedDatastore extends Datastore {
   readonly stats: CacheStats;
   synced(): boolean;
   /** Every read goes to the store for `ms` (another process wrote meanwhile: the node's IPAM lock says so). */
   suspend(ms: number): void;
 }
 
-export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}): Datastore & Partial<Pick<CachedDatastore, 'stats' | 'synced' | 'suspend'>> {
+export function cachedDatastore(
+  ds: Datastore,
+  opts: CachedDatastoreOptions = {},
+): Datastore & Partial<Pick<CachedDatastore, 'stats' | 'synced' | 'suspend'>> {
   if (ds.type === 'kubernetes') return ds;
   const stats: CacheStats = { hits: 0, misses: 0, relists: 0, recentHits: 0 };
   /** kind/namespace/name -> this process's last write of it (RECENT_KINDS), oldest first. */
@@ -266,17 +275,24 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
         return c && c.family === cidr.family && containsCidr(c, cidr);
       });
       if (!pool?.metadata.resourceVersion) {
-        throw new TxnError('Conflict', `block ${(ops[i] as { res: Resource }).res.metadata.name} is in no IP pool (deleted meanwhile?); re-read the pools`, i);
+        throw new TxnError(
+          'Conflict',
+          `block ${(ops[i] as { res: Resource }).res.metadata.name} is in no IP pool (deleted meanwhile?); re-read ` +
+            `the pools`,
+          i,
+        );
       }
       add({ op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: pool.metadata.resourceVersion }, i);
       // datastoreReady=false must stop every ADD write from then on, not once the watch brings it.
       const ci = live('ClusterInformation')?.objects.get(keyOf('default', undefined));
-      if (ci?.metadata.resourceVersion) add({ op: 'check', kind: 'ClusterInformation', name: 'default', revision: ci.metadata.resourceVersion }, i);
+      if (ci?.metadata.resourceVersion)
+        add({ op: 'check', kind: 'ClusterInformation', name: 'default', revision: ci.metadata.resourceVersion }, i);
     }
     return out;
   };
 
   /** One write outside a transaction: written through, or its failed guard drops the entry. */
+  // biome-ignore lint/suspicious/noConfusingVoidType: writes return the stored object or nothing (delete)
   async function single<T extends Resource | void>(op: TxnOp, write: () => Promise<T>): Promise<T> {
     try {
       const out = await write();
@@ -321,7 +337,11 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
       }
       stats.hits++;
       const items = [...c.objects.values()]
-        .filter((r) => (o.namespace === undefined || (r.metadata.namespace || undefined) === o.namespace) && (!o.namePrefix || r.metadata.name.startsWith(o.namePrefix)))
+        .filter(
+          (r) =>
+            (o.namespace === undefined || (r.metadata.namespace || undefined) === o.namespace) &&
+            (!o.namePrefix || r.metadata.name.startsWith(o.namePrefix)),
+        )
         .sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : a.metadata.name > b.metadata.name ? 1 : 0))
         .map((r) => structuredClone(r) as Resource<K>);
       return { items, revision: c.revision };
@@ -329,7 +349,16 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
     create: (res, o) => single({ op: 'create', res }, () => ds.create(res, o)),
     update: (res, o) => single({ op: 'update', res }, () => ds.update(res, o)),
     delete: (kind, name, o = {}) =>
-      single({ op: 'delete', kind, name, ...(o.namespace !== undefined ? { namespace: o.namespace } : {}), ...(o.revision !== undefined ? { revision: o.revision } : {}) }, () => ds.delete(kind, name, o)),
+      single(
+        {
+          op: 'delete',
+          kind,
+          name,
+          ...(o.namespace !== undefined ? { namespace: o.namespace } : {}),
+          ...(o.revision !== undefined ? { revision: o.revision } : {}),
+        },
+        () => ds.delete(kind, name, o),
+      ),
     async txn(ops, o) {
       let out: Array<Resource | undefined>;
       let checks: Array<{ op: TxnOp; guards: number }> = [];
@@ -345,10 +374,17 @@ export function cachedDatastore(ds: Datastore, opts: CachedDatastoreOptions = {}
           invalidateOp(chk.op);
           if (opKind(chk.op) === 'ClusterInformation') {
             // Not a conflict to retry: the caller read readiness from the cache; a new request reads it from the store.
-            throw new DatastoreError('Unavailable', `ClusterInformation 'default' changed since this request read it (datastoreReady may have been turned off); nothing was written, try again`, { cause: e });
+            throw new DatastoreError(
+              'Unavailable',
+              `ClusterInformation 'default' changed since this request read it (datastoreReady may have been turned ` +
+                `off); nothing was written, try again`,
+              { cause: e },
+            );
           }
           invalidateOp(ops[chk.guards]!);
-          throw new TxnError('Conflict', `${e.message} (the pool of the block changed or was deleted)`, chk.guards, { cause: e });
+          throw new TxnError('Conflict', `${e.message} (the pool of the block changed or was deleted)`, chk.guards, {
+            cause: e,
+          });
         }
         failed(e, ops);
         throw e;

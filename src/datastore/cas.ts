@@ -7,10 +7,15 @@ import type { Kind, Resource } from '../model/resources.js';
 import type { Datastore, TxnOp } from './types.js';
 
 /** Attempts before the last guard failure is returned to the caller. */
-export const CAS_ATTEMPTS = 7;
+const CAS_ATTEMPTS = 7;
 
 /** The object as stored now, or undefined when there is none. */
-export async function getIfExists<K extends Kind>(ds: Pick<Datastore, 'get'>, kind: K, name: string, namespace?: string): Promise<Resource<K> | undefined> {
+export async function getIfExists<K extends Kind>(
+  ds: Pick<Datastore, 'get'>,
+  kind: K,
+  name: string,
+  namespace?: string,
+): Promise<Resource<K> | undefined> {
   try {
     return await ds.get(kind, name, namespace);
   } catch (e) {
@@ -23,12 +28,18 @@ export async function getIfExists<K extends Kind>(ds: Pick<Datastore, 'get'>, ki
  * The write of `res` over `cur` (what was read): a create guarded by the
  * object's absence, or an update guarded by the revision `cur` was read at.
  */
-export function casOp<K extends Kind>(res: Resource<K>, cur: Resource<K> | undefined): TxnOp & { op: 'create' | 'update'; res: Resource<K> } {
+export function casOp<K extends Kind>(
+  res: Resource<K>,
+  cur: Resource<K> | undefined,
+): TxnOp & { op: 'create' | 'update'; res: Resource<K> } {
   if (!cur) return { op: 'create', res };
-  return { op: 'update', res: { ...res, metadata: { ...res.metadata, resourceVersion: cur.metadata.resourceVersion! } } };
+  return {
+    op: 'update',
+    res: { ...res, metadata: { ...res.metadata, resourceVersion: cur.metadata.resourceVersion! } },
+  };
 }
 
-export interface CasWritten<K extends Kind> {
+interface CasWritten<K extends Kind> {
   /** What the store holds now, with its new revision. */
   stored: Resource<K>;
   /** What the write replaced (undefined: it created the object). */
@@ -36,7 +47,7 @@ export interface CasWritten<K extends Kind> {
 }
 
 /** `next` had nothing to write: `stored` is the object as read (undefined when absent). */
-export interface CasUnchanged<K extends Kind> {
+interface CasUnchanged<K extends Kind> {
   unchanged: true;
   stored: Resource<K> | undefined;
 }
@@ -54,12 +65,28 @@ type Next<K extends Kind, R> = (cur: Resource<K> | undefined) => R | Promise<R>;
  * written and the result is `{unchanged: true, stored: cur}`); it runs again on
  * every attempt, so it must only compute (a throw from it is passed on).
  */
-export async function casRetry<K extends Kind>(ds: CasStore, ref: CasRef<K>, next: Next<K, Resource<K>>, opts?: CasOptions): Promise<CasWritten<K>>;
-export async function casRetry<K extends Kind>(ds: CasStore, ref: CasRef<K>, next: Next<K, Resource<K> | undefined>, opts?: CasOptions): Promise<CasWritten<K> | CasUnchanged<K>>;
-export async function casRetry<K extends Kind>(ds: CasStore, ref: CasRef<K>, next: Next<K, Resource<K> | undefined>, opts: CasOptions = {}): Promise<CasWritten<K> | CasUnchanged<K>> {
+export async function casRetry<K extends Kind>(
+  ds: CasStore,
+  ref: CasRef<K>,
+  next: Next<K, Resource<K>>,
+  opts?: CasOptions,
+): Promise<CasWritten<K>>;
+export async function casRetry<K extends Kind>(
+  ds: CasStore,
+  ref: CasRef<K>,
+  next: Next<K, Resource<K> | undefined>,
+  opts?: CasOptions,
+): Promise<CasWritten<K> | CasUnchanged<K>>;
+export async function casRetry<K extends Kind>(
+  ds: CasStore,
+  ref: CasRef<K>,
+  next: Next<K, Resource<K> | undefined>,
+  opts: CasOptions = {},
+): Promise<CasWritten<K> | CasUnchanged<K>> {
   const attempts = opts.attempts ?? CAS_ATTEMPTS;
   for (let attempt = 1; ; attempt++) {
-    const cur = attempt === 1 && opts.assumeAbsent ? undefined : await getIfExists(ds, ref.kind, ref.name, ref.namespace);
+    const cur =
+      attempt === 1 && opts.assumeAbsent ? undefined : await getIfExists(ds, ref.kind, ref.name, ref.namespace);
     const res = await next(cur);
     if (res === undefined) return { unchanged: true, stored: cur };
     const op = casOp(res, cur);
@@ -67,7 +94,9 @@ export async function casRetry<K extends Kind>(ds: CasStore, ref: CasRef<K>, nex
       const stored = op.op === 'create' ? await ds.create(op.res) : await ds.update(op.res);
       return { stored, ...(cur ? { prev: cur } : {}) };
     } catch (e) {
-      const lostRace = cur ? DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'NotFound') : DatastoreError.is(e, 'AlreadyExists');
+      const lostRace = cur
+        ? DatastoreError.is(e, 'Conflict') || DatastoreError.is(e, 'NotFound')
+        : DatastoreError.is(e, 'AlreadyExists');
       if (!lostRace || attempt >= attempts) throw e;
     }
   }

@@ -5,7 +5,7 @@
 // (regenerate with `node scripts/gen-crds.mjs`). zod checks without an
 // OpenAPI form (refinements, transforms) stay in the code; IPPool's rules that
 // depend on two fields are CEL (x-kubernetes-validations).
-import { z } from 'zod';
+import type { z } from 'zod';
 import { PLURALS } from './keys.js';
 import { specSchemas } from './schemas.js';
 import { BLOCK_SIZE_RANGE, NAMESPACED_KINDS, type Kind } from '../model/resources.js';
@@ -142,11 +142,22 @@ const PRESENTATION: Record<Exclude<Kind, 'WorkloadEndpoint'>, { shortNames: stri
 const VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: string }>>> = {
   IPPool: [
     {
-      rule: `!has(self.blockSize) || (self.cidr.contains(':') ? (self.blockSize >= ${BLOCK_SIZE_RANGE[6][0]} && self.blockSize <= ${BLOCK_SIZE_RANGE[6][1]}) : (self.blockSize >= ${BLOCK_SIZE_RANGE[4][0]} && self.blockSize <= ${BLOCK_SIZE_RANGE[4][1]}))`,
-      message: `blockSize must be ${BLOCK_SIZE_RANGE[4][0]}-${BLOCK_SIZE_RANGE[4][1]} for an IPv4 cidr and ${BLOCK_SIZE_RANGE[6][0]}-${BLOCK_SIZE_RANGE[6][1]} for an IPv6 cidr`,
+      rule:
+        `!has(self.blockSize) || (self.cidr.contains(':') ? (self.blockSize >= ${BLOCK_SIZE_RANGE[6][0]} && ` +
+        `self.blockSize <= ${BLOCK_SIZE_RANGE[6][1]}) : (self.blockSize >= ${BLOCK_SIZE_RANGE[4][0]} && ` +
+        `self.blockSize <= ${BLOCK_SIZE_RANGE[4][1]}))`,
+      message:
+        `blockSize must be ${BLOCK_SIZE_RANGE[4][0]}-${BLOCK_SIZE_RANGE[4][1]} for an IPv4 cidr and ` +
+        `${BLOCK_SIZE_RANGE[6][0]}-${BLOCK_SIZE_RANGE[6][1]} for an IPv6 cidr`,
     },
-    { rule: `!has(oldSelf.cidr) || self.cidr == oldSelf.cidr`, message: 'cidr cannot change once the pool exists; create a new pool and disable this one' },
-    { rule: `!has(oldSelf.blockSize) || !has(self.blockSize) || self.blockSize == oldSelf.blockSize`, message: 'blockSize cannot change once the pool exists' },
+    {
+      rule: `!has(oldSelf.cidr) || self.cidr == oldSelf.cidr`,
+      message: 'cidr cannot change once the pool exists; create a new pool and disable this one',
+    },
+    {
+      rule: `!has(oldSelf.blockSize) || !has(self.blockSize) || self.blockSize == oldSelf.blockSize`,
+      message: 'blockSize cannot change once the pool exists',
+    },
   ],
   // The same rules as hostPolicyProblems (src/model/policy.ts), for writers that bypass netpluginctl.
   GlobalNetworkPolicy: [
@@ -160,10 +171,22 @@ const VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: string }>
   ],
   // The same rules as bgpPeerProblems (src/model/bgp.ts), for writers that bypass netpluginctl.
   BGPPeer: [
-    { rule: '!(has(self.peerIP) && has(self.peerSelector))', message: 'spec.peerSelector: peerIP and peerSelector are exclusive; set one of them' },
-    { rule: 'has(self.peerIP) || has(self.peerSelector)', message: 'spec.peerIP: a BGPPeer needs peerIP (with asNumber) or peerSelector; set one of them' },
-    { rule: '!has(self.peerIP) || has(self.asNumber)', message: 'spec.asNumber: is required with peerIP (the peer\'s AS number)' },
-    { rule: '!(has(self.node) && has(self.nodeSelector))', message: 'spec.nodeSelector: node and nodeSelector are exclusive; set one of them (neither: every node)' },
+    {
+      rule: '!(has(self.peerIP) && has(self.peerSelector))',
+      message: 'spec.peerSelector: peerIP and peerSelector are exclusive; set one of them',
+    },
+    {
+      rule: 'has(self.peerIP) || has(self.peerSelector)',
+      message: 'spec.peerIP: a BGPPeer needs peerIP (with asNumber) or peerSelector; set one of them',
+    },
+    {
+      rule: '!has(self.peerIP) || has(self.asNumber)',
+      message: "spec.asNumber: is required with peerIP (the peer's AS number)",
+    },
+    {
+      rule: '!(has(self.node) && has(self.nodeSelector))',
+      message: 'spec.nodeSelector: node and nodeSelector are exclusive; set one of them (neither: every node)',
+    },
   ],
 };
 
@@ -190,6 +213,7 @@ const ROOT_VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: stri
 
 /** One zod schema as an OpenAPI v3 structural schema (the subset CRDs accept). */
 export function toOpenApi(schema: z.ZodTypeAny): OpenApi {
+  // biome-ignore lint/suspicious/noExplicitAny: zod's internal definition differs per schema type
   const def = schema._def as { typeName: string } & Record<string, any>;
   switch (def.typeName) {
     case 'ZodOptional':
@@ -207,7 +231,8 @@ export function toOpenApi(schema: z.ZodTypeAny): OpenApi {
         if (c.kind === 'min') out.minLength = c.value;
         if (c.kind === 'max') out.maxLength = c.value;
         // Anchored patterns in the syntax JavaScript and the API server (RE2) share; \d spelled out.
-        if (c.kind === 'regex' && c.regex && /^\^.*\$$/.test(c.regex.source) && !/\(\?|\\[pPbB]/.test(c.regex.source)) out.pattern = c.regex.source.replace(/\\d/g, '[0-9]');
+        if (c.kind === 'regex' && c.regex && /^\^.*\$$/.test(c.regex.source) && !/\(\?|\\[pPbB]/.test(c.regex.source))
+          out.pattern = c.regex.source.replace(/\\d/g, '[0-9]');
       }
       return out;
     }
@@ -225,7 +250,10 @@ export function toOpenApi(schema: z.ZodTypeAny): OpenApi {
     case 'ZodEnum':
       return { type: 'string', enum: [...def.values] };
     case 'ZodLiteral':
-      return { type: typeof def.value === 'number' ? 'number' : typeof def.value === 'boolean' ? 'boolean' : 'string', enum: [def.value] };
+      return {
+        type: typeof def.value === 'number' ? 'number' : typeof def.value === 'boolean' ? 'boolean' : 'string',
+        enum: [def.value],
+      };
     case 'ZodArray':
       return { type: 'array', items: toOpenApi(def.type) };
     case 'ZodRecord':
@@ -253,7 +281,8 @@ export function toOpenApi(schema: z.ZodTypeAny): OpenApi {
       }
       // A number or a string (ports: 80, "80:90", "http"): the API's int-or-string.
       const types = new Set(options.map((o) => o.type));
-      if (types.size === 2 && types.has('string') && (types.has('integer') || types.has('number'))) return { 'x-kubernetes-int-or-string': true };
+      if (types.size === 2 && types.has('string') && (types.has('integer') || types.has('number')))
+        return { 'x-kubernetes-int-or-string': true };
       // Anything else the code checks; structurally any value.
       return { 'x-kubernetes-preserve-unknown-fields': true };
     }
@@ -267,10 +296,21 @@ export function toOpenApi(schema: z.ZodTypeAny): OpenApi {
 
 /** ZodUnknown items of an array: any JSON value (rules of a policy). */
 function fixUnknownItems(s: OpenApi): OpenApi {
-  if (s.type === 'array' && s.items && Object.keys(s.items as object).length === 1 && (s.items as OpenApi)['x-kubernetes-preserve-unknown-fields']) {
+  if (
+    s.type === 'array' &&
+    s.items &&
+    Object.keys(s.items as object).length === 1 &&
+    (s.items as OpenApi)['x-kubernetes-preserve-unknown-fields']
+  ) {
     return { ...s, items: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } };
   }
-  if (s.properties) return { ...s, properties: Object.fromEntries(Object.entries(s.properties as Record<string, OpenApi>).map(([k, v]) => [k, fixUnknownItems(v)])) };
+  if (s.properties)
+    return {
+      ...s,
+      properties: Object.fromEntries(
+        Object.entries(s.properties as Record<string, OpenApi>).map(([k, v]) => [k, fixUnknownItems(v)]),
+      ),
+    };
   return s;
 }
 
@@ -298,7 +338,12 @@ export function crdFor(kind: Exclude<Kind, 'WorkloadEndpoint'>): Record<string, 
             openAPIV3Schema: {
               type: 'object',
               required: ['spec'],
-              properties: { apiVersion: { type: 'string' }, kind: { type: 'string' }, metadata: { type: 'object' }, spec },
+              properties: {
+                apiVersion: { type: 'string' },
+                kind: { type: 'string' },
+                metadata: { type: 'object' },
+                spec,
+              },
               ...(ROOT_VALIDATIONS[kind] ? { 'x-kubernetes-validations': ROOT_VALIDATIONS[kind] } : {}),
             },
           },

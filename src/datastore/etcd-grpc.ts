@@ -3,7 +3,23 @@
 // that asks for etcd_transport "grpc" gets here; etcd3 itself is imported on
 // the first call.
 import { DatastoreError } from '../errors.js';
-import { classifyServerError, classifySocketError, type CallContext, type KV, type KVEvent, type KVOptions, type KeyValue, type RangeRequest, type RangeResponse, type TlsMaterial, type TxnOp, type TxnRequest, type TxnResponse, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
+import {
+  classifyServerError,
+  classifySocketError,
+  type CallContext,
+  type KV,
+  type KVEvent,
+  type KVOptions,
+  type KeyValue,
+  type RangeRequest,
+  type RangeResponse,
+  type TlsMaterial,
+  type TxnOp,
+  type TxnRequest,
+  type TxnResponse,
+  type WatchCallbacks,
+  type WatchRequest,
+} from './etcd-kv.js';
 
 type Etcd3Module = typeof import('etcd3');
 type Etcd3 = import('etcd3').Etcd3;
@@ -19,8 +35,15 @@ function loadEtcd3(): Promise<Etcd3Module> {
  * established"; to tell the operator what is wrong we redo the TCP/TLS
  * handshake ourselves with the same material and classify its outcome.
  */
-export async function probeEndpoint(endpoint: string, tls: TlsMaterial, timeoutMs: number): Promise<DatastoreError | undefined> {
-  const [{ connect: netConnect }, { connect: tlsConnect }] = await Promise.all([import('node:net'), import('node:tls')]);
+export async function probeEndpoint(
+  endpoint: string,
+  tls: TlsMaterial,
+  timeoutMs: number,
+): Promise<DatastoreError | undefined> {
+  const [{ connect: netConnect }, { connect: tlsConnect }] = await Promise.all([
+    import('node:net'),
+    import('node:tls'),
+  ]);
   const u = new URL(endpoint);
   const host = u.hostname.replace(/^\[|\]$/g, '');
   const port = Number(u.port || 2379);
@@ -34,9 +57,27 @@ export async function probeEndpoint(endpoint: string, tls: TlsMaterial, timeoutM
       sock.destroy();
       resolve(e);
     };
-    const timer = setTimeout(() => finish(new DatastoreError('Unavailable', `etcd at ${endpoint} is unreachable: no answer within ${timeoutMs} ms; check etcd_endpoints and the network path`)), timeoutMs);
+    const timer = setTimeout(
+      () =>
+        finish(
+          new DatastoreError(
+            'Unavailable',
+            `etcd at ${endpoint} is unreachable: no answer within ${timeoutMs} ms; check etcd_endpoints and the ` +
+              `network path`,
+          ),
+        ),
+      timeoutMs,
+    );
     const sock = secure
-      ? tlsConnect({ host, port, servername: /^[\d.:]+$/.test(host) ? undefined : host, ca: tls.ca, cert: tls.cert, key: tls.key, ALPNProtocols: ['h2'] })
+      ? tlsConnect({
+          host,
+          port,
+          servername: /^[\d.:]+$/.test(host) ? undefined : host,
+          ca: tls.ca,
+          cert: tls.cert,
+          key: tls.key,
+          ALPNProtocols: ['h2'],
+        })
       : netConnect({ host, port });
     sock.on('error', (err: NodeJS.ErrnoException) => finish(classifySocketError(endpoint, err, tls)));
     sock.once(secure ? 'secureConnect' : 'connect', () => {
@@ -54,7 +95,10 @@ export async function probeEndpoint(endpoint: string, tls: TlsMaterial, timeoutM
 /** A cockatiel-compatible policy that runs the call once: we own retries and deadlines. */
 // (async: etcd3's markFailed() passes a function that throws synchronously and
 // only catches a rejected promise.)
-const noRetry = { execute: async <T>(fn: (ctx: { signal: AbortSignal }) => PromiseLike<T> | T) => fn({ signal: new AbortController().signal }) };
+const noRetry = {
+  execute: async <T>(fn: (ctx: { signal: AbortSignal }) => PromiseLike<T> | T) =>
+    fn({ signal: new AbortController().signal }),
+};
 
 /** grpc-js could not reach the host: the request was never sent, so another host may take it. */
 const NOT_SENT = /No connection established|ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|marked down/;
@@ -68,7 +112,8 @@ function hostPolicy() {
   let downUntil = 0;
   return {
     execute: async <T>(fn: (ctx: { signal: AbortSignal }) => PromiseLike<T> | T) => {
-      if (Date.now() < downUntil) throw new Error('No connection established (host marked down after a failed connection)');
+      if (Date.now() < downUntil)
+        throw new Error('No connection established (host marked down after a failed connection)');
       try {
         return await fn({ signal: new AbortController().signal });
       } catch (e) {
@@ -92,7 +137,12 @@ const GRPC_CODE_BY_NAME: Array<[RegExp, number]> = [
 ];
 
 function toKV(kv: IKeyValue): KeyValue {
-  return { key: kv.key, value: kv.value, createRevision: String(kv.create_revision), modRevision: String(kv.mod_revision) };
+  return {
+    key: kv.key,
+    value: kv.value,
+    createRevision: String(kv.create_revision),
+    modRevision: String(kv.mod_revision),
+  };
 }
 
 function toOp(op: TxnOp) {
@@ -140,7 +190,10 @@ export class GrpcKV implements KV {
         // etcd3's default retries three times and opens a circuit breaker for
         // 5 s: a down etcd would surface as "circuit open" or run past the
         // caller's deadline. We fail fast with a classified error instead.
-        faultHandling: { host: () => (this.endpoints.length > 1 ? hostPolicy() : noRetry) as never, global: noRetry as never },
+        faultHandling: {
+          host: () => (this.endpoints.length > 1 ? hostPolicy() : noRetry) as never,
+          global: noRetry as never,
+        },
       });
       return this.client;
     }));
@@ -157,7 +210,12 @@ export class GrpcKV implements KV {
           return await fn(client, deadline);
         } catch (e) {
           // Never sent: the host that failed is now skipped, so a retry lands on another one.
-          if (i >= this.endpoints.length || Date.now() >= deadline.getTime() || !NOT_SENT.test(String((e as Error)?.message))) throw e;
+          if (
+            i >= this.endpoints.length ||
+            Date.now() >= deadline.getTime() ||
+            !NOT_SENT.test(String((e as Error)?.message))
+          )
+            throw e;
         }
       }
     };
@@ -165,7 +223,10 @@ export class GrpcKV implements KV {
       return await Promise.race([
         attempt(),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(Object.assign(new Error('deadline exceeded'), { code: 4 })), ctx.timeoutMs + 50);
+          timer = setTimeout(
+            () => reject(Object.assign(new Error('deadline exceeded'), { code: 4 })),
+            ctx.timeoutMs + 50,
+          );
         }),
       ]);
     } catch (e) {
@@ -180,15 +241,31 @@ export class GrpcKV implements KV {
     const err = e as Error & { code?: number };
     const name = err?.constructor?.name ?? '';
     const msg = String(err?.message ?? e);
-    const code = GRPC_CODE_BY_NAME.find(([re]) => re.test(name))?.[1] ?? (typeof err?.code === 'number' ? err.code : undefined);
-    const connectionLike = code === 14 || code === 4 || code === 1 || code === 13 || code === 2 || /deadline|unavailable|no connection|connect|timeout|leader/i.test(msg);
+    const code =
+      GRPC_CODE_BY_NAME.find(([re]) => re.test(name))?.[1] ?? (typeof err?.code === 'number' ? err.code : undefined);
+    const connectionLike =
+      code === 14 ||
+      code === 4 ||
+      code === 1 ||
+      code === 13 ||
+      code === 2 ||
+      /deadline|unavailable|no connection|connect|timeout|leader/i.test(msg);
     if (connectionLike && code !== 7 && code !== 16 && code !== 8 && !/too many requests/i.test(msg)) {
       // Find out why: probe each endpoint with the same TLS material (bounded by a short timeout).
-      const probes = await Promise.all(this.endpoints.map((ep) => probeEndpoint(ep, this.tls, Math.min(2000, Math.max(250, timeoutMs / 2))).catch(() => undefined)));
+      const probes = await Promise.all(
+        this.endpoints.map((ep) =>
+          probeEndpoint(ep, this.tls, Math.min(2000, Math.max(250, timeoutMs / 2))).catch(() => undefined),
+        ),
+      );
       const first = probes.find((p) => p !== undefined);
       if (first) return new DatastoreError(first.kind, `${what}: ${first.message}`, { cause: e });
       if (/deadline/i.test(name + msg)) {
-        return new DatastoreError('Unavailable', `${what}: etcd at ${this.endpoints.join(',')} did not answer within ${timeoutMs} ms (it accepts connections, so it may be overloaded or without quorum)`, { cause: e });
+        return new DatastoreError(
+          'Unavailable',
+          `${what}: etcd at ${this.endpoints.join(',')} did not answer within ${timeoutMs} ms (it accepts ` +
+            `connections, so it may be overloaded or without quorum)`,
+          { cause: e },
+        );
       }
     }
     return classifyServerError(this.endpoints, what, code, msg, e);
@@ -244,7 +321,15 @@ export class GrpcKV implements KV {
         watcher = b.watcher();
         watcher.on('data', (res) => {
           if (cancelled) return;
-          cb.onEvents(res.events.map((ev): KVEvent => ({ type: ev.type === 'Put' ? 'Put' : 'Delete', kv: toKV(ev.kv), ...(ev.prev_kv ? { prevKv: toKV(ev.prev_kv) } : {}) })));
+          cb.onEvents(
+            res.events.map(
+              (ev): KVEvent => ({
+                type: ev.type === 'Put' ? 'Put' : 'Delete',
+                kv: toKV(ev.kv),
+                ...(ev.prev_kv ? { prevKv: toKV(ev.prev_kv) } : {}),
+              }),
+            ),
+          );
         });
         watcher.on('error', async (err: Error) => {
           // etcd 3.4 cancels a watch on a compacted revision without a reason
@@ -252,8 +337,14 @@ export class GrpcKV implements KV {
           let compacted = /compacted/i.test(err.message);
           if (!compacted && req.startRevision !== undefined) {
             compacted = await c.kv
-              .range({ key: req.key, revision: req.startRevision, keys_only: true, limit: 1 }, { deadline: new Date(Date.now() + this.timeoutMs) })
-              .then(() => false, (e: Error) => /compacted/i.test(e.message));
+              .range(
+                { key: req.key, revision: req.startRevision, keys_only: true, limit: 1 },
+                { deadline: new Date(Date.now() + this.timeoutMs) },
+              )
+              .then(
+                () => false,
+                (e: Error) => /compacted/i.test(e.message),
+              );
           }
           if (!cancelled) cb.onEnd({ compacted, error: err });
         });

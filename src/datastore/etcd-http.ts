@@ -111,15 +111,29 @@ export class HttpKV implements KV {
       if (this.secure) {
         const https = await import('node:https');
         const tls = { ca: this.tls.ca, cert: this.tls.cert, key: this.tls.key };
-        return { request: https.request as RequestFn, agent: new https.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS, ...tls }), watchAgent: new https.Agent(tls) };
+        return {
+          request: https.request as RequestFn,
+          agent: new https.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS, ...tls }),
+          watchAgent: new https.Agent(tls),
+        };
       }
       const http = await import('node:http');
-      return { request: http.request as RequestFn, agent: new http.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS }), watchAgent: new http.Agent() };
+      return {
+        request: http.request as RequestFn,
+        agent: new http.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS }),
+        watchAgent: new http.Agent(),
+      };
     })());
   }
 
   /** One POST to one endpoint; resolves with whatever HTTP answer came back. */
-  private async attempt(endpoint: string, path: string, body: string, timeoutMs: number, connectMs: number): Promise<{ status: number; text: string }> {
+  private async attempt(
+    endpoint: string,
+    path: string,
+    body: string,
+    timeoutMs: number,
+    connectMs: number,
+  ): Promise<{ status: number; text: string }> {
     const { request, agent } = await this.load();
     return new Promise((resolve, reject) => {
       let connected = false;
@@ -132,23 +146,43 @@ export class HttpKV implements KV {
         req.destroy();
         reject(new AttemptError(phase, err, req.reusedSocket, timedOutMs));
       };
-      const deadline = setTimeout(() => fail(connected ? 'sent' : 'connect', Object.assign(new Error('deadline exceeded'), { code: 'ETIMEDOUT' }), timeoutMs), timeoutMs);
-      const connectDeadline = setTimeout(() => {
-        if (!connected) fail('connect', Object.assign(new Error('connect timeout'), { code: 'ETIMEDOUT' }), connectMs);
-      }, Math.min(connectMs, timeoutMs));
-      const req = request(new URL(path, endpoint), { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', (e: NodeJS.ErrnoException) => fail('sent', e));
-        res.on('aborted', () => fail('sent', Object.assign(new Error('response aborted'), { code: 'ECONNRESET' })));
-        res.on('end', () => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(deadline);
-          clearTimeout(connectDeadline);
-          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') });
-        });
-      });
+      const deadline = setTimeout(
+        () =>
+          fail(
+            connected ? 'sent' : 'connect',
+            Object.assign(new Error('deadline exceeded'), { code: 'ETIMEDOUT' }),
+            timeoutMs,
+          ),
+        timeoutMs,
+      );
+      const connectDeadline = setTimeout(
+        () => {
+          if (!connected)
+            fail('connect', Object.assign(new Error('connect timeout'), { code: 'ETIMEDOUT' }), connectMs);
+        },
+        Math.min(connectMs, timeoutMs),
+      );
+      const req = request(
+        new URL(path, endpoint),
+        {
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('error', (e: NodeJS.ErrnoException) => fail('sent', e));
+          res.on('aborted', () => fail('sent', Object.assign(new Error('response aborted'), { code: 'ECONNRESET' })));
+          res.on('end', () => {
+            if (settled) return;
+            settled = true;
+            clearTimeout(deadline);
+            clearTimeout(connectDeadline);
+            resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') });
+          });
+        },
+      );
       req.on('socket', (s) => {
         const up = () => {
           connected = true;
@@ -171,8 +205,18 @@ export class HttpKV implements KV {
   private describeAttempt(endpoint: string, e: AttemptError): DatastoreError {
     if (e.timedOutMs !== undefined) {
       return e.phase === 'connect'
-        ? new DatastoreError('Unavailable', `etcd at ${endpoint} is unreachable: no answer within ${e.timedOutMs} ms; check etcd_endpoints and the network path`, { cause: e.err })
-        : new DatastoreError('Unavailable', `etcd at ${endpoint} did not answer within ${e.timedOutMs} ms (it accepts connections, so it may be overloaded or without quorum)`, { cause: e.err });
+        ? new DatastoreError(
+            'Unavailable',
+            `etcd at ${endpoint} is unreachable: no answer within ${e.timedOutMs} ms; check etcd_endpoints and the ` +
+              `network path`,
+            { cause: e.err },
+          )
+        : new DatastoreError(
+            'Unavailable',
+            `etcd at ${endpoint} did not answer within ${e.timedOutMs} ms (it accepts connections, so it may be ` +
+              `overloaded or without quorum)`,
+            { cause: e.err },
+          );
     }
     return classifySocketError(endpoint, e.err, this.tls);
   }
@@ -188,15 +232,28 @@ export class HttpKV implements KV {
     if (o && typeof o === 'object' && (typeof o.message === 'string' || typeof o.error === 'string')) {
       const code = typeof o.code === 'number' ? o.code : undefined;
       const msg = String(o.message ?? o.error);
-      return gatewayUnusable(endpoint, what, code, msg) ?? classifyServerError([endpoint], what, code, msg, new Error(text));
+      return (
+        gatewayUnusable(endpoint, what, code, msg) ?? classifyServerError([endpoint], what, code, msg, new Error(text))
+      );
     }
     if (/HTTP request to an HTTPS server/i.test(text)) {
-      return new DatastoreError('Unavailable', `${what}: etcd at ${endpoint} speaks TLS; use https:// in etcd_endpoints (and etcd_ca_cert_file, etcd_cert_file, etcd_key_file as the server requires)`);
+      return new DatastoreError(
+        'Unavailable',
+        `${what}: etcd at ${endpoint} speaks TLS; use https:// in etcd_endpoints (and etcd_ca_cert_file, ` +
+          `etcd_cert_file, etcd_key_file as the server requires)`,
+      );
     }
     if (status === 404) {
-      return new DatastoreError('Unavailable', `${what}: etcd at ${endpoint} has no v3 JSON gateway at ${path} (HTTP 404); netplugin needs etcd 3.4 or newer at etcd_endpoints`);
+      return new DatastoreError(
+        'Unavailable',
+        `${what}: etcd at ${endpoint} has no v3 JSON gateway at ${path} (HTTP 404); netplugin needs etcd 3.4 or ` +
+          `newer at etcd_endpoints`,
+      );
     }
-    return new DatastoreError('Unavailable', `${what}: etcd at ${endpoint} failed: HTTP ${status}: ${text.slice(0, 200).trim()}`);
+    return new DatastoreError(
+      'Unavailable',
+      `${what}: etcd at ${endpoint} failed: HTTP ${status}: ${text.slice(0, 200).trim()}`,
+    );
   }
 
   /**
@@ -246,7 +303,10 @@ export class HttpKV implements KV {
     }
     const [first, ...rest] = failures;
     if (!first) {
-      throw new DatastoreError('Unavailable', `${ctx.what}: etcd at ${this.endpoints.join(',')} did not answer within ${ctx.timeoutMs} ms`);
+      throw new DatastoreError(
+        'Unavailable',
+        `${ctx.what}: etcd at ${this.endpoints.join(',')} did not answer within ${ctx.timeoutMs} ms`,
+      );
     }
     const also = rest.length ? `; also failed: ${rest.map((r) => r.message).join('; ')}` : '';
     throw new DatastoreError(first.kind, `${ctx.what}: ${first.message}${also}`, { cause: first.cause });
@@ -269,7 +329,11 @@ export class HttpKV implements KV {
   }
 
   async txn(req: TxnRequest, ctx: CallContext): Promise<TxnResponse> {
-    const r = await this.call<{ header?: { revision?: string }; succeeded?: boolean; responses?: Array<{ response_range?: { kvs?: RawKV[] } }> }>(
+    const r = await this.call<{
+      header?: { revision?: string };
+      succeeded?: boolean;
+      responses?: Array<{ response_range?: { kvs?: RawKV[] } }>;
+    }>(
       '/v3/kv/txn',
       {
         compare: req.compare.map((c) => ({
@@ -287,7 +351,9 @@ export class HttpKV implements KV {
     return {
       succeeded: r.succeeded === true,
       revision: r.header?.revision ?? '0',
-      responses: (r.responses ?? []).map((x) => (x.response_range ? { kvs: (x.response_range.kvs ?? []).map(decodeKV) } : {})),
+      responses: (r.responses ?? []).map((x) =>
+        x.response_range ? { kvs: (x.response_range.kvs ?? []).map(decodeKV) } : {},
+      ),
     };
   }
 
@@ -343,16 +409,36 @@ export class HttpKV implements KV {
       }, WATCH_IDLE_CHECK_MS);
       idleTimer.unref();
     };
-    const onResult = (gen: number, res: { header?: { revision?: string }; created?: boolean; canceled?: boolean; compact_revision?: string; cancel_reason?: string; events?: Array<{ type?: string; kv?: RawKV; prev_kv?: RawKV }> }) => {
+    const onResult = (
+      gen: number,
+      res: {
+        header?: { revision?: string };
+        created?: boolean;
+        canceled?: boolean;
+        compact_revision?: string;
+        cancel_reason?: string;
+        events?: Array<{ type?: string; kv?: RawKV; prev_kv?: RawKV }>;
+      },
+    ) => {
       if (res.created && lastRev === undefined && res.header?.revision) lastRev = BigInt(res.header.revision);
       if (res.canceled) {
         const compacted = !!res.compact_revision && res.compact_revision !== '0';
-        const why = res.cancel_reason || (compacted ? `etcdserver: mvcc: required revision has been compacted (compacted up to ${res.compact_revision})` : 'the server cancelled the watch');
+        const why =
+          res.cancel_reason ||
+          (compacted
+            ? `etcdserver: mvcc: required revision has been compacted (compacted up to ${res.compact_revision})`
+            : 'the server cancelled the watch');
         end({ compacted, error: new Error(why) });
         return;
       }
       if (res.events?.length) {
-        const evs = res.events.map((e): KVEvent => ({ type: e.type === 'DELETE' ? 'Delete' : 'Put', kv: decodeKV(e.kv ?? {}), ...(e.prev_kv ? { prevKv: decodeKV(e.prev_kv) } : {}) }));
+        const evs = res.events.map(
+          (e): KVEvent => ({
+            type: e.type === 'DELETE' ? 'Delete' : 'Put',
+            kv: decodeKV(e.kv ?? {}),
+            ...(e.prev_kv ? { prevKv: decodeKV(e.prev_kv) } : {}),
+          }),
+        );
         lastRev = BigInt(evs[evs.length - 1]!.kv.modRevision);
         backoff = WATCH_BACKOFF_MIN_MS;
         if (gen === generation && !stopped) cb.onEvents(evs);
@@ -370,54 +456,75 @@ export class HttpKV implements KV {
         return end({ compacted: false, error: e as Error });
       }
       if (stopped || gen !== generation) return;
-      const create = { key: b64(req.key), range_end: b64(req.rangeEnd), prev_kv: true, ...(lastRev !== undefined ? { start_revision: String(lastRev + 1n) } : {}) };
+      const create = {
+        key: b64(req.key),
+        range_end: b64(req.rangeEnd),
+        prev_kv: true,
+        ...(lastRev !== undefined ? { start_revision: String(lastRev + 1n) } : {}),
+      };
       const body = JSON.stringify({ create_request: create });
-      const r = request(new URL('/v3/watch', ep), { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-        if (res.statusCode !== 200) {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (c: string) => (text += c));
-          res.on('end', () => {
-            if (gen !== generation) return;
-            // A gateway that is missing, refuses us or cannot reach gRPC will not get better by retrying.
-            const d = this.describeAnswer(ep, '/v3/watch', 'open the watch stream', res.statusCode ?? 0, text);
-            if (res.statusCode === 404 || res.statusCode === 401 || res.statusCode === 403 || d.name === 'GatewayUnusableError' || d.kind === 'Unauthorized') {
-              end({ compacted: false, error: d });
-            } else reconnect(gen);
-          });
-          return;
-        }
-        armIdleCheck(gen, ep);
-        res.setEncoding('utf8');
-        let buf = '';
-        res.on('data', (chunk: string) => {
-          if (gen !== generation) return;
-          armIdleCheck(gen, ep);
-          buf += chunk;
-          for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-            const line = buf.slice(0, nl).trim();
-            buf = buf.slice(nl + 1);
-            if (!line) continue;
-            let msg: { result?: Parameters<typeof onResult>[1]; error?: { message?: string; grpc_code?: number } };
-            try {
-              msg = JSON.parse(line) as typeof msg;
-            } catch {
-              reconnect(gen);
-              return;
-            }
-            if (msg.result) onResult(gen, msg.result);
-            // grpc-gateway reports a failed stream in-band; compaction is final, the rest (no leader, ...) is retried.
-            else if (msg.error) {
-              if (/compacted/i.test(msg.error.message ?? '')) end({ compacted: true, error: new Error(msg.error.message) });
-              else reconnect(gen);
-            }
-            if (stopped || gen !== generation) return;
+      const r = request(
+        new URL('/v3/watch', ep),
+        {
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          if (res.statusCode !== 200) {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (c: string) => (text += c));
+            res.on('end', () => {
+              if (gen !== generation) return;
+              // A gateway that is missing, refuses us or cannot reach gRPC will not get better by retrying.
+              const d = this.describeAnswer(ep, '/v3/watch', 'open the watch stream', res.statusCode ?? 0, text);
+              if (
+                res.statusCode === 404 ||
+                res.statusCode === 401 ||
+                res.statusCode === 403 ||
+                d.name === 'GatewayUnusableError' ||
+                d.kind === 'Unauthorized'
+              ) {
+                end({ compacted: false, error: d });
+              } else reconnect(gen);
+            });
+            return;
           }
-        });
-        res.on('end', () => reconnect(gen));
-        res.on('error', () => reconnect(gen));
-        res.on('aborted', () => reconnect(gen));
-      });
+          armIdleCheck(gen, ep);
+          res.setEncoding('utf8');
+          let buf = '';
+          res.on('data', (chunk: string) => {
+            if (gen !== generation) return;
+            armIdleCheck(gen, ep);
+            buf += chunk;
+            for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+              const line = buf.slice(0, nl).trim();
+              buf = buf.slice(nl + 1);
+              if (!line) continue;
+              let msg: { result?: Parameters<typeof onResult>[1]; error?: { message?: string; grpc_code?: number } };
+              try {
+                msg = JSON.parse(line) as typeof msg;
+              } catch {
+                reconnect(gen);
+                return;
+              }
+              if (msg.result) onResult(gen, msg.result);
+              // grpc-gateway reports a failed stream in-band; compaction is final, the rest (no leader, ...) is
+              // retried.
+              else if (msg.error) {
+                if (/compacted/i.test(msg.error.message ?? ''))
+                  end({ compacted: true, error: new Error(msg.error.message) });
+                else reconnect(gen);
+              }
+              if (stopped || gen !== generation) return;
+            }
+          });
+          res.on('end', () => reconnect(gen));
+          res.on('error', () => reconnect(gen));
+          res.on('aborted', () => reconnect(gen));
+        },
+      );
       r.on('socket', (s) => s.setKeepAlive(true, 15_000));
       r.on('error', (e: NodeJS.ErrnoException) => {
         // The server refused our TLS material: retrying would only repeat it.

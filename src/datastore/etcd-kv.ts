@@ -37,7 +37,10 @@ export interface Compare {
   revision: string;
 }
 
-export type TxnOp = { put: { key: Buffer; value: Buffer } } | { deleteRange: { key: Buffer } } | { range: { key: Buffer; keysOnly?: boolean } };
+export type TxnOp =
+  | { put: { key: Buffer; value: Buffer } }
+  | { deleteRange: { key: Buffer } }
+  | { range: { key: Buffer; keysOnly?: boolean } };
 
 export interface TxnRequest {
   compare: Compare[];
@@ -107,59 +110,131 @@ export interface KVOptions {
 }
 
 /** Node's TLS error codes, grouped by what the operator has to fix. */
-const UNKNOWN_CA = new Set(['UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'UNABLE_TO_GET_ISSUER_CERT', 'CERT_UNTRUSTED']);
+const UNKNOWN_CA = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'CERT_UNTRUSTED',
+]);
 
 /** A TCP or TLS failure of one endpoint, worded as the fix the operator has to make. */
 export function classifySocketError(endpoint: string, err: NodeJS.ErrnoException, tls: TlsMaterial): DatastoreError {
   const code = err.code ?? '';
   const kind = (k: DatastoreErrorKind, msg: string) => new DatastoreError(k, msg, { cause: err });
-  if (code === 'ECONNREFUSED') return kind('Unavailable', `etcd at ${endpoint} is unreachable: connection refused (ECONNREFUSED); check etcd_endpoints and that etcd is running`);
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return kind('Unavailable', `etcd at ${endpoint} is unreachable: host name does not resolve (${code}); check etcd_endpoints`);
-  if (['EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'ECONNRESET', 'EPIPE'].includes(code)) return kind('Unavailable', `etcd at ${endpoint} is unreachable: ${err.message} (${code}); check etcd_endpoints and the network path`);
+  if (code === 'ECONNREFUSED')
+    return kind(
+      'Unavailable',
+      `etcd at ${endpoint} is unreachable: connection refused (ECONNREFUSED); check etcd_endpoints and that etcd is ` +
+        `running`,
+    );
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN')
+    return kind(
+      'Unavailable',
+      `etcd at ${endpoint} is unreachable: host name does not resolve (${code}); check etcd_endpoints`,
+    );
+  if (['EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'ECONNRESET', 'EPIPE'].includes(code))
+    return kind(
+      'Unavailable',
+      `etcd at ${endpoint} is unreachable: ${err.message} (${code}); check etcd_endpoints and the network path`,
+    );
   if (UNKNOWN_CA.has(code)) {
     const fix = tls.caFile
       ? `etcd_ca_cert_file=${tls.caFile} does not hold the CA that issued the server certificate`
       : 'set etcd_ca_cert_file to the CA that issued the server certificate';
-    return kind('Unauthorized', `TLS handshake with ${endpoint} failed: certificate signed by unknown authority (${code}); ${fix}`);
+    return kind(
+      'Unauthorized',
+      `TLS handshake with ${endpoint} failed: certificate signed by unknown authority (${code}); ${fix}`,
+    );
   }
-  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return kind('Unauthorized', `TLS handshake with ${endpoint} failed: the server certificate is not valid for this host name (${err.message}); use the host name or IP address the certificate names in etcd_endpoints`);
-  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return kind('Unauthorized', `TLS handshake with ${endpoint} failed: the server certificate ${code === 'CERT_HAS_EXPIRED' ? 'has expired' : 'is not yet valid'}; renew it (or check the clock)`);
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID')
+    return kind(
+      'Unauthorized',
+      `TLS handshake with ${endpoint} failed: the server certificate is not valid for this host name ` +
+        `(${err.message}); use the host name or IP address the certificate names in etcd_endpoints`,
+    );
+  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID')
+    return kind(
+      'Unauthorized',
+      `TLS handshake with ${endpoint} failed: the server certificate ` +
+        `${code === 'CERT_HAS_EXPIRED' ? 'has expired' : 'is not yet valid'}; renew it (or check the clock)`,
+    );
   const msg = `${err.message} ${code}`;
   // Go's TLS server answers a missing client certificate with bad_certificate
   // (TLS 1.2) or certificate_required (TLS 1.3).
   if (/CERTIFICATE_REQUIRED|BAD_CERTIFICATE|alert handshake failure|ALERT_HANDSHAKE_FAILURE/i.test(msg) && !tls.cert) {
-    return kind('Unauthorized', `TLS handshake with ${endpoint} failed: the server requires a client certificate: set etcd_cert_file and etcd_key_file`);
+    return kind(
+      'Unauthorized',
+      `TLS handshake with ${endpoint} failed: the server requires a client certificate: set etcd_cert_file and ` +
+        `etcd_key_file`,
+    );
   }
-  if (/BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_UNKNOWN|UNSUPPORTED_CERTIFICATE|alert handshake failure|ALERT_HANDSHAKE_FAILURE|ALERT_DECRYPT_ERROR/i.test(msg)) {
-    return kind('Unauthorized', `TLS handshake with ${endpoint} failed: the server rejected the client certificate etcd_cert_file=${tls.certFile ?? '(none)'} (${code || err.message}); use a certificate issued by a CA the etcd server trusts (its --trusted-ca-file)`);
+  if (
+    /BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_UNKNOWN|UNSUPPORTED_CERTIFICATE/i.test(msg) ||
+    /alert handshake failure|ALERT_HANDSHAKE_FAILURE|ALERT_DECRYPT_ERROR/i.test(msg)
+  ) {
+    return kind(
+      'Unauthorized',
+      `TLS handshake with ${endpoint} failed: the server rejected the client certificate ` +
+        `etcd_cert_file=${tls.certFile ?? '(none)'} (${code || err.message}); use a certificate issued by a CA the ` +
+        `etcd server trusts (its --trusted-ca-file)`,
+    );
   }
   if (/wrong version number|WRONG_VERSION_NUMBER|packet length too long/i.test(msg)) {
-    return kind('Unavailable', `TLS handshake with ${endpoint} failed: the server does not speak TLS (${code}); use http:// in etcd_endpoints or enable TLS on etcd`);
+    return kind(
+      'Unavailable',
+      `TLS handshake with ${endpoint} failed: the server does not speak TLS (${code}); use http:// in etcd_endpoints ` +
+        `or enable TLS on etcd`,
+    );
   }
-  if (/ERR_OSSL|PEM|KEY_VALUES_MISMATCH/i.test(code)) return kind('Invalid', `TLS client material is unusable (${err.message}); check etcd_cert_file=${tls.certFile} and etcd_key_file=${tls.keyFile} are a matching PEM certificate and key`);
+  if (/ERR_OSSL|PEM|KEY_VALUES_MISMATCH/i.test(code))
+    return kind(
+      'Invalid',
+      `TLS client material is unusable (${err.message}); check etcd_cert_file=${tls.certFile} and ` +
+        `etcd_key_file=${tls.keyFile} are a matching PEM certificate and key`,
+    );
   return kind('Unavailable', `etcd at ${endpoint} failed: ${err.message}${code ? ` (${code})` : ''}`);
 }
 
 /** TLS alerts: the server refused the handshake, so it never saw a request. */
 export function isTlsRejection(err: NodeJS.ErrnoException): boolean {
-  return /^ERR_SSL_|^ERR_TLS_|CERT|SSL alert|alert/i.test(`${err.code ?? ''} ${err.message}`) || UNKNOWN_CA.has(err.code ?? '');
+  return (
+    /^ERR_SSL_|^ERR_TLS_|CERT|SSL alert|alert/i.test(`${err.code ?? ''} ${err.message}`) ||
+    UNKNOWN_CA.has(err.code ?? '')
+  );
 }
 
 /**
  * An error etcd itself returned (a gRPC status: code and message), worded as
  * before the transports were split: auth, throttling, unavailability, other.
  */
-export function classifyServerError(endpoints: string[], what: string, code: number | undefined, msg: string, cause: unknown): DatastoreError {
+export function classifyServerError(
+  endpoints: string[],
+  what: string,
+  code: number | undefined,
+  msg: string,
+  cause: unknown,
+): DatastoreError {
   const eps = endpoints.join(',');
   // gRPC codes: 7 PermissionDenied, 16 Unauthenticated, 8 ResourceExhausted,
   // 14 Unavailable, 4 DeadlineExceeded, 1 Cancelled, 13 Internal, 2 Unknown.
-  if (code === 7 || code === 16 || /permission denied|authentication failed|user name is empty|invalid auth token/i.test(msg)) {
+  if (
+    code === 7 ||
+    code === 16 ||
+    /permission denied|authentication failed|user name is empty|invalid auth token/i.test(msg)
+  ) {
     return new DatastoreError('Unauthorized', `etcd at ${eps} refused ${what}: ${msg}`, { cause });
   }
   if (code === 8 || /too many requests/i.test(msg)) {
-    return new DatastoreError('Unavailable', `etcd at ${eps} is throttling (${msg}); ${what} can be retried later`, { cause });
+    return new DatastoreError('Unavailable', `etcd at ${eps} is throttling (${msg}); ${what} can be retried later`, {
+      cause,
+    });
   }
-  if ((code !== undefined && [1, 2, 4, 13, 14].includes(code)) || /unavailable|no connection|timeout|timed out|leader|deadline/i.test(msg)) {
+  if (
+    (code !== undefined && [1, 2, 4, 13, 14].includes(code)) ||
+    /unavailable|no connection|timeout|timed out|leader|deadline/i.test(msg)
+  ) {
     return new DatastoreError('Unavailable', `${what}: etcd at ${eps} is unavailable: ${msg}`, { cause });
   }
   return new DatastoreError('Unavailable', `${what}: etcd at ${eps} failed: ${msg}`, { cause });
@@ -178,11 +253,18 @@ export class GatewayUnusableError extends DatastoreError {
   override name = 'GatewayUnusableError';
 }
 
-export function gatewayUnusable(endpoint: string, what: string, code: number | undefined, msg: string): GatewayUnusableError | undefined {
+export function gatewayUnusable(
+  endpoint: string,
+  what: string,
+  code: number | undefined,
+  msg: string,
+): GatewayUnusableError | undefined {
   if (code !== 14 || /^etcdserver:/.test(msg)) return undefined;
   return new GatewayUnusableError(
     'Unavailable',
-    `${what}: etcd at ${endpoint} cannot serve its JSON gateway: the gateway's own connection to etcd's gRPC server fails (${msg}); with --client-cert-auth, etcd's server certificate (--cert-file) must also allow client authentication (extendedKeyUsage clientAuth)`,
+    `${what}: etcd at ${endpoint} cannot serve its JSON gateway: the gateway's own connection to etcd's gRPC server ` +
+      `fails (${msg}); with --client-cert-auth, etcd's server certificate (--cert-file) must also allow client ` +
+      `authentication (extendedKeyUsage clientAuth)`,
   );
 }
 

@@ -9,19 +9,44 @@ import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
+import type {
+  CallOptions,
+  Datastore,
+  DeleteOptions,
+  ListOptions,
+  ListResult,
+  Watch,
+  WatchEvent,
+  WatchOptions,
+} from './types.js';
 import { etcdKey, etcdKeyIdentity, etcdListPrefix, onNode } from './keys.js';
 import { resourceProblem, validateResource } from './schemas.js';
 import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject } from './invalid.js';
 import { parseSelector } from '../selector/index.js';
 import type { DatastoreConfig } from './settings.js';
-import { GatewayUnusableError, prefixEnd, type CallContext, type Compare, type KV, type KVOptions, type KeyValue, type TlsMaterial, type TxnOp as KVTxnOp, type TxnResponse, type WatchCallbacks, type WatchRequest } from './etcd-kv.js';
+import {
+  GatewayUnusableError,
+  prefixEnd,
+  type CallContext,
+  type Compare,
+  type KV,
+  type KVOptions,
+  type KeyValue,
+  type TlsMaterial,
+  type TxnOp as KVTxnOp,
+  type TxnResponse,
+  type WatchCallbacks,
+  type WatchRequest,
+} from './etcd-kv.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 import { HttpKV } from './etcd-http.js';
+import { mark } from '../observe/timeline.js';
 
-export type { TlsMaterial } from './etcd-kv.js';
+const DEFAULT_TIMEOUT_MS = 10_000;
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
+/** Values of its own puts a store remembers for its watches (EtcdDatastore.ownPuts). */
+const OWN_PUTS = 256;
 
 export type EtcdTransport = 'grpc' | 'http';
 
@@ -30,37 +55,60 @@ function readConfFile(field: string, path: string): Buffer {
     return readFileSync(path);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code ?? String(e);
-    throw new DatastoreError('Invalid', `${field}=${path} cannot be read (${code}); point ${field} at an existing PEM file`);
+    throw new DatastoreError(
+      'Invalid',
+      `${field}=${path} cannot be read (${code}); point ${field} at an existing PEM file`,
+    );
   }
 }
 
 /** Endpoints from etcd_endpoints, etcd_discovery_srv, or the deprecated etcd_authority/etcd_scheme. */
-export async function resolveEndpoints(conf: DatastoreConfig): Promise<string[]> {
+async function resolveEndpoints(conf: DatastoreConfig): Promise<string[]> {
   if (conf.etcd_endpoints && conf.etcd_discovery_srv) {
-    throw new DatastoreError('Invalid', 'etcd_endpoints and etcd_discovery_srv are mutually exclusive; set only one of them');
+    throw new DatastoreError(
+      'Invalid',
+      'etcd_endpoints and etcd_discovery_srv are mutually exclusive; set only one of them',
+    );
   }
   if (conf.etcd_endpoints) {
-    const eps = conf.etcd_endpoints.split(',').map((s) => s.trim()).filter(Boolean);
+    const eps = conf.etcd_endpoints
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
     for (const ep of eps) {
       if (!/^https?:\/\/[^/\s]+\/?$/.test(ep)) {
-        throw new DatastoreError('Invalid', `etcd_endpoints entry ${JSON.stringify(ep)} is not an endpoint URL; use e.g. https://10.0.0.1:2379`);
+        throw new DatastoreError(
+          'Invalid',
+          `etcd_endpoints entry ${JSON.stringify(ep)} is not an endpoint URL; use e.g. https://10.0.0.1:2379`,
+        );
       }
     }
     const schemes = new Set(eps.map((e) => e.split(':')[0]));
-    if (schemes.size > 1) throw new DatastoreError('Invalid', `etcd_endpoints=${conf.etcd_endpoints} mixes http and https; use one scheme for all endpoints`);
+    if (schemes.size > 1)
+      throw new DatastoreError(
+        'Invalid',
+        `etcd_endpoints=${conf.etcd_endpoints} mixes http and https; use one scheme for all endpoints`,
+      );
     if (eps.length) return eps.map((e) => e.replace(/\/$/, ''));
   }
   if (conf.etcd_discovery_srv) return discoverSrv(conf.etcd_discovery_srv);
   const scheme = conf.etcd_scheme || 'http';
-  if (scheme !== 'http' && scheme !== 'https') throw new DatastoreError('Invalid', `etcd_scheme=${scheme} is invalid; use http or https`);
+  if (scheme !== 'http' && scheme !== 'https')
+    throw new DatastoreError('Invalid', `etcd_scheme=${scheme} is invalid; use http or https`);
   return [`${scheme}://${conf.etcd_authority || '127.0.0.1:2379'}`];
 }
 
 /** etcd's own discovery convention: TLS clients under _etcd-client-ssl, plain under _etcd-client. */
-async function discoverSrv(domain: string, resolver?: (name: string) => Promise<Array<{ name: string; port: number; priority: number; weight: number }>>): Promise<string[]> {
+async function discoverSrv(
+  domain: string,
+  resolver?: (name: string) => Promise<Array<{ name: string; port: number; priority: number; weight: number }>>,
+): Promise<string[]> {
   // node:dns is loaded only when discovery is configured (start-up cost of every other run).
   const resolve = resolver ?? (await import('node:dns/promises')).resolveSrv;
-  for (const [svc, scheme] of [['_etcd-client-ssl', 'https'], ['_etcd-client', 'http']] as const) {
+  for (const [svc, scheme] of [
+    ['_etcd-client-ssl', 'https'],
+    ['_etcd-client', 'http'],
+  ] as const) {
     try {
       const recs = await resolve(`${svc}._tcp.${domain}`);
       if (recs.length) {
@@ -70,11 +118,19 @@ async function discoverSrv(domain: string, resolver?: (name: string) => Promise<
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code !== 'ENOTFOUND' && code !== 'ENODATA') {
-        throw new DatastoreError('Unavailable', `etcd_discovery_srv=${domain}: DNS SRV lookup of ${svc}._tcp.${domain} failed (${code ?? String(e)})`, { cause: e });
+        throw new DatastoreError(
+          'Unavailable',
+          `etcd_discovery_srv=${domain}: DNS SRV lookup of ${svc}._tcp.${domain} failed (${code ?? String(e)})`,
+          { cause: e },
+        );
       }
     }
   }
-  throw new DatastoreError('Invalid', `etcd_discovery_srv=${domain}: neither _etcd-client-ssl._tcp.${domain} nor _etcd-client._tcp.${domain} has SRV records; check the domain or set etcd_endpoints`);
+  throw new DatastoreError(
+    'Invalid',
+    `etcd_discovery_srv=${domain}: neither _etcd-client-ssl._tcp.${domain} nor _etcd-client._tcp.${domain} has SRV ` +
+      `records; check the domain or set etcd_endpoints`,
+  );
 }
 
 export { discoverSrv as _discoverSrvForTests };
@@ -82,7 +138,11 @@ export { discoverSrv as _discoverSrvForTests };
 function loadTls(conf: DatastoreConfig): TlsMaterial {
   const t: TlsMaterial = {};
   if (!!conf.etcd_cert_file !== !!conf.etcd_key_file) {
-    throw new DatastoreError('Invalid', `mutual TLS needs both etcd_cert_file and etcd_key_file (got only ${conf.etcd_cert_file ? 'etcd_cert_file' : 'etcd_key_file'})`);
+    throw new DatastoreError(
+      'Invalid',
+      `mutual TLS needs both etcd_cert_file and etcd_key_file (got only ` +
+        `${conf.etcd_cert_file ? 'etcd_cert_file' : 'etcd_key_file'})`,
+    );
   }
   if (conf.etcd_ca_cert_file) {
     t.caFile = conf.etcd_ca_cert_file;
@@ -157,12 +217,18 @@ export class EtcdDatastore implements Datastore {
   static async open(conf: DatastoreConfig): Promise<EtcdDatastore> {
     const transport = conf.etcd_transport ?? 'http';
     if (transport !== 'http' && transport !== 'grpc') {
-      throw new DatastoreError('Invalid', `etcd_transport=${JSON.stringify(transport)} is not supported; use "http" or "grpc"`);
+      throw new DatastoreError(
+        'Invalid',
+        `etcd_transport=${JSON.stringify(transport)} is not supported; use "http" or "grpc"`,
+      );
     }
     const tls = loadTls(conf);
     const endpoints = await resolveEndpoints(conf);
     if (endpoints.some((e) => e.startsWith('http:')) && (tls.cert || tls.ca)) {
-      throw new DatastoreError('Invalid', `etcd TLS files are set but etcd_endpoints (${endpoints.join(',')}) use http://; use https:// endpoints`);
+      throw new DatastoreError(
+        'Invalid',
+        `etcd TLS files are set but etcd_endpoints (${endpoints.join(',')}) use http://; use https:// endpoints`,
+      );
     }
     const kvOpts: KVOptions = { endpoints, tls, timeoutMs: conf.timeoutMs ?? DEFAULT_TIMEOUT_MS };
     const kv = transport === 'grpc' ? new (await import('./etcd-grpc.js')).GrpcKV(kvOpts) : new HttpKV(kvOpts);
@@ -180,7 +246,30 @@ export class EtcdDatastore implements Datastore {
   }
 
   /** One stored value: the resource, or why it is malformed (named by its key: the value may not say). */
-  private decodeOne<K extends Kind>(kind: K, kv: KeyValue): { res: Resource<K> } | { invalid: InvalidObject } {
+  /**
+   * Values this store's transactions put, by key, until a watch brings them back: checked on the
+   * way out (checkShape), so the watch does not run the schema over them again (the agent's read
+   * cache watches the blocks every ADD and DEL writes). Bounded: values nobody watches age out.
+   */
+  private readonly ownPuts = new Map<string, Buffer>();
+
+  private notePut(key: Buffer, value: Buffer): void {
+    const k = key.toString();
+    this.ownPuts.delete(k);
+    if (this.ownPuts.size >= OWN_PUTS) this.ownPuts.delete(this.ownPuts.keys().next().value!);
+    this.ownPuts.set(k, value);
+  }
+
+  /** True once for a watched value that is byte for byte one this store put. */
+  private ownPut(kv: KeyValue): boolean {
+    const k = kv.key.toString();
+    const v = this.ownPuts.get(k);
+    if (v === undefined || !v.equals(kv.value)) return false;
+    this.ownPuts.delete(k);
+    return true;
+  }
+
+  private decodeOne<K extends Kind>(kind: K, kv: KeyValue, checked = false): { res: Resource<K> } | { invalid: InvalidObject } {
     const key = kv.key.toString();
     const id = etcdKeyIdentity(kind, key) ?? { name: key };
     const base = { kind, ...id, revision: kv.modRevision, where: `etcd key ${key}` };
@@ -191,7 +280,7 @@ export class EtcdDatastore implements Datastore {
     } catch (e) {
       return { invalid: { ...base, reason: `the value is not JSON (${(e as Error).message})`, raw: rawText(text) } };
     }
-    const problem = resourceProblem(kind, obj);
+    const problem = checked ? undefined : resourceProblem(kind, obj);
     if (problem !== undefined) return { invalid: { ...base, reason: problem, raw: obj } };
     const res = obj as Resource<K>;
     res.metadata.resourceVersion = kv.modRevision;
@@ -236,7 +325,9 @@ export class EtcdDatastore implements Datastore {
     // Endpoint keys are per namespace, not per node: the node is filtered here.
     const mine = onNode(kind, opts.node);
     const ctx = this.ctx(`list ${kind}`, opts);
-    const r = await this.wire((kv) => kv.range({ key: Buffer.from(prefix), rangeEnd: prefixEnd(Buffer.from(prefix)) }, ctx));
+    const r = await this.wire((kv) =>
+      kv.range({ key: Buffer.from(prefix), rangeEnd: prefixEnd(Buffer.from(prefix)) }, ctx),
+    );
     const items: Array<Resource<K>> = [];
     const invalid: InvalidObject[] = [];
     for (const kv of r.kvs) {
@@ -244,7 +335,8 @@ export class EtcdDatastore implements Datastore {
       if ('invalid' in d) {
         // One malformed value costs itself only (invalid.ts). A label selector cannot be applied to it.
         const o = d.invalid;
-        if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && (o.namespace ?? 'default') !== opts.namespace) continue;
+        if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && (o.namespace ?? 'default') !== opts.namespace)
+          continue;
         if (opts.namePrefix && !o.name.startsWith(opts.namePrefix)) continue;
         const rawNode = (o.raw as { spec?: { node?: unknown } } | undefined)?.spec?.node;
         if (opts.node !== undefined && typeof rawNode === 'string' && rawNode !== opts.node) continue;
@@ -252,15 +344,29 @@ export class EtcdDatastore implements Datastore {
         continue;
       }
       const o = d.res;
-      if (opts.namespace !== undefined && NAMESPACED_KINDS.has(kind) && (o.metadata.namespace ?? 'default') !== opts.namespace) continue;
+      if (
+        opts.namespace !== undefined &&
+        NAMESPACED_KINDS.has(kind) &&
+        (o.metadata.namespace ?? 'default') !== opts.namespace
+      )
+        continue;
       if (opts.namePrefix && !o.metadata.name.startsWith(opts.namePrefix)) continue;
       if (sel && !sel.matches(o.metadata.labels ?? {})) continue;
       if (!mine(o)) continue;
       items.push(o);
     }
     const complete = !opts.namePrefix && !opts.labelSelector && opts.node === undefined;
-    invalidObjects.listed(this.storeId, kind, complete ? { complete, namespace: opts.namespace } : { complete: false }, invalid);
-    items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
+    invalidObjects.listed(
+      this.storeId,
+      kind,
+      complete ? { complete, namespace: opts.namespace } : { complete: false },
+      invalid,
+    );
+    items.sort(
+      (a, b) =>
+        (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
+        a.metadata.name.localeCompare(b.metadata.name),
+    );
     return { items, revision: r.revision, ...(invalid.length ? { invalid } : {}) };
   }
 
@@ -276,11 +382,19 @@ export class EtcdDatastore implements Datastore {
     const ctx = this.ctx(what, opts);
     const r = await this.wire((kv) =>
       kv.txn(
-        { compare: [{ key, target: 'Create', result: 'Equal', revision: '0' }], success: [{ put: { key, value: this.encode(stored) } }], failure: [] },
+        {
+          compare: [{ key, target: 'Create', result: 'Equal', revision: '0' }],
+          success: [{ put: { key, value: this.encode(stored) } }],
+          failure: [],
+        },
         ctx,
       ),
     );
-    if (!r.succeeded) throw new DatastoreError('AlreadyExists', `${objectLabel(res.kind, res.metadata.name, stored.metadata.namespace)} already exists`);
+    if (!r.succeeded)
+      throw new DatastoreError(
+        'AlreadyExists',
+        `${objectLabel(res.kind, res.metadata.name, stored.metadata.namespace)} already exists`,
+      );
     stored.metadata.resourceVersion = r.revision;
     return stored;
   }
@@ -289,7 +403,11 @@ export class EtcdDatastore implements Datastore {
     this.checkShape(res);
     const label = objectLabel(res.kind, res.metadata.name, res.metadata.namespace);
     const rv = res.metadata.resourceVersion;
-    if (!rv || !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `update of ${label} needs metadata.resourceVersion from a previous read (got ${JSON.stringify(rv)})`);
+    if (!rv || !/^\d+$/.test(rv))
+      throw new DatastoreError(
+        'Invalid',
+        `update of ${label} needs metadata.resourceVersion from a previous read (got ${JSON.stringify(rv)})`,
+      );
     const stored = structuredClone(res);
     if (NAMESPACED_KINDS.has(res.kind)) stored.metadata.namespace ||= 'default';
     else delete stored.metadata.namespace;
@@ -312,19 +430,26 @@ export class EtcdDatastore implements Datastore {
 
   private casFailure(label: string, rv: string, cur: KeyValue | undefined): DatastoreError {
     if (!cur) return new DatastoreError('NotFound', `${label} not found`);
-    return new DatastoreError('Conflict', `${label} was modified concurrently (have revision ${rv}, store has ${cur.modRevision}); re-read and retry`);
+    return new DatastoreError(
+      'Conflict',
+      `${label} was modified concurrently (have revision ${rv}, store has ${cur.modRevision}); re-read and retry`,
+    );
   }
 
   async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
     const label = objectLabel(kind, name, opts.namespace);
     const key = Buffer.from(etcdKey(kind, name, opts.namespace));
     const rv = opts.revision;
-    if (rv !== undefined && !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `delete of ${label}: revision ${JSON.stringify(rv)} is not an etcd revision`);
+    if (rv !== undefined && !/^\d+$/.test(rv))
+      throw new DatastoreError('Invalid', `delete of ${label}: revision ${JSON.stringify(rv)} is not an etcd revision`);
     const ctx = this.ctx(`delete ${label}`, opts);
     const r = await this.wire((kv) =>
       kv.txn(
         {
-          compare: rv !== undefined ? [{ key, target: 'Mod', result: 'Equal', revision: rv }] : [{ key, target: 'Create', result: 'Greater', revision: '0' }],
+          compare:
+            rv !== undefined
+              ? [{ key, target: 'Mod', result: 'Equal', revision: rv }]
+              : [{ key, target: 'Create', result: 'Greater', revision: '0' }],
           success: [{ deleteRange: { key } }],
           failure: [{ range: { key, keysOnly: true } }],
         },
@@ -350,7 +475,11 @@ export class EtcdDatastore implements Datastore {
     const stored: Array<Resource | undefined> = [];
     for (const op of ops) {
       if (op.op === 'check') {
-        if (!/^\d+$/.test(op.revision)) throw new DatastoreError('Invalid', `${describeOp(op)}: revision ${JSON.stringify(op.revision)} is not an etcd revision`);
+        if (!/^\d+$/.test(op.revision))
+          throw new DatastoreError(
+            'Invalid',
+            `${describeOp(op)}: revision ${JSON.stringify(op.revision)} is not an etcd revision`,
+          );
         const key = Buffer.from(etcdKey(op.kind, op.name, op.namespace));
         keys.push(key);
         // A missing key's mod revision is 0: a deleted object fails the compare too.
@@ -360,10 +489,18 @@ export class EtcdDatastore implements Datastore {
       }
       if (op.op === 'delete') {
         const rv = op.revision;
-        if (rv !== undefined && !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `${describeOp(op)}: revision ${JSON.stringify(rv)} is not an etcd revision`);
+        if (rv !== undefined && !/^\d+$/.test(rv))
+          throw new DatastoreError(
+            'Invalid',
+            `${describeOp(op)}: revision ${JSON.stringify(rv)} is not an etcd revision`,
+          );
         const key = Buffer.from(etcdKey(op.kind, op.name, op.namespace));
         keys.push(key);
-        compare.push(rv !== undefined ? { key, target: 'Mod', result: 'Equal', revision: rv } : { key, target: 'Create', result: 'Greater', revision: '0' });
+        compare.push(
+          rv !== undefined
+            ? { key, target: 'Mod', result: 'Equal', revision: rv }
+            : { key, target: 'Create', result: 'Greater', revision: '0' },
+        );
         success.push({ deleteRange: { key } });
         stored.push(undefined);
         continue;
@@ -380,15 +517,23 @@ export class EtcdDatastore implements Datastore {
         compare.push({ key, target: 'Create', result: 'Equal', revision: '0' });
       } else {
         const rv = s.metadata.resourceVersion;
-        if (!rv || !/^\d+$/.test(rv)) throw new DatastoreError('Invalid', `${describeOp(op)} needs metadata.resourceVersion from a previous read (got ${JSON.stringify(rv)})`);
+        if (!rv || !/^\d+$/.test(rv))
+          throw new DatastoreError(
+            'Invalid',
+            `${describeOp(op)} needs metadata.resourceVersion from a previous read (got ${JSON.stringify(rv)})`,
+          );
         compare.push({ key, target: 'Mod', result: 'Equal', revision: rv });
       }
-      success.push({ put: { key, value: this.encode(s) } });
+      const value = this.encode(s);
+      success.push({ put: { key, value } });
       stored.push(s);
     }
     const ctx = this.ctx(`transaction (${ops.map(describeOp).join(', ')})`, opts);
+    mark('etcd txn sent');
     const r = await this.wire((kv) => kv.txn({ compare, success, failure: keys.map((key) => ({ range: { key, keysOnly: true } })) }, ctx));
+    mark('etcd txn answered');
     if (!r.succeeded) throw this.txnFailure(ops, compare, r.responses);
+    for (const p of success) if ('put' in p) this.notePut(p.put.key, p.put.value);
     for (const s of stored) if (s) s.metadata.resourceVersion = r.revision;
     return stored;
   }
@@ -403,11 +548,20 @@ export class EtcdDatastore implements Datastore {
       } else if (!cur) {
         return new TxnError('NotFound', `${what}: not found`, i);
       } else if (c.target === 'Mod' && cur.modRevision !== c.revision) {
-        return new TxnError('Conflict', `${what}: modified concurrently (have revision ${c.revision}, store has ${cur.modRevision}); re-read and retry`, i);
+        return new TxnError(
+          'Conflict',
+          `${what}: modified concurrently (have revision ${c.revision}, store has ${cur.modRevision}); re-read and ` +
+            `retry`,
+          i,
+        );
       }
     }
     // The guards are evaluated atomically with the failure branch's reads, so one of them shows the cause.
-    return new TxnError('Conflict', `transaction (${ops.map(describeOp).join(', ')}) failed its compare; re-read and retry`, 0);
+    return new TxnError(
+      'Conflict',
+      `transaction (${ops.map(describeOp).join(', ')}) failed its compare; re-read and retry`,
+      0,
+    );
   }
 
   watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
@@ -429,15 +583,22 @@ export class EtcdDatastore implements Datastore {
       return handle;
     }
     this.watches.add(handle);
-    const req: WatchRequest = { key: prefix, rangeEnd: prefixEnd(prefix), ...(opts.revision !== undefined ? { startRevision: String(BigInt(opts.revision) + 1n) } : {}) };
+    const req: WatchRequest = {
+      key: prefix,
+      rangeEnd: prefixEnd(prefix),
+      ...(opts.revision !== undefined ? { startRevision: String(BigInt(opts.revision) + 1n) } : {}),
+    };
     const callbacks: WatchCallbacks = {
       onEvents: (events) => {
         for (const ev of events) {
           if (stopped) return;
           try {
-            const inScope = (namespace: string | undefined) => opts.namespace === undefined || !NAMESPACED_KINDS.has(kind) || (namespace ?? 'default') === opts.namespace;
+            const inScope = (namespace: string | undefined) =>
+              opts.namespace === undefined ||
+              !NAMESPACED_KINDS.has(kind) ||
+              (namespace ?? 'default') === opts.namespace;
             if (ev.type === 'Put') {
-              const d = this.decodeOne(kind, ev.kv);
+              const d = this.decodeOne(kind, ev.kv, this.ownPut(ev.kv));
               if ('invalid' in d) {
                 // Now malformed: a delete of what the key held, so no consumer keeps acting on a stale copy.
                 invalidObjects.seen(this.storeId, d.invalid);
@@ -454,7 +615,12 @@ export class EtcdDatastore implements Datastore {
               onEvent({ type: ev.kv.createRevision === ev.kv.modRevision ? 'ADDED' : 'MODIFIED', object: obj });
             } else {
               if (!ev.prevKv) {
-                emitError(new DatastoreError('Invalid', `watch ${kind}: delete of ${ev.kv.key.toString()} came without its previous value`));
+                emitError(
+                  new DatastoreError(
+                    'Invalid',
+                    `watch ${kind}: delete of ${ev.kv.key.toString()} came without its previous value`,
+                  ),
+                );
                 continue;
               }
               const d = this.decodeOne(kind, ev.prevKv);
@@ -474,16 +640,30 @@ export class EtcdDatastore implements Datastore {
         if (stopped) return;
         if (error instanceof GatewayUnusableError && this.kvOptionsForFallback) {
           // Nothing was delivered through a gateway that cannot reach gRPC: start over on gRPC.
-          void this.fallback(error).then((kv) => {
-            if (!stopped && kv) sub = kv.watch(req, callbacks);
-          }, (e: Error) => emitError(new DatastoreError('Unavailable', `watch ${kind}: ${e.message}`, { cause: e })));
+          void this.fallback(error).then(
+            (kv) => {
+              if (!stopped && kv) sub = kv.watch(req, callbacks);
+            },
+            (e: Error) => emitError(new DatastoreError('Unavailable', `watch ${kind}: ${e.message}`, { cause: e })),
+          );
           return;
         }
         if (compacted) {
-          emitError(new DatastoreError('Conflict', `watch ${kind} from revision ${opts.revision}: that revision has been compacted; re-list and watch from the list's revision`, { cause: error }));
+          emitError(
+            new DatastoreError(
+              'Conflict',
+              `watch ${kind} from revision ${opts.revision}: that revision has been compacted; re-list and watch ` +
+                `from the list's revision`,
+              { cause: error },
+            ),
+          );
           handle.stop();
         } else {
-          emitError(error instanceof DatastoreError ? new DatastoreError(error.kind, `watch ${kind}: ${error.message}`, { cause: error }) : new DatastoreError('Unavailable', `watch ${kind}: ${error.message}`, { cause: error }));
+          emitError(
+            error instanceof DatastoreError
+              ? new DatastoreError(error.kind, `watch ${kind}: ${error.message}`, { cause: error })
+              : new DatastoreError('Unavailable', `watch ${kind}: ${error.message}`, { cause: error }),
+          );
         }
       },
     };

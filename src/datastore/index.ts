@@ -22,6 +22,9 @@ export async function openDatastore(conf: DatastoreConfig): Promise<Datastore> {
       return KubernetesDatastore.open(conf);
     }
     default:
-      throw new DatastoreError('Invalid', `datastore_type=${JSON.stringify(type)} is not supported; use "etcdv3" or "kubernetes"`);
+      throw new DatastoreError(
+        'Invalid',
+        `datastore_type=${JSON.stringify(type)} is not supported; use "etcdv3" or "kubernetes"`,
+      );
   }
 }

@@ -32,7 +32,7 @@ export interface InvalidObject {
 }
 
 /** Text of a malformed value kept for describe: enough to see what is wrong, never megabytes. */
-export const MAX_RAW_TEXT = 4096;
+const MAX_RAW_TEXT = 4096;
 
 export function rawText(s: string): string {
   return s.length > MAX_RAW_TEXT ? `${s.slice(0, MAX_RAW_TEXT)}... (${s.length} bytes in all)` : s;
@@ -45,7 +45,11 @@ export function invalidLabel(o: Pick<InvalidObject, 'kind' | 'name' | 'namespace
 /** A get of a malformed object: Invalid, naming it, where it is and the field; carries it for describe. */
 export class InvalidObjectError extends DatastoreError {
   constructor(readonly invalid: InvalidObject) {
-    super('Invalid', `${invalidLabel(invalid)} is malformed (${invalid.where}): ${invalid.reason}; fix or delete it ('netpluginctl describe' shows it as stored)`);
+    super(
+      'Invalid',
+      `${invalidLabel(invalid)} is malformed (${invalid.where}): ${invalid.reason}; fix or delete it ('netpluginctl ` +
+        `describe' shows it as stored)`,
+    );
   }
 }
 
@@ -54,13 +58,19 @@ export function invalidTombstone<K extends Kind>(o: InvalidObject): Resource<K> 
   return {
     apiVersion: API_VERSION,
     kind: o.kind as K,
-    metadata: { name: o.name, ...(o.namespace !== undefined ? { namespace: o.namespace } : {}), ...(o.revision !== undefined ? { resourceVersion: o.revision } : {}) },
+    metadata: {
+      name: o.name,
+      ...(o.namespace !== undefined ? { namespace: o.namespace } : {}),
+      ...(o.revision !== undefined ? { resourceVersion: o.revision } : {}),
+    },
     // Only the identity is known: consumers delete by key and keep their own last copy.
     spec: {} as SpecOf<K>,
   };
 }
 
-/** Which of a kind's objects one list covered: all of them, one namespace, or only some (a node, a prefix, a selector). */
+/**
+ * Which of a kind's objects one list covered: all of them, one namespace, or only some (a node, a prefix, a selector).
+ */
 export type ListScope = { complete: true; namespace?: string | undefined } | { complete: false };
 
 const MAX_LOGGED = 10_000;
@@ -92,7 +102,10 @@ class InvalidObjects {
     this.known.delete(this.key(store, kind, name, namespace));
   }
 
-  /** A list of `kind` found `found` malformed: within a complete scope, the ones it did not find are no longer malformed. */
+  /**
+   * A list of `kind` found `found` malformed: within a complete scope, the ones it did not find are no longer
+   * malformed.
+   */
   listed(store: string, kind: Kind, scope: ListScope, found: InvalidObject[]): void {
     if (scope.complete) {
       const ns = scope.namespace;
@@ -122,10 +135,14 @@ export const invalidObjects = new InvalidObjects();
  * The gauge netplugin_datastore_invalid_objects{kind} on `registry` (every
  * kind, 0 when none) and one warning per malformed object and revision.
  */
-export function observeInvalidObjects(registry: Registry, log?: { warn(msg: string, fields?: Record<string, unknown>): void }): () => void {
+export function observeInvalidObjects(
+  registry: Registry,
+  log?: { warn(msg: string, fields?: Record<string, unknown>): void },
+): () => void {
   const gauge = registry.gauge(
     'netplugin_datastore_invalid_objects',
-    'Malformed objects in the datastore this process currently knows of (skipped by lists and watches; see netpluginctl ipam check), by kind.',
+    'Malformed objects in the datastore this process currently knows of (skipped by lists and watches; see ' +
+      'netpluginctl ipam check), by kind.',
     ['kind'],
   );
   registry.onCollect(() => {

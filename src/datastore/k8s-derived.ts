@@ -6,8 +6,20 @@
 // objects are the ones to change.
 import { DatastoreError } from '../errors.js';
 import type { KubeClient, KubeList, KubeObject, WatchHandle } from '../k8s/client.js';
-import { convertK8sNetworkPolicy, K8S_POLICY_PREFIX, k8sPolicyName, PolicyConversionError, type KubeNetworkPolicy } from '../model/k8s-networkpolicy.js';
-import { namespaceProfileName, namespaceToProfile, parseProfileName, serviceAccountProfileName, serviceAccountToProfile } from '../model/profiles.js';
+import {
+  convertK8sNetworkPolicy,
+  K8S_POLICY_PREFIX,
+  k8sPolicyName,
+  PolicyConversionError,
+  type KubeNetworkPolicy,
+} from '../model/k8s-networkpolicy.js';
+import {
+  namespaceProfileName,
+  namespaceToProfile,
+  parseProfileName,
+  serviceAccountProfileName,
+  serviceAccountToProfile,
+} from '../model/profiles.js';
 import { InvalidObjectError, invalidTombstone, type InvalidObject } from './invalid.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Watch, WatchEvent, WatchOptions } from './types.js';
@@ -26,7 +38,11 @@ interface DerivedSource {
 const npSource: DerivedSource = {
   path: (ns) => `/apis/networking.k8s.io/v1${ns !== undefined ? `/namespaces/${enc(ns)}` : ''}/networkpolicies`,
   toResource: (o) => convertK8sNetworkPolicy(o as unknown as KubeNetworkPolicy),
-  identity: (o) => ({ kind: 'NetworkPolicy', name: k8sPolicyName(o.metadata.name), namespace: o.metadata.namespace ?? 'default' }),
+  identity: (o) => ({
+    kind: 'NetworkPolicy',
+    name: k8sPolicyName(o.metadata.name),
+    namespace: o.metadata.namespace ?? 'default',
+  }),
 };
 const nsSource: DerivedSource = {
   path: () => '/api/v1/namespaces',
@@ -36,7 +52,10 @@ const nsSource: DerivedSource = {
 const saSource: DerivedSource = {
   path: () => '/api/v1/serviceaccounts',
   toResource: (o) => serviceAccountToProfile(o),
-  identity: (o) => ({ kind: 'Profile', name: serviceAccountProfileName(o.metadata.namespace || 'default', o.metadata.name) }),
+  identity: (o) => ({
+    kind: 'Profile',
+    name: serviceAccountProfileName(o.metadata.namespace || 'default', o.metadata.name),
+  }),
 };
 
 /**
@@ -44,7 +63,11 @@ const saSource: DerivedSource = {
  * (a NetworkPolicy the API server should have refused): named, never thrown
  * into a list or a watch (invalid.ts).
  */
-function derive(src: DerivedSource, o: KubeObject, server: string): { res: Resource } | { invalid: InvalidObject } | undefined {
+function derive(
+  src: DerivedSource,
+  o: KubeObject,
+  server: string,
+): { res: Resource } | { invalid: InvalidObject } | undefined {
   try {
     const r = src.toResource(o);
     return r ? { res: withSourceMeta(r, o) } : undefined;
@@ -58,7 +81,12 @@ function derive(src: DerivedSource, o: KubeObject, server: string): { res: Resou
         ...(o.metadata?.resourceVersion ? { revision: o.metadata.resourceVersion } : {}),
         where: `${server}${path}`,
         reason: (e as Error).message,
-        raw: { apiVersion: o.apiVersion, kind: o.kind, metadata: { name: o.metadata?.name, namespace: ns, labels: o.metadata?.labels }, spec: o.spec },
+        raw: {
+          apiVersion: o.apiVersion,
+          kind: o.kind,
+          metadata: { name: o.metadata?.name, namespace: ns, labels: o.metadata?.labels },
+          spec: o.spec,
+        },
       },
     };
   }
@@ -85,7 +113,11 @@ export function readOnlyError(kind: Kind, name: string, namespace?: string): Dat
       : parseProfileName(name)?.serviceAccount !== undefined
         ? `the ServiceAccount ${parseProfileName(name)!.namespace}/${parseProfileName(name)!.serviceAccount}`
         : `the Namespace ${parseProfileName(name)?.namespace}`;
-  return new DatastoreError('Invalid', `${kind} ${name} is derived from ${src} and is read-only with the kubernetes datastore; change the Kubernetes object instead`);
+  return new DatastoreError(
+    'Invalid',
+    `${kind} ${name} is derived from ${src} and is read-only with the kubernetes datastore; change the Kubernetes ` +
+      `object instead`,
+  );
 }
 
 /** The source object carries the version: a derived object changes exactly when it does. */
@@ -97,14 +129,27 @@ function withSourceMeta(res: Resource, o: KubeObject): Resource {
   return res;
 }
 
-export async function derivedGet<K extends Kind>(client: KubeClient, kind: K, name: string, namespace: string | undefined): Promise<Resource<K>> {
+export async function derivedGet<K extends Kind>(
+  client: KubeClient,
+  kind: K,
+  name: string,
+  namespace: string | undefined,
+): Promise<Resource<K>> {
   let path: string;
-  if (kind === 'NetworkPolicy') path = `${npSource.path(namespace || 'default')}/${enc(name.slice(K8S_POLICY_PREFIX.length))}`;
+  if (kind === 'NetworkPolicy')
+    path = `${npSource.path(namespace || 'default')}/${enc(name.slice(K8S_POLICY_PREFIX.length))}`;
   else {
     const p = parseProfileName(name)!;
-    path = p.serviceAccount === undefined ? `/api/v1/namespaces/${enc(p.namespace)}` : `/api/v1/namespaces/${enc(p.namespace)}/serviceaccounts/${enc(p.serviceAccount)}`;
+    path =
+      p.serviceAccount === undefined
+        ? `/api/v1/namespaces/${enc(p.namespace)}`
+        : `/api/v1/namespaces/${enc(p.namespace)}/serviceaccounts/${enc(p.serviceAccount)}`;
   }
-  const notFound = () => new DatastoreError('NotFound', `${kind} ${kind === 'NetworkPolicy' ? `${namespace || 'default'}/` : ''}${name} not found (derived from ${path})`);
+  const notFound = () =>
+    new DatastoreError(
+      'NotFound',
+      `${kind} ${kind === 'NetworkPolicy' ? `${namespace || 'default'}/` : ''}${name} not found (derived from ${path})`,
+    );
   let o: KubeObject;
   try {
     o = await client.request<KubeObject>('GET', path);
@@ -112,15 +157,23 @@ export async function derivedGet<K extends Kind>(client: KubeClient, kind: K, na
     if (DatastoreError.is(e, 'NotFound')) throw notFound();
     throw e;
   }
-  const src = kind === 'NetworkPolicy' ? npSource : parseProfileName(name)!.serviceAccount === undefined ? nsSource : saSource;
+  const src =
+    kind === 'NetworkPolicy' ? npSource : parseProfileName(name)!.serviceAccount === undefined ? nsSource : saSource;
   const d = derive(src, o, client.server);
   if (d && 'invalid' in d && d.invalid.name === name) throw new InvalidObjectError(d.invalid);
   if (!d || !('res' in d) || d.res.metadata.name !== name) throw notFound();
   return d.res as Resource<K>;
 }
 
-/** The derived objects of `kind` (none for kinds that have none) and the source objects that derive none validly, with the oldest list revision. */
-export async function derivedList<K extends Kind>(client: KubeClient, kind: K, namespace: string | undefined): Promise<{ items: Array<Resource<K>>; invalid: InvalidObject[]; revision?: string }> {
+/**
+ * The derived objects of `kind` (none for kinds that have none) and the source objects that derive none validly, with
+ * the oldest list revision.
+ */
+export async function derivedList<K extends Kind>(
+  client: KubeClient,
+  kind: K,
+  namespace: string | undefined,
+): Promise<{ items: Array<Resource<K>>; invalid: InvalidObject[]; revision?: string }> {
   const items: Array<Resource<K>> = [];
   const invalid: InvalidObject[] = [];
   let revision: string | undefined;
@@ -152,7 +205,12 @@ export function minRevision(a: string | undefined, b: string | undefined): strin
  * contract as Datastore.watch: resumes after a normal end, reports ERROR and
  * stops on 410 Gone (the caller re-lists). Undefined for kinds without any.
  */
-export function derivedWatch<K extends Kind>(client: KubeClient, kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch | undefined {
+export function derivedWatch<K extends Kind>(
+  client: KubeClient,
+  kind: K,
+  opts: WatchOptions,
+  onEvent: (ev: WatchEvent<K>) => void,
+): Watch | undefined {
   const sources = sourcesOf(kind, opts.namespace);
   if (!sources.length) return undefined;
   let stopped = false;
@@ -170,30 +228,56 @@ export function derivedWatch<K extends Kind>(client: KubeClient, kind: K, opts: 
       if (stopped) return;
       if (lastRv === undefined) {
         try {
-          lastRv = (await client.request<KubeList>('GET', src.path(opts.namespace), undefined, { query: { limit: '1' } })).metadata.resourceVersion;
+          lastRv = (
+            await client.request<KubeList>('GET', src.path(opts.namespace), undefined, { query: { limit: '1' } })
+          ).metadata.resourceVersion;
         } catch (e) {
           return retry(e as DatastoreError);
         }
       }
       if (stopped) return;
-      handles[i] = client.watch(src.path(opts.namespace), { resourceVersion: lastRv, allowWatchBookmarks: 'true' }, (ev) => {
-        if (stopped) return;
-        if (ev.object?.metadata?.resourceVersion) lastRv = ev.object.metadata.resourceVersion;
-        if (ev.type === 'BOOKMARK' || ev.type === 'ERROR') return;
-        backoff = 250;
-        const d = derive(src, ev.object, client.server);
-        if (d && 'res' in d) onEvent({ type: ev.type, object: d.res as Resource<K> });
-        // One that derives none validly: a delete of what it derived (invalid.ts).
-        else if (d) onEvent(ev.type === 'DELETED' ? { type: 'DELETED', object: invalidTombstone<K>(d.invalid) } : { type: 'DELETED', object: invalidTombstone<K>(d.invalid), invalid: d.invalid });
-      }, (end) => {
-        if (stopped) return;
-        if (end.gone || (end.error && (end.error.kind === 'Unauthorized' || end.error.kind === 'NotFound' || end.error.kind === 'Invalid'))) {
-          onEvent({ type: 'ERROR', error: end.gone ? new DatastoreError('Conflict', `watch ${kind} (${src.path(opts.namespace)}) from revision ${lastRv}: that revision is too old (410 Gone); re-list and watch from the list's revision`, { cause: end.error }) : end.error! });
-          stop();
-          return;
-        }
-        retry(end.error);
-      });
+      handles[i] = client.watch(
+        src.path(opts.namespace),
+        { resourceVersion: lastRv, allowWatchBookmarks: 'true' },
+        (ev) => {
+          if (stopped) return;
+          if (ev.object?.metadata?.resourceVersion) lastRv = ev.object.metadata.resourceVersion;
+          if (ev.type === 'BOOKMARK' || ev.type === 'ERROR') return;
+          backoff = 250;
+          const d = derive(src, ev.object, client.server);
+          if (d && 'res' in d) onEvent({ type: ev.type, object: d.res as Resource<K> });
+          // One that derives none validly: a delete of what it derived (invalid.ts).
+          else if (d)
+            onEvent(
+              ev.type === 'DELETED'
+                ? { type: 'DELETED', object: invalidTombstone<K>(d.invalid) }
+                : { type: 'DELETED', object: invalidTombstone<K>(d.invalid), invalid: d.invalid },
+            );
+        },
+        (end) => {
+          if (stopped) return;
+          if (
+            end.gone ||
+            (end.error &&
+              (end.error.kind === 'Unauthorized' || end.error.kind === 'NotFound' || end.error.kind === 'Invalid'))
+          ) {
+            onEvent({
+              type: 'ERROR',
+              error: end.gone
+                ? new DatastoreError(
+                    'Conflict',
+                    `watch ${kind} (${src.path(opts.namespace)}) from revision ${lastRv}: that revision is too old ` +
+                      `(410 Gone); re-list and watch from the list's revision`,
+                    { cause: end.error },
+                  )
+                : end.error!,
+            });
+            stop();
+            return;
+          }
+          retry(end.error);
+        },
+      );
     };
     const retry = (e: DatastoreError | undefined) => {
       if (stopped) return;

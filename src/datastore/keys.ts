@@ -29,13 +29,11 @@ export const PLURALS: Readonly<Record<Kind, string>> = {
 export const KINDS = Object.keys(PLURALS) as Kind[];
 
 export function isKind(s: string): s is Kind {
-  return Object.prototype.hasOwnProperty.call(PLURALS, s);
+  return Object.hasOwn(PLURALS, s);
 }
 
 export const RESOURCE_PREFIX = '/netplugin/resources/v3/netplugin.org/';
-export const IPAM_PREFIX = '/netplugin/ipam/v2/';
-
-const IPAM_KINDS: ReadonlySet<Kind> = new Set<Kind>(['IPAMBlock', 'BlockAffinity', 'IPAMHandle', 'IPAMConfig']);
+const IPAM_PREFIX = '/netplugin/ipam/v2/';
 
 function invalidName(kind: Kind, name: string, why: string): DatastoreError {
   return new DatastoreError('Invalid', `${kind} name ${JSON.stringify(name)} is invalid: ${why}`);
@@ -56,7 +54,8 @@ export function etcdKey(kind: Kind, name: string, namespace?: string): string {
       return `${IPAM_PREFIX}assignment/ipv${blockFamily(name)}/block/${name}`;
     case 'BlockAffinity': {
       const a = parseAffinityName(name);
-      if (!a) throw invalidName(kind, name, 'expected <node>-ipv4-<block> or <node>-ipv6-<block> (names.ts affinityName)');
+      if (!a)
+        throw invalidName(kind, name, 'expected <node>-ipv4-<block> or <node>-ipv6-<block> (names.ts affinityName)');
       return `${IPAM_PREFIX}host/${a.node}/ipv${a.family}/block/${a.block}`;
     }
     case 'IPAMHandle':
@@ -67,7 +66,8 @@ export function etcdKey(kind: Kind, name: string, namespace?: string): string {
     default:
       if (NAMESPACED_KINDS.has(kind)) {
         const ns = namespace || 'default';
-        if (ns.includes('/')) throw new DatastoreError('Invalid', `namespace ${JSON.stringify(ns)} is invalid: it must not contain "/"`);
+        if (ns.includes('/'))
+          throw new DatastoreError('Invalid', `namespace ${JSON.stringify(ns)} is invalid: it must not contain "/"`);
         return `${RESOURCE_PREFIX}${PLURALS[kind]}/${ns}/${name}`;
       }
       return `${RESOURCE_PREFIX}${PLURALS[kind]}/${name}`;
@@ -97,7 +97,8 @@ export function etcdKeyIdentity(kind: Kind, key: string): { name: string; namesp
       return key === `${IPAM_PREFIX}config` ? { name: 'default' } : undefined;
     default: {
       const parts = (rest(`${RESOURCE_PREFIX}${PLURALS[kind]}/`) ?? '').split('/');
-      if (NAMESPACED_KINDS.has(kind)) return parts.length === 2 && parts[0] && parts[1] ? { namespace: parts[0], name: parts[1] } : undefined;
+      if (NAMESPACED_KINDS.has(kind))
+        return parts.length === 2 && parts[0] && parts[1] ? { namespace: parts[0], name: parts[1] } : undefined;
       return parts.length === 1 && parts[0] ? { name: parts[0] } : undefined;
     }
   }
@@ -138,10 +139,7 @@ export function etcdListPrefix(kind: Kind, namespace?: string, namePrefix = ''):
  */
 export function onNode(kind: Kind, node: string | undefined): (o: Resource) => boolean {
   if (node === undefined) return () => true;
-  if (kind !== 'WorkloadEndpoint') throw new DatastoreError('Invalid', `list option node applies to WorkloadEndpoint only, not ${kind}`);
+  if (kind !== 'WorkloadEndpoint')
+    throw new DatastoreError('Invalid', `list option node applies to WorkloadEndpoint only, not ${kind}`);
   return (o) => (o as Resource<'WorkloadEndpoint'>).spec.node === node;
-}
-
-export function isIpamKind(kind: Kind): boolean {
-  return IPAM_KINDS.has(kind);
 }

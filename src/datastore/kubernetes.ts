@@ -4,15 +4,46 @@
 // (so RBAC needs only get/list/watch/patch on pods, and the endpoint's
 // lifetime is the pod's). Loaded only by dynamic import from ./index.ts.
 import { DatastoreError } from '../errors.js';
-import { createKubeClient, type KubeClient, type KubeList, type KubeObject, type KubePod, type WatchHandle } from '../k8s/client.js';
+import {
+  createKubeClient,
+  type KubeClient,
+  type KubeList,
+  type KubeObject,
+  type KubePod,
+  type WatchHandle,
+} from '../k8s/client.js';
 import { parseSelector } from '../selector/index.js';
 import { PLURALS, checkName, onNode } from './keys.js';
 import { parseWorkloadEndpointName, workloadEndpointName } from '../model/names.js';
 import { podEndpointAttributes } from '../workload/workload.js';
 import { resourceProblem, validateResource } from './schemas.js';
-import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject, type ListScope } from './invalid.js';
-import { API_GROUP, API_VERSION, NAMESPACED_KINDS, type Kind, type ObjectMeta, type Resource, type WorkloadEndpointSpec } from '../model/resources.js';
-import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
+import {
+  InvalidObjectError,
+  invalidObjects,
+  invalidTombstone,
+  rawText,
+  type InvalidObject,
+  type ListScope,
+} from './invalid.js';
+import {
+  API_GROUP,
+  API_VERSION,
+  NAMESPACED_KINDS,
+  type Kind,
+  type ObjectMeta,
+  type Resource,
+  type WorkloadEndpointSpec,
+} from '../model/resources.js';
+import type {
+  CallOptions,
+  Datastore,
+  DeleteOptions,
+  ListOptions,
+  ListResult,
+  Watch,
+  WatchEvent,
+  WatchOptions,
+} from './types.js';
 import type { DatastoreConfig } from './settings.js';
 import { orderedTxn, type TxnOp } from './txn.js';
 
@@ -30,7 +61,8 @@ function label(kind: Kind, name: string, namespace?: string): string {
 }
 
 function crdPath(kind: Kind, namespace?: string, name?: string): string {
-  const ns = NAMESPACED_KINDS.has(kind) && namespace !== undefined ? `/namespaces/${encodeURIComponent(namespace)}` : '';
+  const ns =
+    NAMESPACED_KINDS.has(kind) && namespace !== undefined ? `/namespaces/${encodeURIComponent(namespace)}` : '';
   return `/apis/${API_GROUP}/v3${ns}/${PLURALS[kind]}${name !== undefined ? `/${encodeURIComponent(name)}` : ''}`;
 }
 
@@ -43,10 +75,12 @@ function podsPath(namespace?: string, name?: string): string {
 function ourMeta(m: KubeObject['metadata'], namespaced: boolean): ObjectMeta {
   const meta: ObjectMeta = { name: m.name };
   if (namespaced && m.namespace) meta.namespace = m.namespace;
-  for (const k of ['resourceVersion', 'uid', 'creationTimestamp'] as const) if (typeof m[k] === 'string') meta[k] = m[k] as string;
+  for (const k of ['resourceVersion', 'uid', 'creationTimestamp'] as const)
+    if (typeof m[k] === 'string') meta[k] = m[k] as string;
   if (m.labels && Object.keys(m.labels).length) meta.labels = m.labels;
   if (m.annotations && Object.keys(m.annotations).length) meta.annotations = m.annotations;
-  if (Array.isArray(m.ownerReferences) && m.ownerReferences.length) meta.ownerReferences = m.ownerReferences as NonNullable<ObjectMeta['ownerReferences']>;
+  if (Array.isArray(m.ownerReferences) && m.ownerReferences.length)
+    meta.ownerReferences = m.ownerReferences as NonNullable<ObjectMeta['ownerReferences']>;
   return meta;
 }
 
@@ -72,7 +106,7 @@ function shown(v: string | undefined): string {
  * plugin has not written one. Tenants can edit their pods' annotations, so a
  * malformed one is expected data, never an exception.
  */
-export function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } | undefined {
+function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } | undefined {
   const a = pod.metadata.annotations ?? {};
   const containerID = a[WEP_ANNOTATIONS.containerID];
   if (!containerID) return undefined;
@@ -81,7 +115,11 @@ export function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> }
   const endpoint = a[WEP_ANNOTATIONS.endpoint] || 'eth0';
   const name = workloadEndpointName(node, ORCHESTRATOR, pod.metadata.name, endpoint);
   const invalid = (reason: string): { invalid: InvalidObject } => {
-    const ours = Object.fromEntries(Object.entries(a).filter(([k]) => k.startsWith(ANNOTATION_PREFIX)).map(([k, v]) => [k, rawText(String(v))]));
+    const ours = Object.fromEntries(
+      Object.entries(a)
+        .filter(([k]) => k.startsWith(ANNOTATION_PREFIX))
+        .map(([k, v]) => [k, rawText(String(v))]),
+    );
     return {
       invalid: {
         kind: 'WorkloadEndpoint',
@@ -103,7 +141,10 @@ export function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> }
     return invalid(`the pod's labels, service account or ports cannot be read (${(e as Error).message})`);
   }
   const ipsFrom = a[WEP_ANNOTATIONS.podIPs] !== undefined ? WEP_ANNOTATIONS.podIPs : WEP_ANNOTATIONS.podIP;
-  const ips = (a[ipsFrom] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const ips = (a[ipsFrom] ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   const spec: WorkloadEndpointSpec = {
     orchestrator: ORCHESTRATOR,
     node,
@@ -122,17 +163,30 @@ export function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> }
     try {
       spec.ipNATs = JSON.parse(ipNATs) as NonNullable<WorkloadEndpointSpec['ipNATs']>;
     } catch (e) {
-      return invalid(`annotation ${WEP_ANNOTATIONS.ipNATs}=${shown(ipNATs)} is not JSON (${(e as Error).message}); it must be a JSON array of {internalIP, externalIP}`);
+      return invalid(
+        `annotation ${WEP_ANNOTATIONS.ipNATs}=${shown(ipNATs)} is not JSON (${(e as Error).message}); it must be a ` +
+          `JSON array of {internalIP, externalIP}`,
+      );
     }
   }
   if (attrs.ports.length) spec.ports = attrs.ports;
   if (attrs.generateName) spec.generateName = attrs.generateName;
-  const metadata: ObjectMeta = { name, namespace: ns, resourceVersion: pod.metadata.resourceVersion, labels: attrs.labels };
+  const metadata: ObjectMeta = {
+    name,
+    namespace: ns,
+    resourceVersion: pod.metadata.resourceVersion,
+    labels: attrs.labels,
+  };
   if (pod.metadata.uid) metadata.uid = pod.metadata.uid;
   if (pod.metadata.creationTimestamp) metadata.creationTimestamp = pod.metadata.creationTimestamp;
   const wep: Resource<'WorkloadEndpoint'> = { apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata, spec };
   const problem = resourceProblem('WorkloadEndpoint', wep, (path) => {
-    const ann = path[0] === 'spec' && typeof path[1] === 'string' ? (path[1] === 'ipNetworks' ? ipsFrom : ANNOTATION_OF[path[1]]) : undefined;
+    const ann =
+      path[0] === 'spec' && typeof path[1] === 'string'
+        ? path[1] === 'ipNetworks'
+          ? ipsFrom
+          : ANNOTATION_OF[path[1]]
+        : undefined;
     if (!ann) return `pod ${path.join('.')}`;
     const entry = path.length > 2 ? ` (entry ${path.slice(2).join('.')})` : '';
     return `annotation ${ann}=${shown(a[ann])}${entry}`;
@@ -140,8 +194,11 @@ export function podEndpoint(pod: KubePod): { wep: Resource<'WorkloadEndpoint'> }
   return problem === undefined ? { wep } : invalid(problem);
 }
 
-/** A pod's WorkloadEndpoint, or undefined when the plugin has not written one; a malformed one throws InvalidObjectError. */
-export function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'> | undefined {
+/**
+ * A pod's WorkloadEndpoint, or undefined when the plugin has not written one; a malformed one throws
+ * InvalidObjectError.
+ */
+function podToWorkloadEndpoint(pod: KubePod): Resource<'WorkloadEndpoint'> | undefined {
   const ep = podEndpoint(pod);
   if (ep && 'invalid' in ep) throw new InvalidObjectError(ep.invalid);
   return ep?.wep;
@@ -181,9 +238,18 @@ export class KubernetesDatastore implements Datastore {
   }
 
   /** One custom resource as read: the resource, or why it is malformed. */
-  private convert<K extends Kind>(kind: K, obj: KubeObject, path: string): { res: Resource<K> } | { invalid: InvalidObject } {
+  private convert<K extends Kind>(
+    kind: K,
+    obj: KubeObject,
+    path: string,
+  ): { res: Resource<K> } | { invalid: InvalidObject } {
     const namespaced = NAMESPACED_KINDS.has(kind);
-    const res = { apiVersion: API_VERSION, kind, metadata: ourMeta(obj.metadata, namespaced), spec: obj.spec } as Resource<K>;
+    const res = {
+      apiVersion: API_VERSION,
+      kind,
+      metadata: ourMeta(obj.metadata, namespaced),
+      spec: obj.spec,
+    } as Resource<K>;
     const problem = resourceProblem(kind, res);
     if (problem === undefined) return { res };
     const m = obj.metadata ?? {};
@@ -225,7 +291,8 @@ export class KubernetesDatastore implements Datastore {
   }
 
   private check(res: Resource): void {
-    if (!res || typeof res !== 'object' || !res.metadata || typeof res.metadata.name !== 'string') throw new DatastoreError('Invalid', 'a resource needs metadata.name');
+    if (!res || typeof res !== 'object' || !res.metadata || typeof res.metadata.name !== 'string')
+      throw new DatastoreError('Invalid', 'a resource needs metadata.name');
     checkName(res.kind, res.metadata.name);
     validateResource(res.kind, res, `${res.kind} ${res.metadata.name} (to be written)`);
   }
@@ -233,7 +300,12 @@ export class KubernetesDatastore implements Datastore {
   /** Re-labels a backend NotFound/Conflict with the object the caller asked about. */
   private rethrow(e: unknown, what: string): never {
     if (e instanceof DatastoreError && (e.kind === 'NotFound' || e.kind === 'AlreadyExists' || e.kind === 'Conflict')) {
-      const msg = e.kind === 'NotFound' ? `${what} not found` : e.kind === 'AlreadyExists' ? `${what} already exists` : `${what} was modified concurrently; re-read and retry`;
+      const msg =
+        e.kind === 'NotFound'
+          ? `${what} not found`
+          : e.kind === 'AlreadyExists'
+            ? `${what} already exists`
+            : `${what} was modified concurrently; re-read and retry`;
       throw new DatastoreError(e.kind, `${msg} (${e.message})`, { cause: e });
     }
     throw e;
@@ -270,8 +342,14 @@ export class KubernetesDatastore implements Datastore {
     let revision: string;
     if (kind === 'WorkloadEndpoint') {
       // A node's endpoints are its pods': the API server filters them (spec.nodeName is a pod field selector).
-      const onlyNode = opts.node !== undefined ? `?fieldSelector=${encodeURIComponent(`spec.nodeName=${opts.node}`)}` : '';
-      const l = await this.client.request<KubeList<KubePod>>('GET', podsPath(opts.namespace) + onlyNode, undefined, opts);
+      const onlyNode =
+        opts.node !== undefined ? `?fieldSelector=${encodeURIComponent(`spec.nodeName=${opts.node}`)}` : '';
+      const l = await this.client.request<KubeList<KubePod>>(
+        'GET',
+        podsPath(opts.namespace) + onlyNode,
+        undefined,
+        opts,
+      );
       for (const p of l.items) {
         const ep = podEndpoint(p);
         if (ep && 'wep' in ep) items.push(ep.wep as Resource<K>);
@@ -298,9 +376,16 @@ export class KubernetesDatastore implements Datastore {
     const named = (name: string) => !opts.namePrefix || name.startsWith(opts.namePrefix);
     items = items.filter((o) => named(o.metadata.name) && (!sel || sel.matches(o.metadata.labels ?? {})) && mine(o));
     const inScope = invalid.filter((o) => named(o.name));
-    const scope: ListScope = !opts.namePrefix && !opts.labelSelector && opts.node === undefined ? { complete: true, namespace: opts.namespace } : { complete: false };
+    const scope: ListScope =
+      !opts.namePrefix && !opts.labelSelector && opts.node === undefined
+        ? { complete: true, namespace: opts.namespace }
+        : { complete: false };
     invalidObjects.listed(this.storeId, kind, scope, inScope);
-    items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
+    items.sort(
+      (a, b) =>
+        (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
+        a.metadata.name.localeCompare(b.metadata.name),
+    );
     return { items, revision, ...(inScope.length ? { invalid: inScope } : {}) };
   }
 
@@ -313,7 +398,8 @@ export class KubernetesDatastore implements Datastore {
   async create<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
     this.check(res);
     await this.checkWritable(res.kind, res.metadata.name, res.metadata.namespace);
-    if (res.kind === 'WorkloadEndpoint') return (await this.createWep(res as Resource<'WorkloadEndpoint'>, opts)) as Resource<K>;
+    if (res.kind === 'WorkloadEndpoint')
+      return (await this.createWep(res as Resource<'WorkloadEndpoint'>, opts)) as Resource<K>;
     const path = crdPath(res.kind, res.metadata.namespace || 'default');
     try {
       const o = await this.client.request<KubeObject>('POST', path, this.body(res, false), opts);
@@ -327,11 +413,17 @@ export class KubernetesDatastore implements Datastore {
     this.check(res);
     const what = label(res.kind, res.metadata.name, res.metadata.namespace);
     await this.checkWritable(res.kind, res.metadata.name, res.metadata.namespace);
-    if (!res.metadata.resourceVersion) throw new DatastoreError('Invalid', `update of ${what} needs metadata.resourceVersion from a previous read`);
-    if (res.kind === 'WorkloadEndpoint') return (await this.updateWep(res as Resource<'WorkloadEndpoint'>, opts)) as Resource<K>;
+    if (!res.metadata.resourceVersion)
+      throw new DatastoreError('Invalid', `update of ${what} needs metadata.resourceVersion from a previous read`);
+    if (res.kind === 'WorkloadEndpoint')
+      return (await this.updateWep(res as Resource<'WorkloadEndpoint'>, opts)) as Resource<K>;
     const path = crdPath(res.kind, res.metadata.namespace || 'default', res.metadata.name);
     try {
-      return this.toResource(res.kind, await this.client.request<KubeObject>('PUT', path, this.body(res, true), opts), path);
+      return this.toResource(
+        res.kind,
+        await this.client.request<KubeObject>('PUT', path, this.body(res, true), opts),
+        path,
+      );
     } catch (e) {
       this.rethrow(e, what);
     }
@@ -342,7 +434,10 @@ export class KubernetesDatastore implements Datastore {
     const what = label(kind, name, opts.namespace);
     await this.checkWritable(kind, name, opts.namespace);
     if (kind === 'WorkloadEndpoint') return this.deleteWep(name, opts.namespace || 'default', opts.revision, opts);
-    const body = opts.revision !== undefined ? { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { resourceVersion: opts.revision } } : undefined;
+    const body =
+      opts.revision !== undefined
+        ? { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { resourceVersion: opts.revision } }
+        : undefined;
     try {
       await this.client.request('DELETE', crdPath(kind, opts.namespace || 'default', name), body, opts);
     } catch (e) {
@@ -364,13 +459,21 @@ export class KubernetesDatastore implements Datastore {
   private podOf(name: string, namespace: string): string {
     const p = parseWorkloadEndpointName(name);
     if (!p || p.orchestrator !== ORCHESTRATOR) {
-      throw new DatastoreError('Invalid', `WorkloadEndpoint name ${JSON.stringify(name)} is not <node>-k8s-<pod>-<endpoint> (names.ts workloadEndpointName); in kubernetes mode endpoints belong to pods (namespace ${namespace})`);
+      throw new DatastoreError(
+        'Invalid',
+        `WorkloadEndpoint name ${JSON.stringify(name)} is not <node>-k8s-<pod>-<endpoint> (names.ts ` +
+          `workloadEndpointName); in kubernetes mode endpoints belong to pods (namespace ${namespace})`,
+      );
     }
     return p.workload;
   }
 
   /** The pod of endpoint `name` and what it carries: the endpoint, or why its annotations are malformed. */
-  private async readWep(name: string, namespace: string, opts?: CallOptions): Promise<{ pod: KubePod; ep: { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } }> {
+  private async readWep(
+    name: string,
+    namespace: string,
+    opts?: CallOptions,
+  ): Promise<{ pod: KubePod; ep: { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } }> {
     const what = label('WorkloadEndpoint', name, namespace);
     const podName = this.podOf(name, namespace);
     let pod: KubePod;
@@ -381,7 +484,11 @@ export class KubernetesDatastore implements Datastore {
     }
     const ep = podEndpoint(pod);
     const epName = ep && ('wep' in ep ? ep.wep.metadata.name : ep.invalid.name);
-    if (!ep || epName !== name) throw new DatastoreError('NotFound', `${what} not found (pod ${namespace}/${podName} carries no endpoint by that name)`);
+    if (!ep || epName !== name)
+      throw new DatastoreError(
+        'NotFound',
+        `${what} not found (pod ${namespace}/${podName} carries no endpoint by that name)`,
+      );
     return { pod, ep };
   }
 
@@ -395,7 +502,13 @@ export class KubernetesDatastore implements Datastore {
     return ep.wep;
   }
 
-  private async patchPodEndpoint(namespace: string, podName: string, rv: string | undefined, spec: WorkloadEndpointSpec | undefined, opts?: CallOptions): Promise<KubePod> {
+  private async patchPodEndpoint(
+    namespace: string,
+    podName: string,
+    rv: string | undefined,
+    spec: WorkloadEndpointSpec | undefined,
+    opts?: CallOptions,
+  ): Promise<KubePod> {
     const metadata: Record<string, unknown> = { annotations: wepAnnotations(spec) };
     // A resourceVersion inside a merge patch is a precondition: the API server
     // answers 409 when the pod moved on, which makes this a compare-and-swap.
@@ -404,13 +517,25 @@ export class KubernetesDatastore implements Datastore {
   }
 
   private checkWepMatchesPod(res: Resource<'WorkloadEndpoint'>, pod: KubePod, namespace: string): void {
-    const expect = workloadEndpointName(pod.spec?.nodeName ?? '', ORCHESTRATOR, pod.metadata.name, res.spec.endpoint || 'eth0');
+    const expect = workloadEndpointName(
+      pod.spec?.nodeName ?? '',
+      ORCHESTRATOR,
+      pod.metadata.name,
+      res.spec.endpoint || 'eth0',
+    );
     if (expect !== res.metadata.name) {
-      throw new DatastoreError('Invalid', `WorkloadEndpoint ${namespace}/${res.metadata.name} does not match pod ${namespace}/${pod.metadata.name} on node ${JSON.stringify(pod.spec?.nodeName ?? '')} (expected name ${expect})`);
+      throw new DatastoreError(
+        'Invalid',
+        `WorkloadEndpoint ${namespace}/${res.metadata.name} does not match pod ${namespace}/${pod.metadata.name} on ` +
+          `node ${JSON.stringify(pod.spec?.nodeName ?? '')} (expected name ${expect})`,
+      );
     }
   }
 
-  private async createWep(res: Resource<'WorkloadEndpoint'>, opts?: CallOptions): Promise<Resource<'WorkloadEndpoint'>> {
+  private async createWep(
+    res: Resource<'WorkloadEndpoint'>,
+    opts?: CallOptions,
+  ): Promise<Resource<'WorkloadEndpoint'>> {
     const ns = res.metadata.namespace || 'default';
     const what = label('WorkloadEndpoint', res.metadata.name, ns);
     const podName = this.podOf(res.metadata.name, ns);
@@ -419,11 +544,21 @@ export class KubernetesDatastore implements Datastore {
       try {
         pod = await this.client.getPod(ns, podName, opts);
       } catch (e) {
-        if (DatastoreError.is(e, 'NotFound')) throw new DatastoreError('NotFound', `cannot create ${what}: pod ${ns}/${podName} not found (in kubernetes mode an endpoint is stored on its pod)`, { cause: e });
+        if (DatastoreError.is(e, 'NotFound'))
+          throw new DatastoreError(
+            'NotFound',
+            `cannot create ${what}: pod ${ns}/${podName} not found (in kubernetes mode an endpoint is stored on its ` +
+              `pod)`,
+            { cause: e },
+          );
         throw e;
       }
       this.checkWepMatchesPod(res, pod, ns);
-      if (pod.metadata.annotations?.[WEP_ANNOTATIONS.containerID]) throw new DatastoreError('AlreadyExists', `${what} already exists (pod ${ns}/${podName} has ${WEP_ANNOTATIONS.containerID})`);
+      if (pod.metadata.annotations?.[WEP_ANNOTATIONS.containerID])
+        throw new DatastoreError(
+          'AlreadyExists',
+          `${what} already exists (pod ${ns}/${podName} has ${WEP_ANNOTATIONS.containerID})`,
+        );
       try {
         const patched = await this.patchPodEndpoint(ns, podName, pod.metadata.resourceVersion, res.spec, opts);
         return podToWorkloadEndpoint(patched)!;
@@ -435,7 +570,10 @@ export class KubernetesDatastore implements Datastore {
     }
   }
 
-  private async updateWep(res: Resource<'WorkloadEndpoint'>, opts?: CallOptions): Promise<Resource<'WorkloadEndpoint'>> {
+  private async updateWep(
+    res: Resource<'WorkloadEndpoint'>,
+    opts?: CallOptions,
+  ): Promise<Resource<'WorkloadEndpoint'>> {
     const ns = res.metadata.namespace || 'default';
     const what = label('WorkloadEndpoint', res.metadata.name, ns);
     const podName = this.podOf(res.metadata.name, ns);
@@ -449,15 +587,30 @@ export class KubernetesDatastore implements Datastore {
     }
   }
 
-  private async deleteWep(name: string, namespace: string, revision: string | undefined, opts?: CallOptions): Promise<void> {
+  private async deleteWep(
+    name: string,
+    namespace: string,
+    revision: string | undefined,
+    opts?: CallOptions,
+  ): Promise<void> {
     const what = label('WorkloadEndpoint', name, namespace);
     // A malformed endpoint can be deleted too: removing its annotations is the repair (and a DEL must not fail on it).
     const { pod } = await this.readWep(name, namespace, opts);
     if (revision !== undefined && pod.metadata.resourceVersion !== revision) {
-      throw new DatastoreError('Conflict', `${what} was modified concurrently (have ${revision}, pod has ${pod.metadata.resourceVersion}); re-read and retry`);
+      throw new DatastoreError(
+        'Conflict',
+        `${what} was modified concurrently (have ${revision}, pod has ${pod.metadata.resourceVersion}); re-read and ` +
+          `retry`,
+      );
     }
     try {
-      await this.patchPodEndpoint(namespace, pod.metadata.name, revision ?? pod.metadata.resourceVersion, undefined, opts);
+      await this.patchPodEndpoint(
+        namespace,
+        pod.metadata.name,
+        revision ?? pod.metadata.resourceVersion,
+        undefined,
+        opts,
+      );
     } catch (e) {
       this.rethrow(e, what);
     }
@@ -495,12 +648,14 @@ export class KubernetesDatastore implements Datastore {
     if (hasDerived(kind)) {
       // The derived objects' watches run beside the CRD's, into the same stream.
       void derived().then((d) => {
-        if (!stopped) derivedWatch = d.derivedWatch(this.client, kind, opts, (ev) => {
-          if (ev.type === 'DELETED' && ev.invalid) invalidObjects.seen(this.storeId, ev.invalid);
-          else if (ev.type !== 'ERROR') invalidObjects.cleared(this.storeId, kind, ev.object.metadata.name, ev.object.metadata.namespace);
-          emit(ev);
-          if (ev.type === 'ERROR') handle.stop();
-        });
+        if (!stopped)
+          derivedWatch = d.derivedWatch(this.client, kind, opts, (ev) => {
+            if (ev.type === 'DELETED' && ev.invalid) invalidObjects.seen(this.storeId, ev.invalid);
+            else if (ev.type !== 'ERROR')
+              invalidObjects.cleared(this.storeId, kind, ev.object.metadata.name, ev.object.metadata.namespace);
+            emit(ev);
+            if (ev.type === 'ERROR') handle.stop();
+          });
       });
     }
 
@@ -520,7 +675,11 @@ export class KubernetesDatastore implements Datastore {
           // Malformed: a delete of the object, so no consumer keeps acting on its last valid state (invalid.ts).
           if (type === 'DELETED') invalidObjects.cleared(this.storeId, kind, c.invalid.name, c.invalid.namespace);
           else invalidObjects.seen(this.storeId, c.invalid);
-          emit(type === 'DELETED' ? { type, object: invalidTombstone<K>(c.invalid) } : { type: 'DELETED', object: invalidTombstone<K>(c.invalid), invalid: c.invalid });
+          emit(
+            type === 'DELETED'
+              ? { type, object: invalidTombstone<K>(c.invalid) }
+              : { type: 'DELETED', object: invalidTombstone<K>(c.invalid), invalid: c.invalid },
+          );
           return;
         }
         const pod = ev.object as KubePod;
@@ -569,11 +728,22 @@ export class KubernetesDatastore implements Datastore {
       current = this.client.watch(path, { resourceVersion: lastRv, allowWatchBookmarks: 'true' }, onRaw, (end) => {
         if (stopped) return;
         if (end.gone) {
-          emit({ type: 'ERROR', error: new DatastoreError('Conflict', `watch ${kind} from revision ${lastRv}: that revision is too old (410 Gone); re-list and watch from the list's revision`, { cause: end.error }) });
+          emit({
+            type: 'ERROR',
+            error: new DatastoreError(
+              'Conflict',
+              `watch ${kind} from revision ${lastRv}: that revision is too old (410 Gone); re-list and watch from ` +
+                `the list's revision`,
+              { cause: end.error },
+            ),
+          });
           handle.stop();
           return;
         }
-        if (end.error && (end.error.kind === 'Unauthorized' || end.error.kind === 'NotFound' || end.error.kind === 'Invalid')) {
+        if (
+          end.error &&
+          (end.error.kind === 'Unauthorized' || end.error.kind === 'NotFound' || end.error.kind === 'Invalid')
+        ) {
           emit({ type: 'ERROR', error: end.error });
           handle.stop();
           return;

@@ -3,7 +3,16 @@
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import { type CallOptions, type Datastore, type DeleteOptions, type ListOptions, type ListResult, type Watch, type WatchEvent, type WatchOptions } from './types.js';
+import type {
+  CallOptions,
+  Datastore,
+  DeleteOptions,
+  ListOptions,
+  ListResult,
+  Watch,
+  WatchEvent,
+  WatchOptions,
+} from './types.js';
 import { parseSelector } from '../selector/index.js';
 import { onNode } from './keys.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
@@ -33,7 +42,8 @@ export class MemoryDatastore implements Datastore {
     const ev = { type, object: this.clone(object) };
     this.history.push({ rev: this.revision, ev });
     for (const l of this.listeners) {
-      if (l.kind === object.kind && (l.namespace === undefined || l.namespace === object.metadata.namespace)) l.fn(this.clone(ev));
+      if (l.kind === object.kind && (l.namespace === undefined || l.namespace === object.metadata.namespace))
+        l.fn(this.clone(ev));
     }
   }
 
@@ -57,14 +67,19 @@ export class MemoryDatastore implements Datastore {
       if (!mine(o)) continue;
       items.push(this.clone(o) as Resource<K>);
     }
-    items.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
+    items.sort(
+      (a, b) =>
+        (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
+        a.metadata.name.localeCompare(b.metadata.name),
+    );
     return { items, revision: String(this.revision) };
   }
 
   async create<K extends Kind>(res: Resource<K>): Promise<Resource<K>> {
     this.check();
     const k = this.key(res.kind, res.metadata.name, res.metadata.namespace);
-    if (this.objects.has(k)) throw new DatastoreError('AlreadyExists', `${res.kind} ${res.metadata.name} already exists`);
+    if (this.objects.has(k))
+      throw new DatastoreError('AlreadyExists', `${res.kind} ${res.metadata.name} already exists`);
     const stored = this.clone(res);
     stored.metadata.resourceVersion = String(++this.revision);
     stored.metadata.uid ??= randomUUID();
@@ -80,9 +95,14 @@ export class MemoryDatastore implements Datastore {
     const k = this.key(res.kind, res.metadata.name, res.metadata.namespace);
     const cur = this.objects.get(k);
     if (!cur) throw new DatastoreError('NotFound', `${res.kind} ${res.metadata.name} not found`);
-    if (!res.metadata.resourceVersion) throw new DatastoreError('Invalid', `update of ${res.kind} ${res.metadata.name} needs metadata.resourceVersion`);
+    if (!res.metadata.resourceVersion)
+      throw new DatastoreError('Invalid', `update of ${res.kind} ${res.metadata.name} needs metadata.resourceVersion`);
     if (cur.metadata.resourceVersion !== res.metadata.resourceVersion) {
-      throw new DatastoreError('Conflict', `${res.kind} ${res.metadata.name} was modified (have ${res.metadata.resourceVersion}, store has ${cur.metadata.resourceVersion})`);
+      throw new DatastoreError(
+        'Conflict',
+        `${res.kind} ${res.metadata.name} was modified (have ${res.metadata.resourceVersion}, store has ` +
+          `${cur.metadata.resourceVersion})`,
+      );
     }
     const stored = this.clone(res);
     stored.metadata.resourceVersion = String(++this.revision);
@@ -99,7 +119,10 @@ export class MemoryDatastore implements Datastore {
     const cur = this.objects.get(k);
     if (!cur) throw new DatastoreError('NotFound', `${kind} ${name} not found`);
     if (opts.revision !== undefined && cur.metadata.resourceVersion !== opts.revision) {
-      throw new DatastoreError('Conflict', `${kind} ${name} was modified (have ${opts.revision}, store has ${cur.metadata.resourceVersion})`);
+      throw new DatastoreError(
+        'Conflict',
+        `${kind} ${name} was modified (have ${opts.revision}, store has ${cur.metadata.resourceVersion})`,
+      );
     }
     this.objects.delete(k);
     ++this.revision;
@@ -112,15 +135,24 @@ export class MemoryDatastore implements Datastore {
     checkDistinct(ops);
     for (const [i, op] of ops.entries()) {
       const what = describeOp(op);
-      if (op.op === 'update' && !op.res.metadata.resourceVersion) throw new TxnError('Invalid', `${what} needs metadata.resourceVersion`, i);
-      const cur = this.objects.get('res' in op ? this.key(op.res.kind, op.res.metadata.name, op.res.metadata.namespace) : this.key(op.kind, op.name, op.namespace));
+      if (op.op === 'update' && !op.res.metadata.resourceVersion)
+        throw new TxnError('Invalid', `${what} needs metadata.resourceVersion`, i);
+      const cur = this.objects.get(
+        'res' in op
+          ? this.key(op.res.kind, op.res.metadata.name, op.res.metadata.namespace)
+          : this.key(op.kind, op.name, op.namespace),
+      );
       const want = 'res' in op ? (op.op === 'update' ? op.res.metadata.resourceVersion : undefined) : op.revision;
       if (op.op === 'create') {
         if (cur) throw new TxnError('AlreadyExists', `${what}: it already exists`, i);
       } else if (!cur) {
         throw new TxnError('NotFound', `${what}: not found`, i);
       } else if (want !== undefined && cur.metadata.resourceVersion !== want) {
-        throw new TxnError('Conflict', `${what}: modified (have ${want}, store has ${cur.metadata.resourceVersion})`, i);
+        throw new TxnError(
+          'Conflict',
+          `${what}: modified (have ${want}, store has ${cur.metadata.resourceVersion})`,
+          i,
+        );
       }
     }
     const rev = String(++this.revision);
@@ -143,7 +175,8 @@ export class MemoryDatastore implements Datastore {
       const stored = this.clone(op.res);
       stored.metadata.resourceVersion = rev;
       stored.metadata.uid = cur?.metadata.uid ?? stored.metadata.uid ?? randomUUID();
-      stored.metadata.creationTimestamp = cur?.metadata.creationTimestamp ?? stored.metadata.creationTimestamp ?? new Date().toISOString();
+      stored.metadata.creationTimestamp =
+        cur?.metadata.creationTimestamp ?? stored.metadata.creationTimestamp ?? new Date().toISOString();
       if (NAMESPACED_KINDS.has(stored.kind)) stored.metadata.namespace ??= 'default';
       this.objects.set(k, stored);
       this.emit(cur ? 'MODIFIED' : 'ADDED', stored);
@@ -157,7 +190,11 @@ export class MemoryDatastore implements Datastore {
     if (opts.revision !== undefined) {
       const from = Number(opts.revision);
       for (const h of this.history) {
-        if (h.rev > from && h.ev.object.kind === kind && (opts.namespace === undefined || h.ev.object.metadata.namespace === opts.namespace)) {
+        if (
+          h.rev > from &&
+          h.ev.object.kind === kind &&
+          (opts.namespace === undefined || h.ev.object.metadata.namespace === opts.namespace)
+        ) {
           queueMicrotask(() => onEvent(this.clone(h.ev) as WatchEvent<K>));
         }
       }

@@ -30,7 +30,18 @@ export const objectMetaSchema = z
     labels: labels.optional(),
     annotations: labels.optional(),
     ownerReferences: z
-      .array(z.object({ apiVersion: z.string(), kind: z.string(), name: z.string(), uid: z.string(), controller: z.boolean().optional(), blockOwnerDeletion: z.boolean().optional() }).passthrough())
+      .array(
+        z
+          .object({
+            apiVersion: z.string(),
+            kind: z.string(),
+            name: z.string(),
+            uid: z.string(),
+            controller: z.boolean().optional(),
+            blockOwnerDeletion: z.boolean().optional(),
+          })
+          .passthrough(),
+      )
       .optional(),
   })
   .passthrough();
@@ -38,12 +49,21 @@ export const objectMetaSchema = z
 const cidr = z.string().regex(/^[0-9a-fA-F.:]+\/\d{1,3}$/, 'expected a CIDR such as 10.0.0.0/16 or fd00::/64');
 // An endpoint's addresses go to every node's policy as they are (and on the kubernetes datastore
 // come from annotations a tenant can write): each must be an address with a prefix length in range.
-const endpointAddress = cidr.refine((v) => tryParseCidr(v, { strict: false }) !== undefined, 'not an IPv4 or IPv6 address with a prefix length in range');
+const endpointAddress = cidr.refine(
+  (v) => tryParseCidr(v, { strict: false }) !== undefined,
+  'not an IPv4 or IPv6 address with a prefix length in range',
+);
 
 const asNumber = z.number().int().min(1).max(4294967295);
 const port = z.number().int().min(1).max(65535);
-const strictCidr = cidr.refine((c) => tryParseCidr(c) !== undefined, 'expected a CIDR without host bits, such as 10.96.0.0/12');
-const hostCidr = cidr.refine((c) => tryParseCidr(c, { strict: false }) !== undefined, 'expected an address with prefix, such as 192.0.2.10/24');
+const strictCidr = cidr.refine(
+  (c) => tryParseCidr(c) !== undefined,
+  'expected a CIDR without host bits, such as 10.96.0.0/12',
+);
+const hostCidr = cidr.refine(
+  (c) => tryParseCidr(c, { strict: false }) !== undefined,
+  'expected an address with prefix, such as 192.0.2.10/24',
+);
 const dottedQuad = z.string().regex(/^\d{1,3}(\.\d{1,3}){3}$/, 'expected a dotted quad such as 224.0.0.1');
 const duration = z.string().refine((d) => durationSeconds(d) !== undefined, 'expected a duration such as 120s or 2m');
 const selector = z.string().refine((s) => {
@@ -75,13 +95,22 @@ const bgpPeerShape = z
   .object({
     node: z.string().min(1).optional(),
     nodeSelector: selector.optional(),
-    peerIP: z.string().regex(/^(\[[0-9a-fA-F:.]+\]:\d{1,5}|[0-9a-fA-F:.]+(:\d{1,5})?)$/, 'expected ADDR, ADDR:PORT or [IPv6]:PORT').optional(),
+    peerIP: z
+      .string()
+      .regex(/^(\[[0-9a-fA-F:.]+\]:\d{1,5}|[0-9a-fA-F:.]+(:\d{1,5})?)$/, 'expected ADDR, ADDR:PORT or [IPv6]:PORT')
+      .optional(),
     asNumber: asNumber.optional(),
     peerSelector: selector.optional(),
     password: z
       .object({
-        secretKeyRef: z.object({ name: z.string().min(1), key: z.string().min(1) }).passthrough().optional(),
-        file: z.string().regex(/^\/[^\0]*$/, 'expected an absolute path').optional(),
+        secretKeyRef: z
+          .object({ name: z.string().min(1), key: z.string().min(1) })
+          .passthrough()
+          .optional(),
+        file: z
+          .string()
+          .regex(/^\/[^\0]*$/, 'expected an absolute path')
+          .optional(),
       })
       .passthrough()
       .optional(),
@@ -117,11 +146,22 @@ export const specSchemas = {
     })
     .passthrough(),
   BlockAffinity: z
-    .object({ state: z.enum(['pending', 'confirmed', 'pendingDeletion']), node: z.string().min(1), cidr, deleted: z.boolean().optional() })
+    .object({
+      state: z.enum(['pending', 'confirmed', 'pendingDeletion']),
+      node: z.string().min(1),
+      cidr,
+      deleted: z.boolean().optional(),
+    })
     .passthrough(),
-  IPAMHandle: z.object({ handleID: z.string().min(1), block: z.record(z.number().int()), deleted: z.boolean().optional() }).passthrough(),
+  IPAMHandle: z
+    .object({ handleID: z.string().min(1), block: z.record(z.number().int()), deleted: z.boolean().optional() })
+    .passthrough(),
   IPAMConfig: z
-    .object({ strictAffinity: z.boolean().optional(), maxBlocksPerHost: z.number().int().nonnegative().optional(), autoAllocateBlocks: z.boolean().optional() })
+    .object({
+      strictAffinity: z.boolean().optional(),
+      maxBlocksPerHost: z.number().int().nonnegative().optional(),
+      autoAllocateBlocks: z.boolean().optional(),
+    })
     .passthrough(),
   WorkloadEndpoint: z
     .object({
@@ -138,13 +178,28 @@ export const specSchemas = {
       interfaceName: z.string(),
       mac: z.string().optional(),
       ports: z
-        .array(z.object({ name: z.string(), protocol: z.string(), port: z.number().int(), hostPort: z.number().int().optional(), hostIP: z.string().optional() }).passthrough())
+        .array(
+          z
+            .object({
+              name: z.string(),
+              protocol: z.string(),
+              port: z.number().int(),
+              hostPort: z.number().int().optional(),
+              hostIP: z.string().optional(),
+            })
+            .passthrough(),
+        )
         .optional(),
       generateName: z.string().optional(),
     })
     .passthrough(),
   ClusterInformation: z
-    .object({ clusterGUID: z.string().optional(), clusterType: z.string().optional(), netpluginVersion: z.string().optional(), datastoreReady: z.boolean().optional() })
+    .object({
+      clusterGUID: z.string().optional(),
+      clusterType: z.string().optional(),
+      netpluginVersion: z.string().optional(),
+      datastoreReady: z.boolean().optional(),
+    })
     .passthrough(),
   Node: z
     .object({
@@ -206,12 +261,15 @@ export const specSchemas = {
       serviceClusterIPs: serviceRanges,
       serviceExternalIPs: serviceRanges,
       serviceLoadBalancerIPs: serviceRanges,
-      ignoredInterfaces: z.array(z.string().regex(/^[A-Za-z0-9_.@*-]{1,32}$/, 'expected an interface name, `*` globs allowed')).optional(),
+      ignoredInterfaces: z
+        .array(z.string().regex(/^[A-Za-z0-9_.@*-]{1,32}$/, 'expected an interface name, `*` globs allowed'))
+        .optional(),
       nodeMeshMaxRestartTime: duration.optional(),
     })
     .passthrough(),
   BGPPeer: bgpPeerShape.superRefine((spec, ctx) => {
-    for (const p of bgpPeerProblems(spec as BGPPeerSpec)) ctx.addIssue({ code: z.ZodIssueCode.custom, path: p.path.split('.'), message: p.message });
+    for (const p of bgpPeerProblems(spec as BGPPeerSpec))
+      ctx.addIssue({ code: z.ZodIssueCode.custom, path: p.path.split('.'), message: p.message });
   }),
   StagedNetworkPolicy: stagedNetworkPolicySpecSchema,
   StagedGlobalNetworkPolicy: stagedGlobalNetworkPolicySpecSchema,
@@ -229,14 +287,20 @@ function buildResourceSchema<K extends Kind>(kind: K) {
 const built = new Map<Kind, z.ZodTypeAny>();
 
 /** The schema of a whole resource of `kind` (built once per kind). */
-export function resourceSchema<K extends Kind>(kind: K): ReturnType<typeof buildResourceSchema<K>> {
+function resourceSchema<K extends Kind>(kind: K): ReturnType<typeof buildResourceSchema<K>> {
   let s = built.get(kind);
   if (!s) built.set(kind, (s = buildResourceSchema(kind)));
   return s as ReturnType<typeof buildResourceSchema<K>>;
 }
 
-/** The first issues of a failed parse, each as `field.path: problem`; `field` may rename a path (annotations for a pod's endpoint). */
-export function describeIssues(issues: z.ZodIssue[], field: (path: Array<string | number>) => string = (p) => p.join('.') || '(root)'): string {
+/**
+ * The first issues of a failed parse, each as `field.path: problem`; `field` may rename a path (annotations for a pod's
+ * endpoint).
+ */
+function describeIssues(
+  issues: z.ZodIssue[],
+  field: (path: Array<string | number>) => string = (p) => p.join('.') || '(root)',
+): string {
   return issues
     .slice(0, 3)
     .map((i) => `${field(i.path)}: ${i.message}`)
@@ -248,8 +312,12 @@ export function describeIssues(issues: z.ZodIssue[], field: (path: Array<string 
  * or undefined when it is one. `field` renames paths for objects stored in
  * another shape (a pod's endpoint annotations).
  */
-export function resourceProblem(kind: Kind, obj: unknown, field?: (path: Array<string | number>) => string): string | undefined {
-  if (!Object.prototype.hasOwnProperty.call(specSchemas, kind)) return `unknown kind ${JSON.stringify(kind)}`;
+export function resourceProblem(
+  kind: Kind,
+  obj: unknown,
+  field?: (path: Array<string | number>) => string,
+): string | undefined {
+  if (!Object.hasOwn(specSchemas, kind)) return `unknown kind ${JSON.stringify(kind)}`;
   const r = resourceSchema(kind).safeParse(obj);
   return r.success ? undefined : describeIssues(r.error.issues, field);
 }
@@ -259,12 +327,15 @@ export function resourceProblem(kind: Kind, obj: unknown, field?: (path: Array<s
  * or API path) so the operator can find and repair it.
  */
 export function validateResource<K extends Kind>(kind: K, obj: unknown, where: string): Resource<K> {
-  if (!Object.prototype.hasOwnProperty.call(specSchemas, kind)) {
+  if (!Object.hasOwn(specSchemas, kind)) {
     throw new DatastoreError('Invalid', `${where}: unknown kind ${JSON.stringify(kind)}`);
   }
   const problem = resourceProblem(kind, obj);
   if (problem !== undefined) {
-    throw new DatastoreError('Invalid', `corrupt ${kind} at ${where}: ${problem}; fix or delete the object (netpluginctl can show it)`);
+    throw new DatastoreError(
+      'Invalid',
+      `corrupt ${kind} at ${where}: ${problem}; fix or delete the object (netpluginctl can show it)`,
+    );
   }
   return obj as Resource<K>;
 }

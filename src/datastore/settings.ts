@@ -31,13 +31,22 @@ export interface DatastoreSettings {
 }
 
 /** The etcd fields, copied as they are between a netconf, netpluginctl's settings and a rendered conflist. */
-export const ETCD_SETTINGS = ['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file'] as const;
+export const ETCD_SETTINGS = [
+  'etcd_endpoints',
+  'etcd_discovery_srv',
+  'etcd_key_file',
+  'etcd_cert_file',
+  'etcd_ca_cert_file',
+] as const;
 /** ETCD_SETTINGS and the deprecated ones, which a netconf may still hold (never written by us). */
 export const ETCD_SETTINGS_WITH_DEPRECATED = [...ETCD_SETTINGS, 'etcd_authority', 'etcd_scheme'] as const;
 
 /** What opens a store: the settings, plus what only programs (not a netconf) set. */
 export interface DatastoreConfig extends DatastoreSettings {
-  /** kubeconfig_paths, context, allow_exec: netpluginctl's --kubeconfig/KUBECONFIG, --context and exec plugins (src/k8s/client.ts). */
+  /**
+   * kubeconfig_paths, context, allow_exec: netpluginctl's --kubeconfig/KUBECONFIG, --context and exec plugins
+   * (src/k8s/client.ts).
+   */
   kubernetes?: Omit<KubeClientOptions, 'timeoutMs'> | undefined;
   /** Default per-call deadline in ms (absent or undefined: 10 s). */
   timeoutMs?: number | undefined;
@@ -55,7 +64,9 @@ export interface DatastoreConfig extends DatastoreSettings {
  * kubernetes block's two fields. `datastore_type` is returned as found, for
  * the caller to check and report in its own words.
  */
-export function datastoreSettingsOf(raw: Record<string, unknown>): Omit<DatastoreSettings, 'datastore_type'> & { datastore_type?: unknown } {
+export function datastoreSettingsOf(
+  raw: Record<string, unknown>,
+): Omit<DatastoreSettings, 'datastore_type'> & { datastore_type?: unknown } {
   const out: Omit<DatastoreSettings, 'datastore_type'> & { datastore_type?: unknown } = {};
   if (raw['datastore_type'] != null) out.datastore_type = raw['datastore_type'];
   for (const k of ETCD_SETTINGS_WITH_DEPRECATED) {
@@ -63,7 +74,11 @@ export function datastoreSettingsOf(raw: Record<string, unknown>): Omit<Datastor
     if (typeof v === 'string') out[k] = v;
   }
   const k8s = raw['kubernetes'] as { kubeconfig?: string; k8s_api_root?: string } | undefined;
-  if (k8s && typeof k8s === 'object') out.kubernetes = { ...(k8s.kubeconfig ? { kubeconfig: k8s.kubeconfig } : {}), ...(k8s.k8s_api_root ? { k8s_api_root: k8s.k8s_api_root } : {}) };
+  if (k8s && typeof k8s === 'object')
+    out.kubernetes = {
+      ...(k8s.kubeconfig ? { kubeconfig: k8s.kubeconfig } : {}),
+      ...(k8s.k8s_api_root ? { k8s_api_root: k8s.k8s_api_root } : {}),
+    };
   return out;
 }
 
@@ -88,11 +103,15 @@ export function kubeconfigPathsFromEnv(env: Record<string, string | undefined>):
  * endpoints, and every KUBECONFIG file is kept (kubeconfig_paths, merged);
  * otherwise the first KUBECONFIG file is the datastore's kubeconfig.
  */
-export function datastoreConfigFromEnv(env: Record<string, string | undefined>, opts: { cli?: boolean } = {}): DatastoreConfig {
+export function datastoreConfigFromEnv(
+  env: Record<string, string | undefined>,
+  opts: { cli?: boolean } = {},
+): DatastoreConfig {
   const conf: DatastoreConfig = {};
   const t = env.DATASTORE_TYPE;
   if (t !== undefined && t !== '') {
-    if (t !== 'etcdv3' && t !== 'kubernetes') throw new DatastoreError('Invalid', `DATASTORE_TYPE=${t} is not supported; use etcdv3 or kubernetes`);
+    if (t !== 'etcdv3' && t !== 'kubernetes')
+      throw new DatastoreError('Invalid', `DATASTORE_TYPE=${t} is not supported; use etcdv3 or kubernetes`);
     conf.datastore_type = t;
   } else if (opts.cli) {
     // etcd wins when its endpoints are given: KUBECONFIG is set on many admin
@@ -115,11 +134,18 @@ export function datastoreConfigFromEnv(env: Record<string, string | undefined>, 
   }
   if (env.DATASTORE_TIMEOUT_MS) {
     const n = Number(env.DATASTORE_TIMEOUT_MS);
-    if (!Number.isInteger(n) || n <= 0) throw new DatastoreError('Invalid', `DATASTORE_TIMEOUT_MS=${env.DATASTORE_TIMEOUT_MS} must be a positive integer (milliseconds)`);
+    if (!Number.isInteger(n) || n <= 0)
+      throw new DatastoreError(
+        'Invalid',
+        `DATASTORE_TIMEOUT_MS=${env.DATASTORE_TIMEOUT_MS} must be a positive integer (milliseconds)`,
+      );
     conf.timeoutMs = n;
   }
   if (opts.cli && conf.datastore_type === 'etcdv3' && !conf.etcd_endpoints && !conf.etcd_discovery_srv) {
-    throw new DatastoreError('Invalid', 'DATASTORE_TYPE=etcdv3 needs ETCD_ENDPOINTS (e.g. http://127.0.0.1:2379) or ETCD_DISCOVERY_SRV');
+    throw new DatastoreError(
+      'Invalid',
+      'DATASTORE_TYPE=etcdv3 needs ETCD_ENDPOINTS (e.g. http://127.0.0.1:2379) or ETCD_DISCOVERY_SRV',
+    );
   }
   return conf;
 }

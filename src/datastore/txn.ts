@@ -7,7 +7,10 @@ import type { CallOptions, Datastore, TxnOp } from './types.js';
 
 export type { TxnOp };
 
-/** A transaction whose guard failed (or whose write failed): `failedOp` is the index of the op. Nothing was written (etcd, memory). */
+/**
+ * A transaction whose guard failed (or whose write failed): `failedOp` is the index of the op. Nothing was written
+ * (etcd, memory).
+ */
 export class TxnError extends DatastoreError {
   constructor(
     kind: DatastoreErrorKind,
@@ -27,7 +30,7 @@ export function opKind(op: TxnOp): Kind {
   return 'res' in op ? op.res.kind : op.kind;
 }
 
-export function opName(op: TxnOp): string {
+function opName(op: TxnOp): string {
   return 'res' in op ? op.res.metadata.name : op.name;
 }
 
@@ -50,7 +53,8 @@ export function checkDistinct(ops: TxnOp[]): void {
   ops.forEach((op, i) => {
     const id = opIdentity(op);
     const prev = seen.get(id);
-    if (prev !== undefined) throw new DatastoreError('Invalid', `transaction writes ${id} twice (ops ${prev} and ${i}); one op per object`);
+    if (prev !== undefined)
+      throw new DatastoreError('Invalid', `transaction writes ${id} twice (ops ${prev} and ${i}); one op per object`);
     seen.set(id, i);
   });
 }
@@ -61,7 +65,11 @@ export function checkDistinct(ops: TxnOp[]): void {
  * rest. What was written before it stays written, so callers order their ops
  * so that every prefix is a safe state (docs/ipam.md, crash safety).
  */
-export async function orderedTxn(ds: Pick<Datastore, 'get' | 'create' | 'update' | 'delete'>, ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>> {
+export async function orderedTxn(
+  ds: Pick<Datastore, 'get' | 'create' | 'update' | 'delete'>,
+  ops: TxnOp[],
+  opts?: CallOptions,
+): Promise<Array<Resource | undefined>> {
   checkDistinct(ops);
   const out: Array<Resource | undefined> = [];
   for (const [i, op] of ops.entries()) {
@@ -71,14 +79,24 @@ export async function orderedTxn(ds: Pick<Datastore, 'get' | 'create' | 'update'
       else if (op.op === 'check') {
         // Not atomic with the writes here (no multi-object transaction): checked when its turn comes.
         const cur = await ds.get(op.kind, op.name, op.namespace, opts);
-        if (cur.metadata.resourceVersion !== op.revision) throw new DatastoreError('Conflict', `${describeOp(op)}: modified (have ${op.revision}, store has ${cur.metadata.resourceVersion})`);
+        if (cur.metadata.resourceVersion !== op.revision)
+          throw new DatastoreError(
+            'Conflict',
+            `${describeOp(op)}: modified (have ${op.revision}, store has ${cur.metadata.resourceVersion})`,
+          );
         out.push(undefined);
       } else {
         await ds.delete(op.kind, op.name, { namespace: op.namespace, revision: op.revision, ...opts });
         out.push(undefined);
       }
     } catch (e) {
-      if (e instanceof DatastoreError) throw new TxnError(e.kind, `${e.message} (op ${i} of a transaction of ${ops.length}; the ops before it were written)`, i, { cause: e });
+      if (e instanceof DatastoreError)
+        throw new TxnError(
+          e.kind,
+          `${e.message} (op ${i} of a transaction of ${ops.length}; the ops before it were written)`,
+          i,
+          { cause: e },
+        );
       throw e;
     }
   }

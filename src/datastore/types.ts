@@ -100,7 +100,10 @@ export interface CallOptions {
  */
 export interface Datastore {
   readonly type: 'etcdv3' | 'kubernetes' | 'memory';
-  /** txn() is all or nothing (etcd, memory). Absent: its ops may stop half way (ordered writes, Kubernetes), and callers order them for that. */
+  /**
+   * txn() is all or nothing (etcd, memory). Absent: its ops may stop half way (ordered writes, Kubernetes), and callers
+   * order them for that.
+   */
   readonly atomicTxn?: boolean;
   get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: CallOptions): Promise<Resource<K>>;
   list<K extends Kind>(kind: K, opts?: ListOptions & CallOptions): Promise<ListResult<K>>;

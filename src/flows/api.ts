@@ -11,9 +11,19 @@ import { fileURLToPath } from 'node:url';
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { parseListenAddr } from '../observe/health.js';
 import { ACTIONS, REPORTERS, type Flow } from './record.js';
-import { GROUP_BYS, HINT_TYPES, SORT_FIELDS, type SortField, type FlowFilter, type FlowQuery, type FlowStore, type GroupBy, type HintType } from './store.js';
+import {
+  GROUP_BYS,
+  HINT_TYPES,
+  SORT_FIELDS,
+  type SortField,
+  type FlowFilter,
+  type FlowQuery,
+  type FlowStore,
+  type GroupBy,
+  type HintType,
+} from './store.js';
 
-export const MAX_PAGE_SIZE = 10_000;
+const MAX_PAGE_SIZE = 10_000;
 /** Bytes a watch (SSE) connection may have unsent before it is closed. */
 const MAX_SSE_BACKLOG = 8 << 20;
 
@@ -47,32 +57,36 @@ function single(q: URLSearchParams, name: string): string | undefined {
 
 function checkKnown(q: URLSearchParams, allowed: readonly string[]): void {
   for (const k of new Set(q.keys())) {
-    if (!allowed.includes(k)) throw new ParamError(`unknown parameter ${JSON.stringify(k)}; accepted: ${allowed.join(', ')}`);
+    if (!allowed.includes(k))
+      throw new ParamError(`unknown parameter ${JSON.stringify(k)}; accepted: ${allowed.join(', ')}`);
   }
 }
 
 function int(q: URLSearchParams, name: string, min: number, max: number, what: string): number | undefined {
   const v = single(q, name);
   if (v === undefined) return undefined;
-  if (!/^\d+$/.test(v) || Number(v) < min || Number(v) > max) throw new ParamError(`parameter ${name}=${JSON.stringify(v)}: expected ${what} (an integer ${min}-${max})`);
+  if (!/^\d+$/.test(v) || Number(v) < min || Number(v) > max)
+    throw new ParamError(`parameter ${name}=${JSON.stringify(v)}: expected ${what} (an integer ${min}-${max})`);
   return Number(v);
 }
 
 function choice<T extends string>(q: URLSearchParams, name: string, allowed: readonly T[]): T | undefined {
   const v = single(q, name);
   if (v === undefined) return undefined;
-  if (!(allowed as readonly string[]).includes(v)) throw new ParamError(`parameter ${name}=${JSON.stringify(v)}: accepted values are ${allowed.join(', ')}`);
+  if (!(allowed as readonly string[]).includes(v))
+    throw new ParamError(`parameter ${name}=${JSON.stringify(v)}: accepted values are ${allowed.join(', ')}`);
   return v as T;
 }
 
 function text(q: URLSearchParams, name: string): string | undefined {
   const v = single(q, name);
-  if (v !== undefined && (v === '' || v.length > 253)) throw new ParamError(`parameter ${name}: expected a value of 1-253 characters`);
+  if (v !== undefined && (v === '' || v.length > 253))
+    throw new ParamError(`parameter ${name}: expected a value of 1-253 characters`);
   return v;
 }
 
 /** The filters of a query string (shared by flows, watch, hints and statistics). */
-export function parseFilter(q: URLSearchParams): FlowFilter {
+function parseFilter(q: URLSearchParams): FlowFilter {
   const f: FlowFilter = {};
   const set = <K extends keyof FlowFilter>(k: K, v: FlowFilter[K] | undefined) => {
     if (v !== undefined) f[k] = v;
@@ -82,7 +96,17 @@ export function parseFilter(q: URLSearchParams): FlowFilter {
   set('action', choice(q, 'action', ACTIONS));
   set('reporter', choice(q, 'reporter', REPORTERS));
   set('destPort', int(q, 'destPort', 0, 65535, 'a port'));
-  for (const k of ['sourceNamespace', 'sourceName', 'destNamespace', 'destName', 'protocol', 'policy', 'namespace', 'endpoint'] as const) set(k, text(q, k));
+  for (const k of [
+    'sourceNamespace',
+    'sourceName',
+    'destNamespace',
+    'destName',
+    'protocol',
+    'policy',
+    'namespace',
+    'endpoint',
+  ] as const)
+    set(k, text(q, k));
   return f;
 }
 
@@ -97,7 +121,10 @@ export function parseFlowQuery(q: URLSearchParams): FlowQuery & { watch: boolean
     const desc = sortBy.startsWith('-');
     const field = desc ? sortBy.slice(1) : sortBy;
     if (!(SORT_FIELDS as readonly string[]).includes(field)) {
-      throw new ParamError(`parameter sortBy=${JSON.stringify(sortBy)}: accepted values are ${SORT_FIELDS.join(', ')}, each with - in front for descending`);
+      throw new ParamError(
+        `parameter sortBy=${JSON.stringify(sortBy)}: accepted values are ${SORT_FIELDS.join(', ')}, each with - in ` +
+          `front for descending`,
+      );
     }
     query.sortBy = { field: field as SortField, desc };
   }
@@ -108,7 +135,7 @@ export function parseFlowQuery(q: URLSearchParams): FlowQuery & { watch: boolean
   return query;
 }
 
-export interface ApiOptions {
+interface ApiOptions {
   addr: string;
   store: FlowStore;
   /** When set, /api/ requests need this bearer token. */
@@ -121,7 +148,7 @@ export interface ApiOptions {
   keepAliveMs?: number;
 }
 
-export interface ApiServer {
+interface ApiServer {
   readonly host: string;
   readonly port: number;
   /** Open watch (SSE) connections. */
@@ -129,18 +156,27 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
-const UI_TYPES: Record<string, string> = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8', '.png': 'image/png', '.svg': 'image/svg+xml' };
+const UI_TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.png': 'image/png',
+  '.svg': 'image/svg+xml',
+};
 const UI_FILES = ['index.html', 'app.js', 'style.css'];
 
 /** The UI's files: dist/flows-ui beside the bundle (the package), or the sources (tests run from src/). */
-export function defaultUiDir(): string {
+function defaultUiDir(): string {
   const here = dirname(fileURLToPath(import.meta.url));
-  for (const d of [join(here, 'flows-ui'), join(here, 'ui'), join(here, '../src/flows/ui')]) if (existsSync(join(d, 'index.html'))) return d;
+  for (const d of [join(here, 'flows-ui'), join(here, 'ui'), join(here, '../src/flows/ui')])
+    if (existsSync(join(d, 'index.html'))) return d;
   return join(here, 'flows-ui');
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body) + '\n');
+  res
+    .writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+    .end(JSON.stringify(body) + '\n');
 }
 
 function digest(s: string): Buffer {
@@ -155,7 +191,8 @@ export async function startApi(o: ApiOptions): Promise<ApiServer> {
   if (o.ui !== false) {
     for (const f of UI_FILES) {
       const p = join(uiDir, f);
-      if (!existsSync(p)) throw new Error(`the web UI's ${f} is missing in ${uiDir} (start with --ui=false to serve the API only)`);
+      if (!existsSync(p))
+        throw new Error(`the web UI's ${f} is missing in ${uiDir} (start with --ui=false to serve the API only)`);
       ui.set(f, readFileSync(p));
     }
   }
@@ -173,7 +210,12 @@ export async function startApi(o: ApiOptions): Promise<ApiServer> {
   };
 
   const watch = (req: IncomingMessage, res: ServerResponse, q: FlowQuery) => {
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
+    res.writeHead(200, {
+      'content-type': 'text/event-stream',
+      'cache-control': 'no-store',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+    });
     res.write(': watching flows\n\n');
     sse.add(res);
     const stop = o.store.watch((flows: Flow[]) => {
@@ -197,7 +239,11 @@ export async function startApi(o: ApiOptions): Promise<ApiServer> {
       }
       if (path.startsWith('/api/')) {
         if (!authorized(req)) {
-          res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': 'Bearer' }).end(JSON.stringify({ error: 'missing or wrong bearer token (Authorization: Bearer TOKEN, the token of --api-token-file)' }) + '\n');
+          res.writeHead(401, { 'content-type': 'application/json', 'www-authenticate': 'Bearer' }).end(
+            JSON.stringify({
+              error: 'missing or wrong bearer token (Authorization: Bearer TOKEN, the token of --api-token-file)',
+            }) + '\n',
+          );
           return;
         }
         if (path === '/api/v1/flows') {
@@ -216,12 +262,16 @@ export async function startApi(o: ApiOptions): Promise<ApiServer> {
           const groupBy = choice<GroupBy>(url.searchParams, 'groupBy', GROUP_BYS) ?? 'policy';
           return sendJson(res, 200, { groupBy, items: o.store.statistics(groupBy, parseFilter(url.searchParams)) });
         }
-        return sendJson(res, 404, { error: `no such API path ${path}; use /api/v1/flows, /api/v1/flows/hints or /api/v1/statistics` });
+        return sendJson(res, 404, {
+          error: `no such API path ${path}; use /api/v1/flows, /api/v1/flows/hints or /api/v1/statistics`,
+        });
       }
       const file = path === '/' ? 'index.html' : path.slice(1);
       const body = ui.get(file);
       if (!body) {
-        res.writeHead(404, { 'content-type': 'text/plain' }).end(o.ui === false ? 'not found: this aggregator serves the API only (/api/v1/flows)\n' : 'not found\n');
+        res
+          .writeHead(404, { 'content-type': 'text/plain' })
+          .end(o.ui === false ? 'not found: this aggregator serves the API only (/api/v1/flows)\n' : 'not found\n');
         return;
       }
       res.writeHead(200, {
@@ -239,7 +289,9 @@ export async function startApi(o: ApiOptions): Promise<ApiServer> {
   });
   server.headersTimeout = 10_000;
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (e: NodeJS.ErrnoException) => reject(new Error(`cannot listen on ${o.addr} for the API (--api-addr): ${e.code ?? e.message}`)));
+    server.once('error', (e: NodeJS.ErrnoException) =>
+      reject(new Error(`cannot listen on ${o.addr} for the API (--api-addr): ${e.code ?? e.message}`)),
+    );
     server.listen(port, host, () => resolve());
   });
   const a = server.address();

@@ -10,7 +10,15 @@
 import { connect, constants, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { randomUUID } from 'node:crypto';
 import type { FlowRecord } from './record.js';
-import { COLLECTOR_PATH, encodeRecords, LineReader, MAX_BATCH_RECORDS, MAX_LINE_BYTES, NDJSON, type Ack } from './protocol.js';
+import {
+  COLLECTOR_PATH,
+  encodeRecords,
+  LineReader,
+  MAX_BATCH_RECORDS,
+  MAX_LINE_BYTES,
+  NDJSON,
+  type Ack,
+} from './protocol.js';
 
 export interface FlowClientOptions {
   /** The aggregator's collector: https://HOST:PORT. */
@@ -35,7 +43,7 @@ export interface FlowClientOptions {
   log?: (level: 'info' | 'warn', msg: string, fields?: Record<string, unknown>) => void;
 }
 
-export interface FlowClientStats {
+interface FlowClientStats {
   /** Records held: not yet acknowledged. */
   buffered: number;
   /** Records dropped because the buffer was full. */
@@ -79,7 +87,11 @@ export class FlowClient {
 
   constructor(o: FlowClientOptions) {
     const u = new URL(o.url);
-    if (u.protocol !== 'https:') throw new Error(`flow aggregator ${JSON.stringify(o.url)}: expected https://HOST:PORT (the collector requires TLS with a client certificate)`);
+    if (u.protocol !== 'https:')
+      throw new Error(
+        `flow aggregator ${JSON.stringify(o.url)}: expected https://HOST:PORT (the collector requires TLS with a ` +
+          `client certificate)`,
+      );
     this.o = o;
     this.stream = o.stream ?? randomUUID();
     this.max = o.maxBufferedRecords ?? 100_000;
@@ -149,7 +161,10 @@ export class FlowClient {
     session.on('error', (e) => this.lost(session, e.message));
     session.on('close', () => this.lost(session, 'connection closed'));
     session.on('goaway', () => this.lost(session, 'aggregator going away'));
-    const req = session.request({ ':method': 'POST', ':path': COLLECTOR_PATH, 'content-type': NDJSON }, { endStream: false });
+    const req = session.request(
+      { ':method': 'POST', ':path': COLLECTOR_PATH, 'content-type': NDJSON },
+      { endStream: false },
+    );
     this.req = req;
     req.on('error', (e) => this.lost(session, e.message));
     req.on('close', () => this.lost(session, 'request closed'));
@@ -259,7 +274,12 @@ export class FlowClient {
     const was = this.ready;
     this.disconnect();
     if (this.closed) return;
-    this.log(was ? 'warn' : 'info', 'flows: no connection to the aggregator; buffering', { url: this.o.url, error: why, buffered: this.buffered, retryMs: this.retryMs });
+    this.log(was ? 'warn' : 'info', 'flows: no connection to the aggregator; buffering', {
+      url: this.o.url,
+      error: why,
+      buffered: this.buffered,
+      retryMs: this.retryMs,
+    });
     this.timer = setTimeout(() => this.connect(), this.retryMs);
     this.timer.unref();
     this.retryMs = Math.min(this.retryMs * 2, this.o.reconnectMaxMs ?? 10_000);

@@ -4,20 +4,28 @@
 // An agent reports as the node its certificate names (its CN or a DNS name of
 // its subjectAltName): a batch for another node ends the request, so that one
 // node's key cannot write flows in another's name.
-import { createSecureServer, constants, type Http2SecureServer, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import {
+  createSecureServer,
+  constants,
+  type Http2SecureServer,
+  type ServerHttp2Session,
+  type ServerHttp2Stream,
+} from 'node:http2';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import { parseListenAddr } from '../observe/health.js';
 import type { FlowStore } from './store.js';
 import { COLLECTOR_PATH, LineReader, NDJSON, parseBatch, parseRecords, ProtocolError, type Ack } from './protocol.js';
 
-export interface CollectorOptions {
+interface CollectorOptions {
   addr: string;
   /** PEM: the server certificate and key; the CA agents' certificates must be signed by. */
   cert: string | Buffer;
   key: string | Buffer;
   clientCa: string | Buffer;
   store: FlowStore;
-  /** How long a (node, stream) sequence is remembered after its last batch (default: the store's retention + 10 min). */
+  /**
+   * How long a (node, stream) sequence is remembered after its last batch (default: the store's retention + 10 min).
+   */
   streamMemoryMs?: number;
   now?: () => number;
   log?: (level: 'info' | 'warn', msg: string, fields?: Record<string, unknown>) => void;
@@ -25,7 +33,7 @@ export interface CollectorOptions {
   onBatch?: (b: { node: string; accepted: number; rejected: number; duplicate: boolean }) => void;
 }
 
-export interface Collector {
+interface Collector {
   readonly host: string;
   readonly port: number;
   /** Agent requests open now. */
@@ -103,13 +111,29 @@ export async function startCollector(o: CollectorOptions): Promise<Collector> {
           const r = parseRecords(batch);
           o.store.ingest(r.records);
           streams.set(id, { seq: batch.seq, at: now() });
-          if (r.rejected) log('warn', 'flows: rejected records from an agent', { node: batch.node, peer, rejected: r.rejected, first: r.errors[0] });
+          if (r.rejected)
+            log('warn', 'flows: rejected records from an agent', {
+              node: batch.node,
+              peer,
+              rejected: r.rejected,
+              first: r.errors[0],
+            });
           o.onBatch?.({ node: batch.node, accepted: r.records.length, rejected: r.rejected, duplicate: false });
-          reply({ stream: batch.stream, ack: batch.seq, accepted: r.records.length, rejected: r.rejected, ...(r.errors.length ? { errors: r.errors } : {}) });
+          reply({
+            stream: batch.stream,
+            ack: batch.seq,
+            accepted: r.records.length,
+            rejected: r.rejected,
+            ...(r.errors.length ? { errors: r.errors } : {}),
+          });
         });
       } catch (e) {
         if (!(e instanceof ProtocolError)) throw e;
-        log('warn', 'flows: protocol error from an agent; ending its request', { peer, line: lineNo, error: e.message });
+        log('warn', 'flows: protocol error from an agent; ending its request', {
+          peer,
+          line: lineNo,
+          error: e.message,
+        });
         reply({ error: `line ${lineNo}: ${e.message}` });
         stream.close(constants.NGHTTP2_PROTOCOL_ERROR);
       }
@@ -118,7 +142,9 @@ export async function startCollector(o: CollectorOptions): Promise<Collector> {
       if (!stream.writableEnded) stream.end();
     });
   });
-  server.on('tlsClientError', (e: Error, socket: TLSSocket) => log('warn', 'flows: refused a collector connection', { remote: socket.remoteAddress, error: e.message }));
+  server.on('tlsClientError', (e: Error, socket: TLSSocket) =>
+    log('warn', 'flows: refused a collector connection', { remote: socket.remoteAddress, error: e.message }),
+  );
   server.on('sessionError', () => undefined);
   const sessions = new Set<ServerHttp2Session>();
   server.on('session', (s) => {
@@ -131,7 +157,9 @@ export async function startCollector(o: CollectorOptions): Promise<Collector> {
   }, 60_000);
   sweep.unref();
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (e: NodeJS.ErrnoException) => reject(new Error(`cannot listen on ${o.addr} for agents (--collector-addr): ${e.code ?? e.message}`)));
+    server.once('error', (e: NodeJS.ErrnoException) =>
+      reject(new Error(`cannot listen on ${o.addr} for agents (--collector-addr): ${e.code ?? e.message}`)),
+    );
     server.listen(port, host, () => resolve());
   });
   const a = server.address();

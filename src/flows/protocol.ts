@@ -48,7 +48,7 @@ export const MAX_BATCH_RECORDS = 5000;
 const MAX_ERRORS = 5;
 
 /** The fields of a WireRecord, in order. */
-export const WIRE_FIELDS = [
+const WIRE_FIELDS = [
   'reporter',
   'action',
   'source', // index into endpoints
@@ -61,16 +61,33 @@ export const WIRE_FIELDS = [
   ...COUNTERS,
 ] as const;
 
-export type WireRecord = [string, string, number, number, number, string, number, number, number, number, number, number, number, number, number, number];
+type WireRecord = [
+  string,
+  string,
+  number,
+  number,
+  number,
+  string,
+  number,
+  number,
+  number,
+  number,
+  number,
+  number,
+  number,
+  number,
+  number,
+  number,
+];
 
 /** A batch's records as sent: endpoints and traces once, records referring to them. */
-export interface WireRecords {
+interface WireRecords {
   endpoints: FlowEndpoint[];
   traces: PolicyTrace[];
   records: WireRecord[];
 }
 
-export interface Batch {
+interface Batch {
   node: string;
   stream: string;
   seq: number;
@@ -142,12 +159,18 @@ export function parseBatch(line: string): Batch {
     throw new ProtocolError(`not JSON: ${(e as Error).message}`);
   }
   const o = (v ?? {}) as Record<string, unknown>;
-  if (typeof o.node !== 'string' || !ID_RE.test(o.node)) throw new ProtocolError(`node: expected a node name, got ${JSON.stringify(o.node)}`);
-  if (typeof o.stream !== 'string' || !ID_RE.test(o.stream)) throw new ProtocolError(`stream: expected an id of letters, digits and ._:-, got ${JSON.stringify(o.stream)}`);
-  if (typeof o.seq !== 'number' || !Number.isSafeInteger(o.seq) || o.seq < 1) throw new ProtocolError(`seq: expected an integer >= 1, got ${JSON.stringify(o.seq)}`);
-  if (!Array.isArray(o.records) || o.records.length > MAX_BATCH_RECORDS) throw new ProtocolError(`records: expected a list of at most ${MAX_BATCH_RECORDS} records`);
-  if (!Array.isArray(o.endpoints) || o.endpoints.length > 2 * MAX_BATCH_RECORDS) throw new ProtocolError(`endpoints: expected a list of at most ${2 * MAX_BATCH_RECORDS} endpoints`);
-  if (!Array.isArray(o.traces) || o.traces.length > MAX_BATCH_RECORDS) throw new ProtocolError(`traces: expected a list of at most ${MAX_BATCH_RECORDS} policy traces`);
+  if (typeof o.node !== 'string' || !ID_RE.test(o.node))
+    throw new ProtocolError(`node: expected a node name, got ${JSON.stringify(o.node)}`);
+  if (typeof o.stream !== 'string' || !ID_RE.test(o.stream))
+    throw new ProtocolError(`stream: expected an id of letters, digits and ._:-, got ${JSON.stringify(o.stream)}`);
+  if (typeof o.seq !== 'number' || !Number.isSafeInteger(o.seq) || o.seq < 1)
+    throw new ProtocolError(`seq: expected an integer >= 1, got ${JSON.stringify(o.seq)}`);
+  if (!Array.isArray(o.records) || o.records.length > MAX_BATCH_RECORDS)
+    throw new ProtocolError(`records: expected a list of at most ${MAX_BATCH_RECORDS} records`);
+  if (!Array.isArray(o.endpoints) || o.endpoints.length > 2 * MAX_BATCH_RECORDS)
+    throw new ProtocolError(`endpoints: expected a list of at most ${2 * MAX_BATCH_RECORDS} endpoints`);
+  if (!Array.isArray(o.traces) || o.traces.length > MAX_BATCH_RECORDS)
+    throw new ProtocolError(`traces: expected a list of at most ${MAX_BATCH_RECORDS} policy traces`);
   return { node: o.node, stream: o.stream, seq: o.seq, endpoints: o.endpoints, traces: o.traces, records: o.records };
 }
 
@@ -155,7 +178,11 @@ export function parseBatch(line: string): Batch {
  * The valid records of a batch, and what was wrong with the others: a bad record, or one naming a
  * bad endpoint or trace, is rejected alone; the rest of its batch is taken.
  */
-export function parseRecords(b: Pick<Batch, 'endpoints' | 'traces' | 'records'>): { records: FlowRecord[]; rejected: number; errors: string[] } {
+export function parseRecords(b: Pick<Batch, 'endpoints' | 'traces' | 'records'>): {
+  records: FlowRecord[];
+  rejected: number;
+  errors: string[];
+} {
   const records: FlowRecord[] = [];
   const errors: string[] = [];
   let rejected = 0;
@@ -172,14 +199,20 @@ export function parseRecords(b: Pick<Batch, 'endpoints' | 'traces' | 'records'>)
   const traces = checked(b.traces, parsePolicyTrace, 'traces');
   const ref = <T>(list: Array<T | FlowRecordError>, v: unknown, path: string, what: string): T => {
     const x = typeof v === 'number' ? list[v] : undefined;
-    if (x === undefined) throw new FlowRecordError(`${path}: expected the index of one of the batch's ${list.length} ${what} (got ${JSON.stringify(v)})`);
+    if (x === undefined)
+      throw new FlowRecordError(
+        `${path}: expected the index of one of the batch's ${list.length} ${what} (got ${JSON.stringify(v)})`,
+      );
     if (x instanceof FlowRecordError) throw x;
     return x;
   };
   b.records.forEach((raw, i) => {
     const path = `records[${i}]`;
     try {
-      if (!Array.isArray(raw) || raw.length !== WIRE_FIELDS.length) throw new FlowRecordError(`${path}: expected an array of ${WIRE_FIELDS.length} fields (${WIRE_FIELDS.join(', ')})`);
+      if (!Array.isArray(raw) || raw.length !== WIRE_FIELDS.length)
+        throw new FlowRecordError(
+          `${path}: expected an array of ${WIRE_FIELDS.length} fields (${WIRE_FIELDS.join(', ')})`,
+        );
       const r = raw as unknown[];
       checkNumbers(path, r[4], r[7], r[8]);
       const rec: FlowRecord = {

@@ -30,7 +30,7 @@ export interface PolicyTrace {
 }
 
 /** The counters of a flow (exact: from conntrack accounting). */
-export interface FlowCounters {
+interface FlowCounters {
   packetsIn: number;
   packetsOut: number;
   bytesIn: number;
@@ -41,7 +41,15 @@ export interface FlowCounters {
   connectionsLive: number;
 }
 
-export const COUNTERS = ['packetsIn', 'packetsOut', 'bytesIn', 'bytesOut', 'connectionsStarted', 'connectionsCompleted', 'connectionsLive'] as const;
+export const COUNTERS = [
+  'packetsIn',
+  'packetsOut',
+  'bytesIn',
+  'bytesOut',
+  'connectionsStarted',
+  'connectionsCompleted',
+  'connectionsLive',
+] as const;
 
 /** What an agent sends: one aggregated flow of one flush interval. Times are unix seconds. */
 export interface FlowRecord extends FlowCounters {
@@ -90,16 +98,21 @@ export class FlowRecordError extends Error {
 
 function fail(path: string, msg: string, v: unknown): never {
   const shown = JSON.stringify(v);
-  throw new FlowRecordError(`${path}: ${msg} (got ${shown === undefined ? 'nothing' : shown.length > 80 ? `${shown.slice(0, 80)}...` : shown})`);
+  throw new FlowRecordError(
+    `${path}: ${msg} (got ${shown === undefined ? 'nothing' : shown.length > 80 ? `${shown.slice(0, 80)}...` : shown})`,
+  );
 }
 
 function oneOf<T extends string>(path: string, v: unknown, allowed: readonly T[]): T {
-  if (typeof v !== 'string' || !(allowed as readonly string[]).includes(v)) fail(path, `expected one of ${allowed.join(', ')}`, v);
+  if (typeof v !== 'string' || !(allowed as readonly string[]).includes(v))
+    fail(path, `expected one of ${allowed.join(', ')}`, v);
   return v as T;
 }
 
 function text(path: string, v: unknown, max = MAX_NAME): string {
-  if (typeof v !== 'string' || v.length > max || /[\u0000-\u001f]/.test(v)) fail(path, `expected a string of at most ${max} printable characters`, v);
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
+  if (typeof v !== 'string' || v.length > max || /[\u0000-\u001f]/.test(v))
+    fail(path, `expected a string of at most ${max} printable characters`, v);
   return v;
 }
 
@@ -129,7 +142,12 @@ export function parseEndpoint(path: string, v: unknown): FlowEndpoint {
   const name = text(`${path}.name`, o.name);
   if (!name) fail(`${path}.name`, 'must not be empty', name);
   if (type === 'net' && name !== 'pub' && name !== 'pvt') fail(`${path}.name`, 'a net endpoint is pub or pvt', name);
-  return { type, namespace: text(`${path}.namespace`, o.namespace ?? ''), name, labels: labels(`${path}.labels`, o.labels) };
+  return {
+    type,
+    namespace: text(`${path}.namespace`, o.namespace ?? ''),
+    name,
+    labels: labels(`${path}.labels`, o.labels),
+  };
 }
 
 function hits(path: string, v: unknown): PolicyHit[] {
@@ -140,7 +158,8 @@ function hits(path: string, v: unknown): PolicyHit[] {
     if (typeof h !== 'object' || h === null) fail(p, 'expected {kind, namespace, name, tier, action, ruleIndex}', h);
     const o = h as Record<string, unknown>;
     const ruleIndex = o.ruleIndex;
-    if (typeof ruleIndex !== 'number' || !Number.isInteger(ruleIndex) || ruleIndex < -1 || ruleIndex > 1_000_000) fail(`${p}.ruleIndex`, 'expected an integer >= -1', ruleIndex);
+    if (typeof ruleIndex !== 'number' || !Number.isInteger(ruleIndex) || ruleIndex < -1 || ruleIndex > 1_000_000)
+      fail(`${p}.ruleIndex`, 'expected an integer >= -1', ruleIndex);
     return {
       kind: oneOf(`${p}.kind`, o.kind, HIT_KINDS),
       namespace: text(`${p}.namespace`, o.namespace ?? ''),
@@ -169,9 +188,12 @@ export function parseProtocol(path: string, v: unknown): string {
 
 /** Checks the numbers of a record: port, times (unix seconds) and counters. */
 export function checkNumbers(path: string, destPort: unknown, startTime: unknown, endTime: unknown): void {
-  if (typeof destPort !== 'number' || !Number.isInteger(destPort) || destPort < 0 || destPort > 65535) fail(`${path}.destPort`, 'expected a port 0-65535', destPort);
-  if (typeof startTime !== 'number' || !Number.isFinite(startTime) || startTime < 0) fail(`${path}.startTime`, 'expected unix seconds', startTime);
-  if (typeof endTime !== 'number' || !Number.isFinite(endTime) || endTime < startTime) fail(`${path}.endTime`, 'expected unix seconds, not before startTime', endTime);
+  if (typeof destPort !== 'number' || !Number.isInteger(destPort) || destPort < 0 || destPort > 65535)
+    fail(`${path}.destPort`, 'expected a port 0-65535', destPort);
+  if (typeof startTime !== 'number' || !Number.isFinite(startTime) || startTime < 0)
+    fail(`${path}.startTime`, 'expected unix seconds', startTime);
+  if (typeof endTime !== 'number' || !Number.isFinite(endTime) || endTime < startTime)
+    fail(`${path}.endTime`, 'expected unix seconds, not before startTime', endTime);
 }
 
 export function checkCount(path: string, v: unknown): number {
@@ -215,9 +237,4 @@ export function parseFlowRecord(v: unknown, path = 'record'): FlowRecord {
 export function rfc3339(unixSeconds: number): string {
   const iso = new Date(Math.round(unixSeconds * 1000)).toISOString();
   return iso.endsWith('.000Z') ? `${iso.slice(0, -5)}Z` : iso;
-}
-
-/** `kind namespace/name` of a hit, as people write it: `GlobalNetworkPolicy default.deny-all`. */
-export function hitName(h: Pick<PolicyHit, 'kind' | 'namespace' | 'name'>): string {
-  return `${h.namespace ? `${h.namespace}/` : ''}${h.name}`;
 }

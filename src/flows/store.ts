@@ -20,7 +20,7 @@ import {
 export const BUCKET_SECONDS = 15;
 const BUCKET_MS = BUCKET_SECONDS * 1000;
 /** A bucket is exported this long after its end; records that arrive later are exported on their own. */
-export const CLOSE_GRACE_MS = BUCKET_MS;
+const CLOSE_GRACE_MS = BUCKET_MS;
 /** Records dated further ahead than this (a node's clock) count as now. */
 const FUTURE_SLACK_MS = 60_000;
 
@@ -195,7 +195,7 @@ export interface FlowQuery extends FlowFilter {
   page?: number;
 }
 
-export interface StatCounters {
+interface StatCounters {
   allowedPackets: number;
   allowedBytes: number;
   deniedPackets: number;
@@ -203,7 +203,7 @@ export interface StatCounters {
   connections: number;
 }
 
-export interface StatItem extends StatCounters {
+interface StatItem extends StatCounters {
   kind: string;
   namespace: string;
   name: string;
@@ -211,14 +211,14 @@ export interface StatItem extends StatCounters {
   series: Array<{ time: string } & StatCounters>;
 }
 
-export interface StoreStats {
+interface StoreStats {
   records: number;
   tooOld: number;
   flows: number;
   keys: number;
 }
 
-export interface StoreOptions {
+interface StoreOptions {
   retentionMs: number;
   now?: () => number;
 }
@@ -276,7 +276,12 @@ export class FlowStore {
   private traceIdOf = new WeakMap<PolicyTrace, number>();
   private nextPartId = 1;
 
-  private partId<T extends object>(cache: WeakMap<T, number>, ids: Map<string, number>, v: T, fn: (v: T) => string): number {
+  private partId<T extends object>(
+    cache: WeakMap<T, number>,
+    ids: Map<string, number>,
+    v: T,
+    fn: (v: T) => string,
+  ): number {
     let id = cache.get(v);
     if (id !== undefined) return id;
     const k = fn(v);
@@ -423,10 +428,13 @@ export class FlowStore {
   tick(): void {
     this.advance();
     // Past buckets that late records grew (an agent's backlog after a reconnect) shrink again.
-    for (const bk of this.ring) if (bk.b >= 0 && bk.b < this.current && (bk.index.length || bk.keyIds.length !== bk.n)) bk.trim();
+    for (const bk of this.ring)
+      if (bk.b >= 0 && bk.b < this.current && (bk.index.length || bk.keyIds.length !== bk.n)) bk.trim();
     const nowMs = this.now();
     if (this.closedListeners.size) {
-      const closable = this.ring.filter((bk) => bk.b >= 0 && !bk.exported && (bk.b + 1) * BUCKET_MS + CLOSE_GRACE_MS <= nowMs).sort((x, y) => x.b - y.b);
+      const closable = this.ring
+        .filter((bk) => bk.b >= 0 && !bk.exported && (bk.b + 1) * BUCKET_MS + CLOSE_GRACE_MS <= nowMs)
+        .sort((x, y) => x.b - y.b);
       for (const bk of closable) {
         bk.exported = true;
         const flows: Flow[] = [];
@@ -459,7 +467,9 @@ export class FlowStore {
       }
       this.dirty.clear();
       for (const [w, f] of this.watchers) {
-        const flows = changed.filter((c) => this.keyMatches(c.k, f) && this.timeMatches(c.bk.startMs(c.s), f)).map((c) => this.flowAt(c.bk, c.s));
+        const flows = changed
+          .filter((c) => this.keyMatches(c.k, f) && this.timeMatches(c.bk.startMs(c.s), f))
+          .map((c) => this.flowAt(c.bk, c.s));
         if (flows.length) w(flows);
       }
     }
@@ -521,7 +531,8 @@ export class FlowStore {
     if (f.destPort !== undefined && k.destPort !== f.destPort) return false;
     if (f.protocol !== undefined && k.protocol !== f.protocol) return false;
     if (f.policy !== undefined && !k.policyNames.has(f.policy)) return false;
-    if (f.namespace !== undefined && k.source.namespace !== f.namespace && k.dest.namespace !== f.namespace) return false;
+    if (f.namespace !== undefined && k.source.namespace !== f.namespace && k.dest.namespace !== f.namespace)
+      return false;
     if (f.endpoint !== undefined) {
       const i = f.endpoint.indexOf('/');
       const ns = i < 0 ? undefined : f.endpoint.slice(0, i);
@@ -533,7 +544,10 @@ export class FlowStore {
   }
 
   private timeMatches(startMs: number, f: FlowFilter): boolean {
-    return (f.startTimeGte === undefined || startMs >= f.startTimeGte * 1000) && (f.startTimeLt === undefined || startMs < f.startTimeLt * 1000);
+    return (
+      (f.startTimeGte === undefined || startMs >= f.startTimeGte * 1000) &&
+      (f.startTimeLt === undefined || startMs < f.startTimeLt * 1000)
+    );
   }
 
   /** Runs fn for each (bucket, slot) whose flow passes the filter, oldest bucket first. */
@@ -542,7 +556,9 @@ export class FlowStore {
     const cache = new Map<number, boolean>();
     const gte = f.startTimeGte === undefined ? -Infinity : f.startTimeGte * 1000;
     const lt = f.startTimeLt === undefined ? Infinity : f.startTimeLt * 1000;
-    const buckets = this.ring.filter((bk) => bk.b >= 0 && (bk.b + 1) * BUCKET_MS > gte && bk.b * BUCKET_MS < lt).sort((x, y) => (newestFirst ? y.b - x.b : x.b - y.b));
+    const buckets = this.ring
+      .filter((bk) => bk.b >= 0 && (bk.b + 1) * BUCKET_MS > gte && bk.b * BUCKET_MS < lt)
+      .sort((x, y) => (newestFirst ? y.b - x.b : x.b - y.b));
     for (const bk of buckets) {
       for (let s = 0; s < bk.n; s++) {
         const id = bk.keyIds[s]!;
@@ -573,7 +589,8 @@ export class FlowStore {
         const before = total - slots.length;
         if (bk && before < from + size && total > from) {
           slots.sort((a, b) => dir * (bk.startMs(a) - bk.startMs(b)));
-          for (let i = Math.max(0, from - before); i < slots.length && before + i < from + size; i++) items.push(this.flowAt(bk, slots[i]!));
+          for (let i = Math.max(0, from - before); i < slots.length && before + i < from + size; i++)
+            items.push(this.flowAt(bk, slots[i]!));
         }
         slots = [];
       };
@@ -638,7 +655,13 @@ export class FlowStore {
   statistics(groupBy: GroupBy, f: FlowFilter = {}): StatItem[] {
     const groupsOf = new Map<number, string[]>();
     const items = new Map<string, StatItem & { byBucket: Map<number, StatCounters> }>();
-    const zero = (): StatCounters => ({ allowedPackets: 0, allowedBytes: 0, deniedPackets: 0, deniedBytes: 0, connections: 0 });
+    const zero = (): StatCounters => ({
+      allowedPackets: 0,
+      allowedBytes: 0,
+      deniedPackets: 0,
+      deniedBytes: 0,
+      connections: 0,
+    });
     const addTo = (c: StatCounters, allowed: boolean, denied: boolean, pk: number, by: number, conns: number) => {
       if (allowed) (c.allowedPackets += pk), (c.allowedBytes += by);
       if (denied) (c.deniedPackets += pk), (c.deniedBytes += by);
@@ -652,7 +675,15 @@ export class FlowStore {
           const id = `${h.kind}\u0000${h.namespace}\u0000${h.name}${groupBy === 'rule' ? `\u0000${h.ruleIndex}` : ''}`;
           g.add(id);
           if (!items.has(id)) {
-            items.set(id, { kind: h.kind, namespace: h.namespace, name: h.name, ...(groupBy === 'rule' ? { ruleIndex: h.ruleIndex } : {}), ...zero(), series: [], byBucket: new Map() });
+            items.set(id, {
+              kind: h.kind,
+              namespace: h.namespace,
+              name: h.name,
+              ...(groupBy === 'rule' ? { ruleIndex: h.ruleIndex } : {}),
+              ...zero(),
+              series: [],
+              byBucket: new Map(),
+            });
           }
         }
         groupsOf.set(k.id, (groups = [...g]));
@@ -671,8 +702,16 @@ export class FlowStore {
       }
     });
     return [...items.values()]
-      .map(({ byBucket, ...it }) => ({ ...it, series: [...byBucket].sort((a, b) => a[0] - b[0]).map(([b, c]) => ({ time: rfc3339(b * BUCKET_SECONDS), ...c })) }))
-      .sort((a, b) => b.allowedPackets + b.deniedPackets - (a.allowedPackets + a.deniedPackets) || (a.name < b.name ? -1 : 1));
+      .map(({ byBucket, ...it }) => ({
+        ...it,
+        series: [...byBucket]
+          .sort((a, b) => a[0] - b[0])
+          .map(([b, c]) => ({ time: rfc3339(b * BUCKET_SECONDS), ...c })),
+      }))
+      .sort(
+        (a, b) =>
+          b.allowedPackets + b.deniedPackets - (a.allowedPackets + a.deniedPackets) || (a.name < b.name ? -1 : 1),
+      );
   }
 
   stats(): StoreStats {
@@ -681,4 +720,3 @@ export class FlowStore {
     return { ...this.counts, flows, keys: this.keys.size };
   }
 }
-

@@ -4,7 +4,7 @@
 // when a bounded wait gives up, never on the hot path.
 import { closeSync, constants, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
 
-export interface LockHolder {
+interface LockHolder {
   pid: number;
   /** /proc/<pid>/comm; undefined when the process went meanwhile. */
   command?: string | undefined;

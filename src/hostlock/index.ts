@@ -23,7 +23,16 @@
 // records the pid of the process that took it).
 import { createHash } from 'node:crypto';
 import {
-  closeSync, constants, fchmodSync, fstatSync, ftruncateSync, lstatSync, mkdirSync, openSync, readSync, unlinkSync,
+  closeSync,
+  constants,
+  fchmodSync,
+  fstatSync,
+  ftruncateSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  unlinkSync,
   writeSync,
 } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
@@ -31,7 +40,7 @@ import { flockTry, flockWait } from '../dataplane/syscalls.js';
 import { HostLockError } from './errors.js';
 import { describeHolder, lockHolder } from './holder.js';
 
-export { HostLockError, type HostLockErrorKind } from './errors.js';
+export { HostLockError } from './errors.js';
 
 export const DEFAULT_LOCK_PATH = '/var/run/netplugin/ipam.lock';
 
@@ -46,7 +55,7 @@ export function hostLockPath(file: string | undefined, env: Record<string, strin
   return file || env[LOCK_ENV] || DEFAULT_LOCK_PATH;
 }
 
-export interface HostLockOptions {
+interface HostLockOptions {
   /** Give up after this long (absent or undefined: 60 s); a CNI runtime's own deadline is usually a few minutes. */
   timeoutMs?: number | undefined;
   /** Lock a sub-key (e.g. one pod's veth) in the same directory instead of the path itself. */
@@ -182,8 +191,8 @@ export async function acquireHostLock(path: string, opts: HostLockOptions = {}):
         if (!(await flockWait(fd, left, file))) {
           const holder = describeHolder(lockHolder(fd));
           const what = opts.key === undefined ? '' : ` (${opts.key})`;
-          const msg = `timed out after ${timeoutMs} ms waiting for the host lock ${path}${what}; ` +
-            `it is held by ${holder}`;
+          const msg =
+            `timed out after ${timeoutMs} ms waiting for the host lock ${path}${what}; ` + `it is held by ${holder}`;
           throw new HostLockError('timeout', msg);
         }
       }

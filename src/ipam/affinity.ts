@@ -13,7 +13,7 @@ import { retry } from './retry.js';
 import { hostAffinity, isKind, type IpamCore } from './core.js';
 import type { AffRes, BlockRes, Ctx } from './state.js';
 
-export async function deleteAffinity(core: IpamCore, aff: AffRes): Promise<void> {
+async function deleteAffinity(core: IpamCore, aff: AffRes): Promise<void> {
   try {
     await core.ds.delete('BlockAffinity', aff.metadata.name, { revision: aff.metadata.resourceVersion });
   } catch (e) {
@@ -61,7 +61,11 @@ async function confirmAffinity(core: IpamCore, aff: AffRes, node: string, cidrTe
  * its block race) is a conflict to retry, not a failure.
  */
 function goneWhileClaimed(name: string, cause: unknown): DatastoreError {
-  return new DatastoreError('Conflict', `block affinity ${name} was removed by another claim of this node; re-read and retry`, { cause });
+  return new DatastoreError(
+    'Conflict',
+    `block affinity ${name} was removed by another claim of this node; re-read and retry`,
+    { cause },
+  );
 }
 
 async function createPendingAffinity(core: IpamCore, node: string, cidrText: string): Promise<AffRes> {
@@ -69,7 +73,12 @@ async function createPendingAffinity(core: IpamCore, node: string, cidrText: str
   const name = affinityName(node, cidrText);
   return retry(core, `creating block affinity ${name}`, async () => {
     try {
-      return await core.ds.create<'BlockAffinity'>({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name }, spec });
+      return await core.ds.create<'BlockAffinity'>({
+        apiVersion: API_VERSION,
+        kind: 'BlockAffinity',
+        metadata: { name },
+        spec,
+      });
     } catch (e) {
       if (!isKind(e, 'AlreadyExists')) throw e;
     }
@@ -160,11 +169,16 @@ export async function* ownBlocks(core: IpamCore, ctx: Ctx, pool: PoolInfo): Asyn
   for (const group of [live.filter((x) => !isFull(x)), live.filter(isFull)]) {
     if (!group.length) continue;
     // Read them in one round trip: a node usually holds one or two per pool.
-    const got = await Promise.all(group.map(({ a }) => ctx.blocks?.get(blockName(a.spec.cidr)) ?? getBlock(core, a.spec.cidr)));
+    const got = await Promise.all(
+      group.map(({ a }) => ctx.blocks?.get(blockName(a.spec.cidr)) ?? getBlock(core, a.spec.cidr)),
+    );
     for (const [i, { a }] of group.entries()) {
       const b = got[i];
       if (!b || b.spec.affinity !== hostAffinity(ctx.node)) {
-        core.log.info('ipam: removing stale block affinity', { affinity: a.metadata.name, block: b?.spec.affinity ?? 'missing' });
+        core.log.info('ipam: removing stale block affinity', {
+          affinity: a.metadata.name,
+          block: b?.spec.affinity ?? 'missing',
+        });
         await deleteAffinity(core, a);
         ctx.affinities = ctx.affinities.filter((x) => x !== a);
         continue;

@@ -18,7 +18,11 @@ import { hostAffinity, type IpamCore } from './core.js';
 import type { AffRes, BlockRes, Ctx, HandleRes } from './state.js';
 
 /** What a block records with an address it gives `req` on `node` (its handle and the request's attributes). */
-export function allocationAttribute(req: AssignRequest, node: string, timestamp = new Date().toISOString()): AllocationAttribute {
+export function allocationAttribute(
+  req: AssignRequest,
+  node: string,
+  timestamp = new Date().toISOString(),
+): AllocationAttribute {
   return { handle_id: req.handleID, secondary: { ...req.attrs, node, timestamp, handle: req.handleID } };
 }
 
@@ -29,7 +33,13 @@ export function allocationAttribute(req: AssignRequest, node: string, timestamp 
  * `ordinal` asks for a specific address. Returns undefined when the block
  * turned out full, deleted or gone (the caller moves on).
  */
-export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool: PoolInfo, ordinal?: number): Promise<Assigned | undefined> {
+export async function allocateIn(
+  core: IpamCore,
+  ctx: Ctx,
+  block: BlockRes,
+  pool: PoolInfo,
+  ordinal?: number,
+): Promise<Assigned | undefined> {
   const handleID = ctx.req.handleID;
   const attr = allocationAttribute(ctx.req, ctx.node);
   let cur: BlockRes | undefined = block;
@@ -40,7 +50,8 @@ export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool
   let extraFailed = false;
   let held = 0;
   const result = await retry(core, `allocating in IPAM block ${block.spec.cidr}`, async (attempt) => {
-    if (attempt > 0) [cur, ctx.handle] = await Promise.all([getBlock(core, block.spec.cidr), getHandle(core, handleID)]);
+    if (attempt > 0)
+      [cur, ctx.handle] = await Promise.all([getBlock(core, block.spec.cidr), getHandle(core, handleID)]);
     // A block that changed hands between attempts (its affinity moved to
     // another node) is no longer the one the caller chose: move on.
     if (!cur || cur.spec.deleted || cur.spec.affinity !== block.spec.affinity) return undefined;
@@ -58,8 +69,14 @@ export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool
           return { ip, ord: ordinal, cidr };
         }
         const who = owner?.handle_id ? `handle ${owner.handle_id}` : 'reserved, no handle';
-        const pod = owner?.secondary?.namespace && owner.secondary.pod ? `, pod ${owner.secondary.namespace}/${owner.secondary.pod}` : '';
-        throw new IpamError('address-taken', `${ip} is already assigned (${who}${pod}); choose a free address or release it first`);
+        const pod =
+          owner?.secondary?.namespace && owner.secondary.pod
+            ? `, pod ${owner.secondary.namespace}/${owner.secondary.pod}`
+            : '';
+        throw new IpamError(
+          'address-taken',
+          `${ip} is already assigned (${who}${pod}); choose a free address or release it first`,
+        );
       }
       spec = structuredClone(cur.spec);
       allocateOrdinal(spec, ordinal, attr);
@@ -75,7 +92,13 @@ export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool
     const hop = handleOp(ctx, cur.spec.cidr, spec ? held + 1 : held);
     const ops: TxnOp[] = [...(hop ? [hop] : []), ...(spec ? [{ op: 'update' as const, res: { ...cur, spec } }] : [])];
     const piggy = ctx.piggy;
-    const got: Assigned = { address: `${ip}/${cidr.prefix}`, ip, family: cidr.family, pool: pool.name, block: cur.spec.cidr };
+    const got: Assigned = {
+      address: `${ip}/${cidr.prefix}`,
+      ip,
+      family: cidr.family,
+      pool: pool.name,
+      block: cur.spec.cidr,
+    };
     const extra = piggy ? await piggy.p.ops([...piggy.before, got], extraFailed) : [];
     ops.push(...extra);
     if (!ops.length) return { ip, ord, cidr };
@@ -128,7 +151,12 @@ export async function allocateIn(core: IpamCore, ctx: Ctx, block: BlockRes, pool
  * transactions (Kubernetes: ordered writes that could stop between them)
  * always takes the two-phase claim.
  */
-export async function claimAndAllocate(core: IpamCore, ctx: Ctx, cidr: Cidr, pool: PoolInfo): Promise<Assigned | 'two-phase'> {
+export async function claimAndAllocate(
+  core: IpamCore,
+  ctx: Ctx,
+  cidr: Cidr,
+  pool: PoolInfo,
+): Promise<Assigned | 'two-phase'> {
   if (!core.ds.atomicTxn) return 'two-phase';
   const handleID = ctx.req.handleID;
   const text = formatCidr(cidr);
@@ -138,7 +166,12 @@ export async function claimAndAllocate(core: IpamCore, ctx: Ctx, cidr: Cidr, poo
   const ip = addressOf(cidr, ord);
   const got: Assigned = { address: `${ip}/${cidr.prefix}`, ip, family: cidr.family, pool: pool.name, block: text };
   const hop = handleOp(ctx, text, 1);
-  const aff: AffRes = { apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: affinityName(ctx.node, text) }, spec: { state: 'confirmed', node: ctx.node, cidr: text } };
+  const aff: AffRes = {
+    apiVersion: API_VERSION,
+    kind: 'BlockAffinity',
+    metadata: { name: affinityName(ctx.node, text) },
+    spec: { state: 'confirmed', node: ctx.node, cidr: text },
+  };
   const block: BlockRes = { apiVersion: API_VERSION, kind: 'IPAMBlock', metadata: { name: blockName(text) }, spec };
   const piggy = ctx.piggy;
   const extra = piggy ? await piggy.p.ops([...piggy.before, got], false) : [];
@@ -148,8 +181,16 @@ export async function claimAndAllocate(core: IpamCore, ctx: Ctx, cidr: Cidr, poo
     out = await core.ds.txn(ops);
   } catch (e) {
     if (hop && handleCreateLost(hop, 0, e)) throw new HandleExists(`IPAM handle ${handleID} exists`);
-    if (TxnError.opOf(e) === undefined || !DatastoreError.is(e) || !['AlreadyExists', 'Conflict', 'NotFound'].includes(e.kind)) throw e;
-    core.log.debug('ipam: one-transaction block claim refused; claiming in two phases', { block: text, error: String(e) });
+    if (
+      TxnError.opOf(e) === undefined ||
+      !DatastoreError.is(e) ||
+      !['AlreadyExists', 'Conflict', 'NotFound'].includes(e.kind)
+    )
+      throw e;
+    core.log.debug('ipam: one-transaction block claim refused; claiming in two phases', {
+      block: text,
+      error: String(e),
+    });
     return 'two-phase';
   }
   let i = 0;

@@ -27,9 +27,18 @@ import { enqueue, enqueueRelease } from './batch.js';
 import { getHandle } from './handle-store.js';
 import { releaseIPs, releaseLocked } from './release.js';
 import { handleAddresses, listHandles, locate, readiness, usage, usageReport, whoHas } from './inspect.js';
-import type { AddressLocation, AssignRequest, Assigned, BlockUsage, HandleInfo, PoolUsage, Released, ReleaseOptions } from './types.js';
+import type {
+  AddressLocation,
+  AssignRequest,
+  Assigned,
+  BlockUsage,
+  HandleInfo,
+  PoolUsage,
+  Released,
+  ReleaseOptions,
+} from './types.js';
 
-export type { AddressLocation, AssignRequest, Assigned, BlockUsage, HandleInfo, Piggyback, PoolUsage, Released, ReleaseOptions } from './types.js';
+export type { AddressLocation } from './types.js';
 export type { IpamOptions } from './core.js';
 
 export class Ipam {
@@ -71,8 +80,16 @@ export class Ipam {
     return releaseIPs(this.core, ips);
   }
 
-  /** Whether an ADD on `node` could get an address of each family now (CNI STATUS): undefined when ready, else what is wrong. */
-  readiness(q: { node: string; families: Family[]; ipv4Pools?: string[] | undefined; ipv6Pools?: string[] | undefined }): Promise<string | undefined> {
+  /**
+   * Whether an ADD on `node` could get an address of each family now (CNI STATUS): undefined when ready, else what is
+   * wrong.
+   */
+  readiness(q: {
+    node: string;
+    families: Family[];
+    ipv4Pools?: string[] | undefined;
+    ipv6Pools?: string[] | undefined;
+  }): Promise<string | undefined> {
     return readiness(this.core, q);
   }
 

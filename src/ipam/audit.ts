@@ -28,9 +28,16 @@ interface Snapshot {
 }
 
 async function snapshot(ds: Datastore): Promise<Snapshot> {
-  const [blocks, handles, weps, nodes] = await Promise.all([ds.list('IPAMBlock'), ds.list('IPAMHandle'), ds.list('WorkloadEndpoint'), ds.list('Node')]);
+  const [blocks, handles, weps, nodes] = await Promise.all([
+    ds.list('IPAMBlock'),
+    ds.list('IPAMHandle'),
+    ds.list('WorkloadEndpoint'),
+    ds.list('Node'),
+  ]);
   // The other kinds are read only for their malformed objects: the check is where an operator finds them all.
-  const rest = await Promise.all(KINDS.filter((k) => !['IPAMBlock', 'IPAMHandle', 'WorkloadEndpoint', 'Node'].includes(k)).map((k) => ds.list(k)));
+  const rest = await Promise.all(
+    KINDS.filter((k) => !['IPAMBlock', 'IPAMHandle', 'WorkloadEndpoint', 'Node'].includes(k)).map((k) => ds.list(k)),
+  );
   const invalid = [blocks, handles, weps, nodes, ...rest].flatMap((l) => l.invalid ?? []);
   return { blocks: blocks.items, handles: handles.items, weps: weps.items, nodes: nodes.items, invalid };
 }
@@ -41,7 +48,7 @@ interface Allocation {
   attr: AllocationAttribute;
 }
 
-export function* allocationsOf(b: Resource<'IPAMBlock'>): Generator<Allocation> {
+function* allocationsOf(b: Resource<'IPAMBlock'>): Generator<Allocation> {
   const c = tryParseCidr(b.spec.cidr, { strict: false });
   if (!c) return;
   for (let ord = 0; ord < b.spec.allocations.length; ord++) {
@@ -52,11 +59,11 @@ export function* allocationsOf(b: Resource<'IPAMBlock'>): Generator<Allocation> 
 }
 
 function affinityNode(a: string | null): string | undefined {
-  return a && a.startsWith('host:') ? a.slice(5) : undefined;
+  return a?.startsWith('host:') ? a.slice(5) : undefined;
 }
 
 /** Who holds an address, as `ipam show --ip` and `ipam release --ip` see it. */
-export interface AddressHolder {
+interface AddressHolder {
   ip: string;
   pool?: string;
   block?: string;
@@ -74,7 +81,11 @@ export interface AddressHolder {
  * allocation's attributes, else the block's affinity) and the workload
  * endpoint whose ipNetworks name the address.
  */
-export async function addressHolder(ds: Datastore, ipam: { locate(ip: string): Promise<AddressLocation> }, ipText: string): Promise<AddressHolder> {
+export async function addressHolder(
+  ds: Datastore,
+  ipam: { locate(ip: string): Promise<AddressLocation> },
+  ipText: string,
+): Promise<AddressHolder> {
   const [at, weps] = await Promise.all([ipam.locate(ipText), ds.list('WorkloadEndpoint')]);
   const out: AddressHolder = { ip: at.ip, allocated: false, ...(at.pool ? { pool: at.pool } : {}) };
   if (!at.block) return out;
@@ -94,7 +105,7 @@ export async function addressHolder(ds: Datastore, ipam: { locate(ip: string): P
   return out;
 }
 
-export interface LeakedHandle {
+interface LeakedHandle {
   handle: string;
   ips: string[];
   node?: string;
@@ -104,38 +115,38 @@ export interface LeakedHandle {
   /** What netplugin-kube-controllers' IPAM GC does with it (only handles with Kubernetes attributes). */
   gc?: { leakGracePeriod: string; allocatedAgo?: string; afterGracePeriod: boolean } | { never: string };
 }
-export interface UnhandledAllocation {
+interface UnhandledAllocation {
   ip: string;
   handle: string;
   block: string;
 }
-export interface HandleMissingEntries {
+interface HandleMissingEntries {
   handle: string;
   /** block cidr -> count the handle records but the block does not hold. */
   missing: Record<string, number>;
   /** Addresses the handle still really holds. */
   held: number;
 }
-export interface OrphanedAffinity {
+interface OrphanedAffinity {
   block: string;
   node: string;
   allocated: number;
 }
 
 /** One address in the ipNetworks of endpoints of different containers: two live pods answer for it. */
-export interface SharedAddress {
+interface SharedAddress {
   ip: string;
   endpoints: Array<{ endpoint: string; containerID: string }>;
 }
 /** A handle object stored under a name other than handleName(its ID): written before handle IDs became case-exact. */
-export interface LegacyHandleName {
+interface LegacyHandleName {
   handle: string;
   name: string;
   want: string;
 }
 
 /** An object the datastore holds malformed (skipped by every list and watch until repaired). */
-export interface InvalidObjectEntry {
+interface InvalidObjectEntry {
   kind: string;
   name: string;
   namespace?: string;
@@ -147,7 +158,14 @@ export interface IpamReport {
   version: 1;
   generatedAt: string;
   datastoreType: string;
-  summary: { allocated: number; handles: number; workloadEndpoints: number; nodes: number; leakedAddresses: number; problems: number };
+  summary: {
+    allocated: number;
+    handles: number;
+    workloadEndpoints: number;
+    nodes: number;
+    leakedAddresses: number;
+    problems: number;
+  };
   leakedHandles: LeakedHandle[];
   allocationsWithoutHandle: UnhandledAllocation[];
   handlesWithMissingBlockEntries: HandleMissingEntries[];
@@ -223,7 +241,8 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
       g.ips.push(a.ip);
       g.perBlock.set(b.spec.cidr, (g.perBlock.get(b.spec.cidr) ?? 0) + 1);
       held.set(key, g);
-      if (!handleObjs.has(key)) allocationsWithoutHandle.push({ ip: a.ip, handle: a.attr.handle_id, block: b.spec.cidr });
+      if (!handleObjs.has(key))
+        allocationsWithoutHandle.push({ ip: a.ip, handle: a.attr.handle_id, block: b.spec.cidr });
     }
   }
 
@@ -233,14 +252,22 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
     grace = settingsFrom((await ds.get('KubeControllersConfiguration', 'default')).spec).settings.leakGracePeriodMs;
   } catch (e) {
     if (!DatastoreError.is(e, 'NotFound')) throw e;
-    notes.push('KubeControllersConfiguration default does not exist: netplugin-kube-controllers (IPAM GC) has not run against this datastore');
+    notes.push(
+      'KubeControllersConfiguration default does not exist: netplugin-kube-controllers (IPAM GC) has not run against ' +
+        'this datastore',
+    );
   }
   const gcOf = (sec: Record<string, string>): LeakedHandle['gc'] => {
-    if (!sec.namespace || !sec.pod) return { never: 'no Kubernetes attributes (namespace, pod): GC never releases it; release it by hand' };
+    if (!sec.namespace || !sec.pod)
+      return { never: 'no Kubernetes attributes (namespace, pod): GC never releases it; release it by hand' };
     if (grace === undefined) return undefined;
     const at = sec.timestamp ? Date.parse(sec.timestamp) : NaN;
     const age = Number.isNaN(at) ? undefined : Math.max(0, Date.now() - at);
-    return { leakGracePeriod: formatDuration(grace), ...(age !== undefined ? { allocatedAgo: formatDuration(Math.floor(age / 1000) * 1000) } : {}), afterGracePeriod: age !== undefined && age >= grace };
+    return {
+      leakGracePeriod: formatDuration(grace),
+      ...(age !== undefined ? { allocatedAgo: formatDuration(Math.floor(age / 1000) * 1000) } : {}),
+      afterGracePeriod: age !== undefined && age >= grace,
+    };
   };
   const leakedHandles: LeakedHandle[] = [];
   let done = 0;
@@ -250,10 +277,18 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
     const sec = g.attr.secondary ?? {};
     const cid = containerOf(handle);
     const gc = gcOf(sec);
-    const base = { handle, ips: g.ips, ...(sec.node ? { node: sec.node } : {}), ...(sec.namespace ? { namespace: sec.namespace } : {}), ...(sec.pod ? { pod: sec.pod } : {}), ...(gc ? { gc } : {}) };
+    const base = {
+      handle,
+      ips: g.ips,
+      ...(sec.node ? { node: sec.node } : {}),
+      ...(sec.namespace ? { namespace: sec.namespace } : {}),
+      ...(sec.pod ? { pod: sec.pod } : {}),
+      ...(gc ? { gc } : {}),
+    };
     if (cid === undefined) {
       // Not a workload handle (tunnel address and the like): owned by its node.
-      if (sec.node && nodeNames.size > 0 && !nodeNames.has(sec.node)) leakedHandles.push({ ...base, reason: `node ${sec.node} no longer exists` });
+      if (sec.node && nodeNames.size > 0 && !nodeNames.has(sec.node))
+        leakedHandles.push({ ...base, reason: `node ${sec.node} no longer exists` });
       continue;
     }
     if (byContainer.has(cid)) continue;
@@ -261,7 +296,10 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
     // hold these addresses (the endpoint is rewritten in place): only the
     // addresses matter then.
     if (sec.namespace && sec.pod && unreadable.has(`${sec.namespace}/${sec.pod}`)) {
-      notes.push(`handle ${handle} (${g.ips.join(',')}) belongs to pod ${sec.namespace}/${sec.pod}, whose workload endpoint is malformed: not checked until it is repaired`);
+      notes.push(
+        `handle ${handle} (${g.ips.join(',')}) belongs to pod ${sec.namespace}/${sec.pod}, whose workload endpoint ` +
+          `is malformed: not checked until it is repaired`,
+      );
       continue;
     }
     if (sec.namespace && sec.pod) {
@@ -269,8 +307,14 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
       if (podIps && g.ips.some((ip) => podIps.has(ip))) continue;
       if (!podIps && opts.podExists && (await opts.podExists(sec.namespace, sec.pod))) continue;
       // Without Kubernetes access the pod cannot be looked up: say so rather than claim it is gone.
-      const gone = opts.podExists ? `pod ${sec.namespace}/${sec.pod} no longer exists` : `no workload endpoint for pod ${sec.namespace}/${sec.pod} (the pod was not looked up: no Kubernetes access; set KUBECONFIG)`;
-      leakedHandles.push({ ...base, reason: podIps ? `pod ${sec.namespace}/${sec.pod} exists but no longer uses these addresses` : gone });
+      const gone = opts.podExists
+        ? `pod ${sec.namespace}/${sec.pod} no longer exists`
+        : `no workload endpoint for pod ${sec.namespace}/${sec.pod} (the pod was not looked up: no Kubernetes ` +
+          `access; set KUBECONFIG)`;
+      leakedHandles.push({
+        ...base,
+        reason: podIps ? `pod ${sec.namespace}/${sec.pod} exists but no longer uses these addresses` : gone,
+      });
       continue;
     }
     leakedHandles.push({ ...base, reason: `no workload endpoint has container ID ${cid}` });
@@ -284,16 +328,28 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
       const have = g?.perBlock.get(block) ?? 0;
       if (n > have) missing[block] = n - have;
     }
-    if (Object.keys(missing).length) handlesWithMissingBlockEntries.push({ handle: h.spec.handleID || h.metadata.name, missing, held: g?.ips.length ?? 0 });
+    if (Object.keys(missing).length)
+      handlesWithMissingBlockEntries.push({
+        handle: h.spec.handleID || h.metadata.name,
+        missing,
+        held: g?.ips.length ?? 0,
+      });
   }
 
   const orphanedAffinities: OrphanedAffinity[] = [];
   if (nodeNames.size === 0) {
-    notes.push('no Node resources exist (node agents not running?), so block affinities were not checked against nodes');
+    notes.push(
+      'no Node resources exist (node agents not running?), so block affinities were not checked against nodes',
+    );
   } else {
     for (const b of s.blocks) {
       const node = affinityNode(b.spec.affinity);
-      if (node && !nodeNames.has(node)) orphanedAffinities.push({ block: b.spec.cidr, node, allocated: b.spec.allocations.filter((x) => x != null).length });
+      if (node && !nodeNames.has(node))
+        orphanedAffinities.push({
+          block: b.spec.cidr,
+          node,
+          allocated: b.spec.allocations.filter((x) => x != null).length,
+        });
     }
   }
   // Two live endpoints (different containers) holding one address: traffic for
@@ -306,7 +362,11 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
       const ip = tryParseIP(n.split('/')[0]!);
       if (!ip) continue;
       const list = byIp.get(formatIP(ip)) ?? [];
-      if (!list.some((e) => e.containerID === w.spec.containerID)) list.push({ endpoint: `${w.metadata.namespace ?? 'default'}/${w.metadata.name}`, containerID: w.spec.containerID });
+      if (!list.some((e) => e.containerID === w.spec.containerID))
+        list.push({
+          endpoint: `${w.metadata.namespace ?? 'default'}/${w.metadata.name}`,
+          containerID: w.spec.containerID,
+        });
       byIp.set(formatIP(ip), list);
     }
   }
@@ -314,8 +374,17 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
   const legacyHandleNames = s.handles
     .filter((h) => h.spec.handleID && h.metadata.name !== handleName(h.spec.handleID))
     .map((h) => ({ handle: h.spec.handleID, name: h.metadata.name, want: handleName(h.spec.handleID) }));
-  const invalidObjects: InvalidObjectEntry[] = s.invalid.map((o) => ({ kind: o.kind, name: o.name, ...(o.namespace !== undefined ? { namespace: o.namespace } : {}), where: o.where, reason: o.reason }));
-  const leakedAddresses = new Set([...leakedHandles.flatMap((l) => l.ips), ...allocationsWithoutHandle.map((a) => a.ip)]).size;
+  const invalidObjects: InvalidObjectEntry[] = s.invalid.map((o) => ({
+    kind: o.kind,
+    name: o.name,
+    ...(o.namespace !== undefined ? { namespace: o.namespace } : {}),
+    where: o.where,
+    reason: o.reason,
+  }));
+  const leakedAddresses = new Set([
+    ...leakedHandles.flatMap((l) => l.ips),
+    ...allocationsWithoutHandle.map((a) => a.ip),
+  ]).size;
   return {
     version: 1,
     generatedAt: new Date().toISOString(),
@@ -326,7 +395,14 @@ export async function auditIpam(ds: Datastore, opts: CheckOptions = {}): Promise
       workloadEndpoints: s.weps.length,
       nodes: s.nodes.length,
       leakedAddresses,
-      problems: leakedHandles.length + allocationsWithoutHandle.length + handlesWithMissingBlockEntries.length + orphanedAffinities.length + sharedAddresses.length + legacyHandleNames.length + invalidObjects.length,
+      problems:
+        leakedHandles.length +
+        allocationsWithoutHandle.length +
+        handlesWithMissingBlockEntries.length +
+        orphanedAffinities.length +
+        sharedAddresses.length +
+        legacyHandleNames.length +
+        invalidObjects.length,
     },
     leakedHandles,
     allocationsWithoutHandle,
@@ -394,8 +470,14 @@ export async function releaseEmptyBlock(ds: Datastore, cidr: string, node: strin
  */
 export async function migrateHandleName(ds: Datastore, m: LegacyHandleName): Promise<void> {
   const old = await ds.get('IPAMHandle', m.name);
-  if (!sameHandle(old.spec.handleID, m.handle)) throw new Error(`object ${m.name} now records handle ${old.spec.handleID}; run ipam check again`);
-  const created = await ds.create<'IPAMHandle'>({ apiVersion: old.apiVersion, kind: 'IPAMHandle', metadata: { name: m.want }, spec: { ...old.spec } });
+  if (!sameHandle(old.spec.handleID, m.handle))
+    throw new Error(`object ${m.name} now records handle ${old.spec.handleID}; run ipam check again`);
+  const created = await ds.create<'IPAMHandle'>({
+    apiVersion: old.apiVersion,
+    kind: 'IPAMHandle',
+    metadata: { name: m.want },
+    spec: { ...old.spec },
+  });
   try {
     await ds.delete('IPAMHandle', m.name, { revision: old.metadata.resourceVersion });
   } catch (e) {

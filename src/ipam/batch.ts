@@ -19,7 +19,15 @@ import { getBlock, nodeAffinities, noteBlock } from './reads.js';
 import { freeOps, noteFreed, releaseForHandle, releaseLocked } from './release.js';
 import { asConflict, retry } from './retry.js';
 import { exclusive, type IpamCore } from './core.js';
-import { UNREAD, type BlockRes, type Ctx, type EarlyReads, type HandleRes, type PendingAssign, type PendingRelease } from './state.js';
+import {
+  UNREAD,
+  type BlockRes,
+  type Ctx,
+  type EarlyReads,
+  type HandleRes,
+  type PendingAssign,
+  type PendingRelease,
+} from './state.js';
 
 /**
  * etcd refuses a Txn of more than 128 ops (--max-txn-ops): a batch writes per
@@ -34,9 +42,24 @@ const MAX_BATCH_TXN = 60;
  * all of them.
  */
 export function enqueue(core: IpamCore, req: AssignRequest, early: EarlyReads): Promise<Assigned[]> {
-  const key = JSON.stringify([core.lock?.id ?? null, req.node, req.assignIPv4, req.assignIPv6, req.ipv4Pools ?? [], req.ipv6Pools ?? [], req.fields ?? {}]);
+  const key = JSON.stringify([
+    core.lock?.id ?? null,
+    req.node,
+    req.assignIPv4,
+    req.assignIPv6,
+    req.ipv4Pools ?? [],
+    req.ipv6Pools ?? [],
+    req.fields ?? {},
+  ]);
   return new Promise<Assigned[]>((resolve, reject) => {
-    joinBatch(core, core.shared.of(core.ds).assigns, key, { req, early, resolve, reject, done: [] }, req.node, (items) => assignBatchLocked(core, items));
+    joinBatch(
+      core,
+      core.shared.of(core.ds).assigns,
+      key,
+      { req, early, resolve, reject, done: [] },
+      req.node,
+      (items) => assignBatchLocked(core, items),
+    );
   });
 }
 
@@ -83,7 +106,8 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
     if (r.status === 'rejected') {
       it.reject(r.reason);
     } else if (r.value[2] && r.value[2] !== UNREAD) {
-      // A retried ADD (its handle was read: it may live under its pre-exact name): the one-by-one path returns what it holds.
+      // A retried ADD (its handle was read: it may live under its pre-exact name): the one-by-one path returns what it
+      // holds.
       await assignLocked(core, it.req, [], it.early).then(it.resolve, it.reject);
     } else {
       shared ??= [r.value[0], r.value[1]];
@@ -99,7 +123,11 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
   const req = batch[0]!.req;
   const [{ pools, bad }, config] = shared;
   const affinities = await nodeAffinities(core, req.node);
-  core.log.debug('ipam: serving a batch of assignments under the host lock', { node: req.node, size: batch.length, affinities: affinities.length });
+  core.log.debug('ipam: serving a batch of assignments under the host lock', {
+    node: req.node,
+    size: batch.length,
+    affinities: affinities.length,
+  });
   const ctx: Ctx = { req, node: req.node, pools, badPools: bad, config, affinities, handle: undefined };
   for (const it of batch) it.ctx = { ...ctx, req: it.req, handle: undefined };
   const families = [req.assignIPv4 ? 4 : 0, req.assignIPv6 ? 6 : 0].filter(Boolean) as Family[];
@@ -112,7 +140,13 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
     while (queue.length) {
       let individual: PendingAssign[];
       try {
-        ({ rest: queue, individual } = await batchFromOwnBlocks(core, ctx, family, queue, family === families[families.length - 1]));
+        ({ rest: queue, individual } = await batchFromOwnBlocks(
+          core,
+          ctx,
+          family,
+          queue,
+          family === families[families.length - 1],
+        ));
       } catch (e) {
         // Pool selection or a block read failed for the whole batch: each
         // request goes its own way (and reports its own error).
@@ -137,7 +171,12 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
     const fresh = it.done.filter((d) => !d.held);
     try {
       if (!it.held) await releaseLocked(core, it.req.handleID);
-      else if (fresh.length) await releaseForHandle(core, it.req.handleID, fresh.map((d) => d.ip));
+      else if (fresh.length)
+        await releaseForHandle(
+          core,
+          it.req.handleID,
+          fresh.map((d) => d.ip),
+        );
     } catch (re) {
       core.log.error('ipam: could not roll back a failed assignment', { handle: it.req.handleID, error: String(re) });
     }
@@ -147,7 +186,13 @@ async function assignBatchLocked(core: IpamCore, items: PendingAssign[]): Promis
 }
 
 /** Serve what fits in the node's own blocks, one transaction per block (per MAX_BATCH_TXN requests). */
-async function batchFromOwnBlocks(core: IpamCore, ctx: Ctx, family: Family, queue: PendingAssign[], last: boolean): Promise<{ rest: PendingAssign[]; individual: PendingAssign[] }> {
+async function batchFromOwnBlocks(
+  core: IpamCore,
+  ctx: Ctx,
+  family: Family,
+  queue: PendingAssign[],
+  last: boolean,
+): Promise<{ rest: PendingAssign[]; individual: PendingAssign[] }> {
   const { pools, ownFirst } = await selectPools(core, ctx, family);
   // With an explicit list the first pool's new block comes before the next
   // pool's own blocks, which the one-by-one path handles.
@@ -227,7 +272,10 @@ async function allocateBatchIn(
       for (const { it, ord } of out) {
         if (!last || !it.req.piggyback) continue;
         const ip = addressOf(c, ord);
-        const x = await it.req.piggyback.ops([...it.done, { address: `${ip}/${c.prefix}`, ip, family: c.family, pool: pool.name, block: cidrText }], false);
+        const x = await it.req.piggyback.ops(
+          [...it.done, { address: `${ip}/${c.prefix}`, ip, family: c.family, pool: pool.name, block: cidrText }],
+          false,
+        );
         ops.push(...x);
         owner.push(...x.map(() => it));
       }
@@ -240,7 +288,10 @@ async function allocateBatchIn(
         if (who && i! < blockOp) {
           // That request's own handle write failed (it exists after all, or
           // the write did not go through): it goes alone; the rest try again.
-          core.log.debug('ipam: handle write failed in a batch; assigning that request alone', { handle: who.req.handleID, error: String(e) });
+          core.log.debug('ipam: handle write failed in a batch; assigning that request alone', {
+            handle: who.req.handleID,
+            error: String(e),
+          });
           ready = ready.filter((x) => x !== who);
           failed.push(who);
           throw new DatastoreError('Conflict', (e as Error).message, { cause: e });
@@ -264,7 +315,11 @@ async function allocateBatchIn(
     // The shared write failed (or may have been applied without an answer):
     // each request is tried again on its own, which first looks for an
     // address its handle already holds.
-    core.log.warn('ipam: batched block write failed; assigning its requests one by one', { block: cidrText, size: ready.length, error: String(e) });
+    core.log.warn('ipam: batched block write failed; assigning its requests one by one', {
+      block: cidrText,
+      size: ready.length,
+      error: String(e),
+    });
     return { unserved: [], failed: [...failed, ...ready], served: 0, block: undefined };
   }
   for (const { it, ord } of got) {
@@ -278,8 +333,20 @@ async function allocateBatchIn(
 }
 
 /** The one-by-one path for a member of a batch; records the outcome on it. */
-async function assignOneOfBatch(core: IpamCore, ctx: Ctx, it: PendingAssign, family: Family, last: boolean): Promise<void> {
-  const own: Ctx = { ...ctx, req: it.req, handle: undefined, capHit: undefined, ...(last && it.req.piggyback ? { piggy: { p: it.req.piggyback, before: it.done } } : {}) };
+async function assignOneOfBatch(
+  core: IpamCore,
+  ctx: Ctx,
+  it: PendingAssign,
+  family: Family,
+  last: boolean,
+): Promise<void> {
+  const own: Ctx = {
+    ...ctx,
+    req: it.req,
+    handle: undefined,
+    capHit: undefined,
+    ...(last && it.req.piggyback ? { piggy: { p: it.req.piggyback, before: it.done } } : {}),
+  };
   try {
     own.handle = await getHandle(core, it.req.handleID);
     // A handle this batch did not write for the request existed before it:
@@ -287,9 +354,17 @@ async function assignOneOfBatch(core: IpamCore, ctx: Ctx, it: PendingAssign, fam
     if (own.handle && !it.ctx?.handle) it.held = true;
     // A failed shared write may have been applied after all: an address of
     // this family that the handle holds is this request's.
-    const have = own.handle ? (await addressesOfHandle(core, own.handle)).find((a) => a.family === family && !it.done.some((d) => d.ip === a.ip)) : undefined;
+    const have = own.handle
+      ? (await addressesOfHandle(core, own.handle)).find(
+          (a) => a.family === family && !it.done.some((d) => d.ip === a.ip),
+        )
+      : undefined;
     if (have) {
-      it.done.push({ ...have, pool: ctx.pools.find((p) => containsIP(p.cidr, tryParseIP(have.ip)!))?.name ?? '', ...(it.held ? { held: true as const } : {}) });
+      it.done.push({
+        ...have,
+        pool: ctx.pools.find((p) => containsIP(p.cidr, tryParseIP(have.ip)!))?.name ?? '',
+        ...(it.held ? { held: true as const } : {}),
+      });
       return;
     }
     it.done.push(await assignAuto(core, own, family));
@@ -311,9 +386,17 @@ async function assignOneOfBatch(core: IpamCore, ctx: Ctx, it: PendingAssign, fam
 export function enqueueRelease(core: IpamCore, item: Omit<PendingRelease, 'resolve' | 'reject'>): Promise<string[]> {
   return new Promise<string[]>((resolve, reject) => {
     // Without a host lock, batched releases still queue behind each other (per store) to meet in one batch.
-    joinBatch(core, core.shared.of(core.ds).releases, String(core.lock?.id ?? null), { ...item, resolve, reject }, core.lock ? undefined : 'releases', async (items) => {
-      for (let i = 0; i < items.length; i += MAX_BATCH_TXN) await releaseBatchLocked(core, items.slice(i, i + MAX_BATCH_TXN));
-    });
+    joinBatch(
+      core,
+      core.shared.of(core.ds).releases,
+      String(core.lock?.id ?? null),
+      { ...item, resolve, reject },
+      core.lock ? undefined : 'releases',
+      async (items) => {
+        for (let i = 0; i < items.length; i += MAX_BATCH_TXN)
+          await releaseBatchLocked(core, items.slice(i, i + MAX_BATCH_TXN));
+      },
+    );
   });
 }
 
@@ -324,7 +407,8 @@ export function enqueueRelease(core: IpamCore, item: Omit<PendingRelease, 'resol
  * way (releaseLocked, with its retries), which is idempotent.
  */
 async function releaseBatchLocked(core: IpamCore, items: PendingRelease[]): Promise<void> {
-  const one = async (it: PendingRelease) => releaseLocked(core, it.handleID, it.early, it.opts).then(it.resolve, it.reject);
+  const one = async (it: PendingRelease) =>
+    releaseLocked(core, it.handleID, it.early, it.opts).then(it.resolve, it.reject);
   if (items.length === 1) return one(items[0]!);
   try {
     const handles = await Promise.all(items.map((it) => it.early));
@@ -347,7 +431,9 @@ async function releaseBatchLocked(core: IpamCore, items: PendingRelease[]): Prom
       freed.push({ at: ops.length, b, released: f.released });
       ops.push(...f.ops);
     }
-    for (const h of handles) if (h) ops.push({ op: 'delete', kind: 'IPAMHandle', name: h.metadata.name, revision: h.metadata.resourceVersion! });
+    for (const h of handles)
+      if (h)
+        ops.push({ op: 'delete', kind: 'IPAMHandle', name: h.metadata.name, revision: h.metadata.resourceVersion! });
     const out = ops.length ? await core.ds.txn(ops) : [];
     for (const f of freed) noteFreed(core, f.b, f, out[f.at]);
     for (const it of items) it.resolve(released.get(it)!);

@@ -19,13 +19,18 @@ export function newBlockSpec(cidr: Cidr, text: string, affinity: string | null):
 export function checkBlock(spec: IPAMBlockSpec): Cidr {
   const c = parseCidr(spec.cidr);
   const n = Number(cidrSize(c));
-  if (!Array.isArray(spec.allocations) || spec.allocations.length !== n || !Array.isArray(spec.unallocated) || !Array.isArray(spec.attributes)) {
-    throw new Error(`IPAMBlock ${spec.cidr} is malformed: allocations must have ${n} entries (netpluginctl ipam check can repair it)`);
+  if (
+    !Array.isArray(spec.allocations) ||
+    spec.allocations.length !== n ||
+    !Array.isArray(spec.unallocated) ||
+    !Array.isArray(spec.attributes)
+  ) {
+    throw new Error(
+      `IPAMBlock ${spec.cidr} is malformed: allocations must have ${n} entries (netpluginctl ipam check can repair it)`,
+    );
   }
   return c;
 }
-
-export { sameHandle } from './handle.js';
 
 export function handleAt(spec: IPAMBlockSpec, ord: number): AllocationAttribute | undefined {
   const idx = spec.allocations[ord];
@@ -78,7 +83,10 @@ export function allocateOrdinal(spec: IPAMBlockSpec, ord: number, attr: Allocati
   spec.unallocated = spec.unallocated.filter((o) => o !== ord);
 }
 
-/** Free the given ordinals (already-free ones are ignored). Freed ordinals go to the back of the hand-out order, so a just-released address is reused last. Mutates. */
+/**
+ * Free the given ordinals (already-free ones are ignored). Freed ordinals go to the back of the hand-out order, so a
+ * just-released address is reused last. Mutates.
+ */
 export function freeOrdinals(spec: IPAMBlockSpec, ords: number[]): number[] {
   const freed: number[] = [];
   for (const ord of ords) {
@@ -92,7 +100,7 @@ export function freeOrdinals(spec: IPAMBlockSpec, ords: number[]): number[] {
 }
 
 /** Drop attributes no allocation refers to, renumbering the references. */
-export function compactAttributes(spec: IPAMBlockSpec): void {
+function compactAttributes(spec: IPAMBlockSpec): void {
   const used = new Map<number, number>();
   const attrs: AllocationAttribute[] = [];
   spec.allocations = spec.allocations.map((idx) => {

@@ -6,8 +6,8 @@ import type { Logger } from '../log/types.js';
 import type { Datastore } from '../datastore/types.js';
 import { createKeyedQueue } from '../keyed-queue.js';
 import { createIpamShared, type IpamShared } from './shared.js';
+import { mark } from '../observe/timeline.js';
 import type { IpamHostLock } from './types.js';
-
 
 export interface IpamOptions {
   /**
@@ -82,7 +82,14 @@ export function serialize<T>(key: string, fn: () => Promise<T>): Promise<T> {
  */
 export function exclusive<T>(core: IpamCore, key: string | undefined, fn: () => Promise<T>): Promise<T> {
   const lock = core.lock;
-  if (lock) return serialize(`ipam-lock:${lock.id}`, () => lock.run(fn));
+  if (lock) {
+    return serialize(`ipam-lock:${lock.id}`, () =>
+      lock.run(() => {
+        mark('ipam lock held');
+        return fn();
+      }),
+    );
+  }
   return key ? serialize(`ipam-node:${key}`, fn) : fn();
 }
 
@@ -91,4 +98,3 @@ export const hostAffinity = (node: string) => `host:${node}`;
 export function isKind(e: unknown, kind: 'NotFound' | 'AlreadyExists' | 'Conflict'): boolean {
   return DatastoreError.is(e, kind);
 }
-

@@ -35,7 +35,8 @@ export async function getHandle(core: IpamCore, handleID: string, opts?: CallOpt
   if (h && !sameHandle(h.spec.handleID, handleID)) {
     throw new IpamError(
       'handle-mismatch',
-      `IPAMHandle ${name} records handle ${JSON.stringify(h.spec.handleID)}, not ${JSON.stringify(handleID)} (a handle written before IDs became case-exact); run \`netpluginctl ipam check --fix\` to migrate it`,
+      `IPAMHandle ${name} records handle ${JSON.stringify(h.spec.handleID)}, not ${JSON.stringify(handleID)} (a ` +
+        `handle written before IDs became case-exact); run \`netpluginctl ipam check --fix\` to migrate it`,
     );
   }
   if (h || legacyHandleName(handleID) === name) return h;
@@ -57,7 +58,12 @@ export class HandleExists extends Error {
 
 /** Whether `e` (a failed transaction whose op `at` was `op`) says the handle `op` creates already exists. */
 export function handleCreateLost(op: TxnOp | undefined, at: number, e: unknown): boolean {
-  return op?.op === 'create' && op.res.kind === 'IPAMHandle' && TxnError.opOf(e) === at && DatastoreError.is(e, 'AlreadyExists');
+  return (
+    op?.op === 'create' &&
+    op.res.kind === 'IPAMHandle' &&
+    TxnError.opOf(e) === at &&
+    DatastoreError.is(e, 'AlreadyExists')
+  );
 }
 
 /**
@@ -69,7 +75,16 @@ export function handleCreateLost(op: TxnOp | undefined, at: number, e: unknown):
 export function handleOp(ctx: Ctx, cidr: string, atLeast: number): TxnOp | undefined {
   const id = ctx.req.handleID;
   const h = ctx.handle;
-  if (!h) return { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: handleName(id) }, spec: { handleID: id, block: { [cidr]: atLeast } } } };
+  if (!h)
+    return {
+      op: 'create',
+      res: {
+        apiVersion: API_VERSION,
+        kind: 'IPAMHandle',
+        metadata: { name: handleName(id) },
+        spec: { handleID: id, block: { [cidr]: atLeast } },
+      },
+    };
   if ((h.spec.block[cidr] ?? 0) >= atLeast) return undefined;
   return { op: 'update', res: { ...h, spec: { ...h.spec, block: { ...h.spec.block, [cidr]: atLeast } } } };
 }
@@ -79,7 +94,13 @@ export function handleOp(ctx: Ctx, cidr: string, atLeast: number): TxnOp | undef
  * the handle when no entry is left). Only ever called after the block no
  * longer holds more than `count` addresses of the handle.
  */
-export async function lowerHandle(core: IpamCore, handleID: string, cidr: string, count: number | ((cur: number) => number), current?: HandleRes): Promise<HandleRes | undefined> {
+export async function lowerHandle(
+  core: IpamCore,
+  handleID: string,
+  cidr: string,
+  count: number | ((cur: number) => number),
+  current?: HandleRes,
+): Promise<HandleRes | undefined> {
   let h = current;
   return retry(core, `updating IPAM handle ${handleID}`, async (attempt) => {
     if (attempt > 0 || !h) h = await getHandle(core, handleID);
@@ -104,7 +125,10 @@ export async function lowerHandle(core: IpamCore, handleID: string, cidr: string
   });
 }
 
-export async function addressesOfHandle(core: IpamCore, h: HandleRes): Promise<Array<{ ip: string; family: Family; address: string; block: string }>> {
+export async function addressesOfHandle(
+  core: IpamCore,
+  h: HandleRes,
+): Promise<Array<{ ip: string; family: Family; address: string; block: string }>> {
   const out: Array<{ ip: string; family: Family; address: string; block: string }> = [];
   const blocks = await Promise.all(Object.keys(h.spec.block).map((c) => getBlock(core, c)));
   for (const b of blocks) {

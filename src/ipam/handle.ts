@@ -61,7 +61,10 @@ export function handleName(handleID: string): string {
   return `${stem || 'handle'}.h-${digest}`;
 }
 
-/** The name handles had before identities became exact (case folded); read as a fallback until `netpluginctl ipam check --fix` migrates them. */
+/**
+ * The name handles had before identities became exact (case folded); read as a fallback until `netpluginctl ipam check
+ * --fix` migrates them.
+ */
 export function legacyHandleName(handleID: string): string {
   return handleID.toLowerCase();
 }

@@ -33,26 +33,13 @@
 // one owner share (batch queues, blocks seen full); core.ts an instance's
 // settings and its exclusive runner.
 export { Ipam } from './allocator.js';
-export { createIpam, type CreateIpamOptions, type IpamLock } from './service.js';
-export type { IpamOptions } from './core.js';
+export { createIpam } from './service.js';
 export { serialize } from './core.js';
 export { createIpamShared, type IpamShared } from './shared.js';
-export type {
-  AddressLocation,
-  AssignRequest,
-  Assigned,
-  BlockUsage,
-  HandleInfo,
-  IpamHostLock,
-  Piggyback,
-  PoolUsage,
-  ReleaseOptions,
-  Released,
-} from './types.js';
-export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE, poolInfo, type PoolInfo, type PoolUse } from './pools.js';
+export type { AssignRequest, Assigned, BlockUsage, IpamHostLock, Piggyback, PoolUsage } from './types.js';
 export { allocationsIn } from './block.js';
-export { handleIDFor, handleName, parseHandleID, sameHandle } from './handle.js';
-export { TUNNEL_HANDLES, releaseNodeIpam, type NodeRelease } from './node-release.js';
+export { handleIDFor, parseHandleID, sameHandle } from './handle.js';
+export { TUNNEL_HANDLES, releaseNodeIpam } from './node-release.js';
 export { IpamError, type IpamErrorKind } from './errors.js';
 // netpluginctl's ipam check and its repairs (a bundle that never calls them leaves them out).
 export {

@@ -1,7 +1,20 @@
 // Inspection: pool usage (with the orphan blocks inside no pool), where an
 // address stands and who holds it, the handles, and STATUS readiness (the
 // same pool choice as an assignment).
-import { formatCidr, cidrSize, containsCidr, containsIP, enclosing, formatIP, ordinalOf, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family } from '../net/cidr.js';
+import {
+  formatCidr,
+  cidrSize,
+  containsCidr,
+  containsIP,
+  enclosing,
+  formatIP,
+  ordinalOf,
+  parseCidr,
+  tryParseCidr,
+  tryParseIP,
+  type Cidr,
+  type Family,
+} from '../net/cidr.js';
 import { allocatedCount, handleAt } from './block.js';
 import { parseHandleID } from './handle.js';
 import { IpamError } from './errors.js';
@@ -67,7 +80,10 @@ export async function usageReport(core: IpamCore): Promise<{ pools: PoolUsage[];
 }
 
 /** Who holds `ip`: its handle and attributes, or undefined when it is free or in no block. */
-export async function whoHas(core: IpamCore, ipText: string): Promise<{ handle: string | null; attrs: Record<string, string>; block: string } | undefined> {
+export async function whoHas(
+  core: IpamCore,
+  ipText: string,
+): Promise<{ handle: string | null; attrs: Record<string, string>; block: string } | undefined> {
   const at = await locate(core, ipText);
   return at.holder && at.block ? { handle: at.holder.handle, attrs: at.holder.attrs, block: at.block } : undefined;
 }
@@ -104,7 +120,10 @@ export async function locate(core: IpamCore, ipText: string): Promise<AddressLoc
   return out;
 }
 
-/** Every handle, or only those of exactly `network` (see ipam/handle.ts; object names fold case, so this filters on the recorded IDs). */
+/**
+ * Every handle, or only those of exactly `network` (see ipam/handle.ts; object names fold case, so this filters on the
+ * recorded IDs).
+ */
 export async function listHandles(core: IpamCore, opts: { network?: string } = {}): Promise<HandleInfo[]> {
   const { items } = await core.ds.list('IPAMHandle');
   return items
@@ -118,7 +137,10 @@ export async function listHandles(core: IpamCore, opts: { network?: string } = {
  * them. Undefined when ready, else what is wrong. Uses the same pool choice
  * as assign().
  */
-export async function readiness(core: IpamCore, q: { node: string; families: Family[]; ipv4Pools?: string[] | undefined; ipv6Pools?: string[] | undefined }): Promise<string | undefined> {
+export async function readiness(
+  core: IpamCore,
+  q: { node: string; families: Family[]; ipv4Pools?: string[] | undefined; ipv6Pools?: string[] | undefined },
+): Promise<string | undefined> {
   const [{ pools, bad }, poolUsage] = await Promise.all([loadPools(core), usage(core)]);
   let labels: Promise<Record<string, string>> | undefined;
   const ctxLabels = () => (labels ??= nodeLabels(core, q.node));
@@ -126,14 +148,23 @@ export async function readiness(core: IpamCore, q: { node: string; families: Fam
     const explicit = family === 4 ? q.ipv4Pools : q.ipv6Pools;
     let chosen: PoolInfo[];
     try {
-      chosen = await choosePools({ family, pools, explicit, field: family === 4 ? 'ipam.ipv4_pools' : 'ipam.ipv6_pools', node: q.node, labels: ctxLabels, badPools: bad });
+      chosen = await choosePools({
+        family,
+        pools,
+        explicit,
+        field: family === 4 ? 'ipam.ipv4_pools' : 'ipam.ipv6_pools',
+        node: q.node,
+        labels: ctxLabels,
+        badPools: bad,
+      });
     } catch (e) {
       if (e instanceof IpamError) return e.message;
       throw e;
     }
     const names = new Set(chosen.map((p) => p.name));
     const used = poolUsage.filter((u) => names.has(u.name));
-    if (used.every((u) => u.free === 0n)) return `IPv${family} pools ${used.map((u) => `${u.name} (${u.cidr})`).join(', ')} have no free address`;
+    if (used.every((u) => u.free === 0n))
+      return `IPv${family} pools ${used.map((u) => `${u.name} (${u.cidr})`).join(', ')} have no free address`;
   }
   return undefined;
 }

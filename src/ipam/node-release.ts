@@ -16,7 +16,7 @@ export const TUNNEL_HANDLES = {
   ipip: (node: string) => `ipip-tunnel-addr-${node}`,
 } as const;
 
-export interface NodeRelease {
+interface NodeRelease {
   /** Tunnel addresses released, with their handle. */
   tunnelAddresses: Array<{ handle: string; ip: string }>;
   /** Empty blocks returned to their pool. */

@@ -33,17 +33,23 @@ const ALL_USES: PoolUse[] = ['Workload', 'Tunnel'];
 export function checkPoolUse(pool: PoolInfo, use: PoolUse, field: string, address?: string): void {
   if (pool.allowedUses.includes(use)) return;
   const uses = `[${pool.allowedUses.join(', ')}]`;
-  const where = address ? `${address} is in pool '${pool.name}' (${pool.cidrText}), whose allowedUses is ${uses}` : `pool '${pool.name}' (${pool.cidrText}) has allowedUses ${uses}`;
-  throw new IpamError('pool-use-not-allowed', `${field}: ${where}: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`);
+  const where = address
+    ? `${address} is in pool '${pool.name}' (${pool.cidrText}), whose allowedUses is ${uses}`
+    : `pool '${pool.name}' (${pool.cidrText}) has allowedUses ${uses}`;
+  throw new IpamError(
+    'pool-use-not-allowed',
+    `${field}: ${where}: it gives no ${use} addresses; use another pool or add ${use} to its spec.allowedUses`,
+  );
 }
-
-export { DEFAULT_BLOCK_SIZE, BLOCK_SIZE_RANGE };
 
 /** Validate a stored IPPool; throws an IpamError ('invalid-pool') naming the pool and field. */
 export function poolInfo(res: Resource<'IPPool'>): PoolInfo {
   const name = res.metadata.name;
   const bad = (field: string, why: string) =>
-    new IpamError('invalid-pool', `IPPool '${name}': spec.${field} ${why}; fix the pool (kubectl/netpluginctl edit) or delete it`);
+    new IpamError(
+      'invalid-pool',
+      `IPPool '${name}': spec.${field} ${why}; fix the pool (kubectl/netpluginctl edit) or delete it`,
+    );
   let cidr: Cidr;
   try {
     cidr = parseCidr(String(res.spec.cidr ?? ''));
@@ -56,7 +62,11 @@ export function poolInfo(res: Resource<'IPPool'>): PoolInfo {
     throw bad('blockSize', `is ${blockSize}: IPv${cidr.family} block sizes must be ${lo}-${hi}`);
   }
   if (blockSize < cidr.prefix) {
-    throw bad('blockSize', `is ${blockSize} but the pool ${formatCidr(cidr)} is smaller than one /${blockSize} block: use blockSize ${cidr.prefix} or more`);
+    throw bad(
+      'blockSize',
+      `is ${blockSize} but the pool ${formatCidr(cidr)} is smaller than one /${blockSize} block: use blockSize ` +
+        `${cidr.prefix} or more`,
+    );
   }
   const selectorText = res.spec.nodeSelector ?? '';
   let selector: Selector;
@@ -87,7 +97,7 @@ function describePools(pools: PoolInfo[]): string {
  * Resolve an explicit pool list, in the order given. Every entry must name an
  * existing, enabled pool of the right family.
  */
-export function resolveExplicitPools(family: Family, wanted: string[], pools: PoolInfo[], field: string): PoolInfo[] {
+function resolveExplicitPools(family: Family, wanted: string[], pools: PoolInfo[], field: string): PoolInfo[] {
   const out: PoolInfo[] = [];
   for (const item of wanted) {
     const asCidr = tryParseCidr(item);
@@ -96,14 +106,22 @@ export function resolveExplicitPools(family: Family, wanted: string[], pools: Po
       const hint = !asCidr && item.includes('/') ? ` ('${item}' is not a valid CIDR either)` : '';
       throw new IpamError(
         'pool-not-found',
-        `${field}: pool '${item}' does not exist${hint}; existing pools: ${describePools(pools)}. Create it or remove it from ${field}`,
+        `${field}: pool '${item}' does not exist${hint}; existing pools: ${describePools(pools)}. Create it or ` +
+          `remove it from ${field}`,
       );
     }
     if (p.cidr.family !== family) {
-      throw new IpamError('pool-wrong-family', `${field}: pool '${item}' (${p.cidrText}) is IPv${p.cidr.family}, not IPv${family}; list it under ipv${p.cidr.family}_pools`);
+      throw new IpamError(
+        'pool-wrong-family',
+        `${field}: pool '${item}' (${p.cidrText}) is IPv${p.cidr.family}, not IPv${family}; list it under ` +
+          `ipv${p.cidr.family}_pools`,
+      );
     }
     if (p.disabled) {
-      throw new IpamError('pool-disabled', `${field}: pool '${item}' (${p.cidrText}) is disabled; enable it or remove it from ${field}`);
+      throw new IpamError(
+        'pool-disabled',
+        `${field}: pool '${item}' (${p.cidrText}) is disabled; enable it or remove it from ${field}`,
+      );
     }
     if (!out.includes(p)) out.push(p);
   }
@@ -112,7 +130,7 @@ export function resolveExplicitPools(family: Family, wanted: string[], pools: Po
 
 export { describePools };
 
-export interface ChoosePoolsRequest {
+interface ChoosePoolsRequest {
   family: Family;
   /** Every valid pool in the datastore. */
   pools: PoolInfo[];
@@ -140,7 +158,7 @@ export interface ChoosePoolsRequest {
 export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
   const { family, node, field } = r;
   const use = r.use ?? 'Workload';
-  if (r.explicit && r.explicit.length) {
+  if (r.explicit?.length) {
     const named = resolveExplicitPools(family, r.explicit, r.pools, field);
     for (const p of named) checkPoolUse(p, use, field);
     const labels = named.some((p) => !p.selectsAll) ? await r.labels() : {};
@@ -148,24 +166,37 @@ export async function choosePools(r: ChoosePoolsRequest): Promise<PoolInfo[]> {
     if (!pools.length) {
       throw new IpamError(
         'no-pool-for-node',
-        `${field}: none of the requested pools selects node '${node}': ${named.map((p) => `${p.name} (${p.cidrText}, nodeSelector ${p.selector.toString()})`).join(', ')}; label the node or change the pools' nodeSelector`,
+        `${field}: none of the requested pools selects node '${node}': ` +
+          `${named.map((p) => `${p.name} (${p.cidrText}, nodeSelector ${p.selector.toString()})`).join(', ')}; label ` +
+          `the node or change the pools' nodeSelector`,
       );
     }
     return pools;
   }
-  const enabled = r.pools.filter((p) => p.cidr.family === family && !p.disabled && p.allowedUses.includes(use)).sort((a, b) => a.name.localeCompare(b.name));
+  const enabled = r.pools
+    .filter((p) => p.cidr.family === family && !p.disabled && p.allowedUses.includes(use))
+    .sort((a, b) => a.name.localeCompare(b.name));
   const labels = enabled.some((p) => !p.selectsAll) ? await r.labels() : {};
   const pools = enabled.filter((p) => p.selector.matches(labels));
   if (!pools.length) {
     const all = r.pools.filter((p) => p.cidr.family === family);
     const detail = all.length
       ? all
-          .map((p) => `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}${p.allowedUses.includes(use) ? '' : `, allowedUses [${p.allowedUses.join(', ')}]`}${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`)
+          .map(
+            (p) =>
+              `${p.name} (${p.cidrText}${p.disabled ? ', disabled' : ''}` +
+              `${p.allowedUses.includes(use) ? '' : `, allowedUses [${p.allowedUses.join(', ')}]`}` +
+              `${p.selectsAll ? '' : `, nodeSelector ${p.selector.toString()}`})`,
+          )
           .join(', ')
       : 'none exist';
     const bad = r.badPools?.length ? `; invalid pools ignored: ${r.badPools.join('; ')}` : '';
     const why = use === 'Workload' ? '' : ` (${use} addresses come only from pools whose allowedUses includes ${use})`;
-    throw new IpamError('no-pool-for-node', `no enabled IPv${family} pool selects node '${node}' (pools: ${detail}${bad}); create an IPPool or adjust its nodeSelector${why}`);
+    throw new IpamError(
+      'no-pool-for-node',
+      `no enabled IPv${family} pool selects node '${node}' (pools: ${detail}${bad}); create an IPPool or adjust its ` +
+        `nodeSelector${why}`,
+    );
   }
   return pools;
 }

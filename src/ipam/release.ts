@@ -19,7 +19,11 @@ import type { AffRes, BlockRes, HandleRes } from './state.js';
  * empty-block policy included (freeOps). Returns what was freed with the
  * handle each belonged to.
  */
-async function freeInBlock(core: IpamCore, cidrText: string, pick: (spec: IPAMBlockSpec) => number[]): Promise<Released[]> {
+async function freeInBlock(
+  core: IpamCore,
+  cidrText: string,
+  pick: (spec: IPAMBlockSpec) => number[],
+): Promise<Released[]> {
   return retry(core, `releasing addresses in IPAM block ${cidrText}`, async () => {
     const b = await getBlock(core, cidrText);
     if (!b) return [];
@@ -46,7 +50,10 @@ async function freeInBlock(core: IpamCore, cidrText: string, pick: (spec: IPAMBl
  * a pod churning on a quiet node does not claim and release a block every
  * time. Unaffine empty blocks always go.
  */
-async function releasable(core: IpamCore, b: BlockRes): Promise<{ aff: AffRes | undefined; node: string | undefined } | undefined> {
+async function releasable(
+  core: IpamCore,
+  b: BlockRes,
+): Promise<{ aff: AffRes | undefined; node: string | undefined } | undefined> {
   const blockCidr = tryParseCidr(b.spec.cidr);
   if (!blockCidr) return undefined;
   let aff: AffRes | undefined;
@@ -73,13 +80,25 @@ async function releasable(core: IpamCore, b: BlockRes): Promise<{ aff: AffRes | 
  * meanwhile fails it) and its affinity's, so a DEL that empties a block is
  * still one write. `released` says which (for what the caller does after).
  */
-export async function freeOps(core: IpamCore, b: BlockRes, ords: number[]): Promise<{ ops: TxnOp[]; released: boolean }> {
+export async function freeOps(
+  core: IpamCore,
+  b: BlockRes,
+  ords: number[],
+): Promise<{ ops: TxnOp[]; released: boolean }> {
   const spec = structuredClone(b.spec);
   freeOrdinals(spec, ords);
   const goes = isEmpty(spec) ? await releasable(core, b) : undefined;
   if (!goes) return { ops: [{ op: 'update', res: { ...b, spec } }], released: false };
-  const ops: TxnOp[] = [{ op: 'delete', kind: 'IPAMBlock', name: b.metadata.name, revision: b.metadata.resourceVersion! }];
-  if (goes.aff) ops.push({ op: 'delete', kind: 'BlockAffinity', name: goes.aff.metadata.name, revision: goes.aff.metadata.resourceVersion! });
+  const ops: TxnOp[] = [
+    { op: 'delete', kind: 'IPAMBlock', name: b.metadata.name, revision: b.metadata.resourceVersion! },
+  ];
+  if (goes.aff)
+    ops.push({
+      op: 'delete',
+      kind: 'BlockAffinity',
+      name: goes.aff.metadata.name,
+      revision: goes.aff.metadata.resourceVersion!,
+    });
   return { ops, released: true };
 }
 
@@ -99,7 +118,9 @@ export async function releaseForHandle(core: IpamCore, handleID: string, ips: st
   for (const cidrText of Object.keys(h.spec.block)) {
     const c = tryParseCidr(cidrText);
     if (!c) continue;
-    const freed = await freeInBlock(core, cidrText, (spec) => ordinalsOf(spec, handleID).filter((o) => wanted.has(addressOf(c, o))));
+    const freed = await freeInBlock(core, cidrText, (spec) =>
+      ordinalsOf(spec, handleID).filter((o) => wanted.has(addressOf(c, o))),
+    );
     if (freed.length) await lowerHandle(core, handleID, cidrText, (cur) => cur - freed.length);
   }
 }
@@ -112,7 +133,12 @@ export async function releaseForHandle(core: IpamCore, handleID: string, ips: st
  * blocks, then the handle, so a crash leaves at worst a handle that
  * over-counts (docs/ipam.md).
  */
-export async function releaseLocked(core: IpamCore, handleID: string, early?: Promise<HandleRes | undefined>, opts: ReleaseOptions = {}): Promise<string[]> {
+export async function releaseLocked(
+  core: IpamCore,
+  handleID: string,
+  early?: Promise<HandleRes | undefined>,
+  opts: ReleaseOptions = {},
+): Promise<string[]> {
   let extra = [...(opts.alsoWrite ?? [])];
   // Conflicts (a concurrent assignment moved the block) are retried with the
   // allocator's jittered backoff, reading the handle and blocks again.

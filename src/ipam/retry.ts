@@ -9,7 +9,11 @@ import { isKind, type IpamCore } from './core.js';
 
 /** A transaction's guard failed: re-read and try again (retry() handles Conflict). */
 export function asConflict(e: unknown): never {
-  if (DatastoreError.is(e) && TxnError.opOf(e) !== undefined && (e.kind === 'Conflict' || e.kind === 'AlreadyExists' || e.kind === 'NotFound')) {
+  if (
+    DatastoreError.is(e) &&
+    TxnError.opOf(e) !== undefined &&
+    (e.kind === 'Conflict' || e.kind === 'AlreadyExists' || e.kind === 'NotFound')
+  ) {
     throw new DatastoreError('Conflict', e.message, { cause: e });
   }
   throw e;
@@ -25,7 +29,8 @@ export async function retry<T>(core: IpamCore, what: string, fn: (attempt: numbe
       if (attempt + 1 >= core.maxRetries) {
         throw new IpamError(
           'conflict-retries-exhausted',
-          `${what}: gave up after ${core.maxRetries} conflicting concurrent writes; the IPAM data is heavily contended, try again`,
+          `${what}: gave up after ${core.maxRetries} conflicting concurrent writes; the IPAM data is heavily ` +
+            `contended, try again`,
         );
       }
       core.log.debug('ipam: CAS conflict, retrying', { what, attempt });

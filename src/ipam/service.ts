@@ -7,13 +7,13 @@
 import { Ipam, type IpamOptions } from './allocator.js';
 import type { IpamHostLock } from './types.js';
 
-export type IpamLock =
+type IpamLock =
   /** This node's host lock, made by its owner (the plugins: hostlock's ipamHostLock). */
   | IpamHostLock
   /** No host lock: a caller that is not one of this node's plugin processes. */
   | 'none';
 
-export interface CreateIpamOptions extends Omit<IpamOptions, 'lock'> {
+interface CreateIpamOptions extends Omit<IpamOptions, 'lock'> {
   lock: IpamLock;
 }
 

@@ -8,7 +8,7 @@ import type { Datastore } from '../datastore/types.js';
 import type { PendingAssign, PendingRelease } from './state.js';
 
 /** The state of one datastore (the runtime may hold several). */
-export interface IpamStoreState {
+interface IpamStoreState {
   /** Batch key -> assignments queued for the next lock acquisition. */
   readonly assigns: Map<string, PendingAssign[]>;
   /** Lock path -> releases queued for the next lock acquisition. */

@@ -14,8 +14,13 @@ export type HandleRes = Resource<'IPAMHandle'>;
 /** The handle was not read before the assignment: its create's guard is the check (assign.ts). */
 export const UNREAD = 'unread' as const;
 
-/** The reads an assignment starts before waiting for the lock: pools (valid ones and the errors of the rest), IPAMConfig, the request's handle (or UNREAD). */
-export type EarlyReads = Promise<readonly [{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec, HandleRes | undefined | typeof UNREAD]>;
+/**
+ * The reads an assignment starts before waiting for the lock: pools (valid ones and the errors of the rest),
+ * IPAMConfig, the request's handle (or UNREAD).
+ */
+export type EarlyReads = Promise<
+  readonly [{ pools: PoolInfo[]; bad: string[] }, IPAMConfigSpec, HandleRes | undefined | typeof UNREAD]
+>;
 
 /** Per-assign state: everything read once and reused for the rest of the call. */
 export interface Ctx {

@@ -16,7 +16,10 @@ export interface AssignRequest {
   /** Explicit pools (names or CIDRs), tried in order. */
   ipv4Pools?: string[] | undefined;
   ipv6Pools?: string[] | undefined;
-  /** Specific addresses (from `IP=` or annotations): at most one per family. When given, exactly these are assigned and assignIPv4/6 are ignored. */
+  /**
+   * Specific addresses (from `IP=` or annotations): at most one per family. When given, exactly these are assigned and
+   * assignIPv4/6 are ignored.
+   */
   requestedIPs?: string[];
   /** What the addresses are for (default Workload); pools whose spec.allowedUses leaves it out are never used. */
   use?: PoolUse;

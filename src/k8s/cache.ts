@@ -50,7 +50,8 @@ function rvNum(rv: string | undefined): bigint | undefined {
   return rv !== undefined && /^[0-9]{1,30}$/.test(rv) ? BigInt(rv) : undefined;
 }
 
-const keyOf = (o: KubeObject) => (o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name);
+const keyOf = (o: KubeObject) =>
+  o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
 
 /** managedFields is most of a pod's bytes and nothing here reads it. */
 function trim<T extends KubeObject>(o: T): T {
@@ -78,7 +79,9 @@ class Reflector {
     private readonly path: string,
     private readonly query: Record<string, string | undefined>,
     private readonly what: string,
-    private readonly opts: Required<Pick<CachingPodSourceOptions, 'watchTimeoutSeconds' | 'backoffMs' | 'maxBackoffMs'>> & { log?: Logger },
+    private readonly opts: Required<
+      Pick<CachingPodSourceOptions, 'watchTimeoutSeconds' | 'backoffMs' | 'maxBackoffMs'>
+    > & { log?: Logger },
     private readonly onSynced: () => void,
   ) {
     this.backoff = opts.backoffMs;
@@ -141,7 +144,9 @@ class Reflector {
       // Once per outage at WARNING: a down API server must not flood the agent's log.
       const say = this.listFailing ? this.opts.log?.debug.bind(this.opts.log) : this.opts.log?.warn.bind(this.opts.log);
       this.listFailing = true;
-      say?.(`${this.what} cache: list failed, reads go to the API server; retrying in ${delay} ms: ${(e as Error).message}`);
+      say?.(
+        `${this.what} cache: list failed, reads go to the API server; retrying in ${delay} ms: ${(e as Error).message}`,
+      );
       return this.retry(gen, delay);
     }
     if (this.stopped || gen !== this.generation) return;
@@ -194,17 +199,23 @@ class Reflector {
         let delay = 0;
         if (lived >= 30_000) this.backoff = this.opts.backoffMs;
         else delay = this.nextBackoff();
-        if (end.error) this.opts.log?.info(`${this.what} cache: watch ended (${end.gone ? '410 Gone' : end.error.message}); re-listing`);
+        if (end.error)
+          this.opts.log?.info(
+            `${this.what} cache: watch ended (${end.gone ? '410 Gone' : end.error.message}); re-listing`,
+          );
         this.retry(gen, delay);
       },
     );
     // A half-open connection never ends on its own: if the server's timeout
     // has long passed, the stream is dead; re-list.
-    this.guard = setTimeout(() => {
-      if (this.stopped || gen !== this.generation) return;
-      this.opts.log?.warn(`${this.what} cache: watch silent past its ${timeout} s timeout; re-listing`);
-      void this.list();
-    }, (timeout + 30) * 1000);
+    this.guard = setTimeout(
+      () => {
+        if (this.stopped || gen !== this.generation) return;
+        this.opts.log?.warn(`${this.what} cache: watch silent past its ${timeout} s timeout; re-listing`);
+        void this.list();
+      },
+      (timeout + 30) * 1000,
+    );
     this.guard.unref?.();
   }
 }
@@ -229,7 +240,14 @@ export class CachingPodSource implements PodSource {
       ...(opts.log ? { log: opts.log } : {}),
     };
     const woke = () => this.wake();
-    this.pods = new Reflector(client, '/api/v1/pods', { fieldSelector: `spec.nodeName=${opts.nodeName}` }, `pods of node ${opts.nodeName}`, o, woke);
+    this.pods = new Reflector(
+      client,
+      '/api/v1/pods',
+      { fieldSelector: `spec.nodeName=${opts.nodeName}` },
+      `pods of node ${opts.nodeName}`,
+      o,
+      woke,
+    );
     this.namespaces = new Reflector(client, '/api/v1/namespaces', {}, 'namespaces', o, woke);
   }
 

@@ -113,7 +113,12 @@ export interface KubeClient {
   getNode(name: string, opts?: RequestOptions): Promise<KubeObject>;
   patchPod(namespace: string, name: string, patch: unknown, type?: PatchType, opts?: RequestOptions): Promise<KubePod>;
   /** Streams watch events of a collection path until stop() or the server ends it. */
-  watch(path: string, query: Record<string, string | undefined>, onEvent: (ev: WatchEventRaw) => void, onEnd: (end: WatchEnd) => void): WatchHandle;
+  watch(
+    path: string,
+    query: Record<string, string | undefined>,
+    onEvent: (ev: WatchEventRaw) => void,
+    onEnd: (end: WatchEnd) => void,
+  ): WatchHandle;
   close(): void;
 }
 
@@ -194,18 +199,27 @@ async function loadKubeconfigs(paths: string[]): Promise<KubeconfigDoc> {
     } catch (e) {
       throw invalid(`kubernetes.kubeconfig=${path} is not valid YAML/JSON: ${(e as Error).message}`);
     }
-    const kc = (doc ?? {}) as { 'current-context'?: string; contexts?: Array<{ name: string }>; clusters?: Array<{ name: string }>; users?: Array<{ name: string }> };
+    const kc = (doc ?? {}) as {
+      'current-context'?: string;
+      contexts?: Array<{ name: string }>;
+      clusters?: Array<{ name: string }>;
+      users?: Array<{ name: string }>;
+    };
     out.currentContext ||= kc['current-context'] || undefined;
     for (const key of ['contexts', 'clusters', 'users'] as const) {
       for (const e of kc[key] ?? []) {
-        if (e && typeof e.name === 'string' && !out[key].some((x) => x.name === e.name)) (out[key] as Array<Named<object>>).push({ ...e, file: path });
+        if (e && typeof e.name === 'string' && !out[key].some((x) => x.name === e.name))
+          (out[key] as Array<Named<object>>).push({ ...e, file: path });
       }
     }
   }
   return out;
 }
 
-async function parseKubeconfig(paths: string[], opts: { context?: string | undefined; allowExec?: boolean | undefined } = {}): Promise<Credentials> {
+async function parseKubeconfig(
+  paths: string[],
+  opts: { context?: string | undefined; allowExec?: boolean | undefined } = {},
+): Promise<Credentials> {
   const kc = await loadKubeconfigs(paths);
   const path = paths.join(':');
   const ctxName = opts.context || kc.currentContext || kc.contexts[0]?.name;
@@ -216,17 +230,22 @@ async function parseKubeconfig(paths: string[], opts: { context?: string | undef
     throw invalid(
       opts.context
         ? `context ${JSON.stringify(opts.context)} is not in ${path} (contexts: ${known})`
-        : `kubernetes.kubeconfig=${path}: current-context ${JSON.stringify(ctxName ?? '')} is not among its contexts; set current-context`,
+        : `kubernetes.kubeconfig=${path}: current-context ${JSON.stringify(ctxName ?? '')} is not among its ` +
+            `contexts; set current-context`,
     );
   }
   const clusterEntry = kc.clusters.find((c) => c.name === ctx.cluster);
   const userEntry = kc.users.find((u) => u.name === ctx.user);
   const where = `kubernetes.kubeconfig=${path}`;
   const cluster = clusterEntry?.cluster;
-  if (!cluster || typeof cluster.server !== 'string') throw invalid(`${where}: cluster ${JSON.stringify(ctx.cluster ?? '')} of context ${ctxName} is missing or has no server`);
+  if (!cluster || typeof cluster.server !== 'string')
+    throw invalid(
+      `${where}: cluster ${JSON.stringify(ctx.cluster ?? '')} of context ${ctxName} is missing or has no server`,
+    );
   const user = (userEntry?.user ?? {}) as Record<string, unknown>;
   // Relative paths are relative to the file that defined the entry.
-  const relTo = (file: string | undefined) => (p: unknown) => (typeof p === 'string' ? (isAbsolute(p) ? p : resolvePath(dirname(file ?? paths[0]!), p)) : undefined);
+  const relTo = (file: string | undefined) => (p: unknown) =>
+    typeof p === 'string' ? (isAbsolute(p) ? p : resolvePath(dirname(file ?? paths[0]!), p)) : undefined;
   const relCluster = relTo(clusterEntry?.file);
   const rel = relTo(userEntry?.file);
   const b64 = (field: string, v: unknown) => {
@@ -248,10 +267,12 @@ async function parseKubeconfig(paths: string[], opts: { context?: string | undef
   if (typeof cluster['proxy-url'] === 'string' && cluster['proxy-url']) creds.proxyUrl = cluster['proxy-url'];
   if (typeof cluster['tls-server-name'] === 'string') creds.servername = cluster['tls-server-name'];
   if (user['client-certificate-data']) creds.cert = b64('client-certificate-data', user['client-certificate-data']);
-  else if (user['client-certificate']) creds.cert = readFile(`${where}: client-certificate`, rel(user['client-certificate'])!);
+  else if (user['client-certificate'])
+    creds.cert = readFile(`${where}: client-certificate`, rel(user['client-certificate'])!);
   if (user['client-key-data']) creds.key = b64('client-key-data', user['client-key-data']);
   else if (user['client-key']) creds.key = readFile(`${where}: client-key`, rel(user['client-key'])!);
-  if (!!creds.cert !== !!creds.key) throw invalid(`${where}: user ${ctx.user} has a client certificate without a key (or a key without a certificate)`);
+  if (!!creds.cert !== !!creds.key)
+    throw invalid(`${where}: user ${ctx.user} has a client certificate without a key (or a key without a certificate)`);
   if (typeof user.token === 'string' && user.token) {
     const t = user.token;
     creds.token = () => t;
@@ -261,7 +282,15 @@ async function parseKubeconfig(paths: string[], opts: { context?: string | undef
     creds.basic = Buffer.from(`${user.username}:${user.password}`).toString('base64');
   } else if (user.exec && opts.allowExec) {
     const { execCredential } = await import('./exec-credential.js');
-    const cred = execCredential(user.exec, { user: String(ctx.user), where, cluster: { server: creds.server, ...(creds.ca ? { 'certificate-authority-data': creds.ca.toString('base64') } : {}) }, dir: dirname(userEntry?.file ?? paths[0]!) });
+    const cred = execCredential(user.exec, {
+      user: String(ctx.user),
+      where,
+      cluster: {
+        server: creds.server,
+        ...(creds.ca ? { 'certificate-authority-data': creds.ca.toString('base64') } : {}),
+      },
+      dir: dirname(userEntry?.file ?? paths[0]!),
+    });
     const first = cred();
     if (first.clientCertificateData && first.clientKeyData) {
       creds.cert = Buffer.from(first.clientCertificateData);
@@ -269,14 +298,21 @@ async function parseKubeconfig(paths: string[], opts: { context?: string | undef
     }
     if (first.token) creds.token = () => cred().token;
   } else if (user.exec || user['auth-provider']) {
-    throw invalid(`${where}: user ${ctx.user} authenticates with ${user.exec ? 'exec' : 'auth-provider'}, which the CNI plugin does not run; use a token, tokenFile or client certificate (e.g. a service account token)${user.exec ? ' (netpluginctl runs exec plugins)' : ''}`);
+    throw invalid(
+      `${where}: user ${ctx.user} authenticates with ${user.exec ? 'exec' : 'auth-provider'}, which the CNI plugin ` +
+        `does not run; use a token, tokenFile or client certificate (e.g. a service account ` +
+        `token)${user.exec ? ' (netpluginctl runs exec plugins)' : ''}`,
+    );
   }
   return creds;
 }
 
 async function resolveCredentials(opts: KubeClientOptions): Promise<Credentials> {
   if (opts.kubeconfig_paths?.length || opts.kubeconfig) {
-    return parseKubeconfig(opts.kubeconfig_paths?.length ? opts.kubeconfig_paths : [opts.kubeconfig!], { context: opts.context, allowExec: opts.allow_exec });
+    return parseKubeconfig(opts.kubeconfig_paths?.length ? opts.kubeconfig_paths : [opts.kubeconfig!], {
+      context: opts.context,
+      allowExec: opts.allow_exec,
+    });
   }
   const saToken = `${SA_DIR}/token`;
   const saCa = `${SA_DIR}/ca.crt`;
@@ -296,7 +332,8 @@ async function resolveCredentials(opts: KubeClientOptions): Promise<Credentials>
     } catch {
       throw invalid(`kubernetes.k8s_api_root=${opts.k8s_api_root} is not a URL; use e.g. https://10.96.0.1:443`);
     }
-    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw invalid(`kubernetes.k8s_api_root=${opts.k8s_api_root} must be an http:// or https:// URL`);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:')
+      throw invalid(`kubernetes.k8s_api_root=${opts.k8s_api_root} must be an http:// or https:// URL`);
     server = opts.k8s_api_root.replace(/\/+$/, '');
     source = `kubernetes.k8s_api_root=${opts.k8s_api_root}`;
   } else if (process.env.KUBERNETES_SERVICE_HOST) {
@@ -304,7 +341,10 @@ async function resolveCredentials(opts: KubeClientOptions): Promise<Credentials>
     server = `https://${h.includes(':') ? `[${h}]` : h}:${process.env.KUBERNETES_SERVICE_PORT || '443'}`;
     source = 'the in-cluster service (KUBERNETES_SERVICE_HOST)';
   } else {
-    throw invalid('no Kubernetes API access configured: set kubernetes.kubeconfig (recommended) or kubernetes.k8s_api_root in the netconf');
+    throw invalid(
+      'no Kubernetes API access configured: set kubernetes.kubeconfig (recommended) or kubernetes.k8s_api_root in ' +
+        'the netconf',
+    );
   }
   const creds: Credentials = { server, source };
   if (exists(saToken)) creds.token = tokenFromFile(saToken);
@@ -315,26 +355,56 @@ async function resolveCredentials(opts: KubeClientOptions): Promise<Credentials>
   return creds;
 }
 
-const UNKNOWN_CA = new Set(['UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'UNABLE_TO_GET_ISSUER_CERT', 'CERT_UNTRUSTED']);
+const UNKNOWN_CA = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'CERT_UNTRUSTED',
+]);
 
 function networkError(c: Credentials, err: NodeJS.ErrnoException): DatastoreError {
   const code = err.code ?? '';
   const at = `Kubernetes API at ${c.server}`;
   const mk = (k: DatastoreErrorKind, m: string) => new DatastoreError(k, m, { cause: err });
-  if (code === 'ECONNREFUSED') return mk('Unavailable', `${at} is unreachable: connection refused (ECONNREFUSED); check ${c.source}`);
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return mk('Unavailable', `${at} is unreachable: host name does not resolve (${code}); check ${c.source}`);
+  if (code === 'ECONNREFUSED')
+    return mk('Unavailable', `${at} is unreachable: connection refused (ECONNREFUSED); check ${c.source}`);
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN')
+    return mk('Unavailable', `${at} is unreachable: host name does not resolve (${code}); check ${c.source}`);
   if (UNKNOWN_CA.has(code)) {
-    return mk('Unauthorized', `TLS handshake with ${c.server} failed: certificate signed by unknown authority (${code}); ${c.caSource ? `${c.caSource} does not hold the CA that issued the server certificate` : `no CA configured in ${c.source}: add certificate-authority(-data)`}`);
+    return mk(
+      'Unauthorized',
+      `TLS handshake with ${c.server} failed: certificate signed by unknown authority (${code}); ` +
+        (c.caSource
+          ? `${c.caSource} does not hold the CA that issued the server certificate`
+          : `no CA configured in ${c.source}: add certificate-authority(-data)`),
+    );
   }
-  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return mk('Unauthorized', `TLS handshake with ${c.server} failed: ${err.message}; use a server address the certificate names (or tls-server-name)`);
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID')
+    return mk(
+      'Unauthorized',
+      `TLS handshake with ${c.server} failed: ${err.message}; use a server address the certificate names (or ` +
+        `tls-server-name)`,
+    );
   if (/BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_REQUIRED|ALERT_HANDSHAKE_FAILURE/i.test(code + err.message)) {
-    return mk('Unauthorized', `TLS handshake with ${c.server} failed: the server rejected the client certificate (${code || err.message}); check the user's client-certificate in ${c.source}`);
+    return mk(
+      'Unauthorized',
+      `TLS handshake with ${c.server} failed: the server rejected the client certificate (${code || err.message}); ` +
+        `check the user's client-certificate in ${c.source}`,
+    );
   }
   return mk('Unavailable', `${at} failed: ${err.message}${code ? ` (${code})` : ''}; check ${c.source}`);
 }
 
 /** Maps an HTTP error status and the server's Status body to our classification. */
-export function statusError(server: string, method: string, path: string, status: number, body: string): DatastoreError {
+export function statusError(
+  server: string,
+  method: string,
+  path: string,
+  status: number,
+  body: string,
+): DatastoreError {
   let message = body.trim().slice(0, 500);
   let reason = '';
   try {
@@ -353,21 +423,37 @@ export function statusError(server: string, method: string, path: string, status
   else if (status === 410) kind = 'Conflict';
   else kind = 'Invalid';
   const hint =
-    status === 401 ? ': the API server did not accept our credentials (token or client certificate)'
-    : status === 403 ? ': the account lacks RBAC permission for this'
-    : status === 429 ? ': the API server is throttling; retry later'
-    : status >= 500 ? ': API server error; retry later'
-    : '';
-  return new DatastoreError(kind, `Kubernetes API ${server}: ${what} -> ${status}${reason ? ` ${reason}` : ''}: ${message}${hint}`);
+    status === 401
+      ? ': the API server did not accept our credentials (token or client certificate)'
+      : status === 403
+        ? ': the account lacks RBAC permission for this'
+        : status === 429
+          ? ': the API server is throttling; retry later'
+          : status >= 500
+            ? ': API server error; retry later'
+            : '';
+  return new DatastoreError(
+    kind,
+    `Kubernetes API ${server}: ${what} -> ${status}${reason ? ` ${reason}` : ''}: ${message}${hint}`,
+  );
 }
 
 export async function createKubeClient(opts: KubeClientOptions): Promise<KubeClient> {
   const creds = await resolveCredentials(opts);
   const secure = creds.server.startsWith('https:');
-  const { Agent: HttpsAgentCtor, request: httpsRequest } = secure ? await import('node:https') : { Agent: undefined, request: undefined };
+  const { Agent: HttpsAgentCtor, request: httpsRequest } = secure
+    ? await import('node:https')
+    : { Agent: undefined, request: undefined };
   const { Agent: HttpAgentCtor, request: httpRequest } = await import('node:http');
   const agent: HttpAgent = secure
-    ? new HttpsAgentCtor!({ keepAlive: true, ca: creds.ca, cert: creds.cert, key: creds.key, rejectUnauthorized: !creds.insecure, servername: creds.servername })
+    ? new HttpsAgentCtor!({
+        keepAlive: true,
+        ca: creds.ca,
+        cert: creds.cert,
+        key: creds.key,
+        rejectUnauthorized: !creds.insecure,
+        servername: creds.servername,
+      })
     : new HttpAgentCtor({ keepAlive: true });
   const doRequest = secure ? httpsRequest! : httpRequest;
   const defaultTimeout = opts.timeoutMs ?? 10_000;
@@ -376,10 +462,14 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
     const { parseProxyUrl, proxyFromEnv, tunnelThrough } = await import('./proxy.js');
     const proxy = creds.proxyUrl ? parseProxyUrl(creds.proxyUrl, `proxy-url in ${creds.source}`) : undefined;
     const envProxy = proxy ? undefined : proxyFromEnv(base, opts.proxy_env ?? {});
-    const via = proxy ?? (envProxy ? parseProxyUrl(envProxy, base.protocol === 'https:' ? 'HTTPS_PROXY' : 'HTTP_PROXY') : undefined);
+    const via =
+      proxy ??
+      (envProxy ? parseProxyUrl(envProxy, base.protocol === 'https:' ? 'HTTPS_PROXY' : 'HTTP_PROXY') : undefined);
     if (via) {
       tunnelThrough(agent, via, secure, defaultTimeout);
-      creds.source += ` (through the proxy ${via.host}${proxy ? ', its proxy-url' : ` from ${base.protocol === 'https:' ? 'HTTPS_PROXY' : 'HTTP_PROXY'}`})`;
+      creds.source +=
+        ` (through the proxy ${via.host}` +
+        `${proxy ? ', its proxy-url' : ` from ${base.protocol === 'https:' ? 'HTTPS_PROXY' : 'HTTP_PROXY'}`})`;
     }
   }
   const basePath = base.pathname.replace(/\/+$/, '');
@@ -417,7 +507,15 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
         reject(e);
       };
       const req = doRequest(
-        { protocol: base.protocol, hostname: base.hostname.replace(/^\[|\]$/g, ''), port: base.port, method, path: urlFor(path, ro.query), agent, headers: headers(payload ? ro.contentType ?? 'application/json' : undefined, payload?.length) },
+        {
+          protocol: base.protocol,
+          hostname: base.hostname.replace(/^\[|\]$/g, ''),
+          port: base.port,
+          method,
+          path: urlFor(path, ro.query),
+          agent,
+          headers: headers(payload ? (ro.contentType ?? 'application/json') : undefined, payload?.length),
+        },
         (res: IncomingMessage) => {
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
@@ -432,18 +530,39 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
             try {
               resolve((text ? JSON.parse(text) : undefined) as T);
             } catch {
-              reject(new DatastoreError('Unavailable', `Kubernetes API ${creds.server}: ${method} ${path} returned a body that is not JSON: ${text.slice(0, 200)}`));
+              reject(
+                new DatastoreError(
+                  'Unavailable',
+                  `Kubernetes API ${creds.server}: ${method} ${path} returned a body that is not JSON: ` +
+                    `${text.slice(0, 200)}`,
+                ),
+              );
             }
           });
         },
       );
-      const timer = setTimeout(() => fail(new DatastoreError('Unavailable', `Kubernetes API ${creds.server}: ${method} ${path} did not answer within ${timeoutMs} ms; check ${creds.source} and the API server's health`)), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          fail(
+            new DatastoreError(
+              'Unavailable',
+              `Kubernetes API ${creds.server}: ${method} ${path} did not answer within ${timeoutMs} ms; check ` +
+                `${creds.source} and the API server's health`,
+            ),
+          ),
+        timeoutMs,
+      );
       req.on('error', (e: NodeJS.ErrnoException) => fail(networkError(creds, e)));
       req.end(payload);
     });
   }
 
-  function watch(path: string, query: Record<string, string | undefined>, onEvent: (ev: WatchEventRaw) => void, onEnd: (end: WatchEnd) => void): WatchHandle {
+  function watch(
+    path: string,
+    query: Record<string, string | undefined>,
+    onEvent: (ev: WatchEventRaw) => void,
+    onEnd: (end: WatchEnd) => void,
+  ): WatchHandle {
     let stopped = false;
     let ended = false;
     const end = (e: WatchEnd) => {
@@ -453,14 +572,24 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
       onEnd(e);
     };
     const req = doRequest(
-      { protocol: base.protocol, hostname: base.hostname.replace(/^\[|\]$/g, ''), port: base.port, method: 'GET', path: urlFor(path, { ...query, watch: '1' }), agent, headers: headers() },
+      {
+        protocol: base.protocol,
+        hostname: base.hostname.replace(/^\[|\]$/g, ''),
+        port: base.port,
+        method: 'GET',
+        path: urlFor(path, { ...query, watch: '1' }),
+        agent,
+        headers: headers(),
+      },
       (res: IncomingMessage) => {
         clearTimeout(connectTimer);
         const status = res.statusCode ?? 0;
         if (status !== 200) {
           let text = '';
           res.on('data', (c: Buffer) => (text += c.toString('utf8')));
-          res.on('end', () => end({ error: statusError(creds.server, 'WATCH', path, status, text), gone: status === 410 }));
+          res.on('end', () =>
+            end({ error: statusError(creds.server, 'WATCH', path, status, text), gone: status === 410 }),
+          );
           return;
         }
         let buf = '';
@@ -475,13 +604,21 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
             try {
               ev = JSON.parse(line) as WatchEventRaw;
             } catch {
-              end({ error: new DatastoreError('Unavailable', `Kubernetes API ${creds.server}: watch ${path} sent a line that is not JSON`) });
+              end({
+                error: new DatastoreError(
+                  'Unavailable',
+                  `Kubernetes API ${creds.server}: watch ${path} sent a line that is not JSON`,
+                ),
+              });
               req.destroy();
               return;
             }
             if (ev.type === 'ERROR') {
               const st = ev.object as unknown as { code?: number };
-              end({ error: statusError(creds.server, 'WATCH', path, st.code ?? 500, JSON.stringify(ev.object)), gone: st.code === 410 });
+              end({
+                error: statusError(creds.server, 'WATCH', path, st.code ?? 500, JSON.stringify(ev.object)),
+                gone: st.code === 410,
+              });
               req.destroy();
               return;
             }
@@ -494,7 +631,12 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
     );
     // Only the connection has a deadline: a watch stays open indefinitely.
     const connectTimer = setTimeout(() => {
-      end({ error: new DatastoreError('Unavailable', `Kubernetes API ${creds.server}: watch ${path} did not answer within ${defaultTimeout} ms`) });
+      end({
+        error: new DatastoreError(
+          'Unavailable',
+          `Kubernetes API ${creds.server}: watch ${path} did not answer within ${defaultTimeout} ms`,
+        ),
+      });
       req.destroy();
     }, defaultTimeout);
     req.on('error', (e: NodeJS.ErrnoException) => end({ error: networkError(creds, e) }));
@@ -517,7 +659,10 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
     getNamespace: (name, ro) => request<KubeObject>('GET', `/api/v1/namespaces/${enc(name)}`, undefined, ro),
     getNode: (name, ro) => request<KubeObject>('GET', `/api/v1/nodes/${enc(name)}`, undefined, ro),
     patchPod: (ns, name, patch, type = 'merge', ro) =>
-      request<KubePod>('PATCH', `/api/v1/namespaces/${enc(ns)}/pods/${enc(name)}`, patch, { ...ro, contentType: PATCH_CONTENT_TYPES[type] }),
+      request<KubePod>('PATCH', `/api/v1/namespaces/${enc(ns)}/pods/${enc(name)}`, patch, {
+        ...ro,
+        contentType: PATCH_CONTENT_TYPES[type],
+      }),
     watch,
     close: () => agent.destroy(),
   };

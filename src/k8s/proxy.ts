@@ -23,7 +23,10 @@ export function proxyFromEnv(server: URL, env: Record<string, string | undefined
 }
 
 function bypassed(host: string, port: string, noProxy: string): boolean {
-  for (let entry of noProxy.split(',').map((e) => e.trim().toLowerCase()).filter(Boolean)) {
+  for (let entry of noProxy
+    .split(',')
+    .map((e) => e.trim().toLowerCase())
+    .filter(Boolean)) {
     if (entry === '*') return true;
     const cidr = tryParseCidr(entry, { strict: false });
     if (cidr && entry.includes('/')) {
@@ -40,7 +43,12 @@ function bypassed(host: string, port: string, noProxy: string): boolean {
     entry = entry.replace(/^\[|\]$/g, '');
     if (entryPort && entryPort !== port) continue;
     if (entry.startsWith('*.')) entry = entry.slice(1);
-    if (entry.startsWith('.') ? host.endsWith(entry) || host === entry.slice(1) : host === entry || host.endsWith(`.${entry}`)) return true;
+    if (
+      entry.startsWith('.')
+        ? host.endsWith(entry) || host === entry.slice(1)
+        : host === entry || host.endsWith(`.${entry}`)
+    )
+      return true;
   }
   return false;
 }
@@ -51,9 +59,17 @@ export function parseProxyUrl(text: string, source: string): URL {
   try {
     u = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(text) ? text : `http://${text}`);
   } catch {
-    throw new DatastoreError('Invalid', `${source}: proxy ${JSON.stringify(text)} is not a URL; use e.g. http://proxy.example.com:3128`);
+    throw new DatastoreError(
+      'Invalid',
+      `${source}: proxy ${JSON.stringify(text)} is not a URL; use e.g. http://proxy.example.com:3128`,
+    );
   }
-  if (u.protocol !== 'http:') throw new DatastoreError('Invalid', `${source}: proxy ${text}: only http:// proxies (HTTP CONNECT) are supported, not ${u.protocol.replace(/:$/, '')}`);
+  if (u.protocol !== 'http:')
+    throw new DatastoreError(
+      'Invalid',
+      `${source}: proxy ${text}: only http:// proxies (HTTP CONNECT) are supported, not ` +
+        `${u.protocol.replace(/:$/, '')}`,
+    );
   return u;
 }
 
@@ -64,20 +80,39 @@ export function parseProxyUrl(text: string, source: string): URL {
  */
 export function tunnelThrough(agent: HttpAgent, proxy: URL, secure: boolean, timeoutMs: number): void {
   type Cb = (err: Error | null, socket?: Socket) => void;
-  const a = agent as unknown as { createConnection: (opts: AgentOptions & Record<string, unknown>, cb: Cb) => Socket | undefined };
+  const a = agent as unknown as {
+    createConnection: (opts: AgentOptions & Record<string, unknown>, cb: Cb) => Socket | undefined;
+  };
   a.createConnection = (opts: AgentOptions & Record<string, unknown>, cb: Cb) => {
     void (async () => {
       const { request } = await import('node:http');
-      const target = `${String(opts.host).includes(':') ? `[${String(opts.host)}]` : String(opts.host)}:${String(opts.port)}`;
+      const target =
+        `${String(opts.host).includes(':') ? `[${String(opts.host)}]` : String(opts.host)}:` + `${String(opts.port)}`;
       const headers: Record<string, string> = { Host: target };
-      if (proxy.username) headers['Proxy-Authorization'] = `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}`;
-      const req = request({ host: proxy.hostname.replace(/^\[|\]$/g, ''), port: proxy.port || 80, method: 'CONNECT', path: target, headers, timeout: timeoutMs });
-      req.on('timeout', () => req.destroy(new Error(`proxy ${proxy.host} did not answer CONNECT ${target} within ${timeoutMs} ms`)));
+      if (proxy.username)
+        headers['Proxy-Authorization'] = `Basic ${Buffer.from(
+          `${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`,
+        ).toString('base64')}`;
+      const req = request({
+        host: proxy.hostname.replace(/^\[|\]$/g, ''),
+        port: proxy.port || 80,
+        method: 'CONNECT',
+        path: target,
+        headers,
+        timeout: timeoutMs,
+      });
+      req.on('timeout', () =>
+        req.destroy(new Error(`proxy ${proxy.host} did not answer CONNECT ${target} within ${timeoutMs} ms`)),
+      );
       req.on('error', (e) => cb(new Error(`proxy ${proxy.host}: ${e.message}`)));
       req.on('connect', (res, socket) => {
         if (res.statusCode !== 200) {
           socket.destroy();
-          cb(new Error(`proxy ${proxy.host} refused CONNECT ${target}: ${res.statusCode} ${res.statusMessage ?? ''}`.trim()));
+          cb(
+            new Error(
+              `proxy ${proxy.host} refused CONNECT ${target}: ${res.statusCode} ${res.statusMessage ?? ''}`.trim(),
+            ),
+          );
           return;
         }
         if (!secure) return cb(null, socket);
@@ -85,7 +120,9 @@ export function tunnelThrough(agent: HttpAgent, proxy: URL, secure: boolean, tim
           const o = opts as Record<string, unknown>;
           const tls = connect({
             socket,
-            servername: (o.servername as string | undefined) || (/^[\d.:]+$/.test(String(opts.host)) ? undefined : String(opts.host)),
+            servername:
+              (o.servername as string | undefined) ||
+              (/^[\d.:]+$/.test(String(opts.host)) ? undefined : String(opts.host)),
             ca: o.ca as Buffer | undefined,
             cert: o.cert as Buffer | undefined,
             key: o.key as Buffer | undefined,

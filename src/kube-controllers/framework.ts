@@ -36,10 +36,24 @@ export interface Controller {
 /** Metrics every controller reports, labelled by controller. */
 export function controllerMetrics(registry: Registry) {
   return {
-    synced: registry.counter('netplugin_kube_controllers_objects_synced_total', 'Objects a controller reconciled (written or confirmed up to date)', ['controller']),
-    errors: registry.counter('netplugin_kube_controllers_errors_total', 'Reconcile or watch errors, by controller (retried with backoff)', ['controller']),
-    depth: registry.gauge('netplugin_kube_controllers_queue_depth', 'Keys waiting or being reconciled, by controller', ['controller']),
-    released: registry.counter('netplugin_kube_controllers_ipam_addresses_released_total', 'Addresses released by the node controller, by reason (leaked: GC; node-deleted)', ['reason']),
+    synced: registry.counter(
+      'netplugin_kube_controllers_objects_synced_total',
+      'Objects a controller reconciled (written or confirmed up to date)',
+      ['controller'],
+    ),
+    errors: registry.counter(
+      'netplugin_kube_controllers_errors_total',
+      'Reconcile or watch errors, by controller (retried with backoff)',
+      ['controller'],
+    ),
+    depth: registry.gauge('netplugin_kube_controllers_queue_depth', 'Keys waiting or being reconciled, by controller', [
+      'controller',
+    ]),
+    released: registry.counter(
+      'netplugin_kube_controllers_ipam_addresses_released_total',
+      'Addresses released by the node controller, by reason (leaked: GC; node-deleted)',
+      ['reason'],
+    ),
   };
 }
 
@@ -47,13 +61,21 @@ export function controllerMetrics(registry: Registry) {
  * A controller's work queue: failures are counted, logged (naming `what` the
  * key is) and retried with backoff; its depth is reported as a metric.
  */
-export function controllerQueue(ctx: ControllerContext, name: string, what: (key: string) => string, handle: (key: string) => Promise<void>): WorkQueue {
+export function controllerQueue(
+  ctx: ControllerContext,
+  name: string,
+  what: (key: string) => string,
+  handle: (key: string) => Promise<void>,
+): WorkQueue {
   const m = controllerMetrics(ctx.registry);
   const q = createWorkQueue({
     handle,
     onError: (key, err, n) => {
       m.errors.inc({ controller: name });
-      ctx.log.warn(`${name} controller: reconciling ${what(key)} failed; retrying with backoff`, { error: describeError(err), failures: n });
+      ctx.log.warn(`${name} controller: reconciling ${what(key)} failed; retrying with backoff`, {
+        error: describeError(err),
+        failures: n,
+      });
     },
   });
   ctx.registry.onCollect(() => m.depth.set({ controller: name }, q.depth));
@@ -75,13 +97,21 @@ export function describeError(e: unknown): string {
 }
 
 /** Labels and spec equal (the parts a mirror owns). */
-export function sameContent(a: Resource, b: Resource): boolean {
-  return JSON.stringify(sortKeys(a.spec)) === JSON.stringify(sortKeys(b.spec)) && JSON.stringify(sortKeys(a.metadata.labels ?? {})) === JSON.stringify(sortKeys(b.metadata.labels ?? {}));
+function sameContent(a: Resource, b: Resource): boolean {
+  return (
+    JSON.stringify(sortKeys(a.spec)) === JSON.stringify(sortKeys(b.spec)) &&
+    JSON.stringify(sortKeys(a.metadata.labels ?? {})) === JSON.stringify(sortKeys(b.metadata.labels ?? {}))
+  );
 }
 
 function sortKeys(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(sortKeys);
-  if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)).map(([k, x]) => [k, sortKeys(x)]));
+  if (v && typeof v === 'object')
+    return Object.fromEntries(
+      Object.entries(v as Record<string, unknown>)
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([k, x]) => [k, sortKeys(x)]),
+    );
   return v;
 }
 
@@ -90,7 +120,12 @@ function sortKeys(v: unknown): unknown {
  * or absent when desired is undefined. CAS on the object read; a Conflict
  * throws and the queue retries. Returns what it did.
  */
-export async function applyMirror<K extends Kind>(ds: Datastore, kind: K, key: string, desired: Resource<K> | undefined): Promise<'created' | 'updated' | 'deleted' | 'unchanged'> {
+export async function applyMirror<K extends Kind>(
+  ds: Datastore,
+  kind: K,
+  key: string,
+  desired: Resource<K> | undefined,
+): Promise<'created' | 'updated' | 'deleted' | 'unchanged'> {
   const [namespace, name] = key.includes('/') ? (key.split('/', 2) as [string, string]) : [undefined, key];
   let current: Resource<K> | undefined;
   try {
@@ -112,22 +147,25 @@ export async function applyMirror<K extends Kind>(ds: Datastore, kind: K, key: s
     return 'created';
   }
   if (sameContent(current, desired)) return 'unchanged';
-  await ds.update({ ...desired, metadata: { ...current.metadata, labels: desired.metadata.labels ?? {} } } as Resource<K>);
+  await ds.update({
+    ...desired,
+    metadata: { ...current.metadata, labels: desired.metadata.labels ?? {} },
+  } as Resource<K>);
   return 'updated';
 }
 
-export interface MirrorSource<T> {
+interface MirrorSource<T> {
   source: ListWatchSource<T>;
   /** The mirror keys a change of this source object affects. */
   mirrorKeys(key: string, obj: T | undefined, old: T | undefined): string[];
 }
 
-export interface MirrorControllerSpec {
+interface MirrorControllerSpec {
   name: string;
   kind: Kind;
   /** Whether a datastore object of `kind` is one of ours (name prefix). */
   isMirror(res: Resource): boolean;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  // biome-ignore lint/suspicious/noExplicitAny: sources of different resource types
   sources: Array<MirrorSource<any>>;
   /** The desired mirror at `key`, from the source caches (`get` reads source i's cache). */
   desired(key: string, get: <T>(i: number, key: string) => T | undefined): Resource | undefined;
@@ -155,27 +193,40 @@ export class MirrorController implements Controller {
     this.name = spec.name;
     const m = controllerMetrics(ctx.registry);
     const onError = watchErrors(ctx, spec.name);
-    this.queue = controllerQueue(ctx, spec.name, (key) => `${spec.kind} ${key}`, async (key) => {
-      const desired = this.spec.desired(key, (i, k) => this.informers[i]!.get(k) as never);
-      const did = await applyMirror(ctx.ds, spec.kind, key, desired);
-      m.synced.inc({ controller: spec.name });
-      if (did !== 'unchanged') ctx.log.info(`${spec.name} controller: ${did} ${spec.kind} ${key}`);
-    });
+    this.queue = controllerQueue(
+      ctx,
+      spec.name,
+      (key) => `${spec.kind} ${key}`,
+      async (key) => {
+        const desired = this.spec.desired(key, (i, k) => this.informers[i]!.get(k) as never);
+        const did = await applyMirror(ctx.ds, spec.kind, key, desired);
+        m.synced.inc({ controller: spec.name });
+        if (did !== 'unchanged') ctx.log.info(`${spec.name} controller: ${did} ${spec.kind} ${key}`);
+      },
+    );
     this.informers = spec.sources.map(
       (s) =>
-        new Informer(s.source, {
-          onChange: (key, obj, old) => {
-            if (!this.resynced) return; // the start-up resync queues everything
-            for (const k of s.mirrorKeys(key, obj, old)) this.queue.add(k);
+        new Informer(
+          s.source,
+          {
+            onChange: (key, obj, old) => {
+              if (!this.resynced) return; // the start-up resync queues everything
+              for (const k of s.mirrorKeys(key, obj, old)) this.queue.add(k);
+            },
           },
-        }, { onError }),
+          { onError },
+        ),
     );
-    this.mirrors = new Informer(datastoreSource(ctx.ds, spec.kind) as ListWatchSource<Resource>, {
-      onChange: (key, obj, old) => {
-        if (!this.resynced) return;
-        if (spec.isMirror((obj ?? old)!)) this.queue.add(key);
+    this.mirrors = new Informer(
+      datastoreSource(ctx.ds, spec.kind) as ListWatchSource<Resource>,
+      {
+        onChange: (key, obj, old) => {
+          if (!this.resynced) return;
+          if (spec.isMirror((obj ?? old)!)) this.queue.add(key);
+        },
       },
-    }, { onError });
+      { onError },
+    );
   }
 
   start(): void {

@@ -13,7 +13,14 @@ import type { Datastore } from '../datastore/types.js';
 import type { Registry } from '../observe/metrics.js';
 import { Informer, datastoreSource } from '../watch/informer.js';
 import { LeaderElector } from './leader.js';
-import { CONFIG_NAME, DEFAULT_SETTINGS, defaultConfiguration, settingsFrom, type ControllerName, type Settings } from '../model/kube-controllers-config.js';
+import {
+  CONFIG_NAME,
+  DEFAULT_SETTINGS,
+  defaultConfiguration,
+  settingsFrom,
+  type ControllerName,
+  type Settings,
+} from '../model/kube-controllers-config.js';
 import type { Controller, ControllerContext } from './framework.js';
 import { describeError } from './framework.js';
 import { policyController } from './policy.js';
@@ -21,9 +28,9 @@ import { profileController } from './profile.js';
 import { workloadEndpointController } from './workloadendpoint.js';
 import { nodeController } from './node.js';
 
-export const LEASE_NAME = 'netplugin-kube-controllers';
+const LEASE_NAME = 'netplugin-kube-controllers';
 
-export interface KubeControllersOptions {
+interface KubeControllersOptions {
   ds: Datastore;
   kube: KubeClient;
   log: Logger;
@@ -39,7 +46,7 @@ export interface KubeControllersOptions {
   onLostLeadership: () => void;
 }
 
-export interface KubeControllers {
+interface KubeControllers {
   readonly identity: string;
   isLeader(): boolean;
   /** Liveness: the leader's watches are open (or it is a standby). */
@@ -56,12 +63,22 @@ class SettingsWatcher {
   private readonly listeners: Array<() => void> = [];
   readonly informer: Informer<Resource<'KubeControllersConfiguration'>>;
 
-  constructor(private readonly ds: Datastore, private readonly log: Logger) {
-    this.informer = new Informer(datastoreSource(ds, 'KubeControllersConfiguration'), {
-      onChange: (key, obj) => {
-        if (key === CONFIG_NAME) this.apply(obj);
+  constructor(
+    private readonly ds: Datastore,
+    private readonly log: Logger,
+  ) {
+    this.informer = new Informer(
+      datastoreSource(ds, 'KubeControllersConfiguration'),
+      {
+        onChange: (key, obj) => {
+          if (key === CONFIG_NAME) this.apply(obj);
+        },
       },
-    }, { onError: (e) => log.warn('kube-controllers: watch of KubeControllersConfiguration broke; re-listing', { error: e.message }) });
+      {
+        onError: (e) =>
+          log.warn('kube-controllers: watch of KubeControllersConfiguration broke; re-listing', { error: e.message }),
+      },
+    );
   }
 
   private apply(obj: Resource<'KubeControllersConfiguration'> | undefined): void {
@@ -72,7 +89,9 @@ class SettingsWatcher {
     const first = this.lastText === '';
     this.lastText = text;
     this.current = settings;
-    this.log.info(first ? 'kube-controllers: settings' : 'kube-controllers: settings changed; applying', { ...settings });
+    this.log.info(first ? 'kube-controllers: settings' : 'kube-controllers: settings changed; applying', {
+      ...settings,
+    });
     if (!first) for (const l of this.listeners) l();
   }
 
@@ -115,7 +134,10 @@ export function startKubeControllers(o: KubeControllersOptions): KubeControllers
   let leading = false;
   let stopped = false;
   let notWatchingSince: number | undefined;
-  const leaderGauge = o.registry.gauge('netplugin_kube_controllers_leader', '1 while this replica holds the lease and runs the controllers');
+  const leaderGauge = o.registry.gauge(
+    'netplugin_kube_controllers_leader',
+    '1 while this replica holds the lease and runs the controllers',
+  );
   o.registry.onCollect(() => leaderGauge.set(undefined, leading ? 1 : 0));
 
   const startLeading = () => {
@@ -128,7 +150,9 @@ export function startKubeControllers(o: KubeControllersOptions): KubeControllers
           await settings.ensureExists();
           break;
         } catch (e) {
-          o.log.warn('kube-controllers: cannot read or create KubeControllersConfiguration default; retrying', { error: describeError(e) });
+          o.log.warn('kube-controllers: cannot read or create KubeControllersConfiguration default; retrying', {
+            error: describeError(e),
+          });
           await new Promise((r) => setTimeout(r, delay));
         }
       }
@@ -144,7 +168,10 @@ export function startKubeControllers(o: KubeControllersOptions): KubeControllers
       for (const n of o.controllers) {
         // With the kubernetes datastore these kinds are derived on read: nothing to mirror.
         if (o.ds.type === 'kubernetes' && n !== 'node') {
-          o.log.info(`kube-controllers: ${n} controller not needed with the kubernetes datastore (its objects are derived on read)`);
+          o.log.info(
+            `kube-controllers: ${n} controller not needed with the kubernetes datastore (its objects are derived on ` +
+              `read)`,
+          );
           continue;
         }
         const c = make[n]();
@@ -182,7 +209,10 @@ export function startKubeControllers(o: KubeControllersOptions): KubeControllers
       else notWatchingSince ??= Date.now();
       // A watch re-lists with backoff after a break; only a long outage is unhealthy.
       const ok = notWatchingSince === undefined || Date.now() - notWatchingSince < 120_000;
-      return { ok, detail: { leader: leading, watches: Object.fromEntries(controllers.map((c) => [c.name, c.watching])) } };
+      return {
+        ok,
+        detail: { leader: leading, watches: Object.fromEntries(controllers.map((c) => [c.name, c.watching])) },
+      };
     },
     ready() {
       if (!leading) return { ok: true, detail: { role: 'standby', holder: elector.holder ?? null } };

@@ -10,7 +10,7 @@ import { DatastoreError } from '../errors.js';
 import type { KubeClient, KubeObject } from '../k8s/client.js';
 import type { Logger } from '../log/types.js';
 
-export interface LeaderElectionOptions {
+interface LeaderElectionOptions {
   client: KubeClient;
   namespace: string;
   name: string;
@@ -57,7 +57,7 @@ export class LeaderElector {
 
   constructor(private readonly o: LeaderElectionOptions) {
     this.leaseMs = o.leaseDurationMs ?? 15_000;
-    this.renewDeadlineMs = o.renewDeadlineMs ?? Math.min(10_000, Math.floor(this.leaseMs * 2 / 3));
+    this.renewDeadlineMs = o.renewDeadlineMs ?? Math.min(10_000, Math.floor((this.leaseMs * 2) / 3));
     this.retryMs = o.retryPeriodMs ?? Math.min(2_000, Math.max(100, Math.floor(this.leaseMs / 5)));
     this.path = `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(o.namespace)}/leases`;
   }
@@ -95,9 +95,13 @@ export class LeaderElector {
     try {
       await this.tryAcquireOrRenew();
     } catch (e) {
-      this.o.log.warn('leader election: lease request failed', { lease: `${this.o.namespace}/${this.o.name}`, error: (e as Error).message });
+      this.o.log.warn('leader election: lease request failed', {
+        lease: `${this.o.namespace}/${this.o.name}`,
+        error: (e as Error).message,
+      });
     }
-    if (this.leading && Date.now() - this.lastRenew > this.renewDeadlineMs) this.lose('could not renew the lease within the renew deadline');
+    if (this.leading && Date.now() - this.lastRenew > this.renewDeadlineMs)
+      this.lose('could not renew the lease within the renew deadline');
     this.schedule();
   }
 
@@ -124,15 +128,31 @@ export class LeaderElector {
     const now = new Date();
     let lease: Lease | undefined;
     try {
-      lease = await this.o.client.request<Lease>('GET', `${this.path}/${encodeURIComponent(this.o.name)}`, undefined, this.callOpts());
+      lease = await this.o.client.request<Lease>(
+        'GET',
+        `${this.path}/${encodeURIComponent(this.o.name)}`,
+        undefined,
+        this.callOpts(),
+      );
     } catch (e) {
       if (!DatastoreError.is(e, 'NotFound')) throw e;
     }
     if (!lease) {
       try {
-        await this.o.client.request('POST', this.path, { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.o.name, namespace: this.o.namespace }, spec: this.spec(undefined, now) }, this.callOpts());
+        await this.o.client.request(
+          'POST',
+          this.path,
+          {
+            apiVersion: 'coordination.k8s.io/v1',
+            kind: 'Lease',
+            metadata: { name: this.o.name, namespace: this.o.namespace },
+            spec: this.spec(undefined, now),
+          },
+          this.callOpts(),
+        );
       } catch (e) {
-        if (DatastoreError.is(e, 'AlreadyExists') || DatastoreError.is(e, 'Conflict')) return; // another replica was first
+        // Another replica was first.
+        if (DatastoreError.is(e, 'AlreadyExists') || DatastoreError.is(e, 'Conflict')) return;
         throw e;
       }
       return this.acquired();
@@ -149,7 +169,12 @@ export class LeaderElector {
       return;
     }
     try {
-      const next = await this.o.client.request<Lease>('PUT', `${this.path}/${encodeURIComponent(this.o.name)}`, { ...lease, spec: this.spec(lease.spec, now) }, this.callOpts());
+      const next = await this.o.client.request<Lease>(
+        'PUT',
+        `${this.path}/${encodeURIComponent(this.o.name)}`,
+        { ...lease, spec: this.spec(lease.spec, now) },
+        this.callOpts(),
+      );
       this.observed = { rv: next.metadata.resourceVersion, holder: this.o.identity, at: Date.now() };
     } catch (e) {
       if (DatastoreError.is(e, 'Conflict')) return; // someone else renewed or took it: re-read next tick
@@ -167,7 +192,10 @@ export class LeaderElector {
   private renewed(): void {
     this.lastRenew = Date.now();
     clearTimeout(this.deadlineTimer);
-    this.deadlineTimer = setTimeout(() => this.lose('could not renew the lease within the renew deadline'), this.renewDeadlineMs);
+    this.deadlineTimer = setTimeout(
+      () => this.lose('could not renew the lease within the renew deadline'),
+      this.renewDeadlineMs,
+    );
   }
 
   private acquired(from?: string): void {
@@ -175,7 +203,11 @@ export class LeaderElector {
     this.observed = { ...this.observed, holder: this.o.identity, at: Date.now() };
     if (this.leading) return;
     this.leading = true;
-    this.o.log.info('leader election: became the leader', { identity: this.o.identity, lease: `${this.o.namespace}/${this.o.name}`, ...(from ? { previousHolder: from } : {}) });
+    this.o.log.info('leader election: became the leader', {
+      identity: this.o.identity,
+      lease: `${this.o.namespace}/${this.o.name}`,
+      ...(from ? { previousHolder: from } : {}),
+    });
     this.o.onStartedLeading();
   }
 
@@ -190,12 +222,24 @@ export class LeaderElector {
     if (!this.leading) return;
     this.leading = false;
     try {
-      const lease = await this.o.client.request<Lease>('GET', `${this.path}/${encodeURIComponent(this.o.name)}`, undefined, { timeoutMs: 2000 });
+      const lease = await this.o.client.request<Lease>(
+        'GET',
+        `${this.path}/${encodeURIComponent(this.o.name)}`,
+        undefined,
+        { timeoutMs: 2000 },
+      );
       if (lease.spec?.holderIdentity === this.o.identity) {
-        await this.o.client.request('PUT', `${this.path}/${encodeURIComponent(this.o.name)}`, { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1 } }, { timeoutMs: 2000 });
+        await this.o.client.request(
+          'PUT',
+          `${this.path}/${encodeURIComponent(this.o.name)}`,
+          { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1 } },
+          { timeoutMs: 2000 },
+        );
       }
     } catch (e) {
-      this.o.log.warn('leader election: could not release the lease; a standby takes over when it expires', { error: (e as Error).message });
+      this.o.log.warn('leader election: could not release the lease; a standby takes over when it expires', {
+        error: (e as Error).message,
+      });
     }
   }
 }

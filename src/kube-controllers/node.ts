@@ -18,20 +18,28 @@ import { getIfExists } from '../datastore/cas.js';
 import { allocationsIn, createIpam, releaseNodeIpam } from '../ipam/index.js';
 import { addressOf as bareAddress, canonicalIP } from '../net/cidr.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
-import { applyMirror, controllerMetrics, controllerQueue, describeError, watchErrors, type Controller, type ControllerContext } from './framework.js';
+import {
+  applyMirror,
+  controllerMetrics,
+  controllerQueue,
+  describeError,
+  watchErrors,
+  type Controller,
+  type ControllerContext,
+} from './framework.js';
 import { formatDuration } from '../model/kube-controllers-config.js';
 import { ipamStateMetrics } from './ipam-metrics.js';
 import { AUTO_HEP_SUFFIX, CREATED_BY, CREATED_BY_LABEL, DEFAULT_ALLOW_PROFILE, autoHostEndpoint, autoHostEndpointName, defaultAllowProfile } from '../model/host-endpoints.js';
 
 /** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
-export const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';
+const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';
 const OWN_PREFIX = 'netplugin.org/';
 
 type DsNode = Resource<'Node'>;
 type Hep = Resource<'HostEndpoint'>;
 
 /** The addresses of a Kubernetes Node that a host endpoint expects (internal and external IPs). */
-export function nodeAddresses(kn: KubeObject): string[] {
+function nodeAddresses(kn: KubeObject): string[] {
   const addrs = ((kn.status?.addresses ?? []) as Array<{ type?: string; address?: string }>)
     .filter((a) => (a.type === 'InternalIP' || a.type === 'ExternalIP') && a.address)
     .map((a) => a.address!);
@@ -39,7 +47,10 @@ export function nodeAddresses(kn: KubeObject): string[] {
 }
 
 /** The datastore Node's labels: the Kubernetes Node's, plus our own `netplugin.org/*` ones it already had. */
-export function syncedNodeLabels(k8sLabels: Record<string, string> | undefined, current: Record<string, string> | undefined): Record<string, string> {
+export function syncedNodeLabels(
+  k8sLabels: Record<string, string> | undefined,
+  current: Record<string, string> | undefined,
+): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(current ?? {})) if (k.startsWith(OWN_PREFIX)) out[k] = v;
   return { ...out, ...(k8sLabels ?? {}) };
@@ -48,16 +59,24 @@ export function syncedNodeLabels(k8sLabels: Record<string, string> | undefined, 
 /** Why an allocation with Kubernetes attributes looks leaked, or undefined while its pod holds it. */
 export function leakReason(attrs: Record<string, string>, ip: string, pod: KubePod | undefined): string | undefined {
   if (!pod) return `pod ${attrs.namespace}/${attrs.pod} does not exist`;
-  if (attrs.podUID && pod.metadata.uid && attrs.podUID !== pod.metadata.uid) return `pod ${attrs.namespace}/${attrs.pod} was re-created (uid ${pod.metadata.uid}, the address was given to uid ${attrs.podUID})`;
+  if (attrs.podUID && pod.metadata.uid && attrs.podUID !== pod.metadata.uid)
+    return (
+      `pod ${attrs.namespace}/${attrs.pod} was re-created (uid ${pod.metadata.uid}, the address was given to ` +
+      `uid ${attrs.podUID})`
+    );
   const nodeName = pod.spec?.nodeName;
-  if (nodeName && attrs.node && nodeName !== attrs.node) return `pod ${attrs.namespace}/${attrs.pod} runs on node ${nodeName}, the address was given on ${attrs.node}`;
+  if (nodeName && attrs.node && nodeName !== attrs.node)
+    return `pod ${attrs.namespace}/${attrs.pod} runs on node ${nodeName}, the address was given on ${attrs.node}`;
   const st = (pod.status ?? {}) as { podIP?: string; podIPs?: Array<{ ip?: string }> };
-  const ips = (st.podIPs?.length ? st.podIPs.map((p) => p.ip ?? '') : st.podIP ? [st.podIP] : []).filter(Boolean).map(canonicalIP);
-  if (ips.length && !ips.includes(ip)) return `pod ${attrs.namespace}/${attrs.pod} has addresses ${ips.join(', ')}, not ${ip}`;
+  const ips = (st.podIPs?.length ? st.podIPs.map((p) => p.ip ?? '') : st.podIP ? [st.podIP] : [])
+    .filter(Boolean)
+    .map(canonicalIP);
+  if (ips.length && !ips.includes(ip))
+    return `pod ${attrs.namespace}/${attrs.pod} has addresses ${ips.join(', ')}, not ${ip}`;
   return undefined;
 }
 
-export interface NodeController extends Controller {
+interface NodeController extends Controller {
   /** Runs one GC scan now (tests, `--gc-now`); resolves with the addresses released. */
   gcScan(): Promise<string[]>;
 }
@@ -66,7 +85,10 @@ export function nodeController(ctx: ControllerContext): NodeController {
   const name = 'node';
   const m = controllerMetrics(ctx.registry);
   const ipam = createIpam(ctx.ds, { lock: 'none', log: ctx.log });
-  const scans = ctx.registry.counter('netplugin_kube_controllers_ipam_gc_scans_total', 'IPAM garbage-collection scans completed');
+  const scans = ctx.registry.counter(
+    'netplugin_kube_controllers_ipam_gc_scans_total',
+    'IPAM garbage-collection scans completed',
+  );
   /** Nodes whose DELETED event we saw: cleaned up even without our annotation. */
   const deleted = new Set<string>();
   /** `<handle>|<ip>` -> when GC first saw it leaked. */
@@ -83,30 +105,50 @@ export function nodeController(ctx: ControllerContext): NodeController {
   let lastDueScan = 0;
   let gcRunning: Promise<string[]> | undefined;
 
-  const queue = controllerQueue(ctx, name, (key) => `node ${key}`, (node) => reconcile(node));
+  const queue = controllerQueue(
+    ctx,
+    name,
+    (key) => `node ${key}`,
+    (node) => reconcile(node),
+  );
   const onError = watchErrors(ctx, name);
   const enqueue = (key: string) => {
     if (resynced) queue.add(key);
   };
 
-  const kubeNodes = new Informer<KubeObject>(kubeSource(ctx.kube, '/api/v1/nodes'), {
-    onChange: (key, obj) => {
-      if (!obj) deleted.add(key);
-      enqueue(key);
+  const kubeNodes = new Informer<KubeObject>(
+    kubeSource(ctx.kube, '/api/v1/nodes'),
+    {
+      onChange: (key, obj) => {
+        if (!obj) deleted.add(key);
+        enqueue(key);
+      },
     },
-  }, { onError });
-  const dsNodes = new Informer<DsNode>(datastoreSource(ctx.ds, 'Node'), { onChange: (key) => enqueue(key) }, { onError });
-  const heps = new Informer<Hep>(datastoreSource(ctx.ds, 'HostEndpoint'), {
-    onChange: (key, obj, old) => {
-      const h = obj ?? old!;
-      if (h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY && key.endsWith(AUTO_HEP_SUFFIX)) enqueue(h.spec.node);
+    { onError },
+  );
+  const dsNodes = new Informer<DsNode>(
+    datastoreSource(ctx.ds, 'Node'),
+    { onChange: (key) => enqueue(key) },
+    { onError },
+  );
+  const heps = new Informer<Hep>(
+    datastoreSource(ctx.ds, 'HostEndpoint'),
+    {
+      onChange: (key, obj, old) => {
+        const h = obj ?? old!;
+        if (h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY && key.endsWith(AUTO_HEP_SUFFIX)) enqueue(h.spec.node);
+      },
     },
-  }, { onError });
-  const pods = new Informer<KubePod>(kubeSource<KubePod>(ctx.kube, '/api/v1/pods'), {
-    onChange: (key, obj) => {
-      if (obj || !resynced) return; // before the first sync the start-up scan looks at everything
-      podGone.set(key, Date.now());
-      scheduleDue();
+    { onError },
+  );
+  const pods = new Informer<KubePod>(
+    kubeSource<KubePod>(ctx.kube, '/api/v1/pods'),
+    {
+      onChange: (key, obj) => {
+        if (obj || !resynced) return; // before the first sync the start-up scan looks at everything
+        podGone.set(key, Date.now());
+        scheduleDue();
+      },
     },
   }, { onError });
   // IPAM state gauges (pools, blocks, GC candidates) from caches of their own.
@@ -120,19 +162,42 @@ export function nodeController(ctx: ControllerContext): NodeController {
       deleted.delete(node);
       const cur = await getIfExists(ctx.ds, 'Node', node);
       if (!cur) {
-        await ctx.ds.create<'Node'>({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: node, labels: { ...(kn.metadata.labels ?? {}) }, annotations: { [K8S_NODE_ANNOTATION]: node } }, spec: {} });
+        await ctx.ds.create<'Node'>({
+          apiVersion: API_VERSION,
+          kind: 'Node',
+          metadata: {
+            name: node,
+            labels: { ...(kn.metadata.labels ?? {}) },
+            annotations: { [K8S_NODE_ANNOTATION]: node },
+          },
+          spec: {},
+        });
         ctx.log.info('node controller: created the datastore Node with the Kubernetes Node labels', { node });
       } else {
         const labels = syncedNodeLabels(kn.metadata.labels, cur.metadata.labels);
-        const same = JSON.stringify(Object.entries(labels).sort()) === JSON.stringify(Object.entries(cur.metadata.labels ?? {}).sort());
+        const same =
+          JSON.stringify(Object.entries(labels).sort()) ===
+          JSON.stringify(Object.entries(cur.metadata.labels ?? {}).sort());
         if (!same || cur.metadata.annotations?.[K8S_NODE_ANNOTATION] !== node) {
-          await ctx.ds.update({ ...cur, metadata: { ...cur.metadata, labels, annotations: { ...(cur.metadata.annotations ?? {}), [K8S_NODE_ANNOTATION]: node } } });
+          await ctx.ds.update({
+            ...cur,
+            metadata: {
+              ...cur.metadata,
+              labels,
+              annotations: { ...(cur.metadata.annotations ?? {}), [K8S_NODE_ANNOTATION]: node },
+            },
+          });
           ctx.log.info('node controller: synced the Kubernetes Node labels onto the datastore Node', { node });
         }
       }
       if (ctx.settings().autoHostEndpoints) {
         await applyMirror(ctx.ds, 'Profile', DEFAULT_ALLOW_PROFILE, defaultAllowProfile());
-        const did = await applyMirror(ctx.ds, 'HostEndpoint', hepName, autoHostEndpoint(node, kn.metadata.labels, nodeAddresses(kn)));
+        const did = await applyMirror(
+          ctx.ds,
+          'HostEndpoint',
+          hepName,
+          autoHostEndpoint(node, kn.metadata.labels, nodeAddresses(kn)),
+        );
         if (did !== 'unchanged') ctx.log.info(`node controller: ${did} automatic host endpoint ${hepName}`, { node });
       } else {
         await removeAutoHep(node);
@@ -153,8 +218,14 @@ export function nodeController(ctx: ControllerContext): NodeController {
   /** An endpoint whose workload is gone for good (etcd: the plugin's DEL never ran). */
   async function deleteEndpoint(w: Resource<'WorkloadEndpoint'>, why: string): Promise<void> {
     try {
-      await ctx.ds.delete('WorkloadEndpoint', w.metadata.name, { namespace: w.metadata.namespace ?? 'default', revision: w.metadata.resourceVersion! });
-      ctx.log.info('node controller: deleted a stale workload endpoint', { endpoint: `${w.metadata.namespace}/${w.metadata.name}`, why });
+      await ctx.ds.delete('WorkloadEndpoint', w.metadata.name, {
+        namespace: w.metadata.namespace ?? 'default',
+        revision: w.metadata.resourceVersion!,
+      });
+      ctx.log.info('node controller: deleted a stale workload endpoint', {
+        endpoint: `${w.metadata.namespace}/${w.metadata.name}`,
+        why,
+      });
     } catch (e) {
       // Gone or rewritten meanwhile (a new ADD): either way not ours to delete now.
       if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
@@ -197,7 +268,10 @@ export function nodeController(ctx: ControllerContext): NodeController {
     await removeAutoHep(node);
     try {
       await ctx.ds.delete('Node', node);
-      ctx.log.info('node controller: deleted the datastore Node of a deleted Kubernetes Node', { node, addressesReleased: released.length });
+      ctx.log.info('node controller: deleted the datastore Node of a deleted Kubernetes Node', {
+        node,
+        addressesReleased: released.length,
+      });
     } catch (e) {
       if (!DatastoreError.is(e, 'NotFound')) throw e;
     }
@@ -219,13 +293,20 @@ export function nodeController(ctx: ControllerContext): NodeController {
     if (!pods.synced) return [];
     const grace = ctx.settings().leakGracePeriodMs;
     const now = Date.now();
-    const [{ items: blocks }, { items: weps }] = await Promise.all([ctx.ds.list('IPAMBlock'), ctx.ds.list('WorkloadEndpoint')]);
+    const [{ items: blocks }, { items: weps }] = await Promise.all([
+      ctx.ds.list('IPAMBlock'),
+      ctx.ds.list('WorkloadEndpoint'),
+    ]);
     // A live endpoint: its pod exists on the endpoint's node.
     const live = new Set<string>();
     const stale: Array<Resource<'WorkloadEndpoint'>> = []; // endpoints whose pod is gone (or elsewhere)
     for (const w of weps) {
       const pod = w.spec.pod ? pods.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) : undefined;
-      if (w.spec.orchestrator === 'k8s' && w.spec.pod && (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))) {
+      if (
+        w.spec.orchestrator === 'k8s' &&
+        w.spec.pod &&
+        (!pod || (pod.spec?.nodeName && pod.spec.nodeName !== w.spec.node))
+      ) {
         stale.push(w);
         continue;
       }
@@ -264,7 +345,15 @@ export function nodeController(ctx: ControllerContext): NodeController {
       const ips = await ipam.releaseByHandle(handle);
       for (const ip of ips) {
         firstLeaked.delete(`${handle}|${ip}`);
-        ctx.log.info('ipam gc: released a leaked address', { ip, handle, namespace: r.attrs.namespace, pod: r.attrs.pod, node: r.attrs.node, why, leakGracePeriod: formatDuration(grace) });
+        ctx.log.info('ipam gc: released a leaked address', {
+          ip,
+          handle,
+          namespace: r.attrs.namespace,
+          pod: r.attrs.pod,
+          node: r.attrs.node,
+          why,
+          leakGracePeriod: formatDuration(grace),
+        });
       }
       if (ips.length) m.released.inc({ reason: 'leaked' }, ips.length);
       released.push(...ips);
@@ -276,7 +365,10 @@ export function nodeController(ctx: ControllerContext): NodeController {
     for (const w of ctx.ds.type === 'kubernetes' ? [] : stale) {
       const key = `wep|${w.metadata.namespace}/${w.metadata.name}|${w.metadata.resourceVersion}`;
       staleNow.add(key);
-      const first = Math.min(firstLeaked.get(key) ?? now, podGone.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) ?? now);
+      const first = Math.min(
+        firstLeaked.get(key) ?? now,
+        podGone.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) ?? now,
+      );
       firstLeaked.set(key, first);
       if (now - first < grace) continue;
       let pod: KubePod | undefined;
@@ -286,7 +378,12 @@ export function nodeController(ctx: ControllerContext): NodeController {
         if (!DatastoreError.is(e, 'NotFound')) throw e;
       }
       if (pod && (!pod.spec?.nodeName || pod.spec.nodeName === w.spec.node)) continue;
-      await deleteEndpoint(w, pod ? `pod ${w.metadata.namespace}/${w.spec.pod} runs on node ${pod.spec?.nodeName}` : `pod ${w.metadata.namespace}/${w.spec.pod} does not exist`);
+      await deleteEndpoint(
+        w,
+        pod
+          ? `pod ${w.metadata.namespace}/${w.spec.pod} runs on node ${pod.spec?.nodeName}`
+          : `pod ${w.metadata.namespace}/${w.spec.pod} does not exist`,
+      );
       firstLeaked.delete(key);
     }
     for (const k of [...firstLeaked.keys()]) if (k.startsWith('wep|') && !staleNow.has(k)) firstLeaked.delete(k);
@@ -333,17 +430,22 @@ export function nodeController(ctx: ControllerContext): NodeController {
     let earliest = Infinity;
     for (const t of podGone.values()) earliest = Math.min(earliest, t);
     const at = Math.max(earliest + ctx.settings().leakGracePeriodMs, lastDueScan + 1000);
-    dueTimer = setTimeout(() => {
-      lastDueScan = Date.now();
-      gcScan()
-        .catch((e) => {
-          m.errors.inc({ controller: name });
-          ctx.log.warn('ipam gc: scan after a pod deletion failed; the periodic pass retries', { error: describeError(e) });
-          // Do not spin on a failing datastore: the periodic pass is the safety net.
-          podGone.clear();
-        })
-        .finally(scheduleDue);
-    }, Math.max(0, at - Date.now()));
+    dueTimer = setTimeout(
+      () => {
+        lastDueScan = Date.now();
+        gcScan()
+          .catch((e) => {
+            m.errors.inc({ controller: name });
+            ctx.log.warn('ipam gc: scan after a pod deletion failed; the periodic pass retries', {
+              error: describeError(e),
+            });
+            // Do not spin on a failing datastore: the periodic pass is the safety net.
+            podGone.clear();
+          })
+          .finally(scheduleDue);
+      },
+      Math.max(0, at - Date.now()),
+    );
   }
 
   const resyncAll = () => {
@@ -369,7 +471,9 @@ export function nodeController(ctx: ControllerContext): NodeController {
         if (!started) return;
         resynced = true;
         resyncAll();
-        void gcScan().catch((e) => ctx.log.warn('ipam gc: scan failed; trying again next period', { error: describeError(e) }));
+        void gcScan().catch((e) =>
+          ctx.log.warn('ipam gc: scan failed; trying again next period', { error: describeError(e) }),
+        );
         scheduleGc();
       });
     },

@@ -1,19 +1,30 @@
 // policy: each networking.k8s.io/v1 NetworkPolicy `ns/name` -> our
 // NetworkPolicy `knp.default.<name>` in `ns` (src/model/k8s-networkpolicy.ts), on etcd.
 import { kubeSource } from '../watch/informer.js';
-import { convertK8sNetworkPolicy, K8S_POLICY_PREFIX, PolicyConversionError, type KubeNetworkPolicy } from '../model/k8s-networkpolicy.js';
+import {
+  convertK8sNetworkPolicy,
+  K8S_POLICY_PREFIX,
+  PolicyConversionError,
+  type KubeNetworkPolicy,
+} from '../model/k8s-networkpolicy.js';
 import { MirrorController, controllerMetrics, type ControllerContext } from './framework.js';
 
-export const NETWORKPOLICIES_PATH = '/apis/networking.k8s.io/v1/networkpolicies';
+const NETWORKPOLICIES_PATH = '/apis/networking.k8s.io/v1/networkpolicies';
 
 export function policyController(ctx: ControllerContext): MirrorController {
   const m = controllerMetrics(ctx.registry);
-  const mirrorKey = (o: KubeNetworkPolicy) => `${o.metadata.namespace ?? 'default'}/${K8S_POLICY_PREFIX}${o.metadata.name}`;
+  const mirrorKey = (o: KubeNetworkPolicy) =>
+    `${o.metadata.namespace ?? 'default'}/${K8S_POLICY_PREFIX}${o.metadata.name}`;
   return new MirrorController(ctx, {
     name: 'policy',
     kind: 'NetworkPolicy',
     isMirror: (r) => r.metadata.name.startsWith(K8S_POLICY_PREFIX),
-    sources: [{ source: kubeSource(ctx.kube, NETWORKPOLICIES_PATH), mirrorKeys: (_k, obj?: KubeNetworkPolicy, old?: KubeNetworkPolicy) => [mirrorKey((obj ?? old)!)] }],
+    sources: [
+      {
+        source: kubeSource(ctx.kube, NETWORKPOLICIES_PATH),
+        mirrorKeys: (_k, obj?: KubeNetworkPolicy, old?: KubeNetworkPolicy) => [mirrorKey((obj ?? old)!)],
+      },
+    ],
     desired(key, get) {
       const [ns, name] = key.split('/', 2) as [string, string];
       const np = get<KubeNetworkPolicy>(0, `${ns}/${name.slice(K8S_POLICY_PREFIX.length)}`);
@@ -25,7 +36,10 @@ export function policyController(ctx: ControllerContext): MirrorController {
         // The API server validates these fields, so this is an object it did not
         // check (an old server, a direct etcd write). No mirror beats a wrong one.
         m.errors.inc({ controller: 'policy' });
-        ctx.log.error(`policy controller: NetworkPolicy ${ns}/${np.metadata.name} cannot be converted; it is not enforced`, { error: e.message });
+        ctx.log.error(
+          `policy controller: NetworkPolicy ${ns}/${np.metadata.name} cannot be converted; it is not enforced`,
+          { error: e.message },
+        );
         return undefined;
       }
     },

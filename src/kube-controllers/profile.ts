@@ -2,7 +2,13 @@
 // Profile `ksa.<namespace>.<name>` (src/model/profiles.ts), on etcd.
 import { kubeSource } from '../watch/informer.js';
 import type { KubeObject } from '../k8s/client.js';
-import { namespaceProfileName, namespaceToProfile, parseProfileName, serviceAccountProfileName, serviceAccountToProfile } from '../model/profiles.js';
+import {
+  namespaceProfileName,
+  namespaceToProfile,
+  parseProfileName,
+  serviceAccountProfileName,
+  serviceAccountToProfile,
+} from '../model/profiles.js';
 import { NAMESPACE_PROFILE_PREFIX, SERVICEACCOUNT_PROFILE_PREFIX } from '../model/policy.js';
 import { MirrorController, type ControllerContext } from './framework.js';
 
@@ -11,10 +17,14 @@ export function profileController(ctx: ControllerContext): MirrorController {
   return new MirrorController(ctx, {
     name: 'profile',
     kind: 'Profile',
-    isMirror: (r) => r.metadata.name.startsWith(NAMESPACE_PROFILE_PREFIX) || r.metadata.name.startsWith(SERVICEACCOUNT_PROFILE_PREFIX),
+    isMirror: (r) =>
+      r.metadata.name.startsWith(NAMESPACE_PROFILE_PREFIX) || r.metadata.name.startsWith(SERVICEACCOUNT_PROFILE_PREFIX),
     sources: [
       { source: kubeSource(ctx.kube, '/api/v1/namespaces'), mirrorKeys: (key) => [namespaceProfileName(key)] },
-      { source: kubeSource(ctx.kube, '/api/v1/serviceaccounts'), mirrorKeys: (_key, obj?: KubeObject, old?: KubeObject) => [saKey((obj ?? old)!)] },
+      {
+        source: kubeSource(ctx.kube, '/api/v1/serviceaccounts'),
+        mirrorKeys: (_key, obj?: KubeObject, old?: KubeObject) => [saKey((obj ?? old)!)],
+      },
     ],
     desired(key, get) {
       const p = parseProfileName(key);
@@ -26,6 +36,9 @@ export function profileController(ctx: ControllerContext): MirrorController {
       const sa = get<KubeObject>(1, `${p.namespace}/${p.serviceAccount}`);
       return sa ? serviceAccountToProfile(sa) : undefined;
     },
-    allKeys: (list) => [...list<KubeObject>(0).map((n) => namespaceProfileName(n.metadata.name)), ...list<KubeObject>(1).map(saKey)],
+    allKeys: (list) => [
+      ...list<KubeObject>(0).map((n) => namespaceProfileName(n.metadata.name)),
+      ...list<KubeObject>(1).map(saKey),
+    ],
   });
 }

@@ -8,13 +8,22 @@ import type { KubeObject } from '../k8s/client.js';
 import type { Resource } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
 import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
-import { controllerMetrics, controllerQueue, watchErrors, type Controller, type ControllerContext } from './framework.js';
+import {
+  controllerMetrics,
+  controllerQueue,
+  watchErrors,
+  type Controller,
+  type ControllerContext,
+} from './framework.js';
 
 const OWN_PREFIX = 'netplugin.org/';
 type Wep = Resource<'WorkloadEndpoint'>;
 
 /** The endpoint's labels after the pod's change. */
-export function endpointLabels(podLabels: Record<string, string> | undefined, current: Record<string, string> | undefined): Record<string, string> {
+export function endpointLabels(
+  podLabels: Record<string, string> | undefined,
+  current: Record<string, string> | undefined,
+): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(podLabels ?? {})) if (!k.startsWith(OWN_PREFIX)) out[k] = v;
   for (const [k, v] of Object.entries(current ?? {})) if (k.startsWith(OWN_PREFIX)) out[k] = v;
@@ -31,50 +40,64 @@ export function workloadEndpointController(ctx: ControllerContext): Controller {
   const name = 'workloadendpoint';
   /** pod key (`ns/pod`) -> endpoint keys (`ns/wep`). */
   const byPod = new Map<string, Set<string>>();
-  const podKeyOf = (w: Wep) => (w.spec.orchestrator === 'k8s' && w.spec.pod ? `${w.metadata.namespace ?? 'default'}/${w.spec.pod}` : undefined);
+  const podKeyOf = (w: Wep) =>
+    w.spec.orchestrator === 'k8s' && w.spec.pod ? `${w.metadata.namespace ?? 'default'}/${w.spec.pod}` : undefined;
   let resynced = false;
 
-  const queue = controllerQueue(ctx, name, (key) => `WorkloadEndpoint ${key}`, async (key) => {
-    const [ns, wepName] = key.split('/', 2) as [string, string];
-    let wep: Wep;
-    try {
-      wep = await ctx.ds.get('WorkloadEndpoint', wepName, ns);
-    } catch (e) {
-      if (DatastoreError.is(e, 'NotFound')) return;
-      throw e;
-    }
-    const podKey = podKeyOf(wep);
-    const pod = podKey ? pods.get(podKey) : undefined;
-    if (!pod) return; // not a pod's endpoint, or the pod is gone (DEL / GC clean up)
-    const labels = endpointLabels(pod.metadata.labels, wep.metadata.labels);
-    m.synced.inc({ controller: name });
-    if (sameLabels(labels, wep.metadata.labels ?? {})) return;
-    await ctx.ds.update({ ...wep, metadata: { ...wep.metadata, labels } });
-    ctx.log.info('workloadendpoint controller: copied pod labels onto the endpoint', { endpoint: key, pod: podKey });
-  });
+  const queue = controllerQueue(
+    ctx,
+    name,
+    (key) => `WorkloadEndpoint ${key}`,
+    async (key) => {
+      const [ns, wepName] = key.split('/', 2) as [string, string];
+      let wep: Wep;
+      try {
+        wep = await ctx.ds.get('WorkloadEndpoint', wepName, ns);
+      } catch (e) {
+        if (DatastoreError.is(e, 'NotFound')) return;
+        throw e;
+      }
+      const podKey = podKeyOf(wep);
+      const pod = podKey ? pods.get(podKey) : undefined;
+      if (!pod) return; // not a pod's endpoint, or the pod is gone (DEL / GC clean up)
+      const labels = endpointLabels(pod.metadata.labels, wep.metadata.labels);
+      m.synced.inc({ controller: name });
+      if (sameLabels(labels, wep.metadata.labels ?? {})) return;
+      await ctx.ds.update({ ...wep, metadata: { ...wep.metadata, labels } });
+      ctx.log.info('workloadendpoint controller: copied pod labels onto the endpoint', { endpoint: key, pod: podKey });
+    },
+  );
   const onError = watchErrors(ctx, name);
 
-  const pods = new Informer<KubeObject>(kubeSource(ctx.kube, '/api/v1/pods'), {
-    onChange: (key) => {
-      if (resynced) for (const w of byPod.get(key) ?? []) queue.add(w);
+  const pods = new Informer<KubeObject>(
+    kubeSource(ctx.kube, '/api/v1/pods'),
+    {
+      onChange: (key) => {
+        if (resynced) for (const w of byPod.get(key) ?? []) queue.add(w);
+      },
     },
-  }, { onError });
-  const weps = new Informer<Wep>(datastoreSource(ctx.ds, 'WorkloadEndpoint'), {
-    onChange: (key, obj, old) => {
-      const before = old && podKeyOf(old);
-      const after = obj && podKeyOf(obj);
-      if (before && before !== after) {
-        byPod.get(before)?.delete(key);
-        if (!byPod.get(before)?.size) byPod.delete(before);
-      }
-      if (after) {
-        let s = byPod.get(after);
-        if (!s) byPod.set(after, (s = new Set()));
-        s.add(key);
-      }
-      if (resynced && obj) queue.add(key);
+    { onError },
+  );
+  const weps = new Informer<Wep>(
+    datastoreSource(ctx.ds, 'WorkloadEndpoint'),
+    {
+      onChange: (key, obj, old) => {
+        const before = old && podKeyOf(old);
+        const after = obj && podKeyOf(obj);
+        if (before && before !== after) {
+          byPod.get(before)?.delete(key);
+          if (!byPod.get(before)?.size) byPod.delete(before);
+        }
+        if (after) {
+          let s = byPod.get(after);
+          if (!s) byPod.set(after, (s = new Set()));
+          s.add(key);
+        }
+        if (resynced && obj) queue.add(key);
+      },
     },
-  }, { onError });
+    { onError },
+  );
 
   let started = false;
   return {

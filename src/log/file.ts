@@ -32,7 +32,7 @@ import { basename, dirname, join } from 'node:path';
 const STALE_MS = 10_000;
 const DAY_MS = 86_400_000;
 
-export interface RotatingFileOptions {
+interface RotatingFileOptions {
   path: string;
   /** Rotate once the file reaches this many bytes. */
   maxBytes: number;
@@ -198,7 +198,8 @@ export class RotatingFile {
   private cleanup(): void {
     const files = this.rotatedFiles();
     const doomed = new Set<string>();
-    if (this.opts.maxCount > 0) for (const f of files.slice(0, Math.max(0, files.length - this.opts.maxCount))) doomed.add(f);
+    if (this.opts.maxCount > 0)
+      for (const f of files.slice(0, Math.max(0, files.length - this.opts.maxCount))) doomed.add(f);
     if (this.opts.maxAgeDays > 0) {
       const cutoff = Date.now() - this.opts.maxAgeDays * DAY_MS;
       for (const f of files) {

@@ -5,8 +5,8 @@ import { RotatingFile } from './file.js';
 import { redact, redactString } from './redact.js';
 import { throttleKind, type LogThrottle } from './throttle.js';
 
-export type LogLevel = 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
-export const LOG_LEVELS: readonly LogLevel[] = ['ERROR', 'WARNING', 'INFO', 'DEBUG'];
+type LogLevel = 'ERROR' | 'WARNING' | 'INFO' | 'DEBUG';
+const LOG_LEVELS: readonly LogLevel[] = ['ERROR', 'WARNING', 'INFO', 'DEBUG'];
 const RANK: Record<LogLevel, number> = { ERROR: 0, WARNING: 1, INFO: 2, DEBUG: 3 };
 
 // The CNI arguments these come from may be absent (a runtime that is not Kubernetes).
@@ -18,7 +18,7 @@ export interface LogContext {
   [k: string]: string | undefined;
 }
 
-export interface LoggerOptions {
+interface LoggerOptions {
   /** ERROR, WARNING, INFO (default) or DEBUG, any case; WARN is accepted for WARNING. */
   level?: string | undefined;
   /** Also append to this file ('' or undefined: stderr only). */
@@ -146,7 +146,13 @@ class LoggerImpl implements AppLogger {
   }
 
   private jsonLine(level: LogLevel, msg: string, fields?: Record<string, unknown>): string {
-    const obj: Record<string, unknown> = { time: new Date().toISOString(), level, pid: process.pid, msg: redactString(msg), ...this.ctx };
+    const obj: Record<string, unknown> = {
+      time: new Date().toISOString(),
+      level,
+      pid: process.pid,
+      msg: redactString(msg),
+      ...this.ctx,
+    };
     if (fields) {
       const safe = redact(fields) as Record<string, unknown>;
       // Fields never overwrite the line's own keys.
@@ -238,11 +244,16 @@ export function createLogger(opts: LoggerOptions = {}): AppLogger {
  * the strict schema reports bad values as a code-7 error; until then a bad
  * log option must not stop us from logging that error.
  */
-export function loggerOptionsFromConf(raw: Record<string, unknown>): Pick<LoggerOptions, 'level' | 'filePath' | 'maxSizeMB' | 'maxAgeDays' | 'maxCount' | 'format'> {
+export function loggerOptionsFromConf(
+  raw: Record<string, unknown>,
+): Pick<LoggerOptions, 'level' | 'filePath' | 'maxSizeMB' | 'maxAgeDays' | 'maxCount' | 'format'> {
   const num = (v: unknown, dflt: number) => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : dflt);
   return {
     level: typeof raw['log_level'] === 'string' && normalizeLevel(raw['log_level']) ? raw['log_level'] : 'INFO',
-    filePath: typeof raw['log_file_path'] === 'string' && raw['log_file_path'].startsWith('/') ? raw['log_file_path'] : undefined,
+    filePath:
+      typeof raw['log_file_path'] === 'string' && raw['log_file_path'].startsWith('/')
+        ? raw['log_file_path']
+        : undefined,
     maxSizeMB: Math.max(1, num(raw['log_file_max_size'], 100)),
     maxAgeDays: num(raw['log_file_max_age'], 30),
     maxCount: num(raw['log_file_max_count'], 10),

@@ -7,7 +7,11 @@
 export const REDACTED = '[REDACTED]';
 
 /** Field names whose values are secrets whatever they hold. */
-const SECRET_KEY = /(^|[-_.])(token|password|passwd|secret|authorization|cookie|bearer|credentials?|private[-_]?key|client[-_]key[-_]data|key[-_]data|auth[-_]token)$|^(token|password|secret|authorization)/i;
+const SECRET_KEY = new RegExp(
+  '(^|[-_.])(token|password|passwd|secret|authorization|cookie|bearer|credentials?|private[-_]?key|' +
+    'client[-_]key[-_]data|key[-_]data|auth[-_]token)$|^(token|password|secret|authorization)',
+  'i',
+);
 
 const PEM = /-----BEGIN ([A-Z ]*)PRIVATE KEY-----[\s\S]*?(-----END \1PRIVATE KEY-----|$)/g;
 const BEARER = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+/gi;
@@ -16,9 +20,13 @@ const USERINFO = /\b([a-z][a-z0-9+.-]*:\/\/)[^\s/@"'<>]+@/gi;
 // A JWT (service-account tokens): three base64url parts, the first two JSON objects ("eyJ").
 const JWT = /\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*/g;
 // `token: abc`, `"password":"abc"`, `client-key-data: LS0t...` in YAML, JSON or k=v text.
-const INLINE = /(["']?\b[\w-]*(?:token|password|passwd|secret|key-data|key_data|authorization)["']?\s*[:=]\s*)("[^"]*"|'[^']*'|[^\s,;}]+)/gi;
+const INLINE = new RegExp(
+  String.raw`(["']?\b[\w-]*(?:token|password|passwd|secret|key-data|key_data|authorization)["']?\s*[:=]\s*)` +
+    String.raw`("[^"]*"|'[^']*'|[^\s,;}]+)`,
+  'gi',
+);
 
-export function isSecretKey(key: string): boolean {
+function isSecretKey(key: string): boolean {
   return SECRET_KEY.test(key);
 }
 
@@ -44,7 +52,8 @@ export function redact(value: unknown, depth = 0, seen: WeakSet<object> = new We
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value)) {
     // A kubeconfig given inline (not as a path) is a credential in itself.
-    if (isSecretKey(k) || (k.toLowerCase() === 'kubeconfig' && typeof v === 'string' && v.includes('\n'))) out[k] = REDACTED;
+    if (isSecretKey(k) || (k.toLowerCase() === 'kubeconfig' && typeof v === 'string' && v.includes('\n')))
+      out[k] = REDACTED;
     else out[k] = redact(v, depth + 1, seen);
   }
   return out;

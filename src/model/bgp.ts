@@ -2,7 +2,7 @@
 // that depend on more than one field or on the object's name: one home, used
 // by the zod schemas (so the CLI and every datastore read apply them) and by
 // the BIRD renderer, which re-parses every value it writes.
-import { formatIP, tryParseIP, type IP } from '../net/cidr.js';
+import { tryParseIP, type IP } from '../net/cidr.js';
 import { parseDuration } from './kube-controllers-config.js';
 import type { BGPConfigurationSpec, BGPPeerSpec } from './resources.js';
 
@@ -12,18 +12,18 @@ export const DEFAULT_BIRD_RUN_DIR = '/var/run/netplugin/bird';
 export const DEFAULT_BGP_PORT = 179;
 /** BIRD's default graceful restart time, also the default of maxRestartTime. */
 export const DEFAULT_RESTART_MS = 120_000;
-export const BGP_CONFIG_DEFAULT = 'default';
-export const BGP_CONFIG_NODE_PREFIX = 'node.';
+const BGP_CONFIG_DEFAULT = 'default';
+const BGP_CONFIG_NODE_PREFIX = 'node.';
 /** The kernel's TCP_MD5SIG_MAXKEYLEN. */
-export const MAX_PASSWORD_BYTES = 80;
+const MAX_PASSWORD_BYTES = 80;
 
 /** One problem: the field under `spec` (dotted) and what is wrong with it and how to fix it. */
-export interface FieldProblem {
+interface FieldProblem {
   path: string;
   message: string;
 }
 
-export interface PeerAddress {
+interface PeerAddress {
   ip: IP;
   port?: number | undefined;
 }
@@ -40,12 +40,6 @@ export function parsePeerIP(s: string): PeerAddress | undefined {
   return port >= 1 && port <= 65535 ? { ip, port } : undefined;
 }
 
-export function formatPeerAddress(p: PeerAddress): string {
-  const a = formatIP(p.ip);
-  if (p.port === undefined) return a;
-  return p.ip.family === 6 ? `[${a}]:${p.port}` : `${a}:${p.port}`;
-}
-
 /** Go duration -> whole seconds (BIRD's unit), undefined when malformed. */
 export function durationSeconds(s: string): number | undefined {
   const ms = parseDuration(s);
@@ -59,7 +53,8 @@ export function durationSeconds(s: string): number | undefined {
  */
 export function passwordProblem(pw: string): string | undefined {
   if (pw.length === 0) return 'the password is empty';
-  if (Buffer.byteLength(pw) > MAX_PASSWORD_BYTES) return `the password is longer than ${MAX_PASSWORD_BYTES} bytes (the kernel's TCP-MD5 key limit)`;
+  if (Buffer.byteLength(pw) > MAX_PASSWORD_BYTES)
+    return `the password is longer than ${MAX_PASSWORD_BYTES} bytes (the kernel's TCP-MD5 key limit)`;
   if (!/^[\x20-\x7e]+$/.test(pw) || /["\\]/.test(pw)) {
     return 'the password may only contain printable ASCII characters other than " and \\ (BIRD cannot quote others)';
   }
@@ -104,13 +99,16 @@ export function bgpPeerProblems(spec: BGPPeerSpec): FieldProblem[] {
     out.push({ path: 'peerIP', message: 'a BGPPeer needs peerIP (with asNumber) or peerSelector; set one of them' });
   }
   if (spec.peerIP !== undefined && spec.asNumber === undefined) {
-    out.push({ path: 'asNumber', message: 'is required with peerIP (the peer\'s AS number)' });
+    out.push({ path: 'asNumber', message: "is required with peerIP (the peer's AS number)" });
   }
   if (spec.peerSelector !== undefined && spec.asNumber !== undefined) {
-    out.push({ path: 'asNumber', message: 'applies to peerIP only; the selected nodes\' AS numbers are used' });
+    out.push({ path: 'asNumber', message: "applies to peerIP only; the selected nodes' AS numbers are used" });
   }
   if (spec.node !== undefined && spec.nodeSelector !== undefined) {
-    out.push({ path: 'nodeSelector', message: 'node and nodeSelector are exclusive; set one of them (neither: every node)' });
+    out.push({
+      path: 'nodeSelector',
+      message: 'node and nodeSelector are exclusive; set one of them (neither: every node)',
+    });
   }
   if (spec.peerIP !== undefined && !parsePeerIP(spec.peerIP)) {
     out.push({ path: 'peerIP', message: `${JSON.stringify(spec.peerIP)} is not ADDR, ADDR:PORT or [IPv6]:PORT` });
@@ -120,7 +118,10 @@ export function bgpPeerProblems(spec: BGPPeerSpec): FieldProblem[] {
     out.push({ path: 'password', message: 'set exactly one of password.secretKeyRef and password.file' });
   }
   if (spec.maxRestartTime !== undefined && durationSeconds(spec.maxRestartTime) === undefined) {
-    out.push({ path: 'maxRestartTime', message: `${JSON.stringify(spec.maxRestartTime)} is not a duration such as 120s or 2m` });
+    out.push({
+      path: 'maxRestartTime',
+      message: `${JSON.stringify(spec.maxRestartTime)} is not a duration such as 120s or 2m`,
+    });
   }
   return out;
 }

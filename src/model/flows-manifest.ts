@@ -3,17 +3,17 @@
 // with the web UI when the FlowUI "default" exists too; deploy/netplugin-flows.yaml
 // is this text with the UI, for the shipped image.
 
-export const FLOWS_NAMESPACE = 'kube-system';
-export const FLOWS_NAME = 'netplugin-flows';
-export const FLOWS_COLLECTOR_PORT = 7443;
-export const FLOWS_API_PORT = 8081;
-export const FLOWS_HEALTH_PORT = 9095;
+const FLOWS_NAMESPACE = 'kube-system';
+const FLOWS_NAME = 'netplugin-flows';
+const FLOWS_COLLECTOR_PORT = 7443;
+const FLOWS_API_PORT = 8081;
+const FLOWS_HEALTH_PORT = 9095;
 /** The Secret holding the collector's certificate (tls.crt, tls.key) and the agents' CA (ca.crt). */
-export const FLOWS_TLS_SECRET = 'netplugin-flows-tls';
+const FLOWS_TLS_SECRET = 'netplugin-flows-tls';
 /** V8 heap bounds the aggregator runs with (the manifest's NODE_OPTIONS; bench:flows uses the same). */
-export const FLOWS_NODE_OPTIONS = '--max-old-space-size=128 --max-semi-space-size=4';
+const FLOWS_NODE_OPTIONS = '--max-old-space-size=128 --max-semi-space-size=4';
 
-export interface FlowsManifestOptions {
+interface FlowsManifestOptions {
   image: string;
   /** Serve the web UI at / of the API address (the FlowUI resource). */
   ui: boolean;
@@ -23,7 +23,8 @@ export function flowsManifest(o: FlowsManifestOptions): string {
   return `# netplugin-flows: the flow-log aggregator (docs/flows.md). Agents stream flow records to the
 # collector (Service ${FLOWS_NAME}:${FLOWS_COLLECTOR_PORT}, HTTP/2 with mTLS: an agent presents a certificate signed
 # by the CA in the Secret's ca.crt); the HTTP API${o.ui ? ' and the web UI' : ''} listen on the pod's loopback only:
-#   kubectl -n ${FLOWS_NAMESPACE} port-forward deploy/${FLOWS_NAME} ${FLOWS_API_PORT}   # then http://127.0.0.1:${FLOWS_API_PORT}/
+#   kubectl -n ${FLOWS_NAMESPACE} port-forward deploy/${FLOWS_NAME} ${FLOWS_API_PORT}
+#   # then http://127.0.0.1:${FLOWS_API_PORT}/
 # Flows are kept in memory (one replica; --retention, default 1h). The aggregator reads nothing from
 # the Kubernetes API: its ServiceAccount has no role and no token is mounted.
 apiVersion: v1

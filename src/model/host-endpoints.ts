@@ -15,7 +15,11 @@ export function autoHostEndpointName(node: string): string {
 }
 
 /** A node's automatic host endpoint: all interfaces, the node's addresses and labels. */
-export function autoHostEndpoint(node: string, labels: Record<string, string> | undefined, addresses: string[]): Resource<'HostEndpoint'> {
+export function autoHostEndpoint(
+  node: string,
+  labels: Record<string, string> | undefined,
+  addresses: string[],
+): Resource<'HostEndpoint'> {
   return {
     apiVersion: API_VERSION,
     kind: 'HostEndpoint',
@@ -25,5 +29,10 @@ export function autoHostEndpoint(node: string, labels: Record<string, string> | 
 }
 
 export function defaultAllowProfile(): Resource<'Profile'> {
-  return { apiVersion: API_VERSION, kind: 'Profile', metadata: { name: DEFAULT_ALLOW_PROFILE }, spec: { ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] } };
+  return {
+    apiVersion: API_VERSION,
+    kind: 'Profile',
+    metadata: { name: DEFAULT_ALLOW_PROFILE },
+    spec: { ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] },
+  };
 }

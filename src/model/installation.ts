@@ -10,16 +10,29 @@ import { DEFAULT_BIRD_RUN_DIR } from './bgp.js';
 
 export const OPERATOR_GROUP = 'operator.netplugin.org';
 export const OPERATOR_API_VERSION = `${OPERATOR_GROUP}/v1`;
-/** Operator kinds introduced in 3.30 (flow logs API and flow UI): accepted beside the Installation, each named `default`. */
+/**
+ * Operator kinds introduced in 3.30 (flow logs API and flow UI): accepted beside the Installation, each named
+ * `default`.
+ */
 export const FLOW_KINDS = ['FlowLogAggregator', 'FlowUI'] as const;
 
 const ENCAPSULATIONS = ['IPIP', 'IPIPCrossSubnet', 'VXLAN', 'VXLANCrossSubnet', 'None'] as const;
-export type Encapsulation = (typeof ENCAPSULATIONS)[number];
+type Encapsulation = (typeof ENCAPSULATIONS)[number];
 
 /** `100Mi`, `1Gi`, `500M`, `1048576`: a Kubernetes quantity, converted to bytes. */
 const QUANTITY = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$/;
-const FACTOR: Record<string, number> = { '': 1, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, k: 1e3, M: 1e6, G: 1e9, T: 1e12 };
-export function quantityBytes(q: string): number | undefined {
+const FACTOR: Record<string, number> = {
+  '': 1,
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+};
+function quantityBytes(q: string): number | undefined {
   const m = QUANTITY.exec(q);
   return m ? Number(m[1]) * FACTOR[m[2] ?? '']! : undefined;
 }
@@ -31,18 +44,28 @@ function cidrFamily(s: string): 4 | 6 {
 
 const pool = z
   .object({
-    name: z.string().regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'expected a lower-case DNS name such as "pool-a"').optional(),
+    name: z
+      .string()
+      .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'expected a lower-case DNS name such as "pool-a"')
+      .optional(),
     cidr: z.string().superRefine((s, ctx) => {
       try {
         parseCidr(s);
       } catch (e) {
-        ctx.addIssue({ code: 'custom', message: `${(e as Error).message} (a pool is a CIDR such as 192.168.0.0/16 or fd00:10:244::/64)` });
+        ctx.addIssue({
+          code: 'custom',
+          message: `${(e as Error).message} (a pool is a CIDR such as 192.168.0.0/16 or fd00:10:244::/64)`,
+        });
       }
     }),
     blockSize: z.number().int().optional(),
-    encapsulation: z.enum(ENCAPSULATIONS, { errorMap: () => ({ message: `expected one of ${ENCAPSULATIONS.join(', ')}` }) }).optional(),
+    encapsulation: z
+      .enum(ENCAPSULATIONS, { errorMap: () => ({ message: `expected one of ${ENCAPSULATIONS.join(', ')}` }) })
+      .optional(),
     /** Absent: the operator's default per family, Enabled for IPv4 and Disabled for IPv6 (renderPools). */
-    natOutgoing: z.enum(['Enabled', 'Disabled'], { errorMap: () => ({ message: 'expected Enabled or Disabled' }) }).optional(),
+    natOutgoing: z
+      .enum(['Enabled', 'Disabled'], { errorMap: () => ({ message: 'expected Enabled or Disabled' }) })
+      .optional(),
     nodeSelector: z.string().min(1).default('all()'),
   })
   .strict();
@@ -65,9 +88,17 @@ const specSchema = z
       .default({}),
     cni: z
       .object({
-        type: z.literal('Netplugin', { errorMap: () => ({ message: 'expected "Netplugin" (the only CNI this operator installs)' }) }).default('Netplugin'),
+        type: z
+          .literal('Netplugin', {
+            errorMap: () => ({ message: 'expected "Netplugin" (the only CNI this operator installs)' }),
+          })
+          .default('Netplugin'),
         ipam: z
-          .object({ type: z.enum(['Netplugin', 'HostLocal'], { errorMap: () => ({ message: 'expected Netplugin or HostLocal' }) }).default('Netplugin') })
+          .object({
+            type: z
+              .enum(['Netplugin', 'HostLocal'], { errorMap: () => ({ message: 'expected Netplugin or HostLocal' }) })
+              .default('Netplugin'),
+          })
           .strict()
           .default({}),
       })
@@ -77,8 +108,18 @@ const specSchema = z
       .object({
         cni: z
           .object({
-            logSeverity: z.enum(['Error', 'Warning', 'Info', 'Debug'], { errorMap: () => ({ message: 'expected Error, Warning, Info or Debug' }) }).default('Info'),
-            logFileMaxSize: z.string().refine((s) => (quantityBytes(s) ?? 0) >= 2 ** 20, 'expected a quantity of at least 1Mi, such as 100Mi or 1Gi').default('100Mi'),
+            logSeverity: z
+              .enum(['Error', 'Warning', 'Info', 'Debug'], {
+                errorMap: () => ({ message: 'expected Error, Warning, Info or Debug' }),
+              })
+              .default('Info'),
+            logFileMaxSize: z
+              .string()
+              .refine(
+                (s) => (quantityBytes(s) ?? 0) >= 2 ** 20,
+                'expected a quantity of at least 1Mi, such as 100Mi or 1Gi',
+              )
+              .default('100Mi'),
             logFileMaxAgeDays: z.number().int().min(0, 'must be >= 0 (0: no age limit)').default(30),
             logFileMaxCount: z.number().int().min(0, 'must be >= 0 (0: no count limit)').default(10),
           })
@@ -92,17 +133,21 @@ const specSchema = z
   })
   .strict();
 
-export const installationSchema = z.object({
+const installationSchema = z.object({
   apiVersion: z.literal(OPERATOR_API_VERSION, { errorMap: () => ({ message: `expected "${OPERATOR_API_VERSION}"` }) }),
   kind: z.literal('Installation'),
   metadata: z
-    .object({ name: z.literal('default', { errorMap: () => ({ message: 'must be "default": the operator reads only the Installation named default' }) }) })
+    .object({
+      name: z.literal('default', {
+        errorMap: () => ({ message: 'must be "default": the operator reads only the Installation named default' }),
+      }),
+    })
     .passthrough(),
   spec: specSchema.default({}),
 });
 
 export type Installation = z.infer<typeof installationSchema>;
-export type InstallationPool = z.infer<typeof pool>;
+type InstallationPool = z.infer<typeof pool>;
 
 export class InstallationError extends Error {
   override name = 'InstallationError';
@@ -114,9 +159,16 @@ function issueLines(issues: z.ZodIssue[], raw: unknown): string {
     .map((i) => {
       let v: unknown = raw;
       for (const p of i.path) v = v && typeof v === 'object' ? (v as Record<string | number, unknown>)[p] : undefined;
-      const path = i.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${p}`)).join('').replace(/^\./, '') || '(root)';
+      const path =
+        i.path
+          .map((p) => (typeof p === 'number' ? `[${p}]` : `.${p}`))
+          .join('')
+          .replace(/^\./, '') || '(root)';
       const got = i.code === 'unrecognized_keys' ? '' : v === undefined ? ' (missing)' : ` (got ${JSON.stringify(v)})`;
-      const msg = i.code === 'unrecognized_keys' ? `unknown field(s) ${i.keys.join(', ')}: remove them or check the spelling` : i.message;
+      const msg =
+        i.code === 'unrecognized_keys'
+          ? `unknown field(s) ${i.keys.join(', ')}: remove them or check the spelling`
+          : i.message;
       return `${path}: ${msg}${got}`;
     })
     .join('; ');
@@ -137,23 +189,43 @@ export function parseInstallation(raw: unknown): Installation {
     seen[fam]++;
     const [lo, hi, def] = fam === 4 ? [20, 32, 26] : [116, 128, 122];
     const bs = p.blockSize ?? def;
-    if (bs < lo || bs > hi) problems.push(`${where}.blockSize: ${bs} is out of range for IPv${fam}; use ${lo}-${hi} (default ${def})`);
-    else if (bs < Number(p.cidr.split('/')[1])) problems.push(`${where}.blockSize: ${bs} is larger than the pool ${p.cidr}; use a block size of at least /${p.cidr.split('/')[1]}`);
+    if (bs < lo || bs > hi)
+      problems.push(`${where}.blockSize: ${bs} is out of range for IPv${fam}; use ${lo}-${hi} (default ${def})`);
+    else if (bs < Number(p.cidr.split('/')[1]))
+      problems.push(
+        `${where}.blockSize: ${bs} is larger than the pool ${p.cidr}; use a block size of at least ` +
+          `/${p.cidr.split('/')[1]}`,
+      );
     if (fam === 6 && p.encapsulation && p.encapsulation !== 'None' && p.encapsulation.startsWith('IPIP')) {
-      problems.push(`${where}.encapsulation: ${p.encapsulation} carries IPv4 only; use None or VXLAN for the IPv6 pool ${p.cidr}`);
+      problems.push(
+        `${where}.encapsulation: ${p.encapsulation} carries IPv4 only; use None or VXLAN for the IPv6 pool ${p.cidr}`,
+      );
     }
     const name = poolName(p, fam);
-    if (names.has(name)) problems.push(`${where}.name: ${JSON.stringify(name)} is used by two pools; give each pool its own name`);
+    if (names.has(name))
+      problems.push(`${where}.name: ${JSON.stringify(name)} is used by two pools; give each pool its own name`);
     names.add(name);
   });
   if (inst.spec.cni.ipam.type === 'HostLocal') {
     for (const fam of [4, 6] as const) {
-      if (seen[fam] > 1) problems.push(`spec.netpluginNetwork.ipPools: HostLocal IPAM takes addresses from the node's single IPv${fam} pod CIDR, so at most one IPv${fam} pool can be listed (found ${seen[fam]}); remove the others or use cni.ipam.type Netplugin`);
+      if (seen[fam] > 1)
+        problems.push(
+          `spec.netpluginNetwork.ipPools: HostLocal IPAM takes addresses from the node's single IPv${fam} pod CIDR, ` +
+            `so at most one IPv${fam} pool can be listed (found ${seen[fam]}); remove the others or use ` +
+            `cni.ipam.type Netplugin`,
+        );
     }
     pools.forEach((p, i) => {
-      if (p.encapsulation?.startsWith('VXLAN')) problems.push(`spec.netpluginNetwork.ipPools[${i}].encapsulation: ${p.encapsulation} is not supported with HostLocal IPAM; use IPIP, IPIPCrossSubnet or None, or cni.ipam.type Netplugin`);
+      if (p.encapsulation?.startsWith('VXLAN'))
+        problems.push(
+          `spec.netpluginNetwork.ipPools[${i}].encapsulation: ${p.encapsulation} is not supported with HostLocal ` +
+            `IPAM; use IPIP, IPIPCrossSubnet or None, or cni.ipam.type Netplugin`,
+        );
     });
-    if (seen[4] + seen[6] === 0) problems.push('spec.netpluginNetwork.ipPools: HostLocal IPAM needs an IPv4 and/or IPv6 pool to know which pod CIDRs to use');
+    if (seen[4] + seen[6] === 0)
+      problems.push(
+        'spec.netpluginNetwork.ipPools: HostLocal IPAM needs an IPv4 and/or IPv6 pool to know which pod CIDRs to use',
+      );
   }
   if (problems.length) throw new InstallationError(`invalid Installation: ${problems.join('; ')}`);
   return inst;
@@ -161,14 +233,22 @@ export function parseInstallation(raw: unknown): Installation {
 
 /** A flow-log aggregator or flow UI resource (3.30+): accepted when it is named default. */
 export function checkFlowResource(raw: { apiVersion?: unknown; kind?: unknown; metadata?: { name?: unknown } }): void {
-  if (raw.apiVersion !== OPERATOR_API_VERSION) throw new InstallationError(`${String(raw.kind)}: apiVersion must be "${OPERATOR_API_VERSION}" (got ${JSON.stringify(raw.apiVersion)})`);
-  if (raw.metadata?.name !== 'default') throw new InstallationError(`${String(raw.kind)}: metadata.name must be "default" (got ${JSON.stringify(raw.metadata?.name)})`);
+  if (raw.apiVersion !== OPERATOR_API_VERSION)
+    throw new InstallationError(
+      `${String(raw.kind)}: apiVersion must be "${OPERATOR_API_VERSION}" (got ${JSON.stringify(raw.apiVersion)})`,
+    );
+  if (raw.metadata?.name !== 'default')
+    throw new InstallationError(
+      `${String(raw.kind)}: metadata.name must be "default" (got ${JSON.stringify(raw.metadata?.name)})`,
+    );
 }
 
-export const DEFAULT_IPV4_POOL = '192.168.0.0/16';
+const DEFAULT_IPV4_POOL = '192.168.0.0/16';
 
-export function effectivePools(inst: Installation): InstallationPool[] {
-  return inst.spec.netpluginNetwork.ipPools ?? [{ cidr: DEFAULT_IPV4_POOL, natOutgoing: 'Enabled', nodeSelector: 'all()' }];
+function effectivePools(inst: Installation): InstallationPool[] {
+  return (
+    inst.spec.netpluginNetwork.ipPools ?? [{ cidr: DEFAULT_IPV4_POOL, natOutgoing: 'Enabled', nodeSelector: 'all()' }]
+  );
 }
 
 function poolName(p: InstallationPool, fam: 4 | 6): string {
@@ -176,7 +256,7 @@ function poolName(p: InstallationPool, fam: 4 | 6): string {
 }
 
 /** The IPPool resources the Installation implies (created only when the datastore has no pool). */
-export function renderPools(inst: Installation): Array<Resource<'IPPool'>> {
+function renderPools(inst: Installation): Array<Resource<'IPPool'>> {
   return effectivePools(inst).map((p) => {
     const fam = cidrFamily(p.cidr);
     // The operator's defaults: IP-in-IP and NAT to outside the pools for IPv4; for IPv6, whose pod
@@ -209,14 +289,14 @@ export interface RenderDatastore {
   kubernetes?: { kubeconfig?: string | undefined; k8s_api_root?: string | undefined } | undefined;
 }
 
-export interface RenderOptions {
+interface RenderOptions {
   datastore: RenderDatastore;
   networkName?: string;
   cniVersion?: string;
   logFilePath?: string;
 }
 
-export interface AgentSettings {
+interface AgentSettings {
   datastoreType: string;
   ipam: 'netplugin-ipam' | 'host-local';
   mtu?: number;
@@ -264,7 +344,14 @@ export function renderInstallation(inst: Installation, o: RenderOptions): Render
   };
   const d = o.datastore;
   if (d.datastore_type === 'etcdv3') {
-    for (const k of ['etcd_endpoints', 'etcd_discovery_srv', 'etcd_key_file', 'etcd_cert_file', 'etcd_ca_cert_file'] as const) if (d[k]) entry[k] = d[k];
+    for (const k of [
+      'etcd_endpoints',
+      'etcd_discovery_srv',
+      'etcd_key_file',
+      'etcd_cert_file',
+      'etcd_ca_cert_file',
+    ] as const)
+      if (d[k]) entry[k] = d[k];
   }
   if (s.netpluginNetwork.mtu !== undefined) entry.mtu = s.netpluginNetwork.mtu;
   if (s.cni.ipam.type === 'HostLocal') {
@@ -276,20 +363,24 @@ export function renderInstallation(inst: Installation, o: RenderOptions): Render
   } else {
     entry.ipam = { type: 'netplugin-ipam', assign_ipv4: String(fams.has(4)), assign_ipv6: String(fams.has(6)) };
   }
-  if (s.netpluginNetwork.linuxPolicySetupTimeoutSeconds !== undefined) entry.policy_setup_timeout_seconds = s.netpluginNetwork.linuxPolicySetupTimeoutSeconds;
+  if (s.netpluginNetwork.linuxPolicySetupTimeoutSeconds !== undefined)
+    entry.policy_setup_timeout_seconds = s.netpluginNetwork.linuxPolicySetupTimeoutSeconds;
   if (d.kubernetes && (d.kubernetes.kubeconfig || d.kubernetes.k8s_api_root)) {
     entry.kubernetes = { ...d.kubernetes };
     if (d.kubernetes.kubeconfig) entry.policy = { type: 'k8s' };
   }
   const plugins: unknown[] = [entry];
-  if (s.netpluginNetwork.hostPorts === 'Enabled') plugins.push({ type: 'portmap', snat: true, capabilities: { portMappings: true } });
+  if (s.netpluginNetwork.hostPorts === 'Enabled')
+    plugins.push({ type: 'portmap', snat: true, capabilities: { portMappings: true } });
   const conflist = { name: o.networkName ?? 'k8s-pod-network', cniVersion: o.cniVersion ?? '1.0.0', plugins };
   const agent: AgentSettings = {
     datastoreType: d.datastore_type,
     ipam: s.cni.ipam.type === 'HostLocal' ? 'host-local' : 'netplugin-ipam',
     ...(s.netpluginNetwork.mtu !== undefined ? { mtu: s.netpluginNetwork.mtu } : {}),
     hostPorts: s.netpluginNetwork.hostPorts === 'Enabled',
-    ...(s.netpluginNetwork.linuxPolicySetupTimeoutSeconds !== undefined ? { policySetupTimeoutSeconds: s.netpluginNetwork.linuxPolicySetupTimeoutSeconds } : {}),
+    ...(s.netpluginNetwork.linuxPolicySetupTimeoutSeconds !== undefined
+      ? { policySetupTimeoutSeconds: s.netpluginNetwork.linuxPolicySetupTimeoutSeconds }
+      : {}),
     logSeverity: log.logSeverity,
     pools: pools.map((p) => p.metadata.name),
     bgp: s.netpluginNetwork.bgp === 'Enabled',

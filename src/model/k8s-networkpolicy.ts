@@ -42,7 +42,7 @@ export type {
 
 export const K8S_POLICY_PREFIX = 'knp.default.';
 /** Kubernetes policies sit after explicitly ordered ones of ours (Calico uses the same order). */
-export const K8S_POLICY_ORDER = 1000;
+const K8S_POLICY_ORDER = 1000;
 const ORCHESTRATOR_SELECTOR = "netplugin.org/orchestrator == 'k8s'";
 
 /** Thrown for a policy the API server would have rejected (the message names the field). */
@@ -59,7 +59,8 @@ const quote = (v: string) => `'${v}'`;
 /** A Kubernetes LabelSelector in our selector language; empty selects everything: `all()`. */
 export function convertLabelSelector(sel: KubeLabelSelector | undefined, field: string): string {
   const terms: string[] = [];
-  for (const [k, v] of Object.entries(sel?.matchLabels ?? {}).sort(([a], [b]) => a.localeCompare(b))) terms.push(`${k} == ${quote(v)}`);
+  for (const [k, v] of Object.entries(sel?.matchLabels ?? {}).sort(([a], [b]) => a.localeCompare(b)))
+    terms.push(`${k} == ${quote(v)}`);
   for (const [i, e] of (sel?.matchExpressions ?? []).entries()) {
     const values = (e.values ?? []).map(quote).join(', ');
     switch (e.operator) {
@@ -76,14 +77,17 @@ export function convertLabelSelector(sel: KubeLabelSelector | undefined, field: 
         terms.push(`!has(${e.key})`);
         break;
       default:
-        throw new PolicyConversionError(`${field}.matchExpressions[${i}].operator=${JSON.stringify(e.operator)} is not one of In, NotIn, Exists, DoesNotExist`);
+        throw new PolicyConversionError(
+          `${field}.matchExpressions[${i}].operator=${JSON.stringify(e.operator)} is not one of In, NotIn, Exists, ` +
+            `DoesNotExist`,
+        );
     }
   }
   return terms.length ? terms.join(' && ') : 'all()';
 }
 
 /** policyTypes as the API server defaults them. */
-export function k8sPolicyTypes(spec: KubeNetworkPolicy['spec']): PolicyType[] {
+function k8sPolicyTypes(spec: KubeNetworkPolicy['spec']): PolicyType[] {
   const given = (spec?.policyTypes ?? []).filter((t): t is PolicyType => t === 'Ingress' || t === 'Egress');
   if (given.length) return [...new Set(given)];
   return ['Ingress', ...((spec?.egress?.length ?? 0) > 0 ? (['Egress'] as const) : [])];
@@ -91,13 +95,17 @@ export function k8sPolicyTypes(spec: KubeNetworkPolicy['spec']): PolicyType[] {
 
 function convertPeer(p: KubeNetworkPolicyPeer, field: string): EntityRule {
   if (p.ipBlock) {
-    if (p.podSelector || p.namespaceSelector) throw new PolicyConversionError(`${field}: ipBlock cannot be combined with podSelector or namespaceSelector`);
+    if (p.podSelector || p.namespaceSelector)
+      throw new PolicyConversionError(`${field}: ipBlock cannot be combined with podSelector or namespaceSelector`);
     return { nets: [p.ipBlock.cidr], ...(p.ipBlock.except?.length ? { notNets: [...p.ipBlock.except] } : {}) };
   }
   if (p.namespaceSelector) {
     // Every pod (of ours) in the matching namespaces, or those the podSelector picks.
     const pods = p.podSelector ? convertLabelSelector(p.podSelector, `${field}.podSelector`) : ORCHESTRATOR_SELECTOR;
-    return { selector: pods === 'all()' ? ORCHESTRATOR_SELECTOR : pods, namespaceSelector: convertLabelSelector(p.namespaceSelector, `${field}.namespaceSelector`) };
+    return {
+      selector: pods === 'all()' ? ORCHESTRATOR_SELECTOR : pods,
+      namespaceSelector: convertLabelSelector(p.namespaceSelector, `${field}.namespaceSelector`),
+    };
   }
   if (p.podSelector) {
     const pods = convertLabelSelector(p.podSelector, `${field}.podSelector`);
@@ -114,18 +122,26 @@ function convertPorts(ports: KubeNetworkPolicyPort[] | undefined, field: string)
   const by = new Map<ProtocolPorts['protocol'], Port[] | 'all'>();
   for (const [i, p] of ports.entries()) {
     const protocol = (p.protocol ?? 'TCP').toUpperCase();
-    if (protocol !== 'TCP' && protocol !== 'UDP' && protocol !== 'SCTP') throw new PolicyConversionError(`${field}[${i}].protocol=${JSON.stringify(p.protocol)} is not one of TCP, UDP, SCTP`);
+    if (protocol !== 'TCP' && protocol !== 'UDP' && protocol !== 'SCTP')
+      throw new PolicyConversionError(
+        `${field}[${i}].protocol=${JSON.stringify(p.protocol)} is not one of TCP, UDP, SCTP`,
+      );
     let port: Port | undefined;
     if (p.port !== undefined && p.port !== null) {
       if (typeof p.port === 'number' || /^\d+$/.test(p.port)) {
         const n = Number(p.port);
-        if (!(n >= 1 && n <= 65535)) throw new PolicyConversionError(`${field}[${i}].port=${p.port} is not a port from 1 to 65535`);
+        if (!(n >= 1 && n <= 65535))
+          throw new PolicyConversionError(`${field}[${i}].port=${p.port} is not a port from 1 to 65535`);
         if (p.endPort !== undefined && p.endPort !== null) {
-          if (!(p.endPort >= n && p.endPort <= 65535)) throw new PolicyConversionError(`${field}[${i}].endPort=${p.endPort} must be from port (${n}) to 65535`);
+          if (!(p.endPort >= n && p.endPort <= 65535))
+            throw new PolicyConversionError(`${field}[${i}].endPort=${p.endPort} must be from port (${n}) to 65535`);
           port = p.endPort === n ? n : `${n}:${p.endPort}`;
         } else port = n;
       } else {
-        if (p.endPort !== undefined && p.endPort !== null) throw new PolicyConversionError(`${field}[${i}].endPort needs a numeric port, not the named port ${JSON.stringify(p.port)}`);
+        if (p.endPort !== undefined && p.endPort !== null)
+          throw new PolicyConversionError(
+            `${field}[${i}].endPort needs a numeric port, not the named port ${JSON.stringify(p.port)}`,
+          );
         port = p.port;
       }
     }
@@ -143,7 +159,9 @@ function convertRules(
   const out: PolicyRule[] = [];
   const peerField = dir === 'ingress' ? 'from' : 'to';
   for (const [i, r] of rules.entries()) {
-    const peers = r.peers?.length ? r.peers.map((p, j) => convertPeer(p, `spec.${dir}[${i}].${peerField}[${j}]`)) : [undefined];
+    const peers = r.peers?.length
+      ? r.peers.map((p, j) => convertPeer(p, `spec.${dir}[${i}].${peerField}[${j}]`))
+      : [undefined];
     const protos = convertPorts(r.ports, `spec.${dir}[${i}].ports`) ?? [undefined];
     for (const proto of protos) {
       for (const peer of peers) {
@@ -174,8 +192,16 @@ export function convertK8sNetworkPolicy(np: KubeNetworkPolicy): Resource<'Networ
   const spec = np.spec ?? {};
   const types = k8sPolicyTypes(spec);
   const out: NetworkPolicySpec = { order: K8S_POLICY_ORDER, selector: policySelector(spec.podSelector), types };
-  if (types.includes('Ingress')) out.ingress = convertRules((spec.ingress ?? []).map((r) => ({ peers: r.from, ports: r.ports })), 'ingress');
-  if (types.includes('Egress')) out.egress = convertRules((spec.egress ?? []).map((r) => ({ peers: r.to, ports: r.ports })), 'egress');
+  if (types.includes('Ingress'))
+    out.ingress = convertRules(
+      (spec.ingress ?? []).map((r) => ({ peers: r.from, ports: r.ports })),
+      'ingress',
+    );
+  if (types.includes('Egress'))
+    out.egress = convertRules(
+      (spec.egress ?? []).map((r) => ({ peers: r.to, ports: r.ports })),
+      'egress',
+    );
   return {
     apiVersion: API_VERSION,
     kind: 'NetworkPolicy',

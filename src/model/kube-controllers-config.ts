@@ -15,7 +15,11 @@ export interface Settings {
   autoHostEndpoints: boolean;
 }
 
-export const DEFAULT_SETTINGS: Settings = { leakGracePeriodMs: 15 * 60_000, reconcilerPeriodMs: 60_000, autoHostEndpoints: false };
+export const DEFAULT_SETTINGS: Settings = {
+  leakGracePeriodMs: 15 * 60_000,
+  reconcilerPeriodMs: 60_000,
+  autoHostEndpoints: false,
+};
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -33,7 +37,11 @@ export function formatDuration(ms: number): string {
   if (ms === 0) return '0s';
   const parts: string[] = [];
   let rest = ms;
-  for (const [u, n] of [['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) {
+  for (const [u, n] of [
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1000],
+  ] as const) {
     if (rest >= n) {
       parts.push(`${Math.floor(rest / n)}${u}`);
       rest %= n;
@@ -51,7 +59,11 @@ export function defaultConfiguration(): Resource<'KubeControllersConfiguration'>
     metadata: { name: CONFIG_NAME },
     spec: {
       controllers: {
-        node: { leakGracePeriod: formatDuration(DEFAULT_SETTINGS.leakGracePeriodMs), reconcilerPeriod: formatDuration(DEFAULT_SETTINGS.reconcilerPeriodMs), hostEndpoint: { autoCreate: 'Disabled' } },
+        node: {
+          leakGracePeriod: formatDuration(DEFAULT_SETTINGS.leakGracePeriodMs),
+          reconcilerPeriod: formatDuration(DEFAULT_SETTINGS.reconcilerPeriodMs),
+          hostEndpoint: { autoCreate: 'Disabled' },
+        },
       },
     },
   };
@@ -61,21 +73,35 @@ export function defaultConfiguration(): Resource<'KubeControllersConfiguration'>
  * Settings from the resource; a malformed field keeps its default and is
  * reported in `problems` (naming the field, the value and the form expected).
  */
-export function settingsFrom(spec: KubeControllersConfigurationSpec | undefined): { settings: Settings; problems: string[] } {
+export function settingsFrom(spec: KubeControllersConfigurationSpec | undefined): {
+  settings: Settings;
+  problems: string[];
+} {
   const problems: string[] = [];
-  const node = (spec?.controllers?.node ?? {}) as { leakGracePeriod?: unknown; reconcilerPeriod?: unknown; hostEndpoint?: { autoCreate?: unknown } };
+  const node = (spec?.controllers?.node ?? {}) as {
+    leakGracePeriod?: unknown;
+    reconcilerPeriod?: unknown;
+    hostEndpoint?: { autoCreate?: unknown };
+  };
   const dur = (field: string, v: unknown, dflt: number, min: number) => {
     if (v === undefined || v === null || v === '') return dflt;
     const ms = typeof v === 'string' ? parseDuration(v) : undefined;
     if (ms === undefined || ms < min) {
-      problems.push(`KubeControllersConfiguration default: spec.controllers.node.${field}=${JSON.stringify(v)} is not a duration${min ? ` of at least ${formatDuration(min)}` : ''} such as "15m" or "30s"; using ${formatDuration(dflt)}`);
+      problems.push(
+        `KubeControllersConfiguration default: spec.controllers.node.${field}=${JSON.stringify(v)} is not a ` +
+          `duration${min ? ` of at least ${formatDuration(min)}` : ''} such as "15m" or "30s"; using ` +
+          `${formatDuration(dflt)}`,
+      );
       return dflt;
     }
     return ms;
   };
   const auto = node.hostEndpoint?.autoCreate;
   if (auto !== undefined && auto !== 'Enabled' && auto !== 'Disabled') {
-    problems.push(`KubeControllersConfiguration default: spec.controllers.node.hostEndpoint.autoCreate=${JSON.stringify(auto)} must be "Enabled" or "Disabled"; using Disabled`);
+    problems.push(
+      `KubeControllersConfiguration default: spec.controllers.node.hostEndpoint.autoCreate=${JSON.stringify(auto)} ` +
+        `must be "Enabled" or "Disabled"; using Disabled`,
+    );
   }
   return {
     settings: {

@@ -8,7 +8,7 @@ export function blockName(cidr: string): string {
   return cidr.toLowerCase().replace(/[/:]/g, '-');
 }
 
-export function familyOf(cidr: string): 4 | 6 {
+function familyOf(cidr: string): 4 | 6 {
   return cidr.includes(':') ? 6 : 4;
 }
 
@@ -28,7 +28,6 @@ export function blockFamily(name: string): 4 | 6 {
   return /^\d+\.\d+\.\d+\.\d+-\d+$/.test(name) ? 4 : 6;
 }
 
-
 /**
  * WorkloadEndpoint names: `<node>-<orchestrator>-<workload>-<endpoint>` with
  * every '-' inside a part doubled (workload/workload.ts builds them; this splits
@@ -40,12 +39,18 @@ export function blockFamily(name: string): 4 | 6 {
  * (node `a-b`, pod `c` -> `a--b-k8s-c-eth0`). Workload: the pod name for k8s,
  * the container ID for plain CNI.
  */
-export function workloadEndpointName(node: string, orchestrator: 'k8s' | 'cni' | string, workload: string, ifname: string): string {
+export function workloadEndpointName(
+  node: string,
+  orchestrator: 'k8s' | 'cni' | string,
+  workload: string,
+  ifname: string,
+): string {
   return [node, orchestrator, workload, ifname].map((p) => p.replace(/-/g, '--')).join('-');
 }
 
-
-export function parseWorkloadEndpointName(name: string): { node: string; orchestrator: string; workload: string; endpoint: string } | undefined {
+export function parseWorkloadEndpointName(
+  name: string,
+): { node: string; orchestrator: string; workload: string; endpoint: string } | undefined {
   // '--' is an escaped '-' inside a part; a single '-' separates parts.
   const parts: string[] = [];
   let cur = '';
@@ -77,27 +82,42 @@ const QUALIFIED_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
 export function objectNameProblem(name: string): string | undefined {
   if (name.length > 253) return 'must be at most 253 characters';
   if (!DNS1123_SUBDOMAIN.test(name)) {
-    const hint = name.toLowerCase().replace(/[^a-z0-9.-]+/g, '-').replace(/^[-.]+|[-.]+$/g, '');
-    return `must consist of lower-case letters, digits, '-' and '.', and start and end with a letter or digit${hint && hint !== name ? ` (e.g. ${JSON.stringify(hint)})` : ''}`;
+    const hint = name
+      .toLowerCase()
+      .replace(/[^a-z0-9.-]+/g, '-')
+      .replace(/^[-.]+|[-.]+$/g, '');
+    return (
+      `must consist of lower-case letters, digits, '-' and '.', and start and end with a letter or ` +
+      `digit${hint && hint !== name ? ` (e.g. ${JSON.stringify(hint)})` : ''}`
+    );
   }
   return undefined;
 }
 
-/** Why `key` is not a label (or annotation) key: an optional DNS subdomain prefix and '/', then a name of up to 63 characters. */
+/**
+ * Why `key` is not a label (or annotation) key: an optional DNS subdomain prefix and '/', then a name of up to 63
+ * characters.
+ */
 export function labelKeyProblem(key: string): string | undefined {
   const slash = key.lastIndexOf('/');
   const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
   const name = slash >= 0 ? key.slice(slash + 1) : key;
-  if (prefix !== undefined && (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix))) return `its prefix ${JSON.stringify(prefix)} must be a DNS subdomain (lower-case, e.g. example.com)`;
+  if (prefix !== undefined && (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix)))
+    return `its prefix ${JSON.stringify(prefix)} must be a DNS subdomain (lower-case, e.g. example.com)`;
   if (!name) return 'the name part must not be empty';
   if (name.length > 63) return 'the name part must be at most 63 characters';
-  if (!QUALIFIED_NAME.test(name)) return "the name part must consist of letters, digits, '-', '_' and '.', and start and end with a letter or digit";
+  if (!QUALIFIED_NAME.test(name))
+    return "the name part must consist of letters, digits, '-', '_' and '.', and start and end with a letter or digit";
   return undefined;
 }
 
-/** Why `value` is not a label value: empty, or up to 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit. */
+/**
+ * Why `value` is not a label value: empty, or up to 63 letters, digits, '-', '_', '.', starting and ending with a
+ * letter or digit.
+ */
 export function labelValueProblem(value: string): string | undefined {
   if (value.length > 63) return 'must be at most 63 characters';
-  if (value && !QUALIFIED_NAME.test(value)) return "must be empty or consist of letters, digits, '-', '_' and '.', and start and end with a letter or digit";
+  if (value && !QUALIFIED_NAME.test(value))
+    return "must be empty or consist of letters, digits, '-', '_' and '.', and start and end with a letter or digit";
   return undefined;
 }

@@ -82,7 +82,7 @@ export interface EndpointView extends EndpointInput {
  * annotation). The recorded name is kept only when it is what one of the prefixes derives (a node
  * whose prefix was changed); otherwise the first prefix's. Undefined when nothing can be derived.
  */
-export function derivedInterfaceName(w: Resource<'WorkloadEndpoint'>, prefixes: readonly string[]): string | undefined {
+function derivedInterfaceName(w: Resource<'WorkloadEndpoint'>, prefixes: readonly string[]): string | undefined {
   const key = hostVethKey({ ...w.spec, namespace: w.metadata.namespace });
   if (!key || prefixes.length === 0) return undefined;
   try {
@@ -145,7 +145,10 @@ export function endpointViews(endpoints: EndpointInput[], profiles: Map<string, 
   const nsLabelsOf = (ns: string) => {
     let l = nsLabels.get(ns);
     if (!l) {
-      l = { [NAMESPACE_NAME_LABEL]: ns, ...namespaceLabelsFromProfile(profiles.get(NAMESPACE_PROFILE_PREFIX + ns)?.spec.labelsToApply) };
+      l = {
+        [NAMESPACE_NAME_LABEL]: ns,
+        ...namespaceLabelsFromProfile(profiles.get(NAMESPACE_PROFILE_PREFIX + ns)?.spec.labelsToApply),
+      };
       nsLabels.set(ns, l);
     }
     return l;
@@ -186,7 +189,9 @@ export function selectsIn(p: PolicyInput, tier: PolicyTier, dir: PolicyType, ep:
 
 /** Policies in evaluation order: order ascending (unset last), then name. */
 export function sortPolicies(policies: PolicyInput[]): PolicyInput[] {
-  return [...policies].sort((a, b) => comparePolicies({ order: a.spec.order, name: policyId(a) }, { order: b.spec.order, name: policyId(b) }));
+  return [...policies].sort((a, b) =>
+    comparePolicies({ order: a.spec.order, name: policyId(a) }, { order: b.spec.order, name: policyId(b) }),
+  );
 }
 
 /** How a rule's entity selects endpoints, or null when it does not select by labels. */
@@ -210,10 +215,21 @@ export function notSelection(e: EntityRule | undefined, p: PolicyInput | undefin
 }
 
 export function selectionMatches(s: Selection, e: Pick<EndpointView, 'namespace' | 'allLabels' | 'nsLabels'>): boolean {
-  return (s.scope === null || e.namespace === s.scope) && (s.namespaceSelector === null || sel(s.namespaceSelector).matches(e.nsLabels)) && sel(s.selector).matches(e.allLabels);
+  return (
+    (s.scope === null || e.namespace === s.scope) &&
+    (s.namespaceSelector === null || sel(s.namespaceSelector).matches(e.nsLabels)) &&
+    sel(s.selector).matches(e.allLabels)
+  );
 }
 
-const PROTO_ALIASES: Record<string, Protocol> = { TCP: 'TCP', UDP: 'UDP', SCTP: 'SCTP', UDPLITE: 'UDPLite', ICMP: 'ICMP', ICMPV6: 'ICMPv6' };
+const PROTO_ALIASES: Record<string, Protocol> = {
+  TCP: 'TCP',
+  UDP: 'UDP',
+  SCTP: 'SCTP',
+  UDPLITE: 'UDPLite',
+  ICMP: 'ICMP',
+  ICMPV6: 'ICMPv6',
+};
 /** A container port's protocol string as a model protocol. */
 export function portProtocol(p: string): Protocol | undefined {
   return PROTO_ALIASES[p.toUpperCase()];
@@ -221,7 +237,7 @@ export function portProtocol(p: string): Protocol | undefined {
 
 // ---- evaluation of one connection ----
 
-export interface Connection {
+interface Connection {
   /** ingress: traffic to `endpoint` from `peer`; egress: from `endpoint` to `peer`. */
   direction: 'ingress' | 'egress';
   peerAddr: string;
@@ -232,7 +248,7 @@ export interface Connection {
   sourcePort?: number;
 }
 
-export interface Decision {
+interface Decision {
   verdict: 'allow' | 'deny';
   /** What decided, e.g. `NetworkPolicy x/knp.default.p ingress rule 0 (Allow)`. */
   by: string;
@@ -281,11 +297,25 @@ function inNets(addr: string, nets: string[]): boolean {
 function portMatches(x: number | string, port: number, owner: EndpointView | undefined, proto: Protocol): boolean {
   const pp = parsePort(x);
   if (pp.kind === 'range') return port >= pp.first && port <= pp.last;
-  return !!owner?.ports?.some((cp) => cp.name === pp.name && cp.port === port && portProtocol(cp.protocol) !== undefined && protocolNumber(portProtocol(cp.protocol)!) === protocolNumber(proto));
+  return !!owner?.ports?.some(
+    (cp) =>
+      cp.name === pp.name &&
+      cp.port === port &&
+      portProtocol(cp.protocol) !== undefined &&
+      protocolNumber(portProtocol(cp.protocol)!) === protocolNumber(proto),
+  );
 }
 
 /** `port`: this side's port of the connection (the destination's, or the source's). */
-function entityMatches(e: EntityRule | undefined, p: PolicyInput | undefined, addr: string, owner: EndpointView | undefined, proto: Protocol, port: number | undefined, isDst: boolean): boolean {
+function entityMatches(
+  e: EntityRule | undefined,
+  p: PolicyInput | undefined,
+  addr: string,
+  owner: EndpointView | undefined,
+  proto: Protocol,
+  port: number | undefined,
+  isDst: boolean,
+): boolean {
   if (!e) return true;
   const s = entitySelection(e, p);
   if (s && !(owner && selectionMatches(s, owner))) return false;
@@ -305,12 +335,23 @@ function entityMatches(e: EntityRule | undefined, p: PolicyInput | undefined, ad
   return true;
 }
 
-export function ruleMatches(r: PolicyRule, p: PolicyInput | undefined, src: { addr: string; ep?: EndpointView }, dst: { addr: string; ep?: EndpointView }, proto: Protocol, port: number | undefined, sourcePort?: number): boolean {
+function ruleMatches(
+  r: PolicyRule,
+  p: PolicyInput | undefined,
+  src: { addr: string; ep?: EndpointView },
+  dst: { addr: string; ep?: EndpointView },
+  proto: Protocol,
+  port: number | undefined,
+  sourcePort?: number,
+): boolean {
   const fam = src.addr.includes(':') ? 6 : 4;
   if (r.ipVersion && r.ipVersion !== fam) return false;
   if (r.protocol !== undefined && protocolNumber(r.protocol) !== protocolNumber(proto)) return false;
   if (r.notProtocol !== undefined && protocolNumber(r.notProtocol) === protocolNumber(proto)) return false;
-  return entityMatches(r.source, p, src.addr, src.ep, proto, sourcePort, false) && entityMatches(r.destination, p, dst.addr, dst.ep, proto, port, true);
+  return (
+    entityMatches(r.source, p, src.addr, src.ep, proto, sourcePort, false) &&
+    entityMatches(r.destination, p, dst.addr, dst.ep, proto, port, true)
+  );
 }
 
 /** The decision of `endpoint`'s policy for one connection, with its trace. */
@@ -324,7 +365,10 @@ export function evaluate(
 ): Decision {
   const dir: PolicyType = c.direction === 'ingress' ? 'Ingress' : 'Egress';
   const peer = all.find((e) => e.addrs.includes(c.peerAddr));
-  const self = { addr: endpoint.addrs.find((a) => a.includes(':') === c.peerAddr.includes(':')) ?? endpoint.addrs[0] ?? '', ep: endpoint };
+  const self = {
+    addr: endpoint.addrs.find((a) => a.includes(':') === c.peerAddr.includes(':')) ?? endpoint.addrs[0] ?? '',
+    ep: endpoint,
+  };
   const other = { addr: c.peerAddr, ...(peer ? { ep: peer } : {}) };
   const [src, dst] = c.direction === 'ingress' ? [other, self] : [self, other];
   const trace: string[] = [];
@@ -410,7 +454,7 @@ export function evaluateHost(
 }
 
 /** One packet's flow as the dataplane sees it: source and (after DNAT) destination. */
-export interface Flow {
+interface Flow {
   src: string;
   dst: string;
   protocol: Protocol;
@@ -432,11 +476,26 @@ export function flowDecisions(
   f: Flow,
   enforced: (ep: EndpointView) => boolean = () => true,
 ): { egress?: Decision; ingress?: Decision } {
-  const ports = { ...(f.port !== undefined ? { port: f.port } : {}), ...(f.sourcePort !== undefined ? { sourcePort: f.sourcePort } : {}) };
+  const ports = {
+    ...(f.port !== undefined ? { port: f.port } : {}),
+    ...(f.sourcePort !== undefined ? { sourcePort: f.sourcePort } : {}),
+  };
   const from = all.find((e) => e.addrs.includes(f.src));
   const to = all.find((e) => e.addrs.includes(f.dst));
   const out: { egress?: Decision; ingress?: Decision } = {};
-  if (from && enforced(from)) out.egress = evaluate(from, all, policies, profiles, { direction: 'egress', peerAddr: f.dst, protocol: f.protocol, ...ports });
-  if (to && enforced(to)) out.ingress = evaluate(to, all, policies, profiles, { direction: 'ingress', peerAddr: f.src, protocol: f.protocol, ...ports });
+  if (from && enforced(from))
+    out.egress = evaluate(from, all, policies, profiles, {
+      direction: 'egress',
+      peerAddr: f.dst,
+      protocol: f.protocol,
+      ...ports,
+    });
+  if (to && enforced(to))
+    out.ingress = evaluate(to, all, policies, profiles, {
+      direction: 'ingress',
+      peerAddr: f.src,
+      protocol: f.protocol,
+      ...ports,
+    });
   return out;
 }

@@ -13,19 +13,26 @@
 import { z } from 'zod';
 import { parseSelector, SelectorParseError } from '../selector/index.js';
 
-export const RULE_ACTIONS = ['Allow', 'Deny', 'Pass', 'Log'] as const;
-export type RuleAction = (typeof RULE_ACTIONS)[number];
+const RULE_ACTIONS = ['Allow', 'Deny', 'Pass', 'Log'] as const;
+type RuleAction = (typeof RULE_ACTIONS)[number];
 
-export const POLICY_TYPES = ['Ingress', 'Egress'] as const;
+const POLICY_TYPES = ['Ingress', 'Egress'] as const;
 export type PolicyType = (typeof POLICY_TYPES)[number];
 
 /** Protocol names the model accepts; a number 1-255 is an IP protocol number. */
 export const PROTOCOL_NAMES = ['TCP', 'UDP', 'ICMP', 'ICMPv6', 'SCTP', 'UDPLite'] as const;
-export type ProtocolName = (typeof PROTOCOL_NAMES)[number];
+type ProtocolName = (typeof PROTOCOL_NAMES)[number];
 export type Protocol = ProtocolName | number;
 
 /** Protocol numbers for the names (IANA). */
-export const PROTOCOL_NUMBERS: Record<ProtocolName, number> = { TCP: 6, UDP: 17, ICMP: 1, ICMPv6: 58, SCTP: 132, UDPLite: 136 };
+const PROTOCOL_NUMBERS: Record<ProtocolName, number> = {
+  TCP: 6,
+  UDP: 17,
+  ICMP: 1,
+  ICMPv6: 58,
+  SCTP: 132,
+  UDPLite: 136,
+};
 
 /**
  * A port: a number, a range "first:last" (inclusive), or the name of a named
@@ -141,27 +148,37 @@ const net = z.string().regex(CIDR_RE, 'expected an address or CIDR such as 10.0.
 const PORT_RANGE_RE = /^(\d{1,5}):(\d{1,5})$/;
 const PORT_NAME_RE = /^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$/i;
 
-export const portSchema = z.union([
+const portSchema = z.union([
   z.number().int().min(0).max(65535),
   z.string().superRefine((s, ctx) => {
     const r = PORT_RANGE_RE.exec(s);
     if (r) {
       const a = Number(r[1]);
       const b = Number(r[2]);
-      if (a > 65535 || b > 65535 || a > b) ctx.addIssue({ code: z.ZodIssueCode.custom, message: `port range "${s}" must be "first:last" with 0 <= first <= last <= 65535` });
+      if (a > 65535 || b > 65535 || a > b)
+        ctx.addIssue({
+          code: z.ZodIssueCode.custom,
+          message: `port range "${s}" must be "first:last" with 0 <= first <= last <= 65535`,
+        });
       return;
     }
     if (/^\d+$/.test(s)) {
       if (Number(s) > 65535) ctx.addIssue({ code: z.ZodIssueCode.custom, message: `port ${s} is above 65535` });
       return;
     }
-    if (!PORT_NAME_RE.test(s)) ctx.addIssue({ code: z.ZodIssueCode.custom, message: `port "${s}" is neither a number, a range "first:last" nor a port name (letters, digits, '-', at most 15)` });
+    if (!PORT_NAME_RE.test(s))
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        message:
+          `port "${s}" is neither a number, a range "first:last" nor a port name (letters, digits, '-', at ` +
+          `most 15)`,
+      });
   }),
 ]);
 
-export const protocolSchema = z.union([z.enum(PROTOCOL_NAMES), z.number().int().min(1).max(255)]);
+const protocolSchema = z.union([z.enum(PROTOCOL_NAMES), z.number().int().min(1).max(255)]);
 
-export const entityRuleSchema = z
+const entityRuleSchema = z
   .object({
     selector: selectorText.optional(),
     notSelector: selectorText.optional(),
@@ -173,7 +190,7 @@ export const entityRuleSchema = z
   })
   .passthrough();
 
-export const policyRuleSchema = z
+const policyRuleSchema = z
   .object({
     action: z.enum(RULE_ACTIONS),
     protocol: protocolSchema.optional(),
@@ -181,14 +198,24 @@ export const policyRuleSchema = z
     ipVersion: z.union([z.literal(4), z.literal(6)]).optional(),
     source: entityRuleSchema.optional(),
     destination: entityRuleSchema.optional(),
-    metadata: z.object({ annotations: z.record(z.string()).optional() }).passthrough().optional(),
+    metadata: z
+      .object({ annotations: z.record(z.string()).optional() })
+      .passthrough()
+      .optional(),
   })
   .passthrough()
   .superRefine((r, ctx) => {
     // Ports only mean something for protocols with ports (Calico's rule too).
     const hasPorts = (e?: z.infer<typeof entityRuleSchema>) => !!(e?.ports?.length || e?.notPorts?.length);
-    if ((hasPorts(r.source) || hasPorts(r.destination)) && !(r.protocol !== undefined && protocolHasPorts(r.protocol))) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ['protocol'], message: 'ports/notPorts need protocol TCP, UDP, SCTP or UDPLite' });
+    if (
+      (hasPorts(r.source) || hasPorts(r.destination)) &&
+      !(r.protocol !== undefined && protocolHasPorts(r.protocol))
+    ) {
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: ['protocol'],
+        message: 'ports/notPorts need protocol TCP, UDP, SCTP or UDPLite',
+      });
     }
   });
 
@@ -256,7 +283,7 @@ export const profileSpecSchema = z
 
 // --- helpers shared by the compiler, explain and the conversions ------------------
 
-export function protocolHasPorts(p: Protocol): boolean {
+function protocolHasPorts(p: Protocol): boolean {
   const n = typeof p === 'number' ? p : PROTOCOL_NUMBERS[p];
   return n === 6 || n === 17 || n === 132 || n === 136;
 }
@@ -278,7 +305,7 @@ export function effectiveTypes(spec: NetworkPolicySpec): PolicyType[] {
   return hasEgress ? ['Ingress', 'Egress'] : ['Ingress'];
 }
 
-export type ParsedPort = { kind: 'range'; first: number; last: number } | { kind: 'named'; name: string };
+type ParsedPort = { kind: 'range'; first: number; last: number } | { kind: 'named'; name: string };
 
 export function parsePort(p: Port): ParsedPort {
   if (typeof p === 'number') return { kind: 'range', first: p, last: p };
@@ -305,7 +332,10 @@ export function namespaceLabelsFromProfile(labelsToApply: Record<string, string>
 }
 
 /** Sort key: order ascending, unset last, then name (Calico's tie-break). */
-export function comparePolicies(a: { order?: number | undefined; name: string }, b: { order?: number | undefined; name: string }): number {
+export function comparePolicies(
+  a: { order?: number | undefined; name: string },
+  b: { order?: number | undefined; name: string },
+): number {
   const ao = a.order ?? Infinity;
   const bo = b.order ?? Infinity;
   if (ao !== bo) return ao < bo ? -1 : 1;

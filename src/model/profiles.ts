@@ -15,7 +15,7 @@ import {
   SERVICEACCOUNT_PROFILE_PREFIX as PROFILE_SERVICEACCOUNT_PREFIX,
 } from './policy.js';
 
-export interface KubeMetaLike {
+interface KubeMetaLike {
   metadata: Pick<ObjectMeta, 'name' | 'namespace' | 'labels' | 'resourceVersion' | 'uid' | 'creationTimestamp'>;
 }
 
@@ -44,7 +44,10 @@ export function namespaceToProfile(ns: KubeMetaLike): Resource<'Profile'> {
     kind: 'Profile',
     metadata: { name: namespaceProfileName(ns.metadata.name) },
     spec: {
-      labelsToApply: { ...prefixed(NAMESPACE_LABEL_PREFIX, ns.metadata.labels), [NAMESPACE_NAME_LABEL]: ns.metadata.name },
+      labelsToApply: {
+        ...prefixed(NAMESPACE_LABEL_PREFIX, ns.metadata.labels),
+        [NAMESPACE_NAME_LABEL]: ns.metadata.name,
+      },
       ingress: [{ action: 'Allow' }],
       egress: [{ action: 'Allow' }],
     },
@@ -62,7 +65,9 @@ export function serviceAccountToProfile(sa: KubeMetaLike): Resource<'Profile'> {
   };
 }
 
-/** `kns.web` -> {namespace: 'web'}; `ksa.web.builder` -> {namespace: 'web', serviceAccount: 'builder'}; else undefined. */
+/**
+ * `kns.web` -> {namespace: 'web'}; `ksa.web.builder` -> {namespace: 'web', serviceAccount: 'builder'}; else undefined.
+ */
 export function parseProfileName(name: string): { namespace: string; serviceAccount?: string } | undefined {
   if (name.startsWith(PROFILE_NAMESPACE_PREFIX)) {
     const ns = name.slice(PROFILE_NAMESPACE_PREFIX.length);

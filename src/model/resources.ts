@@ -29,7 +29,14 @@ export interface ObjectMeta {
   creationTimestamp?: string | undefined;
   labels?: Record<string, string> | undefined;
   annotations?: Record<string, string> | undefined;
-  ownerReferences?: Array<{ apiVersion: string; kind: string; name: string; uid: string; controller?: boolean; blockOwnerDeletion?: boolean }>;
+  ownerReferences?: Array<{
+    apiVersion: string;
+    kind: string;
+    name: string;
+    uid: string;
+    controller?: boolean;
+    blockOwnerDeletion?: boolean;
+  }>;
 }
 
 export interface Resource<K extends Kind = Kind, S = SpecOf<K>> {
@@ -83,7 +90,7 @@ export interface IPAMBlockSpec {
   sequenceNumber?: number;
 }
 
-export type AffinityState = 'pending' | 'confirmed' | 'pendingDeletion';
+type AffinityState = 'pending' | 'confirmed' | 'pendingDeletion';
 
 /** Name: `<node>-<cidr with / and : replaced by ->` (Kubernetes-safe). */
 export interface BlockAffinitySpec {
@@ -94,7 +101,7 @@ export interface BlockAffinitySpec {
 }
 
 /** Name: the handle ID. `block` maps block CIDR -> number of addresses the handle holds there. */
-export interface IPAMHandleSpec {
+interface IPAMHandleSpec {
   handleID: string;
   block: Record<string, number>;
   deleted?: boolean;
@@ -149,7 +156,7 @@ export interface NodeSpec {
 }
 
 /** The node's BGP identity: addresses (with prefix, registered by its agent) and overrides. */
-export interface NodeBGPSpec {
+interface NodeBGPSpec {
   ipv4Address?: string;
   ipv6Address?: string;
   /** This node's AS number, overriding the BGPConfiguration's. */
@@ -197,7 +204,7 @@ export interface BGPPeerSpec {
   ttlSecurity?: number;
 }
 
-export interface HostEndpointSpec {
+interface HostEndpointSpec {
   node: string;
   /** The host interface it protects, or `*` for all of the node's interfaces (pod interfaces excepted). */
   interfaceName?: string;
@@ -243,7 +250,7 @@ export interface KubeControllersConfigurationSpec {
   [k: string]: unknown;
 }
 
-export interface SpecMap {
+interface SpecMap {
   IPPool: IPPoolSpec;
   IPAMBlock: IPAMBlockSpec;
   BlockAffinity: BlockAffinitySpec;

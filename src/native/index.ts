@@ -14,7 +14,7 @@ export { RouteType } from './types.js';
 /** The ABI the TS side was written against (native/bind/common.h kAbiVersion). */
 export const NATIVE_ABI_VERSION = 9;
 
-export interface NetlinkErrorInit {
+interface NetlinkErrorInit {
   /** errno name, e.g. 'EEXIST' */
   code: string;
   errno: number;
@@ -58,7 +58,9 @@ interface Addon {
   peerCred(fd: number): PeerCred;
   /** flock(fd, LOCK_EX | LOCK_NB): true when taken, false when another open file holds it. */
   flockTry(fd: number): boolean;
-  /** flock(fd, LOCK_EX) on a thread of its own, bounded: true when taken, false when timed out (native/bind/flock.cc). */
+  /**
+   * flock(fd, LOCK_EX) on a thread of its own, bounded: true when taken, false when timed out (native/bind/flock.cc).
+   */
   flockWait(fd: number, timeoutMs: number, subject: string): Promise<boolean>;
   tunnelMessage(kind: 'ipip' | 'vxlan', opts: IpipOptions | VxlanOptions): Buffer;
   nftRun(script: string, opts?: NftRawOptions): NftRawResult;
@@ -104,7 +106,11 @@ export function packageRoot(): string {
   for (;;) {
     if (existsSync(join(dir, 'package.json'))) return dir;
     const up = dirname(dir);
-    if (up === dir) throw new Error(`netplugin: no package.json above ${dirname(fileURLToPath(import.meta.url))}; the native addon cannot be located`);
+    if (up === dir)
+      throw new Error(
+        `netplugin: no package.json above ${dirname(fileURLToPath(import.meta.url))}; the native addon cannot be ` +
+          `located`,
+      );
     dir = up;
   }
 }
@@ -124,7 +130,8 @@ function load(): Addon {
     file = gypBuild.resolve(root);
   } catch (e) {
     throw new Error(
-      `netplugin: no native addon for ${process.platform}-${process.arch} under ${root} (build/Release or prebuilds/); ` +
+      `netplugin: no native addon for ${process.platform}-${process.arch} under ${root} (build/Release or ` +
+        `prebuilds/); ` +
         `run 'npm run build:native'. ${(e as Error).message.split('\n')[0]}`,
     );
   }

@@ -11,7 +11,9 @@ export interface NftOptions {
   echo?: boolean;
   /** Show rule handles in listings. */
   handles?: boolean;
-  /** Run in this network namespace (a path such as /var/run/netns/x, or an open handle); default: the calling thread's. */
+  /**
+   * Run in this network namespace (a path such as /var/run/netns/x, or an open handle); default: the calling thread's.
+   */
   netns?: string | NetNS;
 }
 
@@ -30,7 +32,8 @@ export class NftError extends Error {
     const detail = r.error.trim();
     super(
       r.missing
-        ? `nftables is not available: ${detail}; install the ${NFT_PACKAGE} package (apt-get install ${NFT_PACKAGE}) on this node`
+        ? `nftables is not available: ${detail}; install the ${NFT_PACKAGE} package (apt-get install ${NFT_PACKAGE}) ` +
+            `on this node`
         : `nftables refused ${what}: ${detail || `return code ${r.rc}`}`,
     );
     this.missing = r.missing;

@@ -23,7 +23,7 @@ export class CidrError extends Error {
   override name = 'CidrError';
 }
 
-export function bitsOf(family: Family): number {
+function bitsOf(family: Family): number {
   return family === 4 ? 32 : 128;
 }
 
@@ -159,7 +159,7 @@ function hostMask(family: Family, prefix: number): bigint {
   return (1n << BigInt(bitsOf(family) - prefix)) - 1n;
 }
 
-export function maskOf(family: Family, prefix: number): bigint {
+function maskOf(family: Family, prefix: number): bigint {
   return (family === 4 ? V4_MAX : V6_MAX) ^ hostMask(family, prefix);
 }
 
@@ -240,7 +240,11 @@ export function containsIP(c: Cidr, ip: IP): boolean {
 
 /** True when `inner` lies entirely inside `outer` (equal counts as inside). */
 export function containsCidr(outer: Cidr, inner: Cidr): boolean {
-  return outer.family === inner.family && inner.prefix >= outer.prefix && (inner.base & maskOf(outer.family, outer.prefix)) === outer.base;
+  return (
+    outer.family === inner.family &&
+    inner.prefix >= outer.prefix &&
+    (inner.base & maskOf(outer.family, outer.prefix)) === outer.base
+  );
 }
 
 export function overlaps(a: Cidr, b: Cidr): boolean {
@@ -254,7 +258,8 @@ export function cidrEquals(a: Cidr, b: Cidr): boolean {
 /** The n-th address (0-based) of the prefix. */
 export function nthAddress(c: Cidr, n: number | bigint): IP {
   const i = BigInt(n);
-  if (i < 0n || i >= cidrSize(c)) throw new CidrError(`address index ${i} is outside ${formatCidr(c)} (${cidrSize(c)} addresses)`);
+  if (i < 0n || i >= cidrSize(c))
+    throw new CidrError(`address index ${i} is outside ${formatCidr(c)} (${cidrSize(c)} addresses)`);
   return { family: c.family, value: c.base + i };
 }
 
@@ -275,20 +280,24 @@ export function blockCount(pool: Cidr, blockSize: number): bigint {
   return 1n << BigInt(blockSize - pool.prefix);
 }
 
-export function checkBlockSize(pool: Cidr, blockSize: number): void {
+function checkBlockSize(pool: Cidr, blockSize: number): void {
   const max = bitsOf(pool.family);
   if (!Number.isInteger(blockSize) || blockSize < 0 || blockSize > max) {
     throw new CidrError(`block size ${blockSize} is not a valid IPv${pool.family} prefix length (0-${max})`);
   }
   if (blockSize < pool.prefix) {
-    throw new CidrError(`pool ${formatCidr(pool)} is smaller than one /${blockSize} block: use a block size of at least ${pool.prefix}, or a larger pool`);
+    throw new CidrError(
+      `pool ${formatCidr(pool)} is smaller than one /${blockSize} block: use a block size of at least ` +
+        `${pool.prefix}, or a larger pool`,
+    );
   }
 }
 
 /** The i-th block of the pool. */
 export function blockAt(pool: Cidr, blockSize: number, i: bigint): Cidr {
   const n = blockCount(pool, blockSize);
-  if (i < 0n || i >= n) throw new CidrError(`block index ${i} is outside ${formatCidr(pool)} (${n} blocks of /${blockSize})`);
+  if (i < 0n || i >= n)
+    throw new CidrError(`block index ${i} is outside ${formatCidr(pool)} (${n} blocks of /${blockSize})`);
   return { family: pool.family, base: pool.base + (i << BigInt(bitsOf(pool.family) - blockSize)), prefix: blockSize };
 }
 

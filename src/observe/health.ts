@@ -13,9 +13,9 @@ export interface CheckResult {
   detail?: string | Record<string, unknown>;
 }
 
-export type Check = () => CheckResult | boolean | Promise<CheckResult | boolean>;
+type Check = () => CheckResult | boolean | Promise<CheckResult | boolean>;
 
-export interface HealthServerOptions {
+interface HealthServerOptions {
   /** `host:port`, `[v6]:port` or `:port` (all addresses). Port 0 picks a free one. */
   addr: string;
   registry?: Registry;
@@ -41,7 +41,9 @@ export function parseListenAddr(addr: string): { host: string; port: number } {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(addr.trim());
   const port = m ? Number(m[3]) : NaN;
   if (!m || !(port >= 0 && port <= 65535)) {
-    throw new Error(`invalid listen address ${JSON.stringify(addr)}: expected HOST:PORT such as 127.0.0.1:9099, [::1]:9099 or :9099`);
+    throw new Error(
+      `invalid listen address ${JSON.stringify(addr)}: expected HOST:PORT such as 127.0.0.1:9099, [::1]:9099 or :9099`,
+    );
   }
   return { host: m[1] ?? (m[2] || '::'), port };
 }
@@ -53,7 +55,10 @@ async function runCheck(check: Check | undefined, timeoutMs: number): Promise<Ch
     const r = await Promise.race([
       Promise.resolve().then(check),
       new Promise<CheckResult>((resolve) => {
-        timer = setTimeout(() => resolve({ ok: false, detail: `check did not answer within ${timeoutMs} ms` }), timeoutMs);
+        timer = setTimeout(
+          () => resolve({ ok: false, detail: `check did not answer within ${timeoutMs} ms` }),
+          timeoutMs,
+        );
       }),
     ]);
     return typeof r === 'boolean' ? { ok: r } : r;
@@ -74,17 +79,25 @@ export async function startHealthServer(o: HealthServerOptions): Promise<HealthS
       return;
     }
     if (path === '/metrics' && o.registry) {
-      res.writeHead(200, { 'content-type': PROMETHEUS_CONTENT_TYPE }).end(req.method === 'HEAD' ? undefined : o.registry.render());
+      res
+        .writeHead(200, { 'content-type': PROMETHEUS_CONTENT_TYPE })
+        .end(req.method === 'HEAD' ? undefined : o.registry.render());
       return;
     }
     if (!o.metricsOnly && (path === '/healthz' || path === '/livez' || path === '/readyz')) {
       void runCheck(path === '/readyz' ? o.readyz : o.healthz, timeoutMs).then((r) => {
-        const body = JSON.stringify({ status: r.ok ? 'ok' : 'failing', ...(r.detail !== undefined ? { detail: r.detail } : {}) }) + '\n';
-        res.writeHead(r.ok ? 200 : 503, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(req.method === 'HEAD' ? undefined : body);
+        const body =
+          JSON.stringify({ status: r.ok ? 'ok' : 'failing', ...(r.detail !== undefined ? { detail: r.detail } : {}) }) +
+          '\n';
+        res
+          .writeHead(r.ok ? 200 : 503, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+          .end(req.method === 'HEAD' ? undefined : body);
       });
       return;
     }
-    res.writeHead(404, { 'content-type': 'text/plain' }).end(o.metricsOnly ? 'not found: try /metrics\n' : 'not found: try /healthz, /readyz or /metrics\n');
+    res
+      .writeHead(404, { 'content-type': 'text/plain' })
+      .end(o.metricsOnly ? 'not found: try /metrics\n' : 'not found: try /healthz, /readyz or /metrics\n');
   });
   // Probes are short requests: a client that holds a connection open must not
   // keep the agent's listener busy.
@@ -94,7 +107,12 @@ export async function startHealthServer(o: HealthServerOptions): Promise<HealthS
   server.maxHeadersCount = 50;
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) =>
-      reject(new Error(`cannot listen on ${o.addr} for ${o.metricsOnly ? '/metrics' : '/healthz, /readyz and /metrics'}: ${e.code ?? e.message}`)),
+      reject(
+        new Error(
+          `cannot listen on ${o.addr} for ${o.metricsOnly ? '/metrics' : '/healthz, /readyz and /metrics'}: ` +
+            `${e.code ?? e.message}`,
+        ),
+      ),
     );
     server.listen(port, host, () => resolve());
   });

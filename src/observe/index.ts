@@ -1,2 +1,2 @@
-export { Registry, Counter, Gauge, Histogram, LATENCY_BUCKETS, PROMETHEUS_CONTENT_TYPE } from './metrics.js';
-export { startHealthServer, parseListenAddr, type HealthServer, type HealthServerOptions, type Check, type CheckResult } from './health.js';
+export { Registry } from './metrics.js';
+export { startHealthServer, parseListenAddr, type HealthServer } from './health.js';

@@ -44,7 +44,8 @@ abstract class Metric<V> {
   ) {
     if (!NAME_RE.test(name)) throw new TypeError(`metric name ${JSON.stringify(name)} is not a valid Prometheus name`);
     for (const l of labelNames) {
-      if (!NAME_RE.test(l) || l.startsWith('__')) throw new TypeError(`label name ${JSON.stringify(l)} of ${name} is not valid`);
+      if (!NAME_RE.test(l) || l.startsWith('__'))
+        throw new TypeError(`label name ${JSON.stringify(l)} of ${name} is not valid`);
     }
   }
   abstract readonly type: 'counter' | 'gauge' | 'histogram';
@@ -62,11 +63,15 @@ abstract class Metric<V> {
   }
   abstract renderSeries(): string[];
   render(): string {
-    return [`# HELP ${this.name} ${this.help.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`, `# TYPE ${this.name} ${this.type}`, ...this.renderSeries()].join('\n');
+    return [
+      `# HELP ${this.name} ${this.help.replace(/\\/g, '\\\\').replace(/\n/g, '\\n')}`,
+      `# TYPE ${this.name} ${this.type}`,
+      ...this.renderSeries(),
+    ].join('\n');
   }
 }
 
-export class Counter extends Metric<number> {
+class Counter extends Metric<number> {
   readonly type = 'counter' as const;
   protected zero(): number {
     return 0;
@@ -86,7 +91,7 @@ export class Counter extends Metric<number> {
   }
 }
 
-export class Gauge extends Metric<number> {
+class Gauge extends Metric<number> {
   readonly type = 'gauge' as const;
   protected zero(): number {
     return 0;
@@ -120,16 +125,17 @@ interface HistogramValue {
 }
 
 /** Default buckets in seconds: 0.5 ms to 10 s, for request and programming latencies. */
-export const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
-export class Histogram extends Metric<HistogramValue> {
+class Histogram extends Metric<HistogramValue> {
   readonly type = 'histogram' as const;
   readonly buckets: readonly number[];
   constructor(name: string, help: string, labelNames: readonly string[], buckets: readonly number[] = LATENCY_BUCKETS) {
     super(name, help, labelNames);
     if (labelNames.includes('le')) throw new TypeError(`histogram ${name} cannot use the label "le"`);
     const sorted = [...buckets].sort((a, b) => a - b);
-    if (!sorted.length || sorted.some((b, i) => i > 0 && b === sorted[i - 1])) throw new TypeError(`histogram ${name} needs distinct buckets`);
+    if (!sorted.length || sorted.some((b, i) => i > 0 && b === sorted[i - 1]))
+      throw new TypeError(`histogram ${name} needs distinct buckets`);
     this.buckets = sorted;
   }
   protected zero(): HistogramValue {
@@ -156,7 +162,9 @@ export class Histogram extends Metric<HistogramValue> {
   renderSeries(): string[] {
     const out: string[] = [];
     for (const s of this.series.values()) {
-      this.buckets.forEach((b, i) => out.push(`${this.name}_bucket${formatLabels(s.labels, ['le', formatValue(b)])} ${s.value.counts[i]}`));
+      this.buckets.forEach((b, i) =>
+        out.push(`${this.name}_bucket${formatLabels(s.labels, ['le', formatValue(b)])} ${s.value.counts[i]}`),
+      );
       out.push(`${this.name}_bucket${formatLabels(s.labels, ['le', '+Inf'])} ${s.value.count}`);
       out.push(`${this.name}_sum${formatLabels(s.labels)} ${formatValue(s.value.sum)}`);
       out.push(`${this.name}_count${formatLabels(s.labels)} ${s.value.count}`);
@@ -170,6 +178,7 @@ export class Registry {
   /** Called before every render, to refresh gauges computed from state (queue depth, cache sizes). */
   private readonly collectors: Array<() => void> = [];
 
+  // biome-ignore lint/suspicious/noExplicitAny: metrics of every label set share one registry
   private add<M extends Metric<any>>(m: M): M {
     const existing = this.metrics.get(m.name);
     if (existing) {

@@ -7,7 +7,13 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { Registry } from './metrics.js';
 
 export function registerProcessMetrics(registry: Registry, build: { component: string; version: string }): void {
-  registry.gauge('netplugin_build_info', 'Always 1: the running build, by component, netplugin version and Node.js version.', ['component', 'version', 'nodejs']).set({ component: build.component, version: build.version, nodejs: process.version }, 1);
+  registry
+    .gauge(
+      'netplugin_build_info',
+      'Always 1: the running build, by component, netplugin version and Node.js version.',
+      ['component', 'version', 'nodejs'],
+    )
+    .set({ component: build.component, version: build.version, nodejs: process.version }, 1);
   const cpu = registry.counter('process_cpu_seconds_total', 'Total user and system CPU time spent in seconds.');
   const rss = registry.gauge('process_resident_memory_bytes', 'Resident memory size in bytes.');
   const vsize = registry.gauge('process_virtual_memory_bytes', 'Virtual memory size in bytes.');

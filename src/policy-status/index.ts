@@ -91,7 +91,11 @@ export async function writePolicyStatus(
 ): Promise<string> {
   const dir = opts.statusDir ?? DEFAULT_STATUS_DIR;
   await mkdir(dir, { recursive: true, mode: 0o755 });
-  const status: PolicyStatus = { programmed: opts.programmed ?? true, at: new Date().toISOString(), endpoint: endpointKey };
+  const status: PolicyStatus = {
+    programmed: opts.programmed ?? true,
+    at: new Date().toISOString(),
+    endpoint: endpointKey,
+  };
   if (opts.containerID) status.containerID = opts.containerID;
   const final = statusFilePath(endpointKey, dir);
   const tmp = join(dir, `.${statusFileName(endpointKey)}.${process.pid}.${Math.random().toString(36).slice(2)}`);
@@ -133,10 +137,12 @@ export async function waitForPolicyProgrammed(opts: PolicyWaitOptions): Promise<
       watcher?.close();
       unsubscribe?.();
       const res = { ...r, waitedMs: Date.now() - start };
-      if (res.programmed) log?.debug('endpoint policy programmed', { endpoint: endpointKey, via: res.via, waitedMs: res.waitedMs });
+      if (res.programmed)
+        log?.debug('endpoint policy programmed', { endpoint: endpointKey, via: res.via, waitedMs: res.waitedMs });
       else {
         log?.info(
-          `policy for endpoint ${endpointKey} was not reported programmed within ${opts.timeoutMs} ms (policy_setup_timeout_seconds); continuing`,
+          `policy for endpoint ${endpointKey} was not reported programmed within ${opts.timeoutMs} ms ` +
+            `(policy_setup_timeout_seconds); continuing`,
           { statusFile: file },
         );
       }
@@ -182,7 +188,10 @@ export async function waitForPolicyProgrammed(opts: PolicyWaitOptions): Promise<
       });
       watcher.on('error', () => watcher?.close());
     } catch (e) {
-      log?.debug('fs.watch unavailable on the endpoint status directory; polling only', { dir, error: (e as Error).message });
+      log?.debug('fs.watch unavailable on the endpoint status directory; polling only', {
+        dir,
+        error: (e as Error).message,
+      });
     }
     if (opts.signal) {
       unsubscribe = opts.signal.onProgrammed(endpointKey, (cid) => {

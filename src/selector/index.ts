@@ -346,9 +346,13 @@ export function fromKubectlSelector(s: string): string | undefined {
   for (const raw of terms) {
     const t = raw.trim();
     let m: RegExpExecArray | null;
-    if ((m = new RegExp(`^${key}\\s*(==|=|!=)\\s*${val}$`).exec(t))) out.push(`${m[1]} ${m[2] === '!=' ? '!=' : '=='} ${q(m[3]!)}`);
+    if ((m = new RegExp(`^${key}\\s*(==|=|!=)\\s*${val}$`).exec(t)))
+      out.push(`${m[1]} ${m[2] === '!=' ? '!=' : '=='} ${q(m[3]!)}`);
     else if ((m = new RegExp(`^${key}\\s+(in|notin)\\s+\\(([^)]*)\\)$`).exec(t))) {
-      const vals = m[3]!.split(',').map((v) => v.trim()).filter(Boolean);
+      const vals = m[3]!
+        .split(',')
+        .map((v) => v.trim())
+        .filter(Boolean);
       if (!vals.every((v) => new RegExp(`^${val}$`).test(v))) return undefined;
       out.push(`${m[1]} ${m[2] === 'in' ? 'in' : 'not in'} {${vals.map(q).join(', ')}}`);
     } else if ((m = new RegExp(`^!\\s*${key}$`).exec(t))) out.push(`!has(${m[1]})`);

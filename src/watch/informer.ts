@@ -9,7 +9,7 @@ import type { KubeClient, KubeList, KubeObject } from '../k8s/client.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 
-export interface SourceEvent<T> {
+interface SourceEvent<T> {
   type: 'ADDED' | 'MODIFIED' | 'DELETED';
   object: T;
 }
@@ -23,17 +23,21 @@ export interface ListWatchSource<T> {
    * revision is too old; error: it broke). A normal end (server timeout) has
    * neither and resumes from the last revision without a re-list.
    */
-  watch(revision: string, onEvent: (ev: SourceEvent<T>) => void, onEnd: (end: { gone?: boolean; error?: Error; revision?: string }) => void): { stop(): void };
+  watch(
+    revision: string,
+    onEvent: (ev: SourceEvent<T>) => void,
+    onEnd: (end: { gone?: boolean; error?: Error; revision?: string }) => void,
+  ): { stop(): void };
   keyOf(obj: T): string;
   revisionOf(obj: T): string | undefined;
 }
 
-export interface InformerHandler<T> {
+interface InformerHandler<T> {
   /** `obj` undefined: the key was deleted (`old` is its last state). */
   onChange(key: string, obj: T | undefined, old: T | undefined): void;
 }
 
-export interface InformerOptions {
+interface InformerOptions {
   /** Re-list backoff: first delay (default 500 ms) up to maxBackoffMs (default 10 s). */
   backoffMs?: number;
   maxBackoffMs?: number;
@@ -168,7 +172,9 @@ export class Informer<T> {
           // An event without metadata: the stream cannot be trusted; start over.
           handle.stop();
           this.watchHandle = undefined;
-          return this.fail(new Error(`${this.source.name}: malformed watch event (${(e as Error).message}); re-listing`));
+          return this.fail(
+            new Error(`${this.source.name}: malformed watch event (${(e as Error).message}); re-listing`),
+          );
         }
         if (rev) this.revision = rev;
         const old = this.cache.get(key);
@@ -184,7 +190,10 @@ export class Informer<T> {
         if (this.stopped || this.watchHandle !== handle) return;
         this.watchHandle = undefined;
         if (end.revision) this.revision = end.revision;
-        if (end.gone || end.error) return this.fail(end.error ?? new Error(`${this.source.name}: watch revision ${this.revision} is gone; re-listing`));
+        if (end.gone || end.error)
+          return this.fail(
+            end.error ?? new Error(`${this.source.name}: watch revision ${this.revision} is gone; re-listing`),
+          );
         // The server's own watch timeout: resume where we are.
         this.timer = setTimeout(() => this.startWatch(), 50);
       },
@@ -204,7 +213,9 @@ export function kubeSource<T extends KubeObject = KubeObject>(client: KubeClient
       let cont: string | undefined;
       let revision = '';
       do {
-        const l = await client.request<KubeList<T>>('GET', path, undefined, { query: { limit: '500', continue: cont } });
+        const l = await client.request<KubeList<T>>('GET', path, undefined, {
+          query: { limit: '500', continue: cont },
+        });
         items.push(...l.items);
         revision = l.metadata.resourceVersion ?? revision;
         cont = l.metadata.continue || undefined;
@@ -221,7 +232,12 @@ export function kubeSource<T extends KubeObject = KubeObject>(client: KubeClient
           if (ev.type === 'BOOKMARK' || ev.type === 'ERROR') return;
           onEvent({ type: ev.type, object: ev.object as T });
         },
-        (end) => onEnd({ ...(end.gone ? { gone: true } : {}), ...(end.error ? { error: end.error } : {}), ...(last ? { revision: last } : {}) }),
+        (end) =>
+          onEnd({
+            ...(end.gone ? { gone: true } : {}),
+            ...(end.error ? { error: end.error } : {}),
+            ...(last ? { revision: last } : {}),
+          }),
       );
     },
     keyOf: (o) => (o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name),
@@ -230,7 +246,11 @@ export function kubeSource<T extends KubeObject = KubeObject>(client: KubeClient
 }
 
 /** One kind of our datastore (either backend). Any watch error re-lists. */
-export function datastoreSource<K extends Kind>(ds: Datastore, kind: K, opts: { namespace?: string } = {}): ListWatchSource<Resource<K>> {
+export function datastoreSource<K extends Kind>(
+  ds: Datastore,
+  kind: K,
+  opts: { namespace?: string } = {},
+): ListWatchSource<Resource<K>> {
   return {
     name: `datastore ${kind}`,
     list: () => ds.list(kind, { namespace: opts.namespace }),

@@ -4,7 +4,7 @@
 // A failed key is retried with per-key exponential backoff; the handler never
 // crashes the process.
 
-export interface WorkQueueOptions {
+interface WorkQueueOptions {
   /** Reconciles one key. A throw schedules a retry. */
   handle: (key: string) => Promise<void>;
   /** Keys handled at once (default 4). */

@@ -9,11 +9,10 @@ import { CniError, ErrorCodes } from '../errors.js';
 import type { Logger } from '../log/types.js';
 import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseIP, type IP } from '../net/cidr.js';
 
-
 import { ANNOTATIONS } from '../model/annotations.js';
 
 /** The netconf flags that gate annotations (docs/addresses-and-annotations.md). */
-export const FEATURE_FLAGS = {
+const FEATURE_FLAGS = {
   ipAddrsNoIpam: 'feature_control.ip_addrs_no_ipam',
   floatingIPs: 'feature_control.floating_ips',
 } as const;
@@ -35,7 +34,7 @@ const SCHEMA: Record<ReadKey, { key: string; namespace: boolean; items: 'pool' |
 };
 
 /** Where a value came from, for messages and logs. */
-export interface OptionSource {
+interface OptionSource {
   from: 'pod' | 'namespace' | 'netconf' | 'cni-args';
   /** Annotation key, netconf field (`ipam.ipv4_pools`) or `CNI_ARGS IP`. */
   key: string;
@@ -46,7 +45,7 @@ export interface OptionSource {
 }
 
 /** The parsed annotations of one pod (and its namespace), precedence between pod and namespace applied. */
-export interface WorkloadOptions {
+interface WorkloadOptions {
   ipv4Pools?: string[];
   ipv6Pools?: string[];
   /** Allocated through IPAM (recorded, cannot be taken twice). */
@@ -72,7 +71,12 @@ export interface ResolveInput {
   /** Names the objects in messages. */
   pod?: { namespace: string; name: string };
   conf: {
-    ipam?: { ipv4_pools?: string[] | undefined; ipv6_pools?: string[] | undefined; assign_ipv4?: string | boolean; assign_ipv6?: string | boolean };
+    ipam?: {
+      ipv4_pools?: string[] | undefined;
+      ipv6_pools?: string[] | undefined;
+      assign_ipv4?: string | boolean;
+      assign_ipv6?: string | boolean;
+    };
     feature_control?: { ip_addrs_no_ipam?: boolean; floating_ips?: boolean };
   };
   /** `IP=` from CNI_ARGS: one IPv4 and/or one IPv6, comma-separated. */
@@ -86,14 +90,18 @@ export interface ResolveInput {
 export interface AddressRequest {
   assignIPv4: boolean;
   assignIPv6: boolean;
-  /** Pool names (resolved from names or CIDRs); undefined = IPAM's default (pools whose nodeSelector selects the node). */
+  /**
+   * Pool names (resolved from names or CIDRs); undefined = IPAM's default (pools whose nodeSelector selects the node).
+   */
   ipv4Pools?: string[];
   ipv6Pools?: string[];
   /** Specific addresses to allocate through IPAM (ipAddrs annotation or CNI_ARGS IP=), canonical text, no prefix. */
   requestedIPs?: string[];
   /** Addresses to configure with no IPAM record (ipAddrsNoIpam). When set, IPAM assigns nothing. */
   noIpamIPs?: string[];
-  /** External addresses for the endpoint's ipNATs; pair them with pairFloatingIPs() once the pod's addresses are known. */
+  /**
+   * External addresses for the endpoint's ipNATs; pair them with pairFloatingIPs() once the pod's addresses are known.
+   */
   floatingIPs?: string[];
   /** Also logged at WARNING. */
   warnings: string[];
@@ -110,11 +118,16 @@ function quote(v: string): string {
 }
 
 function describe(src: OptionSource): string {
-  return src.from === 'pod' || src.from === 'namespace' ? `annotation ${src.key} on ${src.object}` : `${src.key} in the ${src.object}`;
+  return src.from === 'pod' || src.from === 'namespace'
+    ? `annotation ${src.key} on ${src.object}`
+    : `${src.key} in the ${src.object}`;
 }
 
 function malformed(src: OptionSource, why: string, fix: string): CniError {
-  return new CniError(ErrorCodes.InvalidNetworkConfig, `${describe(src)} has value ${quote(src.value)}: ${why}; ${fix}`);
+  return new CniError(
+    ErrorCodes.InvalidNetworkConfig,
+    `${describe(src)} has value ${quote(src.value)}: ${why}; ${fix}`,
+  );
 }
 
 const EXAMPLE: Record<'pool' | 'address', string> = {
@@ -124,7 +137,8 @@ const EXAMPLE: Record<'pool' | 'address', string> = {
 
 /** A string holding a JSON array of non-empty strings; anything else is an error that quotes the value. */
 function parseList(src: OptionSource, items: 'pool' | 'address'): string[] {
-  const example = src.key === ANNOTATIONS.ipv6Pools ? `'["default-ipv6-ippool"]' or '["fd00:10:244::/64"]'` : EXAMPLE[items];
+  const example =
+    src.key === ANNOTATIONS.ipv6Pools ? `'["default-ipv6-ippool"]' or '["fd00:10:244::/64"]'` : EXAMPLE[items];
   const fix = `write a JSON array of strings, e.g. ${example}`;
   let parsed: unknown;
   try {
@@ -140,7 +154,19 @@ function parseList(src: OptionSource, items: 'pool' | 'address'): string[] {
   }
   return parsed.map((v, i) => {
     if (typeof v !== 'string') {
-      throw malformed(src, `element ${i} is ${v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v === 'object' ? 'an object' : `a ${typeof v}`}, not a string`, fix);
+      throw malformed(
+        src,
+        `element ${i} is ` +
+          (v === null
+            ? 'null'
+            : Array.isArray(v)
+              ? 'an array'
+              : typeof v === 'object'
+                ? 'an object'
+                : `a ${typeof v}`) +
+          ', not a string',
+        fix,
+      );
     }
     const s = v.trim();
     if (s === '') throw malformed(src, `element ${i} is an empty string`, fix);
@@ -155,12 +181,18 @@ function parseAddresses(src: OptionSource, list: string[], perFamilyMax?: number
   for (const s of list) {
     const ip = tryParseIP(s);
     if (!ip) {
-      const hint = s.includes('/') ? 'write the address without a prefix length' : 'each element must be an IPv4 or IPv6 address';
+      const hint = s.includes('/')
+        ? 'write the address without a prefix length'
+        : 'each element must be an IPv4 or IPv6 address';
       throw malformed(src, `${JSON.stringify(s)} is not an IP address`, hint);
     }
     count[ip.family]++;
     if (perFamilyMax !== undefined && count[ip.family] > perFamilyMax) {
-      throw malformed(src, `it holds more than one IPv${ip.family} address`, 'give at most one IPv4 and one IPv6 address');
+      throw malformed(
+        src,
+        `it holds more than one IPv${ip.family} address`,
+        'give at most one IPv4 and one IPv6 address',
+      );
     }
     const text = formatIP(ip);
     if (!out.includes(text)) out.push(text);
@@ -199,7 +231,8 @@ export function parseWorkloadAnnotations(
   if (out.ipAddrs && out.ipAddrsNoIpam) {
     throw new CniError(
       ErrorCodes.InvalidNetworkConfig,
-      `${podObj} carries both ${ANNOTATIONS.ipAddrs} (${quote(out.source.ipAddrs!.value)}) and ${ANNOTATIONS.ipAddrsNoIpam} ` +
+      `${podObj} carries both ${ANNOTATIONS.ipAddrs} (${quote(out.source.ipAddrs!.value)}) and ` +
+        `${ANNOTATIONS.ipAddrsNoIpam} ` +
         `(${quote(out.source.ipAddrsNoIpam!.value)}): they cannot be used together; keep only one of them`,
     );
   }
@@ -212,7 +245,8 @@ export function parseWorkloadAnnotations(
 
 function semantic(src: OptionSource, why: string, fix: string): CniError {
   // An annotation problem is the orchestrator's (102); the same problem in the netconf is a config error (7).
-  const code = src.from === 'pod' || src.from === 'namespace' ? ErrorCodes.OrchestratorFailure : ErrorCodes.InvalidNetworkConfig;
+  const code =
+    src.from === 'pod' || src.from === 'namespace' ? ErrorCodes.OrchestratorFailure : ErrorCodes.InvalidNetworkConfig;
   return new CniError(code, `${describe(src)} has value ${quote(src.value)}: ${why}; ${fix}`);
 }
 
@@ -226,31 +260,57 @@ function listPools(pools: PoolInfo[]): string {
 function resolvePools(src: OptionSource, items: string[], family: 4 | 6, pools: PoolInfo[]): string[] {
   const parsedPools = pools.map((p) => ({ p, net: tryParseCidr(p.cidr, { strict: false }) }));
   const names: string[] = [];
-  const otherKey = src.from === 'netconf' ? `ipam.ipv${family === 4 ? 6 : 4}_pools` : family === 4 ? ANNOTATIONS.ipv6Pools : ANNOTATIONS.ipv4Pools;
+  const otherKey =
+    src.from === 'netconf'
+      ? `ipam.ipv${family === 4 ? 6 : 4}_pools`
+      : family === 4
+        ? ANNOTATIONS.ipv6Pools
+        : ANNOTATIONS.ipv4Pools;
   for (const item of items) {
     let match: PoolInfo | undefined;
     if (item.includes('/')) {
       const net = tryParseCidr(item, { strict: false });
-      if (!net) throw malformed(src, `${JSON.stringify(item)} is neither a pool name nor a valid CIDR`, `name an existing pool; ${listPools(pools)}`);
+      if (!net)
+        throw malformed(
+          src,
+          `${JSON.stringify(item)} is neither a pool name nor a valid CIDR`,
+          `name an existing pool; ${listPools(pools)}`,
+        );
       match = parsedPools.find((x) => x.net && cidrEquals(x.net, net))?.p;
       if (!match) {
-        const parent = parsedPools.find((x) => x.net && x.net.family === net.family && x.net.prefix < net.prefix && containsCidr(x.net, net));
+        const parent = parsedPools.find(
+          (x) => x.net && x.net.family === net.family && x.net.prefix < net.prefix && containsCidr(x.net, net),
+        );
         if (parent) {
           throw semantic(
             src,
-            `${item} is a subset of pool ${parent.p.name} (${parent.p.cidr}); requesting a subset of a pool is not supported`,
+            `${item} is a subset of pool ${parent.p.name} (${parent.p.cidr}); requesting a subset of a pool is not ` +
+              `supported`,
             `name the whole pool (${parent.p.name} or ${parent.p.cidr}), or create a separate IPPool for ${item}`,
           );
         }
-        throw semantic(src, `IP pool ${item} does not exist`, `name a pool exactly by name or CIDR; ${listPools(pools)}`);
+        throw semantic(
+          src,
+          `IP pool ${item} does not exist`,
+          `name a pool exactly by name or CIDR; ${listPools(pools)}`,
+        );
       }
     } else {
       match = pools.find((p) => p.name === item);
-      if (!match) throw semantic(src, `IP pool ${JSON.stringify(item)} does not exist`, `name a pool exactly by name or CIDR; ${listPools(pools)}`);
+      if (!match)
+        throw semantic(
+          src,
+          `IP pool ${JSON.stringify(item)} does not exist`,
+          `name a pool exactly by name or CIDR; ${listPools(pools)}`,
+        );
     }
     const poolFamily = tryParseCidr(match.cidr, { strict: false })?.family;
     if (poolFamily !== family) {
-      throw semantic(src, `pool ${match.name} (${match.cidr}) is an IPv${poolFamily ?? '?'} pool`, `list it in ${otherKey} instead`);
+      throw semantic(
+        src,
+        `pool ${match.name} (${match.cidr}) is an IPv${poolFamily ?? '?'} pool`,
+        `list it in ${otherKey} instead`,
+      );
     }
     if (match.disabled) {
       throw semantic(src, `pool ${match.name} (${match.cidr}) is disabled`, 'enable the pool or name another one');
@@ -308,11 +368,19 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
   if (opts.floatingIPs) {
     const src = opts.source.floatingIPs!;
     if (features.floating_ips !== true) {
-      throw disabledFeature(src, FEATURE_FLAGS.floatingIPs, 'floating IPs may let a pod receive traffic not intended for it');
+      throw disabledFeature(
+        src,
+        FEATURE_FLAGS.floatingIPs,
+        'floating IPs may let a pod receive traffic not intended for it',
+      );
     }
     for (const a of opts.floatingIPs) {
       if (poolsContaining(tryParseIP(a)!, pools).length === 0) {
-        throw semantic(src, `floating IP ${a} is not inside any IP pool, so it would never be advertised`, `choose an address inside a pool; ${listPools(pools)}`);
+        throw semantic(
+          src,
+          `floating IP ${a} is not inside any IP pool, so it would never be advertised`,
+          `choose an address inside a pool; ${listPools(pools)}`,
+        );
       }
     }
     req.floatingIPs = opts.floatingIPs;
@@ -326,7 +394,8 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
       const s = opts.source[k];
       if (s) log?.info(`${describe(s)} is ignored: ${SCHEMA[addrAnnotation].key} takes priority`);
     }
-    if (input.cniArgsIP) log?.info(`CNI_ARGS IP=${input.cniArgsIP} is ignored: ${SCHEMA[addrAnnotation].key} takes priority`);
+    if (input.cniArgsIP)
+      log?.info(`CNI_ARGS IP=${input.cniArgsIP} is ignored: ${SCHEMA[addrAnnotation].key} takes priority`);
   }
 
   if (opts.ipAddrs) {
@@ -338,27 +407,43 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
         throw semantic(
           src,
           `${a} is not inside any IP pool (addresses in ipAddrs are allocated through IPAM)`,
-          `choose an address inside a pool, or use ${ANNOTATIONS.ipAddrsNoIpam} (needs ${FEATURE_FLAGS.ipAddrsNoIpam}); ${listPools(pools)}`,
+          `choose an address inside a pool, or use ${ANNOTATIONS.ipAddrsNoIpam} (needs ` +
+            `${FEATURE_FLAGS.ipAddrsNoIpam}); ${listPools(pools)}`,
         );
       }
       if (inside.every((p) => p.disabled)) {
-        throw semantic(src, `${a} is only inside disabled pool ${inside[0]!.name} (${inside[0]!.cidr})`, 'enable the pool or choose an address in an enabled pool');
+        throw semantic(
+          src,
+          `${a} is only inside disabled pool ${inside[0]!.name} (${inside[0]!.cidr})`,
+          'enable the pool or choose an address in an enabled pool',
+        );
       }
     }
     setRequested(req, opts.ipAddrs, src);
   } else if (opts.ipAddrsNoIpam) {
     const src = opts.source.ipAddrsNoIpam!;
     if (features.ip_addrs_no_ipam !== true) {
-      throw disabledFeature(src, FEATURE_FLAGS.ipAddrsNoIpam, 'ipAddrsNoIpam lets a pod use any address, which allows bypassing network policy by IP spoofing');
+      throw disabledFeature(
+        src,
+        FEATURE_FLAGS.ipAddrsNoIpam,
+        'ipAddrsNoIpam lets a pod use any address, which allows bypassing network policy by IP spoofing',
+      );
     }
     for (const a of opts.ipAddrsNoIpam) {
       const inside = poolsContaining(tryParseIP(a)!, enabledPools);
       // docs/addresses-and-annotations.md: routes are distributed only for addresses in a BGP-mode pool.
       if (inside.length === 0) {
-        warn(`${describe(src)}: ${a} is outside every IP pool; no routes will be distributed for it, so routing to it must be provided by another mechanism`);
+        warn(
+          `${describe(src)}: ${a} is outside every IP pool; no routes will be distributed for it, so routing to it ` +
+            `must be provided by another mechanism`,
+        );
       } else {
         const vx = inside.find((p) => p.vxlanMode !== undefined && p.vxlanMode !== 'Never');
-        if (vx) warn(`${describe(src)}: ${a} is inside pool ${vx.name} (${vx.cidr}), which uses VXLAN; no routes will be distributed for it, so routing to it must be provided by another mechanism`);
+        if (vx)
+          warn(
+            `${describe(src)}: ${a} is inside pool ${vx.name} (${vx.cidr}), which uses VXLAN; no routes will be ` +
+              `distributed for it, so routing to it must be provided by another mechanism`,
+          );
       }
     }
     req.noIpamIPs = opts.ipAddrsNoIpam;
@@ -373,13 +458,19 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
       for (const a of addrs) {
         const inside = poolsContaining(tryParseIP(a)!, enabledPools);
         if (inside.length === 0) {
-          throw new CniError(ErrorCodes.IpamFailure, `CNI_ARGS IP=${input.cniArgsIP}: ${a} is not inside any enabled IP pool; request an address inside a pool (${listPools(pools)})`);
+          throw new CniError(
+            ErrorCodes.IpamFailure,
+            `CNI_ARGS IP=${input.cniArgsIP}: ${a} is not inside any enabled IP pool; request an address inside a ` +
+              `pool (${listPools(pools)})`,
+          );
         }
       }
       setRequested(req, addrs, src);
     } else {
       if (input.cniArgsIP) {
-        warn(`CNI_ARGS IP=${input.cniArgsIP} is ignored: the pool annotation on the pod or its namespace takes priority`);
+        warn(
+          `CNI_ARGS IP=${input.cniArgsIP} is ignored: the pool annotation on the pod or its namespace takes priority`,
+        );
       }
       req.assignIPv4 = assign4;
       req.assignIPv6 = assign6;
@@ -392,13 +483,21 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
         if (ann) {
           const src = opts.source[k]!;
           if (!assigned) {
-            warn(`${describe(src)} is ignored: IPv${family} is not assigned (set ipam.assign_ipv${family}: "true" in the netconf to assign IPv${family} addresses)`);
+            warn(
+              `${describe(src)} is ignored: IPv${family} is not assigned (set ipam.assign_ipv${family}: "true" in ` +
+                `the netconf to assign IPv${family} addresses)`,
+            );
             continue;
           }
           req[k] = resolvePools(src, ann, family, pools);
           req.source[k] = src;
         } else if (assigned && list?.length) {
-          const src: OptionSource = { from: 'netconf', key: `ipam.${confKey}`, value: JSON.stringify(list), object: 'netconf' };
+          const src: OptionSource = {
+            from: 'netconf',
+            key: `ipam.${confKey}`,
+            value: JSON.stringify(list),
+            object: 'netconf',
+          };
           req[k] = resolvePools(src, list, family, pools);
           req.source[k] = src;
         }
@@ -415,7 +514,11 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
     for (const a of req.floatingIPs) {
       const f = tryParseIP(a)!.family;
       if (!fams.has(f)) {
-        throw semantic(req.source.floatingIPs!, `floating IP ${a} is IPv${f} but the pod gets no IPv${f} address to pair it with`, `assign the pod an IPv${f} address or remove ${a}`);
+        throw semantic(
+          req.source.floatingIPs!,
+          `floating IP ${a} is IPv${f} but the pod gets no IPv${f} address to pair it with`,
+          `assign the pod an IPv${f} address or remove ${a}`,
+        );
       }
     }
   }
@@ -460,8 +563,17 @@ function parseCniArgsIP(src: OptionSource): string[] {
   for (const part of src.value.split(',')) {
     const s = part.trim();
     const ip = tryParseIP(s);
-    if (!ip) throw new CniError(ErrorCodes.InvalidEnvironment, `CNI_ARGS IP=${src.value}: ${JSON.stringify(s)} is not an IP address; give one IPv4 and/or one IPv6 address, comma-separated`);
-    if (++count[ip.family] > 1) throw new CniError(ErrorCodes.InvalidEnvironment, `CNI_ARGS IP=${src.value}: more than one IPv${ip.family} address; give at most one IPv4 and one IPv6 address`);
+    if (!ip)
+      throw new CniError(
+        ErrorCodes.InvalidEnvironment,
+        `CNI_ARGS IP=${src.value}: ${JSON.stringify(s)} is not an IP address; give one IPv4 and/or one IPv6 address, ` +
+          `comma-separated`,
+      );
+    if (++count[ip.family] > 1)
+      throw new CniError(
+        ErrorCodes.InvalidEnvironment,
+        `CNI_ARGS IP=${src.value}: more than one IPv${ip.family} address; give at most one IPv4 and one IPv6 address`,
+      );
     out.push(formatIP(ip));
   }
   return out;
@@ -472,7 +584,10 @@ function parseCniArgsIP(src: OptionSource): string[] {
  * giving the endpoint's `ipNATs`. `podIPs` may carry prefix lengths
  * (`10.0.0.5/32`). Throws 102 when a family has no pod address.
  */
-export function pairFloatingIPs(podIPs: string[], floatingIPs: string[] | undefined): Array<{ internalIP: string; externalIP: string }> {
+export function pairFloatingIPs(
+  podIPs: string[],
+  floatingIPs: string[] | undefined,
+): Array<{ internalIP: string; externalIP: string }> {
   if (!floatingIPs?.length) return [];
   const byFamily = new Map<number, string>();
   for (const p of podIPs) {
@@ -481,12 +596,18 @@ export function pairFloatingIPs(podIPs: string[], floatingIPs: string[] | undefi
   }
   return floatingIPs.map((ext) => {
     const ip = tryParseIP(ext);
-    if (!ip) throw new CniError(ErrorCodes.InvalidNetworkConfig, `annotation ${ANNOTATIONS.floatingIPs}: ${JSON.stringify(ext)} is not an IP address`);
+    if (!ip)
+      throw new CniError(
+        ErrorCodes.InvalidNetworkConfig,
+        `annotation ${ANNOTATIONS.floatingIPs}: ${JSON.stringify(ext)} is not an IP address`,
+      );
     const internal = byFamily.get(ip.family);
     if (!internal) {
       throw new CniError(
         ErrorCodes.OrchestratorFailure,
-        `annotation ${ANNOTATIONS.floatingIPs}: floating IP ${ext} is IPv${ip.family} but the pod has no IPv${ip.family} address (pod addresses: ${podIPs.join(', ') || 'none'}); assign the pod an IPv${ip.family} address or remove ${ext}`,
+        `annotation ${ANNOTATIONS.floatingIPs}: floating IP ${ext} is IPv${ip.family} but the pod has no ` +
+          `IPv${ip.family} address (pod addresses: ${podIPs.join(', ') || 'none'}); assign the pod an ` +
+          `IPv${ip.family} address or remove ${ext}`,
       );
     }
     return { internalIP: internal, externalIP: formatIP(ip) };
@@ -494,6 +615,17 @@ export function pairFloatingIPs(podIPs: string[], floatingIPs: string[] | undefi
 }
 
 /** PoolInfo from IPPool resources as `Datastore.list('IPPool')` returns them. */
-export function poolsFromResources(items: Array<{ metadata: { name: string }; spec: { cidr: string; vxlanMode?: string; ipipMode?: string; disabled?: boolean } }>): PoolInfo[] {
-  return items.map((r) => ({ name: r.metadata.name, cidr: r.spec.cidr, vxlanMode: r.spec.vxlanMode, ipipMode: r.spec.ipipMode, disabled: r.spec.disabled }));
+export function poolsFromResources(
+  items: Array<{
+    metadata: { name: string };
+    spec: { cidr: string; vxlanMode?: string; ipipMode?: string; disabled?: boolean };
+  }>,
+): PoolInfo[] {
+  return items.map((r) => ({
+    name: r.metadata.name,
+    cidr: r.spec.cidr,
+    vxlanMode: r.spec.vxlanMode,
+    ipipMode: r.spec.ipipMode,
+    disabled: r.spec.disabled,
+  }));
 }

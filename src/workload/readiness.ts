@@ -10,16 +10,16 @@
 import type { Logger } from '../log/types.js';
 import { CniError, ErrorCodes } from '../errors.js';
 
-export interface GateAnswer {
+interface GateAnswer {
   status: number;
   /** The start of the body (at most ~1 KiB), for the error message. */
   body: string;
 }
 
 /** One GET; rejects on connection errors and on timeout. Injected by unit tests. */
-export type GateFetch = (url: URL, opts: { timeoutMs: number }) => Promise<GateAnswer>;
+type GateFetch = (url: URL, opts: { timeoutMs: number }) => Promise<GateAnswer>;
 
-export interface ReadinessOptions {
+interface ReadinessOptions {
   /** Delay before the first probe (default 0: probe at once). */
   firstDelayMs?: number;
   /** Delay after the first failed probe, multiplied by `factor` after each further one, capped at `maxMs`. */
@@ -34,7 +34,7 @@ export interface ReadinessOptions {
   signal?: AbortSignal;
 }
 
-export const READINESS_DEFAULTS = {
+const READINESS_DEFAULTS = {
   firstDelayMs: 0,
   backoff: { initialMs: 100, factor: 2, maxMs: 2000 },
   perRequestTimeoutMs: 2000,
@@ -45,7 +45,10 @@ export const READINESS_DEFAULTS = {
 export function parseReadinessGates(urls: unknown): URL[] {
   if (urls === undefined || urls === null) return [];
   if (!Array.isArray(urls)) {
-    throw new CniError(ErrorCodes.InvalidNetworkConfig, `readiness_gates: expected an array of http(s) URLs, got ${JSON.stringify(urls)}`);
+    throw new CniError(
+      ErrorCodes.InvalidNetworkConfig,
+      `readiness_gates: expected an array of http(s) URLs, got ${JSON.stringify(urls)}`,
+    );
   }
   return urls.map((u, i) => parseGate(u, i));
 }
@@ -62,7 +65,8 @@ function parseGate(u: unknown, i: number): URL {
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
     throw new CniError(
       ErrorCodes.InvalidNetworkConfig,
-      `readiness_gates[${i}]: ${JSON.stringify(u)} is not an http:// or https:// URL; write a full URL such as "http://127.0.0.1:9099/readiness"`,
+      `readiness_gates[${i}]: ${JSON.stringify(u)} is not an http:// or https:// URL; write a full URL such as ` +
+        `"http://127.0.0.1:9099/readiness"`,
     );
   }
   return url;
@@ -93,7 +97,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /** GET through node:http(s), no keep-alive, body truncated to ~1 KiB. */
-export const httpGet: GateFetch = async (url, { timeoutMs }) => {
+const httpGet: GateFetch = async (url, { timeoutMs }) => {
   const mod = url.protocol === 'https:' ? await import('node:https') : await import('node:http');
   return new Promise<GateAnswer>((resolve, reject) => {
     let done = false;
@@ -104,23 +108,28 @@ export const httpGet: GateFetch = async (url, { timeoutMs }) => {
       if (err) reject(err);
       else resolve(ans!);
     };
-    const req = mod.get(url, { agent: false, headers: { 'user-agent': 'netplugin-readiness', accept: '*/*' } }, (res) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      const complete = (): void => finish(undefined, { status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') });
-      res.on('data', (c: Buffer) => {
-        if (size < 1024) {
-          chunks.push(c);
-          size += c.length;
-        }
-        if (size >= 1024) {
-          complete();
-          res.destroy();
-        }
-      });
-      res.on('end', complete);
-      res.on('error', (e) => finish(e));
-    });
+    const req = mod.get(
+      url,
+      { agent: false, headers: { 'user-agent': 'netplugin-readiness', accept: '*/*' } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        const complete = (): void =>
+          finish(undefined, { status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') });
+        res.on('data', (c: Buffer) => {
+          if (size < 1024) {
+            chunks.push(c);
+            size += c.length;
+          }
+          if (size >= 1024) {
+            complete();
+            res.destroy();
+          }
+        });
+        res.on('end', complete);
+        res.on('error', (e) => finish(e));
+      },
+    );
     req.on('error', (e) => finish(e));
     const timer = setTimeout(() => {
       const e = new Error(`no answer within ${formatDuration(timeoutMs)}`);
@@ -130,7 +139,9 @@ export const httpGet: GateFetch = async (url, { timeoutMs }) => {
   });
 };
 
-type GateOutcome = { url: string; ready: true; attempts: number } | { url: string; ready: false; attempts: number; last: string };
+type GateOutcome =
+  | { url: string; ready: true; attempts: number }
+  | { url: string; ready: false; attempts: number; last: string };
 
 /**
  * Resolve when every gate answered 2xx; otherwise throw CniError 11 naming each
@@ -189,7 +200,11 @@ export async function waitForReadinessGates(urls: Array<string | URL>, opts: Rea
   const failed = outcomes.filter((o): o is Extract<GateOutcome, { ready: false }> => !o.ready);
   if (failed.length) {
     const msg = failed
-      .map((f) => `readiness gate ${f.url} not ready after ${formatDuration(deadlineMs)} (${f.attempts} ${f.attempts === 1 ? 'probe' : 'probes'}): last answer ${f.last}`)
+      .map(
+        (f) =>
+          `readiness gate ${f.url} not ready after ${formatDuration(deadlineMs)} (${f.attempts} ` +
+          `${f.attempts === 1 ? 'probe' : 'probes'}): last answer ${f.last}`,
+      )
       .join('; ');
     throw new CniError(ErrorCodes.TryAgainLater, msg);
   }

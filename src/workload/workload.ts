@@ -15,12 +15,12 @@ import { resolveWorkloadOptions, type AddressRequest, type PoolInfo, type Resolv
 /** API_VERSION of src/datastore/types.ts, spelled out (the type below catches drift). */
 const WEP_API_VERSION: Resource<'WorkloadEndpoint'>['apiVersion'] = 'netplugin.org/v3';
 
-export const PROFILE_NAMESPACE_PREFIX = 'kns.';
-export const PROFILE_SERVICEACCOUNT_PREFIX = 'ksa.';
+const PROFILE_NAMESPACE_PREFIX = 'kns.';
+const PROFILE_SERVICEACCOUNT_PREFIX = 'ksa.';
 
-export type Orchestrator = 'k8s' | 'cni';
+type Orchestrator = 'k8s' | 'cni';
 
-export interface ContainerPortLike {
+interface ContainerPortLike {
   name?: string;
   containerPort: number;
   protocol?: string;
@@ -49,7 +49,11 @@ export interface PodLike {
 }
 
 export interface NamespaceLike {
-  metadata: { name: string; labels?: Record<string, string> | undefined; annotations?: Record<string, string> | undefined };
+  metadata: {
+    name: string;
+    labels?: Record<string, string> | undefined;
+    annotations?: Record<string, string> | undefined;
+  };
 }
 
 /** What the plugin needs from the API client; `createKubeClient()` (src/k8s/client.ts) satisfies it. */
@@ -58,7 +62,7 @@ export interface PodSource {
   getNamespace(name: string): Promise<NamespaceLike>;
 }
 
-export interface EndpointPort {
+interface EndpointPort {
   name: string;
   protocol: string;
   port: number;
@@ -66,7 +70,7 @@ export interface EndpointPort {
   hostIP?: string;
 }
 
-export interface PodEndpointAttributes {
+interface PodEndpointAttributes {
   labels: Record<string, string>;
   profiles: string[];
   ports: EndpointPort[];
@@ -92,7 +96,8 @@ export function needsPodLookup(
   log?.debug(
     !hasPod
       ? 'not reading the pod: CNI_ARGS carries no K8S_POD_NAMESPACE/K8S_POD_NAME; annotations are ignored'
-      : 'not reading the pod: neither policy.type is "k8s" nor datastore_type is "kubernetes"; cni.netplugin.org/* annotations are ignored',
+      : 'not reading the pod: neither policy.type is "k8s" nor datastore_type is "kubernetes"; cni.netplugin.org/* ' +
+          'annotations are ignored',
     { policyType: conf.policy?.type, datastoreType: conf.datastore_type ?? 'etcdv3' },
   );
   return false;
@@ -134,7 +139,7 @@ export function podEndpointAttributes(pod: PodLike): PodEndpointAttributes {
   return out;
 }
 
-export interface EndpointInput {
+interface EndpointInput {
   node: string;
   containerId: string;
   /** CNI_IFNAME inside the container. */
@@ -227,7 +232,8 @@ export function podLookupError(
   if (DatastoreError.is(e, 'Unauthorized')) {
     return new CniError(
       ErrorCodes.OrchestratorFailure,
-      `not allowed to read ${what} from the API server${where} (${cause}); grant the plugin's identity get on pods and namespaces (deploy/rbac.yaml) and check kubernetes.kubeconfig in the netconf`,
+      `not allowed to read ${what} from the API server${where} (${cause}); grant the plugin's identity get on pods ` +
+        `and namespaces (deploy/rbac.yaml) and check kubernetes.kubeconfig in the netconf`,
     );
   }
   return new CniError(ErrorCodes.OrchestratorFailure, `reading ${what} from the API server${where} failed: ${cause}`);
@@ -249,23 +255,30 @@ export async function readPodContext(
   const [pod, namespace] = await Promise.allSettled([podP, nsP]);
   if (pod.status === 'rejected') throw pod.reason;
   if (namespace.status === 'rejected') throw namespace.reason;
-  const p = pod.value.metadata.namespace ? pod.value : { ...pod.value, metadata: { ...pod.value.metadata, namespace: ref.namespace } };
+  const p = pod.value.metadata.namespace
+    ? pod.value
+    : { ...pod.value, metadata: { ...pod.value.metadata, namespace: ref.namespace } };
   return { pod: p, namespace: namespace.value };
 }
 
 /** What readWorkloadContext reads and resolves for one ADD. */
-export interface WorkloadContextRequest {
-  /** Read this pod and its namespace (only when the ADD reads pods: needsPodLookup); `open` gives the source to read from. */
+interface WorkloadContextRequest {
+  /**
+   * Read this pod and its namespace (only when the ADD reads pods: needsPodLookup); `open` gives the source to read
+   * from.
+   */
   pod?: { ref: { namespace: string; name: string }; open: () => Promise<{ source: PodSource; apiServer?: string }> };
   /**
    * Resolve the pod's address options (our IPAM only) from its annotations,
    * the netconf and CNI_ARGS; `pools` is called once the pod is read (the
    * caller may have the list in flight already).
    */
-  resolve?: Omit<ResolveInput, 'podAnnotations' | 'namespaceAnnotations' | 'pools'> & { pools: () => Promise<PoolInfo[]> };
+  resolve?: Omit<ResolveInput, 'podAnnotations' | 'namespaceAnnotations' | 'pools'> & {
+    pools: () => Promise<PoolInfo[]>;
+  };
 }
 
-export interface WorkloadContext {
+interface WorkloadContext {
   /** The pod as the API server has it (when it was read). */
   pod?: PodLike;
   namespace?: NamespaceLike;

@@ -16,7 +16,16 @@ import { createIpam } from '../../src/ipam/index.js';
 import { createPluginRuntime, type PluginRuntime } from '../../src/plugins/main/runtime.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
-import { addrs, expectNothingLeft, hostLinksWithPrefix, hostPoolRoutes, link, netconf, startCluster, type Cluster } from '../support/plugin-harness.js';
+import {
+  addrs,
+  expectNothingLeft,
+  hostLinksWithPrefix,
+  hostPoolRoutes,
+  link,
+  netconf,
+  startCluster,
+  type Cluster,
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'nps';
 const FOREIGN = 'other-net.foreign';
@@ -51,8 +60,16 @@ async function fillBlock(cidr: string): Promise<void> {
   } catch {
     h = undefined;
   }
-  const handle: Resource<'IPAMHandle'> = { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: h ? h.metadata : { name: FOREIGN }, spec: { handleID: FOREIGN, block: { ...(h?.spec.block ?? {}), [cidr]: free.length } } };
-  await c.ds.txn([{ op: 'update', res: { ...b, spec } }, h ? { op: 'update', res: handle } : { op: 'create', res: handle }]);
+  const handle: Resource<'IPAMHandle'> = {
+    apiVersion: API_VERSION,
+    kind: 'IPAMHandle',
+    metadata: h ? h.metadata : { name: FOREIGN },
+    spec: { handleID: FOREIGN, block: { ...(h?.spec.block ?? {}), [cidr]: free.length } },
+  };
+  await c.ds.txn([
+    { op: 'update', res: { ...b, spec } },
+    h ? { op: 'update', res: handle } : { op: 'create', res: handle },
+  ]);
 }
 
 /**
@@ -60,7 +77,11 @@ async function fillBlock(cidr: string): Promise<void> {
  * before the next transaction that writes a workload endpoint (an ADD's) is sent, and
  * records the addresses that transaction named.
  */
-function runtimeWith(beforeCommit: (addresses: string[]) => Promise<void>): { rt: PluginRuntime; arm: () => void; firstGuess: () => string[] } {
+function runtimeWith(beforeCommit: (addresses: string[]) => Promise<void>): {
+  rt: PluginRuntime;
+  arm: () => void;
+  firstGuess: () => string[];
+} {
   let armed = false;
   let guess: string[] = [];
   const rt = createPluginRuntime({
@@ -69,7 +90,10 @@ function runtimeWith(beforeCommit: (addresses: string[]) => Promise<void>): { rt
         get(target, prop, receiver) {
           if (prop === 'txn') {
             return async (ops: TxnOp[], o?: Parameters<Datastore['txn']>[1]) => {
-              const wep = ops.find((x): x is { op: 'create'; res: Resource<'WorkloadEndpoint'> } => x.op === 'create' && x.res.kind === 'WorkloadEndpoint');
+              const wep = ops.find(
+                (x): x is { op: 'create'; res: Resource<'WorkloadEndpoint'> } =>
+                  x.op === 'create' && x.res.kind === 'WorkloadEndpoint',
+              );
               if (armed && wep) {
                 armed = false;
                 guess = wep.res.spec.ipNetworks.map((n) => n.split('/')[0]!);
@@ -87,12 +111,31 @@ function runtimeWith(beforeCommit: (addresses: string[]) => Promise<void>): { rt
   return { rt, arm: () => void (armed = true), firstGuess: () => guess };
 }
 
-async function run(rt: PluginRuntime, command: 'ADD' | 'DEL', containerId: string, netns: string): Promise<{ code: number; json: Record<string, unknown> }> {
-  const plugin: PluginSpec<Netconf, PluginRuntime> = { name: 'netplugin', load: async () => (await import('../../src/plugins/main/index.js')).handlers, runtime: rt };
+async function run(
+  rt: PluginRuntime,
+  command: 'ADD' | 'DEL',
+  containerId: string,
+  netns: string,
+): Promise<{ code: number; json: Record<string, unknown> }> {
+  const plugin: PluginSpec<Netconf, PluginRuntime> = {
+    name: 'netplugin',
+    load: async () => (await import('../../src/plugins/main/index.js')).handlers,
+    runtime: rt,
+  };
   let stdout = '';
-  const env = { CNI_COMMAND: command, CNI_CONTAINERID: containerId, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_PATH: '/nonexistent', CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=spec;K8S_POD_NAME=${containerId}` };
+  const env = {
+    CNI_COMMAND: command,
+    CNI_CONTAINERID: containerId,
+    CNI_NETNS: netns,
+    CNI_IFNAME: 'eth0',
+    CNI_PATH: '/nonexistent',
+    CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=spec;K8S_POD_NAME=${containerId}`,
+  };
   const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX, log_level: 'error' });
-  const code = await dispatch({ env, stdin: JSON.stringify(conf), stdout: (s) => (stdout += s), stderr: () => undefined }, plugin);
+  const code = await dispatch(
+    { env, stdin: JSON.stringify(conf), stdout: (s) => (stdout += s), stderr: () => undefined },
+    plugin,
+  );
   return { code, json: stdout ? (JSON.parse(stdout) as Record<string, unknown>) : {} };
 }
 
@@ -114,12 +157,16 @@ describe('the veth pair made while the IPAM transaction commits', () => {
     const pod = createNetns('sp');
     const r = await run(rt, 'ADD', 'spec-second', pod.path);
     expect(r.code, JSON.stringify(r.json)).toBe(0);
-    const got = ((r.json['ips'] as Array<{ address: string }>)[0]!.address).split('/')[0]!;
+    const got = (r.json['ips'] as Array<{ address: string }>)[0]!.address.split('/')[0]!;
     const guess = firstGuess();
     expect(guess).toHaveLength(1);
     expect(got).not.toBe(guess[0]);
     // The pod has the committed address only; the host routes it, and nothing routes the first guess.
-    expect(addrs('eth0', pod.name).filter((a) => a.family === 'inet').map((a) => a.local)).toEqual([got]);
+    expect(
+      addrs('eth0', pod.name)
+        .filter((a) => a.family === 'inet')
+        .map((a) => a.local),
+    ).toEqual([got]);
     const routes = hostPoolRoutes(c.pools);
     expect(routes.some((x) => x.startsWith(`${got} `) || x.startsWith(`${got}/32 `))).toBe(true);
     expect(routes.some((x) => x.startsWith(`${guess[0]} `) || x.startsWith(`${guess[0]}/32 `))).toBe(false);
@@ -134,7 +181,13 @@ describe('the veth pair made while the IPAM transaction commits', () => {
   it('an ADD whose transaction loses and then finds no address leaves no veth behind', async () => {
     // The other writer fills the whole pool (both /28 blocks) before the commit.
     const { rt, arm } = runtimeWith(async () => {
-      await createIpam(c.ds, { lock: 'none' }).assign({ handleID: `${FOREIGN}-claim`, node: 'other-node', attrs: {}, assignIPv4: true, assignIPv6: false });
+      await createIpam(c.ds, { lock: 'none' }).assign({
+        handleID: `${FOREIGN}-claim`,
+        node: 'other-node',
+        attrs: {},
+        assignIPv4: true,
+        assignIPv6: false,
+      });
       for (const b of (await c.ds.list('IPAMBlock')).items) await fillBlock(b.spec.cidr);
     });
     // The node holds a block (an ADD and DEL keep the node's last block), so the first guess is an update of it.

@@ -4,13 +4,31 @@
 // real shim run as another user.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startCniServer, type CniServer } from '../../src/agent/server.js';
-import { ACCEPTED, HEADER_LEN, PROTOCOL_VERSION, decodeResponse, encodeRequest, type ShimRequest, type ShimResponse } from '../../src/agent/protocol.js';
+import {
+  ACCEPTED,
+  HEADER_LEN,
+  PROTOCOL_VERSION,
+  decodeResponse,
+  encodeRequest,
+  type ShimRequest,
+  type ShimResponse,
+} from '../../src/agent/protocol.js';
 import type { CniHandlers, PluginSpec } from '../../src/cni/types.js';
 import type { Logger } from '../../src/log/types.js';
 
@@ -46,7 +64,8 @@ const handlers: CniHandlers = {
     events.push(`start ${tag}`);
     startedSignal(tag).resolve();
     const wait = ctx.rawConf['waitFor'];
-    if (typeof wait === 'string') await (wait.startsWith('started:') ? startedSignal(wait.slice(8)).promise : gate(wait).promise);
+    if (typeof wait === 'string')
+      await (wait.startsWith('started:') ? startedSignal(wait.slice(8)).promise : gate(wait).promise);
     events.push(`end ${tag}`);
     return { ips: [{ address: '10.1.2.3/32' }], dns: { search: [ctx.env['ONLY_IN_REQUEST'] ?? '<unset>'] } };
   },
@@ -58,12 +77,16 @@ const handlers: CniHandlers = {
 const plugin: PluginSpec = { name: 'netplugin', load: async () => handlers };
 
 const logged: string[] = [];
-const line = (lvl: string) => (m: string, f?: Record<string, unknown>) => logged.push(`${lvl} ${m}${f ? ' ' + JSON.stringify(f) : ''}`);
+const line = (lvl: string) => (m: string, f?: Record<string, unknown>) =>
+  logged.push(`${lvl} ${m}${f ? ' ' + JSON.stringify(f) : ''}`);
 const log: Logger = { error: line('E'), warn: line('W'), info: line('I'), debug: () => {} };
 
 let tmp: string;
 const servers: CniServer[] = [];
-async function start(socketPath: string, extra: Partial<Parameters<typeof startCniServer>[0]> = {}): Promise<CniServer> {
+async function start(
+  socketPath: string,
+  extra: Partial<Parameters<typeof startCniServer>[0]> = {},
+): Promise<CniServer> {
   const s = await startCniServer({ socketPath, plugins: { netplugin: plugin }, log, ...extra });
   servers.push(s);
   return s;
@@ -77,7 +100,8 @@ const env = (containerId: string, over: Record<string, string> = {}): Record<str
   CNI_PATH: '/opt/cni/bin',
   ...over,
 });
-const conf = (extra: Record<string, unknown> = {}) => JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ...extra });
+const conf = (extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ...extra });
 
 interface Exchange {
   accepted: boolean;
@@ -140,10 +164,18 @@ describe('CNI server socket', () => {
     expect(st.isSocket()).toBe(true);
     expect(st.mode & 0o777).toBe(0o600);
     expect(process.env['ONLY_IN_REQUEST']).toBeUndefined();
-    const r = await exchange(socketPath, { plugin: 'netplugin', env: env('c1', { ONLY_IN_REQUEST: 'from the runtime' }), stdin: conf() });
+    const r = await exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('c1', { ONLY_IN_REQUEST: 'from the runtime' }),
+      stdin: conf(),
+    });
     expect(r.accepted).toBe(true);
     expect(r.response!.code).toBe(0);
-    expect(JSON.parse(r.response!.stdout)).toEqual({ cniVersion: '1.0.0', ips: [{ address: '10.1.2.3/32' }], dns: { search: ['from the runtime'] } });
+    expect(JSON.parse(r.response!.stdout)).toEqual({
+      cniVersion: '1.0.0',
+      ips: [{ address: '10.1.2.3/32' }],
+      dns: { search: ['from the runtime'] },
+    });
   });
 
   it('leaves an existing directory mode alone', async () => {
@@ -184,7 +216,11 @@ describe('CNI server socket', () => {
       const other = encodeRequest({ plugin: 'netplugin', env: {}, stdin: '' });
       other[3] = version;
       expect(await exchange(socketPath, other)).toEqual({ accepted: false });
-      expect(logged.some((l) => l.includes(`shim speaks protocol version ${version}, this agent speaks ${PROTOCOL_VERSION}`))).toBe(true);
+      expect(
+        logged.some((l) =>
+          l.includes(`shim speaks protocol version ${version}, this agent speaks ${PROTOCOL_VERSION}`),
+        ),
+      ).toBe(true);
     }
     expect(await exchange(socketPath, Buffer.from('GET / HTTP/1.1\r\n\r\n'))).toEqual({ accepted: false });
     const notJson = Buffer.alloc(HEADER_LEN + 3);
@@ -197,7 +233,11 @@ describe('CNI server socket', () => {
   it('answers with the binary frame: "NPR", its version, the exit status, two lengths, the bytes', async () => {
     const socketPath = join(tmp, 'frame.sock');
     await start(socketPath);
-    const r = await exchange(socketPath, { plugin: 'netplugin', env: env('c5', { ONLY_IN_REQUEST: 'é' }), stdin: conf() });
+    const r = await exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('c5', { ONLY_IN_REQUEST: 'é' }),
+      stdin: conf(),
+    });
     const f = r.frame!;
     expect(f.subarray(0, 4)).toEqual(Buffer.from([0x4e, 0x50, 0x52, PROTOCOL_VERSION]));
     expect(f[4]).toBe(0);
@@ -224,9 +264,17 @@ describe('CNI server ordering and shutdown', () => {
   it('runs requests for one container one at a time, in arrival order', async () => {
     const socketPath = join(tmp, 'order.sock');
     await start(socketPath);
-    const first = exchange(socketPath, { plugin: 'netplugin', env: env('same'), stdin: conf({ tag: 'A', waitFor: 'releaseA' }) });
+    const first = exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('same'),
+      stdin: conf({ tag: 'A', waitFor: 'releaseA' }),
+    });
     await startedSignal('A').promise;
-    const second = exchange(socketPath, { plugin: 'netplugin', env: env('same', { CNI_COMMAND: 'ADD' }), stdin: conf({ tag: 'B' }) });
+    const second = exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('same', { CNI_COMMAND: 'ADD' }),
+      stdin: conf({ tag: 'B' }),
+    });
     // B is accepted but must wait for A: release A only once B could have run.
     const other = await exchange(socketPath, { plugin: 'netplugin', env: env('other'), stdin: conf({ tag: 'C' }) });
     expect(other.response?.code).toBe(0);
@@ -250,11 +298,17 @@ describe('CNI server ordering and shutdown', () => {
   it('bounds concurrency with maxConcurrent', async () => {
     const socketPath = join(tmp, 'bounded.sock');
     await start(socketPath, { maxConcurrent: 1 });
-    const a = exchange(socketPath, { plugin: 'netplugin', env: env('m1'), stdin: conf({ tag: 'M1', waitFor: 'releaseM1' }) });
+    const a = exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('m1'),
+      stdin: conf({ tag: 'M1', waitFor: 'releaseM1' }),
+    });
     await startedSignal('M1').promise;
     let bAccepted!: () => void;
     const accepted = new Promise<void>((r) => (bAccepted = r));
-    const b = exchange(socketPath, { plugin: 'netplugin', env: env('m2'), stdin: conf({ tag: 'M2' }) }, () => bAccepted());
+    const b = exchange(socketPath, { plugin: 'netplugin', env: env('m2'), stdin: conf({ tag: 'M2' }) }, () =>
+      bAccepted(),
+    );
     await accepted;
     expect(events).toEqual(['start M1']);
     gate('releaseM1').resolve();
@@ -265,7 +319,11 @@ describe('CNI server ordering and shutdown', () => {
   it('on close: stops accepting, finishes accepted requests, removes the socket', async () => {
     const socketPath = join(tmp, 'close.sock');
     const s = await start(socketPath);
-    const inflight = exchange(socketPath, { plugin: 'netplugin', env: env('z'), stdin: conf({ tag: 'Z', waitFor: 'releaseZ' }) });
+    const inflight = exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('z'),
+      stdin: conf({ tag: 'Z', waitFor: 'releaseZ' }),
+    });
     await startedSignal('Z').promise;
     const closing = s.close();
     await expect(exchange(socketPath, { plugin: 'netplugin', env: env('late'), stdin: conf() })).rejects.toMatchObject({
@@ -281,7 +339,11 @@ describe('CNI server ordering and shutdown', () => {
   it('on close: drops requests still running after closeTimeoutMs (their callers see no answer)', async () => {
     const socketPath = join(tmp, 'close-timeout.sock');
     const s = await start(socketPath, { closeTimeoutMs: 200 });
-    const stuck = exchange(socketPath, { plugin: 'netplugin', env: env('stuck'), stdin: conf({ tag: 'S', waitFor: 'never' }) });
+    const stuck = exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('stuck'),
+      stdin: conf({ tag: 'S', waitFor: 'never' }),
+    });
     await startedSignal('S').promise;
     await s.close();
     expect(await stuck).toEqual({ accepted: true });
@@ -301,7 +363,10 @@ describe('CNI server peer credentials', () => {
     chmodSync(shim, 0o755);
     pkgDir = join(tmp, 'pkg');
     mkdirSync(join(pkgDir, 'dist'), { recursive: true });
-    writeFileSync(join(pkgDir, 'dist/netplugin.mjs'), "process.stdout.write(JSON.stringify({ fallback: true, uid: process.getuid() }) + '\\n');\n");
+    writeFileSync(
+      join(pkgDir, 'dist/netplugin.mjs'),
+      "process.stdout.write(JSON.stringify({ fallback: true, uid: process.getuid() }) + '\\n');\n",
+    );
   });
 
   function shimAs(uid: number, socketPath: string): Promise<{ code: number | null; stdout: string }> {
@@ -309,7 +374,12 @@ describe('CNI server peer credentials', () => {
       const c = spawn(shim, [], {
         uid,
         gid: uid,
-        env: { ...env(`peer-${uid}`), NETPLUGIN_AGENT_SOCKET: socketPath, NETPLUGIN_FALLBACK_NODE: process.execPath, NETPLUGIN_FALLBACK_DIR: pkgDir },
+        env: {
+          ...env(`peer-${uid}`),
+          NETPLUGIN_AGENT_SOCKET: socketPath,
+          NETPLUGIN_FALLBACK_NODE: process.execPath,
+          NETPLUGIN_FALLBACK_DIR: pkgDir,
+        },
       });
       let stdout = '';
       c.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
@@ -341,11 +411,17 @@ describe('CNI server peer credentials', () => {
 // Issue 11, finding 7: the agent is bounded against slow, large and odd clients.
 describe('CNI server bounds', () => {
   /** Resolves when the server closes the connection; `feed` keeps writing meanwhile. */
-  function closedWhile(socketPath: string, first: Buffer, feed: (c: ReturnType<typeof connect>) => void): Promise<{ accepted: boolean }> {
+  function closedWhile(
+    socketPath: string,
+    first: Buffer,
+    feed: (c: ReturnType<typeof connect>) => void,
+  ): Promise<{ accepted: boolean }> {
     return new Promise((resolve, reject) => {
       const c = connect(socketPath);
       let accepted = false;
-      c.on('error', (e: NodeJS.ErrnoException) => (e.code === 'EPIPE' || e.code === 'ECONNRESET' ? undefined : reject(e)));
+      c.on('error', (e: NodeJS.ErrnoException) =>
+        e.code === 'EPIPE' || e.code === 'ECONNRESET' ? undefined : reject(e),
+      );
       c.on('data', (d: Buffer) => (accepted ||= d[0] === ACCEPTED));
       c.on('close', () => resolve({ accepted }));
       c.write(first, () => feed(c));
@@ -398,24 +474,35 @@ describe('CNI server bounds', () => {
     for (const c of clients) c.destroy();
   });
 
-  it.each(['constructor', '__proto__', 'hasOwnProperty', 'toString'])('plugin name %s is an unknown plugin (code 4), not a prototype member', async (name) => {
-    const socketPath = join(tmp, `proto-${name.replace(/_/g, 'u')}.sock`);
-    await start(socketPath);
-    const r = await exchange(socketPath, { plugin: name, env: env('c-proto'), stdin: conf() });
-    expect(r.accepted).toBe(true);
-    const err = JSON.parse(r.response!.stdout);
-    expect(err.code).toBe(4);
-    expect(err.msg).toContain(`no plugin named '${name}'`);
-    expect(err.msg).not.toMatch(/ at .*\.(ts|js|mjs):\d+/);
-  });
+  it.each(['constructor', '__proto__', 'hasOwnProperty', 'toString'])(
+    'plugin name %s is an unknown plugin (code 4), not a prototype member',
+    async (name) => {
+      const socketPath = join(tmp, `proto-${name.replace(/_/g, 'u')}.sock`);
+      await start(socketPath);
+      const r = await exchange(socketPath, { plugin: name, env: env('c-proto'), stdin: conf() });
+      expect(r.accepted).toBe(true);
+      const err = JSON.parse(r.response!.stdout);
+      expect(err.code).toBe(4);
+      expect(err.msg).toContain(`no plugin named '${name}'`);
+      expect(err.msg).not.toMatch(/ at .*\.(ts|js|mjs):\d+/);
+    },
+  );
 
   it('two sandboxes of one pod (different container IDs) run one at a time', async () => {
     const socketPath = join(tmp, 'pod-order.sock');
     await start(socketPath);
     const podArgs = { CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0' };
-    const oldDel = exchange(socketPath, { plugin: 'netplugin', env: env('sandbox-old', podArgs), stdin: conf({ tag: 'OLD', waitFor: 'releaseOld' }) });
+    const oldDel = exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('sandbox-old', podArgs),
+      stdin: conf({ tag: 'OLD', waitFor: 'releaseOld' }),
+    });
     await startedSignal('OLD').promise;
-    const newAdd = exchange(socketPath, { plugin: 'netplugin', env: env('sandbox-new', podArgs), stdin: conf({ tag: 'NEW' }) });
+    const newAdd = exchange(socketPath, {
+      plugin: 'netplugin',
+      env: env('sandbox-new', podArgs),
+      stdin: conf({ tag: 'NEW' }),
+    });
     await new Promise((r) => setTimeout(r, 300));
     expect(events).toEqual(['start OLD']);
     gate('releaseOld').resolve();

@@ -10,7 +10,19 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { assertThrowawayHostNetns, DIST } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
-import { cleanupAttachments, cni, ensureBuilt, expectCniError, expectOk, installShim, netconf, startAgent, startCluster, type Agent, type Cluster } from '../support/plugin-harness.js';
+import {
+  cleanupAttachments,
+  cni,
+  ensureBuilt,
+  expectCniError,
+  expectOk,
+  installShim,
+  netconf,
+  startAgent,
+  startCluster,
+  type Agent,
+  type Cluster,
+} from '../support/plugin-harness.js';
 
 const PREFIX = 'nph';
 let c: Cluster;
@@ -47,10 +59,35 @@ beforeAll(async () => {
   shim = installShim(join(tmp, 'bin'));
   c = await startCluster([{ name: 'health-v4', cidr: '10.77.60.0/24', blockSize: 28 }]);
   const conflist = join(tmp, '10-netplugin.conflist');
-  writeFileSync(conflist, JSON.stringify({ name: 'k8s-pod-network', cniVersion: '1.0.0', plugins: [netconf(c, '1.0.0', { host_veth_prefix: PREFIX })] }));
-  agent = await startAgent(join(tmp, 'run', 'cni.sock'), ['--config', conflist, '--log-format', 'json', '--metrics-addr', '127.0.0.1:0']);
-  await until('the agent logs its health and metrics addresses', async () => /serving \/healthz/.test(agent.log()) && /"serving \/metrics"/.test(agent.log()));
-  const addrOf = (msg: string) => `http://${JSON.parse(agent.log().split('\n').find((l) => l.includes(msg))!).addr}`;
+  writeFileSync(
+    conflist,
+    JSON.stringify({
+      name: 'k8s-pod-network',
+      cniVersion: '1.0.0',
+      plugins: [netconf(c, '1.0.0', { host_veth_prefix: PREFIX })],
+    }),
+  );
+  agent = await startAgent(join(tmp, 'run', 'cni.sock'), [
+    '--config',
+    conflist,
+    '--log-format',
+    'json',
+    '--metrics-addr',
+    '127.0.0.1:0',
+  ]);
+  await until(
+    'the agent logs its health and metrics addresses',
+    async () => /serving \/healthz/.test(agent.log()) && /"serving \/metrics"/.test(agent.log()),
+  );
+  const addrOf = (msg: string) =>
+    `http://${
+      JSON.parse(
+        agent
+          .log()
+          .split('\n')
+          .find((l) => l.includes(msg))!,
+      ).addr
+    }`;
   base = addrOf('serving /healthz');
   metricsBase = addrOf('"serving /metrics"');
 });
@@ -90,7 +127,10 @@ describe('agent health and metrics', () => {
     expectOk(await cni('ADD', conf, { containerId: `health-${process.pid}`, netns: ns.path, env }, shim));
     expectOk(await cni('DEL', conf, { containerId: `health-${process.pid}`, netns: ns.path, env }, shim));
     // A request the user can fix: code 7 (invalid netconf field).
-    expectCniError(await cni('ADD', { ...conf, mtu: 5 }, { containerId: `health-bad-${process.pid}`, netns: ns.path, env }, shim), 7);
+    expectCniError(
+      await cni('ADD', { ...conf, mtu: 5 }, { containerId: `health-bad-${process.pid}`, netns: ns.path, env }, shim),
+      7,
+    );
 
     const m = await get('/metrics');
     expect(m.status).toBe(200);
@@ -111,7 +151,11 @@ describe('agent health and metrics', () => {
     const endpointWrites = (text: string) =>
       text
         .split('\n')
-        .filter((l) => /^netplugin_datastore_request_duration_seconds_count\{operation="(create|txn)",kind="[^"]*WorkloadEndpoint[^"]*",result="ok"\} /.test(l))
+        .filter((l) =>
+          /^netplugin_datastore_request_duration_seconds_count\{operation="(create|txn)",kind="[^"]*WorkloadEndpoint[^"]*",result="ok"\} /.test(
+            l,
+          ),
+        )
         .reduce((n, l) => n + Number(l.split(' ')[1]), 0);
     expect(endpointWrites(m.body) - endpointWrites(before)).toBeGreaterThanOrEqual(1);
     expect(m.body).toContain('# TYPE netplugin_ipam_cas_retries_total counter');
@@ -149,7 +193,11 @@ describe('agent health and metrics', () => {
   it('--metrics-addr serves the same /metrics and no probe paths', async () => {
     const m = await fetch(`${metricsBase}/metrics`);
     expect(m.status).toBe(200);
-    const types = (text: string) => text.split('\n').filter((l) => l.startsWith('# TYPE ')).sort();
+    const types = (text: string) =>
+      text
+        .split('\n')
+        .filter((l) => l.startsWith('# TYPE '))
+        .sort();
     const served = types(await m.text());
     expect(served.join('\n')).toContain('# TYPE netplugin_cni_requests_total counter');
     expect(served).toEqual(types((await get('/metrics')).body));
@@ -171,11 +219,24 @@ describe('agent health and metrics', () => {
 
 describe('--version and bad flags', () => {
   it('every executable prints its version', () => {
-    const { version } = JSON.parse(spawnSync('node', ['-p', 'JSON.stringify(require("./package.json"))'], { cwd: join(DIST, '..'), encoding: 'utf8' }).stdout);
-    const { bin } = JSON.parse(spawnSync('node', ['-p', 'JSON.stringify(require("./package.json"))'], { cwd: join(DIST, '..'), encoding: 'utf8' }).stdout) as { bin: Record<string, string> };
+    const { version } = JSON.parse(
+      spawnSync('node', ['-p', 'JSON.stringify(require("./package.json"))'], {
+        cwd: join(DIST, '..'),
+        encoding: 'utf8',
+      }).stdout,
+    );
+    const { bin } = JSON.parse(
+      spawnSync('node', ['-p', 'JSON.stringify(require("./package.json"))'], {
+        cwd: join(DIST, '..'),
+        encoding: 'utf8',
+      }).stdout,
+    ) as { bin: Record<string, string> };
     expect(Object.keys(bin).length).toBeGreaterThanOrEqual(5);
     for (const exe of Object.keys(bin)) {
-      const r = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--version'], { encoding: 'utf8', timeout: 30_000 });
+      const r = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--version'], {
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
       expect(r.status, `${exe}: ${r.stderr}`).toBe(0);
       expect(r.stdout).toContain(version);
     }
@@ -186,21 +247,33 @@ describe('--version and bad flags', () => {
 
   it('the long-running entries answer an unknown flag with exit 2, the flag and their usage; --help prints the usage', () => {
     for (const exe of ['netplugin-node', 'netplugin-kube-controllers']) {
-      const r = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--no-such-flag'], { encoding: 'utf8', timeout: 30_000 });
+      const r = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--no-such-flag'], {
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
       expect(r.status, exe).toBe(2);
       expect(r.stderr).toContain(`${exe}: Unknown option '--no-such-flag'`);
       expect(r.stderr).toContain(`usage: ${exe} `);
-      const h = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--help'], { encoding: 'utf8', timeout: 30_000 });
+      const h = spawnSync(process.execPath, [join(DIST, `${exe}.mjs`), '--help'], {
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
       expect(h.status, exe).toBe(0);
       expect(h.stdout).toMatch(new RegExp(`^usage: ${exe} `));
     }
   });
 
   it('rejects an unknown --log-format and a bad --health-addr names the flag', () => {
-    const f = spawnSync(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--log-format', 'xml'], { encoding: 'utf8', timeout: 30_000 });
+    const f = spawnSync(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--log-format', 'xml'], {
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
     expect(f.status).toBe(2);
     expect(f.stderr).toContain("--log-format 'xml' is not one of text, json");
-    const h = spawnSync(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--health-addr', 'localhost'], { encoding: 'utf8', timeout: 30_000 });
+    const h = spawnSync(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--health-addr', 'localhost'], {
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
     expect(h.status).toBe(2);
     expect(h.stderr).toContain('invalid listen address "localhost": expected HOST:PORT');
   });

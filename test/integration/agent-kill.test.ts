@@ -12,8 +12,22 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
 import {
-  addrs, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, installShim, ipamState, link, mapLimit, netconf, startAgent, startCluster, why,
-  type Agent, type Cluster,
+  addrs,
+  cleanupAttachments,
+  cni,
+  ensureBuilt,
+  expectNothingLeft,
+  expectOk,
+  installShim,
+  ipamState,
+  link,
+  mapLimit,
+  netconf,
+  startAgent,
+  startCluster,
+  why,
+  type Agent,
+  type Cluster,
 } from '../support/plugin-harness.js';
 import type { CniOutcome } from '../support/cni.js';
 
@@ -47,7 +61,7 @@ afterAll(async () => {
 });
 
 describe('agent SIGKILL during a burst of ADDs', () => {
-  it('in-flight ADDs fail with code 11; after the runtime\'s DELs and retries nothing is leaked', async () => {
+  it("in-flight ADDs fail with code 11; after the runtime's DELs and retries nothing is leaked", async () => {
     const socket = join(tmp, 'run', 'cni.sock');
     agent = await startAgent(socket);
     const env = { NETPLUGIN_AGENT_SOCKET: socket };
@@ -74,7 +88,10 @@ describe('agent SIGKILL during a burst of ADDs', () => {
     const inFlight = failed.filter((i) => adds[i]!.json?.code === 11);
     const notReached = failed.filter((i) => adds[i]!.json?.code === 5 && /not reachable/.test(adds[i]!.json.msg));
     // Every failure is one of the two, never a half-done "success" or a crash.
-    expect([...inFlight, ...notReached].sort((a, b) => a - b), failed.map((i) => `pod ${i}: ${why(adds[i]!)}`).join('\n')).toEqual(failed);
+    expect(
+      [...inFlight, ...notReached].sort((a, b) => a - b),
+      failed.map((i) => `pod ${i}: ${why(adds[i]!)}`).join('\n'),
+    ).toEqual(failed);
     expect(inFlight.length, 'requests the agent had accepted when it died (code 11)').toBeGreaterThan(0);
     // Accepted and cut off ("retry"), or not accepted and no fallback on this
     // node ("try again once netplugin-node is up"): both tell the runtime to retry.
@@ -87,7 +104,9 @@ describe('agent SIGKILL during a burst of ADDs', () => {
     const dels = await mapLimit(failed, PARALLEL, (i) => cni('DEL', conf, first[i]!, shim));
     dels.forEach((r) => expectOk(r));
     const retried = failed.filter((_, k) => k % 2 === 0);
-    const second = new Map(retried.map((i) => [i, { containerId: `kill${i}-retry-${process.pid}`, netns: pods[i]!.path, env }]));
+    const second = new Map(
+      retried.map((i) => [i, { containerId: `kill${i}-retry-${process.pid}`, netns: pods[i]!.path, env }]),
+    );
     const again = await mapLimit(retried, PARALLEL, (i) => cni('ADD', conf, second.get(i)!, shim));
     again.forEach((r) => expectOk(r));
 
@@ -96,7 +115,12 @@ describe('agent SIGKILL during a burst of ADDs', () => {
     const ips = live.map(({ r }) => r.json.ips[0].address as string);
     expect(new Set(ips).size, `duplicate addresses: ${ips.join(' ')}`).toBe(live.length);
     for (const { i, r } of live) {
-      expect(addrs('eth0', pods[i]!.name).filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen}`), `pod ${i}`).toEqual([r.json.ips[0].address]);
+      expect(
+        addrs('eth0', pods[i]!.name)
+          .filter((a) => a.family === 'inet')
+          .map((a) => `${a.local}/${a.prefixlen}`),
+        `pod ${i}`,
+      ).toEqual([r.json.ips[0].address]);
     }
     const given = failed.filter((i) => !second.has(i));
     for (const i of given) expect(link('eth0', pods[i]!.name), `pod ${i} (given up)`).toBeUndefined();

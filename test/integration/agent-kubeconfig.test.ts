@@ -19,7 +19,12 @@ const AGENT_TOKEN = 'agent-sa-token';
 let api: FakeApiServer;
 let tmp: string;
 const lines: string[] = [];
-const log = { error: (m: string) => lines.push(`E ${m}`), warn: (m: string, f?: object) => lines.push(`W ${m} ${JSON.stringify(f)}`), info: (m: string) => lines.push(`I ${m}`), debug: () => {} };
+const log = {
+  error: (m: string) => lines.push(`E ${m}`),
+  warn: (m: string, f?: object) => lines.push(`W ${m} ${JSON.stringify(f)}`),
+  info: (m: string) => lines.push(`I ${m}`),
+  debug: () => {},
+};
 
 async function until(what: string, fn: () => boolean | Promise<boolean>, limitMs = 60_000): Promise<void> {
   const end = Date.now() + limitMs;
@@ -44,25 +49,48 @@ describe('plugin kubeconfig from TokenRequest', () => {
   it('retries while the ServiceAccount is missing, then writes a 0600 kubeconfig that works and rotates it before expiry', async () => {
     const agentClient = await createKubeClient({ kubeconfig: writeKubeconfig(api.dir, api, { token: AGENT_TOKEN }) });
     const path = join(tmp, 'netplugin-kubeconfig');
-    const w = startPluginKubeconfig({ path, serviceAccount: 'netplugin-cni', namespace: 'kube-system', client: agentClient, ca: readFileSync(api.caFile!), expirationSeconds: 3600, audiences: ['netplugin'], log, minRetryMs: 100, maxRetryMs: 400 });
+    const w = startPluginKubeconfig({
+      path,
+      serviceAccount: 'netplugin-cni',
+      namespace: 'kube-system',
+      client: agentClient,
+      ca: readFileSync(api.caFile!),
+      expirationSeconds: 3600,
+      audiences: ['netplugin'],
+      log,
+      minRetryMs: 100,
+      maxRetryMs: 400,
+    });
     try {
       await until('a failed attempt is reported', () => w.status().lastError !== undefined);
       expect(w.status().lastError).toContain('serviceaccounts "netplugin-cni" not found');
       expect(w.status().writes).toBe(0);
-      api.put('/api/v1/namespaces/kube-system/serviceaccounts/netplugin-cni', { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'netplugin-cni' } });
+      api.put('/api/v1/namespaces/kube-system/serviceaccounts/netplugin-cni', {
+        apiVersion: 'v1',
+        kind: 'ServiceAccount',
+        metadata: { name: 'netplugin-cni' },
+      });
       await w.firstWrite;
       expect(statSync(path).mode & 0o777).toBe(0o600);
       expect(w.status().lastError).toBeUndefined();
       const first = tokenIn(path);
       const issued = api.issuedTokens();
-      expect(issued.at(-1)).toMatchObject({ token: first, namespace: 'kube-system', serviceAccount: 'netplugin-cni', audiences: ['netplugin'] });
+      expect(issued.at(-1)).toMatchObject({
+        token: first,
+        namespace: 'kube-system',
+        serviceAccount: 'netplugin-cni',
+        audiences: ['netplugin'],
+      });
 
       // The file alone is enough for netplugin's client (CA embedded, token) and for kubectl.
       const plugin = await createKubeClient({ kubeconfig: path });
       expect((await plugin.getNamespace('default')).metadata.name).toBe('default');
       plugin.close();
       // Asynchronous: the API server runs in this process.
-      const k = await promisify(execFile)('kubectl', ['--kubeconfig', path, 'get', 'namespaces', '-o', 'name'], { encoding: 'utf8', timeout: 30_000 });
+      const k = await promisify(execFile)('kubectl', ['--kubeconfig', path, 'get', 'namespaces', '-o', 'name'], {
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
       expect(k.stderr).toBe('');
       expect(k.stdout).toContain('namespace/kube-system');
 
@@ -89,9 +117,25 @@ describe('plugin kubeconfig from TokenRequest', () => {
   it('the agent binary writes it with --plugin-kubeconfig and its own --kubeconfig', async () => {
     const path = join(tmp, 'from-agent-kubeconfig');
     const own = writeKubeconfig(api.dir, api, { token: AGENT_TOKEN, inline: true });
-    const agent = spawn(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--socket', join(tmp, 'run/cni.sock'), '--health-addr', 'off', '--kubeconfig', own, '--plugin-kubeconfig', path, '--plugin-token-seconds', '7200'], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    const agent = spawn(
+      process.execPath,
+      [
+        join(DIST, 'netplugin-node.mjs'),
+        '--socket',
+        join(tmp, 'run/cni.sock'),
+        '--health-addr',
+        'off',
+        '--kubeconfig',
+        own,
+        '--plugin-kubeconfig',
+        path,
+        '--plugin-token-seconds',
+        '7200',
+      ],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
     let err = '';
     agent.stderr!.on('data', (d: Buffer) => (err += d));
     try {
@@ -104,7 +148,11 @@ describe('plugin kubeconfig from TokenRequest', () => {
       agent.kill('SIGTERM');
       await new Promise((r) => agent.once('exit', r));
     }
-    const bad = spawnSync(process.execPath, [join(DIST, 'netplugin-node.mjs'), '--plugin-kubeconfig', path, '--plugin-token-seconds', '60'], { encoding: 'utf8', timeout: 30_000 });
+    const bad = spawnSync(
+      process.execPath,
+      [join(DIST, 'netplugin-node.mjs'), '--plugin-kubeconfig', path, '--plugin-token-seconds', '60'],
+      { encoding: 'utf8', timeout: 30_000 },
+    );
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("--plugin-token-seconds '60' is not an integer of at least 600");
   });

@@ -22,7 +22,10 @@ async function threads(entry: string, env: NodeJS.ProcessEnv): Promise<number> {
   const d = mkdtempSync(join(tmpdir(), 'np-launch-'));
   dirs.push(d);
   const sock = join(d, 'cni.sock');
-  const p = spawn(process.execPath, [join(DIST, entry), '--socket', sock, '--log-level', 'ERROR'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  const p = spawn(process.execPath, [join(DIST, entry), '--socket', sock, '--log-level', 'ERROR'], {
+    env,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   procs.push(p);
   let err = '';
   p.stderr!.on('data', (b) => (err += b));
@@ -45,11 +48,27 @@ describe('netplugin-node entry', () => {
   });
 });
 
-/** Starts the agent without --config on `confDir`; resolves once `line` shows in its log (or the bound passes), with a reader of the log. */
+/**
+ * Starts the agent without --config on `confDir`; resolves once `line` shows in its log (or the bound passes), with a
+ * reader of the log.
+ */
 async function logUntil(confDir: string, line: RegExp): Promise<() => string> {
   const d = mkdtempSync(join(tmpdir(), 'np-warm-'));
   dirs.push(d);
-  const p = spawn(process.execPath, [join(DIST, 'netplugin-node.cjs'), '--socket', join(d, 'cni.sock'), '--cni-conf-dir', confDir, '--no-routes', '--log-level', 'INFO'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const p = spawn(
+    process.execPath,
+    [
+      join(DIST, 'netplugin-node.cjs'),
+      '--socket',
+      join(d, 'cni.sock'),
+      '--cni-conf-dir',
+      confDir,
+      '--no-routes',
+      '--log-level',
+      'INFO',
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   procs.push(p);
   let log = '';
   p.stderr!.on('data', (b) => (log += b));
@@ -59,10 +78,17 @@ async function logUntil(confDir: string, line: RegExp): Promise<() => string> {
 }
 
 describe('netplugin-node without --config', () => {
-  it('warms the datastore connection at start from the first config of the CNI conf dir when it is netplugin\'s, and not otherwise', async () => {
+  it("warms the datastore connection at start from the first config of the CNI conf dir when it is netplugin's, and not otherwise", async () => {
     const etcd = await startEtcd();
     try {
-      const conf = (name: string, type: string) => JSON.stringify({ cniVersion: '1.0.0', name, plugins: [{ type, datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, ipam: { type: 'netplugin-ipam' } }] });
+      const conf = (name: string, type: string) =>
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name,
+          plugins: [
+            { type, datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, ipam: { type: 'netplugin-ipam' } },
+          ],
+        });
       const ours = mkdtempSync(join(tmpdir(), 'np-netd-'));
       dirs.push(ours);
       writeFileSync(join(ours, '10-netplugin.conflist'), conf('k8s-pod-network', 'netplugin'));

@@ -25,8 +25,29 @@ describe('netplugin-node --nodename', () => {
     const d = tempDir();
     const file = join(d, 'lib', 'nodename');
     const conflist = join(d, '10-netplugin.conflist');
-    writeFileSync(conflist, JSON.stringify({ cniVersion: '1.0.0', name: 'k', plugins: [{ type: 'netplugin', nodename_file: file, ipam: { type: 'netplugin-ipam' } }] }));
-    const agent = spawn(process.execPath, [AGENT, '--socket', join(d, 'cni.sock'), '--nodename', 'worker-7.example', '--config', conflist, '--health-addr', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    writeFileSync(
+      conflist,
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'k',
+        plugins: [{ type: 'netplugin', nodename_file: file, ipam: { type: 'netplugin-ipam' } }],
+      }),
+    );
+    const agent = spawn(
+      process.execPath,
+      [
+        AGENT,
+        '--socket',
+        join(d, 'cni.sock'),
+        '--nodename',
+        'worker-7.example',
+        '--config',
+        conflist,
+        '--health-addr',
+        '127.0.0.1:0',
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
     try {
       const deadline = Date.now() + 20_000;
       while (!existsSync(file) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
@@ -40,7 +61,10 @@ describe('netplugin-node --nodename', () => {
 
   it('refuses an invalid node name with a message naming the flag and writes nothing', () => {
     const d = tempDir();
-    const r = spawnSync(process.execPath, [AGENT, '--socket', join(d, 'cni.sock'), '--nodename', 'Bad_Name'], { encoding: 'utf8', timeout: 20_000 });
+    const r = spawnSync(process.execPath, [AGENT, '--socket', join(d, 'cni.sock'), '--nodename', 'Bad_Name'], {
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
     expect(r.status).toBe(2);
     expect(r.stderr).toContain("--nodename 'Bad_Name' is not a valid node name");
     expect(existsSync(join(d, 'cni.sock'))).toBe(false);

@@ -18,8 +18,24 @@ import { netlink, openNetns } from '../../src/native/index.js';
 import { assertThrowawayHostNetns, DIST } from '../support/cni.js';
 import { createNetns, deleteNetns, removeAllNetns } from '../support/netns.js';
 import {
-  NODE, addrs, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, installShim, ipamState, k8sArgs, link, mapLimit, netconf, startAgent, startCluster,
-  why, type Agent, type Cluster,
+  NODE,
+  addrs,
+  cleanupAttachments,
+  cni,
+  ensureBuilt,
+  expectNothingLeft,
+  expectOk,
+  installShim,
+  ipamState,
+  k8sArgs,
+  link,
+  mapLimit,
+  netconf,
+  startAgent,
+  startCluster,
+  why,
+  type Agent,
+  type Cluster,
 } from '../support/plugin-harness.js';
 
 const PREFIX = 'npy';
@@ -67,18 +83,24 @@ async function until(what: string, fn: () => Promise<boolean> | boolean, limitMs
 }
 
 describe('request ordering in the agent', () => {
-  it('a DEL waits for the same container\'s ADD in flight; other containers are served meanwhile', async () => {
+  it("a DEL waits for the same container's ADD in flight; other containers are served meanwhile", async () => {
     const statusDir = join(tmp, 'status');
     // The policy-setup wait holds A's ADD open until we write its status file,
     // which lets the test decide when A finishes.
-    const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX, policy_setup_timeout_seconds: 50, endpoint_status_dir: statusDir });
+    const conf = netconf(c, '1.0.0', {
+      host_veth_prefix: PREFIX,
+      policy_setup_timeout_seconds: 50,
+      endpoint_status_dir: statusDir,
+    });
     const plain = netconf(c, '1.0.0', { host_veth_prefix: PREFIX });
     const [pa, pb, pc] = [createNetns('pa'), createNetns('pb'), createNetns('pc')];
     const a = { containerId: `hold-${process.pid}`, netns: pa.path, env: viaAgent() };
     const wepA = workloadEndpointName(NODE, 'cni', a.containerId, 'eth0');
 
     const addA = tracked(cni('ADD', conf, a, shim));
-    await until("A's endpoint is written (A is in its policy wait)", async () => (await c.ds.list('WorkloadEndpoint')).items.some((w) => w.metadata.name === wepA));
+    await until("A's endpoint is written (A is in its policy wait)", async () =>
+      (await c.ds.list('WorkloadEndpoint')).items.some((w) => w.metadata.name === wepA),
+    );
     const delA = tracked(cni('DEL', conf, a, shim));
 
     // Two other containers go all the way through while A's ADD and DEL are pending.
@@ -119,7 +141,10 @@ describe('request ordering in the agent', () => {
       expect(tasks.length).toBeGreaterThan(1); // main thread + dataplane workers
       for (const t of tasks) {
         const st = statSync(`/proc/${pid}/task/${t}/ns/net`);
-        expect({ task: t, ino: st.ino }, `thread ${t} (${readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim()})`).toEqual({ task: t, ino: self.ino });
+        expect(
+          { task: t, ino: st.ino },
+          `thread ${t} (${readFileSync(`/proc/${pid}/task/${t}/comm`, 'utf8').trim()})`,
+        ).toEqual({ task: t, ino: self.ino });
       }
     };
     check();
@@ -155,22 +180,30 @@ describe('no stale state in the warm agent', () => {
   });
 });
 
-describe('a DEL answered from the agent\'s memory of its own ADD', () => {
-  it('the endpoint and handle changed behind the agent\'s back: the DEL still deletes both and frees the addresses', async () => {
+describe("a DEL answered from the agent's memory of its own ADD", () => {
+  it("the endpoint and handle changed behind the agent's back: the DEL still deletes both and frees the addresses", async () => {
     const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX, log_level: 'info' });
-    const call = { containerId: `behind-${process.pid}`, netns: createNetns('pb').path, args: k8sArgs('ns-behind', 'pod-behind'), env: viaAgent() };
+    const call = {
+      containerId: `behind-${process.pid}`,
+      netns: createNetns('pb').path,
+      args: k8sArgs('ns-behind', 'pod-behind'),
+      env: viaAgent(),
+    };
     expectOk(await cni('ADD', conf, call, shim));
     // Another writer (kube-controllers syncing labels, an operator's repair) writes both after the agent's ADD.
     const [wep] = (await c.ds.list('WorkloadEndpoint')).items;
     expect(wep?.spec.containerID).toBe(call.containerId);
-    await c.ds.update({ ...wep!, metadata: { ...wep!.metadata, labels: { ...wep!.metadata.labels, changed: 'behind' } } });
+    await c.ds.update({
+      ...wep!,
+      metadata: { ...wep!.metadata, labels: { ...wep!.metadata.labels, changed: 'behind' } },
+    });
     const [h] = (await c.ds.list('IPAMHandle')).items;
     await c.ds.update(h!);
     expectOk(await cni('DEL', conf, call, shim));
     await expectNothingLeft(c, PREFIX);
   });
 
-  it('a newer sandbox of the pod took the endpoint over without the agent (per-exec): the old sandbox\'s DEL through the agent leaves it to the newer one', async () => {
+  it("a newer sandbox of the pod took the endpoint over without the agent (per-exec): the old sandbox's DEL through the agent leaves it to the newer one", async () => {
     const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX, log_level: 'info' });
     const args = k8sArgs('ns-takeover', 'pod-takeover');
     const old = { containerId: `old-${process.pid}`, netns: createNetns('po').path, args, env: viaAgent() };
@@ -208,7 +241,13 @@ describe('one node, agent and per-exec processes at once', () => {
       expect(failed, 'failed ADDs').toEqual([]);
       const ips = results.map((r) => r.json.ips[0].address as string);
       expect(new Set(ips).size, `duplicate addresses: ${ips.join(' ')}`).toBe(calls.length);
-      pods.forEach((p, i) => expect(addrs('eth0', p.name).filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen}`)).toEqual([ips[i]]));
+      pods.forEach((p, i) =>
+        expect(
+          addrs('eth0', p.name)
+            .filter((a) => a.family === 'inet')
+            .map((a) => `${a.local}/${a.prefixlen}`),
+        ).toEqual([ips[i]]),
+      );
       const conflicts = results.filter((r) => /CAS conflict/.test(r.stderr)).length;
       expect(conflicts, 'ADDs that hit an IPAM CAS conflict (the node lock did not exclude)').toBe(0);
       expect((await ipamState(x.ds)).allocations).toHaveLength(calls.length);
@@ -235,18 +274,28 @@ describe('--config: the agent prepares the node', () => {
     const entry = netconf(cl, '1.0.0', { ipam: { type: 'netplugin-ipam', ...ipam } });
     delete entry['cniVersion'];
     delete entry['name'];
-    writeFileSync(path, JSON.stringify({ cniVersion: '1.0.0', name: 'k8s-pod-network', plugins: [entry, { type: 'portmap', capabilities: { portMappings: true } }] }));
+    writeFileSync(
+      path,
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'k8s-pod-network',
+        plugins: [entry, { type: 'portmap', capabilities: { portMappings: true } }],
+      }),
+    );
     return path;
   }
 
-  it('initialises ClusterInformation and keeps an operator\'s datastoreReady=false', async () => {
+  it("initialises ClusterInformation and keeps an operator's datastoreReady=false", async () => {
     const x = await startCluster([POOL], { clusterInfo: 'missing' });
     const sock = join(tmp, 'run', 'init.sock');
     let a: Agent | undefined;
     try {
       const conf = writeConflist(tmp, x, {});
       a = await startAgent(sock, ['--config', conf, '--ipv6-forwarding', 'off']);
-      await until('ClusterInformation default exists', async () => (await x.ds.list('ClusterInformation')).items.length === 1);
+      await until(
+        'ClusterInformation default exists',
+        async () => (await x.ds.list('ClusterInformation')).items.length === 1,
+      );
       const ci = await x.ds.get('ClusterInformation', 'default');
       expect(ci.spec.datastoreReady).toBe(true);
       expect(ci.spec.clusterGUID).toMatch(/^[0-9a-f]{32}$/);
@@ -267,7 +316,8 @@ describe('--config: the agent prepares the node', () => {
     writeFileSync(bad, JSON.stringify({ cniVersion: '1.0.0', name: 'x', plugins: [{ type: 'bridge' }] }));
     const a = await startAgent(join(tmp, 'run', 'bad.sock'), ['--config', bad]).catch((e: Error) => e);
     // It may exit before or after the socket opened; either way it must exit with the reason.
-    const log = a instanceof Error ? a.message : await new Promise<string>((r) => a.proc.once('exit', () => r(a.log())));
+    const log =
+      a instanceof Error ? a.message : await new Promise<string>((r) => a.proc.once('exit', () => r(a.log())));
     expect(log).toContain(bad);
     expect(log).toContain('"type": "netplugin"');
     expect(log).not.toMatch(/\n\s+at /);
@@ -276,7 +326,11 @@ describe('--config: the agent prepares the node', () => {
   // The decision runs in-process against a real etcd; the sysctl is written
   // for real, into a fresh namespace standing in for the node (the shared
   // throwaway host namespace already forwards IPv6, so it cannot show a change).
-  async function decide(ipam: Record<string, unknown>, pools: Array<{ name: string; cidr: string; blockSize: number }>, mode: 'auto' | 'on' | 'off' = 'auto'): Promise<string> {
+  async function decide(
+    ipam: Record<string, unknown>,
+    pools: Array<{ name: string; cidr: string; blockSize: number }>,
+    mode: 'auto' | 'on' | 'off' = 'auto',
+  ): Promise<string> {
     const x = await startCluster(pools);
     const node = createNetns('v6');
     const ns = openNetns(node.path);
@@ -285,8 +339,20 @@ describe('--config: the agent prepares the node', () => {
       const nl = netlink(ns);
       expect(nl.sysctlGet('net.ipv6.conf.all.forwarding')).toBe('0');
       const lines: string[] = [];
-      const log = { error: (m: string) => lines.push(m), warn: (m: string) => lines.push(m), info: (m: string) => lines.push(m), debug: () => undefined };
-      const init = startNodeInit({ configPath: writeConflist(tmp, x, ipam), log, datastores: runtime, ipv6Forwarding: mode, sysctlGet: (k) => nl.sysctlGet(k), sysctlSet: (k, v) => nl.sysctlSet(k, v) });
+      const log = {
+        error: (m: string) => lines.push(m),
+        warn: (m: string) => lines.push(m),
+        info: (m: string) => lines.push(m),
+        debug: () => undefined,
+      };
+      const init = startNodeInit({
+        configPath: writeConflist(tmp, x, ipam),
+        log,
+        datastores: runtime,
+        ipv6Forwarding: mode,
+        sysctlGet: (k) => nl.sysctlGet(k),
+        sysctlSet: (k, v) => nl.sysctlSet(k, v),
+      });
       await init.done;
       expect(lines).toContain('node ready');
       return nl.sysctlGet('net.ipv6.conf.all.forwarding');

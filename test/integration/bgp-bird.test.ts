@@ -73,7 +73,11 @@ function wrappers(node: 'a' | 'b'): string {
   return join(dir, 'bird');
 }
 
-async function until<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, ms = 30_000): Promise<T> {
+async function until<T>(
+  what: string,
+  fn: () => T | undefined | false | Promise<T | undefined | false>,
+  ms = 30_000,
+): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await fn();
@@ -102,29 +106,46 @@ afterAll(async () => {
 });
 
 describe('BIRD supervised by the agent, node-to-node mesh', () => {
-  it('establishes the session and installs the other node\'s block as proto bird', async () => {
+  it("establishes the session and installs the other node's block as proto bird", async () => {
     for (const n of ['a', 'b'] as const) {
       sup[n] = new BirdSupervisor({ birdPath: wrappers(n), runDir: join(tmp, n), log, pollMs: 200 });
       const r = await sup[n]!.apply(renderBirdConfig(input(n, n === 'a' ? ['10.244.1.0/26'] : ['10.244.2.0/26'])));
       expect(r).toEqual({ ok: true });
     }
-    await until('the session to be Established', () => sup.a!.status().established === 1 && sup.b!.status().established === 1);
-    expect(sup.a!.status().sessions[0]).toMatchObject({ peerAddress: IP.b, peerType: 'node-to-node mesh', family: 4, established: true });
-    await until('a\'s block at b', () => birdRoutes('b').includes(`10.244.1.0/26 via ${IP.a} dev eth0`));
-    await until('b\'s block at a', () => birdRoutes('a').includes(`10.244.2.0/26 via ${IP.b} dev eth0`));
+    await until(
+      'the session to be Established',
+      () => sup.a!.status().established === 1 && sup.b!.status().established === 1,
+    );
+    expect(sup.a!.status().sessions[0]).toMatchObject({
+      peerAddress: IP.b,
+      peerType: 'node-to-node mesh',
+      family: 4,
+      established: true,
+    });
+    await until("a's block at b", () => birdRoutes('b').includes(`10.244.1.0/26 via ${IP.a} dev eth0`));
+    await until("b's block at a", () => birdRoutes('a').includes(`10.244.2.0/26 via ${IP.b} dev eth0`));
   });
 
   it('netpluginctl node status shows the Established peer, as a table and as JSON', async () => {
-    await until('b\'s session Established', () => sup.b!.status().established === 1);
+    await until("b's session Established", () => sup.b!.status().established === 1);
     const t = await ctl(['node', 'status', '--bird-run-dir', join(tmp, 'b')]);
     expect(t.err).toBe('');
     expect(t.code).toBe(0);
     expect(t.out).toMatch(/^BIRD is running \(version 2\.\d+\.\d+\)/);
     expect(t.out).toMatch(/\| PEER ADDRESS \| PEER TYPE +\| STATE \| SINCE +\| INFO +\|/);
-    expect(t.out).toMatch(new RegExp(`\\| ${IP.a.replace(/\./g, '\\.')} +\\| node-to-node mesh \\| up +\\| \\d{4}-\\d\\d-\\d\\d [\\d:]+ \\| Established`));
+    expect(t.out).toMatch(
+      new RegExp(
+        `\\| ${IP.a.replace(/\./g, '\\.')} +\\| node-to-node mesh \\| up +\\| \\d{4}-\\d\\d-\\d\\d [\\d:]+ \\| ` +
+          `Established`,
+      ),
+    );
     expect(t.out).toContain('No IPv6 peers found.');
     const j = await ctl(['node', 'status', '--bird-run-dir', join(tmp, 'b'), '-o', 'json']);
-    expect(JSON.parse(j.out)).toMatchObject({ bgp: 'enabled', bird: { running: true }, peers: [{ peerAddress: IP.a, peerType: 'node-to-node mesh', established: true }] });
+    expect(JSON.parse(j.out)).toMatchObject({
+      bgp: 'enabled',
+      bird: { running: true },
+      peers: [{ peerAddress: IP.a, peerType: 'node-to-node mesh', established: true }],
+    });
     const off = await ctl(['node', 'status', '--bird-run-dir', join(tmp, 'nowhere')]);
     expect(off.code).toBe(1);
     expect(off.err).toMatch(/BGP is not enabled on this node: no BIRD configuration in .*nowhere/);
@@ -140,7 +161,13 @@ describe('BIRD supervised by the agent, node-to-node mesh', () => {
 
   it('refuses a configuration bird -p rejects and keeps the running one', async () => {
     const pid = sup.a!.status().pid;
-    const r = await sup.a!.apply({ config: 'protocol nonsense {', secrets: new Map(), peers: [], advertised: { 4: [], 6: [] }, warnings: [] });
+    const r = await sup.a!.apply({
+      config: 'protocol nonsense {',
+      secrets: new Map(),
+      peers: [],
+      advertised: { 4: [], 6: [] },
+      warnings: [],
+    });
     expect(r.ok).toBe(false);
     expect(r.error).toMatch(/bird -p refused the rendered configuration: .*syntax error/);
     expect(sup.a!.status()).toMatchObject({ running: true, pid });

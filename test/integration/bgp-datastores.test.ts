@@ -17,7 +17,11 @@ beforeAll(async () => {
   server = await startFakeApiServer({});
   stores.etcd = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint, timeoutMs: 10_000 });
   const kubeconfig = writeKubeconfig(server.dir, server, {});
-  stores.kubernetes = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig }, timeoutMs: 10_000 });
+  stores.kubernetes = await openDatastore({
+    datastore_type: 'kubernetes',
+    kubernetes: { kubeconfig },
+    timeoutMs: 10_000,
+  });
 });
 
 afterAll(async () => {
@@ -36,7 +40,12 @@ for (const which of ['etcd', 'kubernetes']) {
         metadata: { name: 'default' },
         spec: { asNumber: 64512, serviceClusterIPs: [{ cidr: '10.96.0.0/12' }] },
       };
-      const peer: Resource<'BGPPeer'> = { apiVersion: API_VERSION, kind: 'BGPPeer', metadata: { name: 'tor' }, spec: { peerIP: '192.0.2.1', asNumber: 65000 } };
+      const peer: Resource<'BGPPeer'> = {
+        apiVersion: API_VERSION,
+        kind: 'BGPPeer',
+        metadata: { name: 'tor' },
+        spec: { peerIP: '192.0.2.1', asNumber: 65000 },
+      };
       await ds.create(conf);
       const created = await ds.create(peer);
       expect((await ds.get('BGPConfiguration', 'default')).spec).toEqual(conf.spec);

@@ -17,13 +17,17 @@ import type { Logger } from '../../src/log/types.js';
 import type { IPPoolSpec } from '../../src/model/resources.js';
 
 const logs: string[] = [];
-const line = (l: string) => (m: string, f?: Record<string, unknown>) => logs.push(`${l} ${m}${f?.line ? `: ${String(f.line)}` : ''}`);
+const line = (l: string) => (m: string, f?: Record<string, unknown>) =>
+  logs.push(`${l} ${m}${f?.line ? `: ${String(f.line)}` : ''}`);
 const log: Logger = { error: line('E'), warn: line('W'), info: line('I'), debug: () => undefined };
 const tmp = mkdtempSync(join(tmpdir(), 'bgp-tor-'));
 const ns = { node: '', tor: '', ext: '', pod: '' };
 const daemons: ChildProcess[] = [];
 let bird: BirdSupervisor;
-const POOL: { name: string; spec: IPPoolSpec } = { name: 'bgp', spec: { cidr: '10.244.0.0/16', vxlanMode: 'Never', ipipMode: 'Never' } };
+const POOL: { name: string; spec: IPPoolSpec } = {
+  name: 'bgp',
+  spec: { cidr: '10.244.0.0/16', vxlanMode: 'Never', ipipMode: 'Never' },
+};
 
 function input(over: Partial<BirdInput> = {}): BirdInput {
   return {
@@ -52,7 +56,11 @@ async function until<T>(what: string, fn: () => T | undefined | false, ms = 30_0
   for (;;) {
     const v = fn();
     if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}; log:\n${logs.slice(-15).join('\n')}\nToR:\n${vtysh('show bgp summary')}\n${vtysh('show bgp ipv4 unicast')}\nToR routes:\n${torRoutes()}`);
+    if (Date.now() > end)
+      throw new Error(
+        `timed out waiting for ${what}; log:\n${logs.slice(-15).join('\n')}\nToR:\n${vtysh('show bgp summary')}\n` +
+          `${vtysh('show bgp ipv4 unicast')}\nToR routes:\n${torRoutes()}`,
+      );
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -67,7 +75,15 @@ beforeAll(async () => {
   ip(ns.tor, 'addr', 'add', '198.51.100.1/24', 'dev', 'eth1');
   ip(ns.ext, 'addr', 'add', '198.51.100.2/24', 'dev', 'eth0');
   ip(ns.pod, 'addr', 'add', '10.244.1.5/32', 'dev', 'eth0');
-  for (const [n, d] of [[ns.node, 'eth0'], [ns.node, 'npi0'], [ns.tor, 'eth0'], [ns.tor, 'eth1'], [ns.ext, 'eth0'], [ns.pod, 'eth0']] as const) ip(n, 'link', 'set', d, 'up');
+  for (const [n, d] of [
+    [ns.node, 'eth0'],
+    [ns.node, 'npi0'],
+    [ns.tor, 'eth0'],
+    [ns.tor, 'eth1'],
+    [ns.ext, 'eth0'],
+    [ns.pod, 'eth0'],
+  ] as const)
+    ip(n, 'link', 'set', d, 'up');
   for (const n of [ns.node, ns.tor]) inNetns(n, 'sysctl', ['-qw', 'net.ipv4.ip_forward=1']);
   inNetns(ns.node, 'sysctl', ['-qw', 'net.ipv4.conf.npi0.proxy_arp=1']);
   ip(ns.node, 'route', 'add', 'default', 'via', '10.210.0.254');
@@ -98,7 +114,7 @@ afterAll(async () => {
 });
 
 describe('eBGP with a top-of-rack FRR router', () => {
-  it('the ToR learns the node\'s block and the external host reaches the pod by its own address', async () => {
+  it("the ToR learns the node's block and the external host reaches the pod by its own address", async () => {
     expect(await bird.apply(renderBirdConfig(input()))).toEqual({ ok: true });
     await until('the session', () => bird.status().established === 1);
     await until('the block at the ToR', () => /^10\.244\.1\.0\/26 (nhid \d+ )?via 10\.210\.0\.1 /m.test(torRoutes()));
@@ -107,20 +123,32 @@ describe('eBGP with a top-of-rack FRR router', () => {
   });
 
   it('a new block appears at the ToR; floating IPs only inside a BGP pool; a deleted pool is withdrawn', async () => {
-    await bird.apply(renderBirdConfig(input({ blocks: ['10.244.1.0/26', '10.244.1.64/26'], extraAddresses: ['10.244.9.9', '172.16.0.1'] })));
-    await until('the new block and the floating IP at the ToR', () => torRoutes().includes('10.244.1.64/26') && /^10\.244\.9\.9 (nhid \d+ )?via 10\.210\.0\.1 /m.test(torRoutes()));
+    await bird.apply(
+      renderBirdConfig(
+        input({ blocks: ['10.244.1.0/26', '10.244.1.64/26'], extraAddresses: ['10.244.9.9', '172.16.0.1'] }),
+      ),
+    );
+    await until(
+      'the new block and the floating IP at the ToR',
+      () =>
+        torRoutes().includes('10.244.1.64/26') && /^10\.244\.9\.9 (nhid \d+ )?via 10\.210\.0\.1 /m.test(torRoutes()),
+    );
     expect(torRoutes()).not.toContain('172.16.0.1');
     await bird.apply(renderBirdConfig(input({ pools: [], extraAddresses: ['10.244.9.9'] })));
-    await until('the pool\'s routes withdrawn at the ToR', () => !torRoutes().includes('10.244.'));
+    await until("the pool's routes withdrawn at the ToR", () => !torRoutes().includes('10.244.'));
     await bird.apply(renderBirdConfig(input()));
     await until('the block back at the ToR', () => torRoutes().includes('10.244.1.0/26'));
   });
 
   it('graceful restart: a BIRD kill keeps an established TCP connection from the external host to the pod', async () => {
-    const server = spawn('ip', ['netns', 'exec', ns.pod, 'python3', '-c', ECHO_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const server = spawn('ip', ['netns', 'exec', ns.pod, 'python3', '-c', ECHO_SERVER], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     daemons.push(server);
     await new Promise((r) => server.stdout!.once('data', r));
-    const client = spawn('ip', ['netns', 'exec', ns.ext, 'python3', '-u', '-c', ECHO_CLIENT], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const client = spawn('ip', ['netns', 'exec', ns.ext, 'python3', '-u', '-c', ECHO_CLIENT], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
     daemons.push(client);
     let got = '';
     client.stdout!.setEncoding('utf8').on('data', (d: string) => (got += d));
@@ -142,7 +170,12 @@ describe('eBGP with a top-of-rack FRR router', () => {
     const r = await bird.apply(
       renderBirdConfig(
         input({
-          peers: [{ metadata: { name: 'tor' }, spec: { peerIP: '10.210.0.254', asNumber: 65000, password: { file: '/unused' } } }],
+          peers: [
+            {
+              metadata: { name: 'tor' },
+              spec: { peerIP: '10.210.0.254', asNumber: 65000, password: { file: '/unused' } },
+            },
+          ],
           passwords: new Map([['tor', 'not-what-the-tor-has']]),
         }),
       ),

@@ -21,7 +21,12 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 function exec(bin: string, env: Record<string, string>, stdin: string) {
   const base: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
-  const r = spawnSync(process.execPath, [join(root, 'dist', `${bin}.mjs`)], { env: { ...base, ...env }, input: stdin, encoding: 'utf8', timeout: 30_000 });
+  const r = spawnSync(process.execPath, [join(root, 'dist', `${bin}.mjs`)], {
+    env: { ...base, ...env },
+    input: stdin,
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 function jsonOnly(stdout: string): any {
@@ -30,7 +35,13 @@ function jsonOnly(stdout: string): any {
   return JSON.parse(stdout);
 }
 
-const ADD_ENV = { CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'exec-test-1', CNI_NETNS: '/var/run/netns/none', CNI_IFNAME: 'eth0', CNI_PATH: '/usr/lib/cni' };
+const ADD_ENV = {
+  CNI_COMMAND: 'ADD',
+  CNI_CONTAINERID: 'exec-test-1',
+  CNI_NETNS: '/var/run/netns/none',
+  CNI_IFNAME: 'eth0',
+  CNI_PATH: '/usr/lib/cni',
+};
 
 describe.each(BINS)('%s', (bin) => {
   it.each(SUPPORTED_VERSIONS)('VERSION with cniVersion %s', (v) => {
@@ -51,7 +62,11 @@ describe.each(BINS)('%s', (bin) => {
     expect(j.msg).toContain('0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0');
   });
   it('bad env is code 4 JSON naming each variable', () => {
-    const r = exec(bin, { CNI_COMMAND: 'ADD', CNI_IFNAME: 'way-too-long-ifname' }, JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ipam: { type: 'netplugin-ipam' } }));
+    const r = exec(
+      bin,
+      { CNI_COMMAND: 'ADD', CNI_IFNAME: 'way-too-long-ifname' },
+      JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ipam: { type: 'netplugin-ipam' } }),
+    );
     expect(r.code).toBe(1);
     const j = jsonOnly(r.stdout);
     expect(j.code).toBe(4);
@@ -64,7 +79,12 @@ describe.each(BINS)('%s', (bin) => {
     expect(jsonOnly(r.stdout).code).toBe(4);
   });
   it('bad netconf is code 7 naming the field and the fix', () => {
-    const conf = { cniVersion: '1.0.0', name: 'n', type: bin === 'netplugin' ? 'netplugin' : 'bridge', ipam: { type: 'netplugin-ipam', assign_ipv4: true } };
+    const conf = {
+      cniVersion: '1.0.0',
+      name: 'n',
+      type: bin === 'netplugin' ? 'netplugin' : 'bridge',
+      ipam: { type: 'netplugin-ipam', assign_ipv4: true },
+    };
     const r = exec(bin, ADD_ENV, JSON.stringify(conf));
     expect(r.code).toBe(1);
     const j = jsonOnly(r.stdout);
@@ -78,13 +98,28 @@ describe.each(BINS)('%s', (bin) => {
     expect(jsonOnly(r.stdout).code).toBe(6);
   });
   it('STATUS at 1.0.0 is code 1', () => {
-    const r = exec(bin, { CNI_COMMAND: 'STATUS' }, JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ipam: { type: 'netplugin-ipam' } }));
+    const r = exec(
+      bin,
+      { CNI_COMMAND: 'STATUS' },
+      JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ipam: { type: 'netplugin-ipam' } }),
+    );
     expect(r.code).toBe(1);
     expect(jsonOnly(r.stdout)).toMatchObject({ code: 1, msg: expect.stringContaining('does not allow STATUS') });
   });
   it('writes the log file the netconf names', () => {
     const file = join(tmp, bin, 'cni.log');
-    const r = exec(bin, { ...ADD_ENV, CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p' }, JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ipam: { type: 'netplugin-ipam' }, mtu: 1, log_file_path: file }));
+    const r = exec(
+      bin,
+      { ...ADD_ENV, CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p' },
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'n',
+        type: 'netplugin',
+        ipam: { type: 'netplugin-ipam' },
+        mtu: 1,
+        log_file_path: file,
+      }),
+    );
     expect(r.code).toBe(1);
     expect(readFileSync(file, 'utf8')).toMatch(/ERROR +\[\d+\] cid=exec-test-1 pod=ns\/p .*mtu: got number 1/);
   });

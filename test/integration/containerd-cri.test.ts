@@ -155,7 +155,7 @@ describe.each(PATHS)('containerd 1.6 CRI, netplugin $path', (p) => {
     expect(await ctd.cri.listPodSandbox()).toEqual([]);
   }
 
-  it('the runtime reports NetworkReady with netplugin\'s conflist loaded', async () => {
+  it("the runtime reports NetworkReady with netplugin's conflist loaded", async () => {
     const st = await ctd.cri.status(true);
     expect(st.conditions.find((cond) => cond.type === 'NetworkReady')?.status).toBe(true);
     expect(loadedConflists(st.info).map((l) => l.name)).toEqual([NET_NAME]);

@@ -11,7 +11,7 @@ import { startEtcd, type EtcdServer } from '../support/etcd.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
 const TOKEN = 'migrate-test-token';
@@ -25,7 +25,11 @@ let tmp: string;
 const held: Record<string, string> = {};
 
 const ctl = (args: string[], target: 'etcd' | 'k8s') =>
-  runBuiltCtl(args, { env: target === 'etcd' ? { ETCD_ENDPOINTS: etcd.endpoint } : { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig }, cwd: tmp });
+  runBuiltCtl(args, {
+    env:
+      target === 'etcd' ? { ETCD_ENDPOINTS: etcd.endpoint } : { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig },
+    cwd: tmp,
+  });
 
 beforeAll(async () => {
   requireBuiltCtl();
@@ -38,8 +42,19 @@ beforeAll(async () => {
 
   const mk = (kind: string, name: string, spec: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
     src.create({ apiVersion: API_VERSION, kind, metadata: { name, ...extra }, spec } as never);
-  await mk('ClusterInformation', 'default', { clusterGUID: 'etcd-cluster-guid', clusterType: 'k8s', netpluginVersion: '3.32.0', datastoreReady: true });
-  await mk('IPPool', 'pool-v4', { cidr: '10.70.0.0/24', blockSize: 29, ipipMode: 'Always', natOutgoing: true, nodeSelector: 'all()' });
+  await mk('ClusterInformation', 'default', {
+    clusterGUID: 'etcd-cluster-guid',
+    clusterType: 'k8s',
+    netpluginVersion: '3.32.0',
+    datastoreReady: true,
+  });
+  await mk('IPPool', 'pool-v4', {
+    cidr: '10.70.0.0/24',
+    blockSize: 29,
+    ipipMode: 'Always',
+    natOutgoing: true,
+    nodeSelector: 'all()',
+  });
   await mk('IPAMConfig', 'default', { strictAffinity: false, autoAllocateBlocks: true });
   await mk('Node', 'node-a', { addresses: [{ address: '192.0.2.10', type: 'InternalIP' }] }, { labels: { zone: 'a' } });
   await mk('Profile', 'team-profile', { labelsToApply: { team: 'x' } });
@@ -49,13 +64,34 @@ beforeAll(async () => {
   await mk('NetworkPolicy', 'user-np', { selector: 'all()' }, { namespace: 'shop' });
   await mk('NetworkPolicy', 'knp.default.mirrored', { selector: 'all()' }, { namespace: 'shop' });
   await mk('HostEndpoint', 'node-a-eth0', { node: 'node-a', interfaceName: 'eth0' });
-  await mk('KubeControllersConfiguration', 'default', { controllers: { node: { hostEndpoint: { autoCreate: 'Disabled' } } } });
+  await mk('KubeControllersConfiguration', 'default', {
+    controllers: { node: { hostEndpoint: { autoCreate: 'Disabled' } } },
+  });
   const ipam = createIpam(src, { lock: 'none' });
   for (const pod of ['web-1', 'web-2', 'db-1']) {
-    const [a] = await ipam.assign({ handleID: `k8s-pod-network.cid-${pod}`, node: 'node-a', attrs: { namespace: 'shop', pod }, assignIPv4: true, assignIPv6: false });
+    const [a] = await ipam.assign({
+      handleID: `k8s-pod-network.cid-${pod}`,
+      node: 'node-a',
+      attrs: { namespace: 'shop', pod },
+      assignIPv4: true,
+      assignIPv6: false,
+    });
     held[pod] = a!.ip;
   }
-  await mk('WorkloadEndpoint', 'node--a-k8s-web--1-eth0', { orchestrator: 'k8s', node: 'node-a', containerID: 'cid-web-1', pod: 'web-1', endpoint: 'eth0', ipNetworks: [`${held['web-1']}/32`], interfaceName: 'npiabc' }, { namespace: 'shop' });
+  await mk(
+    'WorkloadEndpoint',
+    'node--a-k8s-web--1-eth0',
+    {
+      orchestrator: 'k8s',
+      node: 'node-a',
+      containerID: 'cid-web-1',
+      pod: 'web-1',
+      endpoint: 'eth0',
+      ipNetworks: [`${held['web-1']}/32`],
+      interfaceName: 'npiabc',
+    },
+    { namespace: 'shop' },
+  );
 });
 
 afterAll(async () => {
@@ -77,9 +113,11 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
   it('lock, export (no derived objects), import into an empty target only, unlock; IPAM preserved', async () => {
     const check = await ctl(['upgrade', 'check'], 'etcd');
     expect(check.code).toBe(0);
-    expect(check.out).toMatch(/manifest install with the etcd datastore:\n  datastore: etcd\./);
+    expect(check.out).toMatch(/manifest install with the etcd datastore:\n {2}datastore: etcd\./);
     expect(check.out).toMatch(/recommended: move to the Kubernetes datastore \(netpluginctl datastore migrate/);
-    expect((await ctl(['datastore', 'migrate', 'lock', '--dry-run'], 'etcd')).out).toMatch(/datastoreReady=false would be set \(now true\)/);
+    expect((await ctl(['datastore', 'migrate', 'lock', '--dry-run'], 'etcd')).out).toMatch(
+      /datastoreReady=false would be set \(now true\)/,
+    );
     expect((await src.get('ClusterInformation', 'default')).spec.datastoreReady).toBe(true);
     const lock = await ctl(['datastore', 'migrate', 'lock'], 'etcd');
     expect(lock.err).toBe('');
@@ -93,8 +131,12 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
     expect(exp.out).toMatch(/left out 1 WorkloadEndpoint \(derived from its pod\)/);
     expect(exp.out).toMatch(/left out 1 NetworkPolicy \(mirrors a Kubernetes NetworkPolicy\)/);
     const dump = JSON.parse(readFileSync(join(tmp, 'dump.json'), 'utf8'));
-    const names = (dump.items as Array<{ kind: string; metadata: { name: string; resourceVersion?: string } }>).map((r) => `${r.kind}/${r.metadata.name}`);
-    expect(names).not.toContainEqual(expect.stringMatching(/^WorkloadEndpoint\/|\/knp\.default\.|^Profile\/k(ns|sa)\./));
+    const names = (dump.items as Array<{ kind: string; metadata: { name: string; resourceVersion?: string } }>).map(
+      (r) => `${r.kind}/${r.metadata.name}`,
+    );
+    expect(names).not.toContainEqual(
+      expect.stringMatching(/^WorkloadEndpoint\/|\/knp\.default\.|^Profile\/k(ns|sa)\./),
+    );
     expect(names).toContain('Profile/team-profile');
     expect(names).toContain('NetworkPolicy/user-np');
     // Dependency order: pools before blocks, blocks before affinities and handles.
@@ -104,17 +146,28 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
     expect(idx('IPAMBlock')).toBeLessThan(idx('BlockAffinity'));
     expect(idx('IPAMBlock')).toBeLessThan(idx('IPAMHandle'));
     expect(names.filter((n) => n.startsWith('IPAMHandle/'))).toHaveLength(3);
-    expect(dump.items.every((r: { metadata: { resourceVersion?: string } }) => r.metadata.resourceVersion === undefined)).toBe(true);
+    expect(
+      dump.items.every((r: { metadata: { resourceVersion?: string } }) => r.metadata.resourceVersion === undefined),
+    ).toBe(true);
 
     // A target that is already in use is refused.
-    const stray = await dst.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'stray' }, spec: { cidr: '10.99.0.0/16' } });
+    const stray = await dst.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'stray' },
+      spec: { cidr: '10.99.0.0/16' },
+    });
     const refused = await ctl(['datastore', 'migrate', 'import', '-f', 'dump.json'], 'k8s');
     expect(refused.code).toBe(1);
     expect(refused.err).toMatch(/the target datastore is not empty \(1 IPPool\)/);
     await dst.delete('IPPool', stray.metadata.name);
     // Export refuses the Kubernetes datastore, import refuses etcd.
-    expect((await ctl(['datastore', 'migrate', 'export', '-o', 'y.json'], 'k8s')).err).toMatch(/reads the etcd datastore, but this one is kubernetes/);
-    expect((await ctl(['datastore', 'migrate', 'import', '-f', 'dump.json'], 'etcd')).err).toMatch(/writes the Kubernetes datastore, but this one is etcdv3/);
+    expect((await ctl(['datastore', 'migrate', 'export', '-o', 'y.json'], 'k8s')).err).toMatch(
+      /reads the etcd datastore, but this one is kubernetes/,
+    );
+    expect((await ctl(['datastore', 'migrate', 'import', '-f', 'dump.json'], 'etcd')).err).toMatch(
+      /writes the Kubernetes datastore, but this one is etcdv3/,
+    );
 
     // Namespaced objects need their namespace; nothing is written when one is missing.
     const nons = await ctl(['datastore', 'migrate', 'import', '-f', 'dump.json'], 'k8s');
@@ -124,14 +177,22 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
     server.put('/api/v1/namespaces/shop', { metadata: { name: 'shop' } });
 
     const dryImp = await ctl(['datastore', 'migrate', 'import', '-f', 'dump.json', '--dry-run'], 'k8s');
-    expect(dryImp.out).toBe(`would import ${dump.items.length} object(s) from dump.json (dry run: the target is empty and every namespace exists)\n`);
+    expect(dryImp.out).toBe(
+      `would import ${dump.items.length} object(s) from dump.json (dry run: the target is empty and every namespace ` +
+        `exists)\n`,
+    );
     expect((await dst.list('IPPool')).items).toEqual([]);
     const imp = await ctl(['datastore', 'migrate', 'import', '-f', 'dump.json'], 'k8s');
     expect(imp.err).toBe('');
     expect(imp.code).toBe(0);
-    expect(imp.out).toMatch(new RegExp(`imported ${dump.items.length} object\\(s\\) from dump.json; cluster GUID etcd-cluster-guid kept`));
+    expect(imp.out).toMatch(
+      new RegExp(`imported ${dump.items.length} object\\(s\\) from dump.json; cluster GUID etcd-cluster-guid kept`),
+    );
     expect(imp.out).toMatch(/is locked \(datastoreReady=false\)/);
-    expect((await dst.get('ClusterInformation', 'default')).spec).toMatchObject({ clusterGUID: 'etcd-cluster-guid', datastoreReady: false });
+    expect((await dst.get('ClusterInformation', 'default')).spec).toMatchObject({
+      clusterGUID: 'etcd-cluster-guid',
+      datastoreReady: false,
+    });
     expect((await dst.get('NetworkPolicy', 'user-np', 'shop')).spec.selector).toBe('all()');
     expect((await dst.get('Node', 'node-a')).metadata.labels).toEqual({ zone: 'a' });
     // Not imported: on the Kubernetes datastore kns.* profiles are derived from the namespaces.
@@ -149,7 +210,13 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
     // New assignments on the Kubernetes datastore never hand out a migrated address.
     const fresh: string[] = [];
     for (let i = 0; i < 10; i++) {
-      const [a] = await ipam.assign({ handleID: `k8s-pod-network.cid-new-${i}`, node: 'node-a', attrs: { namespace: 'shop', pod: `new-${i}` }, assignIPv4: true, assignIPv6: false });
+      const [a] = await ipam.assign({
+        handleID: `k8s-pod-network.cid-new-${i}`,
+        node: 'node-a',
+        attrs: { namespace: 'shop', pod: `new-${i}` },
+        assignIPv4: true,
+        assignIPv6: false,
+      });
       fresh.push(a!.ip);
     }
     for (const ip of Object.values(held)) expect(fresh).not.toContain(ip);
@@ -159,6 +226,9 @@ describe('datastore migrate: etcd -> Kubernetes', () => {
 
     const unlock = await ctl(['datastore', 'migrate', 'unlock'], 'k8s');
     expect(unlock.code).toBe(0);
-    expect((await dst.get('ClusterInformation', 'default')).spec).toMatchObject({ clusterGUID: 'etcd-cluster-guid', datastoreReady: true });
+    expect((await dst.get('ClusterInformation', 'default')).spec).toMatchObject({
+      clusterGUID: 'etcd-cluster-guid',
+      datastoreReady: true,
+    });
   });
 });

@@ -20,7 +20,8 @@ let tmp: string;
 let kubeconfig: string;
 
 beforeAll(async () => {
-  if (!existsSync(CTL)) throw new Error(`dist/netpluginctl.mjs is missing: run 'npm run build' before the integration tests`);
+  if (!existsSync(CTL))
+    throw new Error(`dist/netpluginctl.mjs is missing: run 'npm run build' before the integration tests`);
   server = await startFakeApiServer({ tls: true, auth: { tokens: [TOKEN, EXEC_TOKEN] }, forbiddenTokens: [LIMITED] });
   tmp = mkdtempSync(join(tmpdir(), `ctl-real-cluster-${process.pid}-`));
   kubeconfig = writeKubeconfig(server.dir, server, { token: TOKEN, inline: true });
@@ -29,7 +30,12 @@ beforeAll(async () => {
     ['pool-b', '10.131.1.0/24', 'b'],
   ];
   for (const [name, cidr, zone] of pools) {
-    const r = await ctl(['--kubeconfig', kubeconfig, 'apply', '-f', '-'], {}, `apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata: {name: ${name}, labels: {zone: ${zone}}}\nspec: {cidr: ${cidr}, blockSize: 28}\n`);
+    const r = await ctl(
+      ['--kubeconfig', kubeconfig, 'apply', '-f', '-'],
+      {},
+      `apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata: {name: ${name}, labels: {zone: ${zone}}}\nspec: {cidr: ` +
+        `${cidr}, blockSize: 28}\n`,
+    );
     expect(r.err).toBe('');
   }
 });
@@ -39,20 +45,47 @@ afterAll(async () => {
 });
 
 // Asynchronous (runBuiltCtl): the fake API server runs in this process.
-const ctl = (args: string[], env: Record<string, string> = {}, input = '') => runBuiltCtl(args, { env: { HOME: join(tmp, 'nohome'), ...env }, input });
+const ctl = (args: string[], env: Record<string, string> = {}, input = '') =>
+  runBuiltCtl(args, { env: { HOME: join(tmp, 'nohome'), ...env }, input });
 
-const poolNames = (out: string) => (JSON.parse(out) as { items?: Array<{ metadata: { name: string } }>; metadata?: { name: string } }).items?.map((i) => i.metadata.name) ?? [];
+const poolNames = (out: string) =>
+  (JSON.parse(out) as { items?: Array<{ metadata: { name: string } }>; metadata?: { name: string } }).items?.map(
+    (i) => i.metadata.name,
+  ) ?? [];
 
 /** A kubeconfig whose user runs `plugin` (an exec credential plugin). */
 function execKubeconfig(name: string, apiVersion: string, plugin: string, extra: Record<string, unknown> = {}): string {
-  const kc = JSON.parse(JSON.stringify({
-    apiVersion: 'v1',
-    kind: 'Config',
-    'current-context': 'exec',
-    clusters: [{ name: 'fake', cluster: { server: server.url, 'certificate-authority-data': readFileSync(server.caFile!).toString('base64') } }],
-    users: [{ name: 'exec-user', user: { exec: { apiVersion, command: plugin, args: ['--cluster', 'fake'], env: [{ name: 'PLUGIN_LOG', value: join(tmp, `${name}.runs`) }], ...extra } } }],
-    contexts: [{ name: 'exec', context: { cluster: 'fake', user: 'exec-user' } }],
-  }));
+  const kc = JSON.parse(
+    JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      'current-context': 'exec',
+      clusters: [
+        {
+          name: 'fake',
+          cluster: {
+            server: server.url,
+            'certificate-authority-data': readFileSync(server.caFile!).toString('base64'),
+          },
+        },
+      ],
+      users: [
+        {
+          name: 'exec-user',
+          user: {
+            exec: {
+              apiVersion,
+              command: plugin,
+              args: ['--cluster', 'fake'],
+              env: [{ name: 'PLUGIN_LOG', value: join(tmp, `${name}.runs`) }],
+              ...extra,
+            },
+          },
+        },
+      ],
+      contexts: [{ name: 'exec', context: { cluster: 'fake', user: 'exec-user' } }],
+    }),
+  );
   const p = join(tmp, `${name}.kubeconfig`);
   writeFileSync(p, JSON.stringify(kc));
   return p;
@@ -83,7 +116,9 @@ describe('netpluginctl against a real cluster', () => {
       expect(r.err, sel).toBe('');
       expect(poolNames(r.out), sel).toEqual(['pool-a']);
     }
-    expect(poolNames((await ctl(['--kubeconfig', kubeconfig, 'get', 'ippools', '-l', 'zone!=a,zone', '-o', 'json'])).out)).toEqual(['pool-b']);
+    expect(
+      poolNames((await ctl(['--kubeconfig', kubeconfig, 'get', 'ippools', '-l', 'zone!=a,zone', '-o', 'json'])).out),
+    ).toEqual(['pool-b']);
     const bad = await ctl(['--kubeconfig', kubeconfig, 'get', 'ippools', '-l', 'zone===a']);
     expect(bad.code).toBe(1);
     expect(bad.err).toMatch(/-l "zone===a": .*kubectl's form works too/s);
@@ -94,8 +129,30 @@ describe('netpluginctl against a real cluster', () => {
     const ca = readFileSync(server.caFile!).toString('base64');
     const f1 = join(tmp, 'part1.yaml');
     const f2 = join(tmp, 'part2.yaml');
-    writeFileSync(f1, JSON.stringify({ apiVersion: 'v1', kind: 'Config', clusters: [{ name: 'c', cluster: { server: server.url, 'certificate-authority-data': ca } }], users: [{ name: 'admin', user: { token: TOKEN } }, { name: 'limited', user: { token: LIMITED } }] }));
-    writeFileSync(f2, JSON.stringify({ apiVersion: 'v1', kind: 'Config', 'current-context': 'limited', contexts: [{ name: 'admin', context: { cluster: 'c', user: 'admin' } }, { name: 'limited', context: { cluster: 'c', user: 'limited' } }] }));
+    writeFileSync(
+      f1,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'c', cluster: { server: server.url, 'certificate-authority-data': ca } }],
+        users: [
+          { name: 'admin', user: { token: TOKEN } },
+          { name: 'limited', user: { token: LIMITED } },
+        ],
+      }),
+    );
+    writeFileSync(
+      f2,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        'current-context': 'limited',
+        contexts: [
+          { name: 'admin', context: { cluster: 'c', user: 'admin' } },
+          { name: 'limited', context: { cluster: 'c', user: 'limited' } },
+        ],
+      }),
+    );
     const env = { DATASTORE_TYPE: 'kubernetes', KUBECONFIG: `${f1}:${f2}` };
     const forbidden = await ctl(['get', 'ippools'], env);
     expect(forbidden.code).toBe(1);
@@ -119,14 +176,24 @@ describe('netpluginctl against a real cluster', () => {
     it(`runs an exec credential plugin (${apiVersion}) once per credential lifetime`, async () => {
       const tag = apiVersion.split('/')[1]!;
       const plugin = writePlugin(`plugin-${tag}`, apiVersion, 3600);
-      const kc = execKubeconfig(`exec-${tag}`, apiVersion, plugin, tag === 'v1' ? { interactiveMode: 'Never', provideClusterInfo: true } : {});
+      const kc = execKubeconfig(
+        `exec-${tag}`,
+        apiVersion,
+        plugin,
+        tag === 'v1' ? { interactiveMode: 'Never', provideClusterInfo: true } : {},
+      );
       // ipam show makes several API requests: one plugin run serves them all.
       const r = await ctl(['--kubeconfig', kc, 'ipam', 'show']);
       expect(r.err).toBe('');
       expect(r.code).toBe(0);
-      const runs = readFileSync(join(tmp, `exec-${tag}.runs`), 'utf8').trim().split('\n');
+      const runs = readFileSync(join(tmp, `exec-${tag}.runs`), 'utf8')
+        .trim()
+        .split('\n');
       expect(runs).toHaveLength(1);
-      const [args, info] = [runs[0]!.slice(0, runs[0]!.indexOf(' {')), JSON.parse(runs[0]!.slice(runs[0]!.indexOf(' {') + 1))];
+      const [args, info] = [
+        runs[0]!.slice(0, runs[0]!.indexOf(' {')),
+        JSON.parse(runs[0]!.slice(runs[0]!.indexOf(' {') + 1)),
+      ];
       expect(args).toBe('--cluster fake');
       expect(info).toMatchObject({ apiVersion, kind: 'ExecCredential', spec: { interactive: false } });
       if (tag === 'v1') expect(info.spec.cluster.server).toBe(server.url);
@@ -141,25 +208,50 @@ describe('netpluginctl against a real cluster', () => {
     expect(readFileSync(join(tmp, 'exec-short.runs'), 'utf8').trim().split('\n').length).toBeGreaterThan(1);
 
     const wrong = writePlugin('plugin-wrong', 'client.authentication.k8s.io/v1beta1', 3600);
-    const mismatch = await ctl(['--kubeconfig', execKubeconfig('exec-wrong', 'client.authentication.k8s.io/v1', wrong, { interactiveMode: 'IfAvailable' }), 'get', 'ippools']);
+    const mismatch = await ctl([
+      '--kubeconfig',
+      execKubeconfig('exec-wrong', 'client.authentication.k8s.io/v1', wrong, { interactiveMode: 'IfAvailable' }),
+      'get',
+      'ippools',
+    ]);
     expect(mismatch.code).toBe(1);
     expect(mismatch.err).toContain('the plugin is configured for client.authentication.k8s.io/v1 but');
-    const missing = await ctl(['--kubeconfig', execKubeconfig('exec-missing', 'client.authentication.k8s.io/v1', join(tmp, 'no-such-plugin'), { interactiveMode: 'Never', installHint: 'install it with: apt-get install the-plugin' }), 'get', 'ippools']);
+    const missing = await ctl([
+      '--kubeconfig',
+      execKubeconfig('exec-missing', 'client.authentication.k8s.io/v1', join(tmp, 'no-such-plugin'), {
+        interactiveMode: 'Never',
+        installHint: 'install it with: apt-get install the-plugin',
+      }),
+      'get',
+      'ippools',
+    ]);
     expect(missing.err).toMatch(/command ".*no-such-plugin" not found \(install it with: apt-get install the-plugin\)/);
-    const noMode = await ctl(['--kubeconfig', execKubeconfig('exec-nomode', 'client.authentication.k8s.io/v1', wrong), 'get', 'ippools']);
+    const noMode = await ctl([
+      '--kubeconfig',
+      execKubeconfig('exec-nomode', 'client.authentication.k8s.io/v1', wrong),
+      'get',
+      'ippools',
+    ]);
     expect(noMode.err).toContain('interactiveMode is required with client.authentication.k8s.io/v1');
   });
 
   it('reads a NetpluginAPIConfig file from --config and from the default path', async () => {
     const cfg = join(tmp, 'netpluginctl.cfg');
-    writeFileSync(cfg, `apiVersion: netplugin.org/v3\nkind: NetpluginAPIConfig\nmetadata: {}\nspec:\n  datastoreType: kubernetes\n  kubeconfig: ${kubeconfig}\n`);
+    writeFileSync(
+      cfg,
+      `apiVersion: netplugin.org/v3\nkind: NetpluginAPIConfig\nmetadata: {}\nspec:\n  datastoreType: kubernetes\n  ` +
+        `kubeconfig: ${kubeconfig}\n`,
+    );
     const viaFlag = await ctl(['--config', cfg, 'get', 'ippools', '-o', 'json']);
     expect(viaFlag.err).toBe('');
     expect(poolNames(viaFlag.out)).toHaveLength(2);
     const viaDefault = await ctl(['get', 'ippools', '-o', 'json'], { NETPLUGINCTL_CONFIG: cfg });
     expect(viaDefault.err).toBe('');
     expect(poolNames(viaDefault.out)).toHaveLength(2);
-    writeFileSync(cfg, `apiVersion: netplugin.org/v3\nkind: NetpluginAPIConfig\nspec: {datastoreType: kubernetes, kubeConfig: /x}\n`);
+    writeFileSync(
+      cfg,
+      `apiVersion: netplugin.org/v3\nkind: NetpluginAPIConfig\nspec: {datastoreType: kubernetes, kubeConfig: /x}\n`,
+    );
     const typo = await ctl(['--config', cfg, 'get', 'ippools']);
     expect(typo.err).toContain('spec.kubeConfig is not a known field');
   });
@@ -189,7 +281,8 @@ describe('kubectl selector translation', () => {
       ['!legacy', { legacy: '1' }, false],
       ['example.com/role=web', { 'example.com/role': 'web' }, true],
     ];
-    for (const [k, labels, want] of cases) expect(parseSelector(fromKubectlSelector(k)!).matches(labels), `${k} ${JSON.stringify(labels)}`).toBe(want);
+    for (const [k, labels, want] of cases)
+      expect(parseSelector(fromKubectlSelector(k)!).matches(labels), `${k} ${JSON.stringify(labels)}`).toBe(want);
     expect(fromKubectlSelector('zone===a')).toBeUndefined();
   });
 });

@@ -13,20 +13,36 @@ import pkg from '../../package.json' with { type: 'json' };
 async function ctl(ds: MemoryDatastore, args: string[]): Promise<{ code: number; out: string; err: string }> {
   let out = '';
   let err = '';
-  const code = await runCtl(args, { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' }, stdout: (s) => (out += s), stderr: (s) => (err += s), openDatastore: async () => ds });
+  const code = await runCtl(args, {
+    env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' },
+    stdout: (s) => (out += s),
+    stderr: (s) => (err += s),
+    openDatastore: async () => ds,
+  });
   return { code, out, err };
 }
 
 async function cluster(version: string): Promise<MemoryDatastore> {
   const ds = new MemoryDatastore();
-  await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { clusterGUID: 'g', netpluginVersion: version, datastoreReady: true } });
+  await ds.create({
+    apiVersion: API_VERSION,
+    kind: 'ClusterInformation',
+    metadata: { name: 'default' },
+    spec: { clusterGUID: 'g', netpluginVersion: version, datastoreReady: true },
+  });
   return ds;
 }
 
 describe('upgrade check: what blocks', () => {
   it.each([
     ['v3.14.2', 1, /BLOCKING the cluster runs v3\.14\.2; the procedures upgrade from v3\.15 or later/],
-    ['v3.40.0', 1, new RegExp(`BLOCKING this client \\(${pkg.version.replaceAll('.', '\\.')}\\) is older than the cluster \\(v3\\.40\\.0\\)`)],
+    [
+      'v3.40.0',
+      1,
+      new RegExp(
+        `BLOCKING this client \\(${pkg.version.replaceAll('.', '\\.')}\\) is older than the cluster \\(v3\\.40\\.0\\)`,
+      ),
+    ],
     ['v3.15.0', 0, /cluster version v3\.15\.0, client/],
     ['v3.31.4', 0, /nothing blocks the upgrade\n$/],
   ])('cluster %s: exit %i', async (version, code, msg) => {
@@ -44,7 +60,9 @@ describe('upgrade check: what blocks', () => {
     const r = await ctl(ds, ['upgrade', 'check', '--to', 'v4.0']);
     expect(r.code).toBe(1);
     expect(r.out).toMatch(/BLOCKING this netpluginctl .* upgrades to v3\.32\.x, not v4\.0/);
-    expect((await ctl(ds, ['upgrade', 'check', '--to', 'latest'])).err).toMatch(/--to "latest" is not a version; use e\.g\. v3\.32\.x/);
+    expect((await ctl(ds, ['upgrade', 'check', '--to', 'latest'])).err).toMatch(
+      /--to "latest" is not a version; use e\.g\. v3\.32\.x/,
+    );
   });
 });
 
@@ -53,7 +71,21 @@ describe('upgrade check: deprecated options', () => {
     const dir = mkdtempSync(join(tmpdir(), 'ctl-upgrade-check-'));
     try {
       const conf = join(dir, '10-netplugin.conflist');
-      writeFileSync(conf, JSON.stringify({ name: 'k8s-pod-network', cniVersion: '1.0.0', plugins: [{ type: 'netplugin', etcd_authority: '127.0.0.1:2379', etcd_scheme: 'http', ipam: { type: 'netplugin-ipam' } }] }));
+      writeFileSync(
+        conf,
+        JSON.stringify({
+          name: 'k8s-pod-network',
+          cniVersion: '1.0.0',
+          plugins: [
+            {
+              type: 'netplugin',
+              etcd_authority: '127.0.0.1:2379',
+              etcd_scheme: 'http',
+              ipam: { type: 'netplugin-ipam' },
+            },
+          ],
+        }),
+      );
       const r = await ctl(await cluster('v3.31.0'), ['--config', conf, 'upgrade', 'check']);
       expect(r.code).toBe(0);
       expect(r.out).toMatch(/deprecated option\(s\) etcd_authority, etcd_scheme: replace them with etcd_endpoints/);
@@ -64,11 +96,26 @@ describe('upgrade check: deprecated options', () => {
 });
 
 describe('upgrade auto-hep without a Kubernetes API', () => {
-  it('labels go onto netplugin\'s Node; a missing node stops it before any change', async () => {
+  it("labels go onto netplugin's Node; a missing node stops it before any change", async () => {
     const ds = await cluster('v3.31.0');
-    await ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'n1', labels: { zone: 'a' } }, spec: {} });
-    await ds.create({ apiVersion: API_VERSION, kind: 'HostEndpoint', metadata: { name: 'n1-all', labels: { role: 'db' } }, spec: { node: 'n1', interfaceName: '*' } });
-    await ds.create({ apiVersion: API_VERSION, kind: 'HostEndpoint', metadata: { name: 'ghost-all', labels: { role: 'db' } }, spec: { node: 'ghost', interfaceName: '*' } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'Node',
+      metadata: { name: 'n1', labels: { zone: 'a' } },
+      spec: {},
+    });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'HostEndpoint',
+      metadata: { name: 'n1-all', labels: { role: 'db' } },
+      spec: { node: 'n1', interfaceName: '*' },
+    });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'HostEndpoint',
+      metadata: { name: 'ghost-all', labels: { role: 'db' } },
+      spec: { node: 'ghost', interfaceName: '*' },
+    });
     const bad = await ctl(ds, ['upgrade', 'auto-hep']);
     expect(bad.code).toBe(1);
     expect(bad.err).toMatch(/auto-hep: nothing changed: hostendpoint\/ghost-all: its node ghost does not exist/);
@@ -82,7 +129,12 @@ describe('upgrade auto-hep without a Kubernetes API', () => {
       while (!stop) {
         const kcc = await ds.get('KubeControllersConfiguration', 'default').catch(() => undefined);
         if (kcc?.spec.controllers?.node?.hostEndpoint?.autoCreate === 'Enabled') {
-          await ds.create({ apiVersion: API_VERSION, kind: 'HostEndpoint', metadata: { name: 'n1-auto-hep', labels: { 'netplugin.org/created-by': 'netplugin-kube-controllers' } }, spec: { node: 'n1', interfaceName: '*' } });
+          await ds.create({
+            apiVersion: API_VERSION,
+            kind: 'HostEndpoint',
+            metadata: { name: 'n1-auto-hep', labels: { 'netplugin.org/created-by': 'netplugin-kube-controllers' } },
+            spec: { node: 'n1', interfaceName: '*' },
+          });
           return;
         }
         await new Promise((r) => setTimeout(r, 50));
@@ -101,6 +153,8 @@ describe('upgrade auto-hep without a Kubernetes API', () => {
   });
 
   it('--timeout must be a positive number', async () => {
-    expect((await ctl(await cluster('v3.31.0'), ['upgrade', 'auto-hep', '--timeout', 'soon'])).err).toMatch(/--timeout "soon" is not a positive number of seconds/);
+    expect((await ctl(await cluster('v3.31.0'), ['upgrade', 'auto-hep', '--timeout', 'soon'])).err).toMatch(
+      /--timeout "soon" is not a positive number of seconds/,
+    );
   });
 });

@@ -28,7 +28,11 @@ const installation = (mtu: number) => ({
   spec: { netpluginNetwork: { mtu, ipPools: [{ cidr: '10.80.0.0/16', encapsulation: 'VXLAN' }] } },
 });
 
-function start(args: string[]): { proc: ChildProcess; done: Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string; err: string }>; output: () => string } {
+function start(args: string[]): {
+  proc: ChildProcess;
+  done: Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string; err: string }>;
+  output: () => string;
+} {
   const proc = spawn(process.execPath, [CTL, ...args], {
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DATASTORE_TYPE: 'kubernetes', KUBECONFIG: kubeconfig },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -37,7 +41,9 @@ function start(args: string[]): { proc: ChildProcess; done: Promise<{ code: numb
   let err = '';
   proc.stdout!.on('data', (d) => (out += d));
   proc.stderr!.on('data', (d) => (err += d));
-  const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string; err: string }>((r) => proc.on('close', (code, signal) => r({ code, signal, out, err })));
+  const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string; err: string }>((r) =>
+    proc.on('close', (code, signal) => r({ code, signal, out, err })),
+  );
   return { proc, done, output: () => out + err };
 }
 
@@ -49,7 +55,14 @@ async function until(what: string, cond: () => boolean, output: () => string, ms
   }
 }
 
-const nodeArgs = () => ['--cni-bin-dir', join(tmp, 'bin'), '--cni-conf-dir', join(tmp, 'conf'), '--package-dir', pkgDir];
+const nodeArgs = () => [
+  '--cni-bin-dir',
+  join(tmp, 'bin'),
+  '--cni-conf-dir',
+  join(tmp, 'conf'),
+  '--package-dir',
+  pkgDir,
+];
 const conflistMtu = () => {
   try {
     return JSON.parse(readFileSync(join(tmp, 'conf/10-netplugin.conflist'), 'utf8')).plugins[0].mtu as number;
@@ -89,7 +102,11 @@ describe('installation apply with the Installation in the cluster', () => {
     expect(r.out).toMatch(/ippool\/default-ipv4-ippool created \(10\.80\.0\.0\/16\)/);
     expect(conflistMtu()).toBe(1450);
     const conf = JSON.parse(readFileSync(join(tmp, 'conf/10-netplugin.conflist'), 'utf8'));
-    expect(conf.plugins[0]).toMatchObject({ datastore_type: 'kubernetes', kubernetes: { kubeconfig }, policy: { type: 'k8s' } });
+    expect(conf.plugins[0]).toMatchObject({
+      datastore_type: 'kubernetes',
+      kubernetes: { kubeconfig },
+      policy: { type: 'k8s' },
+    });
     expect((await ds.get('IPPool', 'default-ipv4-ippool')).spec.vxlanMode).toBe('Always');
   });
 
@@ -112,15 +129,23 @@ describe('installation apply with the Installation in the cluster', () => {
   it('the shipped example goes in with kubectl; apply --dry-run shows the node change it implies and keeps the pools', async () => {
     const kubectl = (...args: string[]) =>
       new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
-        const child = execFile('kubectl', ['--kubeconfig', kubeconfig, '--cache-dir', join(tmp, 'kcache'), '--request-timeout', '10s', ...args], { timeout: 30_000 }, (err, stdout, stderr) =>
-          done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        const child = execFile(
+          'kubectl',
+          ['--kubeconfig', kubeconfig, '--cache-dir', join(tmp, 'kcache'), '--request-timeout', '10s', ...args],
+          { timeout: 30_000 },
+          (err, stdout, stderr) => done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
         );
         child.stdin?.end();
       });
     const a = await kubectl('apply', '--validate=false', '-f', join(root, 'deploy/installation-example.yaml'));
     expect(a.code).toBe(0);
     // The Installation was created without kubectl (no last-applied annotation): kubectl warns and patches it.
-    expect(a.stderr.replace(/^Warning: resource installations\/default is missing the kubectl\.kubernetes\.io\/last-applied-configuration annotation.*\n/m, '')).toBe('');
+    expect(
+      a.stderr.replace(
+        /^Warning: resource installations\/default is missing the kubectl\.kubernetes\.io\/last-applied-configuration annotation.*\n/m,
+        '',
+      ),
+    ).toBe('');
     expect(a.stdout).toMatch(/installation\.operator\.netplugin\.org\/default configured/);
     expect(a.stdout).toMatch(/flowlogaggregator\.operator\.netplugin\.org\/default created/);
     expect(a.stdout).toMatch(/flowui\.operator\.netplugin\.org\/default created/);
@@ -132,7 +157,14 @@ describe('installation apply with the Installation in the cluster', () => {
   });
 
   it('--watch and -f together are refused', async () => {
-    const r = await start(['installation', 'apply', '--watch', '-f', join(root, 'deploy/installation-example.yaml'), ...nodeArgs()]).done;
+    const r = await start([
+      'installation',
+      'apply',
+      '--watch',
+      '-f',
+      join(root, 'deploy/installation-example.yaml'),
+      ...nodeArgs(),
+    ]).done;
     expect(r.code).toBe(1);
     expect(r.err).toMatch(/--watch follows the Installation "default" in the Kubernetes API; drop -f/);
   });

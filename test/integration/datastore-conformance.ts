@@ -5,7 +5,7 @@ import { DatastoreError } from '../../src/errors.js';
 import { TxnError } from '../../src/datastore/txn.js';
 import { affinityName, blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Kind, type Resource, type SpecOf } from '../../src/model/resources.js';
-import { type Datastore, type WatchEvent, type WatchOptions } from '../../src/datastore/types.js';
+import type { Datastore, WatchEvent, WatchOptions } from '../../src/datastore/types.js';
 
 export interface ConformanceTarget {
   ds: Datastore;
@@ -26,7 +26,12 @@ export interface ConformanceTarget {
 
 const uniq = () => Math.random().toString(36).slice(2, 8);
 
-function res<K extends Kind>(kind: K, name: string, spec: SpecOf<K>, meta: { namespace?: string; labels?: Record<string, string> } = {}): Resource<K> {
+function res<K extends Kind>(
+  kind: K,
+  name: string,
+  spec: SpecOf<K>,
+  meta: { namespace?: string; labels?: Record<string, string> } = {},
+): Resource<K> {
   return { apiVersion: API_VERSION, kind, metadata: { name, ...meta }, spec };
 }
 
@@ -54,7 +59,10 @@ function collect<K extends Kind>(ds: Datastore, kind: K, opts: WatchOptions) {
     async until(pred: (evs: Array<WatchEvent<K>>) => boolean, what: string): Promise<void> {
       const deadline = Date.now() + 15_000;
       while (!pred(events)) {
-        if (Date.now() > deadline) throw new Error(`watch: ${what} did not happen; got ${JSON.stringify(events.map((e) => (e.type === 'ERROR' ? `ERROR ${e.error.message}` : `${e.type} ${e.object.metadata.name}`)))}`);
+        if (Date.now() > deadline)
+          throw new Error(
+            `watch: ${what} did not happen; got ${JSON.stringify(events.map((e) => (e.type === 'ERROR' ? `ERROR ${e.error.message}` : `${e.type} ${e.object.metadata.name}`)))}`,
+          );
         await new Promise<void>((r) => {
           waiter = r;
           setTimeout(r, 100);
@@ -71,7 +79,11 @@ export interface Capabilities {
   malformed: boolean;
 }
 
-export function datastoreConformance(name: string, factory: () => Promise<ConformanceTarget>, caps: Capabilities): void {
+export function datastoreConformance(
+  name: string,
+  factory: () => Promise<ConformanceTarget>,
+  caps: Capabilities,
+): void {
   describe(`Datastore conformance: ${name}`, () => {
     let t: ConformanceTarget;
     let ds: Datastore;
@@ -89,9 +101,23 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       const node = `node-${s}`;
       const cidr = `10.${(s.charCodeAt(0) % 200) + 1}.${s.charCodeAt(1) % 250}.0/26`;
       return [
-        { res: res('IPPool', `pool-${s}`, { cidr: '10.244.0.0/16', blockSize: 26, ipipMode: 'Always', natOutgoing: true, nodeSelector: 'all()' }, { labels: { team: 'net' } }), mutate: (r) => ((r.spec as SpecOf<'IPPool'>).disabled = true) },
         {
-          res: res('IPAMBlock', blockName(cidr), { cidr, affinity: `host:${node}`, allocations: [0, null, null], unallocated: [1, 2], attributes: [{ handle_id: 'net.abc', secondary: { node, pod: 'p' } }] }),
+          res: res(
+            'IPPool',
+            `pool-${s}`,
+            { cidr: '10.244.0.0/16', blockSize: 26, ipipMode: 'Always', natOutgoing: true, nodeSelector: 'all()' },
+            { labels: { team: 'net' } },
+          ),
+          mutate: (r) => ((r.spec as SpecOf<'IPPool'>).disabled = true),
+        },
+        {
+          res: res('IPAMBlock', blockName(cidr), {
+            cidr,
+            affinity: `host:${node}`,
+            allocations: [0, null, null],
+            unallocated: [1, 2],
+            attributes: [{ handle_id: 'net.abc', secondary: { node, pod: 'p' } }],
+          }),
           mutate: (r) => {
             const b = r.spec as SpecOf<'IPAMBlock'>;
             b.allocations[1] = 0;
@@ -99,13 +125,39 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
           },
         },
         {
-          res: res('IPAMBlock', blockName(`fd00:${s.charCodeAt(0)}::/122`), { cidr: `fd00:${s.charCodeAt(0)}::/122`, affinity: null, allocations: [null], unallocated: [0], attributes: [] }),
+          res: res('IPAMBlock', blockName(`fd00:${s.charCodeAt(0)}::/122`), {
+            cidr: `fd00:${s.charCodeAt(0)}::/122`,
+            affinity: null,
+            allocations: [null],
+            unallocated: [0],
+            attributes: [],
+          }),
           mutate: (r) => ((r.spec as SpecOf<'IPAMBlock'>).affinity = `host:${node}`),
         },
-        { res: res('BlockAffinity', affinityName(node, cidr), { state: 'pending', node, cidr }), mutate: (r) => ((r.spec as SpecOf<'BlockAffinity'>).state = 'confirmed') },
-        { res: res('IPAMHandle', `k8s-pod-network.${s}abc`, { handleID: `k8s-pod-network.${s}abc`, block: { [cidr]: 1 } }), mutate: (r) => ((r.spec as SpecOf<'IPAMHandle'>).block[cidr] = 2) },
-        { res: res('ClusterInformation', `default-${s}`, { clusterGUID: s, datastoreReady: true }), mutate: (r) => ((r.spec as SpecOf<'ClusterInformation'>).datastoreReady = false) },
-        { res: res('Node', node, { addresses: [{ address: '192.0.2.1', type: 'InternalIP' }], podCIDRs: ['10.0.0.0/24'] }, { labels: { zone: 'a' } }), mutate: (r) => ((r.spec as SpecOf<'Node'>).podCIDRs = ['10.0.1.0/24']) },
+        {
+          res: res('BlockAffinity', affinityName(node, cidr), { state: 'pending', node, cidr }),
+          mutate: (r) => ((r.spec as SpecOf<'BlockAffinity'>).state = 'confirmed'),
+        },
+        {
+          res: res('IPAMHandle', `k8s-pod-network.${s}abc`, {
+            handleID: `k8s-pod-network.${s}abc`,
+            block: { [cidr]: 1 },
+          }),
+          mutate: (r) => ((r.spec as SpecOf<'IPAMHandle'>).block[cidr] = 2),
+        },
+        {
+          res: res('ClusterInformation', `default-${s}`, { clusterGUID: s, datastoreReady: true }),
+          mutate: (r) => ((r.spec as SpecOf<'ClusterInformation'>).datastoreReady = false),
+        },
+        {
+          res: res(
+            'Node',
+            node,
+            { addresses: [{ address: '192.0.2.1', type: 'InternalIP' }], podCIDRs: ['10.0.0.0/24'] },
+            { labels: { zone: 'a' } },
+          ),
+          mutate: (r) => ((r.spec as SpecOf<'Node'>).podCIDRs = ['10.0.1.0/24']),
+        },
       ];
     };
 
@@ -139,7 +191,11 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
     });
 
     it('keeps the IPAMConfig singleton and deletes without a revision', async () => {
-      const cfg = res('IPAMConfig', 'default', { strictAffinity: false, autoAllocateBlocks: true, maxBlocksPerHost: 4 });
+      const cfg = res('IPAMConfig', 'default', {
+        strictAffinity: false,
+        autoAllocateBlocks: true,
+        maxBlocksPerHost: 4,
+      });
       await ds.delete('IPAMConfig', 'default').catch((e: unknown) => {
         if (!DatastoreError.is(e, 'NotFound')) throw e;
       });
@@ -157,11 +213,24 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       const pod = `web-${s}-0`;
       const podLabels = { app: 'web', tier: 'front' };
       // What the plugin writes (workload/workload.ts) and the kubernetes backend derives.
-      const labels = { ...podLabels, 'netplugin.org/namespace': ns, 'netplugin.org/orchestrator': 'k8s', 'netplugin.org/serviceaccount': 'default' };
+      const labels = {
+        ...podLabels,
+        'netplugin.org/namespace': ns,
+        'netplugin.org/orchestrator': 'k8s',
+        'netplugin.org/serviceaccount': 'default',
+      };
       await t.preparePod?.(ns, pod, node, podLabels);
       const spec: SpecOf<'WorkloadEndpoint'> = {
-        orchestrator: 'k8s', node, containerID: `cid${s}`, pod, endpoint: 'eth0', serviceAccountName: 'default',
-        ipNetworks: ['10.1.0.5/32', 'fd00::5/128'], profiles: [`kns.${ns}`, `ksa.${ns}.default`], interfaceName: `np${s}`, mac: '02:00:00:00:00:01',
+        orchestrator: 'k8s',
+        node,
+        containerID: `cid${s}`,
+        pod,
+        endpoint: 'eth0',
+        serviceAccountName: 'default',
+        ipNetworks: ['10.1.0.5/32', 'fd00::5/128'],
+        profiles: [`kns.${ns}`, `ksa.${ns}.default`],
+        interfaceName: `np${s}`,
+        mac: '02:00:00:00:00:01',
       };
       const name = workloadEndpointName(node, 'k8s', pod, 'eth0');
       const created = await ds.create(res('WorkloadEndpoint', name, spec, { namespace: ns, labels }));
@@ -176,7 +245,10 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       const upd = await ds.update({ ...got, spec: { ...got.spec, ipNetworks: ['10.1.0.6/32'] } });
       expect((await ds.get('WorkloadEndpoint', name, ns)).spec.ipNetworks).toEqual(['10.1.0.6/32']);
       await expectKind(ds.update(got), 'Conflict');
-      await expectKind(ds.delete('WorkloadEndpoint', name, { namespace: ns, revision: got.metadata.resourceVersion }), 'Conflict');
+      await expectKind(
+        ds.delete('WorkloadEndpoint', name, { namespace: ns, revision: got.metadata.resourceVersion }),
+        'Conflict',
+      );
       await ds.delete('WorkloadEndpoint', name, { namespace: ns, revision: upd.metadata.resourceVersion });
       await expectKind(ds.get('WorkloadEndpoint', name, ns), 'NotFound');
       expect((await ds.list('WorkloadEndpoint', { namespace: ns })).items).toEqual([]);
@@ -185,33 +257,60 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
     it("lists one node's WorkloadEndpoints (list option node), also when another node's name extends it", async () => {
       const s = uniq();
       const ns = `nodes-${s}`;
-      // node-x-b's endpoint names start with node-x's prefix ("node--x-" vs "node--x--b-"): the filter is by node, not by name.
+      // node-x-b's endpoint names start with node-x's prefix ("node--x-" vs "node--x--b-"): the filter is by node, not
+      // by name.
       const near = `node-${s}`;
       const far = `node-${s}-b`;
       const names: string[] = [];
-      for (const [node, pod] of [[near, `a-${s}`], [far, `b-${s}`], [near, `c-${s}`]] as const) {
+      for (const [node, pod] of [
+        [near, `a-${s}`],
+        [far, `b-${s}`],
+        [near, `c-${s}`],
+      ] as const) {
         await t.preparePod?.(ns, pod, node, {});
         const name = workloadEndpointName(node, 'k8s', pod, 'eth0');
         names.push(name);
-        await ds.create(res('WorkloadEndpoint', name, { orchestrator: 'k8s', node, containerID: `c${pod}`, pod, endpoint: 'eth0', ipNetworks: ['10.1.0.9/32'], interfaceName: `np${s}` }, { namespace: ns }));
+        await ds.create(
+          res(
+            'WorkloadEndpoint',
+            name,
+            {
+              orchestrator: 'k8s',
+              node,
+              containerID: `c${pod}`,
+              pod,
+              endpoint: 'eth0',
+              ipNetworks: ['10.1.0.9/32'],
+              interfaceName: `np${s}`,
+            },
+            { namespace: ns },
+          ),
+        );
       }
-      const listed = async (node: string) => (await ds.list('WorkloadEndpoint', { node })).items.filter((w) => w.metadata.namespace === ns).map((w) => w.metadata.name);
+      const listed = async (node: string) =>
+        (await ds.list('WorkloadEndpoint', { node })).items
+          .filter((w) => w.metadata.namespace === ns)
+          .map((w) => w.metadata.name);
       expect(await listed(near)).toEqual([names[0], names[2]]);
       expect(await listed(far)).toEqual([names[1]]);
       expect(await listed(`node-${s}-none`)).toEqual([]);
       // With a namespace too, and refused for kinds that have no node.
-      expect((await ds.list('WorkloadEndpoint', { namespace: ns, node: far })).items.map((w) => w.metadata.name)).toEqual([names[1]]);
+      expect(
+        (await ds.list('WorkloadEndpoint', { namespace: ns, node: far })).items.map((w) => w.metadata.name),
+      ).toEqual([names[1]]);
       await expectKind(ds.list('IPPool', { node: near }), 'Invalid');
       for (const name of names) await ds.delete('WorkloadEndpoint', name, { namespace: ns });
     });
 
     it('lists by label selector and name prefix', async () => {
       const s = uniq();
-      const mk = (n: string, labels: Record<string, string>) => ds.create(res('IPPool', `${s}-${n}`, { cidr: '10.9.0.0/16' }, { labels }));
+      const mk = (n: string, labels: Record<string, string>) =>
+        ds.create(res('IPPool', `${s}-${n}`, { cidr: '10.9.0.0/16' }, { labels }));
       await mk('a1', { color: 'red', size: 'big' });
       await mk('a2', { color: 'blue' });
       await mk('b1', { color: 'red' });
-      const names = async (opts: { labelSelector?: string; namePrefix?: string }) => (await ds.list('IPPool', opts)).items.map((p) => p.metadata.name).filter((n) => n.startsWith(s));
+      const names = async (opts: { labelSelector?: string; namePrefix?: string }) =>
+        (await ds.list('IPPool', opts)).items.map((p) => p.metadata.name).filter((n) => n.startsWith(s));
       expect(await names({ namePrefix: `${s}-a` })).toEqual([`${s}-a1`, `${s}-a2`]);
       expect(await names({ labelSelector: "color == 'red'" })).toEqual([`${s}-a1`, `${s}-b1`]);
       expect(await names({ labelSelector: "color == 'red' && !has(size)" })).toEqual([`${s}-b1`]);
@@ -225,10 +324,15 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       const s = uniq();
       const n1 = `n${s}`;
       const n2 = `n${s}-2`;
-      for (const [node, cidr] of [[n1, '10.20.0.0/26'], [n1, '10.20.0.64/26'], [n2, '10.20.0.128/26']] as const) {
+      for (const [node, cidr] of [
+        [n1, '10.20.0.0/26'],
+        [n1, '10.20.0.64/26'],
+        [n2, '10.20.0.128/26'],
+      ] as const) {
         await ds.create(res('BlockAffinity', affinityName(node, cidr), { state: 'confirmed', node, cidr }));
       }
-      const of = async (prefix: string) => (await ds.list('BlockAffinity', { namePrefix: prefix })).items.map((a) => a.spec.cidr);
+      const of = async (prefix: string) =>
+        (await ds.list('BlockAffinity', { namePrefix: prefix })).items.map((a) => a.spec.cidr);
       expect(await of(`${n1}-ipv4-`)).toEqual(['10.20.0.0/26', '10.20.0.64/26']);
       expect(await of(`${n2}-ipv4-`)).toEqual(['10.20.0.128/26']);
       expect(await of(`${n1}-ipv6-`)).toEqual([]);
@@ -257,7 +361,10 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       // A watch started later from the same revision replays the same history.
       const replay = collect(ds, 'IPPool', { revision: start });
       try {
-        await replay.until((evs) => evs.filter((e) => e.type !== 'ERROR' && e.object.metadata.name === `w-${s}`).length >= 3, 'replay of three events');
+        await replay.until(
+          (evs) => evs.filter((e) => e.type !== 'ERROR' && e.object.metadata.name === `w-${s}`).length >= 3,
+          'replay of three events',
+        );
       } finally {
         replay.stop();
       }
@@ -272,7 +379,10 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
         // Give the watch time to be established on the server before writing.
         await new Promise((r) => setTimeout(r, 300));
         await ds.create(res('IPPool', `after-${s}`, { cidr: '10.32.0.0/16' }));
-        await w.until((evs) => evs.some((e) => e.type === 'ADDED' && e.object.metadata.name === `after-${s}`), 'ADDED after');
+        await w.until(
+          (evs) => evs.some((e) => e.type === 'ADDED' && e.object.metadata.name === `after-${s}`),
+          'ADDED after',
+        );
         expect(w.events.some((e) => e.type !== 'ERROR' && e.object.metadata.name === `before-${s}`)).toBe(false);
         expect(other.events.filter((e) => e.type !== 'ERROR' && e.object.metadata.name.includes(s))).toEqual([]);
       } finally {
@@ -321,14 +431,42 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       const pod = `tx-${s}-0`;
       await t.preparePod?.(ns, pod, node, { app: 'tx' });
       const cidr = `10.77.${s.charCodeAt(0) % 250}.0/29`;
-      const block = await ds.create(res('IPAMBlock', blockName(cidr), { cidr, affinity: `host:${node}`, allocations: [null, null], unallocated: [0, 1], attributes: [] }));
+      const block = await ds.create(
+        res('IPAMBlock', blockName(cidr), {
+          cidr,
+          affinity: `host:${node}`,
+          allocations: [null, null],
+          unallocated: [0, 1],
+          attributes: [],
+        }),
+      );
       const gone = await ds.create(res('IPPool', `gone-${s}`, { cidr: '10.78.0.0/16' }));
       const handleID = `net.${s}tx`;
       const wepName = workloadEndpointName(node, 'k8s', pod, 'eth0');
-      const wep = res('WorkloadEndpoint', wepName, { orchestrator: 'k8s', node, containerID: `c${s}`, pod, endpoint: 'eth0', ipNetworks: [`${cidr.replace(/\/29$/, '/32')}`], interfaceName: `tx${s}`, mac: '02:00:00:00:00:02' }, { namespace: ns, labels: { app: 'tx', 'netplugin.org/namespace': ns, 'netplugin.org/orchestrator': 'k8s' } });
+      const wep = res(
+        'WorkloadEndpoint',
+        wepName,
+        {
+          orchestrator: 'k8s',
+          node,
+          containerID: `c${s}`,
+          pod,
+          endpoint: 'eth0',
+          ipNetworks: [`${cidr.replace(/\/29$/, '/32')}`],
+          interfaceName: `tx${s}`,
+          mac: '02:00:00:00:00:02',
+        },
+        { namespace: ns, labels: { app: 'tx', 'netplugin.org/namespace': ns, 'netplugin.org/orchestrator': 'k8s' } },
+      );
       const out = await ds.txn([
         { op: 'create', res: res('IPAMHandle', handleID, { handleID, block: { [cidr]: 1 } }) },
-        { op: 'update', res: { ...block, spec: { ...block.spec, allocations: [0, null], unallocated: [1], attributes: [{ handle_id: handleID }] } } },
+        {
+          op: 'update',
+          res: {
+            ...block,
+            spec: { ...block.spec, allocations: [0, null], unallocated: [1], attributes: [{ handle_id: handleID }] },
+          },
+        },
         { op: 'create', res: wep },
         { op: 'delete', kind: 'IPPool', name: gone.metadata.name, revision: gone.metadata.resourceVersion! },
       ]);
@@ -348,7 +486,10 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       const h = await ds.get('IPAMHandle', handleID);
       const w = await ds.get('WorkloadEndpoint', wepName, ns);
       await ds.txn([
-        { op: 'update', res: { ...b2, spec: { ...b2.spec, allocations: [null, null], unallocated: [1, 0], attributes: [] } } },
+        {
+          op: 'update',
+          res: { ...b2, spec: { ...b2.spec, allocations: [null, null], unallocated: [1, 0], attributes: [] } },
+        },
         { op: 'delete', kind: 'WorkloadEndpoint', name: wepName, namespace: ns, revision: w.metadata.resourceVersion! },
         { op: 'delete', kind: 'IPAMHandle', name: handleID, revision: h.metadata.resourceVersion! },
       ]);
@@ -388,10 +529,25 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       if (atomic()) expect((await ds.get('IPPool', `ta-${s}`)).spec.disabled).toBeFalsy();
 
       // A delete of a missing object, and a delete at a stale revision.
-      expect(TxnError.opOf(await expectKind(ds.txn([{ op: 'delete', kind: 'IPPool', name: `none-${s}` }]), 'NotFound'))).toBe(0);
-      expect(TxnError.opOf(await expectKind(ds.txn([{ op: 'delete', kind: 'IPPool', name: `tb-${s}`, revision: b.metadata.resourceVersion! }]), 'Conflict'))).toBe(0);
+      expect(
+        TxnError.opOf(await expectKind(ds.txn([{ op: 'delete', kind: 'IPPool', name: `none-${s}` }]), 'NotFound')),
+      ).toBe(0);
+      expect(
+        TxnError.opOf(
+          await expectKind(
+            ds.txn([{ op: 'delete', kind: 'IPPool', name: `tb-${s}`, revision: b.metadata.resourceVersion! }]),
+            'Conflict',
+          ),
+        ),
+      ).toBe(0);
       // The same object twice is refused before anything is sent.
-      await expectKind(ds.txn([{ op: 'delete', kind: 'IPPool', name: `tb-${s}` }, { op: 'delete', kind: 'IPPool', name: `tb-${s}` }]), 'Invalid');
+      await expectKind(
+        ds.txn([
+          { op: 'delete', kind: 'IPPool', name: `tb-${s}` },
+          { op: 'delete', kind: 'IPPool', name: `tb-${s}` },
+        ]),
+        'Invalid',
+      );
       expect(await ds.txn([])).toEqual([]);
     });
 
@@ -433,61 +589,94 @@ export function datastoreConformance(name: string, factory: () => Promise<Confor
       else await ds.delete('IPAMHandle', handleID); // ordered: the op before the failed one was written
     });
 
-    if (caps.malformed) it('a malformed object costs itself only: named and skipped by lists, a DELETED in watches, only its own get fails', async () => {
-      const putMalformed = t.putMalformed!;
-      const s = uniq();
-      const cidr = (n: number) => `10.${200 + n}.${s.charCodeAt(0) % 250}.0/24`;
-      const good = await ds.create(res('IPPool', `good-${s}`, { cidr: cidr(1) }));
-      const victim = await ds.create(res('IPPool', `victim-${s}`, { cidr: cidr(2) }));
-      const w = collect(ds, 'IPPool', { revision: victim.metadata.resourceVersion });
-      try {
-        await putMalformed({ pool: `victim-${s}` });
-        // A valid object that became malformed: consumers drop it (no stale copy is kept).
-        await w.until((evs) => evs.some((e) => e.type === 'DELETED' && e.object.metadata.name === `victim-${s}` && e.invalid?.name === `victim-${s}`), 'the malformed pool as a DELETED');
-        expect(w.events.filter((e) => e.type === 'ERROR')).toEqual([]);
-        const l = await ds.list('IPPool');
-        expect(l.items.map((p) => p.metadata.name)).toContain(good.metadata.name);
-        expect(l.items.map((p) => p.metadata.name)).not.toContain(`victim-${s}`);
-        expect(l.invalid?.find((o) => o.name === `victim-${s}`)).toMatchObject({ kind: 'IPPool', name: `victim-${s}` });
-        const e = await expectKind(ds.get('IPPool', `victim-${s}`), 'Invalid');
-        expect(e.message).toContain(`IPPool victim-${s}`);
-        // Every other object reads as before.
-        expect((await ds.get('IPPool', `good-${s}`)).spec.cidr).toBe(cidr(1));
-        // Deleting it is the repair: lists stop naming it.
-        await ds.delete('IPPool', `victim-${s}`);
-        expect((await ds.list('IPPool')).invalid?.find((o) => o.name === `victim-${s}`)).toBeUndefined();
-      } finally {
-        w.stop();
-        await ds.delete('IPPool', `good-${s}`);
-      }
-      // A malformed endpoint: the other endpoints of its namespace and node still list, and so does the node's list.
-      const ns = `bad-${s}`;
-      const node = `node-${s}`;
-      await t.preparePod?.(ns, `ok-${s}`, node, { app: 'ok' });
-      const ok = workloadEndpointName(node, 'k8s', `ok-${s}`, 'eth0');
-      await ds.create(res('WorkloadEndpoint', ok, { orchestrator: 'k8s', node, containerID: `c-${s}`, pod: `ok-${s}`, endpoint: 'eth0', ipNetworks: ['10.9.8.7/32'], interfaceName: `np${s}` }, { namespace: ns }));
-      const bad = await putMalformed({ namespace: ns, pod: `evil-${s}`, node });
-      for (const l of [await ds.list('WorkloadEndpoint'), await ds.list('WorkloadEndpoint', { namespace: ns }), await ds.list('WorkloadEndpoint', { node })]) {
-        expect(l.items.map((x) => x.metadata.name)).toContain(ok);
-        expect(l.items.map((x) => x.metadata.name)).not.toContain(bad);
-        expect(l.invalid?.map((o) => `${o.kind} ${o.namespace}/${o.name}`)).toContain(`WorkloadEndpoint ${ns}/${bad}`);
-      }
-      const e = await expectKind(ds.get('WorkloadEndpoint', bad, ns), 'Invalid');
-      expect(e.message).toMatch(/ipNetworks|podIPs/);
-    });
+    if (caps.malformed)
+      it('a malformed object costs itself only: named and skipped by lists, a DELETED in watches, only its own get fails', async () => {
+        const putMalformed = t.putMalformed!;
+        const s = uniq();
+        const cidr = (n: number) => `10.${200 + n}.${s.charCodeAt(0) % 250}.0/24`;
+        const good = await ds.create(res('IPPool', `good-${s}`, { cidr: cidr(1) }));
+        const victim = await ds.create(res('IPPool', `victim-${s}`, { cidr: cidr(2) }));
+        const w = collect(ds, 'IPPool', { revision: victim.metadata.resourceVersion });
+        try {
+          await putMalformed({ pool: `victim-${s}` });
+          // A valid object that became malformed: consumers drop it (no stale copy is kept).
+          await w.until(
+            (evs) =>
+              evs.some(
+                (e) =>
+                  e.type === 'DELETED' && e.object.metadata.name === `victim-${s}` && e.invalid?.name === `victim-${s}`,
+              ),
+            'the malformed pool as a DELETED',
+          );
+          expect(w.events.filter((e) => e.type === 'ERROR')).toEqual([]);
+          const l = await ds.list('IPPool');
+          expect(l.items.map((p) => p.metadata.name)).toContain(good.metadata.name);
+          expect(l.items.map((p) => p.metadata.name)).not.toContain(`victim-${s}`);
+          expect(l.invalid?.find((o) => o.name === `victim-${s}`)).toMatchObject({
+            kind: 'IPPool',
+            name: `victim-${s}`,
+          });
+          const e = await expectKind(ds.get('IPPool', `victim-${s}`), 'Invalid');
+          expect(e.message).toContain(`IPPool victim-${s}`);
+          // Every other object reads as before.
+          expect((await ds.get('IPPool', `good-${s}`)).spec.cidr).toBe(cidr(1));
+          // Deleting it is the repair: lists stop naming it.
+          await ds.delete('IPPool', `victim-${s}`);
+          expect((await ds.list('IPPool')).invalid?.find((o) => o.name === `victim-${s}`)).toBeUndefined();
+        } finally {
+          w.stop();
+          await ds.delete('IPPool', `good-${s}`);
+        }
+        // A malformed endpoint: the other endpoints of its namespace and node still list, and so does the node's list.
+        const ns = `bad-${s}`;
+        const node = `node-${s}`;
+        await t.preparePod?.(ns, `ok-${s}`, node, { app: 'ok' });
+        const ok = workloadEndpointName(node, 'k8s', `ok-${s}`, 'eth0');
+        await ds.create(
+          res(
+            'WorkloadEndpoint',
+            ok,
+            {
+              orchestrator: 'k8s',
+              node,
+              containerID: `c-${s}`,
+              pod: `ok-${s}`,
+              endpoint: 'eth0',
+              ipNetworks: ['10.9.8.7/32'],
+              interfaceName: `np${s}`,
+            },
+            { namespace: ns },
+          ),
+        );
+        const bad = await putMalformed({ namespace: ns, pod: `evil-${s}`, node });
+        for (const l of [
+          await ds.list('WorkloadEndpoint'),
+          await ds.list('WorkloadEndpoint', { namespace: ns }),
+          await ds.list('WorkloadEndpoint', { node }),
+        ]) {
+          expect(l.items.map((x) => x.metadata.name)).toContain(ok);
+          expect(l.items.map((x) => x.metadata.name)).not.toContain(bad);
+          expect(l.invalid?.map((o) => `${o.kind} ${o.namespace}/${o.name}`)).toContain(
+            `WorkloadEndpoint ${ns}/${bad}`,
+          );
+        }
+        const e = await expectKind(ds.get('WorkloadEndpoint', bad, ns), 'Invalid');
+        expect(e.message).toMatch(/ipNetworks|podIPs/);
+      });
 
-    if (caps.deadlines) it('gives Unavailable within the per-call deadline when the store does not answer', async () => {
-      const undo = await t.makeUnresponsive!();
-      try {
-        const e = await expectKind(ds.get('IPPool', 'anything', undefined, { timeoutMs: 500 }), 'Unavailable');
-        expect(e.message).not.toBe('');
-        await expectKind(ds.list('IPPool', { timeoutMs: 500 }), 'Unavailable');
-      } finally {
-        await undo();
-      }
-      // And the store works again afterwards.
-      const s = uniq();
-      await ds.create(res('IPPool', `back-${s}`, { cidr: '10.34.0.0/16' }), { timeoutMs: 10_000 });
-    });
+    if (caps.deadlines)
+      it('gives Unavailable within the per-call deadline when the store does not answer', async () => {
+        const undo = await t.makeUnresponsive!();
+        try {
+          const e = await expectKind(ds.get('IPPool', 'anything', undefined, { timeoutMs: 500 }), 'Unavailable');
+          expect(e.message).not.toBe('');
+          await expectKind(ds.list('IPPool', { timeoutMs: 500 }), 'Unavailable');
+        } finally {
+          await undo();
+        }
+        // And the store works again afterwards.
+        const s = uniq();
+        await ds.create(res('IPPool', `back-${s}`, { cidr: '10.34.0.0/16' }), { timeoutMs: 10_000 });
+      });
   });
 }

@@ -10,7 +10,7 @@ import { certDir, makeCA, makeCert, type CA, type CertPair } from '../support/ce
 import { openDatastore } from '../../src/datastore/index.js';
 import { DatastoreError } from '../../src/errors.js';
 import { API_VERSION } from '../../src/model/resources.js';
-import { type WatchEvent } from '../../src/datastore/types.js';
+import type { WatchEvent } from '../../src/datastore/types.js';
 import type { EtcdDatastore } from '../../src/datastore/etcd.js';
 
 for (const transport of ['http', 'grpc'] as const) {
@@ -37,7 +37,15 @@ for (const transport of ['http', 'grpc'] as const) {
       writeFileSync(bundle, readFileSync(otherCA.cert, 'utf8') + readFileSync(etcdCA.cert, 'utf8'));
       etcd = await startEtcd({
         scheme: 'https',
-        args: ['--cert-file', server.cert, '--key-file', server.key, '--client-cert-auth', '--trusted-ca-file', etcdCA.cert],
+        args: [
+          '--cert-file',
+          server.cert,
+          '--key-file',
+          server.key,
+          '--client-cert-auth',
+          '--trusted-ca-file',
+          etcdCA.cert,
+        ],
       });
     });
     afterAll(async () => {
@@ -46,9 +54,17 @@ for (const transport of ['http', 'grpc'] as const) {
     });
 
     async function failure(conf: Record<string, string>): Promise<DatastoreError> {
-      const ds = await openDatastore({ etcd_transport: transport, etcd_endpoints: etcd.endpoint, timeoutMs: 3000, ...conf });
+      const ds = await openDatastore({
+        etcd_transport: transport,
+        etcd_endpoints: etcd.endpoint,
+        timeoutMs: 3000,
+        ...conf,
+      });
       try {
-        const e = await ds.get('IPPool', 'x').then(() => undefined, (x: unknown) => x);
+        const e = await ds.get('IPPool', 'x').then(
+          () => undefined,
+          (x: unknown) => x,
+        );
         expect(e).toBeInstanceOf(DatastoreError);
         return e as DatastoreError;
       } finally {
@@ -57,20 +73,39 @@ for (const transport of ['http', 'grpc'] as const) {
     }
 
     it('works with a client certificate and a CA bundle whose second root issued the server certificate', async () => {
-      const ds = await openDatastore({ etcd_transport: transport, etcd_endpoints: etcd.endpoint, etcd_ca_cert_file: bundle, etcd_cert_file: client.cert, etcd_key_file: client.key });
+      const ds = await openDatastore({
+        etcd_transport: transport,
+        etcd_endpoints: etcd.endpoint,
+        etcd_ca_cert_file: bundle,
+        etcd_cert_file: client.cert,
+        etcd_key_file: client.key,
+      });
       try {
-        const c = await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'tls-pool' }, spec: { cidr: '10.0.0.0/16' } });
+        const c = await ds.create({
+          apiVersion: API_VERSION,
+          kind: 'IPPool',
+          metadata: { name: 'tls-pool' },
+          spec: { cidr: '10.0.0.0/16' },
+        });
         expect((await ds.get('IPPool', 'tls-pool')).metadata.resourceVersion).toBe(c.metadata.resourceVersion);
       } finally {
         await ds.close();
       }
     });
 
-    it('names the CA file when it does not hold the server certificate\'s issuer', async () => {
-      const e = await failure({ etcd_ca_cert_file: otherCA.cert, etcd_cert_file: client.cert, etcd_key_file: client.key });
+    it("names the CA file when it does not hold the server certificate's issuer", async () => {
+      const e = await failure({
+        etcd_ca_cert_file: otherCA.cert,
+        etcd_cert_file: client.cert,
+        etcd_key_file: client.key,
+      });
       expect(e.kind).toBe('Unauthorized');
-      expect(e.message).toContain(`TLS handshake with ${etcd.endpoint} failed: certificate signed by unknown authority`);
-      expect(e.message).toContain(`etcd_ca_cert_file=${otherCA.cert} does not hold the CA that issued the server certificate`);
+      expect(e.message).toContain(
+        `TLS handshake with ${etcd.endpoint} failed: certificate signed by unknown authority`,
+      );
+      expect(e.message).toContain(
+        `etcd_ca_cert_file=${otherCA.cert} does not hold the CA that issued the server certificate`,
+      );
     });
 
     it('says a client certificate is required when none is configured', async () => {
@@ -80,13 +115,23 @@ for (const transport of ['http', 'grpc'] as const) {
     });
 
     it('says the server rejected a client certificate from a CA it does not trust', async () => {
-      const e = await failure({ etcd_ca_cert_file: etcdCA.cert, etcd_cert_file: strangerClient.cert, etcd_key_file: strangerClient.key });
+      const e = await failure({
+        etcd_ca_cert_file: etcdCA.cert,
+        etcd_cert_file: strangerClient.cert,
+        etcd_key_file: strangerClient.key,
+      });
       expect(e.kind).toBe('Unauthorized');
       expect(e.message).toContain(`the server rejected the client certificate etcd_cert_file=${strangerClient.cert}`);
     });
 
     it('refuses TLS files with http endpoints', async () => {
-      await expect(openDatastore({ etcd_transport: transport, etcd_endpoints: etcd.endpoint.replace('https', 'http'), etcd_ca_cert_file: etcdCA.cert })).rejects.toThrow(/use https:\/\/ endpoints/);
+      await expect(
+        openDatastore({
+          etcd_transport: transport,
+          etcd_endpoints: etcd.endpoint.replace('https', 'http'),
+          etcd_ca_cert_file: etcdCA.cert,
+        }),
+      ).rejects.toThrow(/use https:\/\/ endpoints/);
     });
   });
 }
@@ -112,7 +157,13 @@ describe('etcdv3 over mutual TLS with a server certificate that lacks clientAuth
     dir?.remove();
   });
 
-  const conf = () => ({ etcd_endpoints: etcd.endpoint, etcd_ca_cert_file: ca.cert, etcd_cert_file: client.cert, etcd_key_file: client.key, timeoutMs: 5000 });
+  const conf = () => ({
+    etcd_endpoints: etcd.endpoint,
+    etcd_ca_cert_file: ca.cert,
+    etcd_cert_file: client.cert,
+    etcd_key_file: client.key,
+    timeoutMs: 5000,
+  });
 
   it('explains why the JSON gateway cannot work when http is asked for explicitly', async () => {
     const ds = await openDatastore({ ...conf(), etcd_transport: 'http' });
@@ -132,11 +183,19 @@ describe('etcdv3 over mutual TLS with a server certificate that lacks clientAuth
     const events: Array<WatchEvent<'IPPool'>> = [];
     const w = ds.watch('IPPool', { revision: '1' }, (ev) => events.push(ev));
     try {
-      const c = await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'fallback-pool' }, spec: { cidr: '10.0.0.0/16' } });
+      const c = await ds.create({
+        apiVersion: API_VERSION,
+        kind: 'IPPool',
+        metadata: { name: 'fallback-pool' },
+        spec: { cidr: '10.0.0.0/16' },
+      });
       expect((await ds.get('IPPool', 'fallback-pool')).metadata.resourceVersion).toBe(c.metadata.resourceVersion);
       expect(ds.transport).toBe('grpc');
-      for (let i = 0; i < 200 && !events.some((e) => e.type === 'ADDED'); i++) await new Promise((r) => setTimeout(r, 50));
-      expect(events.map((e) => (e.type === 'ERROR' ? `ERROR ${e.error.message}` : `${e.type} ${e.object.metadata.name}`))).toEqual(['ADDED fallback-pool']);
+      for (let i = 0; i < 200 && !events.some((e) => e.type === 'ADDED'); i++)
+        await new Promise((r) => setTimeout(r, 50));
+      expect(
+        events.map((e) => (e.type === 'ERROR' ? `ERROR ${e.error.message}` : `${e.type} ${e.object.metadata.name}`)),
+      ).toEqual(['ADDED fallback-pool']);
     } finally {
       w.stop();
       await ds.close();

@@ -2,7 +2,11 @@
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { datastoreConformance } from './datastore-conformance.js';
 
-datastoreConformance('memory', async () => {
-  const ds = new MemoryDatastore();
-  return { ds, cleanup: () => ds.close() };
-}, { deadlines: false, malformed: false });
+datastoreConformance(
+  'memory',
+  async () => {
+    const ds = new MemoryDatastore();
+    return { ds, cleanup: () => ds.close() };
+  },
+  { deadlines: false, malformed: false },
+);

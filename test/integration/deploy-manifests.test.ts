@@ -50,12 +50,18 @@ const flagsOf = (args: string[]) => args.filter((a) => a.startsWith('--')).map((
 
 describe('deploy/ cross-references', () => {
   it('every manifest parses and names a kind', () => {
-    expect(MANIFESTS).toEqual(expect.arrayContaining(['rbac.yaml', 'netplugin-node-daemonset.yaml', ...CONFIG_VARIANTS]));
-    for (const f of MANIFESTS) for (const o of load(f)) expect(o.kind && o.metadata?.name, `${f}: ${JSON.stringify(o).slice(0, 80)}`).toBeTruthy();
+    expect(MANIFESTS).toEqual(
+      expect.arrayContaining(['rbac.yaml', 'netplugin-node-daemonset.yaml', ...CONFIG_VARIANTS]),
+    );
+    for (const f of MANIFESTS)
+      for (const o of load(f))
+        expect(o.kind && o.metadata?.name, `${f}: ${JSON.stringify(o).slice(0, 80)}`).toBeTruthy();
   });
 
   it('the DaemonSet runs as a ServiceAccount rbac.yaml creates, and every binding names roles and accounts that exist', () => {
-    const sas = rbac.filter((o) => o.kind === 'ServiceAccount').map((o) => `${o.metadata.namespace}/${o.metadata.name}`);
+    const sas = rbac
+      .filter((o) => o.kind === 'ServiceAccount')
+      .map((o) => `${o.metadata.namespace}/${o.metadata.name}`);
     expect(sas).toContain(`${ds.metadata.namespace}/${pod.serviceAccountName}`);
     for (const b of rbac.filter((o) => o.kind.endsWith('RoleBinding'))) {
       const role = rbac.find((o) => o.kind === b.roleRef.kind && o.metadata.name === b.roleRef.name);
@@ -63,8 +69,13 @@ describe('deploy/ cross-references', () => {
       for (const s of b.subjects) expect(sas).toContain(`${s.namespace}/${s.name}`);
     }
     // The agent may request tokens for the plugin's account, and only for it.
-    const tokenRole = rbac.find((o) => o.kind === 'Role' && o.rules.some((r: any) => r.resources.includes('serviceaccounts/token')))!;
-    const plugin = containers.find((c) => c.name === 'netplugin-node')!.args.find((a: string) => a.startsWith('--plugin-service-account='))!.split('=')[1];
+    const tokenRole = rbac.find(
+      (o) => o.kind === 'Role' && o.rules.some((r: any) => r.resources.includes('serviceaccounts/token')),
+    )!;
+    const plugin = containers
+      .find((c) => c.name === 'netplugin-node')!
+      .args.find((a: string) => a.startsWith('--plugin-service-account='))!
+      .split('=')[1];
     expect(tokenRole.rules[0].resourceNames).toEqual([plugin]);
     expect(sas).toContain(`kube-system/${plugin}`);
   });
@@ -85,7 +96,9 @@ describe('deploy/ cross-references', () => {
         for (const it of v.configMap.items ?? []) expect(Object.keys(cm.data)).toContain(it.key);
       }
     }
-    const secrets = load('netplugin-config-etcd.yaml').filter((o) => o.kind === 'Secret').map((o) => o.metadata.name);
+    const secrets = load('netplugin-config-etcd.yaml')
+      .filter((o) => o.kind === 'Secret')
+      .map((o) => o.metadata.name);
     for (const v of pod.volumes.filter((v: any) => v.secret)) {
       expect(secrets).toContain(v.secret.secretName);
       // The kubernetes variant has no Secret: the pod must still start.
@@ -103,7 +116,8 @@ describe('deploy/ cross-references', () => {
         used.add(m.name);
       }
       const env = (c.env ?? []).map((e: any) => e.name);
-      for (const a of c.args) for (const m of a.matchAll(/\$\(([A-Z_]+)\)/g)) expect(env, `${c.name}: ${a}`).toContain(m[1]);
+      for (const a of c.args)
+        for (const m of a.matchAll(/\$\(([A-Z_]+)\)/g)) expect(env, `${c.name}: ${a}`).toContain(m[1]);
     }
     expect([...used].sort()).toEqual([...volumes].sort());
   });
@@ -116,7 +130,10 @@ describe('deploy/ cross-references', () => {
     const agent = pod.containers.find((c: any) => c.name === 'netplugin-node');
     const addr = agent.args.find((a: string) => a.startsWith('--health-addr=')).split('=')[1];
     const [host, port] = addr.split(':');
-    for (const [probe, path] of [['livenessProbe', '/healthz'], ['readinessProbe', '/readyz']] as const) {
+    for (const [probe, path] of [
+      ['livenessProbe', '/healthz'],
+      ['readinessProbe', '/readyz'],
+    ] as const) {
       expect(agent[probe].httpGet).toEqual({ host, path, port: Number(port) });
     }
     expect(pod.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux' });
@@ -137,19 +154,30 @@ const WORKLOAD_KINDS = new Set(['DaemonSet', 'Deployment', 'StatefulSet', 'Job',
 
 describe('deploy/ cross-references, every file', () => {
   const named = (kind: string, name: string, ns?: string) =>
-    ALL.filter(({ o }) => o.kind === kind && o.metadata.name === name && (ns === undefined || (o.metadata.namespace ?? 'default') === ns));
+    ALL.filter(
+      ({ o }) =>
+        o.kind === kind && o.metadata.name === name && (ns === undefined || (o.metadata.namespace ?? 'default') === ns),
+    );
   const workloads = ALL.filter(({ o }) => WORKLOAD_KINDS.has(o.kind));
   const where = (file: string, o: Obj) => `${file}: ${o.kind}/${o.metadata.name}`;
 
   it('finds the workloads of every file that has one', () => {
-    expect(workloads.map(({ file }) => file).sort()).toEqual(['netplugin-flows.yaml', 'netplugin-kube-controllers.yaml', 'netplugin-node-daemonset.yaml', 'netplugin-operator.yaml']);
+    expect(workloads.map(({ file }) => file).sort()).toEqual([
+      'netplugin-flows.yaml',
+      'netplugin-kube-controllers.yaml',
+      'netplugin-node-daemonset.yaml',
+      'netplugin-operator.yaml',
+    ]);
   });
 
   it('every workload runs as a ServiceAccount some manifest creates in its namespace', () => {
     for (const { file, o } of workloads) {
       const sa = o.spec.template.spec.serviceAccountName;
       expect(sa, `${where(file, o)} names no serviceAccountName`).toBeTruthy();
-      expect(named('ServiceAccount', sa, o.metadata.namespace), `${where(file, o)} runs as ServiceAccount ${o.metadata.namespace}/${sa}, which no file in deploy/ creates`).not.toEqual([]);
+      expect(
+        named('ServiceAccount', sa, o.metadata.namespace),
+        `${where(file, o)} runs as ServiceAccount ${o.metadata.namespace}/${sa}, which no file in deploy/ creates`,
+      ).not.toEqual([]);
     }
   });
 
@@ -160,13 +188,20 @@ describe('deploy/ cross-references, every file', () => {
       expect(role, `${where(file, o)} -> ${ref.kind}/${ref.name}`).not.toEqual([]);
       for (const s of o.subjects ?? []) {
         if (s.kind !== 'ServiceAccount') continue;
-        expect(named('ServiceAccount', s.name, s.namespace), `${where(file, o)} -> ServiceAccount ${s.namespace}/${s.name}`).not.toEqual([]);
+        expect(
+          named('ServiceAccount', s.name, s.namespace),
+          `${where(file, o)} -> ServiceAccount ${s.namespace}/${s.name}`,
+        ).not.toEqual([]);
       }
     }
     for (const { file, o } of ALL.filter(({ o }) => o.kind === 'Role' || o.kind === 'ClusterRole')) {
       for (const r of o.rules ?? []) {
         if (!r.resources?.some((x: string) => x.startsWith('serviceaccounts'))) continue;
-        for (const n of r.resourceNames ?? []) expect(named('ServiceAccount', n, o.metadata.namespace), `${where(file, o)} -> ServiceAccount ${n}`).not.toEqual([]);
+        for (const n of r.resourceNames ?? [])
+          expect(
+            named('ServiceAccount', n, o.metadata.namespace),
+            `${where(file, o)} -> ServiceAccount ${n}`,
+          ).not.toEqual([]);
       }
     }
   });
@@ -177,7 +212,11 @@ describe('deploy/ cross-references, every file', () => {
     const check = (what: string, kind: 'ConfigMap' | 'Secret', name: string, ns: string, keys: string[]) => {
       const found = keysOf(kind, name, ns);
       expect(found, `${what}: ${kind} ${ns}/${name} is in no file of deploy/`).not.toEqual([]);
-      for (const k of keys) expect(found.some((f) => f.has(k)), `${what}: ${kind} ${ns}/${name} has no key ${k}`).toBe(true);
+      for (const k of keys)
+        expect(
+          found.some((f) => f.has(k)),
+          `${what}: ${kind} ${ns}/${name} has no key ${k}`,
+        ).toBe(true);
     };
     for (const { file, o } of workloads) {
       const spec = o.spec.template.spec;
@@ -185,8 +224,10 @@ describe('deploy/ cross-references, every file', () => {
       for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
         const what = `${where(file, o)} container ${c.name}`;
         for (const e of c.env ?? []) {
-          if (e.valueFrom?.configMapKeyRef) check(what, 'ConfigMap', e.valueFrom.configMapKeyRef.name, ns, [e.valueFrom.configMapKeyRef.key]);
-          if (e.valueFrom?.secretKeyRef) check(what, 'Secret', e.valueFrom.secretKeyRef.name, ns, [e.valueFrom.secretKeyRef.key]);
+          if (e.valueFrom?.configMapKeyRef)
+            check(what, 'ConfigMap', e.valueFrom.configMapKeyRef.name, ns, [e.valueFrom.configMapKeyRef.key]);
+          if (e.valueFrom?.secretKeyRef)
+            check(what, 'Secret', e.valueFrom.secretKeyRef.name, ns, [e.valueFrom.secretKeyRef.key]);
         }
         for (const e of c.envFrom ?? []) {
           if (e.configMapRef) check(what, 'ConfigMap', e.configMapRef.name, ns, []);
@@ -194,8 +235,22 @@ describe('deploy/ cross-references, every file', () => {
         }
       }
       for (const v of spec.volumes ?? []) {
-        if (v.configMap) check(`${where(file, o)} volume ${v.name}`, 'ConfigMap', v.configMap.name, ns, (v.configMap.items ?? []).map((i: any) => i.key));
-        if (v.secret) check(`${where(file, o)} volume ${v.secret.secretName}`, 'Secret', v.secret.secretName, ns, (v.secret.items ?? []).map((i: any) => i.key));
+        if (v.configMap)
+          check(
+            `${where(file, o)} volume ${v.name}`,
+            'ConfigMap',
+            v.configMap.name,
+            ns,
+            (v.configMap.items ?? []).map((i: any) => i.key),
+          );
+        if (v.secret)
+          check(
+            `${where(file, o)} volume ${v.secret.secretName}`,
+            'Secret',
+            v.secret.secretName,
+            ns,
+            (v.secret.items ?? []).map((i: any) => i.key),
+          );
       }
     }
   });
@@ -204,7 +259,8 @@ describe('deploy/ cross-references, every file', () => {
     const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
     for (const { file, o } of workloads) {
       const spec = o.spec.template.spec;
-      for (const c of [...(spec.initContainers ?? []), ...spec.containers]) expect(c.image, `${where(file, o)} container ${c.name}`).toBe(`netplugin/node:${version}`);
+      for (const c of [...(spec.initContainers ?? []), ...spec.containers])
+        expect(c.image, `${where(file, o)} container ${c.name}`).toBe(`netplugin/node:${version}`);
     }
   });
 
@@ -212,24 +268,35 @@ describe('deploy/ cross-references, every file', () => {
     for (const { file, o } of workloads) {
       const spec = o.spec.template.spec;
       for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
-        const positional = c.command.slice(2).filter((a: string, i: number, all: string[]) => !a.startsWith('-') && !all[i - 1]?.startsWith('--'));
+        const positional = c.command
+          .slice(2)
+          .filter((a: string, i: number, all: string[]) => !a.startsWith('-') && !all[i - 1]?.startsWith('--'));
         const help = helpOf([c.command[0], c.command[1], ...positional]);
-        for (const f of flagsOf([...c.command.slice(2), ...(c.args ?? [])])) expect(help, `${where(file, o)} container ${c.name}: ${f} is not in its --help`).toContain(f);
+        for (const f of flagsOf([...c.command.slice(2), ...(c.args ?? [])]))
+          expect(help, `${where(file, o)} container ${c.name}: ${f} is not in its --help`).toContain(f);
       }
     }
   });
 
   it('metrics: each scrape annotation names the port a container serves --metrics-addr on', () => {
-    for (const { file, o } of workloads.filter(({ o }) => o.spec.template.metadata?.annotations?.['prometheus.io/scrape'] === 'true')) {
+    for (const { file, o } of workloads.filter(
+      ({ o }) => o.spec.template.metadata?.annotations?.['prometheus.io/scrape'] === 'true',
+    )) {
       const port = o.spec.template.metadata.annotations['prometheus.io/port'];
-      const args = o.spec.template.spec.containers.flatMap((c: any) => [...(c.command ?? []), ...(c.args ?? [])]).join(' ');
+      const args = o.spec.template.spec.containers
+        .flatMap((c: any) => [...(c.command ?? []), ...(c.args ?? [])])
+        .join(' ');
       expect(args, where(file, o)).toMatch(new RegExp(`--metrics-addr[= ][^ ]*:${port}(\\s|$)`));
-      expect(o.spec.template.spec.containers.flatMap((c: any) => c.ports ?? []).map((p: any) => String(p.containerPort))).toContain(port);
+      expect(
+        o.spec.template.spec.containers.flatMap((c: any) => c.ports ?? []).map((p: any) => String(p.containerPort)),
+      ).toContain(port);
     }
-    expect(workloads.filter(({ o }) => o.spec.template.metadata?.annotations?.['prometheus.io/scrape'] === 'true').map(({ file }) => file).sort()).toEqual([
-      'netplugin-kube-controllers.yaml',
-      'netplugin-node-daemonset.yaml',
-    ]);
+    expect(
+      workloads
+        .filter(({ o }) => o.spec.template.metadata?.annotations?.['prometheus.io/scrape'] === 'true')
+        .map(({ file }) => file)
+        .sort(),
+    ).toEqual(['netplugin-kube-controllers.yaml', 'netplugin-node-daemonset.yaml']);
   });
 });
 
@@ -256,22 +323,40 @@ describe('install-cni as the init container runs it', () => {
       const init = pod.initContainers.find((c: any) => c.name === 'install-cni');
       const dir = join(tmp, file);
       const host = join(dir, 'host');
-      const mounts: Record<string, string> = { '/etc/netplugin/config': join(dir, 'config'), '/etc/netplugin/etcd-secrets': join(dir, 'secrets'), '/host': host };
+      const mounts: Record<string, string> = {
+        '/etc/netplugin/config': join(dir, 'config'),
+        '/etc/netplugin/etcd-secrets': join(dir, 'secrets'),
+        '/host': host,
+      };
       mkdirSync(mounts['/etc/netplugin/config']!, { recursive: true });
       writeFileSync(join(mounts['/etc/netplugin/config']!, 'cni_network_config'), cm.data.cni_network_config);
       const etcd = cm.data.datastore_type === 'etcdv3';
       mkdirSync(mounts['/etc/netplugin/etcd-secrets']!, { recursive: true });
-      if (etcd) for (const k of ['etcd-key', 'etcd-cert', 'etcd-ca']) writeFileSync(join(mounts['/etc/netplugin/etcd-secrets']!, k), `PEM ${k}\n`);
+      if (etcd)
+        for (const k of ['etcd-key', 'etcd-cert', 'etcd-ca'])
+          writeFileSync(join(mounts['/etc/netplugin/etcd-secrets']!, k), `PEM ${k}\n`);
       // The container's environment, from the ConfigMap and the downward API.
       const env: Record<string, string> = {};
-      for (const e of init.env) env[e.name] = e.valueFrom?.configMapKeyRef ? cm.data[e.valueFrom.configMapKeyRef.key] : e.valueFrom?.fieldRef ? 'node-a.example' : e.value;
+      for (const e of init.env)
+        env[e.name] = e.valueFrom?.configMapKeyRef
+          ? cm.data[e.valueFrom.configMapKeyRef.key]
+          : e.valueFrom?.fieldRef
+            ? 'node-a.example'
+            : e.value;
       const args = init.args.map((a: string) => {
         let out = a.replace(/\$\(([A-Z_]+)\)/g, (_m: string, v: string) => env[v]!);
         for (const [from, to] of Object.entries(mounts)) out = out.replace(`=${from}`, `=${to}`);
         return out;
       });
       let err = '';
-      const code = await runCtl(['install-cni', ...args], { env, stdout: () => {}, stderr: (s) => (err += s), packageDir: pkg, nodePath: '/usr/bin/node', inPod: true });
+      const code = await runCtl(['install-cni', ...args], {
+        env,
+        stdout: () => {},
+        stderr: (s) => (err += s),
+        packageDir: pkg,
+        nodePath: '/usr/bin/node',
+        inPod: true,
+      });
       expect(err.replace(/warning: the host has no node[^\n]*\n/, ''), err).toBe('');
       expect(code).toBe(0);
       const written = JSON.parse(readFileSync(join(host, 'etc/cni/net.d/10-netplugin.conflist'), 'utf8'));
@@ -279,7 +364,12 @@ describe('install-cni as the init container runs it', () => {
       const conf = parseNetconf({ name: written.name, cniVersion: written.cniVersion, ...entry }, { pluginType: 'netplugin' });
       expect(conf).toMatchObject({ log_format: 'json', datastore_type: cm.data.datastore_type, nodename: 'node-a.example', mtu: Number(cm.data.veth_mtu), kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' } });
       if (etcd) {
-        expect(entry).toMatchObject({ etcd_endpoints: cm.data.etcd_endpoints, etcd_key_file: '/etc/cni/net.d/netplugin-tls/etcd-key', etcd_cert_file: '/etc/cni/net.d/netplugin-tls/etcd-cert', etcd_ca_cert_file: '/etc/cni/net.d/netplugin-tls/etcd-ca' });
+        expect(entry).toMatchObject({
+          etcd_endpoints: cm.data.etcd_endpoints,
+          etcd_key_file: '/etc/cni/net.d/netplugin-tls/etcd-key',
+          etcd_cert_file: '/etc/cni/net.d/netplugin-tls/etcd-cert',
+          etcd_ca_cert_file: '/etc/cni/net.d/netplugin-tls/etcd-ca',
+        });
         for (const k of ['etcd-key', 'etcd-cert', 'etcd-ca']) {
           const p = join(host, 'etc/cni/net.d/netplugin-tls', k);
           expect(readFileSync(p, 'utf8')).toBe(`PEM ${k}\n`);
@@ -305,14 +395,21 @@ describe('kubectl --dry-run=client', () => {
   afterAll(async () => api?.stop());
 
   // Asynchronous: the API server runs in this process.
-  const kubectl = (args: string[]) => promisify(execFile)('kubectl', ['--kubeconfig', kubeconfig, ...args], { encoding: 'utf8', timeout: 60_000 });
+  const kubectl = (args: string[]) =>
+    promisify(execFile)('kubectl', ['--kubeconfig', kubeconfig, ...args], { encoding: 'utf8', timeout: 60_000 });
 
   it('applies every manifest and CRD', async () => {
     const files = [...MANIFESTS.map((f) => join(DEPLOY, f)), join(DEPLOY, 'crds')];
     for (const f of files) {
       const r = await kubectl(['apply', '--dry-run=client', '--validate=false', '-f', f]);
       const objs = statSync(f).isDirectory() ? readdirSync(f).length : load(f.slice(DEPLOY.length + 1)).length;
-      expect(r.stdout.trim().split('\n').filter((l) => /\(dry run\)$/.test(l)), `${f}:\n${r.stdout}${r.stderr}`).toHaveLength(objs);
+      expect(
+        r.stdout
+          .trim()
+          .split('\n')
+          .filter((l) => /\(dry run\)$/.test(l)),
+        `${f}:\n${r.stdout}${r.stderr}`,
+      ).toHaveLength(objs);
     }
   });
 });

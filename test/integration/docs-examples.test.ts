@@ -26,7 +26,12 @@ import { requireBuiltCtl, runBuiltCtl } from '../support/ctl.js';
 import { startAgent, type Agent } from '../support/plugin-harness.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const PAGES = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const PAGES = [
+  'README.md',
+  ...readdirSync(join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 
 interface Block {
   page: string;
@@ -50,7 +55,13 @@ const BLOCKS: Block[] = PAGES.flatMap((page) => {
 });
 const at = (b: Block) => `${b.page}:${b.line}`;
 
-const BASE = { name: 'k8s-pod-network', cniVersion: '1.0.0', type: 'netplugin', etcd_endpoints: 'http://127.0.0.1:2379', ipam: { type: 'netplugin-ipam' } };
+const BASE = {
+  name: 'k8s-pod-network',
+  cniVersion: '1.0.0',
+  type: 'netplugin',
+  etcd_endpoints: 'http://127.0.0.1:2379',
+  ipam: { type: 'netplugin-ipam' },
+};
 
 /** The netconfs a json block documents: whole ones, a conflist's netplugin entries, or a fragment merged into BASE. */
 function netconfsOf(b: Block): Array<Record<string, unknown>> {
@@ -65,7 +76,10 @@ function netconfsOf(b: Block): Array<Record<string, unknown>> {
     }
   }
   const o = v as Record<string, any>;
-  if (Array.isArray(o.plugins)) return o.plugins.filter((p: any) => p.type === 'netplugin').map((p: any) => ({ name: o.name, cniVersion: o.cniVersion, ...p }));
+  if (Array.isArray(o.plugins))
+    return o.plugins
+      .filter((p: any) => p.type === 'netplugin')
+      .map((p: any) => ({ name: o.name, cniVersion: o.cniVersion, ...p }));
   return o.type === 'netplugin' ? [o] : [];
 }
 
@@ -74,11 +88,20 @@ describe('netconf examples', () => {
 
   it('finds the documented netconfs (whole, conflists and fragments)', () => {
     expect(netconfs.length).toBeGreaterThanOrEqual(8);
-    expect(new Set(netconfs.map(({ b }) => b.page))).toEqual(new Set(['README.md', 'docs/addresses-and-annotations.md', 'docs/datastore.md', 'docs/install.md', 'docs/netconf.md']));
+    expect(new Set(netconfs.map(({ b }) => b.page))).toEqual(
+      new Set([
+        'README.md',
+        'docs/addresses-and-annotations.md',
+        'docs/datastore.md',
+        'docs/install.md',
+        'docs/netconf.md',
+      ]),
+    );
   });
 
   it('the plugin accepts every one', () => {
-    for (const { b, n } of netconfs) expect(() => parseNetconf(n, { pluginType: 'netplugin', warn: () => undefined }), at(b)).not.toThrow();
+    for (const { b, n } of netconfs)
+      expect(() => parseNetconf(n, { pluginType: 'netplugin', warn: () => undefined }), at(b)).not.toThrow();
   });
 
   describe('readiness gates on the agent port', () => {
@@ -89,8 +112,12 @@ describe('netconf examples', () => {
       tmp = mkdtempSync(join(tmpdir(), `docs-examples-agent-${process.pid}-`));
       agent = await startAgent(join(tmp, 'cni.sock'), ['--log-format', 'json']);
       const deadline = Date.now() + 30_000;
-      while (!/serving \/healthz/.test(agent.log()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-      const line = agent.log().split('\n').find((l) => l.includes('serving /healthz'));
+      while (!/serving \/healthz/.test(agent.log()) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 100));
+      const line = agent
+        .log()
+        .split('\n')
+        .find((l) => l.includes('serving /healthz'));
       if (!line) throw new Error(`the agent did not serve its health address:\n${agent.log()}`);
       port = Number((JSON.parse(line) as { addr: string }).addr.split(':').pop());
     });
@@ -101,12 +128,17 @@ describe('netconf examples', () => {
 
     it("every gate on the agent's default health port names a path the agent answers 2xx to", async () => {
       const defaultPort = DEFAULT_HEALTH_ADDR.split(':').pop();
-      const gates = netconfs.flatMap(({ b, n }) => ((n.readiness_gates as string[] | undefined) ?? []).map((g) => ({ b, url: new URL(g) })));
+      const gates = netconfs.flatMap(({ b, n }) =>
+        ((n.readiness_gates as string[] | undefined) ?? []).map((g) => ({ b, url: new URL(g) })),
+      );
       const onAgent = gates.filter(({ url }) => url.port === defaultPort);
       expect(onAgent.length).toBeGreaterThanOrEqual(2);
       for (const { b, url } of onAgent) {
         url.port = String(port);
-        await expect(waitForReadinessGates([url], { deadlineMs: 3000 }), `${at(b)}: ${url.pathname}`).resolves.toBeUndefined();
+        await expect(
+          waitForReadinessGates([url], { deadlineMs: 3000 }),
+          `${at(b)}: ${url.pathname}`,
+        ).resolves.toBeUndefined();
       }
     });
   });
@@ -144,7 +176,14 @@ describe('resources and netpluginctl commands against a throwaway etcd', () => {
     writeFileSync(join(dir, 'pools.yaml'), pool.text + '\n');
     mkdirSync(join(dir, 'deploy'));
     copyFileSync(join(ROOT, 'deploy/installation-example.yaml'), join(dir, 'deploy/installation-example.yaml'));
-    writeFileSync(join(dir, '10-netplugin.conflist'), JSON.stringify({ name: 'k8s-pod-network', cniVersion: '1.0.0', plugins: [{ ...BASE, etcd_endpoints: etcd.endpoint }] }));
+    writeFileSync(
+      join(dir, '10-netplugin.conflist'),
+      JSON.stringify({
+        name: 'k8s-pod-network',
+        cniVersion: '1.0.0',
+        plugins: [{ ...BASE, etcd_endpoints: etcd.endpoint }],
+      }),
+    );
   });
   afterAll(async () => {
     await etcd?.stop();
@@ -153,7 +192,12 @@ describe('resources and netpluginctl commands against a throwaway etcd', () => {
 
   it('netpluginctl applies every netplugin.org/v3 resource in a yaml example', async () => {
     const docs = BLOCKS.filter((b) => b.lang === 'yaml').flatMap((b) =>
-      parseAllDocuments(b.text).map((d) => ({ b, o: d.toJS() as any })).filter(({ o }) => o?.apiVersion === 'netplugin.org/v3' && o.kind !== 'NetpluginAPIConfig'),
+      parseAllDocuments(b.text)
+        .map((d) => ({ b, o: d.toJS() as any }))
+        .filter(({ o }) => o?.apiVersion === 'netplugin.org/v3' && o.kind !== 'NetpluginAPIConfig'),
+    );
+    expect(new Set(docs.map(({ o }) => o.kind))).toEqual(
+      new Set(['IPPool', 'IPAMConfig', 'KubeControllersConfiguration', 'NetworkPolicy', 'BGPConfiguration', 'BGPPeer']),
     );
     expect(new Set(docs.map(({ o }) => o.kind))).toEqual(
       new Set([
@@ -177,12 +221,16 @@ describe('resources and netpluginctl commands against a throwaway etcd', () => {
   });
 
   it('the documented datastore commands run as written', async () => {
-    const runnable = /^netpluginctl (?:--config \S+ )?(?:datastore init|apply|get|ipam (?:show|check|release)|version|installation render)\b/;
+    const runnable =
+      /^netpluginctl (?:--config \S+ )?(?:datastore init|apply|get|ipam (?:show|check|release)|version|installation render)\b/;
     const commands: Array<{ b: Block; cmd: string }> = [];
     for (const b of BLOCKS.filter((b) => ['sh', 'bash', 'console'].includes(b.lang))) {
       const joined = b.text.replace(/\\\n\s*/g, ' ');
       for (let l of joined.split('\n')) {
-        l = l.replace(/\s+#.*$/, '').replace(/^sudo\s+/, '').trim();
+        l = l
+          .replace(/\s+#.*$/, '')
+          .replace(/^sudo\s+/, '')
+          .trim();
         if (runnable.test(l)) commands.push({ b, cmd: l });
       }
     }
@@ -191,7 +239,13 @@ describe('resources and netpluginctl commands against a throwaway etcd', () => {
       const args = cmd
         .split(/\s+/)
         .slice(1)
-        .map((a) => (a === '/etc/cni/net.d/10-netplugin.conflist' ? join(dir, '10-netplugin.conflist') : a.startsWith('/tmp/') ? join(dir, a.slice(5)) : a));
+        .map((a) =>
+          a === '/etc/cni/net.d/10-netplugin.conflist'
+            ? join(dir, '10-netplugin.conflist')
+            : a.startsWith('/tmp/')
+              ? join(dir, a.slice(5))
+              : a,
+        );
       // --config names the datastore itself; otherwise the environment does.
       const r = await runBuiltCtl(args, { env: args[0] === '--config' ? {} : env, cwd: dir });
       expect(r.code, `${at(b)}: ${cmd}\n${r.out}${r.err}`).toBe(0);

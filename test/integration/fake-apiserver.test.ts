@@ -7,7 +7,14 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'node:http';
-import { startFakeApiServer, writeKubeconfig, parseLabelSelector, mergePatch, jsonPatch, type FakeApiServer } from '../support/fake-apiserver.js';
+import {
+  startFakeApiServer,
+  writeKubeconfig,
+  parseLabelSelector,
+  mergePatch,
+  jsonPatch,
+  type FakeApiServer,
+} from '../support/fake-apiserver.js';
 
 interface Reply {
   status: number;
@@ -15,23 +22,42 @@ interface Reply {
   text: string;
 }
 
-function call(server: FakeApiServer, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply> {
+function call(
+  server: FakeApiServer,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<Reply> {
   const u = new URL(server.url);
   const payload = body === undefined ? undefined : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
   return new Promise((resolve, reject) => {
-    const req = request({ host: u.hostname, port: u.port, method, path, headers: { 'Content-Type': 'application/json', ...(payload ? { 'Content-Length': String(payload.length) } : {}), ...headers } }, (res) => {
-      let text = '';
-      res.on('data', (c) => (text += c));
-      res.on('end', () => {
-        let parsed: any;
-        try {
-          parsed = JSON.parse(text);
-        } catch {
-          parsed = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, body: parsed, text });
-      });
-    });
+    const req = request(
+      {
+        host: u.hostname,
+        port: u.port,
+        method,
+        path,
+        headers: {
+          'Content-Type': 'application/json',
+          ...(payload ? { 'Content-Length': String(payload.length) } : {}),
+          ...headers,
+        },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c) => (text += c));
+        res.on('end', () => {
+          let parsed: any;
+          try {
+            parsed = JSON.parse(text);
+          } catch {
+            parsed = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, body: parsed, text });
+        });
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
@@ -79,11 +105,36 @@ describe('fake API server over HTTP', () => {
   it('serves discovery for core v1 and the CRDs in deploy/crds', async () => {
     expect((await call(s, 'GET', '/api')).body.versions).toEqual(['v1']);
     const core = (await call(s, 'GET', '/api/v1')).body;
-    expect(core.resources.map((r: { name: string }) => r.name).sort()).toEqual(['configmaps', 'events', 'namespaces', 'nodes', 'pods', 'secrets', 'serviceaccounts', 'services']);
+    expect(core.resources.map((r: { name: string }) => r.name).sort()).toEqual([
+      'configmaps',
+      'events',
+      'namespaces',
+      'nodes',
+      'pods',
+      'secrets',
+      'serviceaccounts',
+      'services',
+    ]);
     const groups = (await call(s, 'GET', '/apis')).body;
-    expect(groups.groups).toContainEqual({ name: 'netplugin.org', versions: [{ groupVersion: 'netplugin.org/v3', version: 'v3' }], preferredVersion: { groupVersion: 'netplugin.org/v3', version: 'v3' } });
-    expect(groups.groups.map((g: { name: string }) => g.name).sort()).toEqual(['apiextensions.k8s.io', 'apps', 'coordination.k8s.io', 'netplugin.org', 'networking.k8s.io', 'operator.netplugin.org', 'rbac.authorization.k8s.io']);
-    const ours = (await call(s, 'GET', '/apis/netplugin.org/v3')).body.resources as Array<{ name: string; kind: string; namespaced: boolean }>;
+    expect(groups.groups).toContainEqual({
+      name: 'netplugin.org',
+      versions: [{ groupVersion: 'netplugin.org/v3', version: 'v3' }],
+      preferredVersion: { groupVersion: 'netplugin.org/v3', version: 'v3' },
+    });
+    expect(groups.groups.map((g: { name: string }) => g.name).sort()).toEqual([
+      'apiextensions.k8s.io',
+      'apps',
+      'coordination.k8s.io',
+      'netplugin.org',
+      'networking.k8s.io',
+      'operator.netplugin.org',
+      'rbac.authorization.k8s.io',
+    ]);
+    const ours = (await call(s, 'GET', '/apis/netplugin.org/v3')).body.resources as Array<{
+      name: string;
+      kind: string;
+      namespaced: boolean;
+    }>;
     expect(ours.find((r) => r.name === 'ippools')).toMatchObject({ kind: 'IPPool', namespaced: false });
     expect(ours.find((r) => r.name === 'networkpolicies')).toMatchObject({ kind: 'NetworkPolicy', namespaced: true });
     expect(ours.find((r) => r.name === 'blockaffinities')).toMatchObject({ kind: 'BlockAffinity', namespaced: false });
@@ -96,17 +147,37 @@ describe('fake API server over HTTP', () => {
     expect(ns.status).toBe(201);
     expect(ns.body.metadata.labels).toEqual({ 'kubernetes.io/metadata.name': 'team-a' });
     expect(Number(ns.body.metadata.resourceVersion)).toBe(before + 1);
-    const pool = await call(s, 'POST', '/apis/netplugin.org/v3/ippools', { apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'p1' }, spec: { cidr: '10.0.0.0/16' } });
+    const pool = await call(s, 'POST', '/apis/netplugin.org/v3/ippools', {
+      apiVersion: 'netplugin.org/v3',
+      kind: 'IPPool',
+      metadata: { name: 'p1' },
+      spec: { cidr: '10.0.0.0/16' },
+    });
     expect(pool.status).toBe(201);
     expect(Number(pool.body.metadata.resourceVersion)).toBe(before + 2);
     const dup = await call(s, 'POST', '/apis/netplugin.org/v3/ippools', { metadata: { name: 'p1' }, spec: {} });
     expect(dup.status).toBe(409);
-    expect(dup.body).toEqual({ kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'ippools.netplugin.org "p1" already exists', reason: 'AlreadyExists', details: { name: 'p1', group: 'netplugin.org', kind: 'ippools' }, code: 409 });
+    expect(dup.body).toEqual({
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: 'ippools.netplugin.org "p1" already exists',
+      reason: 'AlreadyExists',
+      details: { name: 'p1', group: 'netplugin.org', kind: 'ippools' },
+      code: 409,
+    });
     const noNs = await call(s, 'POST', '/api/v1/namespaces/nowhere/pods', { metadata: { name: 'x' } });
     expect(noNs.status).toBe(404);
     expect(noNs.body.message).toBe('namespaces "nowhere" not found');
     const missing = await call(s, 'GET', '/apis/netplugin.org/v3/ippools/nope');
-    expect(missing.body).toMatchObject({ kind: 'Status', status: 'Failure', reason: 'NotFound', code: 404, message: 'ippools.netplugin.org "nope" not found' });
+    expect(missing.body).toMatchObject({
+      kind: 'Status',
+      status: 'Failure',
+      reason: 'NotFound',
+      code: 404,
+      message: 'ippools.netplugin.org "nope" not found',
+    });
   });
 
   it('rejects a PUT with a stale resourceVersion with a Conflict Status', async () => {
@@ -117,34 +188,97 @@ describe('fake API server over HTTP', () => {
     const stale = await call(s, 'PUT', '/apis/netplugin.org/v3/ippools/p1', { ...cur, spec: { cidr: '10.2.0.0/16' } });
     expect(stale.status).toBe(409);
     expect(stale.body).toEqual({
-      kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', reason: 'Conflict', code: 409,
-      message: 'Operation cannot be fulfilled on ippools.netplugin.org "p1": the object has been modified; please apply your changes to the latest version and try again',
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      reason: 'Conflict',
+      code: 409,
+      message:
+        'Operation cannot be fulfilled on ippools.netplugin.org "p1": the object has been modified; please apply ' +
+        'your changes to the latest version and try again',
       details: { name: 'p1', group: 'netplugin.org', kind: 'ippools' },
     });
   });
 
   it('applies merge, strategic-merge and JSON patches, with resourceVersion preconditions', async () => {
-    await call(s, 'POST', '/api/v1/namespaces/team-a/pods', { metadata: { name: 'web', labels: { app: 'web' } }, spec: { nodeName: 'n1' } });
-    const m = await call(s, 'PATCH', '/api/v1/namespaces/team-a/pods/web', { metadata: { annotations: { a: '1' }, labels: { app: null, tier: 'f' } } }, { 'Content-Type': 'application/merge-patch+json' });
+    await call(s, 'POST', '/api/v1/namespaces/team-a/pods', {
+      metadata: { name: 'web', labels: { app: 'web' } },
+      spec: { nodeName: 'n1' },
+    });
+    const m = await call(
+      s,
+      'PATCH',
+      '/api/v1/namespaces/team-a/pods/web',
+      { metadata: { annotations: { a: '1' }, labels: { app: null, tier: 'f' } } },
+      { 'Content-Type': 'application/merge-patch+json' },
+    );
     expect(m.body.metadata.labels).toEqual({ tier: 'f' });
-    const sm = await call(s, 'PATCH', '/api/v1/namespaces/team-a/pods/web', { metadata: { annotations: { b: '2' } } }, { 'Content-Type': 'application/strategic-merge-patch+json' });
+    const sm = await call(
+      s,
+      'PATCH',
+      '/api/v1/namespaces/team-a/pods/web',
+      { metadata: { annotations: { b: '2' } } },
+      { 'Content-Type': 'application/strategic-merge-patch+json' },
+    );
     expect(sm.body.metadata.annotations).toEqual({ a: '1', b: '2' });
-    const jp = await call(s, 'PATCH', '/api/v1/namespaces/team-a/pods/web', [{ op: 'test', path: '/metadata/annotations/a', value: '1' }, { op: 'remove', path: '/metadata/annotations/a' }], { 'Content-Type': 'application/json-patch+json' });
+    const jp = await call(
+      s,
+      'PATCH',
+      '/api/v1/namespaces/team-a/pods/web',
+      [
+        { op: 'test', path: '/metadata/annotations/a', value: '1' },
+        { op: 'remove', path: '/metadata/annotations/a' },
+      ],
+      { 'Content-Type': 'application/json-patch+json' },
+    );
     expect(jp.body.metadata.annotations).toEqual({ b: '2' });
-    const failedTest = await call(s, 'PATCH', '/api/v1/namespaces/team-a/pods/web', [{ op: 'test', path: '/metadata/annotations/b', value: 'x' }], { 'Content-Type': 'application/json-patch+json' });
+    const failedTest = await call(
+      s,
+      'PATCH',
+      '/api/v1/namespaces/team-a/pods/web',
+      [{ op: 'test', path: '/metadata/annotations/b', value: 'x' }],
+      { 'Content-Type': 'application/json-patch+json' },
+    );
     expect(failedTest.status).toBe(422);
-    const stale = await call(s, 'PATCH', '/api/v1/namespaces/team-a/pods/web', { metadata: { resourceVersion: m.body.metadata.resourceVersion, annotations: { c: '3' } } }, { 'Content-Type': 'application/merge-patch+json' });
+    const stale = await call(
+      s,
+      'PATCH',
+      '/api/v1/namespaces/team-a/pods/web',
+      { metadata: { resourceVersion: m.body.metadata.resourceVersion, annotations: { c: '3' } } },
+      { 'Content-Type': 'application/merge-patch+json' },
+    );
     expect(stale.status).toBe(409);
     expect(stale.body.reason).toBe('Conflict');
-    const smCrd = await call(s, 'PATCH', '/apis/netplugin.org/v3/ippools/p1', { spec: {} }, { 'Content-Type': 'application/strategic-merge-patch+json' });
+    const smCrd = await call(
+      s,
+      'PATCH',
+      '/apis/netplugin.org/v3/ippools/p1',
+      { spec: {} },
+      { 'Content-Type': 'application/strategic-merge-patch+json' },
+    );
     expect(smCrd.status).toBe(415);
   });
 
   it('filters lists by label and field selectors', async () => {
-    for (const [name, labels, node] of [['a', { app: 'x', env: 'prod' }, 'n1'], ['b', { app: 'y' }, 'n2'], ['c', { app: 'x', env: 'dev', canary: '' }, 'n2']] as const) {
-      expect((await call(s, 'POST', '/api/v1/namespaces/default/pods', { metadata: { name, labels }, spec: { nodeName: node } })).status).toBe(201);
+    for (const [name, labels, node] of [
+      ['a', { app: 'x', env: 'prod' }, 'n1'],
+      ['b', { app: 'y' }, 'n2'],
+      ['c', { app: 'x', env: 'dev', canary: '' }, 'n2'],
+    ] as const) {
+      expect(
+        (
+          await call(s, 'POST', '/api/v1/namespaces/default/pods', {
+            metadata: { name, labels },
+            spec: { nodeName: node },
+          })
+        ).status,
+      ).toBe(201);
     }
-    const names = async (q: string) => (await call(s, 'GET', `/api/v1/namespaces/default/pods?${q}`)).body.items.map((p: { metadata: { name: string } }) => p.metadata.name);
+    const names = async (q: string) =>
+      (await call(s, 'GET', `/api/v1/namespaces/default/pods?${q}`)).body.items.map(
+        (p: { metadata: { name: string } }) => p.metadata.name,
+      );
     expect(await names(`labelSelector=${encodeURIComponent('app=x')}`)).toEqual(['a', 'c']);
     expect(await names(`labelSelector=${encodeURIComponent('app==x,env!=prod')}`)).toEqual(['c']);
     expect(await names(`labelSelector=${encodeURIComponent('env in (prod,qa)')}`)).toEqual(['a']);
@@ -152,8 +286,11 @@ describe('fake API server over HTTP', () => {
     expect(await names(`labelSelector=${encodeURIComponent('!env')}`)).toEqual(['b']);
     expect(await names(`labelSelector=canary`)).toEqual(['c']);
     expect(await names(`fieldSelector=${encodeURIComponent('spec.nodeName=n2')}`)).toEqual(['b', 'c']);
-    expect(await names(`fieldSelector=${encodeURIComponent('metadata.name!=a,spec.nodeName=n2')}&labelSelector=app%3Dx`)).toEqual(['c']);
-    const all = (await call(s, 'GET', `/api/v1/pods?fieldSelector=${encodeURIComponent('metadata.namespace=team-a')}`)).body;
+    expect(
+      await names(`fieldSelector=${encodeURIComponent('metadata.name!=a,spec.nodeName=n2')}&labelSelector=app%3Dx`),
+    ).toEqual(['c']);
+    const all = (await call(s, 'GET', `/api/v1/pods?fieldSelector=${encodeURIComponent('metadata.namespace=team-a')}`))
+      .body;
     expect(all.items.map((p: { metadata: { name: string } }) => p.metadata.name)).toEqual(['web']);
     expect(all.metadata.resourceVersion).toBe(String(s.revision()));
     const bad = await call(s, 'GET', `/api/v1/pods?fieldSelector=status.phase%3DRunning`);
@@ -163,10 +300,18 @@ describe('fake API server over HTTP', () => {
 
   it('deletes with preconditions', async () => {
     const cur = (await call(s, 'GET', '/api/v1/namespaces/default/pods/a')).body;
-    const bad = await call(s, 'DELETE', '/api/v1/namespaces/default/pods/a', { preconditions: { resourceVersion: '1' } });
+    const bad = await call(s, 'DELETE', '/api/v1/namespaces/default/pods/a', {
+      preconditions: { resourceVersion: '1' },
+    });
     expect(bad.status).toBe(409);
     expect(bad.body.message).toContain('Precondition failed: ResourceVersion in precondition: 1');
-    expect((await call(s, 'DELETE', '/api/v1/namespaces/default/pods/a', { preconditions: { resourceVersion: cur.metadata.resourceVersion } })).status).toBe(200);
+    expect(
+      (
+        await call(s, 'DELETE', '/api/v1/namespaces/default/pods/a', {
+          preconditions: { resourceVersion: cur.metadata.resourceVersion },
+        })
+      ).status,
+    ).toBe(200);
     expect((await call(s, 'GET', '/api/v1/namespaces/default/pods/a')).status).toBe(404);
   });
 
@@ -175,21 +320,32 @@ describe('fake API server over HTTP', () => {
     const w = watchLines(s, `/apis/netplugin.org/v3/ippools?watch=1&resourceVersion=${from}`);
     const sel = watchLines(s, `/api/v1/pods?watch=true&resourceVersion=${from}&labelSelector=app%3Dz`);
     try {
-      const c = await call(s, 'POST', '/apis/netplugin.org/v3/ippools', { metadata: { name: 'w1' }, spec: { cidr: '10.5.0.0/16' } });
+      const c = await call(s, 'POST', '/apis/netplugin.org/v3/ippools', {
+        metadata: { name: 'w1' },
+        spec: { cidr: '10.5.0.0/16' },
+      });
       await call(s, 'PUT', '/apis/netplugin.org/v3/ippools/w1', { ...c.body, spec: { cidr: '10.6.0.0/16' } });
       await call(s, 'DELETE', '/apis/netplugin.org/v3/ippools/w1');
       await call(s, 'POST', '/api/v1/namespaces/default/pods', { metadata: { name: 'z1', labels: { app: 'z' } } });
       await call(s, 'POST', '/api/v1/namespaces/default/pods', { metadata: { name: 'y1', labels: { app: 'y' } } });
       const lines = await w.until(3);
       expect(w.status()).toBe(200);
-      expect(lines.map((l) => `${l.type} ${l.object.metadata.name} ${l.object.spec.cidr}`)).toEqual(['ADDED w1 10.5.0.0/16', 'MODIFIED w1 10.6.0.0/16', 'DELETED w1 10.6.0.0/16']);
+      expect(lines.map((l) => `${l.type} ${l.object.metadata.name} ${l.object.spec.cidr}`)).toEqual([
+        'ADDED w1 10.5.0.0/16',
+        'MODIFIED w1 10.6.0.0/16',
+        'DELETED w1 10.6.0.0/16',
+      ]);
       expect((await sel.until(1)).map((l) => l.object.metadata.name)).toEqual(['z1']);
     } finally {
       w.stop();
       sel.stop();
     }
     // historySize is 5: six writes later, `from` is out of the window.
-    for (let i = 0; i < 6; i++) await call(s, 'POST', '/apis/netplugin.org/v3/ipamhandles', { metadata: { name: `h${i}` }, spec: { handleID: `h${i}`, block: {} } });
+    for (let i = 0; i < 6; i++)
+      await call(s, 'POST', '/apis/netplugin.org/v3/ipamhandles', {
+        metadata: { name: `h${i}` },
+        spec: { handleID: `h${i}`, block: {} },
+      });
     const old = watchLines(s, `/apis/netplugin.org/v3/ippools?watch=1&resourceVersion=${from}`);
     const lines = await old.until(1);
     old.stop();
@@ -205,19 +361,37 @@ describe('fake API server over HTTP', () => {
   });
 
   it('defaults NetworkPolicy policyTypes and port protocols as the API server does', async () => {
-    const np = (name: string, spec: unknown) => call(s, 'POST', '/apis/networking.k8s.io/v1/namespaces/default/networkpolicies', { metadata: { name }, spec });
-    expect((await np('in', { podSelector: {}, ingress: [{ ports: [{ port: 80 }] }] })).body.spec).toMatchObject({ policyTypes: ['Ingress'], ingress: [{ ports: [{ port: 80, protocol: 'TCP' }] }] });
+    const np = (name: string, spec: unknown) =>
+      call(s, 'POST', '/apis/networking.k8s.io/v1/namespaces/default/networkpolicies', { metadata: { name }, spec });
+    expect((await np('in', { podSelector: {}, ingress: [{ ports: [{ port: 80 }] }] })).body.spec).toMatchObject({
+      policyTypes: ['Ingress'],
+      ingress: [{ ports: [{ port: 80, protocol: 'TCP' }] }],
+    });
     expect((await np('both', { podSelector: {}, egress: [{}] })).body.spec.policyTypes).toEqual(['Ingress', 'Egress']);
     expect((await np('eg', { podSelector: {}, policyTypes: ['Egress'] })).body.spec.policyTypes).toEqual(['Egress']);
     // Our own CRD of the same kind name is not defaulted.
-    const ours = await call(s, 'POST', '/apis/netplugin.org/v3/namespaces/default/networkpolicies', { metadata: { name: 'x' }, spec: { selector: 'all()' } });
+    const ours = await call(s, 'POST', '/apis/netplugin.org/v3/namespaces/default/networkpolicies', {
+      metadata: { name: 'x' },
+      spec: { selector: 'all()' },
+    });
     expect(ours.body.spec).toEqual({ selector: 'all()' });
   });
 
   it('serves ServiceAccounts and Leases with resourceVersion conflicts; Node deletion reaches watches; dropWatches ends them', async () => {
-    expect((await call(s, 'POST', '/api/v1/namespaces/default/serviceaccounts', { metadata: { name: 'sa' } })).status).toBe(201);
-    const lease = (await call(s, 'POST', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases', { metadata: { name: 'l' }, spec: { holderIdentity: 'a' } })).body;
-    const put = (holder: string) => call(s, 'PUT', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l', { ...lease, spec: { holderIdentity: holder } });
+    expect(
+      (await call(s, 'POST', '/api/v1/namespaces/default/serviceaccounts', { metadata: { name: 'sa' } })).status,
+    ).toBe(201);
+    const lease = (
+      await call(s, 'POST', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases', {
+        metadata: { name: 'l' },
+        spec: { holderIdentity: 'a' },
+      })
+    ).body;
+    const put = (holder: string) =>
+      call(s, 'PUT', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l', {
+        ...lease,
+        spec: { holderIdentity: holder },
+      });
     expect((await put('b')).status).toBe(200);
     const stale = await put('c'); // same (now old) resourceVersion
     expect(stale.status).toBe(409);
@@ -238,8 +412,17 @@ describe('fake API server over HTTP', () => {
   });
 
   it('implements RFC 7386 and RFC 6902 patches', () => {
-    expect(mergePatch({ a: { b: 1, c: 2 }, l: [1, 2] }, { a: { b: null, d: 3 }, l: [3] })).toEqual({ a: { c: 2, d: 3 }, l: [3] });
-    expect(jsonPatch({ a: [1, 3] }, [{ op: 'add', path: '/a/1', value: 2 }, { op: 'add', path: '/a/-', value: 4 }, { op: 'move', from: '/a', path: '/b' }])).toEqual({ b: [1, 2, 3, 4] });
+    expect(mergePatch({ a: { b: 1, c: 2 }, l: [1, 2] }, { a: { b: null, d: 3 }, l: [3] })).toEqual({
+      a: { c: 2, d: 3 },
+      l: [3],
+    });
+    expect(
+      jsonPatch({ a: [1, 3] }, [
+        { op: 'add', path: '/a/1', value: 2 },
+        { op: 'add', path: '/a/-', value: 4 },
+        { op: 'move', from: '/a', path: '/b' },
+      ]),
+    ).toEqual({ b: [1, 2, 3, 4] });
   });
 });
 
@@ -250,8 +433,11 @@ describe('fake API server with authentication, driven by kubectl', () => {
   // stdin is closed: on a 401 kubectl would otherwise prompt for a password.
   const kubectlWith = (config: string, ...args: string[]) =>
     new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      const child = execFile('kubectl', ['--kubeconfig', config, '--cache-dir', join(tmp, 'cache'), '--request-timeout', '10s', ...args], { timeout: 30_000 }, (err, stdout, stderr) =>
-        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      const child = execFile(
+        'kubectl',
+        ['--kubeconfig', config, '--cache-dir', join(tmp, 'cache'), '--request-timeout', '10s', ...args],
+        { timeout: 30_000 },
+        (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
       );
       child.stdin?.end();
     });
@@ -261,7 +447,10 @@ describe('fake API server with authentication, driven by kubectl', () => {
     s = await startFakeApiServer({ tls: true, auth: { tokens: ['admin-token'] }, forbiddenTokens: ['weak-token'] });
     tmp = mkdtempSync(join(tmpdir(), 'netplugin-kubectl-'));
     kubeconfig = writeKubeconfig(tmp, s, { token: 'admin-token' });
-    s.put('/api/v1/namespaces/default/pods/web-0', { metadata: { name: 'web-0', labels: { app: 'web' } }, spec: { nodeName: 'n1' } });
+    s.put('/api/v1/namespaces/default/pods/web-0', {
+      metadata: { name: 'web-0', labels: { app: 'web' } },
+      spec: { nodeName: 'n1' },
+    });
     s.put('/api/v1/namespaces/kube-system/pods/dns-0', { metadata: { name: 'dns-0' }, spec: { nodeName: 'n2' } });
   });
   afterAll(async () => {
@@ -285,18 +474,30 @@ describe('fake API server with authentication, driven by kubectl', () => {
     const r = await kubectl('get', 'pods', '-A', '-o', 'json');
     expect(r.stderr).toBe('');
     const list = JSON.parse(r.stdout);
-    expect(list.items.map((p: { metadata: { namespace: string; name: string } }) => `${p.metadata.namespace}/${p.metadata.name}`)).toEqual(['default/web-0', 'kube-system/dns-0']);
+    expect(
+      list.items.map(
+        (p: { metadata: { namespace: string; name: string } }) => `${p.metadata.namespace}/${p.metadata.name}`,
+      ),
+    ).toEqual(['default/web-0', 'kube-system/dns-0']);
     const sel = JSON.parse((await kubectl('get', 'pods', '-A', '-l', 'app=web', '-o', 'json')).stdout);
     expect(sel.items.map((p: { metadata: { name: string } }) => p.metadata.name)).toEqual(['web-0']);
   });
 
   it('applies, patches and conflicts on a custom resource', async () => {
     const file = join(tmp, 'pool.yaml');
-    writeFileSync(file, 'apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: kubectl-pool\nspec:\n  cidr: 10.50.0.0/16\n  natOutgoing: true\n');
+    writeFileSync(
+      file,
+      'apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: kubectl-pool\nspec:\n  cidr: 10.50.0.0/16\n  ' +
+        'natOutgoing: true\n',
+    );
     const a = await kubectl('apply', '--validate=false', '-f', file);
     expect(a.stderr).toBe('');
     expect(a.stdout).toContain('ippool.netplugin.org/kubectl-pool created');
-    writeFileSync(file, 'apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: kubectl-pool\nspec:\n  cidr: 10.50.0.0/16\n  natOutgoing: false\n');
+    writeFileSync(
+      file,
+      'apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: kubectl-pool\nspec:\n  cidr: 10.50.0.0/16\n  ' +
+        'natOutgoing: false\n',
+    );
     const a2 = await kubectl('apply', '--validate=false', '-f', file);
     expect(a2.stdout).toContain('ippool.netplugin.org/kubectl-pool configured');
     const p = await kubectl('patch', 'ippool', 'kubectl-pool', '--type=merge', '-p', '{"spec":{"blockSize":28}}');
@@ -310,6 +511,8 @@ describe('fake API server with authentication, driven by kubectl', () => {
     writeFileSync(staleFile, JSON.stringify({ ...got, metadata: { ...got.metadata, resourceVersion: '1' } }));
     const c = await kubectl('replace', '--validate=false', '-f', staleFile);
     expect(c.code).not.toBe(0);
-    expect(c.stderr).toContain('the object has been modified; please apply your changes to the latest version and try again');
+    expect(c.stderr).toContain(
+      'the object has been modified; please apply your changes to the latest version and try again',
+    );
   });
 });

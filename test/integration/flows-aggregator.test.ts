@@ -8,7 +8,15 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawn } from 'node:child_process';
-import { agentClient, deniedRecord, flowsPki, record, startFlows, type FlowsPki, type FlowsProcess } from '../support/flows.js';
+import {
+  agentClient,
+  deniedRecord,
+  flowsPki,
+  record,
+  startFlows,
+  type FlowsPki,
+  type FlowsProcess,
+} from '../support/flows.js';
 import { CTL, requireBuiltCtl } from '../support/ctl.js';
 import { makeCert } from '../support/certs.js';
 import { freePort } from '../support/etcd.js';
@@ -47,8 +55,12 @@ async function until<T>(what: string, fn: () => Promise<T | undefined | false>, 
 const sum = (items: Flow[], k: keyof Flow) => items.reduce((a, f) => a + (f[k] as number), 0);
 const now = () => Math.floor(Date.now() / 1000);
 
-/** A TCP proxy in front of the collector that can swallow the aggregator's answers (lost acks) and cut every connection. */
-async function proxy(target: number): Promise<{ port: number; blackholeAcks: boolean; cut(): void; close(): Promise<void> }> {
+/**
+ * A TCP proxy in front of the collector that can swallow the aggregator's answers (lost acks) and cut every connection.
+ */
+async function proxy(
+  target: number,
+): Promise<{ port: number; blackholeAcks: boolean; cut(): void; close(): Promise<void> }> {
   const socks = new Set<Socket>();
   const port = await freePort();
   const state = { blackholeAcks: false };
@@ -132,8 +144,18 @@ describe('netplugin-flows', () => {
     expect(c.stats()).toMatchObject({ connected: true, acked: 2, buffered: 0, dropped: 0 });
     const r = await flows(agg);
     const deny = r.items.find((f) => f.action === 'Deny')!;
-    expect(deny).toMatchObject({ sourceNamespace: 'ns-c', sourceName: 'pod-c', destName: 'pod-b', destPort: 80, protocol: 'TCP', reporter: 'Dst', packetsIn: 10 });
-    expect(deny.policies.enforced).toEqual([{ kind: 'EndOfTier', namespace: '', name: 'default', tier: 'default', action: 'Deny', ruleIndex: -1 }]);
+    expect(deny).toMatchObject({
+      sourceNamespace: 'ns-c',
+      sourceName: 'pod-c',
+      destName: 'pod-b',
+      destPort: 80,
+      protocol: 'TCP',
+      reporter: 'Dst',
+      packetsIn: 10,
+    });
+    expect(deny.policies.enforced).toEqual([
+      { kind: 'EndOfTier', namespace: '', name: 'default', tier: 'default', action: 'Deny', ruleIndex: -1 },
+    ]);
     expect(deny.policies.pending[0]).toMatchObject({ kind: 'StagedNetworkPolicy', name: 'staged-allow-c' });
   });
 
@@ -144,18 +166,31 @@ describe('netplugin-flows', () => {
     try {
       await until('the first connection', async () => c.stats().connected);
       const t = now();
-      const mine = (o = {}) => record(t, { source: { type: 'wep', namespace: 'dedup', name: 'pod-d', labels: {} }, packetsIn: 1, ...o });
+      const mine = (o = {}) =>
+        record(t, { source: { type: 'wep', namespace: 'dedup', name: 'pod-d', labels: {} }, packetsIn: 1, ...o });
       px.blackholeAcks = true;
       c.push(Array.from({ length: 50 }, () => mine()));
       // The aggregator takes all 5 batches; their acks never arrive.
-      await until('the batches to arrive', async () => sum((await flows(agg)).items.filter((f) => f.sourceNamespace === 'dedup'), 'packetsIn') === 50);
+      await until(
+        'the batches to arrive',
+        async () =>
+          sum(
+            (await flows(agg)).items.filter((f) => f.sourceNamespace === 'dedup'),
+            'packetsIn',
+          ) === 50,
+      );
       expect(c.stats()).toMatchObject({ acked: 0, buffered: 50 });
       px.blackholeAcks = false;
       px.cut();
       expect(await c.drained(15_000)).toBe(true);
       expect(c.stats()).toMatchObject({ acked: 50, buffered: 0 });
       expect(c.stats().connects).toBeGreaterThanOrEqual(2);
-      expect(sum((await flows(agg)).items.filter((f) => f.sourceNamespace === 'dedup'), 'packetsIn')).toBe(50);
+      expect(
+        sum(
+          (await flows(agg)).items.filter((f) => f.sourceNamespace === 'dedup'),
+          'packetsIn',
+        ),
+      ).toBe(50);
       const metrics = await (await fetch(`${agg.healthUrl}/metrics`)).text();
       expect(metrics).toMatch(/netplugin_flows_batches_total\{result="duplicate"\} [1-9]/);
     } finally {
@@ -168,39 +203,66 @@ describe('netplugin-flows', () => {
     clients.push(c);
     const t = now() - 120;
     const api = (ns: string) => ({ type: 'wep' as const, namespace: ns, name: 'web', labels: { app: 'web' } });
-    c.push(Array.from({ length: 6 }, (_, i) => record(t + i * 15, { source: api('api-src'), dest: api(`api-dst-${i % 2}`), destPort: 8000 + i })));
+    c.push(
+      Array.from({ length: 6 }, (_, i) =>
+        record(t + i * 15, { source: api('api-src'), dest: api(`api-dst-${i % 2}`), destPort: 8000 + i }),
+      ),
+    );
     c.push([deniedRecord(t, { source: api('api-src'), dest: api('api-dst-9'), destPort: 9999 })]);
     expect(await c.drained()).toBe(true);
     const get = async (q: string) => {
       const res = await fetch(`${agg.apiUrl}${q}`);
-      return { status: res.status, body: (await res.json()) as { items: Flow[]; total: number; error?: string } & Record<string, unknown> };
+      return {
+        status: res.status,
+        body: (await res.json()) as { items: Flow[]; total: number; error?: string } & Record<string, unknown>,
+      };
     };
     const all = await get('/api/v1/flows?sourceNamespace=api-src');
     expect(all.body.total).toBe(7);
-    expect((await get('/api/v1/flows?sourceNamespace=api-src&action=Deny')).body.items.map((f) => f.destPort)).toEqual([9999]);
+    expect((await get('/api/v1/flows?sourceNamespace=api-src&action=Deny')).body.items.map((f) => f.destPort)).toEqual([
+      9999,
+    ]);
     expect((await get('/api/v1/flows?sourceNamespace=api-src&destNamespace=api-dst-1')).body.total).toBe(3);
     expect((await get('/api/v1/flows?sourceNamespace=api-src&destPort=8002')).body.total).toBe(1);
-    expect((await get(`/api/v1/flows?sourceNamespace=api-src&startTimeGte=${t + 30}&startTimeLt=${t + 60}`)).body.items.map((f) => f.destPort).sort()).toEqual([8002, 8003]);
+    expect(
+      (await get(`/api/v1/flows?sourceNamespace=api-src&startTimeGte=${t + 30}&startTimeLt=${t + 60}`)).body.items
+        .map((f) => f.destPort)
+        .sort(),
+    ).toEqual([8002, 8003]);
     const asc = await get('/api/v1/flows?sourceNamespace=api-src&action=Allow&sortBy=startTime&pageSize=2&page=1');
     expect(asc.body).toMatchObject({ total: 6 });
     expect(asc.body.items.map((f) => f.destPort)).toEqual([8002, 8003]);
     const desc = await get('/api/v1/flows?sourceNamespace=api-src&action=Allow&sortBy=-startTime&pageSize=2');
     expect(desc.body.items.map((f) => f.destPort)).toEqual([8005, 8004]);
-    expect((await get('/api/v1/flows?sourceNamespace=api-src&sortBy=-destName&pageSize=1')).body.items[0]!.destName).toBe('web');
+    expect(
+      (await get('/api/v1/flows?sourceNamespace=api-src&sortBy=-destName&pageSize=1')).body.items[0]!.destName,
+    ).toBe('web');
     const hints = await get('/api/v1/flows/hints?type=destNamespace&sourceNamespace=api-src');
     expect(hints.body.items).toEqual(['api-dst-0', 'api-dst-1', 'api-dst-9']);
     const stats = await get('/api/v1/statistics?groupBy=policy&sourceNamespace=api-src');
     const allow = (stats.body.items as unknown as Array<Record<string, unknown>>).find((i) => i.name === 'allow-a')!;
-    expect(allow).toMatchObject({ kind: 'NetworkPolicy', namespace: 'ns-b', allowedPackets: 6 * 18, allowedBytes: 6 * 1800, deniedPackets: 0, connections: 12 });
+    expect(allow).toMatchObject({
+      kind: 'NetworkPolicy',
+      namespace: 'ns-b',
+      allowedPackets: 6 * 18,
+      allowedBytes: 6 * 1800,
+      deniedPackets: 0,
+      connections: 12,
+    });
     expect((allow.series as unknown[]).length).toBe(6);
     const rules = await get('/api/v1/statistics?groupBy=rule&sourceNamespace=api-src');
-    expect((rules.body.items as unknown as Array<Record<string, unknown>>).find((i) => i.kind === 'EndOfTier')).toMatchObject({ ruleIndex: -1, deniedPackets: 10 });
+    expect(
+      (rules.body.items as unknown as Array<Record<string, unknown>>).find((i) => i.kind === 'EndOfTier'),
+    ).toMatchObject({ ruleIndex: -1, deniedPackets: 10 });
     for (const [q, msg] of [
       ['/api/v1/flows?action=deny', /parameter action="deny": accepted values are Allow, Deny, Pass/],
       ['/api/v1/flows?sortBy=port', /sortBy="port": accepted values are startTime, action, sourceName, destName/],
       ['/api/v1/flows?pageSize=abc', /pageSize/],
       ['/api/v1/flows?nmespace=x', /unknown parameter "nmespace"; accepted: /],
-      ['/api/v1/flows/hints?type=color', /type="color": accepted values are sourceNamespace, destNamespace, sourceName, destName, policy/],
+      [
+        '/api/v1/flows/hints?type=color',
+        /type="color": accepted values are sourceNamespace, destNamespace, sourceName, destName, policy/,
+      ],
       ['/api/v1/flows/hints', /parameter type is required/],
       ['/api/v1/statistics?groupBy=node', /groupBy="node": accepted values are policy, rule/],
     ] as const) {
@@ -230,7 +292,10 @@ describe('netplugin-flows', () => {
     })();
     const c = agentClient(pki, agg.collectorPort, { node: 'node-sse' });
     clients.push(c);
-    c.push([record(now(), { destPort: 7 }), record(now(), { source: { type: 'wep', namespace: 'sse', name: 'pod-s', labels: {} }, destPort: 8080 })]);
+    c.push([
+      record(now(), { destPort: 7 }),
+      record(now(), { source: { type: 'wep', namespace: 'sse', name: 'pod-s', labels: {} }, destPort: 8080 }),
+    ]);
     await until('an SSE event', async () => got.length > 0);
     ac.abort();
     await reading;
@@ -240,7 +305,11 @@ describe('netplugin-flows', () => {
   it('netpluginctl flows prints flows like hubble observe, and --follow prints new ones', async () => {
     const c = agentClient(pki, agg.collectorPort, { node: 'node-ctl' });
     clients.push(c);
-    const ctl = spawn(process.execPath, [CTL, 'flows', '--server', agg.apiUrl, '--follow', '--last', '0', '--namespace', 'ctl-ns', '-o', 'wide'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const ctl = spawn(
+      process.execPath,
+      [CTL, 'flows', '--server', agg.apiUrl, '--follow', '--last', '0', '--namespace', 'ctl-ns', '-o', 'wide'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let out = '';
     ctl.stdout.on('data', (d: Buffer) => (out += d.toString()));
     try {
@@ -249,13 +318,21 @@ describe('netplugin-flows', () => {
       let pushes = 0;
       await until('a followed flow', async () => {
         if (out.includes('\n')) return true;
-        c.push([deniedRecord(now(), { source: { type: 'wep', namespace: 'ctl-ns', name: 'pod-x', labels: {} }, dest: { type: 'net', namespace: '', name: 'pub', labels: {} }, destPort: 443 })]);
+        c.push([
+          deniedRecord(now(), {
+            source: { type: 'wep', namespace: 'ctl-ns', name: 'pod-x', labels: {} },
+            dest: { type: 'net', namespace: '', name: 'pub', labels: {} },
+            destPort: 443,
+          }),
+        ]);
         pushes++;
         await new Promise((r) => setTimeout(r, 1000));
         return false;
       });
       expect(pushes).toBeGreaterThan(0);
-      expect(out).toMatch(/^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\.\d{3}: ctl-ns\/pod-x -> world \(net\/pub\):443 TCP DENIED \(Dst\) EndOfTier default:default packets=\d+0\/0 .*pending=StagedNetworkPolicy default:ns-b\/staged-allow-c\[1\]:Allow\n/);
+      expect(out).toMatch(
+        /^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d\.\d{3}: ctl-ns\/pod-x -> world \(net\/pub\):443 TCP DENIED \(Dst\) EndOfTier default:default packets=\d+0\/0 .*pending=StagedNetworkPolicy default:ns-b\/staged-allow-c\[1\]:Allow\n/,
+      );
     } finally {
       ctl.kill('SIGINT');
       await new Promise((r) => ctl.once('exit', r));
@@ -277,7 +354,12 @@ describe('netplugin-flows', () => {
     expect(await c.drained()).toBe(true);
     const line = await until('the export', async () => {
       const f = join(tmp, 'export.jsonl');
-      return existsSync(f) && readFileSync(f, 'utf8').split('\n').find((l) => l.includes('"sourceNamespace":"export"'));
+      return (
+        existsSync(f) &&
+        readFileSync(f, 'utf8')
+          .split('\n')
+          .find((l) => l.includes('"sourceNamespace":"export"'))
+      );
     });
     expect(JSON.parse(line)).toMatchObject({ sourceName: 'pod-e', packetsIn: 10, action: 'Allow' });
   });
@@ -290,7 +372,8 @@ describe('netplugin-flows restarted', () => {
     const c = agentClient(pki, first.collectorPort, { node: 'node-restart', batchRecords: 7 });
     clients.push(c);
     const t = now();
-    const mine = () => record(t, { source: { type: 'wep', namespace: 'restart', name: 'pod-r', labels: {} }, packetsIn: 1 });
+    const mine = () =>
+      record(t, { source: { type: 'wep', namespace: 'restart', name: 'pod-r', labels: {} }, packetsIn: 1 });
     c.push(Array.from({ length: 20 }, mine));
     expect(await c.drained()).toBe(true);
     await first.stop();
@@ -314,13 +397,21 @@ describe('netplugin-flows restarted', () => {
     const c = agentClient(pki, port, { node: 'node-bound', batchRecords: 5, maxBufferedRecords: 10 });
     clients.push(c);
     const t = now();
-    for (let i = 1; i <= 5; i++) c.push(Array.from({ length: 5 }, () => record(t, { source: { type: 'wep', namespace: 'bound', name: `batch-${i}`, labels: {} } })));
+    for (let i = 1; i <= 5; i++)
+      c.push(
+        Array.from({ length: 5 }, () =>
+          record(t, { source: { type: 'wep', namespace: 'bound', name: `batch-${i}`, labels: {} } }),
+        ),
+      );
     expect(c.stats()).toMatchObject({ connected: false, buffered: 10, dropped: 15 });
     const p = await startFlows(pki, { collectorPort: port });
     procs.push(p);
     expect(await c.drained(15_000)).toBe(true);
     const got = (await flows(p)).items.filter((f) => f.sourceNamespace === 'bound');
-    expect(got.map((f) => [f.sourceName, f.connectionsStarted]).sort()).toEqual([['batch-4', 10], ['batch-5', 10]]);
+    expect(got.map((f) => [f.sourceName, f.connectionsStarted]).sort()).toEqual([
+      ['batch-4', 10],
+      ['batch-5', 10],
+    ]);
   });
 
   it('asks for the bearer token when started with --api-token-file', async () => {

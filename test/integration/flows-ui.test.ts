@@ -7,11 +7,29 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import { agentClient, deniedRecord, flowsPki, record, startFlows, type FlowsPki, type FlowsProcess } from '../support/flows.js';
+import {
+  agentClient,
+  deniedRecord,
+  flowsPki,
+  record,
+  startFlows,
+  type FlowsPki,
+  type FlowsProcess,
+} from '../support/flows.js';
 import type { FlowClient } from '../../src/flows/client.js';
 
-const CHROMIUM_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
-const SHOTS = process.env.NETPLUGIN_UPDATE_SCREENSHOTS === '1' ? resolve(import.meta.dirname, '../../docs/images') : undefined;
+const CHROMIUM_FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+const SHOTS =
+  process.env.NETPLUGIN_UPDATE_SCREENSHOTS === '1' ? resolve(import.meta.dirname, '../../docs/images') : undefined;
 
 let pki: FlowsPki;
 let agg: FlowsProcess;
@@ -21,7 +39,12 @@ let browser: BrowserContext;
 let page: Page;
 
 const now = () => Math.floor(Date.now() / 1000);
-const wep = (namespace: string, name: string, app: string) => ({ type: 'wep' as const, namespace, name, labels: { app } });
+const wep = (namespace: string, name: string, app: string) => ({
+  type: 'wep' as const,
+  namespace,
+  name,
+  labels: { app },
+});
 
 beforeAll(async () => {
   pki = flowsPki();
@@ -29,14 +52,67 @@ beforeAll(async () => {
   client = agentClient(pki, agg.collectorPort);
   const t = now() - 20;
   client.push([
-    record(t, { source: wep('frontend', 'web-7d9f', 'web'), dest: wep('backend', 'api-5c8b', 'api'), destPort: 8080, policies: { enforced: [{ kind: 'NetworkPolicy', namespace: 'backend', name: 'allow-web', tier: 'default', action: 'Allow', ruleIndex: 0 }], pending: [] } }),
-    record(t, { reporter: 'Src', source: wep('frontend', 'web-7d9f', 'web'), dest: wep('backend', 'api-5c8b', 'api'), destPort: 8080, policies: { enforced: [{ kind: 'Profile', namespace: '', name: 'kns.frontend', tier: '', action: 'Allow', ruleIndex: 0 }], pending: [] } }),
-    deniedRecord(t, { source: wep('tools', 'scanner-x1', 'scanner'), dest: wep('backend', 'api-5c8b', 'api'), destPort: 8080 }),
-    record(t, { source: wep('backend', 'api-5c8b', 'api'), dest: { type: 'net', namespace: '', name: 'pub', labels: {} }, destPort: 443, reporter: 'Src', policies: { enforced: [{ kind: 'GlobalNetworkPolicy', namespace: '', name: 'egress-internet', tier: 'security', action: 'Allow', ruleIndex: 2 }], pending: [] } }),
+    record(t, {
+      source: wep('frontend', 'web-7d9f', 'web'),
+      dest: wep('backend', 'api-5c8b', 'api'),
+      destPort: 8080,
+      policies: {
+        enforced: [
+          {
+            kind: 'NetworkPolicy',
+            namespace: 'backend',
+            name: 'allow-web',
+            tier: 'default',
+            action: 'Allow',
+            ruleIndex: 0,
+          },
+        ],
+        pending: [],
+      },
+    }),
+    record(t, {
+      reporter: 'Src',
+      source: wep('frontend', 'web-7d9f', 'web'),
+      dest: wep('backend', 'api-5c8b', 'api'),
+      destPort: 8080,
+      policies: {
+        enforced: [{ kind: 'Profile', namespace: '', name: 'kns.frontend', tier: '', action: 'Allow', ruleIndex: 0 }],
+        pending: [],
+      },
+    }),
+    deniedRecord(t, {
+      source: wep('tools', 'scanner-x1', 'scanner'),
+      dest: wep('backend', 'api-5c8b', 'api'),
+      destPort: 8080,
+    }),
+    record(t, {
+      source: wep('backend', 'api-5c8b', 'api'),
+      dest: { type: 'net', namespace: '', name: 'pub', labels: {} },
+      destPort: 443,
+      reporter: 'Src',
+      policies: {
+        enforced: [
+          {
+            kind: 'GlobalNetworkPolicy',
+            namespace: '',
+            name: 'egress-internet',
+            tier: 'security',
+            action: 'Allow',
+            ruleIndex: 2,
+          },
+        ],
+        pending: [],
+      },
+    }),
   ]);
   expect(await client.drained()).toBe(true);
   profile = mkdtempSync(join(tmpdir(), 'netplugin-chromium-'));
-  browser = await chromium.launchPersistentContext(profile, { executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1600, height: 760 } });
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: CHROMIUM_FLAGS,
+    viewport: { width: 1600, height: 760 },
+  });
   page = browser.pages()[0] ?? (await browser.newPage());
 });
 
@@ -55,16 +131,46 @@ describe('flow UI in Chromium', () => {
     await page.goto(agg.apiUrl);
     const rows = page.locator('#flows tbody tr');
     await expect.poll(() => rows.count(), { timeout: 15_000 }).toBe(4);
-    expect(await rows.allInnerTexts()).toEqual(expect.arrayContaining([expect.stringMatching(/Deny\s+tools\/scanner-x1\s+backend\/api-5c8b\s+TCP\s+8080\s+Dst\s+EndOfTier default default Deny \+1 pending/)]));
+    expect(await rows.allInnerTexts()).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(
+          /Deny\s+tools\/scanner-x1\s+backend\/api-5c8b\s+TCP\s+8080\s+Dst\s+EndOfTier default default Deny \+1 pending/,
+        ),
+      ]),
+    );
     // Hints fill the filters' suggestions.
-    await expect.poll(() => page.locator('#hint-sourceNamespace option').evaluateAll((os) => os.map((o) => (o as unknown as { value: string }).value))).toEqual(['backend', 'frontend', 'tools']);
+    await expect
+      .poll(() =>
+        page
+          .locator('#hint-sourceNamespace option')
+          .evaluateAll((os) => os.map((o) => (o as unknown as { value: string }).value)),
+      )
+      .toEqual(['backend', 'frontend', 'tools']);
 
     // Live mode: a flow the agent reports now appears without a reload.
     await page.locator('#live').check();
     await expect.poll(() => page.locator('#status').innerText()).toBe('live');
     // The agent reports each second until the row shows (a report before the page's watch is open
     // is not streamed to it; each later one updates the flow, which is).
-    const ledger = () => record(now(), { source: wep('frontend', 'web-7d9f', 'web'), dest: wep('payments', 'ledger-0', 'ledger'), destPort: 5432, policies: { enforced: [{ kind: 'KubernetesNetworkPolicy', namespace: 'payments', name: 'ledger-ingress', tier: '', action: 'Allow', ruleIndex: 1 }], pending: [] } });
+    const ledger = () =>
+      record(now(), {
+        source: wep('frontend', 'web-7d9f', 'web'),
+        dest: wep('payments', 'ledger-0', 'ledger'),
+        destPort: 5432,
+        policies: {
+          enforced: [
+            {
+              kind: 'KubernetesNetworkPolicy',
+              namespace: 'payments',
+              name: 'ledger-ingress',
+              tier: '',
+              action: 'Allow',
+              ruleIndex: 1,
+            },
+          ],
+          pending: [],
+        },
+      });
     await expect
       .poll(
         async () => {
@@ -86,8 +192,12 @@ describe('flow UI in Chromium', () => {
     // The trace of a row: enforced and pending.
     await rows.first().click();
     await expect.poll(() => page.locator('#details').isVisible()).toBe(true);
-    expect(await page.locator('#trace-enforced tbody tr').allInnerTexts()).toEqual([expect.stringMatching(/1\s+EndOfTier\s+default\s+—\s+default\s+—\s+Deny/)]);
-    expect(await page.locator('#trace-pending tbody tr').allInnerTexts()).toEqual([expect.stringMatching(/1\s+StagedNetworkPolicy\s+default\s+ns-b\s+staged-allow-c\s+1\s+Allow/)]);
+    expect(await page.locator('#trace-enforced tbody tr').allInnerTexts()).toEqual([
+      expect.stringMatching(/1\s+EndOfTier\s+default\s+—\s+default\s+—\s+Deny/),
+    ]);
+    expect(await page.locator('#trace-pending tbody tr').allInnerTexts()).toEqual([
+      expect.stringMatching(/1\s+StagedNetworkPolicy\s+default\s+ns-b\s+staged-allow-c\s+1\s+Allow/),
+    ]);
     expect(await page.locator('#flow-summary').innerText()).toMatch(/tools\/scanner-x1 \[wep\]/);
 
     // Every flow again, a trace open: the screenshot of the table.
@@ -106,8 +216,19 @@ describe('flow UI in Chromium', () => {
     await expect.poll(() => page.locator('#graph .edge').count()).toBe(4);
     expect(await page.locator('#graph .edge.Deny').count()).toBe(1);
     expect(await page.locator('#graph .edge.Allow').count()).toBe(3);
-    expect(await page.locator('#graph .ns-label').allTextContents()).toEqual(['(networks)', 'backend', 'frontend', 'payments', 'tools']);
-    const stroke = await page.locator('#graph .edge.Deny').evaluate((e) => (globalThis as unknown as { getComputedStyle(e: unknown): { stroke: string } }).getComputedStyle(e).stroke);
+    expect(await page.locator('#graph .ns-label').allTextContents()).toEqual([
+      '(networks)',
+      'backend',
+      'frontend',
+      'payments',
+      'tools',
+    ]);
+    const stroke = await page
+      .locator('#graph .edge.Deny')
+      .evaluate(
+        (e) =>
+          (globalThis as unknown as { getComputedStyle(e: unknown): { stroke: string } }).getComputedStyle(e).stroke,
+      );
     expect(stroke).toBe('rgb(207, 34, 46)');
     const graphShot = join(SHOTS ?? profile, 'flows-graph.png');
     await page.screenshot({ path: graphShot });

@@ -70,7 +70,10 @@ it('assembles an arm64 image whose binaries are all AArch64 ELF with their libra
   expect(labels['org.opencontainers.image.revision']).toMatch(new RegExp(`^${head}(-dirty)?$`));
   const lines = stdout.split('\n');
   for (const f of BINARIES) expect(lines, stdout).toContain(`ELF ${f} AArch64`);
-  expect(lines.filter((l) => l.startsWith('MISSING')), stdout).toEqual([]);
+  expect(
+    lines.filter((l) => l.startsWith('MISSING')),
+    stdout,
+  ).toEqual([]);
   expect(keys.XEIGHTYSIX, stdout).toBe('0');
   expect(keys.NODEJS).toContain('node-present');
 });

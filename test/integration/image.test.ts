@@ -70,10 +70,17 @@ describe('the netplugin/node image', () => {
     expect(readFileSync(join(tmp, 'host/opt/cni/bin/netplugin.fallback'), 'utf8')).toBe('\n/opt/netplugin\n');
     expect(readFileSync(join(tmp, 'host/opt/netplugin/package.json'), 'utf8')).toContain(`"version": "${version}"`);
     const conf = JSON.parse(readFileSync(join(tmp, 'host/etc/cni/net.d/10-netplugin.conflist'), 'utf8'));
-    expect(conf.plugins[0]).toMatchObject({ type: 'netplugin', nodename: 'node-a', etcd_endpoints: 'http://127.0.0.1:2379' });
+    expect(conf.plugins[0]).toMatchObject({
+      type: 'netplugin',
+      nodename: 'node-a',
+      etcd_endpoints: 'http://127.0.0.1:2379',
+    });
     expect(JSON.parse(keys.HEALTHZ!)).toMatchObject({ status: 'ok' });
     // The shim installed on the host reached the agent in the container.
-    expect(JSON.parse(keys.VIASHIM!)).toMatchObject({ cniVersion: '1.0.0', supportedVersions: expect.arrayContaining(['1.0.0']) });
+    expect(JSON.parse(keys.VIASHIM!)).toMatchObject({
+      cniVersion: '1.0.0',
+      supportedVersions: expect.arrayContaining(['1.0.0']),
+    });
     expect(Number(keys.AGENTLOG)).toBeGreaterThanOrEqual(1);
     expect(keys.CONTAINERS).toBe('0');
   });

@@ -21,7 +21,12 @@ const open = () => stores.open();
 beforeAll(async () => {
   etcd = await startEtcd();
   const ds = await open();
-  await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: true } } as Resource<'ClusterInformation'>);
+  await ds.create({
+    apiVersion: API_VERSION,
+    kind: 'ClusterInformation',
+    metadata: { name: 'default' },
+    spec: { datastoreReady: true },
+  } as Resource<'ClusterInformation'>);
 });
 afterAll(async () => {
   await stores.closeAll();
@@ -62,7 +67,10 @@ async function until(what: string, fn: () => boolean | Promise<boolean>, ms = 30
 }
 
 /** An agent's view: the cache over a store whose watch we can slow down. */
-async function agentStore(): Promise<{ cache: Datastore & { synced?(): boolean; stats?: { hits: number; recentHits: number } }; slow: ReturnType<typeof slowWatch> }> {
+async function agentStore(): Promise<{
+  cache: Datastore & { synced?(): boolean; stats?: { hits: number; recentHits: number } };
+  slow: ReturnType<typeof slowWatch>;
+}> {
   const slow = slowWatch(await open());
   const cache = cachedDatastore(slow);
   stores.track(cache);
@@ -71,18 +79,30 @@ async function agentStore(): Promise<{ cache: Datastore & { synced?(): boolean; 
 }
 
 /** A cached agent store, another writer, and a pool (blockSize 29) the cache has seen. */
-async function withPool(name: string, cidr: string): Promise<Awaited<ReturnType<typeof agentStore>> & { other: Datastore }> {
+async function withPool(
+  name: string,
+  cidr: string,
+): Promise<Awaited<ReturnType<typeof agentStore>> & { other: Datastore }> {
   const store = await agentStore();
   const other = await open();
   await other.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize: 29 } });
-  await until('the pool is seen', async () => (await store.cache.list('IPPool')).items.some((p) => p.metadata.name === name));
+  await until('the pool is seen', async () =>
+    (await store.cache.list('IPPool')).items.some((p) => p.metadata.name === name),
+  );
   return { ...store, other };
 }
 
 let seq = 0;
 const request = (node: string, pool: string): AssignRequest => {
   const id = `k${++seq}x${process.pid}`;
-  return { handleID: `net.${id}`, node, attrs: { pod: `p-${id}` }, assignIPv4: true, assignIPv6: false, ipv4Pools: [pool] };
+  return {
+    handleID: `net.${id}`,
+    node,
+    attrs: { pod: `p-${id}` },
+    assignIPv4: true,
+    assignIPv6: false,
+    ipv4Pools: [pool],
+  };
 };
 
 /** Every ordinal of every block of the store held at most once, and by a handle that exists and counts it. */
@@ -109,9 +129,23 @@ async function fillBehind(other: Datastore, cidr: string, handleID: string): Pro
   spec.unallocated = [];
   await other.txn([
     { op: 'update', res: { ...b, spec } },
-    { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: handleID }, spec: { handleID, block: { [cidr]: free.length } } } },
+    {
+      op: 'create',
+      res: {
+        apiVersion: API_VERSION,
+        kind: 'IPAMHandle',
+        metadata: { name: handleID },
+        spec: { handleID, block: { [cidr]: free.length } },
+      },
+    },
   ]);
-  const base = BigInt(`0x${cidr.split('/')[0]!.split('.').map((x) => Number(x).toString(16).padStart(2, '0')).join('')}`);
+  const base = BigInt(
+    `0x${cidr
+      .split('/')[0]!
+      .split('.')
+      .map((x) => Number(x).toString(16).padStart(2, '0'))
+      .join('')}`,
+  );
   return free.map((i) => {
     const v = base + BigInt(i);
     return [24n, 16n, 8n, 0n].map((s) => String((v >> s) & 255n)).join('.');
@@ -126,7 +160,9 @@ describe('IPAM through the agent read cache (etcd)', () => {
     // Our own write is readable at once, at the revision etcd gave it (no wait for the watch).
     const fromStore = await other.get('IPAMBlock', blockName(a!.block));
     const hits = cache.stats!.hits;
-    expect((await cache.get('IPAMBlock', blockName(a!.block))).metadata.resourceVersion).toBe(fromStore.metadata.resourceVersion);
+    expect((await cache.get('IPAMBlock', blockName(a!.block))).metadata.resourceVersion).toBe(
+      fromStore.metadata.resourceVersion,
+    );
     expect(cache.stats!.hits).toBe(hits + 1);
   });
 
@@ -138,17 +174,22 @@ describe('IPAM through the agent read cache (etcd)', () => {
     const h = await other.get('IPAMHandle', r.handleID);
     const before = cache.stats!.recentHits;
     // Asked with recent: answered from the ADD's own write, at the revision etcd gave it.
-    expect((await cache.get('IPAMHandle', r.handleID, undefined, { recent: true })).metadata.resourceVersion).toBe(h.metadata.resourceVersion);
+    expect((await cache.get('IPAMHandle', r.handleID, undefined, { recent: true })).metadata.resourceVersion).toBe(
+      h.metadata.resourceVersion,
+    );
     expect(cache.stats!.recentHits).toBe(before + 1);
     // Asked without: the store.
     await cache.get('IPAMHandle', r.handleID);
     expect(cache.stats!.recentHits).toBe(before + 1);
-    // Another writer rewrites the handle: the memory is stale now; the release still frees the address and deletes the handle.
+    // Another writer rewrites the handle: the memory is stale now; the release still frees the address and deletes the
+    // handle.
     await other.update(h);
     expect(await ipam.releaseByHandle(r.handleID)).toEqual([a!.ip]);
     await expect(other.get('IPAMHandle', r.handleID)).rejects.toMatchObject({ kind: 'NotFound' });
     // Our delete went through: nothing is remembered any more.
-    await expect(cache.get('IPAMHandle', r.handleID, undefined, { recent: true })).rejects.toMatchObject({ kind: 'NotFound' });
+    await expect(cache.get('IPAMHandle', r.handleID, undefined, { recent: true })).rejects.toMatchObject({
+      kind: 'NotFound',
+    });
     await consistent(other);
   });
 
@@ -189,7 +230,10 @@ describe('IPAM through the agent read cache (etcd)', () => {
     expect(block.spec.allocations.filter((a) => a != null)).toHaveLength(1);
     await expect(other.get('IPAMHandle', r.handleID)).rejects.toThrow(/not found/);
     // Once the watch catches up the pool is gone from the cache too, and an ADD still gets nothing from it.
-    await until('the delete is seen', async () => !(await cache.list('IPPool')).items.some((p) => p.metadata.name === 'cache-del'));
+    await until(
+      'the delete is seen',
+      async () => !(await cache.list('IPPool')).items.some((p) => p.metadata.name === 'cache-del'),
+    );
     await expect(ipam.assign(request('cd1', 'cache-del'))).rejects.toThrow();
     await consistent(other);
   });
@@ -206,7 +250,15 @@ describe('IPAM through the agent read cache (etcd)', () => {
       await other.txn([
         { op: 'update', res: { ...b, spec: { ...b.spec, affinity: 'host:ca2' } } },
         { op: 'delete', kind: 'BlockAffinity', name: aff.metadata.name, revision: aff.metadata.resourceVersion! },
-        { op: 'create', res: { apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name: affinityName('ca2', a1!.block) }, spec: { state: 'confirmed', node: 'ca2', cidr: a1!.block } } },
+        {
+          op: 'create',
+          res: {
+            apiVersion: API_VERSION,
+            kind: 'BlockAffinity',
+            metadata: { name: affinityName('ca2', a1!.block) },
+            spec: { state: 'confirmed', node: 'ca2', cidr: a1!.block },
+          },
+        },
       ]);
       expect((await cache.list('BlockAffinity', { namePrefix: 'ca1-' })).items).toHaveLength(1);
       const [a2] = await ipam.assign(request('ca1', 'cache-aff'));
@@ -226,9 +278,16 @@ describe('IPAM through the agent read cache (etcd)', () => {
     slow.hold();
     const ci = await other.get('ClusterInformation', 'default');
     try {
-      const changed = await other.update({ ...ci, metadata: { ...ci.metadata, labels: { ...ci.metadata.labels, fresh: 'yes' } } });
-      expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(ci.metadata.resourceVersion);
-      expect((await cache.get('ClusterInformation', 'default', undefined, { fresh: true })).metadata.resourceVersion).toBe(changed.metadata.resourceVersion);
+      const changed = await other.update({
+        ...ci,
+        metadata: { ...ci.metadata, labels: { ...ci.metadata.labels, fresh: 'yes' } },
+      });
+      expect((await cache.get('ClusterInformation', 'default')).metadata.resourceVersion).toBe(
+        ci.metadata.resourceVersion,
+      );
+      expect(
+        (await cache.get('ClusterInformation', 'default', undefined, { fresh: true })).metadata.resourceVersion,
+      ).toBe(changed.metadata.resourceVersion);
       expect((await cache.list('IPPool', { fresh: true })).revision).not.toBe('');
     } finally {
       slow.release();

@@ -12,7 +12,7 @@ import { startEtcd } from '../support/etcd.js';
 import { startFakeApiServer, writeKubeconfig } from '../support/fake-apiserver.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
 import { createPool } from '../support/builders.js';
 
@@ -67,7 +67,12 @@ interface KillAt {
   afterLine?: string;
 }
 
-function runPlugin(command: string, conf: Record<string, unknown>, containerId: string, opts: { cniArgs?: string; kill?: KillAt } = {}): Promise<RunResult & { lineAt?: number | undefined; ms: number }> {
+function runPlugin(
+  command: string,
+  conf: Record<string, unknown>,
+  containerId: string,
+  opts: { cniArgs?: string; kill?: KillAt } = {},
+): Promise<RunResult & { lineAt?: number | undefined; ms: number }> {
   const env: Record<string, string> = {
     PATH: `${dirname(process.execPath)}:/usr/sbin:/usr/bin:/sbin:/bin`,
     CNI_COMMAND: command,
@@ -117,7 +122,12 @@ let retried: string[] = [];
  * What a runtime does with a result: code 11 means "try again later", so the
  * call is retried (an ADD after tearing down with DEL, as kubelet does).
  */
-async function runtimeCall(command: string, conf: Record<string, unknown>, containerId: string, opts: { cniArgs?: string } = {}): Promise<RunResult> {
+async function runtimeCall(
+  command: string,
+  conf: Record<string, unknown>,
+  containerId: string,
+  opts: { cniArgs?: string } = {},
+): Promise<RunResult> {
   for (let attempt = 1; ; attempt++) {
     const r = await runPlugin(command, conf, containerId, opts);
     if (r.json?.code !== ErrorCodes.TryAgainLater || attempt === 5) return r;
@@ -152,7 +162,10 @@ async function all<K extends Kind>(ds: Datastore, kind: K): Promise<Array<Resour
  * Blocks are read first: a handle is written before its address and removed
  * after it, so an address seen in a block still has its handle afterwards.
  */
-async function audit(ds: Datastore, only?: string): Promise<{ byIP: Map<string, { handle: string; node: string }>; handles: Map<string, Record<string, number>> }> {
+async function audit(
+  ds: Datastore,
+  only?: string,
+): Promise<{ byIP: Map<string, { handle: string; node: string }>; handles: Map<string, Record<string, number>> }> {
   const blocks = await all(ds, 'IPAMBlock');
   const handles = new Map((await all(ds, 'IPAMHandle')).map((h) => [h.spec.handleID, h.spec.block]));
   const byIP = new Map<string, { handle: string; node: string }>();
@@ -170,18 +183,21 @@ async function audit(ds: Datastore, only?: string): Promise<{ byIP: Map<string, 
     for (const [h, n] of per) {
       if (only !== undefined && h !== only) continue;
       const counted = handles.get(h)?.[b.spec.cidr] ?? 0;
-      expect(counted, `address(es) in ${b.spec.cidr} held by ${h} without a handle counting them`).toBeGreaterThanOrEqual(n);
+      expect(
+        counted,
+        `address(es) in ${b.spec.cidr} held by ${h} without a handle counting them`,
+      ).toBeGreaterThanOrEqual(n);
     }
   }
   return { byIP, handles };
 }
 
-
 beforeAll(() => {
   if (!existsSync(BIN)) throw new Error(`${BIN} is missing: run 'npm run build:ts' first`);
   const built = statSync(BIN).mtimeMs;
   for (const src of ['src/ipam/allocator.ts', 'src/plugins/ipam/index.ts', 'src/selector/index.ts']) {
-    if (statSync(join(root, src)).mtimeMs > built) throw new Error(`${BIN} is older than ${src}: run 'npm run build:ts' first`);
+    if (statSync(join(root, src)).mtimeMs > built)
+      throw new Error(`${BIN} is older than ${src}: run 'npm run build:ts' first`);
   }
 });
 
@@ -210,7 +226,11 @@ for (const backend of backends) {
     afterAll(async () => {
       // Not a failure: a loaded machine makes the datastore briefly unavailable,
       // which is what code 11 is for. Shown so that it stays visible.
-      if (retried.length) console.log(`${backend.name}: ${retried.length} invocation(s) answered 11 and were retried:\n  ${retried.slice(0, 10).join('\n  ')}`);
+      if (retried.length)
+        console.log(
+          `${backend.name}: ${retried.length} invocation(s) answered 11 and were retried:\n  ` +
+            `${retried.slice(0, 10).join('\n  ')}`,
+        );
       retried = [];
       await env?.stop();
       if (dir) rmSync(dir, { recursive: true, force: true });
@@ -270,7 +290,9 @@ for (const backend of backends) {
       // host lock (the window where it writes).
       const OPEN = 'ipam: state read under the host lock';
       const debugConf = (node: string) => ({ ...netconf(node), log_level: 'DEBUG' });
-      const probe = await runPlugin('ADD', debugConf('node-a'), `probe-${process.pid}`, { kill: { afterMs: 60_000, afterLine: OPEN } });
+      const probe = await runPlugin('ADD', debugConf('node-a'), `probe-${process.pid}`, {
+        kill: { afterMs: 60_000, afterLine: OPEN },
+      });
       expect(probe.code, probe.stdout + probe.stderr).toBe(0);
       expect(probe.lineAt, probe.stderr).toBeDefined();
       const span = probe.ms;
@@ -283,7 +305,10 @@ for (const backend of backends) {
       const trials = Array.from({ length: 50 }, (_, i) => ({
         cid: `k${i}-${process.pid}`,
         node: NODES[i % 3]!,
-        kill: i % 3 === 0 ? { afterMs: Math.floor(Math.random() * span * 1.2) } : { afterMs: Math.random() * window * 2, afterLine: OPEN },
+        kill:
+          i % 3 === 0
+            ? { afterMs: Math.floor(Math.random() * span * 1.2) }
+            : { afterMs: Math.random() * window * 2, afterLine: OPEN },
       }));
       await limited(trials, 4, async ({ cid, node, kill }) => {
         const at = `${kill.afterLine ? 'state read + ' : ''}${Math.round(kill.afterMs)}`;
@@ -303,7 +328,10 @@ for (const backend of backends) {
       });
       // Not an assertion on speed: just that the exercise really killed processes.
       expect(killed).toBeGreaterThan(0);
-      console.log(`${backend.name}: ${killed}/50 ADDs killed (whole run ${span} ms, writing ${window} ms), ${killedAfterWrites} after writing their handle, ${killedBetweenHandleAndBlock} of those before the block write`);
+      console.log(
+        `${backend.name}: ${killed}/50 ADDs killed (whole run ${span} ms, writing ${window} ms), ${killedAfterWrites}` +
+          ` after writing their handle, ${killedBetweenHandleAndBlock} of those before the block write`,
+      );
       // The exercise must reach the write window, or it proves nothing.
       expect(killedAfterWrites).toBeGreaterThan(0);
       const { byIP, handles } = await audit(env.ds);
@@ -312,7 +340,8 @@ for (const backend of backends) {
       const affs = await all(env.ds, 'BlockAffinity');
       // Every half-done claim was either finished or cleaned by a later ADD on that node.
       const blocks = new Map((await all(env.ds, 'IPAMBlock')).map((b) => [b.spec.cidr, b.spec.affinity]));
-      for (const a of affs.filter((x) => x.spec.state === 'confirmed')) expect(blocks.get(a.spec.cidr)).toBe(`host:${a.spec.node}`);
+      for (const a of affs.filter((x) => x.spec.state === 'confirmed'))
+        expect(blocks.get(a.spec.cidr)).toBe(`host:${a.spec.node}`);
     }, 900_000);
 
     it('CHECK passes for the addresses the handle holds and fails naming an address it does not hold', async () => {
@@ -326,7 +355,11 @@ for (const backend of backends) {
       // tests any address may be the one it got, .250 included).
       const mine = String(add.json?.ips?.[0]?.address ?? '').split('/')[0];
       const other = mine === '10.123.0.250' ? '10.123.0.251' : '10.123.0.250';
-      const bad = await runtimeCall('CHECK', { ...conf, prevResult: { ...add.json, ips: [{ address: `${other}/29` }] } }, cid);
+      const bad = await runtimeCall(
+        'CHECK',
+        { ...conf, prevResult: { ...add.json, ips: [{ address: `${other}/29` }] } },
+        cid,
+      );
       expect(bad.json?.code).toBe(ErrorCodes.CheckFailed);
       expect(bad.json?.msg).toContain(`prevResult address ${other}/29 is not allocated to handle`);
       expect((await runtimeCall('DEL', conf, cid)).code).toBe(0);
@@ -336,7 +369,11 @@ for (const backend of backends) {
       const cid = `sts-${process.pid}`;
       const status = await runtimeCall('STATUS', { ...netconf('node-a'), cniVersion: '1.1.0' }, cid);
       expect(status.code, status.stdout + status.stderr).toBe(0);
-      const noPool = await runtimeCall('STATUS', { ...netconf('node-a', { ipv4_pools: ['absent'] }), cniVersion: '1.1.0' }, cid);
+      const noPool = await runtimeCall(
+        'STATUS',
+        { ...netconf('node-a', { ipv4_pools: ['absent'] }), cniVersion: '1.1.0' },
+        cid,
+      );
       expect(noPool.json?.code).toBe(ErrorCodes.PluginNotAvailable);
     }, 120_000);
 
@@ -347,7 +384,11 @@ for (const backend of backends) {
       const add = await runtimeCall('ADD', conf, cid);
       expect(add.code, add.stdout).toBe(0);
       expect((await runtimeCall('ADD', conf, keep)).code).toBe(0);
-      const gc = await runtimeCall('GC', { ...conf, cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: keep, ifname: 'eth0' }] }, cid);
+      const gc = await runtimeCall(
+        'GC',
+        { ...conf, cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: keep, ifname: 'eth0' }] },
+        cid,
+      );
       expect(gc.code, gc.stdout + gc.stderr).toBe(0);
       const { handles } = await audit(env.ds);
       expect([...handles.keys()]).toEqual([`${NET}.${keep}`]);
@@ -383,8 +424,18 @@ for (const backend of backends) {
       await env.ds.update({ ...p, spec: { ...p.spec, disabled: true } });
       await createPool(env.ds, 'zone-a', '10.124.0.0/24', { blockSize: 29, nodeSelector: "zone == 'a'" });
       await createPool(env.ds, 'named', '10.125.0.0/24', { blockSize: 29 });
-      await env.ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'node-za', labels: { zone: 'a' } }, spec: {} });
-      await env.ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'node-zb', labels: { zone: 'b' } }, spec: {} });
+      await env.ds.create({
+        apiVersion: API_VERSION,
+        kind: 'Node',
+        metadata: { name: 'node-za', labels: { zone: 'a' } },
+        spec: {},
+      });
+      await env.ds.create({
+        apiVersion: API_VERSION,
+        kind: 'Node',
+        metadata: { name: 'node-zb', labels: { zone: 'b' } },
+        spec: {},
+      });
       const cids: Array<[string, Record<string, unknown>]> = [];
       const add = async (name: string, conf: Record<string, unknown>) => {
         const cid = `${name}-${process.pid}`;

@@ -8,11 +8,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { etcdStores, startEtcd, type EtcdServer } from '../support/etcd.js';
 import { affinityName, blockName, workloadEndpointName } from '../../src/model/names.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
-import { type Datastore, type TxnOp } from '../../src/datastore/types.js';
+import type { Datastore, TxnOp } from '../../src/datastore/types.js';
 import { ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { createIpam, createIpamShared, type AssignRequest, type Assigned, type Piggyback } from '../../src/ipam/index.js';
+import {
+  createIpam,
+  createIpamShared,
+  type AssignRequest,
+  type Assigned,
+  type Piggyback,
+} from '../../src/ipam/index.js';
 import { workloadEndpoint } from '../support/builders.js';
 
 let etcd: EtcdServer;
@@ -48,8 +54,20 @@ async function etcdWrites(): Promise<number> {
 
 const NS = 'txn';
 
-function endpointFor(node: string, pod: string, containerID: string, assigned: Assigned[]): Resource<'WorkloadEndpoint'> {
-  return workloadEndpoint({ node, namespace: NS, pod, containerID, ips: assigned.map((a) => a.ip), interfaceName: `tx${containerID}`.slice(0, 15) });
+function endpointFor(
+  node: string,
+  pod: string,
+  containerID: string,
+  assigned: Assigned[],
+): Resource<'WorkloadEndpoint'> {
+  return workloadEndpoint({
+    node,
+    namespace: NS,
+    pod,
+    containerID,
+    ips: assigned.map((a) => a.ip),
+    interfaceName: `tx${containerID}`.slice(0, 15),
+  });
 }
 
 /** The plugin's shape of an ADD: the endpoint rides in the IPAM transaction. */
@@ -83,7 +101,12 @@ const request = (node: string): AssignRequest => {
 describe('IPAM transaction on etcd', () => {
   it('an ADD that claims a new block is one etcd write (affinity, block, handle, endpoint), and a DEL that gives a block back is one too', async () => {
     const ds = await open();
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'claim-write' }, spec: { cidr: '10.93.0.0/24', blockSize: 28 } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'claim-write' },
+      spec: { cidr: '10.93.0.0/24', blockSize: 28 },
+    });
     const ipam = createIpam(ds, { lock: 'none' });
     const { req, committed } = withEndpoint(request('c1'), 'pod-claim');
     const before = await etcdWrites();
@@ -111,7 +134,12 @@ describe('IPAM transaction on etcd', () => {
 
   it('an ADD (handle, block, endpoint) is one etcd write, and so is a DEL', async () => {
     const ds = await open();
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'one-write' }, spec: { cidr: '10.91.0.0/24', blockSize: 28 } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'one-write' },
+      spec: { cidr: '10.91.0.0/24', blockSize: 28 },
+    });
     const ipam = createIpam(ds, { lock: 'none' });
     // The first claims the node's block (affinity and block writes): not the hot path.
     const first = request('w1');
@@ -124,7 +152,9 @@ describe('IPAM transaction on etcd', () => {
     const afterAdd = await etcdWrites();
     expect(afterAdd - before, 'etcd writes for one ADD').toBe(1);
     expect(committed()).toBe(true);
-    expect((await ds.get('WorkloadEndpoint', workloadEndpointName('w1', 'k8s', 'pod-one', 'eth0'), NS)).spec.ipNetworks).toEqual([`${got!.ip}/32`]);
+    expect(
+      (await ds.get('WorkloadEndpoint', workloadEndpointName('w1', 'k8s', 'pod-one', 'eth0'), NS)).spec.ipNetworks,
+    ).toEqual([`${got!.ip}/32`]);
     expect((await ds.get('IPAMHandle', r.handleID)).spec.block).toEqual({ [got!.block]: 1 });
 
     const also = await delOp(ds, 'w1', 'pod-one');
@@ -132,7 +162,9 @@ describe('IPAM transaction on etcd', () => {
     expect(await ipam.releaseByHandle(r.handleID, { alsoWrite: also })).toEqual([got!.ip]);
     expect((await etcdWrites()) - beforeDel, 'etcd writes for one DEL').toBe(1);
     await expect(ds.get('IPAMHandle', r.handleID)).rejects.toThrow(/not found/);
-    await expect(ds.get('WorkloadEndpoint', workloadEndpointName('w1', 'k8s', 'pod-one', 'eth0'), NS)).rejects.toThrow(/not found/);
+    await expect(ds.get('WorkloadEndpoint', workloadEndpointName('w1', 'k8s', 'pod-one', 'eth0'), NS)).rejects.toThrow(
+      /not found/,
+    );
     expect(await ipam.whoHas(got!.ip)).toBeUndefined();
 
     // A repeated ADD of the same container writes nothing and gets the same address.
@@ -148,7 +180,12 @@ describe('IPAM transaction on etcd', () => {
 
   it('300 concurrent ADDs on 3 nodes (one /24, blockSize 29): no duplicate, every address with its handle and endpoint; 300 DELs free everything', async () => {
     const setup = await open();
-    await setup.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'three-nodes' }, spec: { cidr: '10.92.0.0/24', blockSize: 29 } });
+    await setup.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'three-nodes' },
+      spec: { cidr: '10.92.0.0/24', blockSize: 29 },
+    });
     const nodes = ['n1', 'n2', 'n3'];
     // One connection and one shared IPAM state per node, as three agents would have.
     const dss = await Promise.all(nodes.map(() => open()));
@@ -181,7 +218,11 @@ describe('IPAM transaction on etcd', () => {
     console.log(`300 ADDs on 3 nodes: ${ok.length} served, ${failed.length} exhausted, ${writes} etcd writes`);
 
     // The store: every allocated address has its handle, every handle its addresses, every endpoint its addresses.
-    const [blocks, handles, weps] = await Promise.all([setup.list('IPAMBlock'), setup.list('IPAMHandle'), setup.list('WorkloadEndpoint', { namespace: NS })]);
+    const [blocks, handles, weps] = await Promise.all([
+      setup.list('IPAMBlock'),
+      setup.list('IPAMHandle'),
+      setup.list('WorkloadEndpoint', { namespace: NS }),
+    ]);
     const held = new Map<string, number>();
     for (const b of blocks.items) {
       for (const idx of b.spec.allocations) {
@@ -192,7 +233,8 @@ describe('IPAM transaction on etcd', () => {
     }
     const handleIDs = new Set(handles.items.map((h) => h.spec.handleID));
     for (const h of held.keys()) expect(handleIDs.has(h), `address of ${h} without its handle`).toBe(true);
-    for (const h of handles.items) expect(held.get(h.spec.handleID) ?? 0, `handle ${h.spec.handleID} without an address`).toBeGreaterThan(0);
+    for (const h of handles.items)
+      expect(held.get(h.spec.handleID) ?? 0, `handle ${h.spec.handleID} without an address`).toBeGreaterThan(0);
     // An ADD that answered "try again" (code 11) after its transaction had
     // committed still holds its address and endpoint until the runtime's DEL
     // of that container, as the CNI contract has it: at most one per such ADD.
@@ -202,21 +244,37 @@ describe('IPAM transaction on etcd', () => {
     expect(heldTotal - ok.length).toBeLessThanOrEqual(tryAgain);
     expect(weps.items.length).toBeGreaterThanOrEqual(ok.length);
     expect(weps.items.length - ok.length).toBeLessThanOrEqual(tryAgain);
-    for (const w of weps.items) expect(held.get(w.spec.containerID), `endpoint ${w.metadata.name} without addresses`).toBe(1);
+    for (const w of weps.items)
+      expect(held.get(w.spec.containerID), `endpoint ${w.metadata.name} without addresses`).toBe(1);
 
     // 300 DELs (the runtime DELs every pod, also the failed ones).
     await Promise.all(
       reqs.map(async ({ node, i }, k) => {
         const ds = dss[i % 3]!;
-        const handleID = (results[k]!.status === 'fulfilled' ? (results[k] as PromiseFulfilledResult<(typeof ok)[number]>).value.req.handleID : undefined) ?? `net.none${k}`;
-        await createIpam(ds, { lock: 'none' }).releaseByHandle(handleID, { alsoWrite: await delOp(ds, node, `pod-${i}`) });
+        const handleID =
+          (results[k]!.status === 'fulfilled'
+            ? (results[k] as PromiseFulfilledResult<(typeof ok)[number]>).value.req.handleID
+            : undefined) ?? `net.none${k}`;
+        await createIpam(ds, { lock: 'none' }).releaseByHandle(handleID, {
+          alsoWrite: await delOp(ds, node, `pod-${i}`),
+        });
       }),
     );
     // The runtime's DEL of a "try again" ADD that had committed (its handle is the one left).
-    for (const h of (await setup.list('IPAMHandle')).items) await createIpam(setup, { lock: 'none' }).releaseByHandle(h.spec.handleID);
-    for (const w of (await setup.list('WorkloadEndpoint', { namespace: NS })).items) await setup.delete('WorkloadEndpoint', w.metadata.name, { namespace: NS });
-    const [b2, h2, w2] = await Promise.all([setup.list('IPAMBlock'), setup.list('IPAMHandle'), setup.list('WorkloadEndpoint', { namespace: NS })]);
-    for (const b of b2.items) expect(b.spec.allocations.every((a) => a == null), `block ${b.spec.cidr} still allocates`).toBe(true);
+    for (const h of (await setup.list('IPAMHandle')).items)
+      await createIpam(setup, { lock: 'none' }).releaseByHandle(h.spec.handleID);
+    for (const w of (await setup.list('WorkloadEndpoint', { namespace: NS })).items)
+      await setup.delete('WorkloadEndpoint', w.metadata.name, { namespace: NS });
+    const [b2, h2, w2] = await Promise.all([
+      setup.list('IPAMBlock'),
+      setup.list('IPAMHandle'),
+      setup.list('WorkloadEndpoint', { namespace: NS }),
+    ]);
+    for (const b of b2.items)
+      expect(
+        b.spec.allocations.every((a) => a == null),
+        `block ${b.spec.cidr} still allocates`,
+      ).toBe(true);
     expect(h2.items).toEqual([]);
     expect(w2.items).toEqual([]);
   }, 240_000);
@@ -224,7 +282,12 @@ describe('IPAM transaction on etcd', () => {
   it('state the agent keeps (blocks seen full) going stale behind its back never yields a duplicate', async () => {
     const ds = await open();
     const other = await open();
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'stale' }, spec: { cidr: '10.94.0.0/28', blockSize: 30 } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'stale' },
+      spec: { cidr: '10.94.0.0/28', blockSize: 30 },
+    });
     const shared = createIpamShared();
     const agent = () => createIpam(ds, { lock: 'none', batch: true, shared });
     const mk = () => ({ ...request('s1'), ipv4Pools: ['stale'] });
@@ -235,7 +298,18 @@ describe('IPAM transaction on etcd', () => {
     const spec = structuredClone(b.spec);
     const victim = spec.attributes[spec.allocations[1]!]!.handle_id!;
     spec.attributes[spec.allocations[1]!] = { handle_id: 'net.intruder' };
-    await other.txn([{ op: 'update', res: { ...b, spec } }, { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'net.intruder' }, spec: { handleID: 'net.intruder', block: { '10.94.0.0/30': 1 } } } }]);
+    await other.txn([
+      { op: 'update', res: { ...b, spec } },
+      {
+        op: 'create',
+        res: {
+          apiVersion: API_VERSION,
+          kind: 'IPAMHandle',
+          metadata: { name: 'net.intruder' },
+          spec: { handleID: 'net.intruder', block: { '10.94.0.0/30': 1 } },
+        },
+      },
+    ]);
     // And changes the agent's second block under it (takes its first free slot).
     const next = (await agent().assign(mk()))[0]!;
     const b2 = await other.get('IPAMBlock', blockName(next.block));
@@ -244,11 +318,24 @@ describe('IPAM transaction on etcd', () => {
     s2.attributes.push({ handle_id: 'net.intruder2' });
     s2.allocations[free] = s2.attributes.length - 1;
     s2.unallocated = s2.unallocated.filter((o) => o !== free);
-    await other.txn([{ op: 'update', res: { ...b2, spec: s2 } }, { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'net.intruder2' }, spec: { handleID: 'net.intruder2', block: { [next.block]: 1 } } } }]);
+    await other.txn([
+      { op: 'update', res: { ...b2, spec: s2 } },
+      {
+        op: 'create',
+        res: {
+          apiVersion: API_VERSION,
+          kind: 'IPAMHandle',
+          metadata: { name: 'net.intruder2' },
+          spec: { handleID: 'net.intruder2', block: { [next.block]: 1 } },
+        },
+      },
+    ]);
     const after = (await agent().assign(mk()))[0]!;
     const all = [...got, next.ip, after.ip];
     expect(new Set(all).size).toBe(all.length);
-    expect(await createIpam(ds, { lock: 'none' }).whoHas(after.ip)).toMatchObject({ handle: expect.stringMatching(/^net\.c/) });
+    expect(await createIpam(ds, { lock: 'none' }).whoHas(after.ip)).toMatchObject({
+      handle: expect.stringMatching(/^net\.c/),
+    });
     expect(victim).toMatch(/^net\.c/);
   });
 });

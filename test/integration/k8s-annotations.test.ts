@@ -8,8 +8,22 @@ import { API_VERSION } from '../../src/model/resources.js';
 import { containsIP, parseCidr, parseIP } from '../../src/net/cidr.js';
 import { createNetns } from '../support/netns.js';
 import {
-  NODE, addrs, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, k8sArgs, link, routes, why,
-  type Cluster, type PoolDef, useCluster } from '../support/plugin-harness.js';
+  NODE,
+  addrs,
+  cni,
+  expectCniError,
+  expectNothingLeft,
+  expectOk,
+  hostLinksWithPrefix,
+  ipamState,
+  k8sArgs,
+  link,
+  routes,
+  why,
+  type Cluster,
+  type PoolDef,
+  useCluster,
+} from '../support/plugin-harness.js';
 import { k8sNetconf, logLines, putNamespace, putPod, startApi, type Api, type PodDef } from '../support/k8s-harness.js';
 
 const PREFIX = 'npa';
@@ -31,7 +45,12 @@ let api: Api;
 
 useCluster([A, B, C, FLOAT, TINY, V6A, V6B], (x) => (c = x), {
   setup: async (x) => {
-    await x.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: VX.name }, spec: { cidr: VX.cidr, blockSize: 28, vxlanMode: 'Always' } });
+    await x.ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: VX.name },
+      spec: { cidr: VX.cidr, blockSize: 28, vxlanMode: 'Always' },
+    });
     x.pools.push(NEW, { ...VX, blockSize: 28 });
     api = await startApi();
   },
@@ -52,7 +71,11 @@ interface Attempt {
 }
 
 /** Seeds a pod with these annotations and runs ADD for it. */
-async function addPod(annotations: Record<string, string>, confObj = conf(), opts: { ns?: string; pod?: PodDef; podName?: string } = {}): Promise<Attempt> {
+async function addPod(
+  annotations: Record<string, string>,
+  confObj = conf(),
+  opts: { ns?: string; pod?: PodDef; podName?: string } = {},
+): Promise<Attempt> {
   const ns = opts.ns ?? 'default';
   const podName = opts.podName ?? `p${++seq}-${process.pid}`;
   putPod(api, ns, podName, { ...opts.pod, annotations });
@@ -79,7 +102,7 @@ async function expectFailed(a: Attempt, code: number): Promise<{ msg: string }> 
 }
 
 describe('annotation table', () => {
-  it('ipv4pools on the pod: the address comes from that pool, not the netconf\'s', async () => {
+  it("ipv4pools on the pod: the address comes from that pool, not the netconf's", async () => {
     const a = await addPod({ 'cni.netplugin.org/ipv4pools': JSON.stringify([B.name]) });
     expectOk(a.r);
     expect(ipsOf(a)).toHaveLength(1);
@@ -98,7 +121,7 @@ describe('annotation table', () => {
     await expectNothingLeft(c, PREFIX);
   });
 
-  it('Errors 8: the pod\'s pool annotation wins over its namespace\'s; other pods in the namespace get the namespace\'s', async () => {
+  it("Errors 8: the pod's pool annotation wins over its namespace's; other pods in the namespace get the namespace's", async () => {
     const ns = `nsprec-${process.pid}`;
     putNamespace(api, ns, { 'cni.netplugin.org/ipv4pools': JSON.stringify([B.name]) });
     const withOwn = await addPod({ 'cni.netplugin.org/ipv4pools': JSON.stringify([C.name]) }, conf(), { ns });
@@ -114,13 +137,21 @@ describe('annotation table', () => {
 
   it('ipv6pools with ipv4pools, assign_ipv6 "true": dual stack from the annotated pools', async () => {
     const dual = conf({}, { assign_ipv6: 'true', ipv6_pools: [V6A.name] });
-    const a = await addPod({ 'cni.netplugin.org/ipv4pools': JSON.stringify([B.name]), 'cni.netplugin.org/ipv6pools': JSON.stringify([V6B.name]) }, dual);
+    const a = await addPod(
+      {
+        'cni.netplugin.org/ipv4pools': JSON.stringify([B.name]),
+        'cni.netplugin.org/ipv6pools': JSON.stringify([V6B.name]),
+      },
+      dual,
+    );
     expectOk(a.r);
     const [v4, v6] = ipsOf(a);
     expect(inPool(v4!, B), v4).toBe(true);
     // fd77:21::1000/116 holds fd77:21::1000 .. fd77:21::1fff.
     expect(v6).toMatch(/^fd77:21::1[0-9a-f]{3}\/128$/);
-    const inPod = addrs('eth0', a.netns).filter((x) => x.scope === 'global').map((x) => `${x.local}/${x.prefixlen}`);
+    const inPod = addrs('eth0', a.netns)
+      .filter((x) => x.scope === 'global')
+      .map((x) => `${x.local}/${x.prefixlen}`);
     expect(inPod.sort()).toEqual([v4, v6].sort());
     await del(a, dual);
     await expectNothingLeft(c, PREFIX);
@@ -134,7 +165,9 @@ describe('annotation table', () => {
     const st = await ipamState(c.ds);
     expect(st.handles).toEqual([`k8s-pod-network.${first.call.containerId}`]);
     expect(st.allocations).toHaveLength(1);
-    expect(st.allocations[0]).toMatch(new RegExp(`^10\\.77\\.21\\.64/28#13 k8s-pod-network\\.${first.call.containerId}$`));
+    expect(st.allocations[0]).toMatch(
+      new RegExp(`^10\\.77\\.21\\.64/28#13 k8s-pod-network\\.${first.call.containerId}$`),
+    );
 
     const second = await addPod({ 'cni.netplugin.org/ipAddrs': JSON.stringify([want]) });
     const e = expectCniError(second.r);
@@ -163,7 +196,10 @@ describe('annotation table', () => {
     expect(warn).toContain(OUTSIDE);
     expect(warn).toContain('outside every IP pool');
     await del(a, on);
-    expect(routes(4).some((r) => r.dst === OUTSIDE), 'host route removed').toBe(false);
+    expect(
+      routes(4).some((r) => r.dst === OUTSIDE),
+      'host route removed',
+    ).toBe(false);
     await expectNothingLeft(c, PREFIX);
   });
 
@@ -183,7 +219,7 @@ describe('annotation table', () => {
 });
 
 describe('address-selection errors (docs/addresses-and-annotations.md)', () => {
-  it('1: the netconf\'s ipv4_pools names a pool that does not exist: code 7 naming the field and the pool', async () => {
+  it("1: the netconf's ipv4_pools names a pool that does not exist: code 7 naming the field and the pool", async () => {
     const a = await addPod({}, conf({}, { ipv4_pools: ['no-such-pool'] }));
     const e = await expectFailed(a, 7);
     expect(e.msg).toContain('ipam.ipv4_pools');
@@ -207,7 +243,10 @@ describe('address-selection errors (docs/addresses-and-annotations.md)', () => {
   });
 
   it('3: ipAddrs and ipAddrsNoIpam together: code 7, they cannot be used together', async () => {
-    const a = await addPod({ 'cni.netplugin.org/ipAddrs': '["10.77.21.10"]', 'cni.netplugin.org/ipAddrsNoIpam': `["${OUTSIDE}"]` }, conf({ feature_control: { ip_addrs_no_ipam: true } }));
+    const a = await addPod(
+      { 'cni.netplugin.org/ipAddrs': '["10.77.21.10"]', 'cni.netplugin.org/ipAddrsNoIpam': `["${OUTSIDE}"]` },
+      conf({ feature_control: { ip_addrs_no_ipam: true } }),
+    );
     const e = await expectFailed(a, 7);
     expect(e.msg).toContain('cni.netplugin.org/ipAddrs');
     expect(e.msg).toContain('cni.netplugin.org/ipAddrsNoIpam');
@@ -234,7 +273,11 @@ describe('address-selection errors (docs/addresses-and-annotations.md)', () => {
   it('5: ipAddrs with ipv4pools (pod and namespace): the address wins', async () => {
     const ns = `nsprio-${process.pid}`;
     putNamespace(api, ns, { 'cni.netplugin.org/ipv4pools': JSON.stringify([C.name]) });
-    const a = await addPod({ 'cni.netplugin.org/ipAddrs': '["10.77.21.20"]', 'cni.netplugin.org/ipv4pools': JSON.stringify([B.name]) }, conf(), { ns });
+    const a = await addPod(
+      { 'cni.netplugin.org/ipAddrs': '["10.77.21.20"]', 'cni.netplugin.org/ipv4pools': JSON.stringify([B.name]) },
+      conf(),
+      { ns },
+    );
     expectOk(a.r);
     expect(ipsOf(a)).toEqual(['10.77.21.20/32']);
     expect(a.r.stderr).toMatch(/ipv4pools .*is ignored: cni\.netplugin\.org\/ipAddrs takes priority/);
@@ -244,7 +287,10 @@ describe('address-selection errors (docs/addresses-and-annotations.md)', () => {
 
   it('5: ipAddrsNoIpam with ipv4pools: the address wins', async () => {
     const on = conf({ feature_control: { ip_addrs_no_ipam: true } });
-    const a = await addPod({ 'cni.netplugin.org/ipAddrsNoIpam': `["${OUTSIDE}"]`, 'cni.netplugin.org/ipv4pools': JSON.stringify([B.name]) }, on);
+    const a = await addPod(
+      { 'cni.netplugin.org/ipAddrsNoIpam': `["${OUTSIDE}"]`, 'cni.netplugin.org/ipv4pools': JSON.stringify([B.name]) },
+      on,
+    );
     expectOk(a.r);
     expect(ipsOf(a)).toEqual([`${OUTSIDE}/32`]);
     expect(await ipamState(c.ds)).toEqual({ handles: [], allocations: [] });
@@ -311,13 +357,18 @@ describe('malformed annotation values: code 7 quoting the value', () => {
     expect(e.msg).toContain(`annotation ${key} on pod default/${a.podName}`);
     expect(e.msg).toContain(`has value '${value}'`);
     expect(e.msg).toMatch(why_);
-    expect(e.msg, "says what to do").toMatch(/write|give|list|remove|must be/);
+    expect(e.msg, 'says what to do').toMatch(/write|give|list|remove|must be/);
   });
 });
 
 describe('annotations and node selectors', () => {
   it('an annotated pool whose nodeSelector does not select this node: the IPAM error names the annotation', async () => {
-    await c.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'ann-elsewhere' }, spec: { cidr: '10.77.27.0/28', blockSize: 28, nodeSelector: "zone == 'nowhere'" } });
+    await c.ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'ann-elsewhere' },
+      spec: { cidr: '10.77.27.0/28', blockSize: 28, nodeSelector: "zone == 'nowhere'" },
+    });
     try {
       const a = await addPod({ 'cni.netplugin.org/ipv4pools': '["ann-elsewhere"]' });
       const e = await expectFailed(a, 100);
@@ -355,7 +406,12 @@ describe('docs/addresses-and-annotations.md: a running pod keeps its address', (
     const old = ipsOf(first);
     expect(inPool(old[0]!, A)).toBe(true);
 
-    await c.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: NEW.name }, spec: { cidr: NEW.cidr, blockSize: NEW.blockSize } });
+    await c.ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: NEW.name },
+      spec: { cidr: NEW.cidr, blockSize: NEW.blockSize },
+    });
     putPod(api, 'default', podName, { annotations: { 'cni.netplugin.org/ipv4pools': JSON.stringify([NEW.name]) } });
     const again = await cni('ADD', conf(), first.call);
     expectOk(again);

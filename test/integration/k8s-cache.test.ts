@@ -18,7 +18,9 @@ let proxy: Proxy;
 let base: KubeClient;
 const caches: CachingPodSource[] = [];
 
-/** A TCP forwarder in front of the API server: close() is the server going away, open() it coming back on the same port. */
+/**
+ * A TCP forwarder in front of the API server: close() is the server going away, open() it coming back on the same port.
+ */
 interface Proxy {
   url: string;
   close(): Promise<void>;
@@ -113,11 +115,21 @@ function uniq(prefix: string): string {
 function putNs(name: string, annotations: Record<string, string> = {}): void {
   server.put(`/api/v1/namespaces/${name}`, { apiVersion: 'v1', kind: 'Namespace', metadata: { name, annotations } });
 }
-function putPod(ns: string, name: string, o: { uid?: string; node?: string; annotations?: Record<string, string>; deletionTimestamp?: string } = {}): void {
+function putPod(
+  ns: string,
+  name: string,
+  o: { uid?: string; node?: string; annotations?: Record<string, string>; deletionTimestamp?: string } = {},
+): void {
   server.put(`/api/v1/namespaces/${ns}/pods/${name}`, {
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name, namespace: ns, uid: o.uid ?? `uid-${name}`, annotations: o.annotations ?? {}, ...(o.deletionTimestamp ? { deletionTimestamp: o.deletionTimestamp } : {}) },
+    metadata: {
+      name,
+      namespace: ns,
+      uid: o.uid ?? `uid-${name}`,
+      annotations: o.annotations ?? {},
+      ...(o.deletionTimestamp ? { deletionTimestamp: o.deletionTimestamp } : {}),
+    },
     spec: { nodeName: o.node ?? NODE, containers: [{ name: 'main' }] },
   });
 }
@@ -182,7 +194,12 @@ describe('CachingPodSource', () => {
 
     // Deleted: once the watch says so, the cache no longer answers for it.
     await client.request('DELETE', `/api/v1/namespaces/${ns}/pods/${name}`);
-    await until('the deletion arrives', () => cache.getPod(ns, name).then(() => false, (e: { kind?: string }) => e.kind === 'NotFound'));
+    await until('the deletion arrives', () =>
+      cache.getPod(ns, name).then(
+        () => false,
+        (e: { kind?: string }) => e.kind === 'NotFound',
+      ),
+    );
   });
 
   it('a pod recreated with another uid (K8S_POD_UID) is read through; so is a pod being deleted', async () => {
@@ -221,7 +238,11 @@ describe('CachingPodSource', () => {
     const stale = await base.getPod(ns, 'ghost');
     const { client, n } = counted(base);
     // What a replica that has not seen the deletion yet would answer.
-    const lagging: KubeClient = { ...client, getPod: async (pns, name, o) => (pns === ns && name === 'ghost' ? (n.getPod++, structuredClone(stale)) : client.getPod(pns, name, o)) };
+    const lagging: KubeClient = {
+      ...client,
+      getPod: async (pns, name, o) =>
+        pns === ns && name === 'ghost' ? (n.getPod++, structuredClone(stale)) : client.getPod(pns, name, o),
+    };
     const cache = cacheOver(lagging);
     await cache.whenSynced();
     await client.request('DELETE', `/api/v1/namespaces/${ns}/pods/ghost`);
@@ -238,10 +259,15 @@ describe('CachingPodSource', () => {
     const { client, n } = counted(base);
     const cache = cacheOver(client);
     await cache.whenSynced();
-    expect((await cache.getNamespace(ns)).metadata.annotations).toEqual({ 'cni.netplugin.org/ipv4pools': '["before"]' });
+    expect((await cache.getNamespace(ns)).metadata.annotations).toEqual({
+      'cni.netplugin.org/ipv4pools': '["before"]',
+    });
 
     putNs(ns, { 'cni.netplugin.org/ipv4pools': '["after"]' });
-    await until('the namespace change arrives', async () => (await cache.getNamespace(ns)).metadata.annotations?.['cni.netplugin.org/ipv4pools'] === '["after"]');
+    await until(
+      'the namespace change arrives',
+      async () => (await cache.getNamespace(ns)).metadata.annotations?.['cni.netplugin.org/ipv4pools'] === '["after"]',
+    );
     expect(n.getNamespace).toBe(0);
     expect(n.nsLists).toBe(1);
   });
@@ -297,17 +323,19 @@ describe('CachingPodSource', () => {
   });
 });
 
-describe('the runtime\'s podSource (the plugin seam)', () => {
+describe("the runtime's podSource (the plugin seam)", () => {
   const conf = () => ({ kubernetes: { k8s_api_root: proxy.url } });
 
-  it('is the API client itself in the plain runtime; in a runtime with podCache (the agent\'s), a cache bound to the pod uid', async () => {
+  it("is the API client itself in the plain runtime; in a runtime with podCache (the agent's), a cache bound to the pod uid", async () => {
     const ns = uniq('seam');
     putNs(ns);
     putPod(ns, 'p');
     const { client, n } = counted(base);
     expect(await createPluginRuntime().podSource(conf(), client, NODE, 'uid-p')).toBe(client);
 
-    const agent = createPluginRuntime({ podCache: async (kube, node) => new CachingPodSource(kube, { nodeName: node }).start() });
+    const agent = createPluginRuntime({
+      podCache: async (kube, node) => new CachingPodSource(kube, { nodeName: node }).start(),
+    });
     runtimes.push(agent);
     const src = await agent.podSource(conf(), client, NODE, 'uid-p');
     expect(src).not.toBe(client);

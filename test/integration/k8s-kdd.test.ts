@@ -12,8 +12,23 @@ import type { Datastore } from '../../src/datastore/types.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
 import {
-  NET_NAME, NODE, addrs, cleanupAttachments, clusterInfo, cni, ensureBuilt, expectCniError, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs, link,
-  poolResource, wepNames, type PoolDef,
+  NET_NAME,
+  NODE,
+  addrs,
+  cleanupAttachments,
+  clusterInfo,
+  cni,
+  ensureBuilt,
+  expectCniError,
+  expectOk,
+  hostLinksWithPrefix,
+  hostPoolRoutes,
+  ipamState,
+  k8sArgs,
+  link,
+  poolResource,
+  wepNames,
+  type PoolDef,
 } from '../support/plugin-harness.js';
 import { putNamespace, putPod, startApi, type Api } from '../support/k8s-harness.js';
 
@@ -82,7 +97,12 @@ describe('datastore_type kubernetes', () => {
     const ns = `kdd-${process.pid}`;
     const podName = `api-${process.pid}`;
     putNamespace(api, ns);
-    putPod(api, ns, podName, { nodeName: NODE, serviceAccountName: 'backend', labels: { app: 'api' }, containers: [{ name: 'main', ports: [{ name: 'grpc', containerPort: 50051 }] }] });
+    putPod(api, ns, podName, {
+      nodeName: NODE,
+      serviceAccountName: 'backend',
+      labels: { app: 'api' },
+      containers: [{ name: 'main', ports: [{ name: 'grpc', containerPort: 50051 }] }],
+    });
     const netns = createNetns('pod');
     const call = { containerId: `kdd-${process.pid}-c`, netns: netns.path, args: k8sArgs(ns, podName) };
     const add = await cni('ADD', conf(), call);
@@ -98,10 +118,21 @@ describe('datastore_type kubernetes', () => {
     expect(ann['cni.netplugin.org/mac']).toBe(link('eth0', netns.name)!.address);
 
     const wep = await ds.get('WorkloadEndpoint', `${NODE}-k8s-${podName.replace(/-/g, '--')}-eth0`, ns);
-    expect(wep.spec).toMatchObject({ orchestrator: 'k8s', pod: podName, containerID: call.containerId, ipNetworks: [address], serviceAccountName: 'backend' });
+    expect(wep.spec).toMatchObject({
+      orchestrator: 'k8s',
+      pod: podName,
+      containerID: call.containerId,
+      ipNetworks: [address],
+      serviceAccountName: 'backend',
+    });
     expect(wep.spec.profiles).toEqual([`kns.${ns}`, `ksa.${ns}.backend`]);
     expect(wep.spec.ports).toEqual([{ name: 'grpc', protocol: 'TCP', port: 50051 }]);
-    expect(wep.metadata.labels).toMatchObject({ app: 'api', 'netplugin.org/namespace': ns, 'netplugin.org/orchestrator': 'k8s', 'netplugin.org/serviceaccount': 'backend' });
+    expect(wep.metadata.labels).toMatchObject({
+      app: 'api',
+      'netplugin.org/namespace': ns,
+      'netplugin.org/orchestrator': 'k8s',
+      'netplugin.org/serviceaccount': 'backend',
+    });
     // IPAM in the custom resources.
     expect((await ipamState(ds)).handles).toEqual([`${NET_NAME}.${call.containerId}`]);
 
@@ -111,9 +142,12 @@ describe('datastore_type kubernetes', () => {
     await expectNothingLeft();
   });
 
-  it('reads annotations without policy.type: the pod\'s ipv4pools is honoured, the endpoint is on the pod', async () => {
+  it("reads annotations without policy.type: the pod's ipv4pools is honoured, the endpoint is on the pod", async () => {
     const podName = `ann-${process.pid}`;
-    putPod(api, 'default', podName, { nodeName: NODE, annotations: { 'cni.netplugin.org/ipv4pools': JSON.stringify([P2.name]) } });
+    putPod(api, 'default', podName, {
+      nodeName: NODE,
+      annotations: { 'cni.netplugin.org/ipv4pools': JSON.stringify([P2.name]) },
+    });
     const netns = createNetns('pod');
     const call = { containerId: `kddann-${process.pid}-c`, netns: netns.path, args: k8sArgs('default', podName) };
     const add = await cni('ADD', conf(), call);
@@ -130,7 +164,10 @@ describe('datastore_type kubernetes', () => {
 
   it('an annotation error fails the ADD and leaves nothing, also no endpoint annotations on the pod', async () => {
     const podName = `bad-${process.pid}`;
-    putPod(api, 'default', podName, { nodeName: NODE, annotations: { 'cni.netplugin.org/ipv4pools': '["no-such-pool"]' } });
+    putPod(api, 'default', podName, {
+      nodeName: NODE,
+      annotations: { 'cni.netplugin.org/ipv4pools': '["no-such-pool"]' },
+    });
     const netns = createNetns('pod');
     const call = { containerId: `kddbad-${process.pid}-c`, netns: netns.path, args: k8sArgs('default', podName) };
     const e = expectCniError(await cni('ADD', conf(), call), 102);
@@ -143,7 +180,11 @@ describe('datastore_type kubernetes', () => {
 
   it('the kubernetes datastore needs the pod: a missing pod is code 102', async () => {
     const netns = createNetns('pod');
-    const call = { containerId: `kddghost-${process.pid}-c`, netns: netns.path, args: k8sArgs('default', `ghost-${process.pid}`) };
+    const call = {
+      containerId: `kddghost-${process.pid}-c`,
+      netns: netns.path,
+      args: k8sArgs('default', `ghost-${process.pid}`),
+    };
     const e = expectCniError(await cni('ADD', conf(), call), 102);
     expect(e.msg).toContain(`pod default/ghost-${process.pid} not found`);
     await expectNothingLeft();
@@ -158,9 +199,14 @@ describe('datastore_type kubernetes', () => {
     // node's endpoints names it (and skips it); GC asks the API server for
     // this node's pods alone and never touches it.
     const other = `gc-other-${process.pid}`;
-    putPod(api, 'default', other, { nodeName: `${NODE}-other`, annotations: { 'cni.netplugin.org/containerID': 'someone-else', 'cni.netplugin.org/podIPs': 'not-an-address' } });
+    putPod(api, 'default', other, {
+      nodeName: `${NODE}-other`,
+      annotations: { 'cni.netplugin.org/containerID': 'someone-else', 'cni.netplugin.org/podIPs': 'not-an-address' },
+    });
     try {
-      expect((await ds.list('WorkloadEndpoint')).invalid?.map((o) => o.where)).toContain(`pod default/${other} (annotations cni.netplugin.org/*)`);
+      expect((await ds.list('WorkloadEndpoint')).invalid?.map((o) => o.where)).toContain(
+        `pod default/${other} (annotations cni.netplugin.org/*)`,
+      );
       expectOk(await cni('GC', { ...conf({ cniVersion: '1.1.0' }), 'cni.dev/valid-attachments': [] }));
       // This node's stale attachment is gone: the endpoint annotations, the handle, the host veth.
       const ann = await podAnnotations('default', podName);

@@ -6,7 +6,19 @@
 import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { createNetns } from '../support/netns.js';
-import { NODE, cni, expectCniError, expectNothingLeft, expectOk, ipamState, k8sArgs, link, netconf, type Cluster, useCluster } from '../support/plugin-harness.js';
+import {
+  NODE,
+  cni,
+  expectCniError,
+  expectNothingLeft,
+  expectOk,
+  ipamState,
+  k8sArgs,
+  link,
+  netconf,
+  type Cluster,
+  useCluster,
+} from '../support/plugin-harness.js';
 import { k8sNetconf, putNamespace, putPod, startApi, type Api } from '../support/k8s-harness.js';
 
 const PREFIX = 'npk';
@@ -32,7 +44,14 @@ describe('pod context', () => {
       // A pod cannot claim another namespace through its own labels.
       labels: { app: 'web', tier: 'front', 'netplugin.org/namespace': 'kube-system' },
       containers: [
-        { name: 'main', ports: [{ name: 'http', containerPort: 8080 }, { containerPort: 9000 }, { name: 'dns', containerPort: 53, protocol: 'udp' }] },
+        {
+          name: 'main',
+          ports: [
+            { name: 'http', containerPort: 8080 },
+            { containerPort: 9000 },
+            { name: 'dns', containerPort: 53, protocol: 'udp' },
+          ],
+        },
         { name: 'side', ports: [{ name: 'metrics', containerPort: 9100, protocol: 'TCP', hostPort: 19100 }] },
       ],
     });
@@ -59,7 +78,13 @@ describe('pod context', () => {
       { name: 'metrics', protocol: 'TCP', port: 9100, hostPort: 19100 },
     ]);
     expect(wep.spec.generateName).toBe(`web-${process.pid}-`);
-    expect(wep.spec).toMatchObject({ orchestrator: 'k8s', pod: podName, containerID: call.containerId, node: NODE, endpoint: 'eth0' });
+    expect(wep.spec).toMatchObject({
+      orchestrator: 'k8s',
+      pod: podName,
+      containerID: call.containerId,
+      node: NODE,
+      endpoint: 'eth0',
+    });
     expect(wep.spec.ipNetworks).toEqual([add.json.ips[0].address]);
 
     expectOk(await cni('DEL', conf, call));
@@ -120,7 +145,11 @@ describe('API server failures', () => {
 
   it('a pod that does not exist: code 102 naming the pod and the API server, nothing left behind', async () => {
     const pod = createNetns('pod');
-    const call = { containerId: `ghost-${process.pid}`, netns: pod.path, args: k8sArgs('default', `ghost-${process.pid}`) };
+    const call = {
+      containerId: `ghost-${process.pid}`,
+      netns: pod.path,
+      args: k8sArgs('default', `ghost-${process.pid}`),
+    };
     const r = expectCniError(await cni('ADD', k8sNetconf(c, api, PREFIX), call), 102);
     expect(r.msg).toContain(`pod default/ghost-${process.pid} not found`);
     expect(r.msg).toContain(api.server.url);
@@ -132,7 +161,11 @@ describe('API server failures', () => {
     const podName = `orphan-${process.pid}`;
     putPod(api, `gone-${process.pid}`, podName);
     const pod = createNetns('pod');
-    const call = { containerId: `orphan-${process.pid}`, netns: pod.path, args: k8sArgs(`gone-${process.pid}`, podName) };
+    const call = {
+      containerId: `orphan-${process.pid}`,
+      netns: pod.path,
+      args: k8sArgs(`gone-${process.pid}`, podName),
+    };
     const r = expectCniError(await cni('ADD', k8sNetconf(c, api, PREFIX), call), 102);
     expect(r.msg).toContain(`namespace gone-${process.pid}`);
     expect(r.msg).toContain('not found');
@@ -144,7 +177,10 @@ describe('without policy.type (etcd datastore)', () => {
   it('does not read the pod and ignores its annotations, even one that would fail', async () => {
     const podName = `nopol-${process.pid}`;
     // Would fail with code 7 if it were read, and names a pool that does not exist.
-    putPod(api, 'default', podName, { labels: { app: 'x' }, annotations: { 'cni.netplugin.org/ipv4pools': 'not json', 'cni.netplugin.org/ipAddrs': '["192.0.2.7"]' } });
+    putPod(api, 'default', podName, {
+      labels: { app: 'x' },
+      annotations: { 'cni.netplugin.org/ipv4pools': 'not json', 'cni.netplugin.org/ipAddrs': '["192.0.2.7"]' },
+    });
     const pod = createNetns('pod');
     const call = { containerId: `nopol-${process.pid}`, netns: pod.path, args: k8sArgs('default', podName) };
     // kubernetes.kubeconfig is set, yet with no policy.type it must not be used.
@@ -166,7 +202,11 @@ describe('without policy.type (etcd datastore)', () => {
     const down = await startApi(c.tmp);
     await down.server.stop();
     const pod = createNetns('pod');
-    const call = { containerId: `noapi-${process.pid}`, netns: pod.path, args: k8sArgs('default', `noapi-${process.pid}`) };
+    const call = {
+      containerId: `noapi-${process.pid}`,
+      netns: pod.path,
+      args: k8sArgs('default', `noapi-${process.pid}`),
+    };
     const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX, kubernetes: { kubeconfig: down.kubeconfig } });
     expectOk(await cni('ADD', conf, call));
     expectOk(await cni('DEL', conf, call));

@@ -12,7 +12,19 @@ import { endpointStatusKey, statusFilePath, writePolicyStatus } from '../../src/
 import { DatastoreError } from '../../src/errors.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
-import { NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, k8sArgs, link, type Cluster, startCluster } from '../support/plugin-harness.js';
+import {
+  NODE,
+  cleanupAttachments,
+  cni,
+  ensureBuilt,
+  expectCniError,
+  expectNothingLeft,
+  expectOk,
+  k8sArgs,
+  link,
+  type Cluster,
+  startCluster,
+} from '../support/plugin-harness.js';
 import { k8sNetconf, putPod, startApi, type Api } from '../support/k8s-harness.js';
 
 const PREFIX = 'npr';
@@ -44,7 +56,7 @@ afterAll(async () => {
 /** A readiness endpoint answering with the scripted statuses in turn (the last one repeats). */
 async function gate(statuses: number[], body = 'starting'): Promise<{ url: string; hits: () => number }> {
   let n = 0;
-  const srv = createServer((req, res) => {
+  const srv = createServer((_req, res) => {
     const status = statuses[Math.min(n, statuses.length - 1)]!;
     n++;
     res.writeHead(status, { 'content-type': 'text/plain' });
@@ -61,7 +73,11 @@ function newPod(): { podName: string; call: { containerId: string; netns: string
   const podName = `g${++seq}-${process.pid}`;
   putPod(api, 'default', podName);
   const ns = createNetns('pod');
-  return { podName, call: { containerId: `${podName}-c`, netns: ns.path, args: k8sArgs('default', podName) }, netnsName: ns.name };
+  return {
+    podName,
+    call: { containerId: `${podName}-c`, netns: ns.path, args: k8sArgs('default', podName) },
+    netnsName: ns.name,
+  };
 }
 
 describe('readiness gates', () => {
@@ -125,7 +141,10 @@ describe('readiness gates', () => {
 
   it('readiness_gate_timeout_seconds out of range: code 7 naming the field', async () => {
     const p = newPod();
-    const conf = k8sNetconf(c, api, PREFIX, { readiness_gates: ['http://127.0.0.1:1/'], readiness_gate_timeout_seconds: 0 });
+    const conf = k8sNetconf(c, api, PREFIX, {
+      readiness_gates: ['http://127.0.0.1:1/'],
+      readiness_gate_timeout_seconds: 0,
+    });
     const e = expectCniError(await cni('ADD', conf, p.call), 7);
     expect(e.msg).toContain('readiness_gate_timeout_seconds');
     await expectNothingLeft(c, PREFIX);
@@ -138,7 +157,11 @@ describe('policy-setup wait', () => {
   const statusKey = (pod: string) => endpointStatusKey('default', wepName(pod));
 
   /** Stands in for the node agent: once the endpoint exists and ~1 s has passed since `t0`, reports it programmed. */
-  function agentReportsLater(pod: string, containerID: string, t0: number): { wrote: Promise<number>; stop: () => void } {
+  function agentReportsLater(
+    pod: string,
+    containerID: string,
+    t0: number,
+  ): { wrote: Promise<number>; stop: () => void } {
     let stopped = false;
     const wrote = (async () => {
       for (;;) {

@@ -11,7 +11,7 @@ import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../supp
 import { freePort, startEtcd, type EtcdServer } from '../support/etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { DatastoreError } from '../../src/errors.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { createPool, workloadEndpoint } from '../support/builders.js';
@@ -53,10 +53,30 @@ afterAll(async () => {
 
 async function startKc(extra: string[] = []): Promise<Kc> {
   const port = await freePort();
-  const proc = spawn(process.execPath, [BIN, '--kubeconfig', kubeconfig, '--health-addr', `127.0.0.1:${port}`, '--lease-duration', '3s', '--log-level', 'DEBUG', ...extra], {
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', DATASTORE_TYPE: 'etcdv3', ETCD_ENDPOINTS: etcd.endpoint, POD_NAMESPACE: 'kube-system' },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const proc = spawn(
+    process.execPath,
+    [
+      BIN,
+      '--kubeconfig',
+      kubeconfig,
+      '--health-addr',
+      `127.0.0.1:${port}`,
+      '--lease-duration',
+      '3s',
+      '--log-level',
+      'DEBUG',
+      ...extra,
+    ],
+    {
+      env: {
+        PATH: process.env.PATH ?? '/usr/bin:/bin',
+        DATASTORE_TYPE: 'etcdv3',
+        ETCD_ENDPOINTS: etcd.endpoint,
+        POD_NAMESPACE: 'kube-system',
+      },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   let log = '';
   proc.stderr!.on('data', (d) => (log += d));
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
@@ -71,7 +91,11 @@ async function kill(k: Kc, sig: NodeJS.Signals): Promise<void> {
   procs.delete(k);
 }
 
-async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000): Promise<T> {
+async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 30_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -81,7 +105,8 @@ async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false>
     } catch (e) {
       last = e;
     }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -92,16 +117,22 @@ async function http(k: Kc, path: string): Promise<{ status: number; body: string
 }
 
 async function waitLeader(k: Kc): Promise<void> {
-  await waitFor('the replica to lead and finish its resync', async () => {
-    const r = await http(k, '/readyz');
-    return r.status === 200 && r.body.includes('"role":"leader"');
-  }, 45_000);
+  await waitFor(
+    'the replica to lead and finish its resync',
+    async () => {
+      const r = await http(k, '/readyz');
+      return r.status === 200 && r.body.includes('"role":"leader"');
+    },
+    45_000,
+  );
 }
 
 async function metric(k: Kc, name: string): Promise<number> {
   const { body } = await http(k, '/metrics');
   let sum = 0;
-  for (const line of body.split('\n')) if (line.startsWith(name) && /^[^{ ]+(\{[^}]*\})? /.test(line) && line.split(/[{ ]/)[0] === name) sum += Number(line.split(' ').pop());
+  for (const line of body.split('\n'))
+    if (line.startsWith(name) && /^[^{ ]+(\{[^}]*\})? /.test(line) && line.split(/[{ ]/)[0] === name)
+      sum += Number(line.split(' ').pop());
   return sum;
 }
 
@@ -119,12 +150,30 @@ async function apiDelete(path: string): Promise<void> {
   if (r.status !== 200) throw new Error(`DELETE ${path}: ${r.status} ${await r.text()}`);
 }
 
-const ns = (name: string, labels: Record<string, string> = {}) => api.put(`/api/v1/namespaces/${name}`, { metadata: { name, labels } });
+const ns = (name: string, labels: Record<string, string> = {}) =>
+  api.put(`/api/v1/namespaces/${name}`, { metadata: { name, labels } });
 const knp = (namespace: string, name: string, spec: Record<string, unknown>) =>
-  api.put(`/apis/networking.k8s.io/v1/namespaces/${namespace}/networkpolicies/${name}`, { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name }, spec });
+  api.put(`/apis/networking.k8s.io/v1/namespaces/${namespace}/networkpolicies/${name}`, {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: { name },
+    spec,
+  });
 const node = (name: string, labels: Record<string, string>, ip = '192.0.2.10') =>
-  api.put(`/api/v1/nodes/${name}`, { metadata: { name, labels }, status: { addresses: [{ type: 'InternalIP', address: ip }, { type: 'Hostname', address: name }] } });
-const pod = (namespace: string, name: string, o: { uid?: string; node?: string; labels?: Record<string, string>; ips?: string[] } = {}) =>
+  api.put(`/api/v1/nodes/${name}`, {
+    metadata: { name, labels },
+    status: {
+      addresses: [
+        { type: 'InternalIP', address: ip },
+        { type: 'Hostname', address: name },
+      ],
+    },
+  });
+const pod = (
+  namespace: string,
+  name: string,
+  o: { uid?: string; node?: string; labels?: Record<string, string>; ips?: string[] } = {},
+) =>
   api.put(`/api/v1/namespaces/${namespace}/pods/${name}`, {
     metadata: { name, uid: o.uid ?? `uid-${name}`, labels: o.labels ?? {} },
     spec: { nodeName: o.node ?? 'n1', containers: [{ name: 'c' }] },
@@ -135,12 +184,29 @@ async function setConfig(node: Record<string, unknown>): Promise<void> {
   const spec = { controllers: { node } };
   const cur = await tryGet('KubeControllersConfiguration', 'default');
   if (cur) await ds.update({ ...cur, spec });
-  else await ds.create({ apiVersion: API_VERSION, kind: 'KubeControllersConfiguration', metadata: { name: 'default' }, spec });
+  else
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'KubeControllersConfiguration',
+      metadata: { name: 'default' },
+      spec,
+    });
 }
 
-async function endpoint(namespace: string, podName: string, node: string, containerID: string, ip: string): Promise<string> {
+async function endpoint(
+  namespace: string,
+  podName: string,
+  node: string,
+  containerID: string,
+  ip: string,
+): Promise<string> {
   const wep = workloadEndpoint({
-    node, namespace, pod: podName, containerID, ips: [ip], interfaceName: `np${containerID.slice(-6)}`,
+    node,
+    namespace,
+    pod: podName,
+    containerID,
+    ips: [ip],
+    interfaceName: `np${containerID.slice(-6)}`,
     labels: { 'netplugin.org/namespace': namespace, 'netplugin.org/orchestrator': 'k8s' },
   });
   await ds.create(wep);
@@ -150,7 +216,8 @@ async function endpoint(namespace: string, podName: string, node: string, contai
 /** Stores `value` at the etcd key of an endpoint as another writer could (no validation); returns the undo. */
 function putRawEndpoint(namespace: string, name: string, value: string): () => void {
   const key = `/netplugin/resources/v3/netplugin.org/workloadendpoints/${namespace}/${name}`;
-  const etcdctl = (...args: string[]) => execFileSync('etcdctl', ['--endpoints', etcd.endpoint, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+  const etcdctl = (...args: string[]) =>
+    execFileSync('etcdctl', ['--endpoints', etcd.endpoint, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
   etcdctl('put', key, value);
   return () => etcdctl('del', key);
 }
@@ -181,29 +248,48 @@ async function allocated(ip: string): Promise<boolean> {
 describe('mirrors', { timeout: 120_000 }, () => {
   it('mirror NetworkPolicies, namespaces and service accounts; follow updates and deletions; resync after a restart', async () => {
     ns('shop', { team: 'a' });
-    api.put('/api/v1/namespaces/shop/serviceaccounts/builder', { metadata: { name: 'builder', labels: { role: 'ci' } } });
-    knp('shop', 'db', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'web' } } }], ports: [{ port: 5432 }] }] });
+    api.put('/api/v1/namespaces/shop/serviceaccounts/builder', {
+      metadata: { name: 'builder', labels: { role: 'ci' } },
+    });
+    knp('shop', 'db', {
+      podSelector: { matchLabels: { app: 'db' } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { app: 'web' } } }], ports: [{ port: 5432 }] }],
+    });
     let kc = await startKc();
     await waitLeader(kc);
 
     const mirror = await waitFor('knp.default.db', () => tryGet('NetworkPolicy', 'knp.default.db', 'shop'));
     expect(mirror.spec.selector).toBe("netplugin.org/orchestrator == 'k8s' && app == 'db'");
     expect(mirror.spec.types).toEqual(['Ingress']); // the API server's defaulting
-    expect(mirror.spec.ingress).toEqual([{ action: 'Allow', protocol: 'TCP', source: { selector: "app == 'web'" }, destination: { ports: [5432] } }]);
+    expect(mirror.spec.ingress).toEqual([
+      { action: 'Allow', protocol: 'TCP', source: { selector: "app == 'web'" }, destination: { ports: [5432] } },
+    ]);
     const kns = await waitFor('kns.shop', () => tryGet('Profile', 'kns.shop'));
     expect(kns.spec.labelsToApply).toMatchObject({ 'pcns.team': 'a', 'netplugin.org/name': 'shop' });
     const ksa = await waitFor('ksa.shop.builder', () => tryGet('Profile', 'ksa.shop.builder'));
     expect(ksa.spec.labelsToApply).toEqual({ 'pcsa.role': 'ci' });
 
     // Updates follow.
-    knp('shop', 'db', { podSelector: { matchLabels: { app: 'db' } }, policyTypes: ['Ingress', 'Egress'], egress: [{ ports: [{ protocol: 'UDP', port: 53 }] }] });
-    await waitFor('the updated mirror', async () => (await tryGet('NetworkPolicy', 'knp.default.db', 'shop'))?.spec.types?.includes('Egress'));
+    knp('shop', 'db', {
+      podSelector: { matchLabels: { app: 'db' } },
+      policyTypes: ['Ingress', 'Egress'],
+      egress: [{ ports: [{ protocol: 'UDP', port: 53 }] }],
+    });
+    await waitFor('the updated mirror', async () =>
+      (await tryGet('NetworkPolicy', 'knp.default.db', 'shop'))?.spec.types?.includes('Egress'),
+    );
     ns('shop', { team: 'b' });
-    await waitFor('the updated namespace profile', async () => (await tryGet('Profile', 'kns.shop'))?.spec.labelsToApply?.['pcns.team'] === 'b');
+    await waitFor(
+      'the updated namespace profile',
+      async () => (await tryGet('Profile', 'kns.shop'))?.spec.labelsToApply?.['pcns.team'] === 'b',
+    );
     // A mirror edited by hand is put back.
     const edited = (await tryGet('NetworkPolicy', 'knp.default.db', 'shop'))!;
     await ds.update({ ...edited, spec: { ...edited.spec, selector: 'all()' } });
-    await waitFor('the edited mirror restored', async () => (await tryGet('NetworkPolicy', 'knp.default.db', 'shop'))?.spec.selector !== 'all()');
+    await waitFor(
+      'the edited mirror restored',
+      async () => (await tryGet('NetworkPolicy', 'knp.default.db', 'shop'))?.spec.selector !== 'all()',
+    );
 
     // Deletions follow.
     await apiDelete('/api/v1/namespaces/shop/serviceaccounts/builder');
@@ -212,14 +298,31 @@ describe('mirrors', { timeout: 120_000 }, () => {
     // Down: the policy goes, a stale mirror appears, a namespace is added.
     await kill(kc, 'SIGTERM');
     await apiDelete('/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/db');
-    await ds.create({ apiVersion: API_VERSION, kind: 'NetworkPolicy', metadata: { name: 'knp.default.stale', namespace: 'default' }, spec: { selector: 'all()' } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'NetworkPolicy',
+      metadata: { name: 'knp.default.stale', namespace: 'default' },
+      spec: { selector: 'all()' },
+    });
     await ds.create({ apiVersion: API_VERSION, kind: 'Profile', metadata: { name: 'kns.gone' }, spec: {} });
-    await ds.create({ apiVersion: API_VERSION, kind: 'NetworkPolicy', metadata: { name: 'mine', namespace: 'default' }, spec: { selector: 'all()' } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'NetworkPolicy',
+      metadata: { name: 'mine', namespace: 'default' },
+      spec: { selector: 'all()' },
+    });
     ns('later');
     const metricsPort = await freePort();
     kc = await startKc(['--metrics-addr', `127.0.0.1:${metricsPort}`]);
     await waitLeader(kc); // the SIGTERMed leader handed the lease back
-    await waitFor('the resync', async () => !(await tryGet('NetworkPolicy', 'knp.default.db', 'shop')) && !(await tryGet('NetworkPolicy', 'knp.default.stale', 'default')) && !(await tryGet('Profile', 'kns.gone')) && !!(await tryGet('Profile', 'kns.later')));
+    await waitFor(
+      'the resync',
+      async () =>
+        !(await tryGet('NetworkPolicy', 'knp.default.db', 'shop')) &&
+        !(await tryGet('NetworkPolicy', 'knp.default.stale', 'default')) &&
+        !(await tryGet('Profile', 'kns.gone')) &&
+        !!(await tryGet('Profile', 'kns.later')),
+    );
     // Objects that are not mirrors are left alone.
     expect(await tryGet('NetworkPolicy', 'mine', 'default')).toBeDefined();
     expect(await tryGet('Profile', 'kns.shop')).toBeDefined();
@@ -229,7 +332,8 @@ describe('mirrors', { timeout: 120_000 }, () => {
     expect(await metric(kc, 'netplugin_kube_controllers_objects_synced_total')).toBeGreaterThan(0);
     expect((await http(kc, '/metrics')).body).toContain('netplugin_kube_controllers_queue_depth{controller="policy"}');
     // --metrics-addr: the same metrics for Prometheus on their own listener, and no probe paths there.
-    const onMetrics = (path: string) => fetch(`http://127.0.0.1:${metricsPort}${path}`).then(async (r) => ({ status: r.status, body: await r.text() }));
+    const onMetrics = (path: string) =>
+      fetch(`http://127.0.0.1:${metricsPort}${path}`).then(async (r) => ({ status: r.status, body: await r.text() }));
     expect((await onMetrics('/metrics')).body).toContain('netplugin_kube_controllers_queue_depth{controller="policy"}');
     for (const p of ['/healthz', '/readyz']) expect((await onMetrics(p)).status).toBe(404);
     await kill(kc, 'SIGTERM');
@@ -243,8 +347,20 @@ describe('mirrors', { timeout: 120_000 }, () => {
     await ds.create({
       apiVersion: API_VERSION,
       kind: 'WorkloadEndpoint',
-      metadata: { name: wepName, namespace: 'app', labels: { app: 'web', v: '1', 'netplugin.org/namespace': 'app', 'netplugin.org/orchestrator': 'k8s' } },
-      spec: { orchestrator: 'k8s', node: 'n1', containerID: 'c1', pod: 'web-0', endpoint: 'eth0', interfaceName: 'npa1', ipNetworks: ['10.99.0.1/32'] },
+      metadata: {
+        name: wepName,
+        namespace: 'app',
+        labels: { app: 'web', v: '1', 'netplugin.org/namespace': 'app', 'netplugin.org/orchestrator': 'k8s' },
+      },
+      spec: {
+        orchestrator: 'k8s',
+        node: 'n1',
+        containerID: 'c1',
+        pod: 'web-0',
+        endpoint: 'eth0',
+        interfaceName: 'npa1',
+        ipNetworks: ['10.99.0.1/32'],
+      },
     });
     const kc = await startKc(['--controllers', 'workloadendpoint']);
     await waitLeader(kc);
@@ -254,7 +370,12 @@ describe('mirrors', { timeout: 120_000 }, () => {
       const w = await tryGet('WorkloadEndpoint', wepName, 'app');
       return w?.metadata.labels?.v === '2' ? w : undefined;
     });
-    expect(wep.metadata.labels).toEqual({ app: 'web', v: '2', 'netplugin.org/namespace': 'app', 'netplugin.org/orchestrator': 'k8s' });
+    expect(wep.metadata.labels).toEqual({
+      app: 'web',
+      v: '2',
+      'netplugin.org/namespace': 'app',
+      'netplugin.org/orchestrator': 'k8s',
+    });
     await waitFor('the start logged', () => kc.log().includes('started the workloadendpoint controller'));
     expect(kc.log()).not.toContain('started the policy controller');
   });
@@ -272,11 +393,29 @@ describe('node controller', { timeout: 120_000 }, () => {
 
     // Addresses of n2: a pod's, and one without pod attributes (a tunnel address).
     const ipam = createIpam(ds, { lock: 'none' });
-    const [podAddr] = await ipam.assign({ handleID: 'k8s-pod-network.aaa', node: 'n2', attrs: { namespace: 'default', pod: 'p1', containerID: 'aaa' }, assignIPv4: true, assignIPv6: false });
-    const [tunnel] = await ipam.assign({ handleID: 'vxlan-tunnel-addr-n2', node: 'n2', attrs: { type: 'vxlanTunnelAddress' }, assignIPv4: true, assignIPv6: false });
+    const [podAddr] = await ipam.assign({
+      handleID: 'k8s-pod-network.aaa',
+      node: 'n2',
+      attrs: { namespace: 'default', pod: 'p1', containerID: 'aaa' },
+      assignIPv4: true,
+      assignIPv6: false,
+    });
+    const [tunnel] = await ipam.assign({
+      handleID: 'vxlan-tunnel-addr-n2',
+      node: 'n2',
+      attrs: { type: 'vxlanTunnelAddress' },
+      assignIPv4: true,
+      assignIPv6: false,
+    });
     // A pod on another node keeps its address.
     node('n3', {});
-    const [other] = await ipam.assign({ handleID: 'k8s-pod-network.bbb', node: 'n3', attrs: { namespace: 'default', pod: 'p2', containerID: 'bbb' }, assignIPv4: true, assignIPv6: false });
+    const [other] = await ipam.assign({
+      handleID: 'k8s-pod-network.bbb',
+      node: 'n3',
+      attrs: { namespace: 'default', pod: 'p2', containerID: 'bbb' },
+      assignIPv4: true,
+      assignIPv6: false,
+    });
     pod('default', 'p1', { node: 'n2' });
     pod('default', 'p2', { node: 'n3' });
     const wepN2 = await endpoint('default', 'p1', 'n2', 'aaa', podAddr!.ip);
@@ -297,14 +436,22 @@ describe('node controller', { timeout: 120_000 }, () => {
     await waitFor('the release logged', () => kc.log().includes(podAddr!.ip));
   });
 
-  it('GC releases a leaked address only after the grace period, never a live pod\'s or one without Kubernetes attributes', async () => {
+  it("GC releases a leaked address only after the grace period, never a live pod's or one without Kubernetes attributes", async () => {
     await pool('gc', '10.92.0.0/24');
     await setConfig({ leakGracePeriod: '4s', reconcilerPeriod: '1s' });
     ns('gc');
     node('g1', {});
     const ipam = createIpam(ds, { lock: 'none' });
     const assign = async (handle: string, attrs: Record<string, string>) =>
-      (await ipam.assign({ handleID: handle, node: 'g1', attrs: { containerID: handle, ...attrs }, assignIPv4: true, assignIPv6: false }))[0]!.ip;
+      (
+        await ipam.assign({
+          handleID: handle,
+          node: 'g1',
+          attrs: { containerID: handle, ...attrs },
+          assignIPv4: true,
+          assignIPv6: false,
+        })
+      )[0]!.ip;
     const live = await assign('net.live', { namespace: 'gc', pod: 'live', podUID: 'uid-live' });
     pod('gc', 'live', { node: 'g1', uid: 'uid-live', ips: [live] });
     const plain = await assign('net.plain', {}); // podman / plain CNI
@@ -318,20 +465,35 @@ describe('node controller', { timeout: 120_000 }, () => {
     // An endpoint of a vanished pod whose address is already free goes too.
     const orphanWep = await endpoint('gc', 'orphan', 'g1', 'net.orphan', '10.92.0.250');
     // A malformed endpoint (a value another writer broke) is skipped: it must not stop the scans.
-    const unbreak = putRawEndpoint('gc', workloadEndpointName('g1', 'k8s', 'broken', 'eth0'), '{"apiVersion": "netplugin.org/v3", "kind": "WorkloadEndpoint", "spec": ');
+    const unbreak = putRawEndpoint(
+      'gc',
+      workloadEndpointName('g1', 'k8s', 'broken', 'eth0'),
+      '{"apiVersion": "netplugin.org/v3", "kind": "WorkloadEndpoint", "spec": ',
+    );
     onTestFinished(unbreak);
 
     const kc = await startKc(['--controllers', 'node']);
     await waitLeader(kc);
-    await waitFor('the leaked addresses released', async () => !(await allocated(gone)) && !(await allocated(recreated)));
+    await waitFor(
+      'the leaked addresses released',
+      async () => !(await allocated(gone)) && !(await allocated(recreated)),
+    );
     // Leaked since t0 at the earliest: the grace period bounds the release from below.
     expect(Date.now() - t0).toBeGreaterThanOrEqual(4000);
-    const released = () => kc.log().split('\n').filter((l) => l.includes('released a leaked address')).join('\n');
+    const released = () =>
+      kc
+        .log()
+        .split('\n')
+        .filter((l) => l.includes('released a leaked address'))
+        .join('\n');
     await waitFor('both releases logged', () => released().includes(gone) && released().includes(recreated));
     expect(released()).toContain('was re-created');
     // Two more complete scans later, the others are still held.
     const scans = await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total');
-    await waitFor('two more GC scans', async () => (await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total')) >= scans + 2);
+    await waitFor(
+      'two more GC scans',
+      async () => (await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total')) >= scans + 2,
+    );
     expect(await allocated(live)).toBe(true);
     expect(await allocated(plain)).toBe(true);
     expect(await tryGet('WorkloadEndpoint', goneWep, 'gc')).toBeUndefined();
@@ -351,7 +513,9 @@ describe('node controller', { timeout: 120_000 }, () => {
       expect(gauge(body, `netplugin_ipam_gc_candidate_addresses{pool="gc",state="${state}"}`)).toBe(0);
     }
     // Counted on /metrics and logged, never an error that stops a controller.
-    expect((await http(kc, '/metrics')).body).toMatch(/^netplugin_datastore_invalid_objects\{kind="WorkloadEndpoint"\} 1$/m);
+    expect((await http(kc, '/metrics')).body).toMatch(
+      /^netplugin_datastore_invalid_objects\{kind="WorkloadEndpoint"\} 1$/m,
+    );
     expect(kc.log()).toMatch(/malformed object.*WorkloadEndpoint gc\/g1-k8s-broken-eth0/);
   });
 
@@ -362,12 +526,23 @@ describe('node controller', { timeout: 120_000 }, () => {
     ns('gcev');
     node('e1', {});
     const ipam = createIpam(ds, { lock: 'none' });
-    const ip = (await ipam.assign({ handleID: 'net.ev', node: 'e1', attrs: { containerID: 'ev', namespace: 'gcev', pod: 'ev', podUID: 'uid-ev' }, assignIPv4: true, assignIPv6: false }))[0]!.ip;
+    const ip = (
+      await ipam.assign({
+        handleID: 'net.ev',
+        node: 'e1',
+        attrs: { containerID: 'ev', namespace: 'gcev', pod: 'ev', podUID: 'uid-ev' },
+        assignIPv4: true,
+        assignIPv6: false,
+      })
+    )[0]!.ip;
     pod('gcev', 'ev', { node: 'e1', uid: 'uid-ev', ips: [ip] });
     const kc = await startKc(['--controllers', 'node']);
     await waitLeader(kc);
     // The start-up scan saw a live pod.
-    await waitFor('the start-up GC scan', async () => (await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total')) >= 1);
+    await waitFor(
+      'the start-up GC scan',
+      async () => (await metric(kc, 'netplugin_kube_controllers_ipam_gc_scans_total')) >= 1,
+    );
     expect(await allocated(ip)).toBe(true);
 
     // The pod goes without a DEL (the node's runtime never tore the sandbox down).
@@ -380,7 +555,10 @@ describe('node controller', { timeout: 120_000 }, () => {
       expect(held, `released ${Date.now() - t0} ms after the pod's deletion, inside the 5 s grace period`).toBe(true);
       await new Promise((r) => setTimeout(r, 250));
     }
-    await waitFor('the leaked address released after the pod deletion (the period is 10 minutes)', async () => !(await allocated(ip)));
+    await waitFor(
+      'the leaked address released after the pod deletion (the period is 10 minutes)',
+      async () => !(await allocated(ip)),
+    );
     expect(kc.log()).toMatch(/released a leaked address.*pod gcev\/ev does not exist/);
   });
 
@@ -394,9 +572,17 @@ describe('node controller', { timeout: 120_000 }, () => {
 
     await setConfig({ hostEndpoint: { autoCreate: 'Enabled' } });
     const hep = await waitFor('h1-auto-hep', () => tryGet('HostEndpoint', 'h1-auto-hep'));
-    expect(hep.spec).toEqual({ node: 'h1', interfaceName: '*', expectedIPs: ['192.0.2.21'], profiles: ['netplugin-default-allow'] });
+    expect(hep.spec).toEqual({
+      node: 'h1',
+      interfaceName: '*',
+      expectedIPs: ['192.0.2.21'],
+      profiles: ['netplugin-default-allow'],
+    });
     expect(hep.metadata.labels).toEqual({ rack: 'r1', 'netplugin.org/created-by': 'netplugin-kube-controllers' });
-    expect((await tryGet('Profile', 'netplugin-default-allow'))?.spec).toEqual({ ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] });
+    expect((await tryGet('Profile', 'netplugin-default-allow'))?.spec).toEqual({
+      ingress: [{ action: 'Allow' }],
+      egress: [{ action: 'Allow' }],
+    });
 
     node('h1', { rack: 'r2' }, '192.0.2.22');
     await waitFor('the host endpoint following the node', async () => {
@@ -404,19 +590,29 @@ describe('node controller', { timeout: 120_000 }, () => {
       return h?.metadata.labels?.rack === 'r2' && h.spec.expectedIPs?.[0] === '192.0.2.22';
     });
     await apiDelete('/api/v1/nodes/h1');
-    await waitFor('the host endpoint of a deleted node removed', async () => !(await tryGet('HostEndpoint', 'h1-auto-hep')));
+    await waitFor(
+      'the host endpoint of a deleted node removed',
+      async () => !(await tryGet('HostEndpoint', 'h1-auto-hep')),
+    );
 
     node('h2', {});
     await waitFor('h2-auto-hep', () => tryGet('HostEndpoint', 'h2-auto-hep'));
     await setConfig({ hostEndpoint: { autoCreate: 'Disabled' } });
-    await waitFor('auto host endpoints removed when Disabled', async () => !(await tryGet('HostEndpoint', 'h2-auto-hep')));
+    await waitFor(
+      'auto host endpoints removed when Disabled',
+      async () => !(await tryGet('HostEndpoint', 'h2-auto-hep')),
+    );
   });
 });
 
 describe('netpluginctl', { timeout: 120_000 }, () => {
   it('shows mirrors; ipam check tells what GC does; ipam release refuses an address whose pod exists', async () => {
     ns('cli');
-    knp('cli', 'allow-dns', { podSelector: {}, policyTypes: ['Egress'], egress: [{ ports: [{ protocol: 'UDP', port: 53 }] }] });
+    knp('cli', 'allow-dns', {
+      podSelector: {},
+      policyTypes: ['Egress'],
+      egress: [{ ports: [{ protocol: 'UDP', port: 53 }] }],
+    });
     await setConfig({ leakGracePeriod: '1h' });
     const kc = await startKc(['--controllers', 'policy']);
     await waitLeader(kc);
@@ -427,7 +623,8 @@ describe('netpluginctl', { timeout: 120_000 }, () => {
 
     await pool('cli', '10.93.0.0/24');
     const ipam = createIpam(ds, { lock: 'none' });
-    const one = async (handle: string, attrs: Record<string, string>) => (await ipam.assign({ handleID: handle, node: 'c1', attrs, assignIPv4: true, assignIPv6: false }))[0]!.ip;
+    const one = async (handle: string, attrs: Record<string, string>) =>
+      (await ipam.assign({ handleID: handle, node: 'c1', attrs, assignIPv4: true, assignIPv6: false }))[0]!.ip;
     const vanished = await one('net.cvanished', { namespace: 'cli', pod: 'vanished', containerID: 'cvanished' });
     const plain = await one('net.cplain', { containerID: 'cplain' });
     pod('cli', 'alive', { node: 'c1' });
@@ -437,22 +634,46 @@ describe('netpluginctl', { timeout: 120_000 }, () => {
     // Leaked addresses are a finding: exit 1 (docs/netpluginctl.md), so cron jobs and alerts see it.
     expect(check.code).toBe(1);
     const lines = check.out.split('\n');
-    const after = (ip: string) => lines[lines.findIndex((l) => l.includes(ip)) + 1] ?? '';
-    expect(after(vanished)).toMatch(/GC: allocated \d+s ago; released once it has looked leaked for leakGracePeriod 1h/);
-    expect(after(plain)).toContain('GC: no Kubernetes attributes');
+    const lineAfter = (ip: string) => lines[lines.findIndex((l) => l.includes(ip)) + 1] ?? '';
+    expect(lineAfter(vanished)).toMatch(
+      /GC: allocated \d+s ago; released once it has looked leaked for leakGracePeriod 1h/,
+    );
+    expect(lineAfter(plain)).toContain('GC: no Kubernetes attributes');
     expect(check.out).not.toContain(alive); // its pod exists (asked through KUBECONFIG)
 
     // A malformed object is a finding of its own, named with where it is and why; describe shows it as stored.
     const broken = workloadEndpointName('c1', 'k8s', 'alive', 'eth0');
-    const unbreak = putRawEndpoint('cli', broken, JSON.stringify({ apiVersion: API_VERSION, kind: 'WorkloadEndpoint', metadata: { name: broken, namespace: 'cli' }, spec: { orchestrator: 'k8s', node: 'c1', containerID: 'calive', pod: 'alive', endpoint: 'eth0', ipNetworks: ['10.93.0.300/32'], interfaceName: 'npx' } }));
+    const unbreak = putRawEndpoint(
+      'cli',
+      broken,
+      JSON.stringify({
+        apiVersion: API_VERSION,
+        kind: 'WorkloadEndpoint',
+        metadata: { name: broken, namespace: 'cli' },
+        spec: {
+          orchestrator: 'k8s',
+          node: 'c1',
+          containerID: 'calive',
+          pod: 'alive',
+          endpoint: 'eth0',
+          ipNetworks: ['10.93.0.300/32'],
+          interfaceName: 'npx',
+        },
+      }),
+    );
     try {
       const again = await ctl(['ipam', 'check']);
       expect(again.code).toBe(1);
-      expect(again.out).toContain(`WorkloadEndpoint cli/${broken}  etcd key /netplugin/resources/v3/netplugin.org/workloadendpoints/cli/${broken}`);
+      expect(again.out).toContain(
+        `WorkloadEndpoint cli/${broken}  etcd key /netplugin/resources/v3/netplugin.org/workloadendpoints/cli/` +
+          `${broken}`,
+      );
       expect(again.out).toMatch(/spec\.ipNetworks\.0: not an IPv4 or IPv6 address/);
       expect(again.out).not.toContain(alive);
       const json = JSON.parse((await ctl(['ipam', 'check', '--json'])).out) as { invalidObjects: unknown[] };
-      expect(json.invalidObjects).toEqual([expect.objectContaining({ kind: 'WorkloadEndpoint', name: broken, namespace: 'cli' })]);
+      expect(json.invalidObjects).toEqual([
+        expect.objectContaining({ kind: 'WorkloadEndpoint', name: broken, namespace: 'cli' }),
+      ]);
       const described = await ctl(['describe', 'workloadendpoint', broken, '-n', 'cli']);
       expect(described.code).toBe(1);
       expect(described.out).toContain('Status:           MALFORMED');
@@ -482,7 +703,9 @@ describe('availability', { timeout: 120_000 }, () => {
     const a = await startKc(['--controllers', 'profile']);
     await waitLeader(a);
     const b = await startKc(['--controllers', 'profile']);
-    await waitFor('the second replica to report standby', async () => (await http(b, '/readyz')).body.includes('"role":"standby"'));
+    await waitFor('the second replica to report standby', async () =>
+      (await http(b, '/readyz')).body.includes('"role":"standby"'),
+    );
     ns('ha-1');
     await waitFor('kns.ha-1 from the leader', () => tryGet('Profile', 'kns.ha-1'));
     expect(await metric(b, 'netplugin_kube_controllers_objects_synced_total')).toBe(0);
@@ -511,7 +734,12 @@ describe('availability', { timeout: 120_000 }, () => {
     api.dropWatches();
     await apiDelete('/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/w1');
     knp('default', 'w2', { podSelector: {} });
-    await waitFor('the re-list converging', async () => !(await tryGet('NetworkPolicy', 'knp.default.w1', 'default')) && !!(await tryGet('NetworkPolicy', 'knp.default.w2', 'default')));
+    await waitFor(
+      'the re-list converging',
+      async () =>
+        !(await tryGet('NetworkPolicy', 'knp.default.w1', 'default')) &&
+        !!(await tryGet('NetworkPolicy', 'knp.default.w2', 'default')),
+    );
 
     // etcd down: changes meanwhile are written once it is back.
     await etcd.pause();
@@ -519,7 +747,13 @@ describe('availability', { timeout: 120_000 }, () => {
     await apiDelete('/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/w2');
     await new Promise((r) => setTimeout(r, 1500));
     await etcd.start();
-    await waitFor('convergence after the etcd restart', async () => !!(await tryGet('NetworkPolicy', 'knp.default.w3', 'default')) && !(await tryGet('NetworkPolicy', 'knp.default.w2', 'default')), 45_000);
+    await waitFor(
+      'convergence after the etcd restart',
+      async () =>
+        !!(await tryGet('NetworkPolicy', 'knp.default.w3', 'default')) &&
+        !(await tryGet('NetworkPolicy', 'knp.default.w2', 'default')),
+      45_000,
+    );
     expect(kc.proc.exitCode).toBeNull();
     expect((await http(kc, '/healthz')).status).toBe(200);
   });
@@ -530,7 +764,12 @@ describe('availability', { timeout: 120_000 }, () => {
     api.stall(true);
     const stalledAt = Date.now();
     try {
-      await Promise.race([kc.exited, new Promise((_, reject) => setTimeout(() => reject(new Error('the leader kept running with a hung API server')), 30_000))]);
+      await Promise.race([
+        kc.exited,
+        new Promise((_, reject) =>
+          setTimeout(() => reject(new Error('the leader kept running with a hung API server')), 30_000),
+        ),
+      ]);
     } finally {
       api.stall(false);
     }
@@ -547,7 +786,12 @@ describe('availability', { timeout: 120_000 }, () => {
     await kill(kc, 'SIGTERM');
     const lines = kc.log().split('\n').filter(Boolean);
     expect(lines.length).toBeGreaterThan(0);
-    for (const l of lines) expect(JSON.parse(l)).toMatchObject({ level: expect.any(String), msg: expect.any(String), component: 'netplugin-kube-controllers' });
+    for (const l of lines)
+      expect(JSON.parse(l)).toMatchObject({
+        level: expect.any(String),
+        msg: expect.any(String),
+        component: 'netplugin-kube-controllers',
+      });
     const bad = await startKc(['--log-format', 'xml']);
     await bad.exited;
     expect(bad.proc.exitCode).toBe(2);

@@ -4,7 +4,17 @@
 // the cache missing, current, for another build, and corrupt: every start must
 // give the same CNI answer, and only a cache of this very build may be used.
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -27,7 +37,8 @@ beforeAll(() => {
   tmp = mkdtempSync(join(tmpdir(), `np-code-cache-${process.pid}-`));
   pkg = join(tmp, 'pkg');
   mkdirSync(join(pkg, 'dist'), { recursive: true });
-  for (const f of ['netplugin.cjs', 'netplugin.mjs', 'code-cache.cjs', 'netplugin.bundle.cjs']) copyFileSync(join(DIST, f), join(pkg, 'dist', f));
+  for (const f of ['netplugin.cjs', 'netplugin.mjs', 'code-cache.cjs', 'netplugin.bundle.cjs'])
+    copyFileSync(join(DIST, f), join(pkg, 'dist', f));
   copyFileSync(join(ROOT, 'package.json'), join(pkg, 'package.json'));
   symlinkSync(join(ROOT, 'node_modules'), join(pkg, 'node_modules'));
   bundle = join(pkg, 'dist/netplugin.bundle.cjs');
@@ -46,7 +57,14 @@ interface Run {
 /** Runs the entry; command undefined: no CNI_COMMAND at all (how people run `netplugin --version`). */
 function run(command: string | undefined, stdin = '', entry = 'netplugin.cjs', args: string[] = []): Run {
   const r = spawnSync(process.execPath, [join(pkg, 'dist', entry), ...args], {
-    env: { PATH: process.env.PATH ?? '', ...(command === undefined ? {} : { CNI_COMMAND: command }), CNI_CONTAINERID: 'code-cache-test', CNI_NETNS: '/var/run/netns/absent', CNI_IFNAME: 'eth0', NETPLUGIN_CODE_CACHE_DEBUG: '1' },
+    env: {
+      PATH: process.env.PATH ?? '',
+      ...(command === undefined ? {} : { CNI_COMMAND: command }),
+      CNI_CONTAINERID: 'code-cache-test',
+      CNI_NETNS: '/var/run/netns/absent',
+      CNI_IFNAME: 'eth0',
+      NETPLUGIN_CODE_CACHE_DEBUG: '1',
+    },
     input: stdin,
     encoding: 'utf8',
     timeout: 60_000,
@@ -65,7 +83,14 @@ const header = () => {
 const buildIdOf = (text: string) => /\/\/# netplugin-build ([0-9a-f]+)\n$/.exec(text)?.[1];
 
 // The netconf is wrong in a way the plugin reports before it touches a datastore or a namespace.
-const BAD_MTU = JSON.stringify({ cniVersion: '1.0.0', name: 'net', type: 'netplugin', mtu: 'big', etcd_endpoints: 'http://127.0.0.1:1', ipam: { type: 'netplugin-ipam' } });
+const BAD_MTU = JSON.stringify({
+  cniVersion: '1.0.0',
+  name: 'net',
+  type: 'netplugin',
+  mtu: 'big',
+  etcd_endpoints: 'http://127.0.0.1:1',
+  ipam: { type: 'netplugin-ipam' },
+});
 
 describe('per-exec code cache', () => {
   it('compiles without a cache, writes one for this build, and uses it from then on', () => {
@@ -110,7 +135,9 @@ describe('per-exec code cache', () => {
   it('never uses a cache made for another build, even one of the same length', () => {
     // Another build: the same length, one answer key changed, another build id.
     const otherId = buildIdOf(original)!.replace(/./g, (c) => (c === '0' ? '1' : '0'));
-    const other = original.replaceAll('supportedVersions', 'supportedVersionX').replace(/netplugin-build [0-9a-f]+\n$/, `netplugin-build ${otherId}\n`);
+    const other = original
+      .replaceAll('supportedVersions', 'supportedVersionX')
+      .replace(/netplugin-build [0-9a-f]+\n$/, `netplugin-build ${otherId}\n`);
     expect(other.length).toBe(original.length);
     writeFileSync(bundle, other);
     rmSync(cache, { force: true });
@@ -126,7 +153,13 @@ describe('per-exec code cache', () => {
     // Why the build id: V8 alone takes the other build's cache (it checks the source's
     // length, not its text) and runs that build's code.
     const nl = otherCache.indexOf(10);
-    writeFileSync(cache, Buffer.concat([Buffer.from(`netplugin-code-cache 1 ${buildIdOf(original)} VERSION\n`), otherCache.subarray(nl + 1)]));
+    writeFileSync(
+      cache,
+      Buffer.concat([
+        Buffer.from(`netplugin-code-cache 1 ${buildIdOf(original)} VERSION\n`),
+        otherCache.subarray(nl + 1),
+      ]),
+    );
     const forged = run('VERSION');
     expect(forged.cacheLog).toEqual(['hit']);
     expect(JSON.parse(forged.out)).toHaveProperty('supportedVersionX');

@@ -5,8 +5,23 @@ import { SUPPORTED_VERSIONS } from '../../src/cni/types.js';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { createNetns } from '../support/netns.js';
 import {
-  HOST_MAC, NODE, addrs, cni, expectNothingLeft, expectOk, ipamState, k8sArgs, link, linkAfterDel, netconf, poolResource, routes, sysctl, why,
-  type Cluster, useCluster,
+  HOST_MAC,
+  NODE,
+  addrs,
+  cni,
+  expectNothingLeft,
+  expectOk,
+  ipamState,
+  k8sArgs,
+  link,
+  linkAfterDel,
+  netconf,
+  poolResource,
+  routes,
+  sysctl,
+  why,
+  type Cluster,
+  useCluster,
 } from '../support/plugin-harness.js';
 
 const POOL = { name: 'basic-v4', cidr: '10.77.1.0/24', blockSize: 28 };
@@ -19,7 +34,7 @@ useCluster([POOL, POOL6], (x) => (c = x));
 const withIpVersion = (v: string) => v.startsWith('0.');
 
 describe.each(SUPPORTED_VERSIONS)('cniVersion %s', (v) => {
-  it('ADD sets up the pod, the result has this version\'s shape, CHECK passes, DEL removes everything', async () => {
+  it("ADD sets up the pod, the result has this version's shape, CHECK passes, DEL removes everything", async () => {
     const pod = createNetns('pod');
     const cid = `basic-${v.replace(/\./g, '')}-${process.pid}`;
     const conf = netconf(c, v);
@@ -57,7 +72,11 @@ describe.each(SUPPORTED_VERSIONS)('cniVersion %s', (v) => {
     const e0 = link('eth0', pod.name)!;
     expect(e0.linkinfo?.info_kind).toBe('veth');
     expect(e0.flags).toContain('UP');
-    expect(addrs('eth0', pod.name).filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen}`)).toEqual([ip.address]);
+    expect(
+      addrs('eth0', pod.name)
+        .filter((a) => a.family === 'inet')
+        .map((a) => `${a.local}/${a.prefixlen}`),
+    ).toEqual([ip.address]);
     const r4 = routes(4, pod.name);
     expect(r4).toContainEqual(expect.objectContaining({ dst: '169.254.1.1', dev: 'eth0', scope: 'link' }));
     expect(r4).toContainEqual(expect.objectContaining({ dst: 'default', gateway: '169.254.1.1', dev: 'eth0' }));
@@ -71,13 +90,25 @@ describe.each(SUPPORTED_VERSIONS)('cniVersion %s', (v) => {
     // Datastore: the endpoint (dashes doubled in its name) and the allocation.
     const wepName = `${NODE}-cni-${cid.replace(/-/g, '--')}-eth0`;
     const wep = await c.ds.get('WorkloadEndpoint', wepName, 'default');
-    expect(wep.spec).toMatchObject({ orchestrator: 'cni', node: NODE, containerID: cid, endpoint: 'eth0', interfaceName: hostIf, ipNetworks: [ip.address], mac: contMac });
+    expect(wep.spec).toMatchObject({
+      orchestrator: 'cni',
+      node: NODE,
+      containerID: cid,
+      endpoint: 'eth0',
+      interfaceName: hostIf,
+      ipNetworks: [ip.address],
+      mac: contMac,
+    });
     const st = await ipamState(c.ds);
     expect(st.handles).toEqual([`k8s-pod-network.${cid}`]);
     expect(st.allocations).toHaveLength(1);
 
     if (v !== '0.3.0' && v !== '0.3.1') {
-      const chk = await cni('CHECK', { ...conf, prevResult: res }, { containerId: cid, netns: pod.path, ifname: 'eth0' });
+      const chk = await cni(
+        'CHECK',
+        { ...conf, prevResult: res },
+        { containerId: cid, netns: pod.path, ifname: 'eth0' },
+      );
       expectOk(chk);
     }
 
@@ -120,10 +151,28 @@ describe('Kubernetes pod', () => {
     // A leftover pair of ours (our host MAC) whose far end sits in a namespace that is still alive.
     const old = createNetns('old');
     const { execFileSync } = await import('node:child_process');
-    execFileSync('ip', ['link', 'add', hostIf, 'address', HOST_MAC, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', old.name]);
+    execFileSync('ip', [
+      'link',
+      'add',
+      hostIf,
+      'address',
+      HOST_MAC,
+      'type',
+      'veth',
+      'peer',
+      'name',
+      'eth0',
+      'netns',
+      old.name,
+    ]);
     const staleIndex = (link(hostIf) as unknown as { ifindex: number }).ifindex;
     const conf = netconf(c, '1.0.0');
-    const call = { containerId: `stale-${process.pid}`, netns: pod.path, ifname: 'eth0', args: k8sArgs('ns1', podName) };
+    const call = {
+      containerId: `stale-${process.pid}`,
+      netns: pod.path,
+      ifname: 'eth0',
+      args: k8sArgs('ns1', podName),
+    };
     const add = await cni('ADD', conf, call);
     expectOk(add);
     const now = link(hostIf) as unknown as { ifindex: number; address: string };
@@ -144,7 +193,11 @@ describe('requested address', () => {
     const add = await cni('ADD', conf, call);
     expectOk(add);
     expect(add.json.ips.map((i: { address: string }) => i.address)).toEqual(['10.77.1.200/32']);
-    expect(addrs('eth0', pod.name).filter((a) => a.family === 'inet').map((a) => a.local)).toEqual(['10.77.1.200']);
+    expect(
+      addrs('eth0', pod.name)
+        .filter((a) => a.family === 'inet')
+        .map((a) => a.local),
+    ).toEqual(['10.77.1.200']);
     expectOk(await cni('DEL', conf, call));
     await expectNothingLeft(c, 'npi');
   });
@@ -202,12 +255,23 @@ describe.each(['0.3.1', '1.0.0'])('dual stack, cniVersion %s', (v) => {
     expect(v6.address).toMatch(/^fd77:1::([0-9a-f]+)?\/128$/);
     expect(v6).toMatchObject({ gateway: GW6, interface: 1 });
     if (v.startsWith('0.')) expect([v4.version, v6.version]).toEqual(['4', '6']);
-    expect(add.json.routes).toEqual(expect.arrayContaining([{ dst: '0.0.0.0/0', gw: '169.254.1.1' }, { dst: '::/0', gw: GW6 }]));
+    expect(add.json.routes).toEqual(
+      expect.arrayContaining([
+        { dst: '0.0.0.0/0', gw: '169.254.1.1' },
+        { dst: '::/0', gw: GW6 },
+      ]),
+    );
 
-    const contAddrs = addrs('eth0', pod.name).filter((a) => a.scope === 'global').map((a) => `${a.local}/${a.prefixlen}`);
+    const contAddrs = addrs('eth0', pod.name)
+      .filter((a) => a.scope === 'global')
+      .map((a) => `${a.local}/${a.prefixlen}`);
     expect(contAddrs.sort()).toEqual([v4.address, v6.address].sort());
     expect(routes(6, pod.name)).toContainEqual(expect.objectContaining({ dst: 'default', gateway: GW6, dev: 'eth0' }));
-    expect(addrs(hostIf).filter((a) => a.family === 'inet6').map((a) => a.local)).toContain(GW6);
+    expect(
+      addrs(hostIf)
+        .filter((a) => a.family === 'inet6')
+        .map((a) => a.local),
+    ).toContain(GW6);
     expect(routes(6)).toContainEqual(expect.objectContaining({ dst: v6.address.split('/')[0], dev: hostIf }));
     expect(sysctl(`net.ipv6.conf.${hostIf}.proxy_ndp`)).toBe('1');
     expect(sysctl(`net.ipv6.conf.${hostIf}.accept_ra`)).toBe('0');
@@ -219,7 +283,9 @@ describe.each(['0.3.1', '1.0.0'])('dual stack, cniVersion %s', (v) => {
     const { execFileSync } = await import('node:child_process');
     execFileSync('ip', ['addr', 'add', 'fd77:1:ffff::1/128', 'dev', 'lo']);
     try {
-      execFileSync('ip', ['netns', 'exec', pod.name, 'ping', '-6', '-c1', '-w5', 'fd77:1:ffff::1'], { stdio: 'ignore' });
+      execFileSync('ip', ['netns', 'exec', pod.name, 'ping', '-6', '-c1', '-w5', 'fd77:1:ffff::1'], {
+        stdio: 'ignore',
+      });
       execFileSync('ip', ['addr', 'add', '10.77.1.254/32', 'dev', 'lo']);
       execFileSync('ip', ['netns', 'exec', pod.name, 'ping', '-c1', '-w5', '10.77.1.254'], { stdio: 'ignore' });
     } finally {
@@ -244,13 +310,19 @@ describe('STATUS', () => {
   });
 
   it('uses the same pool choice as ADD: a missing pool in ipam.ipv4_pools is code 50 naming it', async () => {
-    const r = await cni('STATUS', netconf(c, '1.1.0', { ipam: { type: 'netplugin-ipam', ipv4_pools: ['no-such-pool'] } }));
+    const r = await cni(
+      'STATUS',
+      netconf(c, '1.1.0', { ipam: { type: 'netplugin-ipam', ipv4_pools: ['no-such-pool'] } }),
+    );
     expect(r.json?.code, why(r)).toBe(50);
     expect(r.json.msg).toMatch(/ipam\.ipv4_pools: pool 'no-such-pool' does not exist/);
   });
 
   it("answers not ready when the requested pool's nodeSelector does not select this node, as ADD would fail", async () => {
-    await c.ds.create({ ...poolResource({ name: 'status-elsewhere', cidr: '10.77.250.0/24', blockSize: 28 }), spec: { cidr: '10.77.250.0/24', blockSize: 28, nodeSelector: 'zone == "nowhere"' } });
+    await c.ds.create({
+      ...poolResource({ name: 'status-elsewhere', cidr: '10.77.250.0/24', blockSize: 28 }),
+      spec: { cidr: '10.77.250.0/24', blockSize: 28, nodeSelector: 'zone == "nowhere"' },
+    });
     try {
       const conf = netconf(c, '1.1.0', { ipam: { type: 'netplugin-ipam', ipv4_pools: ['status-elsewhere'] } });
       const r = await cni('STATUS', conf);

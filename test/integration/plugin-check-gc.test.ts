@@ -7,8 +7,21 @@ import { API_VERSION } from '../../src/model/resources.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { createNetns } from '../support/netns.js';
 import {
-  NET_NAME, NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, ipamState, link, linkAfterDel, netconf,
-  wepNames, type Call, type Cluster, useCluster,
+  NET_NAME,
+  NODE,
+  cni,
+  expectCniError,
+  expectNothingLeft,
+  expectOk,
+  hostLinksWithPrefix,
+  ipamState,
+  link,
+  linkAfterDel,
+  netconf,
+  wepNames,
+  type Call,
+  type Cluster,
+  useCluster,
 } from '../support/plugin-harness.js';
 
 const PREFIX = 'npg';
@@ -17,10 +30,14 @@ let c: Cluster;
 
 useCluster([POOL], (x) => (c = x));
 
-const conf = (v = '1.0.0', extra: Record<string, unknown> = {}) => netconf(c, v, { host_veth_prefix: PREFIX, ...extra });
+const conf = (v = '1.0.0', extra: Record<string, unknown> = {}) =>
+  netconf(c, v, { host_veth_prefix: PREFIX, ...extra });
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function addPod(tag: string, v = '1.0.0'): Promise<{ pod: { name: string; path: string }; call: Call; hostIf: string; result: any }> {
+async function addPod(
+  tag: string,
+  v = '1.0.0',
+): Promise<{ pod: { name: string; path: string }; call: Call; hostIf: string; result: any }> {
   const pod = createNetns('pod');
   const call = { containerId: `${tag}-${process.pid}`, netns: pod.path, ifname: 'eth0' };
   const r = await cni('ADD', conf(v), call);
@@ -44,7 +61,10 @@ describe('CHECK', () => {
 
   it('is refused for 0.3.x netconfs (code 1) and without prevResult (code 7)', async () => {
     const { call, result } = await addPod('refuse');
-    const old = expectCniError(await cni('CHECK', { ...conf('0.3.1'), prevResult: { ...result, cniVersion: '0.3.1' } }, call), 1);
+    const old = expectCniError(
+      await cni('CHECK', { ...conf('0.3.1'), prevResult: { ...result, cniVersion: '0.3.1' } }, call),
+      1,
+    );
     expect(old.msg).toContain('CHECK');
     const noPrev = expectCniError(await cni('CHECK', conf(), call), 7);
     expect(noPrev.msg).toContain('prevResult');
@@ -107,14 +127,33 @@ describe('GC', () => {
     const drop = await addPod('drop');
     // Addresses without an endpoint (a crashed ADD), of this network and of another one.
     const ipam = createIpam(c.ds, { lock: 'none' });
-    await ipam.assign({ handleID: `${NET_NAME}.orphan-${process.pid}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false });
-    await ipam.assign({ handleID: `other-net.foreign-${process.pid}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false });
+    await ipam.assign({
+      handleID: `${NET_NAME}.orphan-${process.pid}`,
+      node: NODE,
+      attrs: {},
+      assignIPv4: true,
+      assignIPv6: false,
+    });
+    await ipam.assign({
+      handleID: `other-net.foreign-${process.pid}`,
+      node: NODE,
+      attrs: {},
+      assignIPv4: true,
+      assignIPv6: false,
+    });
     // An endpoint of another node is that node's business.
     await c.ds.create({
       apiVersion: API_VERSION,
       kind: 'WorkloadEndpoint',
       metadata: { name: 'node2-cni-elsewhere-eth0', namespace: 'default' },
-      spec: { orchestrator: 'cni', node: 'node2', containerID: 'elsewhere', endpoint: 'eth0', interfaceName: `${PREFIX}elsewhere`, ipNetworks: ['10.77.6.250/32'] },
+      spec: {
+        orchestrator: 'cni',
+        node: 'node2',
+        containerID: 'elsewhere',
+        endpoint: 'eth0',
+        interfaceName: `${PREFIX}elsewhere`,
+        ipNetworks: ['10.77.6.250/32'],
+      },
     });
 
     // An endpoint on this node whose addresses come from another network only: that network's GC decides.
@@ -122,17 +161,35 @@ describe('GC', () => {
       apiVersion: API_VERSION,
       kind: 'WorkloadEndpoint',
       metadata: { name: `node1-cni-foreign--${process.pid}-net1`, namespace: 'default' },
-      spec: { orchestrator: 'cni', node: NODE, containerID: `foreign-${process.pid}`, endpoint: 'net1', interfaceName: `${PREFIX}foreign`, ipNetworks: ['10.77.6.251/32'] },
+      spec: {
+        orchestrator: 'cni',
+        node: NODE,
+        containerID: `foreign-${process.pid}`,
+        endpoint: 'net1',
+        interfaceName: `${PREFIX}foreign`,
+        ipNetworks: ['10.77.6.251/32'],
+      },
     });
 
-    const gc = await cni('GC', { ...conf('1.1.0'), 'cni.dev/valid-attachments': [{ containerID: keep.call.containerId, ifname: 'eth0' }] });
+    const gc = await cni('GC', {
+      ...conf('1.1.0'),
+      'cni.dev/valid-attachments': [{ containerID: keep.call.containerId, ifname: 'eth0' }],
+    });
     expectOk(gc);
 
     expect(link(drop.hostIf)).toBeUndefined();
     expect(await linkAfterDel('eth0', drop.pod.name)).toBeUndefined();
     expect(hostLinksWithPrefix(PREFIX)).toEqual([keep.hostIf]);
-    expect(await wepNames(c.ds)).toEqual([`default/node1-cni-foreign--${process.pid}-net1`, `default/node1-cni-keep--${process.pid}-eth0`, 'default/node2-cni-elsewhere-eth0'].sort());
-    expect((await ipamState(c.ds)).handles).toEqual([`${NET_NAME}.${keep.call.containerId}`, `other-net.foreign-${process.pid}`].sort());
+    expect(await wepNames(c.ds)).toEqual(
+      [
+        `default/node1-cni-foreign--${process.pid}-net1`,
+        `default/node1-cni-keep--${process.pid}-eth0`,
+        'default/node2-cni-elsewhere-eth0',
+      ].sort(),
+    );
+    expect((await ipamState(c.ds)).handles).toEqual(
+      [`${NET_NAME}.${keep.call.containerId}`, `other-net.foreign-${process.pid}`].sort(),
+    );
     expectOk(await check(keep.call, keep.result));
 
     // Cleanup of what GC rightly left alone.
@@ -160,23 +217,49 @@ describe('GC', () => {
     try {
       const ipam = createIpam(c.ds, { lock: 'none' });
       const stale = `stale-${process.pid}`;
-      await ipam.assign({ handleID: `${NET_NAME}.${stale}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false });
+      await ipam.assign({
+        handleID: `${NET_NAME}.${stale}`,
+        node: NODE,
+        attrs: {},
+        assignIPv4: true,
+        assignIPv6: false,
+      });
       // A stale endpoint of ours whose interfaceName was pointed at the node's uplink.
       await c.ds.create({
         apiVersion: API_VERSION,
         kind: 'WorkloadEndpoint',
         metadata: { name: `node1-cni-stale--${process.pid}-eth0`, namespace: 'default' },
-        spec: { orchestrator: 'cni', node: NODE, containerID: stale, endpoint: 'eth0', interfaceName: uplink, ipNetworks: ['10.77.6.252/32'] },
+        spec: {
+          orchestrator: 'cni',
+          node: NODE,
+          containerID: stale,
+          endpoint: 'eth0',
+          interfaceName: uplink,
+          ipNetworks: ['10.77.6.252/32'],
+        },
       });
       // Network `<name>.x`, container `y`: its handle used to read as container `x.y` of ours.
-      const other = { handleID: `${NET_NAME}.x.y${process.pid}`, node: NODE, attrs: {}, assignIPv4: true, assignIPv6: false };
+      const other = {
+        handleID: `${NET_NAME}.x.y${process.pid}`,
+        node: NODE,
+        attrs: {},
+        assignIPv4: true,
+        assignIPv6: false,
+      };
       await ipam.assign(other);
       // A host-local network's endpoint: no handle anywhere.
       await c.ds.create({
         apiVersion: API_VERSION,
         kind: 'WorkloadEndpoint',
         metadata: { name: `node1-cni-hl--${process.pid}-net2`, namespace: 'default' },
-        spec: { orchestrator: 'cni', node: NODE, containerID: `hl-${process.pid}`, endpoint: 'net2', interfaceName: `${PREFIX}hl`, ipNetworks: ['10.99.0.5/32'] },
+        spec: {
+          orchestrator: 'cni',
+          node: NODE,
+          containerID: `hl-${process.pid}`,
+          endpoint: 'net2',
+          interfaceName: `${PREFIX}hl`,
+          ipNetworks: ['10.99.0.5/32'],
+        },
       });
 
       expectOk(await cni('GC', { ...conf('1.1.0'), 'cni.dev/valid-attachments': [] }));

@@ -5,8 +5,18 @@ import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { createNetns } from '../support/netns.js';
 import {
-  addrs, cni, expectNothingLeft, hostLinksWithPrefix, hostPoolRoutes, ipamState, mapLimit, netconf, why,
-  wepNames, type Cluster, useCluster,
+  addrs,
+  cni,
+  expectNothingLeft,
+  hostLinksWithPrefix,
+  hostPoolRoutes,
+  ipamState,
+  mapLimit,
+  netconf,
+  why,
+  wepNames,
+  type Cluster,
+  useCluster,
 } from '../support/plugin-harness.js';
 
 const PREFIX = 'npc';
@@ -31,7 +41,12 @@ describe('concurrency', () => {
     const ips = adds.map((r) => r.json.ips[0].address as string);
     expect(new Set(ips).size, `duplicate addresses: ${ips.join(' ')}`).toBe(N);
     pods.forEach((p, i) => {
-      expect(addrs('eth0', p.name).filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen}`), p.name).toEqual([ips[i]]);
+      expect(
+        addrs('eth0', p.name)
+          .filter((a) => a.family === 'inet')
+          .map((a) => `${a.local}/${a.prefixlen}`),
+        p.name,
+      ).toEqual([ips[i]]);
     });
     expect(hostLinksWithPrefix(PREFIX).sort()).toEqual(calls.map((cl) => hostVethName(PREFIX, cl.containerId)).sort());
     expect(hostPoolRoutes(c.pools)).toHaveLength(N);

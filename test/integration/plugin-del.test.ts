@@ -6,8 +6,22 @@ import { describe, expect, it } from 'vitest';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { createNetns, deleteNetns } from '../support/netns.js';
 import {
-  NODE, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs,
-  link, linkAfterDel, netconf, wepNames, type Call, type Cluster, useCluster,
+  NODE,
+  cni,
+  expectCniError,
+  expectNothingLeft,
+  expectOk,
+  hostLinksWithPrefix,
+  hostPoolRoutes,
+  ipamState,
+  k8sArgs,
+  link,
+  linkAfterDel,
+  netconf,
+  wepNames,
+  type Call,
+  type Cluster,
+  useCluster,
 } from '../support/plugin-harness.js';
 
 const PREFIX = 'npd';
@@ -18,7 +32,9 @@ useCluster([POOL], (x) => (c = x));
 
 const conf = (v = '1.0.0') => netconf(c, v, { host_veth_prefix: PREFIX });
 
-async function addPod(tag: string): Promise<{ pod: { name: string; path: string }; call: Call; hostIf: string; result: any }> {
+async function addPod(
+  tag: string,
+): Promise<{ pod: { name: string; path: string }; call: Call; hostIf: string; result: any }> {
   const pod = createNetns('pod');
   const call = { containerId: `${tag}-${process.pid}`, netns: pod.path, ifname: 'eth0' };
   const r = await cni('ADD', conf(), call);
@@ -114,7 +130,9 @@ describe('two sandboxes of one pod', () => {
     // The new ADD replaced the stale host veth; the old pair is gone with it.
     expect(await linkAfterDel('eth0', oldNs.name)).toBeUndefined();
     expect((await c.ds.get('WorkloadEndpoint', wepName, 'shop')).spec.containerID).toBe(newCall.containerId);
-    expect((await ipamState(c.ds)).handles).toEqual([`k8s-pod-network.${newCall.containerId}`, `k8s-pod-network.${oldCall.containerId}`].sort());
+    expect((await ipamState(c.ds)).handles).toEqual(
+      [`k8s-pod-network.${newCall.containerId}`, `k8s-pod-network.${oldCall.containerId}`].sort(),
+    );
 
     // Old sandbox's DEL, with its netns, and again without one (a runtime retrying after losing it).
     expectOk(await cni('DEL', conf(), oldCall));

@@ -6,8 +6,23 @@ import { hostVethName } from '../../src/dataplane/names.js';
 import { RESOURCE_PREFIX } from '../../src/datastore/keys.js';
 import { createNetns } from '../support/netns.js';
 import {
-  NODE, clusterInfo, cleanupAttachments, cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, link, linkAfterDel,
-  netconf, startCluster, wepNames, type Cluster, useCluster,
+  NODE,
+  clusterInfo,
+  cleanupAttachments,
+  cni,
+  expectCniError,
+  expectNothingLeft,
+  expectOk,
+  hostLinksWithPrefix,
+  hostPoolRoutes,
+  ipamState,
+  link,
+  linkAfterDel,
+  netconf,
+  startCluster,
+  wepNames,
+  type Cluster,
+  useCluster,
 } from '../support/plugin-harness.js';
 
 const PREFIX = 'npf';
@@ -87,9 +102,19 @@ describe('ADD failures leave nothing behind', () => {
       expect(r.msg).toMatch(/assigning addresses/);
       expect(r.msg).toMatch(/no free|exhausted|full|no .*address/i);
       expect(await linkAfterDel('eth0', pods[2]!.name)).toBeUndefined();
-      expect(hostLinksWithPrefix(PREFIX).sort()).toEqual(calls.slice(0, 2).map((cl) => hostVethName(PREFIX, cl.containerId)).sort());
+      expect(hostLinksWithPrefix(PREFIX).sort()).toEqual(
+        calls
+          .slice(0, 2)
+          .map((cl) => hostVethName(PREFIX, cl.containerId))
+          .sort(),
+      );
       const st = await ipamState(x.ds);
-      expect(st.handles).toEqual(calls.slice(0, 2).map((cl) => `k8s-pod-network.${cl.containerId}`).sort());
+      expect(st.handles).toEqual(
+        calls
+          .slice(0, 2)
+          .map((cl) => `k8s-pod-network.${cl.containerId}`)
+          .sort(),
+      );
       expect(st.allocations).toHaveLength(2);
       expect(await wepNames(x.ds)).toHaveLength(2);
       // STATUS reports the full pool (code 50).
@@ -155,7 +180,12 @@ describe('ADD failures leave nothing behind', () => {
 
   it('an IP pool named in the netconf that does not exist: an error naming it, nothing left', async () => {
     const pod = createNetns('pod');
-    const r = expectCniError(await cni('ADD', conf({ ipam: { type: 'netplugin-ipam', ipv4_pools: ['no-such-pool'] } }), { containerId: `nopool-${process.pid}`, netns: pod.path }));
+    const r = expectCniError(
+      await cni('ADD', conf({ ipam: { type: 'netplugin-ipam', ipv4_pools: ['no-such-pool'] } }), {
+        containerId: `nopool-${process.pid}`,
+        netns: pod.path,
+      }),
+    );
     expect(r.msg).toContain('no-such-pool');
     await expectNothingLeft(c, PREFIX);
   });

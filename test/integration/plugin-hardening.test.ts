@@ -10,8 +10,22 @@ import { createNetns, deleteNetns } from '../support/netns.js';
 import { startLockSquatter } from '../support/squatter.js';
 import { dirname } from 'node:path';
 import {
-  cni, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, hostPoolRoutes, ipamState, k8sArgs, link, mapLimit, netconf, routes, sysctl, wepNames,
-  type Cluster, useCluster,
+  cni,
+  expectCniError,
+  expectNothingLeft,
+  expectOk,
+  hostLinksWithPrefix,
+  hostPoolRoutes,
+  ipamState,
+  k8sArgs,
+  link,
+  mapLimit,
+  netconf,
+  routes,
+  sysctl,
+  wepNames,
+  type Cluster,
+  useCluster,
 } from '../support/plugin-harness.js';
 
 const run = promisify(execFile);
@@ -32,16 +46,29 @@ describe('finding 5: the node namespace as CNI_NETNS', () => {
     try {
       const defaults = JSON.stringify(routes(4).filter((r) => r.dst === 'default'));
       const fwd = sysctl('net.ipv4.ip_forward');
-      const add = expectCniError(await cni('ADD', conf(), { containerId: `own-${process.pid}`, netns: own, ifname: 'eth0' }), 4);
+      const add = expectCniError(
+        await cni('ADD', conf(), { containerId: `own-${process.pid}`, netns: own, ifname: 'eth0' }),
+        4,
+      );
       expect(add.msg).toMatch(/^CNI_NETNS: .* own network namespace/);
       expect(JSON.stringify(routes(4).filter((r) => r.dst === 'default'))).toBe(defaults);
       expect(sysctl('net.ipv4.ip_forward')).toBe(fwd);
       expect(hostLinksWithPrefix(PREFIX)).toEqual([]);
 
-      const del = expectCniError(await cni('DEL', conf(), { containerId: `own-${process.pid}`, netns: own, ifname: node }), 4);
+      const del = expectCniError(
+        await cni('DEL', conf(), { containerId: `own-${process.pid}`, netns: own, ifname: node }),
+        4,
+      );
       expect(del.msg).toContain('CNI_NETNS');
       expect(link(node)).toBeDefined();
-      const check = expectCniError(await cni('CHECK', { ...conf(), prevResult: { cniVersion: '1.0.0', interfaces: [], ips: [] } }, { containerId: `own-${process.pid}`, netns: own, ifname: node }), 4);
+      const check = expectCniError(
+        await cni(
+          'CHECK',
+          { ...conf(), prevResult: { cniVersion: '1.0.0', interfaces: [], ips: [] } },
+          { containerId: `own-${process.pid}`, netns: own, ifname: node },
+        ),
+        4,
+      );
       expect(check.msg).toContain('CNI_NETNS');
     } finally {
       execFileSync('ip', ['link', 'del', node]);
@@ -72,7 +99,10 @@ describe("finding 2: an old sandbox's DEL overlapping a new sandbox's ADD of the
       const podName = `ovl${p}-${process.pid}`;
       const args = k8sArgs('shop', podName);
       const hostIf = hostVethName(PREFIX, `shop.${podName}`);
-      let old = { ns: createNetns(`ov${p}`), call: { containerId: `ov${p}-0-${process.pid}`, args } as { containerId: string; args: string; netns?: string } };
+      let old = {
+        ns: createNetns(`ov${p}`),
+        call: { containerId: `ov${p}-0-${process.pid}`, args } as { containerId: string; args: string; netns?: string },
+      };
       old.call.netns = old.ns.path;
       expectOk(await cni('ADD', conf(), old.call));
       for (let r = 1; r <= ROUNDS; r++) {
@@ -107,7 +137,22 @@ describe("a foreign link holding the pod's host veth name", () => {
   // the clash is on the host: the error must say so, not blame the pod.
   for (const [what, make] of [
     ['a bridge', (n: string) => execFileSync('ip', ['link', 'add', n, 'type', 'bridge'])],
-    ['a veth without our MAC', (n: string) => execFileSync('ip', ['link', 'add', n, 'address', '02:00:00:00:00:09', 'type', 'veth', 'peer', 'name', `${n.slice(0, 11)}peer`])],
+    [
+      'a veth without our MAC',
+      (n: string) =>
+        execFileSync('ip', [
+          'link',
+          'add',
+          n,
+          'address',
+          '02:00:00:00:00:09',
+          'type',
+          'veth',
+          'peer',
+          'name',
+          `${n.slice(0, 11)}peer`,
+        ]),
+    ],
   ] as const) {
     it(`${what}: ADD fails naming the host link, saying it is not ours and the fix, and leaves nothing behind`, async () => {
       const podName = `foreign-${process.pid}`;
@@ -119,7 +164,12 @@ describe("a foreign link holding the pod's host veth name", () => {
       const before = link(hostIf)!;
       const pod = createNetns('nhfl');
       onTestFinished(() => deleteNetns(pod.name));
-      const call = { containerId: `fl-${process.pid}`, netns: pod.path, ifname: 'eth0', args: k8sArgs('shop', podName) };
+      const call = {
+        containerId: `fl-${process.pid}`,
+        netns: pod.path,
+        ifname: 'eth0',
+        args: k8sArgs('shop', podName),
+      };
       const e = expectCniError(await cni('ADD', conf(), call), 101);
       expect(e.msg).toContain(`host interface ${hostIf}`);
       expect(e.msg).toContain('not created by netplugin');

@@ -9,8 +9,21 @@ import { API_VERSION } from '../../src/model/resources.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
 import {
-  NET_NAME, NODE, cleanupAttachments, cni, ensureBuilt, expectCniError, expectNothingLeft, expectOk, hostLinksWithPrefix, link, linkAfterDel, netconf, startCluster,
-  wepNames, type Cluster,
+  NET_NAME,
+  NODE,
+  cleanupAttachments,
+  cni,
+  ensureBuilt,
+  expectCniError,
+  expectNothingLeft,
+  expectOk,
+  hostLinksWithPrefix,
+  link,
+  linkAfterDel,
+  netconf,
+  startCluster,
+  wepNames,
+  type Cluster,
 } from '../support/plugin-harness.js';
 
 const PREFIX = 'nph';
@@ -24,9 +37,17 @@ beforeAll(async () => {
   assertThrowawayHostNetns();
   ensureBuilt();
   c = await startCluster([]);
-  c.pools.push({ name: 'hl-v4', cidr: '10.77.8.0/24', blockSize: 28 }, { name: 'hl-v6', cidr: 'fd77:8::/116', blockSize: 122 });
+  c.pools.push(
+    { name: 'hl-v4', cidr: '10.77.8.0/24', blockSize: 28 },
+    { name: 'hl-v6', cidr: 'fd77:8::/116', blockSize: 122 },
+  );
   dataDir = join(c.tmp, 'host-local');
-  await c.ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: NODE }, spec: { podCIDRs: [CIDR4, CIDR6] } });
+  await c.ds.create({
+    apiVersion: API_VERSION,
+    kind: 'Node',
+    metadata: { name: NODE },
+    spec: { podCIDRs: [CIDR4, CIDR6] },
+  });
 });
 afterEach(async () => {
   await cleanupAttachments();
@@ -45,7 +66,9 @@ function hostLocalConf(v: string, ranges: unknown[], extra: Record<string, unkno
 function reservations(): string[] {
   const dir = join(dataDir, NET_NAME);
   if (!existsSync(dir)) return [];
-  return readdirSync(dir).filter((f) => /^[0-9a-f.:]+$/.test(f) && f.length > 4).sort();
+  return readdirSync(dir)
+    .filter((f) => /^[0-9a-f.:]+$/.test(f) && f.length > 4)
+    .sort();
 }
 
 async function expectClean(): Promise<void> {
@@ -54,23 +77,26 @@ async function expectClean(): Promise<void> {
 }
 
 describe('host-local with usePodCidr from the datastore Node', () => {
-  it.each(['0.3.1', '1.0.0'])('cniVersion %s: ADD gets an address from the pod CIDR, CHECK (>= 0.4.0) passes, DEL releases it', async (v) => {
-    const pod = createNetns('pod');
-    const call = { containerId: `hl${v.replace(/\./g, '')}-${process.pid}`, netns: pod.path };
-    const conf = hostLocalConf(v, [[{ subnet: 'usePodCidr' }]]);
-    const add = await cni('ADD', conf, call);
-    expectOk(add);
-    expect(add.json.ips).toHaveLength(1);
-    const ip = add.json.ips[0].address as string;
-    expect(ip).toMatch(/^10\.77\.8\.\d+\/32$/);
-    expect(add.json.ips[0]).toMatchObject({ gateway: '169.254.1.1', interface: 1 });
-    expect(reservations()).toEqual([ip.split('/')[0]]);
-    expect(link(hostVethName(PREFIX, call.containerId))).toBeDefined();
-    expect(await wepNames(c.ds)).toHaveLength(1);
-    if (v !== '0.3.1') expectOk(await cni('CHECK', { ...conf, prevResult: add.json }, call));
-    expectOk(await cni('DEL', conf, call));
-    await expectClean();
-  });
+  it.each(['0.3.1', '1.0.0'])(
+    'cniVersion %s: ADD gets an address from the pod CIDR, CHECK (>= 0.4.0) passes, DEL releases it',
+    async (v) => {
+      const pod = createNetns('pod');
+      const call = { containerId: `hl${v.replace(/\./g, '')}-${process.pid}`, netns: pod.path };
+      const conf = hostLocalConf(v, [[{ subnet: 'usePodCidr' }]]);
+      const add = await cni('ADD', conf, call);
+      expectOk(add);
+      expect(add.json.ips).toHaveLength(1);
+      const ip = add.json.ips[0].address as string;
+      expect(ip).toMatch(/^10\.77\.8\.\d+\/32$/);
+      expect(add.json.ips[0]).toMatchObject({ gateway: '169.254.1.1', interface: 1 });
+      expect(reservations()).toEqual([ip.split('/')[0]]);
+      expect(link(hostVethName(PREFIX, call.containerId))).toBeDefined();
+      expect(await wepNames(c.ds)).toHaveLength(1);
+      if (v !== '0.3.1') expectOk(await cni('CHECK', { ...conf, prevResult: add.json }, call));
+      expectOk(await cni('DEL', conf, call));
+      await expectClean();
+    },
+  );
 
   it('dual stack: usePodCidr and usePodCidrIPv6', async () => {
     const pod = createNetns('pod');
@@ -130,7 +156,12 @@ describe('host-local with usePodCidr from the datastore Node', () => {
   it('range exhausted: the failing ADD leaves nothing behind', async () => {
     // A /30 has one usable address for host-local (network, gateway and broadcast excluded).
     const node = `tiny-${process.pid}`;
-    await c.ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: node }, spec: { podCIDRs: ['10.77.8.16/30'] } });
+    await c.ds.create({
+      apiVersion: API_VERSION,
+      kind: 'Node',
+      metadata: { name: node },
+      spec: { podCIDRs: ['10.77.8.16/30'] },
+    });
     try {
       const conf = hostLocalConf('1.0.0', [[{ subnet: 'usePodCidr' }]], { nodename: node });
       const p1 = createNetns('pod');
@@ -154,7 +185,12 @@ describe('host-local with usePodCidr from the datastore Node', () => {
 
   it('DEL releases the reservation when the node (and its pod CIDR) is gone meanwhile', async () => {
     const node = `gone-${process.pid}`;
-    await c.ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: node }, spec: { podCIDRs: ['10.77.8.48/28'] } });
+    await c.ds.create({
+      apiVersion: API_VERSION,
+      kind: 'Node',
+      metadata: { name: node },
+      spec: { podCIDRs: ['10.77.8.48/28'] },
+    });
     const conf = hostLocalConf('1.0.0', [[{ subnet: 'usePodCidr' }]], { nodename: node });
     const pod = createNetns('pod');
     const call = { containerId: `hlgone-${process.pid}`, netns: pod.path };
@@ -179,7 +215,10 @@ describe('host-local with usePodCidr from the datastore Node', () => {
     const empty = join(c.tmp, 'empty-bin');
     mkdirSync(empty, { recursive: true });
     const conf = hostLocalConf('1.0.0', [[{ subnet: 'usePodCidr' }]]);
-    const r = expectCniError(await cni('ADD', conf, { containerId: `hlnobin-${process.pid}`, netns: pod.path, path: empty }), 7);
+    const r = expectCniError(
+      await cni('ADD', conf, { containerId: `hlnobin-${process.pid}`, netns: pod.path, path: empty }),
+      7,
+    );
     expect(r.msg).toContain('host-local');
     expect(r.msg).toContain(empty);
     await expectClean();
@@ -191,7 +230,12 @@ describe('host-local with usePodCidr from the Kubernetes Node (fake API server)'
     const { startFakeApiServer, writeKubeconfig } = await import('../support/fake-apiserver.js');
     const api = await startFakeApiServer({ tls: true, auth: { tokens: ['t0ken'] } });
     try {
-      api.put(`/api/v1/nodes/${NODE}`, { apiVersion: 'v1', kind: 'Node', metadata: { name: NODE }, spec: { podCIDR: '10.77.8.32/28', podCIDRs: ['10.77.8.32/28'] } });
+      api.put(`/api/v1/nodes/${NODE}`, {
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: { name: NODE },
+        spec: { podCIDR: '10.77.8.32/28', podCIDRs: ['10.77.8.32/28'] },
+      });
       const kubeconfig = writeKubeconfig(api.dir, api, { token: 't0ken' });
       const pod = createNetns('pod');
       const call = { containerId: `hlk8s-${process.pid}`, netns: pod.path };

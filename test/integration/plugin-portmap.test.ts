@@ -9,13 +9,25 @@ import { hostVethName } from '../../src/dataplane/names.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
 import {
-  NET_NAME, PORTMAP, cleanupAttachments, cni, ensureBuilt, expectNothingLeft, expectOk, netconf, startCluster, type Cluster,
+  NET_NAME,
+  PORTMAP,
+  cleanupAttachments,
+  cni,
+  ensureBuilt,
+  expectNothingLeft,
+  expectOk,
+  netconf,
+  startCluster,
+  type Cluster,
 } from '../support/plugin-harness.js';
 
 const PREFIX = 'npp';
 const POOL = { name: 'portmap-v4', cidr: '10.77.7.0/24', blockSize: 28 };
 const POOL6 = { name: 'portmap-v6', cidr: 'fd77:7::/116', blockSize: 122 };
-/** Host addresses that are not loopback (TEST-NET-1, and one outside the pools), added to lo of the throwaway host namespace. */
+/**
+ * Host addresses that are not loopback (TEST-NET-1, and one outside the pools), added to lo of the throwaway host
+ * namespace.
+ */
 const HOST_IP = '192.0.2.77';
 const HOST_IP6 = 'fd77:7:ffff::1';
 let c: Cluster;
@@ -48,7 +60,9 @@ afterAll(async () => {
 /** A TCP server inside the pod answering 'hello'; resolves once it listens. */
 function podServer(podName: string, port: number): Promise<ChildProcess> {
   const script = `require('net').createServer((s) => s.end('hello')).listen(${port}, () => console.log('listening'))`;
-  const p = spawn('ip', ['netns', 'exec', podName, process.execPath, '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const p = spawn('ip', ['netns', 'exec', podName, process.execPath, '-e', script], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   servers.push(p);
   return new Promise((resolve, reject) => {
     let err = '';
@@ -77,7 +91,9 @@ function fetchTcp(host: string, port: number): Promise<string> {
 
 function natRulesMentioning(text: string): string[] {
   const save = text.includes(':') ? 'ip6tables-save' : 'iptables-save';
-  return execFileSync(save, ['-t', 'nat'], { encoding: 'utf8' }).split('\n').filter((l) => l.includes(text));
+  return execFileSync(save, ['-t', 'nat'], { encoding: 'utf8' })
+    .split('\n')
+    .filter((l) => l.includes(text));
 }
 
 // Dual stack in 1.0.0 also exercises ip6tables. portmap's own CHECK is not run:
@@ -94,8 +110,18 @@ describe.each([
     const call = { containerId, netns: pod.path, ifname: 'eth0' };
     const hostPort = 30000 + (process.pid % 20000) + (dual ? 1 : 0);
     const mapping = [{ hostPort, containerPort: 8080, protocol: 'tcp' }];
-    const mainConf = netconf(c, v, { host_veth_prefix: PREFIX, ...(dual ? { ipam: { type: 'netplugin-ipam', assign_ipv4: 'true', assign_ipv6: 'true' } } : {}) });
-    const portmapConf = { cniVersion: v, name: NET_NAME, type: 'portmap', snat: true, capabilities: { portMappings: true }, runtimeConfig: { portMappings: mapping } };
+    const mainConf = netconf(c, v, {
+      host_veth_prefix: PREFIX,
+      ...(dual ? { ipam: { type: 'netplugin-ipam', assign_ipv4: 'true', assign_ipv6: 'true' } } : {}),
+    });
+    const portmapConf = {
+      cniVersion: v,
+      name: NET_NAME,
+      type: 'portmap',
+      snat: true,
+      capabilities: { portMappings: true },
+      runtimeConfig: { portMappings: mapping },
+    };
 
     const add = await cni('ADD', mainConf, call);
     expectOk(add);
@@ -112,7 +138,8 @@ describe.each([
     expect(pm.json.ips).toEqual(add.json.ips);
     expect(natRulesMentioning(podIP).length).toBeGreaterThan(0);
     expect(await fetchTcp(HOST_IP, hostPort)).toBe('hello');
-    // Locally generated traffic to 127.0.0.1 needs route_localnet on the host veth (set by netplugin) and portmap's SNAT.
+    // Locally generated traffic to 127.0.0.1 needs route_localnet on the host veth (set by netplugin) and portmap's
+    // SNAT.
     expect(await fetchTcp('127.0.0.1', hostPort)).toBe('hello');
     if (podIP6) {
       expect(natRulesMentioning(podIP6).length).toBeGreaterThan(0);

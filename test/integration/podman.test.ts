@@ -33,8 +33,29 @@ beforeAll(async () => {
   // install-cni as docs/runtimes.md says, into podman's temporary directories.
   let err = '';
   const code = await runCtl(
-    ['install-cni', '--bin-dir', join(tmp, 'bin'), '--conf-dir', join(tmp, 'net.d'), '--network-name', NET, '--etcd-endpoints', c.etcd.endpoint, '--nodename', 'node1', '--log-file-path', ''],
-    { env: {}, stdout: () => {}, stderr: (s) => (err += s), packageDir: ROOT, nodePath: process.execPath, inPod: false },
+    [
+      'install-cni',
+      '--bin-dir',
+      join(tmp, 'bin'),
+      '--conf-dir',
+      join(tmp, 'net.d'),
+      '--network-name',
+      NET,
+      '--etcd-endpoints',
+      c.etcd.endpoint,
+      '--nodename',
+      'node1',
+      '--log-file-path',
+      '',
+    ],
+    {
+      env: {},
+      stdout: () => {},
+      stderr: (s) => (err += s),
+      packageDir: ROOT,
+      nodePath: process.execPath,
+      inPod: false,
+    },
   );
   expect(err).toBe('');
   expect(code).toBe(0);

@@ -39,7 +39,9 @@ s.bind(('', ${SPORT})); s.settimeout(1.5); s.sendto(b'ping', (sys.argv[1], 80))
 try: print(s.recvfrom(16)[0] == b'ping')
 except OSError: print(False)`;
   return new Promise((resolve, reject) =>
-    execFile('ip', ['netns', 'exec', from.netns, 'python3', '-c', code, to], { timeout: 30_000 }, (e, out) => (e ? reject(e) : resolve(out.trim() === 'True'))),
+    execFile('ip', ['netns', 'exec', from.netns, 'python3', '-c', code, to], { timeout: 30_000 }, (e, out) =>
+      e ? reject(e) : resolve(out.trim() === 'True'),
+    ),
   );
 }
 
@@ -60,19 +62,27 @@ async function eventually(what: string, fn: () => Promise<boolean>, ms = 20_000)
 
 describe('conntrack of a deleted pod', { timeout: 120_000 }, () => {
   it('DEL flushes the entries of its address; a new pod with that address inherits no allowed state', async () => {
-    await putObject(env, np('old-open', { selector: "srv == 'old'", ingress: [{ action: 'Allow', source: { selector: "pod == 'c'" } }] }));
+    await putObject(
+      env,
+      np('old-open', { selector: "srv == 'old'", ingress: [{ action: 'Allow', source: { selector: "pod == 'c'" } }] }),
+    );
     await putObject(env, np('new-closed', { selector: "srv == 'new'", types: ['Ingress'] }));
     const c = await addPod(env, 'x', 'c');
     const s = await addPod(env, 'x', 's', { pod: 's', srv: 'old' });
     await eventually('c reaches s over UDP from its fixed port', () => udpFromFixedPort(c, s.ip));
-    expect(entriesOf(s.ip).some((l) => l.includes(`sport=${SPORT} `) && l.includes('udp')), `no entry for ${s.ip}:\n${entriesOf(s.ip).join('\n')}`).toBe(true);
+    expect(
+      entriesOf(s.ip).some((l) => l.includes(`sport=${SPORT} `) && l.includes('udp')),
+      `no entry for ${s.ip}:\n${entriesOf(s.ip).join('\n')}`,
+    ).toBe(true);
 
     await delPod(env, s);
     // The agent flushes off the DEL's request path (batched, a few ms later).
     await eventually(`the entries of ${s.ip} are flushed`, async () => entriesOf(s.ip).length === 0);
 
     // The next pod asks for s's address (the IPAM annotation), as a reuse would give it.
-    const s2 = await addPod(env, 'x', 's2', { pod: 's2', srv: 'new' }, true, { 'cni.netplugin.org/ipAddrs': JSON.stringify([s.ip]) });
+    const s2 = await addPod(env, 'x', 's2', { pod: 's2', srv: 'new' }, true, {
+      'cni.netplugin.org/ipAddrs': JSON.stringify([s.ip]),
+    });
     expect(s2.ip).toBe(s.ip);
     // The policy is in force for a fresh flow, and the old flow's tuple is no way in either.
     expect(await udpFromFixedPort(c, s2.ip)).toBe(false);

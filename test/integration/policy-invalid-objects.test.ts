@@ -12,7 +12,15 @@ import { assertThrowawayHostNetns } from '../support/cni.js';
 import { putPod } from '../support/k8s-harness.js';
 import { removeAllNetns } from '../support/netns.js';
 import { NODE } from '../support/plugin-harness.js';
-import { addPod, applyK8sPolicy, expectReachability, pod, probeFrom, startPolicyEnv, type PolicyEnv } from '../support/policy-harness.js';
+import {
+  addPod,
+  applyK8sPolicy,
+  expectReachability,
+  pod,
+  probeFrom,
+  startPolicyEnv,
+  type PolicyEnv,
+} from '../support/policy-harness.js';
 
 const POOL = { name: 'pol-invalid', cidr: '10.77.66.0/26', blockSize: 26 };
 let env: PolicyEnv;
@@ -24,8 +32,20 @@ beforeAll(async () => {
   await addPod(env, 'x', 'b');
   await addPod(env, 'y', 'c');
   // x/a and any pod labelled pod=new admit only x/b.
-  await applyK8sPolicy(env, { metadata: { name: 'a-from-b', namespace: 'x' }, spec: { podSelector: { matchLabels: { pod: 'a' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }] } });
-  await applyK8sPolicy(env, { metadata: { name: 'new-from-b', namespace: 'x' }, spec: { podSelector: { matchLabels: { pod: 'new' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }] } });
+  await applyK8sPolicy(env, {
+    metadata: { name: 'a-from-b', namespace: 'x' },
+    spec: {
+      podSelector: { matchLabels: { pod: 'a' } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }],
+    },
+  });
+  await applyK8sPolicy(env, {
+    metadata: { name: 'new-from-b', namespace: 'x' },
+    spec: {
+      podSelector: { matchLabels: { pod: 'new' } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }],
+    },
+  });
   await expectReachability(env, 80, 'tcp', (f, t) => t.id !== 'x/a' || f.id === 'x/b');
 }, 120_000);
 afterAll(async () => {
@@ -61,8 +81,14 @@ async function until(what: string, pred: () => Promise<boolean> | boolean, ms = 
 describe('malformed objects on the kubernetes datastore, through the agent', { timeout: 120_000 }, () => {
   it("a tenant pod with malformed endpoint annotations does not stop another pod's policy from being programmed", async () => {
     // A tenant with edit rights on its namespace writes the plugin's annotations itself.
-    putPod(env.api, 'y', 'evil-ips', { nodeName: NODE, annotations: { [WEP.containerID]: 'forged-1', [WEP.podIPs]: 'not-an-address' } });
-    putPod(env.api, 'y', 'evil-nat', { nodeName: NODE, annotations: { [WEP.containerID]: 'forged-2', [WEP.podIPs]: '10.77.66.60/32', [WEP.ipNATs]: '{not json' } });
+    putPod(env.api, 'y', 'evil-ips', {
+      nodeName: NODE,
+      annotations: { [WEP.containerID]: 'forged-1', [WEP.podIPs]: 'not-an-address' },
+    });
+    putPod(env.api, 'y', 'evil-nat', {
+      nodeName: NODE,
+      annotations: { [WEP.containerID]: 'forged-2', [WEP.podIPs]: '10.77.66.60/32', [WEP.ipNATs]: '{not json' },
+    });
     // The agent's pod watch delivers them before the new pod's endpoint (one ordered stream).
     const added = await addPod(env, 'x', 'new', { pod: 'new' });
     expect(added.ip).toBeTruthy();
@@ -72,24 +98,39 @@ describe('malformed objects on the kubernetes datastore, through the agent', { t
     expect(m).toMatch(/^netplugin_datastore_invalid_objects\{kind="WorkloadEndpoint"\} 2$/m);
     expect(m).toMatch(/^netplugin_datastore_invalid_objects\{kind="IPPool"\} 0$/m);
     // Logged once per object and revision, naming the annotation.
-    const warnings = env.agent.log().split('\n').filter((l) => l.includes('malformed object') && l.includes('evil-ips'));
+    const warnings = env.agent
+      .log()
+      .split('\n')
+      .filter((l) => l.includes('malformed object') && l.includes('evil-ips'));
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toContain(WEP.podIPs);
-    expect(env.agent.log().split('\n').find((l) => l.includes('malformed object') && l.includes('evil-nat'))).toContain(WEP.ipNATs);
+    expect(
+      env.agent
+        .log()
+        .split('\n')
+        .find((l) => l.includes('malformed object') && l.includes('evil-nat')),
+    ).toContain(WEP.ipNATs);
   });
 
   it('an endpoint that becomes malformed is dropped (its pod isolated) and programmed again once repaired', async () => {
     const yc = pod(env, 'y/c');
     const xb = pod(env, 'x/b');
     const good = (await api(() => env.kube.getPod('y', 'c'))).metadata.annotations ?? {};
-    await api(() => env.kube.patchPod('y', 'c', { metadata: { annotations: { [WEP.podIPs]: `${yc.ip}/33` } } }, 'merge'));
+    await api(() =>
+      env.kube.patchPod('y', 'c', { metadata: { annotations: { [WEP.podIPs]: `${yc.ip}/33` } } }, 'merge'),
+    );
     await until('y/c is isolated', async () => {
-      const [fromB, fromC] = await Promise.all([probeFrom(xb, [[yc.ip, 80, 'tcp']], 0.75), probeFrom(yc, [[xb.ip, 80, 'tcp']], 0.75)]);
+      const [fromB, fromC] = await Promise.all([
+        probeFrom(xb, [[yc.ip, 80, 'tcp']], 0.75),
+        probeFrom(yc, [[xb.ip, 80, 'tcp']], 0.75),
+      ]);
       return !fromB[0] && !fromC[0];
     });
     expect(await metrics()).toMatch(/^netplugin_datastore_invalid_objects\{kind="WorkloadEndpoint"\} 3$/m);
     // Repaired: programmed again, and no longer counted.
-    await api(() => env.kube.patchPod('y', 'c', { metadata: { annotations: { [WEP.podIPs]: good[WEP.podIPs]! } } }, 'merge'));
+    await api(() =>
+      env.kube.patchPod('y', 'c', { metadata: { annotations: { [WEP.podIPs]: good[WEP.podIPs]! } } }, 'merge'),
+    );
     await expectReachability(env, 80, 'tcp', (f, t) => !['x/a', 'x/new'].includes(t.id) || f.id === 'x/b');
     expect(await metrics()).toMatch(/^netplugin_datastore_invalid_objects\{kind="WorkloadEndpoint"\} 2$/m);
   });

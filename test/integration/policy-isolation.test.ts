@@ -11,11 +11,26 @@ import { workloadEndpointName } from '../../src/model/names.js';
 import { nftRun } from '../../src/native/nft.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { removeAllNetns } from '../support/netns.js';
-import { addPod, addPreparedPod, applyK8sPolicy, expectReachability, pod, prepareNetns, probeFrom, startPolicyAgent, listTable, startPolicyEnv, watchProbe, type PolicyEnv } from '../support/policy-harness.js';
+import {
+  addPod,
+  addPreparedPod,
+  applyK8sPolicy,
+  expectReachability,
+  pod,
+  prepareNetns,
+  probeFrom,
+  startPolicyAgent,
+  listTable,
+  startPolicyEnv,
+  watchProbe,
+  type PolicyEnv,
+} from '../support/policy-harness.js';
 
 const POOL = { name: 'pol-iso', cidr: '10.77.63.0/26', blockSize: 26 };
 let env: PolicyEnv;
-const OTHER = 'table inet policy-test-other {\n\tchain c {\n\t\ttype filter hook forward priority -5; policy accept;\n\t\tip saddr 192.0.2.1 counter drop\n\t}\n}';
+const OTHER =
+  'table inet policy-test-other {\n\tchain c {\n\t\ttype filter hook forward priority -5; policy accept;\n\t\tip ' +
+  'saddr 192.0.2.1 counter drop\n\t}\n}';
 let otherBefore = '';
 
 beforeAll(async () => {
@@ -28,8 +43,20 @@ beforeAll(async () => {
   await addPod(env, 'x', 'b');
   await addPod(env, 'y', 'c');
   // x/a admits only x/b.
-  await applyK8sPolicy(env, { metadata: { name: 'a-from-b', namespace: 'x' }, spec: { podSelector: { matchLabels: { pod: 'a' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }] } });
-  await applyK8sPolicy(env, { metadata: { name: 'new-from-b', namespace: 'x' }, spec: { podSelector: { matchLabels: { pod: 'new' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }] } });
+  await applyK8sPolicy(env, {
+    metadata: { name: 'a-from-b', namespace: 'x' },
+    spec: {
+      podSelector: { matchLabels: { pod: 'a' } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }],
+    },
+  });
+  await applyK8sPolicy(env, {
+    metadata: { name: 'new-from-b', namespace: 'x' },
+    spec: {
+      podSelector: { matchLabels: { pod: 'new' } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }],
+    },
+  });
   await expectReachability(env, 80, 'tcp', (f, t) => t.id !== 'x/a' || f.id === 'x/b');
 }, 120_000);
 afterAll(async () => {
@@ -89,7 +116,12 @@ describe('pods are isolated until programmed', { timeout: 120_000 }, () => {
     const chains = [...listing.matchAll(/^\tchain (\S+) \{/gm)].map((m) => m[1]);
     expect(new Set(chains).size).toBe(chains.length);
     const rulesOf = (chain: string) =>
-      new RegExp(`chain ${chain} \\{([\\s\\S]*?)\\n\\t\\}`).exec(listing)![1]!.trim().split('\n').map((l) => l.trim()).filter((l) => !l.startsWith('type ') && !l.startsWith('comment '));
+      new RegExp(`chain ${chain} \\{([\\s\\S]*?)\\n\\t\\}`)
+        .exec(listing)![1]!
+        .trim()
+        .split('\n')
+        .map((l) => l.trim())
+        .filter((l) => !l.startsWith('type ') && !l.startsWith('comment '));
     // unprogrammed-interface and re-created-interface drops, established, TCP without SYN and without an entry, vmap
     expect(rulesOf('forward').length).toBe(5);
     expect(rulesOf('forward-in').length).toBe(5);
@@ -102,5 +134,6 @@ describe('pods are isolated until programmed', { timeout: 120_000 }, () => {
 });
 
 /** The status key of a pod's endpoint: its namespace and endpoint name. */
-const wepName = (ns: string, podName: string) => endpointStatusKey(ns, workloadEndpointName('node1', 'k8s', podName, 'eth0'));
+const wepName = (ns: string, podName: string) =>
+  endpointStatusKey(ns, workloadEndpointName('node1', 'k8s', podName, 'eth0'));
 const withoutCounters = (listing: string) => listing.replace(/counter packets \d+ bytes \d+/g, 'counter');

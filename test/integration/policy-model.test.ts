@@ -7,7 +7,18 @@ import type { GlobalNetworkPolicySpec, NetworkPolicySpec } from '../../src/model
 import { execFileSync } from 'node:child_process';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
-import { addPod, deleteAllPolicies, expectReachability, pod, probeFrom, putObject, listTable, startPolicyEnv, type PolicyEnv, type Pod } from '../support/policy-harness.js';
+import {
+  addPod,
+  deleteAllPolicies,
+  expectReachability,
+  pod,
+  probeFrom,
+  putObject,
+  listTable,
+  startPolicyEnv,
+  type PolicyEnv,
+  type Pod,
+} from '../support/policy-harness.js';
 
 const POOL = { name: 'pol-model', cidr: '10.77.62.0/24', blockSize: 26 };
 let env: PolicyEnv;
@@ -36,7 +47,14 @@ function gnp(name: string, spec: GlobalNetworkPolicySpec): Resource<'GlobalNetwo
 
 describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
   it('order: the first matching rule of the lowest order wins (Deny before Allow, then swapped)', async () => {
-    await putObject(env, np('x', 'deny-b', { order: 10, selector: "pod == 'a'", ingress: [{ action: 'Deny', source: { selector: "pod == 'b'" } }] }));
+    await putObject(
+      env,
+      np('x', 'deny-b', {
+        order: 10,
+        selector: "pod == 'a'",
+        ingress: [{ action: 'Deny', source: { selector: "pod == 'b'" } }],
+      }),
+    );
     await putObject(env, np('x', 'allow-all', { order: 20, selector: "pod == 'a'", ingress: [{ action: 'Allow' }] }));
     await expectReachability(env, 80, 'tcp', (f, t) => !(is(f, 'x/b') && is(t, 'x/a')));
     await putObject(env, np('x', 'allow-all', { order: 5, selector: "pod == 'a'", ingress: [{ action: 'Allow' }] }));
@@ -44,7 +62,14 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
   });
 
   it('Pass skips the remaining policies to the profiles; unmatched traffic of a selected endpoint is denied', async () => {
-    await putObject(env, gnp('pass-from-y', { order: 1, selector: 'all()', ingress: [{ action: 'Pass', source: { namespaceSelector: "ns == 'y'" } }] }));
+    await putObject(
+      env,
+      gnp('pass-from-y', {
+        order: 1,
+        selector: 'all()',
+        ingress: [{ action: 'Pass', source: { namespaceSelector: "ns == 'y'" } }],
+      }),
+    );
     await putObject(env, np('x', 'deny-all', { order: 10, selector: 'all()', ingress: [{ action: 'Deny' }] }));
     // x pods: y passes (kns.x allows), x is denied by deny-all; y/c: selected by the GNP only, x unmatched -> denied.
     await expectReachability(env, 80, 'tcp', (f) => f.ns === 'y');
@@ -59,7 +84,18 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
     const xb = pod(env, 'x/b');
     await putObject(
       env,
-      np('x', 'nets', { selector: "pod == 'a'", ingress: [{ action: 'Allow', protocol: 'TCP', source: { nets: [POOL.cidr], notNets: [`${xb.ip}/32`] }, destination: { notPorts: [81] } }, { action: 'Allow', notProtocol: 'TCP' }] }),
+      np('x', 'nets', {
+        selector: "pod == 'a'",
+        ingress: [
+          {
+            action: 'Allow',
+            protocol: 'TCP',
+            source: { nets: [POOL.cidr], notNets: [`${xb.ip}/32`] },
+            destination: { notPorts: [81] },
+          },
+          { action: 'Allow', notProtocol: 'TCP' },
+        ],
+      }),
     );
     await expectReachability(env, 80, 'tcp', (f, t) => !is(t, 'x/a') || !is(f, 'x/b'));
     await expectReachability(env, 81, 'tcp', (_f, t) => !is(t, 'x/a'));
@@ -67,24 +103,43 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
   });
 
   it('a named port in notPorts excludes that port of the destination pod', async () => {
-    await putObject(env, np('x', 'not-named', { selector: "pod == 'a'", ingress: [{ action: 'Allow', protocol: 'TCP', destination: { notPorts: ['serve-80-tcp'] } }] }));
+    await putObject(
+      env,
+      np('x', 'not-named', {
+        selector: "pod == 'a'",
+        ingress: [{ action: 'Allow', protocol: 'TCP', destination: { notPorts: ['serve-80-tcp'] } }],
+      }),
+    );
     await expectReachability(env, 80, 'tcp', (_f, t) => !is(t, 'x/a'));
     await expectReachability(env, 81, 'tcp', () => true);
     expect(listTable(env)).toMatch(/ip daddr \. meta l4proto \. tcp dport != @np4-/);
   });
 
   it('Log records the packet and goes on to the next rule', async () => {
-    await putObject(env, np('x', 'log-then-allow', { selector: "pod == 'a'", ingress: [{ action: 'Log', protocol: 'TCP' }, { action: 'Allow', protocol: 'TCP', destination: { ports: [80] } }] }));
+    await putObject(
+      env,
+      np('x', 'log-then-allow', {
+        selector: "pod == 'a'",
+        ingress: [
+          { action: 'Log', protocol: 'TCP' },
+          { action: 'Allow', protocol: 'TCP', destination: { ports: [80] } },
+        ],
+      }),
+    );
     await expectReachability(env, 80, 'tcp', () => true);
     await expectReachability(env, 81, 'tcp', (_f, t) => !is(t, 'x/a'));
     const listing = listTable(env);
-    const line = listing.split('\n').find((l) => l.includes('log prefix') && l.includes('NetworkPolicy x/log-then-allow ingress rule 0'));
+    const line = listing
+      .split('\n')
+      .find((l) => l.includes('log prefix') && l.includes('NetworkPolicy x/log-then-allow ingress rule 0'));
     expect(line, listing).toBeDefined();
     const packets = Number(/counter packets (\d+)/.exec(line!)?.[1]);
     expect(packets).toBeGreaterThan(0);
     // The log rule sees connections before the allow rule decides; a new probe adds to it.
     await probeFrom(pod(env, 'y/c'), [[pod(env, 'x/a').ip, 80, 'tcp']]);
-    const again = listTable(env).split('\n').find((l) => l.includes('NetworkPolicy x/log-then-allow ingress rule 0'))!;
+    const again = listTable(env)
+      .split('\n')
+      .find((l) => l.includes('NetworkPolicy x/log-then-allow ingress rule 0'))!;
     expect(Number(/counter packets (\d+)/.exec(again)?.[1])).toBeGreaterThan(packets);
   });
 
@@ -101,21 +156,57 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
       sh(['-n', n.name, 'link', 'set', 'eth0', 'up']);
       sh(['-n', n.name, 'route', 'add', '169.254.1.1', 'dev', 'eth0']);
       sh(['-n', n.name, 'route', 'add', 'default', 'via', '169.254.1.1', 'dev', 'eth0']);
-      execFileSync('sysctl', ['-qw', `net.ipv4.conf.${host}.proxy_arp=1`, `net.ipv4.neigh.${host}.proxy_delay=0`, `net.ipv4.conf.${host}.forwarding=1`]);
+      execFileSync('sysctl', [
+        '-qw',
+        `net.ipv4.conf.${host}.proxy_arp=1`,
+        `net.ipv4.neigh.${host}.proxy_delay=0`,
+        `net.ipv4.conf.${host}.forwarding=1`,
+      ]);
       sh(['link', 'set', host, 'up']);
       sh(['route', 'add', `${ip}/32`, 'dev', host]);
       // As the plugin does for its pods: the gateway's neighbour entry is the host end's MAC.
-      const mac = (JSON.parse(execFileSync('ip', ['-j', 'link', 'show', host]).toString()) as Array<{ address: string }>)[0]!.address;
+      const mac = (
+        JSON.parse(execFileSync('ip', ['-j', 'link', 'show', host]).toString()) as Array<{ address: string }>
+      )[0]!.address;
       sh(['-n', n.name, 'neigh', 'add', '169.254.1.1', 'lladdr', mac, 'dev', 'eth0', 'nud', 'permanent']);
-      const remote: Pod = { ns: 'y', name: 'remote', id: 'y/remote', netns: n.name, netnsPath: n.path, ip, containerId: '' };
+      const remote: Pod = {
+        ns: 'y',
+        name: 'remote',
+        id: 'y/remote',
+        netns: n.name,
+        netnsPath: n.path,
+        ip,
+        containerId: '',
+      };
       const wep = (role: string): Resource<'WorkloadEndpoint'> => ({
         apiVersion: 'netplugin.org/v3',
         kind: 'WorkloadEndpoint',
-        metadata: { name: 'node2-k8s-remote-eth0', namespace: 'y', labels: { role, 'netplugin.org/namespace': 'y', 'netplugin.org/orchestrator': 'k8s' } },
-        spec: { orchestrator: 'k8s', node: 'node2', containerID: 'remote', pod: 'remote', endpoint: 'eth0', ipNetworks: [`${ip}/32`], profiles: ['kns.y'], interfaceName: 'npmremote0' },
+        metadata: {
+          name: 'node2-k8s-remote-eth0',
+          namespace: 'y',
+          labels: { role, 'netplugin.org/namespace': 'y', 'netplugin.org/orchestrator': 'k8s' },
+        },
+        spec: {
+          orchestrator: 'k8s',
+          node: 'node2',
+          containerID: 'remote',
+          pod: 'remote',
+          endpoint: 'eth0',
+          ipNetworks: [`${ip}/32`],
+          profiles: ['kns.y'],
+          interfaceName: 'npmremote0',
+        },
       });
       await putObject(env, wep('client'));
-      await putObject(env, np('x', 'from-remote-clients', { selector: "pod == 'a'", ingress: [{ action: 'Allow', protocol: 'TCP', source: { selector: "role == 'client'", namespaceSelector: 'all()' } }] }));
+      await putObject(
+        env,
+        np('x', 'from-remote-clients', {
+          selector: "pod == 'a'",
+          ingress: [
+            { action: 'Allow', protocol: 'TCP', source: { selector: "role == 'client'", namespaceSelector: 'all()' } },
+          ],
+        }),
+      );
       const xa = pod(env, 'x/a');
       const reach = async (want: boolean) => {
         const end = Date.now() + 20_000;
@@ -141,6 +232,8 @@ describe('netplugin.org/v3 policy model', { timeout: 120_000 }, () => {
   });
 
   it('a bad rule in the datastore is refused by the schema with the field named', async () => {
-    await expect(putObject(env, np('x', 'bad', { ingress: [{ action: 'Accept' as never }] }))).rejects.toThrow(/ingress\.0\.action/);
+    await expect(putObject(env, np('x', 'bad', { ingress: [{ action: 'Accept' as never }] }))).rejects.toThrow(
+      /ingress\.0\.action/,
+    );
   });
 });

@@ -3,7 +3,18 @@
 // same name (so the same host veth name) is isolated, although the old pod's
 // entry was in the table, until the agent programmed the new endpoint.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addPod, applyK8sPolicy, expectReachability, listTable, pod, probeFrom, startPolicyAgent, startPolicyEnv, SERVE_PORTS, type PolicyEnv } from '../support/policy-harness.js';
+import {
+  addPod,
+  applyK8sPolicy,
+  expectReachability,
+  listTable,
+  pod,
+  probeFrom,
+  startPolicyAgent,
+  startPolicyEnv,
+  SERVE_PORTS,
+  type PolicyEnv,
+} from '../support/policy-harness.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { removeAllNetns, createNetns } from '../support/netns.js';
 import { cni, expectOk, k8sArgs } from '../support/plugin-harness.js';
@@ -23,7 +34,10 @@ beforeAll(async () => {
   await addPod(env, 'x', 'a');
   await addPod(env, 'y', 'c');
   // Admits nobody to a pod labelled gen=new; the first x/a is not one.
-  await applyK8sPolicy(env, { metadata: { name: 'new-admits-nobody', namespace: 'x' }, spec: { podSelector: { matchLabels: { gen: 'new' } }, policyTypes: ['Ingress'] } });
+  await applyK8sPolicy(env, {
+    metadata: { name: 'new-admits-nobody', namespace: 'x' },
+    spec: { podSelector: { matchLabels: { gen: 'new' } }, policyTypes: ['Ingress'] },
+  });
   await expectReachability(env, 80, 'tcp', () => true);
 }, 120_000);
 afterAll(async () => {
@@ -44,13 +58,24 @@ describe('a pod re-created under the same name while the agent is down', { timeo
     const perExec = { ...env.conf, policy_setup_timeout_seconds: 1 };
     const callEnv = { NETPLUGIN_POLICY_TABLE: env.table };
     old.server?.kill('SIGKILL');
-    expectOk(await cni('DEL', perExec, { containerId: old.containerId, netns: old.netnsPath, args: k8sArgs('x', 'a'), env: callEnv }));
+    expectOk(
+      await cni('DEL', perExec, {
+        containerId: old.containerId,
+        netns: old.netnsPath,
+        args: k8sArgs('x', 'a'),
+        env: callEnv,
+      }),
+    );
     env.pods.splice(env.pods.indexOf(old), 1);
 
     // The same pod name again (a StatefulSet's pod), now selected by the policy that admits nobody.
     putPod(env.api, 'x', 'a', { labels: { pod: 'a', gen: 'new' }, containers: [{ name: 'main', ports: SERVE_PORTS }] });
     const n = createNetns('polanew');
-    const server = spawn('ip', ['netns', 'exec', n.name, 'python3', join(ROOT, 'test/support/policy-pod.py'), 'serve', '80', '81'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const server = spawn(
+      'ip',
+      ['netns', 'exec', n.name, 'python3', join(ROOT, 'test/support/policy-pod.py'), 'serve', '80', '81'],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     await new Promise<void>((r) => createInterface({ input: server.stdout! }).once('line', () => r()));
     const containerId = `x-a-new-${process.pid}-${Date.now()}`;
     const r = await cni('ADD', perExec, { containerId, netns: n.path, args: k8sArgs('x', 'a'), env: callEnv });

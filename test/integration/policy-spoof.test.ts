@@ -12,7 +12,16 @@ import { createServer, type Server } from 'node:net';
 import { execFileSync } from 'node:child_process';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { removeAllNetns } from '../support/netns.js';
-import { addPod, applyK8sPolicy, expectReachability, forgeFrom, pod, receiveOn, startPolicyEnv, type PolicyEnv } from '../support/policy-harness.js';
+import {
+  addPod,
+  applyK8sPolicy,
+  expectReachability,
+  forgeFrom,
+  pod,
+  receiveOn,
+  startPolicyEnv,
+  type PolicyEnv,
+} from '../support/policy-harness.js';
 
 const POOL = { name: 'pol-spoof', cidr: '10.77.80.0/26', blockSize: 26 };
 const POOL6 = { name: 'pol-spoof6', cidr: 'fd77:80::/122', blockSize: 122 };
@@ -33,7 +42,13 @@ beforeAll(async () => {
   await addPod(env, 'x', 'b');
   await addPod(env, 'y', 'c');
   // x/a admits only x/b.
-  await applyK8sPolicy(env, { metadata: { name: 'a-from-b', namespace: 'x' }, spec: { podSelector: { matchLabels: { pod: 'a' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }] } });
+  await applyK8sPolicy(env, {
+    metadata: { name: 'a-from-b', namespace: 'x' },
+    spec: {
+      podSelector: { matchLabels: { pod: 'a' } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }],
+    },
+  });
   await expectReachability(env, 80, 'udp', (f, t) => t.id !== 'x/a' || f.id === 'x/b');
 }, 120_000);
 afterAll(async () => {
@@ -49,7 +64,7 @@ async function reachingA(send: () => Promise<unknown>): Promise<string[]> {
 }
 
 describe('pods cannot forge their source', { timeout: 60_000 }, () => {
-  it('IPv4: a denied pod sending with an allowed peer\'s address reaches nothing (rp_filter 0); the peer itself does', async () => {
+  it("IPv4: a denied pod sending with an allowed peer's address reaches nothing (rp_filter 0); the peer itself does", async () => {
     const [a, b, c] = ['x/a', 'x/b', 'y/c'].map((id) => pod(env, id));
     expect(await reachingA(() => forgeFrom(c!, { src: b!.ip, dst: a!.ip, dport: PORT, proto: 'udp' }))).toEqual([]);
     // The same frames from the pod whose address it is get through: the check is what stopped them.
@@ -69,7 +84,11 @@ describe('pods cannot forge their source', { timeout: 60_000 }, () => {
 
   it('a pod sending from a MAC that is not its own reaches nothing, even with its own address', async () => {
     const [a, b] = ['x/a', 'x/b'].map((id) => pod(env, id));
-    expect(await reachingA(() => forgeFrom(b!, { src: b!.ip, dst: a!.ip, dport: PORT, proto: 'udp', srcMac: '02:66:66:66:66:66' }))).toEqual([]);
+    expect(
+      await reachingA(() =>
+        forgeFrom(b!, { src: b!.ip, dst: a!.ip, dport: PORT, proto: 'udp', srcMac: '02:66:66:66:66:66' }),
+      ),
+    ).toEqual([]);
   });
 });
 
@@ -100,7 +119,14 @@ describe('pods cannot reach the node loopback', { timeout: 60_000 }, () => {
     const c = pod(env, 'y/c');
     await forgeFrom(c, { src: c.ip, dst: '127.0.0.1', dport: udp.address().port, proto: 'udp' });
     await forgeFrom(c, { src: c.ip6!, dst: '::1', dport: udp6.address().port, proto: 'udp' });
-    const synAcks = await forgeFrom(c, { src: c.ip, dst: '127.0.0.1', dport: tcpPort, proto: 'syn', count: 2, wait: 1.5 });
+    const synAcks = await forgeFrom(c, {
+      src: c.ip,
+      dst: '127.0.0.1',
+      dport: tcpPort,
+      proto: 'syn',
+      count: 2,
+      wait: 1.5,
+    });
     await new Promise((r) => setTimeout(r, 300));
     expect({ udp: got, synAcks, accepted }).toEqual({ udp: [], synAcks: [], accepted: 0 });
   });

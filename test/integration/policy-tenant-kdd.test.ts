@@ -51,7 +51,10 @@ afterAll(async () => {
 function admit(ns: string, name: string, to: string, from: string): KubeNetworkPolicy {
   return {
     metadata: { name, namespace: ns },
-    spec: { podSelector: { matchLabels: { pod: to } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: from } } }] }] },
+    spec: {
+      podSelector: { matchLabels: { pod: to } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { pod: from } } }] }],
+    },
   };
 }
 
@@ -59,11 +62,16 @@ function admit(ns: string, name: string, to: string, from: string): KubeNetworkP
 function status(): Array<{ f: string; s: { containerID?: string; at?: string } }> {
   return readdirSync(env.statusDir)
     .filter((f) => f.endsWith('.json') && !f.startsWith('.'))
-    .map((f) => ({ f, s: JSON.parse(readFileSync(join(env.statusDir, f), 'utf8')) as { containerID?: string; at?: string } }));
+    .map((f) => ({
+      f,
+      s: JSON.parse(readFileSync(join(env.statusDir, f), 'utf8')) as { containerID?: string; at?: string },
+    }));
 }
 
 function statusOf(p: Pod): Array<{ containerID?: string; at?: string }> {
-  return status().map((x) => x.s).filter((s) => s.containerID === p.containerId);
+  return status()
+    .map((x) => x.s)
+    .filter((s) => s.containerID === p.containerId);
 }
 
 async function eventually(what: string, fn: () => Promise<boolean> | boolean, ms = 20_000): Promise<void> {
@@ -88,7 +96,12 @@ describe('policy against tenant-written data (kubernetes datastore)', { timeout:
     const evil = await addPod(env, 'y', 'evil');
     const victim = hostVethName(PREFIX, 'x.a');
     const patched = new Date().toISOString();
-    await env.kube.patchPod('y', 'evil', { metadata: { annotations: { 'cni.netplugin.org/interfaceName': victim } } }, 'merge');
+    await env.kube.patchPod(
+      'y',
+      'evil',
+      { metadata: { annotations: { 'cni.netplugin.org/interfaceName': victim } } },
+      'merge',
+    );
     // The agent reports an endpoint programmed again after each change of it: the batch with the annotation is in.
     await eventually("the agent applied y/evil's change", () => statusOf(evil).some((s) => (s.at ?? '') > patched));
     // x/a keeps its isolation (only x/b), y/evil is programmed on its own veth (reachable, reaching).
@@ -103,7 +116,9 @@ describe('policy against tenant-written data (kubernetes datastore)', { timeout:
     type Ev = { reason: string; type: string; message: string; involvedObject: { name: string; namespace: string } };
     const events = await env.kube.request<{ items: Ev[] }>('GET', '/api/v1/namespaces/y/events');
     const ev = events.items.filter((e) => e.reason === 'NetpluginInterfaceMismatch');
-    expect(ev.map((e) => [e.type, e.involvedObject.namespace, e.involvedObject.name])).toEqual([['Warning', 'y', 'evil']]);
+    expect(ev.map((e) => [e.type, e.involvedObject.namespace, e.involvedObject.name])).toEqual([
+      ['Warning', 'y', 'evil'],
+    ]);
     expect(ev[0]!.message).toContain(victim);
     expect(evil.ip).not.toBe(pod(env, 'x/a').ip);
   });
@@ -269,7 +284,9 @@ for l in s.makefile('rb'):
 print('closed', flush=True)`;
 
 function spawnIn(p: Pod, code: string, args: string[]): ChildProcess {
-  return spawn('ip', ['netns', 'exec', p.netns, 'python3', '-c', code, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  return spawn('ip', ['netns', 'exec', p.netns, 'python3', '-c', code, ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
 }
 
 function firstLine(proc: ChildProcess): Promise<string> {

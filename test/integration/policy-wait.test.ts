@@ -30,11 +30,17 @@ afterEach(async () => {
 describe('waitForPolicyProgrammed', () => {
   it('resolves programmed when the status file appears (after 1 s), not at the timeout', async () => {
     const statusDir = join(root, 'endpoint-status');
-    const waiting = waitForPolicyProgrammed({ endpointKey: key, statusDir, timeoutMs: 30_000 }).then((r) => ({ ...r, resolvedAt: Date.now() }));
+    const waiting = waitForPolicyProgrammed({ endpointKey: key, statusDir, timeoutMs: 30_000 }).then((r) => ({
+      ...r,
+      resolvedAt: Date.now(),
+    }));
     await new Promise((r) => setTimeout(r, 1000));
     // The documented format, written the way the agent does (temp + rename is
     // the agent's job; a direct write must work too).
-    await writeFile(join(statusDir, statusFileName(key)), JSON.stringify({ programmed: true, at: new Date().toISOString(), endpoint: key }));
+    await writeFile(
+      join(statusDir, statusFileName(key)),
+      JSON.stringify({ programmed: true, at: new Date().toISOString(), endpoint: key }),
+    );
     const writtenAt = Date.now();
     const r = await waiting;
     expect(r.programmed).toBe(true);
@@ -54,7 +60,12 @@ describe('waitForPolicyProgrammed', () => {
 
   it('a file that already exists resolves at once', async () => {
     await writePolicyStatus(key, { statusDir: root, containerID: 'c1' });
-    const r = await waitForPolicyProgrammed({ endpointKey: key, statusDir: root, timeoutMs: 30_000, containerId: 'c1' });
+    const r = await waitForPolicyProgrammed({
+      endpointKey: key,
+      statusDir: root,
+      timeoutMs: 30_000,
+      containerId: 'c1',
+    });
     expect(r).toMatchObject({ programmed: true, via: 'file' });
   });
 
@@ -69,7 +80,12 @@ describe('waitForPolicyProgrammed', () => {
   it('ignores a stale file of another container and a file saying programmed:false', async () => {
     await writePolicyStatus(key, { statusDir: root, containerID: 'old-container' });
     await writePolicyStatus('other-endpoint', { statusDir: root });
-    const waiting = waitForPolicyProgrammed({ endpointKey: key, statusDir: root, timeoutMs: 30_000, containerId: 'new-container' });
+    const waiting = waitForPolicyProgrammed({
+      endpointKey: key,
+      statusDir: root,
+      timeoutMs: 30_000,
+      containerId: 'new-container',
+    });
     let settled = false;
     void waiting.then(() => (settled = true));
     await writePolicyStatus(key, { statusDir: root, containerID: 'new-container', programmed: false });
@@ -104,7 +120,13 @@ describe('waitForPolicyProgrammed', () => {
         return () => ee.off(k, cb);
       },
     };
-    const waiting = waitForPolicyProgrammed({ endpointKey: key, statusDir: root, timeoutMs: 30_000, containerId: 'new', signal });
+    const waiting = waitForPolicyProgrammed({
+      endpointKey: key,
+      statusDir: root,
+      timeoutMs: 30_000,
+      containerId: 'new',
+      signal,
+    });
     let settled = false;
     void waiting.then(() => (settled = true));
     await new Promise((r) => setTimeout(r, 100));
@@ -116,7 +138,11 @@ describe('waitForPolicyProgrammed', () => {
   });
 
   it('a zero timeout does not wait', async () => {
-    expect(await waitForPolicyProgrammed({ endpointKey: key, statusDir: root, timeoutMs: 0 })).toEqual({ programmed: false, reason: 'disabled', waitedMs: 0 });
+    expect(await waitForPolicyProgrammed({ endpointKey: key, statusDir: root, timeoutMs: 0 })).toEqual({
+      programmed: false,
+      reason: 'disabled',
+      waitedMs: 0,
+    });
   });
 });
 

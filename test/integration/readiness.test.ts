@@ -21,7 +21,9 @@ afterEach(async () => {
   );
 });
 
-async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; hits: () => number }> {
+async function serve(
+  handler: (req: IncomingMessage, res: ServerResponse) => void,
+): Promise<{ url: string; hits: () => number }> {
   let hits = 0;
   const srv = createServer((req, res) => {
     hits++;
@@ -109,7 +111,9 @@ describe('readiness gates (real HTTP on 127.0.0.1)', () => {
   });
 
   it('a malformed gate URL is a netconf error (7) naming the element', () => {
-    expect(() => parseReadinessGates(['http://ok', 'ftp://x'])).toThrow(/readiness_gates\[1\]: "ftp:\/\/x" is not an http:\/\/ or https:\/\/ URL/);
+    expect(() => parseReadinessGates(['http://ok', 'ftp://x'])).toThrow(
+      /readiness_gates\[1\]: "ftp:\/\/x" is not an http:\/\/ or https:\/\/ URL/,
+    );
     const e = (() => {
       try {
         parseReadinessGates('http://x');

@@ -3,14 +3,30 @@
 // the real dispatcher, and against its per-exec fallback.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { SUPPORTED_VERSIONS } from '../../src/cni/types.js';
-import { ACCEPTED, HEADER_LEN, MAX_RESPONSE, PROTOCOL_VERSION, RESPONSE_HEADER_LEN, encodeResponse } from '../../src/agent/protocol.js';
+import {
+  ACCEPTED,
+  HEADER_LEN,
+  MAX_RESPONSE,
+  PROTOCOL_VERSION,
+  RESPONSE_HEADER_LEN,
+  encodeResponse,
+} from '../../src/agent/protocol.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const MARKER = 'NETPLUGIN-FALLBACK-RAN';
@@ -79,11 +95,20 @@ interface Run {
   stderr: string;
 }
 
-function runShim(opts: { env?: Record<string, string | undefined>; stdin?: string; name?: string; bin?: string; uid?: number }): Promise<Run> {
+function runShim(opts: {
+  env?: Record<string, string | undefined>;
+  stdin?: string;
+  name?: string;
+  bin?: string;
+  uid?: number;
+}): Promise<Run> {
   const bin = opts.bin ?? join(binDir, opts.name ?? 'netplugin');
   return new Promise((resolve, reject) => {
     const child = spawn(bin, [], {
-      env: Object.fromEntries(Object.entries(opts.env ?? {}).filter(([, v]) => v !== undefined)) as Record<string, string>,
+      env: Object.fromEntries(Object.entries(opts.env ?? {}).filter(([, v]) => v !== undefined)) as Record<
+        string,
+        string
+      >,
       stdio: ['pipe', 'pipe', 'pipe'],
       ...(opts.uid !== undefined ? { uid: opts.uid, gid: opts.uid } : {}),
     });
@@ -99,7 +124,10 @@ function runShim(opts: { env?: Record<string, string | undefined>; stdin?: strin
 }
 
 async function startAgent(socket: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [agentJs], { env: { ...process.env, TEST_AGENT_SOCKET: socket }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [agentJs], {
+    env: { ...process.env, TEST_AGENT_SOCKET: socket },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   agents.push(child);
   let err = '';
   child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
@@ -111,7 +139,9 @@ async function startAgent(socket: string): Promise<ChildProcess> {
 }
 
 function exited(child: ChildProcess): Promise<void> {
-  return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
+  return child.exitCode !== null || child.signalCode !== null
+    ? Promise.resolve()
+    : new Promise((r) => child.once('exit', () => r()));
 }
 
 /** A one-off server speaking just enough protocol to misbehave in a chosen way. */
@@ -122,7 +152,13 @@ async function fakeAgent(socket: string, onConn: (c: import('node:net').Socket) 
 }
 
 const netconf = (version: string, extra: Record<string, unknown> = {}) =>
-  JSON.stringify({ cniVersion: version, name: 'shim-test', type: 'netplugin', ipam: { type: 'netplugin-ipam' }, ...extra });
+  JSON.stringify({
+    cniVersion: version,
+    name: 'shim-test',
+    type: 'netplugin',
+    ipam: { type: 'netplugin-ipam' },
+    ...extra,
+  });
 
 let agentSocket: string;
 const baseEnv = (over: Record<string, string | undefined> = {}): Record<string, string | undefined> => ({
@@ -214,7 +250,11 @@ describe('shim -> agent', () => {
     const r = await runShim({ env: baseEnv(), stdin: netconf('1.0.0', { testBehavior: 'fail' }) });
     expect(r.code).toBe(1);
     expect(r.stdout).not.toContain(MARKER);
-    expect(JSON.parse(r.stdout)).toMatchObject({ code: 100, msg: 'pool test-pool is exhausted', details: 'no free address in 10.9.0.0/30' });
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      code: 100,
+      msg: 'pool test-pool is exhausted',
+      details: 'no free address in 10.9.0.0/30',
+    });
     expect(r.stderr).toContain('pool test-pool is exhausted');
   });
 
@@ -233,10 +273,17 @@ describe('shim -> agent', () => {
   });
 
   it('reports code 11 and leaves the request alone when the agent misses the deadline', async () => {
-    const r = await runShim({ env: baseEnv({ NETPLUGIN_SHIM_TIMEOUT_MS: '700' }), stdin: netconf('0.4.0', { testBehavior: 'hang' }) });
+    const r = await runShim({
+      env: baseEnv({ NETPLUGIN_SHIM_TIMEOUT_MS: '700' }),
+      stdin: netconf('0.4.0', { testBehavior: 'hang' }),
+    });
     expect(r.code).toBe(1);
     expect(r.stdout).not.toContain(MARKER);
-    expect(JSON.parse(r.stdout)).toEqual({ cniVersion: '0.4.0', code: 11, msg: 'netplugin agent did not answer within 700 ms' });
+    expect(JSON.parse(r.stdout)).toEqual({
+      cniVersion: '0.4.0',
+      code: 11,
+      msg: 'netplugin agent did not answer within 700 ms',
+    });
   });
 
   it('rejects a malformed NETPLUGIN_SHIM_TIMEOUT_MS naming it', async () => {
@@ -250,7 +297,10 @@ describe('shim -> agent', () => {
   it('never re-runs a request the agent accepted and then died on: code 11, no fallback', async () => {
     const socket = join(tmp, 'crash/cni.sock');
     const agent = await startAgent(socket);
-    const r = await runShim({ env: baseEnv({ NETPLUGIN_AGENT_SOCKET: socket }), stdin: netconf('1.0.0', { testBehavior: 'crash' }) });
+    const r = await runShim({
+      env: baseEnv({ NETPLUGIN_AGENT_SOCKET: socket }),
+      stdin: netconf('1.0.0', { testBehavior: 'crash' }),
+    });
     await exited(agent);
     expect(agent.signalCode).toBe('SIGKILL');
     expect(r.stdout).not.toContain(MARKER);
@@ -285,7 +335,10 @@ describe('shim -> per-exec fallback', () => {
   it('prefers dist/<name>.cjs (the code-cached entry) and falls back to dist/<name>.mjs without it', async () => {
     const dir = join(tmp, 'pkg-cjs');
     mkdirSync(join(dir, 'dist'), { recursive: true });
-    writeFileSync(join(dir, 'dist/netplugin.cjs'), `process.stdout.write(JSON.stringify({ entry: 'cjs', argv: process.argv.slice(1) }) + '\\n');\n`);
+    writeFileSync(
+      join(dir, 'dist/netplugin.cjs'),
+      `process.stdout.write(JSON.stringify({ entry: 'cjs', argv: process.argv.slice(1) }) + '\\n');\n`,
+    );
     writeFileSync(join(dir, 'dist/netplugin-ipam.mjs'), FALLBACK_SOURCE);
     const env = baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), NETPLUGIN_FALLBACK_DIR: dir });
     const r = await runShim({ env, stdin: '{}' });
@@ -296,7 +349,11 @@ describe('shim -> per-exec fallback', () => {
   });
 
   it('uses the executable name for the fallback entry', async () => {
-    const r = await runShim({ name: 'netplugin-ipam', env: baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock') }), stdin: '{}' });
+    const r = await runShim({
+      name: 'netplugin-ipam',
+      env: baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock') }),
+      stdin: '{}',
+    });
     expect(JSON.parse(r.stdout).argv).toEqual([join(pkgDir, 'dist/netplugin-ipam.mjs')]);
   });
 
@@ -306,7 +363,11 @@ describe('shim -> per-exec fallback', () => {
     copyFileSync(join(binDir, 'netplugin'), join(dir, 'netplugin'));
     chmodSync(join(dir, 'netplugin'), 0o755);
     writeFileSync(join(dir, 'netplugin.fallback'), `${process.execPath}\n${pkgDir}\n`);
-    const env = baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), NETPLUGIN_FALLBACK_NODE: undefined, NETPLUGIN_FALLBACK_DIR: undefined });
+    const env = baseEnv({
+      NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'),
+      NETPLUGIN_FALLBACK_NODE: undefined,
+      NETPLUGIN_FALLBACK_DIR: undefined,
+    });
     const r = await runShim({ bin: join(dir, 'netplugin'), env, stdin: 'x' });
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ marker: MARKER, stdin: 'x' });
@@ -314,7 +375,8 @@ describe('shim -> per-exec fallback', () => {
 
   // Every state below used to leave the runtime without a CNI answer or with a
   // dead-end code; each must now print a code-11 error JSON ("try again").
-  const noAgent = (over: Record<string, string | undefined> = {}) => baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), ...over });
+  const noAgent = (over: Record<string, string | undefined> = {}) =>
+    baseEnv({ NETPLUGIN_AGENT_SOCKET: join(tmp, 'absent.sock'), ...over });
   const expectRetry = (r: Run, ...parts: string[]) => {
     expect(r.code).toBe(1);
     expect(r.stdout.endsWith('\n')).toBe(true);
@@ -326,8 +388,15 @@ describe('shim -> per-exec fallback', () => {
   };
 
   it('no agent and no netplugin.fallback: code 11 naming the socket and the missing file', async () => {
-    const r = await runShim({ env: noAgent({ NETPLUGIN_FALLBACK_NODE: undefined, NETPLUGIN_FALLBACK_DIR: undefined }), stdin: netconf('0.3.1') });
-    const err = expectRetry(r, `${join(tmp, 'absent.sock')}: No such file or directory`, `${join(binDir, 'netplugin.fallback')}: No such file or directory`);
+    const r = await runShim({
+      env: noAgent({ NETPLUGIN_FALLBACK_NODE: undefined, NETPLUGIN_FALLBACK_DIR: undefined }),
+      stdin: netconf('0.3.1'),
+    });
+    const err = expectRetry(
+      r,
+      `${join(tmp, 'absent.sock')}: No such file or directory`,
+      `${join(binDir, 'netplugin.fallback')}: No such file or directory`,
+    );
     expect(err.cniVersion).toBe('0.3.1');
   });
 
@@ -337,17 +406,27 @@ describe('shim -> per-exec fallback', () => {
     copyFileSync(join(binDir, 'netplugin'), join(dir, 'netplugin'));
     chmodSync(join(dir, 'netplugin'), 0o755);
     writeFileSync(join(dir, 'netplugin.fallback'), `\n${pkgDir}\n`);
-    const r = await runShim({ bin: join(dir, 'netplugin'), env: noAgent({ NETPLUGIN_FALLBACK_NODE: undefined, NETPLUGIN_FALLBACK_DIR: undefined }), stdin: '{}' });
+    const r = await runShim({
+      bin: join(dir, 'netplugin'),
+      env: noAgent({ NETPLUGIN_FALLBACK_NODE: undefined, NETPLUGIN_FALLBACK_DIR: undefined }),
+      stdin: '{}',
+    });
     expectRetry(r, 'names no node executable');
   });
 
   it('no agent and a fallback node that does not exist: code 11', async () => {
     const r = await runShim({ env: noAgent({ NETPLUGIN_FALLBACK_NODE: join(tmp, 'no-node') }), stdin: '{}' });
-    expectRetry(r, `'${join(tmp, 'no-node')} ${join(pkgDir, 'dist/netplugin.mjs')}' cannot run: No such file or directory`);
+    expectRetry(
+      r,
+      `'${join(tmp, 'no-node')} ${join(pkgDir, 'dist/netplugin.mjs')}' cannot run: No such file or directory`,
+    );
   });
 
   it('no agent, node present but the package missing (paths recorded inside a container): code 11, no stack trace', async () => {
-    const r = await runShim({ env: noAgent({ NETPLUGIN_FALLBACK_DIR: join(tmp, 'opt-netplugin-absent') }), stdin: '{}' });
+    const r = await runShim({
+      env: noAgent({ NETPLUGIN_FALLBACK_DIR: join(tmp, 'opt-netplugin-absent') }),
+      stdin: '{}',
+    });
     expectRetry(r, `${join(tmp, 'opt-netplugin-absent/dist/netplugin.mjs')} is missing`);
     expect(r.stderr).toBe('');
   });
@@ -364,7 +443,10 @@ describe('shim -> per-exec fallback', () => {
   });
 
   it('an ADD whose fallback exits 0 with nothing on stdout: code 11; a DEL that does so succeeds', async () => {
-    expectRetry(await runShim({ env: noAgent({ FALLBACK_CRASH: 'silent' }), stdin: '{}' }), 'exited with status 0 without a CNI answer');
+    expectRetry(
+      await runShim({ env: noAgent({ FALLBACK_CRASH: 'silent' }), stdin: '{}' }),
+      'exited with status 0 without a CNI answer',
+    );
     const del = await runShim({ env: noAgent({ FALLBACK_CRASH: 'silent', CNI_COMMAND: 'DEL' }), stdin: '{}' });
     expect(del).toMatchObject({ code: 0, stdout: '' });
   });
@@ -388,7 +470,10 @@ describe('shim -> per-exec fallback', () => {
     await fakeAgent(socket, (c) => c.once('data', () => c.end(Buffer.from([ACCEPTED, 0, 0]))));
     const r = await runShim({ env: baseEnv({ NETPLUGIN_AGENT_SOCKET: socket }), stdin: netconf('1.0.0') });
     expect(r.stdout).not.toContain(MARKER);
-    expect(JSON.parse(r.stdout)).toMatchObject({ code: 11, msg: 'netplugin agent stopped while handling the request; the runtime should retry' });
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      code: 11,
+      msg: 'netplugin agent stopped while handling the request; the runtime should retry',
+    });
   });
 
   it('as a non-root caller: cannot open the 0600 socket, so its own privileges run the fallback', async () => {
@@ -433,7 +518,10 @@ describe('shim <- agent answer frames', () => {
   };
   /** The shim's own CNI error: exit 1, one JSON line in the netconf's cniVersion, no fallback. */
   const shimError = async (frame: Buffer) => {
-    const r = await runShim({ env: baseEnv({ NETPLUGIN_AGENT_SOCKET: await answering(frame) }), stdin: netconf('0.4.0') });
+    const r = await runShim({
+      env: baseEnv({ NETPLUGIN_AGENT_SOCKET: await answering(frame) }),
+      stdin: netconf('0.4.0'),
+    });
     expect(r.stdout).not.toContain(MARKER);
     expect(r.code).toBe(1);
     expect(r.stdout.endsWith('}\n')).toBe(true);
@@ -447,7 +535,9 @@ describe('shim <- agent answer frames', () => {
     const err = Buffer.from('warn \u00e9\n\u0000', 'utf8');
     const frame = Buffer.concat([header({ code: 7, outLen: out.length, errLen: err.length }), out, err]);
     const socket = await answering(frame);
-    const child = spawn(join(binDir, 'netplugin'), [], { env: baseEnv({ NETPLUGIN_AGENT_SOCKET: socket }) as Record<string, string> });
+    const child = spawn(join(binDir, 'netplugin'), [], {
+      env: baseEnv({ NETPLUGIN_AGENT_SOCKET: socket }) as Record<string, string>,
+    });
     const stdout: Buffer[] = [];
     const stderr: Buffer[] = [];
     child.stdout.on('data', (d: Buffer) => stdout.push(d));
@@ -460,7 +550,12 @@ describe('shim <- agent answer frames', () => {
   });
 
   it('relays the frame encodeResponse writes, with empty stdout', async () => {
-    const r = await runShim({ env: baseEnv({ NETPLUGIN_AGENT_SOCKET: await answering(encodeResponse({ code: 0, stdout: '', stderr: 'só stderr\n' })) }), stdin: '{}' });
+    const r = await runShim({
+      env: baseEnv({
+        NETPLUGIN_AGENT_SOCKET: await answering(encodeResponse({ code: 0, stdout: '', stderr: 'só stderr\n' })),
+      }),
+      stdin: '{}',
+    });
     expect(r).toEqual({ code: 0, stdout: '', stderr: 'só stderr\n' });
   });
 
@@ -479,7 +574,10 @@ describe('shim <- agent answer frames', () => {
     const out = Buffer.from('{"cniVersion":"1.0.0"}');
     const err = await shimError(Buffer.concat([header({ version: PROTOCOL_VERSION + 1, outLen: out.length }), out]));
     expect(err.code).toBe(11);
-    expect(err.msg).toContain(`netplugin agent speaks another protocol version (${PROTOCOL_VERSION + 1}, this shim speaks ${PROTOCOL_VERSION}); try again`);
+    expect(err.msg).toContain(
+      `netplugin agent speaks another protocol version (${PROTOCOL_VERSION + 1}, this shim speaks ${PROTOCOL_VERSION}` +
+        `); try again`,
+    );
   });
 
   for (const [what, frame] of [
@@ -489,14 +587,20 @@ describe('shim <- agent answer frames', () => {
   ] as const) {
     it(`a frame truncated ${what}: code 11, the agent stopped`, async () => {
       const err = await shimError(frame);
-      expect(err).toMatchObject({ code: 11, msg: 'netplugin agent stopped while handling the request; the runtime should retry' });
+      expect(err).toMatchObject({
+        code: 11,
+        msg: 'netplugin agent stopped while handling the request; the runtime should retry',
+      });
     });
   }
 
   it('an oversized length: code 5 naming the sizes and the limit, before reading any of it', async () => {
     const err = await shimError(header({ outLen: 0xffffffff, errLen: 0xffffffff }));
     expect(err.code).toBe(5);
-    expect(err.msg).toContain(`announced a ${2 * 0xffffffff}-byte answer (stdout ${0xffffffff}, stderr ${0xffffffff} bytes), over the shim's limit of ${MAX_RESPONSE} bytes`);
+    expect(err.msg).toContain(
+      `announced a ${2 * 0xffffffff}-byte answer (stdout ${0xffffffff}, stderr ${0xffffffff} bytes), over the shim's ` +
+        `limit of ${MAX_RESPONSE} bytes`,
+    );
   });
 
   it('lengths that add up to just over the limit: code 5', async () => {

@@ -45,7 +45,9 @@ time.sleep(600)
 `;
 
 function run(nsName: string, code: string, args: string[], ready: string): Promise<ChildProcess> {
-  const p = spawn('ip', ['netns', 'exec', nsName, 'python3', '-c', code, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const p = spawn('ip', ['netns', 'exec', nsName, 'python3', '-c', code, ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   procs.push(p);
   return new Promise((resolve, reject) => {
     let out = '';
@@ -61,7 +63,10 @@ function run(nsName: string, code: string, args: string[], ready: string): Promi
 function table(): string {
   return inNetns(server.name, 'cat', ['/proc/net/nf_conntrack']);
 }
-const lines = (addr: string): string[] => table().split('\n').filter((l) => new RegExp(`(src|dst)=${addr.replace(/\./g, '\\.')} `).test(l));
+const lines = (addr: string): string[] =>
+  table()
+    .split('\n')
+    .filter((l) => new RegExp(`(src|dst)=${addr.replace(/\./g, '\\.')} `).test(l));
 
 beforeAll(async () => {
   client = createNetns('ctc');
@@ -76,9 +81,17 @@ beforeAll(async () => {
     inNetns(n, 'ip', ['link', 'set', dev, 'up']);
   }
   // Conntrack runs in a namespace only once something there needs it.
-  inNetns(server.name, 'nft', ['add table inet ct-test; add chain inet ct-test in { type filter hook input priority 0; ct state established counter accept; }']);
+  inNetns(server.name, 'nft', [
+    'add table inet ct-test; add chain inet ct-test in { type filter hook input priority 0; ct state established ' +
+      'counter accept; }',
+  ]);
   await run(server.name, SERVER, [], 'ready');
-  for (const [src, dst] of [['10.77.0.1', '10.77.0.2'], ['10.77.0.3', '10.77.0.2'], ['fd77::1', 'fd77::2'], ['fd77::3', 'fd77::2']]) {
+  for (const [src, dst] of [
+    ['10.77.0.1', '10.77.0.2'],
+    ['10.77.0.3', '10.77.0.2'],
+    ['fd77::1', 'fd77::2'],
+    ['fd77::3', 'fd77::2'],
+  ]) {
     await run(client.name, CLIENT, [src!, dst!], 'connected');
   }
   ns = openNetns(server.path);
@@ -95,10 +108,21 @@ afterAll(() => {
 
 describe('conntrackFlush', () => {
   it('deletes the TCP and UDP entries of an address, both families, and only those', () => {
-    for (const a of ['10.77.0.1', '10.77.0.3', 'fd77:0000:0000:0000:0000:0000:0000:0001', 'fd77:0000:0000:0000:0000:0000:0000:0003']) {
+    for (const a of [
+      '10.77.0.1',
+      '10.77.0.3',
+      'fd77:0000:0000:0000:0000:0000:0000:0001',
+      'fd77:0000:0000:0000:0000:0000:0000:0003',
+    ]) {
       const l = lines(a);
-      expect(l.some((x) => x.includes(' tcp ') && x.includes('ESTABLISHED')), `${a} tcp in\n${table()}`).toBe(true);
-      expect(l.some((x) => x.includes(' udp ')), `${a} udp in\n${table()}`).toBe(true);
+      expect(
+        l.some((x) => x.includes(' tcp ') && x.includes('ESTABLISHED')),
+        `${a} tcp in\n${table()}`,
+      ).toBe(true);
+      expect(
+        l.some((x) => x.includes(' udp ')),
+        `${a} udp in\n${table()}`,
+      ).toBe(true);
     }
     expect(nl.conntrackFlush(['10.77.0.1', 'fd77::1'])).toBeGreaterThanOrEqual(4);
     expect(lines('10.77.0.1')).toEqual([]);
@@ -126,7 +150,9 @@ describe('conntrackList and conntrackDelete', () => {
     const all = nl.conntrackList(['fd77::3']);
     const tcp = all.filter((e) => e.protocol === 6);
     const udp = all.filter((e) => e.protocol === 17);
-    expect(tcp.map((e) => [e.family, e.src, e.dst, e.dport, e.replySrc, e.replyDport])).toEqual([[6, 'fd77::3', 'fd77::2', 8080, 'fd77::2', tcp[0]?.sport]]);
+    expect(tcp.map((e) => [e.family, e.src, e.dst, e.dport, e.replySrc, e.replyDport])).toEqual([
+      [6, 'fd77::3', 'fd77::2', 8080, 'fd77::2', tcp[0]?.sport],
+    ]);
     expect(udp.map((e) => [e.src, e.dst, e.dport])).toEqual([['fd77::3', 'fd77::2', 8081]]);
     // Listing deletes nothing.
     expect(lines(V6).length).toBe(2);

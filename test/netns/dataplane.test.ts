@@ -6,7 +6,17 @@ import { readdirSync } from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, deleteNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { netlinkIn } from '../support/netns.js';
-import { checkWorkload, createWorkloadSetup, HostLinkInUseError, hostVethName, linkLocalFromMac, setupWorkload, teardownWorkload, teardownWorkloadAsync, type WorkloadSpec } from '../../src/dataplane/index.js';
+import {
+  checkWorkload,
+  createWorkloadSetup,
+  HostLinkInUseError,
+  hostVethName,
+  linkLocalFromMac,
+  setupWorkload,
+  teardownWorkload,
+  teardownWorkloadAsync,
+  type WorkloadSpec,
+} from '../../src/dataplane/index.js';
 import { NetlinkError, type Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
@@ -66,7 +76,7 @@ const ipJson = (ns: string, args: string[]): any[] => JSON.parse(inNetns(ns, 'ip
 const ping = (ns: string, addr: string) => inNetns(ns, 'ping', ['-c', '1', '-w', '5', addr]);
 
 describe('hostVethName', () => {
-  it("is the prefix plus the first 11 hex chars of sha1(key), within IFNAMSIZ", () => {
+  it('is the prefix plus the first 11 hex chars of sha1(key), within IFNAMSIZ', () => {
     const sha = execFileSync('sha1sum', { input: 'default.nginx-7c5d' }).toString().slice(0, 11);
     expect(hostVethName('npi', 'default.nginx-7c5d')).toBe(`npi${sha}`);
     expect(hostVethName('npi', 'default.nginx-7c5d')).toHaveLength(14);
@@ -86,11 +96,24 @@ describe('setupWorkload', () => {
     const c = nl(C1.path);
     const hv = h.linkGet('npi0test1');
     const eth0 = c.linkGet('eth0');
-    expect(st).toEqual({ hostIfname: 'npi0test1', hostIndex: hv.index, containerMac: '02:aa:bb:cc:dd:05', containerIndex: eth0.index, mtu: 1400 });
+    expect(st).toEqual({
+      hostIfname: 'npi0test1',
+      hostIndex: hv.index,
+      containerMac: '02:aa:bb:cc:dd:05',
+      containerIndex: eth0.index,
+      mtu: 1400,
+    });
 
     // Links: the peer was born in C1, MAC/MTU/queues on both ends, both up.
     expect(hv).toMatchObject({ kind: 'veth', mac: HOST_MAC, mtu: 1400, up: true, numRxQueues: 4, numTxQueues: 4 });
-    expect(eth0).toMatchObject({ kind: 'veth', mac: '02:aa:bb:cc:dd:05', mtu: 1400, up: true, numRxQueues: 4, numTxQueues: 4 });
+    expect(eth0).toMatchObject({
+      kind: 'veth',
+      mac: '02:aa:bb:cc:dd:05',
+      mtu: 1400,
+      up: true,
+      numRxQueues: 4,
+      numTxQueues: 4,
+    });
     expect(h.linkFind('eth0')).toBeUndefined();
     const q = ['rx-0', 'rx-1', 'rx-2', 'rx-3', 'tx-0', 'tx-1', 'tx-2', 'tx-3'];
     expect(inNetns(C1.name, 'ls', ['/sys/class/net/eth0/queues']).split(/\s+/).filter(Boolean).sort()).toEqual(q);
@@ -128,7 +151,9 @@ describe('setupWorkload', () => {
     const ll = h.addrList({ link: 'npi0test1', family: 6 }).find((a) => a.address === HOST_LL);
     expect(ll).toBeDefined();
     expect(ll!.flags & IFA_F_TENTATIVE).toBe(0);
-    expect(ipJson(H.name, ['route', 'show', 'dev', 'npi0test1'])).toEqual([expect.objectContaining({ dst: '10.0.0.5', scope: 'link' })]);
+    expect(ipJson(H.name, ['route', 'show', 'dev', 'npi0test1'])).toEqual([
+      expect.objectContaining({ dst: '10.0.0.5', scope: 'link' }),
+    ]);
     expect(ipJson(H.name, ['-6', 'route', 'show', 'fd00::5/128'])[0]).toMatchObject({ dev: 'npi0test1' });
     const hs = (k: string) => cat(H.name, `/proc/sys/net/${k}`);
     expect(hs('ipv4/conf/npi0test1/proxy_arp')).toBe('1');
@@ -141,7 +166,11 @@ describe('setupWorkload', () => {
     expect(hs('ipv6/conf/npi0test1/accept_dad')).toBe('0');
     expect(hs('ipv6/conf/npi0test1/disable_ipv6')).toBe('0');
 
-    expect(checkWorkload(spec({ addresses: ['10.0.0.5/32', 'fd00::5/128'], mtu: 1400, numQueues: 4 }), { containerMac: st.containerMac })).toEqual([]);
+    expect(
+      checkWorkload(spec({ addresses: ['10.0.0.5/32', 'fd00::5/128'], mtu: 1400, numQueues: 4 }), {
+        containerMac: st.containerMac,
+      }),
+    ).toEqual([]);
   });
 
   it('an IPv4-only pod cannot plant a route on the node with a router advertisement', async () => {
@@ -160,9 +189,17 @@ describe('setupWorkload', () => {
     expect(hs('ipv6/conf/npi0test1/disable_ipv6')).toBe('1');
     expect(ipJson(H.name, ['-6', 'addr', 'show', 'dev', 'npi0test1'])).toEqual([]);
     expect(ipJson(H.name, ['-6', 'route', 'show', 'table', 'all', 'dev', 'npi0test1'])).toEqual([]);
-    const planted = () => inNetns(H.name, 'ip', ['-6', 'route', 'show']).split('\n').filter((l) => /^default|2001:db8:77::/.test(l));
+    const planted = () =>
+      inNetns(H.name, 'ip', ['-6', 'route', 'show'])
+        .split('\n')
+        .filter((l) => /^default|2001:db8:77::/.test(l));
     // The pod's eth0 gets a link-local (the RA's source) once DAD is done.
-    for (let i = 0; i < 100 && !inNetns(C1.name, 'ip', ['-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'link', '-tentative']).includes('fe80'); i++) {
+    for (
+      let i = 0;
+      i < 100 &&
+      !inNetns(C1.name, 'ip', ['-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'link', '-tentative']).includes('fe80');
+      i++
+    ) {
       await new Promise((r) => setTimeout(r, 50));
     }
     const sendRA = () => inNetns(C1.name, 'python3', ['-c', RA_SENDER, 'eth0']);
@@ -224,7 +261,9 @@ describe('setupWorkload', () => {
     h.vethAdd({ name: 'npi0test1', peerName: 'other0', mac: '02:00:00:00:00:01' });
     const old = h.linkGet('npi0test1').index;
     expect(() => setupWorkload(spec())).toThrow(HostLinkInUseError);
-    expect(() => setupWorkload(spec())).toThrow(/host interface npi0test1 \(veth ifindex \d+, MAC 02:00:00:00:00:01\) already exists and was not created by netplugin/);
+    expect(() => setupWorkload(spec())).toThrow(
+      /host interface npi0test1 \(veth ifindex \d+, MAC 02:00:00:00:00:01\) already exists and was not created by netplugin/,
+    );
     expect(h.linkGet('npi0test1').index).toBe(old);
     expect(h.linkFind('other0')).toBeDefined();
     expect(nl(C1.path).linkFind('eth0')).toBeUndefined();
@@ -241,18 +280,32 @@ describe('setupWorkload', () => {
     }
     expect(err).toBeInstanceOf(NetlinkError);
     expect(err).toMatchObject({ code: 'EEXIST', op: 'RTM_NEWADDR' });
-    expect(nl(H.path).linkList().map((l) => l.name)).toEqual(['lo']);
-    expect(nl(C1.path).linkList().map((l) => l.name)).toEqual(['lo']);
+    expect(
+      nl(H.path)
+        .linkList()
+        .map((l) => l.name),
+    ).toEqual(['lo']);
+    expect(
+      nl(C1.path)
+        .linkList()
+        .map((l) => l.name),
+    ).toEqual(['lo']);
     expect(ipJson(H.name, ['route', 'show'])).toEqual([]);
   });
 
   it('rejects a bad spec before touching the kernel, naming the field', () => {
-    expect(() => setupWorkload(spec({ addresses: ['10.0.0.5'] }))).toThrow(/setupWorkload: spec.addresses\[0\] must be an address with its prefix length/);
+    expect(() => setupWorkload(spec({ addresses: ['10.0.0.5'] }))).toThrow(
+      /setupWorkload: spec.addresses\[0\] must be an address with its prefix length/,
+    );
     expect(() => setupWorkload(spec({ mtu: 10 }))).toThrow(/spec.mtu must be an integer 68..65535/);
     expect(() => setupWorkload(spec({ hostMac: 'ee:ee' }))).toThrow(/spec.hostMac must be a MAC address/);
     expect(() => setupWorkload(spec({ numQueues: 0 }))).toThrow(/spec.numQueues/);
     expect(() => setupWorkload(spec({ hostIfname: 'a-name-that-is-too-long' }))).toThrow(/spec.hostIfname/);
-    expect(nl(H.path).linkList().map((l) => l.name)).toEqual(['lo']);
+    expect(
+      nl(H.path)
+        .linkList()
+        .map((l) => l.name),
+    ).toEqual(['lo']);
     // A missing namespace is a NetlinkError naming the path.
     expect(() => setupWorkload(spec({ netnsPath: '/var/run/netns/does-not-exist-' + process.pid }))).toThrow(
       expect.objectContaining({ code: 'ENOENT', op: 'openNetns' }),
@@ -266,25 +319,55 @@ describe('createWorkloadSetup', () => {
     const start = fds();
     const w = createWorkloadSetup({ hostNetnsPath: H.path });
     try {
-      const a = w.setup(spec({ netnsPath: C1.path, hostIfname: 'npi0keep1', addresses: ['10.0.0.5/32', 'fd00::5/128'] }));
+      const a = w.setup(
+        spec({ netnsPath: C1.path, hostIfname: 'npi0keep1', addresses: ['10.0.0.5/32', 'fd00::5/128'] }),
+      );
       // The handle and its sysctl directories stay; the pods' own handles do not.
       const kept = fds();
       expect(kept).toBeGreaterThan(start);
-      const b = w.setup(spec({ netnsPath: C2.path, hostIfname: 'npi0keep2', addresses: ['10.0.0.6/32', 'fd00::6/128'] }));
+      const b = w.setup(
+        spec({ netnsPath: C2.path, hostIfname: 'npi0keep2', addresses: ['10.0.0.6/32', 'fd00::6/128'] }),
+      );
       expect(fds()).toBe(kept);
-      expect(checkWorkload(spec({ netnsPath: C1.path, hostIfname: 'npi0keep1', addresses: ['10.0.0.5/32', 'fd00::5/128'] }), { containerMac: a.containerMac })).toEqual([]);
-      expect(checkWorkload(spec({ netnsPath: C2.path, hostIfname: 'npi0keep2', addresses: ['10.0.0.6/32', 'fd00::6/128'] }), { containerMac: b.containerMac })).toEqual([]);
+      expect(
+        checkWorkload(
+          spec({ netnsPath: C1.path, hostIfname: 'npi0keep1', addresses: ['10.0.0.5/32', 'fd00::5/128'] }),
+          { containerMac: a.containerMac },
+        ),
+      ).toEqual([]);
+      expect(
+        checkWorkload(
+          spec({ netnsPath: C2.path, hostIfname: 'npi0keep2', addresses: ['10.0.0.6/32', 'fd00::6/128'] }),
+          { containerMac: b.containerMac },
+        ),
+      ).toEqual([]);
       // A failure mid-way rolls back through the kept handle too.
       const C3 = createNetns('dpc');
-      expect(() => w.setup(spec({ netnsPath: C3.path, hostIfname: 'npi0keep3', addresses: ['10.0.0.7/32', '10.0.0.7/32'] }))).toThrow(expect.objectContaining({ code: 'EEXIST', op: 'RTM_NEWADDR' }));
-      expect(nl(H.path).linkList().map((l) => l.name).sort()).toEqual(['lo', 'npi0keep1', 'npi0keep2']);
-      expect(nl(C3.path).linkList().map((l) => l.name)).toEqual(['lo']);
+      expect(() =>
+        w.setup(spec({ netnsPath: C3.path, hostIfname: 'npi0keep3', addresses: ['10.0.0.7/32', '10.0.0.7/32'] })),
+      ).toThrow(expect.objectContaining({ code: 'EEXIST', op: 'RTM_NEWADDR' }));
+      expect(
+        nl(H.path)
+          .linkList()
+          .map((l) => l.name)
+          .sort(),
+      ).toEqual(['lo', 'npi0keep1', 'npi0keep2']);
+      expect(
+        nl(C3.path)
+          .linkList()
+          .map((l) => l.name),
+      ).toEqual(['lo']);
       // Another host namespace gets its own handle, closed after the pod.
       const H2 = createNetns('dph');
       const before = fds();
       w.setup(spec({ netnsPath: C3.path, hostNetnsPath: H2.path, hostIfname: 'npi0keep3' }));
       expect(fds()).toBe(before);
-      expect(nl(H2.path).linkList().map((l) => l.name).sort()).toEqual(['lo', 'npi0keep3']);
+      expect(
+        nl(H2.path)
+          .linkList()
+          .map((l) => l.name)
+          .sort(),
+      ).toEqual(['lo', 'npi0keep3']);
     } finally {
       w.close();
     }
@@ -307,7 +390,9 @@ describe('teardownWorkload and checkWorkload', () => {
 
   it('without a netns removes the host end by name', () => {
     setupWorkload(spec());
-    expect(teardownWorkload({ hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' })).toEqual({ removed: true });
+    expect(teardownWorkload({ hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' })).toEqual({
+      removed: true,
+    });
     expect(nl(C1.path).linkFind('eth0')).toBeUndefined();
   });
 
@@ -328,7 +413,10 @@ describe('teardownWorkload and checkWorkload', () => {
     );
     expect(drift).toHaveLength(3);
     teardownWorkload({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1' });
-    expect(checkWorkload(s, { containerMac: st.containerMac })).toEqual(['container interface eth0 is missing', 'host veth npi0test1 is missing']);
+    expect(checkWorkload(s, { containerMac: st.containerMac })).toEqual([
+      'container interface eth0 is missing',
+      'host veth npi0test1 is missing',
+    ]);
   });
 });
 
@@ -348,14 +436,24 @@ describe('teardownWorkloadAsync', () => {
   it('with the netns gone never deletes the host end by name (a newer sandbox of the pod owns that name)', async () => {
     setupWorkload(spec());
     const gone = `/var/run/netns/np-gone-${process.pid}`;
-    await expect(teardownWorkloadAsync({ netnsPath: gone, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1', hostMac: HOST_MAC })).resolves.toEqual({ removed: false });
+    await expect(
+      teardownWorkloadAsync({
+        netnsPath: gone,
+        hostNetnsPath: H.path,
+        ifname: 'eth0',
+        hostIfname: 'npi0test1',
+        hostMac: HOST_MAC,
+      }),
+    ).resolves.toEqual({ removed: false });
     expect(nl(H.path).linkFind('npi0test1')).toBeDefined();
     expect(nl(C1.path).linkFind('eth0')).toBeDefined();
   });
 
   it('without a netns removes the host end by name only when it is a veth with our MAC, unless keepHostEnd', async () => {
     setupWorkload(spec());
-    setupWorkload(spec({ netnsPath: C2.path, hostIfname: 'npi0test2', hostMac: '02:aa:00:00:00:02', addresses: ['10.0.0.6/32'] }));
+    setupWorkload(
+      spec({ netnsPath: C2.path, hostIfname: 'npi0test2', hostMac: '02:aa:00:00:00:02', addresses: ['10.0.0.6/32'] }),
+    );
     const o = { hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npi0test1', hostMac: HOST_MAC };
     await expect(teardownWorkloadAsync({ ...o, keepHostEnd: true })).resolves.toEqual({ removed: false });
     expect(nl(H.path).linkFind('npi0test1')).toBeDefined();
@@ -371,8 +469,12 @@ describe('teardownWorkloadAsync', () => {
   });
 
   it('rejects bad options naming the field, and a non-ENODEV kernel failure is not "not found"', async () => {
-    await expect(teardownWorkloadAsync({ ifname: 'eth0', hostIfname: 'x'.repeat(16) })).rejects.toThrow(/teardownWorkloadAsync: options.hostIfname/);
-    await expect(teardownWorkloadAsync({ hostNetnsPath: '/etc/hostname', ifname: 'eth0', hostIfname: 'npi0test1' })).rejects.toMatchObject({
+    await expect(teardownWorkloadAsync({ ifname: 'eth0', hostIfname: 'x'.repeat(16) })).rejects.toThrow(
+      /teardownWorkloadAsync: options.hostIfname/,
+    );
+    await expect(
+      teardownWorkloadAsync({ hostNetnsPath: '/etc/hostname', ifname: 'eth0', hostIfname: 'npi0test1' }),
+    ).rejects.toMatchObject({
       code: 'EINVAL',
       op: 'openNetns',
     });

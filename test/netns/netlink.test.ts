@@ -4,7 +4,15 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
-import { NATIVE_ABI_VERSION, NetlinkError, netlink, openNetns, packageRoot, type Netlink, type NetNS } from '../../src/native/index.js';
+import {
+  NATIVE_ABI_VERSION,
+  NetlinkError,
+  netlink,
+  openNetns,
+  packageRoot,
+  type Netlink,
+  type NetNS,
+} from '../../src/native/index.js';
 
 const IFA_F_NODAD = 0x02;
 const IFA_F_TENTATIVE = 0x40;
@@ -41,7 +49,10 @@ function ipJson(ns: string, args: string[]): any[] {
 function sysQueues(ns: string, ifname: string): string[] {
   // `ip netns exec` remounts /sys for the target namespace, so this is the
   // namespace's own view of the device.
-  return inNetns(ns, 'ls', [`/sys/class/net/${ifname}/queues`]).split(/\s+/).filter(Boolean).sort();
+  return inNetns(ns, 'ls', [`/sys/class/net/${ifname}/queues`])
+    .split(/\s+/)
+    .filter(Boolean)
+    .sort();
 }
 
 describe('links', () => {
@@ -57,13 +68,27 @@ describe('links', () => {
       numTxQueues: 4,
     });
     const host = hnl.linkGet('hv0');
-    expect(host).toMatchObject({ name: 'hv0', kind: 'veth', mtu: 1400, mac: 'ee:ee:ee:ee:ee:ee', numRxQueues: 4, numTxQueues: 4 });
+    expect(host).toMatchObject({
+      name: 'hv0',
+      kind: 'veth',
+      mtu: 1400,
+      mac: 'ee:ee:ee:ee:ee:ee',
+      numRxQueues: 4,
+      numTxQueues: 4,
+    });
     // The peer lives in another namespace: the host end reports its netns id.
     expect(host.linkNetnsId).toBeTypeOf('number');
     expect(hnl.linkFind('eth0')).toBeUndefined();
 
     const peer = cnl.linkGet('eth0');
-    expect(peer).toMatchObject({ name: 'eth0', kind: 'veth', mtu: 1400, mac: '02:11:22:33:44:55', numRxQueues: 4, numTxQueues: 4 });
+    expect(peer).toMatchObject({
+      name: 'eth0',
+      kind: 'veth',
+      mtu: 1400,
+      mac: '02:11:22:33:44:55',
+      numRxQueues: 4,
+      numTxQueues: 4,
+    });
     expect(peer.parentIndex).toBe(host.index);
     expect(host.parentIndex).toBe(peer.index);
 
@@ -77,7 +102,12 @@ describe('links', () => {
 
   it('lists, sets (up, mtu, mac, rename, move) and deletes links', () => {
     hnl.vethAdd({ name: 'a0', peerName: 'b0' });
-    expect(hnl.linkList().map((l) => l.name).sort()).toEqual(['a0', 'b0', 'lo']);
+    expect(
+      hnl
+        .linkList()
+        .map((l) => l.name)
+        .sort(),
+    ).toEqual(['a0', 'b0', 'lo']);
     hnl.linkSet('a0', { up: true, mtu: 9000, mac: '02:00:00:00:00:01' });
     hnl.linkSet('b0', { name: 'b1' });
     const a0 = hnl.linkGet('a0');
@@ -135,10 +165,15 @@ describe('addresses and routes', () => {
       ]),
     );
     expect(cnl.routeList({ family: 6 })).toEqual(
-      expect.arrayContaining([expect.objectContaining({ dst: '::/0', gateway: 'fe80::ecee:eeff:feee:eeee', oif: eth0 })]),
+      expect.arrayContaining([
+        expect.objectContaining({ dst: '::/0', gateway: 'fe80::ecee:eeff:feee:eeee', oif: eth0 }),
+      ]),
     );
     expect(ipJson(C.name, ['route', 'show', 'default'])[0]).toMatchObject({ gateway: '169.254.1.1', dev: 'eth0' });
-    expect(ipJson(C.name, ['-6', 'route', 'show', 'default'])[0]).toMatchObject({ gateway: 'fe80::ecee:eeff:feee:eeee', dev: 'eth0' });
+    expect(ipJson(C.name, ['-6', 'route', 'show', 'default'])[0]).toMatchObject({
+      gateway: 'fe80::ecee:eeff:feee:eeee',
+      dev: 'eth0',
+    });
     expect(ipJson(H.name, ['route', 'show', '10.0.0.5/32'])[0]).toMatchObject({ dev: 'hv0', scope: 'link' });
     expect(hnl.routeList({ link: 'hv0', family: 4 }).map((r) => r.dst)).toEqual(['10.0.0.5/32']);
 
@@ -148,7 +183,9 @@ describe('addresses and routes', () => {
 
   it('replaces an existing route, and add refuses a duplicate with EEXIST', () => {
     cnl.routeAdd({ dst: '10.9.0.0/16', dev: 'eth0' });
-    expect(() => cnl.routeAdd({ dst: '10.9.0.0/16', dev: 'eth0' })).toThrow(expect.objectContaining({ code: 'EEXIST', op: 'RTM_NEWROUTE', subject: '10.9.0.0/16' }));
+    expect(() => cnl.routeAdd({ dst: '10.9.0.0/16', dev: 'eth0' })).toThrow(
+      expect.objectContaining({ code: 'EEXIST', op: 'RTM_NEWROUTE', subject: '10.9.0.0/16' }),
+    );
     cnl.routeReplace({ dst: '10.9.0.0/16', gateway: '169.254.1.1', dev: 'eth0', onlink: true, protocol: 'static' });
     const r = cnl.routeList({ family: 4 }).filter((x) => x.dst === '10.9.0.0/16');
     expect(r).toHaveLength(1);
@@ -233,7 +270,9 @@ describe('sysctls', () => {
     expect(inNetns(H.name, 'cat', ['/proc/sys/net/ipv6/conf/late0/accept_ra']).trim()).toBe('0');
     // Deleted and made again: the same name is the new link's.
     h.linkDel('late0');
-    expect(() => h.sysctlGet('net.ipv4.conf.late0.proxy_arp')).toThrow(expect.objectContaining({ code: 'ENOENT', subject: 'net.ipv4.conf.late0.proxy_arp' }));
+    expect(() => h.sysctlGet('net.ipv4.conf.late0.proxy_arp')).toThrow(
+      expect.objectContaining({ code: 'ENOENT', subject: 'net.ipv4.conf.late0.proxy_arp' }),
+    );
     h.vethAdd({ name: 'late0', peerName: 'late1' });
     expect(h.sysctlGet('net.ipv4.conf.late0.proxy_arp')).toBe('0');
     // Each handle's directories are its own namespace's.
@@ -242,7 +281,9 @@ describe('sysctls', () => {
     expect(inNetns(H.name, 'cat', ['/proc/sys/net/ipv4/ip_forward']).trim()).toBe('1');
     expect(inNetns(C.name, 'cat', ['/proc/sys/net/ipv4/ip_forward']).trim()).toBe('0');
     // A family the namespace lacks: the error of the full path, nothing kept open.
-    expect(() => h.sysctlGet('net.nosuchfamily.x')).toThrow(expect.objectContaining({ code: 'ENOENT', subject: 'net.nosuchfamily.x' }));
+    expect(() => h.sysctlGet('net.nosuchfamily.x')).toThrow(
+      expect.objectContaining({ code: 'ENOENT', subject: 'net.nosuchfamily.x' }),
+    );
     expect(fds()).toBe(before + 3);
     h.close();
     c.close();
@@ -250,10 +291,19 @@ describe('sysctls', () => {
   });
 
   it('rejects keys outside net., with path tricks or bad characters', () => {
-    for (const key of ['kernel.hostname', 'net..ipv4.ip_forward', 'net.ipv4.conf.//.x', 'net.ipv4/../../kernel', 'net.ipv4.ip forward', 'net.']) {
+    for (const key of [
+      'kernel.hostname',
+      'net..ipv4.ip_forward',
+      'net.ipv4.conf.//.x',
+      'net.ipv4/../../kernel',
+      'net.ipv4.ip forward',
+      'net.',
+    ]) {
       expect(() => cnl.sysctlGet(key)).toThrow(TypeError);
     }
-    expect(() => cnl.sysctlGet('net.ipv4.nonexistent_key')).toThrow(expect.objectContaining({ code: 'ENOENT', op: 'sysctlGet', subject: 'net.ipv4.nonexistent_key' }));
+    expect(() => cnl.sysctlGet('net.ipv4.nonexistent_key')).toThrow(
+      expect.objectContaining({ code: 'ENOENT', op: 'sysctlGet', subject: 'net.ipv4.nonexistent_key' }),
+    );
     expect(() => cnl.sysctlSet('net.ipv4.ip_forward', 'x')).toThrow(expect.objectContaining({ code: 'EINVAL' }));
   });
 });
@@ -270,9 +320,15 @@ describe('errors', () => {
     expect(err).toBeInstanceOf(NetlinkError);
     expect(err).toMatchObject({ code: 'EEXIST', errno: 17, op: 'RTM_NEWLINK', subject: 'dup0' });
     expect((err as Error).message).toContain('RTM_NEWLINK dup0');
-    expect(() => hnl.linkGet('nope0')).toThrow(expect.objectContaining({ code: 'ENODEV', op: 'RTM_GETLINK', subject: 'nope0' }));
-    expect(() => hnl.linkDel('nope0')).toThrow(expect.objectContaining({ code: 'ENODEV', op: 'RTM_DELLINK', subject: 'nope0' }));
-    expect(() => hnl.addrAdd('nope0', '10.0.0.1/32')).toThrow(expect.objectContaining({ code: 'ENODEV', subject: 'nope0' }));
+    expect(() => hnl.linkGet('nope0')).toThrow(
+      expect.objectContaining({ code: 'ENODEV', op: 'RTM_GETLINK', subject: 'nope0' }),
+    );
+    expect(() => hnl.linkDel('nope0')).toThrow(
+      expect.objectContaining({ code: 'ENODEV', op: 'RTM_DELLINK', subject: 'nope0' }),
+    );
+    expect(() => hnl.addrAdd('nope0', '10.0.0.1/32')).toThrow(
+      expect.objectContaining({ code: 'ENODEV', subject: 'nope0' }),
+    );
     expect(hnl.linkFind('nope0')).toBeUndefined();
   });
 
@@ -298,10 +354,16 @@ describe('errors', () => {
     expect(() => hnl.vethAdd({ name: 'x0', peerName: 'x1', mtu: 'x' as unknown as number })).toThrow(
       new TypeError("vethAdd: options.mtu must be an integer 68..65535, got 'x'"),
     );
-    expect(() => hnl.vethAdd({ name: 'much-too-long-name', peerName: 'x1' })).toThrow(/vethAdd: options.name must be an interface name/);
-    expect(() => hnl.addrAdd('lo', '10.0.0.1/33')).toThrow(/addrAdd: cidr must be an address with prefix length.*got '10.0.0.1\/33'/);
+    expect(() => hnl.vethAdd({ name: 'much-too-long-name', peerName: 'x1' })).toThrow(
+      /vethAdd: options.name must be an interface name/,
+    );
+    expect(() => hnl.addrAdd('lo', '10.0.0.1/33')).toThrow(
+      /addrAdd: cidr must be an address with prefix length.*got '10.0.0.1\/33'/,
+    );
     expect(() => hnl.routeAdd({ dst: 'default', gateway: 'fe80::1', src: '10.0.0.1' })).toThrow(TypeError);
-    expect(() => hnl.neighSet({ dev: 'lo', dst: '10.0.0.1', lladdr: 'zz' })).toThrow(/neighSet: neigh.lladdr must be a MAC address/);
+    expect(() => hnl.neighSet({ dev: 'lo', dst: '10.0.0.1', lladdr: 'zz' })).toThrow(
+      /neighSet: neigh.lladdr must be a MAC address/,
+    );
     expect(() => hnl.linkGet(0)).toThrow(/linkGet: link must be/);
     expect(() => openNetns('relative/path')).toThrow(TypeError);
     expect(() => openNetns('/nonexistent/netns')).toThrow(expect.objectContaining({ code: 'ENOENT', op: 'openNetns' }));
@@ -350,7 +412,12 @@ describe('robustness', () => {
     }
     expect(fds()).toBe(fdsBefore);
     expect(ns()).toBe(nsBefore);
-    expect(cnl.linkList().map((l) => l.name).sort()).toEqual(['eth0', 'eth0p', 'lo']);
+    expect(
+      cnl
+        .linkList()
+        .map((l) => l.name)
+        .sort(),
+    ).toEqual(['eth0', 'eth0p', 'lo']);
   }, 240_000);
 });
 
@@ -382,7 +449,13 @@ describe('worker threads', () => {
       w.once('error', reject);
     });
     await w.terminate();
-    expect(msg).toEqual({ names: ['lo', 'main0', 'main1', 'w0', 'w1'], code: 'true:ENODEV', q: 2, abi: NATIVE_ABI_VERSION, same: true });
+    expect(msg).toEqual({
+      names: ['lo', 'main0', 'main1', 'w0', 'w1'],
+      code: 'true:ENODEV',
+      q: 2,
+      abi: NATIVE_ABI_VERSION,
+      same: true,
+    });
     expect(hnl.sysctlGet('net.ipv4.conf.w0.forwarding')).toBe('1');
     // The main thread's handle still works after the worker's environment went away.
     expect(hnl.linkGet('w0').kind).toBe('veth');
@@ -416,7 +489,11 @@ describe('linkDelAsync', () => {
     expect(err).toBeInstanceOf(NetlinkError);
     expect(err).toMatchObject({ code: 'ENODEV', errno: 19, op: 'RTM_DELLINK', subject: 'nope0' });
     expect((err as NetlinkError).message).toBe((sync as NetlinkError).message);
-    await expect(hnl.linkDelAsync(424242)).rejects.toMatchObject({ code: 'ENODEV', op: 'RTM_DELLINK', subject: 'ifindex 424242' });
+    await expect(hnl.linkDelAsync(424242)).rejects.toMatchObject({
+      code: 'ENODEV',
+      op: 'RTM_DELLINK',
+      subject: 'ifindex 424242',
+    });
     await expect(hnl.linkDelAsync('' as string)).rejects.toThrow(TypeError);
     await expect(hnl.linkDelAsync({} as unknown as string)).rejects.toThrow(/linkDelAsync: link must be/);
     const closed = netlink(hns);

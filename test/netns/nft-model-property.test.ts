@@ -5,7 +5,13 @@
 // accepted by the real libnftables. Never a refused batch.
 import { afterAll, describe, expect, it } from 'vitest';
 import { nftRun } from '../../src/native/nft.js';
-import { PolicyCompiler, type CompileInput, type EndpointInput, type PolicyInput, type ProfileInput } from '../../src/agent/policy/compile.js';
+import {
+  PolicyCompiler,
+  type CompileInput,
+  type EndpointInput,
+  type PolicyInput,
+  type ProfileInput,
+} from '../../src/agent/policy/compile.js';
 import { diffCommands, fullScript, fullScriptAttributed } from '../../src/agent/policy/nft-script.js';
 
 const TABLE = 'netplugin-prop-test';
@@ -13,17 +19,43 @@ const base = { vethPrefixes: ['npp'], table: TABLE };
 
 function rng(seed: number): () => number {
   let x = seed >>> 0;
-  return () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+  return () => (x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 32;
 }
 
 /** A random string: any byte value (as a code unit), some multi-byte characters, the nft-special ones often. */
 function anyString(r: () => number, max = 24): string {
-  const special = ['"', '\n', ' ', '\\', '$', ';', '{', '}', '#', '@', '/', '\t', '\0', "'", '*', '-', '.', ':', '\u00e9', '\u{1F600}'];
+  const special = [
+    '"',
+    '\n',
+    ' ',
+    '\\',
+    '$',
+    ';',
+    '{',
+    '}',
+    '#',
+    '@',
+    '/',
+    '\t',
+    '\0',
+    "'",
+    '*',
+    '-',
+    '.',
+    ':',
+    '\u00e9',
+    '\u{1F600}',
+  ];
   let s = '';
   const n = Math.floor(r() * max);
   for (let i = 0; i < n; i++) {
     const k = r();
-    s += k < 0.3 ? special[Math.floor(r() * special.length)]! : k < 0.6 ? String.fromCharCode(Math.floor(r() * 256)) : 'abcxyz0129'[Math.floor(r() * 10)]!;
+    s +=
+      k < 0.3
+        ? special[Math.floor(r() * special.length)]!
+        : k < 0.6
+          ? String.fromCharCode(Math.floor(r() * 256))
+          : 'abcxyz0129'[Math.floor(r() * 10)]!;
   }
   return s;
 }
@@ -37,7 +69,14 @@ function input(r: () => number, round: number): CompileInput {
   const ns = ['x', anyString(r), anyString(r)];
   const profiles = new Map<string, ProfileInput>();
   for (const n of [...ns.map((x) => `kns.${x}`), anyString(r)]) {
-    profiles.set(n, { name: n, spec: { labelsToApply: { [anyString(r, 8) || 'k']: anyString(r) }, ingress: [{ action: 'Allow' }, { action: 'Log' }], egress: [{ action: 'Allow', destination: { ports: [pick(r, [53, 80, 65535])] } }] } });
+    profiles.set(n, {
+      name: n,
+      spec: {
+        labelsToApply: { [anyString(r, 8) || 'k']: anyString(r) },
+        ingress: [{ action: 'Allow' }, { action: 'Log' }],
+        egress: [{ action: 'Allow', destination: { ports: [pick(r, [53, 80, 65535])] } }],
+      },
+    });
   }
   const endpoints: EndpointInput[] = [];
   for (let i = 0; i < 8; i++) {
@@ -48,8 +87,18 @@ function input(r: () => number, round: number): CompileInput {
       namespace: n,
       labels: { app: pick(r, ['a', 'b', anyString(r)]), [anyString(r, 8) || 'k2']: anyString(r) },
       profiles: [`kns.${n}`, ...(r() < 0.3 ? [anyString(r)] : [])],
-      addrs: [r() < 0.7 ? `10.7.${round & 255}.${i + 1}` : anyString(r), ...(r() < 0.5 ? [`fd07::${round.toString(16)}:${i + 1}`] : []), ...(r() < 0.2 ? [anyString(r)] : [])],
-      ports: [{ name: pick(r, ['http', anyString(r)]), protocol: pick(r, ['TCP', 'UDP', anyString(r, 5)]), port: pick(r, [80, 8080, -1, 70000, 1.5]) }],
+      addrs: [
+        r() < 0.7 ? `10.7.${round & 255}.${i + 1}` : anyString(r),
+        ...(r() < 0.5 ? [`fd07::${round.toString(16)}:${i + 1}`] : []),
+        ...(r() < 0.2 ? [anyString(r)] : []),
+      ],
+      ports: [
+        {
+          name: pick(r, ['http', anyString(r)]),
+          protocol: pick(r, ['TCP', 'UDP', anyString(r, 5)]),
+          port: pick(r, [80, 8080, -1, 70000, 1.5]),
+        },
+      ],
       ...(r() < 0.8 ? { interfaceName: ifn } : {}),
       ...(r() < 0.5 ? { mac: r() < 0.5 ? '02:00:00:00:00:0a' : anyString(r) } : {}),
       id: anyString(r),
@@ -68,10 +117,19 @@ function input(r: () => number, round: number): CompileInput {
         types: ['Ingress', 'Egress'],
         ingress: [
           { action: 'Log' },
-          { action: 'Allow', protocol: 'TCP', source: { selector: "app == 'b'" }, destination: { ports: ['http', 80, pick(r, [90, 70000, '9000:8000'])] as never } },
+          {
+            action: 'Allow',
+            protocol: 'TCP',
+            source: { selector: "app == 'b'" },
+            destination: { ports: ['http', 80, pick(r, [90, 70000, '9000:8000'])] as never },
+          },
           { action: 'Deny', source: { nets: [pick(r, ['10.0.0.0/8', '10.0.0.1', anyString(r), 'fd00::/8'])] } },
           { action: 'Pass', protocol: pick(r, [6, 17, 300]) as never },
-          { action: 'Allow', protocol: pick(r, [6, 'UDP', 300, -1]) as never, destination: { ports: ['http', pick(r, ['dns', anyString(r, 6)])] as never } },
+          {
+            action: 'Allow',
+            protocol: pick(r, [6, 'UDP', 300, -1]) as never,
+            destination: { ports: ['http', pick(r, ['dns', anyString(r, 6)])] as never },
+          },
         ],
         egress: j === 2 ? [] : [{ action: 'Deny', destination: { notPorts: ['http'], notNets: [anyString(r)] } }],
       },

@@ -23,12 +23,18 @@ describe('nftRun', () => {
   });
 
   it('programs a table in the named namespace only, and reads it back as text and JSON', () => {
-    nftRun('add table inet nptest\nadd chain inet nptest c { type filter hook forward priority 0; policy accept; }\nadd rule inet nptest c ip saddr 10.1.2.3 drop comment "why"', { netns: A.path });
+    nftRun(
+      'add table inet nptest\nadd chain inet nptest c { type filter hook forward priority 0; policy accept; }\nadd ' +
+        'rule inet nptest c ip saddr 10.1.2.3 drop comment "why"',
+      { netns: A.path },
+    );
     expect(listTables(A.name)).toContain('table inet nptest');
     expect(listTables(B.name)).not.toContain('nptest');
     const text = nftRun('list table inet nptest', { netns: A.path });
     expect(text).toMatch(/ip saddr 10\.1\.2\.3 drop comment "why"/);
-    const json = JSON.parse(nftRun('list table inet nptest', { netns: A.path, json: true })) as { nftables: Array<Record<string, unknown>> };
+    const json = JSON.parse(nftRun('list table inet nptest', { netns: A.path, json: true })) as {
+      nftables: Array<Record<string, unknown>>;
+    };
     expect(json.nftables.some((o) => 'rule' in o)).toBe(true);
   });
 
@@ -36,7 +42,9 @@ describe('nftRun', () => {
     nftRun('add table inet keep', { netns: A.path });
     let err: unknown;
     try {
-      nftRun('add table inet half\nadd chain inet half c\nadd rule inet half c tcp dport 70000 drop', { netns: A.path });
+      nftRun('add table inet half\nadd chain inet half c\nadd rule inet half c tcp dport 70000 drop', {
+        netns: A.path,
+      });
     } catch (e) {
       err = e;
     }

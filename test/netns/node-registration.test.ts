@@ -42,7 +42,12 @@ describe('registerNode', () => {
   it('registers the first-found address (skipping docker0), and re-registers when it changes, keeping other fields', async () => {
     inNetns(N.name, 'ip', ['addr', 'del', '198.51.100.7/24', 'dev', 'ens4']);
     const ds = new MemoryDatastore();
-    await ds.create({ apiVersion: API_VERSION, kind: 'Node', metadata: { name: 'n1', labels: { zone: 'x' } }, spec: { podCIDRs: ['10.244.1.0/24'] } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'Node',
+      metadata: { name: 'n1', labels: { zone: 'x' } },
+      spec: { podCIDRs: ['10.244.1.0/24'] },
+    });
     let n = await registerNode({ ds, node: 'n1', nl, autodetect: parseAutodetect('first-found'), log });
     expect(n.spec.ipv4Address).toBe('192.0.2.10/24');
     expect(n.spec.addresses).toEqual([{ address: '192.0.2.10', type: 'NetpluginNodeIP' }]);
@@ -60,7 +65,9 @@ describe('registerNode', () => {
     expect(n.spec.ipv4Address).toBe('198.51.100.7/24');
     n = await registerNode({ ds, node: 'n1', nl, ipv4: '192.0.2.10', autodetect: parseAutodetect('first-found'), log });
     expect(n.spec.ipv4Address).toBe('192.0.2.10/24');
-    await expect(registerNode({ ds, node: 'n1', nl, ipv4: 'fd00::1', autodetect: parseAutodetect('first-found'), log })).rejects.toThrow(/--node-ip 'fd00::1' is not an IPv4 address/);
+    await expect(
+      registerNode({ ds, node: 'n1', nl, ipv4: 'fd00::1', autodetect: parseAutodetect('first-found'), log }),
+    ).rejects.toThrow(/--node-ip 'fd00::1' is not an IPv4 address/);
   });
 
   it('can-reach=ADDR picks the address the kernel uses as source towards ADDR', async () => {
@@ -72,7 +79,13 @@ describe('registerNode', () => {
     const here = netlink();
     try {
       const ds = new MemoryDatastore();
-      const n = await registerNode({ ds, node: 'n1', nl: here, autodetect: parseAutodetect('can-reach=10.123.0.9'), log });
+      const n = await registerNode({
+        ds,
+        node: 'n1',
+        nl: here,
+        autodetect: parseAutodetect('can-reach=10.123.0.9'),
+        log,
+      });
       expect(n.spec.ipv4Address).toBe('10.123.0.1/24');
     } finally {
       here.close();

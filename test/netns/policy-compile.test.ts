@@ -11,13 +11,39 @@ const base = { vethPrefixes: ['npc'], table: 'netplugin-compile-test' };
 
 function input(extraLabel: string): CompileInput {
   const profiles = new Map([
-    ['kns.x', { name: 'kns.x', spec: { labelsToApply: { 'pcns.team': 'x', 'netplugin.org/name': 'x' }, ingress: [{ action: 'Allow' as const }], egress: [{ action: 'Allow' as const }] } }],
+    [
+      'kns.x',
+      {
+        name: 'kns.x',
+        spec: {
+          labelsToApply: { 'pcns.team': 'x', 'netplugin.org/name': 'x' },
+          ingress: [{ action: 'Allow' as const }],
+          egress: [{ action: 'Allow' as const }],
+        },
+      },
+    ],
   ]);
   return {
     profiles,
     endpoints: [
-      { key: 'x/a', namespace: 'x', labels: { app: 'a', extra: extraLabel }, profiles: ['kns.x'], addrs: ['10.9.0.1', 'fd00::1'], ports: [{ name: 'http', protocol: 'TCP', port: 80 }], interfaceName: 'npcaaaa' },
-      { key: 'x/b', namespace: 'x', labels: { app: 'b' }, profiles: ['kns.x'], addrs: ['10.9.0.2'], ports: [{ name: 'http', protocol: 'TCP', port: 8080 }], interfaceName: 'npcbbbb' },
+      {
+        key: 'x/a',
+        namespace: 'x',
+        labels: { app: 'a', extra: extraLabel },
+        profiles: ['kns.x'],
+        addrs: ['10.9.0.1', 'fd00::1'],
+        ports: [{ name: 'http', protocol: 'TCP', port: 80 }],
+        interfaceName: 'npcaaaa',
+      },
+      {
+        key: 'x/b',
+        namespace: 'x',
+        labels: { app: 'b' },
+        profiles: ['kns.x'],
+        addrs: ['10.9.0.2'],
+        ports: [{ name: 'http', protocol: 'TCP', port: 8080 }],
+        interfaceName: 'npcbbbb',
+      },
       { key: 'y/c', namespace: 'y', labels: { app: 'c' }, profiles: [], addrs: ['10.9.1.3'] },
     ],
     policies: [
@@ -31,9 +57,24 @@ function input(extraLabel: string): CompileInput {
           types: ['Ingress', 'Egress'],
           ingress: [
             { action: 'Log' },
-            { action: 'Deny', protocol: 'TCP', source: { nets: ['10.9.1.0/24', '10.9.1.5/32'], notNets: ['10.9.1.3'] }, destination: { ports: [81, '8000:8100'] } },
-            { action: 'Allow', protocol: 'TCP', source: { selector: "app == 'b'" }, destination: { ports: ['http', 82] } },
-            { action: 'Allow', protocol: 'UDP', source: { namespaceSelector: "team == 'x'", notSelector: "app == 'z'" }, destination: { notPorts: [53] } },
+            {
+              action: 'Deny',
+              protocol: 'TCP',
+              source: { nets: ['10.9.1.0/24', '10.9.1.5/32'], notNets: ['10.9.1.3'] },
+              destination: { ports: [81, '8000:8100'] },
+            },
+            {
+              action: 'Allow',
+              protocol: 'TCP',
+              source: { selector: "app == 'b'" },
+              destination: { ports: ['http', 82] },
+            },
+            {
+              action: 'Allow',
+              protocol: 'UDP',
+              source: { namespaceSelector: "team == 'x'", notSelector: "app == 'z'" },
+              destination: { notPorts: [53] },
+            },
             { action: 'Pass', notProtocol: 'ICMP' },
             { action: 'Allow', protocol: 'ICMPv6', ipVersion: 6 },
             { action: 'Allow', protocol: 132, source: { nets: ['fd00::/8'] } },
@@ -41,7 +82,15 @@ function input(extraLabel: string): CompileInput {
           egress: [{ action: 'Allow', protocol: 'UDP', destination: { ports: [53] } }],
         },
       },
-      { kind: 'GlobalNetworkPolicy', name: 'g1', spec: { selector: 'all()', namespaceSelector: 'has(team)', ingress: [{ action: 'Deny', source: { selector: "app == 'c'" } }] } },
+      {
+        kind: 'GlobalNetworkPolicy',
+        name: 'g1',
+        spec: {
+          selector: 'all()',
+          namespaceSelector: 'has(team)',
+          ingress: [{ action: 'Deny', source: { selector: "app == 'c'" } }],
+        },
+      },
     ],
   };
 }

@@ -9,7 +9,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import type { Resource } from '../../src/model/resources.js';
 import type { Datastore } from '../../src/datastore/types.js';
-import { startPolicyController, type InterfaceConflict, type PolicyController } from '../../src/agent/policy/controller.js';
+import {
+  startPolicyController,
+  type InterfaceConflict,
+  type PolicyController,
+} from '../../src/agent/policy/controller.js';
 import { endpointStatusKey, statusFilePath } from '../../src/policy-status/index.js';
 import { hostVethName } from '../../src/dataplane/names.js';
 import { namespaceToProfile } from '../../src/model/profiles.js';
@@ -35,7 +39,16 @@ function wep(name: string, ifname: string, labels: Record<string, string> = {}):
     apiVersion: 'netplugin.org/v3',
     kind: 'WorkloadEndpoint',
     metadata: { name, namespace: 'x', labels },
-    spec: { orchestrator: 'k8s', node: 'node1', containerID: `c-${name}`, pod: name, endpoint: 'eth0', ipNetworks: ['10.66.0.1/32'], profiles: ['kns.x'], interfaceName: ifname },
+    spec: {
+      orchestrator: 'k8s',
+      node: 'node1',
+      containerID: `c-${name}`,
+      pod: name,
+      endpoint: 'eth0',
+      ipNetworks: ['10.66.0.1/32'],
+      profiles: ['kns.x'],
+      interfaceName: ifname,
+    },
   };
 }
 
@@ -44,7 +57,8 @@ function slowList(ds: Datastore, kind: string, ms: number): Datastore {
   return new Proxy(ds, {
     get(t, k) {
       const v = (t as never)[k] as unknown;
-      if (k !== 'list' || typeof v !== 'function') return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(t) : v;
+      if (k !== 'list' || typeof v !== 'function')
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(t) : v;
       return async (kd: string, o: unknown) => {
         if (kd === kind) await new Promise((r) => setTimeout(r, ms));
         return (v as (...a: unknown[]) => unknown).call(t, kd, o);
@@ -55,7 +69,9 @@ function slowList(ds: Datastore, kind: string, ms: number): Datastore {
 
 async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const t = new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`${what} did not happen within ${ms} ms`)), ms)));
+  const t = new Promise<never>(
+    (_, rej) => (timer = setTimeout(() => rej(new Error(`${what} did not happen within ${ms} ms`)), ms)),
+  );
   try {
     return await Promise.race([p, t]);
   } finally {
@@ -72,15 +88,30 @@ describe('policy controller', () => {
     const key = endpointStatusKey('x', 'node1-k8s-a-eth0');
     await mem.create(wep('node1-k8s-a-eth0', ifname));
     dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
-    ctl = await startPolicyController({ ds: slowList(mem, 'GlobalNetworkPolicy', 300), nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft: (s) => nftRunAsync(s) });
+    ctl = await startPolicyController({
+      ds: slowList(mem, 'GlobalNetworkPolicy', 300),
+      nodename: 'node1',
+      log: quiet,
+      base: { vethPrefixes: ['npt'], table: TABLE },
+      statusDir: dir,
+      nft: (s) => nftRunAsync(s),
+    });
     await within(ctl.synced, 15_000, 'the first resync');
     expect(nftRun(`list table inet ${TABLE}`)).toContain(`chain to-${ifname}`);
     expect(existsSync(statusFilePath(key, dir))).toBe(true);
 
     // Someone deletes the endpoint's chain map entry and chain by hand: the next incremental batch is
     // refused (it flushes a chain that is gone), and the controller resyncs the whole table.
-    nftRun(`delete element inet ${TABLE} to-wl { "${ifname}" }\nflush chain inet ${TABLE} to-${ifname}\ndelete chain inet ${TABLE} to-${ifname}`);
-    await mem.create({ apiVersion: 'netplugin.org/v3', kind: 'NetworkPolicy', metadata: { name: 'deny', namespace: 'x' }, spec: { selector: 'all()', types: ['Ingress'] } });
+    nftRun(
+      `delete element inet ${TABLE} to-wl { "${ifname}" }\nflush chain inet ${TABLE} to-${ifname}\ndelete chain inet ` +
+        `${TABLE} to-${ifname}`,
+    );
+    await mem.create({
+      apiVersion: 'netplugin.org/v3',
+      kind: 'NetworkPolicy',
+      metadata: { name: 'deny', namespace: 'x' },
+      spec: { selector: 'all()', types: ['Ingress'] },
+    });
     const deadline = Date.now() + 15_000;
     let listing = '';
     while (Date.now() < deadline) {
@@ -138,12 +169,20 @@ describe('policy controller', () => {
     for (const ns of ['x', 'y']) await mem.create(namespaceToProfile({ metadata: { name: ns } }));
     dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
     const base = { vethPrefixes: ['npt'], table: TABLE };
-    ctl = await startPolicyController({ ds: mem, nodename: 'node1', log: quiet, base, statusDir: dir, nft: (s) => nftRunAsync(s) });
+    ctl = await startPolicyController({
+      ds: mem,
+      nodename: 'node1',
+      log: quiet,
+      base,
+      statusDir: dir,
+      nft: (s) => nftRunAsync(s),
+    });
     await within(ctl.synced, 15_000, 'the first resync');
     const name = 'node1-k8s-twin-eth0';
-    const reports = (n: number) => new Promise<void>((r) => {
-      const t = setInterval(() => got.length >= n && (clearInterval(t), r()), 20);
-    });
+    const reports = (n: number) =>
+      new Promise<void>((r) => {
+        const t = setInterval(() => got.length >= n && (clearInterval(t), r()), 20);
+      });
     const got: Array<[string, string]> = [];
     for (const ns of ['x', 'y']) ctl.signal.onProgrammed(endpointStatusKey(ns, name), (cid) => got.push([ns, cid]));
     const inX = wep(name, hostVethName('npt', 'x.twin'));
@@ -155,9 +194,17 @@ describe('policy controller', () => {
     inY.spec = { ...inY.spec, pod: 'twin', containerID: 'cy', ipNetworks: ['10.66.0.9/32'] };
     await mem.create(inY);
     await within(reports(2), 15_000, 'y programmed');
-    expect(got).toEqual([['x', 'cx'], ['y', 'cy']]);
-    for (const [ns, cid] of [['x', 'cx'], ['y', 'cy']] as const) {
-      expect(JSON.parse(readFileSync(statusFilePath(endpointStatusKey(ns, name), dir), 'utf8'))).toMatchObject({ containerID: cid });
+    expect(got).toEqual([
+      ['x', 'cx'],
+      ['y', 'cy'],
+    ]);
+    for (const [ns, cid] of [
+      ['x', 'cx'],
+      ['y', 'cy'],
+    ] as const) {
+      expect(JSON.parse(readFileSync(statusFilePath(endpointStatusKey(ns, name), dir), 'utf8'))).toMatchObject({
+        containerID: cid,
+      });
     }
   });
 });
@@ -198,11 +245,25 @@ describe('policy controller: one bad object costs its own rules only', () => {
     bad.spec.pod = 'bad';
     bad.spec.ipNetworks = ['10.66.0.9/32', '10.66.0.10"\n 1/32'];
     await mem.create(bad);
-    await mem.create({ apiVersion: 'netplugin.org/v3', kind: 'NetworkPolicy', metadata: { name: 'p "q"\nr', namespace: 'x' }, spec: { selector: 'all()', types: ['Ingress'], ingress: [{ action: 'Allow', source: { selector: "app == 'a\"b\nc d'" } }] } });
+    await mem.create({
+      apiVersion: 'netplugin.org/v3',
+      kind: 'NetworkPolicy',
+      metadata: { name: 'p "q"\nr', namespace: 'x' },
+      spec: {
+        selector: 'all()',
+        types: ['Ingress'],
+        ingress: [{ action: 'Allow', source: { selector: "app == 'a\"b\nc d'" } }],
+      },
+    });
     dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
     const refused: string[] = [];
     ctl = await startPolicyController({
-      ds: mem, nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft: (s) => nftRunAsync(s),
+      ds: mem,
+      nodename: 'node1',
+      log: quiet,
+      base: { vethPrefixes: ['npt'], table: TABLE },
+      statusDir: dir,
+      nft: (s) => nftRunAsync(s),
       onRefused: (r) => refused.push(`${r.stage} ${r.owner.kind} ${r.owner.namespace}/${r.owner.name} ${r.owner.pod}`),
     });
     await within(ctl.synced, 15_000, 'the first resync');
@@ -210,9 +271,13 @@ describe('policy controller: one bad object costs its own rules only', () => {
     good.spec.ipNetworks = ['10.66.0.2/32'];
     await mem.create(good);
     const goodIf = hostVethName('npt', 'x.node1-k8s-good-eth0');
-    await until('the new pod programmed', 15_000, () => nftRun(`list table inet ${TABLE}`).includes(`"${goodIf}" : jump to-${goodIf}`));
+    await until('the new pod programmed', 15_000, () =>
+      nftRun(`list table inet ${TABLE}`).includes(`"${goodIf}" : jump to-${goodIf}`),
+    );
     const listing = nftRun(`list table inet ${TABLE}`);
-    await until('the new pod reported programmed', 15_000, () => existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-good-eth0'), dir!)));
+    await until('the new pod reported programmed', 15_000, () =>
+      existsSync(statusFilePath(endpointStatusKey('x', 'node1-k8s-good-eth0'), dir!)),
+    );
     // The bad endpoint's valid address counts as a peer, the other is left out; the policy's name is in
     // its comments, made safe.
     expect(listing).toContain('comment "NetworkPolicy x/p ?q??r ingress"');
@@ -239,7 +304,12 @@ describe('policy controller: one bad object costs its own rules only', () => {
     };
     const refused: string[] = [];
     ctl = await startPolicyController({
-      ds: mem, nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft,
+      ds: mem,
+      nodename: 'node1',
+      log: quiet,
+      base: { vethPrefixes: ['npt'], table: TABLE },
+      statusDir: dir,
+      nft,
       onRefused: (r) => refused.push(`${r.stage} ${r.owner.namespace}/${r.owner.name}`),
     });
     await within(ctl.synced, 15_000, 'the first resync');
@@ -250,7 +320,9 @@ describe('policy controller: one bad object costs its own rules only', () => {
     // A third pod comes: programmed by an incremental batch; the culprit is not tried again.
     const before = refusedBatches;
     await mem.create(wep('node1-k8s-c-eth0', ifC!));
-    await until('the third pod programmed', 15_000, () => nftRun(`list table inet ${TABLE}`).includes(`"${ifC}" : jump to-${ifC}`));
+    await until('the third pod programmed', 15_000, () =>
+      nftRun(`list table inet ${TABLE}`).includes(`"${ifC}" : jump to-${ifC}`),
+    );
     expect(refusedBatches).toBe(before);
     listing = nftRun(`list table inet ${TABLE}`);
     expect(listing).not.toContain(ifB);

@@ -6,7 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
 import { netlinkIn } from '../support/netns.js';
 import { createTrash, purgeTrash, setupWorkload, type WorkloadSpec } from '../../src/dataplane/index.js';
-import { type Netlink } from '../../src/native/index.js';
+import type { Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 // A group of this test's own, so a purge here never races another file's.
@@ -59,7 +59,13 @@ describe('deferred veth deletion (trash group)', () => {
     try {
       const first = setupWorkload(spec());
       expect(ping(C1.name, '10.255.0.1')).toMatch(/1 received/);
-      const r = await trash.teardown({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC });
+      const r = await trash.teardown({
+        netnsPath: C1.path,
+        hostNetnsPath: H.path,
+        ifname: 'eth0',
+        hostIfname: 'npitrash00001',
+        hostMac: HOST_MAC,
+      });
       expect(r).toEqual({ removed: true });
       expect(trash.pending()).toBe(1);
 
@@ -106,7 +112,13 @@ describe('deferred veth deletion (trash group)', () => {
     const trash = createTrash({ hostNetnsPath: H.path, group: GROUP, delayMs: 60_000 });
     try {
       const first = setupWorkload(spec());
-      await trash.teardown({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC });
+      await trash.teardown({
+        netnsPath: C1.path,
+        hostNetnsPath: H.path,
+        ifname: 'eth0',
+        hostIfname: 'npitrash00001',
+        hostMac: HOST_MAC,
+      });
       const again = setupWorkload(spec());
       expect(again.containerIndex).not.toBe(first.containerIndex);
       expect(ping(C1.name, '10.255.0.1')).toMatch(/1 received/);
@@ -127,7 +139,13 @@ describe('deferred veth deletion (trash group)', () => {
       setupWorkload(spec({ hostIfname: 'npitrash00001' }));
       setupWorkload(spec({ netnsPath: C2.path, hostIfname: 'npitrash00002', addresses: ['10.0.0.6/32'] }));
       await Promise.all([
-        trash.teardown({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC }),
+        trash.teardown({
+          netnsPath: C1.path,
+          hostNetnsPath: H.path,
+          ifname: 'eth0',
+          hostIfname: 'npitrash00001',
+          hostMac: HOST_MAC,
+        }),
         trash.teardown({ hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00002', hostMac: HOST_MAC }),
       ]);
       const deadline = Date.now() + 30_000;
@@ -145,8 +163,24 @@ describe('deferred veth deletion (trash group)', () => {
     const trash = createTrash({ hostNetnsPath: H.path, group: GROUP, delayMs: 60_000 });
     try {
       // A veth of the pod's name but with a foreign MAC, no netns given: not ours.
-      inNetns(H.name, 'ip', ['link', 'add', 'npitrash00001', 'address', '02:00:00:00:00:01', 'type', 'veth', 'peer', 'name', 'other0']);
-      const r = await trash.teardown({ hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC });
+      inNetns(H.name, 'ip', [
+        'link',
+        'add',
+        'npitrash00001',
+        'address',
+        '02:00:00:00:00:01',
+        'type',
+        'veth',
+        'peer',
+        'name',
+        'other0',
+      ]);
+      const r = await trash.teardown({
+        hostNetnsPath: H.path,
+        ifname: 'eth0',
+        hostIfname: 'npitrash00001',
+        hostMac: HOST_MAC,
+      });
       expect(r).toEqual({ removed: false });
       expect(h.linkGet('npitrash00001').group).toBe(0);
       expect(trash.pending()).toBe(0);
@@ -158,11 +192,22 @@ describe('deferred veth deletion (trash group)', () => {
   it('a link the group deletion cannot delete (lo) in the group: after a few failed tries ours go one by one, it stays', async () => {
     const h = nl(H.path);
     const errors: string[] = [];
-    const trash = createTrash({ hostNetnsPath: H.path, group: GROUP, delayMs: 5, log: { info: () => undefined, error: (m) => errors.push(m) } });
+    const trash = createTrash({
+      hostNetnsPath: H.path,
+      group: GROUP,
+      delayMs: 5,
+      log: { info: () => undefined, error: (m) => errors.push(m) },
+    });
     try {
       h.linkSet('lo', { group: GROUP });
       const first = setupWorkload(spec());
-      await trash.teardown({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC });
+      await trash.teardown({
+        netnsPath: C1.path,
+        hostNetnsPath: H.path,
+        ifname: 'eth0',
+        hostIfname: 'npitrash00001',
+        hostMac: HOST_MAC,
+      });
       const deadline = Date.now() + 30_000;
       while (trash.pending() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       expect(trash.pending()).toBe(0);
@@ -189,8 +234,20 @@ describe('deferred veth deletion (trash group)', () => {
     const crashed = createTrash({ hostNetnsPath: H.path, group: GROUP, delayMs: 600_000 });
     setupWorkload(spec());
     setupWorkload(spec({ netnsPath: C2.path, hostIfname: 'npitrash00002', addresses: ['10.0.0.6/32'] }));
-    await crashed.teardown({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC });
-    await crashed.teardown({ netnsPath: C2.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00002', hostMac: HOST_MAC });
+    await crashed.teardown({
+      netnsPath: C1.path,
+      hostNetnsPath: H.path,
+      ifname: 'eth0',
+      hostIfname: 'npitrash00001',
+      hostMac: HOST_MAC,
+    });
+    await crashed.teardown({
+      netnsPath: C2.path,
+      hostNetnsPath: H.path,
+      ifname: 'eth0',
+      hostIfname: 'npitrash00002',
+      hostMac: HOST_MAC,
+    });
     expect(inGroup(h)).toHaveLength(2);
 
     expect(await purgeTrash({ hostMac: HOST_MAC, hostNetnsPath: H.path, group: GROUP })).toBe(2);
@@ -201,7 +258,13 @@ describe('deferred veth deletion (trash group)', () => {
 
     // Someone else's link put in the group: one of ours is deleted by itself, theirs stays.
     setupWorkload(spec());
-    await crashed.teardown({ netnsPath: C1.path, hostNetnsPath: H.path, ifname: 'eth0', hostIfname: 'npitrash00001', hostMac: HOST_MAC });
+    await crashed.teardown({
+      netnsPath: C1.path,
+      hostNetnsPath: H.path,
+      ifname: 'eth0',
+      hostIfname: 'npitrash00001',
+      hostMac: HOST_MAC,
+    });
     inNetns(H.name, 'ip', ['link', 'add', 'foreign0', 'type', 'veth', 'peer', 'name', 'foreign1']);
     inNetns(H.name, 'ip', ['link', 'set', 'foreign0', 'group', String(GROUP)]);
     expect(await purgeTrash({ hostMac: HOST_MAC, hostNetnsPath: H.path, group: GROUP })).toBe(1);

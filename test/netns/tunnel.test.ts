@@ -4,7 +4,15 @@
 // kernel has no ipip module (the kernel's refusal is checked too).
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createNetns, inNetns, removeAllNetns } from '../support/netns.js';
-import { NetlinkError, RouteType, netlink, openNetns, tunnelMessage, type Netlink, type NetNS } from '../../src/native/index.js';
+import {
+  NetlinkError,
+  RouteType,
+  netlink,
+  openNetns,
+  tunnelMessage,
+  type Netlink,
+  type NetNS,
+} from '../../src/native/index.js';
 
 let N: { name: string; path: string };
 let ns: NetNS;
@@ -33,7 +41,16 @@ function ipJson(args: string[]): any[] {
 
 describe('vxlan', () => {
   it('creates a device with VNI, port, local VTEP, underlay device and learning off', () => {
-    nl.vxlanAdd({ name: 'vxlan.test', vni: 4096, port: 4789, local: '192.0.2.1', dev: 'ul0', learning: false, mtu: 1450, mac: '66:aa:bb:cc:dd:01' });
+    nl.vxlanAdd({
+      name: 'vxlan.test',
+      vni: 4096,
+      port: 4789,
+      local: '192.0.2.1',
+      dev: 'ul0',
+      learning: false,
+      mtu: 1450,
+      mac: '66:aa:bb:cc:dd:01',
+    });
     const [l] = ipJson(['link', 'show', 'vxlan.test']);
     expect(l.mtu).toBe(1450);
     expect(l.address).toBe('66:aa:bb:cc:dd:01');
@@ -66,11 +83,19 @@ describe('vxlan', () => {
     nl.fdbSet({ dev: 'vxlan.test', lladdr: '66:00:00:00:00:02', dst: '192.0.2.3' }); // replace
     nl.fdbSet({ dev: 'vxlan.test', lladdr: '66:00:00:00:00:04', dst: '192.0.2.4' });
     const ours = nl.fdbList({ dev: 'vxlan.test' }).filter((f) => f.dst);
-    expect(ours.map((f) => `${f.lladdr}>${f.dst}`).sort()).toEqual(['66:00:00:00:00:02>192.0.2.3', '66:00:00:00:00:04>192.0.2.4']);
+    expect(ours.map((f) => `${f.lladdr}>${f.dst}`).sort()).toEqual([
+      '66:00:00:00:00:02>192.0.2.3',
+      '66:00:00:00:00:04>192.0.2.4',
+    ]);
     const shown = inNetns(N.name, 'bridge', ['fdb', 'show', 'dev', 'vxlan.test']);
     expect(shown).toMatch(/66:00:00:00:00:02 dst 192\.0\.2\.3 self permanent/);
     nl.fdbDel({ dev: 'vxlan.test', lladdr: '66:00:00:00:00:02', dst: '192.0.2.3' });
-    expect(nl.fdbList({ dev: 'vxlan.test' }).filter((f) => f.dst).map((f) => f.lladdr)).toEqual(['66:00:00:00:00:04']);
+    expect(
+      nl
+        .fdbList({ dev: 'vxlan.test' })
+        .filter((f) => f.dst)
+        .map((f) => f.lladdr),
+    ).toEqual(['66:00:00:00:00:04']);
   });
 
   it('lists and deletes permanent neighbours on a device', () => {

@@ -31,7 +31,11 @@ if (process.env.NETPLUGIN_TEST_PATH === 'agent') {
     await running.stop();
     rmSync(tmp, { recursive: true, force: true });
     // An agent that crashed mid-file would show as odd failures; say so plainly.
-    if (died) throw new Error(`the agent died during the file (exit ${running.proc.exitCode ?? running.proc.signalCode}):\n${running.log().slice(-4000)}`);
+    if (died)
+      throw new Error(
+        `the agent died during the file (exit ${running.proc.exitCode ?? running.proc.signalCode}):\n` +
+          `${running.log().slice(-4000)}`,
+      );
     if (process.env.AGENT_SUITE_SHOW_LOG) process.stderr.write(running.log());
   });
 }

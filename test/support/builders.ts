@@ -12,7 +12,12 @@ export function ipPool(name: string, cidr: string, spec: Partial<IPPoolSpec> = {
 }
 
 /** Creates ipPool(name, cidr, spec) in the datastore and returns what it stored. */
-export function createPool(ds: Datastore, name: string, cidr: string, spec: Partial<IPPoolSpec> = {}): Promise<Resource<'IPPool'>> {
+export function createPool(
+  ds: Datastore,
+  name: string,
+  cidr: string,
+  spec: Partial<IPPoolSpec> = {},
+): Promise<Resource<'IPPool'>> {
   return ds.create(ipPool(name, cidr, spec));
 }
 
@@ -35,7 +40,20 @@ export function workloadEndpoint(e: EndpointDef): Resource<'WorkloadEndpoint'> {
   return {
     apiVersion: API_VERSION,
     kind: 'WorkloadEndpoint',
-    metadata: { name: workloadEndpointName(e.node, 'k8s', e.pod, 'eth0'), namespace: e.namespace, ...(e.labels ? { labels: e.labels } : {}) },
-    spec: { orchestrator: 'k8s', node: e.node, containerID: e.containerID, pod: e.pod, endpoint: 'eth0', ipNetworks, interfaceName: e.interfaceName ?? 'eth0', ...e.spec },
+    metadata: {
+      name: workloadEndpointName(e.node, 'k8s', e.pod, 'eth0'),
+      namespace: e.namespace,
+      ...(e.labels ? { labels: e.labels } : {}),
+    },
+    spec: {
+      orchestrator: 'k8s',
+      node: e.node,
+      containerID: e.containerID,
+      pod: e.pod,
+      endpoint: 'eth0',
+      ipNetworks,
+      interfaceName: e.interfaceName ?? 'eth0',
+      ...e.spec,
+    },
   };
 }

@@ -11,7 +11,9 @@ export interface ConnectProxy {
   stop(): Promise<void>;
 }
 
-export async function startConnectProxy(opts: { hosts?: Record<string, string>; auth?: string } = {}): Promise<ConnectProxy> {
+export async function startConnectProxy(
+  opts: { hosts?: Record<string, string>; auth?: string } = {},
+): Promise<ConnectProxy> {
   const targets: string[] = [];
   const sockets = new Set<Socket>();
   const server: Server = createServer((_req, res) => {

@@ -280,4 +280,3 @@ export function iptablesRulesFor(ids: string[]): string[] {
   }
   return out;
 }
-

@@ -52,7 +52,6 @@ export function deniedRecord(t: number, o: Partial<FlowRecord> = {}): FlowRecord
   });
 }
 
-
 export const FLOWS_BIN = join(resolve(import.meta.dirname, '../..'), 'dist/netplugin-flows.mjs');
 
 /** A PKI for the collector: the aggregator's server certificate, an agent's client certificate, a stranger's. */
@@ -70,7 +69,14 @@ export function flowsPki(): FlowsPki {
   const d = certDir();
   const ca = makeCA(d.dir, 'flows-ca');
   const other = makeCA(d.dir, 'other-ca');
-  return { dir: d.dir, ca, server: makeCert(d.dir, ca, 'aggregator', 'server'), agent: makeCert(d.dir, ca, 'node-1', 'client'), stranger: makeCert(d.dir, other, 'stranger', 'client'), remove: d.remove };
+  return {
+    dir: d.dir,
+    ca,
+    server: makeCert(d.dir, ca, 'aggregator', 'server'),
+    agent: makeCert(d.dir, ca, 'node-1', 'client'),
+    stranger: makeCert(d.dir, other, 'stranger', 'client'),
+    remove: d.remove,
+  };
 }
 
 /** The built netplugin-flows, run as a Deployment runs it, on loopback ports. */
@@ -83,28 +89,38 @@ export interface FlowsProcess {
   stop(): Promise<void>;
 }
 
-export async function startFlows(pki: FlowsPki, o: { collectorPort?: number; apiPort?: number; args?: string[] } = {}): Promise<FlowsProcess> {
+export async function startFlows(
+  pki: FlowsPki,
+  o: { collectorPort?: number; apiPort?: number; args?: string[] } = {},
+): Promise<FlowsProcess> {
   if (!existsSync(FLOWS_BIN)) throw new Error(`${FLOWS_BIN} is missing: run npm run build:ts`);
   const collectorPort = o.collectorPort ?? (await freePort());
   const apiPort = o.apiPort ?? (await freePort());
   const healthPort = await freePort();
-  const proc = spawn(process.execPath, [
-    FLOWS_BIN,
-    `--collector-addr=127.0.0.1:${collectorPort}`,
-    `--tls-cert=${pki.server.cert}`,
-    `--tls-key=${pki.server.key}`,
-    `--client-ca=${pki.ca.cert}`,
-    `--api-addr=127.0.0.1:${apiPort}`,
-    `--health-addr=127.0.0.1:${healthPort}`,
-    ...(o.args ?? []),
-  ], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn(
+    process.execPath,
+    [
+      FLOWS_BIN,
+      `--collector-addr=127.0.0.1:${collectorPort}`,
+      `--tls-cert=${pki.server.cert}`,
+      `--tls-key=${pki.server.key}`,
+      `--client-ca=${pki.ca.cert}`,
+      `--api-addr=127.0.0.1:${apiPort}`,
+      `--health-addr=127.0.0.1:${healthPort}`,
+      ...(o.args ?? []),
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   let err = '';
   proc.stderr!.on('data', (c: Buffer) => (err += c.toString()));
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
   const healthUrl = `http://127.0.0.1:${healthPort}`;
   for (let i = 0; ; i++) {
     if (proc.exitCode !== null) throw new Error(`netplugin-flows exited ${proc.exitCode}: ${err}`);
-    const ok = await fetch(`${healthUrl}/readyz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${healthUrl}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) break;
     if (i > 100) throw new Error(`netplugin-flows did not become ready: ${err}`);
     await new Promise((r) => setTimeout(r, 100));
@@ -135,7 +151,11 @@ export function nodeCert(pki: FlowsPki, node: string): CertPair {
 }
 
 /** A FlowClient with a certificate naming its node (or `as`), to the collector on `port`. */
-export function agentClient(pki: FlowsPki, port: number, o: Partial<FlowClientOptions> & { as?: CertPair } = {}): FlowClient {
+export function agentClient(
+  pki: FlowsPki,
+  port: number,
+  o: Partial<FlowClientOptions> & { as?: CertPair } = {},
+): FlowClient {
   const who = o.as ?? nodeCert(pki, o.node ?? 'node-1');
   return new FlowClient({
     url: `https://127.0.0.1:${port}`,

@@ -80,7 +80,13 @@ export async function lockChildren(): Promise<LockChildren> {
   return {
     lib: join(dir, 'lib.mjs'),
     start(path, o = {}) {
-      const args = [join(dir, 'child.mjs'), path, String(o.holdMs ?? -1), String(o.timeoutMs ?? 60_000), ...(o.key ? [o.key] : [])];
+      const args = [
+        join(dir, 'child.mjs'),
+        path,
+        String(o.holdMs ?? -1),
+        String(o.timeoutMs ?? 60_000),
+        ...(o.key ? [o.key] : []),
+      ];
       const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
       let out = '';
       proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
@@ -95,7 +101,8 @@ export async function lockChildren(): Promise<LockChildren> {
           new Promise((resolve, reject) => {
             const check = () => {
               if (out.split('\n').some((l) => l.startsWith(line))) return resolve();
-              if (proc.exitCode !== null || proc.signalCode !== null) return reject(new Error(`lock child exited before '${line}': ${out}`));
+              if (proc.exitCode !== null || proc.signalCode !== null)
+                return reject(new Error(`lock child exited before '${line}': ${out}`));
               setTimeout(check, 5);
             };
             check();

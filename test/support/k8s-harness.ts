@@ -22,8 +22,17 @@ export async function startApi(dir?: string): Promise<Api> {
   return { server, kubeconfig: writeKubeconfig(dir ?? server.dir, server, { token: 'k8s-test-token', inline: true }) };
 }
 
-export function putNamespace(api: Api, name: string, annotations: Record<string, string> = {}, labels: Record<string, string> = {}): void {
-  api.server.put(`/api/v1/namespaces/${name}`, { apiVersion: 'v1', kind: 'Namespace', metadata: { name, annotations, labels } });
+export function putNamespace(
+  api: Api,
+  name: string,
+  annotations: Record<string, string> = {},
+  labels: Record<string, string> = {},
+): void {
+  api.server.put(`/api/v1/namespaces/${name}`, {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: { name, annotations, labels },
+  });
 }
 
 export interface PodDef {
@@ -32,7 +41,10 @@ export interface PodDef {
   serviceAccountName?: string;
   generateName?: string;
   nodeName?: string;
-  containers?: Array<{ name: string; ports?: Array<{ name?: string; containerPort: number; protocol?: string; hostPort?: number }> }>;
+  containers?: Array<{
+    name: string;
+    ports?: Array<{ name?: string; containerPort: number; protocol?: string; hostPort?: number }>;
+  }>;
 }
 
 export function putPod(api: Api, namespace: string, name: string, d: PodDef = {}): void {
@@ -56,8 +68,18 @@ export function putPod(api: Api, namespace: string, name: string, d: PodDef = {}
 }
 
 /** The netconf of these suites: etcd for IPAM and endpoints, pods from the fake API server, policy.type k8s. */
-export function k8sNetconf(c: Cluster, api: Api, prefix: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return netconf(c, '1.0.0', { host_veth_prefix: prefix, policy: { type: 'k8s' }, kubernetes: { kubeconfig: api.kubeconfig }, ...extra });
+export function k8sNetconf(
+  c: Cluster,
+  api: Api,
+  prefix: string,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return netconf(c, '1.0.0', {
+    host_veth_prefix: prefix,
+    policy: { type: 'k8s' },
+    kubernetes: { kubeconfig: api.kubeconfig },
+    ...extra,
+  });
 }
 
 /** The log lines of one level in a plugin's stderr. */

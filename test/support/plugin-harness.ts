@@ -19,7 +19,7 @@ import { removeAllNetns } from './netns.js';
 import { startEtcd, type EtcdServer } from './etcd.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { containsIP, parseCidr, parseIP } from '../../src/net/cidr.js';
 
 export const BIN = process.env.NETPLUGIN_TEST_BIN ?? join(DIST, 'netplugin.mjs');
@@ -58,11 +58,21 @@ export interface Cluster {
 }
 
 export function poolResource(p: PoolDef): Resource<'IPPool'> {
-  return { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: p.name }, spec: { cidr: p.cidr, blockSize: p.blockSize, natOutgoing: true } };
+  return {
+    apiVersion: API_VERSION,
+    kind: 'IPPool',
+    metadata: { name: p.name },
+    spec: { cidr: p.cidr, blockSize: p.blockSize, natOutgoing: true },
+  };
 }
 
 export function clusterInfo(ready: boolean): Resource<'ClusterInformation'> {
-  return { apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: ready, clusterType: 'test' } };
+  return {
+    apiVersion: API_VERSION,
+    kind: 'ClusterInformation',
+    metadata: { name: 'default' },
+    spec: { datastoreReady: ready, clusterType: 'test' },
+  };
 }
 
 /** A throwaway etcd holding a ready ClusterInformation and the given pools. */
@@ -95,7 +105,10 @@ export function useCluster(
   });
 }
 
-export async function startCluster(pools: PoolDef[], opts: { clusterInfo?: 'ready' | 'not-ready' | 'missing' } = {}): Promise<Cluster> {
+export async function startCluster(
+  pools: PoolDef[],
+  opts: { clusterInfo?: 'ready' | 'not-ready' | 'missing' } = {},
+): Promise<Cluster> {
   const etcd = await startEtcd();
   const tmp = mkdtempSync(join(tmpdir(), `plugin-test-${process.pid}-`));
   let ds: Datastore | undefined;
@@ -155,7 +168,12 @@ export function k8sArgs(namespace: string, pod: string): string {
 /** ADDs not yet undone by a DEL, so afterEach can clean up after a failed test. */
 const attached = new Map<string, { conf: Record<string, unknown>; call: Partial<Call>; bin: string }>();
 
-export async function cni(command: 'ADD' | 'DEL' | 'CHECK' | 'STATUS' | 'GC', conf: Record<string, unknown>, call: Partial<Call> = {}, bin = BIN): Promise<CniOutcome> {
+export async function cni(
+  command: 'ADD' | 'DEL' | 'CHECK' | 'STATUS' | 'GC',
+  conf: Record<string, unknown>,
+  call: Partial<Call> = {},
+  bin = BIN,
+): Promise<CniOutcome> {
   const key = JSON.stringify([conf['name'], call.containerId, call.ifname ?? 'eth0']);
   if (command === 'ADD') attached.set(key, { conf, call, bin });
   const r = await runCni({
@@ -188,7 +206,17 @@ export async function cleanupAttachments(): Promise<void> {
   attached.clear();
   for (const a of all) {
     const { prevResult: _drop, ...conf } = a.conf;
-    await runCni({ bin: a.bin, command: 'DEL', conf, ...(a.call.containerId ? { containerId: a.call.containerId } : {}), ...(a.call.netns ? { netns: a.call.netns } : {}), ifname: a.call.ifname ?? 'eth0', ...(a.call.args ? { args: a.call.args } : {}), ...(a.call.path ? { path: a.call.path } : {}), ...withAgentEnv(a.call.env) }).catch(() => undefined);
+    await runCni({
+      bin: a.bin,
+      command: 'DEL',
+      conf,
+      ...(a.call.containerId ? { containerId: a.call.containerId } : {}),
+      ...(a.call.netns ? { netns: a.call.netns } : {}),
+      ifname: a.call.ifname ?? 'eth0',
+      ...(a.call.args ? { args: a.call.args } : {}),
+      ...(a.call.path ? { path: a.call.path } : {}),
+      ...withAgentEnv(a.call.env),
+    }).catch(() => undefined);
   }
 }
 
@@ -210,7 +238,8 @@ export function expectCniError(r: CniOutcome, code?: number): { code: number; ms
   expect(typeof r.json.msg).toBe('string');
   expect(r.stdout).not.toMatch(/\n\s+at /);
   // Reviewing the wording of every error the suites provoke: PLUGIN_TEST_SHOW_ERRORS=1.
-  if (process.env.PLUGIN_TEST_SHOW_ERRORS) process.stderr.write(`[cni error ${r.json.code}] ${r.json.msg}${r.json.details ? ` (${r.json.details})` : ''}\n`);
+  if (process.env.PLUGIN_TEST_SHOW_ERRORS)
+    process.stderr.write(`[cni error ${r.json.code}] ${r.json.msg}${r.json.details ? ` (${r.json.details})` : ''}\n`);
   return r.json;
 }
 
@@ -258,7 +287,9 @@ export async function linkAfterDel(name: string, netns: string): Promise<LinkInf
 }
 
 export function hostLinksWithPrefix(prefix: string): string[] {
-  return links().map((l) => l.ifname).filter((n) => n.startsWith(prefix));
+  return links()
+    .map((l) => l.ifname)
+    .filter((n) => n.startsWith(prefix));
 }
 
 export interface RouteInfo {
@@ -275,7 +306,10 @@ export function routes(family: 4 | 6, netns?: string): RouteInfo[] {
 }
 
 /** Addresses (without prefix) on one interface. */
-export function addrs(ifname: string, netns?: string): Array<{ local: string; prefixlen: number; family: string; scope: string }> {
+export function addrs(
+  ifname: string,
+  netns?: string,
+): Array<{ local: string; prefixlen: number; family: string; scope: string }> {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const l = ipj(['addr', 'show', 'dev', ifname], netns)[0] as any;
   return l?.addr_info ?? [];
@@ -283,7 +317,11 @@ export function addrs(ifname: string, netns?: string): Array<{ local: string; pr
 
 export function sysctl(key: string, netns?: string): string {
   const path = `/proc/sys/${key.replace(/\./g, '/')}`;
-  return (netns ? execFileSync('ip', ['netns', 'exec', netns, 'cat', path], { encoding: 'utf8' }) : execFileSync('cat', [path], { encoding: 'utf8' })).trim();
+  return (
+    netns
+      ? execFileSync('ip', ['netns', 'exec', netns, 'cat', path], { encoding: 'utf8' })
+      : execFileSync('cat', [path], { encoding: 'utf8' })
+  ).trim();
 }
 
 function inAnyPool(ip: string, pools: PoolDef[]): boolean {
@@ -326,7 +364,9 @@ export async function ipamState(ds: Datastore): Promise<IpamState> {
 }
 
 export async function wepNames(ds: Datastore): Promise<string[]> {
-  return (await ds.list('WorkloadEndpoint')).items.map((w) => `${w.metadata.namespace ?? ''}/${w.metadata.name}`).sort();
+  return (await ds.list('WorkloadEndpoint')).items
+    .map((w) => `${w.metadata.namespace ?? ''}/${w.metadata.name}`)
+    .sort();
 }
 
 /**
@@ -371,7 +411,8 @@ export const SHIM_BUILT = join(ROOT, 'build/shim/netplugin-shim');
  */
 export function installShim(dir: string, name = 'netplugin'): string {
   const src = existsSync(SHIM_BUILT) ? SHIM_BUILT : SHIM_PREBUILT;
-  if (!existsSync(src)) throw new Error(`the native shim is missing (${SHIM_BUILT} and ${SHIM_PREBUILT}); run npm run build:shim`);
+  if (!existsSync(src))
+    throw new Error(`the native shim is missing (${SHIM_BUILT} and ${SHIM_PREBUILT}); run npm run build:shim`);
   mkdirSync(dir, { recursive: true });
   const dst = join(dir, name);
   copyFileSync(src, dst);
@@ -395,7 +436,9 @@ function waitConnectable(path: string, proc: ChildProcess, log: () => string, ti
   return new Promise((resolve, reject) => {
     const attempt = () => {
       if (proc.exitCode !== null || proc.signalCode !== null) {
-        reject(new Error(`the agent exited (${proc.exitCode ?? proc.signalCode}) before listening on ${path}:\n${log()}`));
+        reject(
+          new Error(`the agent exited (${proc.exitCode ?? proc.signalCode}) before listening on ${path}:\n${log()}`),
+        );
         return;
       }
       const c = connect(path);
@@ -405,7 +448,8 @@ function waitConnectable(path: string, proc: ChildProcess, log: () => string, ti
       });
       c.once('error', () => {
         c.destroy();
-        if (Date.now() > deadline) reject(new Error(`the agent did not listen on ${path} within ${timeoutMs} ms:\n${log()}`));
+        if (Date.now() > deadline)
+          reject(new Error(`the agent did not listen on ${path} within ${timeoutMs} ms:\n${log()}`));
         else setTimeout(attempt, 25);
       });
     };

@@ -26,7 +26,23 @@ import { putPod, startApi, k8sNetconf, type Api } from './k8s-harness.js';
 import { openDatastore } from '../../src/datastore/index.js';
 import type { Datastore } from '../../src/datastore/types.js';
 import { createKubeClient, type KubeClient } from '../../src/k8s/client.js';
-import { NET_NAME, NODE, clusterInfo, cni, cleanupAttachments, ensureBuilt, expectOk, k8sArgs, poolResource, startAgent, startCluster, why, type Agent, type Cluster, type PoolDef } from './plugin-harness.js';
+import {
+  NET_NAME,
+  NODE,
+  clusterInfo,
+  cni,
+  cleanupAttachments,
+  ensureBuilt,
+  expectOk,
+  k8sArgs,
+  poolResource,
+  startAgent,
+  startCluster,
+  why,
+  type Agent,
+  type Cluster,
+  type PoolDef,
+} from './plugin-harness.js';
 
 const POD_SCRIPT = join(ROOT, 'test/support/policy-pod.py');
 export const NAMESPACES = ['x', 'y', 'z'] as const;
@@ -97,14 +113,27 @@ export async function startPolicyEnv(
   if (mode === 'etcdv3') {
     c = await startCluster(opts.pool6 ? [pool, opts.pool6] : [pool]);
     ds = c.ds;
-    conf = k8sNetconf(c, api, prefix, { ...common, ...(opts.pool6 ? { ipam: { type: 'netplugin-ipam', assign_ipv6: 'true' } } : {}) });
+    conf = k8sNetconf(c, api, prefix, {
+      ...common,
+      ...(opts.pool6 ? { ipam: { type: 'netplugin-ipam', assign_ipv6: 'true' } } : {}),
+    });
   } else {
     ds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig: api.kubeconfig } });
     await ds.create(clusterInfo(true));
     await ds.create(poolResource(pool));
     conf = {
-      cniVersion: '1.0.0', name: NET_NAME, type: 'netplugin', nodename: NODE, datastore_type: 'kubernetes', kubernetes: { kubeconfig: api.kubeconfig },
-      ipam: { type: 'netplugin-ipam' }, ipam_lock_file: join(tmp, 'ipam.lock'), host_veth_prefix: prefix, policy: { type: 'k8s' }, log_level: 'debug', ...common,
+      cniVersion: '1.0.0',
+      name: NET_NAME,
+      type: 'netplugin',
+      nodename: NODE,
+      datastore_type: 'kubernetes',
+      kubernetes: { kubeconfig: api.kubeconfig },
+      ipam: { type: 'netplugin-ipam' },
+      ipam_lock_file: join(tmp, 'ipam.lock'),
+      host_veth_prefix: prefix,
+      policy: { type: 'k8s' },
+      log_level: 'debug',
+      ...common,
     };
   }
   const confPath = join(tmp, '10-netplugin.conflist');
@@ -159,7 +188,10 @@ export async function putObject<K extends Resource['kind']>(env: { ds: Datastore
   const c = env;
   try {
     const cur = await c.ds.get(obj.kind, obj.metadata.name, obj.metadata.namespace);
-    await c.ds.update({ ...obj, metadata: { ...obj.metadata, resourceVersion: cur.metadata.resourceVersion } } as Resource<K>);
+    await c.ds.update({
+      ...obj,
+      metadata: { ...obj.metadata, resourceVersion: cur.metadata.resourceVersion },
+    } as Resource<K>);
   } catch (e) {
     if (!(e instanceof DatastoreError) || e.kind !== 'NotFound') throw e;
     await c.ds.create(obj);
@@ -167,8 +199,19 @@ export async function putObject<K extends Resource['kind']>(env: { ds: Datastore
 }
 
 /** ADDs one pod through the plugin (its netns, labels, named container ports) and starts its servers. */
-export async function addPod(env: PolicyEnv, ns: string, name: string, labels: Record<string, string> = { pod: name }, serve = true, annotations?: Record<string, string>): Promise<Pod> {
-  putPod(env.api, ns, name, { labels, containers: [{ name: 'main', ports: SERVE_PORTS }], ...(annotations ? { annotations } : {}) });
+export async function addPod(
+  env: PolicyEnv,
+  ns: string,
+  name: string,
+  labels: Record<string, string> = { pod: name },
+  serve = true,
+  annotations?: Record<string, string>,
+): Promise<Pod> {
+  putPod(env.api, ns, name, {
+    labels,
+    containers: [{ name: 'main', ports: SERVE_PORTS }],
+    ...(annotations ? { annotations } : {}),
+  });
   const n = createNetns(`pol${name}`);
   const containerId = `${ns}-${name}-${process.pid}-${Date.now()}`;
   const t0 = Date.now();
@@ -178,8 +221,16 @@ export async function addPod(env: PolicyEnv, ns: string, name: string, labels: R
   const ip = ips.find((a) => !a.includes(':'))!;
   const ip6 = ips.find((a) => a.includes(':'));
   const pod: Pod = {
-    ns, name, id: `${ns}/${name}`, netns: n.name, netnsPath: n.path, ip, ...(ip6 ? { ip6 } : {}), containerId,
-    addWaitedMs: Date.now() - t0, addLog: r.stderr,
+    ns,
+    name,
+    id: `${ns}/${name}`,
+    netns: n.name,
+    netnsPath: n.path,
+    ip,
+    ...(ip6 ? { ip6 } : {}),
+    containerId,
+    addWaitedMs: Date.now() - t0,
+    addLog: r.stderr,
   };
   env.pods.push(pod);
   if (serve) await startServer(pod);
@@ -188,13 +239,19 @@ export async function addPod(env: PolicyEnv, ns: string, name: string, labels: R
 
 export async function delPod(env: PolicyEnv, pod: Pod): Promise<void> {
   pod.server?.kill('SIGKILL');
-  const r = await cni('DEL', env.conf, { containerId: pod.containerId, netns: pod.netnsPath, args: k8sArgs(pod.ns, pod.name) });
+  const r = await cni('DEL', env.conf, {
+    containerId: pod.containerId,
+    netns: pod.netnsPath,
+    args: k8sArgs(pod.ns, pod.name),
+  });
   expect(r.code, why(r)).toBe(0);
   env.pods.splice(env.pods.indexOf(pod), 1);
 }
 
 function startServer(pod: Pod): Promise<void> {
-  const proc = spawn('ip', ['netns', 'exec', pod.netns, 'python3', POD_SCRIPT, 'serve', '80', '81'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const proc = spawn('ip', ['netns', 'exec', pod.netns, 'python3', POD_SCRIPT, 'serve', '80', '81'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   pod.server = proc;
   return new Promise((resolve, reject) => {
     const rl = createInterface({ input: proc.stdout! });
@@ -214,9 +271,18 @@ export function pod(env: PolicyEnv, id: string): Pod {
 }
 
 /** One probe per (from, to) with a fresh socket; `timeout` seconds for a dropped one. */
-export async function probeFrom(from: Pod, targets: Array<[string, number, 'tcp' | 'udp']>, timeout = 1.5): Promise<boolean[]> {
+export async function probeFrom(
+  from: Pod,
+  targets: Array<[string, number, 'tcp' | 'udp']>,
+  timeout = 1.5,
+): Promise<boolean[]> {
   const out = await new Promise<string>((resolve, reject) =>
-    execFile('ip', ['netns', 'exec', from.netns, 'python3', POD_SCRIPT, 'probe', String(timeout), JSON.stringify(targets)], { timeout: 60_000 }, (err, stdout) => (err ? reject(err) : resolve(stdout))),
+    execFile(
+      'ip',
+      ['netns', 'exec', from.netns, 'python3', POD_SCRIPT, 'probe', String(timeout), JSON.stringify(targets)],
+      { timeout: 60_000 },
+      (err, stdout) => (err ? reject(err) : resolve(stdout)),
+    ),
   );
   return JSON.parse(out) as boolean[];
 }
@@ -230,11 +296,20 @@ export function grid(pods: Pod[], cell: (from: Pod, to: Pod) => boolean): string
   return lines.join('\n');
 }
 
-export async function probeMatrix(pods: Pod[], port: number, proto: 'tcp' | 'udp', timeout?: number): Promise<Map<string, boolean>> {
+export async function probeMatrix(
+  pods: Pod[],
+  port: number,
+  proto: 'tcp' | 'udp',
+  timeout?: number,
+): Promise<Map<string, boolean>> {
   const res = new Map<string, boolean>();
   await Promise.all(
     pods.map(async (f) => {
-      const r = await probeFrom(f, pods.map((t) => [t.ip, port, proto]), timeout);
+      const r = await probeFrom(
+        f,
+        pods.map((t) => [t.ip, port, proto]),
+        timeout,
+      );
       pods.forEach((t, i) => res.set(`${f.id}>${t.id}`, r[i]!));
     }),
   );
@@ -257,7 +332,13 @@ const MATRIX_DROP_SECONDS = 0.75;
  * changes asynchronously) or `deadlineMs` passes; then asserts it. A pod
  * reaching itself never leaves its netns, so it is always reachable.
  */
-export async function expectReachability(env: PolicyEnv, port: number, proto: 'tcp' | 'udp', expected: Expect, deadlineMs = 20_000): Promise<void> {
+export async function expectReachability(
+  env: PolicyEnv,
+  port: number,
+  proto: 'tcp' | 'udp',
+  expected: Expect,
+  deadlineMs = 20_000,
+): Promise<void> {
   const pods = env.pods;
   const want = grid(pods, (f, t) => f === t || expected(f, t));
   const end = Date.now() + deadlineMs;
@@ -268,22 +349,43 @@ export async function expectReachability(env: PolicyEnv, port: number, proto: 't
     if (got === want || Date.now() > end) break;
     await new Promise((r) => setTimeout(r, 300));
   }
-  if (got !== want && process.env.POLICY_TEST_DEBUG) process.stderr.write(`${listTable(env)}\n${env.agent.log().slice(-6000)}\n`);
+  if (got !== want && process.env.POLICY_TEST_DEBUG)
+    process.stderr.write(`${listTable(env)}\n${env.agent.log().slice(-6000)}\n`);
   expect(`${proto}/${port}\n${got}`).toBe(`${proto}/${port}\n${want}`);
   // `netpluginctl policy explain` evaluates the same objects: it must agree with the dataplane.
   const model = await modelMatrix(env, port, proto);
-  expect(`model ${proto}/${port}\n${grid(pods, (f, t) => f === t || model.get(`${f.id}>${t.id}`)!)}`).toBe(`model ${proto}/${port}\n${want}`);
+  expect(`model ${proto}/${port}\n${grid(pods, (f, t) => f === t || model.get(`${f.id}>${t.id}`)!)}`).toBe(
+    `model ${proto}/${port}\n${want}`,
+  );
 }
 
-/** The verdicts of the policy model's evaluator (src/model/policy-eval.ts) for every pair: the peer's egress and the target's ingress. */
+/**
+ * The verdicts of the policy model's evaluator (src/model/policy-eval.ts) for every pair: the peer's egress and the
+ * target's ingress.
+ */
 async function modelMatrix(env: PolicyEnv, port: number, proto: 'tcp' | 'udp'): Promise<Map<string, boolean>> {
-  const [weps, nps, gnps, profs] = await Promise.all([env.ds.list('WorkloadEndpoint'), env.ds.list('NetworkPolicy'), env.ds.list('GlobalNetworkPolicy'), env.ds.list('Profile')]);
+  const [weps, nps, gnps, profs] = await Promise.all([
+    env.ds.list('WorkloadEndpoint'),
+    env.ds.list('NetworkPolicy'),
+    env.ds.list('GlobalNetworkPolicy'),
+    env.ds.list('Profile'),
+  ]);
   const profiles = new Map(profs.items.map((p) => [p.metadata.name, { name: p.metadata.name, spec: p.spec }]));
   const policies: PolicyInput[] = [
-    ...nps.items.map((p): PolicyInput => ({ kind: 'NetworkPolicy', name: p.metadata.name, namespace: p.metadata.namespace!, spec: p.spec })),
+    ...nps.items.map(
+      (p): PolicyInput => ({
+        kind: 'NetworkPolicy',
+        name: p.metadata.name,
+        namespace: p.metadata.namespace!,
+        spec: p.spec,
+      }),
+    ),
     ...gnps.items.map((p): PolicyInput => ({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec })),
   ];
-  const views = endpointViews(weps.items.map((w) => endpointFromWep(w, NODE)), profiles);
+  const views = endpointViews(
+    weps.items.map((w) => endpointFromWep(w, NODE)),
+    profiles,
+  );
   const protocol = proto === 'tcp' ? 'TCP' : 'UDP';
   const out = new Map<string, boolean>();
   for (const f of env.pods) {
@@ -300,14 +402,18 @@ async function modelMatrix(env: PolicyEnv, port: number, proto: 'tcp' | 'udp'): 
 
 // ---- Kubernetes NetworkPolicy: in the API server; on etcd also as kube-controllers mirrors it ----
 
-const npPath = (ns: string, name?: string) => `/apis/networking.k8s.io/v1/namespaces/${ns}/networkpolicies${name ? `/${name}` : ''}`;
+const npPath = (ns: string, name?: string) =>
+  `/apis/networking.k8s.io/v1/namespaces/${ns}/networkpolicies${name ? `/${name}` : ''}`;
 
 export async function applyK8sPolicy(env: PolicyEnv, np: KubeNetworkPolicy): Promise<void> {
   const ns = np.metadata.namespace!;
   const body = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', ...np };
   try {
     const cur = await env.kube.request<{ metadata: { resourceVersion: string } }>('GET', npPath(ns, np.metadata.name));
-    await env.kube.request('PUT', npPath(ns, np.metadata.name), { ...body, metadata: { ...np.metadata, resourceVersion: cur.metadata.resourceVersion } });
+    await env.kube.request('PUT', npPath(ns, np.metadata.name), {
+      ...body,
+      metadata: { ...np.metadata, resourceVersion: cur.metadata.resourceVersion },
+    });
   } catch (e) {
     if (!(e instanceof DatastoreError) || e.kind !== 'NotFound') throw e;
     await env.kube.request('POST', npPath(ns), body);
@@ -326,20 +432,31 @@ export async function deleteAllPolicies(env: PolicyEnv): Promise<void> {
     for (const np of l.items) await env.kube.request('DELETE', npPath(ns, np.metadata.name));
   }
   if (env.mode !== 'etcdv3') return;
-  for (const p of (await env.ds.list('NetworkPolicy')).items) await env.ds.delete('NetworkPolicy', p.metadata.name, { namespace: p.metadata.namespace! });
-  for (const p of (await env.ds.list('GlobalNetworkPolicy')).items) await env.ds.delete('GlobalNetworkPolicy', p.metadata.name);
+  for (const p of (await env.ds.list('NetworkPolicy')).items)
+    await env.ds.delete('NetworkPolicy', p.metadata.name, { namespace: p.metadata.namespace! });
+  for (const p of (await env.ds.list('GlobalNetworkPolicy')).items)
+    await env.ds.delete('GlobalNetworkPolicy', p.metadata.name);
 }
 
-/** A pod label change: on the Pod; on etcd also as kube-controllers copies it onto the endpoint (our netplugin.org/* labels kept). */
+/**
+ * A pod label change: on the Pod; on etcd also as kube-controllers copies it onto the endpoint (our netplugin.org/*
+ * labels kept).
+ */
 export async function setPodLabels(env: PolicyEnv, p: Pod, labels: Record<string, string>): Promise<void> {
   const cur = await env.kube.getPod(p.ns, p.name);
-  const remove = Object.fromEntries(Object.keys(cur.metadata.labels ?? {}).filter((k) => !(k in labels)).map((k) => [k, null]));
+  const remove = Object.fromEntries(
+    Object.keys(cur.metadata.labels ?? {})
+      .filter((k) => !(k in labels))
+      .map((k) => [k, null]),
+  );
   await env.kube.patchPod(p.ns, p.name, { metadata: { labels: { ...remove, ...labels } } }, 'merge');
   if (env.mode !== 'etcdv3') return;
   const weps = (await env.ds.list('WorkloadEndpoint', { namespace: p.ns })).items.filter((w) => w.spec.pod === p.name);
   expect(weps.length).toBe(1);
   const w = weps[0]!;
-  const own = Object.fromEntries(Object.entries(w.metadata.labels ?? {}).filter(([k]) => k.startsWith('netplugin.org/')));
+  const own = Object.fromEntries(
+    Object.entries(w.metadata.labels ?? {}).filter(([k]) => k.startsWith('netplugin.org/')),
+  );
   await env.ds.update({ ...w, metadata: { ...w.metadata, labels: { ...labels, ...own } } });
 }
 
@@ -351,22 +468,54 @@ export async function setNamespaceLabels(env: PolicyEnv, ns: string, labels: Rec
     await env.kube.request('PUT', path, { apiVersion: 'v1', kind: 'Namespace', metadata: { ...cur.metadata, labels } });
   } catch (e) {
     if (!(e instanceof DatastoreError) || e.kind !== 'NotFound') throw e;
-    await env.kube.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels } });
+    await env.kube.request('POST', '/api/v1/namespaces', {
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: ns, labels },
+    });
   }
   if (env.mode === 'etcdv3') await putObject(env, namespaceToProfile({ metadata: { name: ns, labels } }));
 }
 
 export function nftList(): Promise<string> {
-  return new Promise((resolve, reject) => execFile('nft', ['list', 'ruleset'], (e, out) => (e ? reject(e) : resolve(out))));
+  return new Promise((resolve, reject) =>
+    execFile('nft', ['list', 'ruleset'], (e, out) => (e ? reject(e) : resolve(out))),
+  );
 }
 
-/** Probes `targets` from `from` over and over for `seconds`; resolves (once started) to a promise of the indexes ever reached. */
-export async function watchProbe(from: Pod, targets: Array<[string, number, 'tcp' | 'udp']>, seconds: number, timeout = 0.5): Promise<Promise<number[]>> {
-  const proc = spawn('ip', ['netns', 'exec', from.netns, 'python3', POD_SCRIPT, 'watch', String(seconds), String(timeout), JSON.stringify(targets)], { stdio: ['ignore', 'pipe', 'inherit'] });
+/**
+ * Probes `targets` from `from` over and over for `seconds`; resolves (once started) to a promise of the indexes ever
+ * reached.
+ */
+export async function watchProbe(
+  from: Pod,
+  targets: Array<[string, number, 'tcp' | 'udp']>,
+  seconds: number,
+  timeout = 0.5,
+): Promise<Promise<number[]>> {
+  const proc = spawn(
+    'ip',
+    [
+      'netns',
+      'exec',
+      from.netns,
+      'python3',
+      POD_SCRIPT,
+      'watch',
+      String(seconds),
+      String(timeout),
+      JSON.stringify(targets),
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   const rl = createInterface({ input: proc.stdout! });
   const lines: string[] = [];
   const done = new Promise<number[]>((resolve, reject) => {
-    proc.once('exit', (code) => (code === 0 && lines[1] ? resolve(JSON.parse(lines[1]) as number[]) : reject(new Error(`watch probe exited ${code}: ${lines.join('\n')}`))));
+    proc.once('exit', (code) =>
+      code === 0 && lines[1]
+        ? resolve(JSON.parse(lines[1]) as number[])
+        : reject(new Error(`watch probe exited ${code}: ${lines.join('\n')}`)),
+    );
   });
   await new Promise<void>((resolve) => rl.on('line', (l) => (lines.push(l), lines.length === 1 && resolve())));
   return done;
@@ -381,7 +530,13 @@ export async function prepareNetns(name: string): Promise<Pod> {
 }
 
 /** ADDs a pod into a netns prepared by prepareNetns. */
-export async function addPreparedPod(env: PolicyEnv, p: Pod, ns: string, labels: Record<string, string>, conf = env.conf): Promise<{ code: number; ms: number }> {
+export async function addPreparedPod(
+  env: PolicyEnv,
+  p: Pod,
+  ns: string,
+  labels: Record<string, string>,
+  conf = env.conf,
+): Promise<{ code: number; ms: number }> {
   putPod(env.api, ns, p.name, { labels, containers: [{ name: 'main', ports: SERVE_PORTS }] });
   p.ns = ns;
   p.id = `${ns}/${p.name}`;
@@ -400,11 +555,17 @@ export async function addPreparedPod(env: PolicyEnv, p: Pod, ns: string, labels:
  * of their sources (wrapped: an async function returning a bare promise would wait for it).
  */
 export async function receiveOn(p: Pod, port: number, seconds: number): Promise<{ done: Promise<string[]> }> {
-  const proc = spawn('ip', ['netns', 'exec', p.netns, 'python3', POD_SCRIPT, 'recv', String(port), String(seconds)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const proc = spawn('ip', ['netns', 'exec', p.netns, 'python3', POD_SCRIPT, 'recv', String(port), String(seconds)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const rl = createInterface({ input: proc.stdout! });
   const lines: string[] = [];
   const done = new Promise<string[]>((resolve, reject) => {
-    proc.once('exit', (code) => (code === 0 && lines[1] ? resolve(JSON.parse(lines[1]) as string[]) : reject(new Error(`recv exited ${code}: ${lines.join('\n')}`))));
+    proc.once('exit', (code) =>
+      code === 0 && lines[1]
+        ? resolve(JSON.parse(lines[1]) as string[])
+        : reject(new Error(`recv exited ${code}: ${lines.join('\n')}`)),
+    );
   });
   await new Promise<void>((resolve) => rl.on('line', (l) => (lines.push(l), lines.length === 1 && resolve())));
   return { done };
@@ -414,8 +575,17 @@ export async function receiveOn(p: Pod, port: number, seconds: number): Promise<
  * Sends hand-made frames from `p`'s eth0 (a packet socket: any source address or MAC, any destination,
  * loopback too); for proto "syn", the sources of the SYN-ACKs that came back within `wait` seconds.
  */
-export function forgeFrom(p: Pod, o: { src: string; dst: string; dport: number; proto: 'udp' | 'syn'; count?: number; srcMac?: string; wait?: number }): Promise<string[]> {
+export function forgeFrom(
+  p: Pod,
+  o: { src: string; dst: string; dport: number; proto: 'udp' | 'syn'; count?: number; srcMac?: string; wait?: number },
+): Promise<string[]> {
   return new Promise((resolve, reject) =>
-    execFile('ip', ['netns', 'exec', p.netns, 'python3', POD_SCRIPT, 'forge', JSON.stringify(o)], { timeout: 30_000 }, (err, stdout, stderr) => (err ? reject(new Error(`${err.message}: ${stderr}`)) : resolve(JSON.parse(stdout) as string[]))),
+    execFile(
+      'ip',
+      ['netns', 'exec', p.netns, 'python3', POD_SCRIPT, 'forge', JSON.stringify(o)],
+      { timeout: 30_000 },
+      (err, stdout, stderr) =>
+        err ? reject(new Error(`${err.message}: ${stderr}`)) : resolve(JSON.parse(stdout) as string[]),
+    ),
   );
 }

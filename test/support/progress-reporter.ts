@@ -29,12 +29,15 @@ export default class ProgressReporter implements Reporter {
     this.done = 0;
     const every = Number(process.env.NETPLUGIN_TEST_HEARTBEAT ?? 60) * 1000;
     if (every > 0) {
-      this.heartbeat = setInterval(() => {
-        if (Date.now() - this.lastLine < every || !this.running.size) return;
-        const now = Date.now();
-        const files = [...this.running].map(([k, start]) => `${k} (${clock(now - start)})`).join(', ');
-        this.print(`[${clock(now - this.t0)}] ${this.done}/${this.total} files done; running: ${files}`);
-      }, Math.min(every, 5000));
+      this.heartbeat = setInterval(
+        () => {
+          if (Date.now() - this.lastLine < every || !this.running.size) return;
+          const now = Date.now();
+          const files = [...this.running].map(([k, start]) => `${k} (${clock(now - start)})`).join(', ');
+          this.print(`[${clock(now - this.t0)}] ${this.done}/${this.total} files done; running: ${files}`);
+        },
+        Math.min(every, 5000),
+      );
       this.heartbeat.unref();
     }
   }
@@ -67,7 +70,10 @@ export default class ProgressReporter implements Reporter {
     const state = m.state();
     const mark = state === 'passed' ? 'ok' : state === 'skipped' ? 'skipped' : 'FAILED';
     // Wall time from the file's start to its end: collection and hooks included.
-    this.print(`[${clock(Date.now() - this.t0)}] ${this.done}/${this.total} ${mark} ${k} ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    this.print(
+      `[${clock(Date.now() - this.t0)}] ${this.done}/${this.total} ${mark} ${k} ` +
+        `${((Date.now() - started) / 1000).toFixed(1)} s`,
+    );
   }
 
   onTestRunEnd(): void {

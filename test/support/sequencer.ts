@@ -17,6 +17,11 @@ export default class LongestFirstSequencer extends BaseSequencer {
     const key = (s: TestSpecification) => `${s.project.name}:${relative(this.ctx.config.root, s.moduleId)}`;
     const last = (s: TestSpecification) => this.ctx.cache.getFileTestResults(key(s));
     const expected = (s: TestSpecification) => last(s)?.duration ?? table[key(s)] ?? UNKNOWN_MS;
-    return [...files].sort((a, b) => Number(!!last(b)?.failed) - Number(!!last(a)?.failed) || expected(b) - expected(a) || key(a).localeCompare(key(b)));
+    return [...files].sort(
+      (a, b) =>
+        Number(!!last(b)?.failed) - Number(!!last(a)?.failed) ||
+        expected(b) - expected(a) ||
+        key(a).localeCompare(key(b)),
+    );
   }
 }

@@ -32,7 +32,16 @@ export default class TimelineReporter implements Reporter {
 
   onTestRunEnd(): void {
     if (!this.out) return;
-    const lines = [...this.rows].sort((a, b) => a[1].start - b[1].start).map(([k, r]) => `${r.start.toFixed(1).padStart(7)} ${(r.end ?? NaN).toFixed(1).padStart(7)} ${((r.end ?? NaN) - r.start).toFixed(1).padStart(6)}  ${k}`);
-    writeFileSync(this.out, `#  start     end    dur  file   (wall ${((Date.now() - this.t0) / 1000).toFixed(1)} s)\n${lines.join('\n')}\n`);
+    const lines = [...this.rows]
+      .sort((a, b) => a[1].start - b[1].start)
+      .map(
+        ([k, r]) =>
+          `${r.start.toFixed(1).padStart(7)} ${(r.end ?? NaN).toFixed(1).padStart(7)} ` +
+          `${((r.end ?? NaN) - r.start).toFixed(1).padStart(6)}  ${k}`,
+      );
+    writeFileSync(
+      this.out,
+      `#  start     end    dur  file   (wall ${((Date.now() - this.t0) / 1000).toFixed(1)} s)\n${lines.join('\n')}\n`,
+    );
   }
 }

@@ -7,28 +7,56 @@ import { createAgentMetrics } from '../../src/agent/metrics.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
 
-const handle = (name: string): Resource<'IPAMHandle'> => ({ apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name }, spec: { handleID: name, block: {} } });
+const handle = (name: string): Resource<'IPAMHandle'> => ({
+  apiVersion: API_VERSION,
+  kind: 'IPAMHandle',
+  metadata: { name },
+  spec: { handleID: name, block: {} },
+});
 
 describe('agent metrics', () => {
   it('times calls and transactions and counts IPAM conflicts by the failing op', async () => {
     const m = createAgentMetrics();
     const ds = m.wrapDatastore(new MemoryDatastore());
     const h = await ds.create(handle('h1'));
-    await ds.txn([{ op: 'update', res: h }, { op: 'create', res: { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p' }, spec: { cidr: '10.0.0.0/24' } } }]);
+    await ds.txn([
+      { op: 'update', res: h },
+      {
+        op: 'create',
+        res: { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p' }, spec: { cidr: '10.0.0.0/24' } },
+      },
+    ]);
     // The same resourceVersion again: the guard fails on the handle.
-    await expect(ds.txn([{ op: 'create', res: handle('h2') }, { op: 'update', res: h }])).rejects.toThrow();
+    await expect(
+      ds.txn([
+        { op: 'create', res: handle('h2') },
+        { op: 'update', res: h },
+      ]),
+    ).rejects.toThrow();
     await expect(ds.update(h)).rejects.toThrow();
     const text = m.registry.render();
-    expect(text).toContain('netplugin_datastore_request_duration_seconds_count{operation="create",kind="IPAMHandle",result="ok"} 1');
-    expect(text).toContain('netplugin_datastore_request_duration_seconds_count{operation="txn",kind="IPAMHandle+IPPool",result="ok"} 1');
-    expect(text).toContain('netplugin_datastore_request_duration_seconds_count{operation="txn",kind="IPAMHandle",result="Conflict"} 1');
+    expect(text).toContain(
+      'netplugin_datastore_request_duration_seconds_count{operation="create",kind="IPAMHandle",result="ok"} 1',
+    );
+    expect(text).toContain(
+      'netplugin_datastore_request_duration_seconds_count{operation="txn",kind="IPAMHandle+IPPool",result="ok"} 1',
+    );
+    expect(text).toContain(
+      'netplugin_datastore_request_duration_seconds_count{operation="txn",kind="IPAMHandle",result="Conflict"} 1',
+    );
     expect(text).toContain('netplugin_ipam_cas_retries_total{kind="IPAMHandle"} 2');
   });
 
   it('counts CNI requests by result and errors by code', () => {
     const m = createAgentMetrics();
     m.served({ plugin: 'netplugin', command: 'ADD', exitCode: 0, stdout: '{}', seconds: 0.002 });
-    m.served({ plugin: 'netplugin', command: 'ADD', exitCode: 1, stdout: '{"code":100,"msg":"pool exhausted"}', seconds: 0.003 });
+    m.served({
+      plugin: 'netplugin',
+      command: 'ADD',
+      exitCode: 1,
+      stdout: '{"code":100,"msg":"pool exhausted"}',
+      seconds: 0.003,
+    });
     m.served({ plugin: 'netplugin', command: 'DEL', exitCode: 1, stdout: 'not json', seconds: 0.001 });
     const text = m.registry.render();
     expect(text).toContain('netplugin_cni_requests_total{plugin="netplugin",command="ADD",result="success"} 1');

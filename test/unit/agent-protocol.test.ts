@@ -23,7 +23,11 @@ describe('response frame', () => {
   });
 
   it('decodes what it encodes, leaving out an empty stderr', () => {
-    expect(decodeResponse(encodeResponse({ code: 1, stdout: '{"code":11}\n', stderr: 'log\n' }))).toEqual({ code: 1, stdout: '{"code":11}\n', stderr: 'log\n' });
+    expect(decodeResponse(encodeResponse({ code: 1, stdout: '{"code":11}\n', stderr: 'log\n' }))).toEqual({
+      code: 1,
+      stdout: '{"code":11}\n',
+      stderr: 'log\n',
+    });
     expect(decodeResponse(encodeResponse({ code: 0, stdout: '' }))).toEqual({ code: 0, stdout: '' });
   });
 
@@ -51,9 +55,17 @@ describe('response frame', () => {
   };
   for (const [what, frame, msg] of [
     ['a wrong magic', patched(2, 0x43), 'not a netplugin agent response (bad magic)'],
-    ['a wrong version', patched(3, PROTOCOL_VERSION + 1), `agent speaks protocol version ${PROTOCOL_VERSION + 1}, this side speaks ${PROTOCOL_VERSION}`],
+    [
+      'a wrong version',
+      patched(3, PROTOCOL_VERSION + 1),
+      `agent speaks protocol version ${PROTOCOL_VERSION + 1}, this side speaks ${PROTOCOL_VERSION}`,
+    ],
     ['a short header', good.subarray(0, 12), 'response of 12 bytes is shorter than its 13-byte header'],
-    ['a truncated body', good.subarray(0, good.length - 1), `response is truncated: ${good.length - 1} of ${good.length} bytes`],
+    [
+      'a truncated body',
+      good.subarray(0, good.length - 1),
+      `response is truncated: ${good.length - 1} of ${good.length} bytes`,
+    ],
     ['an oversized length', patched(5, 0xff), `exceeds the ${MAX_RESPONSE}-byte limit`],
   ] as const) {
     it(`rejects ${what}`, () => {

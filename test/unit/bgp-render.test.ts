@@ -70,7 +70,9 @@ function golden(name: string, input: BirdInput) {
 
 describe('BIRD configuration', () => {
   it('bird 2 is installed (scripts/setup)', () => {
-    expect(execFileSync(BIRD, ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }) + '').toBeDefined();
+    expect(
+      execFileSync(BIRD, ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }) + '',
+    ).toBeDefined();
   });
 
   it('mesh: a session per other node, direct on the same subnet, multihop across the router', () => {
@@ -86,7 +88,11 @@ describe('BIRD configuration', () => {
   });
 
   it('route reflector: C reflects to A and B as clients, mesh off', () => {
-    const nodes = [node('a', '192.0.2.10/24'), node('b', '192.0.2.11/24'), node('c', '198.51.100.12/24', { routeReflectorClusterID: '224.0.0.1' }, { rr: 'true' })];
+    const nodes = [
+      node('a', '192.0.2.10/24'),
+      node('b', '192.0.2.11/24'),
+      node('c', '198.51.100.12/24', { routeReflectorClusterID: '224.0.0.1' }, { rr: 'true' }),
+    ];
     const input = base({
       me: 'c',
       nodes,
@@ -94,7 +100,10 @@ describe('BIRD configuration', () => {
       blocks: ['10.244.2.0/26'],
       borrowed: [],
       configs: [conf('default', { nodeToNodeMeshEnabled: false })],
-      peers: [peer('to-rr', { nodeSelector: '!has(rr)', peerSelector: 'has(rr)' }), peer('from-rr', { nodeSelector: 'has(rr)', peerSelector: '!has(rr)' })],
+      peers: [
+        peer('to-rr', { nodeSelector: '!has(rr)', peerSelector: 'has(rr)' }),
+        peer('from-rr', { nodeSelector: 'has(rr)', peerSelector: '!has(rr)' }),
+      ],
     });
     const out = golden('route-reflector', input);
     expect(out.peers.map((p) => p.protocol)).toEqual(['Node_192_0_2_10', 'Node_192_0_2_11']);
@@ -114,7 +123,13 @@ describe('BIRD configuration', () => {
         configs: [conf('default', { asNumber: 64512, nodeToNodeMeshEnabled: false, listenPort: 1179 })],
         peers: [
           peer('tor', { peerIP: '192.0.2.1', asNumber: 65000 }),
-          peer('far', { peerIP: '203.0.113.9:2179', asNumber: 65001, node: 'a', keepOriginalNextHop: true, maxRestartTime: '5m' }),
+          peer('far', {
+            peerIP: '203.0.113.9:2179',
+            asNumber: 65001,
+            node: 'a',
+            keepOriginalNextHop: true,
+            maxRestartTime: '5m',
+          }),
           peer('other-node', { peerIP: '203.0.113.10', asNumber: 65001, node: 'b' }),
           peer('no-source', { peerIP: '192.0.2.2', asNumber: 65002, nodeSelector: 'all()', sourceAddress: 'None' }),
         ],
@@ -132,7 +147,10 @@ describe('BIRD configuration', () => {
 
   it('password: written to its own file and included; a password BIRD cannot quote is refused with a warning', () => {
     const input = base({
-      peers: [peer('tor', { peerIP: '192.0.2.1', asNumber: 65000, password: { file: '/etc/netplugin/tor.pw' } }), peer('bad', { peerIP: '192.0.2.2', asNumber: 65000, password: { file: '/etc/x' } })],
+      peers: [
+        peer('tor', { peerIP: '192.0.2.1', asNumber: 65000, password: { file: '/etc/netplugin/tor.pw' } }),
+        peer('bad', { peerIP: '192.0.2.2', asNumber: 65000, password: { file: '/etc/x' } }),
+      ],
       passwords: new Map([
         ['tor', 'correct horse!'],
         ['bad', 'a";} protocol static x {'],
@@ -143,14 +161,19 @@ describe('BIRD configuration', () => {
     expect(out.config).toContain(`include "${RUN_DIR}/Global_192_0_2_1.password.conf";`);
     expect(out.secrets).toEqual(new Map([['Global_192_0_2_1.password.conf', 'password "correct horse!";\n']]));
     expect(out.peers.map((p) => p.protocol)).not.toContain('Global_192_0_2_2');
-    expect(out.warnings.join('\n')).toMatch(/BGPPeer bad: the password may only contain printable ASCII characters other than "/);
+    expect(out.warnings.join('\n')).toMatch(
+      /BGPPeer bad: the password may only contain printable ASCII characters other than "/,
+    );
   });
 
   it('ttl security: GTSM on, direct for one hop on the subnet, multihop N otherwise', () => {
     const out = golden(
       'ttl-security',
       base({
-        peers: [peer('near', { peerIP: '192.0.2.1', asNumber: 65000, ttlSecurity: 1 }), peer('far', { peerIP: '203.0.113.9', asNumber: 65000, ttlSecurity: 3 })],
+        peers: [
+          peer('near', { peerIP: '192.0.2.1', asNumber: 65000, ttlSecurity: 1 }),
+          peer('far', { peerIP: '203.0.113.9', asNumber: 65000, ttlSecurity: 3 }),
+        ],
       }),
     );
     expect(out.config).toMatch(/Global_192_0_2_1 \{[^}]*ttl security on;\n {2}direct;/);
@@ -178,7 +201,15 @@ describe('BIRD configuration', () => {
         extraAddresses: ['10.244.200.1', '172.16.5.5', '10.244.201.2/32'],
       }),
     );
-    expect(out.advertised[4]).toEqual(['10.244.1.0/26', '10.244.200.1/32', '10.244.201.2/32', '10.244.7.5/32', '10.245.0.0/26', '10.96.0.0/12', '203.0.113.0/28']);
+    expect(out.advertised[4]).toEqual([
+      '10.244.1.0/26',
+      '10.244.200.1/32',
+      '10.244.201.2/32',
+      '10.244.7.5/32',
+      '10.245.0.0/26',
+      '10.96.0.0/12',
+      '203.0.113.0/28',
+    ]);
     expect(out.advertised[6]).toEqual(['fd00:10::/120']);
     expect(out.config).toContain('if net ~ [ 10.245.0.0/16+ ] then reject;');
     expect(out.config).toContain('interface -"npi*", -"*.netplugin", -"eth9", -"docker*", "*";');

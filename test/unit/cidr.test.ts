@@ -29,7 +29,17 @@ describe('addresses', () => {
     expect(formatIP(4, 0n)).toBe('0.0.0.0');
   });
 
-  for (const bad of ['10.0.0', '10.0.0.256', '010.0.0.1', '1.2.3.4.5', '1..2.3', '', 'a.b.c.d', '10.0.0.-1', ' 1.2.3.4x']) {
+  for (const bad of [
+    '10.0.0',
+    '10.0.0.256',
+    '010.0.0.1',
+    '1.2.3.4.5',
+    '1..2.3',
+    '',
+    'a.b.c.d',
+    '10.0.0.-1',
+    ' 1.2.3.4x',
+  ]) {
     it(`refuses IPv4 ${JSON.stringify(bad)}`, () => {
       expect(tryParseIP(bad)).toBeUndefined();
       expect(() => parseIP(bad)).toThrow(CidrError);
@@ -63,7 +73,18 @@ describe('addresses', () => {
     });
   }
 
-  for (const bad of ['1:2:3:4:5:6:7', '1:2:3:4:5:6:7:8:9', '1::2::3', ':1::', '1:::2', '12345::', 'g::1', 'fe80::1%eth0', '1:2:3:4:5:6:7::8', '::1.2.3']) {
+  for (const bad of [
+    '1:2:3:4:5:6:7',
+    '1:2:3:4:5:6:7:8:9',
+    '1::2::3',
+    ':1::',
+    '1:::2',
+    '12345::',
+    'g::1',
+    'fe80::1%eth0',
+    '1:2:3:4:5:6:7::8',
+    '::1.2.3',
+  ]) {
     it(`refuses IPv6 ${JSON.stringify(bad)}`, () => {
       expect(tryParseIP(bad)).toBeUndefined();
     });
@@ -79,7 +100,16 @@ describe('CIDRs', () => {
     expect(formatCidr(parseCidr('FD00:0::/64'))).toBe('fd00::/64');
   });
 
-  for (const bad of ['10.0.0.0', '10.0.0.0/33', '10.0.0.0/-1', '10.0.0.0/', 'x/24', '::/129', '10.0.0.0/08', '10.0.0.0/2 4']) {
+  for (const bad of [
+    '10.0.0.0',
+    '10.0.0.0/33',
+    '10.0.0.0/-1',
+    '10.0.0.0/',
+    'x/24',
+    '::/129',
+    '10.0.0.0/08',
+    '10.0.0.0/2 4',
+  ]) {
     it(`refuses CIDR ${JSON.stringify(bad)}`, () => {
       expect(() => parseCidr(bad)).toThrow(CidrError);
     });
@@ -132,14 +162,21 @@ describe('CIDRs', () => {
   it('splits a pool into blocks', () => {
     const pool = parseCidr('10.0.0.0/24');
     expect(blockCount(pool, 26)).toBe(4n);
-    expect([...splitBlocks(pool, 26)].map(formatCidr)).toEqual(['10.0.0.0/26', '10.0.0.64/26', '10.0.0.128/26', '10.0.0.192/26']);
+    expect([...splitBlocks(pool, 26)].map(formatCidr)).toEqual([
+      '10.0.0.0/26',
+      '10.0.0.64/26',
+      '10.0.0.128/26',
+      '10.0.0.192/26',
+    ]);
     expect([...splitBlocks(pool, 24)].map(formatCidr)).toEqual(['10.0.0.0/24']);
     expect(formatCidr(blockAt(pool, 29, 31n))).toBe('10.0.0.248/29');
     expect(() => blockAt(pool, 29, 32n)).toThrow(CidrError);
   });
 
   it('a pool smaller than one block is an error', () => {
-    expect(() => blockCount(parseCidr('10.0.0.0/28'), 26)).toThrow('pool 10.0.0.0/28 is smaller than one /26 block: use a block size of at least 28');
+    expect(() => blockCount(parseCidr('10.0.0.0/28'), 26)).toThrow(
+      'pool 10.0.0.0/28 is smaller than one /26 block: use a block size of at least 28',
+    );
     expect(() => [...splitBlocks(parseCidr('fd00::/124'), 122)]).toThrow(CidrError);
     expect(() => blockCount(parseCidr('10.0.0.0/24'), 33)).toThrow(CidrError);
   });

@@ -2,7 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { parseEnv, parseCniArgs } from '../../src/cni/env.js';
 import { CniError } from '../../src/errors.js';
 
-const ADD = { CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'abc123', CNI_NETNS: '/var/run/netns/x', CNI_IFNAME: 'eth0', CNI_PATH: '/opt/cni/bin:/usr/lib/cni' };
+const ADD = {
+  CNI_COMMAND: 'ADD',
+  CNI_CONTAINERID: 'abc123',
+  CNI_NETNS: '/var/run/netns/x',
+  CNI_IFNAME: 'eth0',
+  CNI_PATH: '/opt/cni/bin:/usr/lib/cni',
+};
 
 function envError(env: Record<string, string | undefined>): CniError {
   try {
@@ -31,7 +37,11 @@ describe('parseEnv: valid', () => {
     expect(e.netns).toBe('');
   });
   it('STATUS needs only CNI_COMMAND and ignores the rest', () => {
-    expect(parseEnv({ CNI_COMMAND: 'STATUS', CNI_IFNAME: 'bad/name' })).toMatchObject({ command: 'STATUS', ifname: '', path: [] });
+    expect(parseEnv({ CNI_COMMAND: 'STATUS', CNI_IFNAME: 'bad/name' })).toMatchObject({
+      command: 'STATUS',
+      ifname: '',
+      path: [],
+    });
   });
   it('GC needs CNI_PATH', () => {
     expect(parseEnv({ CNI_COMMAND: 'GC', CNI_PATH: '/opt/cni/bin' }).path).toEqual(['/opt/cni/bin']);
@@ -51,12 +61,20 @@ describe('parseEnv: valid', () => {
 describe('parseEnv: errors (code 4)', () => {
   const cases: Array<[string, Record<string, string | undefined>, string[]]> = [
     ['no command', { ...ADD, CNI_COMMAND: undefined }, ['CNI_COMMAND is not set']],
-    ['unknown command', { ...ADD, CNI_COMMAND: 'FROB' }, ['CNI_COMMAND: unknown command "FROB"', 'ADD, DEL, CHECK, VERSION, STATUS, GC']],
+    [
+      'unknown command',
+      { ...ADD, CNI_COMMAND: 'FROB' },
+      ['CNI_COMMAND: unknown command "FROB"', 'ADD, DEL, CHECK, VERSION, STATUS, GC'],
+    ],
     ['no container id', { ...ADD, CNI_CONTAINERID: undefined }, ['CNI_CONTAINERID is not set (required for ADD)']],
     ['container id starts with -', { ...ADD, CNI_CONTAINERID: '-x' }, ['CNI_CONTAINERID: got "-x"']],
     ['container id with /', { ...ADD, CNI_CONTAINERID: 'a/b' }, ['CNI_CONTAINERID: got "a/b"']],
     ['no netns on ADD', { ...ADD, CNI_NETNS: '' }, ['CNI_NETNS is not set (required for ADD)']],
-    ['no netns on CHECK', { ...ADD, CNI_COMMAND: 'CHECK', CNI_NETNS: undefined }, ['CNI_NETNS is not set (required for CHECK)']],
+    [
+      'no netns on CHECK',
+      { ...ADD, CNI_COMMAND: 'CHECK', CNI_NETNS: undefined },
+      ['CNI_NETNS is not set (required for CHECK)'],
+    ],
     ['relative netns', { ...ADD, CNI_NETNS: 'netns/x' }, ['CNI_NETNS: got "netns/x"; expected an absolute path']],
     ['no ifname', { ...ADD, CNI_IFNAME: undefined }, ['CNI_IFNAME is not set']],
     ['ifname too long', { ...ADD, CNI_IFNAME: 'x'.repeat(16) }, ['at most 15 bytes (this one is 16)']],
@@ -67,7 +85,11 @@ describe('parseEnv: errors (code 4)', () => {
     ['ifname :', { ...ADD, CNI_IFNAME: 'eth0:1' }, ["must not contain '/', ':' or whitespace"]],
     ['ifname space', { ...ADD, CNI_IFNAME: 'eth 0' }, ["must not contain '/', ':' or whitespace"]],
     ['ifname tab', { ...ADD, CNI_IFNAME: 'eth\t0' }, ["must not contain '/', ':' or whitespace"]],
-    ['DEL without container id', { CNI_COMMAND: 'DEL', CNI_IFNAME: 'eth0' }, ['CNI_CONTAINERID is not set (required for DEL)']],
+    [
+      'DEL without container id',
+      { CNI_COMMAND: 'DEL', CNI_IFNAME: 'eth0' },
+      ['CNI_CONTAINERID is not set (required for DEL)'],
+    ],
   ];
   it.each(cases)('%s', (_n, env, parts) => {
     const e = envError(env);
@@ -77,7 +99,8 @@ describe('parseEnv: errors (code 4)', () => {
   it('names every bad variable in one message', () => {
     const e = envError({ CNI_COMMAND: 'ADD', CNI_CONTAINERID: '_x', CNI_IFNAME: 'a:b', CNI_ARGS: 'NOPE=1' });
     expect(e.code).toBe(4);
-    for (const v of ['CNI_NETNS', 'CNI_CONTAINERID', 'CNI_IFNAME', 'CNI_ARGS: unknown key NOPE']) expect(e.message).toContain(v);
+    for (const v of ['CNI_NETNS', 'CNI_CONTAINERID', 'CNI_IFNAME', 'CNI_ARGS: unknown key NOPE'])
+      expect(e.message).toContain(v);
   });
 });
 
@@ -114,7 +137,9 @@ describe('parseCniArgs', () => {
   it('rejects a bad IgnoreUnknown value', () => expect(bad('IgnoreUnknown=yes')).toContain('IgnoreUnknown="yes"'));
   it('rejects a pair without =', () => expect(bad('K8S_POD_NAME')).toContain('is not KEY=VALUE'));
   it('rejects a non-alphanumeric key', () => expect(bad('K-1=2')).toContain('key "K-1" is not alphanumeric'));
-  it.each(['10.0.0.5', 'fd00::5', '10.0.0.5,fd00::5', '10.0.0.5, fd00::5'])('IP=%s is valid', (ip) => expect(ok(`IP=${ip}`).IP).toBe(ip));
+  it.each(['10.0.0.5', 'fd00::5', '10.0.0.5,fd00::5', '10.0.0.5, fd00::5'])('IP=%s is valid', (ip) =>
+    expect(ok(`IP=${ip}`).IP).toBe(ip),
+  );
   it.each([
     ['10.0.0', 'is not an IP address'],
     ['10.0.0.1/24', 'is not an IP address'],
@@ -145,9 +170,15 @@ describe('parseEnv: hardening (code 4)', () => {
     expect(e.message).toContain('is not a valid namespace name');
   });
   it('valid pod names and namespaces pass: Kubernetes names and runtime container names', () => {
-    expect(parseEnv({ ...ADD, CNI_ARGS: 'K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-5d78c9869d-x2x.v1' }).args.K8S_POD_NAME).toBe('coredns-5d78c9869d-x2x.v1');
+    expect(
+      parseEnv({ ...ADD, CNI_ARGS: 'K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-5d78c9869d-x2x.v1' }).args
+        .K8S_POD_NAME,
+    ).toBe('coredns-5d78c9869d-x2x.v1');
     // podman passes its container name (generated ones have '_') as both keys.
-    const podman = parseEnv({ ...ADD, CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=romantic_nobel;K8S_POD_NAME=romantic_nobel' }).args;
+    const podman = parseEnv({
+      ...ADD,
+      CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=romantic_nobel;K8S_POD_NAME=romantic_nobel',
+    }).args;
     expect(podman).toMatchObject({ K8S_POD_NAMESPACE: 'romantic_nobel', K8S_POD_NAME: 'romantic_nobel' });
     expect(parseEnv({ ...ADD, CNI_ARGS: 'K8S_POD_NAMESPACE=Dev;K8S_POD_NAME=Web.1' }).args.K8S_POD_NAME).toBe('Web.1');
   });
@@ -160,7 +191,11 @@ describe('parseEnv: hardening (code 4)', () => {
     expect(envError({ ...ADD, CNI_IFNAME: 'eth%d' }).message).toMatch(/CNI_IFNAME: got "eth%d"; .*'%'/);
   });
   it("the plugin's own network namespace as CNI_NETNS, by any path to it", () => {
-    for (const path of ['/proc/self/ns/net', `/proc/${process.pid}/ns/net`, `/proc/${process.pid}/task/${process.pid}/ns/net`]) {
+    for (const path of [
+      '/proc/self/ns/net',
+      `/proc/${process.pid}/ns/net`,
+      `/proc/${process.pid}/task/${process.pid}/ns/net`,
+    ]) {
       for (const cmd of ['ADD', 'DEL', 'CHECK']) {
         const e = envError({ ...ADD, CNI_COMMAND: cmd, CNI_NETNS: path });
         expect(e.code).toBe(4);

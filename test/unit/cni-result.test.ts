@@ -6,7 +6,14 @@ import { CniError } from '../../src/errors.js';
 const FULL: CniResult = {
   interfaces: [
     { name: 'npi1234567890a', mac: 'ee:ee:ee:ee:ee:ee', mtu: 1450 },
-    { name: 'eth0', mac: '02:42:ac:11:00:02', mtu: 1450, sandbox: '/var/run/netns/x', socketPath: '/run/vhost.sock', pciID: '0000:00:1f.6' },
+    {
+      name: 'eth0',
+      mac: '02:42:ac:11:00:02',
+      mtu: 1450,
+      sandbox: '/var/run/netns/x',
+      socketPath: '/run/vhost.sock',
+      pciID: '0000:00:1f.6',
+    },
   ],
   ips: [
     { address: '10.244.1.5/32', gateway: '169.254.1.1', interface: 1 },
@@ -16,7 +23,12 @@ const FULL: CniResult = {
     { dst: '0.0.0.0/0', gw: '169.254.1.1', mtu: 1400, advmss: 1360, priority: 10, table: 254, scope: 0 },
     { dst: '::/0' },
   ],
-  dns: { nameservers: ['10.96.0.10'], domain: 'cluster.local', search: ['default.svc.cluster.local'], options: ['ndots:5'] },
+  dns: {
+    nameservers: ['10.96.0.10'],
+    domain: 'cluster.local',
+    search: ['default.svc.cluster.local'],
+    options: ['ndots:5'],
+  },
 };
 
 /** What survives printing in a version: 1.1 fields are dropped below 1.1.0. */
@@ -24,7 +36,11 @@ function expectedIn(v: string): CniResult {
   if (v === '1.1.0') return FULL;
   return {
     ...FULL,
-    interfaces: FULL.interfaces!.map(({ name, mac, sandbox }) => ({ name, ...(mac ? { mac } : {}), ...(sandbox ? { sandbox } : {}) })),
+    interfaces: FULL.interfaces!.map(({ name, mac, sandbox }) => ({
+      name,
+      ...(mac ? { mac } : {}),
+      ...(sandbox ? { sandbox } : {}),
+    })),
     routes: FULL.routes!.map(({ dst, gw }) => ({ dst, ...(gw ? { gw } : {}) })),
   };
 }
@@ -45,7 +61,10 @@ describe('formatResult', () => {
     expect(out.dns).toEqual(FULL.dns);
   });
   it('omits absent sections (IPAM results have no interfaces)', () => {
-    expect(formatResult({ ips: [{ address: '10.0.0.1/24' }] }, '0.3.1')).toEqual({ cniVersion: '0.3.1', ips: [{ version: '4', address: '10.0.0.1/24' }] });
+    expect(formatResult({ ips: [{ address: '10.0.0.1/24' }] }, '0.3.1')).toEqual({
+      cniVersion: '0.3.1',
+      ips: [{ version: '4', address: '10.0.0.1/24' }],
+    });
   });
 });
 
@@ -59,7 +78,11 @@ describe('parseResult round trips', () => {
     expect(parseResult(formatResult(once, v), 'prevResult')).toEqual(once);
   });
   it('converts across versions (0.3.1 in, 1.1.0 out)', () => {
-    const old = { cniVersion: '0.3.1', interfaces: [{ name: 'eth0', sandbox: '/x' }], ips: [{ version: '4', address: '10.1.2.3/24', interface: 0, gateway: '10.1.2.1' }] };
+    const old = {
+      cniVersion: '0.3.1',
+      interfaces: [{ name: 'eth0', sandbox: '/x' }],
+      ips: [{ version: '4', address: '10.1.2.3/24', interface: 0, gateway: '10.1.2.1' }],
+    };
     expect(formatResult(parseResult(old, 'prevResult'), '1.1.0')).toEqual({
       cniVersion: '1.1.0',
       interfaces: [{ name: 'eth0', sandbox: '/x' }],
@@ -67,7 +90,9 @@ describe('parseResult round trips', () => {
     });
   });
   it('uses the fallback version when the result has none', () => {
-    expect(parseResult({ ips: [{ address: '10.0.0.1/32' }] }, 'prevResult', '1.0.0')).toEqual({ ips: [{ address: '10.0.0.1/32' }] });
+    expect(parseResult({ ips: [{ address: '10.0.0.1/32' }] }, 'prevResult', '1.0.0')).toEqual({
+      ips: [{ address: '10.0.0.1/32' }],
+    });
   });
 });
 
@@ -76,16 +101,51 @@ describe('parseResult errors', () => {
     ['not an object', 'x', 7, 'prevResult: got string "x"'],
     ['0.2.0 result', { cniVersion: '0.2.0', ip4: { ip: '10.0.0.1/24' } }, 1, 'prevResult.cniVersion: string "0.2.0"'],
     ['no version at all', { ips: [] }, 1, 'prevResult.cniVersion: nothing'],
-    ['address without prefix', { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1' }] }, 7, 'prevResult.ips[0].address: got string "10.0.0.1"'],
+    [
+      'address without prefix',
+      { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1' }] },
+      7,
+      'prevResult.ips[0].address: got string "10.0.0.1"',
+    ],
     ['prefix too long', { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1/33' }] }, 7, 'prevResult.ips[0].address'],
-    ['wrong version field', { cniVersion: '0.4.0', ips: [{ version: '6', address: '10.0.0.1/32' }] }, 7, 'prevResult.ips[0].version: got string "6"; expected "4"'],
-    ['gateway family mismatch', { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1/32', gateway: 'fd00::1' }] }, 7, 'prevResult.ips[0].gateway'],
-    ['interface out of range', { cniVersion: '1.0.0', interfaces: [{ name: 'eth0' }], ips: [{ address: '10.0.0.1/32', interface: 1 }] }, 7, 'prevResult.ips[0].interface: got number 1'],
-    ['interface without name', { cniVersion: '1.0.0', interfaces: [{ mac: 'x' }] }, 7, 'prevResult.interfaces[0].name: got nothing'],
+    [
+      'wrong version field',
+      { cniVersion: '0.4.0', ips: [{ version: '6', address: '10.0.0.1/32' }] },
+      7,
+      'prevResult.ips[0].version: got string "6"; expected "4"',
+    ],
+    [
+      'gateway family mismatch',
+      { cniVersion: '1.0.0', ips: [{ address: '10.0.0.1/32', gateway: 'fd00::1' }] },
+      7,
+      'prevResult.ips[0].gateway',
+    ],
+    [
+      'interface out of range',
+      { cniVersion: '1.0.0', interfaces: [{ name: 'eth0' }], ips: [{ address: '10.0.0.1/32', interface: 1 }] },
+      7,
+      'prevResult.ips[0].interface: got number 1',
+    ],
+    [
+      'interface without name',
+      { cniVersion: '1.0.0', interfaces: [{ mac: 'x' }] },
+      7,
+      'prevResult.interfaces[0].name: got nothing',
+    ],
     ['route without dst', { cniVersion: '1.0.0', routes: [{ gw: '10.0.0.1' }] }, 7, 'prevResult.routes[0].dst'],
     ['bad route gw', { cniVersion: '1.0.0', routes: [{ dst: '0.0.0.0/0', gw: 'gw' }] }, 7, 'prevResult.routes[0].gw'],
-    ['negative mtu', { cniVersion: '1.1.0', interfaces: [{ name: 'eth0', mtu: -1 }] }, 7, 'prevResult.interfaces[0].mtu'],
-    ['dns nameservers not strings', { cniVersion: '1.0.0', dns: { nameservers: [1] } }, 7, 'prevResult.dns.nameservers[0]'],
+    [
+      'negative mtu',
+      { cniVersion: '1.1.0', interfaces: [{ name: 'eth0', mtu: -1 }] },
+      7,
+      'prevResult.interfaces[0].mtu',
+    ],
+    [
+      'dns nameservers not strings',
+      { cniVersion: '1.0.0', dns: { nameservers: [1] } },
+      7,
+      'prevResult.dns.nameservers[0]',
+    ],
   ];
   it.each(cases)('%s', (_n, raw, code, msg) => {
     try {

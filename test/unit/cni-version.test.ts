@@ -15,12 +15,15 @@ function err(f: () => unknown): CniError {
 
 describe('negotiateVersion', () => {
   it.each(SUPPORTED_VERSIONS)('accepts cniVersion %s', (v) => expect(negotiateVersion({ cniVersion: v })).toBe(v));
-  it.each(['0.1.0', '0.2.0', '1.2.0', '2.0.0', 'banana'])('rejects cniVersion %s with code 1 naming it and the list', (v) => {
-    const e = err(() => negotiateVersion({ cniVersion: v }));
-    expect(e.code).toBe(1);
-    expect(e.message).toContain(`"${v}"`);
-    expect(e.message).toContain(SUPPORTED_VERSIONS.join(', '));
-  });
+  it.each(['0.1.0', '0.2.0', '1.2.0', '2.0.0', 'banana'])(
+    'rejects cniVersion %s with code 1 naming it and the list',
+    (v) => {
+      const e = err(() => negotiateVersion({ cniVersion: v }));
+      expect(e.code).toBe(1);
+      expect(e.message).toContain(`"${v}"`);
+      expect(e.message).toContain(SUPPORTED_VERSIONS.join(', '));
+    },
+  );
   it('rejects a missing cniVersion with code 1', () => {
     const e = err(() => negotiateVersion({}));
     expect(e.code).toBe(1);

@@ -16,12 +16,16 @@ describe('docs/netconf.md', () => {
     for (const f of NETCONF_FIELDS) expect(doc, f.path).toContain(`| \`${f.path}\` |`);
   });
   it('the generator script agrees (--check)', () => {
-    expect(() => execFileSync(process.execPath, [join(root, 'scripts/gen-netconf-doc.mjs'), '--check'], { stdio: 'pipe' })).not.toThrow();
+    expect(() =>
+      execFileSync(process.execPath, [join(root, 'scripts/gen-netconf-doc.mjs'), '--check'], { stdio: 'pipe' }),
+    ).not.toThrow();
   });
   it('its example conflist parses', async () => {
     const { parseNetconf } = await import('../../src/config/netconf.js');
     const m = /```json\n([\s\S]*?)```/.exec(renderNetconfDoc());
     const list = JSON.parse(m![1]!);
-    expect(() => parseNetconf({ cniVersion: list.cniVersion, name: list.name, ...list.plugins[0] }, { pluginType: 'netplugin' })).not.toThrow();
+    expect(() =>
+      parseNetconf({ cniVersion: list.cniVersion, name: list.name, ...list.plugins[0] }, { pluginType: 'netplugin' }),
+    ).not.toThrow();
   });
 });

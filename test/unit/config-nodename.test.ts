@@ -30,13 +30,16 @@ describe('resolveNodename', () => {
   });
   it('uses the default path when nodename_file is not given', () => {
     const seen: string[] = [];
-    const name = resolveNodename({}, {
-      hostname,
-      readFile: (p) => {
-        seen.push(p);
-        return 'default-node';
+    const name = resolveNodename(
+      {},
+      {
+        hostname,
+        readFile: (p) => {
+          seen.push(p);
+          return 'default-node';
+        },
       },
-    });
+    );
     expect(name).toBe('default-node');
     expect(seen).toEqual(['/var/lib/netplugin/nodename']);
   });

@@ -62,7 +62,12 @@ describe('the journal of deferred flushes', () => {
   it('an agent killed with flushes pending: the next start flushes the journaled addresses before anything else, then empties the journal', async () => {
     const path = join(dir, 'killed');
     const flushed: string[][] = [];
-    const first = createConntrackFlusher({ log, delayMs: 60_000, journal: path, flush: (a) => void flushed.push([...a]) });
+    const first = createConntrackFlusher({
+      log,
+      delayMs: 60_000,
+      journal: path,
+      flush: (a) => void flushed.push([...a]),
+    });
     first.defer(['10.0.2.1']);
     first.defer(['fd00::2:1', '10.0.2.1']);
     // Written before defer() returned.
@@ -96,7 +101,12 @@ describe('the journal of deferred flushes', () => {
     symlinkSync(target, link);
     const warned: string[] = [];
     const flushed: string[][] = [];
-    const f = createConntrackFlusher({ log: { debug: () => undefined, warn: (m) => void warned.push(m) }, delayMs: 1, journal: link, flush: (a) => void flushed.push([...a]) });
+    const f = createConntrackFlusher({
+      log: { debug: () => undefined, warn: (m) => void warned.push(m) },
+      delayMs: 1,
+      journal: link,
+      flush: (a) => void flushed.push([...a]),
+    });
     expect(flushed).toEqual([]);
     expect(warned.some((m) => m.includes('journal unusable'))).toBe(true);
     f.defer(['10.0.4.5']);

@@ -24,8 +24,10 @@ function check(schema: OpenApi, v: unknown, path = 'spec'): string[] {
   const t = schema.type as string | undefined;
   if (t === 'object') {
     if (typeof v !== 'object' || Array.isArray(v)) return [`${path}: not an object`];
-    for (const r of (schema.required as string[] | undefined) ?? []) if (!(r in (v as object))) out.push(`${path}.${r}: Required`);
-    for (const [k, sub] of Object.entries((schema.properties as Record<string, OpenApi> | undefined) ?? {})) if (k in (v as object)) out.push(...check(sub, (v as Record<string, unknown>)[k], `${path}.${k}`));
+    for (const r of (schema.required as string[] | undefined) ?? [])
+      if (!(r in (v as object))) out.push(`${path}.${r}: Required`);
+    for (const [k, sub] of Object.entries((schema.properties as Record<string, OpenApi> | undefined) ?? {}))
+      if (k in (v as object)) out.push(...check(sub, (v as Record<string, unknown>)[k], `${path}.${k}`));
   } else if (t === 'array') {
     if (!Array.isArray(v)) return [`${path}: not an array`];
     v.forEach((x, i) => out.push(...check(schema.items as OpenApi, x, `${path}[${i}]`)));
@@ -35,10 +37,12 @@ function check(schema: OpenApi, v: unknown, path = 'spec'): string[] {
     if (schema.maximum !== undefined && v > (schema.maximum as number)) out.push(`${path}: above ${schema.maximum}`);
   } else if (t === 'string') {
     if (typeof v !== 'string') return [`${path}: not a string`];
-    if (schema.pattern && !new RegExp(schema.pattern as string).test(v)) out.push(`${path}: does not match ${schema.pattern}`);
+    if (schema.pattern && !new RegExp(schema.pattern as string).test(v))
+      out.push(`${path}: does not match ${schema.pattern}`);
     if (schema.minLength !== undefined && v.length < (schema.minLength as number)) out.push(`${path}: too short`);
   } else if (t === 'boolean' && typeof v !== 'boolean') return [`${path}: not a boolean`];
-  if (schema.enum && !(schema.enum as unknown[]).includes(v)) out.push(`${path}: not one of ${(schema.enum as unknown[]).join(', ')}`);
+  if (schema.enum && !(schema.enum as unknown[]).includes(v))
+    out.push(`${path}: not one of ${(schema.enum as unknown[]).join(', ')}`);
   return out;
 }
 
@@ -46,9 +50,16 @@ describe('CRDs generated from the zod schemas', () => {
   it('deploy/crds/ is exactly what the schemas generate (regenerate: node scripts/gen-crds.mjs)', async () => {
     const files = await renderCrds();
     // netplugin.org kinds; operator.netplugin.org CRDs have their own source.
-    expect(readdirSync(DIR).filter((f) => f.startsWith('netplugin.org_')).sort()).toEqual(Object.keys(files).sort());
-    for (const [name, text] of Object.entries(files)) expect(readFileSync(join(DIR, name), 'utf8'), `${name} drifted`).toBe(text);
-    expect(spawnSync(process.execPath, [join(ROOT, 'scripts/gen-crds.mjs'), '--check'], { encoding: 'utf8' }).status).toBe(0);
+    expect(
+      readdirSync(DIR)
+        .filter((f) => f.startsWith('netplugin.org_'))
+        .sort(),
+    ).toEqual(Object.keys(files).sort());
+    for (const [name, text] of Object.entries(files))
+      expect(readFileSync(join(DIR, name), 'utf8'), `${name} drifted`).toBe(text);
+    expect(
+      spawnSync(process.execPath, [join(ROOT, 'scripts/gen-crds.mjs'), '--check'], { encoding: 'utf8' }).status,
+    ).toBe(0);
   });
 
   it('a schema change shows up in the generated CRD', () => {
@@ -61,7 +72,12 @@ describe('CRDs generated from the zod schemas', () => {
   it('names, short names and printer columns are usable by kubectl', () => {
     const shorts = new Set<string>();
     for (const kind of CRD_KINDS) {
-      const crd = parse(readFileSync(join(DIR, `netplugin.org_${(crdFor(kind as never).metadata as { name: string }).name.split('.')[0]}.yaml`), 'utf8'));
+      const crd = parse(
+        readFileSync(
+          join(DIR, `netplugin.org_${(crdFor(kind as never).metadata as { name: string }).name.split('.')[0]}.yaml`),
+          'utf8',
+        ),
+      );
       for (const s of crd.spec.names.shortNames) {
         expect(shorts.has(s), `short name ${s} used twice`).toBe(false);
         shorts.add(s);
@@ -80,12 +96,22 @@ describe('CRDs generated from the zod schemas', () => {
   it('the IPPool schema rejects what the code rejects and accepts a valid pool', () => {
     const crd = parse(readFileSync(join(DIR, 'netplugin.org_ippools.yaml'), 'utf8'));
     const spec = crd.spec.versions[0].schema.openAPIV3Schema.properties.spec as OpenApi;
-    expect(check(spec, { cidr: '10.244.0.0/16', blockSize: 26, ipipMode: 'Never', natOutgoing: true, allowedUses: ['Workload'] })).toEqual([]);
+    expect(
+      check(spec, {
+        cidr: '10.244.0.0/16',
+        blockSize: 26,
+        ipipMode: 'Never',
+        natOutgoing: true,
+        allowedUses: ['Workload'],
+      }),
+    ).toEqual([]);
     expect(check(spec, { blockSize: 26 })).toEqual(['spec.cidr: Required']);
     expect(check(spec, { cidr: 'ten-dot-0', blockSize: 26 })[0]).toMatch(/spec\.cidr: does not match/);
     expect(check(spec, { cidr: '10.0.0.0/8', blockSize: 'big' })).toEqual(['spec.blockSize: not an integer']);
     expect(check(spec, { cidr: '10.0.0.0/8', blockSize: 8 })).toEqual(['spec.blockSize: below 20']);
-    expect(check(spec, { cidr: '10.0.0.0/8', ipipMode: 'Sometimes' })).toEqual(['spec.ipipMode: not one of Never, Always, CrossSubnet']);
+    expect(check(spec, { cidr: '10.0.0.0/8', ipipMode: 'Sometimes' })).toEqual([
+      'spec.ipipMode: not one of Never, Always, CrossSubnet',
+    ]);
     // The same samples through zod agree.
     expect(specSchemas.IPPool.safeParse({ cidr: '10.0.0.0/8', ipipMode: 'Sometimes' }).success).toBe(false);
     expect(specSchemas.IPPool.safeParse({ cidr: '10.244.0.0/16', blockSize: 26 }).success).toBe(true);
@@ -95,5 +121,4 @@ describe('CRDs generated from the zod schemas', () => {
     expect(rules[0]).toContain('self.blockSize >= 116 && self.blockSize <= 128');
     expect(rules.some((r) => r.includes('self.cidr == oldSelf.cidr'))).toBe(true);
   });
-
 });

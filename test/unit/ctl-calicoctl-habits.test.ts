@@ -25,11 +25,27 @@ afterEach(() => rmSync(dir, { recursive: true, force: true }));
 async function ctl(argv: string[], stdin?: string): Promise<{ code: number; out: string; err: string }> {
   let out = '';
   let err = '';
-  const code = await runCtl(argv, { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' }, stdin, cwd: dir, stdout: (s) => (out += s), stderr: (s) => (err += s), openDatastore: async () => ds });
+  const code = await runCtl(argv, {
+    env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' },
+    stdin,
+    cwd: dir,
+    stdout: (s) => (out += s),
+    stderr: (s) => (err += s),
+    openDatastore: async () => ds,
+  });
   return { code, out, err };
 }
-const pool = (name: string, cidr: string, blockSize: number, extra = '') => `apiVersion: ${API_VERSION}\nkind: IPPool\nmetadata: {name: ${name}}\nspec: {cidr: ${cidr}, blockSize: ${blockSize}${extra}}\n`;
-const assign = (node: string, id: string) => createIpam(ds, { lock: 'none' }).assign({ handleID: `k8s-pod-network.${id}`, node, attrs: { namespace: 'ns', pod: id }, assignIPv4: true, assignIPv6: false });
+const pool = (name: string, cidr: string, blockSize: number, extra = '') =>
+  `apiVersion: ${API_VERSION}\nkind: IPPool\nmetadata: {name: ${name}}\nspec: {cidr: ${cidr}, blockSize: ${blockSize}` +
+  `${extra}}\n`;
+const assign = (node: string, id: string) =>
+  createIpam(ds, { lock: 'none' }).assign({
+    handleID: `k8s-pod-network.${id}`,
+    node,
+    attrs: { namespace: 'ns', pod: id },
+    assignIPv4: true,
+    assignIPv6: false,
+  });
 
 describe('ipam configure and strict affinity', () => {
   it('sets IPAMConfig fields, says what changed, and the allocator then stops borrowing', async () => {
@@ -54,7 +70,9 @@ describe('ipam configure and strict affinity', () => {
     expect(conf.out).toMatch(/StrictAffinity\s+true\nAutoAllocateBlocks\s+true\nMaxBlocksPerHost\s+3\n/);
     const y = parseYaml((await ctl(['ipam', 'show', '--show-configuration', '--show-borrowed', '-o', 'yaml'])).out);
     expect(y.configuration).toEqual({ strictAffinity: true, maxBlocksPerHost: 3, autoAllocateBlocks: true });
-    expect(y.borrowed).toEqual([expect.objectContaining({ borrowingNode: 'node-b', blockOwner: 'node-a', handle: 'k8s-pod-network.b1' })]);
+    expect(y.borrowed).toEqual([
+      expect.objectContaining({ borrowingNode: 'node-b', blockOwner: 'node-a', handle: 'k8s-pod-network.b1' }),
+    ]);
     expect(y.pools[0]).toMatchObject({ name: 'one-block', allocated: 2 });
     expect((await ctl(['ipam', 'configure', '--strictaffinity=yes'])).err).toContain('takes true or false');
     expect((await ctl(['ipam', 'configure', '--max-blocks-per-host=-1'])).err).toContain('whole number');
@@ -81,15 +99,26 @@ describe('ipam split', () => {
     expect(busy.err).toContain('is in use for new allocations; disable it first');
     await ctl(['patch', 'ippool', 'big', '-p', '{"spec":{"disabled":true}}']);
     expect((await ctl(['ipam', 'split', '3', '--name', 'big'])).err).toContain('must be a power of 2');
-    expect((await ctl(['ipam', 'split', '8', '--name', 'big'])).err).toContain('smaller than one block; split it in at most 4');
-    expect((await ctl(['ipam', 'split', '2', '--cidr', '10.99.0.0/24'])).err).toContain('no IP pool with CIDR 10.99.0.0/24');
+    expect((await ctl(['ipam', 'split', '8', '--name', 'big'])).err).toContain(
+      'smaller than one block; split it in at most 4',
+    );
+    expect((await ctl(['ipam', 'split', '2', '--cidr', '10.99.0.0/24'])).err).toContain(
+      'no IP pool with CIDR 10.99.0.0/24',
+    );
     const dry = await ctl(['ipam', 'split', '2', '--cidr', '10.40.0.0/24', '--dry-run']);
     expect(dry.out).toContain('(dry run)');
     expect((await ds.list('IPPool')).items.map((p) => p.metadata.name)).toEqual(['big']);
     const r = await ctl(['ipam', 'split', '4', '--name', 'big']);
     expect(r.err).toBe('');
     expect(r.out).toBe(
-      ['ippool/big-0 created: 10.40.0.0/26', 'ippool/big-1 created: 10.40.0.64/26', 'ippool/big-2 created: 10.40.0.128/26', 'ippool/big-3 created: 10.40.0.192/26', 'ippool/big deleted: split into 4 pools', ''].join('\n'),
+      [
+        'ippool/big-0 created: 10.40.0.0/26',
+        'ippool/big-1 created: 10.40.0.64/26',
+        'ippool/big-2 created: 10.40.0.128/26',
+        'ippool/big-3 created: 10.40.0.192/26',
+        'ippool/big deleted: split into 4 pools',
+        '',
+      ].join('\n'),
     );
     const pools = (await ds.list('IPPool')).items;
     expect(pools.map((p) => [p.metadata.name, p.spec.cidr, p.spec.natOutgoing, p.spec.disabled])).toEqual([
@@ -118,15 +147,42 @@ describe('node diags', () => {
       await assign('diag-node', 'd1');
       await ctl(['datastore', 'init']);
       writeFileSync(join(dir, 'agent.log'), 'agent started\n');
-      const r = await ctl(['node', 'diags', '--node', 'diag-node', '--log', 'agent.log', '--log', 'missing.log', '--metrics-url', 'http://127.0.0.1:1/metrics', '-d', '.']);
+      const r = await ctl([
+        'node',
+        'diags',
+        '--node',
+        'diag-node',
+        '--log',
+        'agent.log',
+        '--log',
+        'missing.log',
+        '--metrics-url',
+        'http://127.0.0.1:1/metrics',
+        '-d',
+        '.',
+      ]);
       expect(r.code).toBe(0);
       const archive = /^wrote (\S+\.tar\.gz)\n$/.exec(r.out)![1]!;
       expect(r.err).toContain('could not be collected');
-      const files = execFileSync('tar', ['-tzf', archive], { encoding: 'utf8' }).split('\n').filter((f) => !f.endsWith('/') && f);
+      const files = execFileSync('tar', ['-tzf', archive], { encoding: 'utf8' })
+        .split('\n')
+        .filter((f) => !f.endsWith('/') && f);
       const base = files[0]!.split('/')[0]!;
       expect(base).toMatch(/^netplugin-diags-diag-node-\d{8}T\d{6}$/);
       expect(files.map((f) => f.slice(base.length + 1)).sort()).toEqual(
-        ['affinities.yaml', 'blocks.yaml', 'clusterinformation.yaml', 'node.yaml', 'workloadendpoints.yaml'].map((f) => `datastore/${f}`).concat(['errors.txt', 'fdb.txt', 'links.txt', 'logs/agent.log', 'neighbours.txt', 'nft.txt', 'routes.txt', 'versions.txt']).sort(),
+        ['affinities.yaml', 'blocks.yaml', 'clusterinformation.yaml', 'node.yaml', 'workloadendpoints.yaml']
+          .map((f) => `datastore/${f}`)
+          .concat([
+            'errors.txt',
+            'fdb.txt',
+            'links.txt',
+            'logs/agent.log',
+            'neighbours.txt',
+            'nft.txt',
+            'routes.txt',
+            'versions.txt',
+          ])
+          .sort(),
       );
       const read = (f: string) => execFileSync('tar', ['-xzOf', archive, `${base}/${f}`], { encoding: 'utf8' });
       expect(read('links.txt')).toContain('diag0');

@@ -4,7 +4,17 @@
 // shim installed from it must answer a CNI error (never an empty stdout) when
 // the agent is down and the host cannot run the fallback.
 import { spawnSync } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -55,7 +65,15 @@ async function install(args: string[], inPod = false): Promise<{ code: number; o
 function runShim(bin: string, command = 'ADD'): { status: number | null; stdout: string } {
   const r = spawnSync(bin, [], {
     input: JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin' }),
-    env: { PATH: '/usr/bin:/bin', CNI_COMMAND: command, CNI_CONTAINERID: 'c1', CNI_NETNS: '/var/run/netns/x', CNI_IFNAME: 'eth0', CNI_PATH: '/opt/cni/bin', NETPLUGIN_AGENT_SOCKET: join(tmp, 'no-agent.sock') },
+    env: {
+      PATH: '/usr/bin:/bin',
+      CNI_COMMAND: command,
+      CNI_CONTAINERID: 'c1',
+      CNI_NETNS: '/var/run/netns/x',
+      CNI_IFNAME: 'eth0',
+      CNI_PATH: '/opt/cni/bin',
+      NETPLUGIN_AGENT_SOCKET: join(tmp, 'no-agent.sock'),
+    },
     encoding: 'utf8',
   });
   return { status: r.status, stdout: r.stdout };
@@ -69,15 +87,26 @@ describe('install-cni --host-root', () => {
     const r = await install(['--host-root', host]);
     expect(r.err).toBe('');
     expect(r.code).toBe(0);
-    expect(readdirSync(join(host, 'opt/cni/bin')).sort()).toEqual(['netplugin', 'netplugin-ipam', 'netplugin.fallback']);
-    expect(readFileSync(join(host, 'opt/cni/bin/netplugin.fallback'), 'utf8')).toBe('/usr/local/bin/node\n/opt/netplugin\n');
-    expect(JSON.parse(readFileSync(join(host, 'etc/cni/net.d/10-netplugin.conflist'), 'utf8')).plugins[0].type).toBe('netplugin');
+    expect(readdirSync(join(host, 'opt/cni/bin')).sort()).toEqual([
+      'netplugin',
+      'netplugin-ipam',
+      'netplugin.fallback',
+    ]);
+    expect(readFileSync(join(host, 'opt/cni/bin/netplugin.fallback'), 'utf8')).toBe(
+      '/usr/local/bin/node\n/opt/netplugin\n',
+    );
+    expect(JSON.parse(readFileSync(join(host, 'etc/cni/net.d/10-netplugin.conflist'), 'utf8')).plugins[0].type).toBe(
+      'netplugin',
+    );
     // What the per-exec entry needs, and nothing of the build tree.
     expect(readdirSync(join(host, 'opt/netplugin')).sort()).toEqual(['dist', 'node_modules', 'package.json']);
     expect(readFileSync(join(host, 'opt/netplugin/dist/netplugin.mjs'), 'utf8')).toBe('// netplugin entry\n');
     expect(readFileSync(join(host, 'opt/netplugin/node_modules/yaml/index.js'), 'utf8')).toBe('export {};\n');
     // Nothing lands outside the host root, and a second run replaces the copy without leftovers.
-    expect(existsSync('/opt/netplugin/package.json') && readFileSync('/opt/netplugin/package.json', 'utf8').includes('0.0.0-test')).toBe(false);
+    expect(
+      existsSync('/opt/netplugin/package.json') &&
+        readFileSync('/opt/netplugin/package.json', 'utf8').includes('0.0.0-test'),
+    ).toBe(false);
     writeFileSync(join(pkg, 'dist/netplugin.mjs'), '// netplugin entry v2\n');
     expect((await install(['--host-root', host])).code).toBe(0);
     expect(readFileSync(join(host, 'opt/netplugin/dist/netplugin.mjs'), 'utf8')).toBe('// netplugin entry v2\n');
@@ -92,12 +121,27 @@ describe('install-cni --host-root', () => {
     }
     expect((await install(['--host-root', host])).code).toBe(0);
     expect(readFileSync(join(host, 'opt/cni/bin/netplugin.fallback'), 'utf8')).toBe('/usr/bin/node\n/opt/netplugin\n');
-    expect((await install(['--host-root', host, '--host-node', '/srv/node/bin/node', '--host-package-dir', '/var/lib/netplugin/pkg'])).code).toBe(0);
-    expect(readFileSync(join(host, 'opt/cni/bin/netplugin.fallback'), 'utf8')).toBe('/srv/node/bin/node\n/var/lib/netplugin/pkg\n');
+    expect(
+      (
+        await install([
+          '--host-root',
+          host,
+          '--host-node',
+          '/srv/node/bin/node',
+          '--host-package-dir',
+          '/var/lib/netplugin/pkg',
+        ])
+      ).code,
+    ).toBe(0);
+    expect(readFileSync(join(host, 'opt/cni/bin/netplugin.fallback'), 'utf8')).toBe(
+      '/srv/node/bin/node\n/var/lib/netplugin/pkg\n',
+    );
     expect(existsSync(join(host, 'var/lib/netplugin/pkg/dist/netplugin-ipam.mjs'))).toBe(true);
     const missing = await install(['--host-root', host, '--host-node', '/opt/node/bin/node']);
     expect(missing.code).toBe(1);
-    expect(missing.err).toContain(`--host-node /opt/node/bin/node: ${join(host, 'opt/node/bin/node')} is not an executable file`);
+    expect(missing.err).toContain(
+      `--host-node /opt/node/bin/node: ${join(host, 'opt/node/bin/node')} is not an executable file`,
+    );
     const rel = await install(['--host-root', host, '--host-package-dir', 'opt/np']);
     expect(rel.code).toBe(1);
     expect(rel.err).toContain('--host-package-dir "opt/np" must be an absolute path on the host');
@@ -118,7 +162,9 @@ describe('install-cni --host-root', () => {
     const bin = join(host, 'opt/cni/bin');
     const r = await install(['--bin-dir', bin, '--conf-dir', join(host, 'etc/cni/net.d')], true);
     expect(r.code).toBe(0);
-    expect(r.err).toMatch(/warning: install-cni runs in a Kubernetes pod, so its node \(\/usr\/local\/bin\/node-in-image\)/);
+    expect(r.err).toMatch(
+      /warning: install-cni runs in a Kubernetes pod, so its node \(\/usr\/local\/bin\/node-in-image\)/,
+    );
     expect(readFileSync(join(bin, 'netplugin.fallback'), 'utf8')).toBe(`\n${pkg}\n`);
     for (const cmd of ['ADD', 'DEL']) {
       const run = runShim(join(bin, 'netplugin-ipam'), cmd);
@@ -136,12 +182,43 @@ describe('install-cni --host-root', () => {
 
   it('host-local with plain --subnet ranges for hosts without Kubernetes', async () => {
     const conf = join(host, 'etc/cni/net.d');
-    const r = await install(['--bin-dir', join(host, 'opt/cni/bin'), '--conf-dir', conf, '--ipam', 'host-local', '--subnet', '10.88.0.0/16', '--subnet', 'fd88::/64', '--network-name', 'podman-np']);
+    const r = await install([
+      '--bin-dir',
+      join(host, 'opt/cni/bin'),
+      '--conf-dir',
+      conf,
+      '--ipam',
+      'host-local',
+      '--subnet',
+      '10.88.0.0/16',
+      '--subnet',
+      'fd88::/64',
+      '--network-name',
+      'podman-np',
+    ]);
     expect(r.err).toBe('');
     const written = JSON.parse(readFileSync(join(conf, '10-netplugin.conflist'), 'utf8'));
     expect(written.name).toBe('podman-np');
-    expect(written.plugins[0].ipam).toEqual({ type: 'host-local', ranges: [[{ subnet: '10.88.0.0/16' }], [{ subnet: 'fd88::/64' }]] });
-    expect((await install(['--bin-dir', join(host, 'b'), '--conf-dir', join(host, 'c'), '--subnet', '10.88.0.0/16'])).err).toContain('--subnet is for --ipam host-local');
-    expect((await install(['--bin-dir', join(host, 'b'), '--conf-dir', join(host, 'c'), '--ipam', 'host-local', '--subnet', '10.88.0.0'])).err).toContain('--subnet "10.88.0.0" is not a CIDR');
+    expect(written.plugins[0].ipam).toEqual({
+      type: 'host-local',
+      ranges: [[{ subnet: '10.88.0.0/16' }], [{ subnet: 'fd88::/64' }]],
+    });
+    expect(
+      (await install(['--bin-dir', join(host, 'b'), '--conf-dir', join(host, 'c'), '--subnet', '10.88.0.0/16'])).err,
+    ).toContain('--subnet is for --ipam host-local');
+    expect(
+      (
+        await install([
+          '--bin-dir',
+          join(host, 'b'),
+          '--conf-dir',
+          join(host, 'c'),
+          '--ipam',
+          'host-local',
+          '--subnet',
+          '10.88.0.0',
+        ])
+      ).err,
+    ).toContain('--subnet "10.88.0.0" is not a CIDR');
   });
 });

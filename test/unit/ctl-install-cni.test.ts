@@ -2,7 +2,17 @@
 // temporary package dir whose dist/ entries are tiny scripts, so the installed
 // launchers can be executed for real.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -26,14 +36,18 @@ beforeEach(() => {
   for (const p of ['netplugin', 'netplugin-ipam']) {
     writeFileSync(
       join(pkg, 'dist', `${p}.mjs`),
-      `process.stdout.write(JSON.stringify({ entry: ${JSON.stringify(p)}, args: process.argv.slice(2), ca: process.env.NODE_EXTRA_CA_CERTS ?? null }));\n`,
+      `process.stdout.write(JSON.stringify({ entry: ${JSON.stringify(p)}, args: process.argv.slice(2), ca: ` +
+        `process.env.NODE_EXTRA_CA_CERTS ?? null }));\n`,
     );
   }
   ds = new MemoryDatastore();
 });
 afterEach(() => rmSync(root, { recursive: true, force: true }));
 
-async function install(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
+async function install(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number; out: string; err: string }> {
   let out = '';
   let err = '';
   const code = await runCtl(['install-cni', '--bin-dir', bin, '--conf-dir', conf, ...args], {
@@ -47,7 +61,11 @@ async function install(args: string[], env: Record<string, string> = {}): Promis
   return { code, out, err };
 }
 
-function conflist(name = '10-netplugin.conflist'): { name: string; cniVersion: string; plugins: Array<Record<string, any>> } {
+function conflist(name = '10-netplugin.conflist'): {
+  name: string;
+  cniVersion: string;
+  plugins: Array<Record<string, any>>;
+} {
   return JSON.parse(readFileSync(join(conf, name), 'utf8'));
 }
 
@@ -71,19 +89,31 @@ describe('install-cni', () => {
     expect(readdirSync(bin).sort()).toEqual(['netplugin', 'netplugin-ipam']);
     for (const p of ['netplugin', 'netplugin-ipam']) {
       expect(statSync(join(bin, p)).mode & 0o777).toBe(0o755);
-      const res = JSON.parse(execFileSync(join(bin, p), ['x', 'y z'], { env: { ...process.env, NODE_EXTRA_CA_CERTS: '/nonexistent.pem' } }).toString());
+      const res = JSON.parse(
+        execFileSync(join(bin, p), ['x', 'y z'], {
+          env: { ...process.env, NODE_EXTRA_CA_CERTS: '/nonexistent.pem' },
+        }).toString(),
+      );
       expect(res).toEqual({ entry: p, args: ['x', 'y z'], ca: null });
     }
   });
 
   it('points the launchers at dist/<name>.cjs (the code-cached entry) when the package has it', async () => {
-    writeFileSync(join(pkg, 'dist/netplugin.cjs'), `process.stdout.write(JSON.stringify({ entry: 'netplugin.cjs', args: process.argv.slice(2) }));\n`);
+    writeFileSync(
+      join(pkg, 'dist/netplugin.cjs'),
+      `process.stdout.write(JSON.stringify({ entry: 'netplugin.cjs', args: process.argv.slice(2) }));\n`,
+    );
     const r = await install(ETCD);
     expect(r.code).toBe(0);
     expect(readFileSync(join(bin, 'netplugin'), 'utf8')).toContain(`'${join(pkg, 'dist/netplugin.cjs')}' "$@"`);
-    expect(JSON.parse(execFileSync(join(bin, 'netplugin'), ['a']).toString())).toEqual({ entry: 'netplugin.cjs', args: ['a'] });
+    expect(JSON.parse(execFileSync(join(bin, 'netplugin'), ['a']).toString())).toEqual({
+      entry: 'netplugin.cjs',
+      args: ['a'],
+    });
     // A package without it (netplugin-ipam here) keeps the .mjs entry.
-    expect(readFileSync(join(bin, 'netplugin-ipam'), 'utf8')).toContain(`'${join(pkg, 'dist/netplugin-ipam.mjs')}' "$@"`);
+    expect(readFileSync(join(bin, 'netplugin-ipam'), 'utf8')).toContain(
+      `'${join(pkg, 'dist/netplugin-ipam.mjs')}' "$@"`,
+    );
   });
 
   it('installs the shim and the fallback file when a shim binary exists', async () => {
@@ -130,7 +160,17 @@ describe('install-cni', () => {
   });
 
   it('writes the default conflist: etcd, netplugin-ipam, portmap', async () => {
-    await install([...ETCD, '--nodename', 'node-1', '--mtu', '1450', '--kubeconfig', '/etc/cni/net.d/netplugin-kubeconfig', '--policy', 'k8s']);
+    await install([
+      ...ETCD,
+      '--nodename',
+      'node-1',
+      '--mtu',
+      '1450',
+      '--kubeconfig',
+      '/etc/cni/net.d/netplugin-kubeconfig',
+      '--policy',
+      'k8s',
+    ]);
     const c = conflist();
     expect(c).toEqual({
       name: 'k8s-pod-network',
@@ -152,12 +192,27 @@ describe('install-cni', () => {
       ],
     });
     // The plugin itself accepts the entry.
-    const parsed = parseNetconf({ name: c.name, cniVersion: c.cniVersion, ...c.plugins[0] }, { pluginType: 'netplugin' });
+    const parsed = parseNetconf(
+      { name: c.name, cniVersion: c.cniVersion, ...c.plugins[0] },
+      { pluginType: 'netplugin' },
+    );
     expect(parsed.etcdEndpointList).toEqual(['http://10.0.0.1:2379', 'http://10.0.0.2:2379']);
   });
 
   it('writes host-local IPAM, the kubernetes datastore and no portmap on request', async () => {
-    const r = await install(['--datastore-type', 'kubernetes', '--kubeconfig', 'rel/kubeconfig', '--ipam', 'host-local', '--no-portmap', '--conf-name', '05-np.conflist', '--log-file-path', '']);
+    const r = await install([
+      '--datastore-type',
+      'kubernetes',
+      '--kubeconfig',
+      'rel/kubeconfig',
+      '--ipam',
+      'host-local',
+      '--no-portmap',
+      '--conf-name',
+      '05-np.conflist',
+      '--log-file-path',
+      '',
+    ]);
     expect(r.code).toBe(0);
     const c = conflist('05-np.conflist');
     expect(c.plugins).toHaveLength(1);
@@ -183,7 +238,15 @@ describe('install-cni', () => {
       JSON.stringify({
         name: '__NETWORK_NAME__',
         cniVersion: '0.3.1',
-        plugins: [{ type: 'netplugin', datastore_type: '__DATASTORE_TYPE__', etcd_endpoints: '__ETCD_ENDPOINTS__', mtu: '__CNI_MTU__', ipam: { type: 'netplugin-ipam' } }],
+        plugins: [
+          {
+            type: 'netplugin',
+            datastore_type: '__DATASTORE_TYPE__',
+            etcd_endpoints: '__ETCD_ENDPOINTS__',
+            mtu: '__CNI_MTU__',
+            ipam: { type: 'netplugin-ipam' },
+          },
+        ],
       }).replace('"__CNI_MTU__"', '__CNI_MTU__'),
     );
     const r = await install([...ETCD, '--from-template', tpl, '--mtu', '1440']);
@@ -191,7 +254,15 @@ describe('install-cni', () => {
     expect(conflist()).toEqual({
       name: 'k8s-pod-network',
       cniVersion: '0.3.1',
-      plugins: [{ type: 'netplugin', datastore_type: 'etcdv3', etcd_endpoints: 'http://10.0.0.1:2379,http://10.0.0.2:2379', mtu: 1440, ipam: { type: 'netplugin-ipam' } }],
+      plugins: [
+        {
+          type: 'netplugin',
+          datastore_type: 'etcdv3',
+          etcd_endpoints: 'http://10.0.0.1:2379,http://10.0.0.2:2379',
+          mtu: 1440,
+          ipam: { type: 'netplugin-ipam' },
+        },
+      ],
     });
     const miss = await install(['--from-template', tpl]);
     expect(miss.code).toBe(1);
@@ -200,7 +271,17 @@ describe('install-cni', () => {
 
   it('the shipped template fills in to a conflist the plugin accepts', async () => {
     const tpl = join(process.cwd(), 'deploy/10-netplugin.conflist.template');
-    const r = await install([...ETCD, '--from-template', tpl, '--mtu', '1500', '--nodename', 'n1', '--kubeconfig', '/etc/cni/net.d/netplugin-kubeconfig']);
+    const r = await install([
+      ...ETCD,
+      '--from-template',
+      tpl,
+      '--mtu',
+      '1500',
+      '--nodename',
+      'n1',
+      '--kubeconfig',
+      '/etc/cni/net.d/netplugin-kubeconfig',
+    ]);
     expect(r.err).toBe('');
     expect(r.code).toBe(0);
     const c = conflist();
@@ -269,12 +350,20 @@ describe('install-cni', () => {
 
   it('bases the agent unit on the shipped deploy/netplugin-node.service, pointed at this installation', async () => {
     mkdirSync(join(pkg, 'deploy'), { recursive: true });
-    writeFileSync(join(pkg, 'deploy/netplugin-node.service'), readFileSync(join(process.cwd(), 'deploy/netplugin-node.service')));
+    writeFileSync(
+      join(pkg, 'deploy/netplugin-node.service'),
+      readFileSync(join(process.cwd(), 'deploy/netplugin-node.service')),
+    );
     const systemd = join(root, 'systemd');
     expect((await install([...ETCD, '--agent', '--systemd-dir', systemd])).code).toBe(0);
     const unit = readFileSync(join(systemd, 'netplugin-node.service'), 'utf8');
     const exec = unit.split('\n').find((l) => l.startsWith('ExecStart='));
-    expect(exec).toMatch(new RegExp(`^ExecStart=${process.execPath.replace(/[.]/g, '\\.')} ${join(pkg, 'dist/netplugin-node.cjs').replace(/[.]/g, '\\.')} `));
+    expect(exec).toMatch(
+      new RegExp(
+        `^ExecStart=${process.execPath.replace(/[.]/g, '\\.')} ` +
+          `${join(pkg, 'dist/netplugin-node.cjs').replace(/[.]/g, '\\.')} `,
+      ),
+    );
     expect(unit).not.toContain('/opt/netplugin/');
   });
 
@@ -282,7 +371,11 @@ describe('install-cni', () => {
     const r = await install([...ETCD, '-o', 'json']);
     const j = JSON.parse(r.out);
     expect(j).toMatchObject({ kind: 'launcher', packageDir: pkg, conflist: { name: 'k8s-pod-network' } });
-    expect(j.files.map((f: { path: string }) => f.path)).toEqual([join(bin, 'netplugin'), join(bin, 'netplugin-ipam'), join(conf, '10-netplugin.conflist')]);
+    expect(j.files.map((f: { path: string }) => f.path)).toEqual([
+      join(bin, 'netplugin'),
+      join(bin, 'netplugin-ipam'),
+      join(conf, '10-netplugin.conflist'),
+    ]);
   });
 });
 
@@ -290,7 +383,11 @@ describe('uninstall-cni', () => {
   async function uninstall(args: string[] = []): Promise<{ code: number; out: string; err: string }> {
     let out = '';
     let err = '';
-    const code = await runCtl(['uninstall-cni', '--bin-dir', bin, '--conf-dir', conf, ...args], { env: {}, stdout: (s) => (out += s), stderr: (s) => (err += s) });
+    const code = await runCtl(['uninstall-cni', '--bin-dir', bin, '--conf-dir', conf, ...args], {
+      env: {},
+      stdout: (s) => (out += s),
+      stderr: (s) => (err += s),
+    });
     return { code, out, err };
   }
 

@@ -25,7 +25,9 @@ describe('cannotRead', () => {
     expect((missing as Error).message).toBe(`cannot read --config ${join(dir, 'absent.cfg')}: no such file`);
     // A directory is not readable as a file: the system's reason is kept.
     expect(() => readCtlConfig(dir, io)).toThrow(new RegExp(`^cannot read --config ${dir}: EISDIR`));
-    expect(cannotRead('report r.json', new SyntaxError('Unexpected token')).message).toBe('cannot read report r.json: Unexpected token');
+    expect(cannotRead('report r.json', new SyntaxError('Unexpected token')).message).toBe(
+      'cannot read report r.json: Unexpected token',
+    );
   });
 
   it('datastoreConfig reports a missing or unparsable --config the same way', () => {
@@ -36,7 +38,7 @@ describe('cannotRead', () => {
 });
 
 describe('readJsonFile', () => {
-  it('reads a file relative to the caller\'s directory, and names the file when it is missing or not JSON', () => {
+  it("reads a file relative to the caller's directory, and names the file when it is missing or not JSON", () => {
     writeFileSync(join(dir, 'report.json'), '{"version":1}');
     expect(readJsonFile(io, 'report.json', 'report')).toEqual({ version: 1 });
     expect(() => readJsonFile(io, 'gone.json', '-f')).toThrow('cannot read -f gone.json: no such file');

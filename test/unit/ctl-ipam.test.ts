@@ -37,7 +37,18 @@ async function ctl(argv: string[], stdin?: string): Promise<{ code: number; out:
 }
 
 async function addPool(name: string, cidr: string, blockSize?: number): Promise<void> {
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, ...(blockSize !== undefined ? { blockSize } : {}), ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' } });
+  await ds.create({
+    apiVersion: API_VERSION,
+    kind: 'IPPool',
+    metadata: { name },
+    spec: {
+      cidr,
+      ...(blockSize !== undefined ? { blockSize } : {}),
+      ipipMode: 'Never',
+      vxlanMode: 'Never',
+      nodeSelector: 'all()',
+    },
+  });
 }
 
 async function addNode(name: string): Promise<void> {
@@ -45,13 +56,27 @@ async function addNode(name: string): Promise<void> {
 }
 
 async function pod(ns: string, name: string, cid: string, node = 'n1', withEndpoint = true): Promise<string> {
-  const [a] = await ipam.assign({ handleID: `k8s-pod-network.${cid}`, node, attrs: { namespace: ns, pod: name }, assignIPv4: true, assignIPv6: false });
+  const [a] = await ipam.assign({
+    handleID: `k8s-pod-network.${cid}`,
+    node,
+    attrs: { namespace: ns, pod: name },
+    assignIPv4: true,
+    assignIPv6: false,
+  });
   if (withEndpoint) {
     await ds.create({
       apiVersion: API_VERSION,
       kind: 'WorkloadEndpoint',
       metadata: { name: `${node}-k8s-${name}-eth0`, namespace: ns },
-      spec: { orchestrator: 'k8s', node, containerID: cid, pod: name, endpoint: 'eth0', ipNetworks: [`${a!.ip}/32`], interfaceName: 'eth0' },
+      spec: {
+        orchestrator: 'k8s',
+        node,
+        containerID: cid,
+        pod: name,
+        endpoint: 'eth0',
+        ipNetworks: [`${a!.ip}/32`],
+        interfaceName: 'eth0',
+      },
     });
   }
   return a!.ip;
@@ -65,12 +90,18 @@ describe('ipam show', () => {
     await pod('default', 'db', 'c2');
     const show = await ctl(['ipam', 'show']);
     expect(show.code).toBe(0);
-    expect(show.out).toMatch(/^POOL\s+CIDR\s+SIZE\s+BLOCKS\s+ALLOCATED\s+FREE\s+USED\np4\s+10\.50\.0\.0\/24\s+256\s+1\s+2\s+254\s+0\.78%\n$/);
+    expect(show.out).toMatch(
+      /^POOL\s+CIDR\s+SIZE\s+BLOCKS\s+ALLOCATED\s+FREE\s+USED\np4\s+10\.50\.0\.0\/24\s+256\s+1\s+2\s+254\s+0\.78%\n$/,
+    );
 
     const blocks = await ctl(['ipam', 'show', '--show-blocks']);
-    expect(blocks.out).toMatch(/BLOCK\s+POOL\s+AFFINITY\s+ALLOCATED\s+FREE\n10\.50\.0\.0\/26\s+p4\s+host:n1\s+2\s+62\n/);
+    expect(blocks.out).toMatch(
+      /BLOCK\s+POOL\s+AFFINITY\s+ALLOCATED\s+FREE\n10\.50\.0\.0\/26\s+p4\s+host:n1\s+2\s+62\n/,
+    );
 
-    const j = JSON.parse((await ctl(['ipam', 'show', '-o', 'json'])).out) as { pools: Array<{ name: string; allocated: number; size: string }> };
+    const j = JSON.parse((await ctl(['ipam', 'show', '-o', 'json'])).out) as {
+      pools: Array<{ name: string; allocated: number; size: string }>;
+    };
     expect(j.pools).toEqual([expect.objectContaining({ name: 'p4', allocated: 2, size: '256', blocks: 1 })]);
 
     const who = await ctl(['ipam', 'show', '--ip', ip1]);
@@ -80,8 +111,18 @@ describe('ipam show', () => {
     expect(who.out).toMatch(/pod:\s+default\/web\n/);
     expect(who.out).toMatch(/endpoint:\s+default\/n1-k8s-web-eth0\n/);
     const whoJson = JSON.parse((await ctl(['ipam', 'show', '--ip', ip1, '-o', 'json'])).out);
-    expect(whoJson).toMatchObject({ ip: ip1, allocated: true, handle: 'k8s-pod-network.c1', node: 'n1', namespace: 'default', pod: 'web', pool: 'p4' });
-    expect((await ctl(['ipam', 'show', '--ip', '10.50.0.200'])).out).toBe('10.50.0.200 is free (pool p4, no block claimed yet)\n');
+    expect(whoJson).toMatchObject({
+      ip: ip1,
+      allocated: true,
+      handle: 'k8s-pod-network.c1',
+      node: 'n1',
+      namespace: 'default',
+      pod: 'web',
+      pool: 'p4',
+    });
+    expect((await ctl(['ipam', 'show', '--ip', '10.50.0.200'])).out).toBe(
+      '10.50.0.200 is free (pool p4, no block claimed yet)\n',
+    );
     expect((await ctl(['ipam', 'show', '--ip', '192.0.2.1'])).out).toBe('192.0.2.1 is not in any IP pool\n');
     const bad = await ctl(['ipam', 'show', '--ip', '10.50.0']);
     expect(bad).toMatchObject({ code: 1, err: 'error: --ip "10.50.0" is not an IPv4 or IPv6 address\n' });
@@ -107,10 +148,20 @@ describe('ipam check and release', () => {
     // Problems found: exit 1 (documented for cron jobs and alerts), also with --json.
     expect(check.code).toBe(1);
     expect((await ctl(['ipam', 'check', '--json'])).code).toBe(1);
-    expect(check.out).toMatch(/leaked handles \(1\):\n  k8s-pod-network\.c-gone  /);
-    expect(check.out).toMatch(/no workload endpoint for pod default\/gone \(the pod was not looked up: no Kubernetes access/);
+    expect(check.out).toMatch(/leaked handles \(1\):\n {2}k8s-pod-network\.c-gone {2}/);
+    expect(check.out).toMatch(
+      /no workload endpoint for pod default\/gone \(the pod was not looked up: no Kubernetes access/,
+    );
     const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as IpamReport;
-    expect(report.leakedHandles).toEqual([expect.objectContaining({ handle: 'k8s-pod-network.c-gone', ips: [leaked], namespace: 'default', pod: 'gone', node: 'n1' })]);
+    expect(report.leakedHandles).toEqual([
+      expect.objectContaining({
+        handle: 'k8s-pod-network.c-gone',
+        ips: [leaked],
+        namespace: 'default',
+        pod: 'gone',
+        node: 'n1',
+      }),
+    ]);
     expect(report.summary).toMatchObject({ allocated: 2, leakedAddresses: 1, problems: 1 });
 
     const rel = await ctl(['ipam', 'release', '--from-report', 'report.json']);
@@ -138,7 +189,15 @@ describe('ipam check and release', () => {
       apiVersion: API_VERSION,
       kind: 'WorkloadEndpoint',
       metadata: { name: 'n1-k8s-slow-eth0', namespace: 'default' },
-      spec: { orchestrator: 'k8s', node: 'n1', containerID: 'c-slow', pod: 'slow', endpoint: 'eth0', ipNetworks: [`${ip}/32`], interfaceName: 'eth0' },
+      spec: {
+        orchestrator: 'k8s',
+        node: 'n1',
+        containerID: 'c-slow',
+        pod: 'slow',
+        endpoint: 'eth0',
+        ipNetworks: [`${ip}/32`],
+        interfaceName: 'eth0',
+      },
     });
     const rel = await ctl(['ipam', 'release', '--from-report', 'r.json']);
     expect(rel.out).toMatch(/skipped handle k8s-pod-network\.c-slow/);
@@ -154,7 +213,12 @@ describe('ipam check and release', () => {
     // Allocation whose handle object vanished.
     await ds.delete('IPAMHandle', handleName('k8s-pod-network.c-a'));
     // Handle object that claims addresses no block holds.
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: 'k8s-pod-network.c-ghost' }, spec: { handleID: 'k8s-pod-network.c-ghost', block: { '10.72.0.0/26': 1 } } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPAMHandle',
+      metadata: { name: 'k8s-pod-network.c-ghost' },
+      spec: { handleID: 'k8s-pod-network.c-ghost', block: { '10.72.0.0/26': 1 } },
+    });
     // A block claimed by n2, which is then removed from the cluster.
     await pod('default', 'b', 'c-b', 'n2');
     await ipam.releaseByHandle('k8s-pod-network.c-b');
@@ -163,9 +227,13 @@ describe('ipam check and release', () => {
 
     const check = await ctl(['ipam', 'check', '--json']);
     const r = JSON.parse(check.out) as IpamReport;
-    expect(r.allocationsWithoutHandle).toEqual([{ ip: orphanIp, handle: 'k8s-pod-network.c-a', block: '10.72.0.0/26' }]);
+    expect(r.allocationsWithoutHandle).toEqual([
+      { ip: orphanIp, handle: 'k8s-pod-network.c-a', block: '10.72.0.0/26' },
+    ]);
     expect(r.leakedHandles).toEqual([]);
-    expect(r.handlesWithMissingBlockEntries).toEqual([{ handle: 'k8s-pod-network.c-ghost', missing: { '10.72.0.0/26': 1 }, held: 0 }]);
+    expect(r.handlesWithMissingBlockEntries).toEqual([
+      { handle: 'k8s-pod-network.c-ghost', missing: { '10.72.0.0/26': 1 }, held: 0 },
+    ]);
     expect(r.orphanedAffinities).toEqual([expect.objectContaining({ node: 'n2', allocated: 0 })]);
     const orphanBlock = r.orphanedAffinities[0]!.block;
 
@@ -187,7 +255,12 @@ describe('ipam check and release', () => {
     const free = await pod('default', 'b', 'c-b', 'n1', false);
     const refused = await ctl(['ipam', 'release', '--ip', used]);
     expect(refused.code).toBe(1);
-    expect(refused.err).toMatch(new RegExp(`${used.replace(/\./g, '\\.')} is in use by workload endpoint default/n1-k8s-a-eth0; delete the workload instead, or pass --force`));
+    expect(refused.err).toMatch(
+      new RegExp(
+        `${used.replace(/\./g, '\\.')} is in use by workload endpoint default/n1-k8s-a-eth0; delete the workload ` +
+          `instead, or pass --force`,
+      ),
+    );
     const ok = await ctl(['ipam', 'release', '--ip', free]);
     expect(ok).toMatchObject({ code: 0, out: `released ${free} (handle k8s-pod-network.c-b)\n` });
     expect(await ipam.whoHas(free)).toBeUndefined();
@@ -199,7 +272,10 @@ describe('ipam check and release', () => {
   it('rejects a file that is not a report', async () => {
     writeFileSync(join(dir, 'x.json'), '{"hello": 1}');
     const r = await ctl(['ipam', 'release', '--from-report', 'x.json']);
-    expect(r).toMatchObject({ code: 1, err: "error: x.json is not a report from 'netpluginctl ipam check -o FILE' (version 1)\n" });
+    expect(r).toMatchObject({
+      code: 1,
+      err: "error: x.json is not a report from 'netpluginctl ipam check -o FILE' (version 1)\n",
+    });
     expect((await ctl(['ipam', 'release'])).err).toMatch(/needs --ip ADDR or --from-report FILE/);
   });
 });
@@ -208,7 +284,11 @@ describe('datastore init / ready / version', () => {
   it('creates ClusterInformation once and keeps the GUID', async () => {
     const a = await initDatastore(ds, { clusterType: 'k8s,bgp' });
     expect(a.action).toBe('created');
-    expect(a.clusterInformation.spec).toMatchObject({ clusterType: 'k8s,bgp', netpluginVersion: pkg.version, datastoreReady: true });
+    expect(a.clusterInformation.spec).toMatchObject({
+      clusterType: 'k8s,bgp',
+      netpluginVersion: pkg.version,
+      datastoreReady: true,
+    });
     expect(a.clusterInformation.spec.clusterGUID).toMatch(/^[0-9a-f]{32}$/);
     const b = await initDatastore(ds, { clusterType: ['bgp', 'kdd'] });
     expect(b.action).toBe('updated');
@@ -220,12 +300,21 @@ describe('datastore init / ready / version', () => {
     // An agent of an older release restarting mid-upgrade never sets the cluster back.
     expect((await initDatastore(ds, { version: '3.31.2' })).action).toBe('unchanged');
     expect((await ds.get('ClusterInformation', 'default')).spec.netpluginVersion).toBe('99.0.0');
-    expect((await initDatastore(ds, { version: '3.31.2', allowDowngrade: true })).clusterInformation.spec.netpluginVersion).toBe('3.31.2');
+    expect(
+      (await initDatastore(ds, { version: '3.31.2', allowDowngrade: true })).clusterInformation.spec.netpluginVersion,
+    ).toBe('3.31.2');
   });
 
   it('keeps an operator-set datastoreReady=false across agent restarts', async () => {
-    expect((await ctl(['datastore', 'init'])).out).toMatch(new RegExp(`^clusterinformation/default created: version ${pkg.version.replaceAll('.', '\\.')}, type \\(none\\), ready true, guid [0-9a-f]{32}\n$`));
-    expect((await ctl(['datastore', 'ready', '--set=false'])).out).toBe('clusterinformation/default datastoreReady=false\n');
+    expect((await ctl(['datastore', 'init'])).out).toMatch(
+      new RegExp(
+        `^clusterinformation/default created: version ${pkg.version.replaceAll('.', '\\.')}, type \\(none\\), ready ` +
+          `true, guid [0-9a-f]{32}\n$`,
+      ),
+    );
+    expect((await ctl(['datastore', 'ready', '--set=false'])).out).toBe(
+      'clusterinformation/default datastoreReady=false\n',
+    );
     await initDatastore(ds, { clusterType: 'k8s' });
     expect((await ds.get('ClusterInformation', 'default')).spec.datastoreReady).toBe(false);
     expect((await ctl(['datastore', 'ready', '--set', 'true'])).code).toBe(0);
@@ -234,17 +323,34 @@ describe('datastore init / ready / version', () => {
   });
 
   it('fills in a missing GUID on an existing ClusterInformation', async () => {
-    await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { clusterType: 'k8s' } });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'ClusterInformation',
+      metadata: { name: 'default' },
+      spec: { clusterType: 'k8s' },
+    });
     const r = await initDatastore(ds);
     expect(r.action).toBe('updated');
-    expect(r.clusterInformation.spec).toMatchObject({ clusterType: 'k8s', datastoreReady: true, netpluginVersion: pkg.version });
+    expect(r.clusterInformation.spec).toMatchObject({
+      clusterType: 'k8s',
+      datastoreReady: true,
+      netpluginVersion: pkg.version,
+    });
     expect(r.clusterInformation.spec.clusterGUID).toMatch(/^[0-9a-f]{32}$/);
   });
 
   it('concurrent inits converge on one object', async () => {
-    const rs = await Promise.all([initDatastore(ds, { clusterType: 'a' }), initDatastore(ds, { clusterType: 'b' }), initDatastore(ds, { clusterType: 'c' })]);
+    const rs = await Promise.all([
+      initDatastore(ds, { clusterType: 'a' }),
+      initDatastore(ds, { clusterType: 'b' }),
+      initDatastore(ds, { clusterType: 'c' }),
+    ]);
     expect(rs.filter((r) => r.action === 'created')).toHaveLength(1);
-    expect((await ds.get('ClusterInformation', 'default')).spec.clusterType!.split(',').sort()).toEqual(['a', 'b', 'c']);
+    expect((await ds.get('ClusterInformation', 'default')).spec.clusterType!.split(',').sort()).toEqual([
+      'a',
+      'b',
+      'c',
+    ]);
   });
 
   it('version shows client and cluster versions', async () => {
@@ -252,9 +358,14 @@ describe('datastore init / ready / version', () => {
     await runCtl(['version'], { env: {}, stdout: (s) => (out += s), stderr: () => {} });
     expect(out).toBe(`Client Version:    ${pkg.version}\n`);
     const before = await ctl(['version', '-o', 'json']);
-    expect(JSON.parse(before.out)).toMatchObject({ clientVersion: pkg.version, clusterVersion: expect.stringMatching(/^unknown \(datastore not initialised/) });
+    expect(JSON.parse(before.out)).toMatchObject({
+      clientVersion: pkg.version,
+      clusterVersion: expect.stringMatching(/^unknown \(datastore not initialised/),
+    });
     await initDatastore(ds, { clusterType: 'k8s' });
     const v = await ctl(['version']);
-    expect(v.out).toBe(`Client Version:    ${pkg.version}\nCluster Version:   ${pkg.version}\nCluster Type:      k8s\n`);
+    expect(v.out).toBe(
+      `Client Version:    ${pkg.version}\nCluster Version:   ${pkg.version}\nCluster Type:      k8s\n`,
+    );
   });
 });

@@ -23,14 +23,26 @@ afterEach(() => rmSync(dir, { recursive: true, force: true }));
 async function ctl(argv: string[], stdin?: string): Promise<{ code: number; out: string; err: string }> {
   let out = '';
   let err = '';
-  const code = await runCtl(argv, { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' }, stdin, cwd: dir, stdout: (s) => (out += s), stderr: (s) => (err += s), openDatastore: async () => ds });
+  const code = await runCtl(argv, {
+    env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' },
+    stdin,
+    cwd: dir,
+    stdout: (s) => (out += s),
+    stderr: (s) => (err += s),
+    openDatastore: async () => ds,
+  });
   return { code, out, err };
 }
 
-const pool = (name: string, cidr: string, labels: Record<string, string> = {}) => `apiVersion: ${API_VERSION}\nkind: IPPool\nmetadata: {name: ${name}, labels: ${JSON.stringify(labels)}}\nspec: {cidr: ${cidr}}\n`;
+const pool = (name: string, cidr: string, labels: Record<string, string> = {}) =>
+  `apiVersion: ${API_VERSION}\nkind: IPPool\nmetadata: {name: ${name}, labels: ${JSON.stringify(labels)}}\nspec: ` +
+  `{cidr: ${cidr}}\n`;
 
 async function seed(): Promise<void> {
-  const r = await ctl(['apply', '-f', '-'], pool('a', '10.1.0.0/16', { zone: 'a' }) + '---\n' + pool('b', '10.2.0.0/16'));
+  const r = await ctl(
+    ['apply', '-f', '-'],
+    pool('a', '10.1.0.0/16', { zone: 'a' }) + '---\n' + pool('b', '10.2.0.0/16'),
+  );
   expect(r.code).toBe(0);
 }
 
@@ -45,7 +57,12 @@ describe('get', () => {
     const t = await ctl(['get', 'ippools']);
     expect(t.out.split('\n')[0]).toMatch(/^NAME\s+CIDR/);
     const nh = await ctl(['get', 'ippools', '--no-headers']);
-    expect(nh.out.split('\n').filter(Boolean).map((l) => l.split(/\s+/)[0])).toEqual(['a', 'b']);
+    expect(
+      nh.out
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => l.split(/\s+/)[0]),
+    ).toEqual(['a', 'b']);
     const mixed = await ctl(['get', 'ippool/a', 'node/x']);
     expect(mixed.code).toBe(1);
     expect(mixed.err).toContain('give names of one kind');
@@ -57,7 +74,15 @@ describe('-f DIR and --dry-run', () => {
     const d = join(dir, 'manifests');
     mkdirSync(d);
     writeFileSync(join(d, '20-b.yaml'), pool('b', '10.2.0.0/16'));
-    writeFileSync(join(d, '10-a.json'), JSON.stringify({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'a' }, spec: { cidr: '10.1.0.0/16' } }));
+    writeFileSync(
+      join(d, '10-a.json'),
+      JSON.stringify({
+        apiVersion: API_VERSION,
+        kind: 'IPPool',
+        metadata: { name: 'a' },
+        spec: { cidr: '10.1.0.0/16' },
+      }),
+    );
     writeFileSync(join(d, 'README.md'), 'not a manifest');
     const r = await ctl(['apply', '-f', 'manifests']);
     expect(r.err).toBe('');
@@ -73,18 +98,26 @@ describe('-f DIR and --dry-run', () => {
     const before = JSON.stringify((await ds.list('IPPool')).items);
     const a = await ctl(['apply', '--dry-run', '-f', '-'], pool('c', '10.3.0.0/16'));
     expect(a.out).toBe('ippool/c created (dry run)\n');
-    expect((await ctl(['create', '--dry-run=client', '-f', '-'], pool('d', '10.4.0.0/16'))).out).toBe('ippool/d created (dry run)\n');
-    expect((await ctl(['replace', '--dry-run', '-f', '-'], pool('a', '10.1.0.0/16', { zone: 'b' }))).out).toBe('ippool/a replaced (dry run)\n');
+    expect((await ctl(['create', '--dry-run=client', '-f', '-'], pool('d', '10.4.0.0/16'))).out).toBe(
+      'ippool/d created (dry run)\n',
+    );
+    expect((await ctl(['replace', '--dry-run', '-f', '-'], pool('a', '10.1.0.0/16', { zone: 'b' }))).out).toBe(
+      'ippool/a replaced (dry run)\n',
+    );
     expect((await ctl(['delete', 'ippool', 'b', '--dry-run'])).out).toBe('ippool/b deleted (dry run)\n');
     expect((await ctl(['label', 'ippool', 'b', 'x=y', '--dry-run'])).out).toBe('ippool/b labeled (dry run)\n');
-    expect((await ctl(['patch', 'ippool', 'b', '-p', '{"spec":{"disabled":true}}', '--dry-run'])).out).toBe('ippool/b patched (dry run)\n');
+    expect((await ctl(['patch', 'ippool', 'b', '-p', '{"spec":{"disabled":true}}', '--dry-run'])).out).toBe(
+      'ippool/b patched (dry run)\n',
+    );
     expect(JSON.stringify((await ds.list('IPPool')).items)).toBe(before);
     // The checks still run: an overlapping pool and a missing one fail.
     const overlap = await ctl(['apply', '--dry-run', '-f', '-'], pool('e', '10.1.128.0/17'));
     expect(overlap.code).toBe(1);
     expect(overlap.err).toMatch(/overlap/);
     expect((await ctl(['delete', 'ippool', 'zz', '--dry-run'])).code).toBe(1);
-    expect((await ctl(['apply', '--dry-run=server', '-f', '-'], pool('c', '10.3.0.0/16'))).err).toContain('--dry-run=server is not supported');
+    expect((await ctl(['apply', '--dry-run=server', '-f', '-'], pool('c', '10.3.0.0/16'))).err).toContain(
+      '--dry-run=server is not supported',
+    );
   });
 
   it('install-cni --dry-run writes nothing and prints the plan', async () => {
@@ -92,9 +125,26 @@ describe('-f DIR and --dry-run', () => {
     mkdirSync(join(pkg, 'dist'), { recursive: true });
     for (const p of ['netplugin', 'netplugin-ipam']) writeFileSync(join(pkg, 'dist', `${p}.mjs`), '');
     let out = '';
-    const code = await runCtl(['install-cni', '--dry-run', '--bin-dir', join(dir, 'bin'), '--conf-dir', join(dir, 'conf'), '--etcd-endpoints', 'http://127.0.0.1:2379'], {
-      env: {}, stdout: (s) => (out += s), stderr: () => {}, packageDir: pkg, nodePath: process.execPath, inPod: false,
-    });
+    const code = await runCtl(
+      [
+        'install-cni',
+        '--dry-run',
+        '--bin-dir',
+        join(dir, 'bin'),
+        '--conf-dir',
+        join(dir, 'conf'),
+        '--etcd-endpoints',
+        'http://127.0.0.1:2379',
+      ],
+      {
+        env: {},
+        stdout: (s) => (out += s),
+        stderr: () => {},
+        packageDir: pkg,
+        nodePath: process.execPath,
+        inPod: false,
+      },
+    );
     expect(code).toBe(0);
     expect(out).toContain(`${join(dir, 'conf/10-netplugin.conflist')}`);
     expect(out).toContain('"type": "netplugin"');
@@ -108,7 +158,10 @@ describe('validate, label, patch', () => {
     const ok = await ctl(['validate', '-f', 'ok.yaml']);
     expect(ok).toMatchObject({ code: 0, err: '' });
     expect(ok.out).toBe('ok.yaml document 1: ippool/a valid\nok.yaml document 2: ippool/b valid\n');
-    writeFileSync(join(dir, 'bad.yaml'), pool('a', '10.1.0.1/16') + '---\n' + pool('b', '10.2.0.0/16') + '---\n' + pool('c', '10.2.3.0/24'));
+    writeFileSync(
+      join(dir, 'bad.yaml'),
+      pool('a', '10.1.0.1/16') + '---\n' + pool('b', '10.2.0.0/16') + '---\n' + pool('c', '10.2.3.0/24'),
+    );
     const bad = await ctl(['validate', '-f', 'bad.yaml']);
     expect(bad.code).toBe(1);
     expect(bad.err).toMatch(/document 1: .*10\.1\.0\.1\/16/);
@@ -132,16 +185,34 @@ describe('validate, label, patch', () => {
 
   it('patch --type merge changes spec and labels, validates the result, and rejects other types', async () => {
     await seed();
-    expect((await ctl(['patch', 'ippool', 'a', '--type', 'merge', '-p', '{"spec":{"disabled":true},"metadata":{"labels":{"zone":null,"team":"net"}}}'])).out).toBe('ippool/a patched\n');
+    expect(
+      (
+        await ctl([
+          'patch',
+          'ippool',
+          'a',
+          '--type',
+          'merge',
+          '-p',
+          '{"spec":{"disabled":true},"metadata":{"labels":{"zone":null,"team":"net"}}}',
+        ])
+      ).out,
+    ).toBe('ippool/a patched\n');
     const a = await ds.get('IPPool', 'a');
     expect(a.spec.disabled).toBe(true);
     expect(a.metadata.labels).toEqual({ team: 'net' });
     const cidr = await ctl(['patch', 'ippool', 'a', '-p', '{"spec":{"cidr":"10.9.0.0/16"}}']);
     expect(cidr.code).toBe(1);
     expect(cidr.err).toMatch(/cidr/);
-    expect((await ctl(['patch', 'ippool', 'a', '--type', 'strategic', '-p', '{}'])).err).toContain('--type "strategic" is not supported');
+    expect((await ctl(['patch', 'ippool', 'a', '--type', 'strategic', '-p', '{}'])).err).toContain(
+      '--type "strategic" is not supported',
+    );
     expect((await ctl(['patch', 'ippool', 'a', '-p', '{"status":{}}'])).err).toContain('only spec and metadata');
-    expect(mergePatch({ a: { b: 1, c: [1] }, d: 1 }, { a: { b: null, c: [2] }, e: 'x' })).toEqual({ a: { c: [2] }, d: 1, e: 'x' });
+    expect(mergePatch({ a: { b: 1, c: [1] }, d: 1 }, { a: { b: null, c: [2] }, e: 'x' })).toEqual({
+      a: { c: [2] },
+      d: 1,
+      e: 'x',
+    });
   });
 });
 
@@ -178,11 +249,19 @@ describe('completion', () => {
       writeFileSync(script, r.out);
       const probe = {
         bash: `source ${script} && complete -p netpluginctl`,
-        zsh: `autoload -Uz compinit && compinit -u -d ${dir}/zcompdump && source ${script} && print -r -- $_comps[netpluginctl]`,
+        zsh:
+          `autoload -Uz compinit && compinit -u -d ${dir}/zcompdump && source ${script} && print -r -- ` +
+          `$_comps[netpluginctl]`,
         fish: `source ${script}; and complete -c netpluginctl`,
       }[shell]!;
       const got = execFileSync(shell, ['-c', probe], { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: dir } });
-      expect(got).toContain(shell === 'zsh' ? '_netpluginctl' : shell === 'bash' ? '-F _netpluginctl netpluginctl' : '__netpluginctl_complete');
+      expect(got).toContain(
+        shell === 'zsh'
+          ? '_netpluginctl'
+          : shell === 'bash'
+            ? '-F _netpluginctl netpluginctl'
+            : '__netpluginctl_complete',
+      );
     });
   }
   it('rejects other shells', async () => {
@@ -196,11 +275,25 @@ describe('progress on a terminal', () => {
     await ctl(['apply', '-f', '-'], `apiVersion: ${API_VERSION}\nkind: Node\nmetadata: {name: n1}\nspec: {}\n`);
     const ipam = createIpam(ds, { lock: 'none' });
     // 25 handles without workload endpoints: all leaked.
-    for (let i = 0; i < 25; i++) await ipam.assign({ handleID: `k8s-pod-network.c${i}`, node: 'n1', attrs: {}, assignIPv4: true, assignIPv6: false });
+    for (let i = 0; i < 25; i++)
+      await ipam.assign({
+        handleID: `k8s-pod-network.c${i}`,
+        node: 'n1',
+        attrs: {},
+        assignIPv4: true,
+        assignIPv6: false,
+      });
     const run = async (argv: string[], tty: boolean) => {
       let out = '';
       let err = '';
-      const code = await runCtl(argv, { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' }, cwd: dir, stdout: (x) => (out += x), stderr: (x) => (err += x), openDatastore: async () => ds, stderrIsTTY: tty });
+      const code = await runCtl(argv, {
+        env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' },
+        cwd: dir,
+        stdout: (x) => (out += x),
+        stderr: (x) => (err += x),
+        openDatastore: async () => ds,
+        stderrIsTTY: tty,
+      });
       return { code, out, err };
     };
     const plain = await run(['ipam', 'check', '-o', 'r.json'], false);
@@ -209,11 +302,15 @@ describe('progress on a terminal', () => {
     const tty = await run(['ipam', 'check'], true);
     expect(tty.err).toContain('\r\x1b[Kipam check: handles 25/25');
     expect(tty.err.endsWith('\r\x1b[K')).toBe(true);
-    expect(tty.out).toBe(plain.out.replace(/report written to r\.json.*\n/, 'write a report with -o FILE, review it, then run: netpluginctl ipam release --from-report FILE\n'));
+    expect(tty.out).toBe(
+      plain.out.replace(
+        /report written to r\.json.*\n/,
+        'write a report with -o FILE, review it, then run: netpluginctl ipam release --from-report FILE\n',
+      ),
+    );
     const rel = await run(['ipam', 'release', '--from-report', 'r.json'], true);
     expect(rel.code).toBe(0);
     expect(rel.err).toContain('ipam release: handles 25/25');
     expect(rel.out.match(/^released handle /gm)).toHaveLength(25);
   });
 });
-

@@ -49,11 +49,23 @@ describe('apply / get / delete round trip', () => {
     expect(await applyOk(pool('p1', { cidr: '10.244.0.0/16', natOutgoing: false }))).toBe('ippool/p1 configured\n');
     const stored = await ds.get('IPPool', 'p1');
     // Defaults are filled in so what `get` shows is what IPAM uses.
-    expect(stored.spec).toEqual({ cidr: '10.244.0.0/16', natOutgoing: false, blockSize: 26, ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' });
+    expect(stored.spec).toEqual({
+      cidr: '10.244.0.0/16',
+      natOutgoing: false,
+      blockSize: 26,
+      ipipMode: 'Never',
+      vxlanMode: 'Never',
+      nodeSelector: 'all()',
+    });
 
     const j = await ctl(['get', 'ippool', 'p1', '-o', 'json']);
     expect(j.code).toBe(0);
-    expect(JSON.parse(j.out)).toMatchObject({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p1' }, spec: { cidr: '10.244.0.0/16' } });
+    expect(JSON.parse(j.out)).toMatchObject({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name: 'p1' },
+      spec: { cidr: '10.244.0.0/16' },
+    });
 
     const d = await ctl(['delete', 'ippool', 'p1']);
     expect(d).toMatchObject({ code: 0, out: 'ippool/p1 deleted\n' });
@@ -98,7 +110,9 @@ spec:
   selector: all()
   types: [Ingress]
 `;
-    expect(await applyOk(yaml)).toBe('ippool/v4 created\nippool/v6 created\nipamconfig/default created\nnetworkpolicy/prod/deny created\n');
+    expect(await applyOk(yaml)).toBe(
+      'ippool/v4 created\nippool/v6 created\nipamconfig/default created\nnetworkpolicy/prod/deny created\n',
+    );
     expect((await ds.get('IPPool', 'v6')).spec.blockSize).toBe(122);
     expect((await ds.get('NetworkPolicy', 'deny', 'prod')).spec.types).toEqual(['Ingress']);
 
@@ -111,9 +125,16 @@ spec:
   });
 
   it('accepts a JSON array and a kind: List', async () => {
-    const arr = JSON.stringify([JSON.parse(pool('a', { cidr: '10.1.0.0/24' })), JSON.parse(pool('b', { cidr: '10.2.0.0/24' }))]);
+    const arr = JSON.stringify([
+      JSON.parse(pool('a', { cidr: '10.1.0.0/24' })),
+      JSON.parse(pool('b', { cidr: '10.2.0.0/24' })),
+    ]);
     expect(await applyOk(arr)).toBe('ippool/a created\nippool/b created\n');
-    const lst = JSON.stringify({ apiVersion: API_VERSION, kind: 'IPPoolList', items: [JSON.parse(pool('c', { cidr: '10.3.0.0/24' }))] });
+    const lst = JSON.stringify({
+      apiVersion: API_VERSION,
+      kind: 'IPPoolList',
+      items: [JSON.parse(pool('c', { cidr: '10.3.0.0/24' }))],
+    });
     expect(await applyOk(lst)).toBe('ippool/c created\n');
   });
 
@@ -146,7 +167,17 @@ spec:
     const bad = await ctl(['get', 'ipoool']);
     expect(bad.code).toBe(1);
     expect(bad.err).toMatch(/unknown resource kind "ipoool"; did you mean ippool\? known kinds: IPPool/);
-    for (const [alias, kind] of [['hep', 'HostEndpoint'], ['kcc', 'KubeControllersConfiguration'], ['gnp', 'GlobalNetworkPolicy'], ['np', 'NetworkPolicy'], ['wep', 'WorkloadEndpoint'], ['clusterinfo', 'ClusterInformation'], ['nodes', 'Node'], ['profiles', 'Profile'], ['ipamconfig', 'IPAMConfig']]) {
+    for (const [alias, kind] of [
+      ['hep', 'HostEndpoint'],
+      ['kcc', 'KubeControllersConfiguration'],
+      ['gnp', 'GlobalNetworkPolicy'],
+      ['np', 'NetworkPolicy'],
+      ['wep', 'WorkloadEndpoint'],
+      ['clusterinfo', 'ClusterInformation'],
+      ['nodes', 'Node'],
+      ['profiles', 'Profile'],
+      ['ipamconfig', 'IPAMConfig'],
+    ]) {
       const r = await ctl(['get', alias!, '-o', 'json']);
       expect(r.code, alias).toBe(0);
       expect(JSON.parse(r.out).kind).toBe(`${kind}List`);
@@ -154,18 +185,36 @@ spec:
   });
 
   it('lists namespaced kinds per namespace and across namespaces', async () => {
-    for (const [ns, name] of [['a', 'x'], ['b', 'y']]) {
+    for (const [ns, name] of [
+      ['a', 'x'],
+      ['b', 'y'],
+    ]) {
       await ds.create({
         apiVersion: API_VERSION,
         kind: 'WorkloadEndpoint',
         metadata: { name: name!, namespace: ns },
-        spec: { orchestrator: 'k8s', node: 'n1', containerID: `c-${name}`, pod: `pod-${name}`, endpoint: 'eth0', ipNetworks: ['10.0.0.1/32'], interfaceName: 'nph0' },
+        spec: {
+          orchestrator: 'k8s',
+          node: 'n1',
+          containerID: `c-${name}`,
+          pod: `pod-${name}`,
+          endpoint: 'eth0',
+          ipNetworks: ['10.0.0.1/32'],
+          interfaceName: 'nph0',
+        },
       });
     }
     const one = await ctl(['get', 'wep', '-n', 'a']);
-    expect(one.out).toMatch(/^NAME\s+WORKLOAD\s+NODE\s+NETWORKS\s+INTERFACE\nx\s+pod-x\s+n1\s+10\.0\.0\.1\/32\s+nph0\n$/);
+    expect(one.out).toMatch(
+      /^NAME\s+WORKLOAD\s+NODE\s+NETWORKS\s+INTERFACE\nx\s+pod-x\s+n1\s+10\.0\.0\.1\/32\s+nph0\n$/,
+    );
     const all = await ctl(['get', 'weps', '-A']);
-    expect(all.out.split('\n').filter(Boolean).map((l) => l.split(/\s+/).slice(0, 2).join('/'))).toEqual(['NAMESPACE/NAME', 'a/x', 'b/y']);
+    expect(
+      all.out
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => l.split(/\s+/).slice(0, 2).join('/')),
+    ).toEqual(['NAMESPACE/NAME', 'a/x', 'b/y']);
     // WorkloadEndpoints are written by the plugin only.
     const del = await ctl(['delete', 'wep', 'x', '-n', 'a']);
     expect(del.code).toBe(1);
@@ -176,12 +225,24 @@ spec:
     expect(await applyErr('apiVersion: v1\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.0.0.0/8}\n')).toMatch(
       /stdin document 1: apiVersion "v1" is not supported; use "netplugin.org\/v3"/,
     );
-    expect(await applyErr(pool('p', { cidr: '10.0.0.0/8', ipipmode: 'Always' }))).toMatch(/spec\.ipipmode: unknown field; did you mean ipipMode\?/);
-    expect(await applyErr(pool('p', { cidr: '10.0.0.0/8', ipipMode: 'Sometimes' }))).toMatch(/spec\.ipipMode: "Sometimes" is not one of Never, Always, CrossSubnet/);
-    expect(await applyErr('apiVersion: netplugin.org/v3\nkind: IPPool\nspec: {cidr: 10.0.0.0/8}\n')).toMatch(/metadata/);
+    expect(await applyErr(pool('p', { cidr: '10.0.0.0/8', ipipmode: 'Always' }))).toMatch(
+      /spec\.ipipmode: unknown field; did you mean ipipMode\?/,
+    );
+    expect(await applyErr(pool('p', { cidr: '10.0.0.0/8', ipipMode: 'Sometimes' }))).toMatch(
+      /spec\.ipipMode: "Sometimes" is not one of Never, Always, CrossSubnet/,
+    );
+    expect(await applyErr('apiVersion: netplugin.org/v3\nkind: IPPool\nspec: {cidr: 10.0.0.0/8}\n')).toMatch(
+      /metadata/,
+    );
     expect(await applyErr('kind: [\n')).toMatch(/invalid YAML in document 1 at line/);
-    expect(await applyErr(JSON.stringify({ apiVersion: API_VERSION, kind: 'IPAMConfig', metadata: { name: 'x' }, spec: {} }))).toMatch(/IPAMConfig is a singleton; set metadata.name to "default"/);
-    expect(await applyErr(JSON.stringify({ apiVersion: API_VERSION, kind: 'Widget', metadata: { name: 'x' }, spec: {} }))).toMatch(/unknown resource kind "Widget"/);
+    expect(
+      await applyErr(
+        JSON.stringify({ apiVersion: API_VERSION, kind: 'IPAMConfig', metadata: { name: 'x' }, spec: {} }),
+      ),
+    ).toMatch(/IPAMConfig is a singleton; set metadata.name to "default"/);
+    expect(
+      await applyErr(JSON.stringify({ apiVersion: API_VERSION, kind: 'Widget', metadata: { name: 'x' }, spec: {} })),
+    ).toMatch(/unknown resource kind "Widget"/);
     const missing = await ctl(['apply', '-f', '/nonexistent/file.yaml']);
     expect(missing).toMatchObject({ code: 1, err: 'error: cannot read -f /nonexistent/file.yaml: no such file\n' });
     const noF = await ctl(['apply']);
@@ -189,7 +250,14 @@ spec:
   });
 
   it('keeps going after a bad document and exits 1', async () => {
-    const r = await ctl(['apply', '-f', '-'], [pool('ok1', { cidr: '10.1.0.0/16' }), pool('bad', { cidr: '10.1.0.0/24' }), pool('ok2', { cidr: '10.2.0.0/16' })].join('\n---\n'));
+    const r = await ctl(
+      ['apply', '-f', '-'],
+      [
+        pool('ok1', { cidr: '10.1.0.0/16' }),
+        pool('bad', { cidr: '10.1.0.0/24' }),
+        pool('ok2', { cidr: '10.2.0.0/16' }),
+      ].join('\n---\n'),
+    );
     expect(r.code).toBe(1);
     expect(r.out).toBe('ippool/ok1 created\nippool/ok2 created\n');
     expect(r.err).toMatch(/IPPool "bad": spec.cidr 10.1.0.0\/24 lies inside IPPool "ok1"/);
@@ -204,13 +272,37 @@ describe('IP pool validation', () => {
     ['link-local v4', { cidr: '169.254.0.0/20' }, /overlaps the link-local range 169\.254\.0\.0\/16/],
     ['contains link-local', { cidr: '169.0.0.0/8' }, /overlaps the link-local range 169\.254\.0\.0\/16/],
     ['link-local v6', { cidr: 'fe80::/64' }, /overlaps the link-local range fe80::\/10/],
-    ['block size low v4', { cidr: '10.0.0.0/8', blockSize: 19 }, /spec\.blockSize 19 is out of range for an IPv4 pool; use 20-32 \(default 26\)/],
+    [
+      'block size low v4',
+      { cidr: '10.0.0.0/8', blockSize: 19 },
+      /spec\.blockSize 19 is out of range for an IPv4 pool; use 20-32 \(default 26\)/,
+    ],
     ['block size high v4', { cidr: '10.0.0.0/8', blockSize: 33 }, /spec\.blockSize/],
-    ['block size v6', { cidr: 'fd00::/48', blockSize: 64 }, /spec\.blockSize 64 is out of range for an IPv6 pool; use 116-128 \(default 122\)/],
-    ['block larger than pool', { cidr: '10.0.0.0/28' }, /spec\.blockSize 26 makes blocks larger than the pool 10\.0\.0\.0\/28; use a block size of at least 28/],
-    ['ipip on v6', { cidr: 'fd00::/64', ipipMode: 'CrossSubnet' }, /ipipMode "CrossSubnet" is not supported for IPv6 pools/],
-    ['ipip and vxlan', { cidr: '10.0.0.0/16', ipipMode: 'Always', vxlanMode: 'CrossSubnet' }, /spec\.ipipMode "Always" and spec\.vxlanMode "CrossSubnet" are both enabled; set one of them to "Never"/],
-    ['bad selector', { cidr: '10.0.0.0/16', nodeSelector: "zone == 'a' &&& x" }, /spec\.nodeSelector "zone == 'a' &&& x" is invalid: .* at 14/],
+    [
+      'block size v6',
+      { cidr: 'fd00::/48', blockSize: 64 },
+      /spec\.blockSize 64 is out of range for an IPv6 pool; use 116-128 \(default 122\)/,
+    ],
+    [
+      'block larger than pool',
+      { cidr: '10.0.0.0/28' },
+      /spec\.blockSize 26 makes blocks larger than the pool 10\.0\.0\.0\/28; use a block size of at least 28/,
+    ],
+    [
+      'ipip on v6',
+      { cidr: 'fd00::/64', ipipMode: 'CrossSubnet' },
+      /ipipMode "CrossSubnet" is not supported for IPv6 pools/,
+    ],
+    [
+      'ipip and vxlan',
+      { cidr: '10.0.0.0/16', ipipMode: 'Always', vxlanMode: 'CrossSubnet' },
+      /spec\.ipipMode "Always" and spec\.vxlanMode "CrossSubnet" are both enabled; set one of them to "Never"/,
+    ],
+    [
+      'bad selector',
+      { cidr: '10.0.0.0/16', nodeSelector: "zone == 'a' &&& x" },
+      /spec\.nodeSelector "zone == 'a' &&& x" is invalid: .* at 14/,
+    ],
   ];
   for (const [what, spec, re] of cases) {
     it(`rejects ${what}`, async () => {
@@ -230,7 +322,9 @@ describe('IP pool validation', () => {
 
   it('rejects overlap with another pool, naming it', async () => {
     await applyOk(pool('big', { cidr: '10.0.0.0/8' }));
-    expect(await applyErr(pool('inner', { cidr: '10.20.0.0/16' }))).toMatch(/spec\.cidr 10\.20\.0\.0\/16 lies inside IPPool "big" \(10\.0\.0\.0\/8\); pools must not overlap/);
+    expect(await applyErr(pool('inner', { cidr: '10.20.0.0/16' }))).toMatch(
+      /spec\.cidr 10\.20\.0\.0\/16 lies inside IPPool "big" \(10\.0\.0\.0\/8\); pools must not overlap/,
+    );
     expect(await applyErr(pool('outer', { cidr: '0.0.0.0/4' }))).toMatch(/contains IPPool "big"/);
     // An update of the pool itself is not an overlap with itself.
     expect(await applyOk(pool('big', { cidr: '10.0.0.0/8', disabled: true }))).toBe('ippool/big configured\n');
@@ -238,10 +332,16 @@ describe('IP pool validation', () => {
 
   it('keeps cidr and blockSize immutable', async () => {
     await applyOk(pool('p', { cidr: '10.0.0.0/16' }));
-    expect(await applyErr(pool('p', { cidr: '10.1.0.0/16' }))).toMatch(/spec\.cidr cannot change \(stored 10\.0\.0\.0\/16, given 10\.1\.0\.0\/16\)/);
-    expect(await applyErr(pool('p', { cidr: '10.0.0.0/16', blockSize: 28 }))).toMatch(/spec\.blockSize cannot change \(stored 26, given 28\)/);
+    expect(await applyErr(pool('p', { cidr: '10.1.0.0/16' }))).toMatch(
+      /spec\.cidr cannot change \(stored 10\.0\.0\.0\/16, given 10\.1\.0\.0\/16\)/,
+    );
+    expect(await applyErr(pool('p', { cidr: '10.0.0.0/16', blockSize: 28 }))).toMatch(
+      /spec\.blockSize cannot change \(stored 26, given 28\)/,
+    );
     // Omitting blockSize means the default, which is what is stored.
-    expect(await applyOk(pool('p', { cidr: '10.0.0.0/16', blockSize: 26, natOutgoing: true }))).toBe('ippool/p configured\n');
+    expect(await applyOk(pool('p', { cidr: '10.0.0.0/16', blockSize: 26, natOutgoing: true }))).toBe(
+      'ippool/p configured\n',
+    );
     expect((await ds.get('IPPool', 'p')).spec.cidr).toBe('10.0.0.0/16');
   });
 
@@ -254,11 +354,19 @@ describe('IP pool validation', () => {
       apiVersion: API_VERSION,
       kind: 'IPAMBlock',
       metadata: { name: '10.0.0.0-26' },
-      spec: { cidr: '10.0.0.0/26', affinity: 'host:n1', allocations: alloc, unallocated: [], attributes: [{ handle_id: 'net.c1' }] },
+      spec: {
+        cidr: '10.0.0.0/26',
+        affinity: 'host:n1',
+        allocations: alloc,
+        unallocated: [],
+        attributes: [{ handle_id: 'net.c1' }],
+      },
     });
     const r = await ctl(['delete', 'pool', 'p']);
     expect(r.code).toBe(1);
-    expect(r.err).toMatch(/IPPool "p" \(10\.0\.0\.0\/16\) still has 1 allocated address in 1 block; .* or pass --force/);
+    expect(r.err).toMatch(
+      /IPPool "p" \(10\.0\.0\.0\/16\) still has 1 allocated address in 1 block; .* or pass --force/,
+    );
     expect((await ds.get('IPPool', 'p')).metadata.name).toBe('p');
     // A pool whose CIDR holds no allocated block deletes fine.
     expect((await ctl(['delete', 'pool', 'other'])).code).toBe(0);
@@ -291,16 +399,37 @@ describe('output formats and CLI behaviour', () => {
 
   it('rejects unknown output formats and flags with one line', async () => {
     const r = await ctl(['get', 'pools', '-o', 'xml']);
-    expect(r).toMatchObject({ code: 1, err: 'error: -o "xml" is not supported; use yaml, json, wide, name, jsonpath=TEMPLATE or custom-columns=HEADER:PATH,...\n' });
+    expect(r).toMatchObject({
+      code: 1,
+      err:
+        'error: -o "xml" is not supported; use yaml, json, wide, name, jsonpath=TEMPLATE or ' +
+        'custom-columns=HEADER:PATH,...\n',
+    });
     const f = await ctl(['get', 'pools', '--colour']);
-    expect(f.err).toBe("error: unknown flag --colour for 'get'; run 'netpluginctl get --help' for the accepted flags\n");
+    expect(f.err).toBe(
+      "error: unknown flag --colour for 'get'; run 'netpluginctl get --help' for the accepted flags\n",
+    );
     const c = await ctl(['frobnicate']);
     expect(c.err).toMatch(/unknown command "frobnicate"/);
   });
 
   it('prints help for every command without touching the datastore', async () => {
     ds.failWith = new (await import('../../src/errors.js')).DatastoreError('Unavailable', 'down');
-    for (const cmd of [[], ['apply'], ['get'], ['delete'], ['ipam'], ['ipam', 'show'], ['ipam', 'check'], ['ipam', 'release'], ['datastore', 'init'], ['datastore', 'ready'], ['version'], ['install-cni'], ['uninstall-cni']]) {
+    for (const cmd of [
+      [],
+      ['apply'],
+      ['get'],
+      ['delete'],
+      ['ipam'],
+      ['ipam', 'show'],
+      ['ipam', 'check'],
+      ['ipam', 'release'],
+      ['datastore', 'init'],
+      ['datastore', 'ready'],
+      ['version'],
+      ['install-cni'],
+      ['uninstall-cni'],
+    ]) {
       const r = await ctl([...cmd, '--help']);
       expect(r.code, cmd.join(' ')).toBe(0);
       expect(r.out).toMatch(/Usage: netpluginctl/);
@@ -312,15 +441,28 @@ describe('output formats and CLI behaviour', () => {
     ds.failWith = new DatastoreError('Unavailable', 'etcd at http://127.0.0.1:2379 is unreachable');
     const r = await ctl(['get', 'pools']);
     expect(r.code).toBe(1);
-    expect(r.err).toBe('error: cannot reach the datastore: etcd at http://127.0.0.1:2379 is unreachable (check ETCD_ENDPOINTS / KUBECONFIG or --config)\n');
+    expect(r.err).toBe(
+      'error: cannot reach the datastore: etcd at http://127.0.0.1:2379 is unreachable (check ETCD_ENDPOINTS / ' +
+        'KUBECONFIG or --config)\n',
+    );
     let err = '';
-    await runCtl(['get', 'pools'], { env: { ETCD_ENDPOINTS: 'http://x:1', NETPLUGIN_DEBUG: '1' }, stdout: () => {}, stderr: (s) => (err += s), openDatastore: async () => ds });
+    await runCtl(['get', 'pools'], {
+      env: { ETCD_ENDPOINTS: 'http://x:1', NETPLUGIN_DEBUG: '1' },
+      stdout: () => {},
+      stderr: (s) => (err += s),
+      openDatastore: async () => ds,
+    });
     expect(err).toMatch(/\n\s+at /);
   });
 
   it('asks for a datastore when none is configured', async () => {
     let err = '';
-    const code = await runCtl(['get', 'pools'], { env: {}, stdout: () => {}, stderr: (s) => (err += s), openDatastore: async () => ds });
+    const code = await runCtl(['get', 'pools'], {
+      env: {},
+      stdout: () => {},
+      stderr: (s) => (err += s),
+      openDatastore: async () => ds,
+    });
     expect(code).toBe(1);
     expect(err).toMatch(/^error: no datastore configured: pass --config/);
   });
@@ -332,11 +474,21 @@ describe('describe', () => {
     const r = await ctl(['describe', 'ippool', 'blue']);
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^Name: +blue\nKind: +IPPool \(netplugin\.org\/v3\)\nLabels: +<none>/);
-    expect(r.out).toMatch(/Spec:\n  cidr: 10\.90\.0\.0\/24/);
+    expect(r.out).toMatch(/Spec:\n {2}cidr: 10\.90\.0\.0\/24/);
     expect(r.out).not.toContain('Source:');
 
-    await ds.create({ apiVersion: API_VERSION, kind: 'Profile', metadata: { name: 'kns.shop', labels: { a: 'b' } }, spec: { labelsToApply: { 'netplugin.org/name': 'shop' } } } as Resource);
-    await ds.create({ apiVersion: API_VERSION, kind: 'NetworkPolicy', metadata: { name: 'knp.default.allow-web', namespace: 'shop' }, spec: { selector: 'all()' } } as Resource);
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'Profile',
+      metadata: { name: 'kns.shop', labels: { a: 'b' } },
+      spec: { labelsToApply: { 'netplugin.org/name': 'shop' } },
+    } as Resource);
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'NetworkPolicy',
+      metadata: { name: 'knp.default.allow-web', namespace: 'shop' },
+      spec: { selector: 'all()' },
+    } as Resource);
     const prof = await ctl(['describe', 'profile/kns.shop']);
     expect(prof.out).toMatch(/Labels: +a=b/);
     expect(prof.out).toMatch(/Source: +Kubernetes Namespace shop; read-only here/);

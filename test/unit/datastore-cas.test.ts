@@ -19,7 +19,9 @@ function counted(ds: MemoryDatastore): MemoryDatastore & { writes: string[] } {
   return Object.assign(ds, {
     writes,
     create: ((r: Resource) => (writes.push(`create ${r.metadata.name}`), create(r))) as MemoryDatastore['create'],
-    update: ((r: Resource) => (writes.push(`update ${r.metadata.name}@${r.metadata.resourceVersion}`), update(r))) as MemoryDatastore['update'],
+    update: ((r: Resource) => (
+      writes.push(`update ${r.metadata.name}@${r.metadata.resourceVersion}`), update(r)
+    )) as MemoryDatastore['update'],
   });
 }
 
@@ -115,7 +117,9 @@ describe('casRetry with nothing to write', () => {
     const none = await casRetry(ds, ref, () => undefined);
     expect(none).toEqual({ unchanged: true, stored: undefined });
     const first = await ds.create(node('n1', ['10.0.0.0/24']));
-    const same = await casRetry(ds, ref, async (cur) => (cur?.spec.podCIDRs?.includes('10.0.0.0/24') ? undefined : node('n1', ['10.0.0.0/24'])));
+    const same = await casRetry(ds, ref, async (cur) =>
+      cur?.spec.podCIDRs?.includes('10.0.0.0/24') ? undefined : node('n1', ['10.0.0.0/24']),
+    );
     expect(same).toEqual({ unchanged: true, stored: first });
     expect(ds.writes).toEqual(['create n1']);
   });

@@ -1,13 +1,20 @@
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import { parseNetconf, type Netconf, type NetpluginIpam } from '../../src/config/netconf.js';
-import { datastoreConfigFromEnv, datastoreSettingsOf, ETCD_SETTINGS_WITH_DEPRECATED, type DatastoreConfig, type DatastoreSettings } from '../../src/datastore/settings.js';
+import {
+  datastoreConfigFromEnv,
+  datastoreSettingsOf,
+  ETCD_SETTINGS_WITH_DEPRECATED,
+  type DatastoreConfig,
+  type DatastoreSettings,
+} from '../../src/datastore/settings.js';
 
 const BASE = { cniVersion: '1.0.0', name: 'k8s-pod-network', type: 'netplugin', ipam: { type: 'netplugin-ipam' } };
 
 /** The datastore fields of a parsed netconf, as the schema outputs them. */
 function schemaSettings(conf: Netconf): DatastoreSettings {
   const out: Record<string, unknown> = {};
-  for (const k of [...ETCD_SETTINGS_WITH_DEPRECATED, 'kubernetes'] as const) if (conf[k] !== undefined) out[k] = conf[k];
+  for (const k of [...ETCD_SETTINGS_WITH_DEPRECATED, 'kubernetes'] as const)
+    if (conf[k] !== undefined) out[k] = conf[k];
   return out;
 }
 
@@ -28,12 +35,22 @@ describe('datastore settings: one declaration', () => {
     expect(datastore_type).toBeUndefined();
     expect(read).toEqual(schemaSettings(conf));
     // Every field given was carried, not just some (etcd_discovery_srv excludes etcd_endpoints).
-    expect(Object.keys(read).sort()).toEqual([...ETCD_SETTINGS_WITH_DEPRECATED.filter((k) => k !== 'etcd_discovery_srv'), 'kubernetes'].sort());
+    expect(Object.keys(read).sort()).toEqual(
+      [...ETCD_SETTINGS_WITH_DEPRECATED.filter((k) => k !== 'etcd_discovery_srv'), 'kubernetes'].sort(),
+    );
     expect(conf.datastore_type).toBe('etcdv3');
   });
 
   it('the raw reader keeps only string etcd fields, treats a null datastore_type as absent and ignores other keys', () => {
-    expect(datastoreSettingsOf({ datastore_type: null, etcd_endpoints: 42, etcd_key_file: '/k', mtu: 1400, kubernetes: { kubeconfig: '', k8s_api_root: 'https://a' } })).toEqual({
+    expect(
+      datastoreSettingsOf({
+        datastore_type: null,
+        etcd_endpoints: 42,
+        etcd_key_file: '/k',
+        mtu: 1400,
+        kubernetes: { kubeconfig: '', k8s_api_root: 'https://a' },
+      }),
+    ).toEqual({
       etcd_key_file: '/k',
       kubernetes: { k8s_api_root: 'https://a' },
     });
@@ -51,11 +68,20 @@ describe('datastore settings: one declaration', () => {
         ETCD_AUTHORITY: 'b:2379',
         ETCD_SCHEME: 'https',
       }),
-    ).toEqual({ etcd_endpoints: 'https://a:2379', etcd_discovery_srv: 'example.com', etcd_key_file: '/k', etcd_cert_file: '/c', etcd_ca_cert_file: '/ca' });
+    ).toEqual({
+      etcd_endpoints: 'https://a:2379',
+      etcd_discovery_srv: 'example.com',
+      etcd_key_file: '/k',
+      etcd_cert_file: '/c',
+      etcd_ca_cert_file: '/ca',
+    });
   });
 
   it('types: a parsed netconf opens a datastore as it is, and Netconf is what the schema outputs (checked by tsc)', () => {
-    const conf = parseNetconf({ ...BASE, datastore_type: 'kubernetes', ipam: { type: 'netplugin-ipam', assign_ipv6: 'True' } }, { pluginType: 'netplugin' });
+    const conf = parseNetconf(
+      { ...BASE, datastore_type: 'kubernetes', ipam: { type: 'netplugin-ipam', assign_ipv6: 'True' } },
+      { pluginType: 'netplugin' },
+    );
     const ds: DatastoreConfig = conf;
     expect(ds.datastore_type).toBe('kubernetes');
     expect((conf.ipam as NetpluginIpam).assign_ipv6).toBe('true');

@@ -50,17 +50,24 @@ describe('netplugin-node.service', () => {
 
   it('starts the agent with flags it has, the conflist install-cni writes and a node name', () => {
     expect(exec.slice(0, 2)).toEqual(['/usr/bin/node', '/opt/netplugin/dist/netplugin-node.cjs']);
-    const help = execFileSync(process.execPath, [join(ROOT, 'dist/netplugin-node.cjs'), '--help'], { encoding: 'utf8' });
+    const help = execFileSync(process.execPath, [join(ROOT, 'dist/netplugin-node.cjs'), '--help'], {
+      encoding: 'utf8',
+    });
     const flags = exec.filter((a) => a.startsWith('--'));
     expect(flags).toEqual(expect.arrayContaining(['--socket', '--config', '--nodename', '--health-addr']));
     for (const f of flags) expect(help, `${f} is not in netplugin-node --help`).toContain(f);
     expect(exec[exec.indexOf('--config') + 1]).toBe('/etc/cni/net.d/10-netplugin.conflist');
-    const installHelp = execFileSync(process.execPath, [join(ROOT, 'dist/netpluginctl.mjs'), 'install-cni', '--help'], { encoding: 'utf8' });
+    const installHelp = execFileSync(process.execPath, [join(ROOT, 'dist/netpluginctl.mjs'), 'install-cni', '--help'], {
+      encoding: 'utf8',
+    });
     expect(installHelp).toContain('default /etc/cni/net.d');
     expect(installHelp).toContain('default 10-netplugin.conflist');
     // The variables ExecStart uses have defaults in the unit.
     for (const m of svc.get('ExecStart')![0]!.matchAll(/\$\{?([A-Z_]+)\}?/g)) {
-      expect(svc.get('Environment')!.some((e) => e.startsWith(`${m[1]}=`)), m[1]).toBe(true);
+      expect(
+        svc.get('Environment')!.some((e) => e.startsWith(`${m[1]}=`)),
+        m[1],
+      ).toBe(true);
     }
   });
 
@@ -72,7 +79,9 @@ describe('netplugin-node.service', () => {
 
   it('passes systemd-analyze verify, and fails it when broken', () => {
     expect(verify(UNIT)).toMatchObject({ status: 0, stderr: '' });
-    expect(verify(UNIT.replace('RuntimeDirectoryPreserve=yes', 'RuntimeDirectoryPreserve=sometimes')).stderr).toMatch(/Failed to parse runtime directory preserve mode/);
+    expect(verify(UNIT.replace('RuntimeDirectoryPreserve=yes', 'RuntimeDirectoryPreserve=sometimes')).stderr).toMatch(
+      /Failed to parse runtime directory preserve mode/,
+    );
   });
 
   it('as install-cni --agent writes it for another installation', async () => {
@@ -82,17 +91,34 @@ describe('netplugin-node.service', () => {
     for (const p of ['netplugin', 'netplugin-ipam']) writeFileSync(join(pkg, 'dist', `${p}.mjs`), '');
     writeFileSync(join(pkg, 'deploy/netplugin-node.service'), UNIT);
     const sd = join(tmp, 'systemd');
-    const code = await runCtl(['install-cni', '--bin-dir', join(tmp, 'bin'), '--conf-dir', join(tmp, 'conf'), '--etcd-endpoints', 'http://127.0.0.1:2379', '--launcher', '--agent', '--systemd-dir', sd], {
-      env: {},
-      stdout: () => {},
-      stderr: () => {},
-      packageDir: pkg,
-      nodePath: process.execPath,
-      inPod: false,
-    });
+    const code = await runCtl(
+      [
+        'install-cni',
+        '--bin-dir',
+        join(tmp, 'bin'),
+        '--conf-dir',
+        join(tmp, 'conf'),
+        '--etcd-endpoints',
+        'http://127.0.0.1:2379',
+        '--launcher',
+        '--agent',
+        '--systemd-dir',
+        sd,
+      ],
+      {
+        env: {},
+        stdout: () => {},
+        stderr: () => {},
+        packageDir: pkg,
+        nodePath: process.execPath,
+        inPod: false,
+      },
+    );
     expect(code).toBe(0);
     const written = readFileSync(join(sd, 'netplugin-node.service'), 'utf8');
-    expect(service(written).get('ExecStart')![0]!.startsWith(`${process.execPath} ${pkg}/dist/netplugin-node.cjs `)).toBe(true);
+    expect(
+      service(written).get('ExecStart')![0]!.startsWith(`${process.execPath} ${pkg}/dist/netplugin-node.cjs `),
+    ).toBe(true);
     expect(verify(written)).toMatchObject({ status: 0, stderr: '' });
   });
 });

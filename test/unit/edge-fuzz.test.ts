@@ -20,7 +20,28 @@ function prng(seed: number): () => number {
   };
 }
 
-const ALPHABET = ['a', 'z', '0', '9', '-', '.', '/', '\n', '\r', ' ', 'A', 'Z', '_', '%', '..', 'é', '\u0000', ';', '=', '\u202e'];
+const ALPHABET = [
+  'a',
+  'z',
+  '0',
+  '9',
+  '-',
+  '.',
+  '/',
+  '\n',
+  '\r',
+  ' ',
+  'A',
+  'Z',
+  '_',
+  '%',
+  '..',
+  'é',
+  '\u0000',
+  ';',
+  '=',
+  '\u202e',
+];
 function randomName(r: () => number): string {
   const len = r() < 0.05 ? 200 + Math.floor(r() * 200) : Math.floor(r() * 20);
   let s = '';
@@ -30,7 +51,13 @@ function randomName(r: () => number): string {
 
 // The documented rule (docs/security.md), written out again here rather than imported.
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
-const ENV = { CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'abc123', CNI_NETNS: '/var/run/netns/x', CNI_IFNAME: 'eth0', CNI_PATH: '/opt/cni/bin' };
+const ENV = {
+  CNI_COMMAND: 'ADD',
+  CNI_CONTAINERID: 'abc123',
+  CNI_NETNS: '/var/run/netns/x',
+  CNI_IFNAME: 'eth0',
+  CNI_PATH: '/opt/cni/bin',
+};
 
 describe('edge fuzz', () => {
   it('pod names and namespaces: accepted only when valid names, else code 4 naming the field', () => {
@@ -57,7 +84,12 @@ describe('edge fuzz', () => {
       const k = r();
       if (depth > 90 || k < 0.3) return [1, 'x', true, null, -1.5, '10.0.0.0/24', {}][Math.floor(r() * 7)];
       if (k < 0.6) return Array.from({ length: 1 + Math.floor(r() * 2) }, () => value(depth + 1));
-      return Object.fromEntries(Array.from({ length: 1 + Math.floor(r() * 2) }, () => [['ranges', 'subnet', 'type', 'routes', '__proto__', 'constructor'][Math.floor(r() * 6)]!, value(depth + 1)]));
+      return Object.fromEntries(
+        Array.from({ length: 1 + Math.floor(r() * 2) }, () => [
+          ['ranges', 'subnet', 'type', 'routes', '__proto__', 'constructor'][Math.floor(r() * 6)]!,
+          value(depth + 1),
+        ]),
+      );
     };
     const plugin = { name: 'netplugin', load: async () => handlers, runtime: createPluginRuntime() };
     for (let i = 0; i < 200; i++) {
@@ -67,7 +99,14 @@ describe('edge fuzz', () => {
       const code = await dispatch(
         {
           env: { ...ENV, CNI_COMMAND: 'ADD', CNI_NETNS: '/var/run/netns/edge-fuzz-does-not-exist' },
-          stdin: JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', etcd_endpoints: 'http://127.0.0.1:1', nodename: 'n1', ipam }),
+          stdin: JSON.stringify({
+            cniVersion: '1.0.0',
+            name: 'n',
+            type: 'netplugin',
+            etcd_endpoints: 'http://127.0.0.1:1',
+            nodename: 'n1',
+            ipam,
+          }),
           stdout: (s) => (out += s),
           stderr: (s) => (err += s),
         },

@@ -18,16 +18,37 @@ describe('FlowStore', () => {
     const r = s.query({ sortBy: { field: 'startTime', desc: false } });
     expect(r.total).toBe(2);
     const [a, b] = r.items;
-    expect(a).toMatchObject({ startTime: '2027-01-15T08:00:00Z', endTime: '2027-01-15T08:00:14Z', packetsIn: 20, bytesOut: 1600, connectionsStarted: 4, connectionsLive: 3 });
+    expect(a).toMatchObject({
+      startTime: '2027-01-15T08:00:00Z',
+      endTime: '2027-01-15T08:00:14Z',
+      packetsIn: 20,
+      bytesOut: 1600,
+      connectionsStarted: 4,
+      connectionsLive: 3,
+    });
     expect(a!.policies.enforced).toEqual([hit('allow-a')]);
     expect(b).toMatchObject({ startTime: '2027-01-15T08:00:15Z', packetsIn: 10, connectionsLive: 1 });
-    expect(a).toMatchObject({ sourceType: 'wep', sourceNamespace: 'ns-a', sourceName: 'pod-a', sourceLabels: { app: 'a' }, destNamespace: 'ns-b', destPort: 80, reporter: 'Dst', action: 'Allow' });
+    expect(a).toMatchObject({
+      sourceType: 'wep',
+      sourceNamespace: 'ns-a',
+      sourceName: 'pod-a',
+      sourceLabels: { app: 'a' },
+      destNamespace: 'ns-b',
+      destPort: 80,
+      reporter: 'Dst',
+      action: 'Allow',
+    });
   });
 
   it('keeps a different trace, reporter or labels as a different flow', () => {
     const now = { t: T0 + 10 };
     const s = store(now);
-    s.ingest([record(T0), record(T0, { reporter: 'Src' }), record(T0, { policies: { enforced: [hit('other')], pending: [] } }), record(T0, { source: { type: 'wep', namespace: 'ns-a', name: 'pod-a', labels: { app: 'x' } } })]);
+    s.ingest([
+      record(T0),
+      record(T0, { reporter: 'Src' }),
+      record(T0, { policies: { enforced: [hit('other')], pending: [] } }),
+      record(T0, { source: { type: 'wep', namespace: 'ns-a', name: 'pod-a', labels: { app: 'x' } } }),
+    ]);
     expect(s.query({}).total).toBe(4);
   });
 
@@ -46,7 +67,11 @@ describe('FlowStore', () => {
     const p0 = s.query({ pageSize: 3, page: 0, sortBy: { field: 'startTime', desc: false } });
     const p1 = s.query({ pageSize: 3, page: 1, sortBy: { field: 'startTime', desc: false } });
     expect(p0.total).toBe(20);
-    expect(p0.items.map((f) => f.startTime)).toEqual(['2027-01-15T08:00:00Z', '2027-01-15T08:00:01Z', '2027-01-15T08:00:15Z']);
+    expect(p0.items.map((f) => f.startTime)).toEqual([
+      '2027-01-15T08:00:00Z',
+      '2027-01-15T08:00:01Z',
+      '2027-01-15T08:00:15Z',
+    ]);
     expect(p1.items[0]!.startTime).toBe('2027-01-15T08:00:16Z');
     // Default: newest first.
     expect(s.query({ pageSize: 1 }).items[0]!.startTime).toBe('2027-01-15T08:02:16Z');
@@ -58,17 +83,39 @@ describe('FlowStore', () => {
   it('hints list the values present; statistics count per policy and rule over time', () => {
     const now = { t: T0 + 100 };
     const s = store(now);
-    s.ingest([record(T0), record(T0 + 15), deniedRecord(T0), record(T0, { policies: { enforced: [hit('allow-a', { ruleIndex: 1 })], pending: [] } })]);
+    s.ingest([
+      record(T0),
+      record(T0 + 15),
+      deniedRecord(T0),
+      record(T0, { policies: { enforced: [hit('allow-a', { ruleIndex: 1 })], pending: [] } }),
+    ]);
     expect(s.hints('sourceNamespace')).toEqual(['ns-a', 'ns-c']);
     expect(s.hints('policy')).toEqual(['allow-a', 'default', 'staged-allow-c']);
     expect(s.hints('sourceName', { action: 'Deny' })).toEqual(['pod-c']);
     const byPolicy = s.statistics('policy');
     const allow = byPolicy.find((i) => i.name === 'allow-a')!;
-    expect(allow).toMatchObject({ kind: 'NetworkPolicy', namespace: 'ns-b', allowedPackets: 54, allowedBytes: 5400, deniedPackets: 0, connections: 6 });
-    expect(allow.series.map((p) => [p.time, p.allowedPackets])).toEqual([['2027-01-15T08:00:00Z', 36], ['2027-01-15T08:00:15Z', 18]]);
-    expect(byPolicy.find((i) => i.kind === 'EndOfTier')).toMatchObject({ deniedPackets: 10, deniedBytes: 1000, allowedPackets: 0 });
+    expect(allow).toMatchObject({
+      kind: 'NetworkPolicy',
+      namespace: 'ns-b',
+      allowedPackets: 54,
+      allowedBytes: 5400,
+      deniedPackets: 0,
+      connections: 6,
+    });
+    expect(allow.series.map((p) => [p.time, p.allowedPackets])).toEqual([
+      ['2027-01-15T08:00:00Z', 36],
+      ['2027-01-15T08:00:15Z', 18],
+    ]);
+    expect(byPolicy.find((i) => i.kind === 'EndOfTier')).toMatchObject({
+      deniedPackets: 10,
+      deniedBytes: 1000,
+      allowedPackets: 0,
+    });
     const byRule = s.statistics('rule').filter((i) => i.name === 'allow-a');
-    expect(byRule.map((i) => [i.ruleIndex, i.allowedPackets]).sort()).toEqual([[0, 36], [1, 18]]);
+    expect(byRule.map((i) => [i.ruleIndex, i.allowedPackets]).sort()).toEqual([
+      [0, 36],
+      [1, 18],
+    ]);
   });
 
   it('drops buckets past the retention, and the keys only they held', () => {
@@ -123,11 +170,19 @@ describe('FlowStore', () => {
 
 describe('flow records and the protocol', () => {
   it('rejects a bad record naming the field, and keeps the good ones of its batch', () => {
-    expect(() => parseFlowRecord({ ...record(T0), source: { type: 'pod', name: 'x' } })).toThrow(/record.source.type: expected one of wep, hep, net \(got "pod"\)/);
-    expect(() => parseFlowRecord({ ...record(T0), dest: { type: 'net', name: 'internet' } })).toThrow(/dest.name: a net endpoint is pub or pvt/);
+    expect(() => parseFlowRecord({ ...record(T0), source: { type: 'pod', name: 'x' } })).toThrow(
+      /record.source.type: expected one of wep, hep, net \(got "pod"\)/,
+    );
+    expect(() => parseFlowRecord({ ...record(T0), dest: { type: 'net', name: 'internet' } })).toThrow(
+      /dest.name: a net endpoint is pub or pvt/,
+    );
     expect(() => parseFlowRecord({ ...record(T0), destPort: 70000 })).toThrow(FlowRecordError);
-    expect(() => parseFlowRecord({ ...record(T0), packetsIn: -1 })).toThrow(/packetsIn: expected a non-negative integer/);
-    expect(() => parseFlowRecord({ ...record(T0), policies: { enforced: [{ ...hit('x'), kind: 'Bogus' }] } })).toThrow(/policies.enforced\[0\].kind/);
+    expect(() => parseFlowRecord({ ...record(T0), packetsIn: -1 })).toThrow(
+      /packetsIn: expected a non-negative integer/,
+    );
+    expect(() => parseFlowRecord({ ...record(T0), policies: { enforced: [{ ...hit('x'), kind: 'Bogus' }] } })).toThrow(
+      /policies.enforced\[0\].kind/,
+    );
     const wire = encodeRecords([record(T0), record(T0 + 1), deniedRecord(T0)]);
     // Endpoints and traces travel once per batch: a, b, c and two traces.
     expect([wire.endpoints.length, wire.traces.length]).toEqual([3, 2]);
@@ -144,12 +199,21 @@ describe('flow records and the protocol', () => {
     expect(r2.records.map((x) => x.action)).toEqual(['Allow']);
     expect(r2.errors[0]).toMatch(/endpoints\[2\].type: expected one of wep, hep, net/);
     w2.records[0]![6] = 9;
-    expect(parseRecords(w2).errors[0]).toMatch(/records\[0\].policies: expected the index of one of the batch's 2 traces \(got 9\)/);
+    expect(parseRecords(w2).errors[0]).toMatch(
+      /records\[0\].policies: expected the index of one of the batch's 2 traces \(got 9\)/,
+    );
   });
 
   it('parses batches and splits lines across chunks', () => {
     const empty = '"endpoints":[],"traces":[],"records":[]';
-    expect(parseBatch(`{"node":"n1","stream":"s-1","seq":3,${empty}}`)).toEqual({ node: 'n1', stream: 's-1', seq: 3, endpoints: [], traces: [], records: [] });
+    expect(parseBatch(`{"node":"n1","stream":"s-1","seq":3,${empty}}`)).toEqual({
+      node: 'n1',
+      stream: 's-1',
+      seq: 3,
+      endpoints: [],
+      traces: [],
+      records: [],
+    });
     expect(() => parseBatch(`{"node":"n1","stream":"s 1","seq":3,${empty}}`)).toThrow(ProtocolError);
     expect(() => parseBatch(`{"node":"n1","stream":"s","seq":0,${empty}}`)).toThrow(/seq/);
     expect(() => parseBatch('{"node":"n1","stream":"s","seq":1,"records":[]}')).toThrow(/endpoints: expected a list/);

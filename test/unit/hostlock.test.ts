@@ -1,7 +1,18 @@
 // The node's host locks (src/hostlock): flock on root-only files, waited for in
 // the kernel's queue on a thread of their own, bounded, naming the holder.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -9,7 +20,15 @@ import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorCodes } from '../../src/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { DEFAULT_LOCK_PATH, HostLockError, LOCK_ENV, acquireHostLock, hostLockPath, ipamHostLock, withHostLock } from '../../src/hostlock/index.js';
+import {
+  DEFAULT_LOCK_PATH,
+  HostLockError,
+  LOCK_ENV,
+  acquireHostLock,
+  hostLockPath,
+  ipamHostLock,
+  withHostLock,
+} from '../../src/hostlock/index.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { nodeIpamLock } from '../../src/plugins/node-lock.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
@@ -211,13 +230,17 @@ describe('host lock in one process', () => {
       Array.from({ length: 8 }, async (_, w) => {
         const key = `veth:k${w % 2}`;
         for (let i = 0; i < 6; i++) {
-          await withHostLock(path, async () => {
-            inside.set(key, (inside.get(key) ?? 0) + 1);
-            most = Math.max(most, inside.get(key)!);
-            await new Promise((r) => setTimeout(r, Math.random() * 4));
-            inside.set(key, inside.get(key)! - 1);
-            rounds++;
-          }, { key, timeoutMs: 30_000 });
+          await withHostLock(
+            path,
+            async () => {
+              inside.set(key, (inside.get(key) ?? 0) + 1);
+              most = Math.max(most, inside.get(key)!);
+              await new Promise((r) => setTimeout(r, Math.random() * 4));
+              inside.set(key, inside.get(key)! - 1);
+              rounds++;
+            },
+            { key, timeoutMs: 30_000 },
+          );
         }
       }),
     );
@@ -228,7 +251,9 @@ describe('host lock in one process', () => {
     // A key held by another process blocks the same key only.
     const child = kids.start(path, { key: 'veth:x' });
     await child.until('held');
-    expect((await failure(acquireHostLock(path, { key: 'veth:x', timeoutMs: 100 })) as HostLockError).message).toContain(`(veth:x); it is held by pid ${child.pid}`);
+    expect(
+      ((await failure(acquireHostLock(path, { key: 'veth:x', timeoutMs: 100 }))) as HostLockError).message,
+    ).toContain(`(veth:x); it is held by pid ${child.pid}`);
     await withHostLock(path, async () => undefined, { key: 'veth:y', timeoutMs: 100 });
     await child.kill();
   });
@@ -237,7 +262,9 @@ describe('host lock in one process', () => {
     const path = join(dir, 'many.lock');
     const child = kids.start(path);
     await child.until('held');
-    const errs = await Promise.all(Array.from({ length: 8 }, (_, i) => failure(acquireHostLock(path, { timeoutMs: 100 + 50 * i }))));
+    const errs = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => failure(acquireHostLock(path, { timeoutMs: 100 + 50 * i }))),
+    );
     expect(errs.map((e) => e instanceof HostLockError && e.kind)).toEqual(Array(8).fill('timeout'));
     // None is left queued in the kernel behind the holder.
     expect(flockState(path).blocked).toEqual([]);
@@ -309,7 +336,8 @@ describe('who can take the lock', () => {
     const squatter = await startLockSquatter(path, open);
     try {
       expect(squatter.out).toMatch(/^ready EACCES EACCES/);
-      for (let i = 0; i < 20; i++) await withHostLock(path, async () => new Promise((r) => setTimeout(r, 5)), { timeoutMs: 1000 });
+      for (let i = 0; i < 20; i++)
+        await withHostLock(path, async () => new Promise((r) => setTimeout(r, 5)), { timeoutMs: 1000 });
       expect(squatter.squats).toBe(0);
       expect(existsSync(join(open, 'squat.lock'))).toBe(false);
     } finally {
@@ -322,7 +350,9 @@ describe('who can take the lock', () => {
 describe('layering', () => {
   it('IPAM never imports the host lock: the plugins pass it in', () => {
     const ipamDir = join(__dirname, '../../src/ipam');
-    const offenders = readdirSync(ipamDir).filter((f) => /from '\.\.\/hostlock\//.test(readFileSync(join(ipamDir, f), 'utf8')));
+    const offenders = readdirSync(ipamDir).filter((f) =>
+      /from '\.\.\/hostlock\//.test(readFileSync(join(ipamDir, f), 'utf8')),
+    );
     expect(offenders).toEqual([]);
   });
 });

@@ -4,8 +4,8 @@
 // ipAddrs); tunnel addresses come only from pools that allow Tunnel.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
-import { type IPPoolSpec } from '../../src/model/resources.js';
-import { CniError, ErrorCodes } from '../../src/errors.js';
+import type { IPPoolSpec } from '../../src/model/resources.js';
+import { type CniError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type Ipam, type AssignRequest } from '../../src/ipam/index.js';
@@ -19,7 +19,14 @@ async function pool(name: string, cidr: string, spec: Partial<IPPoolSpec> = {}):
 }
 
 function req(extra: Partial<AssignRequest> = {}): AssignRequest {
-  return { handleID: `net.${Math.random().toString(16).slice(2)}`, node: 'n1', attrs: {}, assignIPv4: true, assignIPv6: false, ...extra };
+  return {
+    handleID: `net.${Math.random().toString(16).slice(2)}`,
+    node: 'n1',
+    attrs: {},
+    assignIPv4: true,
+    assignIPv6: false,
+    ...extra,
+  };
 }
 
 async function failure(p: Promise<unknown>): Promise<CniError> {
@@ -42,7 +49,7 @@ describe('allowedUses', () => {
   it('automatic workload assignment skips a Tunnel-only pool and says why when nothing else exists', async () => {
     const e = await failure(ipam.assign(req()));
     expect(e.code).toBe(ErrorCodes.IpamFailure);
-    expect(e.message).toContain("tunnels (10.70.0.0/24, allowedUses [Tunnel])");
+    expect(e.message).toContain('tunnels (10.70.0.0/24, allowedUses [Tunnel])');
     await pool('pods', '10.71.0.0/24', { allowedUses: ['Workload'] });
     const [a] = await ipam.assign(req());
     expect(a!.pool).toBe('pods');
@@ -50,15 +57,23 @@ describe('allowedUses', () => {
 
   it('an explicit pool list naming a Tunnel-only pool is an error naming the pool, its allowedUses and the field', async () => {
     await pool('pods', '10.71.0.0/24');
-    const e = await failure(ipam.assign(req({ ipv4Pools: ['tunnels'], fields: { ipv4Pools: 'cni.netplugin.org/ipv4pools' } })));
-    expect(e.message).toMatch(/^cni\.netplugin\.org\/ipv4pools: pool 'tunnels' \(10\.70\.0\.0\/24\) has allowedUses \[Tunnel\]: it gives no Workload addresses/);
+    const e = await failure(
+      ipam.assign(req({ ipv4Pools: ['tunnels'], fields: { ipv4Pools: 'cni.netplugin.org/ipv4pools' } })),
+    );
+    expect(e.message).toMatch(
+      /^cni\.netplugin\.org\/ipv4pools: pool 'tunnels' \(10\.70\.0\.0\/24\) has allowedUses \[Tunnel\]: it gives no Workload addresses/,
+    );
     expect(e.message).toContain('add Workload to its spec.allowedUses');
     expect((await ds.list('IPAMBlock')).items).toEqual([]);
   });
 
   it('a requested address (IP= or ipAddrs) inside a Tunnel-only pool is refused and nothing is allocated', async () => {
-    const e = await failure(ipam.assign(req({ requestedIPs: ['10.70.0.5'], fields: { requestedIPs: 'cni.netplugin.org/ipAddrs' } })));
-    expect(e.message).toContain("cni.netplugin.org/ipAddrs: 10.70.0.5 is in pool 'tunnels' (10.70.0.0/24), whose allowedUses is [Tunnel]");
+    const e = await failure(
+      ipam.assign(req({ requestedIPs: ['10.70.0.5'], fields: { requestedIPs: 'cni.netplugin.org/ipAddrs' } })),
+    );
+    expect(e.message).toContain(
+      "cni.netplugin.org/ipAddrs: 10.70.0.5 is in pool 'tunnels' (10.70.0.0/24), whose allowedUses is [Tunnel]",
+    );
     expect((await ds.list('IPAMHandle')).items).toEqual([]);
   });
 

@@ -5,11 +5,17 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type Kind, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { DatastoreError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
-import { createIpam, createIpamShared, type AssignRequest, type Assigned, type IpamShared } from '../../src/ipam/index.js';
+import {
+  createIpam,
+  createIpamShared,
+  type AssignRequest,
+  type Assigned,
+  type IpamShared,
+} from '../../src/ipam/index.js';
 import { createPool } from '../support/builders.js';
 
 const pool = createPool;
@@ -17,7 +23,14 @@ const pool = createPool;
 let seq = 0;
 function req(nodeName: string, extra: Partial<AssignRequest> = {}): AssignRequest {
   const id = `b${++seq}`;
-  return { handleID: `net.${id}`, node: nodeName, attrs: { namespace: 'ns', pod: `p-${id}` }, assignIPv4: true, assignIPv6: false, ...extra };
+  return {
+    handleID: `net.${id}`,
+    node: nodeName,
+    attrs: { namespace: 'ns', pod: `p-${id}` },
+    assignIPv4: true,
+    assignIPv6: false,
+    ...extra,
+  };
 }
 
 async function all<K extends Kind>(ds: Datastore, kind: K): Promise<Array<Resource<K>>> {
@@ -135,7 +148,11 @@ describe('batched assignment', () => {
 
   it('batching instances given different shared states do not batch together (one block write per request)', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 26 });
-    const got = await Promise.all(Array.from({ length: 30 }, () => createIpam(store, { lock: 'none', batch: true, shared: createIpamShared() }).assign(req('n1'))));
+    const got = await Promise.all(
+      Array.from({ length: 30 }, () =>
+        createIpam(store, { lock: 'none', batch: true, shared: createIpamShared() }).assign(req('n1')),
+      ),
+    );
     expect(new Set(got.map((g) => g[0]!.ip)).size).toBe(30);
     expect(store.writes.filter((w) => w === 'update IPAMBlock').length).toBeGreaterThanOrEqual(30);
   });
@@ -162,7 +179,12 @@ describe('batched assignment', () => {
     expect(new Set(ips).size).toBe(20);
     const blocks = await all(ds, 'IPAMBlock');
     // 25 addresses in /29 blocks: 4 blocks, all this node's, all confirmed.
-    expect(blocks.map((b) => b.spec.cidr).sort()).toEqual(['10.0.0.0/29', '10.0.0.16/29', '10.0.0.24/29', '10.0.0.8/29']);
+    expect(blocks.map((b) => b.spec.cidr).sort()).toEqual([
+      '10.0.0.0/29',
+      '10.0.0.16/29',
+      '10.0.0.24/29',
+      '10.0.0.8/29',
+    ]);
     expect(blocks.every((b) => b.spec.affinity === 'host:n1')).toBe(true);
     expect(blocks.reduce((n, b) => n + allocatedOrds(b.spec), 0)).toBe(25);
     expect((await all(ds, 'BlockAffinity')).every((a) => a.spec.state === 'confirmed')).toBe(true);
@@ -219,13 +241,23 @@ describe('batched assignment', () => {
     let failures = 0;
     const flaky: Datastore = Object.assign(Object.create(store) as Counting, {
       create: (async (res, o) => {
-        if (res.kind === 'IPAMHandle' && res.metadata.name === victim && failures++ < 2) throw new DatastoreError('Unavailable', 'injected: handle write failed');
+        if (res.kind === 'IPAMHandle' && res.metadata.name === victim && failures++ < 2)
+          throw new DatastoreError('Unavailable', 'injected: handle write failed');
         return store.create(res, o);
       }) as Datastore['create'],
     });
     const results = await Promise.allSettled(reqs.map((r) => batching(flaky).assign(r)));
     // The victim failed twice (batched, then alone); everybody else got an address.
-    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled', 'fulfilled', 'fulfilled']);
+    expect(results.map((r) => r.status)).toEqual([
+      'fulfilled',
+      'fulfilled',
+      'fulfilled',
+      'rejected',
+      'fulfilled',
+      'fulfilled',
+      'fulfilled',
+      'fulfilled',
+    ]);
     expect((results[3] as PromiseRejectedResult).reason).toBeInstanceOf(DatastoreError);
     const held = await checkInvariant(ds);
     expect(held.has(victim.toLowerCase())).toBe(false);
@@ -245,9 +277,20 @@ describe('batched assignment', () => {
     await ds.update({ ...second, spec: { ...second.spec, allocations: second.spec.allocations.slice(0, 7) } }); // hand-broken
     const reqs = Array.from({ length: 6 }, () => req('n1'));
     const results = await Promise.allSettled(reqs.map((r) => batching(store).assign(r)));
-    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'rejected', 'rejected', 'rejected']);
-    expect(results.slice(0, 2).map((r) => (r as PromiseFulfilledResult<Assigned[]>).value[0]!.block)).toEqual(['10.0.0.0/29', '10.0.0.0/29']);
-    for (const r of results.slice(2)) expect(String((r as PromiseRejectedResult).reason)).toMatch(/IPAMBlock 10\.0\.0\.8\/29 is malformed/);
+    expect(results.map((r) => r.status)).toEqual([
+      'fulfilled',
+      'fulfilled',
+      'rejected',
+      'rejected',
+      'rejected',
+      'rejected',
+    ]);
+    expect(results.slice(0, 2).map((r) => (r as PromiseFulfilledResult<Assigned[]>).value[0]!.block)).toEqual([
+      '10.0.0.0/29',
+      '10.0.0.0/29',
+    ]);
+    for (const r of results.slice(2))
+      expect(String((r as PromiseRejectedResult).reason)).toMatch(/IPAMBlock 10\.0\.0\.8\/29 is malformed/);
     const held = await checkInvariant(ds);
     for (const r of reqs.slice(0, 2)) expect(held.get(r.handleID.toLowerCase())).toHaveLength(1);
     for (const r of reqs.slice(2)) await expect(ds.get('IPAMHandle', r.handleID)).rejects.toThrow();
@@ -289,7 +332,9 @@ describe('batched assignment', () => {
       expect(r.reason).toBeInstanceOf(IpamError);
       expect((r.reason as IpamError).kind).toBe('exhausted');
       expect(toCniError(r.reason).code).toBe(ErrorCodes.IpamFailure);
-      expect((r.reason as IpamError).message).toMatch(/no free IPv6 address .* \(the IPv4 address 10\.0\.0\.\d+ assigned in the same request was released: dual-stack assignment is all-or-nothing\)/);
+      expect((r.reason as IpamError).message).toMatch(
+        /no free IPv6 address .* \(the IPv4 address 10\.0\.0\.\d+ assigned in the same request was released: dual-stack assignment is all-or-nothing\)/,
+      );
     }
     const held = await checkInvariant(ds);
     expect(held.size).toBe(4);
@@ -314,22 +359,33 @@ describe('batched assignment', () => {
     await pool(ds, 'v6', 'fd00::/122', { blockSize: 122 });
     const again = req('n1', { assignIPv6: true });
     const before = await createIpam(ds, { lock: 'none' }).assign(again);
-    const got = await Promise.all([req('n1', { assignIPv6: true }), again, req('n1', { assignIPv6: true })].map((r) => batching(store).assign(r)));
+    const got = await Promise.all(
+      [req('n1', { assignIPv6: true }), again, req('n1', { assignIPv6: true })].map((r) => batching(store).assign(r)),
+    );
     expect(got[1]!.map((a) => a.ip)).toEqual(before.map((a) => a.ip));
     const held = await checkInvariant(ds);
     expect(held.get(again.handleID.toLowerCase())).toHaveLength(2);
     expect(new Set(got.flatMap((g) => g.map((a) => a.ip))).size).toBe(6);
-    // The IPv6 pool is one /122 block of 64, three taken: fill it, then retry in a batch that runs out of IPv6 addresses.
-    for (let i = 0; i < 61; i++) await createIpam(ds, { lock: 'none' }).assign(req('n1', { assignIPv4: false, assignIPv6: true }));
-    const second = await Promise.allSettled([req('n1', { assignIPv6: true }), again].map((r) => batching(store).assign(r)));
+    // The IPv6 pool is one /122 block of 64, three taken: fill it, then retry in a batch that runs out of IPv6
+    // addresses.
+    for (let i = 0; i < 61; i++)
+      await createIpam(ds, { lock: 'none' }).assign(req('n1', { assignIPv4: false, assignIPv6: true }));
+    const second = await Promise.allSettled(
+      [req('n1', { assignIPv6: true }), again].map((r) => batching(store).assign(r)),
+    );
     expect(second[0]!.status).toBe('rejected');
-    expect(second[1]).toMatchObject({ status: 'fulfilled', value: before.map((a) => expect.objectContaining({ ip: a.ip, held: true })) });
+    expect(second[1]).toMatchObject({
+      status: 'fulfilled',
+      value: before.map((a) => expect.objectContaining({ ip: a.ip, held: true })),
+    });
     expect((await checkInvariant(ds)).get(again.handleID.toLowerCase())).toHaveLength(2);
     // A container that holds only an IPv4 address asks again for both (its netconf changed): no IPv6 is left,
     // so it fails, and the failure leaves its IPv4 address (the earlier ADD's) held.
     const v4only = req('n1');
     const [mine] = await createIpam(ds, { lock: 'none' }).assign(v4only);
-    const third = await Promise.allSettled([req('n1', { assignIPv6: true }), { ...v4only, assignIPv6: true }].map((r) => batching(store).assign(r)));
+    const third = await Promise.allSettled(
+      [req('n1', { assignIPv6: true }), { ...v4only, assignIPv6: true }].map((r) => batching(store).assign(r)),
+    );
     expect(third.map((r) => r.status)).toEqual(['rejected', 'rejected']);
     expect(await createIpam(ds, { lock: 'none' }).handleAddresses(v4only.handleID)).toEqual([mine!.ip]);
   });
@@ -351,9 +407,21 @@ describe('batched assignment', () => {
     const reqs = Array.from({ length: 40 }, () => req('n1'));
     await Promise.all(reqs.map((r) => batching(ds).assign(r)));
     // An extra write per release, as DEL deletes the endpoint in the same transaction.
-    for (const r of reqs) await ds.create({ apiVersion: API_VERSION, kind: 'ClusterInformation', metadata: { name: `x-${r.handleID}` }, spec: {} });
+    for (const r of reqs)
+      await ds.create({
+        apiVersion: API_VERSION,
+        kind: 'ClusterInformation',
+        metadata: { name: `x-${r.handleID}` },
+        spec: {},
+      });
     const before = store.blockWrites();
-    const freed = await Promise.all(reqs.map((r) => batching(store).releaseByHandle(r.handleID, { alsoWrite: [{ op: 'delete', kind: 'ClusterInformation', name: `x-${r.handleID}` }] })));
+    const freed = await Promise.all(
+      reqs.map((r) =>
+        batching(store).releaseByHandle(r.handleID, {
+          alsoWrite: [{ op: 'delete', kind: 'ClusterInformation', name: `x-${r.handleID}` }],
+        }),
+      ),
+    );
     for (const f of freed) expect(f).toHaveLength(1);
     expect(new Set(freed.flat()).size).toBe(40);
     // The first release runs alone, the rest wait for it and go together (the block is the node's last, so it stays).

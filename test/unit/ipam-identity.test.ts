@@ -23,7 +23,12 @@ beforeEach(async () => {
   ds = new MemoryDatastore();
   ipam = createIpam(ds, { lock: 'none' });
   dir = mkdtempSync(join(tmpdir(), `ipam-identity-${process.pid}-`));
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p' }, spec: { cidr: '10.9.0.0/24', blockSize: 28, ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' } });
+  await ds.create({
+    apiVersion: API_VERSION,
+    kind: 'IPPool',
+    metadata: { name: 'p' },
+    spec: { cidr: '10.9.0.0/24', blockSize: 28, ipipMode: 'Never', vxlanMode: 'Never', nodeSelector: 'all()' },
+  });
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -38,7 +43,13 @@ async function assign(handleID: string): Promise<string> {
 async function ctl(argv: string[]): Promise<{ code: number; out: string; err: string }> {
   let out = '';
   let err = '';
-  const code = await runCtl(argv, { env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' }, cwd: dir, stdout: (s) => (out += s), stderr: (s) => (err += s), openDatastore: async () => ds });
+  const code = await runCtl(argv, {
+    env: { ETCD_ENDPOINTS: 'http://127.0.0.1:2379' },
+    cwd: dir,
+    stdout: (s) => (out += s),
+    stderr: (s) => (err += s),
+    openDatastore: async () => ds,
+  });
   return { code, out, err };
 }
 
@@ -66,7 +77,12 @@ describe('handle identity', () => {
 
   it('the format round-trips for dotted names and keeps the old form for dot-free networks', () => {
     expect(handleIDFor('k8s-pod-network', 'abc123')).toBe('k8s-pod-network.abc123');
-    for (const [n, c] of [['a.b.c', 'd.e'], ['a.', 'b'], ['a..b', 'c..d'], ['net', 'x']] as const) {
+    for (const [n, c] of [
+      ['a.b.c', 'd.e'],
+      ['a.', 'b'],
+      ['a..b', 'c..d'],
+      ['net', 'x'],
+    ] as const) {
       expect(parseHandleID(handleIDFor(n, c))).toEqual({ network: n, containerId: c });
     }
     // Object names are valid lower-case Kubernetes names and differ by case of the ID.
@@ -81,16 +97,30 @@ describe('handle identity', () => {
     // Rewrite the handle object as the old code stored it: name = lower-cased ID.
     const cur = await ds.get('IPAMHandle', handleName(id));
     await ds.delete('IPAMHandle', cur.metadata.name);
-    await ds.create({ apiVersion: API_VERSION, kind: 'IPAMHandle', metadata: { name: id.toLowerCase() }, spec: cur.spec });
+    await ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPAMHandle',
+      metadata: { name: id.toLowerCase() },
+      spec: cur.spec,
+    });
     expect(await ipam.handleAddresses(id)).toEqual([ip]);
     // A lower-case sandbox whose new name is that legacy name is refused clearly, never handed the other's handle.
-    await expect(assign(handleOf('net', 'cafe02'))).rejects.toThrow(/records handle "net.CAFE02".*ipam check --fix|ipam check/);
+    await expect(assign(handleOf('net', 'cafe02'))).rejects.toThrow(
+      /records handle "net.CAFE02".*ipam check --fix|ipam check/,
+    );
 
     await ds.create({
       apiVersion: API_VERSION,
       kind: 'WorkloadEndpoint',
       metadata: { name: 'n1-cni-CAFE02-eth0', namespace: 'default' },
-      spec: { orchestrator: 'cni', node: 'n1', containerID: 'CAFE02', endpoint: 'eth0', ipNetworks: [`${ip}/32`], interfaceName: 'npiX' },
+      spec: {
+        orchestrator: 'cni',
+        node: 'n1',
+        containerID: 'CAFE02',
+        endpoint: 'eth0',
+        ipNetworks: [`${ip}/32`],
+        interfaceName: 'npiX',
+      },
     });
     const check = await ctl(['ipam', 'check', '-o', 'r.json']);
     expect(check.out).toContain('case-folded legacy names');
@@ -106,18 +136,39 @@ describe('handle identity', () => {
 describe('ipam check: two live endpoints holding one address', () => {
   it('is reported with both endpoints', async () => {
     const ip = await assign(handleOf('net', 'aaa1'));
-    for (const [cid, pod] of [['aaa1', 'web-a'], ['AAA1', 'web-b']]) {
+    for (const [cid, pod] of [
+      ['aaa1', 'web-a'],
+      ['AAA1', 'web-b'],
+    ]) {
       await ds.create({
         apiVersion: API_VERSION,
         kind: 'WorkloadEndpoint',
         metadata: { name: `n1-k8s-${pod}-eth0`, namespace: 'ns' },
-        spec: { orchestrator: 'k8s', node: 'n1', containerID: cid!, pod: pod!, endpoint: 'eth0', ipNetworks: [`${ip}/32`], interfaceName: 'npiX' },
+        spec: {
+          orchestrator: 'k8s',
+          node: 'n1',
+          containerID: cid!,
+          pod: pod!,
+          endpoint: 'eth0',
+          ipNetworks: [`${ip}/32`],
+          interfaceName: 'npiX',
+        },
       });
     }
     const r = await ctl(['ipam', 'check', '--json']);
     const report = JSON.parse(r.out) as IpamReport;
-    expect(report.sharedAddresses).toEqual([{ ip, endpoints: [{ endpoint: 'ns/n1-k8s-web-a-eth0', containerID: 'aaa1' }, { endpoint: 'ns/n1-k8s-web-b-eth0', containerID: 'AAA1' }] }]);
+    expect(report.sharedAddresses).toEqual([
+      {
+        ip,
+        endpoints: [
+          { endpoint: 'ns/n1-k8s-web-a-eth0', containerID: 'aaa1' },
+          { endpoint: 'ns/n1-k8s-web-b-eth0', containerID: 'AAA1' },
+        ],
+      },
+    ]);
     expect(report.summary.problems).toBeGreaterThan(0);
-    expect((await ctl(['ipam', 'check'])).out).toMatch(new RegExp(`two or more live endpoints[\\s\\S]*${ip.replaceAll('.', '\\.')}.*web-a.*web-b`));
+    expect((await ctl(['ipam', 'check'])).out).toMatch(
+      new RegExp(`two or more live endpoints[\\s\\S]*${ip.replaceAll('.', '\\.')}.*web-a.*web-b`),
+    );
   });
 });

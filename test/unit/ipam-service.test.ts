@@ -14,10 +14,21 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 async function store(): Promise<MemoryDatastore> {
   const ds = new MemoryDatastore();
-  await ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p' }, spec: { cidr: '10.71.0.0/24', blockSize: 26 } });
+  await ds.create({
+    apiVersion: API_VERSION,
+    kind: 'IPPool',
+    metadata: { name: 'p' },
+    spec: { cidr: '10.71.0.0/24', blockSize: 26 },
+  });
   return ds;
 }
-const req = (): AssignRequest => ({ handleID: `net.${Math.random().toString(16).slice(2)}`, node: 'n1', attrs: {}, assignIPv4: true, assignIPv6: false });
+const req = (): AssignRequest => ({
+  handleID: `net.${Math.random().toString(16).slice(2)}`,
+  node: 'n1',
+  attrs: {},
+  assignIPv4: true,
+  assignIPv6: false,
+});
 
 describe('createIpam', () => {
   it("with this node's lock: an assignment waits for the lock it was given (held here, so it times out naming it)", async () => {
@@ -40,16 +51,22 @@ describe('serialize', () => {
   it('runs same-key calls in call order, one at a time, and a failure does not stop the queue', async () => {
     const log: string[] = [];
     let running = 0;
-    const job = (name: string, fail = false) => async () => {
-      running++;
-      expect(running).toBe(1);
-      await new Promise((r) => setTimeout(r, 5));
-      log.push(name);
-      running--;
-      if (fail) throw new Error(name);
-      return name;
-    };
-    const results = await Promise.allSettled([serialize('k', job('a')), serialize('k', job('b', true)), serialize('k', job('c'))]);
+    const job =
+      (name: string, fail = false) =>
+      async () => {
+        running++;
+        expect(running).toBe(1);
+        await new Promise((r) => setTimeout(r, 5));
+        log.push(name);
+        running--;
+        if (fail) throw new Error(name);
+        return name;
+      };
+    const results = await Promise.allSettled([
+      serialize('k', job('a')),
+      serialize('k', job('b', true)),
+      serialize('k', job('c')),
+    ]);
     expect(log).toEqual(['a', 'b', 'c']);
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
   });

@@ -5,8 +5,8 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { orderedTxn } from '../../src/datastore/txn.js';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { API_VERSION, type IPAMConfigSpec, type Kind, type Resource } from '../../src/model/resources.js';
-import { type Datastore } from '../../src/datastore/types.js';
-import { CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
+import type { Datastore } from '../../src/datastore/types.js';
+import { type CniError, DatastoreError, ErrorCodes } from '../../src/errors.js';
 import { IpamError } from '../../src/ipam/errors.js';
 import { toCniError } from '../../src/cni/errors.js';
 import { createIpam, type AssignRequest } from '../../src/ipam/index.js';
@@ -24,7 +24,14 @@ async function node(ds: Datastore, name: string, labels: Record<string, string>)
 let seq = 0;
 function req(nodeName: string, extra: Partial<AssignRequest> = {}): AssignRequest {
   const id = `c${++seq}`;
-  return { handleID: `net.${id}`, node: nodeName, attrs: { namespace: 'ns', pod: `p-${id}` }, assignIPv4: true, assignIPv6: false, ...extra };
+  return {
+    handleID: `net.${id}`,
+    node: nodeName,
+    attrs: { namespace: 'ns', pod: `p-${id}` },
+    assignIPv4: true,
+    assignIPv6: false,
+    ...extra,
+  };
 }
 
 async function errorOf(p: Promise<unknown>): Promise<CniError> {
@@ -75,7 +82,8 @@ class Faulty implements Datastore {
     const f = this.failIf?.(op, kind);
     if (f) throw f;
     if (op !== 'get' && op !== 'list') {
-      if (this.failAfterWrites !== undefined && this.writes >= this.failAfterWrites) throw new DatastoreError('Unavailable', 'injected outage');
+      if (this.failAfterWrites !== undefined && this.writes >= this.failAfterWrites)
+        throw new DatastoreError('Unavailable', 'injected outage');
       this.writes++;
     }
   }
@@ -96,7 +104,8 @@ let ds: MemoryDatastore;
 beforeEach(() => {
   ds = new MemoryDatastore();
 });
-const ipam = (store: Datastore = ds, maxRetries?: number) => createIpam(store, { lock: 'none', ...(maxRetries !== undefined ? { maxRetries } : {}) });
+const ipam = (store: Datastore = ds, maxRetries?: number) =>
+  createIpam(store, { lock: 'none', ...(maxRetries !== undefined ? { maxRetries } : {}) });
 
 describe('block claim and allocation', () => {
   it('claims a block by affinity and records the handle and attributes', async () => {
@@ -105,7 +114,9 @@ describe('block claim and allocation', () => {
     const [a] = await ipam().assign(r);
     expect(a).toEqual({ address: '10.0.0.0/29', ip: '10.0.0.0', family: 4, pool: 'p', block: '10.0.0.0/29' });
     const affs = await all(ds, 'BlockAffinity');
-    expect(affs.map((x) => [x.metadata.name, x.spec.state, x.spec.node, x.spec.cidr])).toEqual([['n1-ipv4-10.0.0.0-29', 'confirmed', 'n1', '10.0.0.0/29']]);
+    expect(affs.map((x) => [x.metadata.name, x.spec.state, x.spec.node, x.spec.cidr])).toEqual([
+      ['n1-ipv4-10.0.0.0-29', 'confirmed', 'n1', '10.0.0.0/29'],
+    ]);
     const block = await ds.get('IPAMBlock', '10.0.0.0-29');
     expect(block.spec.affinity).toBe('host:n1');
     const attr = block.spec.attributes[block.spec.allocations[0]!]!;
@@ -114,7 +125,10 @@ describe('block claim and allocation', () => {
     expect(Date.parse(attr.secondary!.timestamp!)).not.toBeNaN();
     const h = await ds.get('IPAMHandle', r.handleID);
     expect(h.spec).toEqual({ handleID: r.handleID, block: { '10.0.0.0/29': 1 } });
-    expect(await ipam().whoHas('10.0.0.0')).toMatchObject({ handle: r.handleID, attrs: { pod: r.attrs.pod, node: 'n1' } });
+    expect(await ipam().whoHas('10.0.0.0')).toMatchObject({
+      handle: r.handleID,
+      attrs: { pod: r.attrs.pod, node: 'n1' },
+    });
     expect(await ipam().handleAddresses(r.handleID)).toEqual(['10.0.0.0']);
   });
 
@@ -123,7 +137,16 @@ describe('block claim and allocation', () => {
     await ipam().assign(req('n1'));
     const f = new Faulty(ds);
     await ipam(f).assign(req('n1'));
-    expect(f.calls.sort()).toEqual(['create IPAMHandle', 'get IPAMBlock', 'get IPAMConfig', 'list BlockAffinity', 'list IPPool', 'update IPAMBlock'].sort());
+    expect(f.calls.sort()).toEqual(
+      [
+        'create IPAMHandle',
+        'get IPAMBlock',
+        'get IPAMConfig',
+        'list BlockAffinity',
+        'list IPPool',
+        'update IPAMBlock',
+      ].sort(),
+    );
   });
 
   it('on a store with atomic transactions, an ADD that claims a new block is one write: the confirmed affinity, the block holding the address and the handle together', async () => {
@@ -133,15 +156,22 @@ describe('block claim and allocation', () => {
       get(target, prop, receiver) {
         const v = Reflect.get(target, prop, receiver) as unknown;
         if (typeof v !== 'function') return v;
-        if (prop === 'txn') return (ops: Parameters<Datastore['txn']>[0]) => (writes.push(`txn ${ops.map((x) => `${x.op} ${'res' in x ? x.res.kind : x.kind}`).join(', ')}`), target.txn(ops));
-        if (prop === 'create' || prop === 'update' || prop === 'delete') return (...a: unknown[]) => (writes.push(String(prop)), (v as (...x: unknown[]) => unknown).apply(target, a));
+        if (prop === 'txn')
+          return (ops: Parameters<Datastore['txn']>[0]) => (
+            writes.push(`txn ${ops.map((x) => `${x.op} ${'res' in x ? x.res.kind : x.kind}`).join(', ')}`),
+            target.txn(ops)
+          );
+        if (prop === 'create' || prop === 'update' || prop === 'delete')
+          return (...a: unknown[]) => (writes.push(String(prop)), (v as (...x: unknown[]) => unknown).apply(target, a));
         return (v as (...x: unknown[]) => unknown).bind(target);
       },
     }) as Datastore;
     expect(counted.atomicTxn).toBe(true);
     const [a] = await createIpam(counted, { lock: 'none' }).assign(req('n1'));
     expect(writes).toEqual(['txn create IPAMHandle, create BlockAffinity, create IPAMBlock']);
-    expect((await all(ds, 'BlockAffinity')).map((x) => x.spec)).toEqual([{ state: 'confirmed', node: 'n1', cidr: a!.block }]);
+    expect((await all(ds, 'BlockAffinity')).map((x) => x.spec)).toEqual([
+      { state: 'confirmed', node: 'n1', cidr: a!.block },
+    ]);
     expect((await ds.get('IPAMBlock', blockName(a!.block))).spec.affinity).toBe('host:n1');
     expect(await checkInvariant(ds)).toEqual({ allocated: 1, handles: 1 });
   });
@@ -155,7 +185,8 @@ describe('block claim and allocation', () => {
         const v = Reflect.get(target, prop, receiver) as unknown;
         if (prop === 'txn') {
           return async (ops: Parameters<Datastore['txn']>[0]) => {
-            if (ops.some((x) => 'res' in x && x.res.kind === 'BlockAffinity') && !(await all(ds, 'IPAMBlock')).length) await i1.assign(req('n2'));
+            if (ops.some((x) => 'res' in x && x.res.kind === 'BlockAffinity') && !(await all(ds, 'IPAMBlock')).length)
+              await i1.assign(req('n2'));
             return target.txn(ops);
           };
         }
@@ -164,9 +195,15 @@ describe('block claim and allocation', () => {
     }) as Datastore;
     const [a] = await createIpam(racing, { lock: 'none' }).assign(req('n1'));
     const blocks = await all(ds, 'IPAMBlock');
-    expect(blocks.map((b) => [b.spec.cidr, b.spec.affinity]).sort()).toEqual([['10.0.0.0/29', 'host:n2'], ['10.0.0.8/29', 'host:n1']]);
+    expect(blocks.map((b) => [b.spec.cidr, b.spec.affinity]).sort()).toEqual([
+      ['10.0.0.0/29', 'host:n2'],
+      ['10.0.0.8/29', 'host:n1'],
+    ]);
     expect(a!.block).toBe('10.0.0.8/29');
-    expect((await all(ds, 'BlockAffinity')).map((x) => [x.spec.node, x.spec.cidr, x.spec.state]).sort()).toEqual([['n1', '10.0.0.8/29', 'confirmed'], ['n2', '10.0.0.0/29', 'confirmed']]);
+    expect((await all(ds, 'BlockAffinity')).map((x) => [x.spec.node, x.spec.cidr, x.spec.state]).sort()).toEqual([
+      ['n1', '10.0.0.8/29', 'confirmed'],
+      ['n2', '10.0.0.0/29', 'confirmed'],
+    ]);
     expect(await checkInvariant(ds)).toEqual({ allocated: 2, handles: 2 });
   });
 
@@ -245,7 +282,13 @@ describe('block claim and allocation', () => {
   it('IPv6 pools use /122 blocks by default', async () => {
     await pool(ds, 'v6', 'fd00:10:244::/64');
     const [a] = await ipam().assign(req('n1', { assignIPv4: false, assignIPv6: true }));
-    expect(a).toEqual({ address: 'fd00:10:244::/122', ip: 'fd00:10:244::', family: 6, pool: 'v6', block: 'fd00:10:244::/122' });
+    expect(a).toEqual({
+      address: 'fd00:10:244::/122',
+      ip: 'fd00:10:244::',
+      family: 6,
+      pool: 'v6',
+      block: 'fd00:10:244::/122',
+    });
     expect((await all(ds, 'IPAMBlock'))[0]!.spec.allocations.length).toBe(64);
     expect((await all(ds, 'BlockAffinity'))[0]!.metadata.name).toBe('n1-ipv6-fd00-10-244---122');
   });
@@ -255,14 +298,18 @@ describe('block claim and allocation', () => {
     const r = req('n1');
     const first = await ipam().assign(r);
     const f = new Faulty(ds);
-    const before = [await ds.get('IPAMHandle', r.handleID), await ds.get('IPAMBlock', '10.0.0.0-29')].map((o) => o.metadata.resourceVersion);
+    const before = [await ds.get('IPAMHandle', r.handleID), await ds.get('IPAMBlock', '10.0.0.0-29')].map(
+      (o) => o.metadata.resourceVersion,
+    );
     const again = await ipam(f).assign(r);
     expect(again).toEqual(first.map((a) => ({ ...a, held: true })));
     // The handle was not read before the transaction: the create's guard refused, then it was read.
     expect(f.calls.indexOf('create IPAMHandle')).toBeGreaterThanOrEqual(0);
     expect(f.calls.indexOf('get IPAMHandle')).toBeGreaterThan(f.calls.indexOf('create IPAMHandle'));
     expect(f.calls).not.toContain('update IPAMBlock');
-    const after = [await ds.get('IPAMHandle', r.handleID), await ds.get('IPAMBlock', '10.0.0.0-29')].map((o) => o.metadata.resourceVersion);
+    const after = [await ds.get('IPAMHandle', r.handleID), await ds.get('IPAMBlock', '10.0.0.0-29')].map(
+      (o) => o.metadata.resourceVersion,
+    );
     expect(after).toEqual(before);
     expect(await checkInvariant(ds)).toEqual({ allocated: 1, handles: 1 });
   });
@@ -320,7 +367,14 @@ describe('specific addresses', () => {
   });
 
   it('already taken: error naming the holder', async () => {
-    await ipam().assign({ handleID: 'net.abc', node: 'n1', attrs: { namespace: 'ns', pod: 'p' }, assignIPv4: true, assignIPv6: false, requestedIPs: ['10.0.0.5'] });
+    await ipam().assign({
+      handleID: 'net.abc',
+      node: 'n1',
+      attrs: { namespace: 'ns', pod: 'p' },
+      assignIPv4: true,
+      assignIPv6: false,
+      requestedIPs: ['10.0.0.5'],
+    });
     const e = await errorOf(ipam().assign(req('n2', { requestedIPs: ['10.0.0.5'] })));
     expect(e.code).toBe(ErrorCodes.IpamFailure);
     expect(e.message).toContain('10.0.0.5 is already assigned (handle net.abc, pod ns/p)');
@@ -328,7 +382,9 @@ describe('specific addresses', () => {
   });
 
   it('malformed or two of a family: config error', async () => {
-    expect((await errorOf(ipam().assign(req('n1', { requestedIPs: ['10.0.0.x'] })))).code).toBe(ErrorCodes.InvalidNetworkConfig);
+    expect((await errorOf(ipam().assign(req('n1', { requestedIPs: ['10.0.0.x'] })))).code).toBe(
+      ErrorCodes.InvalidNetworkConfig,
+    );
     const e = await errorOf(ipam().assign(req('n1', { requestedIPs: ['10.0.0.1', '10.0.0.2'] })));
     expect(e.message).toMatch(/more than one IPv4 address requested/);
   });
@@ -386,8 +442,12 @@ describe('release', () => {
       get(target, prop, receiver) {
         const v = Reflect.get(target, prop, receiver) as unknown;
         if (typeof v !== 'function') return v;
-        if (prop === 'txn') return (ops: Parameters<Datastore['txn']>[0]) => (writes.push(ops.map((x) => `${x.op} ${'res' in x ? x.res.kind : x.kind}`).join(', ')), target.txn(ops));
-        if (prop === 'create' || prop === 'update' || prop === 'delete') return (...a: unknown[]) => (writes.push(String(prop)), (v as (...x: unknown[]) => unknown).apply(target, a));
+        if (prop === 'txn')
+          return (ops: Parameters<Datastore['txn']>[0]) => (
+            writes.push(ops.map((x) => `${x.op} ${'res' in x ? x.res.kind : x.kind}`).join(', ')), target.txn(ops)
+          );
+        if (prop === 'create' || prop === 'update' || prop === 'delete')
+          return (...a: unknown[]) => (writes.push(String(prop)), (v as (...x: unknown[]) => unknown).apply(target, a));
         return (v as (...x: unknown[]) => unknown).bind(target);
       },
     }) as Datastore;
@@ -434,7 +494,9 @@ describe('pool choice', () => {
     expect(e.message).toContain("ipv4_pools: pool 'foo' does not exist; existing pools: a (10.0.0.0/16)");
     const e2 = await errorOf(ipam().assign(req('n1', { ipv4Pools: ['10.9.0.0/16'] })));
     expect(e2.message).toContain("pool '10.9.0.0/16' does not exist");
-    const e3 = await errorOf(ipam().assign(req('n1', { ipv4Pools: ['foo'], fields: { ipv4Pools: 'cni.netplugin.org/ipv4pools' } })));
+    const e3 = await errorOf(
+      ipam().assign(req('n1', { ipv4Pools: ['foo'], fields: { ipv4Pools: 'cni.netplugin.org/ipv4pools' } })),
+    );
     expect(e3.message).toMatch(/^cni\.netplugin\.org\/ipv4pools: pool 'foo'/);
   });
 
@@ -483,7 +545,9 @@ describe('pool choice', () => {
     expect((await ipam().assign(req('n2', { ipv4Pools: ['zone-a', 'open'] })))[0]!.pool).toBe('open');
     const e = await errorOf(ipam().assign(req('n2', { ipv4Pools: ['zone-a'] })));
     expect(e.code).toBe(ErrorCodes.IpamFailure);
-    expect(e.message).toContain("ipv4_pools: none of the requested pools selects node 'n2': zone-a (10.0.0.0/24, nodeSelector zone == 'a')");
+    expect(e.message).toContain(
+      "ipv4_pools: none of the requested pools selects node 'n2': zone-a (10.0.0.0/24, nodeSelector zone == 'a')",
+    );
   });
 
   it('without a list, uses a block it already holds in any selected pool before claiming a new one', async () => {
@@ -506,7 +570,9 @@ describe('dual stack', () => {
     const e = await errorOf(ipam().assign(r));
     expect(e.code).toBe(ErrorCodes.IpamFailure);
     expect(e.message).toMatch(/no free IPv6 address .*exhausted/);
-    expect(e.message).toMatch(/the IPv4 address 10\.0\.0\.\d+ assigned in the same request was released: dual-stack assignment is all-or-nothing/);
+    expect(e.message).toMatch(
+      /the IPv4 address 10\.0\.0\.\d+ assigned in the same request was released: dual-stack assignment is all-or-nothing/,
+    );
     expect(await ipam().handleAddresses(r.handleID)).toEqual([]);
     expect((await all(ds, 'IPAMHandle')).some((h) => h.spec.handleID === r.handleID)).toBe(false);
     const inv = await checkInvariant(ds);
@@ -536,18 +602,23 @@ describe('concurrency', () => {
         throw e;
       }
     };
-    const [a, b] = await Promise.all([createIpam(f, { lock: 'none' }).assign(req('n1')), createIpam(f, { lock: 'none' }).assign(req('n2'))]);
+    const [a, b] = await Promise.all([
+      createIpam(f, { lock: 'none' }).assign(req('n1')),
+      createIpam(f, { lock: 'none' }).assign(req('n2')),
+    ]);
     expect(lost).toEqual(['10.0.0.0-29']); // the race really happened
     expect(a![0]!.block).not.toBe(b![0]!.block);
     expect(a![0]!.ip).not.toBe(b![0]!.ip);
     const affs = await all(ds, 'BlockAffinity');
     expect(affs.every((x) => x.spec.state === 'confirmed')).toBe(true);
-    expect(affs.map((x) => `${x.spec.node}:${x.spec.cidr}`).sort()).toEqual([`n1:${a![0]!.block}`, `n2:${b![0]!.block}`].sort());
+    expect(affs.map((x) => `${x.spec.node}:${x.spec.cidr}`).sort()).toEqual(
+      [`n1:${a![0]!.block}`, `n2:${b![0]!.block}`].sort(),
+    );
   });
 
   // Two claims of one node meet when the host lock does not keep them apart;
   // compare-and-swap alone must keep them correct, and neither may fail.
-  it("a claim whose pending affinity another claim of the node created and then removed creates it again", async () => {
+  it('a claim whose pending affinity another claim of the node created and then removed creates it again', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
     const f = new Faulty(ds);
     const create = f.create.bind(f);
@@ -592,7 +663,9 @@ describe('concurrency', () => {
     expect(removed).toBe(true);
     expect(a!.block).toBe('10.0.0.0/29');
     const affs = await all(ds, 'BlockAffinity');
-    expect(affs.map((x) => [x.metadata.name, x.spec.state, x.spec.node])).toEqual([['n1-ipv4-10.0.0.0-29', 'confirmed', 'n1']]);
+    expect(affs.map((x) => [x.metadata.name, x.spec.state, x.spec.node])).toEqual([
+      ['n1-ipv4-10.0.0.0-29', 'confirmed', 'n1'],
+    ]);
     expect(await checkInvariant(ds)).toEqual({ allocated: 1, handles: 1 });
   });
 
@@ -615,10 +688,13 @@ describe('concurrency', () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
     await ipam().assign(req('n1'));
     const f = new Faulty(ds);
-    f.failIf = (op, kind) => (op === 'update' && kind === 'IPAMBlock' ? new DatastoreError('Conflict', 'injected') : undefined);
+    f.failIf = (op, kind) =>
+      op === 'update' && kind === 'IPAMBlock' ? new DatastoreError('Conflict', 'injected') : undefined;
     const e = await errorOf(ipam(f, 3).assign(req('n1')));
     expect(e.code).toBe(ErrorCodes.TryAgainLater);
-    expect(e.message).toMatch(/allocating in IPAM block 10\.0\.0\.0\/29: gave up after 3 conflicting concurrent writes/);
+    expect(e.message).toMatch(
+      /allocating in IPAM block 10\.0\.0\.0\/29: gave up after 3 conflicting concurrent writes/,
+    );
   });
 
   it('a datastore outage propagates as DatastoreError Unavailable', async () => {
@@ -661,17 +737,25 @@ describe('crash safety', () => {
     });
   }
 
-  it("a pending affinity for a block another node owns is removed; one for its own block is confirmed", async () => {
+  it('a pending affinity for a block another node owns is removed; one for its own block is confirmed', async () => {
     await pool(ds, 'p', '10.0.0.0/24', { blockSize: 29 });
     await ipam().assign(req('n2')); // n2 owns 10.0.0.0/29
     await ipam().assign(req('n1')); // n1 owns 10.0.0.8/29
     const mk = (name: string, cidr: string) =>
-      ds.create({ apiVersion: API_VERSION, kind: 'BlockAffinity', metadata: { name }, spec: { state: 'pending' as const, node: 'n1', cidr } });
+      ds.create({
+        apiVersion: API_VERSION,
+        kind: 'BlockAffinity',
+        metadata: { name },
+        spec: { state: 'pending' as const, node: 'n1', cidr },
+      });
     await mk('n1-ipv4-10.0.0.0-29', '10.0.0.0/29');
     const own = await ds.get('BlockAffinity', 'n1-ipv4-10.0.0.8-29');
     await ds.update({ ...own, spec: { ...own.spec, state: 'pending' } });
     await ipam().assign(req('n1'));
     const affs = await all(ds, 'BlockAffinity');
-    expect(affs.map((a) => `${a.spec.node}:${a.spec.cidr}:${a.spec.state}`).sort()).toEqual(['n1:10.0.0.8/29:confirmed', 'n2:10.0.0.0/29:confirmed']);
+    expect(affs.map((a) => `${a.spec.node}:${a.spec.cidr}:${a.spec.state}`).sort()).toEqual([
+      'n1:10.0.0.8/29:confirmed',
+      'n2:10.0.0.0/29:confirmed',
+    ]);
   });
 });

@@ -36,7 +36,9 @@ function recLog(): Logger & { lines: Array<[string, string]> } {
 
 const POD = { namespace: 'shop', name: 'web-0' };
 
-function resolve(over: Omit<Partial<ResolveInput>, 'pod'> & { pod?: Record<string, string>; ns?: Record<string, string> } = {}) {
+function resolve(
+  over: Omit<Partial<ResolveInput>, 'pod'> & { pod?: Record<string, string>; ns?: Record<string, string> } = {},
+) {
   const { pod, ns, ...rest } = over;
   return resolveWorkloadOptions({
     podAnnotations: pod ?? {},
@@ -81,7 +83,10 @@ describe('annotation keys', () => {
 
 describe('docs/addresses-and-annotations.md annotation table rows', () => {
   it('ipv4pools on a pod overrides the netconf pools', () => {
-    const r = resolve({ pod: { [ANNOTATIONS.ipv4Pools]: '["blue"]' }, conf: { ipam: { ipv4_pools: ['default-ipv4'] } } });
+    const r = resolve({
+      pod: { [ANNOTATIONS.ipv4Pools]: '["blue"]' },
+      conf: { ipam: { ipv4_pools: ['default-ipv4'] } },
+    });
     expect(r).toMatchObject({ assignIPv4: true, assignIPv6: false, ipv4Pools: ['blue'] });
     expect(r.source.ipv4Pools).toMatchObject({ from: 'pod', key: ANNOTATIONS.ipv4Pools });
   });
@@ -94,7 +99,11 @@ describe('docs/addresses-and-annotations.md annotation table rows', () => {
 
   it('ipv6pools on a pod or namespace overrides the netconf IPv6 pools', () => {
     const conf = { ipam: { assign_ipv6: 'true', ipv6_pools: ['default-ipv6'] } };
-    expect(resolve({ pod: { [ANNOTATIONS.ipv6Pools]: '["green6"]' }, conf })).toMatchObject({ assignIPv4: true, assignIPv6: true, ipv6Pools: ['green6'] });
+    expect(resolve({ pod: { [ANNOTATIONS.ipv6Pools]: '["green6"]' }, conf })).toMatchObject({
+      assignIPv4: true,
+      assignIPv6: true,
+      ipv6Pools: ['green6'],
+    });
     expect(resolve({ ns: { [ANNOTATIONS.ipv6Pools]: '["fd00:beef::/112"]' }, conf }).ipv6Pools).toEqual(['green6']);
   });
 
@@ -117,7 +126,10 @@ describe('docs/addresses-and-annotations.md annotation table rows', () => {
   });
 
   it('floatingIPs on a pod are passed on when the feature is enabled', () => {
-    const r = resolve({ pod: { [ANNOTATIONS.floatingIPs]: '["10.10.0.200"]' }, conf: { feature_control: { floating_ips: true } } });
+    const r = resolve({
+      pod: { [ANNOTATIONS.floatingIPs]: '["10.10.0.200"]' },
+      conf: { feature_control: { floating_ips: true } },
+    });
     expect(r.floatingIPs).toEqual(['10.10.0.200']);
     expect(r.assignIPv4).toBe(true);
   });
@@ -203,14 +215,20 @@ describe('docs/addresses-and-annotations.md Errors', () => {
 
   it('4: more than one IPv6 address in ipAddrsNoIpam is an error', () => {
     const e = errorOf(() =>
-      resolve({ pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["fd00::1", "fd00::2"]' }, conf: { feature_control: { ip_addrs_no_ipam: true } } }),
+      resolve({
+        pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["fd00::1", "fd00::2"]' },
+        conf: { feature_control: { ip_addrs_no_ipam: true } },
+      }),
     );
     expect(e.message).toContain('more than one IPv6 address');
     expect(e.message).toContain(ANNOTATIONS.ipAddrsNoIpam);
   });
 
   it('4: one of each family is allowed', () => {
-    const r = resolve({ pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["10.99.0.1", "fd00:99::1"]' }, conf: { feature_control: { ip_addrs_no_ipam: true } } });
+    const r = resolve({
+      pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["10.99.0.1", "fd00:99::1"]' },
+      conf: { feature_control: { ip_addrs_no_ipam: true } },
+    });
     expect(r.noIpamIPs).toEqual(['10.99.0.1', 'fd00:99::1']);
   });
 
@@ -239,7 +257,11 @@ describe('docs/addresses-and-annotations.md Errors', () => {
 
   it('6: ipAddrsNoIpam outside every pool gives a warning (no routes distributed)', () => {
     const log = recLog();
-    const r = resolve({ pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["192.168.50.5"]' }, conf: { feature_control: { ip_addrs_no_ipam: true } }, log });
+    const r = resolve({
+      pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["192.168.50.5"]' },
+      conf: { feature_control: { ip_addrs_no_ipam: true } },
+      log,
+    });
     expect(r.noIpamIPs).toEqual(['192.168.50.5']);
     expect(r.warnings).toHaveLength(1);
     expect(r.warnings[0]).toContain('192.168.50.5 is outside every IP pool');
@@ -248,14 +270,19 @@ describe('docs/addresses-and-annotations.md Errors', () => {
   });
 
   it('6: ipAddrsNoIpam inside a VXLAN pool gives a warning', () => {
-    const r = resolve({ pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["10.20.0.9"]' }, conf: { feature_control: { ip_addrs_no_ipam: true } } });
+    const r = resolve({
+      pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["10.20.0.9"]' },
+      conf: { feature_control: { ip_addrs_no_ipam: true } },
+    });
     expect(r.warnings).toHaveLength(1);
     expect(r.warnings[0]).toContain('pool vx (10.20.0.0/24), which uses VXLAN');
   });
 
   it('7: ipAddrsNoIpam with the feature flag off fails, naming the flag to set', () => {
     for (const fc of [{}, { ip_addrs_no_ipam: false }]) {
-      const e = errorOf(() => resolve({ pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["10.244.1.5"]' }, conf: { feature_control: fc } }));
+      const e = errorOf(() =>
+        resolve({ pod: { [ANNOTATIONS.ipAddrsNoIpam]: '["10.244.1.5"]' }, conf: { feature_control: fc } }),
+      );
       expect(e.code).toBe(ErrorCodes.OrchestratorFailure);
       expect(e.message).toContain('feature_control.ip_addrs_no_ipam');
       expect(e.message).toContain('"ip_addrs_no_ipam": true');
@@ -265,7 +292,12 @@ describe('docs/addresses-and-annotations.md Errors', () => {
   });
 
   it('7: floatingIPs with the feature flag off fails, naming the flag to set', () => {
-    const e = errorOf(() => resolve({ pod: { [ANNOTATIONS.floatingIPs]: '["10.10.0.200"]' }, conf: { feature_control: { floating_ips: false } } }));
+    const e = errorOf(() =>
+      resolve({
+        pod: { [ANNOTATIONS.floatingIPs]: '["10.10.0.200"]' },
+        conf: { feature_control: { floating_ips: false } },
+      }),
+    );
     expect(e.code).toBe(ErrorCodes.OrchestratorFailure);
     expect(e.message).toContain('feature_control.floating_ips');
     expect(e.message).toContain('traffic not intended');
@@ -330,7 +362,12 @@ describe('malformed values (code 7, the value quoted)', () => {
   });
 
   it('floatingIPs holding a non-address', () => {
-    const e = errorOf(() => resolve({ pod: { [ANNOTATIONS.floatingIPs]: '["fd00::zz"]' }, conf: { feature_control: { floating_ips: true } } }));
+    const e = errorOf(() =>
+      resolve({
+        pod: { [ANNOTATIONS.floatingIPs]: '["fd00::zz"]' },
+        conf: { feature_control: { floating_ips: true } },
+      }),
+    );
     expect(e.code).toBe(ErrorCodes.InvalidNetworkConfig);
     expect(e.message).toContain(ANNOTATIONS.floatingIPs);
   });
@@ -393,7 +430,9 @@ describe('netconf and CNI_ARGS (precedence level 2)', () => {
   });
 
   it('annotations beat CNI_ARGS IP=: ipAddrs wins, and a pool annotation wins with a warning', () => {
-    expect(resolve({ cniArgsIP: '10.244.4.4', pod: { [ANNOTATIONS.ipAddrs]: '["10.244.1.5"]' } }).requestedIPs).toEqual(['10.244.1.5']);
+    expect(resolve({ cniArgsIP: '10.244.4.4', pod: { [ANNOTATIONS.ipAddrs]: '["10.244.1.5"]' } }).requestedIPs).toEqual(
+      ['10.244.1.5'],
+    );
     const r = resolve({ cniArgsIP: '10.244.4.4', ns: { [ANNOTATIONS.ipv4Pools]: '["blue"]' } });
     expect(r.requestedIPs).toBeUndefined();
     expect(r.ipv4Pools).toEqual(['blue']);
@@ -432,16 +471,32 @@ describe('floating IPs', () => {
 
 describe('helpers', () => {
   it('parseWorkloadAnnotations records the source of each value', () => {
-    const o = parseWorkloadAnnotations({ [ANNOTATIONS.ipAddrs]: '["10.0.0.1"]' }, { [ANNOTATIONS.ipv6Pools]: '["p6"]' }, POD);
+    const o = parseWorkloadAnnotations(
+      { [ANNOTATIONS.ipAddrs]: '["10.0.0.1"]' },
+      { [ANNOTATIONS.ipv6Pools]: '["p6"]' },
+      POD,
+    );
     expect(o.ipAddrs).toEqual(['10.0.0.1']);
     expect(o.ipv6Pools).toEqual(['p6']);
-    expect(o.source.ipAddrs).toEqual({ from: 'pod', key: ANNOTATIONS.ipAddrs, value: '["10.0.0.1"]', object: 'pod shop/web-0' });
+    expect(o.source.ipAddrs).toEqual({
+      from: 'pod',
+      key: ANNOTATIONS.ipAddrs,
+      value: '["10.0.0.1"]',
+      object: 'pod shop/web-0',
+    });
   });
 
   it('poolsFromResources reads IPPool resources as Datastore.list returns them', () => {
     const res: Array<Resource<'IPPool'>> = [
-      { apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'p' }, spec: { cidr: '10.0.0.0/8', vxlanMode: 'Always', disabled: true } },
+      {
+        apiVersion: API_VERSION,
+        kind: 'IPPool',
+        metadata: { name: 'p' },
+        spec: { cidr: '10.0.0.0/8', vxlanMode: 'Always', disabled: true },
+      },
     ];
-    expect(poolsFromResources(res)).toEqual([{ name: 'p', cidr: '10.0.0.0/8', vxlanMode: 'Always', ipipMode: undefined, disabled: true }]);
+    expect(poolsFromResources(res)).toEqual([
+      { name: 'p', cidr: '10.0.0.0/8', vxlanMode: 'Always', ipipMode: undefined, disabled: true },
+    ]);
   });
 });

@@ -3,13 +3,21 @@
 // the API server would reject. Every converted policy must also pass the policy
 // model's own schema (what the agent will read).
 import { describe, expect, it } from 'vitest';
-import { convertK8sNetworkPolicy, convertLabelSelector, PolicyConversionError, type KubeNetworkPolicy } from '../../src/model/k8s-networkpolicy.js';
+import {
+  convertK8sNetworkPolicy,
+  convertLabelSelector,
+  PolicyConversionError,
+  type KubeNetworkPolicy,
+} from '../../src/model/k8s-networkpolicy.js';
 import { networkPolicySpecSchema } from '../../src/model/policy.js';
 import { parseSelector } from '../../src/selector/index.js';
 import { namespaceToProfile, parseProfileName, serviceAccountToProfile } from '../../src/model/profiles.js';
 
 const K8S = "netplugin.org/orchestrator == 'k8s'";
-const np = (spec: KubeNetworkPolicy['spec'], name = 'p'): KubeNetworkPolicy => ({ metadata: { name, namespace: 'web' }, ...(spec ? { spec } : {}) });
+const np = (spec: KubeNetworkPolicy['spec'], name = 'p'): KubeNetworkPolicy => ({
+  metadata: { name, namespace: 'web' },
+  ...(spec ? { spec } : {}),
+});
 
 interface Case {
   name: string;
@@ -21,7 +29,13 @@ interface Case {
 }
 
 const cases: Case[] = [
-  { name: 'empty podSelector, no rules: deny all ingress', in: { podSelector: {} }, selector: K8S, types: ['Ingress'], ingress: [] },
+  {
+    name: 'empty podSelector, no rules: deny all ingress',
+    in: { podSelector: {} },
+    selector: K8S,
+    types: ['Ingress'],
+    ingress: [],
+  },
   {
     name: 'matchLabels and every matchExpressions operator',
     in: {
@@ -36,11 +50,18 @@ const cases: Case[] = [
       },
       policyTypes: ['Ingress'],
     },
-    selector: `${K8S} && app == 'db' && tier == 'back' && env in {'prod', 'stage'} && team not in {'x'} && has(owner) && !has(legacy)`,
+    selector:
+      `${K8S} && app == 'db' && tier == 'back' && env in {'prod', 'stage'} && team not in {'x'} && ` +
+      `has(owner) && !has(legacy)`,
     types: ['Ingress'],
     ingress: [],
   },
-  { name: 'allow all ingress: one empty rule', in: { podSelector: {}, ingress: [{}] }, types: ['Ingress'], ingress: [{ action: 'Allow' }] },
+  {
+    name: 'allow all ingress: one empty rule',
+    in: { podSelector: {}, ingress: [{}] },
+    types: ['Ingress'],
+    ingress: [{ action: 'Allow' }],
+  },
   {
     name: 'egress rules without policyTypes default to Ingress+Egress',
     in: { podSelector: {}, egress: [{}] },
@@ -48,7 +69,12 @@ const cases: Case[] = [
     ingress: [],
     egress: [{ action: 'Allow' }],
   },
-  { name: 'Egress only: deny all egress', in: { podSelector: {}, policyTypes: ['Egress'] }, types: ['Egress'], egress: [] },
+  {
+    name: 'Egress only: deny all egress',
+    in: { podSelector: {}, policyTypes: ['Egress'] },
+    types: ['Egress'],
+    egress: [],
+  },
   {
     name: 'peer podSelector (same namespace)',
     in: { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { role: 'fe' } } }] }] },
@@ -75,13 +101,29 @@ const cases: Case[] = [
   },
   {
     name: 'peer podSelector and namespaceSelector together',
-    in: { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { a: 'b' } }, namespaceSelector: { matchExpressions: [{ key: 'x', operator: 'Exists' }] } }] }] },
+    in: {
+      podSelector: {},
+      ingress: [
+        {
+          from: [
+            {
+              podSelector: { matchLabels: { a: 'b' } },
+              namespaceSelector: { matchExpressions: [{ key: 'x', operator: 'Exists' }] },
+            },
+          ],
+        },
+      ],
+    },
     types: ['Ingress'],
     ingress: [{ action: 'Allow', source: { selector: "a == 'b'", namespaceSelector: 'has(x)' } }],
   },
   {
     name: 'peer ipBlock with except',
-    in: { podSelector: {}, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.1.0.0/16', '10.2.0.0/16'] } }] }] },
+    in: {
+      podSelector: {},
+      policyTypes: ['Egress'],
+      egress: [{ to: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.1.0.0/16', '10.2.0.0/16'] } }] }],
+    },
     types: ['Egress'],
     egress: [{ action: 'Allow', destination: { nets: ['10.0.0.0/8'], notNets: ['10.1.0.0/16', '10.2.0.0/16'] } }],
   },
@@ -95,7 +137,17 @@ const cases: Case[] = [
     name: 'ports: number, named, range (endPort), default protocol TCP, UDP, SCTP',
     in: {
       podSelector: {},
-      ingress: [{ ports: [{ port: 80 }, { protocol: 'TCP', port: 'http' }, { protocol: 'TCP', port: 8000, endPort: 8080 }, { protocol: 'UDP', port: 53 }, { protocol: 'SCTP', port: 9 }] }],
+      ingress: [
+        {
+          ports: [
+            { port: 80 },
+            { protocol: 'TCP', port: 'http' },
+            { protocol: 'TCP', port: 8000, endPort: 8080 },
+            { protocol: 'UDP', port: 53 },
+            { protocol: 'SCTP', port: 9 },
+          ],
+        },
+      ],
     },
     types: ['Ingress'],
     ingress: [
@@ -106,16 +158,27 @@ const cases: Case[] = [
   },
   {
     name: 'protocol without port: every port of it; endPort equal to port: one port',
-    in: { podSelector: {}, ingress: [{ ports: [{ protocol: 'UDP' }, { protocol: 'UDP', port: 53 }, { port: 443, endPort: 443 }] }] },
+    in: {
+      podSelector: {},
+      ingress: [{ ports: [{ protocol: 'UDP' }, { protocol: 'UDP', port: 53 }, { port: 443, endPort: 443 }] }],
+    },
     types: ['Ingress'],
-    ingress: [{ action: 'Allow', protocol: 'UDP' }, { action: 'Allow', protocol: 'TCP', destination: { ports: [443] } }],
+    ingress: [
+      { action: 'Allow', protocol: 'UDP' },
+      { action: 'Allow', protocol: 'TCP', destination: { ports: [443] } },
+    ],
   },
   {
     name: 'peers x protocols cross product, egress ports go with the peer',
     in: {
       podSelector: { matchLabels: { app: 'api' } },
       policyTypes: ['Egress'],
-      egress: [{ to: [{ podSelector: { matchLabels: { app: 'db' } } }, { ipBlock: { cidr: '192.168.0.0/24' } }], ports: [{ port: 5432 }, { protocol: 'UDP', port: 'dns' }] }],
+      egress: [
+        {
+          to: [{ podSelector: { matchLabels: { app: 'db' } } }, { ipBlock: { cidr: '192.168.0.0/24' } }],
+          ports: [{ port: 5432 }, { protocol: 'UDP', port: 'dns' }],
+        },
+      ],
     },
     selector: `${K8S} && app == 'api'`,
     types: ['Egress'],
@@ -128,7 +191,12 @@ const cases: Case[] = [
   },
   {
     name: 'ingress rules are dropped when policyTypes names only Egress',
-    in: { podSelector: {}, policyTypes: ['Egress'], ingress: [{}], egress: [{ ports: [{ port: 53, protocol: 'UDP' }] }] },
+    in: {
+      podSelector: {},
+      policyTypes: ['Egress'],
+      ingress: [{}],
+      egress: [{ ports: [{ port: 53, protocol: 'UDP' }] }],
+    },
     types: ['Egress'],
     egress: [{ action: 'Allow', protocol: 'UDP', destination: { ports: [53] } }],
   },
@@ -158,7 +226,12 @@ describe('convertK8sNetworkPolicy', () => {
   }
 
   it('a converted selector matches what Kubernetes would select', () => {
-    const sel = parseSelector(convertLabelSelector({ matchLabels: { app: 'db' }, matchExpressions: [{ key: 'env', operator: 'NotIn', values: ['dev'] }] }, 'f'));
+    const sel = parseSelector(
+      convertLabelSelector(
+        { matchLabels: { app: 'db' }, matchExpressions: [{ key: 'env', operator: 'NotIn', values: ['dev'] }] },
+        'f',
+      ),
+    );
     expect(sel.matches({ app: 'db', env: 'prod' })).toBe(true);
     expect(sel.matches({ app: 'db' })).toBe(true); // NotIn matches an absent key, as in Kubernetes
     expect(sel.matches({ app: 'db', env: 'dev' })).toBe(false);
@@ -166,12 +239,21 @@ describe('convertK8sNetworkPolicy', () => {
   });
 
   it.each([
-    [{ podSelector: { matchExpressions: [{ key: 'a', operator: 'Gt', values: ['1'] }] } }, 'spec.podSelector.matchExpressions[0].operator="Gt"'],
+    [
+      { podSelector: { matchExpressions: [{ key: 'a', operator: 'Gt', values: ['1'] }] } },
+      'spec.podSelector.matchExpressions[0].operator="Gt"',
+    ],
     [{ ingress: [{ ports: [{ protocol: 'ICMP' }] }] }, 'spec.ingress[0].ports[0].protocol="ICMP"'],
     [{ ingress: [{ ports: [{ port: 70000 }] }] }, 'spec.ingress[0].ports[0].port=70000'],
     [{ ingress: [{ ports: [{ port: 90, endPort: 80 }] }] }, 'spec.ingress[0].ports[0].endPort=80'],
-    [{ ingress: [{ ports: [{ port: 'http', endPort: 90 }] }] }, 'spec.ingress[0].ports[0].endPort needs a numeric port'],
-    [{ egress: [{ to: [{ ipBlock: { cidr: '10.0.0.0/8' }, podSelector: {} }] }] }, 'spec.egress[0].to[0]: ipBlock cannot be combined'],
+    [
+      { ingress: [{ ports: [{ port: 'http', endPort: 90 }] }] },
+      'spec.ingress[0].ports[0].endPort needs a numeric port',
+    ],
+    [
+      { egress: [{ to: [{ ipBlock: { cidr: '10.0.0.0/8' }, podSelector: {} }] }] },
+      'spec.egress[0].to[0]: ipBlock cannot be combined',
+    ],
     [{ ingress: [{ from: [{}] }] }, 'spec.ingress[0].from[0]: a peer needs'],
   ] as Array<[KubeNetworkPolicy['spec'], string]>)('rejects what the API server would: %j', (spec, msg) => {
     expect(() => convertK8sNetworkPolicy(np(spec))).toThrow(PolicyConversionError);
@@ -181,9 +263,15 @@ describe('convertK8sNetworkPolicy', () => {
 
 describe('profiles', () => {
   it('namespace -> kns.<ns> with pcns. labels, its name, allow-all rules', () => {
-    const p = namespaceToProfile({ metadata: { name: 'web', labels: { team: 'a', 'kubernetes.io/metadata.name': 'web' } } });
+    const p = namespaceToProfile({
+      metadata: { name: 'web', labels: { team: 'a', 'kubernetes.io/metadata.name': 'web' } },
+    });
     expect(p.metadata.name).toBe('kns.web');
-    expect(p.spec.labelsToApply).toEqual({ 'pcns.team': 'a', 'pcns.kubernetes.io/metadata.name': 'web', 'netplugin.org/name': 'web' });
+    expect(p.spec.labelsToApply).toEqual({
+      'pcns.team': 'a',
+      'pcns.kubernetes.io/metadata.name': 'web',
+      'netplugin.org/name': 'web',
+    });
     expect(p.spec.ingress).toEqual([{ action: 'Allow' }]);
     expect(p.spec.egress).toEqual([{ action: 'Allow' }]);
   });

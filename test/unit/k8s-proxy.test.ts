@@ -11,10 +11,13 @@ describe('proxyFromEnv', () => {
     expect(via('https://api.example.com:6443', { HTTPS_PROXY: P })).toBe(P);
     expect(via('https://api.example.com:6443', { HTTP_PROXY: P })).toBeUndefined();
     expect(via('http://api.example.com:8080', { HTTP_PROXY: P })).toBe(P);
-    expect(via('https://api.example.com', { HTTPS_PROXY: 'http://upper:1', https_proxy: 'http://lower:1' })).toBe('http://lower:1');
+    expect(via('https://api.example.com', { HTTPS_PROXY: 'http://upper:1', https_proxy: 'http://lower:1' })).toBe(
+      'http://lower:1',
+    );
   });
   it('never proxies loopback or localhost', () => {
-    for (const s of ['https://127.0.0.1:6443', 'https://localhost:6443', 'https://[::1]:6443']) expect(via(s, { HTTPS_PROXY: P })).toBeUndefined();
+    for (const s of ['https://127.0.0.1:6443', 'https://localhost:6443', 'https://[::1]:6443'])
+      expect(via(s, { HTTPS_PROXY: P })).toBeUndefined();
   });
   it('honours NO_PROXY: *, domains and subdomains, leading dots, IPs, CIDRs, ports', () => {
     const s = 'https://api.k8s.example.com:6443';

@@ -33,7 +33,14 @@ const pod: PodLike = {
   spec: {
     serviceAccountName: 'frontend',
     containers: [
-      { name: 'app', ports: [{ name: 'http', containerPort: 8080 }, { containerPort: 9090 }, { name: 'dns', containerPort: 53, protocol: 'UDP', hostPort: 5353, hostIP: '0.0.0.0' }] },
+      {
+        name: 'app',
+        ports: [
+          { name: 'http', containerPort: 8080 },
+          { containerPort: 9090 },
+          { name: 'dns', containerPort: 53, protocol: 'UDP', hostPort: 5353, hostIP: '0.0.0.0' },
+        ],
+      },
       { name: 'sidecar', ports: [{ name: 'metrics', containerPort: 9100, protocol: 'TCP' }] },
       { name: 'noports' },
     ],
@@ -78,7 +85,11 @@ describe('podEndpointAttributes', () => {
 
   it('a pod without a service account or labels gets the default service account', () => {
     const b = podEndpointAttributes({ metadata: { name: 'p', namespace: 'n' } });
-    expect(b.labels).toEqual({ 'netplugin.org/namespace': 'n', 'netplugin.org/orchestrator': 'k8s', 'netplugin.org/serviceaccount': 'default' });
+    expect(b.labels).toEqual({
+      'netplugin.org/namespace': 'n',
+      'netplugin.org/orchestrator': 'k8s',
+      'netplugin.org/serviceaccount': 'default',
+    });
     expect(b.profiles).toEqual(['kns.n', 'ksa.n.default']);
     expect(b.ports).toEqual([]);
     expect(b.generateName).toBeUndefined();
@@ -91,7 +102,9 @@ describe('workloadEndpointName', () => {
   });
 
   it('doubles dashes inside each part so the name splits back unambiguously', () => {
-    expect(workloadEndpointName('worker-1', 'k8s', 'web-7d9f-abcde', 'eth0')).toBe('worker--1-k8s-web--7d9f--abcde-eth0');
+    expect(workloadEndpointName('worker-1', 'k8s', 'web-7d9f-abcde', 'eth0')).toBe(
+      'worker--1-k8s-web--7d9f--abcde-eth0',
+    );
     // Without doubling these two would collide.
     expect(workloadEndpointName('a-b', 'k8s', 'c', 'eth0')).not.toBe(workloadEndpointName('a', 'k8s', 'b-c', 'eth0'));
   });
@@ -103,7 +116,10 @@ describe('workloadEndpointName', () => {
 
 describe('buildWorkloadEndpoint', () => {
   it('readPodContext fills a namespace the API answer lacks', async () => {
-    const src: PodSource = { getPod: async () => ({ metadata: { name: 'p' } }), getNamespace: async (n) => ({ metadata: { name: n } }) };
+    const src: PodSource = {
+      getPod: async () => ({ metadata: { name: 'p' } }),
+      getNamespace: async (n) => ({ metadata: { name: n } }),
+    };
     const { pod: p } = await readPodContext(src, { namespace: 'shop', name: 'p' });
     expect(p.metadata.namespace).toBe('shop');
     expect(podEndpointAttributes(p).profiles).toEqual(['kns.shop', 'ksa.shop.default']);
@@ -140,9 +156,23 @@ describe('buildWorkloadEndpoint', () => {
   });
 
   it('a plain CNI endpoint is named by container ID and carries no pod fields', () => {
-    const wep = buildWorkloadEndpoint({ node: 'n1', containerId: 'cid-1', ifname: 'eth0', hostIfname: 'npiX', ipNetworks: ['10.0.0.2/32'] });
+    const wep = buildWorkloadEndpoint({
+      node: 'n1',
+      containerId: 'cid-1',
+      ifname: 'eth0',
+      hostIfname: 'npiX',
+      ipNetworks: ['10.0.0.2/32'],
+    });
     expect(wep.metadata).toEqual({ name: 'n1-cni-cid--1-eth0', namespace: 'default' });
-    expect(wep.spec).toEqual({ orchestrator: 'cni', workload: 'cid-1', node: 'n1', containerID: 'cid-1', endpoint: 'eth0', ipNetworks: ['10.0.0.2/32'], interfaceName: 'npiX' });
+    expect(wep.spec).toEqual({
+      orchestrator: 'cni',
+      workload: 'cid-1',
+      node: 'n1',
+      containerID: 'cid-1',
+      endpoint: 'eth0',
+      ipNetworks: ['10.0.0.2/32'],
+      interfaceName: 'npiX',
+    });
   });
 });
 
@@ -174,7 +204,11 @@ describe('podLookupError', () => {
   const ref = { namespace: 'shop', name: 'web-0' };
 
   it('Unavailable (unreachable or throttling) is code 11 naming the API server and the cause', () => {
-    const e = podLookupError(new DatastoreError('Unavailable', 'connect ECONNREFUSED 10.96.0.1:443'), ref, 'https://10.96.0.1:443');
+    const e = podLookupError(
+      new DatastoreError('Unavailable', 'connect ECONNREFUSED 10.96.0.1:443'),
+      ref,
+      'https://10.96.0.1:443',
+    );
     expect(e.code).toBe(ErrorCodes.TryAgainLater);
     expect(e.message).toContain('https://10.96.0.1:443');
     expect(e.message).toContain('ECONNREFUSED');
@@ -239,7 +273,9 @@ describe('readPodContext', () => {
         throw new DatastoreError('Unavailable', 'HTTP 429 Too Many Requests');
       },
     };
-    const e = (await readPodContext(src, { namespace: 'shop', name: 'web-0' }, 'https://api:6443').catch((x: unknown) => x)) as CniError;
+    const e = (await readPodContext(src, { namespace: 'shop', name: 'web-0' }, 'https://api:6443').catch(
+      (x: unknown) => x,
+    )) as CniError;
     expect(e.code).toBe(ErrorCodes.TryAgainLater);
     expect(e.message).toContain('namespace shop');
     expect(e.message).toContain('429');
@@ -268,7 +304,12 @@ describe('readWorkloadContext', () => {
   it('returns the pod and the options its annotations and its namespace resolve to, in one call', async () => {
     const calls: string[] = [];
     const got = await readWorkloadContext({
-      pod: { ref, open: async () => ({ source: source({ [ANNOTATIONS.ipv4Pools]: '["blue"]' }, { [ANNOTATIONS.ipv4Pools]: '["green"]' }, calls) }) },
+      pod: {
+        ref,
+        open: async () => ({
+          source: source({ [ANNOTATIONS.ipv4Pools]: '["blue"]' }, { [ANNOTATIONS.ipv4Pools]: '["green"]' }, calls),
+        }),
+      },
       resolve: {
         pod: ref,
         conf,
@@ -288,20 +329,27 @@ describe('readWorkloadContext', () => {
   });
 
   it('takes a namespace annotation the pod does not override', async () => {
-    const got = await readWorkloadContext({ pod: { ref, open: async () => ({ source: source({}, { [ANNOTATIONS.ipv4Pools]: '["green"]' }) }) }, resolve: { pod: ref, conf, pools: async () => pools } });
+    const got = await readWorkloadContext({
+      pod: { ref, open: async () => ({ source: source({}, { [ANNOTATIONS.ipv4Pools]: '["green"]' }) }) },
+      resolve: { pod: ref, conf, pools: async () => pools },
+    });
     expect(got.options?.ipv4Pools).toEqual(['green']);
     expect(got.options?.source.ipv4Pools).toMatchObject({ from: 'namespace' });
   });
 
   it('without a pod read, only the netconf and CNI_ARGS decide', async () => {
-    const got = await readWorkloadContext({ resolve: { pod: ref, conf, cniArgsIP: '10.99.0.7', pools: async () => pools } });
+    const got = await readWorkloadContext({
+      resolve: { pod: ref, conf, cniArgsIP: '10.99.0.7', pools: async () => pools },
+    });
     expect(got.pod).toBeUndefined();
     expect(got.options?.requestedIPs).toEqual(['10.99.0.7']);
     expect(got.options?.source.addresses).toMatchObject({ from: 'cni-args' });
   });
 
   it('reads only the pod when no options are asked (delegated IPAM)', async () => {
-    const got = await readWorkloadContext({ pod: { ref, open: async () => ({ source: source({ [ANNOTATIONS.ipv4Pools]: 'not json' }, {}) }) } });
+    const got = await readWorkloadContext({
+      pod: { ref, open: async () => ({ source: source({ [ANNOTATIONS.ipv4Pools]: 'not json' }, {}) }) },
+    });
     expect(got.pod?.metadata.name).toBe(pod.metadata.name);
     expect(got.options).toBeUndefined();
   });

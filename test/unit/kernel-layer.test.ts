@@ -70,8 +70,9 @@ describe('the import reader', () => {
 
   it('applies each kind of rule', () => {
     const [, upward, never] = RULES as [LayerRule, LayerRule, LayerRule];
-    expect(at('dataplane/x.ts', "import { a } from '../k8s/pod.js';", upward))
-      .toEqual(['dataplane/x.ts:1 imports ../k8s/pod.js']);
+    expect(at('dataplane/x.ts', "import { a } from '../k8s/pod.js';", upward)).toEqual([
+      'dataplane/x.ts:1 imports ../k8s/pod.js',
+    ]);
     expect(at('dataplane/nft/x.ts', "import { a } from '../../net/cidr.js';", upward)).toEqual([]);
     expect(at('k8s/x.ts', "import type { D } from '../datastore/types.js';", never)).toHaveLength(1);
     expect(at('datastore/x.ts', "import { k } from '../k8s/client.js';", never)).toEqual([]);

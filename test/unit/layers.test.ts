@@ -79,7 +79,7 @@ function importGraph(): Map<string, string[]> {
 const folderOf = (file: string) => (file.includes('/') ? file.slice(0, file.indexOf('/')) : '.');
 
 /** Strongly connected components with more than one member (Tarjan). */
-export function cycles(graph: Map<string, string[]>): string[][] {
+function cycles(graph: Map<string, string[]>): string[][] {
   let next = 0;
   const index = new Map<string, number>();
   const low = new Map<string, number>();
@@ -122,9 +122,21 @@ describe('layer rules (docs/architecture.md)', () => {
   const graph = importGraph();
 
   it('the cycle finder finds a cycle and leaves a chain alone', () => {
-    const g = new Map([['a.ts', ['b.ts']], ['b.ts', ['c.ts']], ['c.ts', ['a.ts']], ['d.ts', ['a.ts']]]);
+    const g = new Map([
+      ['a.ts', ['b.ts']],
+      ['b.ts', ['c.ts']],
+      ['c.ts', ['a.ts']],
+      ['d.ts', ['a.ts']],
+    ]);
     expect(cycles(g)).toEqual([['a.ts', 'b.ts', 'c.ts']]);
-    expect(cycles(new Map([['a.ts', ['b.ts']], ['b.ts', []]]))).toEqual([]);
+    expect(
+      cycles(
+        new Map([
+          ['a.ts', ['b.ts']],
+          ['b.ts', []],
+        ]),
+      ),
+    ).toEqual([]);
   });
 
   it('sees the source tree (the graph is not empty)', () => {
@@ -155,7 +167,9 @@ describe('layer rules (docs/architecture.md)', () => {
 
   it('other layers reach IPAM only through ipam/index.ts', () => {
     const past = [...graph].flatMap(([file, targets]) =>
-      folderOf(file) === 'ipam' ? [] : targets.filter((t) => t.startsWith('ipam/') && t !== 'ipam/index.ts').map((t) => `${file} -> ${t}`),
+      folderOf(file) === 'ipam'
+        ? []
+        : targets.filter((t) => t.startsWith('ipam/') && t !== 'ipam/index.ts').map((t) => `${file} -> ${t}`),
     );
     expect(past).toEqual([]);
   });

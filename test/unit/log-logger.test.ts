@@ -20,7 +20,10 @@ describe('line format', () => {
     log.info('assigned address', { ip: '10.0.0.5/32', n: 3, ok: true, obj: { a: 1 }, s: 'two words' });
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(
-      new RegExp(`^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z INFO    \\[${process.pid}\\] cid=abc123 pod=default/web-0 assigned address ip=10.0.0.5/32 n=3 ok=true obj=\\{"a":1\\} s="two words"\\n$`),
+      new RegExp(
+        `^\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z INFO    \\[${process.pid}\\] cid=abc123 ` +
+          `pod=default/web-0 assigned address ip=10.0.0.5/32 n=3 ok=true obj=\\{"a":1\\} s="two words"\\n$`,
+      ),
     );
   });
   it('child adds context', () => {
@@ -32,7 +35,7 @@ describe('line format', () => {
   it('writes a stack on indented lines after the fields', () => {
     const { log, lines } = capture();
     log.error('boom', { code: 999, stack: 'Error: boom\n    at f (x.js:1:1)' });
-    expect(lines[0]).toMatch(/boom code=999\n    Error: boom\n        at f \(x\.js:1:1\)\n$/);
+    expect(lines[0]).toMatch(/boom code=999\n {4}Error: boom\n {8}at f \(x\.js:1:1\)\n$/);
   });
 });
 
@@ -86,7 +89,9 @@ describe('file output', () => {
   it('no file when log_file_path is absent or empty', () => {
     expect(loggerOptionsFromConf({}).filePath).toBeUndefined();
     expect(loggerOptionsFromConf({ log_file_path: '' }).filePath).toBeUndefined();
-    expect(loggerOptionsFromConf({ log_file_path: '/var/log/x.log', log_level: 'debug', log_file_max_size: 5 })).toMatchObject({
+    expect(
+      loggerOptionsFromConf({ log_file_path: '/var/log/x.log', log_level: 'debug', log_file_max_size: 5 }),
+    ).toMatchObject({
       filePath: '/var/log/x.log',
       level: 'debug',
       maxSizeMB: 5,
@@ -98,17 +103,27 @@ describe('file output', () => {
 
 describe('secret redaction', () => {
   const PEM = '-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAsecretkeymaterial\n-----END RSA PRIVATE KEY-----';
-  const KUBECONFIG = `apiVersion: v1\nusers:\n- name: np\n  user:\n    token: eyJhbGciOiJSUzI1NiJ9.secret-token\n    client-key-data: LS0tLS1CRUdJTi1zZWNyZXQ=\n`;
+  const KUBECONFIG =
+    `apiVersion: v1\nusers:\n- name: np\n  user:\n    token: eyJhbGciOiJSUzI1NiJ9.secret-token\n    ` +
+    `client-key-data: LS0tLS1CRUdJTi1zZWNyZXQ=\n`;
   const fields: Array<[string, Record<string, unknown>, string[]]> = [
     ['token field', { token: 'abc-secret-1' }, ['abc-secret-1']],
     ['password field', { password: 'hunter2-secret' }, ['hunter2-secret']],
-    ['nested Authorization header', { headers: { Authorization: 'Bearer xyz-secret-2', Accept: 'json' } }, ['xyz-secret-2']],
+    [
+      'nested Authorization header',
+      { headers: { Authorization: 'Bearer xyz-secret-2', Accept: 'json' } },
+      ['xyz-secret-2'],
+    ],
     ['client-key-data', { user: { 'client-key-data': 'LS0tsecret3' } }, ['LS0tsecret3']],
     ['key-data', { 'key-data': 'sekrit4' }, ['sekrit4']],
     ['inline kubeconfig', { kubeconfig: KUBECONFIG }, ['secret-token', 'LS0tLS1CRUdJTi1zZWNyZXQ=']],
     ['etcd key file content', { etcdKey: PEM }, ['secretkeymaterial']],
     ['secret in an array', { list: [{ auth_token: 't0ken-secret5' }] }, ['t0ken-secret5']],
-    ['token inside a message-like string', { err: 'request failed: Authorization: Bearer abc.def.secret6' }, ['abc.def.secret6']],
+    [
+      'token inside a message-like string',
+      { err: 'request failed: Authorization: Bearer abc.def.secret6' },
+      ['abc.def.secret6'],
+    ],
     ['yaml token inside a string', { text: KUBECONFIG }, ['secret-token', 'LS0tLS1CRUdJTi1zZWNyZXQ=']],
   ];
   it.each(fields)('%s never reaches stderr or the file', (_n, f, secrets) => {
@@ -122,7 +137,14 @@ describe('secret redaction', () => {
     expect(out).toContain(REDACTED);
   });
   it('keeps harmless values (paths, names)', () => {
-    expect(redact({ kubeconfig: '/etc/cni/net.d/kubeconfig', etcd_key_file: '/etc/etcd/key.pem', key: '/netplugin/ipam/v2/x', name: 'web' })).toEqual({
+    expect(
+      redact({
+        kubeconfig: '/etc/cni/net.d/kubeconfig',
+        etcd_key_file: '/etc/etcd/key.pem',
+        key: '/netplugin/ipam/v2/x',
+        name: 'web',
+      }),
+    ).toEqual({
       kubeconfig: '/etc/cni/net.d/kubeconfig',
       etcd_key_file: '/etc/etcd/key.pem',
       key: '/netplugin/ipam/v2/x',
@@ -140,14 +162,35 @@ describe('secret redaction', () => {
 describe('json format (log_format: json, --log-format json)', () => {
   it('writes one parseable object per line with context, fields, a stack, and redaction', () => {
     const lines: string[] = [];
-    const log = createLogger({ format: 'json', level: 'debug', stderr: (s) => lines.push(s), context: { containerId: 'c1', podNamespace: 'ns', podName: 'web' } });
+    const log = createLogger({
+      format: 'json',
+      level: 'debug',
+      stderr: (s) => lines.push(s),
+      context: { containerId: 'c1', podNamespace: 'ns', podName: 'web' },
+    });
     const e = new Error('boom');
-    log.child({ command: 'ADD' }).error('ADD failed "quoted"\nsecond line', { code: 7, password: 'hunter2', stack: e.stack, msg: 'a field named msg' });
+    log.child({ command: 'ADD' }).error('ADD failed "quoted"\nsecond line', {
+      code: 7,
+      password: 'hunter2',
+      stack: e.stack,
+      msg: 'a field named msg',
+    });
     log.debug('plain');
     expect(lines).toHaveLength(2);
     for (const l of lines) expect(l.endsWith('\n') && !l.slice(0, -1).includes('\n')).toBe(true);
     const o = JSON.parse(lines[0]!);
-    expect(o).toMatchObject({ level: 'ERROR', pid: process.pid, msg: 'ADD failed "quoted"\nsecond line', containerId: 'c1', podNamespace: 'ns', podName: 'web', command: 'ADD', code: 7, password: REDACTED, field_msg: 'a field named msg' });
+    expect(o).toMatchObject({
+      level: 'ERROR',
+      pid: process.pid,
+      msg: 'ADD failed "quoted"\nsecond line',
+      containerId: 'c1',
+      podNamespace: 'ns',
+      podName: 'web',
+      command: 'ADD',
+      code: 7,
+      password: REDACTED,
+      field_msg: 'a field named msg',
+    });
     expect(o.stack).toContain('Error: boom');
     expect(Date.parse(o.time)).not.toBeNaN();
     expect(JSON.parse(lines[1]!)).toMatchObject({ level: 'DEBUG', msg: 'plain' });
@@ -157,7 +200,9 @@ describe('json format (log_format: json, --log-format json)', () => {
     expect(loggerOptionsFromConf({ log_format: 'json' }).format).toBe('json');
     expect(loggerOptionsFromConf({}).format).toBe('text');
     const lines: string[] = [];
-    createLogger({ ...loggerOptionsFromConf({ log_format: 'text' }), stderr: (s) => lines.push(s) }).info('hi', { a: 1 });
+    createLogger({ ...loggerOptionsFromConf({ log_format: 'text' }), stderr: (s) => lines.push(s) }).info('hi', {
+      a: 1,
+    });
     expect(lines[0]).toMatch(/^\S+ INFO +\[\d+\] hi a=1\n$/);
   });
 });

@@ -13,7 +13,14 @@ const bundle = join(dir, 'log.mjs');
 const writer = join(dir, 'writer.mjs');
 
 beforeAll(async () => {
-  await build({ entryPoints: [join(__dirname, '../../src/log/index.ts')], bundle: true, platform: 'node', format: 'esm', outfile: bundle, logLevel: 'warning' });
+  await build({
+    entryPoints: [join(__dirname, '../../src/log/index.ts')],
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    outfile: bundle,
+    logLevel: 'warning',
+  });
   writeFileSync(
     writer,
     `import { createLogger } from ${JSON.stringify(bundle)};
@@ -28,7 +35,9 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 function runWriter(file: string, id: number, n: number, maxBytes: number): Promise<void> {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [writer, file, String(id), String(n), String(maxBytes)], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const p = spawn(process.execPath, [writer, file, String(id), String(n), String(maxBytes)], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let err = '';
     p.stderr.on('data', (d) => (err += d));
     p.on('error', reject);
@@ -38,7 +47,11 @@ function runWriter(file: string, id: number, n: number, maxBytes: number): Promi
 
 function allLines(logDir: string, base: string): { lines: string[]; files: string[] } {
   const files = readdirSync(logDir).filter((f) => f.startsWith(base) && !f.endsWith('.lock'));
-  const lines = files.flatMap((f) => readFileSync(join(logDir, f), 'utf8').split('\n').filter((l) => l !== ''));
+  const lines = files.flatMap((f) =>
+    readFileSync(join(logDir, f), 'utf8')
+      .split('\n')
+      .filter((l) => l !== ''),
+  );
   return { lines, files };
 }
 
@@ -50,7 +63,8 @@ describe('rotation under concurrency', () => {
     const N = 300;
     await Promise.all(Array.from({ length: WRITERS }, (_, id) => runWriter(file, id, N, 4096)));
     const { lines, files } = allLines(logDir, 'cni.log');
-    // Many rotations happened (a file passes 4 KB after ~45 lines; rotations skipped while another writer holds the lock make files larger).
+    // Many rotations happened (a file passes 4 KB after ~45 lines; rotations skipped while another writer holds the
+    // lock make files larger).
     expect(files.length).toBeGreaterThan(20);
     const seen = new Map<string, number>();
     for (const l of lines) {
@@ -87,7 +101,11 @@ describe('retention', () => {
       const f = new RotatingFile({ path: join(logDir, 'cni.log'), maxBytes: 100, maxAgeDays: 0, maxCount: 3 });
       for (let i = 0; i < 40; i++) f.write(`line ${String(i).padStart(3, '0')} ${'x'.repeat(60)}\n`);
       f.close();
-      const text = f.rotatedFiles().map((p) => readFileSync(p, 'utf8')).join('') + readFileSync(join(logDir, 'cni.log'), 'utf8');
+      const text =
+        f
+          .rotatedFiles()
+          .map((p) => readFileSync(p, 'utf8'))
+          .join('') + readFileSync(join(logDir, 'cni.log'), 'utf8');
       expect(text).toContain('line 039');
       expect(text).toContain('line 036');
       expect(text).not.toContain('line 030');
@@ -100,7 +118,8 @@ describe('retention', () => {
     const f = new RotatingFile({ path: join(logDir, 'cni.log'), maxBytes: 1 << 20, maxAgeDays: 0, maxCount: 0 });
     f.write('live\n');
     const stamp = '20261122T033000123Z';
-    for (const suffix of ['', '.1', '.2', '.10', '.11']) writeFileSync(join(logDir, `cni.log.${stamp}.4242${suffix}`), suffix + '\n');
+    for (const suffix of ['', '.1', '.2', '.10', '.11'])
+      writeFileSync(join(logDir, `cni.log.${stamp}.4242${suffix}`), suffix + '\n');
     writeFileSync(join(logDir, 'cni.log.20261122T032959999Z.4242.3'), 'older\n');
     f.close();
     expect(f.rotatedFiles().map((p) => p.slice(p.lastIndexOf('cni.log.') + 8))).toEqual([

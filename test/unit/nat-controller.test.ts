@@ -19,7 +19,8 @@ async function until(what: string, ok: () => boolean): Promise<void> {
   if (!ok()) throw new Error(`timed out waiting for ${what}`);
 }
 
-const masquerades = (script: string | undefined, cidr: string) => !!script && script.includes('masquerade') && script.includes(cidr);
+const masquerades = (script: string | undefined, cidr: string) =>
+  !!script && script.includes('masquerade') && script.includes(cidr);
 
 let ctl: NatController | undefined;
 afterEach(() => ctl?.stop());

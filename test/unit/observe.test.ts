@@ -62,7 +62,12 @@ describe('health server', () => {
     let ready = false;
     const r = new Registry();
     r.counter('things_total', 'Things.').inc();
-    s = await startHealthServer({ addr: '127.0.0.1:0', registry: r, healthz: () => true, readyz: () => ({ ok: ready, detail: { datastore: ready ? 'ok' : 'unreachable' } }) });
+    s = await startHealthServer({
+      addr: '127.0.0.1:0',
+      registry: r,
+      healthz: () => true,
+      readyz: () => ({ ok: ready, detail: { datastore: ready ? 'ok' : 'unreachable' } }),
+    });
     const base = `http://127.0.0.1:${s.port}`;
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
     const notReady = await fetch(`${base}/readyz`);
@@ -78,7 +83,14 @@ describe('health server', () => {
   });
 
   it('fails a check that throws or hangs instead of hanging the probe', async () => {
-    s = await startHealthServer({ addr: '127.0.0.1:0', healthz: () => { throw new Error('watch loop stopped'); }, readyz: () => new Promise(() => {}), checkTimeoutMs: 200 });
+    s = await startHealthServer({
+      addr: '127.0.0.1:0',
+      healthz: () => {
+        throw new Error('watch loop stopped');
+      },
+      readyz: () => new Promise(() => {}),
+      checkTimeoutMs: 200,
+    });
     const h = await fetch(`http://127.0.0.1:${s.port}/healthz`);
     expect(h.status).toBe(503);
     expect(((await h.json()) as { detail: string }).detail).toBe('watch loop stopped');
@@ -89,6 +101,8 @@ describe('health server', () => {
 
   it('reports a taken port with the address', async () => {
     s = await startHealthServer({ addr: '127.0.0.1:0' });
-    await expect(startHealthServer({ addr: `127.0.0.1:${s.port}` })).rejects.toThrow(new RegExp(`cannot listen on 127.0.0.1:${s.port}.*EADDRINUSE`));
+    await expect(startHealthServer({ addr: `127.0.0.1:${s.port}` })).rejects.toThrow(
+      new RegExp(`cannot listen on 127.0.0.1:${s.port}.*EADDRINUSE`),
+    );
   });
 });

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { comparePolicies, effectiveTypes, namespaceLabelsFromProfile, networkPolicySpecSchema, parsePort, profileSpecSchema } from '../../src/model/policy.js';
+import {
+  comparePolicies,
+  effectiveTypes,
+  namespaceLabelsFromProfile,
+  networkPolicySpecSchema,
+  parsePort,
+  profileSpecSchema,
+} from '../../src/model/policy.js';
 import { validateResource } from '../../src/datastore/schemas.js';
 
 describe('policy model', () => {
@@ -9,7 +16,17 @@ describe('policy model', () => {
       selector: "app == 'a'",
       types: ['Ingress', 'Egress'],
       ingress: [
-        { action: 'Allow', protocol: 'TCP', source: { selector: "app == 'b'", namespaceSelector: 'all()', nets: ['10.0.0.0/8'], notNets: ['10.1.0.0/16'] }, destination: { ports: [80, '8000:8100', 'http'], notPorts: [81] } },
+        {
+          action: 'Allow',
+          protocol: 'TCP',
+          source: {
+            selector: "app == 'b'",
+            namespaceSelector: 'all()',
+            nets: ['10.0.0.0/8'],
+            notNets: ['10.1.0.0/16'],
+          },
+          destination: { ports: [80, '8000:8100', 'http'], notPorts: [81] },
+        },
         { action: 'Deny', notProtocol: 'UDP' },
         { action: 'Pass' },
         { action: 'Log', protocol: 132 },
@@ -24,7 +41,10 @@ describe('policy model', () => {
       [{ ingress: [{ action: 'Accept' }] }, 'ingress.0.action'],
       [{ selector: "app = 'a'" }, 'selector'],
       [{ ingress: [{ action: 'Allow', destination: { ports: [80] } }] }, 'ingress.0.protocol'],
-      [{ ingress: [{ action: 'Allow', protocol: 'TCP', destination: { ports: ['90:80'] } }] }, 'ingress.0.destination.ports.0'],
+      [
+        { ingress: [{ action: 'Allow', protocol: 'TCP', destination: { ports: ['90:80'] } }] },
+        'ingress.0.destination.ports.0',
+      ],
       [{ ingress: [{ action: 'Allow', source: { nets: ['banana'] } }] }, 'ingress.0.source.nets.0'],
       [{ types: ['Both'] }, 'types.0'],
     ] as const;
@@ -34,7 +54,16 @@ describe('policy model', () => {
       expect(r.error!.issues.map((i) => i.path.join('.'))).toContain(path);
     }
     expect(() =>
-      validateResource('NetworkPolicy', { apiVersion: 'netplugin.org/v3', kind: 'NetworkPolicy', metadata: { name: 'p', namespace: 'x' }, spec: { ingress: [{ action: 'Nope' }] } }, '/key'),
+      validateResource(
+        'NetworkPolicy',
+        {
+          apiVersion: 'netplugin.org/v3',
+          kind: 'NetworkPolicy',
+          metadata: { name: 'p', namespace: 'x' },
+          spec: { ingress: [{ action: 'Nope' }] },
+        },
+        '/key',
+      ),
     ).toThrow(/corrupt NetworkPolicy at \/key: spec.ingress.0.action/);
     expect(profileSpecSchema.safeParse({ labelsToApply: { a: 1 } }).success).toBe(false);
   });
@@ -42,7 +71,10 @@ describe('policy model', () => {
   it('defaults types as Calico does', () => {
     expect(effectiveTypes({})).toEqual(['Ingress']);
     expect(effectiveTypes({ egress: [{ action: 'Allow' }] })).toEqual(['Egress']);
-    expect(effectiveTypes({ ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] })).toEqual(['Ingress', 'Egress']);
+    expect(effectiveTypes({ ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] })).toEqual([
+      'Ingress',
+      'Egress',
+    ]);
     expect(effectiveTypes({ types: ['Egress'], ingress: [{ action: 'Allow' }] })).toEqual(['Egress']);
   });
 
@@ -50,7 +82,10 @@ describe('policy model', () => {
     expect(parsePort(80)).toEqual({ kind: 'range', first: 80, last: 80 });
     expect(parsePort('8000:8100')).toEqual({ kind: 'range', first: 8000, last: 8100 });
     expect(parsePort('dns')).toEqual({ kind: 'named', name: 'dns' });
-    expect(namespaceLabelsFromProfile({ 'pcns.team': 'a', 'netplugin.org/name': 'x', other: 'y' })).toEqual({ team: 'a', 'netplugin.org/name': 'x' });
+    expect(namespaceLabelsFromProfile({ 'pcns.team': 'a', 'netplugin.org/name': 'x', other: 'y' })).toEqual({
+      team: 'a',
+      'netplugin.org/name': 'x',
+    });
     const ps = [{ name: 'z', order: 1 }, { name: 'b' }, { name: 'a', order: 1 }, { name: 'c', order: 0.5 }];
     expect(ps.sort(comparePolicies).map((p) => p.name)).toEqual(['c', 'a', 'z', 'b']);
   });

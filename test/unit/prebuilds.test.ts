@@ -87,7 +87,9 @@ describe('prebuilds', () => {
     tmp.push(pkg);
     cpSync(join(root, 'package.json'), join(pkg, 'package.json'));
     cpSync(join(root, 'prebuilds', 'linux-x64'), join(pkg, 'prebuilds', 'linux-x64'), { recursive: true });
-    cpSync(join(root, 'node_modules', 'node-gyp-build'), join(pkg, 'node_modules', 'node-gyp-build'), { recursive: true });
+    cpSync(join(root, 'node_modules', 'node-gyp-build'), join(pkg, 'node_modules', 'node-gyp-build'), {
+      recursive: true,
+    });
     const script = `
       const gyp = require(process.argv[1] + '/node_modules/node-gyp-build');
       const file = gyp.resolve(process.argv[1]);

@@ -26,7 +26,9 @@ describe('registerProcessMetrics', () => {
     await new Promise((res) => setTimeout(res, 50));
     const text = r.render();
     const s = samples(text);
-    expect(s.get(`netplugin_build_info{component="netplugin-node",version="9.8.7",nodejs="${process.version}"}`)).toBe(1);
+    expect(s.get(`netplugin_build_info{component="netplugin-node",version="9.8.7",nodejs="${process.version}"}`)).toBe(
+      1,
+    );
     expect(text).toContain('# TYPE process_cpu_seconds_total counter');
     expect(s.get('process_cpu_seconds_total')).toBeGreaterThan(0);
     expect(s.get('process_resident_memory_bytes')).toBeGreaterThan(1e6);

@@ -25,26 +25,47 @@ describe('redactString', () => {
     expect(out).toContain('[REDACTED]');
   });
   it('keeps ordinary text', () => {
-    expect(redactString('dial https://10.0.0.1:2379 failed: connection refused')).toBe('dial https://10.0.0.1:2379 failed: connection refused');
+    expect(redactString('dial https://10.0.0.1:2379 failed: connection refused')).toBe(
+      'dial https://10.0.0.1:2379 failed: connection refused',
+    );
   });
 });
 
 describe('CNI error JSON', () => {
   it('is redacted (msg and details)', () => {
-    const r = errorResult('1.0.0', new CniError(7, `bad value https://u:pw-in-msg@h:1 and ${JWT}`, 'Bearer pw-in-details'));
+    const r = errorResult(
+      '1.0.0',
+      new CniError(7, `bad value https://u:pw-in-msg@h:1 and ${JWT}`, 'Bearer pw-in-details'),
+    );
     expect(JSON.stringify(r)).not.toMatch(/pw-in-msg|pw-in-details|eyJzdWIi/);
   });
 
   it.each([
     ['etcd_endpoints', { etcd_endpoints: 'https://root:etcdpass@127.0.0.1:2379' }, 'etcd_cert_file'],
-    ['kubernetes.k8s_api_root', { datastore_type: 'kubernetes', kubernetes: { k8s_api_root: 'https://admin:kubepass@127.0.0.1:6443' } }, 'kubeconfig'],
+    [
+      'kubernetes.k8s_api_root',
+      { datastore_type: 'kubernetes', kubernetes: { k8s_api_root: 'https://admin:kubepass@127.0.0.1:6443' } },
+      'kubeconfig',
+    ],
   ])('credentials in %s are refused (code 7), saying where they go, and never printed', async (field, extra, where) => {
     let out = '';
     let err = '';
     const code = await dispatch(
       {
-        env: { CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'c1', CNI_NETNS: '/var/run/netns/nonexistent-x', CNI_IFNAME: 'eth0', CNI_PATH: '/opt/cni/bin' },
-        stdin: JSON.stringify({ cniVersion: '1.0.0', name: 'n', type: 'netplugin', ipam: { type: 'netplugin-ipam' }, ...extra }),
+        env: {
+          CNI_COMMAND: 'ADD',
+          CNI_CONTAINERID: 'c1',
+          CNI_NETNS: '/var/run/netns/nonexistent-x',
+          CNI_IFNAME: 'eth0',
+          CNI_PATH: '/opt/cni/bin',
+        },
+        stdin: JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'n',
+          type: 'netplugin',
+          ipam: { type: 'netplugin-ipam' },
+          ...extra,
+        }),
         stdout: (s) => (out += s),
         stderr: (s) => (err += s),
       },

@@ -38,7 +38,14 @@ describe('computeDesired', () => {
     expect(d.routes).toEqual([
       { family: 4, dst: '10.65.0.0/26', type: 'blackhole' },
       { family: 4, dst: '10.65.0.64/26', type: 'unicast', gateway: '10.65.0.64', dev: 'vxlan.netplugin', onlink: true },
-      { family: 4, dst: '10.65.0.128/26', type: 'unicast', gateway: '10.65.0.128', dev: 'vxlan.netplugin', onlink: true },
+      {
+        family: 4,
+        dst: '10.65.0.128/26',
+        type: 'unicast',
+        gateway: '10.65.0.128',
+        dev: 'vxlan.netplugin',
+        onlink: true,
+      },
     ]);
     expect(d.neighbours.get('vxlan.netplugin')).toEqual([
       { dst: '10.65.0.64', lladdr: '66:00:00:00:00:0b' },
@@ -54,8 +61,16 @@ describe('computeDesired', () => {
 
   it('VXLANCrossSubnet: direct to the same subnet, VXLAN across', () => {
     const d = computeDesired(view({ vxlanMode: 'CrossSubnet' }), subnets);
-    expect(d.routes.find((r) => r.dst === '10.65.0.64/26')).toEqual({ family: 4, dst: '10.65.0.64/26', type: 'unicast', gateway: '10.200.1.2' });
-    expect(d.routes.find((r) => r.dst === '10.65.0.128/26')).toMatchObject({ dev: 'vxlan.netplugin', gateway: '10.65.0.128' });
+    expect(d.routes.find((r) => r.dst === '10.65.0.64/26')).toEqual({
+      family: 4,
+      dst: '10.65.0.64/26',
+      type: 'unicast',
+      gateway: '10.200.1.2',
+    });
+    expect(d.routes.find((r) => r.dst === '10.65.0.128/26')).toMatchObject({
+      dev: 'vxlan.netplugin',
+      gateway: '10.65.0.128',
+    });
     expect(d.fdb.get('vxlan.netplugin')).toEqual([{ lladdr: '66:00:00:00:00:0c', dst: '10.200.2.3' }]);
   });
 
@@ -69,20 +84,42 @@ describe('computeDesired', () => {
 
   it('IPIP Always and CrossSubnet: routes via the node IP on tunl.netplugin, overhead 20', () => {
     let d = computeDesired(view({ ipipMode: 'Always' }), subnets);
-    expect(d.routes.find((r) => r.dst === '10.65.0.64/26')).toEqual({ family: 4, dst: '10.65.0.64/26', type: 'unicast', gateway: '10.200.1.2', dev: 'tunl.netplugin', onlink: true });
+    expect(d.routes.find((r) => r.dst === '10.65.0.64/26')).toEqual({
+      family: 4,
+      dst: '10.65.0.64/26',
+      type: 'unicast',
+      gateway: '10.200.1.2',
+      dev: 'tunl.netplugin',
+      onlink: true,
+    });
     expect(d.devices.ipip).toBe(true);
     expect(d.overhead).toBe(20);
     d = computeDesired(view({ ipipMode: 'CrossSubnet' }), subnets);
-    expect(d.routes.find((r) => r.dst === '10.65.0.64/26')).toEqual({ family: 4, dst: '10.65.0.64/26', type: 'unicast', gateway: '10.200.1.2' });
-    expect(d.routes.find((r) => r.dst === '10.65.0.128/26')).toMatchObject({ dev: 'tunl.netplugin', gateway: '10.200.2.3' });
+    expect(d.routes.find((r) => r.dst === '10.65.0.64/26')).toEqual({
+      family: 4,
+      dst: '10.65.0.64/26',
+      type: 'unicast',
+      gateway: '10.200.1.2',
+    });
+    expect(d.routes.find((r) => r.dst === '10.65.0.128/26')).toMatchObject({
+      dev: 'tunl.netplugin',
+      gateway: '10.200.2.3',
+    });
   });
 
-  it('BGP on: no routes to other nodes\' blocks of a pool without encapsulation (BIRD has them); our blackhole, VXLAN and IPIP stay', () => {
+  it("BGP on: no routes to other nodes' blocks of a pool without encapsulation (BIRD has them); our blackhole, VXLAN and IPIP stay", () => {
     const never = computeDesired(view({ vxlanMode: 'Never', ipipMode: 'Never' }, { bgp: true }), subnets);
     expect(never.routes).toEqual([{ family: 4, dst: '10.65.0.0/26', type: 'blackhole' }]);
-    expect(computeDesired(view({ vxlanMode: 'Never', ipipMode: 'Never' }), subnets).routes).toContainEqual({ family: 4, dst: '10.65.0.64/26', type: 'unicast', gateway: '10.200.1.2' });
+    expect(computeDesired(view({ vxlanMode: 'Never', ipipMode: 'Never' }), subnets).routes).toContainEqual({
+      family: 4,
+      dst: '10.65.0.64/26',
+      type: 'unicast',
+      gateway: '10.200.1.2',
+    });
     for (const spec of [{ vxlanMode: 'Always' as const }, { ipipMode: 'Always' as const }]) {
-      expect(computeDesired(view(spec, { bgp: true }), subnets).routes).toEqual(computeDesired(view(spec), subnets).routes);
+      expect(computeDesired(view(spec, { bgp: true }), subnets).routes).toEqual(
+        computeDesired(view(spec), subnets).routes,
+      );
     }
   });
 
@@ -96,14 +133,42 @@ describe('computeDesired', () => {
 
   it('IPv6 VXLAN uses vx6.netplugin and the v6 tunnel data; overhead 70', () => {
     const v6nodes = new Map<string, NodeSpec>([
-      ['a', { ipv6Address: 'fd00:200:1::1/64', vxlanTunnelAddressV6: 'fd00:65::', vxlanTunnelMACAddrV6: '66:00:00:00:01:0a' }],
-      ['b', { ipv6Address: 'fd00:200:1::2/64', vxlanTunnelAddressV6: 'fd00:65::40', vxlanTunnelMACAddrV6: '66:00:00:00:01:0b' }],
+      [
+        'a',
+        {
+          ipv6Address: 'fd00:200:1::1/64',
+          vxlanTunnelAddressV6: 'fd00:65::',
+          vxlanTunnelMACAddrV6: '66:00:00:00:01:0a',
+        },
+      ],
+      [
+        'b',
+        {
+          ipv6Address: 'fd00:200:1::2/64',
+          vxlanTunnelAddressV6: 'fd00:65::40',
+          vxlanTunnelMACAddrV6: '66:00:00:00:01:0b',
+        },
+      ],
     ]);
     const d = computeDesired(
-      { me: 'a', nodes: v6nodes, pools: poolViews([{ metadata: { name: 'p6' }, spec: { cidr: 'fd00:65::/48', vxlanMode: 'Always' } }]), blocks: [{ cidr: 'fd00:65::40/122', node: 'b' }] },
+      {
+        me: 'a',
+        nodes: v6nodes,
+        pools: poolViews([{ metadata: { name: 'p6' }, spec: { cidr: 'fd00:65::/48', vxlanMode: 'Always' } }]),
+        blocks: [{ cidr: 'fd00:65::40/122', node: 'b' }],
+      },
       [parseCidr('fd00:200:1::/64')],
     );
-    expect(d.routes).toEqual([{ family: 6, dst: 'fd00:65::40/122', type: 'unicast', gateway: 'fd00:65::40', dev: 'vx6.netplugin', onlink: true }]);
+    expect(d.routes).toEqual([
+      {
+        family: 6,
+        dst: 'fd00:65::40/122',
+        type: 'unicast',
+        gateway: 'fd00:65::40',
+        dev: 'vx6.netplugin',
+        onlink: true,
+      },
+    ]);
     expect(d.fdb.get('vx6.netplugin')).toEqual([{ lladdr: '66:00:00:00:01:0b', dst: 'fd00:200:1::2' }]);
     expect(d.overhead).toBe(70);
   });
@@ -119,7 +184,9 @@ describe('natScript', () => {
       nodeIPs: ['10.200.1.1', '10.200.1.2', 'fd00::1'],
     });
     expect(s).toContain('table ip netplugin-nat {}\ndelete table ip netplugin-nat\ntable ip netplugin-nat {');
-    expect(s).toContain('set pools { type ipv4_addr; flags interval; auto-merge; elements = { 10.65.0.0/16, 10.66.0.0/16 }; }');
+    expect(s).toContain(
+      'set pools { type ipv4_addr; flags interval; auto-merge; elements = { 10.65.0.0/16, 10.66.0.0/16 }; }',
+    );
     expect(s).toContain('set nat-pools { type ipv4_addr; flags interval; auto-merge; elements = { 10.65.0.0/16 }; }');
     expect(s).toContain('set nodes { type ipv4_addr; elements = { 10.200.1.1, 10.200.1.2 }; }');
     expect(s).toContain('ip saddr @nat-pools ip daddr != @pools ip daddr != @nodes masquerade');
@@ -129,7 +196,12 @@ describe('natScript', () => {
   });
 
   it('a disabled natOutgoing pool masquerades nothing', () => {
-    const s = natScript({ pools: poolViews([{ metadata: { name: 'nat' }, spec: { cidr: '10.65.0.0/16', natOutgoing: true, disabled: true } }]), nodeIPs: [] });
+    const s = natScript({
+      pools: poolViews([
+        { metadata: { name: 'nat' }, spec: { cidr: '10.65.0.0/16', natOutgoing: true, disabled: true } },
+      ]),
+      nodeIPs: [],
+    });
     expect(s).not.toContain('masquerade');
   });
 });
@@ -142,9 +214,27 @@ describe('node address autodetection', () => {
     { index: 4, name: 'vxlan.netplugin', kind: 'vxlan', mtu: 1450, mac: '', up: true, flags: 0, operState: 0 },
     { index: 5, name: 'ens4', kind: '', mtu: 1500, mac: '', up: true, flags: 0, operState: 0 },
   ];
-  const addr = (index: number, address: string, prefixLen: number, scope = 0): AddrInfo => ({ index, family: address.includes(':') ? 6 : 4, cidr: `${address}/${prefixLen}`, address, prefixLen, scope, flags: 0 });
-  const addrs = [addr(1, '127.0.0.1', 8, 254), addr(2, '172.17.0.1', 16), addr(4, '10.65.0.1', 32), addr(3, '192.0.2.10', 24), addr(5, '198.51.100.7', 24), addr(3, '2001:db8::10', 64)];
-  const nl = { linkList: () => links, addrList: (o?: { family?: 4 | 6 }) => addrs.filter((a) => !o?.family || a.family === o.family) };
+  const addr = (index: number, address: string, prefixLen: number, scope = 0): AddrInfo => ({
+    index,
+    family: address.includes(':') ? 6 : 4,
+    cidr: `${address}/${prefixLen}`,
+    address,
+    prefixLen,
+    scope,
+    flags: 0,
+  });
+  const addrs = [
+    addr(1, '127.0.0.1', 8, 254),
+    addr(2, '172.17.0.1', 16),
+    addr(4, '10.65.0.1', 32),
+    addr(3, '192.0.2.10', 24),
+    addr(5, '198.51.100.7', 24),
+    addr(3, '2001:db8::10', 64),
+  ];
+  const nl = {
+    linkList: () => links,
+    addrList: (o?: { family?: 4 | 6 }) => addrs.filter((a) => !o?.family || a.family === o.family),
+  };
 
   it('first-found skips loopback, bridges and our own devices', async () => {
     expect(await detectAddress(nl, 4, parseAutodetect('first-found'))).toBe('192.0.2.10/24');
@@ -158,7 +248,9 @@ describe('node address autodetection', () => {
   });
 
   it('rejects malformed methods with a message naming the forms', () => {
-    expect(() => parseAutodetect('nearest')).toThrow(/expected first-found, interface=REGEX, can-reach=ADDR or cidr=CIDR/);
+    expect(() => parseAutodetect('nearest')).toThrow(
+      /expected first-found, interface=REGEX, can-reach=ADDR or cidr=CIDR/,
+    );
     expect(() => parseAutodetect('can-reach=example')).toThrow(/can-reach=example: give an IP address/);
     expect(() => parseAutodetect('cidr=10.0.0.0/99')).toThrow(/'10\.0\.0\.0\/99' is not a CIDR/);
   });

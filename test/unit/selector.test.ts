@@ -75,7 +75,7 @@ describe('selector: match vectors', () => {
     expect(parseSelector("a=='1'||b=='2'&&c=='3'").toString()).toBe("a == '1' || b == '2' && c == '3'");
     expect(parseSelector("(a=='1'||b=='2')&&c=='3'").toString()).toBe("(a == '1' || b == '2') && c == '3'");
     expect(parseSelector("!a=='1'").toString()).toBe("!(a == '1')");
-    expect(parseSelector("k in {'x',\"y\"}").toString()).toBe("k in {'x', 'y'}");
+    expect(parseSelector('k in {\'x\',"y"}').toString()).toBe("k in {'x', 'y'}");
     expect(parseSelector(`k == "it's"`).toString()).toBe(`k == "it's"`);
   });
 });
@@ -85,10 +85,10 @@ describe('selector: parse errors carry the position and a caret', () => {
     ["zone == 'a' & b", 12, /'&&'/],
     ["zone == 'a' && && b", 15, /unexpected '&&' at 15: expected a label key/],
     ["zone = 'a'", 5, /expected '=='/],
-    ["zone == a", 8, /expected a quoted value/],
+    ['zone == a', 8, /expected a quoted value/],
     ['zone', 4, /unexpected end of selector at 4: expected '==', '!=', 'in' or 'not in'/],
     ["zone == 'a", 8, /unterminated string at 8/],
-    ["has(zone", 8, /expected '\)'/],
+    ['has(zone', 8, /expected '\)'/],
     ['has()', 4, /expected a label key/],
     ['all(x)', 4, /all\(\) takes no argument/],
     ["(zone == 'a'", 12, /expected '\)'/],

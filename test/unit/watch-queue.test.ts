@@ -85,7 +85,11 @@ describe('kube-controllers settings', () => {
   });
   it('uses defaults for what is missing and names what is malformed', () => {
     expect(settingsFrom(undefined)).toEqual({ settings: DEFAULT_SETTINGS, problems: [] });
-    const r = settingsFrom({ controllers: { node: { leakGracePeriod: '0s', reconcilerPeriod: '10ms', hostEndpoint: { autoCreate: 'Yes' as never } } } });
+    const r = settingsFrom({
+      controllers: {
+        node: { leakGracePeriod: '0s', reconcilerPeriod: '10ms', hostEndpoint: { autoCreate: 'Yes' as never } },
+      },
+    });
     expect(r.settings).toEqual({ leakGracePeriodMs: 0, reconcilerPeriodMs: 60_000, autoHostEndpoints: false });
     expect(r.problems.join('\n')).toContain('spec.controllers.node.reconcilerPeriod="10ms"');
     expect(r.problems.join('\n')).toContain('spec.controllers.node.hostEndpoint.autoCreate="Yes"');
@@ -93,15 +97,27 @@ describe('kube-controllers settings', () => {
 });
 
 describe('label and leak rules', () => {
-  it('endpoint labels: the pod\'s, but our netplugin.org/* ones stay', () => {
-    expect(endpointLabels({ a: '1', 'netplugin.org/namespace': 'evil' }, { a: '0', old: 'x', 'netplugin.org/namespace': 'app' })).toEqual({ a: '1', 'netplugin.org/namespace': 'app' });
+  it("endpoint labels: the pod's, but our netplugin.org/* ones stay", () => {
+    expect(
+      endpointLabels(
+        { a: '1', 'netplugin.org/namespace': 'evil' },
+        { a: '0', old: 'x', 'netplugin.org/namespace': 'app' },
+      ),
+    ).toEqual({ a: '1', 'netplugin.org/namespace': 'app' });
   });
-  it('node labels: the Kubernetes Node\'s plus our own', () => {
-    expect(syncedNodeLabels({ zone: 'b' }, { zone: 'a', gone: 'x', 'netplugin.org/role': 'edge' })).toEqual({ zone: 'b', 'netplugin.org/role': 'edge' });
+  it("node labels: the Kubernetes Node's plus our own", () => {
+    expect(syncedNodeLabels({ zone: 'b' }, { zone: 'a', gone: 'x', 'netplugin.org/role': 'edge' })).toEqual({
+      zone: 'b',
+      'netplugin.org/role': 'edge',
+    });
   });
   it('leak reasons', () => {
     const attrs = { namespace: 'n', pod: 'p', node: 'n1', podUID: 'u1' };
-    const pod = (o: { uid?: string; node?: string; ips?: string[] }) => ({ metadata: { name: 'p', uid: o.uid ?? 'u1' }, spec: { nodeName: o.node ?? 'n1' }, status: o.ips ? { podIPs: o.ips.map((ip) => ({ ip })) } : {} });
+    const pod = (o: { uid?: string; node?: string; ips?: string[] }) => ({
+      metadata: { name: 'p', uid: o.uid ?? 'u1' },
+      spec: { nodeName: o.node ?? 'n1' },
+      status: o.ips ? { podIPs: o.ips.map((ip) => ({ ip })) } : {},
+    });
     expect(leakReason(attrs, '10.0.0.1', undefined)).toContain('does not exist');
     expect(leakReason(attrs, '10.0.0.1', pod({ uid: 'u2' }))).toContain('re-created');
     expect(leakReason(attrs, '10.0.0.1', pod({ node: 'n2' }))).toContain('runs on node n2');

@@ -6,7 +6,7 @@ import { execFile } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { PROTOCOL_PREFIX, type PeerType } from './render.js';
 
-export interface ProtocolRow {
+interface ProtocolRow {
   name: string;
   proto: string;
   table: string;
@@ -56,7 +56,7 @@ export function parseShowProtocols(text: string): ProtocolRow[] {
 }
 
 /** The peer behind one of the renderer's protocol names, or undefined for another protocol. */
-export function peerOfProtocol(name: string): { type: PeerType; address: string; family: 4 | 6 } | undefined {
+function peerOfProtocol(name: string): { type: PeerType; address: string; family: 4 | 6 } | undefined {
   for (const [type, prefix] of Object.entries(PROTOCOL_PREFIX) as Array<[PeerType, string]>) {
     if (!name.startsWith(prefix)) continue;
     const rest = name.slice(prefix.length).replace(/_port_\d+$/, '');

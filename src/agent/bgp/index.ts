@@ -13,7 +13,7 @@ import { heldBy, resolveFloatingIPs } from '../nat/floating.js';
 import { poolViews } from '../routes/desired.js';
 import { BirdSupervisor, type BirdStatus } from './supervisor.js';
 
-export interface BgpOptions {
+interface BgpOptions {
   ds: Datastore;
   node: string;
   /** This node's directly connected subnets, read at each render (direct vs multihop peers). */
@@ -73,11 +73,17 @@ export function startBgpController(o: BgpOptions): BgpController {
     if (stopped) return;
     clearTimeout(debounce);
     debounce = setTimeout(() => {
-      running = running.then(once).catch((e: Error) => log.warn('bgp: render failed; retrying on the next change', { error: e.message }));
+      running = running
+        .then(once)
+        .catch((e: Error) => log.warn('bgp: render failed; retrying on the next change', { error: e.message }));
     }, 20);
   };
   const informer = <K extends Kind>(kind: K) =>
-    new Informer<Resource<K>>(datastoreSource(ds, kind), { onChange: schedule }, { onError: (e, src) => log.warn('bgp: watch failed; re-listing', { source: src, error: e.message }) });
+    new Informer<Resource<K>>(
+      datastoreSource(ds, kind),
+      { onChange: schedule },
+      { onError: (e, src) => log.warn('bgp: watch failed; re-listing', { source: src, error: e.message }) },
+    );
   const nodes = informer('Node');
   const configs = informer('BGPConfiguration');
   const peers = informer('BGPPeer');
@@ -118,7 +124,9 @@ export function startBgpController(o: BgpOptions): BgpController {
         try {
           passwords.set(p.metadata.name, readFileSync(pw.file, 'utf8').replace(/\r?\n$/, ''));
         } catch (e) {
-          log.warn(`bgp: BGPPeer ${p.metadata.name}: cannot read spec.password.file ${pw.file}: ${(e as Error).message}`);
+          log.warn(
+            `bgp: BGPPeer ${p.metadata.name}: cannot read spec.password.file ${pw.file}: ${(e as Error).message}`,
+          );
         }
       } else if (pw.secretKeyRef) {
         const ref = pw.secretKeyRef;
@@ -150,7 +158,11 @@ export function startBgpController(o: BgpOptions): BgpController {
     for (const w of fresh) if (!warned.has(w)) log.warn(`bgp: ${w}`);
     warned = fresh;
     const res = await bird.apply(r);
-    o.onApplied?.({ seconds: Number(process.hrtime.bigint() - t0) / 1e9, ok: res.ok, advertised: r.advertised[4].length + r.advertised[6].length });
+    o.onApplied?.({
+      seconds: Number(process.hrtime.bigint() - t0) / 1e9,
+      ok: res.ok,
+      advertised: r.advertised[4].length + r.advertised[6].length,
+    });
   }
 
   return {

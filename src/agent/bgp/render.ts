@@ -19,9 +19,36 @@
 // route controller (it programs them through the tunnel device, which BIRD 2
 // cannot express). The kernel's own blackholes of our blocks are not BIRD's and
 // stay.
-import { bgpConfigurationNode, bgpPeerProblems, DEFAULT_AS_NUMBER, DEFAULT_BGP_PORT, DEFAULT_RESTART_MS, durationSeconds, parsePeerIP, passwordProblem } from '../../model/bgp.js';
-import type { BGPConfigurationSpec, BGPLogSeverity, BGPPeerSpec, IPPoolSpec, NodeSpec, Resource } from '../../model/resources.js';
-import { addressOf, containsCidr, containsIP, formatCidr, formatIP, tryParseCidr, tryParseIP, type Cidr, type Family, type IP } from '../../net/cidr.js';
+import {
+  bgpConfigurationNode,
+  bgpPeerProblems,
+  DEFAULT_AS_NUMBER,
+  DEFAULT_BGP_PORT,
+  DEFAULT_RESTART_MS,
+  durationSeconds,
+  parsePeerIP,
+  passwordProblem,
+} from '../../model/bgp.js';
+import type {
+  BGPConfigurationSpec,
+  BGPLogSeverity,
+  BGPPeerSpec,
+  IPPoolSpec,
+  NodeSpec,
+  Resource,
+} from '../../model/resources.js';
+import {
+  addressOf,
+  containsCidr,
+  containsIP,
+  formatCidr,
+  formatIP,
+  tryParseCidr,
+  tryParseIP,
+  type Cidr,
+  type Family,
+  type IP,
+} from '../../net/cidr.js';
 import { parseSelector } from '../../selector/index.js';
 import { birdRoutesPool } from '../routes/desired.js';
 
@@ -48,7 +75,7 @@ export interface BirdInput {
   runDir: string;
 }
 
-export interface RenderedPeer {
+interface RenderedPeer {
   /** BIRD protocol name. */
   protocol: string;
   type: PeerType;
@@ -68,8 +95,12 @@ export interface BirdConfig {
 }
 
 /** Protocol name prefixes, which `node status` maps back to the peer type. */
-export const PROTOCOL_PREFIX: Record<PeerType, string> = { 'node-to-node mesh': 'Mesh_', global: 'Global_', 'node specific': 'Node_' };
-export const STATIC_PROTOCOL: Record<Family, string> = { 4: 'netplugin_static4', 6: 'netplugin_static6' };
+export const PROTOCOL_PREFIX: Record<PeerType, string> = {
+  'node-to-node mesh': 'Mesh_',
+  global: 'Global_',
+  'node specific': 'Node_',
+};
+const STATIC_PROTOCOL: Record<Family, string> = { 4: 'netplugin_static4', 6: 'netplugin_static6' };
 
 const LOG_CLASSES: Record<BGPLogSeverity, string> = {
   Debug: 'all',
@@ -133,13 +164,17 @@ function setLine(prefixes: readonly string[]): string {
 
 /** Quoting for values this module produced itself (paths checked by checkRunDir, interface globs). */
 function quote(s: string): string {
-  if (!/^[A-Za-z0-9_.*/@-]+$/.test(s)) throw new Error(`internal: ${JSON.stringify(s)} cannot be written as a BIRD string`);
+  if (!/^[A-Za-z0-9_.*/@-]+$/.test(s))
+    throw new Error(`internal: ${JSON.stringify(s)} cannot be written as a BIRD string`);
   return `"${s}"`;
 }
 
 export function checkRunDir(dir: string): void {
   if (!/^\/[A-Za-z0-9_./-]*$/.test(dir)) {
-    throw new Error(`--bird-run-dir ${JSON.stringify(dir)} must be an absolute path of letters, digits and _ . / - (BIRD includes files from it)`);
+    throw new Error(
+      `--bird-run-dir ${JSON.stringify(dir)} must be an absolute path of letters, digits and _ . / - (BIRD includes ` +
+        `files from it)`,
+    );
   }
 }
 
@@ -171,7 +206,8 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
     });
   }
   const me = nodes.get(input.me);
-  if (!me) throw new Error(`node ${input.me} is not registered in the datastore: no BGP configuration without its addresses`);
+  if (!me)
+    throw new Error(`node ${input.me} is not registered in the datastore: no BGP configuration without its addresses`);
   const mine = nodeConfig(input.me);
   const severity: BGPLogSeverity = mine.logSeverityScreen ?? global.logSeverityScreen ?? 'Info';
 
@@ -202,7 +238,11 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
     const host: Cidr = { family: ip.family, base: ip.value, prefix: ip.family === 4 ? 32 : 128 };
     if (inPool(host)) add(host);
   }
-  const services = [...(global.serviceClusterIPs ?? []), ...(global.serviceExternalIPs ?? []), ...(global.serviceLoadBalancerIPs ?? [])];
+  const services = [
+    ...(global.serviceClusterIPs ?? []),
+    ...(global.serviceExternalIPs ?? []),
+    ...(global.serviceLoadBalancerIPs ?? []),
+  ];
   for (const s of services) {
     const c = tryParseCidr(s.cidr);
     if (c) add(c);
@@ -213,7 +253,8 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
   const secrets = new Map<string, string>();
   const taken = new Set<string>();
   const meshOn = global.nodeToNodeMeshEnabled !== false;
-  const myRestart = (s: string | undefined) => (s !== undefined ? durationSeconds(s) : undefined) ?? DEFAULT_RESTART_MS / 1000;
+  const myRestart = (s: string | undefined) =>
+    (s !== undefined ? durationSeconds(s) : undefined) ?? DEFAULT_RESTART_MS / 1000;
   const direct = (ip: IP) => input.subnets.some((s) => s.family === ip.family && containsIP(s, ip));
 
   const addPeer = (
@@ -258,7 +299,10 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
     taken.add(key);
     const ibgp = asNumber === me.asNumber;
     const reflects = ibgp && me.rrClusterID !== undefined;
-    const ch = [`import filter netplugin_import${family};`, `export filter netplugin_export${reflects ? '_reflect' : ''}${family};`];
+    const ch = [
+      `import filter netplugin_import${family};`,
+      `export filter netplugin_export${reflects ? '_reflect' : ''}${family};`,
+    ];
     if (spec?.keepOriginalNextHop) ch.push('next hop keep;');
     else if (!reflects) ch.push('next hop self;');
     body.push(`ipv${family} {`, ...ch.map((l) => `  ${l}`), '};');
@@ -271,7 +315,12 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
     return parseSelector(expr).matches(labels);
   };
   const sorted = [...input.peers].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-  const appliesHere = (p: BGPPeerSpec) => (p.node !== undefined ? p.node === input.me : p.nodeSelector !== undefined ? selects(p.nodeSelector, myLabels) : true);
+  const appliesHere = (p: BGPPeerSpec) =>
+    p.node !== undefined
+      ? p.node === input.me
+      : p.nodeSelector !== undefined
+        ? selects(p.nodeSelector, myLabels)
+        : true;
   for (const pass of ['node specific', 'global'] as const) {
     for (const p of sorted) {
       const spec = p.spec;
@@ -285,7 +334,9 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
         }
       })();
       if (problems.length) {
-        warnings.push(`BGPPeer ${p.metadata.name}: ${problems.map((x) => `spec.${x.path}: ${x.message}`).join('; ')}; skipped`);
+        warnings.push(
+          `BGPPeer ${p.metadata.name}: ${problems.map((x) => `spec.${x.path}: ${x.message}`).join('; ')}; skipped`,
+        );
         continue;
       }
       let applies: boolean;
@@ -308,8 +359,14 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
         for (const fam of [4, 6] as const) {
           const ip = n.addr[fam];
           if (!ip) continue;
-          const rrClient = me.rrClusterID !== undefined && n.rrClusterID !== me.rrClusterID ? me.rrClusterID : undefined;
-          addPeer(type, ip, n.port === DEFAULT_BGP_PORT ? undefined : n.port, n.asNumber, { peerName: p.metadata.name, spec, restart, rrClient });
+          const rrClient =
+            me.rrClusterID !== undefined && n.rrClusterID !== me.rrClusterID ? me.rrClusterID : undefined;
+          addPeer(type, ip, n.port === DEFAULT_BGP_PORT ? undefined : n.port, n.asNumber, {
+            peerName: p.metadata.name,
+            spec,
+            restart,
+            rrClient,
+          });
         }
       }
     }
@@ -320,7 +377,8 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
       if (n.name === input.me) continue;
       for (const fam of [4, 6] as const) {
         const ip = n.addr[fam];
-        if (ip && me.addr[fam]) addPeer('node-to-node mesh', ip, n.port === DEFAULT_BGP_PORT ? undefined : n.port, n.asNumber, { restart });
+        if (ip && me.addr[fam])
+          addPeer('node-to-node mesh', ip, n.port === DEFAULT_BGP_PORT ? undefined : n.port, n.asNumber, { restart });
       }
     }
   }
@@ -328,7 +386,8 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
   const ignored: string[] = [];
   for (const i of [...(global.ignoredInterfaces ?? []), ...(mine.ignoredInterfaces ?? [])]) {
     if (/^[A-Za-z0-9_.@*-]{1,32}$/.test(i)) ignored.push(i);
-    else warnings.push(`BGPConfiguration: ignoredInterfaces entry ${JSON.stringify(i)} is not an interface name; ignored`);
+    else
+      warnings.push(`BGPConfiguration: ignoredInterfaces entry ${JSON.stringify(i)} is not an interface name; ignored`);
   }
 
   const routerID = me.addr[4] ? formatIP(me.addr[4]) : hashRouterID(me.name);
@@ -352,7 +411,11 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
     L.push('}', '');
     L.push(`filter netplugin_export${fam} {`, `  if proto = "${STATIC_PROTOCOL[fam]}" then accept;`, '  reject;', '}');
     L.push(`filter netplugin_export_reflect${fam} {`, `  if proto = "${STATIC_PROTOCOL[fam]}" then accept;`);
-    if (famPools.length) L.push(`  if source = RTS_BGP && net ~ ${setLine(famPools.map((p) => `${formatCidr(p.cidr)}{${p.blockSize},${max}}`))} then accept;`);
+    if (famPools.length)
+      L.push(
+        `  if source = RTS_BGP && net ~ ` +
+          `${setLine(famPools.map((p) => `${formatCidr(p.cidr)}{${p.blockSize},${max}}`))} then accept;`,
+      );
     L.push('  reject;', '}');
     L.push(`filter netplugin_import${fam} {`);
     if (own.length) L.push(`  if net ~ ${setLine(own)} then reject;`);
@@ -364,7 +427,13 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
       L.push(`  if net ~ ${setLine(ipip.map((p) => `${formatCidr(p.cidr)}+`))} then reject;`);
     }
     L.push('  if source = RTS_BGP then accept;', '  reject;', '}');
-    L.push(`protocol kernel kernel${fam} {`, `  ipv${fam} {`, '    import all;', `    export filter netplugin_kernel${fam};`, '  };');
+    L.push(
+      `protocol kernel kernel${fam} {`,
+      `  ipv${fam} {`,
+      '    import all;',
+      `    export filter netplugin_kernel${fam};`,
+      '  };',
+    );
     L.push('  learn;', '  persist;', '  scan time 10;', '  graceful restart;', '  merge paths on;', '}', '');
   }
   for (const p of peers) {
@@ -374,7 +443,13 @@ export function renderBirdConfig(input: BirdInput): BirdConfig {
   return {
     config: L.join('\n'),
     secrets,
-    peers: peers.map(({ protocol, type, address, family, asNumber }) => ({ protocol, type, address, family, asNumber })),
+    peers: peers.map(({ protocol, type, address, family, asNumber }) => ({
+      protocol,
+      type,
+      address,
+      family,
+      asNumber,
+    })),
     advertised: { 4: [...advertised[4]].sort(), 6: [...advertised[6]].sort() },
     warnings,
   };

@@ -29,7 +29,7 @@ export interface BirdStatus {
   restarts: number;
 }
 
-export interface BirdSupervisorOptions {
+interface BirdSupervisorOptions {
   birdPath: string;
   runDir: string;
   log: Logger;
@@ -46,7 +46,14 @@ export class BirdSupervisor {
   private startedAt = 0;
   private haveConfig = false;
   private readonly birdc: string;
-  private status_: BirdStatus = { running: false, pid: undefined, sessions: [], established: 0, lastError: undefined, restarts: 0 };
+  private status_: BirdStatus = {
+    running: false,
+    pid: undefined,
+    sessions: [],
+    established: 0,
+    lastError: undefined,
+    restarts: 0,
+  };
 
   constructor(private readonly o: BirdSupervisorOptions) {
     this.birdc = birdcPath(o.birdPath);
@@ -79,7 +86,8 @@ export class BirdSupervisor {
     writeFileSync(next, r.config, { mode: 0o600 });
     const check = spawnSync(this.o.birdPath, ['-p', '-c', next], { encoding: 'utf8', timeout: 10_000 });
     if (check.error || check.status !== 0) {
-      const error = `bird -p refused the rendered configuration: ${(check.stderr || check.error?.message || '').trim()}`;
+      const error =
+        `bird -p refused the rendered configuration: ` + `${(check.stderr || check.error?.message || '').trim()}`;
       this.status_.lastError = error;
       this.o.log.error(`bgp: ${error}`);
       return { ok: false, error };
@@ -92,7 +100,8 @@ export class BirdSupervisor {
     }
     renameSync(next, file);
     // Password files of sessions no longer configured go.
-    for (const f of readdirSync(dir)) if (f.endsWith(PASSWORD_SUFFIX) && !r.secrets.has(f)) rmSync(join(dir, f), { force: true });
+    for (const f of readdirSync(dir))
+      if (f.endsWith(PASSWORD_SUFFIX) && !r.secrets.has(f)) rmSync(join(dir, f), { force: true });
     this.haveConfig = true;
     if (!this.child) {
       this.start();
@@ -148,7 +157,9 @@ export class BirdSupervisor {
       if (this.stopped) return;
       // A BIRD that ran a while gets a quick restart; one that keeps dying backs off up to 30 s.
       if (Date.now() - this.startedAt > 60_000) this.backoffMs = 500;
-      const why = `BIRD exited (${signal ?? `code ${code}`})${tail.trim() ? `: ${tail.trim().split('\n').slice(-1)[0]}` : ''}`;
+      const why =
+        `BIRD exited (${signal ?? `code ${code}`})` +
+        `${tail.trim() ? `: ${tail.trim().split('\n').slice(-1)[0]}` : ''}`;
       this.status_.lastError = why;
       this.o.log.warn(`bgp: ${why}; restarting`, { inMs: this.backoffMs });
       this.status_.restarts++;

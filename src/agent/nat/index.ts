@@ -17,7 +17,7 @@ import {
 
 export const NAT_TABLE = 'netplugin-nat';
 
-export interface NatInput {
+interface NatInput {
   pools: readonly PoolView[];
   /** Node addresses of the cluster (any family). */
   nodeIPs: readonly string[];
@@ -146,14 +146,21 @@ export function startNatController(o: NatOptions): NatController {
     if (!floatingOk) schedule(5000);
     const input: NatInput = {
       pools: poolViews(pools.list()),
-      nodeIPs: nodes.list().flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
+      nodeIPs: nodes
+        .list()
+        .flatMap((n) => [addrOf(n.spec.ipv4Address), addrOf(n.spec.ipv6Address)].filter((x): x is string => !!x)),
     };
     try {
       if (!(await tables.apply(natScript(input)))) return;
       reported = false;
-      log.info('natOutgoing rules updated', { natPools: input.pools.filter((p) => p.spec.natOutgoing && !p.spec.disabled).map((p) => p.name) });
+      log.info('natOutgoing rules updated', {
+        natPools: input.pools.filter((p) => p.spec.natOutgoing && !p.spec.disabled).map((p) => p.name),
+      });
     } catch (e) {
-      if (!reported) log.error('cannot program natOutgoing (nftables); pods in natOutgoing pools keep their source address', { error: (e as Error).message });
+      if (!reported)
+        log.error('cannot program natOutgoing (nftables); pods in natOutgoing pools keep their source address', {
+          error: (e as Error).message,
+        });
       reported = true;
       schedule(5000);
     }

@@ -78,7 +78,7 @@ export type { EndpointInput, PolicyInput, ProfileInput };
 
 export const TABLE = DEFAULT_POLICY_TABLE;
 /** Set by a Pass rule: the endpoint chain goes on to its profiles. */
-export const MARK_PASS = 0x02000000;
+const MARK_PASS = 0x02000000;
 const MARK_CLEAR = ~MARK_PASS >>> 0;
 
 /** A local endpoint's entries in the base table's sets and maps, keyed by its host interface. */
@@ -96,7 +96,7 @@ export interface EndpointEntry {
 }
 
 /** An object (or part of one) the model refused before rendering. */
-export interface Refusal {
+interface Refusal {
   owner: Owner;
   reason: string;
 }
@@ -194,7 +194,7 @@ function familyOf(addr: string): 4 | 6 {
 }
 
 /** Drop nets covered by another of the list (nft rejects overlapping intervals in one set). */
-export function normalizeNets(nets: string[]): string[] {
+function normalizeNets(nets: string[]): string[] {
   const parsed: Cidr[] = [];
   for (const n of nets) {
     const text = n.includes('/') ? n : `${n}/${n.includes(':') ? 128 : 32}`;
@@ -213,11 +213,17 @@ export function normalizeNets(nets: string[]): string[] {
 }
 
 function selectionKey(s: Selection): string {
-  return JSON.stringify([s.scope, sel(s.selector).toString(), s.namespaceSelector === null ? null : sel(s.namespaceSelector).toString()]);
+  return JSON.stringify([
+    s.scope,
+    sel(s.selector).toString(),
+    s.namespaceSelector === null ? null : sel(s.namespaceSelector).toString(),
+  ]);
 }
 
 /** What a set holds, so its elements can be recomputed for one endpoint. */
-type SetDef = { kind: 'addr'; sel: Selection; family: 4 | 6 } | { kind: 'np'; sel: Selection | null; portName: string; proto: number; family: 4 | 6 };
+type SetDef =
+  | { kind: 'addr'; sel: Selection; family: 4 | 6 }
+  | { kind: 'np'; sel: Selection | null; portName: string; proto: number; family: 4 | 6 };
 
 /** What the last compile left, for the incremental path. */
 interface Memo {
@@ -225,7 +231,10 @@ interface Memo {
   policies: PolicyInput[];
   policySpecs: unknown[];
   profiles: Map<string, ProfileInput>;
-  /** Endpoint (namespace/key: endpoint names repeat across namespaces) → its input as JSON (to find what changed) and its view. */
+  /**
+   * Endpoint (namespace/key: endpoint names repeat across namespaces) → its input as JSON (to find what changed) and
+   * its view.
+   */
   endpoints: Map<string, { sig: string; view: EndpointView; refused: Refusal[] }>;
   /** Profiles some local endpoint names (their chains are compiled). */
   usedProfiles: string;
@@ -242,7 +251,7 @@ interface Memo {
  * name that do not fit are left out (an endpoint without its interface name
  * stays isolated: its interface never enters @wl-known), with why.
  */
-export function cleanEndpoint(e: EndpointInput): { e: EndpointInput; refused: Refusal[] } {
+function cleanEndpoint(e: EndpointInput): { e: EndpointInput; refused: Refusal[] } {
   const refused: Refusal[] = [];
   const owner = endpointOwner(e);
   const no = (reason: string) => refused.push({ owner, reason });
@@ -283,7 +292,13 @@ export function cleanEndpoint(e: EndpointInput): { e: EndpointInput; refused: Re
 }
 
 function endpointOwner(e: EndpointInput): Owner {
-  return { kind: 'Endpoint', namespace: e.namespace, name: e.key, ...(e.id ? { id: e.id } : {}), ...(e.pod ? { pod: e.pod } : {}) };
+  return {
+    kind: 'Endpoint',
+    namespace: e.namespace,
+    name: e.key,
+    ...(e.id ? { id: e.id } : {}),
+    ...(e.pod ? { pod: e.pod } : {}),
+  };
 }
 
 const cleaned = new WeakMap<EndpointInput, { e: EndpointInput; refused: Refusal[] }>();
@@ -394,7 +409,11 @@ export class PolicyCompiler {
     };
     wepViews.forEach((ep, i) => {
       // endpointViews keeps the inputs' order.
-      memo.endpoints.set(epId(ep), { sig: JSON.stringify(input.endpoints[i]), view: ep, refused: cleanInputs[i]!.refused });
+      memo.endpoints.set(epId(ep), {
+        sig: JSON.stringify(input.endpoints[i]),
+        view: ep,
+        refused: cleanInputs[i]!.refused,
+      });
       this.endpointChains(ep, memo, state, input.profiles);
     });
     // The dispatch chains always exist (the base chains jump to them), empty of host endpoints without any.
@@ -757,7 +776,12 @@ export class PolicyCompiler {
     this.memberCache = new Map();
 
     const prev = memo.state;
-    const state: DesiredState = { chains: new Map(prev.chains), sets: new Map(prev.sets), endpoints: new Map(prev.endpoints), refused: [] };
+    const state: DesiredState = {
+      chains: new Map(prev.chains),
+      sets: new Map(prev.sets),
+      endpoints: new Map(prev.endpoints),
+      refused: [],
+    };
     this.sets = state.sets;
     // Set elements: take out the old views' contributions, put in the new ones'.
     for (const [name, def] of this.setDefs) {
@@ -869,13 +893,21 @@ export class PolicyCompiler {
     return name;
   }
 
-  /** A named set of address . protocol . port for the endpoints of `s` (all endpoints when null) with a port of that name. */
+  /**
+   * A named set of address . protocol . port for the endpoints of `s` (all endpoints when null) with a port of that
+   * name.
+   */
   private namedPortSet(s: Selection | null, portName: string, proto: Protocol, family: 4 | 6): string {
     const pn = checkProto(protocolNumber(proto)); // out of range: the rule is refused, not the set
     const key = JSON.stringify([s ? selectionKey(s) : null, portName, pn]);
     const name = `np${family}-${shortHash(key)}`;
     if (!this.sets.has(name)) {
-      this.newSet(name, { kind: 'np', sel: s, portName, proto: pn, family }, [addrType(family), 'inet_proto', 'inet_service'], s ? this.members(s) : this.endpoints);
+      this.newSet(
+        name,
+        { kind: 'np', sel: s, portName, proto: pn, family },
+        [addrType(family), 'inet_proto', 'inet_service'],
+        s ? this.members(s) : this.endpoints,
+      );
     }
     return name;
   }
@@ -894,7 +926,10 @@ export class PolicyCompiler {
     }
     this.setDefs.set(name, def);
     this.setCounts.set(name, counts);
-    const what = def.kind === 'addr' ? `addresses of ${selectionText(def.sel)}` : `port ${def.portName} of ${def.sel ? selectionText(def.sel) : 'all()'}`;
+    const what =
+      def.kind === 'addr'
+        ? `addresses of ${selectionText(def.sel)}`
+        : `port ${def.portName} of ${def.sel ? selectionText(def.sel) : 'all()'}`;
     this.sets.set(name, { type, elements, comment: what, owner: { kind: 'Set', name } });
   }
 
@@ -946,8 +981,20 @@ export class PolicyCompiler {
     const dst = entitySelection(r.destination, p);
     const srcNot = notSelection(r.source, p);
     const dstNot = notSelection(r.destination, p);
-    const hasNamed = (e?: EntityRule) => [...(e?.ports ?? []), ...(e?.notPorts ?? [])].some((x) => parsePort(x).kind === 'named');
-    const needsFamily = !!(src || dst || srcNot || dstNot || r.source?.nets?.length || r.destination?.nets?.length || r.source?.notNets?.length || r.destination?.notNets?.length || hasNamed(r.source) || hasNamed(r.destination));
+    const hasNamed = (e?: EntityRule) =>
+      [...(e?.ports ?? []), ...(e?.notPorts ?? [])].some((x) => parsePort(x).kind === 'named');
+    const needsFamily = !!(
+      src ||
+      dst ||
+      srcNot ||
+      dstNot ||
+      r.source?.nets?.length ||
+      r.destination?.nets?.length ||
+      r.source?.notNets?.length ||
+      r.destination?.notNets?.length ||
+      hasNamed(r.source) ||
+      hasNamed(r.destination)
+    );
     let families: Array<0 | 4 | 6> = r.ipVersion ? [r.ipVersion] : needsFamily ? [4, 6] : [0];
     // A rule that needs the peer (or the endpoint) to be in a selection matches nothing in a family
     // no endpoint has: leave it out (an IPv4-only cluster gets no ip6 rules).
@@ -974,7 +1021,13 @@ export class PolicyCompiler {
         // A named notPort: not the address . protocol . port of a matching endpoint's port of that name.
         for (const np of notPorts.map(parsePort)) {
           if (np.kind !== 'named' || f === 0) continue;
-          common.push({ m: 'addrProtoPortSet', family: f, dir, set: this.namedPortSet(selection, np.name, r.protocol ?? 'TCP', f), neg: true });
+          common.push({
+            m: 'addrProtoPortSet',
+            family: f,
+            dir,
+            set: this.namedPortSet(selection, np.name, r.protocol ?? 'TCP', f),
+            neg: true,
+          });
         }
         if (ports.length === 0) return [common];
         const alts: Match[][] = [];
@@ -987,7 +1040,12 @@ export class PolicyCompiler {
         }
         return alts;
       };
-      const addr = (e: EntityRule | undefined, dir: 's' | 'd', selection: Selection | null, not: Selection | null): Match[] | null => {
+      const addr = (
+        e: EntityRule | undefined,
+        dir: 's' | 'd',
+        selection: Selection | null,
+        not: Selection | null,
+      ): Match[] | null => {
         const c: Match[] = [];
         if (f === 0) return c;
         if (selection) c.push({ m: 'addrSet', family: f, dir, set: this.addrSet(selection, f) });
@@ -1111,7 +1169,10 @@ function nameList(names: string[]): string {
 }
 
 function selectionText(s: Selection): string {
-  return `${sel(s.selector).toString()}${s.namespaceSelector === null ? '' : ` in ${sel(s.namespaceSelector).toString()}`}`;
+  return (
+    `${sel(s.selector).toString()}` +
+    `${s.namespaceSelector === null ? '' : ` in ${sel(s.namespaceSelector).toString()}`}`
+  );
 }
 
 /** The elements endpoint `e` puts in a set. */
@@ -1151,11 +1212,15 @@ function usedProfiles(endpoints: EndpointInput[]): string {
 }
 
 /** Same comment, owner and rules (the rules compared as values). */
-export function sameChain(a: Chain, b: Chain): boolean {
-  return a.comment === b.comment && JSON.stringify(a.owner) === JSON.stringify(b.owner) && JSON.stringify(a.rules) === JSON.stringify(b.rules);
+function sameChain(a: Chain, b: Chain): boolean {
+  return (
+    a.comment === b.comment &&
+    JSON.stringify(a.owner) === JSON.stringify(b.owner) &&
+    JSON.stringify(a.rules) === JSON.stringify(b.rules)
+  );
 }
 
-export function sameEntry(a: EndpointEntry, b: EndpointEntry): boolean {
+function sameEntry(a: EndpointEntry, b: EndpointEntry): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
@@ -1177,5 +1242,3 @@ function actionOf(r: PolicyRule, what: string): Omit<Rule, 'matches'> {
       return { stmts: [{ s: 'counter' }, { s: 'log', prefix: `netplugin ${what}: ` }], comment: what };
   }
 }
-
-export { NftModelError };

@@ -65,7 +65,7 @@ import type { TagRef } from '../flows/tags.js';
 import { pendingPolicies, STAGED_KINDS, type PendingPolicies, type StagedPolicy } from '../../model/staged.js';
 import { cutConntrack, type ConntrackFlow } from '../../dataplane/conntrack.js';
 
-export interface PolicyControllerOptions {
+interface PolicyControllerOptions {
   ds: Datastore;
   nodename: string;
   log: Logger;
@@ -175,7 +175,10 @@ async function defaultNft(): Promise<(script: string) => Promise<string>> {
 }
 
 /** Installs the base ruleset when the table is absent (fail closed from the first moment). */
-export async function ensureBaseTable(base: BaseOptions, nft: (s: string) => Promise<string>): Promise<'installed' | 'kept'> {
+export async function ensureBaseTable(
+  base: BaseOptions,
+  nft: (s: string) => Promise<string>,
+): Promise<'installed' | 'kept'> {
   try {
     await nft(`list table inet ${base.table ?? TABLE}`);
     return 'kept';
@@ -189,7 +192,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const { ds, log } = opts;
   const nft = opts.nft ?? (await defaultNft());
   const state = await ensureBaseTable(opts.base, nft);
-  log.info(state === 'installed' ? 'policy: base ruleset installed (pods isolated until programmed)' : 'policy: keeping the table of the previous run until the resync');
+  log.info(
+    state === 'installed'
+      ? 'policy: base ruleset installed (pods isolated until programmed)'
+      : 'policy: keeping the table of the previous run until the resync',
+  );
 
   const compiler = new PolicyCompiler(opts.flowLog);
   let current: DesiredState | undefined; // undefined until the first full resync
@@ -203,7 +210,9 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const conflicts = new Map<string, string>();
   // What the last batch saw, to find the endpoints whose policy a batch changed (conntrack).
   let seen: Seen | undefined;
-  const cut = opts.cutConntrack ?? ((addrs: string[], denied: (f: ConntrackFlow) => boolean) => cutConntrack(addrs, denied, log).deleted);
+  const cut =
+    opts.cutConntrack ??
+    ((addrs: string[], denied: (f: ConntrackFlow) => boolean) => cutConntrack(addrs, denied, log).deleted);
   // Objects libnftables refused: ownerId → the fingerprint of the content refused (retried when it changes).
   const kernelRefused = new Map<string, string>();
   // Refusals already reported (ownerId + reason), so each is told once.
@@ -213,7 +222,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     if (told.has(k)) return;
     told.add(k);
     const o = r.owner;
-    log.warn(`policy: ${o.kind} ${o.namespace ? `${o.namespace}/` : ''}${o.name} left out of the table; its pods stay isolated`, { stage: r.stage, reason: r.reason });
+    log.warn(
+      `policy: ${o.kind} ${o.namespace ? `${o.namespace}/` : ''}${o.name} left out of the table; its pods stay ` +
+        `isolated`,
+      { stage: r.stage, reason: r.reason },
+    );
     opts.onRefused?.(r);
   };
   const scratch = `${opts.base.table ?? TABLE}-check`;
@@ -253,7 +266,10 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     return found;
   };
   /** A full resync; when refused, its culprits are left out and reported, everything else is programmed. */
-  const applyFull = async (next: DesiredState, exclude: Set<string>): Promise<{ applied: DesiredState; commands: number }> => {
+  const applyFull = async (
+    next: DesiredState,
+    exclude: Set<string>,
+  ): Promise<{ applied: DesiredState; commands: number }> => {
     let a = fullScriptAttributed(opts.base, next, exclude);
     // Objects the renderer refused (the compiler should have): left out like a kernel refusal.
     for (const u of a.unrendered) {
@@ -298,7 +314,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   for (const kind of WATCHED) {
     informers.set(
       kind,
-      new Informer(datastoreSource(ds, kind), { onChange: schedule }, { onError: (e, src) => log.warn('policy: watch failed; re-listing', { source: src, error: e.message }) }) as unknown as Informer<Resource<Kind>>,
+      new Informer(
+        datastoreSource(ds, kind),
+        { onChange: schedule },
+        { onError: (e, src) => log.warn('policy: watch failed; re-listing', { source: src, error: e.message }) },
+      ) as unknown as Informer<Resource<Kind>>,
     );
   }
 
@@ -329,10 +349,18 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     for (const inf of informers.values()) if (!inf.synced) return; // the first batch waits for every list
     const t0 = performance.now();
     const profiles = new Map<string, ProfileInput>();
-    for (const p of informers.get('Profile')!.list() as Array<Resource<'Profile'>>) profiles.set(p.metadata.name, { name: p.metadata.name, spec: p.spec });
+    for (const p of informers.get('Profile')!.list() as Array<Resource<'Profile'>>)
+      profiles.set(p.metadata.name, { name: p.metadata.name, spec: p.spec });
     const policies: PolicyInput[] = [];
-    for (const p of informers.get('NetworkPolicy')!.list() as Array<Resource<'NetworkPolicy'>>) policies.push({ kind: 'NetworkPolicy', name: p.metadata.name, namespace: p.metadata.namespace ?? 'default', spec: p.spec });
-    for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>) policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
+    for (const p of informers.get('NetworkPolicy')!.list() as Array<Resource<'NetworkPolicy'>>)
+      policies.push({
+        kind: 'NetworkPolicy',
+        name: p.metadata.name,
+        namespace: p.metadata.namespace ?? 'default',
+        spec: p.spec,
+      });
+    for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>)
+      policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
     const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
     const { endpoints, local } = localEndpoints(weps);
     const heps = informers.get('HostEndpoint')!.list() as Array<Resource<'HostEndpoint'>>;
@@ -355,7 +383,9 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     if (!full) {
       const target = withoutOwners(next, exclude);
       // The plugin marks re-created interfaces stale: read the marks only when entries change.
-      const stale = entriesChanged(current!, target) ? staleNames(await nft(`list set inet ${opts.base.table ?? TABLE} wl-stale\n`)) : new Set<string>();
+      const stale = entriesChanged(current!, target)
+        ? staleNames(await nft(`list set inet ${opts.base.table ?? TABLE} wl-stale\n`))
+        : new Set<string>();
       const cmds = diffCommands(current!, target, opts.base, stale);
       commands = cmds.length;
       try {
@@ -394,11 +424,19 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
         return d.egress?.verdict === 'deny' || (!f.fromNode && d.ingress?.verdict === 'deny');
       };
       ctDeleted = cut(addrs, denied);
-      log.debug('policy: deleted the conntrack entries of flows the policy change denies', { addrs: addrs.length, deleted: ctDeleted });
+      log.debug('policy: deleted the conntrack entries of flows the policy change denies', {
+        addrs: addrs.length,
+        deleted: ctDeleted,
+      });
     }
     await report(local);
     if (full) {
-      log.info('policy: table resynced', { policies: policies.length, endpoints: endpoints.length, commands, ms: Math.round(t2 - t0) });
+      log.info('policy: table resynced', {
+        policies: policies.length,
+        endpoints: endpoints.length,
+        commands,
+        ms: Math.round(t2 - t0),
+      });
       if (!resynced) await sweepStatusFiles();
       resynced = true;
       resolveSynced();
@@ -475,15 +513,22 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const report = async (candidates: Map<string, Resource<'WorkloadEndpoint'>>) => {
     const jobs: Array<() => Promise<void>> = [];
     // Programmed means its interface entry is in the table (an endpoint left out is not reported).
-    const inTable = new Set([...(current?.endpoints.values() ?? [])].map((e) => `${e.owner.namespace}/${e.owner.name}`));
-    const local = new Map([...candidates].filter(([, w]) => inTable.has(`${w.metadata.namespace ?? 'default'}/${w.metadata.name}`)));
+    const inTable = new Set(
+      [...(current?.endpoints.values() ?? [])].map((e) => `${e.owner.namespace}/${e.owner.name}`),
+    );
+    const local = new Map(
+      [...candidates].filter(([, w]) => inTable.has(`${w.metadata.namespace ?? 'default'}/${w.metadata.name}`)),
+    );
     for (const [key, w] of local) {
       // Keyed by revision too: a re-ADD of the same container cleared the file and rewrote the endpoint.
       const stamp = `${w.spec.containerID}@${w.metadata.resourceVersion ?? ''}`;
       if (reported.get(key) === stamp) continue;
       reported.set(key, stamp);
       jobs.push(async () => {
-        await writePolicyStatus(key, { ...(opts.statusDir ? { statusDir: opts.statusDir } : {}), containerID: w.spec.containerID });
+        await writePolicyStatus(key, {
+          ...(opts.statusDir ? { statusDir: opts.statusDir } : {}),
+          containerID: w.spec.containerID,
+        });
         for (const cb of waiters.get(key) ?? []) cb(w.spec.containerID);
       });
     }
@@ -517,7 +562,8 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     concurrency: 1,
     baseDelayMs: 200,
     maxDelayMs: 10_000,
-    onError: (_k, err, n) => log.error('policy: applying the ruleset failed; retrying', { error: (err as Error).message, failures: n }),
+    onError: (_k, err, n) =>
+      log.error('policy: applying the ruleset failed; retrying', { error: (err as Error).message, failures: n }),
   });
 
   for (const inf of informers.values()) inf.start();
@@ -704,8 +750,9 @@ function affectedAddresses(was: Seen, now: Seen): string[] {
     take(n.view);
   }
   const profiles = new Set(changedKeys(was.profiles, now.profiles));
-  const policies = changedKeys(was.policies, now.policies)
-    .map((k) => [was.policies.get(k), now.policies.get(k)] as const);
+  const policies = changedKeys(was.policies, now.policies).map(
+    (k) => [was.policies.get(k), now.policies.get(k)] as const,
+  );
   if (profiles.size === 0 && policies.length === 0) return [...out];
   for (const id of now.local) {
     const n = now.views.get(id)!.view;

@@ -8,7 +8,10 @@ import type { ProgrammedSignal } from '../../policy-status/index.js';
 export interface PolicyAgent {
   /** Undefined until the datastore was reached and the controller started. */
   controller(): PolicyController | undefined;
-  /** The controller's signal that an endpoint's policy is programmed (the agent's runtime hands it to ADD's policy wait); undefined until it runs and after stop. */
+  /**
+   * The controller's signal that an endpoint's policy is programmed (the agent's runtime hands it to ADD's policy
+   * wait); undefined until it runs and after stop.
+   */
   signal(): ProgrammedSignal | undefined;
   stop(): Promise<void>;
 }
@@ -27,7 +30,9 @@ export async function startPolicyAgent(
     onApplied?: (s: import('./controller.js').ApplyStats) => void;
     /** Also told of every interface conflict (the agent's metric); the log and the pod's Event are done here. */
     onInterfaceConflict?: (c: import('./controller.js').InterfaceConflict) => void;
-    /** Also told of every object left out of the table (the agent's metric); the log and the pod's Event are done here. */
+    /**
+     * Also told of every object left out of the table (the agent's metric); the log and the pod's Event are done here.
+     */
     onRefused?: (r: import('./controller.js').RefusedObject) => void;
     /** Warning Events on pods (default true; the agent's --pod-events). */
     podEvents?: boolean;
@@ -58,7 +63,10 @@ export async function startPolicyAgent(
   const base = { vethPrefixes: [conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX], ...(table ? { table } : {}) };
   // Fail closed before anything else: pods appearing while the datastore is unreachable stay isolated.
   const installed = await ensureBaseTable(base, (s) => nftRunAsync(s));
-  if (installed === 'installed') log.info('policy: base ruleset installed (pods isolated until programmed)', { table: `inet ${table ?? 'netplugin'}` });
+  if (installed === 'installed')
+    log.info('policy: base ruleset installed (pods isolated until programmed)', {
+      table: `inet ${table ?? 'netplugin'}`,
+    });
 
   let controller: PolicyController | undefined;
   let flowLogs: import('../flows/index.js').FlowLogs | undefined;
@@ -124,7 +132,12 @@ export async function startPolicyAgent(
             // An endpoint is a pod's: its owner sees why the pod is isolated in `kubectl describe pod`.
             const o = r.owner;
             if (o.kind === 'Endpoint' && o.namespace && o.pod) {
-              events?.warn(o.namespace, o.pod, 'NetpluginPolicyNotProgrammed', `netplugin cannot program this pod's network policy, so the pod stays isolated: ${r.reason}`);
+              events?.warn(
+                o.namespace,
+                o.pod,
+                'NetpluginPolicyNotProgrammed',
+                `netplugin cannot program this pod's network policy, so the pod stays isolated: ${r.reason}`,
+              );
             }
           },
         });
@@ -143,7 +156,10 @@ export async function startPolicyAgent(
         }
         return;
       } catch (e) {
-        log.warn('policy: cannot start the controller yet; retrying (pods stay isolated meanwhile)', { error: (e as Error).message, retryInMs: retryMs });
+        log.warn('policy: cannot start the controller yet; retrying (pods stay isolated meanwhile)', {
+          error: (e as Error).message,
+          retryInMs: retryMs,
+        });
         await new Promise<void>((r) => (timer = setTimeout(r, retryMs)));
       }
     }

@@ -45,13 +45,13 @@ export interface BaseOptions {
 const tableRef = (o: { table?: string } | undefined) => renderTableRef(o?.table ?? TABLE);
 
 /** The owner of the base table's own objects. */
-export const BASE_OWNER: Owner = { kind: 'Base', name: 'base ruleset' };
+const BASE_OWNER: Owner = { kind: 'Base', name: 'base ruleset' };
 export const BASE_ID = ownerId(BASE_OWNER);
 
 const IFNAME: ElemType[] = ['ifname'];
 
 /** The base table as model values: its sets, maps and base chains. */
-export interface BaseTable {
+interface BaseTable {
   sets: Array<[string, NftSet]>;
   maps: Array<[string, NftMap]>;
   /** Regular chains the base chains jump to, created empty (the compiler's state fills them). */
@@ -59,14 +59,16 @@ export interface BaseTable {
   chains: BaseChain[];
 }
 
-export function baseTable(opts: BaseOptions): BaseTable {
+function baseTable(opts: BaseOptions): BaseTable {
   const pod = (dir: 'in' | 'out', p: string) => ({ m: 'ifname' as const, dir, name: p, prefix: true });
   const notKnown = (dir: 'in' | 'out'): Rule[] => [
-    ...opts.vethPrefixes.map((p): Rule => ({
-      matches: [pod(dir, p), { m: 'ifnameSet', dir, set: 'wl-known', neg: true }],
-      verdict: { v: 'drop' },
-      comment: 'pod interface not programmed yet',
-    })),
+    ...opts.vethPrefixes.map(
+      (p): Rule => ({
+        matches: [pod(dir, p), { m: 'ifnameSet', dir, set: 'wl-known', neg: true }],
+        verdict: { v: 'drop' },
+        comment: 'pod interface not programmed yet',
+      }),
+    ),
     // The plugin marks a host veth name here when it creates or deletes the veth: a pod re-created
     // under the name stays isolated until the agent programmed the endpoint now behind it.
     {
@@ -266,7 +268,7 @@ export function emptyState(): DesiredState {
 }
 
 /** A script whose every line is attributed to the object it programs. */
-export interface AttributedScript {
+interface AttributedScript {
   script: string;
   /** ownerId of each line (index 0 is line 1). */
   lineOwners: string[];
@@ -281,9 +283,27 @@ function entryAdds(T: string, entries: Array<[string, EndpointEntry]>): string[]
   if (entries.length === 0) return [];
   return [
     ...sourceElements(T, 'add', entries),
-    ...mapElementCommands(T, 'add', 'to-wl', IFNAME, entries.map(([i, e]) => [[i], e.to])),
-    ...mapElementCommands(T, 'add', 'from-wl', IFNAME, entries.map(([i, e]) => [[i], e.from])),
-    ...elementCommands(T, 'add', 'wl-known', IFNAME, entries.map(([i]) => [i])),
+    ...mapElementCommands(
+      T,
+      'add',
+      'to-wl',
+      IFNAME,
+      entries.map(([i, e]) => [[i], e.to]),
+    ),
+    ...mapElementCommands(
+      T,
+      'add',
+      'from-wl',
+      IFNAME,
+      entries.map(([i, e]) => [[i], e.from]),
+    ),
+    ...elementCommands(
+      T,
+      'add',
+      'wl-known',
+      IFNAME,
+      entries.map(([i]) => [i]),
+    ),
   ];
 }
 
@@ -296,10 +316,34 @@ function pairs(entries: Array<[string, EndpointEntry]>, pick: (e: EndpointEntry)
 function sourceElements(T: string, kind: 'add' | 'delete', entries: Array<[string, EndpointEntry]>): string[] {
   const withMac = entries.filter(([, e]) => e.mac !== undefined);
   return [
-    ...elementCommands(T, kind, 'wl-src4', ['ifname', 'ipv4_addr'], pairs(entries, (e) => e.v4)),
-    ...elementCommands(T, kind, 'wl-src6', ['ifname', 'ipv6_addr'], pairs(entries, (e) => e.v6)),
-    ...elementCommands(T, kind, 'wl-mac', ['ifname', 'ether_addr'], withMac.map(([i, e]) => [i, e.mac!])),
-    ...elementCommands(T, kind, 'wl-has-mac', IFNAME, withMac.map(([i]) => [i])),
+    ...elementCommands(
+      T,
+      kind,
+      'wl-src4',
+      ['ifname', 'ipv4_addr'],
+      pairs(entries, (e) => e.v4),
+    ),
+    ...elementCommands(
+      T,
+      kind,
+      'wl-src6',
+      ['ifname', 'ipv6_addr'],
+      pairs(entries, (e) => e.v6),
+    ),
+    ...elementCommands(
+      T,
+      kind,
+      'wl-mac',
+      ['ifname', 'ether_addr'],
+      withMac.map(([i, e]) => [i, e.mac!]),
+    ),
+    ...elementCommands(
+      T,
+      kind,
+      'wl-has-mac',
+      IFNAME,
+      withMac.map(([i]) => [i]),
+    ),
   ];
 }
 
@@ -310,13 +354,48 @@ function sourceElements(T: string, kind: 'add' | 'delete', entries: Array<[strin
 function entryDeletes(T: string, entries: Array<[string, EndpointEntry]>): string[] {
   if (entries.length === 0) return [];
   const out: string[] = [];
-  const maps = [['to-wl', (e: EndpointEntry) => e.to], ['from-wl', (e: EndpointEntry) => e.from]] as const;
+  const maps = [
+    ['to-wl', (e: EndpointEntry) => e.to],
+    ['from-wl', (e: EndpointEntry) => e.from],
+  ] as const;
   for (const [map, pick] of maps) {
-    out.push(...mapElementCommands(T, 'add', map, IFNAME, entries.map(([i, e]) => [[i], pick(e)])));
-    out.push(...mapElementCommands(T, 'delete', map, IFNAME, entries.map(([i]) => [[i], undefined])));
+    out.push(
+      ...mapElementCommands(
+        T,
+        'add',
+        map,
+        IFNAME,
+        entries.map(([i, e]) => [[i], pick(e)]),
+      ),
+    );
+    out.push(
+      ...mapElementCommands(
+        T,
+        'delete',
+        map,
+        IFNAME,
+        entries.map(([i]) => [[i], undefined]),
+      ),
+    );
   }
-  out.push(...elementCommands(T, 'add', 'wl-known', IFNAME, entries.map(([i]) => [i])));
-  out.push(...elementCommands(T, 'delete', 'wl-known', IFNAME, entries.map(([i]) => [i])));
+  out.push(
+    ...elementCommands(
+      T,
+      'add',
+      'wl-known',
+      IFNAME,
+      entries.map(([i]) => [i]),
+    ),
+  );
+  out.push(
+    ...elementCommands(
+      T,
+      'delete',
+      'wl-known',
+      IFNAME,
+      entries.map(([i]) => [i]),
+    ),
+  );
   out.push(...sourceElements(T, 'add', entries), ...sourceElements(T, 'delete', entries));
   return out;
 }
@@ -468,7 +547,16 @@ export function diffCommands(
   for (const name of [...created, ...refilled, ...recreated]) {
     cmds.push(...ruleCommands(T, name, b.chains.get(name)!.rules));
   }
-  cmds.push(...entryAdds(T, come), ...elementCommands(T, 'add', 'wl-known', IFNAME, again.map((i) => [i])));
+  cmds.push(
+    ...entryAdds(T, come),
+    ...elementCommands(
+      T,
+      'add',
+      'wl-known',
+      IFNAME,
+      again.map((i) => [i]),
+    ),
+  );
   // Names the plugin marked stale, now programmed for the endpoint behind them (or gone): unmarked.
   const touched = new Set([...come.map(([i]) => i), ...again, ...gone.map(([i]) => i)]);
   const unmark = [...touched].filter((i) => stale.has(i)).map((i) => [i]);

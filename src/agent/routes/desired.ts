@@ -24,7 +24,7 @@ export interface PoolView {
   spec: IPPoolSpec;
 }
 
-export interface BlockView {
+interface BlockView {
   cidr: string;
   /** Affine node, or undefined for an unaffine block. */
   node: string | undefined;
@@ -90,7 +90,14 @@ function modeFor(p: PoolView, sameSubnet: boolean): Mode {
  *   address prefixes, tunnel devices excluded): a peer inside one is "same subnet".
  */
 export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Desired {
-  const out: Desired = { routes: [], neighbours: new Map(), fdb: new Map(), devices: { vxlan4: false, vxlan6: false, ipip: false }, overhead: 0, warnings: [] };
+  const out: Desired = {
+    routes: [],
+    neighbours: new Map(),
+    fdb: new Map(),
+    devices: { vxlan4: false, vxlan6: false, ipip: false },
+    overhead: 0,
+    warnings: [],
+  };
   for (const p of view.pools) {
     if (p.spec.disabled) continue;
     const e = poolEncap(p);

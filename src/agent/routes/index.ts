@@ -18,7 +18,7 @@ import { createWorkQueue } from '../../watch/queue.js';
 
 const VETH_DEFAULT_MTU = 1500;
 
-export interface RoutesOptions {
+interface RoutesOptions {
   ds: Datastore;
   node: string;
   /** The node's routing in the kernel (dataplane/routing.ts): the controller hands it the desired state. */
@@ -39,7 +39,7 @@ export interface RoutesOptions {
   onApplied?: (s: { seconds: number; routesAdded: number; routesRemoved: number; errors: number }) => void;
 }
 
-export interface RoutesController {
+interface RoutesController {
   /** Resolves after the first complete reconcile. */
   readonly ready: Promise<void>;
   stop(): void;
@@ -47,7 +47,8 @@ export interface RoutesController {
 
 export function startRoutesController(o: RoutesOptions): RoutesController {
   const { ds, node, kernel, log } = o;
-  // Tunnel addresses: the route controller is no plugin process, so no host lock; the datastore's compare-and-swap keeps them consistent.
+  // Tunnel addresses: the route controller is no plugin process, so no host lock; the datastore's compare-and-swap
+  // keeps them consistent.
   const ipam = createIpam(ds, { lock: 'none', log });
   let stopped = false;
   let debounce: NodeJS.Timeout | undefined;
@@ -66,7 +67,8 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     concurrency: 1,
     baseDelayMs: 1000,
     maxDelayMs: 10_000,
-    onError: (_k, err, n) => log.warn('routes: reconcile failed; retrying', { error: (err as Error).message, failures: n }),
+    onError: (_k, err, n) =>
+      log.warn('routes: reconcile failed; retrying', { error: (err as Error).message, failures: n }),
   });
   const schedule = () => {
     if (stopped) return;
@@ -76,7 +78,11 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
 
   // The shared list+watch layer (re-list on compaction / 410 / a broken watch).
   const informer = <K extends Kind>(kind: K, onChange: () => void) =>
-    new Informer<Resource<K>>(datastoreSource(ds, kind), { onChange }, { onError: (e, src) => log.warn('routes: watch failed; re-listing', { source: src, error: e.message }) });
+    new Informer<Resource<K>>(
+      datastoreSource(ds, kind),
+      { onChange },
+      { onError: (e, src) => log.warn('routes: watch failed; re-listing', { source: src, error: e.message }) },
+    );
   const pools = informer('IPPool', () => {
     tunnelsDirty = true;
     schedule();
@@ -121,7 +127,9 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     const desired = computeDesired(view, kernel.connectedSubnets());
     const mine = view.nodes.get(node);
     const missing =
-      (desired.devices.vxlan4 && !mine?.vxlanTunnelAddress) || (desired.devices.vxlan6 && !mine?.vxlanTunnelAddressV6) || (desired.devices.ipip && !mine?.ipv4IPIPTunnelAddr);
+      (desired.devices.vxlan4 && !mine?.vxlanTunnelAddress) ||
+      (desired.devices.vxlan6 && !mine?.vxlanTunnelAddressV6) ||
+      (desired.devices.ipip && !mine?.ipv4IPIPTunnelAddr);
     if (missing && !tunnelsDirty && mine) {
       // Our Node lost its tunnel data (edited or recreated), or the last
       // allocation failed: try again, at most every 5 s.
@@ -139,14 +147,28 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     const t = (local: string | undefined, address: string | undefined, mac?: string): LocalTunnel | undefined =>
       local && address ? { local, address: addrOf(address)!, ...(mac ? { mac } : {}) } : undefined;
     const tunnels = {
-      ...(t(v4, me.vxlanTunnelAddress, me.vxlanTunnelMACAddr) ? { vxlan4: t(v4, me.vxlanTunnelAddress, me.vxlanTunnelMACAddr)! } : {}),
-      ...(t(v6, me.vxlanTunnelAddressV6, me.vxlanTunnelMACAddrV6) ? { vxlan6: t(v6, me.vxlanTunnelAddressV6, me.vxlanTunnelMACAddrV6)! } : {}),
+      ...(t(v4, me.vxlanTunnelAddress, me.vxlanTunnelMACAddr)
+        ? { vxlan4: t(v4, me.vxlanTunnelAddress, me.vxlanTunnelMACAddr)! }
+        : {}),
+      ...(t(v6, me.vxlanTunnelAddressV6, me.vxlanTunnelMACAddrV6)
+        ? { vxlan6: t(v6, me.vxlanTunnelAddressV6, me.vxlanTunnelMACAddrV6)! }
+        : {}),
       ...(t(v4, me.ipv4IPIPTunnelAddr) ? { ipip: t(v4, me.ipv4IPIPTunnelAddr)! } : {}),
     };
     const t0 = process.hrtime.bigint();
     const stats = kernel.apply({ desired, tunnels, underlayMtu: mtu });
-    o.onApplied?.({ seconds: Number(process.hrtime.bigint() - t0) / 1e9, routesAdded: stats.routesAdded, routesRemoved: stats.routesRemoved, errors: stats.errors.length });
-    if (stats.routesAdded || stats.routesRemoved) log.info('routes reconciled', { added: stats.routesAdded, removed: stats.routesRemoved, errors: stats.errors.length });
+    o.onApplied?.({
+      seconds: Number(process.hrtime.bigint() - t0) / 1e9,
+      routesAdded: stats.routesAdded,
+      routesRemoved: stats.routesRemoved,
+      errors: stats.errors.length,
+    });
+    if (stats.routesAdded || stats.routesRemoved)
+      log.info('routes reconciled', {
+        added: stats.routesAdded,
+        removed: stats.routesRemoved,
+        errors: stats.errors.length,
+      });
     if (o.mtuFile) writePodMtu(o.mtuFile, mtu - desired.overhead, log);
     o.onReconciled?.(desired);
     markReady();
@@ -157,7 +179,15 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
   const register = async (): Promise<void> => {
     for (let attempt = 1; !stopped; attempt++) {
       try {
-        await registerNode({ ds, node, nl: kernel, log, autodetect: o.autodetect, ...(o.ipv4 !== undefined ? { ipv4: o.ipv4 } : {}), ...(o.ipv6 !== undefined ? { ipv6: o.ipv6 } : {}) });
+        await registerNode({
+          ds,
+          node,
+          nl: kernel,
+          log,
+          autodetect: o.autodetect,
+          ...(o.ipv4 !== undefined ? { ipv4: o.ipv4 } : {}),
+          ...(o.ipv6 !== undefined ? { ipv6: o.ipv6 } : {}),
+        });
         return;
       } catch (e) {
         log.warn('cannot register the node yet; retrying', { attempt, error: (e as Error).message });
@@ -169,9 +199,15 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
     schedule();
     // Node IP changes (DHCP, a moved interface) are picked up and propagate through the Node resource.
     redetect = setInterval(() => {
-      void registerNode({ ds, node, nl: kernel, log, autodetect: o.autodetect, ...(o.ipv4 !== undefined ? { ipv4: o.ipv4 } : {}), ...(o.ipv6 !== undefined ? { ipv6: o.ipv6 } : {}) }).catch((e: Error) =>
-        log.warn('node re-registration failed', { error: e.message }),
-      );
+      void registerNode({
+        ds,
+        node,
+        nl: kernel,
+        log,
+        autodetect: o.autodetect,
+        ...(o.ipv4 !== undefined ? { ipv4: o.ipv4 } : {}),
+        ...(o.ipv6 !== undefined ? { ipv6: o.ipv6 } : {}),
+      }).catch((e: Error) => log.warn('node re-registration failed', { error: e.message }));
     }, o.redetectMs ?? 30_000);
     redetect.unref();
   });

@@ -51,7 +51,9 @@ function readCache(file, id) {
 function writeCache(file, id, seen, data) {
   const tmp = `${file}.tmp-${process.pid}`;
   try {
-    fs.writeFileSync(tmp, Buffer.concat([Buffer.from(`${MAGIC} ${id} ${seen.join(',')}\n`, 'latin1'), data]), { mode: 0o644 });
+    fs.writeFileSync(tmp, Buffer.concat([Buffer.from(`${MAGIC} ${id} ${seen.join(',')}\n`, 'latin1'), data]), {
+      mode: 0o644,
+    });
     fs.renameSync(tmp, file);
     return true;
   } catch {
@@ -80,14 +82,23 @@ function writable(dir) {
  * NETPLUGIN_CODE_CACHE_DEBUG=1 reports it, and each cache write, on stderr.
  */
 function runBundle(bundle) {
-  const debug = process.env.NETPLUGIN_CODE_CACHE_DEBUG ? (m) => process.stderr.write(`netplugin code cache: ${m} (${bundle}.cache)\n`) : undefined;
+  const debug = process.env.NETPLUGIN_CODE_CACHE_DEBUG
+    ? (m) => process.stderr.write(`netplugin code cache: ${m} (${bundle}.cache)\n`)
+    : undefined;
   const source = fs.readFileSync(bundle, 'utf8');
   const id = buildId(source);
   const cacheFile = `${bundle}.cache`;
   const cache = id !== undefined ? readCache(cacheFile, id) : undefined;
   // Module.wrap gives the same wrapper (and so the same line numbers) as require().
   const script = new vm.Script(Module.wrap(source), { filename: bundle, cachedData: cache?.data });
-  const state = cache === undefined ? (fs.existsSync(cacheFile) ? 'stale' : 'missing') : script.cachedDataRejected ? 'rejected' : 'hit';
+  const state =
+    cache === undefined
+      ? fs.existsSync(cacheFile)
+        ? 'stale'
+        : 'missing'
+      : script.cachedDataRejected
+        ? 'rejected'
+        : 'hit';
   debug?.(state);
   // Only a plain command name goes into the header (the runtime sets CNI_COMMAND; anything else trains nothing).
   const command = process.env.CNI_COMMAND ?? 'none';

@@ -79,9 +79,9 @@ export function safeText(s: string, max = COMMENT_MAX_BYTES): string {
   return t.slice(0, max);
 }
 
-export type Family = 4 | 6;
-export type Dir = 's' | 'd';
-export type CtState = 'established' | 'related' | 'new' | 'invalid' | 'untracked';
+type Family = 4 | 6;
+type Dir = 's' | 'd';
+type CtState = 'established' | 'related' | 'new' | 'invalid' | 'untracked';
 export const ICMPV6_TYPES = [
   'nd-neighbor-solicit',
   'nd-neighbor-advert',
@@ -89,7 +89,7 @@ export const ICMPV6_TYPES = [
   'nd-router-advert',
   'nd-redirect',
 ] as const;
-export type Icmpv6Type = (typeof ICMPV6_TYPES)[number];
+type Icmpv6Type = (typeof ICMPV6_TYPES)[number];
 
 /** A canonical address (no prefix length) of the given family, or a refusal. */
 export function checkAddr(a: string, family?: Family): string {
@@ -253,14 +253,6 @@ export interface NftMap {
 /** The key of an element (its fields joined; no field holds a NUL). */
 export function elemKey(values: ElemValue[]): string {
   return values.join('\0');
-}
-
-/** A typed element, checked against its fields' types: a value that does not fit is refused. */
-export function element(type: ElemType[], values: ElemValue[]): ElemValue[] {
-  if (values.length !== type.length) {
-    throw new NftModelError(`element has ${values.length} fields, the set ${type.length}`);
-  }
-  return values.map((v, i) => checkElem(type[i]!, v));
 }
 
 export function checkElem(t: ElemType, v: ElemValue): ElemValue {

@@ -46,7 +46,7 @@ export function tableRef(table: string): string {
   return `inet ${checkIdent(table, 'table')}`;
 }
 
-export function comment(text: string): string {
+function comment(text: string): string {
   return `comment "${safeText(text, COMMENT_MAX_BYTES)}"`;
 }
 
@@ -235,7 +235,12 @@ export function elementCommands(
   items: Iterable<ElemValue[]>,
 ): string[] {
   checkIdent(name, 'set');
-  return batched(T, kind, name, [...items].map((v) => elemText(type, v)));
+  return batched(
+    T,
+    kind,
+    name,
+    [...items].map((v) => elemText(type, v)),
+  );
 }
 
 /** Data map entries: key → value (or only the key, for a delete). */

@@ -3,7 +3,7 @@
 // That script is the desired state: apply() runs it only when it differs from
 // the one last applied, and a failed run is not remembered, so the next apply
 // tries again.
-export interface OwnedTables {
+interface OwnedTables {
   /** Runs `script` unless it is the one last applied; true when it ran. Throws what nftables refused. */
   apply(script: string): Promise<boolean>;
 }

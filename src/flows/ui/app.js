@@ -1,7 +1,6 @@
 // The flow UI: plain DOM, no framework, everything served by the aggregator.
 // Names and labels come from the cluster's tenants: they only ever go into
 // textContent and SVG text nodes, never into markup.
-'use strict';
 
 const PAGE_SIZE = 50;
 const MAX_LIVE_ROWS = 500;
@@ -67,7 +66,22 @@ function hitText(h) {
 /** The identity of an aggregated flow: its key and its bucket. */
 function flowId(f) {
   const bucket = Math.floor(Date.parse(f.startTime) / 15000);
-  return JSON.stringify([bucket, f.reporter, f.action, f.sourceType, f.sourceNamespace, f.sourceName, f.sourceLabels, f.destType, f.destNamespace, f.destName, f.destLabels, f.destPort, f.protocol, f.policies]);
+  return JSON.stringify([
+    bucket,
+    f.reporter,
+    f.action,
+    f.sourceType,
+    f.sourceNamespace,
+    f.sourceName,
+    f.sourceLabels,
+    f.destType,
+    f.destNamespace,
+    f.destName,
+    f.destLabels,
+    f.destPort,
+    f.protocol,
+    f.policies,
+  ]);
 }
 
 function row(f, fresh) {
@@ -83,7 +97,12 @@ function row(f, fresh) {
     el('td', {}, f.protocol),
     el('td', {}, f.destPort || ''),
     el('td', {}, f.reporter),
-    el('td', {}, decisive ? hitText(decisive) : '', f.policies.pending.length ? el('span', { class: 'muted' }, ` +${f.policies.pending.length} pending`) : ''),
+    el(
+      'td',
+      {},
+      decisive ? hitText(decisive) : '',
+      f.policies.pending.length ? el('span', { class: 'muted' }, ` +${f.policies.pending.length} pending`) : '',
+    ),
   );
   tr.addEventListener('click', () => {
     for (const r of document.querySelectorAll('#flows tbody tr.selected')) r.classList.remove('selected');
@@ -98,7 +117,9 @@ function renderRows() {
   body.replaceChildren(...state.rows.map((f) => row(f, f.__fresh)));
   for (const f of state.rows) delete f.__fresh;
   const pages = Math.max(1, Math.ceil(state.total / PAGE_SIZE));
-  $('#page').textContent = state.live ? `live: ${state.rows.length} flows` : `page ${state.page + 1} of ${pages} (${state.total} flows)`;
+  $('#page').textContent = state.live
+    ? `live: ${state.rows.length} flows`
+    : `page ${state.page + 1} of ${pages} (${state.total} flows)`;
   $('#prev').disabled = !!state.live || state.page === 0;
   $('#next').disabled = !!state.live || state.page + 1 >= pages;
   if (state.view === 'graph') drawGraph();
@@ -107,7 +128,17 @@ function renderRows() {
 function traceRows(hits) {
   if (!hits.length) return [el('tr', {}, el('td', { colspan: '7', class: 'muted' }, 'none'))];
   return hits.map((h, i) =>
-    el('tr', {}, el('td', {}, i + 1), el('td', {}, h.kind), el('td', {}, h.tier || '—'), el('td', {}, h.namespace || '—'), el('td', {}, h.name), el('td', {}, h.ruleIndex >= 0 ? h.ruleIndex : '—'), el('td', { class: `action-${h.action}` }, h.action)),
+    el(
+      'tr',
+      {},
+      el('td', {}, i + 1),
+      el('td', {}, h.kind),
+      el('td', {}, h.tier || '—'),
+      el('td', {}, h.namespace || '—'),
+      el('td', {}, h.name),
+      el('td', {}, h.ruleIndex >= 0 ? h.ruleIndex : '—'),
+      el('td', { class: `action-${h.action}` }, h.action),
+    ),
   );
 }
 
@@ -120,9 +151,19 @@ function showDetails(f) {
     ['Start', f.startTime],
     ['End', f.endTime],
     ['Source', `${endpoint(f.sourceType, f.sourceNamespace, f.sourceName)} [${f.sourceType}]`],
-    ['Source labels', Object.entries(f.sourceLabels).map(([k, v]) => `${k}=${v}`).join(', ') || '—'],
+    [
+      'Source labels',
+      Object.entries(f.sourceLabels)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(', ') || '—',
+    ],
     ['Destination', `${endpoint(f.destType, f.destNamespace, f.destName)} [${f.destType}]`],
-    ['Dest labels', Object.entries(f.destLabels).map(([k, v]) => `${k}=${v}`).join(', ') || '—'],
+    [
+      'Dest labels',
+      Object.entries(f.destLabels)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(', ') || '—',
+    ],
     ['Protocol / port', `${f.protocol} ${f.destPort || ''}`],
     ['Packets in / out', `${f.packetsIn} / ${f.packetsOut}`],
     ['Bytes in / out', `${f.bytesIn} / ${f.bytesOut}`],
@@ -135,7 +176,12 @@ function showDetails(f) {
 
 async function load() {
   try {
-    const r = await api('/api/v1/flows', { ...state.filter, sortBy: state.sortBy, pageSize: PAGE_SIZE, page: state.page });
+    const r = await api('/api/v1/flows', {
+      ...state.filter,
+      sortBy: state.sortBy,
+      pageSize: PAGE_SIZE,
+      page: state.page,
+    });
     state.rows = r.items;
     state.total = r.total;
     renderRows();
@@ -164,7 +210,10 @@ async function startLive() {
   renderRows();
   setStatus('live');
   try {
-    const res = await fetch(`/api/v1/flows?${new URLSearchParams({ ...state.filter, watch: 'true' })}`, { headers: headers(), signal: ctl.signal });
+    const res = await fetch(`/api/v1/flows?${new URLSearchParams({ ...state.filter, watch: 'true' })}`, {
+      headers: headers(),
+      signal: ctl.signal,
+    });
     if (!res.ok) throw new Error((await res.json()).error || `HTTP ${res.status}`);
     const reader = res.body.getReader();
     const dec = new TextDecoder();
@@ -177,7 +226,11 @@ async function startLive() {
       while ((i = buf.indexOf('\n\n')) >= 0) {
         const event = buf.slice(0, i);
         buf = buf.slice(i + 2);
-        const data = event.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5)).join('\n');
+        const data = event
+          .split('\n')
+          .filter((l) => l.startsWith('data:'))
+          .map((l) => l.slice(5))
+          .join('\n');
         if (data) onLiveFlow(JSON.parse(data));
       }
     }
@@ -247,8 +300,22 @@ function drawGraph() {
   g.setAttribute('viewBox', `0 0 ${width} ${height}`);
   const defs = svg('defs', {});
   for (const a of ['Allow', 'Deny', 'Pass']) {
-    const m = svg('marker', { id: `arrow-${a}`, viewBox: '0 0 10 10', refX: 18, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' });
-    m.append(svg('path', { d: 'M0,0 L10,5 L0,10 z', class: `arrow-${a}`, fill: a === 'Allow' ? '#1a7f37' : a === 'Deny' ? '#cf222e' : '#8c959f' }));
+    const m = svg('marker', {
+      id: `arrow-${a}`,
+      viewBox: '0 0 10 10',
+      refX: 18,
+      refY: 5,
+      markerWidth: 7,
+      markerHeight: 7,
+      orient: 'auto-start-reverse',
+    });
+    m.append(
+      svg('path', {
+        d: 'M0,0 L10,5 L0,10 z',
+        class: `arrow-${a}`,
+        fill: a === 'Allow' ? '#1a7f37' : a === 'Deny' ? '#cf222e' : '#8c959f',
+      }),
+    );
     defs.append(m);
   }
   const parts = [defs];
@@ -266,7 +333,12 @@ function drawGraph() {
     const lift = a.x === b.x ? 0 : bend * (30 + Math.abs(dx) * 0.18);
     const cx = a.x === b.x ? a.x + 70 * (bend > 0 ? 1 : -1) : (a.x + b.x) / 2;
     const cy = (a.y + b.y) / 2 + lift;
-    const path = svg('path', { class: `edge ${e.action}`, d: `M${a.x},${a.y} Q${cx},${cy} ${b.x},${b.y}`, 'marker-end': `url(#arrow-${e.action})`, 'data-action': e.action });
+    const path = svg('path', {
+      class: `edge ${e.action}`,
+      d: `M${a.x},${a.y} Q${cx},${cy} ${b.x},${b.y}`,
+      'marker-end': `url(#arrow-${e.action})`,
+      'data-action': e.action,
+    });
     path.append(svg('title', {}, `${e.action}: ${[...e.ports].join(', ')}, ${e.packets} packets`));
     parts.push(path);
   }

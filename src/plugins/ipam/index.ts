@@ -84,14 +84,19 @@ async function del(ctx: Ctx): Promise<void> {
 async function check(ctx: Ctx): Promise<void> {
   const handleID = attachmentHandle(ctx.conf, ctx.containerId);
   const held = new Set(await withIpam(ctx, (ipam) => ipam.handleAddresses(handleID)));
-  if (!held.size) throw new CniError(ErrorCodes.CheckFailed, `no addresses are allocated to handle ${handleID}; the container's IPAM state is gone: recreate it`);
+  if (!held.size)
+    throw new CniError(
+      ErrorCodes.CheckFailed,
+      `no addresses are allocated to handle ${handleID}; the container's IPAM state is gone: recreate it`,
+    );
   for (const ipc of ctx.prevResult?.ips ?? []) {
     const ip = tryParseIP(ipc.address.split('/')[0] ?? '');
     const text = ip ? formatIP(ip) : ipc.address;
     if (!held.has(text)) {
       throw new CniError(
         ErrorCodes.CheckFailed,
-        `prevResult address ${ipc.address} is not allocated to handle ${handleID} (it holds ${[...held].join(', ')}); recreate the container`,
+        `prevResult address ${ipc.address} is not allocated to handle ${handleID} (it holds ` +
+          `${[...held].join(', ')}); recreate the container`,
       );
     }
   }
@@ -121,15 +126,27 @@ async function status(ctx: Ctx): Promise<void> {
   try {
     await withIpam(ctx, async (ipam) => {
       const families = ([4, 6] as const).filter((f) => (f === 4 ? ic.assign_ipv4 : ic.assign_ipv6) === 'true');
-      problem = await ipam.readiness({ node, families: [...families], ipv4Pools: ic.ipv4_pools, ipv6Pools: ic.ipv6_pools });
+      problem = await ipam.readiness({
+        node,
+        families: [...families],
+        ipv4Pools: ic.ipv4_pools,
+        ipv6Pools: ic.ipv6_pools,
+      });
     });
   } catch (e) {
     if (DatastoreError.is(e)) {
-      throw new CniError(ErrorCodes.PluginNotAvailable, `datastore (${ctx.conf.datastore_type}) is not usable: ${e.kind}: ${e.message.split('\n')[0]}`);
+      throw new CniError(
+        ErrorCodes.PluginNotAvailable,
+        `datastore (${ctx.conf.datastore_type}) is not usable: ${e.kind}: ${e.message.split('\n')[0]}`,
+      );
     }
     throw e;
   }
-  if (problem) throw new CniError(ErrorCodes.PluginNotAvailable, `${problem}; new pods cannot get addresses until a pool is added or addresses are freed`);
+  if (problem)
+    throw new CniError(
+      ErrorCodes.PluginNotAvailable,
+      `${problem}; new pods cannot get addresses until a pool is added or addresses are freed`,
+    );
 }
 
 export const handlers: CniHandlers<Netconf, PluginRuntime> = {

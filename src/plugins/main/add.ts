@@ -16,6 +16,7 @@ import { delegatedAddresses, earlyIpamReads, ipamAddresses } from './addresses.j
 import { EndpointPiggyback, endpointBuilder, previousMac, randomContainerMac, writeEndpoint } from './endpoint.js';
 import { HOST_MAC, checkClusterReady, identify, statusDir, type PluginContext } from './common.js';
 import { podMtu } from '../../config/mtu.js';
+import { mark } from '../../observe/timeline.js';
 
 export async function add(ctx: PluginContext): Promise<CniResult> {
   const { conf, log, runtime } = ctx;
@@ -23,22 +24,30 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   const wl = identify(conf, ctx);
   // With policy on, the host veth's name is marked stale before anything of this pod is written:
   // a previous pod of the same name (deleted while the agent was down) leaves it no rules.
-  const marked = conf.policy?.type === 'k8s' ? import('../../dataplane/nft/programmed.js').then((m) => m.markStale(wl.hostIfname)) : undefined;
+  const marked =
+    conf.policy?.type === 'k8s'
+      ? import('../../dataplane/nft/programmed.js').then((m) => m.markStale(wl.hostIfname))
+      : undefined;
   marked?.catch(() => undefined); // awaited below
 
   if (conf.readiness_gates?.length) {
     await step('readiness gates', async () => {
       const { waitForReadinessGates } = await import('../../workload/readiness.js');
-      await waitForReadinessGates(conf.readiness_gates!, { log, ...(conf.readiness_gate_timeout_seconds ? { deadlineMs: conf.readiness_gate_timeout_seconds * 1000 } : {}) });
+      await waitForReadinessGates(conf.readiness_gates!, {
+        log,
+        ...(conf.readiness_gate_timeout_seconds ? { deadlineMs: conf.readiness_gate_timeout_seconds * 1000 } : {}),
+      });
     });
   }
 
   const ds = await step('checking the datastore', () => runtime.datastore(conf));
+  mark('datastore client');
   // The IPAM reads do not depend on readiness and write nothing: issue them
   // with the ClusterInformation read, so the three cost one round trip.
   const ourIpam = isNetpluginIpam(conf.ipam) ? conf.ipam : undefined;
   const early = ourIpam ? await earlyIpamReads(ctx, ds) : undefined;
   await step('checking the datastore', () => checkClusterReady(ds));
+  mark('cluster ready');
 
   // The pod (when this ADD reads it) and its resolved options in one call;
   // with our IPAM the pool list read above is awaited there.
@@ -51,7 +60,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
             open: () =>
               step('reading the pod', async () => {
                 const kube = await runtime.kubeClient(conf);
-                return { source: await runtime.podSource(conf, kube, wl.node, ctx.args.K8S_POD_UID), apiServer: kube.server };
+                return {
+                  source: await runtime.podSource(conf, kube, wl.node, ctx.args.K8S_POD_UID),
+                  apiServer: kube.server,
+                };
               }),
           },
         }
@@ -62,13 +74,17 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
             ...(wl.pod ? { pod: wl.pod } : {}),
             conf: { ipam: ourIpam, feature_control: conf.feature_control },
             ...(ctx.args.IP ? { cniArgsIP: ctx.args.IP } : {}),
-            pools: () => step('listing IP pools', async () => poolsFromResources((await early.pools).items as Array<Resource<'IPPool'>>)),
+            pools: () =>
+              step('listing IP pools', async () =>
+                poolsFromResources((await early.pools).items as Array<Resource<'IPPool'>>),
+              ),
             log,
           },
         }
       : {}),
   });
   const pod = work.pod;
+  mark('workload context');
   for (const w of work.options?.warnings ?? []) log.warn(w);
 
   if (marked) await step('isolating the pod interface until its policy is programmed', () => marked);
@@ -122,6 +138,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
       // Started on the event loop's next turn: the dataplane's netlink work runs
       // on this thread, so the transaction's request must go out first.
       const made = new Promise<void>((r) => setImmediate(r)).then(() => createVeth(tentative, freshMac));
+      void made.then(() => mark('veth made'), () => undefined);
       made.catch(() => undefined); // awaited below, or by the rollback
       speculative = { ips: tentative, made };
       // Undone only if it was made: a failed setup touched nothing of the pod's (an
@@ -131,6 +148,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
       });
     };
     const { ips, floating, repeated } = early && work.options ? await ipamAddresses(ctx, wl, work.options, rb, early, piggy) : await delegatedAddresses(ctx, wl, ds, rb);
+    mark('addresses committed');
     const v4 = ips.find((a) => !a.includes(':'));
     const v6 = ips.find((a) => a.includes(':'));
     const containerMac = repeated ? await previousMac(ds, wl, ctx.containerId) : undefined;
@@ -140,7 +158,8 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
 
     const [veth, endpoint] = await Promise.allSettled([
       (async () => {
-        if (made && mac === freshMac && made.ips.length === ips.length && made.ips.every((a) => ips.includes(a))) return made.made;
+        if (made && mac === freshMac && made.ips.length === ips.length && made.ips.every((a) => ips.includes(a)))
+          return made.made;
         if (made) {
           // The transaction that committed was not the first attempt's (a retry took other addresses), or this is a
           // repeated ADD: the pair made meanwhile goes, and is made again as committed.
@@ -158,6 +177,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
     if (veth.status === 'rejected') throw veth.reason;
     if (endpoint.status === 'rejected') throw endpoint.reason;
     const state = veth.value;
+    mark('veth and endpoint done');
 
     if (policyWait) {
       const policySignal = runtime.policySignal();
@@ -216,15 +236,26 @@ function explainVethFailure(e: unknown, netns: string, ifname: string): unknown 
   const nl = e as { op?: unknown; code?: unknown } | null;
   if (!nl || typeof nl.op !== 'string' || typeof nl.code !== 'string') return e;
   if (nl.op === 'openNetns' && nl.code === 'ENOENT') {
-    return new CniError(ErrorCodes.InvalidEnvironment, `CNI_NETNS ${netns} does not exist; the runtime must pass the path of the pod's network namespace (is the sandbox already gone?)`);
+    return new CniError(
+      ErrorCodes.InvalidEnvironment,
+      `CNI_NETNS ${netns} does not exist; the runtime must pass the path of the pod's network namespace (is the ` +
+        `sandbox already gone?)`,
+    );
   }
   if (nl.op === 'openNetns' && (nl.code === 'EINVAL' || nl.code === 'ENOTDIR')) {
-    return new CniError(ErrorCodes.InvalidEnvironment, `CNI_NETNS ${netns} is not a network namespace (${nl.code}); pass /var/run/netns/<name> or /proc/<pid>/ns/net`);
+    return new CniError(
+      ErrorCodes.InvalidEnvironment,
+      `CNI_NETNS ${netns} is not a network namespace (${nl.code}); pass /var/run/netns/<name> or /proc/<pid>/ns/net`,
+    );
   }
   if (nl.op === 'RTM_NEWLINK' && nl.code === 'EEXIST') {
     // The host end was checked just before (a stale veth of ours removed, a
     // foreign link reported as HostLinkInUseError), so the clash is inside the pod.
-    return new CniError(ErrorCodes.DataplaneFailure, `interface ${ifname} already exists in the pod's namespace ${netns} (EEXIST); CNI_IFNAME must name an interface the pod does not have yet`);
+    return new CniError(
+      ErrorCodes.DataplaneFailure,
+      `interface ${ifname} already exists in the pod's namespace ${netns} (EEXIST); CNI_IFNAME must name an ` +
+        `interface the pod does not have yet`,
+    );
   }
   return e;
 }

@@ -14,13 +14,13 @@ import { ipamFor, type PluginContext, type Workload } from './common.js';
 import type { Ipam } from '../../ipam/index.js';
 
 /** The pod's addresses (bare IPs) and whether an earlier ADD of this container already held them. */
-export interface Addresses {
+interface Addresses {
   ips: string[];
   floating?: string[];
   repeated?: boolean;
 }
 
-export interface EarlyIpam {
+interface EarlyIpam {
   ipam: Ipam;
   pools: Promise<Awaited<ReturnType<Datastore['list']>>>;
 }
@@ -38,8 +38,18 @@ export async function earlyIpamReads(ctx: PluginContext, ds: Datastore): Promise
   return { ipam, pools };
 }
 
-/** Reserves the pod's addresses from our IPAM as `req` (the resolved WorkloadOptions) says; the endpoint rides in the same transaction. */
-export async function ipamAddresses(ctx: PluginContext, wl: Workload, req: AddressRequest, rb: Rollback, early: EarlyIpam, piggy: EndpointPiggyback): Promise<Addresses> {
+/**
+ * Reserves the pod's addresses from our IPAM as `req` (the resolved WorkloadOptions) says; the endpoint rides in the
+ * same transaction.
+ */
+export async function ipamAddresses(
+  ctx: PluginContext,
+  wl: Workload,
+  req: AddressRequest,
+  rb: Rollback,
+  early: EarlyIpam,
+  piggy: EndpointPiggyback,
+): Promise<Addresses> {
   const { log } = ctx;
   const { ipam } = early;
   const floating = req.floatingIPs ? { floating: req.floatingIPs } : {};
@@ -48,7 +58,8 @@ export async function ipamAddresses(ctx: PluginContext, wl: Workload, req: Addre
     return { ips, repeated: true, ...floating };
   };
   if (req.noIpamIPs) {
-    // No assignment to find a repeated ADD by: read what the handle holds (an earlier ADD of this container may have used IPAM).
+    // No assignment to find a repeated ADD by: read what the handle holds (an earlier ADD of this container may have
+    // used IPAM).
     const held = await step('reading IPAM', () => ipam.handleAddresses(wl.handleID));
     return held.length ? reuse(held.map(addressOf)) : { ips: req.noIpamIPs, ...floating };
   }
@@ -68,31 +79,43 @@ export async function ipamAddresses(ctx: PluginContext, wl: Workload, req: Addre
       ctx.runtime.ipam.observer?.released((await ipam.releaseByHandle(wl.handleID)).length);
     });
     rb.push(`endpoint ${wl.endpointName}`, () => (repeated ? undefined : piggy.undo()));
-    return ipam.assign({
-      piggyback: piggy,
-      handleID: wl.handleID,
-      node: wl.node,
-      attrs,
-      assignIPv4: req.assignIPv4,
-      assignIPv6: req.assignIPv6,
-      ...(req.ipv4Pools ? { ipv4Pools: req.ipv4Pools } : {}),
-      ...(req.ipv6Pools ? { ipv6Pools: req.ipv6Pools } : {}),
-      ...(req.requestedIPs?.length ? { requestedIPs: req.requestedIPs } : {}),
-      fields: ipamFieldNames(req),
-    }).then((got) => {
-      repeated = got.some((a) => a.held);
-      return got;
-    });
+    return ipam
+      .assign({
+        piggyback: piggy,
+        handleID: wl.handleID,
+        node: wl.node,
+        attrs,
+        assignIPv4: req.assignIPv4,
+        assignIPv6: req.assignIPv6,
+        ...(req.ipv4Pools ? { ipv4Pools: req.ipv4Pools } : {}),
+        ...(req.ipv6Pools ? { ipv6Pools: req.ipv6Pools } : {}),
+        ...(req.requestedIPs?.length ? { requestedIPs: req.requestedIPs } : {}),
+        fields: ipamFieldNames(req),
+      })
+      .then((got) => {
+        repeated = got.some((a) => a.held);
+        return got;
+      });
   });
-  if (!assigned.length) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'ipam: neither assign_ipv4 nor assign_ipv6 is "true"; the pod would get no address');
-  // A repeated ADD for the same container and network gets what it already holds (the transaction's guard on its handle said so).
+  if (!assigned.length)
+    throw new CniError(
+      ErrorCodes.InvalidNetworkConfig,
+      'ipam: neither assign_ipv4 nor assign_ipv6 is "true"; the pod would get no address',
+    );
+  // A repeated ADD for the same container and network gets what it already holds (the transaction's guard on its handle
+  // said so).
   if (assigned.every((a) => a.held)) return reuse(assigned.map((a) => a.ip));
   ctx.runtime.ipam.observer?.assigned(assigned.filter((a) => !a.held).length);
   return { ips: assigned.map((a) => a.ip), ...floating };
 }
 
 /** Other IPAM types (host-local): run the plugin from CNI_PATH, with `usePodCidr` resolved to the node's pod CIDRs. */
-export async function delegatedAddresses(ctx: PluginContext, wl: Workload, ds: Datastore, rb: Rollback): Promise<Addresses> {
+export async function delegatedAddresses(
+  ctx: PluginContext,
+  wl: Workload,
+  ds: Datastore,
+  rb: Rollback,
+): Promise<Addresses> {
   const { conf, log } = ctx;
   // A repeated ADD must not ask host-local again: it refuses a second allocation
   // for the same container ("duplicate allocation is not allowed"). This
@@ -110,6 +133,7 @@ export async function delegatedAddresses(ctx: PluginContext, wl: Workload, ds: D
   });
   const result = parseResult(raw, `${conf.ipam.type} result`, ctx.cniVersion);
   const ips = (result.ips ?? []).map((i) => addressOf(i.address));
-  if (!ips.length) throw new CniError(ErrorCodes.DelegateFailure, `delegated IPAM ${conf.ipam.type} returned no addresses`);
+  if (!ips.length)
+    throw new CniError(ErrorCodes.DelegateFailure, `delegated IPAM ${conf.ipam.type} returned no addresses`);
   return { ips };
 }

@@ -10,13 +10,24 @@ import { HOST_MAC, identify, ipamFor, type PluginContext } from './common.js';
 export async function check(ctx: PluginContext): Promise<void> {
   const { conf } = ctx;
   const prev = ctx.prevResult;
-  if (!prev) throw new CniError(ErrorCodes.InvalidNetworkConfig, 'prevResult: CHECK needs the result of the ADD in prevResult; the runtime must pass it');
+  if (!prev)
+    throw new CniError(
+      ErrorCodes.InvalidNetworkConfig,
+      'prevResult: CHECK needs the result of the ADD in prevResult; the runtime must pass it',
+    );
   if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for CHECK');
   const wl = identify(conf, ctx);
   const contIdx = prev.interfaces?.findIndex((i) => i.name === ctx.ifname && i.sandbox) ?? -1;
   const contIf = contIdx >= 0 ? prev.interfaces![contIdx] : undefined;
-  if (!contIf?.mac) throw new CniError(ErrorCodes.CheckFailed, `prevResult has no interface ${ctx.ifname} with a sandbox and MAC; it is not a netplugin result for this attachment`);
-  const addrs = (prev.ips ?? []).filter((i) => i.interface === undefined || i.interface === contIdx).map((i) => i.address);
+  if (!contIf?.mac)
+    throw new CniError(
+      ErrorCodes.CheckFailed,
+      `prevResult has no interface ${ctx.ifname} with a sandbox and MAC; it is not a netplugin result for this ` +
+        `attachment`,
+    );
+  const addrs = (prev.ips ?? [])
+    .filter((i) => i.interface === undefined || i.interface === contIdx)
+    .map((i) => i.address);
 
   const drift: string[] = [];
   const dp = await ctx.runtime.dataplane();
@@ -54,7 +65,8 @@ export async function check(ctx: PluginContext): Promise<void> {
   }
   try {
     const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace);
-    if (wep.spec.containerID !== ctx.containerId) drift.push(`workload endpoint ${wl.endpointName} belongs to container ${wep.spec.containerID}`);
+    if (wep.spec.containerID !== ctx.containerId)
+      drift.push(`workload endpoint ${wl.endpointName} belongs to container ${wep.spec.containerID}`);
   } catch (e) {
     if (!DatastoreError.is(e, 'NotFound')) throw e;
     drift.push(`workload endpoint ${wl.endpointName} is missing`);

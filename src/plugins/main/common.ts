@@ -13,7 +13,6 @@ import { createIpam, handleIDFor, type Ipam } from '../../ipam/index.js';
 
 export const HOST_MAC = 'ee:ee:ee:ee:ee:ee';
 export const DEFAULT_VETH_PREFIX = 'npi';
-export const IPAM_PLUGIN = 'netplugin-ipam';
 
 export interface Workload {
   node: string;
@@ -28,7 +27,11 @@ export interface Workload {
 }
 
 /** Derives every name of one attachment from the netconf and the CNI environment. */
-export function identify(conf: Netconf, c: { containerId: string; ifname: string; args: CniArgs }, nodenameDeps?: Parameters<typeof resolveNodename>[1]): Workload {
+export function identify(
+  conf: Netconf,
+  c: { containerId: string; ifname: string; args: CniArgs },
+  nodenameDeps?: Parameters<typeof resolveNodename>[1],
+): Workload {
   const node = resolveNodename(conf, nodenameDeps);
   const ns = c.args.K8S_POD_NAMESPACE;
   const name = c.args.K8S_POD_NAME;
@@ -69,7 +72,8 @@ export async function checkClusterReady(ds: Datastore): Promise<void> {
     if (DatastoreError.is(e, 'NotFound')) {
       throw new CniError(
         ErrorCodes.TryAgainLater,
-        "the datastore is not initialised: ClusterInformation 'default' is missing; run `netpluginctl datastore init` (install-cni and the node agent do this on start)",
+        "the datastore is not initialised: ClusterInformation 'default' is missing; run `netpluginctl datastore " +
+          'init` (install-cni and the node agent do this on start)',
       );
     }
     throw e;
@@ -77,7 +81,8 @@ export async function checkClusterReady(ds: Datastore): Promise<void> {
   if (ci.spec.datastoreReady !== true) {
     throw new CniError(
       ErrorCodes.TryAgainLater,
-      "the datastore is marked not ready (ClusterInformation 'default' datastoreReady is not true, e.g. during an upgrade); run `netpluginctl datastore ready --set=true` when maintenance is over",
+      "the datastore is marked not ready (ClusterInformation 'default' datastoreReady is not true, e.g. during an " +
+        'upgrade); run `netpluginctl datastore ready --set=true` when maintenance is over',
     );
   }
 }
@@ -90,7 +95,11 @@ export type PluginContext = CniContext<Netconf, PluginRuntime>;
  * runtime's lock-takeover hook), the runtime's shared IPAM state and, for
  * assignments and releases, its batching.
  */
-export async function ipamFor(ctx: Pick<PluginContext, 'conf' | 'env' | 'log' | 'runtime'>, ds: Datastore, use: 'assign' | 'read' = 'read'): Promise<Ipam> {
+export async function ipamFor(
+  ctx: Pick<PluginContext, 'conf' | 'env' | 'log' | 'runtime'>,
+  ds: Datastore,
+  use: 'assign' | 'read' = 'read',
+): Promise<Ipam> {
   // Lazy: the host lock loads the addon (flock); an invocation with a delegated IPAM never gets here.
   const { nodeIpamLock } = await import('../node-lock.js');
   const lock = nodeIpamLock(ctx, ctx.runtime.ipam.onLockTakeover);
@@ -101,4 +110,3 @@ export async function ipamFor(ctx: Pick<PluginContext, 'conf' | 'env' | 'log' | 
 export function statusDir(conf: Netconf): string | undefined {
   return conf.endpoint_status_dir;
 }
-

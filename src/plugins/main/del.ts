@@ -41,7 +41,12 @@ export async function del(ctx: PluginContext): Promise<void> {
       // endpoint's delete, which its revision guards: so the agent may answer
       // from what its ADD wrote (no round trip); a stale answer fails that
       // guard and is read again (releaseAddresses' reread).
-      const wep = await ds.get('WorkloadEndpoint', wl.endpointName, wl.namespace, ctx.netns ? { recent: true } : undefined);
+      const wep = await ds.get(
+        'WorkloadEndpoint',
+        wl.endpointName,
+        wl.namespace,
+        ctx.netns ? { recent: true } : undefined,
+      );
       if (wep.spec.containerID && wep.spec.containerID !== ctx.containerId) newerOwner = wep.spec.containerID;
       // Deleted with the addresses, in the release's transaction (one write per DEL).
       else {
@@ -71,10 +76,17 @@ export async function del(ctx: PluginContext): Promise<void> {
     // touched by name (ADD and DEL of one veth name run one at a time, so a
     // newer sandbox's ADD cannot slip in between).
     try {
-      const r = await dp.teardown({ ...(ctx.netns ? { netnsPath: ctx.netns } : {}), ifname: ctx.ifname, hostIfname: wl.hostIfname, hostMac: HOST_MAC, ...(ownsHostEnd ? {} : { keepHostEnd: true }) });
+      const r = await dp.teardown({
+        ...(ctx.netns ? { netnsPath: ctx.netns } : {}),
+        ifname: ctx.ifname,
+        hostIfname: wl.hostIfname,
+        hostMac: HOST_MAC,
+        ...(ownsHostEnd ? {} : { keepHostEnd: true }),
+      });
       log.debug('local teardown', { removed: r.removed });
       // The name no longer marks a programmed pod (a pod re-created under it waits for the agent).
-      if (ownsHostEnd && conf.policy?.type === 'k8s') await (await import('../../dataplane/nft/programmed.js')).markStale(wl.hostIfname);
+      if (ownsHostEnd && conf.policy?.type === 'k8s')
+        await (await import('../../dataplane/nft/programmed.js')).markStale(wl.hostIfname);
     } catch (e) {
       teardownError = e;
       log.error('local teardown failed; releasing the addresses anyway', { error: (e as Error)?.message ?? String(e) });
@@ -82,7 +94,8 @@ export async function del(ctx: PluginContext): Promise<void> {
   } else {
     log.info('no netns and the endpoint owner is unknown or newer; leaving the host veth alone', { owner: newerOwner });
   }
-  if (newerOwner) log.info('not deleting the workload endpoint: it belongs to a newer container of this pod', { owner: newerOwner });
+  if (newerOwner)
+    log.info('not deleting the workload endpoint: it belongs to a newer container of this pod', { owner: newerOwner });
   if (conf.policy_setup_timeout_seconds && !newerOwner) {
     const { clearPolicyStatus, endpointStatusKey } = await import('../../policy-status/index.js');
     await clearPolicyStatus(endpointStatusKey(wl.namespace, wl.endpointName), statusDir(conf)).catch(() => undefined);
@@ -100,13 +113,23 @@ export async function del(ctx: PluginContext): Promise<void> {
   try {
     const released = await releaseAddresses(ctx, wl, ds, endpointDelete);
     // Without an endpoint record the released list is the only source of the addresses.
-    dp.flushConntrack(released.filter((a) => !ownAddrs.includes(a)), log);
+    dp.flushConntrack(
+      released.filter((a) => !ownAddrs.includes(a)),
+      log,
+    );
   } catch (e) {
     dsError ??= e;
   }
   if (dsError) {
-    if (DatastoreError.is(dsError, 'Unavailable') || ((dsError instanceof CniError || IpamError.is(dsError)) && toCniError(dsError).code === ErrorCodes.TryAgainLater)) {
-      throw new CniError(ErrorCodes.TryAgainLater, `local teardown ${teardownError ? 'failed' : 'done'}, but the datastore is unreachable so the addresses and endpoint of ${ctx.containerId} are not released yet: ${(dsError as Error).message}`);
+    if (
+      DatastoreError.is(dsError, 'Unavailable') ||
+      ((dsError instanceof CniError || IpamError.is(dsError)) && toCniError(dsError).code === ErrorCodes.TryAgainLater)
+    ) {
+      throw new CniError(
+        ErrorCodes.TryAgainLater,
+        `local teardown ${teardownError ? 'failed' : 'done'}, but the datastore is unreachable so the addresses and ` +
+          `endpoint of ${ctx.containerId} are not released yet: ${(dsError as Error).message}`,
+      );
     }
     throw dsError;
   }
@@ -114,18 +137,29 @@ export async function del(ctx: PluginContext): Promise<void> {
     const why = toCniError(teardownError).message;
     throw new CniError(
       ErrorCodes.DataplaneFailure,
-      `the addresses and endpoint of ${ctx.containerId} are released, but its interface ${ctx.ifname} (host end ${wl.hostIfname}) could not be removed: ${why}; remove it by hand if it remains (a gone namespace takes it along)`,
+      `the addresses and endpoint of ${ctx.containerId} are released, but its interface ${ctx.ifname} (host end ` +
+        `${wl.hostIfname}) could not be removed: ${why}; remove it by hand if it remains (a gone namespace takes it ` +
+        `along)`,
     );
   }
 }
 
 /** The addresses released (netplugin IPAM; none known for a delegated IPAM plugin). */
-async function releaseAddresses(ctx: PluginContext, wl: Workload, ds: Datastore | undefined, endpointDelete: TxnOp | undefined): Promise<string[]> {
+async function releaseAddresses(
+  ctx: PluginContext,
+  wl: Workload,
+  ds: Datastore | undefined,
+  endpointDelete: TxnOp | undefined,
+): Promise<string[]> {
   const { conf, log } = ctx;
   // The endpoint changed since it was read: delete it at its new revision if it is still ours.
   const reread = async (): Promise<TxnOp | undefined> => {
-    const wep = await ds?.get('WorkloadEndpoint', wl.endpointName, wl.namespace).catch((e: unknown) => void ignoreGone(e));
-    return wep && (!wep.spec.containerID || wep.spec.containerID === ctx.containerId) ? endpointDeleteOp(wep) : undefined;
+    const wep = await ds
+      ?.get('WorkloadEndpoint', wl.endpointName, wl.namespace)
+      .catch((e: unknown) => void ignoreGone(e));
+    return wep && (!wep.spec.containerID || wep.spec.containerID === ctx.containerId)
+      ? endpointDeleteOp(wep)
+      : undefined;
   };
   if (!isNetpluginIpam(conf.ipam)) {
     // The endpoint goes before the delegated plugin frees the addresses, as a single guarded delete.
@@ -141,7 +175,10 @@ async function releaseAddresses(ctx: PluginContext, wl: Workload, ds: Datastore 
   }
   if (!ds) return [];
   const ipam = await ipamFor(ctx, ds, 'assign');
-  const released = await ipam.releaseByHandle(wl.handleID, endpointDelete ? { alsoWrite: [endpointDelete], reread } : {});
+  const released = await ipam.releaseByHandle(
+    wl.handleID,
+    endpointDelete ? { alsoWrite: [endpointDelete], reread } : {},
+  );
   ctx.runtime.ipam.observer?.released(released.length);
   log.info('DEL done', { released, hostIfname: wl.hostIfname });
   return released.map(addressOf);
@@ -149,7 +186,13 @@ async function releaseAddresses(ctx: PluginContext, wl: Workload, ds: Datastore 
 
 /** The endpoint's delete, guarded by the revision it was read at. */
 function endpointDeleteOp(wep: Resource<'WorkloadEndpoint'>): TxnOp {
-  return { op: 'delete', kind: 'WorkloadEndpoint', name: wep.metadata.name, ...(wep.metadata.namespace ? { namespace: wep.metadata.namespace } : {}), ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}) };
+  return {
+    op: 'delete',
+    kind: 'WorkloadEndpoint',
+    name: wep.metadata.name,
+    ...(wep.metadata.namespace ? { namespace: wep.metadata.namespace } : {}),
+    ...(wep.metadata.resourceVersion ? { revision: wep.metadata.resourceVersion } : {}),
+  };
 }
 
 /** The endpoint changed owner or went meanwhile: nothing of ours to delete. */

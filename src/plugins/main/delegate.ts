@@ -20,8 +20,9 @@ export interface DelegateInvocation {
   timeoutMs?: number;
 }
 
-export async function findPlugin(type: string, path: string[]): Promise<string> {
-  if (!/^[A-Za-z0-9_.-]+$/.test(type)) throw new CniError(ErrorCodes.InvalidNetworkConfig, `ipam.type: '${type}' is not a valid plugin name`);
+async function findPlugin(type: string, path: string[]): Promise<string> {
+  if (!/^[A-Za-z0-9_.-]+$/.test(type))
+    throw new CniError(ErrorCodes.InvalidNetworkConfig, `ipam.type: '${type}' is not a valid plugin name`);
   for (const dir of path) {
     const p = join(dir, type);
     try {
@@ -33,14 +34,16 @@ export async function findPlugin(type: string, path: string[]): Promise<string> 
   }
   throw new CniError(
     ErrorCodes.InvalidNetworkConfig,
-    `ipam.type: plugin '${type}' was not found in CNI_PATH (${path.join(':') || 'empty'}); install it there or fix ipam.type`,
+    `ipam.type: plugin '${type}' was not found in CNI_PATH (${path.join(':') || 'empty'}); install it there or fix ` +
+      `ipam.type`,
   );
 }
 
 export async function execDelegate(inv: DelegateInvocation): Promise<CniResult | undefined> {
   const bin = await findPlugin(inv.type, inv.path);
   const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(inv.env)) if (v !== undefined && !k.startsWith('CNI_') && k !== 'NODE_EXTRA_CA_CERTS') env[k] = v;
+  for (const [k, v] of Object.entries(inv.env))
+    if (v !== undefined && !k.startsWith('CNI_') && k !== 'NODE_EXTRA_CA_CERTS') env[k] = v;
   Object.assign(env, {
     CNI_COMMAND: inv.command,
     CNI_CONTAINERID: inv.containerId,
@@ -49,23 +52,25 @@ export async function execDelegate(inv: DelegateInvocation): Promise<CniResult |
     CNI_ARGS: inv.cniArgs ?? '',
     CNI_PATH: inv.path.join(':'),
   });
-  const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(bin, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => child.kill('SIGKILL'), inv.timeoutMs ?? 60_000);
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (err += d));
-    child.on('error', (e) => {
-      clearTimeout(timer);
-      reject(new CniError(ErrorCodes.DelegateFailure, `running ${bin} failed: ${e.message}`));
-    });
-    child.on('close', (c, sig) => {
-      clearTimeout(timer);
-      resolve({ code: c ?? (sig ? 128 : 1), stdout: out, stderr: err });
-    });
-    child.stdin.end(JSON.stringify(inv.conf));
-  });
+  const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>(
+    (resolve, reject) => {
+      const child = spawn(bin, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+      let out = '';
+      let err = '';
+      const timer = setTimeout(() => child.kill('SIGKILL'), inv.timeoutMs ?? 60_000);
+      child.stdout.on('data', (d) => (out += d));
+      child.stderr.on('data', (d) => (err += d));
+      child.on('error', (e) => {
+        clearTimeout(timer);
+        reject(new CniError(ErrorCodes.DelegateFailure, `running ${bin} failed: ${e.message}`));
+      });
+      child.on('close', (c, sig) => {
+        clearTimeout(timer);
+        resolve({ code: c ?? (sig ? 128 : 1), stdout: out, stderr: err });
+      });
+      child.stdin.end(JSON.stringify(inv.conf));
+    },
+  );
   if (code !== 0) {
     let msg = stderr.trim() || `exit code ${code}`;
     let cniCode: number = ErrorCodes.DelegateFailure;
@@ -82,6 +87,9 @@ export async function execDelegate(inv: DelegateInvocation): Promise<CniResult |
   try {
     return JSON.parse(stdout) as CniResult;
   } catch {
-    throw new CniError(ErrorCodes.DelegateFailure, `delegated plugin ${inv.type} printed a result that is not JSON: ${stdout.slice(0, 200)}`);
+    throw new CniError(
+      ErrorCodes.DelegateFailure,
+      `delegated plugin ${inv.type} printed a result that is not JSON: ${stdout.slice(0, 200)}`,
+    );
   }
 }

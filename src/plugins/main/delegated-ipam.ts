@@ -5,13 +5,18 @@
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Datastore } from '../../datastore/types.js';
 import type { DelegateInvocation } from './delegate.js';
-import { type PluginContext, type Workload } from './common.js';
+import type { PluginContext, Workload } from './common.js';
 
 /**
  * The invocation of the netconf's IPAM plugin for this attachment, less the
  * command. With `release` (DEL) unreadable pod CIDRs are tolerated (resolvePodCidrs).
  */
-export async function delegatedIpam(ctx: PluginContext, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Omit<DelegateInvocation, 'command'>> {
+export async function delegatedIpam(
+  ctx: PluginContext,
+  wl: Workload,
+  ds: Datastore | undefined,
+  opts: { release?: boolean } = {},
+): Promise<Omit<DelegateInvocation, 'command'>> {
   const ipam = await resolvePodCidrs(ctx, wl, ds, opts);
   return {
     type: ctx.conf.ipam.type,
@@ -25,8 +30,16 @@ export async function delegatedIpam(ctx: PluginContext, wl: Workload, ds: Datast
   };
 }
 
-/** Replaces host-local's `usePodCidr` / `usePodCidrIPv6` subnets with the node's pod CIDRs (the operator's HostLocal mode). */
-export async function resolvePodCidrs(ctx: Pick<PluginContext, 'conf' | 'runtime'>, wl: Workload, ds: Datastore | undefined, opts: { release?: boolean } = {}): Promise<Record<string, unknown>> {
+/**
+ * Replaces host-local's `usePodCidr` / `usePodCidrIPv6` subnets with the node's pod CIDRs (the operator's HostLocal
+ * mode).
+ */
+async function resolvePodCidrs(
+  ctx: Pick<PluginContext, 'conf' | 'runtime'>,
+  wl: Workload,
+  ds: Datastore | undefined,
+  opts: { release?: boolean } = {},
+): Promise<Record<string, unknown>> {
   const { conf } = ctx;
   const ipam = structuredClone(conf.ipam) as Record<string, unknown>;
   const text = JSON.stringify(ipam);
@@ -49,7 +62,9 @@ export async function resolvePodCidrs(ctx: Pick<PluginContext, 'conf' | 'runtime
       if (!want) {
         throw new CniError(
           ErrorCodes.InvalidNetworkConfig,
-          `ipam: subnet "${v}" needs the node's ${v === 'usePodCidr' ? 'IPv4' : 'IPv6'} pod CIDR, but node ${wl.node} has ${cidrs.length ? cidrs.join(', ') : 'none'}; set the node's podCIDRs (kube-controller-manager --allocate-node-cidrs) or give a subnet`,
+          `ipam: subnet "${v}" needs the node's ${v === 'usePodCidr' ? 'IPv4' : 'IPv6'} pod CIDR, but node ` +
+            `${wl.node} has ${cidrs.length ? cidrs.join(', ') : 'none'}; set the node's podCIDRs ` +
+            `(kube-controller-manager --allocate-node-cidrs) or give a subnet`,
         );
       }
       return want;
@@ -65,7 +80,11 @@ export async function resolvePodCidrs(ctx: Pick<PluginContext, 'conf' | 'runtime
 const RELEASE_PLACEHOLDER_V4 = '192.0.2.0/30';
 const RELEASE_PLACEHOLDER_V6 = '2001:db8::/126';
 
-async function nodePodCidrs({ conf, runtime }: Pick<PluginContext, 'conf' | 'runtime'>, wl: Workload, ds: Datastore): Promise<string[]> {
+async function nodePodCidrs(
+  { conf, runtime }: Pick<PluginContext, 'conf' | 'runtime'>,
+  wl: Workload,
+  ds: Datastore,
+): Promise<string[]> {
   if (conf.kubernetes?.kubeconfig || conf.kubernetes?.k8s_api_root) {
     const kube = await runtime.kubeClient(conf);
     const node = (await kube.getNode(wl.node)) as { spec?: { podCIDR?: string; podCIDRs?: string[] } };

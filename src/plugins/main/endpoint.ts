@@ -17,10 +17,14 @@ import type { Rollback } from './rollback.js';
 import type { Workload } from './common.js';
 
 /** Builds this attachment's endpoint for the pod's addresses (bare IPs), its floating IPs and the container MAC. */
-export type EndpointBuilder = (ips: string[], floating: string[] | undefined, mac: string) => Resource<'WorkloadEndpoint'>;
+type EndpointBuilder = (ips: string[], floating: string[] | undefined, mac: string) => Resource<'WorkloadEndpoint'>;
 
 /** The endpoint builder of one ADD: `pod` when it was read from the API server. */
-export function endpointBuilder(ctx: Pick<CniContext<Netconf>, 'containerId' | 'ifname'>, wl: Workload, pod: PodLike | undefined): EndpointBuilder {
+export function endpointBuilder(
+  ctx: Pick<CniContext<Netconf>, 'containerId' | 'ifname'>,
+  wl: Workload,
+  pod: PodLike | undefined,
+): EndpointBuilder {
   return (ips, floating, mac) => {
     const ipNATs = floating?.length ? pairFloatingIPs(ips, floating) : undefined;
     const wep = buildWorkloadEndpoint({
@@ -51,7 +55,11 @@ export function randomContainerMac(): string {
 }
 
 /** This attachment's endpoint if an earlier ADD of this very container wrote it (not an older sandbox of the pod). */
-export async function ownEndpoint(ds: Datastore, wl: Workload, containerId: string): Promise<Resource<'WorkloadEndpoint'> | undefined> {
+export async function ownEndpoint(
+  ds: Datastore,
+  wl: Workload,
+  containerId: string,
+): Promise<Resource<'WorkloadEndpoint'> | undefined> {
   const wep = await getIfExists(ds, 'WorkloadEndpoint', wl.endpointName, wl.namespace);
   return wep?.spec.containerID === containerId ? wep : undefined;
 }
@@ -69,7 +77,10 @@ export async function previousMac(ds: Datastore, wl: Workload, containerId: stri
  */
 export class EndpointPiggyback implements Piggyback {
   floating: string[] | undefined;
-  /** Told the addresses (bare IPs) of each attempt just before its transaction is sent (they are committed only if it succeeds). */
+  /**
+   * Told the addresses (bare IPs) of each attempt just before its transaction is sent (they are committed only if it
+   * succeeds).
+   */
   onAttempt: ((ips: string[]) => void) | undefined;
   /** What the transaction stored, once committed. */
   written: Resource<'WorkloadEndpoint'> | undefined;
@@ -85,9 +96,14 @@ export class EndpointPiggyback implements Piggyback {
   async ops(assigned: Assigned[], again: boolean): Promise<TxnOp[]> {
     this.attempted = true;
     this.onAttempt?.(assigned.map((a) => a.ip));
-    const wep = this.build(assigned.map((a) => a.ip), this.floating);
+    const wep = this.build(
+      assigned.map((a) => a.ip),
+      this.floating,
+    );
     // The allocator retries the whole transaction after a failed guard: only then is the endpoint read.
-    this.prev = again ? await getIfExists(this.ds, 'WorkloadEndpoint', wep.metadata.name, wep.metadata.namespace) : undefined;
+    this.prev = again
+      ? await getIfExists(this.ds, 'WorkloadEndpoint', wep.metadata.name, wep.metadata.namespace)
+      : undefined;
     return [casOp(wep, this.prev)];
   }
 
@@ -95,7 +111,9 @@ export class EndpointPiggyback implements Piggyback {
     this.written = stored[0] as Resource<'WorkloadEndpoint'>;
   }
 
-  /** Rollback: delete what this ADD created, give a taken-over endpoint back, or (answer lost) delete it if it is ours. */
+  /**
+   * Rollback: delete what this ADD created, give a taken-over endpoint back, or (answer lost) delete it if it is ours.
+   */
   async undo(): Promise<void> {
     if (!this.attempted) return;
     const ok = (e: unknown) => {
@@ -109,22 +127,39 @@ export class EndpointPiggyback implements Piggyback {
     }
     const ns = cur.metadata.namespace;
     if (this.prev && this.prev.spec.containerID !== this.containerId) {
-      await this.ds.update({ ...this.prev, metadata: { ...this.prev.metadata, resourceVersion: cur.metadata.resourceVersion! } }).catch(ok);
+      await this.ds
+        .update({ ...this.prev, metadata: { ...this.prev.metadata, resourceVersion: cur.metadata.resourceVersion! } })
+        .catch(ok);
       return;
     }
-    await this.ds.delete('WorkloadEndpoint', cur.metadata.name, { ...(ns ? { namespace: ns } : {}), revision: cur.metadata.resourceVersion! }).catch(ok);
+    await this.ds
+      .delete('WorkloadEndpoint', cur.metadata.name, {
+        ...(ns ? { namespace: ns } : {}),
+        revision: cur.metadata.resourceVersion!,
+      })
+      .catch(ok);
   }
 }
 
 /** Creates the endpoint, or takes it over from an older sandbox of the same pod; pushes the undo of either. */
 export async function writeEndpoint(ds: Datastore, wep: Resource<'WorkloadEndpoint'>, rb: Rollback): Promise<void> {
   const ns = wep.metadata.namespace;
-  const { stored, prev } = await casRetry(ds, { kind: 'WorkloadEndpoint', name: wep.metadata.name, ...(ns ? { namespace: ns } : {}) }, () => wep, { assumeAbsent: true });
+  const { stored, prev } = await casRetry(
+    ds,
+    { kind: 'WorkloadEndpoint', name: wep.metadata.name, ...(ns ? { namespace: ns } : {}) },
+    () => wep,
+    { assumeAbsent: true },
+  );
   if (!prev) {
     rb.push(`endpoint ${wep.metadata.name}`, () =>
-      ds.delete('WorkloadEndpoint', wep.metadata.name, { ...(ns ? { namespace: ns } : {}), ...(stored.metadata.resourceVersion ? { revision: stored.metadata.resourceVersion } : {}) }).catch((e) => {
-        if (!DatastoreError.is(e, 'NotFound')) throw e;
-      }),
+      ds
+        .delete('WorkloadEndpoint', wep.metadata.name, {
+          ...(ns ? { namespace: ns } : {}),
+          ...(stored.metadata.resourceVersion ? { revision: stored.metadata.resourceVersion } : {}),
+        })
+        .catch((e) => {
+          if (!DatastoreError.is(e, 'NotFound')) throw e;
+        }),
     );
     return;
   }

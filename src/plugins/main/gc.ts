@@ -55,9 +55,14 @@ export async function gc(ctx: PluginContext): Promise<void> {
     const ns = w.metadata.namespace;
     const key = hostVethKey({ ...w.spec, namespace: ns });
     await dp.teardown({ ifname: w.spec.endpoint, hostIfname: hostVethName(prefix, key), hostMac: HOST_MAC });
-    await ds.delete('WorkloadEndpoint', w.metadata.name, { ...(ns ? { namespace: ns } : {}), ...(w.metadata.resourceVersion ? { revision: w.metadata.resourceVersion } : {}) }).catch((e) => {
-      if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
-    });
+    await ds
+      .delete('WorkloadEndpoint', w.metadata.name, {
+        ...(ns ? { namespace: ns } : {}),
+        ...(w.metadata.resourceVersion ? { revision: w.metadata.resourceVersion } : {}),
+      })
+      .catch((e) => {
+        if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
+      });
     log.info('GC removed a stale endpoint', { endpoint: w.metadata.name, containerID: w.spec.containerID });
   }
 }

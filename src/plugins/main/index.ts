@@ -9,6 +9,7 @@ import { del } from './del.js';
 import { check } from './check.js';
 import { status } from './status.js';
 import { gc } from './gc.js';
+import { mark } from '../../observe/timeline.js';
 
 /**
  * ADD, DEL and CHECK of one host veth name run one at a time on the node,
@@ -19,7 +20,10 @@ import { gc } from './gc.js';
 async function oneAtATime<T>(ctx: PluginContext, fn: (ctx: PluginContext) => Promise<T>): Promise<T> {
   const { hostIfname } = identify(ctx.conf, ctx);
   const { withVethLock } = await import('../node-lock.js');
-  return withVethLock(ctx, hostIfname, () => fn(ctx));
+  return withVethLock(ctx, hostIfname, () => {
+    mark('pod lock held');
+    return fn(ctx);
+  });
 }
 
 export const handlers: CniHandlers<Netconf, PluginRuntime> = {

@@ -40,10 +40,13 @@ export async function step<T>(name: string, fn: () => Promise<T> | T): Promise<T
   }
 }
 
-export function inStep(name: string, e: unknown): Error {
+function inStep(name: string, e: unknown): Error {
   if ((e as { step?: string } | null)?.step) return e as Error;
   const err = toCniError(e);
-  const out = new CniError(err.code, `${name}: ${err.message}`, err.details) as CniError & { step?: string; internal?: boolean };
+  const out = new CniError(err.code, `${name}: ${err.message}`, err.details) as CniError & {
+    step?: string;
+    internal?: boolean;
+  };
   out.step = name;
   out.cause = e;
   // An unexpected exception keeps its stack for the log (the dispatcher logs internal errors' stacks).

@@ -22,11 +22,20 @@ import { createIpamShared, type IpamShared } from '../../ipam/index.js';
 
 export interface DataplanePort {
   setup(spec: WorkloadSpec): Promise<WorkloadState>;
-  teardown(o: { netnsPath?: string; ifname: string; hostIfname: string; keepHostEnd?: boolean; hostMac?: string }): Promise<{ removed: boolean }>;
+  teardown(o: {
+    netnsPath?: string;
+    ifname: string;
+    hostIfname: string;
+    keepHostEnd?: boolean;
+    hostMac?: string;
+  }): Promise<{ removed: boolean }>;
   check(spec: WorkloadSpec, expect: { containerMac: string }): Promise<string[]>;
   /** Deletes the veths a crashed agent left in the trash group (src/dataplane/trash.ts); returns how many. */
   purgeTrash(hostMac: string): Promise<number>;
-  /** The conntrack entries of released addresses (src/dataplane/conntrack.ts): at once per-exec, batched off the request path in the agent. */
+  /**
+   * The conntrack entries of released addresses (src/dataplane/conntrack.ts): at once per-exec, batched off the request
+   * path in the agent.
+   */
   flushConntrack(addrs: string[], log: ConntrackLog): void;
 }
 
@@ -37,14 +46,14 @@ export interface IpamObserver {
 }
 
 /** A watch-fed cache of one node's pods and namespaces (src/k8s/cache.ts CachingPodSource). */
-export interface PodCache {
+interface PodCache {
   /** The cache as a PodSource for one pod: a cached pod with another uid is read from the API. */
   forPod(uid: string | undefined): PodSource;
   stop(): void;
 }
 
 /** Where the pod's Kubernetes API access is configured (the netconf's `kubernetes` block). */
-export type KubeSettings = Pick<DatastoreConfig, 'kubernetes'>;
+type KubeSettings = Pick<DatastoreConfig, 'kubernetes'>;
 
 export interface PluginRuntime {
   /** The open datastore for these settings (one per distinct settings; a failed open is retried by the next call). */
@@ -68,7 +77,12 @@ export interface PluginRuntime {
    * (src/ipam/shared.ts), given to every Ipam this runtime's handlers create.
    * `onLockTakeover`: given to the node IPAM lock they take (src/plugins/node-lock.ts).
    */
-  readonly ipam: { readonly batch: boolean; readonly shared: IpamShared; readonly observer?: IpamObserver; readonly onLockTakeover?: () => void };
+  readonly ipam: {
+    readonly batch: boolean;
+    readonly shared: IpamShared;
+    readonly observer?: IpamObserver;
+    readonly onLockTakeover?: () => void;
+  };
   /** Closes every datastore, API client and pod cache (shutdown, tests). */
   close(): Promise<void>;
 }
@@ -76,7 +90,7 @@ export interface PluginRuntime {
 /** What the agent's controllers need of the runtime: the same warm datastore connections requests use. */
 export type DatastoreSource = Pick<PluginRuntime, 'datastore'>;
 
-export interface PluginRuntimeOptions {
+interface PluginRuntimeOptions {
   /** Applied to every datastore opened (the agent's metrics time each call). */
   wrapDatastore?: (ds: Datastore) => Datastore;
   /**
@@ -110,12 +124,19 @@ export interface PluginRuntimeOptions {
  * distinct netconf the agent is sent would otherwise keep its own connection
  * (and fds) open for ever.
  */
-export const DATASTORE_CACHE = Object.freeze({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000 });
+const DATASTORE_CACHE = Object.freeze({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000 });
 
-/** One key per distinct connection: the etcd fields come from the settings' own list, so a new field cannot be forgotten here. */
-export function datastoreKey(s: DatastoreConfig): string {
+/**
+ * One key per distinct connection: the etcd fields come from the settings' own list, so a new field cannot be forgotten
+ * here.
+ */
+function datastoreKey(s: DatastoreConfig): string {
   return JSON.stringify([
-    s.datastore_type ?? 'etcdv3', ...ETCD_SETTINGS_WITH_DEPRECATED.map((k) => s[k]), s.kubernetes?.kubeconfig, s.kubernetes?.k8s_api_root, s.etcd_transport,
+    s.datastore_type ?? 'etcdv3',
+    ...ETCD_SETTINGS_WITH_DEPRECATED.map((k) => s[k]),
+    s.kubernetes?.kubeconfig,
+    s.kubernetes?.k8s_api_root,
+    s.etcd_transport,
   ]);
 }
 
@@ -134,19 +155,33 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
 
   return {
     datastore(s) {
-      const conf = s.datastore_type !== 'kubernetes' && !s.etcd_transport && opts.etcdTransport ? { ...s, etcd_transport: opts.etcdTransport } : s;
+      const conf =
+        s.datastore_type !== 'kubernetes' && !s.etcd_transport && opts.etcdTransport
+          ? { ...s, etcd_transport: opts.etcdTransport }
+          : s;
       // A failed connection is not cached: the next invocation retries.
-      return datastores.get(datastoreKey(conf), () => import('../../datastore/index.js').then((m) => m.openDatastore(conf)).then(wrap));
+      return datastores.get(datastoreKey(conf), () =>
+        import('../../datastore/index.js').then((m) => m.openDatastore(conf)).then(wrap),
+      );
     },
     kubeClient(conf) {
       const k = conf.kubernetes ?? {};
       if (!k.kubeconfig && !k.k8s_api_root) {
         return Promise.reject(
-          new CniError(ErrorCodes.InvalidNetworkConfig, 'kubernetes: neither kubernetes.kubeconfig nor kubernetes.k8s_api_root is set, but the pod must be read from the API server; set kubernetes.kubeconfig'),
+          new CniError(
+            ErrorCodes.InvalidNetworkConfig,
+            'kubernetes: neither kubernetes.kubeconfig nor kubernetes.k8s_api_root is set, but the pod must be read ' +
+              'from the API server; set kubernetes.kubeconfig',
+          ),
         );
       }
       return kubeClients.get(JSON.stringify([k.kubeconfig, k.k8s_api_root]), () =>
-        import('../../k8s/client.js').then((m) => m.createKubeClient({ ...(k.kubeconfig ? { kubeconfig: k.kubeconfig } : {}), ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}) })),
+        import('../../k8s/client.js').then((m) =>
+          m.createKubeClient({
+            ...(k.kubeconfig ? { kubeconfig: k.kubeconfig } : {}),
+            ...(k.k8s_api_root ? { k8s_api_root: k.k8s_api_root } : {}),
+          }),
+        ),
       );
     },
     async podSource(conf, kube, node, podUid) {
@@ -179,7 +214,14 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
     async close() {
       const caches = [...podCaches.values()];
       podCaches.clear();
-      await Promise.all(caches.map((p) => p.then((c) => c.stop(), () => undefined)));
+      await Promise.all(
+        caches.map((p) =>
+          p.then(
+            (c) => c.stop(),
+            () => undefined,
+          ),
+        ),
+      );
       await Promise.all([datastores.closeAll(), kubeClients.closeAll()]);
     },
   };
