@@ -29,7 +29,11 @@ import { observeInvalidObjects } from '../datastore/invalid.js';
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { registerLogThrottleMetrics, registerProcessMetrics } from '../observe/process-metrics.js';
 import { LOG_FORMATS, type LogFormat } from '../log/index.js';
-import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS, type PluginKubeconfig } from '../agent/kubeconfig-writer.js';
+import {
+  DEFAULT_PLUGIN_SERVICE_ACCOUNT,
+  DEFAULT_TOKEN_SECONDS,
+  type PluginKubeconfig,
+} from '../agent/kubeconfig-writer.js';
 import { aggregatorUrlProblem, parseFlushInterval, type FlowLogFlags } from '../agent/flows/index.js';
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
@@ -136,7 +140,8 @@ const CLI = { program: 'netplugin-node', usage: USAGE };
 function flowFlags(v: Record<string, string | boolean | undefined>): FlowLogFlags | undefined {
   const s = (k: string) => (typeof v[k] === 'string' ? (v[k] as string) : undefined);
   const url = s('flow-aggregator');
-  const given = ['flow-aggregator', 'flow-tls-cert', 'flow-tls-key', 'flow-tls-ca', 'flow-flush-interval'].filter((k) => s(k) !== undefined);
+  const flags = ['flow-aggregator', 'flow-tls-cert', 'flow-tls-key', 'flow-tls-ca', 'flow-flush-interval'];
+  const given = flags.filter((k) => s(k) !== undefined);
   if (!given.length) return undefined;
   if (url !== undefined) {
     const problem = aggregatorUrlProblem(url);
@@ -144,7 +149,11 @@ function flowFlags(v: Record<string, string | boolean | undefined>): FlowLogFlag
   }
   if (!v.config) usageError(`--${given[0]} needs --config (flow logs come from the policy table: policy.type k8s)`);
   const files = { certFile: s('flow-tls-cert'), keyFile: s('flow-tls-key'), caFile: s('flow-tls-ca') };
-  for (const [k, f] of [['flow-tls-cert', files.certFile], ['flow-tls-key', files.keyFile], ['flow-tls-ca', files.caFile]] as const) {
+  for (const [k, f] of [
+    ['flow-tls-cert', files.certFile],
+    ['flow-tls-key', files.keyFile],
+    ['flow-tls-ca', files.caFile],
+  ] as const) {
     if (!f) usageError(`--${given[0]} needs --${k} FILE (the collector takes mTLS only)`);
   }
   const interval = s('flow-flush-interval');
@@ -197,42 +206,45 @@ async function main(): Promise<void> {
     help?: boolean;
     version?: boolean;
   };
-  const parsed = await parseEntryFlags(CLI, () => NETPLUGIN_VERSION, () =>
-    parseArgs({
-      options: {
-        socket: { type: 'string' },
-        config: { type: 'string' },
-        nodename: { type: 'string' },
-        'ipv6-forwarding': { type: 'string' },
-        'log-level': { type: 'string' },
-        'log-format': { type: 'string' },
-        'health-addr': { type: 'string' },
-        'metrics-addr': { type: 'string' },
-        'plugin-kubeconfig': { type: 'string' },
-        'plugin-service-account': { type: 'string' },
-        'plugin-token-seconds': { type: 'string' },
-        kubeconfig: { type: 'string' },
-        'pod-events': { type: 'string' },
-        version: { type: 'boolean' },
-        'max-concurrent': { type: 'string' },
-        'node-ip': { type: 'string' },
-        'node-ipv6': { type: 'string' },
-        'ip-autodetection': { type: 'string' },
-        'mtu-file': { type: 'string' },
-        'cni-conf-dir': { type: 'string' },
-        'no-routes': { type: 'boolean' },
-        bgp: { type: 'string' },
-        'bird-path': { type: 'string' },
-        'bird-run-dir': { type: 'string' },
-        'flow-aggregator': { type: 'string' },
-        'flow-tls-cert': { type: 'string' },
-        'flow-tls-key': { type: 'string' },
-        'flow-tls-ca': { type: 'string' },
-        'flow-flush-interval': { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      allowPositionals: false,
-    }).values,
+  const parsed = await parseEntryFlags(
+    CLI,
+    () => NETPLUGIN_VERSION,
+    () =>
+      parseArgs({
+        options: {
+          socket: { type: 'string' },
+          config: { type: 'string' },
+          nodename: { type: 'string' },
+          'ipv6-forwarding': { type: 'string' },
+          'log-level': { type: 'string' },
+          'log-format': { type: 'string' },
+          'health-addr': { type: 'string' },
+          'metrics-addr': { type: 'string' },
+          'plugin-kubeconfig': { type: 'string' },
+          'plugin-service-account': { type: 'string' },
+          'plugin-token-seconds': { type: 'string' },
+          kubeconfig: { type: 'string' },
+          'pod-events': { type: 'string' },
+          version: { type: 'boolean' },
+          'max-concurrent': { type: 'string' },
+          'node-ip': { type: 'string' },
+          'node-ipv6': { type: 'string' },
+          'ip-autodetection': { type: 'string' },
+          'mtu-file': { type: 'string' },
+          'cni-conf-dir': { type: 'string' },
+          'no-routes': { type: 'boolean' },
+          bgp: { type: 'string' },
+          'bird-path': { type: 'string' },
+          'bird-run-dir': { type: 'string' },
+          'flow-aggregator': { type: 'string' },
+          'flow-tls-cert': { type: 'string' },
+          'flow-tls-key': { type: 'string' },
+          'flow-tls-ca': { type: 'string' },
+          'flow-flush-interval': { type: 'string' },
+          help: { type: 'boolean', short: 'h' },
+        },
+        allowPositionals: false,
+      }).values,
   );
   if (!parsed) return;
   values = parsed;
@@ -271,7 +283,8 @@ async function main(): Promise<void> {
     usageError('--bgp on needs --config (the datastore) and routes (no --no-routes)');
   const v6 = values['ipv6-forwarding'] ?? 'auto';
   if (v6 !== 'auto' && v6 !== 'on' && v6 !== 'off') usageError(`--ipv6-forwarding '${v6}' is not one of auto, on, off`);
-  if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto') usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
+  if (values['ipv6-forwarding'] !== undefined && !values.config && v6 === 'auto')
+    usageError('--ipv6-forwarding auto needs --config (it decides from the CNI config)');
   const flows = flowFlags(values);
   const socketPath = values.socket ?? (process.env['NETPLUGIN_AGENT_SOCKET'] || DEFAULT_SOCKET);
   // A failure that repeats (a watch that keeps breaking, a bad netconf the runtime keeps sending) is
@@ -372,10 +385,16 @@ async function main(): Promise<void> {
 
   let server: CniServer;
   try {
-    server = await startCniServer({ socketPath, plugins: agentPlugins(runtime, throttle), log, maxConcurrent, onServed: (r) => {
-      metrics.served(r);
-      podEvents?.served(r);
-    } });
+    server = await startCniServer({
+      socketPath,
+      plugins: agentPlugins(runtime, throttle),
+      log,
+      maxConcurrent,
+      onServed: (r) => {
+        metrics.served(r);
+        podEvents?.served(r);
+      },
+    });
   } catch (e) {
     log.error(`cannot start the CNI server: ${(e as Error).message}`);
     process.exit(1);

@@ -16,7 +16,16 @@ import { makeCert, type CertPair } from '../support/certs.js';
 import { flowsPki, startFlows, type FlowsPki, type FlowsProcess } from '../support/flows.js';
 import { freePort } from '../support/etcd.js';
 import { NODE } from '../support/plugin-harness.js';
-import { addPod, applyK8sPolicy, probeFrom, putObject, startPolicyAgent, startPolicyEnv, type PolicyEnv, type Pod } from '../support/policy-harness.js';
+import {
+  addPod,
+  applyK8sPolicy,
+  probeFrom,
+  putObject,
+  startPolicyAgent,
+  startPolicyEnv,
+  type PolicyEnv,
+  type Pod,
+} from '../support/policy-harness.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { ROOT } from '../support/cni.js';
 
@@ -48,7 +57,12 @@ async function until<T>(what: string, pick: (fl: Flow[]) => T | undefined, ms = 
 }
 
 /** until(), doing `round` before each look (traffic that makes new records). */
-async function untilAfter<T>(what: string, round: (() => Promise<unknown>) | undefined, pick: (fl: Flow[]) => T | undefined, ms = 40_000): Promise<T> {
+async function untilAfter<T>(
+  what: string,
+  round: (() => Promise<unknown>) | undefined,
+  pick: (fl: Flow[]) => T | undefined,
+  ms = 40_000,
+): Promise<T> {
   const end = Date.now() + ms;
   let last: Flow[] = [];
   for (;;) {
@@ -57,17 +71,26 @@ async function untilAfter<T>(what: string, round: (() => Promise<unknown>) | und
     const got = pick(last);
     if (got !== undefined && got !== false) return got;
     if (Date.now() > end) {
-      const agent = env.agent.log().split('\n').filter((l) => l.includes('flow')).slice(-10).join('\n');
+      const agent = env.agent
+        .log()
+        .split('\n')
+        .filter((l) => l.includes('flow'))
+        .slice(-10)
+        .join('\n');
       throw new Error(`${what}: not seen in ${ms} ms; flows: ${JSON.stringify(last).slice(0, 3000)}\n${agent}`);
     }
     await new Promise((r) => setTimeout(r, 500));
   }
 }
 
-const started = (fl: Flow[], pred: (f: Flow) => boolean) => fl.filter(pred).reduce((n, f) => n + f.connectionsStarted, 0);
+const started = (fl: Flow[], pred: (f: Flow) => boolean) =>
+  fl.filter(pred).reduce((n, f) => n + f.connectionsStarted, 0);
 
 async function connect(from: Pod, to: string, n: number): Promise<boolean[]> {
-  return probeFrom(from, Array.from({ length: n }, () => [to, 80, 'tcp'] as [string, number, 'tcp']));
+  return probeFrom(
+    from,
+    Array.from({ length: n }, () => [to, 80, 'tcp'] as [string, number, 'tcp']),
+  );
 }
 
 beforeAll(async () => {
@@ -79,11 +102,16 @@ beforeAll(async () => {
   agg = await startFlows(pki, { collectorPort });
   env = await startPolicyEnv(POOL, 'npn', {
     agentArgs: [
-      '--flow-aggregator', `https://127.0.0.1:${collectorPort}`,
-      '--flow-tls-cert', agentCert.cert,
-      '--flow-tls-key', agentCert.key,
-      '--flow-tls-ca', pki.ca.cert,
-      '--flow-flush-interval', '1s',
+      '--flow-aggregator',
+      `https://127.0.0.1:${collectorPort}`,
+      '--flow-tls-cert',
+      agentCert.cert,
+      '--flow-tls-key',
+      agentCert.key,
+      '--flow-tls-ca',
+      pki.ca.cert,
+      '--flow-flush-interval',
+      '1s',
     ],
   });
   a = await addPod(env, 'x', 'a');
@@ -94,7 +122,12 @@ beforeAll(async () => {
     spec: {
       podSelector: { matchLabels: { pod: 'b' } },
       policyTypes: ['Ingress'],
-      ingress: [{ from: [{ namespaceSelector: { matchLabels: { ns: 'x' } }, podSelector: { matchLabels: { pod: 'a' } } }], ports: [{ port: 80, protocol: 'TCP' }] }],
+      ingress: [
+        {
+          from: [{ namespaceSelector: { matchLabels: { ns: 'x' } }, podSelector: { matchLabels: { pod: 'a' } } }],
+          ports: [{ port: 80, protocol: 'TCP' }],
+        },
+      ],
     },
   });
   // The internet: a namespace behind a host veth, at a public-looking address.
@@ -106,9 +139,15 @@ beforeAll(async () => {
   execFileSync('ip', ['-n', inet.name, 'link', 'set', 'eth0', 'up']);
   execFileSync('ip', ['-n', inet.name, 'link', 'set', 'lo', 'up']);
   execFileSync('ip', ['-n', inet.name, 'route', 'add', '10.173.0.0/26', 'via', INET_HOST]);
-  inetServer = spawn('ip', ['netns', 'exec', inet.name, 'python3', join(ROOT, 'test/support/policy-pod.py'), 'serve', '80', '81'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  inetServer = spawn(
+    'ip',
+    ['netns', 'exec', inet.name, 'python3', join(ROOT, 'test/support/policy-pod.py'), 'serve', '80', '81'],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   await new Promise<void>((resolve, reject) => {
-    createInterface({ input: inetServer!.stdout! }).once('line', (l) => (l === 'ready' ? resolve() : reject(new Error(l))));
+    createInterface({ input: inetServer!.stdout! }).once('line', (l) =>
+      l === 'ready' ? resolve() : reject(new Error(l)),
+    );
     inetServer!.once('exit', (code) => reject(new Error(`internet server exited ${code}`)));
   });
   // Enforced: a reaches b, c does not.
@@ -134,17 +173,34 @@ afterAll(async () => {
 describe('flow logs from the node', () => {
   it('reports an Allow flow a→b naming the policy and rule (Dst) and the profile (Src), and a Deny c→b (end of policies)', async () => {
     expect(await connect(a, b.ip, 3)).toEqual([true, true, true]);
-    expect(await probeFrom(c, [[b.ip, 80, 'tcp'], [b.ip, 80, 'tcp']], 0.5)).toEqual([false, false]);
-    const dst = await until('Allow a→b reported by b', (fl) => fl.find((f) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow' && f.policies.enforced.length > 0));
-    expect(dst.policies.enforced).toEqual([{ kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '', action: 'Allow', ruleIndex: 0 }]);
+    expect(
+      await probeFrom(
+        c,
+        [
+          [b.ip, 80, 'tcp'],
+          [b.ip, 80, 'tcp'],
+        ],
+        0.5,
+      ),
+    ).toEqual([false, false]);
+    const dst = await until('Allow a→b reported by b', (fl) =>
+      fl.find((f) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow' && f.policies.enforced.length > 0),
+    );
+    expect(dst.policies.enforced).toEqual([
+      { kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '', action: 'Allow', ruleIndex: 0 },
+    ]);
     expect(dst.policies.pending).toEqual([]);
     expect(dst.destPort).toBe(80);
     expect(dst.protocol).toBe('TCP');
     expect(dst.sourceType).toBe('wep');
     expect(dst.sourceLabels).toMatchObject({ pod: 'a' });
-    const src = await until('Allow a→b reported by a', (fl) => fl.find((f) => is(f, a, b) && f.reporter === 'Src' && f.action === 'Allow' && f.policies.enforced.length > 0));
+    const src = await until('Allow a→b reported by a', (fl) =>
+      fl.find((f) => is(f, a, b) && f.reporter === 'Src' && f.action === 'Allow' && f.policies.enforced.length > 0),
+    );
     expect(src.policies.enforced[0]).toMatchObject({ kind: 'Profile', action: 'Allow' });
-    const deny = await until('Deny c→b reported by b', (fl) => fl.find((f) => is(f, c, b) && f.reporter === 'Dst' && f.action === 'Deny'));
+    const deny = await until('Deny c→b reported by b', (fl) =>
+      fl.find((f) => is(f, c, b) && f.reporter === 'Dst' && f.action === 'Deny'),
+    );
     expect(deny.policies.enforced).toEqual([END_OF_TIER_HIT]);
     expect(deny.packetsIn).toBeGreaterThan(0);
     expect(deny.connectionsStarted).toBe(0);
@@ -157,7 +213,9 @@ describe('flow logs from the node', () => {
     const before = await until('a→b counted', (fl) => started(fl, pred) || undefined);
     const bytesBefore = (await flows()).filter(pred).reduce((n, f) => n + f.bytesIn + f.bytesOut, 0);
     expect(await connect(a, b.ip, 4)).toEqual([true, true, true, true]);
-    const after = await until('4 more a→b connections', (fl) => (started(fl, pred) >= before + 4 ? started(fl, pred) : undefined));
+    const after = await until('4 more a→b connections', (fl) =>
+      started(fl, pred) >= before + 4 ? started(fl, pred) : undefined,
+    );
     expect(after).toBe(before + 4);
     const fl = await flows();
     const bytesAfter = fl.filter(pred).reduce((n, f) => n + f.bytesIn + f.bytesOut, 0);
@@ -175,7 +233,11 @@ describe('flow logs from the node', () => {
 
   it('names traffic to an outside public address net/pub', async () => {
     expect(await connect(a, INET_ADDR, 2)).toEqual([true, true]);
-    const out = await until('a→internet', (fl) => fl.find((f) => f.sourceName === 'a' && f.sourceNamespace === 'x' && f.destType === 'net' && f.connectionsStarted > 0));
+    const out = await until('a→internet', (fl) =>
+      fl.find(
+        (f) => f.sourceName === 'a' && f.sourceNamespace === 'x' && f.destType === 'net' && f.connectionsStarted > 0,
+      ),
+    );
     expect(out).toMatchObject({ destName: 'pub', destNamespace: '', reporter: 'Src', action: 'Allow', destPort: 80 });
   });
 
@@ -186,7 +248,9 @@ describe('flow logs from the node', () => {
     // Several flush intervals while it is away: the records wait in the agent's buffer.
     await new Promise((r) => setTimeout(r, 3000));
     agg = await startFlows(pki, { collectorPort });
-    const got = await until('the buffered connections', (fl) => (started(fl, pred) >= 5 ? started(fl, pred) : undefined));
+    const got = await until('the buffered connections', (fl) =>
+      started(fl, pred) >= 5 ? started(fl, pred) : undefined,
+    );
     expect(got).toBe(5);
     await new Promise((r) => setTimeout(r, 3000));
     expect(started(await flows(), pred)).toBe(5);
@@ -200,42 +264,60 @@ describe('flow logs from the node', () => {
       metadata: { name: 'deny-b', namespace: 'y' },
       spec: { order: 10, selector: "pod == 'b'", types: ['Ingress'], ingress: [{ action: 'Deny' }] },
     });
-    const staged = { kind: 'StagedNetworkPolicy', namespace: 'y', name: 'deny-b', tier: 'default', action: 'Deny', ruleIndex: 0 };
-    const dst = await untilAfter('a staged deny in the pending trace of a→b', async () => {
-      // Each round's connections make new records, evaluated against what the agent has seen by then.
-      expect(await connect(a, b.ip, 1)).toEqual([true]);
-    }, (fl) => fl.find((f) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow' && f.policies.pending.length > 0));
-    expect(dst.policies.enforced).toEqual([{ kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '', action: 'Allow', ruleIndex: 0 }]);
-    expect(dst.policies.pending).toEqual([staged]);
+    const staged = { kind: 'StagedNetworkPolicy', namespace: 'y', name: 'deny-b', tier: 'default', action: 'Deny' };
+    const dst = await untilAfter(
+      'a staged deny in the pending trace of a→b',
+      async () => {
+        // Each round's connections make new records, evaluated against what the agent has seen by then.
+        expect(await connect(a, b.ip, 1)).toEqual([true]);
+      },
+      (fl) => fl.find((f) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow' && f.policies.pending.length),
+    );
+    const allowA = { kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '', action: 'Allow' };
+    expect(dst.policies.enforced).toEqual([{ ...allowA, ruleIndex: 0 }]);
+    expect(dst.policies.pending).toEqual([{ ...staged, ruleIndex: 0 }]);
     expect(dst.connectionsStarted).toBeGreaterThan(0);
     // a's egress is not touched by it: its pending trace is its enforced one.
     const src = await until('a→b reported by a with a pending trace', (fl) =>
-      fl.find((f) => is(f, a, b) && f.reporter === 'Src' && f.action === 'Allow' && f.policies.pending.length > 0));
+      fl.find((f) => is(f, a, b) && f.reporter === 'Src' && f.action === 'Allow' && f.policies.pending.length > 0),
+    );
     expect(src.policies.pending).toEqual(src.policies.enforced);
     // Deleted, the staged policy leaves the trace empty again (no staged policy: nothing pending).
-    const unstaged = (f: Flow) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow' && f.policies.pending.length === 0;
+    const unstaged = (f: Flow) =>
+      is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow' && f.policies.pending.length === 0;
     const before = started(await flows(), unstaged);
     await env.ds.delete('StagedNetworkPolicy', 'deny-b', { namespace: 'y' });
-    await untilAfter('a→b without a pending trace after the staged policy went', async () => {
-      expect(await connect(a, b.ip, 1)).toEqual([true]);
-    }, (fl) => started(fl, unstaged) > before || undefined);
+    await untilAfter(
+      'a→b without a pending trace after the staged policy went',
+      async () => {
+        expect(await connect(a, b.ip, 1)).toEqual([true]);
+      },
+      (fl) => started(fl, unstaged) > before || undefined,
+    );
   });
-  it('takes the aggregator and interval from the AgentConfiguration without the flags, and follows its changes', async () => {
+  it('takes the aggregator and interval from the AgentConfiguration without the flags, live', async () => {
     // The agent again, with the TLS files only: flow logs wait for an aggregator from the datastore.
     await env.agent.stop();
-    env.agent = await startPolicyAgent(env, ['--flow-tls-cert', agentCert.cert, '--flow-tls-key', agentCert.key, '--flow-tls-ca', pki.ca.cert]);
+    const tls = ['--flow-tls-cert', agentCert.cert, '--flow-tls-key', agentCert.key, '--flow-tls-ca', pki.ca.cert];
+    env.agent = await startPolicyAgent(env, tls);
+    const conf = (spec: Record<string, string>) =>
+      putObject(env, { apiVersion: API_VERSION, kind: 'AgentConfiguration', metadata: { name: `node.${NODE}` }, spec });
     const pred = (f: Flow) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow';
     const before = started(await flows(), pred);
     const spec = { flowLogsAggregator: `https://127.0.0.1:${collectorPort}`, flowLogsFlushInterval: '1s' };
-    await putObject(env, { apiVersion: API_VERSION, kind: 'AgentConfiguration', metadata: { name: `node.${NODE}` }, spec });
-    await untilAfter('a→b reported to the AgentConfiguration\'s aggregator', async () => {
-      expect(await connect(a, b.ip, 1)).toEqual([true]);
-    }, (fl) => started(fl, pred) > before || undefined);
+    await conf(spec);
+    await untilAfter(
+      "a→b reported to the AgentConfiguration's aggregator",
+      async () => {
+        expect(await connect(a, b.ip, 1)).toEqual([true]);
+      },
+      (fl) => started(fl, pred) > before || undefined,
+    );
     // Another aggregator named there: the agent's client moves to it.
     const agg2 = await startFlows(pki, { collectorPort: await freePort() });
     try {
       const moved = { ...spec, flowLogsAggregator: `https://127.0.0.1:${agg2.collectorPort}` };
-      await putObject(env, { apiVersion: API_VERSION, kind: 'AgentConfiguration', metadata: { name: `node.${NODE}` }, spec: moved });
+      await conf(moved);
       const end = Date.now() + 40_000;
       for (;;) {
         expect(await connect(a, b.ip, 1)).toEqual([true]);

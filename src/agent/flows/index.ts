@@ -47,7 +47,7 @@ export function aggregatorUrlProblem(url: string): string | undefined {
   } catch {
     u = undefined;
   }
-  if (!u || u.protocol !== 'https:' || !u.port || u.pathname !== '/' || u.search || u.hash) {
+  if (u?.protocol !== 'https:' || !u.port || u.pathname !== '/' || u.search || u.hash) {
     return `'${url}' is not https://HOST:PORT (the aggregator's --collector-addr, over mTLS)`;
   }
   return undefined;
@@ -226,7 +226,9 @@ export async function startFlowLogs(
     clearInterval(timer);
     timer = setInterval(flushNow, c?.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS);
     timer.unref();
-    if (c) log.info('flow logs: reporting', { aggregator: c.aggregator, flushIntervalMs: c.flushIntervalMs, nflogGroup: rules.group });
+    const nflogGroup = rules.group;
+    if (c)
+      log.info('flow logs: reporting', { aggregator: c.aggregator, flushIntervalMs: c.flushIntervalMs, nflogGroup });
     else log.info('flow logs: off (no aggregator); records are not kept');
   };
   /** Flushes into the current client, lets it send what it holds (2 s at most), closes it. */

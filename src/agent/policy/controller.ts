@@ -47,7 +47,14 @@ import {
 } from './compile.js';
 import { agentSettings, type AgentSettings } from '../../model/agent-config.js';
 import { VXLAN_PORT } from '../../dataplane/routing.js';
-import { endpointFromWep, endpointViews, flowDecisions, policyId, policySelects, type EndpointView } from '../../model/policy-eval.js';
+import {
+  endpointFromWep,
+  endpointViews,
+  flowDecisions,
+  policyId,
+  policySelects,
+  type EndpointView,
+} from '../../model/policy-eval.js';
 import {
   BASE_ID,
   baseCommands,
@@ -328,9 +335,11 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   let pendingMemo: { policies: PolicyInput[]; pending: PendingPolicies | undefined } | undefined;
   if (opts.staged) {
     for (const kind of STAGED_KINDS) {
-      const onError = (e: Error, src: string) => log.warn('policy: staged watch failed; re-listing', { source: src, error: e.message });
+      const onError = (e: Error, source: string) =>
+        log.warn('policy: staged watch failed; re-listing', { source, error: e.message });
       const src = datastoreSource(ds, kind) as unknown as ListWatchSource<StagedPolicy>;
-      stagedInformers.push(new Informer<StagedPolicy>(src, { onChange: () => void (stagedChanged = true) }, { onError }));
+      const onChange = () => void (stagedChanged = true);
+      stagedInformers.push(new Informer<StagedPolicy>(src, { onChange }, { onError }));
     }
   }
   const pending = (): PendingPolicies | undefined => {
@@ -339,7 +348,9 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     stagedChanged = false;
     const staged = stagedInformers.flatMap((i) => i.list());
     const p = staged.length ? pendingPolicies(lastInputs.policies, staged) : undefined;
-    for (const s of p?.skipped ?? []) log.debug('policy: staged policy left out of the pending trace', { ...s.ref, reason: s.reason });
+    for (const s of p?.skipped ?? []) {
+      log.debug('policy: staged policy left out of the pending trace', { ...s.ref, reason: s.reason });
+    }
     pendingMemo = { policies: lastInputs.policies, pending: p };
     return p;
   };

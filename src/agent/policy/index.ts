@@ -70,7 +70,9 @@ export async function startPolicyAgent(
 
   let controller: PolicyController | undefined;
   let flowLogs: import('../flows/index.js').FlowLogs | undefined;
-  const flowRules = opts.flows ? (opts.flows.rules ?? (await import('../flows/index.js')).DEFAULT_FLOW_LOG_RULES) : undefined;
+  const flowRules = opts.flows
+    ? (opts.flows.rules ?? (await import('../flows/index.js')).DEFAULT_FLOW_LOG_RULES)
+    : undefined;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   // Flow logs as configured now (JSON of the config in force, '' when off), changed one at a time.
@@ -98,12 +100,15 @@ export async function startPolicyAgent(
       if (!config) return;
       // Flow logs must never cost enforcement: a failure to start them is logged only.
       try {
-        flowLogs = await flows.startFlowLogs({ ...config, rules: flowRules! }, {
-          node: nodename,
-          log,
-          controller: () => controller,
-          pending: flows.pendingEvaluator(() => controller),
-        });
+        flowLogs = await flows.startFlowLogs(
+          { ...config, rules: flowRules! },
+          {
+            node: nodename,
+            log,
+            controller: () => controller,
+            pending: flows.pendingEvaluator(() => controller),
+          },
+        );
       } catch (e) {
         log.error('flow logs: cannot start; policy is enforced without them', { error: (e as Error).message });
       }
