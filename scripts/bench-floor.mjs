@@ -18,7 +18,16 @@
 //   bash scripts/in-netns node scripts/bench-floor.mjs [--pods 20] [--rounds 5] [--timeline]
 //     [--perexec] [--strace] [--vs /work/wt-old]
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -40,9 +49,12 @@ const { values: opts } = parseArgs({
 const PODS = Number(opts.pods);
 const ROUNDS = Number(opts.rounds);
 if (!Number.isInteger(PODS) || PODS < 1 || PODS > 500) throw new Error(`--pods ${opts.pods}: an integer from 1 to 500`);
-if (!Number.isInteger(ROUNDS) || ROUNDS < 1 || ROUNDS > 100) throw new Error(`--rounds ${opts.rounds}: an integer from 1 to 100`);
+if (!Number.isInteger(ROUNDS) || ROUNDS < 1 || ROUNDS > 100)
+  throw new Error(`--rounds ${opts.rounds}: an integer from 1 to 100`);
 if (process.getuid?.() !== 0 || !process.env.NETPLUGIN_HOST_NETNS) {
-  console.error('bench-floor: run it as root in a throwaway namespace: bash scripts/in-netns node scripts/bench-floor.mjs');
+  console.error(
+    'bench-floor: run it as root in a throwaway namespace: bash scripts/in-netns node scripts/bench-floor.mjs',
+  );
   process.exit(2);
 }
 const log = (s) => process.stderr.write(s + '\n');
@@ -84,7 +96,9 @@ const podEnv = (command, id, i) => ({
 
 /** One checkout's agent and per-exec install, with an etcd of its own. */
 async function side(name, root, k) {
-  const shim = [join(root, 'build/shim/netplugin-shim'), join(root, 'prebuilds/linux-x64/netplugin-shim')].find(existsSync);
+  const shim = [join(root, 'build/shim/netplugin-shim'), join(root, 'prebuilds/linux-x64/netplugin-shim')].find(
+    existsSync,
+  );
   if (!shim) throw new Error(`${root}: no shim (npm run build)`);
   const etcd = await startEtcd();
   cleanups.push(() => etcd.stop());
@@ -96,7 +110,10 @@ async function side(name, root, k) {
     });
   ctl(['datastore', 'init']);
   const pool = { cidr: `10.${70 + k}.0.0/16`, blockSize: 26, natOutgoing: false };
-  ctl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'floor' }, spec: pool }));
+  ctl(
+    ['apply', '-f', '-'],
+    JSON.stringify({ apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'floor' }, spec: pool }),
+  );
   const dir = join(tmp, name);
   const bin = join(dir, 'agent', 'netplugin');
   const execBin = join(dir, 'exec', 'netplugin');
@@ -108,10 +125,14 @@ async function side(name, root, k) {
   writeFileSync(join(dirname(execBin), 'netplugin.fallback'), `${process.execPath}\n${root}\n`);
   const socket = join(dir, 'cni.sock');
   const env = { PATH: process.env.PATH, ...(opts.timeline ? { NETPLUGIN_TIMELINE: '1' } : {}) };
-  const agent = spawn(process.execPath, [join(root, 'dist/netplugin-node.cjs'), '--socket', socket, '--log-level', 'WARNING'], {
-    env,
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const agent = spawn(
+    process.execPath,
+    [join(root, 'dist/netplugin-node.cjs'), '--socket', socket, '--log-level', 'WARNING'],
+    {
+      env,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   cleanups.push(() => agent.kill('SIGKILL'));
   let stderr = '';
   const timelines = [];
@@ -125,7 +146,9 @@ async function side(name, root, k) {
       if (m) timelines.push(JSON.parse(m[1]));
     }
   });
-  await waitSocket(socket, 30_000, () => (agent.exitCode !== null ? `${name}: the agent exited: ${stderr}` : undefined));
+  await waitSocket(socket, 30_000, () =>
+    agent.exitCode !== null ? `${name}: the agent exited: ${stderr}` : undefined,
+  );
   const conf = {
     cniVersion: '1.0.0',
     name: 'k8s-pod-network',
@@ -147,7 +170,10 @@ function run(s, how, command, id, i) {
   const bin = how === 'agent' ? s.bin : s.execBin;
   const sock = how === 'agent' ? s.socket : join(tmp, 'no-agent.sock');
   return execCni(bin, { ...podEnv(command, id, i), NETPLUGIN_AGENT_SOCKET: sock }, JSON.stringify(s.conf)).then((r) => {
-    if (r.code !== 0) throw new Error(`${s.name} ${how} ${command} ${id}: exit ${r.code ?? r.signal}: ${r.stdout} ${r.stderr.slice(-800)}`);
+    if (r.code !== 0)
+      throw new Error(
+        `${s.name} ${how} ${command} ${id}: exit ${r.code ?? r.signal}: ${r.stdout} ${r.stderr.slice(-800)}`,
+      );
     return r;
   });
 }
@@ -196,7 +222,11 @@ async function execFloor(s) {
   const ms = [];
   const c0 = childrenCpuMs();
   for (let i = 0; i < PODS * 2; i++) {
-    const r = await execCni(s.bin, { ...baseEnv, CNI_COMMAND: 'VERSION', NETPLUGIN_AGENT_SOCKET: s.socket }, JSON.stringify(s.conf));
+    const r = await execCni(
+      s.bin,
+      { ...baseEnv, CNI_COMMAND: 'VERSION', NETPLUGIN_AGENT_SOCKET: s.socket },
+      JSON.stringify(s.conf),
+    );
     if (r.code !== 0) throw new Error(`VERSION: ${r.stdout}${r.stderr}`);
     ms.push(r.ms);
   }
@@ -208,7 +238,10 @@ async function etcdFloor(s) {
   const b64 = (x) => Buffer.from(x).toString('base64');
   const range = async (prefix) => {
     const end = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
-    const r = await fetch(`${s.etcd.endpoint}/v3/kv/range`, { method: 'POST', body: JSON.stringify({ key: b64(prefix), range_end: b64(end) }) });
+    const r = await fetch(`${s.etcd.endpoint}/v3/kv/range`, {
+      method: 'POST',
+      body: JSON.stringify({ key: b64(prefix), range_end: b64(end) }),
+    });
     return (await r.json()).kvs ?? [];
   };
   // One pod's writes: its block (the whole block object is rewritten), its handle and its endpoint.
@@ -262,7 +295,9 @@ async function straceRound(s, r) {
   // --strace-log FILE: first every syscall of one round, timed (-tt -T), for a closer look
   // (one tracer at a time: a process has one).
   if (opts['strace-log']) {
-    const tl = spawn('strace', ['-f', '-tt', '-T', '-o', opts['strace-log'], '-p', String(s.agent.pid)], { stdio: 'ignore' });
+    const tl = spawn('strace', ['-f', '-tt', '-T', '-o', opts['strace-log'], '-p', String(s.agent.pid)], {
+      stdio: 'ignore',
+    });
     const gone = new Promise((res) => tl.once('exit', res));
     await new Promise((res) => setTimeout(res, 500));
     await round(s, 'agent', r + 1, 'strace-log');
@@ -313,7 +348,9 @@ async function main() {
   const lines = [];
   const fmt = (x) => x.toFixed(2);
   lines.push(`load average at the end: ${load}`);
-  lines.push(`ptp + host-local: ADD p50 ${fmt(ptpAdd)} ms, DEL p50 ${fmt(median(ptpCell.DEL))} ms, CPU ${fmt(ptpCell.childCpu.ADD / ptpCell.n)} ms per ADD`);
+  lines.push(
+    `ptp + host-local: ADD p50 ${fmt(ptpAdd)} ms, DEL p50 ${fmt(median(ptpCell.DEL))} ms, CPU ${fmt(ptpCell.childCpu.ADD / ptpCell.n)} ms per ADD`,
+  );
   for (const s of sides) {
     for (const [how, c] of Object.entries(s.cells)) {
       if (how.startsWith('strace')) continue;
@@ -325,7 +362,8 @@ async function main() {
           `(${fmt(cpu / (ptpCell.childCpu.ADD / ptpCell.n))}× ptp); per DEL: agent ${fmt(c.agentCpu.DEL / c.n)} + exec'd ${fmt(c.childCpu.DEL / c.n)} ms`,
       );
     }
-    if (straced[s.name]) lines.push(`${s.name.padEnd(4)} agent syscalls per ADD+DEL pair: ${straced[s.name].callsPerPair.toFixed(1)}`);
+    if (straced[s.name])
+      lines.push(`${s.name.padEnd(4)} agent syscalls per ADD+DEL pair: ${straced[s.name].callsPerPair.toFixed(1)}`);
   }
   const f = floor;
   const fl = f.exec.p50 + Math.max(f.etcd.p50, f.kernel.p50);
@@ -342,11 +380,13 @@ async function main() {
       const at = new Map();
       for (const t of adds) for (const [step, ms] of t.marks) (at.get(step) ?? at.set(step, []).get(step)).push(ms);
       lines.push(`${s.name} agent ADD timeline (median ms since the request was read, ${adds.length} ADDs):`);
-      for (const [step, xs] of [...at].sort((a, b) => median(a[1]) - median(b[1]))) lines.push(`  ${fmt(median(xs)).padStart(7)}  ${step}`);
+      for (const [step, xs] of [...at].sort((a, b) => median(a[1]) - median(b[1])))
+        lines.push(`  ${fmt(median(xs)).padStart(7)}  ${step}`);
     }
   }
   console.log(lines.join('\n'));
-  if (opts.strace) for (const s of sides) console.log(`\n${s.name} agent strace -c -f (one round):\n${straced[s.name].table}`);
+  if (opts.strace)
+    for (const s of sides) console.log(`\n${s.name} agent strace -c -f (one round):\n${straced[s.name].table}`);
 }
 
 main().then(

@@ -17,7 +17,14 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const { values } = parseArgs({ options: { seconds: { type: 'string' }, rounds: { type: 'string' }, concurrency: { type: 'string' }, out: { type: 'string' } } });
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string' },
+    rounds: { type: 'string' },
+    concurrency: { type: 'string' },
+    out: { type: 'string' },
+  },
+});
 const SECONDS = Number(values.seconds ?? 8);
 const ROUNDS = Number(values.rounds ?? 2);
 const CONC = Number(values.concurrency ?? 8);
@@ -146,7 +153,17 @@ mkdirSync(cache, { recursive: true });
 const entry = join(cache, 'bench-flows-node-body.ts');
 writeFileSync(entry, body);
 const outfile = join(cache, 'bench-flows-node.mjs');
-await build({ entryPoints: [entry], bundle: true, platform: 'node', format: 'esm', target: 'node20', outfile, external: ['etcd3', 'node-gyp-build'], banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" }, logLevel: 'error' });
+await build({
+  entryPoints: [entry],
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  outfile,
+  external: ['etcd3', 'node-gyp-build'],
+  banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+  logLevel: 'error',
+});
 const { setup, teardown, run } = await import(pathToFileURL(outfile).href);
 
 const rows = [];
@@ -169,7 +186,9 @@ const md = [
   '',
   '| flow logs | new TCP conn/s | bulk MB/s | agent CPU ms/s | agent CPU ms/s per 1000 conn/s |',
   '|---|---:|---:|---:|---:|',
-  ...rows.map((r) => `| ${r.flows ? 'on' : 'off'} | ${r.connPerS} | ${r.bulkMBps} | ${r.cpuMsPerS} | ${r.cpuMsPer1000ConnPerS} |`),
+  ...rows.map(
+    (r) => `| ${r.flows ? 'on' : 'off'} | ${r.connPerS} | ${r.bulkMBps} | ${r.cpuMsPerS} | ${r.cpuMsPer1000ConnPerS} |`,
+  ),
   '',
   `on/off: connections ${pct('connPerS')} %, bulk ${pct('bulkMBps')} %`,
 ].join('\n');

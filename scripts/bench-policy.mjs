@@ -24,7 +24,15 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const { values } = parseArgs({ options: { pods: { type: 'string' }, policies: { type: 'string' }, 'host-policies': { type: 'string' }, n: { type: 'string' }, out: { type: 'string' } } });
+const { values } = parseArgs({
+  options: {
+    pods: { type: 'string' },
+    policies: { type: 'string' },
+    'host-policies': { type: 'string' },
+    n: { type: 'string' },
+    out: { type: 'string' },
+  },
+});
 const HOST_POLICIES = Number(values['host-policies'] ?? 50);
 const PODS = Number(values.pods ?? 500);
 const POLICIES = (values.policies ?? '0,100,1000').split(',').map(Number);
@@ -188,7 +196,10 @@ const md = [
   '',
   '| policies | apply via | resync ms (compile + nft) | add→programmed p50 / p99 ms | label→enforced p50 / p99 ms (compile, nft p50) | host policy→enforced p50 / p99 ms | CPU % | peak RSS MiB |',
   '|---:|---|---:|---:|---:|---:|---:|---:|',
-  ...rows.map((r) => `| ${r.policies} | ${r.mode} | ${r.resyncMs} (${r.resyncCompileMs} + ${r.resyncApplyMs}) | ${r.addP50} / ${r.addP99} | ${r.labelP50} / ${r.labelP99} (${r.labelCompileP50}, ${r.labelApplyP50}) | ${r.hostP50 ?? '-'} / ${r.hostP99 ?? '-'} (CPU ${r.hostCpuMsPerChange ?? '-'} ms each) | ${r.cpuPct} | ${r.rssMiB} |`),
+  ...rows.map(
+    (r) =>
+      `| ${r.policies} | ${r.mode} | ${r.resyncMs} (${r.resyncCompileMs} + ${r.resyncApplyMs}) | ${r.addP50} / ${r.addP99} | ${r.labelP50} / ${r.labelP99} (${r.labelCompileP50}, ${r.labelApplyP50}) | ${r.hostP50 ?? '-'} / ${r.hostP99 ?? '-'} (CPU ${r.hostCpuMsPerChange ?? '-'} ms each) | ${r.cpuPct} | ${r.rssMiB} |`,
+  ),
 ].join('\n');
 mkdirSync(OUT, { recursive: true });
 writeFileSync(join(OUT, 'policy-latest.md'), md + '\n');

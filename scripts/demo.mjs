@@ -13,7 +13,17 @@
 // machine's real root namespace.
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  rmdirSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -44,10 +54,7 @@ const POOL_CIDR = '10.88.0.0/24';
 const NODE_NAME = 'demo-node';
 const K8S_NAMESPACE = 'demo';
 const HOST_PORT = 8080;
-/**
- * TEST-NET-3 (RFC 5737): never routed, so it cannot clash with a real network. On lo: some kernels lack the dummy link
- * type.
- */
+/** TEST-NET-3 (RFC 5737): never routed, so it cannot clash with a real network. On lo: some kernels lack the dummy link type. */
 const NODE_IP = '203.0.113.10';
 // The plugin notes the holder of its host-wide IPAM lock in <dir>/ipam.lock (default ipam_lock_file); see cleanup().
 const LOCK_DIR = '/var/run/netplugin';
@@ -85,8 +92,7 @@ function preflight() {
     throw new DemoError('the demo creates network namespaces and veths: run it as root (sudo npm run demo)');
   const nsName = process.env.NETPLUGIN_HOST_NETNS;
   const fix =
-    'run it as `npm run demo` (or `bash scripts/in-netns node scripts/demo.mjs`), which gives it a throwaway node ' +
-    'namespace';
+    'run it as `npm run demo` (or `bash scripts/in-netns node scripts/demo.mjs`), which gives it a throwaway node namespace';
   if (!nsName) throw new DemoError(`not inside a throwaway network namespace (NETPLUGIN_HOST_NETNS is unset); ${fix}`);
   let named;
   try {
@@ -169,8 +175,12 @@ function fetchText(url) {
 
 async function main() {
   const nsName = preflight();
-  process.stdout.write(`${bold('netplugin demo')}: a node, a datastore, three pods, a second node, a BGP top-of-rack router, a host port, and a clean teardown.\n`);
-  process.stdout.write(`The node is the throwaway network namespace "${nsName}" (scripts/in-netns): host veths, /32 routes, sysctls and NAT rules go there, never into your real root namespace.\n`);
+  process.stdout.write(
+    `${bold('netplugin demo')}: a node, a datastore, three pods, a second node, a BGP top-of-rack router, a host port, and a clean teardown.\n`,
+  );
+  process.stdout.write(
+    `The node is the throwaway network namespace "${nsName}" (scripts/in-netns): host veths, /32 routes, sysctls and NAT rules go there, never into your real root namespace.\n`,
+  );
   state.tmp = mkdtempSync(join(tmpdir(), 'netplugin-demo-'));
   const binDir = join(state.tmp, 'opt-cni-bin');
   const confDir = join(state.tmp, 'etc-cni-net.d');
@@ -184,8 +194,7 @@ async function main() {
   sh('ip', ['addr', 'add', `${NODE_IP}/32`, 'dev', 'lo']);
   state.nodeIp = true;
   note(
-    `It has only 127.0.0.1 otherwise; ${NODE_IP} (TEST-NET-3) stands in for the node's IP: the source of node-to-pod ` +
-      `traffic and a host-port target.`,
+    `It has only 127.0.0.1 otherwise; ${NODE_IP} (TEST-NET-3) stands in for the node's IP: the source of node-to-pod traffic and a host-port target.`,
   );
 
   step('A throwaway etcd on 127.0.0.1');
@@ -197,9 +206,7 @@ async function main() {
   note('netpluginctl is `node dist/netpluginctl.mjs`; it finds etcd through the environment:');
   cmd(`export ETCD_ENDPOINTS=${state.etcd.endpoint}`);
   await ctl(['datastore', 'init']);
-  const poolYaml =
-    `apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: demo-pool\nspec:\n  cidr: ` +
-    `${POOL_CIDR}\n  blockSize: 28\n  natOutgoing: true\n`;
+  const poolYaml = `apiVersion: netplugin.org/v3\nkind: IPPool\nmetadata:\n  name: demo-pool\nspec:\n  cidr: ${POOL_CIDR}\n  blockSize: 28\n  natOutgoing: true\n`;
   await ctl(['apply', '-f', '-'], { input: poolYaml, heredoc: true });
   await ctl(['get', 'ippool', '-o', 'wide']);
 
@@ -224,12 +231,10 @@ async function main() {
   cmd(`cat ${join(binDir, 'netplugin.fallback')}`);
   block(readFileSync(join(binDir, 'netplugin.fallback'), 'utf8'));
   note(
-    'netplugin and netplugin-ipam are the static native shim; netplugin.fallback tells it how to run the plugin ' +
-      'without the agent.',
+    'netplugin and netplugin-ipam are the static native shim; netplugin.fallback tells it how to run the plugin without the agent.',
   );
   note(
-    `--nodename ${NODE_NAME}: the name the plugin records on blocks and endpoints; it must be the name the node ` +
-      `agent registered with.`,
+    `--nodename ${NODE_NAME}: the name the plugin records on blocks and endpoints; it must be the name the node agent registered with.`,
   );
   note('Without it the plugin reads /var/lib/netplugin/nodename, else uses the lower-cased hostname.');
 
@@ -266,8 +271,7 @@ async function main() {
     if (showFull) {
       cmd(`ip netns add ${p.netns}`);
       note(
-        'The runtime execs the first entry of the conflist with the CNI environment, and the entry (plus name and ' +
-          'cniVersion) on stdin:',
+        'The runtime execs the first entry of the conflist with the CNI environment, and the entry (plus name and cniVersion) on stdin:',
       );
       const envShown = [
         'CNI_COMMAND=ADD',
@@ -281,8 +285,7 @@ async function main() {
       cmd(`${envShown.join(' \\\n      ')} \\\n      ${binDir}/netplugin < entry.json`);
       block(showJson(mainEntry), '    ');
       note(
-        `(NETPLUGIN_AGENT_SOCKET only because this agent listens in $TMP; a node uses the default ` +
-          `/var/run/netplugin/cni.sock)`,
+        `(NETPLUGIN_AGENT_SOCKET only because this agent listens in $TMP; a node uses the default /var/run/netplugin/cni.sock)`,
       );
     }
     const r = await cniExec(call);
@@ -297,16 +300,14 @@ async function main() {
       block(JSON.stringify(r.json, null, 2));
     }
     line(
-      `${bold(p.pod.padEnd(6))} ${eth?.name ?? 'eth0'} ${green(r.json.ips[0].address.padEnd(15))} mac ` +
-        `${eth?.mac ?? '?'}  host veth ${host?.name ?? '?'}  ${yellow(ms(r.ms).padStart(7))} ${dim(`(${path})`)}`,
+      `${bold(p.pod.padEnd(6))} ${eth?.name ?? 'eth0'} ${green(r.json.ips[0].address.padEnd(15))} mac ${eth?.mac ?? '?'}  host veth ${host?.name ?? '?'}  ${yellow(ms(r.ms).padStart(7))} ${dim(`(${path})`)}`,
     );
   };
 
   step('One pod before the agent runs: the shim falls back to the per-exec plugin');
   await addPod(podC, 'shim -> per-exec node dist/netplugin.mjs', false);
   note(
-    'No agent answers on the socket, so the shim ran `node dist/netplugin.mjs` with the same input: correct, but it ' +
-      'pays a Node start.',
+    'No agent answers on the socket, so the shim ran `node dist/netplugin.mjs` with the same input: correct, but it pays a Node start.',
   );
 
   step('Start the node agent (the fast path)');
@@ -324,8 +325,7 @@ async function main() {
   state.agent = await startAgent(NODE, AGENT, agentArgs, socket, agentLog, 'node ready');
   ok(`listening on ${socket} (mode ${(statSync(socket).mode & 0o777).toString(8)}, root only)`);
   note(
-    "With --config it opens the conflist's datastore at start (kept warm for requests) and initialises " +
-      'ClusterInformation:',
+    "With --config it opens the conflist's datastore at start (kept warm for requests) and initialises ClusterInformation:",
   );
   block(
     shortLog(
@@ -336,8 +336,7 @@ async function main() {
     '    ',
   );
   note(
-    'On a node it is a systemd unit (deploy/netplugin-node.service) or a DaemonSet ' +
-      '(deploy/netplugin-node-daemonset.yaml).',
+    'On a node it is a systemd unit (deploy/netplugin-node.service) or a DaemonSet (deploy/netplugin-node-daemonset.yaml).',
   );
 
   step("Two pods through the shim and the warm agent, exec'd exactly as a runtime does");
@@ -356,8 +355,7 @@ async function main() {
   cmd(`ip netns exec ${podA.netns} ip route`);
   block(sh('ip', ['netns', 'exec', podA.netns, 'ip', 'route']));
   note(
-    'Each pod is a /32 route to its host veth on the node; a pod routes everything via 169.254.1.1, which its host ' +
-      'veth answers (proxy ARP).',
+    'Each pod is a /32 route to its host veth on the node; a pod routes everything via 169.254.1.1, which its host veth answers (proxy ARP).',
   );
   const pings = [
     [podA, podB],
@@ -373,17 +371,15 @@ async function main() {
     if (r.code !== 0) {
       cmd(shown);
       throw new DemoError(
-        `${from ? from.pod : 'the node'} cannot ping ${to.pod} (${to.ip}): ` +
-          `${(r.stdout + r.stderr).trim().split('\n').pop()}`,
+        `${from ? from.pod : 'the node'} cannot ping ${to.pod} (${to.ip}): ${(r.stdout + r.stderr).trim().split('\n').pop()}`,
       );
     }
     line(
-      `${dim('$')} ${shown.padEnd(56)} ${green('reply')} ${rtt ?? ''}  ` +
-        `${dim(`(${from ? from.pod : 'node'} -> ${to.pod})`)}`,
+      `${dim('$')} ${shown.padEnd(56)} ${green('reply')} ${rtt ?? ''}  ${dim(`(${from ? from.pod : 'node'} -> ${to.pod})`)}`,
     );
   }
 
-  await secondNode({ conflist, mainEntry, podA, binDir, cniPath });
+  await secondNode({ conflist, podA, binDir, cniPath });
   await torLearns({ agentArgs, socket, podA });
 
   step(`A host port: portmap chained after netplugin maps node port ${HOST_PORT} to pod-a:80`);
@@ -394,12 +390,10 @@ async function main() {
   // As libcni chains: the capability's runtimeConfig, and the previous plugin's result.
   const pmIn = { ...portmapEntry, runtimeConfig: { portMappings: mappings }, prevResult: podA.result };
   note(
-    "libcni runs the second entry with runtimeConfig.portMappings (from the pod spec) and netplugin's result as " +
-      'prevResult:',
+    "libcni runs the second entry with runtimeConfig.portMappings (from the pod spec) and netplugin's result as prevResult:",
   );
   cmd(
-    `CNI_COMMAND=ADD CNI_CONTAINERID=${podA.containerId.slice(0, 12)}... CNI_NETNS=/var/run/netns/${podA.netns} ... ` +
-      `${SYSTEM_CNI_DIR}/portmap <<'EOF'`,
+    `CNI_COMMAND=ADD CNI_CONTAINERID=${podA.containerId.slice(0, 12)}... CNI_NETNS=/var/run/netns/${podA.netns} ... ${SYSTEM_CNI_DIR}/portmap <<'EOF'`,
   );
   block(showJson(pmIn, "...netplugin's ADD result for pod-a..."), '    ');
   const pm = await cniExec({
@@ -514,8 +508,7 @@ async function secondNode({ conflist, podA, binDir, cniPath }) {
   run2(['ip', 'addr', 'add', `${NODE2_LINK_IP}/24`, 'dev', 'eth0']);
   run2(['sysctl', '-qw', 'net.ipv4.ip_forward=1']);
   note(
-    `This node is ${NODE1_LINK_IP} on np-node2 (its agent runs with --node-ip ${NODE1_LINK_IP}/24); ${NODE2_NAME} is ` +
-      `${NODE2_LINK_IP} on its eth0, in namespace ${node2}.`,
+    `This node is ${NODE1_LINK_IP} on np-node2 (its agent runs with --node-ip ${NODE1_LINK_IP}/24); ${NODE2_NAME} is ${NODE2_LINK_IP} on its eth0, in namespace ${node2}.`,
   );
   // Node 2's conflist: its own name, and etcd over the link.
   const etcd2 = `http://${NODE1_LINK_IP}:${state.etcd.clientPort}`;
@@ -578,8 +571,7 @@ async function secondNode({ conflist, podA, binDir, cniPath }) {
   if (add.code !== 0) throw new DemoError(`ADD of pod-d on ${NODE2_NAME} failed: ${add.stdout}${add.stderr}`);
   podD.ip = String(JSON.parse(add.stdout).ips[0].address).split('/')[0];
   line(
-    `${bold('pod-d '.padEnd(6))} on ${NODE2_NAME}: eth0 ${green(podD.ip)}  ` +
-      `${dim(`(ip netns exec ${node2} ${binDir}/netplugin, through ${NODE2_NAME}'s agent)`)}`,
+    `${bold('pod-d '.padEnd(6))} on ${NODE2_NAME}: eth0 ${green(podD.ip)}  ${dim(`(ip netns exec ${node2} ${binDir}/netplugin, through ${NODE2_NAME}'s agent)`)}`,
   );
 
   // Each agent routes the other node's block once it sees it; wait for both routes.
@@ -600,12 +592,10 @@ async function secondNode({ conflist, podA, binDir, cniPath }) {
   cmd(`ip netns exec ${node2} ip route show proto 80    # on ${NODE2_NAME}`);
   block(run2(['ip', 'route', 'show', 'proto', '80']));
   note(
-    "Each agent routes the blocks affine to the other node via that node's address, and blackholes its own block so " +
-      'an unused address of it never leaves through the default route.',
+    "Each agent routes the blocks affine to the other node via that node's address, and blackholes its own block so an unused address of it never leaves through the default route.",
   );
   note(
-    'The pool is vxlanMode/ipipMode Never, and both nodes share a subnet, so the routes are direct; ' +
-      'docs/networking.md shows VXLAN and CrossSubnet.',
+    'The pool is vxlanMode/ipipMode Never, and both nodes share a subnet, so the routes are direct; docs/networking.md shows VXLAN and CrossSubnet.',
   );
   for (const [from, to] of [
     [podD, podA],
@@ -615,12 +605,10 @@ async function secondNode({ conflist, podA, binDir, cniPath }) {
     const r = await run(argv[0], argv.slice(1));
     if (r.code !== 0)
       throw new DemoError(
-        `${from.pod} cannot ping ${to.pod} (${to.ip}) across the nodes: ` +
-          `${(r.stdout + r.stderr).trim().split('\n').pop()}`,
+        `${from.pod} cannot ping ${to.pod} (${to.ip}) across the nodes: ${(r.stdout + r.stderr).trim().split('\n').pop()}`,
       );
     line(
-      `${dim('$')} ${argv.join(' ').padEnd(56)} ${green('reply')} ${/time=([\d.]+ ms)/.exec(r.stdout)?.[1] ?? ''}  ` +
-        `${dim(`(${from.pod} -> ${to.pod}, across nodes)`)}`,
+      `${dim('$')} ${argv.join(' ').padEnd(56)} ${green('reply')} ${/time=([\d.]+ ms)/.exec(r.stdout)?.[1] ?? ''}  ${dim(`(${from.pod} -> ${to.pod}, across nodes)`)}`,
     );
   }
 
@@ -680,10 +668,35 @@ async function torLearns({ agentArgs, socket, podA }) {
   sh('chown', ['-R', 'frr:frr', state.frrDir]);
   cmd(`cat bgpd.conf    # the ToR's FRR configuration`);
   block(bgpd);
-  const common = ['--vty_socket', state.frrDir, '-z', join(state.frrDir, 'zserv.api'), '-u', 'frr', '-g', 'frr', '-P', '0'];
+  const common = [
+    '--vty_socket',
+    state.frrDir,
+    '-z',
+    join(state.frrDir, 'zserv.api'),
+    '-u',
+    'frr',
+    '-g',
+    'frr',
+    '-P',
+    '0',
+  ];
   for (const d of ['zebra', 'bgpd']) {
     cmd(`ip netns exec ${tor} /usr/lib/frr/${d} -f ${d}.conf ... &`);
-    const child = spawn('ip', ['netns', 'exec', tor, `/usr/lib/frr/${d}`, '-f', join(state.frrDir, `${d}.conf`), '-i', join(state.frrDir, `${d}.pid`), ...common], { stdio: 'ignore' });
+    const child = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        tor,
+        `/usr/lib/frr/${d}`,
+        '-f',
+        join(state.frrDir, `${d}.conf`),
+        '-i',
+        join(state.frrDir, `${d}.pid`),
+        ...common,
+      ],
+      { stdio: 'ignore' },
+    );
     state.frr.push(child);
     if (d === 'zebra') await new Promise((r) => setTimeout(r, 300));
   }
@@ -693,14 +706,26 @@ async function torLearns({ agentArgs, socket, podA }) {
   await stopChild(state.agent);
   const birdDir = join(state.tmp, 'bird');
   const bgpArgs = [...agentArgs, '--bgp', 'on', '--bird-run-dir', birdDir];
-  cmd(`netplugin-node ${bgpArgs.join(' ').replaceAll(state.tmp, '$TMP')} 2>$TMP/agent-bgp.log &    # restarted with --bgp on`);
-  state.agent = await startAgent(NODE, AGENT, bgpArgs, socket, join(state.tmp, 'agent-bgp.log'), 'pod network controllers started');
-  ok('the agent renders BIRD\'s configuration from the BGPPeer, the node and its blocks, checks it with bird -p and runs BIRD');
+  cmd(
+    `netplugin-node ${bgpArgs.join(' ').replaceAll(state.tmp, '$TMP')} 2>$TMP/agent-bgp.log &    # restarted with --bgp on`,
+  );
+  state.agent = await startAgent(
+    NODE,
+    AGENT,
+    bgpArgs,
+    socket,
+    join(state.tmp, 'agent-bgp.log'),
+    'pod network controllers started',
+  );
+  ok(
+    "the agent renders BIRD's configuration from the BGPPeer, the node and its blocks, checks it with bird -p and runs BIRD",
+  );
   const block26 = POOL_CIDR.split('.').slice(0, 3).join('.') + '.';
   const torRoutes = () => runT(['ip', 'route', 'show', 'proto', 'bgp']);
   const deadline = Date.now() + 20_000;
   while (!torRoutes().includes(block26)) {
-    if (Date.now() > deadline) throw new DemoError(`the ToR did not learn the pod block: ${torRoutes() || '(no BGP routes)'}`);
+    if (Date.now() > deadline)
+      throw new DemoError(`the ToR did not learn the pod block: ${torRoutes() || '(no BGP routes)'}`);
     await new Promise((r) => setTimeout(r, 200));
   }
   await ctl(['node', 'status', '--bird-run-dir', birdDir]);
@@ -708,8 +733,11 @@ async function torLearns({ agentArgs, socket, podA }) {
   block(torRoutes());
   const argv = ['ip', 'netns', 'exec', tor, 'ping', '-c1', '-w5', podA.ip];
   const r = await run(argv[0], argv.slice(1));
-  if (r.code !== 0) throw new DemoError(`the ToR cannot ping pod-a (${podA.ip}): ${(r.stdout + r.stderr).trim().split('\n').pop()}`);
-  line(`${dim('$')} ${argv.join(' ').padEnd(56)} ${green('reply')} ${/time=([\d.]+ ms)/.exec(r.stdout)?.[1] ?? ''}  ${dim('(ToR -> pod-a, no NAT, no overlay)')}`);
+  if (r.code !== 0)
+    throw new DemoError(`the ToR cannot ping pod-a (${podA.ip}): ${(r.stdout + r.stderr).trim().split('\n').pop()}`);
+  line(
+    `${dim('$')} ${argv.join(' ').padEnd(56)} ${green('reply')} ${/time=([\d.]+ ms)/.exec(r.stdout)?.[1] ?? ''}  ${dim('(ToR -> pod-a, no NAT, no overlay)')}`,
+  );
   note('docs/bgp.md: node-to-node mesh, route reflectors, passwords, graceful restart and troubleshooting.');
   for (const c of state.frr.splice(0)) await stopChild(c);
   sh('ip', ['netns', 'del', tor]);
@@ -766,7 +794,8 @@ function cleanup() {
     });
     await attempt('agent of the second node', () => stopChild(state.agent2));
     for (const c of state.frr.splice(0)) await attempt('FRR on the ToR', () => stopChild(c));
-    if (state.frrDir) await attempt(`rm -rf ${state.frrDir}`, () => rmSync(state.frrDir, { recursive: true, force: true }));
+    if (state.frrDir)
+      await attempt(`rm -rf ${state.frrDir}`, () => rmSync(state.frrDir, { recursive: true, force: true }));
     await attempt('etcd', () => stopChild(state.etcd?.child));
     if (state.tmp) await attempt(`rm -rf ${state.tmp}`, () => rmSync(state.tmp, { recursive: true, force: true }));
     // The plugin writes the IPAM lock holder's pid to its default ipam_lock_file:

@@ -31,7 +31,9 @@ export interface Prober {
 
 /** Starts a prober inside network namespace `netns` (its name under /var/run/netns). */
 export async function startProber(netns: string): Promise<Prober> {
-  const proc: ChildProcess = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', PROBER], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const proc: ChildProcess = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', PROBER], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   const waiting = new Map<string, (r: ProbeResult) => void>();
   let seq = 0;
   let ready!: () => void;
@@ -43,7 +45,9 @@ export async function startProber(netns: string): Promise<Prober> {
     waiting.delete(id!);
     w?.(r as ProbeResult);
   });
-  const exited = new Promise<never>((_, rej) => proc.once('exit', (c) => rej(new Error(`prober in ${netns} exited (${c})`))));
+  const exited = new Promise<never>((_, rej) =>
+    proc.once('exit', (c) => rej(new Error(`prober in ${netns} exited (${c})`))),
+  );
   exited.catch(() => undefined);
   await Promise.race([up, exited]);
   return {

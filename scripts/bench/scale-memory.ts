@@ -22,9 +22,30 @@ function wep(i: number, gen: number): Resource<'WorkloadEndpoint'> {
   const node = `remote-${Math.floor(i / 30)}`;
   const pod = `pod-${i}`;
   return {
-    apiVersion: 'netplugin.org/v3', kind: 'WorkloadEndpoint',
-    metadata: { name: `${node}-k8s-${pod}-eth0`, namespace: ns, labels: { app: `app${i % 200}`, tier: `t${i % 7}`, gen: String(gen), 'netplugin.org/namespace': ns, 'netplugin.org/orchestrator': 'k8s', 'netplugin.org/serviceaccount': 'default' } },
-    spec: { orchestrator: 'k8s', node, containerID: `c${i}`, pod, endpoint: 'eth0', ipNetworks: [`10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}/32`], profiles: [`kns.${ns}`, `ksa.${ns}.default`], interfaceName: `npi${i.toString(16).padStart(11, '0')}` },
+    apiVersion: 'netplugin.org/v3',
+    kind: 'WorkloadEndpoint',
+    metadata: {
+      name: `${node}-k8s-${pod}-eth0`,
+      namespace: ns,
+      labels: {
+        app: `app${i % 200}`,
+        tier: `t${i % 7}`,
+        gen: String(gen),
+        'netplugin.org/namespace': ns,
+        'netplugin.org/orchestrator': 'k8s',
+        'netplugin.org/serviceaccount': 'default',
+      },
+    },
+    spec: {
+      orchestrator: 'k8s',
+      node,
+      containerID: `c${i}`,
+      pod,
+      endpoint: 'eth0',
+      ipNetworks: [`10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}/32`],
+      profiles: [`kns.${ns}`, `ksa.${ns}.default`],
+      interfaceName: `npi${i.toString(16).padStart(11, '0')}`,
+    },
   } as Resource<'WorkloadEndpoint'>;
 }
 
@@ -34,7 +55,14 @@ export function killMemoryRun(): void {
   live?.kill();
 }
 
-export async function memoryRun(remote: number): Promise<{ remote: number; rssMiB: number; startCpuMs: number; startMs: number; cpuPerEventMs: number; load: string }> {
+export async function memoryRun(remote: number): Promise<{
+  remote: number;
+  rssMiB: number;
+  startCpuMs: number;
+  startMs: number;
+  cpuPerEventMs: number;
+  load: string;
+}> {
   const tmp = mkdtempSync(join(tmpdir(), 'netplugin-scale-mem-'));
   const etcd = await startEtcd();
   const ds = await openDatastore({ datastore_type: 'etcdv3', etcd_endpoints: etcd.endpoint });
@@ -48,13 +76,50 @@ export async function memoryRun(remote: number): Promise<{ remote: number; rssMi
     },
   };
   try {
-    await ds.create({ apiVersion: 'netplugin.org/v3', kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: true } } as Resource<'ClusterInformation'>);
-    for (let k = 0; k < NAMESPACES; k++) await ds.create(namespaceToProfile({ metadata: { name: `ns${k}`, labels: { team: `t${k % 5}` } } }));
-    await mapLimit(Array.from({ length: remote }, (_, i) => i), 64, (i) => ds.create(wep(i, 0)));
-    const conf = { cniVersion: '1.0.0', name: 'k8s-pod-network', type: 'netplugin', nodename: 'local', etcd_endpoints: etcd.endpoint, policy: { type: 'k8s' }, ipam: { type: 'netplugin-ipam' }, endpoint_status_dir: join(tmp, 'status') };
+    await ds.create({
+      apiVersion: 'netplugin.org/v3',
+      kind: 'ClusterInformation',
+      metadata: { name: 'default' },
+      spec: { datastoreReady: true },
+    } as Resource<'ClusterInformation'>);
+    for (let k = 0; k < NAMESPACES; k++)
+      await ds.create(namespaceToProfile({ metadata: { name: `ns${k}`, labels: { team: `t${k % 5}` } } }));
+    await mapLimit(
+      Array.from({ length: remote }, (_, i) => i),
+      64,
+      (i) => ds.create(wep(i, 0)),
+    );
+    const conf = {
+      cniVersion: '1.0.0',
+      name: 'k8s-pod-network',
+      type: 'netplugin',
+      nodename: 'local',
+      etcd_endpoints: etcd.endpoint,
+      policy: { type: 'k8s' },
+      ipam: { type: 'netplugin-ipam' },
+      endpoint_status_dir: join(tmp, 'status'),
+    };
     writeFileSync(join(tmp, 'conf'), JSON.stringify({ cniVersion: '1.0.0', name: conf.name, plugins: [conf] }));
     const t0 = performance.now();
-    agent = spawn(process.execPath, [join(ROOT, 'dist/netplugin-node.cjs'), '--config', join(tmp, 'conf'), '--socket', join(tmp, 'sock'), '--nodename', 'local', '--no-routes', '--log-level', 'WARNING'], { env: { PATH: process.env['PATH'], NETPLUGIN_POLICY_TABLE: `netplugin-mem${process.pid % 10000}` }, stdio: 'ignore' });
+    agent = spawn(
+      process.execPath,
+      [
+        join(ROOT, 'dist/netplugin-node.cjs'),
+        '--config',
+        join(tmp, 'conf'),
+        '--socket',
+        join(tmp, 'sock'),
+        '--nodename',
+        'local',
+        '--no-routes',
+        '--log-level',
+        'WARNING',
+      ],
+      {
+        env: { PATH: process.env['PATH'], NETPLUGIN_POLICY_TABLE: `netplugin-mem${process.pid % 10000}` },
+        stdio: 'ignore',
+      },
+    );
     await waitSocket(join(tmp, 'sock'), 120_000, () => (agent!.exitCode !== null ? 'the agent exited' : undefined));
     // The policy controller's informers sync after the socket is up: wait until its CPU stops moving.
     let last = processCpuMs(agent.pid!);
@@ -69,10 +134,14 @@ export async function memoryRun(remote: number): Promise<{ remote: number; rssMi
     const rssMiB = memoryMiB(agent.pid!).rss;
     const changes = Math.min(1000, remote);
     const c0 = processCpuMs(agent.pid!);
-    await mapLimit(Array.from({ length: changes }, (_, i) => i), 32, async (i) => {
-      const cur = await ds.get('WorkloadEndpoint', wep(i, 0).metadata.name, wep(i, 0).metadata.namespace);
-      await ds.update({ ...cur, metadata: { ...cur.metadata, labels: { ...cur.metadata.labels, gen: '1' } } });
-    });
+    await mapLimit(
+      Array.from({ length: changes }, (_, i) => i),
+      32,
+      async (i) => {
+        const cur = await ds.get('WorkloadEndpoint', wep(i, 0).metadata.name, wep(i, 0).metadata.namespace);
+        await ds.update({ ...cur, metadata: { ...cur.metadata, labels: { ...cur.metadata.labels, gen: '1' } } });
+      },
+    );
     let prev = processCpuMs(agent.pid!);
     for (;;) {
       await new Promise((r) => setTimeout(r, 1500));
@@ -81,7 +150,14 @@ export async function memoryRun(remote: number): Promise<{ remote: number; rssMi
       prev = now;
     }
     const cpuPerEventMs = changes ? (processCpuMs(agent.pid!) - c0) / changes : 0;
-    return { remote, rssMiB, startCpuMs, startMs, cpuPerEventMs, load: execFileSync('cat', ['/proc/loadavg'], { encoding: 'utf8' }).split(' ').slice(0, 3).join(' ') };
+    return {
+      remote,
+      rssMiB,
+      startCpuMs,
+      startMs,
+      cpuPerEventMs,
+      load: execFileSync('cat', ['/proc/loadavg'], { encoding: 'utf8' }).split(' ').slice(0, 3).join(' '),
+    };
   } finally {
     if (agent && agent.exitCode === null) agent.kill('SIGKILL');
     try {

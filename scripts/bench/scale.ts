@@ -25,7 +25,16 @@
 //   store   etcd: watchers, watch events and bytes sent per agent per second,
 //           etcd CPU; API server: requests, watches and bytes per agent.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -51,7 +60,16 @@ const NS = 'scale';
 const PROBE_PORT = 80;
 
 type Mode = 'etcdv3' | 'kubernetes';
-interface Opts { remote?: number[]; nodes: number[]; podsPerNode: number; modes: Mode[]; policies: number; idleSeconds: number; concurrency: number; json?: string }
+interface Opts {
+  remote?: number[];
+  nodes: number[];
+  podsPerNode: number;
+  modes: Mode[];
+  policies: number;
+  idleSeconds: number;
+  concurrency: number;
+  json?: string;
+}
 
 function options(argv: string[]): Opts {
   const { values } = parseArgs({
@@ -69,11 +87,13 @@ function options(argv: string[]): Opts {
   });
   const int = (name: string, v: string, lo: number, hi: number): number => {
     const n = Number(v);
-    if (!Number.isInteger(n) || n < lo || n > hi) throw new Error(`--${name} '${v}' is not an integer from ${lo} to ${hi}`);
+    if (!Number.isInteger(n) || n < lo || n > hi)
+      throw new Error(`--${name} '${v}' is not an integer from ${lo} to ${hi}`);
     return n;
   };
   const modes = values.datastore.split(',') as Mode[];
-  for (const m of modes) if (m !== 'etcdv3' && m !== 'kubernetes') throw new Error(`--datastore: '${m}' is not etcdv3 or kubernetes`);
+  for (const m of modes)
+    if (m !== 'etcdv3' && m !== 'kubernetes') throw new Error(`--datastore: '${m}' is not etcdv3 or kubernetes`);
   return {
     nodes: values.nodes.split(',').map((n) => int('nodes', n, 2, 200)),
     podsPerNode: int('pods-per-node', values['pods-per-node'], 1, 100),
@@ -89,7 +109,8 @@ function options(argv: string[]): Opts {
 const load = (): string => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const q = (xs: number[], p: number): number | undefined => (xs.length ? quantile(xs, p) : undefined);
-const f1 = (x: number | undefined, unit = ''): string => (x === undefined ? '-' : `${x >= 100 ? x.toFixed(0) : x.toFixed(x >= 10 ? 1 : 2)}${unit}`);
+const f1 = (x: number | undefined, unit = ''): string =>
+  x === undefined ? '-' : `${x >= 100 ? x.toFixed(0) : x.toFixed(x >= 10 ? 1 : 2)}${unit}`;
 
 /** Everything a run made, removed by cleanupSync (also from the exit handler). */
 class Resources {
@@ -139,7 +160,12 @@ class Resources {
 let current: Resources | undefined;
 
 /** Per-agent API traffic, by the agent's node address. */
-interface ApiCount { requests: number; watches: number; bytesDown: number; bytesUp: number }
+interface ApiCount {
+  requests: number;
+  watches: number;
+  bytesDown: number;
+  bytesUp: number;
+}
 
 /**
  * A TCP proxy on the underlay to the fake API server (which listens on
@@ -179,7 +205,9 @@ function startApiProxy(res: Resources, target: number): Promise<{ port: number; 
     up.on('close', () => c.end());
   });
   res.servers.push(server);
-  return new Promise((resolve) => server.listen(0, HOST_IP, () => resolve({ port: (server.address() as { port: number }).port, counts })));
+  return new Promise((resolve) =>
+    server.listen(0, HOST_IP, () => resolve({ port: (server.address() as { port: number }).port, counts })),
+  );
 }
 
 /** etcd's own counters: watchers, watch events and bytes sent to clients. */
@@ -200,20 +228,67 @@ async function etcdCounters(endpoint: string): Promise<Record<string, number>> {
   };
 }
 
-interface Node { i: number; name: string; ns: string; ip: string; sock: string; agent?: ChildProcess; log: string; pods: Pod[] }
-interface Pod { node: Node; name: string; netns: string; cid: string; ip?: string; addStart: number }
-interface Ev { t: number; line: string }
+interface Node {
+  i: number;
+  name: string;
+  ns: string;
+  ip: string;
+  sock: string;
+  agent?: ChildProcess;
+  log: string;
+  pods: Pod[];
+}
+interface Pod {
+  node: Node;
+  name: string;
+  netns: string;
+  cid: string;
+  ip?: string;
+  addStart: number;
+}
+interface Ev {
+  t: number;
+  line: string;
+}
 
 export interface RunResult {
-  nodes: number; mode: Mode; pods: number;
-  routeMs: number[]; routeFromAddMs: number[]; policyMs: number[]; policyCpuMs: number[]; nodeDelMs: number[]; policyVerified: string;
-  startMs: number; fillMs: number; fillFailures: number;
-  idle: { cpuPct: number[]; rssMiB: number[] }; churn: { cpuPct: number[]; rssMiB: number[] };
-  etcd?: { startBytesPerAgent: number; watchersPerAgent: number; idle: Rates; churn: Rates; cpuPctIdle: number; cpuPctChurn: number };
-  api: { startBytesPerAgent: number; requestsPerAgentStart: number; requestsPerAgentFill: number; requestsPerAgentIdle: number; watchesPerAgent: number; bytesPerAgentPerSecIdle: number; bytesPerAgentPerSecChurn: number };
+  nodes: number;
+  mode: Mode;
+  pods: number;
+  routeMs: number[];
+  routeFromAddMs: number[];
+  policyMs: number[];
+  policyCpuMs: number[];
+  nodeDelMs: number[];
+  policyVerified: string;
+  startMs: number;
+  fillMs: number;
+  fillFailures: number;
+  idle: { cpuPct: number[]; rssMiB: number[] };
+  churn: { cpuPct: number[]; rssMiB: number[] };
+  etcd?: {
+    startBytesPerAgent: number;
+    watchersPerAgent: number;
+    idle: Rates;
+    churn: Rates;
+    cpuPctIdle: number;
+    cpuPctChurn: number;
+  };
+  api: {
+    startBytesPerAgent: number;
+    requestsPerAgentStart: number;
+    requestsPerAgentFill: number;
+    requestsPerAgentIdle: number;
+    watchesPerAgent: number;
+    bytesPerAgentPerSecIdle: number;
+    bytesPerAgentPerSecChurn: number;
+  };
   load: string[];
 }
-interface Rates { eventsPerAgentPerSec: number; bytesPerAgentPerSec: number }
+interface Rates {
+  eventsPerAgentPerSec: number;
+  bytesPerAgentPerSec: number;
+}
 
 async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
   const res = new Resources();
@@ -236,7 +311,20 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     execFileSync('ip', ['-n', ul, 'link', 'add', 'br0', 'type', 'bridge']);
     execFileSync('ip', ['-n', ul, 'link', 'set', 'br0', 'up']);
     const hostLink = `${tag}h`;
-    execFileSync('ip', ['-n', ul, 'link', 'add', 'ph', 'type', 'veth', 'peer', 'name', hostLink, 'netns', process.env['NETPLUGIN_HOST_NETNS']!]);
+    execFileSync('ip', [
+      '-n',
+      ul,
+      'link',
+      'add',
+      'ph',
+      'type',
+      'veth',
+      'peer',
+      'name',
+      hostLink,
+      'netns',
+      process.env['NETPLUGIN_HOST_NETNS']!,
+    ]);
     res.links.push(hostLink);
     execFileSync('ip', ['-n', ul, 'link', 'set', 'ph', 'master', 'br0', 'up']);
     execFileSync('ip', ['link', 'set', hostLink, 'up']);
@@ -258,20 +346,41 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       res.ds = await openDatastore({ datastore_type: 'kubernetes', kubernetes: { kubeconfig: localKubeconfig } });
     }
     const ds = res.ds;
-    await ds.create({ apiVersion: 'netplugin.org/v3', kind: 'ClusterInformation', metadata: { name: 'default' }, spec: { datastoreReady: true, clusterType: 'k8s,bench' } } as Resource<'ClusterInformation'>);
-    await ds.create({ apiVersion: 'netplugin.org/v3', kind: 'IPPool', metadata: { name: 'scale' }, spec: { cidr: POOL, blockSize: BLOCK, natOutgoing: false } } as Resource<'IPPool'>);
+    await ds.create({
+      apiVersion: 'netplugin.org/v3',
+      kind: 'ClusterInformation',
+      metadata: { name: 'default' },
+      spec: { datastoreReady: true, clusterType: 'k8s,bench' },
+    } as Resource<'ClusterInformation'>);
+    await ds.create({
+      apiVersion: 'netplugin.org/v3',
+      kind: 'IPPool',
+      metadata: { name: 'scale' },
+      spec: { cidr: POOL, blockSize: BLOCK, natOutgoing: false },
+    } as Resource<'IPPool'>);
     const nsLabels = { team: 'scale' };
-    api.put(`/api/v1/namespaces/${NS}`, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS, labels: nsLabels } });
+    api.put(`/api/v1/namespaces/${NS}`, {
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: NS, labels: nsLabels },
+    });
     if (mode === 'etcdv3') {
       // What kube-controllers would mirror from the API server.
       await ds.create(namespaceToProfile({ metadata: { name: NS, labels: nsLabels } }));
       await ds.create(serviceAccountToProfile({ metadata: { name: 'default', namespace: NS } }));
     } else {
-      api.put(`/api/v1/namespaces/${NS}/serviceaccounts/default`, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default', namespace: NS } });
+      api.put(`/api/v1/namespaces/${NS}/serviceaccounts/default`, {
+        apiVersion: 'v1',
+        kind: 'ServiceAccount',
+        metadata: { name: 'default', namespace: NS },
+      });
     }
 
     // ---- nodes and agents ----
-    const shim = [join(ROOT, 'build/shim/netplugin-shim'), join(ROOT, `prebuilds/linux-${process.arch}/netplugin-shim`)].find((p) => existsSync(p))!;
+    const shim = [
+      join(ROOT, 'build/shim/netplugin-shim'),
+      join(ROOT, `prebuilds/linux-${process.arch}/netplugin-shim`),
+    ].find((p) => existsSync(p))!;
     const bin = join(tmp, 'bin', 'netplugin');
     mkdirSync(dirname(bin), { recursive: true });
     copyFileSync(shim, bin);
@@ -285,17 +394,44 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       execFileSync('ip', ['-n', ul, 'link', 'set', `p${i}`, 'master', 'br0', 'up']);
       execFileSync('ip', ['-n', ns, 'link', 'set', 'eth0', 'up']);
       execFileSync('ip', ['-n', ns, 'addr', 'add', `${ip}/16`, 'dev', 'eth0']);
-      execFileSync('ip', ['netns', 'exec', ns, 'sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0']);
+      execFileSync('ip', [
+        'netns',
+        'exec',
+        ns,
+        'sysctl',
+        '-qw',
+        'net.ipv4.ip_forward=1',
+        'net.ipv4.conf.all.rp_filter=0',
+        'net.ipv4.conf.default.rp_filter=0',
+      ]);
       const name = `node-${i}`;
-      api.put(`/api/v1/nodes/${name}`, { apiVersion: 'v1', kind: 'Node', metadata: { name, labels: { 'kubernetes.io/hostname': name } }, spec: {}, status: { addresses: [{ type: 'InternalIP', address: ip }] } });
+      api.put(`/api/v1/nodes/${name}`, {
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: { name, labels: { 'kubernetes.io/hostname': name } },
+        spec: {},
+        status: { addresses: [{ type: 'InternalIP', address: ip }] },
+      });
       nodes.push({ i, name, ns, ip, sock: join(tmp, `n${i}.sock`), log: '', pods: [] });
     }
     const confOf = (n: Node): Record<string, unknown> => ({
-      cniVersion: '1.0.0', name: 'k8s-pod-network', type: 'netplugin', nodename: n.name, ...dsConf,
-      kubernetes: { kubeconfig }, policy: { type: 'k8s' }, ipam: { type: 'netplugin-ipam' },
-      ipam_lock_file: join(tmp, `n${n.i}.lock`), endpoint_status_dir: join(tmp, `n${n.i}.status`), mtu_file: join(tmp, `n${n.i}.mtu`),
+      cniVersion: '1.0.0',
+      name: 'k8s-pod-network',
+      type: 'netplugin',
+      nodename: n.name,
+      ...dsConf,
+      kubernetes: { kubeconfig },
+      policy: { type: 'k8s' },
+      ipam: { type: 'netplugin-ipam' },
+      ipam_lock_file: join(tmp, `n${n.i}.lock`),
+      endpoint_status_dir: join(tmp, `n${n.i}.status`),
+      mtu_file: join(tmp, `n${n.i}.mtu`),
     });
-    for (const n of nodes) writeFileSync(join(tmp, `n${n.i}.conflist`), JSON.stringify({ cniVersion: '1.0.0', name: 'k8s-pod-network', plugins: [confOf(n)] }));
+    for (const n of nodes)
+      writeFileSync(
+        join(tmp, `n${n.i}.conflist`),
+        JSON.stringify({ cniVersion: '1.0.0', name: 'k8s-pod-network', plugins: [confOf(n)] }),
+      );
 
     // Route and nft events of every node, timestamped on arrival.
     const routeEv = new Map<string, Ev[]>();
@@ -306,7 +442,10 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       // mounted again in each of them; at 50 nodes (1,000 pod namespaces x ~100 monitors and
       // agents) that passes fs.mount-max (100,000) and namespaces' mounts go missing.
       const enter = ['--net=/var/run/netns/' + n.ns];
-      for (const [what, args, into] of [['route', [...enter, 'ip', 'monitor', 'route'], routeEv], ['nft', [...enter, 'nft', 'monitor'], nftEv]] as const) {
+      for (const [what, args, into] of [
+        ['route', [...enter, 'ip', 'monitor', 'route'], routeEv],
+        ['nft', [...enter, 'nft', 'monitor'], nftEv],
+      ] as const) {
         const p = spawn('nsenter', [...args], { stdio: ['ignore', 'pipe', 'ignore'] });
         res.procs.push(p);
         const list: Ev[] = [];
@@ -321,14 +460,32 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     // Each block's write as an observer sees it (a datastore client like the agents): the start of route convergence.
     const blockSeen = new Map<string, number>();
     const blockWatch = ds.watch('IPAMBlock', {}, (ev) => {
-      if (ev.type === 'ADDED' && !blockSeen.has(ev.object.spec.cidr)) blockSeen.set(ev.object.spec.cidr, performance.now());
+      if (ev.type === 'ADDED' && !blockSeen.has(ev.object.spec.cidr))
+        blockSeen.set(ev.object.spec.cidr, performance.now());
     });
     const api0 = snapshotApi(proxy.counts);
     const e0 = res.etcd ? await etcdCounters(res.etcd.endpoint) : undefined;
     const tStart = performance.now();
     await mapLimit(nodes, 4, async (n) => {
-      const args = ['netns', 'exec', n.ns, process.execPath, join(ROOT, 'dist/netplugin-node.cjs'), '--config', join(tmp, `n${n.i}.conflist`), '--nodename', n.name,
-        '--node-ip', `${n.ip}/16`, '--socket', n.sock, '--mtu-file', join(tmp, `n${n.i}.mtu`), '--log-level', 'WARNING'];
+      const args = [
+        'netns',
+        'exec',
+        n.ns,
+        process.execPath,
+        join(ROOT, 'dist/netplugin-node.cjs'),
+        '--config',
+        join(tmp, `n${n.i}.conflist`),
+        '--nodename',
+        n.name,
+        '--node-ip',
+        `${n.ip}/16`,
+        '--socket',
+        n.sock,
+        '--mtu-file',
+        join(tmp, `n${n.i}.mtu`),
+        '--log-level',
+        'WARNING',
+      ];
       const p = spawn('ip', args, { stdio: ['ignore', 'ignore', 'pipe'], env: { PATH: process.env['PATH'] } });
       res.procs.push(p);
       n.agent = p;
@@ -344,8 +501,19 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     for (const n of nodes) {
       for (let j = 0; j < o.podsPerNode; j++) {
         const name = `w${j}-n${n.i}`;
-        api.put(`/api/v1/namespaces/${NS}/pods/${name}`, { apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: NS, uid: `uid-${name}`, labels: { app: `w${j}` } }, spec: { nodeName: n.name, serviceAccountName: 'default', containers: [{ name: 'main' }] } });
-        const p: Pod = { node: n, name, netns: mkns(`${tag}-n${n.i}p${j}`), cid: `${name}-${process.pid}`, addStart: 0 };
+        api.put(`/api/v1/namespaces/${NS}/pods/${name}`, {
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: { name, namespace: NS, uid: `uid-${name}`, labels: { app: `w${j}` } },
+          spec: { nodeName: n.name, serviceAccountName: 'default', containers: [{ name: 'main' }] },
+        });
+        const p: Pod = {
+          node: n,
+          name,
+          netns: mkns(`${tag}-n${n.i}p${j}`),
+          cid: `${name}-${process.pid}`,
+          addStart: 0,
+        };
         n.pods.push(p);
       }
     }
@@ -361,7 +529,20 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     let fillFailures = 0;
     await mapLimit(pods, o.concurrency, async (p) => {
       p.addStart = performance.now();
-      const r = await execCni(bin, { PATH: process.env['PATH'], CNI_PATH: '/usr/lib/cni', CNI_IFNAME: 'eth0', NETPLUGIN_AGENT_SOCKET: p.node.sock, CNI_COMMAND: 'ADD', CNI_CONTAINERID: p.cid, CNI_NETNS: `/var/run/netns/${p.netns}`, CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NS};K8S_POD_NAME=${p.name}` }, JSON.stringify(confOf(p.node)));
+      const r = await execCni(
+        bin,
+        {
+          PATH: process.env['PATH'],
+          CNI_PATH: '/usr/lib/cni',
+          CNI_IFNAME: 'eth0',
+          NETPLUGIN_AGENT_SOCKET: p.node.sock,
+          CNI_COMMAND: 'ADD',
+          CNI_CONTAINERID: p.cid,
+          CNI_NETNS: `/var/run/netns/${p.netns}`,
+          CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NS};K8S_POD_NAME=${p.name}`,
+        },
+        JSON.stringify(confOf(p.node)),
+      );
       if (r.code !== 0) {
         if (fillFailures++ < 3) log(`ADD ${p.name} failed: ${r.stdout.slice(0, 300)} ${r.stderr.slice(-300)}`);
         return;
@@ -374,7 +555,15 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     const expectRoutes = nodes.reduce((s, n) => s + blocksOf(n).size, 0);
     const settleBy = performance.now() + 30_000;
     for (;;) {
-      const have = nodes.map((n) => new Set(routeEv.get(n.name)!.filter((e) => !e.line.startsWith('Deleted') && / via /.test(e.line)).map((e) => e.line.split(' ')[0])).size);
+      const have = nodes.map(
+        (n) =>
+          new Set(
+            routeEv
+              .get(n.name)!
+              .filter((e) => !e.line.startsWith('Deleted') && / via /.test(e.line))
+              .map((e) => e.line.split(' ')[0]),
+          ).size,
+      );
       if (have.every((h, k) => h >= expectRoutes - blocksOf(nodes[k]!).size) || performance.now() > settleBy) break;
       await sleep(200);
     }
@@ -383,7 +572,10 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     const ec1 = etcdCpu();
     const ef1 = res.etcd ? await etcdCounters(res.etcd.endpoint) : undefined;
     const af1 = snapshotApi(proxy.counts);
-    const churn = { cpuPct: nodes.map((_, k) => ((c1[k]! - c0[k]!) / churnWall) * 100), rssMiB: nodes.map((n) => memoryMiB(n.agent!.pid!).hwm) };
+    const churn = {
+      cpuPct: nodes.map((_, k) => ((c1[k]! - c0[k]!) / churnWall) * 100),
+      rssMiB: nodes.map((n) => memoryMiB(n.agent!.pid!).hwm),
+    };
     loads.push(`fill ${load()}`);
     log(`fill: ${pods.length} pods in ${(fillMs / 1000).toFixed(1)} s, ${fillFailures} failures`);
 
@@ -403,7 +595,9 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       const written = blockSeen.get(b);
       for (const n of nodes) {
         if (n === c.owner) continue;
-        const ev = routeEv.get(n.name)!.find((e) => e.line.startsWith(`${b} `) && e.line.includes(` via ${c.owner.ip} `));
+        const ev = routeEv
+          .get(n.name)!
+          .find((e) => e.line.startsWith(`${b} `) && e.line.includes(` via ${c.owner.ip} `));
         if (!ev) {
           missingRoutes++;
           continue;
@@ -427,9 +621,14 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     const eci1 = etcdCpu();
     const ei1 = res.etcd ? await etcdCounters(res.etcd.endpoint) : undefined;
     const ai1 = snapshotApi(proxy.counts);
-    const idle = { cpuPct: nodes.map((_, k) => ((i1[k]! - i0[k]!) / idleWall) * 100), rssMiB: nodes.map((n) => memoryMiB(n.agent!.pid!).rss) };
+    const idle = {
+      cpuPct: nodes.map((_, k) => ((i1[k]! - i0[k]!) / idleWall) * 100),
+      rssMiB: nodes.map((n) => memoryMiB(n.agent!.pid!).rss),
+    };
     loads.push(`idle ${load()}`);
-    log(`idle: agent CPU p50 ${f1(q(idle.cpuPct, 0.5))}% max ${f1(Math.max(...idle.cpuPct))}%, RSS max ${f1(Math.max(...idle.rssMiB))} MiB`);
+    log(
+      `idle: agent CPU p50 ${f1(q(idle.cpuPct, 0.5))}% max ${f1(Math.max(...idle.cpuPct))}%, RSS max ${f1(Math.max(...idle.rssMiB))} MiB`,
+    );
 
     // ---- policy convergence ----
     const proberPod = nodes[0]!.pods[o.podsPerNode - 1]!;
@@ -443,11 +642,25 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
     for (let k = 0; k < Math.min(o.policies, o.podsPerNode - 1); k++) {
       const name = `conv-${k}`;
       // The sample: pod w<k> on three nodes other than the prober's.
-      const sample = [nodes[1 % N]!, nodes[Math.floor(N / 2)]!, nodes[N - 1]!].filter((n) => n !== proberPod.node).map((n) => n.pods[k]!).filter((p) => p.ip);
+      const sample = [nodes[1 % N]!, nodes[Math.floor(N / 2)]!, nodes[N - 1]!]
+        .filter((n) => n !== proberPod.node)
+        .map((n) => n.pods[k]!)
+        .filter((p) => p.ip);
       const before = await Promise.all(sample.map((p) => prober.probe(p.ip!, PROBE_PORT, 2000)));
-      const np: KubeNetworkPolicy = { metadata: { name, namespace: NS }, spec: { podSelector: { matchLabels: { app: `w${k}` } }, policyTypes: ['Ingress'], ingress: [{ from: [{ podSelector: { matchLabels: { role: 'nobody' } } }] }] } };
+      const np: KubeNetworkPolicy = {
+        metadata: { name, namespace: NS },
+        spec: {
+          podSelector: { matchLabels: { app: `w${k}` } },
+          policyTypes: ['Ingress'],
+          ingress: [{ from: [{ podSelector: { matchLabels: { role: 'nobody' } } }] }],
+        },
+      };
       const t0 = performance.now();
-      api.put(`/apis/networking.k8s.io/v1/namespaces/${NS}/networkpolicies/${name}`, { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', ...np });
+      api.put(`/apis/networking.k8s.io/v1/namespaces/${NS}/networkpolicies/${name}`, {
+        apiVersion: 'networking.k8s.io/v1',
+        kind: 'NetworkPolicy',
+        ...np,
+      });
       if (mode === 'etcdv3') await ds.create(convertK8sNetworkPolicy(np));
       policiesMade++;
       const needle = `${NS}/knp.default.${name}`;
@@ -465,7 +678,9 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       missingPolicies += N - seen.size;
       const after = await Promise.all(sample.map((p) => prober.probe(p.ip!, PROBE_PORT, 1000)));
       const ok = before.every(reached) && after.every((r) => !reached(r));
-      verified.push(`${name}: ${sample.length} sampled pods ${ok ? 'reachable before, unreachable after' : `NOT VERIFIED (before ${before.join(',')}, after ${after.join(',')})`}`);
+      verified.push(
+        `${name}: ${sample.length} sampled pods ${ok ? 'reachable before, unreachable after' : `NOT VERIFIED (before ${before.join(',')}, after ${after.join(',')})`}`,
+      );
     }
     const pc1 = cpuOf();
     // Each agent's CPU per policy (what one node pays; the convergence here shares 2 cores among all N agents).
@@ -490,7 +705,14 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       nodeDelMs.length = 0;
       let gone = 0;
       for (const n of others) {
-        const evs = routeEv.get(n.name)!.filter((e) => e.t >= tDel && e.line.startsWith('Deleted') && victimBlocks.some((b) => e.line.startsWith(`Deleted ${b} `)));
+        const evs = routeEv
+          .get(n.name)!
+          .filter(
+            (e) =>
+              e.t >= tDel &&
+              e.line.startsWith('Deleted') &&
+              victimBlocks.some((b) => e.line.startsWith(`Deleted ${b} `)),
+          );
         if (evs.length >= victimBlocks.length) {
           gone++;
           nodeDelMs.push(Math.max(...evs.map((e) => e.t - tDel)));
@@ -499,15 +721,28 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       if (gone === others.length || performance.now() > delBy) break;
       await sleep(100);
     }
-    if (nodeDelMs.length < others.length) log(`node deletion: routes gone on ${nodeDelMs.length} of ${others.length} nodes within 60 s`);
+    if (nodeDelMs.length < others.length)
+      log(`node deletion: routes gone on ${nodeDelMs.length} of ${others.length} nodes within 60 s`);
     loads.push(`end ${load()}`);
 
     const agentsN = N;
     const apiIdle = diffApi(ai1, ai0);
     const apiChurn = diffApi(af1, af0);
     const result: RunResult = {
-      nodes: N, mode, pods: pods.length, routeMs, routeFromAddMs, policyMs, policyCpuMs, nodeDelMs, policyVerified: verified.join('; '),
-      startMs, fillMs, fillFailures, idle, churn,
+      nodes: N,
+      mode,
+      pods: pods.length,
+      routeMs,
+      routeFromAddMs,
+      policyMs,
+      policyCpuMs,
+      nodeDelMs,
+      policyVerified: verified.join('; '),
+      startMs,
+      fillMs,
+      fillFailures,
+      idle,
+      churn,
       api: {
         startBytesPerAgent: diffApi(af0, api0).bytes / agentsN,
         requestsPerAgentStart: diffApi(apiStart, api0).requests / agentsN,
@@ -527,8 +762,10 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
       result.etcd = {
         startBytesPerAgent: (ef0['sentBytes']! - e0['sentBytes']!) / agentsN,
         watchersPerAgent: (ei1['watchers']! - e0['watchers']!) / agentsN,
-        idle: rate(ei1, ei0, idleWall), churn: rate(ef1, ef0, churnWall),
-        cpuPctIdle: ((eci1 - eci0) / idleWall) * 100, cpuPctChurn: ((ec1 - ec0) / churnWall) * 100,
+        idle: rate(ei1, ei0, idleWall),
+        churn: rate(ef1, ef0, churnWall),
+        cpuPctIdle: ((eci1 - eci0) / idleWall) * 100,
+        cpuPctChurn: ((ec1 - ec0) / churnWall) * 100,
       };
     }
     return result;
@@ -563,8 +800,10 @@ function diffApi(a: ReturnType<typeof snapshotApi>, b: ReturnType<typeof snapsho
 
 export async function main(argv: string[]): Promise<void> {
   const o = options(argv);
-  if (process.getuid?.() !== 0 || !process.env['NETPLUGIN_HOST_NETNS']) throw new Error('run as root inside scripts/in-netns (npm run bench:scale does)');
-  for (const f of ['dist/netplugin.cjs', 'dist/netplugin-node.cjs']) if (!existsSync(join(ROOT, f))) throw new Error(`${f} is missing: npm run build:ts`);
+  if (process.getuid?.() !== 0 || !process.env['NETPLUGIN_HOST_NETNS'])
+    throw new Error('run as root inside scripts/in-netns (npm run bench:scale does)');
+  for (const f of ['dist/netplugin.cjs', 'dist/netplugin-node.cjs'])
+    if (!existsSync(join(ROOT, f))) throw new Error(`${f} is missing: npm run build:ts`);
   process.on('exit', () => {
     current?.cleanupSync();
     killMemoryRun();
@@ -576,32 +815,57 @@ export async function main(argv: string[]): Promise<void> {
     });
   }
   if (o.remote) {
-    console.log('| remote endpoints in the datastore | agent RSS MiB | agent CPU to start (ms) | start (s) | agent CPU per remote endpoint change (ms) | load |');
+    console.log(
+      '| remote endpoints in the datastore | agent RSS MiB | agent CPU to start (ms) | start (s) | agent CPU per remote endpoint change (ms) | load |',
+    );
     console.log('|---:|---:|---:|---:|---:|---|');
     for (const n of o.remote) {
       const r = await memoryRun(n);
-      console.log(`| ${r.remote} | ${f1(r.rssMiB)} | ${f1(r.startCpuMs)} | ${f1(r.startMs / 1000)} | ${f1(r.cpuPerEventMs)} | ${r.load} |`);
+      console.log(
+        `| ${r.remote} | ${f1(r.rssMiB)} | ${f1(r.startCpuMs)} | ${f1(r.startMs / 1000)} | ${f1(r.cpuPerEventMs)} | ${r.load} |`,
+      );
     }
     return;
   }
   const results: RunResult[] = [];
   for (const N of o.nodes) for (const mode of o.modes) results.push(await run(o, N, mode));
   const ms = (xs: number[], p: number): string => f1(q(xs, p));
-  console.log(`\nScale: ${o.podsPerNode} pods per node through the agents, /${BLOCK} blocks, ${o.policies} policies, ${cpus().length} CPUs\n`);
-  console.log('Route: from the block write (seen by an observer watching the datastore) to the route in each other node; (ADD: from the start of the ADD that claimed it).\n');
-  console.log('| nodes | datastore | route p50 / p99 ms | policy p50 / p99 ms | node deleted p50 / p99 ms | agent idle CPU % p50 / max | idle RSS MiB p50 / max | churn CPU % p50 / max | churn peak RSS max | load (fill; idle; end) |');
+  console.log(
+    `\nScale: ${o.podsPerNode} pods per node through the agents, /${BLOCK} blocks, ${o.policies} policies, ${cpus().length} CPUs\n`,
+  );
+  console.log(
+    'Route: from the block write (seen by an observer watching the datastore) to the route in each other node; (ADD: from the start of the ADD that claimed it).\n',
+  );
+  console.log(
+    '| nodes | datastore | route p50 / p99 ms | policy p50 / p99 ms | node deleted p50 / p99 ms | agent idle CPU % p50 / max | idle RSS MiB p50 / max | churn CPU % p50 / max | churn peak RSS max | load (fill; idle; end) |',
+  );
   console.log('|---:|---|---:|---:|---:|---:|---:|---:|---:|---|');
   for (const r of results) {
-    console.log(`| ${r.nodes} | ${r.mode} | ${ms(r.routeMs, 0.5)} / ${ms(r.routeMs, 0.99)} (ADD: ${ms(r.routeFromAddMs, 0.5)} / ${ms(r.routeFromAddMs, 0.99)}; n=${r.routeMs.length}) | ${ms(r.policyMs, 0.5)} / ${ms(r.policyMs, 0.99)} (n=${r.policyMs.length}) | ${ms(r.nodeDelMs, 0.5)} / ${ms(r.nodeDelMs, 0.99)} (n=${r.nodeDelMs.length}) | ${ms(r.idle.cpuPct, 0.5)} / ${f1(Math.max(...r.idle.cpuPct))} | ${ms(r.idle.rssMiB, 0.5)} / ${f1(Math.max(...r.idle.rssMiB))} | ${ms(r.churn.cpuPct, 0.5)} / ${f1(Math.max(...r.churn.cpuPct))} | ${f1(Math.max(...r.churn.rssMiB))} | ${r.load.filter((l) => !l.startsWith('policy')).map((l) => l.split(' ').slice(1, 2)[0]).join('; ')} |`);
+    console.log(
+      `| ${r.nodes} | ${r.mode} | ${ms(r.routeMs, 0.5)} / ${ms(r.routeMs, 0.99)} (ADD: ${ms(r.routeFromAddMs, 0.5)} / ${ms(r.routeFromAddMs, 0.99)}; n=${r.routeMs.length}) | ${ms(r.policyMs, 0.5)} / ${ms(r.policyMs, 0.99)} (n=${r.policyMs.length}) | ${ms(r.nodeDelMs, 0.5)} / ${ms(r.nodeDelMs, 0.99)} (n=${r.nodeDelMs.length}) | ${ms(r.idle.cpuPct, 0.5)} / ${f1(Math.max(...r.idle.cpuPct))} | ${ms(r.idle.rssMiB, 0.5)} / ${f1(Math.max(...r.idle.rssMiB))} | ${ms(r.churn.cpuPct, 0.5)} / ${f1(Math.max(...r.churn.cpuPct))} | ${f1(Math.max(...r.churn.rssMiB))} | ${r.load
+        .filter((l) => !l.startsWith('policy'))
+        .map((l) => l.split(' ').slice(1, 2)[0])
+        .join('; ')} |`,
+    );
   }
-  console.log('\n| nodes | datastore | etcd watchers / agent | etcd events/s/agent idle; churn | etcd bytes/s/agent idle; churn | etcd CPU % idle; churn | API req/agent start; fill; idle | API watches / agent | API bytes/s/agent idle; churn | start bytes/agent etcd; API | agents up (s) | fill (s) |');
+  console.log(
+    '\n| nodes | datastore | etcd watchers / agent | etcd events/s/agent idle; churn | etcd bytes/s/agent idle; churn | etcd CPU % idle; churn | API req/agent start; fill; idle | API watches / agent | API bytes/s/agent idle; churn | start bytes/agent etcd; API | agents up (s) | fill (s) |',
+  );
   console.log('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of results) {
     const e = r.etcd;
-    console.log(`| ${r.nodes} | ${r.mode} | ${e ? f1(e.watchersPerAgent) : '–'} | ${e ? `${f1(e.idle.eventsPerAgentPerSec)}; ${f1(e.churn.eventsPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.idle.bytesPerAgentPerSec)}; ${f1(e.churn.bytesPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.cpuPctIdle)}; ${f1(e.cpuPctChurn)}` : '–'} | ${f1(r.api.requestsPerAgentStart)}; ${f1(r.api.requestsPerAgentFill)}; ${f1(r.api.requestsPerAgentIdle)} | ${f1(r.api.watchesPerAgent)} | ${f1(r.api.bytesPerAgentPerSecIdle)}; ${f1(r.api.bytesPerAgentPerSecChurn)} | ${e ? f1(e.startBytesPerAgent) : '–'}; ${f1(r.api.startBytesPerAgent)} | ${f1(r.startMs / 1000)} | ${f1(r.fillMs / 1000)} |`);
+    console.log(
+      `| ${r.nodes} | ${r.mode} | ${e ? f1(e.watchersPerAgent) : '–'} | ${e ? `${f1(e.idle.eventsPerAgentPerSec)}; ${f1(e.churn.eventsPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.idle.bytesPerAgentPerSec)}; ${f1(e.churn.bytesPerAgentPerSec)}` : '–'} | ${e ? `${f1(e.cpuPctIdle)}; ${f1(e.cpuPctChurn)}` : '–'} | ${f1(r.api.requestsPerAgentStart)}; ${f1(r.api.requestsPerAgentFill)}; ${f1(r.api.requestsPerAgentIdle)} | ${f1(r.api.watchesPerAgent)} | ${f1(r.api.bytesPerAgentPerSecIdle)}; ${f1(r.api.bytesPerAgentPerSecChurn)} | ${e ? f1(e.startBytesPerAgent) : '–'}; ${f1(r.api.startBytesPerAgent)} | ${f1(r.startMs / 1000)} | ${f1(r.fillMs / 1000)} |`,
+    );
   }
-  for (const r of results) console.log(`\n${r.nodes} ${r.mode}: agent CPU per policy p50 ${f1(q(r.policyCpuMs, 0.5))} ms, max ${f1(Math.max(...r.policyCpuMs))} ms`);
-  for (const r of results) console.log(`\n${r.nodes} ${r.mode}: policy traffic check: ${r.policyVerified}; fill failures ${r.fillFailures}; load ${r.load.join(', ')}`);
+  for (const r of results)
+    console.log(
+      `\n${r.nodes} ${r.mode}: agent CPU per policy p50 ${f1(q(r.policyCpuMs, 0.5))} ms, max ${f1(Math.max(...r.policyCpuMs))} ms`,
+    );
+  for (const r of results)
+    console.log(
+      `\n${r.nodes} ${r.mode}: policy traffic check: ${r.policyVerified}; fill failures ${r.fillFailures}; load ${r.load.join(', ')}`,
+    );
   if (o.json) writeFileSync(o.json, JSON.stringify(results, null, 2) + '\n');
   const targets: Array<[string, boolean]> = [];
   for (const r of results) {

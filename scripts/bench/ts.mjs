@@ -13,8 +13,14 @@ export async function importTs(entry) {
   mkdirSync(cache, { recursive: true });
   const outfile = join(cache, `${basename(entry, '.ts')}-${process.pid}.mjs`);
   await build({
-    entryPoints: [join(root, entry)], bundle: true, platform: 'node', format: 'esm', target: 'node20', outfile,
-    external: ['etcd3', 'node-gyp-build', 'esbuild'], logLevel: 'error',
+    entryPoints: [join(root, entry)],
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    outfile,
+    external: ['etcd3', 'node-gyp-build', 'esbuild'],
+    logLevel: 'error',
     banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
   });
   try {

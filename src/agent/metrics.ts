@@ -41,7 +41,7 @@ interface AgentMetrics {
 }
 
 /** What the state gauges read of the policy controller (src/agent/policy/controller.ts). */
-export interface PolicyState {
+interface PolicyState {
   current(): {
     chains: ReadonlyMap<string, { owner: { kind: string; namespace?: string; name: string } }>;
     endpoints: ReadonlyMap<string, unknown>;
@@ -52,7 +52,7 @@ export interface PolicyState {
 /** The kinds of programmed objects the policies gauge counts. */
 const POLICY_KINDS = ['NetworkPolicy', 'GlobalNetworkPolicy', 'Profile'] as const;
 
-export interface PolicyApplied {
+interface PolicyApplied {
   full: boolean;
   commands: number;
   compileMs: number;
@@ -162,8 +162,15 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
       'out stays isolated.',
     ['stage', 'kind'],
   );
-  const routeLatency = registry.histogram('netplugin_route_reconcile_duration_seconds', 'Applying one reconcile of routes, tunnel devices, neighbours and FDB entries to the kernel.');
-  const routeChanges = registry.counter('netplugin_route_changes_total', 'Routes the route controller added or removed, by change.', ['change']);
+  const routeLatency = registry.histogram(
+    'netplugin_route_reconcile_duration_seconds',
+    'Applying one reconcile of routes, tunnel devices, neighbours and FDB entries to the kernel.',
+  );
+  const routeChanges = registry.counter(
+    'netplugin_route_changes_total',
+    'Routes the route controller added or removed, by change.',
+    ['change'],
+  );
   const floatingRefused = registry.counter(
     'netplugin_floating_ip_refused_total',
     'Floating IPs of local endpoints the agent does not translate, by kind: conflict (an older endpoint holds the ' +
@@ -171,7 +178,10 @@ export function createAgentMetrics(registry = new Registry()): AgentMetrics {
       'Warning Event on the pod.',
     ['kind'],
   );
-  const routeErrors = registry.counter('netplugin_route_errors_total', 'Kernel refusals while reconciling routes (each is retried on the next reconcile).');
+  const routeErrors = registry.counter(
+    'netplugin_route_errors_total',
+    'Kernel refusals while reconciling routes (each is retried on the next reconcile).',
+  );
 
   const localEndpoints = registry.gauge(
     'netplugin_policy_local_endpoints',

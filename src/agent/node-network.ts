@@ -7,7 +7,7 @@ import { parseAutodetect } from './node-registration.js';
 import { readNetpluginConf } from './node-init.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';
 
-interface NodeNetworkOptions {
+export interface NodeNetworkOptions {
   configPath: string;
   /** Settles when the datastore step of node init succeeded. */
   nodeInit: Promise<void>;
@@ -20,9 +20,19 @@ interface NodeNetworkOptions {
   autodetect: string | undefined;
   mtuFile: string | undefined;
   /** --bgp on: BIRD is supervised and routes the pools without encapsulation. */
-  bgp?: { birdPath: string; runDir: string; readSecret?: (name: string, key: string) => Promise<string>; onStarted: (c: import('./bgp/index.js').BgpController) => void };
+  bgp?: {
+    birdPath: string;
+    runDir: string;
+    readSecret?: (name: string, key: string) => Promise<string>;
+    onStarted: (c: import('./bgp/index.js').BgpController) => void;
+  };
   /** A floating IP of this node's endpoint refused (another endpoint holds it, or the entry is invalid). */
-  onFloatingRefused?: (r: { kind: 'conflict' | 'invalid'; namespace: string | undefined; pod: string | undefined; message: string }) => void;
+  onFloatingRefused?: (r: {
+    kind: 'conflict' | 'invalid';
+    namespace: string | undefined;
+    pod: string | undefined;
+    message: string;
+  }) => void;
   /** Metrics hook: each route reconcile applied to the kernel. */
   onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
@@ -63,12 +73,20 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
         ? {
             onFloatingConflict: (c) =>
               refused({
-                kind: 'conflict', namespace: c.refused.namespace, pod: c.refused.pod,
-                message: `floating IP ${c.external} is held by the older endpoint ${c.holder.endpoint} ` +
+                kind: 'conflict',
+                namespace: c.refused.namespace,
+                pod: c.refused.pod,
+                message:
+                  `floating IP ${c.external} is held by the older endpoint ${c.holder.endpoint} ` +
                   `on node ${c.holder.node}; this pod gets it once that endpoint is gone`,
               }),
             onFloatingInvalid: (i) =>
-              refused({ kind: 'invalid', namespace: i.namespace, pod: i.pod, message: `floating IP ignored: ${i.problem}` }),
+              refused({
+                kind: 'invalid',
+                namespace: i.namespace,
+                pod: i.pod,
+                message: `floating IP ignored: ${i.problem}`,
+              }),
           }
         : {}),
     });
@@ -91,7 +109,15 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
     );
     if (o.bgp) {
       const { startBgpController } = await import('./bgp/index.js');
-      const bgp = startBgpController({ ds, node, subnets: () => kernel.connectedSubnets(), log: o.log, birdPath: o.bgp.birdPath, runDir: o.bgp.runDir, ...(o.bgp.readSecret ? { readSecret: o.bgp.readSecret } : {}) });
+      const bgp = startBgpController({
+        ds,
+        node,
+        subnets: () => kernel.connectedSubnets(),
+        log: o.log,
+        birdPath: o.bgp.birdPath,
+        runDir: o.bgp.runDir,
+        ...(o.bgp.readSecret ? { readSecret: o.bgp.readSecret } : {}),
+      });
       o.bgp.onStarted(bgp);
       // Before kernel.close (the controller reads connected subnets through it). The agent stops to be
       // restarted: BIRD shuts down for a graceful restart, so peers keep this node's routes meanwhile.

@@ -38,7 +38,6 @@ function usageError(msg: string): never {
   return cliUsageError(CLI, msg);
 }
 
-
 async function main(): Promise<void> {
   let values: Record<string, string | boolean | undefined>;
   const parsed = await parseEntryFlags(
@@ -138,7 +137,10 @@ async function main(): Promise<void> {
   const registry = new Registry();
   // Malformed objects the datastore skips: one warning each, and their count on /metrics.
   observeInvalidObjects(registry, log);
-  registerProcessMetrics(registry, { component: 'netplugin-kube-controllers', version: (await import('../ctl/version.js')).NETPLUGIN_VERSION });
+  registerProcessMetrics(registry, {
+    component: 'netplugin-kube-controllers',
+    version: (await import('../ctl/version.js')).NETPLUGIN_VERSION,
+  });
   registerLogThrottleMetrics(registry, throttle);
   let exiting = false;
   const kc = startKubeControllers({

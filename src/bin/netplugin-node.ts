@@ -112,6 +112,7 @@ cannot do for itself.
 function agentPlugins(
   runtime: PluginRuntime,
   logThrottle: LogThrottle,
+  // biome-ignore lint/suspicious/noExplicitAny: a registry of plugins of different netconf types
 ): Record<string, PluginSpec<any, PluginRuntime>> {
   return {
     netplugin: {

@@ -206,7 +206,11 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
     };
     if (plugin.createLog) log = plugin.createLog(raw, logContext, io);
     else log = ownLog = defaultLog(raw, logContext, io, plugin.logThrottle);
-    log.debug(`${plugin.name} ${command}`, { cniVersion, netns: env.netns || undefined, ifname: env.ifname || undefined });
+    log.debug(`${plugin.name} ${command}`, {
+      cniVersion,
+      netns: env.netns || undefined,
+      ifname: env.ifname || undefined,
+    });
 
     assertCommandAllowed(command, cniVersion);
     const handlers = await plugin.load();
@@ -220,7 +224,10 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
       }
     }
     mark('netconf parsed');
-    const prevResult = raw['prevResult'] !== undefined && raw['prevResult'] !== null ? parseResult(raw['prevResult'], 'prevResult', cniVersion) : undefined;
+    const prevResult =
+      raw['prevResult'] !== undefined && raw['prevResult'] !== null
+        ? parseResult(raw['prevResult'], 'prevResult', cniVersion)
+        : undefined;
     const ctx: CniContext<Conf, Rt> = {
       command,
       cniVersion,

@@ -133,7 +133,11 @@ export interface PluginSpecBase<Conf, Rt> {
    * Optional: the logger for one invocation. Default (src/cni/dispatch.ts):
    * io.stderr plus the netconf's log file, closed when the call ends.
    */
-  createLog?(rawConf: Record<string, unknown>, context: { containerId?: string | undefined; podNamespace?: string | undefined; podName?: string | undefined }, io: CniIO): Logger;
+  createLog?(
+    rawConf: Record<string, unknown>,
+    context: { containerId?: string | undefined; podNamespace?: string | undefined; podName?: string | undefined },
+    io: CniIO,
+  ): Logger;
   /** Optional, for the default logger: a long-running host's throttle of repeated failures (the agent's). */
   logThrottle?: LogThrottle;
 }

@@ -57,7 +57,8 @@ Commands:
   ipam configure             IPAMConfig: --strictaffinity, --max-blocks-per-host, --autoallocateblocks
   ipam split N --name POOL   split a disabled pool into N (a power of 2) equal pools
   node diags                 one tar.gz of this node's state for a bug report (nft, routes, datastore view...)
-  policy explain POD         policies selecting a pod (hep/NAME: a host endpoint); with --peer/--port, the deciding rule (--staged)
+  policy explain POD         policies selecting a pod (hep/NAME: a host endpoint); with --peer/--port,
+                             the deciding rule (--staged)
   policy promote KIND/NAME   make a staged policy the enforced one (snp, sgnp, sknp; --dry-run)
   datastore init             mark the datastore initialised (ClusterInformation)
   datastore ready            set datastoreReady (--set=true|false)

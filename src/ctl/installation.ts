@@ -144,7 +144,8 @@ export function setAgentArgs(text: string, args: string[]): string {
   for (const a of args) {
     const name = /^--[a-z0-9-]+/.exec(a)![0];
     const flag = new RegExp(`^(\\s*)(?:#\\s*)?- ${name}=.*$`, 'm');
-    if (!flag.test(text)) throw new CtlError(`${NODE_DAEMONSET} has no ${name} line to set; the package's deploy/ is not this version's`);
+    if (!flag.test(text))
+      throw new CtlError(`${NODE_DAEMONSET} has no ${name} line to set; the package's deploy/ is not this version's`);
     text = text.replace(flag, (_m, indent: string) => `${indent}- ${a}`);
   }
   return text;
@@ -157,8 +158,13 @@ export function setAgentArgs(text: string, args: string[]): string {
  */
 export function renderManifests(deployDir: string, image: string, agentArgs: string[] = []): Map<string, string> {
   const out = new Map<string, string>();
-  const line = new RegExp(`^(\\s*(?:-\\s+)?image:\\s*)["']?[^\\s"']*${NODE_IMAGE_REPOSITORY.replace('/', '\\/')}:[^\\s"']+["']?[ \\t]*$`, 'gm');
-  for (const f of readdirSync(deployDir).filter((n) => /\.ya?ml$/.test(n)).sort()) {
+  const line = new RegExp(
+    `^(\\s*(?:-\\s+)?image:\\s*)["']?[^\\s"']*${NODE_IMAGE_REPOSITORY.replace('/', '\\/')}:[^\\s"']+["']?[ \\t]*$`,
+    'gm',
+  );
+  for (const f of readdirSync(deployDir)
+    .filter((n) => /\.ya?ml$/.test(n))
+    .sort()) {
     const text = readFileSync(join(deployDir, f), 'utf8').replace(line, (_m, head: string) => `${head}${image}`);
     out.set(f, f === NODE_DAEMONSET ? setAgentArgs(text, agentArgs) : text);
   }
@@ -228,7 +234,12 @@ export async function cmdInstallationRender(
   if (image) {
     const dir = join(o.outDir, 'manifests');
     mkdirSync(dir, { recursive: true });
-    for (const [name, text] of renderManifests(join(o.packageDir ?? defaultPackageDir(), 'deploy'), image, r.agent.agentArgs)) files.push(writeFileAtomic(join(dir, name), text, 0o644));
+    for (const [name, text] of renderManifests(
+      join(o.packageDir ?? defaultPackageDir(), 'deploy'),
+      image,
+      r.agent.agentArgs,
+    ))
+      files.push(writeFileAtomic(join(dir, name), text, 0o644));
   }
   for (const f of files) io.stdout(`${f.path} ${f.action}\n`);
   return 0;
@@ -347,7 +358,12 @@ export async function applyInstallation(
   // The agent's flags are the DaemonSet's (or the systemd unit's), not files apply writes: it names them.
   if (rendered.agent.bgp) {
     const args = rendered.agent.agentArgs.join(' ');
-    changes.push({ what: 'netpluginNetwork.bgp', action: `accepted (Enabled: the node agent runs with ${args}, as in the DaemonSet installation render -o DIR --registry REG writes; systemd: NETPLUGIN_EXTRA_ARGS)` });
+    changes.push({
+      what: 'netpluginNetwork.bgp',
+      action:
+        `accepted (Enabled: the node agent runs with ${args}, as in the DaemonSet installation render -o DIR ` +
+        `--registry REG writes; systemd: NETPLUGIN_EXTRA_ARGS)`,
+    });
   }
   for (const f of inst.flowResources) {
     changes.push({

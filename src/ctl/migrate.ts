@@ -230,10 +230,9 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
             await ds.create(portable(r));
           } catch (e) {
             throw new CtlError(
-              `import stopped at ${r.kind} ` +
-                `${r.metadata.namespace ? `${r.metadata.namespace}/` : ''}${r.metadata.name} after ${n} object(s): ` +
-                `${(e as Error).message}. The target is now partly filled: delete the netplugin custom resources ` +
-                `there and import again`,
+              `import stopped at ${r.kind} ${r.metadata.namespace ? `${r.metadata.namespace}/` : ''}` +
+                `${r.metadata.name} after ${n} object(s): ${(e as Error).message}. The target is now partly filled: ` +
+                `delete the netplugin custom resources there and import again`,
             );
           }
         }

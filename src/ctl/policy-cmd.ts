@@ -5,7 +5,7 @@
 // command runs).
 import { bool, CtlError, DRY_RUN, dryRun, parseCommand, printHelp, str, type CtlCommand, type CtlGroup } from './io.js';
 
-export const POLICY_HELP = {
+const POLICY_HELP = {
   policy: `Usage: netpluginctl policy explain POD [-n NS] [--peer NS/POD|POD|ADDR] [--port N] [--staged] [-o json]
        netpluginctl policy promote KIND/NAME [-n NS] [--dry-run]
 

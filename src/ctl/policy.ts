@@ -92,12 +92,14 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
     profs.items.map((p) => [p.metadata.name, { name: p.metadata.name, spec: p.spec }]),
   );
   const policies: PolicyInput[] = [
-    ...nps.items.map((p): PolicyInput => ({
-      kind: 'NetworkPolicy',
-      name: p.metadata.name,
-      namespace: p.metadata.namespace ?? 'default',
-      spec: p.spec,
-    })),
+    ...nps.items.map(
+      (p): PolicyInput => ({
+        kind: 'NetworkPolicy',
+        name: p.metadata.name,
+        namespace: p.metadata.namespace ?? 'default',
+        spec: p.spec,
+      }),
+    ),
     ...gnps.items.map((p): PolicyInput => ({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec })),
   ];
   const views = endpointViews(
@@ -177,7 +179,8 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
       peerView = byPod(pns!, pname!);
       if (!peerView)
         throw new CtlError(
-          `--peer ${o.peer}: no workload endpoint for pod ${pns}/${pname} (give an address for anything that is not a pod)`,
+          `--peer ${o.peer}: no workload endpoint for pod ${pns}/${pname} (give an address for anything that is not ` +
+            `a pod)`,
         );
       peerAddr = peerView.addrs.find((a) => ep.addrs.some((b) => b.includes(':') === a.includes(':')));
       if (!peerAddr) throw new CtlError(`--peer ${o.peer}: it has no address of the same family as ${ns}/${o.pod}`);
@@ -222,7 +225,8 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
   }
   const lines: string[] = [];
   lines.push(
-    `Endpoint ${ep.key} (pod ${ep.namespace}/${o.pod})${ep.interfaceName ? ` on interface ${ep.interfaceName}` : ''}, addresses ${ep.addrs.join(', ')}`,
+    `Endpoint ${ep.key} (pod ${ep.namespace}/${o.pod})${ep.interfaceName ? ` on interface ${ep.interfaceName}` : ''}` +
+      `, addresses ${ep.addrs.join(', ')}`,
   );
   lines.push(
     `Labels (own and from profiles): ${
@@ -269,7 +273,9 @@ export async function cmdPolicyExplain(ds: Datastore, io: CtlIO, o: ExplainOptio
     for (const s of pending?.skipped ?? []) lines.push(`  ${s.ref.kind} ${stagedId(s.ref)} is left out: ${s.reason}`);
   }
   if (decisions) {
-    const what = `${protocol}${port !== undefined ? `/${port}` : ''}${sourcePort !== undefined ? ` from port ${sourcePort}` : ''}`;
+    const what =
+      `${protocol}${port !== undefined ? `/${port}` : ''}` +
+      `${sourcePort !== undefined ? ` from port ${sourcePort}` : ''}`;
     const show = (title: string, key: string) => {
       const d = decisions![key]!;
       lines.push(`${title}: ${d.verdict.toUpperCase()} by ${d.by}`);
@@ -336,7 +342,9 @@ async function explainHostEndpoint(
   const all = [...c.views, ep];
   const globals = sortPolicies(c.policies.filter((p) => p.kind === 'GlobalNetworkPolicy'));
   const selecting = (tier: PolicyTier, dir: 'Ingress' | 'Egress') =>
-    globals.filter((p) => selectsIn(p, tier, dir, ep)).map((p) => ({ kind: p.kind, name: policyId(p), order: p.spec.order }));
+    globals
+      .filter((p) => selectsIn(p, tier, dir, ep))
+      .map((p) => ({ kind: p.kind, name: policyId(p), order: p.spec.order }));
   const report: Record<string, unknown> = {
     hostEndpoint: name,
     node: h.spec.node,
@@ -377,7 +385,9 @@ async function explainHostEndpoint(
   }
   const lines: string[] = [];
   const iface = h.spec.interfaceName ?? '(none: not enforced)';
-  lines.push(`HostEndpoint ${name} on node ${h.spec.node}, interface ${iface}, expected IPs ${ep.addrs.join(', ') || '(none)'}`);
+  lines.push(
+    `HostEndpoint ${name} on node ${h.spec.node}, interface ${iface}, expected IPs ${ep.addrs.join(', ') || '(none)'}`,
+  );
   const labels = Object.entries(ep.allLabels).map(([k, v]) => `${k}=${v}`);
   lines.push(`Labels (own and from profiles): ${labels.join(', ') || '(none)'}`);
   lines.push(`Profiles: ${(report['profiles'] as string[]).join(', ') || '(none)'}`);
@@ -399,7 +409,9 @@ async function explainHostEndpoint(
     for (const [t, title] of TIERS) {
       for (const d of ['ingress', 'egress'] as const) {
         const x = conn.decisions[`${t}.${d}`]!;
-        const what = `${o.peer} ${d === 'ingress' ? '->' : '<-'} ${name} ${c.protocol}${c.port !== undefined ? `/${c.port}` : ''}`;
+        const what =
+          `${o.peer} ${d === 'ingress' ? '->' : '<-'} ${name} ${c.protocol}` +
+          `${c.port !== undefined ? `/${c.port}` : ''}`;
         lines.push(`${title}, ${d} (${what}): ${x.verdict.toUpperCase()} by ${x.by}`);
         for (const tr of x.trace) lines.push(`    ${tr}`);
       }

@@ -22,7 +22,7 @@ import {
 import { CtlError, type CtlIO, type CtlSession } from './io.js';
 import { resolveKind } from './kinds.js';
 
-export interface PromoteOptions {
+interface PromoteOptions {
   kind: string;
   name: string;
   namespace?: string | undefined;
@@ -167,7 +167,8 @@ async function kubeFor(s: CtlSession, ds: Datastore, staged: StagedPolicy): Prom
     throw new CtlError(
       `${stagedLabel(staged)} promotes to a Kubernetes NetworkPolicy (networking.k8s.io/v1), ` +
         'written through the Kubernetes API, ' +
-        `and no Kubernetes API is configured beside the ${ds.type} datastore: pass --kubeconfig PATH or set KUBECONFIG. ` +
+        `and no Kubernetes API is configured beside the ${ds.type} datastore: pass --kubeconfig PATH or set ` +
+        `KUBECONFIG. ` +
         'netplugin-kube-controllers then mirrors it into the datastore as NetworkPolicy ' +
         `${ns}/${K8S_POLICY_PREFIX}${staged.metadata.name}`,
     );

@@ -334,8 +334,8 @@ async function cmdDelete(
           if (used.length && !args.force) {
             const n = used.reduce((a, [, c]) => a + c, 0);
             throw new CtlError(
-              `IPPool ${JSON.stringify(t.name)} (${pool.spec.cidr}) still has ${n} allocated ` +
-                `address${n === 1 ? '' : 'es'} in ${used.length} block${used.length === 1 ? '' : 's'}; ` +
+              `IPPool ${JSON.stringify(t.name)} (${pool.spec.cidr}) still has ${n} allocated address` +
+                `${n === 1 ? '' : 'es'} in ${used.length} block${used.length === 1 ? '' : 's'}; ` +
                 `recreate those workloads from another pool first (set spec.disabled: true to stop new allocations), ` +
                 `or pass --force to delete it anyway`,
             );

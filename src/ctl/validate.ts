@@ -4,7 +4,15 @@
 import type { z } from 'zod';
 import { bgpConfigurationNameProblems } from '../model/bgp.js';
 import { agentConfigurationNameProblems } from '../model/agent-config.js';
-import { API_VERSION, NAMESPACED_KINDS, type BGPConfigurationSpec, type IPPoolSpec, type Kind, type ObjectMeta, type Resource } from '../model/resources.js';
+import {
+  API_VERSION,
+  NAMESPACED_KINDS,
+  type BGPConfigurationSpec,
+  type IPPoolSpec,
+  type Kind,
+  type ObjectMeta,
+  type Resource,
+} from '../model/resources.js';
 import { labelKeyProblem, labelValueProblem, objectNameProblem } from '../model/names.js';
 import { closest } from '../config/netconf.js';
 import type { Datastore } from '../datastore/types.js';
@@ -192,8 +200,8 @@ function issueText(i: z.ZodIssue, input: unknown, prefix: string): string {
       if (i.received === 'undefined')
         return `${where}: required field is missing (${TYPE_WORDS[i.expected] ?? i.expected})`;
       return (
-        `${where}: expected ${TYPE_WORDS[i.expected] ?? i.expected}, got ` +
-        `${TYPE_WORDS[i.received] ?? i.received} ${shown(v)}`
+        `${where}: expected ${TYPE_WORDS[i.expected] ?? i.expected}, got ${TYPE_WORDS[i.received] ?? i.received}` +
+        ` ${shown(v)}`
       );
     case 'invalid_enum_value': {
       const opts = i.options.map(String);
@@ -256,8 +264,8 @@ export function parseManifest(doc: unknown, where: string, opts: { stored?: bool
     if (!['apiVersion', 'kind', 'metadata', 'spec', 'status'].includes(k)) {
       const guess = closest(k, ['apiVersion', 'kind', 'metadata', 'spec']);
       errors.push(
-        `${k}: unknown ` +
-          `field${guess ? `; did you mean ${guess}?` : '; a resource has apiVersion, kind, metadata and spec'}`,
+        `${k}: unknown field` +
+          `${guess ? `; did you mean ${guess}?` : '; a resource has apiVersion, kind, metadata and spec'}`,
       );
     }
   }

@@ -30,7 +30,7 @@ export interface ConntrackLog {
  * 0 without the conntrack module (no file: no table, nothing to flush);
  * undefined when unreadable (then flush as if there were some).
  */
-function conntrackCount(): number | undefined {
+export function conntrackCount(): number | undefined {
   let text: string;
   try {
     text = readFileSync('/proc/sys/net/netfilter/nf_conntrack_count', 'latin1');

@@ -11,14 +11,14 @@ import type { ConntrackEvent, FlowReaderHandle, NflogPacket } from '../native/ty
 
 export type { ConntrackEvent, NflogPacket };
 
-export const CONNTRACK_ACCT_SYSCTL = 'net.netfilter.nf_conntrack_acct';
+const CONNTRACK_ACCT_SYSCTL = 'net.netfilter.nf_conntrack_acct';
 
 /** Turns conntrack accounting on in this namespace; returns whether it had to. */
 export function enableConntrackAccounting(io?: SysctlIO): boolean {
   return applySysctls({ [CONNTRACK_ACCT_SYSCTL]: '1' }, io).length > 0;
 }
 
-export interface FlowEventsOptions {
+interface FlowEventsOptions {
   /** The NFLOG group of the tagged rules. */
   group: number;
   onNflog(packets: NflogPacket[]): void;
@@ -29,7 +29,7 @@ export interface FlowEventsOptions {
   onError?(kind: 'nflog' | 'conntrack', e: Error): void;
 }
 
-export interface FlowEvents {
+interface FlowEvents {
   close(): void;
 }
 

@@ -21,7 +21,7 @@ export type { AddrInfo, LinkInfo };
 export const VXLAN_DEVICE: Record<Family, string> = { 4: 'vxlan.netplugin', 6: 'vx6.netplugin' };
 export const IPIP_DEVICE = 'tunl.netplugin';
 const VXLAN_VNI = 4096;
-const VXLAN_PORT = 4789;
+export const VXLAN_PORT = 4789;
 /** Encapsulation overhead on the underlay MTU: outer IP + UDP + VXLAN + inner Ethernet. */
 export const OVERHEAD = { vxlan4: 50, vxlan6: 70, ipip: 20 } as const;
 /** RTPROT number our routes carry: reconciling lists and removes only these. */

@@ -4,7 +4,7 @@
 import { netlink } from '../native/index.js';
 
 /** Reads and writes sysctls (`net.*` keys in sysctl(8)'s dotted form). */
-interface SysctlIO {
+export interface SysctlIO {
   get(key: string): string;
   set(key: string, value: string): void;
 }

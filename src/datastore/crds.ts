@@ -161,11 +161,22 @@ const VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: string }>
   ],
   // The same rules as hostPolicyProblems (src/model/policy.ts), for writers that bypass netpluginctl.
   GlobalNetworkPolicy: [
-    { rule: '!(has(self.preDNAT) && self.preDNAT && has(self.doNotTrack) && self.doNotTrack)', message: 'spec.preDNAT: preDNAT and doNotTrack cannot both be true; use two policies' },
-    { rule: '!(has(self.preDNAT) && self.preDNAT) || (has(self.applyOnForward) && self.applyOnForward)', message: 'spec.applyOnForward: must be true with preDNAT: true' },
-    { rule: '!(has(self.doNotTrack) && self.doNotTrack) || (has(self.applyOnForward) && self.applyOnForward)', message: 'spec.applyOnForward: must be true with doNotTrack: true' },
     {
-      rule: "!(has(self.preDNAT) && self.preDNAT) || ((!has(self.egress) || size(self.egress) == 0) && (!has(self.types) || !self.types.exists(t, t == 'Egress')))",
+      rule: '!(has(self.preDNAT) && self.preDNAT && has(self.doNotTrack) && self.doNotTrack)',
+      message: 'spec.preDNAT: preDNAT and doNotTrack cannot both be true; use two policies',
+    },
+    {
+      rule: '!(has(self.preDNAT) && self.preDNAT) || (has(self.applyOnForward) && self.applyOnForward)',
+      message: 'spec.applyOnForward: must be true with preDNAT: true',
+    },
+    {
+      rule: '!(has(self.doNotTrack) && self.doNotTrack) || (has(self.applyOnForward) && self.applyOnForward)',
+      message: 'spec.applyOnForward: must be true with doNotTrack: true',
+    },
+    {
+      rule:
+        '!(has(self.preDNAT) && self.preDNAT) || ((!has(self.egress) || size(self.egress) == 0) && ' +
+        "(!has(self.types) || !self.types.exists(t, t == 'Egress')))",
       message: 'spec.egress: a preDNAT policy has ingress rules only',
     },
   ],
@@ -195,7 +206,9 @@ const ROOT_VALIDATIONS: Partial<Record<Kind, Array<{ rule: string; message: stri
   // As agentConfigurationNameProblems in src/model/agent-config.ts.
   AgentConfiguration: [
     {
-      rule: `self.metadata.name == 'default' || (self.metadata.name.startsWith('node.') && size(self.metadata.name) > 5)`,
+      rule:
+        `self.metadata.name == 'default' || (self.metadata.name.startsWith('node.') && size(self.metadata.name) ` +
+        `> 5)`,
       message: 'metadata.name: use "default" or "node.<node name>"',
     },
   ],

@@ -43,12 +43,10 @@ import { HttpKV } from './etcd-http.js';
 import { mark } from '../observe/timeline.js';
 
 const DEFAULT_TIMEOUT_MS = 10_000;
-
-export const DEFAULT_TIMEOUT_MS = 10_000;
 /** Values of its own puts a store remembers for its watches (EtcdDatastore.ownPuts). */
 const OWN_PUTS = 256;
 
-export type EtcdTransport = 'grpc' | 'http';
+type EtcdTransport = 'grpc' | 'http';
 
 function readConfFile(field: string, path: string): Buffer {
   try {
@@ -269,7 +267,11 @@ export class EtcdDatastore implements Datastore {
     return true;
   }
 
-  private decodeOne<K extends Kind>(kind: K, kv: KeyValue, checked = false): { res: Resource<K> } | { invalid: InvalidObject } {
+  private decodeOne<K extends Kind>(
+    kind: K,
+    kv: KeyValue,
+    checked = false,
+  ): { res: Resource<K> } | { invalid: InvalidObject } {
     const key = kv.key.toString();
     const id = etcdKeyIdentity(kind, key) ?? { name: key };
     const base = { kind, ...id, revision: kv.modRevision, where: `etcd key ${key}` };
@@ -530,7 +532,9 @@ export class EtcdDatastore implements Datastore {
     }
     const ctx = this.ctx(`transaction (${ops.map(describeOp).join(', ')})`, opts);
     mark('etcd txn sent');
-    const r = await this.wire((kv) => kv.txn({ compare, success, failure: keys.map((key) => ({ range: { key, keysOnly: true } })) }, ctx));
+    const r = await this.wire((kv) =>
+      kv.txn({ compare, success, failure: keys.map((key) => ({ range: { key, keysOnly: true } })) }, ctx),
+    );
     mark('etcd txn answered');
     if (!r.succeeded) throw this.txnFailure(ops, compare, r.responses);
     for (const p of success) if ('put' in p) this.notePut(p.put.key, p.put.value);

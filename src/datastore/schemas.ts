@@ -229,7 +229,10 @@ export const specSchemas = {
       // The agent matches it in nftables: the kernel's interface name alphabet (as the typed model's), or `*`.
       interfaceName: z
         .string()
-        .regex(/^(\*|[A-Za-z0-9_.-]{1,15})$/, 'expected an interface name (1-15 letters, digits, "_", "." or "-") or "*"')
+        .regex(
+          /^(\*|[A-Za-z0-9_.-]{1,15})$/,
+          'expected an interface name (1-15 letters, digits, "_", "." or "-") or "*"',
+        )
         .optional(),
       expectedIPs: z.array(hostAddress).optional(),
       profiles: z.array(z.string()).optional(),

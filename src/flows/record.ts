@@ -3,15 +3,15 @@
 // 15 s bucket). The record is validated here, at the aggregator's boundary: an
 // agent is authenticated by its certificate, but its records still come from a
 // node that may be compromised, so every field is checked and bounded.
-import { HIT_ACTIONS, HIT_KINDS, type HitAction, type HitKind, type PolicyHit } from '../model/policy-hit.js';
+import { HIT_ACTIONS, HIT_KINDS, type HitAction, type PolicyHit } from '../model/policy-hit.js';
 
 export const REPORTERS = ['Src', 'Dst'] as const;
 export type Reporter = (typeof REPORTERS)[number];
 export const ACTIONS = HIT_ACTIONS;
 export type Action = HitAction;
-export const ENDPOINT_TYPES = ['wep', 'hep', 'net'] as const;
-export type EndpointType = (typeof ENDPOINT_TYPES)[number];
-export { HIT_KINDS, type HitKind, type PolicyHit };
+const ENDPOINT_TYPES = ['wep', 'hep', 'net'] as const;
+type EndpointType = (typeof ENDPOINT_TYPES)[number];
+export type { PolicyHit };
 
 /** One side of a flow. Outside addresses are type `net`, name `pub` or `pvt`, namespace ''. */
 export interface FlowEndpoint {

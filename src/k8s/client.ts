@@ -141,7 +141,9 @@ interface Credentials {
 
 export const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
-/** The namespace this process's pod runs in ($POD_NAMESPACE, else its service account's), or kube-system outside a pod. */
+/**
+ * The namespace this process's pod runs in ($POD_NAMESPACE, else its service account's), or kube-system outside a pod.
+ */
 export function ownNamespace(): string {
   if (process.env.POD_NAMESPACE) return process.env.POD_NAMESPACE;
   try {
@@ -300,8 +302,8 @@ async function parseKubeconfig(
   } else if (user.exec || user['auth-provider']) {
     throw invalid(
       `${where}: user ${ctx.user} authenticates with ${user.exec ? 'exec' : 'auth-provider'}, which the CNI plugin ` +
-        `does not run; use a token, tokenFile or client certificate (e.g. a service account ` +
-        `token)${user.exec ? ' (netpluginctl runs exec plugins)' : ''}`,
+        `does not run; use a token, tokenFile or client certificate (e.g. a service account token)` +
+        `${user.exec ? ' (netpluginctl runs exec plugins)' : ''}`,
     );
   }
   return creds;

@@ -15,13 +15,13 @@ interface BlockSummary {
   inUse: number;
 }
 
-export interface LeakedAddress {
+interface LeakedAddress {
   ip: string;
   /** Milliseconds it has looked leaked. */
   ageMs: number;
 }
 
-export interface IpamStateMetrics {
+interface IpamStateMetrics {
   readonly informers: Array<Informer<unknown>>;
   /** After every GC scan: the addresses that still look leaked (released ones are gone from it). */
   scanned(leaked: LeakedAddress[], graceMs: number): void;
@@ -69,12 +69,16 @@ export function ipamStateMetrics(
   const summaries = new Map<string, BlockSummary>();
   const poolSource = datastoreSource<'IPPool'>(ctx.ds, 'IPPool');
   const poolInformer = new Informer<Resource<'IPPool'>>(poolSource, { onChange: () => undefined }, { onError });
-  const blockInformer = new Informer<Resource<'IPAMBlock'>>(datastoreSource(ctx.ds, 'IPAMBlock'), {
-    onChange: (key, obj) => {
-      if (obj) summaries.set(key, summarize(obj));
-      else summaries.delete(key);
+  const blockInformer = new Informer<Resource<'IPAMBlock'>>(
+    datastoreSource(ctx.ds, 'IPAMBlock'),
+    {
+      onChange: (key, obj) => {
+        if (obj) summaries.set(key, summarize(obj));
+        else summaries.delete(key);
+      },
     },
-  }, { onError });
+    { onError },
+  );
   let leaked: LeakedAddress[] = [];
   let grace = 0;
   let active = true;

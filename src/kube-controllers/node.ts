@@ -29,7 +29,15 @@ import {
 } from './framework.js';
 import { formatDuration } from '../model/kube-controllers-config.js';
 import { ipamStateMetrics } from './ipam-metrics.js';
-import { AUTO_HEP_SUFFIX, CREATED_BY, CREATED_BY_LABEL, DEFAULT_ALLOW_PROFILE, autoHostEndpoint, autoHostEndpointName, defaultAllowProfile } from '../model/host-endpoints.js';
+import {
+  AUTO_HEP_SUFFIX,
+  CREATED_BY,
+  CREATED_BY_LABEL,
+  DEFAULT_ALLOW_PROFILE,
+  autoHostEndpoint,
+  autoHostEndpointName,
+  defaultAllowProfile,
+} from '../model/host-endpoints.js';
 
 /** Set on a datastore Node whose labels we sync from a Kubernetes Node of that name. */
 const K8S_NODE_ANNOTATION = 'netplugin.org/kubernetes-node';
@@ -150,7 +158,8 @@ export function nodeController(ctx: ControllerContext): NodeController {
         scheduleDue();
       },
     },
-  }, { onError });
+    { onError },
+  );
   // IPAM state gauges (pools, blocks, GC candidates) from caches of their own.
   const ipamState = ipamStateMetrics(ctx, onError);
   const informers = [kubeNodes, dsNodes, heps, pods, ...ipamState.informers] as Array<Informer<unknown>>;
@@ -391,7 +400,10 @@ export function nodeController(ctx: ControllerContext): NodeController {
     // was released here, or is kept (the pod read said otherwise) and left to the periodic pass.
     for (const [k, t] of podGone) if (t + grace <= now) podGone.delete(k);
     const stillLeaked = [...firstLeaked].filter(([k]) => !k.startsWith('wep|'));
-    ipamState.scanned(stillLeaked.map(([k, t]) => ({ ip: k.slice(k.lastIndexOf('|') + 1), ageMs: now - t })), grace);
+    ipamState.scanned(
+      stillLeaked.map(([k, t]) => ({ ip: k.slice(k.lastIndexOf('|') + 1), ageMs: now - t })),
+      grace,
+    );
     scans.inc();
     return released;
   }

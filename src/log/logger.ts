@@ -18,7 +18,7 @@ export interface LogContext {
   [k: string]: string | undefined;
 }
 
-interface LoggerOptions {
+export interface LoggerOptions {
   /** ERROR, WARNING, INFO (default) or DEBUG, any case; WARN is accepted for WARNING. */
   level?: string | undefined;
   /** Also append to this file ('' or undefined: stderr only). */

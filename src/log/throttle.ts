@@ -9,7 +9,7 @@
 // Only WARNING and ERROR lines are throttled.
 
 /** Default interval: one line per kind per minute. */
-export const DEFAULT_THROTTLE_INTERVAL_MS = 60_000;
+const DEFAULT_THROTTLE_INTERVAL_MS = 60_000;
 /** Kinds remembered at most; beyond it the oldest are forgotten (and logged again when they recur). */
 const MAX_KINDS = 1000;
 
@@ -19,7 +19,7 @@ interface KindState {
   suppressed: number;
 }
 
-export interface LogThrottleOptions {
+interface LogThrottleOptions {
   intervalMs?: number;
   /** Told of every suppressed line (the process's metric). */
   onSuppressed?: (level: string) => void;

@@ -6,8 +6,8 @@ import type { AgentConfigurationSpec, HostPortSpec } from './resources.js';
 import type { FieldProblem } from './bgp.js';
 import { containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
 
-export const AGENT_CONFIG_DEFAULT = 'default';
-export const AGENT_CONFIG_NODE_PREFIX = 'node.';
+const AGENT_CONFIG_DEFAULT = 'default';
+const AGENT_CONFIG_NODE_PREFIX = 'node.';
 
 export type EndpointToHostAction = 'Drop' | 'Return' | 'Accept';
 
@@ -40,7 +40,7 @@ export const DEFAULT_FAILSAFE_OUTBOUND: readonly HostPortSpec[] = [
   { protocol: 'TCP', port: 6667 },
 ];
 
-export const DEFAULT_FLOW_LOGS_FLUSH_INTERVAL = '15s';
+const DEFAULT_FLOW_LOGS_FLUSH_INTERVAL = '15s';
 
 /** The settings one node's agent works with. */
 export interface AgentSettings {
@@ -52,7 +52,7 @@ export interface AgentSettings {
 }
 
 /** The node a `node.<name>` configuration applies to, undefined for `default`; an error message for other names. */
-export function agentConfigurationNode(name: string): { node?: string } | { error: string } {
+function agentConfigurationNode(name: string): { node?: string } | { error: string } {
   if (name === AGENT_CONFIG_DEFAULT) return {};
   if (name.startsWith(AGENT_CONFIG_NODE_PREFIX) && name.length > AGENT_CONFIG_NODE_PREFIX.length) {
     return { node: name.slice(AGENT_CONFIG_NODE_PREFIX.length) };

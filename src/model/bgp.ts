@@ -18,7 +18,7 @@ const BGP_CONFIG_NODE_PREFIX = 'node.';
 const MAX_PASSWORD_BYTES = 80;
 
 /** One problem: the field under `spec` (dotted) and what is wrong with it and how to fix it. */
-interface FieldProblem {
+export interface FieldProblem {
   path: string;
   message: string;
 }

@@ -193,8 +193,8 @@ export function parseInstallation(raw: unknown): Installation {
       problems.push(`${where}.blockSize: ${bs} is out of range for IPv${fam}; use ${lo}-${hi} (default ${def})`);
     else if (bs < Number(p.cidr.split('/')[1]))
       problems.push(
-        `${where}.blockSize: ${bs} is larger than the pool ${p.cidr}; use a block size of at least ` +
-          `/${p.cidr.split('/')[1]}`,
+        `${where}.blockSize: ${bs} is larger than the pool ${p.cidr}; use a block size of at least /` +
+          `${p.cidr.split('/')[1]}`,
       );
     if (fam === 6 && p.encapsulation && p.encapsulation !== 'None' && p.encapsulation.startsWith('IPIP')) {
       problems.push(
@@ -316,7 +316,7 @@ interface AgentSettings {
  * agent's default run dir, under the DaemonSet's /var/run/netplugin host mount, where
  * `netpluginctl node status` looks.
  */
-export function bgpAgentArgs(enabled: boolean): string[] {
+function bgpAgentArgs(enabled: boolean): string[] {
   return enabled ? ['--bgp=on', `--bird-run-dir=${DEFAULT_BIRD_RUN_DIR}`] : ['--bgp=off'];
 }
 

@@ -32,13 +32,7 @@ import type {
   KubeNetworkPolicyPort,
   KubeNetworkPolicySpec,
 } from './k8s-networkpolicy-types.js';
-export type {
-  KubeLabelSelector,
-  KubeNetworkPolicy,
-  KubeNetworkPolicyPeer,
-  KubeNetworkPolicyPort,
-  KubeNetworkPolicySpec,
-} from './k8s-networkpolicy-types.js';
+export type { KubeNetworkPolicy } from './k8s-networkpolicy-types.js';
 
 export const K8S_POLICY_PREFIX = 'knp.default.';
 /** Kubernetes policies sit after explicitly ordered ones of ours (Calico uses the same order). */
@@ -87,7 +81,7 @@ export function convertLabelSelector(sel: KubeLabelSelector | undefined, field: 
 }
 
 /** policyTypes as the API server defaults them. */
-function k8sPolicyTypes(spec: KubeNetworkPolicy['spec']): PolicyType[] {
+export function k8sPolicyTypes(spec: KubeNetworkPolicy['spec']): PolicyType[] {
   const given = (spec?.policyTypes ?? []).filter((t): t is PolicyType => t === 'Ingress' || t === 'Egress');
   if (given.length) return [...new Set(given)];
   return ['Ingress', ...((spec?.egress?.length ?? 0) > 0 ? (['Egress'] as const) : [])];
@@ -233,7 +227,10 @@ const peerSchema = z
   .object({
     podSelector: labelSelectorSchema.optional(),
     namespaceSelector: labelSelectorSchema.optional(),
-    ipBlock: z.object({ cidr: z.string().min(1), except: z.array(z.string()).optional() }).passthrough().optional(),
+    ipBlock: z
+      .object({ cidr: z.string().min(1), except: z.array(z.string()).optional() })
+      .passthrough()
+      .optional(),
   })
   .passthrough();
 
@@ -252,7 +249,7 @@ const portsSchema = z.array(k8sPortSchema).optional();
  * A networking.k8s.io/v1 NetworkPolicy spec, with the checks of the API server that the
  * conversion to our model relies on (the same messages as convertK8sNetworkPolicy's).
  */
-export const k8sNetworkPolicySpecSchema = z
+const k8sNetworkPolicySpecSchema = z
   .object({
     podSelector: labelSelectorSchema.optional(),
     policyTypes: z.array(z.enum(['Ingress', 'Egress'])).optional(),
@@ -270,7 +267,12 @@ export const stagedKubernetesNetworkPolicySpecSchema = stagedK8sShape.superRefin
     if (!(e instanceof PolicyConversionError)) throw e;
     // The message starts with the field (`spec.ingress[0].from[1]: ...`, `spec.egress[0].ports[0].port=0 is ...`).
     const m = /^spec\.([\w.[\]]+?)(?:: |=)([\s\S]*)$/.exec(e.message);
-    const path = m ? m[1]!.split(/[.[\]]+/).filter(Boolean).map((p) => (/^\d+$/.test(p) ? Number(p) : p)) : [];
+    const path = m
+      ? m[1]!
+          .split(/[.[\]]+/)
+          .filter(Boolean)
+          .map((p) => (/^\d+$/.test(p) ? Number(p) : p))
+      : [];
     ctx.addIssue({ code: z.ZodIssueCode.custom, path, message: m ? m[2]! : e.message });
   }
 });

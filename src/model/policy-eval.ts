@@ -248,7 +248,7 @@ interface Connection {
   sourcePort?: number;
 }
 
-interface Decision {
+export interface Decision {
   verdict: 'allow' | 'deny';
   /** What decided, e.g. `NetworkPolicy x/knp.default.p ingress rule 0 (Allow)`. */
   by: string;
@@ -271,7 +271,7 @@ export type EvalHit =
   | { type: 'endOfProfiles' };
 
 /** How traces name a policy: `NetworkPolicy x/p`, `GlobalNetworkPolicy g`, `StagedNetworkPolicy x/p`. */
-export function policyLabel(p: PolicyInput): string {
+function policyLabel(p: PolicyInput): string {
   return p.staged ? `${p.staged.kind} ${stagedId(p.staged)}` : `${p.kind} ${policyId(p)}`;
 }
 
@@ -443,13 +443,19 @@ export function evaluateHost(
   const dir: PolicyType = c.direction === 'ingress' ? 'Ingress' : 'Egress';
   const any = policies.some((p) => selectsIn(p, tier, dir, endpoint));
   if (!any || (tier === 'preDNAT' && c.direction === 'egress')) {
-    return { verdict: 'allow', by: `no ${tier} policy selects it for ${c.direction}: not affected`, trace: [], hits: [] };
+    return {
+      verdict: 'allow',
+      by: `no ${tier} policy selects it for ${c.direction}: not affected`,
+      trace: [],
+      hits: [],
+    };
   }
   // Profiles take part in the host's own traffic only: a Pass here is not affected.
   const d = evaluate({ ...endpoint, profiles: [] }, all, policies, profiles, c, tier);
   const allow = (by: string): Decision => ({ verdict: 'allow', by, trace: d.trace, hits: d.hits });
   if (d.by === 'no profile allows it') return allow(`passed: not affected by ${tier} policy`);
-  if (tier === 'doNotTrack' && d.by.startsWith('selected by')) return allow('no untracked rule matches: tracked policy decides');
+  if (tier === 'doNotTrack' && d.by.startsWith('selected by'))
+    return allow('no untracked rule matches: tracked policy decides');
   return d;
 }
 

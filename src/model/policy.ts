@@ -14,7 +14,7 @@ import { z } from 'zod';
 import { parseSelector, SelectorParseError } from '../selector/index.js';
 
 const RULE_ACTIONS = ['Allow', 'Deny', 'Pass', 'Log'] as const;
-type RuleAction = (typeof RULE_ACTIONS)[number];
+export type RuleAction = (typeof RULE_ACTIONS)[number];
 
 const POLICY_TYPES = ['Ingress', 'Egress'] as const;
 export type PolicyType = (typeof POLICY_TYPES)[number];
@@ -86,7 +86,7 @@ export interface GlobalNetworkPolicySpec extends NetworkPolicySpec {
  * The rules on the host endpoint fields of a GlobalNetworkPolicy spec (also
  * CEL rules of its CRD, src/datastore/crds.ts), each naming its field.
  */
-export function hostPolicyProblems(spec: GlobalNetworkPolicySpec): Array<{ path: string; message: string }> {
+function hostPolicyProblems(spec: GlobalNetworkPolicySpec): Array<{ path: string; message: string }> {
   const out: Array<{ path: string; message: string }> = [];
   if (spec.preDNAT && spec.doNotTrack) {
     out.push({ path: 'preDNAT', message: 'preDNAT and doNotTrack cannot both be true; use two policies' });
@@ -111,7 +111,7 @@ export function hostPolicyProblems(spec: GlobalNetworkPolicySpec): Array<{ path:
  * pending trace of a flow shows meanwhile): Set creates or replaces it with the staged spec,
  * Delete removes it. Unset means Set.
  */
-export const STAGED_ACTIONS = ['Set', 'Delete'] as const;
+const STAGED_ACTIONS = ['Set', 'Delete'] as const;
 export type StagedAction = (typeof STAGED_ACTIONS)[number];
 
 /** A StagedNetworkPolicy: the spec of the NetworkPolicy of the same namespace and name it stages. */
@@ -263,15 +263,17 @@ export function stagedSpecSchema<T extends z.AnyZodObject>(enforced: T) {
         ctx.addIssue({
           code: z.ZodIssueCode.custom,
           path: [k],
-          message: 'a staged Delete removes the enforced policy of its name and takes no other field; '
-            + 'remove it (or use stagedAction: Set)',
+          message:
+            'a staged Delete removes the enforced policy of its name and takes no other field; ' +
+            'remove it (or use stagedAction: Set)',
         });
       }
     });
 }
 
 export const stagedNetworkPolicySpecSchema = stagedSpecSchema(networkPolicySpecSchema);
-export const stagedGlobalNetworkPolicySpecSchema = stagedSpecSchema(globalNetworkPolicySpecObject).superRefine(hostPolicyIssues);
+export const stagedGlobalNetworkPolicySpecSchema =
+  stagedSpecSchema(globalNetworkPolicySpecObject).superRefine(hostPolicyIssues);
 
 export const profileSpecSchema = z
   .object({

@@ -12,8 +12,6 @@ import type {
   StagedNetworkPolicySpec,
 } from './policy.js';
 import type { StagedKubernetesNetworkPolicySpec } from './k8s-networkpolicy-types.js';
-export type { GlobalNetworkPolicySpec, NetworkPolicySpec, ProfileSpec };
-export type { StagedGlobalNetworkPolicySpec, StagedKubernetesNetworkPolicySpec, StagedNetworkPolicySpec };
 
 export const API_GROUP = 'netplugin.org';
 export const API_VERSION = 'netplugin.org/v3';
@@ -204,7 +202,7 @@ export interface BGPPeerSpec {
   ttlSecurity?: number;
 }
 
-interface HostEndpointSpec {
+export interface HostEndpointSpec {
   node: string;
   /** The host interface it protects, or `*` for all of the node's interfaces (pod interfaces excepted). */
   interfaceName?: string;

@@ -28,7 +28,7 @@ import {
   type StagedRef,
 } from './policy-eval.js';
 
-export type StagedKind = StagedRef['kind'];
+type StagedKind = StagedRef['kind'];
 export const STAGED_KINDS: readonly StagedKind[] = [
   'StagedNetworkPolicy',
   'StagedGlobalNetworkPolicy',
@@ -36,7 +36,9 @@ export const STAGED_KINDS: readonly StagedKind[] = [
 ];
 
 export type StagedPolicy =
-  Resource<'StagedNetworkPolicy'> | Resource<'StagedGlobalNetworkPolicy'> | Resource<'StagedKubernetesNetworkPolicy'>;
+  | Resource<'StagedNetworkPolicy'>
+  | Resource<'StagedGlobalNetworkPolicy'>
+  | Resource<'StagedKubernetesNetworkPolicy'>;
 
 export function isStagedKind(kind: string): kind is StagedKind {
   return (STAGED_KINDS as readonly string[]).includes(kind);
@@ -120,7 +122,7 @@ export function promotedObject(
  * A staged Set as the evaluator's input, in place of its target; throws PolicyConversionError for a
  * malformed Kubernetes spec.
  */
-export function stagedPolicyInput(p: StagedPolicy): PolicyInput {
+function stagedPolicyInput(p: StagedPolicy): PolicyInput {
   const staged = stagedRef(p);
   const ns = p.metadata.namespace ?? 'default';
   switch (p.kind) {
@@ -241,7 +243,7 @@ export function policyHits(hits: readonly EvalHit[]): PolicyHit[] {
 }
 
 /** One side of a flow: its address and, when it is an endpoint the node knows, its view (endpointViews). */
-export interface FlowSide {
+interface FlowSide {
   addr: string;
   endpoint?: EndpointView | undefined;
 }
@@ -258,7 +260,7 @@ export interface FlowToEvaluate {
   sourcePort?: number | undefined;
 }
 
-export interface FlowVerdict {
+interface FlowVerdict {
   action: 'Allow' | 'Deny';
   /** The trace, as flow records carry it; the last hit decided. */
   hits: PolicyHit[];

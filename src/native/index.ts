@@ -6,7 +6,16 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ConntrackEvent, FlowReaderHandle, FlowReaderOptions, IpipOptions, Netlink, NetNS, NflogPacket, VxlanOptions } from './types.js';
+import type {
+  ConntrackEvent,
+  FlowReaderHandle,
+  FlowReaderOptions,
+  IpipOptions,
+  Netlink,
+  NetNS,
+  NflogPacket,
+  VxlanOptions,
+} from './types.js';
 
 export type * from './types.js';
 export { RouteType } from './types.js';
@@ -65,7 +74,11 @@ interface Addon {
   tunnelMessage(kind: 'ipip' | 'vxlan', opts: IpipOptions | VxlanOptions): Buffer;
   nftRun(script: string, opts?: NftRawOptions): NftRawResult;
   nftRunAsync(script: string, opts?: NftRawOptions): Promise<NftRawResult>;
-  flowReader(kind: 'nflog', opts: FlowReaderOptions, cb: (events: NflogPacket[], overruns: number, err?: Error) => void): FlowReaderHandle;
+  flowReader(
+    kind: 'nflog',
+    opts: FlowReaderOptions,
+    cb: (events: NflogPacket[], overruns: number, err?: Error) => void,
+  ): FlowReaderHandle;
   flowReader(
     kind: 'conntrack',
     opts: FlowReaderOptions,
@@ -163,9 +176,22 @@ export function netlink(ns?: NetNS): Netlink {
  * the number of overruns (events the kernel dropped: the socket was full) and, last, an error
  * that ended the reader.
  */
-export function flowReader(kind: 'nflog', opts: FlowReaderOptions, cb: (events: NflogPacket[], overruns: number, err?: Error) => void): FlowReaderHandle;
-export function flowReader(kind: 'conntrack', opts: FlowReaderOptions, cb: (events: ConntrackEvent[], overruns: number, err?: Error) => void): FlowReaderHandle;
-export function flowReader(kind: 'nflog' | 'conntrack', opts: FlowReaderOptions, cb: (events: any[], overruns: number, err?: Error) => void): FlowReaderHandle {
+export function flowReader(
+  kind: 'nflog',
+  opts: FlowReaderOptions,
+  cb: (events: NflogPacket[], overruns: number, err?: Error) => void,
+): FlowReaderHandle;
+export function flowReader(
+  kind: 'conntrack',
+  opts: FlowReaderOptions,
+  cb: (events: ConntrackEvent[], overruns: number, err?: Error) => void,
+): FlowReaderHandle;
+export function flowReader(
+  kind: 'nflog' | 'conntrack',
+  opts: FlowReaderOptions,
+  // biome-ignore lint/suspicious/noExplicitAny: the events are typed by the caller per reader kind
+  cb: (events: any[], overruns: number, err?: Error) => void,
+): FlowReaderHandle {
   return kind === 'nflog' ? load().flowReader('nflog', opts, cb) : load().flowReader('conntrack', opts, cb);
 }
 

@@ -23,8 +23,14 @@ export function registerProcessMetrics(registry: Registry, build: { component: s
   const heapUsed = registry.gauge('nodejs_heap_size_used_bytes', 'Process heap size used from Node.js in bytes.');
   const heapTotal = registry.gauge('nodejs_heap_size_total_bytes', 'Process heap size from Node.js in bytes.');
   const external = registry.gauge('nodejs_external_memory_bytes', 'Node.js external memory size in bytes.');
-  const lag = registry.gauge('nodejs_eventloop_lag_p99_seconds', 'The 99th percentile of event loop delay since the previous scrape, in seconds.');
-  const handles = registry.gauge('nodejs_active_handles', 'Number of active libuv handles (sockets, timers, servers...).');
+  const lag = registry.gauge(
+    'nodejs_eventloop_lag_p99_seconds',
+    'The 99th percentile of event loop delay since the previous scrape, in seconds.',
+  );
+  const handles = registry.gauge(
+    'nodejs_active_handles',
+    'Number of active libuv handles (sockets, timers, servers...).',
+  );
   start.set(undefined, Math.round(Date.now() / 1000 - process.uptime()));
   const delay = monitorEventLoopDelay({ resolution: 20 });
   delay.enable();

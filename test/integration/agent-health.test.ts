@@ -182,8 +182,11 @@ describe('agent health and metrics', () => {
     const ns = createNetns('hq');
     const env = { NETPLUGIN_AGENT_SOCKET: agent.socket };
     const before = (await get('/metrics')).body;
-    for (let i = 0; i < 6; i++) expectCniError(await cni('ADD', bad, { containerId: `health-rep-${process.pid}`, netns: ns.path, env }, shim), 7);
-    const lines = readFileSync(logFile, 'utf8').split('\n').filter((l) => l.includes('mtu'));
+    for (let i = 0; i < 6; i++)
+      expectCniError(await cni('ADD', bad, { containerId: `health-rep-${process.pid}`, netns: ns.path, env }, shim), 7);
+    const lines = readFileSync(logFile, 'utf8')
+      .split('\n')
+      .filter((l) => l.includes('mtu'));
     expect(lines).toHaveLength(1);
     const m = (await get('/metrics')).body;
     const key = 'netplugin_log_repeats_suppressed_total{level="ERROR"}';

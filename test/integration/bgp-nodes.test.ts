@@ -22,10 +22,18 @@ const children: ChildProcess[] = [];
 const POOL = '10.175.0.0/16';
 const NODE_IP: Record<NodeName, string> = { a: '10.200.1.1', b: '10.200.1.2', c: '10.200.2.3' };
 
-const peer = (name: string, spec: Resource<'BGPPeer'>['spec']): Resource<'BGPPeer'> => ({ apiVersion: API_VERSION, kind: 'BGPPeer', metadata: { name }, spec });
+const peer = (name: string, spec: Resource<'BGPPeer'>['spec']): Resource<'BGPPeer'> => ({
+  apiVersion: API_VERSION,
+  kind: 'BGPPeer',
+  metadata: { name },
+  spec,
+});
 /** The node's kernel routes BIRD installed (`proto bird`), destination -> gateway. */
 function birdRoutes(n: NodeName): Map<string, string> {
-  const rows = JSON.parse(topo.exec(n, 'ip', ['-j', '-4', 'route', 'show', 'proto', 'bird'])) as Array<{ dst: string; gateway?: string }>;
+  const rows = JSON.parse(topo.exec(n, 'ip', ['-j', '-4', 'route', 'show', 'proto', 'bird'])) as Array<{
+    dst: string;
+    gateway?: string;
+  }>;
   return new Map(rows.map((r) => [r.dst, r.gateway ?? '']));
 }
 /** birdc on the node; '' while its BIRD is not (yet) up. */
@@ -38,7 +46,12 @@ function birdc(n: NodeName, ...args: string[]): string {
 }
 const torHas = (block: string) => new RegExp(`^${block.replace(/[./]/g, '\\$&')} `, 'm').test(frr.routes());
 const wait = (what: string, cond: () => boolean | Promise<boolean>, ms = 40_000) =>
-  topo.waitFor(cond, ms, () => `timed out waiting for ${what}\nA:\n${topo.nodes.a.agentLog.slice(-1500)}\nToR:\n${frr.vtysh('show bgp summary')}`);
+  topo.waitFor(
+    cond,
+    ms,
+    () =>
+      `timed out waiting for ${what}\nA:\n${topo.nodes.a.agentLog.slice(-1500)}\nToR:\n${frr.vtysh('show bgp summary')}`,
+  );
 
 beforeAll(async () => {
   topo = await Topology.create();
@@ -59,11 +72,19 @@ beforeAll(async () => {
   });
   // Each node peers with the router's address on its own subnet.
   for (const n of ['a', 'b', 'c'] as const) {
-    await topo.ds.create(peer(`tor-${n}`, { node: `node-${n}`, peerIP: n === 'c' ? '10.200.2.254' : '10.200.1.254', asNumber: 65000, maxRestartTime: '60s' }));
+    await topo.ds.create(
+      peer(`tor-${n}`, {
+        node: `node-${n}`,
+        peerIP: n === 'c' ? '10.200.2.254' : '10.200.1.254',
+        asNumber: 65000,
+        maxRestartTime: '60s',
+      }),
+    );
   }
   // The external host knows the pool only through the router (which learns it over BGP).
   inNetns(topo.internet, 'ip', ['route', 'add', POOL, 'via', '203.0.113.1']);
-  for (const n of ['a', 'b', 'c'] as const) await topo.startAgent(n, [...topo.bgpArgs(n), '--health-addr', '127.0.0.1:19399']);
+  for (const n of ['a', 'b', 'c'] as const)
+    await topo.startAgent(n, [...topo.bgpArgs(n), '--health-addr', '127.0.0.1:19399']);
   for (const n of ['a', 'b', 'c'] as const) {
     pods[n] = await topo.addPod(n);
     const b = (await topo.ds.list('IPAMBlock')).items.find((x) => x.spec.affinity === `host:node-${n}`);
@@ -93,7 +114,7 @@ async function pingsFrom(ns: string, dst: string, ms = 20_000): Promise<boolean>
 }
 
 describe('BGP between full agents on three nodes', () => {
-  it('mesh: every node learns the others\' blocks as proto bird, pods reach each other across nodes, the ToR learns every block', async () => {
+  it("mesh: every node learns the others' blocks as proto bird, pods reach each other across nodes, the ToR learns every block", async () => {
     await wait('the mesh routes', () => {
       const a = birdRoutes('a');
       const b = birdRoutes('b');
@@ -110,11 +131,15 @@ describe('BGP between full agents on three nodes', () => {
     expect(await pingsFrom(topo.internet, pods.a.ip4!)).toBe(true);
   });
 
-  it('graceful restart: an agent restart keeps the ToR\'s route and an established TCP connection from the external host to a pod', async () => {
-    const server = spawn('ip', ['netns', 'exec', pods.a.ns, 'python3', '-c', ECHO_SERVER, pods.a.ip4!], { stdio: ['ignore', 'pipe', 'inherit'] });
+  it("graceful restart: an agent restart keeps the ToR's route and an established TCP connection from the external host to a pod", async () => {
+    const server = spawn('ip', ['netns', 'exec', pods.a.ns, 'python3', '-c', ECHO_SERVER, pods.a.ip4!], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     children.push(server);
     await new Promise((r) => server.stdout!.once('data', r));
-    const client = spawn('ip', ['netns', 'exec', topo.internet, 'python3', '-u', '-c', ECHO_CLIENT, pods.a.ip4!], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const client = spawn('ip', ['netns', 'exec', topo.internet, 'python3', '-u', '-c', ECHO_CLIENT, pods.a.ip4!], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
     children.push(client);
     let got = '';
     client.stdout!.setEncoding('utf8').on('data', (d: string) => (got += d));
@@ -132,7 +157,9 @@ describe('BGP between full agents on three nodes', () => {
       await wait('the echo while the agent is down', () => got.includes('during'), 15_000);
       expect(birdRoutes('a').get(blocks.b)).toBe(NODE_IP.b);
       await topo.startAgent('a', [...topo.bgpArgs('a'), '--health-addr', '127.0.0.1:19399']);
-      await wait('A\'s session with the ToR again', () => /Established/.test(birdc('a', 'show', 'protocols', 'Node_10_200_1_254')));
+      await wait("A's session with the ToR again", () =>
+        /Established/.test(birdc('a', 'show', 'protocols', 'Node_10_200_1_254')),
+      );
       client.stdin!.write('after\n');
       await wait('the echo after the restart', () => got.includes('after'));
     } finally {
@@ -144,44 +171,77 @@ describe('BGP between full agents on three nodes', () => {
     client.stdin!.end();
   });
 
-  it('route reflector: with the mesh off, A and B learn each other\'s blocks through C', async () => {
+  it("route reflector: with the mesh off, A and B learn each other's blocks through C", async () => {
     for (const n of ['a', 'b', 'c'] as const) await topo.ds.delete('BGPPeer', `tor-${n}`);
-    await topo.ds.create({ apiVersion: API_VERSION, kind: 'BGPConfiguration', metadata: { name: 'default' }, spec: { nodeToNodeMeshEnabled: false } });
+    await topo.ds.create({
+      apiVersion: API_VERSION,
+      kind: 'BGPConfiguration',
+      metadata: { name: 'default' },
+      spec: { nodeToNodeMeshEnabled: false },
+    });
     const c = await topo.ds.get('Node', 'node-c');
-    await topo.ds.update({ ...c, metadata: { ...c.metadata, labels: { ...c.metadata.labels, rr: 'true' } }, spec: { ...c.spec, bgp: { ...c.spec.bgp, routeReflectorClusterID: '224.0.0.1' } } });
+    await topo.ds.update({
+      ...c,
+      metadata: { ...c.metadata, labels: { ...c.metadata.labels, rr: 'true' } },
+      spec: { ...c.spec, bgp: { ...c.spec.bgp, routeReflectorClusterID: '224.0.0.1' } },
+    });
     await topo.ds.create(peer('to-rr', { nodeSelector: '!has(rr)', peerSelector: 'has(rr)' }));
     await topo.ds.create(peer('from-rr', { nodeSelector: 'has(rr)', peerSelector: '!has(rr)' }));
     // A's only session is C; B's block comes reflected (originator B, cluster 224.0.0.1), next hop B itself.
     await wait('A and B peering with C only', () => {
       const p = (n: NodeName) => birdc(n, 'show', 'protocols');
-      return /Node_10_200_2_3\s+BGP\s+\S+\s+up\s.*Established/.test(p('a')) && !/Mesh_|Node_10_200_1_254/.test(p('a')) && /Node_10_200_2_3\s+BGP\s+\S+\s+up\s.*Established/.test(p('b'));
+      return (
+        /Node_10_200_2_3\s+BGP\s+\S+\s+up\s.*Established/.test(p('a')) &&
+        !/Mesh_|Node_10_200_1_254/.test(p('a')) &&
+        /Node_10_200_2_3\s+BGP\s+\S+\s+up\s.*Established/.test(p('b'))
+      );
     });
     await wait('the reflected routes', () => {
       const shown = birdc('a', 'show', 'route', 'for', blocks.b, 'all');
-      return /BGP\.originator_id: 10\.200\.1\.2/.test(shown) && /BGP\.cluster_list: 224\.0\.0\.1/.test(shown) && birdRoutes('a').get(blocks.b) === NODE_IP.b && birdRoutes('b').get(blocks.a) === NODE_IP.a;
+      return (
+        /BGP\.originator_id: 10\.200\.1\.2/.test(shown) &&
+        /BGP\.cluster_list: 224\.0\.0\.1/.test(shown) &&
+        birdRoutes('a').get(blocks.b) === NODE_IP.b &&
+        birdRoutes('b').get(blocks.a) === NODE_IP.a
+      );
     });
     expect(await topo.reachable(pods.a, pods.b.ip4!)).toBe(true);
     expect(await topo.reachable(pods.b, pods.a.ip4!)).toBe(true);
   });
 
-  it('a deleted node\'s routes are withdrawn at the other nodes (even those kept for its graceful restart)', async () => {
+  it("a deleted node's routes are withdrawn at the other nodes (even those kept for its graceful restart)", async () => {
     await topo.stopAgent('b', 'SIGTERM');
     // B's BIRD went down for a graceful restart: C keeps B's routes and A still has them.
     expect(birdRoutes('a').get(blocks.b)).toBe(NODE_IP.b);
     await topo.ds.delete('Node', 'node-b');
-    await wait('B\'s block withdrawn at A', () => !birdRoutes('a').has(blocks.b));
+    await wait("B's block withdrawn at A", () => !birdRoutes('a').has(blocks.b));
     expect(birdRoutes('a').has(blocks.c)).toBe(true);
   });
 
   it('readiness: with BIRD not running the agent stays ready for CNI and reports BGP apart (readyz line, metric)', async () => {
-    await topo.startAgent('b', ['--bgp', 'on', '--bird-run-dir', topo.birdRunDir('b'), '--bird-path', join(topo.tmp, 'no-such-bird'), '--health-addr', '127.0.0.1:19399']);
-    const readyz = async () => JSON.parse(topo.exec('b', 'curl', ['-s', 'http://127.0.0.1:19399/readyz'])) as { status: string; detail: Record<string, string> };
+    await topo.startAgent('b', [
+      '--bgp',
+      'on',
+      '--bird-run-dir',
+      topo.birdRunDir('b'),
+      '--bird-path',
+      join(topo.tmp, 'no-such-bird'),
+      '--health-addr',
+      '127.0.0.1:19399',
+    ]);
+    const readyz = async () =>
+      JSON.parse(topo.exec('b', 'curl', ['-s', 'http://127.0.0.1:19399/readyz'])) as {
+        status: string;
+        detail: Record<string, string>;
+      };
     await wait('the datastore line', async () => (await readyz()).detail.datastore === 'reachable');
     await wait('BIRD reported down', async () => /DEGRADED, not running/.test((await readyz()).detail.bird ?? ''));
     const r = await readyz();
     expect(r.status).toBe('ok');
     expect(r.detail.bird).toMatch(/no-such-bird/);
-    expect(topo.exec('b', 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', 'http://127.0.0.1:19399/readyz'])).toBe('200');
+    expect(
+      topo.exec('b', 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', 'http://127.0.0.1:19399/readyz']),
+    ).toBe('200');
     expect(topo.exec('b', 'curl', ['-s', 'http://127.0.0.1:19399/metrics'])).toMatch(/^netplugin_bgp_bird_running 0$/m);
     // Pods on the node still get their network.
     const p = await topo.addPod('b');

@@ -62,9 +62,23 @@ beforeAll(async () => {
     stringData: { tor: 'from-the-Secret.1' },
   });
   await ds.create(res('Node', 'a', { ipv4Address: '10.203.0.1/24' }));
-  await ds.create(res('IPPool', 'bgp', { cidr: '10.175.0.0/16', blockSize: 26, vxlanMode: 'Never', ipipMode: 'Never' }));
-  await ds.create(res('BGPPeer', 'tor', { peerIP: '10.203.0.254', asNumber: 65000, password: { secretKeyRef: { name: 'bgp-passwords', key: 'tor' } } }));
-  await ds.create(res('BGPPeer', 'no-key', { peerIP: '10.203.0.253', asNumber: 65000, password: { secretKeyRef: { name: 'bgp-passwords', key: 'nope' } } }));
+  await ds.create(
+    res('IPPool', 'bgp', { cidr: '10.175.0.0/16', blockSize: 26, vxlanMode: 'Never', ipipMode: 'Never' }),
+  );
+  await ds.create(
+    res('BGPPeer', 'tor', {
+      peerIP: '10.203.0.254',
+      asNumber: 65000,
+      password: { secretKeyRef: { name: 'bgp-passwords', key: 'tor' } },
+    }),
+  );
+  await ds.create(
+    res('BGPPeer', 'no-key', {
+      peerIP: '10.203.0.253',
+      asNumber: 65000,
+      password: { secretKeyRef: { name: 'bgp-passwords', key: 'nope' } },
+    }),
+  );
   ctl = startBgpController({
     ds,
     node: 'a',
@@ -95,7 +109,9 @@ describe('BGPPeer password.secretKeyRef', () => {
   });
 
   it('a missing key names the Secret and the key, and leaves only that peer out', async () => {
-    await until('the warning', () => logs.some((l) => l.includes('Secret kube-system/bgp-passwords has no key "nope"')));
+    await until('the warning', () =>
+      logs.some((l) => l.includes('Secret kube-system/bgp-passwords has no key "nope"')),
+    );
     expect(logs.join('\n')).toMatch(/BGPPeer no-key: .*its password could not be read/);
     const conf = readFileSync(join(runDir, 'bird.conf'), 'utf8');
     expect(conf).toContain('protocol bgp Global_10_203_0_254');

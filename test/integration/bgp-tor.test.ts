@@ -58,8 +58,7 @@ async function until<T>(what: string, fn: () => T | undefined | false, ms = 30_0
     if (v) return v;
     if (Date.now() > end)
       throw new Error(
-        `timed out waiting for ${what}; log:\n${logs.slice(-15).join('\n')}\nToR:\n${vtysh('show bgp summary')}\n` +
-          `${vtysh('show bgp ipv4 unicast')}\nToR routes:\n${torRoutes()}`,
+        `timed out waiting for ${what}; log:\n${logs.slice(-15).join('\n')}\nToR:\n${vtysh('show bgp summary')}\n${vtysh('show bgp ipv4 unicast')}\nToR routes:\n${torRoutes()}`,
       );
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -95,7 +94,13 @@ beforeAll(async () => {
   ip(ns.ext, 'route', 'add', 'default', 'via', '198.51.100.1');
   // FRR runs as its own user: it must reach its directory under ours.
   chmodSync(tmp, 0o755);
-  frr = await startFrr({ ns: ns.tor, dir: join(tmp, 'frr'), routerId: '10.210.0.254', asNumber: 65000, neighbors: [{ ip: '10.210.0.1', asNumber: 64512 }] });
+  frr = await startFrr({
+    ns: ns.tor,
+    dir: join(tmp, 'frr'),
+    routerId: '10.210.0.254',
+    asNumber: 65000,
+    neighbors: [{ ip: '10.210.0.1', asNumber: 64512 }],
+  });
   const bin = join(tmp, 'bin');
   mkdirSync(bin);
   writeFileSync(join(bin, 'bird'), `#!/bin/sh\nexec ip netns exec ${ns.node} /usr/sbin/bird "$@"\n`);

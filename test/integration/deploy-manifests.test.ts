@@ -361,8 +361,17 @@ describe('install-cni as the init container runs it', () => {
       expect(code).toBe(0);
       const written = JSON.parse(readFileSync(join(host, 'etc/cni/net.d/10-netplugin.conflist'), 'utf8'));
       const entry = written.plugins.find((p: any) => p.type === 'netplugin');
-      const conf = parseNetconf({ name: written.name, cniVersion: written.cniVersion, ...entry }, { pluginType: 'netplugin' });
-      expect(conf).toMatchObject({ log_format: 'json', datastore_type: cm.data.datastore_type, nodename: 'node-a.example', mtu: Number(cm.data.veth_mtu), kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' } });
+      const conf = parseNetconf(
+        { name: written.name, cniVersion: written.cniVersion, ...entry },
+        { pluginType: 'netplugin' },
+      );
+      expect(conf).toMatchObject({
+        log_format: 'json',
+        datastore_type: cm.data.datastore_type,
+        nodename: 'node-a.example',
+        mtu: Number(cm.data.veth_mtu),
+        kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' },
+      });
       if (etcd) {
         expect(entry).toMatchObject({
           etcd_endpoints: cm.data.etcd_endpoints,

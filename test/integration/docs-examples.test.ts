@@ -197,9 +197,6 @@ describe('resources and netpluginctl commands against a throwaway etcd', () => {
         .filter(({ o }) => o?.apiVersion === 'netplugin.org/v3' && o.kind !== 'NetpluginAPIConfig'),
     );
     expect(new Set(docs.map(({ o }) => o.kind))).toEqual(
-      new Set(['IPPool', 'IPAMConfig', 'KubeControllersConfiguration', 'NetworkPolicy', 'BGPConfiguration', 'BGPPeer']),
-    );
-    expect(new Set(docs.map(({ o }) => o.kind))).toEqual(
       new Set([
         'IPPool',
         'IPAMConfig',

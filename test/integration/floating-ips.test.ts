@@ -44,7 +44,11 @@ async function servingPod(node: NodeName, name: string, annotations: Record<stri
     `const net=require('net');net.createServer((s)=>s.pipe(s)).listen(8081,'0.0.0.0');` +
       `net.createServer((s)=>s.end('${name} '+s.remoteAddress+'\\n')).listen(8080,'0.0.0.0',()=>console.log('listening'));`,
   );
-  await topo.waitFor(() => srv.lines.includes('listening'), 20_000, () => `server in ${name} did not start`);
+  await topo.waitFor(
+    () => srv.lines.includes('listening'),
+    20_000,
+    () => `server in ${name} did not start`,
+  );
   return p;
 }
 
@@ -64,12 +68,18 @@ async function connect(ns: string, host = FIP): Promise<{ local: string; tag: st
 }
 
 /** Connects until the answer satisfies `ok` (routes and tables converge asynchronously). */
-async function until(ns: string, ok: (r: { local: string; tag: string; seen: string } | undefined) => boolean, what: string, host = FIP) {
+async function until(
+  ns: string,
+  ok: (r: { local: string; tag: string; seen: string } | undefined) => boolean,
+  what: string,
+  host = FIP,
+) {
   let last: Awaited<ReturnType<typeof connect>>;
   await topo.waitFor(
     async () => ok((last = await connect(ns, host))),
     40_000,
-    () => `${what}: last answer ${JSON.stringify(last)}\nA:${topo.nodes.a.agentLog.slice(-1500)}\nC:${topo.nodes.c.agentLog.slice(-1500)}`,
+    () =>
+      `${what}: last answer ${JSON.stringify(last)}\nA:${topo.nodes.a.agentLog.slice(-1500)}\nC:${topo.nodes.c.agentLog.slice(-1500)}`,
   );
   return last!;
 }
@@ -109,7 +119,12 @@ beforeAll(async () => {
   };
   for (const n of Object.values(topo.nodes)) writeFileSync(n.confFile, JSON.stringify(topo.netconf(n, extra)));
   const pool = (name: string, cidr: string, more: Record<string, unknown> = {}) =>
-    topo.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name }, spec: { cidr, blockSize: 26, vxlanMode: 'Always', natOutgoing: true, ...more } });
+    topo.ds.create({
+      apiVersion: API_VERSION,
+      kind: 'IPPool',
+      metadata: { name },
+      spec: { cidr, blockSize: 26, vxlanMode: 'Always', natOutgoing: true, ...more },
+    });
   await pool('npl-pods', POD_POOL);
   // The floating range: a pool of its own, disabled, so IPAM never hands its addresses to pods.
   await pool('npl-fip', FIP_POOL, { disabled: true, natOutgoing: false });
@@ -138,15 +153,24 @@ describe('floating IP held by a pod on node A', { timeout: 90_000 }, () => {
   it('records the pair on the endpoint, translates on A and routes on B and C', async () => {
     const weps = (await topo.ds.list('WorkloadEndpoint')).items.filter((w) => w.spec.ipNATs?.length);
     expect(weps.map((w) => w.spec.ipNATs)).toEqual([[{ internalIP: owner!.ip4, externalIP: FIP }]]);
-    await topo.waitFor(() => floatingTable('a').includes(`${FIP} : ${owner!.ip4}`), 30_000, () => `no DNAT on A:\n${floatingTable('a')}\n${topo.nodes.a.agentLog.slice(-2000)}`);
+    await topo.waitFor(
+      () => floatingTable('a').includes(`${FIP} : ${owner!.ip4}`),
+      30_000,
+      () => `no DNAT on A:\n${floatingTable('a')}\n${topo.nodes.a.agentLog.slice(-2000)}`,
+    );
     expect(floatingTable('b')).toBe('');
-    await topo.waitFor(() => fipRoutes('b').length === 1 && fipRoutes('c').length === 1, 30_000, () => `no routes: ${JSON.stringify([fipRoutes('b'), fipRoutes('c')])}`);
+    await topo.waitFor(
+      () => fipRoutes('b').length === 1 && fipRoutes('c').length === 1,
+      30_000,
+      () => `no routes: ${JSON.stringify([fipRoutes('b'), fipRoutes('c')])}`,
+    );
     const tunA = (await topo.ds.get('Node', 'node-a')).spec.vxlanTunnelAddress;
-    for (const n of ['b', 'c'] as const) expect(fipRoutes(n)[0]).toMatchObject({ gateway: tunA, dev: 'vxlan.netplugin' });
+    for (const n of ['b', 'c'] as const)
+      expect(fipRoutes(n)[0]).toMatchObject({ gateway: tunA, dev: 'vxlan.netplugin' });
     expect(fipRoutes('a')[0]).toMatchObject({ gateway: owner!.ip4 });
   });
 
-  it('a pod on node B reaches it, and the server sees the pod\'s own address', async () => {
+  it("a pod on node B reaches it, and the server sees the pod's own address", async () => {
     const r = await until(client.ns, (x) => x?.tag === 'server', 'pod on B');
     expect(r.seen).toBe(client.ip4);
     expect(r.local).toBe(client.ip4);
@@ -162,7 +186,7 @@ describe('floating IP held by a pod on node A', { timeout: 90_000 }, () => {
     expect(r.seen).toBe(r.local);
   });
 
-  it('the internet reaches it through the router\'s static route to node A, with its own source', async () => {
+  it("the internet reaches it through the router's static route to node A, with its own source", async () => {
     const r = await until(topo.internet, (x) => x?.tag === 'server', 'internet');
     expect(r.seen).toBe(INTERNET_IP);
     expect(r.local).toBe(INTERNET_IP);
@@ -174,10 +198,13 @@ describe('floating IP held by a pod on node A', { timeout: 90_000 }, () => {
     expect(r.seen).toBe(FIP);
   });
 
-  it('the pod\'s ingress policy sees the client\'s source: a policy denying the internet by source is enforced', async () => {
+  it("the pod's ingress policy sees the client's source: a policy denying the internet by source is enforced", async () => {
     const np = {
       metadata: { name: 'no-internet', namespace: NS },
-      spec: { podSelector: { matchLabels: { app: 'server' } }, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0', except: [`${INTERNET_IP}/32`] } }] }] },
+      spec: {
+        podSelector: { matchLabels: { app: 'server' } },
+        ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0', except: [`${INTERNET_IP}/32`] } }] }],
+      },
     };
     const pol = convertK8sNetworkPolicy(np);
     await topo.ds.create(pol);
@@ -202,7 +229,8 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
     await topo.waitFor(
       () => floatingTable('a') === '' && (['a', 'b', 'c'] as const).every((n) => fipRoutes(n).length === 0),
       30_000,
-      () => `left behind: table ${floatingTable('a')} routes ${JSON.stringify([fipRoutes('a'), fipRoutes('b'), fipRoutes('c')])}`,
+      () =>
+        `left behind: table ${floatingTable('a')} routes ${JSON.stringify([fipRoutes('a'), fipRoutes('b'), fipRoutes('c')])}`,
     );
     expect(await connect(client.ns)).toBeUndefined();
   });
@@ -210,7 +238,11 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
   it('the pod re-created on node C takes it over: routes on A and B to C, translation on C', async () => {
     execFileSync('ip', ['-n', topo.router, 'route', 'replace', `${FIP}/32`, 'via', topo.nodes.c.ip4]);
     owner = await servingPod('c', 'server', { [ANNOTATION]: JSON.stringify([FIP]) });
-    await topo.waitFor(() => floatingTable('c').includes(`${FIP} : ${owner!.ip4}`), 30_000, () => `no DNAT on C:\n${topo.nodes.c.agentLog.slice(-2000)}`);
+    await topo.waitFor(
+      () => floatingTable('c').includes(`${FIP} : ${owner!.ip4}`),
+      30_000,
+      () => `no DNAT on C:\n${topo.nodes.c.agentLog.slice(-2000)}`,
+    );
     const tunC = (await topo.ds.get('Node', 'node-c')).spec.vxlanTunnelAddress;
     await topo.waitFor(
       () => (['a', 'b'] as const).every((n) => fipRoutes(n)[0]?.gateway === tunC),
@@ -233,12 +265,21 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
     expect(topo.nodes.b.agentLog).toMatch(new RegExp(`floatingIP.*${FIP.replace(/\./g, '\\.')}`));
     expect(floatingTable('b')).toBe('');
     const events = async () => {
-      const r = await fetch(`${server!.url}/api/v1/namespaces/${NS}/events`, { headers: { Authorization: 'Bearer fip-token' } });
-      return ((await r.json()) as { items: Array<{ reason: string; type: string; message: string; involvedObject: { name: string } }> }).items;
+      const r = await fetch(`${server!.url}/api/v1/namespaces/${NS}/events`, {
+        headers: { Authorization: 'Bearer fip-token' },
+      });
+      return (
+        (await r.json()) as {
+          items: Array<{ reason: string; type: string; message: string; involvedObject: { name: string } }>;
+        }
+      ).items;
     };
     let seen: Awaited<ReturnType<typeof events>> = [];
     await topo.waitFor(
-      async () => (seen = await events()).some((e) => e.reason === 'NetpluginFloatingIPRefused' && e.involvedObject.name === 'usurper'),
+      async () =>
+        (seen = await events()).some(
+          (e) => e.reason === 'NetpluginFloatingIPRefused' && e.involvedObject.name === 'usurper',
+        ),
       20_000,
       () => `no Event on the refused pod: ${JSON.stringify(seen)}\n${topo.nodes.b.agentLog.slice(-1500)}`,
     );
@@ -251,25 +292,39 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
     expect((await connect(client.ns))?.tag).toBe('server');
   });
 
-  it('agent start reconciles: a stale translation and route left on B are replaced, the holder\'s lost table comes back', async () => {
+  it("agent start reconciles: a stale translation and route left on B are replaced, the holder's lost table comes back", async () => {
     await Promise.all([topo.stopAgent('b'), topo.stopAgent('c')]);
     const stale = join(topo.tmp, 'stale.nft');
-    writeFileSync(stale, [
-      'add table inet netplugin-floating',
-      'add map inet netplugin-floating fip4 { type ipv4_addr : ipv4_addr; elements = { ' + FIP + ' : ' + client.ip4 + ' }; }',
-      'add chain inet netplugin-floating prerouting { type nat hook prerouting priority -100; policy accept; }',
-      'add rule inet netplugin-floating prerouting dnat ip to ip daddr map @fip4',
-      '',
-    ].join('\n'));
+    writeFileSync(
+      stale,
+      [
+        'add table inet netplugin-floating',
+        'add map inet netplugin-floating fip4 { type ipv4_addr : ipv4_addr; elements = { ' +
+          FIP +
+          ' : ' +
+          client.ip4 +
+          ' }; }',
+        'add chain inet netplugin-floating prerouting { type nat hook prerouting priority -100; policy accept; }',
+        'add rule inet netplugin-floating prerouting dnat ip to ip daddr map @fip4',
+        '',
+      ].join('\n'),
+    );
     topo.exec('b', 'nft', ['-f', stale]);
     topo.exec('b', 'ip', ['route', 'replace', `${FIP}/32`, 'via', topo.nodes.a.ip4, 'proto', '80']);
     topo.exec('c', 'nft', ['delete', 'table', 'inet', 'netplugin-floating']);
-    await Promise.all([topo.startAgent('b', ['--kubeconfig', api.kubeconfig]), topo.startAgent('c', ['--kubeconfig', api.kubeconfig])]);
+    await Promise.all([
+      topo.startAgent('b', ['--kubeconfig', api.kubeconfig]),
+      topo.startAgent('c', ['--kubeconfig', api.kubeconfig]),
+    ]);
     const tunC = (await topo.ds.get('Node', 'node-c')).spec.vxlanTunnelAddress;
     await topo.waitFor(
-      () => floatingTable('b') === '' && fipRoutes('b')[0]?.gateway === tunC && floatingTable('c').includes(`${FIP} : ${owner!.ip4}`),
+      () =>
+        floatingTable('b') === '' &&
+        fipRoutes('b')[0]?.gateway === tunC &&
+        floatingTable('c').includes(`${FIP} : ${owner!.ip4}`),
       30_000,
-      () => `not reconciled: B table ${floatingTable('b')} B routes ${JSON.stringify(fipRoutes('b'))} C table ${floatingTable('c')}`,
+      () =>
+        `not reconciled: B table ${floatingTable('b')} B routes ${JSON.stringify(fipRoutes('b'))} C table ${floatingTable('c')}`,
     );
     expect((await until(client.ns, (x) => x?.tag === 'server', 'pod on B after the restart')).seen).toBe(client.ip4);
   });
@@ -281,11 +336,21 @@ describe('the floating IP follows its pod', { timeout: 120_000 }, () => {
         `s.on('data',()=>console.log('echo '+(n++)));s.on('error',(e)=>console.log('error '+e.code));`,
     );
     const echoes = () => echo.lines.filter((l) => l.startsWith('echo')).length;
-    await topo.waitFor(() => echoes() > 5, 20_000, () => `no echoes: ${echo.lines.slice(-5).join(' ')}`);
-    const wep = (await topo.ds.list('WorkloadEndpoint')).items.find((w) => w.spec.node === 'node-c' && w.spec.ipNATs?.length);
+    await topo.waitFor(
+      () => echoes() > 5,
+      20_000,
+      () => `no echoes: ${echo.lines.slice(-5).join(' ')}`,
+    );
+    const wep = (await topo.ds.list('WorkloadEndpoint')).items.find(
+      (w) => w.spec.node === 'node-c' && w.spec.ipNATs?.length,
+    );
     const { ipNATs: _n, ...spec } = wep!.spec;
     await topo.ds.update({ ...wep!, spec });
-    await topo.waitFor(() => floatingTable('c') === '', 30_000, () => `translation kept on C: ${floatingTable('c')}`);
+    await topo.waitFor(
+      () => floatingTable('c') === '',
+      30_000,
+      () => `translation kept on C: ${floatingTable('c')}`,
+    );
     // The router's static route still brings the client's packets to C: only the cut conntrack
     // entry stops them. The client writes every 100 ms: a 2 s silence is the connection cut
     // (the cut follows the table's replacement asynchronously, so a few echoes may come first).

@@ -21,14 +21,21 @@ let client: string;
 let server: ChildProcess;
 
 function tcp(): boolean {
-  const r = spawnSync('ip', ['netns', 'exec', client, 'timeout', '1.5', 'bash', '-c', `exec 3<>/dev/tcp/${HOST_IP}/${PORT}`], { stdio: 'ignore' });
+  const r = spawnSync(
+    'ip',
+    ['netns', 'exec', client, 'timeout', '1.5', 'bash', '-c', `exec 3<>/dev/tcp/${HOST_IP}/${PORT}`],
+    { stdio: 'ignore' },
+  );
   return r.status === 0;
 }
 
 async function becomes(what: string, want: boolean, ms = 30_000): Promise<void> {
   const end = Date.now() + ms;
   while (tcp() !== want) {
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms\n${execFileSync('nft', ['list', 'table', 'inet', env.table], { encoding: 'utf8' })}`);
+    if (Date.now() > end)
+      throw new Error(
+        `${what}: not within ${ms} ms\n${execFileSync('nft', ['list', 'table', 'inet', env.table], { encoding: 'utf8' })}`,
+      );
     await new Promise((r) => setTimeout(r, 300));
   }
 }
@@ -42,7 +49,11 @@ beforeAll(async () => {
   execFileSync('ip', ['link', 'set', HOST_IF, 'up']);
   execFileSync('ip', ['-n', client, 'addr', 'add', '10.171.250.2/30', 'dev', 'eth0']);
   execFileSync('ip', ['-n', client, 'link', 'set', 'eth0', 'up']);
-  server = spawn(process.execPath, ['-e', `require('net').createServer((s) => s.end()).listen(${PORT}, '${HOST_IP}', () => console.log('up'))`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  server = spawn(
+    process.execPath,
+    ['-e', `require('net').createServer((s) => s.end()).listen(${PORT}, '${HOST_IP}', () => console.log('up'))`],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   await new Promise<void>((r) => server.stdout!.once('data', () => r()));
 }, 120_000);
 
@@ -56,10 +67,20 @@ afterAll(async () => {
 describe('host endpoints on the Kubernetes datastore', { timeout: 120_000 }, () => {
   it('a host endpoint closes its interface; AgentConfiguration failsafe ports open it live', async () => {
     await becomes('open without a host endpoint', true);
-    const hep: Resource<'HostEndpoint'> = { apiVersion: API_VERSION, kind: 'HostEndpoint', metadata: { name: 'node1-hepk0' }, spec: { node: NODE, interfaceName: HOST_IF, expectedIPs: [HOST_IP] } };
+    const hep: Resource<'HostEndpoint'> = {
+      apiVersion: API_VERSION,
+      kind: 'HostEndpoint',
+      metadata: { name: 'node1-hepk0' },
+      spec: { node: NODE, interfaceName: HOST_IF, expectedIPs: [HOST_IP] },
+    };
     await putObject(env, hep);
     await becomes('closed by the host endpoint', false);
-    const conf: Resource<'AgentConfiguration'> = { apiVersion: API_VERSION, kind: 'AgentConfiguration', metadata: { name: 'default' }, spec: { failsafeInboundHostPorts: [{ protocol: 'TCP', port: PORT }] } };
+    const conf: Resource<'AgentConfiguration'> = {
+      apiVersion: API_VERSION,
+      kind: 'AgentConfiguration',
+      metadata: { name: 'default' },
+      spec: { failsafeInboundHostPorts: [{ protocol: 'TCP', port: PORT }] },
+    };
     await putObject(env, conf);
     await becomes('open by the failsafe port', true);
     // A node's own configuration wins over default: an empty list turns failsafe off on this node.

@@ -8,7 +8,15 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { API_VERSION, type AgentConfigurationSpec, type HostEndpointSpec, type HostPortSpec, type Kind, type Resource, type SpecOf } from '../../src/model/resources.js';
+import {
+  API_VERSION,
+  type AgentConfigurationSpec,
+  type HostEndpointSpec,
+  type HostPortSpec,
+  type Kind,
+  type Resource,
+  type SpecOf,
+} from '../../src/model/resources.js';
 import type { GlobalNetworkPolicySpec } from '../../src/model/policy.js';
 import { Topology, type Pod } from '../support/topology.js';
 import { DEFAULT_FAILSAFE_OUTBOUND } from '../../src/model/agent-config.js';
@@ -21,7 +29,12 @@ let pod: Pod;
 let podB: Pod;
 let server: { lines: string[] };
 
-async function put<K extends Kind>(kind: K, name: string, spec: SpecOf<K>, labels?: Record<string, string>): Promise<void> {
+async function put<K extends Kind>(
+  kind: K,
+  name: string,
+  spec: SpecOf<K>,
+  labels?: Record<string, string>,
+): Promise<void> {
   const metadata = { name, ...(labels ? { labels } : {}) };
   const cur = await topo.ds.get(kind, name).catch(() => undefined);
   if (cur) await topo.ds.update({ ...cur, metadata: { ...cur.metadata, ...metadata }, spec } as Resource<K>);
@@ -33,7 +46,9 @@ async function del(kind: Kind, name: string): Promise<void> {
 
 /** A TCP connection from namespace `ns` to ip:port is accepted within 1.5 s. */
 function tcp(ns: string, ip: string, port: number): boolean {
-  const r = spawnSync('ip', ['netns', 'exec', ns, 'timeout', '1.5', 'bash', '-c', `exec 3<>/dev/tcp/${ip}/${port}`], { stdio: 'ignore' });
+  const r = spawnSync('ip', ['netns', 'exec', ns, 'timeout', '1.5', 'bash', '-c', `exec 3<>/dev/tcp/${ip}/${port}`], {
+    stdio: 'ignore',
+  });
   return r.status === 0;
 }
 
@@ -59,7 +74,11 @@ async function becomes(what: string, want: boolean, probe: () => boolean, ms = 3
     if (got === want) return got;
     if (Date.now() > end) {
       const log = topo.nodes.a.agentLog.slice(-2500);
-      const table = execFileSync('ip', ['netns', 'exec', topo.nodes.a.ns, 'nft', 'list', 'table', 'inet', 'netplugin'], { encoding: 'utf8' });
+      const table = execFileSync(
+        'ip',
+        ['netns', 'exec', topo.nodes.a.ns, 'nft', 'list', 'table', 'inet', 'netplugin'],
+        { encoding: 'utf8' },
+      );
       throw new Error(`${what}: still ${got} after ${ms} ms\n${table}\n${log}`);
     }
     await new Promise((r) => setTimeout(r, 300));
@@ -67,7 +86,8 @@ async function becomes(what: string, want: boolean, probe: () => boolean, ms = 3
 }
 
 const gnp = (name: string, spec: GlobalNetworkPolicySpec) => put('GlobalNetworkPolicy', name, spec);
-const hep = (name: string, spec: HostEndpointSpec, labels: Record<string, string>) => put('HostEndpoint', name, spec, labels);
+const hep = (name: string, spec: HostEndpointSpec, labels: Record<string, string>) =>
+  put('HostEndpoint', name, spec, labels);
 let etcdOut: HostPortSpec[] = [];
 const agentConfig = (name: string, spec: AgentConfigurationSpec) =>
   put('AgentConfiguration', name, { failsafeOutboundHostPorts: etcdOut, ...spec });
@@ -88,9 +108,18 @@ beforeAll(async () => {
   etcdOut = [...DEFAULT_FAILSAFE_OUTBOUND, { protocol: 'TCP', port: Number(etcd.port), net: `${etcd.hostname}/32` }];
   const extra = { policy: { type: 'k8s' }, host_veth_prefix: 'npb', endpoint_status_dir: join(topo.tmp, 'status') };
   for (const n of Object.values(topo.nodes)) writeFileSync(n.confFile, JSON.stringify(topo.netconf(n, extra)));
-  await topo.ds.create({ apiVersion: API_VERSION, kind: 'IPPool', metadata: { name: 'hep4' }, spec: { cidr: POOL, blockSize: 26, vxlanMode: 'Never', ipipMode: 'Never', natOutgoing: false } });
+  await topo.ds.create({
+    apiVersion: API_VERSION,
+    kind: 'IPPool',
+    metadata: { name: 'hep4' },
+    spec: { cidr: POOL, blockSize: 26, vxlanMode: 'Never', ipipMode: 'Never', natOutgoing: false },
+  });
   // Pods here have no Kubernetes profiles: this policy opens them (a namespaceSelector never selects a host endpoint).
-  await put('GlobalNetworkPolicy', 'pods-open', { namespaceSelector: 'has(netplugin.org/name)', ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] });
+  await put('GlobalNetworkPolicy', 'pods-open', {
+    namespaceSelector: 'has(netplugin.org/name)',
+    ingress: [{ action: 'Allow' }],
+    egress: [{ action: 'Allow' }],
+  });
   await Promise.all([topo.startAgent('a'), topo.startAgent('b')]);
   pod = await topo.addPod('a', extra);
   podB = await topo.addPod('b', extra);
@@ -105,7 +134,11 @@ beforeAll(async () => {
   const podServer = services(pod.ns, [80, 81]);
   const bServer = services(topo.nodes.b.ns, [8080]);
   const up = [server, podServer, bServer];
-  await topo.waitFor(() => up.every((x) => x.lines.includes('listening')), 15_000, () => 'services did not start');
+  await topo.waitFor(
+    () => up.every((x) => x.lines.includes('listening')),
+    15_000,
+    () => 'services did not start',
+  );
   // A NodePort-like DNAT on A (its own table in A's namespace): A:8888 → the pod's port 81.
   execFileSync('ip', ['netns', 'exec', topo.nodes.a.ns, 'nft', '-f', '-'], {
     input: `table ip hepnat {\n chain pre {\n type nat hook prerouting priority dstnat;\n tcp dport 8888 dnat to ${pod.ip4}:81\n }\n}\n`,
@@ -193,7 +226,8 @@ describe('host endpoints on the wire', { timeout: 180_000 }, () => {
   });
 
   it('doNotTrack policy allows without conntrack entries', async () => {
-    const conntrack = () => execFileSync('ip', ['netns', 'exec', topo.nodes.a.ns, 'cat', '/proc/net/nf_conntrack'], { encoding: 'utf8' });
+    const conntrack = () =>
+      execFileSync('ip', ['netns', 'exec', topo.nodes.a.ns, 'cat', '/proc/net/nf_conntrack'], { encoding: 'utf8' });
     await becomes('B to A:7070 closed first', false, () => tcp(B(), A, 7070));
     await gnp('hep-untracked', {
       selector: "role == 'edge'",
@@ -231,21 +265,36 @@ describe('host endpoints on the wire', { timeout: 180_000 }, () => {
 
   it('an agent restart keeps an established host connection', async () => {
     // A connection opened while failsafe allowed it; then new ones are refused, the open one goes on.
-    const client = topo.spawnIn(B(), `
+    const client = topo.spawnIn(
+      B(),
+      `
 const s = require('net').connect(8080, '${A}', () => console.log('connected'));
 s.on('data', (d) => console.log('echo ' + d.toString().trim()));
 process.stdin.resume();
-setInterval(() => s.write('x' + Date.now() + '\\n'), 500);`);
-    await topo.waitFor(() => client.lines.includes('connected'), 15_000, () => 'no connection');
+setInterval(() => s.write('x' + Date.now() + '\\n'), 500);`,
+    );
+    await topo.waitFor(
+      () => client.lines.includes('connected'),
+      15_000,
+      () => 'no connection',
+    );
     await agentConfig('default', { failsafeInboundHostPorts: [{ protocol: 'TCP', port: 22 }] });
     await becomes('new connections to A:8080 refused', false, () => tcp(B(), A, 8080));
     await topo.stopAgent('a');
     await topo.startAgent('a');
     // The new agent's full resync replaced the table: echoes still come back on the old connection.
-    await topo.waitFor(() => /policy: controller started/.test(topo.nodes.a.agentLog), 30_000, () => topo.nodes.a.agentLog.slice(-2000));
+    await topo.waitFor(
+      () => /policy: controller started/.test(topo.nodes.a.agentLog),
+      30_000,
+      () => topo.nodes.a.agentLog.slice(-2000),
+    );
     await new Promise((r) => setTimeout(r, 2000));
     const before = client.lines.filter((l) => l.startsWith('echo')).length;
-    await topo.waitFor(() => client.lines.filter((l) => l.startsWith('echo')).length > before + 2, 15_000, () => `no echo after the restart: ${client.lines.slice(-5).join(' | ')}`);
+    await topo.waitFor(
+      () => client.lines.filter((l) => l.startsWith('echo')).length > before + 2,
+      15_000,
+      () => `no echo after the restart: ${client.lines.slice(-5).join(' | ')}`,
+    );
     expect(tcp(B(), A, 8080)).toBe(false);
     client.proc.kill('SIGKILL');
     await agentConfig('default', {});
@@ -254,7 +303,11 @@ setInterval(() => s.write('x' + Date.now() + '\\n'), 500);`);
   it('the all-interfaces automatic host endpoint with the allow-all profile is open; a policy denies one port', async () => {
     await del('HostEndpoint', 'node-a-eth0');
     await put('Profile', 'netplugin-default-allow', { ingress: [{ action: 'Allow' }], egress: [{ action: 'Allow' }] });
-    await hep('node-a-auto-hep', { node: 'node-a', interfaceName: '*', expectedIPs: [A], profiles: ['netplugin-default-allow'] }, { auto: 'a' });
+    await hep(
+      'node-a-auto-hep',
+      { node: 'node-a', interfaceName: '*', expectedIPs: [A], profiles: ['netplugin-default-allow'] },
+      { auto: 'a' },
+    );
     await becomes('B to A:8081 open', true, () => tcp(B(), A, 8081));
     expect(tcp(NET(), A, 8080)).toBe(true);
     expect(udp(B(), A, 9090)).toBe(true);

@@ -59,7 +59,9 @@ echo "NODEJS $(sed -n 's/.*"engines".*//p' "$m/opt/netplugin/package.json" | hea
 $P image unmount $IMG >/dev/null
 `;
 
-it('assembles an arm64 image whose binaries are all AArch64 ELF with their libraries present', { timeout: 300_000 }, async () => {
+it('assembles an arm64 image whose binaries are all AArch64 ELF with their libraries present', {
+  timeout: 300_000,
+}, async () => {
   // The commit the build sees (read before it: a commit meanwhile would change HEAD).
   const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
   const { stdout, keys } = await podmanSession(tmp, SCRIPT, { ROOT, VERSION: version, BINARIES: BINARIES.join(' ') });

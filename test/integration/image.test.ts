@@ -53,7 +53,9 @@ describe('the netplugin/node image', () => {
   // One test builds an image with podman (a rootfs of Debian's packages, the bundles, the addon)
   // and runs two containers from it: mostly disk and tar work, 45-55 s on an idle 2-core machine and
   // over a minute with the CPUs busy, as the arm64 image test next to it; the bound is that test's.
-  it('builds from a local base, and its install-cni and agent entry points work with host paths bound', { timeout: 360_000 }, async () => {
+  it('builds from a local base, and its install-cni and agent entry points work with host paths bound', {
+    timeout: 360_000,
+  }, async () => {
     // The commit the build sees (read before it: a commit meanwhile would change HEAD).
     const head = execFileSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
     const { stdout, keys } = await podmanSession(tmp, SCRIPT, { ROOT, VERSION: version });

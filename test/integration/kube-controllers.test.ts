@@ -501,7 +501,8 @@ describe('node controller', { timeout: 120_000 }, () => {
     expect(await tryGet('WorkloadEndpoint', orphanWep, 'gc')).toBeUndefined();
     expect(await metric(kc, 'netplugin_kube_controllers_ipam_addresses_released_total')).toBe(2);
     // The state gauges: the two held addresses of the pool, its one block on g1, nothing left leaked.
-    const gauge = (body: string, series: string) => Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(body)?.[1]);
+    const gauge = (body: string, series: string) =>
+      Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(body)?.[1]);
     await waitFor('the pool gauges follow the releases', async () => {
       const body = (await http(kc, '/metrics')).body;
       return gauge(body, 'netplugin_ipam_pool_addresses_in_use{pool="gc"}') === 2 && body;
@@ -665,8 +666,7 @@ describe('netpluginctl', { timeout: 120_000 }, () => {
       const again = await ctl(['ipam', 'check']);
       expect(again.code).toBe(1);
       expect(again.out).toContain(
-        `WorkloadEndpoint cli/${broken}  etcd key /netplugin/resources/v3/netplugin.org/workloadendpoints/cli/` +
-          `${broken}`,
+        `WorkloadEndpoint cli/${broken}  etcd key /netplugin/resources/v3/netplugin.org/workloadendpoints/cli/${broken}`,
       );
       expect(again.out).toMatch(/spec\.ipNetworks\.0: not an IPv4 or IPv6 address/);
       expect(again.out).not.toContain(alive);

@@ -100,12 +100,14 @@ describe('staged policies on the wire', { timeout: 120_000 }, () => {
     ]);
     const profiles = new Map(profs.items.map((p) => [p.metadata.name, { name: p.metadata.name, spec: p.spec }]));
     const enforced: PolicyInput[] = [
-      ...nps.items.map((p): PolicyInput => ({
-        kind: 'NetworkPolicy',
-        name: p.metadata.name,
-        namespace: p.metadata.namespace!,
-        spec: p.spec,
-      })),
+      ...nps.items.map(
+        (p): PolicyInput => ({
+          kind: 'NetworkPolicy',
+          name: p.metadata.name,
+          namespace: p.metadata.namespace!,
+          spec: p.spec,
+        }),
+      ),
       ...gnps.items.map((p): PolicyInput => ({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec })),
     ];
     const staged = (

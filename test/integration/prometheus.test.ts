@@ -13,7 +13,19 @@ import { freePort } from '../support/etcd.js';
 import { startFakeApiServer, writeKubeconfig, type FakeApiServer } from '../support/fake-apiserver.js';
 import { flowsPki, startFlows, type FlowsPki, type FlowsProcess } from '../support/flows.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
-import { cleanupAttachments, cni, ensureBuilt, expectOk, installShim, netconf, NODE, startAgent, startCluster, type Agent, type Cluster } from '../support/plugin-harness.js';
+import {
+  cleanupAttachments,
+  cni,
+  ensureBuilt,
+  expectOk,
+  installShim,
+  netconf,
+  NODE,
+  startAgent,
+  startCluster,
+  type Agent,
+  type Cluster,
+} from '../support/plugin-harness.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const RULES_DIR = join(ROOT, 'deploy/prometheus');
@@ -85,13 +97,21 @@ beforeAll(async () => {
   tmp = mkdtempSync(join(tmpdir(), `prometheus-test-${process.pid}-`));
   const shim = installShim(join(tmp, 'bin'));
   c = await startCluster([{ name: POOL, cidr: '10.77.62.0/24', blockSize: 28 }]);
-  const conf = netconf(c, '1.0.0', { host_veth_prefix: PREFIX, policy: { type: 'k8s' }, policy_setup_timeout_seconds: 10 });
+  const conf = netconf(c, '1.0.0', {
+    host_veth_prefix: PREFIX,
+    policy: { type: 'k8s' },
+    policy_setup_timeout_seconds: 10,
+  });
   const conflist = join(tmp, '10-netplugin.conflist');
   writeFileSync(conflist, JSON.stringify({ name: 'k8s-pod-network', cniVersion: '1.0.0', plugins: [conf] }));
   const agentPort = await freePort();
-  agent = await startAgent(join(tmp, 'run', 'cni.sock'), ['--config', conflist, '--no-routes', '--metrics-addr', `127.0.0.1:${agentPort}`], {
-    env: { NETPLUGIN_POLICY_TABLE: TABLE },
-  });
+  agent = await startAgent(
+    join(tmp, 'run', 'cni.sock'),
+    ['--config', conflist, '--no-routes', '--metrics-addr', `127.0.0.1:${agentPort}`],
+    {
+      env: { NETPLUGIN_POLICY_TABLE: TABLE },
+    },
+  );
   agentMetrics = `http://127.0.0.1:${agentPort}/metrics`;
   // One pod on the node: a local endpoint for the policy gauges, an address in use for the pool's.
   const ns = createNetns('pq');
@@ -101,13 +121,25 @@ beforeAll(async () => {
   api = await startFakeApiServer();
   const kubeconfig = writeKubeconfig(api.dir, api);
   const [healthPort, kcPort] = [await freePort(), await freePort()];
-  kc = spawnLogged(process.execPath, [
-    join(ROOT, 'dist/netplugin-kube-controllers.mjs'),
-    '--kubeconfig', kubeconfig,
-    '--health-addr', `127.0.0.1:${healthPort}`,
-    '--metrics-addr', `127.0.0.1:${kcPort}`,
-    // The default lease (a short one is lost, and the process exits, when the machine is busy).
-  ], { PATH: process.env.PATH ?? '/usr/bin:/bin', DATASTORE_TYPE: 'etcdv3', ETCD_ENDPOINTS: c.etcd.endpoint, POD_NAMESPACE: 'kube-system' });
+  kc = spawnLogged(
+    process.execPath,
+    [
+      join(ROOT, 'dist/netplugin-kube-controllers.mjs'),
+      '--kubeconfig',
+      kubeconfig,
+      '--health-addr',
+      `127.0.0.1:${healthPort}`,
+      '--metrics-addr',
+      `127.0.0.1:${kcPort}`,
+      // The default lease (a short one is lost, and the process exits, when the machine is busy).
+    ],
+    {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      DATASTORE_TYPE: 'etcdv3',
+      ETCD_ENDPOINTS: c.etcd.endpoint,
+      POD_NAMESPACE: 'kube-system',
+    },
+  );
   kcMetrics = `http://127.0.0.1:${kcPort}/metrics`;
   kcHealth = `http://127.0.0.1:${healthPort}`;
 
@@ -144,7 +176,11 @@ describe('metrics for Prometheus', { timeout: 120_000 }, () => {
   it('kube-controllers exports per-pool addresses in use and capacity, blocks per node, GC state', async () => {
     const body = await until('the leader exports the pool', async () => {
       const b = await text(kcMetrics);
-      return sample(b, `netplugin_ipam_pool_addresses_in_use{pool="${POOL}"}`) === 1 && sample(b, 'netplugin_ipam_gc_last_scan_timestamp_seconds')! > 0 && b;
+      return (
+        sample(b, `netplugin_ipam_pool_addresses_in_use{pool="${POOL}"}`) === 1 &&
+        sample(b, 'netplugin_ipam_gc_last_scan_timestamp_seconds')! > 0 &&
+        b
+      );
     });
     expect(sample(body, `netplugin_ipam_pool_capacity_addresses{pool="${POOL}"}`)).toBe(256);
     expect(sample(body, `netplugin_ipam_blocks{node="${NODE}",pool="${POOL}"}`)).toBe(1);
@@ -177,7 +213,13 @@ describe('metrics for Prometheus', { timeout: 120_000 }, () => {
     // Every netplugin_* name in an expression is served by the agent or kube-controllers here, or
     // (BGP: only with --bgp on) registered by the agent's source.
     const rules = readFileSync(join(RULES_DIR, 'netplugin-rules.yaml'), 'utf8');
-    const names = new Set(rules.split('\n').filter((l) => !l.trim().startsWith('#')).join('\n').match(/\bnetplugin_[a-z_]+\b/g));
+    const names = new Set(
+      rules
+        .split('\n')
+        .filter((l) => !l.trim().startsWith('#'))
+        .join('\n')
+        .match(/\bnetplugin_[a-z_]+\b/g),
+    );
     const live = (await text(agentMetrics)) + (await text(kcMetrics));
     const agentSource = readFileSync(join(ROOT, 'src/bin/netplugin-node.ts'), 'utf8');
     expect(names.size).toBeGreaterThanOrEqual(8);
@@ -218,13 +260,23 @@ describe('metrics for Prometheus', { timeout: 120_000 }, () => {
       expect(r.status).toBe('success');
       return r.data.result;
     };
-    const up = await until('both targets up', async () => {
-      if (prom!.proc.exitCode !== null) throw new Error(`prometheus exited ${prom!.proc.exitCode}: ${prom!.log().slice(-1500)}`);
-      const res = await query('up == 1');
-      return res.length === 2 && res;
-    }, 60_000).catch((e: Error) => {
-      const kcState = kc!.proc.exitCode !== null || kc!.proc.signalCode !== null ? `exited (${kc!.proc.exitCode ?? kc!.proc.signalCode})` : 'running';
-      throw new Error(`${e.message}\nprometheus log: ${prom!.log().slice(-1500)}\nkube-controllers ${kcState}: ${kc!.log().slice(-1500)}`);
+    const up = await until(
+      'both targets up',
+      async () => {
+        if (prom!.proc.exitCode !== null)
+          throw new Error(`prometheus exited ${prom!.proc.exitCode}: ${prom!.log().slice(-1500)}`);
+        const res = await query('up == 1');
+        return res.length === 2 && res;
+      },
+      60_000,
+    ).catch((e: Error) => {
+      const kcState =
+        kc!.proc.exitCode !== null || kc!.proc.signalCode !== null
+          ? `exited (${kc!.proc.exitCode ?? kc!.proc.signalCode})`
+          : 'running';
+      throw new Error(
+        `${e.message}\nprometheus log: ${prom!.log().slice(-1500)}\nkube-controllers ${kcState}: ${kc!.log().slice(-1500)}`,
+      );
     });
     expect(up.map((s) => s.metric.job).sort()).toEqual(['netplugin-kube-controllers', 'netplugin-node']);
     const inUse = await until('the pool gauge in Prometheus', async () => {
@@ -239,7 +291,9 @@ describe('metrics for Prometheus', { timeout: 120_000 }, () => {
     });
     expect(endpoints[0]!.value[1]).toBe('1');
     // The rules loaded, and none fires on this healthy node.
-    const rules = (await (await fetch(`${promUrl}/api/v1/rules`)).json()) as { data: { groups: Array<{ rules: Array<{ name: string; state: string }> }> } };
+    const rules = (await (await fetch(`${promUrl}/api/v1/rules`)).json()) as {
+      data: { groups: Array<{ rules: Array<{ name: string; state: string }> }> };
+    };
     const loaded = rules.data.groups.flatMap((g) => g.rules);
     expect(loaded.map((r) => r.name)).toContain('NetpluginIPPoolAlmostFull');
     expect(loaded.filter((r) => r.state === 'firing')).toEqual([]);

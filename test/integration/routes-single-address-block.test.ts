@@ -36,8 +36,7 @@ beforeAll(async () => {
       topo.routes('a', 6).some((r) => r.dst === `${pb.ip6}` || r.dst === `${pb.ip6}/128`),
     30_000,
     () =>
-      `A has no routes to B's blocks: ${JSON.stringify([topo.routes('a'), topo.routes('a', 6)])}\n` +
-      `${topo.nodes.a.agentLog.slice(-3000)}`,
+      `A has no routes to B's blocks: ${JSON.stringify([topo.routes('a'), topo.routes('a', 6)])}\n${topo.nodes.a.agentLog.slice(-3000)}`,
   );
 }, 300_000);
 

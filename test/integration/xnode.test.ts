@@ -287,8 +287,7 @@ describe('agent restart', () => {
   it('keeps an established TCP connection between pods on two nodes, and leaves routes that are right untouched', async () => {
     const server = topo.spawnIn(
       pb.ns,
-      `require('net').createServer((s)=>s.on('data',(d)=>s.write(d))).listen(7000,'${pb.ip4}` +
-        `',()=>console.log('listening'));`,
+      `require('net').createServer((s)=>s.on('data',(d)=>s.write(d))).listen(7000,'${pb.ip4}',()=>console.log('listening'));`,
     );
     await topo.waitFor(
       () => server.lines.includes('listening'),
@@ -297,11 +296,8 @@ describe('agent restart', () => {
     );
     const client = topo.spawnIn(
       pa.ns,
-      `const s=require('net').connect(7000,'${pb.ip4}');let ` +
-        `n=0;s.on('connect',()=>{console.log('connected');setInterval(()=>s.write('x'+(n++)+'\\n'),100)});` +
-        `s.on('data',(d)=>console.log('echo ` +
-        `'+d.toString().trim().split('\\n').pop()));s.on('error',(e)=>console.log('error ` +
-        `'+e.code));s.on('close',()=>console.log('closed'));`,
+      `const s=require('net').connect(7000,'${pb.ip4}');let n=0;s.on('connect',()=>{console.log('connected');setInterval(()=>s.write('x'+(n++)+'\\n'),100)});` +
+        `s.on('data',(d)=>console.log('echo '+d.toString().trim().split('\\n').pop()));s.on('error',(e)=>console.log('error '+e.code));s.on('close',()=>console.log('closed'));`,
     );
     await topo.waitFor(
       () => client.lines.includes('connected'),

@@ -103,8 +103,7 @@ describe('policy controller', () => {
     // Someone deletes the endpoint's chain map entry and chain by hand: the next incremental batch is
     // refused (it flushes a chain that is gone), and the controller resyncs the whole table.
     nftRun(
-      `delete element inet ${TABLE} to-wl { "${ifname}" }\nflush chain inet ${TABLE} to-${ifname}\ndelete chain inet ` +
-        `${TABLE} to-${ifname}`,
+      `delete element inet ${TABLE} to-wl { "${ifname}" }\nflush chain inet ${TABLE} to-${ifname}\ndelete chain inet ${TABLE} to-${ifname}`,
     );
     await mem.create({
       apiVersion: 'netplugin.org/v3',
@@ -216,7 +215,14 @@ describe('policy controller: programming lag', () => {
     dir = mkdtempSync(join(tmpdir(), `policy-ctl-${process.pid}-`));
     let refuse = false;
     const nft = (s: string) => (refuse ? Promise.reject(new Error('refused for the test')) : nftRunAsync(s));
-    ctl = await startPolicyController({ ds: mem, nodename: 'node1', log: quiet, base: { vethPrefixes: ['npt'], table: TABLE }, statusDir: dir, nft });
+    ctl = await startPolicyController({
+      ds: mem,
+      nodename: 'node1',
+      log: quiet,
+      base: { vethPrefixes: ['npt'], table: TABLE },
+      statusDir: dir,
+      nft,
+    });
     await within(ctl.synced, 15_000, 'the first resync');
     await until('no lag after the resync', 5_000, () => ctl!.programmingLagSeconds() === 0);
     refuse = true;

@@ -24,7 +24,13 @@ export interface Frr {
   stop(): Promise<void>;
 }
 
-export async function startFrr(o: { ns: string; dir: string; routerId: string; asNumber: number; neighbors: FrrNeighbor[] }): Promise<Frr> {
+export async function startFrr(o: {
+  ns: string;
+  dir: string;
+  routerId: string;
+  asNumber: number;
+  neighbors: FrrNeighbor[];
+}): Promise<Frr> {
   const dir = o.dir;
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'zebra.conf'), '');
@@ -55,16 +61,50 @@ export async function startFrr(o: { ns: string; dir: string; routerId: string; a
   chmodSync(dir, 0o755);
   const daemons: ChildProcess[] = [];
   const common = ['--vty_socket', dir, '-z', join(dir, 'zserv.api'), '-u', 'frr', '-g', 'frr', '-P', '0'];
-  daemons.push(spawn('ip', ['netns', 'exec', o.ns, '/usr/lib/frr/zebra', '-f', join(dir, 'zebra.conf'), '-i', join(dir, 'zebra.pid'), ...common], { stdio: 'ignore' }));
+  daemons.push(
+    spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        o.ns,
+        '/usr/lib/frr/zebra',
+        '-f',
+        join(dir, 'zebra.conf'),
+        '-i',
+        join(dir, 'zebra.pid'),
+        ...common,
+      ],
+      { stdio: 'ignore' },
+    ),
+  );
   await new Promise((r) => setTimeout(r, 500));
-  daemons.push(spawn('ip', ['netns', 'exec', o.ns, '/usr/lib/frr/bgpd', '-f', join(dir, 'bgpd.conf'), '-i', join(dir, 'bgpd.pid'), ...common], { stdio: 'ignore' }));
+  daemons.push(
+    spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        o.ns,
+        '/usr/lib/frr/bgpd',
+        '-f',
+        join(dir, 'bgpd.conf'),
+        '-i',
+        join(dir, 'bgpd.pid'),
+        ...common,
+      ],
+      { stdio: 'ignore' },
+    ),
+  );
   const frr: Frr = {
     dir,
     vtysh: (cmd) => execFileSync('vtysh', ['--vty_socket', dir, '-d', 'bgpd', '-c', cmd], { encoding: 'utf8' }),
     routes: () => inNetns(o.ns, 'ip', ['-4', 'route', 'show', 'proto', 'bgp']),
     async stop() {
       for (const d of daemons) d.kill('SIGTERM');
-      await Promise.all(daemons.map((d) => (d.exitCode !== null || d.signalCode ? undefined : new Promise((r) => d.once('exit', r)))));
+      await Promise.all(
+        daemons.map((d) => (d.exitCode !== null || d.signalCode ? undefined : new Promise((r) => d.once('exit', r)))),
+      );
     },
   };
   const end = Date.now() + 30_000;

@@ -98,7 +98,12 @@ export interface PolicyEnv {
 export async function startPolicyEnv(
   pool: PoolDef,
   prefix: string,
-  opts: { timeoutSeconds?: number; mode?: DatastoreMode; pool6?: PoolDef; /** More agent flags (flow logs). */ agentArgs?: string[] } = {},
+  opts: {
+    timeoutSeconds?: number;
+    mode?: DatastoreMode;
+    pool6?: PoolDef /** More agent flags (flow logs). */;
+    agentArgs?: string[];
+  } = {},
 ): Promise<PolicyEnv> {
   ensureBuilt();
   const mode = opts.mode ?? 'etcdv3';
@@ -168,13 +173,18 @@ export async function startPolicyEnv(
     },
   };
   for (const ns of NAMESPACES) await setNamespaceLabels(env, ns, { ns });
-  if (mode === 'etcdv3') for (const ns of NAMESPACES) await putObject(env, serviceAccountToProfile({ metadata: { name: 'default', namespace: ns } }));
+  if (mode === 'etcdv3')
+    for (const ns of NAMESPACES)
+      await putObject(env, serviceAccountToProfile({ metadata: { name: 'default', namespace: ns } }));
   env.agent = await startPolicyAgent(env, opts.agentArgs);
   return env;
 }
 
 /** The built agent with this file's config; --no-routes: the node-network controller (routes, NAT) is not under test and must not fight the other files' agents over this shared namespace's routes. */
-export function startPolicyAgent(env: { tmp: string; confPath: string; table: string }, extraArgs: string[] = []): Promise<Agent> {
+export function startPolicyAgent(
+  env: { tmp: string; confPath: string; table: string },
+  extraArgs: string[] = [],
+): Promise<Agent> {
   const args = ['--config', env.confPath, '--log-level', 'DEBUG', '--no-routes', ...extraArgs];
   return startAgent(join(env.tmp, `cni-${Date.now()}.sock`), args, { env: { NETPLUGIN_POLICY_TABLE: env.table } });
 }
@@ -359,10 +369,7 @@ export async function expectReachability(
   );
 }
 
-/**
- * The verdicts of the policy model's evaluator (src/model/policy-eval.ts) for every pair: the peer's egress and the
- * target's ingress.
- */
+/** The verdicts of the policy model's evaluator (src/model/policy-eval.ts) for every pair: the peer's egress and the target's ingress. */
 async function modelMatrix(env: PolicyEnv, port: number, proto: 'tcp' | 'udp'): Promise<Map<string, boolean>> {
   const [weps, nps, gnps, profs] = await Promise.all([
     env.ds.list('WorkloadEndpoint'),
@@ -438,10 +445,7 @@ export async function deleteAllPolicies(env: PolicyEnv): Promise<void> {
     await env.ds.delete('GlobalNetworkPolicy', p.metadata.name);
 }
 
-/**
- * A pod label change: on the Pod; on etcd also as kube-controllers copies it onto the endpoint (our netplugin.org/*
- * labels kept).
- */
+/** A pod label change: on the Pod; on etcd also as kube-controllers copies it onto the endpoint (our netplugin.org/* labels kept). */
 export async function setPodLabels(env: PolicyEnv, p: Pod, labels: Record<string, string>): Promise<void> {
   const cur = await env.kube.getPod(p.ns, p.name);
   const remove = Object.fromEntries(
@@ -483,10 +487,7 @@ export function nftList(): Promise<string> {
   );
 }
 
-/**
- * Probes `targets` from `from` over and over for `seconds`; resolves (once started) to a promise of the indexes ever
- * reached.
- */
+/** Probes `targets` from `from` over and over for `seconds`; resolves (once started) to a promise of the indexes ever reached. */
 export async function watchProbe(
   from: Pod,
   targets: Array<[string, number, 'tcp' | 'udp']>,

@@ -36,8 +36,7 @@ beforeEach(() => {
   for (const p of ['netplugin', 'netplugin-ipam']) {
     writeFileSync(
       join(pkg, 'dist', `${p}.mjs`),
-      `process.stdout.write(JSON.stringify({ entry: ${JSON.stringify(p)}, args: process.argv.slice(2), ca: ` +
-        `process.env.NODE_EXTRA_CA_CERTS ?? null }));\n`,
+      `process.stdout.write(JSON.stringify({ entry: ${JSON.stringify(p)}, args: process.argv.slice(2), ca: process.env.NODE_EXTRA_CA_CERTS ?? null }));\n`,
     );
   }
   ds = new MemoryDatastore();
@@ -286,7 +285,13 @@ describe('install-cni', () => {
     expect(r.code).toBe(0);
     const c = conflist();
     expect(c.plugins.map((p) => p.type)).toEqual(['netplugin', 'portmap']);
-    expect(c.plugins[0]).toMatchObject({ etcd_endpoints: ETCD[1], mtu: 1500, nodename: 'n1', log_format: 'text', kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' } });
+    expect(c.plugins[0]).toMatchObject({
+      etcd_endpoints: ETCD[1],
+      mtu: 1500,
+      nodename: 'n1',
+      log_format: 'text',
+      kubernetes: { kubeconfig: '/etc/cni/net.d/netplugin-kubeconfig' },
+    });
     // The plugin's log format: --plugin-log-format, else LOG_FORMAT (the DaemonSet's, from the ConfigMap).
     const filled = ['--mtu', '1500', '--nodename', 'n1', '--kubeconfig', '/etc/cni/net.d/netplugin-kubeconfig'];
     expect((await install([...ETCD, '--from-template', tpl, ...filled, '--plugin-log-format', 'json'])).code).toBe(0);
@@ -360,8 +365,7 @@ describe('install-cni', () => {
     const exec = unit.split('\n').find((l) => l.startsWith('ExecStart='));
     expect(exec).toMatch(
       new RegExp(
-        `^ExecStart=${process.execPath.replace(/[.]/g, '\\.')} ` +
-          `${join(pkg, 'dist/netplugin-node.cjs').replace(/[.]/g, '\\.')} `,
+        `^ExecStart=${process.execPath.replace(/[.]/g, '\\.')} ${join(pkg, 'dist/netplugin-node.cjs').replace(/[.]/g, '\\.')} `,
       ),
     );
     expect(unit).not.toContain('/opt/netplugin/');

@@ -365,8 +365,7 @@ describe('netpluginctl installation render', () => {
   });
 
   it('renders the flow-log aggregator with a FlowLogAggregator, and its UI with a FlowUI', async () => {
-    const agg =
-      `${DUAL}---\napiVersion: operator.netplugin.org/v1\nkind: FlowLogAggregator\nmetadata: {name: ` + `default}\n`;
+    const agg = `${DUAL}---\napiVersion: operator.netplugin.org/v1\nkind: FlowLogAggregator\nmetadata: {name: default}\n`;
     const ui = `${agg}---\napiVersion: operator.netplugin.org/v1\nkind: FlowUI\nmetadata: {name: default}\n`;
     expect(JSON.parse((await ctl(['installation', 'render', '-f', '-'], DUAL)).out).flowsManifest).toBeUndefined();
     const apiOnly = JSON.parse((await ctl(['installation', 'render', '-f', '-'], agg)).out).flowsManifest as string;
@@ -422,16 +421,22 @@ describe('netpluginctl installation render', () => {
     expect(images).toBeGreaterThanOrEqual(4);
   });
 
-  it('netpluginNetwork.bgp: Enabled renders the node DaemonSet with --bgp=on and BIRD\'s run dir; Disabled leaves it off', async () => {
+  it("netpluginNetwork.bgp: Enabled renders the node DaemonSet with --bgp=on and BIRD's run dir; Disabled leaves it off", async () => {
     const deploy = join(__dirname, '../../deploy');
     cpSync(deploy, join(pkgDir, 'deploy'), { recursive: true });
     const agentArgs = (dir: string) => {
-      const docs = parseAllDocuments(readFileSync(join(root, dir, 'manifests/netplugin-node-daemonset.yaml'), 'utf8')).map((d) => d.toJS() as any);
+      const docs = parseAllDocuments(
+        readFileSync(join(root, dir, 'manifests/netplugin-node-daemonset.yaml'), 'utf8'),
+      ).map((d) => d.toJS() as any);
       const ds = docs.find((o) => o?.kind === 'DaemonSet');
-      return (ds.spec.template.spec.containers as Array<{ name: string; args: string[] }>).find((c) => c.name === 'netplugin-node')!.args;
+      return (ds.spec.template.spec.containers as Array<{ name: string; args: string[] }>).find(
+        (c) => c.name === 'netplugin-node',
+      )!.args;
     };
     const on = DUAL.replace('  netpluginNetwork:\n', '  netpluginNetwork:\n    bgp: Enabled\n');
-    expect(await ctl(['installation', 'render', '-f', '-', '-o', 'on', '--registry', 'reg.example'], on)).toMatchObject({ code: 0, err: '' });
+    expect(await ctl(['installation', 'render', '-f', '-', '-o', 'on', '--registry', 'reg.example'], on)).toMatchObject(
+      { code: 0, err: '' },
+    );
     const args = agentArgs('on');
     expect(args).toEqual(expect.arrayContaining(['--bgp=on', '--bird-run-dir=/var/run/netplugin/bird']));
     expect(args).not.toContain('--bgp=off');
@@ -442,14 +447,24 @@ describe('netpluginctl installation render', () => {
     const shipped = readFileSync(join(deploy, 'netplugin-node-daemonset.yaml'), 'utf8').split('\n');
     const changed = text.split('\n').filter((l, i) => l !== shipped[i] && !/image:/.test(l));
     expect(changed.map((l) => l.trim())).toEqual(['- --bgp=on', '- --bird-run-dir=/var/run/netplugin/bird']);
-    expect(JSON.parse(readFileSync(join(root, 'on/agent.json'), 'utf8'))).toMatchObject({ bgp: true, agentArgs: ['--bgp=on', '--bird-run-dir=/var/run/netplugin/bird'] });
-    expect(await ctl(['installation', 'render', '-f', '-', '-o', 'off', '--registry', 'reg.example'], DUAL)).toMatchObject({ code: 0 });
+    expect(JSON.parse(readFileSync(join(root, 'on/agent.json'), 'utf8'))).toMatchObject({
+      bgp: true,
+      agentArgs: ['--bgp=on', '--bird-run-dir=/var/run/netplugin/bird'],
+    });
+    expect(
+      await ctl(['installation', 'render', '-f', '-', '-o', 'off', '--registry', 'reg.example'], DUAL),
+    ).toMatchObject({ code: 0 });
     expect(agentArgs('off')).toContain('--bgp=off');
     expect(agentArgs('off').filter((a) => a.startsWith('--bird-run-dir'))).toEqual([]);
-    const bad = await ctl(['installation', 'render', '-f', '-'], DUAL.replace('  netpluginNetwork:\n', '  netpluginNetwork:\n    bgp: on\n'));
+    const bad = await ctl(
+      ['installation', 'render', '-f', '-'],
+      DUAL.replace('  netpluginNetwork:\n', '  netpluginNetwork:\n    bgp: on\n'),
+    );
     expect(bad.err).toMatch(/spec\.netpluginNetwork\.bgp: expected Enabled or Disabled \(got "on"\)/);
     // apply names the flags it cannot set itself (they are the DaemonSet's).
-    expect((await apply(on)).out).toMatch(/netpluginNetwork\.bgp accepted \(Enabled: the node agent runs with --bgp=on --bird-run-dir=\/var\/run\/netplugin\/bird/);
+    expect((await apply(on)).out).toMatch(
+      /netpluginNetwork\.bgp accepted \(Enabled: the node agent runs with --bgp=on --bird-run-dir=\/var\/run\/netplugin\/bird/,
+    );
   });
 
   it('--registry: a bad registry and a missing -o are refused with the fix', async () => {
@@ -610,8 +625,7 @@ describe('version and older clients', () => {
     const a = await apply(DUAL);
     expect(a.code).toBe(1);
     expect(a.err).toBe(
-      `error: this netpluginctl is ${pkg.version} but the cluster runs v9.1.0: an older client must not write to an ` +
-        `upgraded cluster; install netpluginctl v9.1.0 (reads such as get and version still work)\n`,
+      `error: this netpluginctl is ${pkg.version} but the cluster runs v9.1.0: an older client must not write to an upgraded cluster; install netpluginctl v9.1.0 (reads such as get and version still work)\n`,
     );
     expect((await ds.list('IPPool')).items).toEqual([]);
     const w = await ctl(
@@ -687,6 +701,7 @@ describe('shipped files', () => {
     expect(pool.encapsulation.enum).toEqual(['IPIP', 'IPIPCrossSubnet', 'VXLAN', 'VXLANCrossSubnet', 'None']);
     // A field the CRD lacks would be pruned by the API server: bgp must be there with the schema's values.
     expect(spec.netpluginNetwork.properties.bgp.enum).toEqual(['Enabled', 'Disabled']);
-    for (const e of spec.netpluginNetwork.properties.bgp.enum) expect(parseInstallation(inst({ netpluginNetwork: { bgp: e } })).spec.netpluginNetwork.bgp).toBe(e);
+    for (const e of spec.netpluginNetwork.properties.bgp.enum)
+      expect(parseInstallation(inst({ netpluginNetwork: { bgp: e } })).spec.netpluginNetwork.bgp).toBe(e);
   });
 });

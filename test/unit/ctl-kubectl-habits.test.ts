@@ -35,8 +35,7 @@ async function ctl(argv: string[], stdin?: string): Promise<{ code: number; out:
 }
 
 const pool = (name: string, cidr: string, labels: Record<string, string> = {}) =>
-  `apiVersion: ${API_VERSION}\nkind: IPPool\nmetadata: {name: ${name}, labels: ${JSON.stringify(labels)}}\nspec: ` +
-  `{cidr: ${cidr}}\n`;
+  `apiVersion: ${API_VERSION}\nkind: IPPool\nmetadata: {name: ${name}, labels: ${JSON.stringify(labels)}}\nspec: {cidr: ${cidr}}\n`;
 
 async function seed(): Promise<void> {
   const r = await ctl(
@@ -221,7 +220,23 @@ describe('completion', () => {
   it('completes every command of the overview, their subcommands and flags, kinds and resource names', async () => {
     await seed();
     const cmds = await words('');
-    for (const c of ['apply', 'get', 'describe', 'patch', 'ipam', 'policy', 'datastore', 'installation', 'upgrade', 'version', 'install-cni', 'completion', 'flows', 'node']) expect(cmds).toContain(c);
+    for (const c of [
+      'apply',
+      'get',
+      'describe',
+      'patch',
+      'ipam',
+      'policy',
+      'datastore',
+      'installation',
+      'upgrade',
+      'version',
+      'install-cni',
+      'completion',
+      'flows',
+      'node',
+    ])
+      expect(cmds).toContain(c);
     expect(await words('ipam', '')).toEqual(expect.arrayContaining(['check', 'release', 'show']));
     expect(await words('datastore', 'm')).toEqual(['migrate']);
     expect(await words('upgrade', '')).toEqual(expect.arrayContaining(['auto-hep', 'check', 'finish', 'owner-refs']));
@@ -249,9 +264,7 @@ describe('completion', () => {
       writeFileSync(script, r.out);
       const probe = {
         bash: `source ${script} && complete -p netpluginctl`,
-        zsh:
-          `autoload -Uz compinit && compinit -u -d ${dir}/zcompdump && source ${script} && print -r -- ` +
-          `$_comps[netpluginctl]`,
+        zsh: `autoload -Uz compinit && compinit -u -d ${dir}/zcompdump && source ${script} && print -r -- $_comps[netpluginctl]`,
         fish: `source ${script}; and complete -c netpluginctl`,
       }[shell]!;
       const got = execFileSync(shell, ['-c', probe], { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: dir } });

@@ -9,27 +9,60 @@ import type { ConntrackEvent, NflogPacket } from '../../src/dataplane/flowlog.js
 
 const A = '10.173.0.2';
 const B = '10.173.0.3';
-const refs = new Map<string, TagRef>([['0123456789ab', { kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '' }]]);
+const refs = new Map<string, TagRef>([
+  ['0123456789ab', { kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '' }],
+]);
 const eps: Record<string, string> = { [A]: 'a', [B]: 'b' };
 
 function agg(): FlowAggregator {
   return new FlowAggregator({
-    resolve: (addr) => (eps[addr] ? { endpoint: { type: 'wep', namespace: eps[addr] === 'a' ? 'x' : 'y', name: eps[addr]!, labels: {} }, local: true } : undefined),
+    resolve: (addr) =>
+      eps[addr]
+        ? {
+            endpoint: { type: 'wep', namespace: eps[addr] === 'a' ? 'x' : 'y', name: eps[addr]!, labels: {} },
+            local: true,
+          }
+        : undefined,
     refs: () => refs,
     now: () => 1000,
   });
 }
 
-const sample = (prefix: string, src = A, dst = B, sport = 40000): NflogPacket => ({ prefix, family: 4, protocol: 6, src, dst, sport, dport: 80, length: 60, indev: 3, outdev: 4 });
+const sample = (prefix: string, src = A, dst = B, sport = 40000): NflogPacket => ({
+  prefix,
+  family: 4,
+  protocol: 6,
+  src,
+  dst,
+  sport,
+  dport: 80,
+  length: 60,
+  indev: 3,
+  outdev: 4,
+});
 const ct = (type: ConntrackEvent['type'], id: number, o: Partial<ConntrackEvent> = {}): ConntrackEvent => ({
-  type, family: 4, protocol: 6, src: A, dst: B, sport: 40000 + id, dport: 80, replySrc: B, replyDst: A, replySport: 80, replyDport: 40000 + id, id, ...o,
+  type,
+  family: 4,
+  protocol: 6,
+  src: A,
+  dst: B,
+  sport: 40000 + id,
+  dport: 80,
+  replySrc: B,
+  replyDst: A,
+  replySport: 80,
+  replyDport: 40000 + id,
+  id,
+  ...o,
 });
 
 describe('flow aggregation on the node', () => {
   it('reads back its tags and refuses other prefixes', () => {
     const t = { action: 'Deny' as const, dir: 'egress' as const, ruleIndex: -1, ref: 'eop' };
     expect(parseFlowTag(formatFlowTag(t))).toEqual(t);
-    expect(formatFlowTag({ action: 'Allow', dir: 'ingress', ruleIndex: 3, ref: '0123456789ab' }).length).toBeLessThanOrEqual(64);
+    expect(
+      formatFlowTag({ action: 'Allow', dir: 'ingress', ruleIndex: 3, ref: '0123456789ab' }).length,
+    ).toBeLessThanOrEqual(64);
     expect(parseFlowTag('netplugin NetworkPolicy x/p ingress rule 0: ')).toBeUndefined();
     expect(parseFlowTag('np1 A I 0 ../x')).toBeUndefined();
   });
@@ -40,16 +73,40 @@ describe('flow aggregation on the node', () => {
     g.onNflog([sample('np1 A I 0 0123456789ab')]);
     g.onConntrack([ct('new', 1), ct('new', 2), ct('new', 3)]);
     const acct = { packetsOrig: 6, bytesOrig: 400, packetsReply: 4, bytesReply: 300 };
-    const r1 = g.flush([ct('dump', 1, { ...acct, tcpState: 7 }), ct('dump', 2, { ...acct, tcpState: 3 }), ct('dump', 3, { ...acct, tcpState: 3 })]);
+    const r1 = g.flush([
+      ct('dump', 1, { ...acct, tcpState: 7 }),
+      ct('dump', 2, { ...acct, tcpState: 3 }),
+      ct('dump', 3, { ...acct, tcpState: 3 }),
+    ]);
     const dst = r1.find((r) => r.reporter === 'Dst')!;
-    expect(dst.policies.enforced).toEqual([{ kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '', action: 'Allow', ruleIndex: 0 }]);
-    expect(dst).toMatchObject({ connectionsStarted: 3, connectionsCompleted: 1, connectionsLive: 2, packetsIn: 18, bytesIn: 1200, packetsOut: 12, bytesOut: 900 });
+    expect(dst.policies.enforced).toEqual([
+      { kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '', action: 'Allow', ruleIndex: 0 },
+    ]);
+    expect(dst).toMatchObject({
+      connectionsStarted: 3,
+      connectionsCompleted: 1,
+      connectionsLive: 2,
+      packetsIn: 18,
+      bytesIn: 1200,
+      packetsOut: 12,
+      bytesOut: 900,
+    });
     // The source end reports too (both are local), with no sample of its own: an empty trace.
-    expect(r1.find((r) => r.reporter === 'Src')).toMatchObject({ connectionsStarted: 3, packetsOut: 18, policies: { enforced: [] } });
+    expect(r1.find((r) => r.reporter === 'Src')).toMatchObject({
+      connectionsStarted: 3,
+      packetsOut: 18,
+      policies: { enforced: [] },
+    });
     // Next interval: the TIME_WAIT entry is still listed (not counted again); 2 ends with its DESTROY.
     g.onConntrack([ct('destroy', 2, { packetsOrig: 8, bytesOrig: 500, packetsReply: 5, bytesReply: 350 })]);
     const r2 = g.flush([ct('dump', 1, { ...acct, tcpState: 7 }), ct('dump', 3, { ...acct, tcpState: 3 })]);
-    expect(r2.find((r) => r.reporter === 'Dst')).toMatchObject({ connectionsStarted: 0, connectionsCompleted: 1, connectionsLive: 1, packetsIn: 2, bytesIn: 100 });
+    expect(r2.find((r) => r.reporter === 'Dst')).toMatchObject({
+      connectionsStarted: 0,
+      connectionsCompleted: 1,
+      connectionsLive: 1,
+      packetsIn: 2,
+      bytesIn: 100,
+    });
   });
 
   it('counts denied packets from their samples and names outside addresses', () => {
@@ -61,7 +118,12 @@ describe('flow aggregation on the node', () => {
     const deny = r.find((x) => x.action === 'Deny')!;
     expect(deny).toMatchObject({ reporter: 'Dst', packetsIn: 2, bytesIn: 120, connectionsStarted: 0 });
     expect(deny.policies.enforced[0]).toMatchObject({ kind: 'EndOfTier', ruleIndex: -1 });
-    expect(r.filter((x) => x.dest.type === 'net').map((x) => x.dest.name).sort()).toEqual(['pub', 'pvt']);
+    expect(
+      r
+        .filter((x) => x.dest.type === 'net')
+        .map((x) => x.dest.name)
+        .sort(),
+    ).toEqual(['pub', 'pvt']);
     expect(g.unknownTags).toBe(1);
     expect(isPrivateAddress('100.64.1.1')).toBe(true);
     expect(isPrivateAddress('::ffff:10.1.2.3')).toBe(true);

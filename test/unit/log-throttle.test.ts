@@ -14,7 +14,9 @@ function setup(opts: Partial<LoggerOptions> = {}) {
   const lines: string[] = [];
   const log = createLogger({ ...opts, throttle, stderr: (s) => lines.push(s) });
   const suppressed = (level: string) => {
-    const m = new RegExp(`^netplugin_log_repeats_suppressed_total\\{level="${level}"\\} (\\d+)$`, 'm').exec(registry.render());
+    const m = new RegExp(`^netplugin_log_repeats_suppressed_total\\{level="${level}"\\} (\\d+)$`, 'm').exec(
+      registry.render(),
+    );
     return m ? Number(m[1]) : 0;
   };
   return { log, lines, throttle, suppressed, advance: (ms: number) => (now += ms) };
@@ -69,6 +71,11 @@ describe('log throttle', () => {
     t.advance(60_000);
     t.log.error('policy: applying the ruleset failed; retrying', { error: 'EPERM' });
     expect(t.lines).toHaveLength(2);
-    expect(JSON.parse(t.lines[1]!)).toMatchObject({ level: 'ERROR', error: 'EPERM', repeated: 3, repeatedWithinSeconds: 60 });
+    expect(JSON.parse(t.lines[1]!)).toMatchObject({
+      level: 'ERROR',
+      error: 'EPERM',
+      repeated: 3,
+      repeatedWithinSeconds: 60,
+    });
   });
 });

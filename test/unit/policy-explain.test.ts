@@ -185,8 +185,7 @@ describe('netpluginctl policy explain', () => {
       await ctl(['policy', 'explain', 'web', '-n', 'shop', '--peer', 'client', '--port', '8080', '--source-port', '2'])
     ).out;
     expect(text).toContain(
-      'client -> shop/web TCP/8080 from port 2, ingress of shop/web: DENY by GlobalNetworkPolicy src-ports ingress ' +
-        'rule 1 (Deny)',
+      'client -> shop/web TCP/8080 from port 2, ingress of shop/web: DENY by GlobalNetworkPolicy src-ports ingress rule 1 (Deny)',
     );
     expect(await ctl(['policy', 'explain', 'web', '-n', 'shop', '--source-port', '0'])).toMatchObject({
       code: 1,

@@ -56,7 +56,10 @@ function secretCache(read: BgpOptions['readSecret']): { get(name: string, key: s
 
 /** Key `key` of Secret `name` in `namespace`, decoded (Secret data is base64 in the API). */
 export async function readSecretKey(client: KubeClient, namespace: string, name: string, key: string): Promise<string> {
-  const s = await client.request<{ data?: Record<string, string> }>('GET', `/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets/${encodeURIComponent(name)}`);
+  const s = await client.request<{ data?: Record<string, string> }>(
+    'GET',
+    `/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets/${encodeURIComponent(name)}`,
+  );
   const v = s.data?.[key];
   if (v === undefined) throw new Error(`Secret ${namespace}/${name} has no key ${JSON.stringify(key)}`);
   return Buffer.from(v, 'base64').toString('utf8');
@@ -131,13 +134,19 @@ export function startBgpController(o: BgpOptions): BgpController {
       } else if (pw.secretKeyRef) {
         const ref = pw.secretKeyRef;
         if (!o.readSecret) {
-          log.warn(`bgp: BGPPeer ${p.metadata.name}: spec.password.secretKeyRef needs the agent's Kubernetes API access (its service account, or --kubeconfig); use spec.password.file otherwise`);
+          log.warn(
+            `bgp: BGPPeer ${p.metadata.name}: spec.password.secretKeyRef needs the agent's Kubernetes API access ` +
+              `(its service account, or --kubeconfig); use spec.password.file otherwise`,
+          );
           continue;
         }
         try {
           passwords.set(p.metadata.name, await secrets.get(ref.name, ref.key));
         } catch (e) {
-          log.warn(`bgp: BGPPeer ${p.metadata.name}: cannot read spec.password.secretKeyRef ${ref.name}/${ref.key}: ${(e as Error).message}`);
+          log.warn(
+            `bgp: BGPPeer ${p.metadata.name}: cannot read spec.password.secretKeyRef ${ref.name}/${ref.key}: ` +
+              `${(e as Error).message}`,
+          );
         }
       }
     }

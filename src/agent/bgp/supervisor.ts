@@ -4,7 +4,16 @@
 // `birdc configure` (sessions stay up), restarts BIRD with a backoff when it
 // dies, and polls its sessions for /readyz and metrics.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../../log/types.js';
 import { birdcPath, readSessions, runBirdc, type BgpSession } from './birdc.js';

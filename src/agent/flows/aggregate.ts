@@ -37,7 +37,7 @@ export type PendingEvaluator = (flow: {
   protocol: number;
 }) => PolicyHit[];
 
-export interface FlowAggregatorOptions {
+interface FlowAggregatorOptions {
   /** The endpoint an address belongs to (undefined: outside the cluster's endpoints). */
   resolve(addr: string): ResolvedEndpoint | undefined;
   /** The tag refs of the policy table (the compiler's). */
@@ -72,7 +72,7 @@ const PROTOCOLS: Record<number, string> = { 1: 'ICMP', 6: 'TCP', 17: 'UDP', 58: 
 const TCP_TIME_WAIT = 7;
 const ZERO: Counters = { po: 0, bo: 0, pr: 0, br: 0 };
 
-export function protocolName(n: number): string {
+function protocolName(n: number): string {
   return PROTOCOLS[n] ?? String(n);
 }
 

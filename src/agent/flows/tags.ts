@@ -12,7 +12,7 @@
 // At most FLOW_TAG_MAX_BYTES (the kernel holds 127): 4 + 2 + 2 + 7 + 12 bytes.
 import { END_OF_PROFILES_HIT, END_OF_TIER_HIT, type PolicyHit } from '../../model/policy-hit.js';
 
-export const FLOW_TAG_VERSION = 'np1';
+const FLOW_TAG_VERSION = 'np1';
 /** The refs of the end-of-policies drop (EndOfTier) and of the end-of-profiles drop. */
 export const REF_END_OF_POLICIES = 'eop';
 export const REF_END_OF_PROFILES = 'eopr';
@@ -23,7 +23,7 @@ export const DEFAULT_FLOW_LOG_GROUP = 22;
 export type TagAction = 'Allow' | 'Deny';
 export type TagDir = 'ingress' | 'egress';
 
-export interface FlowTag {
+interface FlowTag {
   action: TagAction;
   dir: TagDir;
   /** The rule's index in its policy or profile; -1 for an end-of-policies or end-of-profiles drop. */

@@ -18,12 +18,17 @@
 import type { WorkloadEndpointSpec } from '../../model/resources.js';
 import type { BaseChain, ElemType, ElemValue } from '../../dataplane/nft/model.js';
 import {
-  baseChainCommands, dataMapElementCommands, elementCommands, mapCommand, setCommand, tableRef,
+  baseChainCommands,
+  dataMapElementCommands,
+  elementCommands,
+  mapCommand,
+  setCommand,
+  tableRef,
 } from '../../dataplane/nft/render.js';
 import { addressOf, containsIP, formatIP, tryParseIP, type Family } from '../../net/cidr.js';
 import type { PoolView } from '../routes/desired.js';
 
-export interface FloatingClaim {
+interface FloatingClaim {
   /** The floating address (canonical). */
   external: string;
   /** The endpoint's own address it is translated to (canonical, same family). */
@@ -52,7 +57,7 @@ export interface FloatingInvalid {
   problem: string;
 }
 
-export interface FloatingView {
+interface FloatingView {
   /** The claim that holds each floating address, by address. */
   held: Map<string, FloatingClaim>;
   conflicts: FloatingConflict[];
@@ -147,7 +152,8 @@ function checkNat(
   if (!int) return `ipNATs entry ${shown}: internalIP is not an IP address`;
   const external = formatIP(ext);
   const internal = formatIP(int);
-  if (ext.family !== int.family) return `floating IP ${external} is IPv${ext.family} but its internalIP ${internal} is not`;
+  if (ext.family !== int.family)
+    return `floating IP ${external} is IPv${ext.family} but its internalIP ${internal} is not`;
   if (!own.has(internal)) {
     return `floating IP ${external}: internalIP ${internal} is not one of the endpoint's own addresses`;
   }
@@ -189,9 +195,33 @@ export function floatingScript(claims: readonly FloatingClaim[], table = FLOATIN
   if (claims.length === 0) return out.join('\n') + '\n';
   out.push(`add table ${T}`);
   const chains: BaseChain[] = [
-    { name: 'prerouting', type: 'nat', hook: 'prerouting', priority: -100, policy: 'accept', comment: 'floating IPs: DNAT', rules: [] },
-    { name: 'output', type: 'nat', hook: 'output', priority: -100, policy: 'accept', comment: 'floating IPs: DNAT', rules: [] },
-    { name: 'postrouting', type: 'nat', hook: 'postrouting', priority: 100, policy: 'accept', comment: 'floating IPs: hairpin', rules: [] },
+    {
+      name: 'prerouting',
+      type: 'nat',
+      hook: 'prerouting',
+      priority: -100,
+      policy: 'accept',
+      comment: 'floating IPs: DNAT',
+      rules: [],
+    },
+    {
+      name: 'output',
+      type: 'nat',
+      hook: 'output',
+      priority: -100,
+      policy: 'accept',
+      comment: 'floating IPs: DNAT',
+      rules: [],
+    },
+    {
+      name: 'postrouting',
+      type: 'nat',
+      hook: 'postrouting',
+      priority: 100,
+      policy: 'accept',
+      comment: 'floating IPs: hairpin',
+      rules: [],
+    },
   ];
   const elems: string[] = [];
   for (const family of [4, 6] as const) {
@@ -202,18 +232,47 @@ export function floatingScript(claims: readonly FloatingClaim[], table = FLOATIN
     out.push(mapCommand(T, fip, { key: [t], data: t, comment: 'floating IP -> the address of the pod holding it' }));
     out.push(setCommand(T, self, { type: [t, t], comment: 'pod address . pod address: hairpin', elements: new Map() }));
     out.push(mapCommand(T, snat, { key: [t], data: t, comment: 'pod address -> its floating IP (hairpin source)' }));
-    const dnat = { matches: [], stmts: [{ s: 'natMap' as const, nat: 'dnat' as const, family, key: 'd' as const, map: fip }] };
+    const dnat = {
+      matches: [],
+      stmts: [{ s: 'natMap' as const, nat: 'dnat' as const, family, key: 'd' as const, map: fip }],
+    };
     chains[0]!.rules.push(dnat);
     chains[1]!.rules.push(dnat);
     chains[2]!.rules.push({
       matches: [{ m: 'ctStatusDnat' }, { m: 'addrPairSet', family, set: self }],
       stmts: [{ s: 'natMap', nat: 'snat', family, key: 's', map: snat }],
     });
-    elems.push(...dataMapElementCommands(T, 'add', fip, [t], t, mine.map((c): [ElemValue[], ElemValue] => [[c.external], c.internal])));
+    elems.push(
+      ...dataMapElementCommands(
+        T,
+        'add',
+        fip,
+        [t],
+        t,
+        mine.map((c): [ElemValue[], ElemValue] => [[c.external], c.internal]),
+      ),
+    );
     const firstOf = new Map<string, string>();
     for (const c of mine) if (!firstOf.has(c.internal)) firstOf.set(c.internal, c.external);
-    elems.push(...elementCommands(T, 'add', self, [t, t], [...firstOf.keys()].map((i) => [i, i])));
-    elems.push(...dataMapElementCommands(T, 'add', snat, [t], t, [...firstOf].map(([i, e]): [ElemValue[], ElemValue] => [[i], e])));
+    elems.push(
+      ...elementCommands(
+        T,
+        'add',
+        self,
+        [t, t],
+        [...firstOf.keys()].map((i) => [i, i]),
+      ),
+    );
+    elems.push(
+      ...dataMapElementCommands(
+        T,
+        'add',
+        snat,
+        [t],
+        t,
+        [...firstOf].map(([i, e]): [ElemValue[], ElemValue] => [[i], e]),
+      ),
+    );
   }
   for (const c of chains) out.push(...baseChainCommands(T, c));
   out.push(...elems);

@@ -12,7 +12,13 @@ import { ownedTables } from '../../dataplane/nft/table.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
 import {
-  FLOATING_TABLE, floatingScript, heldBy, parseTranslations, resolveFloatingIPs, type FloatingConflict, type FloatingInvalid,
+  FLOATING_TABLE,
+  floatingScript,
+  heldBy,
+  parseTranslations,
+  resolveFloatingIPs,
+  type FloatingConflict,
+  type FloatingInvalid,
 } from './floating.js';
 
 export const NAT_TABLE = 'netplugin-nat';
@@ -55,7 +61,7 @@ export interface NatController {
   stop(): void;
 }
 
-export interface NatOptions {
+interface NatOptions {
   ds: Datastore;
   log: Logger;
   run?: (script: string) => void;
@@ -95,7 +101,10 @@ export function startNatController(o: NatOptions): NatController {
       fresh.add(k);
       if (seen.has(k)) continue;
       log.warn('floating IP held by an older endpoint: not translated for this one', {
-        floatingIP: c.external, endpoint: c.refused.endpoint, holder: c.holder.endpoint, holderNode: c.holder.node,
+        floatingIP: c.external,
+        endpoint: c.refused.endpoint,
+        holder: c.holder.endpoint,
+        holderNode: c.holder.node,
       });
       o.onFloatingConflict?.(c);
     }
@@ -110,11 +119,16 @@ export function startNatController(o: NatOptions): NatController {
     seen = fresh;
     try {
       if ((await floatingTables.apply(floatingScript(mine))) && (mine.length || translated.size)) {
-        log.info('floating IPs translated', { floatingIPs: mine.map((c) => `${c.external}->${c.internal} (${c.endpoint})`) });
+        log.info('floating IPs translated', {
+          floatingIPs: mine.map((c) => `${c.external}->${c.internal} (${c.endpoint})`),
+        });
       }
       floatingFailed = false;
     } catch (e) {
-      if (!floatingFailed) log.error('cannot program floating IPs (nftables); their traffic is not translated', { error: (e as Error).message });
+      if (!floatingFailed)
+        log.error('cannot program floating IPs (nftables); their traffic is not translated', {
+          error: (e as Error).message,
+        });
       floatingFailed = true;
       return false;
     }
@@ -179,7 +193,10 @@ export function startNatController(o: NatOptions): NatController {
   const pools = new Informer(datastoreSource(ds, 'IPPool'), { onChange: () => schedule() }, { onError });
   const nodes = new Informer(datastoreSource(ds, 'Node'), { onChange: () => schedule() }, { onError });
   // Endpoints only when floating IPs are translated here.
-  const weps = o.node !== undefined ? new Informer(datastoreSource(ds, 'WorkloadEndpoint'), { onChange: () => schedule() }, { onError }) : undefined;
+  const weps =
+    o.node !== undefined
+      ? new Informer(datastoreSource(ds, 'WorkloadEndpoint'), { onChange: () => schedule() }, { onError })
+      : undefined;
   pools.start();
   nodes.start();
   weps?.start();

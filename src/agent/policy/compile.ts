@@ -25,7 +25,14 @@ import { createHash } from 'node:crypto';
 import { containsCidr, formatCidr, formatIP, parseCidr, type Cidr } from '../../net/cidr.js';
 import type { HostPortSpec } from '../../model/resources.js';
 import type { EndpointToHostAction } from '../../model/agent-config.js';
-import { effectiveTypes, parsePort, protocolNumber, type EntityRule, type PolicyRule, type Protocol } from '../../model/policy.js';
+import {
+  effectiveTypes,
+  parsePort,
+  protocolNumber,
+  type EntityRule,
+  type PolicyRule,
+  type Protocol,
+} from '../../model/policy.js';
 import { renderRule } from '../../dataplane/nft/render.js';
 import { DEFAULT_POLICY_TABLE } from '../../dataplane/nft/programmed.js';
 import {
@@ -124,7 +131,7 @@ export interface FlowLogRules {
 }
 
 /** The dynamic sets of the flow-log rate limit: ingress (to a pod) keyed by oifname, egress by iifname. */
-export const FLOW_LIMIT_SETS = { ingress: 'fl-rate-in', egress: 'fl-rate-out' } as const;
+const FLOW_LIMIT_SETS = { ingress: 'fl-rate-in', egress: 'fl-rate-out' } as const;
 
 export interface CompileInput {
   policies: PolicyInput[];
@@ -135,7 +142,7 @@ export interface CompileInput {
 }
 
 /** A HostEndpoint as the compiler takes it. */
-export interface HostEndpointInput {
+interface HostEndpointInput {
   name: string;
   /** An interface name, or `*` (all but pod interfaces); absent: not enforced. */
   interfaceName?: string;
@@ -175,7 +182,7 @@ export const HOST_DISPATCH = {
 } as const;
 
 /** Set with `notrack` by an Allow of a doNotTrack policy: the filter chains accept the packet without conntrack. */
-export const MARK_UNTRACKED = 0x04000000;
+const MARK_UNTRACKED = 0x04000000;
 const NO_HOST: HostInput = {
   endpoints: [],
   failsafeInbound: [],
@@ -183,7 +190,7 @@ const NO_HOST: HostInput = {
   endpointToHost: 'Accept',
   podPrefixes: [],
 };
-export const HOST_DISPATCH_OWNER: Owner = { kind: 'HostDispatch', name: 'host endpoint dispatch' };
+const HOST_DISPATCH_OWNER: Owner = { kind: 'HostDispatch', name: 'host endpoint dispatch' };
 
 function shortHash(s: string): string {
   return createHash('sha1').update(s).digest('hex').slice(0, 12);
@@ -430,19 +437,29 @@ export class PolicyCompiler {
     const id = policyId(p);
     const names: { in?: string; out?: string } = {};
     const h = shortHash(`${p.kind}/${id}`);
-    const owner: Owner = { kind: p.kind, name: p.name, ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}) };
+    const owner: Owner = {
+      kind: p.kind,
+      name: p.name,
+      ...(p.namespace !== undefined && p.kind === 'NetworkPolicy' ? { namespace: p.namespace } : {}),
+    };
     if (this.flowLog) {
       const { action: _a, ruleIndex: _r, ...ref } = hitOfPolicy(p, 'Allow', 0);
       this.flowRefs.set(h, ref);
     }
     if (types.includes('Ingress')) {
       names.in = `pol-in-${h}`;
-      const rules = this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner, { ref: h, dir: 'ingress' });
+      const rules = this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner, {
+        ref: h,
+        dir: 'ingress',
+      });
       chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules });
     }
     if (types.includes('Egress')) {
       names.out = `pol-out-${h}`;
-      const rules = this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner, { ref: h, dir: 'egress' });
+      const rules = this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner, {
+        ref: h,
+        dir: 'egress',
+      });
       chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules });
     }
     return names;
@@ -470,7 +487,10 @@ export class PolicyCompiler {
       v6: ep.addrs.filter((a) => familyOf(a) === 6),
       ...(ep.mac ? { mac: ep.mac } : {}),
     };
-    for (const [dir, ifChain] of [['Ingress', entry.to], ['Egress', entry.from]] as const) {
+    for (const [dir, ifChain] of [
+      ['Ingress', entry.to],
+      ['Egress', entry.from],
+    ] as const) {
       this.directionChain(chains, memo, profiles, {
         name: ifChain,
         comment: `${who} ${dir.toLowerCase()} (interface ${ep.interfaceName})`,
@@ -521,7 +541,12 @@ export class PolicyCompiler {
       const subRules: Rule[] = [];
       for (const p of pols) {
         subRules.push({ matches: [], verdict: { v: 'jump', chain: o.polChain.get(p)![key]! } });
-        if (hasPass(p, o.dir)) subRules.push({ matches: [{ m: 'markAny', mask: MARK_PASS }], verdict: { v: 'return' }, comment: `${p.kind} ${policyId(p)} passed to the profiles` });
+        if (hasPass(p, o.dir))
+          subRules.push({
+            matches: [{ m: 'markAny', mask: MARK_PASS }],
+            verdict: { v: 'return' },
+            comment: `${p.kind} ${policyId(p)} passed to the profiles`,
+          });
       }
       const eop: Rule = {
         matches: [],
@@ -543,8 +568,14 @@ export class PolicyCompiler {
         pc = { in: `pro-in-${h}`, out: `pro-out-${h}` };
         const po: Owner = { kind: 'Profile', name: prof };
         if (this.flowLog) this.flowRefs.set(h, { kind: 'Profile', namespace: '', name: prof, tier: '' });
-        const inRules = this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po, { ref: h, dir: 'ingress' });
-        const outRules = this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po, { ref: h, dir: 'egress' });
+        const inRules = this.compileRules(pr.spec.ingress ?? [], undefined, `Profile ${prof} ingress`, po, {
+          ref: h,
+          dir: 'ingress',
+        });
+        const outRules = this.compileRules(pr.spec.egress ?? [], undefined, `Profile ${prof} egress`, po, {
+          ref: h,
+          dir: 'egress',
+        });
         chains.set(pc.in, { comment: `Profile ${prof} ingress`, owner: po, rules: inRules });
         chains.set(pc.out, { comment: `Profile ${prof} egress`, owner: po, rules: outRules });
         profChain.set(prof, pc);
@@ -552,14 +583,18 @@ export class PolicyCompiler {
       rules.push({ matches: [], verdict: { v: 'jump', chain: pc[key] } });
     }
     const profs = o.profiles.filter((p) => profiles.has(p));
-    const what = o.end === 'drop' ? `${pols.length ? 'passed to profiles, ' : ''}end of profiles ${profs.length ? nameList(profs) : '(none)'}` : `no policy decided: ${o.end}`;
+    const what =
+      o.end === 'drop'
+        ? `${pols.length ? 'passed to profiles, ' : ''}end of profiles ${profs.length ? nameList(profs) : '(none)'}`
+        : `no policy decided: ${o.end}`;
     const last: Rule = {
       matches: [],
       ...(o.end === 'drop' ? { stmts: [{ s: 'counter' as const }] } : {}),
       verdict: { v: o.end },
       comment: `${o.who} ${d}: ${what}`,
     };
-    if (o.end === 'drop') rules.push(...this.logged([last], 'Deny', { ref: REF_END_OF_PROFILES, dir: d as TagDir }, -1));
+    if (o.end === 'drop')
+      rules.push(...this.logged([last], 'Deny', { ref: REF_END_OF_PROFILES, dir: d as TagDir }, -1));
     else rules.push(last);
     chains.set(o.name, { comment: o.comment, owner: o.owner, rules });
   }
@@ -584,7 +619,10 @@ export class PolicyCompiler {
       const id = policyId(p);
       const h = shortHash(`raw/${p.kind}/${id}`);
       const owner: Owner = { kind: 'GlobalNetworkPolicy', name: p.name };
-      for (const [dir, k] of [['Ingress', 'in'], ['Egress', 'out']] as const) {
+      for (const [dir, k] of [
+        ['Ingress', 'in'],
+        ['Egress', 'out'],
+      ] as const) {
         if (!effectiveTypes(p.spec).includes(dir)) continue;
         const what = `${p.kind} ${id} ${dir.toLowerCase()} (untracked)`;
         const spec = (dir === 'Ingress' ? p.spec.ingress : p.spec.egress) ?? [];
@@ -623,7 +661,10 @@ export class PolicyCompiler {
       const pre = selecting('preDNAT').filter((p) => effectiveTypes(p.spec).includes('Ingress'));
       if (pre.length) chain((hooks.pre = `${base}-pre`), 'ingress before DNAT', 'Ingress', pre, { end: 'return' });
       const raw = selecting('doNotTrack');
-      for (const [dir, k, name] of [['Ingress', 'rawIn', 'raw-in'], ['Egress', 'rawOut', 'raw-out']] as const) {
+      for (const [dir, k, name] of [
+        ['Ingress', 'rawIn', 'raw-in'],
+        ['Egress', 'rawOut', 'raw-out'],
+      ] as const) {
         const pols = raw.filter((p) => effectiveTypes(p.spec).includes(dir));
         if (!pols.length) continue;
         pols.forEach(rawOf);
@@ -659,7 +700,10 @@ export class PolicyCompiler {
     const untrackedOk = any ? [accept([{ m: 'markAny', mask: MARK_UNTRACKED }], 'allowed by untracked policy')] : [];
     // Pod traffic between nodes travels in tunnels that start and end on the host: not the host's own.
     const vxlan: Match[] = host.vxlanPort
-      ? [{ m: 'l4proto', proto: 17 }, { m: 'ports', dir: 'd', ranges: [[host.vxlanPort, host.vxlanPort]] }]
+      ? [
+          { m: 'l4proto', proto: 17 },
+          { m: 'ports', dir: 'd', ranges: [[host.vxlanPort, host.vxlanPort]] },
+        ]
       : [];
     const tunnels: Rule[] = !any
       ? []
@@ -851,7 +895,12 @@ export class PolicyCompiler {
   private hostPolicyChange(memo: Memo, input: CompileInput, idx: number[]): DesiredState {
     this.lastMode = 'incremental';
     const prev = memo.state;
-    const state: DesiredState = { chains: new Map(prev.chains), sets: new Map(prev.sets), endpoints: prev.endpoints, refused: [] };
+    const state: DesiredState = {
+      chains: new Map(prev.chains),
+      sets: new Map(prev.sets),
+      endpoints: prev.endpoints,
+      refused: [],
+    };
     this.sets = state.sets;
     const globals = [...(memo.byNamespace.get(null) ?? [])];
     for (const i of idx) {
@@ -863,7 +912,8 @@ export class PolicyCompiler {
     }
     memo.byNamespace.set(null, globals);
     for (const [name, c] of state.chains) {
-      if (c.owner.kind === 'HostEndpoint' || c.owner.kind === 'HostDispatch' || name.startsWith('raw-')) state.chains.delete(name);
+      if (c.owner.kind === 'HostEndpoint' || c.owner.kind === 'HostDispatch' || name.startsWith('raw-'))
+        state.chains.delete(name);
     }
     this.hostRefusals = [];
     this.hostChains(input.host ?? NO_HOST, memo, state, input.profiles);
@@ -871,7 +921,11 @@ export class PolicyCompiler {
       const old = prev.chains.get(name);
       if (old && old !== ch && sameChain(old, ch)) state.chains.set(name, old);
     }
-    state.refused = [...this.ruleRefusals, ...this.hostRefusals, ...[...memo.endpoints.values()].flatMap((x) => x.refused)];
+    state.refused = [
+      ...this.ruleRefusals,
+      ...this.hostRefusals,
+      ...[...memo.endpoints.values()].flatMap((x) => x.refused),
+    ];
     this.memo = { ...memo, policies: input.policies, policySpecs: input.policies.map((p) => p.spec), state };
     return state;
   }
@@ -938,7 +992,13 @@ export class PolicyCompiler {
    * protocol out of range in an object the schema did not check) becomes a
    * drop naming it: fail closed, and only that rule's chain is affected.
    */
-  compileRules(rules: PolicyRule[], p: PolicyInput | undefined, what: string, owner?: Owner, tag?: { ref: string; dir: TagDir }): Rule[] {
+  compileRules(
+    rules: PolicyRule[],
+    p: PolicyInput | undefined,
+    what: string,
+    owner?: Owner,
+    tag?: { ref: string; dir: TagDir },
+  ): Rule[] {
     const out: Rule[] = [];
     rules.forEach((r, i) => {
       const w = `${what} rule ${i}`;
@@ -949,9 +1009,15 @@ export class PolicyCompiler {
         out.push(...(tag && action ? this.logged(compiled, action, tag, i) : compiled));
       } catch (e) {
         if (!(e instanceof NftModelError)) throw e;
-        const drop: Rule = { matches: [], stmts: [{ s: 'counter' }], verdict: { v: 'drop' }, comment: `${w} refused (${e.message})` };
+        const drop: Rule = {
+          matches: [],
+          stmts: [{ s: 'counter' }],
+          verdict: { v: 'drop' },
+          comment: `${w} refused (${e.message})`,
+        };
         out.push(...(tag ? this.logged([drop], 'Deny', tag, i) : [drop]));
-        if (owner) this.ruleRefusals.push({ owner, reason: `${w} cannot be programmed (${e.message}); it drops instead` });
+        if (owner)
+          this.ruleRefusals.push({ owner, reason: `${w} cannot be programmed (${e.message}); it drops instead` });
       }
     });
     return out;
@@ -967,11 +1033,18 @@ export class PolicyCompiler {
     const fl = this.flowLog;
     if (!fl) return rules;
     const prefix = formatFlowTag({ action, dir: tag.dir, ruleIndex, ref: tag.ref });
-    const limit = tag.dir === 'ingress'
-      ? { set: FLOW_LIMIT_SETS.ingress, key: 'oifname' as const }
-      : { set: FLOW_LIMIT_SETS.egress, key: 'iifname' as const };
+    const limit =
+      tag.dir === 'ingress'
+        ? { set: FLOW_LIMIT_SETS.ingress, key: 'oifname' as const }
+        : { set: FLOW_LIMIT_SETS.egress, key: 'iifname' as const };
     return rules.flatMap((r): Rule[] => [
-      { matches: r.matches, stmts: [{ s: 'limitPerIf', ...limit, rate: fl.rate, burst: fl.burst }, { s: 'log', prefix, group: fl.group }] },
+      {
+        matches: r.matches,
+        stmts: [
+          { s: 'limitPerIf', ...limit, rate: fl.rate, burst: fl.burst },
+          { s: 'log', prefix, group: fl.group },
+        ],
+      },
       r,
     ]);
   }

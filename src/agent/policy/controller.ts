@@ -617,7 +617,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
 }
 
 /** The compiler's host input: every host endpoint (peers of rules), this node's enforced, and the node's settings. */
-export function hostInput(
+function hostInput(
   heps: Array<Resource<'HostEndpoint'>>,
   settings: AgentSettings,
   nodename: string,

@@ -222,8 +222,17 @@ function hostBaseChains(): BaseChain[] {
     verdict: { v: 'accept' },
     comment: 'loopback',
   });
-  const to = (k: keyof typeof HOST_DISPATCH): Rule => ({ matches: [], verdict: { v: 'jump', chain: HOST_DISPATCH[k].name } });
-  const chain = (name: string, hook: BaseChain['hook'], priority: number, comment: string, rules: Rule[]): BaseChain => ({
+  const to = (k: keyof typeof HOST_DISPATCH): Rule => ({
+    matches: [],
+    verdict: { v: 'jump', chain: HOST_DISPATCH[k].name },
+  });
+  const chain = (
+    name: string,
+    hook: BaseChain['hook'],
+    priority: number,
+    comment: string,
+    rules: Rule[],
+  ): BaseChain => ({
     name,
     hook,
     priority,

@@ -15,7 +15,15 @@
 import type { EncapMode, IPPoolSpec, NodeSpec } from '../../model/resources.js';
 import { IPIP_DEVICE, OVERHEAD, VXLAN_DEVICE, type RoutingState } from '../../dataplane/routing.js';
 import {
-  addressOf, containsCidr, containsIP, hostPrefix, parseCidr, tryParseCidr, tryParseIP, type Cidr, type Family,
+  addressOf,
+  containsCidr,
+  containsIP,
+  hostPrefix,
+  parseCidr,
+  tryParseCidr,
+  tryParseIP,
+  type Cidr,
+  type Family,
 } from '../../net/cidr.js';
 
 export interface PoolView {
@@ -127,11 +135,16 @@ export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Des
       const mac = family === 4 ? node.vxlanTunnelMACAddr : node.vxlanTunnelMACAddrV6;
       const mine = family === 4 ? me?.vxlanTunnelAddress : me?.vxlanTunnelAddressV6;
       if (!tun || !mac) {
-        out.warnings.push(`node ${nodeName} has no IPv${family} VXLAN tunnel address/MAC registered yet: no route to its ${what} ${dst}`);
+        out.warnings.push(
+          `node ${nodeName} has no IPv${family} VXLAN tunnel address/MAC registered yet: no route to its ${what} ` +
+            `${dst}`,
+        );
         return;
       }
       if (!mine) {
-        out.warnings.push(`this node has no IPv${family} VXLAN tunnel address yet: no route to ${what} ${dst} of ${nodeName}`);
+        out.warnings.push(
+          `this node has no IPv${family} VXLAN tunnel address yet: no route to ${what} ${dst} of ${nodeName}`,
+        );
         return;
       }
       out.routes.push({ family, dst, type: 'unicast', gateway: tun, dev, onlink: true });
@@ -146,7 +159,8 @@ export function computeDesired(view: ClusterView, subnets: readonly Cidr[]): Des
       out.routes.push({ family, dst, type: 'unicast', gateway: nodeIP });
     } else {
       out.warnings.push(
-        `pool ${pool.name} uses no encapsulation and node ${nodeName} (${nodeIP}) is not on a directly connected subnet: no route to its ${what} ${dst}; the underlay must route it, or set the pool's vxlanMode`,
+        `pool ${pool.name} uses no encapsulation and node ${nodeName} (${nodeIP}) is not on a directly connected ` +
+          `subnet: no route to its ${what} ${dst}; the underlay must route it, or set the pool's vxlanMode`,
       );
     }
   };

@@ -121,7 +121,10 @@ export function startRoutesController(o: RoutesOptions): RoutesController {
       nodes: new Map(nodes.list().map((n) => [n.metadata.name, n.spec])),
       pools: poolViews(pools.list()),
       floating: floatingNow(),
-      blocks: blocks.list().map((b) => ({ cidr: b.spec.cidr, node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined })),
+      blocks: blocks.list().map((b) => ({
+        cidr: b.spec.cidr,
+        node: b.spec.affinity?.startsWith('host:') ? b.spec.affinity.slice(5) : undefined,
+      })),
       bgp: o.bgp === true,
     };
     const desired = computeDesired(view, kernel.connectedSubnets());

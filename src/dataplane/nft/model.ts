@@ -89,7 +89,7 @@ export const ICMPV6_TYPES = [
   'nd-router-advert',
   'nd-redirect',
 ] as const;
-type Icmpv6Type = (typeof ICMPV6_TYPES)[number];
+export type Icmpv6Type = (typeof ICMPV6_TYPES)[number];
 
 /** A canonical address (no prefix length) of the given family, or a refusal. */
 export function checkAddr(a: string, family?: Family): string {
@@ -178,8 +178,6 @@ export type Stmt =
 
 /** The NFLOG group of a log statement (nfnetlink_log takes a 16-bit group). */
 export const checkLogGroup = (n: number) => checkInt(n, 0, 65535, 'log group');
-/** Prefixes of flow-log tags are kept short: a third of what the kernel holds, and no tenant text in them. */
-export const FLOW_TAG_MAX_BYTES = 64;
 
 export type Verdict =
   | { v: 'accept' | 'drop' | 'return' }
@@ -196,7 +194,15 @@ export interface Rule {
 
 /** Who an object belongs to (for comments, and to report the object a refused batch named). */
 export interface Owner {
-  kind: 'Endpoint' | 'NetworkPolicy' | 'GlobalNetworkPolicy' | 'Profile' | 'Set' | 'Base' | 'HostEndpoint' | 'HostDispatch';
+  kind:
+    | 'Endpoint'
+    | 'NetworkPolicy'
+    | 'GlobalNetworkPolicy'
+    | 'Profile'
+    | 'Set'
+    | 'Base'
+    | 'HostEndpoint'
+    | 'HostDispatch';
   namespace?: string;
   name: string;
   /** The endpoint's identity (container ID) where known. */

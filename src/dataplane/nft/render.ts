@@ -135,7 +135,10 @@ function renderStmt(s: Stmt): string {
       return `meta mark set meta mark ${s.op === 'and' ? 'and' : 'or'} ${hex(s.value)}`;
     case 'natMap': {
       const f = ip(s.family);
-      return `${s.nat === 'snat' ? 'snat' : 'dnat'} ${f} to ${f} ${s.key === 's' ? 's' : 'd'}addr map @${checkIdent(s.map, 'map')}`;
+      return (
+        `${s.nat === 'snat' ? 'snat' : 'dnat'} ${f} to ${f} ${s.key === 's' ? 's' : 'd'}addr map @` +
+        `${checkIdent(s.map, 'map')}`
+      );
     }
     case 'notrack':
       return 'notrack';

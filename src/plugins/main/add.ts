@@ -138,7 +138,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
       // Started on the event loop's next turn: the dataplane's netlink work runs
       // on this thread, so the transaction's request must go out first.
       const made = new Promise<void>((r) => setImmediate(r)).then(() => createVeth(tentative, freshMac));
-      void made.then(() => mark('veth made'), () => undefined);
+      void made.then(
+        () => mark('veth made'),
+        () => undefined,
+      );
       made.catch(() => undefined); // awaited below, or by the rollback
       speculative = { ips: tentative, made };
       // Undone only if it was made: a failed setup touched nothing of the pod's (an
@@ -147,7 +150,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
         if (await madeOk(made)) await undoVeth();
       });
     };
-    const { ips, floating, repeated } = early && work.options ? await ipamAddresses(ctx, wl, work.options, rb, early, piggy) : await delegatedAddresses(ctx, wl, ds, rb);
+    const { ips, floating, repeated } =
+      early && work.options
+        ? await ipamAddresses(ctx, wl, work.options, rb, early, piggy)
+        : await delegatedAddresses(ctx, wl, ds, rb);
     mark('addresses committed');
     const v4 = ips.find((a) => !a.includes(':'));
     const v6 = ips.find((a) => a.includes(':'));
