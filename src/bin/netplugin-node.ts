@@ -34,7 +34,7 @@ import {
   DEFAULT_TOKEN_SECONDS,
   type PluginKubeconfig,
 } from '../agent/kubeconfig-writer.js';
-import { parseFlushInterval } from '../agent/flows/index.js';
+import { aggregatorUrlProblem, parseFlushInterval, type FlowLogFlags } from '../agent/flows/index.js';
 
 async function enableIpv6Forwarding(log: Logger): Promise<void> {
   try {
@@ -92,11 +92,13 @@ const USAGE = `usage: netplugin-node [--socket PATH] [--config FILE] [--nodename
                        needs API access)
   --flow-aggregator https://HOST:PORT  send flow logs (the verdict of every connection, from the
                        kernel: docs/flows.md) to the aggregator netplugin-flows; needs --config with
-                       policy.type k8s and the three --flow-tls-* files
+                       policy.type k8s and the three --flow-tls-* files. Without it, the
+                       AgentConfiguration's flowLogsAggregator names the aggregator (live)
   --flow-tls-cert F    the agent's client certificate (PEM) for the aggregator
   --flow-tls-key F     its key (PEM)
   --flow-tls-ca F      the CA that signed the aggregator's certificate (PEM)
-  --flow-flush-interval D  flow records are aggregated and sent every D (default 15s; e.g. 5s, 1m)
+  --flow-flush-interval D  flow records are aggregated and sent every D (default: the
+                       AgentConfiguration's flowLogsFlushInterval, else 15s; e.g. 5s, 1m)
   --version            print the version and exit
   --max-concurrent N   CNI requests run at once per plugin (default 64)
 
@@ -132,47 +134,40 @@ function agentPlugins(
 
 const CLI = { program: 'netplugin-node', usage: USAGE };
 
-/** The --flow-* flags, checked: undefined without --flow-aggregator. */
-function flowFlags(
-  v: Record<string, string | boolean | undefined>,
-): import('../agent/flows/index.js').FlowLogConfig | undefined {
+/**
+ * The --flow-* flags, checked: undefined without the TLS files. With them and without
+ * --flow-aggregator, the AgentConfiguration's flowLogsAggregator turns flow logs on.
+ */
+function flowFlags(v: Record<string, string | boolean | undefined>): FlowLogFlags | undefined {
   const s = (k: string) => (typeof v[k] === 'string' ? (v[k] as string) : undefined);
   const url = s('flow-aggregator');
-  const others = ['flow-tls-cert', 'flow-tls-key', 'flow-tls-ca', 'flow-flush-interval'].filter(
-    (k) => s(k) !== undefined,
-  );
-  if (url === undefined) {
-    if (others.length) usageError(`--${others[0]} needs --flow-aggregator https://HOST:PORT`);
-    return undefined;
+  const flags = ['flow-aggregator', 'flow-tls-cert', 'flow-tls-key', 'flow-tls-ca', 'flow-flush-interval'];
+  const given = flags.filter((k) => s(k) !== undefined);
+  if (!given.length) return undefined;
+  if (url !== undefined) {
+    const problem = aggregatorUrlProblem(url);
+    if (problem) usageError(`--flow-aggregator ${problem}`);
   }
-  let u: URL | undefined;
-  try {
-    u = new URL(url);
-  } catch {
-    u = undefined;
-  }
-  if (u?.protocol !== 'https:' || !u.port || u.pathname !== '/' || u.search) {
-    usageError(`--flow-aggregator '${url}' is not https://HOST:PORT (the aggregator's --collector-addr, over mTLS)`);
-  }
-  if (!v.config) usageError('--flow-aggregator needs --config (flow logs come from the policy table: policy.type k8s)');
+  if (!v.config) usageError(`--${given[0]} needs --config (flow logs come from the policy table: policy.type k8s)`);
   const files = { certFile: s('flow-tls-cert'), keyFile: s('flow-tls-key'), caFile: s('flow-tls-ca') };
   for (const [k, f] of [
     ['flow-tls-cert', files.certFile],
     ['flow-tls-key', files.keyFile],
     ['flow-tls-ca', files.caFile],
   ] as const) {
-    if (!f) usageError(`--flow-aggregator needs --${k} FILE (the collector takes mTLS only)`);
+    if (!f) usageError(`--${given[0]} needs --${k} FILE (the collector takes mTLS only)`);
   }
-  const interval = s('flow-flush-interval') ?? '15s';
-  const ms = parseFlushInterval(interval);
-  if (ms === undefined)
+  const interval = s('flow-flush-interval');
+  const ms = interval === undefined ? undefined : parseFlushInterval(interval);
+  if (interval !== undefined && ms === undefined) {
     usageError(`--flow-flush-interval '${interval}' is not a duration of 100ms to 1h such as 15s, 500ms or 1m`);
+  }
   return {
-    aggregator: url,
     certFile: files.certFile!,
     keyFile: files.keyFile!,
     caFile: files.caFile!,
-    flushIntervalMs: ms,
+    ...(url !== undefined ? { aggregator: url } : {}),
+    ...(ms !== undefined ? { flushIntervalMs: ms } : {}),
   };
 }
 function usageError(msg: string): never {

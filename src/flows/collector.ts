@@ -1,6 +1,9 @@
 // The aggregator's collector: an HTTP/2 server over TLS that requires a client
 // certificate signed by the configured CA (an agent without one fails the
 // handshake), taking the batch stream of src/flows/protocol.ts into the store.
+// An agent reports as the node its certificate names (its CN or a DNS name of
+// its subjectAltName): a batch for another node ends the request, so that one
+// node's key cannot write flows in another's name.
 import {
   createSecureServer,
   constants,
@@ -8,7 +11,7 @@ import {
   type ServerHttp2Session,
   type ServerHttp2Stream,
 } from 'node:http2';
-import type { TLSSocket } from 'node:tls';
+import type { PeerCertificate, TLSSocket } from 'node:tls';
 import { parseListenAddr } from '../observe/health.js';
 import type { FlowStore } from './store.js';
 import { COLLECTOR_PATH, LineReader, NDJSON, parseBatch, parseRecords, ProtocolError, type Ack } from './protocol.js';
@@ -38,6 +41,18 @@ interface Collector {
   close(): Promise<void>;
 }
 
+/** The names a client certificate vouches for: its CN and its subjectAltName DNS names, lower case. */
+function certNames(cert: PeerCertificate | undefined): Set<string> {
+  const out = new Set<string>();
+  const cn = cert?.subject?.CN;
+  // A subject with several CNs comes as an array: each is one of its names.
+  for (const n of Array.isArray(cn) ? cn : cn ? [cn] : []) out.add(String(n).toLowerCase());
+  for (const part of cert?.subjectaltname?.split(', ') ?? []) {
+    if (part.startsWith('DNS:')) out.add(part.slice(4).toLowerCase());
+  }
+  return out;
+}
+
 export async function startCollector(o: CollectorOptions): Promise<Collector> {
   const { host, port } = parseListenAddr(o.addr);
   const now = o.now ?? Date.now;
@@ -57,7 +72,9 @@ export async function startCollector(o: CollectorOptions): Promise<Collector> {
     minVersion: 'TLSv1.2',
   });
   server.on('stream', (stream, headers) => {
-    const peer = (stream.session?.socket as TLSSocket | undefined)?.getPeerCertificate?.()?.subject?.CN ?? '?';
+    const cert = (stream.session?.socket as TLSSocket | undefined)?.getPeerCertificate?.();
+    const peer = cert?.subject?.CN ?? '?';
+    const names = certNames(cert);
     if (headers[':path'] !== COLLECTOR_PATH || headers[':method'] !== 'POST') {
       stream.respond({ ':status': 404, 'content-type': 'text/plain' });
       stream.end(`not found: agents POST ${COLLECTOR_PATH}\n`);
@@ -77,6 +94,12 @@ export async function startCollector(o: CollectorOptions): Promise<Collector> {
         reader.push(chunk, (line) => {
           lineNo++;
           const batch = parseBatch(line);
+          if (!names.has(batch.node.toLowerCase())) {
+            throw new ProtocolError(
+              `batch node ${JSON.stringify(batch.node)} is not a name of the client certificate ` +
+                `(${[...names].join(', ') || 'none'}): an agent reports as the node its certificate names`,
+            );
+          }
           const id = `${batch.node}\u0000${batch.stream}`;
           const last = streams.get(id);
           if (last && batch.seq <= last.seq) {

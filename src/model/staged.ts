@@ -29,7 +29,7 @@ import {
 } from './policy-eval.js';
 
 type StagedKind = StagedRef['kind'];
-const STAGED_KINDS: readonly StagedKind[] = [
+export const STAGED_KINDS: readonly StagedKind[] = [
   'StagedNetworkPolicy',
   'StagedGlobalNetworkPolicy',
   'StagedKubernetesNetworkPolicy',
@@ -143,7 +143,7 @@ function stagedPolicyInput(p: StagedPolicy): PolicyInput {
 const targetKey = (t: { kind: string; name: string; namespace?: string | undefined }) =>
   `${t.kind}\u0000${t.namespace ?? ''}\u0000${t.name}`;
 
-interface PendingPolicies {
+export interface PendingPolicies {
   /** The enforced policies with every staged change applied, in evaluation order; staged Sets carry `staged`. */
   policies: PolicyInput[];
   /** Staged objects left out because they cannot be evaluated (a Kubernetes spec that does not convert), with why. */

@@ -18,6 +18,7 @@ import {
   type FlowsProcess,
 } from '../support/flows.js';
 import { CTL, requireBuiltCtl } from '../support/ctl.js';
+import { makeCert } from '../support/certs.js';
 import { freePort } from '../support/etcd.js';
 import type { FlowClient } from '../../src/flows/client.js';
 import type { Flow } from '../../src/flows/record.js';
@@ -115,6 +116,24 @@ describe('netplugin-flows', () => {
     expect(stranger.stats()).toMatchObject({ connected: false, connects: 0, acked: 0, buffered: 1 });
     expect((await flows(agg)).items.filter((f) => f.sourceNamespace === 'evil')).toEqual([]);
     expect(agg.stderr()).toMatch(/refused a collector connection/);
+  });
+
+  it('refuses a batch for another node than its client certificate names, takes one for a SAN DNS name', async () => {
+    // pki.agent names node-1: its key must not write flows in node-2's name.
+    const liar = agentClient(pki, agg.collectorPort, { as: pki.agent, node: 'node-2' });
+    clients.push(liar);
+    liar.push([record(now(), { source: { type: 'wep', namespace: 'spoofed', name: 'x', labels: {} } })]);
+    expect(await liar.drained(3000)).toBe(false);
+    expect(liar.stats()).toMatchObject({ acked: 0, buffered: 1 });
+    expect((await flows(agg)).items.filter((f) => f.sourceNamespace === 'spoofed')).toEqual([]);
+    expect(agg.stderr()).toMatch(/batch node \\?"node-2\\?" is not a name of the client certificate \(node-1\)/);
+    // A certificate whose subjectAltName has DNS:localhost reports as localhost.
+    const sanCert = makeCert(pki.dir, pki.ca, 'san-agent', 'both');
+    const san = agentClient(pki, agg.collectorPort, { as: sanCert, node: 'localhost' });
+    clients.push(san);
+    san.push([record(now(), { source: { type: 'wep', namespace: 'by-san', name: 'x', labels: {} } })]);
+    expect(await san.drained(10_000)).toBe(true);
+    expect((await flows(agg)).items.filter((f) => f.sourceNamespace === 'by-san')).toHaveLength(1);
   });
 
   it('takes records from an agent, acknowledges them, and serves them with their trace', async () => {

@@ -20,10 +20,13 @@ import {
   addPod,
   applyK8sPolicy,
   probeFrom,
+  putObject,
+  startPolicyAgent,
   startPolicyEnv,
   type PolicyEnv,
   type Pod,
 } from '../support/policy-harness.js';
+import { API_VERSION } from '../../src/model/resources.js';
 import { ROOT } from '../support/cni.js';
 
 const POOL = { name: 'flows-node', cidr: '10.173.0.0/26', blockSize: 26 };
@@ -50,9 +53,20 @@ const is = (f: Flow, src: Pod, dst: Pod) =>
 
 /** Polls the aggregator until `pick` finds what it wants (or the deadline). */
 async function until<T>(what: string, pick: (fl: Flow[]) => T | undefined, ms = 40_000): Promise<T> {
+  return untilAfter(what, undefined, pick, ms);
+}
+
+/** until(), doing `round` before each look (traffic that makes new records). */
+async function untilAfter<T>(
+  what: string,
+  round: (() => Promise<unknown>) | undefined,
+  pick: (fl: Flow[]) => T | undefined,
+  ms = 40_000,
+): Promise<T> {
   const end = Date.now() + ms;
   let last: Flow[] = [];
   for (;;) {
+    await round?.();
     last = await flows().catch(() => last);
     const got = pick(last);
     if (got !== undefined && got !== false) return got;
@@ -240,5 +254,82 @@ describe('flow logs from the node', () => {
     expect(got).toBe(5);
     await new Promise((r) => setTimeout(r, 3000));
     expect(started(await flows(), pred)).toBe(5);
+  });
+
+  it('shows a staged deny in the pending trace of an allowed flow, while the traffic still flows', async () => {
+    // Staged only: no node enforces it, so a still reaches b; the records say it would not.
+    await putObject(env, {
+      apiVersion: API_VERSION,
+      kind: 'StagedNetworkPolicy',
+      metadata: { name: 'deny-b', namespace: 'y' },
+      spec: { order: 10, selector: "pod == 'b'", types: ['Ingress'], ingress: [{ action: 'Deny' }] },
+    });
+    const staged = { kind: 'StagedNetworkPolicy', namespace: 'y', name: 'deny-b', tier: 'default', action: 'Deny' };
+    const dst = await untilAfter(
+      'a staged deny in the pending trace of a→b',
+      async () => {
+        // Each round's connections make new records, evaluated against what the agent has seen by then.
+        expect(await connect(a, b.ip, 1)).toEqual([true]);
+      },
+      (fl) => fl.find((f) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow' && f.policies.pending.length),
+    );
+    const allowA = { kind: 'KubernetesNetworkPolicy', namespace: 'y', name: 'allow-a', tier: '', action: 'Allow' };
+    expect(dst.policies.enforced).toEqual([{ ...allowA, ruleIndex: 0 }]);
+    expect(dst.policies.pending).toEqual([{ ...staged, ruleIndex: 0 }]);
+    expect(dst.connectionsStarted).toBeGreaterThan(0);
+    // a's egress is not touched by it: its pending trace is its enforced one.
+    const src = await until('a→b reported by a with a pending trace', (fl) =>
+      fl.find((f) => is(f, a, b) && f.reporter === 'Src' && f.action === 'Allow' && f.policies.pending.length > 0),
+    );
+    expect(src.policies.pending).toEqual(src.policies.enforced);
+    // Deleted, the staged policy leaves the trace empty again (no staged policy: nothing pending).
+    const unstaged = (f: Flow) =>
+      is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow' && f.policies.pending.length === 0;
+    const before = started(await flows(), unstaged);
+    await env.ds.delete('StagedNetworkPolicy', 'deny-b', { namespace: 'y' });
+    await untilAfter(
+      'a→b without a pending trace after the staged policy went',
+      async () => {
+        expect(await connect(a, b.ip, 1)).toEqual([true]);
+      },
+      (fl) => started(fl, unstaged) > before || undefined,
+    );
+  });
+  it('takes the aggregator and interval from the AgentConfiguration without the flags, live', async () => {
+    // The agent again, with the TLS files only: flow logs wait for an aggregator from the datastore.
+    await env.agent.stop();
+    const tls = ['--flow-tls-cert', agentCert.cert, '--flow-tls-key', agentCert.key, '--flow-tls-ca', pki.ca.cert];
+    env.agent = await startPolicyAgent(env, tls);
+    const conf = (spec: Record<string, string>) =>
+      putObject(env, { apiVersion: API_VERSION, kind: 'AgentConfiguration', metadata: { name: `node.${NODE}` }, spec });
+    const pred = (f: Flow) => is(f, a, b) && f.reporter === 'Dst' && f.action === 'Allow';
+    const before = started(await flows(), pred);
+    const spec = { flowLogsAggregator: `https://127.0.0.1:${collectorPort}`, flowLogsFlushInterval: '1s' };
+    await conf(spec);
+    await untilAfter(
+      "a→b reported to the AgentConfiguration's aggregator",
+      async () => {
+        expect(await connect(a, b.ip, 1)).toEqual([true]);
+      },
+      (fl) => started(fl, pred) > before || undefined,
+    );
+    // Another aggregator named there: the agent's client moves to it.
+    const agg2 = await startFlows(pki, { collectorPort: await freePort() });
+    try {
+      const moved = { ...spec, flowLogsAggregator: `https://127.0.0.1:${agg2.collectorPort}` };
+      await conf(moved);
+      const end = Date.now() + 40_000;
+      for (;;) {
+        expect(await connect(a, b.ip, 1)).toEqual([true]);
+        const r = await fetch(`${agg2.apiUrl}/api/v1/flows?pageSize=10000`);
+        const fl = ((await r.json()) as { items: Flow[] }).items;
+        if (started(fl, pred) > 0) break;
+        if (Date.now() > end) throw new Error(`no a→b at the second aggregator\n${env.agent.log().slice(-3000)}`);
+        await new Promise((r2) => setTimeout(r2, 500));
+      }
+      expect(env.agent.log()).toContain('restarting the flow client');
+    } finally {
+      await agg2.stop();
+    }
   });
 });

@@ -138,13 +138,25 @@ export async function startFlows(
   };
 }
 
-/** A FlowClient with the agent's certificate (or `as`), to the collector on `port`. */
+/** Client certificates per node name, made on first use (the collector takes a node's batches with its own only). */
+const nodeCerts = new WeakMap<FlowsPki, Map<string, CertPair>>();
+
+/** A client certificate of `pki`'s CA naming `node` (its CN). */
+export function nodeCert(pki: FlowsPki, node: string): CertPair {
+  let m = nodeCerts.get(pki);
+  if (!m) nodeCerts.set(pki, (m = new Map([['node-1', pki.agent]])));
+  let c = m.get(node);
+  if (!c) m.set(node, (c = makeCert(pki.dir, pki.ca, node, 'client')));
+  return c;
+}
+
+/** A FlowClient with a certificate naming its node (or `as`), to the collector on `port`. */
 export function agentClient(
   pki: FlowsPki,
   port: number,
   o: Partial<FlowClientOptions> & { as?: CertPair } = {},
 ): FlowClient {
-  const who = o.as ?? pki.agent;
+  const who = o.as ?? nodeCert(pki, o.node ?? 'node-1');
   return new FlowClient({
     url: `https://127.0.0.1:${port}`,
     node: 'node-1',

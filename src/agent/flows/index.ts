@@ -12,7 +12,9 @@ import type { FlowLogRules } from '../policy/compile.js';
 import type { FlowRecord } from '../../flows/record.js';
 import { FlowAggregator, type PendingEvaluator, type ResolvedEndpoint } from './aggregate.js';
 import { DEFAULT_FLOW_LOG_GROUP } from './tags.js';
-import type { EndpointInput } from '../../model/policy-eval.js';
+import { endpointViews, type EndpointInput, type EndpointView, type ProfileInput } from '../../model/policy-eval.js';
+import { pendingTrace } from '../../model/staged.js';
+import type { AgentSettings } from '../../model/agent-config.js';
 
 export const DEFAULT_FLUSH_INTERVAL_MS = 15_000;
 /** Tag samples per pod interface and direction: a flood costs the agent at most this many a second per pod. */
@@ -28,10 +30,71 @@ export interface FlowLogConfig {
   rules?: FlowLogRules;
 }
 
+/**
+ * What the flags give: the TLS files always (an AgentConfiguration cannot carry them), the
+ * aggregator and the interval when set (they then win over the AgentConfiguration's).
+ */
+export type FlowLogFlags = Omit<FlowLogConfig, 'aggregator' | 'flushIntervalMs'> & {
+  aggregator?: string;
+  flushIntervalMs?: number;
+};
+
+/** Why `url` is not an aggregator address (https://HOST:PORT), undefined when it is. */
+export function aggregatorUrlProblem(url: string): string | undefined {
+  let u: URL | undefined;
+  try {
+    u = new URL(url);
+  } catch {
+    u = undefined;
+  }
+  if (u?.protocol !== 'https:' || !u.port || u.pathname !== '/' || u.search || u.hash) {
+    return `'${url}' is not https://HOST:PORT (the aggregator's --collector-addr, over mTLS)`;
+  }
+  return undefined;
+}
+
+/**
+ * The flow log configuration in force: the flags' aggregator and interval, else the node's
+ * AgentConfiguration fields (flowLogsAggregator, flowLogsFlushInterval). Undefined when neither
+ * names an aggregator (flow logs off). A bad value from the datastore is reported in `problems`:
+ * a bad aggregator turns flow logs off, a bad interval falls back to the default.
+ */
+export function effectiveFlowConfig(
+  flags: FlowLogFlags,
+  settings: Pick<AgentSettings, 'flowLogsAggregator' | 'flowLogsFlushInterval'>,
+): { config?: FlowLogConfig; problems: string[] } {
+  const problems: string[] = [];
+  let aggregator = flags.aggregator;
+  if (aggregator === undefined && settings.flowLogsAggregator !== undefined) {
+    const p = aggregatorUrlProblem(settings.flowLogsAggregator);
+    if (p) problems.push(`AgentConfiguration flowLogsAggregator ${p}; flow logs stay off`);
+    else aggregator = settings.flowLogsAggregator;
+  }
+  if (aggregator === undefined) return { problems };
+  let flushIntervalMs = flags.flushIntervalMs;
+  if (flushIntervalMs === undefined) {
+    flushIntervalMs = parseFlushInterval(settings.flowLogsFlushInterval);
+    if (flushIntervalMs === undefined) {
+      problems.push(
+        `AgentConfiguration flowLogsFlushInterval '${settings.flowLogsFlushInterval}' is not a duration of 100ms ` +
+          `to 1h such as 15s, 500ms or 1m; using ${DEFAULT_FLUSH_INTERVAL_MS / 1000}s`,
+      );
+      flushIntervalMs = DEFAULT_FLUSH_INTERVAL_MS;
+    }
+  }
+  const { aggregator: _a, flushIntervalMs: _f, ...files } = flags;
+  return { config: { ...files, aggregator, flushIntervalMs }, problems };
+}
+
 export interface FlowLogs {
   readonly rules: FlowLogRules;
   /** Flushes now (tests, shutdown); resolves with what was pushed. */
   flushNow(): FlowRecord[];
+  /**
+   * Sends to another aggregator or at another interval from now on (a new client: what the old one
+   * held is flushed and sent first, for 2 s at most), or, with undefined, to none (flow logs off).
+   */
+  reconfigure(cfg: FlowLogConfig | undefined): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -64,6 +127,38 @@ function endpointIndex(controller: () => PolicyController | undefined): (addr: s
   };
 }
 
+/** Protocols whose flows have a destination port the rules match (the others' destPort is not one). */
+const PORT_PROTOCOLS = new Set([6, 17, 132, 136]);
+
+/**
+ * The pending trace of each reported flow: what the policies would decide with the staged changes
+ * applied (src/model/staged.ts), from the controller's endpoints, profiles and pending policies.
+ * Empty while no staged policy exists. The views are rebuilt when the endpoints or profiles change,
+ * so evaluateFlow's per-view memo holds between flows.
+ */
+export function pendingEvaluator(controller: () => PolicyController | undefined): PendingEvaluator {
+  let seen: { endpoints: EndpointInput[]; profiles: Map<string, ProfileInput> } | undefined;
+  let views = new Map<string, EndpointView>();
+  return (flow) => {
+    const c = controller();
+    const pending = c?.pending();
+    if (!c || !pending) return [];
+    const { endpoints, profiles } = c.inputs();
+    if (seen?.endpoints !== endpoints || seen.profiles !== profiles) {
+      seen = { endpoints, profiles };
+      views = new Map();
+      for (const v of endpointViews(endpoints, profiles)) for (const a of v.addrs) views.set(a, v);
+    }
+    return pendingTrace(pending, profiles, {
+      reporter: flow.reporter,
+      source: { addr: flow.sourceAddr, endpoint: views.get(flow.sourceAddr) },
+      dest: { addr: flow.destAddr, endpoint: views.get(flow.destAddr) },
+      protocol: flow.protocol,
+      ...(PORT_PROTOCOLS.has(flow.protocol) ? { port: flow.destPort } : {}),
+    });
+  };
+}
+
 export async function startFlowLogs(
   cfg: FlowLogConfig,
   deps: { node: string; log: Logger; controller: () => PolicyController | undefined; pending?: PendingEvaluator },
@@ -78,14 +173,18 @@ export async function startFlowLogs(
     const error = (e as Error).message;
     log.warn('flow logs: cannot turn conntrack accounting on; packet and byte counts stay 0', { error });
   }
-  const client = new FlowClient({
-    url: cfg.aggregator,
-    node: deps.node,
-    cert: readFileSync(cfg.certFile),
-    key: readFileSync(cfg.keyFile),
-    ca: readFileSync(cfg.caFile),
-    log: (level, msg, fields) => log[level](`flow logs: ${msg}`, fields),
-  });
+  const clientFor = (c: FlowLogConfig) =>
+    new FlowClient({
+      url: c.aggregator,
+      node: deps.node,
+      cert: readFileSync(c.certFile),
+      key: readFileSync(c.keyFile),
+      ca: readFileSync(c.caFile),
+      log: (level, msg, fields) => log[level](`flow logs: ${msg}`, fields),
+    });
+  // Undefined while turned off by reconfigure(): the readers keep running (their NFLOG group is not
+  // bound again at once after a close), and each flush's records are dropped.
+  let client: InstanceType<typeof FlowClient> | undefined = clientFor(cfg);
   const agg = new FlowAggregator({
     resolve: endpointIndex(deps.controller),
     refs: () => deps.controller()?.flowRefs() ?? new Map(),
@@ -117,24 +216,42 @@ export async function startFlowLogs(
       log.warn('flow logs: conntrack dump failed; live connections are counted at their end', { error });
     }
     const records = agg.flush(snapshot);
-    if (records.length) client.push(records);
+    if (records.length) client?.push(records);
     const { samples, unknownTags } = agg;
-    log.debug('flow logs: flushed', { records: records.length, samples, unknownTags, ...client.stats() });
+    log.debug('flow logs: flushed', { records: records.length, samples, unknownTags, ...client?.stats() });
     return records;
   };
-  const timer = setInterval(flushNow, cfg.flushIntervalMs);
-  timer.unref();
-  const { aggregator, flushIntervalMs } = cfg;
-  log.info('flow logs: reporting', { aggregator, flushIntervalMs, nflogGroup: rules.group });
+  let timer: NodeJS.Timeout | undefined;
+  const report = (c: FlowLogConfig | undefined) => {
+    clearInterval(timer);
+    timer = setInterval(flushNow, c?.flushIntervalMs ?? DEFAULT_FLUSH_INTERVAL_MS);
+    timer.unref();
+    const nflogGroup = rules.group;
+    if (c)
+      log.info('flow logs: reporting', { aggregator: c.aggregator, flushIntervalMs: c.flushIntervalMs, nflogGroup });
+    else log.info('flow logs: off (no aggregator); records are not kept');
+  };
+  /** Flushes into the current client, lets it send what it holds (2 s at most), closes it. */
+  const retire = async () => {
+    flushNow();
+    const old = client;
+    client = undefined;
+    await old?.drained(2000);
+    await old?.close();
+  };
+  report(cfg);
   return {
     rules,
     flushNow,
+    async reconfigure(next) {
+      await retire();
+      if (next) client = clientFor(next);
+      report(next);
+    },
     async stop() {
       clearInterval(timer);
       events?.close();
-      flushNow();
-      await client.drained(2000);
-      await client.close();
+      await retire();
     },
   };
 }

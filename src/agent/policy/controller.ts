@@ -22,7 +22,7 @@
 import type { Logger } from '../../log/types.js';
 import type { Kind, Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
-import { datastoreSource, Informer } from '../../watch/informer.js';
+import { datastoreSource, Informer, type ListWatchSource } from '../../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -69,6 +69,7 @@ import {
 } from './nft-script.js';
 import { ownerId, type Owner } from '../../dataplane/nft/model.js';
 import type { TagRef } from '../flows/tags.js';
+import { pendingPolicies, STAGED_KINDS, type PendingPolicies, type StagedPolicy } from '../../model/staged.js';
 import { cutConntrack, type ConntrackFlow } from '../../dataplane/conntrack.js';
 
 interface PolicyControllerOptions {
@@ -97,6 +98,11 @@ interface PolicyControllerOptions {
   onRefused?: (r: RefusedObject) => void;
   /** Flow logs on: the deciding rules also log their tag to this NFLOG group (compile.ts FlowLogRules). */
   flowLog?: FlowLogRules;
+  /**
+   * Also watch the staged policy kinds (never enforced) for pending(): on with flow logs only,
+   * where they fill the pending trace of each record.
+   */
+  staged?: boolean;
 }
 
 export interface RefusedObject {
@@ -146,6 +152,14 @@ export interface PolicyController {
   };
   /** The flow-log tags' refs → what they name (empty without flow logs). */
   flowRefs(): ReadonlyMap<string, TagRef>;
+  /**
+   * The policies as they would be with every staged change applied, computed once per change of
+   * the enforced or staged policies; undefined without `staged`, before the staged kinds are
+   * listed, or when no staged policy exists (the pending trace is then left empty).
+   */
+  pending(): PendingPolicies | undefined;
+  /** The node's AgentConfiguration settings as of the last batch (the built-in defaults before the first). */
+  settings(): AgentSettings;
   /** Told after every applied batch. */
   onApplied(cb: (s: ApplyStats) => void): void;
   /** Seconds since the oldest change seen but not yet in the table (0 when the table is current). */
@@ -194,6 +208,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   const compiler = new PolicyCompiler(opts.flowLog);
   let current: DesiredState | undefined; // undefined until the first full resync
   let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
+  let lastSettings = agentSettings(opts.nodename, []);
   const appliedCbs: Array<(s: ApplyStats) => void> = [];
   // Local endpoints reported programmed: endpointStatusKey → containerID@revision.
   const reported = new Map<string, string>();
@@ -314,6 +329,32 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     );
   }
 
+  // Staged policies: outside the batches (they change no rule), read only when a flow is reported.
+  const stagedInformers: Array<Informer<StagedPolicy>> = [];
+  let stagedChanged = true;
+  let pendingMemo: { policies: PolicyInput[]; pending: PendingPolicies | undefined } | undefined;
+  if (opts.staged) {
+    for (const kind of STAGED_KINDS) {
+      const onError = (e: Error, source: string) =>
+        log.warn('policy: staged watch failed; re-listing', { source, error: e.message });
+      const src = datastoreSource(ds, kind) as unknown as ListWatchSource<StagedPolicy>;
+      const onChange = () => void (stagedChanged = true);
+      stagedInformers.push(new Informer<StagedPolicy>(src, { onChange }, { onError }));
+    }
+  }
+  const pending = (): PendingPolicies | undefined => {
+    if (!stagedInformers.length || stagedInformers.some((i) => !i.synced)) return undefined;
+    if (!stagedChanged && pendingMemo?.policies === lastInputs.policies) return pendingMemo.pending;
+    stagedChanged = false;
+    const staged = stagedInformers.flatMap((i) => i.list());
+    const p = staged.length ? pendingPolicies(lastInputs.policies, staged) : undefined;
+    for (const s of p?.skipped ?? []) {
+      log.debug('policy: staged policy left out of the pending trace', { ...s.ref, reason: s.reason });
+    }
+    pendingMemo = { policies: lastInputs.policies, pending: p };
+    return p;
+  };
+
   const apply = async (): Promise<void> => {
     if (stopped) return;
     for (const inf of informers.values()) if (!inf.synced) return; // the first batch waits for every list
@@ -338,6 +379,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     const settings = agentSettings(opts.nodename, configs);
     const host = { ...hostInput(heps, settings, opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
     lastInputs = { policies, profiles, endpoints, host };
+    lastSettings = settings;
     let next = compiler.compile(lastInputs);
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
     // Objects libnftables refused stay out while their content is the same.
@@ -536,6 +578,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   });
 
   for (const inf of informers.values()) inf.start();
+  for (const inf of stagedInformers) inf.start();
   // The first resync waits for every list; a kind that lists nothing reports no change, so
   // schedule it once all are in (the batches before it return early).
   void Promise.all([...informers.values()].map((i) => i.whenSynced())).then(schedule);
@@ -556,6 +599,8 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     current: () => current ?? emptyState(),
     inputs: () => lastInputs,
     flowRefs: () => compiler.flowRefs,
+    pending,
+    settings: () => lastSettings,
     onApplied: (cb) => void appliedCbs.push(cb),
     programmingLagSeconds() {
       const oldest = Math.min(pendingSince ?? Infinity, applyingSince ?? Infinity);
@@ -565,6 +610,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       stopped = true;
       clearTimeout(timer);
       for (const inf of informers.values()) inf.stop();
+      for (const inf of stagedInformers) inf.stop();
       await queue.stop();
     },
   };

@@ -37,7 +37,8 @@ export async function startPolicyAgent(
     /** Warning Events on pods (default true; the agent's --pod-events). */
     podEvents?: boolean;
     /** Flow logs (the agent's --flow-* flags): tagged rules, and records sent to the aggregator. */
-    flows?: import('../flows/index.js').FlowLogConfig;
+    /** Flow logs (the TLS files; the aggregator and interval from the flags or the AgentConfiguration). */
+    flows?: import('../flows/index.js').FlowLogFlags;
   } = {},
 ): Promise<PolicyAgent | undefined> {
   const { parseNetconf } = await import('../../config/index.js');
@@ -74,6 +75,45 @@ export async function startPolicyAgent(
     : undefined;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
+  // Flow logs as configured now (JSON of the config in force, '' when off), changed one at a time.
+  let flowKey = '';
+  let flowProblems = '';
+  let flowChain = Promise.resolve();
+  const flowsDone = () => flowChain;
+  const reconcileFlows = (nodename: string): void => {
+    if (!opts.flows || !controller || stopped) return;
+    const c = controller;
+    flowChain = flowChain.then(async () => {
+      const flows = await import('../flows/index.js');
+      const { config, problems } = flows.effectiveFlowConfig(opts.flows!, c.settings());
+      const key = config ? JSON.stringify(config) : '';
+      const told = problems.join('\n');
+      if (told !== flowProblems) for (const p of problems) log.warn(`flow logs: ${p}`);
+      flowProblems = told;
+      if (key === flowKey || stopped) return;
+      flowKey = key;
+      if (flowLogs) {
+        log.info('flow logs: configuration changed; restarting the flow client');
+        await flowLogs.reconfigure(config);
+        return;
+      }
+      if (!config) return;
+      // Flow logs must never cost enforcement: a failure to start them is logged only.
+      try {
+        flowLogs = await flows.startFlowLogs(
+          { ...config, rules: flowRules! },
+          {
+            node: nodename,
+            log,
+            controller: () => controller,
+            pending: flows.pendingEvaluator(() => controller),
+          },
+        );
+      } catch (e) {
+        log.error('flow logs: cannot start; policy is enforced without them', { error: (e as Error).message });
+      }
+    });
+  };
   const retryMs = opts.retryMs ?? 2000;
   const start = async (): Promise<void> => {
     while (!stopped) {
@@ -86,7 +126,7 @@ export async function startPolicyAgent(
           nodename,
           log,
           base,
-          ...(flowRules ? { flowLog: flowRules } : {}),
+          ...(flowRules ? { flowLog: flowRules, staged: true } : {}),
           ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}),
           onInterfaceConflict: (c) => {
             opts.onInterfaceConflict?.(c);
@@ -108,19 +148,14 @@ export async function startPolicyAgent(
         });
         if (opts.onApplied) controller.onApplied(opts.onApplied);
         log.info('policy: controller started', { nodename });
-        if (opts.flows && !flowLogs) {
-          const { startFlowLogs } = await import('../flows/index.js');
-          // Flow logs must never cost enforcement: a failure to start them is logged only.
-          try {
-            flowLogs = await startFlowLogs(
-              { ...opts.flows, rules: flowRules! },
-              { node: nodename, log, controller: () => controller },
-            );
-          } catch (e) {
-            log.error('flow logs: cannot start; policy is enforced without them', { error: (e as Error).message });
-          }
+        if (opts.flows) {
+          // The flags' aggregator and interval, else the AgentConfiguration's, which is read after each
+          // batch: a change restarts the flow client (what it buffered is flushed first).
+          reconcileFlows(nodename);
+          controller.onApplied(() => reconcileFlows(nodename));
         }
         if (stopped) {
+          await flowsDone();
           await flowLogs?.stop();
           await controller.stop();
         }
@@ -158,6 +193,7 @@ export async function startPolicyAgent(
     async stop() {
       stopped = true;
       clearTimeout(timer);
+      await flowsDone();
       await flowLogs?.stop();
       await controller?.stop();
       eventClient?.close();
