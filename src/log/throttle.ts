@@ -4,8 +4,9 @@
 // The first line of a kind is written; the same line again within the interval
 // is suppressed and counted; the first one after it is written with
 // `repeated=N` (the lines suppressed since the last one written). A line's
-// kind is its level, its logger's context, its message and its `error` field,
-// so distinct failures (another pod, another error) are never folded together.
+// kind is its level, its logger's context, its message, its `error` field and
+// its string fields, so distinct failures (another pod, another object,
+// another error) are never folded together.
 // Only WARNING and ERROR lines are throttled.
 
 /** Default interval: one line per kind per minute. */
@@ -66,8 +67,18 @@ export class LogThrottle {
   }
 }
 
-/** The kind of a line, as LogThrottle compares lines: its logger's context, message and error. */
+/**
+ * The kind of a line, as LogThrottle compares lines: its logger's context, its message, its `error`
+ * and every other field holding a string (what names the object, pod or file: two malformed objects
+ * are two kinds). Numbers (durations, counts) vary between repeats of one failure and are left out.
+ */
 export function throttleKind(context: string, msg: string, fields: Record<string, unknown> | undefined): string {
   const err = fields?.['error'];
-  return `${context}\u0000${msg}\u0000${typeof err === 'string' ? err : err === undefined ? '' : JSON.stringify(err)}`;
+  const named = Object.entries(fields ?? {})
+    .filter(([k, v]) => k !== 'error' && typeof v === 'string')
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([k, v]) => `${k}=${v as string}`)
+    .join('\u0001');
+  const errText = typeof err === 'string' ? err : err === undefined ? '' : JSON.stringify(err);
+  return `${context}\u0000${msg}\u0000${errText}\u0000${named}`;
 }

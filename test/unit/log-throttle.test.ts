@@ -56,6 +56,22 @@ describe('log throttle', () => {
     expect(t.suppressed('ERROR')).toBe(1);
   });
 
+  it('keeps lines about different objects apart (their string fields), but not different numbers', () => {
+    const t = setup();
+    const skip = 'datastore: skipping a malformed object (it is treated as absent until fixed)';
+    t.log.warn(skip, { object: 'WorkloadEndpoint x/evil-ips', reason: 'podIPs' });
+    t.log.warn(skip, { object: 'WorkloadEndpoint x/evil-nat', reason: 'ipNATs' });
+    t.log.warn(skip, { object: 'WorkloadEndpoint x/evil-ips', reason: 'podIPs' });
+    t.log.warn('routes: watch failed; re-listing', { source: 'IPPool', attempt: 1 });
+    t.log.warn('routes: watch failed; re-listing', { source: 'IPPool', attempt: 2 });
+    expect(t.lines.map((l) => /object="?([^"]+)"? /.exec(l)?.[1] ?? /attempt=(\d)/.exec(l)?.[1])).toEqual([
+      'WorkloadEndpoint x/evil-ips',
+      'WorkloadEndpoint x/evil-nat',
+      '1',
+    ]);
+    expect(t.suppressed('WARNING')).toBe(2);
+  });
+
   it('never throttles INFO or DEBUG lines', () => {
     const t = setup({ level: 'DEBUG' });
     for (let i = 0; i < 5; i++) {

@@ -76,7 +76,10 @@ export async function ipamAddresses(
     // What the rollback releases counts as released: the assignment was counted when it committed.
     rb.push(`addresses of ${wl.handleID}`, async () => {
       if (repeated) return;
-      ctx.runtime.ipam.observer?.released((await ipam.releaseByHandle(wl.handleID)).length);
+      // Released first, counted after: `observer?.released(await …)` would skip the release itself
+      // where no observer is set (the per-exec plugin), as optional calls skip their arguments.
+      const released = await ipam.releaseByHandle(wl.handleID);
+      ctx.runtime.ipam.observer?.released(released.length);
     });
     rb.push(`endpoint ${wl.endpointName}`, () => (repeated ? undefined : piggy.undo()));
     return ipam
