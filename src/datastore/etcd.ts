@@ -378,7 +378,8 @@ export class EtcdDatastore implements Datastore {
     if (NAMESPACED_KINDS.has(res.kind)) stored.metadata.namespace ||= 'default';
     else delete stored.metadata.namespace;
     stored.metadata.uid ||= randomUUID();
-    stored.metadata.creationTimestamp ||= new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+    // Milliseconds kept: "created first" decides between objects made within one second (floating IPs).
+    stored.metadata.creationTimestamp ||= new Date().toISOString();
     const key = Buffer.from(etcdKey(res.kind, res.metadata.name, stored.metadata.namespace));
     const what = `create ${objectLabel(res.kind, res.metadata.name, stored.metadata.namespace)}`;
     const ctx = this.ctx(what, opts);
@@ -515,7 +516,7 @@ export class EtcdDatastore implements Datastore {
       keys.push(key);
       if (op.op === 'create') {
         s.metadata.uid ||= randomUUID();
-        s.metadata.creationTimestamp ||= new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+        s.metadata.creationTimestamp ||= new Date().toISOString();
         compare.push({ key, target: 'Create', result: 'Equal', revision: '0' });
       } else {
         const rv = s.metadata.resourceVersion;
