@@ -13,7 +13,7 @@ import { DatastoreError } from '../errors.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Resource } from '../model/resources.js';
 import { CtlError, type CtlIO } from './io.js';
-import { target } from './edit.js';
+import { target } from './target.js';
 import { writeResource, errText } from './resources.js';
 import { describeRef, parseManifest } from './validate.js';
 

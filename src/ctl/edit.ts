@@ -1,6 +1,6 @@
 // validate, label and patch: the kubectl habits operators bring.
 import { DatastoreError } from '../errors.js';
-import { NAMESPACED_KINDS, type Resource } from '../model/resources.js';
+import type { Resource } from '../model/resources.js';
 import { labelKeyProblem, labelValueProblem } from '../model/names.js';
 import type { Datastore } from '../datastore/types.js';
 import {
@@ -17,6 +17,7 @@ import {
   type CtlIO,
 } from './io.js';
 import { resolveKind } from './kinds.js';
+import { target, type Target } from './target.js';
 import { readManifests, writeResource, errText } from './resources.js';
 import { describeRef, parseManifest, poolDefaults, validatePool } from './validate.js';
 import { applyJsonPatch, parseJsonPatch } from './json-patch.js';
@@ -80,35 +81,6 @@ function parseLabelArgs(args: string[]): { set: Record<string, string>; remove: 
     set[k] = v;
   }
   return { set, remove };
-}
-
-interface Target {
-  kind: string;
-  name: string;
-  namespace?: string | undefined;
-}
-
-/** `KIND NAME` or `KIND/NAME`. */
-export function target(
-  positional: string[],
-  namespace: string | undefined,
-  cmd: string,
-): { t: Target; rest: string[] } {
-  const [first, ...more] = positional;
-  if (!first) throw new CtlError(`${cmd} needs a resource: KIND NAME or KIND/NAME`);
-  let kind = first;
-  let name: string | undefined;
-  let rest = more;
-  if (first.includes('/')) [kind, name] = first.split('/', 2) as [string, string];
-  else [name, ...rest] = more;
-  if (!name) throw new CtlError(`${cmd} needs a resource name: ${cmd} ${first} NAME`);
-  const info = resolveKind(kind);
-  if (info.readOnly)
-    throw new CtlError(`${info.kind} resources are written by the plugin only; ${cmd} cannot change them`);
-  return {
-    t: { kind: info.kind, name, namespace: NAMESPACED_KINDS.has(info.kind) ? (namespace ?? 'default') : undefined },
-    rest,
-  };
 }
 
 async function update(ds: Datastore, t: Target, change: (r: Resource) => Resource, dryRun: boolean): Promise<string> {

@@ -235,9 +235,8 @@ export interface Netlink {
   conntrackDump(): ConntrackEvent[];
 }
 
-/** A ctnetlink event (a connection confirmed, or destroyed) or an entry of conntrackDump. */
-export interface ConntrackEvent {
-  type: 'new' | 'destroy' | 'dump';
+/** A connection's original and reply tuples, as the addon reports them (events, dumps, lists). */
+interface ConntrackTuples {
   family: 4 | 6;
   protocol: number;
   src: string;
@@ -248,6 +247,11 @@ export interface ConntrackEvent {
   replyDst?: string;
   replySport?: number;
   replyDport?: number;
+}
+
+/** A ctnetlink event (a connection confirmed, or destroyed) or an entry of conntrackDump. */
+export interface ConntrackEvent extends ConntrackTuples {
+  type: 'new' | 'destroy' | 'dump';
   id?: number;
   mark?: number;
   /** Accounting of the original direction (from the initiator) and of the reply. */
@@ -290,17 +294,7 @@ export interface FlowReaderHandle {
   close(): void;
 }
 
-export interface ConntrackEntry {
-  family: 4 | 6;
-  protocol: number;
-  src: string;
-  dst: string;
-  sport?: number;
-  dport?: number;
-  replySrc?: string;
-  replyDst?: string;
-  replySport?: number;
-  replyDport?: number;
+export interface ConntrackEntry extends ConntrackTuples {
   /** The kernel's id of the entry (a new entry with the same tuple has another). */
   id?: number;
   /** Opaque: what conntrackDelete takes. */

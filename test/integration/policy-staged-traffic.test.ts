@@ -10,6 +10,7 @@ import {
   addPod,
   expectReachability,
   listTable,
+  modelInputs,
   pod,
   putObject,
   startPolicyEnv,
@@ -17,9 +18,7 @@ import {
   type Pod,
 } from '../support/policy-harness.js';
 import { API_VERSION, type Resource } from '../../src/model/resources.js';
-import { endpointFromWep, endpointViews, type PolicyInput } from '../../src/model/policy-eval.js';
 import { evaluateFlow, pendingPolicies, pendingTrace, type StagedPolicy } from '../../src/model/staged.js';
-import { NODE } from '../support/plugin-harness.js';
 
 const POOL = { name: 'pol-staged', cidr: '10.174.0.0/24', blockSize: 26 };
 let env: PolicyEnv;
@@ -92,24 +91,7 @@ describe('staged policies on the wire', { timeout: 120_000 }, () => {
 
     // What the agent reports as pending for the same flows
     // (Dst: the receiving pod's ingress; Src: the sender's egress).
-    const [weps, nps, gnps, profs] = await Promise.all([
-      env.ds.list('WorkloadEndpoint'),
-      env.ds.list('NetworkPolicy'),
-      env.ds.list('GlobalNetworkPolicy'),
-      env.ds.list('Profile'),
-    ]);
-    const profiles = new Map(profs.items.map((p) => [p.metadata.name, { name: p.metadata.name, spec: p.spec }]));
-    const enforced: PolicyInput[] = [
-      ...nps.items.map(
-        (p): PolicyInput => ({
-          kind: 'NetworkPolicy',
-          name: p.metadata.name,
-          namespace: p.metadata.namespace!,
-          spec: p.spec,
-        }),
-      ),
-      ...gnps.items.map((p): PolicyInput => ({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec })),
-    ];
+    const { policies: enforced, profiles, views } = await modelInputs(env);
     const staged = (
       await Promise.all([
         env.ds.list('StagedNetworkPolicy'),
@@ -119,10 +101,6 @@ describe('staged policies on the wire', { timeout: 120_000 }, () => {
     ).flatMap((l) => l.items as StagedPolicy[]);
     expect(staged).toHaveLength(STAGED.length);
     const pending = pendingPolicies(enforced, staged);
-    const views = endpointViews(
-      weps.items.map((w) => endpointFromWep(w, NODE)),
-      profiles,
-    );
     const side = (p: Pod) => ({ addr: p.ip, endpoint: views.find((v) => v.addrs.includes(p.ip))! });
     const flow = (from: Pod, to: Pod, reporter: 'Src' | 'Dst') => ({
       reporter,

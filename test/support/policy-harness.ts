@@ -369,8 +369,15 @@ export async function expectReachability(
   );
 }
 
-/** The verdicts of the policy model's evaluator (src/model/policy-eval.ts) for every pair: the peer's egress and the target's ingress. */
-async function modelMatrix(env: PolicyEnv, port: number, proto: 'tcp' | 'udp'): Promise<Map<string, boolean>> {
+/**
+ * What the policy model's evaluator reads, from the datastore as the agent sees it: the enforced
+ * policies, the profiles and this node's endpoint views.
+ */
+export async function modelInputs(env: PolicyEnv): Promise<{
+  policies: PolicyInput[];
+  profiles: Map<string, { name: string; spec: Resource<'Profile'>['spec'] }>;
+  views: ReturnType<typeof endpointViews>;
+}> {
   const [weps, nps, gnps, profs] = await Promise.all([
     env.ds.list('WorkloadEndpoint'),
     env.ds.list('NetworkPolicy'),
@@ -393,6 +400,12 @@ async function modelMatrix(env: PolicyEnv, port: number, proto: 'tcp' | 'udp'): 
     weps.items.map((w) => endpointFromWep(w, NODE)),
     profiles,
   );
+  return { policies, profiles, views };
+}
+
+/** The verdicts of the policy model's evaluator (src/model/policy-eval.ts) for every pair: the peer's egress and the target's ingress. */
+async function modelMatrix(env: PolicyEnv, port: number, proto: 'tcp' | 'udp'): Promise<Map<string, boolean>> {
+  const { policies, profiles, views } = await modelInputs(env);
   const protocol = proto === 'tcp' ? 'TCP' : 'UDP';
   const out = new Map<string, boolean>();
   for (const f of env.pods) {

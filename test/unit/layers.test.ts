@@ -41,8 +41,6 @@ const EXCEPTIONS = new Set([
   // netpluginctl node status speaks to BIRD through the agent's control-socket client, which reads the
   // BGP renderer's protocol names; both belong below agent/ and ctl/.
   'ctl/node-status.ts -> agent/bgp/birdc.ts',
-  // The edit loop and the one-shot edit share the target parser both ways.
-  'ctl/edit-loop.ts -> ctl/edit.ts',
 ]);
 
 const SPEC = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)['"](\.{1,2}\/[^'"]+)['"]/g;
