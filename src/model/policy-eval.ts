@@ -6,7 +6,7 @@
 import { parseSelector, type Selector } from '../selector/index.js';
 import type { Resource } from './resources.js';
 import { addressOf, containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
-import { hostVethKey, hostVethName } from '../dataplane/names.js';
+import { hostVethKey, hostVethName } from './names.js';
 import {
   comparePolicies,
   effectiveTypes,
