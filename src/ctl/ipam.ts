@@ -555,6 +555,7 @@ const runIpam: CtlCommand = async (rest, io, s) => {
       output,
     });
   }
+  // The admin commands (ipam-admin.ts) are loaded only by the commands and flags that use them.
   if (sub === 'configure') return (await import('./ipam-admin.js')).cmdIpamConfigure(io, s, args);
   if (sub === 'split') return (await import('./ipam-admin.js')).cmdIpamSplit(io, s, args);
   if (sub === 'check') {

@@ -5,6 +5,7 @@
 // would garbage-collect what they own); auto-hep: the three-step migration to
 // automatic host endpoints; finish: delete the temporary allow-all-upgrade
 // policy and record the new cluster version. Walkthrough: docs/upgrade.md.
+import { createInterface } from 'node:readline/promises';
 import { DatastoreError } from '../errors.js';
 import { API_VERSION, NAMESPACED_KINDS, type Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
@@ -22,6 +23,7 @@ import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from
 const OLDEST_UPGRADABLE = '3.15.0';
 const ALLOW_ALL_UPGRADE = 'allow-all-upgrade';
 import { AUTO_HEP_SUFFIX, CREATED_BY_LABEL } from '../model/host-endpoints.js';
+import { parseSelector } from '../selector/index.js';
 export { AUTO_HEP_SUFFIX, CREATED_BY_LABEL };
 
 export const UPGRADE_HELP: Record<string, string> = {
@@ -542,7 +544,6 @@ async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<numbe
 async function confirm(io: CtlIO, question: string): Promise<boolean> {
   // Only the real CLI (stdin a lazy reader) on a terminal asks; scripts and pipes proceed.
   if (typeof io.stdin !== 'function' || !process.stdin.isTTY) return true;
-  const { createInterface } = await import('node:readline/promises');
   const rl = createInterface({ input: process.stdin, output: process.stderr });
   try {
     return /^y(es)?$/i.test((await rl.question(`${question} [y/N] `)).trim());
@@ -566,7 +567,6 @@ async function cmdFinish(args: string[], io: CtlIO, s: CtlSession): Promise<numb
   const ds = dry ? await s.datastore() : await s.writable();
   const allow = await allowAllUpgrade(ds);
   if (allow.length) {
-    const { parseSelector } = await import('../selector/index.js');
     const heps = (await ds.list('HostEndpoint')).items;
     for (const a of allow) {
       const where =

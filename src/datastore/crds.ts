@@ -368,6 +368,7 @@ export function crdFor(kind: Exclude<Kind, 'WorkloadEndpoint'>): Record<string, 
 
 /** File name -> YAML text of every CRD, as deploy/crds/ holds them. */
 export async function renderCrds(): Promise<Record<string, string>> {
+  // yaml (tens of ms to load) only for the CRD files netpluginctl writes, not for the datastore's users.
   const { stringify } = await import('yaml');
   const out: Record<string, string> = {};
   for (const kind of CRD_KINDS as Array<Exclude<Kind, 'WorkloadEndpoint'>>) {

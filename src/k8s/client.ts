@@ -197,6 +197,7 @@ async function loadKubeconfigs(paths: string[]): Promise<KubeconfigDoc> {
     const text = readFile('kubernetes.kubeconfig', path).toString('utf8');
     let doc: unknown;
     try {
+      // yaml takes tens of ms to load: a JSON kubeconfig (the plugin's usual one) never loads it.
       doc = text.trimStart().startsWith('{') ? JSON.parse(text) : (await import('yaml')).parse(text);
     } catch (e) {
       throw invalid(`kubernetes.kubeconfig=${path} is not valid YAML/JSON: ${(e as Error).message}`);
@@ -283,6 +284,7 @@ async function parseKubeconfig(
   } else if (typeof user.username === 'string' && typeof user.password === 'string') {
     creds.basic = Buffer.from(`${user.username}:${user.password}`).toString('base64');
   } else if (user.exec && opts.allowExec) {
+    // Only a kubeconfig with an exec user loads the credential helper runner.
     const { execCredential } = await import('./exec-credential.js');
     const cred = execCredential(user.exec, {
       user: String(ctx.user),
@@ -443,6 +445,7 @@ export function statusError(
 export async function createKubeClient(opts: KubeClientOptions): Promise<KubeClient> {
   const creds = await resolveCredentials(opts);
   const secure = creds.server.startsWith('https:');
+  // node:https pulls in node:tls: only an https API server pays for it (per-exec plugin start-up).
   const { Agent: HttpsAgentCtor, request: httpsRequest } = secure
     ? await import('node:https')
     : { Agent: undefined, request: undefined };
@@ -461,6 +464,7 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
   const defaultTimeout = opts.timeoutMs ?? 10_000;
   const base = new URL(creds.server);
   if (creds.proxyUrl || opts.proxy_env) {
+    // Only a proxied API server loads the CONNECT tunnel.
     const { parseProxyUrl, proxyFromEnv, tunnelThrough } = await import('./proxy.js');
     const proxy = creds.proxyUrl ? parseProxyUrl(creds.proxyUrl, `proxy-url in ${creds.source}`) : undefined;
     const envProxy = proxy ? undefined : proxyFromEnv(base, opts.proxy_env ?? {});
