@@ -5,7 +5,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, resolve as resolvePath } from 'node:path';
 import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
-import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
+import { DatastoreError, isUnknownCa, type DatastoreErrorKind } from '../errors.js';
 import type { ObjectMeta } from '../model/resources.js';
 
 export interface KubeClientOptions {
@@ -359,15 +359,6 @@ async function resolveCredentials(opts: KubeClientOptions): Promise<Credentials>
   return creds;
 }
 
-const UNKNOWN_CA = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'CERT_UNTRUSTED',
-]);
-
 function networkError(c: Credentials, err: NodeJS.ErrnoException): DatastoreError {
   const code = err.code ?? '';
   const at = `Kubernetes API at ${c.server}`;
@@ -376,7 +367,7 @@ function networkError(c: Credentials, err: NodeJS.ErrnoException): DatastoreErro
     return mk('Unavailable', `${at} is unreachable: connection refused (ECONNREFUSED); check ${c.source}`);
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN')
     return mk('Unavailable', `${at} is unreachable: host name does not resolve (${code}); check ${c.source}`);
-  if (UNKNOWN_CA.has(code)) {
+  if (isUnknownCa(code)) {
     return mk(
       'Unauthorized',
       `TLS handshake with ${c.server} failed: certificate signed by unknown authority (${code}); ` +
