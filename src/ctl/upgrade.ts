@@ -7,7 +7,7 @@
 // policy and record the new cluster version. Walkthrough: docs/upgrade.md.
 import { createInterface } from 'node:readline/promises';
 import { DatastoreError } from '../errors.js';
-import { API_VERSION, NAMESPACED_KINDS, type Resource } from '../model/resources.js';
+import { API_VERSION, NAMESPACED_KINDS, type OwnerReference, type Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
 import { isKind } from '../datastore/keys.js';
@@ -70,15 +70,6 @@ Shows the temporary allow-all-upgrade policy and the host endpoints it selects, 
 
 // ---- owner references ----
 
-export interface OwnerRef {
-  apiVersion: string;
-  kind: string;
-  name: string;
-  uid: string;
-  controller?: boolean;
-  blockOwnerDeletion?: boolean;
-}
-
 /** One object that has owner references to netplugin.org/v3 objects. */
 export interface OwnedObject {
   apiVersion: string;
@@ -87,7 +78,7 @@ export interface OwnedObject {
   name: string;
   /** The object's API path. */
   path: string;
-  ownerReferences: OwnerRef[];
+  ownerReferences: OwnerReference[];
 }
 
 const isOurs = (r: { apiVersion?: string }) => r.apiVersion === API_VERSION;
@@ -155,7 +146,7 @@ export async function findOwnedObjects(client: KubeClient): Promise<{ objects: O
         throw e;
       }
       for (const o of list.items ?? []) {
-        const refs = (o.metadata.ownerReferences as OwnerRef[] | undefined) ?? [];
+        const refs = (o.metadata.ownerReferences as OwnerReference[] | undefined) ?? [];
         const ours = refs.filter(isOurs);
         if (!ours.length) continue;
         const ns = r.namespaced ? o.metadata.namespace : undefined;
@@ -177,7 +168,7 @@ export async function findOwnedObjects(client: KubeClient): Promise<{ objects: O
 function objText(o: { kind: string; namespace?: string; name: string }): string {
   return `${o.kind.toLowerCase()}/${o.namespace ? `${o.namespace}/` : ''}${o.name}`;
 }
-function refText(r: OwnerRef): string {
+function refText(r: OwnerReference): string {
   return `${r.kind}/${r.name} (uid ${r.uid})`;
 }
 
@@ -185,11 +176,11 @@ function refText(r: OwnerRef): string {
  * Replaces an object's ownerReferences, guarded by a JSON patch test of the current list (a concurrent change fails as
  * a conflict).
  */
-async function setOwnerRefs(
+async function setOwnerReferences(
   client: KubeClient,
   path: string,
-  current: OwnerRef[] | undefined,
-  next: OwnerRef[],
+  current: OwnerReference[] | undefined,
+  next: OwnerReference[],
 ): Promise<void> {
   const ops: unknown[] = [];
   if (current === undefined) ops.push({ op: 'add', path: '/metadata/ownerReferences', value: next });
@@ -204,14 +195,14 @@ async function setOwnerRefs(
   await client.request('PATCH', path, ops, { contentType: 'application/json-patch+json' });
 }
 
-export interface SavedOwnerRefs {
-  kind: 'NetpluginOwnerReferences';
+export interface SavedOwnerReferences {
+  kind: 'NetpluginOwnerReferenceerences';
   savedAt: string;
   clusterVersion?: string | undefined;
   objects: OwnedObject[];
 }
 
-async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
+async function cmdOwnerReferences(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
   const sub = args[0];
   const topic = 'upgrade owner-refs';
   if (!sub || sub === '--help' || sub === '-h') return (io.stdout(UPGRADE_HELP[topic]!), 0);
@@ -233,8 +224,8 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
     const client = await s.kube();
     const { objects, skipped } = await findOwnedObjects(client);
     const ds = s.config() ? await s.datastore().catch(() => undefined) : undefined;
-    const saved: SavedOwnerRefs = {
-      kind: 'NetpluginOwnerReferences',
+    const saved: SavedOwnerReferences = {
+      kind: 'NetpluginOwnerReferenceerences',
       savedAt: new Date().toISOString(),
       ...(ds ? { clusterVersion: await clusterVersion(ds).catch(() => undefined) } : {}),
       objects,
@@ -252,8 +243,8 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
     for (const o of objects) {
       if (!dry) {
         const cur = await client.request<KubeObject>('GET', o.path);
-        const refs = (cur.metadata.ownerReferences as OwnerRef[] | undefined) ?? [];
-        await setOwnerRefs(
+        const refs = (cur.metadata.ownerReferences as OwnerReference[] | undefined) ?? [];
+        await setOwnerReferences(
           client,
           o.path,
           refs,
@@ -273,8 +264,8 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
   if (sub === 'restore') {
     const file = str(p, 'filename');
     if (!file) throw new CtlError('upgrade owner-refs restore needs -f FILE (written by upgrade owner-refs save)');
-    const saved = readJsonFile(io, file, '-f') as SavedOwnerRefs;
-    if (saved?.kind !== 'NetpluginOwnerReferences' || !Array.isArray(saved.objects))
+    const saved = readJsonFile(io, file, '-f') as SavedOwnerReferences;
+    if (saved?.kind !== 'NetpluginOwnerReferenceerences' || !Array.isArray(saved.objects))
       throw new CtlError(`-f ${file} is not a file written by 'netpluginctl upgrade owner-refs save'`);
     const client = await s.kube();
     const ds = await s.datastore();
@@ -291,7 +282,7 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
         }
         throw e;
       }
-      const refs = [...((cur.metadata.ownerReferences as OwnerRef[] | undefined) ?? [])];
+      const refs = [...((cur.metadata.ownerReferences as OwnerReference[] | undefined) ?? [])];
       const before = JSON.stringify(refs);
       for (const ref of o.ownerReferences) {
         const kind = ref.kind;
@@ -306,7 +297,7 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
           );
           continue;
         }
-        const next: OwnerRef = { ...ref, uid: owner.metadata.uid };
+        const next: OwnerReference = { ...ref, uid: owner.metadata.uid };
         const i = refs.findIndex((r) => isOurs(r) && r.kind === ref.kind && r.name === ref.name);
         if (i >= 0) refs[i] = next;
         else refs.push(next);
@@ -316,7 +307,8 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
         continue;
       }
       changed++;
-      if (!dry) await setOwnerRefs(client, o.path, cur.metadata.ownerReferences as OwnerRef[] | undefined, refs);
+      if (!dry)
+        await setOwnerReferences(client, o.path, cur.metadata.ownerReferences as OwnerReference[] | undefined, refs);
       io.stdout(
         `${objText(o)}: ${dry ? 'would restore' : 'restored'} ${refs.filter(isOurs).map(refText).join(', ')}\n`,
       );
@@ -763,7 +755,7 @@ export async function cmdUpgrade(rest: string[], io: CtlIO, s: CtlSession): Prom
     case 'check':
       return cmdCheck(args, io, s);
     case 'owner-refs':
-      return cmdOwnerRefs(args, io, s);
+      return cmdOwnerReferences(args, io, s);
     case 'finish':
       return cmdFinish(args, io, s);
     case 'auto-hep':
