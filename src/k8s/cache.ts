@@ -82,7 +82,8 @@ function cacheOptions(what: string, opts: CachingPodSourceOptions, onList: () =>
         const say = failing ? log?.debug.bind(log) : log?.warn.bind(log);
         failing = true;
         say?.(`${what} cache: list failed, reads go to the API server; retrying in ${retry.inMs} ms: ${err.message}`);
-      } else log?.info(`${what} cache: watch ended (${err.message}); re-listing`);
+      } else if (retry?.phase === 'silent') log?.warn(`${what} cache: ${err.message}`);
+      else log?.info(`${what} cache: watch ended (${err.message}); re-listing`);
     },
   };
 }

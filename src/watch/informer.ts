@@ -30,7 +30,7 @@ export type SourceEvent<T> =
   | { type: 'BOOKMARK'; revision: string };
 
 /** How a watch stream ended: gone (the revision is too old), error (it broke); neither: the server's timeout. */
-export interface WatchEnd {
+export interface ListWatchEnd {
   gone?: boolean;
   error?: Error;
   revision?: string;
@@ -41,7 +41,7 @@ export interface ListWatchSource<T> {
   readonly name: string;
   list(): Promise<{ items: T[]; revision: string }>;
   /** Streams changes after `revision` until stopped or ended (onEnd, at most once). */
-  watch(revision: string, onEvent: (ev: SourceEvent<T>) => void, onEnd: (end: WatchEnd) => void): { stop(): void };
+  watch(revision: string, onEvent: (ev: SourceEvent<T>) => void, onEnd: (end: ListWatchEnd) => void): { stop(): void };
   /** Throws on an object without identity (the stream is then not trusted: re-list). */
   keyOf(obj: T): string;
   revisionOf(obj: T): string | undefined;
@@ -63,7 +63,7 @@ export interface InformerOptions<T> {
   /** ±25 % on each delay: many agents re-listing in lockstep after an API server restart is what hurts it. */
   jitter?: boolean;
   /** `retry`: what failed and when the informer tries again. */
-  onError?: (err: Error, source: string, retry?: { phase: 'list' | 'watch'; inMs: number }) => void;
+  onError?: (err: Error, source: string, retry?: { phase: 'list' | 'watch' | 'silent'; inMs: number }) => void;
   /** Told after every successful list (count the resyncs; a cache resets what it derived). */
   onList?: (count: number) => void;
   /** After the server's own end of a watch: resume from the last revision (default) or re-list. */
@@ -224,7 +224,7 @@ export class Informer<T> {
     this.timer.unref?.();
   }
 
-  private fail(err: Error, phase: 'list' | 'watch', delay = this.nextBackoff()): void {
+  private fail(err: Error, phase: 'list' | 'watch' | 'silent', delay = this.nextBackoff()): void {
     this.endWatch();
     if (this.stopped) return;
     this.opts.onError?.(err, this.source.name, { phase, inMs: delay });
@@ -241,31 +241,38 @@ export class Informer<T> {
       return this.fail(e as Error, 'list');
     }
     if (this.stopped) return;
-    const listRev = revNum(listed.revision);
     const before = this.cache;
-    this.cache = new Map();
-    const changed: Array<[string, T | undefined, T | undefined]> = [];
+    const fresh = new Map<string, T>();
     for (const raw of listed.items) {
       const obj = this.opts.transform ? this.opts.transform(raw) : raw;
-      const key = this.source.keyOf(obj);
-      const old = before.get(key);
-      this.cache.set(key, obj);
-      if (!old || this.source.revisionOf(old) !== this.source.revisionOf(obj)) changed.push([key, obj, old]);
-    }
-    for (const [key, old] of before) {
-      const mine = this.outside.has(key) ? revNum(this.source.revisionOf(old)) : undefined;
-      const listedObj = this.cache.get(key);
-      const listedRev = listedObj === undefined ? -1n : (revNum(this.source.revisionOf(listedObj)) ?? -1n);
-      // Put or offered after the list was taken: the watch from the list's revision brings it (or later).
-      if (mine !== undefined && listRev !== undefined && mine > listRev && mine > listedRev) {
-        this.cache.set(key, old);
-        const i = changed.findIndex((c) => c[0] === key);
-        if (i >= 0) changed.splice(i, 1);
-        continue;
+      try {
+        fresh.set(this.source.keyOf(obj), obj);
+      } catch (e) {
+        // One object without identity is left out; the rest of the list stands.
+        this.opts.onError?.(
+          new Error(`${this.source.name}: listed object skipped: ${(e as Error).message}`),
+          this.source.name,
+        );
       }
-      this.outside.delete(key);
-      if (!this.cache.has(key)) changed.push([key, undefined, old]);
     }
+    // Put or offered after the list was taken: the watch from the list's revision brings it (or a later one).
+    const listRev = revNum(listed.revision);
+    for (const key of this.outside) {
+      const mine = revNum(this.source.revisionOf(before.get(key) as T));
+      const got = fresh.get(key);
+      const listedRev = got === undefined ? -1n : (revNum(this.source.revisionOf(got)) ?? -1n);
+      if (mine !== undefined && listRev !== undefined && mine > listRev && mine > listedRev)
+        fresh.set(key, before.get(key)!);
+      else this.outside.delete(key);
+    }
+    this.cache = fresh;
+    const changed: Array<[string, T | undefined, T | undefined]> = [];
+    for (const [key, obj] of fresh) {
+      const old = before.get(key);
+      if (old !== obj && (!old || this.source.revisionOf(old) !== this.source.revisionOf(obj)))
+        changed.push([key, obj, old]);
+    }
+    for (const [key, old] of before) if (!fresh.has(key)) changed.push([key, undefined, old]);
     this.rev = listed.revision;
     this.opts.onList?.(listed.items.length);
     for (const [key, obj, old] of changed) this.notify(key, obj, old);
@@ -350,7 +357,7 @@ export class Informer<T> {
       () => {
         if (!live()) return;
         const secs = Math.round(within / 1000);
-        this.fail(new Error(`${this.source.name}: watch silent past its ${secs} s timeout; re-listing`), 'watch', 0);
+        this.fail(new Error(`${this.source.name}: watch silent past its ${secs} s timeout; re-listing`), 'silent', 0);
       },
       within + (this.opts.silentGraceMs ?? 30_000),
     );

@@ -11,7 +11,7 @@ import {
   type InformerOptions,
   type ListWatchSource,
   type SourceEvent,
-  type WatchEnd,
+  type ListWatchEnd,
 } from '../../src/watch/informer.js';
 
 interface Obj {
@@ -24,7 +24,7 @@ interface Stream {
   from: string;
   stopped: boolean;
   emit(ev: SourceEvent<Obj>): void;
-  end(e: WatchEnd): void;
+  end(e: ListWatchEnd): void;
 }
 
 /** A store with one global revision, a history of changes and compaction, as etcd and the API server keep. */
@@ -76,7 +76,7 @@ class Store implements ListWatchSource<Obj> {
     return { items: [...this.objects.values()].map((o) => ({ ...o })), revision: String(this.rev) };
   }
 
-  watch(revision: string, onEvent: (ev: SourceEvent<Obj>) => void, onEnd: (end: WatchEnd) => void) {
+  watch(revision: string, onEvent: (ev: SourceEvent<Obj>) => void, onEnd: (end: ListWatchEnd) => void) {
     const s: Stream = {
       from: revision,
       stopped: false,
@@ -259,6 +259,17 @@ describe('Informer: answers only while its watch is open', () => {
     store.open!.emit({ type: 'ADDED', object: { name: '', rv: '7', v: 'x' } });
     await until('re-listed', () => store.lists === 2 && inf.open);
     expect(inf.keys()).toEqual([]);
+  });
+
+  it('a listed object without identity is left out and reported; the rest of the list stands', async () => {
+    const store = new Store();
+    store.write('a', '1');
+    store.objects.set('', { name: '', rv: '9', v: 'bad' });
+    const errors: string[] = [];
+    const { inf } = inform(store, { onError: (e) => errors.push(e.message) });
+    await until('open', () => inf.open);
+    expect(inf.keys()).toEqual(['a']);
+    expect(errors).toEqual(['test store: listed object skipped: no name']);
   });
 });
 
