@@ -12,7 +12,8 @@ import { flushConntrack } from '../../dataplane/conntrack.js';
 import { nftRun } from '../../dataplane/nft/run.js';
 import { ownedTables } from '../../dataplane/nft/table.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
-import { datastoreSource, Informer } from '../../watch/informer.js';
+import { Informer } from '../../watch/informer.js';
+import { datastoreSource } from '../../datastore/list-watch.js';
 import {
   FLOATING_TABLE,
   floatingScript,
