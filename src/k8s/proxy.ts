@@ -117,6 +117,7 @@ export function tunnelThrough(agent: HttpAgent, proxy: URL, secure: boolean, tim
           return;
         }
         if (!secure) return cb(null, socket);
+        // As above: node:tls only for a TLS API server behind the proxy.
         void import('node:tls').then(({ connect }) => {
           const o = opts as Record<string, unknown>;
           const tls = connect({
