@@ -101,12 +101,13 @@ export function isDerived(kind: Kind, name: string): boolean {
 }
 
 export function readOnlyError(kind: Kind, name: string, namespace?: string): DatastoreError {
+  const profile = profiles.parseProfileName(name);
   const src =
     kind === 'NetworkPolicy'
       ? `the Kubernetes NetworkPolicy ${namespace || 'default'}/${name.slice(K8S_POLICY_PREFIX.length)}`
-      : profiles.parseProfileName(name)?.serviceAccount !== undefined
-        ? `the ServiceAccount ${profiles.parseProfileName(name)!.namespace}/${profiles.parseProfileName(name)!.serviceAccount}`
-        : `the Namespace ${profiles.parseProfileName(name)?.namespace}`;
+      : profile?.serviceAccount !== undefined
+        ? `the ServiceAccount ${profile.namespace}/${profile.serviceAccount}`
+        : `the Namespace ${profile?.namespace}`;
   return new DatastoreError(
     'Invalid',
     `${kind} ${name} is derived from ${src} and is read-only with the kubernetes datastore; change the Kubernetes ` +
