@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import type { Logger } from '../log/types.js';
 import type { Netconf } from '../config/index.js';
 import type { Datastore } from '../datastore/types.js';
-import type { DatastoreSource } from '../plugins/main/runtime.js';
+import type { DatastoreSource } from '../datastore/pool.js';
 import { netpluginEntry } from '../config/conflist.js';
 
 type Ipv6ForwardingMode = 'auto' | 'on' | 'off';

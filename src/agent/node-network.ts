@@ -3,9 +3,9 @@
 // (src/agent/nat). The CNI server runs regardless; a failure here is logged.
 import { hostname } from 'node:os';
 import type { Logger } from '../log/types.js';
-import { parseAutodetect } from './node-registration.js';
+import type { AutodetectMethod } from './node-registration.js';
 import { readNetpluginConf } from './node-init.js';
-import type { DatastoreSource } from '../plugins/main/runtime.js';
+import type { DatastoreSource } from '../datastore/pool.js';
 
 export interface NodeNetworkOptions {
   configPath: string;
@@ -17,7 +17,7 @@ export interface NodeNetworkOptions {
   nodename: string | undefined;
   nodeIP: string | undefined;
   nodeIPv6: string | undefined;
-  autodetect: string | undefined;
+  autodetect: AutodetectMethod;
   mtuFile: string | undefined;
   /** --bgp on: BIRD is supervised and routes the pools without encapsulation. */
   bgp?: {
@@ -37,9 +37,9 @@ export interface NodeNetworkOptions {
   onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
 
-/** Throws (before anything starts) on bad flags. stop() settles once BIRD (with --bgp on) exited. */
+/** stop() settles once BIRD (with --bgp on) exited. */
 export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void> } {
-  const autodetect = parseAutodetect(o.autodetect ?? 'first-found');
+  const { autodetect } = o;
   let stopped = false;
   const stops: Array<() => void> = [];
   let bgpStopped: Promise<void> = Promise.resolve();

@@ -2,7 +2,7 @@
 // CNI config (--config) when its netconf says `policy: {type: "k8s"}`.
 import type { Logger } from '../../log/types.js';
 import type { PolicyController } from './controller.js';
-import type { DatastoreSource } from '../../plugins/main/runtime.js';
+import type { DatastoreSource } from '../../datastore/pool.js';
 import type { ProgrammedSignal } from '../../policy-status/index.js';
 
 export interface PolicyAgent {
