@@ -62,7 +62,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
     // Loaded here: only an agent with the pod network on pays for the addon.
     const { openNodeRouting } = await import('../dataplane/routing.js');
     const kernel = openNodeRouting(o.log);
-    const { startRoutesController } = await import('./routes/index.js');
+    const { RoutesController } = await import('./routes/index.js');
     const { startNatController } = await import('./nat/index.js');
     const refused = o.onFloatingRefused;
     const nat = startNatController({
@@ -90,7 +90,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
           }
         : {}),
     });
-    const routes = startRoutesController({
+    const routes = new RoutesController({
       ds,
       node,
       kernel,
@@ -101,7 +101,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
       mtuFile: o.mtuFile ?? conf.mtu_file,
       ...(o.onRoutesApplied ? { onApplied: o.onRoutesApplied } : {}),
       bgp: o.bgp !== undefined,
-    });
+    }).start();
     stops.push(
       () => routes.stop(),
       () => nat.stop(),
