@@ -78,15 +78,14 @@ async function main(): Promise<void> {
   const registry = new Registry();
   const { NETPLUGIN_VERSION } = await import('../ctl/version.js');
   registerProcessMetrics(registry, { component: 'netplugin-flows', version: NETPLUGIN_VERSION });
-  const batches = registry.counter(
+  const byResult = (name: string, help: string) => registry.counter(name, help, ['result']);
+  const batches = byResult(
     'netplugin_flows_batches_total',
     'Batches received from agents, by result (taken, duplicate)',
-    ['result'],
   );
-  const records = registry.counter(
+  const records = byResult(
     'netplugin_flows_records_total',
     'Flow records received from agents, by result (accepted, rejected)',
-    ['result'],
   );
   const exported = registry.counter('netplugin_flows_exported_total', 'Aggregated flows written to --export-file');
   const held = registry.gauge('netplugin_flows_aggregated', 'Aggregated flows held in memory');
