@@ -160,170 +160,211 @@ export async function ensureBaseTable(
 }
 
 export async function startPolicyController(opts: PolicyControllerOptions): Promise<PolicyController> {
-  const { ds, log } = opts;
   const nft = opts.nft ?? (await defaultNft());
   const state = await ensureBaseTable(opts.base, nft);
-  log.info(
+  opts.log.info(
     state === 'installed'
       ? 'policy: base ruleset installed (pods isolated until programmed)'
       : 'policy: keeping the table of the previous run until the resync',
   );
+  return new Controller(opts, nft).start();
+}
 
-  const compiler = new PolicyCompiler(opts.flowLog);
-  let current: DesiredState | undefined; // undefined until the first full resync
-  let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
-  let lastSettings = agentSettings(opts.nodename, []);
-  const appliedCbs: Array<(s: ApplyStats) => void> = [];
-  const status = new StatusReporter({ statusDir: opts.statusDir, log });
-  const locals = new LocalEndpoints({
-    nodename: opts.nodename,
-    vethPrefixes: opts.base.vethPrefixes,
-    log,
-    onInterfaceConflict: opts.onInterfaceConflict,
-  });
-  const refusals = new KernelRefusals({ base: opts.base, nft, log, onRefused: opts.onRefused });
-  // What the last batch saw, to find the endpoints whose policy a batch changed (conntrack).
-  let seen: Seen | undefined;
-  const cut =
-    opts.cutConntrack ??
-    ((addrs: string[], denied: (f: ConntrackFlow) => boolean) => cutConntrack(addrs, denied, log).deleted);
-  let resolveSynced!: () => void;
-  const synced = new Promise<void>((r) => (resolveSynced = r));
-  let timer: NodeJS.Timeout | undefined;
-  let stopped = false;
-  let resynced = false;
+/** The compiler's inputs of one batch, and what derives from them. */
+interface BatchInputs {
+  inputs: ReturnType<PolicyController['inputs']>;
+  weps: Array<Resource<'WorkloadEndpoint'>>;
+  /** The programmed local endpoints by endpointStatusKey. */
+  local: Map<string, Resource<'WorkloadEndpoint'>>;
+  settings: AgentSettings;
+}
 
-  const informers = new Map<Kind, Informer<Resource<Kind>>>();
-  // The oldest change not yet in the table: from its watch event (or the start) until a batch with it applied.
-  let pendingSince: number | undefined = Date.now();
-  let applyingSince: number | undefined;
-  const schedule = () => {
-    pendingSince ??= Date.now();
-    if (stopped || timer) return;
-    timer = setTimeout(() => {
-      timer = undefined;
-      queue.add('apply');
-    }, opts.batchDelayMs ?? 5);
-  };
-  for (const kind of WATCHED) {
-    informers.set(
-      kind,
-      new Informer(
-        datastoreSource(ds, kind),
-        { onChange: schedule },
+/**
+ * The datastore's policy model, batched (one per burst of changes), compiled and programmed: the
+ * first batch and any refused one as a full resync of the table, the others as its difference.
+ */
+class Controller implements PolicyController {
+  readonly synced: Promise<void>;
+  private resolveSynced!: () => void;
+  private readonly compiler: PolicyCompiler;
+  private readonly status: StatusReporter;
+  private readonly locals: LocalEndpoints;
+  private readonly refusals: KernelRefusals;
+  private readonly cut: (addrs: string[], denied: (f: ConntrackFlow) => boolean) => number;
+  private readonly informers = new Map<Kind, Informer<Resource<Kind>>>();
+  /** Staged policies: outside the batches (they change no rule), read only when a flow is reported. */
+  private readonly stagedInformers: Array<Informer<StagedPolicy>> = [];
+  private readonly queue: WorkQueue;
+  private readonly appliedCbs: Array<(s: ApplyStats) => void> = [];
+  /** Undefined until the first full resync. */
+  private programmed: DesiredState | undefined;
+  private lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
+  private lastSettings: AgentSettings;
+  /** What the last batch saw, to find the endpoints whose policy a batch changed (conntrack). */
+  private seen: Seen | undefined;
+  private stagedChanged = true;
+  private pendingMemo: { policies: PolicyInput[]; pending: PendingPolicies | undefined } | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private resynced = false;
+  /** The oldest change not yet in the table: from its watch event (or the start) until a batch with it applied. */
+  private pendingSince: number | undefined = Date.now();
+  private applyingSince: number | undefined;
+
+  constructor(
+    private readonly opts: PolicyControllerOptions,
+    private readonly nft: (script: string) => Promise<string>,
+  ) {
+    const { log } = opts;
+    this.synced = new Promise<void>((r) => (this.resolveSynced = r));
+    this.compiler = new PolicyCompiler(opts.flowLog);
+    this.lastSettings = agentSettings(opts.nodename, []);
+    this.status = new StatusReporter({ statusDir: opts.statusDir, log });
+    this.locals = new LocalEndpoints({
+      nodename: opts.nodename,
+      vethPrefixes: opts.base.vethPrefixes,
+      log,
+      onInterfaceConflict: opts.onInterfaceConflict,
+    });
+    this.refusals = new KernelRefusals({ base: opts.base, nft, log, onRefused: opts.onRefused });
+    this.cut =
+      opts.cutConntrack ??
+      ((addrs: string[], denied: (f: ConntrackFlow) => boolean) => cutConntrack(addrs, denied, log).deleted);
+    for (const kind of WATCHED) {
+      const inf = new Informer(
+        datastoreSource(opts.ds, kind),
+        { onChange: () => this.schedule() },
         { onError: (e, src) => log.warn('policy: watch failed; re-listing', { source: src, error: e.message }) },
-      ) as unknown as Informer<Resource<Kind>>,
-    );
-  }
-
-  // Staged policies: outside the batches (they change no rule), read only when a flow is reported.
-  const stagedInformers: Array<Informer<StagedPolicy>> = [];
-  let stagedChanged = true;
-  let pendingMemo: { policies: PolicyInput[]; pending: PendingPolicies | undefined } | undefined;
-  if (opts.staged) {
-    for (const kind of STAGED_KINDS) {
+      );
+      this.informers.set(kind, inf as unknown as Informer<Resource<Kind>>);
+    }
+    for (const kind of opts.staged ? STAGED_KINDS : []) {
       const onError = (e: Error, source: string) =>
         log.warn('policy: staged watch failed; re-listing', { source, error: e.message });
-      const src = datastoreSource(ds, kind) as unknown as ListWatchSource<StagedPolicy>;
-      const onChange = () => void (stagedChanged = true);
-      stagedInformers.push(new Informer<StagedPolicy>(src, { onChange }, { onError }));
+      const src = datastoreSource(opts.ds, kind) as unknown as ListWatchSource<StagedPolicy>;
+      const onChange = () => void (this.stagedChanged = true);
+      this.stagedInformers.push(new Informer<StagedPolicy>(src, { onChange }, { onError }));
     }
+    this.queue = createWorkQueue({
+      handle: () => this.applyTracked(),
+      concurrency: 1,
+      baseDelayMs: 200,
+      maxDelayMs: 10_000,
+      onError: (_k, err, n) =>
+        log.error('policy: applying the ruleset failed; retrying', { error: (err as Error).message, failures: n }),
+    });
   }
-  const pending = (): PendingPolicies | undefined => {
+
+  start(): this {
+    for (const inf of this.informers.values()) inf.start();
+    for (const inf of this.stagedInformers) inf.start();
+    // The first resync waits for every list; a kind that lists nothing reports no change, so
+    // schedule it once all are in (the batches before it return early).
+    void Promise.all([...this.informers.values()].map((i) => i.whenSynced())).then(() => this.schedule());
+    return this;
+  }
+
+  get signal(): ProgrammedSignal {
+    return this.status.signal;
+  }
+
+  current(): DesiredState {
+    return this.programmed ?? emptyState();
+  }
+
+  inputs(): ReturnType<PolicyController['inputs']> {
+    return this.lastInputs;
+  }
+
+  flowRefs(): ReadonlyMap<string, TagRef> {
+    return this.compiler.flowRefs;
+  }
+
+  settings(): AgentSettings {
+    return this.lastSettings;
+  }
+
+  onApplied(cb: (s: ApplyStats) => void): void {
+    this.appliedCbs.push(cb);
+  }
+
+  programmingLagSeconds(): number {
+    const oldest = Math.min(this.pendingSince ?? Infinity, this.applyingSince ?? Infinity);
+    return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
+  }
+
+  pending(): PendingPolicies | undefined {
+    const { stagedInformers, lastInputs } = this;
     if (!stagedInformers.length || stagedInformers.some((i) => !i.synced)) return undefined;
-    if (!stagedChanged && pendingMemo?.policies === lastInputs.policies) return pendingMemo.pending;
-    stagedChanged = false;
+    if (!this.stagedChanged && this.pendingMemo?.policies === lastInputs.policies) return this.pendingMemo.pending;
+    this.stagedChanged = false;
     const staged = stagedInformers.flatMap((i) => i.list());
     const p = staged.length ? pendingPolicies(lastInputs.policies, staged) : undefined;
     for (const s of p?.skipped ?? []) {
-      log.debug('policy: staged policy left out of the pending trace', { ...s.ref, reason: s.reason });
+      this.opts.log.debug('policy: staged policy left out of the pending trace', { ...s.ref, reason: s.reason });
     }
-    pendingMemo = { policies: lastInputs.policies, pending: p };
+    this.pendingMemo = { policies: lastInputs.policies, pending: p };
     return p;
-  };
+  }
 
-  const apply = async (): Promise<void> => {
-    if (stopped) return;
-    for (const inf of informers.values()) if (!inf.synced) return; // the first batch waits for every list
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    for (const inf of this.informers.values()) inf.stop();
+    for (const inf of this.stagedInformers) inf.stop();
+    await this.queue.stop();
+  }
+
+  private schedule(): void {
+    this.pendingSince ??= Date.now();
+    if (this.stopped || this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.queue.add('apply');
+    }, this.opts.batchDelayMs ?? 5);
+  }
+
+  private allSynced(): boolean {
+    for (const inf of this.informers.values()) if (!inf.synced) return false;
+    return true;
+  }
+
+  private list<K extends Kind>(kind: K): Array<Resource<K>> {
+    return this.informers.get(kind)!.list() as Array<Resource<K>>;
+  }
+
+  private async applyTracked(): Promise<void> {
+    if (!this.allSynced()) return; // still pending: apply() waits for every list
+    const since = this.pendingSince;
+    this.pendingSince = undefined;
+    this.applyingSince = since;
+    try {
+      await this.apply();
+    } catch (e) {
+      // Not applied: its changes stay pending (the queue retries).
+      if (since !== undefined) this.pendingSince = Math.min(since, this.pendingSince ?? since);
+      throw e;
+    } finally {
+      this.applyingSince = undefined;
+    }
+  }
+
+  /** One batch: the inputs read, compiled, programmed; denied flows cut; the endpoints' status reported. */
+  private async apply(): Promise<void> {
+    if (this.stopped || !this.allSynced()) return; // the first batch waits for every list
+    const { log } = this.opts;
     const t0 = performance.now();
-    const profiles = new Map<string, ProfileInput>();
-    for (const p of informers.get('Profile')!.list() as Array<Resource<'Profile'>>)
-      profiles.set(p.metadata.name, { name: p.metadata.name, spec: p.spec });
-    const policies: PolicyInput[] = [];
-    for (const p of informers.get('NetworkPolicy')!.list() as Array<Resource<'NetworkPolicy'>>)
-      policies.push({
-        kind: 'NetworkPolicy',
-        name: p.metadata.name,
-        namespace: p.metadata.namespace ?? 'default',
-        spec: p.spec,
-      });
-    for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>)
-      policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
-    const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
-    const { endpoints, local } = locals.derive(weps);
-    const heps = informers.get('HostEndpoint')!.list() as Array<Resource<'HostEndpoint'>>;
-    const configs = informers.get('AgentConfiguration')!.list() as Array<Resource<'AgentConfiguration'>>;
-    const settings = agentSettings(opts.nodename, configs);
-    const host = { ...hostInput(heps, settings, opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
-    lastInputs = { policies, profiles, endpoints, host };
-    lastSettings = settings;
-    let next = compiler.compile(lastInputs);
-    for (const r of next.refused) refusals.tell({ owner: r.owner, stage: 'model', reason: r.reason });
-    // Objects libnftables refused stay out while their content is the same.
-    const exclude = refusals.exclusions(next);
+    const batch = this.readInputs();
+    const { policies, endpoints } = batch.inputs;
+    this.lastInputs = batch.inputs;
+    this.lastSettings = batch.settings;
+    const next = this.compiler.compile(this.lastInputs);
+    for (const r of next.refused) this.refusals.tell({ owner: r.owner, stage: 'model', reason: r.reason });
     const t1 = performance.now();
-    let full = current === undefined;
-    let commands = 0;
-    if (!full) {
-      const target = withoutOwners(next, exclude);
-      // The plugin marks re-created interfaces stale: read the marks only when entries change.
-      const stale = entriesChanged(current!, target)
-        ? staleNames(await nft(`list set inet ${opts.base.table ?? TABLE} wl-stale\n`))
-        : new Set<string>();
-      const cmds = diffCommands(current!, target, opts.base, stale);
-      commands = cmds.length;
-      try {
-        if (commands > 0) await nft(cmds.join('\n') + '\n');
-        current = target;
-      } catch (e) {
-        // The kernel's table is not what we think (edited by hand?), or an object it refuses:
-        // resync the whole table, recomputed from scratch, leaving out what it refuses.
-        log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
-        compiler.reset();
-        next = compiler.compile(lastInputs);
-        full = true;
-      }
-    }
-    if (full) {
-      current = undefined;
-      const r = await refusals.applyFull(next, exclude);
-      current = r.applied;
-      commands = r.commands;
-    }
+    const { full, commands } = await this.program(next);
     const t2 = performance.now();
-    // Only now, with the new rules in force: an entry flushed earlier could be re-created under the old ones.
-    const was = seen;
-    seen = snapshot(weps, endpoints, policies, profiles, was);
-    const addrs = was ? affectedAddresses(was, seen) : [];
-    let ctDeleted = 0;
-    if (addrs.length) {
-      // Each entry's flow decided again, by the evaluator, on the inputs just programmed: only the
-      // denied ones go; an allowed connection keeps its entry (and is never re-decided by its next packet).
-      const views = [...seen.views.values()].map((v) => v.view);
-      const localIds = seen.local;
-      const enforced = new Set([...localIds].map((id) => seen!.views.get(id)!.view));
-      const denied = (f: ConntrackFlow): boolean => {
-        const d = flowDecisions(views, policies, profiles, f, (ep) => enforced.has(ep));
-        // The node's own packets leave through no rule: only the egress of a pod it talks to counts.
-        return d.egress?.verdict === 'deny' || (!f.fromNode && d.ingress?.verdict === 'deny');
-      };
-      ctDeleted = cut(addrs, denied);
-      log.debug('policy: deleted the conntrack entries of flows the policy change denies', {
-        addrs: addrs.length,
-        deleted: ctDeleted,
-      });
-    }
-    await status.report(local, current);
+    const { addrs, ctDeleted } = this.cutDeniedFlows(batch);
+    await this.status.report(batch.local, this.programmed);
     if (full) {
       log.info('policy: table resynced', {
         policies: policies.length,
@@ -331,66 +372,98 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
         commands,
         ms: Math.round(t2 - t0),
       });
-      if (!resynced) await status.sweep();
-      resynced = true;
-      resolveSynced();
+      if (!this.resynced) await this.status.sweep();
+      this.resynced = true;
+      this.resolveSynced();
     }
-    const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1, flushedAddrs: addrs.length, ctDeleted };
-    for (const cb of appliedCbs) cb(st);
-  };
+    const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1, flushedAddrs: addrs, ctDeleted };
+    for (const cb of this.appliedCbs) cb(st);
+  }
 
-  const applyTracked = async (): Promise<void> => {
-    for (const inf of informers.values()) if (!inf.synced) return; // still pending: apply() waits for every list
-    const since = pendingSince;
-    pendingSince = undefined;
-    applyingSince = since;
-    try {
-      await apply();
-    } catch (e) {
-      // Not applied: its changes stay pending (the queue retries).
-      if (since !== undefined) pendingSince = Math.min(since, pendingSince ?? since);
-      throw e;
-    } finally {
-      applyingSince = undefined;
+  private readInputs(): BatchInputs {
+    const { nodename, base } = this.opts;
+    const profiles = new Map<string, ProfileInput>();
+    for (const p of this.list('Profile')) profiles.set(p.metadata.name, { name: p.metadata.name, spec: p.spec });
+    const policies: PolicyInput[] = [];
+    for (const p of this.list('NetworkPolicy'))
+      policies.push({
+        kind: 'NetworkPolicy',
+        name: p.metadata.name,
+        namespace: p.metadata.namespace ?? 'default',
+        spec: p.spec,
+      });
+    for (const p of this.list('GlobalNetworkPolicy'))
+      policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
+    const weps = this.list('WorkloadEndpoint');
+    const { endpoints, local } = this.locals.derive(weps);
+    const settings = agentSettings(nodename, this.list('AgentConfiguration'));
+    const host = {
+      ...hostInput(this.list('HostEndpoint'), settings, nodename, base.vethPrefixes),
+      vxlanPort: VXLAN_PORT,
+    };
+    return { inputs: { policies, profiles, endpoints, host }, weps, local, settings };
+  }
+
+  /**
+   * The difference to the table as programmed; a full resync the first time and when the kernel
+   * refuses the difference. Objects libnftables refused stay out while their content is the same.
+   */
+  private async program(compiled: DesiredState): Promise<{ full: boolean; commands: number }> {
+    const { base, log } = this.opts;
+    let next = compiled;
+    const exclude = this.refusals.exclusions(next);
+    if (this.programmed !== undefined) {
+      const target = withoutOwners(next, exclude);
+      // The plugin marks re-created interfaces stale: read the marks only when entries change.
+      const stale = entriesChanged(this.programmed, target)
+        ? staleNames(await this.nft(`list set inet ${base.table ?? TABLE} wl-stale\n`))
+        : new Set<string>();
+      const cmds = diffCommands(this.programmed, target, base, stale);
+      try {
+        if (cmds.length > 0) await this.nft(cmds.join('\n') + '\n');
+        this.programmed = target;
+        return { full: false, commands: cmds.length };
+      } catch (e) {
+        // The kernel's table is not what we think (edited by hand?), or an object it refuses:
+        // resync the whole table, recomputed from scratch, leaving out what it refuses.
+        log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
+        this.compiler.reset();
+        next = this.compiler.compile(this.lastInputs);
+      }
     }
-  };
+    this.programmed = undefined;
+    const r = await this.refusals.applyFull(next, exclude);
+    this.programmed = r.applied;
+    return { full: true, commands: r.commands };
+  }
 
-  const queue: WorkQueue = createWorkQueue({
-    handle: applyTracked,
-    concurrency: 1,
-    baseDelayMs: 200,
-    maxDelayMs: 10_000,
-    onError: (_k, err, n) =>
-      log.error('policy: applying the ruleset failed; retrying', { error: (err as Error).message, failures: n }),
-  });
-
-  for (const inf of informers.values()) inf.start();
-  for (const inf of stagedInformers) inf.start();
-  // The first resync waits for every list; a kind that lists nothing reports no change, so
-  // schedule it once all are in (the batches before it return early).
-  void Promise.all([...informers.values()].map((i) => i.whenSynced())).then(schedule);
-
-  return {
-    synced,
-    signal: status.signal,
-    current: () => current ?? emptyState(),
-    inputs: () => lastInputs,
-    flowRefs: () => compiler.flowRefs,
-    pending,
-    settings: () => lastSettings,
-    onApplied: (cb) => void appliedCbs.push(cb),
-    programmingLagSeconds() {
-      const oldest = Math.min(pendingSince ?? Infinity, applyingSince ?? Infinity);
-      return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
-    },
-    async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      for (const inf of informers.values()) inf.stop();
-      for (const inf of stagedInformers) inf.stop();
-      await queue.stop();
-    },
-  };
+  /**
+   * Only now, with the new rules in force (an entry flushed earlier could be re-created under the
+   * old ones): each conntrack entry of an endpoint whose policy the batch changed is decided again,
+   * by the evaluator, on the inputs just programmed; only the denied ones go; an allowed connection
+   * keeps its entry (and is never re-decided by its next packet).
+   */
+  private cutDeniedFlows(batch: BatchInputs): { addrs: number; ctDeleted: number } {
+    const { policies, profiles, endpoints } = batch.inputs;
+    const was = this.seen;
+    const seen = snapshot(batch.weps, endpoints, policies, profiles, was);
+    this.seen = seen;
+    const addrs = was ? affectedAddresses(was, seen) : [];
+    if (!addrs.length) return { addrs: 0, ctDeleted: 0 };
+    const views = [...seen.views.values()].map((v) => v.view);
+    const enforced = new Set([...seen.local].map((id) => seen.views.get(id)!.view));
+    const denied = (f: ConntrackFlow): boolean => {
+      const d = flowDecisions(views, policies, profiles, f, (ep) => enforced.has(ep));
+      // The node's own packets leave through no rule: only the egress of a pod it talks to counts.
+      return d.egress?.verdict === 'deny' || (!f.fromNode && d.ingress?.verdict === 'deny');
+    };
+    const ctDeleted = this.cut(addrs, denied);
+    this.opts.log.debug('policy: deleted the conntrack entries of flows the policy change denies', {
+      addrs: addrs.length,
+      deleted: ctDeleted,
+    });
+    return { addrs: addrs.length, ctDeleted };
+  }
 }
 
 /** The compiler's host input: every host endpoint (peers of rules), this node's enforced, and the node's settings. */
