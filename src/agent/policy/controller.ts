@@ -23,7 +23,7 @@ import type { Logger } from '../../log/types.js';
 import type { Kind, Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
 import { datastoreSource, Informer, type ListWatchSource } from '../../watch/informer.js';
-import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
+import { createReconcileQueue, type WorkQueue } from '../../watch/queue.js';
 import type { ProgrammedSignal } from '../../policy-status/index.js';
 import {
   PolicyCompiler,
@@ -245,13 +245,10 @@ class Controller implements PolicyController {
       const onChange = () => void (this.stagedChanged = true);
       this.stagedInformers.push(new Informer<StagedPolicy>(src, { onChange }, { onError }));
     }
-    this.queue = createWorkQueue({
-      handle: () => this.applyTracked(),
-      concurrency: 1,
+    this.queue = createReconcileQueue(() => this.applyTracked(), {
       baseDelayMs: 200,
-      maxDelayMs: 10_000,
-      onError: (_k, err, n) =>
-        log.error('policy: applying the ruleset failed; retrying', { error: (err as Error).message, failures: n }),
+      onError: (err, n) =>
+        log.error('policy: applying the ruleset failed; retrying', { error: err.message, failures: n }),
     });
   }
 

@@ -15,7 +15,7 @@ import { addrOf, computeDesired, poolViews, type ClusterView, type Desired } fro
 import { resolveFloatingIPs } from '../nat/floating.js';
 import type { Kind, NodeSpec, Resource } from '../../model/resources.js';
 import { datastoreSource, Informer } from '../../watch/informer.js';
-import { createWorkQueue } from '../../watch/queue.js';
+import { createReconcileQueue } from '../../watch/queue.js';
 
 const VETH_DEFAULT_MTU = 1500;
 
@@ -58,7 +58,7 @@ export class RoutesController {
   readonly ready: Promise<void>;
   private markReady!: () => void;
   private readonly ipam: Ipam;
-  private readonly queue: ReturnType<typeof createWorkQueue>;
+  private readonly queue: ReturnType<typeof createReconcileQueue>;
   private readonly inputs: RouteInputs;
   private stopped = false;
   private debounce: NodeJS.Timeout | undefined;
@@ -77,13 +77,9 @@ export class RoutesController {
     // Tunnel addresses: the route controller is no plugin process, so no host lock; the datastore's
     // compare-and-swap keeps them consistent.
     this.ipam = createIpam(o.ds, { lock: 'none', log: o.log });
-    this.queue = createWorkQueue({
-      handle: () => this.reconcile(),
-      concurrency: 1,
+    this.queue = createReconcileQueue(() => this.reconcile(), {
       baseDelayMs: 1000,
-      maxDelayMs: 10_000,
-      onError: (_k, err, n) =>
-        o.log.warn('routes: reconcile failed; retrying', { error: (err as Error).message, failures: n }),
+      onError: (err, n) => o.log.warn('routes: reconcile failed; retrying', { error: err.message, failures: n }),
     });
     const schedule = () => this.schedule();
     this.inputs = {
