@@ -21,6 +21,7 @@ import { DEFAULT_PLUGIN_SERVICE_ACCOUNT, DEFAULT_TOKEN_SECONDS } from '../agent/
 import { NETPLUGIN_VERSION } from '../ctl/version.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
 import { LogThrottle } from '../log/index.js';
+import type { Logger } from '../log/types.js';
 import { registerLogThrottleMetrics, registerProcessMetrics } from '../observe/process-metrics.js';
 import { checkListenFlags, entryLogger, parseEntryFlags, stringFlags, usageError } from './common/cli.js';
 
@@ -95,27 +96,35 @@ const FLAGS = {
   'no-routes': { type: 'boolean' },
 } as const;
 
-async function main(): Promise<void> {
-  const values = await parseEntryFlags(CLI, () => NETPLUGIN_VERSION, FLAGS);
-  if (!values) return;
-  const healthAddr = values['health-addr'] ?? DEFAULT_HEALTH_ADDR;
-  checkListenFlags(CLI, { 'health-addr': healthAddr, 'metrics-addr': values['metrics-addr'] }, true);
-  let o: AgentOptions;
+function checkedOptions(values: Parameters<typeof agentOptions>[0]): AgentOptions {
   try {
-    o = agentOptions(values, process.env);
+    return agentOptions(values, process.env);
   } catch (e) {
     if (!(e instanceof AgentFlagError)) throw e;
     return usageError(CLI, e.message);
   }
-  // A failure that repeats (a watch that keeps breaking, a bad netconf the runtime keeps sending) is
-  // logged once a minute with a count, by the agent and by the requests it serves.
-  const throttle = new LogThrottle();
-  const log = entryLogger(CLI, values, throttle);
+}
+
+function agentMetrics(log: Logger, throttle: LogThrottle): ReturnType<typeof createAgentMetrics> {
   const metrics = createAgentMetrics();
   // Malformed objects the datastores skip: one warning each, and their count on /metrics.
   observeInvalidObjects(metrics.registry, log);
   registerProcessMetrics(metrics.registry, { component: CLI.program, version: NETPLUGIN_VERSION });
   registerLogThrottleMetrics(metrics.registry, throttle);
+  return metrics;
+}
+
+async function main(): Promise<void> {
+  const values = await parseEntryFlags(CLI, () => NETPLUGIN_VERSION, FLAGS);
+  if (!values) return;
+  const healthAddr = values['health-addr'] ?? DEFAULT_HEALTH_ADDR;
+  checkListenFlags(CLI, { 'health-addr': healthAddr, 'metrics-addr': values['metrics-addr'] }, true);
+  const o = checkedOptions(values);
+  // A failure that repeats (a watch that keeps breaking, a bad netconf the runtime keeps sending) is
+  // logged once a minute with a count, by the agent and by the requests it serves.
+  const throttle = new LogThrottle();
+  const log = entryLogger(CLI, values, throttle);
+  const metrics = agentMetrics(log, throttle);
 
   const exit = (code: number) => (e: Error) => (log.error(e.message), process.exit(code));
   const dataplane = new DataplanePart({ log, stateDir: dirname(o.socketPath) });
