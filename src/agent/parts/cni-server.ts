@@ -50,6 +50,7 @@ export class CniServerPart implements AgentPart {
       ipamLockTakeover: () => o.datastores.suspendReadCaches(),
       ipamObserver: o.ipamObserver,
       ipamBatching: true,
+      // Loaded by the first ADD that reads its pod from the API: a node without Kubernetes pods never loads it.
       podCache: async (kube, node) =>
         new (await import('../../k8s/cache.js')).CachingPodSource(kube, { nodeName: node, log: o.log }).start(),
       dataplane: o.dataplane(),

@@ -4,6 +4,7 @@
 // kernel waiting for an RCU grace period), so the loop is never held (docs/performance.md).
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import * as dp from '../../dataplane/index.js';
 import type { Logger } from '../../log/types.js';
 import type { DataplanePort } from '../../plugins/main/runtime.js';
 import { HOST_MAC } from '../../plugins/main/common.js';
@@ -30,7 +31,6 @@ export class DataplanePart implements AgentPart {
 
   async start(): Promise<void> {
     const { log, stateDir } = this.o;
-    const dp = await import('../../dataplane/index.js');
     const trash = dp.createTrash({ log });
     // A crash's leftovers go now.
     await trash

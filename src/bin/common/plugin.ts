@@ -8,6 +8,7 @@ import { createPluginRuntime, type PluginRuntime } from '../../plugins/main/runt
 // biome-ignore lint/suspicious/noExplicitAny: each plugin's handlers have their own netconf type
 export function pluginMain(name: string, load: () => Promise<CniHandlers<any, PluginRuntime>>): void {
   if (process.argv[2] === '--version') {
+    // Lazy: a runtime's exec never loads the version module.
     void import('../../ctl/version.js').then(({ NETPLUGIN_VERSION }) => {
       process.stdout.write(`${name} ${NETPLUGIN_VERSION}\n`);
       process.exit(0);
