@@ -24,6 +24,7 @@ import type { Kind, Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
 import { datastoreSource, Informer, type ListWatchSource } from '../../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
+import { REMOVAL_DELAY_MS, createBatchTimer } from './batch-timer.js';
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
@@ -303,27 +304,27 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   };
   let resolveSynced!: () => void;
   const synced = new Promise<void>((r) => (resolveSynced = r));
-  let timer: NodeJS.Timeout | undefined;
   let stopped = false;
 
   const informers = new Map<Kind, Informer<Resource<Kind>>>();
   // The oldest change not yet in the table: from its watch event (or the start) until a batch with it applied.
   let pendingSince: number | undefined = Date.now();
   let applyingSince: number | undefined;
-  const schedule = () => {
+  const batchTimer = createBatchTimer(() => queue.add('apply'), {
+    delayMs: opts.batchDelayMs ?? 5,
+    lazyDelayMs: REMOVAL_DELAY_MS,
+  });
+  const schedule = (lazy = false) => {
     pendingSince ??= Date.now();
-    if (stopped || timer) return;
-    timer = setTimeout(() => {
-      timer = undefined;
-      queue.add('apply');
-    }, opts.batchDelayMs ?? 5);
+    if (!stopped) batchTimer.schedule(lazy);
   };
   for (const kind of WATCHED) {
     informers.set(
       kind,
       new Informer(
         datastoreSource(ds, kind),
-        { onChange: schedule },
+        // An endpoint removed waits for company (batch-timer.ts); everything else is prompt.
+        { onChange: (_k, obj) => schedule(kind === 'WorkloadEndpoint' && obj === undefined) },
         { onError: (e, src) => log.warn('policy: watch failed; re-listing', { source: src, error: e.message }) },
       ) as unknown as Informer<Resource<Kind>>,
     );
@@ -581,7 +582,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   for (const inf of stagedInformers) inf.start();
   // The first resync waits for every list; a kind that lists nothing reports no change, so
   // schedule it once all are in (the batches before it return early).
-  void Promise.all([...informers.values()].map((i) => i.whenSynced())).then(schedule);
+  void Promise.all([...informers.values()].map((i) => i.whenSynced())).then(() => schedule());
 
   return {
     synced,
@@ -608,7 +609,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     },
     async stop() {
       stopped = true;
-      clearTimeout(timer);
+      batchTimer.clear();
       for (const inf of informers.values()) inf.stop();
       for (const inf of stagedInformers) inf.stop();
       await queue.stop();
