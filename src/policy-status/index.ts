@@ -38,6 +38,8 @@ export interface PolicyStatus {
 /** In-process notification from the node agent (with the container ID programmed); returns an unsubscribe function. */
 export interface ProgrammedSignal {
   onProgrammed(endpointKey: string, cb: (containerID: string) => void): () => void;
+  /** False only when the agent's policy table surely has no entry for this pod interface name. */
+  mayBeKnown?(hostIfname: string): boolean;
 }
 
 /**

@@ -3,6 +3,7 @@
 // waiting batch forward. Fake timers: the order of events, not speed.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createBatchTimer } from '../../src/agent/policy/batch-timer.js';
+import { isKnownOrUnsure } from '../../src/agent/policy/known.js';
 
 beforeEach(() => void vi.useFakeTimers());
 afterEach(() => void vi.useRealTimers());
@@ -45,5 +46,16 @@ describe('createBatchTimer', () => {
     t.clear();
     vi.advanceTimersByTime(500);
     expect(fired).toBe(0);
+  });
+});
+
+describe('isKnownOrUnsure (whether the ADD marks a name stale)', () => {
+  const state = (...names: string[]) => ({ endpoints: new Map(names.map((n) => [n, {}])) });
+  it('unsure before the first resync; known when applied or being applied; else not', () => {
+    expect(isKnownOrUnsure('npa1', undefined, undefined)).toBe(true);
+    expect(isKnownOrUnsure('npa1', state('npa1'), undefined)).toBe(true);
+    expect(isKnownOrUnsure('npa1', state(), state('npa1'))).toBe(true);
+    expect(isKnownOrUnsure('npa1', state('npa2'), state('npa3'))).toBe(false);
+    expect(isKnownOrUnsure('npa1', state(), undefined)).toBe(false);
   });
 });

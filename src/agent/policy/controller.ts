@@ -25,6 +25,7 @@ import type { Datastore } from '../../datastore/types.js';
 import { datastoreSource, Informer, type ListWatchSource } from '../../watch/informer.js';
 import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
 import { REMOVAL_DELAY_MS, createBatchTimer } from './batch-timer.js';
+import { isKnownOrUnsure } from './known.js';
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
@@ -208,6 +209,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
 
   const compiler = new PolicyCompiler(opts.flowLog);
   let current: DesiredState | undefined; // undefined until the first full resync
+  let applying: DesiredState | undefined; // the state a batch in flight is putting in the table
   let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
   let lastSettings = agentSettings(opts.nodename, []);
   const appliedCbs: Array<(s: ApplyStats) => void> = [];
@@ -382,6 +384,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     lastInputs = { policies, profiles, endpoints, host };
     lastSettings = settings;
     let next = compiler.compile(lastInputs);
+    applying = next;
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
     // Objects libnftables refused stay out while their content is the same.
     const exclude = new Set<string>();
@@ -408,7 +411,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
         // resync the whole table, recomputed from scratch, leaving out what it refuses.
         log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
         compiler.reset();
-        next = compiler.compile(lastInputs);
+        applying = next = compiler.compile(lastInputs);
         full = true;
       }
     }
@@ -566,6 +569,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       throw e;
     } finally {
       applyingSince = undefined;
+      applying = undefined;
     }
   };
 
@@ -587,6 +591,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   return {
     synced,
     signal: {
+      mayBeKnown: (ifname) => isKnownOrUnsure(ifname, current, applying),
       onProgrammed(key, cb) {
         let s = waiters.get(key);
         if (!s) waiters.set(key, (s = new Set()));

@@ -23,9 +23,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for ADD');
   const wl = identify(conf, ctx);
   // With policy on, the host veth's name is marked stale before anything of this pod is written:
-  // a previous pod of the same name (deleted while the agent was down) leaves it no rules.
+  // a previous pod of the same name (deleted while the agent was down) leaves it no rules. The
+  // agent skips the mark for a name its table surely lacks (dropped as unknown already).
   const marked =
-    conf.policy?.type === 'k8s'
+    conf.policy?.type === 'k8s' && runtime.policySignal()?.mayBeKnown?.(wl.hostIfname) !== false
       ? import('../../dataplane/nft/programmed.js').then((m) => m.markStale(wl.hostIfname))
       : undefined;
   marked?.catch(() => undefined); // awaited below
