@@ -10,7 +10,7 @@
 /** How long an endpoint's removal may wait for other changes. */
 export const REMOVAL_DELAY_MS = 100;
 
-export interface BatchTimer {
+interface BatchTimer {
   /** A change arrived; `lazy`: nothing waits for it. */
   schedule(lazy: boolean): void;
   clear(): void;
