@@ -472,6 +472,8 @@ async function run(o: Opts, N: number, mode: Mode): Promise<RunResult> {
         'exec',
         n.ns,
         process.execPath,
+        // Node/V8 flags for the agents only, to try a setting (docs/scale.md: the semispace run).
+        ...(process.env['SCALE_AGENT_NODE_FLAGS']?.split(' ').filter(Boolean) ?? []),
         join(ROOT, 'dist/netplugin-node.cjs'),
         '--config',
         join(tmp, `n${n.i}.conflist`),

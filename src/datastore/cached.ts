@@ -1,7 +1,9 @@
 // A read layer for the resident agent: the objects every ADD and DEL reads
 // (ClusterInformation, IP pools, IPAMConfig, block affinities, blocks) are
 // served from memory, fed by a watch from the revision of a list (re-listed
-// when the watch breaks or its revision is compacted). Everything else, and
+// when the watch breaks or its revision is compacted): one shared informer
+// (watch/informer.ts) per kind, which answers only while its watch is open and
+// keeps the newer of a write-through and a watch event. Everything else, and
 // every write, goes to the store.
 //
 // Why a stale entry is safe (docs/ipam.md, "The agent's read cache"): every
@@ -24,8 +26,10 @@
 import { DatastoreError } from '../errors.js';
 import type { Kind, Resource } from '../model/resources.js';
 import { containsCidr, tryParseCidr } from '../net/cidr.js';
+import { Informer, type ListWatchSource } from '../watch/informer.js';
+import { datastoreSource, resourceKey as keyOf } from './list-watch.js';
 import { TxnError, opIdentity, opKind, type TxnOp } from './txn.js';
-import type { CallOptions, Datastore, ListOptions, ListResult, Watch, WatchEvent } from './types.js';
+import type { CallOptions, Datastore, ListOptions, ListResult } from './types.js';
 
 const CACHED_KINDS: readonly Kind[] = ['ClusterInformation', 'IPPool', 'IPAMConfig', 'BlockAffinity', 'IPAMBlock'];
 
@@ -64,38 +68,22 @@ interface CacheStats {
 }
 
 interface KindCache {
-  objects: Map<string, Resource>;
-  synced: boolean;
-  revision: string;
-  watch?: Watch | undefined;
+  /** The kind's list+watch: its objects, revision and whether its watch is open. */
+  inf: Informer<Resource>;
   /** key -> until when reads go to the store, and whether only a DELETED event ends it. */
   bypass: Map<string, { until: number; untilDeleted: boolean }>;
   /**
    * Keys dropped after a failed guard or our own delete. Their absence from
-   * `objects` says nothing: the store may have them, and when the watch already
+   * the informer says nothing: the store may have them, and when the watch already
    * delivered their last change it never mentions them again. Reads of them (and lists) go to
    * the store until a watch event, a re-list or such a read settles them; the
    * token tells a read that nothing settled the key while it was under way.
    */
   unknown: Map<string, symbol>;
-  /** Which list's watch may feed `objects` (a stopped watch's late event must not). */
-  gen: number;
-  backoff: number;
-  timer?: NodeJS.Timeout | undefined;
-}
-
-function keyOf(name: string, namespace: string | undefined): string {
-  return `${namespace ?? ''}/${name}`;
 }
 
 function resKey(r: Resource): string {
   return keyOf(r.metadata.name, r.metadata.namespace || undefined);
-}
-
-/** Revisions of etcd and the in-memory store are integers; undefined sorts first. */
-function rev(r: Resource | undefined): bigint {
-  const v = r?.metadata.resourceVersion;
-  return v && /^\d+$/.test(v) ? BigInt(v) : -1n;
 }
 
 function allocated(r: Resource | undefined): number {
@@ -124,16 +112,14 @@ export function cachedDatastore(
   /** kind/namespace/name -> this process's last write of it (RECENT_KINDS), oldest first. */
   const recent = new Map<string, Resource>();
   const recentKey = (kind: Kind, name: string, namespace: string | undefined) => `${kind}/${keyOf(name, namespace)}`;
-  const firstBackoff = opts.backoffMs ?? 200;
   const caches = new Map<Kind, KindCache>();
-  let closed = false;
   let suspendedUntil = 0;
 
   const cacheOf = (kind: Kind): KindCache | undefined => caches.get(kind);
   /** The kind's cache when it may answer (synced, watching). */
   const live = (kind: Kind): KindCache | undefined => {
     const c = caches.get(kind);
-    return c?.synced && Date.now() >= suspendedUntil ? c : undefined;
+    return c?.inf.open && Date.now() >= suspendedUntil ? c : undefined;
   };
   const bypassed = (c: KindCache, key: string): boolean => {
     const b = c.bypass.get(key);
@@ -143,83 +129,33 @@ export function cachedDatastore(
     return false;
   };
 
-  /** Keeps the newer of what we have and `obj` (watch events can trail our own write-through). */
-  const put = (c: KindCache, obj: Resource): void => {
-    const key = resKey(obj);
-    const cur = c.objects.get(key);
-    if (!cur || rev(cur) < rev(obj)) c.objects.set(key, obj);
-  };
-
-  const apply = (c: KindCache, ev: WatchEvent<Kind>): void => {
-    if (ev.type === 'ERROR') return;
-    const key = resKey(ev.object);
-    const cur = c.objects.get(key);
-    c.unknown.delete(key);
-    if (ev.type === 'DELETED') {
-      // The event carries the object as it was before the delete: a newer one of ours stays.
-      if (cur && rev(cur) <= rev(ev.object)) c.objects.delete(key);
-      c.bypass.delete(key);
-      return;
-    }
-    put(c, ev.object);
-    if (!c.bypass.get(key)?.untilDeleted) c.bypass.delete(key);
-  };
-
-  const schedule = (kind: Kind, c: KindCache, why: Error | undefined): void => {
-    c.synced = false;
-    c.gen++;
-    c.watch?.stop();
-    c.watch = undefined;
-    if (closed) return;
-    if (why) opts.log?.warn('datastore read cache: re-listing', { kind, error: why.message });
-    clearTimeout(c.timer);
-    c.timer = setTimeout(() => void relist(kind, c), c.backoff);
-    c.timer.unref?.();
-    c.backoff = Math.min(c.backoff * 2, 5_000);
-  };
-
-  const relist = async (kind: Kind, c: KindCache): Promise<void> => {
-    if (closed) return;
-    let listed: ListResult<Kind>;
-    try {
-      listed = await ds.list(kind);
-    } catch (e) {
-      return schedule(kind, c, e as Error);
-    }
-    if (closed) return;
-    stats.relists++;
-    const fresh = new Map<string, Resource>();
-    const listRev = /^\d+$/.test(listed.revision) ? BigInt(listed.revision) : -1n;
-    for (const o of listed.items) fresh.set(resKey(o), o);
-    // A write-through newer than the list is kept: the watch from the list's revision brings it.
-    for (const [k, o] of c.objects) if (rev(o) > listRev && rev(o) > rev(fresh.get(k))) fresh.set(k, o);
-    c.objects = fresh;
-    c.bypass.clear();
-    c.unknown.clear();
-    c.revision = listed.revision;
-    const gen = ++c.gen;
-    c.watch = ds.watch(kind, { revision: listed.revision }, (ev) => {
-      if (closed || !c.watch || c.gen !== gen) return;
-      if (ev.type === 'ERROR') return schedule(kind, c, ev.error);
-      c.backoff = firstBackoff;
-      if (ev.object.metadata.resourceVersion) c.revision = ev.object.metadata.resourceVersion;
-      apply(c, ev);
-    });
-    c.synced = true;
-  };
-
   for (const kind of CACHED_KINDS) {
     const c: KindCache = {
-      objects: new Map(),
-      synced: false,
-      revision: '',
+      inf: new Informer(
+        datastoreSource(ds, kind) as ListWatchSource<Resource>,
+        {
+          // Any event of a key settles it; one other than its delete ends a bypass that waits for no delete.
+          onEvent(key, type) {
+            c.unknown.delete(key);
+            if (type === 'DELETED' || !c.bypass.get(key)?.untilDeleted) c.bypass.delete(key);
+          },
+        },
+        {
+          backoffMs: opts.backoffMs ?? 200,
+          maxBackoffMs: 5_000,
+          onList() {
+            stats.relists++;
+            c.bypass.clear();
+            c.unknown.clear();
+          },
+          onError: (err) => opts.log?.warn('datastore read cache: re-listing', { kind, error: err.message }),
+        },
+      ),
       bypass: new Map(),
       unknown: new Map(),
-      gen: 0,
-      backoff: firstBackoff,
     };
     caches.set(kind, c);
-    void relist(kind, c);
+    c.inf.start();
   }
 
   /** After a failed guard: the store has something else; read it there until the watch shows it. */
@@ -228,7 +164,7 @@ export function cachedDatastore(
     const c = cacheOf(kind);
     if (!c) return;
     const key = keyOf(name, namespace);
-    c.objects.delete(key);
+    c.inf.forget(key);
     c.bypass.set(key, { until: Date.now() + BYPASS_MS, untilDeleted: false });
     c.unknown.set(key, Symbol(key));
   };
@@ -240,7 +176,7 @@ export function cachedDatastore(
   const settle = (c: KindCache, key: string, token: symbol | undefined, obj: Resource | undefined): void => {
     if (!token || c.unknown.get(key) !== token) return;
     c.unknown.delete(key);
-    if (obj) put(c, structuredClone(obj));
+    if (obj) c.inf.put(structuredClone(obj));
   };
   /** A list from the store; a whole-kind list settles every unknown key. */
   const listThrough = async <K extends Kind>(
@@ -277,7 +213,7 @@ export function cachedDatastore(
       const c = cacheOf(op.kind);
       if (!c) return;
       const key = keyOf(op.name, op.namespace);
-      c.objects.delete(key);
+      c.inf.forget(key);
       // Until the watch shows the delete, an event it still owes us could bring the object back.
       c.bypass.set(key, { until: Date.now() + BYPASS_MS, untilDeleted: true });
       // And when it showed the delete, and a re-creation, before we got here, nothing will: unknown, not absent.
@@ -285,7 +221,7 @@ export function cachedDatastore(
       return;
     }
     const c = cacheOf(op.res.kind);
-    if (c && out) put(c, out);
+    if (c && out) c.inf.put(out);
   };
   const failed = (e: unknown, ops: TxnOp[]): void => {
     if (!(e instanceof DatastoreError) || !['Conflict', 'AlreadyExists', 'NotFound'].includes(e.kind)) return;
@@ -305,7 +241,7 @@ export function cachedDatastore(
     const blocks = cacheOf('IPAMBlock');
     const taking = ops.flatMap((op, i) => {
       if (op.op === 'delete' || op.op === 'check' || op.res.kind !== 'IPAMBlock') return [];
-      const prev = blocks?.objects.get(resKey(op.res));
+      const prev = blocks?.inf.get(resKey(op.res));
       if (op.op === 'update' && prev && allocated(op.res) <= allocated(prev)) return [];
       const cidr = tryParseCidr(String((op.res.spec as { cidr?: unknown }).cidr ?? ''));
       return cidr ? [{ i, cidr }] : [];
@@ -314,7 +250,7 @@ export function cachedDatastore(
     const pc = live('IPPool');
     const fromCache = pc && !pc.unknown.size && ![...pc.bypass.keys()].some((k) => bypassed(pc, k));
     if (!pc) return []; // not synced yet: the caller read its pools from the store
-    const pools = fromCache ? [...pc.objects.values()] : (await listThrough('IPPool', pc)).items;
+    const pools = fromCache ? pc.inf.list() : (await listThrough('IPPool', pc)).items;
     const out: Array<{ op: TxnOp; guards: number }> = [];
     const seen = new Set(ops.map(opIdentity));
     const add = (op: TxnOp, guards: number) => {
@@ -337,7 +273,7 @@ export function cachedDatastore(
       }
       add({ op: 'check', kind: 'IPPool', name: pool.metadata.name, revision: pool.metadata.resourceVersion }, i);
       // datastoreReady=false must stop every ADD write from then on, not once the watch brings it.
-      const ci = live('ClusterInformation')?.objects.get(keyOf('default', undefined));
+      const ci = live('ClusterInformation')?.inf.get(keyOf('default', undefined));
       if (ci?.metadata.resourceVersion)
         add({ op: 'check', kind: 'ClusterInformation', name: 'default', revision: ci.metadata.resourceVersion }, i);
     }
@@ -361,7 +297,7 @@ export function cachedDatastore(
     type: ds.type,
     ...(ds.atomicTxn ? { atomicTxn: true } : {}),
     stats,
-    synced: () => CACHED_KINDS.every((k) => caches.get(k)?.synced),
+    synced: () => CACHED_KINDS.every((k) => caches.get(k)?.inf.open),
     suspend(ms) {
       suspendedUntil = Math.max(suspendedUntil, Date.now() + ms);
     },
@@ -387,7 +323,7 @@ export function cachedDatastore(
         }
       }
       stats.hits++;
-      const obj = c.objects.get(key);
+      const obj = c.inf.get(key);
       if (!obj) throw new DatastoreError('NotFound', `${kind} ${name} not found`);
       return structuredClone(obj) as Resource<K>;
     },
@@ -398,7 +334,8 @@ export function cachedDatastore(
         return listThrough(kind, c, o);
       }
       stats.hits++;
-      const items = [...c.objects.values()]
+      const items = c.inf
+        .list()
         .filter(
           (r) =>
             (o.namespace === undefined || (r.metadata.namespace || undefined) === o.namespace) &&
@@ -406,7 +343,7 @@ export function cachedDatastore(
         )
         .sort((a, b) => (a.metadata.name < b.metadata.name ? -1 : a.metadata.name > b.metadata.name ? 1 : 0))
         .map((r) => structuredClone(r) as Resource<K>);
-      return { items, revision: c.revision };
+      return { items, revision: c.inf.revision };
     },
     create: (res, o) => single({ op: 'create', res }, () => ds.create(res, o)),
     update: (res, o) => single({ op: 'update', res }, () => ds.update(res, o)),
@@ -456,13 +393,8 @@ export function cachedDatastore(
     },
     watch: (kind, o, onEvent) => ds.watch(kind, o, onEvent),
     async close() {
-      closed = true;
       recent.clear();
-      for (const c of caches.values()) {
-        clearTimeout(c.timer);
-        c.watch?.stop();
-        c.watch = undefined;
-      }
+      for (const c of caches.values()) c.inf.stop();
       await ds.close();
     },
   };

@@ -19,7 +19,8 @@
 //   set-up could hand out the old instance.
 // - The cache answers only while synced: after a LIST and while its watch is
 //   open. Any end of the watch (410 Gone, ERROR event, disconnect, server
-//   timeout) marks it unsynced (reads go to the API) until a fresh LIST.
+//   timeout, silence past the server's timeout) marks it unsynced (reads go to
+//   the API) until a fresh LIST.
 // Namespaces: annotations may change at any time. A change racing an ADD can
 // be missed for the watch latency (milliseconds); a direct GET has the same
 // race one round trip earlier, and nothing orders a namespace edit against a
@@ -30,8 +31,12 @@
 // view: the object's resourceVersion must be numeric and newer than everything
 // the watch has applied (then the watch will deliver that version or a later
 // one itself). Non-numeric versions: the watch is preferred, nothing is stored.
+// The list+watch itself is the shared informer's (watch/informer.ts: offer()
+// is the read-through rule, `open` the answering rule).
 import type { Logger } from '../log/types.js';
-import type { KubeClient, KubeList, KubeObject, KubePod, WatchHandle } from './client.js';
+import { Informer, type InformerOptions } from '../watch/informer.js';
+import type { KubeClient, KubeObject, KubePod } from './client.js';
+import { kubeSource } from './list-watch.js';
 import type { NamespaceLike, PodLike, PodSource } from '../workload/workload.js';
 
 export interface CachingPodSourceOptions {
@@ -46,13 +51,6 @@ export interface CachingPodSourceOptions {
   maxBackoffMs?: number;
 }
 
-function rvNum(rv: string | undefined): bigint | undefined {
-  return rv !== undefined && /^[0-9]{1,30}$/.test(rv) ? BigInt(rv) : undefined;
-}
-
-const keyOf = (o: KubeObject) =>
-  o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
-
 /** managedFields is most of a pod's bytes and nothing here reads it. */
 function trim<T extends KubeObject>(o: T): T {
   if (o.metadata?.managedFields === undefined) return o;
@@ -60,164 +58,34 @@ function trim<T extends KubeObject>(o: T): T {
   return { ...o, metadata: metadata as T['metadata'] };
 }
 
-/** LIST + WATCH of one collection into a map; re-lists after every end of the watch. */
-class Reflector {
-  items = new Map<string, KubeObject>();
-  synced = false;
-  /** resourceVersion of the LIST or the last event applied. */
-  rv: string | undefined;
-  private stopped = true;
-  private generation = 0;
-  private handle: WatchHandle | undefined;
-  private timer: NodeJS.Timeout | undefined;
-  private guard: NodeJS.Timeout | undefined;
-  private backoff: number;
-  private listFailing = false;
-
-  constructor(
-    private readonly client: KubeClient,
-    private readonly path: string,
-    private readonly query: Record<string, string | undefined>,
-    private readonly what: string,
-    private readonly opts: Required<
-      Pick<CachingPodSourceOptions, 'watchTimeoutSeconds' | 'backoffMs' | 'maxBackoffMs'>
-    > & { log?: Logger },
-    private readonly onSynced: () => void,
-  ) {
-    this.backoff = opts.backoffMs;
-  }
-
-  start(): void {
-    if (!this.stopped) return;
-    this.stopped = false;
-    void this.list();
-  }
-
-  stop(): void {
-    this.stopped = true;
-    this.synced = false;
-    this.generation++;
-    this.handle?.stop();
-    this.handle = undefined;
-    clearTimeout(this.timer);
-    clearTimeout(this.guard);
-  }
-
-  /** Stores a read-through result when it is newer than all the watch has applied. */
-  offer(o: KubeObject): void {
-    if (!this.synced) return;
-    const got = rvNum(o.metadata.resourceVersion);
-    const seen = rvNum(this.rv);
-    if (got === undefined || seen === undefined || got <= seen) return;
-    const cur = this.items.get(keyOf(o));
-    const curRv = cur ? rvNum(cur.metadata.resourceVersion) : undefined;
-    if (cur && (curRv === undefined || curRv >= got)) return;
-    this.items.set(keyOf(o), trim(o));
-  }
-
-  private retry(gen: number, delay: number): void {
-    if (this.stopped || gen !== this.generation) return;
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => void this.list(), delay);
-    this.timer.unref?.();
-  }
-
-  private nextBackoff(): number {
-    const d = this.backoff;
-    this.backoff = Math.min(this.backoff * 2, this.opts.maxBackoffMs);
-    // Jitter: many agents re-listing in lockstep after an API server restart is what hurts it.
-    return Math.round(d * (0.75 + Math.random() * 0.5));
-  }
-
-  private async list(): Promise<void> {
-    const gen = ++this.generation;
-    this.synced = false;
-    this.handle?.stop();
-    this.handle = undefined;
-    clearTimeout(this.guard);
-    let list: KubeList;
-    try {
-      list = await this.client.request<KubeList>('GET', this.path, undefined, { query: this.query });
-    } catch (e) {
-      if (this.stopped || gen !== this.generation) return;
-      const delay = this.nextBackoff();
-      // Once per outage at WARNING: a down API server must not flood the agent's log.
-      const say = this.listFailing ? this.opts.log?.debug.bind(this.opts.log) : this.opts.log?.warn.bind(this.opts.log);
-      this.listFailing = true;
-      say?.(
-        `${this.what} cache: list failed, reads go to the API server; retrying in ${delay} ms: ${(e as Error).message}`,
-      );
-      return this.retry(gen, delay);
-    }
-    if (this.stopped || gen !== this.generation) return;
-    if (this.listFailing) this.opts.log?.info(`${this.what} cache: listed again; serving from the cache`);
-    this.listFailing = false;
-    const items = new Map<string, KubeObject>();
-    for (const o of list.items ?? []) items.set(keyOf(o), trim(o));
-    this.items = items;
-    this.rv = list.metadata?.resourceVersion;
-    this.synced = true;
-    this.watch(gen);
-    this.onSynced();
-  }
-
-  private watch(gen: number): void {
-    const started = Date.now();
-    const timeout = this.opts.watchTimeoutSeconds;
-    this.handle = this.client.watch(
-      this.path,
-      { ...this.query, resourceVersion: this.rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeout) },
-      (ev) => {
-        if (this.stopped || gen !== this.generation) return;
-        const o = ev.object;
-        const rv = o?.metadata?.resourceVersion;
-        if (ev.type === 'BOOKMARK') {
-          if (rv) this.rv = rv;
-          return;
-        }
-        if (!o?.metadata?.name) return;
-        const k = keyOf(o);
-        // A read-through result may already hold a later version than this event.
-        const cur = this.items.get(k);
-        const curRv = cur ? rvNum(cur.metadata.resourceVersion) : undefined;
-        const evRv = rvNum(rv);
-        const older = curRv !== undefined && evRv !== undefined && curRv > evRv;
-        if (ev.type === 'DELETED') {
-          if (!older) this.items.delete(k);
-        } else if (!older) {
-          this.items.set(k, trim(o));
-        }
-        if (rv) this.rv = rv;
-      },
-      (end) => {
-        if (this.stopped || gen !== this.generation) return;
-        this.synced = false;
-        clearTimeout(this.guard);
-        const lived = Date.now() - started;
-        // A watch that ran its course was healthy: re-list at once. One that
-        // ended early (403, 410 right away, a flapping server) backs off.
-        let delay = 0;
-        if (lived >= 30_000) this.backoff = this.opts.backoffMs;
-        else delay = this.nextBackoff();
-        if (end.error)
-          this.opts.log?.info(
-            `${this.what} cache: watch ended (${end.gone ? '410 Gone' : end.error.message}); re-listing`,
-          );
-        this.retry(gen, delay);
-      },
-    );
-    // A half-open connection never ends on its own: if the server's timeout
-    // has long passed, the stream is dead; re-list.
-    this.guard = setTimeout(
-      () => {
-        if (this.stopped || gen !== this.generation) return;
-        this.opts.log?.warn(`${this.what} cache: watch silent past its ${timeout} s timeout; re-listing`);
-        void this.list();
-      },
-      (timeout + 30) * 1000,
-    );
-    this.guard.unref?.();
-  }
+/**
+ * The informer's settings for one cache: re-list after every end of the watch,
+ * jittered backoff, trimmed objects; list failures logged once per outage at
+ * WARNING (a down API server must not flood the agent's log).
+ */
+function cacheOptions(what: string, opts: CachingPodSourceOptions, onList: () => void): InformerOptions<KubeObject> {
+  const log = opts.log;
+  let failing = false;
+  return {
+    backoffMs: opts.backoffMs ?? 200,
+    maxBackoffMs: opts.maxBackoffMs ?? 10_000,
+    jitter: true,
+    afterTimeout: 'relist',
+    transform: trim,
+    onList: () => {
+      if (failing) log?.info(`${what} cache: listed again; serving from the cache`);
+      failing = false;
+      onList();
+    },
+    onError: (err, _source, retry) => {
+      if (retry?.phase === 'list') {
+        const say = failing ? log?.debug.bind(log) : log?.warn.bind(log);
+        failing = true;
+        say?.(`${what} cache: list failed, reads go to the API server; retrying in ${retry.inMs} ms: ${err.message}`);
+      } else if (retry?.phase === 'silent') log?.warn(`${what} cache: ${err.message}`);
+      else log?.info(`${what} cache: watch ended (${err.message}); re-listing`);
+    },
+  };
 }
 
 /**
@@ -225,30 +93,27 @@ class Reflector {
  * namespaces from watch-fed caches, reading through to the API on a miss.
  */
 export class CachingPodSource implements PodSource {
-  private readonly pods: Reflector;
-  private readonly namespaces: Reflector;
+  private readonly pods: Informer<KubeObject>;
+  private readonly namespaces: Informer<KubeObject>;
   private waiters: Array<() => void> = [];
 
   constructor(
     private readonly client: KubeClient,
     private readonly opts: CachingPodSourceOptions,
   ) {
-    const o = {
-      watchTimeoutSeconds: opts.watchTimeoutSeconds ?? 300,
-      backoffMs: opts.backoffMs ?? 200,
-      maxBackoffMs: opts.maxBackoffMs ?? 10_000,
-      ...(opts.log ? { log: opts.log } : {}),
-    };
-    const woke = () => this.wake();
-    this.pods = new Reflector(
-      client,
-      '/api/v1/pods',
-      { fieldSelector: `spec.nodeName=${opts.nodeName}` },
-      `pods of node ${opts.nodeName}`,
-      o,
-      woke,
+    const woke = () => queueMicrotask(() => this.wake());
+    const timeout = { watchTimeoutSeconds: opts.watchTimeoutSeconds ?? 300 };
+    const pods = `pods of node ${opts.nodeName}`;
+    this.pods = new Informer(
+      kubeSource(client, '/api/v1/pods', { ...timeout, query: { fieldSelector: `spec.nodeName=${opts.nodeName}` } }),
+      {},
+      cacheOptions(pods, opts, woke),
     );
-    this.namespaces = new Reflector(client, '/api/v1/namespaces', {}, 'namespaces', o, woke);
+    this.namespaces = new Informer(
+      kubeSource(client, '/api/v1/namespaces', timeout),
+      {},
+      cacheOptions('namespaces', opts, woke),
+    );
   }
 
   start(): this {
@@ -263,12 +128,12 @@ export class CachingPodSource implements PodSource {
   }
 
   get synced(): boolean {
-    return this.pods.synced && this.namespaces.synced;
+    return this.pods.open && this.namespaces.open;
   }
 
   /** The resourceVersion each watch has applied (read-through results do not move it). */
   get revisions(): { pods: string | undefined; namespaces: string | undefined } {
-    return { pods: this.pods.rv, namespaces: this.namespaces.rv };
+    return { pods: this.pods.revision || undefined, namespaces: this.namespaces.revision || undefined };
   }
 
   /** Resolves once both caches are synced (at once if they are). */
@@ -289,8 +154,8 @@ export class CachingPodSource implements PodSource {
    * `uid`: CNI_ARGS K8S_POD_UID when the runtime passed it.
    */
   async getPod(namespace: string, name: string, uid?: string): Promise<KubePod> {
-    if (this.pods.synced) {
-      const p = this.pods.items.get(`${namespace}/${name}`) as KubePod | undefined;
+    if (this.pods.open) {
+      const p = this.pods.get(`${namespace}/${name}`) as KubePod | undefined;
       if (p && (!uid || p.metadata.uid === uid) && !p.metadata.deletionTimestamp) return structuredClone(p);
     }
     const p = await this.client.getPod(namespace, name);
@@ -299,8 +164,8 @@ export class CachingPodSource implements PodSource {
   }
 
   async getNamespace(name: string): Promise<KubeObject> {
-    if (this.namespaces.synced) {
-      const n = this.namespaces.items.get(name);
+    if (this.namespaces.open) {
+      const n = this.namespaces.get(name);
       if (n) return structuredClone(n);
     }
     const n = await this.client.getNamespace(name);

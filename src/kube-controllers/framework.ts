@@ -8,7 +8,8 @@ import type { KubeClient } from '../k8s/client.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Registry } from '../observe/metrics.js';
-import { Informer, datastoreSource, type ListWatchSource } from '../watch/informer.js';
+import { Informer, type ListWatchSource } from '../watch/informer.js';
+import { datastoreSource } from '../datastore/list-watch.js';
 import { createWorkQueue, type WorkQueue } from '../watch/queue.js';
 import type { Settings } from '../model/kube-controllers-config.js';
 

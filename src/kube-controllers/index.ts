@@ -11,7 +11,8 @@ import type { KubeClient } from '../k8s/client.js';
 import type { Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Registry } from '../observe/metrics.js';
-import { Informer, datastoreSource } from '../watch/informer.js';
+import { Informer } from '../watch/informer.js';
+import { datastoreSource } from '../datastore/list-watch.js';
 import { LeaderElector } from './leader.js';
 import {
   CONFIG_NAME,

@@ -5,7 +5,8 @@
 // allocations counted then), so a scrape only adds up one summary per block.
 import type { Resource } from '../model/resources.js';
 import { cidrSize, containsCidr, containsIP, tryParseCidr, tryParseIP, type Cidr } from '../net/cidr.js';
-import { Informer, datastoreSource } from '../watch/informer.js';
+import { Informer } from '../watch/informer.js';
+import { datastoreSource } from '../datastore/list-watch.js';
 import type { ControllerContext } from './framework.js';
 
 interface BlockSummary {

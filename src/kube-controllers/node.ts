@@ -17,7 +17,9 @@ import { DatastoreError } from '../errors.js';
 import { getIfExists } from '../datastore/cas.js';
 import { allocationsIn, createIpam, releaseNodeIpam } from '../ipam/index.js';
 import { addressOf as bareAddress, canonicalIP } from '../net/cidr.js';
-import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
+import { Informer } from '../watch/informer.js';
+import { datastoreSource } from '../datastore/list-watch.js';
+import { kubeSource } from '../k8s/list-watch.js';
 import {
   applyMirror,
   controllerMetrics,

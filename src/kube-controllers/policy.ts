@@ -1,6 +1,6 @@
 // policy: each networking.k8s.io/v1 NetworkPolicy `ns/name` -> our
 // NetworkPolicy `knp.default.<name>` in `ns` (src/model/k8s-networkpolicy.ts), on etcd.
-import { kubeSource } from '../watch/informer.js';
+import { kubeSource } from '../k8s/list-watch.js';
 import {
   convertK8sNetworkPolicy,
   K8S_POLICY_PREFIX,

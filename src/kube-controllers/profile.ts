@@ -1,6 +1,6 @@
 // profile: each Namespace -> Profile `kns.<namespace>`, each ServiceAccount ->
 // Profile `ksa.<namespace>.<name>` (src/model/profiles.ts), on etcd.
-import { kubeSource } from '../watch/informer.js';
+import { kubeSource } from '../k8s/list-watch.js';
 import type { KubeObject } from '../k8s/client.js';
 import {
   namespaceProfileName,

@@ -7,7 +7,9 @@
 import type { KubeObject } from '../k8s/client.js';
 import type { Resource } from '../model/resources.js';
 import { DatastoreError } from '../errors.js';
-import { Informer, datastoreSource, kubeSource } from '../watch/informer.js';
+import { Informer } from '../watch/informer.js';
+import { datastoreSource } from '../datastore/list-watch.js';
+import { kubeSource } from '../k8s/list-watch.js';
 import {
   controllerMetrics,
   controllerQueue,

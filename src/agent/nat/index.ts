@@ -10,7 +10,8 @@ import type { Datastore } from '../../datastore/types.js';
 import { formatCidr } from '../../net/cidr.js';
 import { ownedTables } from '../../dataplane/nft/table.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
-import { datastoreSource, Informer } from '../../watch/informer.js';
+import { Informer } from '../../watch/informer.js';
+import { datastoreSource } from '../../datastore/list-watch.js';
 import {
   FLOATING_TABLE,
   floatingScript,

@@ -22,7 +22,8 @@
 import type { Logger } from '../../log/types.js';
 import type { Kind, Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
-import { datastoreSource, Informer, type ListWatchSource } from '../../watch/informer.js';
+import { Informer, type ListWatchSource } from '../../watch/informer.js';
+import { datastoreSource } from '../../datastore/list-watch.js';
 import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
 import { REMOVAL_DELAY_MS, createBatchTimer } from './batch-timer.js';
 import { isKnownOrUnsure } from './known.js';

@@ -13,7 +13,8 @@ import type { LocalTunnel, NodeRouting } from '../../dataplane/routing.js';
 import { addrOf, computeDesired, poolViews, type Desired } from './desired.js';
 import { resolveFloatingIPs } from '../nat/floating.js';
 import type { Kind, Resource } from '../../model/resources.js';
-import { datastoreSource, Informer } from '../../watch/informer.js';
+import { Informer } from '../../watch/informer.js';
+import { datastoreSource } from '../../datastore/list-watch.js';
 import { createWorkQueue } from '../../watch/queue.js';
 
 const VETH_DEFAULT_MTU = 1500;
