@@ -9,6 +9,7 @@
 // name out of @wl-known instead would be a delete, which costs a kernel grace
 // period (15-20 ms here) on every ADD. Only when policy is on; a node without
 // the table is left alone.
+import { NftError, nftRunAsync } from '../../native/nft.js';
 import { NftModelError } from './model.js';
 import { elementCommands, tableRef } from './render.js';
 
@@ -89,7 +90,6 @@ async function markStaleNow(names: string[], table: string): Promise<'forgotten'
     ['ifname'],
     names.map((n) => [n]),
   ).join('\n');
-  const { nftRunAsync, NftError } = await import('../../native/nft.js');
   try {
     await nftRunAsync(script + '\n');
     return 'forgotten';
