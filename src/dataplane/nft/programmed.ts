@@ -3,7 +3,8 @@
 // there is dropped. The name depends only on the pod's namespace and name, so a
 // pod re-created under the same name would inherit the old pod's entry. The
 // plugin marks the name in @wl-stale when it creates (ADD) or removes (DEL) the
-// veth, and traffic of a marked interface is dropped; the agent unmarks it once
+// veth (the agent's ADD only when its table may hold the name: agent/policy/known.ts),
+// and traffic of a marked interface is dropped; the agent unmarks it once
 // it programmed the endpoint now behind that name (its identity: container ID
 // and revision). Marking is an element add (about a millisecond); taking the
 // name out of @wl-known instead would be a delete, which costs a kernel grace
