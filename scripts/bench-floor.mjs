@@ -268,7 +268,9 @@ async function etcdFloor(s) {
 
 /** setupWorkload in this process: the ADD's kernel work alone (this checkout's src/dataplane, bundled). */
 async function kernelFloor() {
-  const body = `export * from ${JSON.stringify(join(here, 'src/dataplane/index.ts'))};\n`;
+  const body =
+    `export * from ${JSON.stringify(join(here, 'src/dataplane/index.ts'))};\n` +
+    `export { hostVethName } from ${JSON.stringify(join(here, 'src/model/names.ts'))};\n`;
   return withBundle(here, 'floor-dataplane', body, (dp) => {
     const setup = dp.createWorkloadSetup();
     const ms = [];

@@ -40,7 +40,7 @@ import { MemoryDatastore } from ${JSON.stringify(join(root, 'src/datastore/memor
 import { startPolicyController } from ${JSON.stringify(join(root, 'src/agent/policy/controller.ts'))};
 import { nftRun } from ${JSON.stringify(join(root, 'src/native/nft.ts'))};
 import { namespaceToProfile } from ${JSON.stringify(join(root, 'src/model/profiles.ts'))};
-import { hostVethName } from ${JSON.stringify(join(root, 'src/dataplane/names.ts'))};
+import { hostVethName } from ${JSON.stringify(join(root, 'src/model/names.ts'))};
 import { FlowAggregator } from ${JSON.stringify(join(root, 'src/agent/flows/aggregate.ts'))};
 import { DEFAULT_FLOW_LOG_RULES } from ${JSON.stringify(join(root, 'src/agent/flows/index.ts'))};
 import { enableConntrackAccounting, openFlowEvents, conntrackSnapshot } from ${JSON.stringify(join(root, 'src/dataplane/flowlog.ts'))};

@@ -49,7 +49,7 @@ import { startPolicyController } from ${JSON.stringify(join(root, 'src/agent/pol
 import { nftRunAsync, nftRun } from ${JSON.stringify(join(root, 'src/native/nft.ts'))};
 import { namespaceToProfile } from ${JSON.stringify(join(root, 'src/model/profiles.ts'))};
 import { endpointStatusKey } from ${JSON.stringify(join(root, 'src/policy-status/index.ts'))};
-import { hostVethName } from ${JSON.stringify(join(root, 'src/dataplane/names.ts'))};
+import { hostVethName } from ${JSON.stringify(join(root, 'src/model/names.ts'))};
 
 const V = 'netplugin.org/v3';
 const NS = 10;

@@ -643,7 +643,11 @@ async function dataplaneCost(pkg, pods) {
   const out = join(pkg, 'bench', 'dataplane-inproc.mjs');
   mkdirSync(dirname(out), { recursive: true });
   await build({
-    entryPoints: [join(root, 'src/dataplane/index.ts')],
+    // The dataplane and the host veth naming rule (model/names.ts) the specs use.
+    stdin: {
+      contents: "export * from './src/dataplane/index.ts'; export { hostVethName } from './src/model/names.ts';",
+      resolveDir: root,
+    },
     outfile: out,
     bundle: true,
     platform: 'node',

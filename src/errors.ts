@@ -70,3 +70,17 @@ export class DatastoreError extends Error {
     return e instanceof DatastoreError && (kind === undefined || e.kind === kind);
   }
 }
+
+/** Node's TLS error codes of a server certificate no trusted CA issued (the etcd and API clients word the fix). */
+const UNKNOWN_CA_CODES = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'CERT_UNTRUSTED',
+]);
+
+export function isUnknownCa(code: string | undefined): boolean {
+  return code !== undefined && UNKNOWN_CA_CODES.has(code);
+}

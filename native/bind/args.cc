@@ -128,6 +128,20 @@ bool Args::ip(const Napi::Value& v, const std::string& field, IpAddr& out) {
   return true;
 }
 
+bool Args::ips(const Napi::Value& v, const std::string& field, std::vector<IpAddr>& out) {
+  if (!v.IsArray()) {
+    IpAddr one;
+    if (ip(v, field, one)) out.push_back(one);
+    return ok();
+  }
+  Napi::Array arr = v.As<Napi::Array>();
+  for (uint32_t i = 0; i < arr.Length() && ok(); ++i) {
+    IpAddr one;
+    if (ip(arr.Get(i), field + "." + std::to_string(i), one)) out.push_back(one);
+  }
+  return ok();
+}
+
 bool Args::cidr(const Napi::Value& v, const std::string& field, IpAddr& out, int& prefix, bool allowBare) {
   if (!ok()) return false;
   const char* expect = "an address with prefix length like '10.0.0.5/32' or 'fd00::5/128'";

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bind/common.h"
 #include "core/ip.h"
@@ -32,6 +33,8 @@ class Args {
   bool ifname(const Napi::Value& v, const std::string& field, std::string& out);
   bool mac(const Napi::Value& v, const std::string& field, uint8_t out[6]);
   bool ip(const Napi::Value& v, const std::string& field, IpAddr& out);
+  // One address or an array of them (errors name "<field>.<i>"), appended to out.
+  bool ips(const Napi::Value& v, const std::string& field, std::vector<IpAddr>& out);
   // 4 or 6 -> AF_INET or AF_INET6.
   bool family(const Napi::Value& v, const std::string& field, int& out);
   // 'universe'|'global'|'site'|'link'|'host'|0..255, as route and address scopes.

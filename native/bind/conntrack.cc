@@ -14,38 +14,21 @@ Napi::Value ConntrackFlush(Handle& h, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Args a(env, "conntrackFlush");
   std::vector<IpAddr> addrs;
-  if (info[0].IsArray()) {
-    Napi::Array arr = info[0].As<Napi::Array>();
-    for (uint32_t i = 0; i < arr.Length() && a.ok(); ++i) {
-      IpAddr ip;
-      if (a.ip(arr.Get(i), "addrs." + std::to_string(i), ip)) addrs.push_back(ip);
-    }
-  } else {
-    IpAddr ip;
-    if (a.ip(info[0], "addrs", ip)) addrs.push_back(ip);
-  }
-  if (!a.ok()) return env.Undefined();
+  if (!a.ips(info[0], "addrs", addrs)) return env.Undefined();
   uint32_t deleted = 0;
   NlError e;
   if (!conntrackFlush(h, addrs, deleted, e)) return throwNlError(env, e), env.Undefined();
   return Napi::Number::New(env, deleted);
 }
 
-namespace {
-
-void setTuple(Napi::Env env, Napi::Object& o, const CtTuple& t, bool reply) {
-  const char* k[4] = {"src", "dst", "sport", "dport"};
-  const char* r[4] = {"replySrc", "replyDst", "replySport", "replyDport"};
-  const char** n = reply ? r : k;
-  if (!t.src.empty()) o.Set(n[0], Napi::String::New(env, t.src));
-  if (!t.dst.empty()) o.Set(n[1], Napi::String::New(env, t.dst));
+void setCtTuple(Napi::Env env, Napi::Object& o, const CtTuple& t, bool reply) {
+  if (!t.src.empty()) o.Set(reply ? "replySrc" : "src", Napi::String::New(env, t.src));
+  if (!t.dst.empty()) o.Set(reply ? "replyDst" : "dst", Napi::String::New(env, t.dst));
   if (t.hasPorts) {
-    o.Set(n[2], Napi::Number::New(env, t.sport));
-    o.Set(n[3], Napi::Number::New(env, t.dport));
+    o.Set(reply ? "replySport" : "sport", Napi::Number::New(env, t.sport));
+    o.Set(reply ? "replyDport" : "dport", Napi::Number::New(env, t.dport));
   }
 }
-
-}  // namespace
 
 // conntrackList(addrs: string | string[]) -> the entries naming one of them:
 // { family, protocol, src, dst, sport?, dport?, replySrc, replyDst, replySport?, replyDport?, id?, key }
@@ -53,33 +36,16 @@ Napi::Value ConntrackList(Handle& h, const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Args a(env, "conntrackList");
   std::vector<IpAddr> addrs;
-  if (info[0].IsArray()) {
-    Napi::Array arr = info[0].As<Napi::Array>();
-    for (uint32_t i = 0; i < arr.Length() && a.ok(); ++i) {
-      IpAddr ip;
-      if (a.ip(arr.Get(i), "addrs." + std::to_string(i), ip)) addrs.push_back(ip);
-    }
-  } else {
-    IpAddr ip;
-    if (a.ip(info[0], "addrs", ip)) addrs.push_back(ip);
-  }
-  if (!a.ok()) return env.Undefined();
+  if (!a.ips(info[0], "addrs", addrs)) return env.Undefined();
   std::vector<CtEntry> entries;
   NlError e;
   if (!conntrackList(h, addrs, entries, e)) return throwNlError(env, e), env.Undefined();
-  Napi::Array out = Napi::Array::New(env, entries.size());
-  for (uint32_t i = 0; i < entries.size(); ++i) {
-    const CtEntry& c = entries[i];
+  return arrayToJs(env, entries, [](Napi::Env env, const CtEntry& c) {
     Napi::Object o = Napi::Object::New(env);
-    o.Set("family", Napi::Number::New(env, c.family == AF_INET6 ? 6 : 4));
-    o.Set("protocol", Napi::Number::New(env, c.orig.proto));
-    setTuple(env, o, c.orig, false);
-    if (c.hasReply) setTuple(env, o, c.reply, true);
-    if (c.hasId) o.Set("id", Napi::Number::New(env, c.id));
+    setCtFields(env, o, c);
     o.Set("key", Napi::Buffer<uint8_t>::Copy(env, c.key.data(), c.key.size()));
-    out.Set(i, o);
-  }
-  return out;
+    return o;
+  });
 }
 
 // conntrackDelete(keys: Buffer[]) -> number deleted.

@@ -18,24 +18,11 @@ namespace {
 
 constexpr int kMaxDatagrams = 64;
 
-void setTuple(Napi::Env env, Napi::Object& o, const CtTuple& t, bool reply) {
-  if (!t.src.empty()) o.Set(reply ? "replySrc" : "src", Napi::String::New(env, t.src));
-  if (!t.dst.empty()) o.Set(reply ? "replyDst" : "dst", Napi::String::New(env, t.dst));
-  if (t.hasPorts) {
-    o.Set(reply ? "replySport" : "sport", Napi::Number::New(env, t.sport));
-    o.Set(reply ? "replyDport" : "dport", Napi::Number::New(env, t.dport));
-  }
-}
-
 Napi::Object ctEventToJs(Napi::Env env, const CtEvent& c) {
   Napi::Object o = Napi::Object::New(env);
   const char* type = c.type == CtEvent::kNew ? "new" : c.type == CtEvent::kDestroy ? "destroy" : "dump";
   o.Set("type", Napi::String::New(env, type));
-  o.Set("family", Napi::Number::New(env, c.family == AF_INET6 ? 6 : 4));
-  o.Set("protocol", Napi::Number::New(env, c.orig.proto));
-  setTuple(env, o, c.orig, false);
-  if (c.hasReply) setTuple(env, o, c.reply, true);
-  if (c.hasId) o.Set("id", Napi::Number::New(env, c.id));
+  setCtFields(env, o, c);
   if (c.hasMark) o.Set("mark", Napi::Number::New(env, c.mark));
   if (c.hasCounters) {
     o.Set("packetsOrig", Napi::Number::New(env, static_cast<double>(c.origPackets)));
@@ -51,13 +38,8 @@ Napi::Object nflogToJs(Napi::Env env, const NflogPacket& p) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("prefix", Napi::String::New(env, p.prefix));
   o.Set("family", Napi::Number::New(env, p.family == AF_INET6 ? 6 : 4));
-  o.Set("protocol", Napi::Number::New(env, p.proto));
-  o.Set("src", Napi::String::New(env, p.src));
-  o.Set("dst", Napi::String::New(env, p.dst));
-  if (p.hasPorts) {
-    o.Set("sport", Napi::Number::New(env, p.sport));
-    o.Set("dport", Napi::Number::New(env, p.dport));
-  }
+  o.Set("protocol", Napi::Number::New(env, p.tuple.proto));
+  setCtTuple(env, o, p.tuple, false);
   o.Set("length", Napi::Number::New(env, p.length));
   o.Set("indev", Napi::Number::New(env, p.indev));
   o.Set("outdev", Napi::Number::New(env, p.outdev));
@@ -189,13 +171,7 @@ Napi::Value FlowReader(const Napi::CallbackInfo& info, NetnsFdOf fdOf) {
 
 // conntrackDump() -> every entry of the handle's namespace, as conntrack events of type 'dump'.
 Napi::Value ConntrackDump(Handle& h, const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  std::vector<CtEvent> entries;
-  NlError e;
-  if (!conntrackDump(h, entries, e)) return throwNlError(env, e), env.Undefined();
-  Napi::Array out = Napi::Array::New(env, entries.size());
-  for (uint32_t i = 0; i < entries.size(); ++i) out.Set(i, ctEventToJs(env, entries[i]));
-  return out;
+  return listAllToJs(info.Env(), h, conntrackDump, ctEventToJs);
 }
 
 }  // namespace np

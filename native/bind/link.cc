@@ -51,13 +51,7 @@ Napi::Value LinkGet(Handle& h, const Napi::CallbackInfo& info) { return linkLook
 Napi::Value LinkFind(Handle& h, const Napi::CallbackInfo& info) { return linkLookup(h, info, "linkFind", false); }
 
 Napi::Value LinkList(Handle& h, const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  std::vector<Link> links;
-  NlError e;
-  if (!linkList(h, links, e)) return throwNlError(env, e), env.Undefined();
-  Napi::Array arr = Napi::Array::New(env, links.size());
-  for (size_t i = 0; i < links.size(); ++i) arr.Set(static_cast<uint32_t>(i), linkToJs(env, links[i]));
-  return arr;
+  return listAllToJs(info.Env(), h, linkList, linkToJs);
 }
 
 Napi::Value VethAdd(Handle& h, const Napi::CallbackInfo& info) {

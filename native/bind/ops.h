@@ -3,15 +3,26 @@
 // field), runs the core op and returns a JS value or throws a NetlinkError.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "bind/args.h"
 #include "bind/common.h"
+#include "core/conntrack.h"
 #include "core/handle.h"
 
 namespace np {
+
+// entries as a JS array, each converted by toJs(env, entry).
+template <typename Entry, typename ToJs>
+Napi::Array arrayToJs(Napi::Env env, const std::vector<Entry>& entries, ToJs toJs) {
+  Napi::Array arr = Napi::Array::New(env, entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) arr.Set(static_cast<uint32_t>(i), toJs(env, entries[i]));
+  return arr;
+}
 
 // A core list op's answer as a JS array, each entry converted by toJs; a
 // failure thrown as a NetlinkError.
@@ -22,13 +33,36 @@ Napi::Value listToJs(Napi::Env env, Handle& h, const Filter& f,
   std::vector<Entry> out;
   NlError e;
   if (!list(h, f, out, e)) return throwNlError(env, e), env.Undefined();
-  Napi::Array arr = Napi::Array::New(env, out.size());
-  for (size_t i = 0; i < out.size(); ++i) {
+  return arrayToJs(env, out, [toJs](Napi::Env env, const Entry& x) {
     Napi::Object o = Napi::Object::New(env);
-    toJs(out[i], o);
-    arr.Set(static_cast<uint32_t>(i), o);
-  }
-  return arr;
+    toJs(x, o);
+    return o;
+  });
+}
+
+// The same for a list op without a filter (every link, every conntrack entry).
+template <typename Entry>
+Napi::Value listAllToJs(Napi::Env env, Handle& h, bool (*list)(Handle&, std::vector<Entry>&, NlError&),
+                        Napi::Object (*toJs)(Napi::Env, const Entry&)) {
+  std::vector<Entry> out;
+  NlError e;
+  if (!list(h, out, e)) return throwNlError(env, e), env.Undefined();
+  return arrayToJs(env, out, toJs);
+}
+
+// A conntrack tuple's fields on o (src, dst, sport, dport; replySrc, ... for
+// the reply direction); the ports only where the protocol has them.
+void setCtTuple(Napi::Env env, Napi::Object& o, const CtTuple& t, bool reply);
+
+// What a listed conntrack entry and a conntrack event both carry: family,
+// protocol, the tuples and the id.
+template <typename Ct>
+void setCtFields(Napi::Env env, Napi::Object& o, const Ct& c) {
+  o.Set("family", Napi::Number::New(env, c.family == AF_INET6 ? 6 : 4));
+  o.Set("protocol", Napi::Number::New(env, c.orig.proto));
+  setCtTuple(env, o, c.orig, false);
+  if (c.hasReply) setCtTuple(env, o, c.reply, true);
+  if (c.hasId) o.Set("id", Napi::Number::New(env, c.id));
 }
 
 Napi::Value LinkGet(Handle& h, const Napi::CallbackInfo& info);

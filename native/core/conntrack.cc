@@ -172,6 +172,20 @@ bool ctFail(Handle& h, NlError& e, const char* op, const std::string& subject) {
   return false;
 }
 
+// CT_DELETE of one entry, counted in deleted. One gone meanwhile (expired, or
+// deleted by someone else) is what we wanted.
+bool deleteOne(NlSocket& sock, const Victim& v, uint32_t& deleted, NlError& e) {
+  NlMsg del = buildCtDeleteMsg(v);
+  NlError de;
+  if (sock.request(del, de)) {
+    ++deleted;
+    return true;
+  }
+  if (de.err == ENOENT) return true;
+  e = de;
+  return false;
+}
+
 std::string subjectOf(const std::vector<IpAddr>& addrs) {
   std::string s;
   for (const IpAddr& a : addrs) s += (s.empty() ? "" : ",") + formatIp(a.family, a.bytes);
@@ -184,18 +198,7 @@ bool conntrackFlush(Handle& h, const std::vector<IpAddr>& addrs, uint32_t& delet
   deleted = 0;
   if (addrs.empty()) return true;
   NlSocket sock;
-  auto fail = [&](const char* op) {
-    e.op = op;
-    e.subject = subjectOf(addrs) + (h.nsPath.empty() ? "" : " in " + h.nsPath);
-    if (e.err == EPROTONOSUPPORT || e.err == EOPNOTSUPP)
-      e.extack = "the kernel has no conntrack netlink support (module nf_conntrack_netlink)";
-    return false;
-  };
-  {
-    NsSwitch sw(h.nsFd, e);
-    if (sw.ok()) sock.open(e, NETLINK_NETFILTER);
-  }
-  if (e.failed()) return fail("socket(NETLINK_NETFILTER)");
+  if (!openCt(h, sock, e)) return ctFail(h, e, "socket(NETLINK_NETFILTER)", subjectOf(addrs));
 
   // AF_UNSPEC dumps both families; each message's nfgen_family is its L3 family.
   NlMsg dump = buildCtDumpMsg();
@@ -204,21 +207,12 @@ bool conntrackFlush(Handle& h, const std::vector<IpAddr>& addrs, uint32_t& delet
     Victim v;
     if (parseVictim(m, addrs, v)) victims.push_back(std::move(v));
   });
-  if (!ok) return fail("IPCTNL_MSG_CT_GET");
+  if (!ok) return ctFail(h, e, "IPCTNL_MSG_CT_GET", subjectOf(addrs));
 
   for (const Victim& v : victims) {
     // Never without the tuple: a CT_DELETE without one flushes the whole table.
     if (v.tuple.empty()) continue;
-    NlMsg del = buildCtDeleteMsg(v);
-    NlError de;
-    if (sock.request(del, de)) {
-      ++deleted;
-      continue;
-    }
-    // Gone meanwhile (expired, or deleted by someone else): what we wanted.
-    if (de.err == ENOENT) continue;
-    e = de;
-    return fail("IPCTNL_MSG_CT_DELETE");
+    if (!deleteOne(sock, v, deleted, e)) return ctFail(h, e, "IPCTNL_MSG_CT_DELETE", subjectOf(addrs));
   }
   return true;
 }
@@ -353,15 +347,7 @@ bool conntrackDelete(Handle& h, const std::vector<std::vector<uint8_t>>& keys, u
   for (const auto& k : keys) {
     // Never without a whole tuple: a CT_DELETE without one flushes the whole table.
     if (!ctKeyValid(k)) continue;
-    NlMsg del = buildCtDeleteMsg(victimOf(k));
-    NlError de;
-    if (sock.request(del, de)) {
-      ++deleted;
-      continue;
-    }
-    if (de.err == ENOENT) continue;
-    e = de;
-    return ctFail(h, e, "IPCTNL_MSG_CT_DELETE", subject);
+    if (!deleteOne(sock, victimOf(k), deleted, e)) return ctFail(h, e, "IPCTNL_MSG_CT_DELETE", subject);
   }
   return true;
 }

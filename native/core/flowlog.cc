@@ -33,7 +33,7 @@ NlMsg configMsg(uint16_t group, uint8_t family) {
 }
 
 // Ports of TCP, UDP, UDP-Lite and SCTP: the first four bytes of their header.
-void ports(uint8_t proto, const uint8_t* l4, size_t n, NflogPacket& out) {
+void ports(uint8_t proto, const uint8_t* l4, size_t n, CtTuple& out) {
   if (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_UDPLITE && proto != IPPROTO_SCTP) return;
   if (n < 4) return;
   out.hasPorts = true;
@@ -69,20 +69,20 @@ bool parseIpHeaders(const uint8_t* p, size_t n, NflogPacket& out) {
     if (ihl < 20 || ihl > n) return false;
     out.family = AF_INET;
     out.length = static_cast<uint32_t>(p[2] << 8 | p[3]);
-    out.proto = p[9];
-    out.src = formatIp(AF_INET, p + 12);
-    out.dst = formatIp(AF_INET, p + 16);
+    out.tuple.proto = p[9];
+    out.tuple.src = formatIp(AF_INET, p + 12);
+    out.tuple.dst = formatIp(AF_INET, p + 16);
     // Only the first fragment carries the L4 header.
     const bool firstFragment = ((p[6] & 0x1f) << 8 | p[7]) == 0;
-    if (firstFragment) ports(out.proto, p + ihl, n - ihl, out);
+    if (firstFragment) ports(out.tuple.proto, p + ihl, n - ihl, out.tuple);
     return true;
   }
   if (version == 6) {
     if (n < 40) return false;
     out.family = AF_INET6;
     out.length = static_cast<uint32_t>(p[4] << 8 | p[5]) + 40;
-    out.src = formatIp(AF_INET6, p + 8);
-    out.dst = formatIp(AF_INET6, p + 24);
+    out.tuple.src = formatIp(AF_INET6, p + 8);
+    out.tuple.dst = formatIp(AF_INET6, p + 24);
     uint8_t next = p[6];
     size_t off = 40;
     // Extension headers before the L4 one (hop-by-hop, routing, destination options, fragment).
@@ -98,15 +98,15 @@ bool parseIpHeaders(const uint8_t* p, size_t n, NflogPacket& out) {
         next = p[off];
         off += 8;
         if (!first) {
-          out.proto = next;
+          out.tuple.proto = next;
           return true;
         }
       } else {
         break;
       }
     }
-    out.proto = next;
-    if (off <= n) ports(next, p + off, n - off, out);
+    out.tuple.proto = next;
+    if (off <= n) ports(next, p + off, n - off, out.tuple);
     return true;
   }
   return false;

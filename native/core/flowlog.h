@@ -19,10 +19,7 @@ struct NflogPacket {
   uint8_t family = 0;  // AF_INET or AF_INET6
   std::string prefix;
   uint32_t indev = 0, outdev = 0;  // ifindex, 0 when none
-  std::string src, dst;
-  uint8_t proto = 0;
-  bool hasPorts = false;
-  uint16_t sport = 0, dport = 0;
+  CtTuple tuple;  // addresses, protocol and ports, as a conntrack entry's
   uint32_t length = 0;  // the IP packet's length (total, not what was copied)
 };
 

@@ -412,9 +412,9 @@ void nflogMessages() {
   NflogPacket p;
   check(parseNflogPacket(hdrOf(pk), p), "parseNflogPacket accepts");
   checkEq(p.prefix, "np1 A I 0 eop", "nflog prefix");
-  checkEq(p.src, "10.173.0.2", "nflog src");
-  checkEq(p.dst, "10.173.1.3", "nflog dst");
-  check(p.proto == 6 && p.hasPorts && p.sport == 40000 && p.dport == 80, "nflog TCP ports");
+  checkEq(p.tuple.src, "10.173.0.2", "nflog src");
+  checkEq(p.tuple.dst, "10.173.1.3", "nflog dst");
+  check(p.tuple.proto == 6 && p.tuple.hasPorts && p.tuple.sport == 40000 && p.tuple.dport == 80, "nflog TCP ports");
   check(p.length == 60 && p.indev == 3 && p.outdev == 7, "nflog length and interfaces");
 
   // IPv6 with a hop-by-hop header before UDP; a later IPv4 fragment has no ports.
@@ -424,10 +424,10 @@ void nflogMessages() {
       "| 11 00 00 00 00 00 00 00 | 00 35 00 35");
   NflogPacket p6;
   check(parseIpHeaders(ipv6.data(), ipv6.size(), p6), "IPv6 headers parse");
-  check(p6.proto == 17 && p6.hasPorts && p6.sport == 53 && p6.dport == 53 && p6.src == "fd00::1", "IPv6 UDP after hop-by-hop");
+  check(p6.tuple.proto == 17 && p6.tuple.hasPorts && p6.tuple.sport == 53 && p6.tuple.dport == 53 && p6.tuple.src == "fd00::1", "IPv6 UDP after hop-by-hop");
   std::vector<uint8_t> frag = hex("45 00 00 3c 12 34 00 10 40 06 00 00 0a ad 00 02 0a ad 01 03 9c 40 00 50");
   NflogPacket pf;
-  check(parseIpHeaders(frag.data(), frag.size(), pf) && !pf.hasPorts, "a non-first fragment has no ports");
+  check(parseIpHeaders(frag.data(), frag.size(), pf) && !pf.tuple.hasPorts, "a non-first fragment has no ports");
   check(!parseIpHeaders(ipv4.data(), 10, pf), "a cut IPv4 header is refused");
 }
 

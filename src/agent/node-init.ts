@@ -17,7 +17,9 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../log/types.js';
-import type { Netconf } from '../config/index.js';
+import { isNetpluginIpam, parseNetconf, type Netconf } from '../config/index.js';
+import { applySysctls, nodeSysctls } from '../dataplane/sysctl.js';
+import { initDatastore } from '../datastore/init.js';
 import type { Datastore } from '../datastore/types.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';
 import { netpluginEntry } from '../config/conflist.js';
@@ -87,7 +89,6 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
 
   const done = (async () => {
     const raw = readNetpluginConf(opts.configPath);
-    const { parseNetconf, isNetpluginIpam } = await import('../config/index.js');
     let conf: Netconf;
     try {
       conf = parseNetconf(raw, { pluginType: 'netplugin', warn: (m) => log.warn(`--config ${opts.configPath}: ${m}`) });
@@ -101,8 +102,7 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
       if (v6Done) return;
       v6Done = true;
       try {
-        // The addon loads lazily; a missing build shows here as a logged error, not a dead agent.
-        const { applySysctls, nodeSysctls } = await import('../dataplane/sysctl.js');
+        // The addon loads on first use: a missing build shows here as a logged error, not a dead agent.
         const io = opts.sysctlSet && opts.sysctlGet ? { get: opts.sysctlGet, set: opts.sysctlSet } : nodeSysctls();
         if (!applySysctls({ 'net.ipv6.conf.all.forwarding': '1' }, io).length) {
           log.info('IPv6 forwarding already on', { why });
@@ -119,7 +119,6 @@ export function startNodeInit(opts: NodeInitOptions): NodeInit {
     else if (mode === 'auto' && confWantsV6) await enableV6(`ipam.assign_ipv6 is "true" in ${opts.configPath}`);
     else if (mode === 'off') log.info('IPv6 forwarding left as it is (--ipv6-forwarding=off)');
 
-    const { initDatastore } = await import('../datastore/init.js');
     for (let attempt = 1; !stopped; attempt++) {
       let ds: Datastore;
       try {
@@ -193,7 +192,6 @@ export function findNetpluginConf(dir = DEFAULT_CNI_CONF_DIR): string | undefine
  */
 export async function warmDatastore(configPath: string, datastores: DatastoreSource, log: Logger): Promise<boolean> {
   try {
-    const { parseNetconf } = await import('../config/index.js');
     const conf = parseNetconf(readNetpluginConf(configPath), { pluginType: 'netplugin', warn: () => undefined });
     const ds = await datastores.datastore(conf);
     await ds.get('ClusterInformation', 'default').catch(() => undefined);

@@ -2,10 +2,16 @@
 // node registration + routes/tunnels (src/agent/routes) and natOutgoing
 // (src/agent/nat). The CNI server runs regardless; a failure here is logged.
 import { hostname } from 'node:os';
+import { parseNetconf } from '../config/index.js';
+import { resolveNodename } from '../config/nodename.js';
+import { openNodeRouting } from '../dataplane/routing.js';
 import type { Logger } from '../log/types.js';
-import { parseAutodetect } from './node-registration.js';
-import { readNetpluginConf } from './node-init.js';
 import type { DatastoreSource } from '../plugins/main/runtime.js';
+import { startBgpController } from './bgp/index.js';
+import { startNatController } from './nat/index.js';
+import { readNetpluginConf } from './node-init.js';
+import { parseAutodetect } from './node-registration.js';
+import { startRoutesController } from './routes/index.js';
 
 export interface NodeNetworkOptions {
   configPath: string;
@@ -47,9 +53,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
     await o.nodeInit;
     if (stopped) return;
     const raw = readNetpluginConf(o.configPath);
-    const { parseNetconf } = await import('../config/index.js');
     const conf = parseNetconf(raw, { pluginType: 'netplugin' });
-    const { resolveNodename } = await import('../config/nodename.js');
     let node = o.nodename ?? (conf.nodename || undefined);
     if (!node) {
       try {
@@ -59,11 +63,8 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
       }
     }
     const ds = await o.datastores.datastore(conf);
-    // Loaded here: only an agent with the pod network on pays for the addon.
-    const { openNodeRouting } = await import('../dataplane/routing.js');
+    // The addon loads on this first netlink call: only an agent with the pod network on pays for it.
     const kernel = openNodeRouting(o.log);
-    const { startRoutesController } = await import('./routes/index.js');
-    const { startNatController } = await import('./nat/index.js');
     const refused = o.onFloatingRefused;
     const nat = startNatController({
       ds,
@@ -108,7 +109,6 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
       () => kernel.close(),
     );
     if (o.bgp) {
-      const { startBgpController } = await import('./bgp/index.js');
       const bgp = startBgpController({
         ds,
         node,

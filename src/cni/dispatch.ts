@@ -141,6 +141,9 @@ function defaultLog(
   return createLogger({ ...loggerOptionsFromConf(rawConf), context, stderr: io.stderr, throttle });
 }
 
+/** The handler of each command that answers nothing on success. */
+const QUIET_HANDLER = { DEL: 'del', CHECK: 'check', STATUS: 'status', GC: 'gc' } as const;
+
 /** A resident plugin's netconfs as parsed, by command and stdin (PluginSpec.resident). */
 interface Parsed {
   raw: Record<string, unknown>;
@@ -244,24 +247,12 @@ export async function dispatch<Conf, Rt>(io: CniIO, plugin: PluginSpec<Conf, Rt>
       runtime: plugin.runtime as Rt,
       ...(prevResult ? { prevResult } : {}),
     };
-    switch (command) {
-      case 'ADD': {
-        const result = await handlers.add(ctx);
-        io.stdout(JSON.stringify(formatResult(result, cniVersion)) + '\n');
-        break;
-      }
-      case 'DEL':
-        await handlers.del(ctx);
-        break;
-      case 'CHECK':
-        await handlers.check(ctx);
-        break;
-      case 'STATUS':
-        await handlers.status(ctx);
-        break;
-      case 'GC':
-        await handlers.gc(ctx);
-        break;
+    if (command === 'ADD') {
+      const result = await handlers.add(ctx);
+      io.stdout(JSON.stringify(formatResult(result, cniVersion)) + '\n');
+    } else {
+      // The other commands print nothing when they succeed.
+      await handlers[QUIET_HANDLER[command]](ctx);
     }
     log.debug(`${plugin.name} ${command} done`, { ms: Date.now() - started });
     return 0;

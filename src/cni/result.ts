@@ -105,65 +105,54 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
     if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad(path, v, 'an object');
     return v as Record<string, unknown>;
   };
+  /** Each element of the array o[key], checked to be an object and parsed with its path (`.key[i]`). */
+  const objects = <T>(key: string, parse: (e: Record<string, unknown>, p: string) => T): T[] | undefined =>
+    arr(o[key], `.${key}`)?.map((x, i) => parse(obj(x, `.${key}[${i}]`), `.${key}[${i}]`));
   const strList = (v: unknown, path: string): string[] | undefined =>
     arr(v, path)?.map((x, i) => str(x, `${path}[${i}]`, false)!);
 
-  const ifaces = arr(o['interfaces'], '.interfaces');
-  if (ifaces) {
-    res.interfaces = ifaces.map((x, i): CniInterface => {
-      const p = `.interfaces[${i}]`;
-      const e = obj(x, p);
-      return compact({
-        name: str(e['name'], `${p}.name`, false)!,
-        mac: str(e['mac'], `${p}.mac`),
-        mtu: int(e['mtu'], `${p}.mtu`),
-        sandbox: str(e['sandbox'], `${p}.sandbox`),
-        socketPath: str(e['socketPath'], `${p}.socketPath`),
-        pciID: str(e['pciID'], `${p}.pciID`),
-      });
+  const ifaces = objects('interfaces', (e, p): CniInterface => {
+    return compact({
+      name: str(e['name'], `${p}.name`, false)!,
+      mac: str(e['mac'], `${p}.mac`),
+      mtu: int(e['mtu'], `${p}.mtu`),
+      sandbox: str(e['sandbox'], `${p}.sandbox`),
+      socketPath: str(e['socketPath'], `${p}.socketPath`),
+      pciID: str(e['pciID'], `${p}.pciID`),
     });
-  }
-  const ips = arr(o['ips'], '.ips');
-  if (ips) {
-    res.ips = ips.map((x, i): CniIPConfig => {
-      const p = `.ips[${i}]`;
-      const e = obj(x, p);
-      const address = str(e['address'], `${p}.address`, false)!;
-      if (!isCidr(address)) throw bad(`${p}.address`, address, 'an address with prefix length, e.g. "10.0.0.5/24"');
-      const fam = ipFamily(addressOf(address));
-      const version = e['version'];
-      if (version !== undefined && version !== String(fam))
-        throw bad(`${p}.version`, version, `"${fam}" for ${address}`);
-      const gateway = str(e['gateway'], `${p}.gateway`);
-      if (gateway !== undefined && ipFamily(gateway) !== fam)
-        throw bad(`${p}.gateway`, gateway, `an IPv${fam} address`);
-      const iface = int(e['interface'], `${p}.interface`);
-      if (iface !== undefined && res.interfaces && iface >= res.interfaces.length) {
-        throw bad(`${p}.interface`, iface, `an index into interfaces (0..${res.interfaces.length - 1})`);
-      }
-      return compact({ address, gateway, interface: iface });
+  });
+  if (ifaces) res.interfaces = ifaces;
+  const ips = objects('ips', (e, p): CniIPConfig => {
+    const address = str(e['address'], `${p}.address`, false)!;
+    if (!isCidr(address)) throw bad(`${p}.address`, address, 'an address with prefix length, e.g. "10.0.0.5/24"');
+    const fam = ipFamily(addressOf(address));
+    const version = e['version'];
+    if (version !== undefined && version !== String(fam)) throw bad(`${p}.version`, version, `"${fam}" for ${address}`);
+    const gateway = str(e['gateway'], `${p}.gateway`);
+    if (gateway !== undefined && ipFamily(gateway) !== fam) throw bad(`${p}.gateway`, gateway, `an IPv${fam} address`);
+    const iface = int(e['interface'], `${p}.interface`);
+    if (iface !== undefined && res.interfaces && iface >= res.interfaces.length) {
+      throw bad(`${p}.interface`, iface, `an index into interfaces (0..${res.interfaces.length - 1})`);
+    }
+    return compact({ address, gateway, interface: iface });
+  });
+  if (ips) res.ips = ips;
+  const routes = objects('routes', (e, p): CniRoute => {
+    const dst = str(e['dst'], `${p}.dst`, false)!;
+    if (!isCidr(dst)) throw bad(`${p}.dst`, dst, 'a CIDR, e.g. "0.0.0.0/0"');
+    const gw = str(e['gw'], `${p}.gw`);
+    if (gw !== undefined && ipFamily(gw) === 0) throw bad(`${p}.gw`, gw, 'an IP address');
+    return compact({
+      dst,
+      gw,
+      mtu: int(e['mtu'], `${p}.mtu`),
+      advmss: int(e['advmss'], `${p}.advmss`),
+      priority: int(e['priority'], `${p}.priority`),
+      table: int(e['table'], `${p}.table`),
+      scope: int(e['scope'], `${p}.scope`),
     });
-  }
-  const routes = arr(o['routes'], '.routes');
-  if (routes) {
-    res.routes = routes.map((x, i): CniRoute => {
-      const p = `.routes[${i}]`;
-      const e = obj(x, p);
-      const dst = str(e['dst'], `${p}.dst`, false)!;
-      if (!isCidr(dst)) throw bad(`${p}.dst`, dst, 'a CIDR, e.g. "0.0.0.0/0"');
-      const gw = str(e['gw'], `${p}.gw`);
-      if (gw !== undefined && ipFamily(gw) === 0) throw bad(`${p}.gw`, gw, 'an IP address');
-      return compact({
-        dst,
-        gw,
-        mtu: int(e['mtu'], `${p}.mtu`),
-        advmss: int(e['advmss'], `${p}.advmss`),
-        priority: int(e['priority'], `${p}.priority`),
-        table: int(e['table'], `${p}.table`),
-        scope: int(e['scope'], `${p}.scope`),
-      });
-    });
-  }
+  });
+  if (routes) res.routes = routes;
   if (o['dns'] !== undefined && o['dns'] !== null) {
     const d = obj(o['dns'], '.dns');
     const dns: CniDNS = compact({

@@ -59,6 +59,7 @@ const runDatastore: CtlCommand = async (rest, io, s) => {
     io.stdout(`clusterinformation/default datastoreReady=${r.clusterInformation.spec.datastoreReady}\n`);
     return 0;
   }
+  // A lazily loaded command (large, rarely run), as the groups of ctl/index.ts.
   if (sub === 'migrate') return (await import('./migrate.js')).cmdMigrate(args, io, s);
   throw new CtlError(`unknown datastore command ${JSON.stringify(sub)}; use init, ready or migrate`);
 };

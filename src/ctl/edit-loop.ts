@@ -73,6 +73,7 @@ export async function cmdEdit(
       throw new CtlError(`${describeRef(t.kind as Resource['kind'], t.name, t.namespace)} not found`);
     throw e;
   }
+  // yaml takes tens of ms to load: a static import would be hoisted into every netpluginctl start.
   const YAML = await import('yaml');
   const render = (r: Resource) => (fmt === 'json' ? JSON.stringify(r, null, 2) + '\n' : YAML.stringify(r));
   const original = render(cur);

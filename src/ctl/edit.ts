@@ -336,6 +336,7 @@ const runEditor: CtlCommand = async (rest, io, s) => {
   );
   if (bool(p, 'help')) return printHelp(io, EDIT_HELP.edit!);
   target(p.positional, str(p, 'namespace'), 'edit');
+  // A lazily loaded command: the editor loop and yaml load only when edit runs.
   const { cmdEdit } = await import('./edit-loop.js');
   return cmdEdit(await s.writable(), io, {
     positional: p.positional,

@@ -555,6 +555,7 @@ const runIpam: CtlCommand = async (rest, io, s) => {
       output,
     });
   }
+  // The admin commands (ipam-admin.ts) are loaded only by the commands and flags that use them.
   if (sub === 'configure') return (await import('./ipam-admin.js')).cmdIpamConfigure(io, s, args);
   if (sub === 'split') return (await import('./ipam-admin.js')).cmdIpamSplit(io, s, args);
   if (sub === 'check') {
@@ -628,6 +629,7 @@ async function ipamShowWithExtras(
   const extras = Boolean(args.showBorrowed || args.showConfiguration);
   if (args.ip && extras)
     throw new CtlError('--ip shows one address; it cannot be combined with --show-borrowed or --show-configuration');
+  // Only --show-borrowed / --show-configuration load the admin module.
   const admin = extras ? await import('./ipam-admin.js') : undefined;
   if (!structured) {
     // calicoctl prints only the section asked for when one of these flags is given.
@@ -651,6 +653,7 @@ async function ipamShowWithExtras(
   const doc = JSON.parse(json) as Record<string, unknown>;
   if (admin && args.showConfiguration) doc.configuration = await admin.ipamConfiguration(ds);
   if (admin && args.showBorrowed) doc.borrowed = await admin.borrowedAddresses(ds);
+  // yaml takes tens of ms to load: only -o yaml pays for it.
   io.stdout(args.output === 'yaml' ? (await import('yaml')).stringify(doc) : JSON.stringify(doc, null, 2) + '\n');
   return code;
 }

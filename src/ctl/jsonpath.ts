@@ -97,8 +97,8 @@ export function parseJsonPath(template: string): JsonPathTemplate {
   };
 }
 
-/** The "}" closing the expression opened before `from`, skipping quoted strings. */
-function findClose(s: string, from: number): number {
+/** The first index from `from` on where `stop` holds, outside quoted strings; -1 when none. */
+function findUnquoted(s: string, from: number, stop: (c: string) => boolean): number {
   let q: string | undefined;
   for (let j = from; j < s.length; j++) {
     const c = s[j]!;
@@ -106,9 +106,14 @@ function findClose(s: string, from: number): number {
       if (c === '\\') j++;
       else if (c === q) q = undefined;
     } else if (c === '"' || c === "'") q = c;
-    else if (c === '}') return j;
+    else if (stop(c)) return j;
   }
   return -1;
+}
+
+/** The "}" closing the expression opened before `from`. */
+function findClose(s: string, from: number): number {
+  return findUnquoted(s, from, (c) => c === '}');
 }
 
 function parseLiteral(s: string, template: string): string {
@@ -164,19 +169,13 @@ function parsePath(src: string, template: string): Path {
   return path;
 }
 
+/** The "]" matching the "[" at `open` (nested brackets counted). */
 function matchBracket(s: string, open: number): number {
   let depth = 0;
-  let q: string | undefined;
-  for (let j = open; j < s.length; j++) {
-    const c = s[j]!;
-    if (q) {
-      if (c === '\\') j++;
-      else if (c === q) q = undefined;
-    } else if (c === '"' || c === "'") q = c;
-    else if (c === '[') depth++;
-    else if (c === ']' && --depth === 0) return j;
-  }
-  return -1;
+  return findUnquoted(s, open, (c) => {
+    if (c === '[') depth++;
+    return c === ']' && --depth === 0;
+  });
 }
 
 function parseBracket(b: string, template: string): Seg {

@@ -125,6 +125,7 @@ export async function cmdNodeDiags(
     // The datastore's view of this node.
     let clusterVersion = '(unknown)';
     if (ds) {
+      // yaml takes tens of ms to load: only this dump pays for it.
       const YAML = await import('yaml');
       const dump = async (file: string, what: string, f: () => Promise<unknown>) => {
         try {
@@ -207,6 +208,7 @@ export async function cmdNodeDiags(
 const runNode: CtlCommand = async (rest, io, s) => {
   const sub = rest[0];
   if (!sub || sub === '--help' || sub === '-h') return printHelp(io, NODE_HELP.node!);
+  // A lazily loaded command (it reads BIRD through birdc).
   if (sub === 'status') return (await import('./node-status.js')).cmdNodeStatus(rest.slice(1), io, s);
   if (sub !== 'diags')
     throw new CtlError(

@@ -3,7 +3,7 @@
 // family, read from BIRD's control socket in the agent's --bird-run-dir.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { birdcPath, bgpSessions, parseShowProtocols, runBirdc, type BgpSession } from '../agent/bgp/birdc.js';
+import { birdcPath, bgpSessions, parseShowProtocols, runBirdc, type BgpSession } from '../bird/client.js';
 import { BIRD_CONFIG_FILE, BIRD_CONTROL_SOCKET, DEFAULT_BIRD_PATH, DEFAULT_BIRD_RUN_DIR } from '../model/bgp.js';
 import { bool, CtlError, noPositional, parseCommand, printHelp, str, type CtlCommand, type CtlIO } from './io.js';
 

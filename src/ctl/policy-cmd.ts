@@ -85,6 +85,7 @@ const runPolicy: CtlCommand = async (rest, io, s) => {
       'policy explain takes one pod name, ' +
         "e.g. 'netpluginctl policy explain web-0 -n shop --peer shop/client-1 --port 80'",
     );
+  // A lazily loaded command: explain brings the whole policy evaluation.
   const { cmdPolicyExplain } = await import('./policy.js');
   const opt = (n: string) => str(p, n);
   return cmdPolicyExplain(await s.datastore(), io, {
@@ -112,6 +113,7 @@ const runPromote: CtlCommand = async (rest, io, s) => {
       `policy promote takes KIND/NAME (or KIND NAME), e.g. 'netpluginctl policy promote snp/allow-web -n shop'`,
     );
   }
+  // A lazily loaded command (rarely run).
   const { cmdPolicyPromote } = await import('./promote.js');
   return cmdPolicyPromote(s, io, { kind, name, namespace: str(p, 'namespace'), dryRun: dryRun(p) });
 };

@@ -56,14 +56,24 @@ export async function cmdPolicyPromote(s: CtlSession, io: CtlIO, o: PromoteOptio
   }
   const dry = o.dryRun ? ' (dry run)' : '';
   const from = `${stagedLabel(staged)}, stagedAction ${stagedAction(staged)}`;
-  if (staged.kind === 'StagedKubernetesNetworkPolicy') await promoteToKubernetes(s, ds, io, staged, from, dry);
-  else await promoteInDatastore(ds, io, staged, from, dry);
+  const promotion: Promotion = { io, staged, from, dry };
+  if (staged.kind === 'StagedKubernetesNetworkPolicy') await promoteToKubernetes(s, ds, promotion);
+  else await promoteInDatastore(ds, promotion);
   if (!o.dryRun) io.stdout(`${stagedLabel(staged)} removed\n`);
   else io.stdout(`${stagedLabel(staged)} would be removed${dry}\n`);
   return 0;
 }
 
 type Verb = 'created' | 'replaced' | 'deleted' | 'absent';
+
+/** One promotion: the staged object, what it is called in the lines printed (`from`), and the dry-run mark. */
+interface Promotion {
+  io: CtlIO;
+  staged: StagedPolicy;
+  from: string;
+  /** ' (dry run)' or ''. */
+  dry: string;
+}
 
 /** The line promote prints about the enforced policy (`dry`: ' (dry run)' or ''). */
 function outcome(target: string, verb: Verb, from: string, dry: string): string {
@@ -87,13 +97,7 @@ function deleteOp(kind: Kind, name: string, namespace: string | undefined, revis
 }
 
 /** StagedNetworkPolicy and StagedGlobalNetworkPolicy: both writes in the datastore. */
-async function promoteInDatastore(
-  ds: Datastore,
-  io: CtlIO,
-  staged: StagedPolicy,
-  from: string,
-  dry: string,
-): Promise<void> {
+async function promoteInDatastore(ds: Datastore, { io, staged, from, dry }: Promotion): Promise<void> {
   const t = stagedTarget(staged);
   const target = `${t.kind} ${policyId(t)}`;
   if (t.kind === 'NetworkPolicy' && t.name.startsWith(K8S_POLICY_PREFIX)) {
@@ -180,14 +184,7 @@ async function kubeFor(s: CtlSession, ds: Datastore, staged: StagedPolicy): Prom
  * StagedKubernetesNetworkPolicy: the Kubernetes NetworkPolicy through the API, then the staged object
  * from the datastore.
  */
-async function promoteToKubernetes(
-  s: CtlSession,
-  ds: Datastore,
-  io: CtlIO,
-  staged: StagedPolicy,
-  from: string,
-  dry: string,
-): Promise<void> {
+async function promoteToKubernetes(s: CtlSession, ds: Datastore, { io, staged, from, dry }: Promotion): Promise<void> {
   const kube = await kubeFor(s, ds, staged);
   const ns = staged.metadata.namespace ?? 'default';
   const name = staged.metadata.name;

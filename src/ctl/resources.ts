@@ -22,7 +22,9 @@ import {
   type CtlGroup,
   type CtlIO,
 } from './io.js';
+import { fromKubectlSelector, parseSelector } from '../selector/index.js';
 import { resolveKind } from './kinds.js';
+import { deleteNode } from './node.js';
 import { convertLabelSelector, k8sPolicyTypes } from '../model/k8s-networkpolicy.js';
 import { parseJsonPath, printValue, relaxedPath, type JsonPathTemplate } from './jsonpath.js';
 import { describeRef, parseManifest, poolAllocations, poolDefaults, validatePool } from './validate.js';
@@ -83,6 +85,7 @@ function manifestFiles(file: string, io: CtlIO): string[] {
   return files.map((f) => join(file, f));
 }
 
+/** yaml takes tens of milliseconds to load: only a command that reads or writes YAML pays for it. */
 async function loadYaml(): Promise<typeof import('yaml')> {
   return import('yaml');
 }
@@ -351,7 +354,7 @@ async function cmdDelete(
         }
       }
       if (t.kind === 'Node' && !args.dryRun) {
-        await (await import('./node.js')).deleteNode(ds, io, t.name);
+        await deleteNode(ds, io, t.name);
         continue;
       }
       if (args.dryRun) await ds.get(t.kind, t.name, t.namespace);
@@ -732,7 +735,6 @@ async function watchGet(
   args: GetArgs,
   filter: { ns: string | undefined; names?: Set<string>; labelSelector?: string | undefined },
 ): Promise<number> {
-  const { parseSelector } = await import('../selector/index.js');
   const sel = filter.labelSelector === undefined ? undefined : parseSelector(filter.labelSelector);
   const wanted = (r: Resource) =>
     (!filter.names || filter.names.has(r.metadata.name)) &&
@@ -806,7 +808,6 @@ async function watchGet(
 
 /** -l: our selector syntax, or kubectl's (`zone=a,!legacy`) translated to it. */
 async function labelSelectorArg(sel: string): Promise<string> {
-  const { parseSelector, fromKubectlSelector } = await import('../selector/index.js');
   try {
     parseSelector(sel);
     return sel;
@@ -1047,7 +1048,7 @@ async function cmdDescribe(
     if (!items.length && !invalid.length)
       io.stderr(`no ${info.kind} resources found${ns ? ` in namespace ${ns}` : ''}\n`);
   }
-  const { stringify } = await import('yaml');
+  const { stringify } = await loadYaml();
   const kv = (m: Record<string, string> | undefined) =>
     m && Object.keys(m).length
       ? Object.entries(m)

@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import type { Datastore } from '../datastore/types.js';
 import { datastoreConfigFromEnv, datastoreEnvGiven, openDatastore } from '../datastore/index.js';
 import { datastoreSettingsOf } from '../datastore/settings.js';
+import { createKubeClient, type KubeClient } from '../k8s/client.js';
 import { netpluginEntry } from '../config/conflist.js';
 import { cannotRead, CtlError, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
 import { resolvePath } from './install-cni.js';
@@ -123,8 +124,7 @@ export class Session implements CtlSession {
     return ds;
   }
   /** A Kubernetes API client from the datastore settings (KUBECONFIG / K8S_API_ROOT, or in-cluster). */
-  async kube(): Promise<import('../k8s/client.js').KubeClient> {
-    const { createKubeClient } = await import('../k8s/client.js');
+  async kube(): Promise<KubeClient> {
     const client = await createKubeClient({ ...this.config()?.kubernetes, timeoutMs: 10_000 });
     this.closers.push(() => client.close());
     return client;

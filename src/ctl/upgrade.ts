@@ -5,8 +5,9 @@
 // would garbage-collect what they own); auto-hep: the three-step migration to
 // automatic host endpoints; finish: delete the temporary allow-all-upgrade
 // policy and record the new cluster version. Walkthrough: docs/upgrade.md.
+import { createInterface } from 'node:readline/promises';
 import { DatastoreError } from '../errors.js';
-import { API_VERSION, NAMESPACED_KINDS, type Resource } from '../model/resources.js';
+import { API_VERSION, NAMESPACED_KINDS, type OwnerReference, type Resource } from '../model/resources.js';
 import type { Datastore } from '../datastore/types.js';
 import { casRetry, getIfExists } from '../datastore/cas.js';
 import { isKind } from '../datastore/keys.js';
@@ -22,6 +23,7 @@ import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from
 const OLDEST_UPGRADABLE = '3.15.0';
 const ALLOW_ALL_UPGRADE = 'allow-all-upgrade';
 import { AUTO_HEP_SUFFIX, CREATED_BY_LABEL } from '../model/host-endpoints.js';
+import { parseSelector } from '../selector/index.js';
 export { AUTO_HEP_SUFFIX, CREATED_BY_LABEL };
 
 export const UPGRADE_HELP: Record<string, string> = {
@@ -68,15 +70,6 @@ Shows the temporary allow-all-upgrade policy and the host endpoints it selects, 
 
 // ---- owner references ----
 
-export interface OwnerRef {
-  apiVersion: string;
-  kind: string;
-  name: string;
-  uid: string;
-  controller?: boolean;
-  blockOwnerDeletion?: boolean;
-}
-
 /** One object that has owner references to netplugin.org/v3 objects. */
 export interface OwnedObject {
   apiVersion: string;
@@ -85,7 +78,7 @@ export interface OwnedObject {
   name: string;
   /** The object's API path. */
   path: string;
-  ownerReferences: OwnerRef[];
+  ownerReferences: OwnerReference[];
 }
 
 const isOurs = (r: { apiVersion?: string }) => r.apiVersion === API_VERSION;
@@ -153,7 +146,7 @@ export async function findOwnedObjects(client: KubeClient): Promise<{ objects: O
         throw e;
       }
       for (const o of list.items ?? []) {
-        const refs = (o.metadata.ownerReferences as OwnerRef[] | undefined) ?? [];
+        const refs = (o.metadata.ownerReferences as OwnerReference[] | undefined) ?? [];
         const ours = refs.filter(isOurs);
         if (!ours.length) continue;
         const ns = r.namespaced ? o.metadata.namespace : undefined;
@@ -175,7 +168,7 @@ export async function findOwnedObjects(client: KubeClient): Promise<{ objects: O
 function objText(o: { kind: string; namespace?: string; name: string }): string {
   return `${o.kind.toLowerCase()}/${o.namespace ? `${o.namespace}/` : ''}${o.name}`;
 }
-function refText(r: OwnerRef): string {
+function refText(r: OwnerReference): string {
   return `${r.kind}/${r.name} (uid ${r.uid})`;
 }
 
@@ -183,11 +176,11 @@ function refText(r: OwnerRef): string {
  * Replaces an object's ownerReferences, guarded by a JSON patch test of the current list (a concurrent change fails as
  * a conflict).
  */
-async function setOwnerRefs(
+async function setOwnerReferences(
   client: KubeClient,
   path: string,
-  current: OwnerRef[] | undefined,
-  next: OwnerRef[],
+  current: OwnerReference[] | undefined,
+  next: OwnerReference[],
 ): Promise<void> {
   const ops: unknown[] = [];
   if (current === undefined) ops.push({ op: 'add', path: '/metadata/ownerReferences', value: next });
@@ -202,14 +195,14 @@ async function setOwnerRefs(
   await client.request('PATCH', path, ops, { contentType: 'application/json-patch+json' });
 }
 
-export interface SavedOwnerRefs {
-  kind: 'NetpluginOwnerReferences';
+export interface SavedOwnerReferences {
+  kind: 'NetpluginOwnerReferenceerences';
   savedAt: string;
   clusterVersion?: string | undefined;
   objects: OwnedObject[];
 }
 
-async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
+async function cmdOwnerReferences(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
   const sub = args[0];
   const topic = 'upgrade owner-refs';
   if (!sub || sub === '--help' || sub === '-h') return (io.stdout(UPGRADE_HELP[topic]!), 0);
@@ -231,8 +224,8 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
     const client = await s.kube();
     const { objects, skipped } = await findOwnedObjects(client);
     const ds = s.config() ? await s.datastore().catch(() => undefined) : undefined;
-    const saved: SavedOwnerRefs = {
-      kind: 'NetpluginOwnerReferences',
+    const saved: SavedOwnerReferences = {
+      kind: 'NetpluginOwnerReferenceerences',
       savedAt: new Date().toISOString(),
       ...(ds ? { clusterVersion: await clusterVersion(ds).catch(() => undefined) } : {}),
       objects,
@@ -250,8 +243,8 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
     for (const o of objects) {
       if (!dry) {
         const cur = await client.request<KubeObject>('GET', o.path);
-        const refs = (cur.metadata.ownerReferences as OwnerRef[] | undefined) ?? [];
-        await setOwnerRefs(
+        const refs = (cur.metadata.ownerReferences as OwnerReference[] | undefined) ?? [];
+        await setOwnerReferences(
           client,
           o.path,
           refs,
@@ -271,8 +264,8 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
   if (sub === 'restore') {
     const file = str(p, 'filename');
     if (!file) throw new CtlError('upgrade owner-refs restore needs -f FILE (written by upgrade owner-refs save)');
-    const saved = readJsonFile(io, file, '-f') as SavedOwnerRefs;
-    if (saved?.kind !== 'NetpluginOwnerReferences' || !Array.isArray(saved.objects))
+    const saved = readJsonFile(io, file, '-f') as SavedOwnerReferences;
+    if (saved?.kind !== 'NetpluginOwnerReferenceerences' || !Array.isArray(saved.objects))
       throw new CtlError(`-f ${file} is not a file written by 'netpluginctl upgrade owner-refs save'`);
     const client = await s.kube();
     const ds = await s.datastore();
@@ -289,7 +282,7 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
         }
         throw e;
       }
-      const refs = [...((cur.metadata.ownerReferences as OwnerRef[] | undefined) ?? [])];
+      const refs = [...((cur.metadata.ownerReferences as OwnerReference[] | undefined) ?? [])];
       const before = JSON.stringify(refs);
       for (const ref of o.ownerReferences) {
         const kind = ref.kind;
@@ -304,7 +297,7 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
           );
           continue;
         }
-        const next: OwnerRef = { ...ref, uid: owner.metadata.uid };
+        const next: OwnerReference = { ...ref, uid: owner.metadata.uid };
         const i = refs.findIndex((r) => isOurs(r) && r.kind === ref.kind && r.name === ref.name);
         if (i >= 0) refs[i] = next;
         else refs.push(next);
@@ -314,7 +307,8 @@ async function cmdOwnerRefs(args: string[], io: CtlIO, s: CtlSession): Promise<n
         continue;
       }
       changed++;
-      if (!dry) await setOwnerRefs(client, o.path, cur.metadata.ownerReferences as OwnerRef[] | undefined, refs);
+      if (!dry)
+        await setOwnerReferences(client, o.path, cur.metadata.ownerReferences as OwnerReference[] | undefined, refs);
       io.stdout(
         `${objText(o)}: ${dry ? 'would restore' : 'restored'} ${refs.filter(isOurs).map(refText).join(', ')}\n`,
       );
@@ -542,7 +536,6 @@ async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<numbe
 async function confirm(io: CtlIO, question: string): Promise<boolean> {
   // Only the real CLI (stdin a lazy reader) on a terminal asks; scripts and pipes proceed.
   if (typeof io.stdin !== 'function' || !process.stdin.isTTY) return true;
-  const { createInterface } = await import('node:readline/promises');
   const rl = createInterface({ input: process.stdin, output: process.stderr });
   try {
     return /^y(es)?$/i.test((await rl.question(`${question} [y/N] `)).trim());
@@ -566,7 +559,6 @@ async function cmdFinish(args: string[], io: CtlIO, s: CtlSession): Promise<numb
   const ds = dry ? await s.datastore() : await s.writable();
   const allow = await allowAllUpgrade(ds);
   if (allow.length) {
-    const { parseSelector } = await import('../selector/index.js');
     const heps = (await ds.list('HostEndpoint')).items;
     for (const a of allow) {
       const where =
@@ -763,7 +755,7 @@ export async function cmdUpgrade(rest: string[], io: CtlIO, s: CtlSession): Prom
     case 'check':
       return cmdCheck(args, io, s);
     case 'owner-refs':
-      return cmdOwnerRefs(args, io, s);
+      return cmdOwnerReferences(args, io, s);
     case 'finish':
       return cmdFinish(args, io, s);
     case 'auto-hep':

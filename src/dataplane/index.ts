@@ -2,7 +2,7 @@
 // routes + sysctls out, all through the rtnetlink addon (loaded on first use,
 // not on import). The node's other kernel parts (routing.ts, nft/, sysctl.ts,
 // syscalls.ts) are imported by their path, so the per-pod path loads none of them.
-export { hostVethName, linkLocalFromMac } from './names.js';
+export { linkLocalFromMac } from './names.js';
 export {
   setupWorkload,
   createWorkloadSetup,

@@ -178,38 +178,21 @@ export class NodeRouting {
       }
     };
     const mtu = input.underlayMtu;
-    dev(
-      VXLAN_DEVICE[4],
-      desired.devices.vxlan4,
-      input.tunnels.vxlan4,
-      (t) =>
+    for (const family of [4, 6] as const) {
+      const name = VXLAN_DEVICE[family];
+      const devMtu = mtu - OVERHEAD[family === 4 ? 'vxlan4' : 'vxlan6'];
+      const vxlan = (t: LocalTunnel) =>
         this.nl.vxlanAdd({
-          name: VXLAN_DEVICE[4],
+          name,
           vni: VXLAN_VNI,
           port: VXLAN_PORT,
           local: t.local,
           learning: false,
-          mtu: mtu - OVERHEAD.vxlan4,
+          mtu: devMtu,
           ...(t.mac ? { mac: t.mac } : {}),
-        }),
-      mtu - OVERHEAD.vxlan4,
-    );
-    dev(
-      VXLAN_DEVICE[6],
-      desired.devices.vxlan6,
-      input.tunnels.vxlan6,
-      (t) =>
-        this.nl.vxlanAdd({
-          name: VXLAN_DEVICE[6],
-          vni: VXLAN_VNI,
-          port: VXLAN_PORT,
-          local: t.local,
-          learning: false,
-          mtu: mtu - OVERHEAD.vxlan6,
-          ...(t.mac ? { mac: t.mac } : {}),
-        }),
-      mtu - OVERHEAD.vxlan6,
-    );
+        });
+      dev(name, desired.devices[`vxlan${family}`], input.tunnels[`vxlan${family}`], vxlan, devMtu);
+    }
     dev(
       IPIP_DEVICE,
       desired.devices.ipip,

@@ -24,6 +24,14 @@ interface PrinterColumn {
 
 const AGE: PrinterColumn = { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' };
 
+/** A staged policy's columns: what a promotion would do first, then where it would stand. */
+const STAGED_COLUMNS: PrinterColumn[] = [
+  { name: 'Action', type: 'string', jsonPath: '.spec.stagedAction' },
+  { name: 'Order', type: 'integer', jsonPath: '.spec.order' },
+  { name: 'Selector', type: 'string', jsonPath: '.spec.selector' },
+  AGE,
+];
+
 /** kubectl's short names (`kubectl get ippool`, `kubectl get ipp`) and columns. */
 const PRESENTATION: Record<Exclude<Kind, 'WorkloadEndpoint'>, { shortNames: string[]; columns: PrinterColumn[] }> = {
   IPPool: {
@@ -112,21 +120,11 @@ const PRESENTATION: Record<Exclude<Kind, 'WorkloadEndpoint'>, { shortNames: stri
   // Staged policies: what a promotion would do (Set or Delete) first.
   StagedNetworkPolicy: {
     shortNames: ['snp'],
-    columns: [
-      { name: 'Action', type: 'string', jsonPath: '.spec.stagedAction' },
-      { name: 'Order', type: 'integer', jsonPath: '.spec.order' },
-      { name: 'Selector', type: 'string', jsonPath: '.spec.selector' },
-      AGE,
-    ],
+    columns: STAGED_COLUMNS,
   },
   StagedGlobalNetworkPolicy: {
     shortNames: ['sgnp'],
-    columns: [
-      { name: 'Action', type: 'string', jsonPath: '.spec.stagedAction' },
-      { name: 'Order', type: 'integer', jsonPath: '.spec.order' },
-      { name: 'Selector', type: 'string', jsonPath: '.spec.selector' },
-      AGE,
-    ],
+    columns: STAGED_COLUMNS,
   },
   StagedKubernetesNetworkPolicy: {
     shortNames: ['sknp'],
@@ -368,6 +366,7 @@ export function crdFor(kind: Exclude<Kind, 'WorkloadEndpoint'>): Record<string, 
 
 /** File name -> YAML text of every CRD, as deploy/crds/ holds them. */
 export async function renderCrds(): Promise<Record<string, string>> {
+  // yaml (tens of ms to load) only for the CRD files netpluginctl writes, not for the datastore's users.
   const { stringify } = await import('yaml');
   const out: Record<string, string> = {};
   for (const kind of CRD_KINDS as Array<Exclude<Kind, 'WorkloadEndpoint'>>) {

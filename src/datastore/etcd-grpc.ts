@@ -40,6 +40,7 @@ export async function probeEndpoint(
   tls: TlsMaterial,
   timeoutMs: number,
 ): Promise<DatastoreError | undefined> {
+  // Dynamic: the ESM bundles would hoist static builtins into every start (node:tls is costly).
   const [{ connect: netConnect }, { connect: tlsConnect }] = await Promise.all([
     import('node:net'),
     import('node:tls'),

@@ -4,7 +4,7 @@
 // (etcd's own JSON gateway on the same client port over node:http(s), a few ms).
 // Also the error wording both share, so an operator reads the same message
 // whichever transport ran.
-import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
+import { DatastoreError, isUnknownCa, type DatastoreErrorKind } from '../errors.js';
 
 export interface KeyValue {
   key: Buffer;
@@ -109,16 +109,6 @@ export interface KVOptions {
   timeoutMs: number;
 }
 
-/** Node's TLS error codes, grouped by what the operator has to fix. */
-const UNKNOWN_CA = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'CERT_UNTRUSTED',
-]);
-
 /** A TCP or TLS failure of one endpoint, worded as the fix the operator has to make. */
 export function classifySocketError(endpoint: string, err: NodeJS.ErrnoException, tls: TlsMaterial): DatastoreError {
   const code = err.code ?? '';
@@ -139,7 +129,7 @@ export function classifySocketError(endpoint: string, err: NodeJS.ErrnoException
       'Unavailable',
       `etcd at ${endpoint} is unreachable: ${err.message} (${code}); check etcd_endpoints and the network path`,
     );
-  if (UNKNOWN_CA.has(code)) {
+  if (isUnknownCa(code)) {
     const fix = tls.caFile
       ? `etcd_ca_cert_file=${tls.caFile} does not hold the CA that issued the server certificate`
       : 'set etcd_ca_cert_file to the CA that issued the server certificate';
@@ -199,10 +189,7 @@ export function classifySocketError(endpoint: string, err: NodeJS.ErrnoException
 
 /** TLS alerts: the server refused the handshake, so it never saw a request. */
 export function isTlsRejection(err: NodeJS.ErrnoException): boolean {
-  return (
-    /^ERR_SSL_|^ERR_TLS_|CERT|SSL alert|alert/i.test(`${err.code ?? ''} ${err.message}`) ||
-    UNKNOWN_CA.has(err.code ?? '')
-  );
+  return /^ERR_SSL_|^ERR_TLS_|CERT|SSL alert|alert/i.test(`${err.code ?? ''} ${err.message}`) || isUnknownCa(err.code);
 }
 
 /**

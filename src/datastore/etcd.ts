@@ -198,6 +198,7 @@ export class EtcdDatastore implements Datastore {
   private async fallback(e: unknown): Promise<KV | undefined> {
     if (!(e instanceof GatewayUnusableError) || !this.kvOptionsForFallback || this.closed) return undefined;
     const opts = this.kvOptionsForFallback;
+    // etcd3 (grpc-js) costs ~180 ms to load: only a fall-back to gRPC pays for it.
     this.grpcFallback ??= import('./etcd-grpc.js').then((m) => {
       // The http transport is closed with the store: calls still in flight on it fall back on their own.
       this.retired.push(this.kv);
@@ -229,6 +230,7 @@ export class EtcdDatastore implements Datastore {
       );
     }
     const kvOpts: KVOptions = { endpoints, tls, timeoutMs: conf.timeoutMs ?? DEFAULT_TIMEOUT_MS };
+    // Lazy: only the gRPC transport loads etcd3 (~180 ms); the per-exec plugin speaks HTTP.
     const kv = transport === 'grpc' ? new (await import('./etcd-grpc.js')).GrpcKV(kvOpts) : new HttpKV(kvOpts);
     return new EtcdDatastore(endpoints, kv, conf.timeoutMs, conf.etcd_transport === undefined ? kvOpts : undefined);
   }

@@ -14,6 +14,7 @@ export async function openDatastore(conf: DatastoreConfig): Promise<Datastore> {
   const type = conf.datastore_type ?? 'etcdv3';
   switch (type) {
     case 'etcdv3': {
+      // Only the configured backend loads (the per-exec plugin opens one, and pays for no other).
       const { EtcdDatastore } = await import('./etcd.js');
       return EtcdDatastore.open(conf);
     }

@@ -456,6 +456,12 @@ export class KubernetesDatastore implements Datastore {
 
   // ---- WorkloadEndpoint <-> Pod ----
 
+  /** A workload endpoint's namespace, its name in errors and the pod it is stored on. */
+  private wepTarget(res: Resource<'WorkloadEndpoint'>): { ns: string; what: string; podName: string } {
+    const ns = res.metadata.namespace || 'default';
+    return { ns, what: label('WorkloadEndpoint', res.metadata.name, ns), podName: this.podOf(res.metadata.name, ns) };
+  }
+
   private podOf(name: string, namespace: string): string {
     const p = parseWorkloadEndpointName(name);
     if (!p || p.orchestrator !== ORCHESTRATOR) {
@@ -536,9 +542,7 @@ export class KubernetesDatastore implements Datastore {
     res: Resource<'WorkloadEndpoint'>,
     opts?: CallOptions,
   ): Promise<Resource<'WorkloadEndpoint'>> {
-    const ns = res.metadata.namespace || 'default';
-    const what = label('WorkloadEndpoint', res.metadata.name, ns);
-    const podName = this.podOf(res.metadata.name, ns);
+    const { ns, what, podName } = this.wepTarget(res);
     for (let attempt = 0; ; attempt++) {
       let pod: KubePod;
       try {
@@ -574,9 +578,7 @@ export class KubernetesDatastore implements Datastore {
     res: Resource<'WorkloadEndpoint'>,
     opts?: CallOptions,
   ): Promise<Resource<'WorkloadEndpoint'>> {
-    const ns = res.metadata.namespace || 'default';
-    const what = label('WorkloadEndpoint', res.metadata.name, ns);
-    const podName = this.podOf(res.metadata.name, ns);
+    const { ns, what, podName } = this.wepTarget(res);
     try {
       const patched = await this.patchPodEndpoint(ns, podName, res.metadata.resourceVersion, res.spec, opts);
       const wep = podToWorkloadEndpoint(patched);

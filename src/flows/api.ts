@@ -22,6 +22,7 @@ import {
   type GroupBy,
   type HintType,
 } from './store.js';
+import { listen } from './listen.js';
 
 const MAX_PAGE_SIZE = 10_000;
 /** Bytes a watch (SSE) connection may have unsent before it is closed. */
@@ -288,16 +289,10 @@ export async function startApi(o: ApiOptions): Promise<ApiServer> {
     }
   });
   server.headersTimeout = 10_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', (e: NodeJS.ErrnoException) =>
-      reject(new Error(`cannot listen on ${o.addr} for the API (--api-addr): ${e.code ?? e.message}`)),
-    );
-    server.listen(port, host, () => resolve());
-  });
-  const a = server.address();
+  const bound = await listen(server, host, port, o.addr, 'the API (--api-addr)');
   return {
     host,
-    port: typeof a === 'object' && a ? a.port : port,
+    port: bound,
     watchers: () => sse.size,
     close: () =>
       new Promise<void>((resolve) => {

@@ -15,6 +15,7 @@ import type { PeerCertificate, TLSSocket } from 'node:tls';
 import { parseListenAddr } from '../observe/health.js';
 import type { FlowStore } from './store.js';
 import { COLLECTOR_PATH, LineReader, NDJSON, parseBatch, parseRecords, ProtocolError, type Ack } from './protocol.js';
+import { listen } from './listen.js';
 
 interface CollectorOptions {
   addr: string;
@@ -156,16 +157,10 @@ export async function startCollector(o: CollectorOptions): Promise<Collector> {
     for (const [id, s] of streams) if (s.at < cut) streams.delete(id);
   }, 60_000);
   sweep.unref();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', (e: NodeJS.ErrnoException) =>
-      reject(new Error(`cannot listen on ${o.addr} for agents (--collector-addr): ${e.code ?? e.message}`)),
-    );
-    server.listen(port, host, () => resolve());
-  });
-  const a = server.address();
+  const bound = await listen(server, host, port, o.addr, 'agents (--collector-addr)');
   return {
     host,
-    port: typeof a === 'object' && a ? a.port : port,
+    port: bound,
     connections: () => open.size,
     close: () =>
       new Promise<void>((resolve) => {

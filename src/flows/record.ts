@@ -6,6 +6,19 @@
 import { HIT_ACTIONS, HIT_KINDS, type HitAction, type PolicyHit } from '../model/policy-hit.js';
 
 export const REPORTERS = ['Src', 'Dst'] as const;
+
+/** Every counter at 0: a record before its first packet or connection is counted. */
+export function zeroCounters(): FlowCounters {
+  return {
+    packetsIn: 0,
+    packetsOut: 0,
+    bytesIn: 0,
+    bytesOut: 0,
+    connectionsStarted: 0,
+    connectionsCompleted: 0,
+    connectionsLive: 0,
+  };
+}
 export type Reporter = (typeof REPORTERS)[number];
 export const ACTIONS = HIT_ACTIONS;
 export type Action = HitAction;
@@ -221,13 +234,7 @@ export function parseFlowRecord(v: unknown, path = 'record'): FlowRecord {
     policies: parsePolicyTrace(`${path}.policies`, o.policies),
     startTime,
     endTime,
-    packetsIn: 0,
-    packetsOut: 0,
-    bytesIn: 0,
-    bytesOut: 0,
-    connectionsStarted: 0,
-    connectionsCompleted: 0,
-    connectionsLive: 0,
+    ...zeroCounters(),
   };
   for (const c of COUNTERS) rec[c] = count(`${path}.${c}`, o[c] ?? 0);
   return rec;

@@ -24,15 +24,10 @@ const CLOSE_GRACE_MS = BUCKET_MS;
 /** Records dated further ahead than this (a node's clock) count as now. */
 const FUTURE_SLACK_MS = 60_000;
 
-interface FlowKey {
+/** A record's identity: what it says but its counters and times. */
+interface FlowKey
+  extends Pick<FlowRecord, 'reporter' | 'action' | 'source' | 'dest' | 'destPort' | 'protocol' | 'policies'> {
   id: number;
-  reporter: Reporter;
-  action: Action;
-  source: FlowEndpoint;
-  dest: FlowEndpoint;
-  destPort: number;
-  protocol: string;
-  policies: PolicyTrace;
   /** Policy names (enforced and pending) for the `policy` filter. */
   policyNames: Set<string>;
   /** The newest bucket number holding this key: the key is dropped when that bucket leaves the ring. */

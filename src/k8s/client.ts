@@ -5,7 +5,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, resolve as resolvePath } from 'node:path';
 import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
-import { DatastoreError, type DatastoreErrorKind } from '../errors.js';
+import { DatastoreError, isUnknownCa, type DatastoreErrorKind } from '../errors.js';
 import type { ObjectMeta } from '../model/resources.js';
 
 export interface KubeClientOptions {
@@ -197,6 +197,7 @@ async function loadKubeconfigs(paths: string[]): Promise<KubeconfigDoc> {
     const text = readFile('kubernetes.kubeconfig', path).toString('utf8');
     let doc: unknown;
     try {
+      // yaml takes tens of ms to load: a JSON kubeconfig (the plugin's usual one) never loads it.
       doc = text.trimStart().startsWith('{') ? JSON.parse(text) : (await import('yaml')).parse(text);
     } catch (e) {
       throw invalid(`kubernetes.kubeconfig=${path} is not valid YAML/JSON: ${(e as Error).message}`);
@@ -283,6 +284,7 @@ async function parseKubeconfig(
   } else if (typeof user.username === 'string' && typeof user.password === 'string') {
     creds.basic = Buffer.from(`${user.username}:${user.password}`).toString('base64');
   } else if (user.exec && opts.allowExec) {
+    // Only a kubeconfig with an exec user loads the credential helper runner.
     const { execCredential } = await import('./exec-credential.js');
     const cred = execCredential(user.exec, {
       user: String(ctx.user),
@@ -357,15 +359,6 @@ async function resolveCredentials(opts: KubeClientOptions): Promise<Credentials>
   return creds;
 }
 
-const UNKNOWN_CA = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'CERT_UNTRUSTED',
-]);
-
 function networkError(c: Credentials, err: NodeJS.ErrnoException): DatastoreError {
   const code = err.code ?? '';
   const at = `Kubernetes API at ${c.server}`;
@@ -374,7 +367,7 @@ function networkError(c: Credentials, err: NodeJS.ErrnoException): DatastoreErro
     return mk('Unavailable', `${at} is unreachable: connection refused (ECONNREFUSED); check ${c.source}`);
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN')
     return mk('Unavailable', `${at} is unreachable: host name does not resolve (${code}); check ${c.source}`);
-  if (UNKNOWN_CA.has(code)) {
+  if (isUnknownCa(code)) {
     return mk(
       'Unauthorized',
       `TLS handshake with ${c.server} failed: certificate signed by unknown authority (${code}); ` +
@@ -443,6 +436,7 @@ export function statusError(
 export async function createKubeClient(opts: KubeClientOptions): Promise<KubeClient> {
   const creds = await resolveCredentials(opts);
   const secure = creds.server.startsWith('https:');
+  // node:https pulls in node:tls: only an https API server pays for it (per-exec plugin start-up).
   const { Agent: HttpsAgentCtor, request: httpsRequest } = secure
     ? await import('node:https')
     : { Agent: undefined, request: undefined };
@@ -461,6 +455,7 @@ export async function createKubeClient(opts: KubeClientOptions): Promise<KubeCli
   const defaultTimeout = opts.timeoutMs ?? 10_000;
   const base = new URL(creds.server);
   if (creds.proxyUrl || opts.proxy_env) {
+    // Only a proxied API server loads the CONNECT tunnel.
     const { parseProxyUrl, proxyFromEnv, tunnelThrough } = await import('./proxy.js');
     const proxy = creds.proxyUrl ? parseProxyUrl(creds.proxyUrl, `proxy-url in ${creds.source}`) : undefined;
     const envProxy = proxy ? undefined : proxyFromEnv(base, opts.proxy_env ?? {});

@@ -85,6 +85,7 @@ export function tunnelThrough(agent: HttpAgent, proxy: URL, secure: boolean, tim
   };
   a.createConnection = (opts: AgentOptions & Record<string, unknown>, cb: Cb) => {
     void (async () => {
+      // Builtins stay dynamic: the ESM bundles hoist static ones into every start (node:tls is costly).
       const { request } = await import('node:http');
       const target =
         `${String(opts.host).includes(':') ? `[${String(opts.host)}]` : String(opts.host)}:` + `${String(opts.port)}`;
@@ -116,6 +117,7 @@ export function tunnelThrough(agent: HttpAgent, proxy: URL, secure: boolean, tim
           return;
         }
         if (!secure) return cb(null, socket);
+        // As above: node:tls only for a TLS API server behind the proxy.
         void import('node:tls').then(({ connect }) => {
           const o = opts as Record<string, unknown>;
           const tls = connect({

@@ -19,26 +19,19 @@ export type EndpointToHostAction = 'Drop' | 'Return' | 'Accept';
 export const DEFAULT_FAILSAFE_INBOUND: readonly HostPortSpec[] = [
   { protocol: 'TCP', port: 22 },
   { protocol: 'UDP', port: 68 },
-  { protocol: 'TCP', port: 179 },
-  { protocol: 'TCP', port: 2379 },
-  { protocol: 'TCP', port: 2380 },
-  { protocol: 'TCP', port: 5473 },
-  { protocol: 'TCP', port: 6443 },
-  { protocol: 'TCP', port: 6666 },
-  { protocol: 'TCP', port: 6667 },
+  ...failsafeBothWays(),
 ];
 
 export const DEFAULT_FAILSAFE_OUTBOUND: readonly HostPortSpec[] = [
   { protocol: 'UDP', port: 53 },
   { protocol: 'UDP', port: 67 },
-  { protocol: 'TCP', port: 179 },
-  { protocol: 'TCP', port: 2379 },
-  { protocol: 'TCP', port: 2380 },
-  { protocol: 'TCP', port: 5473 },
-  { protocol: 'TCP', port: 6443 },
-  { protocol: 'TCP', port: 6666 },
-  { protocol: 'TCP', port: 6667 },
+  ...failsafeBothWays(),
 ];
+
+/** The TCP ports open both ways: BGP, etcd (client and peer), Typha-style agents, the API server. */
+function failsafeBothWays(): HostPortSpec[] {
+  return [179, 2379, 2380, 5473, 6443, 6666, 6667].map((port) => ({ protocol: 'TCP', port }));
+}
 
 const DEFAULT_FLOW_LOGS_FLUSH_INTERVAL = '15s';
 

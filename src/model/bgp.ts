@@ -2,7 +2,7 @@
 // that depend on more than one field or on the object's name: one home, used
 // by the zod schemas (so the CLI and every datastore read apply them) and by
 // the BIRD renderer, which re-parses every value it writes.
-import { tryParseIP, type IP } from '../net/cidr.js';
+import { formatIP, tryParseIP, type IP } from '../net/cidr.js';
 import { parseDuration } from './kube-controllers-config.js';
 import type { BGPConfigurationSpec, BGPPeerSpec } from './resources.js';
 
@@ -21,6 +21,37 @@ const BGP_CONFIG_DEFAULT = 'default';
 const BGP_CONFIG_NODE_PREFIX = 'node.';
 /** The kernel's TCP_MD5SIG_MAXKEYLEN. */
 const MAX_PASSWORD_BYTES = 80;
+
+/** How a BGP session's peer was configured; the BIRD protocol's name says it. */
+export type PeerType = 'node-to-node mesh' | 'global' | 'node specific';
+
+/** Protocol name prefixes, which the session reader maps back to the peer type. */
+const PROTOCOL_PREFIX: Record<PeerType, string> = {
+  'node-to-node mesh': 'Mesh_',
+  global: 'Global_',
+  'node specific': 'Node_',
+};
+
+/**
+ * The BIRD protocol of a peer: a symbol from its type, address (and port), letters, digits and `_`
+ * only. The renderer names sessions so; peerOfProtocol reads the peer back from a name.
+ */
+export function protocolName(type: PeerType, ip: IP, port: number | undefined): string {
+  const a = formatIP(ip).replace(/[.:]/g, '_');
+  return `${PROTOCOL_PREFIX[type]}${a}${port !== undefined ? `_port_${port}` : ''}`;
+}
+
+/** The peer behind a name protocolName made, or undefined for another protocol. */
+export function peerOfProtocol(name: string): { type: PeerType; address: string; family: 4 | 6 } | undefined {
+  for (const [type, prefix] of Object.entries(PROTOCOL_PREFIX) as Array<[PeerType, string]>) {
+    if (!name.startsWith(prefix)) continue;
+    const rest = name.slice(prefix.length).replace(/_port_\d+$/, '');
+    const v4 = rest.split('_');
+    if (v4.length === 4 && v4.every((x) => /^\d{1,3}$/.test(x))) return { type, address: v4.join('.'), family: 4 };
+    return { type, address: rest.replace(/_/g, ':'), family: 6 };
+  }
+  return undefined;
+}
 
 /** One problem: the field under `spec` (dotted) and what is wrong with it and how to fix it. */
 export interface FieldProblem {

@@ -13,6 +13,13 @@ const FLOWS_TLS_SECRET = 'netplugin-flows-tls';
 /** V8 heap bounds the aggregator runs with (the manifest's NODE_OPTIONS; bench:flows uses the same). */
 const FLOWS_NODE_OPTIONS = '--max-old-space-size=128 --max-semi-space-size=4';
 
+/** The metadata of the Service and the Deployment (the Service selects the pods by the same label). */
+const APP_METADATA = `metadata:
+  name: ${FLOWS_NAME}
+  namespace: ${FLOWS_NAMESPACE}
+  labels:
+    k8s-app: ${FLOWS_NAME}`;
+
 interface FlowsManifestOptions {
   image: string;
   /** Serve the web UI at / of the API address (the FlowUI resource). */
@@ -49,11 +56,7 @@ data: {}
 ---
 apiVersion: v1
 kind: Service
-metadata:
-  name: ${FLOWS_NAME}
-  namespace: ${FLOWS_NAMESPACE}
-  labels:
-    k8s-app: ${FLOWS_NAME}
+${APP_METADATA}
 spec:
   selector:
     k8s-app: ${FLOWS_NAME}
@@ -65,11 +68,7 @@ spec:
 ---
 apiVersion: apps/v1
 kind: Deployment
-metadata:
-  name: ${FLOWS_NAME}
-  namespace: ${FLOWS_NAMESPACE}
-  labels:
-    k8s-app: ${FLOWS_NAME}
+${APP_METADATA}
 spec:
   replicas: 1
   strategy:

@@ -1,7 +1,9 @@
 // Resource names for IPAM objects. They must be valid Kubernetes object names
 // (lower-case alphanumerics, '-' and '.'), and the etcd backend derives its keys
 // (/netplugin/ipam/v2/assignment/ipv4/block/10.0.0.0-26,
-//  /netplugin/ipam/v2/host/<node>/ipv4/block/10.0.0.0-26) from them.
+//  /netplugin/ipam/v2/host/<node>/ipv4/block/10.0.0.0-26) from them. Also the
+// host veth name of a workload (hostVethName).
+import { createHash } from 'node:crypto';
 
 /** `10.0.0.0/26` -> `10.0.0.0-26`; `fd00::40/122` -> `fd00--40-122` */
 export function blockName(cidr: string): string {
@@ -120,4 +122,46 @@ export function labelValueProblem(value: string): string | undefined {
   if (value && !QUALIFIED_NAME.test(value))
     return "must be empty or consist of letters, digits, '-', '_' and '.', and start and end with a letter or digit";
   return undefined;
+}
+
+// The host veth of a workload: named from the workload's identity, so the plugin (ADD, GC) and the
+// policy evaluation derive the same interface without reading one back.
+
+/** Linux IFNAMSIZ - 1. */
+const MAX_IFNAME = 15;
+const HASH_CHARS = 11;
+
+/**
+ * The host-side veth name: `prefix` + the first 11 hex chars of sha1(key), where key is
+ * `<namespace>.<pod>` for Kubernetes pods and the container ID otherwise. Stable across
+ * restarts of the same pod, so a re-ADD finds (and replaces) a stale veth.
+ */
+export function hostVethName(prefix: string, key: string): string {
+  if (typeof prefix !== 'string' || !/^[A-Za-z0-9_-]{1,4}$/.test(prefix)) {
+    throw new TypeError(
+      `hostVethName: prefix must be 1-${MAX_IFNAME - HASH_CHARS} characters of [A-Za-z0-9_-] (so the name fits in ` +
+        `${MAX_IFNAME} bytes), got ${JSON.stringify(prefix)}; use the default 'npi'`,
+    );
+  }
+  if (typeof key !== 'string' || key === '') {
+    throw new TypeError(
+      `hostVethName: key must be a non-empty string ('<namespace>.<pod>' or the container ID), got ` +
+        `${JSON.stringify(key)}`,
+    );
+  }
+  return prefix + createHash('sha1').update(key).digest('hex').slice(0, HASH_CHARS);
+}
+
+/**
+ * The key of a workload's host veth name (hostVethName): `<namespace>.<pod>` for a Kubernetes
+ * pod, the container ID otherwise. Whoever needs a workload's host veth (ADD, GC, the policy
+ * agent) derives it from the workload's identity with this, never from a recorded name.
+ */
+export function hostVethKey(w: {
+  orchestrator: string;
+  namespace?: string | undefined;
+  pod?: string | undefined;
+  containerID: string;
+}): string {
+  return w.orchestrator === 'k8s' && w.pod && w.namespace ? `${w.namespace}.${w.pod}` : w.containerID;
 }

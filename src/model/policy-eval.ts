@@ -6,7 +6,7 @@
 import { parseSelector, type Selector } from '../selector/index.js';
 import type { Resource } from './resources.js';
 import { addressOf, containsIP, parseCidr, tryParseIP } from '../net/cidr.js';
-import { hostVethKey, hostVethName } from '../dataplane/names.js';
+import { hostVethKey, hostVethName } from './names.js';
 import {
   comparePolicies,
   effectiveTypes,
@@ -488,20 +488,10 @@ export function flowDecisions(
   };
   const from = all.find((e) => e.addrs.includes(f.src));
   const to = all.find((e) => e.addrs.includes(f.dst));
+  const decide = (ep: EndpointView, direction: 'egress' | 'ingress', peerAddr: string) =>
+    evaluate(ep, all, policies, profiles, { direction, peerAddr, protocol: f.protocol, ...ports });
   const out: { egress?: Decision; ingress?: Decision } = {};
-  if (from && enforced(from))
-    out.egress = evaluate(from, all, policies, profiles, {
-      direction: 'egress',
-      peerAddr: f.dst,
-      protocol: f.protocol,
-      ...ports,
-    });
-  if (to && enforced(to))
-    out.ingress = evaluate(to, all, policies, profiles, {
-      direction: 'ingress',
-      peerAddr: f.src,
-      protocol: f.protocol,
-      ...ports,
-    });
+  if (from && enforced(from)) out.egress = decide(from, 'egress', f.dst);
+  if (to && enforced(to)) out.ingress = decide(to, 'ingress', f.src);
   return out;
 }

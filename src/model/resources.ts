@@ -18,6 +18,16 @@ export const API_VERSION = 'netplugin.org/v3';
 
 // The optional fields may be present and undefined: objects are copied field
 // by field from a stored one that may lack them, and JSON drops undefined.
+/** metadata.ownerReferences[]: the object this one belongs to (Kubernetes' garbage collector follows it). */
+export interface OwnerReference {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  controller?: boolean;
+  blockOwnerDeletion?: boolean;
+}
+
 export interface ObjectMeta {
   name: string;
   namespace?: string | undefined;
@@ -27,14 +37,7 @@ export interface ObjectMeta {
   creationTimestamp?: string | undefined;
   labels?: Record<string, string> | undefined;
   annotations?: Record<string, string> | undefined;
-  ownerReferences?: Array<{
-    apiVersion: string;
-    kind: string;
-    name: string;
-    uid: string;
-    controller?: boolean;
-    blockOwnerDeletion?: boolean;
-  }>;
+  ownerReferences?: OwnerReference[];
 }
 
 export interface Resource<K extends Kind = Kind, S = SpecOf<K>> {

@@ -4,7 +4,7 @@
 // nothing here lists or flushes the whole ruleset.
 import { addonInstance, openNetns, type NetNS, type NftRawOptions, type NftRawResult } from './index.js';
 
-export interface NftOptions {
+interface NftOptions {
   /** Output as JSON (for `list` commands). */
   json?: boolean;
   /** Print what was added (with handles): `nft --echo --handle`. */
@@ -18,7 +18,7 @@ export interface NftOptions {
 }
 
 /** The package a node needs for nftables features (Debian/Ubuntu name). */
-export const NFT_PACKAGE = 'libnftables1';
+const NFT_PACKAGE = 'libnftables1';
 
 /** libnftables refused the script (syntax, a missing table, a kernel error) or is not installed. */
 export class NftError extends Error {

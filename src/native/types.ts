@@ -235,14 +235,19 @@ export interface Netlink {
   conntrackDump(): ConntrackEvent[];
 }
 
-/** A connection's original and reply tuples, as the addon reports them (events, dumps, lists). */
-interface ConntrackTuples {
+/** Addresses, protocol and ports of a packet or of a connection's original direction. */
+interface PacketTuple {
   family: 4 | 6;
   protocol: number;
   src: string;
   dst: string;
+  /** Only for protocols with ports (TCP, UDP, UDP-Lite, SCTP). */
   sport?: number;
   dport?: number;
+}
+
+/** A connection's original and reply tuples, as the addon reports them (events, dumps, lists). */
+interface ConntrackTuples extends PacketTuple {
   replySrc?: string;
   replyDst?: string;
   replySport?: number;
@@ -264,14 +269,8 @@ export interface ConntrackEvent extends ConntrackTuples {
 }
 
 /** A packet an NFLOG rule sent: its prefix and its headers. */
-export interface NflogPacket {
+export interface NflogPacket extends PacketTuple {
   prefix: string;
-  family: 4 | 6;
-  protocol: number;
-  src: string;
-  dst: string;
-  sport?: number;
-  dport?: number;
   /** The IP packet's length in bytes. */
   length: number;
   /** Input and output interface indexes (0: none). */

@@ -134,21 +134,21 @@ class Parser {
   }
 
   private parseOr(): Node {
-    const args = [this.parseAnd()];
-    while (this.peek().kind === '||') {
-      this.next();
-      args.push(this.parseAnd());
-    }
-    return args.length === 1 ? args[0]! : { op: 'or', args };
+    return this.parseJoined('||', 'or', () => this.parseAnd());
   }
 
   private parseAnd(): Node {
-    const args = [this.parseUnary()];
-    while (this.peek().kind === '&&') {
+    return this.parseJoined('&&', 'and', () => this.parseUnary());
+  }
+
+  /** `part (token part)*`: one part alone, or all of them under `op`. */
+  private parseJoined(token: '||' | '&&', op: 'or' | 'and', part: () => Node): Node {
+    const args = [part()];
+    while (this.peek().kind === token) {
       this.next();
-      args.push(this.parseUnary());
+      args.push(part());
     }
-    return args.length === 1 ? args[0]! : { op: 'and', args };
+    return args.length === 1 ? args[0]! : { op, args };
   }
 
   private parseUnary(): Node {

@@ -11,11 +11,15 @@ import { cidrEquals, containsCidr, containsIP, formatIP, tryParseCidr, tryParseI
 
 import { ANNOTATIONS } from '../model/annotations.js';
 
-/** The netconf flags that gate annotations (docs/addresses-and-annotations.md). */
+/** The netconf flags that gate annotations (docs/addresses-and-annotations.md), and why they are off by default. */
 const FEATURE_FLAGS = {
   ipAddrsNoIpam: 'feature_control.ip_addrs_no_ipam',
   floatingIPs: 'feature_control.floating_ips',
 } as const;
+const FEATURE_CAUTION: Record<keyof typeof FEATURE_FLAGS, string> = {
+  ipAddrsNoIpam: 'ipAddrsNoIpam lets a pod use any address, which allows bypassing network policy by IP spoofing',
+  floatingIPs: 'floating IPs may let a pod receive traffic not intended for it',
+};
 
 type ReadKey = 'ipv4Pools' | 'ipv6Pools' | 'ipAddrs' | 'ipAddrsNoIpam' | 'floatingIPs';
 
@@ -328,12 +332,15 @@ function flag(v: string | boolean | undefined, dflt: boolean): boolean {
   return v === true || v === 'true';
 }
 
-function disabledFeature(src: OptionSource, flagName: string, caution: string): WorkloadError {
-  return new WorkloadError(
+/** Throws unless the netconf turned on the feature that gates `src` (`on`: its flag's value). */
+function requireFeature(on: boolean | undefined, feature: keyof typeof FEATURE_FLAGS, src: OptionSource): void {
+  if (on === true) return;
+  const flagName = FEATURE_FLAGS[feature];
+  throw new WorkloadError(
     'feature-disabled',
     `${describe(src)} (${quote(src.value)}) is not allowed: the feature is disabled. ` +
       `To enable it set "${flagName.split('.')[1]}": true in the netconf's "feature_control" object (${flagName}); ` +
-      `caution: ${caution}, so restrict who may set this annotation with admission control`,
+      `caution: ${FEATURE_CAUTION[feature]}, so restrict who may set this annotation with admission control`,
   );
 }
 
@@ -363,13 +370,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
   // feature fails before anything else is looked at.
   if (opts.floatingIPs) {
     const src = opts.source.floatingIPs!;
-    if (features.floating_ips !== true) {
-      throw disabledFeature(
-        src,
-        FEATURE_FLAGS.floatingIPs,
-        'floating IPs may let a pod receive traffic not intended for it',
-      );
-    }
+    requireFeature(features.floating_ips, 'floatingIPs', src);
     for (const a of opts.floatingIPs) {
       if (poolsContaining(tryParseIP(a)!, pools).length === 0) {
         throw semantic(
@@ -418,13 +419,7 @@ export function resolveWorkloadOptions(input: ResolveInput): AddressRequest {
     setRequested(req, opts.ipAddrs, src);
   } else if (opts.ipAddrsNoIpam) {
     const src = opts.source.ipAddrsNoIpam!;
-    if (features.ip_addrs_no_ipam !== true) {
-      throw disabledFeature(
-        src,
-        FEATURE_FLAGS.ipAddrsNoIpam,
-        'ipAddrsNoIpam lets a pod use any address, which allows bypassing network policy by IP spoofing',
-      );
-    }
+    requireFeature(features.ip_addrs_no_ipam, 'ipAddrsNoIpam', src);
     for (const a of opts.ipAddrsNoIpam) {
       const inside = poolsContaining(tryParseIP(a)!, enabledPools);
       // docs/addresses-and-annotations.md: routes are distributed only for addresses in a BGP-mode pool.

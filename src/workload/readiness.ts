@@ -98,6 +98,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /** GET through node:http(s), no keep-alive, body truncated to ~1 KiB. */
 const httpGet: GateFetch = async (url, { timeoutMs }) => {
+  // node:https pulls in node:tls: only an https gate pays for it on the ADD.
   const mod = url.protocol === 'https:' ? await import('node:https') : await import('node:http');
   return new Promise<GateAnswer>((resolve, reject) => {
     let done = false;

@@ -4,7 +4,7 @@
 // API failures are transient (11) or clear (102) and leave nothing behind;
 // without policy.type (etcd datastore) no pod is read and annotations are ignored.
 import { describe, expect, it } from 'vitest';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { createNetns } from '../support/netns.js';
 import {
   NODE,

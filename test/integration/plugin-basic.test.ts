@@ -2,7 +2,7 @@
 // result's shape per version, and the kernel and datastore state it leaves.
 import { describe, expect, it } from 'vitest';
 import { SUPPORTED_VERSIONS } from '../../src/cni/types.js';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { createNetns } from '../support/netns.js';
 import {
   HOST_MAC,

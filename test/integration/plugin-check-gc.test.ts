@@ -2,7 +2,7 @@
 // what this network holds for attachments the runtime no longer knows.
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { createIpam } from '../../src/ipam/index.js';
 import { createNetns } from '../support/netns.js';

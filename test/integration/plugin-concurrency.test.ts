@@ -2,7 +2,7 @@
 // kubelet would): every pod gets its own address, the blocks are claimed without
 // lost updates, and nothing is left afterwards.
 import { describe, expect, it } from 'vitest';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { createNetns } from '../support/netns.js';
 import {
   addrs,

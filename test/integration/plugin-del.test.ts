@@ -3,7 +3,7 @@
 // still does the local teardown when the datastore is down (then code 11).
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { createNetns, deleteNetns } from '../support/netns.js';
 import {
   NODE,

@@ -2,7 +2,7 @@
 // handle or allocation, no workload endpoint) and says what failed and how to fix it.
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { RESOURCE_PREFIX } from '../../src/datastore/keys.js';
 import { createNetns } from '../support/netns.js';
 import {

@@ -4,7 +4,7 @@
 // sandbox's DEL never touches the new sandbox's veth, DEL converges.
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { createNetns, deleteNetns } from '../support/netns.js';
 import { startLockSquatter } from '../support/squatter.js';

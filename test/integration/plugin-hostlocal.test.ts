@@ -4,7 +4,7 @@
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';

@@ -5,7 +5,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { connect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';
 import { createNetns, removeAllNetns } from '../support/netns.js';
 import {

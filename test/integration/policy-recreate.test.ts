@@ -19,7 +19,7 @@ import { assertThrowawayHostNetns } from '../support/cni.js';
 import { removeAllNetns, createNetns } from '../support/netns.js';
 import { cni, expectOk, k8sArgs } from '../support/plugin-harness.js';
 import { putPod } from '../support/k8s-harness.js';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { ROOT } from '../support/cni.js';

@@ -14,7 +14,7 @@ import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { netlink } from '../../src/native/index.js';
 import { workloadEndpointName } from '../../src/model/names.js';
 import { assertThrowawayHostNetns } from '../support/cni.js';

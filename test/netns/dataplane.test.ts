@@ -10,13 +10,13 @@ import {
   checkWorkload,
   createWorkloadSetup,
   HostLinkInUseError,
-  hostVethName,
   linkLocalFromMac,
   setupWorkload,
   teardownWorkload,
   teardownWorkloadAsync,
   type WorkloadSpec,
 } from '../../src/dataplane/index.js';
+import { hostVethName } from '../../src/model/names.js';
 import { NetlinkError, type Netlink } from '../../src/native/index.js';
 
 const HOST_MAC = 'ee:ee:ee:ee:ee:ee';

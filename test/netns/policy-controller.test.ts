@@ -15,7 +15,7 @@ import {
   type PolicyController,
 } from '../../src/agent/policy/controller.js';
 import { endpointStatusKey, statusFilePath } from '../../src/policy-status/index.js';
-import { hostVethName } from '../../src/dataplane/names.js';
+import { hostVethName } from '../../src/model/names.js';
 import { namespaceToProfile } from '../../src/model/profiles.js';
 import { nftRun, nftRunAsync } from '../../src/native/nft.js';
 

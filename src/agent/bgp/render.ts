@@ -28,6 +28,8 @@ import {
   durationSeconds,
   parsePeerIP,
   passwordProblem,
+  protocolName,
+  type PeerType,
 } from '../../model/bgp.js';
 import type {
   BGPConfigurationSpec,
@@ -51,8 +53,6 @@ import {
 } from '../../net/cidr.js';
 import { parseSelector } from '../../selector/index.js';
 import { birdRoutesPool } from '../routes/desired.js';
-
-export type PeerType = 'node-to-node mesh' | 'global' | 'node specific';
 
 export interface BirdInput {
   /** This node's name. */
@@ -94,12 +94,6 @@ export interface BirdConfig {
   warnings: string[];
 }
 
-/** Protocol name prefixes, which `node status` maps back to the peer type. */
-export const PROTOCOL_PREFIX: Record<PeerType, string> = {
-  'node-to-node mesh': 'Mesh_',
-  global: 'Global_',
-  'node specific': 'Node_',
-};
 const STATIC_PROTOCOL: Record<Family, string> = { 4: 'netplugin_static4', 6: 'netplugin_static6' };
 
 const LOG_CLASSES: Record<BGPLogSeverity, string> = {
@@ -144,12 +138,6 @@ function int(n: unknown, min: number, max: number): number | undefined {
 }
 
 const asn = (n: unknown) => int(n, 1, 4294967295);
-
-/** A BIRD symbol from an address (and port): letters, digits and `_` only. */
-function protocolName(type: PeerType, ip: IP, port: number | undefined): string {
-  const a = formatIP(ip).replace(/[.:]/g, '_');
-  return `${PROTOCOL_PREFIX[type]}${a}${port !== undefined ? `_port_${port}` : ''}`;
-}
 
 /** A deterministic router ID for a node without IPv4 (BIRD needs one). */
 function hashRouterID(name: string): string {

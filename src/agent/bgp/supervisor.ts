@@ -16,7 +16,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../../log/types.js';
-import { birdcPath, readSessions, runBirdc, type BgpSession } from './birdc.js';
+import { birdcPath, readSessions, runBirdc, type BgpSession } from '../../bird/client.js';
 import type { BirdConfig } from './render.js';
 
 import { BIRD_CONFIG_FILE as CONFIG_FILE, BIRD_CONTROL_SOCKET as CONTROL_SOCKET } from '../../model/bgp.js';

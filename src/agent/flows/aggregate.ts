@@ -15,7 +15,7 @@
 //   the deny rules' counters hold the totals).
 // - Each local end reports: the source's egress decision as `Src`, the
 //   destination's ingress decision as `Dst`.
-import type { FlowEndpoint, FlowRecord, PolicyHit, Reporter } from '../../flows/record.js';
+import { zeroCounters, type FlowEndpoint, type FlowRecord, type PolicyHit, type Reporter } from '../../flows/record.js';
 import type { ConntrackEvent, NflogPacket } from '../../dataplane/flowlog.js';
 import { hitOfTag, parseFlowTag, type TagRef } from './tags.js';
 import { classifyOutside } from './outside.js';
@@ -255,13 +255,7 @@ export class FlowAggregator {
         policies: { enforced, pending },
         startTime: this.start,
         endTime: this.start,
-        packetsIn: 0,
-        packetsOut: 0,
-        bytesIn: 0,
-        bytesOut: 0,
-        connectionsStarted: 0,
-        connectionsCompleted: 0,
-        connectionsLive: 0,
+        ...zeroCounters(),
       };
       this.records.set(key, r);
     }

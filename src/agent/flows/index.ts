@@ -9,6 +9,8 @@ import { readFileSync } from 'node:fs';
 import type { Logger } from '../../log/types.js';
 import type { PolicyController } from '../policy/controller.js';
 import type { FlowLogRules } from '../policy/compile.js';
+import { conntrackSnapshot, enableConntrackAccounting, openFlowEvents } from '../../dataplane/flowlog.js';
+import { FlowClient } from '../../flows/client.js';
 import type { FlowRecord } from '../../flows/record.js';
 import { FlowAggregator, type PendingEvaluator, type ResolvedEndpoint } from './aggregate.js';
 import { DEFAULT_FLOW_LOG_GROUP } from './tags.js';
@@ -165,8 +167,6 @@ export async function startFlowLogs(
 ): Promise<FlowLogs> {
   const { log } = deps;
   const rules = cfg.rules ?? DEFAULT_FLOW_LOG_RULES;
-  const { enableConntrackAccounting, openFlowEvents, conntrackSnapshot } = await import('../../dataplane/flowlog.js');
-  const { FlowClient } = await import('../../flows/client.js');
   try {
     if (enableConntrackAccounting()) log.info('flow logs: conntrack accounting turned on (nf_conntrack_acct=1)');
   } catch (e) {

@@ -8,6 +8,8 @@
 import type { Logger } from '../../log/types.js';
 import type { Datastore } from '../../datastore/types.js';
 import { formatCidr } from '../../net/cidr.js';
+import { flushConntrack } from '../../dataplane/conntrack.js';
+import { nftRun } from '../../dataplane/nft/run.js';
 import { ownedTables } from '../../dataplane/nft/table.js';
 import { addrOf, poolViews, type PoolView } from '../routes/desired.js';
 import { Informer } from '../../watch/informer.js';
@@ -143,7 +145,6 @@ export function startNatController(o: NatOptions): NatController {
   };
   // What an earlier run of the agent left in the table (none: nothing to cut).
   const previousTranslations = async (): Promise<Map<string, string>> => {
-    const { nftRun } = await import('../../dataplane/nft/run.js');
     const out = new Map<string, string>();
     for (const map of ['fip4', 'fip6']) {
       try {
@@ -154,8 +155,7 @@ export function startNatController(o: NatOptions): NatController {
     }
     return out;
   };
-  const defaultFlush = (addrs: string[]) =>
-    void import('../../dataplane/conntrack.js').then((m) => m.flushConntrack(addrs, log));
+  const defaultFlush = (addrs: string[]) => flushConntrack(addrs, log);
   const apply = async () => {
     const floatingOk = await applyFloating();
     if (!floatingOk) schedule(5000);

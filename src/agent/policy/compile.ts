@@ -446,21 +446,15 @@ export class PolicyCompiler {
       const { action: _a, ruleIndex: _r, ...ref } = hitOfPolicy(p, 'Allow', 0);
       this.flowRefs.set(h, ref);
     }
-    if (types.includes('Ingress')) {
-      names.in = `pol-in-${h}`;
-      const rules = this.compileRules(p.spec.ingress ?? [], p, `${p.kind} ${id} ingress`, owner, {
-        ref: h,
-        dir: 'ingress',
-      });
-      chains.set(names.in, { comment: `${p.kind} ${id} ingress`, owner, rules });
-    }
-    if (types.includes('Egress')) {
-      names.out = `pol-out-${h}`;
-      const rules = this.compileRules(p.spec.egress ?? [], p, `${p.kind} ${id} egress`, owner, {
-        ref: h,
-        dir: 'egress',
-      });
-      chains.set(names.out, { comment: `${p.kind} ${id} egress`, owner, rules });
+    for (const [type, dir, side] of [
+      ['Ingress', 'ingress', 'in'],
+      ['Egress', 'egress', 'out'],
+    ] as const) {
+      if (!types.includes(type)) continue;
+      const name = (names[side] = `pol-${side}-${h}`);
+      const what = `${p.kind} ${id} ${dir}`;
+      const rules = this.compileRules(p.spec[dir] ?? [], p, what, owner, { ref: h, dir });
+      chains.set(name, { comment: what, owner, rules });
     }
     return names;
   }

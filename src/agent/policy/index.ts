@@ -1,9 +1,25 @@
 // Entry of the policy controller for netplugin-node: started from the node's
 // CNI config (--config) when its netconf says `policy: {type: "k8s"}`.
+import { parseNetconf } from '../../config/index.js';
+import { resolveNodename } from '../../config/nodename.js';
+import { DEFAULT_POLICY_TABLE, policyTable } from '../../dataplane/nft/programmed.js';
+import { nftAvailable, nftRunAsync } from '../../dataplane/nft/run.js';
+import type { Datastore } from '../../datastore/types.js';
+import { createKubeClient, type KubeClient } from '../../k8s/client.js';
 import type { Logger } from '../../log/types.js';
-import type { PolicyController } from './controller.js';
+import { DEFAULT_VETH_PREFIX } from '../../plugins/main/common.js';
 import type { DatastoreSource } from '../../plugins/main/runtime.js';
 import type { ProgrammedSignal } from '../../policy-status/index.js';
+import * as flows from '../flows/index.js';
+import { createPodEvents, type PodEvents } from '../pod-events.js';
+import {
+  ensureBaseTable,
+  startPolicyController,
+  type ApplyStats,
+  type InterfaceConflict,
+  type PolicyController,
+  type RefusedObject,
+} from './controller.js';
 
 export interface PolicyAgent {
   /** Undefined until the datastore was reached and the controller started. */
@@ -27,21 +43,20 @@ export async function startPolicyAgent(
   datastores: DatastoreSource,
   opts: {
     retryMs?: number;
-    onApplied?: (s: import('./controller.js').ApplyStats) => void;
+    onApplied?: (s: ApplyStats) => void;
     /** Also told of every interface conflict (the agent's metric); the log and the pod's Event are done here. */
-    onInterfaceConflict?: (c: import('./controller.js').InterfaceConflict) => void;
+    onInterfaceConflict?: (c: InterfaceConflict) => void;
     /**
      * Also told of every object left out of the table (the agent's metric); the log and the pod's Event are done here.
      */
-    onRefused?: (r: import('./controller.js').RefusedObject) => void;
+    onRefused?: (r: RefusedObject) => void;
     /** Warning Events on pods (default true; the agent's --pod-events). */
     podEvents?: boolean;
     /** Flow logs (the agent's --flow-* flags): tagged rules, and records sent to the aggregator. */
     /** Flow logs (the TLS files; the aggregator and interval from the flags or the AgentConfiguration). */
-    flows?: import('../flows/index.js').FlowLogFlags;
+    flows?: flows.FlowLogFlags;
   } = {},
 ): Promise<PolicyAgent | undefined> {
-  const { parseNetconf } = await import('../../config/index.js');
   let conf: ReturnType<typeof parseNetconf>;
   try {
     conf = parseNetconf(raw, { pluginType: 'netplugin', warn: () => undefined });
@@ -49,15 +64,9 @@ export async function startPolicyAgent(
     return undefined; // node-init reports an unusable --config and exits
   }
   if (conf.policy?.type !== 'k8s') return undefined;
-  const { nftAvailable } = await import('../../dataplane/nft/run.js');
   const avail = nftAvailable();
   if (avail !== true) throw new Error(`policy.type is "k8s" but ${avail}`);
-  const { DEFAULT_VETH_PREFIX } = await import('../../plugins/main/common.js');
-  const { resolveNodename } = await import('../../config/nodename.js');
-  const { startPolicyController, ensureBaseTable } = await import('./controller.js');
-  const { nftRunAsync } = await import('../../dataplane/nft/run.js');
   // NETPLUGIN_POLICY_TABLE: another table name, only where several agents share a network namespace (tests).
-  const { policyTable, DEFAULT_POLICY_TABLE } = await import('../../dataplane/nft/programmed.js');
   const named = policyTable();
   const table = named === DEFAULT_POLICY_TABLE ? undefined : named;
   const base = { vethPrefixes: [conf.host_veth_prefix ?? DEFAULT_VETH_PREFIX], ...(table ? { table } : {}) };
@@ -69,10 +78,8 @@ export async function startPolicyAgent(
     });
 
   let controller: PolicyController | undefined;
-  let flowLogs: import('../flows/index.js').FlowLogs | undefined;
-  const flowRules = opts.flows
-    ? (opts.flows.rules ?? (await import('../flows/index.js')).DEFAULT_FLOW_LOG_RULES)
-    : undefined;
+  let flowLogs: flows.FlowLogs | undefined;
+  const flowRules = opts.flows ? (opts.flows.rules ?? flows.DEFAULT_FLOW_LOG_RULES) : undefined;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   // Flow logs as configured now (JSON of the config in force, '' when off), changed one at a time.
@@ -84,7 +91,6 @@ export async function startPolicyAgent(
     if (!opts.flows || !controller || stopped) return;
     const c = controller;
     flowChain = flowChain.then(async () => {
-      const flows = await import('../flows/index.js');
       const { config, problems } = flows.effectiveFlowConfig(opts.flows!, c.settings());
       const key = config ? JSON.stringify(config) : '';
       const told = problems.join('\n');
@@ -170,20 +176,18 @@ export async function startPolicyAgent(
     }
   };
   // On the Kubernetes datastore the pod is the endpoint: its Events go through the API access the datastore uses.
-  let eventClient: import('../../k8s/client.js').KubeClient | undefined;
-  let podEvents: import('../pod-events.js').PodEvents | undefined;
-  const podEventsFor = async (ds: import('../../datastore/types.js').Datastore, node: string) => {
+  let eventClient: KubeClient | undefined;
+  let podEvents: PodEvents | undefined;
+  const podEventsFor = async (ds: Datastore, node: string) => {
     if (opts.podEvents === false || ds.type !== 'kubernetes') return undefined;
     if (podEvents) return podEvents; // a retry of the start
     try {
-      const { createKubeClient } = await import('../../k8s/client.js');
       eventClient = await createKubeClient({ ...conf.kubernetes });
     } catch (e) {
       const error = (e as Error).message;
       log.warn('policy: no Kubernetes API access for pod Events; interface conflicts are only logged', { error });
       return undefined;
     }
-    const { createPodEvents } = await import('../pod-events.js');
     return (podEvents = createPodEvents({ client: eventClient, node, log }));
   };
   void start();

@@ -128,6 +128,23 @@ function baseTable(opts: BaseOptions): BaseTable {
       'pod IPv6 source is not its own',
     ),
   ]);
+  // A base chain of pod traffic: pods not (or no longer) programmed dropped, established accepted,
+  // mid-stream packets refused, then `extra` and the pod's own chain through `map` (the pod's side: `dir`).
+  const podChain = (
+    name: string,
+    hook: BaseChain['hook'],
+    dir: 'in' | 'out',
+    map: 'from-wl' | 'to-wl',
+    comment: string,
+    extra: Rule[] = [],
+  ): BaseChain => ({
+    name,
+    hook,
+    priority: 'filter',
+    policy: 'accept',
+    comment,
+    rules: [...notKnown(dir), established, midStream(dir), ...extra, { matches: [], verdict: { v: 'vmap', dir, map } }],
+  });
   return {
     sets: [
       ['wl-known', { type: IFNAME, comment: 'pod interfaces whose policy is programmed', elements: new Map() }],
@@ -153,53 +170,18 @@ function baseTable(opts: BaseOptions): BaseTable {
         comment: 'what pods send: own addresses and MAC, never loopback',
         rules: sourceChecks,
       },
-      {
-        name: 'forward',
-        hook: 'forward',
-        priority: 'filter',
-        policy: 'accept',
-        comment: 'egress of pods: the sender decides',
-        rules: [
-          ...notKnown('in'),
-          established,
-          midStream('in'),
-          { matches: [], verdict: { v: 'vmap', dir: 'in', map: 'from-wl' } },
-        ],
-      },
-      {
-        name: 'forward-in',
-        hook: 'forward',
-        priority: 'filter',
-        policy: 'accept',
-        comment: 'ingress of pods: the receiver decides',
-        rules: [
-          ...notKnown('out'),
-          established,
-          midStream('out'),
-          { matches: [], verdict: { v: 'vmap', dir: 'out', map: 'to-wl' } },
-        ],
-      },
-      {
-        name: 'input',
-        hook: 'input',
-        priority: 'filter',
-        policy: 'accept',
-        comment: 'pods to the node: the sender decides',
-        rules: [
-          ...notKnown('in'),
-          established,
-          midStream('in'),
-          {
-            matches: [
-              { m: 'ifnameSet', dir: 'in', set: 'wl-known' },
-              { m: 'icmpv6Type', types: ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit'] },
-            ],
-            verdict: { v: 'accept' },
-            comment: 'neighbour discovery with the host',
-          },
-          { matches: [], verdict: { v: 'vmap', dir: 'in', map: 'from-wl' } },
-        ],
-      },
+      podChain('forward', 'forward', 'in', 'from-wl', 'egress of pods: the sender decides'),
+      podChain('forward-in', 'forward', 'out', 'to-wl', 'ingress of pods: the receiver decides'),
+      podChain('input', 'input', 'in', 'from-wl', 'pods to the node: the sender decides', [
+        {
+          matches: [
+            { m: 'ifnameSet', dir: 'in', set: 'wl-known' },
+            { m: 'icmpv6Type', types: ['nd-neighbor-solicit', 'nd-neighbor-advert', 'nd-router-solicit'] },
+          ],
+          verdict: { v: 'accept' },
+          comment: 'neighbour discovery with the host',
+        },
+      ]),
       ...hostBaseChains(),
     ],
   };

@@ -2,4 +2,4 @@
 // transaction through libnftables in the addon (loaded on first use). Each
 // caller owns one table and names it in its script; nothing here lists or
 // flushes the whole ruleset.
-export { NFT_PACKAGE, NftError, nftAvailable, nftRun, nftRunAsync, type NftOptions } from '../../native/nft.js';
+export { nftAvailable, nftRun, nftRunAsync } from '../../native/nft.js';

@@ -3,6 +3,8 @@
 // That script is the desired state: apply() runs it only when it differs from
 // the one last applied, and a failed run is not remembered, so the next apply
 // tries again.
+import { nftRun } from './run.js';
+
 interface OwnedTables {
   /** Runs `script` unless it is the one last applied; true when it ran. Throws what nftables refused. */
   apply(script: string): Promise<boolean>;
@@ -14,8 +16,7 @@ export function ownedTables(run?: (script: string) => void): OwnedTables {
   return {
     async apply(script) {
       if (script === last) return false;
-      if (run) run(script);
-      else (await import('./run.js')).nftRun(script);
+      (run ?? nftRun)(script);
       last = script;
       return true;
     },

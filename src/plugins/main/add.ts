@@ -23,8 +23,9 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   if (!ctx.netns) throw new CniError(ErrorCodes.InvalidEnvironment, 'CNI_NETNS is required for ADD');
   const wl = identify(conf, ctx);
   // With policy on, the host veth's name is marked stale before anything of this pod is written:
-  // a previous pod of the same name (deleted while the agent was down) leaves it no rules. The
-  // agent skips the mark for a name its table surely lacks (dropped as unknown already).
+  // a previous pod of the same name (deleted while the agent was down) leaves it no rules. The nft
+  // code loads lazily: an ADD without policy does not pay for it. The agent skips the mark for a
+  // name its table surely lacks (dropped as unknown already).
   const marked =
     conf.policy?.type === 'k8s' && runtime.policySignal()?.mayBeKnown?.(wl.hostIfname) !== false
       ? import('../../dataplane/nft/programmed.js').then((m) => m.markStale(wl.hostIfname))
@@ -33,6 +34,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
 
   if (conf.readiness_gates?.length) {
     await step('readiness gates', async () => {
+      // Lazy: only an ADD with readiness gates loads the HTTP probes.
       const { waitForReadinessGates } = await import('../../workload/readiness.js');
       await waitForReadinessGates(conf.readiness_gates!, {
         log,
@@ -92,6 +94,7 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   const rb = new Rollback(log);
   try {
     const sdir = statusDir(conf);
+    // Lazy: only an ADD that waits for its policy loads the status protocol.
     const policyWait = conf.policy_setup_timeout_seconds ? await import('../../policy-status/index.js') : undefined;
     const statusKey = policyWait?.endpointStatusKey(wl.namespace, wl.endpointName);
     if (policyWait) await policyWait.clearPolicyStatus(statusKey!, sdir);

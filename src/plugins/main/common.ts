@@ -6,8 +6,7 @@ import type { CniArgs, CniContext } from '../../cni/types.js';
 import { CniError, DatastoreError, ErrorCodes } from '../../errors.js';
 import type { Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
-import { hostVethKey, hostVethName } from '../../dataplane/names.js';
-import { workloadEndpointName } from '../../model/names.js';
+import { hostVethKey, hostVethName, workloadEndpointName } from '../../model/names.js';
 import type { PluginRuntime } from './runtime.js';
 import { createIpam, handleIDFor, type Ipam } from '../../ipam/index.js';
 

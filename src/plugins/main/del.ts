@@ -86,6 +86,7 @@ export async function del(ctx: PluginContext): Promise<void> {
       });
       log.debug('local teardown', { removed: r.removed });
       // The name no longer marks a programmed pod (a pod re-created under it waits for the agent).
+      // The nft code loads lazily: a DEL without policy does not pay for it.
       if (ownsHostEnd && conf.policy?.type === 'k8s')
         await (await import('../../dataplane/nft/programmed.js')).markStale(wl.hostIfname);
     } catch (e) {
@@ -98,6 +99,7 @@ export async function del(ctx: PluginContext): Promise<void> {
   if (newerOwner)
     log.info('not deleting the workload endpoint: it belongs to a newer container of this pod', { owner: newerOwner });
   if (conf.policy_setup_timeout_seconds && !newerOwner) {
+    // Lazy: only with a policy wait configured is there a status to clear.
     const { clearPolicyStatus, endpointStatusKey } = await import('../../policy-status/index.js');
     await clearPolicyStatus(endpointStatusKey(wl.namespace, wl.endpointName), statusDir(conf)).catch(() => undefined);
   }

@@ -10,7 +10,7 @@
 import { validAttachments } from '../../cni/dispatch.js';
 import { isNetpluginIpam } from '../../config/index.js';
 import { DatastoreError } from '../../errors.js';
-import { hostVethKey, hostVethName } from '../../dataplane/names.js';
+import { hostVethKey, hostVethName } from '../../model/names.js';
 import { parseHandleID } from '../../ipam/index.js';
 import { DEFAULT_VETH_PREFIX, HOST_MAC, identify, ipamFor, type PluginContext } from './common.js';
 

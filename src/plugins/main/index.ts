@@ -19,6 +19,7 @@ import { mark } from '../../observe/timeline.js';
  */
 async function oneAtATime<T>(ctx: PluginContext, fn: (ctx: PluginContext) => Promise<T>): Promise<T> {
   const { hostIfname } = identify(ctx.conf, ctx);
+  // Lazy: STATUS, GC and VERSION take no veth lock; only ADD, DEL and CHECK load the lock code.
   const { withVethLock } = await import('../node-lock.js');
   return withVethLock(ctx, hostIfname, () => {
     mark('pod lock held');

@@ -161,6 +161,7 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
           : s;
       // A failed connection is not cached: the next invocation retries.
       return datastores.get(datastoreKey(conf), () =>
+        // Lazy: VERSION and a delegated-IPAM command never load the datastore code.
         import('../../datastore/index.js').then((m) => m.openDatastore(conf)).then(wrap),
       );
     },
@@ -176,6 +177,7 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
         );
       }
       return kubeClients.get(JSON.stringify([k.kubeconfig, k.k8s_api_root]), () =>
+        // Lazy: only a command that reads the pod from the API loads the client.
         import('../../k8s/client.js').then((m) =>
           m.createKubeClient({
             ...(k.kubeconfig ? { kubeconfig: k.kubeconfig } : {}),
@@ -199,6 +201,7 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
     },
     async dataplane() {
       if (dataplanePort) return dataplanePort;
+      // Lazy: only a command that touches the kernel (ADD, DEL, CHECK) loads the dataplane.
       const dp = await import('../../dataplane/index.js');
       dataplanePort = {
         setup: async (spec) => dp.setupWorkload(spec),

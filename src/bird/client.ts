@@ -1,10 +1,11 @@
 // BIRD's control socket, read with `birdc`: `show protocols` parsed into the
 // sessions the agent reports (/readyz, metrics) and `netpluginctl node status`
-// prints. The protocol names are the renderer's (render.ts), so the peer type
-// and address come back from the name.
+// prints. Below both: the agent runs BIRD, the CLI only reads it. The protocol
+// names are model/bgp.ts's (the renderer's), so the peer type and address come
+// back from the name.
 import { execFile } from 'node:child_process';
 import { dirname, join } from 'node:path';
-import { PROTOCOL_PREFIX, type PeerType } from './render.js';
+import { peerOfProtocol, type PeerType } from '../model/bgp.js';
 
 interface ProtocolRow {
   name: string;
@@ -53,18 +54,6 @@ export function parseShowProtocols(text: string): ProtocolRow[] {
     out.push({ name: f[0]!, proto: f[1]!, table: f[2]!, state: f[3]!, since, info: f.slice(dated ? 6 : 5).join(' ') });
   }
   return out;
-}
-
-/** The peer behind one of the renderer's protocol names, or undefined for another protocol. */
-function peerOfProtocol(name: string): { type: PeerType; address: string; family: 4 | 6 } | undefined {
-  for (const [type, prefix] of Object.entries(PROTOCOL_PREFIX) as Array<[PeerType, string]>) {
-    if (!name.startsWith(prefix)) continue;
-    const rest = name.slice(prefix.length).replace(/_port_\d+$/, '');
-    const v4 = rest.split('_');
-    if (v4.length === 4 && v4.every((x) => /^\d{1,3}$/.test(x))) return { type, address: v4.join('.'), family: 4 };
-    return { type, address: rest.replace(/_/g, ':'), family: 6 };
-  }
-  return undefined;
 }
 
 export function bgpSessions(rows: readonly ProtocolRow[]): BgpSession[] {
