@@ -25,6 +25,8 @@ import type { Datastore } from '../../datastore/types.js';
 import { Informer, type ListWatchSource } from '../../watch/informer.js';
 import { datastoreSource } from '../../datastore/list-watch.js';
 import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
+import { REMOVAL_DELAY_MS, createBatchTimer } from './batch-timer.js';
+import { isKnownOrUnsure } from './known.js';
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
@@ -208,6 +210,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
 
   const compiler = new PolicyCompiler(opts.flowLog);
   let current: DesiredState | undefined; // undefined until the first full resync
+  let applying: DesiredState | undefined; // the state a batch in flight is putting in the table
   let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
   let lastSettings = agentSettings(opts.nodename, []);
   const appliedCbs: Array<(s: ApplyStats) => void> = [];
@@ -304,27 +307,27 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   };
   let resolveSynced!: () => void;
   const synced = new Promise<void>((r) => (resolveSynced = r));
-  let timer: NodeJS.Timeout | undefined;
   let stopped = false;
 
   const informers = new Map<Kind, Informer<Resource<Kind>>>();
   // The oldest change not yet in the table: from its watch event (or the start) until a batch with it applied.
   let pendingSince: number | undefined = Date.now();
   let applyingSince: number | undefined;
-  const schedule = () => {
+  const batchTimer = createBatchTimer(() => queue.add('apply'), {
+    delayMs: opts.batchDelayMs ?? 5,
+    lazyDelayMs: REMOVAL_DELAY_MS,
+  });
+  const schedule = (lazy = false) => {
     pendingSince ??= Date.now();
-    if (stopped || timer) return;
-    timer = setTimeout(() => {
-      timer = undefined;
-      queue.add('apply');
-    }, opts.batchDelayMs ?? 5);
+    if (!stopped) batchTimer.schedule(lazy);
   };
   for (const kind of WATCHED) {
     informers.set(
       kind,
       new Informer(
         datastoreSource(ds, kind),
-        { onChange: schedule },
+        // An endpoint removed waits for company (batch-timer.ts); everything else is prompt.
+        { onChange: (_k, obj) => schedule(kind === 'WorkloadEndpoint' && obj === undefined) },
         { onError: (e, src) => log.warn('policy: watch failed; re-listing', { source: src, error: e.message }) },
       ) as unknown as Informer<Resource<Kind>>,
     );
@@ -382,6 +385,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     lastInputs = { policies, profiles, endpoints, host };
     lastSettings = settings;
     let next = compiler.compile(lastInputs);
+    applying = next;
     for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
     // Objects libnftables refused stay out while their content is the same.
     const exclude = new Set<string>();
@@ -408,7 +412,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
         // resync the whole table, recomputed from scratch, leaving out what it refuses.
         log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
         compiler.reset();
-        next = compiler.compile(lastInputs);
+        applying = next = compiler.compile(lastInputs);
         full = true;
       }
     }
@@ -566,6 +570,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
       throw e;
     } finally {
       applyingSince = undefined;
+      applying = undefined;
     }
   };
 
@@ -582,11 +587,12 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
   for (const inf of stagedInformers) inf.start();
   // The first resync waits for every list; a kind that lists nothing reports no change, so
   // schedule it once all are in (the batches before it return early).
-  void Promise.all([...informers.values()].map((i) => i.whenSynced())).then(schedule);
+  void Promise.all([...informers.values()].map((i) => i.whenSynced())).then(() => schedule());
 
   return {
     synced,
     signal: {
+      mayBeKnown: (ifname) => isKnownOrUnsure(ifname, current, applying),
       onProgrammed(key, cb) {
         let s = waiters.get(key);
         if (!s) waiters.set(key, (s = new Set()));
@@ -609,7 +615,7 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
     },
     async stop() {
       stopped = true;
-      clearTimeout(timer);
+      batchTimer.clear();
       for (const inf of informers.values()) inf.stop();
       for (const inf of stagedInformers) inf.stop();
       await queue.stop();
