@@ -25,6 +25,8 @@ import type { Datastore } from '../../datastore/types.js';
 import { Informer, type ListWatchSource } from '../../watch/informer.js';
 import { datastoreSource } from '../../datastore/list-watch.js';
 import { createReconcileQueue, type WorkQueue } from '../../watch/queue.js';
+import { REMOVAL_DELAY_MS, createBatchTimer } from './batch-timer.js';
+import { isKnownOrUnsure } from './known.js';
 import type { ProgrammedSignal } from '../../policy-status/index.js';
 import {
   PolicyCompiler,
@@ -186,6 +188,7 @@ interface BatchInputs {
  */
 class Controller implements PolicyController {
   readonly synced: Promise<void>;
+  readonly signal: ProgrammedSignal;
   private resolveSynced!: () => void;
   private readonly compiler: PolicyCompiler;
   private readonly status: StatusReporter;
@@ -199,13 +202,15 @@ class Controller implements PolicyController {
   private readonly appliedCbs: Array<(s: ApplyStats) => void> = [];
   /** Undefined until the first full resync. */
   private programmed: DesiredState | undefined;
+  /** The state a batch in flight is putting in the table. */
+  private applying: DesiredState | undefined;
+  private readonly batchTimer: ReturnType<typeof createBatchTimer>;
   private lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
   private lastSettings: AgentSettings;
   /** What the last batch saw, to find the endpoints whose policy a batch changed (conntrack). */
   private seen: Seen | undefined;
   private stagedChanged = true;
   private pendingMemo: { policies: PolicyInput[]; pending: PendingPolicies | undefined } | undefined;
-  private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private resynced = false;
   /** The oldest change not yet in the table: from its watch event (or the start) until a batch with it applied. */
@@ -228,13 +233,22 @@ class Controller implements PolicyController {
       onInterfaceConflict: opts.onInterfaceConflict,
     });
     this.refusals = new KernelRefusals({ base: opts.base, nft, log, onRefused: opts.onRefused });
+    this.signal = {
+      onProgrammed: (key, cb) => this.status.signal.onProgrammed(key, cb),
+      mayBeKnown: (ifname) => isKnownOrUnsure(ifname, this.programmed, this.applying),
+    };
+    this.batchTimer = createBatchTimer(() => this.queue.add('apply'), {
+      delayMs: opts.batchDelayMs ?? 5,
+      lazyDelayMs: REMOVAL_DELAY_MS,
+    });
     this.cut =
       opts.cutConntrack ??
       ((addrs: string[], denied: (f: ConntrackFlow) => boolean) => cutConntrack(addrs, denied, log).deleted);
     for (const kind of WATCHED) {
       const inf = new Informer(
         datastoreSource(opts.ds, kind),
-        { onChange: () => this.schedule() },
+        // An endpoint removed waits for company (batch-timer.ts); everything else is prompt.
+        { onChange: (_k, obj) => this.schedule(kind === 'WorkloadEndpoint' && obj === undefined) },
         { onError: (e, src) => log.warn('policy: watch failed; re-listing', { source: src, error: e.message }) },
       );
       this.informers.set(kind, inf as unknown as Informer<Resource<Kind>>);
@@ -260,10 +274,6 @@ class Controller implements PolicyController {
     // schedule it once all are in (the batches before it return early).
     void Promise.all([...this.informers.values()].map((i) => i.whenSynced())).then(() => this.schedule());
     return this;
-  }
-
-  get signal(): ProgrammedSignal {
-    return this.status.signal;
   }
 
   current(): DesiredState {
@@ -307,19 +317,15 @@ class Controller implements PolicyController {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    clearTimeout(this.timer);
+    this.batchTimer.clear();
     for (const inf of this.informers.values()) inf.stop();
     for (const inf of this.stagedInformers) inf.stop();
     await this.queue.stop();
   }
 
-  private schedule(): void {
+  private schedule(lazy = false): void {
     this.pendingSince ??= Date.now();
-    if (this.stopped || this.timer) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.queue.add('apply');
-    }, this.opts.batchDelayMs ?? 5);
+    if (!this.stopped) this.batchTimer.schedule(lazy);
   }
 
   private allSynced(): boolean {
@@ -344,6 +350,7 @@ class Controller implements PolicyController {
       throw e;
     } finally {
       this.applyingSince = undefined;
+      this.applying = undefined;
     }
   }
 
@@ -357,6 +364,7 @@ class Controller implements PolicyController {
     this.lastInputs = batch.inputs;
     this.lastSettings = batch.settings;
     const next = this.compiler.compile(this.lastInputs);
+    this.applying = next;
     for (const r of next.refused) this.refusals.tell({ owner: r.owner, stage: 'model', reason: r.reason });
     const t1 = performance.now();
     const { full, commands } = await this.program(next);
@@ -426,7 +434,7 @@ class Controller implements PolicyController {
         // resync the whole table, recomputed from scratch, leaving out what it refuses.
         log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
         this.compiler.reset();
-        next = this.compiler.compile(this.lastInputs);
+        this.applying = next = this.compiler.compile(this.lastInputs);
       }
     }
     this.programmed = undefined;
