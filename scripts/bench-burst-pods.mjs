@@ -5,7 +5,9 @@
 //
 //   npm run build:ts && bash scripts/in-netns node scripts/bench-burst-pods.mjs \
 //     [--pods 110] [--policies 200] [--namespaces 10] [--paths agent,perexec,ptp] [--steps] [--ready-timeout 60]
+//     [--cpu-prof DIR]
 //   --steps  the plugins log at debug level to a file and the report adds where an ADD's time went
+//   --cpu-prof DIR  the agent runs under node --cpu-prof (summary: node scripts/bench/profile.mjs DIR)
 import { importTs } from './bench/ts.mjs';
 
 const mod = await importTs('scripts/bench/burst-pods.ts');

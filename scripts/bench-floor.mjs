@@ -5,6 +5,7 @@
 //   perexec  (--perexec) the shim with no agent: its per-exec fallback
 //   --vs DIR the same agent/perexec cells from another built checkout (a scratch worktree
 //            of an older commit), each with an etcd of its own, in alternating rounds
+//   --vs-conf JSON  netconf fields for the vs side only, e.g. --vs . --vs-conf '{"etcd_transport":"grpc"}'
 // and the floor's parts, each alone:
 //   exec     the shim exec'd as a runtime does, answered by the agent at once (CNI VERSION)
 //   etcd     one transaction writing what an ADD writes (the same keys' sizes), on a
@@ -16,7 +17,7 @@
 // --strace: syscalls per ADD+DEL of the agent (strace -c -f attached for one round).
 //
 //   bash scripts/in-netns node scripts/bench-floor.mjs [--pods 20] [--rounds 5] [--timeline]
-//     [--perexec] [--strace] [--vs /work/wt-old]
+//     [--perexec] [--strace] [--vs /work/wt-old] [--vs-conf JSON]
 import { execFileSync, spawn } from 'node:child_process';
 import {
   chmodSync,
@@ -40,6 +41,7 @@ const { values: opts } = parseArgs({
     pods: { type: 'string', default: '20' },
     rounds: { type: 'string', default: '5' },
     vs: { type: 'string' },
+    'vs-conf': { type: 'string' },
     perexec: { type: 'boolean' },
     timeline: { type: 'boolean' },
     strace: { type: 'boolean' },
@@ -158,6 +160,8 @@ async function side(name, root, k) {
     ipam: { type: 'netplugin-ipam' },
     ipam_lock_file: join(dir, 'lock', 'ipam.lock'),
     host_veth_prefix: `nf${k}`,
+    // --vs-conf '{"etcd_transport":"grpc"}': netconf fields of the vs side only (one build, two settings).
+    ...(k === 1 && opts['vs-conf'] ? JSON.parse(opts['vs-conf']) : {}),
   };
   const s = { name, root, etcd, agent, bin, execBin, socket, conf, timelines, cells: {} };
   // The first request opens the datastore and fills the read cache: not timed.

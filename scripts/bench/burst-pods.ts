@@ -58,6 +58,7 @@ interface Opts {
   paths: string[];
   steps: boolean;
   timeoutMs: number;
+  cpuProf: string | undefined;
 }
 
 function options(argv: string[]): Opts {
@@ -70,6 +71,7 @@ function options(argv: string[]): Opts {
       paths: { type: 'string', default: 'agent,ptp,perexec' },
       steps: { type: 'boolean', default: false },
       'ready-timeout': { type: 'string', default: '60' },
+      'cpu-prof': { type: 'string' },
     },
   });
   const int = (name: string, v: string, lo: number, hi: number): number => {
@@ -88,6 +90,7 @@ function options(argv: string[]): Opts {
     paths,
     steps: values.steps,
     timeoutMs: int('ready-timeout', values['ready-timeout'], 1, 600) * 1000,
+    cpuProf: values['cpu-prof'],
   };
 }
 
@@ -263,6 +266,8 @@ export async function main(argv: string[]): Promise<void> {
       agent = spawn(
         process.execPath,
         [
+          // --cpu-prof DIR: the agent writes a V8 profile there at exit (scripts/bench/profile.mjs DIR).
+          ...(o.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${o.cpuProf}`] : []),
           join(ROOT, 'dist/netplugin-node.cjs'),
           '--config',
           confPath,
@@ -437,6 +442,8 @@ export async function main(argv: string[]): Promise<void> {
       await run(path, 'ADD', idsOf(path), path === 'agent');
       await run(path, 'DEL', idsOf(path), false);
     }
+    // A profile is written at a clean exit only (the cleanup's SIGKILL would lose it).
+    if (o.cpuProf && agent) await stopAgent();
 
     // ---- report ----
     const row = (ph: Phase): string => {

@@ -9,19 +9,15 @@ import type { Datastore } from '../datastore/types.js';
 import { startHealthServer, type CheckResult, type HealthServer } from '../observe/health.js';
 import type { Registry } from '../observe/metrics.js';
 import type { BirdStatus } from './bgp/supervisor.js';
+import type { PartHealth } from './part.js';
 
 export { DEFAULT_HEALTH_ADDR } from '../observe/health.js';
 
 interface AgentHealthOptions {
   addr: string;
   registry: Registry;
-  socketPath: string;
-  /** False once shutdown started: the agent no longer accepts requests. */
-  serving: () => boolean;
-  /** With --config: whether node preparation (datastore init) finished, and the datastore it uses. */
-  node?: { initialised: () => boolean; datastore: () => Promise<Datastore> };
-  /** With --bgp on: the supervised BIRD's state (undefined until the BGP controller started). */
-  bgp?: () => BirdStatus | undefined;
+  /** /readyz: the agent's parts' health lines (AgentParts.health). */
+  ready: () => Promise<CheckResult>;
 }
 
 /** How often readiness is evaluated for the netplugin_agent_ready gauge when no probe asked meanwhile. */
@@ -39,7 +35,7 @@ export async function startAgentHealth(o: AgentHealthOptions): Promise<HealthSer
   let lastOk = false;
   const readyz = async (): Promise<CheckResult> => {
     lastEvaluated = Date.now();
-    const r = await evaluateReady(o);
+    const r = await o.ready();
     lastOk = r.ok;
     ready.set(undefined, r.ok ? 1 : 0);
     return r;
@@ -83,42 +79,40 @@ export async function startAgentHealth(o: AgentHealthOptions): Promise<HealthSer
   };
 }
 
-async function evaluateReady(o: AgentHealthOptions): Promise<CheckResult> {
-  const detail: Record<string, string> = {};
-  let ok = true;
-  const fail = (k: string, why: string) => {
-    ok = false;
-    detail[k] = why;
+/** The CNI server's line: the socket is ours and served. */
+export function socketHealth(socketPath: string, serving: boolean): PartHealth {
+  if (!serving) return { ok: false, detail: 'shutting down' };
+  try {
+    if (!lstatSync(socketPath).isSocket()) return { ok: false, detail: `${socketPath} is not a socket` };
+    return { ok: true, detail: `serving ${socketPath}` };
+  } catch {
+    return { ok: false, detail: `${socketPath} is gone` };
+  }
+}
+
+/** Node init's line (with --config): the datastore was initialised and answers a read now. */
+export async function datastoreHealth(initialised: boolean, datastore: () => Promise<Datastore>): Promise<PartHealth> {
+  if (!initialised) return { ok: false, detail: 'not initialised yet (the agent retries; see its log)' };
+  try {
+    await (await datastore()).get('ClusterInformation', 'default', undefined, { fresh: true });
+    return { ok: true, detail: 'reachable' };
+  } catch (e) {
+    return { ok: false, detail: (e as Error).message };
+  }
+}
+
+/**
+ * BIRD's line (--bgp on). It is reported, never counted against readiness: a pod ADD on this node works
+ * without it (routes to other nodes are BGP's business, and graceful restart keeps them at the peers while
+ * the agent restarts BIRD); failing /readyz would only take the agent out of its rollout.
+ */
+export function birdHealth(st: BirdStatus | undefined): PartHealth {
+  if (!st?.running) {
+    const why = st?.lastError ?? 'not started yet';
+    return { ok: true, detail: `DEGRADED, not running: ${why} (CNI unaffected; the agent restarts it)` };
+  }
+  return {
+    ok: true,
+    detail: `running (pid ${st.pid}), ${st.established}/${st.sessions.length} BGP sessions Established`,
   };
-  if (!o.serving()) fail('socket', 'shutting down');
-  else {
-    try {
-      if (!lstatSync(o.socketPath).isSocket()) fail('socket', `${o.socketPath} is not a socket`);
-      else detail['socket'] = `serving ${o.socketPath}`;
-    } catch {
-      fail('socket', `${o.socketPath} is gone`);
-    }
-  }
-  if (o.node) {
-    if (!o.node.initialised()) fail('datastore', 'not initialised yet (the agent retries; see its log)');
-    else {
-      try {
-        await (await o.node.datastore()).get('ClusterInformation', 'default', undefined, { fresh: true });
-        detail['datastore'] = 'reachable';
-      } catch (e) {
-        fail('datastore', (e as Error).message);
-      }
-    }
-  }
-  // BIRD is reported, never counted against readiness: a pod ADD on this node works without it
-  // (routes to other nodes are BGP's business, and graceful restart keeps them at the peers while the
-  // agent restarts BIRD); failing /readyz would only take the agent out of its rollout.
-  if (o.bgp) {
-    const st = o.bgp();
-    if (!st?.running) {
-      detail['bird'] =
-        `DEGRADED, not running: ${st?.lastError ?? 'not started yet'} (CNI unaffected; the agent restarts it)`;
-    } else detail['bird'] = `running (pid ${st.pid}), ${st.established}/${st.sessions.length} BGP sessions Established`;
-  }
-  return { ok, detail };
 }

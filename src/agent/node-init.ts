@@ -21,7 +21,7 @@ import { isNetpluginIpam, parseNetconf, type Netconf } from '../config/index.js'
 import { applySysctls, nodeSysctls } from '../dataplane/sysctl.js';
 import { initDatastore } from '../datastore/init.js';
 import type { Datastore } from '../datastore/types.js';
-import type { DatastoreSource } from '../plugins/main/runtime.js';
+import type { DatastoreSource } from '../datastore/pool.js';
 import { netpluginEntry } from '../config/conflist.js';
 
 type Ipv6ForwardingMode = 'auto' | 'on' | 'off';

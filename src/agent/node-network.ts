@@ -6,12 +6,12 @@ import { parseNetconf } from '../config/index.js';
 import { resolveNodename } from '../config/nodename.js';
 import { openNodeRouting } from '../dataplane/routing.js';
 import type { Logger } from '../log/types.js';
-import type { DatastoreSource } from '../plugins/main/runtime.js';
+import type { DatastoreSource } from '../datastore/pool.js';
 import { startBgpController } from './bgp/index.js';
 import { startNatController } from './nat/index.js';
 import { readNetpluginConf } from './node-init.js';
-import { parseAutodetect } from './node-registration.js';
-import { startRoutesController } from './routes/index.js';
+import type { AutodetectMethod } from './node-registration.js';
+import { RoutesController } from './routes/index.js';
 
 export interface NodeNetworkOptions {
   configPath: string;
@@ -23,7 +23,7 @@ export interface NodeNetworkOptions {
   nodename: string | undefined;
   nodeIP: string | undefined;
   nodeIPv6: string | undefined;
-  autodetect: string | undefined;
+  autodetect: AutodetectMethod;
   mtuFile: string | undefined;
   /** --bgp on: BIRD is supervised and routes the pools without encapsulation. */
   bgp?: {
@@ -43,9 +43,9 @@ export interface NodeNetworkOptions {
   onRoutesApplied?: (s: import('./metrics.js').RoutesApplied) => void;
 }
 
-/** Throws (before anything starts) on bad flags. stop() settles once BIRD (with --bgp on) exited. */
+/** stop() settles once BIRD (with --bgp on) exited. */
 export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void> } {
-  const autodetect = parseAutodetect(o.autodetect ?? 'first-found');
+  const { autodetect } = o;
   let stopped = false;
   const stops: Array<() => void> = [];
   let bgpStopped: Promise<void> = Promise.resolve();
@@ -91,7 +91,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
           }
         : {}),
     });
-    const routes = startRoutesController({
+    const routes = new RoutesController({
       ds,
       node,
       kernel,
@@ -102,7 +102,7 @@ export function startNodeNetwork(o: NodeNetworkOptions): { stop(): Promise<void>
       mtuFile: o.mtuFile ?? conf.mtu_file,
       ...(o.onRoutesApplied ? { onApplied: o.onRoutesApplied } : {}),
       bgp: o.bgp !== undefined,
-    });
+    }).start();
     stops.push(
       () => routes.stop(),
       () => nat.stop(),

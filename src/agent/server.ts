@@ -21,7 +21,8 @@ import { redactString } from '../log/redact.js';
 import { mark, withTimeline } from '../observe/timeline.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: plugins of every netconf and runtime type share one dispatcher
-type DispatchFn = (io: CniIO, plugin: PluginSpec<any, any>) => Promise<number>;
+type AnyPlugin = PluginSpec<any, any>;
+type DispatchFn = (io: CniIO, plugin: AnyPlugin) => Promise<number>;
 interface PeerCred {
   pid: number;
   uid: number;
@@ -32,8 +33,7 @@ type PeerCredFn = (fd: number) => PeerCred;
 interface CniServerOptions {
   socketPath: string;
   /** By executable name: 'netplugin', 'netplugin-ipam'. */
-  // biome-ignore lint/suspicious/noExplicitAny: a registry of plugins of different netconf types
-  plugins: Record<string, PluginSpec<any, any>>;
+  plugins: Record<string, AnyPlugin>;
   log: Logger;
   /** Requests running at once per plugin (default 64). */
   maxConcurrent?: number;
@@ -69,128 +69,175 @@ interface CniServerOptions {
   }) => void;
 }
 
-export interface CniServer {
-  readonly socketPath: string;
-  /** Stops accepting, lets accepted requests finish (bounded), removes the socket. */
-  close(): Promise<void>;
-}
-
 const DEFAULT_MAX_CONCURRENT = 64;
 const DEFAULT_MAX_REQUEST = 2 << 20;
 const DEFAULT_MAX_BUFFERED = 16 << 20;
 
+/** Listens on `opts.socketPath` (0600, root peers only) and serves each request through the dispatcher. */
 export async function startCniServer(opts: CniServerOptions): Promise<CniServer> {
-  const { socketPath, plugins, log } = opts;
-  const closeTimeoutMs = opts.closeTimeoutMs ?? 30_000;
-  const requestTimeoutMs = opts.requestTimeoutMs ?? 10_000;
-  const maxConcurrent = opts.maxConcurrent ?? DEFAULT_MAX_CONCURRENT;
-  const maxRequestBytes = opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST;
-  const maxBufferedBytes = opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED;
-  let buffered = 0;
-  // Own properties only: a name like `constructor` or `__proto__` is no plugin.
-  const pluginMap = new Map(Object.entries(plugins));
   const dispatch = opts.dispatch ?? (await import('../cni/dispatch.js')).dispatch;
-  let peerCred = opts.peerCred === undefined ? await loadPeerCred(log) : opts.peerCred;
-  const ownUid = process.getuid?.() ?? 0;
+  const peerCred = opts.peerCred === undefined ? await loadPeerCred(opts.log) : opts.peerCred;
+  const server = new CniServer(opts, dispatch, peerCred);
+  await server.listen();
+  return server;
+}
 
-  // One queue per plugin name: a netplugin ADD that delegates to netplugin-ipam
-  // through the shim must not wait behind itself on the same container ID.
-  const queue = createKeyedQueue();
-  const limiters = new Map<string, Limiter>();
-  const limiterFor = (plugin: string) => {
-    let l = limiters.get(plugin);
-    if (!l) limiters.set(plugin, (l = createLimiter(maxConcurrent)));
-    return l;
+export class CniServer {
+  readonly socketPath: string;
+  private readonly log: Logger;
+  private readonly limits: {
+    closeMs: number;
+    requestMs: number;
+    concurrent: number;
+    request: number;
+    buffered: number;
   };
-  const sockets = new Set<Socket>();
+  /** Own properties only: a name like `constructor` or `__proto__` is no plugin. */
+  private readonly plugins: Map<string, AnyPlugin>;
+  private readonly server: Server;
+  /**
+   * One queue per plugin name: a netplugin ADD that delegates to netplugin-ipam through the shim must
+   * not wait behind itself on the same container ID.
+   */
+  private readonly queue = createKeyedQueue();
+  private readonly limiters = new Map<string, Limiter>();
+  private readonly sockets = new Set<Socket>();
   /** Connected but not yet accepted: safe to drop at shutdown (the shim falls back). */
-  const pending = new Set<Socket>();
-  const inflight = new Set<Promise<void>>();
-  let closing = false;
+  private readonly pending = new Set<Socket>();
+  private readonly inflight = new Set<Promise<void>>();
+  private readonly ownUid = process.getuid?.() ?? 0;
+  /** Bytes buffered by all connections still sending their request. */
+  private buffered = 0;
+  private closing = false;
+  private closed: Promise<void> | undefined;
+  private socketIno = 0;
 
-  await prepareSocketPath(socketPath);
-  const server = createServer((socket) => onConnection(socket));
-  server.on('error', (e) => log.error('CNI socket error', { socket: socketPath, error: e.message }));
-  // Bind happens synchronously inside listen(): the umask makes the socket
-  // 0600 from its first instant, not after a chmod race.
-  const oldMask = process.umask(0o177);
-  try {
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(socketPath, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-  } finally {
-    process.umask(oldMask);
+  constructor(
+    private readonly opts: CniServerOptions,
+    private readonly dispatch: DispatchFn,
+    private peerCred: PeerCredFn | null,
+  ) {
+    this.socketPath = opts.socketPath;
+    this.log = opts.log;
+    this.limits = {
+      closeMs: opts.closeTimeoutMs ?? 30_000,
+      requestMs: opts.requestTimeoutMs ?? 10_000,
+      concurrent: opts.maxConcurrent ?? DEFAULT_MAX_CONCURRENT,
+      request: opts.maxRequestBytes ?? DEFAULT_MAX_REQUEST,
+      buffered: opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED,
+    };
+    this.plugins = new Map(Object.entries(opts.plugins));
+    this.server = createServer((socket) => this.onConnection(socket));
+    this.server.on('error', (e) => this.log.error('CNI socket error', { socket: this.socketPath, error: e.message }));
   }
-  chmodSync(socketPath, 0o600);
-  if (peerCred && opts.peerCred === undefined) peerCred = probePeerCred(peerCred, server, log);
-  const socketIno = lstatSync(socketPath).ino;
-  log.info('CNI server listening', { socket: socketPath, plugins: Object.keys(plugins).join(','), maxConcurrent });
 
-  function onConnection(socket: Socket): void {
-    if (closing) {
+  async listen(): Promise<void> {
+    const { socketPath, server, log } = this;
+    await prepareSocketPath(socketPath);
+    // Bind happens synchronously inside listen(): the umask makes the socket
+    // 0600 from its first instant, not after a chmod race.
+    const oldMask = process.umask(0o177);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(socketPath, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+    } finally {
+      process.umask(oldMask);
+    }
+    chmodSync(socketPath, 0o600);
+    if (this.peerCred && this.opts.peerCred === undefined) this.peerCred = probePeerCred(this.peerCred, server, log);
+    this.socketIno = lstatSync(socketPath).ino;
+    log.info('CNI server listening', {
+      socket: socketPath,
+      plugins: [...this.plugins.keys()].join(','),
+      maxConcurrent: this.limits.concurrent,
+    });
+  }
+
+  private limiterFor(plugin: string): Limiter {
+    let l = this.limiters.get(plugin);
+    if (!l) this.limiters.set(plugin, (l = createLimiter(this.limits.concurrent)));
+    return l;
+  }
+
+  private onConnection(socket: Socket): void {
+    if (this.closing) {
       socket.destroy();
       return;
     }
-    sockets.add(socket);
-    pending.add(socket);
+    this.sockets.add(socket);
+    this.pending.add(socket);
     socket.on('close', () => {
-      sockets.delete(socket);
-      pending.delete(socket);
+      this.sockets.delete(socket);
+      this.pending.delete(socket);
     });
-    socket.on('error', (e) => log.debug('CNI connection error', { error: e.message }));
-    if (peerCred) {
-      const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
-      let cred: PeerCred | undefined;
-      try {
-        if (typeof fd === 'number' && fd >= 0) cred = peerCred(fd);
-      } catch (e) {
-        log.warn('cannot read the CNI peer credentials', { error: (e as Error).message });
-      }
-      if (!cred || (cred.uid !== 0 && cred.uid !== ownUid)) {
-        // Closing before "accepted": the shim runs the request per-exec, with
-        // the caller's own privileges.
-        log.warn('refused a CNI connection from a non-root peer', { uid: cred?.uid, pid: cred?.pid });
-        socket.destroy();
-        return;
-      }
+    socket.on('error', (e) => this.log.debug('CNI connection error', { error: e.message }));
+    if (!this.peerAllowed(socket)) {
+      // Closing before "accepted": the shim runs the request per-exec, with the caller's own privileges.
+      socket.destroy();
+      return;
     }
+    this.readRequest(socket);
+  }
+
+  /** Root or our own uid (SO_PEERCRED); without the addon the socket's 0600 mode keeps others out. */
+  private peerAllowed(socket: Socket): boolean {
+    if (!this.peerCred) return true;
+    const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    let cred: PeerCred | undefined;
+    try {
+      if (typeof fd === 'number' && fd >= 0) cred = this.peerCred(fd);
+    } catch (e) {
+      this.log.warn('cannot read the CNI peer credentials', { error: (e as Error).message });
+    }
+    if (cred && (cred.uid === 0 || cred.uid === this.ownUid)) return true;
+    this.log.warn('refused a CNI connection from a non-root peer', { uid: cred?.uid, pid: cred?.pid });
+    return false;
+  }
+
+  /** Buffers one request frame, within the size and time limits, then accepts it. */
+  private readRequest(socket: Socket): void {
+    const { log, limits } = this;
     // A total deadline from connect: a client trickling a byte at a time
     // cannot hold a connection (and its buffer) open for ever.
     const deadline = setTimeout(() => {
-      log.warn('CNI connection sent no complete request in time; closing it', { timeoutMs: requestTimeoutMs });
+      log.warn('CNI connection sent no complete request in time; closing it', { timeoutMs: limits.requestMs });
       socket.destroy();
-    }, requestTimeoutMs);
+    }, limits.requestMs);
     const chunks: Buffer[] = [];
     let have = 0;
     let want = -1;
     const drop = () => {
       clearTimeout(deadline);
-      buffered -= have;
+      this.buffered -= have;
       have = 0;
       chunks.length = 0;
     };
     socket.once('close', drop);
     const onData = (chunk: Buffer) => {
-      if (buffered + chunk.length > maxBufferedBytes) {
-        log.warn('CNI connections buffer too much at once; closing one', { bufferedBytes: buffered, maxBufferedBytes });
+      if (this.buffered + chunk.length > limits.buffered) {
+        log.warn('CNI connections buffer too much at once; closing one', {
+          bufferedBytes: this.buffered,
+          maxBufferedBytes: limits.buffered,
+        });
         socket.destroy();
         return;
       }
       chunks.push(chunk);
       have += chunk.length;
-      buffered += chunk.length;
+      this.buffered += chunk.length;
       let req: ShimRequest;
       const read = performance.now();
       try {
         if (want < 0) {
           if (have < HEADER_LEN) return;
           want = requestBodyLength(Buffer.concat(chunks));
-          if (want > maxRequestBytes)
-            throw new Error(`request of ${want} bytes exceeds the agent's ${maxRequestBytes}-byte limit`);
+          if (want > limits.request)
+            throw new Error(`request of ${want} bytes exceeds the agent's ${limits.request}-byte limit`);
         }
         if (have < HEADER_LEN + want) return;
         const buf = Buffer.concat(chunks);
@@ -202,49 +249,50 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
       }
       socket.off('data', onData);
       drop();
-      pending.delete(socket);
-      accept(socket, req, read);
+      this.pending.delete(socket);
+      this.accept(socket, req, read);
     };
     socket.on('data', onData);
   }
 
-  function accept(socket: Socket, req: ShimRequest, read: number): void {
+  private accept(socket: Socket, req: ShimRequest, read: number): void {
     // Running starts only once "accepted" is in the kernel: if we die before
     // that, the shim sees no marker and safely runs the request per-exec.
     socket.write(Buffer.from([ACCEPTED]), (err) => {
       if (err) {
-        log.warn('CNI client went away before the request was accepted', { error: err.message });
+        this.log.warn('CNI client went away before the request was accepted', { error: err.message });
         return;
       }
       const p = withTimeline(req.env['CNI_COMMAND'] ?? '', read, () => {
         mark('accepted');
-        return handle(req);
+        return this.handle(req);
       }).then((res) => {
         if (!socket.destroyed) socket.end(frameResponse(res));
       });
-      inflight.add(p);
-      void p.finally(() => inflight.delete(p));
+      this.inflight.add(p);
+      void p.finally(() => this.inflight.delete(p));
     });
   }
 
-  async function handle(req: ShimRequest): Promise<ShimResponse> {
-    const plugin = pluginMap.get(req.plugin);
+  /** Orders the request behind the pod's earlier ones and bounds the plugin's concurrency. */
+  async handle(req: ShimRequest): Promise<ShimResponse> {
+    const plugin = this.plugins.get(req.plugin);
     if (!plugin) {
-      const known = [...pluginMap.keys()].join(', ');
+      const known = [...this.plugins.keys()].join(', ');
       return cniError(
         4,
         `this agent serves no plugin named '${req.plugin.slice(0, 64)}' (the executable's name); install the shim as ` +
           `one of: ${known}`,
       );
     }
-    const run = () => limiterFor(req.plugin).run(() => serve(plugin, req));
+    const run = () => this.limiterFor(req.plugin).run(() => this.serve(plugin, req));
     // VERSION, STATUS and GC carry no container ID and need no ordering.
     const key = orderingKey(req.env);
-    return key ? queue.run(`${req.plugin}\0${key}`, run) : run();
+    return key ? this.queue.run(`${req.plugin}\0${key}`, run) : run();
   }
 
-  // biome-ignore lint/suspicious/noExplicitAny: any plugin of the registry
-  async function serve(plugin: PluginSpec<any, any>, req: ShimRequest): Promise<ShimResponse> {
+  private async serve(plugin: AnyPlugin, req: ShimRequest): Promise<ShimResponse> {
+    const { log } = this;
     const started = performance.now();
     mark('dispatching');
     let stdout = '';
@@ -261,13 +309,13 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     };
     let code: number;
     try {
-      code = await dispatch(io, plugin);
+      code = await this.dispatch(io, plugin);
     } catch (e) {
       // The dispatcher turns every failure into CNI error JSON; reaching here is a bug.
       log.error('CNI dispatcher threw', { error: (e as Error)?.stack ?? String(e) });
       return cniError(999, `netplugin agent internal error: ${redactString((e as Error)?.message ?? String(e))}`);
     }
-    opts.onServed?.({
+    this.opts.onServed?.({
       plugin: req.plugin,
       command: req.env['CNI_COMMAND'] ?? '',
       exitCode: code,
@@ -285,40 +333,40 @@ export async function startCniServer(opts: CniServerOptions): Promise<CniServer>
     return stderr ? { code, stdout, stderr } : { code, stdout };
   }
 
-  let closed: Promise<void> | undefined;
-  return {
-    socketPath,
-    close() {
-      closed ??= (async () => {
-        closing = true;
-        const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
-        // Connections still sending their request were never accepted: the
-        // shim falls back to per-exec for them.
-        for (const s of pending) s.destroy();
-        let timer: NodeJS.Timeout | undefined;
-        const timedOut = await Promise.race([
-          Promise.allSettled([...inflight]).then(() => false),
-          new Promise<boolean>((r) => (timer = setTimeout(() => r(true), closeTimeoutMs))),
-        ]);
-        clearTimeout(timer);
-        if (timedOut)
-          log.warn('CNI requests still running at shutdown; their callers get code 11 and retry', {
-            count: inflight.size,
-          });
-        for (const s of sockets) s.destroy();
-        await serverClosed;
-        // libuv unlinks the socket on close; this covers the rest, but never
-        // a newer agent's socket at the same path.
-        try {
-          if (lstatSync(socketPath).ino === socketIno) unlinkSync(socketPath);
-        } catch {
-          /* already gone */
-        }
-        log.info('CNI server stopped', { socket: socketPath });
-      })();
-      return closed;
-    },
-  };
+  /** Stops accepting, lets accepted requests finish (bounded), removes the socket. */
+  close(): Promise<void> {
+    this.closed ??= this.shutdown();
+    return this.closed;
+  }
+
+  private async shutdown(): Promise<void> {
+    const { log, server, socketPath } = this;
+    this.closing = true;
+    const serverClosed = new Promise<void>((resolve) => server.close(() => resolve()));
+    // Connections still sending their request were never accepted: the
+    // shim falls back to per-exec for them.
+    for (const s of this.pending) s.destroy();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      Promise.allSettled([...this.inflight]).then(() => false),
+      new Promise<boolean>((r) => (timer = setTimeout(() => r(true), this.limits.closeMs))),
+    ]);
+    clearTimeout(timer);
+    if (timedOut)
+      log.warn('CNI requests still running at shutdown; their callers get code 11 and retry', {
+        count: this.inflight.size,
+      });
+    for (const s of this.sockets) s.destroy();
+    await serverClosed;
+    // libuv unlinks the socket on close; this covers the rest, but never
+    // a newer agent's socket at the same path.
+    try {
+      if (lstatSync(socketPath).ino === this.socketIno) unlinkSync(socketPath);
+    } catch {
+      /* already gone */
+    }
+    log.info('CNI server stopped', { socket: socketPath });
+  }
 }
 
 /**

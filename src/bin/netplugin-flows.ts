@@ -2,10 +2,8 @@
 // collector (HTTP/2 + mTLS, src/flows/protocol.ts); the records are aggregated
 // in memory in 15 s buckets (src/flows/store.ts) and served by the HTTP API and
 // the web UI (src/flows/api.ts); each closed bucket can go to a JSON-lines file.
-import { parseArgs } from 'node:util';
 import { readFileSync, createWriteStream, type WriteStream } from 'node:fs';
-import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
-import { createLogger, normalizeLevel } from '../log/index.js';
+import { entryLogger, fatalExit, parseEntryFlags, stringFlags, usageError as cliUsageError } from './common/cli.js';
 import { Registry } from '../observe/metrics.js';
 import { startHealthServer } from '../observe/health.js';
 import { registerProcessMetrics } from '../observe/process-metrics.js';
@@ -44,32 +42,12 @@ function readPem(flag: string, file: string | undefined): Buffer {
 }
 
 async function main(): Promise<void> {
-  const values = await parseEntryFlags(
-    CLI,
-    async () => (await import('../ctl/version.js')).NETPLUGIN_VERSION,
-    () =>
-      parseArgs({
-        options: {
-          'collector-addr': { type: 'string' },
-          'tls-cert': { type: 'string' },
-          'tls-key': { type: 'string' },
-          'client-ca': { type: 'string' },
-          'api-addr': { type: 'string' },
-          'api-token-file': { type: 'string' },
-          ui: { type: 'string' },
-          retention: { type: 'string' },
-          'export-file': { type: 'string' },
-          'health-addr': { type: 'string' },
-          'log-level': { type: 'string' },
-          help: { type: 'boolean', short: 'h' },
-          version: { type: 'boolean' },
-        },
-        allowPositionals: false,
-      }).values,
-  );
+  const values = await parseEntryFlags(CLI, async () => (await import('../ctl/version.js')).NETPLUGIN_VERSION, {
+    ...stringFlags('collector-addr', 'tls-cert', 'tls-key', 'client-ca', 'api-addr', 'api-token-file', 'ui'),
+    ...stringFlags('retention', 'export-file', 'health-addr', 'log-level'),
+  });
   if (!values) return;
-  const level = values['log-level'] ?? 'INFO';
-  if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
+  const log = entryLogger(CLI, values);
   const collectorAddr = values['collector-addr'];
   if (!collectorAddr) usageError('--collector-addr HOST:PORT is required (where agents stream flow records)');
   const retentionMs = parseDuration(values.retention ?? '1h');
@@ -94,29 +72,20 @@ async function main(): Promise<void> {
     }
     if (!token) usageError(`--api-token-file ${values['api-token-file']} is empty`);
   }
-  const log = createLogger({
-    level,
-    stderr: (s) => process.stderr.write(s),
-    context: { component: 'netplugin-flows' },
-  });
-  const fatal = (what: string, e: unknown): never => {
-    log.error(`netplugin-flows: ${what}`, { error: e instanceof Error ? e.message : String(e) });
-    process.exit(1);
-  };
+  const fatal = fatalExit(CLI, log);
 
   const store = new FlowStore({ retentionMs: retentionMs! });
   const registry = new Registry();
   const { NETPLUGIN_VERSION } = await import('../ctl/version.js');
   registerProcessMetrics(registry, { component: 'netplugin-flows', version: NETPLUGIN_VERSION });
-  const batches = registry.counter(
+  const byResult = (name: string, help: string) => registry.counter(name, help, ['result']);
+  const batches = byResult(
     'netplugin_flows_batches_total',
     'Batches received from agents, by result (taken, duplicate)',
-    ['result'],
   );
-  const records = registry.counter(
+  const records = byResult(
     'netplugin_flows_records_total',
     'Flow records received from agents, by result (accepted, rejected)',
-    ['result'],
   );
   const exported = registry.counter('netplugin_flows_exported_total', 'Aggregated flows written to --export-file');
   const held = registry.gauge('netplugin_flows_aggregated', 'Aggregated flows held in memory');

@@ -1,14 +1,20 @@
 // netplugin-kube-controllers entry: flags and environment -> clients, health
 // listener, leader election and controllers (src/kube-controllers/).
-import { parseArgs } from 'node:util';
-import { parseEntryFlags, usageError as cliUsageError } from './common/cli.js';
-import { createLogger, LogThrottle, normalizeLevel } from '../log/index.js';
+import {
+  checkListenFlags,
+  entryLogger,
+  fatalExit,
+  parseEntryFlags,
+  stringFlags,
+  usageError as cliUsageError,
+} from './common/cli.js';
+import { LogThrottle } from '../log/index.js';
 import { datastoreConfigFromEnv, kubeconfigPathsFromEnv, openDatastore } from '../datastore/index.js';
 import { createKubeClient, ownNamespace } from '../k8s/client.js';
 import { Registry } from '../observe/metrics.js';
 import { observeInvalidObjects } from '../datastore/invalid.js';
 import { registerLogThrottleMetrics, registerProcessMetrics } from '../observe/process-metrics.js';
-import { parseListenAddr, startHealthServer } from '../observe/health.js';
+import { startHealthServer } from '../observe/health.js';
 import { CONTROLLER_NAMES, parseDuration, type ControllerName } from '../model/kube-controllers-config.js';
 import { startKubeControllers } from '../kube-controllers/index.js';
 
@@ -39,35 +45,25 @@ function usageError(msg: string): never {
 }
 
 async function main(): Promise<void> {
-  let values: Record<string, string | boolean | undefined>;
-  const parsed = await parseEntryFlags(
+  const values = await parseEntryFlags(
     CLI,
     async () => (await import('../ctl/version.js')).NETPLUGIN_VERSION,
-    () =>
-      parseArgs({
-        options: {
-          kubeconfig: { type: 'string' },
-          controllers: { type: 'string' },
-          'health-addr': { type: 'string' },
-          'metrics-addr': { type: 'string' },
-          namespace: { type: 'string' },
-          'lease-duration': { type: 'string' },
-          'log-level': { type: 'string' },
-          'log-format': { type: 'string' },
-          help: { type: 'boolean', short: 'h' },
-          version: { type: 'boolean' },
-        },
-        allowPositionals: false,
-      }).values,
+    stringFlags(
+      'kubeconfig',
+      'controllers',
+      'health-addr',
+      'metrics-addr',
+      'namespace',
+      'lease-duration',
+      'log-level',
+      'log-format',
+    ),
   );
-  if (!parsed) return;
-  values = parsed;
-  const level = (values['log-level'] as string | undefined) ?? 'INFO';
-  if (!normalizeLevel(level)) usageError(`--log-level '${level}' is not one of ERROR, WARNING, INFO, DEBUG`);
-  const format = (values['log-format'] as string | undefined) ?? 'text';
-  if (format !== 'text' && format !== 'json') usageError(`--log-format '${format}' is not text or json`);
-  const list =
-    (values.controllers as string | undefined) ?? (process.env.ENABLED_CONTROLLERS || CONTROLLER_NAMES.join(','));
+  if (!values) return;
+  // A failure that repeats (a watch that keeps breaking) is logged once a minute with a count.
+  const throttle = new LogThrottle();
+  const log = entryLogger(CLI, values, throttle);
+  const list = values.controllers ?? (process.env.ENABLED_CONTROLLERS || CONTROLLER_NAMES.join(','));
   const controllers = [
     ...new Set(
       list
@@ -86,33 +82,15 @@ async function main(): Promise<void> {
   }
   let leaseDurationMs: number | undefined;
   if (values['lease-duration'] !== undefined) {
-    leaseDurationMs = parseDuration(values['lease-duration'] as string);
+    leaseDurationMs = parseDuration(values['lease-duration']);
     if (leaseDurationMs === undefined || leaseDurationMs < 1000)
       usageError(`--lease-duration '${values['lease-duration']}' is not a duration of at least 1s (e.g. 15s)`);
   }
-  const healthAddr = (values['health-addr'] as string | undefined) ?? '127.0.0.1:9094';
-  const metricsAddr = values['metrics-addr'] as string | undefined;
-  for (const [flag, addr] of [
-    ['--health-addr', healthAddr],
-    ['--metrics-addr', metricsAddr],
-  ] as const) {
-    try {
-      if (addr !== undefined) parseListenAddr(addr);
-    } catch (e) {
-      usageError(`${flag}: ${(e as Error).message}`);
-    }
-  }
-  // A failure that repeats (a watch that keeps breaking) is logged once a minute with a count.
-  const throttle = new LogThrottle();
-  const log = createLogger({
-    level,
-    format,
-    stderr: (s) => process.stderr.write(s),
-    context: { component: 'netplugin-kube-controllers' },
-    throttle,
-  });
+  const healthAddr = values['health-addr'] ?? '127.0.0.1:9094';
+  const metricsAddr = values['metrics-addr'];
+  checkListenFlags(CLI, { 'health-addr': healthAddr, 'metrics-addr': metricsAddr });
 
-  const kubeconfig = (values.kubeconfig as string | undefined) ?? kubeconfigPathsFromEnv(process.env)[0];
+  const kubeconfig = values.kubeconfig ?? kubeconfigPathsFromEnv(process.env)[0];
   if (!kubeconfig && !process.env.KUBERNETES_SERVICE_HOST)
     usageError(
       'no Kubernetes API access: pass --kubeconfig FILE, set KUBECONFIG, or run in a pod (in-cluster service account)',
@@ -125,10 +103,7 @@ async function main(): Promise<void> {
   }
   if (dsConf.datastore_type === 'kubernetes' && !dsConf.kubernetes?.kubeconfig && kubeconfig)
     dsConf.kubernetes = { ...dsConf.kubernetes, kubeconfig };
-  const fatal = (what: string, e: unknown) => {
-    log.error(`netplugin-kube-controllers: ${what}`, { error: e instanceof Error ? e.message : String(e) });
-    process.exit(1);
-  };
+  const fatal = fatalExit(CLI, log);
   const kube = await createKubeClient(kubeconfig ? { kubeconfig } : {}).catch((e) =>
     fatal('cannot set up Kubernetes API access', e),
   );
@@ -149,7 +124,7 @@ async function main(): Promise<void> {
     log,
     registry,
     controllers: controllers as ControllerName[],
-    namespace: (values.namespace as string | undefined) ?? ownNamespace(),
+    namespace: values.namespace ?? ownNamespace(),
     ...(leaseDurationMs ? { leaseDurationMs } : {}),
     onLostLeadership: () => {
       if (exiting) return;

@@ -126,6 +126,18 @@ function checkNetns(v: string): string | undefined {
   return undefined;
 }
 
+const OWN_NETNS = ['/proc/self/ns/net', '/proc/1/ns/net'];
+let ownNetns: Array<[string, string | undefined]> | undefined;
+
+function nsId(p: string): string | undefined {
+  try {
+    const st = statSync(p);
+    return `${st.dev}:${st.ino}`;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * CNI_NETNS must be a sandbox's namespace, never the node's own nor the one
  * the plugin runs in: ADD would install a default route and set ip_forward on
@@ -134,22 +146,13 @@ function checkNetns(v: string): string | undefined {
  * (/proc/<pid>/ns/net, a bind mount) is caught. A path that cannot be stat'ed
  * is left to the command (DEL tolerates a namespace that is already gone).
  */
-function checkNotHostNetns(
-  netns: string,
-  own: readonly string[] = ['/proc/self/ns/net', '/proc/1/ns/net'],
-): string | undefined {
-  const id = (p: string) => {
-    try {
-      const st = statSync(p);
-      return `${st.dev}:${st.ino}`;
-    } catch {
-      return undefined;
-    }
-  };
-  const target = id(netns);
+function checkNotHostNetns(netns: string): string | undefined {
+  const target = nsId(netns);
   if (target === undefined) return undefined;
-  for (const p of own) {
-    if (id(p) === target) {
+  // The two namespaces are a process's for its life: stat'ed once (the agent checks every request).
+  ownNetns ??= OWN_NETNS.map((p) => [p, nsId(p)]);
+  for (const [p, own] of ownNetns) {
+    if (own === target) {
       return (
         `CNI_NETNS: ${show(netns)} is the ${p.includes('/1/') ? "node's own" : "plugin's own"} network ` +
         `namespace, not a sandbox's; refusing to change it (the runtime must pass the pod's namespace)`

@@ -92,167 +92,229 @@ interface NodeController extends Controller {
 }
 
 export function nodeController(ctx: ControllerContext): NodeController {
-  const name = 'node';
-  const m = controllerMetrics(ctx.registry);
-  const ipam = createIpam(ctx.ds, { lock: 'none', log: ctx.log });
-  const scans = ctx.registry.counter(
-    'netplugin_kube_controllers_ipam_gc_scans_total',
-    'IPAM garbage-collection scans completed',
-  );
+  return new NodeSync(ctx);
+}
+
+type Metrics = ReturnType<typeof controllerMetrics>;
+type Ipam = ReturnType<typeof createIpam>;
+
+/** The informers the controller reads. */
+interface NodeInputs {
+  kubeNodes: Informer<KubeObject>;
+  dsNodes: Informer<DsNode>;
+  heps: Informer<Hep>;
+  pods: Informer<KubePod>;
+}
+
+/**
+ * Kubernetes Nodes onto datastore Nodes: labels, automatic host endpoints, and the clean-up of a
+ * deleted node; the IPAM garbage collection (IpamGc) runs beside, on the same informers.
+ */
+class NodeSync implements NodeController {
+  readonly name = 'node';
+  private readonly m: Metrics;
+  private readonly ipam: Ipam;
   /** Nodes whose DELETED event we saw: cleaned up even without our annotation. */
-  const deleted = new Set<string>();
-  /** `<handle>|<ip>` -> when GC first saw it leaked. */
-  const firstLeaked = new Map<string, number>();
-  /**
-   * `<namespace>/<pod>` -> when its pod's deletion was seen (watch event): an allocation or endpoint
-   * of that pod counts as leaked from then, and a scan runs once the grace period has passed since.
-   */
-  const podGone = new Map<string, number>();
-  let resynced = false;
-  let started = false;
-  let gcTimer: NodeJS.Timeout | undefined;
-  let dueTimer: NodeJS.Timeout | undefined;
-  let lastDueScan = 0;
-  let gcRunning: Promise<string[]> | undefined;
+  private readonly deleted = new Set<string>();
+  private readonly queue: ReturnType<typeof controllerQueue>;
+  private readonly inputs: NodeInputs;
+  private readonly ipamState: ReturnType<typeof ipamStateMetrics>;
+  private readonly informers: Array<Informer<unknown>>;
+  private readonly gc: IpamGc;
+  private resynced = false;
+  private started = false;
 
-  const queue = controllerQueue(
-    ctx,
-    name,
-    (key) => `node ${key}`,
-    (node) => reconcile(node),
-  );
-  const onError = watchErrors(ctx, name);
-  const enqueue = (key: string) => {
-    if (resynced) queue.add(key);
-  };
+  constructor(private readonly ctx: ControllerContext) {
+    this.m = controllerMetrics(ctx.registry);
+    this.ipam = createIpam(ctx.ds, { lock: 'none', log: ctx.log });
+    this.queue = controllerQueue(
+      ctx,
+      this.name,
+      (key) => `node ${key}`,
+      (node) => this.reconcile(node),
+    );
+    const onError = watchErrors(ctx, this.name);
+    const enqueue = (key: string) => {
+      if (this.resynced) this.queue.add(key);
+    };
+    const kubeNodes = new Informer<KubeObject>(
+      kubeSource(ctx.kube, '/api/v1/nodes'),
+      {
+        onChange: (key, obj) => {
+          if (!obj) this.deleted.add(key);
+          enqueue(key);
+        },
+      },
+      { onError },
+    );
+    const dsNodes = new Informer<DsNode>(datastoreSource(ctx.ds, 'Node'), { onChange: enqueue }, { onError });
+    const heps = new Informer<Hep>(
+      datastoreSource(ctx.ds, 'HostEndpoint'),
+      {
+        onChange: (key, obj, old) => {
+          const h = obj ?? old!;
+          if (isAutoHep(h) && key.endsWith(AUTO_HEP_SUFFIX)) enqueue(h.spec.node);
+        },
+      },
+      { onError },
+    );
+    const pods = new Informer<KubePod>(
+      kubeSource<KubePod>(ctx.kube, '/api/v1/pods'),
+      {
+        onChange: (key, obj) => {
+          if (obj || !this.resynced) return; // before the first sync the start-up scan looks at everything
+          this.gc.podDeleted(key);
+        },
+      },
+      { onError },
+    );
+    this.inputs = { kubeNodes, dsNodes, heps, pods };
+    // IPAM state gauges (pools, blocks, GC candidates) from caches of their own.
+    this.ipamState = ipamStateMetrics(ctx, onError);
+    this.informers = [kubeNodes, dsNodes, heps, pods, ...this.ipamState.informers] as Array<Informer<unknown>>;
+    this.gc = new IpamGc(ctx, pods, this.ipam, this.m, this.ipamState);
+    ctx.onSettings(() => {
+      if (!this.resynced) return;
+      this.resyncAll(); // autoCreate may have changed
+      this.gc.reschedule(); // and the period and the grace period
+    });
+  }
 
-  const kubeNodes = new Informer<KubeObject>(
-    kubeSource(ctx.kube, '/api/v1/nodes'),
-    {
-      onChange: (key, obj) => {
-        if (!obj) deleted.add(key);
-        enqueue(key);
-      },
-    },
-    { onError },
-  );
-  const dsNodes = new Informer<DsNode>(
-    datastoreSource(ctx.ds, 'Node'),
-    { onChange: (key) => enqueue(key) },
-    { onError },
-  );
-  const heps = new Informer<Hep>(
-    datastoreSource(ctx.ds, 'HostEndpoint'),
-    {
-      onChange: (key, obj, old) => {
-        const h = obj ?? old!;
-        if (h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY && key.endsWith(AUTO_HEP_SUFFIX)) enqueue(h.spec.node);
-      },
-    },
-    { onError },
-  );
-  const pods = new Informer<KubePod>(
-    kubeSource<KubePod>(ctx.kube, '/api/v1/pods'),
-    {
-      onChange: (key, obj) => {
-        if (obj || !resynced) return; // before the first sync the start-up scan looks at everything
-        podGone.set(key, Date.now());
-        scheduleDue();
-      },
-    },
-    { onError },
-  );
-  // IPAM state gauges (pools, blocks, GC candidates) from caches of their own.
-  const ipamState = ipamStateMetrics(ctx, onError);
-  const informers = [kubeNodes, dsNodes, heps, pods, ...ipamState.informers] as Array<Informer<unknown>>;
+  start(): void {
+    if (this.started) return;
+    this.started = true;
+    for (const i of this.informers) i.start();
+    void Promise.all(this.informers.map((i) => i.whenSynced())).then(() => {
+      if (!this.started) return;
+      this.resynced = true;
+      this.resyncAll();
+      this.gc.start();
+    });
+  }
 
-  async function reconcile(node: string): Promise<void> {
-    const kn = kubeNodes.get(node);
-    const hepName = autoHostEndpointName(node);
+  get synced(): boolean {
+    return this.resynced;
+  }
+
+  get watching(): boolean {
+    return this.informers.every((i) => i.watching);
+  }
+
+  gcScan(): Promise<string[]> {
+    return this.gc.scan();
+  }
+
+  async stop(): Promise<void> {
+    this.started = false;
+    this.gc.stop();
+    this.ipamState.stop();
+    for (const i of this.informers) i.stop();
+    await this.queue.stop();
+    await this.gc.idle();
+  }
+
+  private resyncAll(): void {
+    const { kubeNodes, dsNodes, heps } = this.inputs;
+    const keys = new Set<string>([...kubeNodes.keys(), ...dsNodes.keys()]);
+    for (const h of heps.list()) if (isAutoHep(h)) keys.add(h.spec.node);
+    for (const k of keys) this.queue.add(k);
+  }
+
+  private async reconcile(node: string): Promise<void> {
+    const kn = this.inputs.kubeNodes.get(node);
     if (kn) {
-      deleted.delete(node);
-      const cur = await getIfExists(ctx.ds, 'Node', node);
-      if (!cur) {
-        await ctx.ds.create<'Node'>({
-          apiVersion: API_VERSION,
-          kind: 'Node',
-          metadata: {
-            name: node,
-            labels: { ...(kn.metadata.labels ?? {}) },
-            annotations: { [K8S_NODE_ANNOTATION]: node },
-          },
-          spec: {},
-        });
-        ctx.log.info('node controller: created the datastore Node with the Kubernetes Node labels', { node });
+      this.deleted.delete(node);
+      await this.syncLabels(node, kn);
+      if (this.ctx.settings().autoHostEndpoints) await this.applyAutoHep(node, kn);
+      else await this.removeAutoHep(node);
+    } else {
+      const dn = await getIfExists(this.ctx.ds, 'Node', node);
+      if (this.deleted.has(node) || dn?.metadata.annotations?.[K8S_NODE_ANNOTATION] === node) {
+        await this.cleanupNode(node);
+        this.deleted.delete(node);
       } else {
-        const labels = syncedNodeLabels(kn.metadata.labels, cur.metadata.labels);
-        const same =
-          JSON.stringify(Object.entries(labels).sort()) ===
-          JSON.stringify(Object.entries(cur.metadata.labels ?? {}).sort());
-        if (!same || cur.metadata.annotations?.[K8S_NODE_ANNOTATION] !== node) {
-          await ctx.ds.update({
-            ...cur,
-            metadata: {
-              ...cur.metadata,
-              labels,
-              annotations: { ...(cur.metadata.annotations ?? {}), [K8S_NODE_ANNOTATION]: node },
-            },
-          });
-          ctx.log.info('node controller: synced the Kubernetes Node labels onto the datastore Node', { node });
-        }
+        await this.removeAutoHep(node);
       }
-      if (ctx.settings().autoHostEndpoints) {
-        await applyMirror(ctx.ds, 'Profile', DEFAULT_ALLOW_PROFILE, defaultAllowProfile());
-        const did = await applyMirror(
-          ctx.ds,
-          'HostEndpoint',
-          hepName,
-          autoHostEndpoint(node, kn.metadata.labels, nodeAddresses(kn)),
-        );
-        if (did !== 'unchanged') ctx.log.info(`node controller: ${did} automatic host endpoint ${hepName}`, { node });
-      } else {
-        await removeAutoHep(node);
-      }
-      m.synced.inc({ controller: name });
+    }
+    this.m.synced.inc({ controller: this.name });
+  }
+
+  /** The datastore Node of `node`, created when missing, carries the Kubernetes Node's labels. */
+  private async syncLabels(node: string, kn: KubeObject): Promise<void> {
+    const { ds, log } = this.ctx;
+    const cur = await getIfExists(ds, 'Node', node);
+    if (!cur) {
+      await ds.create<'Node'>({
+        apiVersion: API_VERSION,
+        kind: 'Node',
+        metadata: {
+          name: node,
+          labels: { ...(kn.metadata.labels ?? {}) },
+          annotations: { [K8S_NODE_ANNOTATION]: node },
+        },
+        spec: {},
+      });
+      log.info('node controller: created the datastore Node with the Kubernetes Node labels', { node });
       return;
     }
-    const dn = await getIfExists(ctx.ds, 'Node', node);
-    if (deleted.has(node) || dn?.metadata.annotations?.[K8S_NODE_ANNOTATION] === node) {
-      await cleanupNode(node);
-      deleted.delete(node);
-    } else {
-      await removeAutoHep(node);
-    }
-    m.synced.inc({ controller: name });
+    const labels = syncedNodeLabels(kn.metadata.labels, cur.metadata.labels);
+    const same =
+      JSON.stringify(Object.entries(labels).sort()) ===
+      JSON.stringify(Object.entries(cur.metadata.labels ?? {}).sort());
+    if (same && cur.metadata.annotations?.[K8S_NODE_ANNOTATION] === node) return;
+    await ds.update({
+      ...cur,
+      metadata: {
+        ...cur.metadata,
+        labels,
+        annotations: { ...(cur.metadata.annotations ?? {}), [K8S_NODE_ANNOTATION]: node },
+      },
+    });
+    log.info('node controller: synced the Kubernetes Node labels onto the datastore Node', { node });
   }
 
-  /** An endpoint whose workload is gone for good (etcd: the plugin's DEL never ran). */
-  async function deleteEndpoint(w: Resource<'WorkloadEndpoint'>, why: string): Promise<void> {
-    try {
-      await ctx.ds.delete('WorkloadEndpoint', w.metadata.name, {
-        namespace: w.metadata.namespace ?? 'default',
-        revision: w.metadata.resourceVersion!,
-      });
-      ctx.log.info('node controller: deleted a stale workload endpoint', {
-        endpoint: `${w.metadata.namespace}/${w.metadata.name}`,
-        why,
-      });
-    } catch (e) {
-      // Gone or rewritten meanwhile (a new ADD): either way not ours to delete now.
-      if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
-    }
+  private async applyAutoHep(node: string, kn: KubeObject): Promise<void> {
+    const { ds, log } = this.ctx;
+    const hepName = autoHostEndpointName(node);
+    await applyMirror(ds, 'Profile', DEFAULT_ALLOW_PROFILE, defaultAllowProfile());
+    const hep = autoHostEndpoint(node, kn.metadata.labels, nodeAddresses(kn));
+    const did = await applyMirror(ds, 'HostEndpoint', hepName, hep);
+    if (did !== 'unchanged') log.info(`node controller: ${did} automatic host endpoint ${hepName}`, { node });
   }
 
-  async function removeAutoHep(node: string): Promise<void> {
-    const hep = await getIfExists(ctx.ds, 'HostEndpoint', autoHostEndpointName(node));
-    if (hep?.metadata.labels?.[CREATED_BY_LABEL] !== CREATED_BY) return;
-    await applyMirror(ctx.ds, 'HostEndpoint', hep.metadata.name, undefined);
-    ctx.log.info('node controller: deleted automatic host endpoint', { node, hostEndpoint: hep.metadata.name });
+  private async removeAutoHep(node: string): Promise<void> {
+    const hep = await getIfExists(this.ctx.ds, 'HostEndpoint', autoHostEndpointName(node));
+    if (!hep || !isAutoHep(hep)) return;
+    await applyMirror(this.ctx.ds, 'HostEndpoint', hep.metadata.name, undefined);
+    this.ctx.log.info('node controller: deleted automatic host endpoint', { node, hostEndpoint: hep.metadata.name });
   }
 
   /** Everything of a deleted node, in an order a retry can resume: addresses, blocks, host endpoint, Node. */
-  async function cleanupNode(node: string): Promise<void> {
-    const { items: blocks } = await ctx.ds.list('IPAMBlock');
+  private async cleanupNode(node: string): Promise<void> {
+    const { ds, log } = this.ctx;
+    const released = await this.releaseNodeAddresses(node);
+    // Then its blocks: empty ones back to the pool, the others unaffined; its affinities deleted.
+    await releaseNodeIpam(ds, node, { log });
+    if (ds.type !== 'kubernetes') {
+      // On etcd the plugin's endpoints outlive a node that never ran DEL.
+      const { items: weps } = await ds.list('WorkloadEndpoint');
+      for (const w of weps) if (w.spec.node === node) await deleteEndpoint(this.ctx, w, 'its node was deleted');
+    }
+    await this.removeAutoHep(node);
+    try {
+      await ds.delete('Node', node);
+      log.info('node controller: deleted the datastore Node of a deleted Kubernetes Node', {
+        node,
+        addressesReleased: released.length,
+      });
+    } catch (e) {
+      if (!DatastoreError.is(e, 'NotFound')) throw e;
+    }
+  }
+
+  /** The addresses allocated on `node` (by handle, and those without one), released. */
+  private async releaseNodeAddresses(node: string): Promise<string[]> {
+    const { items: blocks } = await this.ctx.ds.list('IPAMBlock');
     const handles = new Set<string>();
     const unowned: string[] = [];
     for (const b of blocks) {
@@ -265,54 +327,207 @@ export function nodeController(ctx: ControllerContext): NodeController {
       }
     }
     const released: string[] = [];
-    for (const h of handles) released.push(...(await ipam.releaseByHandle(h)));
-    if (unowned.length) released.push(...(await ipam.releaseIPs(unowned)).map((r) => r.ip));
-    for (const ip of released) ctx.log.info('node controller: released an address of a deleted node', { node, ip });
-    if (released.length) m.released.inc({ reason: 'node-deleted' }, released.length);
-    // Then its blocks: empty ones back to the pool, the others unaffined; its affinities deleted.
-    await releaseNodeIpam(ctx.ds, node, { log: ctx.log });
-    if (ctx.ds.type !== 'kubernetes') {
-      // On etcd the plugin's endpoints outlive a node that never ran DEL.
-      const { items: weps } = await ctx.ds.list('WorkloadEndpoint');
-      for (const w of weps) if (w.spec.node === node) await deleteEndpoint(w, 'its node was deleted');
-    }
-    await removeAutoHep(node);
-    try {
-      await ctx.ds.delete('Node', node);
-      ctx.log.info('node controller: deleted the datastore Node of a deleted Kubernetes Node', {
-        node,
-        addressesReleased: released.length,
-      });
-    } catch (e) {
-      if (!DatastoreError.is(e, 'NotFound')) throw e;
-    }
+    for (const h of handles) released.push(...(await this.ipam.releaseByHandle(h)));
+    if (unowned.length) released.push(...(await this.ipam.releaseIPs(unowned)).map((r) => r.ip));
+    for (const ip of released)
+      this.ctx.log.info('node controller: released an address of a deleted node', { node, ip });
+    if (released.length) this.m.released.inc({ reason: 'node-deleted' }, released.length);
+    return released;
+  }
+}
+
+function isAutoHep(h: Hep): boolean {
+  return h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY;
+}
+
+/** An endpoint whose workload is gone for good (etcd: the plugin's DEL never ran). */
+async function deleteEndpoint(ctx: ControllerContext, w: Resource<'WorkloadEndpoint'>, why: string): Promise<void> {
+  try {
+    await ctx.ds.delete('WorkloadEndpoint', w.metadata.name, {
+      namespace: w.metadata.namespace ?? 'default',
+      revision: w.metadata.resourceVersion!,
+    });
+    ctx.log.info('node controller: deleted a stale workload endpoint', {
+      endpoint: `${w.metadata.namespace}/${w.metadata.name}`,
+      why,
+    });
+  } catch (e) {
+    // Gone or rewritten meanwhile (a new ADD): either way not ours to delete now.
+    if (!DatastoreError.is(e, 'NotFound') && !DatastoreError.is(e, 'Conflict')) throw e;
+  }
+}
+
+/** The pod of namespace/name from the API server, undefined when it does not exist. */
+async function readPod(ctx: ControllerContext, namespace: string, name: string): Promise<KubePod | undefined> {
+  try {
+    return await ctx.kube.getPod(namespace, name);
+  } catch (e) {
+    if (!DatastoreError.is(e, 'NotFound')) throw e;
+    return undefined;
+  }
+}
+
+/**
+ * IPAM garbage collection: an allocation with Kubernetes attributes
+ * (namespace and pod) whose pod no longer exists (or exists with another
+ * UID, on another node, or without that address), and that no live
+ * workload endpoint holds, is released once it has looked leaked for
+ * leakGracePeriod. The pod is read from the API server once more right
+ * before the release, so a stale cache never frees a live pod's address.
+ * Allocations without those attributes (podman, plain CNI) are never touched.
+ * On etcd, endpoints of pods that are gone are deleted by the same rule.
+ * Runs every reconcilerPeriod (the safety net) and leakGracePeriod after a
+ * pod deletion the watch reported (podGone: the leak counts from then).
+ */
+class IpamGc {
+  /** `<handle>|<ip>` (and `wep|<namespace>/<name>|<revision>`) -> when GC first saw it leaked. */
+  private readonly firstLeaked = new Map<string, number>();
+  /**
+   * `<namespace>/<pod>` -> when its pod's deletion was seen (watch event): an allocation or endpoint
+   * of that pod counts as leaked from then, and a scan runs once the grace period has passed since.
+   */
+  private readonly podGone = new Map<string, number>();
+  private readonly scans: ReturnType<ControllerContext['registry']['counter']>;
+  private started = false;
+  private gcTimer: NodeJS.Timeout | undefined;
+  private dueTimer: NodeJS.Timeout | undefined;
+  private lastDueScan = 0;
+  private running: Promise<string[]> | undefined;
+
+  constructor(
+    private readonly ctx: ControllerContext,
+    private readonly pods: Informer<KubePod>,
+    private readonly ipam: Ipam,
+    private readonly m: Metrics,
+    private readonly ipamState: ReturnType<typeof ipamStateMetrics>,
+  ) {
+    this.scans = ctx.registry.counter(
+      'netplugin_kube_controllers_ipam_gc_scans_total',
+      'IPAM garbage-collection scans completed',
+    );
+  }
+
+  /** After the informers' first sync: a scan now, then every reconcilerPeriod. */
+  start(): void {
+    this.started = true;
+    void this.scan().catch((e) =>
+      this.ctx.log.warn('ipam gc: scan failed; trying again next period', { error: describeError(e) }),
+    );
+    this.scheduleGc();
+  }
+
+  stop(): void {
+    this.started = false;
+    clearTimeout(this.gcTimer);
+    clearTimeout(this.dueTimer);
+    this.podGone.clear();
+  }
+
+  /** Settles once a running scan ended. */
+  async idle(): Promise<void> {
+    await this.running?.catch(() => undefined);
+  }
+
+  /** The settings changed: the period and the grace period may have. */
+  reschedule(): void {
+    this.scheduleGc();
+    this.scheduleDue();
+  }
+
+  /** The watch saw pod `key` deleted: its leaks count from now. */
+  podDeleted(key: string): void {
+    this.podGone.set(key, Date.now());
+    this.scheduleDue();
+  }
+
+  /** One scan at a time; a caller during a scan waits for it. */
+  scan(): Promise<string[]> {
+    this.running ??= this.scanOnce().finally(() => {
+      this.running = undefined;
+    });
+    return this.running;
+  }
+
+  private scheduleGc(): void {
+    clearTimeout(this.gcTimer);
+    if (!this.started) return;
+    this.gcTimer = setTimeout(() => {
+      this.scan()
+        .catch((e) => {
+          this.m.errors.inc({ controller: 'node' });
+          this.ctx.log.warn('ipam gc: scan failed; trying again next period', { error: describeError(e) });
+        })
+        .finally(() => this.scheduleGc());
+    }, this.ctx.settings().reconcilerPeriodMs);
   }
 
   /**
-   * IPAM garbage collection: an allocation with Kubernetes attributes
-   * (namespace and pod) whose pod no longer exists (or exists with another
-   * UID, on another node, or without that address), and that no live
-   * workload endpoint holds, is released once it has looked leaked for
-   * leakGracePeriod. The pod is read from the API server once more right
-   * before the release, so a stale cache never frees a live pod's address.
-   * Allocations without those attributes (podman, plain CNI) are never touched.
-   * On etcd, endpoints of pods that are gone are deleted by the same rule.
-   * Runs every reconcilerPeriod (the safety net) and leakGracePeriod after a
-   * pod deletion the watch reported (podGone: the leak counts from then).
+   * The next scan a pod deletion asks for: when the earliest recorded deletion is leakGracePeriod
+   * old, at most one such scan a second (a scan lists every block; a burst of deletions shares one).
    */
-  async function gcScanOnce(): Promise<string[]> {
-    if (!pods.synced) return [];
-    const grace = ctx.settings().leakGracePeriodMs;
+  private scheduleDue(): void {
+    clearTimeout(this.dueTimer);
+    this.dueTimer = undefined;
+    if (!this.started || !this.podGone.size) return;
+    let earliest = Infinity;
+    for (const t of this.podGone.values()) earliest = Math.min(earliest, t);
+    const at = Math.max(earliest + this.ctx.settings().leakGracePeriodMs, this.lastDueScan + 1000);
+    this.dueTimer = setTimeout(
+      () => {
+        this.lastDueScan = Date.now();
+        this.scan()
+          .catch((e) => {
+            this.m.errors.inc({ controller: 'node' });
+            this.ctx.log.warn('ipam gc: scan after a pod deletion failed; the periodic pass retries', {
+              error: describeError(e),
+            });
+            // Do not spin on a failing datastore: the periodic pass is the safety net.
+            this.podGone.clear();
+          })
+          .finally(() => this.scheduleDue());
+      },
+      Math.max(0, at - Date.now()),
+    );
+  }
+
+  /** When the leak of `key` (of pod `podKey`) started: first seen, or the pod's deletion if earlier. */
+  private leakedSince(key: string, podKey: string, now: number): number {
+    const first = Math.min(this.firstLeaked.get(key) ?? now, this.podGone.get(podKey) ?? now);
+    this.firstLeaked.set(key, first);
+    return first;
+  }
+
+  private async scanOnce(): Promise<string[]> {
+    if (!this.pods.synced) return [];
+    const { ds } = this.ctx;
+    const grace = this.ctx.settings().leakGracePeriodMs;
     const now = Date.now();
-    const [{ items: blocks }, { items: weps }] = await Promise.all([
-      ctx.ds.list('IPAMBlock'),
-      ctx.ds.list('WorkloadEndpoint'),
-    ]);
-    // A live endpoint: its pod exists on the endpoint's node.
+    const [{ items: blocks }, { items: weps }] = await Promise.all([ds.list('IPAMBlock'), ds.list('WorkloadEndpoint')]);
+    const { live, stale } = this.classifyEndpoints(weps);
+    const ripe = this.ripeAllocations(blocks, live, grace, now);
+    const released = await this.releaseRipe(ripe, grace);
+    // Endpoints the plugin wrote on etcd for pods that are gone (no DEL ran), by the same rule:
+    // stale for the grace period, confirmed by a GET. On the kubernetes datastore endpoints are
+    // the pods themselves.
+    await this.deleteStaleEndpoints(ds.type === 'kubernetes' ? [] : stale, grace, now);
+    // Deletions whose grace period had passed when this scan started are settled: what they leaked
+    // was released here, or is kept (the pod read said otherwise) and left to the periodic pass.
+    for (const [k, t] of this.podGone) if (t + grace <= now) this.podGone.delete(k);
+    const stillLeaked = [...this.firstLeaked].filter(([k]) => !k.startsWith('wep|'));
+    this.ipamState.scanned(
+      stillLeaked.map(([k, t]) => ({ ip: k.slice(k.lastIndexOf('|') + 1), ageMs: now - t })),
+      grace,
+    );
+    this.scans.inc();
+    return released;
+  }
+
+  /** Addresses of live endpoints (their pod exists on the endpoint's node), and endpoints whose pod is gone. */
+  private classifyEndpoints(weps: Array<Resource<'WorkloadEndpoint'>>) {
     const live = new Set<string>();
-    const stale: Array<Resource<'WorkloadEndpoint'>> = []; // endpoints whose pod is gone (or elsewhere)
+    const stale: Array<Resource<'WorkloadEndpoint'>> = [];
     for (const w of weps) {
-      const pod = w.spec.pod ? pods.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) : undefined;
+      const pod = w.spec.pod ? this.pods.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) : undefined;
       if (
         w.spec.orchestrator === 'k8s' &&
         w.spec.pod &&
@@ -323,40 +538,46 @@ export function nodeController(ctx: ControllerContext): NodeController {
       }
       for (const n of w.spec.ipNetworks) live.add(canonicalIP(bareAddress(n)));
     }
+    return { live, stale };
+  }
+
+  /** The leaked allocations, by handle, that have looked leaked for the grace period. */
+  private ripeAllocations(blocks: Array<Resource<'IPAMBlock'>>, live: Set<string>, grace: number, now: number) {
     const seen = new Set<string>();
     const ripe = new Map<string, { attrs: Record<string, string>; ips: string[] }>();
     for (const b of blocks) {
       for (const { ip, attr } of allocationsIn(b.spec)) {
         const sec = attr?.secondary ?? {};
         if (!attr?.handle_id || !sec.namespace || !sec.pod) continue;
-        const why = live.has(ip) ? undefined : leakReason(sec, ip, pods.get(`${sec.namespace}/${sec.pod}`));
+        const why = live.has(ip) ? undefined : leakReason(sec, ip, this.pods.get(`${sec.namespace}/${sec.pod}`));
         const key = `${attr.handle_id}|${ip}`;
         if (!why) continue;
         seen.add(key);
-        const first = Math.min(firstLeaked.get(key) ?? now, podGone.get(`${sec.namespace}/${sec.pod}`) ?? now);
-        firstLeaked.set(key, first);
-        if (now - first < grace) continue;
+        if (now - this.leakedSince(key, `${sec.namespace}/${sec.pod}`, now) < grace) continue;
         const r = ripe.get(attr.handle_id) ?? { attrs: sec, ips: [] };
         r.ips.push(ip);
         ripe.set(attr.handle_id, r);
       }
     }
-    for (const k of [...firstLeaked.keys()]) if (!k.startsWith('wep|') && !seen.has(k)) firstLeaked.delete(k);
-    ctx.log.debug('ipam gc: scan', { leaked: seen.size, ripe: ripe.size, leakGracePeriod: formatDuration(grace) });
+    for (const k of [...this.firstLeaked.keys()]) if (!k.startsWith('wep|') && !seen.has(k)) this.firstLeaked.delete(k);
+    this.ctx.log.debug('ipam gc: scan', { leaked: seen.size, ripe: ripe.size, leakGracePeriod: formatDuration(grace) });
+    return ripe;
+  }
+
+  /** Each ripe handle released once a fresh read of its pod confirms every address is leaked. */
+  private async releaseRipe(
+    ripe: Map<string, { attrs: Record<string, string>; ips: string[] }>,
+    grace: number,
+  ): Promise<string[]> {
     const released: string[] = [];
     for (const [handle, r] of ripe) {
-      let pod: KubePod | undefined;
-      try {
-        pod = await ctx.kube.getPod(r.attrs.namespace!, r.attrs.pod!);
-      } catch (e) {
-        if (!DatastoreError.is(e, 'NotFound')) throw e;
-      }
+      const pod = await readPod(this.ctx, r.attrs.namespace!, r.attrs.pod!);
       const why = r.ips.map((ip) => leakReason(r.attrs, ip, pod)).find((x) => x !== undefined);
       if (!why || r.ips.some((ip) => !leakReason(r.attrs, ip, pod))) continue;
-      const ips = await ipam.releaseByHandle(handle);
+      const ips = await this.ipam.releaseByHandle(handle);
       for (const ip of ips) {
-        firstLeaked.delete(`${handle}|${ip}`);
-        ctx.log.info('ipam gc: released a leaked address', {
+        this.firstLeaked.delete(`${handle}|${ip}`);
+        this.ctx.log.info('ipam gc: released a leaked address', {
           ip,
           handle,
           namespace: r.attrs.namespace,
@@ -366,147 +587,31 @@ export function nodeController(ctx: ControllerContext): NodeController {
           leakGracePeriod: formatDuration(grace),
         });
       }
-      if (ips.length) m.released.inc({ reason: 'leaked' }, ips.length);
+      if (ips.length) this.m.released.inc({ reason: 'leaked' }, ips.length);
       released.push(...ips);
     }
-    // Endpoints the plugin wrote on etcd for pods that are gone (no DEL ran), by
-    // the same rule: stale for the grace period, confirmed by a GET. On the
-    // kubernetes datastore endpoints are the pods themselves.
+    return released;
+  }
+
+  private async deleteStaleEndpoints(stale: Array<Resource<'WorkloadEndpoint'>>, grace: number, now: number) {
     const staleNow = new Set<string>();
-    for (const w of ctx.ds.type === 'kubernetes' ? [] : stale) {
+    for (const w of stale) {
+      const ns = w.metadata.namespace ?? 'default';
       const key = `wep|${w.metadata.namespace}/${w.metadata.name}|${w.metadata.resourceVersion}`;
       staleNow.add(key);
-      const first = Math.min(
-        firstLeaked.get(key) ?? now,
-        podGone.get(`${w.metadata.namespace ?? 'default'}/${w.spec.pod}`) ?? now,
-      );
-      firstLeaked.set(key, first);
-      if (now - first < grace) continue;
-      let pod: KubePod | undefined;
-      try {
-        pod = await ctx.kube.getPod(w.metadata.namespace ?? 'default', w.spec.pod!);
-      } catch (e) {
-        if (!DatastoreError.is(e, 'NotFound')) throw e;
-      }
+      if (now - this.leakedSince(key, `${ns}/${w.spec.pod}`, now) < grace) continue;
+      const pod = await readPod(this.ctx, ns, w.spec.pod!);
       if (pod && (!pod.spec?.nodeName || pod.spec.nodeName === w.spec.node)) continue;
       await deleteEndpoint(
+        this.ctx,
         w,
         pod
           ? `pod ${w.metadata.namespace}/${w.spec.pod} runs on node ${pod.spec?.nodeName}`
           : `pod ${w.metadata.namespace}/${w.spec.pod} does not exist`,
       );
-      firstLeaked.delete(key);
+      this.firstLeaked.delete(key);
     }
-    for (const k of [...firstLeaked.keys()]) if (k.startsWith('wep|') && !staleNow.has(k)) firstLeaked.delete(k);
-    // Deletions whose grace period had passed when this scan started are settled: what they leaked
-    // was released here, or is kept (the pod read said otherwise) and left to the periodic pass.
-    for (const [k, t] of podGone) if (t + grace <= now) podGone.delete(k);
-    const stillLeaked = [...firstLeaked].filter(([k]) => !k.startsWith('wep|'));
-    ipamState.scanned(
-      stillLeaked.map(([k, t]) => ({ ip: k.slice(k.lastIndexOf('|') + 1), ageMs: now - t })),
-      grace,
-    );
-    scans.inc();
-    return released;
+    for (const k of [...this.firstLeaked.keys()])
+      if (k.startsWith('wep|') && !staleNow.has(k)) this.firstLeaked.delete(k);
   }
-
-  const gcScan = (): Promise<string[]> => {
-    // One scan at a time; a caller during a scan waits for it.
-    if (!gcRunning) {
-      gcRunning = gcScanOnce().finally(() => {
-        gcRunning = undefined;
-      });
-    }
-    return gcRunning;
-  };
-
-  const scheduleGc = () => {
-    clearTimeout(gcTimer);
-    if (!started) return;
-    gcTimer = setTimeout(() => {
-      gcScan()
-        .catch((e) => {
-          m.errors.inc({ controller: name });
-          ctx.log.warn('ipam gc: scan failed; trying again next period', { error: describeError(e) });
-        })
-        .finally(scheduleGc);
-    }, ctx.settings().reconcilerPeriodMs);
-  };
-
-  /**
-   * The next scan a pod deletion asks for: when the earliest recorded deletion is leakGracePeriod
-   * old, at most one such scan a second (a scan lists every block; a burst of deletions shares one).
-   */
-  function scheduleDue(): void {
-    clearTimeout(dueTimer);
-    dueTimer = undefined;
-    if (!started || !podGone.size) return;
-    let earliest = Infinity;
-    for (const t of podGone.values()) earliest = Math.min(earliest, t);
-    const at = Math.max(earliest + ctx.settings().leakGracePeriodMs, lastDueScan + 1000);
-    dueTimer = setTimeout(
-      () => {
-        lastDueScan = Date.now();
-        gcScan()
-          .catch((e) => {
-            m.errors.inc({ controller: name });
-            ctx.log.warn('ipam gc: scan after a pod deletion failed; the periodic pass retries', {
-              error: describeError(e),
-            });
-            // Do not spin on a failing datastore: the periodic pass is the safety net.
-            podGone.clear();
-          })
-          .finally(scheduleDue);
-      },
-      Math.max(0, at - Date.now()),
-    );
-  }
-
-  const resyncAll = () => {
-    const keys = new Set<string>([...kubeNodes.keys(), ...dsNodes.keys()]);
-    for (const h of heps.list()) if (h.metadata.labels?.[CREATED_BY_LABEL] === CREATED_BY) keys.add(h.spec.node);
-    for (const k of keys) queue.add(k);
-  };
-
-  ctx.onSettings(() => {
-    if (!resynced) return;
-    resyncAll(); // autoCreate may have changed
-    scheduleGc(); // and the period
-    scheduleDue(); // and the grace period
-  });
-
-  return {
-    name,
-    start() {
-      if (started) return;
-      started = true;
-      for (const i of informers) i.start();
-      void Promise.all(informers.map((i) => i.whenSynced())).then(() => {
-        if (!started) return;
-        resynced = true;
-        resyncAll();
-        void gcScan().catch((e) =>
-          ctx.log.warn('ipam gc: scan failed; trying again next period', { error: describeError(e) }),
-        );
-        scheduleGc();
-      });
-    },
-    get synced() {
-      return resynced;
-    },
-    get watching() {
-      return informers.every((i) => i.watching);
-    },
-    gcScan,
-    async stop() {
-      started = false;
-      clearTimeout(gcTimer);
-      clearTimeout(dueTimer);
-      podGone.clear();
-      ipamState.stop();
-      for (const i of informers) i.stop();
-      await queue.stop();
-      await gcRunning?.catch(() => undefined);
-    },
-  };
 }

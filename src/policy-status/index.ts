@@ -20,7 +20,7 @@
 //     containerID that differs from the one waited for is ignored for the same reason.
 // In the agent path the agent passes an in-process ProgrammedSignal instead of
 // (in addition to) the file.
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
 import { watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../log/types.js';
@@ -38,6 +38,8 @@ export interface PolicyStatus {
 /** In-process notification from the node agent (with the container ID programmed); returns an unsubscribe function. */
 export interface ProgrammedSignal {
   onProgrammed(endpointKey: string, cb: (containerID: string) => void): () => void;
+  /** False only when the agent's policy table surely has no entry for this pod interface name. */
+  mayBeKnown?(hostIfname: string): boolean;
 }
 
 /**
@@ -90,7 +92,6 @@ export async function writePolicyStatus(
   opts: { statusDir?: string; containerID?: string; programmed?: boolean } = {},
 ): Promise<string> {
   const dir = opts.statusDir ?? DEFAULT_STATUS_DIR;
-  await mkdir(dir, { recursive: true, mode: 0o755 });
   const status: PolicyStatus = {
     programmed: opts.programmed ?? true,
     at: new Date().toISOString(),
@@ -99,14 +100,23 @@ export async function writePolicyStatus(
   if (opts.containerID) status.containerID = opts.containerID;
   const final = statusFilePath(endpointKey, dir);
   const tmp = join(dir, `.${statusFileName(endpointKey)}.${process.pid}.${Math.random().toString(36).slice(2)}`);
-  await writeFile(tmp, JSON.stringify(status) + '\n', { mode: 0o644 });
+  const body = JSON.stringify(status) + '\n';
+  // The directory is made when missing only (not a mkdir per pod).
+  await writeFile(tmp, body, { mode: 0o644 }).catch(async (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'ENOENT') throw e;
+    await mkdir(dir, { recursive: true, mode: 0o755 });
+    await writeFile(tmp, body, { mode: 0o644 });
+  });
   await rename(tmp, final);
   return final;
 }
 
 /** Remove an endpoint's status file (before writing a new endpoint; on DEL). Absent is fine. */
 export async function clearPolicyStatus(endpointKey: string, statusDir: string = DEFAULT_STATUS_DIR): Promise<void> {
-  await rm(statusFilePath(endpointKey, statusDir), { force: true });
+  // unlink, not rm({force}): one syscall on the per-pod path (rm stats first).
+  await unlink(statusFilePath(endpointKey, statusDir)).catch((e: NodeJS.ErrnoException) => {
+    if (e.code !== 'ENOENT') throw e;
+  });
 }
 
 /**
@@ -120,7 +130,7 @@ export async function waitForPolicyProgrammed(opts: PolicyWaitOptions): Promise<
   const dir = opts.statusDir ?? DEFAULT_STATUS_DIR;
   const name = statusFileName(endpointKey);
   const file = join(dir, name);
-  await mkdir(dir, { recursive: true, mode: 0o755 });
+  if (!opts.signal) await mkdir(dir, { recursive: true, mode: 0o755 }); // for the watcher
 
   return new Promise<PolicyWaitResult>((resolve) => {
     let settled = false;
@@ -180,13 +190,18 @@ export async function waitForPolicyProgrammed(opts: PolicyWaitOptions): Promise<
     };
 
     const timer = setTimeout(() => finish({ programmed: false, reason: 'timeout' }), opts.timeoutMs);
-    const poll = setInterval(() => void check(), opts.pollIntervalMs ?? 100);
+    // With the agent's in-process signal the file is a fallback only: its controller writes the
+    // file before it signals, so the check after subscribing below finds what was programmed
+    // before; a slow poll covers a controller replaced while this waits. No watcher then: in a
+    // burst each of ~100 waiting ADDs would be woken by every other pod's status file.
+    const poll = setInterval(() => void check(), opts.pollIntervalMs ?? (opts.signal ? 1000 : 100));
     try {
       // Watch before the first check so a file written in between is not missed.
-      watcher = watch(dir, { persistent: false }, (_ev, filename) => {
-        if (!filename || filename.toString() === name) void check();
-      });
-      watcher.on('error', () => watcher?.close());
+      if (!opts.signal)
+        watcher = watch(dir, { persistent: false }, (_ev, filename) => {
+          if (!filename || filename.toString() === name) void check();
+        });
+      watcher?.on('error', () => watcher?.close());
     } catch (e) {
       log?.debug('fs.watch unavailable on the endpoint status directory; polling only', {
         dir,

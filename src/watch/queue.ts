@@ -137,3 +137,15 @@ export function createWorkQueue(opts: WorkQueueOptions): WorkQueue {
     },
   };
 }
+
+/**
+ * A controller's reconcile of its whole state under one key: one run at a time, once more when
+ * asked meanwhile, retried after a failure with doubling delays up to 10 s; each failure is told.
+ */
+export function createReconcileQueue(
+  handle: () => Promise<void>,
+  o: { baseDelayMs: number; onError: (err: Error, failures: number) => void },
+): WorkQueue {
+  const onError = (_k: string, err: unknown, n: number) => o.onError(err as Error, n);
+  return createWorkQueue({ handle, concurrency: 1, baseDelayMs: o.baseDelayMs, maxDelayMs: 10_000, onError });
+}

@@ -795,7 +795,7 @@ describe('availability', { timeout: 120_000 }, () => {
     const bad = await startKc(['--log-format', 'xml']);
     await bad.exited;
     expect(bad.proc.exitCode).toBe(2);
-    expect(bad.log()).toContain("--log-format 'xml' is not text or json");
+    expect(bad.log()).toContain("--log-format 'xml' is not one of text, json");
     procs.delete(bad);
   });
 

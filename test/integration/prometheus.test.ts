@@ -221,7 +221,7 @@ describe('metrics for Prometheus', { timeout: 120_000 }, () => {
         .match(/\bnetplugin_[a-z_]+\b/g),
     );
     const live = (await text(agentMetrics)) + (await text(kcMetrics));
-    const agentSource = readFileSync(join(ROOT, 'src/bin/netplugin-node.ts'), 'utf8');
+    const agentSource = readFileSync(join(ROOT, 'src/agent/parts/node-network.ts'), 'utf8');
     expect(names.size).toBeGreaterThanOrEqual(8);
     for (const n of names) {
       if (n.startsWith('netplugin_bgp_')) expect(agentSource, n).toContain(`'${n}'`);

@@ -37,6 +37,18 @@ describe('createConntrackFlusher', () => {
     expect(flushed).toEqual(['10.0.0.9']);
   });
 
+  it('an ADD reusing a queued address runs the pending dump at once, not at the timer', async () => {
+    const flushed: string[][] = [];
+    const f = createConntrackFlusher({ log, delayMs: 60_000, flush: (a) => void flushed.push([...a]) });
+    f.defer(['10.0.0.20']);
+    f.defer(['10.0.0.21']);
+    await f.settled(['10.0.0.21/32']);
+    expect(flushed).toEqual([['10.0.0.20', '10.0.0.21']]);
+    // Nothing left for the timer: close() has nothing to run.
+    await f.close();
+    expect(flushed).toHaveLength(1);
+  });
+
   it('close() runs what is pending at once; a flush that throws still settles its waiters', async () => {
     const flushed: string[] = [];
     const f = createConntrackFlusher({ log, delayMs: 60_000, flush: (a) => void flushed.push(...a) });

@@ -12,7 +12,6 @@ import { birdcPath, readSessions, runBirdc, type BgpSession } from '../../bird/c
 import type { BirdConfig } from './render.js';
 
 import { BIRD_CONFIG_FILE as CONFIG_FILE, BIRD_CONTROL_SOCKET as CONTROL_SOCKET } from '../../model/bgp.js';
-export { DEFAULT_BIRD_PATH, DEFAULT_BIRD_RUN_DIR } from '../../model/bgp.js';
 const PASSWORD_SUFFIX = '.password.conf';
 /** Left in the run dir by a graceful-restart shutdown: the next BIRD recovers (-R). */
 const RESTART_MARKER = 'graceful-restart';

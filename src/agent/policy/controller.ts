@@ -24,18 +24,10 @@ import type { Kind, Resource } from '../../model/resources.js';
 import type { Datastore } from '../../datastore/types.js';
 import { Informer, type ListWatchSource } from '../../watch/informer.js';
 import { datastoreSource } from '../../datastore/list-watch.js';
-import { createWorkQueue, type WorkQueue } from '../../watch/queue.js';
-import { readdir, rm } from 'node:fs/promises';
-import { join } from 'node:path';
-import {
-  clearPolicyStatus,
-  DEFAULT_STATUS_DIR,
-  endpointStatusKey,
-  isStatusFileName,
-  statusFileName,
-  writePolicyStatus,
-  type ProgrammedSignal,
-} from '../../policy-status/index.js';
+import { createReconcileQueue, type WorkQueue } from '../../watch/queue.js';
+import { REMOVAL_DELAY_MS, createBatchTimer } from './batch-timer.js';
+import { isKnownOrUnsure } from './known.js';
+import type { ProgrammedSignal } from '../../policy-status/index.js';
 import {
   PolicyCompiler,
   TABLE,
@@ -48,30 +40,25 @@ import {
 } from './compile.js';
 import { agentSettings, type AgentSettings } from '../../model/agent-config.js';
 import { VXLAN_PORT } from '../../dataplane/routing.js';
+import { flowDecisions } from '../../model/policy-eval.js';
 import {
-  endpointFromWep,
-  endpointViews,
-  flowDecisions,
-  policyId,
-  policySelects,
-  type EndpointView,
-} from '../../model/policy-eval.js';
-import {
-  BASE_ID,
   baseCommands,
   diffCommands,
   emptyState,
   entriesChanged,
-  fullScriptAttributed,
-  ownerFingerprint,
   staleNames,
   withoutOwners,
   type BaseOptions,
 } from './nft-script.js';
-import { ownerId, type Owner } from '../../dataplane/nft/model.js';
 import type { TagRef } from '../flows/tags.js';
 import { pendingPolicies, STAGED_KINDS, type PendingPolicies, type StagedPolicy } from '../../model/staged.js';
 import { cutConntrack, type ConntrackFlow } from '../../dataplane/conntrack.js';
+import { LocalEndpoints, type InterfaceConflict } from './local-endpoints.js';
+import { affectedAddresses, snapshot, type Seen } from './policy-change.js';
+import { KernelRefusals, type RefusedObject } from './refusals.js';
+import { StatusReporter } from './status-reporter.js';
+
+export type { InterfaceConflict, RefusedObject };
 
 interface PolicyControllerOptions {
   ds: Datastore;
@@ -104,27 +91,6 @@ interface PolicyControllerOptions {
    * where they fill the pending trace of each record.
    */
   staged?: boolean;
-}
-
-export interface RefusedObject {
-  owner: Owner;
-  stage: 'model' | 'kernel';
-  reason: string;
-}
-
-/** A local endpoint whose recorded `interfaceName` is not the host veth the agent derives for it. */
-export interface InterfaceConflict {
-  namespace: string;
-  /** The endpoint's name. */
-  endpoint: string;
-  /** The pod (Kubernetes endpoints). */
-  pod?: string;
-  recorded: string;
-  /** What the endpoint is programmed as; undefined when it is not programmed (`shared`). */
-  derived?: string;
-  /** `recorded`: the recorded name is not the derived one; `shared`: another endpoint that derives the same has it. */
-  kind: 'recorded' | 'shared';
-  message: string;
 }
 
 export interface ApplyStats {
@@ -197,251 +163,214 @@ export async function ensureBaseTable(
 }
 
 export async function startPolicyController(opts: PolicyControllerOptions): Promise<PolicyController> {
-  const { ds, log } = opts;
   const nft = opts.nft ?? (await defaultNft());
   const state = await ensureBaseTable(opts.base, nft);
-  log.info(
+  opts.log.info(
     state === 'installed'
       ? 'policy: base ruleset installed (pods isolated until programmed)'
       : 'policy: keeping the table of the previous run until the resync',
   );
+  return new Controller(opts, nft).start();
+}
 
-  const compiler = new PolicyCompiler(opts.flowLog);
-  let current: DesiredState | undefined; // undefined until the first full resync
-  let lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
-  let lastSettings = agentSettings(opts.nodename, []);
-  const appliedCbs: Array<(s: ApplyStats) => void> = [];
-  // Local endpoints reported programmed: endpointStatusKey → containerID@revision.
-  const reported = new Map<string, string>();
-  const waiters = new Map<string, Set<(containerID: string) => void>>();
-  // Interface conflicts reported: endpoint id → what was reported (reported again only when it changes).
-  const conflicts = new Map<string, string>();
-  // What the last batch saw, to find the endpoints whose policy a batch changed (conntrack).
-  let seen: Seen | undefined;
-  const cut =
-    opts.cutConntrack ??
-    ((addrs: string[], denied: (f: ConntrackFlow) => boolean) => cutConntrack(addrs, denied, log).deleted);
-  // Objects libnftables refused: ownerId → the fingerprint of the content refused (retried when it changes).
-  const kernelRefused = new Map<string, string>();
-  // Refusals already reported (ownerId + reason), so each is told once.
-  const told = new Set<string>();
-  const tell = (r: RefusedObject) => {
-    const k = `${r.stage}\0${ownerId(r.owner)}\0${r.reason}`;
-    if (told.has(k)) return;
-    told.add(k);
-    const o = r.owner;
-    log.warn(
-      `policy: ${o.kind} ${o.namespace ? `${o.namespace}/` : ''}${o.name} left out of the table; its pods stay ` +
-        `isolated`,
-      { stage: r.stage, reason: r.reason },
-    );
-    opts.onRefused?.(r);
-  };
-  const scratch = `${opts.base.table ?? TABLE}-check`;
-  /** Whether libnftables takes this script, tried in a scratch table that is never hooked and is gone afterwards. */
-  const accepted = async (d: DesiredState, exclude: ReadonlySet<string>): Promise<boolean> => {
-    const a = fullScriptAttributed({ ...opts.base, table: scratch }, d, exclude, { hooks: false });
-    try {
-      await nft(a.script + `delete table inet ${scratch}\n`);
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  /**
-   * The objects of `d` libnftables refuses: each found as the shortest
-   * refused prefix of the objects in script order (the ones before it are
-   * the ones it may depend on), by bisection.
-   */
-  const culprits = async (d: DesiredState, exclude: Set<string>): Promise<string[] | undefined> => {
-    const order = [...new Set(fullScriptAttributed(opts.base, d, exclude).lineOwners)];
-    if (!(await accepted(d, new Set([...exclude, ...order.filter((o) => o !== BASE_ID)])))) return undefined;
-    const found: string[] = [];
-    let start = 1; // order[0] is the base
-    const upto = (k: number) => new Set([...exclude, ...found, ...order.slice(k)]); // keeps order[0..k)
-    while (start < order.length) {
-      if (await accepted(d, upto(order.length))) break;
-      let lo = start; // order[0..lo) is accepted
-      let hi = order.length; // order[0..hi) is refused
-      while (hi - lo > 1) {
-        const mid = (lo + hi) >> 1;
-        if (await accepted(d, upto(mid))) lo = mid;
-        else hi = mid;
-      }
-      found.push(order[hi - 1]!);
-      start = hi;
-    }
-    return found;
-  };
-  /** A full resync; when refused, its culprits are left out and reported, everything else is programmed. */
-  const applyFull = async (
-    next: DesiredState,
-    exclude: Set<string>,
-  ): Promise<{ applied: DesiredState; commands: number }> => {
-    let a = fullScriptAttributed(opts.base, next, exclude);
-    // Objects the renderer refused (the compiler should have): left out like a kernel refusal.
-    for (const u of a.unrendered) {
-      const id = ownerId(u.owner);
-      exclude.add(id);
-      kernelRefused.set(id, ownerFingerprint(next, id));
-      tell({ owner: u.owner, stage: 'model', reason: u.reason });
-    }
-    try {
-      await nft(a.script);
-      return { applied: withoutOwners(next, exclude), commands: a.lineOwners.length };
-    } catch (e) {
-      const found = await culprits(next, exclude);
-      if (!found?.length) throw e; // the base itself, or not reproducible in the scratch table: retried
-      for (const id of found) {
-        exclude.add(id);
-        kernelRefused.set(id, ownerFingerprint(next, id));
-        tell({ owner: a.owners.get(id)!, stage: 'kernel', reason: (e as Error).message.slice(0, 512) });
-      }
-      a = fullScriptAttributed(opts.base, next, exclude);
-      await nft(a.script);
-      return { applied: withoutOwners(next, exclude), commands: a.lineOwners.length };
-    }
-  };
-  let resolveSynced!: () => void;
-  const synced = new Promise<void>((r) => (resolveSynced = r));
-  let timer: NodeJS.Timeout | undefined;
-  let stopped = false;
+/** The compiler's inputs of one batch, and what derives from them. */
+interface BatchInputs {
+  inputs: ReturnType<PolicyController['inputs']>;
+  weps: Array<Resource<'WorkloadEndpoint'>>;
+  /** The programmed local endpoints by endpointStatusKey. */
+  local: Map<string, Resource<'WorkloadEndpoint'>>;
+  settings: AgentSettings;
+}
 
-  const informers = new Map<Kind, Informer<Resource<Kind>>>();
-  // The oldest change not yet in the table: from its watch event (or the start) until a batch with it applied.
-  let pendingSince: number | undefined = Date.now();
-  let applyingSince: number | undefined;
-  const schedule = () => {
-    pendingSince ??= Date.now();
-    if (stopped || timer) return;
-    timer = setTimeout(() => {
-      timer = undefined;
-      queue.add('apply');
-    }, opts.batchDelayMs ?? 5);
-  };
-  for (const kind of WATCHED) {
-    informers.set(
-      kind,
-      new Informer(
-        datastoreSource(ds, kind),
-        { onChange: schedule },
+/**
+ * The datastore's policy model, batched (one per burst of changes), compiled and programmed: the
+ * first batch and any refused one as a full resync of the table, the others as its difference.
+ */
+class Controller implements PolicyController {
+  readonly synced: Promise<void>;
+  readonly signal: ProgrammedSignal;
+  private resolveSynced!: () => void;
+  private readonly compiler: PolicyCompiler;
+  private readonly status: StatusReporter;
+  private readonly locals: LocalEndpoints;
+  private readonly refusals: KernelRefusals;
+  private readonly cut: (addrs: string[], denied: (f: ConntrackFlow) => boolean) => number;
+  private readonly informers = new Map<Kind, Informer<Resource<Kind>>>();
+  /** Staged policies: outside the batches (they change no rule), read only when a flow is reported. */
+  private readonly stagedInformers: Array<Informer<StagedPolicy>> = [];
+  private readonly queue: WorkQueue;
+  private readonly appliedCbs: Array<(s: ApplyStats) => void> = [];
+  /** Undefined until the first full resync. */
+  private programmed: DesiredState | undefined;
+  /** The state a batch in flight is putting in the table. */
+  private applying: DesiredState | undefined;
+  private readonly batchTimer: ReturnType<typeof createBatchTimer>;
+  private lastInputs: ReturnType<PolicyController['inputs']> = { policies: [], profiles: new Map(), endpoints: [] };
+  private lastSettings: AgentSettings;
+  /** What the last batch saw, to find the endpoints whose policy a batch changed (conntrack). */
+  private seen: Seen | undefined;
+  private stagedChanged = true;
+  private pendingMemo: { policies: PolicyInput[]; pending: PendingPolicies | undefined } | undefined;
+  private stopped = false;
+  private resynced = false;
+  /** The oldest change not yet in the table: from its watch event (or the start) until a batch with it applied. */
+  private pendingSince: number | undefined = Date.now();
+  private applyingSince: number | undefined;
+
+  constructor(
+    private readonly opts: PolicyControllerOptions,
+    private readonly nft: (script: string) => Promise<string>,
+  ) {
+    const { log } = opts;
+    this.synced = new Promise<void>((r) => (this.resolveSynced = r));
+    this.compiler = new PolicyCompiler(opts.flowLog);
+    this.lastSettings = agentSettings(opts.nodename, []);
+    this.status = new StatusReporter({ statusDir: opts.statusDir, log });
+    this.locals = new LocalEndpoints({
+      nodename: opts.nodename,
+      vethPrefixes: opts.base.vethPrefixes,
+      log,
+      onInterfaceConflict: opts.onInterfaceConflict,
+    });
+    this.refusals = new KernelRefusals({ base: opts.base, nft, log, onRefused: opts.onRefused });
+    this.signal = {
+      onProgrammed: (key, cb) => this.status.signal.onProgrammed(key, cb),
+      mayBeKnown: (ifname) => isKnownOrUnsure(ifname, this.programmed, this.applying),
+    };
+    this.batchTimer = createBatchTimer(() => this.queue.add('apply'), {
+      delayMs: opts.batchDelayMs ?? 5,
+      lazyDelayMs: REMOVAL_DELAY_MS,
+    });
+    this.cut =
+      opts.cutConntrack ??
+      ((addrs: string[], denied: (f: ConntrackFlow) => boolean) => cutConntrack(addrs, denied, log).deleted);
+    for (const kind of WATCHED) {
+      const inf = new Informer(
+        datastoreSource(opts.ds, kind),
+        // An endpoint removed waits for company (batch-timer.ts); everything else is prompt.
+        { onChange: (_k, obj) => this.schedule(kind === 'WorkloadEndpoint' && obj === undefined) },
         { onError: (e, src) => log.warn('policy: watch failed; re-listing', { source: src, error: e.message }) },
-      ) as unknown as Informer<Resource<Kind>>,
-    );
-  }
-
-  // Staged policies: outside the batches (they change no rule), read only when a flow is reported.
-  const stagedInformers: Array<Informer<StagedPolicy>> = [];
-  let stagedChanged = true;
-  let pendingMemo: { policies: PolicyInput[]; pending: PendingPolicies | undefined } | undefined;
-  if (opts.staged) {
-    for (const kind of STAGED_KINDS) {
+      );
+      this.informers.set(kind, inf as unknown as Informer<Resource<Kind>>);
+    }
+    for (const kind of opts.staged ? STAGED_KINDS : []) {
       const onError = (e: Error, source: string) =>
         log.warn('policy: staged watch failed; re-listing', { source, error: e.message });
-      const src = datastoreSource(ds, kind) as unknown as ListWatchSource<StagedPolicy>;
-      const onChange = () => void (stagedChanged = true);
-      stagedInformers.push(new Informer<StagedPolicy>(src, { onChange }, { onError }));
+      const src = datastoreSource(opts.ds, kind) as unknown as ListWatchSource<StagedPolicy>;
+      const onChange = () => void (this.stagedChanged = true);
+      this.stagedInformers.push(new Informer<StagedPolicy>(src, { onChange }, { onError }));
     }
+    this.queue = createReconcileQueue(() => this.applyTracked(), {
+      baseDelayMs: 200,
+      onError: (err, n) =>
+        log.error('policy: applying the ruleset failed; retrying', { error: err.message, failures: n }),
+    });
   }
-  const pending = (): PendingPolicies | undefined => {
+
+  start(): this {
+    for (const inf of this.informers.values()) inf.start();
+    for (const inf of this.stagedInformers) inf.start();
+    // The first resync waits for every list; a kind that lists nothing reports no change, so
+    // schedule it once all are in (the batches before it return early).
+    void Promise.all([...this.informers.values()].map((i) => i.whenSynced())).then(() => this.schedule());
+    return this;
+  }
+
+  current(): DesiredState {
+    return this.programmed ?? emptyState();
+  }
+
+  inputs(): ReturnType<PolicyController['inputs']> {
+    return this.lastInputs;
+  }
+
+  flowRefs(): ReadonlyMap<string, TagRef> {
+    return this.compiler.flowRefs;
+  }
+
+  settings(): AgentSettings {
+    return this.lastSettings;
+  }
+
+  onApplied(cb: (s: ApplyStats) => void): void {
+    this.appliedCbs.push(cb);
+  }
+
+  programmingLagSeconds(): number {
+    const oldest = Math.min(this.pendingSince ?? Infinity, this.applyingSince ?? Infinity);
+    return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
+  }
+
+  pending(): PendingPolicies | undefined {
+    const { stagedInformers, lastInputs } = this;
     if (!stagedInformers.length || stagedInformers.some((i) => !i.synced)) return undefined;
-    if (!stagedChanged && pendingMemo?.policies === lastInputs.policies) return pendingMemo.pending;
-    stagedChanged = false;
+    if (!this.stagedChanged && this.pendingMemo?.policies === lastInputs.policies) return this.pendingMemo.pending;
+    this.stagedChanged = false;
     const staged = stagedInformers.flatMap((i) => i.list());
     const p = staged.length ? pendingPolicies(lastInputs.policies, staged) : undefined;
     for (const s of p?.skipped ?? []) {
-      log.debug('policy: staged policy left out of the pending trace', { ...s.ref, reason: s.reason });
+      this.opts.log.debug('policy: staged policy left out of the pending trace', { ...s.ref, reason: s.reason });
     }
-    pendingMemo = { policies: lastInputs.policies, pending: p };
+    this.pendingMemo = { policies: lastInputs.policies, pending: p };
     return p;
-  };
+  }
 
-  const apply = async (): Promise<void> => {
-    if (stopped) return;
-    for (const inf of informers.values()) if (!inf.synced) return; // the first batch waits for every list
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.batchTimer.clear();
+    for (const inf of this.informers.values()) inf.stop();
+    for (const inf of this.stagedInformers) inf.stop();
+    await this.queue.stop();
+  }
+
+  private schedule(lazy = false): void {
+    this.pendingSince ??= Date.now();
+    if (!this.stopped) this.batchTimer.schedule(lazy);
+  }
+
+  private allSynced(): boolean {
+    for (const inf of this.informers.values()) if (!inf.synced) return false;
+    return true;
+  }
+
+  private list<K extends Kind>(kind: K): Array<Resource<K>> {
+    return this.informers.get(kind)!.list() as Array<Resource<K>>;
+  }
+
+  private async applyTracked(): Promise<void> {
+    if (!this.allSynced()) return; // still pending: apply() waits for every list
+    const since = this.pendingSince;
+    this.pendingSince = undefined;
+    this.applyingSince = since;
+    try {
+      await this.apply();
+    } catch (e) {
+      // Not applied: its changes stay pending (the queue retries).
+      if (since !== undefined) this.pendingSince = Math.min(since, this.pendingSince ?? since);
+      throw e;
+    } finally {
+      this.applyingSince = undefined;
+      this.applying = undefined;
+    }
+  }
+
+  /** One batch: the inputs read, compiled, programmed; denied flows cut; the endpoints' status reported. */
+  private async apply(): Promise<void> {
+    if (this.stopped || !this.allSynced()) return; // the first batch waits for every list
+    const { log } = this.opts;
     const t0 = performance.now();
-    const profiles = new Map<string, ProfileInput>();
-    for (const p of informers.get('Profile')!.list() as Array<Resource<'Profile'>>)
-      profiles.set(p.metadata.name, { name: p.metadata.name, spec: p.spec });
-    const policies: PolicyInput[] = [];
-    for (const p of informers.get('NetworkPolicy')!.list() as Array<Resource<'NetworkPolicy'>>)
-      policies.push({
-        kind: 'NetworkPolicy',
-        name: p.metadata.name,
-        namespace: p.metadata.namespace ?? 'default',
-        spec: p.spec,
-      });
-    for (const p of informers.get('GlobalNetworkPolicy')!.list() as Array<Resource<'GlobalNetworkPolicy'>>)
-      policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
-    const weps = informers.get('WorkloadEndpoint')!.list() as Array<Resource<'WorkloadEndpoint'>>;
-    const { endpoints, local } = localEndpoints(weps);
-    const heps = informers.get('HostEndpoint')!.list() as Array<Resource<'HostEndpoint'>>;
-    const configs = informers.get('AgentConfiguration')!.list() as Array<Resource<'AgentConfiguration'>>;
-    const settings = agentSettings(opts.nodename, configs);
-    const host = { ...hostInput(heps, settings, opts.nodename, opts.base.vethPrefixes), vxlanPort: VXLAN_PORT };
-    lastInputs = { policies, profiles, endpoints, host };
-    lastSettings = settings;
-    let next = compiler.compile(lastInputs);
-    for (const r of next.refused) tell({ owner: r.owner, stage: 'model', reason: r.reason });
-    // Objects libnftables refused stay out while their content is the same.
-    const exclude = new Set<string>();
-    for (const [id, fp] of kernelRefused) {
-      if (ownerFingerprint(next, id) === fp) exclude.add(id);
-      else kernelRefused.delete(id);
-    }
+    const batch = this.readInputs();
+    const { policies, endpoints } = batch.inputs;
+    this.lastInputs = batch.inputs;
+    this.lastSettings = batch.settings;
+    const next = this.compiler.compile(this.lastInputs);
+    this.applying = next;
+    for (const r of next.refused) this.refusals.tell({ owner: r.owner, stage: 'model', reason: r.reason });
     const t1 = performance.now();
-    let full = current === undefined;
-    let commands = 0;
-    if (!full) {
-      const target = withoutOwners(next, exclude);
-      // The plugin marks re-created interfaces stale: read the marks only when entries change.
-      const stale = entriesChanged(current!, target)
-        ? staleNames(await nft(`list set inet ${opts.base.table ?? TABLE} wl-stale\n`))
-        : new Set<string>();
-      const cmds = diffCommands(current!, target, opts.base, stale);
-      commands = cmds.length;
-      try {
-        if (commands > 0) await nft(cmds.join('\n') + '\n');
-        current = target;
-      } catch (e) {
-        // The kernel's table is not what we think (edited by hand?), or an object it refuses:
-        // resync the whole table, recomputed from scratch, leaving out what it refuses.
-        log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
-        compiler.reset();
-        next = compiler.compile(lastInputs);
-        full = true;
-      }
-    }
-    if (full) {
-      current = undefined;
-      const r = await applyFull(next, exclude);
-      current = r.applied;
-      commands = r.commands;
-    }
+    const { full, commands } = await this.program(next);
     const t2 = performance.now();
-    // Only now, with the new rules in force: an entry flushed earlier could be re-created under the old ones.
-    const was = seen;
-    seen = snapshot(weps, endpoints, policies, profiles, was);
-    const addrs = was ? affectedAddresses(was, seen) : [];
-    let ctDeleted = 0;
-    if (addrs.length) {
-      // Each entry's flow decided again, by the evaluator, on the inputs just programmed: only the
-      // denied ones go; an allowed connection keeps its entry (and is never re-decided by its next packet).
-      const views = [...seen.views.values()].map((v) => v.view);
-      const localIds = seen.local;
-      const enforced = new Set([...localIds].map((id) => seen!.views.get(id)!.view));
-      const denied = (f: ConntrackFlow): boolean => {
-        const d = flowDecisions(views, policies, profiles, f, (ep) => enforced.has(ep));
-        // The node's own packets leave through no rule: only the egress of a pod it talks to counts.
-        return d.egress?.verdict === 'deny' || (!f.fromNode && d.ingress?.verdict === 'deny');
-      };
-      ctDeleted = cut(addrs, denied);
-      log.debug('policy: deleted the conntrack entries of flows the policy change denies', {
-        addrs: addrs.length,
-        deleted: ctDeleted,
-      });
-    }
-    await report(local);
+    const { addrs, ctDeleted } = this.cutDeniedFlows(batch);
+    await this.status.report(batch.local, this.programmed);
     if (full) {
       log.info('policy: table resynced', {
         policies: policies.length,
@@ -449,172 +378,98 @@ export async function startPolicyController(opts: PolicyControllerOptions): Prom
         commands,
         ms: Math.round(t2 - t0),
       });
-      if (!resynced) await sweepStatusFiles();
-      resynced = true;
-      resolveSynced();
+      if (!this.resynced) await this.status.sweep();
+      this.resynced = true;
+      this.resolveSynced();
     }
-    const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1, flushedAddrs: addrs.length, ctDeleted };
-    for (const cb of appliedCbs) cb(st);
-  };
+    const st = { full, commands, compileMs: t1 - t0, applyMs: t2 - t1, flushedAddrs: addrs, ctDeleted };
+    for (const cb of this.appliedCbs) cb(st);
+  }
+
+  private readInputs(): BatchInputs {
+    const { nodename, base } = this.opts;
+    const profiles = new Map<string, ProfileInput>();
+    for (const p of this.list('Profile')) profiles.set(p.metadata.name, { name: p.metadata.name, spec: p.spec });
+    const policies: PolicyInput[] = [];
+    for (const p of this.list('NetworkPolicy'))
+      policies.push({
+        kind: 'NetworkPolicy',
+        name: p.metadata.name,
+        namespace: p.metadata.namespace ?? 'default',
+        spec: p.spec,
+      });
+    for (const p of this.list('GlobalNetworkPolicy'))
+      policies.push({ kind: 'GlobalNetworkPolicy', name: p.metadata.name, spec: p.spec });
+    const weps = this.list('WorkloadEndpoint');
+    const { endpoints, local } = this.locals.derive(weps);
+    const settings = agentSettings(nodename, this.list('AgentConfiguration'));
+    const host = {
+      ...hostInput(this.list('HostEndpoint'), settings, nodename, base.vethPrefixes),
+      vxlanPort: VXLAN_PORT,
+    };
+    return { inputs: { policies, profiles, endpoints, host }, weps, local, settings };
+  }
 
   /**
-   * The compiler's endpoints: a local one gets the host veth the agent derives for it (never its
-   * recorded interfaceName: a pod annotation on the Kubernetes datastore, so its owner's to edit),
-   * and an interface is programmed for one endpoint only: when two derive the same (one pod with two
-   * endpoints, or a hash collision), one has it (preferred()) and the other is not programmed.
-   * Disagreements are reported. `local`: the programmed local endpoints by endpointStatusKey.
+   * The difference to the table as programmed; a full resync the first time and when the kernel
+   * refuses the difference. Objects libnftables refused stay out while their content is the same.
    */
-  const localEndpoints = (weps: Array<Resource<'WorkloadEndpoint'>>) => {
-    const endpoints: EndpointInput[] = [];
-    const owner = new Map<string, { w: Resource<'WorkloadEndpoint'>; e: EndpointInput }>();
-    const found = new Map<string, InterfaceConflict>();
-    for (const w of weps) {
-      const e = endpointFromWep(w, opts.nodename, opts.base.vethPrefixes);
-      endpoints.push(e);
-      if (w.spec.node !== opts.nodename || !e.interfaceName) continue;
-      if (w.spec.interfaceName !== e.interfaceName) found.set(wepId(w), conflictOf(w, e.interfaceName, 'recorded'));
-      const other = owner.get(e.interfaceName);
-      if (other) {
-        const [win, lose] = preferred(w, other.w, e.interfaceName) ? [{ w, e }, other] : [other, { w, e }];
-        delete lose.e.interfaceName;
-        found.set(wepId(lose.w), conflictOf(lose.w, undefined, 'shared', win.w));
-        owner.set(win.e.interfaceName!, win);
-      } else owner.set(e.interfaceName, { w, e });
+  private async program(compiled: DesiredState): Promise<{ full: boolean; commands: number }> {
+    const { base, log } = this.opts;
+    let next = compiled;
+    const exclude = this.refusals.exclusions(next);
+    if (this.programmed !== undefined) {
+      const target = withoutOwners(next, exclude);
+      // The plugin marks re-created interfaces stale: read the marks only when entries change.
+      const stale = entriesChanged(this.programmed, target)
+        ? staleNames(await this.nft(`list set inet ${base.table ?? TABLE} wl-stale\n`))
+        : new Set<string>();
+      const cmds = diffCommands(this.programmed, target, base, stale);
+      try {
+        if (cmds.length > 0) await this.nft(cmds.join('\n') + '\n');
+        this.programmed = target;
+        return { full: false, commands: cmds.length };
+      } catch (e) {
+        // The kernel's table is not what we think (edited by hand?), or an object it refuses:
+        // resync the whole table, recomputed from scratch, leaving out what it refuses.
+        log.warn('policy: incremental batch refused; resyncing the whole table', { error: (e as Error).message });
+        this.compiler.reset();
+        this.applying = next = this.compiler.compile(this.lastInputs);
+      }
     }
-    for (const [id, c] of found) {
-      const sig = `${c.kind}\0${c.recorded}\0${c.derived ?? ''}`;
-      if (conflicts.get(id) === sig) continue;
-      conflicts.set(id, sig);
-      log.warn(`policy: ${c.message}`, {
-        endpoint: `${c.namespace}/${c.endpoint}`,
-        recorded: c.recorded,
-        programmedAs: c.derived ?? null,
-      });
-      opts.onInterfaceConflict?.(c);
-    }
-    for (const id of [...conflicts.keys()]) if (!found.has(id)) conflicts.delete(id);
-    const local = new Map<string, Resource<'WorkloadEndpoint'>>();
-    for (const { w } of owner.values()) {
-      local.set(endpointStatusKey(w.metadata.namespace ?? 'default', w.metadata.name), w);
-    }
-    return { endpoints, local };
-  };
+    this.programmed = undefined;
+    const r = await this.refusals.applyFull(next, exclude);
+    this.programmed = r.applied;
+    return { full: true, commands: r.commands };
+  }
 
   /**
-   * After the first resync: status files no current endpoint has (an earlier agent's, or of the
-   * name format before the namespace was in it).
+   * Only now, with the new rules in force (an entry flushed earlier could be re-created under the
+   * old ones): each conntrack entry of an endpoint whose policy the batch changed is decided again,
+   * by the evaluator, on the inputs just programmed; only the denied ones go; an allowed connection
+   * keeps its entry (and is never re-decided by its next packet).
    */
-  let resynced = false;
-  const sweepStatusFiles = async () => {
-    const dir = opts.statusDir ?? DEFAULT_STATUS_DIR;
-    const keep = new Set([...reported.keys()].map(statusFileName));
-    let files: string[];
-    try {
-      files = await readdir(dir);
-    } catch {
-      return; // no directory yet: nothing to sweep
-    }
-    const stale = files.filter((f) => f.endsWith('.json') && !f.startsWith('.') && !keep.has(f));
-    await Promise.all(stale.map((f) => rm(join(dir, f), { force: true }).catch(() => undefined)));
-    if (stale.length === 0) return;
-    const oldFormat = stale.filter((f) => !isStatusFileName(f)).length;
-    const msg = 'policy: removed endpoint status files of endpoints gone or of an earlier format';
-    log.info(msg, { count: stale.length, oldFormat });
-  };
-
-  const report = async (candidates: Map<string, Resource<'WorkloadEndpoint'>>) => {
-    const jobs: Array<() => Promise<void>> = [];
-    // Programmed means its interface entry is in the table (an endpoint left out is not reported).
-    const inTable = new Set(
-      [...(current?.endpoints.values() ?? [])].map((e) => `${e.owner.namespace}/${e.owner.name}`),
-    );
-    const local = new Map(
-      [...candidates].filter(([, w]) => inTable.has(`${w.metadata.namespace ?? 'default'}/${w.metadata.name}`)),
-    );
-    for (const [key, w] of local) {
-      // Keyed by revision too: a re-ADD of the same container cleared the file and rewrote the endpoint.
-      const stamp = `${w.spec.containerID}@${w.metadata.resourceVersion ?? ''}`;
-      if (reported.get(key) === stamp) continue;
-      reported.set(key, stamp);
-      jobs.push(async () => {
-        await writePolicyStatus(key, {
-          ...(opts.statusDir ? { statusDir: opts.statusDir } : {}),
-          containerID: w.spec.containerID,
-        });
-        for (const cb of waiters.get(key) ?? []) cb(w.spec.containerID);
-      });
-    }
-    for (const key of [...reported.keys()]) {
-      if (local.has(key)) continue;
-      reported.delete(key);
-      jobs.push(() => clearPolicyStatus(key, opts.statusDir));
-    }
-    // A resync reports every pod of the node: a few files at a time, not one after another.
-    for (let i = 0; i < jobs.length; i += 32) await Promise.all(jobs.slice(i, i + 32).map((j) => j()));
-  };
-
-  const applyTracked = async (): Promise<void> => {
-    for (const inf of informers.values()) if (!inf.synced) return; // still pending: apply() waits for every list
-    const since = pendingSince;
-    pendingSince = undefined;
-    applyingSince = since;
-    try {
-      await apply();
-    } catch (e) {
-      // Not applied: its changes stay pending (the queue retries).
-      if (since !== undefined) pendingSince = Math.min(since, pendingSince ?? since);
-      throw e;
-    } finally {
-      applyingSince = undefined;
-    }
-  };
-
-  const queue: WorkQueue = createWorkQueue({
-    handle: applyTracked,
-    concurrency: 1,
-    baseDelayMs: 200,
-    maxDelayMs: 10_000,
-    onError: (_k, err, n) =>
-      log.error('policy: applying the ruleset failed; retrying', { error: (err as Error).message, failures: n }),
-  });
-
-  for (const inf of informers.values()) inf.start();
-  for (const inf of stagedInformers) inf.start();
-  // The first resync waits for every list; a kind that lists nothing reports no change, so
-  // schedule it once all are in (the batches before it return early).
-  void Promise.all([...informers.values()].map((i) => i.whenSynced())).then(schedule);
-
-  return {
-    synced,
-    signal: {
-      onProgrammed(key, cb) {
-        let s = waiters.get(key);
-        if (!s) waiters.set(key, (s = new Set()));
-        s.add(cb);
-        return () => {
-          s!.delete(cb);
-          if (s!.size === 0) waiters.delete(key);
-        };
-      },
-    },
-    current: () => current ?? emptyState(),
-    inputs: () => lastInputs,
-    flowRefs: () => compiler.flowRefs,
-    pending,
-    settings: () => lastSettings,
-    onApplied: (cb) => void appliedCbs.push(cb),
-    programmingLagSeconds() {
-      const oldest = Math.min(pendingSince ?? Infinity, applyingSince ?? Infinity);
-      return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
-    },
-    async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      for (const inf of informers.values()) inf.stop();
-      for (const inf of stagedInformers) inf.stop();
-      await queue.stop();
-    },
-  };
+  private cutDeniedFlows(batch: BatchInputs): { addrs: number; ctDeleted: number } {
+    const { policies, profiles, endpoints } = batch.inputs;
+    const was = this.seen;
+    const seen = snapshot(batch.weps, endpoints, policies, profiles, was);
+    this.seen = seen;
+    const addrs = was ? affectedAddresses(was, seen) : [];
+    if (!addrs.length) return { addrs: 0, ctDeleted: 0 };
+    const views = [...seen.views.values()].map((v) => v.view);
+    const enforced = new Set([...seen.local].map((id) => seen.views.get(id)!.view));
+    const denied = (f: ConntrackFlow): boolean => {
+      const d = flowDecisions(views, policies, profiles, f, (ep) => enforced.has(ep));
+      // The node's own packets leave through no rule: only the egress of a pod it talks to counts.
+      return d.egress?.verdict === 'deny' || (!f.fromNode && d.ingress?.verdict === 'deny');
+    };
+    const ctDeleted = this.cut(addrs, denied);
+    this.opts.log.debug('policy: deleted the conntrack entries of flows the policy change denies', {
+      addrs: addrs.length,
+      deleted: ctDeleted,
+    });
+    return { addrs: addrs.length, ctDeleted };
+  }
 }
 
 /** The compiler's host input: every host endpoint (peers of rules), this node's enforced, and the node's settings. */
@@ -639,140 +494,4 @@ function hostInput(
     endpointToHost: settings.endpointToHost,
     podPrefixes,
   };
-}
-
-/** An endpoint's identity: its name is unique only within its namespace. */
-function wepId(w: Resource<'WorkloadEndpoint'>): string {
-  return `${w.metadata.namespace ?? 'default'}/${w.metadata.name}`;
-}
-
-/**
- * Whether `a` rather than `b` has interface `ifname` that both derive: the one that records it (the
- * other's record disagrees: another network's veth, or forged), else the newer: created later; in
- * the same second, the greater identity (all agents agree).
- */
-function preferred(a: Resource<'WorkloadEndpoint'>, b: Resource<'WorkloadEndpoint'>, ifname: string): boolean {
-  const ha = a.spec.interfaceName === ifname;
-  if (ha !== (b.spec.interfaceName === ifname)) return ha;
-  const ta = a.metadata.creationTimestamp ?? '';
-  const tb = b.metadata.creationTimestamp ?? '';
-  return ta !== tb ? ta > tb : wepId(a) > wepId(b);
-}
-
-function conflictOf(
-  w: Resource<'WorkloadEndpoint'>,
-  derived: string | undefined,
-  kind: InterfaceConflict['kind'],
-  winner?: Resource<'WorkloadEndpoint'>,
-): InterfaceConflict {
-  const namespace = w.metadata.namespace ?? 'default';
-  const who = w.spec.pod ? `pod ${namespace}/${w.spec.pod}` : `endpoint ${namespace}/${w.metadata.name}`;
-  // The recorded name is the pod owner's text: quoted, bounded.
-  const recorded = JSON.stringify(w.spec.interfaceName.slice(0, 64));
-  const message =
-    kind === 'recorded'
-      ? `${who} records host interface ${recorded}, which is not the one this node made for it ` +
-        `(${derived}, derived from its namespace and pod); the recorded name is ignored and its policy is ` +
-        'programmed on its own interface (on the Kubernetes datastore: remove or correct the annotation ' +
-        'cni.netplugin.org/interfaceName)'
-      : `${who} derives the host interface of ${winner ? wepId(winner) : 'another endpoint'}, which records ` +
-        'it or is newer and keeps it; this endpoint is not programmed (its traffic stays dropped)';
-  return {
-    namespace,
-    endpoint: w.metadata.name,
-    ...(w.spec.pod ? { pod: w.spec.pod } : {}),
-    recorded: w.spec.interfaceName,
-    ...(derived ? { derived } : {}),
-    kind,
-    message,
-  };
-}
-
-/** What one batch saw: the objects (by identity: the informers keep an unchanged object) and the endpoints' views. */
-interface Seen {
-  weps: Map<string, Resource<'WorkloadEndpoint'>>;
-  policies: Map<string, PolicyInput>;
-  profiles: Map<string, ProfileInput>;
-  views: Map<string, { view: EndpointView; sig: string }>;
-  /** Endpoints programmed on this node (they have an interface). */
-  local: Set<string>;
-}
-
-function snapshot(
-  weps: Array<Resource<'WorkloadEndpoint'>>,
-  endpoints: EndpointInput[],
-  policies: PolicyInput[],
-  profiles: Map<string, ProfileInput>,
-  was: Seen | undefined,
-): Seen {
-  const now: Seen = { weps: new Map(), policies: new Map(), profiles, views: new Map(), local: new Set() };
-  for (const p of policies) now.policies.set(`${p.kind}/${policyId(p)}`, p);
-  // A profile change can change any endpoint's labels (namespace labels, labelsToApply): all views anew.
-  const reuse = was !== undefined && !changedKeys(was.profiles, profiles).length;
-  const fresh: EndpointInput[] = [];
-  const freshIds: string[] = [];
-  weps.forEach((w, i) => {
-    const id = wepId(w);
-    now.weps.set(id, w);
-    if (endpoints[i]!.interfaceName) now.local.add(id);
-    const old = reuse && was.weps.get(id) === w ? was.views.get(id) : undefined;
-    if (old) now.views.set(id, old);
-    else {
-      fresh.push(endpoints[i]!);
-      freshIds.push(id);
-    }
-  });
-  endpointViews(fresh, profiles).forEach((v, i) => {
-    const sig = JSON.stringify([v.allLabels, v.nsLabels, v.addrs, v.ports, v.profiles]);
-    now.views.set(freshIds[i]!, { view: v, sig });
-  });
-  return now;
-}
-
-/** Keys whose value is not the same object in both maps (added, removed or replaced). */
-function changedKeys<T extends { spec: unknown }>(a: Map<string, T>, b: Map<string, T>): string[] {
-  const out: string[] = [];
-  for (const [k, v] of a) {
-    const w = b.get(k)?.spec;
-    // A relist after a watch failure brings equal objects anew: compared by content then.
-    if (w !== v.spec && (w === undefined || JSON.stringify(w) !== JSON.stringify(v.spec))) out.push(k);
-  }
-  for (const k of b.keys()) if (!a.has(k)) out.push(k);
-  return out;
-}
-
-/**
- * The addresses whose conntrack entries are checked after a batch: the established connections of
- * the endpoints whose policy the batch changed, so that a flow the new policy denies is cut at once
- * (the base chains accept established traffic before any policy); entries of allowed flows are left
- * alone. Changed are:
- * - an endpoint (on any node) whose labels, namespace labels, addresses, ports or profiles
- *   changed: its own policy, and its membership in the selections of other endpoints' rules;
- * - a local endpoint selected by a policy that was added, removed or changed (old or new version);
- * - a local endpoint naming a profile that was added, removed or changed.
- * A new endpoint has no connection yet (dropped until programmed); a deleted one's are flushed by DEL.
- */
-function affectedAddresses(was: Seen, now: Seen): string[] {
-  const out = new Set<string>();
-  const take = (v: EndpointView | undefined) => v?.addrs.forEach((a) => out.add(a));
-  for (const [id, n] of now.views) {
-    const o = was.views.get(id);
-    if (!o || o === n || o.sig === n.sig) continue;
-    take(o.view);
-    take(n.view);
-  }
-  const profiles = new Set(changedKeys(was.profiles, now.profiles));
-  const policies = changedKeys(was.policies, now.policies).map(
-    (k) => [was.policies.get(k), now.policies.get(k)] as const,
-  );
-  if (profiles.size === 0 && policies.length === 0) return [...out];
-  for (const id of now.local) {
-    const n = now.views.get(id)!.view;
-    const o = was.views.get(id)?.view;
-    if (!o) continue;
-    const selects = ([op, np]: (typeof policies)[number]) =>
-      (np !== undefined && policySelects(np, n)) || (op !== undefined && policySelects(op, o));
-    if (n.profiles.some((p) => profiles.has(p)) || policies.some(selects)) take(n);
-  }
-  return [...out];
 }

@@ -24,9 +24,10 @@ export async function add(ctx: PluginContext): Promise<CniResult> {
   const wl = identify(conf, ctx);
   // With policy on, the host veth's name is marked stale before anything of this pod is written:
   // a previous pod of the same name (deleted while the agent was down) leaves it no rules. The nft
-  // code loads lazily: an ADD without policy does not pay for it.
+  // code loads lazily: an ADD without policy does not pay for it. The agent skips the mark for a
+  // name its table surely lacks (dropped as unknown already).
   const marked =
-    conf.policy?.type === 'k8s'
+    conf.policy?.type === 'k8s' && runtime.policySignal()?.mayBeKnown?.(wl.hostIfname) !== false
       ? import('../../dataplane/nft/programmed.js').then((m) => m.markStale(wl.hostIfname))
       : undefined;
   marked?.catch(() => undefined); // awaited below

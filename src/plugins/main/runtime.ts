@@ -11,7 +11,7 @@
 import type { Datastore } from '../../datastore/types.js';
 import { createClientCache } from '../../client-cache.js';
 import type { DatastoreConfig } from '../../datastore/index.js';
-import { ETCD_SETTINGS_WITH_DEPRECATED } from '../../datastore/settings.js';
+import { CLIENT_CACHE_LIMITS, createDatastorePool, type DatastorePool } from '../../datastore/pool.js';
 import type { WorkloadSpec, WorkloadState } from '../../dataplane/index.js';
 import type { ConntrackLog } from '../../dataplane/conntrack.js';
 import type { KubeClient } from '../../k8s/client.js';
@@ -87,17 +87,15 @@ export interface PluginRuntime {
   close(): Promise<void>;
 }
 
-/** What the agent's controllers need of the runtime: the same warm datastore connections requests use. */
-export type DatastoreSource = Pick<PluginRuntime, 'datastore'>;
-
 interface PluginRuntimeOptions {
-  /** Applied to every datastore opened (the agent's metrics time each call). */
-  wrapDatastore?: (ds: Datastore) => Datastore;
   /**
-   * How etcdv3 stores without an explicit etcd_transport are spoken: a
-   * long-lived process may prefer gRPC (one multiplexed, pinged connection for
-   * many watches); the default is the HTTP gateway, cheap to load.
+   * The datastores requests use: the agent's warm ones, which its controllers share (it closes them
+   * itself). Default: opened on first use and closed by close().
    */
+  datastores?: DatastorePool;
+  /** Without `datastores`: applied to every datastore opened (tests time or count calls). */
+  wrapDatastore?: (ds: Datastore) => Datastore;
+  /** Without `datastores`: how etcdv3 stores without an explicit etcd_transport are spoken. */
   etcdTransport?: 'grpc' | 'http';
   /**
    * Starts a watch-fed pod cache for an API client and node (the agent only:
@@ -119,33 +117,16 @@ interface PluginRuntimeOptions {
   ipamLockTakeover?: () => void;
 }
 
-/**
- * Open clients by settings. Bounded: a node has one or two networks, but each
- * distinct netconf the agent is sent would otherwise keep its own connection
- * (and fds) open for ever.
- */
-const DATASTORE_CACHE = Object.freeze({ max: 16, idleMs: 10 * 60_000, graceMs: 60_000 });
-
-/**
- * One key per distinct connection: the etcd fields come from the settings' own list, so a new field cannot be forgotten
- * here.
- */
-function datastoreKey(s: DatastoreConfig): string {
-  return JSON.stringify([
-    s.datastore_type ?? 'etcdv3',
-    ...ETCD_SETTINGS_WITH_DEPRECATED.map((k) => s[k]),
-    s.kubernetes?.kubeconfig,
-    s.kubernetes?.k8s_api_root,
-    s.etcd_transport,
-  ]);
-}
-
 export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRuntime {
-  const datastores = createClientCache<Datastore>({ ...DATASTORE_CACHE, close: (d) => d.close() });
-  const kubeClients = createClientCache<KubeClient>({ ...DATASTORE_CACHE, close: (c) => c.close() });
+  const datastores =
+    opts.datastores ??
+    createDatastorePool({
+      ...(opts.wrapDatastore ? { wrap: opts.wrapDatastore } : {}),
+      ...(opts.etcdTransport ? { etcdTransport: opts.etcdTransport } : {}),
+    });
+  const kubeClients = createClientCache<KubeClient>({ ...CLIENT_CACHE_LIMITS, close: (c) => c.close() });
   const podCaches = new Map<string, Promise<PodCache>>();
   let dataplanePort = opts.dataplane;
-  const wrap = opts.wrapDatastore ?? ((ds: Datastore) => ds);
   const ipam = {
     batch: opts.ipamBatching === true,
     shared: createIpamShared(),
@@ -154,17 +135,7 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
   };
 
   return {
-    datastore(s) {
-      const conf =
-        s.datastore_type !== 'kubernetes' && !s.etcd_transport && opts.etcdTransport
-          ? { ...s, etcd_transport: opts.etcdTransport }
-          : s;
-      // A failed connection is not cached: the next invocation retries.
-      return datastores.get(datastoreKey(conf), () =>
-        // Lazy: VERSION and a delegated-IPAM command never load the datastore code.
-        import('../../datastore/index.js').then((m) => m.openDatastore(conf)).then(wrap),
-      );
-    },
+    datastore: (s) => datastores.datastore(s),
     kubeClient(conf) {
       const k = conf.kubernetes ?? {};
       if (!k.kubeconfig && !k.k8s_api_root) {
@@ -225,7 +196,7 @@ export function createPluginRuntime(opts: PluginRuntimeOptions = {}): PluginRunt
           ),
         ),
       );
-      await Promise.all([datastores.closeAll(), kubeClients.closeAll()]);
+      await Promise.all([opts.datastores ? undefined : datastores.close(), kubeClients.closeAll()]);
     },
   };
 }
