@@ -105,61 +105,61 @@ export function parseResult(raw: unknown, label: string, fallbackVersion?: CniVe
     if (typeof v !== 'object' || v === null || Array.isArray(v)) throw bad(path, v, 'an object');
     return v as Record<string, unknown>;
   };
-  /** Each element of the array o[key], checked to be an object and parsed with its path (`.key[i]`). */
-  const objects = <T>(key: string, parse: (e: Record<string, unknown>, p: string) => T): T[] | undefined =>
-    arr(o[key], `.${key}`)?.map((x, i) => parse(obj(x, `.${key}[${i}]`), `.${key}[${i}]`));
-  const strList = (v: unknown, path: string): string[] | undefined =>
-    arr(v, path)?.map((x, i) => str(x, `${path}[${i}]`, false)!);
+  /** The fields of the object at `path`, each checked and named in errors by its own path (`.ips[0].gateway`). */
+  const fields = (e: Record<string, unknown>, path: string) => ({
+    at: (key: string) => `${path}.${key}`,
+    raw: (key: string) => e[key],
+    str: (key: string, optional = true) => str(e[key], `${path}.${key}`, optional),
+    int: (key: string) => int(e[key], `${path}.${key}`),
+    strList: (key: string) => arr(e[key], `${path}.${key}`)?.map((x, i) => str(x, `${path}.${key}[${i}]`, false)!),
+  });
+  /** Each element of the array o[key], checked to be an object and parsed through its fields (`.key[i]`). */
+  const objects = <T>(key: string, parse: (f: ReturnType<typeof fields>) => T): T[] | undefined =>
+    arr(o[key], `.${key}`)?.map((x, i) => parse(fields(obj(x, `.${key}[${i}]`), `.${key}[${i}]`)));
 
-  const ifaces = objects('interfaces', (e, p): CniInterface => {
+  const ifaces = objects('interfaces', (f): CniInterface => {
     return compact({
-      name: str(e['name'], `${p}.name`, false)!,
-      mac: str(e['mac'], `${p}.mac`),
-      mtu: int(e['mtu'], `${p}.mtu`),
-      sandbox: str(e['sandbox'], `${p}.sandbox`),
-      socketPath: str(e['socketPath'], `${p}.socketPath`),
-      pciID: str(e['pciID'], `${p}.pciID`),
+      name: f.str('name', false)!,
+      mac: f.str('mac'),
+      mtu: f.int('mtu'),
+      sandbox: f.str('sandbox'),
+      socketPath: f.str('socketPath'),
+      pciID: f.str('pciID'),
     });
   });
   if (ifaces) res.interfaces = ifaces;
-  const ips = objects('ips', (e, p): CniIPConfig => {
-    const address = str(e['address'], `${p}.address`, false)!;
-    if (!isCidr(address)) throw bad(`${p}.address`, address, 'an address with prefix length, e.g. "10.0.0.5/24"');
+  const ips = objects('ips', (f): CniIPConfig => {
+    const address = f.str('address', false)!;
+    if (!isCidr(address)) throw bad(f.at('address'), address, 'an address with prefix length, e.g. "10.0.0.5/24"');
     const fam = ipFamily(addressOf(address));
-    const version = e['version'];
-    if (version !== undefined && version !== String(fam)) throw bad(`${p}.version`, version, `"${fam}" for ${address}`);
-    const gateway = str(e['gateway'], `${p}.gateway`);
-    if (gateway !== undefined && ipFamily(gateway) !== fam) throw bad(`${p}.gateway`, gateway, `an IPv${fam} address`);
-    const iface = int(e['interface'], `${p}.interface`);
+    const version = f.raw('version');
+    if (version !== undefined && version !== String(fam))
+      throw bad(f.at('version'), version, `"${fam}" for ${address}`);
+    const gateway = f.str('gateway');
+    if (gateway !== undefined && ipFamily(gateway) !== fam) throw bad(f.at('gateway'), gateway, `an IPv${fam} address`);
+    const iface = f.int('interface');
     if (iface !== undefined && res.interfaces && iface >= res.interfaces.length) {
-      throw bad(`${p}.interface`, iface, `an index into interfaces (0..${res.interfaces.length - 1})`);
+      throw bad(f.at('interface'), iface, `an index into interfaces (0..${res.interfaces.length - 1})`);
     }
     return compact({ address, gateway, interface: iface });
   });
   if (ips) res.ips = ips;
-  const routes = objects('routes', (e, p): CniRoute => {
-    const dst = str(e['dst'], `${p}.dst`, false)!;
-    if (!isCidr(dst)) throw bad(`${p}.dst`, dst, 'a CIDR, e.g. "0.0.0.0/0"');
-    const gw = str(e['gw'], `${p}.gw`);
-    if (gw !== undefined && ipFamily(gw) === 0) throw bad(`${p}.gw`, gw, 'an IP address');
-    return compact({
-      dst,
-      gw,
-      mtu: int(e['mtu'], `${p}.mtu`),
-      advmss: int(e['advmss'], `${p}.advmss`),
-      priority: int(e['priority'], `${p}.priority`),
-      table: int(e['table'], `${p}.table`),
-      scope: int(e['scope'], `${p}.scope`),
-    });
+  const routes = objects('routes', (f): CniRoute => {
+    const dst = f.str('dst', false)!;
+    if (!isCidr(dst)) throw bad(f.at('dst'), dst, 'a CIDR, e.g. "0.0.0.0/0"');
+    const gw = f.str('gw');
+    if (gw !== undefined && ipFamily(gw) === 0) throw bad(f.at('gw'), gw, 'an IP address');
+    const [mtu, advmss, priority, table, scope] = ['mtu', 'advmss', 'priority', 'table', 'scope'].map(f.int);
+    return compact({ dst, gw, mtu, advmss, priority, table, scope });
   });
   if (routes) res.routes = routes;
   if (o['dns'] !== undefined && o['dns'] !== null) {
-    const d = obj(o['dns'], '.dns');
+    const d = fields(obj(o['dns'], '.dns'), '.dns');
     const dns: CniDNS = compact({
-      nameservers: strList(d['nameservers'], '.dns.nameservers'),
-      domain: str(d['domain'], '.dns.domain'),
-      search: strList(d['search'], '.dns.search'),
-      options: strList(d['options'], '.dns.options'),
+      nameservers: d.strList('nameservers'),
+      domain: d.str('domain'),
+      search: d.strList('search'),
+      options: d.strList('options'),
     });
     res.dns = dns;
   }

@@ -16,6 +16,7 @@ import {
   type CtlGroup,
   type DatastoreConfig,
   type FlagSpec,
+  DRY_RUN,
 } from './io.js';
 import {
   defaultPackageDir,
@@ -119,7 +120,7 @@ const INSTALL_FLAGS: FlagSpec[] = [
   { name: 'agent', type: 'bool' },
   { name: 'init-datastore', type: 'bool' },
   { name: 'output', short: 'o', type: 'string' },
-  { name: 'dry-run', type: 'bool' },
+  DRY_RUN,
 ];
 
 const runInstallCni: CtlCommand = async (rest, io, s) => {

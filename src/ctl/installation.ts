@@ -26,7 +26,18 @@ import { flowsManifest } from '../model/flows-manifest.js';
 import { installCni, type InstallDeps } from './install-cni.js';
 import { writeFileAtomic } from '../atomic-write.js';
 import { SA_DIR, type KubeClient } from '../k8s/client.js';
-import { bool, CtlError, parseCommand, str, type CtlIO, type CtlSession, type DatastoreConfig } from './io.js';
+import {
+  bool,
+  CtlError,
+  parseCommand,
+  str,
+  type CtlIO,
+  type CtlSession,
+  type DatastoreConfig,
+  DRY_RUN,
+  dryRun,
+  printHelp,
+} from './io.js';
 import { defaultPackageDir, resolvePath } from './install-cni.js';
 import { readDocuments, writeResource } from './resources.js';
 import { getIfExists } from '../datastore/cas.js';
@@ -540,7 +551,7 @@ export async function cmdInstallation(rest: string[], io: CtlIO, s: CtlSession):
       topic,
       s,
     );
-    if (bool(p, 'help')) return (io.stdout(INSTALLATION_HELP[topic]!), 0);
+    if (bool(p, 'help')) return printHelp(io, INSTALLATION_HELP[topic]!);
     const file = str(p, 'filename');
     if (!file) throw new CtlError('installation render needs -f FILE (the Installation; - for stdin)');
     const paths = nodePaths(io, undefined, str(p, 'cni-conf-dir'), str(p, 'conf-name'));
@@ -563,13 +574,13 @@ export async function cmdInstallation(rest: string[], io: CtlIO, s: CtlSession):
           name,
           type: 'string' as const,
         })),
-        { name: 'dry-run', type: 'bool' },
+        DRY_RUN,
         { name: 'watch', type: 'bool' },
       ],
       topic,
       s,
     );
-    if (bool(p, 'help')) return (io.stdout(INSTALLATION_HELP[topic]!), 0);
+    if (bool(p, 'help')) return printHelp(io, INSTALLATION_HELP[topic]!);
     const file = str(p, 'filename');
     const watch = bool(p, 'watch') ?? false;
     if (file && watch)
@@ -589,7 +600,7 @@ export async function cmdInstallation(rest: string[], io: CtlIO, s: CtlSession):
         str(p, 'conf-name'),
         str(p, 'service-account-dir'),
       ),
-      dryRun: bool(p, 'dry-run') ?? false,
+      dryRun: dryRun(p),
       deps: {
         packageDir: pkgDir ? resolvePath(io, pkgDir) : (io.packageDir ?? defaultPackageDir()),
         nodePath: io.nodePath ?? process.execPath,

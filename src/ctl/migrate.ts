@@ -13,7 +13,18 @@ import type { Datastore } from '../datastore/types.js';
 import { initDatastore } from '../datastore/init.js';
 import { resolvePath } from './install-cni.js';
 import { writeFileAtomic } from '../atomic-write.js';
-import { bool, CtlError, parseCommand, readJsonFile, str, type CtlIO, type CtlSession } from './io.js';
+import {
+  bool,
+  CtlError,
+  parseCommand,
+  readJsonFile,
+  str,
+  type CtlIO,
+  type CtlSession,
+  DRY_RUN,
+  dryRun,
+  printHelp,
+} from './io.js';
 import { getIfExists } from '../datastore/cas.js';
 import { NETPLUGIN_VERSION } from './version.js';
 
@@ -98,13 +109,13 @@ export async function cmdMigrate(rest: string[], io: CtlIO, s: CtlSession): Prom
       { name: 'output', short: 'o', type: 'string' },
       { name: 'filename', short: 'f', type: 'string' },
       { name: 'allow-unlocked', type: 'bool' },
-      { name: 'dry-run', type: 'bool' },
+      DRY_RUN,
     ],
     `datastore migrate ${sub}`,
     s,
   );
-  if (bool(p, 'help')) return (io.stdout(MIGRATE_HELP), 0);
-  const dry = bool(p, 'dry-run') ?? false;
+  if (bool(p, 'help')) return printHelp(io, MIGRATE_HELP);
+  const dry = dryRun(p);
   const setReady = async (ds: Datastore, ready: boolean): Promise<string> => {
     if (dry) return `would be set (now ${await readyState(ds)})`;
     const version =

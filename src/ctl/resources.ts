@@ -389,6 +389,7 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
     Object.entries(r.metadata.labels ?? {})
       .map(([k, v]) => `${k}=${v}`)
       .join(',');
+  const blankIfUnset = (n: number | undefined) => (n === undefined ? '' : String(n));
   switch (kind) {
     case 'IPPool':
       return {
@@ -479,13 +480,7 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         row: (r) => {
           const s = (r as Resource<'BGPPeer'>).spec;
           const node = s.node ?? (s.nodeSelector !== undefined ? `selector: ${s.nodeSelector}` : '(global)');
-          return [
-            r.metadata.name,
-            s.peerIP ?? '',
-            s.asNumber === undefined ? '' : String(s.asNumber),
-            node,
-            s.peerSelector ?? '',
-          ];
+          return [r.metadata.name, s.peerIP ?? '', blankIfUnset(s.asNumber), node, s.peerSelector ?? ''];
         },
       };
     case 'BGPConfiguration':
@@ -494,12 +489,7 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
         row: (r) => {
           const s = (r as Resource<'BGPConfiguration'>).spec;
           const mesh = r.metadata.name === 'default' ? String(s.nodeToNodeMeshEnabled ?? true) : '';
-          return [
-            r.metadata.name,
-            s.asNumber === undefined ? '' : String(s.asNumber),
-            mesh,
-            s.listenPort === undefined ? '' : String(s.listenPort),
-          ];
+          return [r.metadata.name, blankIfUnset(s.asNumber), mesh, blankIfUnset(s.listenPort)];
         },
       };
     case 'NetworkPolicy':
@@ -511,7 +501,7 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
           return [
             ...(kind === 'NetworkPolicy' ? [r.metadata.namespace ?? ''] : []),
             r.metadata.name,
-            s.order === undefined ? '' : String(s.order),
+            blankIfUnset(s.order),
             String(s.selector ?? 'all()'),
           ];
         },
@@ -527,7 +517,7 @@ function columns(kind: Kind, wide: boolean): { header: string[]; row: (r: Resour
             ...(kind === 'StagedNetworkPolicy' ? [r.metadata.namespace ?? ''] : []),
             r.metadata.name,
             s.stagedAction ?? 'Set',
-            s.order === undefined ? '' : String(s.order),
+            blankIfUnset(s.order),
             set ? String(s.selector ?? 'all()') : '',
           ];
         },

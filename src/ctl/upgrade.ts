@@ -16,7 +16,18 @@ import { OPERATOR_GROUP } from '../model/installation.js';
 import { initDatastore } from '../datastore/init.js';
 import { resolvePath } from './install-cni.js';
 import { writeFileAtomic } from '../atomic-write.js';
-import { bool, CtlError, parseCommand, readJsonFile, str, type CtlIO, type CtlSession } from './io.js';
+import {
+  bool,
+  CtlError,
+  parseCommand,
+  readJsonFile,
+  str,
+  type CtlIO,
+  type CtlSession,
+  DRY_RUN,
+  dryRun,
+  printHelp,
+} from './io.js';
 import { clusterVersion, compareVersions, NETPLUGIN_VERSION, parseVersion } from './version.js';
 
 /** docs/upgrade.md: the procedures lead to this release line from v3.15 or later. */
@@ -205,19 +216,15 @@ export interface SavedOwnerReferences {
 async function cmdOwnerReferences(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
   const sub = args[0];
   const topic = 'upgrade owner-refs';
-  if (!sub || sub === '--help' || sub === '-h') return (io.stdout(UPGRADE_HELP[topic]!), 0);
+  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, UPGRADE_HELP[topic]!);
   const p = parseCommand(
     args.slice(1),
-    [
-      { name: 'output', short: 'o', type: 'string' },
-      { name: 'filename', short: 'f', type: 'string' },
-      { name: 'dry-run', type: 'bool' },
-    ],
+    [{ name: 'output', short: 'o', type: 'string' }, { name: 'filename', short: 'f', type: 'string' }, DRY_RUN],
     `${topic} ${sub}`,
     s,
   );
-  if (bool(p, 'help')) return (io.stdout(UPGRADE_HELP[topic]!), 0);
-  const dry = bool(p, 'dry-run') ?? false;
+  if (bool(p, 'help')) return printHelp(io, UPGRADE_HELP[topic]!);
+  const dry = dryRun(p);
   if (sub === 'save') {
     const out = str(p, 'output');
     if (!out) throw new CtlError('upgrade owner-refs save needs -o FILE (where to record the owner references)');
@@ -369,7 +376,7 @@ async function cmdCheck(args: string[], io: CtlIO, s: CtlSession): Promise<numbe
     'upgrade check',
     s,
   );
-  if (bool(p, 'help')) return (io.stdout(UPGRADE_HELP['upgrade check']!), 0);
+  if (bool(p, 'help')) return printHelp(io, UPGRADE_HELP['upgrade check']!);
   const findings: Finding[] = [];
   const add = (procedure: string, item: string, blocking = false) => findings.push({ procedure, item, blocking });
   const to = str(p, 'to') ?? `v${NETPLUGIN_VERSION}`;
@@ -545,17 +552,9 @@ async function confirm(io: CtlIO, question: string): Promise<boolean> {
 }
 
 async function cmdFinish(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
-  const p = parseCommand(
-    args,
-    [
-      { name: 'dry-run', type: 'bool' },
-      { name: 'yes', short: 'y', type: 'bool' },
-    ],
-    'upgrade finish',
-    s,
-  );
-  if (bool(p, 'help')) return (io.stdout(UPGRADE_HELP['upgrade finish']!), 0);
-  const dry = bool(p, 'dry-run') ?? false;
+  const p = parseCommand(args, [DRY_RUN, { name: 'yes', short: 'y', type: 'bool' }], 'upgrade finish', s);
+  if (bool(p, 'help')) return printHelp(io, UPGRADE_HELP['upgrade finish']!);
+  const dry = dryRun(p);
   const ds = dry ? await s.datastore() : await s.writable();
   const allow = await allowAllUpgrade(ds);
   if (allow.length) {
@@ -615,17 +614,9 @@ async function cmdFinish(args: string[], io: CtlIO, s: CtlSession): Promise<numb
 // ---- migration to automatic host endpoints ----
 
 async function cmdAutoHep(args: string[], io: CtlIO, s: CtlSession): Promise<number> {
-  const p = parseCommand(
-    args,
-    [
-      { name: 'dry-run', type: 'bool' },
-      { name: 'timeout', type: 'string' },
-    ],
-    'upgrade auto-hep',
-    s,
-  );
-  if (bool(p, 'help')) return (io.stdout(UPGRADE_HELP['upgrade auto-hep']!), 0);
-  const dry = bool(p, 'dry-run') ?? false;
+  const p = parseCommand(args, [DRY_RUN, { name: 'timeout', type: 'string' }], 'upgrade auto-hep', s);
+  if (bool(p, 'help')) return printHelp(io, UPGRADE_HELP['upgrade auto-hep']!);
+  const dry = dryRun(p);
   const timeoutText = str(p, 'timeout') ?? '60';
   const timeout = Number(timeoutText.replace(/s$/, ''));
   if (!Number.isFinite(timeout) || timeout <= 0)
@@ -749,7 +740,7 @@ async function cmdAutoHep(args: string[], io: CtlIO, s: CtlSession): Promise<num
 
 export async function cmdUpgrade(rest: string[], io: CtlIO, s: CtlSession): Promise<number> {
   const sub = rest[0];
-  if (!sub || sub === '--help' || sub === '-h') return (io.stdout(UPGRADE_HELP.upgrade!), 0);
+  if (!sub || sub === '--help' || sub === '-h') return printHelp(io, UPGRADE_HELP.upgrade!);
   const args = rest.slice(1);
   switch (sub) {
     case 'check':

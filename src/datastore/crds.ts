@@ -22,13 +22,18 @@ interface PrinterColumn {
   priority?: number;
 }
 
+/** A column showing `.spec.<field>`; priority 1 shows it only with -o wide. */
+function specColumn(name: string, type: PrinterColumn['type'], field: string, priority?: number): PrinterColumn {
+  return { name, type, jsonPath: `.spec.${field}`, ...(priority === undefined ? {} : { priority }) };
+}
+
 const AGE: PrinterColumn = { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' };
 
 /** A staged policy's columns: what a promotion would do first, then where it would stand. */
 const STAGED_COLUMNS: PrinterColumn[] = [
-  { name: 'Action', type: 'string', jsonPath: '.spec.stagedAction' },
-  { name: 'Order', type: 'integer', jsonPath: '.spec.order' },
-  { name: 'Selector', type: 'string', jsonPath: '.spec.selector' },
+  specColumn('Action', 'string', 'stagedAction'),
+  specColumn('Order', 'integer', 'order'),
+  specColumn('Selector', 'string', 'selector'),
   AGE,
 ];
 
@@ -37,83 +42,69 @@ const PRESENTATION: Record<Exclude<Kind, 'WorkloadEndpoint'>, { shortNames: stri
   IPPool: {
     shortNames: ['ipp', 'pool'],
     columns: [
-      { name: 'CIDR', type: 'string', jsonPath: '.spec.cidr' },
-      { name: 'BlockSize', type: 'integer', jsonPath: '.spec.blockSize' },
-      { name: 'NAT', type: 'boolean', jsonPath: '.spec.natOutgoing' },
-      { name: 'Disabled', type: 'boolean', jsonPath: '.spec.disabled' },
-      { name: 'Selector', type: 'string', jsonPath: '.spec.nodeSelector', priority: 1 },
+      specColumn('CIDR', 'string', 'cidr'),
+      specColumn('BlockSize', 'integer', 'blockSize'),
+      specColumn('NAT', 'boolean', 'natOutgoing'),
+      specColumn('Disabled', 'boolean', 'disabled'),
+      specColumn('Selector', 'string', 'nodeSelector', 1),
       AGE,
     ],
   },
   IPAMBlock: {
     shortNames: ['ipamb'],
-    columns: [
-      { name: 'CIDR', type: 'string', jsonPath: '.spec.cidr' },
-      { name: 'Affinity', type: 'string', jsonPath: '.spec.affinity' },
-      AGE,
-    ],
+    columns: [specColumn('CIDR', 'string', 'cidr'), specColumn('Affinity', 'string', 'affinity'), AGE],
   },
   BlockAffinity: {
     shortNames: ['ba'],
     columns: [
-      { name: 'Node', type: 'string', jsonPath: '.spec.node' },
-      { name: 'CIDR', type: 'string', jsonPath: '.spec.cidr' },
-      { name: 'State', type: 'string', jsonPath: '.spec.state' },
+      specColumn('Node', 'string', 'node'),
+      specColumn('CIDR', 'string', 'cidr'),
+      specColumn('State', 'string', 'state'),
     ],
   },
-  IPAMHandle: { shortNames: ['ipamh'], columns: [{ name: 'Handle', type: 'string', jsonPath: '.spec.handleID' }, AGE] },
+  IPAMHandle: { shortNames: ['ipamh'], columns: [specColumn('Handle', 'string', 'handleID'), AGE] },
   IPAMConfig: {
     shortNames: ['ipamc'],
     columns: [
-      { name: 'StrictAffinity', type: 'boolean', jsonPath: '.spec.strictAffinity' },
-      { name: 'MaxBlocksPerHost', type: 'integer', jsonPath: '.spec.maxBlocksPerHost' },
+      specColumn('StrictAffinity', 'boolean', 'strictAffinity'),
+      specColumn('MaxBlocksPerHost', 'integer', 'maxBlocksPerHost'),
     ],
   },
   ClusterInformation: {
     shortNames: ['ci'],
     columns: [
-      { name: 'Version', type: 'string', jsonPath: '.spec.netpluginVersion' },
-      { name: 'Ready', type: 'boolean', jsonPath: '.spec.datastoreReady' },
-      { name: 'Type', type: 'string', jsonPath: '.spec.clusterType' },
+      specColumn('Version', 'string', 'netpluginVersion'),
+      specColumn('Ready', 'boolean', 'datastoreReady'),
+      specColumn('Type', 'string', 'clusterType'),
     ],
   },
-  Node: { shortNames: ['npn'], columns: [{ name: 'PodCIDRs', type: 'string', jsonPath: '.spec.podCIDRs' }, AGE] },
+  Node: { shortNames: ['npn'], columns: [specColumn('PodCIDRs', 'string', 'podCIDRs'), AGE] },
   HostEndpoint: {
     shortNames: ['hep'],
-    columns: [
-      { name: 'Node', type: 'string', jsonPath: '.spec.node' },
-      { name: 'Interface', type: 'string', jsonPath: '.spec.interfaceName' },
-    ],
+    columns: [specColumn('Node', 'string', 'node'), specColumn('Interface', 'string', 'interfaceName')],
   },
   KubeControllersConfiguration: { shortNames: ['kcc'], columns: [AGE] },
   AgentConfiguration: {
     shortNames: ['agentconfig'],
-    columns: [{ name: 'EndpointToHost', type: 'string', jsonPath: '.spec.defaultEndpointToHostAction' }, AGE],
+    columns: [specColumn('EndpointToHost', 'string', 'defaultEndpointToHostAction'), AGE],
   },
   Profile: { shortNames: ['pro'], columns: [AGE] },
   NetworkPolicy: {
     shortNames: ['npnp'],
-    columns: [
-      { name: 'Order', type: 'integer', jsonPath: '.spec.order' },
-      { name: 'Selector', type: 'string', jsonPath: '.spec.selector' },
-    ],
+    columns: [specColumn('Order', 'integer', 'order'), specColumn('Selector', 'string', 'selector')],
   },
   GlobalNetworkPolicy: { shortNames: ['gnp'], columns: [AGE] },
   BGPConfiguration: {
     shortNames: ['bgpconfig'],
-    columns: [
-      { name: 'AS', type: 'integer', jsonPath: '.spec.asNumber' },
-      { name: 'Mesh', type: 'boolean', jsonPath: '.spec.nodeToNodeMeshEnabled' },
-      AGE,
-    ],
+    columns: [specColumn('AS', 'integer', 'asNumber'), specColumn('Mesh', 'boolean', 'nodeToNodeMeshEnabled'), AGE],
   },
   BGPPeer: {
     shortNames: ['bgpp'],
     columns: [
-      { name: 'PeerIP', type: 'string', jsonPath: '.spec.peerIP' },
-      { name: 'AS', type: 'integer', jsonPath: '.spec.asNumber' },
-      { name: 'Node', type: 'string', jsonPath: '.spec.node' },
-      { name: 'PeerSelector', type: 'string', jsonPath: '.spec.peerSelector', priority: 1 },
+      specColumn('PeerIP', 'string', 'peerIP'),
+      specColumn('AS', 'integer', 'asNumber'),
+      specColumn('Node', 'string', 'node'),
+      specColumn('PeerSelector', 'string', 'peerSelector', 1),
       AGE,
     ],
   },
@@ -128,11 +119,7 @@ const PRESENTATION: Record<Exclude<Kind, 'WorkloadEndpoint'>, { shortNames: stri
   },
   StagedKubernetesNetworkPolicy: {
     shortNames: ['sknp'],
-    columns: [
-      { name: 'Action', type: 'string', jsonPath: '.spec.stagedAction' },
-      { name: 'PolicyTypes', type: 'string', jsonPath: '.spec.policyTypes' },
-      AGE,
-    ],
+    columns: [specColumn('Action', 'string', 'stagedAction'), specColumn('PolicyTypes', 'string', 'policyTypes'), AGE],
   },
 };
 

@@ -3,23 +3,8 @@
 // that asks for etcd_transport "grpc" gets here; etcd3 itself is imported on
 // the first call.
 import { DatastoreError } from '../errors.js';
-import {
-  classifyServerError,
-  classifySocketError,
-  type CallContext,
-  type KV,
-  type KVEvent,
-  type KVOptions,
-  type KeyValue,
-  type RangeRequest,
-  type RangeResponse,
-  type TlsMaterial,
-  type TxnOp,
-  type TxnRequest,
-  type TxnResponse,
-  type WatchCallbacks,
-  type WatchRequest,
-} from './etcd-kv.js';
+import { classifyServerError, classifySocketError } from './etcd-kv.js';
+import type * as kv from './etcd-kv.js';
 
 type Etcd3Module = typeof import('etcd3');
 type Etcd3 = import('etcd3').Etcd3;
@@ -37,7 +22,7 @@ function loadEtcd3(): Promise<Etcd3Module> {
  */
 export async function probeEndpoint(
   endpoint: string,
-  tls: TlsMaterial,
+  tls: kv.TlsMaterial,
   timeoutMs: number,
 ): Promise<DatastoreError | undefined> {
   // Dynamic: the ESM bundles would hoist static builtins into every start (node:tls is costly).
@@ -137,30 +122,30 @@ const GRPC_CODE_BY_NAME: Array<[RegExp, number]> = [
   [/Unknown/, 2],
 ];
 
-function toKV(kv: IKeyValue): KeyValue {
+function toKV(raw: IKeyValue): kv.KeyValue {
   return {
-    key: kv.key,
-    value: kv.value,
-    createRevision: String(kv.create_revision),
-    modRevision: String(kv.mod_revision),
+    key: raw.key,
+    value: raw.value,
+    createRevision: String(raw.create_revision),
+    modRevision: String(raw.mod_revision),
   };
 }
 
-function toOp(op: TxnOp) {
+function toOp(op: kv.TxnOp) {
   if ('put' in op) return { request_put: { key: op.put.key, value: op.put.value } };
   if ('deleteRange' in op) return { request_delete_range: { key: op.deleteRange.key } };
   return { request_range: { key: op.range.key, keys_only: !!op.range.keysOnly } };
 }
 
-export class GrpcKV implements KV {
+export class GrpcKV implements kv.KV {
   readonly transport = 'grpc' as const;
   private client: Etcd3 | undefined;
   private clientP: Promise<Etcd3> | undefined;
   private readonly endpoints: string[];
-  private readonly tls: TlsMaterial;
+  private readonly tls: kv.TlsMaterial;
   private readonly timeoutMs: number;
 
-  constructor(o: KVOptions) {
+  constructor(o: kv.KVOptions) {
     this.endpoints = o.endpoints;
     this.tls = o.tls;
     this.timeoutMs = o.timeoutMs;
@@ -201,7 +186,7 @@ export class GrpcKV implements KV {
   }
 
   /** Runs one RPC under the deadline and maps every failure to a DatastoreError. */
-  private async run<T>(ctx: CallContext, fn: (c: Etcd3, deadline: Date) => Promise<T>): Promise<T> {
+  private async run<T>(ctx: kv.CallContext, fn: (c: Etcd3, deadline: Date) => Promise<T>): Promise<T> {
     const deadline = new Date(Date.now() + ctx.timeoutMs);
     const client = await this.getClient();
     let timer: NodeJS.Timeout | undefined;
@@ -237,7 +222,7 @@ export class GrpcKV implements KV {
     }
   }
 
-  private async classify(e: unknown, { what, timeoutMs }: CallContext): Promise<DatastoreError> {
+  private async classify(e: unknown, { what, timeoutMs }: kv.CallContext): Promise<DatastoreError> {
     if (e instanceof DatastoreError) return e;
     const err = e as Error & { code?: number };
     const name = err?.constructor?.name ?? '';
@@ -272,7 +257,7 @@ export class GrpcKV implements KV {
     return classifyServerError(this.endpoints, what, code, msg, e);
   }
 
-  async range(req: RangeRequest, ctx: CallContext): Promise<RangeResponse> {
+  async range(req: kv.RangeRequest, ctx: kv.CallContext): Promise<kv.RangeResponse> {
     const r = await this.run(ctx, (c, deadline) =>
       c.kv.range(
         {
@@ -288,7 +273,7 @@ export class GrpcKV implements KV {
     return { revision: String(r.header.revision), kvs: r.kvs.map(toKV) };
   }
 
-  async txn(req: TxnRequest, ctx: CallContext): Promise<TxnResponse> {
+  async txn(req: kv.TxnRequest, ctx: kv.CallContext): Promise<kv.TxnResponse> {
     const r = await this.run(ctx, (c, deadline) =>
       c.kv.txn(
         {
@@ -311,7 +296,7 @@ export class GrpcKV implements KV {
     };
   }
 
-  watch(req: WatchRequest, cb: WatchCallbacks): { cancel(): void } {
+  watch(req: kv.WatchRequest, cb: kv.WatchCallbacks): { cancel(): void } {
     let cancelled = false;
     let watcher: import('etcd3').Watcher | undefined;
     void this.getClient()
@@ -324,7 +309,7 @@ export class GrpcKV implements KV {
           if (cancelled) return;
           cb.onEvents(
             res.events.map(
-              (ev): KVEvent => ({
+              (ev): kv.KVEvent => ({
                 type: ev.type === 'Put' ? 'Put' : 'Delete',
                 kv: toKV(ev.kv),
                 ...(ev.prev_kv ? { prevKv: toKV(ev.prev_kv) } : {}),

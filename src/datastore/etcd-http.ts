@@ -10,25 +10,8 @@
 // deadline per call, and the same classified messages (etcd-kv.ts).
 import type { Agent, ClientRequest, IncomingMessage, RequestOptions } from 'node:http';
 import { DatastoreError } from '../errors.js';
-import {
-  classifyServerError,
-  classifySocketError,
-  gatewayUnusable,
-  isTlsRejection,
-  type CallContext,
-  type KV,
-  type KVEvent,
-  type KVOptions,
-  type KeyValue,
-  type RangeRequest,
-  type RangeResponse,
-  type TlsMaterial,
-  type TxnOp,
-  type TxnRequest,
-  type TxnResponse,
-  type WatchCallbacks,
-  type WatchRequest,
-} from './etcd-kv.js';
+import { classifyServerError, classifySocketError, gatewayUnusable, isTlsRejection } from './etcd-kv.js';
+import type * as kv from './etcd-kv.js';
 
 type RequestFn = (url: URL, opts: RequestOptions, cb: (res: IncomingMessage) => void) => ClientRequest;
 
@@ -72,7 +55,7 @@ const b64 = (b: Buffer) => b.toString('base64');
 
 // proto3 JSON omits fields at their default value: an absent value is empty,
 // an absent revision 0, an absent event type PUT, an absent `succeeded` false.
-function decodeKV(o: RawKV): KeyValue {
+function decodeKV(o: RawKV): kv.KeyValue {
   return {
     key: Buffer.from(o.key ?? '', 'base64'),
     value: Buffer.from(o.value ?? '', 'base64'),
@@ -81,16 +64,16 @@ function decodeKV(o: RawKV): KeyValue {
   };
 }
 
-function encodeOp(op: TxnOp): Record<string, unknown> {
+function encodeOp(op: kv.TxnOp): Record<string, unknown> {
   if ('put' in op) return { request_put: { key: b64(op.put.key), value: b64(op.put.value) } };
   if ('deleteRange' in op) return { request_delete_range: { key: b64(op.deleteRange.key) } };
   return { request_range: { key: b64(op.range.key), keys_only: !!op.range.keysOnly } };
 }
 
-export class HttpKV implements KV {
+export class HttpKV implements kv.KV {
   readonly transport = 'http' as const;
   private readonly endpoints: string[];
-  private readonly tls: TlsMaterial;
+  private readonly tls: kv.TlsMaterial;
   private readonly secure: boolean;
   /** `agent` for calls (kept alive, capped); `watchAgent` for watch streams, which hold their socket. */
   private lib: Promise<{ request: RequestFn; agent: Agent; watchAgent: Agent }> | undefined;
@@ -99,7 +82,7 @@ export class HttpKV implements KV {
   private closed = false;
   private readonly watches = new Set<() => void>();
 
-  constructor(o: KVOptions) {
+  constructor(o: kv.KVOptions) {
     this.endpoints = o.endpoints;
     this.tls = o.tls;
     this.secure = o.endpoints[0]!.startsWith('https:');
@@ -262,7 +245,7 @@ export class HttpKV implements KV {
    * A reset on a reused keep-alive socket (etcd closed it as we sent) is retried
    * once when the call is a read.
    */
-  private async call<T>(path: string, payload: unknown, ctx: CallContext, idempotent: boolean): Promise<T> {
+  private async call<T>(path: string, payload: unknown, ctx: kv.CallContext, idempotent: boolean): Promise<T> {
     if (this.closed) throw new DatastoreError('Unavailable', 'the etcd datastore is closed');
     const body = JSON.stringify(payload);
     const end = Date.now() + ctx.timeoutMs;
@@ -312,7 +295,7 @@ export class HttpKV implements KV {
     throw new DatastoreError(first.kind, `${ctx.what}: ${first.message}${also}`, { cause: first.cause });
   }
 
-  async range(req: RangeRequest, ctx: CallContext): Promise<RangeResponse> {
+  async range(req: kv.RangeRequest, ctx: kv.CallContext): Promise<kv.RangeResponse> {
     const r = await this.call<{ header?: { revision?: string }; kvs?: RawKV[] }>(
       '/v3/kv/range',
       {
@@ -328,7 +311,7 @@ export class HttpKV implements KV {
     return { revision: r.header?.revision ?? '0', kvs: (r.kvs ?? []).map(decodeKV) };
   }
 
-  async txn(req: TxnRequest, ctx: CallContext): Promise<TxnResponse> {
+  async txn(req: kv.TxnRequest, ctx: kv.CallContext): Promise<kv.TxnResponse> {
     const r = await this.call<{
       header?: { revision?: string };
       succeeded?: boolean;
@@ -364,7 +347,7 @@ export class HttpKV implements KV {
    * answers a read, and re-open the stream when it does not. Any disconnection
    * resumes after the last delivered revision, on the next endpoint.
    */
-  watch(req: WatchRequest, cb: WatchCallbacks): { cancel(): void } {
+  watch(req: kv.WatchRequest, cb: kv.WatchCallbacks): { cancel(): void } {
     let stopped = false;
     let lastRev: bigint | undefined = req.startRevision !== undefined ? BigInt(req.startRevision) - 1n : undefined;
     let backoff = WATCH_BACKOFF_MIN_MS;
@@ -433,7 +416,7 @@ export class HttpKV implements KV {
       }
       if (res.events?.length) {
         const evs = res.events.map(
-          (e): KVEvent => ({
+          (e): kv.KVEvent => ({
             type: e.type === 'DELETE' ? 'Delete' : 'Put',
             kv: decodeKV(e.kv ?? {}),
             ...(e.prev_kv ? { prevKv: decodeKV(e.prev_kv) } : {}),

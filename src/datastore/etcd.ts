@@ -9,16 +9,7 @@ import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import type {
-  CallOptions,
-  Datastore,
-  DeleteOptions,
-  ListOptions,
-  ListResult,
-  Watch,
-  WatchEvent,
-  WatchOptions,
-} from './types.js';
+import type * as ds from './types.js';
 import { etcdKey, etcdKeyIdentity, etcdListPrefix, onNode } from './keys.js';
 import { resourceProblem, validateResource } from './schemas.js';
 import { InvalidObjectError, invalidObjects, invalidTombstone, rawText, type InvalidObject } from './invalid.js';
@@ -159,12 +150,12 @@ function objectLabel(kind: Kind, name: string, namespace?: string): string {
   return `${kind} ${NAMESPACED_KINDS.has(kind) ? `${namespace || 'default'}/` : ''}${name}`;
 }
 
-export class EtcdDatastore implements Datastore {
+export class EtcdDatastore implements ds.Datastore {
   readonly type = 'etcdv3' as const;
   readonly atomicTxn = true;
   private readonly timeoutMs: number;
   private closed = false;
-  private readonly watches = new Set<Watch>();
+  private readonly watches = new Set<ds.Watch>();
 
   private constructor(
     readonly endpoints: string[],
@@ -235,7 +226,7 @@ export class EtcdDatastore implements Datastore {
     return new EtcdDatastore(endpoints, kv, conf.timeoutMs, conf.etcd_transport === undefined ? kvOpts : undefined);
   }
 
-  private ctx(what: string, opts: CallOptions | undefined): CallContext {
+  private ctx(what: string, opts: ds.CallOptions | undefined): CallContext {
     if (this.closed) throw new DatastoreError('Unavailable', 'the etcd datastore is closed');
     return { what, timeoutMs: opts?.timeoutMs ?? this.timeoutMs };
   }
@@ -314,7 +305,7 @@ export class EtcdDatastore implements Datastore {
     validateResource(res.kind, res, `${res.kind} ${res.metadata.name} (to be written)`);
   }
 
-  async get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: CallOptions): Promise<Resource<K>> {
+  async get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: ds.CallOptions): Promise<Resource<K>> {
     const key = etcdKey(kind, name, namespace);
     const ctx = this.ctx(`get ${objectLabel(kind, name, namespace)}`, opts);
     const r = await this.wire((kv) => kv.range({ key: Buffer.from(key) }, ctx));
@@ -323,7 +314,7 @@ export class EtcdDatastore implements Datastore {
     return this.decode(kind, kv);
   }
 
-  async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
+  async list<K extends Kind>(kind: K, opts: ds.ListOptions & ds.CallOptions = {}): Promise<ds.ListResult<K>> {
     const prefix = etcdListPrefix(kind, opts.namespace, opts.namePrefix);
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
     // Endpoint keys are per namespace, not per node: the node is filtered here.
@@ -374,7 +365,7 @@ export class EtcdDatastore implements Datastore {
     return { items, revision: r.revision, ...(invalid.length ? { invalid } : {}) };
   }
 
-  async create<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
+  async create<K extends Kind>(res: Resource<K>, opts?: ds.CallOptions): Promise<Resource<K>> {
     this.checkShape(res);
     const stored = structuredClone(res);
     if (NAMESPACED_KINDS.has(res.kind)) stored.metadata.namespace ||= 'default';
@@ -404,7 +395,7 @@ export class EtcdDatastore implements Datastore {
     return stored;
   }
 
-  async update<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
+  async update<K extends Kind>(res: Resource<K>, opts?: ds.CallOptions): Promise<Resource<K>> {
     this.checkShape(res);
     const label = objectLabel(res.kind, res.metadata.name, res.metadata.namespace);
     const rv = res.metadata.resourceVersion;
@@ -441,7 +432,7 @@ export class EtcdDatastore implements Datastore {
     );
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: ds.DeleteOptions & ds.CallOptions = {}): Promise<void> {
     const label = objectLabel(kind, name, opts.namespace);
     const key = Buffer.from(etcdKey(kind, name, opts.namespace));
     const rv = opts.revision;
@@ -471,7 +462,7 @@ export class EtcdDatastore implements Datastore {
    * failure branch so the failed guard can be named. One revision, one WAL
    * write: all or nothing.
    */
-  async txn(ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>> {
+  async txn(ops: TxnOp[], opts?: ds.CallOptions): Promise<Array<Resource | undefined>> {
     checkDistinct(ops);
     if (!ops.length) return [];
     const compare: Compare[] = [];
@@ -571,14 +562,14 @@ export class EtcdDatastore implements Datastore {
     );
   }
 
-  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
+  watch<K extends Kind>(kind: K, opts: ds.WatchOptions, onEvent: (ev: ds.WatchEvent<K>) => void): ds.Watch {
     const prefix = Buffer.from(etcdListPrefix(kind, opts.namespace));
     let stopped = false;
     const emitError = (error: Error) => {
       if (!stopped) onEvent({ type: 'ERROR', error });
     };
     let sub: { cancel(): void } | undefined;
-    const handle: Watch = {
+    const handle: ds.Watch = {
       stop: () => {
         stopped = true;
         this.watches.delete(handle);

@@ -13,13 +13,7 @@ import {
   PolicyConversionError,
   type KubeNetworkPolicy,
 } from '../model/k8s-networkpolicy.js';
-import {
-  namespaceProfileName,
-  namespaceToProfile,
-  parseProfileName,
-  serviceAccountProfileName,
-  serviceAccountToProfile,
-} from '../model/profiles.js';
+import * as profiles from '../model/profiles.js';
 import { InvalidObjectError, invalidTombstone, type InvalidObject } from './invalid.js';
 import type { Kind, Resource } from '../model/resources.js';
 import type { Watch, WatchEvent, WatchOptions } from './types.js';
@@ -46,15 +40,15 @@ const npSource: DerivedSource = {
 };
 const nsSource: DerivedSource = {
   path: () => '/api/v1/namespaces',
-  toResource: (o) => namespaceToProfile(o),
-  identity: (o) => ({ kind: 'Profile', name: namespaceProfileName(o.metadata.name) }),
+  toResource: (o) => profiles.namespaceToProfile(o),
+  identity: (o) => ({ kind: 'Profile', name: profiles.namespaceProfileName(o.metadata.name) }),
 };
 const saSource: DerivedSource = {
   path: () => '/api/v1/serviceaccounts',
-  toResource: (o) => serviceAccountToProfile(o),
+  toResource: (o) => profiles.serviceAccountToProfile(o),
   identity: (o) => ({
     kind: 'Profile',
-    name: serviceAccountProfileName(o.metadata.namespace || 'default', o.metadata.name),
+    name: profiles.serviceAccountProfileName(o.metadata.namespace || 'default', o.metadata.name),
   }),
 };
 
@@ -102,17 +96,18 @@ function sourcesOf(kind: Kind, namespace?: string): DerivedSource[] {
 /** Whether `name` of `kind` is derived (and so read-only) in kubernetes mode. */
 export function isDerived(kind: Kind, name: string): boolean {
   if (kind === 'NetworkPolicy') return name.startsWith(K8S_POLICY_PREFIX);
-  if (kind === 'Profile') return parseProfileName(name) !== undefined;
+  if (kind === 'Profile') return profiles.parseProfileName(name) !== undefined;
   return false;
 }
 
 export function readOnlyError(kind: Kind, name: string, namespace?: string): DatastoreError {
+  const profile = profiles.parseProfileName(name);
   const src =
     kind === 'NetworkPolicy'
       ? `the Kubernetes NetworkPolicy ${namespace || 'default'}/${name.slice(K8S_POLICY_PREFIX.length)}`
-      : parseProfileName(name)?.serviceAccount !== undefined
-        ? `the ServiceAccount ${parseProfileName(name)!.namespace}/${parseProfileName(name)!.serviceAccount}`
-        : `the Namespace ${parseProfileName(name)?.namespace}`;
+      : profile?.serviceAccount !== undefined
+        ? `the ServiceAccount ${profile.namespace}/${profile.serviceAccount}`
+        : `the Namespace ${profile?.namespace}`;
   return new DatastoreError(
     'Invalid',
     `${kind} ${name} is derived from ${src} and is read-only with the kubernetes datastore; change the Kubernetes ` +
@@ -139,7 +134,7 @@ export async function derivedGet<K extends Kind>(
   if (kind === 'NetworkPolicy')
     path = `${npSource.path(namespace || 'default')}/${enc(name.slice(K8S_POLICY_PREFIX.length))}`;
   else {
-    const p = parseProfileName(name)!;
+    const p = profiles.parseProfileName(name)!;
     path =
       p.serviceAccount === undefined
         ? `/api/v1/namespaces/${enc(p.namespace)}`
@@ -158,7 +153,11 @@ export async function derivedGet<K extends Kind>(
     throw e;
   }
   const src =
-    kind === 'NetworkPolicy' ? npSource : parseProfileName(name)!.serviceAccount === undefined ? nsSource : saSource;
+    kind === 'NetworkPolicy'
+      ? npSource
+      : profiles.parseProfileName(name)!.serviceAccount === undefined
+        ? nsSource
+        : saSource;
   const d = derive(src, o, client.server);
   if (d && 'invalid' in d && d.invalid.name === name) throw new InvalidObjectError(d.invalid);
   if (!d || !('res' in d) || d.res.metadata.name !== name) throw notFound();

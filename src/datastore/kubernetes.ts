@@ -34,16 +34,7 @@ import {
   type Resource,
   type WorkloadEndpointSpec,
 } from '../model/resources.js';
-import type {
-  CallOptions,
-  Datastore,
-  DeleteOptions,
-  ListOptions,
-  ListResult,
-  Watch,
-  WatchEvent,
-  WatchOptions,
-} from './types.js';
+import type * as ds from './types.js';
 import type { DatastoreConfig } from './settings.js';
 import { orderedTxn, type TxnOp } from './txn.js';
 
@@ -222,9 +213,9 @@ function wepAnnotations(spec: WorkloadEndpointSpec | undefined): Record<string, 
   return a;
 }
 
-export class KubernetesDatastore implements Datastore {
+export class KubernetesDatastore implements ds.Datastore {
   readonly type = 'kubernetes' as const;
-  private readonly watches = new Set<Watch>();
+  private readonly watches = new Set<ds.Watch>();
 
   private constructor(readonly client: KubeClient) {}
 
@@ -311,7 +302,7 @@ export class KubernetesDatastore implements Datastore {
     throw e;
   }
 
-  async get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: CallOptions): Promise<Resource<K>> {
+  async get<K extends Kind>(kind: K, name: string, namespace?: string, opts?: ds.CallOptions): Promise<Resource<K>> {
     checkName(kind, name);
     if (kind === 'WorkloadEndpoint') return (await this.getWep(name, namespace || 'default', opts)) as Resource<K>;
     if (hasDerived(kind)) {
@@ -333,7 +324,7 @@ export class KubernetesDatastore implements Datastore {
     }
   }
 
-  async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
+  async list<K extends Kind>(kind: K, opts: ds.ListOptions & ds.CallOptions = {}): Promise<ds.ListResult<K>> {
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
     const mine = onNode(kind, opts.node);
     let items: Array<Resource<K>> = [];
@@ -395,7 +386,7 @@ export class KubernetesDatastore implements Datastore {
     if (d.isDerived(kind, name)) throw d.readOnlyError(kind, name, namespace);
   }
 
-  async create<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
+  async create<K extends Kind>(res: Resource<K>, opts?: ds.CallOptions): Promise<Resource<K>> {
     this.check(res);
     await this.checkWritable(res.kind, res.metadata.name, res.metadata.namespace);
     if (res.kind === 'WorkloadEndpoint')
@@ -409,7 +400,7 @@ export class KubernetesDatastore implements Datastore {
     }
   }
 
-  async update<K extends Kind>(res: Resource<K>, opts?: CallOptions): Promise<Resource<K>> {
+  async update<K extends Kind>(res: Resource<K>, opts?: ds.CallOptions): Promise<Resource<K>> {
     this.check(res);
     const what = label(res.kind, res.metadata.name, res.metadata.namespace);
     await this.checkWritable(res.kind, res.metadata.name, res.metadata.namespace);
@@ -429,7 +420,7 @@ export class KubernetesDatastore implements Datastore {
     }
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: ds.DeleteOptions & ds.CallOptions = {}): Promise<void> {
     checkName(kind, name);
     const what = label(kind, name, opts.namespace);
     await this.checkWritable(kind, name, opts.namespace);
@@ -450,7 +441,7 @@ export class KubernetesDatastore implements Datastore {
    * order and the first failure stops the rest (callers order them so that
    * every prefix is crash-safe; docs/ipam.md).
    */
-  txn(ops: TxnOp[], opts?: CallOptions): Promise<Array<Resource | undefined>> {
+  txn(ops: TxnOp[], opts?: ds.CallOptions): Promise<Array<Resource | undefined>> {
     return orderedTxn(this, ops, opts);
   }
 
@@ -478,7 +469,7 @@ export class KubernetesDatastore implements Datastore {
   private async readWep(
     name: string,
     namespace: string,
-    opts?: CallOptions,
+    opts?: ds.CallOptions,
   ): Promise<{ pod: KubePod; ep: { wep: Resource<'WorkloadEndpoint'> } | { invalid: InvalidObject } }> {
     const what = label('WorkloadEndpoint', name, namespace);
     const podName = this.podOf(name, namespace);
@@ -498,7 +489,7 @@ export class KubernetesDatastore implements Datastore {
     return { pod, ep };
   }
 
-  private async getWep(name: string, namespace: string, opts?: CallOptions): Promise<Resource<'WorkloadEndpoint'>> {
+  private async getWep(name: string, namespace: string, opts?: ds.CallOptions): Promise<Resource<'WorkloadEndpoint'>> {
     const { ep } = await this.readWep(name, namespace, opts);
     if ('invalid' in ep) {
       invalidObjects.seen(this.storeId, ep.invalid);
@@ -513,7 +504,7 @@ export class KubernetesDatastore implements Datastore {
     podName: string,
     rv: string | undefined,
     spec: WorkloadEndpointSpec | undefined,
-    opts?: CallOptions,
+    opts?: ds.CallOptions,
   ): Promise<KubePod> {
     const metadata: Record<string, unknown> = { annotations: wepAnnotations(spec) };
     // A resourceVersion inside a merge patch is a precondition: the API server
@@ -540,7 +531,7 @@ export class KubernetesDatastore implements Datastore {
 
   private async createWep(
     res: Resource<'WorkloadEndpoint'>,
-    opts?: CallOptions,
+    opts?: ds.CallOptions,
   ): Promise<Resource<'WorkloadEndpoint'>> {
     const { ns, what, podName } = this.wepTarget(res);
     for (let attempt = 0; ; attempt++) {
@@ -576,7 +567,7 @@ export class KubernetesDatastore implements Datastore {
 
   private async updateWep(
     res: Resource<'WorkloadEndpoint'>,
-    opts?: CallOptions,
+    opts?: ds.CallOptions,
   ): Promise<Resource<'WorkloadEndpoint'>> {
     const { ns, what, podName } = this.wepTarget(res);
     try {
@@ -593,7 +584,7 @@ export class KubernetesDatastore implements Datastore {
     name: string,
     namespace: string,
     revision: string | undefined,
-    opts?: CallOptions,
+    opts?: ds.CallOptions,
   ): Promise<void> {
     const what = label('WorkloadEndpoint', name, namespace);
     // A malformed endpoint can be deleted too: removing its annotations is the repair (and a DEL must not fail on it).
@@ -621,7 +612,7 @@ export class KubernetesDatastore implements Datastore {
 
   // ---- watch ----
 
-  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
+  watch<K extends Kind>(kind: K, opts: ds.WatchOptions, onEvent: (ev: ds.WatchEvent<K>) => void): ds.Watch {
     const isWep = kind === 'WorkloadEndpoint';
     const path = isWep ? podsPath(opts.namespace) : crdPath(kind, opts.namespace);
     let stopped = false;
@@ -633,11 +624,11 @@ export class KubernetesDatastore implements Datastore {
     const known = new Map<string, Resource<'WorkloadEndpoint'>>();
     /** Pods whose endpoint was malformed when last seen, with its name (to clear the record when it is repaired). */
     const knownInvalid = new Map<string, string>();
-    const emit = (ev: WatchEvent<K>) => {
+    const emit = (ev: ds.WatchEvent<K>) => {
       if (!stopped) onEvent(ev);
     };
-    let derivedWatch: Watch | undefined;
-    const handle: Watch = {
+    let derivedWatch: ds.Watch | undefined;
+    const handle: ds.Watch = {
       stop: () => {
         stopped = true;
         clearTimeout(retryTimer);

@@ -3,29 +3,20 @@
 import { randomUUID } from 'node:crypto';
 import { DatastoreError } from '../errors.js';
 import { NAMESPACED_KINDS, type Kind, type Resource } from '../model/resources.js';
-import type {
-  CallOptions,
-  Datastore,
-  DeleteOptions,
-  ListOptions,
-  ListResult,
-  Watch,
-  WatchEvent,
-  WatchOptions,
-} from './types.js';
+import type * as ds from './types.js';
 import { parseSelector } from '../selector/index.js';
 import { onNode } from './keys.js';
 import { TxnError, checkDistinct, describeOp, type TxnOp } from './txn.js';
 
-type Listener = { kind: Kind; namespace?: string | undefined; fn: (ev: WatchEvent<Kind>) => void };
+type Listener = { kind: Kind; namespace?: string | undefined; fn: (ev: ds.WatchEvent<Kind>) => void };
 
-export class MemoryDatastore implements Datastore {
+export class MemoryDatastore implements ds.Datastore {
   readonly type = 'memory' as const;
   readonly atomicTxn = true;
   private revision = 0;
   private readonly objects = new Map<string, Resource>();
   private readonly listeners = new Set<Listener>();
-  private readonly history: Array<{ rev: number; ev: WatchEvent<Kind> & { object: Resource } }> = [];
+  private readonly history: Array<{ rev: number; ev: ds.WatchEvent<Kind> & { object: Resource } }> = [];
   /** Fault injection for tests: when set, every call throws it. */
   failWith: DatastoreError | undefined;
 
@@ -47,14 +38,14 @@ export class MemoryDatastore implements Datastore {
     }
   }
 
-  async get<K extends Kind>(kind: K, name: string, namespace?: string, _o?: CallOptions): Promise<Resource<K>> {
+  async get<K extends Kind>(kind: K, name: string, namespace?: string, _o?: ds.CallOptions): Promise<Resource<K>> {
     this.check();
     const o = this.objects.get(this.key(kind, name, namespace));
     if (!o) throw new DatastoreError('NotFound', `${kind} ${namespace ? namespace + '/' : ''}${name} not found`);
     return this.clone(o) as Resource<K>;
   }
 
-  async list<K extends Kind>(kind: K, opts: ListOptions & CallOptions = {}): Promise<ListResult<K>> {
+  async list<K extends Kind>(kind: K, opts: ds.ListOptions & ds.CallOptions = {}): Promise<ds.ListResult<K>> {
     this.check();
     const sel = opts.labelSelector ? parseSelector(opts.labelSelector) : undefined;
     const mine = onNode(kind, opts.node);
@@ -113,7 +104,7 @@ export class MemoryDatastore implements Datastore {
     return this.clone(stored);
   }
 
-  async delete<K extends Kind>(kind: K, name: string, opts: DeleteOptions & CallOptions = {}): Promise<void> {
+  async delete<K extends Kind>(kind: K, name: string, opts: ds.DeleteOptions & ds.CallOptions = {}): Promise<void> {
     this.check();
     const k = this.key(kind, name, opts.namespace);
     const cur = this.objects.get(k);
@@ -185,8 +176,8 @@ export class MemoryDatastore implements Datastore {
     return out;
   }
 
-  watch<K extends Kind>(kind: K, opts: WatchOptions, onEvent: (ev: WatchEvent<K>) => void): Watch {
-    const l: Listener = { kind, namespace: opts.namespace, fn: onEvent as (ev: WatchEvent<Kind>) => void };
+  watch<K extends Kind>(kind: K, opts: ds.WatchOptions, onEvent: (ev: ds.WatchEvent<K>) => void): ds.Watch {
+    const l: Listener = { kind, namespace: opts.namespace, fn: onEvent as (ev: ds.WatchEvent<Kind>) => void };
     if (opts.revision !== undefined) {
       const from = Number(opts.revision);
       for (const h of this.history) {
@@ -195,7 +186,7 @@ export class MemoryDatastore implements Datastore {
           h.ev.object.kind === kind &&
           (opts.namespace === undefined || h.ev.object.metadata.namespace === opts.namespace)
         ) {
-          queueMicrotask(() => onEvent(this.clone(h.ev) as WatchEvent<K>));
+          queueMicrotask(() => onEvent(this.clone(h.ev) as ds.WatchEvent<K>));
         }
       }
     }

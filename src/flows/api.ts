@@ -22,7 +22,7 @@ import {
   type GroupBy,
   type HintType,
 } from './store.js';
-import { listen } from './listen.js';
+import { serve, type Listening } from './listen.js';
 
 const MAX_PAGE_SIZE = 10_000;
 /** Bytes a watch (SSE) connection may have unsent before it is closed. */
@@ -149,12 +149,9 @@ interface ApiOptions {
   keepAliveMs?: number;
 }
 
-interface ApiServer {
-  readonly host: string;
-  readonly port: number;
+interface ApiServer extends Listening {
   /** Open watch (SSE) connections. */
   watchers(): number;
-  close(): Promise<void>;
 }
 
 const UI_TYPES: Record<string, string> = {
@@ -289,17 +286,10 @@ export async function startApi(o: ApiOptions): Promise<ApiServer> {
     }
   });
   server.headersTimeout = 10_000;
-  const bound = await listen(server, host, port, o.addr, 'the API (--api-addr)');
-  return {
-    host,
-    port: bound,
-    watchers: () => sse.size,
-    close: () =>
-      new Promise<void>((resolve) => {
-        clearInterval(keepAlive);
-        for (const r of sse) r.end();
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  const listening = await serve(server, host, port, o.addr, 'the API (--api-addr)', () => {
+    clearInterval(keepAlive);
+    for (const r of sse) r.end();
+    server.closeAllConnections();
+  });
+  return { ...listening, watchers: () => sse.size };
 }

@@ -15,7 +15,7 @@ import type { PeerCertificate, TLSSocket } from 'node:tls';
 import { parseListenAddr } from '../observe/health.js';
 import type { FlowStore } from './store.js';
 import { COLLECTOR_PATH, LineReader, NDJSON, parseBatch, parseRecords, ProtocolError, type Ack } from './protocol.js';
-import { listen } from './listen.js';
+import { serve, type Listening } from './listen.js';
 
 interface CollectorOptions {
   addr: string;
@@ -34,12 +34,9 @@ interface CollectorOptions {
   onBatch?: (b: { node: string; accepted: number; rejected: number; duplicate: boolean }) => void;
 }
 
-interface Collector {
-  readonly host: string;
-  readonly port: number;
+interface Collector extends Listening {
   /** Agent requests open now. */
   connections(): number;
-  close(): Promise<void>;
 }
 
 /** The names a client certificate vouches for: its CN and its subjectAltName DNS names, lower case. */
@@ -157,17 +154,10 @@ export async function startCollector(o: CollectorOptions): Promise<Collector> {
     for (const [id, s] of streams) if (s.at < cut) streams.delete(id);
   }, 60_000);
   sweep.unref();
-  const bound = await listen(server, host, port, o.addr, 'agents (--collector-addr)');
-  return {
-    host,
-    port: bound,
-    connections: () => open.size,
-    close: () =>
-      new Promise<void>((resolve) => {
-        clearInterval(sweep);
-        server.close(() => resolve());
-        // The agents' connections stay open otherwise, and close() with them.
-        for (const s of sessions) s.destroy();
-      }),
-  };
+  const listening = await serve(server, host, port, o.addr, 'agents (--collector-addr)', () => {
+    clearInterval(sweep);
+    // The agents' connections stay open otherwise, and close() with them.
+    for (const s of sessions) s.destroy();
+  });
+  return { ...listening, connections: () => open.size };
 }

@@ -4,18 +4,10 @@
 // `birdc configure` (sessions stay up), restarts BIRD with a backoff when it
 // dies, and polls its sessions for /readyz and metrics.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import {
-  chmodSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../../log/types.js';
+import { writeFileAtomic } from '../../atomic-write.js';
 import { birdcPath, readSessions, runBirdc, type BgpSession } from '../../bird/client.js';
 import type { BirdConfig } from './render.js';
 
@@ -81,12 +73,7 @@ export class BirdSupervisor {
    */
   async apply(r: BirdConfig): Promise<{ ok: boolean; error?: string }> {
     const dir = this.o.runDir;
-    for (const [f, text] of r.secrets) {
-      const p = join(dir, f);
-      writeFileSync(`${p}.tmp`, text, { mode: 0o600 });
-      chmodSync(`${p}.tmp`, 0o600);
-      renameSync(`${p}.tmp`, p);
-    }
+    for (const [f, text] of r.secrets) writeFileAtomic(join(dir, f), text, 0o600);
     const file = join(dir, CONFIG_FILE);
     const next = `${file}.next`;
     writeFileSync(next, r.config, { mode: 0o600 });
