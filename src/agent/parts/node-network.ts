@@ -5,7 +5,7 @@ import type { Logger } from '../../log/types.js';
 import { readSecretKey, type BgpController } from '../bgp/index.js';
 import { birdHealth } from '../health.js';
 import type { createAgentMetrics } from '../metrics.js';
-import { startNodeNetwork, type NodeNetworkOptions } from '../node-network.js';
+import { NodeNetwork, type NodeNetworkOptions } from '../node-network.js';
 import type { AgentOptions } from '../options.js';
 import type { AgentPart, PartHealth } from '../part.js';
 import type { DatastoresPart } from './datastores.js';
@@ -27,7 +27,7 @@ interface NodeNetworkInputs {
 export class NodeNetworkPart implements AgentPart {
   readonly name = 'node-network';
   readonly check: string | undefined;
-  private network: { stop(): Promise<void> } | undefined;
+  private network: NodeNetwork | undefined;
   private bgp: BgpController | undefined;
 
   constructor(private readonly o: NodeNetworkInputs) {
@@ -37,7 +37,7 @@ export class NodeNetworkPart implements AgentPart {
   async start(): Promise<void> {
     const { o } = this;
     const bgp = o.bgp ? this.bgpOptions(o.bgp) : undefined;
-    this.network = startNodeNetwork({
+    this.network = new NodeNetwork({
       configPath: o.configPath,
       nodeInit: o.nodeInit.done,
       log: o.log,
@@ -54,6 +54,7 @@ export class NodeNetworkPart implements AgentPart {
       },
       ...(bgp ? { bgp } : {}),
     });
+    this.network.start();
   }
 
   /** Settles once BIRD (with --bgp on) shut down for a graceful restart. */

@@ -1,6 +1,6 @@
 // Entry of the policy controller for netplugin-node: started from the node's
 // CNI config (--config) when its netconf says `policy: {type: "k8s"}`.
-import { parseNetconf } from '../../config/index.js';
+import { parseNetconf, type Netconf } from '../../config/index.js';
 import { resolveNodename } from '../../config/nodename.js';
 import { DEFAULT_POLICY_TABLE, policyTable } from '../../dataplane/nft/programmed.js';
 import { nftAvailable, nftRunAsync } from '../../dataplane/nft/run.js';
@@ -20,16 +20,22 @@ import {
   type PolicyController,
   type RefusedObject,
 } from './controller.js';
+import type { FlowLogRules } from './compile.js';
+import type { BaseOptions } from './nft-script.js';
 
-export interface PolicyAgent {
-  /** Undefined until the datastore was reached and the controller started. */
-  controller(): PolicyController | undefined;
+interface PolicyAgentOptions {
+  retryMs?: number;
+  onApplied?: (s: ApplyStats) => void;
+  /** Also told of every interface conflict (the agent's metric); the log and the pod's Event are done here. */
+  onInterfaceConflict?: (c: InterfaceConflict) => void;
   /**
-   * The controller's signal that an endpoint's policy is programmed (the agent's runtime hands it to ADD's policy
-   * wait); undefined until it runs and after stop.
+   * Also told of every object left out of the table (the agent's metric); the log and the pod's Event are done here.
    */
-  signal(): ProgrammedSignal | undefined;
-  stop(): Promise<void>;
+  onRefused?: (r: RefusedObject) => void;
+  /** Warning Events on pods (default true; the agent's --pod-events). */
+  podEvents?: boolean;
+  /** Flow logs (the TLS files; the aggregator and interval from the flags or the AgentConfiguration). */
+  flows?: flows.FlowLogFlags;
 }
 
 /**
@@ -41,23 +47,9 @@ export async function startPolicyAgent(
   raw: Record<string, unknown>,
   log: Logger,
   datastores: DatastoreSource,
-  opts: {
-    retryMs?: number;
-    onApplied?: (s: ApplyStats) => void;
-    /** Also told of every interface conflict (the agent's metric); the log and the pod's Event are done here. */
-    onInterfaceConflict?: (c: InterfaceConflict) => void;
-    /**
-     * Also told of every object left out of the table (the agent's metric); the log and the pod's Event are done here.
-     */
-    onRefused?: (r: RefusedObject) => void;
-    /** Warning Events on pods (default true; the agent's --pod-events). */
-    podEvents?: boolean;
-    /** Flow logs (the agent's --flow-* flags): tagged rules, and records sent to the aggregator. */
-    /** Flow logs (the TLS files; the aggregator and interval from the flags or the AgentConfiguration). */
-    flows?: flows.FlowLogFlags;
-  } = {},
+  opts: PolicyAgentOptions = {},
 ): Promise<PolicyAgent | undefined> {
-  let conf: ReturnType<typeof parseNetconf>;
+  let conf: Netconf;
   try {
     conf = parseNetconf(raw, { pluginType: 'netplugin', warn: () => undefined });
   } catch {
@@ -76,131 +68,169 @@ export async function startPolicyAgent(
     log.info('policy: base ruleset installed (pods isolated until programmed)', {
       table: `inet ${table ?? 'netplugin'}`,
     });
+  const agent = new PolicyAgent(conf, base, log, datastores, opts);
+  void agent.run();
+  return agent;
+}
 
-  let controller: PolicyController | undefined;
-  let flowLogs: flows.FlowLogs | undefined;
-  const flowRules = opts.flows ? (opts.flows.rules ?? flows.DEFAULT_FLOW_LOG_RULES) : undefined;
-  let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
+/** The policy controller of one node, started (and retried) in the background, with its flow logs and pod Events. */
+export class PolicyAgent {
+  private ctl: PolicyController | undefined;
+  private flowLogs: flows.FlowLogs | undefined;
+  private readonly flowRules: FlowLogRules | undefined;
+  private stopped = false;
+  private timer: NodeJS.Timeout | undefined;
   // Flow logs as configured now (JSON of the config in force, '' when off), changed one at a time.
-  let flowKey = '';
-  let flowProblems = '';
-  let flowChain = Promise.resolve();
-  const flowsDone = () => flowChain;
-  const reconcileFlows = (nodename: string): void => {
-    if (!opts.flows || !controller || stopped) return;
-    const c = controller;
-    flowChain = flowChain.then(async () => {
-      const { config, problems } = flows.effectiveFlowConfig(opts.flows!, c.settings());
+  private flowKey = '';
+  private flowProblems = '';
+  private flowChain = Promise.resolve();
+  // On the Kubernetes datastore the pod is the endpoint: its Events go through the API access the datastore uses.
+  private eventClient: KubeClient | undefined;
+  private podEvents: PodEvents | undefined;
+
+  constructor(
+    private readonly conf: Netconf,
+    private readonly base: BaseOptions,
+    private readonly log: Logger,
+    private readonly datastores: DatastoreSource,
+    private readonly opts: PolicyAgentOptions,
+  ) {
+    this.flowRules = opts.flows ? (opts.flows.rules ?? flows.DEFAULT_FLOW_LOG_RULES) : undefined;
+  }
+
+  /** Undefined until the datastore was reached and the controller started. */
+  controller(): PolicyController | undefined {
+    return this.ctl;
+  }
+
+  /**
+   * The controller's signal that an endpoint's policy is programmed (the agent's runtime hands it to ADD's policy
+   * wait); undefined until it runs and after stop.
+   */
+  signal(): ProgrammedSignal | undefined {
+    return this.stopped ? undefined : this.ctl?.signal;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.flowChain;
+    await this.flowLogs?.stop();
+    await this.ctl?.stop();
+    this.eventClient?.close();
+  }
+
+  /** Starts the controller, retrying until the datastore answers or the agent stops. */
+  async run(): Promise<void> {
+    const retryMs = this.opts.retryMs ?? 2000;
+    while (!this.stopped) {
+      try {
+        await this.startController();
+        return;
+      } catch (e) {
+        this.log.warn('policy: cannot start the controller yet; retrying (pods stay isolated meanwhile)', {
+          error: (e as Error).message,
+          retryInMs: retryMs,
+        });
+        await new Promise<void>((r) => (this.timer = setTimeout(r, retryMs)));
+      }
+    }
+  }
+
+  private async startController(): Promise<void> {
+    const { conf, log, opts, flowRules } = this;
+    const ds = await this.datastores.datastore(conf);
+    const nodename = resolveNodename(conf);
+    const events = await this.podEventsFor(ds, nodename);
+    const controller = await startPolicyController({
+      ds,
+      nodename,
+      log,
+      base: this.base,
+      ...(flowRules ? { flowLog: flowRules, staged: true } : {}),
+      ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}),
+      onInterfaceConflict: (c) => {
+        opts.onInterfaceConflict?.(c);
+        if (c.pod) events?.warn(c.namespace, c.pod, 'NetpluginInterfaceMismatch', c.message);
+      },
+      onRefused: (r) => {
+        opts.onRefused?.(r);
+        // An endpoint is a pod's: its owner sees why the pod is isolated in `kubectl describe pod`.
+        const o = r.owner;
+        if (o.kind === 'Endpoint' && o.namespace && o.pod) {
+          events?.warn(
+            o.namespace,
+            o.pod,
+            'NetpluginPolicyNotProgrammed',
+            `netplugin cannot program this pod's network policy, so the pod stays isolated: ${r.reason}`,
+          );
+        }
+      },
+    });
+    this.ctl = controller;
+    if (opts.onApplied) controller.onApplied(opts.onApplied);
+    log.info('policy: controller started', { nodename });
+    if (opts.flows) {
+      // The flags' aggregator and interval, else the AgentConfiguration's, which is read after each
+      // batch: a change restarts the flow client (what it buffered is flushed first).
+      this.reconcileFlows(nodename);
+      controller.onApplied(() => this.reconcileFlows(nodename));
+    }
+    if (this.stopped) {
+      await this.flowChain;
+      await this.flowLogs?.stop();
+      await controller.stop();
+    }
+  }
+
+  /** Brings the flow logs to the configuration in force now (flags over AgentConfiguration), one change at a time. */
+  private reconcileFlows(nodename: string): void {
+    const { opts, log } = this;
+    const c = this.ctl;
+    if (!opts.flows || !c || this.stopped) return;
+    const flags = opts.flows;
+    this.flowChain = this.flowChain.then(async () => {
+      const { config, problems } = flows.effectiveFlowConfig(flags, c.settings());
       const key = config ? JSON.stringify(config) : '';
       const told = problems.join('\n');
-      if (told !== flowProblems) for (const p of problems) log.warn(`flow logs: ${p}`);
-      flowProblems = told;
-      if (key === flowKey || stopped) return;
-      flowKey = key;
-      if (flowLogs) {
+      if (told !== this.flowProblems) for (const p of problems) log.warn(`flow logs: ${p}`);
+      this.flowProblems = told;
+      if (key === this.flowKey || this.stopped) return;
+      this.flowKey = key;
+      if (this.flowLogs) {
         log.info('flow logs: configuration changed; restarting the flow client');
-        await flowLogs.reconfigure(config);
+        await this.flowLogs.reconfigure(config);
         return;
       }
       if (!config) return;
       // Flow logs must never cost enforcement: a failure to start them is logged only.
       try {
-        flowLogs = await flows.startFlowLogs(
-          { ...config, rules: flowRules! },
+        this.flowLogs = await flows.startFlowLogs(
+          { ...config, rules: this.flowRules! },
           {
             node: nodename,
             log,
-            controller: () => controller,
-            pending: flows.pendingEvaluator(() => controller),
+            controller: () => this.ctl,
+            pending: flows.pendingEvaluator(() => this.ctl),
           },
         );
       } catch (e) {
         log.error('flow logs: cannot start; policy is enforced without them', { error: (e as Error).message });
       }
     });
-  };
-  const retryMs = opts.retryMs ?? 2000;
-  const start = async (): Promise<void> => {
-    while (!stopped) {
-      try {
-        const ds = await datastores.datastore(conf);
-        const nodename = resolveNodename(conf);
-        const events = await podEventsFor(ds, nodename);
-        controller = await startPolicyController({
-          ds,
-          nodename,
-          log,
-          base,
-          ...(flowRules ? { flowLog: flowRules, staged: true } : {}),
-          ...(conf.endpoint_status_dir ? { statusDir: conf.endpoint_status_dir } : {}),
-          onInterfaceConflict: (c) => {
-            opts.onInterfaceConflict?.(c);
-            if (c.pod) events?.warn(c.namespace, c.pod, 'NetpluginInterfaceMismatch', c.message);
-          },
-          onRefused: (r) => {
-            opts.onRefused?.(r);
-            // An endpoint is a pod's: its owner sees why the pod is isolated in `kubectl describe pod`.
-            const o = r.owner;
-            if (o.kind === 'Endpoint' && o.namespace && o.pod) {
-              events?.warn(
-                o.namespace,
-                o.pod,
-                'NetpluginPolicyNotProgrammed',
-                `netplugin cannot program this pod's network policy, so the pod stays isolated: ${r.reason}`,
-              );
-            }
-          },
-        });
-        if (opts.onApplied) controller.onApplied(opts.onApplied);
-        log.info('policy: controller started', { nodename });
-        if (opts.flows) {
-          // The flags' aggregator and interval, else the AgentConfiguration's, which is read after each
-          // batch: a change restarts the flow client (what it buffered is flushed first).
-          reconcileFlows(nodename);
-          controller.onApplied(() => reconcileFlows(nodename));
-        }
-        if (stopped) {
-          await flowsDone();
-          await flowLogs?.stop();
-          await controller.stop();
-        }
-        return;
-      } catch (e) {
-        log.warn('policy: cannot start the controller yet; retrying (pods stay isolated meanwhile)', {
-          error: (e as Error).message,
-          retryInMs: retryMs,
-        });
-        await new Promise<void>((r) => (timer = setTimeout(r, retryMs)));
-      }
-    }
-  };
-  // On the Kubernetes datastore the pod is the endpoint: its Events go through the API access the datastore uses.
-  let eventClient: KubeClient | undefined;
-  let podEvents: PodEvents | undefined;
-  const podEventsFor = async (ds: Datastore, node: string) => {
+  }
+
+  private async podEventsFor(ds: Datastore, node: string): Promise<PodEvents | undefined> {
+    const { opts, log } = this;
     if (opts.podEvents === false || ds.type !== 'kubernetes') return undefined;
-    if (podEvents) return podEvents; // a retry of the start
+    if (this.podEvents) return this.podEvents; // a retry of the start
     try {
-      eventClient = await createKubeClient({ ...conf.kubernetes });
+      this.eventClient = await createKubeClient({ ...this.conf.kubernetes });
     } catch (e) {
       const error = (e as Error).message;
       log.warn('policy: no Kubernetes API access for pod Events; interface conflicts are only logged', { error });
       return undefined;
     }
-    return (podEvents = createPodEvents({ client: eventClient, node, log }));
-  };
-  void start();
-  return {
-    controller: () => controller,
-    signal: () => (stopped ? undefined : controller?.signal),
-    async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      await flowsDone();
-      await flowLogs?.stop();
-      await controller?.stop();
-      eventClient?.close();
-    },
-  };
+    return (this.podEvents = createPodEvents({ client: this.eventClient, node, log }));
+  }
 }
