@@ -20,7 +20,7 @@ import { resolveKind } from './kinds.js';
 import { target, type Target } from './target.js';
 import { readManifests, writeResource, errText } from './resources.js';
 import { describeRef, parseManifest, poolDefaults, validatePool } from './validate.js';
-import { applyJsonPatch, parseJsonPatch } from './json-patch.js';
+import { applyJsonPatch, mergePatch, parseJsonPatch } from './json-patch.js';
 
 /**
  * validate -f: every document parses as a known kind, and IPPools pass the
@@ -145,18 +145,6 @@ async function cmdLabel(
       `${r === 'unchanged' ? 'not labeled (unchanged)' : 'labeled'}${args.dryRun ? ' (dry run)' : ''}\n`,
   );
   return 0;
-}
-
-/** RFC 7386 JSON merge patch: objects merge, null deletes, anything else replaces. */
-export function mergePatch(target: unknown, patch: unknown): unknown {
-  if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) return patch;
-  const out: Record<string, unknown> =
-    target && typeof target === 'object' && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
-  for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
-    if (v === null) delete out[k];
-    else out[k] = mergePatch(out[k], v);
-  }
-  return out;
 }
 
 async function cmdPatch(

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDatastore } from '../../src/datastore/memory.js';
 import { runCtl } from '../../src/ctl/index.js';
-import { mergePatch } from '../../src/ctl/edit.js';
+import { mergePatch } from '../../src/ctl/json-patch.js';
 import { API_VERSION } from '../../src/model/resources.js';
 import { createIpam } from '../../src/ipam/index.js';
 
